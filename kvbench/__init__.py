@@ -1,0 +1,22 @@
+"""kvbench: benchmark and profile LLM inference KV-cache memory management strategies."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from kvbench.api import generate as generate
+
+
+def __getattr__(name: str) -> Any:
+    # Importing torch takes seconds: `import kvbench` stays cheap until the engine is used.
+    if name == "generate":
+        from kvbench.api import generate
+
+        return generate
+    raise AttributeError(f"module 'kvbench' has no attribute {name!r}")
+
+
+__all__ = ["generate", "__version__"]

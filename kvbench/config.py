@@ -1,0 +1,60 @@
+"""`EngineConfig`: every engine option, with one name in Python, the CLI and `config.json`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from kvbench.errors import KvbenchInputError
+from kvbench.units import parse_size_bytes
+
+DEFAULT_CPU_KV_MEMORY = "64MiB"
+
+
+@dataclass
+class EngineConfig:
+    model: str = "tiny"
+    strategy: str = "paged"
+    batching: str = "continuous"
+    reserve: str = "max"  # contiguous: max | pow2 | exact
+    block_size: int = 16
+    dtype: str = "float32"
+    kv_cache_dtype: str = "auto"  # auto (= dtype) | fp8
+    kv_memory: int | str | None = None  # bytes; default 64MiB off CUDA
+    gpu_memory_utilization: float | None = None  # CUDA: share of the device for the engine
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None  # default: max(2048, max_model_len)
+    max_model_len: int | None = None  # default: the model's max_position_embeddings
+    chunked_prefill: bool = False
+    watermark: float = 0.01
+    temperature: float = 0.0  # 0: greedy
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    attention_backend: str = "auto"  # auto | torch | triton
+
+    def __post_init__(self) -> None:
+        if self.kv_memory is not None:
+            self.kv_memory = parse_size_bytes(self.kv_memory)
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise KvbenchInputError(f"--block-size must be a power of two, got {self.block_size}")
+        if self.max_num_seqs < 1:
+            raise KvbenchInputError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            raise KvbenchInputError("--gpu-memory-utilization must be in (0, 1]")
+        if self.temperature < 0:
+            raise KvbenchInputError("--temperature must not be negative")
+        if self.kv_cache_dtype not in ("auto", "fp8", "fp8_e4m3"):
+            raise KvbenchInputError(
+                f"unknown --kv-cache-dtype {self.kv_cache_dtype!r} (choose from auto, fp8)"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> EngineConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = set(values) - names
+        if unknown:
+            raise KvbenchInputError(f"unknown engine options: {', '.join(sorted(unknown))}")
+        return cls(**values)

@@ -1,0 +1,92 @@
+"""`build_engine`: an `EngineConfig` turned into model, arena, strategy, policy and engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from kvbench.batching import SchedulerLimits, make_policy
+from kvbench.config import EngineConfig
+from kvbench.device import resolve_device
+from kvbench.engine import Engine
+from kvbench.errors import KvbenchInputError
+from kvbench.kernels.backend import get_ops, resolve_backend
+from kvbench.kv_budget import kv_cache_torch_dtype, kv_element_bytes, resolve_kv_budget_bytes
+from kvbench.model.config import ModelConfig
+from kvbench.model.loader import load_model, parse_dtype
+from kvbench.model_executor import KVArena, ModelExecutor
+from kvbench.strategies import make_strategy, strategy_info
+
+
+@dataclass
+class BuiltEngine:
+    engine: Engine
+    model_config: ModelConfig
+    device: torch.device
+    kv_budget_bytes: int
+    kv_dtype: torch.dtype
+    bytes_per_slot: int
+    backend: str
+    max_model_len: int
+
+
+def effective_config(config: EngineConfig) -> EngineConfig:
+    """Apply a strategy's implied options (`fp8` is `paged` with `--kv-cache-dtype fp8`)."""
+    info = strategy_info(config.strategy)
+    if info.kv_cache_dtype and config.kv_cache_dtype == "auto":
+        config.kv_cache_dtype = info.kv_cache_dtype
+    return config
+
+
+def build_engine(
+    config: EngineConfig,
+    clock: Callable[[], float] | None = None,
+    model_cache: dict | None = None,
+) -> BuiltEngine:
+    config = effective_config(config)
+    device = resolve_device(config.device)
+    dtype = parse_dtype(config.dtype)
+    key = (config.model, config.dtype, str(device), config.seed)
+    if model_cache is not None and key in model_cache:
+        model, model_config = model_cache[key]
+    else:
+        model, model_config = load_model(config.model, dtype=dtype, device=device, seed=config.seed)
+        if model_cache is not None:
+            model_cache[key] = (model, model_config)
+    max_model_len = config.max_model_len or model_config.max_position_embeddings
+    if max_model_len > model_config.max_position_embeddings:
+        raise KvbenchInputError(
+            f"--max-model-len {max_model_len} exceeds the model's "
+            f"{model_config.max_position_embeddings} positions"
+        )
+    max_batched = config.max_num_batched_tokens or max(2048, max_model_len)
+    if max_batched < max_model_len and not config.chunked_prefill:
+        raise KvbenchInputError(
+            f"--max-num-batched-tokens {max_batched} is below --max-model-len {max_model_len}: "
+            "long prompts could never be scheduled (enable --chunked-prefill or raise it)"
+        )
+    kv_dtype = kv_cache_torch_dtype(config, dtype)
+    bytes_per_slot = model_config.kv_bytes_per_token(kv_element_bytes(kv_dtype))
+    budget = resolve_kv_budget_bytes(config, device, model, max_batched)
+    num_slots = budget // bytes_per_slot
+    if num_slots < 1:
+        raise KvbenchInputError(
+            f"--kv-memory {budget} bytes holds no token: one token needs {bytes_per_slot} bytes"
+        )
+    strategy = make_strategy(
+        config.strategy, num_slots, max_model_len, block_size=config.block_size,
+        reserve=config.reserve, watermark=config.watermark,
+    )
+    backend = resolve_backend(config.attention_backend, device)
+    arena = KVArena(model_config, num_slots, kv_dtype, device)
+    executor = ModelExecutor(model, arena, get_ops(backend), device, backend)
+    limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)
+    policy = make_policy(config.batching, strategy, limits)
+    engine = Engine(
+        strategy, policy, executor, bytes_per_slot=bytes_per_slot, max_model_len=max_model_len,
+        temperature=config.temperature, seed=config.seed, clock=clock,
+    )
+    return BuiltEngine(engine, model_config, device, budget, kv_dtype, bytes_per_slot, backend,
+                       max_model_len)

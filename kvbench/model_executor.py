@@ -1,0 +1,133 @@
+"""`ModelExecutor`: the real model and kernels on a preallocated KV arena."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+
+from kvbench.executor import Executor
+from kvbench.layout import KVLayout
+from kvbench.model.config import ModelConfig
+from kvbench.model.llama import LlamaDecoder
+from kvbench.step_batch import StepBatch
+from kvbench.tracing import trace_range
+
+
+class KVArena:
+    """One `[num_slots, Hkv, D]` K tensor and one V tensor per layer, allocated once."""
+
+    def __init__(self, config: ModelConfig, num_slots: int, dtype: torch.dtype, device) -> None:
+        shape = (num_slots, config.num_kv_heads, config.head_dim)
+        self.num_slots = num_slots
+        self.dtype = dtype
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        # Per-layer fp8 scales (None: unquantized cache).
+        self.k_scales: list[torch.Tensor | None] = [None] * config.num_layers
+        self.v_scales: list[torch.Tensor | None] = [None] * config.num_layers
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+    def copy_slots(self, src: int, dst: int, n: int) -> None:
+        for cache in self.k + self.v:
+            cache[dst : dst + n] = cache[src : src + n]
+
+
+class _BatchTensors:
+    """A layout's index tensors, built once per step and shared by every layer."""
+
+    def __init__(self, batch: StepBatch, device: torch.device) -> None:
+        layout = batch.layout
+        p = batch.num_prefill_seqs
+        self.num_prefill_tokens = sum(layout.query_lens[:p])
+        self.slot_mapping = torch.tensor(layout.slot_mapping, dtype=torch.long, device=device)
+        self.seq_lens = torch.tensor(layout.seq_lens, dtype=torch.int32, device=device)
+        qsl = [0]
+        for n in layout.query_lens[:p]:
+            qsl.append(qsl[-1] + n)
+        self.query_start_loc = torch.tensor(qsl, dtype=torch.int32, device=device)
+        self.num_prefill_seqs = p
+        if layout.kind == "paged":
+            width = max((len(t) for t in layout.block_tables), default=1) or 1
+            tables = [t + [0] * (width - len(t)) for t in layout.block_tables]
+            self.block_tables = torch.tensor(tables, dtype=torch.int32, device=device)
+        else:
+            self.start_slots = torch.tensor(layout.start_slots, dtype=torch.int32, device=device)
+
+
+class ModelExecutor(Executor):
+    def __init__(
+        self,
+        model: LlamaDecoder,
+        arena: KVArena,
+        ops: ModuleType,
+        device: torch.device,
+        backend_name: str = "torch",
+    ) -> None:
+        self.model = model
+        self.config = model.config
+        self.arena = arena
+        self.ops = ops
+        self.device = device
+        self.backend_name = backend_name
+        self.softmax_scale = self.config.head_dim**-0.5
+        self.forward_s = 0.0  # time of the last model forward (excluded from step overhead)
+
+    def _attention(self, layout: KVLayout, idx: _BatchTensors):
+        ops, arena, scale = self.ops, self.arena, self.softmax_scale
+        p, pt = idx.num_prefill_seqs, idx.num_prefill_tokens
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            kc, vc = arena.k[layer], arena.v[layer]
+            ks, vs = arena.k_scales[layer], arena.v_scales[layer]
+            ops.write_kv(k, v, kc, vc, idx.slot_mapping, ks, vs)
+            out = torch.empty_like(q)
+            if p:
+                if layout.kind == "paged":
+                    out[:pt] = ops.paged_attention(
+                        q[:pt], kc, vc, idx.block_tables[:p], idx.query_start_loc,
+                        idx.seq_lens[:p], layout.block_size, scale, ks, vs,
+                    )
+                else:
+                    out[:pt] = ops.contiguous_attention(
+                        q[:pt], kc, vc, idx.start_slots[:p], idx.query_start_loc,
+                        idx.seq_lens[:p], scale, ks, vs,
+                    )
+            if q.shape[0] > pt:
+                if layout.kind == "paged":
+                    out[pt:] = ops.paged_decode_attention(
+                        q[pt:], kc, vc, idx.block_tables[p:], idx.seq_lens[p:],
+                        layout.block_size, scale, ks, vs,
+                    )
+                else:
+                    out[pt:] = ops.contiguous_decode_attention(
+                        q[pt:], kc, vc, idx.start_slots[p:], idx.seq_lens[p:], scale, ks, vs,
+                    )
+            return out
+
+        return attend
+
+    @torch.inference_mode()
+    def execute(self, batch: StepBatch) -> torch.Tensor:
+        layout = batch.layout
+        with trace_range("prepare", tokens=batch.num_tokens):
+            for copy in layout.slot_copies:
+                self.arena.copy_slots(copy.src_slot, copy.dst_slot, copy.num_slots)
+            idx = _BatchTensors(batch, self.device)
+            input_ids = torch.tensor(batch.input_ids, dtype=torch.long, device=self.device)
+            positions = torch.tensor(batch.positions, dtype=torch.long, device=self.device)
+            rows = torch.tensor(batch.sample_rows, dtype=torch.long, device=self.device)
+        phase = "prefill" if batch.num_prefill_seqs else "decode"
+        with trace_range(
+            phase,
+            prefill_seqs=batch.num_prefill_seqs,
+            decode_seqs=batch.num_decode_seqs,
+            tokens=batch.num_tokens,
+        ):
+            hidden = self.model(input_ids, positions, self._attention(layout, idx))
+            logits = self.model.logits(hidden[rows])
+            self.synchronize()
+        return logits

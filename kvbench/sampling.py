@@ -1,0 +1,27 @@
+"""Next-token choice: greedy, or temperature sampling seeded per request, sample and position.
+
+Seeding per (seed, request, sample, position) makes a sampled token independent of which
+other sequences shared the step, so every strategy and policy produces the same tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    temperature: float,
+    seed: int,
+    keys: list[tuple[int, int, int]],
+) -> list[int]:
+    """One token per logits row; `keys[i]` = (request_id, sample_index, position) of row i."""
+    if temperature == 0:
+        return logits.argmax(dim=-1).tolist()
+    probs = torch.softmax(logits.float() / temperature, dim=-1).cpu()
+    tokens = []
+    for row, (request_id, sample_index, position) in zip(probs, keys, strict=True):
+        mixed = (seed * 1_000_003 + request_id * 7_919 + sample_index * 104_729 + position)
+        generator = torch.Generator().manual_seed(mixed % (2**63 - 1))
+        tokens.append(int(torch.multinomial(row, 1, generator=generator)))
+    return tokens

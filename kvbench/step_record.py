@@ -1,0 +1,30 @@
+"""`StepRecord`: one row of `steps.csv`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class StepRecord:
+    step: int
+    t_s: float  # step start, seconds since the run's first arrival
+    step_ms: float
+    overhead_ms: float  # time in the step outside the model forward
+    num_prefill_seqs: int
+    num_decode_seqs: int
+    num_batched_tokens: int
+    num_prefill_tokens: int
+    num_running: int
+    num_waiting: int
+    kv_token_bytes: int
+    kv_reserved_bytes: int
+    kv_internal_bytes: int
+    kv_external_bytes: int
+    kv_free_bytes: int
+    kv_cached_bytes: int
+    preemptions: int
+    kv_utilization: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)

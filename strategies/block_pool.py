@@ -1,0 +1,43 @@
+"""`BlockPool`: fixed-size KV blocks with reference counts."""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class BlockPool:
+    """Hands out block ids `0..num_blocks-1`; a block returns to the pool when its count hits 0."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self._free: deque[int] = deque(range(num_blocks))
+        self.ref_counts = [0] * num_blocks
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def allocate(self) -> int:
+        if not self._free:
+            raise MemoryError("block pool is empty")
+        block = self._free.popleft()
+        self.ref_counts[block] = 1
+        return block
+
+    def share(self, block: int) -> None:
+        if self.ref_counts[block] <= 0:
+            raise ValueError(f"block {block} is not allocated")
+        self.ref_counts[block] += 1
+
+    def release(self, block: int) -> bool:
+        """Drop one reference; True when the block went back to the pool."""
+        if self.ref_counts[block] <= 0:
+            raise ValueError(f"block {block} released more often than allocated")
+        self.ref_counts[block] -= 1
+        if self.ref_counts[block] == 0:
+            self._free.append(block)
+            return True
+        return False
+
+    def is_whole(self) -> bool:
+        return self.num_free == self.num_blocks and not any(self.ref_counts)

@@ -1,0 +1,107 @@
+"""`contiguous`: one contiguous KV range per request, reserved at admission.
+
+How much is reserved is the `--reserve` mode: `max` (the model's maximum length, as Orca and
+FasterTransformer-style servers do), `pow2` (the final length rounded up to a power of two,
+capped at the maximum length) or `exact` (the oracle final length). A reservation never grows,
+so a running sequence never runs out and is never preempted; admission waits for a hole
+that fits (first-fit), and free slots in smaller holes are external fragmentation.
+"""
+
+from __future__ import annotations
+
+from kvbench.errors import KvbenchInputError
+from kvbench.layout import KVLayout, SlotCopy
+from kvbench.sequence import Sequence
+from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.free_ranges import FreeRanges
+
+RESERVE_MODES = ("max", "pow2", "exact")
+
+
+class ContiguousStrategy(CacheStrategy):
+    name = "contiguous"
+    layout_kind = "contiguous"
+    can_preempt = False
+
+    def __init__(self, num_slots: int, max_model_len: int, reserve: str = "max") -> None:
+        super().__init__(num_slots, max_model_len)
+        if reserve not in RESERVE_MODES:
+            raise KvbenchInputError(
+                f"unknown --reserve {reserve!r} (choose from {', '.join(RESERVE_MODES)})"
+            )
+        self.reserve = reserve
+        self.ranges = FreeRanges(num_slots)
+        self.starts: dict[int, tuple[int, int]] = {}  # seq_id -> (start slot, length)
+        self._copies: list[SlotCopy] = []
+
+    def reservation(self, seq: Sequence) -> int:
+        final = seq.final_kv_len
+        if self.reserve == "max":
+            return max(self.max_model_len, final)
+        if self.reserve == "pow2":
+            return max(min(1 << (final - 1).bit_length(), self.max_model_len), final)
+        return final
+
+    def required_slots(self, seq: Sequence) -> int:
+        return self.reservation(seq)
+
+    def can_admit(self, seq: Sequence, num_running: int) -> bool:
+        if seq.seq_id in self.starts:
+            return True
+        return self.ranges.find(self.reservation(seq)) is not None
+
+    def admit(self, seq: Sequence) -> int:
+        if seq.seq_id not in self.starts:
+            length = self.reservation(seq)
+            start = self.ranges.allocate(length)
+            if start is None:
+                raise MemoryError(f"admit of sequence {seq.seq_id} without a hole that fits")
+            self.starts[seq.seq_id] = (start, length)
+        return 0
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        # Reserved at admission for the final length: growing always fits.
+        _, length = self.starts[seq.seq_id]
+        if seq.num_computed + num_new_tokens > length:
+            raise AssertionError(f"sequence {seq.seq_id} outgrew its reservation")
+        return True
+
+    def free(self, seq: Sequence) -> None:
+        held = self.starts.pop(seq.seq_id, None)
+        if held is not None:
+            self.ranges.release(*held)
+
+    def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
+        length = self.reservation(child)
+        start = self.ranges.allocate(length)
+        if start is None:
+            return None
+        self.starts[child.seq_id] = (start, length)
+        copy = SlotCopy(self.starts[parent.seq_id][0], start, parent.num_computed)
+        self._copies.append(copy)
+        return [copy]
+
+    def slot_of(self, seq: Sequence, position: int) -> int:
+        return self.starts[seq.seq_id][0] + position
+
+    def _add_table(self, layout: KVLayout, seq: Sequence) -> None:
+        layout.start_slots.append(self.starts[seq.seq_id][0])
+
+    def memory_split(self, running: list[Sequence], head_waiting: Sequence | None) -> MemorySplit:
+        split = MemorySplit()
+        for seq in running:
+            held = self.starts.get(seq.seq_id)
+            if held is None:
+                continue
+            token, reserved, internal = split_held(held[1], seq.num_computed, seq.final_kv_len)
+            split.token += token
+            split.reserved += reserved
+            split.internal += internal
+        if head_waiting is not None and head_waiting.seq_id not in self.starts:
+            need = self.reservation(head_waiting)
+            split.external = sum(n for _, n in self.ranges.holes if n < need)
+        split.free = self.num_slots - split.held
+        return split
+
+    def is_whole(self) -> bool:
+        return not self.starts and self.ranges.is_whole()

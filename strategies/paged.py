@@ -1,0 +1,113 @@
+"""`paged`: vLLM's PagedAttention allocation.
+
+KV lives in fixed-size blocks taken from a free pool; each sequence has a block table and
+gets one more block only when its last block is full, so at most `block_size - 1` slots per
+sequence are ever held ahead of use.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kvbench.layout import KVLayout, SlotCopy
+from kvbench.sequence import Sequence
+from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.block_pool import BlockPool
+
+
+class PagedStrategy(CacheStrategy):
+    name = "paged"
+    layout_kind = "paged"
+    can_preempt = True
+
+    def __init__(
+        self,
+        num_slots: int,
+        max_model_len: int,
+        block_size: int = 16,
+        watermark: float = 0.01,
+    ) -> None:
+        super().__init__(num_slots, max_model_len)
+        self.block_size = block_size
+        self.pool = BlockPool(num_slots // block_size)
+        # Free blocks kept back at admission so running sequences can grow (vLLM's watermark).
+        self.watermark_blocks = math.ceil(watermark * self.pool.num_blocks)
+        self.tables: dict[int, list[int]] = {}
+        self._copies: list[SlotCopy] = []
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.pool.num_blocks * self.block_size
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def required_slots(self, seq: Sequence) -> int:
+        return self.blocks_for(seq.final_kv_len) * self.block_size
+
+    def _blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
+        have = len(self.tables.get(seq.seq_id, ()))
+        return max(0, self.blocks_for(seq.num_computed + num_new_tokens) - have)
+
+    def can_admit(self, seq: Sequence, num_running: int) -> bool:
+        needed = self._blocks_needed(seq, seq.num_uncomputed)
+        keep = self.watermark_blocks if num_running else 0
+        return self.pool.num_free - needed >= keep
+
+    def admit(self, seq: Sequence) -> int:
+        self.tables.setdefault(seq.seq_id, [])
+        if not self.allocate(seq, seq.num_uncomputed):
+            raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
+        return 0
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        needed = self._blocks_needed(seq, num_new_tokens)
+        if needed > self.pool.num_free:
+            return False
+        table = self.tables.setdefault(seq.seq_id, [])
+        table.extend(self.pool.allocate() for _ in range(needed))
+        return True
+
+    def free(self, seq: Sequence) -> None:
+        for block in self.tables.pop(seq.seq_id, ()):
+            self.pool.release(block)
+
+    def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
+        """Plain paging shares nothing: the child gets its own copy of every block."""
+        parent_table = self.tables[parent.seq_id]
+        if len(parent_table) > self.pool.num_free:
+            return None
+        child_table = [self.pool.allocate() for _ in parent_table]
+        self.tables[child.seq_id] = child_table
+        copies = [
+            SlotCopy(src * self.block_size, dst * self.block_size, self.block_size)
+            for src, dst in zip(parent_table, child_table, strict=True)
+        ]
+        self._copies.extend(copies)
+        return copies
+
+    def slot_of(self, seq: Sequence, position: int) -> int:
+        table = self.tables[seq.seq_id]
+        return table[position // self.block_size] * self.block_size + position % self.block_size
+
+    def _add_table(self, layout: KVLayout, seq: Sequence) -> None:
+        layout.block_size = self.block_size
+        layout.block_tables.append(list(self.tables[seq.seq_id]))
+
+    def memory_split(self, running: list[Sequence], head_waiting: Sequence | None) -> MemorySplit:
+        split = MemorySplit()
+        for seq in running:
+            table = self.tables.get(seq.seq_id)
+            if not table:
+                continue
+            token, reserved, internal = split_held(
+                len(table) * self.block_size, seq.num_computed, seq.final_kv_len
+            )
+            split.token += token
+            split.reserved += reserved
+            split.internal += internal
+        split.free = self.num_slots - split.held  # includes the sub-block remainder of the arena
+        return split
+
+    def is_whole(self) -> bool:
+        return not self.tables and self.pool.is_whole()

@@ -1,0 +1,51 @@
+"""Shared fixtures: small Hugging Face checkpoints made on the fly (no hub access needed)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+HF_SHAPES = {
+    # GQA ratio 1, untied embeddings
+    "mha-untied": dict(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False),
+    # GQA ratio 4, tied embeddings
+    "gqa4-tied": dict(num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=True),
+}
+
+
+def make_hf_checkpoint(folder, shape: str, seed: int = 0):
+    """A random `LlamaForCausalLM` saved with `save_pretrained`; returns the HF model."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        # Wider than HF's default init so greedy choices are well separated (random-weight
+        # logits are otherwise nearly flat and float rounding could flip near-ties).
+        initializer_range=0.15,
+        **HF_SHAPES[shape],
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.save_pretrained(folder)
+    return model
+
+
+def random_prompts(count: int, vocab: int, seed: int, min_len: int = 1, max_len: int = 40):
+    rng = random.Random(seed)
+    return [
+        [rng.randrange(vocab) for _ in range(rng.randint(min_len, max_len))] for _ in range(count)
+    ]
+
+
+@pytest.fixture(scope="session", params=list(HF_SHAPES))
+def hf_checkpoint(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(f"hf-{request.param}")
+    model = make_hf_checkpoint(folder, request.param)
+    return folder, model
