@@ -224,6 +224,14 @@ class Engine:
         if hasattr(self.policy, "finished_members"):
             self.policy.finished_members.clear()
 
+    def reset_stats(self) -> None:
+        """Forget finished requests and step records (after warm-up)."""
+        if self.has_unfinished():
+            raise RuntimeError("reset_stats with requests still running")
+        self.sequences.clear()
+        self.steps.clear()
+        self.prefill_tokens_computed = 0
+
     def run_to_completion(self) -> None:
         while self.has_unfinished():
             self.step()

@@ -1,0 +1,1 @@
+"""Subcommands of the `kvbench` CLI, one module each."""

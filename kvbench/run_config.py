@@ -1,0 +1,30 @@
+"""`RunConfig`: an engine configuration plus the workload and how to replay it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kvbench.config import EngineConfig
+
+
+@dataclass
+class RunConfig:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    workload: str = "chat"
+    num_requests: int | None = None  # None: the workload's default (whole file for a trace)
+    workload_params: dict[str, Any] = field(default_factory=dict)
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    warmup: int = 2
+    slo_ms: dict[str, float] = field(default_factory=dict)  # e.g. {"ttft": 500, "tpot": 50}
+    trace: bool = False
+    engine_kind: str = "kvbench"  # kvbench | hf | simulated
+    gpu: str | None = None  # simulated executor's GPU preset
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["request_rate"] = "inf" if math.isinf(self.request_rate) else self.request_rate
+        return data

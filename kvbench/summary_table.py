@@ -1,0 +1,54 @@
+"""The comparison table `kvbench run` prints: one row per strategy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench.table import fmt, format_table
+from kvbench.units import format_bytes
+
+HEADERS = [
+    "strategy", "done", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
+    "KV util", "util sat.", "held/token", "preempt", "prefix hit",
+]
+
+
+def _held_per_token(summary: dict[str, Any]) -> str:
+    util = summary["memory"].get("utilization_mean")
+    return fmt(1 / util, ".2f", "x") if util else "-"
+
+
+def summary_rows(summaries: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for s in summaries:
+        lat, mem, sch = s["latency_ms"], s["memory"], s["scheduler"]
+        rows.append([
+            s["label"],
+            f"{s['completed']}/{s['num_requests']}",
+            fmt(s["throughput"].get("output_tok_s")),
+            fmt(lat["ttft"]["p50"], ".1f", " ms"),
+            fmt(lat["ttft"]["p99"], ".1f", " ms"),
+            fmt(lat["tpot"]["p50"], ".2f", " ms"),
+            fmt(lat["tpot"]["p99"], ".2f", " ms"),
+            fmt(mem.get("utilization_mean"), ".1%"),
+            fmt(mem.get("utilization_saturated"), ".1%"),
+            _held_per_token(s),
+            str(sch.get("preemptions", 0)),
+            fmt(sch.get("prefix_hit_rate"), ".1%"),
+        ])
+    return rows
+
+
+def render_summary(summaries: list[dict[str, Any]]) -> str:
+    first = summaries[0]
+    mem = first["memory"]
+    header = (
+        f"model {first['model']} ({first['dtype']}) on {first['device']}  |  workload "
+        f"{first['workload']}, {first['num_requests']} requests, seed {first['seed']}  |  KV "
+        f"budget {format_bytes(mem['kv_budget_bytes'])}"
+    )
+    caps = ", ".join(
+        f"{s['label']}: {s['memory']['kv_capacity_tokens']} tokens" for s in summaries
+    )
+    return "\n".join([header, f"KV capacity: {caps}", "",
+                      format_table(HEADERS, summary_rows(summaries))])

@@ -1,0 +1,117 @@
+"""Arrival processes: when each request of a workload arrives.
+
+- **offline** (`request_rate = inf`, the default): every request arrives at t = 0 (plus any
+  offset the workload itself gives, such as chat think time, or a trace's own `arrival_s`).
+- **Poisson** (`request_rate = R`, `burstiness = 1`): exponential inter-arrival gaps, mean
+  1/R seconds.
+- **gamma** (`request_rate = R`, `burstiness = B`): gaps ~ Gamma(shape = B, scale = 1/(R·B)),
+  exactly as vLLM's `benchmark_serving.py --burstiness`: the mean gap stays 1/R, the
+  coefficient of variation of the gaps is 1/sqrt(B). B = 1 is Poisson, B < 1 burstier,
+  B > 1 more regular. Burstiness is ignored when the rate is infinite.
+- **closed loop** (`max_concurrency = C`): at most C requests in flight. That is enforced by the
+  runner, not by arrival times; `ArrivalProcess` only carries the value (vLLM's
+  `--max-concurrency`). It combines with either of the open-loop processes above.
+
+As in vLLM, the first arrival is at t = 0 and the i-th at the sum of the first i − 1 gaps.
+
+Workloads with conversations (requests sharing a `conversation_id`, e.g. `chat`): the process
+gives the arrival time of each conversation's *first* request, and the conversation's later
+requests keep their offset from it (think time). Conversations are numbered in the order their
+first request appears in the workload. Arrival times are drawn from their own seeded stream,
+so changing the rate never changes the requests' tokens or lengths.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from kvbench.errors import KvbenchInputError
+from kvbench.workloads.request import Request
+from kvbench.workloads.sampling import rng_for
+
+
+@dataclass(frozen=True)
+class ArrivalProcess:
+    """The `--request-rate`, `--burstiness` and `--max-concurrency` of a run, validated."""
+
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        rate = self.request_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+            raise KvbenchInputError(f"--request-rate must be > 0 or inf, got {rate!r}")
+        b = self.burstiness
+        if isinstance(b, bool) or not isinstance(b, int | float) or not (0 < b < math.inf):
+            raise KvbenchInputError(f"--burstiness must be a finite number > 0, got {b!r}")
+        c = self.max_concurrency
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise KvbenchInputError(f"--max-concurrency must be an integer >= 1, got {c!r}")
+        object.__setattr__(self, "request_rate", float(rate))
+        object.__setattr__(self, "burstiness", float(b))
+
+    @property
+    def offline(self) -> bool:
+        return math.isinf(self.request_rate)
+
+    def describe(self) -> str:
+        if self.offline:
+            text = "offline (all at t=0)"
+        elif self.burstiness == 1.0:
+            text = f"Poisson {self.request_rate:g} req/s"
+        else:
+            text = f"gamma {self.request_rate:g} req/s, burstiness {self.burstiness:g}"
+        if self.max_concurrency is not None:
+            text += f", at most {self.max_concurrency} in flight"
+        return text
+
+
+def arrival_times(
+    num: int, request_rate: float = math.inf, burstiness: float = 1.0, seed: int = 0
+) -> np.ndarray:
+    """`num` non-decreasing arrival times in seconds, the first at 0."""
+    process = ArrivalProcess(request_rate, burstiness)
+    if process.offline or num == 0:
+        return np.zeros(num)
+    rng = rng_for(seed, "arrivals")
+    gaps = rng.gamma(
+        shape=process.burstiness,
+        scale=1.0 / (process.request_rate * process.burstiness),
+        size=num - 1,
+    )
+    return np.concatenate(([0.0], np.cumsum(gaps)))
+
+
+def apply_arrivals(
+    requests: Sequence[Request],
+    request_rate: float = math.inf,
+    burstiness: float = 1.0,
+    seed: int = 0,
+) -> list[Request]:
+    """The requests with arrival times from the process, sorted by arrival (stable).
+
+    Offline leaves every `arrival_s` as the workload gave it. Otherwise each conversation (or
+    each request without a `conversation_id`) gets a start time from the process, and its
+    requests arrive at start + (their `arrival_s` − the conversation's earliest `arrival_s`).
+    """
+    process = ArrivalProcess(request_rate, burstiness)
+    if not process.offline:
+        groups: dict[object, list[int]] = {}
+        for index, request in enumerate(requests):
+            key = ("conversation", request.conversation_id)
+            if request.conversation_id is None:
+                key = ("request", index)
+            groups.setdefault(key, []).append(index)
+        starts = arrival_times(len(groups), process.request_rate, process.burstiness, seed)
+        retimed = list(requests)
+        for start, members in zip(starts.tolist(), groups.values(), strict=True):
+            base = min(requests[i].arrival_s for i in members)
+            for i in members:
+                retimed[i] = replace(requests[i], arrival_s=start + (requests[i].arrival_s - base))
+        requests = retimed
+    return sorted(requests, key=lambda r: r.arrival_s)

@@ -1,0 +1,105 @@
+"""`chat`: multi-turn conversations under a few shared system prompts.
+
+Structure (defaults in brackets):
+
+- `num_system_prompts` [2] system prompts of `system_prompt_len` [96] seeded random tokens;
+  conversation c runs under system prompt c mod num_system_prompts (`prefix_id`
+  `system-<i>`).
+- Each conversation has `turns_per_conversation` [4] turns (the last conversation is cut short
+  when `num_requests` is not a multiple). Turn k's user message is
+  user_len ~ Uniform{16, …, 64} [mean 40] new tokens and its answer is
+  output_len ~ Uniform{16, …, 96} [mean 56] tokens.
+- Every turn resends the whole history: turn k's prompt is the system prompt, then for each
+  earlier turn j < k its user message and its answer, then turn k's user message. So turn
+  k+1's prompt begins with turn k's prompt token-for-token, followed by turn k's answer
+  (output_len_k tokens) and the new user message: prompt_len_{k+1} = prompt_len_k +
+  output_len_k + user_len_{k+1}. Mean prompt length over turns k = 0..T−1 is
+  S + E[user] + (T−1)/2 · (E[user] + E[output]) = 96 + 40 + 1.5 · 96 = 280 tokens by default.
+- Answers in the history are seeded random tokens of the earlier turn's output length, not the
+  model's own output: the workload is independent of the model, so every strategy sees
+  identical prompts (with random-weight models the generated text carries no meaning anyway).
+  A prefix cache therefore reuses each earlier turn's *prompt*; the answer positions are
+  recomputed once, at the next turn's prefill.
+
+Timing: turn k of a conversation arrives `k * think_time_s` [0.0] after the conversation
+starts. Conversations start together at t=0 (offline) unless an arrival process is applied,
+in which case the process gives the conversation *starts* and later turns keep their
+think-time offsets (`arrivals.py`). With equal arrival times the list keeps generation order,
+so turn k always comes before turn k+1 of the same conversation. The think time is a fixed
+offset from the conversation start, not from the previous turn's completion: a workload is a
+fixed list, so a turn never waits for the previous answer.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kvbench.workloads.params import check_float, check_int, check_range
+from kvbench.workloads.request import Request
+from kvbench.workloads.sampling import TokenSampler, rng_for, uniform_lengths
+
+SUMMARY = "multi-turn conversations under 2 shared system prompts; each turn resends the history"
+
+DEFAULTS = {
+    "num_system_prompts": 2,
+    "system_prompt_len": 96,
+    "turns_per_conversation": 4,
+    "user_len": (16, 64),
+    "output_len": (16, 96),
+    "think_time_s": 0.0,
+}
+
+
+def build_chat(
+    num_requests: int,
+    seed: int,
+    vocab_size: int,
+    num_system_prompts: int = DEFAULTS["num_system_prompts"],
+    system_prompt_len: int = DEFAULTS["system_prompt_len"],
+    turns_per_conversation: int = DEFAULTS["turns_per_conversation"],
+    user_len: tuple[int, int] = DEFAULTS["user_len"],
+    output_len: tuple[int, int] = DEFAULTS["output_len"],
+    think_time_s: float = DEFAULTS["think_time_s"],
+) -> list[Request]:
+    num_requests = check_int("num_requests", num_requests)
+    num_system_prompts = check_int("num_system_prompts", num_system_prompts)
+    system_prompt_len = check_int("system_prompt_len", system_prompt_len, minimum=0)
+    turns = check_int("turns_per_conversation", turns_per_conversation)
+    user_len = check_range("user_len", user_len)
+    output_len = check_range("output_len", output_len)
+    think_time_s = check_float("think_time_s", think_time_s, 0.0)
+
+    num_conversations = math.ceil(num_requests / turns)
+    lengths = rng_for(seed, "chat.lengths")
+    user_lens = uniform_lengths(lengths, num_conversations * turns, user_len)
+    output_lens = uniform_lengths(lengths, num_conversations * turns, output_len)
+    user_lens = user_lens.reshape(num_conversations, turns).tolist()
+    output_lens = output_lens.reshape(num_conversations, turns).tolist()
+
+    sampler = TokenSampler(rng_for(seed, "chat.tokens"), vocab_size)
+    system_prompts = [list(p) for p in sampler.rows([system_prompt_len] * num_system_prompts)]
+
+    requests: list[Request] = []
+    for conversation in range(num_conversations):
+        system_index = conversation % num_system_prompts
+        num_turns = min(turns, num_requests - len(requests))
+        users, outputs = user_lens[conversation], output_lens[conversation]
+        # The conversation's whole transcript; turn k's prompt is a prefix of it.
+        transcript = system_prompts[system_index] + sampler.tokens(
+            sum(users[:num_turns]) + sum(outputs[: num_turns - 1])
+        )
+        end = system_prompt_len
+        for turn in range(num_turns):
+            end += users[turn]
+            requests.append(
+                Request(
+                    request_id=len(requests),
+                    arrival_s=turn * think_time_s,
+                    prompt_token_ids=tuple(transcript[:end]),
+                    output_len=outputs[turn],
+                    prefix_id=f"system-{system_index}",
+                    conversation_id=f"conv-{conversation}",
+                )
+            )
+            end += outputs[turn]  # the answer, resent with the next turn
+    return requests

@@ -1,0 +1,58 @@
+"""Clipping requests to the model's maximum length.
+
+A request fits when prompt_len + output_len <= max_model_len (the engine then never needs more
+positions than the model has). A request that does not fit is shortened in this order:
+
+1. the output, to max_model_len − prompt_len tokens (at least 1);
+2. if the prompt alone leaves no room for one output token, the prompt, to max_model_len − 1
+   tokens, keeping its *first* tokens (dropping the end). Keeping the head preserves the
+   prefix-sharing structure (system prompts, shared prefixes, earlier chat turns stay
+   identical across requests); which tokens are dropped does not matter to a random-weight
+   model.
+
+Every clipped request is counted; the loader reports the count (`WorkloadResult.num_clipped`
+and a `ClippedRequestsWarning` from `build_workload`) so that the runner can print it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from kvbench.errors import KvbenchInputError
+from kvbench.workloads.request import Request
+
+
+class ClippedRequestsWarning(UserWarning):
+    """Some requests were shortened to fit the model's maximum length."""
+
+
+def clip_to_max_len(
+    requests: Sequence[Request], max_model_len: int | None
+) -> tuple[list[Request], int]:
+    """The requests shortened to fit `max_model_len`, and how many had to be shortened."""
+    if max_model_len is None:
+        return list(requests), 0
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
+        raise KvbenchInputError(
+            f"--max-model-len must be an integer >= 2 (one prompt and one output token), "
+            f"got {max_model_len!r}"
+        )
+    clipped: list[Request] = []
+    num_clipped = 0
+    for request in requests:
+        if request.prompt_len + request.output_len <= max_model_len:
+            clipped.append(request)
+            continue
+        num_clipped += 1
+        output_len = max(1, max_model_len - request.prompt_len)
+        prompt = request.prompt_token_ids[: max_model_len - output_len]
+        clipped.append(replace(request, prompt_token_ids=prompt, output_len=output_len))
+    return clipped, num_clipped
+
+
+def clip_message(num_clipped: int, num_requests: int, max_model_len: int) -> str:
+    return (
+        f"{num_clipped} of {num_requests} requests clipped to --max-model-len {max_model_len} "
+        f"(output shortened first, then the prompt's end)"
+    )

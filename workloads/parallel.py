@@ -1,0 +1,50 @@
+"""`parallel`: n samples per prompt (parallel sampling, as for best-of-n or pass@k).
+
+    prompt_len ~ Uniform{64, …, 256} tokens   (mean 160)
+    output_len ~ Uniform{64, …, 256} tokens   (mean 160), the same for all n samples
+    n = 4 samples per request
+
+`num_requests` counts prompts; the engine generates `n * num_requests` sequences. Every
+request has `n > 1`, so the n sequences of one request share the whole prompt token-for-token:
+a strategy that forks sequences (prefix sharing with copy-on-write) stores the prompt's KV once
+instead of n times; the others store it n times. Different requests share nothing (distinct
+seeded random token ids in [0, vocab_size)). Arrivals: offline unless an arrival process is
+applied (`arrivals.py`).
+"""
+
+from __future__ import annotations
+
+from kvbench.workloads.params import check_int, check_range
+from kvbench.workloads.request import Request
+from kvbench.workloads.sampling import TokenSampler, rng_for, uniform_lengths
+
+SUMMARY = "n samples per prompt (default n=4): prompt and output 64-256 tokens"
+
+DEFAULTS = {
+    "n": 4,
+    "prompt_len": (64, 256),
+    "output_len": (64, 256),
+}
+
+
+def build_parallel(
+    num_requests: int,
+    seed: int,
+    vocab_size: int,
+    n: int = DEFAULTS["n"],
+    prompt_len: tuple[int, int] = DEFAULTS["prompt_len"],
+    output_len: tuple[int, int] = DEFAULTS["output_len"],
+) -> list[Request]:
+    num_requests = check_int("num_requests", num_requests)
+    n = check_int("n", n)
+    prompt_len = check_range("prompt_len", prompt_len)
+    output_len = check_range("output_len", output_len)
+
+    lengths = rng_for(seed, "parallel.lengths")
+    prompt_lens = uniform_lengths(lengths, num_requests, prompt_len)
+    output_lens = uniform_lengths(lengths, num_requests, output_len)
+    prompts = TokenSampler(rng_for(seed, "parallel.tokens"), vocab_size).rows(prompt_lens)
+    return [
+        Request(request_id=i, arrival_s=0.0, prompt_token_ids=prompt, output_len=out, n=n)
+        for i, (prompt, out) in enumerate(zip(prompts, output_lens.tolist(), strict=True))
+    ]

@@ -1,0 +1,64 @@
+"""`prefix-repeat`: K long shared prefixes × M distinct suffixes.
+
+    K = num_prefixes = 4 prefixes of prefix_len = 512 tokens each
+    suffix_len ~ Uniform{16, …, 64} tokens (mean 40), distinct per request
+    output_len ~ Uniform{16, …, 64} tokens (mean 40)
+    prompt_len = prefix_len + suffix_len  (mean 552)
+
+Request i uses prefix i mod K (round-robin), so the K prefixes are interleaved in arrival order
+and each is reused M = ceil(num_requests / K) times (or one fewer). Its prompt is the prefix's
+token ids followed by its own random suffix: requests with the same `prefix_id` share their
+first `prefix_len` tokens token-for-token and nothing after that; different prefixes share
+nothing. This is the few-shot / long-instructions / document-QA pattern: a prefix cache
+computes and stores each prefix once (hit rate → prefix_len / prompt_len after the first use),
+other strategies store it once per request. Token ids are seeded random in [0, vocab_size).
+Arrivals: offline unless an arrival process is applied (`arrivals.py`).
+"""
+
+from __future__ import annotations
+
+from kvbench.workloads.params import check_int, check_range
+from kvbench.workloads.request import Request
+from kvbench.workloads.sampling import TokenSampler, rng_for, uniform_lengths
+
+SUMMARY = "K=4 shared 512-token prefixes x distinct 16-64-token suffixes, round-robin"
+
+DEFAULTS = {
+    "num_prefixes": 4,
+    "prefix_len": 512,
+    "suffix_len": (16, 64),
+    "output_len": (16, 64),
+}
+
+
+def build_prefix_repeat(
+    num_requests: int,
+    seed: int,
+    vocab_size: int,
+    num_prefixes: int = DEFAULTS["num_prefixes"],
+    prefix_len: int = DEFAULTS["prefix_len"],
+    suffix_len: tuple[int, int] = DEFAULTS["suffix_len"],
+    output_len: tuple[int, int] = DEFAULTS["output_len"],
+) -> list[Request]:
+    num_requests = check_int("num_requests", num_requests)
+    num_prefixes = check_int("num_prefixes", num_prefixes)
+    prefix_len = check_int("prefix_len", prefix_len)
+    suffix_len = check_range("suffix_len", suffix_len, minimum=0)
+    output_len = check_range("output_len", output_len)
+
+    lengths = rng_for(seed, "prefix-repeat.lengths")
+    suffix_lens = uniform_lengths(lengths, num_requests, suffix_len)
+    output_lens = uniform_lengths(lengths, num_requests, output_len)
+    sampler = TokenSampler(rng_for(seed, "prefix-repeat.tokens"), vocab_size)
+    prefixes = sampler.rows([prefix_len] * num_prefixes)
+    suffixes = sampler.rows(suffix_lens)
+    return [
+        Request(
+            request_id=i,
+            arrival_s=0.0,
+            prompt_token_ids=prefixes[i % num_prefixes] + suffix,
+            output_len=out,
+            prefix_id=f"prefix-{i % num_prefixes}",
+        )
+        for i, (suffix, out) in enumerate(zip(suffixes, output_lens.tolist(), strict=True))
+    ]

@@ -1,0 +1,68 @@
+"""Seeded random streams, length distributions and random token ids shared by the workloads.
+
+Every workload draws from numpy `Generator`s derived from `(seed, stream name)`, so that one
+seed always gives the same requests, and so that, for example, the arrival process or the
+vocabulary size never changes the sampled lengths. Prompts are random token ids in
+`[0, vocab_size)`: the models are random-weight, so token content carries no meaning, only
+lengths and the sharing of identical token ids between requests do.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+
+# Lengths drawn from an unbounded distribution are capped here before any model-length
+# clipping, only so that an extreme draw cannot overflow an integer.
+MAX_SAMPLED_LEN = 1 << 24
+
+
+def rng_for(seed: int, stream: str) -> np.random.Generator:
+    """An independent numpy Generator for `(seed, stream)`; the same pair gives the same draws."""
+    return np.random.default_rng([int(seed) & 0xFFFF_FFFF_FFFF_FFFF, zlib.crc32(stream.encode())])
+
+
+def lognormal_mu(mean: float, sigma: float) -> float:
+    """The log-scale mean μ of a lognormal with arithmetic mean `mean` and log-scale σ."""
+    return math.log(mean) - sigma * sigma / 2.0
+
+
+def lognormal_lengths(rng: np.random.Generator, n: int, mu: float, sigma: float) -> np.ndarray:
+    """`n` token counts ~ round(LogNormal(μ, σ)), at least 1."""
+    values = np.rint(rng.lognormal(mu, sigma, n))
+    return np.clip(values, 1, MAX_SAMPLED_LEN).astype(np.int64)
+
+
+def uniform_lengths(rng: np.random.Generator, n: int, span: tuple[int, int]) -> np.ndarray:
+    """`n` token counts uniform on the inclusive integer range `span`."""
+    low, high = span
+    return rng.integers(low, high + 1, n, dtype=np.int64)
+
+
+class TokenSampler:
+    """Random token ids in `[0, vocab_size)` as Python ints.
+
+    The ids are drawn in bulk with numpy and mapped onto one shared int object per id, so a
+    workload of millions of tokens costs one pointer per token.
+    """
+
+    def __init__(self, rng: np.random.Generator, vocab_size: int) -> None:
+        self._rng = rng
+        self._vocab_size = vocab_size
+        self._ids: list[int] = list(range(vocab_size))
+
+    def tokens(self, n: int) -> list[int]:
+        """`n` random token ids."""
+        draws = self._rng.integers(0, self._vocab_size, int(n), dtype=np.int64).tolist()
+        return list(map(self._ids.__getitem__, draws))
+
+    def rows(self, lengths: Sequence[int] | np.ndarray) -> list[tuple[int, ...]]:
+        """One tuple of random token ids per entry of `lengths`."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        flat = self.tokens(int(lengths.sum()))
+        ends = np.cumsum(lengths).tolist()
+        starts = [0, *ends[:-1]]
+        return [tuple(flat[a:b]) for a, b in zip(starts, ends, strict=True)]

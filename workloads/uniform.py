@@ -1,0 +1,43 @@
+"""`uniform`: every request has the same fixed prompt and output length.
+
+    prompt_len = 128 tokens, output_len = 128 tokens (exactly; no spread)
+
+The control workload: with no length variance, differences between allocators come only from
+how they place and free memory, not from guessing unknown output lengths. Set `prompt_len` and
+`output_len` to sweep sizes.
+
+Sharing structure: none; every prompt is distinct seeded random token ids in [0, vocab_size).
+Arrivals: offline unless an arrival process is applied (`arrivals.py`).
+"""
+
+from __future__ import annotations
+
+from kvbench.workloads.params import check_int
+from kvbench.workloads.request import Request
+from kvbench.workloads.sampling import TokenSampler, rng_for
+
+SUMMARY = "fixed lengths: every request 128 prompt + 128 output tokens, no sharing"
+
+DEFAULTS = {
+    "prompt_len": 128,
+    "output_len": 128,
+}
+
+
+def build_uniform(
+    num_requests: int,
+    seed: int,
+    vocab_size: int,
+    prompt_len: int = DEFAULTS["prompt_len"],
+    output_len: int = DEFAULTS["output_len"],
+) -> list[Request]:
+    num_requests = check_int("num_requests", num_requests)
+    prompt_len = check_int("prompt_len", prompt_len)
+    output_len = check_int("output_len", output_len)
+    prompts = TokenSampler(rng_for(seed, "uniform.tokens"), vocab_size).rows(
+        [prompt_len] * num_requests
+    )
+    return [
+        Request(request_id=i, arrival_s=0.0, prompt_token_ids=prompt, output_len=output_len)
+        for i, prompt in enumerate(prompts)
+    ]
