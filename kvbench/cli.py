@@ -132,6 +132,7 @@ def _expand_runs(params: dict[str, Any], engine_kind: str, gpu: str | None):
                     temperature=params["temperature"], seed=params["seed"],
                     device=params.get("device", "auto"),
                     attention_backend=params.get("attention_backend", "auto"),
+                    cpu_threads=params.get("cpu_threads", 1),
                 )
                 runs.append(RunConfig(
                     engine=engine, workload=params["workload"],
@@ -256,6 +257,8 @@ def cli() -> None:
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N")
 @click.option("--attention-backend", default="auto", show_default=True,
               help="auto (triton on CUDA, torch on CPU), triton, torch")
+@click.option("--cpu-threads", type=int, default=1, show_default=True,
+              help="torch threads on the CPU")
 @click.option("--engine", "engine_kind", type=click.Choice(["kvbench", "hf"]), default="kvbench",
               show_default=True, help="hf: replay through transformers' generate() instead")
 def run(engine_kind: str, **params: Any) -> None:

@@ -20,6 +20,10 @@ class EngineConfig:
     block_size: int = 16
     dtype: str = "float32"
     kv_cache_dtype: str = "auto"  # auto (= dtype) | fp8
+    # fp8 KV cache: one scale for K and V of every layer (cache holds value / scale). None:
+    # each layer's scales come from its first write (amax / 224, i.e. 2x headroom under e4m3's
+    # 448) and are kept for the rest of the run.
+    kv_scale: float | None = None
     kv_memory: int | str | None = None  # bytes; default 64MiB off CUDA
     gpu_memory_utilization: float | None = None  # CUDA: share of the device for the engine
     max_num_seqs: int = 256
@@ -31,6 +35,9 @@ class EngineConfig:
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     attention_backend: str = "auto"  # auto | torch | triton
+    # CPU only. One thread by default: the tiny model's matrices are too small to gain from
+    # more, and spinning OpenMP threads make timings erratic on a shared machine.
+    cpu_threads: int = 1
 
     def __post_init__(self) -> None:
         if self.kv_memory is not None:
@@ -41,8 +48,12 @@ class EngineConfig:
             raise KvbenchInputError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise KvbenchInputError("--gpu-memory-utilization must be in (0, 1]")
+        if self.cpu_threads < 1:
+            raise KvbenchInputError("--cpu-threads must be at least 1")
         if self.temperature < 0:
             raise KvbenchInputError("--temperature must not be negative")
+        if self.kv_scale is not None and not self.kv_scale > 0:
+            raise KvbenchInputError(f"--kv-scale must be positive, got {self.kv_scale}")
         if self.kv_cache_dtype not in ("auto", "fp8", "fp8_e4m3"):
             raise KvbenchInputError(
                 f"unknown --kv-cache-dtype {self.kv_cache_dtype!r} (choose from auto, fp8)"

@@ -48,6 +48,8 @@ def build_engine(
     config = effective_config(config)
     device = resolve_device(config.device)
     dtype = parse_dtype(config.dtype)
+    if device.type == "cpu":
+        torch.set_num_threads(config.cpu_threads)
     key = (config.model, config.dtype, str(device), config.seed)
     if model_cache is not None and key in model_cache:
         model, model_config = model_cache[key]
@@ -78,9 +80,10 @@ def build_engine(
     strategy = make_strategy(
         config.strategy, num_slots, max_model_len, block_size=config.block_size,
         reserve=config.reserve, watermark=config.watermark,
+        namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
     )
     backend = resolve_backend(config.attention_backend, device)
-    arena = KVArena(model_config, num_slots, kv_dtype, device)
+    arena = KVArena(model_config, num_slots, kv_dtype, device, kv_scale=config.kv_scale)
     executor = ModelExecutor(model, arena, get_ops(backend), device, backend)
     limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)
     policy = make_policy(config.batching, strategy, limits)

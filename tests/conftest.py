@@ -7,6 +7,9 @@ import random
 import pytest
 import torch
 
+# One thread: faster and steadier than two spinning OpenMP threads on a shared 2-core runner.
+torch.set_num_threads(1)
+
 HF_SHAPES = {
     # GQA ratio 1, untied embeddings
     "mha-untied": dict(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False),
