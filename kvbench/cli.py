@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import shlex
 import sys
 import time
@@ -42,8 +41,10 @@ def parse_slo(text: str | None) -> dict[str, float]:
     return slo
 
 
-def run_options(func):
+def run_options(func=None, *, dtype_default: str = "float32"):
     """Options shared by `run` and `simulate` (vLLM's names where vLLM has the option)."""
+    if func is None:
+        return functools.partial(run_options, dtype_default=dtype_default)
     options = [
         click.option("--strategy", default="paged", show_default=True,
                      help="contiguous, paged, prefix, fp8; a comma list or 'all'"),
@@ -59,7 +60,7 @@ def run_options(func):
                      help="requests to replay [default: 64; a trace: all of it]"),
         click.option("--model", default="tiny", show_default=True,
                      help="preset name or local Hugging Face folder"),
-        click.option("--dtype", default="float32", show_default=True,
+        click.option("--dtype", default=dtype_default, show_default=True,
                      help="float32, bfloat16, float16"),
         click.option("--kv-cache-dtype", default="auto", show_default=True,
                      help="auto (= --dtype) or fp8"),
@@ -86,6 +87,8 @@ def run_options(func):
         click.option("--warmup", type=int, default=2, show_default=True,
                      help="requests run first and excluded from every metric"),
         click.option("--slo", default=None, help="goodput targets, e.g. ttft=500ms,tpot=50ms"),
+        click.option("--repeat", type=int, default=1, show_default=True,
+                     help="run each configuration N times; report mean ± 95% CI"),
         click.option("--out", default=DEFAULT_OUT, show_default=True,
                      help="folder that receives results/<run-id>/"),
         click.option("--trace", is_flag=True, help="write trace.json (Chrome trace format)"),
@@ -168,29 +171,58 @@ def execute_runs(params: dict[str, Any], engine_kind: str = "kvbench", gpu: str 
     labels = [strategy_label(r) for r in runs]
     if len(set(labels)) != len(labels):
         _fail_usage("the same strategy is listed twice")
+    repeat = params.get("repeat", 1)
+    if repeat < 1:
+        _fail_usage("--repeat must be at least 1")
     model_cache: dict = {}
     prepared = [prepare(run, model_cache) for run in runs]  # every input checked up front
+    quiet = params["quiet"]
+    for _, workload in prepared[:1]:
+        if workload.clip_message and not quiet:
+            click.echo(f"kvbench: warning: {workload.clip_message}", err=True)
     root = _unique_folder(Path(params["out"]), _run_id(labels, params["workload"]))
     command = "kvbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    quiet = params["quiet"]
     outcomes = []
+    repeats: list[dict[str, Any]] = []
     for run, label, prep in zip(runs, labels, prepared, strict=True):
-        folder = root if len(runs) == 1 else root / label
-        if not quiet and not params["as_json"]:
-            click.echo(f"running {label} ...", err=True)
+        base = root if len(runs) == 1 else root / label
         extra = _accuracy_section(run, prep) if _is_fp8(run) else None
-        outcomes.append(run_one(run, folder, show_progress=not quiet, command=command,
-                                prepared=prep, extra_summary=extra))
+        label_outcomes = []
+        for k in range(repeat):
+            if not quiet and not params["as_json"]:
+                rep = f" (repeat {k + 1}/{repeat})" if repeat > 1 else ""
+                click.echo(f"running {label}{rep} ...", err=True)
+            folder = base if repeat == 1 else base / f"rep-{k + 1}"
+            if k > 0:
+                prep = prepare(run, model_cache)  # a fresh engine: identical configuration
+            label_outcomes.append(run_one(run, folder, show_progress=not quiet,
+                                          command=command, prepared=prep,
+                                          extra_summary=extra))
+        outcomes.append(label_outcomes[0])
+        if repeat > 1:
+            from kvbench.repeat import repeat_summary
+            from kvbench.results_writer import write_json
+
+            stats = repeat_summary([o.summary for o in label_outcomes])
+            write_json(base / "repeat.json", stats)
+            repeats.append(stats)
     summaries = [o.summary for o in outcomes]
     if len(runs) > 1:
         _write_comparison(root, outcomes)
     _write_reports(root, outcomes, quiet)
     if params["as_json"]:
-        click.echo(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
+        data: Any = summaries[0] if len(summaries) == 1 else summaries
+        if repeats:
+            data = {"summaries": summaries, "repeats": repeats}
+        click.echo(json.dumps(data, indent=2))
     elif quiet:
         click.echo(str(root))
     else:
         click.echo(render_summary(summaries))
+        if repeats:
+            from kvbench.summary_table import render_repeats
+
+            click.echo("\n" + render_repeats(repeats))
         click.echo(f"\nresults: {root}")
     return outcomes
 
@@ -355,4 +387,4 @@ def _exit(code: int) -> int:
     return code
 
 
-__all__ = ["cli", "main", "functools", "math"]
+__all__ = ["cli", "main", "run_options", "execute_runs"]

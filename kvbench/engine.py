@@ -36,6 +36,7 @@ class Engine:
         temperature: float = 0.0,
         seed: int = 0,
         clock: Callable[[], float] | None = None,
+        memory_probe: Callable[[], dict] | None = None,
     ) -> None:
         self.strategy = strategy
         self.policy = policy
@@ -45,6 +46,7 @@ class Engine:
         self.temperature = temperature
         self.seed = seed
         self.clock = clock or time.perf_counter
+        self.memory_probe = memory_probe
         self.waiting: deque[Sequence] = deque()
         self.sequences: dict[int, list[Sequence]] = {}
         self.steps: list[StepRecord] = []
@@ -139,6 +141,7 @@ class Engine:
             kv_cached_bytes=split.cached * b,
             preemptions=len(out.preempted),
             kv_utilization=split.utilization,
+            **(self.memory_probe() if self.memory_probe else {}),
         )
         self.steps.append(record)
         recorder = get_recorder()
@@ -169,7 +172,10 @@ class Engine:
             seq.num_computed += n
             if seq.num_computed == len(seq.token_ids):
                 to_sample.append(seq)
-        keys = [(s.request.request_id, s.sample_index, len(s.token_ids)) for s in to_sample]
+        keys = (
+            [(s.request.request_id, s.sample_index, len(s.token_ids)) for s in to_sample]
+            if self.temperature > 0 else []
+        )
         tokens = sample_tokens(logits, self.temperature, self.seed, keys)
         finished: list[Sequence] = []
         for row, (seq, token) in enumerate(zip(to_sample, tokens, strict=True)):

@@ -8,11 +8,11 @@ from typing import TextIO
 
 
 class Progress:
-    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO | None = None) -> None:
         self.total = total
         self.label = label
-        self.stream = stream
-        self.enabled = enabled and stream.isatty()
+        self.stream = stream or sys.stderr
+        self.enabled = enabled and self.stream.isatty()
         self.started = time.perf_counter()
         self._last = 0.0
         self._shown = False

@@ -190,7 +190,9 @@ def run_one(
 def _device_name(built: BuiltEngine) -> str:
     from kvbench.device import describe_device
 
-    return getattr(built, "device_name", None) or describe_device(built.device)
+    if built.backend == "simulated":
+        return f"simulated {built.engine.executor.gpu.name}"
+    return describe_device(built.device)
 
 
 def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress) -> None:
@@ -201,36 +203,38 @@ def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress
     in_flight: set[int] = set()
     done = 0
     tokens = 0
-    while pending or engine.has_unfinished():
-        now = clock()
-        while pending and (limit is None or len(in_flight) < limit):
-            request = pending[0]
-            if limit is None and request.arrival_s > now:
-                break
-            pending.popleft()
-            if limit is not None:  # closed loop: sent when a slot frees
-                request = dataclasses.replace(request, arrival_s=max(request.arrival_s, now))
-            engine.add_request(request)
-            in_flight.add(request.request_id)
-        if not engine.has_unfinished():
-            if pending:
-                clock.sleep_until(pending[0].arrival_s)
-            continue
-        finished = engine.step()
-        for seq in finished:
-            tokens += seq.num_generated
-            group = engine.sequences[seq.request.request_id]
-            if all(s.finish_s is not None for s in group) and len(group) == seq.request.n:
-                in_flight.discard(seq.request.request_id)
-                done += 1
-        last = engine.steps[-1] if engine.steps else None
-        held = None
-        if last is not None:
-            arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
-                last.kv_external_bytes + last.kv_free_bytes
-            used = arena - last.kv_free_bytes
-            held = used / arena if arena else None
-        progress.update(done, tokens, held)
+    with trace_range("replay", requests=len(workload.requests)):
+        while pending or engine.has_unfinished():
+            now = clock()
+            while pending and (limit is None or len(in_flight) < limit):
+                request = pending[0]
+                if limit is None and request.arrival_s > now:
+                    break
+                pending.popleft()
+                if limit is not None:  # closed loop: sent when a slot frees
+                    request = dataclasses.replace(request, arrival_s=max(request.arrival_s, now))
+                engine.add_request(request)
+                in_flight.add(request.request_id)
+            if not engine.has_unfinished():
+                if pending:
+                    with trace_range("idle", until_s=pending[0].arrival_s):
+                        clock.sleep_until(pending[0].arrival_s)
+                continue
+            finished = engine.step()
+            for seq in finished:
+                tokens += seq.num_generated
+                group = engine.sequences[seq.request.request_id]
+                if all(s.finish_s is not None for s in group) and len(group) == seq.request.n:
+                    in_flight.discard(seq.request.request_id)
+                    done += 1
+            last = engine.steps[-1] if engine.steps else None
+            held = None
+            if last is not None:
+                arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
+                    last.kv_external_bytes + last.kv_free_bytes
+                used = arena - last.kv_free_bytes
+                held = used / arena if arena else None
+            progress.update(done, tokens, held)
     progress.close()
     engine.drain()
 
@@ -258,6 +262,12 @@ def _write_results(
     return RunOutcome(label, folder, summary, requests_df, steps_df)
 
 
+def _column_max(frame: pd.DataFrame, column: str) -> int | None:
+    if frame.empty or column not in frame or frame[column].isna().all():
+        return None
+    return int(frame[column].max())
+
+
 def summarize(built, workload, run, label, status, warmup_done, requests_df, steps_df,
               engine) -> dict[str, Any]:
     completed = int(requests_df["completed"].sum()) if not requests_df.empty else 0
@@ -274,6 +284,8 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df, ste
         "peak_gpu_bytes": (
             torch.cuda.max_memory_allocated(built.device) if built.device.type == "cuda" else None
         ),
+        "gpu_used_bytes_max": _column_max(steps_df, "gpu_used_bytes"),
+        "torch_reserved_bytes_max": _column_max(steps_df, "torch_reserved_bytes"),
     }
     overhead = steps_df["overhead_ms"].sum() if not steps_df.empty else 0.0
     step_total = steps_df["step_ms"].sum() if not steps_df.empty else 0.0

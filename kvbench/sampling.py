@@ -15,7 +15,10 @@ def sample_tokens(
     seed: int,
     keys: list[tuple[int, int, int]],
 ) -> list[int]:
-    """One token per logits row; `keys[i]` = (request_id, sample_index, position) of row i."""
+    """One token per logits row; `keys[i]` = (request_id, sample_index, position) of row i.
+
+    Greedy choice (temperature 0) needs no keys.
+    """
     if temperature == 0:
         return logits.argmax(dim=-1).tolist()
     probs = torch.softmax(logits.float() / temperature, dim=-1).cpu()

@@ -25,6 +25,9 @@ class StepRecord:
     kv_cached_bytes: int
     preemptions: int
     kv_utilization: float | None
+    gpu_used_bytes: int | None = None  # CUDA only (pynvml), null elsewhere
+    torch_allocated_bytes: int | None = None
+    torch_reserved_bytes: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -52,3 +52,21 @@ def render_summary(summaries: list[dict[str, Any]]) -> str:
     )
     return "\n".join([header, f"KV capacity: {caps}", "",
                       format_table(HEADERS, summary_rows(summaries))])
+
+
+def render_repeats(repeats: list[dict[str, Any]]) -> str:
+    """Headline figures of `--repeat N` runs as mean ± 95% CI half-width."""
+    from kvbench.repeat import format_mean_ci
+
+    headers = ["strategy", "runs", "out tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms",
+               "KV util %"]
+    rows = []
+    for r in repeats:
+        f = r["figures"]
+        rows.append([
+            r["label"], r["repeats"], format_mean_ci(f["output_tok_s"]),
+            format_mean_ci(f["ttft_p50_ms"]), format_mean_ci(f["ttft_p99_ms"]),
+            format_mean_ci(f["tpot_p50_ms"], ".2f"),
+            format_mean_ci(f["utilization_mean"], ".1f", 100.0),
+        ])
+    return "mean ± 95% confidence interval over repeated runs\n" + format_table(headers, rows)

@@ -46,8 +46,12 @@ class PagedStrategy(CacheStrategy):
         return self.blocks_for(seq.final_kv_len) * self.block_size
 
     def _blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
-        have = len(self.tables.get(seq.seq_id, ()))
-        return max(0, self.blocks_for(seq.num_computed + num_new_tokens) - have)
+        table = self.tables.get(seq.seq_id)
+        have = len(table) if table else 0
+        need = seq.num_computed + num_new_tokens
+        if have * self.block_size >= need:  # the common decode case: room in the last block
+            return 0
+        return self.blocks_for(need) - have
 
     def can_admit(self, seq: Sequence, num_running: int) -> bool:
         needed = self._blocks_needed(seq, seq.num_uncomputed)
@@ -62,6 +66,8 @@ class PagedStrategy(CacheStrategy):
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         needed = self._blocks_needed(seq, num_new_tokens)
+        if needed == 0:
+            return True
         if needed > self.pool.num_free:
             return False
         table = self.tables.setdefault(seq.seq_id, [])

@@ -1,0 +1,86 @@
+"""Attention backend selection for ``--attention-backend auto|triton|torch``.
+
+``torch`` is `kvbench.kernels.reference` (runs anywhere); ``triton`` is
+`kvbench.kernels.triton_ops` (CUDA, or the CPU under ``TRITON_INTERPRET=1``). Both modules
+expose the same functions, so callers do ``ops = get_ops(resolve_backend(name, device))``.
+Nothing here imports triton at module import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from types import ModuleType
+
+import torch
+
+from kvbench.errors import KvbenchInputError
+
+BACKENDS = ("auto", "triton", "torch")
+_MODULES = {"torch": "kvbench.kernels.reference", "triton": "kvbench.kernels.triton_ops"}
+
+
+def triton_importable() -> bool:
+    """Whether triton is installed (checked without importing it)."""
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def available_backends() -> list[str]:
+    """Concrete backends usable in this process: always ``torch``; ``triton`` when triton is
+    installed and either a CUDA device is present or ``TRITON_INTERPRET=1``."""
+    names = ["torch"]
+    if triton_importable() and (torch.cuda.is_available() or _interpreting()):
+        names.append("triton")
+    return names
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    """The concrete backend (``"triton"`` or ``"torch"``) for `name` on `device`.
+
+    ``auto``: triton on CUDA when importable, torch otherwise. ``triton`` is an error when
+    triton is missing, or on a CPU device unless ``TRITON_INTERPRET=1``.
+    """
+    device = torch.device(device)
+    if name not in BACKENDS:
+        raise KvbenchInputError(
+            f"unknown attention backend {name!r}; choose one of {', '.join(BACKENDS)}"
+        )
+    if name == "torch":
+        return "torch"
+    has_triton = triton_importable()
+    if name == "auto":
+        return "triton" if device.type == "cuda" and has_triton else "torch"
+    if not has_triton:
+        raise KvbenchInputError(
+            "attention backend 'triton' requested but triton is not installed; "
+            "use --attention-backend torch"
+        )
+    if device.type == "cuda":
+        return "triton"
+    if device.type == "cpu" and _interpreting():
+        return "triton"
+    raise KvbenchInputError(
+        f"attention backend 'triton' needs a CUDA device (got {device.type}); on the CPU it "
+        "runs only under TRITON_INTERPRET=1 (slow), otherwise use --attention-backend torch"
+    )
+
+
+def get_ops(name: str) -> ModuleType:
+    """The kernel module of a concrete backend (``"torch"`` or ``"triton"``).
+
+    Raises ImportError for ``"triton"`` when triton cannot be imported.
+    """
+    if name not in _MODULES:
+        raise KvbenchInputError(
+            f"unknown concrete attention backend {name!r}; expected 'torch' or 'triton' "
+            "(resolve 'auto' with resolve_backend first)"
+        )
+    return importlib.import_module(_MODULES[name])

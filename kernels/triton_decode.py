@@ -1,0 +1,204 @@
+"""Triton decode attention: one query token per sequence, paged or contiguous KV cache.
+
+One kernel body serves both cache layouts; the constexpr ``PAGED`` only changes how a token's
+slot is found (``block_table[pos // block_size] * block_size + pos % block_size`` versus
+``start_slot + pos``), so the paged/contiguous difference measured is the indirection alone.
+
+Each program owns one (sequence, KV head, split) and all query heads of that KV head's GQA
+group (padded to at least 16 rows for ``tl.dot``), so every K/V tile is read once per group.
+Softmax is online (running max / sum, base 2). With ``num_splits > 1`` (flash decoding) the
+context of every sequence is cut into ``num_splits`` chunks handled by separate programs that
+write unnormalised partial outputs plus their running max and sum; a second small kernel
+merges them. fp8 caches are dequantized on load: the per-tensor or per-KV-head scale is a
+constant in a program, so it is folded into the score scale (K) and the output (V).
+
+Importing this module imports triton (``ImportError`` when it is missing).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def token_slots(table_row_ptr, pos, mask, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr):
+    """Cache slots (int64) of positions ``pos`` of one sequence.
+
+    ``table_row_ptr`` points at the sequence's block-table row (``PAGED``) or at its start slot.
+    """
+    if PAGED:
+        block = tl.load(table_row_ptr + pos // BLOCK_SIZE, mask=mask, other=0)
+        return block.to(tl.int64) * BLOCK_SIZE + (pos % BLOCK_SIZE)
+    else:
+        start = tl.load(table_row_ptr).to(tl.int64)
+        return start + pos
+
+
+@triton.jit
+def cast_rne(x, dtype: tl.constexpr):
+    """float32 ``x`` rounded to nearest-even in ``dtype``.
+
+    For bfloat16 the rounding is done on the float32 bits first (the result converts exactly):
+    the CPU interpreter's float32 -> bfloat16 cast truncates, the GPU's rounds; this way both
+    agree with ``torch.Tensor.to``.
+    """
+    if dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True).to(dtype)
+    else:
+        return x.to(dtype)
+
+
+@triton.jit
+def load_kv_tile(cache_ptr, slots, stride_slot, head_off, offs_d, mask_2d,
+                 DOT_FP32: tl.constexpr, COMPUTE_DTYPE: tl.constexpr):
+    """A ``[tokens, head_dim]`` tile of one KV head in the dtype fed to ``tl.dot``."""
+    ptrs = cache_ptr + slots[:, None] * stride_slot + head_off + offs_d[None, :]
+    x = tl.load(ptrs, mask=mask_2d, other=0.0)
+    if DOT_FP32:
+        return x.to(tl.float32)
+    else:
+        return x.to(COMPUTE_DTYPE)
+
+
+@triton.jit
+def _decode_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr,
+    table_ptr, seq_lens_ptr,
+    out_ptr, m_ptr, l_ptr,
+    softmax_scale, num_splits,
+    stride_q_seq, stride_q_head,
+    stride_k_slot, stride_k_head, stride_v_slot, stride_v_head,
+    stride_table,
+    stride_o_seq, stride_o_head, stride_o_split,
+    stride_ml_seq, stride_ml_head,
+    GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    PAGED: tl.constexpr, SPLIT: tl.constexpr,
+    FP8: tl.constexpr, PER_HEAD_SCALE: tl.constexpr, DOT_FP32: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+
+    seq_len = tl.load(seq_lens_ptr + seq).to(tl.int32)
+    if SPLIT:
+        chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+        start = split * chunk
+        end = tl.minimum(seq_len, start + chunk)
+    else:
+        start = 0
+        end = seq_len
+
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, BLOCK_D)
+    g_mask = offs_g < GROUP
+    d_mask = offs_d < HEAD_DIM
+    heads = kv_head * GROUP + offs_g
+
+    q_ptrs = q_ptr + seq * stride_q_seq + heads[:, None] * stride_q_head + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0)
+    if DOT_FP32:
+        q = q.to(tl.float32)
+    compute_dtype = q.dtype
+
+    qk_scale = softmax_scale * LOG2E
+    if FP8:
+        if PER_HEAD_SCALE:
+            qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
+        else:
+            qk_scale = qk_scale * tl.load(k_scale_ptr)
+
+    if PAGED:
+        table_row = table_ptr + seq.to(tl.int64) * stride_table
+    else:
+        table_row = table_ptr + seq
+    k_head_off = kv_head * stride_k_head
+    v_head_off = kv_head * stride_v_head
+
+    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+
+    for n0 in range(start, end, BLOCK_N):
+        pos = n0 + tl.arange(0, BLOCK_N)
+        tok_mask = pos < end
+        slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
+        kv_mask = tok_mask[:, None] & d_mask[None, :]
+        k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
+                         DOT_FP32, compute_dtype)
+        if DOT_FP32:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = tl.where(tok_mask[None, :], s * qk_scale, float("-inf"))
+        # Every tile holds at least one real token, so m_new is finite.
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
+                         DOT_FP32, compute_dtype)
+        if DOT_FP32:
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(compute_dtype), v)
+        m_i = m_new
+
+    if FP8:
+        if PER_HEAD_SCALE:
+            acc = acc * tl.load(v_scale_ptr + kv_head)
+        else:
+            acc = acc * tl.load(v_scale_ptr)
+
+    out_mask = g_mask[:, None] & d_mask[None, :]
+    if SPLIT:
+        o_ptrs = (out_ptr + seq * stride_o_seq + heads[:, None] * stride_o_head
+                  + split * stride_o_split + offs_d[None, :])
+        tl.store(o_ptrs, acc, mask=out_mask)
+        ml_off = seq * stride_ml_seq + heads * stride_ml_head + split
+        tl.store(m_ptr + ml_off, m_i, mask=g_mask)
+        tl.store(l_ptr + ml_off, l_i, mask=g_mask)
+    else:
+        # An empty sequence (seq_len 0) yields zeros rather than 0/0.
+        out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+        o_ptrs = out_ptr + seq * stride_o_seq + heads[:, None] * stride_o_head + offs_d[None, :]
+        tl.store(o_ptrs, cast_rne(out, out_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _merge_splits_kernel(
+    partial_ptr, m_ptr, l_ptr, out_ptr, num_splits,
+    stride_p_seq, stride_p_head, stride_p_split,
+    stride_ml_seq, stride_ml_head,
+    stride_o_seq, stride_o_head,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+):
+    """Combine the per-split partial results of one (sequence, query head)."""
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_SPLITS)
+    offs_d = tl.arange(0, BLOCK_D)
+    s_mask = offs_s < num_splits
+    d_mask = offs_d < HEAD_DIM
+
+    ml_off = seq * stride_ml_seq + head * stride_ml_head + offs_s
+    m = tl.load(m_ptr + ml_off, mask=s_mask, other=float("-inf"))
+    sums = tl.load(l_ptr + ml_off, mask=s_mask, other=0.0)
+    m_max = tl.max(m, axis=0)
+    # Empty splits have m = -inf; if every split is empty, the output is zero.
+    w = tl.where(m > float("-inf"), tl.exp2(m - tl.where(m_max > float("-inf"), m_max, 0.0)), 0.0)
+    denom = tl.sum(w * sums, axis=0)
+
+    p_ptrs = (partial_ptr + seq * stride_p_seq + head * stride_p_head
+              + offs_s[:, None] * stride_p_split + offs_d[None, :])
+    part = tl.load(p_ptrs, mask=s_mask[:, None] & d_mask[None, :], other=0.0)
+    num = tl.sum(part * w[:, None], axis=0)
+    out = num / tl.where(denom > 0.0, denom, 1.0)
+    tl.store(out_ptr + seq * stride_o_seq + head * stride_o_head + offs_d,
+             cast_rne(out, out_ptr.dtype.element_ty), mask=d_mask)

@@ -1,0 +1,122 @@
+"""Triton varlen causal prefill attention over a paged or contiguous KV cache.
+
+Sequence ``i`` owns queries ``q[query_start_loc[i]:query_start_loc[i+1]]``: the last
+``q_len`` of its ``seq_lens[i]`` tokens, whose K/V are already in the cache. A query at
+position ``p`` attends to positions ``0..p`` (the cached prefix plus the new tokens up to
+itself). Batches are packed without padding.
+
+Grid: (sequence, query tile, KV head). A program's ``BLOCK_M`` rows are ``BLOCK_Q`` query
+tokens x ``BLOCK_G`` query heads of one GQA group (row ``r``: token ``r // BLOCK_G``, head
+``r % BLOCK_G``), so every K/V tile read serves the whole group. The loop over K/V stops at
+the tile's last query position (causal). ``PAGED`` selects block-table or start-slot
+addressing, exactly as in the decode kernel.
+
+Importing this module imports triton (``ImportError`` when it is missing).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .triton_decode import LOG2E, cast_rne, load_kv_tile, token_slots
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr,
+    table_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr,
+    softmax_scale,
+    stride_q_tok, stride_q_head,
+    stride_k_slot, stride_k_head, stride_v_slot, stride_v_head,
+    stride_table,
+    stride_o_tok, stride_o_head,
+    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_Q: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    PAGED: tl.constexpr, FP8: tl.constexpr, PER_HEAD_SCALE: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+):
+    BLOCK_M: tl.constexpr = BLOCK_Q * BLOCK_G
+    seq = tl.program_id(0)
+    q_tile = tl.program_id(1)
+    kv_head = tl.program_id(2)
+
+    q_start = tl.load(query_start_loc_ptr + seq).to(tl.int32)
+    q_len = tl.load(query_start_loc_ptr + seq + 1).to(tl.int32) - q_start
+    tile_start = q_tile * BLOCK_Q
+    if tile_start >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq).to(tl.int32)
+    prefix_len = seq_len - q_len
+
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    tok = tile_start + offs_m // BLOCK_G
+    g = offs_m % BLOCK_G
+    row_mask = (tok < q_len) & (g < GROUP)
+    heads = kv_head * GROUP + g
+    q_pos = prefix_len + tok
+
+    q_rows = (q_start + tok).to(tl.int64)
+    q_ptrs = q_ptr + q_rows[:, None] * stride_q_tok + heads[:, None] * stride_q_head + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+    if DOT_FP32:
+        q = q.to(tl.float32)
+    compute_dtype = q.dtype
+
+    qk_scale = softmax_scale * LOG2E
+    if FP8:
+        if PER_HEAD_SCALE:
+            qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
+        else:
+            qk_scale = qk_scale * tl.load(k_scale_ptr)
+
+    if PAGED:
+        table_row = table_ptr + seq.to(tl.int64) * stride_table
+    else:
+        table_row = table_ptr + seq
+    k_head_off = kv_head * stride_k_head
+    v_head_off = kv_head * stride_v_head
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # Keys beyond the tile's last query position are masked for every row: stop there.
+    kv_end = tl.minimum(seq_len, prefix_len + tile_start + BLOCK_Q)
+    for n0 in range(0, kv_end, BLOCK_N):
+        pos = n0 + tl.arange(0, BLOCK_N)
+        tok_mask = pos < kv_end
+        slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
+        kv_mask = tok_mask[:, None] & d_mask[None, :]
+        k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
+                         DOT_FP32, compute_dtype)
+        if DOT_FP32:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        allowed = tok_mask[None, :] & (pos[None, :] <= q_pos[:, None])
+        s = tl.where(allowed, s * qk_scale, float("-inf"))
+        # Position 0 is in the first tile and visible to every row, so m_new stays finite.
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
+                         DOT_FP32, compute_dtype)
+        if DOT_FP32:
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(compute_dtype), v)
+        m_i = m_new
+
+    if FP8:
+        if PER_HEAD_SCALE:
+            acc = acc * tl.load(v_scale_ptr + kv_head)
+        else:
+            acc = acc * tl.load(v_scale_ptr)
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    o_ptrs = out_ptr + q_rows[:, None] * stride_o_tok + heads[:, None] * stride_o_head + offs_d[None, :]
+    tl.store(o_ptrs, cast_rne(out, out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
