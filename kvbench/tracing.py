@@ -1,40 +1,146 @@
 """NVTX ranges around engine phases, mirrored into an optional Chrome-trace recorder.
 
-`nvtx` is optional at run time: without the package (or without a profiler attached) a
-range costs one attribute lookup and a context manager.
+`with trace_range("decode", decode_seqs=12, tokens=12): ...` is
+
+- an NVTX push/pop range in the `kvbench` domain, message `decode decode_seqs=12 tokens=12`,
+  but only when a tool that consumes NVTX (Nsight Systems, Nsight Compute) is attached to
+  the process: NVTX reports the domain enabled only then. Without a profiler, without the
+  `nvtx` package or without the NVTX library, nothing is pushed;
+- a begin/end ("B"/"E") pair in the `TraceRecorder` set with `set_recorder` (`kvbench run
+  --trace`), written as `trace.json` in Chrome trace format (chrome://tracing, Perfetto).
+
+When neither is active `trace_range` returns one shared no-op context manager: a function
+call and a global lookup, cheap enough to sit around every kernel call.
+`KVBENCH_NVTX=0` switches NVTX off even under a profiler.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
+import os
+import threading
 import time
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-try:  # pragma: no cover - depends on the environment
-    import nvtx as _nvtx
-except Exception:  # noqa: BLE001 - any failure to load NVTX means "no NVTX"
-    _nvtx = None
+# NVTX colours (ARGB) by range name, so phases are told apart at a glance in Nsight Systems.
+_COLORS = {
+    "replay": 0xFF9E9E9E, "idle": 0xFFE0E0E0, "step": 0xFF1F77B4, "schedule": 0xFFFF7F0E,
+    "layout": 0xFFBCBD22, "prepare": 0xFF8C564B, "prefill": 0xFFD62728, "decode": 0xFF2CA02C,
+    "sample": 0xFF9467BD, "write_kv": 0xFF17BECF, "prefill_attention": 0xFFFF9896,
+    "decode_attention": 0xFF98DF8A,
+}
+_DEFAULT_COLOR = 0xFF7F7F7F
+
+
+def _load_nvtx_domain() -> Any:
+    """The `kvbench` NVTX domain when a profiler is attached, else None."""
+    if os.environ.get("KVBENCH_NVTX", "").strip() == "0":
+        return None
+    try:
+        import nvtx
+
+        domain = nvtx.get_domain("kvbench")
+    except Exception:  # noqa: BLE001 - no package, no library, old API: no NVTX
+        return None
+    # Without a tool attached `get_domain` hands back a DummyDomain whose calls do nothing.
+    return None if type(domain).__name__ == "DummyDomain" else domain
+
+
+_nvtx_domain = _load_nvtx_domain()
 
 
 class TraceRecorder:
-    """Collects complete ("X") events and counters in Chrome trace format (microseconds)."""
+    """Chrome trace events (timestamps in microseconds since `origin_s`).
 
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
+    Ranges are "B"/"E" pairs in the order they happen, counters are "C" events; `events`
+    returns them ready to write: thread/process names first, then by time, with any range
+    still open (an interrupted run) closed at the last timestamp.
+    """
+
+    def __init__(self, process_name: str = "kvbench") -> None:
+        self._events: list[dict[str, Any]] = []
         self.origin_s = time.perf_counter()
+        self.pid = os.getpid()
+        self.process_name = process_name
+        self._threads: dict[int, str] = {}
+        self._open: dict[int, list[str]] = {}
 
     def _us(self, t_s: float) -> float:
-        return (t_s - self.origin_s) * 1e6
+        return round((t_s - self.origin_s) * 1e6, 3)
+
+    def _tid(self) -> int:
+        tid = threading.get_native_id()
+        if tid not in self._threads:
+            thread = threading.current_thread()
+            main = thread is threading.main_thread()
+            self._threads[tid] = "main" if main else thread.name
+        return tid
+
+    def begin(self, name: str, args: dict[str, Any] | None = None, t_s: float | None = None):
+        tid = self._tid()
+        self._open.setdefault(tid, []).append(name)
+        event = {"name": name, "ph": "B", "ts": self._us(time.perf_counter() if t_s is None
+                                                         else t_s),
+                 "pid": self.pid, "tid": tid}
+        if args:
+            event["args"] = args
+        self._events.append(event)
+
+    def end(self, name: str, t_s: float | None = None) -> None:
+        tid = self._tid()
+        stack = self._open.get(tid)
+        if stack:
+            stack.pop()
+        self._events.append({"name": name, "ph": "E",
+                             "ts": self._us(time.perf_counter() if t_s is None else t_s),
+                             "pid": self.pid, "tid": tid})
 
     def complete(self, name: str, start_s: float, end_s: float, args: dict[str, Any]) -> None:
-        self.events.append(
-            {"name": name, "ph": "X", "ts": self._us(start_s), "dur": (end_s - start_s) * 1e6,
-             "pid": 1, "tid": 1, "args": args}
-        )
+        """A finished range given by its times (written as a begin/end pair)."""
+        self.begin(name, args, start_s)
+        self.end(name, end_s)
 
-    def counter(self, name: str, t_s: float, values: dict[str, float]) -> None:
-        self.events.append({"name": name, "ph": "C", "ts": self._us(t_s), "pid": 1, "args": values})
+    def counter(self, name: str, t_s: float | None, values: dict[str, float]) -> None:
+        """A counter track sample (Perfetto draws one track per series), stamped now.
+
+        `t_s` is the caller's run-clock time (the engine passes its clock, which is simulated
+        under `kvbench simulate`); the trace is on the wall clock of the ranges, so the
+        sample is placed at the moment it is recorded, which is where the engine records it.
+        """
+        del t_s
+        self._events.append({"name": name, "ph": "C", "ts": self._us(time.perf_counter()),
+                             "pid": self.pid, "tid": self._tid(), "args": dict(values)})
+
+    def instant(self, name: str, t_s: float | None = None, args: dict[str, Any] | None = None):
+        event = {"name": name, "ph": "i", "s": "t",
+                 "ts": self._us(time.perf_counter() if t_s is None else t_s),
+                 "pid": self.pid, "tid": self._tid()}
+        if args:
+            event["args"] = args
+        self._events.append(event)
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        ordered = sorted(self._events, key=lambda e: e["ts"])  # stable: nesting order kept
+        last = ordered[-1]["ts"] if ordered else 0.0
+        for tid, stack in self._open.items():
+            for name in reversed(stack):
+                ordered.append({"name": name, "ph": "E", "ts": last, "pid": self.pid,
+                                "tid": tid, "args": {"closed": "at end of trace"}})
+        meta = [{"name": "process_name", "ph": "M", "ts": 0, "pid": self.pid, "tid": 0,
+                 "args": {"name": self.process_name}}]
+        meta += [{"name": "thread_name", "ph": "M", "ts": 0, "pid": self.pid, "tid": tid,
+                  "args": {"name": name}} for tid, name in self._threads.items()]
+        return meta + ordered
+
+    def to_json(self) -> dict[str, Any]:
+        return {"traceEvents": self.events, "displayTimeUnit": "ms"}
+
+    def write(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_json()), encoding="utf-8")
+        return path
 
 
 _recorder: TraceRecorder | None = None
@@ -49,21 +155,58 @@ def get_recorder() -> TraceRecorder | None:
     return _recorder
 
 
-@contextlib.contextmanager
-def trace_range(name: str, **args: Any) -> Iterator[None]:
-    """An NVTX range (message: the args) and, when recording, a Chrome-trace event."""
+def nvtx_active() -> bool:
+    """True when NVTX ranges reach a profiler (Nsight Systems or Compute is attached)."""
+    return _nvtx_domain is not None
+
+
+def tracing_active() -> bool:
+    """True when `trace_range` does anything (a recorder is set or a profiler is attached)."""
+    return _recorder is not None or _nvtx_domain is not None
+
+
+class _NoRange:
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+_NO_RANGE = _NoRange()
+
+
+class _Range:
+    __slots__ = ("name", "args", "recorder")
+
+    def __init__(self, name: str, args: dict[str, Any], recorder: TraceRecorder | None):
+        self.name = name
+        self.args = args
+        self.recorder = recorder
+
+    def __enter__(self) -> None:
+        domain = _nvtx_domain
+        if domain is not None:
+            message = self.name
+            if self.args:
+                message += " " + " ".join(f"{k}={v}" for k, v in self.args.items())
+            domain.push_range(message=message, color=_COLORS.get(self.name, _DEFAULT_COLOR))
+        if self.recorder is not None:
+            self.recorder.begin(self.name, self.args)
+
+    def __exit__(self, *exc: object) -> bool:
+        if self.recorder is not None:
+            self.recorder.end(self.name)
+        if _nvtx_domain is not None:
+            _nvtx_domain.pop_range()
+        return False
+
+
+def trace_range(name: str, **args: Any) -> _Range | _NoRange:
+    """An NVTX range (message: name and args) and, when recording, a Chrome-trace range."""
     recorder = _recorder
-    if _nvtx is None and recorder is None:
-        yield
-        return
-    message = name if not args else f"{name} " + " ".join(f"{k}={v}" for k, v in args.items())
-    start = time.perf_counter()
-    if _nvtx is not None:
-        _nvtx.push_range(message, domain="kvbench")
-    try:
-        yield
-    finally:
-        if _nvtx is not None:
-            _nvtx.pop_range(domain="kvbench")
-        if recorder is not None:
-            recorder.complete(name, start, time.perf_counter(), args)
+    if recorder is None and _nvtx_domain is None:
+        return _NO_RANGE
+    return _Range(name, args, recorder)

@@ -1,0 +1,188 @@
+"""Results folders read back for reports and comparisons.
+
+A folder given by the user is either one run (it holds `summary.json`) or a multi-strategy
+comparison (it holds `comparison.json` and one subfolder per strategy), which expands into
+its runs. Runs that come from the same comparison folder form a *group*; a report over
+several groups (two git revisions, two machines) names runs `label @ group` where labels
+repeat, and pairs each later group's runs with the first group's runs of the same label.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvbench.errors import KvbenchInputError
+
+INCOMPLETE_MARKER = "INCOMPLETE"
+
+
+@dataclass
+class RunData:
+    path: Path
+    group: Path
+    label: str
+    summary: dict[str, Any]
+    config: dict[str, Any]
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    status: str = "complete"  # or what the INCOMPLETE marker says: running, failed, ...
+    name: str = ""  # display name, unique within a report
+    group_index: int = 0
+    group_tag: str = ""
+
+    @property
+    def versions(self) -> dict[str, Any]:
+        return self.config.get("versions") or {}
+
+
+@dataclass
+class RunSet:
+    runs: list[RunData]
+    groups: list[Path] = field(default_factory=list)
+
+    @property
+    def multi_group(self) -> bool:
+        return len(self.groups) > 1
+
+    def pairs(self) -> list[tuple[RunData, RunData]]:
+        """(base, new) pairs: each later group's runs against the first group's, by label."""
+        if not self.multi_group:
+            return []
+        base = [r for r in self.runs if r.group_index == 0]
+        by_label = {r.label: r for r in base}
+        out = []
+        for index in range(1, len(self.groups)):
+            others = [r for r in self.runs if r.group_index == index]
+            matched = [(by_label[r.label], r) for r in others if r.label in by_label]
+            if not matched and len(base) == 1 and len(others) == 1:
+                matched = [(base[0], others[0])]
+            out.extend(matched)
+        return out
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise KvbenchInputError(f"cannot read {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise KvbenchInputError(f"cannot read {path}: not a JSON object")
+    return data
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        return pd.DataFrame()
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.EmptyDataError):
+        return pd.DataFrame()
+
+
+def _status(folder: Path) -> str:
+    marker = folder / INCOMPLETE_MARKER
+    if not marker.exists():
+        return "complete"
+    try:
+        return str(json.loads(marker.read_text(encoding="utf-8")).get("status", "incomplete"))
+    except (OSError, ValueError, AttributeError):
+        return "incomplete"
+
+
+def load_run(folder: Path, group: Path | None = None) -> RunData:
+    folder = Path(folder)
+    summary = _read_json(folder / "summary.json")
+    config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    label = str(summary.get("label") or config.get("label") or folder.name)
+    if group is None:
+        group = folder.parent if (folder.parent / "comparison.json").is_file() else folder
+    return RunData(
+        path=folder, group=group, label=label, summary=summary, config=config,
+        requests=_read_csv(folder / "requests.csv"), steps=_read_csv(folder / "steps.csv"),
+        status=_status(folder),
+    )
+
+
+def run_folders(folder: Path) -> list[Path]:
+    """The run folders inside one user-given folder (itself, or a comparison's subfolders)."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise KvbenchInputError(f"no such results folder: {folder}")
+    if not folder.is_dir():
+        raise KvbenchInputError(f"not a results folder (expected a directory): {folder}")
+    if (folder / "comparison.json").is_file():
+        listed = _read_json(folder / "comparison.json").get("runs") or []
+        subs = [folder / str(r["folder"]) for r in listed
+                if isinstance(r, dict) and r.get("folder")]
+        subs = [s for s in subs if (s / "summary.json").is_file()]
+        if subs:
+            return subs
+    if (folder / "summary.json").is_file():
+        return [folder]
+    subs = sorted(p for p in folder.iterdir() if (p / "summary.json").is_file())
+    if subs:  # an interrupted comparison: no comparison.json yet
+        return subs
+    raise KvbenchInputError(
+        f"{folder} is not a kvbench results folder (no summary.json or comparison.json)"
+    )
+
+
+def load_runs(folders: list[Path] | list[str]) -> RunSet:
+    if not folders:
+        raise KvbenchInputError("no results folder given")
+    runs: list[RunData] = []
+    seen: set[Path] = set()
+    for given in folders:
+        for folder in run_folders(Path(given)):
+            key = folder.resolve()
+            if key in seen:
+                continue
+            seen.add(key)
+            runs.append(load_run(folder))
+    groups: list[Path] = []
+    for run in runs:
+        if run.group.resolve() not in [g.resolve() for g in groups]:
+            groups.append(run.group)
+    resolved = [g.resolve() for g in groups]
+    for run in runs:
+        run.group_index = resolved.index(run.group.resolve())
+    _name_runs(runs, groups)
+    return RunSet(runs, groups)
+
+
+def _name_runs(runs: list[RunData], groups: list[Path]) -> None:
+    tags = _group_tags(runs, groups)
+    labels = [r.label for r in runs]
+    unique = len(set(labels)) == len(labels)
+    for run in runs:
+        run.group_tag = tags[run.group_index]
+        run.name = run.label if unique else f"{run.label} @ {run.group_tag}"
+
+
+def _group_tags(runs: list[RunData], groups: list[Path]) -> list[str]:
+    """Short names for groups: git revisions when they tell the groups apart, else folders."""
+    revs = []
+    for index in range(len(groups)):
+        first = next(r for r in runs if r.group_index == index)
+        revs.append(first.versions.get("git"))
+    if len(groups) > 1 and all(revs) and len(set(revs)) == len(revs):
+        return [str(r) for r in revs]
+    tags = _drop_common_suffix([g.name for g in groups])
+    if len(set(tags)) != len(tags):
+        tags = [f"{t}#{i + 1}" for i, t in enumerate(tags)]
+    return tags
+
+
+def _drop_common_suffix(names: list[str]) -> list[str]:
+    """`20261129-085302-compare-chat`, `20261129-090038-compare-chat` -> the timestamps."""
+    if len(names) < 2:
+        return names
+    parts = [n.split("-") for n in names]
+    while all(len(p) > 1 for p in parts) and len({p[-1] for p in parts}) == 1:
+        parts = [p[:-1] for p in parts]
+    return ["-".join(p) for p in parts]

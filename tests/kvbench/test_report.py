@@ -1,0 +1,150 @@
+"""HTML reports: written after every run, self-contained, every section there, several runs
+side by side with their differences, and `kvbench report` on the command line."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from html import escape
+from pathlib import Path
+
+import pytest
+
+from kvbench.cli import main
+from kvbench.report import write_report
+from kvbench.reporting.runs import load_runs
+
+# Tight memory so that paged preempts and prefix shares: every section has something to show.
+TINY = ["--num-requests", "12", "--warmup", "0", "--kv-memory", "2MiB", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    assert main(["run", "--strategy", "paged,prefix", "--workload", "chat", "--out", str(out),
+                 *TINY]) == 0
+    (root,) = [p for p in out.iterdir() if p.is_dir()]
+    return root
+
+
+def network_urls(html: str) -> list[str]:
+    """URLs the page would fetch: in src/href attributes and CSS, outside inline scripts."""
+    scripts = re.findall(r"(?is)<script\b([^>]*)>", html)
+    assert all("src" not in attrs.lower() for attrs in scripts), scripts
+    markup = re.sub(r"(?is)<script\b[^>]*>.*?</script>", "", html)
+    found = re.findall(r"""(?i)\b(?:src|href|srcset|action|data)\s*=\s*["']?([^"'\s>]+)""",
+                       markup)
+    found += re.findall(r"""(?i)url\(\s*["']?([^"')]+)""", markup)
+    found += re.findall(r"""(?i)@import\s+["']?([^"';\s]+)""", markup)
+    return [u for u in found if re.match(r"(?i)^(?:[a-z][a-z0-9+.-]*:)?//", u)
+            and not u.lower().startswith("file:")]
+
+
+def test_run_writes_reports_for_each_strategy_and_the_comparison(comparison):
+    for path in (comparison / "report.html", comparison / "paged" / "report.html",
+                 comparison / "prefix" / "report.html"):
+        assert path.is_file(), path
+    html = (comparison / "report.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    assert html.count("plotly.js v") == 1  # inlined once
+    assert network_urls(html) == []
+
+
+def test_report_sections_and_header(comparison, tmp_path):
+    out = write_report([comparison], tmp_path / "r.html")
+    html = out.read_text()
+    for key in ("runs", "summary", "throughput", "latency", "memory", "timelines",
+                "memory-time", "prefix"):
+        assert f"<section id='{key}'>" in html, key
+    charts = re.findall(r"data-chart='([\w-]+)'", html)
+    assert charts == ["throughput", "latency", "memory", "timelines", "memory-time", "prefix"]
+    config = json.loads((comparison / "paged" / "config.json").read_text())
+    for fact in ("tiny (float32)", "chat, 12 requests",
+                 "2.00 MiB; capacity: paged 1024, prefix 1024 tokens", f"torch {config['versions']['torch']}", escape(config["command"])):
+        assert fact in html, fact
+    assert "★" in html  # best per column
+    assert "\"name\":\"preemption\"" in html  # paged preempts at 2 MiB: marked on the timeline
+    assert "<section id='differences'>" not in html  # one run: nothing to diff
+    assert "<section id='accuracy'>" not in html
+
+
+def test_strategy_folder_and_comparison_folder_expand(comparison):
+    assert [r.label for r in load_runs([comparison]).runs] == ["paged", "prefix"]
+    single = load_runs([comparison / "prefix"])
+    assert [r.label for r in single.runs] == ["prefix"]
+    assert single.runs[0].group == comparison and not single.multi_group
+    both = load_runs([comparison / "paged", comparison / "prefix", comparison])
+    assert len(both.runs) == 2 and not both.multi_group  # the CLI's call, deduplicated
+
+
+def _second_revision(comparison: Path, dest: Path) -> Path:
+    """A copy of the comparison that looks like another git revision, paged 20% faster."""
+    shutil.copytree(comparison, dest)
+    for label in ("paged", "prefix"):
+        config = json.loads((dest / label / "config.json").read_text())
+        config["versions"]["git"] = "fedcba9"
+        (dest / label / "config.json").write_text(json.dumps(config))
+    summary = json.loads((dest / "paged" / "summary.json").read_text())
+    summary["throughput"]["output_tok_s"] *= 1.2
+    (dest / "paged" / "summary.json").write_text(json.dumps(summary))
+    return dest
+
+
+def test_two_revisions_side_by_side_with_differences(comparison, tmp_path):
+    other = _second_revision(comparison, tmp_path / "rev2")
+    runset = load_runs([comparison, other])
+    assert runset.multi_group
+    base_git = runset.runs[0].versions["git"]
+    assert [r.name for r in runset.runs] == [
+        f"paged @ {base_git}", f"prefix @ {base_git}", "paged @ fedcba9", "prefix @ fedcba9"]
+    assert [(a.label, b.label) for a, b in runset.pairs()] == [("paged", "paged"),
+                                                                ("prefix", "prefix")]
+    html = write_report([comparison, other], tmp_path / "r.html").read_text()
+    assert "<section id='differences'>" in html
+    assert f"paged: {base_git} → fedcba9" in html
+    assert "+20.0%" in html and "class='better'" in html
+    assert "td class='differs'" in html  # the header shows what differs between the runs
+
+
+def test_accuracy_section_and_incomplete_warning(comparison, tmp_path):
+    folder = tmp_path / "fp8"
+    shutil.copytree(comparison / "paged", folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["accuracy"] = {"top1_agreement": 0.98, "max_abs_logit_error": 0.031,
+                           "per_layer": {"k_rel_error": [0.01 + i / 1000 for i in range(32)],
+                                         "v_rel_error": [0.01, 0.02]}}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    (folder / "INCOMPLETE").write_text(json.dumps({"status": "failed", "message": "x"}))
+    html = write_report([folder], tmp_path / "r.html").read_text()
+    assert "<section id='accuracy'>" in html
+    assert "top1_agreement" in html and "per_layer.k_rel_error" in html
+    assert "32 values (charted below)" in html and "[0.01, 0.02]" in html
+    assert "data-chart='accuracy'" in html
+    assert "Incomplete runs" in html and "failed" in html
+
+
+def test_report_command(comparison, tmp_path, capsys):
+    target = tmp_path / "out.html"
+    assert main(["report", str(comparison / "paged"), str(comparison / "prefix"), "-o",
+                 str(target)]) == 0
+    assert capsys.readouterr().out.strip() == str(target)
+    assert target.stat().st_size > 1_000_000  # plotly.js inside
+    single = tmp_path / "single"
+    shutil.copytree(comparison / "paged", single)
+    (single / "report.html").unlink()
+    assert main(["report", str(single)]) == 0
+    assert (single / "report.html").is_file()
+    capsys.readouterr()
+    assert main(["report", str(single), "-o", str(tmp_path / "no" / "r.html")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make_args, message", [
+    (lambda tmp: [str(tmp / "missing")], "no such results folder"),
+    (lambda tmp: [str(tmp)], "not a kvbench results folder"),
+])
+def test_report_command_bad_input_exits_2(tmp_path, capsys, make_args, message):
+    assert main(["report", *make_args(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvbench: error: ") and message in err
