@@ -77,6 +77,9 @@ def run_options(func=None, *, dtype_default: str = "float32"):
         click.option("--chunked-prefill/--no-chunked-prefill", default=False, show_default=True),
         click.option("--temperature", type=float, default=0.0, show_default=True,
                      help="0 = greedy"),
+        click.option("--kv-scale", type=float, default=None,
+                     help="fp8 KV: fixed scale for every layer [default: amax/224 of the first "
+                          "write per layer]"),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--request-rate", default="inf", show_default=True,
                      help="Poisson arrival rate in requests/s; inf = all at t=0"),
@@ -133,6 +136,7 @@ def _expand_runs(params: dict[str, Any], engine_kind: str, gpu: str | None):
                     max_model_len=params["max_model_len"],
                     chunked_prefill=params["chunked_prefill"],
                     temperature=params["temperature"], seed=params["seed"],
+                    kv_scale=params["kv_scale"],
                     device=params.get("device", "auto"),
                     attention_backend=params.get("attention_backend", "auto"),
                     cpu_threads=params.get("cpu_threads", 1),
@@ -186,7 +190,6 @@ def execute_runs(params: dict[str, Any], engine_kind: str = "kvbench", gpu: str 
     repeats: list[dict[str, Any]] = []
     for run, label, prep in zip(runs, labels, prepared, strict=True):
         base = root if len(runs) == 1 else root / label
-        extra = _accuracy_section(run, prep) if _is_fp8(run) else None
         label_outcomes = []
         for k in range(repeat):
             if not quiet and not params["as_json"]:
@@ -196,8 +199,10 @@ def execute_runs(params: dict[str, Any], engine_kind: str = "kvbench", gpu: str 
             if k > 0:
                 prep = prepare(run, model_cache)  # a fresh engine: identical configuration
             label_outcomes.append(run_one(run, folder, show_progress=not quiet,
-                                          command=command, prepared=prep,
-                                          extra_summary=extra))
+                                          command=command, prepared=prep))
+        prep = None  # the engine's memory goes back before anything else runs
+        if _is_fp8(run):
+            _add_accuracy_section(run, label_outcomes, model_cache)
         outcomes.append(label_outcomes[0])
         if repeat > 1:
             from kvbench.repeat import repeat_summary
@@ -231,15 +236,30 @@ def _is_fp8(run) -> bool:
     return run.engine.strategy == "fp8" or run.engine.kv_cache_dtype in ("fp8", "fp8_e4m3")
 
 
-def _accuracy_section(run, prepared) -> dict[str, Any] | None:
+def _add_accuracy_section(run, outcomes, model_cache: dict) -> None:
+    """fp8 runs: agreement with the unquantized cache on the same requests, same budget."""
     if run.engine_kind != "kvbench":
-        return None
-    try:
-        from kvbench.fp8_accuracy import measure_fp8_accuracy
-    except ImportError:
-        return None
-    _, workload = prepared
-    return {"accuracy": measure_fp8_accuracy(run.engine, workload.requests)}
+        return
+    import gc
+
+    import torch
+
+    from kvbench.fp8_accuracy import measure_fp8_accuracy
+    from kvbench.results_writer import write_json
+    from kvbench.runner import prepare
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    first = outcomes[0]
+    _, workload = prepare(run, model_cache)
+    accuracy = measure_fp8_accuracy(
+        run.engine, workload.requests, kv_memory=first.summary["memory"]["kv_budget_bytes"],
+        model_cache=model_cache,
+    )
+    for outcome in outcomes:
+        outcome.summary["accuracy"] = accuracy
+        write_json(outcome.folder / "summary.json", outcome.summary)
 
 
 def _write_comparison(root: Path, outcomes) -> None:

@@ -19,6 +19,10 @@ from kvbench.tracing import get_recorder, trace_range
 from kvbench.workloads.request import Request
 
 
+def _is_decode(seq: Sequence, num_new: int) -> bool:
+    return num_new == 1 and seq.num_generated > 0 and seq.num_computed == len(seq.token_ids) - 1
+
+
 class Engine:
     """Drives a `BatchingPolicy`, a `CacheStrategy` and an `Executor` over added requests.
 
@@ -107,8 +111,10 @@ class Engine:
                         "cannot be admitted into an empty cache"
                     )
                 return []
-            prefills = [(s, n) for s, n in out.scheduled if not (n == 1 and s.num_computed > 0)]
-            decodes = [(s, n) for s, n in out.scheduled if n == 1 and s.num_computed > 0]
+            # A decode computes the one token sampled last step; anything else (prompts, prompt
+            # chunks, recomputation after preemption) is a prefill.
+            prefills = [(s, n) for s, n in out.scheduled if not _is_decode(s, n)]
+            decodes = [(s, n) for s, n in out.scheduled if _is_decode(s, n)]
             ordered = prefills + decodes
             batch = self._build_batch(ordered, len(prefills))
             t_forward = self.clock()
@@ -237,6 +243,8 @@ class Engine:
         self.sequences.clear()
         self.steps.clear()
         self.prefill_tokens_computed = 0
+        if hasattr(self.strategy, "reset_stats"):
+            self.strategy.reset_stats()
 
     def run_to_completion(self) -> None:
         while self.has_unfinished():

@@ -12,6 +12,7 @@ from kvbench.config import EngineConfig
 from kvbench.device import resolve_device
 from kvbench.engine import Engine
 from kvbench.errors import KvbenchInputError
+from kvbench.gpu_memory import GpuMemoryProbe
 from kvbench.kernels.backend import get_ops, resolve_backend
 from kvbench.kv_budget import kv_cache_torch_dtype, kv_element_bytes, resolve_kv_budget_bytes
 from kvbench.model.config import ModelConfig
@@ -90,6 +91,7 @@ def build_engine(
     engine = Engine(
         strategy, policy, executor, bytes_per_slot=bytes_per_slot, max_model_len=max_model_len,
         temperature=config.temperature, seed=config.seed, clock=clock,
+        memory_probe=GpuMemoryProbe(device).sample if device.type == "cuda" else None,
     )
     return BuiltEngine(engine, model_config, device, budget, kv_dtype, bytes_per_slot, backend,
                        max_model_len)

@@ -13,19 +13,62 @@ from kvbench.model.llama import LlamaDecoder
 from kvbench.step_batch import StepBatch
 from kvbench.tracing import trace_range
 
+# fp8 scales from a layer's first write: amax / FP8_SCALE_TARGET, so that the first write's
+# largest value lands at 224, half of e4m3's largest finite value (448): 2x headroom for later
+# tokens whose K/V exceed the first prefill's, at the cost of one binade at the small end
+# (subnormals start at 2^-6 * scale). The floor keeps an all-zero first write usable.
+FP8_SCALE_TARGET = 224.0
+FP8_SCALE_FLOOR = 1e-6
+
 
 class KVArena:
-    """One `[num_slots, Hkv, D]` K tensor and one V tensor per layer, allocated once."""
+    """One `[num_slots, Hkv, D]` K tensor and one V tensor per layer, allocated once.
 
-    def __init__(self, config: ModelConfig, num_slots: int, dtype: torch.dtype, device) -> None:
+    An fp8 (`float8_e4m3fn`) arena holds `value / scale` with one 0-d float32 scale for K and
+    one for V per layer: `kv_scale` when given, otherwise set by `init_scales` from the
+    layer's first write and never changed afterwards, so every sequence sees the same scales.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        num_slots: int,
+        dtype: torch.dtype,
+        device,
+        kv_scale: float | None = None,
+    ) -> None:
         shape = (num_slots, config.num_kv_heads, config.head_dim)
         self.num_slots = num_slots
         self.dtype = dtype
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
-        # Per-layer fp8 scales (None: unquantized cache).
+        # Per-layer fp8 scales (None: unquantized cache, or not yet written).
         self.k_scales: list[torch.Tensor | None] = [None] * config.num_layers
         self.v_scales: list[torch.Tensor | None] = [None] * config.num_layers
+        if self.is_fp8 and kv_scale is not None:
+            given = torch.tensor(float(kv_scale), dtype=torch.float32, device=device)
+            self.k_scales = [given.clone() for _ in range(config.num_layers)]
+            self.v_scales = [given.clone() for _ in range(config.num_layers)]
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.dtype == torch.float8_e4m3fn
+
+    def init_scales(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Set the layer's fp8 scales from its first write's K/V (no-op once set)."""
+        if not self.is_fp8 or self.k_scales[layer] is not None:
+            return
+        self.k_scales[layer] = _scale_from(k)
+        self.v_scales[layer] = _scale_from(v)
+
+    def scales(self) -> dict[str, list[float | None]]:
+        """The fp8 scales as numbers (for reports); empty for an unquantized arena."""
+        if not self.is_fp8:
+            return {}
+        return {
+            "k": [None if s is None else float(s) for s in self.k_scales],
+            "v": [None if s is None else float(s) for s in self.v_scales],
+        }
 
     @property
     def nbytes(self) -> int:
@@ -34,6 +77,11 @@ class KVArena:
     def copy_slots(self, src: int, dst: int, n: int) -> None:
         for cache in self.k + self.v:
             cache[dst : dst + n] = cache[src : src + n]
+
+
+def _scale_from(x: torch.Tensor) -> torch.Tensor:
+    amax = x.detach().abs().amax().float()
+    return torch.clamp(amax / FP8_SCALE_TARGET, min=FP8_SCALE_FLOOR)
 
 
 class _BatchTensors:
@@ -82,30 +130,35 @@ class ModelExecutor(Executor):
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kc, vc = arena.k[layer], arena.v[layer]
+            if arena.is_fp8 and arena.k_scales[layer] is None:
+                arena.init_scales(layer, k, v)
             ks, vs = arena.k_scales[layer], arena.v_scales[layer]
-            ops.write_kv(k, v, kc, vc, idx.slot_mapping, ks, vs)
+            with trace_range("write_kv", layer=layer, tokens=k.shape[0]):
+                ops.write_kv(k, v, kc, vc, idx.slot_mapping, ks, vs)
             out = torch.empty_like(q)
             if p:
-                if layout.kind == "paged":
-                    out[:pt] = ops.paged_attention(
-                        q[:pt], kc, vc, idx.block_tables[:p], idx.query_start_loc,
-                        idx.seq_lens[:p], layout.block_size, scale, ks, vs,
-                    )
-                else:
-                    out[:pt] = ops.contiguous_attention(
-                        q[:pt], kc, vc, idx.start_slots[:p], idx.query_start_loc,
-                        idx.seq_lens[:p], scale, ks, vs,
-                    )
+                with trace_range("prefill_attention", layer=layer, seqs=p, tokens=pt):
+                    if layout.kind == "paged":
+                        out[:pt] = ops.paged_attention(
+                            q[:pt], kc, vc, idx.block_tables[:p], idx.query_start_loc,
+                            idx.seq_lens[:p], layout.block_size, scale, ks, vs,
+                        )
+                    else:
+                        out[:pt] = ops.contiguous_attention(
+                            q[:pt], kc, vc, idx.start_slots[:p], idx.query_start_loc,
+                            idx.seq_lens[:p], scale, ks, vs,
+                        )
             if q.shape[0] > pt:
-                if layout.kind == "paged":
-                    out[pt:] = ops.paged_decode_attention(
-                        q[pt:], kc, vc, idx.block_tables[p:], idx.seq_lens[p:],
-                        layout.block_size, scale, ks, vs,
-                    )
-                else:
-                    out[pt:] = ops.contiguous_decode_attention(
-                        q[pt:], kc, vc, idx.start_slots[p:], idx.seq_lens[p:], scale, ks, vs,
-                    )
+                with trace_range("decode_attention", layer=layer, seqs=q.shape[0] - pt):
+                    if layout.kind == "paged":
+                        out[pt:] = ops.paged_decode_attention(
+                            q[pt:], kc, vc, idx.block_tables[p:], idx.seq_lens[p:],
+                            layout.block_size, scale, ks, vs,
+                        )
+                    else:
+                        out[pt:] = ops.contiguous_decode_attention(
+                            q[pt:], kc, vc, idx.start_slots[p:], idx.seq_lens[p:], scale, ks, vs,
+                        )
             return out
 
         return attend

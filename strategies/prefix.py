@@ -1,0 +1,341 @@
+"""`prefix`: paged allocation plus block-level prefix sharing (vLLM's automatic prefix caching).
+
+- A block is *full* when all `block_size` slots hold computed tokens; it is then named by a
+  hash chained from its parent block's hash and its token ids (`prefix_index.py`), in a
+  namespace of model, dtype and KV-cache dtype. Hashes are registered lazily: whenever the
+  strategy is called it first names the blocks that sequences completed since.
+- Admission reuses the longest run of cached full blocks at the start of the sequence
+  (reference count + 1) and allocates only the rest; `admit` returns the number of tokens
+  served from cache, which the engine marks computed, so the prefill attends to cached blocks
+  it did not compute. At least one token is always left to compute (the engine needs its
+  logits): a hit never covers the block holding the last token.
+- Freed blocks that hold a hash stay as evictable cache (counted free, reported `cached`),
+  revived by a later hit, evicted least recently used first when a fresh block is needed;
+  a sequence's blocks are released tail first, so a prefix outlives its continuations.
+- Blocks not yet computed are shareable too (*pending*): a sequence admitted while an earlier
+  one that will compute the same prefix has not computed it yet (both in one admission round,
+  or the earlier one's prompt still in chunks) reuses the earlier one's blocks instead of
+  computing them a second time. Its first step then reads blocks its owner writes in the same
+  step, which works because the executor writes every layer's K/V for the whole step before
+  that layer's attention reads any of it, and because both batching policies schedule
+  sequences in admission order (the owner's tokens are never scheduled after a sharer's, and
+  preemption takes the most recently admitted first). `build_layout` checks it at every step
+  that has pending blocks and raises rather than let a sequence read KV nobody wrote.
+- `fork` (parallel sampling) shares every block of the parent, the partial last one
+  included, and copies nothing. The first write into a block with more than one owner
+  copies it (copy-on-write, a `SlotCopy` run before the step).
+"""
+
+from __future__ import annotations
+
+from kvbench.layout import KVLayout, SlotCopy
+from kvbench.sequence import Sequence
+from kvbench.strategies.base import MemorySplit, split_held
+from kvbench.strategies.paged import PagedStrategy
+from kvbench.strategies.prefix_index import (
+    BlockHash,
+    CachingBlockPool,
+    block_hash,
+    root_hash,
+)
+
+
+class PrefixCachingStrategy(PagedStrategy):
+    name = "prefix"
+
+    def __init__(
+        self,
+        num_slots: int,
+        max_model_len: int,
+        block_size: int = 16,
+        watermark: float = 0.01,
+        namespace: str = "",
+    ) -> None:
+        super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark)
+        self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
+        self.namespace = namespace
+        self._root = root_hash(namespace)
+        self.hashes: dict[int, list[BlockHash]] = {}  # seq_id -> hash of each full block
+        self.live: dict[int, Sequence] = {}  # seq_id -> sequence holding a block table
+        # Full blocks allocated to a sequence that has not computed them yet, shareable by later
+        # admissions: hash -> (block, owner seq_id or -1 once the owner left, table index).
+        self._pending: dict[BlockHash, tuple[int, int, int]] = {}
+        self._pending_hash: dict[int, BlockHash] = {}  # block -> its pending hash
+        # Hashes of the full blocks of waiting sequences' tokens, kept between admission
+        # checks (a queue head is checked every step until it fits).
+        self._chains: dict[int, list[BlockHash]] = {}
+        self.hit_blocks = 0
+        self.pending_hit_blocks = 0
+        self.hit_tokens = 0
+        self.query_tokens = 0  # tokens of admitted sequences (what a prefill would compute)
+        self.cow_copies = 0
+        self.forks = 0
+
+    # Hash registration ------------------------------------------------------------------
+
+    def _sync(self, seq: Sequence) -> None:
+        """Name the sequence's blocks that became full since the last call."""
+        table = self.tables.get(seq.seq_id)
+        if table is None:
+            return
+        hashes = self.hashes[seq.seq_id]
+        bs = self.block_size
+        full = min(seq.num_computed, len(seq.token_ids)) // bs
+        full = min(full, len(table))
+        while len(hashes) < full:
+            i = len(hashes)
+            parent = hashes[-1] if hashes else self._root
+            h = block_hash(parent, seq.token_ids[i * bs : (i + 1) * bs])
+            hashes.append(h)
+            if self._pending_hash.get(table[i]) == h:  # computed now: from pending to named
+                del self._pending[h], self._pending_hash[table[i]]
+            self.pool.register(table[i], h)
+
+    def _sync_all(self) -> None:
+        for seq in self.live.values():
+            self._sync(seq)
+
+    def _chain(self, seq: Sequence) -> list[BlockHash]:
+        """Hashes of every full block of the sequence's tokens (tokens only ever grow)."""
+        chain = self._chains.setdefault(seq.seq_id, [])
+        bs = self.block_size
+        tokens = seq.token_ids
+        while len(chain) < len(tokens) // bs:
+            i = len(chain)
+            chain.append(block_hash(chain[-1] if chain else self._root,
+                                    tokens[i * bs : (i + 1) * bs]))
+        return chain
+
+    def _match(self, seq: Sequence) -> tuple[list[int], list[BlockHash]]:
+        """Cached blocks of the sequence's longest cached leading run, and their hashes.
+
+        Stops before the block holding the last token, so at least one token is computed.
+        """
+        if seq.num_computed or seq.seq_id in self.tables:
+            return [], []
+        chain = self._chain(seq)
+        blocks: list[int] = []
+        for h in chain[: (len(seq.token_ids) - 1) // self.block_size]:
+            block = self.pool.lookup(h)
+            if block is None and h in self._pending and self._pending[h][1] >= 0:
+                block = self._pending[h][0]
+            if block is None:
+                break
+            blocks.append(block)
+        return blocks, chain[: len(blocks)]
+
+    # CacheStrategy ----------------------------------------------------------------------
+
+    def can_admit(self, seq: Sequence, num_running: int) -> bool:
+        self._sync_all()
+        blocks, _ = self._match(seq)
+        revived = sum(1 for b in blocks if self.pool.ref_counts[b] == 0)
+        needed = self._blocks_needed(seq, seq.num_uncomputed) - len(blocks)
+        keep = self.watermark_blocks if num_running else 0
+        return self.pool.num_free - revived - needed >= keep
+
+    def admit(self, seq: Sequence) -> int:
+        self._sync_all()
+        if seq.seq_id in self.tables:  # already holds memory: only grow
+            if not self.allocate(seq, seq.num_uncomputed):
+                raise MemoryError(f"admit of sequence {seq.seq_id} without room")
+            return 0
+        blocks, hashes = self._match(seq)
+        revived = sum(1 for b in blocks if self.pool.ref_counts[b] == 0)
+        needed = self.blocks_for(len(seq.token_ids)) - len(blocks)
+        if needed > self.pool.num_free - revived:
+            raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
+        self.pending_hit_blocks += sum(1 for b in blocks if b in self._pending_hash)
+        for block in blocks:  # take the hits first: fresh allocations may evict
+            self.pool.acquire(block)
+        table = blocks + [self.pool.allocate() for _ in range(needed)]
+        self.tables[seq.seq_id] = table
+        self.hashes[seq.seq_id] = hashes
+        self.live[seq.seq_id] = seq
+        chain = self._chains.pop(seq.seq_id, []) if not seq.num_computed else []
+        for i in range(len(blocks), len(chain)):  # full blocks it will compute: shareable now
+            h = chain[i]
+            if h not in self._pending and self.pool.lookup(h) is None:
+                self._pending[h] = (table[i], seq.seq_id, i)
+                self._pending_hash[table[i]] = h
+        cached = len(blocks) * self.block_size
+        self.hit_blocks += len(blocks)
+        self.hit_tokens += cached
+        self.query_tokens += seq.num_uncomputed
+        return cached
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        if seq.seq_id not in self.tables:
+            self.tables[seq.seq_id] = []
+            self.hashes[seq.seq_id] = []
+            self.live[seq.seq_id] = seq
+        self._sync(seq)
+        table = self.tables[seq.seq_id]
+        bs = self.block_size
+        first = seq.num_computed // bs
+        end = self.blocks_for(seq.num_computed + num_new_tokens)
+        shared = [i for i in range(first, min(end, len(table)))
+                  if self.pool.ref_counts[table[i]] > 1 and not self._owns_pending(seq, table[i])]
+        fresh = max(0, end - len(table))
+        if fresh + len(shared) > self.pool.num_free:
+            return False
+        for i in shared:  # copy-on-write: this sequence writes into a block others read
+            old, new = table[i], self.pool.allocate()
+            self._copies.append(SlotCopy(old * bs, new * bs, bs))
+            table[i] = new
+            self.pool.release(old)
+            self.cow_copies += 1
+        table.extend(self.pool.allocate() for _ in range(fresh))
+        return True
+
+    def _owns_pending(self, seq: Sequence, block: int) -> bool:
+        """Whether `block` is pending and `seq` is the one to compute it (others share it
+        for exactly that content: writing it is no reason to copy)."""
+        h = self._pending_hash.get(block)
+        return h is not None and self._pending[h][1] == seq.seq_id
+
+    def free(self, seq: Sequence) -> None:
+        self._sync(seq)
+        self._chains.pop(seq.seq_id, None)
+        table = self.tables.pop(seq.seq_id, [])
+        self.hashes.pop(seq.seq_id, None)
+        self.live.pop(seq.seq_id, None)
+        for block in reversed(table):  # tail first: it is evicted before its prefix
+            self.pool.release(block)
+        if self._pending:
+            for block in table:
+                h = self._pending_hash.get(block)
+                if h is None:
+                    continue
+                if self.pool.ref_counts[block] == 0:  # nobody holds it any more
+                    del self._pending[h], self._pending_hash[block]
+                elif self._pending[h][1] == seq.seq_id:  # orphaned: its sharers must not run
+                    self._pending[h] = (block, -1, self._pending[h][2])
+
+    def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
+        """The child shares every block of the parent (the partial last one too): no copy."""
+        self._sync(parent)
+        table = list(self.tables[parent.seq_id])
+        for block in table:
+            self.pool.share(block)
+        self.tables[child.seq_id] = table
+        self.hashes[child.seq_id] = list(self.hashes[parent.seq_id])
+        self.live[child.seq_id] = child
+        self.forks += 1
+        return []
+
+    def build_layout(self, scheduled: list[tuple[Sequence, int]]) -> KVLayout:
+        if self._pending:
+            self._check_pending(scheduled)
+        return super().build_layout(scheduled)
+
+    def _check_pending(self, scheduled: list[tuple[Sequence, int]]) -> None:
+        """A sequence may read a pending block only in a step that writes it."""
+        bs = self.block_size
+        end = {seq.seq_id: seq.num_computed + n for seq, n in scheduled}
+        for seq, _ in scheduled:
+            table = self.tables[seq.seq_id]
+            for block in table[: self.blocks_for(seq.num_computed)]:
+                h = self._pending_hash.get(block)
+                if h is None:
+                    continue
+                _, owner, index = self._pending[h]
+                if owner == seq.seq_id:
+                    continue
+                owner_seq = self.live.get(owner)
+                done = owner_seq.num_computed if owner_seq is not None else -1
+                if max(done, end.get(owner, -1)) < (index + 1) * bs:
+                    raise RuntimeError(
+                        f"prefix cache: sequence {seq.seq_id} would read block {block} before "
+                        f"sequence {owner} computes it (the batching policy must schedule "
+                        "sequences in admission order)"
+                    )
+
+    def memory_split(self, running: list[Sequence], head_waiting: Sequence | None) -> MemorySplit:
+        """Each physical block counted once: a shared block's token/reserved/internal slots
+        follow the furthest filled (and furthest to-be-used) position among its owners."""
+        split = MemorySplit()
+        bs = self.block_size
+        refs = self.pool.ref_counts
+        full_shared: set[int] = set()  # shared blocks some owner has filled: all token slots
+        partial: list[tuple[Sequence, int, int]] = []  # other shared blocks: (owner, index, block)
+        for seq in running:
+            table = self.tables.get(seq.seq_id)
+            if not table:
+                continue
+            token, reserved, internal = split_held(len(table) * bs, seq.num_computed,
+                                                   seq.final_kv_len)
+            split.token += token
+            split.reserved += reserved
+            split.internal += internal
+            filled_blocks = min(seq.num_computed // bs, len(table))
+            shared = [b for b in table[:filled_blocks] if refs[b] > 1]
+            if shared:  # counted whole for this owner: take them out, add each block once
+                split.token -= len(shared) * bs
+                full_shared.update(shared)
+            partial.extend((seq, i, table[i]) for i in range(filled_blocks, len(table))
+                           if refs[table[i]] > 1)
+        split.token += len(full_shared) * bs
+        merged: dict[int, tuple[int, int]] = {}  # block -> (filled, will use), max over owners
+        for seq, i, block in partial:
+            filled = min(max(seq.num_computed - i * bs, 0), bs)
+            will = min(max(max(seq.final_kv_len, seq.num_computed) - i * bs, filled), bs)
+            split.token -= filled
+            split.reserved -= will - filled
+            split.internal -= bs - will
+            if block not in full_shared:
+                old = merged.get(block, (0, 0))
+                merged[block] = (max(old[0], filled), max(old[1], will))
+        for filled, will in merged.values():
+            split.token += filled
+            split.reserved += will - filled
+            split.internal += bs - will
+        split.cached = self.pool.num_evictable * bs
+        split.free = self.num_slots - split.held
+        return split
+
+    def is_whole(self) -> bool:
+        return not self.tables and not self.live and not self._pending and self.pool.is_whole()
+
+    def reset_stats(self) -> None:
+        """Zero the counters (after a warm-up); the cache itself stays."""
+        self.pool.evictions = 0
+        self.hit_blocks = self.pending_hit_blocks = self.hit_tokens = self.query_tokens = 0
+        self.cow_copies = self.forks = 0
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "evictions": self.pool.evictions,
+            "cache_hits_blocks": self.hit_blocks,
+            "pending_hits_blocks": self.pending_hit_blocks,
+            "cache_hit_tokens": self.hit_tokens,
+            "cache_query_tokens": self.query_tokens,
+            "cache_hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
+            "cached_blocks": self.pool.num_evictable,
+            "cow_copies": self.cow_copies,
+            "forks": self.forks,
+        }
+
+    # Tests ------------------------------------------------------------------------------
+
+    def check_consistency(self) -> None:
+        """Assert reference counts and the hash index agree with the block tables."""
+        self.pool.check()
+        owners = [0] * self.pool.num_blocks
+        for seq_id, table in self.tables.items():
+            assert len(set(table)) == len(table), f"sequence {seq_id} holds a block twice"
+            for block in table:
+                owners[block] += 1
+            hashes = self.hashes[seq_id]
+            assert len(hashes) <= len(table)
+            for block, h in zip(table, hashes, strict=False):
+                named = self.pool.hash_of.get(block)
+                assert named is None or named == h, f"block {block} is named by another prefix"
+        assert owners == self.pool.ref_counts, "reference counts differ from the block tables"
+        assert set(self.tables) == set(self.hashes) == set(self.live)
+        assert len(self._pending) == len(self._pending_hash)
+        for h, (block, owner, index) in self._pending.items():
+            assert self._pending_hash[block] == h and block not in self.pool.hash_of
+            assert self.pool.ref_counts[block] > 0, "a pending block is not held"
+            if owner >= 0:
+                assert self.tables[owner][index] == block

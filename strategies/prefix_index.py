@@ -1,0 +1,127 @@
+"""Block-level prefix cache: chained block hashes and a block pool that keeps freed blocks.
+
+A *full* block is named by `block_hash(parent, tokens)`: a digest of its parent block's hash
+and its own token ids. The chain starts from `root_hash(namespace)` (model, dtype, KV-cache
+dtype), so caches of different configurations never collide. Equal hashes mean equal token
+prefixes, hence equal KV.
+
+`CachingBlockPool` is a `BlockPool` whose freed blocks that hold a hash are not returned to
+the free list: they stay *evictable* (reusable on a later hit) in least-recently-freed order,
+and are evicted (their hash dropped) only when a fresh block is needed and the free list is
+empty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from kvbench.strategies.block_pool import BlockPool
+
+BlockHash = bytes
+
+
+def root_hash(namespace: str) -> BlockHash:
+    """The parent hash of a sequence's first block."""
+    return hashlib.blake2b(namespace.encode(), digest_size=16, person=b"kvbench-root").digest()
+
+
+def block_hash(parent: BlockHash, tokens: Sequence[int]) -> BlockHash:
+    """The hash of a full block: its parent's hash and its token ids (128-bit, collision-free
+    in practice)."""
+    h = hashlib.blake2b(parent, digest_size=16, person=b"kvbench-block")
+    h.update(array("q", tokens).tobytes())
+    return h.digest()
+
+
+class CachingBlockPool(BlockPool):
+    """Reference-counted blocks, a hash index of full blocks, and an LRU of evictable ones.
+
+    Every block is in exactly one state: *free* (on the free list, no hash), *held*
+    (reference count > 0, with or without a hash) or *evictable* (count 0, with a hash).
+    `num_free` counts free and evictable blocks: both can serve a fresh allocation.
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        super().__init__(num_blocks)
+        self.hash_of: dict[int, BlockHash] = {}  # block -> hash (registered full blocks)
+        self.block_of: dict[BlockHash, int] = {}  # hash -> block
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # count 0, hashed; LRU first
+        self.evictions = 0
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free) + len(self.evictable)
+
+    @property
+    def num_evictable(self) -> int:
+        return len(self.evictable)
+
+    def allocate(self) -> int:
+        """A fresh block: from the free list, else the least recently used evictable one."""
+        if self._free:
+            block = self._free.popleft()
+        elif self.evictable:
+            block, _ = self.evictable.popitem(last=False)
+            del self.block_of[self.hash_of.pop(block)]
+            self.evictions += 1
+        else:
+            raise MemoryError("block pool is empty")
+        self.ref_counts[block] = 1
+        return block
+
+    def release(self, block: int) -> bool:
+        """Drop one reference; at zero a hashed block becomes evictable, others free."""
+        if self.ref_counts[block] <= 0:
+            raise ValueError(f"block {block} released more often than allocated")
+        self.ref_counts[block] -= 1
+        if self.ref_counts[block]:
+            return False
+        if block in self.hash_of:
+            self.evictable[block] = None  # most recently used at the end
+        else:
+            self._free.append(block)
+        return True
+
+    def lookup(self, h: BlockHash) -> int | None:
+        return self.block_of.get(h)
+
+    def acquire(self, block: int) -> None:
+        """Take a reference on a cached block (a prefix hit), reviving it if evictable."""
+        if self.ref_counts[block] == 0:
+            del self.evictable[block]
+        self.ref_counts[block] += 1
+
+    def register(self, block: int, h: BlockHash) -> bool:
+        """Name a held full block by its hash; False when the hash (or block) is already named
+        (an identical block computed concurrently stays a private, unnamed duplicate)."""
+        if h in self.block_of or block in self.hash_of:
+            return False
+        if self.ref_counts[block] <= 0:
+            raise ValueError(f"block {block} is not held")
+        self.hash_of[block] = h
+        self.block_of[h] = block
+        return True
+
+    def is_whole(self) -> bool:
+        """Nothing is held: every block is free or evictable cache."""
+        return (
+            not any(self.ref_counts)
+            and len(self._free) + len(self.evictable) == self.num_blocks
+        )
+
+    def check(self) -> None:
+        """Assert the pool's internal consistency (tests)."""
+        free = set(self._free)
+        evictable = set(self.evictable)
+        held = {b for b in range(self.num_blocks) if self.ref_counts[b] > 0}
+        assert len(free) == len(self._free), "a block is on the free list twice"
+        assert not (free & evictable) and not (free & held) and not (evictable & held)
+        assert free | evictable | held == set(range(self.num_blocks)), "a block is lost"
+        assert all(c >= 0 for c in self.ref_counts)
+        assert not (free & set(self.hash_of)), "a free block keeps a hash"
+        assert evictable <= set(self.hash_of), "an evictable block has no hash"
+        assert len(self.hash_of) == len(self.block_of)
+        assert all(self.block_of[h] == b for b, h in self.hash_of.items())

@@ -1,0 +1,300 @@
+"""`kvbench simulate`'s pieces: GPU presets, the roofline cost model, the simulated engine.
+
+The PagedAttention finding (Kwon et al., SOSP 2023): reservation-based allocation keeps a
+small share of held KV memory as token state, paged allocation over 90%, and paged +
+continuous batching serves more at a request rate where contiguous saturates.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import deque
+
+import pytest
+import torch
+
+from kvbench.config import EngineConfig
+from kvbench.errors import KvbenchInputError
+from kvbench.gpus import GPU_PRESETS, GPUSpec, get_gpu
+from kvbench.layout import KVLayout
+from kvbench.model.config import ModelConfig
+from kvbench.model.presets import get_preset
+from kvbench.simulate_builder import activation_bytes_estimate, build_simulated_engine
+from kvbench.simulated_executor import RooflineCostModel, SimulatedClock, SimulatedExecutor
+from kvbench.step_batch import StepBatch
+from kvbench.workloads import ClippedRequestsWarning, build_workload
+
+GiB = 2**30
+
+# A model with round numbers, to check the arithmetic by hand.
+SMALL = ModelConfig(
+    name="hand",
+    vocab_size=100,
+    hidden_size=8,
+    intermediate_size=16,
+    num_layers=2,
+    num_heads=2,
+    num_kv_heads=1,
+    max_position_embeddings=64,
+)
+# peak 10,000 FLOP/s x mfu 0.5 = 5,000 FLOP/s; 1,000 B/s x 0.8 = 800 B/s; 0.25 s per step.
+ROUND_GPU = GPUSpec(
+    "round",
+    "hand-computable",
+    10 * GiB,
+    1e4,
+    1e3,
+    mfu=0.5,
+    bandwidth_efficiency=0.8,
+    step_overhead_s=0.25,
+)
+
+
+# GPU presets ------------------------------------------------------------------------------
+
+
+def test_gpu_presets_hold_datasheet_figures():
+    assert set(GPU_PRESETS) == {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "l4", "rtx-4090"}
+    a100 = get_gpu("a100-40gb")
+    assert (a100.memory_bytes, a100.peak_bf16_flops, a100.hbm_bandwidth_bytes_s) == (
+        40 * GiB,
+        312e12,
+        1555e9,
+    )
+    assert get_gpu("a100-80gb").hbm_bandwidth_bytes_s == 2039e9
+    assert get_gpu("h100-80gb").peak_bf16_flops == 989e12
+    h200 = get_gpu("h200")
+    assert (h200.memory_bytes, h200.hbm_bandwidth_bytes_s) == (141 * GiB, 4.8e12)
+    assert get_gpu("l4").peak_bf16_flops == 121e12
+    assert get_gpu("rtx-4090").peak_bf16_flops == pytest.approx(165.2e12)
+    # float32 weights run as TF32, half the bf16 rate
+    assert a100.peak_flops(4) == 156e12 and a100.peak_flops(2) == 312e12
+    assert a100.to_dict()["validated"] is False
+    with pytest.raises(KvbenchInputError, match="unknown --gpu 'v100'"):
+        get_gpu("v100")
+
+
+# Cost model -------------------------------------------------------------------------------
+
+
+def test_cost_model_matches_hand_computation():
+    # Parameters: attention 8*8 + 2*8*4 + 8*8 = 192, MLP 3*8*16 = 384, norms 16: 592 a layer;
+    # 2 layers = 1,184 dense; LM head 100*8 = 800; weights streamed (1,184 + 800 + 8) x 2 B.
+    assert SMALL.num_parameters() == 2 * 592 + 2 * 800 + 8
+    cm = RooflineCostModel(SMALL, ROUND_GPU, weight_element_bytes=2, kv_element_bytes=2)
+    assert cm.dense_params == 1184
+    assert cm.weight_bytes == 3984
+    assert cm.kv_bytes_per_token == 2 * 2 * 1 * 4 * 2 == 32
+    assert cm.attention_flops_per_pair == 4 * 2 * 2 * 4 == 64
+
+    # A fresh 3-token prefill, a decode at length 5, a 2-token chunk after 4 cached tokens.
+    # Causal query-key pairs: 3*4/2 = 6; 5; 2*4 + 2*3/2 = 11  -> 22.
+    cost = cm.cost(query_lens=[3, 1, 2], seq_lens=[3, 5, 6], num_sample_rows=2)
+    assert cost.flops == 2 * 1184 * 6 + 2 * 800 * 2 + 64 * 22 == 18816
+    assert cost.bytes == 3984 + 32 * (14 + 6) == 4624
+    assert cost.compute_s == pytest.approx(18816 / 5000)  # 3.7632 s
+    assert cost.memory_s == pytest.approx(4624 / 800)  # 5.78 s
+    assert not cost.compute_bound
+    assert cost.time_s == pytest.approx(5.78 + 0.25)
+
+    # Copies (fork / copy-on-write) are read and written once each.
+    copied = cm.cost([1], [5], 1, num_copied_slots=3)
+    assert copied.bytes == 3984 + 32 * (5 + 1 + 2 * 3)
+
+    # float32 weights: 4 B each, TF32 peak (half of bf16).
+    cm32 = RooflineCostModel(SMALL, ROUND_GPU, weight_element_bytes=4, kv_element_bytes=4)
+    c32 = cm32.cost([3, 1, 2], [3, 5, 6], 2)
+    assert c32.compute_s == pytest.approx(18816 / 2500)
+    assert c32.bytes == 3984 * 2 + 64 * 20
+
+
+def test_cost_model_regimes_on_a_real_shape():
+    """llama-2-13b on an A100 40GB: a 2,048-token prefill is compute-bound, a decode is not."""
+    model = get_preset("llama-2-13b")
+    cm = RooflineCostModel(model, get_gpu("a100-40gb"), 2, 2)
+    prefill = cm.cost([2048], [2048], 1)
+    decode = cm.cost([1] * 32, [600] * 32, 32)
+    assert prefill.compute_bound and not decode.compute_bound
+    # ~26 GB of weights over 1,555 GB/s x 0.8, plus 32 x 600 tokens x 800 KiB of KV, + 1 ms
+    assert decode.time_s == pytest.approx(
+        (cm.weight_bytes + 819200 * (32 * 600 + 32)) / (1555e9 * 0.8) + 1e-3
+    )
+    assert 0.02 < decode.time_s < 0.04
+
+
+def test_executor_advances_the_clock_and_returns_cheap_logits():
+    clock = SimulatedClock()
+    cm = RooflineCostModel(SMALL, ROUND_GPU, 2, 2)
+    executor = SimulatedExecutor(cm, clock)
+    layout = KVLayout(kind="paged", query_lens=[3, 1], seq_lens=[3, 5])
+    batch = StepBatch(
+        input_ids=[1, 2, 3, 4],
+        positions=[0, 1, 2, 4],
+        layout=layout,
+        num_prefill_seqs=1,
+        sample_rows=[2, 3],
+    )
+    logits = executor.execute(batch)
+    assert logits.shape == (2, 1) and logits.dtype == torch.float32
+    assert logits.argmax(-1).tolist() == [0, 0]
+    assert clock() == pytest.approx(cm.cost([3, 1], [3, 5], 2).time_s)
+    assert executor.stats()["steps"] == 1
+    big = StepBatch(
+        list(range(300)),
+        list(range(300)),
+        KVLayout(kind="paged", query_lens=[1] * 300, seq_lens=[1] * 300),
+        0,
+        list(range(300)),
+    )
+    assert executor.execute(big).shape == (300, 1)
+
+
+def test_clock_moves_only_forward():
+    clock = SimulatedClock(1.0)
+    clock.advance(0.5)
+    clock.sleep_until(1.2)  # in the past: no-op
+    assert clock() == 1.5
+    clock.sleep_until(3.0)
+    clock.sleep(1.0)
+    assert clock() == 4.0
+    with pytest.raises(ValueError):
+        clock.advance(-1.0)
+
+
+# Builder ----------------------------------------------------------------------------------
+
+
+def test_budget_follows_gpu_memory_utilization():
+    model = get_preset("llama-2-13b")
+    built = build_simulated_engine(EngineConfig(model="llama-2-13b", dtype="bfloat16"), "a100-40gb")
+    weights = model.num_parameters() * 2
+    activations = activation_bytes_estimate(model, 4096, 256, 2)  # max(2048, 4096) tokens
+    assert built.kv_budget_bytes == math.floor(40 * GiB * 0.9) - weights - activations
+    assert built.bytes_per_slot == 2 * 40 * 40 * 128 * 2 == 819200
+    assert built.backend == "simulated" and built.device.type == "meta"
+    assert built.engine.strategy.capacity_tokens == built.kv_budget_bytes // 819200 // 16 * 16
+    assert isinstance(built.engine.clock, SimulatedClock)
+
+    half = build_simulated_engine(
+        EngineConfig(model="llama-2-13b", dtype="bfloat16", gpu_memory_utilization=0.8), "a100-40gb"
+    )
+    assert half.kv_budget_bytes == math.floor(40 * GiB * 0.8) - weights - activations
+
+    fixed = build_simulated_engine(
+        EngineConfig(model="llama-2-13b", dtype="bfloat16", kv_memory="2GiB", kv_cache_dtype="fp8"),
+        "h100-80gb",
+    )
+    assert fixed.kv_budget_bytes == 2 * GiB
+    assert fixed.bytes_per_slot == 819200 // 2
+    fp8 = build_simulated_engine(
+        EngineConfig(model="llama-2-13b", dtype="bfloat16", strategy="fp8"), "a100-40gb"
+    )
+    assert fp8.bytes_per_slot == 819200 // 2  # the fp8 strategy implies an fp8 KV cache
+    assert fp8.kv_budget_bytes == built.kv_budget_bytes  # same budget, twice the tokens
+
+    with pytest.raises(KvbenchInputError, match="leaves no KV memory on a100-40gb"):
+        # float32 weights of a 13B model (52 GB) do not fit
+        build_simulated_engine(EngineConfig(model="llama-2-13b", dtype="float32"), "a100-40gb")
+    with pytest.raises(KvbenchInputError, match="unknown --gpu"):
+        build_simulated_engine(EngineConfig(model="llama-2-13b"), "tpu")
+
+
+def test_simulated_steps_take_modelled_time_only():
+    built = build_simulated_engine(
+        EngineConfig(model="llama-2-7b", dtype="bfloat16", kv_memory="4GiB"), "h100-80gb"
+    )
+    engine = built.engine
+    for request in _sharegpt(20, built):
+        engine.add_request(request)
+    engine.run_to_completion()
+    busy = engine.executor.stats()["busy_s"]
+    assert engine.clock() == pytest.approx(busy)
+    assert sum(s.step_ms for s in engine.steps) == pytest.approx(busy * 1e3)
+    assert all(s.overhead_ms == pytest.approx(0.0, abs=1e-9) for s in engine.steps)
+    assert engine.strategy.is_whole()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(strategy="paged", batching="static"),
+        dict(strategy="contiguous", batching="static", reserve="pow2"),
+        dict(strategy="paged", chunked_prefill=True, max_num_batched_tokens=512),
+        dict(strategy="paged", kv_cache_dtype="fp8"),
+        dict(strategy="fp8"),
+        dict(strategy="prefix"),
+    ],
+)
+def test_every_policy_runs_on_the_simulated_clock(options):
+    config = EngineConfig(model="llama-2-7b", dtype="bfloat16", kv_memory="4GiB", **options)
+    built = build_simulated_engine(config, "l4")
+    engine = built.engine
+    for request in _sharegpt(20, built):
+        engine.add_request(request)
+    engine.run_to_completion()
+    assert all(s.finish_s is not None for g in engine.sequences.values() for s in g)
+    assert engine.clock() == pytest.approx(engine.executor.stats()["busy_s"])
+    assert engine.strategy.is_whole()
+
+
+# The PagedAttention finding -----------------------------------------------------------------
+
+
+def _sharegpt(n, built, rate=math.inf):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ClippedRequestsWarning)
+        return build_workload(
+            "sharegpt",
+            n,
+            seed=0,
+            vocab_size=built.model_config.vocab_size,
+            max_model_len=built.max_model_len,
+            request_rate=rate,
+        )
+
+
+def simulate(strategy, n, rate=math.inf, gpu="a100-40gb", **options):
+    """Drive the engine on the simulated clock: arrivals join as the clock passes them."""
+    config = EngineConfig(model="llama-2-13b", strategy=strategy, dtype="bfloat16", **options)
+    built = build_simulated_engine(config, gpu)
+    engine, clock = built.engine, built.engine.clock
+    pending = deque(_sharegpt(n, built, rate))
+    requests = list(pending)
+    while pending or engine.has_unfinished():
+        while pending and pending[0].arrival_s <= clock():
+            engine.add_request(pending.popleft())
+        if not engine.has_unfinished():
+            clock.sleep_until(pending[0].arrival_s)
+            continue
+        engine.step()
+    engine.drain()
+    finish = max(s.finish_s for group in engine.sequences.values() for s in group)
+    steps = [s for s in engine.steps if s.kv_utilization is not None]
+    weight = sum(s.step_ms for s in steps)
+    return {
+        "util_mean": sum(s.kv_utilization for s in steps) / len(steps),
+        "util_time": sum(s.kv_utilization * s.step_ms for s in steps) / weight,
+        "output_tok_s": sum(r.output_len for r in requests) / (finish - requests[0].arrival_s),
+        "max_waiting": max(s.num_waiting for s in engine.steps),
+        "engine": engine,
+    }
+
+
+def test_reservation_wastes_kv_memory_and_paging_does_not():
+    contiguous = simulate("contiguous", 150, reserve="max")
+    paged = simulate("paged", 150)
+    assert contiguous["util_mean"] < 0.45 and contiguous["util_time"] < 0.45
+    assert paged["util_mean"] > 0.9 and paged["util_time"] > 0.9
+    assert paged["output_tok_s"] > contiguous["output_tok_s"]
+    assert paged["engine"].strategy.is_whole() and contiguous["engine"].strategy.is_whole()
+
+
+def test_paged_continuous_keeps_up_where_contiguous_saturates():
+    # 1 request/s: contiguous (max) fits 3 llama-2-13b requests in an A100 40GB's KV budget
+    # and falls behind (its queue grows); paged holds ~30 and keeps up with arrivals.
+    contiguous = simulate("contiguous", 120, rate=1.0, reserve="max")
+    paged = simulate("paged", 120, rate=1.0)
+    assert contiguous["max_waiting"] > 50
+    assert paged["max_waiting"] < contiguous["max_waiting"] / 4
+    assert paged["output_tok_s"] > 2 * contiguous["output_tok_s"]
