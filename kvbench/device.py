@@ -24,4 +24,5 @@ def resolve_device(name: str) -> torch.device:
 def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"cpu ({platform.processor() or platform.machine()}, {threads} thread{'s' * (threads > 1)})"

@@ -147,6 +147,7 @@ class Engine:
             kv_cached_bytes=split.cached * b,
             preemptions=len(out.preempted),
             kv_utilization=split.utilization,
+            kv_prompt_blocks=split.prompt_blocks,
             **(self.memory_probe() if self.memory_probe else {}),
         )
         self.steps.append(record)

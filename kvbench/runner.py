@@ -284,6 +284,7 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df, ste
         "peak_gpu_bytes": (
             torch.cuda.max_memory_allocated(built.device) if built.device.type == "cuda" else None
         ),
+        "prompt_blocks_max": _column_max(steps_df, "kv_prompt_blocks"),
         "gpu_used_bytes_max": _column_max(steps_df, "gpu_used_bytes"),
         "torch_reserved_bytes_max": _column_max(steps_df, "torch_reserved_bytes"),
     }

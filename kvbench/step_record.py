@@ -25,6 +25,7 @@ class StepRecord:
     kv_cached_bytes: int
     preemptions: int
     kv_utilization: float | None
+    kv_prompt_blocks: int | None = None  # distinct KV blocks holding prompt tokens (paged kinds)
     gpu_used_bytes: int | None = None  # CUDA only (pynvml), null elsewhere
     torch_allocated_bytes: int | None = None
     torch_reserved_bytes: int | None = None

@@ -9,7 +9,7 @@ from kvbench.units import format_bytes
 
 HEADERS = [
     "strategy", "done", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
-    "KV util", "util sat.", "held/token", "preempt", "prefix hit",
+    "KV util", "util sat.", "held/token", "batch avg/max", "preempt", "prefix hit",
 ]
 
 
@@ -33,6 +33,7 @@ def summary_rows(summaries: list[dict[str, Any]]) -> list[list[str]]:
             fmt(mem.get("utilization_mean"), ".1%"),
             fmt(mem.get("utilization_saturated"), ".1%"),
             _held_per_token(s),
+            f"{fmt(sch.get('batch_size_mean'))}/{sch.get('batch_size_max') or '-'}",
             str(sch.get("preemptions", 0)),
             fmt(sch.get("prefix_hit_rate"), ".1%"),
         ])

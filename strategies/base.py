@@ -22,6 +22,7 @@ class MemorySplit:
     external: int = 0
     free: int = 0
     cached: int = 0
+    prompt_blocks: int | None = None  # distinct blocks holding prompt positions (block strategies)
 
     @property
     def total(self) -> int:

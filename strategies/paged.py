@@ -101,11 +101,12 @@ class PagedStrategy(CacheStrategy):
         layout.block_tables.append(list(self.tables[seq.seq_id]))
 
     def memory_split(self, running: list[Sequence], head_waiting: Sequence | None) -> MemorySplit:
-        split = MemorySplit()
+        split = MemorySplit(prompt_blocks=0)
         for seq in running:
             table = self.tables.get(seq.seq_id)
             if not table:
                 continue
+            split.prompt_blocks += min(len(table), self.blocks_for(seq.prompt_len))
             token, reserved, internal = split_held(
                 len(table) * self.block_size, seq.num_computed, seq.final_kv_len
             )

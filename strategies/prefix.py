@@ -257,12 +257,14 @@ class PrefixCachingStrategy(PagedStrategy):
         split = MemorySplit()
         bs = self.block_size
         refs = self.pool.ref_counts
+        prompt_blocks: set[int] = set()
         full_shared: set[int] = set()  # shared blocks some owner has filled: all token slots
         partial: list[tuple[Sequence, int, int]] = []  # other shared blocks: (owner, index, block)
         for seq in running:
             table = self.tables.get(seq.seq_id)
             if not table:
                 continue
+            prompt_blocks.update(table[: self.blocks_for(seq.prompt_len)])
             token, reserved, internal = split_held(len(table) * bs, seq.num_computed,
                                                    seq.final_kv_len)
             split.token += token
@@ -292,6 +294,7 @@ class PrefixCachingStrategy(PagedStrategy):
             split.internal += bs - will
         split.cached = self.pool.num_evictable * bs
         split.free = self.num_slots - split.held
+        split.prompt_blocks = len(prompt_blocks)
         return split
 
     def is_whole(self) -> bool:
