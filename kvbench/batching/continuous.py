@@ -1,16 +1,25 @@
 """`continuous`: iteration-level batching (Orca, vLLM). Sequences join and leave every step.
 
 Default is prefill-first (vLLM's original scheduler): when waiting requests can be admitted,
-the step runs only their prefills; otherwise every running sequence decodes one token.
-With `chunked_prefill`, decodes are scheduled first and prompts fill the remaining token
-budget in chunks, so a long prompt never stalls the running decodes.
+the step runs only their whole prompts (up to `max_num_seqs` running and the token budget
+`max_num_batched_tokens`); otherwise every running sequence decodes one token.
+
+With `chunked_prefill`, running sequences are served in admission order within the token
+budget, one token per decode and a chunk per unfinished prompt, where a chunk never takes
+the tokens the decodes behind it need (so a long prompt never stalls the running decodes);
+what is left of the budget goes to new prompts from the queue, cut to fit. A step that had
+to preempt admits nothing new (as vLLM).
+
+Admission keeps `watermark` free blocks back for the running sequences to grow into (the
+strategy's `can_admit`). When a growing strategy cannot give a running sequence its next
+block, the most recently admitted sequences are preempted (`BatchingPolicy`).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from kvbench.batching.base import BatchingPolicy, ScheduleOutput
+from kvbench.batching.base import BatchingPolicy, ScheduleOutput, in_prefill, seats
 from kvbench.sequence import Sequence
 
 
@@ -21,55 +30,44 @@ class ContinuousBatching(BatchingPolicy):
         if self.limits.chunked_prefill:
             return self._schedule_chunked(waiting, now_s)
         out = ScheduleOutput()
-        budget = self.limits.max_num_batched_tokens
-        while waiting and len(self.running) < self.limits.max_num_seqs:
-            seq = waiting[0]
-            if seq.num_uncomputed > budget and out.scheduled:
-                break
-            if not self.cache.can_admit(seq, len(self.running)):
-                break
-            waiting.popleft()
-            self._admit(seq, now_s)
-            out.admitted.append(seq)
-            out.scheduled.append((seq, seq.num_uncomputed))
-            budget -= seq.num_uncomputed
+        self._admit_whole_prompts(waiting, now_s, out)
         if out.scheduled:
             return out
-        return self._schedule_running(waiting, out)
-
-    def _schedule_running(self, waiting: deque[Sequence], out: ScheduleOutput) -> ScheduleOutput:
-        """Every running sequence computes its uncomputed tokens (1 when decoding)."""
-        candidates = list(self.running)
-        scheduled: list[tuple[Sequence, int]] = []
-        while candidates:
-            seq = candidates.pop(0)
-            if self._grow_or_preempt(seq, seq.num_uncomputed, candidates, waiting, out):
-                scheduled.append((seq, seq.num_uncomputed))
-        out.scheduled.extend(scheduled)
+        self._schedule_decodes(list(self.running), waiting, out)
+        if not out.scheduled:  # everything running was preempted: start over from the queue
+            self._admit_whole_prompts(waiting, now_s, out)
         return out
 
     def _schedule_chunked(self, waiting: deque[Sequence], now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()
         budget = self.limits.max_num_batched_tokens
-        candidates = list(self.running)
-        # Decodes first, oldest first; then running prefills that were cut into chunks.
-        candidates.sort(key=lambda s: 0 if s.is_decoding else 1)
-        decoding = [s for s in candidates if s.is_decoding]
-        ordered = decoding + [s for s in candidates if not s.is_decoding]
-        pending = list(ordered)
+        pending = deque(self.running)  # admission order: preemption victims come off the end
+        decodes_left = sum(1 for s in pending if not in_prefill(s))
         while pending and budget > 0:
-            seq = pending.pop(0)
-            n = min(seq.num_uncomputed, budget)
+            seq = pending.popleft()
+            if not in_prefill(seq):
+                decodes_left -= 1
+                n = 1
+            else:
+                # leave one token of the budget for every decode behind this prompt
+                n = min(seq.num_uncomputed, budget - decodes_left)
+                if n <= 0:
+                    continue
+            preempted = len(out.preempted)
             if self._grow_or_preempt(seq, n, pending, waiting, out):
                 out.scheduled.append((seq, n))
                 budget -= n
-        if out.preempted:
+            if len(out.preempted) != preempted:
+                decodes_left = sum(1 for s in pending if not in_prefill(s))
+        if out.preempted and out.scheduled:
             return out
-        while waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
+        occupied = self.occupied_seats()
+        while waiting and budget > 0 and self.seats_free_for(waiting[0], occupied):
             seq = waiting[0]
             if not self.cache.can_admit(seq, len(self.running)):
                 break
             waiting.popleft()
+            occupied += seats(seq, self.limits.max_num_seqs)
             self._admit(seq, now_s)
             out.admitted.append(seq)
             n = min(seq.num_uncomputed, budget)
