@@ -41,6 +41,42 @@ def effective_config(config: EngineConfig) -> EngineConfig:
     return config
 
 
+def resolve_lengths(config: EngineConfig, model_config: ModelConfig) -> tuple[int, int]:
+    """(max_model_len, max_num_batched_tokens) after defaults, checked against the model."""
+    max_model_len = config.max_model_len or model_config.max_position_embeddings
+    if max_model_len > model_config.max_position_embeddings:
+        raise KvbenchInputError(
+            f"--max-model-len {max_model_len} exceeds the model's "
+            f"{model_config.max_position_embeddings} positions"
+        )
+    max_batched = config.max_num_batched_tokens or max(2048, max_model_len)
+    if max_batched < max_model_len and not config.chunked_prefill:
+        raise KvbenchInputError(
+            f"--max-num-batched-tokens {max_batched} is below --max-model-len {max_model_len}: "
+            "long prompts could never be scheduled (enable --chunked-prefill or raise it)"
+        )
+    return max_model_len, max_batched
+
+
+def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
+    num_slots = budget_bytes // bytes_per_slot
+    if num_slots < 1:
+        raise KvbenchInputError(
+            f"--kv-memory {budget_bytes} bytes holds no token: one token needs "
+            f"{bytes_per_slot} bytes"
+        )
+    return num_slots
+
+
+def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int):
+    """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes."""
+    return make_strategy(
+        config.strategy, num_slots, max_model_len, block_size=config.block_size,
+        reserve=config.reserve, watermark=config.watermark,
+        namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
+    )
+
+
 def build_engine(
     config: EngineConfig,
     clock: Callable[[], float] | None = None,
@@ -58,31 +94,12 @@ def build_engine(
         model, model_config = load_model(config.model, dtype=dtype, device=device, seed=config.seed)
         if model_cache is not None:
             model_cache[key] = (model, model_config)
-    max_model_len = config.max_model_len or model_config.max_position_embeddings
-    if max_model_len > model_config.max_position_embeddings:
-        raise KvbenchInputError(
-            f"--max-model-len {max_model_len} exceeds the model's "
-            f"{model_config.max_position_embeddings} positions"
-        )
-    max_batched = config.max_num_batched_tokens or max(2048, max_model_len)
-    if max_batched < max_model_len and not config.chunked_prefill:
-        raise KvbenchInputError(
-            f"--max-num-batched-tokens {max_batched} is below --max-model-len {max_model_len}: "
-            "long prompts could never be scheduled (enable --chunked-prefill or raise it)"
-        )
+    max_model_len, max_batched = resolve_lengths(config, model_config)
     kv_dtype = kv_cache_torch_dtype(config, dtype)
     bytes_per_slot = model_config.kv_bytes_per_token(kv_element_bytes(kv_dtype))
     budget = resolve_kv_budget_bytes(config, device, model, max_batched)
-    num_slots = budget // bytes_per_slot
-    if num_slots < 1:
-        raise KvbenchInputError(
-            f"--kv-memory {budget} bytes holds no token: one token needs {bytes_per_slot} bytes"
-        )
-    strategy = make_strategy(
-        config.strategy, num_slots, max_model_len, block_size=config.block_size,
-        reserve=config.reserve, watermark=config.watermark,
-        namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
-    )
+    num_slots = arena_slots(budget, bytes_per_slot)
+    strategy = strategy_for(config, num_slots, max_model_len)
     backend = resolve_backend(config.attention_backend, device)
     arena = KVArena(model_config, num_slots, kv_dtype, device, kv_scale=config.kv_scale)
     executor = ModelExecutor(model, arena, get_ops(backend), device, backend)

@@ -23,14 +23,19 @@ import torch
 from kvbench.batching import SchedulerLimits, make_policy
 from kvbench.config import EngineConfig
 from kvbench.engine import Engine
-from kvbench.engine_builder import BuiltEngine, effective_config
+from kvbench.engine_builder import (
+    BuiltEngine,
+    arena_slots,
+    effective_config,
+    resolve_lengths,
+    strategy_for,
+)
 from kvbench.errors import KvbenchInputError
 from kvbench.gpus import GPUSpec, get_gpu
 from kvbench.kv_budget import kv_cache_torch_dtype, kv_element_bytes
 from kvbench.model.config import ModelConfig
 from kvbench.model.loader import parse_dtype, resolve_model_config
 from kvbench.simulated_executor import RooflineCostModel, SimulatedClock, SimulatedExecutor
-from kvbench.strategies import make_strategy
 from kvbench.units import format_bytes
 
 SIMULATE_DEFAULT_DTYPE = "bfloat16"
@@ -92,18 +97,7 @@ def build_simulated_engine(
     model_config = resolve_model_config(config.model)
     dtype = parse_dtype(config.dtype)
     weight_bytes_per_param = torch.empty((), dtype=dtype).element_size()
-    max_model_len = config.max_model_len or model_config.max_position_embeddings
-    if max_model_len > model_config.max_position_embeddings:
-        raise KvbenchInputError(
-            f"--max-model-len {max_model_len} exceeds the model's "
-            f"{model_config.max_position_embeddings} positions"
-        )
-    max_batched = config.max_num_batched_tokens or max(2048, max_model_len)
-    if max_batched < max_model_len and not config.chunked_prefill:
-        raise KvbenchInputError(
-            f"--max-num-batched-tokens {max_batched} is below --max-model-len {max_model_len}: "
-            "long prompts could never be scheduled (enable --chunked-prefill or raise it)"
-        )
+    max_model_len, max_batched = resolve_lengths(config, model_config)
     kv_dtype = kv_cache_torch_dtype(config, dtype)
     kv_elem = kv_element_bytes(kv_dtype)
     bytes_per_slot = model_config.kv_bytes_per_token(kv_elem)
@@ -112,20 +106,7 @@ def build_simulated_engine(
         model_config, max_batched, config.max_num_seqs, weight_bytes_per_param
     )
     budget = simulated_kv_budget_bytes(config, spec, weights, activations)
-    num_slots = budget // bytes_per_slot
-    if num_slots < 1:
-        raise KvbenchInputError(
-            f"--kv-memory {budget} bytes holds no token: one token needs {bytes_per_slot} bytes"
-        )
-    strategy = make_strategy(
-        config.strategy,
-        num_slots,
-        max_model_len,
-        block_size=config.block_size,
-        reserve=config.reserve,
-        watermark=config.watermark,
-        namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
-    )
+    strategy = strategy_for(config, arena_slots(budget, bytes_per_slot), max_model_len)
     clock = SimulatedClock(start_s)
     cost_model = RooflineCostModel(model_config, spec, weight_bytes_per_param, kv_elem)
     executor = SimulatedExecutor(cost_model, clock)
