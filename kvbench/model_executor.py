@@ -127,6 +127,12 @@ class ModelExecutor(Executor):
     def _attention(self, layout: KVLayout, idx: _BatchTensors):
         ops, arena, scale = self.ops, self.arena, self.softmax_scale
         p, pt = idx.num_prefill_seqs, idx.num_prefill_tokens
+        # Host-side maxima spare the Triton wrappers a device sync per layer.
+        prefill_extra: dict = {}
+        decode_extra: dict = {}
+        if self.backend_name == "triton":
+            prefill_extra = {"max_query_len": max(layout.query_lens[:p], default=1)}
+            decode_extra = {"max_seq_len": max(layout.seq_lens[p:], default=1)}
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kc, vc = arena.k[layer], arena.v[layer]
@@ -141,23 +147,24 @@ class ModelExecutor(Executor):
                     if layout.kind == "paged":
                         out[:pt] = ops.paged_attention(
                             q[:pt], kc, vc, idx.block_tables[:p], idx.query_start_loc,
-                            idx.seq_lens[:p], layout.block_size, scale, ks, vs,
+                            idx.seq_lens[:p], layout.block_size, scale, ks, vs, **prefill_extra,
                         )
                     else:
                         out[:pt] = ops.contiguous_attention(
                             q[:pt], kc, vc, idx.start_slots[:p], idx.query_start_loc,
-                            idx.seq_lens[:p], scale, ks, vs,
+                            idx.seq_lens[:p], scale, ks, vs, **prefill_extra,
                         )
             if q.shape[0] > pt:
                 with trace_range("decode_attention", layer=layer, seqs=q.shape[0] - pt):
                     if layout.kind == "paged":
                         out[pt:] = ops.paged_decode_attention(
                             q[pt:], kc, vc, idx.block_tables[p:], idx.seq_lens[p:],
-                            layout.block_size, scale, ks, vs,
+                            layout.block_size, scale, ks, vs, **decode_extra,
                         )
                     else:
                         out[pt:] = ops.contiguous_decode_attention(
                             q[pt:], kc, vc, idx.start_slots[p:], idx.seq_lens[p:], scale, ks, vs,
+                            **decode_extra,
                         )
             return out
 
