@@ -1,0 +1,121 @@
+"""`--engine hf`: the workload through transformers' `generate()`, same weights, same files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pandas as pd
+import pytest
+
+import kvbench
+from kvbench.cli import main
+from kvbench.config import EngineConfig
+from kvbench.errors import KvbenchInputError
+from kvbench.workloads.request import Request
+from tests.conftest import random_prompts
+
+pytest.importorskip("transformers")
+
+from kvbench.hf_engine import build_hf_engine  # noqa: E402
+
+NEW_TOKENS = 24
+
+
+def hf_outputs(model: str, prompts, output_lens, max_num_seqs: int, model_cache=None):
+    built = build_hf_engine(EngineConfig(model=model, max_num_seqs=max_num_seqs, device="cpu"),
+                            model_cache=model_cache)
+    engine = built.engine
+    for i, (prompt, n) in enumerate(zip(prompts, output_lens, strict=True)):
+        engine.add_request(Request(i, 0.0, tuple(prompt), n))
+    engine.run_to_completion()
+    return engine, [engine.sequences[i][0].token_ids[len(p):] for i, p in enumerate(prompts)]
+
+
+def test_greedy_tokens_equal_kvbench_for_a_checkpoint_folder(hf_checkpoint, tmp_path):
+    """Left-padded static batches of mixed lengths. The folder's configs name as EOS a token
+    that the greedy outputs contain: it must not stop them (lengths come from the workload)."""
+    source, _ = hf_checkpoint
+    prompts = random_prompts(32, 512, seed=3, min_len=1, max_len=30)
+    output_lens = [NEW_TOKENS - (i % 5) for i in range(len(prompts))]
+    want = [
+        out[:n] for out, n in zip(
+            kvbench.generate(prompts, NEW_TOKENS, model=str(source), kv_memory="4MiB"),
+            output_lens, strict=True)
+    ]
+    folder = tmp_path / "model"
+    shutil.copytree(source, folder)
+    eos = want[0][1]
+    for name in ("config.json", "generation_config.json"):
+        path = folder / name
+        if path.exists():
+            config = json.loads(path.read_text())
+            config["eos_token_id"] = eos
+            path.write_text(json.dumps(config))
+    engine, got = hf_outputs(str(folder), prompts, output_lens, max_num_seqs=12)
+    assert got == want
+    assert [len(t) for t in got] == output_lens
+
+
+def test_greedy_tokens_equal_kvbench_for_a_preset_with_the_same_weights():
+    from tests.batching.helpers import Reference, model_cache
+
+    reference = Reference()
+    prompts = random_prompts(10, 2048, seed=4, min_len=1, max_len=50)
+    output_lens = [1 + (7 * i) % 20 for i in range(len(prompts))]
+    engine, got = hf_outputs("tiny", prompts, output_lens, max_num_seqs=4,
+                             model_cache=model_cache())
+    assert got == [reference.tokens(p, n) for p, n in zip(prompts, output_lens, strict=True)]
+
+
+def test_timestamps_and_step_records_are_measured():
+    from tests.batching.helpers import model_cache
+
+    prompts = random_prompts(5, 2048, seed=5, min_len=3, max_len=20)
+    output_lens = [3, 8, 1, 5, 2]
+    engine, _ = hf_outputs("tiny", prompts, output_lens, max_num_seqs=3,
+                           model_cache=model_cache())
+    for i, n in enumerate(output_lens):
+        seq = engine.sequences[i][0]
+        times = seq.token_times_s
+        assert len(times) == n and times == sorted(times)
+        assert seq.admitted_s <= seq.first_token_s == times[0] and seq.finish_s == times[-1]
+    # one record per forward: batches of 3 and 2 run max(3, 8, 1) and max(5, 2) steps
+    steps = engine.steps
+    assert len(steps) == 8 + 5
+    assert [s.num_prefill_seqs for s in steps] == [3] + [0] * 7 + [2] + [0] * 4
+    assert all(0 <= s.overhead_ms <= s.step_ms for s in steps)
+    assert [s.num_running for s in steps[:8]] == [3, 2, 2, 1, 1, 1, 1, 1]
+    assert engine.strategy is None and not engine.has_unfinished()
+
+
+def test_run_with_engine_hf_writes_the_results_files(tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", "--engine", "hf", "--workload", "uniform", "--num-requests", "6",
+                 "--max-num-seqs", "4", "--warmup", "1", "--out", str(out), "--quiet"]) == 0
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    for name in ("config.json", "summary.json", "requests.csv", "steps.csv"):
+        assert (folder / name).is_file(), name
+    assert not (folder / "INCOMPLETE").exists()
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["label"] == "hf-generate" and summary["executor"] == "hf"
+    assert summary["completed"] == 6 and summary["throughput"]["output_tok_s"] > 0
+    assert summary["latency_ms"]["ttft"]["p50"] > 0 and summary["latency_ms"]["tpot"]["p50"] > 0
+    memory = summary["memory"]
+    assert memory["kv_budget_bytes"] is None and memory["utilization_mean"] is None
+    assert all(v is None for v in memory["breakdown_mean"].values())
+    assert summary["scheduler"]["batch_size_max"] == 4
+    requests = pd.read_csv(folder / "requests.csv")
+    assert (requests["output_tokens"] == requests["output_len"]).all()
+    steps = pd.read_csv(folder / "steps.csv")
+    assert steps["kv_token_bytes"].isna().all() and (steps["preemptions"] == 0).all()
+    assert (steps["overhead_ms"] <= steps["step_ms"]).all()
+
+
+def test_missing_transformers_is_an_input_error(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(KvbenchInputError, match="pip install transformers"):
+        build_hf_engine(EngineConfig())
+    assert main(["run", "--engine", "hf", "--num-requests", "2", "--quiet"]) == 2
+    assert "--engine hf needs transformers" in capsys.readouterr().err
