@@ -167,6 +167,31 @@ def _decode(q, k_cache, v_cache, slots, seq_lens, softmax_scale, k_scale, v_scal
     return out.reshape(num_seqs, num_q_heads, head_dim).to(q.dtype)
 
 
+def _bucketed_decode(q, k_cache, v_cache, seq_lens, slots_of, softmax_scale, k_scale, v_scale):
+    """Decode in buckets of similar length, so padding at most doubles the keys read.
+
+    One padded batch would cost batch × longest context; with ragged (chat-like) lengths the
+    buckets cost about the sum of the contexts, which is what the attention itself needs.
+    """
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if q.shape[0] == 0:
+        return out
+    lens = seq_lens.tolist()
+    order = sorted(range(len(lens)), key=lambda i: -lens[i])
+    start = 0
+    while start < len(order):
+        longest = lens[order[start]]
+        end = start + 1
+        while end < len(order) and 2 * lens[order[end]] >= longest:
+            end += 1
+        rows = torch.tensor(order[start:end], device=q.device)
+        slots = slots_of(rows, max(longest, 1))
+        out[rows] = _decode(q[rows], k_cache, v_cache, slots, seq_lens[rows], softmax_scale,
+                            k_scale, v_scale)
+        start = end
+    return out
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -179,12 +204,15 @@ def paged_decode_attention(
     v_scale: Scale = None,
 ) -> torch.Tensor:
     """Decode: `q` `[S, Hq, D]`, the newest token of each sequence, already written to the cache."""
-    max_len = int(seq_lens.max()) if seq_lens.numel() else 0
-    pos = torch.arange(max_len, device=q.device)
     max_blocks = block_tables.shape[1]
-    block_idx = (pos // block_size).clamp(max=max_blocks - 1)
-    slots = block_tables.long()[:, block_idx] * block_size + pos % block_size
-    return _decode(q, k_cache, v_cache, slots, seq_lens, softmax_scale, k_scale, v_scale)
+
+    def slots_of(rows: torch.Tensor, max_len: int) -> torch.Tensor:
+        pos = torch.arange(max_len, device=q.device)
+        block_idx = (pos // block_size).clamp(max=max_blocks - 1)
+        return block_tables[rows].long()[:, block_idx] * block_size + pos % block_size
+
+    return _bucketed_decode(q, k_cache, v_cache, seq_lens, slots_of, softmax_scale, k_scale,
+                            v_scale)
 
 
 def contiguous_decode_attention(
@@ -198,9 +226,11 @@ def contiguous_decode_attention(
     v_scale: Scale = None,
 ) -> torch.Tensor:
     """Decode reading each sequence's K/V from `[start_slot, start_slot + seq_len)`."""
-    max_len = int(seq_lens.max()) if seq_lens.numel() else 0
-    pos = torch.arange(max_len, device=q.device)
-    slots = start_slots.long()[:, None] + pos[None, :]
-    # Padding positions may run past the arena's end; they are masked, so clamp the gather.
-    slots = slots.clamp(max=k_cache.shape[0] - 1)
-    return _decode(q, k_cache, v_cache, slots, seq_lens, softmax_scale, k_scale, v_scale)
+    def slots_of(rows: torch.Tensor, max_len: int) -> torch.Tensor:
+        pos = torch.arange(max_len, device=q.device)
+        slots = start_slots[rows].long()[:, None] + pos[None, :]
+        # Padding positions may run past the arena's end; they are masked, so clamp the gather.
+        return slots.clamp(max=k_cache.shape[0] - 1)
+
+    return _bucketed_decode(q, k_cache, v_cache, seq_lens, slots_of, softmax_scale, k_scale,
+                            v_scale)
