@@ -14,6 +14,7 @@ All arithmetic is float32; outputs take `q`'s dtype.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite float8_e4m3fn value
@@ -152,18 +153,21 @@ def contiguous_attention(
 
 
 def _decode(q, k_cache, v_cache, slots, seq_lens, softmax_scale, k_scale, v_scale):
-    """One query per sequence over gathered `slots` `[S, L]` (padding masked by `seq_lens`)."""
+    """One query per sequence over gathered `slots` `[S, L]` (padding masked by `seq_lens`).
+
+    Each KV head's group of query heads is the query "length" of one scaled-dot-product
+    attention over that head's keys, so GQA needs no repeated K/V.
+    """
     num_seqs, num_q_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
-    k = dequantize(k_cache[slots], k_scale)  # [S, L, Hkv, D]
-    v = dequantize(v_cache[slots], v_scale)
+    k = dequantize(k_cache[slots], k_scale).transpose(1, 2)  # [S, Hkv, L, D]
+    v = dequantize(v_cache[slots], v_scale).transpose(1, 2)
     qf = q.float().reshape(num_seqs, num_kv_heads, group, head_dim)
-    scores = torch.einsum("shgd,slhd->shgl", qf, k) * softmax_scale
-    pad = torch.arange(slots.shape[1], device=q.device)[None, :] >= seq_lens.long()[:, None]
-    scores.masked_fill_(pad[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    out = torch.einsum("shgl,slhd->shgd", probs, v)
+    valid = torch.arange(slots.shape[1], device=q.device)[None, :] < seq_lens.long()[:, None]
+    out = F.scaled_dot_product_attention(
+        qf, k, v, attn_mask=valid[:, None, None, :], scale=softmax_scale
+    )
     return out.reshape(num_seqs, num_q_heads, head_dim).to(q.dtype)
 
 

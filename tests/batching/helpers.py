@@ -11,6 +11,7 @@ flip on.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -78,6 +79,12 @@ class Reference:
             assert engine.strategy.is_whole()
             self._tokens[prompt] = known
         return known[:output_len]
+
+
+@functools.cache
+def shared_reference(max_model_len: int = 64) -> Reference:
+    """One `Reference` per `max_model_len`, built on first use (not at import)."""
+    return Reference(max_model_len=max_model_len)
 
 
 def generated(engine: Engine, request_id: int) -> list[list[int]]:

@@ -11,21 +11,19 @@ from kvbench.cli import main
 from tests.batching.helpers import (
     TINY_BYTES_PER_SLOT,
     PreemptionOrder,
-    Reference,
     drive,
     generated,
     make_engine,
     prompt_of,
     request,
     run_recorded,
+    shared_reference,
 )
-
-REFERENCE = Reference(max_model_len=64)
 
 
 def expected(engine, request_id: int) -> list[int]:
     req = engine.sequences[request_id][0].request
-    return REFERENCE.tokens(req.prompt_token_ids, req.output_len)
+    return shared_reference().tokens(req.prompt_token_ids, req.output_len)
 
 
 def test_sequences_join_and_leave_at_every_step():
@@ -161,7 +159,7 @@ def test_forced_preemptions_complete_with_the_unpreempted_tokens():
     preemptions = sum(s.preemptions for g in tight.sequences.values() for s in g)
     assert preemptions > 0 and sum(r.preemptions for r in roomy.steps) == 0
     assert sum(r.preemptions for r in tight.steps) == preemptions
-    assert got == want == [REFERENCE.tokens(p, 40) for p in prompts]
+    assert got == want == [shared_reference().tokens(p, 40) for p in prompts]
 
 
 def test_preemption_counts_in_steps_and_requests_csv(tmp_path):

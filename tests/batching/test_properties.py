@@ -21,15 +21,14 @@ from kvbench.strategies import STRATEGIES
 from tests.batching.helpers import (
     TINY_BYTES_PER_SLOT,
     PreemptionOrder,
-    Reference,
     drive,
     generated,
     make_engine,
     request,
+    shared_reference,
 )
 
 MAX_MODEL_LEN = 64
-REFERENCE = Reference(max_model_len=MAX_MODEL_LEN)
 # A longer random search: KVBENCH_PROPERTY_EXAMPLES=500 pytest tests/batching/test_properties.py
 EXAMPLES = int(os.environ.get("KVBENCH_PROPERTY_EXAMPLES", "0"))
 SETTINGS = settings(
@@ -98,7 +97,8 @@ def _run_and_check(options, requests) -> None:
     for _, req in requests:
         samples = engine.sequences[req.request_id]
         assert len(samples) == req.n
-        expected = REFERENCE.tokens(req.prompt_token_ids, req.output_len)
+        reference = shared_reference(MAX_MODEL_LEN)
+        expected = reference.tokens(req.prompt_token_ids, req.output_len)
         for seq, tokens in zip(samples, generated(engine, req.request_id), strict=True):
             assert seq.status is SequenceStatus.FINISHED and seq.finish_s is not None
             assert len(tokens) == req.output_len

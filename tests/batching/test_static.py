@@ -6,15 +6,13 @@ import pytest
 
 from tests.batching.helpers import (
     TINY_BYTES_PER_SLOT,
-    Reference,
     generated,
     make_engine,
     prompt_of,
     request,
     run_recorded,
+    shared_reference,
 )
-
-REFERENCE = Reference(max_model_len=64)
 
 
 def test_batch_runs_until_every_member_finishes_and_arrivals_wait():
@@ -36,7 +34,8 @@ def test_batch_runs_until_every_member_finishes_and_arrivals_wait():
     assert all(engine.sequences[r][0].admitted_s >= first_batch_done for r in (3, 4))
     for r, n in outputs.items():
         (tokens,) = generated(engine, r)
-        assert tokens == REFERENCE.tokens(engine.sequences[r][0].request.prompt_token_ids, n)
+        prompt = engine.sequences[r][0].request.prompt_token_ids
+        assert tokens == shared_reference().tokens(prompt, n)
 
 
 @pytest.mark.parametrize(("strategy", "reserve"), [("paged", "max"), ("contiguous", "exact")])
@@ -89,7 +88,7 @@ def test_chunked_prefill_cuts_static_prompts_to_the_budget():
     assert tokens == [(16, 0), (14, 0), (0, 2)]
     for r in (0, 1):
         req = engine.sequences[r][0].request
-        assert generated(engine, r) == [REFERENCE.tokens(req.prompt_token_ids, 2)]
+        assert generated(engine, r) == [shared_reference().tokens(req.prompt_token_ids, 2)]
 
 
 def test_member_preempted_by_a_paged_batch_finishes_in_a_later_batch():
@@ -111,4 +110,4 @@ def test_member_preempted_by_a_paged_batch_finishes_in_a_later_batch():
     assert victim_step == 9
     assert snaps[readmit].record.num_prefill_tokens == 4 + 9
     for r in (0, 1):
-        assert generated(engine, r) == [REFERENCE.tokens(prompt_of(r, 4), 12)]
+        assert generated(engine, r) == [shared_reference().tokens(prompt_of(r, 4), 12)]
