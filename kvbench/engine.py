@@ -57,6 +57,7 @@ class Engine:
         self.prefill_tokens_computed = 0
         self._seq_ids = itertools.count()
         self._unfinished = 0
+        self._unrecorded_preemptions = 0
 
     # Requests ---------------------------------------------------------------------------
 
@@ -105,6 +106,7 @@ class Engine:
             with trace_range("schedule", waiting=len(self.waiting), running=self.num_running):
                 out = self.policy.schedule(self.waiting, t_start)
             if not out.scheduled:
+                self._unrecorded_preemptions += len(out.preempted)  # goes in the next row
                 if self.waiting and not self.policy.has_work():
                     raise KvbenchRunError(
                         f"scheduler stalled: request {self.waiting[0].request.request_id} "
@@ -128,6 +130,7 @@ class Engine:
         t_end = self.clock()
         self.prefill_tokens_computed += sum(n for _, n in prefills)
         b = self.bytes_per_slot
+        unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
         record = StepRecord(
             step=len(self.steps),
             t_s=t_start,
@@ -145,7 +148,7 @@ class Engine:
             kv_external_bytes=split.external * b,
             kv_free_bytes=split.free * b,
             kv_cached_bytes=split.cached * b,
-            preemptions=len(out.preempted),
+            preemptions=len(out.preempted) + unrecorded,
             kv_utilization=split.utilization,
             kv_prompt_blocks=split.prompt_blocks,
             **(self.memory_probe() if self.memory_probe else {}),

@@ -98,7 +98,7 @@ def _build(run: RunConfig, model_cache: dict | None) -> BuiltEngine:
     if run.engine_kind == "hf":
         from kvbench.hf_engine import build_hf_engine
 
-        return build_hf_engine(run.engine)
+        return build_hf_engine(run.engine, clock=WallClock(), model_cache=model_cache)
     return build_engine(run.engine, clock=WallClock(), model_cache=model_cache)
 
 
@@ -229,7 +229,7 @@ def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress
                     done += 1
             last = engine.steps[-1] if engine.steps else None
             held = None
-            if last is not None:
+            if last is not None and last.kv_free_bytes is not None:
                 arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
                     last.kv_external_bytes + last.kv_free_bytes
                 used = arena - last.kv_free_bytes

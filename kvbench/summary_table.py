@@ -49,7 +49,9 @@ def render_summary(summaries: list[dict[str, Any]]) -> str:
         f"budget {format_bytes(mem['kv_budget_bytes'])}"
     )
     caps = ", ".join(
-        f"{s['label']}: {s['memory']['kv_capacity_tokens']} tokens" for s in summaries
+        f"{s['label']}: {s['memory']['kv_capacity_tokens'] or 'n/a'}"
+        + (" tokens" if s["memory"]["kv_capacity_tokens"] else "")
+        for s in summaries
     )
     return "\n".join([header, f"KV capacity: {caps}", "",
                       format_table(HEADERS, summary_rows(summaries))])
