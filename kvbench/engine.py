@@ -19,6 +19,17 @@ from kvbench.tracing import get_recorder, trace_range
 from kvbench.workloads.request import Request
 
 
+def check_request_lengths(request: Request, max_model_len: int) -> None:
+    """A request any engine must refuse: empty, or longer than the model's maximum length."""
+    if request.prompt_len < 1 or request.output_len < 1:
+        raise KvbenchInputError(f"request {request.request_id}: empty prompt or output")
+    if request.prompt_len + request.output_len > max_model_len:
+        raise KvbenchInputError(
+            f"request {request.request_id}: prompt ({request.prompt_len}) + output "
+            f"({request.output_len}) tokens exceed the maximum model length {max_model_len}"
+        )
+
+
 def _is_decode(seq: Sequence, num_new: int) -> bool:
     return num_new == 1 and seq.num_generated > 0 and seq.num_computed == len(seq.token_ids) - 1
 
@@ -63,14 +74,7 @@ class Engine:
 
     def check_request(self, request: Request) -> None:
         """Raise `KvbenchInputError` for a request that could never run on this engine."""
-        if request.prompt_len < 1 or request.output_len < 1:
-            raise KvbenchInputError(f"request {request.request_id}: empty prompt or output")
-        if request.prompt_len + request.output_len > self.max_model_len:
-            raise KvbenchInputError(
-                f"request {request.request_id}: prompt ({request.prompt_len}) + output "
-                f"({request.output_len}) tokens exceed the maximum model length "
-                f"{self.max_model_len}"
-            )
+        check_request_lengths(request, self.max_model_len)
         probe = Sequence(-1, request, 0, list(request.prompt_token_ids))
         need = self.strategy.required_slots(probe)
         if need > self.strategy.capacity_tokens:

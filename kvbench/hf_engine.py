@@ -43,6 +43,7 @@ import torch
 from kvbench.clock import WallClock
 from kvbench.config import EngineConfig
 from kvbench.device import resolve_device
+from kvbench.engine import check_request_lengths
 from kvbench.engine_builder import BuiltEngine, resolve_lengths
 from kvbench.errors import KvbenchInputError
 from kvbench.model.config import ModelConfig
@@ -163,14 +164,7 @@ class HFGenerateEngine:
     # Requests ---------------------------------------------------------------------------
 
     def check_request(self, request: Request) -> None:
-        if request.prompt_len < 1 or request.output_len < 1:
-            raise KvbenchInputError(f"request {request.request_id}: empty prompt or output")
-        if request.prompt_len + request.output_len > self.max_model_len:
-            raise KvbenchInputError(
-                f"request {request.request_id}: prompt ({request.prompt_len}) + output "
-                f"({request.output_len}) tokens exceed the maximum model length "
-                f"{self.max_model_len}"
-            )
+        check_request_lengths(request, self.max_model_len)
 
     def add_request(self, request: Request) -> None:
         """Queue the request; `n > 1` samples become `n` rows of a batch."""
