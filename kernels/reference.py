@@ -86,14 +86,16 @@ def _attend(
     n, num_q_heads, head_dim = q.shape
     seq_len, num_kv_heads, _ = k.shape
     group = num_q_heads // num_kv_heads
-    qf = q.float().reshape(n, num_kv_heads, group, head_dim)
-    scores = torch.einsum("nhgd,lhd->hgnl", qf, k) * softmax_scale
+    # [Hkv, G*n, D]: each KV head's query heads stacked as rows of one attention
+    qf = q.float().reshape(n, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)
     query_pos = torch.arange(seq_len - n, seq_len, device=q.device)
     key_pos = torch.arange(seq_len, device=q.device)
-    scores.masked_fill_(key_pos[None, :] > query_pos[:, None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    out = torch.einsum("hgnl,lhd->nhgd", probs, v)
-    return out.reshape(n, num_q_heads, head_dim)
+    visible = key_pos[None, :] <= query_pos[:, None]  # [n, L], causal with a cached prefix
+    out = F.scaled_dot_product_attention(
+        qf, k.transpose(0, 1)[:, None], v.transpose(0, 1)[:, None], attn_mask=visible,
+        scale=softmax_scale,
+    )  # [Hkv, G, n, D]
+    return out.permute(2, 0, 1, 3).reshape(n, num_q_heads, head_dim)
 
 
 def _varlen_attention(q, k_cache, v_cache, query_start_loc, seq_lens, slots_of, softmax_scale,
