@@ -344,11 +344,15 @@ def list_command() -> None:
     rows = []
     for c in PRESETS.values():
         rows.append([c.name, c.num_layers, c.hidden_size, f"{c.num_heads}/{c.num_kv_heads}",
-                     c.head_dim, f"{c.num_parameters() / 1e9:.2f}B", c.max_position_embeddings,
+                     c.head_dim, _params(c.num_parameters()), c.max_position_embeddings,
                      format_bytes(c.kv_bytes_per_token(2))])
     click.echo(format_table(
         ["preset", "layers", "hidden", "heads q/kv", "head dim", "params", "max len",
          "KV/token bf16"], rows))
+
+
+def _params(count: int) -> str:
+    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.1f}M"
 
 
 def _register_optional_commands() -> None:
