@@ -19,9 +19,8 @@ Arrivals: offline unless an arrival process is applied (`arrivals.py`).
 
 from __future__ import annotations
 
-from kvbench.workloads.params import check_float, check_int
+from kvbench.workloads.lognormal import lognormal_requests
 from kvbench.workloads.request import Request
-from kvbench.workloads.sampling import TokenSampler, lognormal_lengths, lognormal_mu, rng_for
 
 SUMMARY = "long prompts, short outputs: lognormal, mean 1024 in / 64 out tokens"
 
@@ -42,21 +41,7 @@ def build_summarize(
     output_mean: float = DEFAULTS["output_mean"],
     output_sigma: float = DEFAULTS["output_sigma"],
 ) -> list[Request]:
-    num_requests = check_int("num_requests", num_requests)
-    input_mean = check_float("input_mean", input_mean, 1.0)
-    output_mean = check_float("output_mean", output_mean, 1.0)
-    input_sigma = check_float("input_sigma", input_sigma, 0.0)
-    output_sigma = check_float("output_sigma", output_sigma, 0.0)
-
-    lengths = rng_for(seed, "summarize.lengths")
-    prompt_lens = lognormal_lengths(
-        lengths, num_requests, lognormal_mu(input_mean, input_sigma), input_sigma
+    return lognormal_requests(
+        "summarize", num_requests, seed, vocab_size, input_mean, input_sigma, output_mean,
+        output_sigma,
     )
-    output_lens = lognormal_lengths(
-        lengths, num_requests, lognormal_mu(output_mean, output_sigma), output_sigma
-    )
-    prompts = TokenSampler(rng_for(seed, "summarize.tokens"), vocab_size).rows(prompt_lens)
-    return [
-        Request(request_id=i, arrival_s=0.0, prompt_token_ids=prompt, output_len=out)
-        for i, (prompt, out) in enumerate(zip(prompts, output_lens.tolist(), strict=True))
-    ]

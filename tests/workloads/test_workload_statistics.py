@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from kvbench.workloads import chat, lmsys, parallel, prefix_repeat, sharegpt, summarize, uniform
+from kvbench.workloads.sampling import lognormal_mu
 
 MEAN_REL = 0.05
 LOG_ABS = 0.04
@@ -44,7 +45,7 @@ def test_sharegpt_log_scale_and_heavy_tails(built):
         (prompt, d["input_mean"], d["input_sigma"]),
         (output, d["output_mean"], d["output_sigma"]),
     ):
-        mu = sharegpt.lognormal_mu(mean, sigma)
+        mu = lognormal_mu(mean, sigma)
         assert np.log(lengths).mean() == pytest.approx(mu, abs=LOG_ABS)
         assert np.log(lengths).std() == pytest.approx(sigma, abs=LOG_ABS)
         assert np.median(lengths) == pytest.approx(math.exp(mu), rel=MEDIAN_REL)
