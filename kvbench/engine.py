@@ -238,11 +238,7 @@ class Engine:
 
     def drain(self) -> None:
         """Give back memory still held by finished members (static batching's last batch)."""
-        for seq in list(self.policy.holders()):
-            if seq.status is SequenceStatus.FINISHED:
-                self.strategy.free(seq)
-        if hasattr(self.policy, "finished_members"):
-            self.policy.finished_members.clear()
+        self.policy.release_finished()
 
     def reset_stats(self) -> None:
         """Forget finished requests and step records (after warm-up)."""

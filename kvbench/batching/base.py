@@ -89,6 +89,10 @@ class BatchingPolicy(ABC):
     def has_work(self) -> bool:
         return bool(self.running)
 
+    def release_finished(self) -> None:
+        """Give back memory that finished sequences still hold (none: freed at finish)."""
+        return None
+
     def occupied_seats(self) -> int:
         """Places of `max_num_seqs` the running set takes (unforked parents count `n`)."""
         max_num_seqs = self.limits.max_num_seqs

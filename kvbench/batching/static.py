@@ -37,6 +37,11 @@ class StaticBatching(BatchingPolicy):
     def has_work(self) -> bool:
         return bool(self.running or self.finished_members)
 
+    def release_finished(self) -> None:
+        for seq in self.finished_members:
+            self.cache.free(seq)
+        self.finished_members.clear()
+
     def schedule(self, waiting: deque[Sequence], now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()
         if not self.running:
@@ -53,9 +58,7 @@ class StaticBatching(BatchingPolicy):
 
     def _form_batch(self, waiting: deque[Sequence], now_s: float, out: ScheduleOutput) -> None:
         """End the batch (its finished members give their memory back) and admit the next."""
-        for seq in self.finished_members:
-            self.cache.free(seq)
-        self.finished_members.clear()
+        self.release_finished()
         occupied = 0
         while waiting and self.seats_free_for(waiting[0], occupied):
             seq = waiting[0]
