@@ -13,6 +13,8 @@ All arithmetic is float32; outputs take `q`'s dtype.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -20,6 +22,11 @@ FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite float8_e4m3fn value
 
 Scale = float | torch.Tensor | None
+
+# A decode bucket takes a shorter sequence while padding it at most doubles its keys, or adds
+# at most this many positions: below that, the padded keys cost less than another bucket's
+# fixed cost (gather + attention call) on a CPU.
+DECODE_BUCKET_SLACK = 256
 
 
 def is_fp8(cache: torch.Tensor) -> bool:
@@ -83,19 +90,27 @@ def _attend(
     softmax_scale: float,
 ) -> torch.Tensor:
     """Causal attention of the last `n` positions (q `[n, Hq, D]`) over `k`, `v` `[L, Hkv, D]`."""
-    n, num_q_heads, head_dim = q.shape
-    seq_len, num_kv_heads, _ = k.shape
-    group = num_q_heads // num_kv_heads
-    # [Hkv, G*n, D]: each KV head's query heads stacked as rows of one attention
-    qf = q.float().reshape(n, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)
-    query_pos = torch.arange(seq_len - n, seq_len, device=q.device)
-    key_pos = torch.arange(seq_len, device=q.device)
-    visible = key_pos[None, :] <= query_pos[:, None]  # [n, L], causal with a cached prefix
-    out = F.scaled_dot_product_attention(
-        qf, k.transpose(0, 1)[:, None], v.transpose(0, 1)[:, None], attn_mask=visible,
-        scale=softmax_scale,
-    )  # [Hkv, G, n, D]
-    return out.permute(2, 0, 1, 3).reshape(n, num_q_heads, head_dim)
+    n = q.shape[0]
+    seq_len = k.shape[0]
+    # [1, H, n, D] with enable_gqa: query head h reads KV head h // group without repeated K/V.
+    # Heads as SDPA's head dimension (not broadcast batch dims) keep PyTorch on its fused CPU
+    # kernel; a broadcast K/V batch falls back to the math path, ~10x slower on a long prompt.
+    qf = q.float().transpose(0, 1)[None]
+    kf = k.transpose(0, 1)[None]
+    vf = v.transpose(0, 1)[None]
+    if n == seq_len:
+        out = F.scaled_dot_product_attention(
+            qf, kf, vf, is_causal=True, scale=softmax_scale, enable_gqa=True
+        )
+    else:
+        # A cached prefix: query i sits at position seq_len - n + i (causal, bottom-right).
+        query_pos = torch.arange(seq_len - n, seq_len, device=q.device)
+        key_pos = torch.arange(seq_len, device=q.device)
+        visible = key_pos[None, :] <= query_pos[:, None]
+        out = F.scaled_dot_product_attention(
+            qf, kf, vf, attn_mask=visible, scale=softmax_scale, enable_gqa=True
+        )
+    return out[0].transpose(0, 1)
 
 
 def _varlen_attention(q, k_cache, v_cache, query_start_loc, seq_lens, slots_of, softmax_scale,
@@ -108,8 +123,8 @@ def _varlen_attention(q, k_cache, v_cache, query_start_loc, seq_lens, slots_of, 
         if hi == lo:
             continue
         slots = slots_of(i, seq_len)
-        k = dequantize(k_cache[slots], k_scale)
-        v = dequantize(v_cache[slots], v_scale)
+        k = dequantize(k_cache.index_select(0, slots), k_scale)
+        v = dequantize(v_cache.index_select(0, slots), v_scale)
         out[lo:hi] = _attend(q[lo:hi], k, v, softmax_scale).to(q.dtype)
     return out
 
@@ -154,27 +169,33 @@ def contiguous_attention(
     )
 
 
-def _decode(q, k_cache, v_cache, slots, seq_lens, softmax_scale, k_scale, v_scale):
-    """One query per sequence over gathered `slots` `[S, L]` (padding masked by `seq_lens`).
+# gather(rows, max_len) -> (k, v): the cache rows of sequences `rows`, `[S, W, Hkv, D]` with
+# W >= max_len in the cache's dtype; positions at or past a sequence's length are masked.
+Gather = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _decode(q, k, v, seq_lens, softmax_scale, k_scale, v_scale):
+    """One query per sequence (`q` `[S, Hq, D]`) over gathered `k`, `v` `[S, W, Hkv, D]`.
 
     Each KV head's group of query heads is the query "length" of one scaled-dot-product
     attention over that head's keys, so GQA needs no repeated K/V.
     """
     num_seqs, num_q_heads, head_dim = q.shape
-    num_kv_heads = k_cache.shape[1]
+    num_kv_heads = k.shape[2]
     group = num_q_heads // num_kv_heads
-    k = dequantize(k_cache[slots], k_scale).transpose(1, 2)  # [S, Hkv, L, D]
-    v = dequantize(v_cache[slots], v_scale).transpose(1, 2)
+    kf = dequantize(k, k_scale).transpose(1, 2)  # [S, Hkv, W, D]
+    vf = dequantize(v, v_scale).transpose(1, 2)
     qf = q.float().reshape(num_seqs, num_kv_heads, group, head_dim)
-    valid = torch.arange(slots.shape[1], device=q.device)[None, :] < seq_lens.long()[:, None]
+    valid = torch.arange(k.shape[1], device=q.device)[None, :] < seq_lens.long()[:, None]
     out = F.scaled_dot_product_attention(
-        qf, k, v, attn_mask=valid[:, None, None, :], scale=softmax_scale
+        qf, kf, vf, attn_mask=valid[:, None, None, :], scale=softmax_scale
     )
     return out.reshape(num_seqs, num_q_heads, head_dim).to(q.dtype)
 
 
-def _bucketed_decode(q, k_cache, v_cache, seq_lens, slots_of, softmax_scale, k_scale, v_scale):
-    """Decode in buckets of similar length, so padding at most doubles the keys read.
+def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, k_scale, v_scale):
+    """Decode in buckets of similar length, so padding at most doubles the keys read (or adds
+    at most `DECODE_BUCKET_SLACK` positions).
 
     One padded batch would cost batch × longest context; with ragged (chat-like) lengths the
     buckets cost about the sum of the contexts, which is what the attention itself needs.
@@ -188,12 +209,13 @@ def _bucketed_decode(q, k_cache, v_cache, seq_lens, slots_of, softmax_scale, k_s
     while start < len(order):
         longest = lens[order[start]]
         end = start + 1
-        while end < len(order) and 2 * lens[order[end]] >= longest:
+        while end < len(order) and (
+            2 * lens[order[end]] >= longest or longest - lens[order[end]] <= DECODE_BUCKET_SLACK
+        ):
             end += 1
         rows = torch.tensor(order[start:end], device=q.device)
-        slots = slots_of(rows, max(longest, 1))
-        out[rows] = _decode(q[rows], k_cache, v_cache, slots, seq_lens[rows], softmax_scale,
-                            k_scale, v_scale)
+        k, v = gather(rows, max(longest, 1))
+        out[rows] = _decode(q[rows], k, v, seq_lens[rows], softmax_scale, k_scale, v_scale)
         start = end
     return out
 
@@ -210,15 +232,22 @@ def paged_decode_attention(
     v_scale: Scale = None,
 ) -> torch.Tensor:
     """Decode: `q` `[S, Hq, D]`, the newest token of each sequence, already written to the cache."""
-    max_blocks = block_tables.shape[1]
+    num_blocks = k_cache.shape[0] // block_size
 
-    def slots_of(rows: torch.Tensor, max_len: int) -> torch.Tensor:
-        pos = torch.arange(max_len, device=q.device)
-        block_idx = (pos // block_size).clamp(max=max_blocks - 1)
-        return block_tables[rows].long()[:, block_idx] * block_size + pos % block_size
+    def gather(rows: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # Whole blocks at once: one index per block instead of one per token.
+        width = min(-(-max_len // block_size), block_tables.shape[1])
+        blocks = block_tables[rows, :width].long().flatten()
 
-    return _bucketed_decode(q, k_cache, v_cache, seq_lens, slots_of, softmax_scale, k_scale,
-                            v_scale)
+        def take(cache: torch.Tensor) -> torch.Tensor:
+            by_block = cache[: num_blocks * block_size].view(num_blocks, block_size,
+                                                            *cache.shape[1:])
+            return by_block.index_select(0, blocks).view(len(rows), width * block_size,
+                                                         *cache.shape[1:])
+
+        return take(k_cache), take(v_cache)
+
+    return _bucketed_decode(q, seq_lens, gather, softmax_scale, k_scale, v_scale)
 
 
 def contiguous_decode_attention(
@@ -232,11 +261,15 @@ def contiguous_decode_attention(
     v_scale: Scale = None,
 ) -> torch.Tensor:
     """Decode reading each sequence's K/V from `[start_slot, start_slot + seq_len)`."""
-    def slots_of(rows: torch.Tensor, max_len: int) -> torch.Tensor:
+    def gather(rows: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         pos = torch.arange(max_len, device=q.device)
         slots = start_slots[rows].long()[:, None] + pos[None, :]
         # Padding positions may run past the arena's end; they are masked, so clamp the gather.
-        return slots.clamp(max=k_cache.shape[0] - 1)
+        slots = slots.clamp(max=k_cache.shape[0] - 1).flatten()
 
-    return _bucketed_decode(q, k_cache, v_cache, seq_lens, slots_of, softmax_scale, k_scale,
-                            v_scale)
+        def take(cache: torch.Tensor) -> torch.Tensor:
+            return cache.index_select(0, slots).view(len(rows), max_len, *cache.shape[1:])
+
+        return take(k_cache), take(v_cache)
+
+    return _bucketed_decode(q, seq_lens, gather, softmax_scale, k_scale, v_scale)
