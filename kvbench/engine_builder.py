@@ -16,6 +16,7 @@ from kvbench.gpu_memory import GpuMemoryProbe
 from kvbench.kernels.backend import get_ops, resolve_backend
 from kvbench.kv_budget import kv_cache_torch_dtype, kv_element_bytes, resolve_kv_budget_bytes
 from kvbench.model.config import ModelConfig
+from kvbench.model.llama import LlamaDecoder
 from kvbench.model.loader import load_model, parse_dtype
 from kvbench.model_executor import KVArena, ModelExecutor
 from kvbench.strategies import make_strategy, strategy_info
@@ -77,23 +78,40 @@ def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int):
     )
 
 
+def prepare_device(config: EngineConfig) -> torch.device:
+    """The run's device; on the CPU, torch limited to `config.cpu_threads` threads.
+
+    Every engine (kvbench's and `--engine hf`) goes through here, so a comparison runs each
+    side on the same number of threads.
+    """
+    device = resolve_device(config.device)
+    if device.type == "cpu":
+        torch.set_num_threads(config.cpu_threads)
+    return device
+
+
+def load_cached_model(
+    config: EngineConfig, dtype: torch.dtype, device: torch.device, model_cache: dict | None
+) -> tuple[LlamaDecoder, ModelConfig]:
+    """The run's model, taken from `model_cache` when one with the same weights is there."""
+    key = (config.model, config.dtype, str(device), config.seed)
+    if model_cache is not None and key in model_cache:
+        return model_cache[key]
+    loaded = load_model(config.model, dtype=dtype, device=device, seed=config.seed)
+    if model_cache is not None:
+        model_cache[key] = loaded
+    return loaded
+
+
 def build_engine(
     config: EngineConfig,
     clock: Callable[[], float] | None = None,
     model_cache: dict | None = None,
 ) -> BuiltEngine:
     config = effective_config(config)
-    device = resolve_device(config.device)
+    device = prepare_device(config)
     dtype = parse_dtype(config.dtype)
-    if device.type == "cpu":
-        torch.set_num_threads(config.cpu_threads)
-    key = (config.model, config.dtype, str(device), config.seed)
-    if model_cache is not None and key in model_cache:
-        model, model_config = model_cache[key]
-    else:
-        model, model_config = load_model(config.model, dtype=dtype, device=device, seed=config.seed)
-        if model_cache is not None:
-            model_cache[key] = (model, model_config)
+    model, model_config = load_cached_model(config, dtype, device, model_cache)
     max_model_len, max_batched = resolve_lengths(config, model_config)
     kv_dtype = kv_cache_torch_dtype(config, dtype)
     bytes_per_slot = model_config.kv_bytes_per_token(kv_element_bytes(kv_dtype))

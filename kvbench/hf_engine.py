@@ -42,13 +42,17 @@ import torch
 
 from kvbench.clock import WallClock
 from kvbench.config import EngineConfig
-from kvbench.device import resolve_device
 from kvbench.engine import check_request_lengths
-from kvbench.engine_builder import BuiltEngine, resolve_lengths
+from kvbench.engine_builder import (
+    BuiltEngine,
+    load_cached_model,
+    prepare_device,
+    resolve_lengths,
+)
 from kvbench.errors import KvbenchInputError
 from kvbench.model.config import ModelConfig
 from kvbench.model.llama import LlamaDecoder
-from kvbench.model.loader import load_model, parse_dtype
+from kvbench.model.loader import parse_dtype
 from kvbench.model.presets import PRESETS
 from kvbench.sequence import Sequence, SequenceStatus
 from kvbench.step_record import StepRecord
@@ -385,18 +389,11 @@ def build_hf_engine(
     reused (and shares its tensors with the transformers model).
     """
     _transformers()
-    device = resolve_device(config.device)
-    dtype = parse_dtype(config.dtype)
     if config.kv_cache_dtype not in ("auto",):
         raise KvbenchInputError("--engine hf has no fp8 KV cache: use --kv-cache-dtype auto")
-    key = (config.model, config.dtype, str(device), config.seed)
-    if model_cache is not None and key in model_cache:
-        decoder, model_config = model_cache[key]
-    else:
-        decoder, model_config = load_model(config.model, dtype=dtype, device=device,
-                                           seed=config.seed)
-        if model_cache is not None:
-            model_cache[key] = (decoder, model_config)
+    device = prepare_device(config)
+    dtype = parse_dtype(config.dtype)
+    decoder, model_config = load_cached_model(config, dtype, device, model_cache)
     max_model_len, _ = resolve_lengths(config, model_config)  # same checks as kvbench's
     hf_model = to_transformers(decoder, config.model, device)
     engine = HFGenerateEngine(

@@ -113,6 +113,22 @@ def test_run_with_engine_hf_writes_the_results_files(tmp_path):
     assert (steps["overhead_ms"] <= steps["step_ms"]).all()
 
 
+def test_engine_hf_runs_on_the_same_cpu_threads_as_kvbench():
+    # A baseline on more (or fewer) threads than kvbench would not be the same device.
+    import torch
+
+    from tests.batching.helpers import model_cache
+
+    before = torch.get_num_threads()
+    try:
+        for threads in (2, 1):
+            build_hf_engine(EngineConfig(model="tiny", cpu_threads=threads),
+                            model_cache=model_cache())
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_missing_transformers_is_an_input_error(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "transformers", None)
     with pytest.raises(KvbenchInputError, match="pip install transformers"):
