@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kvbench.sequence import Sequence, SequenceStatus
@@ -124,19 +125,37 @@ class BatchingPolicy(ABC):
         `max_model_len` without chunked prefill).
         """
         budget = self.limits.max_num_batched_tokens - out.num_tokens
+
+        def prompt_fits(seq: Sequence) -> bool:
+            return seq.num_uncomputed <= budget or not out.scheduled
+
+        for seq in self._admit_from_queue(waiting, now_s, out, prompt_fits):
+            out.scheduled.append((seq, seq.num_uncomputed))
+            budget -= seq.num_uncomputed
+
+    def _admit_from_queue(
+        self,
+        waiting: deque[Sequence],
+        now_s: float,
+        out: ScheduleOutput,
+        may_admit: Callable[[Sequence], bool] = lambda seq: True,
+    ) -> Iterator[Sequence]:
+        """Admit from the queue head, first come first served; yields each admitted sequence.
+
+        Stops at the first sequence that would exceed `max_num_seqs` places, that
+        `may_admit` refuses (checked again after the caller's work on each yield) or that the
+        cache cannot take now: no overtaking.
+        """
         occupied = self.occupied_seats()
         while waiting and self.seats_free_for(waiting[0], occupied):
             seq = waiting[0]
-            if seq.num_uncomputed > budget and out.scheduled:
-                break
-            if not self.cache.can_admit(seq, len(self.running)):
-                break
+            if not may_admit(seq) or not self.cache.can_admit(seq, len(self.running)):
+                return
             waiting.popleft()
             occupied += seats(seq, self.limits.max_num_seqs)
             self._admit(seq, now_s)
             out.admitted.append(seq)
-            out.scheduled.append((seq, seq.num_uncomputed))
-            budget -= seq.num_uncomputed
+            yield seq
 
     def _schedule_decodes(
         self, seqs: list[Sequence], waiting: deque[Sequence], out: ScheduleOutput

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from kvbench.batching.base import BatchingPolicy, ScheduleOutput, in_prefill, seats
+from kvbench.batching.base import BatchingPolicy, ScheduleOutput, in_prefill
 from kvbench.sequence import Sequence
 
 
@@ -61,15 +61,11 @@ class ContinuousBatching(BatchingPolicy):
                 decodes_left = sum(1 for s in pending if not in_prefill(s))
         if out.preempted and out.scheduled:
             return out
-        occupied = self.occupied_seats()
-        while waiting and budget > 0 and self.seats_free_for(waiting[0], occupied):
-            seq = waiting[0]
-            if not self.cache.can_admit(seq, len(self.running)):
-                break
-            waiting.popleft()
-            occupied += seats(seq, self.limits.max_num_seqs)
-            self._admit(seq, now_s)
-            out.admitted.append(seq)
+
+        def budget_left(_: Sequence) -> bool:
+            return budget > 0
+
+        for seq in self._admit_from_queue(waiting, now_s, out, budget_left):
             n = min(seq.num_uncomputed, budget)
             out.scheduled.append((seq, n))
             budget -= n

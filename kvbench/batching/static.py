@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from kvbench.batching.base import BatchingPolicy, ScheduleOutput, in_prefill, seats
+from kvbench.batching.base import BatchingPolicy, ScheduleOutput, in_prefill
 from kvbench.sequence import Sequence
 
 
@@ -59,15 +59,8 @@ class StaticBatching(BatchingPolicy):
     def _form_batch(self, waiting: deque[Sequence], now_s: float, out: ScheduleOutput) -> None:
         """End the batch (its finished members give their memory back) and admit the next."""
         self.release_finished()
-        occupied = 0
-        while waiting and self.seats_free_for(waiting[0], occupied):
-            seq = waiting[0]
-            if not self.cache.can_admit(seq, len(self.running)):
-                break
-            waiting.popleft()
-            occupied += seats(seq, self.limits.max_num_seqs)
-            self._admit(seq, now_s)
-            out.admitted.append(seq)
+        for _ in self._admit_from_queue(waiting, now_s, out):
+            pass
 
     def _schedule_prefills(
         self, prefilling: list[Sequence], waiting: deque[Sequence], out: ScheduleOutput
