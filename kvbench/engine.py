@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections import deque
 from collections.abc import Callable
 
+from kvbench.base_engine import BaseEngine
 from kvbench.batching.base import BatchingPolicy
 from kvbench.errors import KvbenchInputError, KvbenchRunError
 from kvbench.executor import Executor
@@ -34,7 +33,7 @@ def _is_decode(seq: Sequence, num_new: int) -> bool:
     return num_new == 1 and seq.num_generated > 0 and seq.num_computed == len(seq.token_ids) - 1
 
 
-class Engine:
+class Engine(BaseEngine):
     """Drives a `BatchingPolicy`, a `CacheStrategy` and an `Executor` over added requests.
 
     `clock()` returns seconds on the run's clock (wall time by default).
@@ -53,21 +52,13 @@ class Engine:
         clock: Callable[[], float] | None = None,
         memory_probe: Callable[[], dict] | None = None,
     ) -> None:
+        super().__init__(max_model_len=max_model_len, temperature=temperature, seed=seed,
+                         clock=clock or time.perf_counter)
         self.strategy = strategy
         self.policy = policy
         self.executor = executor
         self.bytes_per_slot = bytes_per_slot
-        self.max_model_len = max_model_len
-        self.temperature = temperature
-        self.seed = seed
-        self.clock = clock or time.perf_counter
         self.memory_probe = memory_probe
-        self.waiting: deque[Sequence] = deque()
-        self.sequences: dict[int, list[Sequence]] = {}
-        self.steps: list[StepRecord] = []
-        self.prefill_tokens_computed = 0
-        self._seq_ids = itertools.count()
-        self._unfinished = 0
         self._unrecorded_preemptions = 0
 
     # Requests ---------------------------------------------------------------------------
@@ -89,17 +80,10 @@ class Engine:
 
     def add_request(self, request: Request) -> None:
         self.check_request(request)
-        seq = Sequence(next(self._seq_ids), request, 0, list(request.prompt_token_ids))
+        seq = self._new_sequence(request, 0)
         self.sequences[request.request_id] = [seq]
         self.waiting.append(seq)
         self._unfinished += request.n
-
-    def has_unfinished(self) -> bool:
-        return self._unfinished > 0
-
-    @property
-    def num_running(self) -> int:
-        return len(self.policy.running)
 
     # One iteration ----------------------------------------------------------------------
 
@@ -213,9 +197,8 @@ class Engine:
         """Parallel sampling: children take the parent's prompt KV and sample their own tokens."""
         request = parent.request
         group = self.sequences[request.request_id]
-        prompt = list(request.prompt_token_ids)
         for sample_index in range(1, request.n):
-            child = Sequence(next(self._seq_ids), request, sample_index, list(prompt))
+            child = self._new_sequence(request, sample_index)
             group.append(child)
             child.admitted_s = parent.admitted_s
             if self.strategy.fork(parent, child) is None:
@@ -224,7 +207,7 @@ class Engine:
             child.num_computed = parent.prompt_len
             child.cached_prompt_tokens = parent.prompt_len
             self.policy.add_running(child)
-            key = [(request.request_id, sample_index, len(prompt))]
+            key = [(request.request_id, sample_index, request.prompt_len)]
             token = sample_tokens(logits_row, self.temperature, self.seed, key)[0]
             self._append_token(child, token, now_s)
             if child.is_finished:
@@ -241,16 +224,5 @@ class Engine:
         self.policy.release_finished()
 
     def reset_stats(self) -> None:
-        """Forget finished requests and step records (after warm-up)."""
-        if self.has_unfinished():
-            raise RuntimeError("reset_stats with requests still running")
-        self.sequences.clear()
-        self.steps.clear()
-        self.prefill_tokens_computed = 0
-        if hasattr(self.strategy, "reset_stats"):
-            self.strategy.reset_stats()
-
-    def run_to_completion(self) -> None:
-        while self.has_unfinished():
-            self.step()
-        self.drain()
+        super().reset_stats()
+        self.strategy.reset_stats()

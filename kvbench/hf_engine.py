@@ -3,10 +3,9 @@
 This is the baseline a user would pick instead of a serving engine: static batches of up to
 `--max-num-seqs` requests, taken first come first served from the queue, each run by one
 `model.generate()` call with left padding and transformers' own KV cache (`DynamicCache`),
-on the same model weights, device and dtype as kvbench. The runner drives it like `Engine`
-(duck typing: `clock`, `check_request`, `add_request`, `has_unfinished`, `step`, `steps`,
-`sequences`, `drain`, `reset_stats`, `run_to_completion`, `prefill_tokens_computed`,
-`strategy`, `policy.running`), so the results folder has the same files and metrics.
+on the same model weights, device and dtype as kvbench. Like `Engine` it is a `BaseEngine`
+(the request book, step records and run control the runner drives), so the results folder
+has the same files and metrics.
 
 How a batch runs and what is measured:
 
@@ -35,11 +34,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import deque
 from collections.abc import Callable
 
 import torch
 
+from kvbench.base_engine import BaseEngine
 from kvbench.clock import WallClock
 from kvbench.config import EngineConfig
 from kvbench.engine import check_request_lengths
@@ -133,7 +132,7 @@ class _Batch:
         return bool(self.running)
 
 
-class HFGenerateEngine:
+class HFGenerateEngine(BaseEngine):
     """Static batches through `model.generate()`; one `step()` runs one whole batch."""
 
     strategy = None  # no kvbench cache strategy: transformers manages its own KV cache
@@ -149,20 +148,12 @@ class HFGenerateEngine:
         seed: int = 0,
         clock: Callable[[], float] | None = None,
     ) -> None:
+        super().__init__(max_model_len=max_model_len, temperature=temperature, seed=seed,
+                         clock=clock or WallClock())
         self.model = model
         self.device = device
         self.max_num_seqs = max_num_seqs
-        self.max_model_len = max_model_len
-        self.temperature = temperature
-        self.seed = seed
-        self.clock = clock or WallClock()
         self.policy = _Batch()
-        self.waiting: deque[Sequence] = deque()
-        self.sequences: dict[int, list[Sequence]] = {}
-        self.steps: list[StepRecord] = []
-        self.prefill_tokens_computed = 0
-        self._seq_ids = itertools.count()
-        self._unfinished = 0
         self._batches = 0
 
     # Requests ---------------------------------------------------------------------------
@@ -173,20 +164,10 @@ class HFGenerateEngine:
     def add_request(self, request: Request) -> None:
         """Queue the request; `n > 1` samples become `n` rows of a batch."""
         self.check_request(request)
-        group = [
-            Sequence(next(self._seq_ids), request, i, list(request.prompt_token_ids))
-            for i in range(request.n)
-        ]
+        group = [self._new_sequence(request, i) for i in range(request.n)]
         self.sequences[request.request_id] = group
         self.waiting.extend(group)
         self._unfinished += request.n
-
-    def has_unfinished(self) -> bool:
-        return self._unfinished > 0
-
-    @property
-    def num_running(self) -> int:
-        return len(self.policy.running)
 
     # One batch --------------------------------------------------------------------------
 
@@ -294,26 +275,6 @@ class HFGenerateEngine:
                 preemptions=0,
                 kv_utilization=None,
             ))
-
-    # Run control ------------------------------------------------------------------------
-
-    def drain(self) -> None:
-        """Nothing to give back: each batch's cache is dropped when `generate()` returns."""
-
-    def reset_stats(self) -> None:
-        if self.has_unfinished():
-            raise RuntimeError("reset_stats with requests still running")
-        self.sequences.clear()
-        self.steps.clear()
-        self.prefill_tokens_computed = 0
-
-    def run_to_completion(self) -> None:
-        while self.has_unfinished():
-            self.step()
-        self.drain()
-
-
-# Building ---------------------------------------------------------------------------------
 
 
 def hf_config_for(model_config: ModelConfig, model: str):

@@ -60,6 +60,10 @@ class CacheStrategy(ABC):
         self.num_slots = num_slots
         self.max_model_len = max_model_len
 
+    def reset_stats(self) -> None:
+        """Zero the strategy's own counters after a warm-up (none by default)."""
+        return None
+
     @property
     def capacity_tokens(self) -> int:
         """Slots that can hold KV (the arena rounded down to whole blocks for paged)."""
