@@ -66,6 +66,52 @@ def load_kv_tile(cache_ptr, slots, stride_slot, head_off, offs_d, mask_2d,
 
 
 @triton.jit
+def sequence_row(table_ptr, seq, stride_table, PAGED: tl.constexpr):
+    """What ``token_slots`` reads for sequence ``seq``: its block-table row or its start slot."""
+    if PAGED:
+        return table_ptr + seq.to(tl.int64) * stride_table
+    else:
+        return table_ptr + seq
+
+
+@triton.jit
+def kv_head_scale(scale_ptr, kv_head, PER_HEAD_SCALE: tl.constexpr):
+    """An fp8 cache's scale for KV head ``kv_head``: its own, or the tensor's single one."""
+    if PER_HEAD_SCALE:
+        return tl.load(scale_ptr + kv_head)
+    else:
+        return tl.load(scale_ptr)
+
+
+@triton.jit
+def tile_scores(q, k, DOT_FP32: tl.constexpr):
+    """``q @ k.T`` of a query tile and a key tile (IEEE float32 when ``DOT_FP32``)."""
+    if DOT_FP32:
+        return tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        return tl.dot(q, tl.trans(k))
+
+
+@triton.jit
+def online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32: tl.constexpr):
+    """Fold one key tile into flash attention's running max, denominator and accumulator.
+
+    ``s``: the tile's scores in log2 units, masked to -inf; every row must have a finite
+    running max afterwards. ``v``: the tile's values in the dtype fed to ``tl.dot``.
+    Returns ``(m_i, l_i, acc)``.
+    """
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    if DOT_FP32:
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr,
     table_ptr, seq_lens_ptr,
@@ -109,15 +155,9 @@ def _decode_kernel(
 
     qk_scale = softmax_scale * LOG2E
     if FP8:
-        if PER_HEAD_SCALE:
-            qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
-        else:
-            qk_scale = qk_scale * tl.load(k_scale_ptr)
+        qk_scale = qk_scale * kv_head_scale(k_scale_ptr, kv_head, PER_HEAD_SCALE)
 
-    if PAGED:
-        table_row = table_ptr + seq.to(tl.int64) * stride_table
-    else:
-        table_row = table_ptr + seq
+    table_row = sequence_row(table_ptr, seq, stride_table, PAGED)
     k_head_off = kv_head * stride_k_head
     v_head_off = kv_head * stride_v_head
 
@@ -132,29 +172,15 @@ def _decode_kernel(
         kv_mask = tok_mask[:, None] & d_mask[None, :]
         k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
                          DOT_FP32, compute_dtype)
-        if DOT_FP32:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
+        s = tile_scores(q, k, DOT_FP32)
         s = tl.where(tok_mask[None, :], s * qk_scale, float("-inf"))
-        # Every tile holds at least one real token, so m_new is finite.
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+        # Every tile holds at least one real token, so the running max stays finite.
         v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
                          DOT_FP32, compute_dtype)
-        if DOT_FP32:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(compute_dtype), v)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32)
 
     if FP8:
-        if PER_HEAD_SCALE:
-            acc = acc * tl.load(v_scale_ptr + kv_head)
-        else:
-            acc = acc * tl.load(v_scale_ptr)
+        acc = acc * kv_head_scale(v_scale_ptr, kv_head, PER_HEAD_SCALE)
 
     out_mask = g_mask[:, None] & d_mask[None, :]
     if SPLIT:

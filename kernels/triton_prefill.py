@@ -19,7 +19,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_decode import LOG2E, cast_rne, load_kv_tile, token_slots
+from .triton_decode import (
+    LOG2E,
+    cast_rne,
+    kv_head_scale,
+    load_kv_tile,
+    online_softmax_update,
+    sequence_row,
+    tile_scores,
+    token_slots,
+)
 
 
 @triton.jit
@@ -68,15 +77,9 @@ def _prefill_kernel(
 
     qk_scale = softmax_scale * LOG2E
     if FP8:
-        if PER_HEAD_SCALE:
-            qk_scale = qk_scale * tl.load(k_scale_ptr + kv_head)
-        else:
-            qk_scale = qk_scale * tl.load(k_scale_ptr)
+        qk_scale = qk_scale * kv_head_scale(k_scale_ptr, kv_head, PER_HEAD_SCALE)
 
-    if PAGED:
-        table_row = table_ptr + seq.to(tl.int64) * stride_table
-    else:
-        table_row = table_ptr + seq
+    table_row = sequence_row(table_ptr, seq, stride_table, PAGED)
     k_head_off = kv_head * stride_k_head
     v_head_off = kv_head * stride_v_head
 
@@ -93,30 +96,16 @@ def _prefill_kernel(
         kv_mask = tok_mask[:, None] & d_mask[None, :]
         k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
                          DOT_FP32, compute_dtype)
-        if DOT_FP32:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
+        s = tile_scores(q, k, DOT_FP32)
         allowed = tok_mask[None, :] & (pos[None, :] <= q_pos[:, None])
         s = tl.where(allowed, s * qk_scale, float("-inf"))
-        # Position 0 is in the first tile and visible to every row, so m_new stays finite.
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+        # Position 0 is in the first tile and visible to every row: the running max stays finite.
         v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
                          DOT_FP32, compute_dtype)
-        if DOT_FP32:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(compute_dtype), v)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32)
 
     if FP8:
-        if PER_HEAD_SCALE:
-            acc = acc * tl.load(v_scale_ptr + kv_head)
-        else:
-            acc = acc * tl.load(v_scale_ptr)
+        acc = acc * kv_head_scale(v_scale_ptr, kv_head, PER_HEAD_SCALE)
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     o_ptrs = out_ptr + q_rows[:, None] * stride_o_tok + heads[:, None] * stride_o_head + offs_d[None, :]
     tl.store(o_ptrs, cast_rne(out, out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
