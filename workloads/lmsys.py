@@ -16,9 +16,9 @@ Arrivals: offline unless an arrival process is applied (`arrivals.py`).
 
 from __future__ import annotations
 
+from kvbench.workloads.lognormal import lognormal_requests_mu
 from kvbench.workloads.params import check_float, check_int
 from kvbench.workloads.request import Request
-from kvbench.workloads.sampling import TokenSampler, lognormal_lengths, rng_for
 
 SUMMARY = "LMSYS-Chat-1M-like lengths: lognormal, log-scale μ/σ 6.03/1.00 in, 4.93/0.84 out"
 
@@ -45,11 +45,6 @@ def build_lmsys(
     input_sigma = check_float("input_sigma", input_sigma, 0.0)
     output_sigma = check_float("output_sigma", output_sigma, 0.0)
 
-    lengths = rng_for(seed, "lmsys.lengths")
-    prompt_lens = lognormal_lengths(lengths, num_requests, input_mu, input_sigma)
-    output_lens = lognormal_lengths(lengths, num_requests, output_mu, output_sigma)
-    prompts = TokenSampler(rng_for(seed, "lmsys.tokens"), vocab_size).rows(prompt_lens)
-    return [
-        Request(request_id=i, arrival_s=0.0, prompt_token_ids=prompt, output_len=out)
-        for i, (prompt, out) in enumerate(zip(prompts, output_lens.tolist(), strict=True))
-    ]
+    return lognormal_requests_mu(
+        "lmsys", num_requests, seed, vocab_size, input_mu, input_sigma, output_mu, output_sigma
+    )

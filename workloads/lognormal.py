@@ -24,13 +24,26 @@ def lognormal_requests(
     input_sigma = check_float("input_sigma", input_sigma, 0.0)
     output_sigma = check_float("output_sigma", output_sigma, 0.0)
 
+    return lognormal_requests_mu(
+        stream, num_requests, seed, vocab_size, lognormal_mu(input_mean, input_sigma),
+        input_sigma, lognormal_mu(output_mean, output_sigma), output_sigma,
+    )
+
+
+def lognormal_requests_mu(
+    stream: str,
+    num_requests: int,
+    seed: int,
+    vocab_size: int,
+    input_mu: float,
+    input_sigma: float,
+    output_mu: float,
+    output_sigma: float,
+) -> list[Request]:
+    """Lengths ~ round(LogNormal(mu, sigma)) on the log-token scale; parameters already checked."""
     lengths = rng_for(seed, f"{stream}.lengths")
-    prompt_lens = lognormal_lengths(
-        lengths, num_requests, lognormal_mu(input_mean, input_sigma), input_sigma
-    )
-    output_lens = lognormal_lengths(
-        lengths, num_requests, lognormal_mu(output_mean, output_sigma), output_sigma
-    )
+    prompt_lens = lognormal_lengths(lengths, num_requests, input_mu, input_sigma)
+    output_lens = lognormal_lengths(lengths, num_requests, output_mu, output_sigma)
     prompts = TokenSampler(rng_for(seed, f"{stream}.tokens"), vocab_size).rows(prompt_lens)
     return [
         Request(request_id=i, arrival_s=0.0, prompt_token_ids=prompt, output_len=out)
