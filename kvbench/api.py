@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from kvbench.config import EngineConfig
-from kvbench.engine_builder import build_engine
-from kvbench.workloads.request import Request
+from kvbench.core.request import Request
+from kvbench.execution.build import build_engine
 
 
 def generate(

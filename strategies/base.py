@@ -5,8 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from kvbench.layout import KVLayout, SlotCopy
-from kvbench.sequence import Sequence
+from kvbench.core.layout import KVLayout, SlotCopy
+from kvbench.core.sequence import Sequence
 
 
 @dataclass

@@ -9,9 +9,9 @@ that fits (first-fit), and free slots in smaller holes are external fragmentatio
 
 from __future__ import annotations
 
+from kvbench.core.layout import KVLayout, SlotCopy
+from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
-from kvbench.layout import KVLayout, SlotCopy
-from kvbench.sequence import Sequence
 from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
 from kvbench.strategies.free_ranges import FreeRanges
 

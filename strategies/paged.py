@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from kvbench.layout import KVLayout, SlotCopy
-from kvbench.sequence import Sequence
+from kvbench.core.layout import KVLayout, SlotCopy
+from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
 from kvbench.strategies.block_pool import BlockPool
 

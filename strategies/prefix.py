@@ -28,8 +28,8 @@
 
 from __future__ import annotations
 
-from kvbench.layout import KVLayout, SlotCopy
-from kvbench.sequence import Sequence
+from kvbench.core.layout import KVLayout, SlotCopy
+from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import MemorySplit, split_held
 from kvbench.strategies.paged import PagedStrategy
 from kvbench.strategies.prefix_index import (

@@ -27,12 +27,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads import chat, lmsys, parallel, prefix_repeat, sharegpt, summarize, uniform
 from kvbench.workloads.arrivals import ArrivalProcess, apply_arrivals, arrival_times
 from kvbench.workloads.clip import ClippedRequestsWarning, clip_message, clip_to_max_len
 from kvbench.workloads.params import check_int, check_known, parse_params
-from kvbench.workloads.request import Request
 from kvbench.workloads.trace import load_trace, write_trace
 
 

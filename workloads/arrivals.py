@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads.request import Request
 from kvbench.workloads.sampling import rng_for
 
 

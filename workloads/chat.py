@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import math
 
+from kvbench.core.request import Request
 from kvbench.workloads.params import check_float, check_int, check_range
-from kvbench.workloads.request import Request
 from kvbench.workloads.sampling import TokenSampler, rng_for, uniform_lengths
 
 SUMMARY = "multi-turn conversations under 2 shared system prompts; each turn resends the history"

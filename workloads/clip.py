@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads.request import Request
 
 
 class ClippedRequestsWarning(UserWarning):

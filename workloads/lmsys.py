@@ -16,9 +16,9 @@ Arrivals: offline unless an arrival process is applied (`arrivals.py`).
 
 from __future__ import annotations
 
+from kvbench.core.request import Request
 from kvbench.workloads.lognormal import lognormal_requests_mu
 from kvbench.workloads.params import check_float, check_int
-from kvbench.workloads.request import Request
 
 SUMMARY = "LMSYS-Chat-1M-like lengths: lognormal, log-scale μ/σ 6.03/1.00 in, 4.93/0.84 out"
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from kvbench.core.request import Request
 from kvbench.workloads.params import check_float, check_int
-from kvbench.workloads.request import Request
 from kvbench.workloads.sampling import TokenSampler, lognormal_lengths, lognormal_mu, rng_for
 
 

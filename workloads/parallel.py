@@ -14,8 +14,8 @@ applied (`arrivals.py`).
 
 from __future__ import annotations
 
+from kvbench.core.request import Request
 from kvbench.workloads.params import check_int, check_range
-from kvbench.workloads.request import Request
 from kvbench.workloads.sampling import TokenSampler, rng_for, uniform_lengths
 
 SUMMARY = "n samples per prompt (default n=4): prompt and output 64-256 tokens"

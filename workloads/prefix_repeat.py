@@ -17,8 +17,8 @@ Arrivals: offline unless an arrival process is applied (`arrivals.py`).
 
 from __future__ import annotations
 
+from kvbench.core.request import Request
 from kvbench.workloads.params import check_int, check_range
-from kvbench.workloads.request import Request
 from kvbench.workloads.sampling import TokenSampler, rng_for, uniform_lengths
 
 SUMMARY = "K=4 shared 512-token prefixes x distinct 16-64-token suffixes, round-robin"

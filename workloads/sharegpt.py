@@ -27,8 +27,8 @@ process is applied (`arrivals.py`).
 
 from __future__ import annotations
 
+from kvbench.core.request import Request
 from kvbench.workloads.lognormal import lognormal_requests
-from kvbench.workloads.request import Request
 
 SUMMARY = "ShareGPT-like lengths: lognormal, mean 161 in / 338 out tokens, heavy tails"
 

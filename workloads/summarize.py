@@ -19,8 +19,8 @@ Arrivals: offline unless an arrival process is applied (`arrivals.py`).
 
 from __future__ import annotations
 
+from kvbench.core.request import Request
 from kvbench.workloads.lognormal import lognormal_requests
-from kvbench.workloads.request import Request
 
 SUMMARY = "long prompts, short outputs: lognormal, mean 1024 in / 64 out tokens"
 

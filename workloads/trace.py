@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads.request import Request
 from kvbench.workloads.sampling import TokenSampler, rng_for
 
 

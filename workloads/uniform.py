@@ -12,8 +12,8 @@ Arrivals: offline unless an arrival process is applied (`arrivals.py`).
 
 from __future__ import annotations
 
+from kvbench.core.request import Request
 from kvbench.workloads.params import check_int
-from kvbench.workloads.request import Request
 from kvbench.workloads.sampling import TokenSampler, rng_for
 
 SUMMARY = "fixed lengths: every request 128 prompt + 128 output tokens, no sharing"

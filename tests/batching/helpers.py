@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kvbench.config import EngineConfig
-from kvbench.engine import Engine
-from kvbench.engine_builder import build_engine
-from kvbench.model.loader import load_model
-from kvbench.sequence import Sequence
+from kvbench.core.engine import Engine
+from kvbench.core.request import Request
+from kvbench.core.sequence import Sequence
+from kvbench.execution.build import build_engine
+from kvbench.models.loader import load_model
 from kvbench.strategies.contiguous import ContiguousStrategy
 from kvbench.strategies.paged import PagedStrategy
-from kvbench.workloads.request import Request
 
 WIDE_INIT_STD = 0.1
 MODEL = "tiny"

@@ -16,7 +16,7 @@ import os
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from kvbench.sequence import SequenceStatus
+from kvbench.core.sequence import SequenceStatus
 from kvbench.strategies import STRATEGIES
 from tests.batching.helpers import (
     TINY_BYTES_PER_SLOT,

@@ -11,8 +11,8 @@ the fraction says little about the scheduler.
 from __future__ import annotations
 
 from kvbench.config import EngineConfig
-from kvbench.engine_builder import build_engine
-from kvbench.workloads.request import Request
+from kvbench.core.request import Request
+from kvbench.execution.build import build_engine
 
 RUNNING = 256
 PROMPT_LEN = 16

@@ -13,7 +13,7 @@ import time
 import warnings
 
 from kvbench.config import EngineConfig
-from kvbench.simulate_builder import build_simulated_engine
+from kvbench.execution.simulate_build import build_simulated_engine
 from kvbench.workloads import ClippedRequestsWarning, build_workload
 
 NUM_REQUESTS = 10_000

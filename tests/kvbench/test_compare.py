@@ -9,7 +9,7 @@ import pytest
 
 from kvbench.cli import main
 from kvbench.errors import KvbenchInputError
-from kvbench.reporting.metrics import METRICS, Difference, parse_thresholds
+from kvbench.report.metrics import METRICS, Difference, parse_thresholds
 
 
 def summary(label: str, out_tok_s: float = 100.0, ttft_p99: float = 200.0,

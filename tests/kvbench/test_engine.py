@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvbench.config import EngineConfig
-from kvbench.engine_builder import build_engine
+from kvbench.execution.build import build_engine
 from kvbench.workloads import build_workload
 
 CASES = [

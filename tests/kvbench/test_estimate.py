@@ -8,9 +8,7 @@ from fractions import Fraction
 import pytest
 from click.testing import CliRunner
 
-from kvbench.commands.estimate import estimate_command
-from kvbench.errors import KvbenchInputError
-from kvbench.estimate import (
+from kvbench.bench.estimate import (
     compare_kv_utilization,
     estimate_kv,
     kv_budget_bytes,
@@ -19,7 +17,9 @@ from kvbench.estimate import (
     round_up_to_blocks,
     weights_bytes,
 )
-from kvbench.model.presets import get_preset
+from kvbench.cli.estimate import estimate_command
+from kvbench.errors import KvbenchInputError
+from kvbench.models.presets import get_preset
 
 GiB = 1024**3
 MiB = 1024**2

@@ -7,11 +7,11 @@ import warnings
 
 import pytest
 
+from kvbench.bench.fp8_accuracy import _rows, _sample, _token_agreement, measure_fp8_accuracy
 from kvbench.config import EngineConfig
+from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
-from kvbench.fp8_accuracy import _rows, _sample, _token_agreement, measure_fp8_accuracy
 from kvbench.workloads import build_workload
-from kvbench.workloads.request import Request
 
 MODELS: dict = {}
 

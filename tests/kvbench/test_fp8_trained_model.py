@@ -18,12 +18,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kvbench.bench.fp8_accuracy import measure_fp8_accuracy
 from kvbench.config import EngineConfig
-from kvbench.fp8_accuracy import measure_fp8_accuracy
-from kvbench.model.config import ModelConfig
-from kvbench.model.llama import LlamaDecoder
-from kvbench.model.loader import load_model
-from kvbench.workloads.request import Request
+from kvbench.core.request import Request
+from kvbench.models.config import ModelConfig
+from kvbench.models.llama import LlamaDecoder
+from kvbench.models.loader import load_model
 
 VOCAB = 64
 SEQ_LEN = 48  # training length; prompt + output of the measured requests stay within it

@@ -12,13 +12,13 @@ import pytest
 import kvbench
 from kvbench.cli import main
 from kvbench.config import EngineConfig
+from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads.request import Request
 from tests.conftest import random_prompts
 
 pytest.importorskip("transformers")
 
-from kvbench.hf_engine import build_hf_engine  # noqa: E402
+from kvbench.execution.hf_engine import build_hf_engine  # noqa: E402
 
 NEW_TOKENS = 24
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvbench.metrics import (
+from kvbench.bench.metrics import (
     goodput,
     inter_token_latencies_ms,
     latency_stats,
@@ -15,8 +15,8 @@ from kvbench.metrics import (
     request_rows,
     throughput,
 )
-from kvbench.sequence import Sequence
-from kvbench.workloads.request import Request
+from kvbench.core.request import Request
+from kvbench.core.sequence import Sequence
 
 
 def finished(request: Request, admitted: float, times: list[float]) -> Sequence:

@@ -59,7 +59,7 @@ def test_greedy_tokens_identical_to_transformers(reference, strategy, options):
 def test_logits_match_transformers_closely(hf_checkpoint):
     """The prefill logits themselves agree, not only their argmax."""
     from kvbench.kernels import reference as ops
-    from kvbench.model.loader import load_model
+    from kvbench.models.loader import load_model
 
     folder, hf_model = hf_checkpoint
     model, config = load_model(str(folder))

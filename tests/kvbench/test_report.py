@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from kvbench.cli import main
-from kvbench.report import write_report
-from kvbench.reporting.runs import load_runs
+from kvbench.report.runs import load_runs
+from kvbench.report.writer import write_report
 
 # Tight memory so that paged preempts and prefix shares: every section has something to show.
 TINY = ["--num-requests", "12", "--warmup", "0", "--kv-memory", "2MiB", "--quiet"]

@@ -12,8 +12,8 @@ import time
 import pandas as pd
 import pytest
 
+from kvbench.bench.repeat import mean_ci95
 from kvbench.cli import main
-from kvbench.repeat import mean_ci95
 
 SMALL = ["--warmup", "0", "--kv-memory", "8MiB", "--quiet"]
 

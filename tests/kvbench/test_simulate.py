@@ -15,14 +15,18 @@ import pytest
 import torch
 
 from kvbench.config import EngineConfig
+from kvbench.core.layout import KVLayout
+from kvbench.core.step_batch import StepBatch
 from kvbench.errors import KvbenchInputError
-from kvbench.gpus import GPU_PRESETS, GPUSpec, get_gpu
-from kvbench.layout import KVLayout
-from kvbench.model.config import ModelConfig
-from kvbench.model.presets import get_preset
-from kvbench.simulate_builder import activation_bytes_estimate, build_simulated_engine
-from kvbench.simulated_executor import RooflineCostModel, SimulatedClock, SimulatedExecutor
-from kvbench.step_batch import StepBatch
+from kvbench.execution.gpus import GPU_PRESETS, GPUSpec, get_gpu
+from kvbench.execution.simulate_build import activation_bytes_estimate, build_simulated_engine
+from kvbench.execution.simulated_executor import (
+    RooflineCostModel,
+    SimulatedClock,
+    SimulatedExecutor,
+)
+from kvbench.models.config import ModelConfig
+from kvbench.models.presets import get_preset
 from kvbench.workloads import ClippedRequestsWarning, build_workload
 
 GiB = 2**30

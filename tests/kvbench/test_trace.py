@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 
-from kvbench import tracing
+from kvbench.bench import tracing
 from kvbench.cli import main
 
 TINY = ["--num-requests", "8", "--warmup", "0", "--kv-memory", "8MiB", "--quiet"]

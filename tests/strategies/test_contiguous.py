@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from kvbench.core.request import Request
+from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
-from kvbench.sequence import Sequence
 from kvbench.strategies.contiguous import ContiguousStrategy
-from kvbench.workloads.request import Request
 
 
 def seq(seq_id: int, prompt_len: int, output_len: int) -> Sequence:

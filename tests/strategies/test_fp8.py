@@ -9,12 +9,12 @@ import torch
 
 import kvbench
 from kvbench.config import EngineConfig
-from kvbench.engine_builder import build_engine
-from kvbench.model.presets import get_preset
-from kvbench.model_executor import FP8_SCALE_TARGET, KVArena
+from kvbench.core.request import Request
+from kvbench.execution.build import build_engine
+from kvbench.execution.model_executor import FP8_SCALE_TARGET, KVArena
+from kvbench.models.presets import get_preset
 from kvbench.strategies.paged import PagedStrategy
 from kvbench.strategies.prefix import PrefixCachingStrategy
-from kvbench.workloads.request import Request
 
 MODELS: dict = {}
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvbench.sequence import Sequence
+from kvbench.core.request import Request
+from kvbench.core.sequence import Sequence
 from kvbench.strategies.block_pool import BlockPool
 from kvbench.strategies.paged import PagedStrategy
-from kvbench.workloads.request import Request
 
 
 def seq(seq_id: int, prompt_len: int, output_len: int) -> Sequence:

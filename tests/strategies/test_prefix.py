@@ -10,11 +10,11 @@ import warnings
 import pytest
 
 from kvbench.config import EngineConfig
-from kvbench.engine_builder import build_engine
-from kvbench.sequence import Sequence
+from kvbench.core.request import Request
+from kvbench.core.sequence import Sequence
+from kvbench.execution.build import build_engine
 from kvbench.strategies import make_strategy
 from kvbench.strategies.prefix import PrefixCachingStrategy
-from kvbench.workloads.request import Request
 
 VOCAB = 2048
 MODELS: dict = {}  # one tiny model for the whole module
@@ -251,7 +251,7 @@ def test_memory_split_counts_shared_blocks_once():
 
 
 def simulated_run(strategy: str, workload: str, num_requests: int, kv_memory: str, probe=None):
-    from kvbench.simulate_builder import build_simulated_engine
+    from kvbench.execution.simulate_build import build_simulated_engine
     from kvbench.workloads import build_workload
 
     with warnings.catch_warnings():

@@ -8,10 +8,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvbench.batching.base import in_prefill
-from kvbench.sequence import Sequence
+from kvbench.core.request import Request
+from kvbench.core.sequence import Sequence
+from kvbench.scheduling.base import in_prefill
 from kvbench.strategies.prefix import PrefixCachingStrategy
-from kvbench.workloads.request import Request
 
 VOCAB = 3  # a tiny vocabulary so that random prompts share prefixes often
 

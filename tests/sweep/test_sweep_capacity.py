@@ -31,11 +31,11 @@ import math
 
 import pytest
 
-from kvbench.gpus import get_gpu
-from kvbench.model.presets import get_preset
-from kvbench.simulated_executor import RooflineCostModel
-from kvbench.sweep import SearchSpec, SweepSpec, run_sweep
-from kvbench.sweep.capacity import ABOVE, BELOW, Bisection
+from kvbench.bench.sweep import SearchSpec, SweepSpec, run_sweep
+from kvbench.bench.sweep.capacity import ABOVE, BELOW, Bisection
+from kvbench.execution.gpus import get_gpu
+from kvbench.execution.simulated_executor import RooflineCostModel
+from kvbench.models.presets import get_preset
 
 PROMPT, OUTPUT, N, K = 64, 16, 40, 2.0
 TOLERANCE = 0.02

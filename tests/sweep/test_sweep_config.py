@@ -8,14 +8,14 @@ import sys
 import pandas as pd
 import pytest
 
+from kvbench.bench.sweep import SweepSpec, load_sweep_config, metric_column
+from kvbench.bench.sweep.executor import make_executor
+from kvbench.bench.sweep.grid import expand_grid, point_id
+from kvbench.bench.sweep.report import pareto_front
+from kvbench.bench.sweep.slo import meets_slo, parse_slo_targets, per_request_slo, slo_violations
 from kvbench.cli import main
 from kvbench.errors import KvbenchInputError
 from kvbench.strategies import STRATEGIES
-from kvbench.sweep import SweepSpec, load_sweep_config, metric_column
-from kvbench.sweep.executor import make_executor
-from kvbench.sweep.grid import expand_grid, point_id
-from kvbench.sweep.report import pareto_front
-from kvbench.sweep.slo import meets_slo, parse_slo_targets, per_request_slo, slo_violations
 
 TOML = """
 kind = "simulate"

@@ -7,10 +7,10 @@ import json
 
 import pandas as pd
 
+from kvbench.bench.results import ResultsFolder
+from kvbench.bench.sweep import SweepSpec, run_sweep
+from kvbench.bench.sweep.local import LocalExecutor
 from kvbench.cli import main
-from kvbench.results_writer import ResultsFolder
-from kvbench.sweep import SweepSpec, run_sweep
-from kvbench.sweep.local import LocalExecutor
 
 
 def sim_spec(out) -> SweepSpec:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from kvbench.results_writer import ResultsFolder
-from kvbench.sweep import SweepSpec, run_sweep, timing_free
-from kvbench.sweep.local import LocalExecutor
+from kvbench.bench.results import ResultsFolder
+from kvbench.bench.sweep import SweepSpec, run_sweep, timing_free
+from kvbench.bench.sweep.local import LocalExecutor
 
 ray = pytest.importorskip("ray")
 
@@ -36,7 +36,7 @@ def test_local_and_ray_executors_give_the_same_table(tmp_path):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     try:
-        from kvbench.sweep.ray_executor import RayExecutor
+        from kvbench.bench.sweep.ray_executor import RayExecutor
 
         remote = run_sweep(tiny_spec(tmp_path), tmp_path / "ray", executor=RayExecutor(),
                            write_report=False)

@@ -6,9 +6,9 @@ import json
 
 import pandas as pd
 
-import kvbench.runner
+import kvbench.bench.runner
+from kvbench.bench.results import INCOMPLETE_MARKER, ResultsFolder
 from kvbench.cli import main
-from kvbench.results_writer import INCOMPLETE_MARKER, ResultsFolder
 
 ARGS = [
     "sweep", "--simulate", "--model", "llama-2-7b", "--gpu", "a100-80gb",
@@ -21,7 +21,7 @@ IDS = [f"strategy={s},request_rate={r}" for s in ("contiguous", "paged") for r i
 
 def _count_replays(monkeypatch, interrupt_at: int | None = None) -> list[int]:
     """Count `_replay` calls (one per point run); Ctrl-C inside call `interrupt_at`."""
-    real = kvbench.runner._replay
+    real = kvbench.bench.runner._replay
     calls: list[int] = []
 
     def replay(*args, **kwargs):
@@ -30,7 +30,7 @@ def _count_replays(monkeypatch, interrupt_at: int | None = None) -> list[int]:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(kvbench.runner, "_replay", replay)
+    monkeypatch.setattr(kvbench.bench.runner, "_replay", replay)
     return calls
 
 

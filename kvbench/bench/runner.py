@@ -1,0 +1,341 @@
+"""The runner: replays a workload's arrivals against an engine and writes the results folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from kvbench.bench.metrics import (
+    goodput,
+    inter_token_latencies_ms,
+    latency_stats,
+    memory_summary,
+    request_rows,
+    throughput,
+)
+from kvbench.bench.progress import Progress
+from kvbench.bench.results import ResultsFolder, write_csv, write_json
+from kvbench.bench.run_config import RunConfig
+from kvbench.bench.tracing import TraceRecorder, set_recorder, trace_range
+from kvbench.core.clock import WallClock
+from kvbench.core.request import Request
+from kvbench.errors import KvbenchRunError
+from kvbench.execution.build import BuiltEngine, build_engine
+from kvbench.versions import versions
+from kvbench.workloads import WorkloadResult, load_workload
+
+DEFAULT_NUM_REQUESTS = 64
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C during a run: partial results were written to `folder`."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(f"interrupted; partial results in {folder}")
+        self.folder = folder
+
+
+@dataclass
+class RunOutcome:
+    label: str
+    folder: Path
+    summary: dict[str, Any]
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+
+
+def strategy_label(run: RunConfig) -> str:
+    engine = run.engine
+    label = engine.strategy
+    if engine.strategy == "contiguous":
+        label += f"-{engine.reserve}"
+    if engine.kv_cache_dtype in ("fp8", "fp8_e4m3") and engine.strategy != "fp8":
+        label += "-fp8"
+    if run.engine.batching != "continuous":
+        label += f"-{engine.batching}"
+    if run.engine_kind == "hf":
+        label = "hf-generate"
+    return label
+
+
+def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngine, WorkloadResult]:
+    """Build engine and workload and check every request fits, before anything is written."""
+    built = _build(run, model_cache)
+    workload = load_workload(
+        run.workload,
+        run.num_requests if run.num_requests is not None else _default_count(run.workload),
+        run.engine.seed,
+        built.model_config.vocab_size,
+        max_model_len=built.max_model_len,
+        request_rate=run.request_rate,
+        burstiness=run.burstiness,
+        max_concurrency=run.max_concurrency,
+        **run.workload_params,
+    )
+    for request in workload.requests:
+        built.engine.check_request(request)
+    return built, workload
+
+
+def _default_count(workload: str) -> int | None:
+    from kvbench.workloads import is_trace
+
+    return None if is_trace(workload) else DEFAULT_NUM_REQUESTS
+
+
+def _build(run: RunConfig, model_cache: dict | None) -> BuiltEngine:
+    if run.engine_kind == "simulated":
+        from kvbench.execution.simulate_build import build_simulated_engine
+
+        return build_simulated_engine(run.engine, run.gpu or "a100-80gb")
+    if run.engine_kind == "hf":
+        from kvbench.execution.hf_engine import build_hf_engine
+
+        return build_hf_engine(run.engine, clock=WallClock(), model_cache=model_cache)
+    return build_engine(run.engine, clock=WallClock(), model_cache=model_cache)
+
+
+def _warm_up(built: BuiltEngine, run: RunConfig) -> int:
+    """Run `run.warmup` requests of the workload (another seed) and forget them."""
+    if run.warmup <= 0:
+        return 0
+    warm = load_workload(
+        run.workload, run.warmup,
+        run.engine.seed + 7919, built.model_config.vocab_size,
+        max_model_len=built.max_model_len, **run.workload_params,
+    ).requests[: run.warmup]
+    engine = built.engine
+    for i, request in enumerate(warm):
+        request = dataclasses.replace(request, request_id=-(i + 1), arrival_s=0.0)
+        try:
+            engine.check_request(request)
+        except Exception:  # noqa: BLE001 - a warm-up request that cannot run is skipped
+            continue
+        engine.add_request(request)
+    engine.run_to_completion()
+    engine.reset_stats()
+    return len(warm)
+
+
+def run_one(
+    run: RunConfig,
+    folder: Path,
+    *,
+    show_progress: bool = True,
+    command: str = "",
+    prepared: tuple[BuiltEngine, WorkloadResult] | None = None,
+    extra_summary: dict[str, Any] | None = None,
+) -> RunOutcome:
+    built, workload = prepared or prepare(run)
+    engine = built.engine
+    label = strategy_label(run)
+    warmup_done = _warm_up(built, run)
+    results = ResultsFolder(folder)
+    results.start()
+    config_json = {
+        "run": run.to_dict(),
+        "label": label,
+        "command": command,
+        "device": _device_name(built),
+        "executor": run.engine_kind,
+        "attention_backend": built.backend,
+        "kv_budget_bytes": built.kv_budget_bytes,
+        "kv_cache_dtype": str(built.kv_dtype).replace("torch.", ""),
+        "max_model_len": built.max_model_len,
+        "model_config": built.model_config.to_dict(),
+        "versions": versions(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    write_json(folder / "config.json", config_json)
+    recorder = TraceRecorder() if run.trace else None
+    set_recorder(recorder)
+    clock = engine.clock
+    if hasattr(clock, "reset"):
+        clock.reset()
+        if recorder is not None:
+            recorder.origin_s = time.perf_counter()
+    status = "complete"
+    try:
+        _replay(engine, workload, run, Progress(len(workload.requests), label, show_progress))
+    except KeyboardInterrupt:
+        status = "interrupted"
+    except Exception as err:  # noqa: BLE001 - reported with where the partial results are
+        status = "failed"
+        failure = f"{type(err).__name__}: {err}"
+    finally:
+        set_recorder(None)
+    outcome = _write_results(
+        built, workload, run, folder, label, status, warmup_done, recorder, extra_summary
+    )
+    if status == "interrupted":
+        results.mark("interrupted", "run interrupted (Ctrl-C); files hold what finished")
+        raise RunInterrupted(folder)
+    if status == "failed":
+        results.mark("failed", failure)
+        raise KvbenchRunError(f"{label}: {failure}; partial results in {folder}")
+    if engine.strategy is not None and not engine.strategy.is_whole():
+        results.mark("failed", "KV memory leaked: the pool is not whole after the run")
+        raise KvbenchRunError(f"{label}: KV pool not whole after the run; see {folder}")
+    results.complete()
+    return outcome
+
+
+def _device_name(built: BuiltEngine) -> str:
+    from kvbench.execution.device import describe_device
+
+    if built.backend == "simulated":
+        return f"simulated {built.engine.executor.gpu.name}"
+    return describe_device(built.device)
+
+
+def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress) -> None:
+    """Open loop: requests arrive at their times; closed loop: at most C in flight."""
+    pending: deque[Request] = deque(workload.requests)
+    limit = workload.max_concurrency
+    clock = engine.clock
+    in_flight: set[int] = set()
+    done = 0
+    tokens = 0
+    with trace_range("replay", requests=len(workload.requests)):
+        while pending or engine.has_unfinished():
+            now = clock()
+            while pending and (limit is None or len(in_flight) < limit):
+                request = pending[0]
+                if limit is None and request.arrival_s > now:
+                    break
+                pending.popleft()
+                if limit is not None:  # closed loop: sent when a slot frees
+                    request = dataclasses.replace(request, arrival_s=max(request.arrival_s, now))
+                engine.add_request(request)
+                in_flight.add(request.request_id)
+            if not engine.has_unfinished():
+                if pending:
+                    with trace_range("idle", until_s=pending[0].arrival_s):
+                        clock.sleep_until(pending[0].arrival_s)
+                continue
+            finished = engine.step()
+            for seq in finished:
+                tokens += seq.num_generated
+                group = engine.sequences[seq.request.request_id]
+                if all(s.finish_s is not None for s in group) and len(group) == seq.request.n:
+                    in_flight.discard(seq.request.request_id)
+                    done += 1
+            last = engine.steps[-1] if engine.steps else None
+            held = None
+            if last is not None and last.kv_free_bytes is not None:
+                arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
+                    last.kv_external_bytes + last.kv_free_bytes
+                used = arena - last.kv_free_bytes
+                held = used / arena if arena else None
+            progress.update(done, tokens, held)
+    progress.close()
+    engine.drain()
+
+
+def _write_results(
+    built: BuiltEngine, workload: WorkloadResult, run: RunConfig, folder: Path, label: str,
+    status: str, warmup_done: int, recorder: TraceRecorder | None,
+    extra_summary: dict[str, Any] | None,
+) -> RunOutcome:
+    engine = built.engine
+    with trace_range("metrics"):
+        added = [r for r in workload.requests if r.request_id in engine.sequences]
+        requests_df = request_rows(added, engine.sequences)
+        steps_df = pd.DataFrame([s.to_dict() for s in engine.steps])
+        summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
+                            steps_df, engine)
+    if extra_summary:
+        summary.update(extra_summary)
+    write_csv(folder / "requests.csv", requests_df)
+    write_csv(folder / "steps.csv", steps_df)
+    if recorder is not None:
+        write_json(folder / "trace.json", {"traceEvents": recorder.events,
+                                           "displayTimeUnit": "ms"})
+    write_json(folder / "summary.json", summary)
+    return RunOutcome(label, folder, summary, requests_df, steps_df)
+
+
+def _column_max(frame: pd.DataFrame, column: str) -> int | None:
+    if frame.empty or column not in frame or frame[column].isna().all():
+        return None
+    return int(frame[column].max())
+
+
+def summarize(built, workload, run, label, status, warmup_done, requests_df, steps_df,
+              engine) -> dict[str, Any]:
+    completed = int(requests_df["completed"].sum()) if not requests_df.empty else 0
+    tput, makespan = throughput(requests_df) if not requests_df.empty else ({}, 0.0)
+    cfg = run.engine
+    prompt_tokens = int(requests_df["prompt_len"].sum()) if not requests_df.empty else 0
+    cached = int(requests_df["cached_prompt_tokens"].sum()) if not requests_df.empty else 0
+    memory = {
+        "kv_budget_bytes": built.kv_budget_bytes,
+        "kv_capacity_tokens": engine.strategy.capacity_tokens if engine.strategy else None,
+        "kv_bytes_per_token": built.bytes_per_slot,
+        "kv_cache_dtype": str(built.kv_dtype).replace("torch.", ""),
+        **memory_summary(steps_df),
+        "peak_gpu_bytes": (
+            torch.cuda.max_memory_allocated(built.device) if built.device.type == "cuda" else None
+        ),
+        "prompt_blocks_max": _column_max(steps_df, "kv_prompt_blocks"),
+        "gpu_used_bytes_max": _column_max(steps_df, "gpu_used_bytes"),
+        "torch_reserved_bytes_max": _column_max(steps_df, "torch_reserved_bytes"),
+    }
+    overhead = steps_df["overhead_ms"].sum() if not steps_df.empty else 0.0
+    step_total = steps_df["step_ms"].sum() if not steps_df.empty else 0.0
+    batch = steps_df["num_prefill_seqs"] + steps_df["num_decode_seqs"] if not steps_df.empty \
+        else pd.Series(dtype=float)
+    summary: dict[str, Any] = {
+        "label": label,
+        "status": status,
+        "strategy": cfg.strategy,
+        "batching": cfg.batching,
+        "reserve": cfg.reserve if cfg.strategy == "contiguous" else None,
+        "block_size": cfg.block_size if cfg.strategy != "contiguous" else None,
+        "workload": workload.name,
+        "model": cfg.model,
+        "dtype": cfg.dtype,
+        "device": _device_name(built),
+        "executor": run.engine_kind,
+        "seed": cfg.seed,
+        "num_requests": len(workload.requests),
+        "completed": completed,
+        "failed": len(workload.requests) - completed,
+        "warmup_requests_excluded": warmup_done,
+        "clipped_requests": workload.num_clipped,
+        "duration_s": makespan,
+        "throughput": tput,
+        "latency_ms": {
+            "ttft": latency_stats(requests_df.get("ttft_ms", [])),
+            "tpot": latency_stats(requests_df.get("tpot_ms", [])),
+            "itl": latency_stats(inter_token_latencies_ms(engine.sequences)),
+            "e2e": latency_stats(requests_df.get("e2e_ms", [])),
+            "queue": latency_stats(requests_df.get("queue_ms", [])),
+            "prefill": latency_stats(requests_df.get("prefill_ms", [])),
+        },
+        "memory": memory,
+        "scheduler": {
+            "steps": len(steps_df),
+            "preemptions": int(steps_df["preemptions"].sum()) if not steps_df.empty else 0,
+            "prefix_hit_rate": cached / prompt_tokens if prompt_tokens else None,
+            "prompt_tokens": prompt_tokens,
+            "cached_prompt_tokens": cached,
+            "batch_size_mean": float(batch.mean()) if len(batch) else None,
+            "batch_size_max": int(batch.max()) if len(batch) else None,
+            "waiting_mean": float(steps_df["num_waiting"].mean()) if not steps_df.empty else None,
+            "prefill_tokens_computed": engine.prefill_tokens_computed,
+            "overhead_ms_total": float(overhead),
+            "overhead_fraction": float(overhead / step_total) if step_total else None,
+            **(engine.strategy.stats() if engine.strategy else {}),
+        },
+    }
+    if run.slo_ms and not requests_df.empty:
+        summary["goodput"] = goodput(requests_df, run.slo_ms, makespan)
+    return summary

@@ -1,0 +1,144 @@
+"""`kvbench compare BASE_DIR NEW_DIR`: differences between two results folders, a CI gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from kvbench.errors import KvbenchInputError
+from kvbench.report.metrics import DEFAULT_DIFF, METRICS, differences, parse_thresholds
+from kvbench.report.runs import RunData, load_runs
+from kvbench.report.text_table import format_table
+
+
+def _metric_help() -> str:
+    names = ", ".join(METRICS)
+    return (
+        "Compare two results folders of `kvbench run` (one strategy's folder or a comparison "
+        "folder; strategies are matched by label) and print the differences. With --fail-on, "
+        "exit 1 when a threshold is crossed, so CI can gate regressions.\n\n"
+        "--fail-on takes METRIC:+N% or METRIC:-N% items, comma-separated. The sign is the "
+        "direction the metric may move: output_tok_s:-5% fails when new < base x 0.95, "
+        "ttft.p99:+10% fails when new > base x 1.10. Without % the number is an absolute "
+        "change in the metric's unit (ms, tok/s, a count, a fraction): preemptions:+0 fails "
+        "on any increase. A metric missing in NEW but present in BASE fails.\n\n"
+        f"Metrics: {names}. Latency metrics (ttft, tpot, itl, e2e, queue, prefill) take .mean, "
+        ".p50, .p90, .p99 or .max and are in milliseconds; utilization_mean, "
+        "utilization_saturated and prefix_hit_rate are fractions (0..1)."
+    )
+
+
+@click.command("compare", help=_metric_help())
+@click.argument("base_dir", type=click.Path(path_type=Path))
+@click.argument("new_dir", type=click.Path(path_type=Path))
+@click.option("--fail-on", "fail_on", default=None, metavar="METRIC:±N%[,...]",
+              help="thresholds, e.g. output_tok_s:-5%,ttft.p99:+10% (see above)")
+@click.option("--metrics", "metric_list", default=None, metavar="NAME[,NAME...]",
+              help="rows to print [default: throughput, latency p50/p99, utilization, "
+                   "preemptions, hit rate; plus every --fail-on metric]; 'all' for all")
+@click.option("--json", "as_json", is_flag=True, help="print the comparison as JSON")
+@click.pass_context
+def compare_command(ctx: click.Context, base_dir: Path, new_dir: Path, fail_on: str | None,
+                    metric_list: str | None, as_json: bool) -> None:
+    thresholds = parse_thresholds(fail_on)
+    names = _metric_names(metric_list, [t.metric.name for t in thresholds])
+    base_runs = load_runs([base_dir]).runs
+    new_runs = load_runs([new_dir]).runs
+    pairs, unmatched = match_runs(base_runs, new_runs)
+    failures: list[str] = []
+    report = []
+    for base, new in pairs:
+        rows = differences(base.summary, new.summary, names)
+        checks = []
+        for threshold in thresholds:
+            m = threshold.metric
+            why = threshold.crossed(m.value(base.summary), m.value(new.summary))
+            checks.append((threshold, why))
+            if why:
+                failures.append(f"{new.label}: {threshold.text}: {why}")
+        report.append((base, new, rows, checks))
+    if as_json:
+        click.echo(json.dumps(_as_json(base_dir, new_dir, report, unmatched, failures),
+                              indent=2))
+    else:
+        _print(base_dir, new_dir, base_runs, new_runs, report, unmatched, failures)
+    ctx.exit(1 if failures else 0)
+
+
+def _metric_names(text: str | None, extra: list[str]) -> list[str]:
+    if text and text.strip() == "all":
+        return list(METRICS)
+    names = [n.strip() for n in text.split(",") if n.strip()] if text else list(DEFAULT_DIFF)
+    for name in names:
+        if name not in METRICS:
+            raise KvbenchInputError(f"unknown metric {name!r} in --metrics; known: "
+                                    f"{', '.join(METRICS)}")
+    return names + [n for n in extra if n not in names]
+
+
+def match_runs(base: list[RunData], new: list[RunData]):
+    """Pairs by strategy label; two single runs pair whatever their labels."""
+    by_label = {r.label: r for r in base}
+    pairs = [(by_label[r.label], r) for r in new if r.label in by_label]
+    if not pairs and len(base) == 1 and len(new) == 1:
+        pairs = [(base[0], new[0])]
+    paired = {id(r) for pair in pairs for r in pair}
+    unmatched = [r for r in base + new if id(r) not in paired]
+    if not pairs:
+        raise KvbenchInputError(
+            "no strategy in common: base has " + ", ".join(r.label for r in base)
+            + "; new has " + ", ".join(r.label for r in new)
+        )
+    return pairs, unmatched
+
+
+def _describe(folder: Path, runs: list[RunData]) -> str:
+    v = runs[0].versions
+    bits = [f"git {v['git']}" if v.get("git") else "", runs[0].config.get("created") or ""]
+    extra = ", ".join(b for b in bits if b)
+    return f"{folder}" + (f" ({extra})" if extra else "")
+
+
+def _print(base_dir, new_dir, base_runs, new_runs, report, unmatched, failures) -> None:
+    click.echo(f"base: {_describe(base_dir, base_runs)}")
+    click.echo(f"new:  {_describe(new_dir, new_runs)}")
+    for base, new, rows, checks in report:
+        title = new.label if base.label == new.label else f"{base.label} -> {new.label}"
+        click.echo(f"\n{title}")
+        table = [[d.metric.name, d.metric.format(d.base), d.metric.format(d.new),
+                  d.format_delta(), "" if d.verdict == "same" else d.verdict]
+                 for d in rows]
+        click.echo(format_table(["metric", "base", "new", "change", ""], table))
+        for threshold, why in checks:
+            click.echo(f"  {'FAIL' if why else 'ok  '} {threshold.text}"
+                       + (f": {why}" if why else ""))
+    if unmatched:
+        click.echo("\nnot compared (no counterpart): "
+                   + ", ".join(f"{r.label} ({r.path})" for r in unmatched))
+    if failures:
+        click.echo(f"\n{len(failures)} threshold(s) crossed:", err=True)
+        for failure in failures:
+            click.echo(f"  {failure}", err=True)
+
+
+def _as_json(base_dir, new_dir, report, unmatched, failures) -> dict:
+    return {
+        "base": str(base_dir),
+        "new": str(new_dir),
+        "pairs": [
+            {
+                "base_label": base.label,
+                "new_label": new.label,
+                "metrics": {d.metric.name: {"base": d.base, "new": d.new, "change": d.ratio,
+                                            "verdict": d.verdict} for d in rows},
+                "checks": [{"threshold": t.text, "failed": bool(why), "message": why}
+                           for t, why in checks],
+            }
+            for base, new, rows, checks in report
+        ],
+        "unmatched": [str(r.path) for r in unmatched],
+        "failures": failures,
+        "passed": not failures,
+    }

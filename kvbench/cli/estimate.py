@@ -1,0 +1,191 @@
+"""`kvbench estimate`: KV-cache sizing arithmetic, exact and explained (no model is run)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+from kvbench.bench.estimate import DEFAULT_BLOCK_SIZE, estimate_kv, format_estimate
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
+from kvbench.models.presets import PRESETS, get_preset
+from kvbench.units import parse_size_bytes
+
+
+def load_model_shape(model: str) -> ModelConfig:
+    """A preset name, else a local folder holding a Hugging Face config.json (weights not read)."""
+    if model in PRESETS:
+        return get_preset(model)
+    if not os.path.isdir(model):
+        return get_preset(model)  # raises: unknown preset, lists the presets
+    path = os.path.join(model, "config.json")
+    if not os.path.isfile(path):
+        raise KvbenchInputError(f"model folder {model!r} has no config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            hf = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise KvbenchInputError(f"cannot read {path}: {exc}") from None
+    if not isinstance(hf, dict):
+        raise KvbenchInputError(f"cannot read {path}: not a JSON object")
+    return ModelConfig.from_hf_config(hf, name=model)
+
+
+def _parse_pair(text: str) -> tuple[str, str]:
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise KvbenchInputError(
+            f"--compare-kv-utilization takes two utilizations FROM,TO such as 0.4,0.9 or 40%,90%, got {text!r}"
+        )
+    return parts[0], parts[1]
+
+
+@click.command(
+    "estimate",
+    help=(
+        "KV-cache sizing arithmetic, exact and explained: bytes per token, per request and in "
+        "total, the KV budget left next to the weights, and how many requests fit per strategy "
+        "(contiguous reserving the max model length vs paged at the mean length). "
+        "Nothing is run."
+    ),
+)
+@click.option(
+    "--model",
+    "model",
+    metavar="PRESET|FOLDER",
+    help="A preset (e.g. llama-2-13b) or a local folder with a Hugging Face config.json.",
+)
+@click.option("--layers", "num_layers", type=int, help="Number of layers (instead of --model).")
+@click.option(
+    "--kv-heads", "num_kv_heads", type=int, help="Number of KV heads (instead of --model)."
+)
+@click.option("--head-dim", "head_dim", type=int, help="Head dimension (instead of --model).")
+@click.option(
+    "--kv-cache-dtype",
+    "--kv-dtype",
+    "kv_cache_dtype",
+    default="auto",
+    show_default=True,
+    metavar="auto|fp32|bf16|fp16|fp8",
+    help="KV element type; auto stores K/V in the weights --dtype (as vLLM does).",
+)
+@click.option(
+    "--dtype",
+    "dtype",
+    default="bf16",
+    show_default=True,
+    metavar="bf16|fp16|fp32",
+    help="Weights dtype, used to compute the weights' memory from the model's parameters.",
+)
+@click.option(
+    "--context",
+    "context",
+    type=int,
+    help="Tokens per request (prompt + output). Default: --max-model-len.",
+)
+@click.option(
+    "--concurrency",
+    "concurrency",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Concurrent requests for the total.",
+)
+@click.option(
+    "--block-size",
+    "block_size",
+    type=int,
+    help=f"Round each request up to blocks of this many tokens; the paged strategy uses "
+    f"it (default {DEFAULT_BLOCK_SIZE} there).",
+)
+@click.option(
+    "--max-model-len",
+    "max_model_len",
+    type=int,
+    help="Tokens reserved per request by contiguous (reserve max). "
+    "Default: the model's max_position_embeddings, or --context.",
+)
+@click.option(
+    "--mean-len",
+    "mean_len",
+    type=int,
+    help="Mean request length (tokens) for the paged strategy. Default: --context.",
+)
+@click.option("--gpu-memory", "gpu_memory", metavar="SIZE", help="GPU memory, e.g. 80GiB or 40GB.")
+@click.option(
+    "--gpu-memory-utilization",
+    "--gpu-util",
+    "gpu_memory_utilization",
+    metavar="F",
+    help="Share of --gpu-memory for weights + KV, e.g. 0.92 or 92%.  [default: 0.9]",
+)
+@click.option(
+    "--weights-memory",
+    "weights_memory",
+    metavar="SIZE",
+    help="Weights' memory. Default: the model's parameters x --dtype bytes.",
+)
+@click.option(
+    "--kv-memory",
+    "kv_memory",
+    metavar="SIZE",
+    help="The KV budget itself (instead of --gpu-memory and weights).",
+)
+@click.option(
+    "--compare-kv-utilization",
+    "compare_kv_utilization",
+    metavar="FROM,TO",
+    help="Effective capacity of the KV budget at two KV utilizations "
+    "(token bytes / held bytes), e.g. 0.4,0.9: how many times more KV fits.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print only JSON (for scripts).")
+def estimate_command(
+    model: str | None,
+    num_layers: int | None,
+    num_kv_heads: int | None,
+    head_dim: int | None,
+    kv_cache_dtype: str,
+    dtype: str,
+    context: int | None,
+    concurrency: int,
+    block_size: int | None,
+    max_model_len: int | None,
+    mean_len: int | None,
+    gpu_memory: str | None,
+    gpu_memory_utilization: str | None,
+    weights_memory: str | None,
+    kv_memory: str | None,
+    compare_kv_utilization: str | None,
+    as_json: bool,
+) -> None:
+    try:
+        kwargs: dict[str, Any] = dict(
+            num_layers=num_layers,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            kv_cache_dtype=kv_cache_dtype,
+            dtype=dtype,
+            context=context,
+            concurrency=concurrency,
+            block_size=block_size,
+            gpu_memory=parse_size_bytes(gpu_memory) if gpu_memory is not None else None,
+            gpu_memory_utilization=gpu_memory_utilization,
+            weights_memory=parse_size_bytes(weights_memory) if weights_memory is not None else None,
+            kv_memory=parse_size_bytes(kv_memory) if kv_memory is not None else None,
+            max_model_len=max_model_len,
+            mean_len=mean_len,
+            compare_utilization=(
+                _parse_pair(compare_kv_utilization) if compare_kv_utilization is not None else None
+            ),
+        )
+        model_config = load_model_shape(model) if model is not None else None
+        est = estimate_kv(model_config, **kwargs)
+    except KvbenchInputError as exc:
+        raise click.UsageError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(est.to_dict(), indent=2))
+    else:
+        click.echo(format_estimate(est))

@@ -1,0 +1,39 @@
+"""`kvbench report`: one self-contained HTML report from one or more results folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command(
+    "report",
+    help=(
+        "Write a self-contained HTML report (opens offline) for RUN_DIR... . A RUN_DIR is a "
+        "results folder of `kvbench run`: one strategy's folder or a comparison folder (its "
+        "strategies are all included). Folders of different runs, e.g. of two git "
+        "revisions, are shown side by side with their differences, the first folder being "
+        "the base. `kvbench run` already writes report.html into every results folder."
+    ),
+)
+@click.argument("run_dirs", nargs=-1, required=True, metavar="RUN_DIR...",
+                type=click.Path(path_type=Path))
+@click.option("-o", "--output", "output", type=click.Path(path_type=Path), default=None,
+              help="HTML file to write [default: RUN_DIR/report.html for one folder, "
+                   "./report.html for several]")
+def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
+    from kvbench.errors import KvbenchInputError
+    from kvbench.report.runs import run_folders
+    from kvbench.report.writer import write_report
+
+    for folder in run_dirs:
+        run_folders(folder)  # KvbenchInputError for a missing or foreign folder
+    if output is None:
+        output = run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html")
+    if output.exists() and output.is_dir():
+        raise KvbenchInputError(f"-o {output} is a directory; give a file name such as "
+                                f"{output / 'report.html'}")
+    if not output.parent.exists():
+        raise KvbenchInputError(f"cannot write {output}: folder {output.parent} does not exist")
+    click.echo(str(write_report(list(run_dirs), output)))

@@ -1,1 +1,0 @@
-"""Subcommands of the `kvbench` CLI, one module each."""

@@ -1,0 +1,72 @@
+"""`BaseEngine`: what kvbench's `Engine` and `--engine hf` share, the request book and run control."""
+
+from __future__ import annotations
+
+import itertools
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+
+from kvbench.core.request import Request
+from kvbench.core.sequence import Sequence
+from kvbench.core.step_record import StepRecord
+
+
+class BaseEngine(ABC):
+    """The runner's view of an engine: queued and finished requests, step records, run control.
+
+    Subclasses set `policy` (whose `running` lists the sequences in flight) and `strategy`
+    (None when the engine has no kvbench cache strategy), add requests and run steps.
+    `clock()` returns seconds on the run's clock.
+    """
+
+    def __init__(
+        self, *, max_model_len: int, temperature: float, seed: int, clock: Callable[[], float]
+    ) -> None:
+        self.max_model_len = max_model_len
+        self.temperature = temperature
+        self.seed = seed
+        self.clock = clock
+        self.waiting: deque[Sequence] = deque()
+        self.sequences: dict[int, list[Sequence]] = {}
+        self.steps: list[StepRecord] = []
+        self.prefill_tokens_computed = 0
+        self._seq_ids = itertools.count()
+        self._unfinished = 0
+
+    def _new_sequence(self, request: Request, sample_index: int) -> Sequence:
+        """Sample `sample_index` of `request`, holding its prompt so far."""
+        return Sequence(next(self._seq_ids), request, sample_index,
+                        list(request.prompt_token_ids))
+
+    @abstractmethod
+    def add_request(self, request: Request) -> None:
+        """Queue the request (raises `KvbenchInputError` for one that could never run)."""
+
+    @abstractmethod
+    def step(self) -> list[Sequence]:
+        """Run the next unit of work; returns the sequences that finished in it."""
+
+    def has_unfinished(self) -> bool:
+        return self._unfinished > 0
+
+    @property
+    def num_running(self) -> int:
+        return len(self.policy.running)
+
+    def drain(self) -> None:
+        """Give back memory still held once every request has finished (none by default)."""
+        return None
+
+    def reset_stats(self) -> None:
+        """Forget finished requests and step records (after warm-up)."""
+        if self.has_unfinished():
+            raise RuntimeError("reset_stats with requests still running")
+        self.sequences.clear()
+        self.steps.clear()
+        self.prefill_tokens_computed = 0
+
+    def run_to_completion(self) -> None:
+        while self.has_unfinished():
+            self.step()
+        self.drain()

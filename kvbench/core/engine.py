@@ -1,0 +1,228 @@
+"""`Engine`: one iteration at a time — schedule, lay out, execute, sample, commit, free."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kvbench.bench.tracing import get_recorder, trace_range
+from kvbench.core.base_engine import BaseEngine
+from kvbench.core.request import Request
+from kvbench.core.sequence import Sequence, SequenceStatus
+from kvbench.core.step_batch import StepBatch
+from kvbench.core.step_record import StepRecord
+from kvbench.errors import KvbenchInputError, KvbenchRunError
+from kvbench.execution.executor import Executor
+from kvbench.execution.sampling import sample_tokens
+from kvbench.scheduling.base import BatchingPolicy
+from kvbench.strategies.base import CacheStrategy
+
+
+def check_request_lengths(request: Request, max_model_len: int) -> None:
+    """A request any engine must refuse: empty, or longer than the model's maximum length."""
+    if request.prompt_len < 1 or request.output_len < 1:
+        raise KvbenchInputError(f"request {request.request_id}: empty prompt or output")
+    if request.prompt_len + request.output_len > max_model_len:
+        raise KvbenchInputError(
+            f"request {request.request_id}: prompt ({request.prompt_len}) + output "
+            f"({request.output_len}) tokens exceed the maximum model length {max_model_len}"
+        )
+
+
+def _is_decode(seq: Sequence, num_new: int) -> bool:
+    return num_new == 1 and seq.num_generated > 0 and seq.num_computed == len(seq.token_ids) - 1
+
+
+class Engine(BaseEngine):
+    """Drives a `BatchingPolicy`, a `CacheStrategy` and an `Executor` over added requests.
+
+    `clock()` returns seconds on the run's clock (wall time by default).
+    """
+
+    def __init__(
+        self,
+        strategy: CacheStrategy,
+        policy: BatchingPolicy,
+        executor: Executor,
+        *,
+        bytes_per_slot: int,
+        max_model_len: int,
+        temperature: float = 0.0,
+        seed: int = 0,
+        clock: Callable[[], float] | None = None,
+        memory_probe: Callable[[], dict] | None = None,
+    ) -> None:
+        super().__init__(max_model_len=max_model_len, temperature=temperature, seed=seed,
+                         clock=clock or time.perf_counter)
+        self.strategy = strategy
+        self.policy = policy
+        self.executor = executor
+        self.bytes_per_slot = bytes_per_slot
+        self.memory_probe = memory_probe
+        self._unrecorded_preemptions = 0
+
+    # Requests ---------------------------------------------------------------------------
+
+    def check_request(self, request: Request) -> None:
+        """Raise `KvbenchInputError` for a request that could never run on this engine."""
+        check_request_lengths(request, self.max_model_len)
+        probe = Sequence(-1, request, 0, list(request.prompt_token_ids))
+        need = self.strategy.required_slots(probe)
+        if need > self.strategy.capacity_tokens:
+            need_bytes = need * self.bytes_per_slot
+            have_bytes = self.strategy.capacity_tokens * self.bytes_per_slot
+            raise KvbenchInputError(
+                f"--kv-memory too small: request {request.request_id} needs {need} KV slots "
+                f"({need_bytes / 2**20:.2f} MiB) under {self.strategy.name}, the arena holds "
+                f"{self.strategy.capacity_tokens} ({have_bytes / 2**20:.2f} MiB); "
+                f"use --kv-memory {max(1, -(-need_bytes // 2**20))}MiB or more"
+            )
+
+    def add_request(self, request: Request) -> None:
+        self.check_request(request)
+        seq = self._new_sequence(request, 0)
+        self.sequences[request.request_id] = [seq]
+        self.waiting.append(seq)
+        self._unfinished += request.n
+
+    # One iteration ----------------------------------------------------------------------
+
+    def step(self) -> list[Sequence]:
+        """Run one iteration; returns the sequences that finished in it."""
+        t_start = self.clock()
+        with trace_range("step", step=len(self.steps)):
+            with trace_range("schedule", waiting=len(self.waiting), running=self.num_running):
+                out = self.policy.schedule(self.waiting, t_start)
+            if not out.scheduled:
+                self._unrecorded_preemptions += len(out.preempted)  # goes in the next row
+                if self.waiting and not self.policy.has_work():
+                    raise KvbenchRunError(
+                        f"scheduler stalled: request {self.waiting[0].request.request_id} "
+                        "cannot be admitted into an empty cache"
+                    )
+                return []
+            # A decode computes the one token sampled last step; anything else (prompts, prompt
+            # chunks, recomputation after preemption) is a prefill.
+            prefills = [(s, n) for s, n in out.scheduled if not _is_decode(s, n)]
+            decodes = [(s, n) for s, n in out.scheduled if _is_decode(s, n)]
+            ordered = prefills + decodes
+            batch = self._build_batch(ordered, len(prefills))
+            t_forward = self.clock()
+            logits = self.executor.execute(batch)
+            t_forward_end = self.clock()
+            with trace_range("sample", rows=len(batch.sample_rows)):
+                finished = self._commit(ordered, logits, t_forward_end)
+            split = self.strategy.memory_split(
+                self.policy.holders(), self.waiting[0] if self.waiting else None
+            )
+        t_end = self.clock()
+        self.prefill_tokens_computed += sum(n for _, n in prefills)
+        b = self.bytes_per_slot
+        unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
+        record = StepRecord(
+            step=len(self.steps),
+            t_s=t_start,
+            step_ms=(t_end - t_start) * 1e3,
+            overhead_ms=((t_end - t_start) - (t_forward_end - t_forward)) * 1e3,
+            num_prefill_seqs=len(prefills),
+            num_decode_seqs=len(decodes),
+            num_batched_tokens=batch.num_tokens,
+            num_prefill_tokens=sum(n for _, n in prefills),
+            num_running=self.num_running,
+            num_waiting=len(self.waiting),
+            kv_token_bytes=split.token * b,
+            kv_reserved_bytes=split.reserved * b,
+            kv_internal_bytes=split.internal * b,
+            kv_external_bytes=split.external * b,
+            kv_free_bytes=split.free * b,
+            kv_cached_bytes=split.cached * b,
+            preemptions=len(out.preempted) + unrecorded,
+            kv_utilization=split.utilization,
+            kv_prompt_blocks=split.prompt_blocks,
+            **(self.memory_probe() if self.memory_probe else {}),
+        )
+        self.steps.append(record)
+        recorder = get_recorder()
+        if recorder is not None:
+            recorder.counter("kv_bytes", t_end, {"token": record.kv_token_bytes,
+                                                  "held": split.held * b})
+            recorder.counter("batch", t_end, {"running": record.num_running,
+                                              "waiting": record.num_waiting})
+        return finished
+
+    def _build_batch(self, ordered: list[tuple[Sequence, int]], num_prefill: int) -> StepBatch:
+        with trace_range("layout", seqs=len(ordered)):
+            layout = self.strategy.build_layout(ordered)
+        input_ids: list[int] = []
+        positions: list[int] = []
+        sample_rows: list[int] = []
+        for seq, n in ordered:
+            start = seq.num_computed
+            input_ids.extend(seq.token_ids[start : start + n])
+            positions.extend(range(start, start + n))
+            if start + n == len(seq.token_ids):
+                sample_rows.append(len(input_ids) - 1)
+        return StepBatch(input_ids, positions, layout, num_prefill, sample_rows)
+
+    def _commit(self, ordered, logits, now_s: float) -> list[Sequence]:
+        to_sample = []
+        for seq, n in ordered:
+            seq.num_computed += n
+            if seq.num_computed == len(seq.token_ids):
+                to_sample.append(seq)
+        keys = (
+            [(s.request.request_id, s.sample_index, len(s.token_ids)) for s in to_sample]
+            if self.temperature > 0 else []
+        )
+        tokens = sample_tokens(logits, self.temperature, self.seed, keys)
+        finished: list[Sequence] = []
+        for row, (seq, token) in enumerate(zip(to_sample, tokens, strict=True)):
+            first = seq.first_token_s is None
+            self._append_token(seq, token, now_s)
+            if first and seq.sample_index == 0 and seq.request.n > 1:
+                self._fork_children(seq, logits[row : row + 1], now_s)
+            if seq.is_finished:
+                finished.append(seq)
+        for seq in finished:
+            self._finish(seq, now_s)
+        return finished
+
+    def _append_token(self, seq: Sequence, token: int, now_s: float) -> None:
+        seq.token_ids.append(token)
+        seq.token_times_s.append(now_s)
+        if seq.first_token_s is None:
+            seq.first_token_s = now_s
+
+    def _fork_children(self, parent: Sequence, logits_row, now_s: float) -> None:
+        """Parallel sampling: children take the parent's prompt KV and sample their own tokens."""
+        request = parent.request
+        group = self.sequences[request.request_id]
+        for sample_index in range(1, request.n):
+            child = self._new_sequence(request, sample_index)
+            group.append(child)
+            child.admitted_s = parent.admitted_s
+            if self.strategy.fork(parent, child) is None:
+                self.waiting.appendleft(child)  # no room to share or copy: prefill on its own
+                continue
+            child.num_computed = parent.prompt_len
+            child.cached_prompt_tokens = parent.prompt_len
+            self.policy.add_running(child)
+            key = [(request.request_id, sample_index, request.prompt_len)]
+            token = sample_tokens(logits_row, self.temperature, self.seed, key)[0]
+            self._append_token(child, token, now_s)
+            if child.is_finished:
+                self._finish(child, now_s)
+
+    def _finish(self, seq: Sequence, now_s: float) -> None:
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_s = now_s
+        self.policy.on_finished(seq)
+        self._unfinished -= 1
+
+    def drain(self) -> None:
+        """Give back memory still held by finished members (static batching's last batch)."""
+        self.policy.release_finished()
+
+    def reset_stats(self) -> None:
+        super().reset_stats()
+        self.strategy.reset_stats()

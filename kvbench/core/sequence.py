@@ -1,0 +1,62 @@
+"""A sequence being generated: one sample of one request, and its timestamps."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from kvbench.core.request import Request
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    """Token state of one sample. `num_computed` tokens have their KV in the cache.
+
+    Strategies read `num_computed`, `token_ids` and `request` to do their bookkeeping; the
+    engine alone changes them.
+    """
+
+    seq_id: int
+    request: Request
+    sample_index: int
+    token_ids: list[int]
+    num_computed: int = 0
+    status: SequenceStatus = SequenceStatus.WAITING
+    preemptions: int = 0
+    admitted_s: float | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    token_times_s: list[float] = field(default_factory=list)
+    cached_prompt_tokens: int = 0  # prompt tokens served from a prefix cache at first admission
+    prefill_computed_tokens: int = 0  # tokens computed by prefills (recomputation included)
+
+    @property
+    def prompt_len(self) -> int:
+        return self.request.prompt_len
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.token_ids) - self.request.prompt_len
+
+    @property
+    def is_finished(self) -> bool:
+        return self.num_generated >= self.request.output_len
+
+    @property
+    def final_kv_len(self) -> int:
+        return self.request.final_kv_len
+
+    @property
+    def num_uncomputed(self) -> int:
+        """Tokens whose KV is not yet in the cache (the whole prompt before prefill, 1 in decode)."""
+        return len(self.token_ids) - self.num_computed
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.num_computed > 0 and self.num_uncomputed == 1 and self.num_generated > 0

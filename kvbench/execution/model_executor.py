@@ -1,0 +1,193 @@
+"""`ModelExecutor`: the real model and kernels on a preallocated KV arena."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+
+from kvbench.bench.tracing import trace_range
+from kvbench.core.layout import KVLayout
+from kvbench.core.step_batch import StepBatch
+from kvbench.execution.executor import Executor
+from kvbench.models.config import ModelConfig
+from kvbench.models.llama import LlamaDecoder
+
+# fp8 scales from a layer's first write: amax / FP8_SCALE_TARGET, so that the first write's
+# largest value lands at 224, half of e4m3's largest finite value (448): 2x headroom for later
+# tokens whose K/V exceed the first prefill's, at the cost of one binade at the small end
+# (subnormals start at 2^-6 * scale). The floor keeps an all-zero first write usable.
+FP8_SCALE_TARGET = 224.0
+FP8_SCALE_FLOOR = 1e-6
+
+
+class KVArena:
+    """One `[num_slots, Hkv, D]` K tensor and one V tensor per layer, allocated once.
+
+    An fp8 (`float8_e4m3fn`) arena holds `value / scale` with one 0-d float32 scale for K and
+    one for V per layer: `kv_scale` when given, otherwise set by `init_scales` from the
+    layer's first write and never changed afterwards, so every sequence sees the same scales.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        num_slots: int,
+        dtype: torch.dtype,
+        device,
+        kv_scale: float | None = None,
+    ) -> None:
+        shape = (num_slots, config.num_kv_heads, config.head_dim)
+        self.num_slots = num_slots
+        self.dtype = dtype
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        # Per-layer fp8 scales (None: unquantized cache, or not yet written).
+        self.k_scales: list[torch.Tensor | None] = [None] * config.num_layers
+        self.v_scales: list[torch.Tensor | None] = [None] * config.num_layers
+        if self.is_fp8 and kv_scale is not None:
+            given = torch.tensor(float(kv_scale), dtype=torch.float32, device=device)
+            self.k_scales = [given.clone() for _ in range(config.num_layers)]
+            self.v_scales = [given.clone() for _ in range(config.num_layers)]
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.dtype == torch.float8_e4m3fn
+
+    def init_scales(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Set the layer's fp8 scales from its first write's K/V (no-op once set)."""
+        if not self.is_fp8 or self.k_scales[layer] is not None:
+            return
+        self.k_scales[layer] = _scale_from(k)
+        self.v_scales[layer] = _scale_from(v)
+
+    def scales(self) -> dict[str, list[float | None]]:
+        """The fp8 scales as numbers (for reports); empty for an unquantized arena."""
+        if not self.is_fp8:
+            return {}
+        return {
+            "k": [None if s is None else float(s) for s in self.k_scales],
+            "v": [None if s is None else float(s) for s in self.v_scales],
+        }
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+    def copy_slots(self, src: int, dst: int, n: int) -> None:
+        for cache in self.k + self.v:
+            cache[dst : dst + n] = cache[src : src + n]
+
+
+def _scale_from(x: torch.Tensor) -> torch.Tensor:
+    amax = x.detach().abs().amax().float()
+    return torch.clamp(amax / FP8_SCALE_TARGET, min=FP8_SCALE_FLOOR)
+
+
+class _BatchTensors:
+    """A layout's index tensors, built once per step and shared by every layer."""
+
+    def __init__(self, batch: StepBatch, device: torch.device) -> None:
+        layout = batch.layout
+        p = batch.num_prefill_seqs
+        self.num_prefill_tokens = sum(layout.query_lens[:p])
+        self.slot_mapping = torch.tensor(layout.slot_mapping, dtype=torch.long, device=device)
+        self.seq_lens = torch.tensor(layout.seq_lens, dtype=torch.int32, device=device)
+        qsl = [0]
+        for n in layout.query_lens[:p]:
+            qsl.append(qsl[-1] + n)
+        self.query_start_loc = torch.tensor(qsl, dtype=torch.int32, device=device)
+        self.num_prefill_seqs = p
+        if layout.kind == "paged":
+            width = max((len(t) for t in layout.block_tables), default=1) or 1
+            tables = [t + [0] * (width - len(t)) for t in layout.block_tables]
+            self.block_tables = torch.tensor(tables, dtype=torch.int32, device=device)
+        else:
+            self.start_slots = torch.tensor(layout.start_slots, dtype=torch.int32, device=device)
+
+
+class ModelExecutor(Executor):
+    def __init__(
+        self,
+        model: LlamaDecoder,
+        arena: KVArena,
+        ops: ModuleType,
+        device: torch.device,
+        backend_name: str = "torch",
+    ) -> None:
+        self.model = model
+        self.config = model.config
+        self.arena = arena
+        self.ops = ops
+        self.device = device
+        self.backend_name = backend_name
+        self.softmax_scale = self.config.head_dim**-0.5
+        self.forward_s = 0.0  # time of the last model forward (excluded from step overhead)
+
+    def _attention(self, layout: KVLayout, idx: _BatchTensors):
+        ops, arena, scale = self.ops, self.arena, self.softmax_scale
+        p, pt = idx.num_prefill_seqs, idx.num_prefill_tokens
+        # Host-side maxima spare the Triton wrappers a device sync per layer.
+        prefill_extra: dict = {}
+        decode_extra: dict = {}
+        if self.backend_name == "triton":
+            prefill_extra = {"max_query_len": max(layout.query_lens[:p], default=1)}
+            decode_extra = {"max_seq_len": max(layout.seq_lens[p:], default=1)}
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            kc, vc = arena.k[layer], arena.v[layer]
+            if arena.is_fp8 and arena.k_scales[layer] is None:
+                arena.init_scales(layer, k, v)
+            ks, vs = arena.k_scales[layer], arena.v_scales[layer]
+            with trace_range("write_kv", layer=layer, tokens=k.shape[0]):
+                ops.write_kv(k, v, kc, vc, idx.slot_mapping, ks, vs)
+            out = torch.empty_like(q)
+            if p:
+                with trace_range("prefill_attention", layer=layer, seqs=p, tokens=pt):
+                    if layout.kind == "paged":
+                        out[:pt] = ops.paged_attention(
+                            q[:pt], kc, vc, idx.block_tables[:p], idx.query_start_loc,
+                            idx.seq_lens[:p], layout.block_size, scale, ks, vs, **prefill_extra,
+                        )
+                    else:
+                        out[:pt] = ops.contiguous_attention(
+                            q[:pt], kc, vc, idx.start_slots[:p], idx.query_start_loc,
+                            idx.seq_lens[:p], scale, ks, vs, **prefill_extra,
+                        )
+            if q.shape[0] > pt:
+                with trace_range("decode_attention", layer=layer, seqs=q.shape[0] - pt):
+                    if layout.kind == "paged":
+                        out[pt:] = ops.paged_decode_attention(
+                            q[pt:], kc, vc, idx.block_tables[p:], idx.seq_lens[p:],
+                            layout.block_size, scale, ks, vs, **decode_extra,
+                        )
+                    else:
+                        out[pt:] = ops.contiguous_decode_attention(
+                            q[pt:], kc, vc, idx.start_slots[p:], idx.seq_lens[p:], scale, ks, vs,
+                            **decode_extra,
+                        )
+            return out
+
+        return attend
+
+    @torch.inference_mode()
+    def execute(self, batch: StepBatch) -> torch.Tensor:
+        layout = batch.layout
+        with trace_range("prepare", tokens=batch.num_tokens):
+            for copy in layout.slot_copies:
+                self.arena.copy_slots(copy.src_slot, copy.dst_slot, copy.num_slots)
+            idx = _BatchTensors(batch, self.device)
+            input_ids = torch.tensor(batch.input_ids, dtype=torch.long, device=self.device)
+            positions = torch.tensor(batch.positions, dtype=torch.long, device=self.device)
+            rows = torch.tensor(batch.sample_rows, dtype=torch.long, device=self.device)
+        phase = "prefill" if batch.num_prefill_seqs else "decode"
+        with trace_range(
+            phase,
+            prefill_seqs=batch.num_prefill_seqs,
+            decode_seqs=batch.num_decode_seqs,
+            tokens=batch.num_tokens,
+        ):
+            hidden = self.model(input_ids, positions, self._attention(layout, idx))
+            logits = self.model.logits(hidden[rows])
+            self.synchronize()
+        return logits

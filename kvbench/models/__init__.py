@@ -1,0 +1,6 @@
+"""The Llama-architecture decoder, its configuration, presets and weight loading."""
+
+from kvbench.models.config import ModelConfig
+from kvbench.models.presets import PRESETS, get_preset
+
+__all__ = ["ModelConfig", "PRESETS", "get_preset"]

@@ -1,0 +1,98 @@
+"""Model presets: `tiny` for the CPU, and the shapes of real models (random weights)."""
+
+from __future__ import annotations
+
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
+
+PRESETS: dict[str, ModelConfig] = {
+    # CPU default: small enough that a chat workload runs in seconds on 2 cores,
+    # GQA (4 query heads per KV head) so the grouped-query path is always exercised.
+    "tiny": ModelConfig(
+        name="tiny",
+        vocab_size=2048,
+        hidden_size=256,
+        intermediate_size=688,
+        num_layers=4,
+        num_heads=8,
+        num_kv_heads=2,
+        max_position_embeddings=2048,
+    ),
+    "llama-2-7b": ModelConfig(
+        name="llama-2-7b",
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=32,
+        max_position_embeddings=4096,
+    ),
+    "llama-2-13b": ModelConfig(
+        name="llama-2-13b",
+        vocab_size=32000,
+        hidden_size=5120,
+        intermediate_size=13824,
+        num_layers=40,
+        num_heads=40,
+        num_kv_heads=40,
+        max_position_embeddings=4096,
+    ),
+    "llama-3-8b": ModelConfig(
+        name="llama-3-8b",
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+    ),
+    "llama-3-70b": ModelConfig(
+        name="llama-3-70b",
+        vocab_size=128256,
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_layers=80,
+        num_heads=64,
+        num_kv_heads=8,
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+    ),
+    "qwen2.5-7b": ModelConfig(
+        name="qwen2.5-7b",
+        vocab_size=152064,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_layers=28,
+        num_heads=28,
+        num_kv_heads=4,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        attention_bias=True,
+    ),
+    # Mistral-7B v0.1 shapes; its 4096-token sliding window is not modelled
+    # (every token attends to the whole context), which only matters past 4096 tokens.
+    "mistral-7b": ModelConfig(
+        name="mistral-7b",
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        max_position_embeddings=32768,
+    ),
+}
+
+
+def get_preset(name: str) -> ModelConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise KvbenchInputError(
+            f"unknown model preset {name!r} (presets: {', '.join(PRESETS)}; "
+            "or give a local Hugging Face folder)"
+        ) from None

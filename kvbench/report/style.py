@@ -1,0 +1,73 @@
+"""Colours and line styles shared by a report's charts and tables.
+
+A strategy label keeps its colour across groups (two revisions of `paged` are both blue);
+the group sets the line dash and bar pattern.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvbench.report.runs import RunSet
+
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
+)
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
+PATTERNS = ("", "/", ".", "x", "-")
+
+# The memory split (DESIGN.md, Memory accounting), in stacking order.
+PART_COLORS = {
+    "token": "#2ca02c",
+    "reserved": "#f2c14e",
+    "internal": "#ff7f0e",
+    "external": "#d62728",
+    "cached": "#9ecae1",
+    "free": "#e3e3e3",
+}
+PART_TITLES = {
+    "token": "token states",
+    "reserved": "reserved (future tokens)",
+    "internal": "internal fragmentation",
+    "external": "external fragmentation",
+    "cached": "prefix cache (evictable)",
+    "free": "free",
+}
+
+
+@dataclass(frozen=True)
+class RunStyle:
+    color: str
+    dash: str
+    pattern: str
+
+
+def run_styles(runset: RunSet) -> dict[str, RunStyle]:
+    labels: list[str] = []
+    for run in runset.runs:
+        if run.label not in labels:
+            labels.append(run.label)
+    return {
+        run.name: RunStyle(
+            PALETTE[labels.index(run.label) % len(PALETTE)],
+            DASHES[run.group_index % len(DASHES)],
+            PATTERNS[run.group_index % len(PATTERNS)],
+        )
+        for run in runset.runs
+    }
+
+
+def base_layout(title: str, height: int, **extra: Any) -> dict[str, Any]:
+    layout: dict[str, Any] = {
+        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}},
+        "template": "plotly_white",
+        "height": height,
+        "margin": {"l": 64, "r": 24, "t": 56, "b": 48},
+        "font": {"size": 12},
+        "legend": {"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0},
+        "hovermode": "closest",
+    }
+    layout.update(extra)
+    return layout

@@ -1,0 +1,75 @@
+"""The comparison table `kvbench run` prints: one row per strategy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench.report.text_table import fmt, format_table
+from kvbench.units import format_bytes
+
+HEADERS = [
+    "strategy", "done", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
+    "KV util", "util sat.", "held/token", "batch avg/max", "preempt", "prefix hit",
+]
+
+
+def _held_per_token(summary: dict[str, Any]) -> str:
+    util = summary["memory"].get("utilization_mean")
+    return fmt(1 / util, ".2f", "x") if util else "-"
+
+
+def summary_rows(summaries: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for s in summaries:
+        lat, mem, sch = s["latency_ms"], s["memory"], s["scheduler"]
+        rows.append([
+            s["label"],
+            f"{s['completed']}/{s['num_requests']}",
+            fmt(s["throughput"].get("output_tok_s")),
+            fmt(lat["ttft"]["p50"], ".1f", " ms"),
+            fmt(lat["ttft"]["p99"], ".1f", " ms"),
+            fmt(lat["tpot"]["p50"], ".2f", " ms"),
+            fmt(lat["tpot"]["p99"], ".2f", " ms"),
+            fmt(mem.get("utilization_mean"), ".1%"),
+            fmt(mem.get("utilization_saturated"), ".1%"),
+            _held_per_token(s),
+            f"{fmt(sch.get('batch_size_mean'))}/{sch.get('batch_size_max') or '-'}",
+            str(sch.get("preemptions", 0)),
+            fmt(sch.get("prefix_hit_rate"), ".1%"),
+        ])
+    return rows
+
+
+def render_summary(summaries: list[dict[str, Any]]) -> str:
+    first = summaries[0]
+    mem = first["memory"]
+    header = (
+        f"model {first['model']} ({first['dtype']}) on {first['device']}  |  workload "
+        f"{first['workload']}, {first['num_requests']} requests, seed {first['seed']}  |  KV "
+        f"budget {format_bytes(mem['kv_budget_bytes'])}"
+    )
+    caps = ", ".join(
+        f"{s['label']}: {s['memory']['kv_capacity_tokens'] or 'n/a'}"
+        + (" tokens" if s["memory"]["kv_capacity_tokens"] else "")
+        for s in summaries
+    )
+    return "\n".join([header, f"KV capacity: {caps}", "",
+                      format_table(HEADERS, summary_rows(summaries))])
+
+
+def render_repeats(repeats: list[dict[str, Any]]) -> str:
+    """Headline figures of `--repeat N` runs as mean ± 95% CI half-width."""
+    from kvbench.bench.repeat import format_mean_ci
+
+    headers = ["strategy", "runs", "out tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms",
+               "KV util %"]
+    rows = []
+    for r in repeats:
+        f = r["figures"]
+        rows.append([
+            r["label"], r["repeats"], format_mean_ci(f["output_tok_s"]),
+            format_mean_ci(f["ttft_p50_ms"]), format_mean_ci(f["ttft_p99_ms"]),
+            format_mean_ci(f["tpot_p50_ms"], ".2f"),
+            format_mean_ci(f["utilization_mean"], ".1f", 100.0),
+        ])
+    return "mean ± 95% confidence interval over repeated runs\n" + format_table(headers, rows)

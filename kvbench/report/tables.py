@@ -1,0 +1,221 @@
+"""HTML tables of a report: run header, per-strategy summary, differences, fp8 accuracy."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+from kvbench.report.metrics import METRICS, Difference, differences
+from kvbench.report.runs import RunData, RunSet
+from kvbench.units import format_bytes
+
+# Summary table columns: metric names of `metrics.METRICS`; the best value of each is marked.
+SUMMARY_COLUMNS = (
+    ("output_tok_s", "out tok/s"), ("requests_s", "req/s"), ("ttft.p50", "TTFT p50"),
+    ("ttft.p99", "TTFT p99"), ("tpot.p50", "TPOT p50"), ("tpot.p99", "TPOT p99"),
+    ("e2e.p50", "E2E p50"), ("e2e.p99", "E2E p99"),
+    ("utilization_mean", "KV util"), ("utilization_saturated", "util sat."),
+    ("preemptions", "preempt."), ("prefix_hit_rate", "prefix hit"),
+)
+
+
+def _number(value: float | None, unit: str) -> str:
+    """A table cell without its unit (the column header carries it)."""
+    if value is None:
+        return "-"
+    if unit == "%":
+        return f"{value:.1%}"
+    if unit == "":
+        return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
+    magnitude = abs(value)
+    return f"{value:.0f}" if magnitude >= 1000 else f"{value:.1f}" if magnitude >= 10 \
+        else f"{value:.2f}" if magnitude >= 0.1 else f"{value:.3g}"
+
+
+def _cell(value: Any) -> str:
+    return escape("-" if value is None or value == "" else str(value))
+
+
+def _budget(runs: list[RunData]) -> str:
+    """`64.00 MiB; capacity: paged 32768, fp8 65536 tokens` (budgets once, capacity each)."""
+    budgets, capacities = [], []
+    for run in runs:
+        mem = run.summary.get("memory") or {}
+        budget = mem.get("kv_budget_bytes") or run.config.get("kv_budget_bytes")
+        text = format_bytes(budget) if budget else "-"
+        if text not in budgets:
+            budgets.append(text)
+        if mem.get("kv_capacity_tokens") is not None:
+            capacities.append(f"{run.label} {mem['kv_capacity_tokens']}")
+    text = ", ".join(budgets)
+    return f"{text}; capacity: {', '.join(capacities)} tokens" if capacities else text
+
+
+def _versions(run: RunData) -> str:
+    v = run.versions
+    parts = [f"{k} {v[k]}" for k in ("kvbench", "git", "torch", "triton", "cuda") if v.get(k)]
+    return ", ".join(parts) or "-"
+
+
+def _group_facts(runs: list[RunData]) -> list[tuple[str, str]]:
+    first = runs[0]
+    s = first.summary
+    seeds = sorted({str(r.summary.get("seed")) for r in runs})
+    return [
+        ("model", f"{s.get('model', '-')} ({s.get('dtype', '-')})"),
+        ("device", str(s.get("device") or first.config.get("device") or "-")),
+        ("workload", f"{s.get('workload', '-')}, {s.get('num_requests', '-')} requests"),
+        ("KV budget", _budget(runs)),
+        ("seed", ", ".join(seeds)),
+        ("strategies", ", ".join(r.label for r in runs)),
+        ("versions", _versions(first)),
+        ("created", str(first.config.get("created") or "-")),
+        ("command", str(first.config.get("command") or "-")),
+        ("folder", str(first.group)),
+    ]
+
+
+def header_html(runset: RunSet) -> str:
+    """What ran: one fact list for one run or comparison, a table with a column per group."""
+    groups = [[r for r in runset.runs if r.group_index == i] for i in range(len(runset.groups))]
+    facts = [_group_facts(g) for g in groups]
+    if len(groups) == 1:
+        rows = "".join(
+            f"<tr><th>{escape(k)}</th><td class='{'cmd' if k == 'command' else ''}'>"
+            f"{_cell(v)}</td></tr>" for k, v in facts[0]
+        )
+        return f"<table class='facts'>{rows}</table>"
+    head = "".join(f"<th>{escape(g[0].group_tag)}</th>" for g in groups)
+    rows = []
+    for i, (key, _) in enumerate(facts[0]):
+        values = [f[i][1] for f in facts]
+        differ = len(set(values)) > 1
+        cls = " class='differs'" if differ else ""
+        tds = "".join(f"<td{cls}>{_cell(v)}</td>" for v in values)
+        rows.append(f"<tr><th>{escape(key)}</th>{tds}</tr>")
+    return (f"<table class='facts multi'><tr><th></th>{head}</tr>{''.join(rows)}</table>"
+            "<p class='note'>Highlighted cells differ between the runs.</p>")
+
+
+def status_html(runset: RunSet) -> str:
+    bad = [r for r in runset.runs if r.status != "complete"]
+    if not bad:
+        return ""
+    items = "".join(f"<li>{escape(r.name)}: {escape(r.status)} ({escape(str(r.path))})</li>"
+                    for r in bad)
+    return (f"<div class='warning'><b>Incomplete runs</b>: their files hold what finished."
+            f"<ul>{items}</ul></div>")
+
+
+def summary_html(runset: RunSet, colors: dict[str, str]) -> str:
+    runs = runset.runs
+    best: dict[str, float] = {}
+    for name, _ in SUMMARY_COLUMNS:
+        m = METRICS[name]
+        values = [v for v in (m.value(r.summary) for r in runs) if v is not None]
+        if len(values) > 1 and len(set(values)) > 1:
+            best[name] = max(values) if m.higher_is_better else min(values)
+    head = "".join(
+        f"<th title='{escape(METRICS[n].title)}'>{escape(t)}"
+        f"{'<br><small>ms</small>' if METRICS[n].unit == 'ms' else ''}</th>"
+        for n, t in SUMMARY_COLUMNS
+    )
+    body = []
+    for run in runs:
+        s = run.summary
+        done = f"{s.get('completed', '-')}/{s.get('num_requests', '-')}"
+        cells = [f"<th class='name'>{_swatch(run, colors)}{escape(run.name)}</th>"
+                 f"<td>{escape(done)}</td>"]
+        for name, _ in SUMMARY_COLUMNS:
+            m = METRICS[name]
+            value = m.value(s)
+            is_best = name in best and value == best[name]
+            cls = " class='best' title='best in this column'" if is_best else ""
+            mark = " ★" if is_best else ""
+            cells.append(f"<td{cls}>{escape(_number(value, m.unit))}{mark}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        "<div class='scroll'><table class='summary'><tr><th>strategy</th><th>done</th>"
+        f"{head}</tr>{''.join(body)}</table></div>"
+        "<p class='note'>★ best value in the column (highest throughput, utilization and hit "
+        "rate; lowest latency and preemptions). Latencies in milliseconds; KV util = token / "
+        "held memory, time-weighted over steps; util sat. = the same over steps with a "
+        "waiting queue.</p>"
+    )
+
+
+def _swatch(run: RunData, colors: dict[str, str]) -> str:
+    """A colour chip matching the run's colour in the charts."""
+    color = colors.get(run.name)
+    return f"<span class='swatch' style='background:{color}'></span>" if color else ""
+
+
+def differences_html(runset: RunSet) -> str:
+    parts = []
+    for base, new in runset.pairs():
+        diffs = differences(base.summary, new.summary)
+        rows = "".join(_diff_row(d) for d in diffs)
+        parts.append(
+            f"<h3>{escape(new.label)}: {escape(base.group_tag)} → {escape(new.group_tag)}</h3>"
+            "<div class='scroll'><table class='diff'><tr><th>metric</th>"
+            f"<th>{escape(base.name)}</th><th>{escape(new.name)}</th><th>change</th></tr>"
+            f"{rows}</table></div>"
+        )
+    if not parts:
+        return ""
+    return "".join(parts) + (
+        "<p class='note'>Change relative to the first folder given; green is better, red is "
+        "worse (changes under 0.5% count as the same). <code>kvbench compare BASE NEW "
+        "--fail-on ...</code> turns these into a CI gate.</p>"
+    )
+
+
+def _diff_row(d: Difference) -> str:
+    m = d.metric
+    return (f"<tr class='{d.verdict.replace('/', '')}'><th>{escape(m.name)}</th>"
+            f"<td>{escape(m.format(d.base))}</td><td>{escape(m.format(d.new))}</td>"
+            f"<td class='delta'>{escape(d.format_delta())}</td></tr>")
+
+
+def accuracy_html(run: RunData, colors: dict[str, str]) -> str:
+    """`summary['accuracy']` (fp8 runs) as a table of its scalar entries, flattened."""
+    accuracy = run.summary.get("accuracy")
+    if not accuracy:
+        return ""
+    rows = []
+    for key, value in flatten(accuracy):
+        if value is None:
+            text = "-"
+        elif isinstance(value, float):
+            text = f"{value:.6g}"
+        elif is_long_series(value):
+            text = f"{len(value)} values (charted below)"
+        elif isinstance(value, list | dict):
+            text = json.dumps(value)
+            text = text if len(text) <= LONG_TEXT else text[:LONG_TEXT] + " …"
+        else:
+            text = str(value)
+        rows.append(f"<tr><th>{escape(key)}</th><td>{escape(text)}</td></tr>")
+    return (f"<h3>{_swatch(run, colors)}{escape(run.name)}</h3>"
+            f"<table class='facts'>{''.join(rows)}</table>")
+
+
+LONG_TEXT = 160
+
+
+def is_long_series(value: Any) -> bool:
+    """A list of numbers too long to read in a table cell (a report charts it instead)."""
+    return (isinstance(value, list) and len(value) > 1
+            and all(v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+                    for v in value)
+            and len(json.dumps(value)) > LONG_TEXT)
+
+
+def flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        out = []
+        for key, item in value.items():
+            out.extend(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return [(prefix or "value", value)]

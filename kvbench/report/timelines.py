@@ -1,0 +1,150 @@
+"""Charts over a run's time: KV utilization, batch and queue, memory split, prefix hits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from kvbench.report.runs import RunData, RunSet
+from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
+
+MAX_POINTS = 1500  # per run and line: keeps the page light on long runs
+MAX_MEMORY_PANELS = 8
+
+
+def _thin(steps: pd.DataFrame) -> pd.DataFrame:
+    """At most MAX_POINTS evenly spread steps, always keeping steps with preemptions."""
+    if len(steps) <= MAX_POINTS:
+        return steps
+    keep = np.zeros(len(steps), dtype=bool)
+    keep[np.linspace(0, len(steps) - 1, MAX_POINTS).round().astype(int)] = True
+    if "preemptions" in steps:
+        keep |= steps["preemptions"].to_numpy() > 0
+    return steps[keep]
+
+
+def _utilization(steps: pd.DataFrame) -> pd.Series:
+    if "kv_utilization" in steps and steps["kv_utilization"].notna().any():
+        return steps["kv_utilization"].astype(float)
+    held = sum(steps[f"kv_{p}_bytes"].astype(float)
+               for p in ("token", "reserved", "internal", "external"))
+    return (steps["kv_token_bytes"].astype(float) / held.replace(0, np.nan))
+
+
+def _has_steps(run: RunData) -> bool:
+    return not run.steps.empty and {"t_s", "num_running", "num_waiting"} <= set(run.steps)
+
+
+def timeline_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:
+    runs = [r for r in runset.runs if _has_steps(r)]
+    if not runs:
+        return None
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=("KV utilization (token / held memory) — × marks "
+                                        "preemptions", "running batch size",
+                                        "waiting queue"))
+    preempt_legend = True
+    for run in runs:
+        style = styles[run.name]
+        steps = _thin(run.steps)
+        t = steps["t_s"].astype(float)
+        line = {"color": style.color, "dash": style.dash, "width": 1.6}
+        util = _utilization(steps)
+        fig.add_scatter(x=t, y=util, row=1, col=1, mode="lines", name=run.name,
+                        legendgroup=run.name, line=line,
+                        hovertemplate="t=%{x:.2f}s util %{y:.1%}<extra>%{fullData.name}"
+                                      "</extra>")
+        fig.add_scatter(x=t, y=steps["num_running"], row=2, col=1, mode="lines",
+                        line_shape="hv", name=run.name, legendgroup=run.name, showlegend=False,
+                        line=line, hovertemplate="t=%{x:.2f}s running %{y}<extra>"
+                                                 "%{fullData.name}</extra>")
+        fig.add_scatter(x=t, y=steps["num_waiting"], row=3, col=1, mode="lines",
+                        line_shape="hv", name=run.name, legendgroup=run.name, showlegend=False,
+                        line=line, hovertemplate="t=%{x:.2f}s waiting %{y}<extra>"
+                                                 "%{fullData.name}</extra>")
+    for run in runs:  # after the lines, so the legend lists runs first
+        steps = _thin(run.steps)
+        hit = steps[steps["preemptions"] > 0] if "preemptions" in steps else steps.iloc[:0]
+        if hit.empty:
+            continue
+        fig.add_scatter(
+            x=hit["t_s"], y=_utilization(hit), row=1, col=1, mode="markers",
+            name="preemption", legendgroup="preemption", showlegend=preempt_legend,
+            marker={"symbol": "x", "size": 9, "color": styles[run.name].color,
+                    "line": {"width": 1, "color": "#222"}},
+            text=[f"{run.name}: {n} preempted" for n in hit["preemptions"]],
+            hovertemplate="t=%{x:.2f}s %{text}<extra></extra>",
+        )
+        preempt_legend = False
+    fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(rangemode="tozero", row=3, col=1)
+    fig.update_xaxes(title_text="time since the run started (s)", row=3, col=1)
+    fig.update_layout(**base_layout("Timelines", 640))
+    fig.update_layout(legend={"y": -0.08})
+    return fig
+
+
+def memory_timeline_figure(runset: RunSet) -> go.Figure | None:
+    """The memory split over time, one panel per run (stacked, share of the arena)."""
+    runs = [r for r in runset.runs if _has_steps(r) and "kv_token_bytes" in r.steps]
+    runs = runs[:MAX_MEMORY_PANELS]
+    if not runs:
+        return None
+    fig = make_subplots(rows=len(runs), cols=1, shared_xaxes=True, vertical_spacing=0.1
+                        / max(len(runs), 1) + 0.02, subplot_titles=[r.name for r in runs])
+    for row, run in enumerate(runs, start=1):
+        steps = _thin(run.steps)
+        arena = sum(steps[f"kv_{p}_bytes"].astype(float)
+                    for p in ("token", "reserved", "internal", "external", "free"))
+        arena = arena.replace(0, np.nan)
+        for part, color in PART_COLORS.items():
+            column = steps.get(f"kv_{part}_bytes")
+            if column is None:
+                continue
+            values = column.astype(float)
+            if part == "free" and "kv_cached_bytes" in steps:
+                values = values - steps["kv_cached_bytes"].astype(float)
+            fig.add_scatter(
+                x=steps["t_s"], y=values / arena, row=row, col=1, mode="lines",
+                stackgroup=f"g{row}", line={"width": 0.5, "color": color}, fillcolor=color,
+                name=PART_TITLES[part], legendgroup=part, showlegend=row == 1,
+                hovertemplate=f"{PART_TITLES[part]}: %{{y:.1%}}<extra>{run.name}</extra>",
+            )
+        fig.update_yaxes(range=[0, 1], tickformat=".0%", row=row, col=1)
+    fig.update_xaxes(title_text="time since the run started (s)", row=len(runs), col=1)
+    fig.update_layout(**base_layout("KV memory split over time", 130 + 170 * len(runs)))
+    fig.update_layout(legend={"y": -0.3 / len(runs)})
+    return fig
+
+
+def _is_prefix_run(run: RunData) -> bool:
+    rate = (run.summary.get("scheduler") or {}).get("prefix_hit_rate")
+    return run.summary.get("strategy") == "prefix" or bool(rate)
+
+
+def hit_rate_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:
+    """Cumulative prefix-cache hit rate (cached prompt tokens / prompt tokens) over time."""
+    fig = go.Figure()
+    for run in runset.runs:
+        req = run.requests
+        need = {"cached_prompt_tokens", "prompt_len"}
+        if not _is_prefix_run(run) or req.empty or not need <= set(req):
+            continue
+        when = "admitted_s" if "admitted_s" in req else "arrival_s"
+        req = req.dropna(subset=[when]).sort_values(when)
+        if req.empty:
+            continue
+        rate = req["cached_prompt_tokens"].cumsum() / req["prompt_len"].cumsum()
+        fig.add_scatter(x=req[when], y=rate, mode="lines", line_shape="hv", name=run.name,
+                        line={"color": styles[run.name].color, "dash": styles[run.name].dash},
+                        hovertemplate="t=%{x:.2f}s hit rate so far %{y:.1%}<extra>"
+                                      "%{fullData.name}</extra>")
+    if not fig.data:
+        return None
+    fig.update_layout(**base_layout("Prefix-cache hit rate over time (cumulative)", 340,
+                                    yaxis={"tickformat": ".0%", "rangemode": "tozero"},
+                                    xaxis={"title": "admission time (s)"}))
+    return fig

@@ -1,0 +1,26 @@
+"""HTML reports: `write_report(run_dirs, out_path)` (called after every `kvbench run`).
+
+A run folder is one strategy's results (`summary.json`, `requests.csv`, `steps.csv`) or a
+comparison folder (`comparison.json` and a subfolder per strategy), which expands into its
+strategies. Folders of different runs (e.g. two git revisions) are shown side by side with
+their differences. The page is self-contained: plotly.js is inlined once, nothing is fetched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvbench.bench.results import atomic_write_text
+from kvbench.report.page import build_page
+from kvbench.report.runs import load_runs
+
+
+def write_report(run_dirs: list[Path], out_path: Path) -> Path:
+    """Write one HTML report over `run_dirs` to `out_path`; returns the path written."""
+    runset = load_runs([Path(d) for d in run_dirs])
+    out_path = Path(out_path)
+    atomic_write_text(out_path, build_page(runset))
+    return out_path
+
+
+__all__ = ["write_report"]

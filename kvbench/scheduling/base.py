@@ -1,0 +1,203 @@
+"""The `BatchingPolicy` seam: which sequences run in the next step, and with how many tokens."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from kvbench.core.sequence import Sequence, SequenceStatus
+from kvbench.strategies.base import CacheStrategy
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    chunked_prefill: bool = False
+
+
+@dataclass
+class ScheduleOutput:
+    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    admitted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(n for _, n in self.scheduled)
+
+
+def in_prefill(seq: Sequence) -> bool:
+    """Whether the sequence still has tokens to (re)compute before it samples again.
+
+    A decoding sequence has sampled at least one token and has exactly that one left to
+    compute. Anything else is a prefill: a new prompt (also one whose prefix-cache hit left
+    a single token), a prompt cut into chunks, a preempted sequence recomputing its prompt
+    and generated tokens.
+    """
+    return not seq.is_decoding
+
+
+def seats(seq: Sequence, max_num_seqs: int) -> int:
+    """Running-set places a sequence takes at admission (toward `max_num_seqs`).
+
+    A request's first sample that has not produced its first token yet will fork its
+    `n - 1` siblings then, so it takes `n` places (as vLLM counts a sequence group), capped
+    at `max_num_seqs` so that a request with more samples than places can still run.
+    """
+    if seq.request.n > 1 and seq.sample_index == 0 and seq.num_generated == 0:
+        return min(seq.request.n, max_num_seqs)
+    return 1
+
+
+class BatchingPolicy(ABC):
+    """Decides each step's work. `running` is in admission order (oldest first).
+
+    Preemption (vLLM's recompute) happens only when a growing strategy cannot give a
+    running sequence the memory for its next tokens: the most recently admitted sequences
+    that have not been scheduled in this step are preempted first, and the sequence itself
+    last. A preempted sequence gives back all its memory, goes to the front of the queue and
+    later recomputes its prompt and generated tokens in one prefill.
+    """
+
+    name = "?"
+
+    def __init__(self, cache: CacheStrategy, limits: SchedulerLimits) -> None:
+        self.cache = cache
+        self.limits = limits
+        self.running: list[Sequence] = []  # in admission order
+
+    @abstractmethod
+    def schedule(self, waiting: deque[Sequence], now_s: float) -> ScheduleOutput:
+        """Pick this step's work; admits from and preempts to `waiting` (front = next)."""
+
+    def on_finished(self, seq: Sequence) -> None:
+        """A sequence produced its last token: by default its memory goes back at once."""
+        self.running.remove(seq)
+        self.cache.free(seq)
+
+    def add_running(self, seq: Sequence) -> None:
+        """A forked child joins the running set directly."""
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+
+    def holders(self) -> list[Sequence]:
+        """Sequences that hold KV memory now."""
+        return self.running
+
+    def has_work(self) -> bool:
+        return bool(self.running)
+
+    def release_finished(self) -> None:
+        """Give back memory that finished sequences still hold (none: freed at finish)."""
+        return None
+
+    def occupied_seats(self) -> int:
+        """Places of `max_num_seqs` the running set takes (unforked parents count `n`)."""
+        max_num_seqs = self.limits.max_num_seqs
+        return sum(seats(s, max_num_seqs) for s in self.running)
+
+    def seats_free_for(self, seq: Sequence, occupied: int) -> bool:
+        """Whether `seq` fits next to `occupied` places within `max_num_seqs`."""
+        return occupied + seats(seq, self.limits.max_num_seqs) <= self.limits.max_num_seqs
+
+    # Shared mechanics -------------------------------------------------------------------
+
+    def _admit(self, seq: Sequence, now_s: float) -> None:
+        cached = self.cache.admit(seq)
+        seq.num_computed += cached
+        if seq.admitted_s is None:
+            seq.admitted_s = now_s
+            seq.cached_prompt_tokens = cached
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+
+    def _admit_whole_prompts(
+        self, waiting: deque[Sequence], now_s: float, out: ScheduleOutput
+    ) -> None:
+        """Admit from the queue head, each with all its uncomputed tokens, in one step.
+
+        Stops at `max_num_seqs` running, at the first sequence the cache cannot take now
+        (first come, first served: no overtaking), and when the next prompt would exceed
+        the token budget (the first one always goes: the builder keeps the budget at least
+        `max_model_len` without chunked prefill).
+        """
+        budget = self.limits.max_num_batched_tokens - out.num_tokens
+
+        def prompt_fits(seq: Sequence) -> bool:
+            return seq.num_uncomputed <= budget or not out.scheduled
+
+        for seq in self._admit_from_queue(waiting, now_s, out, prompt_fits):
+            out.scheduled.append((seq, seq.num_uncomputed))
+            budget -= seq.num_uncomputed
+
+    def _admit_from_queue(
+        self,
+        waiting: deque[Sequence],
+        now_s: float,
+        out: ScheduleOutput,
+        may_admit: Callable[[Sequence], bool] = lambda seq: True,
+    ) -> Iterator[Sequence]:
+        """Admit from the queue head, first come first served; yields each admitted sequence.
+
+        Stops at the first sequence that would exceed `max_num_seqs` places, that
+        `may_admit` refuses (checked again after the caller's work on each yield) or that the
+        cache cannot take now: no overtaking.
+        """
+        occupied = self.occupied_seats()
+        while waiting and self.seats_free_for(waiting[0], occupied):
+            seq = waiting[0]
+            if not may_admit(seq) or not self.cache.can_admit(seq, len(self.running)):
+                return
+            waiting.popleft()
+            occupied += seats(seq, self.limits.max_num_seqs)
+            self._admit(seq, now_s)
+            out.admitted.append(seq)
+            yield seq
+
+    def _schedule_decodes(
+        self, seqs: list[Sequence], waiting: deque[Sequence], out: ScheduleOutput
+    ) -> None:
+        """Every sequence of `seqs` (admission order) computes its next token, within the budget.
+
+        Memory for the new token is allocated oldest first; when the pool is dry the most
+        recently admitted sequences of `seqs` not yet scheduled are preempted.
+        """
+        budget = self.limits.max_num_batched_tokens - out.num_tokens
+        pending = deque(seqs)
+        while pending and budget > 0:
+            seq = pending.popleft()
+            n = seq.num_uncomputed
+            if n > budget:
+                break
+            if self._grow_or_preempt(seq, n, pending, waiting, out):
+                out.scheduled.append((seq, n))
+                budget -= n
+
+    def _preempt(self, seq: Sequence, waiting: deque[Sequence], out: ScheduleOutput) -> None:
+        """vLLM's recompute: drop the KV, requeue at the front, prefill everything again later."""
+        self.running.remove(seq)
+        self.cache.free(seq)
+        seq.num_computed = 0
+        seq.preemptions += 1
+        seq.status = SequenceStatus.WAITING
+        waiting.appendleft(seq)
+        out.preempted.append(seq)
+
+    def _grow_or_preempt(
+        self, seq: Sequence, num_tokens: int, candidates: deque[Sequence] | list[Sequence],
+        waiting: deque[Sequence], out: ScheduleOutput,
+    ) -> bool:
+        """Allocate for `seq`, preempting the most recently admitted candidates until it fits.
+
+        `candidates` are the sequences not yet scheduled in this step, in admission order;
+        victims are taken from its end. Returns False when `seq` itself had to be preempted.
+        """
+        while not self.cache.allocate(seq, num_tokens):
+            victim = candidates.pop() if candidates else seq
+            self._preempt(victim, waiting, out)
+            if victim is seq:
+                return False
+        return True

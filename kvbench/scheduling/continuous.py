@@ -1,0 +1,72 @@
+"""`continuous`: iteration-level batching (Orca, vLLM). Sequences join and leave every step.
+
+Default is prefill-first (vLLM's original scheduler): when waiting requests can be admitted,
+the step runs only their whole prompts (up to `max_num_seqs` running and the token budget
+`max_num_batched_tokens`); otherwise every running sequence decodes one token.
+
+With `chunked_prefill`, running sequences are served in admission order within the token
+budget, one token per decode and a chunk per unfinished prompt, where a chunk never takes
+the tokens the decodes behind it need (so a long prompt never stalls the running decodes);
+what is left of the budget goes to new prompts from the queue, cut to fit. A step that had
+to preempt admits nothing new (as vLLM).
+
+Admission keeps `watermark` free blocks back for the running sequences to grow into (the
+strategy's `can_admit`). When a growing strategy cannot give a running sequence its next
+block, the most recently admitted sequences are preempted (`BatchingPolicy`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from kvbench.core.sequence import Sequence
+from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput, in_prefill
+
+
+class ContinuousBatching(BatchingPolicy):
+    name = "continuous"
+
+    def schedule(self, waiting: deque[Sequence], now_s: float) -> ScheduleOutput:
+        if self.limits.chunked_prefill:
+            return self._schedule_chunked(waiting, now_s)
+        out = ScheduleOutput()
+        self._admit_whole_prompts(waiting, now_s, out)
+        if out.scheduled:
+            return out
+        self._schedule_decodes(list(self.running), waiting, out)
+        if not out.scheduled:  # everything running was preempted: start over from the queue
+            self._admit_whole_prompts(waiting, now_s, out)
+        return out
+
+    def _schedule_chunked(self, waiting: deque[Sequence], now_s: float) -> ScheduleOutput:
+        out = ScheduleOutput()
+        budget = self.limits.max_num_batched_tokens
+        pending = deque(self.running)  # admission order: preemption victims come off the end
+        decodes_left = sum(1 for s in pending if not in_prefill(s))
+        while pending and budget > 0:
+            seq = pending.popleft()
+            if not in_prefill(seq):
+                decodes_left -= 1
+                n = 1
+            else:
+                # leave one token of the budget for every decode behind this prompt
+                n = min(seq.num_uncomputed, budget - decodes_left)
+                if n <= 0:
+                    continue
+            preempted = len(out.preempted)
+            if self._grow_or_preempt(seq, n, pending, waiting, out):
+                out.scheduled.append((seq, n))
+                budget -= n
+            if len(out.preempted) != preempted:
+                decodes_left = sum(1 for s in pending if not in_prefill(s))
+        if out.preempted and out.scheduled:
+            return out
+
+        def budget_left(_: Sequence) -> bool:
+            return budget > 0
+
+        for seq in self._admit_from_queue(waiting, now_s, out, budget_left):
+            n = min(seq.num_uncomputed, budget)
+            out.scheduled.append((seq, n))
+            budget -= n
+        return out
