@@ -8,7 +8,7 @@ import json
 import pandas as pd
 
 from kvbench.cli import main
-from tests.batching.helpers import (
+from tests.scheduling.helpers import (
     TINY_BYTES_PER_SLOT,
     PreemptionOrder,
     drive,

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from kvbench.core.sequence import SequenceStatus
 from kvbench.strategies import STRATEGIES
-from tests.batching.helpers import (
+from tests.scheduling.helpers import (
     TINY_BYTES_PER_SLOT,
     PreemptionOrder,
     drive,
@@ -29,7 +29,7 @@ from tests.batching.helpers import (
 )
 
 MAX_MODEL_LEN = 64
-# A longer random search: KVBENCH_PROPERTY_EXAMPLES=500 pytest tests/batching/test_properties.py
+# A longer random search: KVBENCH_PROPERTY_EXAMPLES=500 pytest tests/scheduling/test_properties.py
 EXAMPLES = int(os.environ.get("KVBENCH_PROPERTY_EXAMPLES", "0"))
 SETTINGS = settings(
     max_examples=EXAMPLES or 30, deadline=None, derandomize=not EXAMPLES, print_blob=True,

@@ -59,7 +59,7 @@ def test_greedy_tokens_equal_kvbench_for_a_checkpoint_folder(hf_checkpoint, tmp_
 
 
 def test_greedy_tokens_equal_kvbench_for_a_preset_with_the_same_weights():
-    from tests.batching.helpers import Reference, model_cache
+    from tests.scheduling.helpers import Reference, model_cache
 
     reference = Reference()
     prompts = random_prompts(10, 2048, seed=4, min_len=1, max_len=50)
@@ -70,7 +70,7 @@ def test_greedy_tokens_equal_kvbench_for_a_preset_with_the_same_weights():
 
 
 def test_timestamps_and_step_records_are_measured():
-    from tests.batching.helpers import model_cache
+    from tests.scheduling.helpers import model_cache
 
     prompts = random_prompts(5, 2048, seed=5, min_len=3, max_len=20)
     output_lens = [3, 8, 1, 5, 2]
@@ -117,7 +117,7 @@ def test_engine_hf_runs_on_the_same_cpu_threads_as_kvbench():
     # A baseline on more (or fewer) threads than kvbench would not be the same device.
     import torch
 
-    from tests.batching.helpers import model_cache
+    from tests.scheduling.helpers import model_cache
 
     before = torch.get_num_threads()
     try:

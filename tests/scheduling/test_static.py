@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.batching.helpers import (
+from tests.scheduling.helpers import (
     TINY_BYTES_PER_SLOT,
     generated,
     make_engine,
