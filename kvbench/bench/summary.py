@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from kvbench.bench.results import write_json
 from kvbench.errors import KvbenchInputError
 
 
@@ -234,6 +233,9 @@ class Summary(Section):
 
     def write(self, path: Path | str) -> None:
         """Write atomically (NaN and infinity as null)."""
+        # Imported here so that reading summaries and the metric catalogue need no pandas.
+        from kvbench.bench.results import write_json
+
         write_json(Path(path), self.to_dict())
 
 
