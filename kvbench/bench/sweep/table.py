@@ -10,9 +10,9 @@ under the sweep's SLO, `meets_slo` (when there is one), `wall_s` and `error`.
 
 Metric names as `kvbench compare` spells them (`ttft.p99`, `output_tok_s`) map to columns
 with `metric_column`; names, columns, titles and directions all come from
-kvbench.bench.metric_catalogue. `TIMING_COLUMNS` are the columns that depend on the wall clock when a
-real model runs (every measured latency and rate, and what the arrival interleaving changes);
-two sweeps of the same grid agree on the others (`timing_free`).
+kvbench.bench.metric_catalogue. `TIMING_COLUMNS` are the columns that depend on the wall
+clock when a real model runs (every measured latency and rate, and what the arrival
+interleaving changes); two sweeps of the same grid agree on the others (`timing_free`).
 """
 
 from __future__ import annotations
