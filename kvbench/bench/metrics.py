@@ -1,4 +1,5 @@
-"""Metrics of DESIGN.md computed with pandas from what ran: per-request rows, per-step rows."""
+"""The metrics of docs/design.md computed with pandas from what ran: per-request rows, per-step
+rows. `kvbench.bench.runner.summarize` assembles them into a `Summary`."""
 
 from __future__ import annotations
 

@@ -23,6 +23,16 @@ from kvbench.bench.metrics import (
 from kvbench.bench.progress import Progress
 from kvbench.bench.results import ResultsFolder, write_csv, write_json
 from kvbench.bench.run_config import RunConfig
+from kvbench.bench.summary import (
+    Goodput,
+    Latencies,
+    LatencyStats,
+    Memory,
+    MemoryBreakdown,
+    Scheduler,
+    Summary,
+    Throughput,
+)
 from kvbench.bench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.core.clock import WallClock
 from kvbench.core.request import Request
@@ -46,9 +56,15 @@ class RunInterrupted(Exception):
 class RunOutcome:
     label: str
     folder: Path
+    # The JSON form, as written to summary.json; callers that add a section (fp8 accuracy)
+    # still edit it in place and rewrite the file.
     summary: dict[str, Any]
     requests: pd.DataFrame
     steps: pd.DataFrame
+
+    @property
+    def typed_summary(self) -> Summary:
+        return Summary.from_dict(self.summary)
 
 
 def strategy_label(run: RunConfig) -> str:
@@ -252,14 +268,14 @@ def _write_results(
         summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
                             steps_df, engine)
     if extra_summary:
-        summary.update(extra_summary)
+        summary = Summary.from_dict({**summary.to_dict(), **extra_summary})
     write_csv(folder / "requests.csv", requests_df)
     write_csv(folder / "steps.csv", steps_df)
     if recorder is not None:
         write_json(folder / "trace.json", {"traceEvents": recorder.events,
                                            "displayTimeUnit": "ms"})
-    write_json(folder / "summary.json", summary)
-    return RunOutcome(label, folder, summary, requests_df, steps_df)
+    summary.write(folder / "summary.json")
+    return RunOutcome(label, folder, summary.to_dict(), requests_df, steps_df)
 
 
 def _column_max(frame: pd.DataFrame, column: str) -> int | None:
@@ -269,73 +285,80 @@ def _column_max(frame: pd.DataFrame, column: str) -> int | None:
 
 
 def summarize(built, workload, run, label, status, warmup_done, requests_df, steps_df,
-              engine) -> dict[str, Any]:
+              engine) -> Summary:
+    """The run's `Summary` from its per-request and per-step rows."""
     completed = int(requests_df["completed"].sum()) if not requests_df.empty else 0
     tput, makespan = throughput(requests_df) if not requests_df.empty else ({}, 0.0)
     cfg = run.engine
     prompt_tokens = int(requests_df["prompt_len"].sum()) if not requests_df.empty else 0
     cached = int(requests_df["cached_prompt_tokens"].sum()) if not requests_df.empty else 0
-    memory = {
-        "kv_budget_bytes": built.kv_budget_bytes,
-        "kv_capacity_tokens": engine.strategy.capacity_tokens if engine.strategy else None,
-        "kv_bytes_per_token": built.bytes_per_slot,
-        "kv_cache_dtype": str(built.kv_dtype).replace("torch.", ""),
-        **memory_summary(steps_df),
-        "peak_gpu_bytes": (
+    use = memory_summary(steps_df)
+    memory = Memory(
+        kv_budget_bytes=built.kv_budget_bytes,
+        kv_capacity_tokens=engine.strategy.capacity_tokens if engine.strategy else None,
+        kv_bytes_per_token=built.bytes_per_slot,
+        kv_cache_dtype=str(built.kv_dtype).replace("torch.", ""),
+        utilization_mean=use["utilization_mean"],
+        utilization_saturated=use["utilization_saturated"],
+        breakdown_mean=MemoryBreakdown(**use["breakdown_mean"]),
+        peak_gpu_bytes=(
             torch.cuda.max_memory_allocated(built.device) if built.device.type == "cuda" else None
         ),
-        "prompt_blocks_max": _column_max(steps_df, "kv_prompt_blocks"),
-        "gpu_used_bytes_max": _column_max(steps_df, "gpu_used_bytes"),
-        "torch_reserved_bytes_max": _column_max(steps_df, "torch_reserved_bytes"),
-    }
+        prompt_blocks_max=_column_max(steps_df, "kv_prompt_blocks"),
+        gpu_used_bytes_max=_column_max(steps_df, "gpu_used_bytes"),
+        torch_reserved_bytes_max=_column_max(steps_df, "torch_reserved_bytes"),
+    )
     overhead = steps_df["overhead_ms"].sum() if not steps_df.empty else 0.0
     step_total = steps_df["step_ms"].sum() if not steps_df.empty else 0.0
+    # Sequences each step ran (prefill + decode): batch_size_mean is their plain mean over
+    # steps (see kvbench.bench.summary.Scheduler).
     batch = steps_df["num_prefill_seqs"] + steps_df["num_decode_seqs"] if not steps_df.empty \
         else pd.Series(dtype=float)
-    summary: dict[str, Any] = {
-        "label": label,
-        "status": status,
-        "strategy": cfg.strategy,
-        "batching": cfg.batching,
-        "reserve": cfg.reserve if cfg.strategy == "contiguous" else None,
-        "block_size": cfg.block_size if cfg.strategy != "contiguous" else None,
-        "workload": workload.name,
-        "model": cfg.model,
-        "dtype": cfg.dtype,
-        "device": _device_name(built),
-        "executor": run.engine_kind,
-        "seed": cfg.seed,
-        "num_requests": len(workload.requests),
-        "completed": completed,
-        "failed": len(workload.requests) - completed,
-        "warmup_requests_excluded": warmup_done,
-        "clipped_requests": workload.num_clipped,
-        "duration_s": makespan,
-        "throughput": tput,
-        "latency_ms": {
-            "ttft": latency_stats(requests_df.get("ttft_ms", [])),
-            "tpot": latency_stats(requests_df.get("tpot_ms", [])),
-            "itl": latency_stats(inter_token_latencies_ms(engine.sequences)),
-            "e2e": latency_stats(requests_df.get("e2e_ms", [])),
-            "queue": latency_stats(requests_df.get("queue_ms", [])),
-            "prefill": latency_stats(requests_df.get("prefill_ms", [])),
-        },
-        "memory": memory,
-        "scheduler": {
-            "steps": len(steps_df),
-            "preemptions": int(steps_df["preemptions"].sum()) if not steps_df.empty else 0,
-            "prefix_hit_rate": cached / prompt_tokens if prompt_tokens else None,
-            "prompt_tokens": prompt_tokens,
-            "cached_prompt_tokens": cached,
-            "batch_size_mean": float(batch.mean()) if len(batch) else None,
-            "batch_size_max": int(batch.max()) if len(batch) else None,
-            "waiting_mean": float(steps_df["num_waiting"].mean()) if not steps_df.empty else None,
-            "prefill_tokens_computed": engine.prefill_tokens_computed,
-            "overhead_ms_total": float(overhead),
-            "overhead_fraction": float(overhead / step_total) if step_total else None,
-            **(engine.strategy.stats() if engine.strategy else {}),
-        },
-    }
-    if run.slo_ms and not requests_df.empty:
-        summary["goodput"] = goodput(requests_df, run.slo_ms, makespan)
-    return summary
+    scheduler = Scheduler(
+        steps=len(steps_df),
+        preemptions=int(steps_df["preemptions"].sum()) if not steps_df.empty else 0,
+        prefix_hit_rate=cached / prompt_tokens if prompt_tokens else None,
+        prompt_tokens=prompt_tokens,
+        cached_prompt_tokens=cached,
+        batch_size_mean=float(batch.mean()) if len(batch) else None,
+        batch_size_max=int(batch.max()) if len(batch) else None,
+        waiting_mean=float(steps_df["num_waiting"].mean()) if not steps_df.empty else None,
+        prefill_tokens_computed=engine.prefill_tokens_computed,
+        overhead_ms_total=float(overhead),
+        overhead_fraction=float(overhead / step_total) if step_total else None,
+        extra=dict(engine.strategy.stats()) if engine.strategy else {},
+    )
+    latency = Latencies(
+        ttft=LatencyStats(**latency_stats(requests_df.get("ttft_ms", []))),
+        tpot=LatencyStats(**latency_stats(requests_df.get("tpot_ms", []))),
+        itl=LatencyStats(**latency_stats(inter_token_latencies_ms(engine.sequences))),
+        e2e=LatencyStats(**latency_stats(requests_df.get("e2e_ms", []))),
+        queue=LatencyStats(**latency_stats(requests_df.get("queue_ms", []))),
+        prefill=LatencyStats(**latency_stats(requests_df.get("prefill_ms", []))),
+    )
+    return Summary(
+        label=label,
+        status=status,
+        strategy=cfg.strategy,
+        batching=cfg.batching,
+        reserve=cfg.reserve if cfg.strategy == "contiguous" else None,
+        block_size=cfg.block_size if cfg.strategy != "contiguous" else None,
+        workload=workload.name,
+        model=cfg.model,
+        dtype=cfg.dtype,
+        device=_device_name(built),
+        executor=run.engine_kind,
+        seed=cfg.seed,
+        num_requests=len(workload.requests),
+        completed=completed,
+        failed=len(workload.requests) - completed,
+        warmup_requests_excluded=warmup_done,
+        clipped_requests=workload.num_clipped,
+        duration_s=makespan,
+        throughput=Throughput(**tput),
+        latency_ms=latency,
+        memory=memory,
+        scheduler=scheduler,
+        goodput=(Goodput(**goodput(requests_df, run.slo_ms, makespan))
+                 if run.slo_ms and not requests_df.empty else None),
+    )

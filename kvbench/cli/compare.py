@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
+from kvbench.bench.metric_catalogue import METRICS
 from kvbench.errors import KvbenchInputError
-from kvbench.report.metrics import DEFAULT_DIFF, METRICS, differences, parse_thresholds
+from kvbench.report.metrics import DEFAULT_DIFF, differences, parse_thresholds
 from kvbench.report.runs import RunData, load_runs
 from kvbench.report.text_table import format_table
 

@@ -1,4 +1,4 @@
-"""HTML reports and run-to-run comparisons built from results folders (DESIGN.md, Results).
+"""HTML reports and run-to-run comparisons built from results folders (docs/design.md, Results).
 
 - `runs`: read results folders into `RunData` (a comparison folder expands into its runs);
 - `metrics`: the named metrics (`output_tok_s`, `ttft.p99`, ...), differences, `--fail-on`;

@@ -6,7 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvbench.report.metrics import METRICS
+from kvbench.bench.metric_catalogue import METRICS
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
 from kvbench.report.tables import flatten, is_long_series
@@ -78,8 +78,8 @@ def latency_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure
 
 def _parts(run: RunData) -> dict[str, float] | None:
     """Mean memory split as fractions of the arena; `free` excludes the prefix cache."""
-    split = (run.summary.get("memory") or {}).get("breakdown_mean") or {}
-    if not split or all(split.get(p) is None for p in PART_COLORS):
+    split = run.summary.memory.breakdown_mean
+    if all(split.get(p) is None for p in PART_COLORS):
         return None
     parts = {p: float(split.get(p) or 0.0) for p in PART_COLORS}
     parts["free"] = max(parts["free"] - parts["cached"], 0.0)  # cached is part of free
@@ -126,7 +126,7 @@ def accuracy_figure(runs: list[RunData], styles: dict[str, RunStyle]) -> go.Figu
     keys: list[str] = []
     series: list[tuple[RunData, str, list]] = []
     for run in runs:
-        for key, value in flatten(run.summary.get("accuracy") or {}):
+        for key, value in flatten(run.summary.accuracy or {}):
             if is_long_series(value):
                 series.append((run, key, value))
                 if key not in keys:

@@ -1,112 +1,19 @@
-"""Named metrics of a `summary.json`, their differences between runs, and `--fail-on` gates.
+"""Differences of catalogue metrics between two runs, and `--fail-on` gates.
 
-A metric name is what `kvbench compare --fail-on` takes: `output_tok_s`, `ttft.p99`,
-`utilization_mean`, ... Each knows where it lives in `summary.json`, its unit and which
-direction is better.
+Metric names (`output_tok_s`, `ttft.p99`, ...), units and directions come from
+kvbench.bench.metric_catalogue; this module compares two runs' values.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvbench.bench.metric_catalogue import METRICS, Metric, metric
+from kvbench.bench.summary import Summary
 from kvbench.errors import KvbenchInputError
-
-
-@dataclass(frozen=True)
-class Metric:
-    name: str
-    title: str
-    unit: str  # "tok/s", "req/s", "ms", "%" (a fraction shown as percent), "" (a count)
-    higher_is_better: bool
-    get: Callable[[dict[str, Any]], Any]
-
-    def value(self, summary: dict[str, Any]) -> float | None:
-        try:
-            value = self.get(summary)
-        except (KeyError, TypeError, AttributeError):
-            return None
-        if value is None or isinstance(value, bool):
-            return None if value is None else float(value)
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            return None
-        return None if math.isnan(value) else value
-
-    def format(self, value: float | None) -> str:
-        if value is None:
-            return "-"
-        if self.unit == "%":
-            return f"{value:.1%}"
-        if self.unit == "ms":
-            return f"{value:.1f} ms" if abs(value) >= 10 else f"{value:.2f} ms"
-        if self.unit in ("tok/s", "req/s"):
-            return f"{value:.1f} {self.unit}" if abs(value) >= 10 else f"{value:.3g} {self.unit}"
-        if self.unit == "s":
-            return f"{value:.2f} s"
-        return f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
-
-
-def _path(*keys: str) -> Callable[[dict[str, Any]], Any]:
-    def get(summary: dict[str, Any]) -> Any:
-        value: Any = summary
-        for key in keys:
-            value = value[key]
-        return value
-
-    return get
-
-
-LATENCIES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "queue": "queue",
-             "prefill": "prefill"}
-STATS = ("mean", "p50", "p90", "p99", "max")
-
-
-def _build() -> dict[str, Metric]:
-    metrics = [
-        Metric("output_tok_s", "output throughput", "tok/s", True,
-               _path("throughput", "output_tok_s")),
-        Metric("total_tok_s", "total throughput", "tok/s", True,
-               _path("throughput", "total_tok_s")),
-        Metric("requests_s", "request throughput", "req/s", True,
-               _path("throughput", "requests_s")),
-    ]
-    for key, title in LATENCIES.items():
-        for stat in STATS:
-            metrics.append(Metric(f"{key}.{stat}", f"{title} {stat}", "ms", False,
-                                  _path("latency_ms", key, stat)))
-    metrics += [
-        Metric("utilization_mean", "KV utilization", "%", True,
-               _path("memory", "utilization_mean")),
-        Metric("utilization_saturated", "KV utilization (saturated)", "%", True,
-               _path("memory", "utilization_saturated")),
-        Metric("kv_capacity_tokens", "KV capacity (tokens)", "", True,
-               _path("memory", "kv_capacity_tokens")),
-        Metric("preemptions", "preemptions", "", False, _path("scheduler", "preemptions")),
-        Metric("prefix_hit_rate", "prefix-cache hit rate", "%", True,
-               _path("scheduler", "prefix_hit_rate")),
-        Metric("batch_size_mean", "running batch (mean)", "", True,
-               _path("scheduler", "batch_size_mean")),
-        Metric("batch_size_max", "running batch (max)", "", True,
-               _path("scheduler", "batch_size_max")),
-        Metric("waiting_mean", "waiting queue (mean)", "", False,
-               _path("scheduler", "waiting_mean")),
-        Metric("overhead_fraction", "step overhead share", "%", False,
-               _path("scheduler", "overhead_fraction")),
-        Metric("completed", "completed requests", "", True, _path("completed")),
-        Metric("failed", "failed requests", "", False, _path("failed")),
-        Metric("duration_s", "makespan", "s", False, _path("duration_s")),
-        Metric("goodput_requests_s", "goodput", "req/s", True,
-               _path("goodput", "goodput_requests_s")),
-    ]
-    return {m.name: m for m in metrics}
-
-
-METRICS: dict[str, Metric] = _build()
 
 # The rows `kvbench compare` prints and a report's differences table shows by default.
 DEFAULT_DIFF = (
@@ -114,15 +21,6 @@ DEFAULT_DIFF = (
     "tpot.p99", "itl.p99", "e2e.p50", "e2e.p99", "utilization_mean", "utilization_saturated",
     "preemptions", "prefix_hit_rate", "batch_size_mean", "completed",
 )
-
-
-def metric(name: str) -> Metric:
-    try:
-        return METRICS[name]
-    except KeyError:
-        raise KvbenchInputError(
-            f"unknown metric {name!r}; known: {', '.join(METRICS)}"
-        ) from None
 
 
 @dataclass
@@ -167,7 +65,7 @@ class Difference:
         return f"{self.delta:+g}"
 
 
-def differences(base: dict[str, Any], new: dict[str, Any],
+def differences(base: Summary | Mapping[str, Any], new: Summary | Mapping[str, Any],
                 names: tuple[str, ...] | list[str] = DEFAULT_DIFF) -> list[Difference]:
     return [Difference(METRICS[n], METRICS[n].value(base), METRICS[n].value(new)) for n in names]
 
@@ -225,3 +123,7 @@ def parse_thresholds(text: str | None) -> list[Threshold]:
         out.append(Threshold(metric(name), 1 if sign == "+" else -1, float(amount), pct == "%",
                              f"{name}:{sign}{amount}{pct}"))
     return out
+
+
+__all__ = ["DEFAULT_DIFF", "METRICS", "Difference", "Metric", "Threshold", "differences",
+           "metric", "parse_thresholds"]

@@ -80,8 +80,8 @@ def _section(key: str, title: str, explain: str, body: str) -> tuple[str, str, s
 
 
 def _title(runset: RunSet) -> str:
-    workloads = sorted({str(r.summary.get("workload", "?")) for r in runset.runs})
-    models = sorted({str(r.summary.get("model", "?")) for r in runset.runs})
+    workloads = sorted({str(r.summary.workload or "?") for r in runset.runs})
+    models = sorted({str(r.summary.model or "?") for r in runset.runs})
     what = ", ".join(r.name for r in runset.runs)
     return f"{what} — {', '.join(workloads)} on {', '.join(models)}"
 
@@ -141,7 +141,7 @@ def build_page(runset: RunSet) -> str:
 
 
 def _accuracy_sections(runset, styles, colors, figures) -> list[tuple[str, str, str]]:
-    runs: list[RunData] = [r for r in runset.runs if r.summary.get("accuracy")]
+    runs: list[RunData] = [r for r in runset.runs if r.summary.accuracy]
     if not runs:
         return []
     body = "".join(tables.accuracy_html(r, colors) for r in runs)

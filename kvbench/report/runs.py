@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvbench.bench.summary import Summary
 from kvbench.errors import KvbenchInputError
 
 INCOMPLETE_MARKER = "INCOMPLETE"
@@ -26,7 +27,7 @@ class RunData:
     path: Path
     group: Path
     label: str
-    summary: dict[str, Any]
+    summary: Summary
     config: dict[str, Any]
     requests: pd.DataFrame
     steps: pd.DataFrame
@@ -96,9 +97,9 @@ def _status(folder: Path) -> str:
 
 def load_run(folder: Path, group: Path | None = None) -> RunData:
     folder = Path(folder)
-    summary = _read_json(folder / "summary.json")
+    summary = Summary.from_dict(_read_json(folder / "summary.json"))
     config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
-    label = str(summary.get("label") or config.get("label") or folder.name)
+    label = str(summary.label or config.get("label") or folder.name)
     if group is None:
         group = folder.parent if (folder.parent / "comparison.json").is_file() else folder
     return RunData(

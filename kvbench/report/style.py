@@ -18,7 +18,7 @@ PALETTE = (
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 PATTERNS = ("", "/", ".", "x", "-")
 
-# The memory split (DESIGN.md, Memory accounting), in stacking order.
+# The memory split (docs/design.md, Memory accounting), in stacking order.
 PART_COLORS = {
     "token": "#2ca02c",
     "reserved": "#f2c14e",

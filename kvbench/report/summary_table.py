@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from kvbench.bench.repeat import format_mean_ci
+from kvbench.bench.summary import Summary
 from kvbench.report.text_table import fmt, format_table
 from kvbench.units import format_bytes
 
@@ -13,54 +16,52 @@ HEADERS = [
 ]
 
 
-def _held_per_token(summary: dict[str, Any]) -> str:
-    util = summary["memory"].get("utilization_mean")
+def _held_per_token(summary: Summary) -> str:
+    util = summary.memory.utilization_mean
     return fmt(1 / util, ".2f", "x") if util else "-"
 
 
-def summary_rows(summaries: list[dict[str, Any]]) -> list[list[str]]:
+def summary_rows(summaries: list[Summary]) -> list[list[str]]:
     rows = []
     for s in summaries:
-        lat, mem, sch = s["latency_ms"], s["memory"], s["scheduler"]
+        lat, mem, sch = s.latency_ms, s.memory, s.scheduler
         rows.append([
-            s["label"],
-            f"{s['completed']}/{s['num_requests']}",
-            fmt(s["throughput"].get("output_tok_s")),
-            fmt(lat["ttft"]["p50"], ".1f", " ms"),
-            fmt(lat["ttft"]["p99"], ".1f", " ms"),
-            fmt(lat["tpot"]["p50"], ".2f", " ms"),
-            fmt(lat["tpot"]["p99"], ".2f", " ms"),
-            fmt(mem.get("utilization_mean"), ".1%"),
-            fmt(mem.get("utilization_saturated"), ".1%"),
+            str(s.label),
+            f"{s.completed}/{s.num_requests}",
+            fmt(s.throughput.output_tok_s),
+            fmt(lat.ttft.p50, ".1f", " ms"),
+            fmt(lat.ttft.p99, ".1f", " ms"),
+            fmt(lat.tpot.p50, ".2f", " ms"),
+            fmt(lat.tpot.p99, ".2f", " ms"),
+            fmt(mem.utilization_mean, ".1%"),
+            fmt(mem.utilization_saturated, ".1%"),
             _held_per_token(s),
-            f"{fmt(sch.get('batch_size_mean'))}/{sch.get('batch_size_max') or '-'}",
-            str(sch.get("preemptions", 0)),
-            fmt(sch.get("prefix_hit_rate"), ".1%"),
+            f"{fmt(sch.batch_size_mean)}/{sch.batch_size_max or '-'}",
+            str(sch.preemptions or 0),
+            fmt(sch.prefix_hit_rate, ".1%"),
         ])
     return rows
 
 
-def render_summary(summaries: list[dict[str, Any]]) -> str:
-    first = summaries[0]
-    mem = first["memory"]
+def render_summary(summaries: list[Summary | Mapping[str, Any]]) -> str:
+    runs = [s if isinstance(s, Summary) else Summary.from_dict(s) for s in summaries]
+    first = runs[0]
     header = (
-        f"model {first['model']} ({first['dtype']}) on {first['device']}  |  workload "
-        f"{first['workload']}, {first['num_requests']} requests, seed {first['seed']}  |  KV "
-        f"budget {format_bytes(mem['kv_budget_bytes'])}"
+        f"model {first.model} ({first.dtype}) on {first.device}  |  workload "
+        f"{first.workload}, {first.num_requests} requests, seed {first.seed}  |  KV "
+        f"budget {format_bytes(first.memory.kv_budget_bytes)}"
     )
     caps = ", ".join(
-        f"{s['label']}: {s['memory']['kv_capacity_tokens'] or 'n/a'}"
-        + (" tokens" if s["memory"]["kv_capacity_tokens"] else "")
-        for s in summaries
+        f"{s.label}: {s.memory.kv_capacity_tokens or 'n/a'}"
+        + (" tokens" if s.memory.kv_capacity_tokens else "")
+        for s in runs
     )
     return "\n".join([header, f"KV capacity: {caps}", "",
-                      format_table(HEADERS, summary_rows(summaries))])
+                      format_table(HEADERS, summary_rows(runs))])
 
 
 def render_repeats(repeats: list[dict[str, Any]]) -> str:
     """Headline figures of `--repeat N` runs as mean ± 95% CI half-width."""
-    from kvbench.bench.repeat import format_mean_ci
-
     headers = ["strategy", "runs", "out tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms",
                "KV util %"]
     rows = []

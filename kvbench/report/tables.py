@@ -6,7 +6,8 @@ import json
 from html import escape
 from typing import Any
 
-from kvbench.report.metrics import METRICS, Difference, differences
+from kvbench.bench.metric_catalogue import METRICS
+from kvbench.report.metrics import Difference, differences
 from kvbench.report.runs import RunData, RunSet
 from kvbench.units import format_bytes
 
@@ -41,15 +42,19 @@ def _budget(runs: list[RunData]) -> str:
     """`64.00 MiB; capacity: paged 32768, fp8 65536 tokens` (budgets once, capacity each)."""
     budgets, capacities = [], []
     for run in runs:
-        mem = run.summary.get("memory") or {}
-        budget = mem.get("kv_budget_bytes") or run.config.get("kv_budget_bytes")
+        mem = run.summary.memory
+        budget = mem.kv_budget_bytes or run.config.get("kv_budget_bytes")
         text = format_bytes(budget) if budget else "-"
         if text not in budgets:
             budgets.append(text)
-        if mem.get("kv_capacity_tokens") is not None:
-            capacities.append(f"{run.label} {mem['kv_capacity_tokens']}")
+        if mem.kv_capacity_tokens is not None:
+            capacities.append(f"{run.label} {mem.kv_capacity_tokens}")
     text = ", ".join(budgets)
     return f"{text}; capacity: {', '.join(capacities)} tokens" if capacities else text
+
+
+def _or_dash(value: Any) -> str:
+    return "-" if value is None else str(value)
 
 
 def _versions(run: RunData) -> str:
@@ -61,11 +66,11 @@ def _versions(run: RunData) -> str:
 def _group_facts(runs: list[RunData]) -> list[tuple[str, str]]:
     first = runs[0]
     s = first.summary
-    seeds = sorted({str(r.summary.get("seed")) for r in runs})
+    seeds = sorted({str(r.summary.seed) for r in runs})
     return [
-        ("model", f"{s.get('model', '-')} ({s.get('dtype', '-')})"),
-        ("device", str(s.get("device") or first.config.get("device") or "-")),
-        ("workload", f"{s.get('workload', '-')}, {s.get('num_requests', '-')} requests"),
+        ("model", f"{s.model or '-'} ({s.dtype or '-'})"),
+        ("device", str(s.device or first.config.get("device") or "-")),
+        ("workload", f"{s.workload or '-'}, {_or_dash(s.num_requests)} requests"),
         ("KV budget", _budget(runs)),
         ("seed", ", ".join(seeds)),
         ("strategies", ", ".join(r.label for r in runs)),
@@ -124,7 +129,7 @@ def summary_html(runset: RunSet, colors: dict[str, str]) -> str:
     body = []
     for run in runs:
         s = run.summary
-        done = f"{s.get('completed', '-')}/{s.get('num_requests', '-')}"
+        done = f"{_or_dash(s.completed)}/{_or_dash(s.num_requests)}"
         cells = [f"<th class='name'>{_swatch(run, colors)}{escape(run.name)}</th>"
                  f"<td>{escape(done)}</td>"]
         for name, _ in SUMMARY_COLUMNS:
@@ -179,8 +184,8 @@ def _diff_row(d: Difference) -> str:
 
 
 def accuracy_html(run: RunData, colors: dict[str, str]) -> str:
-    """`summary['accuracy']` (fp8 runs) as a table of its scalar entries, flattened."""
-    accuracy = run.summary.get("accuracy")
+    """`summary.accuracy` (fp8 runs) as a table of its scalar entries, flattened."""
+    accuracy = run.summary.accuracy
     if not accuracy:
         return ""
     rows = []

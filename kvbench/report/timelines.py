@@ -121,8 +121,8 @@ def memory_timeline_figure(runset: RunSet) -> go.Figure | None:
 
 
 def _is_prefix_run(run: RunData) -> bool:
-    rate = (run.summary.get("scheduler") or {}).get("prefix_hit_rate")
-    return run.summary.get("strategy") == "prefix" or bool(rate)
+    rate = run.summary.scheduler.prefix_hit_rate
+    return run.summary.strategy == "prefix" or bool(rate)
 
 
 def hit_rate_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kvbench.bench.metric_catalogue import LATENCY_METRICS, LATENCY_STATS
+from kvbench.bench.metric_catalogue import METRICS as CATALOGUE
+from kvbench.bench.summary import Summary, as_summary
 from kvbench.errors import KvbenchInputError
 
-METRICS = ("ttft", "tpot", "itl", "e2e", "queue", "prefill")
-STATS = ("mean", "p50", "p90", "p99", "max")
+METRICS = tuple(LATENCY_METRICS)
+STATS = LATENCY_STATS
 # The per-request goodput of `summary.json` knows these (kvbench.bench.metrics.goodput).
 GOODPUT_METRICS = ("ttft", "tpot", "e2e")
 
@@ -67,19 +70,19 @@ def per_request_slo(targets: Mapping[str, float]) -> dict[str, float]:
     return slo
 
 
-def slo_violations(summary: Mapping[str, Any] | None, targets: Mapping[str, float]) -> list[str]:
+def slo_violations(summary: Summary | Mapping[str, Any] | None,
+                   targets: Mapping[str, float]) -> list[str]:
     """What keeps a run from meeting the SLO (empty: it meets it)."""
+    summary = as_summary(summary)
     if summary is None:
         return ["no result"]
     problems = []
-    if summary.get("status", "complete") != "complete":
-        problems.append(f"status {summary.get('status')}")
-    if summary.get("failed"):
-        problems.append(f"{summary['failed']} requests not served")
-    latency = summary.get("latency_ms", {})
+    if (summary.status or "complete") != "complete":
+        problems.append(f"status {summary.status}")
+    if summary.failed:
+        problems.append(f"{summary.failed} requests not served")
     for key, limit in targets.items():
-        metric, _, stat = key.partition(".")
-        value = (latency.get(metric) or {}).get(stat)
+        value = CATALOGUE[key].value(summary)
         if value is None:
             problems.append(f"{key} missing")
         elif value > limit:
@@ -87,7 +90,7 @@ def slo_violations(summary: Mapping[str, Any] | None, targets: Mapping[str, floa
     return problems
 
 
-def meets_slo(summary: Mapping[str, Any] | None, targets: Mapping[str, float]) -> bool:
+def meets_slo(summary: Summary | Mapping[str, Any] | None, targets: Mapping[str, float]) -> bool:
     return not slo_violations(summary, targets)
 
 

@@ -9,9 +9,10 @@ Columns: `point_id`, one column per axis (named as in point ids), `source` (grid
 under the sweep's SLO, `meets_slo` (when there is one), `wall_s` and `error`.
 
 Metric names as `kvbench compare` spells them (`ttft.p99`, `output_tok_s`) map to columns
-with `metric_column`. `TIMING_COLUMNS` are the columns that depend on the wall clock when a
-real model runs (every measured latency and rate, and what the arrival interleaving changes);
-two sweeps of the same grid agree on the others (`timing_free`).
+with `metric_column`; names, columns, titles and directions all come from
+kvbench.bench.metric_catalogue. `TIMING_COLUMNS` are the columns that depend on the wall
+clock when a real model runs (every measured latency and rate, and what the arrival
+interleaving changes); two sweeps of the same grid agree on the others (`timing_free`).
 """
 
 from __future__ import annotations
@@ -22,100 +23,67 @@ from typing import Any
 
 import pandas as pd
 
+from kvbench.bench.metric_catalogue import LATENCY_STATS, METRICS, find
+from kvbench.bench.summary import Summary, as_summary
 from kvbench.bench.sweep.options import display_name
 
-LATENCY_STATS = {
-    "ttft": ("mean", "p50", "p90", "p99", "max"),
-    "tpot": ("mean", "p50", "p90", "p99", "max"),
-    "itl": ("mean", "p50", "p90", "p99", "max"),
-    "e2e": ("mean", "p50", "p90", "p99", "max"),
-    "queue": ("p50", "p99"),
-}
-THROUGHPUT = ("output_tok_s", "total_tok_s", "requests_s")
+# The metrics of the catalogue that `points.csv` carries, in column order (goodput's only
+# when the run had an SLO).
+POINT_METRICS = (
+    "completed", "failed", "output_tok_s", "total_tok_s", "requests_s",
+    *(f"{m}.{s}" for m in ("ttft", "tpot", "itl", "e2e") for s in LATENCY_STATS),
+    "queue.p50", "queue.p99",
+    "utilization_mean", "utilization_saturated", "kv_capacity_tokens", "kv_budget_bytes",
+    "preemptions", "prefix_hit_rate", "batch_size_mean", "duration_s",
+    "goodput_requests_s", "fraction_meeting_slo",
+)
 # Axes that the strategy label (`contiguous-pow2`, `paged-static`, ...) sums up.
 STRATEGY_AXES = frozenset({"strategy", "reserve", "batching", "kv_cache_dtype"})
-IDENTITY = ("label", "strategy", "batching", "workload", "model", "device", "num_requests",
-            "completed", "failed")
-# Higher is better for these; lower for every latency, preemptions, duration.
-HIGHER_IS_BETTER = frozenset({
-    *THROUGHPUT, "utilization_mean", "utilization_saturated", "prefix_hit_rate",
-    "goodput_requests_s", "fraction_meeting_slo", "kv_capacity_tokens", "completed",
-    "batch_size_mean",
-})
-TITLES = {
-    "output_tok_s": "output tok/s", "total_tok_s": "total tok/s", "requests_s": "requests/s",
-    "utilization_mean": "KV utilization", "utilization_saturated": "KV utilization (saturated)",
-    "preemptions": "preemptions", "prefix_hit_rate": "prefix hit rate",
-    "goodput_requests_s": "goodput req/s", "fraction_meeting_slo": "share meeting SLO",
-    "batch_size_mean": "mean batch size", "request_rate": "request rate (req/s)",
-    "max_concurrency": "max concurrency",
-}
+IDENTITY = ("label", "strategy", "batching", "workload", "model", "device", "num_requests")
+# Titles of sweep axes that are not metrics.
+AXIS_TITLES = {"request_rate": "request rate (req/s)", "max_concurrency": "max concurrency"}
 
 
 def metric_column(name: str) -> str:
     """`ttft.p99` -> `ttft_p99_ms`; `throughput.output_tok_s` -> `output_tok_s`; a column
     name is returned as it is."""
     name = name.strip()
-    if name.startswith("throughput."):
-        return name.split(".", 1)[1]
-    if name.startswith("memory.") or name.startswith("scheduler."):
-        return name.split(".", 1)[1]
-    metric, dot, stat = name.partition(".")
-    if dot and metric in LATENCY_STATS:
-        return f"{metric}_{stat}_ms"
-    return name
+    for section in ("throughput.", "memory.", "scheduler."):
+        if name.startswith(section):
+            name = name[len(section):]
+    found = find(name)
+    return found.column if found is not None else name
 
 
 def metric_title(column: str) -> str:
-    if column in TITLES:
-        return TITLES[column]
-    if column.endswith("_ms"):
-        metric, _, stat = column[:-3].partition("_")
-        return f"{metric.upper() if metric != 'queue' else 'queue'} {stat} (ms)"
-    return column.replace("_", " ")
+    found = find(column)
+    if found is not None:
+        return found.axis_title
+    return AXIS_TITLES.get(column, column.replace("_", " "))
 
 
 def higher_is_better(column: str) -> bool:
-    return column in HIGHER_IS_BETTER
+    """The catalogue's direction for a column (False for what is not a metric)."""
+    found = find(column)
+    return found is not None and found.higher_is_better
 
 
-def summary_row(summary: Mapping[str, Any] | None) -> dict[str, Any]:
+def summary_row(summary: Summary | Mapping[str, Any] | None) -> dict[str, Any]:
     """The flattened headline metrics of one `summary.json` (empty when there is none)."""
-    if not summary:
+    summary = as_summary(summary) if summary else None
+    if summary is None:
         return {}
     row: dict[str, Any] = {k: summary.get(k) for k in IDENTITY}
-    throughput = summary.get("throughput") or {}
-    for key in THROUGHPUT:
-        row[key] = throughput.get(key)
-    latency = summary.get("latency_ms") or {}
-    for metric, stats in LATENCY_STATS.items():
-        values = latency.get(metric) or {}
-        for stat in stats:
-            row[f"{metric}_{stat}_ms"] = values.get(stat)
-    memory = summary.get("memory") or {}
-    scheduler = summary.get("scheduler") or {}
-    row.update(
-        utilization_mean=memory.get("utilization_mean"),
-        utilization_saturated=memory.get("utilization_saturated"),
-        kv_capacity_tokens=memory.get("kv_capacity_tokens"),
-        kv_budget_bytes=memory.get("kv_budget_bytes"),
-        preemptions=scheduler.get("preemptions"),
-        prefix_hit_rate=scheduler.get("prefix_hit_rate"),
-        batch_size_mean=scheduler.get("batch_size_mean"),
-        duration_s=summary.get("duration_s"),
-    )
-    goodput = summary.get("goodput")
-    if goodput:
-        row["goodput_requests_s"] = goodput.get("goodput_requests_s")
-        row["fraction_meeting_slo"] = goodput.get("fraction_meeting_slo")
+    for name in POINT_METRICS:
+        m = METRICS[name]
+        if m.path[0] == "goodput" and summary.goodput is None:
+            continue
+        row[m.column] = summary.lookup(m.path)
     return row
 
 
 TIMING_COLUMNS = frozenset({
-    *THROUGHPUT,
-    *(f"{m}_{s}_ms" for m, stats in LATENCY_STATS.items() for s in stats),
-    "utilization_mean", "utilization_saturated", "preemptions", "prefix_hit_rate",
-    "batch_size_mean", "duration_s", "goodput_requests_s", "fraction_meeting_slo",
+    *(METRICS[name].column for name in POINT_METRICS if METRICS[name].wall_clock),
     "meets_slo", "wall_s",
 })
 
