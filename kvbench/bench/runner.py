@@ -24,6 +24,7 @@ from kvbench.bench.progress import Progress
 from kvbench.bench.results import ResultsFolder, write_csv, write_json
 from kvbench.bench.run_config import RunConfig
 from kvbench.bench.tracing import TraceRecorder, set_recorder, trace_range
+from kvbench.config import is_fp8_cache
 from kvbench.core.clock import WallClock
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchRunError
@@ -56,7 +57,7 @@ def strategy_label(run: RunConfig) -> str:
     label = engine.strategy
     if engine.strategy == "contiguous":
         label += f"-{engine.reserve}"
-    if engine.kv_cache_dtype in ("fp8", "fp8_e4m3") and engine.strategy != "fp8":
+    if is_fp8_cache(engine.kv_cache_dtype) and engine.strategy != "fp8":
         label += "-fp8"
     if run.engine.batching != "continuous":
         label += f"-{engine.batching}"

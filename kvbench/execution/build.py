@@ -23,7 +23,7 @@ from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import load_model, parse_dtype
 from kvbench.scheduling import SchedulerLimits, make_policy
-from kvbench.strategies import make_strategy, strategy_info
+from kvbench.strategies import make_strategy, strategy_entry
 
 
 @dataclass
@@ -40,9 +40,10 @@ class BuiltEngine:
 
 def effective_config(config: EngineConfig) -> EngineConfig:
     """Apply a strategy's implied options (`fp8` is `paged` with `--kv-cache-dtype fp8`)."""
-    info = strategy_info(config.strategy)
-    if info.kv_cache_dtype and config.kv_cache_dtype == "auto":
-        config.kv_cache_dtype = info.kv_cache_dtype
+    defaults = EngineConfig()
+    for name, value in strategy_entry(config.strategy).engine_overrides.items():
+        if getattr(config, name) == getattr(defaults, name):  # an explicit choice stays
+            setattr(config, name, value)
     return config
 
 
