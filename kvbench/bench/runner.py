@@ -28,7 +28,7 @@ from kvbench.config import is_fp8_cache
 from kvbench.core.clock import WallClock
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchRunError
-from kvbench.execution.build import BuiltEngine, build_engine
+from kvbench.execution.build import BuiltEngine, build_engine, executor_factory
 from kvbench.versions import versions
 from kvbench.workloads import WorkloadResult, load_workload
 
@@ -92,15 +92,8 @@ def _default_count(workload: str) -> int | None:
 
 
 def _build(run: RunConfig, model_cache: dict | None) -> BuiltEngine:
-    if run.engine_kind == "simulated":
-        from kvbench.execution.simulate_build import build_simulated_engine
-
-        return build_simulated_engine(run.engine, run.gpu or "a100-80gb")
-    if run.engine_kind == "hf":
-        from kvbench.execution.hf_engine import build_hf_engine
-
-        return build_hf_engine(run.engine, clock=WallClock(), model_cache=model_cache)
-    return build_engine(run.engine, clock=WallClock(), model_cache=model_cache)
+    factory = executor_factory(run.engine_kind, run.gpu)
+    return build_engine(run.engine, factory, clock=WallClock(), model_cache=model_cache)
 
 
 def _warm_up(built: BuiltEngine, run: RunConfig) -> int:
