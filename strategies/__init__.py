@@ -19,21 +19,15 @@ from kvbench.strategies.registry import (
     strategy_names,
 )
 
-StrategyInfo = StrategyEntry  # the name callers used before the registry
+# The names callers used before the registry (`strategy_info` validates a name).
+StrategyInfo = StrategyEntry
 strategy_info = strategy_entry
-
-_LAZY = {"PagedStrategy": "paged", "PrefixCachingStrategy": "prefix",
-         "ContiguousStrategy": "contiguous"}
 
 
 def __getattr__(name: str) -> Any:
-    # `STRATEGIES` is computed on use: the registry fills as the strategy modules load.
+    # `STRATEGIES` (name -> entry) is computed on use: the registry fills as modules load.
     if name == "STRATEGIES":
         return strategy_entries()
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"kvbench.strategies.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'kvbench.strategies' has no attribute {name!r}")
 
 

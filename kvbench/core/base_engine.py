@@ -5,10 +5,14 @@ from __future__ import annotations
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.core.step_record import StepRecord
+
+if TYPE_CHECKING:
+    from kvbench.scheduling.queue_order import WaitingQueue
 
 
 class BaseEngine(ABC):
@@ -50,7 +54,7 @@ class BaseEngine(ABC):
         return self._unfinished > 0
 
     @property
-    def waiting(self):
+    def waiting(self) -> WaitingQueue:
         """The policy's waiting queue (a `kvbench.scheduling.WaitingQueue`), head first."""
         return self.policy.waiting
 

@@ -4,7 +4,7 @@
 policy and checks as for the model, with the model's shape from its preset or `config.json`
 and a `SimulatedExecutor` on a `SimulatedClock` instead of the model.
 
-The KV budget, as vLLM's `--gpu-memory-utilization` on a real GPU (DESIGN.md):
+The KV budget, as vLLM's `--gpu-memory-utilization` on a real GPU (docs/design.md):
 
     budget = floor(GPU memory x utilization) - weights - activations     (utilization 0.9)
 
