@@ -10,6 +10,15 @@ from kvbench.units import parse_size_bytes
 
 DEFAULT_CPU_KV_MEMORY = "64MiB"
 
+# `--kv-cache-dtype` names of the fp8 (e4m3) KV cache; "auto" is the model's dtype.
+FP8_CACHE_DTYPES = ("fp8", "fp8_e4m3")
+KV_CACHE_DTYPES = ("auto", *FP8_CACHE_DTYPES)
+
+
+def is_fp8_cache(kv_cache_dtype: str) -> bool:
+    """Whether a `--kv-cache-dtype` name selects the fp8 KV cache."""
+    return kv_cache_dtype in FP8_CACHE_DTYPES
+
 
 @dataclass
 class EngineConfig:
@@ -54,7 +63,7 @@ class EngineConfig:
             raise KvbenchInputError("--temperature must not be negative")
         if self.kv_scale is not None and not self.kv_scale > 0:
             raise KvbenchInputError(f"--kv-scale must be positive, got {self.kv_scale}")
-        if self.kv_cache_dtype not in ("auto", "fp8", "fp8_e4m3"):
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise KvbenchInputError(
                 f"unknown --kv-cache-dtype {self.kv_cache_dtype!r} (choose from auto, fp8)"
             )

@@ -1,72 +1,36 @@
-"""Cache strategies: KV allocation bookkeeping (block ids, ranges, counts), never tensors."""
+"""Cache strategies: KV allocation bookkeeping (block ids, ranges, counts), never tensors.
+
+Each strategy registers itself (`kvbench.strategies.registry`): a new one is one new file.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
-from kvbench.errors import KvbenchInputError
 from kvbench.strategies.base import CacheStrategy, MemorySplit
-from kvbench.strategies.contiguous import ContiguousStrategy
-from kvbench.strategies.paged import PagedStrategy
-from kvbench.strategies.prefix import PrefixCachingStrategy
+from kvbench.strategies.registry import (
+    StrategyEntry,
+    describe_strategies,
+    make_strategy,
+    register_strategy,
+    register_variant,
+    strategy_entries,
+    strategy_entry,
+    strategy_names,
+)
+
+# The names callers used before the registry (`strategy_info` validates a name).
+StrategyInfo = StrategyEntry
+strategy_info = strategy_entry
 
 
-@dataclass(frozen=True)
-class StrategyInfo:
-    name: str
-    summary: str
-    kv_cache_dtype: str | None = None  # forced cache dtype (fp8 is paged + fp8 KV)
+def __getattr__(name: str) -> Any:
+    # `STRATEGIES` (name -> entry) is computed on use: the registry fills as modules load.
+    if name == "STRATEGIES":
+        return strategy_entries()
+    raise AttributeError(f"module 'kvbench.strategies' has no attribute {name!r}")
 
 
-STRATEGIES: dict[str, StrategyInfo] = {
-    "contiguous": StrategyInfo(
-        "contiguous", "one range per request reserved at admission (--reserve max|pow2|exact)"
-    ),
-    "paged": StrategyInfo("paged", "fixed-size blocks from a pool, per-sequence block tables"),
-    "prefix": StrategyInfo(
-        "prefix",
-        "paged + block-level prefix caching (hash chain, LRU eviction, copy-on-write forks)",
-    ),
-    "fp8": StrategyInfo(
-        "fp8", "paged with an fp8 (e4m3) KV cache: --kv-cache-dtype fp8", kv_cache_dtype="fp8"
-    ),
-}
-
-
-def strategy_info(name: str) -> StrategyInfo:
-    try:
-        return STRATEGIES[name]
-    except KeyError:
-        raise KvbenchInputError(
-            f"unknown strategy {name!r} (strategies: {', '.join(STRATEGIES)})"
-        ) from None
-
-
-def make_strategy(
-    name: str,
-    num_slots: int,
-    max_model_len: int,
-    *,
-    block_size: int = 16,
-    reserve: str = "max",
-    watermark: float = 0.01,
-    namespace: str = "",
-) -> CacheStrategy:
-    """Build strategy `name`. `namespace` keys the prefix cache's hashes (model, dtype, KV-cache
-    dtype), so blocks of different configurations never match."""
-    strategy_info(name)
-    if name == "contiguous":
-        return ContiguousStrategy(num_slots, max_model_len, reserve=reserve)
-    if name == "prefix":
-        return PrefixCachingStrategy(
-            num_slots, max_model_len, block_size=block_size, watermark=watermark,
-            namespace=namespace,
-        )
-    strategy = PagedStrategy(num_slots, max_model_len, block_size=block_size, watermark=watermark)
-    if name == "fp8":  # the cache dtype is the executor's business: bookkeeping is paged
-        strategy.name = "fp8"
-    return strategy
-
-
-__all__ = ["CacheStrategy", "MemorySplit", "PagedStrategy", "PrefixCachingStrategy", "STRATEGIES",
-           "StrategyInfo", "make_strategy", "strategy_info"]
+__all__ = ["CacheStrategy", "MemorySplit", "StrategyEntry", "StrategyInfo", "describe_strategies",
+           "make_strategy", "register_strategy", "register_variant", "strategy_entries",
+           "strategy_entry", "strategy_info", "strategy_names"]

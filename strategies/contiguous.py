@@ -9,15 +9,27 @@ that fits (first-fit), and free slots in smaller holes are external fragmentatio
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
 from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
 from kvbench.strategies.free_ranges import FreeRanges
+from kvbench.strategies.registry import register_strategy
+
+
+@dataclass(frozen=True)
+class ContiguousOptions:
+    reserve: str = "max"  # max | pow2 | exact
 
 RESERVE_MODES = ("max", "pow2", "exact")
 
 
+@register_strategy(
+    "contiguous", "one range per request reserved at admission (--reserve max|pow2|exact)",
+    ContiguousOptions,
+)
 class ContiguousStrategy(CacheStrategy):
     name = "contiguous"
     layout_kind = "contiguous"

@@ -8,13 +8,24 @@ sequence are ever held ahead of use.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
 from kvbench.strategies.block_pool import BlockPool
+from kvbench.strategies.registry import register_strategy
 
 
+@dataclass(frozen=True)
+class PagedOptions:
+    block_size: int = 16
+    watermark: float = 0.01  # share of blocks admission keeps free for running sequences
+
+
+@register_strategy(
+    "paged", "fixed-size blocks from a pool, per-sequence block tables", PagedOptions
+)
 class PagedStrategy(CacheStrategy):
     name = "paged"
     layout_kind = "paged"

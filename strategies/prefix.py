@@ -28,18 +28,30 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import MemorySplit, split_held
-from kvbench.strategies.paged import PagedStrategy
+from kvbench.strategies.paged import PagedOptions, PagedStrategy
 from kvbench.strategies.prefix_index import (
     BlockHash,
     CachingBlockPool,
     block_hash,
     root_hash,
 )
+from kvbench.strategies.registry import register_strategy
 
 
+@dataclass(frozen=True)
+class PrefixOptions(PagedOptions):
+    namespace: str = ""  # keys the hashes (model, dtypes): other configurations never match
+
+
+@register_strategy(
+    "prefix", "paged + block-level prefix caching (hash chain, LRU eviction, copy-on-write forks)",
+    PrefixOptions,
+)
 class PrefixCachingStrategy(PagedStrategy):
     name = "prefix"
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from kvbench.config import EngineConfig
+from kvbench.config import EngineConfig, is_fp8_cache
 from kvbench.core.layout import KVLayout
 from kvbench.core.request import Request
 from kvbench.core.step_batch import StepBatch
@@ -34,7 +34,6 @@ from kvbench.execution.device import resolve_device
 from kvbench.models.loader import load_model, parse_dtype
 from kvbench.models.presets import PRESETS
 
-FP8_CACHE_DTYPES = ("fp8", "fp8_e4m3")
 MAX_LOGIT_ROWS = 64  # prompt positions whose logits are compared, per sampled request
 
 NOTE = (
@@ -62,7 +61,7 @@ def measure_fp8_accuracy(
     after the other and dropped, so the caller's own engine should be gone on a GPU.
     """
     fp8_config = effective_config(dataclasses.replace(config))
-    if fp8_config.kv_cache_dtype not in FP8_CACHE_DTYPES:
+    if not is_fp8_cache(fp8_config.kv_cache_dtype):
         raise KvbenchInputError(
             f"fp8 accuracy needs an fp8 KV cache (strategy fp8 or --kv-cache-dtype fp8), got "
             f"strategy {config.strategy!r} with --kv-cache-dtype {config.kv_cache_dtype!r}"

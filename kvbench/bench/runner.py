@@ -34,10 +34,11 @@ from kvbench.bench.summary import (
     Throughput,
 )
 from kvbench.bench.tracing import TraceRecorder, set_recorder, trace_range
+from kvbench.config import is_fp8_cache
 from kvbench.core.clock import WallClock
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchRunError
-from kvbench.execution.build import BuiltEngine, build_engine
+from kvbench.execution.build import BuiltEngine, build_engine, executor_factory
 from kvbench.versions import versions
 from kvbench.workloads import WorkloadResult, load_workload
 
@@ -72,7 +73,7 @@ def strategy_label(run: RunConfig) -> str:
     label = engine.strategy
     if engine.strategy == "contiguous":
         label += f"-{engine.reserve}"
-    if engine.kv_cache_dtype in ("fp8", "fp8_e4m3") and engine.strategy != "fp8":
+    if is_fp8_cache(engine.kv_cache_dtype) and engine.strategy != "fp8":
         label += "-fp8"
     if run.engine.batching != "continuous":
         label += f"-{engine.batching}"
@@ -107,15 +108,8 @@ def _default_count(workload: str) -> int | None:
 
 
 def _build(run: RunConfig, model_cache: dict | None) -> BuiltEngine:
-    if run.engine_kind == "simulated":
-        from kvbench.execution.simulate_build import build_simulated_engine
-
-        return build_simulated_engine(run.engine, run.gpu or "a100-80gb")
-    if run.engine_kind == "hf":
-        from kvbench.execution.hf_engine import build_hf_engine
-
-        return build_hf_engine(run.engine, clock=WallClock(), model_cache=model_cache)
-    return build_engine(run.engine, clock=WallClock(), model_cache=model_cache)
+    factory = executor_factory(run.engine_kind, run.gpu)
+    return build_engine(run.engine, factory, clock=WallClock(), model_cache=model_cache)
 
 
 def _warm_up(built: BuiltEngine, run: RunConfig) -> int:

@@ -47,7 +47,16 @@ def _load_nvtx_domain() -> Any:
     return None if type(domain).__name__ == "DummyDomain" else domain
 
 
-_nvtx_domain = _load_nvtx_domain()
+# Loaded on first use: the `nvtx` package imports numpy, and the engine core must stay light.
+_UNLOADED: Any = object()
+_nvtx_domain: Any = _UNLOADED
+
+
+def _domain() -> Any:
+    global _nvtx_domain
+    if _nvtx_domain is _UNLOADED:
+        _nvtx_domain = _load_nvtx_domain()
+    return _nvtx_domain
 
 
 class TraceRecorder:
@@ -157,12 +166,12 @@ def get_recorder() -> TraceRecorder | None:
 
 def nvtx_active() -> bool:
     """True when NVTX ranges reach a profiler (Nsight Systems or Compute is attached)."""
-    return _nvtx_domain is not None
+    return _domain() is not None
 
 
 def tracing_active() -> bool:
     """True when `trace_range` does anything (a recorder is set or a profiler is attached)."""
-    return _recorder is not None or _nvtx_domain is not None
+    return _recorder is not None or _domain() is not None
 
 
 class _NoRange:
@@ -187,7 +196,7 @@ class _Range:
         self.recorder = recorder
 
     def __enter__(self) -> None:
-        domain = _nvtx_domain
+        domain = _domain()
         if domain is not None:
             message = self.name
             if self.args:
@@ -199,14 +208,15 @@ class _Range:
     def __exit__(self, *exc: object) -> bool:
         if self.recorder is not None:
             self.recorder.end(self.name)
-        if _nvtx_domain is not None:
-            _nvtx_domain.pop_range()
+        domain = _domain()
+        if domain is not None:
+            domain.pop_range()
         return False
 
 
 def trace_range(name: str, **args: Any) -> _Range | _NoRange:
     """An NVTX range (message: name and args) and, when recording, a Chrome-trace range."""
     recorder = _recorder
-    if recorder is None and _nvtx_domain is None:
+    if recorder is None and _domain() is None:
         return _NO_RANGE
     return _Range(name, args, recorder)

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
-from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.core.step_record import StepRecord
 
+if TYPE_CHECKING:
+    from kvbench.scheduling.queue_order import WaitingQueue
+
 
 class BaseEngine(ABC):
     """The runner's view of an engine: queued and finished requests, step records, run control.
 
-    Subclasses set `policy` (whose `running` lists the sequences in flight) and `strategy`
+    Subclasses set `policy` (which owns the queues: `running`, the sequences in flight, and
+    `waiting`, those not admitted yet) and `strategy`
     (None when the engine has no kvbench cache strategy), add requests and run steps.
     `clock()` returns seconds on the run's clock.
     """
@@ -27,7 +31,6 @@ class BaseEngine(ABC):
         self.temperature = temperature
         self.seed = seed
         self.clock = clock
-        self.waiting: deque[Sequence] = deque()
         self.sequences: dict[int, list[Sequence]] = {}
         self.steps: list[StepRecord] = []
         self.prefill_tokens_computed = 0
@@ -49,6 +52,11 @@ class BaseEngine(ABC):
 
     def has_unfinished(self) -> bool:
         return self._unfinished > 0
+
+    @property
+    def waiting(self) -> WaitingQueue:
+        """The policy's waiting queue (a `kvbench.scheduling.WaitingQueue`), head first."""
+        return self.policy.waiting
 
     @property
     def num_running(self) -> int:

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kvbench.bench.tracing import get_recorder, trace_range
 from kvbench.core.base_engine import BaseEngine
 from kvbench.core.request import Request
+from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.core.step_batch import StepBatch
 from kvbench.core.step_record import StepRecord
 from kvbench.errors import KvbenchInputError, KvbenchRunError
-from kvbench.execution.executor import Executor
-from kvbench.execution.sampling import sample_tokens
 from kvbench.scheduling.base import BatchingPolicy
 from kvbench.strategies.base import CacheStrategy
+
+if TYPE_CHECKING:  # the executor owns torch: the core never imports it
+    from kvbench.execution.executor import Executor
 
 
 def check_request_lengths(request: Request, max_model_len: int) -> None:
@@ -82,7 +85,7 @@ class Engine(BaseEngine):
         self.check_request(request)
         seq = self._new_sequence(request, 0)
         self.sequences[request.request_id] = [seq]
-        self.waiting.append(seq)
+        self.policy.add(seq)
         self._unfinished += request.n
 
     # One iteration ----------------------------------------------------------------------
@@ -92,12 +95,12 @@ class Engine(BaseEngine):
         t_start = self.clock()
         with trace_range("step", step=len(self.steps)):
             with trace_range("schedule", waiting=len(self.waiting), running=self.num_running):
-                out = self.policy.schedule(self.waiting, t_start)
+                out = self.policy.schedule(t_start)
             if not out.scheduled:
                 self._unrecorded_preemptions += len(out.preempted)  # goes in the next row
                 if self.waiting and not self.policy.has_work():
                     raise KvbenchRunError(
-                        f"scheduler stalled: request {self.waiting[0].request.request_id} "
+                        f"scheduler stalled: request {self.waiting.head().request.request_id} "
                         "cannot be admitted into an empty cache"
                     )
                 return []
@@ -107,14 +110,14 @@ class Engine(BaseEngine):
             decodes = [(s, n) for s, n in out.scheduled if _is_decode(s, n)]
             ordered = prefills + decodes
             batch = self._build_batch(ordered, len(prefills))
+            to_sample = self._advance(ordered)
+            sampling = self._sampling_params(to_sample)
             t_forward = self.clock()
-            logits = self.executor.execute(batch)
+            tokens = self.executor.execute_and_sample(batch, sampling)
             t_forward_end = self.clock()
             with trace_range("sample", rows=len(batch.sample_rows)):
-                finished = self._commit(ordered, logits, t_forward_end)
-            split = self.strategy.memory_split(
-                self.policy.holders(), self.waiting[0] if self.waiting else None
-            )
+                finished = self._commit(to_sample, tokens, t_forward_end)
+            split = self.strategy.memory_split(self.policy.holders(), self.waiting.head())
         t_end = self.clock()
         self.prefill_tokens_computed += sum(n for _, n in prefills)
         b = self.bytes_per_slot
@@ -164,23 +167,44 @@ class Engine(BaseEngine):
                 sample_rows.append(len(input_ids) - 1)
         return StepBatch(input_ids, positions, layout, num_prefill, sample_rows)
 
-    def _commit(self, ordered, logits, now_s: float) -> list[Sequence]:
+    @staticmethod
+    def _advance(ordered: list[tuple[Sequence, int]]) -> list[Sequence]:
+        """Count the step's tokens as computed; returns the sequences that sample (row order)."""
         to_sample = []
         for seq, n in ordered:
             seq.num_computed += n
             if seq.num_computed == len(seq.token_ids):
                 to_sample.append(seq)
-        keys = (
-            [(s.request.request_id, s.sample_index, len(s.token_ids)) for s in to_sample]
-            if self.temperature > 0 else []
-        )
-        tokens = sample_tokens(logits, self.temperature, self.seed, keys)
+        return to_sample
+
+    @staticmethod
+    def _forks(seq: Sequence) -> bool:
+        """Whether the sequence's next token is its request's first, with siblings to fork."""
+        return seq.first_token_s is None and seq.sample_index == 0 and seq.request.n > 1
+
+    def _sampling_params(self, to_sample: list[Sequence]) -> SamplingParams:
+        """One key per sampling sequence; a forking parent also asks, from the same logits,
+        one token for each sibling (seeded by the sibling's key, at the prompt's end)."""
+        keys = []
+        for seq in to_sample:
+            request = seq.request
+            own = (request.request_id, seq.sample_index, len(seq.token_ids))
+            siblings = (
+                tuple((request.request_id, i, request.prompt_len) for i in range(1, request.n))
+                if self._forks(seq) else ()
+            )
+            keys.append((own, *siblings))
+        return SamplingParams(self.temperature, self.seed, keys)
+
+    def _commit(
+        self, to_sample: list[Sequence], tokens: list[list[int]], now_s: float
+    ) -> list[Sequence]:
         finished: list[Sequence] = []
-        for row, (seq, token) in enumerate(zip(to_sample, tokens, strict=True)):
-            first = seq.first_token_s is None
-            self._append_token(seq, token, now_s)
-            if first and seq.sample_index == 0 and seq.request.n > 1:
-                self._fork_children(seq, logits[row : row + 1], now_s)
+        for seq, row_tokens in zip(to_sample, tokens, strict=True):
+            forks = self._forks(seq)
+            self._append_token(seq, row_tokens[0], now_s)
+            if forks:
+                self._fork_children(seq, row_tokens[1:], now_s)
             if seq.is_finished:
                 finished.append(seq)
         for seq in finished:
@@ -193,8 +217,9 @@ class Engine(BaseEngine):
         if seq.first_token_s is None:
             seq.first_token_s = now_s
 
-    def _fork_children(self, parent: Sequence, logits_row, now_s: float) -> None:
-        """Parallel sampling: children take the parent's prompt KV and sample their own tokens."""
+    def _fork_children(self, parent: Sequence, tokens: list[int], now_s: float) -> None:
+        """Parallel sampling: children take the parent's prompt KV; `tokens[i]` is the first
+        token of sample `i + 1`, drawn from the parent's logits by its own key."""
         request = parent.request
         group = self.sequences[request.request_id]
         for sample_index in range(1, request.n):
@@ -202,14 +227,12 @@ class Engine(BaseEngine):
             group.append(child)
             child.admitted_s = parent.admitted_s
             if self.strategy.fork(parent, child) is None:
-                self.waiting.appendleft(child)  # no room to share or copy: prefill on its own
+                self.policy.requeue(child)  # no room to share or copy: prefill on its own
                 continue
             child.num_computed = parent.prompt_len
             child.cached_prompt_tokens = parent.prompt_len
             self.policy.add_running(child)
-            key = [(request.request_id, sample_index, request.prompt_len)]
-            token = sample_tokens(logits_row, self.temperature, self.seed, key)[0]
-            self._append_token(child, token, now_s)
+            self._append_token(child, tokens[sample_index - 1], now_s)
             if child.is_finished:
                 self._finish(child, now_s)
 

@@ -1,9 +1,18 @@
-"""`build_engine`: an `EngineConfig` turned into model, arena, strategy, policy and engine."""
+"""`build_engine`: an `EngineConfig` turned into model, arena, strategy, policy and engine.
+
+There is one wiring for every engine: lengths, KV dtype, budget, strategy, policy and `Engine`
+are built here; what differs between the real model, the simulator and the transformers
+baseline is the `ExecutorFactory` passed as `executor=` (where the model's shape, the KV
+budget, the executor and the clock come from). `EXECUTOR_FACTORIES` names them for the
+runner (`RunConfig.engine_kind`).
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -11,6 +20,7 @@ from kvbench.config import EngineConfig
 from kvbench.core.engine import Engine
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.device import resolve_device
+from kvbench.execution.executor import Executor
 from kvbench.execution.gpu_memory import GpuMemoryProbe
 from kvbench.execution.kv_budget import (
     kv_cache_torch_dtype,
@@ -23,15 +33,15 @@ from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import load_model, parse_dtype
 from kvbench.scheduling import SchedulerLimits, make_policy
-from kvbench.strategies import make_strategy, strategy_info
+from kvbench.strategies import make_strategy, strategy_entry
 
 
 @dataclass
 class BuiltEngine:
-    engine: Engine
+    engine: Any  # `Engine`, or `HFGenerateEngine` for the transformers baseline
     model_config: ModelConfig
     device: torch.device
-    kv_budget_bytes: int
+    kv_budget_bytes: int | None  # None: no budget is enforced (transformers' own cache)
     kv_dtype: torch.dtype
     bytes_per_slot: int
     backend: str
@@ -40,9 +50,10 @@ class BuiltEngine:
 
 def effective_config(config: EngineConfig) -> EngineConfig:
     """Apply a strategy's implied options (`fp8` is `paged` with `--kv-cache-dtype fp8`)."""
-    info = strategy_info(config.strategy)
-    if info.kv_cache_dtype and config.kv_cache_dtype == "auto":
-        config.kv_cache_dtype = info.kv_cache_dtype
+    defaults = EngineConfig()
+    for name, value in strategy_entry(config.strategy).engine_overrides.items():
+        if getattr(config, name) == getattr(defaults, name):  # an explicit choice stays
+            setattr(config, name, value)
     return config
 
 
@@ -107,30 +118,142 @@ def load_cached_model(
     return loaded
 
 
+@dataclass(frozen=True)
+class BuildContext:
+    """What the caller lends a build: the run's clock (None: the factory's own) and a cache of
+    loaded models shared between the engines of a session."""
+
+    clock: Callable[[], float] | None = None
+    model_cache: dict | None = None
+
+
+class ExecutorFactory(ABC):
+    """Where an engine's model side comes from; `build` is the shared wiring.
+
+    A factory answers, in order: the device and model (`load`), the KV budget in bytes
+    (`kv_budget_bytes`), the run's clock (`clock`) and the executor over the arena
+    (`executor`). An engine that is not kvbench's `Engine` overrides `build` itself.
+    """
+
+    def build(self, config: EngineConfig, context: BuildContext) -> BuiltEngine:
+        config = effective_config(config)
+        device, model, model_config = self.load(config, context)
+        dtype = parse_dtype(config.dtype)
+        max_model_len, max_batched = resolve_lengths(config, model_config)
+        kv_dtype = kv_cache_torch_dtype(config, dtype)
+        kv_elem = kv_element_bytes(kv_dtype)
+        bytes_per_slot = model_config.kv_bytes_per_token(kv_elem)
+        budget = self.kv_budget_bytes(config, device, model, model_config, max_batched)
+        num_slots = arena_slots(budget, bytes_per_slot)
+        strategy = strategy_for(config, num_slots, max_model_len)
+        clock = self.clock(context)
+        executor = self.executor(config, model, model_config, device, num_slots, kv_dtype, clock)
+        limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)
+        policy = make_policy(config.batching, strategy, limits)
+        engine = Engine(
+            strategy, policy, executor, bytes_per_slot=bytes_per_slot,
+            max_model_len=max_model_len, temperature=self.temperature(config), seed=config.seed,
+            clock=clock, memory_probe=self.memory_probe(device),
+        )
+        return BuiltEngine(engine, model_config, device, budget, kv_dtype, bytes_per_slot,
+                           self.backend(config, device), max_model_len)
+
+    @abstractmethod
+    def load(
+        self, config: EngineConfig, context: BuildContext
+    ) -> tuple[torch.device, Any, ModelConfig]:
+        """(device, model or None, the model's shape)."""
+
+    @abstractmethod
+    def kv_budget_bytes(
+        self, config: EngineConfig, device: torch.device, model: Any, model_config: ModelConfig,
+        max_batched_tokens: int,
+    ) -> int:
+        """Bytes of the KV arena."""
+
+    @abstractmethod
+    def executor(
+        self, config: EngineConfig, model: Any, model_config: ModelConfig, device: torch.device,
+        num_slots: int, kv_dtype: torch.dtype, clock: Callable[[], float] | None,
+    ) -> Executor:
+        """The executor over an arena of `num_slots` KV slots."""
+
+    @abstractmethod
+    def backend(self, config: EngineConfig, device: torch.device) -> str:
+        """The attention backend's name, as results record it."""
+
+    def clock(self, context: BuildContext) -> Callable[[], float] | None:
+        return context.clock
+
+    def temperature(self, config: EngineConfig) -> float:
+        return config.temperature
+
+    def memory_probe(self, device: torch.device) -> Callable[[], dict] | None:
+        return None
+
+
+class ModelExecutors(ExecutorFactory):
+    """kvbench's engine: the Llama model with the configured attention backend."""
+
+    def load(self, config: EngineConfig, context: BuildContext):
+        device = prepare_device(config)
+        dtype = parse_dtype(config.dtype)
+        model, model_config = load_cached_model(config, dtype, device, context.model_cache)
+        return device, model, model_config
+
+    def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
+        return resolve_kv_budget_bytes(config, device, model, max_batched_tokens)
+
+    def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
+        backend = self.backend(config, device)
+        arena = KVArena(model_config, num_slots, kv_dtype, device, kv_scale=config.kv_scale)
+        return ModelExecutor(model, arena, get_ops(backend), device, backend)
+
+    def backend(self, config: EngineConfig, device: torch.device) -> str:
+        return resolve_backend(config.attention_backend, device)
+
+    def memory_probe(self, device: torch.device) -> Callable[[], dict] | None:
+        return GpuMemoryProbe(device).sample if device.type == "cuda" else None
+
+
 def build_engine(
     config: EngineConfig,
+    executor: ExecutorFactory | None = None,
+    *,
     clock: Callable[[], float] | None = None,
     model_cache: dict | None = None,
 ) -> BuiltEngine:
-    config = effective_config(config)
-    device = prepare_device(config)
-    dtype = parse_dtype(config.dtype)
-    model, model_config = load_cached_model(config, dtype, device, model_cache)
-    max_model_len, max_batched = resolve_lengths(config, model_config)
-    kv_dtype = kv_cache_torch_dtype(config, dtype)
-    bytes_per_slot = model_config.kv_bytes_per_token(kv_element_bytes(kv_dtype))
-    budget = resolve_kv_budget_bytes(config, device, model, max_batched)
-    num_slots = arena_slots(budget, bytes_per_slot)
-    strategy = strategy_for(config, num_slots, max_model_len)
-    backend = resolve_backend(config.attention_backend, device)
-    arena = KVArena(model_config, num_slots, kv_dtype, device, kv_scale=config.kv_scale)
-    executor = ModelExecutor(model, arena, get_ops(backend), device, backend)
-    limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)
-    policy = make_policy(config.batching, strategy, limits)
-    engine = Engine(
-        strategy, policy, executor, bytes_per_slot=bytes_per_slot, max_model_len=max_model_len,
-        temperature=config.temperature, seed=config.seed, clock=clock,
-        memory_probe=GpuMemoryProbe(device).sample if device.type == "cuda" else None,
-    )
-    return BuiltEngine(engine, model_config, device, budget, kv_dtype, bytes_per_slot, backend,
-                       max_model_len)
+    """The engine of `config` whose model side comes from `executor` (default: the model)."""
+    factory = executor or ModelExecutors()
+    return factory.build(config, BuildContext(clock=clock, model_cache=model_cache))
+
+
+def _simulated(gpu: str | None = None) -> ExecutorFactory:
+    from kvbench.execution.simulate_build import SimulatedExecutors
+
+    return SimulatedExecutors(gpu or "a100-80gb")
+
+
+def _transformers(gpu: str | None = None) -> ExecutorFactory:
+    from kvbench.execution.hf_engine import TransformersEngines
+
+    return TransformersEngines()
+
+
+# `RunConfig.engine_kind` -> its factory (given the simulated GPU preset, which only the
+# simulator reads). The simulator and transformers are imported only when asked for.
+EXECUTOR_FACTORIES: dict[str, Callable[[str | None], ExecutorFactory]] = {
+    "kvbench": lambda gpu=None: ModelExecutors(),
+    "simulated": _simulated,
+    "hf": _transformers,
+}
+
+
+def executor_factory(engine_kind: str, gpu: str | None = None) -> ExecutorFactory:
+    try:
+        make = EXECUTOR_FACTORIES[engine_kind]
+    except KeyError:
+        raise KvbenchInputError(
+            f"unknown engine {engine_kind!r} (choose from {', '.join(EXECUTOR_FACTORIES)})"
+        ) from None
+    return make(gpu)

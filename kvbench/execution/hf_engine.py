@@ -48,15 +48,17 @@ from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.core.step_record import StepRecord
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.build import (
+    BuildContext,
     BuiltEngine,
-    load_cached_model,
-    prepare_device,
+    ModelExecutors,
+    build_engine,
     resolve_lengths,
 )
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import parse_dtype
 from kvbench.models.presets import PRESETS
+from kvbench.scheduling.queue_order import WaitingQueue
 
 PAD_TOKEN_ID = 0  # any valid id: padded positions are masked and their outputs dropped
 MISSING_TRANSFORMERS = "--engine hf needs transformers: pip install transformers"
@@ -124,12 +126,16 @@ class _Batch:
 
     def __init__(self) -> None:
         self.running: list[Sequence] = []
+        self.waiting = WaitingQueue()  # first come, first served
 
     def holders(self) -> list[Sequence]:
         return self.running
 
     def has_work(self) -> bool:
         return bool(self.running)
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.push(seq)
 
 
 class HFGenerateEngine(BaseEngine):
@@ -166,7 +172,8 @@ class HFGenerateEngine(BaseEngine):
         self.check_request(request)
         group = [self._new_sequence(request, i) for i in range(request.n)]
         self.sequences[request.request_id] = group
-        self.waiting.extend(group)
+        for seq in group:
+            self.policy.add(seq)
         self._unfinished += request.n
 
     # One batch --------------------------------------------------------------------------
@@ -175,7 +182,7 @@ class HFGenerateEngine(BaseEngine):
         """Run the next static batch through `generate()`; returns its sequences (all finish)."""
         if not self.waiting:
             return []
-        batch = [self.waiting.popleft() for _ in range(min(self.max_num_seqs, len(self.waiting)))]
+        batch = [self.waiting.pop() for _ in range(min(self.max_num_seqs, len(self.waiting)))]
         t_start = self.clock()
         for seq in batch:
             seq.status = SequenceStatus.RUNNING
@@ -339,37 +346,44 @@ def to_transformers(decoder: LlamaDecoder, model: str, device: torch.device):
     return hf_model.to(device).eval()
 
 
+class TransformersEngines(ModelExecutors):
+    """`--engine hf`: kvbench's weights (its loader and model cache), transformers' generate.
+
+    An engine factory rather than an executor factory: transformers keeps its own KV cache, so
+    there is no strategy, policy or arena to wire. A kvbench model already in the model cache
+    under the same key is reused (and shares its tensors with the transformers model).
+    """
+
+    def build(self, config: EngineConfig, context: BuildContext) -> BuiltEngine:
+        _transformers()
+        if config.kv_cache_dtype not in ("auto",):
+            raise KvbenchInputError("--engine hf has no fp8 KV cache: use --kv-cache-dtype auto")
+        device, decoder, model_config = self.load(config, context)
+        max_model_len, _ = resolve_lengths(config, model_config)  # same checks as kvbench's
+        hf_model = to_transformers(decoder, config.model, device)
+        engine = HFGenerateEngine(
+            hf_model, device=device, max_num_seqs=config.max_num_seqs,
+            max_model_len=max_model_len, temperature=config.temperature, seed=config.seed,
+            clock=context.clock,
+        )
+        element = torch.empty((), dtype=parse_dtype(config.dtype)).element_size()
+        attn = getattr(hf_model.config, "_attn_implementation", None) or "default"
+        return BuiltEngine(
+            engine=engine,
+            model_config=model_config,
+            device=device,
+            kv_budget_bytes=None,  # transformers' cache grows as it needs: no budget is enforced
+            kv_dtype=parse_dtype(config.dtype),
+            bytes_per_slot=model_config.kv_bytes_per_token(element),
+            backend=f"transformers-{attn}",
+            max_model_len=max_model_len,
+        )
+
+
 def build_hf_engine(
     config: EngineConfig,
     clock: Callable[[], float] | None = None,
     model_cache: dict | None = None,
 ) -> BuiltEngine:
-    """`build_engine` for `--engine hf`: same weights (kvbench's loader), transformers' generate.
-
-    `model_cache` is `build_engine`'s: a kvbench model already loaded under the same key is
-    reused (and shares its tensors with the transformers model).
-    """
-    _transformers()
-    if config.kv_cache_dtype not in ("auto",):
-        raise KvbenchInputError("--engine hf has no fp8 KV cache: use --kv-cache-dtype auto")
-    device = prepare_device(config)
-    dtype = parse_dtype(config.dtype)
-    decoder, model_config = load_cached_model(config, dtype, device, model_cache)
-    max_model_len, _ = resolve_lengths(config, model_config)  # same checks as kvbench's
-    hf_model = to_transformers(decoder, config.model, device)
-    engine = HFGenerateEngine(
-        hf_model, device=device, max_num_seqs=config.max_num_seqs, max_model_len=max_model_len,
-        temperature=config.temperature, seed=config.seed, clock=clock,
-    )
-    element = torch.empty((), dtype=dtype).element_size()
-    attn = getattr(hf_model.config, "_attn_implementation", None) or "default"
-    return BuiltEngine(
-        engine=engine,
-        model_config=model_config,
-        device=device,
-        kv_budget_bytes=None,  # transformers' cache grows as it needs: no budget is enforced
-        kv_dtype=dtype,
-        bytes_per_slot=model_config.kv_bytes_per_token(element),
-        backend=f"transformers-{attn}",
-        max_model_len=max_model_len,
-    )
+    """`build_engine(config, executor=TransformersEngines(), ...)`."""
+    return build_engine(config, TransformersEngines(), clock=clock, model_cache=model_cache)

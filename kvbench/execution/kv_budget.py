@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kvbench.config import DEFAULT_CPU_KV_MEMORY, EngineConfig
+from kvbench.config import DEFAULT_CPU_KV_MEMORY, EngineConfig, is_fp8_cache
 from kvbench.errors import KvbenchInputError
 from kvbench.models.llama import LlamaDecoder
 from kvbench.units import parse_size_bytes
@@ -13,7 +13,7 @@ FP8 = torch.float8_e4m3fn
 
 
 def kv_cache_torch_dtype(config: EngineConfig, model_dtype: torch.dtype) -> torch.dtype:
-    return FP8 if config.kv_cache_dtype in ("fp8", "fp8_e4m3") else model_dtype
+    return FP8 if is_fp8_cache(config.kv_cache_dtype) else model_dtype
 
 
 def kv_element_bytes(kv_dtype: torch.dtype) -> int:

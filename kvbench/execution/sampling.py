@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from kvbench.core.sampling_params import SamplingParams
+
 
 def sample_tokens(
     logits: torch.Tensor,
@@ -29,3 +31,27 @@ def sample_tokens(
         generator = torch.Generator().manual_seed(mixed % (2**63 - 1))
         tokens.append(int(torch.multinomial(row, 1, generator=generator)))
     return tokens
+
+
+def sample_rows(logits: torch.Tensor, params: SamplingParams) -> list[list[int]]:
+    """The tokens of every key of `params.keys[i]`, drawn from logits row `i`.
+
+    A row's first key is sampled with the whole batch and any further key (a forked sibling)
+    from that row alone, as each was drawn before sampling moved behind the executor.
+    """
+    firsts = [keys[0] for keys in params.keys]
+    greedy = params.temperature == 0
+    tokens = sample_tokens(logits, params.temperature, params.seed, [] if greedy else firsts)
+    out = []
+    for row, (token, keys) in enumerate(zip(tokens, params.keys, strict=True)):
+        more = keys[1:]
+        if more and greedy:
+            extra = [token] * len(more)
+        elif more:
+            row_logits = logits[row : row + 1]
+            extra = [sample_tokens(row_logits, params.temperature, params.seed, [key])[0]
+                     for key in more]
+        else:
+            extra = []
+        out.append([token, *extra])
+    return out

@@ -1,10 +1,10 @@
-"""`build_simulated_engine`: `build_engine` for `kvbench simulate`: a GPU preset, no weights.
+"""`SimulatedExecutors`: the executor factory of `kvbench simulate`: a GPU preset, no weights.
 
-Mirrors `kvbench.execution.build.build_engine` (same options, same strategy and policy
-construction, same checks) with the model's shape from its preset or `config.json` and a
-`SimulatedExecutor` on a `SimulatedClock` instead of the model.
+`build_engine(config, executor=SimulatedExecutors(gpu))` wires the same options, strategy,
+policy and checks as for the model, with the model's shape from its preset or `config.json`
+and a `SimulatedExecutor` on a `SimulatedClock` instead of the model.
 
-The KV budget, as vLLM's `--gpu-memory-utilization` on a real GPU (DESIGN.md):
+The KV budget, as vLLM's `--gpu-memory-utilization` on a real GPU (docs/design.md):
 
     budget = floor(GPU memory x utilization) - weights - activations     (utilization 0.9)
 
@@ -21,17 +21,10 @@ import math
 import torch
 
 from kvbench.config import EngineConfig
-from kvbench.core.engine import Engine
 from kvbench.errors import KvbenchInputError
-from kvbench.execution.build import (
-    BuiltEngine,
-    arena_slots,
-    effective_config,
-    resolve_lengths,
-    strategy_for,
-)
+from kvbench.execution.build import BuildContext, BuiltEngine, ExecutorFactory, build_engine
 from kvbench.execution.gpus import GPUSpec, get_gpu
-from kvbench.execution.kv_budget import kv_cache_torch_dtype, kv_element_bytes
+from kvbench.execution.kv_budget import kv_element_bytes
 from kvbench.execution.simulated_executor import (
     RooflineCostModel,
     SimulatedClock,
@@ -39,7 +32,6 @@ from kvbench.execution.simulated_executor import (
 )
 from kvbench.models.config import ModelConfig
 from kvbench.models.loader import parse_dtype, resolve_model_config
-from kvbench.scheduling import SchedulerLimits, make_policy
 from kvbench.units import format_bytes
 
 SIMULATE_DEFAULT_DTYPE = "bfloat16"
@@ -87,60 +79,61 @@ def simulated_kv_budget_bytes(
     return budget
 
 
-def build_simulated_engine(
-    config: EngineConfig, gpu: str | GPUSpec, start_s: float = 0.0
-) -> BuiltEngine:
-    """An engine whose executor is the cost model of `gpu`; its clock is `engine.clock`.
+class SimulatedExecutors(ExecutorFactory):
+    """The cost model of `gpu`; the engine's clock is the simulated one (`engine.clock`).
 
     `BuiltEngine.device` is `meta` (nothing is allocated anywhere) and `backend` is
     "simulated"; the GPU spec is `engine.executor.gpu`. Sampling is greedy whatever
     `config.temperature` says: token ids never matter with workload-fixed output lengths.
     """
-    config = effective_config(config)
-    spec = get_gpu(gpu)
-    model_config = resolve_model_config(config.model)
-    dtype = parse_dtype(config.dtype)
-    weight_bytes_per_param = torch.empty((), dtype=dtype).element_size()
-    max_model_len, max_batched = resolve_lengths(config, model_config)
-    kv_dtype = kv_cache_torch_dtype(config, dtype)
-    kv_elem = kv_element_bytes(kv_dtype)
-    bytes_per_slot = model_config.kv_bytes_per_token(kv_elem)
-    weights = model_config.num_parameters() * weight_bytes_per_param
-    activations = activation_bytes_estimate(
-        model_config, max_batched, config.max_num_seqs, weight_bytes_per_param
-    )
-    budget = simulated_kv_budget_bytes(config, spec, weights, activations)
-    strategy = strategy_for(config, arena_slots(budget, bytes_per_slot), max_model_len)
-    clock = SimulatedClock(start_s)
-    cost_model = RooflineCostModel(model_config, spec, weight_bytes_per_param, kv_elem)
-    executor = SimulatedExecutor(cost_model, clock)
-    limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)
-    policy = make_policy(config.batching, strategy, limits)
-    engine = Engine(
-        strategy,
-        policy,
-        executor,
-        bytes_per_slot=bytes_per_slot,
-        max_model_len=max_model_len,
-        temperature=0.0,
-        seed=config.seed,
-        clock=clock,
-    )
-    return BuiltEngine(
-        engine,
-        model_config,
-        torch.device("meta"),
-        budget,
-        kv_dtype,
-        bytes_per_slot,
-        SIMULATED_BACKEND,
-        max_model_len,
-    )
+
+    def __init__(self, gpu: str | GPUSpec = "a100-80gb", start_s: float = 0.0) -> None:
+        self.gpu = gpu
+        self.start_s = start_s
+
+    def load(self, config: EngineConfig, context: BuildContext):
+        get_gpu(self.gpu)  # an unknown preset fails before anything else
+        return torch.device("meta"), None, resolve_model_config(config.model)
+
+    @staticmethod
+    def _weight_bytes_per_param(config: EngineConfig) -> int:
+        return torch.empty((), dtype=parse_dtype(config.dtype)).element_size()
+
+    def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
+        per_param = self._weight_bytes_per_param(config)
+        weights = model_config.num_parameters() * per_param
+        activations = activation_bytes_estimate(
+            model_config, max_batched_tokens, config.max_num_seqs, per_param
+        )
+        return simulated_kv_budget_bytes(config, get_gpu(self.gpu), weights, activations)
+
+    def clock(self, context: BuildContext) -> SimulatedClock:
+        return SimulatedClock(self.start_s)
+
+    def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
+        cost_model = RooflineCostModel(model_config, get_gpu(self.gpu),
+                                       self._weight_bytes_per_param(config),
+                                       kv_element_bytes(kv_dtype))
+        return SimulatedExecutor(cost_model, clock)
+
+    def backend(self, config: EngineConfig, device: torch.device) -> str:
+        return SIMULATED_BACKEND
+
+    def temperature(self, config: EngineConfig) -> float:
+        return 0.0
+
+
+def build_simulated_engine(
+    config: EngineConfig, gpu: str | GPUSpec, start_s: float = 0.0
+) -> BuiltEngine:
+    """`build_engine(config, executor=SimulatedExecutors(gpu, start_s))`."""
+    return build_engine(config, executor=SimulatedExecutors(gpu, start_s))
 
 
 __all__ = [
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "SIMULATE_DEFAULT_DTYPE",
+    "SimulatedExecutors",
     "activation_bytes_estimate",
     "build_simulated_engine",
     "simulated_kv_budget_bytes",

@@ -1,30 +1,35 @@
-"""Batching policies: `continuous` (iteration-level) and `static` (request-level)."""
+"""Batching policies: each step's work from the running set and the waiting queue.
+
+Policies register themselves (`kvbench.scheduling.registry`): a new one is one new file.
+"""
 
 from __future__ import annotations
 
-from kvbench.errors import KvbenchInputError
-from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput, SchedulerLimits
-from kvbench.scheduling.continuous import ContinuousBatching
-from kvbench.scheduling.static import StaticBatching
+from typing import Any
 
-POLICIES: dict[str, type[BatchingPolicy]] = {
-    "continuous": ContinuousBatching,
-    "static": StaticBatching,
-}
-
-POLICY_SUMMARIES = {
-    "continuous": "iteration-level: sequences join and leave every step (vLLM, Orca)",
-    "static": "request-level: a batch runs until every member is done",
-}
-
-
-def make_policy(name: str, cache, limits: SchedulerLimits) -> BatchingPolicy:
-    try:
-        return POLICIES[name](cache, limits)
-    except KeyError:
-        raise KvbenchInputError(
-            f"unknown --batching {name!r} (choose from {', '.join(POLICIES)})"
-        ) from None
+from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput
+from kvbench.scheduling.limits import SchedulerLimits
+from kvbench.scheduling.queue_order import QueueOrder, WaitingQueue
+from kvbench.scheduling.registry import (
+    PolicyEntry,
+    describe_policies,
+    make_policy,
+    policy_entries,
+    policy_entry,
+    policy_names,
+    register_policy,
+)
 
 
-__all__ = ["BatchingPolicy", "ScheduleOutput", "SchedulerLimits", "POLICIES", "make_policy"]
+def __getattr__(name: str) -> Any:
+    # The dicts callers used before the registry, computed on use from it.
+    if name == "POLICIES":
+        return {e.name: e.cls for e in policy_entries().values()}
+    if name == "POLICY_SUMMARIES":
+        return dict(describe_policies())
+    raise AttributeError(f"module 'kvbench.scheduling' has no attribute {name!r}")
+
+
+__all__ = ["BatchingPolicy", "PolicyEntry", "QueueOrder", "ScheduleOutput", "SchedulerLimits",
+           "WaitingQueue", "describe_policies", "make_policy", "policy_entries", "policy_entry",
+           "policy_names", "register_policy"]

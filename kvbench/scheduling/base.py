@@ -6,16 +6,12 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from kvbench.core.sequence import Sequence, SequenceStatus
+from kvbench.scheduling.limits import SchedulerLimits
+from kvbench.scheduling.queue_order import QueueOrder, WaitingQueue
 from kvbench.strategies.base import CacheStrategy
-
-
-@dataclass(frozen=True)
-class SchedulerLimits:
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    chunked_prefill: bool = False
 
 
 @dataclass
@@ -53,7 +49,8 @@ def seats(seq: Sequence, max_num_seqs: int) -> int:
 
 
 class BatchingPolicy(ABC):
-    """Decides each step's work. `running` is in admission order (oldest first).
+    """Decides each step's work; owns both queues. `running` is in admission order (oldest
+    first); `waiting` is ordered by the class's `queue_order` (first come, first served).
 
     Preemption (vLLM's recompute) happens only when a growing strategy cannot give a
     running sequence the memory for its next tokens: the most recently admitted sequences
@@ -63,15 +60,27 @@ class BatchingPolicy(ABC):
     """
 
     name = "?"
+    queue_order: ClassVar[type[QueueOrder]] = QueueOrder
 
     def __init__(self, cache: CacheStrategy, limits: SchedulerLimits) -> None:
         self.cache = cache
         self.limits = limits
         self.running: list[Sequence] = []  # in admission order
+        self.waiting = WaitingQueue(self.queue_order())
+
+    def add(self, seq: Sequence) -> None:
+        """A new sequence waits for admission."""
+        seq.status = SequenceStatus.WAITING
+        self.waiting.push(seq)
+
+    def requeue(self, seq: Sequence) -> None:
+        """A sequence that could not run goes back to the front of the queue."""
+        seq.status = SequenceStatus.WAITING
+        self.waiting.push_front(seq)
 
     @abstractmethod
-    def schedule(self, waiting: deque[Sequence], now_s: float) -> ScheduleOutput:
-        """Pick this step's work; admits from and preempts to `waiting` (front = next)."""
+    def schedule(self, now_s: float) -> ScheduleOutput:
+        """Pick this step's work; admits from and preempts to `self.waiting`."""
 
     def on_finished(self, seq: Sequence) -> None:
         """A sequence produced its last token: by default its memory goes back at once."""
@@ -114,13 +123,11 @@ class BatchingPolicy(ABC):
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
 
-    def _admit_whole_prompts(
-        self, waiting: deque[Sequence], now_s: float, out: ScheduleOutput
-    ) -> None:
+    def _admit_whole_prompts(self, now_s: float, out: ScheduleOutput) -> None:
         """Admit from the queue head, each with all its uncomputed tokens, in one step.
 
         Stops at `max_num_seqs` running, at the first sequence the cache cannot take now
-        (first come, first served: no overtaking), and when the next prompt would exceed
+        (no overtaking within the queue order), and when the next prompt would exceed
         the token budget (the first one always goes: the builder keeps the budget at least
         `max_model_len` without chunked prefill).
         """
@@ -129,37 +136,35 @@ class BatchingPolicy(ABC):
         def prompt_fits(seq: Sequence) -> bool:
             return seq.num_uncomputed <= budget or not out.scheduled
 
-        for seq in self._admit_from_queue(waiting, now_s, out, prompt_fits):
+        for seq in self._admit_from_queue(now_s, out, prompt_fits):
             out.scheduled.append((seq, seq.num_uncomputed))
             budget -= seq.num_uncomputed
 
     def _admit_from_queue(
         self,
-        waiting: deque[Sequence],
         now_s: float,
         out: ScheduleOutput,
         may_admit: Callable[[Sequence], bool] = lambda seq: True,
     ) -> Iterator[Sequence]:
-        """Admit from the queue head, first come first served; yields each admitted sequence.
+        """Admit from the queue head, in queue order; yields each admitted sequence.
 
         Stops at the first sequence that would exceed `max_num_seqs` places, that
         `may_admit` refuses (checked again after the caller's work on each yield) or that the
         cache cannot take now: no overtaking.
         """
         occupied = self.occupied_seats()
-        while waiting and self.seats_free_for(waiting[0], occupied):
-            seq = waiting[0]
+        waiting = self.waiting
+        while waiting and self.seats_free_for(waiting.head(), occupied):
+            seq = waiting.head()
             if not may_admit(seq) or not self.cache.can_admit(seq, len(self.running)):
                 return
-            waiting.popleft()
+            waiting.pop()
             occupied += seats(seq, self.limits.max_num_seqs)
             self._admit(seq, now_s)
             out.admitted.append(seq)
             yield seq
 
-    def _schedule_decodes(
-        self, seqs: list[Sequence], waiting: deque[Sequence], out: ScheduleOutput
-    ) -> None:
+    def _schedule_decodes(self, seqs: list[Sequence], out: ScheduleOutput) -> None:
         """Every sequence of `seqs` (admission order) computes its next token, within the budget.
 
         Memory for the new token is allocated oldest first; when the pool is dry the most
@@ -172,23 +177,22 @@ class BatchingPolicy(ABC):
             n = seq.num_uncomputed
             if n > budget:
                 break
-            if self._grow_or_preempt(seq, n, pending, waiting, out):
+            if self._grow_or_preempt(seq, n, pending, out):
                 out.scheduled.append((seq, n))
                 budget -= n
 
-    def _preempt(self, seq: Sequence, waiting: deque[Sequence], out: ScheduleOutput) -> None:
+    def _preempt(self, seq: Sequence, out: ScheduleOutput) -> None:
         """vLLM's recompute: drop the KV, requeue at the front, prefill everything again later."""
         self.running.remove(seq)
         self.cache.free(seq)
         seq.num_computed = 0
         seq.preemptions += 1
-        seq.status = SequenceStatus.WAITING
-        waiting.appendleft(seq)
+        self.requeue(seq)
         out.preempted.append(seq)
 
     def _grow_or_preempt(
         self, seq: Sequence, num_tokens: int, candidates: deque[Sequence] | list[Sequence],
-        waiting: deque[Sequence], out: ScheduleOutput,
+        out: ScheduleOutput,
     ) -> bool:
         """Allocate for `seq`, preempting the most recently admitted candidates until it fits.
 
@@ -197,7 +201,7 @@ class BatchingPolicy(ABC):
         """
         while not self.cache.allocate(seq, num_tokens):
             victim = candidates.pop() if candidates else seq
-            self._preempt(victim, waiting, out)
+            self._preempt(victim, out)
             if victim is seq:
                 return False
         return True

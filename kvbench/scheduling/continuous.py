@@ -21,24 +21,25 @@ from collections import deque
 
 from kvbench.core.sequence import Sequence
 from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput, in_prefill
+from kvbench.scheduling.registry import register_policy
 
 
+@register_policy("continuous", "iteration-level: sequences join and leave every step (vLLM, Orca)")
 class ContinuousBatching(BatchingPolicy):
-    name = "continuous"
 
-    def schedule(self, waiting: deque[Sequence], now_s: float) -> ScheduleOutput:
+    def schedule(self, now_s: float) -> ScheduleOutput:
         if self.limits.chunked_prefill:
-            return self._schedule_chunked(waiting, now_s)
+            return self._schedule_chunked(now_s)
         out = ScheduleOutput()
-        self._admit_whole_prompts(waiting, now_s, out)
+        self._admit_whole_prompts(now_s, out)
         if out.scheduled:
             return out
-        self._schedule_decodes(list(self.running), waiting, out)
+        self._schedule_decodes(list(self.running), out)
         if not out.scheduled:  # everything running was preempted: start over from the queue
-            self._admit_whole_prompts(waiting, now_s, out)
+            self._admit_whole_prompts(now_s, out)
         return out
 
-    def _schedule_chunked(self, waiting: deque[Sequence], now_s: float) -> ScheduleOutput:
+    def _schedule_chunked(self, now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()
         budget = self.limits.max_num_batched_tokens
         pending = deque(self.running)  # admission order: preemption victims come off the end
@@ -54,7 +55,7 @@ class ContinuousBatching(BatchingPolicy):
                 if n <= 0:
                     continue
             preempted = len(out.preempted)
-            if self._grow_or_preempt(seq, n, pending, waiting, out):
+            if self._grow_or_preempt(seq, n, pending, out):
                 out.scheduled.append((seq, n))
                 budget -= n
             if len(out.preempted) != preempted:
@@ -65,7 +66,7 @@ class ContinuousBatching(BatchingPolicy):
         def budget_left(_: Sequence) -> bool:
             return budget > 0
 
-        for seq in self._admit_from_queue(waiting, now_s, out, budget_left):
+        for seq in self._admit_from_queue(now_s, out, budget_left):
             n = min(seq.num_uncomputed, budget)
             out.scheduled.append((seq, n))
             budget -= n

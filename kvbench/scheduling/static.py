@@ -18,10 +18,11 @@ from collections import deque
 
 from kvbench.core.sequence import Sequence
 from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput, in_prefill
+from kvbench.scheduling.registry import register_policy
 
 
+@register_policy("static", "request-level: a batch runs until every member is done")
 class StaticBatching(BatchingPolicy):
-    name = "static"
 
     def __init__(self, cache, limits) -> None:
         super().__init__(cache, limits)
@@ -42,29 +43,27 @@ class StaticBatching(BatchingPolicy):
             self.cache.free(seq)
         self.finished_members.clear()
 
-    def schedule(self, waiting: deque[Sequence], now_s: float) -> ScheduleOutput:
+    def schedule(self, now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()
         if not self.running:
-            self._form_batch(waiting, now_s, out)
+            self._form_batch(now_s, out)
         prefilling = [s for s in self.running if in_prefill(s)]
         if prefilling:
-            self._schedule_prefills(prefilling, waiting, out)
+            self._schedule_prefills(prefilling, out)
             return out
-        self._schedule_decodes(list(self.running), waiting, out)
+        self._schedule_decodes(list(self.running), out)
         if not self.running:  # the last members were preempted: the batch is over
-            self._form_batch(waiting, now_s, out)
-            self._schedule_prefills(list(self.running), waiting, out)
+            self._form_batch(now_s, out)
+            self._schedule_prefills(list(self.running), out)
         return out
 
-    def _form_batch(self, waiting: deque[Sequence], now_s: float, out: ScheduleOutput) -> None:
+    def _form_batch(self, now_s: float, out: ScheduleOutput) -> None:
         """End the batch (its finished members give their memory back) and admit the next."""
         self.release_finished()
-        for _ in self._admit_from_queue(waiting, now_s, out):
+        for _ in self._admit_from_queue(now_s, out):
             pass
 
-    def _schedule_prefills(
-        self, prefilling: list[Sequence], waiting: deque[Sequence], out: ScheduleOutput
-    ) -> None:
+    def _schedule_prefills(self, prefilling: list[Sequence], out: ScheduleOutput) -> None:
         """Members' prompts, in admission order, packed into this step's token budget."""
         budget = self.limits.max_num_batched_tokens - out.num_tokens
         pending = deque(prefilling)
@@ -75,6 +74,6 @@ class StaticBatching(BatchingPolicy):
                 n = min(n, budget)
             elif n > budget and out.scheduled:
                 break
-            if self._grow_or_preempt(seq, n, pending, waiting, out):
+            if self._grow_or_preempt(seq, n, pending, out):
                 out.scheduled.append((seq, n))
                 budget -= n

@@ -111,7 +111,7 @@ def check_invariants(engine: Engine) -> None:
         _check_paged(strategy, holders)
     elif isinstance(strategy, ContiguousStrategy):
         _check_contiguous(strategy, holders)
-    split = strategy.memory_split(holders, engine.waiting[0] if engine.waiting else None)
+    split = strategy.memory_split(holders, engine.waiting.head())
     assert split.total == strategy.num_slots
     assert min(split.token, split.reserved, split.internal, split.external, split.free) >= 0
 

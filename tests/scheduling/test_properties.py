@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvbench.core.sequence import SequenceStatus
-from kvbench.strategies import STRATEGIES
+from kvbench.scheduling import policy_names
+from kvbench.strategies import strategy_entries
 from tests.scheduling.helpers import (
     TINY_BYTES_PER_SLOT,
     PreemptionOrder,
@@ -47,17 +48,21 @@ def _required_slots(strategy: str, reserve: str, block_size: int, final_kv_len: 
     return -(-final_kv_len // block_size) * block_size
 
 
-# prefix caching shares blocks by design: its own consistency check replaces the no-sharing one
-STRATEGY_NAMES = ("paged", "contiguous") + (("prefix",) if "prefix" in STRATEGIES else ())
+# Every registered strategy and policy is drawn. A variant (fp8: paged with an fp8 cache) keeps
+# its base's books, already drawn, and its tokens are not the fp32 reference's.
+STRATEGY_NAMES = tuple(name for name, e in strategy_entries().items() if e.base is None)
+POLICY_NAMES = tuple(policy_names())
+# Strategies whose reservation `_required_slots` knows; any other gets a roomy budget.
+KNOWN_RESERVATIONS = ("contiguous", "paged", "prefix")
 
 
 @st.composite
-def scenarios(draw, strategies=STRATEGY_NAMES, tight=False):
+def scenarios(draw, strategies=STRATEGY_NAMES, policies=POLICY_NAMES, tight=False):
     strategy = draw(st.sampled_from(strategies))
     reserve = draw(st.sampled_from(["max", "pow2", "exact"])) if strategy == "contiguous" \
         else "max"
     block_size = draw(st.sampled_from([1, 2, 4, 16]))
-    batching = draw(st.sampled_from(["continuous", "static"]))
+    batching = draw(st.sampled_from(policies))
     chunked = draw(st.booleans())
     requests = []
     for i in range(draw(st.integers(1, 8))):
@@ -68,6 +73,7 @@ def scenarios(draw, strategies=STRATEGY_NAMES, tight=False):
         requests.append((arrival_step, request(i, prompt, output_len, n=n)))
     need = max(
         _required_slots(strategy, reserve, block_size, r.prompt_len + r.output_len - 1)
+        if strategy in KNOWN_RESERVATIONS else MAX_MODEL_LEN * 2
         for _, r in requests
     )
     # from "one request at a time" to comfortably more than everything at once
@@ -115,6 +121,13 @@ def _run_and_check(options, requests) -> None:
 @SETTINGS
 @given(scenarios())
 def test_random_workloads_finish_exactly_with_unbatched_tokens(scenario):
+    _run_and_check(*scenario)
+
+
+@settings(SETTINGS, max_examples=EXAMPLES or 15)
+@given(scenarios(policies=("sjf",)))
+def test_shortest_job_first_stays_in_limits_and_finishes_everything(scenario):
+    """sjf reorders the queue only: limits, cache invariants and tokens hold as for FCFS."""
     _run_and_check(*scenario)
 
 

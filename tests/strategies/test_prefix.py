@@ -14,6 +14,7 @@ from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.execution.build import build_engine
 from kvbench.strategies import make_strategy
+from kvbench.strategies.paged import PagedStrategy
 from kvbench.strategies.prefix import PrefixCachingStrategy
 
 VOCAB = 2048
@@ -177,7 +178,7 @@ def test_make_strategy_builds_prefix_and_fp8():
     prefix = make_strategy("prefix", 1024, 256, block_size=8, namespace="m/float32/auto")
     assert isinstance(prefix, PrefixCachingStrategy) and prefix.namespace == "m/float32/auto"
     fp8 = make_strategy("fp8", 1024, 256, block_size=8)
-    assert fp8.name == "fp8" and fp8.capacity_tokens == 1024
+    assert type(fp8) is PagedStrategy and fp8.block_size == 8 and fp8.capacity_tokens == 1024
 
 
 def test_hit_leaves_last_token_and_namespaces_do_not_mix():

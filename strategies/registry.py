@@ -1,0 +1,140 @@
+"""The strategy registry: a cache strategy is one file that registers itself here.
+
+A strategy module decorates its class with `register_strategy(name, summary, options)`;
+`options` is a dataclass whose fields are the `EngineConfig` options the strategy reads
+(`block_size`, `reserve`, ...), plus `namespace` for strategies that hash tokens. A variant
+(`register_variant`) is an existing strategy run with some engine options forced: `fp8` is
+`paged` whose executor keeps an fp8 KV cache, so its bookkeeping is paged's.
+
+Every module of `kvbench.strategies` is imported on the first lookup, so adding a strategy
+needs no edit anywhere else: `kvbench list`, `--strategy`, sweeps and the property tests all
+iterate `strategy_entries()`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from kvbench.errors import KvbenchInputError
+
+T = TypeVar("T", bound=type)
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """Options of a strategy that reads none."""
+
+
+@dataclass(frozen=True)
+class StrategyEntry:
+    """One name of `--strategy`. `factory(num_slots, max_model_len, **options)` builds it.
+
+    `engine_overrides` are `EngineConfig` values the name implies (applied where the user left
+    the option at its default); `base` names the strategy a variant runs.
+    """
+
+    name: str
+    summary: str
+    factory: Callable[..., Any]
+    options: type = NoOptions
+    engine_overrides: Mapping[str, Any] = field(default_factory=dict)
+    base: str | None = None
+
+    @property
+    def kv_cache_dtype(self) -> str | None:
+        """The KV-cache dtype the name forces (None: the run's `--kv-cache-dtype`)."""
+        return self.engine_overrides.get("kv_cache_dtype")
+
+    def make_options(self, values: Mapping[str, Any]) -> Any:
+        """This strategy's options from `values`; names it does not read are ignored."""
+        names = {f.name for f in fields(self.options)}
+        return self.options(**{k: v for k, v in values.items() if k in names})
+
+
+_ENTRIES: dict[str, StrategyEntry] = {}
+_discovered = False
+
+
+def _add(entry: StrategyEntry) -> None:
+    known = _ENTRIES.get(entry.name)
+    if known is not None and known.factory is not entry.factory:
+        raise ValueError(f"strategy {entry.name!r} registered twice")
+    _ENTRIES[entry.name] = entry
+
+
+def register_strategy(name: str, summary: str, options: type = NoOptions) -> Callable[[T], T]:
+    """Class decorator: `name` builds the class with the fields of `options` from the config."""
+
+    def decorate(cls: T) -> T:
+        _add(StrategyEntry(name, summary, cls, options))
+        return cls
+
+    return decorate
+
+
+def register_variant(name: str, summary: str, base: str, **engine_overrides: Any) -> None:
+    """`name` runs strategy `base` with `engine_overrides` applied to the engine's config."""
+    _add(StrategyEntry(name, summary, _variant_factory(base), NoOptions,
+                       MappingProxyType(dict(engine_overrides)), base))
+
+
+def _variant_factory(base: str) -> Callable[..., Any]:
+    def build(num_slots: int, max_model_len: int, **options: Any) -> Any:
+        return make_strategy(base, num_slots, max_model_len, **options)
+
+    build.__qualname__ = f"variant_of_{base}"
+    return build
+
+
+def _discover() -> None:
+    """Import every module of `kvbench.strategies` once, so each registers itself."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    package = importlib.import_module("kvbench.strategies")
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+
+
+def strategy_entries() -> dict[str, StrategyEntry]:
+    """Every registered name: strategies (module order), then variants."""
+    _discover()
+    entries = sorted(_ENTRIES.values(), key=lambda e: e.base is not None)
+    return {e.name: e for e in entries}
+
+
+def strategy_names() -> list[str]:
+    return list(strategy_entries())
+
+
+def describe_strategies() -> list[tuple[str, str]]:
+    """(name, one-line summary) of every strategy, as `kvbench list` shows them."""
+    return [(e.name, e.summary) for e in strategy_entries().values()]
+
+
+def strategy_entry(name: str) -> StrategyEntry:
+    entries = strategy_entries()
+    try:
+        return entries[name]
+    except KeyError:
+        raise KvbenchInputError(
+            f"unknown strategy {name!r} (strategies: {', '.join(entries)})"
+        ) from None
+
+
+def make_strategy(name: str, num_slots: int, max_model_len: int, **values: Any) -> Any:
+    """Build strategy `name` over `num_slots`; `values` may hold any engine option (the
+    strategy takes those its options dataclass names). A variant passes them all on to its
+    base."""
+    entry = strategy_entry(name)
+    if entry.base is not None:
+        return entry.factory(num_slots, max_model_len, **values)
+    options = entry.make_options(values)
+    return entry.factory(num_slots, max_model_len,
+                         **{f.name: getattr(options, f.name) for f in fields(options)})

@@ -1,0 +1,76 @@
+"""The strategy registry: one file registers a strategy; everything else finds it there."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import textwrap
+
+import pytest
+
+import kvbench.strategies as strategies_package
+from kvbench.config import EngineConfig, is_fp8_cache
+from kvbench.errors import KvbenchInputError
+from kvbench.execution.build import effective_config
+from kvbench.strategies import registry
+from kvbench.strategies.contiguous import ContiguousStrategy
+from kvbench.strategies.paged import PagedStrategy
+
+
+def test_every_shipped_strategy_is_registered_in_the_listed_order():
+    assert registry.strategy_names() == ["contiguous", "paged", "prefix", "fp8"]
+    assert all(summary for _, summary in registry.describe_strategies())
+
+
+def test_options_dataclass_takes_the_config_values_it_names():
+    contiguous = registry.make_strategy("contiguous", 512, 64, reserve="pow2", block_size=4,
+                                        watermark=0.2, namespace="x")
+    assert isinstance(contiguous, ContiguousStrategy) and contiguous.reserve == "pow2"
+    paged = registry.make_strategy("paged", 512, 64, reserve="pow2", block_size=4)
+    assert isinstance(paged, PagedStrategy) and paged.block_size == 4
+
+
+def test_fp8_is_paged_with_an_fp8_cache():
+    entry = registry.strategy_entry("fp8")
+    assert entry.base == "paged" and is_fp8_cache(entry.engine_overrides["kv_cache_dtype"])
+    assert type(registry.make_strategy("fp8", 512, 64, block_size=8)) is PagedStrategy
+    assert is_fp8_cache(effective_config(EngineConfig(strategy="fp8")).kv_cache_dtype)
+    explicit = effective_config(EngineConfig(strategy="fp8", kv_cache_dtype="fp8_e4m3"))
+    assert explicit.kv_cache_dtype == "fp8_e4m3", "an explicit --kv-cache-dtype stays"
+
+
+def test_unknown_strategy_is_a_user_error_naming_the_choices():
+    with pytest.raises(KvbenchInputError, match="unknown strategy 'buddy'.*contiguous, paged"):
+        registry.make_strategy("buddy", 512, 64)
+
+
+def test_a_new_strategy_is_one_file(tmp_path, monkeypatch):
+    """A module dropped into the package registers itself: no other file is edited."""
+    module = tmp_path / "exact_fit.py"
+    module.write_text(textwrap.dedent('''
+        from dataclasses import dataclass
+        from kvbench.strategies.contiguous import ContiguousStrategy
+        from kvbench.strategies.registry import register_strategy
+
+        @dataclass(frozen=True)
+        class ExactOptions:
+            pass
+
+        @register_strategy("exact-fit", "contiguous with exact reservations", ExactOptions)
+        class ExactFit(ContiguousStrategy):
+            name = "exact-fit"
+
+            def __init__(self, num_slots, max_model_len):
+                super().__init__(num_slots, max_model_len, reserve="exact")
+    '''))
+    monkeypatch.setattr(strategies_package, "__path__", [*strategies_package.__path__,
+                                                         str(tmp_path)])
+    monkeypatch.setattr(registry, "_discovered", False)
+    monkeypatch.setattr(registry, "_ENTRIES", dict(registry._ENTRIES))
+    monkeypatch.delitem(sys.modules, "kvbench.strategies.exact_fit", raising=False)
+    assert "exact-fit" in registry.strategy_names()
+    assert "exact-fit" in strategies_package.STRATEGIES
+    built = registry.make_strategy("exact-fit", 512, 64, reserve="max", block_size=16)
+    assert built.reserve == "exact" and dataclasses.is_dataclass(
+        registry.strategy_entry("exact-fit").options)
+    sys.modules.pop("kvbench.strategies.exact_fit", None)
