@@ -77,6 +77,7 @@ def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngin
         request_rate=run.request_rate,
         burstiness=run.burstiness,
         max_concurrency=run.max_concurrency,
+        time_scale=run.time_scale, tokenizer=run.tokenizer,
         **run.workload_params,
     )
     for request in workload.requests:
@@ -109,7 +110,7 @@ def _warm_up(built: BuiltEngine, run: RunConfig) -> int:
     warm = load_workload(
         run.workload, run.warmup,
         run.engine.seed + 7919, built.model_config.vocab_size,
-        max_model_len=built.max_model_len, **run.workload_params,
+        max_model_len=built.max_model_len, tokenizer=run.tokenizer, **run.workload_params,
     ).requests[: run.warmup]
     engine = built.engine
     for i, request in enumerate(warm):
