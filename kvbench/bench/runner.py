@@ -137,7 +137,8 @@ def run_one(
     built, workload = prepared or prepare(run)
     engine = built.engine
     label = strategy_label(run)
-    warmup_done = _warm_up(built, run)
+    with trace_range("warmup", requests=run.warmup):
+        warmup_done = _warm_up(built, run)
     results = ResultsFolder(folder)
     results.start()
     config_json = {
@@ -155,7 +156,7 @@ def run_one(
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json(folder / "config.json", config_json)
-    recorder = TraceRecorder() if run.trace else None
+    recorder = TraceRecorder(f"kvbench {label}") if run.trace else None
     set_recorder(recorder)
     clock = engine.clock
     if hasattr(clock, "reset"):
@@ -257,6 +258,7 @@ def _write_results(
     write_csv(folder / "requests.csv", requests_df)
     write_csv(folder / "steps.csv", steps_df)
     if recorder is not None:
+        recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", {"traceEvents": recorder.events,
                                            "displayTimeUnit": "ms"})
     write_json(folder / "summary.json", summary)
