@@ -77,6 +77,7 @@ class WorkloadResult:
     max_model_len: int | None
     arrivals: ArrivalProcess
     params: Mapping[str, Any]  # the generator's parameters, defaults filled in ({} for traces)
+    notes: tuple[str, ...] = ()  # what a trace reader left out (e.g. BurstGPT's failed rows)
 
     @property
     def max_concurrency(self) -> int | None:
@@ -147,7 +148,14 @@ def load_workload(
                 f"a trace workload takes no parameters, got {', '.join(params)}"
             )
         name = os.fspath(name_or_path)
-        requests = read_trace(name, num_requests, seed, vocab_size, tokenizer)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", TraceRowsSkippedWarning)
+            requests = read_trace(name, num_requests, seed, vocab_size, tokenizer)
+        for w in caught:
+            if not issubclass(w.category, TraceRowsSkippedWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        notes = tuple(str(w.message) for w in caught
+                      if issubclass(w.category, TraceRowsSkippedWarning))
         effective: dict[str, Any] = {}
     else:
         name = os.fspath(name_or_path)
@@ -156,6 +164,7 @@ def load_workload(
         if num_requests is None:
             raise KvbenchInputError(f"workload {name!r} needs --num-requests")
         effective = {**info.params, **params}
+        notes = ()
         requests = info.build(num_requests=num_requests, seed=seed, vocab_size=vocab_size, **params)
 
     time_scale = check_float("--time-scale", time_scale, 0.0, strict=True)
@@ -171,6 +180,7 @@ def load_workload(
         max_model_len=max_model_len,
         arrivals=arrivals,
         params=MappingProxyType(effective),
+        notes=notes,
     )
 
 
@@ -189,7 +199,8 @@ def build_workload(
 ) -> list[Request]:
     """The requests of a workload, sorted by arrival time (`request_id` = position).
 
-    Clipped requests are reported with a `ClippedRequestsWarning` naming how many.
+    Clipped requests are reported with a `ClippedRequestsWarning` naming how many, rows a
+    trace reader left out with a `TraceRowsSkippedWarning`.
     """
     result = load_workload(
         name_or_path,
@@ -203,6 +214,8 @@ def build_workload(
         tokenizer=tokenizer,
         **params,
     )
+    for note in result.notes:
+        warnings.warn(note, TraceRowsSkippedWarning, stacklevel=2)
     if result.clip_message:
         warnings.warn(result.clip_message, ClippedRequestsWarning, stacklevel=2)
     return result.requests

@@ -83,8 +83,12 @@ def test_azure_datetimes_become_seconds_from_the_first_row():
 
 
 def test_burstgpt_leaves_failed_rows_out_and_says_how_many():
-    with pytest.warns(TraceRowsSkippedWarning, match=r"1 rows left out \(failed requests"):
-        requests = load_workload(str(DATA / "burstgpt.csv"), None, 0, VOCAB).requests
+    result = load_workload(str(DATA / "burstgpt.csv"), None, 0, VOCAB)
+    (note,) = result.notes  # printed by the CLI as `kvbench: warning: ...`
+    assert re.search(r"burstgpt.csv: 1 rows left out \(failed requests.*; 4 replayed$", note)
+    requests = result.requests
+    with pytest.warns(TraceRowsSkippedWarning, match=r"1 rows left out"):
+        assert build_workload(str(DATA / "burstgpt.csv"), None, 0, VOCAB) == requests
     assert [r.prompt_len for r in requests] == [472, 417, 1360, 291]
     assert [r.output_len for r in requests] == [18, 276, 229, 67]
     assert [r.arrival_s for r in requests] == [0.0, 113.0, 135.0, 136.0]
@@ -128,17 +132,15 @@ def tokenizer_dir(tmp_path_factory):
 
 
 def test_sharegpt_json_takes_the_first_exchange_of_each_conversation(tokenizer_dir):
-    with pytest.warns(TraceRowsSkippedWarning, match="1 rows left out"):
-        requests = load_workload(
-            str(DATA / "sharegpt.json"), None, 0, VOCAB, tokenizer=tokenizer_dir
-        ).requests
+    result = load_workload(str(DATA / "sharegpt.json"), None, 0, VOCAB, tokenizer=tokenizer_dir)
+    assert len(result.notes) == 1 and "1 rows left out" in result.notes[0]
+    requests = result.requests
     # a2 has one turn and is skipped; words and punctuation are tokens ("cache?" is two)
     assert [r.prompt_len for r in requests] == [6, 6, 7, 7]
     assert [r.output_len for r in requests] == [16, 3, 14, 4]
     assert requests[0].prompt_token_ids == requests[1].prompt_token_ids  # same text, same ids
     assert all(r.arrival_s == 0.0 for r in requests)
-    with pytest.warns(TraceRowsSkippedWarning):
-        small = load_workload(str(DATA / "sharegpt.json"), None, 0, 5, tokenizer=tokenizer_dir)
+    small = load_workload(str(DATA / "sharegpt.json"), None, 0, 5, tokenizer=tokenizer_dir)
     assert all(0 <= t < 5 for r in small.requests for t in r.prompt_token_ids)
 
 
