@@ -64,15 +64,6 @@ def test_mooncake_hash_ids_become_identical_prompt_blocks():
     assert other[0].prompt_token_ids != r[0]
 
 
-def test_mooncake_sharing_reaches_a_prefix_cache():
-    """A block's hash in kvbench's prefix cache is computed from token ids: identical ids
-    across requests are what a cache can reuse."""
-    requests = load("mooncake.jsonl").requests
-    b = BLOCK_TOKENS
-    first_blocks = {q.prompt_token_ids[:b] for q in requests if q.prompt_len >= b}
-    assert len(first_blocks) == 1  # every request with a full first block starts with block 0
-
-
 def test_azure_datetimes_become_seconds_from_the_first_row():
     requests = load("azure.csv").requests
     assert [r.prompt_len for r in requests] == [374, 396, 879, 91, 1410]
@@ -179,3 +170,21 @@ def test_bad_public_traces_name_file_and_line(tmp_path, name, text, message):
         warnings.simplefilter("ignore", TraceRowsSkippedWarning)
         with pytest.raises(KvbenchInputError, match=message):
             load_workload(str(path), None, 0, VOCAB)
+
+
+def test_mooncake_sharing_is_found_by_the_prefix_cache(tmp_path):
+    """End to end (simulated executor): the prefix strategy serves exactly the blocks the
+    trace's hash ids share with earlier requests."""
+    import pandas as pd
+
+    from kvbench.cli import main
+
+    assert main(["simulate", "--strategy", "prefix", "--workload", str(DATA / "mooncake.jsonl"),
+                 "--out", str(tmp_path), "--quiet"]) == 0
+    (csv,) = tmp_path.glob("*/requests.csv")
+    cached = pd.read_csv(csv).sort_values("request_id")["cached_prompt_tokens"].tolist()
+    # hash ids [0, 1, 2] / [0, 1, 3] / [0, 4] / [5] / [0, 1]: request 1 reuses blocks 0-1,
+    # request 2 block 0, request 3 nothing; request 4 is blocks 0-1 exactly, and its last
+    # prompt token is always computed, so it reuses all but the last cache block
+    assert cached[:4] == [0, 2 * BLOCK_TOKENS, BLOCK_TOKENS, 0]
+    assert 2 * BLOCK_TOKENS - 64 <= cached[4] < 2 * BLOCK_TOKENS
