@@ -3,8 +3,10 @@
 A workload is built in four steps, each in its own module:
 
 1. the generator (`chat.py`, `sharegpt.py`, `lmsys.py`, `summarize.py`, `prefix_repeat.py`,
-   `parallel.py`, `uniform.py`) or a JSONL trace (`trace.py`) gives the requests, with
-   `arrival_s` as an offset inside their conversation (0 for single requests);
+   `parallel.py`, `uniform.py`) or a trace file (`trace_formats.py`: kvbench JSONL, Mooncake,
+   Azure, BurstGPT, ShareGPT JSON) gives the requests, with `arrival_s` as an offset inside
+   their conversation (0 for single requests) or the trace's own time, multiplied by
+   `time_scale`;
 2. the arrival process (`arrivals.py`) sets when each request (conversation) starts;
 3. clipping (`clip.py`) fits every request into the model's maximum length and counts the
    clipped ones;
@@ -32,8 +34,10 @@ from kvbench.errors import KvbenchInputError
 from kvbench.workloads import chat, lmsys, parallel, prefix_repeat, sharegpt, summarize, uniform
 from kvbench.workloads.arrivals import ArrivalProcess, apply_arrivals, arrival_times
 from kvbench.workloads.clip import ClippedRequestsWarning, clip_message, clip_to_max_len
-from kvbench.workloads.params import check_int, check_known, parse_params
+from kvbench.workloads.params import check_float, check_int, check_known, parse_params
 from kvbench.workloads.trace import load_trace, write_trace
+from kvbench.workloads.trace_formats import detect_trace_format, read_trace
+from kvbench.workloads.trace_rows import TraceRowsSkippedWarning
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ WORKLOADS: dict[str, WorkloadInfo] = {
     "uniform": _info("uniform", uniform, uniform.build_uniform),
 }
 
-TRACE_SUFFIXES = (".jsonl", ".json", ".ndjson")
+TRACE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv")
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class WorkloadResult:
     max_model_len: int | None
     arrivals: ArrivalProcess
     params: Mapping[str, Any]  # the generator's parameters, defaults filled in ({} for traces)
+    notes: tuple[str, ...] = ()  # what a trace reader left out (e.g. BurstGPT's failed rows)
 
     @property
     def max_concurrency(self) -> int | None:
@@ -104,7 +109,7 @@ def _lookup(name: str) -> WorkloadInfo:
     info = WORKLOADS.get(name)
     if info is None:
         raise KvbenchInputError(
-            f"unknown workload {name!r} (workloads: {', '.join(WORKLOADS)}; or a .jsonl trace)"
+            f"unknown workload {name!r} (workloads: {', '.join(WORKLOADS)}; or a trace file)"
         )
     return info
 
@@ -119,11 +124,16 @@ def load_workload(
     request_rate: float = math.inf,
     burstiness: float = 1.0,
     max_concurrency: int | None = None,
+    time_scale: float = 1.0,
+    tokenizer: str | os.PathLike[str] | None = None,
     **params: Any,
 ) -> WorkloadResult:
-    """Build a built-in workload or read a JSONL trace, apply arrivals and clipping.
+    """Build a built-in workload or read a trace file, apply arrivals and clipping.
 
-    `num_requests` may be None only for a trace (then the whole file is used).
+    `num_requests` may be None only for a trace (then the whole file is used). `time_scale`
+    multiplies every arrival time the workload gives (a trace's timestamps, chat think time):
+    0.5 replays a trace twice as fast. `tokenizer` is a Hugging Face tokenizer folder, needed
+    by ShareGPT JSON datasets (ignored otherwise).
     """
     arrivals = ArrivalProcess(request_rate, burstiness, max_concurrency)
     vocab_size = check_int("vocab_size", vocab_size)
@@ -138,7 +148,14 @@ def load_workload(
                 f"a trace workload takes no parameters, got {', '.join(params)}"
             )
         name = os.fspath(name_or_path)
-        requests = load_trace(name, num_requests, seed, vocab_size)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", TraceRowsSkippedWarning)
+            requests = read_trace(name, num_requests, seed, vocab_size, tokenizer)
+        for w in caught:
+            if not issubclass(w.category, TraceRowsSkippedWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        notes = tuple(str(w.message) for w in caught
+                      if issubclass(w.category, TraceRowsSkippedWarning))
         effective: dict[str, Any] = {}
     else:
         name = os.fspath(name_or_path)
@@ -147,8 +164,12 @@ def load_workload(
         if num_requests is None:
             raise KvbenchInputError(f"workload {name!r} needs --num-requests")
         effective = {**info.params, **params}
+        notes = ()
         requests = info.build(num_requests=num_requests, seed=seed, vocab_size=vocab_size, **params)
 
+    time_scale = check_float("--time-scale", time_scale, 0.0, strict=True)
+    if time_scale != 1.0:
+        requests = [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]
     requests = apply_arrivals(requests, arrivals.request_rate, arrivals.burstiness, seed)
     requests, num_clipped = clip_to_max_len(requests, max_model_len)
     requests = [replace(r, request_id=i) for i, r in enumerate(requests)]
@@ -159,6 +180,7 @@ def load_workload(
         max_model_len=max_model_len,
         arrivals=arrivals,
         params=MappingProxyType(effective),
+        notes=notes,
     )
 
 
@@ -171,11 +193,14 @@ def build_workload(
     max_model_len: int | None = None,
     request_rate: float = math.inf,
     burstiness: float = 1.0,
+    time_scale: float = 1.0,
+    tokenizer: str | os.PathLike[str] | None = None,
     **params: Any,
 ) -> list[Request]:
     """The requests of a workload, sorted by arrival time (`request_id` = position).
 
-    Clipped requests are reported with a `ClippedRequestsWarning` naming how many.
+    Clipped requests are reported with a `ClippedRequestsWarning` naming how many, rows a
+    trace reader left out with a `TraceRowsSkippedWarning`.
     """
     result = load_workload(
         name_or_path,
@@ -185,8 +210,12 @@ def build_workload(
         max_model_len=max_model_len,
         request_rate=request_rate,
         burstiness=burstiness,
+        time_scale=time_scale,
+        tokenizer=tokenizer,
         **params,
     )
+    for note in result.notes:
+        warnings.warn(note, TraceRowsSkippedWarning, stacklevel=2)
     if result.clip_message:
         warnings.warn(result.clip_message, ClippedRequestsWarning, stacklevel=2)
     return result.requests
@@ -196,6 +225,7 @@ __all__ = [
     "ArrivalProcess",
     "ClippedRequestsWarning",
     "Request",
+    "TraceRowsSkippedWarning",
     "WORKLOADS",
     "WorkloadInfo",
     "WorkloadResult",
@@ -203,9 +233,11 @@ __all__ = [
     "arrival_times",
     "build_workload",
     "clip_to_max_len",
+    "detect_trace_format",
     "is_trace",
     "load_trace",
     "load_workload",
     "parse_workload_params",
+    "read_trace",
     "write_trace",
 ]

@@ -15,6 +15,8 @@ class RunConfig:
     workload: str = "chat"
     num_requests: int | None = None  # None: the workload's default (whole file for a trace)
     workload_params: dict[str, Any] = field(default_factory=dict)
+    time_scale: float = 1.0  # multiplies the workload's own arrival times (trace timestamps)
+    tokenizer: str | None = None  # Hugging Face tokenizer folder (ShareGPT JSON datasets)
     request_rate: float = math.inf
     burstiness: float = 1.0
     max_concurrency: int | None = None

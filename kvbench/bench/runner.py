@@ -94,6 +94,7 @@ def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngin
         request_rate=run.request_rate,
         burstiness=run.burstiness,
         max_concurrency=run.max_concurrency,
+        time_scale=run.time_scale, tokenizer=run.tokenizer,
         **run.workload_params,
     )
     for request in workload.requests:
@@ -119,7 +120,7 @@ def _warm_up(built: BuiltEngine, run: RunConfig) -> int:
     warm = load_workload(
         run.workload, run.warmup,
         run.engine.seed + 7919, built.model_config.vocab_size,
-        max_model_len=built.max_model_len, **run.workload_params,
+        max_model_len=built.max_model_len, tokenizer=run.tokenizer, **run.workload_params,
     ).requests[: run.warmup]
     engine = built.engine
     for i, request in enumerate(warm):
@@ -146,7 +147,8 @@ def run_one(
     built, workload = prepared or prepare(run)
     engine = built.engine
     label = strategy_label(run)
-    warmup_done = _warm_up(built, run)
+    with trace_range("warmup", requests=run.warmup):
+        warmup_done = _warm_up(built, run)
     results = ResultsFolder(folder)
     results.start()
     config_json = {
@@ -164,7 +166,7 @@ def run_one(
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json(folder / "config.json", config_json)
-    recorder = TraceRecorder() if run.trace else None
+    recorder = TraceRecorder(f"kvbench {label}") if run.trace else None
     set_recorder(recorder)
     clock = engine.clock
     if hasattr(clock, "reset"):
@@ -266,6 +268,7 @@ def _write_results(
     write_csv(folder / "requests.csv", requests_df)
     write_csv(folder / "steps.csv", steps_df)
     if recorder is not None:
+        recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", {"traceEvents": recorder.events,
                                            "displayTimeUnit": "ms"})
     summary.write(folder / "summary.json")

@@ -2,12 +2,21 @@
 
 `with trace_range("decode", decode_seqs=12, tokens=12): ...` is
 
-- an NVTX push/pop range in the `kvbench` domain, message `decode decode_seqs=12 tokens=12`,
-  but only when a tool that consumes NVTX (Nsight Systems, Nsight Compute) is attached to
+- an NVTX push/pop range in the `kvbench` domain whose message is the phase name alone
+  (`decode`): `nsys stats --report nvtx_sum` lists one row per phase, and NVTX registers each
+  name once. The arguments travel beside the name: the range's *payload* is its `tokens`
+  argument (else its first numeric argument), shown in Nsight's tooltip and usable in
+  `nsys` queries, and its *category* groups phases (`runner`, `engine`, `model`, `kernel`).
+  Pushed only when a tool that consumes NVTX (Nsight Systems, Nsight Compute) is attached to
   the process: NVTX reports the domain enabled only then. Without a profiler, without the
   `nvtx` package or without the NVTX library, nothing is pushed;
 - a begin/end ("B"/"E") pair in the `TraceRecorder` set with `set_recorder` (`kvbench run
-  --trace`), written as `trace.json` in Chrome trace format (chrome://tracing, Perfetto).
+  --trace`), written as `trace.json` in Chrome trace format (chrome://tracing, Perfetto),
+  with all the arguments.
+
+`trace_counter("kv_bytes", t, {"token": n, ...})` samples one NVTX counter per series
+(`kv_bytes.token`, an NVTX 64-bit integer counter, drawn as a track in Nsight Systems) and a
+Chrome-trace counter track.
 
 When neither is active `trace_range` returns one shared no-op context manager: a function
 call and a global lookup, cheap enough to sit around every kernel call.
@@ -20,6 +29,8 @@ import json
 import os
 import threading
 import time
+import zlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +42,27 @@ _COLORS = {
     "decode_attention": 0xFF98DF8A,
 }
 _DEFAULT_COLOR = 0xFF7F7F7F
+
+# NVTX categories: a handful of groups, so that Nsight can filter runner, engine, model and
+# kernel ranges apart without the names carrying it.
+_CATEGORIES = {
+    "replay": "runner", "idle": "runner", "warmup": "runner", "metrics": "runner",
+    "step": "engine", "schedule": "engine", "layout": "engine", "sample": "engine",
+    "prepare": "model", "prefill": "model", "decode": "model", "generate": "model",
+    "write_kv": "kernel", "prefill_attention": "kernel", "decode_attention": "kernel",
+}
+_DEFAULT_CATEGORY = "other"
+
+
+def _payload(args: dict[str, Any]) -> int | float | None:
+    """The one number NVTX carries with a range: `tokens` when given, else the first number."""
+    value = args.get("tokens")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    for value in args.values():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+    return None
 
 
 def _load_nvtx_domain() -> Any:
@@ -58,6 +90,10 @@ def _domain() -> Any:
         _nvtx_domain = _load_nvtx_domain()
     return _nvtx_domain
 
+# Chrome-trace thread ids of the per-request tracks: above any Linux thread id (pid_max is at
+# most 2**22) and within the 32 bits trace viewers expect.
+_REQUEST_TID_BASE = 1_000_000_000
+
 
 class TraceRecorder:
     """Chrome trace events (timestamps in microseconds since `origin_s`).
@@ -70,9 +106,12 @@ class TraceRecorder:
     def __init__(self, process_name: str = "kvbench") -> None:
         self._events: list[dict[str, Any]] = []
         self.origin_s = time.perf_counter()
-        self.pid = os.getpid()
+        # One pid per process name: the strategies of one `kvbench run` share an OS process,
+        # and their traces opened together (chrome://tracing, Perfetto) must not merge.
+        self.pid = zlib.crc32(process_name.encode()) & 0x3FFF_FFFF
         self.process_name = process_name
         self._threads: dict[int, str] = {}
+        self._sort: dict[int, int] = {}
         self._open: dict[int, list[str]] = {}
 
     def _us(self, t_s: float) -> float:
@@ -83,7 +122,8 @@ class TraceRecorder:
         if tid not in self._threads:
             thread = threading.current_thread()
             main = thread is threading.main_thread()
-            self._threads[tid] = "main" if main else thread.name
+            self._threads[tid] = "steps" if main else thread.name
+            self._sort[tid] = 0 if main else 1
         return tid
 
     def begin(self, name: str, args: dict[str, Any] | None = None, t_s: float | None = None):
@@ -129,6 +169,40 @@ class TraceRecorder:
             event["args"] = args
         self._events.append(event)
 
+    def request_tracks(self, sequences: Mapping[int, Sequence[Any]]) -> None:
+        """One track per request beside the step track: its `queue` (arrival to admission),
+        `prefill` (admission to first token) and `decode` (first token to last) phases.
+
+        `sequences` is the engine's request id -> samples map; times are on the run clock,
+        which starts with the recorder (`origin_s`) under a wall clock. A request that never
+        reached a phase has no range for it.
+        """
+        for request_id, group in sorted(sequences.items()):
+            if not group or request_id < 0:
+                continue
+            first = group[0]
+            request = first.request
+            tid = _REQUEST_TID_BASE + request_id
+            self._threads[tid] = f"request {request_id}"
+            self._sort[tid] = 2 + request_id
+            finishes = [s.finish_s for s in group if s.finish_s is not None]
+            marks = [request.arrival_s, first.admitted_s, first.first_token_s,
+                     max(finishes) if len(finishes) == len(group) else None]
+            args = {"request_id": request_id, "prompt_len": request.prompt_len,
+                    "output_len": request.output_len, "n": request.n,
+                    "cached_prompt_tokens": first.cached_prompt_tokens,
+                    "preemptions": sum(s.preemptions for s in group)}
+            for name, start, end in zip(("queue", "prefill", "decode"), marks[:-1], marks[1:],
+                                        strict=True):
+                if start is None or end is None:
+                    break
+                for ph, t_s in (("B", start), ("E", end)):
+                    event = {"name": name, "ph": ph, "ts": self._us(self.origin_s + t_s),
+                             "pid": self.pid, "tid": tid}
+                    if ph == "B":
+                        event["args"] = args
+                    self._events.append(event)
+
     @property
     def events(self) -> list[dict[str, Any]]:
         ordered = sorted(self._events, key=lambda e: e["ts"])  # stable: nesting order kept
@@ -141,6 +215,8 @@ class TraceRecorder:
                  "args": {"name": self.process_name}}]
         meta += [{"name": "thread_name", "ph": "M", "ts": 0, "pid": self.pid, "tid": tid,
                   "args": {"name": name}} for tid, name in self._threads.items()]
+        meta += [{"name": "thread_sort_index", "ph": "M", "ts": 0, "pid": self.pid, "tid": tid,
+                  "args": {"sort_index": index}} for tid, index in self._sort.items()]
         return meta + ordered
 
     def to_json(self) -> dict[str, Any]:
@@ -198,10 +274,12 @@ class _Range:
     def __enter__(self) -> None:
         domain = _domain()
         if domain is not None:
-            message = self.name
-            if self.args:
-                message += " " + " ".join(f"{k}={v}" for k, v in self.args.items())
-            domain.push_range(message=message, color=_COLORS.get(self.name, _DEFAULT_COLOR))
+            domain.push_range(
+                message=self.name,
+                color=_COLORS.get(self.name, _DEFAULT_COLOR),
+                category=_CATEGORIES.get(self.name, _DEFAULT_CATEGORY),
+                payload=_payload(self.args),
+            )
         if self.recorder is not None:
             self.recorder.begin(self.name, self.args)
 
@@ -215,8 +293,24 @@ class _Range:
 
 
 def trace_range(name: str, **args: Any) -> _Range | _NoRange:
-    """An NVTX range (message: name and args) and, when recording, a Chrome-trace range."""
+    """An NVTX range and, when recording, a Chrome-trace range.
+
+    `name` must be a fixed phase name (never formatted with values): NVTX and Nsight group
+    ranges by it. Per-call values go in `args` (NVTX payload, Chrome-trace arguments).
+    """
     recorder = _recorder
     if recorder is None and _domain() is None:
         return _NO_RANGE
     return _Range(name, args, recorder)
+
+
+def trace_counter(name: str, t_s: float | None, values: dict[str, int | float]) -> None:
+    """Sample counter `name`: NVTX counters `name.series` and a Chrome-trace counter track."""
+    domain = _nvtx_domain
+    if domain is not None:
+        for key, value in values.items():
+            kind = float if isinstance(value, float) else int
+            domain.get_counter(f"{name}.{key}", kind).sample(kind(value))
+    recorder = _recorder
+    if recorder is not None:
+        recorder.counter(name, t_s, values)

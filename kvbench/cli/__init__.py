@@ -182,8 +182,9 @@ def execute_runs(params: dict[str, Any], engine_kind: str = "kvbench", gpu: str 
     prepared = [prepare(run, model_cache) for run in runs]  # every input checked up front
     quiet = params["quiet"]
     for _, workload in prepared[:1]:
-        if workload.clip_message and not quiet:
-            click.echo(f"kvbench: warning: {workload.clip_message}", err=True)
+        for note in (*workload.notes, workload.clip_message) if not quiet else ():
+            if note:
+                click.echo(f"kvbench: warning: {note}", err=True)
     root = _unique_folder(Path(params["out"]), _run_id(labels, params["workload"]))
     command = "kvbench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     outcomes = []

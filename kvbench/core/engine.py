@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kvbench.bench.tracing import get_recorder, trace_range
+from kvbench.bench.tracing import trace_counter, trace_range, tracing_active
 from kvbench.core.base_engine import BaseEngine
 from kvbench.core.request import Request
 from kvbench.core.sampling_params import SamplingParams
@@ -145,12 +145,11 @@ class Engine(BaseEngine):
             **(self.memory_probe() if self.memory_probe else {}),
         )
         self.steps.append(record)
-        recorder = get_recorder()
-        if recorder is not None:
-            recorder.counter("kv_bytes", t_end, {"token": record.kv_token_bytes,
-                                                  "held": split.held * b})
-            recorder.counter("batch", t_end, {"running": record.num_running,
-                                              "waiting": record.num_waiting})
+        if tracing_active():
+            trace_counter("kv_bytes", t_end, {"token": record.kv_token_bytes,
+                                              "held": split.held * b})
+            trace_counter("batch", t_end, {"running": record.num_running,
+                                           "waiting": record.num_waiting})
         return finished
 
     def _build_batch(self, ordered: list[tuple[Sequence, int]], num_prefill: int) -> StepBatch:

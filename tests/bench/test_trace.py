@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections import defaultdict
 
@@ -86,6 +87,18 @@ def test_trace_json_is_valid_chrome_trace_and_covers_the_run(traced, label):
     # the batch composition is in the range arguments
     decode = next(s for s in spans if s["name"] == "decode")
     assert {"decode_seqs", "prefill_seqs", "tokens"} <= set(decode["args"])
+    # one track per request: queue, then prefill, then decode, back to back
+    threads = {e["tid"]: e["args"]["name"] for e in data["traceEvents"]
+               if e["name"] == "thread_name"}
+    request_tids = {tid for tid, name in threads.items() if name.startswith("request ")}
+    assert len(request_tids) == summary_requests(folder)
+    tid = min(request_tids)
+    phases = [e for e in data["traceEvents"] if e.get("tid") == tid and e["ph"] in "BE"]
+    assert [(e["name"], e["ph"]) for e in phases] == [
+        ("queue", "B"), ("queue", "E"), ("prefill", "B"), ("prefill", "E"),
+        ("decode", "B"), ("decode", "E")]
+    assert [e["ts"] for e in phases] == sorted(e["ts"] for e in phases)
+    assert {"request_id", "prompt_len", "output_len"} <= set(phases[0]["args"])
     # ranges cover >= 95% of the run's wall time
     (replay,) = [s for s in spans if s["name"] == "replay"]
     wall = replay["end"] - replay["start"]
@@ -93,6 +106,21 @@ def test_trace_json_is_valid_chrome_trace_and_covers_the_run(traced, label):
     assert wall >= 0.99 * summary["duration_s"] * 1e6
     children = [(s["start"], s["end"]) for s in spans if s["depth"] == replay["depth"] + 1]
     assert _union(children) >= 0.95 * wall
+
+
+def summary_requests(folder):
+    return json.loads((folder / "summary.json").read_text())["num_requests"]
+
+
+def test_each_strategy_trace_is_its_own_process(traced):
+    processes = {}
+    for label in ("paged", "contiguous-max"):
+        data = json.loads((traced / label / "trace.json").read_text())
+        (meta,) = [e for e in data["traceEvents"] if e["name"] == "process_name"]
+        assert label in meta["args"]["name"]
+        assert {e["pid"] for e in data["traceEvents"]} == {meta["pid"]}
+        processes[label] = meta["pid"]
+    assert len(set(processes.values())) == 2  # opened together, they do not merge
 
 
 def test_no_trace_without_the_flag(tmp_path):
@@ -129,30 +157,82 @@ def test_recorder_closes_open_ranges_and_names_threads():
     assert [s["name"] for s in spans] == ["inner", "outer", "interrupted"]
     assert spans[1]["args"] == {"n": 1}
     meta = {e["name"] for e in data["traceEvents"] if e["ph"] == "M"}
-    assert meta == {"process_name", "thread_name"}
+    assert meta == {"process_name", "thread_name", "thread_sort_index"}
 
 
-class FakeDomain:
+class RecordingDomain:
+    """Stands in for the NVTX domain a profiler's injection library would receive."""
+
     def __init__(self):
         self.calls = []
+        self.samples = defaultdict(list)
 
-    def push_range(self, message=None, color=None):
-        self.calls.append(("push", message))
+    def push_range(self, attributes=None, *, message=None, color=None, category=None,
+                   payload=None):
+        self.calls.append(("push", message, category, payload))
 
     def pop_range(self):
-        self.calls.append(("pop", None))
+        self.calls.append(("pop", None, None, None))
+
+    def get_counter(self, name, dtype, **kwargs):
+        samples = self.samples[name]
+
+        class Counter:
+            def sample(self, value):
+                assert isinstance(value, dtype)
+                samples.append(value)
+
+        return Counter()
 
 
-def test_nvtx_ranges_carry_the_batch_composition(monkeypatch):
-    domain = FakeDomain()
+def test_nvtx_names_are_static_and_arguments_ride_as_payload(monkeypatch):
+    domain = RecordingDomain()
     monkeypatch.setattr(tracing, "_nvtx_domain", domain)
     tracing.set_recorder(None)
     assert tracing.nvtx_active()
-    with tracing.trace_range("decode", decode_seqs=3, tokens=3):
-        with tracing.trace_range("write_kv", layer=0):
+    with tracing.trace_range("decode", decode_seqs=3, tokens=7):
+        with tracing.trace_range("write_kv", layer=2):
             pass
-    assert domain.calls == [("push", "decode decode_seqs=3 tokens=3"),
-                            ("push", "write_kv layer=0"), ("pop", None), ("pop", None)]
+    assert domain.calls == [("push", "decode", "model", 7), ("push", "write_kv", "kernel", 2),
+                            ("pop", None, None, None), ("pop", None, None, None)]
+
+
+@pytest.fixture
+def injected(monkeypatch):
+    """NVTX as Nsight attaches it: `nvtx.get_domain` hands back a live (recording) domain."""
+    import nvtx
+
+    domain = RecordingDomain()
+    monkeypatch.setattr(nvtx, "get_domain", lambda name: domain)
+    monkeypatch.setattr(tracing, "_nvtx_domain", tracing._load_nvtx_domain())
+    assert tracing._nvtx_domain is domain
+    return domain
+
+
+def test_a_16_request_run_pushes_few_names_balanced_with_counters(injected, tmp_path):
+    assert main(["run", "--strategy", "paged", "--workload", "chat", "--num-requests", "16",
+                 "--warmup", "2", "--kv-memory", "8MiB", "--quiet", "--out",
+                 str(tmp_path)]) == 0
+    depth = 0
+    names = set()
+    for kind, name, category, payload in injected.calls:
+        depth += 1 if kind == "push" else -1
+        assert depth >= 0, "pop without push"
+        if kind == "push":
+            names.add(name)
+            assert category in {"runner", "engine", "model", "kernel"}, (name, category)
+            assert payload is None or isinstance(payload, int | float), (name, payload)
+    assert depth == 0
+    assert len(names) <= 30, sorted(names)
+    assert {"warmup", "replay", "step", "schedule", "prefill", "decode", "write_kv",
+            "prefill_attention", "decode_attention"} <= names
+    assert all(re.fullmatch(r"[a-z_]+", n) for n in names), sorted(names)
+    # KV bytes and batch size as NVTX counters, sampled once per step
+    assert {"kv_bytes.token", "kv_bytes.held", "batch.running", "batch.waiting"} <= \
+        set(injected.samples)
+    steps = sum(1 for kind, name, *_ in injected.calls if kind == "push" and name == "step")
+    assert 0 < len(injected.samples["batch.running"]) <= steps
+    assert max(injected.samples["kv_bytes.token"]) > 0
 
 
 def test_no_nvtx_package_means_no_nvtx(monkeypatch):

@@ -1,0 +1,131 @@
+"""vLLM's ShareGPT dataset (`ShareGPT_V3_unfiltered_cleaned_split.json`), tokenized locally.
+
+The file is one JSON list of conversations:
+
+    [{"id": "QWJhYvA_0", "conversations": [{"from": "human", "value": "..."},
+                                           {"from": "gpt", "value": "..."}, ...]}, ...]
+
+As `vllm bench serve --dataset-name sharegpt` does, each entry with at least two turns gives
+one request: the first turn's text is the prompt and the second turn's token count is the
+output length; entries with fewer turns are skipped. Token counts come from the Hugging Face
+tokenizer in the folder given as `tokenizer` (`--tokenizer DIR`; it is read from disk only,
+never downloaded), called as vLLM calls it (`tokenizer(text).input_ids`, special tokens
+included).
+
+Differences from vLLM, on purpose: entries are taken in file order (vLLM shuffles them with its
+seed) so that `num_requests` is the first N; and vLLM's length filters (prompt or output under 4
+tokens, prompt over 1024, total over 2048) are not applied: long requests are clipped to the
+model's maximum length like every workload, and only entries whose prompt or output tokenizes
+to nothing are skipped (with a `TraceRowsSkippedWarning`).
+
+The prompt token ids are the tokenizer's own ids (modulo `vocab_size` where the tokenizer's
+vocabulary is larger than the model's), so identical prompt text gives identical tokens and a
+prefix cache sees the dataset's real repeats. No arrival times: every request arrives at t = 0
+unless an arrival process (`--request-rate`) is applied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kvbench.core.request import Request
+from kvbench.errors import KvbenchInputError
+from kvbench.workloads.trace_rows import check_not_empty, warn_skipped
+
+
+def looks_like_sharegpt(first_char: str) -> bool:
+    return first_char == "["
+
+
+def load_tokenizer(folder: str | os.PathLike[str] | None, path: Path) -> Any:
+    """The Hugging Face tokenizer saved in `folder` (local files only)."""
+    if folder is None:
+        raise KvbenchInputError(
+            f"{path}: a ShareGPT JSON dataset needs --tokenizer DIR (a Hugging Face tokenizer "
+            "folder, e.g. the model's) to count its tokens"
+        )
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise KvbenchInputError(f"--tokenizer {folder}: not a folder")
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the user's folder
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise KvbenchInputError(
+            f"--tokenizer {folder}: not a Hugging Face tokenizer folder ({reason[:200]})"
+        ) from None
+
+
+def _first_exchange(entry: Any, index: int, path: Path) -> tuple[str, str] | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("conversations"), list):
+        raise KvbenchInputError(
+            f"{path}: entry {index} is not an object with a \"conversations\" list"
+        )
+    turns = entry["conversations"]
+    if len(turns) < 2:
+        return None
+    texts = []
+    for turn in turns[:2]:
+        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+            raise KvbenchInputError(
+                f"{path}: entry {index}: each turn needs a \"value\" string"
+            )
+        texts.append(turn["value"])
+    return texts[0], texts[1]
+
+
+def load_sharegpt_json(
+    path: Path,
+    num_requests: int | None,
+    vocab_size: int,
+    tokenizer: str | os.PathLike[str] | None,
+) -> list[Request]:
+    tok = load_tokenizer(tokenizer, path)
+    try:
+        entries = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise KvbenchInputError(f"{path}: not a valid JSON file ({exc})") from None
+    if not isinstance(entries, list):
+        raise KvbenchInputError(f"{path}: a ShareGPT dataset is a JSON list of conversations")
+
+    requests: list[Request] = []
+    skipped = 0
+    batch = 256  # tokenized together: fast tokenizers encode a list in one call
+    start = 0
+    while start < len(entries) and (num_requests is None or len(requests) < num_requests):
+        pairs = []
+        for index in range(start, min(start + batch, len(entries))):
+            pair = _first_exchange(entries[index], index, path)
+            if pair is None:
+                skipped += 1
+            else:
+                pairs.append(pair)
+        start += batch
+        if not pairs:
+            continue
+        prompts = tok([p for p, _ in pairs]).input_ids
+        outputs = tok([c for _, c in pairs]).input_ids
+        for prompt, output in zip(prompts, outputs, strict=True):
+            if num_requests is not None and len(requests) >= num_requests:
+                break
+            if not prompt or not output:
+                skipped += 1
+                continue
+            requests.append(
+                Request(
+                    request_id=len(requests),
+                    arrival_s=0.0,
+                    prompt_token_ids=tuple(t % vocab_size for t in prompt),
+                    output_len=len(output),
+                )
+            )
+    check_not_empty(path, len(requests))
+    warn_skipped(path, skipped, len(requests), "fewer than two turns, or empty text")
+    return requests

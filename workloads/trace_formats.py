@@ -1,0 +1,92 @@
+"""Which trace format a file holds, and reading it into requests.
+
+`--workload FILE` accepts, detected from the file's content (not its name):
+
+| format | how it is recognised | reader |
+|---|---|---|
+| kvbench JSONL | JSON lines with `prompt_len`/`prompt_tokens` | `trace.py` |
+| Mooncake JSONL | JSON lines with `hash_ids` or `input_length` | `mooncake.py` |
+| Azure LLM inference CSV | header `TIMESTAMP,ContextTokens,GeneratedTokens` | `azure.py` |
+| BurstGPT CSV | header with `Request tokens` and `Response tokens` | `burstgpt.py` |
+| ShareGPT JSON (vLLM's) | one JSON list (the file starts with `[`) | `sharegpt_json.py` |
+
+Every reader returns requests in file order with arrival times relative to the trace's first
+request; `load_workload` then scales them (`time_scale`), applies any arrival process and
+clips lengths to the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from kvbench.core.request import Request
+from kvbench.errors import KvbenchInputError
+from kvbench.workloads import azure, burstgpt, mooncake, sharegpt_json
+from kvbench.workloads.csv_trace import csv_header
+from kvbench.workloads.trace import load_trace
+
+FORMATS = ("kvbench", "mooncake", "azure", "burstgpt", "sharegpt-json")
+
+
+def _first_text(path: Path) -> str:
+    """The first non-blank line (up to 64 KiB of it), '' for an empty or unreadable file."""
+    try:
+        with path.open("rb") as data:
+            for raw in data:
+                line = raw[: 1 << 16].decode("utf-8-sig", errors="replace").strip()
+                if line:
+                    return line
+    except OSError:
+        return ""
+    return ""
+
+
+def detect_trace_format(path: str | os.PathLike[str]) -> str:
+    """One of `FORMATS`; a file nothing recognises is read as kvbench JSONL (which explains
+    what is wrong with it)."""
+    path = Path(path)
+    first = _first_text(path)
+    if first.startswith("["):
+        return "sharegpt-json"
+    if first.startswith("{"):
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError:
+            return "kvbench"
+        return "mooncake" if isinstance(obj, dict) and mooncake.looks_like_mooncake(obj) \
+            else "kvbench"
+    header = csv_header(path) if first else []
+    if set(azure.COLUMNS) <= set(header):
+        return "azure"
+    if {"Request tokens", "Response tokens"} <= set(header):
+        return "burstgpt"
+    if len(header) > 1 and path.suffix.lower() == ".csv":
+        raise KvbenchInputError(
+            f"{path}: CSV with columns {', '.join(header)} is not a known trace (Azure LLM "
+            "inference: TIMESTAMP,ContextTokens,GeneratedTokens; BurstGPT: Timestamp,Model,"
+            "Request tokens,Response tokens,...)"
+        )
+    return "kvbench"
+
+
+def read_trace(
+    path: str | os.PathLike[str],
+    num_requests: int | None,
+    seed: int,
+    vocab_size: int,
+    tokenizer: str | os.PathLike[str] | None = None,
+) -> list[Request]:
+    """The trace's requests in file order, whatever its format."""
+    path = Path(path)
+    kind = detect_trace_format(path)
+    if kind == "mooncake":
+        return mooncake.load_mooncake(path, num_requests, seed, vocab_size)
+    if kind == "azure":
+        return azure.load_azure(path, num_requests, seed, vocab_size)
+    if kind == "burstgpt":
+        return burstgpt.load_burstgpt(path, num_requests, seed, vocab_size)
+    if kind == "sharegpt-json":
+        return sharegpt_json.load_sharegpt_json(path, num_requests, vocab_size, tokenizer)
+    return load_trace(path, num_requests, seed, vocab_size)

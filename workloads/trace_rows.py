@@ -1,0 +1,109 @@
+"""Shared by the public-trace readers: per-row validation, error collection, request building.
+
+A reader turns each row into a `TraceRow` (or skips it, or records what is wrong with it).
+Bad rows are collected and reported as one `KvbenchInputError` naming the first
+(`file:line: what is wrong`) and counting the others, before anything is built.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvbench.core.request import Request
+from kvbench.errors import KvbenchInputError
+
+
+class TraceRowsSkippedWarning(UserWarning):
+    """Rows of a public trace were left out (failed requests, empty prompts or outputs)."""
+
+
+class RowError(ValueError):
+    """What is wrong with one row (the reader adds the file and line)."""
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    arrival_s: float | None  # seconds on the trace's own clock (shifted to 0 later)
+    prompt_len: int
+    output_len: int
+
+
+class RowErrors:
+    """Collects `file:line` errors; `raise_if_any` reports the first and counts the rest."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.messages: list[str] = []
+
+    def add(self, lineno: int, message: str) -> None:
+        self.messages.append(f"{self.path}:{lineno}: {message}")
+
+    def raise_if_any(self) -> None:
+        if self.messages:
+            more = len(self.messages) - 1
+            suffix = f" (and {more} more bad lines)" if more else ""
+            raise KvbenchInputError(self.messages[0] + suffix)
+
+
+def count(value: Any, name: str) -> int:
+    """A token count from a trace field: an integer >= 0 (integral floats and strings ok)."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = float(text) if text else None
+        except ValueError:
+            raise RowError(f"{name} must be an integer >= 0, got {text!r}") from None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RowError(f"{name} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def seconds(value: Any, name: str, unit_s: float = 1.0) -> float:
+    """A finite time >= 0 in the trace's unit, as seconds."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise RowError(f"{name} must be a number >= 0, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RowError(f"{name} must be a number >= 0, got {value!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise RowError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value) * unit_s
+
+
+def warn_skipped(path: Path, num_skipped: int, num_kept: int, why: str) -> None:
+    if num_skipped:
+        warnings.warn(
+            f"{path}: {num_skipped} rows left out ({why}); {num_kept} replayed",
+            TraceRowsSkippedWarning,
+            stacklevel=3,
+        )
+
+
+def check_not_empty(path: Path, num_kept: int) -> None:
+    if not num_kept:
+        raise KvbenchInputError(f"{path}: the trace holds no requests to replay")
+
+
+def to_requests(
+    rows: list[TraceRow], prompts: list[tuple[int, ...]]
+) -> list[Request]:
+    """Requests in row order; arrivals shifted so the earliest row arrives at t = 0."""
+    times = [r.arrival_s for r in rows if r.arrival_s is not None]
+    origin = min(times) if times else 0.0
+    return [
+        Request(
+            request_id=i,
+            arrival_s=0.0 if row.arrival_s is None else row.arrival_s - origin,
+            prompt_token_ids=prompt,
+            output_len=row.output_len,
+        )
+        for i, (row, prompt) in enumerate(zip(rows, prompts, strict=True))
+    ]
