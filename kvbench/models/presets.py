@@ -88,10 +88,20 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
+def looks_like_path(name: str) -> bool:
+    """`./m`, `/models/x`, `~/x` or `org/model`: a folder was meant, not a preset."""
+    return "/" in name or name.startswith((".", "~")) or "\\" in name
+
+
 def get_preset(name: str) -> ModelConfig:
     try:
         return PRESETS[name]
     except KeyError:
+        if looks_like_path(name):
+            raise KvbenchInputError(
+                f"model {name!r}: no such folder (kvbench reads local folders holding config.json "
+                "and *.safetensors, or a preset: " + ", ".join(PRESETS) + ")"
+            ) from None
         raise KvbenchInputError(
             f"unknown model preset {name!r} (presets: {', '.join(PRESETS)}; "
             "or give a local Hugging Face folder)"
