@@ -113,10 +113,14 @@ def cpu_available_bytes(meminfo: Path = MEMINFO) -> int | None:
 
 
 def check_memory(
-    need: MemoryNeed, device: torch.device, available: AvailableFn = available_bytes
+    need: MemoryNeed, device: torch.device, available: AvailableFn | None = None
 ) -> None:
-    """Raise KvbenchInputError, naming the figures and a way out, when `need` does not fit."""
-    have = available(device)
+    """Raise KvbenchInputError, naming the figures and a way out, when `need` does not fit.
+
+    `available` tells the device's free bytes; `available_bytes` (looked up at call time, so a
+    test can replace it) when None.
+    """
+    have = (available or available_bytes)(device)
     if have is None or need.total_bytes <= have:
         return
     where = "the GPU has" if device.type == "cuda" else "the machine has"
@@ -137,10 +141,12 @@ def _way_out(need: MemoryNeed, have: int) -> str:
     if need.dtype == "fp32":
         half = need.total_bytes - need.weights_bytes // 2 - need.activation_bytes // 2
         ways.append(f"--dtype bfloat16 (needs ~{format_bytes(half)})")
-    if need.kv_bytes and need.total_bytes - need.kv_bytes < have:
-        ways.append("a smaller --kv-memory")
-    ways.append("a smaller model (e.g. --model tiny)")
-    return "use " + ", or ".join(ways)
+    room_for_kv = have - (need.total_bytes - need.kv_bytes)
+    if need.kv_bytes and room_for_kv > 0:
+        ways.append(f"--kv-memory below {format_bytes(room_for_kv)}")
+    if need.model != "tiny":
+        ways.append("a smaller model (e.g. --model tiny)")
+    return "use " + ", or ".join(ways) if ways else "free some memory first"
 
 
 _LONG = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

@@ -9,13 +9,7 @@ from pathlib import Path
 import torch
 
 from kvbench.errors import KvbenchInputError
-from kvbench.execution.memory_check import (
-    AvailableFn,
-    MemoryNeed,
-    available_bytes,
-    check_memory,
-    memory_need,
-)
+from kvbench.execution.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder, rope_inv_freq
 from kvbench.models.presets import PRESETS, get_preset
@@ -83,12 +77,12 @@ def load_model(
     seed: int = 0,
     init_std: float = 0.02,
     need: MemoryNeed | None = None,
-    available: AvailableFn = available_bytes,
+    available: AvailableFn | None = None,
 ) -> tuple[LlamaDecoder, ModelConfig]:
     """The model on `device`; refused before anything is allocated when it cannot fit.
 
     `need` is what the run will take (weights, activations, KV); by default the weights alone.
-    `available` tells the device's free bytes (injectable for tests).
+    `available` tells the device's free bytes (see `check_memory`).
     """
     config = resolve_model_config(model)
     device = torch.device(device)
