@@ -122,3 +122,8 @@ def test_path_like_model_says_no_such_folder(path, capsys, tmp_path):
 def test_unknown_name_still_says_unknown_preset():
     with pytest.raises(KvbenchInputError, match="unknown model preset 'llama-9'"):
         load_model("llama-9")
+
+
+def test_estimate_says_no_such_folder_too(capsys):
+    code = main(["estimate", "--model", "/nonexistent", "--context", "2048"])
+    assert code == 2 and "no such folder" in capsys.readouterr().err
