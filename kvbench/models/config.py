@@ -75,8 +75,8 @@ class ModelConfig:
         """Refuse a context longer than the sliding window: kvbench would attend past it."""
         if self.sliding_window is not None and self.sliding_window < max_model_len:
             raise KvbenchInputError(
-                f"model {self.name}: config.json sets sliding_window {self.sliding_window}, "
-                f"shorter than the {max_model_len}-token context, and kvbench has no sliding-"
+                f"model {self.name} has sliding_window {self.sliding_window}, shorter than its "
+                f"{max_model_len}-token context (max_model_len), and kvbench has no sliding-"
                 f"window attention; use --max-model-len {self.sliding_window}"
             )
 

@@ -175,3 +175,15 @@ def test_window_covering_the_context_runs_with_max_model_len(tmp_path):
 def test_llama_ignores_sliding_window_as_transformers_does(tmp_path):
     folder = write_config(tmp_path / "m", "llama", sliding_window=8)
     assert resolve_model_config(folder).sliding_window is None
+
+
+def test_mistral_preset_declares_its_window():
+    """The preset's shape is Mistral-7B v0.1: runs past its 4096-token window are refused."""
+    from kvbench.config import EngineConfig
+    from kvbench.execution.build import resolve_lengths
+    from kvbench.models.presets import get_preset
+
+    preset = get_preset("mistral-7b")
+    with pytest.raises(KvbenchInputError, match="--max-model-len 4096"):
+        resolve_lengths(EngineConfig(model="mistral-7b"), preset)
+    assert resolve_lengths(EngineConfig(model="mistral-7b", max_model_len=4096), preset)[0] == 4096
