@@ -90,7 +90,9 @@ def load_model(
     folder = None if model in PRESETS else Path(model)
     files = _weight_files(folder) if folder is not None else []
     with torch.device("meta"):
-        decoder = LlamaDecoder(config)
+        # Cast while on meta: materialised in float32 first, a bfloat16 model would briefly
+        # take twice the bytes the memory check allowed.
+        decoder = LlamaDecoder(config).to(dtype=dtype)
     decoder = decoder.to_empty(device=device)
     if config.tie_word_embeddings:  # materialising meta tensors unties shared parameters
         decoder.lm_head.weight = decoder.model.embed_tokens.weight
@@ -98,7 +100,6 @@ def load_model(
         init_dummy_weights(decoder, seed, init_std)
     else:
         _load_safetensors(decoder, folder, files)
-    decoder = decoder.to(dtype=dtype)
     decoder.inv_freq = rope_inv_freq(config).to(device)  # keep RoPE frequencies in float32
     decoder.eval()
     return decoder, config

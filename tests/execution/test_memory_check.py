@@ -79,3 +79,18 @@ def test_meminfo_is_read(tmp_path):
 
 def test_meminfo_missing_falls_back_to_sysconf(tmp_path):
     assert cpu_available_bytes(tmp_path / "absent") > 0
+
+
+def test_bfloat16_model_is_never_materialised_in_float32(monkeypatch):
+    """The check allows bfloat16's bytes: the loader must not allocate float32 weights first."""
+    made = []
+    original = torch.nn.Module.to_empty
+
+    def spy(module, *, device, recurse=True):
+        made.extend(p.dtype for p in module.parameters())
+        return original(module, device=device, recurse=recurse)
+
+    monkeypatch.setattr(torch.nn.Module, "to_empty", spy)
+    model, _ = load_model("tiny", dtype=torch.bfloat16)
+    assert made and set(made) == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
