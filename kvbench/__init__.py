@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kvbench.execution.threads import default_passive_wait_policy
+
+# Before anything imports torch: its OpenMP runtime reads the wait policy once, when loaded.
+default_passive_wait_policy()
+
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:

@@ -349,7 +349,7 @@ def estimate_kv(
             weights, weights_source = weights_memory, "given"
         elif model is not None:
             num_params = model.num_parameters()
-            weights, weights_source = num_params * DTYPE_BYTES[dtype], "computed"
+            weights, weights_source = weights_bytes(model, dtype), "computed"
         else:
             raise KvbenchInputError(
                 "give --weights-memory: weights cannot be computed from explicit "

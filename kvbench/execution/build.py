@@ -25,13 +25,15 @@ from kvbench.execution.gpu_memory import GpuMemoryProbe
 from kvbench.execution.kv_budget import (
     kv_cache_torch_dtype,
     kv_element_bytes,
+    planned_kv_bytes,
     resolve_kv_budget_bytes,
 )
+from kvbench.execution.memory_check import memory_need
 from kvbench.execution.model_executor import KVArena, ModelExecutor
 from kvbench.kernels.backend import get_ops, resolve_backend
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
-from kvbench.models.loader import load_model, parse_dtype
+from kvbench.models.loader import load_model, parse_dtype, resolve_model_config
 from kvbench.scheduling import SchedulerLimits, make_policy
 from kvbench.strategies import make_strategy, strategy_entry
 
@@ -65,6 +67,7 @@ def resolve_lengths(config: EngineConfig, model_config: ModelConfig) -> tuple[in
             f"--max-model-len {max_model_len} exceeds the model's "
             f"{model_config.max_position_embeddings} positions"
         )
+    model_config.check_context(max_model_len)
     max_batched = config.max_num_batched_tokens or max(2048, max_model_len)
     if max_batched < max_model_len and not config.chunked_prefill:
         raise KvbenchInputError(
@@ -112,7 +115,12 @@ def load_cached_model(
     key = (config.model, config.dtype, str(device), config.seed)
     if model_cache is not None and key in model_cache:
         return model_cache[key]
-    loaded = load_model(config.model, dtype=dtype, device=device, seed=config.seed)
+    # Checked before a byte is allocated: weights, a full prefill's activations and the arena.
+    model_config = resolve_model_config(config.model)
+    _, max_batched = resolve_lengths(config, model_config)
+    need = memory_need(model_config, dtype, max_batched, config.max_num_seqs,
+                       planned_kv_bytes(config, device))
+    loaded = load_model(config.model, dtype=dtype, device=device, seed=config.seed, need=need)
     if model_cache is not None:
         model_cache[key] = loaded
     return loaded

@@ -21,6 +21,21 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def resolve_dtype(name: str, device: torch.device | str) -> str:
+    """`--dtype auto` as vLLM reads it: bfloat16 on CUDA (float16 where the GPU has no
+    bfloat16), float32 on the CPU, where bfloat16 matmuls are slow and float32 is exact.
+    Any other name is returned as the canonical name of its dtype.
+    """
+    device = torch.device(device)
+    if name == "auto":
+        if device.type != "cuda":
+            return "float32"
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    from kvbench.models.loader import parse_dtype
+
+    return str(parse_dtype(name)).removeprefix("torch.")
+
+
 def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)

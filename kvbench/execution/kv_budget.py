@@ -20,6 +20,19 @@ def kv_element_bytes(kv_dtype: torch.dtype) -> int:
     return torch.empty((), dtype=kv_dtype).element_size()
 
 
+def planned_kv_bytes(config: EngineConfig, device: torch.device) -> int:
+    """The arena's bytes as known before the model is built (for the memory check).
+
+    On CUDA without `--kv-memory` the budget is what `--gpu-memory-utilization` leaves after
+    the measured weights and activations, so it cannot overflow the device: counted as 0.
+    """
+    if config.kv_memory is not None:
+        return int(config.kv_memory)
+    if device.type == "cuda":
+        return 0
+    return parse_size_bytes(DEFAULT_CPU_KV_MEMORY)
+
+
 def resolve_kv_budget_bytes(
     config: EngineConfig, device: torch.device, model: LlamaDecoder, max_batched_tokens: int
 ) -> int:

@@ -25,37 +25,18 @@ from kvbench.errors import KvbenchInputError
 from kvbench.execution.build import BuildContext, BuiltEngine, ExecutorFactory, build_engine
 from kvbench.execution.gpus import GPUSpec, get_gpu
 from kvbench.execution.kv_budget import kv_element_bytes
+from kvbench.execution.memory_check import activation_bytes_estimate
 from kvbench.execution.simulated_executor import (
     RooflineCostModel,
     SimulatedClock,
     SimulatedExecutor,
 )
-from kvbench.models.config import ModelConfig
 from kvbench.models.loader import parse_dtype, resolve_model_config
 from kvbench.units import format_bytes
 
 SIMULATE_DEFAULT_DTYPE = "bfloat16"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 SIMULATED_BACKEND = "simulated"
-LOGITS_BYTES = 4  # the sampler's float32 logits
-
-
-def activation_bytes_estimate(
-    model: ModelConfig, max_num_batched_tokens: int, max_num_seqs: int, element_bytes: int
-) -> int:
-    """Estimated peak activation memory of one full-size prefill (what vLLM measures).
-
-    The widest point of a decoder layer for `max_num_batched_tokens` tokens: the residual
-    stream and its normed copy (2 x hidden), q, k and v (q_dim + 2 x kv_dim), and the MLP's
-    gate, up and their product (3 x intermediate), in the model dtype; plus float32 logits for
-    `max_num_seqs` sampled rows. Allocator slack, CUDA graphs and the CUDA context are not
-    counted (`--gpu-memory-utilization` < 1 leaves room for them). Unvalidated.
-    """
-    q_dim = model.num_heads * model.head_dim
-    kv_dim = model.num_kv_heads * model.head_dim
-    per_token = 2 * model.hidden_size + q_dim + 2 * kv_dim + 3 * model.intermediate_size
-    logits = max_num_seqs * model.vocab_size * LOGITS_BYTES
-    return max_num_batched_tokens * per_token * element_bytes + logits
 
 
 def simulated_kv_budget_bytes(

@@ -1,4 +1,10 @@
-"""Shape of a Llama-architecture decoder (Llama, Qwen2, Mistral share it)."""
+"""Shape of a Llama-architecture decoder (Llama, Qwen2, Mistral share it).
+
+`from_hf_config` reads a Hugging Face `config.json`. Every field that changes the model's
+arithmetic is either implemented here and in `llama.py` (each with a parity test against
+transformers in tests/models/) or refused with one line naming the config key: a model that
+runs must compute what transformers computes.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ from typing import Any
 from kvbench.errors import KvbenchInputError
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
+SUPPORTED_ROPE_TYPES = ("default", "llama3")
 
 
 @dataclass(frozen=True)
@@ -24,8 +32,13 @@ class ModelConfig:
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
     tie_word_embeddings: bool = False
-    attention_bias: bool = False
+    attention_bias: bool = False  # biases on q, k and v (Qwen2; Llama's attention_bias)
+    o_proj_bias: bool = False  # a bias on o_proj too (Llama's attention_bias, not Qwen2)
+    mlp_bias: bool = False  # biases on gate, up and down (Llama's mlp_bias)
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    # Attention only reaches this many tokens back (Mistral). kvbench attends to the whole
+    # context, so a window is only accepted where it cannot bite: see `check_context`.
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -51,35 +64,56 @@ class ModelConfig:
         attn = h * q + 2 * h * kv + q * h
         if self.attention_bias:
             attn += q + 2 * kv
-        per_layer = attn + 3 * h * i + 2 * h
+        if self.o_proj_bias:
+            attn += h
+        mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
+        per_layer = attn + mlp + 2 * h
         embed = v * h * (1 if self.tie_word_embeddings else 2)
         return self.num_layers * per_layer + embed + h
+
+    def check_context(self, max_model_len: int) -> None:
+        """Refuse a context longer than the sliding window: kvbench would attend past it."""
+        if self.sliding_window is not None and self.sliding_window < max_model_len:
+            raise KvbenchInputError(
+                f"model {self.name} has sliding_window {self.sliding_window}, shorter than its "
+                f"{max_model_len}-token context (max_model_len), and kvbench has no sliding-"
+                f"window attention; use --max-model-len {self.sliding_window}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_hf_config(cls, hf: dict[str, Any], name: str) -> ModelConfig:
+    def from_hf_config(cls, hf: Any, name: str) -> ModelConfig:
         """Read a Hugging Face `config.json` of a Llama, Qwen2 or Mistral model."""
+        if not isinstance(hf, dict):
+            raise KvbenchInputError(f"model {name}: config.json is not a JSON object")
         model_type = hf.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise KvbenchInputError(
                 f"model {name}: model_type {model_type!r} is not supported "
                 f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
             )
+        _refuse_unimplemented(hf, name, model_type)
         try:
-            num_heads = int(hf["num_attention_heads"])
-            hidden = int(hf["hidden_size"])
+            num_heads = _positive_int(hf, "num_attention_heads", name)
+            hidden = _positive_int(hf, "hidden_size", name)
+            num_kv_heads = _positive_int(hf, "num_key_value_heads", name, default=num_heads)
+            # Llama's attention_bias covers q, k, v and o_proj; Qwen2 always has q/k/v biases
+            # and no o_proj bias (its config has no such key); Mistral has no biases at all.
+            llama_bias = model_type == "llama" and bool(hf.get("attention_bias", False))
             return cls(
                 name=name,
-                vocab_size=int(hf["vocab_size"]),
+                vocab_size=_positive_int(hf, "vocab_size", name),
                 hidden_size=hidden,
-                intermediate_size=int(hf["intermediate_size"]),
-                num_layers=int(hf["num_hidden_layers"]),
+                intermediate_size=_positive_int(hf, "intermediate_size", name),
+                num_layers=_positive_int(hf, "num_hidden_layers", name),
                 num_heads=num_heads,
-                num_kv_heads=int(hf.get("num_key_value_heads") or num_heads),
-                head_dim=int(hf.get("head_dim") or hidden // num_heads),
-                max_position_embeddings=int(hf.get("max_position_embeddings", 2048)),
+                num_kv_heads=num_kv_heads,
+                head_dim=_positive_int(hf, "head_dim", name, default=hidden // num_heads),
+                max_position_embeddings=_positive_int(
+                    hf, "max_position_embeddings", name, default=2048
+                ),
                 rope_theta=float(
                     hf.get("rope_theta")
                     or (hf.get("rope_parameters") or {}).get("rope_theta")
@@ -87,20 +121,96 @@ class ModelConfig:
                 ),
                 rms_norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
                 tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-                attention_bias=bool(hf.get("attention_bias", model_type == "qwen2")),
-                rope_scaling=_rope_scaling(hf),
+                attention_bias=llama_bias or model_type == "qwen2",
+                o_proj_bias=llama_bias,
+                mlp_bias=model_type == "llama" and bool(hf.get("mlp_bias", False)),
+                rope_scaling=_rope_scaling(hf, name),
+                sliding_window=_sliding_window(hf, name, model_type),
             )
-        except KeyError as missing:
-            raise KvbenchInputError(f"model {name}: config.json lacks {missing}") from None
+        except (TypeError, ValueError) as err:
+            raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
 
 
-def _rope_scaling(hf: dict[str, Any]) -> dict[str, Any] | None:
+def _positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = None) -> int:
+    value = hf.get(key)
+    if value is None:
+        if default is None:
+            raise KvbenchInputError(f"model {name}: config.json lacks '{key}'")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} must be a positive integer, got {value!r}"
+        )
+    return value
+
+
+def _refuse_unimplemented(hf: dict[str, Any], name: str, model_type: str) -> None:
+    """Config keys whose arithmetic kvbench does not implement: one line naming the key."""
+    act = hf.get("hidden_act", "silu")
+    if act not in SUPPORTED_ACTIVATIONS:
+        raise KvbenchInputError(
+            f"model {name}: config.json hidden_act {act!r} is not implemented "
+            f"(kvbench's MLP is SwiGLU: hidden_act 'silu')"
+        )
+    quantization = hf.get("quantization_config")
+    if quantization:
+        method = quantization.get("quant_method", "?") if isinstance(quantization, dict) else "?"
+        raise KvbenchInputError(
+            f"model {name}: config.json has quantization_config ({method}); kvbench loads "
+            "float32/bfloat16/float16 weights only"
+        )
+
+
+def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
+    partial = hf.get("partial_rotary_factor", 1.0)
+    if partial != 1.0:
+        raise KvbenchInputError(
+            f"model {name}: config.json partial_rotary_factor {partial} is not implemented "
+            "(kvbench rotates every dimension)"
+        )
     scaling = hf.get("rope_scaling") or hf.get("rope_parameters")
     if not scaling:
         return None
+    if not isinstance(scaling, dict):
+        raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
     kind = scaling.get("rope_type") or scaling.get("type")
+    if scaling.get("partial_rotary_factor", 1.0) != 1.0:
+        raise KvbenchInputError(
+            f"model {name}: config.json partial_rotary_factor "
+            f"{scaling['partial_rotary_factor']} is not implemented (kvbench rotates every dim)"
+        )
     if kind in (None, "default"):
         return None
     if kind != "llama3":
-        raise KvbenchInputError(f"rope scaling {kind!r} is not supported (supported: llama3)")
+        raise KvbenchInputError(
+            f"model {name}: config.json rope_scaling type {kind!r} is not implemented "
+            f"(supported: {', '.join(SUPPORTED_ROPE_TYPES)})"
+        )
+    needed = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    lacking = [key for key in needed if key not in scaling]
+    if lacking:
+        raise KvbenchInputError(
+            f"model {name}: config.json rope_scaling (llama3) lacks {', '.join(lacking)}"
+        )
     return dict(scaling)
+
+
+def _sliding_window(hf: dict[str, Any], name: str, model_type: str) -> int | None:
+    """The attention window, or None; Qwen2 only uses it when `use_sliding_window` is set.
+
+    Qwen2 windows only its upper layers (`max_window_layers`), but any window shorter than the
+    context makes some layer differ, so one window for the model is enough to refuse it.
+    """
+    window = hf.get("sliding_window")
+    if window is None:
+        return None
+    if model_type == "qwen2" and not hf.get("use_sliding_window", False):
+        return None
+    if model_type == "llama":
+        return None  # transformers' Llama has no window and ignores the key: so does kvbench
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json sliding_window must be a positive integer or null, "
+            f"got {window!r}"
+        )
+    return window

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
 
 from kvbench.errors import KvbenchInputError
+from kvbench.execution.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder, rope_inv_freq
 from kvbench.models.presets import PRESETS, get_preset
@@ -48,6 +50,8 @@ def resolve_model_config(model: str) -> ModelConfig:
         hf = json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
         raise KvbenchInputError(f"{config_file}: not valid JSON ({err.msg}, line {err.lineno})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise KvbenchInputError(f"{config_file}: cannot read it ({_first_line(err)})") from None
     return ModelConfig.from_hf_config(hf, name=str(path))
 
 
@@ -72,47 +76,71 @@ def load_model(
     device: torch.device | str = "cpu",
     seed: int = 0,
     init_std: float = 0.02,
+    need: MemoryNeed | None = None,
+    available: AvailableFn | None = None,
 ) -> tuple[LlamaDecoder, ModelConfig]:
+    """The model on `device`; refused before anything is allocated when it cannot fit.
+
+    `need` is what the run will take (weights, activations, KV); by default the weights alone.
+    `available` tells the device's free bytes (see `check_memory`).
+    """
     config = resolve_model_config(model)
+    device = torch.device(device)
+    check_memory(need or memory_need(config, dtype), device, available)
+    folder = None if model in PRESETS else Path(model)
+    files = _weight_files(folder) if folder is not None else []
     with torch.device("meta"):
-        decoder = LlamaDecoder(config)
+        # Cast while on meta: materialised in float32 first, a bfloat16 model would briefly
+        # take twice the bytes the memory check allowed.
+        decoder = LlamaDecoder(config).to(dtype=dtype)
     decoder = decoder.to_empty(device=device)
     if config.tie_word_embeddings:  # materialising meta tensors unties shared parameters
         decoder.lm_head.weight = decoder.model.embed_tokens.weight
-    if model in PRESETS:
+    if folder is None:
         init_dummy_weights(decoder, seed, init_std)
     else:
-        _load_safetensors(decoder, Path(model))
-    decoder = decoder.to(dtype=dtype)
+        _load_safetensors(decoder, folder, files)
     decoder.inv_freq = rope_inv_freq(config).to(device)  # keep RoPE frequencies in float32
     decoder.eval()
     return decoder, config
 
 
-def _load_safetensors(decoder: LlamaDecoder, folder: Path) -> None:
-    from safetensors.torch import load_file
+# Floating dtypes a checkpoint may store weights in; anything else (int8, fp8 with scales)
+# is quantised and would be read as nonsense by a plain cast.
+WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
+
+def _weight_files(folder: Path) -> list[Path]:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise KvbenchInputError(f"model folder {folder} has no *.safetensors weights")
+    unreadable = [f.name for f in files if not os.access(f, os.R_OK)]
+    if unreadable:
+        raise KvbenchInputError(f"model folder {folder}: cannot read {unreadable[0]}")
+    return files
+
+
+def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) -> None:
+    """Copy every tensor of `files` into `decoder`, checking name, shape and dtype first.
+
+    Tensors are read one at a time (`safe_open`): the header names every tensor with its shape
+    and dtype, so a wrong one is refused before its bytes are read.
+    """
+    from safetensors import SafetensorError, safe_open
+
     expected = dict(decoder.named_parameters())
-    loaded: set[str] = set()
+    loaded: dict[str, str] = {}
     with torch.no_grad():
         for file in files:
-            for name, tensor in load_file(str(file)).items():
-                if name not in expected:
-                    if "rotary_emb" in name:
-                        continue
-                    raise KvbenchInputError(f"{file.name}: unexpected weight {name}")
-                param = expected[name]
-                if tuple(tensor.shape) != tuple(param.shape):
-                    raise KvbenchInputError(
-                        f"{file.name}: {name} has shape {tuple(tensor.shape)}, "
-                        f"config.json implies {tuple(param.shape)}"
-                    )
-                param.copy_(tensor.to(param.dtype))
-                loaded.add(name)
-    missing = set(expected) - loaded
+            try:
+                with safe_open(str(file), framework="pt") as reader:
+                    for name in reader.keys():
+                        _copy_tensor(reader, file, name, expected, loaded)
+            except (SafetensorError, OSError) as err:
+                raise KvbenchInputError(
+                    f"{file}: not a readable safetensors file ({_first_line(err)})"
+                ) from None
+    missing = set(expected) - set(loaded)
     if decoder.config.tie_word_embeddings:
         missing.discard("lm_head.weight")
     if missing:
@@ -120,3 +148,42 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path) -> None:
             f"model folder {folder} lacks weights: {', '.join(sorted(missing)[:3])}"
             + (" ..." if len(missing) > 3 else "")
         )
+
+
+def _copy_tensor(reader, file: Path, name: str, expected: dict, loaded: dict[str, str]) -> None:
+    if name not in expected:
+        if "rotary_emb" in name:
+            return
+        raise KvbenchInputError(f"{file}: unexpected tensor {name}{_config_hint(name)}")
+    if name in loaded:
+        raise KvbenchInputError(f"{file}: tensor {name} is also in {loaded[name]}")
+    param = expected[name]
+    sliced = reader.get_slice(name)
+    shape = tuple(sliced.get_shape())
+    if shape != tuple(param.shape):
+        raise KvbenchInputError(
+            f"{file}: tensor {name} has shape {shape}, config.json implies {tuple(param.shape)}"
+        )
+    tensor = reader.get_tensor(name)
+    if tensor.dtype not in WEIGHT_DTYPES:
+        raise KvbenchInputError(
+            f"{file}: tensor {name} is {str(tensor.dtype).removeprefix('torch.')}; kvbench "
+            "loads float32, bfloat16 or float16 weights (quantised checkpoints are not supported)"
+        )
+    param.copy_(tensor.to(param.dtype))
+    loaded[name] = file.name
+
+
+def _config_hint(name: str) -> str:
+    """Which config.json key would have declared an unexpected bias."""
+    if not name.endswith(".bias"):
+        return ""
+    if any(p in name for p in ("q_proj", "k_proj", "v_proj", "o_proj")):
+        return " (config.json does not set attention_bias)"
+    if "mlp" in name:
+        return " (config.json does not set mlp_bias)"
+    return ""
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]

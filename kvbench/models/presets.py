@@ -73,8 +73,8 @@ PRESETS: dict[str, ModelConfig] = {
         rms_norm_eps=1e-6,
         attention_bias=True,
     ),
-    # Mistral-7B v0.1 shapes; its 4096-token sliding window is not modelled
-    # (every token attends to the whole context), which only matters past 4096 tokens.
+    # Mistral-7B v0.1 shapes. kvbench has no sliding-window attention, so its 4096-token window
+    # is declared and runs are refused past it (`--max-model-len 4096` or less).
     "mistral-7b": ModelConfig(
         name="mistral-7b",
         vocab_size=32000,
@@ -84,14 +84,25 @@ PRESETS: dict[str, ModelConfig] = {
         num_heads=32,
         num_kv_heads=8,
         max_position_embeddings=32768,
+        sliding_window=4096,
     ),
 }
+
+
+def looks_like_path(name: str) -> bool:
+    """`./m`, `/models/x`, `~/x` or `org/model`: a folder was meant, not a preset."""
+    return "/" in name or name.startswith((".", "~")) or "\\" in name
 
 
 def get_preset(name: str) -> ModelConfig:
     try:
         return PRESETS[name]
     except KeyError:
+        if looks_like_path(name):
+            raise KvbenchInputError(
+                f"model {name!r}: no such folder (kvbench reads local folders holding config.json "
+                "and *.safetensors, or a preset: " + ", ".join(PRESETS) + ")"
+            ) from None
         raise KvbenchInputError(
             f"unknown model preset {name!r} (presets: {', '.join(PRESETS)}; "
             "or give a local Hugging Face folder)"

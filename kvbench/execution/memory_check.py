@@ -1,0 +1,156 @@
+"""Memory checked before it is taken: what a run needs against what the device has free.
+
+need = weights + activation peak + KV budget
+
+weights:      parameters x bytes of the dtype (`kvbench estimate`'s `weights_bytes`: one
+              formula for both, so the estimate and the refusal never disagree)
+activations:  `activation_bytes_estimate`, the widest point of one full-size prefill
+KV budget:    the arena's bytes (`--kv-memory`, or the CPU default)
+
+available:    CPU: MemAvailable of /proc/meminfo (what the kernel can hand out without
+              swapping, page cache included); elsewhere free physical pages (os.sysconf).
+              CUDA: free bytes of torch.cuda.mem_get_info.
+
+A run that does not fit is refused with one line naming the figures and a way out, before a
+byte of the model is allocated: the alternative is the allocator failing half-way through
+building the model, or the kernel's OOM killer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kvbench.bench.estimate import canonical_dtype, weights_bytes
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
+from kvbench.units import format_bytes
+
+LOGITS_BYTES = 4  # the sampler's float32 logits
+MEMINFO = Path("/proc/meminfo")
+
+# device -> free bytes (None: unknown, the check is skipped)
+AvailableFn = Callable[[torch.device], int | None]
+
+
+def activation_bytes_estimate(
+    model: ModelConfig, max_num_batched_tokens: int, max_num_seqs: int, element_bytes: int
+) -> int:
+    """Estimated peak activation memory of one full-size prefill (what vLLM measures).
+
+    The widest point of a decoder layer for `max_num_batched_tokens` tokens: the residual
+    stream and its normed copy (2 x hidden), q, k and v (q_dim + 2 x kv_dim), and the MLP's
+    gate, up and their product (3 x intermediate), in the model dtype; plus float32 logits for
+    `max_num_seqs` sampled rows. Allocator slack, CUDA graphs and the CUDA context are not
+    counted (`--gpu-memory-utilization` < 1 leaves room for them). Unvalidated.
+    """
+    q_dim = model.num_heads * model.head_dim
+    kv_dim = model.num_kv_heads * model.head_dim
+    per_token = 2 * model.hidden_size + q_dim + 2 * kv_dim + 3 * model.intermediate_size
+    logits = max_num_seqs * model.vocab_size * LOGITS_BYTES
+    return max_num_batched_tokens * per_token * element_bytes + logits
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """The bytes one run takes on its device, by part."""
+
+    model: str
+    dtype: str  # canonical: fp32, bf16, fp16
+    weights_bytes: int
+    activation_bytes: int
+    kv_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.activation_bytes + self.kv_bytes
+
+
+def memory_need(
+    model: ModelConfig,
+    dtype: str | torch.dtype,
+    max_num_batched_tokens: int = 0,
+    max_num_seqs: int = 1,
+    kv_bytes: int = 0,
+) -> MemoryNeed:
+    """Weights at `dtype`, plus activations of a prefill of `max_num_batched_tokens`, plus KV."""
+    name = canonical_dtype(_dtype_name(dtype), ("fp32", "bf16", "fp16"))
+    weights = weights_bytes(model, name)
+    element = weights // model.num_parameters()
+    activations = (
+        activation_bytes_estimate(model, max_num_batched_tokens, max_num_seqs, element)
+        if max_num_batched_tokens > 0
+        else 0
+    )
+    return MemoryNeed(model.name, name, weights, activations, kv_bytes)
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Bytes the device can hand out now; None when it cannot be told."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type != "cpu":
+        return None
+    return cpu_available_bytes()
+
+
+def cpu_available_bytes(meminfo: Path = MEMINFO) -> int | None:
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(
+    need: MemoryNeed, device: torch.device, available: AvailableFn | None = None
+) -> None:
+    """Raise KvbenchInputError, naming the figures and a way out, when `need` does not fit.
+
+    `available` tells the device's free bytes; `available_bytes` (looked up at call time, so a
+    test can replace it) when None.
+    """
+    have = (available or available_bytes)(device)
+    if have is None or need.total_bytes <= have:
+        return
+    where = "the GPU has" if device.type == "cuda" else "the machine has"
+    parts = [f"weights {format_bytes(need.weights_bytes)}"]
+    if need.activation_bytes:
+        parts.append(f"activations ~{format_bytes(need.activation_bytes)}")
+    if need.kv_bytes:
+        parts.append(f"KV {format_bytes(need.kv_bytes)}")
+    raise KvbenchInputError(
+        f"model {need.model} in {_LONG[need.dtype]} needs {format_bytes(need.total_bytes)} "
+        f"({' + '.join(parts)}) but {where} {format_bytes(have)} available; "
+        f"{_way_out(need, have)}"
+    )
+
+
+def _way_out(need: MemoryNeed, have: int) -> str:
+    ways = []
+    if need.dtype == "fp32":
+        half = need.total_bytes - need.weights_bytes // 2 - need.activation_bytes // 2
+        ways.append(f"--dtype bfloat16 (needs ~{format_bytes(half)})")
+    room_for_kv = have - (need.total_bytes - need.kv_bytes)
+    if need.kv_bytes and room_for_kv > 0:
+        ways.append(f"--kv-memory below {format_bytes(room_for_kv)}")
+    if need.model != "tiny":
+        ways.append("a smaller model (e.g. --model tiny)")
+    return "use " + ", or ".join(ways) if ways else "free some memory first"
+
+
+_LONG = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _dtype_name(dtype: str | torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype

@@ -1,0 +1,71 @@
+"""CPU thread settings that do not collapse under contention, and their record for config.json.
+
+torch's CPU kernels run on an OpenMP pool whose idle threads, by default (GNU OpenMP's ACTIVE
+wait policy), spin between parallel regions. With `--cpu-threads 2` and another process busy
+on the second core, a spinning thread steals the time slice its peer needs, and a run measured
+on a 2-core machine fell from ~2,400 to 35-92 output tok/s; `OMP_WAIT_POLICY=PASSIVE` (idle
+threads sleep) gave ~2,050 in the same conditions (issue 18). With one thread there is no pool
+and the policy changes nothing.
+
+The OpenMP runtime reads OMP_WAIT_POLICY once, when torch loads it (`import torch`), so the
+default has to be in the environment before that: `kvbench/__init__.py` calls
+`default_passive_wait_policy()` before anything imports torch. A value the user set is kept.
+When torch was imported first (a library user who imported torch before kvbench) the policy
+can no longer change; `thread_settings()` records that it may not be in effect.
+
+This module must not import torch at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+WAIT_POLICY_VAR = "OMP_WAIT_POLICY"
+PASSIVE = "PASSIVE"
+
+# What kvbench found when it was imported: whether it set the policy, and whether torch (and
+# so its OpenMP runtime) was already loaded at that moment.
+_state: dict[str, bool] = {
+    "set_by_kvbench": False,
+    "set_by_user": False,
+    "torch_loaded_before": False,
+}
+
+
+def default_passive_wait_policy(environ: MutableMapping[str, str] | None = None) -> bool:
+    """Set OMP_WAIT_POLICY=PASSIVE unless the user chose a policy; True when it was set."""
+    env = os.environ if environ is None else environ
+    if environ is None:
+        _state["torch_loaded_before"] = "torch" in sys.modules
+    if WAIT_POLICY_VAR in env:
+        if environ is None:
+            _state["set_by_user"] = True
+        return False
+    env[WAIT_POLICY_VAR] = PASSIVE
+    if environ is None:
+        _state["set_by_kvbench"] = True
+    return True
+
+
+def thread_settings() -> dict[str, Any]:
+    """The thread settings a run measured under, for its config.json."""
+    import torch
+
+    policy = os.environ.get(WAIT_POLICY_VAR)
+    return {
+        "torch_num_threads": torch.get_num_threads(),
+        "torch_num_interop_threads": torch.get_num_interop_threads(),
+        "omp_wait_policy": policy,
+        "omp_wait_policy_source": (
+            "kvbench default" if _state["set_by_kvbench"] else "environment" if policy else None
+        ),
+        # False when torch was loaded before kvbench could set its default: the runtime then
+        # kept whatever the environment held at that moment.
+        "omp_wait_policy_in_effect": policy is not None
+        and (_state["set_by_user"] or not _state["torch_loaded_before"]),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "cpu_count": os.cpu_count(),
+    }

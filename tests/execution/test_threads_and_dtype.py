@@ -1,0 +1,87 @@
+"""Thread settings recorded and defaulted to a passive OpenMP wait; `--dtype auto` resolved."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kvbench.errors import KvbenchInputError
+from kvbench.execution.device import resolve_dtype
+from kvbench.execution.threads import default_passive_wait_policy, thread_settings
+
+
+def test_passive_wait_policy_is_the_default():
+    env = {}
+    assert default_passive_wait_policy(env) is True
+    assert env == {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def test_users_wait_policy_is_kept():
+    env = {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert default_passive_wait_policy(env) is False
+    assert env == {"OMP_WAIT_POLICY": "ACTIVE"}
+
+
+def _settings_in_fresh_python(code: str, **env: str) -> dict:
+    clean = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run(
+        [sys.executable, "-c", code + "; import json; "
+         "from kvbench.execution.threads import thread_settings; "
+         "print(json.dumps(thread_settings()))"],
+        env={**clean, **env}, capture_output=True, text=True, check=True,
+    ).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def test_importing_kvbench_sets_passive_before_torch_loads():
+    settings = _settings_in_fresh_python("import kvbench")
+    assert settings["omp_wait_policy"] == "PASSIVE"
+    assert settings["omp_wait_policy_source"] == "kvbench default"
+    assert settings["omp_wait_policy_in_effect"] is True
+
+
+def test_torch_imported_first_is_recorded_as_not_in_effect():
+    settings = _settings_in_fresh_python("import torch, kvbench")
+    assert settings["omp_wait_policy"] == "PASSIVE"
+    assert settings["omp_wait_policy_in_effect"] is False
+
+
+def test_user_policy_recorded_as_theirs():
+    settings = _settings_in_fresh_python("import torch, kvbench", OMP_WAIT_POLICY="ACTIVE")
+    assert settings["omp_wait_policy"] == "ACTIVE"
+    assert settings["omp_wait_policy_source"] == "environment"
+    assert settings["omp_wait_policy_in_effect"] is True
+
+
+def test_thread_settings_name_torch_threads():
+    settings = thread_settings()
+    assert settings["torch_num_threads"] == torch.get_num_threads()
+    json.dumps(settings)  # goes into config.json as it is
+
+
+def test_auto_dtype_is_float32_on_the_cpu():
+    assert resolve_dtype("auto", "cpu") == "float32"
+    assert resolve_dtype("auto", torch.device("cpu")) == "float32"
+
+
+def test_auto_dtype_is_bfloat16_on_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert resolve_dtype("auto", "cuda") == "bfloat16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert resolve_dtype("auto", "cuda:0") == "float16"
+
+
+@pytest.mark.parametrize(("name", "canonical"),
+                         [("bf16", "bfloat16"), ("float32", "float32"), ("half", "float16")])
+def test_explicit_dtype_is_kept(name, canonical):
+    assert resolve_dtype(name, "cuda") == canonical
+
+
+def test_unknown_dtype_is_refused():
+    with pytest.raises(KvbenchInputError, match="--dtype"):
+        resolve_dtype("int4", "cpu")
