@@ -154,6 +154,11 @@ def option_fields() -> dict[str, OptionField]:
     return found
 
 
+def per_run_fields() -> dict[str, OptionField]:
+    """The fields of one run (what a sweep can vary), without the session's own."""
+    return {name: f for name, f in option_fields().items() if f.spec.per_run}
+
+
 def _unpack(hint: Any) -> tuple[type, bool, bool]:
     args = typing.get_args(hint)
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
@@ -169,4 +174,4 @@ def check_kind_name(kind: str) -> None:
         raise KvbenchInputError(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})")
 
 
-__all__ = ["KINDS", "OptionField", "OptionSpec", "RunOptions", "option_fields"]
+__all__ = ["KINDS", "OptionField", "OptionSpec", "RunOptions", "option_fields", "per_run_fields"]

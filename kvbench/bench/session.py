@@ -260,8 +260,10 @@ def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
 
     from kvbench.bench.results import write_csv, write_json
 
+    # Folders relative to `root`: with --repeat they are `<label>/rep-1`, not just a name.
     write_json(root / "comparison.json", {
-        "runs": [{"label": o.label, "folder": o.folder.name} for o in outcomes],
+        "runs": [{"label": o.label, "folder": o.folder.relative_to(root).as_posix()}
+                 for o in outcomes],
         "summaries": [o.summary for o in outcomes],
     })
     rows = []

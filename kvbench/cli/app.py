@@ -29,7 +29,8 @@ class LazyCommand:
         return command
 
 
-# Summaries are each command's first sentence (tests/cli/test_lazy_cli.py checks they agree).
+# Each command's first sentence, shown by `kvbench --help` without importing the command
+# (tests/cli/test_lazy_cli.py checks they agree with the commands).
 COMMANDS: dict[str, LazyCommand] = {
     "compare": LazyCommand(
         "kvbench.cli.compare", "compare_command",
@@ -45,7 +46,7 @@ COMMANDS: dict[str, LazyCommand] = {
         "Strategies, batching policies, workloads and model presets."),
     "report": LazyCommand(
         "kvbench.cli.report", "report_command",
-        "Write a self-contained HTML report (opens offline) for RUN_DIR... ."),
+        "Write a self-contained HTML report (opens offline) for RUN_DIR..."),
     "run": LazyCommand(
         "kvbench.cli.run", "run_command",
         "Replay a workload through the engine with one or more strategies."),
@@ -88,7 +89,8 @@ class LazyGroup(click.Group):
                     continue
                 text = command.get_short_help_str(limit)
             else:
-                text = click.utils.make_default_short_help(self.lazy[name].summary, limit)
+                summary = self.lazy[name].summary
+                text = click.Command(name, help=summary).get_short_help_str(limit)
             rows.append((name, text))
         with formatter.section("Commands"):
             formatter.write_dl(rows)

@@ -38,10 +38,11 @@ def _split(value: str) -> list[str]:
 
 def _point_options() -> list[click.Option]:
     """`run`'s and `simulate`'s per-run options, taking comma lists instead of one value."""
-    from kvbench.bench.sweep.options import catalogue
+    # From the schema, not `kvbench.bench.sweep`: `kvbench sweep --help` loads no torch.
+    from kvbench.bench.run_options import per_run_fields
     from kvbench.cli.options import click_option
 
-    return [click_option(info, "run", comma_list=True) for info in catalogue().values()]
+    return [click_option(info, "run", comma_list=True) for info in per_run_fields().values()]
 
 
 def _pair(text: str, what: str) -> tuple[str, str]:

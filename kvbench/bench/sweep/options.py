@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kvbench.bench.run_options import KINDS, OptionField, RunOptions, option_fields
+from kvbench.bench.run_options import KINDS, OptionField, RunOptions, per_run_fields
 from kvbench.errors import KvbenchInputError
 
 WORKLOAD_PARAM = "workload_param."
@@ -26,7 +26,7 @@ _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 def catalogue() -> dict[str, OptionField]:
     """Every option a sweep point takes, by python name (`repeat`, `out`, `slo` belong to the
     sweep as a whole: sweep a `seed` axis instead of repeating)."""
-    return {name: f for name, f in option_fields().items() if f.spec.per_run}
+    return per_run_fields()
 
 
 def canonical_name(text: str) -> str:
