@@ -112,9 +112,6 @@ class RunOptions:
                     if kind in spec(f).kind_defaults}
         return cls(**{**defaults, **values})
 
-    def replace(self, **values: Any) -> RunOptions:
-        return dataclasses.replace(self, **values)
-
 
 @dataclass(frozen=True)
 class OptionField:

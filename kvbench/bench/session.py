@@ -47,10 +47,6 @@ def parse_slo(text: str | None) -> dict[str, float]:
     return slo
 
 
-def engine_kind_of(options: RunOptions, kind: str) -> str:
-    return "simulated" if kind == "simulate" else options.engine_kind
-
-
 def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
     """One `RunConfig` per strategy × reserve × batching in the comma lists."""
     from kvbench.config import EngineConfig
@@ -102,7 +98,8 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
                     request_rate=rate, burstiness=options.burstiness,
                     max_concurrency=options.max_concurrency, warmup=options.warmup,
                     slo_ms=dict(slo_ms), trace=options.trace,
-                    engine_kind=engine_kind_of(options, kind), gpu=gpu,
+                    engine_kind="simulated" if kind == "simulate" else options.engine_kind,
+                    gpu=gpu,
                 ))
     return runs
 
@@ -125,7 +122,8 @@ def unique_folder(root: Path, name: str) -> Path:
 
 @dataclass
 class SessionPlan:
-    """Checked runs with their engines built, and the folder they will write."""
+    """Checked runs with their engines built, and the folder they will write. A plan runs
+    once: `run_session` lets go of each engine when its run is done."""
 
     runs: list[RunConfig]
     labels: list[str]
