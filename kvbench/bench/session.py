@@ -22,9 +22,6 @@ from kvbench.errors import KvbenchInputError
 if TYPE_CHECKING:
     from kvbench.bench.runner import RunOutcome
 
-FP8_CACHE_DTYPES = ("fp8", "fp8_e4m3")
-
-
 def split_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -181,6 +178,7 @@ def run_session(
     for i, (run, label) in enumerate(zip(plan.runs, plan.labels, strict=True)):
         prep = plan.prepared[i]
         plan.prepared[i] = None  # the engine's memory goes back once this run is done
+        requests = prep[1].requests  # the same on every repeat (seeded)
         base = root if single else root / label
         label_outcomes = []
         for k in range(repeat):
@@ -188,10 +186,10 @@ def run_session(
                 on_run_start(label, k + 1, repeat)
             folder = base if repeat == 1 else base / f"rep-{k + 1}"
             if k > 0:
+                prep = None  # one engine at a time
                 prep = prepare(run, model_cache)  # a fresh engine: identical configuration
             label_outcomes.append(run_one(run, folder, show_progress=show_progress,
                                           command=command, prepared=prep))
-        requests = prep[1].requests
         prep = None
         add_accuracy_section(run, label_outcomes, requests, model_cache)
         outcomes.append(label_outcomes[0])
@@ -206,6 +204,8 @@ def run_session(
 
 
 def is_fp8(run: RunConfig) -> bool:
+    from kvbench.bench.fp8_accuracy import FP8_CACHE_DTYPES
+
     return run.engine.strategy == "fp8" or run.engine.kv_cache_dtype in FP8_CACHE_DTYPES
 
 
@@ -218,7 +218,7 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
     marked incomplete while its summary lacks the section, so a sweep resumed after Ctrl-C
     here runs the point again.
     """
-    if not is_fp8(run) or run.engine_kind != "kvbench" or not outcomes:
+    if run.engine_kind != "kvbench" or not outcomes or not is_fp8(run):
         return
     import gc
 
