@@ -108,8 +108,8 @@ class RunOptions:
     def for_kind(cls, kind: str, **values: Any) -> RunOptions:
         """The options of `kvbench <kind>`: that command's defaults, then `values`."""
         check_kind_name(kind)
-        defaults = {f.name: spec(f).kind_defaults[kind] for f in dataclasses.fields(cls)
-                    if kind in spec(f).kind_defaults}
+        defaults = {f.name: _spec(f).kind_defaults[kind] for f in dataclasses.fields(cls)
+                    if kind in _spec(f).kind_defaults}
         return cls(**{**defaults, **values})
 
 
@@ -136,7 +136,7 @@ class OptionField:
         return self.spec.kind_defaults.get(kind, self.default)
 
 
-def spec(f: dataclasses.Field) -> OptionSpec:
+def _spec(f: dataclasses.Field) -> OptionSpec:
     return f.metadata["option"]
 
 
@@ -147,7 +147,7 @@ def option_fields() -> dict[str, OptionField]:
     found: dict[str, OptionField] = {}
     for f in dataclasses.fields(RunOptions):
         base, optional, multiple = _unpack(hints[f.name])
-        found[f.name] = OptionField(f.name, spec(f), base, optional, multiple, f.default)
+        found[f.name] = OptionField(f.name, _spec(f), base, optional, multiple, f.default)
     return found
 
 
