@@ -1,5 +1,9 @@
 """Errors the CLI turns into exit codes (DESIGN.md, CLI conventions)."""
 
+from __future__ import annotations
+
+from pathlib import Path
+
 
 class KvbenchInputError(ValueError):
     """Bad usage or input: the CLI prints the message on one line and exits 2."""
@@ -7,3 +11,11 @@ class KvbenchInputError(ValueError):
 
 class KvbenchRunError(RuntimeError):
     """A failure while running: the CLI prints it with the partial-results path and exits 1."""
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C during a run: partial results were written to `folder` (the CLI exits 130)."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(f"interrupted; partial results in {folder}")
+        self.folder = folder

@@ -37,20 +37,12 @@ from kvbench.bench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.config import is_fp8_cache
 from kvbench.core.clock import WallClock
 from kvbench.core.request import Request
-from kvbench.errors import KvbenchRunError
+from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.build import BuiltEngine, build_engine, executor_factory
 from kvbench.versions import versions
 from kvbench.workloads import WorkloadResult, load_workload
 
 DEFAULT_NUM_REQUESTS = 64
-
-
-class RunInterrupted(Exception):
-    """Ctrl-C during a run: partial results were written to `folder`."""
-
-    def __init__(self, folder: Path) -> None:
-        super().__init__(f"interrupted; partial results in {folder}")
-        self.folder = folder
 
 
 @dataclass

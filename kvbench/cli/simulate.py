@@ -6,24 +6,21 @@ from typing import Any
 
 import click
 
-from kvbench.cli import execute_runs, run_options
-from kvbench.errors import KvbenchInputError
+from kvbench.bench.run_options import RunOptions
+from kvbench.cli.options import run_options, split_params
+from kvbench.cli.run import execute
 
 
+@run_options("simulate")
 @click.command(name="simulate")
-@run_options(dtype_default="bfloat16")
-@click.option("--gpu", default="a100-80gb", show_default=True,
-              help="GPU preset: a100-40gb, a100-80gb, h100-80gb, h200, l4, rtx-4090")
-def simulate_command(gpu: str, **params: Any) -> None:
+def simulate_command(**params: Any) -> None:
     """Replay a workload with a roofline cost model instead of the model (no GPU needed).
 
     Admission, allocation, preemption and queueing are the real code's; only step times are
     modelled (peak FLOP/s and HBM bandwidth of the --gpu preset, unvalidated constants).
     """
-    from kvbench.execution.gpus import GPU_PRESETS
+    options, output = split_params(params)
+    execute(RunOptions.for_kind("simulate", **options), "simulate", **output)
 
-    if gpu not in GPU_PRESETS:
-        raise KvbenchInputError(f"unknown --gpu {gpu!r} (presets: {', '.join(GPU_PRESETS)})")
-    params.setdefault("device", "cpu")
-    params.setdefault("attention_backend", "torch")
-    execute_runs(params, engine_kind="simulated", gpu=gpu)
+
+__all__ = ["simulate_command"]

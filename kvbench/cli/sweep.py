@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import shlex
 import sys
@@ -32,28 +31,18 @@ finds the highest rate that meets the SLO (capacity.csv).
 others. --executor ray runs each point as a Ray task (`pip install 'kvbench[ray]'`).
 """
 
-SWEEP_OPTIONS_SKIP = {"out", "quiet", "as_json", "slo", "repeat"}
-
-
 def _split(value: str) -> list[str]:
     separator = ";" if ";" in value else ","
     return [v.strip() for v in value.split(separator) if v.strip()]
 
 
 def _point_options() -> list[click.Option]:
-    """`run`'s and `simulate`'s options, taking comma lists (strings) instead of one value."""
-    from kvbench.bench.sweep.options import catalogue
+    """`run`'s and `simulate`'s per-run options, taking comma lists instead of one value."""
+    # From the schema, not `kvbench.bench.sweep`: `kvbench sweep --help` loads no torch.
+    from kvbench.bench.run_options import per_run_fields
+    from kvbench.cli.options import click_option
 
-    options = []
-    for info in catalogue().values():
-        option = copy.copy(info.param)
-        if not option.is_flag and not option.multiple:
-            option.type = click.STRING
-        option.show_default = False
-        kinds = "" if len(info.kinds) == 2 else f" [{info.kinds[0]} only]"
-        option.help = (option.help or "") + kinds
-        options.append(option)
-    return options
+    return [click_option(info, "run", comma_list=True) for info in per_run_fields().values()]
 
 
 def _pair(text: str, what: str) -> tuple[str, str]:
@@ -83,7 +72,7 @@ def _apply_options(spec, given: dict[str, Any], axis_items: tuple[str, ...]) -> 
     options = catalogue()
     for name, value in given.items():
         info = options[name]
-        if info.param.multiple:
+        if info.multiple:
             spec.base["workload_params"] = [*spec.base.get("workload_params", []), *value]
             continue
         if info.is_flag:
@@ -311,19 +300,6 @@ def sweep_command(config: str | None, simulate: bool, resume: bool, point_report
         )
 
 
-for _option in _point_options():
-    sweep_command.params.append(_option)
+sweep_command.params.extend(_point_options())
 
 __all__ = ["sweep_command"]
-
-
-def _ensure_registered() -> None:
-    """`kvbench.cli` registers this command when it imports; when this module is imported
-    first (its options come from `kvbench.cli`), that registration found it half-built."""
-    from kvbench import cli
-
-    if "sweep" not in cli.cli.commands:
-        cli.cli.add_command(sweep_command)
-
-
-_ensure_registered()

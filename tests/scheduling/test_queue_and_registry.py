@@ -7,10 +7,10 @@ import pytest
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
 from kvbench.scheduling import (
-    POLICY_SUMMARIES,
     QueueOrder,
     SchedulerLimits,
     WaitingQueue,
+    describe_policies,
     make_policy,
     policy_names,
 )
@@ -49,7 +49,7 @@ def test_sjf_orders_by_prompt_plus_output_ties_by_arrival():
 def test_registry_lists_every_policy_and_builds_them():
     assert policy_names()[0] == "continuous"
     assert {"continuous", "static", "sjf"} <= set(policy_names())
-    assert set(POLICY_SUMMARIES) == set(policy_names())
+    assert [name for name, _ in describe_policies()] == policy_names()
     cache = make_strategy("paged", 256, 64)
     policy = make_policy("sjf", cache, SchedulerLimits())
     assert isinstance(policy, ShortestJobFirstBatching) and policy.name == "sjf"

@@ -69,7 +69,7 @@ def test_a_new_strategy_is_one_file(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "_ENTRIES", dict(registry._ENTRIES))
     monkeypatch.delitem(sys.modules, "kvbench.strategies.exact_fit", raising=False)
     assert "exact-fit" in registry.strategy_names()
-    assert "exact-fit" in strategies_package.STRATEGIES
+    assert "exact-fit" in strategies_package.strategy_names()
     built = registry.make_strategy("exact-fit", 512, 64, reserve="max", block_size=16)
     assert built.reserve == "exact" and dataclasses.is_dataclass(
         registry.strategy_entry("exact-fit").options)

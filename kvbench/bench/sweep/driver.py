@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from kvbench.bench.results import write_csv, write_json
-from kvbench.bench.runner import RunInterrupted, strategy_label
+from kvbench.bench.runner import strategy_label
 from kvbench.bench.sweep.capacity import Bisection, numeric
 from kvbench.bench.sweep.config import DEFAULT_RANGES, SweepSpec
 from kvbench.bench.sweep.executor import Executor, make_executor
@@ -34,7 +34,7 @@ from kvbench.bench.sweep.options import display_name, value_text
 from kvbench.bench.sweep.point import make_task, read_point
 from kvbench.bench.sweep.slo import format_slo, meets_slo, slo_violations
 from kvbench.bench.sweep.table import points_frame, summary_row
-from kvbench.errors import KvbenchInputError
+from kvbench.errors import KvbenchInputError, RunInterrupted
 
 SWEEP_JSON = "sweep.json"
 POINTS_CSV = "points.csv"

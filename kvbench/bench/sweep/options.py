@@ -1,70 +1,32 @@
-"""The run options a sweep can vary: every option of `kvbench run` or `kvbench simulate`.
+"""The run options a sweep can vary: every per-run field of `RunOptions`.
 
-The catalogue is read from the two click commands themselves, so an option added to either
-command is a sweep axis at once, under the same name (`--block-size` on the command line,
-`block-size` or `block_size` in a sweep file, `block_size` in `config.json`). Workload
-parameters are axes too, named `workload_param.NAME` (e.g. `workload_param.prompt_len`).
+An option added to `RunOptions` is a sweep axis at once, under the same name (`--block-size`
+on the command line, `block-size` or `block_size` in a sweep file, `block_size` in
+`config.json`). Workload parameters are axes too, named `workload_param.NAME` (e.g.
+`workload_param.prompt_len`).
 
 `run_config_for(kind, values)` turns one point's option values into the `RunConfig` that
 `kvbench run` or `kvbench simulate` would build for the same options (through
-`kvbench.cli._expand_runs`, so defaults and checks are the commands' own).
+`kvbench.bench.session.expand_runs`, so defaults and checks are the commands' own).
 """
 
 from __future__ import annotations
 
-import enum
 import math
-from dataclasses import dataclass
 from typing import Any
 
-import click
-
+from kvbench.bench.run_options import KINDS, OptionField, RunOptions, per_run_fields
 from kvbench.errors import KvbenchInputError
 
-KINDS = ("run", "simulate")
-# Options of `run`/`simulate` that belong to the sweep as a whole, not to a point.
-# `repeat` is a property of `execute_runs`, not of a run: sweep a `seed` axis instead.
-SWEEP_LEVEL = frozenset({"out", "quiet", "as_json", "slo", "repeat"})
 WORKLOAD_PARAM = "workload_param."
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 
-@dataclass(frozen=True)
-class OptionInfo:
-    name: str  # python name, as in config.json: request_rate
-    flag: str  # --request-rate
-    param: click.Option
-    kinds: tuple[str, ...]  # the commands that have it
-
-    @property
-    def is_flag(self) -> bool:
-        return bool(self.param.is_flag)
-
-
-def _command(kind: str) -> click.Command:
-    if kind == "simulate":
-        from kvbench.cli.simulate import simulate_command
-
-        return simulate_command
-    from kvbench.cli import run
-
-    return run
-
-
-def catalogue() -> dict[str, OptionInfo]:
-    """Every point option of `run` and `simulate`, by python name (run's first)."""
-    found: dict[str, OptionInfo] = {}
-    for kind in KINDS:
-        for param in _command(kind).params:
-            if not isinstance(param, click.Option) or param.name in SWEEP_LEVEL:
-                continue
-            if param.name in found:
-                info = found[param.name]
-                found[param.name] = OptionInfo(info.name, info.flag, info.param,
-                                               (*info.kinds, kind))
-            else:
-                flag = max(param.opts, key=len)
-                found[param.name] = OptionInfo(param.name, flag, param, (kind,))
-    return found
+def catalogue() -> dict[str, OptionField]:
+    """Every option a sweep point takes, by python name (`repeat`, `out`, `slo` belong to the
+    sweep as a whole: sweep a `seed` axis instead of repeating)."""
+    return per_run_fields()
 
 
 def canonical_name(text: str) -> str:
@@ -82,7 +44,7 @@ def canonical_name(text: str) -> str:
     if name in options:
         return name
     for info in options.values():
-        if any(o.lstrip("-").replace("-", "_") == name for o in info.param.opts):
+        if info.flag.lstrip("-").replace("-", "_") == name:
             return info.name
     known = ", ".join(sorted(options))
     raise KvbenchInputError(
@@ -109,43 +71,50 @@ def value_text(value: Any) -> str:
 
 
 def convert(name: str, value: Any) -> Any:
-    """One option value (from TOML or the command line) in the type its command takes."""
+    """One option value (from TOML or the command line) in the type of its field."""
     if name.startswith(WORKLOAD_PARAM):
         return value_text(value)
     info = catalogue()[name]
-    param = info.param
     if name == "request_rate":  # one spelling per rate, so ids of equal rates are equal
         from kvbench.units import parse_rate
 
         return value_text(parse_rate(value_text(value)))
+    if info.multiple:
+        return workload_param_items(value)
+    if info.optional and value is None:
+        return None
+    kind = info.base_type
+    if kind is bool:
+        return _bool(info, value)
+    if kind is str:
+        text = value_text(value)
+        if info.spec.choices is not None and text not in info.spec.choices:
+            raise KvbenchInputError(
+                f"{info.flag}: {text!r} is not one of {', '.join(info.spec.choices)}"
+            )
+        return text
+    if isinstance(value, bool):  # TOML true is not a number of requests
+        raise KvbenchInputError(f"{info.flag}: {value_text(value)!r} is not a valid {kind.__name__}")
     try:
-        if info.is_flag:
-            return click.BOOL.convert(value, param, None)
-        if param.type is click.STRING or isinstance(param.type, click.types.StringParamType):
-            return value_text(value)
-        if isinstance(param.type, click.Choice):
-            return param.type.convert(value_text(value), param, None)
-        return param.type.convert(value, param, None)
-    except click.BadParameter as err:
-        raise KvbenchInputError(f"{info.flag}: {err.format_message()}") from None
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value) if not isinstance(value, str) else int(value.strip())
+        return float(value)
+    except (TypeError, ValueError):
+        noun = "integer" if kind is int else "number"
+        raise KvbenchInputError(f"{info.flag}: {value!r} is not a valid {noun}") from None
 
 
-def defaults(kind: str) -> dict[str, Any]:
-    """The option values of `kvbench <kind>` when none is given."""
-    command = _command(kind)
-    ctx = click.Context(command)
-    values: dict[str, Any] = {}
-    for param in command.params:
-        if isinstance(param, click.Option) and param.name not in ("out", "quiet", "as_json"):
-            default = param.get_default(ctx, call=True)
-            if isinstance(default, enum.Enum):  # click's UNSET sentinel (click >= 8.2)
-                default = None
-            if param.multiple:
-                default = tuple(default or ())
-            elif param.is_flag:
-                default = bool(default)
-            values[param.name] = default
-    return values
+def _bool(info: OptionField, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise KvbenchInputError(f"{info.flag}: {value!r} is not a valid boolean (true or false)")
 
 
 def check_kind(kind: str, names: list[str]) -> None:
@@ -156,8 +125,8 @@ def check_kind(kind: str, names: list[str]) -> None:
         if name.startswith(WORKLOAD_PARAM):
             continue
         info = options[name]
-        if kind not in info.kinds:
-            other = "simulate" if "simulate" in info.kinds else "run"
+        if kind not in info.spec.kinds:
+            other = "simulate" if "simulate" in info.spec.kinds else "run"
             raise KvbenchInputError(
                 f"{info.flag} is an option of `kvbench {other}`, not of `kvbench {kind}`"
                 + (" (add --simulate)" if other == "simulate" else "")
@@ -177,31 +146,17 @@ def workload_param_items(value: Any) -> tuple[str, ...]:
 
 def run_config_for(kind: str, values: dict[str, Any], slo_ms: dict[str, float] | None = None):
     """The `RunConfig` of one point: the command's defaults, then `values`."""
-    from kvbench.cli import _expand_runs
+    from kvbench.bench.session import expand_runs
 
-    params = defaults(kind)
+    params: dict[str, Any] = {}
     extra_items: list[str] = []
     for name, value in values.items():
         if name.startswith(WORKLOAD_PARAM):
             extra_items.append(f"{display_name(name)}={value_text(value)}")
-        elif name == "workload_params":
-            params[name] = workload_param_items(value)
         else:
             params[name] = convert(name, value)
     params["workload_params"] = tuple(params.get("workload_params") or ()) + tuple(extra_items)
-    params.update(out="", quiet=True, as_json=False, slo=None)
-    if kind == "simulate":
-        from kvbench.execution.gpus import GPU_PRESETS
-
-        gpu = params.pop("gpu")
-        if gpu not in GPU_PRESETS:
-            raise KvbenchInputError(f"unknown --gpu {gpu!r} (presets: {', '.join(GPU_PRESETS)})")
-        params.setdefault("device", "cpu")
-        params.setdefault("attention_backend", "torch")
-        runs = _expand_runs(params, "simulated", gpu)
-    else:
-        engine_kind = params.pop("engine_kind", "kvbench")
-        runs = _expand_runs(params, engine_kind, None)
+    runs = expand_runs(RunOptions.for_kind(kind, **params), kind)
     if len(runs) != 1:
         raise KvbenchInputError(
             "a sweep point takes one strategy, batching and reserve each; "
@@ -215,13 +170,11 @@ def run_config_for(kind: str, values: dict[str, Any], slo_ms: dict[str, float] |
 
 __all__ = [
     "KINDS",
-    "OptionInfo",
     "WORKLOAD_PARAM",
     "canonical_name",
     "catalogue",
     "check_kind",
     "convert",
-    "defaults",
     "display_name",
     "run_config_for",
     "value_text",

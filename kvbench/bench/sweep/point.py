@@ -1,4 +1,5 @@
-"""Running one sweep point: `prepare` + `run_one` into the point's folder, as `kvbench run` does.
+"""Running one sweep point: `prepare` + `run_one` into the point's folder, then the fp8
+`accuracy` section (`kvbench.bench.session.add_accuracy_section`), as `kvbench run` does.
 
 A task is a plain dict (it travels to Ray workers and spawned processes):
 `{"point_id", "folder", "run": RunConfig.to_dict(), "command"}`. `execute_point` returns a
@@ -23,7 +24,7 @@ from typing import Any
 from kvbench.bench.results import INCOMPLETE_MARKER, ResultsFolder
 from kvbench.bench.run_config import RunConfig
 from kvbench.config import EngineConfig
-from kvbench.errors import KvbenchInputError, KvbenchRunError
+from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 
 _MODEL_CACHE: dict = {}  # per process: points of one model share its weights
 
@@ -43,7 +44,8 @@ def make_task(point_id: str, folder: Path, run: RunConfig, command: str) -> dict
 
 def execute_point(task: dict[str, Any], *, gather: bool = False,
                   model_cache: dict | None = None) -> dict[str, Any]:
-    from kvbench.bench.runner import RunInterrupted, prepare, run_one
+    from kvbench.bench.runner import prepare, run_one
+    from kvbench.bench.session import add_accuracy_section
 
     folder = Path(task["folder"])
     target = Path(tempfile.mkdtemp(prefix="kvbench-point-")) / "run" if gather else folder
@@ -56,8 +58,11 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
         run = run_config_from_dict(task["run"])
         cache = _MODEL_CACHE if model_cache is None else model_cache
         prepared = prepare(run, cache)
+        requests = prepared[1].requests
         outcome = run_one(run, target, show_progress=False, command=task["command"],
-                          prepared=prepared, extra_summary=_extra_summary(run, prepared))
+                          prepared=prepared)
+        prepared = None  # the engine goes before fp8 accuracy builds its own two
+        add_accuracy_section(run, [outcome], requests, cache)
         record["summary"] = outcome.summary
     except RunInterrupted:
         raise
@@ -70,15 +75,6 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
         record["files"] = _read_files(target)
         shutil.rmtree(target.parent, ignore_errors=True)
     return record
-
-
-def _extra_summary(run: RunConfig, prepared) -> dict[str, Any] | None:
-    """fp8's accuracy section, as `kvbench run` adds it (when that module is there)."""
-    try:
-        from kvbench.cli import _accuracy_section, _is_fp8
-    except ImportError:
-        return None
-    return _accuracy_section(run, prepared) if _is_fp8(run) else None
 
 
 def _read_files(folder: Path) -> dict[str, bytes]:

@@ -15,7 +15,7 @@ from kvbench.bench.sweep.report import pareto_front
 from kvbench.bench.sweep.slo import meets_slo, parse_slo_targets, per_request_slo, slo_violations
 from kvbench.cli import main
 from kvbench.errors import KvbenchInputError
-from kvbench.strategies import STRATEGIES
+from kvbench.strategies import strategy_names
 
 TOML = """
 kind = "simulate"
@@ -91,7 +91,7 @@ def test_flags_make_axes_and_dry_run_lists_points(capsys):
                  "--dry-run"])
     assert code == 0
     lines = capsys.readouterr().out.split()
-    assert len(lines) == len(STRATEGIES) * 2 * 2
+    assert len(lines) == len(strategy_names()) * 2 * 2
     assert lines[0] == "strategy=contiguous,request_rate=1,prompt_len=16"
 
 

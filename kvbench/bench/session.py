@@ -1,0 +1,312 @@
+"""A benchmark session: what `kvbench run` and `kvbench simulate` do, as a library.
+
+`plan_session(options, kind)` expands the comma lists of `RunOptions` into one `RunConfig`
+per strategy × reserve × batching, builds every engine and workload and checks every request
+fits, so bad input fails before a file is written. `run_session(plan)` runs each
+configuration (`repeat` times), adds the fp8 `accuracy` section, writes the comparison files
+and the HTML reports, and returns the outcomes; printing is the caller's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvbench.bench.run_config import RunConfig
+from kvbench.bench.run_options import RunOptions, check_kind_name
+from kvbench.errors import KvbenchInputError
+
+if TYPE_CHECKING:
+    from kvbench.bench.runner import RunOutcome
+
+def split_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parse_slo(text: str | None) -> dict[str, float]:
+    """`ttft=500ms,tpot=50ms` -> {"ttft": 500.0, "tpot": 50.0} (milliseconds)."""
+    from kvbench.units import parse_duration_s
+
+    if not text:
+        return {}
+    slo: dict[str, float] = {}
+    for item in split_list(text):
+        key, sep, value = item.partition("=")
+        key = key.strip().removesuffix(".p99").removesuffix(".mean")
+        if not sep or key not in ("ttft", "tpot", "e2e"):
+            raise KvbenchInputError(
+                f"cannot read --slo item {item!r}: use ttft=500ms,tpot=50ms (or e2e=)"
+            )
+        slo[key] = parse_duration_s(value) * 1e3
+    return slo
+
+
+def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
+    """One `RunConfig` per strategy × reserve × batching in the comma lists."""
+    from kvbench.config import EngineConfig
+    from kvbench.strategies import strategy_entry, strategy_names
+    from kvbench.units import parse_rate
+    from kvbench.workloads import is_trace, parse_workload_params
+
+    check_kind_name(kind)
+    gpu = None
+    if kind == "simulate":
+        from kvbench.execution.gpus import GPU_PRESETS
+
+        gpu = options.gpu
+        if gpu not in GPU_PRESETS:
+            raise KvbenchInputError(f"unknown --gpu {gpu!r} (presets: {', '.join(GPU_PRESETS)})")
+    strategies = strategy_names() if options.strategy == "all" else split_list(options.strategy)
+    if not strategies:
+        raise KvbenchInputError("--strategy is empty")
+    for name in strategies:
+        strategy_entry(name)
+    workload_params = (
+        {} if is_trace(options.workload)
+        else parse_workload_params(options.workload, options.workload_params)
+    )
+    rate = parse_rate(options.request_rate)
+    slo_ms = parse_slo(options.slo)
+    dtype = options.dtype
+    if dtype == "auto":
+        from kvbench.execution.device import resolve_device, resolve_dtype
+
+        # As vLLM: bfloat16 on CUDA, float32 on the CPU; config.json records the result.
+        dtype = resolve_dtype("auto", resolve_device(options.device))
+    runs = []
+    for batching in split_list(options.batching):
+        for strategy in strategies:
+            reserves = split_list(options.reserve) if strategy == "contiguous" else ["max"]
+            for reserve in reserves:
+                engine = EngineConfig(
+                    model=options.model, strategy=strategy, batching=batching, reserve=reserve,
+                    block_size=options.block_size, dtype=dtype,
+                    kv_cache_dtype=options.kv_cache_dtype, kv_memory=options.kv_memory,
+                    gpu_memory_utilization=options.gpu_memory_utilization,
+                    max_num_seqs=options.max_num_seqs,
+                    max_num_batched_tokens=options.max_num_batched_tokens,
+                    max_model_len=options.max_model_len,
+                    chunked_prefill=options.chunked_prefill,
+                    temperature=options.temperature, seed=options.seed,
+                    kv_scale=options.kv_scale, device=options.device,
+                    attention_backend=options.attention_backend,
+                    cpu_threads=options.cpu_threads,
+                )
+                runs.append(RunConfig(
+                    engine=engine, workload=options.workload,
+                    num_requests=options.num_requests, workload_params=workload_params,
+                    request_rate=rate, burstiness=options.burstiness,
+                    max_concurrency=options.max_concurrency, warmup=options.warmup,
+                    slo_ms=dict(slo_ms), trace=options.trace,
+                    time_scale=options.time_scale, tokenizer=options.tokenizer,
+                    engine_kind="simulated" if kind == "simulate" else options.engine_kind,
+                    gpu=gpu,
+                ))
+    return runs
+
+
+def run_id(labels: list[str], workload: str, now: time.struct_time | None = None) -> str:
+    stem = Path(workload).stem if workload.endswith(".jsonl") else workload
+    what = labels[0] if len(labels) == 1 else "compare"
+    return f"{time.strftime('%Y%m%d-%H%M%S', now or time.localtime())}-{what}-{stem}"
+
+
+def unique_folder(root: Path, name: str) -> Path:
+    """`root/name`, or `root/name-2`, `-3`, ... when taken: a session never overwrites."""
+    folder = root / name
+    k = 2
+    while folder.exists():
+        folder = root / f"{name}-{k}"
+        k += 1
+    return folder
+
+
+@dataclass
+class SessionPlan:
+    """Checked runs with their engines built, and the folder they will write. A plan runs
+    once: `run_session` lets go of each engine when its run is done."""
+
+    runs: list[RunConfig]
+    labels: list[str]
+    prepared: list[Any]  # (BuiltEngine, WorkloadResult) per run
+    root: Path
+    repeat: int
+    warnings: list[str] = field(default_factory=list)
+    model_cache: dict = field(default_factory=dict)
+
+
+@dataclass
+class SessionResult:
+    root: Path
+    outcomes: list[RunOutcome]  # the first repeat of each configuration
+    repeats: list[dict[str, Any]]  # mean ± CI per configuration when repeat > 1
+
+    @property
+    def summaries(self) -> list[dict[str, Any]]:
+        return [o.summary for o in self.outcomes]
+
+
+def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
+    """Every input checked and every engine built; nothing written yet."""
+    from kvbench.bench.runner import prepare, strategy_label
+
+    runs = expand_runs(options, kind)
+    labels = [strategy_label(r) for r in runs]
+    if len(set(labels)) != len(labels):
+        raise KvbenchInputError("the same strategy is listed twice")
+    if options.repeat < 1:
+        raise KvbenchInputError("--repeat must be at least 1")
+    model_cache: dict = {}
+    prepared = [prepare(run, model_cache) for run in runs]
+    warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
+    root = unique_folder(Path(options.out), run_id(labels, options.workload))
+    return SessionPlan(runs, labels, prepared, root, options.repeat, warnings, model_cache)
+
+
+def run_session(
+    plan: SessionPlan,
+    *,
+    command: str = "",
+    show_progress: bool = False,
+    on_run_start: Callable[[str, int, int], None] | None = None,
+) -> SessionResult:
+    """Run the plan: `on_run_start(label, k, repeat)` before each run (k from 1)."""
+    from kvbench.bench.repeat import repeat_summary
+    from kvbench.bench.results import write_json
+    from kvbench.bench.runner import prepare, run_one
+
+    root, repeat, model_cache = plan.root, plan.repeat, plan.model_cache
+    outcomes: list[RunOutcome] = []
+    repeats: list[dict[str, Any]] = []
+    single = len(plan.runs) == 1
+    for i, (run, label) in enumerate(zip(plan.runs, plan.labels, strict=True)):
+        prep = plan.prepared[i]
+        plan.prepared[i] = None  # the engine's memory goes back once this run is done
+        requests = prep[1].requests  # the same on every repeat (seeded)
+        base = root if single else root / label
+        label_outcomes = []
+        for k in range(repeat):
+            if on_run_start is not None:
+                on_run_start(label, k + 1, repeat)
+            folder = base if repeat == 1 else base / f"rep-{k + 1}"
+            if k > 0:
+                prep = None  # one engine at a time
+                prep = prepare(run, model_cache)  # a fresh engine: identical configuration
+            label_outcomes.append(run_one(run, folder, show_progress=show_progress,
+                                          command=command, prepared=prep))
+        prep = None
+        add_accuracy_section(run, label_outcomes, requests, model_cache)
+        outcomes.append(label_outcomes[0])
+        if repeat > 1:
+            stats = repeat_summary([o.summary for o in label_outcomes])
+            write_json(base / "repeat.json", stats)
+            repeats.append(stats)
+    if not single:
+        write_comparison(root, outcomes)
+    write_reports(root, outcomes)
+    return SessionResult(root, outcomes, repeats)
+
+
+def is_fp8(run: RunConfig) -> bool:
+    from kvbench.config import is_fp8_cache
+
+    return run.engine.strategy == "fp8" or is_fp8_cache(run.engine.kv_cache_dtype)
+
+
+def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: list,
+                         model_cache: dict) -> None:
+    """fp8 runs of the model: agreement with the unquantized cache on the same requests and
+    the same KV budget, written into each outcome's `summary.json`.
+
+    The run's own engine must be gone (a GPU holds one engine at a time). Each folder is
+    marked incomplete while its summary lacks the section, so a sweep resumed after Ctrl-C
+    here runs the point again.
+    """
+    if run.engine_kind != "kvbench" or not outcomes or not is_fp8(run):
+        return
+    import gc
+
+    import torch
+
+    from kvbench.bench.fp8_accuracy import measure_fp8_accuracy
+    from kvbench.bench.results import ResultsFolder, write_json
+
+    folders = [ResultsFolder(o.folder) for o in outcomes]
+    for folder in folders:
+        folder.mark("running", "measuring fp8 accuracy")
+    try:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        accuracy = measure_fp8_accuracy(
+            run.engine, requests, kv_memory=outcomes[0].summary["memory"]["kv_budget_bytes"],
+            model_cache=model_cache,
+        )
+    except KeyboardInterrupt:
+        for folder in folders:
+            folder.mark("interrupted", "interrupted while measuring fp8 accuracy")
+        raise
+    except Exception as err:
+        for folder in folders:
+            folder.mark("failed", f"fp8 accuracy: {type(err).__name__}: {err}")
+        raise
+    for outcome, folder in zip(outcomes, folders, strict=True):
+        outcome.summary["accuracy"] = accuracy
+        write_json(outcome.folder / "summary.json", outcome.summary)
+        folder.complete()
+
+
+def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
+    """`comparison.json` (every summary) and `comparison.csv` (headline figures)."""
+    import pandas as pd
+
+    from kvbench.bench.results import write_csv, write_json
+
+    # Folders relative to `root`: with --repeat they are `<label>/rep-1`, not just a name.
+    write_json(root / "comparison.json", {
+        "runs": [{"label": o.label, "folder": o.folder.relative_to(root).as_posix()}
+                 for o in outcomes],
+        "summaries": [o.summary for o in outcomes],
+    })
+    rows = []
+    for o in outcomes:
+        s = o.summary
+        rows.append({
+            "label": o.label, "output_tok_s": s["throughput"].get("output_tok_s"),
+            "ttft_p50_ms": s["latency_ms"]["ttft"]["p50"],
+            "ttft_p99_ms": s["latency_ms"]["ttft"]["p99"],
+            "tpot_p50_ms": s["latency_ms"]["tpot"]["p50"],
+            "tpot_p99_ms": s["latency_ms"]["tpot"]["p99"],
+            "utilization_mean": s["memory"]["utilization_mean"],
+            "preemptions": s["scheduler"]["preemptions"],
+            "prefix_hit_rate": s["scheduler"]["prefix_hit_rate"],
+        })
+    write_csv(root / "comparison.csv", pd.DataFrame(rows))
+
+
+def write_reports(root: Path, outcomes: list[RunOutcome]) -> None:
+    """`report.html` in every run's folder, and one comparing them in `root`."""
+    from kvbench.report.writer import write_report
+
+    for o in outcomes:
+        write_report([o.folder], o.folder / "report.html")
+    if len(outcomes) > 1:
+        write_report([o.folder for o in outcomes], root / "report.html")
+
+
+__all__ = [
+    "SessionPlan",
+    "SessionResult",
+    "add_accuracy_section",
+    "expand_runs",
+    "is_fp8",
+    "parse_slo",
+    "plan_session",
+    "run_session",
+    "unique_folder",
+    "write_comparison",
+    "write_reports",
+]

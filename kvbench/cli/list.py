@@ -1,0 +1,45 @@
+"""`kvbench list`: what can be chosen (strategies, policies, workloads, model presets)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command(name="list")
+def list_command() -> None:
+    """Strategies, batching policies, workloads and model presets."""
+    from kvbench.models.presets import PRESETS
+    from kvbench.report.text_table import format_table
+    from kvbench.scheduling import describe_policies
+    from kvbench.strategies import describe_strategies
+    from kvbench.units import format_bytes
+    from kvbench.workloads import WORKLOADS
+
+    click.echo("strategies:")
+    for name, summary in describe_strategies():
+        click.echo(f"  {name:<12} {summary}")
+    click.echo("\nbatching policies:")
+    for name, summary in describe_policies():
+        click.echo(f"  {name:<12} {summary}")
+    click.echo("\nworkloads (parameters: --workload-param KEY=VALUE):")
+    for info in WORKLOADS.values():
+        params = ", ".join(f"{k}={v}" for k, v in info.params.items())
+        click.echo(f"  {info.name:<14} {info.summary}")
+        if params:
+            click.echo(f"  {'':<14} {params}")
+    click.echo("\nmodel presets:")
+    rows = []
+    for c in PRESETS.values():
+        rows.append([c.name, c.num_layers, c.hidden_size, f"{c.num_heads}/{c.num_kv_heads}",
+                     c.head_dim, _params(c.num_parameters()), c.max_position_embeddings,
+                     format_bytes(c.kv_bytes_per_token(2))])
+    click.echo(format_table(
+        ["preset", "layers", "hidden", "heads q/kv", "head dim", "params", "max len",
+         "KV/token bf16"], rows))
+
+
+def _params(count: int) -> str:
+    return f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.1f}M"
+
+
+__all__ = ["list_command"]

@@ -1,0 +1,67 @@
+"""`kvbench.bench.session`: what `kvbench run`/`simulate` do, called as a library."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvbench.bench.run_options import RunOptions
+from kvbench.bench.session import expand_runs, plan_session, run_session, unique_folder
+from kvbench.errors import KvbenchInputError
+from kvbench.report.runs import run_folders
+
+
+def test_comma_lists_expand_to_one_run_per_combination():
+    options = RunOptions(strategy="contiguous,paged", reserve="max,pow2",
+                         batching="continuous,static", slo="ttft=500ms")
+    runs = expand_runs(options)
+    # contiguous takes each reservation; paged reserves nothing, so one run per batching
+    assert [(r.engine.batching, r.engine.strategy, r.engine.reserve) for r in runs] == [
+        ("continuous", "contiguous", "max"), ("continuous", "contiguous", "pow2"),
+        ("continuous", "paged", "max"), ("static", "contiguous", "max"),
+        ("static", "contiguous", "pow2"), ("static", "paged", "max")]
+    assert all(r.slo_ms == {"ttft": 500.0} and r.engine_kind == "kvbench" for r in runs)
+
+
+def test_simulate_runs_on_the_gpu_preset_and_refuses_an_unknown_one():
+    (run,) = expand_runs(RunOptions.for_kind("simulate", gpu="l4"), "simulate")
+    assert (run.engine_kind, run.gpu, run.engine.device) == ("simulated", "l4", "cpu")
+    with pytest.raises(KvbenchInputError, match="unknown --gpu 'z80'"):
+        expand_runs(RunOptions.for_kind("simulate", gpu="z80"), "simulate")
+
+
+def test_unique_folder_never_reuses_a_name(tmp_path):
+    assert unique_folder(tmp_path, "a") == tmp_path / "a"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a-2").mkdir()
+    assert unique_folder(tmp_path, "a") == tmp_path / "a-3"
+
+
+def test_a_session_returns_its_results_and_prints_nothing(tmp_path, capsys):
+    options = RunOptions.for_kind(
+        "simulate", strategy="contiguous,paged", model="llama-2-7b", workload="sharegpt",
+        num_requests=12, warmup=0, repeat=2, out=str(tmp_path))
+    plan = plan_session(options, "simulate")
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # planning writes nothing
+    started = []
+    result = run_session(plan, on_run_start=lambda *args: started.append(args))
+    assert capsys.readouterr() == ("", "")
+    assert started == [("contiguous-max", 1, 2), ("contiguous-max", 2, 2), ("paged", 1, 2),
+                       ("paged", 2, 2)]
+    assert [s["label"] for s in result.summaries] == ["contiguous-max", "paged"]
+    assert len(result.repeats) == 2
+    root = result.root
+    assert root.parent == tmp_path and root.name.endswith("-compare-sharegpt")
+    assert (root / "comparison.csv").is_file() and (root / "report.html").is_file()
+    comparison = json.loads((root / "comparison.json").read_text())
+    assert [r["folder"] for r in comparison["runs"]] == ["contiguous-max/rep-1", "paged/rep-1"]
+    assert run_folders(root) == [root / "contiguous-max" / "rep-1", root / "paged" / "rep-1"]
+    assert (root / "paged" / "rep-2" / "summary.json").is_file()
+    assert (root / "paged" / "repeat.json").is_file()
+
+
+def test_bad_repeat_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(KvbenchInputError, match="--repeat must be at least 1"):
+        plan_session(RunOptions(repeat=0, out=str(tmp_path / "o")))
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,56 @@
+"""`kvbench --help` loads no heavy library, and the lazily listed commands are the real ones."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import click
+import pytest
+
+from kvbench.cli.app import COMMANDS, cli
+
+HEAVY = ("torch", "pandas", "numpy", "kvbench.bench.sweep")
+
+PROBE = """
+import contextlib, io, json, sys
+from kvbench.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(sys.argv[1:])
+print(json.dumps({"code": code, "help": out.getvalue(), "modules": sorted(sys.modules)}))
+"""
+
+
+def _help(*args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True,
+                          text=True, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_help_imports_no_torch_pandas_numpy_or_sweep_code():
+    result = _help("--help")
+    assert result["code"] == 0
+    for name in COMMANDS:
+        assert f"  {name} " in result["help"]
+    loaded = set(result["modules"])
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+@pytest.mark.parametrize("command", ["run", "simulate", "sweep"])
+def test_command_help_is_light_too(command):
+    result = _help(command, "--help")
+    assert result["code"] == 0 and "--strategy" in result["help"]
+    assert not set(result["modules"]) & set(HEAVY)
+
+
+def test_lazy_entries_are_the_commands_with_their_own_summaries():
+    for name, entry in COMMANDS.items():
+        command = entry.load()
+        assert command.name == name
+        listed = click.Command(name, help=entry.summary)
+        for width in (40, 80, 10_000):  # as `kvbench --help` shows it, at any terminal width
+            assert listed.get_short_help_str(width) == command.get_short_help_str(width), name
+    ctx = click.Context(cli)
+    assert cli.list_commands(ctx) == sorted(COMMANDS)
