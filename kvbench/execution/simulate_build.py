@@ -32,11 +32,9 @@ from kvbench.execution.build import (
 )
 from kvbench.execution.gpus import GPUSpec, get_gpu
 from kvbench.execution.kv_budget import kv_cache_torch_dtype, kv_element_bytes
-from kvbench.execution.simulated_executor import (
-    RooflineCostModel,
-    SimulatedClock,
-    SimulatedExecutor,
-)
+from kvbench.execution.kv_capacity import group_kv_capacity
+from kvbench.execution.simulated_executor import SimulatedClock, SimulatedExecutor
+from kvbench.execution.step_time import StepTimeModel
 from kvbench.models.config import ModelConfig
 from kvbench.models.loader import parse_dtype, resolve_model_config
 from kvbench.scheduling import SchedulerLimits, make_policy
@@ -88,7 +86,10 @@ def simulated_kv_budget_bytes(
 
 
 def build_simulated_engine(
-    config: EngineConfig, gpu: str | GPUSpec, start_s: float = 0.0
+    config: EngineConfig,
+    gpu: str | GPUSpec,
+    start_s: float = 0.0,
+    tensor_parallel_size: int = 1,
 ) -> BuiltEngine:
     """An engine whose executor is the cost model of `gpu`; its clock is `engine.clock`.
 
@@ -96,6 +97,8 @@ def build_simulated_engine(
     "simulated"; the GPU spec is `engine.executor.gpu`. Sampling is greedy whatever
     `config.temperature` says: token ids never matter with workload-fixed output lengths.
     """
+    # Nothing here is worth a second thread; torch's pool would only contend with the engine.
+    torch.set_num_threads(1)
     config = effective_config(config)
     spec = get_gpu(gpu)
     model_config = resolve_model_config(config.model)
@@ -105,14 +108,28 @@ def build_simulated_engine(
     kv_dtype = kv_cache_torch_dtype(config, dtype)
     kv_elem = kv_element_bytes(kv_dtype)
     bytes_per_slot = model_config.kv_bytes_per_token(kv_elem)
-    weights = model_config.num_parameters() * weight_bytes_per_param
-    activations = activation_bytes_estimate(
-        model_config, max_batched, config.max_num_seqs, weight_bytes_per_param
-    )
-    budget = simulated_kv_budget_bytes(config, spec, weights, activations)
+    if tensor_parallel_size == 1:
+        weights = model_config.num_parameters() * weight_bytes_per_param
+        activations = activation_bytes_estimate(
+            model_config, max_batched, config.max_num_seqs, weight_bytes_per_param
+        )
+        budget = simulated_kv_budget_bytes(config, spec, weights, activations)
+    else:
+        # Per GPU: a weight shard, activations of its head / column share (estimated as 1/N).
+        activations = activation_bytes_estimate(
+            model_config, max_batched, config.max_num_seqs, weight_bytes_per_param
+        ) // tensor_parallel_size
+        group = group_kv_capacity(
+            model_config, spec.memory_bytes, tensor_parallel_size,
+            config.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+            weight_bytes_per_param, kv_elem, activations,
+        )
+        budget = int(config.kv_memory) if config.kv_memory is not None else group.kv_budget_bytes
     strategy = strategy_for(config, arena_slots(budget, bytes_per_slot), max_model_len)
     clock = SimulatedClock(start_s)
-    cost_model = RooflineCostModel(model_config, spec, weight_bytes_per_param, kv_elem)
+    cost_model = StepTimeModel(
+        model_config, spec, weight_bytes_per_param, kv_elem, tensor_parallel_size
+    )
     executor = SimulatedExecutor(cost_model, clock)
     limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)
     policy = make_policy(config.batching, strategy, limits)
