@@ -168,7 +168,19 @@ def error_table(points: list[dict[str, str]]) -> list[tuple[str, str, int, float
             for (g, op), e in sorted(groups.items())]
 
 
-def step_table(points: list[dict[str, str]]) -> list[tuple[str, float, float]]:
+def old_roofline_layer_ms(sm: StepTimeModel, query_lens: list[int], seq_lens: list[int]) -> float:
+    """kvbench's model before the step-time model, per layer and per GPU, without its 1 ms:
+    max(FLOPs / (peak x 0.5), bytes / (bandwidth x 0.8)), new tokens' KV counted twice."""
+    gpu = sm.gpu
+    tokens = sum(query_lens)
+    pairs = sum(q * (s - q) + q * (q + 1) // 2 for q, s in zip(query_lens, seq_lens, strict=True))
+    weights = sum(k * n for k, n in sm.layer_gemms)
+    flops = 2 * tokens * weights + sm.attention_flops_per_pair * pairs
+    moved = weights * 2 + sm.kv_layer_token_bytes * (sum(seq_lens) + tokens)
+    return max(flops / (gpu.peak_flops(2) * 0.5), moved / (gpu.hbm_bandwidth_bytes_s * 0.8)) * 1e3
+
+
+def step_table(points: list[dict[str, str]]) -> list[tuple[str, float, float, float]]:
     """Llama-2-70B, TP 2, A100: whole layers, sum of the measured ops vs the model's layer."""
     idx = {(r["op"], r["tokens"], r["batch"], r["context"], r["tp"], r["model"], r["gpu"],
             r["bytes"], r["workers"]): float(r["ms"]) for r in points}
@@ -195,7 +207,8 @@ def step_table(points: list[dict[str, str]]) -> list[tuple[str, float, float]]:
         modelled -= cost.parts_ms()["elementwise"] / 80 - modelled_ms(
             {"op": "elementwise", "gpu": "a100-80gb", "model": "llama-2-70b", "tp": "2",
              "tokens": str(b)}, gpu.constants)
-        out.append((f"decode {b} x {ctx}", measured, modelled))
+        old = old_roofline_layer_ms(sm, [1] * b, [ctx] * b)
+        out.append((f"decode {b} x {ctx}", measured, modelled, old))
     for t in (512, 2048):
         ops = [get(op, tokens=t, tp="2") for op in (*GEMM_OPS, "elementwise")]
         att = get("attn_prefill", tokens=t, ctx=t)
@@ -209,7 +222,8 @@ def step_table(points: list[dict[str, str]]) -> list[tuple[str, float, float]]:
         modelled -= cost.parts_ms()["elementwise"] / 80 - modelled_ms(
             {"op": "elementwise", "gpu": "a100-80gb", "model": "llama-2-70b", "tp": "2",
              "tokens": str(t)}, gpu.constants)
-        out.append((f"prefill {t}", measured, modelled))
+        old = old_roofline_layer_ms(sm, [t], [t])
+        out.append((f"prefill {t}", measured, modelled, old))
     return out
 
 
@@ -315,10 +329,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {g} | {op} | {n} | {mean:.1%} | {worst:.1%} |")
     print()
     print("Llama-2-70B, tensor parallel 2, A100-80GB: one decoder layer (ms)")
-    print("| step | measured ops | model | error |")
-    print("|------|-------------:|------:|------:|")
-    for name, measured, model in step_table(points):
-        print(f"| {name} | {measured:.3f} | {model:.3f} | {model / measured - 1:+.1%} |")
+    print("| step | measured ops | model | error | old roofline | its error |")
+    print("|------|-------------:|------:|------:|-------------:|----------:|")
+    for name, measured, model, old in step_table(points):
+        print(f"| {name} | {measured:.3f} | {model:.3f} | {model / measured - 1:+.1%} "
+              f"| {old:.3f} | {old / measured - 1:+.1%} |")
     if args.fit:
         for g in GPUS.values():
             print(f"\nfitted {g}: {fit(points, g).to_dict()}")
