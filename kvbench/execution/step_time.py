@@ -243,9 +243,54 @@ class StepTimeModel:
             (h, 2 * self.inter),  # gate + up
             (self.inter, h),  # down
         )
+        self.layer_weights = sum(k * n for k, n in self.layer_gemms)
         self.weight_bytes = weight_element_bytes * (
-            model.num_layers * sum(k * n for k, n in self.layer_gemms) + h * self.vocab
+            model.num_layers * self.layer_weights + h * self.vocab
         )
+        # Matmuls are FLOP-bound from this many tokens on (2 T / (peak x eff(T)) >= w / (bw x e)).
+        c = gpu.constants
+        self.compute_bound_tokens = next(
+            (t for t in range(1, 1 << 20)
+             if 2.0 * t / (self.hw.peak_flops * c.gemm_peak_efficiency * t
+                           / (t + c.gemm_half_tokens))
+             >= weight_element_bytes / (gpu.hbm_bandwidth_bytes_s * c.gemm_bandwidth_efficiency)),
+            1 << 20,
+        )
+        self._by_tokens: dict[int, tuple[float, float, float, float, float]] = {}
+        self._by_rows: dict[int, float] = {}
+
+    def _token_parts(self, tokens: int) -> tuple[float, float, float, float, float]:
+        """Parts that depend only on the step's token count (memoized: steps repeat sizes)."""
+        cached = self._by_tokens.get(tokens)
+        if cached is not None:
+            return cached
+        c, hw, m = self.gpu.constants, self.hw, self.model
+        ab = wb = self.weight_element_bytes
+        h = m.hidden_size
+        gemm = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.layer_gemms)
+        # Two RMS norms (read + write h), rope on q and k, the gated activation (read 2I,
+        # write I), the residual add (read 2h, write h).
+        elt_bytes = tokens * ab * (4 * h + 2 * (self.q_dim + self.kv_dim) + 3 * self.inter + 3 * h)
+        elt = elementwise_s(c, hw, 5, elt_bytes) if tokens else 0.0
+        kv_write = elementwise_s(c, hw, 1, tokens * self.kv_layer_token_bytes) if tokens else 0.0
+        ar = 0.0
+        if self.tensor_parallel_size > 1 and tokens:
+            ar = 2 * hw.interconnect.all_reduce_s(tokens * h * ab, self.tensor_parallel_size)
+        # the embedding gather and the final norm, once per step
+        outer = elementwise_s(c, hw, 2, tokens * h * ab * 3) if tokens else 0.0
+        result = (gemm, elt, kv_write, ar, outer)
+        if len(self._by_tokens) < 65536:
+            self._by_tokens[tokens] = result
+        return result
+
+    def _lm_head(self, rows: int) -> float:
+        cached = self._by_rows.get(rows)
+        if cached is None:
+            cached = gemm_s(self.gpu.constants, self.hw, rows, self.model.hidden_size,
+                            self.vocab, self.weight_element_bytes, self.weight_element_bytes)
+            if len(self._by_rows) < 65536:
+                self._by_rows[rows] = cached
+        return cached
 
     def cost(
         self,
@@ -254,73 +299,55 @@ class StepTimeModel:
         num_sample_rows: int,
         num_copied_slots: int = 0,
     ) -> StepTime:
-        c, hw, m = self.gpu.constants, self.hw, self.model
-        wb = ab = self.weight_element_bytes
-        L, h = m.num_layers, m.hidden_size
+        c, hw = self.gpu.constants, self.hw
+        L = self.model.num_layers
         tokens = sum(query_lens)
-        decode_batch = decode_context = 0
-        prefill_tokens = 0
-        pairs = 0
-        for q, s in zip(query_lens, seq_lens, strict=True):
-            if q == 1:
-                decode_batch += 1
-                decode_context += s
-            else:
-                prefill_tokens += q
-                pairs += q * (s - q) + q * (q + 1) // 2
-        prefill_context = sum(s for q, s in zip(query_lens, seq_lens, strict=True) if q != 1)
-
-        gemm = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.layer_gemms)
+        if tokens == len(query_lens):  # decodes only: every q is 1
+            decode_batch, decode_context = tokens, sum(seq_lens)
+            prefill_tokens = pairs = prefill_context = 0
+        else:
+            decode_batch = decode_context = prefill_tokens = pairs = prefill_context = 0
+            for q, s in zip(query_lens, seq_lens, strict=True):
+                if q == 1:
+                    decode_batch += 1
+                    decode_context += s
+                else:
+                    prefill_tokens += q
+                    prefill_context += s
+                    pairs += q * (s - q) + q * (q + 1) // 2
+        gemm, elt, kv_write, ar, outer = self._token_parts(tokens)
         att_dec = attention_decode_s(
             c, hw, decode_batch, decode_context * self.kv_layer_token_bytes
         )
-        att_pf = attention_prefill_s(
-            c, hw, prefill_tokens, self.attention_flops_per_pair * pairs
-        ) + (prefill_context * self.kv_layer_token_bytes / hw.hbm_bandwidth_bytes_s
-             if prefill_tokens else 0.0)
-        # Two RMS norms (read + write h), rope on q and k, the gated activation (read 2I,
-        # write I), the residual add (read 2h, write h).
-        elt_bytes = tokens * ab * (
-            4 * h + 2 * (self.q_dim + self.kv_dim) + 3 * self.inter + 3 * h
-        )
-        elt = elementwise_s(c, hw, 5, elt_bytes) if tokens else 0.0
-        kv_write = elementwise_s(c, hw, 1, tokens * self.kv_layer_token_bytes) if tokens else 0.0
-        ar = 0.0
-        if self.tensor_parallel_size > 1 and tokens:
-            ar = 2 * hw.interconnect.all_reduce_s(tokens * h * ab, self.tensor_parallel_size)
+        att_pf = 0.0
+        if prefill_tokens:
+            att_pf = attention_prefill_s(
+                c, hw, prefill_tokens, self.attention_flops_per_pair * pairs
+            ) + prefill_context * self.kv_layer_token_bytes / hw.hbm_bandwidth_bytes_s
         layer = gemm + att_dec + att_pf + elt + kv_write + ar
-        floor = max(0.0, c.layer_floor_s - layer)
+        floor = c.layer_floor_s - layer if c.layer_floor_s > layer else 0.0
         parts = {
             "gemm": L * gemm,
             "attention_decode": L * att_dec,
             "attention_prefill": L * att_pf,
-            "elementwise": L * elt + (elementwise_s(c, hw, 2, tokens * h * ab * 3) if tokens else 0.0),
+            "elementwise": L * elt + outer,
             "kv_write": L * kv_write,
             "all_reduce": L * ar,
             "layer_floor": L * floor,
-            "lm_head": gemm_s(c, hw, num_sample_rows, h, self.vocab, wb, ab),
-            "kv_copy": elementwise_s(
-                c, hw, 1 if num_copied_slots else 0,
-                2 * num_copied_slots * self.kv_bytes_per_token,
-            ),
+            "lm_head": self._lm_head(num_sample_rows),
+            "kv_copy": elementwise_s(c, hw, 1, 2 * num_copied_slots * self.kv_bytes_per_token)
+            if num_copied_slots else 0.0,
             "cpu_overhead": c.cpu_overhead_s,
         }
         flops = (
-            2.0 * tokens * L * sum(k * n for k, n in self.layer_gemms)
-            + 2.0 * num_sample_rows * h * self.vocab
+            2.0 * tokens * self.layer_weights * L
+            + 2.0 * num_sample_rows * self.model.hidden_size * self.vocab
             + L * self.attention_flops_per_pair * (pairs + decode_context)
         )
-        moved = (
-            self.weight_bytes
-            + (decode_context + prefill_context + tokens + 2 * num_copied_slots)
-            * self.kv_bytes_per_token
-        )
-        eff = c.gemm_peak_efficiency * tokens / (tokens + c.gemm_half_tokens) if tokens else 1.0
-        compute_bound = tokens > 0 and (
-            2.0 * tokens / (hw.peak_flops * eff)
-            >= wb / (hw.hbm_bandwidth_bytes_s * c.gemm_bandwidth_efficiency)
-        )
-        return StepTime(parts, flops, float(moved), compute_bound)
+        moved = self.weight_bytes + (
+            decode_context + prefill_context + tokens + 2 * num_copied_slots
+        ) * self.kv_bytes_per_token
+        return StepTime(parts, flops, float(moved), tokens >= self.compute_bound_tokens)
 
 
 def check_tensor_parallel(model: ModelConfig, tp: int) -> None:
