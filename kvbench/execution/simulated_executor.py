@@ -12,9 +12,9 @@ directly); `execute` still returns `[rows, 1]` zero logits for callers that samp
 The clock: the simulated clock advances only by modelled time, inside `execute`. The
 engine's own work (scheduling, layout, memory split) takes wall time that is *not* added:
 that wall time is the simulator's cost, not the GPU's. The modelled per-step overhead
-(`step_overhead_s`) stands for a real server's scheduling and launch cost and is part of the
-advance in `execute`, so in `steps.csv` a simulated step's `step_ms` equals its modelled time
-and `overhead_ms` is 0.
+(`cpu_overhead_s` of the GPU's constants) stands for a real server's scheduling and launch
+cost and is part of the advance in `execute`, so in `steps.csv` a simulated step's `step_ms`
+equals its modelled time and `overhead_ms` is 0.
 """
 
 from __future__ import annotations
