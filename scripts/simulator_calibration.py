@@ -295,17 +295,17 @@ def fit(points: list[dict[str, str]], gpu_name: str) -> StepTimeConstants:
     return c
 
 
-def fit_interconnect(points: list[dict[str, str]], gpu_name: str) -> tuple[float, float]:
+def fit_interconnect(points: list[dict[str, str]], gpu_name: str) -> tuple[float, float, float]:
     rows = [r for r in points if r["gpu"] == gpu_name and r["op"] == "all_reduce"
-            and int(r["bytes"]) >= 131072]
+            and int(r["bytes"]) >= 16384]
     feats, ms = [], []
     for r in rows:
         n, size = int(r["workers"]), float(r["bytes"])
         steps = 2 * (n - 1)
-        feats.append([steps / n * size / 1e9 * 1e3, steps * 1e-6 * 1e3])
+        feats.append([steps / n * size / 1e9 * 1e3, steps * 1e-6 * 1e3, 1e-6 * 1e3])
         ms.append(float(r["ms"]))
-    inv_gbs, lat_us = _rel_lstsq(feats, ms)
-    return 1e9 / inv_gbs, lat_us * 1e-6
+    inv_gbs, lat_us, call_us = _rel_lstsq(feats, ms)
+    return 1e9 / inv_gbs, lat_us * 1e-6, call_us * 1e-6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,9 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         for g in GPUS.values():
             print(f"\nfitted {g}: {fit(points, g).to_dict()}")
-            bw, lat = fit_interconnect(points, g)
+            bw, lat, call = fit_interconnect(points, g)
             print(f"fitted {g} interconnect: {bw / 1e9:.0f} GB/s bus bandwidth, "
-                  f"{lat * 1e6:.2f} us per hop")
+                  f"{lat * 1e6:.2f} us per hop, {call * 1e6:.2f} us per call")
     return 0
 
 

@@ -11,7 +11,8 @@ fp8 = 624                         # optional
 [interconnect]                    # optional: needed for --tensor-parallel-size > 1
 preset = "nvlink3"                # nvlink3 | nvlink4 | pcie4 | pcie5, or:
 bandwidth_gb_s = 139              # ring all-reduce bus bandwidth
-hop_latency_us = 3.3
+hop_latency_us = 0.0              # per ring step
+call_latency_us = 31              # per all-reduce
 [efficiency]                      # optional: any StepTimeConstants field (seconds, fractions)
 gemm_peak_efficiency = 0.75
 cpu_overhead_s = 0.001
@@ -78,8 +79,8 @@ def gpu_spec_from_dict(data: dict[str, Any], where: str, default_name: str = "cu
         spec = data["interconnect"]
         if not isinstance(spec, dict):
             raise KvbenchInputError(f"{where}: [interconnect] must be a table")
-        _unknown(set(spec), {"preset", "bandwidth_gb_s", "hop_latency_us"}, "[interconnect]",
-                 where)
+        _unknown(set(spec), {"preset", "bandwidth_gb_s", "hop_latency_us", "call_latency_us"},
+                 "[interconnect]", where)
         if "preset" in spec:
             if spec["preset"] not in INTERCONNECTS:
                 raise KvbenchInputError(
@@ -87,7 +88,7 @@ def gpu_spec_from_dict(data: dict[str, Any], where: str, default_name: str = "cu
                     f"(choose from {', '.join(INTERCONNECTS)})"
                 )
             link = INTERCONNECTS[spec["preset"]]
-        if "bandwidth_gb_s" in spec or "hop_latency_us" in spec:
+        if {"bandwidth_gb_s", "hop_latency_us", "call_latency_us"} & set(spec):
             base = link or Interconnect("custom", 1.0, 0.0)
             bw = spec.get("bandwidth_gb_s")
             link = Interconnect(
@@ -95,6 +96,7 @@ def gpu_spec_from_dict(data: dict[str, Any], where: str, default_name: str = "cu
                 _number(bw, "interconnect.bandwidth_gb_s", where) * 1e9
                 if bw is not None else base.bandwidth_bytes_s,
                 float(spec.get("hop_latency_us", base.hop_latency_s * 1e6)) * 1e-6,
+                float(spec.get("call_latency_us", base.call_latency_s * 1e6)) * 1e-6,
             )
             if bw is None and link.bandwidth_bytes_s == 1.0:
                 raise KvbenchInputError(f"{where}: [interconnect] needs bandwidth_gb_s or preset")

@@ -45,12 +45,15 @@ GIGA = 10**9
 US = 1e-6
 
 # Ring all-reduce links. NVLink figures: fitted on Vidur's NCCL all-reduce profiles inside a
-# DGX node, 128 KiB to 64 MiB, 2/4/8 GPUs (scripts/simulator_calibration.py --fit).
-NVLINK3 = Interconnect("nvlink3", 139 * GIGA, 3.3 * US)  # A100 SXM: 600 GB/s both ways
-NVLINK4 = Interconnect("nvlink4", 319 * GIGA, 2.9 * US)  # H100/H200 SXM: 900 GB/s both ways
-# PCIe: 80% of one direction of a x16 link (Gen4 32 GB/s, Gen5 64 GB/s), through the host.
-PCIE4 = Interconnect("pcie4", 25.6 * GIGA, 10 * US)
-PCIE5 = Interconnect("pcie5", 51.2 * GIGA, 10 * US)
+# DGX node, 16 KiB to 64 MiB, 2/4/8 GPUs (scripts/simulator_calibration.py --fit): bus
+# bandwidth, latency per ring step, fixed cost per call (NCCL through torch.distributed,
+# no CUDA graphs: a custom all-reduce in a graph-captured engine pays less per call).
+NVLINK3 = Interconnect("nvlink3", 149 * GIGA, 0.0, 31 * US)  # A100 SXM: 600 GB/s both ways
+NVLINK4 = Interconnect("nvlink4", 342 * GIGA, 1.3 * US, 17 * US)  # H100/H200: 900 GB/s
+# PCIe: 80% of one direction of a x16 link (Gen4 32 GB/s, Gen5 64 GB/s), through the host;
+# latencies: NVLink 3's call cost plus 10 us per ring step (not measured here).
+PCIE4 = Interconnect("pcie4", 25.6 * GIGA, 10 * US, 31 * US)
+PCIE5 = Interconnect("pcie5", 51.2 * GIGA, 10 * US, 31 * US)
 INTERCONNECTS = {link.name: link for link in (NVLINK3, NVLINK4, PCIE4, PCIE5)}
 
 # Fitted on Vidur's A100-80GB profiles (Llama-2-7B/70B matmuls and elementwise ops at TP 1-4,

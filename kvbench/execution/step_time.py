@@ -20,7 +20,7 @@ against measured kernel profiles; `docs/simulator.md` tables their sources and e
     attention_decode    = floor + per_seq x B + KV bytes read / (bw x e_dec)
     attention_prefill   = floor + per_token x Tp + 4 x heads x head_dim x pairs / (peak x e_pf)
     elementwise / KV    = kernels x floor + bytes / (bw x e_elt)
-    all_reduce(bytes)   = 2 (N-1)/N x bytes / link bandwidth + 2 (N-1) x hop latency
+    all_reduce(bytes)   = call + 2 (N-1)/N x bytes / link bandwidth + 2 (N-1) x hop latency
 
 `w` and `a` are bytes per weight and per activation; `pairs` counts query-key pairs under the
 causal mask. New tokens' KV is written once (kv_write) and read by attention as part of the
@@ -80,14 +80,16 @@ class StepTimeConstants:
 
 @dataclass(frozen=True)
 class Interconnect:
-    """The link of a tensor-parallel group: bus bandwidth of a ring all-reduce and a hop latency."""
+    """The link of a tensor-parallel group: bus bandwidth of a ring all-reduce, a latency per
+    ring step and a fixed cost per collective (kernel launch and synchronisation)."""
 
     name: str
     bandwidth_bytes_s: float  # achieved ring bus bandwidth per GPU (NCCL's "busbw")
     hop_latency_s: float
+    call_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.bandwidth_bytes_s <= 0 or self.hop_latency_s < 0:
+        if self.bandwidth_bytes_s <= 0 or self.hop_latency_s < 0 or self.call_latency_s < 0:
             raise KvbenchInputError(
                 f"interconnect {self.name}: bandwidth must be > 0 and latency >= 0"
             )
@@ -97,13 +99,18 @@ class Interconnect:
         if num_gpus <= 1:
             return 0.0
         steps = 2 * (num_gpus - 1)
-        return steps / num_gpus * num_bytes / self.bandwidth_bytes_s + steps * self.hop_latency_s
+        return (
+            self.call_latency_s
+            + steps / num_gpus * num_bytes / self.bandwidth_bytes_s
+            + steps * self.hop_latency_s
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
             "bandwidth_bytes_s": self.bandwidth_bytes_s,
             "hop_latency_s": self.hop_latency_s,
+            "call_latency_s": self.call_latency_s,
         }
 
 

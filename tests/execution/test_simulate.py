@@ -120,8 +120,9 @@ def test_tensor_parallel_splits_work_and_adds_all_reduce():
     assert d1.parts["all_reduce"] == 0 and d4.parts["all_reduce"] > 0
     assert d4.parts["gemm"] < d1.parts["gemm"] / 3
     link = get_gpu("h100-80gb").interconnect
-    # ring: 2 (N-1)/N x bytes / bandwidth + 2 (N-1) hops, twice per layer
-    per = 2 * 3 / 4 * 32 * 8192 * 2 / link.bandwidth_bytes_s + 6 * link.hop_latency_s
+    # ring: a call, 2 (N-1)/N x bytes / bandwidth, 2 (N-1) hops; twice per layer
+    per = (link.call_latency_s + 2 * 3 / 4 * 32 * 8192 * 2 / link.bandwidth_bytes_s
+           + 6 * link.hop_latency_s)
     assert d4.parts["all_reduce"] == pytest.approx(80 * 2 * per)
     with pytest.raises(KvbenchInputError, match="does not divide"):
         StepTimeModel(model, get_gpu("h100-80gb"), 2, 2, 3)
