@@ -47,6 +47,8 @@ class EngineConfig:
     # CPU only. One thread by default: the tiny model's matrices are too small to gain from
     # more, and spinning OpenMP threads make timings erratic on a shared machine.
     cpu_threads: int = 1
+    # Simulation: GPUs in one tensor-parallel group (weights, KV heads and FLOPs split N ways).
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         if self.kv_memory is not None:
@@ -57,6 +59,8 @@ class EngineConfig:
             raise KvbenchInputError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise KvbenchInputError("--gpu-memory-utilization must be in (0, 1]")
+        if self.tensor_parallel_size < 1:
+            raise KvbenchInputError("--tensor-parallel-size must be at least 1")
         if self.cpu_threads < 1:
             raise KvbenchInputError("--cpu-threads must be at least 1")
         if self.temperature < 0:

@@ -114,6 +114,11 @@ class RunOptions:
     gpu: str | None = _option(
         None, "GPU preset: a100-40gb, a100-80gb, h100-80gb, h200, l4, rtx-4090",
         kinds=("simulate",), kind_defaults={"simulate": "a100-80gb"})
+    gpu_spec: str | None = _option(
+        None, "a GPU described in a TOML file (docs/simulator.md); replaces --gpu",
+        kinds=("simulate",), metavar="FILE.toml", show_default=False)
+    tensor_parallel_size: int = _option(
+        1, "GPUs in one tensor-parallel group (as vLLM's -tp)", kinds=("simulate",))
 
     @classmethod
     def for_kind(cls, kind: str, **values: Any) -> RunOptions:

@@ -54,11 +54,14 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
     check_kind_name(kind)
     gpu = None
     if kind == "simulate":
-        from kvbench.execution.gpus import GPU_PRESETS
+        from kvbench.execution.gpus import GPU_PRESETS, get_gpu
 
-        gpu = options.gpu
-        if gpu not in GPU_PRESETS:
+        gpu = options.gpu_spec or options.gpu
+        if options.gpu_spec is not None and not options.gpu_spec.endswith(".toml"):
+            raise KvbenchInputError(f"--gpu-spec {options.gpu_spec!r}: expected a .toml file")
+        if options.gpu_spec is None and gpu not in GPU_PRESETS:
             raise KvbenchInputError(f"unknown --gpu {gpu!r} (presets: {', '.join(GPU_PRESETS)})")
+        get_gpu(gpu)  # a bad --gpu-spec file fails before anything runs
     strategies = strategy_names() if options.strategy == "all" else split_list(options.strategy)
     if not strategies:
         raise KvbenchInputError("--strategy is empty")
@@ -94,6 +97,7 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
                     kv_scale=options.kv_scale, device=options.device,
                     attention_backend=options.attention_backend,
                     cpu_threads=options.cpu_threads,
+                    tensor_parallel_size=options.tensor_parallel_size,
                 )
                 runs.append(RunConfig(
                     engine=engine, workload=options.workload,

@@ -1,4 +1,8 @@
-"""`kvbench estimate`: KV-cache sizing arithmetic, exact and explained (no model is run)."""
+"""`kvbench estimate`: KV-cache sizing arithmetic, exact and explained, and modelled step times.
+
+`--step decode:BxCTX` / `--step prefill:TOKENS` prints the simulator's modelled time of each
+step and its parts on `--gpu` (or `--gpu-spec FILE.toml`) x `--tensor-parallel-size`.
+Nothing is run."""
 
 from __future__ import annotations
 
@@ -8,7 +12,14 @@ from typing import Any
 
 import click
 
-from kvbench.bench.estimate import DEFAULT_BLOCK_SIZE, estimate_kv, format_estimate
+from kvbench.bench.estimate import (
+    DEFAULT_BLOCK_SIZE,
+    estimate_kv,
+    estimate_steps,
+    format_estimate,
+    format_steps,
+    parse_step,
+)
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.presets import PRESETS, get_preset
@@ -49,6 +60,7 @@ def _parse_pair(text: str) -> tuple[str, str]:
         "KV-cache sizing arithmetic, exact and explained: bytes per token, per request and in "
         "total, the KV budget left next to the weights, and how many requests fit per strategy "
         "(contiguous reserving the max model length vs paged at the mean length). "
+        "With --step: the simulator's modelled time of each step, part by part. "
         "Nothing is run."
     ),
 )
@@ -141,6 +153,20 @@ def _parse_pair(text: str) -> tuple[str, str]:
     help="Effective capacity of the KV budget at two KV utilizations "
     "(token bytes / held bytes), e.g. 0.4,0.9: how many times more KV fits.",
 )
+@click.option(
+    "--step",
+    "steps",
+    multiple=True,
+    metavar="decode:BxCTX|prefill:TOKENS",
+    help="Print the modelled time of this step (repeatable), e.g. decode:32x1024 "
+    "(32 sequences at 1,024 tokens) or prefill:2048. Needs --model.",
+)
+@click.option("--gpu", "gpu", default="a100-80gb", show_default=True,
+              help="GPU preset for --step.")
+@click.option("--gpu-spec", "gpu_spec", metavar="FILE.toml",
+              help="Your own GPU for --step (see docs/simulator.md), instead of --gpu.")
+@click.option("--tensor-parallel-size", "-tp", "tensor_parallel_size", type=int, default=1,
+              show_default=True, help="GPUs the model is split over, for --step.")
 @click.option("--json", "as_json", is_flag=True, help="Print only JSON (for scripts).")
 def estimate_command(
     model: str | None,
@@ -159,8 +185,28 @@ def estimate_command(
     weights_memory: str | None,
     kv_memory: str | None,
     compare_kv_utilization: str | None,
+    steps: tuple[str, ...],
+    gpu: str,
+    gpu_spec: str | None,
+    tensor_parallel_size: int,
     as_json: bool,
 ) -> None:
+    if steps:
+        try:
+            if model is None:
+                raise KvbenchInputError("--step needs --model (a preset or a folder)")
+            result = estimate_steps(
+                load_model_shape(model),
+                gpu_spec if gpu_spec is not None else gpu,
+                [parse_step(s) for s in steps],
+                tensor_parallel_size=tensor_parallel_size,
+                dtype=dtype,
+                kv_cache_dtype=kv_cache_dtype,
+            )
+        except KvbenchInputError as exc:
+            raise click.UsageError(str(exc)) from None
+        click.echo(json.dumps(result, indent=2) if as_json else format_steps(result))
+        return
     try:
         kwargs: dict[str, Any] = dict(
             num_layers=num_layers,

@@ -24,13 +24,11 @@ from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.build import BuildContext, BuiltEngine, ExecutorFactory, build_engine
 from kvbench.execution.gpus import GPUSpec, get_gpu
-from kvbench.execution.kv_budget import kv_element_bytes
+from kvbench.execution.kv_budget import kv_cache_torch_dtype, kv_element_bytes
+from kvbench.execution.kv_capacity import group_kv_capacity
 from kvbench.execution.memory_check import activation_bytes_estimate
-from kvbench.execution.simulated_executor import (
-    RooflineCostModel,
-    SimulatedClock,
-    SimulatedExecutor,
-)
+from kvbench.execution.simulated_executor import SimulatedClock, SimulatedExecutor
+from kvbench.execution.step_time import StepTimeModel
 from kvbench.models.loader import parse_dtype, resolve_model_config
 from kvbench.units import format_bytes
 
@@ -61,11 +59,13 @@ def simulated_kv_budget_bytes(
 
 
 class SimulatedExecutors(ExecutorFactory):
-    """The cost model of `gpu`; the engine's clock is the simulated one (`engine.clock`).
+    """The step-time model of `gpu`; the engine's clock is the simulated one (`engine.clock`).
 
     `BuiltEngine.device` is `meta` (nothing is allocated anywhere) and `backend` is
     "simulated"; the GPU spec is `engine.executor.gpu`. Sampling is greedy whatever
     `config.temperature` says: token ids never matter with workload-fixed output lengths.
+    With `config.tensor_parallel_size` N > 1 the KV budget is one GPU's and the step time
+    includes the all-reduces of an N-GPU group (docs/simulator.md).
     """
 
     def __init__(self, gpu: str | GPUSpec = "a100-80gb", start_s: float = 0.0) -> None:
@@ -74,6 +74,8 @@ class SimulatedExecutors(ExecutorFactory):
 
     def load(self, config: EngineConfig, context: BuildContext):
         get_gpu(self.gpu)  # an unknown preset fails before anything else
+        # Nothing here is worth a second thread; torch's pool would only contend with the engine.
+        torch.set_num_threads(1)
         return torch.device("meta"), None, resolve_model_config(config.model)
 
     @staticmethod
@@ -82,19 +84,30 @@ class SimulatedExecutors(ExecutorFactory):
 
     def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
         per_param = self._weight_bytes_per_param(config)
-        weights = model_config.num_parameters() * per_param
         activations = activation_bytes_estimate(
             model_config, max_batched_tokens, config.max_num_seqs, per_param
         )
-        return simulated_kv_budget_bytes(config, get_gpu(self.gpu), weights, activations)
+        spec = get_gpu(self.gpu)
+        tp = config.tensor_parallel_size
+        if tp == 1:
+            weights = model_config.num_parameters() * per_param
+            return simulated_kv_budget_bytes(config, spec, weights, activations)
+        # Per GPU: a weight shard, activations of its head / column share (estimated as 1/N).
+        kv_elem = kv_element_bytes(kv_cache_torch_dtype(config, parse_dtype(config.dtype)))
+        group = group_kv_capacity(
+            model_config, spec.memory_bytes, tp,
+            config.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+            per_param, kv_elem, activations // tp,
+        )
+        return int(config.kv_memory) if config.kv_memory is not None else group.kv_budget_bytes
 
     def clock(self, context: BuildContext) -> SimulatedClock:
         return SimulatedClock(self.start_s)
 
     def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
-        cost_model = RooflineCostModel(model_config, get_gpu(self.gpu),
-                                       self._weight_bytes_per_param(config),
-                                       kv_element_bytes(kv_dtype))
+        cost_model = StepTimeModel(model_config, get_gpu(self.gpu),
+                                   self._weight_bytes_per_param(config),
+                                   kv_element_bytes(kv_dtype), config.tensor_parallel_size)
         return SimulatedExecutor(cost_model, clock)
 
     def backend(self, config: EngineConfig, device: torch.device) -> str:

@@ -1,48 +1,30 @@
-"""`SimulatedExecutor`: the model replaced by a roofline cost model of a GPU; only the clock is modelled.
+"""`SimulatedExecutor`: the model replaced by a step-time model of a GPU; only the clock is modelled.
 
 The engine, strategies and batching policies run unchanged: admission, preemption, memory
 split and queueing are the real code's. `execute` computes nothing; it advances a
 `SimulatedClock` by the modelled time of the step and returns placeholder logits.
 
-Cost of one step (all sequences of the batch together), in `RooflineCostModel.cost`:
-
-    FLOPs  = 2 x P_dense x T                       matmuls of every layer, T = tokens in the step
-           + 2 x hidden x vocab x R                LM head, R = rows sampled
-           + 4 x layers x heads x head_dim x A     attention: QK^T and PV
-    A      = sum over sequences of q x (s - q) + q x (q + 1) / 2
-                                                   query-key pairs under the causal mask
-                                                   (q = query_lens[i], s = seq_lens[i])
-    bytes  = W                                     weights, streamed once per step
-           + kv_bytes_per_token x (sum(s) + sum(q))  KV read (whole context) and written
-           + 2 x kv_bytes_per_token x copied slots   fork / copy-on-write copies
-    time   = max(FLOPs / (peak x mfu), bytes / (bandwidth x bandwidth_efficiency))
-           + step_overhead_s
-
-P_dense counts the decoder layers' parameters (attention, MLP, norms); W also holds the LM
-head and the final norm; the input embedding is a gather of T rows and left out, as are
-activation reads and writes. Large prefills come out compute-bound, decodes bandwidth-bound
-(weights plus every running sequence's KV). Float32 weights run at the TF32 rate (half the
-bf16 peak). The constants are unvalidated (see `kvbench.execution.gpus`).
+Cost of one step: `kvbench.execution.step_time.StepTimeModel` (per operation, per GPU of a
+tensor-parallel group, constants fitted on measured kernel profiles; docs/simulator.md).
+`sample_token_ids` runs a step without building any logits (the engine can ask for token ids
+directly); `execute` still returns `[rows, 1]` zero logits for callers that sample themselves.
 
 The clock: the simulated clock advances only by modelled time, inside `execute`. The
 engine's own work (scheduling, layout, memory split) takes wall time that is *not* added:
 that wall time is the simulator's cost, not the GPU's. The modelled per-step overhead
-(`step_overhead_s`) stands for a real server's scheduling and launch cost and is part of the
-advance in `execute`, so in `steps.csv` a simulated step's `step_ms` equals its modelled time
-and `overhead_ms` is 0.
+(`cpu_overhead_s` of the GPU's constants) stands for a real server's scheduling and launch
+cost and is part of the advance in `execute`, so in `steps.csv` a simulated step's `step_ms`
+equals its modelled time and `overhead_ms` is 0.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from kvbench.core.step_batch import StepBatch
 from kvbench.execution.executor import Executor
 from kvbench.execution.gpus import GPUSpec
-from kvbench.models.config import ModelConfig
+from kvbench.execution.step_time import StepTime, StepTimeModel
 
 
 class SimulatedClock:
@@ -74,75 +56,9 @@ class SimulatedClock:
             self.now_s = float(t_s)
 
 
-@dataclass(frozen=True)
-class StepCost:
-    flops: float
-    bytes: float
-    compute_s: float
-    memory_s: float
-    overhead_s: float
-
-    @property
-    def time_s(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.overhead_s
-
-    @property
-    def compute_bound(self) -> bool:
-        return self.compute_s >= self.memory_s
-
-
-class RooflineCostModel:
-    """Step time of one model on one GPU from tokens, context lengths and bytes moved."""
-
-    def __init__(
-        self,
-        model: ModelConfig,
-        gpu: GPUSpec,
-        weight_element_bytes: int,
-        kv_element_bytes: int,
-    ) -> None:
-        self.model = model
-        self.gpu = gpu
-        h, v = model.hidden_size, model.vocab_size
-        embed = v * h * (1 if model.tie_word_embeddings else 2)
-        self.dense_params = model.num_parameters() - embed - h  # decoder layers only
-        self.lm_head_params = v * h
-        self.weight_bytes = (self.dense_params + self.lm_head_params + h) * weight_element_bytes
-        self.attention_flops_per_pair = 4 * model.num_layers * model.num_heads * model.head_dim
-        self.kv_bytes_per_token = model.kv_bytes_per_token(kv_element_bytes)
-        self.flops_per_s = gpu.peak_flops(weight_element_bytes) * gpu.mfu
-        self.bytes_per_s = gpu.hbm_bandwidth_bytes_s * gpu.bandwidth_efficiency
-
-    def cost(
-        self,
-        query_lens: Sequence[int],
-        seq_lens: Sequence[int],
-        num_sample_rows: int,
-        num_copied_slots: int = 0,
-    ) -> StepCost:
-        num_tokens = sum(query_lens)
-        context = sum(seq_lens)
-        if num_tokens == len(query_lens):  # decode only: every q is 1, pairs = context
-            pairs = context
-        else:
-            pairs = sum(
-                q * (s - q) + q * (q + 1) // 2 for q, s in zip(query_lens, seq_lens, strict=True)
-            )
-        flops = (
-            2 * self.dense_params * num_tokens
-            + 2 * self.lm_head_params * num_sample_rows
-            + self.attention_flops_per_pair * pairs
-        )
-        moved = self.weight_bytes + self.kv_bytes_per_token * (
-            context + num_tokens + 2 * num_copied_slots
-        )
-        return StepCost(
-            flops=float(flops),
-            bytes=float(moved),
-            compute_s=flops / self.flops_per_s,
-            memory_s=moved / self.bytes_per_s,
-            overhead_s=self.gpu.step_overhead_s,
-        )
+# The old names: a step's cost and the model that computes it (now per operation).
+StepCost = StepTime
+RooflineCostModel = StepTimeModel
 
 
 class SimulatedExecutor(Executor):
@@ -154,10 +70,10 @@ class SimulatedExecutor(Executor):
 
     device = torch.device("meta")  # nothing runs anywhere
 
-    def __init__(self, cost_model: RooflineCostModel, clock: SimulatedClock) -> None:
+    def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock) -> None:
         self.cost_model = cost_model
         self.clock = clock
-        self.last_cost: StepCost | None = None
+        self.last_cost: StepTime | None = None
         self.num_steps = 0
         self.compute_bound_steps = 0
         self.busy_s = 0.0
@@ -169,7 +85,8 @@ class SimulatedExecutor(Executor):
     def gpu(self) -> GPUSpec:
         return self.cost_model.gpu
 
-    def execute(self, batch: StepBatch) -> torch.Tensor:
+    def advance(self, batch: StepBatch) -> int:
+        """Advance the clock by the step's modelled time; the number of rows to sample."""
         layout = batch.layout
         copied = sum(c.num_slots for c in layout.slot_copies) if layout.slot_copies else 0
         rows = len(batch.sample_rows)
@@ -182,6 +99,14 @@ class SimulatedExecutor(Executor):
         self.busy_s += step_s
         self.total_flops += cost.flops
         self.total_bytes += cost.bytes
+        return rows
+
+    def sample_token_ids(self, batch: StepBatch) -> list[int]:
+        """Run the step and return its sampled token ids without building logits (all 0)."""
+        return [0] * self.advance(batch)
+
+    def execute(self, batch: StepBatch) -> torch.Tensor:
+        rows = self.advance(batch)
         if rows > self._zeros.shape[0]:
             self._zeros = torch.zeros((2 * rows, 1))
         return self._zeros[:rows]
@@ -200,4 +125,11 @@ class SimulatedExecutor(Executor):
         }
 
 
-__all__ = ["RooflineCostModel", "SimulatedClock", "SimulatedExecutor", "StepCost"]
+__all__ = [
+    "RooflineCostModel",
+    "SimulatedClock",
+    "SimulatedExecutor",
+    "StepCost",
+    "StepTime",
+    "StepTimeModel",
+]

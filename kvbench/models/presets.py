@@ -38,6 +38,17 @@ PRESETS: dict[str, ModelConfig] = {
         num_kv_heads=40,
         max_position_embeddings=4096,
     ),
+    # Llama-2-70B: grouped-query attention (8 KV heads), unlike the 7B and 13B.
+    "llama-2-70b": ModelConfig(
+        name="llama-2-70b",
+        vocab_size=32000,
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_layers=80,
+        num_heads=64,
+        num_kv_heads=8,
+        max_position_embeddings=4096,
+    ),
     "llama-3-8b": ModelConfig(
         name="llama-3-8b",
         vocab_size=128256,

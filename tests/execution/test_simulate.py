@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import deque
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,12 +20,10 @@ from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.gpus import GPU_PRESETS, GPUSpec, get_gpu
+from kvbench.execution.kv_capacity import group_kv_capacity
 from kvbench.execution.simulate_build import activation_bytes_estimate, build_simulated_engine
-from kvbench.execution.simulated_executor import (
-    RooflineCostModel,
-    SimulatedClock,
-    SimulatedExecutor,
-)
+from kvbench.execution.simulated_executor import SimulatedClock, SimulatedExecutor
+from kvbench.execution.step_time import StepTimeConstants, StepTimeModel
 from kvbench.models.config import ModelConfig
 from kvbench.models.presets import get_preset
 from kvbench.workloads import ClippedRequestsWarning, build_workload
@@ -42,17 +41,23 @@ SMALL = ModelConfig(
     num_kv_heads=1,
     max_position_embeddings=64,
 )
-# peak 10,000 FLOP/s x mfu 0.5 = 5,000 FLOP/s; 1,000 B/s x 0.8 = 800 B/s; 0.25 s per step.
-ROUND_GPU = GPUSpec(
-    "round",
-    "hand-computable",
-    10 * GiB,
-    1e4,
-    1e3,
-    mfu=0.5,
-    bandwidth_efficiency=0.8,
-    step_overhead_s=0.25,
+# Round constants, to check the per-operation arithmetic by hand.
+ROUND_CONSTANTS = StepTimeConstants(
+    gemm_peak_efficiency=0.5,
+    gemm_half_tokens=0.0,
+    gemm_bandwidth_efficiency=1.0,
+    gemm_launch_s=0.0,
+    attn_decode_bandwidth_efficiency=1.0,
+    attn_decode_floor_s=0.0,
+    attn_decode_per_seq_s=0.0,
+    attn_prefill_efficiency=1.0,
+    attn_prefill_floor_s=0.0,
+    attn_prefill_per_token_s=0.0,
+    elementwise_bandwidth_efficiency=1.0,
+    elementwise_floor_s=0.0,
+    cpu_overhead_s=0.25,
 )
+ROUND_GPU = GPUSpec("round", "hand-computable", 10 * GiB, 1e4, 1e3, ROUND_CONSTANTS)
 
 
 # GPU presets ------------------------------------------------------------------------------
@@ -75,6 +80,8 @@ def test_gpu_presets_hold_datasheet_figures():
     # float32 weights run as TF32, half the bf16 rate
     assert a100.peak_flops(4) == 156e12 and a100.peak_flops(2) == 312e12
     assert a100.to_dict()["validated"] is False
+    assert get_gpu("a100-80gb").to_dict()["validated"] is True
+    assert get_gpu("h100-80gb").interconnect.name == "nvlink4"
     with pytest.raises(KvbenchInputError, match="unknown --gpu 'v100'"):
         get_gpu("v100")
 
@@ -82,54 +89,59 @@ def test_gpu_presets_hold_datasheet_figures():
 # Cost model -------------------------------------------------------------------------------
 
 
-def test_cost_model_matches_hand_computation():
-    # Parameters: attention 8*8 + 2*8*4 + 8*8 = 192, MLP 3*8*16 = 384, norms 16: 592 a layer;
-    # 2 layers = 1,184 dense; LM head 100*8 = 800; weights streamed (1,184 + 800 + 8) x 2 B.
-    assert SMALL.num_parameters() == 2 * 592 + 2 * 800 + 8
-    cm = RooflineCostModel(SMALL, ROUND_GPU, weight_element_bytes=2, kv_element_bytes=2)
-    assert cm.dense_params == 1184
-    assert cm.weight_bytes == 3984
+def test_step_time_matches_hand_computation():
+    # Matmuls per layer: QKV 8x16, O 8x8, gate+up 8x32, down 16x8: 512 weights.
+    cm = StepTimeModel(SMALL, ROUND_GPU, weight_element_bytes=2, kv_element_bytes=2)
     assert cm.kv_bytes_per_token == 2 * 2 * 1 * 4 * 2 == 32
-    assert cm.attention_flops_per_pair == 4 * 2 * 2 * 4 == 64
-
-    # A fresh 3-token prefill, a decode at length 5, a 2-token chunk after 4 cached tokens.
-    # Causal query-key pairs: 3*4/2 = 6; 5; 2*4 + 2*3/2 = 11  -> 22.
-    cost = cm.cost(query_lens=[3, 1, 2], seq_lens=[3, 5, 6], num_sample_rows=2)
-    assert cost.flops == 2 * 1184 * 6 + 2 * 800 * 2 + 64 * 22 == 18816
-    assert cost.bytes == 3984 + 32 * (14 + 6) == 4624
-    assert cost.compute_s == pytest.approx(18816 / 5000)  # 3.7632 s
-    assert cost.memory_s == pytest.approx(4624 / 800)  # 5.78 s
-    assert not cost.compute_bound
-    assert cost.time_s == pytest.approx(5.78 + 0.25)
-
-    # Copies (fork / copy-on-write) are read and written once each.
+    assert sum(k * n for k, n in cm.layer_gemms) == 128 + 64 + 256 + 128
+    # One decode at length 5: each matmul is weight-bound (2 FLOPs per weight at 5,000
+    # FLOP/s vs 2 B per weight at 1,000 B/s: compute 4e-4 s, memory 2e-3 s per weight).
+    cost = cm.cost([1], [5], 1)
+    gemm_layer = sum((k * n * 2 + (k + n) * 2) / 1e3 for k, n in cm.layer_gemms)
+    assert cost.parts["gemm"] == pytest.approx(2 * gemm_layer)
+    # Attention reads the 5 tokens' KV of each layer (16 B a layer) once; the new token's KV
+    # is written once by kv_write, not counted again.
+    assert cost.parts["attention_decode"] == pytest.approx(2 * 5 * 16 / 1e3)
+    assert cost.parts["kv_write"] == pytest.approx(2 * 1 * 16 / 1e3)
+    assert cost.parts["all_reduce"] == 0.0
+    assert cost.parts["cpu_overhead"] == 0.25
+    assert cost.time_s == pytest.approx(sum(cost.parts.values()))
+    # Copies (fork / copy-on-write) are a read and a write of every layer's KV.
     copied = cm.cost([1], [5], 1, num_copied_slots=3)
-    assert copied.bytes == 3984 + 32 * (5 + 1 + 2 * 3)
-
-    # float32 weights: 4 B each, TF32 peak (half of bf16).
-    cm32 = RooflineCostModel(SMALL, ROUND_GPU, weight_element_bytes=4, kv_element_bytes=4)
-    c32 = cm32.cost([3, 1, 2], [3, 5, 6], 2)
-    assert c32.compute_s == pytest.approx(18816 / 2500)
-    assert c32.bytes == 3984 * 2 + 64 * 20
+    assert copied.parts["kv_copy"] == pytest.approx(2 * 3 * 32 / 1e3)
 
 
-def test_cost_model_regimes_on_a_real_shape():
-    """llama-2-13b on an A100 40GB: a 2,048-token prefill is compute-bound, a decode is not."""
+def test_tensor_parallel_splits_work_and_adds_all_reduce():
+    model = get_preset("llama-2-70b")
+    one = StepTimeModel(model, get_gpu("h100-80gb"), 2, 2, 1)
+    four = StepTimeModel(model, get_gpu("h100-80gb"), 2, 2, 4)
+    assert four.weight_bytes == pytest.approx(one.weight_bytes / 4, rel=1e-3)
+    assert four.kv_bytes_per_token * 4 == one.kv_bytes_per_token
+    d1, d4 = one.cost([1] * 32, [1000] * 32, 32), four.cost([1] * 32, [1000] * 32, 32)
+    assert d1.parts["all_reduce"] == 0 and d4.parts["all_reduce"] > 0
+    assert d4.parts["gemm"] < d1.parts["gemm"] / 3
+    link = get_gpu("h100-80gb").interconnect
+    # ring: a call, 2 (N-1)/N x bytes / bandwidth, 2 (N-1) hops; twice per layer
+    per = (link.call_latency_s + 2 * 3 / 4 * 32 * 8192 * 2 / link.bandwidth_bytes_s
+           + 6 * link.hop_latency_s)
+    assert d4.parts["all_reduce"] == pytest.approx(80 * 2 * per)
+    with pytest.raises(KvbenchInputError, match="does not divide"):
+        StepTimeModel(model, get_gpu("h100-80gb"), 2, 2, 3)
+
+
+def test_step_time_grows_with_batch_and_context_and_prefill_is_compute_bound():
     model = get_preset("llama-2-13b")
-    cm = RooflineCostModel(model, get_gpu("a100-40gb"), 2, 2)
+    cm = StepTimeModel(model, get_gpu("a100-40gb"), 2, 2)
     prefill = cm.cost([2048], [2048], 1)
-    decode = cm.cost([1] * 32, [600] * 32, 32)
-    assert prefill.compute_bound and not decode.compute_bound
-    # ~26 GB of weights over 1,555 GB/s x 0.8, plus 32 x 600 tokens x 800 KiB of KV, + 1 ms
-    assert decode.time_s == pytest.approx(
-        (cm.weight_bytes + 819200 * (32 * 600 + 32)) / (1555e9 * 0.8) + 1e-3
-    )
-    assert 0.02 < decode.time_s < 0.04
+    assert prefill.compute_bound and not cm.cost([1] * 32, [600] * 32, 32).compute_bound
+    times = [cm.cost([1] * b, [ctx] * b, b).time_s for b, ctx in ((1, 512), (32, 512), (32, 2048))]
+    assert times[0] < times[1] < times[2]
+    assert 0.02 < times[1] < 0.05  # ~26 GB of weights at ~1.2 TB/s, plus KV and overhead
 
 
 def test_executor_advances_the_clock_and_returns_cheap_logits():
     clock = SimulatedClock()
-    cm = RooflineCostModel(SMALL, ROUND_GPU, 2, 2)
+    cm = StepTimeModel(SMALL, ROUND_GPU, 2, 2)
     executor = SimulatedExecutor(cm, clock)
     layout = KVLayout(kind="paged", query_lens=[3, 1], seq_lens=[3, 5])
     batch = StepBatch(
@@ -152,6 +164,8 @@ def test_executor_advances_the_clock_and_returns_cheap_logits():
         list(range(300)),
     )
     assert executor.execute(big).shape == (300, 1)
+    assert executor.sample_token_ids(big) == [0] * 300  # no logits built
+    assert executor.stats()["steps"] == 3
 
 
 def test_clock_moves_only_forward():
@@ -302,3 +316,24 @@ def test_paged_continuous_keeps_up_where_contiguous_saturates():
     assert contiguous["max_waiting"] > 50
     assert paged["max_waiting"] < contiguous["max_waiting"] / 4
     assert paged["output_tok_s"] > 2 * contiguous["output_tok_s"]
+
+
+def test_tensor_parallel_engine_runs_and_kv_follows_per_gpu_memory():
+    """llama-3-70b does not fit one H100 in bf16; four hold a weight shard and KV each."""
+    config = EngineConfig(model="llama-3-70b", dtype="bfloat16")
+    with pytest.raises(KvbenchInputError):
+        build_simulated_engine(config, "h100-80gb")
+    built = build_simulated_engine(replace(config, tensor_parallel_size=4), "h100-80gb")
+    model = get_preset("llama-3-70b")
+    group = group_kv_capacity(model, 80 * GiB, 4, 0.9, 2, 2,
+                              activation_bytes_estimate(model, 8192, 256, 2) // 4)
+    assert group.weight_bytes_per_gpu == pytest.approx(model.num_parameters() * 2 / 4, rel=1e-3)
+    assert group.kv_bytes_per_token_per_gpu * 4 == model.kv_bytes_per_token(2)
+    assert built.kv_budget_bytes == group.kv_budget_bytes
+    assert built.engine.strategy.capacity_tokens // 16 == group.capacity_tokens // 16
+    engine = built.engine
+    for request in _sharegpt(10, built):
+        engine.add_request(request)
+    engine.run_to_completion()
+    assert engine.clock() == pytest.approx(engine.executor.stats()["busy_s"])
+    assert engine.executor.last_cost.parts["all_reduce"] > 0
