@@ -50,8 +50,10 @@ class PrefixCachingStrategy(PagedStrategy):
         block_size: int = 16,
         watermark: float = 0.01,
         namespace: str = "",
+        check_accounting: bool | None = None,
     ) -> None:
-        super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark)
+        super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
+                         check_accounting=check_accounting)
         self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
         self.namespace = namespace
         self._root = root_hash(namespace)
@@ -148,8 +150,8 @@ class PrefixCachingStrategy(PagedStrategy):
         self.pending_hit_blocks += sum(1 for b in blocks if b in self._pending_hash)
         for block in blocks:  # take the hits first: fresh allocations may evict
             self.pool.acquire(block)
-        table = blocks + [self.pool.allocate() for _ in range(needed)]
-        self.tables[seq.seq_id] = table
+        table = self.tables[seq.seq_id] = []
+        self._extend_table(seq, table, blocks + [self.pool.allocate() for _ in range(needed)])
         self.hashes[seq.seq_id] = hashes
         self.live[seq.seq_id] = seq
         chain = self._chains.pop(seq.seq_id, []) if not seq.num_computed else []
@@ -182,10 +184,11 @@ class PrefixCachingStrategy(PagedStrategy):
         for i in shared:  # copy-on-write: this sequence writes into a block others read
             old, new = table[i], self.pool.allocate()
             self._copies.append(SlotCopy(old * bs, new * bs, bs))
-            table[i] = new
+            self._replace_block(seq, table, i, new)
             self.pool.release(old)
             self.cow_copies += 1
-        table.extend(self.pool.allocate() for _ in range(fresh))
+        if fresh:
+            self._extend_table(seq, table, [self.pool.allocate() for _ in range(fresh)])
         return True
 
     def _owns_pending(self, seq: Sequence, block: int) -> bool:
@@ -197,7 +200,7 @@ class PrefixCachingStrategy(PagedStrategy):
     def free(self, seq: Sequence) -> None:
         self._sync(seq)
         self._chains.pop(seq.seq_id, None)
-        table = self.tables.pop(seq.seq_id, [])
+        table = self._drop_table(seq)
         self.hashes.pop(seq.seq_id, None)
         self.live.pop(seq.seq_id, None)
         for block in reversed(table):  # tail first: it is evicted before its prefix
@@ -218,7 +221,8 @@ class PrefixCachingStrategy(PagedStrategy):
         table = list(self.tables[parent.seq_id])
         for block in table:
             self.pool.share(block)
-        self.tables[child.seq_id] = table
+        self.tables[child.seq_id] = []
+        self._extend_table(child, self.tables[child.seq_id], table)
         self.hashes[child.seq_id] = list(self.hashes[parent.seq_id])
         self.live[child.seq_id] = child
         self.forks += 1
@@ -251,7 +255,20 @@ class PrefixCachingStrategy(PagedStrategy):
                         "sequences in admission order)"
                     )
 
-    def memory_split(self, running: list[Sequence], head_waiting: Sequence | None) -> MemorySplit:
+    def _split_from_totals(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
+        # While no block has two owners the paged totals are exact; a shared block's slots
+        # follow its furthest owner, which only a walk over the shared blocks can tell.
+        if self.pool.num_shared:
+            return self.memory_split_from_scratch(running, head_waiting)
+        split = super()._split_from_totals(running, head_waiting)
+        split.cached = self.pool.num_evictable * self.block_size
+        return split
+
+    def memory_split_from_scratch(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
         """Each physical block counted once: a shared block's token/reserved/internal slots
         follow the furthest filled (and furthest to-be-used) position among its owners."""
         split = MemorySplit()

@@ -10,6 +10,7 @@ from kvbench.bench.tracing import trace_range
 from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
 from kvbench.execution.executor import Executor
+from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
 
@@ -84,28 +85,6 @@ def _scale_from(x: torch.Tensor) -> torch.Tensor:
     return torch.clamp(amax / FP8_SCALE_TARGET, min=FP8_SCALE_FLOOR)
 
 
-class _BatchTensors:
-    """A layout's index tensors, built once per step and shared by every layer."""
-
-    def __init__(self, batch: StepBatch, device: torch.device) -> None:
-        layout = batch.layout
-        p = batch.num_prefill_seqs
-        self.num_prefill_tokens = sum(layout.query_lens[:p])
-        self.slot_mapping = torch.tensor(layout.slot_mapping, dtype=torch.long, device=device)
-        self.seq_lens = torch.tensor(layout.seq_lens, dtype=torch.int32, device=device)
-        qsl = [0]
-        for n in layout.query_lens[:p]:
-            qsl.append(qsl[-1] + n)
-        self.query_start_loc = torch.tensor(qsl, dtype=torch.int32, device=device)
-        self.num_prefill_seqs = p
-        if layout.kind == "paged":
-            width = max((len(t) for t in layout.block_tables), default=1) or 1
-            tables = [t + [0] * (width - len(t)) for t in layout.block_tables]
-            self.block_tables = torch.tensor(tables, dtype=torch.int32, device=device)
-        else:
-            self.start_slots = torch.tensor(layout.start_slots, dtype=torch.int32, device=device)
-
-
 class ModelExecutor(Executor):
     def __init__(
         self,
@@ -123,8 +102,9 @@ class ModelExecutor(Executor):
         self.backend_name = backend_name
         self.softmax_scale = self.config.head_dim**-0.5
         self.forward_s = 0.0  # time of the last model forward (excluded from step overhead)
+        self.inputs = StepInputs(device)
 
-    def _attention(self, layout: KVLayout, idx: _BatchTensors):
+    def _attention(self, layout: KVLayout, idx: DeviceIndices):
         ops, arena, scale = self.ops, self.arena, self.softmax_scale
         p, pt = idx.num_prefill_seqs, idx.num_prefill_tokens
         # Host-side maxima spare the Triton wrappers a device sync per layer.
@@ -176,10 +156,8 @@ class ModelExecutor(Executor):
         with trace_range("prepare", tokens=batch.num_tokens):
             for copy in layout.slot_copies:
                 self.arena.copy_slots(copy.src_slot, copy.dst_slot, copy.num_slots)
-            idx = _BatchTensors(batch, self.device)
-            input_ids = torch.tensor(batch.input_ids, dtype=torch.long, device=self.device)
-            positions = torch.tensor(batch.positions, dtype=torch.long, device=self.device)
-            rows = torch.tensor(batch.sample_rows, dtype=torch.long, device=self.device)
+            idx = self.inputs.build(batch)
+            input_ids, positions, rows = idx.input_ids, idx.positions, idx.sample_rows
         phase = "prefill" if batch.num_prefill_seqs else "decode"
         with trace_range(
             phase,
