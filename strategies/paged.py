@@ -67,6 +67,9 @@ class PagedStrategy(CacheStrategy):
         return 0
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        table = self.tables.get(seq.seq_id)
+        if table and len(table) * self.block_size >= seq.num_computed + num_new_tokens:
+            return True  # the common decode case, inline: it runs for every sequence and step
         needed = self._blocks_needed(seq, num_new_tokens)
         if needed == 0:
             return True

@@ -167,18 +167,33 @@ class PrefixCachingStrategy(PagedStrategy):
         return cached
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
-        if seq.seq_id not in self.tables:
-            self.tables[seq.seq_id] = []
-            self.hashes[seq.seq_id] = []
-            self.live[seq.seq_id] = seq
-        self._sync(seq)
-        table = self.tables[seq.seq_id]
+        sid = seq.seq_id
+        table = self.tables.get(sid)
+        computed = seq.num_computed
         bs = self.block_size
-        first = seq.num_computed // bs
-        end = self.blocks_for(seq.num_computed + num_new_tokens)
-        shared = [i for i in range(first, min(end, len(table)))
-                  if self.pool.ref_counts[table[i]] > 1 and not self._owns_pending(seq, table[i])]
+        if (  # the common decode case, inline: room in the last block, nothing to name or copy
+            table
+            and len(table) * bs >= computed + num_new_tokens
+            and not self.pool.num_shared
+            and computed // bs <= len(self.hashes[sid])
+        ):
+            return True
+        if table is None:
+            table = self.tables[sid] = []
+            self.hashes[sid] = []
+            self.live[sid] = seq
+        if min(computed, len(seq.token_ids)) // bs > len(self.hashes[sid]):
+            self._sync(seq)  # a block became full since the last call: name it
+        end = -(-(computed + num_new_tokens) // bs)
         fresh = max(0, end - len(table))
+        if not self.pool.num_shared:  # the common case: no block has two owners
+            if not fresh:
+                return True
+            shared: list[int] = []
+        else:
+            shared = [i for i in range(computed // bs, min(end, len(table)))
+                      if self.pool.ref_counts[table[i]] > 1
+                      and not self._owns_pending(seq, table[i])]
         if fresh + len(shared) > self.pool.num_free:
             return False
         for i in shared:  # copy-on-write: this sequence writes into a block others read

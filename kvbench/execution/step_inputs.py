@@ -11,6 +11,8 @@ device in a single transfer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import itemgetter
 
 import numpy as np
 import torch
@@ -65,8 +67,9 @@ class BlockTableArrays:
         self.lengths = lengths
 
     def rows(self, seq_ids: list[int]) -> np.ndarray:
-        row_of = self.row_of
-        return np.fromiter((row_of[s] for s in seq_ids), dtype=np.int64, count=len(seq_ids))
+        if len(seq_ids) == 1:
+            return np.array([self.row_of[seq_ids[0]]], dtype=np.int64)
+        return np.array(itemgetter(*seq_ids)(self.row_of), dtype=np.int64)
 
 
 def token_positions(query_lens: np.ndarray, seq_lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,15 +183,19 @@ class StepInputs:
             self._copied.record()
         else:
             flat = flat.clone()  # the next step overwrites the staging buffer
-        views = list(torch.split(flat, sizes))
-        int_flat = flat[sum(sizes[:4]):].to(torch.int32)
-        seq_lens, qsl, tables = torch.split(int_flat, sizes[4:])
+        ends = list(accumulate(sizes))
+        int_flat = flat[ends[3]:].to(torch.int32)
+        num_seqs = len(host.seq_lens)
+        n_seq, n_qsl = sizes[4], sizes[5]
         p = batch.num_prefill_seqs
         return DeviceIndices(
-            input_ids=views[0], positions=views[1], sample_rows=views[2], slot_mapping=views[3],
-            seq_lens=seq_lens, query_start_loc=qsl,
-            tables=tables.view(len(host.seq_lens), -1) if len(host.seq_lens) else
-            tables.view(0, 1),
+            input_ids=flat[: ends[0]],
+            positions=flat[ends[0] : ends[1]],
+            sample_rows=flat[ends[1] : ends[2]],
+            slot_mapping=flat[ends[2] : ends[3]],
+            seq_lens=int_flat[:n_seq],
+            query_start_loc=int_flat[n_seq : n_seq + n_qsl],
+            tables=int_flat[n_seq + n_qsl :].view(num_seqs, host.tables.shape[1]),
             num_prefill_seqs=p,
-            num_prefill_tokens=int(sum(batch.layout.query_lens[:p])),
+            num_prefill_tokens=int(host.query_start_loc[-1]),
         )
