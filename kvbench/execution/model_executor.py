@@ -9,6 +9,7 @@ import torch
 from kvbench.bench.tracing import trace_range
 from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
+from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.executor import Executor
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.models.config import ModelConfig
@@ -86,6 +87,10 @@ def _scale_from(x: torch.Tensor) -> torch.Tensor:
 
 
 class ModelExecutor(Executor):
+    """Runs steps on the model. Decode-only steps replay CUDA graphs (`decode_graphs.py`) on
+    CUDA with the Triton backend unless `enforce_eager`; `max_num_seqs` bounds the captured
+    batch sizes."""
+
     def __init__(
         self,
         model: LlamaDecoder,
@@ -93,6 +98,9 @@ class ModelExecutor(Executor):
         ops: ModuleType,
         device: torch.device,
         backend_name: str = "torch",
+        *,
+        enforce_eager: bool = True,
+        max_num_seqs: int = 256,
     ) -> None:
         self.model = model
         self.config = model.config
@@ -103,16 +111,32 @@ class ModelExecutor(Executor):
         self.softmax_scale = self.config.head_dim**-0.5
         self.forward_s = 0.0  # time of the last model forward (excluded from step overhead)
         self.inputs = StepInputs(device)
+        self._layout_kind, self._block_size = "paged", 1  # of the step being run
+        self.graphs: DecodeGraphs | None = None
+        if not enforce_eager:
+            self.enable_cuda_graphs(max_num_seqs)
 
-    def _attention(self, layout: KVLayout, idx: DeviceIndices):
+    def enable_cuda_graphs(self, max_num_seqs: int) -> bool:
+        """Replay decode steps of up to `max_num_seqs` sequences from CUDA graphs; False (and
+        eager) off CUDA or without the Triton backend."""
+        if self.device.type != "cuda" or self.backend_name != "triton":
+            return False
+        arena = self.arena
+        self.graphs = DecodeGraphs(
+            self._forward, self.device, max_num_seqs, arena.num_slots, self.config.num_kv_heads,
+            fp8_ready=lambda: not arena.is_fp8 or None not in arena.k_scales,
+        )
+        return True
+
+    def _forward(self, input_ids, positions, idx: DeviceIndices, decode_extra: dict):
+        """A decode-only forward over `idx` (what `DecodeGraphs` captures)."""
+        attend = self._attention(self._layout_kind, self._block_size, idx, {}, decode_extra)
+        return self.model(input_ids, positions, attend)
+
+    def _attention(self, kind: str, block_size: int, idx: DeviceIndices, prefill_extra: dict,
+                   decode_extra: dict):
         ops, arena, scale = self.ops, self.arena, self.softmax_scale
         p, pt = idx.num_prefill_seqs, idx.num_prefill_tokens
-        # Host-side maxima spare the Triton wrappers a device sync per layer.
-        prefill_extra: dict = {}
-        decode_extra: dict = {}
-        if self.backend_name == "triton":
-            prefill_extra = {"max_query_len": max(layout.query_lens[:p], default=1)}
-            decode_extra = {"max_seq_len": max(layout.seq_lens[p:], default=1)}
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kc, vc = arena.k[layer], arena.v[layer]
@@ -124,10 +148,10 @@ class ModelExecutor(Executor):
             out = torch.empty_like(q)
             if p:
                 with trace_range("prefill_attention", layer=layer, seqs=p, tokens=pt):
-                    if layout.kind == "paged":
+                    if kind == "paged":
                         out[:pt] = ops.paged_attention(
                             q[:pt], kc, vc, idx.block_tables[:p], idx.query_start_loc,
-                            idx.seq_lens[:p], layout.block_size, scale, ks, vs, **prefill_extra,
+                            idx.seq_lens[:p], block_size, scale, ks, vs, **prefill_extra,
                         )
                     else:
                         out[:pt] = ops.contiguous_attention(
@@ -136,10 +160,10 @@ class ModelExecutor(Executor):
                         )
             if q.shape[0] > pt:
                 with trace_range("decode_attention", layer=layer, seqs=q.shape[0] - pt):
-                    if layout.kind == "paged":
+                    if kind == "paged":
                         out[pt:] = ops.paged_decode_attention(
                             q[pt:], kc, vc, idx.block_tables[p:], idx.seq_lens[p:],
-                            layout.block_size, scale, ks, vs, **decode_extra,
+                            block_size, scale, ks, vs, **decode_extra,
                         )
                     else:
                         out[pt:] = ops.contiguous_decode_attention(
@@ -149,6 +173,16 @@ class ModelExecutor(Executor):
             return out
 
         return attend
+
+    def _eager_attention(self, layout: KVLayout, idx: DeviceIndices):
+        p = idx.num_prefill_seqs
+        # Host-side maxima spare the Triton wrappers a device sync per layer.
+        prefill_extra: dict = {}
+        decode_extra: dict = {}
+        if self.backend_name == "triton":
+            prefill_extra = {"max_query_len": max(layout.query_lens[:p], default=1)}
+            decode_extra = {"max_seq_len": max(layout.seq_lens[p:], default=1)}
+        return self._attention(layout.kind, layout.block_size, idx, prefill_extra, decode_extra)
 
     @torch.inference_mode()
     def execute(self, batch: StepBatch) -> torch.Tensor:
@@ -165,7 +199,11 @@ class ModelExecutor(Executor):
             decode_seqs=batch.num_decode_seqs,
             tokens=batch.num_tokens,
         ):
-            hidden = self.model(input_ids, positions, self._attention(layout, idx))
+            self._layout_kind, self._block_size = layout.kind, layout.block_size
+            if self.graphs is not None and self.graphs.can_run(batch, idx):
+                hidden = self.graphs.run(batch, idx)
+            else:
+                hidden = self.model(input_ids, positions, self._eager_attention(layout, idx))
             logits = self.model.logits(hidden[rows])
             self.synchronize()
         return logits
