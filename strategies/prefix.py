@@ -72,6 +72,13 @@ class PrefixCachingStrategy(PagedStrategy):
         self.query_tokens = 0  # tokens of admitted sequences (what a prefill would compute)
         self.cow_copies = 0
         self.forks = 0
+        # Accounting of shared blocks (see `_shared_adjustment`): who holds each block, at
+        # which table index (the same in every holder's table), and the cached adjustment of
+        # each shared block every holder has filled (valid until its holders change).
+        self._holders: dict[int, dict[int, None]] = {}
+        self._block_index: dict[int, int] = {}
+        self._settled: dict[int, tuple[int, int, int, int]] = {}
+        self._settled_sum = (0, 0, 0, 0)
 
     # Hash registration ------------------------------------------------------------------
 
@@ -171,13 +178,17 @@ class PrefixCachingStrategy(PagedStrategy):
         table = self.tables.get(sid)
         computed = seq.num_computed
         bs = self.block_size
-        if (  # the common decode case, inline: room in the last block, nothing to name or copy
+        if (  # the common decode case, inline: room in the last block, nothing to name
             table
             and len(table) * bs >= computed + num_new_tokens
-            and not self.pool.num_shared
             and computed // bs <= len(self.hashes[sid])
         ):
-            return True
+            if not self.pool.num_shared:
+                return True
+            refs = self.pool.ref_counts  # nothing to copy: no written block has two holders
+            if all(refs[table[i]] < 2 for i in range(computed // bs,
+                                                      -(-(computed + num_new_tokens) // bs))):
+                return True
         if table is None:
             table = self.tables[sid] = []
             self.hashes[sid] = []
@@ -270,14 +281,99 @@ class PrefixCachingStrategy(PagedStrategy):
                         "sequences in admission order)"
                     )
 
+    # Shared-block accounting ------------------------------------------------------------
+
+    def _extend_table(self, seq: Sequence, table: list[int], blocks: list[int]) -> None:
+        start = len(table)
+        super()._extend_table(seq, table, blocks)
+        for i, block in enumerate(blocks, start=start):
+            self._hold_block(block, seq.seq_id, i)
+
+    def _replace_block(self, seq: Sequence, table: list[int], index: int, block: int) -> None:
+        old = table[index]
+        super()._replace_block(seq, table, index, block)
+        self._unhold_block(old, seq.seq_id)
+        self._hold_block(block, seq.seq_id, index)
+
+    def _drop_table(self, seq: Sequence) -> list[int]:
+        table = super()._drop_table(seq)
+        for block in table:
+            self._unhold_block(block, seq.seq_id)
+        return table
+
+    def _hold_block(self, block: int, seq_id: int, index: int) -> None:
+        self._holders.setdefault(block, {})[seq_id] = None
+        self._block_index[block] = index
+        self._unsettle(block)
+
+    def _unhold_block(self, block: int, seq_id: int) -> None:
+        holders = self._holders[block]
+        del holders[seq_id]
+        if not holders:
+            del self._holders[block], self._block_index[block]
+        self._unsettle(block)
+
+    def _unsettle(self, block: int) -> None:
+        adj = self._settled.pop(block, None)
+        if adj is not None:
+            self._settled_sum = tuple(a - b for a, b in zip(self._settled_sum, adj, strict=True))
+
+    def _block_adjustment(self, block: int) -> tuple[tuple[int, int, int, int], bool]:
+        """What counting a shared block once changes in the per-sequence totals (token,
+        reserved, internal, prompt blocks), and whether every holder has filled it.
+
+        The block's slots follow its furthest holder: all token slots once one holder has
+        filled it, else the largest filled and to-be-used counts among its holders.
+        """
+        bs = self.block_size
+        i = self._block_index[block]
+        start = i * bs
+        counted = [0, 0, 0]  # what the per-sequence totals hold for this block
+        filled_by = 0
+        max_filled = max_will = 0
+        in_prompt = 0
+        for seq_id in self._holders[block]:
+            seq = self.live[seq_id]
+            filled = min(max(seq.num_computed - start, 0), bs)
+            will = min(max(max(seq.final_kv_len, seq.num_computed) - start, filled), bs)
+            counted[0] += filled
+            counted[1] += will - filled
+            counted[2] += bs - will
+            filled_by += filled == bs
+            max_filled, max_will = max(max_filled, filled), max(max_will, will)
+            in_prompt += i < self.blocks_for(seq.prompt_len)
+        once = (bs, 0, 0) if filled_by else (max_filled, max_will - max_filled, bs - max_will)
+        adj = (once[0] - counted[0], once[1] - counted[1], once[2] - counted[2],
+               min(in_prompt, 1) - in_prompt)
+        return adj, filled_by == len(self._holders[block])
+
+    def _shared_adjustment(self) -> tuple[int, int, int, int]:
+        """The adjustment of all shared blocks: cached for those every holder has filled
+        (their holders only grow past them), recomputed for the few others."""
+        total = list(self._settled_sum)
+        for block in self.pool.shared:
+            if block in self._settled:
+                continue
+            adj, settled = self._block_adjustment(block)
+            if settled:
+                self._settled[block] = adj
+                self._settled_sum = tuple(a + b for a, b in zip(self._settled_sum, adj,
+                                                                strict=True))
+            for k in range(4):
+                total[k] += adj[k]
+        return total[0], total[1], total[2], total[3]
+
     def _split_from_totals(
         self, running: list[Sequence], head_waiting: Sequence | None
     ) -> MemorySplit:
-        # While no block has two owners the paged totals are exact; a shared block's slots
-        # follow its furthest owner, which only a walk over the shared blocks can tell.
-        if self.pool.num_shared:
-            return self.memory_split_from_scratch(running, head_waiting)
         split = super()._split_from_totals(running, head_waiting)
+        if self.pool.num_shared:
+            token, reserved, internal, prompt = self._shared_adjustment()
+            split.token += token
+            split.reserved += reserved
+            split.internal += internal
+            split.prompt_blocks += prompt
+            split.free = self.num_slots - split.held
         split.cached = self.pool.num_evictable * self.block_size
         return split
 
