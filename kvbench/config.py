@@ -49,6 +49,9 @@ class EngineConfig:
     cpu_threads: int = 1
     # Simulation: GPUs in one tensor-parallel group (weights, KV heads and FLOPs split N ways).
     tensor_parallel_size: int = 1
+    # CUDA + Triton: False captures decode steps in CUDA graphs per padded batch size (as vLLM).
+    # On by default until the graph path has been checked against eager on a GPU.
+    enforce_eager: bool = True
 
     def __post_init__(self) -> None:
         if self.kv_memory is not None:

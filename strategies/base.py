@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from kvbench.core.layout import KVLayout, SlotCopy
+from kvbench.core.layout import DROP_TABLE, KVLayout, SlotCopy, TableOp
 from kvbench.core.sequence import Sequence
 
 
@@ -37,6 +38,10 @@ class MemorySplit:
         return self.token / self.held if self.held else None
 
 
+# Set to 1 to recompute every memory split from scratch and assert it equals the running totals.
+CHECK_ACCOUNTING_ENV = "KVBENCH_CHECK_ACCOUNTING"
+
+
 def split_held(held: int, token: int, final_kv_len: int) -> tuple[int, int, int]:
     """(token, reserved, internal) of `held` slots of a sequence that will hold `final_kv_len`."""
     will_use = min(held, max(final_kv_len, token))
@@ -50,15 +55,34 @@ class CacheStrategy(ABC):
     `allocate` before every step for the tokens the sequence computes in it, `free` when it
     finishes or is preempted, and `fork` for parallel-sampling children. `build_layout`
     hands the result to the executor.
+
+    Two costs stay flat in the number of running sequences and their lengths, so that every
+    strategy's engine step costs the same on the host: a strategy logs each change to its
+    tables (`_log_table`) and the executor applies the log to arrays it keeps, and it keeps
+    running totals of the slots its sequences hold (`_account`), so `memory_split` does not
+    walk block tables. `check_accounting` (or `KVBENCH_CHECK_ACCOUNTING=1`) recomputes every
+    split from scratch and raises when the totals disagree.
     """
 
     name: str = "?"
     layout_kind: str = "paged"
     can_preempt: bool = True  # whether a running sequence's allocation may fail mid-run
+    table_block_size: int = 1  # token positions per table entry (contiguous: one start slot)
 
-    def __init__(self, num_slots: int, max_model_len: int) -> None:
+    def __init__(
+        self, num_slots: int, max_model_len: int, check_accounting: bool | None = None
+    ) -> None:
         self.num_slots = num_slots
         self.max_model_len = max_model_len
+        if check_accounting is None:
+            check_accounting = os.environ.get(CHECK_ACCOUNTING_ENV, "") not in ("", "0")
+        self.check_accounting = check_accounting
+        self._table_log: list[TableOp] = []
+        # seq_id -> (held slots, slots it will use, prompt blocks) of each sequence holding memory
+        self._held: dict[int, tuple[int, int, int]] = {}
+        self._held_slots = 0
+        self._will_use_slots = 0
+        self._prompt_blocks = 0
 
     def reset_stats(self) -> None:
         """Zero the strategy's own counters after a warm-up (none by default)."""
@@ -100,9 +124,53 @@ class CacheStrategy(ABC):
     @abstractmethod
     def slot_of(self, seq: Sequence, position: int) -> int: ...
 
-    @abstractmethod
     def memory_split(self, running: list[Sequence], head_waiting: Sequence | None) -> MemorySplit:
         """The split in slots, from the sequences that hold memory and the queue head."""
+        split = self._split_from_totals(running, head_waiting)
+        if self.check_accounting:
+            expected = self.memory_split_from_scratch(running, head_waiting)
+            if split != expected:
+                raise AssertionError(
+                    f"{self.name}: running memory totals {split} differ from the "
+                    f"from-scratch split {expected}"
+                )
+        return split
+
+    @abstractmethod
+    def memory_split_from_scratch(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
+        """The same split recomputed from every sequence's allocation (the debug check)."""
+
+    def _split_from_totals(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
+        # Computed tokens change outside the strategy (the engine commits them): one sum over
+        # the running sequences, not over their blocks.
+        token = sum(seq.num_computed for seq in running)
+        return MemorySplit(
+            token=token,
+            reserved=self._will_use_slots - token,
+            internal=self._held_slots - self._will_use_slots,
+            free=self.num_slots - self._held_slots,
+        )
+
+    def _account(self, seq: Sequence, held_slots: int, prompt_blocks: int = 0) -> None:
+        """Record that `seq` now holds `held_slots` (0: nothing) in the running totals."""
+        old_held, old_will, old_prompt = self._held.pop(seq.seq_id, (0, 0, 0))
+        will = min(held_slots, seq.final_kv_len)
+        self._held_slots += held_slots - old_held
+        self._will_use_slots += will - old_will
+        self._prompt_blocks += prompt_blocks - old_prompt
+        if held_slots:
+            self._held[seq.seq_id] = (held_slots, will, prompt_blocks)
+
+    def _log_table(self, seq_id: int, index: int, value: int) -> None:
+        """Entry `index` of the sequence's table is now `value` (`DROP_TABLE`: table gone)."""
+        self._table_log.append((seq_id, index, value))
+
+    def _log_drop(self, seq_id: int) -> None:
+        self._table_log.append((seq_id, DROP_TABLE, 0))
 
     @abstractmethod
     def is_whole(self) -> bool:
@@ -118,15 +186,15 @@ class CacheStrategy(ABC):
         return {}
 
     def build_layout(self, scheduled: list[tuple[Sequence, int]]) -> KVLayout:
-        layout = KVLayout(kind=self.layout_kind, slot_copies=self.pending_copies())
-        for seq, num_new in scheduled:
-            start = seq.num_computed
-            layout.slot_mapping.extend(self.slot_of(seq, p) for p in range(start, start + num_new))
-            layout.query_lens.append(num_new)
-            layout.seq_lens.append(start + num_new)
-            self._add_table(layout, seq)
-        return layout
-
-    @abstractmethod
-    def _add_table(self, layout: KVLayout, seq: Sequence) -> None:
-        """Append the sequence's block table or start slot to the layout."""
+        """The step's sequences and the table changes since the last layout (handed over once:
+        the executor that receives it must apply them)."""
+        log, self._table_log = self._table_log, []
+        return KVLayout(
+            kind=self.layout_kind,
+            query_lens=[n for _, n in scheduled],
+            seq_lens=[seq.num_computed + n for seq, n in scheduled],
+            block_size=self.table_block_size,
+            slot_copies=self.pending_copies(),
+            seq_ids=[seq.seq_id for seq, _ in scheduled],
+            table_log=log,
+        )

@@ -12,10 +12,15 @@ class BlockPool:
         self.num_blocks = num_blocks
         self._free: deque[int] = deque(range(num_blocks))
         self.ref_counts = [0] * num_blocks
+        self.shared: set[int] = set()  # blocks with more than one reference
 
     @property
     def num_free(self) -> int:
         return len(self._free)
+
+    @property
+    def num_shared(self) -> int:
+        return len(self.shared)
 
     def allocate(self) -> int:
         if not self._free:
@@ -28,12 +33,16 @@ class BlockPool:
         if self.ref_counts[block] <= 0:
             raise ValueError(f"block {block} is not allocated")
         self.ref_counts[block] += 1
+        if self.ref_counts[block] == 2:
+            self.shared.add(block)
 
     def release(self, block: int) -> bool:
         """Drop one reference; True when the block went back to the pool."""
         if self.ref_counts[block] <= 0:
             raise ValueError(f"block {block} released more often than allocated")
         self.ref_counts[block] -= 1
+        if self.ref_counts[block] == 1:
+            self.shared.discard(block)
         if self.ref_counts[block] == 0:
             self._free.append(block)
             return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvbench.core.layout import KVLayout, SlotCopy
+from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
 from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
@@ -35,8 +35,14 @@ class ContiguousStrategy(CacheStrategy):
     layout_kind = "contiguous"
     can_preempt = False
 
-    def __init__(self, num_slots: int, max_model_len: int, reserve: str = "max") -> None:
-        super().__init__(num_slots, max_model_len)
+    def __init__(
+        self,
+        num_slots: int,
+        max_model_len: int,
+        reserve: str = "max",
+        check_accounting: bool | None = None,
+    ) -> None:
+        super().__init__(num_slots, max_model_len, check_accounting)
         if reserve not in RESERVE_MODES:
             raise KvbenchInputError(
                 f"unknown --reserve {reserve!r} (choose from {', '.join(RESERVE_MODES)})"
@@ -68,8 +74,13 @@ class ContiguousStrategy(CacheStrategy):
             start = self.ranges.allocate(length)
             if start is None:
                 raise MemoryError(f"admit of sequence {seq.seq_id} without a hole that fits")
-            self.starts[seq.seq_id] = (start, length)
+            self._hold(seq, start, length)
         return 0
+
+    def _hold(self, seq: Sequence, start: int, length: int) -> None:
+        self.starts[seq.seq_id] = (start, length)
+        self._account(seq, length)
+        self._log_table(seq.seq_id, 0, start)
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         # Reserved at admission for the final length: growing always fits.
@@ -82,13 +93,15 @@ class ContiguousStrategy(CacheStrategy):
         held = self.starts.pop(seq.seq_id, None)
         if held is not None:
             self.ranges.release(*held)
+            self._account(seq, 0)
+            self._log_drop(seq.seq_id)
 
     def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
         length = self.reservation(child)
         start = self.ranges.allocate(length)
         if start is None:
             return None
-        self.starts[child.seq_id] = (start, length)
+        self._hold(child, start, length)
         copy = SlotCopy(self.starts[parent.seq_id][0], start, parent.num_computed)
         self._copies.append(copy)
         return [copy]
@@ -96,10 +109,24 @@ class ContiguousStrategy(CacheStrategy):
     def slot_of(self, seq: Sequence, position: int) -> int:
         return self.starts[seq.seq_id][0] + position
 
-    def _add_table(self, layout: KVLayout, seq: Sequence) -> None:
-        layout.start_slots.append(self.starts[seq.seq_id][0])
+    def _split_from_totals(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
+        split = super()._split_from_totals(running, head_waiting)
+        split.external = self._external(head_waiting)
+        split.free -= split.external
+        return split
 
-    def memory_split(self, running: list[Sequence], head_waiting: Sequence | None) -> MemorySplit:
+    def _external(self, head_waiting: Sequence | None) -> int:
+        """Free slots in holes too small for the queue head's reservation."""
+        if head_waiting is None or head_waiting.seq_id in self.starts:
+            return 0
+        need = self.reservation(head_waiting)
+        return sum(n for _, n in self.ranges.holes if n < need)
+
+    def memory_split_from_scratch(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
         split = MemorySplit()
         for seq in running:
             held = self.starts.get(seq.seq_id)
@@ -109,9 +136,7 @@ class ContiguousStrategy(CacheStrategy):
             split.token += token
             split.reserved += reserved
             split.internal += internal
-        if head_waiting is not None and head_waiting.seq_id not in self.starts:
-            need = self.reservation(head_waiting)
-            split.external = sum(n for _, n in self.ranges.holes if n < need)
+        split.external = self._external(head_waiting)
         split.free = self.num_slots - split.held
         return split
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvbench.core.layout import KVLayout, SlotCopy
+from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
 from kvbench.strategies.block_pool import BlockPool
@@ -37,9 +37,11 @@ class PagedStrategy(CacheStrategy):
         max_model_len: int,
         block_size: int = 16,
         watermark: float = 0.01,
+        check_accounting: bool | None = None,
     ) -> None:
-        super().__init__(num_slots, max_model_len)
+        super().__init__(num_slots, max_model_len, check_accounting)
         self.block_size = block_size
+        self.table_block_size = block_size
         self.pool = BlockPool(num_slots // block_size)
         # Free blocks kept back at admission so running sequences can grow (vLLM's watermark).
         self.watermark_blocks = math.ceil(watermark * self.pool.num_blocks)
@@ -76,17 +78,44 @@ class PagedStrategy(CacheStrategy):
         return 0
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        table = self.tables.get(seq.seq_id)
+        if table and len(table) * self.block_size >= seq.num_computed + num_new_tokens:
+            return True  # the common decode case, inline: it runs for every sequence and step
         needed = self._blocks_needed(seq, num_new_tokens)
         if needed == 0:
             return True
         if needed > self.pool.num_free:
             return False
         table = self.tables.setdefault(seq.seq_id, [])
-        table.extend(self.pool.allocate() for _ in range(needed))
+        self._extend_table(seq, table, [self.pool.allocate() for _ in range(needed)])
         return True
 
+    # Every change to a table goes through these three: the log and the totals follow it.
+
+    def _extend_table(self, seq: Sequence, table: list[int], blocks: list[int]) -> None:
+        for i, block in enumerate(blocks, start=len(table)):
+            self._log_table(seq.seq_id, i, block)
+        table.extend(blocks)
+        self._account_table(seq, table)
+
+    def _replace_block(self, seq: Sequence, table: list[int], index: int, block: int) -> None:
+        table[index] = block
+        self._log_table(seq.seq_id, index, block)
+
+    def _drop_table(self, seq: Sequence) -> list[int]:
+        table = self.tables.pop(seq.seq_id, None)
+        if table is None:
+            return []
+        self._account(seq, 0)
+        self._log_drop(seq.seq_id)
+        return table
+
+    def _account_table(self, seq: Sequence, table: list[int]) -> None:
+        self._account(seq, len(table) * self.block_size,
+                      min(len(table), self.blocks_for(seq.prompt_len)))
+
     def free(self, seq: Sequence) -> None:
-        for block in self.tables.pop(seq.seq_id, ()):
+        for block in self._drop_table(seq):
             self.pool.release(block)
 
     def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
@@ -95,7 +124,8 @@ class PagedStrategy(CacheStrategy):
         if len(parent_table) > self.pool.num_free:
             return None
         child_table = [self.pool.allocate() for _ in parent_table]
-        self.tables[child.seq_id] = child_table
+        self.tables[child.seq_id] = []
+        self._extend_table(child, self.tables[child.seq_id], child_table)
         copies = [
             SlotCopy(src * self.block_size, dst * self.block_size, self.block_size)
             for src, dst in zip(parent_table, child_table, strict=True)
@@ -107,11 +137,16 @@ class PagedStrategy(CacheStrategy):
         table = self.tables[seq.seq_id]
         return table[position // self.block_size] * self.block_size + position % self.block_size
 
-    def _add_table(self, layout: KVLayout, seq: Sequence) -> None:
-        layout.block_size = self.block_size
-        layout.block_tables.append(list(self.tables[seq.seq_id]))
+    def _split_from_totals(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
+        split = super()._split_from_totals(running, head_waiting)
+        split.prompt_blocks = self._prompt_blocks
+        return split
 
-    def memory_split(self, running: list[Sequence], head_waiting: Sequence | None) -> MemorySplit:
+    def memory_split_from_scratch(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
         split = MemorySplit(prompt_blocks=0)
         for seq in running:
             table = self.tables.get(seq.seq_id)

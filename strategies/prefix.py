@@ -62,8 +62,10 @@ class PrefixCachingStrategy(PagedStrategy):
         block_size: int = 16,
         watermark: float = 0.01,
         namespace: str = "",
+        check_accounting: bool | None = None,
     ) -> None:
-        super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark)
+        super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
+                         check_accounting=check_accounting)
         self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
         self.namespace = namespace
         self._root = root_hash(namespace)
@@ -82,6 +84,13 @@ class PrefixCachingStrategy(PagedStrategy):
         self.query_tokens = 0  # tokens of admitted sequences (what a prefill would compute)
         self.cow_copies = 0
         self.forks = 0
+        # Accounting of shared blocks (see `_shared_adjustment`): who holds each block, at
+        # which table index (the same in every holder's table), and the cached adjustment of
+        # each shared block every holder has filled (valid until its holders change).
+        self._holders: dict[int, dict[int, None]] = {}
+        self._block_index: dict[int, int] = {}
+        self._settled: dict[int, tuple[int, int, int, int]] = {}
+        self._settled_sum = (0, 0, 0, 0)
 
     # Hash registration ------------------------------------------------------------------
 
@@ -160,8 +169,8 @@ class PrefixCachingStrategy(PagedStrategy):
         self.pending_hit_blocks += sum(1 for b in blocks if b in self._pending_hash)
         for block in blocks:  # take the hits first: fresh allocations may evict
             self.pool.acquire(block)
-        table = blocks + [self.pool.allocate() for _ in range(needed)]
-        self.tables[seq.seq_id] = table
+        table = self.tables[seq.seq_id] = []
+        self._extend_table(seq, table, blocks + [self.pool.allocate() for _ in range(needed)])
         self.hashes[seq.seq_id] = hashes
         self.live[seq.seq_id] = seq
         chain = self._chains.pop(seq.seq_id, []) if not seq.num_computed else []
@@ -177,27 +186,47 @@ class PrefixCachingStrategy(PagedStrategy):
         return cached
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
-        if seq.seq_id not in self.tables:
-            self.tables[seq.seq_id] = []
-            self.hashes[seq.seq_id] = []
-            self.live[seq.seq_id] = seq
-        self._sync(seq)
-        table = self.tables[seq.seq_id]
+        sid = seq.seq_id
+        table = self.tables.get(sid)
+        computed = seq.num_computed
         bs = self.block_size
-        first = seq.num_computed // bs
-        end = self.blocks_for(seq.num_computed + num_new_tokens)
-        shared = [i for i in range(first, min(end, len(table)))
-                  if self.pool.ref_counts[table[i]] > 1 and not self._owns_pending(seq, table[i])]
+        if (  # the common decode case, inline: room in the last block, nothing to name
+            table
+            and len(table) * bs >= computed + num_new_tokens
+            and computed // bs <= len(self.hashes[sid])
+        ):
+            if not self.pool.num_shared:
+                return True
+            refs = self.pool.ref_counts  # nothing to copy: no written block has two holders
+            if all(refs[table[i]] < 2 for i in range(computed // bs,
+                                                      -(-(computed + num_new_tokens) // bs))):
+                return True
+        if table is None:
+            table = self.tables[sid] = []
+            self.hashes[sid] = []
+            self.live[sid] = seq
+        if min(computed, len(seq.token_ids)) // bs > len(self.hashes[sid]):
+            self._sync(seq)  # a block became full since the last call: name it
+        end = -(-(computed + num_new_tokens) // bs)
         fresh = max(0, end - len(table))
+        if not self.pool.num_shared:  # the common case: no block has two owners
+            if not fresh:
+                return True
+            shared: list[int] = []
+        else:
+            shared = [i for i in range(computed // bs, min(end, len(table)))
+                      if self.pool.ref_counts[table[i]] > 1
+                      and not self._owns_pending(seq, table[i])]
         if fresh + len(shared) > self.pool.num_free:
             return False
         for i in shared:  # copy-on-write: this sequence writes into a block others read
             old, new = table[i], self.pool.allocate()
             self._copies.append(SlotCopy(old * bs, new * bs, bs))
-            table[i] = new
+            self._replace_block(seq, table, i, new)
             self.pool.release(old)
             self.cow_copies += 1
-        table.extend(self.pool.allocate() for _ in range(fresh))
+        if fresh:
+            self._extend_table(seq, table, [self.pool.allocate() for _ in range(fresh)])
         return True
 
     def _owns_pending(self, seq: Sequence, block: int) -> bool:
@@ -209,7 +238,7 @@ class PrefixCachingStrategy(PagedStrategy):
     def free(self, seq: Sequence) -> None:
         self._sync(seq)
         self._chains.pop(seq.seq_id, None)
-        table = self.tables.pop(seq.seq_id, [])
+        table = self._drop_table(seq)
         self.hashes.pop(seq.seq_id, None)
         self.live.pop(seq.seq_id, None)
         for block in reversed(table):  # tail first: it is evicted before its prefix
@@ -230,7 +259,8 @@ class PrefixCachingStrategy(PagedStrategy):
         table = list(self.tables[parent.seq_id])
         for block in table:
             self.pool.share(block)
-        self.tables[child.seq_id] = table
+        self.tables[child.seq_id] = []
+        self._extend_table(child, self.tables[child.seq_id], table)
         self.hashes[child.seq_id] = list(self.hashes[parent.seq_id])
         self.live[child.seq_id] = child
         self.forks += 1
@@ -263,7 +293,105 @@ class PrefixCachingStrategy(PagedStrategy):
                         "sequences in admission order)"
                     )
 
-    def memory_split(self, running: list[Sequence], head_waiting: Sequence | None) -> MemorySplit:
+    # Shared-block accounting ------------------------------------------------------------
+
+    def _extend_table(self, seq: Sequence, table: list[int], blocks: list[int]) -> None:
+        start = len(table)
+        super()._extend_table(seq, table, blocks)
+        for i, block in enumerate(blocks, start=start):
+            self._hold_block(block, seq.seq_id, i)
+
+    def _replace_block(self, seq: Sequence, table: list[int], index: int, block: int) -> None:
+        old = table[index]
+        super()._replace_block(seq, table, index, block)
+        self._unhold_block(old, seq.seq_id)
+        self._hold_block(block, seq.seq_id, index)
+
+    def _drop_table(self, seq: Sequence) -> list[int]:
+        table = super()._drop_table(seq)
+        for block in table:
+            self._unhold_block(block, seq.seq_id)
+        return table
+
+    def _hold_block(self, block: int, seq_id: int, index: int) -> None:
+        self._holders.setdefault(block, {})[seq_id] = None
+        self._block_index[block] = index
+        self._unsettle(block)
+
+    def _unhold_block(self, block: int, seq_id: int) -> None:
+        holders = self._holders[block]
+        del holders[seq_id]
+        if not holders:
+            del self._holders[block], self._block_index[block]
+        self._unsettle(block)
+
+    def _unsettle(self, block: int) -> None:
+        adj = self._settled.pop(block, None)
+        if adj is not None:
+            self._settled_sum = tuple(a - b for a, b in zip(self._settled_sum, adj, strict=True))
+
+    def _block_adjustment(self, block: int) -> tuple[tuple[int, int, int, int], bool]:
+        """What counting a shared block once changes in the per-sequence totals (token,
+        reserved, internal, prompt blocks), and whether every holder has filled it.
+
+        The block's slots follow its furthest holder: all token slots once one holder has
+        filled it, else the largest filled and to-be-used counts among its holders.
+        """
+        bs = self.block_size
+        i = self._block_index[block]
+        start = i * bs
+        counted = [0, 0, 0]  # what the per-sequence totals hold for this block
+        filled_by = 0
+        max_filled = max_will = 0
+        in_prompt = 0
+        for seq_id in self._holders[block]:
+            seq = self.live[seq_id]
+            filled = min(max(seq.num_computed - start, 0), bs)
+            will = min(max(max(seq.final_kv_len, seq.num_computed) - start, filled), bs)
+            counted[0] += filled
+            counted[1] += will - filled
+            counted[2] += bs - will
+            filled_by += filled == bs
+            max_filled, max_will = max(max_filled, filled), max(max_will, will)
+            in_prompt += i < self.blocks_for(seq.prompt_len)
+        once = (bs, 0, 0) if filled_by else (max_filled, max_will - max_filled, bs - max_will)
+        adj = (once[0] - counted[0], once[1] - counted[1], once[2] - counted[2],
+               min(in_prompt, 1) - in_prompt)
+        return adj, filled_by == len(self._holders[block])
+
+    def _shared_adjustment(self) -> tuple[int, int, int, int]:
+        """The adjustment of all shared blocks: cached for those every holder has filled
+        (their holders only grow past them), recomputed for the few others."""
+        total = list(self._settled_sum)
+        for block in self.pool.shared:
+            if block in self._settled:
+                continue
+            adj, settled = self._block_adjustment(block)
+            if settled:
+                self._settled[block] = adj
+                self._settled_sum = tuple(a + b for a, b in zip(self._settled_sum, adj,
+                                                                strict=True))
+            for k in range(4):
+                total[k] += adj[k]
+        return total[0], total[1], total[2], total[3]
+
+    def _split_from_totals(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
+        split = super()._split_from_totals(running, head_waiting)
+        if self.pool.num_shared:
+            token, reserved, internal, prompt = self._shared_adjustment()
+            split.token += token
+            split.reserved += reserved
+            split.internal += internal
+            split.prompt_blocks += prompt
+            split.free = self.num_slots - split.held
+        split.cached = self.pool.num_evictable * self.block_size
+        return split
+
+    def memory_split_from_scratch(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
         """Each physical block counted once: a shared block's token/reserved/internal slots
         follow the furthest filled (and furthest to-be-used) position among its owners."""
         split = MemorySplit()

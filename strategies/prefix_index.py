@@ -77,6 +77,8 @@ class CachingBlockPool(BlockPool):
         if self.ref_counts[block] <= 0:
             raise ValueError(f"block {block} released more often than allocated")
         self.ref_counts[block] -= 1
+        if self.ref_counts[block] == 1:
+            self.shared.discard(block)
         if self.ref_counts[block]:
             return False
         if block in self.hash_of:
@@ -93,6 +95,8 @@ class CachingBlockPool(BlockPool):
         if self.ref_counts[block] == 0:
             del self.evictable[block]
         self.ref_counts[block] += 1
+        if self.ref_counts[block] == 2:
+            self.shared.add(block)
 
     def register(self, block: int, h: BlockHash) -> bool:
         """Name a held full block by its hash; False when the hash (or block) is already named
@@ -121,6 +125,7 @@ class CachingBlockPool(BlockPool):
         assert not (free & evictable) and not (free & held) and not (evictable & held)
         assert free | evictable | held == set(range(self.num_blocks)), "a block is lost"
         assert all(c >= 0 for c in self.ref_counts)
+        assert self.shared == {b for b, c in enumerate(self.ref_counts) if c > 1}, "shared set"
         assert not (free & set(self.hash_of)), "a free block keeps a hash"
         assert evictable <= set(self.hash_of), "an evictable block has no hash"
         assert len(self.hash_of) == len(self.block_of)

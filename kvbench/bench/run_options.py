@@ -107,6 +107,9 @@ class RunOptions:
         "auto", "auto (triton on CUDA, torch on CPU), triton, torch", kinds=("run",),
         kind_defaults={"simulate": "torch"})
     cpu_threads: int = _option(1, "torch threads on the CPU", kinds=("run",))
+    enforce_eager: bool = _option(
+        True, "CUDA: run decode steps eagerly; --no-enforce-eager captures them in CUDA graphs "
+              "(not yet checked on a GPU)", kinds=("run",), negatable=True)
     engine_kind: str = _option(
         "kvbench", "hf: replay through transformers' generate() instead", flag="--engine",
         kinds=("run",), choices=("kvbench", "hf"))

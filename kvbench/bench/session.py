@@ -98,6 +98,7 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
                     attention_backend=options.attention_backend,
                     cpu_threads=options.cpu_threads,
                     tensor_parallel_size=options.tensor_parallel_size,
+                    enforce_eager=options.enforce_eager,
                 )
                 runs.append(RunConfig(
                     engine=engine, workload=options.workload,

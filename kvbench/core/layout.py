@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# One change to a sequence's table: (seq_id, index, value). The value is a block id (paged) or
+# the start slot (contiguous, index 0); index `DROP_TABLE` drops the sequence's whole table.
+TableOp = tuple[int, int, int]
+DROP_TABLE = -1
+
 
 @dataclass
 class SlotCopy:
@@ -18,9 +23,15 @@ class SlotCopy:
 class KVLayout:
     """Per scheduled sequence (in batch order): its new tokens' slots and how to find its past.
 
-    `kind` is "paged" (read through `block_tables`, `block_size`) or "contiguous" (read from
-    `start_slots`). `seq_lens[i]` counts the sequence's tokens in the cache once this step's
+    `kind` is "paged" (read through block tables, `block_size`) or "contiguous" (read from
+    start slots). `seq_lens[i]` counts the sequence's tokens in the cache once this step's
     tokens are written; `query_lens[i]` how many of them this step computes.
+
+    A strategy's layout names its sequences (`seq_ids`) and carries `table_log`, the changes
+    to the tables since the previous layout: the executor keeps the tables in persistent
+    arrays and derives slot mappings from them, so no per-token or per-block list is rebuilt
+    each step. A layout built by hand (no `seq_ids`) spells out `slot_mapping` and
+    `block_tables` or `start_slots` instead.
     """
 
     kind: str
@@ -31,3 +42,5 @@ class KVLayout:
     block_tables: list[list[int]] = field(default_factory=list)
     start_slots: list[int] = field(default_factory=list)
     slot_copies: list[SlotCopy] = field(default_factory=list)
+    seq_ids: list[int] | None = None
+    table_log: list[TableOp] = field(default_factory=list)

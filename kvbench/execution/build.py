@@ -215,7 +215,9 @@ class ModelExecutors(ExecutorFactory):
     def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
         backend = self.backend(config, device)
         arena = KVArena(model_config, num_slots, kv_dtype, device, kv_scale=config.kv_scale)
-        return ModelExecutor(model, arena, get_ops(backend), device, backend)
+        return ModelExecutor(model, arena, get_ops(backend), device, backend,
+                             enforce_eager=config.enforce_eager,
+                             max_num_seqs=config.max_num_seqs)
 
     def backend(self, config: EngineConfig, device: torch.device) -> str:
         return resolve_backend(config.attention_backend, device)

@@ -9,7 +9,9 @@ import torch
 from kvbench.bench.tracing import trace_range
 from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
+from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.executor import Executor
+from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
 
@@ -84,29 +86,11 @@ def _scale_from(x: torch.Tensor) -> torch.Tensor:
     return torch.clamp(amax / FP8_SCALE_TARGET, min=FP8_SCALE_FLOOR)
 
 
-class _BatchTensors:
-    """A layout's index tensors, built once per step and shared by every layer."""
-
-    def __init__(self, batch: StepBatch, device: torch.device) -> None:
-        layout = batch.layout
-        p = batch.num_prefill_seqs
-        self.num_prefill_tokens = sum(layout.query_lens[:p])
-        self.slot_mapping = torch.tensor(layout.slot_mapping, dtype=torch.long, device=device)
-        self.seq_lens = torch.tensor(layout.seq_lens, dtype=torch.int32, device=device)
-        qsl = [0]
-        for n in layout.query_lens[:p]:
-            qsl.append(qsl[-1] + n)
-        self.query_start_loc = torch.tensor(qsl, dtype=torch.int32, device=device)
-        self.num_prefill_seqs = p
-        if layout.kind == "paged":
-            width = max((len(t) for t in layout.block_tables), default=1) or 1
-            tables = [t + [0] * (width - len(t)) for t in layout.block_tables]
-            self.block_tables = torch.tensor(tables, dtype=torch.int32, device=device)
-        else:
-            self.start_slots = torch.tensor(layout.start_slots, dtype=torch.int32, device=device)
-
-
 class ModelExecutor(Executor):
+    """Runs steps on the model. Decode-only steps replay CUDA graphs (`decode_graphs.py`) on
+    CUDA with the Triton backend unless `enforce_eager`; `max_num_seqs` bounds the captured
+    batch sizes."""
+
     def __init__(
         self,
         model: LlamaDecoder,
@@ -114,6 +98,9 @@ class ModelExecutor(Executor):
         ops: ModuleType,
         device: torch.device,
         backend_name: str = "torch",
+        *,
+        enforce_eager: bool = True,
+        max_num_seqs: int = 256,
     ) -> None:
         self.model = model
         self.config = model.config
@@ -123,16 +110,33 @@ class ModelExecutor(Executor):
         self.backend_name = backend_name
         self.softmax_scale = self.config.head_dim**-0.5
         self.forward_s = 0.0  # time of the last model forward (excluded from step overhead)
+        self.inputs = StepInputs(device)
+        self._layout_kind, self._block_size = "paged", 1  # of the step being run
+        self.graphs: DecodeGraphs | None = None
+        if not enforce_eager:
+            self.enable_cuda_graphs(max_num_seqs)
 
-    def _attention(self, layout: KVLayout, idx: _BatchTensors):
+    def enable_cuda_graphs(self, max_num_seqs: int) -> bool:
+        """Replay decode steps of up to `max_num_seqs` sequences from CUDA graphs; False (and
+        eager) off CUDA or without the Triton backend."""
+        if self.device.type != "cuda" or self.backend_name != "triton":
+            return False
+        arena = self.arena
+        self.graphs = DecodeGraphs(
+            self._forward, self.device, max_num_seqs, arena.num_slots, self.config.num_kv_heads,
+            fp8_ready=lambda: not arena.is_fp8 or None not in arena.k_scales,
+        )
+        return True
+
+    def _forward(self, input_ids, positions, idx: DeviceIndices, decode_extra: dict):
+        """A decode-only forward over `idx` (what `DecodeGraphs` captures)."""
+        attend = self._attention(self._layout_kind, self._block_size, idx, {}, decode_extra)
+        return self.model(input_ids, positions, attend)
+
+    def _attention(self, kind: str, block_size: int, idx: DeviceIndices, prefill_extra: dict,
+                   decode_extra: dict):
         ops, arena, scale = self.ops, self.arena, self.softmax_scale
         p, pt = idx.num_prefill_seqs, idx.num_prefill_tokens
-        # Host-side maxima spare the Triton wrappers a device sync per layer.
-        prefill_extra: dict = {}
-        decode_extra: dict = {}
-        if self.backend_name == "triton":
-            prefill_extra = {"max_query_len": max(layout.query_lens[:p], default=1)}
-            decode_extra = {"max_seq_len": max(layout.seq_lens[p:], default=1)}
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kc, vc = arena.k[layer], arena.v[layer]
@@ -144,10 +148,10 @@ class ModelExecutor(Executor):
             out = torch.empty_like(q)
             if p:
                 with trace_range("prefill_attention", layer=layer, seqs=p, tokens=pt):
-                    if layout.kind == "paged":
+                    if kind == "paged":
                         out[:pt] = ops.paged_attention(
                             q[:pt], kc, vc, idx.block_tables[:p], idx.query_start_loc,
-                            idx.seq_lens[:p], layout.block_size, scale, ks, vs, **prefill_extra,
+                            idx.seq_lens[:p], block_size, scale, ks, vs, **prefill_extra,
                         )
                     else:
                         out[:pt] = ops.contiguous_attention(
@@ -156,10 +160,10 @@ class ModelExecutor(Executor):
                         )
             if q.shape[0] > pt:
                 with trace_range("decode_attention", layer=layer, seqs=q.shape[0] - pt):
-                    if layout.kind == "paged":
+                    if kind == "paged":
                         out[pt:] = ops.paged_decode_attention(
                             q[pt:], kc, vc, idx.block_tables[p:], idx.seq_lens[p:],
-                            layout.block_size, scale, ks, vs, **decode_extra,
+                            block_size, scale, ks, vs, **decode_extra,
                         )
                     else:
                         out[pt:] = ops.contiguous_decode_attention(
@@ -170,16 +174,24 @@ class ModelExecutor(Executor):
 
         return attend
 
+    def _eager_attention(self, layout: KVLayout, idx: DeviceIndices):
+        p = idx.num_prefill_seqs
+        # Host-side maxima spare the Triton wrappers a device sync per layer.
+        prefill_extra: dict = {}
+        decode_extra: dict = {}
+        if self.backend_name == "triton":
+            prefill_extra = {"max_query_len": max(layout.query_lens[:p], default=1)}
+            decode_extra = {"max_seq_len": max(layout.seq_lens[p:], default=1)}
+        return self._attention(layout.kind, layout.block_size, idx, prefill_extra, decode_extra)
+
     @torch.inference_mode()
     def execute(self, batch: StepBatch) -> torch.Tensor:
         layout = batch.layout
         with trace_range("prepare", tokens=batch.num_tokens):
             for copy in layout.slot_copies:
                 self.arena.copy_slots(copy.src_slot, copy.dst_slot, copy.num_slots)
-            idx = _BatchTensors(batch, self.device)
-            input_ids = torch.tensor(batch.input_ids, dtype=torch.long, device=self.device)
-            positions = torch.tensor(batch.positions, dtype=torch.long, device=self.device)
-            rows = torch.tensor(batch.sample_rows, dtype=torch.long, device=self.device)
+            idx = self.inputs.build(batch)
+            input_ids, positions, rows = idx.input_ids, idx.positions, idx.sample_rows
         phase = "prefill" if batch.num_prefill_seqs else "decode"
         with trace_range(
             phase,
@@ -187,7 +199,11 @@ class ModelExecutor(Executor):
             decode_seqs=batch.num_decode_seqs,
             tokens=batch.num_tokens,
         ):
-            hidden = self.model(input_ids, positions, self._attention(layout, idx))
+            self._layout_kind, self._block_size = layout.kind, layout.block_size
+            if self.graphs is not None and self.graphs.can_run(batch, idx):
+                hidden = self.graphs.run(batch, idx)
+            else:
+                hidden = self.model(input_ids, positions, self._eager_attention(layout, idx))
             logits = self.model.logits(hidden[rows])
             self.synchronize()
         return logits

@@ -1,7 +1,10 @@
 """Property tests of `prefix`: under random admit / step / fork / free sequences (evictions
 happen whenever the small pool runs dry), reference counts and the hash index stay consistent
 with the block tables, every live sequence reads back exactly its own tokens' KV through its
-block table (so hits and copy-on-write are right), and the pool is whole at the end."""
+block table (so hits and copy-on-write are right), and the pool is whole at the end.
+
+Slots come from the executor's persistent table arrays fed by the strategy's table log, and
+every memory split is checked against its from-scratch recomputation."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from hypothesis import strategies as st
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
+from kvbench.execution.step_inputs import BlockTableArrays, layout_indices
 from kvbench.scheduling.base import in_prefill
 from kvbench.strategies.prefix import PrefixCachingStrategy
 
@@ -22,7 +26,9 @@ class Simulator:
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.cache = PrefixCachingStrategy(num_blocks * block_size + block_size - 1, 512,
-                                           block_size=block_size, watermark=0.0)
+                                           block_size=block_size, watermark=0.0,
+                                           check_accounting=True)
+        self.tables = BlockTableArrays(rows=2, width=2)  # small: growth is exercised too
         self.arena: list[tuple[int, ...] | None] = [None] * (num_blocks * block_size)
         self.live: list[Sequence] = []
         self.next_id = 0
@@ -40,7 +46,13 @@ class Simulator:
         for copy in layout.slot_copies:  # in order, before any write, as the executor does
             src, dst, n = copy.src_slot, copy.dst_slot, copy.num_slots
             self.arena[dst : dst + n] = self.arena[src : src + n]
-        slots = iter(layout.slot_mapping)
+        slots = iter(layout_indices(layout, self.tables, 0).slot_mapping.tolist())
+        for seq in self.live:  # the executor's copy of every table follows the strategy's
+            table = self.cache.tables.get(seq.seq_id)
+            if table:
+                row = self.tables.row_of[seq.seq_id]
+                assert self.tables.table[row, : len(table)].tolist() == table
+                assert self.tables.lengths[row] == len(table)
         for seq, n in scheduled:
             for pos in range(seq.num_computed, seq.num_computed + n):
                 self.arena[next(slots)] = tuple(seq.token_ids[: pos + 1])

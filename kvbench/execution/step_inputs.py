@@ -1,0 +1,201 @@
+"""Persistent host arrays for a step's index inputs, and their one transfer to the device.
+
+The strategies log every change to a sequence's table (a block id appended or replaced, a
+contiguous start slot set, a table dropped); `BlockTableArrays` applies the log to one
+preallocated integer array with a row per live sequence, so a step's block tables are a
+row gather and its slot mapping a vectorised lookup, whatever the strategy. `StepInputs`
+packs every index a step needs into one staging buffer (pinned on CUDA) and copies it to the
+device in a single transfer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import accumulate
+from operator import itemgetter
+
+import numpy as np
+import torch
+
+from kvbench.core.layout import DROP_TABLE, KVLayout, TableOp
+from kvbench.core.step_batch import StepBatch
+
+
+class BlockTableArrays:
+    """Row `r` holds the table of the sequence mapped to `r`; `lengths[r]` its entries."""
+
+    def __init__(self, rows: int = 64, width: int = 16) -> None:
+        self.table = np.zeros((rows, width), dtype=np.int64)
+        self.lengths = np.zeros(rows, dtype=np.int64)
+        self.row_of: dict[int, int] = {}
+        self._free_rows = list(range(rows - 1, -1, -1))
+
+    def apply(self, log: list[TableOp]) -> None:
+        for seq_id, index, value in log:
+            if index == DROP_TABLE:
+                row = self.row_of.pop(seq_id, None)
+                if row is not None:
+                    self.lengths[row] = 0
+                    self._free_rows.append(row)
+                continue
+            row = self.row_of.get(seq_id)
+            if row is None:
+                row = self._new_row(seq_id)
+            if index >= self.table.shape[1]:
+                self._grow(width=max(2 * self.table.shape[1], index + 1))
+            self.table[row, index] = value
+            if index >= self.lengths[row]:
+                self.lengths[row] = index + 1
+
+    def _new_row(self, seq_id: int) -> int:
+        if not self._free_rows:
+            old = self.table.shape[0]
+            self._grow(rows=2 * old)
+            self._free_rows = list(range(2 * old - 1, old - 1, -1))
+        row = self._free_rows.pop()
+        self.row_of[seq_id] = row
+        return row
+
+    def _grow(self, rows: int | None = None, width: int | None = None) -> None:
+        old_rows, old_width = self.table.shape
+        rows, width = rows or old_rows, width or old_width
+        table = np.zeros((rows, width), dtype=np.int64)
+        table[:old_rows, :old_width] = self.table
+        self.table = table
+        lengths = np.zeros(rows, dtype=np.int64)
+        lengths[:old_rows] = self.lengths
+        self.lengths = lengths
+
+    def rows(self, seq_ids: list[int]) -> np.ndarray:
+        if len(seq_ids) == 1:
+            return np.array([self.row_of[seq_ids[0]]], dtype=np.int64)
+        return np.array(itemgetter(*seq_ids)(self.row_of), dtype=np.int64)
+
+
+def token_positions(query_lens: np.ndarray, seq_lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(batch row, position) of every new token, sequences in batch order."""
+    num_tokens = int(query_lens.sum())
+    if num_tokens == len(query_lens):  # all decodes: one token each
+        return np.arange(num_tokens), seq_lens - 1
+    seq_of = np.repeat(np.arange(len(query_lens)), query_lens)
+    first = np.cumsum(query_lens) - query_lens
+    offset = np.arange(num_tokens) - first[seq_of]
+    return seq_of, (seq_lens - query_lens)[seq_of] + offset
+
+
+@dataclass
+class HostIndices:
+    """A step's index inputs on the host (int64 numpy arrays)."""
+
+    slot_mapping: np.ndarray
+    seq_lens: np.ndarray
+    query_start_loc: np.ndarray  # prefills only
+    tables: np.ndarray  # [seqs, width]: block tables, or start slots as one column
+
+
+def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int) -> HostIndices:
+    """Apply the layout's table log to `arrays` and derive the step's indices from them."""
+    query_lens = np.asarray(layout.query_lens, dtype=np.int64)
+    seq_lens = np.asarray(layout.seq_lens, dtype=np.int64)
+    qsl = np.zeros(num_prefill + 1, dtype=np.int64)
+    np.cumsum(query_lens[:num_prefill], out=qsl[1:])
+    if layout.seq_ids is None:  # spelled out by hand
+        if layout.kind == "paged":
+            width = max((len(t) for t in layout.block_tables), default=1) or 1
+            tables = np.zeros((len(layout.block_tables), width), dtype=np.int64)
+            for i, t in enumerate(layout.block_tables):
+                tables[i, : len(t)] = t
+        else:
+            tables = np.asarray(layout.start_slots, dtype=np.int64).reshape(-1, 1)
+        slots = np.asarray(layout.slot_mapping, dtype=np.int64)
+        return HostIndices(slots, seq_lens, qsl, tables)
+    arrays.apply(layout.table_log)
+    rows = arrays.rows(layout.seq_ids)
+    seq_of, positions = token_positions(query_lens, seq_lens)
+    if layout.kind == "paged":
+        width = max(int(arrays.lengths[rows].max(initial=1)), 1)
+        tables = arrays.table[rows, :width]
+        bs = layout.block_size
+        slots = tables[seq_of, positions // bs] * bs + positions % bs
+    else:
+        tables = arrays.table[rows, :1]
+        slots = tables[seq_of, 0] + positions
+    return HostIndices(slots, seq_lens, qsl, tables)
+
+
+@dataclass
+class DeviceIndices:
+    """A step's inputs on the device: views into one transferred buffer."""
+
+    input_ids: torch.Tensor  # long
+    positions: torch.Tensor  # long
+    sample_rows: torch.Tensor  # long
+    slot_mapping: torch.Tensor  # long
+    seq_lens: torch.Tensor  # int32
+    query_start_loc: torch.Tensor  # int32
+    tables: torch.Tensor  # int32 [seqs, width]
+    num_prefill_seqs: int
+    num_prefill_tokens: int
+
+    @property
+    def block_tables(self) -> torch.Tensor:
+        return self.tables
+
+    @property
+    def start_slots(self) -> torch.Tensor:
+        return self.tables[:, 0]
+
+
+class StepInputs:
+    """Builds a step's device inputs from persistent host state, one transfer per step."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.arrays = BlockTableArrays()
+        self._pin = device.type == "cuda"
+        self._staging = self._host_buffer(1 << 12)
+        self._copied: torch.cuda.Event | None = None  # the last transfer out of `_staging`
+
+    def _host_buffer(self, n: int) -> torch.Tensor:
+        return torch.empty(n, dtype=torch.int64, pin_memory=self._pin)
+
+    def build(self, batch: StepBatch) -> DeviceIndices:
+        host = layout_indices(batch.layout, self.arrays, batch.num_prefill_seqs)
+        num_tokens = batch.num_tokens
+        long_parts = [batch.input_ids, batch.positions, batch.sample_rows, host.slot_mapping]
+        int_parts = [host.seq_lens, host.query_start_loc, host.tables.reshape(-1)]
+        sizes = [num_tokens, num_tokens, len(batch.sample_rows), len(host.slot_mapping)]
+        sizes += [len(p) for p in int_parts]
+        total = sum(sizes)
+        if self._copied is not None:  # the previous step's transfer must have read the buffer
+            self._copied.synchronize()
+        if total > self._staging.numel():
+            self._staging = self._host_buffer(max(total, 2 * self._staging.numel()))
+        staging = self._staging.numpy()
+        at = 0
+        for part, n in zip(long_parts + int_parts, sizes, strict=True):
+            staging[at : at + n] = part
+            at += n
+        flat = self._staging[:total]
+        if self.device.type != "cpu":
+            flat = flat.to(self.device, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+        else:
+            flat = flat.clone()  # the next step overwrites the staging buffer
+        ends = list(accumulate(sizes))
+        int_flat = flat[ends[3]:].to(torch.int32)
+        num_seqs = len(host.seq_lens)
+        n_seq, n_qsl = sizes[4], sizes[5]
+        p = batch.num_prefill_seqs
+        return DeviceIndices(
+            input_ids=flat[: ends[0]],
+            positions=flat[ends[0] : ends[1]],
+            sample_rows=flat[ends[1] : ends[2]],
+            slot_mapping=flat[ends[2] : ends[3]],
+            seq_lens=int_flat[:n_seq],
+            query_start_loc=int_flat[n_seq : n_seq + n_qsl],
+            tables=int_flat[n_seq + n_qsl :].view(num_seqs, host.tables.shape[1]),
+            num_prefill_seqs=p,
+            num_prefill_tokens=int(host.query_start_loc[-1]),
+        )
