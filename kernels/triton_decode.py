@@ -21,6 +21,9 @@ import triton
 import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)
+# float32 operands on a GPU: three TF32 tensor-core products (about float32 accuracy) instead of
+# IEEE FMAs, which bypass the tensor cores and spill at large head dims.
+FP32_DOT_PRECISION = tl.constexpr("tf32x3")
 
 
 @triton.jit
@@ -43,22 +46,52 @@ def cast_rne(x, dtype: tl.constexpr):
 
     For bfloat16 the rounding is done on the float32 bits first (the result converts exactly):
     the CPU interpreter's float32 -> bfloat16 cast truncates, the GPU's rounds; this way both
-    agree with ``torch.Tensor.to``.
+    agree with ``torch.Tensor.to``. NaN stays NaN (``nan_safe_bf16_bits`` mirrors the integer
+    steps in torch, for tests).
     """
     if dtype == tl.bfloat16:
         bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        # NaN must stay NaN: CUDA's canonical NaN 0x7FFFFFFF would carry into the sign bit
+        # (0x80000000, -0.0). Keeping the top half with the quiet bit set is a NaN in bf16.
+        bits = tl.where(x != x, (bits | 0x00400000) & 0xFFFF0000, rounded)
         return bits.to(tl.float32, bitcast=True).to(dtype)
     else:
         return x.to(dtype)
 
 
 @triton.jit
+def e4m3_bits_to_fp32(code):
+    """float32 values of float8_e4m3fn bit patterns (``code``: uint8), by integer arithmetic.
+
+    fp8 caches are read through a ``uint8`` view: Triton's native e4m3 type (fp8e4nv) exists
+    only from sm_89, so this keeps A100 (sm_80) working and gives the same values everywhere.
+    """
+    c = code.to(tl.uint32)
+    sign = (c & 0x80) << 24
+    exp = (c >> 3) & 0xF
+    mant = c & 0x7
+    # Normal: rebias 7 -> 127 and move the 3 mantissa bits to the top of float32's 23.
+    normal = (sign | ((exp + 120) << 23) | (mant << 20)).to(tl.float32, bitcast=True)
+    # Subnormal (exp 0): mant * 2^-9, exact in float32; zero included.
+    sub = mant.to(tl.float32) * 0.001953125
+    sub = tl.where(sign != 0, -sub, sub)
+    value = tl.where(exp == 0, sub, normal)
+    return tl.where((exp == 15) & (mant == 7), float("nan"), value)
+
+
+@triton.jit
 def load_kv_tile(cache_ptr, slots, stride_slot, head_off, offs_d, mask_2d,
-                 DOT_FP32: tl.constexpr, COMPUTE_DTYPE: tl.constexpr):
-    """A ``[tokens, head_dim]`` tile of one KV head in the dtype fed to ``tl.dot``."""
+                 DOT_FP32: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, FP8: tl.constexpr):
+    """A ``[tokens, head_dim]`` tile of one KV head in the dtype fed to ``tl.dot``.
+
+    ``FP8``: the cache pointer is a ``uint8`` view of an e4m3 cache (see ``e4m3_bits_to_fp32``).
+    """
     ptrs = cache_ptr + slots[:, None] * stride_slot + head_off + offs_d[None, :]
-    x = tl.load(ptrs, mask=mask_2d, other=0.0)
+    if FP8:
+        x = e4m3_bits_to_fp32(tl.load(ptrs, mask=mask_2d, other=0))
+    else:
+        x = tl.load(ptrs, mask=mask_2d, other=0.0)
     if DOT_FP32:
         return x.to(tl.float32)
     else:
@@ -85,9 +118,9 @@ def kv_head_scale(scale_ptr, kv_head, PER_HEAD_SCALE: tl.constexpr):
 
 @triton.jit
 def tile_scores(q, k, DOT_FP32: tl.constexpr):
-    """``q @ k.T`` of a query tile and a key tile (IEEE float32 when ``DOT_FP32``)."""
+    """``q @ k.T`` of a query tile and a key tile (float32-accurate when ``DOT_FP32``)."""
     if DOT_FP32:
-        return tl.dot(q, tl.trans(k), input_precision="ieee")
+        return tl.dot(q, tl.trans(k), input_precision=FP32_DOT_PRECISION)
     else:
         return tl.dot(q, tl.trans(k))
 
@@ -105,13 +138,15 @@ def online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32: tl.constexpr):
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     if DOT_FP32:
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=FP32_DOT_PRECISION)
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return m_new, l_i, acc
 
 
-@triton.jit
+# Arguments that change from step to step (block-table width, split count) are not specialized:
+# otherwise every new value (or its divisibility by 16) compiles a new variant mid-run.
+@triton.jit(do_not_specialize=["num_splits", "stride_table"])
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr,
     table_ptr, seq_lens_ptr,
@@ -171,12 +206,12 @@ def _decode_kernel(
         slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
         kv_mask = tok_mask[:, None] & d_mask[None, :]
         k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
-                         DOT_FP32, compute_dtype)
+                         DOT_FP32, compute_dtype, FP8)
         s = tile_scores(q, k, DOT_FP32)
         s = tl.where(tok_mask[None, :], s * qk_scale, float("-inf"))
         # Every tile holds at least one real token, so the running max stays finite.
         v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
-                         DOT_FP32, compute_dtype)
+                         DOT_FP32, compute_dtype, FP8)
         m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32)
 
     if FP8:
@@ -197,7 +232,7 @@ def _decode_kernel(
         tl.store(o_ptrs, cast_rne(out, out_ptr.dtype.element_ty), mask=out_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _merge_splits_kernel(
     partial_ptr, m_ptr, l_ptr, out_ptr, num_splits,
     stride_p_seq, stride_p_head, stride_p_split,
