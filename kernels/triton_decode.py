@@ -24,6 +24,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 # float32 operands on a GPU: three TF32 tensor-core products (about float32 accuracy) instead of
 # IEEE FMAs, which bypass the tensor cores and spill at large head dims.
 FP32_DOT_PRECISION = tl.constexpr("tf32x3")
+FP8_UNSCALE = tl.constexpr(256.0)  # undoes e4m3_bits_to_fp16's 2^-8 (exact: a power of two)
 
 
 @triton.jit
@@ -46,8 +47,8 @@ def cast_rne(x, dtype: tl.constexpr):
 
     For bfloat16 the rounding is done on the float32 bits first (the result converts exactly):
     the CPU interpreter's float32 -> bfloat16 cast truncates, the GPU's rounds; this way both
-    agree with ``torch.Tensor.to``. NaN stays NaN (``nan_safe_bf16_bits`` mirrors the integer
-    steps in torch, for tests).
+    agree with ``torch.Tensor.to``. NaN stays NaN (tests/kernels/test_bit_arithmetic.py
+    mirrors these integer steps in torch).
     """
     if dtype == tl.bfloat16:
         bits = x.to(tl.uint32, bitcast=True)
@@ -61,23 +62,19 @@ def cast_rne(x, dtype: tl.constexpr):
 
 
 @triton.jit
-def e4m3_bits_to_fp32(code):
-    """float32 values of float8_e4m3fn bit patterns (``code``: uint8), by integer arithmetic.
+def e4m3_bits_to_fp16(code):
+    """float8_e4m3fn bit patterns (``code``: uint8) as float16 values ``2^-8`` times too small.
 
     fp8 caches are read through a ``uint8`` view: Triton's native e4m3 type (fp8e4nv) exists
     only from sm_89, so this keeps A100 (sm_80) working and gives the same values everywhere.
+    Moving sign, exponent and mantissa into float16's fields as they are is exact, subnormals
+    included (float16's exponent bias is 8 more than e4m3's); callers fold the ``2^8`` into
+    the K/V scales (``FP8_UNSCALE``). Two integer ops per value, in 16-bit registers.
     """
-    c = code.to(tl.uint32)
-    sign = (c & 0x80) << 24
-    exp = (c >> 3) & 0xF
-    mant = c & 0x7
-    # Normal: rebias 7 -> 127 and move the 3 mantissa bits to the top of float32's 23.
-    normal = (sign | ((exp + 120) << 23) | (mant << 20)).to(tl.float32, bitcast=True)
-    # Subnormal (exp 0): mant * 2^-9, exact in float32; zero included.
-    sub = mant.to(tl.float32) * 0.001953125
-    sub = tl.where(sign != 0, -sub, sub)
-    value = tl.where(exp == 0, sub, normal)
-    return tl.where((exp == 15) & (mant == 7), float("nan"), value)
+    c = code.to(tl.uint16)
+    bits = ((c & 0x80) << 8) | ((c & 0x7F) << 7)
+    x = bits.to(tl.float16, bitcast=True)
+    return tl.where((c & 0x7F) == 0x7F, float("nan"), x)
 
 
 @triton.jit
@@ -85,11 +82,12 @@ def load_kv_tile(cache_ptr, slots, stride_slot, head_off, offs_d, mask_2d,
                  DOT_FP32: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, FP8: tl.constexpr):
     """A ``[tokens, head_dim]`` tile of one KV head in the dtype fed to ``tl.dot``.
 
-    ``FP8``: the cache pointer is a ``uint8`` view of an e4m3 cache (see ``e4m3_bits_to_fp32``).
+    ``FP8``: the cache pointer is a ``uint8`` view of an e4m3 cache; the tile is ``2^-8`` times
+    the stored values (see ``e4m3_bits_to_fp16``).
     """
     ptrs = cache_ptr + slots[:, None] * stride_slot + head_off + offs_d[None, :]
     if FP8:
-        x = e4m3_bits_to_fp32(tl.load(ptrs, mask=mask_2d, other=0))
+        x = e4m3_bits_to_fp16(tl.load(ptrs, mask=mask_2d, other=0))
     else:
         x = tl.load(ptrs, mask=mask_2d, other=0.0)
     if DOT_FP32:
@@ -109,11 +107,12 @@ def sequence_row(table_ptr, seq, stride_table, PAGED: tl.constexpr):
 
 @triton.jit
 def kv_head_scale(scale_ptr, kv_head, PER_HEAD_SCALE: tl.constexpr):
-    """An fp8 cache's scale for KV head ``kv_head``: its own, or the tensor's single one."""
+    """An fp8 cache's scale for KV head ``kv_head`` (its own, or the tensor's single one),
+    times ``FP8_UNSCALE`` for the tiles ``load_kv_tile`` decodes."""
     if PER_HEAD_SCALE:
-        return tl.load(scale_ptr + kv_head)
+        return tl.load(scale_ptr + kv_head) * FP8_UNSCALE
     else:
-        return tl.load(scale_ptr)
+        return tl.load(scale_ptr) * FP8_UNSCALE
 
 
 @triton.jit
