@@ -7,8 +7,8 @@ decided once (`kvbench.kernels.backend.get_ops`). Both take the signatures of
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -55,63 +55,28 @@ class AttentionOps(Protocol):
         ...
 
 
-class _ModuleOps:
-    """Methods forwarded to a kernel module with the reference's function names."""
-
-    name: ClassVar[str]
-    _module_name: ClassVar[str]
-
-    def __init__(self) -> None:
-        self._module = importlib.import_module(self._module_name)
-
-    def write_kv(self, *args, **kwargs) -> None:
-        self._module.write_kv(*args, **kwargs)
-
-    def paged_attention(self, *args, **kwargs) -> torch.Tensor:
-        return self._module.paged_attention(*args, **kwargs)
-
-    def contiguous_attention(self, *args, **kwargs) -> torch.Tensor:
-        return self._module.contiguous_attention(*args, **kwargs)
-
-    def paged_decode_attention(self, *args, **kwargs) -> torch.Tensor:
-        return self._module.paged_decode_attention(*args, **kwargs)
-
-    def contiguous_decode_attention(self, *args, **kwargs) -> torch.Tensor:
-        return self._module.contiguous_decode_attention(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-
-class TorchAttentionOps(_ModuleOps):
+class TorchAttentionOps:
     """`kvbench.kernels.reference`: plain PyTorch, any device; the ground truth."""
 
     name = "torch"
-    _module_name = reference.__name__
+    write_kv = staticmethod(reference.write_kv)
+    paged_attention = staticmethod(reference.paged_attention)
+    contiguous_attention = staticmethod(reference.contiguous_attention)
+    paged_decode_attention = staticmethod(reference.paged_decode_attention)
+    contiguous_decode_attention = staticmethod(reference.contiguous_decode_attention)
 
     def precompile(self, shape: AttentionShape, device: torch.device) -> float:
         return 0.0  # nothing to compile
 
 
-class TritonAttentionOps(_ModuleOps):
-    """`kvbench.kernels.triton_ops`: CUDA, or the CPU under ``TRITON_INTERPRET=1``.
-    Constructing it imports triton (``ImportError`` where it is missing)."""
+def _triton_ops() -> AttentionOps:
+    # Imports triton: ImportError where it is missing.
+    from .triton_attention_ops import TritonAttentionOps
 
-    name = "triton"
-    _module_name = "kvbench.kernels.triton_ops"
-
-    def precompile(self, shape: AttentionShape, device: torch.device) -> float:
-        from .variants import precompile
-
-        return precompile(shape, device)
-
-    def choose_num_splits(self, num_seqs: int, num_kv_heads: int, max_seq_len: int,
-                          device: torch.device) -> int:
-        """The split-K factor decode picks by default (see `triton_ops.choose_num_splits`)."""
-        return self._module.choose_num_splits(num_seqs, num_kv_heads, max_seq_len, device)
+    return TritonAttentionOps()
 
 
-IMPLEMENTATIONS: dict[str, type[_ModuleOps]] = {
-    TorchAttentionOps.name: TorchAttentionOps,
-    TritonAttentionOps.name: TritonAttentionOps,
+IMPLEMENTATIONS: dict[str, Callable[[], AttentionOps]] = {
+    "torch": TorchAttentionOps,
+    "triton": _triton_ops,
 }
