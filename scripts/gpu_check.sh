@@ -71,8 +71,8 @@ step() {
 export -f kvbench 2>/dev/null || true
 export PY
 
-step environment 20 bash -c '
-    nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv
+step environment 20 bash -c 'set -e
+    nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv || true
     "$PY" -c "import sys, torch, triton
 print(\"python\", sys.version.split()[0], \"torch\", torch.__version__, \"cuda\", torch.version.cuda,
       \"triton\", triton.__version__, \"device\", torch.cuda.get_device_name(),
@@ -91,13 +91,15 @@ step simulate 30 bash -c 'kvbench simulate --strategy paged --workload sharegpt 
 
 # 4. One summary table; non-zero exit when any part failed.
 status=0
+for rc in "${codes[@]}"; do [ "$rc" = 0 ] || status=1; done
 {
     printf '\n%-14s %-8s %5s %6s  %s\n' part result exit secs output
     for i in "${!names[@]}"; do
         rc="${codes[$i]}"
         if [ "$rc" = 0 ]; then result=ok; elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then result=TIMEOUT; else result=FAILED; fi
-        [ "$rc" = 0 ] || status=1
         printf '%-14s %-8s %5s %6s  %s\n' "${names[$i]}" "$result" "$rc" "${secs[$i]}" "$OUT/${names[$i]}.txt"
     done
-} | tee -a "$LOG" | tee "$OUT/summary.txt"
+    [ "$status" = 0 ] && echo "gpu_check: all parts passed" || echo "gpu_check: some parts FAILED"
+} | tee -a "$LOG" > "$OUT/summary.txt"
+cat "$OUT/summary.txt"
 exit $status
