@@ -144,8 +144,11 @@ def online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32: tl.constexpr):
 
 
 # Arguments that change from step to step (block-table width, split count) are not specialized:
-# otherwise every new value (or its divisibility by 16) compiles a new variant mid-run.
-@triton.jit(do_not_specialize=["num_splits", "stride_table"])
+# otherwise every new value (or its divisibility by 16) compiles a new variant mid-run. Nor is
+# the alignment of the block table and lengths: executors pass slices such as
+# ``seq_lens[num_prefill:]`` whose start moves by 4 bytes per prefill sequence.
+@triton.jit(do_not_specialize=["num_splits", "stride_table"],
+            do_not_specialize_on_alignment=["table_ptr", "seq_lens_ptr"])
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr,
     table_ptr, seq_lens_ptr,

@@ -31,7 +31,9 @@ from .triton_decode import (
 )
 
 
-@triton.jit(do_not_specialize=["stride_table"])
+# Per-step arguments are not specialized (see _decode_kernel).
+@triton.jit(do_not_specialize=["stride_table"],
+            do_not_specialize_on_alignment=["table_ptr", "query_start_loc_ptr", "seq_lens_ptr"])
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr,
     table_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr,

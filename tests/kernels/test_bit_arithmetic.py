@@ -144,9 +144,10 @@ SPECIALIZATION_SCRIPT = textwrap.dedent("""
     kc = torch.zeros(64 * 16, 8, 128, dtype=torch.bfloat16)
     q = torch.zeros(2, 32, 128, dtype=torch.bfloat16)
     keys = set()
-    for width, splits in ((4, 2), (16, 7), (17, 13), (33, 2)):
-        table = torch.zeros(2, width, dtype=torch.int32)
-        lens = torch.full((2,), 64, dtype=torch.int32)
+    for width, splits, skip in ((4, 2, 0), (16, 7, 1), (17, 13, 2), (33, 2, 3)):
+        # `skip` prefill sequences ahead: the executor passes tables[skip:], seq_lens[skip:].
+        table = torch.zeros(2 + skip, width, dtype=torch.int32)[skip:]
+        lens = torch.full((2 + skip,), 64, dtype=torch.int32)[skip:]
         for launch in decode_launches(q, kc, kc, table, True, lens, 16, 0.1,
                                       num_splits=splits, target=target)[1]:
             _, sig, const, attrs = aot._specialize(launch, backend)
@@ -161,8 +162,9 @@ SPECIALIZATION_SCRIPT = textwrap.dedent("""
 
 
 def test_per_step_arguments_do_not_make_new_variants():
-    """Block-table widths 4/16/17/33 and split counts 2/7/13: one decode kernel, one merge
-    kernel, one prefill kernel (Triton's own JIT specialization, computed without a GPU)."""
+    """Block-table widths 4/16/17/33, split counts 2/7/13 and tables/lengths sliced at 0-3
+    prefill sequences: one decode kernel, one merge kernel, one prefill kernel (Triton's own
+    JIT specialization, computed without a GPU)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", SPECIALIZATION_SCRIPT], env=env,
                           capture_output=True, text=True, timeout=120)
