@@ -51,7 +51,8 @@ def shape_launches(shape: AttentionShape, device: torch.device, target: Target |
     ks, vs = _scales(shape, device)
     tables = torch.arange(num_seqs * blocks_per_seq, dtype=torch.int32,
                           device=device).reshape(num_seqs, blocks_per_seq)
-    starts = torch.arange(num_seqs, dtype=torch.int64, device=device) * blocks_per_seq * bs
+    # The dtypes of kvbench.execution.model_executor's index tensors (they select the variant).
+    starts = torch.arange(num_seqs, dtype=torch.int32, device=device) * blocks_per_seq * bs
     seq_lens = torch.full((num_seqs,), blocks_per_seq * bs, dtype=torch.int32, device=device)
     q_dec = torch.zeros(num_seqs, hq, d, dtype=shape.dtype, device=device)
     q_len = 3
