@@ -79,7 +79,7 @@ print(\"python\", sys.version.split()[0], \"torch\", torch.__version__, \"cuda\"
       \"capability\", torch.cuda.get_device_capability())"
     git rev-parse --short HEAD 2>/dev/null || true'
 # Every kernel test on CUDA (they pick CUDA when it is there), not only the `gpu` ones.
-step kernel-tests 170 "$PY" -m pytest -q -p no:cacheprovider tests/kernels -m "not aot" \
+step kernel-tests 170 "$PY" -m pytest -q -p no:cacheprovider tests/kernels -m "not aot" --device cuda \
     --junitxml="$OUT/kernel-tests.xml"
 step benchmarks 150 "$PY" -m pytest -q -p no:cacheprovider tests/benchmarks/test_kernel_benchmarks.py \
     --benchmark-json="$OUT/benchmarks.json"

@@ -9,7 +9,21 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device", choices=("auto", "cuda"), default="auto",
+        help="kernel tests: 'cuda' fails at once unless a CUDA device is visible (the tests "
+             "then run on it), so a GPU run cannot fall back to the interpreter unnoticed",
+    )
+
+
+def pytest_configure(config):
+    if config.getoption("--device") == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError("--device cuda: torch sees no CUDA device")
