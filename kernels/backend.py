@@ -1,24 +1,25 @@
 """Attention backend selection for ``--attention-backend auto|triton|torch``.
 
-``torch`` is `kvbench.kernels.reference` (runs anywhere); ``triton`` is
-`kvbench.kernels.triton_ops` (CUDA, or the CPU under ``TRITON_INTERPRET=1``). Both modules
-expose the same functions, so callers do ``ops = get_ops(resolve_backend(name, device))``.
-Nothing here imports triton at module import time.
+``torch`` is `TorchAttentionOps` (`kvbench.kernels.reference`, runs anywhere); ``triton`` is
+`TritonAttentionOps` (`kvbench.kernels.triton_ops`: CUDA, or the CPU under
+``TRITON_INTERPRET=1``). Both implement `kvbench.kernels.attention_ops.AttentionOps`; callers
+do ``ops = get_ops(resolve_backend(name, device))``. Nothing here imports triton at module
+import time.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 import importlib.util
 import os
-from types import ModuleType
 
 import torch
 
 from kvbench.errors import KvbenchInputError
 
+from .attention_ops import IMPLEMENTATIONS, AttentionOps
+
 BACKENDS = ("auto", "triton", "torch")
-_MODULES = {"torch": "kvbench.kernels.reference", "triton": "kvbench.kernels.triton_ops"}
 
 
 def triton_importable() -> bool:
@@ -73,14 +74,15 @@ def resolve_backend(name: str, device: torch.device) -> str:
     )
 
 
-def get_ops(name: str) -> ModuleType:
-    """The kernel module of a concrete backend (``"torch"`` or ``"triton"``).
+@functools.cache
+def get_ops(name: str) -> AttentionOps:
+    """The `AttentionOps` of a concrete backend (``"torch"`` or ``"triton"``), one per process.
 
     Raises ImportError for ``"triton"`` when triton cannot be imported.
     """
-    if name not in _MODULES:
+    if name not in IMPLEMENTATIONS:
         raise KvbenchInputError(
             f"unknown concrete attention backend {name!r}; expected 'torch' or 'triton' "
             "(resolve 'auto' with resolve_backend first)"
         )
-    return importlib.import_module(_MODULES[name])
+    return IMPLEMENTATIONS[name]()

@@ -21,6 +21,10 @@ import triton
 import triton.language as tl
 
 LOG2E = tl.constexpr(1.4426950408889634)
+# float32 operands on a GPU: three TF32 tensor-core products (about float32 accuracy) instead of
+# IEEE FMAs, which bypass the tensor cores and spill at large head dims.
+FP32_DOT_PRECISION = tl.constexpr("tf32x3")
+FP8_UNSCALE = tl.constexpr(256.0)  # undoes e4m3_bits_to_fp16's 2^-8 (exact: a power of two)
 
 
 @triton.jit
@@ -43,22 +47,49 @@ def cast_rne(x, dtype: tl.constexpr):
 
     For bfloat16 the rounding is done on the float32 bits first (the result converts exactly):
     the CPU interpreter's float32 -> bfloat16 cast truncates, the GPU's rounds; this way both
-    agree with ``torch.Tensor.to``.
+    agree with ``torch.Tensor.to``. NaN stays NaN (tests/kernels/test_bit_arithmetic.py
+    mirrors these integer steps in torch).
     """
     if dtype == tl.bfloat16:
         bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        # NaN must stay NaN: CUDA's canonical NaN 0x7FFFFFFF would carry into the sign bit
+        # (0x80000000, -0.0). Keeping the top half with the quiet bit set is a NaN in bf16.
+        bits = tl.where(x != x, (bits | 0x00400000) & 0xFFFF0000, rounded)
         return bits.to(tl.float32, bitcast=True).to(dtype)
     else:
         return x.to(dtype)
 
 
 @triton.jit
+def e4m3_bits_to_fp16(code):
+    """float8_e4m3fn bit patterns (``code``: uint8) as float16 values ``2^-8`` times too small.
+
+    fp8 caches are read through a ``uint8`` view: Triton's native e4m3 type (fp8e4nv) exists
+    only from sm_89, so this keeps A100 (sm_80) working and gives the same values everywhere.
+    Moving sign, exponent and mantissa into float16's fields as they are is exact, subnormals
+    included (float16's exponent bias is 8 more than e4m3's); callers fold the ``2^8`` into
+    the K/V scales (``FP8_UNSCALE``). Two integer ops per value, in 16-bit registers.
+    """
+    c = code.to(tl.uint16)
+    bits = ((c & 0x80) << 8) | ((c & 0x7F) << 7)
+    x = bits.to(tl.float16, bitcast=True)
+    return tl.where((c & 0x7F) == 0x7F, float("nan"), x)
+
+
+@triton.jit
 def load_kv_tile(cache_ptr, slots, stride_slot, head_off, offs_d, mask_2d,
-                 DOT_FP32: tl.constexpr, COMPUTE_DTYPE: tl.constexpr):
-    """A ``[tokens, head_dim]`` tile of one KV head in the dtype fed to ``tl.dot``."""
+                 DOT_FP32: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, FP8: tl.constexpr):
+    """A ``[tokens, head_dim]`` tile of one KV head in the dtype fed to ``tl.dot``.
+
+    ``FP8``: the cache pointer is a ``uint8`` view of an e4m3 cache; the tile is ``2^-8`` times
+    the stored values (see ``e4m3_bits_to_fp16``).
+    """
     ptrs = cache_ptr + slots[:, None] * stride_slot + head_off + offs_d[None, :]
-    x = tl.load(ptrs, mask=mask_2d, other=0.0)
+    if FP8:
+        x = e4m3_bits_to_fp16(tl.load(ptrs, mask=mask_2d, other=0))
+    else:
+        x = tl.load(ptrs, mask=mask_2d, other=0.0)
     if DOT_FP32:
         return x.to(tl.float32)
     else:
@@ -76,18 +107,19 @@ def sequence_row(table_ptr, seq, stride_table, PAGED: tl.constexpr):
 
 @triton.jit
 def kv_head_scale(scale_ptr, kv_head, PER_HEAD_SCALE: tl.constexpr):
-    """An fp8 cache's scale for KV head ``kv_head``: its own, or the tensor's single one."""
+    """An fp8 cache's scale for KV head ``kv_head`` (its own, or the tensor's single one),
+    times ``FP8_UNSCALE`` for the tiles ``load_kv_tile`` decodes."""
     if PER_HEAD_SCALE:
-        return tl.load(scale_ptr + kv_head)
+        return tl.load(scale_ptr + kv_head) * FP8_UNSCALE
     else:
-        return tl.load(scale_ptr)
+        return tl.load(scale_ptr) * FP8_UNSCALE
 
 
 @triton.jit
 def tile_scores(q, k, DOT_FP32: tl.constexpr):
-    """``q @ k.T`` of a query tile and a key tile (IEEE float32 when ``DOT_FP32``)."""
+    """``q @ k.T`` of a query tile and a key tile (float32-accurate when ``DOT_FP32``)."""
     if DOT_FP32:
-        return tl.dot(q, tl.trans(k), input_precision="ieee")
+        return tl.dot(q, tl.trans(k), input_precision=FP32_DOT_PRECISION)
     else:
         return tl.dot(q, tl.trans(k))
 
@@ -105,13 +137,18 @@ def online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32: tl.constexpr):
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     if DOT_FP32:
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=FP32_DOT_PRECISION)
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return m_new, l_i, acc
 
 
-@triton.jit
+# Arguments that change from step to step (block-table width, split count) are not specialized:
+# otherwise every new value (or its divisibility by 16) compiles a new variant mid-run. Nor is
+# the alignment of the block table and lengths: executors pass slices such as
+# ``seq_lens[num_prefill:]`` whose start moves by 4 bytes per prefill sequence.
+@triton.jit(do_not_specialize=["num_splits", "stride_table"],
+            do_not_specialize_on_alignment=["table_ptr", "seq_lens_ptr"])
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr,
     table_ptr, seq_lens_ptr,
@@ -171,12 +208,12 @@ def _decode_kernel(
         slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
         kv_mask = tok_mask[:, None] & d_mask[None, :]
         k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
-                         DOT_FP32, compute_dtype)
+                         DOT_FP32, compute_dtype, FP8)
         s = tile_scores(q, k, DOT_FP32)
         s = tl.where(tok_mask[None, :], s * qk_scale, float("-inf"))
         # Every tile holds at least one real token, so the running max stays finite.
         v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
-                         DOT_FP32, compute_dtype)
+                         DOT_FP32, compute_dtype, FP8)
         m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32)
 
     if FP8:
@@ -197,7 +234,7 @@ def _decode_kernel(
         tl.store(o_ptrs, cast_rne(out, out_ptr.dtype.element_ty), mask=out_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _merge_splits_kernel(
     partial_ptr, m_ptr, l_ptr, out_ptr, num_splits,
     stride_p_seq, stride_p_head, stride_p_split,

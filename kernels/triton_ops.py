@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import triton
 
 from kvbench.errors import KvbenchInputError
 
+from . import launch_config
 from .reference import (  # noqa: F401  (re-exported: this module mirrors reference.py)
     FP8_DTYPE,
     FP8_MAX,
@@ -47,13 +50,61 @@ __all__ = [
     "paged_decode_attention",
     "contiguous_decode_attention",
     "choose_num_splits",
+    "Launch",
+    "Target",
 ]
 
 # Flash-decoding heuristic (see choose_num_splits).
 SPLIT_MIN_CONTEXT = 512  # never split contexts shorter than this
 SPLIT_MIN_TOKENS = 256  # each split gets at least this many tokens
-SPLIT_MAX = 32
+SPLIT_MAX = 32  # at most BLOCK_SPLITS
+# The merge kernel's split tile: fixed, so that no split count compiles a new variant.
+BLOCK_SPLITS = 32
 INTERPRETER_SMS = 4  # stand-in SM count on the CPU interpreter
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the launch choice depends on: compute capability (e.g. 80, 90; None for the CPU
+    interpreter) and the number of SMs (split-K heuristic)."""
+
+    arch: int | None
+    sms: int
+
+
+@dataclass
+class Launch:
+    """One kernel launch, fully decided: ``kernel[grid](*args, **constexprs, **options)``.
+
+    The same object is launched (``run``), compiled ahead of time for another GPU
+    (``kvbench.kernels.aot``) or compiled without running (``warmup``).
+    """
+
+    kernel: Any
+    grid: tuple[int, ...]
+    args: tuple
+    constexprs: dict[str, Any]
+    options: dict[str, int] = field(default_factory=dict)
+
+    def run(self) -> None:
+        self.kernel[self.grid](*self.args, **self.constexprs, **self.options)
+
+    def warmup(self) -> None:
+        self.kernel.warmup(*self.args, grid=self.grid, **self.constexprs, **self.options)
+
+
+def _options(cfg: launch_config.LaunchConfig) -> dict[str, int]:
+    return {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+
+
+@functools.lru_cache(maxsize=16)
+def device_target(device: torch.device) -> Target:
+    """The `Target` of a CUDA device, or of the CPU interpreter."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        return Target(arch=10 * major + minor, sms=sms)
+    return Target(arch=None, sms=INTERPRETER_SMS)
 
 
 def _interpreting() -> bool:
@@ -73,10 +124,6 @@ def _check_device(t: torch.Tensor) -> None:
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
-
-
-def _on_gpu(t: torch.Tensor) -> bool:
-    return t.device.type == "cuda"
 
 
 @functools.lru_cache(maxsize=64)
@@ -112,44 +159,27 @@ def _unit_last_stride(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _dot_fp32(q: torch.Tensor, cache: torch.Tensor) -> bool:
-    return (not _on_gpu(q)) or q.dtype == torch.float32 or cache.dtype == torch.float32
+def _dot_fp32(q: torch.Tensor, cache: torch.Tensor, target: Target) -> bool:
+    """float32 ``tl.dot`` operands: float32 queries or caches, and always in the interpreter."""
+    return target.arch is None or q.dtype == torch.float32 or cache.dtype == torch.float32
 
 
-def _block_n(head_dim: int, on_gpu: bool, dot_fp32: bool, block_n: int | None) -> int:
-    """K/V tokens per loop iteration (independent of the cache block size)."""
-    if block_n is not None:
-        if block_n < 16 or block_n & (block_n - 1):
-            raise ValueError(f"block_n must be a power of two >= 16, got {block_n}")
-        return block_n
-    if not on_gpu:
-        return 16  # the interpreter: small tiles, several loop iterations even on tiny contexts
-    # float32 operands take twice the registers: smaller tiles avoid spills at head_dim 128.
-    return 64 if head_dim <= 128 and not dot_fp32 else 32
+def _check_block(name: str, value: int | None) -> None:
+    if value is not None and (value < 16 or value & (value - 1)):
+        raise ValueError(f"{name} must be a power of two >= 16, got {value}")
 
 
 # ----------------------------------------------------------------------------------------------
 # KV write
 
 
-def write_kv(
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    k_scale: Scale = None,
-    v_scale: Scale = None,
-) -> None:
-    """Scatter new tokens' K/V `[T, Hkv, D]` into their slots ("reshape and cache").
-
-    Slots < 0 are skipped. fp8 caches receive exactly `reference.quantize_fp8(k, k_scale)`.
-    """
+def write_kv_launches(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None,
+                      target: Target | None = None) -> list[Launch]:
+    """The launches `write_kv` makes (none for zero tokens)."""
     num_tokens, num_kv_heads, head_dim = k.shape
     _check_cache(k_cache, v_cache, head_dim)
     if num_tokens == 0:
-        return
-    _check_device(k)
+        return []
     k = _unit_last_stride(k)
     v = _unit_last_stride(v)
     fp8 = is_fp8(k_cache)
@@ -166,15 +196,37 @@ def write_kv(
     block_d = _next_pow2(head_dim)
     block_h = min(_next_pow2(num_kv_heads), max(1, 4096 // block_d))
     grid = (num_tokens, triton.cdiv(num_kv_heads, block_h))
-    _write_kv_kernel[grid](
+    args = (
         k, v, kc, vc, slot_mapping, ks, vs,
         num_kv_heads,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
+    )
+    constexprs = dict(
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_H=block_h,
         FP8=fp8, PER_HEAD_SCALE=per_head,
         SAME_DTYPE=(k.dtype == k_cache.dtype and v.dtype == v_cache.dtype),
     )
+    return [Launch(_write_kv_kernel, grid, args, constexprs)]
+
+
+def write_kv(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: Scale = None,
+    v_scale: Scale = None,
+) -> None:
+    """Scatter new tokens' K/V `[T, Hkv, D]` into their slots ("reshape and cache").
+
+    Slots < 0 are skipped. fp8 caches receive exactly `reference.quantize_fp8(k, k_scale)`.
+    """
+    if k.shape[0]:
+        _check_device(k)
+    for launch in write_kv_launches(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
+        launch.run()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -194,15 +246,15 @@ def _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, device):
     return ks, vs, True, k_ph or v_ph
 
 
-@functools.lru_cache(maxsize=16)
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return INTERPRETER_SMS
+def _cache_views(k_cache, v_cache):
+    """fp8 caches are read as uint8 and decoded in the kernel (works before sm_89 too)."""
+    if is_fp8(k_cache):
+        return k_cache.view(torch.uint8), v_cache.view(torch.uint8)
+    return k_cache, v_cache
 
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int,
-                      device: torch.device) -> int:
+                      device: torch.device | Target) -> int:
     """How many programs share one sequence's context in decode (1: no split-K).
 
     Splitting pays when the (sequence, KV head) programs alone cannot fill the GPU and the
@@ -211,128 +263,167 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int,
     """
     if max_seq_len < SPLIT_MIN_CONTEXT:
         return 1
-    sms = _sm_count(device)
+    target = device if isinstance(device, Target) else device_target(torch.device(device))
     programs = max(1, num_seqs * num_kv_heads)
-    want = triton.cdiv(2 * sms, programs)
+    want = triton.cdiv(2 * target.sms, programs)
     by_length = triton.cdiv(max_seq_len, SPLIT_MIN_TOKENS)
     return max(1, min(want, by_length, SPLIT_MAX))
 
 
-def _decode(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_scale,
-            k_scale, v_scale, num_splits, max_seq_len, block_n):
+def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_scale,
+                    k_scale=None, v_scale=None, num_splits=None, max_seq_len=None, block_n=None,
+                    target: Target | None = None, out=None) -> tuple[torch.Tensor, list[Launch]]:
+    """The output tensor and the launches of one decode call (see `paged_decode_attention`)."""
     num_seqs, num_q_heads, head_dim = q.shape
     _check_cache(k_cache, v_cache, head_dim)
+    _check_block("block_n", block_n)
     num_kv_heads = k_cache.shape[1]
     if num_q_heads % num_kv_heads:
         raise ValueError(f"{num_q_heads} query heads are not a multiple of {num_kv_heads} KV heads")
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if num_seqs == 0:
-        return out
-    _check_device(q)
+        return out, []
+    target = target or device_target(q.device)
     q = _unit_last_stride(q)
     table = _unit_last_stride(table)
     seq_lens = seq_lens.contiguous()
     group = num_q_heads // num_kv_heads
     ks, vs, fp8, per_head = _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, q.device)
-    dot_fp32 = _dot_fp32(q, k_cache)
-    bn = _block_n(head_dim, _on_gpu(q), dot_fp32, block_n)
+    dot_fp32 = _dot_fp32(q, k_cache, target)
+    cfg = launch_config.choose(target.arch, "decode", head_dim, dot_fp32)
+    bn = block_n or cfg.block_n
     if num_splits is None:
         if max_seq_len is None:
             max_seq_len = int(seq_lens.max())
-        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, q.device)
+        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, target)
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    if num_splits > BLOCK_SPLITS:
+        raise ValueError(f"num_splits must be <= {BLOCK_SPLITS}, got {num_splits}")
     split = num_splits > 1
     block_d = max(16, _next_pow2(head_dim))
-    common = dict(
+    kc, vc = _cache_views(k_cache, v_cache)
+    constexprs = dict(
         GROUP=group, BLOCK_G=max(16, _next_pow2(group)),
         HEAD_DIM=head_dim, BLOCK_D=block_d,
         BLOCK_N=bn, BLOCK_SIZE=block_size if paged else 1,
         PAGED=paged, SPLIT=split,
         FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32,
     )
+    options = _options(cfg)
     stride_table = table.stride(0) if paged else 0
     grid = (num_seqs, num_kv_heads, num_splits)
     if not split:
-        _decode_kernel[grid](
-            q, k_cache, v_cache, ks, vs, table, seq_lens,
+        args = (
+            q, kc, vc, ks, vs, table, seq_lens,
             out, out, out,
             softmax_scale, 1,
             q.stride(0), q.stride(1),
-            k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+            kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
             stride_table,
             out.stride(0), out.stride(1), 0,
             0, 0,
-            **common,
         )
-        return out
+        return out, [Launch(_decode_kernel, grid, args, constexprs, options)]
     partial = torch.empty((num_seqs, num_q_heads, num_splits, head_dim), dtype=torch.float32,
                           device=q.device)
     m = torch.empty((num_seqs, num_q_heads, num_splits), dtype=torch.float32, device=q.device)
     sums = torch.empty_like(m)
-    _decode_kernel[grid](
-        q, k_cache, v_cache, ks, vs, table, seq_lens,
+    args = (
+        q, kc, vc, ks, vs, table, seq_lens,
         partial, m, sums,
         softmax_scale, num_splits,
         q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+        kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
         stride_table,
         partial.stride(0), partial.stride(1), partial.stride(2),
         m.stride(0), m.stride(1),
-        **common,
     )
-    _merge_splits_kernel[(num_seqs, num_q_heads)](
+    merge_args = (
         partial, m, sums, out, num_splits,
         partial.stride(0), partial.stride(1), partial.stride(2),
         m.stride(0), m.stride(1),
         out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_SPLITS=max(2, _next_pow2(num_splits)),
     )
+    merge = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_SPLITS=BLOCK_SPLITS)
+    return out, [Launch(_decode_kernel, grid, args, constexprs, options),
+                 Launch(_merge_splits_kernel, (num_seqs, num_q_heads), merge_args, merge)]
+
+
+def _decode(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_scale,
+            k_scale, v_scale, num_splits, max_seq_len, block_n):
+    if q.shape[0]:
+        _check_device(q)
+    out, launches = decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
+                                    softmax_scale, k_scale, v_scale, num_splits, max_seq_len,
+                                    block_n)
+    for launch in launches:
+        launch.run()
     return out
 
 
-def _prefill(q, k_cache, v_cache, table, paged, query_start_loc, seq_lens, block_size,
-             softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n):
+def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_lens, block_size,
+                     softmax_scale, k_scale=None, v_scale=None, max_query_len=None, block_m=None,
+                     block_n=None, target: Target | None = None
+                     ) -> tuple[torch.Tensor, list[Launch]]:
+    """The output tensor and the launches of one prefill call (see `paged_attention`)."""
     num_tokens, num_q_heads, head_dim = q.shape
     _check_cache(k_cache, v_cache, head_dim)
+    _check_block("block_n", block_n)
+    _check_block("block_m", block_m)
     num_kv_heads = k_cache.shape[1]
     if num_q_heads % num_kv_heads:
         raise ValueError(f"{num_q_heads} query heads are not a multiple of {num_kv_heads} KV heads")
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     num_seqs = seq_lens.shape[0]
     if num_tokens == 0 or num_seqs == 0:
-        return out
-    _check_device(q)
+        return out, []
+    target = target or device_target(q.device)
     q = _unit_last_stride(q)
     table = _unit_last_stride(table)
     seq_lens = seq_lens.contiguous()
     query_start_loc = query_start_loc.contiguous()
     group = num_q_heads // num_kv_heads
     ks, vs, fp8, per_head = _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, q.device)
-    on_gpu = _on_gpu(q)
-    dot_fp32 = _dot_fp32(q, k_cache)
-    bn = _block_n(head_dim, on_gpu, dot_fp32, block_n)
-    if block_m is None:
-        block_m = 16 if not on_gpu else (32 if dot_fp32 or head_dim > 128 else 64)
+    dot_fp32 = _dot_fp32(q, k_cache, target)
+    cfg = launch_config.choose(target.arch, "prefill", head_dim, dot_fp32)
+    bn = block_n or cfg.block_n
+    bm = block_m or cfg.block_m
     block_g = _next_pow2(group)
-    block_q = max(1, block_m // block_g, triton.cdiv(16, block_g))
+    block_q = max(1, bm // block_g, triton.cdiv(16, block_g))
     if max_query_len is None:
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
     if max_query_len <= 0:
-        return out
+        return out, []
+    kc, vc = _cache_views(k_cache, v_cache)
     grid = (num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads)
-    _prefill_kernel[grid](
-        q, k_cache, v_cache, ks, vs, table, query_start_loc, seq_lens, out,
+    args = (
+        q, kc, vc, ks, vs, table, query_start_loc, seq_lens, out,
         softmax_scale,
         q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+        kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
         table.stride(0) if paged else 0,
         out.stride(0), out.stride(1),
+    )
+    constexprs = dict(
         GROUP=group, BLOCK_G=block_g, BLOCK_Q=block_q,
         HEAD_DIM=head_dim, BLOCK_D=max(16, _next_pow2(head_dim)),
         BLOCK_N=bn, BLOCK_SIZE=block_size if paged else 1,
         PAGED=paged, FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32,
     )
+    return out, [Launch(_prefill_kernel, grid, args, constexprs, _options(cfg))]
+
+
+def _prefill(q, k_cache, v_cache, table, paged, query_start_loc, seq_lens, block_size,
+             softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n):
+    if q.shape[0] and seq_lens.shape[0]:
+        _check_device(q)
+    out, launches = prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc,
+                                     seq_lens, block_size, softmax_scale, k_scale, v_scale,
+                                     max_query_len, block_m, block_n)
+    for launch in launches:
+        launch.run()
     return out
 
 

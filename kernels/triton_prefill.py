@@ -31,7 +31,9 @@ from .triton_decode import (
 )
 
 
-@triton.jit
+# Per-step arguments are not specialized (see _decode_kernel).
+@triton.jit(do_not_specialize=["stride_table"],
+            do_not_specialize_on_alignment=["table_ptr", "query_start_loc_ptr", "seq_lens_ptr"])
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr,
     table_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr,
@@ -95,13 +97,13 @@ def _prefill_kernel(
         slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
         kv_mask = tok_mask[:, None] & d_mask[None, :]
         k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
-                         DOT_FP32, compute_dtype)
+                         DOT_FP32, compute_dtype, FP8)
         s = tile_scores(q, k, DOT_FP32)
         allowed = tok_mask[None, :] & (pos[None, :] <= q_pos[:, None])
         s = tl.where(allowed, s * qk_scale, float("-inf"))
         # Position 0 is in the first tile and visible to every row: the running max stays finite.
         v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
-                         DOT_FP32, compute_dtype)
+                         DOT_FP32, compute_dtype, FP8)
         m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32)
 
     if FP8:

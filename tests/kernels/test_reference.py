@@ -11,6 +11,7 @@ import torch
 from kvbench.errors import KvbenchInputError
 from kvbench.kernels import backend
 from kvbench.kernels import reference as ref
+from kvbench.kernels.attention_ops import AttentionOps
 
 # e4m3 has 3 mantissa bits: round-to-nearest is within half an ulp, 2^-3 / 2 = 2^-4 relative,
 # for normal values; subnormals (below 2^-6) are multiples of 2^-9, within 2^-10 absolute.
@@ -316,8 +317,21 @@ def test_backend_torch_and_auto_on_cpu(monkeypatch):
     cpu = torch.device("cpu")
     assert backend.resolve_backend("torch", cpu) == "torch"
     assert backend.resolve_backend("auto", cpu) == "torch"
-    assert backend.get_ops("torch") is ref
+    ops = backend.get_ops("torch")
+    assert isinstance(ops, AttentionOps) and ops.name == "torch"
+    assert backend.get_ops("torch") is ops  # one per process
     assert "torch" in backend.available_backends()
+
+
+def test_torch_ops_forward_to_the_reference():
+    ops = backend.get_ops("torch")
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 16, generator=gen)
+    k = torch.randn(40, 2, 16, generator=gen)
+    args = (torch.tensor([0, 20]), torch.tensor([7, 20], dtype=torch.int32), 0.25)
+    torch.testing.assert_close(ops.contiguous_decode_attention(q, k, k, *args),
+                               ref.contiguous_decode_attention(q, k, k, *args), rtol=0, atol=0)
+    assert ops.precompile(None, torch.device("cpu")) == 0.0
 
 
 def test_backend_triton_on_cpu_needs_interpreter(monkeypatch):

@@ -1,0 +1,82 @@
+"""The attention-ops protocol and its two implementations (PyTorch reference, Triton).
+
+An executor holds one `AttentionOps` and calls its methods; which implementation it holds is
+decided once (`kvbench.kernels.backend.get_ops`). Both take the signatures of
+`kvbench.kernels.reference` (the Triton one accepts keyword-only tuning extras).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from . import reference
+from .attention_shape import AttentionShape
+from .reference import Scale
+
+
+@runtime_checkable
+class AttentionOps(Protocol):
+    """KV write and attention over one layer's cache (see `kvbench.kernels` for the layout)."""
+
+    name: str
+
+    def write_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: Scale = None,
+                 v_scale: Scale = None) -> None: ...
+
+    def paged_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        block_tables: torch.Tensor, query_start_loc: torch.Tensor,
+                        seq_lens: torch.Tensor, block_size: int, softmax_scale: float,
+                        k_scale: Scale = None, v_scale: Scale = None,
+                        **extra: Any) -> torch.Tensor: ...
+
+    def contiguous_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                             start_slots: torch.Tensor, query_start_loc: torch.Tensor,
+                             seq_lens: torch.Tensor, softmax_scale: float, k_scale: Scale = None,
+                             v_scale: Scale = None, **extra: Any) -> torch.Tensor: ...
+
+    def paged_decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor,
+                               v_cache: torch.Tensor, block_tables: torch.Tensor,
+                               seq_lens: torch.Tensor, block_size: int, softmax_scale: float,
+                               k_scale: Scale = None, v_scale: Scale = None,
+                               **extra: Any) -> torch.Tensor: ...
+
+    def contiguous_decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor,
+                                    v_cache: torch.Tensor, start_slots: torch.Tensor,
+                                    seq_lens: torch.Tensor, softmax_scale: float,
+                                    k_scale: Scale = None, v_scale: Scale = None,
+                                    **extra: Any) -> torch.Tensor: ...
+
+    def precompile(self, shape: AttentionShape, device: torch.device) -> float:
+        """Build every kernel variant `shape` meets before anything is timed; seconds spent."""
+        ...
+
+
+class TorchAttentionOps:
+    """`kvbench.kernels.reference`: plain PyTorch, any device; the ground truth."""
+
+    name = "torch"
+    write_kv = staticmethod(reference.write_kv)
+    paged_attention = staticmethod(reference.paged_attention)
+    contiguous_attention = staticmethod(reference.contiguous_attention)
+    paged_decode_attention = staticmethod(reference.paged_decode_attention)
+    contiguous_decode_attention = staticmethod(reference.contiguous_decode_attention)
+
+    def precompile(self, shape: AttentionShape, device: torch.device) -> float:
+        return 0.0  # nothing to compile
+
+
+def _triton_ops() -> AttentionOps:
+    # Imports triton: ImportError where it is missing.
+    from .triton_attention_ops import TritonAttentionOps
+
+    return TritonAttentionOps()
+
+
+IMPLEMENTATIONS: dict[str, Callable[[], AttentionOps]] = {
+    "torch": TorchAttentionOps,
+    "triton": _triton_ops,
+}

@@ -1,0 +1,69 @@
+"""Per-architecture launch choice for the Triton attention kernels: tile sizes, warps, stages.
+
+A small table keyed by GPU family (compute capability), kernel kind and operand width, looked
+up once per shape (``lru_cache``), never per step, so a run meets a fixed set of variants.
+The entries are the ones the ahead-of-time build (``tests/kernels/test_aot_compile.py``) shows
+compile without register spills and within shared memory on sm_80 and sm_90 for 16-bit
+operands at head_dim <= 128; wide rows (float32 operands or head_dim > 128) trade tile size
+for registers.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One kernel launch's tuning: ``block_m`` query rows per program (prefill only),
+    ``block_n`` K/V tokens per loop iteration, ``num_warps`` and ``num_stages``."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+# Used under TRITON_INTERPRET=1: small tiles so even tiny test contexts loop several times.
+INTERPRETER = LaunchConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)
+
+# (family, kind, wide) -> config. Families: "sm80" (Ampere and Ada: sm_80/86/89, <= 100 KB of
+# shared memory on the consumer parts, so at most two stages), "sm90" (Hopper and newer).
+_TABLE: dict[tuple[str, str, bool], LaunchConfig] = {
+    ("sm80", "decode", False): LaunchConfig(block_m=16, block_n=64, num_warps=4, num_stages=2),
+    ("sm80", "decode", True): LaunchConfig(block_m=16, block_n=32, num_warps=4, num_stages=2),
+    ("sm80", "prefill", False): LaunchConfig(block_m=64, block_n=32, num_warps=4, num_stages=2),
+    ("sm80", "prefill", True): LaunchConfig(block_m=32, block_n=32, num_warps=4, num_stages=2),
+    ("sm90", "decode", False): LaunchConfig(block_m=16, block_n=64, num_warps=4, num_stages=3),
+    ("sm90", "decode", True): LaunchConfig(block_m=16, block_n=32, num_warps=4, num_stages=2),
+    ("sm90", "prefill", False): LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=3),
+    ("sm90", "prefill", True): LaunchConfig(block_m=32, block_n=32, num_warps=4, num_stages=2),
+}
+
+# Largest dynamic shared memory one block may use, bytes (CUDA occupancy tables).
+MAX_SHARED_BYTES = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
+
+
+def family(arch: int) -> str:
+    """The table family of compute capability ``arch`` (e.g. 80, 86, 90)."""
+    return "sm90" if arch >= 90 else "sm80"
+
+
+def max_shared_bytes(arch: int) -> int:
+    """Shared memory limit per block of compute capability ``arch``."""
+    if arch in MAX_SHARED_BYTES:
+        return MAX_SHARED_BYTES[arch]
+    return MAX_SHARED_BYTES[90] if arch >= 90 else MAX_SHARED_BYTES[86]
+
+
+@functools.lru_cache(maxsize=256)
+def choose(arch: int | None, kind: str, head_dim: int, fp32_operands: bool) -> LaunchConfig:
+    """The launch configuration for a ``kind`` ("decode" or "prefill") kernel on ``arch``
+    (None: the CPU interpreter)."""
+    if kind not in ("decode", "prefill"):
+        raise ValueError(f"unknown kernel kind {kind!r}")
+    if arch is None:
+        return INTERPRETER
+    wide = fp32_operands or head_dim > 128
+    return _TABLE[(family(arch), kind, wide)]

@@ -1,0 +1,97 @@
+"""Every kernel variant a run meets, and their compilation before anything is measured.
+
+A model's attention shape (`AttentionShape`) fixes the constexprs of every launch; the only
+choices left during a run are the layout (paged or contiguous), decode with or without
+split-K, and prefill. Per-step arguments (block-table width, split count) are not specialized
+(``do_not_specialize``), so the launches of `shape_launches` are all the variants there are.
+`precompile` compiles them on the device (``JITFunction.warmup``: nothing runs) and returns the
+seconds it took, so a runner reports compile time apart from TTFT/TPOT.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .attention_shape import AttentionShape
+from .triton_ops import (
+    SPLIT_MAX,
+    Launch,
+    Target,
+    decode_launches,
+    device_target,
+    prefill_launches,
+    write_kv_launches,
+)
+
+
+def _scales(shape: AttentionShape, device: torch.device):
+    if shape.scale_kind == "scalar":
+        return 0.05, 0.05
+    if shape.scale_kind == "per_head":
+        heads = torch.full((shape.num_kv_heads,), 0.05, device=device)
+        return heads, heads
+    return None, None
+
+
+def shape_launches(shape: AttentionShape, device: torch.device, target: Target | None = None,
+                   layouts: tuple[str, ...] = ("paged", "contiguous"),
+                   splits: tuple[bool, ...] = (False, True), prefill: bool = True,
+                   write: bool = True) -> list[tuple[str, Launch]]:
+    """``(name, launch)`` of every variant `shape` meets, made on small stand-in tensors with
+    the strides and dtypes of the real ones (so they specialize alike)."""
+    device = torch.device(device)
+    target = target or device_target(device)
+    hq, hkv, d, bs = shape.num_q_heads, shape.num_kv_heads, shape.head_dim, shape.block_size
+    num_seqs, blocks_per_seq = 2, 4
+    num_slots = num_seqs * blocks_per_seq * bs + bs
+    k_cache = torch.zeros(num_slots, hkv, d, device=device).to(shape.cache_dtype)
+    v_cache = torch.zeros_like(k_cache)
+    ks, vs = _scales(shape, device)
+    tables = torch.arange(num_seqs * blocks_per_seq, dtype=torch.int32,
+                          device=device).reshape(num_seqs, blocks_per_seq)
+    # The dtypes of kvbench.execution.model_executor's index tensors (they select the variant).
+    starts = torch.arange(num_seqs, dtype=torch.int32, device=device) * blocks_per_seq * bs
+    seq_lens = torch.full((num_seqs,), blocks_per_seq * bs, dtype=torch.int32, device=device)
+    q_dec = torch.zeros(num_seqs, hq, d, dtype=shape.dtype, device=device)
+    q_len = 3
+    q_pre = torch.zeros(num_seqs * q_len, hq, d, dtype=shape.dtype, device=device)
+    qsl = torch.arange(num_seqs + 1, dtype=torch.int32, device=device) * q_len
+    scale = d**-0.5
+    out: list[tuple[str, Launch]] = []
+    if write:
+        kv = torch.zeros(num_seqs, hkv, d, dtype=shape.dtype, device=device)
+        slots = torch.arange(num_seqs, device=device)
+        out += [("write_kv", launch) for launch in
+                write_kv_launches(kv, kv, k_cache, v_cache, slots, ks, vs, target=target)]
+    for layout in layouts:
+        paged = layout == "paged"
+        table = tables if paged else starts
+        for split in splits:
+            _, launches = decode_launches(q_dec, k_cache, v_cache, table, paged, seq_lens,
+                                          bs if paged else 1, scale, ks, vs,
+                                          num_splits=SPLIT_MAX if split else 1, target=target)
+            name = f"decode-{layout}-{'split' if split else 'nosplit'}"
+            out += [(f"{name}-{launch.kernel.fn.__name__}", launch) for launch in launches]
+        if prefill:
+            _, launches = prefill_launches(q_pre, k_cache, v_cache, table, paged, qsl, seq_lens,
+                                           bs if paged else 1, scale, ks, vs,
+                                           max_query_len=q_len, target=target)
+            out += [(f"prefill-{layout}", launch) for launch in launches]
+    return out
+
+
+def precompile(shape: AttentionShape, device: torch.device | str = "cuda",
+               layouts: tuple[str, ...] = ("paged", "contiguous")) -> float:
+    """Compile (without running) every kernel variant `shape` meets on `device`; returns the
+    seconds spent, near zero when Triton's cache already holds them. Call it before measuring.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0.0  # the interpreter compiles nothing
+    start = time.perf_counter()
+    for _, launch in shape_launches(shape, device, layouts=layouts):
+        launch.warmup()
+    torch.cuda.synchronize(device)
+    return time.perf_counter() - start

@@ -1,0 +1,70 @@
+"""Ahead-of-time builds of every Triton kernel variant for A100 (sm_80) and H100/H200 (sm_90).
+
+No GPU needed: `kvbench.kernels.aot` compiles each launch the wrappers make (`aot_matrix`:
+dtypes including fp8 caches with scalar and per-head scales, head dims 64/80/128/256, GQA
+groups 1/4/8, paged and contiguous, split-K on and off) with the ptxas in the Triton wheel and
+reads registers, local memory and shared memory from the cubin. The whole matrix is built once
+per run, in a subprocess (the interpreter must be off there) with a fresh TRITON_CACHE_DIR;
+each (target, case) is one test.
+
+Run: ``pytest -m aot`` (about 200 compilations; see results/reference/README.md for timings).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kvbench.kernels.aot_matrix import ARCHS, matrix
+
+pytest.importorskip("triton")
+
+pytestmark = pytest.mark.aot
+
+CASES = list(matrix())
+
+
+@pytest.fixture(scope="session")
+def builds(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("aot")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(folder / "cache"), TRITON_DEFAULT_FP_FUSION="1")
+    out = folder / "builds.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvbench.kernels.aot", "--json", str(out)],
+        env=env, capture_output=True, text=True, timeout=900,
+    )
+    if not out.exists():
+        pytest.fail(f"the ahead-of-time build did not finish:\n{proc.stdout}\n{proc.stderr}")
+    records = json.loads(out.read_text())
+    by_key: dict[tuple[int, str], list[dict]] = {}
+    for r in records:
+        by_key.setdefault((r["arch"], r["case"]), []).append(r)
+    return by_key
+
+
+def _fmt(r: dict) -> str:
+    return f"{r['launch']}: " + (r.get("error") or (
+        f"{r['registers']} regs, {r['local_bytes']} B local, {r['shared_bytes']} B shared"))
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("arch", ARCHS, ids=[f"sm{a}" for a in ARCHS])
+def test_compiles_without_spills(builds, arch, case):
+    records = builds.get((arch, case))
+    assert records, f"no builds for sm{arch} {case}"
+    # write_kv, paged/contiguous decode with and without split-K (+ merge), paged/contiguous
+    # prefill.
+    assert len(records) == 9, [r["launch"] for r in records]
+    failed = [_fmt(r) for r in records if "error" in r]
+    assert not failed, "\n".join(failed)
+    over = [_fmt(r) for r in records if r["shared_bytes"] > r["shared_limit_bytes"]]
+    assert not over, f"shared memory over sm{arch}'s limit:\n" + "\n".join(over)
+    # 16-bit operands at head_dim <= 128 are the production paths: no register spills.
+    hot = [r for r in records if not r["fp32_operands"] and r["head_dim"] <= 128]
+    spilled = [_fmt(r) for r in hot if r["local_bytes"] > 0]
+    assert not spilled, "register spills:\n" + "\n".join(spilled)

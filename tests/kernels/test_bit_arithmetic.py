@@ -1,0 +1,172 @@
+"""The kernels' integer bit tricks, mirrored in torch on the CPU and run in the kernels.
+
+- `cast_rne` (float32 -> bfloat16, round to nearest even on the bits) must keep NaN: CUDA's
+  canonical NaN 0x7FFFFFFF carried into the sign bit before the fix and became -0.0.
+- `e4m3_bits_to_fp16` reads an fp8 cache through uint8 on every GPU (sm_80 has no e4m3 type):
+  the bits moved into float16's fields are the e4m3 value times 2^-8, subnormals included.
+- Per-step arguments (block-table width, split count) do not change the compiled variant.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from kvbench.kernels import reference as ref
+
+pytest.importorskip("triton")
+
+from kvbench.kernels import triton_ops as tri  # noqa: E402
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+U32 = 0xFFFFFFFF
+CUDA_NAN_BITS = 0x7FFFFFFF
+
+
+def _signed(value: int, width: int) -> int:
+    return value - (1 << width) if value >= 1 << (width - 1) else value
+
+
+def _floats_from_bits(bits: list[int]) -> torch.Tensor:
+    return torch.tensor([_signed(b, 32) for b in bits], dtype=torch.int32).view(torch.float32)
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.int32).to(torch.int64) & U32
+
+
+def old_rne_bits(bits: torch.Tensor) -> torch.Tensor:
+    """The kernel's float32 -> bfloat16 rounding before the fix, in uint32 arithmetic."""
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & U32) & 0xFFFF0000
+
+
+def rne_bits(x: torch.Tensor) -> torch.Tensor:
+    """`cast_rne`'s integer steps, step for step (uint32 wrap-around as on the GPU)."""
+    bits = _bits(x)
+    rounded = old_rne_bits(bits)
+    return torch.where(x != x, (bits | 0x00400000) & 0xFFFF0000, rounded)
+
+
+def _as_bf16(bits32: torch.Tensor) -> torch.Tensor:
+    top = bits32 >> 16
+    return torch.where(top >= 1 << 15, top - (1 << 16), top).to(torch.int16).view(torch.bfloat16)
+
+
+def test_old_rounding_turned_cuda_nan_into_negative_zero():
+    bits = torch.tensor([CUDA_NAN_BITS])
+    assert int(old_rne_bits(bits)) == 0x80000000  # the defect the fix removes
+
+
+def test_rne_bits_keep_nan_and_match_torch_rounding():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, generator=gen) * torch.logspace(-30, 30, 4096)
+    nans = _floats_from_bits([CUDA_NAN_BITS, 0x7FC00000, 0xFFFFFFFF, 0x7F800001, 0xFF812345])
+    specials = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), 3.4e38, -3.4e38])
+    x = torch.cat([x, nans, specials])
+    got = _as_bf16(rne_bits(x))
+    want = x.to(torch.bfloat16)
+    assert torch.isnan(got[torch.isnan(x)]).all()
+    assert torch.equal(got[~torch.isnan(x)].view(torch.int16), want[~torch.isnan(x)].view(torch.int16))
+
+
+def test_cast_rne_keeps_nan_in_kernels():
+    """CUDA's NaN bit pattern through the kernels' bf16 rounding: the float32 -> bf16 KV write
+    and bf16 attention outputs (in the interpreter the same integer steps run)."""
+    x = torch.randn(4, 1, 16)
+    x.view(-1)[[0, 5, 17]] = _floats_from_bits([CUDA_NAN_BITS, 0xFFFFFFFF, 0x7FC00000])
+    k_cache = torch.zeros(4, 1, 16, dtype=torch.bfloat16, device=DEVICE)
+    v_cache = torch.zeros_like(k_cache)
+    slots = torch.arange(4, device=DEVICE)
+    tri.write_kv(x.to(DEVICE), x.to(DEVICE), k_cache, v_cache, slots)
+    got = k_cache.float().cpu().view(-1)
+    assert torch.isnan(got[[0, 5, 17]]).all()
+    assert torch.equal(torch.isnan(got), torch.isnan(x.view(-1)))
+    # Attention: a NaN value row reaches every output of its KV head.
+    v = torch.randn(8, 1, 16, dtype=torch.bfloat16)
+    v[3, 0, 2] = float("nan")
+    q = torch.randn(1, 2, 16, dtype=torch.bfloat16, device=DEVICE)
+    out = tri.contiguous_decode_attention(q, v.to(DEVICE), v.to(DEVICE),
+                                          torch.tensor([0], device=DEVICE),
+                                          torch.tensor([8], dtype=torch.int32, device=DEVICE),
+                                          0.25, num_splits=1)
+    assert torch.isnan(out.float()).any()
+
+
+def e4m3_to_fp16_scaled(codes: torch.Tensor) -> torch.Tensor:
+    """`e4m3_bits_to_fp16`'s integer steps in torch (uint16 as int32, then float16 bits)."""
+    c = codes.to(torch.int32)
+    bits = ((c & 0x80) << 8) | ((c & 0x7F) << 7)
+    bits = torch.where(bits >= 1 << 15, bits - (1 << 16), bits).to(torch.int16)
+    x = bits.view(torch.float16).float()
+    return torch.where((c & 0x7F) == 0x7F, float("nan"), x)
+
+
+def test_e4m3_bits_decode_every_code():
+    codes = torch.arange(256, dtype=torch.uint8)
+    want = codes.view(ref.FP8_DTYPE).float()
+    got = e4m3_to_fp16_scaled(codes) * 256.0
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    finite = ~torch.isnan(want)
+    assert torch.equal(got[finite], want[finite])  # exact, subnormals and -0.0 included
+    assert torch.equal(torch.signbit(got[finite]), torch.signbit(want[finite]))
+
+
+def test_fp8_attention_reads_every_code_exactly():
+    """Keys and values covering all finite e4m3 codes, decoded in the kernel, against the
+    reference dequantization (the kernel's only fp8 read path, on every architecture)."""
+    codes = torch.arange(256, dtype=torch.uint8)
+    codes = codes[(codes & 0x7F) != 0x7F]  # no NaN
+    cache = codes[torch.randperm(codes.numel(), generator=torch.Generator().manual_seed(1))]
+    cache = cache[:240].reshape(15, 1, 16).view(ref.FP8_DTYPE)
+    q = torch.randn(1, 1, 16, generator=torch.Generator().manual_seed(2)) / 64
+    args = (torch.tensor([0]), torch.tensor([15], dtype=torch.int32), 0.25, 0.5, 0.25)
+    want = ref.contiguous_decode_attention(q, cache, cache, *args)
+    dev = [a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args]
+    got = tri.contiguous_decode_attention(q.to(DEVICE), cache.to(DEVICE), cache.to(DEVICE), *dev,
+                                          num_splits=1)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+
+
+SPECIALIZATION_SCRIPT = textwrap.dedent("""
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from kvbench.kernels import aot
+    from kvbench.kernels.triton_ops import Target, decode_launches, prefill_launches
+
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+    target = Target(arch=90, sms=132)
+    kc = torch.zeros(64 * 16, 8, 128, dtype=torch.bfloat16)
+    q = torch.zeros(2, 32, 128, dtype=torch.bfloat16)
+    keys = set()
+    for width, splits, skip in ((4, 2, 0), (16, 7, 1), (17, 13, 2), (33, 2, 3)):
+        # `skip` prefill sequences ahead: the executor passes tables[skip:], seq_lens[skip:].
+        table = torch.zeros(2 + skip, width, dtype=torch.int32)[skip:]
+        lens = torch.full((2 + skip,), 64, dtype=torch.int32)[skip:]
+        for launch in decode_launches(q, kc, kc, table, True, lens, 16, 0.1,
+                                      num_splits=splits, target=target)[1]:
+            _, sig, const, attrs = aot._specialize(launch, backend)
+            keys.add((launch.kernel.fn.__name__, repr(sig), repr(const), repr(attrs)))
+        qsl = torch.tensor([0, 1, 2], dtype=torch.int32)
+        launch = prefill_launches(q, kc, kc, table, True, qsl, lens, 16, 0.1,
+                                  max_query_len=1, target=target)[1][0]
+        _, sig, const, attrs = aot._specialize(launch, backend)
+        keys.add(("prefill", repr(sig), repr(const), repr(attrs)))
+    print(len(keys))
+""")
+
+
+def test_per_step_arguments_do_not_make_new_variants():
+    """Block-table widths 4/16/17/33, split counts 2/7/13 and tables/lengths sliced at 0-3
+    prefill sequences: one decode kernel, one merge kernel, one prefill kernel (Triton's own
+    JIT specialization, computed without a GPU)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", SPECIALIZATION_SCRIPT], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "3"
