@@ -57,7 +57,7 @@ export PYTHONPATH="$REPO/scripts/pyshim:$REPO:$DEPS${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1 TRITON_DEFAULT_FP_FUSION=1
 kvbench() { "$PY" -c 'import sys; from kvbench.cli import main; sys.argv[0] = "kvbench"; main()' "$@"; }
 
-# 3. The parts: name, time limit (s), command. Limits add up to 8.5 minutes.
+# 3. The parts: name, time limit (s), command. Limits add up to 8.7 minutes.
 names=(); codes=(); secs=()
 step() {
     local name="$1" limit="$2"; shift 2
@@ -81,11 +81,18 @@ print(\"python\", sys.version.split()[0], \"torch\", torch.__version__, \"cuda\"
 # Every kernel test on CUDA (they pick CUDA when it is there), not only the `gpu` ones.
 step kernel-tests 170 "$PY" -m pytest -q -p no:cacheprovider tests/kernels -m "not aot" --device cuda \
     --junitxml="$OUT/kernel-tests.xml"
-step benchmarks 150 "$PY" -m pytest -q -p no:cacheprovider tests/benchmarks/test_kernel_benchmarks.py \
+step benchmarks 130 "$PY" -m pytest -q -p no:cacheprovider tests/benchmarks/test_kernel_benchmarks.py \
     --benchmark-json="$OUT/benchmarks.json"
-step strategy-run 150 bash -c 'kvbench run --strategy all --workload sharegpt --model llama-3-8b \
+step strategy-run 120 bash -c 'kvbench run --strategy all --workload sharegpt --model llama-3-8b \
     --dtype bfloat16 --num-requests 64 --max-model-len 4096 --gpu-memory-utilization 0.9 \
     --out "$0/runs" --quiet' "$OUT"
+# CUDA-graph decode (issue 17): tokens identical to eager, and eager vs graphs timed on one shape.
+step cuda-graphs 50 bash -c '"$PY" -m pytest -q -p no:cacheprovider tests/execution/test_decode_graphs.py &&
+    for mode in --enforce-eager --no-enforce-eager --enforce-eager --no-enforce-eager; do
+        kvbench run --strategy paged --workload uniform --model llama-3-8b --dtype bfloat16 \
+            --num-requests 32 --gpu-memory-utilization 0.9 $mode --out "$0/graphs" --json |
+            "$PY" -c "import json,sys; s=json.load(sys.stdin); print(\"$mode\", \"TPOT p50 ms\", s[\"latency_ms\"][\"tpot\"][\"p50\"])"
+    done' "$OUT"
 step simulate 30 bash -c 'kvbench simulate --strategy paged --workload sharegpt --model llama-3-8b \
     --gpu h200 --num-requests 64 --max-model-len 4096 --out "$0/sim" --quiet' "$OUT"
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import torch
 
 from kvbench.bench.tracing import trace_range
@@ -12,6 +10,7 @@ from kvbench.core.step_batch import StepBatch
 from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.executor import Executor
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
+from kvbench.kernels.attention_ops import AttentionOps
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
 
@@ -95,7 +94,7 @@ class ModelExecutor(Executor):
         self,
         model: LlamaDecoder,
         arena: KVArena,
-        ops: ModuleType,
+        ops: AttentionOps,
         device: torch.device,
         backend_name: str = "torch",
         *,
