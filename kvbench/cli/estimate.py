@@ -7,7 +7,6 @@ Nothing is run."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import click
@@ -21,28 +20,8 @@ from kvbench.bench.estimate import (
     parse_step,
 )
 from kvbench.errors import KvbenchInputError
-from kvbench.models.config import ModelConfig
-from kvbench.models.presets import PRESETS, get_preset
+from kvbench.models.loader import resolve_model_config
 from kvbench.units import parse_size_bytes
-
-
-def load_model_shape(model: str) -> ModelConfig:
-    """A preset name, else a local folder holding a Hugging Face config.json (weights not read)."""
-    if model in PRESETS:
-        return get_preset(model)
-    if not os.path.isdir(model):
-        return get_preset(model)  # raises: unknown preset, lists the presets
-    path = os.path.join(model, "config.json")
-    if not os.path.isfile(path):
-        raise KvbenchInputError(f"model folder {model!r} has no config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            hf = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise KvbenchInputError(f"cannot read {path}: {exc}") from None
-    if not isinstance(hf, dict):
-        raise KvbenchInputError(f"cannot read {path}: not a JSON object")
-    return ModelConfig.from_hf_config(hf, name=model)
 
 
 def _parse_pair(text: str) -> tuple[str, str]:
@@ -196,7 +175,7 @@ def estimate_command(
             if model is None:
                 raise KvbenchInputError("--step needs --model (a preset or a folder)")
             result = estimate_steps(
-                load_model_shape(model),
+                resolve_model_config(model),
                 gpu_spec if gpu_spec is not None else gpu,
                 [parse_step(s) for s in steps],
                 tensor_parallel_size=tensor_parallel_size,
@@ -227,7 +206,7 @@ def estimate_command(
                 _parse_pair(compare_kv_utilization) if compare_kv_utilization is not None else None
             ),
         )
-        model_config = load_model_shape(model) if model is not None else None
+        model_config = resolve_model_config(model) if model is not None else None
         est = estimate_kv(model_config, **kwargs)
     except KvbenchInputError as exc:
         raise click.UsageError(str(exc)) from None

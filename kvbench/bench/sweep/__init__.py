@@ -7,26 +7,27 @@
 - `table`: `points.csv`; `report`: `report.html`; `driver`: `run_sweep`, which ties them up.
 """
 
-from kvbench.bench.sweep.config import (
-    ExecutorSpec,
-    ReportSpec,
-    SearchSpec,
-    SweepSpec,
-    load_sweep_config,
-)
-from kvbench.bench.sweep.driver import SweepInterrupted, SweepResult, load_sweep_folder, run_sweep
-from kvbench.bench.sweep.table import metric_column, timing_free
+from __future__ import annotations
 
-__all__ = [
-    "ExecutorSpec",
-    "ReportSpec",
-    "SearchSpec",
-    "SweepInterrupted",
-    "SweepResult",
-    "SweepSpec",
-    "load_sweep_config",
-    "load_sweep_folder",
-    "metric_column",
-    "run_sweep",
-    "timing_free",
-]
+import importlib
+from typing import Any
+
+# The names below load on first use: `import kvbench.bench.sweep` (e.g. for `kvbench sweep
+# --help`) must not pull in the driver, and with it torch and pandas.
+_EXPORTS = {
+    "ExecutorSpec": "config", "ReportSpec": "config", "SearchSpec": "config",
+    "SweepSpec": "config", "load_sweep_config": "config",
+    "SweepInterrupted": "driver", "SweepResult": "driver", "load_sweep_folder": "driver",
+    "run_sweep": "driver",
+    "metric_column": "table", "timing_free": "table",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvbench.bench.sweep' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"kvbench.bench.sweep.{module}"), name)
+
+
+__all__ = sorted(_EXPORTS)
