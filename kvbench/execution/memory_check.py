@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from kvbench.bench.estimate import canonical_dtype, weights_bytes
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
+from kvbench.models.sizes import canonical_dtype, weights_bytes
 from kvbench.units import format_bytes
 
 LOGITS_BYTES = 4  # the sampler's float32 logits
