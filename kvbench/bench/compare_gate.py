@@ -1,0 +1,127 @@
+"""What `kvbench compare` checks before it trusts a difference between two runs.
+
+A gate is fooled by comparing what should not be compared: a run that did not finish, or two
+runs that differ in more than the strategy (docs/design.md, "The question and the rule": only
+the strategy changes between the runs of one comparison). It is also fooled by noise: a
+single run on a loaded machine can rank strategies the wrong way round, so a difference means
+something only when it is larger than the runs' own spread (`--repeat` confidence intervals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kvbench.bench.metric_catalogue import Metric
+from kvbench.bench.summary import Summary
+
+SINGLE_RUN_WARNING = (
+    "single-run comparison: it cannot tell noise from change; run both sides with "
+    "--repeat 3 to get confidence intervals"
+)
+
+
+def incomplete_reason(status: str, summary: Summary) -> str | None:
+    """Why a run folder is not a finished run (None when it is).
+
+    `status` is what the folder's INCOMPLETE marker says ("complete" without one); the
+    summary's own `status` is checked as well (older folders without one pass).
+    """
+    if status != "complete":
+        return f"status {status} (INCOMPLETE marker)"
+    if summary.status is not None and summary.status != "complete":
+        return f"status {summary.status} in summary.json"
+    return None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One input that must be equal on both sides: its name and how to read it."""
+
+    name: str
+    summary_path: tuple[str, ...] = ()
+    config_path: tuple[str, ...] = ()
+
+    def value(self, summary: Summary, config: Mapping[str, Any]) -> Any:
+        value = summary.lookup(self.summary_path) if self.summary_path else None
+        if value is None and self.config_path:
+            value = config
+            for key in self.config_path:
+                value = value.get(key) if isinstance(value, Mapping) else None
+        return value
+
+
+# The inputs two compared runs must share; the strategy (and what comes with it: reserve,
+# block size, batching) is what a comparison is about and may differ.
+SETTINGS = (
+    Setting("workload", ("workload",), ("run", "workload")),
+    Setting("workload params", (), ("run", "workload_params")),
+    Setting("num_requests", ("num_requests",), ("run", "num_requests")),
+    Setting("request_rate", (), ("run", "request_rate")),
+    Setting("max_concurrency", (), ("run", "max_concurrency")),
+    Setting("model", ("model",), ("run", "engine", "model")),
+    Setting("dtype", ("dtype",), ("run", "engine", "dtype")),
+    Setting("kv_cache_dtype", ("memory", "kv_cache_dtype"), ("kv_cache_dtype",)),
+    Setting("KV budget", ("memory", "kv_budget_bytes"), ("kv_budget_bytes",)),
+)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def mismatches(base: tuple[Summary, Mapping[str, Any]],
+               new: tuple[Summary, Mapping[str, Any]]) -> list[str]:
+    """`name (base vs new)` for each setting known on both sides that differs.
+
+    A setting an older folder does not record is not held against it.
+    """
+    out = []
+    for setting in SETTINGS:
+        a, b = setting.value(*base), setting.value(*new)
+        if setting.name == "workload params":
+            a, b = a or {}, b or {}  # no params and empty params are the same input
+        elif a is None or b is None:
+            continue
+        if a != b:
+            out.append(f"{setting.name} ({_show(a)} vs {_show(b)})")
+    return out
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Both sides' mean ± 95% CI half-width of one metric, and whether the intervals overlap."""
+
+    base_mean: float
+    base_ci: float
+    new_mean: float
+    new_ci: float
+    repeats: tuple[int, int]
+
+    @property
+    def overlap(self) -> bool:
+        return abs(self.new_mean - self.base_mean) <= self.base_ci + self.new_ci
+
+    def describe(self) -> str:
+        return "within noise (CIs overlap)" if self.overlap else "beyond noise"
+
+
+def noise(metric: Metric, base_repeat: Mapping[str, Any] | None,
+          new_repeat: Mapping[str, Any] | None) -> Noise | None:
+    """The metric's confidence intervals on both sides, when both ran with `--repeat`."""
+    if not base_repeat or not new_repeat:
+        return None
+    a, b = base_repeat.get(metric.column), new_repeat.get(metric.column)
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return None
+    if None in (a.get("mean"), a.get("ci95"), b.get("mean"), b.get("ci95")):
+        return None
+    return Noise(float(a["mean"]), float(a["ci95"]), float(b["mean"]), float(b["ci95"]),
+                 (int(a.get("n") or 0), int(b.get("n") or 0)))
+
+
+__all__ = ["SETTINGS", "SINGLE_RUN_WARNING", "Noise", "Setting", "incomplete_reason",
+           "mismatches", "noise"]
