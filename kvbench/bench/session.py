@@ -149,12 +149,13 @@ class SessionResult:
     root: Path
     outcomes: list[RunOutcome]  # the first repeat of each configuration
     repeats: list[dict[str, Any]]  # mean ± CI per configuration when repeat > 1
+    measured: bool = True  # False when every run is simulated (no clock noise)
 
     @property
     def notes(self) -> list[str]:
-        """Lines to print under the summary table: a ranking from single runs is not
-        significant below the machine's noise."""
-        if len(self.outcomes) > 1 and not self.repeats:
+        """Lines to print under the summary table: a ranking from single measured runs is
+        not significant below the machine's noise."""
+        if self.measured and len(self.outcomes) > 1 and not self.repeats:
             return ["strategies ran one after another, once each: differences below the "
                     "machine's run-to-run noise are not significant; rerun with --repeat 3 "
                     "for confidence intervals (repeats run interleaved)"]
@@ -225,7 +226,8 @@ def run_session(
     if not single:
         write_comparison(root, outcomes)
     write_reports(root, outcomes)
-    return SessionResult(root, outcomes, repeats)
+    measured = any(run.engine_kind != "simulated" for run in plan.runs)
+    return SessionResult(root, outcomes, repeats, measured)
 
 
 def is_fp8(run: RunConfig) -> bool:
