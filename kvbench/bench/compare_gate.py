@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
-from kvbench.bench.metric_catalogue import Metric
+from kvbench.bench.metric_catalogue import METRICS, Metric
 from kvbench.bench.summary import Summary
+from kvbench.errors import KvbenchInputError
 
 SINGLE_RUN_WARNING = (
     "single-run comparison: it cannot tell noise from change; run both sides with "
@@ -123,5 +125,59 @@ def noise(metric: Metric, base_repeat: Mapping[str, Any] | None,
                  (int(a.get("n") or 0), int(b.get("n") or 0)))
 
 
-__all__ = ["SETTINGS", "SINGLE_RUN_WARNING", "Noise", "Setting", "incomplete_reason",
-           "mismatches", "noise"]
+class ComparedRun(Protocol):
+    """What the gate reads of a loaded run (kvbench.report.runs.RunData has it)."""
+
+    path: Path
+    label: str
+    status: str  # what the INCOMPLETE marker says; "complete" without one
+    summary: Summary
+    config: dict[str, Any]
+    repeat: dict[str, Any] | None  # repeat.json figures, for a `--repeat N` run
+
+
+def check_pairs(pairs: list[tuple[ComparedRun, ComparedRun]], allow_mismatch: bool) -> list[str]:
+    """Refuse unfinished runs, and mismatched ones unless `allow_mismatch`
+    (KvbenchInputError, one line); returns the warnings to print."""
+    for base, new in pairs:
+        for side, run in (("base", base), ("new", new)):
+            why = incomplete_reason(run.status, run.summary)
+            if why:
+                raise KvbenchInputError(f"{side} run {run.path} did not finish ({why}); "
+                                        "compare finished runs only")
+    warnings = []
+    for base, new in pairs:
+        differ = mismatches((base.summary, base.config), (new.summary, new.config))
+        if differ and not allow_mismatch:
+            raise KvbenchInputError(
+                f"runs {base.label} and {new.label} differ in more than the strategy: "
+                + "; ".join(differ) + " (--allow-mismatch to compare anyway)")
+        if differ:
+            warnings.append(f"{base.label} vs {new.label} differ in " + "; ".join(differ)
+                            + "; compared anyway (--allow-mismatch)")
+    # A simulated clock has no noise: two simulated runs differ only by what changed.
+    measured = [(b, n) for b, n in pairs
+                if "simulated" not in (b.summary.executor, n.summary.executor)]
+    if any(base.repeat is None or new.repeat is None for base, new in measured):
+        warnings.append(SINGLE_RUN_WARNING)
+    return warnings
+
+
+def differences_with_noise(base: ComparedRun, new: ComparedRun, names: list[str]):
+    """(Difference, Noise or None) per metric; where both sides ran with `--repeat`, the
+    values compared (and held to thresholds) are the means over the repeats."""
+    from kvbench.report.metrics import Difference
+
+    rows = []
+    for name in names:
+        m = METRICS[name]
+        spread = noise(m, base.repeat, new.repeat)
+        if spread is not None:
+            rows.append((Difference(m, spread.base_mean, spread.new_mean), spread))
+        else:
+            rows.append((Difference(m, m.value(base.summary), m.value(new.summary)), None))
+    return rows
+
+
+__all__ = ["SETTINGS", "SINGLE_RUN_WARNING", "ComparedRun", "Noise", "Setting", "check_pairs",
+           "differences_with_noise", "incomplete_reason", "mismatches", "noise"]

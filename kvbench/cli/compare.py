@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from kvbench.bench.compare_gate import SINGLE_RUN_WARNING, incomplete_reason, mismatches, noise
+from kvbench.bench.compare_gate import check_pairs, differences_with_noise
 from kvbench.bench.metric_catalogue import METRICS
 from kvbench.errors import KvbenchInputError
-from kvbench.report.metrics import DEFAULT_DIFF, Difference, parse_thresholds
+from kvbench.report.metrics import DEFAULT_DIFF, parse_thresholds
 from kvbench.report.runs import RunData, load_runs
 from kvbench.report.text_table import format_table
 
@@ -63,11 +63,11 @@ def compare_command(ctx: click.Context, base_dir: Path, new_dir: Path, fail_on: 
     base_runs = load_runs([base_dir]).runs
     new_runs = load_runs([new_dir]).runs
     pairs, unmatched = match_runs(base_runs, new_runs)
-    warnings = _check_pairs(pairs, allow_mismatch)
+    warnings = check_pairs(pairs, allow_mismatch)
     failures: list[str] = []
     report = []
     for base, new in pairs:
-        rows = _differences(base, new, names)
+        rows = differences_with_noise(base, new, names)
         checks = []
         for threshold in thresholds:
             d = next((r for r, _ in rows if r.metric.name == threshold.metric.name), None)
@@ -87,45 +87,6 @@ def compare_command(ctx: click.Context, base_dir: Path, new_dir: Path, fail_on: 
             click.echo(f"kvbench: warning: {warning}", err=True)
         _print(base_dir, new_dir, base_runs, new_runs, report, unmatched, failures)
     ctx.exit(1 if failures else 0)
-
-
-def _check_pairs(pairs: list[tuple[RunData, RunData]], allow_mismatch: bool) -> list[str]:
-    """Refuse unfinished or mismatched runs (KvbenchInputError); the warnings to print."""
-    for base, new in pairs:
-        for side, run in (("base", base), ("new", new)):
-            why = incomplete_reason(run.status, run.summary)
-            if why:
-                raise KvbenchInputError(f"{side} run {run.path} did not finish ({why}); "
-                                        "compare finished runs only")
-    warnings = []
-    for base, new in pairs:
-        differ = mismatches((base.summary, base.config), (new.summary, new.config))
-        if differ and not allow_mismatch:
-            raise KvbenchInputError(
-                f"runs {base.label} and {new.label} differ in more than the strategy: "
-                + "; ".join(differ) + " (--allow-mismatch to compare anyway)")
-        if differ:
-            warnings.append(f"{base.label} vs {new.label} differ in " + "; ".join(differ)
-                            + "; compared anyway (--allow-mismatch)")
-    # A simulated clock has no noise: two simulated runs differ only by what changed.
-    measured = [(b, n) for b, n in pairs
-                if "simulated" not in (b.summary.executor, n.summary.executor)]
-    if any(base.repeat is None or new.repeat is None for base, new in measured):
-        warnings.append(SINGLE_RUN_WARNING)
-    return warnings
-
-
-def _differences(base: RunData, new: RunData, names: list[str]):
-    """(Difference, Noise or None) per metric: repeat means where both sides have them."""
-    rows = []
-    for name in names:
-        m = METRICS[name]
-        spread = noise(m, base.repeat, new.repeat)
-        if spread is not None:
-            rows.append((Difference(m, spread.base_mean, spread.new_mean), spread))
-        else:
-            rows.append((Difference(m, m.value(base.summary), m.value(new.summary)), None))
-    return rows
 
 
 def _metric_names(text: str | None, extra: list[str]) -> list[str]:
