@@ -21,7 +21,7 @@ from kvbench.bench.metrics import (
     throughput,
 )
 from kvbench.bench.progress import Progress
-from kvbench.bench.results import ResultsFolder, write_csv, write_json
+from kvbench.bench.results import ResultsFolder, atomic_write_text, write_csv, write_json
 from kvbench.bench.run_config import RunConfig
 from kvbench.bench.summary import (
     Goodput,
@@ -33,6 +33,7 @@ from kvbench.bench.summary import (
     Summary,
     Throughput,
 )
+from kvbench.bench.token_times import TOKENS_FILE, token_time_lines
 from kvbench.bench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.config import is_fp8_cache
 from kvbench.core.clock import WallClock
@@ -259,6 +260,8 @@ def _write_results(
         summary = Summary.from_dict({**summary.to_dict(), **extra_summary})
     write_csv(folder / "requests.csv", requests_df)
     write_csv(folder / "steps.csv", steps_df)
+    lines = token_time_lines(added, engine.sequences)
+    atomic_write_text(folder / TOKENS_FILE, "".join(f"{line}\n" for line in lines))
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", {"traceEvents": recorder.events,

@@ -3,8 +3,9 @@
 `plan_session(options, kind)` expands the comma lists of `RunOptions` into one `RunConfig`
 per strategy × reserve × batching, builds every engine and workload and checks every request
 fits, so bad input fails before a file is written. `run_session(plan)` runs each
-configuration (`repeat` times), adds the fp8 `accuracy` section, writes the comparison files
-and the HTML reports, and returns the outcomes; printing is the caller's.
+configuration (`repeat` times, the configurations taking turns), adds the fp8 `accuracy`
+section, writes the comparison files and the HTML reports, and returns the outcomes;
+printing is the caller's.
 """
 
 from __future__ import annotations
@@ -148,6 +149,17 @@ class SessionResult:
     root: Path
     outcomes: list[RunOutcome]  # the first repeat of each configuration
     repeats: list[dict[str, Any]]  # mean ± CI per configuration when repeat > 1
+    measured: bool = True  # False when every run is simulated (no clock noise)
+
+    @property
+    def notes(self) -> list[str]:
+        """Lines to print under the summary table: a ranking from single measured runs is
+        not significant below the machine's noise."""
+        if self.measured and len(self.outcomes) > 1 and not self.repeats:
+            return ["strategies ran one after another, once each: differences below the "
+                    "machine's run-to-run noise are not significant; rerun with --repeat 3 "
+                    "for confidence intervals (repeats run interleaved)"]
+        return []
 
     @property
     def summaries(self) -> list[dict[str, Any]]:
@@ -184,35 +196,38 @@ def run_session(
     from kvbench.bench.runner import prepare, run_one
 
     root, repeat, model_cache = plan.root, plan.repeat, plan.model_cache
-    outcomes: list[RunOutcome] = []
-    repeats: list[dict[str, Any]] = []
     single = len(plan.runs) == 1
-    for i, (run, label) in enumerate(zip(plan.runs, plan.labels, strict=True)):
-        prep = plan.prepared[i]
-        plan.prepared[i] = None  # the engine's memory goes back once this run is done
-        requests = prep[1].requests  # the same on every repeat (seeded)
-        base = root if single else root / label
-        label_outcomes = []
-        for k in range(repeat):
+    bases = [root if single else root / label for label in plan.labels]
+    requests = [prep[1].requests for prep in plan.prepared]  # the same on every repeat
+    per_label: list[list[RunOutcome]] = [[] for _ in plan.runs]
+    # Repeats go round the configurations (A B A B, not A A B B), so a slow spell of a
+    # shared machine lands on every strategy instead of on one of them.
+    for k in range(repeat):
+        for i, (run, label) in enumerate(zip(plan.runs, plan.labels, strict=True)):
+            prep = plan.prepared[i]
+            plan.prepared[i] = None  # the engine's memory goes back once this run is done
+            if prep is None:
+                prep = prepare(run, model_cache)  # a fresh engine: identical configuration
             if on_run_start is not None:
                 on_run_start(label, k + 1, repeat)
-            folder = base if repeat == 1 else base / f"rep-{k + 1}"
-            if k > 0:
-                prep = None  # one engine at a time
-                prep = prepare(run, model_cache)  # a fresh engine: identical configuration
-            label_outcomes.append(run_one(run, folder, show_progress=show_progress,
-                                          command=command, prepared=prep))
-        prep = None
-        add_accuracy_section(run, label_outcomes, requests, model_cache)
-        outcomes.append(label_outcomes[0])
+            folder = bases[i] if repeat == 1 else bases[i] / f"rep-{k + 1}"
+            per_label[i].append(run_one(run, folder, show_progress=show_progress,
+                                        command=command, prepared=prep))
+            prep = None
+    outcomes: list[RunOutcome] = []
+    repeats: list[dict[str, Any]] = []
+    for i, run in enumerate(plan.runs):
+        add_accuracy_section(run, per_label[i], requests[i], model_cache)
+        outcomes.append(per_label[i][0])
         if repeat > 1:
-            stats = repeat_summary([o.summary for o in label_outcomes])
-            write_json(base / "repeat.json", stats)
+            stats = repeat_summary([o.summary for o in per_label[i]])
+            write_json(bases[i] / "repeat.json", stats)
             repeats.append(stats)
     if not single:
         write_comparison(root, outcomes)
     write_reports(root, outcomes)
-    return SessionResult(root, outcomes, repeats)
+    measured = any(run.engine_kind != "simulated" for run in plan.runs)
+    return SessionResult(root, outcomes, repeats, measured)
 
 
 def is_fp8(run: RunConfig) -> bool:

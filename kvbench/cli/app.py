@@ -41,6 +41,9 @@ COMMANDS: dict[str, LazyCommand] = {
         "KV-cache sizing arithmetic, exact and explained: bytes per token, per request and in "
         "total, the KV budget left next to the weights, and how many requests fit per strategy "
         "(contiguous reserving the max model length vs paged at the mean length)."),
+    "export": LazyCommand(
+        "kvbench.cli.export", "export_command",
+        "Write a run's results in another tool's format."),
     "list": LazyCommand(
         "kvbench.cli.list", "list_command",
         "Strategies, batching policies, workloads and model presets."),

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
+from kvbench.bench.compare_gate import check_pairs, differences_with_noise
 from kvbench.bench.metric_catalogue import METRICS
 from kvbench.errors import KvbenchInputError
-from kvbench.report.metrics import DEFAULT_DIFF, differences, parse_thresholds
+from kvbench.report.metrics import DEFAULT_DIFF, parse_thresholds
 from kvbench.report.runs import RunData, load_runs
 from kvbench.report.text_table import format_table
 
@@ -25,6 +26,13 @@ def _metric_help() -> str:
         "ttft.p99:+10% fails when new > base x 1.10. Without % the number is an absolute "
         "change in the metric's unit (ms, tok/s, a count, a fraction): preemptions:+0 fails "
         "on any increase. A metric missing in NEW but present in BASE fails.\n\n"
+        "The runs must be finished (no INCOMPLETE marker, status complete) and share workload, "
+        "workload params, num_requests, request rate, concurrency, model, dtype, "
+        "kv_cache_dtype and KV budget; otherwise compare exits 2 saying why, unless "
+        "--allow-mismatch. When both sides ran with --repeat, values are the means over "
+        "repeats and each row says whether the 95% confidence intervals overlap (a difference "
+        "within noise); a single-run comparison prints a warning that it cannot tell noise "
+        "from change.\n\n"
         f"Metrics: {names}. Latency metrics (ttft, tpot, itl, e2e, queue, prefill) take .mean, "
         ".p50, .p90, .p99 or .max and are in milliseconds; utilization_mean, "
         "utilization_saturated and prefix_hit_rate are fractions (0..1)."
@@ -39,31 +47,44 @@ def _metric_help() -> str:
 @click.option("--metrics", "metric_list", default=None, metavar="NAME[,NAME...]",
               help="rows to print [default: throughput, latency p50/p99, utilization, "
                    "preemptions, hit rate; plus every --fail-on metric]; 'all' for all")
-@click.option("--json", "as_json", is_flag=True, help="print the comparison as JSON")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]),
+              default="text", show_default=True,
+              help="text table, JSON, or Markdown for a pull-request comment")
+@click.option("--json", "as_json", is_flag=True, help="same as --format json")
+@click.option("--allow-mismatch", is_flag=True,
+              help="compare runs whose workload, model, dtype or budget differ (warns)")
 @click.pass_context
 def compare_command(ctx: click.Context, base_dir: Path, new_dir: Path, fail_on: str | None,
-                    metric_list: str | None, as_json: bool) -> None:
+                    metric_list: str | None, fmt: str, as_json: bool,
+                    allow_mismatch: bool) -> None:
+    fmt = "json" if as_json else fmt
     thresholds = parse_thresholds(fail_on)
     names = _metric_names(metric_list, [t.metric.name for t in thresholds])
     base_runs = load_runs([base_dir]).runs
     new_runs = load_runs([new_dir]).runs
     pairs, unmatched = match_runs(base_runs, new_runs)
+    warnings = check_pairs(pairs, allow_mismatch)
     failures: list[str] = []
     report = []
     for base, new in pairs:
-        rows = differences(base.summary, new.summary, names)
+        rows = differences_with_noise(base, new, names)
         checks = []
         for threshold in thresholds:
-            m = threshold.metric
-            why = threshold.crossed(m.value(base.summary), m.value(new.summary))
+            d = next((r for r, _ in rows if r.metric.name == threshold.metric.name), None)
+            why = threshold.crossed(d.base, d.new) if d is not None else None
             checks.append((threshold, why))
             if why:
                 failures.append(f"{new.label}: {threshold.text}: {why}")
         report.append((base, new, rows, checks))
-    if as_json:
-        click.echo(json.dumps(_as_json(base_dir, new_dir, report, unmatched, failures),
-                              indent=2))
+    if fmt == "json":
+        click.echo(json.dumps(_as_json(base_dir, new_dir, report, unmatched, failures,
+                                       warnings), indent=2))
+    elif fmt == "markdown":
+        click.echo(_markdown(base_dir, new_dir, base_runs, new_runs, report, unmatched,
+                             failures, warnings))
     else:
+        for warning in warnings:
+            click.echo(f"kvbench: warning: {warning}", err=True)
         _print(base_dir, new_dir, base_runs, new_runs, report, unmatched, failures)
     ctx.exit(1 if failures else 0)
 
@@ -109,9 +130,13 @@ def _print(base_dir, new_dir, base_runs, new_runs, report, unmatched, failures) 
         title = new.label if base.label == new.label else f"{base.label} -> {new.label}"
         click.echo(f"\n{title}")
         table = [[d.metric.name, d.metric.format(d.base), d.metric.format(d.new),
-                  d.format_delta(), "" if d.verdict == "same" else d.verdict]
-                 for d in rows]
-        click.echo(format_table(["metric", "base", "new", "change", ""], table))
+                  d.format_delta(), "" if d.verdict == "same" else d.verdict,
+                  spread.describe() if spread else ""]
+                 for d, spread in rows]
+        headers = ["metric", "base", "new", "change", "", "noise"]
+        if not any(spread for _, spread in rows):
+            headers, table = headers[:-1], [r[:-1] for r in table]
+        click.echo(format_table(headers, table))
         for threshold, why in checks:
             click.echo(f"  {'FAIL' if why else 'ok  '} {threshold.text}"
                        + (f": {why}" if why else ""))
@@ -124,7 +149,38 @@ def _print(base_dir, new_dir, base_runs, new_runs, report, unmatched, failures) 
             click.echo(f"  {failure}", err=True)
 
 
-def _as_json(base_dir, new_dir, report, unmatched, failures) -> dict:
+def _markdown(base_dir, new_dir, base_runs, new_runs, report, unmatched, failures,
+              warnings) -> str:
+    """The comparison as GitHub-flavoured Markdown, for a pull-request comment."""
+    verdict = f"**{len(failures)} threshold(s) crossed**" if failures else "**passed**"
+    lines = [f"### kvbench compare: {verdict}", "",
+             f"- base: `{_describe(base_dir, base_runs)}`",
+             f"- new: `{_describe(new_dir, new_runs)}`"]
+    if warnings:
+        lines += ["", *(f"> **warning:** {w}" for w in warnings)]
+    for base, new, rows, checks in report:
+        title = new.label if base.label == new.label else f"{base.label} → {new.label}"
+        with_noise = any(spread for _, spread in rows)
+        head = ["metric", "base", "new", "change", "verdict"] + (["noise"] if with_noise else [])
+        lines += ["", f"#### {title}", "", "| " + " | ".join(head) + " |",
+                  "|" + "|".join(["---"] + ["---:"] * 3 + ["---"] * (len(head) - 4)) + "|"]
+        for d, spread in rows:
+            cells = [f"`{d.metric.name}`", d.metric.format(d.base), d.metric.format(d.new),
+                     d.format_delta(), "" if d.verdict == "same" else d.verdict]
+            if with_noise:
+                cells.append(spread.describe() if spread else "")
+            lines.append("| " + " | ".join(cells) + " |")
+        if checks:
+            lines.append("")
+            lines += [f"- {':x: FAIL' if why else ':white_check_mark: ok'} `{t.text}`"
+                      + (f": {why}" if why else "") for t, why in checks]
+    if unmatched:
+        lines += ["", "Not compared (no counterpart): "
+                  + ", ".join(f"`{r.label}`" for r in unmatched)]
+    return "\n".join(lines)
+
+
+def _as_json(base_dir, new_dir, report, unmatched, failures, warnings) -> dict:
     return {
         "base": str(base_dir),
         "new": str(new_dir),
@@ -133,7 +189,8 @@ def _as_json(base_dir, new_dir, report, unmatched, failures) -> dict:
                 "base_label": base.label,
                 "new_label": new.label,
                 "metrics": {d.metric.name: {"base": d.base, "new": d.new, "change": d.ratio,
-                                            "verdict": d.verdict} for d in rows},
+                                            "verdict": d.verdict,
+                                            **_noise_json(spread)} for d, spread in rows},
                 "checks": [{"threshold": t.text, "failed": bool(why), "message": why}
                            for t, why in checks],
             }
@@ -141,5 +198,13 @@ def _as_json(base_dir, new_dir, report, unmatched, failures) -> dict:
         ],
         "unmatched": [str(r.path) for r in unmatched],
         "failures": failures,
+        "warnings": warnings,
         "passed": not failures,
     }
+
+
+def _noise_json(spread) -> dict:
+    if spread is None:
+        return {}
+    return {"base_ci95": spread.base_ci, "new_ci95": spread.new_ci,
+            "within_noise": spread.overlap}

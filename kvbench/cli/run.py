@@ -50,6 +50,8 @@ def execute(options: RunOptions, kind: str, *, quiet: bool, as_json: bool) -> No
         from kvbench.report.summary_table import render_repeats, render_summary
 
         click.echo(render_summary(summaries))
+        for note in result.notes:
+            click.echo(f"note: {note}")
         if result.repeats:
             click.echo("\n" + render_repeats(result.repeats))
         click.echo(f"\nresults: {result.root}")

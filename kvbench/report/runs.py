@@ -35,6 +35,9 @@ class RunData:
     name: str = ""  # display name, unique within a report
     group_index: int = 0
     group_tag: str = ""
+    # `repeat.json` of a `--repeat N` run (this folder is its `rep-1`): each headline
+    # metric's mean ± 95% CI by column name; None for a single run.
+    repeat: dict[str, Any] | None = None
 
     @property
     def versions(self) -> dict[str, Any]:
@@ -95,6 +98,17 @@ def _status(folder: Path) -> str:
         return "incomplete"
 
 
+def _repeat_stats(folder: Path) -> dict[str, Any] | None:
+    """The repeat statistics of a `rep-K` folder (in its parent's `repeat.json`)."""
+    if not folder.name.startswith("rep-"):
+        return None
+    path = folder.parent / "repeat.json"
+    if not path.is_file():
+        return None
+    figures = _read_json(path).get("figures")
+    return figures if isinstance(figures, dict) else None
+
+
 def load_run(folder: Path, group: Path | None = None) -> RunData:
     folder = Path(folder)
     summary = Summary.from_dict(_read_json(folder / "summary.json"))
@@ -105,7 +119,7 @@ def load_run(folder: Path, group: Path | None = None) -> RunData:
     return RunData(
         path=folder, group=group, label=label, summary=summary, config=config,
         requests=_read_csv(folder / "requests.csv"), steps=_read_csv(folder / "steps.csv"),
-        status=_status(folder),
+        status=_status(folder), repeat=_repeat_stats(folder),
     )
 
 
@@ -125,6 +139,8 @@ def run_folders(folder: Path) -> list[Path]:
             return subs
     if (folder / "summary.json").is_file():
         return [folder]
+    if (folder / "repeat.json").is_file() and (folder / "rep-1" / "summary.json").is_file():
+        return [folder / "rep-1"]  # one strategy run --repeat N times: it stands for them
     subs = sorted(p for p in folder.iterdir() if (p / "summary.json").is_file())
     if subs:  # an interrupted comparison: no comparison.json yet
         return subs

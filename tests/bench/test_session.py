@@ -7,7 +7,13 @@ import json
 import pytest
 
 from kvbench.bench.run_options import RunOptions
-from kvbench.bench.session import expand_runs, plan_session, run_session, unique_folder
+from kvbench.bench.session import (
+    SessionResult,
+    expand_runs,
+    plan_session,
+    run_session,
+    unique_folder,
+)
 from kvbench.errors import KvbenchInputError
 from kvbench.report.runs import run_folders
 
@@ -47,8 +53,10 @@ def test_a_session_returns_its_results_and_prints_nothing(tmp_path, capsys):
     started = []
     result = run_session(plan, on_run_start=lambda *args: started.append(args))
     assert capsys.readouterr() == ("", "")
-    assert started == [("contiguous-max", 1, 2), ("contiguous-max", 2, 2), ("paged", 1, 2),
+    # interleaved (A B A B): a slow spell of the machine lands on both strategies
+    assert started == [("contiguous-max", 1, 2), ("paged", 1, 2), ("contiguous-max", 2, 2),
                        ("paged", 2, 2)]
+    assert result.notes == []  # repeats give confidence intervals: no noise warning
     assert [s["label"] for s in result.summaries] == ["contiguous-max", "paged"]
     assert len(result.repeats) == 2
     root = result.root
@@ -65,3 +73,22 @@ def test_bad_repeat_is_refused_before_anything_runs(tmp_path):
     with pytest.raises(KvbenchInputError, match="--repeat must be at least 1"):
         plan_session(RunOptions(repeat=0, out=str(tmp_path / "o")))
     assert not (tmp_path / "o").exists()
+
+
+def test_repeats_run_interleaved_and_single_runs_warn_about_noise(tmp_path):
+    """Each repeat round runs every strategy once before the next round starts, and the
+    folders' start times show it; a single-run ranking carries a note to rerun with
+    --repeat."""
+    options = RunOptions.for_kind(
+        "simulate", strategy="contiguous,paged,prefix", model="llama-2-7b",
+        workload="sharegpt", num_requests=4, warmup=0, repeat=2, out=str(tmp_path / "r"))
+    result = run_session(plan_session(options, "simulate"))
+    folders = [result.root / label / f"rep-{k}" for k in (1, 2)
+               for label in ("contiguous-max", "paged", "prefix")]
+    written = [(f / "summary.json").stat().st_mtime_ns for f in folders]
+    assert written == sorted(written)
+    once = SessionResult(tmp_path, result.outcomes, repeats=[])
+    (note,) = once.notes
+    assert "not significant" in note and "--repeat 3" in note
+    # a simulated clock has no noise to warn about
+    assert SessionResult(tmp_path, result.outcomes, repeats=[], measured=False).notes == []

@@ -148,3 +148,111 @@ def test_bad_folders_exit_2(tmp_path, capsys):
     assert "not a kvbench results folder" in capsys.readouterr().err
     assert main(["compare", str(base), str(other)]) == 2
     assert "no strategy in common" in capsys.readouterr().err
+
+
+def write_repeat(folder: Path, data: dict, out_tok_s: list[float]) -> Path:
+    """A `--repeat N` strategy folder: rep-1..N and repeat.json (as run_session writes it)."""
+    from kvbench.bench.repeat import repeat_summary
+
+    summaries = [{**data, "throughput": {**data["throughput"], "output_tok_s": v}}
+                 for v in out_tok_s]
+    for k, s in enumerate(summaries, 1):
+        write_run(folder / f"rep-{k}", s)
+    (folder / "repeat.json").write_text(json.dumps(repeat_summary(summaries)))
+    return folder
+
+
+@pytest.mark.parametrize("status_where", ["marker", "summary"])
+def test_an_unfinished_run_is_refused(tmp_path, capsys, status_where):
+    base = write_run(tmp_path / "a", summary("paged"))
+    data = summary("paged")
+    if status_where == "summary":
+        data["status"] = "interrupted"
+    new = write_run(tmp_path / "b", data)
+    if status_where == "marker":
+        (new / "INCOMPLETE").write_text(json.dumps({"status": "interrupted"}))
+    assert main(["compare", str(base), str(new), "--allow-mismatch"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "did not finish" in err and "interrupted" in err
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"workload": "sharegpt"}, "workload (chat vs sharegpt)"),
+    ({"model": "llama-2-7b"}, "model (tiny vs llama-2-7b)"),
+    ({"num_requests": 16}, "num_requests (8 vs 16)"),
+    ({"dtype": "bfloat16"}, "dtype (float32 vs bfloat16)"),
+])
+def test_runs_that_differ_in_more_than_the_strategy_are_refused(tmp_path, capsys, change,
+                                                               named):
+    base = write_run(tmp_path / "a", {**summary("paged"), "dtype": "float32"})
+    new = write_run(tmp_path / "b", {**summary("paged"), "dtype": "float32", **change})
+    assert main(["compare", str(base), str(new)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and named in err and "--allow-mismatch" in err
+    assert main(["compare", str(base), str(new), "--allow-mismatch"]) == 0
+    captured = capsys.readouterr()
+    assert "paged" in captured.out
+    warnings = [line for line in captured.err.splitlines() if named in line]
+    assert len(warnings) == 1 and warnings[0].startswith("kvbench: warning: ")
+
+
+def test_budget_kv_dtype_and_workload_params_are_checked(tmp_path, capsys):
+    base = write_run(tmp_path / "a", summary("paged"))
+    other = summary("paged")
+    other["memory"] = {**other["memory"], "kv_budget_bytes": 2**21,
+                       "kv_cache_dtype": "float8_e4m3fn"}
+    new = write_run(tmp_path / "b", other)
+    (new / "config.json").write_text(json.dumps(
+        {"label": "paged", "run": {"workload_params": {"system_prompt_len": 64}}}))
+    assert main(["compare", str(base), str(new)]) == 2
+    err = capsys.readouterr().err
+    assert "KV budget (1048576 vs 2097152)" in err
+    assert "workload params ({} vs {system_prompt_len=64})" in err
+    # an older folder that does not record kv_cache_dtype is not held against the other
+    assert "kv_cache_dtype" not in err
+
+
+def test_single_runs_warn_that_they_cannot_tell_noise(tmp_path, capsys):
+    base = write_run(tmp_path / "a", summary("paged"))
+    new = write_run(tmp_path / "b", summary("paged", out_tok_s=103.0))
+    assert main(["compare", str(base), str(new)]) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "single-run comparison" in line and "--repeat" in line
+    simulated = {**summary("paged"), "executor": "simulated"}
+    a = write_run(tmp_path / "sa", simulated)
+    b = write_run(tmp_path / "sb", simulated)
+    assert main(["compare", str(a), str(b)]) == 0
+    assert capsys.readouterr().err == ""  # a simulated clock has no noise
+
+
+def test_repeats_compare_means_and_say_whether_cis_overlap(tmp_path, capsys):
+    base = write_repeat(tmp_path / "a", summary("paged"), [100.0, 102.0, 98.0])
+    close = write_repeat(tmp_path / "b", summary("paged"), [101.0, 103.0, 99.0])
+    far = write_repeat(tmp_path / "c", summary("paged"), [120.0, 121.0, 119.0])
+    assert main(["compare", str(base), str(close), "--metrics", "output_tok_s",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    row = data["pairs"][0]["metrics"]["output_tok_s"]
+    assert (row["base"], row["new"]) == (100.0, 101.0)  # means over the repeats
+    assert row["within_noise"] is True and data["warnings"] == []
+    assert main(["compare", str(base), str(far), "--metrics", "output_tok_s",
+                 "--fail-on", "output_tok_s:-5%"]) == 0
+    out = capsys.readouterr().out
+    assert "beyond noise" in out and "120.0 tok/s" in out
+    assert main(["compare", str(base), str(close), "--metrics", "output_tok_s"]) == 0
+    assert "within noise (CIs overlap)" in capsys.readouterr().out
+
+
+def test_markdown_for_a_pull_request_comment(tmp_path, capsys):
+    base = write_comparison(tmp_path / "base", [summary("paged"), summary("prefix")])
+    new = write_comparison(tmp_path / "new", [summary("paged", out_tok_s=90.0),
+                                              summary("prefix")])
+    code = main(["compare", str(base), str(new), "--format", "markdown",
+                 "--metrics", "output_tok_s", "--fail-on", "output_tok_s:-5%"])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert out.startswith("### kvbench compare: **1 threshold(s) crossed**")
+    assert "| metric | base | new | change | verdict |" in out
+    assert "| `output_tok_s` | 100.0 tok/s | 90.0 tok/s | -10.0% | worse |" in out
+    assert ":x: FAIL `output_tok_s:-5%`" in out
+    assert "> **warning:** single-run comparison" in out
