@@ -17,18 +17,6 @@ from kvbench.cli import main
 from kvbench.report.runs import load_runs
 from kvbench.report.writer import write_report
 
-# Tight memory so that paged preempts and prefix shares: every section has something to show.
-TINY = ["--num-requests", "12", "--warmup", "0", "--kv-memory", "2MiB", "--quiet"]
-
-
-@pytest.fixture(scope="module")
-def comparison(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("report")
-    assert main(["run", "--strategy", "paged,prefix", "--workload", "chat", "--out", str(out),
-                 *TINY]) == 0
-    (root,) = [p for p in out.iterdir() if p.is_dir()]
-    return root
-
 
 def network_urls(html: str) -> list[str]:
     """URLs the page would fetch: in src/href attributes and CSS, outside inline scripts."""
@@ -69,11 +57,14 @@ def test_per_strategy_reports_on_request(comparison, tmp_path):
 def test_report_sections_and_header(comparison, tmp_path):
     out = write_report([comparison], tmp_path / "r.html")
     html = out.read_text()
-    for key in ("runs", "summary", "throughput", "latency", "memory", "timelines",
-                "memory-time", "prefix"):
+    for key in ("runs", "summary", "throughput", "latency", "ttft-split", "throughput-time",
+                "step-time", "memory", "timelines", "memory-time", "prefix"):
         assert f"<section id='{key}'>" in html, key
     charts = re.findall(r"data-chart='([\w-]+)'", html)
-    assert charts == ["throughput", "latency", "memory", "timelines", "memory-time", "prefix"]
+    assert charts == ["throughput", "latency", "ttft-split", "throughput-time", "step-time",
+                      "memory", "timelines", "memory-time", "prefix"]
+    assert "<section id='itl'>" not in html  # no tokens.jsonl in these folders
+    assert "single run — differences below noise are not significant" in html
     config = json.loads((comparison / "paged" / "config.json").read_text())
     for fact in ("tiny (float32)", "chat, 12 requests",
                  "2.00 MiB; capacity: paged 1024, prefix 1024 tokens", f"torch {config['versions']['torch']}", escape(config["command"])):
