@@ -115,26 +115,29 @@ def ttft_split_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure 
     if not runs:
         return None
     names = [r.name for r in runs]
-    parts = (("queue_ms", "queue (arrival → admission)", "#9e9e9e", ""),
-             ("prefill_ms", "prefill (admission → first token)", None, "/"))
+    colors = [styles[n].color for n in names]
     fig = go.Figure()
-    for column, title, color, pattern in parts:
+    # Each run in its own colour (as in every chart): queue pale, prefill solid; the bar text
+    # names the part, so no legend entry has to stand for several colours.
+    for column, part, opacity in (("queue_ms", "queue", 0.4), ("prefill_ms", "prefill", 1.0)):
         # Requests that never started have no value (NaN): pandas leaves them out.
         values = [r.requests[column].astype(float) for r in runs]
         means = [float(v.mean()) for v in values]
         p99 = [float(v.quantile(0.99)) for v in values]
         fig.add_bar(
-            y=names, x=means, orientation="h", name=title,
-            marker={"color": color or [styles[n].color for n in names],
-                    "pattern": {"shape": pattern}, "line": {"color": "#444", "width": 0.5}},
-            text=[f"{v:.0f} ms" for v in means], textposition="inside",
+            y=names, x=means, orientation="h", name=part,
+            marker={"color": colors, "opacity": opacity, "line": {"color": "#444", "width": 0.5}},
+            text=[f"{part} {v:.0f} ms" for v in means], textposition="inside",
             insidetextanchor="middle", customdata=p99,
-            hovertemplate=f"{title}: mean %{{x:.1f}} ms, p99 %{{customdata:.1f}} ms"
+            hovertemplate=f"{part}: mean %{{x:.1f}} ms, p99 %{{customdata:.1f}} ms"
                           "<extra>%{y}</extra>")
-    fig.update_layout(**base_layout(
-        "TTFT split: queueing + prefill (mean over requests, ms)", 110 + 46 * len(runs),
-        barmode="stack", bargap=0.3, xaxis={"title": "ms", "rangemode": "tozero"}))
-    fig.update_layout(legend={"traceorder": "normal"})
+    layout = base_layout("TTFT split: queue (arrival → admission) + prefill (admission → "
+                         "first token), mean over requests", 110 + 46 * len(runs),
+                         barmode="stack", bargap=0.3, showlegend=False,
+                         xaxis={"title": "ms", "rangemode": "tozero"})
+    layout["margin"]["b"] = 56
+    layout["height"] = 110 + 46 * len(runs) + 8
+    fig.update_layout(**layout)
     return fig
 
 

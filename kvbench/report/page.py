@@ -168,22 +168,24 @@ def _latency_detail_sections(runset, styles, figures) -> list[tuple[str, str, st
     throughput = step_charts.throughput_timeline_figure(runset, styles)
     if throughput is not None:
         fig, source = throughput
-        estimate = (" From steps.csv: each decode and each prefill step samples one token; "
-                    "with chunked prefill a prompt's earlier chunks count too."
-                    if "steps.csv" in source else "")
+        estimate = (" There each decode, and each prefill that completes "
+                    "a prompt, samples one token (with chunked prefill a prompt's earlier "
+                    "chunks count too)." if "steps.csv" in source else "")
         out.append(_section(
             "throughput-time", "Throughput over time",
-            "Output tokens per second in 40 equal windows of the run (from "
-            f"{escape(source)}). A ramp at the start is admission; a tail is the last long "
-            f"requests running in a small batch.{estimate}",
+            "Output tokens per second in 40 equal windows of the run, from "
+            f"{escape(source)}. A ramp at the start is admission; a long low tail is the last "
+            f"long requests running in a small batch.{estimate}",
             figures.html(fig, "throughput-time")))
     steps = step_charts.step_time_figure(runset, styles)
     if steps is not None:
         out.append(_section(
             "step-time", "Step time vs batch size",
-            "Each engine step's duration against the sequences it ran (steps.csv). The slope "
-            "of the decode line is what one more sequence in the batch costs; where it is "
-            "flat, a larger batch is free throughput.", figures.html(steps, "step-time")))
+            "Each engine step's duration (steps.csv). Left, decode-only steps against the "
+            "sequences they ran: the slope of the median line is what one more sequence in "
+            "the batch costs; where it is flat, a larger batch is free throughput. Right, "
+            "steps holding a prefill against the tokens they ran: their cost follows prompt "
+            "tokens.", figures.html(steps, "step-time")))
     return out
 
 
