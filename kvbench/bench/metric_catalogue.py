@@ -105,9 +105,9 @@ def _build() -> list[Metric]:
         # Mean over engine steps of the sequences each step ran (prefill + decode), each
         # step counted once; see kvbench.bench.summary.Scheduler.
         Metric("batch_size_mean", ("scheduler", "batch_size_mean"), "", True,
-               "running batch (mean)", "batch_size_mean"),
+               "batch size (mean sequences scheduled per step)", "batch_size_mean"),
         Metric("batch_size_max", ("scheduler", "batch_size_max"), "", True,
-               "running batch (max)", "batch_size_max"),
+               "batch size (most sequences scheduled in a step)", "batch_size_max"),
         Metric("waiting_mean", ("scheduler", "waiting_mean"), "", False,
                "waiting queue (mean)", "waiting_mean"),
         Metric("overhead_fraction", ("scheduler", "overhead_fraction"), "%", False,

@@ -1,41 +1,90 @@
-"""A one-line progress display on a terminal: requests done, tokens/s, KV use."""
+"""Progress of one run: requests done, tokens/s, KV use, time left.
+
+On a terminal a tqdm bar (with its ETA) that clears itself when the run ends. Off a terminal
+(a CI log, a file) a bar of carriage returns would be unreadable, so plain lines instead: the
+first after `PLAIN_FIRST_S`, then one every `PLAIN_EVERY_S` or at each further tenth of the
+requests, whichever comes first. Runs shorter than the first interval print nothing.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
+
+from tqdm import tqdm
+
+PLAIN_FIRST_S = 10.0
+PLAIN_EVERY_S = 10.0
+PLAIN_MIN_GAP_S = 1.0  # tenths of a fast run come no closer than this
+BAR_DELAY_S = 1.0  # a bar only for runs longer than this
 
 
 class Progress:
-    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO | None = None) -> None:
-        self.total = total
+    def __init__(self, total: int, label: str, enabled: bool, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.total = max(total, 0)
         self.label = label
         self.stream = stream or sys.stderr
-        self.enabled = enabled and self.stream.isatty()
-        self.started = time.perf_counter()
-        self._last = 0.0
-        self._shown = False
+        self.clock = clock
+        self.started = clock()
+        self.on_terminal = _isatty(self.stream)
+        self.enabled = enabled
+        self._bar: tqdm | None = None
+        if enabled and self.on_terminal:
+            self._bar = tqdm(total=self.total, desc=label, unit="req", file=self.stream,
+                             delay=BAR_DELAY_S, mininterval=0.2, leave=False,
+                             dynamic_ncols=True)
+        self._last_line_s: float | None = None
+        self._last_tenth = 0
 
     def update(self, done: int, tokens: int, kv_used: float | None) -> None:
         if not self.enabled:
             return
-        now = time.perf_counter()
-        elapsed = now - self.started
-        if now - self._last < 0.2 or elapsed < 1.0:  # only runs longer than a second
+        elapsed = self.clock() - self.started
+        rate = tokens / elapsed if elapsed > 0 else 0.0
+        if self._bar is not None:
+            if done > self._bar.n:
+                self._bar.update(done - self._bar.n)
+            kv = f", KV {kv_used:.1%}" if kv_used is not None else ""
+            self._bar.set_postfix_str(f"{rate:.1f} tok/s{kv}", refresh=False)
             return
-        self._last = now
-        width = 24
-        filled = int(width * done / max(self.total, 1))
-        kv = f"  KV {kv_used:5.1%}" if kv_used is not None else ""
-        self.stream.write(
-            f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} req"
-            f"  {tokens / max(elapsed, 1e-9):8.1f} tok/s{kv}"
-        )
-        self.stream.flush()
-        self._shown = True
+        if self._plain_due(elapsed, done):
+            self._last_line_s = elapsed
+            self._last_tenth = self._tenth(done)
+            self.stream.write(self.plain_line(done, elapsed, rate, kv_used) + "\n")
+            self.stream.flush()
+
+    def _tenth(self, done: int) -> int:
+        return 10 * done // self.total if self.total else 0
+
+    def _plain_due(self, elapsed: float, done: int) -> bool:
+        if self._last_line_s is None:
+            return elapsed >= PLAIN_FIRST_S
+        since = elapsed - self._last_line_s
+        if since >= PLAIN_EVERY_S:
+            return True
+        return since >= PLAIN_MIN_GAP_S and self._tenth(done) > self._last_tenth
+
+    def plain_line(self, done: int, elapsed: float, rate: float,
+                   kv_used: float | None) -> str:
+        """`paged: 32/64 requests (50%), 812.4 tok/s, KV 41.0%, 00:12 elapsed, ETA 00:12`."""
+        share = done / self.total if self.total else 0.0
+        kv = f", KV {kv_used:.1%}" if kv_used is not None else ""
+        eta = (tqdm.format_interval(elapsed * (self.total - done) / done)
+               if 0 < done < self.total else "-")
+        return (f"{self.label}: {done}/{self.total} requests ({share:.0%}), {rate:.1f} tok/s"
+                f"{kv}, {tqdm.format_interval(elapsed)} elapsed, ETA {eta}")
 
     def close(self) -> None:
-        if self._shown:
-            self.stream.write("\r" + " " * 90 + "\r")
-            self.stream.flush()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a closed or fake stream
+        return False

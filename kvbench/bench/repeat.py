@@ -9,11 +9,6 @@ from typing import Any
 from kvbench.bench.metric_catalogue import METRICS
 from kvbench.bench.summary import Summary, as_summary
 
-# Two-sided 95% Student t critical values by degrees of freedom (1..30); 1.96 beyond.
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
-
 # Catalogue metrics a repeat reports; `repeat.json` keys them by their column name
 # (`ttft_p50_ms`).
 HEADLINE = ("output_tok_s", "total_tok_s", "ttft.p50", "ttft.p99", "tpot.p50", "tpot.p99",
@@ -21,7 +16,12 @@ HEADLINE = ("output_tok_s", "total_tok_s", "ttft.p50", "ttft.p99", "tpot.p50", "
 
 
 def t_critical_95(dof: int) -> float:
-    return _T95[dof - 1] if 1 <= dof <= len(_T95) else 1.96
+    """Two-sided 95% Student t critical value for `dof` degrees of freedom (>= 1)."""
+    from scipy.stats import t  # imported here: scipy takes a while and only repeats need it
+
+    if dof < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
+    return float(t.ppf(0.975, dof))
 
 
 def mean_ci95(values: list[float]) -> dict[str, Any]:

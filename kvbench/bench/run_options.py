@@ -100,6 +100,9 @@ class RunOptions:
     repeat: int = _option(1, "run each configuration N times; report mean ± 95% CI",
                           per_run=False)
     out: str = _option("results", "folder that receives results/<run-id>/", per_run=False)
+    per_strategy_reports: bool = _option(
+        False, "a multi-strategy run also writes report.html into each strategy's folder "
+               "(each inlines plotly.js, ~5 MB)", per_run=False, show_default=False)
     # `kvbench run` only
     device: str = _option("auto", "auto, cpu, cuda, cuda:N", kinds=("run",),
                           kind_defaults={"simulate": "cpu"})

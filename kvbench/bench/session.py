@@ -142,6 +142,7 @@ class SessionPlan:
     repeat: int
     warnings: list[str] = field(default_factory=list)
     model_cache: dict = field(default_factory=dict)
+    per_strategy_reports: bool = False
 
 
 @dataclass
@@ -180,7 +181,8 @@ def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
     prepared = [prepare(run, model_cache) for run in runs]
     warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
     root = unique_folder(Path(options.out), run_id(labels, options.workload))
-    return SessionPlan(runs, labels, prepared, root, options.repeat, warnings, model_cache)
+    return SessionPlan(runs, labels, prepared, root, options.repeat, warnings, model_cache,
+                       options.per_strategy_reports)
 
 
 def run_session(
@@ -225,7 +227,7 @@ def run_session(
             repeats.append(stats)
     if not single:
         write_comparison(root, outcomes)
-    write_reports(root, outcomes)
+    write_reports(root, outcomes, per_strategy=plan.per_strategy_reports)
     measured = any(run.engine_kind != "simulated" for run in plan.runs)
     return SessionResult(root, outcomes, repeats, measured)
 
@@ -307,14 +309,19 @@ def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
     write_csv(root / "comparison.csv", pd.DataFrame(rows))
 
 
-def write_reports(root: Path, outcomes: list[RunOutcome]) -> None:
-    """`report.html` in every run's folder, and one comparing them in `root`."""
+def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = False) -> None:
+    """One `report.html` per results folder: the run's own for one strategy; for several, one
+    comparing them in `root`, and each strategy's own only when `per_strategy` (each report
+    inlines plotly.js, ~5 MB, so a 3-strategy folder would otherwise hold four copies)."""
     from kvbench.report.writer import write_report
 
-    for o in outcomes:
-        write_report([o.folder], o.folder / "report.html")
-    if len(outcomes) > 1:
-        write_report([o.folder for o in outcomes], root / "report.html")
+    if len(outcomes) == 1:
+        write_report([outcomes[0].folder], outcomes[0].folder / "report.html")
+        return
+    write_report([o.folder for o in outcomes], root / "report.html")
+    if per_strategy:
+        for o in outcomes:
+            write_report([o.folder], o.folder / "report.html")
 
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Per-run summary charts: throughput bars, latency CDFs, the memory split, fp8 accuracy."""
+"""Per-run summary charts: throughput bars, latency CDFs (TTFT, TPOT, E2E; ITL when the
+folders keep per-token times), the TTFT split, the memory split, fp8 accuracy."""
 
 from __future__ import annotations
 
@@ -10,32 +11,36 @@ from kvbench.bench.metric_catalogue import METRICS
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
 from kvbench.report.tables import flatten, is_long_series
+from kvbench.report.token_times import inter_token_latencies_ms, token_times
 
 CDF_POINTS = 400
 
 
 def throughput_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure:
-    """Output tokens/s per strategy; one bar series per group when groups are compared."""
+    """Output tokens/s per run. One bar trace per run, so each legend entry has the run's own
+    colour and pattern, as in every other chart; runs of one folder share an offset group."""
     fig = go.Figure()
     metric = METRICS["output_tok_s"]
-    for index in range(len(runset.groups)):
-        runs = [r for r in runset.runs if r.group_index == index]
-        values = [metric.value(r.summary) for r in runs]
+    for run in runset.runs:
+        value = metric.value(run.summary)
+        style = styles[run.name]
         fig.add_bar(
-            x=[r.label if runset.multi_group else r.name for r in runs],
-            y=[v if v is not None else 0 for v in values],
-            text=[metric.format(v) for v in values],
-            textposition="outside",
-            name=runs[0].group_tag if runs else "",
-            marker={"color": [styles[r.name].color for r in runs],
-                    "pattern": {"shape": [styles[r.name].pattern for r in runs]},
+            x=[run.label if runset.multi_group else run.name],
+            y=[value if value is not None else 0],
+            text=[metric.format(value)], textposition="outside", name=run.name,
+            legendgroup=run.name, offsetgroup=str(run.group_index),
+            marker={"color": style.color, "pattern": {"shape": style.pattern},
                     "line": {"color": "#444", "width": 0.5}},
             hovertemplate="%{x}: %{y:.1f} tok/s<extra>%{fullData.name}</extra>",
         )
-    fig.update_layout(**base_layout("Output throughput (tokens/s)", 360,
-                                    barmode="group", showlegend=runset.multi_group,
-                                    yaxis={"title": "output tokens / s", "rangemode": "tozero"},
-                                    bargap=0.35))
+    layout = base_layout("Output throughput (tokens/s)", 360, barmode="group",
+                         showlegend=runset.multi_group,
+                         yaxis={"title": "output tokens / s", "rangemode": "tozero"},
+                         bargap=0.35)
+    if not runset.multi_group:
+        layout["margin"]["b"] = 48
+        layout["height"] = 360
+    fig.update_layout(**layout)
     return fig
 
 
@@ -73,6 +78,66 @@ def latency_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure
     fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
     fig.update_yaxes(title_text="share of requests ≤ x", row=1, col=1)
     fig.update_layout(**base_layout("Latency CDFs (further left is faster)", 400))
+    return fig
+
+
+def itl_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:
+    """Inter-token latency CDF over every gap between consecutive tokens of a request, from
+    `tokens.jsonl`; None when no run has per-token times."""
+    fig = go.Figure()
+    for run in runset.runs:
+        samples = token_times(run.path)
+        if not samples:
+            continue
+        x, y = _cdf(inter_token_latencies_ms(samples))
+        if x.size == 0:
+            continue
+        style = styles[run.name]
+        fig.add_scatter(x=x, y=y, mode="lines", line_shape="hv", name=run.name,
+                        legendgroup=run.name,
+                        line={"color": style.color, "dash": style.dash, "width": 2},
+                        hovertemplate="ITL %{x:.2f} ms: %{y:.0%} of gaps<extra>"
+                                      "%{fullData.name}</extra>")
+    if not fig.data:
+        return None
+    fig.update_layout(**base_layout(
+        "Inter-token latency CDF (gaps between consecutive tokens)", 360,
+        xaxis={"title": "ITL (ms), log scale", "type": "log"},
+        yaxis={"title": "share of gaps ≤ x", "range": [0, 1.02], "tickformat": ".0%"}))
+    return fig
+
+
+def ttft_split_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:
+    """Mean TTFT as queueing (arrival to admission) + prefill (admission to first token),
+    from `requests.csv`; None when no run has the columns."""
+    need = {"queue_ms", "prefill_ms"}
+    runs = [r for r in runset.runs if not r.requests.empty and need <= set(r.requests)][::-1]
+    if not runs:
+        return None
+    names = [r.name for r in runs]
+    colors = [styles[n].color for n in names]
+    fig = go.Figure()
+    # Each run in its own colour (as in every chart): queue pale, prefill solid; the bar text
+    # names the part, so no legend entry has to stand for several colours.
+    for column, part, opacity in (("queue_ms", "queue", 0.4), ("prefill_ms", "prefill", 1.0)):
+        # Requests that never started have no value (NaN): pandas leaves them out.
+        values = [r.requests[column].astype(float) for r in runs]
+        means = [float(v.mean()) for v in values]
+        p99 = [float(v.quantile(0.99)) for v in values]
+        fig.add_bar(
+            y=names, x=means, orientation="h", name=part,
+            marker={"color": colors, "opacity": opacity, "line": {"color": "#444", "width": 0.5}},
+            text=[f"{part} {v:.0f} ms" for v in means], textposition="inside",
+            insidetextanchor="middle", customdata=p99,
+            hovertemplate=f"{part}: mean %{{x:.1f}} ms, p99 %{{customdata:.1f}} ms"
+                          "<extra>%{y}</extra>")
+    layout = base_layout("TTFT split: queue (arrival → admission) + prefill (admission → "
+                         "first token), mean over requests", 110 + 46 * len(runs),
+                         barmode="stack", bargap=0.3, showlegend=False,
+                         xaxis={"title": "ms", "rangemode": "tozero"})
+    layout["margin"]["b"] = 56
+    layout["height"] = 110 + 46 * len(runs) + 8
+    fig.update_layout(**layout)
     return fig
 
 

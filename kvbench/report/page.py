@@ -8,7 +8,7 @@ from html import escape
 import plotly.graph_objects as go
 
 import kvbench
-from kvbench.report import charts, tables, timelines
+from kvbench.report import charts, step_charts, tables, timelines
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import run_styles
 
@@ -54,6 +54,10 @@ table.diff th { text-align: left; }
 .warning { background: #fdecea; border: 1px solid #f5c2c0; border-radius: 6px;
            padding: 8px 12px; margin: 10px 0; }
 .chart { min-height: 200px; }
+.badge { display: inline-block; border-radius: 6px; padding: 4px 10px; margin: 2px 0 10px;
+         font-size: 13px; }
+.badge.noise { background: #fff4d6; border: 1px solid #f0d58c; }
+.badge.repeat { background: #e7f5e9; border: 1px solid #b7dfbe; }
 footer { color: var(--muted); font-size: 12px; margin-top: 18px; }
 code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12px; }
 """
@@ -94,7 +98,8 @@ def build_page(runset: RunSet) -> str:
     sections.append(_section("runs", "What ran", "", tables.status_html(runset)
                              + tables.header_html(runset)))
     sections.append(_section("summary", "Summary per strategy", "",
-                             tables.summary_html(runset, colors)))
+                             tables.noise_html(runset, colors)
+                             + tables.summary_html(runset, colors)))
     diff = tables.differences_html(runset)
     if diff:
         sections.append(_section(
@@ -110,6 +115,7 @@ def build_page(runset: RunSet) -> str:
         "at or below x ms. TTFT: arrival to first token (queueing + prefill); TPOT: time per "
         "output token after the first; E2E: arrival to last token.",
         figures.html(charts.latency_cdf_figure(runset, styles), "latency")))
+    sections.extend(_latency_detail_sections(runset, styles, figures))
     sections.append(_section(
         "memory", "Where the KV memory goes",
         "Left: the whole arena. Right: only memory held on behalf of requests, the view of "
@@ -138,6 +144,49 @@ def build_page(runset: RunSet) -> str:
             "the cache.", figures.html(hits, "prefix")))
     sections.extend(_accuracy_sections(runset, styles, colors, figures))
     return _page(runset, sections)
+
+
+def _latency_detail_sections(runset, styles, figures) -> list[tuple[str, str, str]]:
+    """TTFT split, ITL CDF, throughput over time, step time vs batch size (each when the
+    folders hold what it needs)."""
+    out = []
+    split = charts.ttft_split_figure(runset, styles)
+    if split is not None:
+        out.append(_section(
+            "ttft-split", "Time to first token: queueing and prefill",
+            "Queue: arrival to admission (waiting for memory or a batch slot). Prefill: "
+            "admission to first token (the prompt's forward pass, plus the steps it shared). "
+            "Memory-bound strategies lose time in the queue; hover for p99.",
+            figures.html(split, "ttft-split")))
+    itl = charts.itl_cdf_figure(runset, styles)
+    if itl is not None:
+        out.append(_section(
+            "itl", "Inter-token latency",
+            "Every gap between consecutive output tokens of a request, pooled over requests "
+            "(from tokens.jsonl). The tail is decode steps that waited for a prefill in the "
+            "same batch or for a preemption's recompute.", figures.html(itl, "itl")))
+    throughput = step_charts.throughput_timeline_figure(runset, styles)
+    if throughput is not None:
+        fig, source = throughput
+        estimate = (" There each decode, and each prefill that completes "
+                    "a prompt, samples one token (with chunked prefill a prompt's earlier "
+                    "chunks count too)." if "steps.csv" in source else "")
+        out.append(_section(
+            "throughput-time", "Throughput over time",
+            "Output tokens per second in 40 equal windows of the run, from "
+            f"{escape(source)}. A ramp at the start is admission; a long low tail is the last "
+            f"long requests running in a small batch.{estimate}",
+            figures.html(fig, "throughput-time")))
+    steps = step_charts.step_time_figure(runset, styles)
+    if steps is not None:
+        out.append(_section(
+            "step-time", "Step time vs batch size",
+            "Each engine step's duration (steps.csv). Left, decode-only steps against the "
+            "sequences they ran: the slope of the median line is what one more sequence in "
+            "the batch costs; where it is flat, a larger batch is free throughput. Right, "
+            "steps holding a prefill against the tokens they ran: their cost follows prompt "
+            "tokens.", figures.html(steps, "step-time")))
+    return out
 
 
 def _accuracy_sections(runset, styles, colors, figures) -> list[tuple[str, str, str]]:

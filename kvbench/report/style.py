@@ -59,14 +59,22 @@ def run_styles(runset: RunSet) -> dict[str, RunStyle]:
     }
 
 
+# Below the plot area: room for the x tick labels and axis title, then the legend, which is
+# anchored to the figure's bottom edge (not to the plot area), so a short chart cannot push
+# it onto its own axis labels.
+LEGEND_MARGIN_PX = 110
+
+
 def base_layout(title: str, height: int, **extra: Any) -> dict[str, Any]:
+    """`height` is the plot's own; the legend's room below it is added."""
     layout: dict[str, Any] = {
         "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}},
         "template": "plotly_white",
-        "height": height,
-        "margin": {"l": 64, "r": 24, "t": 56, "b": 48},
+        "height": height + LEGEND_MARGIN_PX - 48,
+        "margin": {"l": 64, "r": 24, "t": 56, "b": LEGEND_MARGIN_PX},
         "font": {"size": 12},
-        "legend": {"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0},
+        "legend": {"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.01,
+                   "x": 0},
         "hovermode": "closest",
     }
     layout.update(extra)

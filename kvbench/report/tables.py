@@ -7,6 +7,7 @@ from html import escape
 from typing import Any
 
 from kvbench.bench.metric_catalogue import METRICS
+from kvbench.bench.repeat import format_mean_ci
 from kvbench.report.metrics import Difference, differences
 from kvbench.report.runs import RunData, RunSet
 from kvbench.units import format_bytes
@@ -148,6 +149,63 @@ def summary_html(runset: RunSet, colors: dict[str, str]) -> str:
         "held memory, time-weighted over steps; util sat. = the same over steps with a "
         "waiting queue.</p>"
     )
+
+
+REPEAT_FILE = "repeat.json"
+# (repeat.json figure, column title, format, scale): the headline figures of `--repeat`.
+REPEAT_COLUMNS = (("output_tok_s", "out tok/s", ".1f", 1.0), ("ttft_p50_ms", "TTFT p50 ms",
+                  ".1f", 1.0), ("ttft_p99_ms", "TTFT p99 ms", ".1f", 1.0),
+                  ("tpot_p50_ms", "TPOT p50 ms", ".2f", 1.0),
+                  ("utilization_mean", "KV util %", ".1f", 100.0))
+
+
+def repeat_stats(run: RunData) -> dict[str, Any] | None:
+    """The `repeat.json` beside a run of `--repeat N` (it lives in `<label>/rep-K/`)."""
+    path = run.path.parent / REPEAT_FILE
+    if not run.path.name.startswith("rep-") or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("figures"), dict) else None
+
+
+def noise_html(runset: RunSet, colors: dict[str, str]) -> str:
+    """How far to trust a difference: mean ± 95% CI when the runs were repeated, else a
+    warning that one run cannot tell a difference from noise."""
+    stats = [(r, repeat_stats(r)) for r in runset.runs]
+    repeated = [(r, st) for r, st in stats if st is not None]
+    single = [r.name for r, st in stats if st is None]
+    parts = []
+    if single:
+        who = "" if not repeated else f" ({', '.join(single)})"
+        parts.append(
+            f"<p class='badge noise'>single run{escape(who)} — differences below noise are not "
+            "significant. Strategies ran one after another on the same machine, so load "
+            "changes can move a ranking; <code>--repeat N</code> gives 95% confidence "
+            "intervals.</p>")
+    if repeated:
+        head = "".join(f"<th>{escape(t)}</th>" for _, t, _, _ in REPEAT_COLUMNS)
+        rows = []
+        for run, st in repeated:
+            cells = "".join(
+                f"<td>{escape(_mean_ci(st['figures'].get(key), spec, scale))}"
+                "</td>" for key, _, spec, scale in REPEAT_COLUMNS)
+            rows.append(f"<tr><th class='name'>{_swatch(run, colors)}{escape(run.name)}</th>"
+                        f"<td>{escape(str(st.get('repeats', '-')))}</td>{cells}</tr>")
+        parts.append(
+            "<p class='badge repeat'>mean ± 95% confidence interval over repeated runs: "
+            "differences inside the intervals are noise</p><div class='scroll'>"
+            f"<table class='summary'><tr><th>strategy</th><th>runs</th>{head}</tr>"
+            f"{''.join(rows)}</table></div>")
+    return "".join(parts)
+
+
+def _mean_ci(stat: Any, spec: str, scale: float) -> str:
+    if not isinstance(stat, dict) or "mean" not in stat or "ci95" not in stat:
+        return "-"
+    return format_mean_ci(stat, spec, scale)
 
 
 def _swatch(run: RunData, colors: dict[str, str]) -> str:

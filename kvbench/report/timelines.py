@@ -37,15 +37,25 @@ def _has_steps(run: RunData) -> bool:
     return not run.steps.empty and {"t_s", "num_running", "num_waiting"} <= set(run.steps)
 
 
+def scheduled_seqs(steps: pd.DataFrame) -> pd.Series:
+    """Sequences a step ran (prefill + decode): the quantity whose plain mean over steps is
+    the summary's `batch_size_mean` (docs/design.md, Metrics). `num_running` also counts
+    running sequences the step left out (token budget, chunking); it is the fallback for
+    folders without the split."""
+    if {"num_prefill_seqs", "num_decode_seqs"} <= set(steps):
+        return steps["num_prefill_seqs"] + steps["num_decode_seqs"]
+    return steps["num_running"]
+
+
 def timeline_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:
     runs = [r for r in runset.runs if _has_steps(r)]
     if not runs:
         return None
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
                         subplot_titles=("KV utilization (token / held memory) — × marks "
-                                        "preemptions", "running batch size",
-                                        "waiting queue"))
-    preempt_legend = True
+                                        "preemptions", "batch size: sequences scheduled in "
+                                        "the step (its mean is batch_size_mean)",
+                                        "waiting queue (requests)"))
     for run in runs:
         style = styles[run.name]
         steps = _thin(run.steps)
@@ -56,34 +66,39 @@ def timeline_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | 
                         legendgroup=run.name, line=line,
                         hovertemplate="t=%{x:.2f}s util %{y:.1%}<extra>%{fullData.name}"
                                       "</extra>")
-        fig.add_scatter(x=t, y=steps["num_running"], row=2, col=1, mode="lines",
+        fig.add_scatter(x=t, y=scheduled_seqs(steps), row=2, col=1, mode="lines",
                         line_shape="hv", name=run.name, legendgroup=run.name, showlegend=False,
-                        line=line, hovertemplate="t=%{x:.2f}s running %{y}<extra>"
-                                                 "%{fullData.name}</extra>")
+                        line=line, customdata=steps["num_running"],
+                        hovertemplate="t=%{x:.2f}s scheduled %{y} of %{customdata} running"
+                                      "<extra>%{fullData.name}</extra>")
         fig.add_scatter(x=t, y=steps["num_waiting"], row=3, col=1, mode="lines",
                         line_shape="hv", name=run.name, legendgroup=run.name, showlegend=False,
                         line=line, hovertemplate="t=%{x:.2f}s waiting %{y}<extra>"
                                                  "%{fullData.name}</extra>")
+    marks = 0
     for run in runs:  # after the lines, so the legend lists runs first
         steps = _thin(run.steps)
         hit = steps[steps["preemptions"] > 0] if "preemptions" in steps else steps.iloc[:0]
         if hit.empty:
             continue
+        marks += 1
         fig.add_scatter(
             x=hit["t_s"], y=_utilization(hit), row=1, col=1, mode="markers",
-            name="preemption", legendgroup="preemption", showlegend=preempt_legend,
+            name=f"preemption ({run.name})", legendgroup="preemption", showlegend=False,
             marker={"symbol": "x", "size": 9, "color": styles[run.name].color,
                     "line": {"width": 1, "color": "#222"}},
             text=[f"{run.name}: {n} preempted" for n in hit["preemptions"]],
             hovertemplate="t=%{x:.2f}s %{text}<extra></extra>",
         )
-        preempt_legend = False
+    if marks:  # one legend entry in a neutral colour: each run's marks take the run's colour
+        fig.add_scatter(x=[None], y=[None], row=1, col=1, mode="markers", name="preemption",
+                        legendgroup="preemption",
+                        marker={"symbol": "x", "size": 9, "color": "#555"})
     fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=1)
     fig.update_yaxes(rangemode="tozero", row=2, col=1)
     fig.update_yaxes(rangemode="tozero", row=3, col=1)
     fig.update_xaxes(title_text="time since the run started (s)", row=3, col=1)
     fig.update_layout(**base_layout("Timelines", 640))
-    fig.update_layout(legend={"y": -0.08})
     return fig
 
 
@@ -116,7 +131,6 @@ def memory_timeline_figure(runset: RunSet) -> go.Figure | None:
         fig.update_yaxes(range=[0, 1], tickformat=".0%", row=row, col=1)
     fig.update_xaxes(title_text="time since the run started (s)", row=len(runs), col=1)
     fig.update_layout(**base_layout("KV memory split over time", 130 + 170 * len(runs)))
-    fig.update_layout(legend={"y": -0.3 / len(runs)})
     return fig
 
 

@@ -8,24 +8,14 @@ import re
 import shutil
 from html import escape
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from kvbench.bench.session import write_reports
 from kvbench.cli import main
 from kvbench.report.runs import load_runs
 from kvbench.report.writer import write_report
-
-# Tight memory so that paged preempts and prefix shares: every section has something to show.
-TINY = ["--num-requests", "12", "--warmup", "0", "--kv-memory", "2MiB", "--quiet"]
-
-
-@pytest.fixture(scope="module")
-def comparison(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("report")
-    assert main(["run", "--strategy", "paged,prefix", "--workload", "chat", "--out", str(out),
-                 *TINY]) == 0
-    (root,) = [p for p in out.iterdir() if p.is_dir()]
-    return root
 
 
 def network_urls(html: str) -> list[str]:
@@ -41,24 +31,40 @@ def network_urls(html: str) -> list[str]:
             and not u.lower().startswith("file:")]
 
 
-def test_run_writes_reports_for_each_strategy_and_the_comparison(comparison):
-    for path in (comparison / "report.html", comparison / "paged" / "report.html",
-                 comparison / "prefix" / "report.html"):
-        assert path.is_file(), path
+def test_a_comparison_folder_holds_one_report_with_plotly_inlined_once(comparison):
     html = (comparison / "report.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
     assert html.count("plotly.js v") == 1  # inlined once
     assert network_urls(html) == []
+    # Per-strategy reports only on request: each would inline plotly.js again (~5 MB).
+    assert not (comparison / "paged" / "report.html").exists()
+    assert not (comparison / "prefix" / "report.html").exists()
+
+
+def test_per_strategy_reports_on_request(comparison, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(comparison, copy)
+    outcomes = [SimpleNamespace(folder=copy / label) for label in ("paged", "prefix")]
+    write_reports(copy, outcomes, per_strategy=True)
+    for label in ("paged", "prefix"):
+        html = (copy / label / "report.html").read_text()
+        assert html.count("plotly.js v") == 1 and network_urls(html) == []
+        assert f"<title>kvbench report: {label} " in html
+    write_reports(copy / "paged", outcomes[:1])  # one strategy: its folder is the results
+    assert (copy / "paged" / "report.html").is_file()
 
 
 def test_report_sections_and_header(comparison, tmp_path):
     out = write_report([comparison], tmp_path / "r.html")
     html = out.read_text()
-    for key in ("runs", "summary", "throughput", "latency", "memory", "timelines",
-                "memory-time", "prefix"):
+    for key in ("runs", "summary", "throughput", "latency", "ttft-split", "itl",
+                "throughput-time", "step-time", "memory", "timelines", "memory-time", "prefix"):
         assert f"<section id='{key}'>" in html, key
     charts = re.findall(r"data-chart='([\w-]+)'", html)
-    assert charts == ["throughput", "latency", "memory", "timelines", "memory-time", "prefix"]
+    # Every run writes tokens.jsonl, so the ITL CDF is there.
+    assert charts == ["throughput", "latency", "ttft-split", "itl", "throughput-time",
+                      "step-time", "memory", "timelines", "memory-time", "prefix"]
+    assert "single run — differences below noise are not significant" in html
     config = json.loads((comparison / "paged" / "config.json").read_text())
     for fact in ("tiny (float32)", "chat, 12 requests",
                  "2.00 MiB; capacity: paged 1024, prefix 1024 tokens", f"torch {config['versions']['torch']}", escape(config["command"])):
@@ -132,7 +138,7 @@ def test_report_command(comparison, tmp_path, capsys):
     assert target.stat().st_size > 1_000_000  # plotly.js inside
     single = tmp_path / "single"
     shutil.copytree(comparison / "paged", single)
-    (single / "report.html").unlink()
+    (single / "report.html").unlink(missing_ok=True)
     assert main(["report", str(single)]) == 0
     assert (single / "report.html").is_file()
     capsys.readouterr()

@@ -84,7 +84,8 @@ def test_report_renders_in_chromium_without_errors(report, tmp_path):
     state = json.loads(html.unescape(match.group(1)))
     assert state["errors"] == []
     names = [c["name"] for c in state["charts"]]
-    assert names == ["throughput", "latency", "memory", "timelines", "memory-time", "prefix"]
+    assert names == ["throughput", "latency", "ttft-split", "itl", "throughput-time",
+                     "step-time", "memory", "timelines", "memory-time", "prefix"]
     for chart in state["charts"]:
         assert chart["plots"] == 1 and chart["svgs"] >= 1 and chart["traces"] >= 1, chart
     console = [line for line in result.stderr.splitlines() if "CONSOLE" in line]

@@ -1,0 +1,136 @@
+"""Charts of what each engine step cost and produced: step time against batch size, and
+output throughput over the run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from kvbench.report.runs import RunData, RunSet
+from kvbench.report.style import RunStyle, base_layout
+from kvbench.report.timelines import scheduled_seqs
+from kvbench.report.token_times import token_times
+
+MAX_POINTS = 1500  # per run: keeps the page light on long runs
+THROUGHPUT_BINS = 40
+
+
+def _step_columns(run: RunData) -> bool:
+    need = {"t_s", "step_ms", "num_prefill_seqs", "num_decode_seqs"}
+    return not run.steps.empty and need <= set(run.steps)
+
+
+def _sample(frame: pd.DataFrame) -> pd.DataFrame:
+    if len(frame) <= MAX_POINTS:
+        return frame
+    keep = np.linspace(0, len(frame) - 1, MAX_POINTS).round().astype(int)
+    return frame.iloc[np.unique(keep)]
+
+
+def step_time_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:
+    """Left: decode-only steps' time against the sequences they ran, dots with their median
+    per batch size as a line (its slope is what one more sequence costs). Right: steps that
+    hold a prefill, against the tokens they ran (their cost follows prompt tokens)."""
+    runs = [r for r in runset.runs if _step_columns(r)]
+    if not runs:
+        return None
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.08, subplot_titles=(
+        "decode-only steps: time vs sequences (line: median)",
+        "steps with a prefill: time vs tokens in the step"))
+    for run in runs:
+        style = styles[run.name]
+        steps = run.steps.assign(batch=scheduled_seqs(run.steps))
+        decode = steps[steps["num_prefill_seqs"] == 0]
+        prefill = steps[steps["num_prefill_seqs"] > 0]
+        if not decode.empty:
+            median = decode.groupby("batch")["step_ms"].median()
+            fig.add_scatter(x=median.index, y=median.to_numpy(), mode="lines+markers",
+                            name=run.name, legendgroup=run.name, row=1, col=1,
+                            line={"color": style.color, "dash": style.dash, "width": 2},
+                            marker={"size": 5},
+                            hovertemplate="%{x} sequences: median %{y:.2f} ms per decode step"
+                                          "<extra>%{fullData.name}</extra>")
+            shown = _sample(decode)
+            fig.add_scatter(x=shown["batch"], y=shown["step_ms"], mode="markers",
+                            name=f"{run.name} decode steps", legendgroup=run.name,
+                            showlegend=False, opacity=0.35, row=1, col=1,
+                            marker={"color": style.color, "size": 5},
+                            hovertemplate="decode step: %{x} sequences, %{y:.2f} ms<extra>"
+                                          f"{run.name}</extra>")
+        if not prefill.empty and "num_batched_tokens" in prefill:
+            shown = _sample(prefill)
+            fig.add_scatter(x=shown["num_batched_tokens"], y=shown["step_ms"], mode="markers",
+                            name=run.name if decode.empty else f"{run.name} prefill steps",
+                            legendgroup=run.name, showlegend=decode.empty, row=1, col=2,
+                            marker={"color": style.color, "size": 7, "symbol": "circle-open",
+                                    "line": {"width": 1.5}},
+                            customdata=shown["batch"],
+                            hovertemplate="%{x} tokens, %{customdata} sequences: %{y:.1f} ms"
+                                          f"<extra>{run.name}</extra>")
+    fig.update_xaxes(title_text="sequences scheduled in the step", rangemode="tozero",
+                     row=1, col=1)
+    fig.update_xaxes(title_text="tokens in the step (prompt + decode)", rangemode="tozero",
+                     row=1, col=2)
+    fig.update_yaxes(title_text="step time (ms)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=1, col=2)
+    fig.update_layout(**base_layout("Step time vs batch size", 400))
+    return fig
+
+
+def _tokens_from_steps(run: RunData) -> tuple[np.ndarray, np.ndarray] | None:
+    """(time, output tokens) per step: every decode samples one token, and so does a prefill
+    that reaches the end of its prompt; with chunked prefill a prompt's earlier chunks count
+    too (an overestimate, named in the chart)."""
+    if not _step_columns(run):
+        return None
+    steps = run.steps
+    end_s = steps["t_s"].astype(float) + steps["step_ms"].astype(float) / 1e3
+    tokens = (steps["num_decode_seqs"] + steps["num_prefill_seqs"]).astype(float)
+    return end_s.to_numpy(), tokens.to_numpy()
+
+
+def _tokens_per_s(times: np.ndarray, weights: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    counts, _ = np.histogram(times, bins=edges, weights=weights)
+    return counts / np.diff(edges)
+
+
+def throughput_timeline_figure(runset: RunSet,
+                               styles: dict[str, RunStyle]) -> tuple[go.Figure, str] | None:
+    """Output tokens per second in 40 equal windows spanning the longest run (the same
+    windows for every run), from `tokens.jsonl` when the folder has it, else from the steps.
+    Returns the figure and where its counts came from."""
+    found: list[tuple[RunData, np.ndarray, np.ndarray]] = []
+    sources = set()
+    for run in runset.runs:
+        samples = token_times(run.path)
+        if samples:
+            times = np.concatenate(samples)
+            weights = np.ones_like(times)
+            sources.add("tokens.jsonl")
+        else:
+            from_steps = _tokens_from_steps(run)
+            if from_steps is None:
+                continue
+            times, weights = from_steps
+            sources.add("steps.csv")
+        if times.size:
+            found.append((run, times, weights))
+    if not found:
+        return None
+    end_s = max(float(times.max()) for _, times, _ in found) or 1.0
+    edges = np.linspace(0.0, end_s, THROUGHPUT_BINS + 1)
+    fig = go.Figure()
+    for run, times, weights in found:
+        style = styles[run.name]
+        fig.add_scatter(x=edges[:-1], y=_tokens_per_s(times, weights, edges), mode="lines",
+                        line_shape="hv", name=run.name, legendgroup=run.name,
+                        line={"color": style.color, "dash": style.dash, "width": 2},
+                        hovertemplate="from t=%{x:.2f}s: %{y:.1f} tok/s<extra>"
+                                      "%{fullData.name}</extra>")
+    fig.update_layout(**base_layout(
+        "Output throughput over time", 360,
+        xaxis={"title": "time since the run started (s)", "rangemode": "tozero"},
+        yaxis={"title": "output tokens / s", "rangemode": "tozero"}))
+    return fig, " and ".join(sorted(sources))
