@@ -1,32 +1,27 @@
-"""Per-token times of a run, when its folder has them (`tokens.jsonl`, one JSON object per
-request sample: `{"request_id": 3, "sample": 0, "token_times_s": [0.51, 0.53, ...]}`, see
-results/README.md). Folders written before the file existed have none: the charts that need
-it are left out of their report."""
+"""Per-token times of a run for its report (`tokens.jsonl`, `kvbench.bench.token_times`).
+Folders written before the file existed have none: the charts that need it are left out."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-TOKENS_FILE = "tokens.jsonl"
+from kvbench.bench.token_times import read_token_times
+from kvbench.errors import KvbenchInputError
 
 
 def token_times(folder: Path) -> list[np.ndarray] | None:
     """Each request sample's output-token times (seconds, run clock); None when the folder
     has no readable `tokens.jsonl`."""
-    path = Path(folder) / TOKENS_FILE
-    if not path.is_file():
-        return None
-    samples = []
     try:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                samples.append(np.asarray(json.loads(line)["token_times_s"], dtype=float))
-    except (OSError, ValueError, KeyError, TypeError):
+        by_request = read_token_times(folder)
+    except KvbenchInputError:
         return None  # a damaged file costs the charts that need it, not the whole report
-    return samples
+    if by_request is None:
+        return None
+    return [np.asarray(times, dtype=float)
+            for samples in by_request.values() for times in samples]
 
 
 def inter_token_latencies_ms(samples: list[np.ndarray]) -> np.ndarray:
