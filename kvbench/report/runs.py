@@ -115,7 +115,12 @@ def load_run(folder: Path, group: Path | None = None) -> RunData:
     config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     label = str(summary.label or config.get("label") or folder.name)
     if group is None:
-        group = folder.parent if (folder.parent / "comparison.json").is_file() else folder
+        group = folder
+        # A comparison's run, or the `rep-1` of a strategy in a repeated comparison.
+        for parent in (folder.parent, folder.parent.parent):
+            if (parent / "comparison.json").is_file():
+                group = parent
+                break
     return RunData(
         path=folder, group=group, label=label, summary=summary, config=config,
         requests=_read_csv(folder / "requests.csv"), steps=_read_csv(folder / "steps.csv"),

@@ -154,3 +154,13 @@ def test_report_command_bad_input_exits_2(tmp_path, capsys, make_args, message):
     assert main(["report", *make_args(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kvbench: error: ") and message in err
+
+
+def test_a_repeated_comparison_loads_as_one_group(tmp_path):
+    out = tmp_path / "out"
+    assert main(["simulate", "--strategy", "paged,prefix", "--model", "llama-2-7b",
+                 "--num-requests", "6", "--repeat", "2", "--quiet", "--out", str(out)]) == 0
+    (root,) = out.iterdir()
+    runset = load_runs([root])
+    assert sorted(r.label for r in runset.runs) == ["paged", "prefix"]
+    assert {r.group for r in runset.runs} == {root}
