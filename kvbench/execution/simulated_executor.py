@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
 from kvbench.execution.executor import Executor
 from kvbench.execution.gpus import GPUSpec
@@ -69,6 +70,7 @@ class SimulatedExecutor(Executor):
     """
 
     device = torch.device("meta")  # nothing runs anywhere
+    reads_token_inputs = False  # the step's cost needs its lengths, not its token ids
 
     def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock) -> None:
         self.cost_model = cost_model
@@ -104,6 +106,11 @@ class SimulatedExecutor(Executor):
     def sample_token_ids(self, batch: StepBatch) -> list[int]:
         """Run the step and return its sampled token ids without building logits (all 0)."""
         return [0] * self.advance(batch)
+
+    def execute_and_sample(self, batch: StepBatch, sampling: SamplingParams) -> list[list[int]]:
+        """Run the step; every requested token is 0, and no logits exist."""
+        self.advance(batch)
+        return [[0] * len(keys) for keys in sampling.keys]
 
     def execute(self, batch: StepBatch) -> torch.Tensor:
         rows = self.advance(batch)
