@@ -98,8 +98,13 @@ class StepTotals:
                 self._any_saturated = True
                 self._saturated.add(util, weight_s)
         if arena > 0:
-            for part, acc in self._parts.items():
-                acc.add(getattr(r, f"kv_{part}_bytes") / arena, weight_s)
+            parts = self._parts
+            parts["token"].add(r.kv_token_bytes / arena, weight_s)
+            parts["reserved"].add(r.kv_reserved_bytes / arena, weight_s)
+            parts["internal"].add(r.kv_internal_bytes / arena, weight_s)
+            parts["external"].add(r.kv_external_bytes / arena, weight_s)
+            parts["free"].add(r.kv_free_bytes / arena, weight_s)
+            parts["cached"].add(r.kv_cached_bytes / arena, weight_s)
 
     def memory(self) -> dict[str, Any]:
         """`memory_summary`'s dict: utilization means and the time-weighted split."""
@@ -124,7 +129,7 @@ class StepWriter:
         self.totals = StepTotals()
         self.rows_written = 0
         self._file: IO[str] | None = self.path.open("w", newline="")
-        self._csv = csv.writer(self._file)
+        self._csv = csv.writer(self._file, lineterminator="\n")
         self._csv.writerow(COLUMNS)
 
     def write(self, record: StepRecord) -> None:

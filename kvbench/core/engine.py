@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from kvbench.bench.tracing import trace_counter, trace_range, tracing_active
 from kvbench.core.base_engine import BaseEngine
 from kvbench.core.request import Request
-from kvbench.core.sampling_params import SamplingParams
+from kvbench.core.sampling_params import SampleKey, SamplingParams
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.core.step_batch import StepBatch
 from kvbench.core.step_record import StepRecord
@@ -44,7 +44,7 @@ def _split_prefills(
     for item in scheduled:
         seq, n = item
         length = len(seq.token_ids)
-        if n == 1 and seq.num_computed == length - 1 and length > seq.request.prompt_len:
+        if n == 1 and seq.num_computed == length - 1 and length > len(seq.request.prompt_token_ids):
             decodes.append(item)
         else:
             prefills.append(item)
@@ -127,8 +127,8 @@ class Engine(BaseEngine):
                 return []
             prefills, decodes, num_prefill_tokens = _split_prefills(out.scheduled)
             ordered = prefills + decodes if prefills else decodes
-            batch, to_sample = self._build_batch(ordered, len(prefills))
-            sampling = self._sampling_params(to_sample)
+            batch, to_sample, keys = self._build_batch(ordered, len(prefills))
+            sampling = SamplingParams(self.temperature, self.seed, keys)
             t_forward = self.clock()
             tokens = self.executor.execute_and_sample(batch, sampling)
             t_forward_end = self.clock()
@@ -180,66 +180,63 @@ class Engine(BaseEngine):
 
     def _build_batch(
         self, ordered: list[tuple[Sequence, int]], num_prefill: int
-    ) -> tuple[StepBatch, list[Sequence]]:
-        """The step's batch, and the sequences that sample (row order); counts the step's
-        tokens as computed. Token ids and positions only for an executor that reads them."""
+    ) -> tuple[StepBatch, list[Sequence], list[tuple[SampleKey, ...]]]:
+        """The step's batch, the sequences that sample (row order) and their sampling keys;
+        counts the step's tokens as computed. Token ids and positions only for an executor
+        that reads them. One pass over the sequences: this is the engine's hot loop."""
         with trace_range("layout", seqs=len(ordered)):
             layout = self.strategy.build_layout(ordered)
         sample_rows: list[int] = []
         to_sample: list[Sequence] = []
-        if self.executor.reads_token_inputs:
-            input_ids: list[int] = []
-            positions: list[int] = []
-            for seq, n in ordered:
-                start = seq.num_computed
-                tokens = seq.token_ids
-                input_ids.extend(tokens[start : start + n])
-                positions.extend(range(start, start + n))
-                seq.num_computed = start + n
-                if start + n == len(tokens):
-                    sample_rows.append(len(input_ids) - 1)
-                    to_sample.append(seq)
-            return StepBatch(input_ids, positions, layout, num_prefill, sample_rows), to_sample
+        keys: list[tuple[SampleKey, ...]] = []
+        reads_inputs = self.executor.reads_token_inputs
+        input_ids: list[int] = []
+        positions: list[int] = []
         num_tokens = 0
         for seq, n in ordered:
+            start = seq.num_computed
+            tokens = seq.token_ids
+            if reads_inputs:
+                input_ids.extend(tokens[start : start + n])
+                positions.extend(range(start, start + n))
             num_tokens += n
-            computed = seq.num_computed + n
-            seq.num_computed = computed
-            if computed == len(seq.token_ids):
+            seq.num_computed = start + n
+            if start + n == len(tokens):
                 sample_rows.append(num_tokens - 1)
                 to_sample.append(seq)
-        batch = StepBatch([], [], layout, num_prefill, sample_rows, num_tokens=num_tokens)
-        return batch, to_sample
+                keys.append(self._sample_keys(seq))
+        batch = StepBatch(input_ids, positions, layout, num_prefill, sample_rows,
+                          num_tokens=num_tokens)
+        return batch, to_sample, keys
 
     @staticmethod
-    def _forks(seq: Sequence) -> bool:
-        """Whether the sequence's next token is its request's first, with siblings to fork."""
-        return seq.first_token_s is None and seq.sample_index == 0 and seq.request.n > 1
-
-    def _sampling_params(self, to_sample: list[Sequence]) -> SamplingParams:
-        """One key per sampling sequence; a forking parent also asks, from the same logits,
-        one token for each sibling (seeded by the sibling's key, at the prompt's end)."""
-        keys = []
-        for seq in to_sample:
-            request = seq.request
-            own = (request.request_id, seq.sample_index, len(seq.token_ids))
-            siblings = (
-                tuple((request.request_id, i, request.prompt_len) for i in range(1, request.n))
-                if self._forks(seq) else ()
-            )
-            keys.append((own, *siblings))
-        return SamplingParams(self.temperature, self.seed, keys)
+    def _sample_keys(seq: Sequence) -> tuple[SampleKey, ...]:
+        """The sequence's own key; a forking parent (its request's first token, with `n > 1`)
+        also asks, from the same logits, one token for each sibling (seeded by the sibling's
+        key, at the prompt's end)."""
+        request = seq.request
+        own = (request.request_id, seq.sample_index, len(seq.token_ids))
+        # first_token_s is set after the first token: the other tests rarely run.
+        if seq.first_token_s is None and seq.sample_index == 0 and request.n > 1:
+            prompt_len = request.prompt_len
+            return (own, *((request.request_id, i, prompt_len) for i in range(1, request.n)))
+        return (own,)
 
     def _commit(
         self, to_sample: list[Sequence], tokens: list[list[int]], now_s: float
     ) -> list[Sequence]:
         finished: list[Sequence] = []
         for seq, row_tokens in zip(to_sample, tokens, strict=True):
-            forks = self._forks(seq)
-            self._append_token(seq, row_tokens[0], now_s)
-            if forks:
+            token_ids = seq.token_ids
+            token_ids.append(row_tokens[0])
+            seq.token_times_s.append(now_s)
+            if seq.first_token_s is None:
+                seq.first_token_s = now_s
+            if len(row_tokens) > 1:  # only a forking parent asked for its siblings' tokens
                 self._fork_children(seq, row_tokens[1:], now_s)
-            if seq.is_finished:
+            request = seq.request
+            # `Sequence.is_finished`, inlined: this runs for every sampled token.
+            if len(token_ids) - len(request.prompt_token_ids) >= request.output_len:
                 finished.append(seq)
         for seq in finished:
             self._finish(seq, now_s)

@@ -174,7 +174,7 @@ class BatchingPolicy(ABC):
         pending = deque(seqs)
         while pending and budget > 0:
             seq = pending.popleft()
-            n = seq.num_uncomputed
+            n = len(seq.token_ids) - seq.num_computed  # num_uncomputed, inlined: hot loop
             if n > budget:
                 break
             if self._grow_or_preempt(seq, n, pending, out):
