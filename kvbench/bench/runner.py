@@ -158,13 +158,12 @@ def run_one(
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json(folder / "config.json", config_json)
-    recorder = TraceRecorder(f"kvbench {label}") if run.trace else None
-    set_recorder(recorder)
     clock = engine.clock
     if hasattr(clock, "reset"):
         clock.reset()
-        if recorder is not None:
-            recorder.origin_s = time.perf_counter()
+    # The trace runs on the engine's clock: simulated under `kvbench simulate`, as summary.json.
+    recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.trace else None
+    set_recorder(recorder)
     step_writer = StepWriter(folder / "steps.csv", run.steps_every)
     if hasattr(engine, "step_sink"):  # rows stream to disk as the engine makes them
         engine.step_sink = step_writer.write
