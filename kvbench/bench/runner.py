@@ -236,17 +236,20 @@ def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress
                 if all(s.finish_s is not None for s in group) and len(group) == seq.request.n:
                     in_flight.discard(seq.request.request_id)
                     done += 1
-            last = getattr(engine, "last_step", None) or (engine.steps[-1] if engine.steps
-                                                           else None)
-            held = None
-            if last is not None and last.kv_free_bytes is not None:
-                arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
-                    last.kv_external_bytes + last.kv_free_bytes
-                used = arena - last.kv_free_bytes
-                held = used / arena if arena else None
-            progress.update(done, tokens, held)
+            if progress.enabled:  # the bar's KV figure: not worth computing for nobody
+                progress.update(done, tokens, _held_share(engine))
     progress.close()
     engine.drain()
+
+
+def _held_share(engine) -> float | None:
+    """Share of the KV arena held after the engine's last step (None before any)."""
+    last = getattr(engine, "last_step", None) or (engine.steps[-1] if engine.steps else None)
+    if last is None or last.kv_free_bytes is None:
+        return None
+    arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
+        last.kv_external_bytes + last.kv_free_bytes
+    return (arena - last.kv_free_bytes) / arena if arena else None
 
 
 def _write_results(

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import operator
 from pathlib import Path
 from typing import IO, Any
 
 from kvbench.core.step_record import StepRecord
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(StepRecord))
+_ROW = operator.attrgetter(*COLUMNS)
 SPLIT_PARTS = ("token", "reserved", "internal", "external", "free", "cached")
 _MAX_COLUMNS = ("kv_prompt_blocks", "gpu_used_bytes", "torch_reserved_bytes")
+_MAXED = operator.attrgetter(*_MAX_COLUMNS)
 
 
 class _Weighted:
@@ -58,8 +61,10 @@ class StepTotals:
     _util: _Weighted = dataclasses.field(default_factory=_Weighted)
     _saturated: _Weighted = dataclasses.field(default_factory=_Weighted)
     _any_saturated: bool = False
-    _parts: dict[str, _Weighted] = dataclasses.field(
-        default_factory=lambda: {p: _Weighted() for p in SPLIT_PARTS})
+    # Time-weighted sums of each split part's share of the arena, and their weight: plain
+    # floats, updated inline (this runs once per step of a simulation).
+    _part_sums: list[float] = dataclasses.field(default_factory=lambda: [0.0] * 6)
+    _part_weight: float = 0.0
     _held_back: StepRecord | None = None
 
     def add(self, record: StepRecord) -> None:
@@ -67,15 +72,16 @@ class StepTotals:
         self.preemptions += record.preemptions
         batch = record.num_prefill_seqs + record.num_decode_seqs
         self.batch_sum += batch
-        self.batch_max = batch if self.batch_max is None else max(self.batch_max, batch)
+        if self.batch_max is None or batch > self.batch_max:
+            self.batch_max = batch
         self.waiting_sum += record.num_waiting
         self.overhead_ms += record.overhead_ms
         self.step_ms += record.step_ms
-        for column in _MAX_COLUMNS:
-            value = getattr(record, column)
+        maxima = self.maxima
+        for column, value in zip(_MAX_COLUMNS, _MAXED(record), strict=True):
             if value is not None:
-                old = self.maxima[column]
-                self.maxima[column] = value if old is None else max(old, value)
+                old = maxima[column]
+                maxima[column] = value if old is None or value > old else old
         previous, self._held_back = self._held_back, record
         if previous is not None:
             duration_s = previous.step_ms / 1e3
@@ -98,23 +104,26 @@ class StepTotals:
                 self._any_saturated = True
                 self._saturated.add(util, weight_s)
         if arena > 0:
-            parts = self._parts
-            parts["token"].add(r.kv_token_bytes / arena, weight_s)
-            parts["reserved"].add(r.kv_reserved_bytes / arena, weight_s)
-            parts["internal"].add(r.kv_internal_bytes / arena, weight_s)
-            parts["external"].add(r.kv_external_bytes / arena, weight_s)
-            parts["free"].add(r.kv_free_bytes / arena, weight_s)
-            parts["cached"].add(r.kv_cached_bytes / arena, weight_s)
+            sums = self._part_sums
+            self._part_weight += weight_s
+            sums[0] += r.kv_token_bytes / arena * weight_s
+            sums[1] += r.kv_reserved_bytes / arena * weight_s
+            sums[2] += r.kv_internal_bytes / arena * weight_s
+            sums[3] += r.kv_external_bytes / arena * weight_s
+            sums[4] += r.kv_free_bytes / arena * weight_s
+            sums[5] += r.kv_cached_bytes / arena * weight_s
 
     def memory(self) -> dict[str, Any]:
         """`memory_summary`'s dict: utilization means and the time-weighted split."""
         if self.steps == 0:
             return {"utilization_mean": None, "utilization_saturated": None,
                     "breakdown_mean": {p: None for p in SPLIT_PARTS}}
+        weight = self._part_weight
         return {
             "utilization_mean": self._util.mean(),
             "utilization_saturated": self._saturated.mean() if self._any_saturated else None,
-            "breakdown_mean": {p: acc.mean() for p, acc in self._parts.items()},
+            "breakdown_mean": {p: (total / weight if weight > 0 else None)
+                               for p, total in zip(SPLIT_PARTS, self._part_sums, strict=True)},
         }
 
 
@@ -134,9 +143,8 @@ class StepWriter:
 
     def write(self, record: StepRecord) -> None:
         if self.totals.steps % self.every == 0:
-            # A dataclass's __dict__ holds its fields in declaration order; csv writes None
-            # as an empty cell, as pandas writes a missing value.
-            self._csv.writerow(record.__dict__.values())
+            # csv writes None as an empty cell, as pandas writes a missing value.
+            self._csv.writerow(_ROW(record))
             self.rows_written += 1
         self.totals.add(record)
 

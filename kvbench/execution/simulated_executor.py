@@ -57,6 +57,8 @@ class SimulatedClock:
             self.now_s = float(t_s)
 
 
+_ONE_ZERO = [0]  # a sampled row of one token, shared: the engine only reads rows
+
 # The old names: a step's cost and the model that computes it (now per operation).
 StepCost = StepTime
 RooflineCostModel = StepTimeModel
@@ -110,7 +112,10 @@ class SimulatedExecutor(Executor):
     def execute_and_sample(self, batch: StepBatch, sampling: SamplingParams) -> list[list[int]]:
         """Run the step; every requested token is 0, and no logits exist."""
         self.advance(batch)
-        return [[0] * len(keys) for keys in sampling.keys]
+        keys = sampling.keys
+        if max(map(len, keys), default=1) == 1:  # no forking row: one shared row, C speed
+            return [_ONE_ZERO] * len(keys)
+        return [[0] * len(row) for row in keys]
 
     def execute(self, batch: StepBatch) -> torch.Tensor:
         rows = self.advance(batch)
