@@ -204,23 +204,24 @@ class Engine(BaseEngine):
             if start + n == len(tokens):
                 sample_rows.append(num_tokens - 1)
                 to_sample.append(seq)
-                keys.append(self._sample_keys(seq))
+                request = seq.request
+                # first_token_s is set after the first token: the fork test rarely goes on.
+                if seq.first_token_s is None and seq.sample_index == 0 and request.n > 1:
+                    keys.append(self._fork_keys(seq))
+                else:
+                    keys.append(((request.request_id, seq.sample_index, len(tokens)),))
         batch = StepBatch(input_ids, positions, layout, num_prefill, sample_rows,
                           num_tokens=num_tokens)
         return batch, to_sample, keys
 
     @staticmethod
-    def _sample_keys(seq: Sequence) -> tuple[SampleKey, ...]:
-        """The sequence's own key; a forking parent (its request's first token, with `n > 1`)
-        also asks, from the same logits, one token for each sibling (seeded by the sibling's
-        key, at the prompt's end)."""
+    def _fork_keys(seq: Sequence) -> tuple[SampleKey, ...]:
+        """A forking parent's keys (its request's first token, with `n > 1`): its own, then,
+        from the same logits, one per sibling (seeded by the sibling's key, at the prompt's
+        end)."""
         request = seq.request
         own = (request.request_id, seq.sample_index, len(seq.token_ids))
-        # first_token_s is set after the first token: the other tests rarely run.
-        if seq.first_token_s is None and seq.sample_index == 0 and request.n > 1:
-            prompt_len = request.prompt_len
-            return (own, *((request.request_id, i, prompt_len) for i in range(1, request.n)))
-        return (own,)
+        return (own, *((request.request_id, i, request.prompt_len) for i in range(1, request.n)))
 
     def _commit(
         self, to_sample: list[Sequence], tokens: list[list[int]], now_s: float
