@@ -1,13 +1,15 @@
 """`SimulatedExecutor`: the model replaced by a step-time model of a GPU; only the clock is modelled.
 
 The engine, strategies and batching policies run unchanged: admission, preemption, memory
-split and queueing are the real code's. `execute` computes nothing; it advances a
-`SimulatedClock` by the modelled time of the step and returns placeholder logits.
+split and queueing are the real code's. A step computes nothing: it advances a
+`SimulatedClock` by the modelled time of the step.
 
 Cost of one step: `kvbench.execution.step_time.StepTimeModel` (per operation, per GPU of a
 tensor-parallel group, constants fitted on measured kernel profiles; docs/simulator.md).
-`sample_token_ids` runs a step without building any logits (the engine can ask for token ids
-directly); `execute` still returns `[rows, 1]` zero logits for callers that sample themselves.
+The engine calls `execute_and_sample`, which returns token 0 for every requested sample
+without building logits, and builds no token ids or positions for it
+(`reads_token_inputs = False`): the cost needs only the step's lengths. `execute` still
+returns `[rows, 1]` zero logits for callers that sample themselves (greedy picks the same 0).
 
 The clock: the simulated clock advances only by modelled time, inside `execute`. The
 engine's own work (scheduling, layout, memory split) takes wall time that is *not* added:
