@@ -23,6 +23,7 @@ class RunConfig:
     warmup: int = 2
     slo_ms: dict[str, float] = field(default_factory=dict)  # e.g. {"ttft": 500, "tpot": 50}
     trace: bool = False
+    steps_every: int = 1  # steps.csv keeps every Nth step (summary: all of them)
     engine_kind: str = "kvbench"  # kvbench | hf | simulated
     gpu: str | None = None  # simulated executor's GPU preset
 

@@ -96,6 +96,9 @@ class RunOptions:
         None, "closed loop: at most this many requests in flight")
     warmup: int = _option(2, "requests run first and excluded from every metric")
     trace: bool = _option(False, "write trace.json (Chrome trace format)", show_default=False)
+    steps_every: int = _option(
+        1, "write every Nth step to steps.csv (the summary still counts every step)",
+        metavar="N")
     slo: str | None = _option(None, "goodput targets, e.g. ttft=500ms,tpot=50ms", per_run=False)
     repeat: int = _option(1, "run each configuration N times; report mean ± 95% CI",
                           per_run=False)

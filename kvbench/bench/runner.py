@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,13 +19,13 @@ from kvbench.bench.metrics import (
     goodput,
     inter_token_latencies_ms,
     latency_stats,
-    memory_summary,
     request_rows,
     throughput,
 )
 from kvbench.bench.progress import Progress
 from kvbench.bench.results import ResultsFolder, atomic_write_text, write_csv, write_json
 from kvbench.bench.run_config import RunConfig
+from kvbench.bench.step_writer import StepTotals, StepWriter
 from kvbench.bench.summary import (
     Goodput,
     Latencies,
@@ -159,26 +162,32 @@ def run_one(
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json(folder / "config.json", config_json)
-    recorder = TraceRecorder(f"kvbench {label}") if run.trace else None
-    set_recorder(recorder)
     clock = engine.clock
     if hasattr(clock, "reset"):
         clock.reset()
-        if recorder is not None:
-            recorder.origin_s = time.perf_counter()
+    # The trace runs on the engine's clock: simulated under `kvbench simulate`, as summary.json.
+    recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.trace else None
+    set_recorder(recorder)
+    step_writer = StepWriter(folder / "steps.csv", run.steps_every)
+    if hasattr(engine, "step_sink"):  # rows stream to disk as the engine makes them
+        engine.step_sink = step_writer.write
     status = "complete"
-    try:
-        _replay(engine, workload, run, Progress(len(workload.requests), label, show_progress))
-    except KeyboardInterrupt:
-        status = "interrupted"
-    except Exception as err:  # noqa: BLE001 - reported with where the partial results are
-        status = "failed"
-        failure = f"{type(err).__name__}: {err}"
-    finally:
-        set_recorder(None)
-    outcome = _write_results(
-        built, workload, run, folder, label, status, warmup_done, recorder, extra_summary
-    )
+    with _gc_frozen():
+        try:
+            _replay(engine, workload, run, Progress(len(workload.requests), label, show_progress))
+        except KeyboardInterrupt:
+            status = "interrupted"
+        except Exception as err:  # noqa: BLE001 - reported with where the partial results are
+            status = "failed"
+            failure = f"{type(err).__name__}: {err}"
+        finally:
+            set_recorder(None)
+            if hasattr(engine, "step_sink"):
+                engine.step_sink = None
+        outcome = _write_results(
+            built, workload, run, folder, label, status, warmup_done, recorder, extra_summary,
+            step_writer,
+        )
     if status == "interrupted":
         results.mark("interrupted", "run interrupted (Ctrl-C); files hold what finished")
         raise RunInterrupted(folder)
@@ -190,6 +199,18 @@ def run_one(
         raise KvbenchRunError(f"{label}: KV pool not whole after the run; see {folder}")
     results.complete()
     return outcome
+
+
+@contextlib.contextmanager
+def _gc_frozen() -> Iterator[None]:
+    """Keep the objects alive now (the workload's prompts: millions of token ids, alive for
+    the whole run) out of the garbage collector's view: its full collections otherwise walk
+    them again and again, a tenth of a long simulation's CPU time."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _device_name(built: BuiltEngine) -> str:
@@ -232,34 +253,40 @@ def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress
                 if all(s.finish_s is not None for s in group) and len(group) == seq.request.n:
                     in_flight.discard(seq.request.request_id)
                     done += 1
-            last = engine.steps[-1] if engine.steps else None
-            held = None
-            if last is not None and last.kv_free_bytes is not None:
-                arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
-                    last.kv_external_bytes + last.kv_free_bytes
-                used = arena - last.kv_free_bytes
-                held = used / arena if arena else None
-            progress.update(done, tokens, held)
+            if progress.enabled:  # the bar's KV figure: not worth computing for nobody
+                progress.update(done, tokens, _held_share(engine))
     progress.close()
     engine.drain()
+
+
+def _held_share(engine) -> float | None:
+    """Share of the KV arena held after the engine's last step (None before any)."""
+    last = getattr(engine, "last_step", None) or (engine.steps[-1] if engine.steps else None)
+    if last is None or last.kv_free_bytes is None:
+        return None
+    arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
+        last.kv_external_bytes + last.kv_free_bytes
+    return (arena - last.kv_free_bytes) / arena if arena else None
 
 
 def _write_results(
     built: BuiltEngine, workload: WorkloadResult, run: RunConfig, folder: Path, label: str,
     status: str, warmup_done: int, recorder: TraceRecorder | None,
-    extra_summary: dict[str, Any] | None,
+    extra_summary: dict[str, Any] | None, step_writer: StepWriter,
 ) -> RunOutcome:
     engine = built.engine
     with trace_range("metrics"):
+        for record in engine.steps:  # an engine that kept its rows (hf-generate)
+            step_writer.write(record)
+        step_totals = step_writer.close()
         added = [r for r in workload.requests if r.request_id in engine.sequences]
         requests_df = request_rows(added, engine.sequences)
-        steps_df = pd.DataFrame([s.to_dict() for s in engine.steps])
+        steps_df = pd.read_csv(step_writer.path)
         summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
-                            steps_df, engine)
+                            step_totals, engine)
     if extra_summary:
         summary = Summary.from_dict({**summary.to_dict(), **extra_summary})
     write_csv(folder / "requests.csv", requests_df)
-    write_csv(folder / "steps.csv", steps_df)
     lines = token_time_lines(added, engine.sequences)
     atomic_write_text(folder / TOKENS_FILE, "".join(f"{line}\n" for line in lines))
     if recorder is not None:
@@ -270,21 +297,15 @@ def _write_results(
     return RunOutcome(label, folder, summary.to_dict(), requests_df, steps_df)
 
 
-def _column_max(frame: pd.DataFrame, column: str) -> int | None:
-    if frame.empty or column not in frame or frame[column].isna().all():
-        return None
-    return int(frame[column].max())
-
-
-def summarize(built, workload, run, label, status, warmup_done, requests_df, steps_df,
-              engine) -> Summary:
-    """The run's `Summary` from its per-request and per-step rows."""
+def summarize(built, workload, run, label, status, warmup_done, requests_df,
+              steps: StepTotals, engine) -> Summary:
+    """The run's `Summary` from its per-request rows and the totals over its steps."""
     completed = int(requests_df["completed"].sum()) if not requests_df.empty else 0
     tput, makespan = throughput(requests_df) if not requests_df.empty else ({}, 0.0)
     cfg = run.engine
     prompt_tokens = int(requests_df["prompt_len"].sum()) if not requests_df.empty else 0
     cached = int(requests_df["cached_prompt_tokens"].sum()) if not requests_df.empty else 0
-    use = memory_summary(steps_df)
+    use = steps.memory()
     memory = Memory(
         kv_budget_bytes=built.kv_budget_bytes,
         kv_capacity_tokens=engine.strategy.capacity_tokens if engine.strategy else None,
@@ -296,25 +317,23 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df, ste
         peak_gpu_bytes=(
             torch.cuda.max_memory_allocated(built.device) if built.device.type == "cuda" else None
         ),
-        prompt_blocks_max=_column_max(steps_df, "kv_prompt_blocks"),
-        gpu_used_bytes_max=_column_max(steps_df, "gpu_used_bytes"),
-        torch_reserved_bytes_max=_column_max(steps_df, "torch_reserved_bytes"),
+        prompt_blocks_max=steps.maxima["kv_prompt_blocks"],
+        gpu_used_bytes_max=steps.maxima["gpu_used_bytes"],
+        torch_reserved_bytes_max=steps.maxima["torch_reserved_bytes"],
     )
-    overhead = steps_df["overhead_ms"].sum() if not steps_df.empty else 0.0
-    step_total = steps_df["step_ms"].sum() if not steps_df.empty else 0.0
+    overhead = steps.overhead_ms
+    step_total = steps.step_ms
     # Sequences each step ran (prefill + decode): batch_size_mean is their plain mean over
     # steps (see kvbench.bench.summary.Scheduler).
-    batch = steps_df["num_prefill_seqs"] + steps_df["num_decode_seqs"] if not steps_df.empty \
-        else pd.Series(dtype=float)
     scheduler = Scheduler(
-        steps=len(steps_df),
-        preemptions=int(steps_df["preemptions"].sum()) if not steps_df.empty else 0,
+        steps=steps.steps,
+        preemptions=steps.preemptions,
         prefix_hit_rate=cached / prompt_tokens if prompt_tokens else None,
         prompt_tokens=prompt_tokens,
         cached_prompt_tokens=cached,
-        batch_size_mean=float(batch.mean()) if len(batch) else None,
-        batch_size_max=int(batch.max()) if len(batch) else None,
-        waiting_mean=float(steps_df["num_waiting"].mean()) if not steps_df.empty else None,
+        batch_size_mean=steps.batch_sum / steps.steps if steps.steps else None,
+        batch_size_max=steps.batch_max,
+        waiting_mean=steps.waiting_sum / steps.steps if steps.steps else None,
         prefill_tokens_computed=engine.prefill_tokens_computed,
         overhead_ms_total=float(overhead),
         overhead_fraction=float(overhead / step_total) if step_total else None,

@@ -106,7 +106,7 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
                     num_requests=options.num_requests, workload_params=workload_params,
                     request_rate=rate, burstiness=options.burstiness,
                     max_concurrency=options.max_concurrency, warmup=options.warmup,
-                    slo_ms=dict(slo_ms), trace=options.trace,
+                    slo_ms=dict(slo_ms), trace=options.trace, steps_every=options.steps_every,
                     time_scale=options.time_scale, tokenizer=options.tokenizer,
                     engine_kind="simulated" if kind == "simulate" else options.engine_kind,
                     gpu=gpu,
@@ -177,6 +177,8 @@ def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
         raise KvbenchInputError("the same strategy is listed twice")
     if options.repeat < 1:
         raise KvbenchInputError("--repeat must be at least 1")
+    if options.steps_every < 1:
+        raise KvbenchInputError("--steps-every must be at least 1")
     model_cache: dict = {}
     prepared = [prepare(run, model_cache) for run in runs]
     warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]

@@ -30,7 +30,7 @@ import os
 import threading
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +103,15 @@ class TraceRecorder:
     still open (an interrupted run) closed at the last timestamp.
     """
 
-    def __init__(self, process_name: str = "kvbench") -> None:
+    def __init__(
+        self, process_name: str = "kvbench", clock: Callable[[], float] | None = None
+    ) -> None:
         self._events: list[dict[str, Any]] = []
-        self.origin_s = time.perf_counter()
+        # The clock every timestamp is read from: the runner passes the engine's run clock,
+        # so a simulated run's trace is on the simulated clock like its summary.json (the
+        # default, the wall clock, serves library users who trace their own code).
+        self.clock: Callable[[], float] = clock or time.perf_counter
+        self.origin_s = self.clock()
         # One pid per process name: the strategies of one `kvbench run` share an OS process,
         # and their traces opened together (chrome://tracing, Perfetto) must not merge.
         self.pid = zlib.crc32(process_name.encode()) & 0x3FFF_FFFF
@@ -129,8 +135,7 @@ class TraceRecorder:
     def begin(self, name: str, args: dict[str, Any] | None = None, t_s: float | None = None):
         tid = self._tid()
         self._open.setdefault(tid, []).append(name)
-        event = {"name": name, "ph": "B", "ts": self._us(time.perf_counter() if t_s is None
-                                                         else t_s),
+        event = {"name": name, "ph": "B", "ts": self._us(self.clock() if t_s is None else t_s),
                  "pid": self.pid, "tid": tid}
         if args:
             event["args"] = args
@@ -142,7 +147,7 @@ class TraceRecorder:
         if stack:
             stack.pop()
         self._events.append({"name": name, "ph": "E",
-                             "ts": self._us(time.perf_counter() if t_s is None else t_s),
+                             "ts": self._us(self.clock() if t_s is None else t_s),
                              "pid": self.pid, "tid": tid})
 
     def complete(self, name: str, start_s: float, end_s: float, args: dict[str, Any]) -> None:
@@ -153,17 +158,17 @@ class TraceRecorder:
     def counter(self, name: str, t_s: float | None, values: dict[str, float]) -> None:
         """A counter track sample (Perfetto draws one track per series), stamped now.
 
-        `t_s` is the caller's run-clock time (the engine passes its clock, which is simulated
-        under `kvbench simulate`); the trace is on the wall clock of the ranges, so the
-        sample is placed at the moment it is recorded, which is where the engine records it.
+        `t_s` is the caller's run-clock time; the sample is placed at the recorder's clock's
+        now, which is the same moment when the recorder runs on the engine's clock (as the
+        runner sets it up) and where the engine records it otherwise.
         """
         del t_s
-        self._events.append({"name": name, "ph": "C", "ts": self._us(time.perf_counter()),
+        self._events.append({"name": name, "ph": "C", "ts": self._us(self.clock()),
                              "pid": self.pid, "tid": self._tid(), "args": dict(values)})
 
     def instant(self, name: str, t_s: float | None = None, args: dict[str, Any] | None = None):
         event = {"name": name, "ph": "i", "s": "t",
-                 "ts": self._us(time.perf_counter() if t_s is None else t_s),
+                 "ts": self._us(self.clock() if t_s is None else t_s),
                  "pid": self.pid, "tid": self._tid()}
         if args:
             event["args"] = args
@@ -174,7 +179,7 @@ class TraceRecorder:
         `prefill` (admission to first token) and `decode` (first token to last) phases.
 
         `sequences` is the engine's request id -> samples map; times are on the run clock,
-        which starts with the recorder (`origin_s`) under a wall clock. A request that never
+        whose zero is the recorder's `origin_s` (the runner starts both together). A request that never
         reached a phase has no range for it.
         """
         for request_id, group in sorted(sequences.items()):

@@ -32,6 +32,9 @@ class LazyCommand:
 # Each command's first sentence, shown by `kvbench --help` without importing the command
 # (tests/cli/test_lazy_cli.py checks they agree with the commands).
 COMMANDS: dict[str, LazyCommand] = {
+    "calibrate": LazyCommand(
+        "kvbench.cli.calibrate", "calibrate_command",
+        "Time GEMM and attention kernels on the CUDA GPU and write a --gpu-spec TOML file."),
     "compare": LazyCommand(
         "kvbench.cli.compare", "compare_command",
         "Compare two results folders of `kvbench run` (one strategy's folder or a comparison "

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from kvbench.bench.tracing import trace_counter, trace_range, tracing_active
 from kvbench.core.base_engine import BaseEngine
 from kvbench.core.request import Request
-from kvbench.core.sampling_params import SamplingParams
+from kvbench.core.sampling_params import SampleKey, SamplingParams
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.core.step_batch import StepBatch
 from kvbench.core.step_record import StepRecord
@@ -32,8 +32,24 @@ def check_request_lengths(request: Request, max_model_len: int) -> None:
         )
 
 
-def _is_decode(seq: Sequence, num_new: int) -> bool:
-    return num_new == 1 and seq.num_generated > 0 and seq.num_computed == len(seq.token_ids) - 1
+def _split_prefills(
+    scheduled: list[tuple[Sequence, int]],
+) -> tuple[list[tuple[Sequence, int]], list[tuple[Sequence, int]], int]:
+    """Prefills, decodes and the prefills' tokens. A decode computes the one token sampled
+    last step; anything else (prompts, prompt chunks, recomputation after preemption) is a
+    prefill. One pass with the checks inlined: this runs for every sequence of every step."""
+    prefills: list[tuple[Sequence, int]] = []
+    decodes: list[tuple[Sequence, int]] = []
+    prefill_tokens = 0
+    for item in scheduled:
+        seq, n = item
+        length = len(seq.token_ids)
+        if n == 1 and seq.num_computed == length - 1 and length > len(seq.request.prompt_token_ids):
+            decodes.append(item)
+        else:
+            prefills.append(item)
+            prefill_tokens += n
+    return prefills, decodes, prefill_tokens
 
 
 class Engine(BaseEngine):
@@ -63,6 +79,11 @@ class Engine(BaseEngine):
         self.bytes_per_slot = bytes_per_slot
         self.memory_probe = memory_probe
         self._unrecorded_preemptions = 0
+        self.num_steps = 0
+        self.last_step: StepRecord | None = None
+        # Set by a runner that streams rows to disk: each StepRecord goes there and `steps`
+        # stays empty, so a long run's memory does not grow with its steps.
+        self.step_sink: Callable[[StepRecord], None] | None = None
 
     # Requests ---------------------------------------------------------------------------
 
@@ -93,7 +114,7 @@ class Engine(BaseEngine):
     def step(self) -> list[Sequence]:
         """Run one iteration; returns the sequences that finished in it."""
         t_start = self.clock()
-        with trace_range("step", step=len(self.steps)):
+        with trace_range("step", step=self.num_steps):
             with trace_range("schedule", waiting=len(self.waiting), running=self.num_running):
                 out = self.policy.schedule(t_start)
             if not out.scheduled:
@@ -104,14 +125,10 @@ class Engine(BaseEngine):
                         "cannot be admitted into an empty cache"
                     )
                 return []
-            # A decode computes the one token sampled last step; anything else (prompts, prompt
-            # chunks, recomputation after preemption) is a prefill.
-            prefills = [(s, n) for s, n in out.scheduled if not _is_decode(s, n)]
-            decodes = [(s, n) for s, n in out.scheduled if _is_decode(s, n)]
-            ordered = prefills + decodes
-            batch = self._build_batch(ordered, len(prefills))
-            to_sample = self._advance(ordered)
-            sampling = self._sampling_params(to_sample)
+            prefills, decodes, num_prefill_tokens = _split_prefills(out.scheduled)
+            ordered = prefills + decodes if prefills else decodes
+            batch, to_sample, keys = self._build_batch(ordered, len(prefills))
+            sampling = SamplingParams(self.temperature, self.seed, keys)
             t_forward = self.clock()
             tokens = self.executor.execute_and_sample(batch, sampling)
             t_forward_end = self.clock()
@@ -119,18 +136,18 @@ class Engine(BaseEngine):
                 finished = self._commit(to_sample, tokens, t_forward_end)
             split = self.strategy.memory_split(self.policy.holders(), self.waiting.head())
         t_end = self.clock()
-        self.prefill_tokens_computed += sum(n for _, n in prefills)
+        self.prefill_tokens_computed += num_prefill_tokens
         b = self.bytes_per_slot
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
         record = StepRecord(
-            step=len(self.steps),
+            step=self.num_steps,
             t_s=t_start,
             step_ms=(t_end - t_start) * 1e3,
             overhead_ms=((t_end - t_start) - (t_forward_end - t_forward)) * 1e3,
             num_prefill_seqs=len(prefills),
             num_decode_seqs=len(decodes),
             num_batched_tokens=batch.num_tokens,
-            num_prefill_tokens=sum(n for _, n in prefills),
+            num_prefill_tokens=num_prefill_tokens,
             num_running=self.num_running,
             num_waiting=len(self.waiting),
             kv_token_bytes=split.token * b,
@@ -144,7 +161,7 @@ class Engine(BaseEngine):
             kv_prompt_blocks=split.prompt_blocks,
             **(self.memory_probe() if self.memory_probe else {}),
         )
-        self.steps.append(record)
+        self._record(record)
         if tracing_active():
             trace_counter("kv_bytes", t_end, {"token": record.kv_token_bytes,
                                               "held": split.held * b})
@@ -152,59 +169,75 @@ class Engine(BaseEngine):
                                            "waiting": record.num_waiting})
         return finished
 
-    def _build_batch(self, ordered: list[tuple[Sequence, int]], num_prefill: int) -> StepBatch:
+    def _record(self, record: StepRecord) -> None:
+        """Keep the row in `steps`, or hand it to `step_sink` (which keeps nothing here)."""
+        self.num_steps += 1
+        self.last_step = record
+        if self.step_sink is None:
+            self.steps.append(record)
+        else:
+            self.step_sink(record)
+
+    def _build_batch(
+        self, ordered: list[tuple[Sequence, int]], num_prefill: int
+    ) -> tuple[StepBatch, list[Sequence], list[tuple[SampleKey, ...]]]:
+        """The step's batch, the sequences that sample (row order) and their sampling keys;
+        counts the step's tokens as computed. Token ids and positions only for an executor
+        that reads them. One pass over the sequences: this is the engine's hot loop."""
         with trace_range("layout", seqs=len(ordered)):
             layout = self.strategy.build_layout(ordered)
+        sample_rows: list[int] = []
+        to_sample: list[Sequence] = []
+        keys: list[tuple[SampleKey, ...]] = []
+        reads_inputs = self.executor.reads_token_inputs
         input_ids: list[int] = []
         positions: list[int] = []
-        sample_rows: list[int] = []
+        num_tokens = 0
         for seq, n in ordered:
             start = seq.num_computed
-            input_ids.extend(seq.token_ids[start : start + n])
-            positions.extend(range(start, start + n))
-            if start + n == len(seq.token_ids):
-                sample_rows.append(len(input_ids) - 1)
-        return StepBatch(input_ids, positions, layout, num_prefill, sample_rows)
-
-    @staticmethod
-    def _advance(ordered: list[tuple[Sequence, int]]) -> list[Sequence]:
-        """Count the step's tokens as computed; returns the sequences that sample (row order)."""
-        to_sample = []
-        for seq, n in ordered:
-            seq.num_computed += n
-            if seq.num_computed == len(seq.token_ids):
+            tokens = seq.token_ids
+            if reads_inputs:
+                input_ids.extend(tokens[start : start + n])
+                positions.extend(range(start, start + n))
+            num_tokens += n
+            seq.num_computed = start + n
+            if start + n == len(tokens):
+                sample_rows.append(num_tokens - 1)
                 to_sample.append(seq)
-        return to_sample
+                request = seq.request
+                # first_token_s is set after the first token: the fork test rarely goes on.
+                if seq.first_token_s is None and seq.sample_index == 0 and request.n > 1:
+                    keys.append(self._fork_keys(seq))
+                else:
+                    keys.append(((request.request_id, seq.sample_index, len(tokens)),))
+        batch = StepBatch(input_ids, positions, layout, num_prefill, sample_rows,
+                          num_tokens=num_tokens)
+        return batch, to_sample, keys
 
     @staticmethod
-    def _forks(seq: Sequence) -> bool:
-        """Whether the sequence's next token is its request's first, with siblings to fork."""
-        return seq.first_token_s is None and seq.sample_index == 0 and seq.request.n > 1
-
-    def _sampling_params(self, to_sample: list[Sequence]) -> SamplingParams:
-        """One key per sampling sequence; a forking parent also asks, from the same logits,
-        one token for each sibling (seeded by the sibling's key, at the prompt's end)."""
-        keys = []
-        for seq in to_sample:
-            request = seq.request
-            own = (request.request_id, seq.sample_index, len(seq.token_ids))
-            siblings = (
-                tuple((request.request_id, i, request.prompt_len) for i in range(1, request.n))
-                if self._forks(seq) else ()
-            )
-            keys.append((own, *siblings))
-        return SamplingParams(self.temperature, self.seed, keys)
+    def _fork_keys(seq: Sequence) -> tuple[SampleKey, ...]:
+        """A forking parent's keys (its request's first token, with `n > 1`): its own, then,
+        from the same logits, one per sibling (seeded by the sibling's key, at the prompt's
+        end)."""
+        request = seq.request
+        own = (request.request_id, seq.sample_index, len(seq.token_ids))
+        return (own, *((request.request_id, i, request.prompt_len) for i in range(1, request.n)))
 
     def _commit(
         self, to_sample: list[Sequence], tokens: list[list[int]], now_s: float
     ) -> list[Sequence]:
         finished: list[Sequence] = []
         for seq, row_tokens in zip(to_sample, tokens, strict=True):
-            forks = self._forks(seq)
-            self._append_token(seq, row_tokens[0], now_s)
-            if forks:
+            token_ids = seq.token_ids
+            token_ids.append(row_tokens[0])
+            seq.token_times_s.append(now_s)
+            if seq.first_token_s is None:
+                seq.first_token_s = now_s
+            if len(row_tokens) > 1:  # only a forking parent asked for its siblings' tokens
                 self._fork_children(seq, row_tokens[1:], now_s)
-            if seq.is_finished:
+            request = seq.request
+            # `Sequence.is_finished`, inlined: this runs for every sampled token.
+            if len(token_ids) - len(request.prompt_token_ids) >= request.output_len:
                 finished.append(seq)
         for seq in finished:
             self._finish(seq, now_s)
@@ -248,3 +281,5 @@ class Engine(BaseEngine):
     def reset_stats(self) -> None:
         super().reset_stats()
         self.strategy.reset_stats()
+        self.num_steps = 0
+        self.last_step = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 
-@dataclass
+@dataclass(slots=True)  # one per step of a long simulation: no per-instance dict
 class StepRecord:
     step: int
     t_s: float  # step start, seconds since the run's first arrival

@@ -15,6 +15,9 @@ class Executor(ABC):
     """Runs a step and samples its next tokens: the engine sees token ids, never tensors."""
 
     device: torch.device = torch.device("cpu")
+    # Whether `execute` reads `StepBatch.input_ids` / `positions`: the engine builds those
+    # per-token lists only for an executor that does (a simulated one needs the lengths).
+    reads_token_inputs: bool = True
 
     @abstractmethod
     def execute(self, batch: StepBatch) -> torch.Tensor:

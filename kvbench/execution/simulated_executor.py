@@ -1,13 +1,15 @@
 """`SimulatedExecutor`: the model replaced by a step-time model of a GPU; only the clock is modelled.
 
 The engine, strategies and batching policies run unchanged: admission, preemption, memory
-split and queueing are the real code's. `execute` computes nothing; it advances a
-`SimulatedClock` by the modelled time of the step and returns placeholder logits.
+split and queueing are the real code's. A step computes nothing: it advances a
+`SimulatedClock` by the modelled time of the step.
 
 Cost of one step: `kvbench.execution.step_time.StepTimeModel` (per operation, per GPU of a
 tensor-parallel group, constants fitted on measured kernel profiles; docs/simulator.md).
-`sample_token_ids` runs a step without building any logits (the engine can ask for token ids
-directly); `execute` still returns `[rows, 1]` zero logits for callers that sample themselves.
+The engine calls `execute_and_sample`, which returns token 0 for every requested sample
+without building logits, and builds no token ids or positions for it
+(`reads_token_inputs = False`): the cost needs only the step's lengths. `execute` still
+returns `[rows, 1]` zero logits for callers that sample themselves (greedy picks the same 0).
 
 The clock: the simulated clock advances only by modelled time, inside `execute`. The
 engine's own work (scheduling, layout, memory split) takes wall time that is *not* added:
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
 from kvbench.execution.executor import Executor
 from kvbench.execution.gpus import GPUSpec
@@ -56,6 +59,8 @@ class SimulatedClock:
             self.now_s = float(t_s)
 
 
+_ONE_ZERO = [0]  # a sampled row of one token, shared: the engine only reads rows
+
 # The old names: a step's cost and the model that computes it (now per operation).
 StepCost = StepTime
 RooflineCostModel = StepTimeModel
@@ -69,6 +74,7 @@ class SimulatedExecutor(Executor):
     """
 
     device = torch.device("meta")  # nothing runs anywhere
+    reads_token_inputs = False  # the step's cost needs its lengths, not its token ids
 
     def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock) -> None:
         self.cost_model = cost_model
@@ -104,6 +110,14 @@ class SimulatedExecutor(Executor):
     def sample_token_ids(self, batch: StepBatch) -> list[int]:
         """Run the step and return its sampled token ids without building logits (all 0)."""
         return [0] * self.advance(batch)
+
+    def execute_and_sample(self, batch: StepBatch, sampling: SamplingParams) -> list[list[int]]:
+        """Run the step; every requested token is 0, and no logits exist."""
+        self.advance(batch)
+        keys = sampling.keys
+        if max(map(len, keys), default=1) == 1:  # no forking row: one shared row, C speed
+            return [_ONE_ZERO] * len(keys)
+        return [[0] * len(row) for row in keys]
 
     def execute(self, batch: StepBatch) -> torch.Tensor:
         rows = self.advance(batch)

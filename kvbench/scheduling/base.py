@@ -106,7 +106,11 @@ class BatchingPolicy(ABC):
     def occupied_seats(self) -> int:
         """Places of `max_num_seqs` the running set takes (unforked parents count `n`)."""
         max_num_seqs = self.limits.max_num_seqs
-        return sum(seats(s, max_num_seqs) for s in self.running)
+        # One place each, plus the extra places of parents of n > 1 (a filter, not a call per
+        # sequence: this runs every step over the whole running set).
+        running = self.running
+        return len(running) + sum(
+            seats(s, max_num_seqs) - 1 for s in running if s.request.n > 1)
 
     def seats_free_for(self, seq: Sequence, occupied: int) -> bool:
         """Whether `seq` fits next to `occupied` places within `max_num_seqs`."""
@@ -174,7 +178,7 @@ class BatchingPolicy(ABC):
         pending = deque(seqs)
         while pending and budget > 0:
             seq = pending.popleft()
-            n = seq.num_uncomputed
+            n = len(seq.token_ids) - seq.num_computed  # num_uncomputed, inlined: hot loop
             if n > budget:
                 break
             if self._grow_or_preempt(seq, n, pending, out):

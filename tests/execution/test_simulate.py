@@ -17,6 +17,7 @@ import torch
 
 from kvbench.config import EngineConfig
 from kvbench.core.layout import KVLayout
+from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.gpus import GPU_PRESETS, GPUSpec, get_gpu
@@ -166,6 +167,42 @@ def test_executor_advances_the_clock_and_returns_cheap_logits():
     assert executor.execute(big).shape == (300, 1)
     assert executor.sample_token_ids(big) == [0] * 300  # no logits built
     assert executor.stats()["steps"] == 3
+
+
+def test_simulated_sampling_needs_no_token_inputs_and_answers_every_key():
+    clock = SimulatedClock()
+    cm = StepTimeModel(SMALL, ROUND_GPU, 2, 2)
+    executor = SimulatedExecutor(cm, clock)
+    assert not executor.reads_token_inputs
+    batch = StepBatch([], [], KVLayout(kind="paged", query_lens=[3, 1], seq_lens=[3, 5]), 1,
+                      [2, 3], num_tokens=4)
+    keys = [((7, 0, 3), (7, 1, 3), (7, 2, 3)), ((8, 0, 5),)]  # request 7 forks two siblings
+    tokens = executor.execute_and_sample(batch, SamplingParams(0.0, 0, keys))
+    assert tokens == [[0, 0, 0], [0]]
+    assert executor.execute_and_sample(batch, SamplingParams(0.0, 0, [keys[1]] * 2)) == [[0]] * 2
+    assert clock() == pytest.approx(2 * cm.cost([3, 1], [3, 5], 2).time_s)
+
+
+def test_engine_steps_without_token_inputs_count_their_tokens():
+    built = build_simulated_engine(
+        EngineConfig(model="llama-2-7b", dtype="bfloat16", kv_memory="4GiB"), "h100-80gb"
+    )
+    engine = built.engine
+    seen = []
+    advance = engine.executor.advance
+
+    def spy(batch):
+        seen.append(batch)
+        return advance(batch)
+
+    engine.executor.advance = spy
+    for request in _sharegpt(6, built):
+        engine.add_request(request)
+    engine.run_to_completion()
+    assert all(b.input_ids == [] and b.positions == [] for b in seen)
+    assert [b.num_tokens for b in seen] == [s.num_batched_tokens for s in engine.steps]
+    assert [b.num_tokens for b in seen] == [sum(b.layout.query_lens) for b in seen]
+    assert engine.num_steps == len(engine.steps) and engine.last_step is engine.steps[-1]
 
 
 def test_clock_moves_only_forward():
