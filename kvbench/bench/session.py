@@ -79,6 +79,13 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
 
         # As vLLM: bfloat16 on CUDA, float32 on the CPU; config.json records the result.
         dtype = resolve_dtype("auto", resolve_device(options.device))
+    fp8_names = {name for name in strategies if _uses_fp8(name, options.kv_cache_dtype)}
+    if options.kv_scale is not None and not fp8_names:
+        # A scale that nothing reads: the user believes they measure something they do not.
+        raise KvbenchInputError(
+            "--kv-scale applies only to an fp8 KV cache: add --kv-cache-dtype fp8 or "
+            "--strategy fp8"
+        )
     runs = []
     for batching in split_list(options.batching):
         for strategy in strategies:
@@ -94,7 +101,9 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
                     max_model_len=options.max_model_len,
                     chunked_prefill=options.chunked_prefill,
                     temperature=options.temperature, seed=options.seed,
-                    kv_scale=options.kv_scale, device=options.device,
+                    # In a list, the scale is the fp8 runs' (README, CLI: contradictions).
+                    kv_scale=options.kv_scale if strategy in fp8_names else None,
+                    device=options.device,
                     attention_backend=options.attention_backend,
                     cpu_threads=options.cpu_threads,
                     tensor_parallel_size=options.tensor_parallel_size,
@@ -110,7 +119,68 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
                     engine_kind="simulated" if kind == "simulate" else options.engine_kind,
                     gpu=gpu,
                 ))
+    check_distinct(runs)
     return runs
+
+
+def _uses_fp8(strategy: str, kv_cache_dtype: str) -> bool:
+    from kvbench.config import is_fp8_cache
+    from kvbench.strategies import strategy_entry
+
+    forced = strategy_entry(strategy).kv_cache_dtype
+    return is_fp8_cache(kv_cache_dtype) or (kv_cache_dtype == "auto" and forced is not None
+                                            and is_fp8_cache(forced))
+
+
+def _run_identity(run: RunConfig) -> tuple:
+    """What a run measures: `fp8` and `paged --kv-cache-dtype fp8` are one run."""
+    from kvbench.strategies import strategy_entry
+
+    engine = run.engine
+    entry = strategy_entry(engine.strategy)
+    return (entry.base or entry.name, engine.reserve if engine.strategy == "contiguous" else "",
+            _uses_fp8(engine.strategy, engine.kv_cache_dtype), engine.batching)
+
+
+def check_distinct(runs: list[RunConfig]) -> None:
+    """Refuse a list that names one run twice (`paged,paged`, `fp8` next to `paged` with
+    `--kv-cache-dtype fp8`): a comparison of a run with itself is a typo, not a question."""
+    from kvbench.bench.runner import strategy_label
+
+    seen: dict[tuple, str] = {}
+    for run in runs:
+        label, key = strategy_label(run), _run_identity(run)
+        if key in seen:
+            first = seen[key]
+            what = f"{label} twice" if first == label else f"{first} and {label}, the same run"
+            raise KvbenchInputError(f"the strategy list names {what}: list it once")
+        seen[key] = label
+
+
+def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[str]:
+    """One-line notes on options that the listed runs ignore (README, CLI: contradictions)."""
+    from kvbench.strategies import strategy_entry
+
+    notes = []
+    from kvbench.bench.run_options import option_fields
+
+    default_block = option_fields()["block_size"].default
+    if options.block_size != default_block:
+        readers = [run for run in runs if _reads_option(strategy_entry(run.engine.strategy),
+                                                        "block_size")]
+        if not readers:
+            notes.append(f"--block-size {options.block_size} is ignored: no strategy listed "
+                         "uses blocks (contiguous reserves whole ranges)")
+    return notes
+
+
+def _reads_option(entry, name: str) -> bool:
+    from dataclasses import fields
+
+    from kvbench.strategies import strategy_entry
+
+    options = strategy_entry(entry.base).options if entry.base else entry.options
+    return name in {f.name for f in fields(options)}
 
 
 def run_id(labels: list[str], workload: str, now: time.struct_time | None = None) -> str:
@@ -160,13 +230,12 @@ def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
 
     runs = expand_runs(options, kind)
     labels = [strategy_label(r) for r in runs]
-    if len(set(labels)) != len(labels):
-        raise KvbenchInputError("the same strategy is listed twice")
     if options.repeat < 1:
         raise KvbenchInputError("--repeat must be at least 1")
     model_cache: dict = {}
     prepared = [prepare(run, model_cache) for run in runs]
     warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
+    warnings += contradiction_warnings(options, runs)
     root = unique_folder(Path(options.out), run_id(labels, options.workload))
     return SessionPlan(runs, labels, prepared, root, options.repeat, warnings, model_cache)
 
