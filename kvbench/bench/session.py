@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvbench.bench.run_config import RunConfig
 from kvbench.bench.run_options import RunOptions, check_kind_name
-from kvbench.errors import KvbenchInputError
+from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 
 if TYPE_CHECKING:
     from kvbench.bench.runner import RunOutcome
@@ -190,13 +190,11 @@ def run_id(labels: list[str], workload: str, now: time.struct_time | None = None
 
 
 def unique_folder(root: Path, name: str) -> Path:
-    """`root/name`, or `root/name-2`, `-3`, ... when taken: a session never overwrites."""
-    folder = root / name
-    k = 2
-    while folder.exists():
-        folder = root / f"{name}-{k}"
-        k += 1
-    return folder
+    """Create `root/name`, or `root/name-2`, `-3`, ... when taken, marked INCOMPLETE: a
+    session never overwrites, and two started in the same second never share a folder."""
+    from kvbench.bench.results import claim_folder
+
+    return claim_folder(root, name)
 
 
 @dataclass
@@ -226,17 +224,20 @@ class SessionResult:
 
 def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
     """Every input checked and every engine built; nothing written yet."""
+    from kvbench.bench.results import check_output_folder
     from kvbench.bench.runner import prepare, strategy_label
 
     runs = expand_runs(options, kind)
     labels = [strategy_label(r) for r in runs]
+    check_output_folder(Path(options.out))  # before any engine is built
     if options.repeat < 1:
         raise KvbenchInputError("--repeat must be at least 1")
     model_cache: dict = {}
     prepared = [prepare(run, model_cache) for run in runs]
     warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
     warnings += contradiction_warnings(options, runs)
-    root = unique_folder(Path(options.out), run_id(labels, options.workload))
+    # The folder is created (atomically) when the session runs; planning writes nothing.
+    root = Path(options.out) / run_id(labels, options.workload)
     return SessionPlan(runs, labels, prepared, root, options.repeat, warnings, model_cache)
 
 
@@ -247,7 +248,75 @@ def run_session(
     show_progress: bool = False,
     on_run_start: Callable[[str, int, int], None] | None = None,
 ) -> SessionResult:
-    """Run the plan: `on_run_start(label, k, repeat)` before each run (k from 1)."""
+    """Run the plan: `on_run_start(label, k, repeat)` before each run (k from 1).
+
+    The session's folder is created first and carries an INCOMPLETE marker until everything
+    is written. Ctrl-C raises `RunInterrupted` naming the strategies that finished (also in
+    the marker); a disk that fills raises `KvbenchRunError`; what was written stays.
+    """
+    from kvbench.bench.results import ResultsFolder
+
+    plan.root = unique_folder(plan.root.parent, plan.root.name)
+    started: list[str] = []
+
+    def announce(label: str, k: int, repeat: int) -> None:
+        if not started or started[-1] != label:
+            started.append(label)
+        if on_run_start is not None:
+            on_run_start(label, k, repeat)
+
+    try:
+        result = _run_session(plan, command=command, show_progress=show_progress,
+                              on_run_start=announce)
+    except (KeyboardInterrupt, RunInterrupted):
+        finished = started[:-1]  # the last one started was cut short
+        _mark_unfinished(plan, "interrupted", finished, "interrupted (Ctrl-C)")
+        raise RunInterrupted(plan.root, None if len(plan.runs) == 1 else finished) from None
+    except OSError as err:
+        from kvbench.bench.results import disk_full_error, out_of_space
+
+        if not out_of_space(err) and err.filename is None:
+            raise
+        finished = started[:-1]
+        _mark_unfinished(plan, "failed", finished, f"cannot write results: {err}")
+        if out_of_space(err):
+            raise disk_full_error(plan.root, err) from None
+        raise KvbenchRunError(
+            f"cannot write {err.filename}: {err.strerror or err}; {plan.root} keeps what was "
+            "written and is marked INCOMPLETE") from None
+    except BaseException as err:
+        _mark_unfinished(plan, "failed", started[:-1], f"{type(err).__name__}: {err}")
+        raise
+    ResultsFolder(plan.root).complete()
+    return result
+
+
+def _mark_unfinished(plan: SessionPlan, status: str, finished: list[str], message: str) -> None:
+    """The session folder's INCOMPLETE marker says what stopped it and which strategies are
+    whole (a single run's folder is also its run's: its own marker is left as it is)."""
+    import json
+
+    from kvbench.bench.results import INCOMPLETE_MARKER, ResultsFolder
+
+    if len(plan.runs) == 1 and plan.repeat == 1:
+        try:
+            marker = json.loads((plan.root / INCOMPLETE_MARKER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            marker = {}
+        if marker.get("status", "running") != "running":
+            return  # the run said what happened to it
+        ResultsFolder(plan.root).mark(status, message)
+        return
+    ResultsFolder(plan.root).mark(status, message, finished=finished)
+
+
+def _run_session(
+    plan: SessionPlan,
+    *,
+    command: str = "",
+    show_progress: bool = False,
+    on_run_start: Callable[[str, int, int], None] | None = None,
+) -> SessionResult:
     from kvbench.bench.repeat import repeat_summary
     from kvbench.bench.results import write_json
     from kvbench.bench.runner import prepare, run_one
