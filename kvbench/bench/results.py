@@ -65,10 +65,10 @@ def check_output_folder(out: Path, flag: str = "--out") -> None:
                 pass
 
 
-def claim_folder(root: Path, name: str) -> Path:
+def claim_folder(root: Path, name: str, *, mark: bool = True) -> Path:
     """Create `root/name` (or `name-2`, `-3`, ... when taken) and return it, marked
-    INCOMPLETE at once. `mkdir` without exist_ok is the lock: two sessions started in the same
-    second into one `--out` get two folders, never one shared."""
+    INCOMPLETE at once (`mark`). `mkdir` without exist_ok is the lock: two sessions started in
+    the same second into one `--out` get two folders, never one shared."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     k = 1
@@ -79,7 +79,8 @@ def claim_folder(root: Path, name: str) -> Path:
         except FileExistsError:
             k += 1
             continue
-        write_json(folder / INCOMPLETE_MARKER, {"status": "running"})
+        if mark:
+            write_json(folder / INCOMPLETE_MARKER, {"status": "running"})
         return folder
 
 
