@@ -18,11 +18,17 @@ INCOMPLETE_MARKER = "INCOMPLETE"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """`path` holds `data` whole or is as it was: a temporary file, then a rename."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
@@ -80,7 +86,11 @@ def claim_folder(root: Path, name: str, *, mark: bool = True) -> Path:
             k += 1
             continue
         if mark:
-            write_json(folder / INCOMPLETE_MARKER, {"status": "running"})
+            try:
+                write_json(folder / INCOMPLETE_MARKER, {"status": "running"})
+            except BaseException:
+                folder.rmdir()  # an unmarked folder would pass for a finished one
+                raise
         return folder
 
 

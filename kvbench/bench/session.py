@@ -256,7 +256,12 @@ def run_session(
     """
     from kvbench.bench.results import ResultsFolder
 
-    plan.root = unique_folder(plan.root.parent, plan.root.name)
+    try:
+        plan.root = unique_folder(plan.root.parent, plan.root.name)
+    except OSError as err:  # checked writable at planning; full or gone since
+        raise KvbenchRunError(
+            f"cannot create a results folder in {plan.root.parent}: {err.strerror or err}"
+        ) from None
     started: list[str] = []
 
     def announce(label: str, k: int, repeat: int) -> None:

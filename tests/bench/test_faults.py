@@ -81,6 +81,18 @@ def test_a_full_disk_mid_run_keeps_what_was_written_and_exits_1(tmp_path, monkey
     assert not list(folder.glob(".*"))  # no temporary file left behind
 
 
+def test_a_full_disk_before_the_first_file_leaves_no_folder_and_one_line(
+        tmp_path, monkeypatch, capsys):
+    def write(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(kvbench.bench.results, "atomic_write_bytes", write)
+    assert main([*SIM, "--num-requests", "4", "--out", str(tmp_path)]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert len(lines) == 1 and "No space left on device" in lines[0]
+    assert list(tmp_path.iterdir()) == []  # no unmarked folder that looks finished
+
+
 def test_runs_started_in_the_same_second_never_share_a_folder(tmp_path):
     barrier = threading.Barrier(8)
     claimed: list[Path] = []

@@ -79,6 +79,7 @@ CASES: list[tuple[str, list[str], int]] = [
     ("out-is-a-file", [*RUN, "--out", "{tmp}/a-file"], 2),
     ("out-under-a-file", [*RUN, "--out", "{tmp}/a-file/sub"], 2),
     ("out-in-proc", [*RUN, "--out", "/proc/kvbench-x"], 2),
+    ("out-not-permitted", [*RUN, "--out", "/sys/kvbench-x"], 2),
     ("sweep-out-is-a-file", ["sweep", "--simulate", "--model", "llama-2-7b",
                              "--strategy", "paged,contiguous", "--out", "{tmp}/a-file"], 2),
     # results folders for report and compare
