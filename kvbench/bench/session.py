@@ -119,8 +119,22 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
                     engine_kind="simulated" if kind == "simulate" else options.engine_kind,
                     gpu=gpu,
                 ))
+    if options.strategy == "all":
+        # `all` with --kv-cache-dtype fp8 names `fp8` twice (it is `paged` then): run it once.
+        return _distinct(runs)
     check_distinct(runs)
     return runs
+
+
+def _distinct(runs: list[RunConfig]) -> list[RunConfig]:
+    seen: set[tuple] = set()
+    kept = []
+    for run in runs:
+        key = _run_identity(run)
+        if key not in seen:
+            seen.add(key)
+            kept.append(run)
+    return kept
 
 
 def _uses_fp8(strategy: str, kv_cache_dtype: str) -> bool:

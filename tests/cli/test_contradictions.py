@@ -54,3 +54,15 @@ def test_kv_scale_in_a_list_belongs_to_the_fp8_runs(tmp_path):
     scales = {label: json.loads((root / label / "config.json").read_text())["run"]["engine"]
               ["kv_scale"] for label in ("paged", "fp8")}
     assert scales == {"paged": None, "fp8": 0.05}
+
+
+def test_strategy_all_on_an_fp8_cache_runs_paged_fp8_once(tmp_path):
+    from kvbench.bench.run_options import RunOptions
+    from kvbench.bench.runner import strategy_label
+    from kvbench.bench.session import expand_runs
+
+    runs = expand_runs(RunOptions.for_kind("simulate", strategy="all", kv_cache_dtype="fp8"),
+                       "simulate")
+    labels = [strategy_label(r) for r in runs]
+    assert "paged-fp8" in labels and "fp8" not in labels
+    assert len(labels) == len(set(labels))
