@@ -276,11 +276,10 @@ def run_session(
         raise KvbenchRunError(
             f"cannot create a results folder in {plan.root.parent}: {err.strerror or err}"
         ) from None
-    started: list[str] = []
+    started: list[str] = []  # one label per run begun, in order (repeats included)
 
     def announce(label: str, k: int, repeat: int) -> None:
-        if not started or started[-1] != label:
-            started.append(label)
+        started.append(label)
         if on_run_start is not None:
             on_run_start(label, k, repeat)
 
@@ -288,7 +287,7 @@ def run_session(
         result = _run_session(plan, command=command, show_progress=show_progress,
                               on_run_start=announce)
     except (KeyboardInterrupt, RunInterrupted):
-        finished = started[:-1]  # the last one started was cut short
+        finished = _finished(plan, started[:-1])  # the last one begun was cut short
         _mark_unfinished(plan, "interrupted", finished, "interrupted (Ctrl-C)")
         raise RunInterrupted(plan.root, None if len(plan.runs) == 1 else finished) from None
     except OSError as err:
@@ -296,7 +295,7 @@ def run_session(
 
         if not out_of_space(err) and err.filename is None:
             raise
-        finished = started[:-1]
+        finished = _finished(plan, started[:-1])
         _mark_unfinished(plan, "failed", finished, f"cannot write results: {err}")
         if out_of_space(err):
             raise disk_full_error(plan.root, err) from None
@@ -304,10 +303,24 @@ def run_session(
             f"cannot write {err.filename}: {err.strerror or err}; {plan.root} keeps what was "
             "written and is marked INCOMPLETE") from None
     except BaseException as err:
-        _mark_unfinished(plan, "failed", started[:-1], f"{type(err).__name__}: {err}")
+        _mark_unfinished(plan, "failed", _finished(plan, started[:-1]),
+                         f"{type(err).__name__}: {err}")
         raise
     ResultsFolder(plan.root).complete()
     return result
+
+
+def _finished(plan: SessionPlan, done: list[str]) -> list[str]:
+    """The strategies whose runs all finished, in the plan's order; one with only some of its
+    repeats done is named with the count (`paged (2/3 repeats)`)."""
+    names = []
+    for label in plan.labels:
+        count = done.count(label)
+        if count == plan.repeat:
+            names.append(label)
+        elif count:
+            names.append(f"{label} ({count}/{plan.repeat} repeats)")
+    return names
 
 
 def _mark_unfinished(plan: SessionPlan, status: str, finished: list[str], message: str) -> None:

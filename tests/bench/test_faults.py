@@ -61,6 +61,29 @@ def test_ctrl_c_in_the_second_strategy_marks_the_comparison_and_names_what_finis
     assert not (root / "prefix").exists()
 
 
+def test_ctrl_c_among_repeats_names_how_many_repeats_finished(tmp_path, monkeypatch, capsys):
+    real = kvbench.bench.runner._replay
+    calls: list[int] = []
+
+    def replay(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kvbench.bench.runner, "_replay", replay)
+    assert main([*SIM, "--num-requests", "4", "--strategy", "contiguous,paged", "--repeat", "2",
+                 "--out", str(tmp_path)]) == 130
+    capsys.readouterr()
+    (root,) = tmp_path.iterdir()
+    expected = []  # from the folders: whichever order the repeats ran in
+    for label in ("contiguous-max", "paged"):
+        done = sum(ResultsFolder.is_complete(root / label / f"rep-{k}") for k in (1, 2))
+        if done:
+            expected.append(label if done == 2 else f"{label} ({done}/2 repeats)")
+    assert _marker(root)["finished"] == expected and expected
+
+
 def test_a_full_disk_mid_run_keeps_what_was_written_and_exits_1(tmp_path, monkeypatch, capsys):
     real = kvbench.bench.results.atomic_write_text
 
