@@ -60,8 +60,24 @@ class EngineConfig:
             raise KvbenchInputError(f"--block-size must be a power of two, got {self.block_size}")
         if self.max_num_seqs < 1:
             raise KvbenchInputError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
+        # None is "the default"; 0 used to mean the same silently, so it is refused like -1.
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise KvbenchInputError(
+                "--max-model-len must be an integer >= 2 (one prompt and one output token), "
+                f"got {self.max_model_len}"
+            )
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise KvbenchInputError(
+                f"--max-num-batched-tokens must be at least 1, got {self.max_num_batched_tokens}"
+            )
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise KvbenchInputError("--gpu-memory-utilization must be in (0, 1]")
+        if self.gpu_memory_utilization is not None and self.kv_memory is not None:
+            # Two answers to one question (the KV budget): which one wins would be a guess.
+            raise KvbenchInputError(
+                "--kv-memory sets the KV budget itself; --gpu-memory-utilization would be "
+                "ignored: give one of them"
+            )
         if self.tensor_parallel_size < 1:
             raise KvbenchInputError("--tensor-parallel-size must be at least 1")
         if self.cpu_threads < 1:

@@ -16,6 +16,9 @@ class KvbenchRunError(RuntimeError):
 class RunInterrupted(Exception):
     """Ctrl-C during a run: partial results were written to `folder` (the CLI exits 130)."""
 
-    def __init__(self, folder: Path) -> None:
-        super().__init__(f"interrupted; partial results in {folder}")
+    def __init__(self, folder: Path, finished: list[str] | None = None) -> None:
+        # `finished`: a comparison's strategies whose runs were complete when it stopped.
+        done = "" if finished is None else f"; finished: {', '.join(finished) or 'none'}"
+        super().__init__(f"interrupted{done}; partial results in {folder}")
         self.folder = folder
+        self.finished = finished

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvbench.config import EngineConfig
+from kvbench.errors import KvbenchInputError
 
 
 @dataclass
@@ -26,6 +27,14 @@ class RunConfig:
     steps_every: int = 1  # steps.csv keeps every Nth step (summary: all of them)
     engine_kind: str = "kvbench"  # kvbench | hf | simulated
     gpu: str | None = None  # simulated executor's GPU preset
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0:
+            raise KvbenchInputError(f"--warmup must be 0 or more, got {self.warmup}")
+        if self.num_requests is not None and self.num_requests < 1:
+            raise KvbenchInputError(
+                f"--num-requests must be an integer >= 1, got {self.num_requests}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

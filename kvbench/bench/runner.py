@@ -43,6 +43,7 @@ from kvbench.core.clock import WallClock
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.build import BuiltEngine, build_engine, executor_factory
+from kvbench.execution.threads import thread_settings
 from kvbench.versions import versions
 from kvbench.workloads import WorkloadResult, load_workload
 
@@ -159,6 +160,9 @@ def run_one(
         "max_model_len": built.max_model_len,
         "model_config": built.model_config.to_dict(),
         "versions": versions(),
+        # What the run measured under: torch threads and the OpenMP wait policy (issue 18:
+        # spinning threads collapse a run on a shared machine).
+        "threads": thread_settings(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json(folder / "config.json", config_json)

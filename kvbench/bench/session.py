@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvbench.bench.run_config import RunConfig
 from kvbench.bench.run_options import RunOptions, check_kind_name
-from kvbench.errors import KvbenchInputError
+from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 
 if TYPE_CHECKING:
     from kvbench.bench.runner import RunOutcome
@@ -80,6 +80,13 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
 
         # As vLLM: bfloat16 on CUDA, float32 on the CPU; config.json records the result.
         dtype = resolve_dtype("auto", resolve_device(options.device))
+    fp8_names = {name for name in strategies if _uses_fp8(name, options.kv_cache_dtype)}
+    if options.kv_scale is not None and not fp8_names:
+        # A scale that nothing reads: the user believes they measure something they do not.
+        raise KvbenchInputError(
+            "--kv-scale applies only to an fp8 KV cache: add --kv-cache-dtype fp8 or "
+            "--strategy fp8"
+        )
     runs = []
     for batching in split_list(options.batching):
         for strategy in strategies:
@@ -95,7 +102,9 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
                     max_model_len=options.max_model_len,
                     chunked_prefill=options.chunked_prefill,
                     temperature=options.temperature, seed=options.seed,
-                    kv_scale=options.kv_scale, device=options.device,
+                    # In a list, the scale is the fp8 runs' (README, CLI: contradictions).
+                    kv_scale=options.kv_scale if strategy in fp8_names else None,
+                    device=options.device,
                     attention_backend=options.attention_backend,
                     cpu_threads=options.cpu_threads,
                     tensor_parallel_size=options.tensor_parallel_size,
@@ -111,7 +120,82 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
                     engine_kind="simulated" if kind == "simulate" else options.engine_kind,
                     gpu=gpu,
                 ))
+    if options.strategy == "all":
+        # `all` with --kv-cache-dtype fp8 names `fp8` twice (it is `paged` then): run it once.
+        return _distinct(runs)
+    check_distinct(runs)
     return runs
+
+
+def _distinct(runs: list[RunConfig]) -> list[RunConfig]:
+    seen: set[tuple] = set()
+    kept = []
+    for run in runs:
+        key = _run_identity(run)
+        if key not in seen:
+            seen.add(key)
+            kept.append(run)
+    return kept
+
+
+def _uses_fp8(strategy: str, kv_cache_dtype: str) -> bool:
+    from kvbench.config import is_fp8_cache
+    from kvbench.strategies import strategy_entry
+
+    forced = strategy_entry(strategy).kv_cache_dtype
+    return is_fp8_cache(kv_cache_dtype) or (kv_cache_dtype == "auto" and forced is not None
+                                            and is_fp8_cache(forced))
+
+
+def _run_identity(run: RunConfig) -> tuple:
+    """What a run measures: `fp8` and `paged --kv-cache-dtype fp8` are one run."""
+    from kvbench.strategies import strategy_entry
+
+    engine = run.engine
+    entry = strategy_entry(engine.strategy)
+    return (entry.base or entry.name, engine.reserve if engine.strategy == "contiguous" else "",
+            _uses_fp8(engine.strategy, engine.kv_cache_dtype), engine.batching)
+
+
+def check_distinct(runs: list[RunConfig]) -> None:
+    """Refuse a list that names one run twice (`paged,paged`, `fp8` next to `paged` with
+    `--kv-cache-dtype fp8`): a comparison of a run with itself is a typo, not a question."""
+    from kvbench.bench.runner import strategy_label
+
+    seen: dict[tuple, str] = {}
+    for run in runs:
+        label, key = strategy_label(run), _run_identity(run)
+        if key in seen:
+            first = seen[key]
+            what = f"{label} twice" if first == label else f"{first} and {label}, the same run"
+            raise KvbenchInputError(f"the strategy list names {what}: list it once")
+        seen[key] = label
+
+
+def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[str]:
+    """One-line notes on options that the listed runs ignore (README, CLI: contradictions)."""
+    from kvbench.strategies import strategy_entry
+
+    notes = []
+    from kvbench.bench.run_options import option_fields
+
+    default_block = option_fields()["block_size"].default
+    if options.block_size != default_block:
+        readers = [run for run in runs if _reads_option(strategy_entry(run.engine.strategy),
+                                                        "block_size")]
+        if not readers:
+            notes.append(f"--block-size {options.block_size} is ignored: no strategy listed "
+                         "uses blocks (contiguous reserves whole ranges)")
+    return notes
+
+
+def _reads_option(entry, name: str) -> bool:
+    from dataclasses import fields
+
+    from kvbench.strategies import strategy_entry
+
+    options = strategy_entry(entry.base).options if entry.base else entry.options
+    return name in {f.name for f in fields(options)}
 
 
 def run_id(labels: list[str], workload: str, now: time.struct_time | None = None) -> str:
@@ -121,13 +205,11 @@ def run_id(labels: list[str], workload: str, now: time.struct_time | None = None
 
 
 def unique_folder(root: Path, name: str) -> Path:
-    """`root/name`, or `root/name-2`, `-3`, ... when taken: a session never overwrites."""
-    folder = root / name
-    k = 2
-    while folder.exists():
-        folder = root / f"{name}-{k}"
-        k += 1
-    return folder
+    """Create `root/name`, or `root/name-2`, `-3`, ... when taken, marked INCOMPLETE: a
+    session never overwrites, and two started in the same second never share a folder."""
+    from kvbench.bench.results import claim_folder
+
+    return claim_folder(root, name)
 
 
 @dataclass
@@ -169,12 +251,12 @@ class SessionResult:
 
 def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
     """Every input checked and every engine built; nothing written yet."""
+    from kvbench.bench.results import check_output_folder
     from kvbench.bench.runner import prepare, strategy_label
 
     runs = expand_runs(options, kind)
     labels = [strategy_label(r) for r in runs]
-    if len(set(labels)) != len(labels):
-        raise KvbenchInputError("the same strategy is listed twice")
+    check_output_folder(Path(options.out))  # before any engine is built
     if options.repeat < 1:
         raise KvbenchInputError("--repeat must be at least 1")
     if options.steps_every < 1:
@@ -182,7 +264,9 @@ def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
     model_cache: dict = {}
     prepared = [prepare(run, model_cache) for run in runs]
     warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
-    root = unique_folder(Path(options.out), run_id(labels, options.workload))
+    warnings += contradiction_warnings(options, runs)
+    # The folder is created (atomically) when the session runs; planning writes nothing.
+    root = Path(options.out) / run_id(labels, options.workload)
     return SessionPlan(runs, labels, prepared, root, options.repeat, warnings, model_cache,
                        options.per_strategy_reports)
 
@@ -194,7 +278,93 @@ def run_session(
     show_progress: bool = False,
     on_run_start: Callable[[str, int, int], None] | None = None,
 ) -> SessionResult:
-    """Run the plan: `on_run_start(label, k, repeat)` before each run (k from 1)."""
+    """Run the plan: `on_run_start(label, k, repeat)` before each run (k from 1).
+
+    The session's folder is created first and carries an INCOMPLETE marker until everything
+    is written. Ctrl-C raises `RunInterrupted` naming the strategies that finished (also in
+    the marker); a disk that fills raises `KvbenchRunError`; what was written stays.
+    """
+    from kvbench.bench.results import ResultsFolder
+
+    try:
+        plan.root = unique_folder(plan.root.parent, plan.root.name)
+    except OSError as err:  # checked writable at planning; full or gone since
+        raise KvbenchRunError(
+            f"cannot create a results folder in {plan.root.parent}: {err.strerror or err}"
+        ) from None
+    started: list[str] = []  # one label per run begun, in order (repeats included)
+
+    def announce(label: str, k: int, repeat: int) -> None:
+        started.append(label)
+        if on_run_start is not None:
+            on_run_start(label, k, repeat)
+
+    try:
+        result = _run_session(plan, command=command, show_progress=show_progress,
+                              on_run_start=announce)
+    except (KeyboardInterrupt, RunInterrupted):
+        finished = _finished(plan, started[:-1])  # the last one begun was cut short
+        _mark_unfinished(plan, "interrupted", finished, "interrupted (Ctrl-C)")
+        raise RunInterrupted(plan.root, None if len(plan.runs) == 1 else finished) from None
+    except OSError as err:
+        from kvbench.bench.results import disk_full_error, out_of_space
+
+        if not out_of_space(err) and err.filename is None:
+            raise
+        finished = _finished(plan, started[:-1])
+        _mark_unfinished(plan, "failed", finished, f"cannot write results: {err}")
+        if out_of_space(err):
+            raise disk_full_error(plan.root, err) from None
+        raise KvbenchRunError(
+            f"cannot write {err.filename}: {err.strerror or err}; {plan.root} keeps what was "
+            "written and is marked INCOMPLETE") from None
+    except BaseException as err:
+        _mark_unfinished(plan, "failed", _finished(plan, started[:-1]),
+                         f"{type(err).__name__}: {err}")
+        raise
+    ResultsFolder(plan.root).complete()
+    return result
+
+
+def _finished(plan: SessionPlan, done: list[str]) -> list[str]:
+    """The strategies whose runs all finished, in the plan's order; one with only some of its
+    repeats done is named with the count (`paged (2/3 repeats)`)."""
+    names = []
+    for label in plan.labels:
+        count = done.count(label)
+        if count == plan.repeat:
+            names.append(label)
+        elif count:
+            names.append(f"{label} ({count}/{plan.repeat} repeats)")
+    return names
+
+
+def _mark_unfinished(plan: SessionPlan, status: str, finished: list[str], message: str) -> None:
+    """The session folder's INCOMPLETE marker says what stopped it and which strategies are
+    whole (a single run's folder is also its run's: its own marker is left as it is)."""
+    import json
+
+    from kvbench.bench.results import INCOMPLETE_MARKER, ResultsFolder
+
+    if len(plan.runs) == 1 and plan.repeat == 1:
+        try:
+            marker = json.loads((plan.root / INCOMPLETE_MARKER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            marker = {}
+        if marker.get("status", "running") != "running":
+            return  # the run said what happened to it
+        ResultsFolder(plan.root).mark(status, message)
+        return
+    ResultsFolder(plan.root).mark(status, message, finished=finished)
+
+
+def _run_session(
+    plan: SessionPlan,
+    *,
+    command: str = "",
+    show_progress: bool = False,
+    on_run_start: Callable[[str, int, int], None] | None = None,
+) -> SessionResult:
     from kvbench.bench.repeat import repeat_summary
     from kvbench.bench.results import write_json
     from kvbench.bench.runner import prepare, run_one

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import operator
+import os
 from pathlib import Path
 from typing import IO, Any
 
@@ -128,7 +129,11 @@ class StepTotals:
 
 
 class StepWriter:
-    """Writes `steps.csv` row by row; every row goes into `totals`, every Nth to the file."""
+    """Writes `steps.csv` row by row; every row goes into `totals`, every Nth to the file.
+
+    Rows go to a hidden partial file that `close` renames into place, so a run killed
+    mid-replay leaves no truncated `steps.csv` (docs/design.md, Results contract).
+    """
 
     def __init__(self, path: Path, every: int = 1) -> None:
         if every < 1:
@@ -137,7 +142,8 @@ class StepWriter:
         self.every = every
         self.totals = StepTotals()
         self.rows_written = 0
-        self._file: IO[str] | None = self.path.open("w", newline="")
+        self._partial = self.path.with_name(f".{self.path.name}.partial")
+        self._file: IO[str] | None = self._partial.open("w", newline="")
         self._csv = csv.writer(self._file, lineterminator="\n")
         self._csv.writerow(COLUMNS)
 
@@ -152,5 +158,6 @@ class StepWriter:
         if self._file is not None:
             self._file.close()
             self._file = None
+            os.replace(self._partial, self.path)
         self.totals.finish()
         return self.totals

@@ -254,6 +254,7 @@ def _print_tables(result) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print points (and capacity) as JSON")
 def sweep_command(config: str | None, simulate: bool, resume: bool, point_reports: bool,
                   dry_run: bool, quiet: bool, as_json: bool, **params: Any) -> None:
+    from kvbench.bench.results import check_output_folder
     from kvbench.bench.sweep.driver import resolve_folder, run_sweep
     from kvbench.bench.sweep.grid import expand_grid
 
@@ -271,6 +272,7 @@ def sweep_command(config: str | None, simulate: bool, resume: bool, point_report
             click.echo(point.point_id + dup)
         return
     if folder is None:
+        check_output_folder(Path(spec.out))  # before the sweep's folder is named
         folder = resolve_folder(spec, resume)
     command = _command_line(ctx, config)
     talk = not quiet and not as_json

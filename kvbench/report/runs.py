@@ -149,6 +149,11 @@ def run_folders(folder: Path) -> list[Path]:
     subs = sorted(p for p in folder.iterdir() if (p / "summary.json").is_file())
     if subs:  # an interrupted comparison: no comparison.json yet
         return subs
+    if (folder / INCOMPLETE_MARKER).exists():  # killed before its first summary was written
+        raise KvbenchInputError(
+            f"{folder} is an unfinished run ({_status(folder)}; INCOMPLETE marker, no "
+            "summary.json): it stopped before any result was written"
+        )
     raise KvbenchInputError(
         f"{folder} is not a kvbench results folder (no summary.json or comparison.json)"
     )

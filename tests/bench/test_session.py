@@ -39,9 +39,9 @@ def test_simulate_runs_on_the_gpu_preset_and_refuses_an_unknown_one():
 
 def test_unique_folder_never_reuses_a_name(tmp_path):
     assert unique_folder(tmp_path, "a") == tmp_path / "a"
-    (tmp_path / "a").mkdir()
     (tmp_path / "a-2").mkdir()
     assert unique_folder(tmp_path, "a") == tmp_path / "a-3"
+    assert (tmp_path / "a" / "INCOMPLETE").is_file()  # claimed and marked at once
 
 
 def test_a_session_returns_its_results_and_prints_nothing(tmp_path, capsys):

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from kvbench.bench.results import write_csv, write_json
+from kvbench.bench.results import check_output_folder, claim_folder, write_csv, write_json
 from kvbench.bench.runner import strategy_label
 from kvbench.bench.sweep.capacity import Bisection, numeric
 from kvbench.bench.sweep.config import DEFAULT_RANGES, SweepSpec
@@ -362,9 +362,13 @@ def run_sweep(
     """
     spec.normalize().check()
     grid = expand_grid(spec)  # every point's options checked before anything runs
+    check_output_folder(Path(folder).parent if folder is not None else Path(spec.out))
+    claim = folder is None and not spec.name  # a fresh timestamped folder
     folder = Path(folder) if folder is not None else resolve_folder(spec, resume)
     echo = echo or (lambda _message: None)
     old = _check_existing(folder, spec, resume)
+    if claim:  # two sweeps started in the same second never share a folder
+        folder = claim_folder(folder.parent, folder.name, mark=False)
     folder.mkdir(parents=True, exist_ok=True)
     commands = (old or {}).get("commands", []) + ([command] if command else [])
     write_json(folder / SWEEP_JSON, {

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvbench.bench.results import INCOMPLETE_MARKER, ResultsFolder
+from kvbench.bench.results import INCOMPLETE_MARKER, ResultsFolder, atomic_write_bytes
 from kvbench.bench.run_config import RunConfig
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
@@ -94,15 +94,11 @@ def write_gathered(folder: Path, files: dict[str, bytes]) -> None:
     for name, data in files.items():
         if name == INCOMPLETE_MARKER:
             continue
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.part")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        atomic_write_bytes(folder / name, data)
     if marker is None:
         results.complete()
     else:
-        (folder / INCOMPLETE_MARKER).write_bytes(marker)
+        atomic_write_bytes(folder / INCOMPLETE_MARKER, marker)
 
 
 def read_point(folder: Path) -> dict[str, Any] | None:

@@ -1,0 +1,156 @@
+"""Every bad input a user has been seen to give, in one table (issue 18): each gives exactly
+one stderr line starting `kvbench: error:`, the documented exit code, no traceback, and
+nothing written under `--out`. A new refusal is one row here.
+
+Cases run in-process through `kvbench.cli.main` (fast); `{out}` in a command is a folder
+that must stay empty, `{tmp}` the test's scratch folder with the files `_setup` wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvbench.cli import main
+
+SIM = ["simulate", "--model", "llama-2-7b", "--num-requests", "4", "--warmup", "0"]
+RUN = ["run", "--num-requests", "4", "--warmup", "0"]
+
+# (id, command, exit code). Exit 2 is bad usage or input (README, CLI).
+CASES: list[tuple[str, list[str], int]] = [
+    # names
+    ("unknown-strategy", [*RUN, "--strategy", "nope"], 2),
+    ("unknown-batching", [*RUN, "--batching", "nope"], 2),
+    ("unknown-workload", [*RUN, "--workload", "nope"], 2),
+    ("unknown-model-preset", [*RUN, "--model", "nope"], 2),
+    ("unknown-kv-cache-dtype", [*RUN, "--kv-cache-dtype", "fp16x"], 2),
+    ("unknown-dtype", [*RUN, "--dtype", "float8"], 2),
+    ("unknown-gpu", [*SIM, "--gpu", "z80"], 2),
+    ("unknown-option", [*RUN, "--no-such-option"], 2),
+    ("unknown-command", ["nope"], 2),
+    ("unknown-workload-param", [*RUN, "--workload", "uniform", "--workload-param", "x=1"], 2),
+    # sizes, counts and rates
+    ("bad-kv-memory", [*RUN, "--kv-memory", "12XB"], 2),
+    ("negative-kv-memory", [*RUN, "--kv-memory", "-1MiB"], 2),
+    ("bad-request-rate", [*RUN, "--request-rate", "fast"], 2),
+    ("negative-request-rate", [*RUN, "--request-rate", "-1"], 2),
+    ("zero-num-requests", ["run", "--num-requests", "0"], 2),
+    ("block-size-not-power-of-two", [*RUN, "--block-size", "3"], 2),
+    ("negative-temperature", [*RUN, "--temperature", "-1"], 2),
+    ("zero-max-num-seqs", [*RUN, "--max-num-seqs", "0"], 2),
+    ("zero-repeat", [*RUN, "--repeat", "0"], 2),
+    ("zero-max-concurrency", [*RUN, "--max-concurrency", "0"], 2),
+    ("zero-burstiness", [*RUN, "--burstiness", "0"], 2),
+    ("zero-time-scale", [*RUN, "--time-scale", "0"], 2),
+    ("bad-slo", [*RUN, "--slo", "speed=fast"], 2),
+    ("gpu-memory-utilization-above-1", [*RUN, "--gpu-memory-utilization", "1.5"], 2),
+    ("zero-max-model-len", [*RUN, "--max-model-len", "0"], 2),
+    ("negative-max-model-len", [*RUN, "--max-model-len", "-1"], 2),
+    ("zero-max-num-batched-tokens", [*RUN, "--max-num-batched-tokens", "0"], 2),
+    ("negative-max-num-batched-tokens", [*RUN, "--max-num-batched-tokens", "-5"], 2),
+    ("negative-warmup", ["run", "--num-requests", "4", "--warmup", "-1"], 2),
+    ("max-model-len-above-model", [*RUN, "--max-model-len", "100000000"], 2),
+    ("zero-tensor-parallel-size", [*SIM, "--tensor-parallel-size", "0"], 2),
+    ("zero-cpu-threads", [*RUN, "--cpu-threads", "0"], 2),
+    # contradictions (README, CLI: contradictions)
+    ("kv-scale-without-fp8", [*RUN, "--kv-scale", "0.1"], 2),
+    ("kv-memory-and-gpu-memory-utilization",
+     [*RUN, "--kv-memory", "8MiB", "--gpu-memory-utilization", "0.5"], 2),
+    ("strategy-listed-twice", [*RUN, "--strategy", "paged,paged"], 2),
+    ("fp8-and-paged-fp8-are-one-run",
+     [*RUN, "--strategy", "paged,fp8", "--kv-cache-dtype", "fp8"], 2),
+    ("reserve-listed-twice", [*RUN, "--strategy", "contiguous", "--reserve", "max,max"], 2),
+    ("batching-listed-twice", [*SIM, "--batching", "static,static"], 2),
+    ("gpu-memory-utilization-on-cpu", [*RUN, "--gpu-memory-utilization", "0.5"], 2),
+    # traces and files
+    ("malformed-trace", [*RUN, "--workload", "{tmp}/malformed.jsonl"], 2),
+    ("empty-trace", [*RUN, "--workload", "{tmp}/empty.jsonl"], 2),
+    ("binary-trace", [*RUN, "--workload", "{tmp}/binary.jsonl"], 2),
+    ("missing-trace", [*RUN, "--workload", "{tmp}/missing.jsonl"], 2),
+    # model folders
+    ("no-such-model-folder", [*RUN, "--model", "/nonexistent/model"], 2),
+    ("model-folder-without-config", [*RUN, "--model", "{tmp}/empty-model"], 2),
+    ("model-folder-corrupt-config", [*RUN, "--model", "{tmp}/corrupt-config"], 2),
+    ("model-folder-corrupt-weights", [*RUN, "--model", "{tmp}/corrupt-weights"], 2),
+    ("model-too-big-for-memory", [*RUN, "--model", "llama-3-70b"], 2),
+    # output folders
+    ("out-is-a-file", [*RUN, "--out", "{tmp}/a-file"], 2),
+    ("out-under-a-file", [*RUN, "--out", "{tmp}/a-file/sub"], 2),
+    ("out-in-proc", [*RUN, "--out", "/proc/kvbench-x"], 2),
+    ("out-not-permitted", [*RUN, "--out", "/sys/kvbench-x"], 2),
+    ("sweep-out-is-a-file", ["sweep", "--simulate", "--model", "llama-2-7b",
+                             "--strategy", "paged,contiguous", "--out", "{tmp}/a-file"], 2),
+    # results folders for report and compare
+    ("report-missing-folder", ["report", "{tmp}/missing-results"], 2),
+    ("report-not-a-results-folder", ["report", "{tmp}/empty-model"], 2),
+    ("report-corrupt-summary", ["report", "{tmp}/corrupt-results"], 2),
+    ("compare-corrupt-summary", ["compare", "{tmp}/corrupt-results", "{tmp}/corrupt-results"],
+     2),
+    ("compare-missing-folder", ["compare", "{tmp}/missing-results", "{tmp}/missing-b"], 2),
+    # estimate
+    ("estimate-unknown-model", ["estimate", "--model", "nope"], 2),
+    ("estimate-negative-concurrency", ["estimate", "--model", "llama-2-7b",
+                                       "--concurrency", "-1"], 2),
+    ("estimate-zero-context", ["estimate", "--model", "llama-2-7b", "--context", "0"], 2),
+    ("estimate-bad-kv-dtype", ["estimate", "--model", "llama-2-7b", "--kv-dtype", "int3"], 2),
+    # simulator GPU files
+    ("gpu-spec-not-toml", [*SIM, "--gpu-spec", "{tmp}/gpu.txt"], 2),
+    ("gpu-spec-missing", [*SIM, "--gpu-spec", "{tmp}/missing.toml"], 2),
+    ("gpu-spec-garbage", [*SIM, "--gpu-spec", "{tmp}/garbage.toml"], 2),
+    ("gpu-spec-incomplete", [*SIM, "--gpu-spec", "{tmp}/incomplete.toml"], 2),
+]
+
+
+def _setup(tmp: Path) -> None:
+    (tmp / "malformed.jsonl").write_text('{"prompt_len": 4, "output_len":\n')
+    (tmp / "empty.jsonl").write_text("")
+    (tmp / "binary.jsonl").write_bytes(bytes(range(256)) * 4)
+    (tmp / "empty-model").mkdir()
+    (tmp / "corrupt-config").mkdir()
+    (tmp / "corrupt-config" / "config.json").write_text("{not json")
+    weights = tmp / "corrupt-weights"
+    weights.mkdir()
+    (weights / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128,
+        "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 64,
+    }))
+    (weights / "model.safetensors").write_bytes(b"this is not a safetensors file")
+    (tmp / "a-file").write_text("keep me\n")
+    results = tmp / "corrupt-results"
+    results.mkdir()
+    (results / "summary.json").write_text('{"label": ')
+    (tmp / "gpu.txt").write_text("name = 'x'\n")
+    (tmp / "garbage.toml").write_text("this = is = not toml\n")
+    (tmp / "incomplete.toml").write_text('name = "half a gpu"\n')
+
+
+def _fill(arg: str, tmp: Path) -> str:
+    return arg.replace("{tmp}", str(tmp))
+
+
+@pytest.mark.parametrize(("command", "code"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_bad_input_gives_one_line_and_writes_nothing(command, code, tmp_path, capsys):
+    _setup(tmp_path)
+    out = tmp_path / "out"
+    argv = [_fill(a, tmp_path) for a in command]
+    if command[0] in ("run", "simulate") and "--out" not in command:
+        argv += ["--out", str(out)]
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("kvbench: error: ")
+    assert "Traceback" not in captured.err + captured.out
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert after == before  # nothing written, not even an empty --out folder
+    assert (tmp_path / "a-file").read_text() == "keep me\n"
+
+
+def test_the_catalogue_names_each_case_once():
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids))
