@@ -37,13 +37,13 @@ from kvbench.bench.summary import (
     Throughput,
 )
 from kvbench.bench.token_times import TOKENS_FILE, token_time_lines
-from kvbench.bench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.config import is_fp8_cache
 from kvbench.core.clock import WallClock
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.build import BuiltEngine, build_engine, executor_factory
 from kvbench.execution.threads import thread_settings
+from kvbench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.versions import versions
 from kvbench.workloads import WorkloadResult, load_workload
 

@@ -6,7 +6,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kvbench.bench.tracing import trace_counter, trace_range, tracing_active
 from kvbench.core.base_engine import BaseEngine
 from kvbench.core.request import Request
 from kvbench.core.sampling_params import SampleKey, SamplingParams
@@ -16,6 +15,7 @@ from kvbench.core.step_record import StepRecord
 from kvbench.errors import KvbenchInputError, KvbenchRunError
 from kvbench.scheduling.base import BatchingPolicy
 from kvbench.strategies.base import CacheStrategy
+from kvbench.tracing import trace_counter, trace_range, tracing_active
 
 if TYPE_CHECKING:  # the executor owns torch: the core never imports it
     from kvbench.execution.executor import Executor

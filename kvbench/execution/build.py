@@ -28,12 +28,12 @@ from kvbench.execution.kv_budget import (
     planned_kv_bytes,
     resolve_kv_budget_bytes,
 )
-from kvbench.execution.memory_check import memory_need
 from kvbench.execution.model_executor import KVArena, ModelExecutor
 from kvbench.kernels.backend import get_ops, resolve_backend
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import load_model, parse_dtype, resolve_model_config
+from kvbench.models.memory_check import memory_need
 from kvbench.scheduling import SchedulerLimits, make_policy
 from kvbench.strategies import make_strategy, strategy_entry
 

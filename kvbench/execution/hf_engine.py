@@ -38,7 +38,6 @@ from collections.abc import Callable
 
 import torch
 
-from kvbench.bench.tracing import trace_range
 from kvbench.config import EngineConfig
 from kvbench.core.base_engine import BaseEngine
 from kvbench.core.clock import WallClock
@@ -59,6 +58,7 @@ from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import parse_dtype
 from kvbench.models.presets import PRESETS
 from kvbench.scheduling.queue_order import WaitingQueue
+from kvbench.tracing import trace_range
 
 PAD_TOKEN_ID = 0  # any valid id: padded positions are masked and their outputs dropped
 MISSING_TRANSFORMERS = "--engine hf needs transformers: pip install transformers"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from kvbench.bench.tracing import trace_range
 from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
 from kvbench.execution.decode_graphs import DecodeGraphs
@@ -13,6 +12,7 @@ from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.kernels.attention_ops import AttentionOps
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
+from kvbench.tracing import trace_range
 
 # fp8 scales from a layer's first write: amax / FP8_SCALE_TARGET, so that the first write's
 # largest value lands at 224, half of e4m3's largest finite value (448): 2x headroom for later

@@ -26,10 +26,10 @@ from kvbench.execution.build import BuildContext, BuiltEngine, ExecutorFactory, 
 from kvbench.execution.gpus import GPUSpec, get_gpu
 from kvbench.execution.kv_budget import kv_cache_torch_dtype, kv_element_bytes
 from kvbench.execution.kv_capacity import group_kv_capacity
-from kvbench.execution.memory_check import activation_bytes_estimate
 from kvbench.execution.simulated_executor import SimulatedClock, SimulatedExecutor
 from kvbench.execution.step_time import StepTimeModel
 from kvbench.models.loader import parse_dtype, resolve_model_config
+from kvbench.models.memory_check import activation_bytes_estimate
 from kvbench.units import format_bytes
 
 SIMULATE_DEFAULT_DTYPE = "bfloat16"

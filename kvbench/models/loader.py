@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 
 from kvbench.errors import KvbenchInputError
-from kvbench.execution.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder, rope_inv_freq
+from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.presets import PRESETS, get_preset
 
 DTYPES = {

@@ -1,7 +1,7 @@
 """Sizes of a model's parts: bytes per element, weights, KV per token.
 
 One formula each, shared by `kvbench estimate` and the check that refuses a run before it
-allocates (`kvbench.execution.memory_check`), so the two never disagree.
+allocates (`kvbench.models.memory_check`), so the two never disagree.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import pytest
 
-from kvbench.bench import tracing
+from kvbench import tracing
 from kvbench.cli import main
 
 TINY = ["--num-requests", "8", "--warmup", "0", "--kv-memory", "8MiB", "--quiet"]

@@ -48,3 +48,46 @@ def test_the_scan_sees_every_spelling_of_the_import():
     for source in ("import kvbench.client", "from kvbench import config",
                    "from kvbench.bench import session"):
         assert not any(_imports_cli(n) for n in ast.walk(ast.parse(source))), source
+
+
+# docs/design.md, Package layout: dependencies point one way. Each lower layer may not import
+# the layers listed against it (nor the CLI, checked above). The engine loop in core drives the
+# seams, so it may import their interfaces (ALLOWED), never an implementation.
+ALLOWED = ("kvbench.scheduling.base", "kvbench.scheduling.queue_order",
+           "kvbench.execution.executor")
+FORBIDDEN = {
+    "kvbench/core": ("kvbench.scheduling", "kvbench.execution", "kvbench.models",
+                     "kvbench.bench", "kvbench.report", "kvbench.workloads", "kvbench.kernels"),
+    "kvbench/scheduling": ("kvbench.execution", "kvbench.models", "kvbench.bench",
+                           "kvbench.report", "kvbench.workloads", "kvbench.kernels"),
+    "strategies": ("kvbench.scheduling", "kvbench.execution", "kvbench.models", "kvbench.bench",
+                   "kvbench.report", "kvbench.workloads", "kvbench.kernels"),
+    "kvbench/execution": ("kvbench.bench", "kvbench.report"),
+    "kvbench/models": ("kvbench.execution", "kvbench.bench", "kvbench.report"),
+    "kernels": ("kvbench.execution", "kvbench.bench", "kvbench.report"),
+    "workloads": ("kvbench.execution", "kvbench.bench", "kvbench.report"),
+}
+
+
+def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+            if node.module == "kvbench":
+                found += [(node.lineno, f"kvbench.{a.name}") for a in node.names]
+    return found
+
+
+def test_dependencies_point_one_way():
+    offenders = []
+    for folder, forbidden in FORBIDDEN.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            offenders += [f"{path.relative_to(ROOT)}:{line} imports {name}"
+                          for line, name in _imported_modules(tree)
+                          if name not in ALLOWED
+                          and any(name == f or name.startswith(f + ".") for f in forbidden)]
+    assert offenders == []

@@ -9,12 +9,12 @@ from kvbench.bench.estimate import estimate_kv
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.build import build_engine
-from kvbench.execution.memory_check import (
+from kvbench.models.loader import load_model
+from kvbench.models.memory_check import (
     check_memory,
     cpu_available_bytes,
     memory_need,
 )
-from kvbench.models.loader import load_model
 from kvbench.models.presets import get_preset
 
 GiB = 2**30
@@ -48,7 +48,7 @@ def test_run_counts_activations_and_kv(monkeypatch):
     """build_engine's check adds a full prefill's activations and the KV budget to the weights:
     a machine with room for the weights alone is still refused, and --kv-memory is named."""
     without_kv = memory_need(get_preset("tiny"), "fp32", 2048, 256).total_bytes
-    monkeypatch.setattr("kvbench.execution.memory_check.available_bytes",
+    monkeypatch.setattr("kvbench.models.memory_check.available_bytes",
                         machine_with(without_kv + 2**20))
     with pytest.raises(KvbenchInputError, match=r"KV 64\.00 MiB.*--kv-memory below 1\.00 MiB"):
         build_engine(EngineConfig(model="tiny", kv_memory="64MiB"))
