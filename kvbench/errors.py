@@ -1,4 +1,4 @@
-"""Errors the CLI turns into exit codes (DESIGN.md, CLI conventions)."""
+"""Errors the CLI turns into exit codes (docs/design.md, CLI conventions)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from kvbench.core.sequence import Sequence
 
 @dataclass
 class MemorySplit:
-    """The arena's slots split as in DESIGN.md; the first five add up to the arena.
+    """The arena's slots split as in docs/design.md (Memory split); the first five add up to the arena.
 
     `cached` is the part of `free` that holds evictable prefix-cache blocks.
     """
