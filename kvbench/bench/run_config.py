@@ -31,6 +31,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.warmup < 0:
             raise KvbenchInputError(f"--warmup must be 0 or more, got {self.warmup}")
+        if self.steps_every < 1:
+            raise KvbenchInputError(f"--steps-every must be at least 1, got {self.steps_every}")
         if self.num_requests is not None and self.num_requests < 1:
             raise KvbenchInputError(
                 f"--num-requests must be an integer >= 1, got {self.num_requests}"

@@ -158,6 +158,8 @@ def run_one(
         "kv_budget_bytes": built.kv_budget_bytes,
         "kv_cache_dtype": str(built.kv_dtype).replace("torch.", ""),
         "max_model_len": built.max_model_len,
+        # Triton compiles every kernel variant before the run, kept out of TTFT/TPOT.
+        "kernel_compile_s": built.compile_s,
         "model_config": built.model_config.to_dict(),
         "versions": versions(),
         # What the run measured under: torch threads and the OpenMP wait policy (issue 18:
@@ -188,10 +190,16 @@ def run_one(
             set_recorder(None)
             if hasattr(engine, "step_sink"):
                 engine.step_sink = None
-        outcome = _write_results(
-            built, workload, run, folder, label, status, warmup_done, recorder, extra_summary,
-            step_writer,
-        )
+        try:
+            outcome = _write_results(
+                built, workload, run, folder, label, status, warmup_done, recorder,
+                extra_summary, step_writer,
+            )
+        except BaseException as err:  # the marker must say why the files are not whole
+            stopped = isinstance(err, KeyboardInterrupt)
+            results.mark("interrupted" if stopped else "failed",
+                         f"writing results: {type(err).__name__}: {err}")
+            raise
     if status == "interrupted":
         results.mark("interrupted", "run interrupted (Ctrl-C); files hold what finished")
         raise RunInterrupted(folder)

@@ -75,7 +75,11 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
     rate = parse_rate(options.request_rate)
     slo_ms = parse_slo(options.slo)
     dtype = options.dtype
-    if dtype == "auto":
+    if dtype == "auto" and kind == "simulate":
+        from kvbench.execution.simulate_build import SIMULATE_DEFAULT_DTYPE
+
+        dtype = SIMULATE_DEFAULT_DTYPE  # the modelled GPU's, not this machine's
+    elif dtype == "auto":
         from kvbench.execution.device import resolve_device, resolve_dtype
 
         # As vLLM: bfloat16 on CUDA, float32 on the CPU; config.json records the result.
@@ -152,6 +156,8 @@ def _run_identity(run: RunConfig) -> tuple:
     from kvbench.strategies import strategy_entry
 
     engine = run.engine
+    if run.engine_kind == "hf":  # transformers keeps its own cache: the strategy plays no part
+        return ("hf", engine.batching)
     entry = strategy_entry(engine.strategy)
     return (entry.base or entry.name, engine.reserve if engine.strategy == "contiguous" else "",
             _uses_fp8(engine.strategy, engine.kv_cache_dtype), engine.batching)
@@ -252,7 +258,7 @@ class SessionResult:
 def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
     """Every input checked and every engine built; nothing written yet."""
     from kvbench.bench.results import check_output_folder
-    from kvbench.bench.runner import prepare, strategy_label
+    from kvbench.bench.runner import strategy_label
 
     runs = expand_runs(options, kind)
     labels = [strategy_label(r) for r in runs]
@@ -262,13 +268,49 @@ def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
     if options.steps_every < 1:
         raise KvbenchInputError("--steps-every must be at least 1")
     model_cache: dict = {}
-    prepared = [prepare(run, model_cache) for run in runs]
+    prepared = _prepare_all(runs, model_cache)
     warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
     warnings += contradiction_warnings(options, runs)
     # The folder is created (atomically) when the session runs; planning writes nothing.
     root = Path(options.out) / run_id(labels, options.workload)
     return SessionPlan(runs, labels, prepared, root, options.repeat, warnings, model_cache,
                        options.per_strategy_reports)
+
+
+def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
+    """(BuiltEngine, WorkloadResult) per run, every input checked before anything runs.
+
+    On CUDA a device holds one arena at a time (each takes its share of what is free), so a
+    later run's engine is checked, released and built again when its turn comes (engine None
+    here); and every strategy gets the first one's KV budget in bytes, so the comparison's
+    budget does not shrink by what earlier engines held.
+    """
+    import dataclasses
+    import gc
+
+    from kvbench.bench.runner import prepare
+
+    prepared: list[Any] = []
+    budget: int | None = None
+    for i, run in enumerate(runs):
+        if budget is not None:
+            engine = dataclasses.replace(run.engine, kv_memory=budget,
+                                         gpu_memory_utilization=None)
+            run = runs[i] = dataclasses.replace(run, engine=engine)
+        built, workload = prepare(run, model_cache)
+        on_gpu = getattr(built, "device", None) is not None and built.device.type == "cuda"
+        if not on_gpu or len(runs) == 1:
+            prepared.append((built, workload))
+            continue
+        if budget is None and run.engine.kv_memory is None:
+            budget = built.kv_budget_bytes
+        prepared.append((None, workload))
+        del built
+        gc.collect()
+        import torch
+
+        torch.cuda.empty_cache()
+    return prepared
 
 
 def run_session(
@@ -292,18 +334,12 @@ def run_session(
         raise KvbenchRunError(
             f"cannot create a results folder in {plan.root.parent}: {err.strerror or err}"
         ) from None
-    started: list[str] = []  # one label per run begun, in order (repeats included)
-
-    def announce(label: str, k: int, repeat: int) -> None:
-        started.append(label)
-        if on_run_start is not None:
-            on_run_start(label, k, repeat)
-
+    done: list[str] = []  # one label per run whose files are whole, in order (repeats too)
     try:
         result = _run_session(plan, command=command, show_progress=show_progress,
-                              on_run_start=announce)
+                              on_run_start=on_run_start, on_run_done=done.append)
     except (KeyboardInterrupt, RunInterrupted):
-        finished = _finished(plan, started[:-1])  # the last one begun was cut short
+        finished = _finished(plan, done)
         _mark_unfinished(plan, "interrupted", finished, "interrupted (Ctrl-C)")
         raise RunInterrupted(plan.root, None if len(plan.runs) == 1 else finished) from None
     except OSError as err:
@@ -311,7 +347,7 @@ def run_session(
 
         if not out_of_space(err) and err.filename is None:
             raise
-        finished = _finished(plan, started[:-1])
+        finished = _finished(plan, done)
         _mark_unfinished(plan, "failed", finished, f"cannot write results: {err}")
         if out_of_space(err):
             raise disk_full_error(plan.root, err) from None
@@ -319,7 +355,7 @@ def run_session(
             f"cannot write {err.filename}: {err.strerror or err}; {plan.root} keeps what was "
             "written and is marked INCOMPLETE") from None
     except BaseException as err:
-        _mark_unfinished(plan, "failed", _finished(plan, started[:-1]),
+        _mark_unfinished(plan, "failed", _finished(plan, done),
                          f"{type(err).__name__}: {err}")
         raise
     ResultsFolder(plan.root).complete()
@@ -364,9 +400,10 @@ def _run_session(
     command: str = "",
     show_progress: bool = False,
     on_run_start: Callable[[str, int, int], None] | None = None,
+    on_run_done: Callable[[str], None] = lambda label: None,
 ) -> SessionResult:
     from kvbench.bench.repeat import repeat_summary
-    from kvbench.bench.results import write_json
+    from kvbench.bench.results import ResultsFolder, write_json
     from kvbench.bench.runner import prepare, run_one
 
     root, repeat, model_cache = plan.root, plan.repeat, plan.model_cache
@@ -380,7 +417,7 @@ def _run_session(
         for i, (run, label) in enumerate(zip(plan.runs, plan.labels, strict=True)):
             prep = plan.prepared[i]
             plan.prepared[i] = None  # the engine's memory goes back once this run is done
-            if prep is None:
+            if prep is None or prep[0] is None:
                 prep = prepare(run, model_cache)  # a fresh engine: identical configuration
             if on_run_start is not None:
                 on_run_start(label, k + 1, repeat)
@@ -388,10 +425,18 @@ def _run_session(
             per_label[i].append(run_one(run, folder, show_progress=show_progress,
                                         command=command, prepared=prep))
             prep = None
+            if _measures_fp8_accuracy(run):
+                # Whole only once its accuracy section is written, after every round.
+                ResultsFolder(folder).mark("running", "fp8 accuracy pending")
+            else:
+                on_run_done(label)
     outcomes: list[RunOutcome] = []
     repeats: list[dict[str, Any]] = []
     for i, run in enumerate(plan.runs):
         add_accuracy_section(run, per_label[i], requests[i], model_cache)
+        if _measures_fp8_accuracy(run):
+            for _ in per_label[i]:
+                on_run_done(plan.labels[i])
         outcomes.append(per_label[i][0])
         if repeat > 1:
             stats = repeat_summary([o.summary for o in per_label[i]])
@@ -402,6 +447,10 @@ def _run_session(
     write_reports(root, outcomes, per_strategy=plan.per_strategy_reports)
     measured = any(run.engine_kind != "simulated" for run in plan.runs)
     return SessionResult(root, outcomes, repeats, measured)
+
+
+def _measures_fp8_accuracy(run: RunConfig) -> bool:
+    return run.engine_kind == "kvbench" and is_fp8(run)
 
 
 def is_fp8(run: RunConfig) -> bool:
@@ -419,7 +468,7 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
     marked incomplete while its summary lacks the section, so a sweep resumed after Ctrl-C
     here runs the point again.
     """
-    if run.engine_kind != "kvbench" or not outcomes or not is_fp8(run):
+    if not outcomes or not _measures_fp8_accuracy(run):
         return
     import gc
 

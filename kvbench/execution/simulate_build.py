@@ -64,8 +64,9 @@ class SimulatedExecutors(ExecutorFactory):
     `BuiltEngine.device` is `meta` (nothing is allocated anywhere) and `backend` is
     "simulated"; the GPU spec is `engine.executor.gpu`. Sampling is greedy whatever
     `config.temperature` says: token ids never matter with workload-fixed output lengths.
-    With `config.tensor_parallel_size` N > 1 the KV budget is one GPU's and the step time
-    includes the all-reduces of an N-GPU group (docs/simulator.md).
+    With `config.tensor_parallel_size` N > 1 the KV budget is the group's (N GPUs' KV
+    shards of the same tokens) and the step time includes the all-reduces of the group
+    (docs/simulator.md).
     """
 
     def __init__(self, gpu: str | GPUSpec = "a100-80gb", start_s: float = 0.0) -> None:
@@ -89,7 +90,7 @@ class SimulatedExecutors(ExecutorFactory):
         )
         spec = get_gpu(self.gpu)
         tp = config.tensor_parallel_size
-        if tp == 1:
+        if tp == 1 or config.kv_memory is not None:
             weights = model_config.num_parameters() * per_param
             return simulated_kv_budget_bytes(config, spec, weights, activations)
         # Per GPU: a weight shard, activations of its head / column share (estimated as 1/N).

@@ -9,6 +9,7 @@ import pytest
 from kvbench.bench.run_options import RunOptions
 from kvbench.bench.session import (
     SessionResult,
+    check_distinct,
     expand_runs,
     plan_session,
     run_session,
@@ -92,3 +93,40 @@ def test_repeats_run_interleaved_and_single_runs_warn_about_noise(tmp_path):
     assert "not significant" in note and "--repeat 3" in note
     # a simulated clock has no noise to warn about
     assert SessionResult(tmp_path, result.outcomes, repeats=[], measured=False).notes == []
+
+
+def test_on_cuda_each_strategy_gets_the_first_budget_and_one_engine_at_a_time(monkeypatch):
+    # A GPU holds one arena at a time: later engines are checked, released and rebuilt on
+    # their turn, with the first engine's byte budget (not what is left after it).
+    from types import SimpleNamespace
+
+    import torch
+
+    import kvbench.bench.runner as runner
+    from kvbench.bench.session import _prepare_all
+
+    built_with = []
+
+    def fake_prepare(run, model_cache):
+        built_with.append(run.engine.kv_memory)
+        engine = SimpleNamespace(device=torch.device("cuda"), kv_budget_bytes=123 * 2**20)
+        return engine, SimpleNamespace(requests=[])
+
+    monkeypatch.setattr(runner, "prepare", fake_prepare)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    runs = expand_runs(RunOptions.for_kind("run", strategy="contiguous,paged,prefix"))
+    prepared = _prepare_all(runs, {})
+    assert built_with == [None, 123 * 2**20, 123 * 2**20]
+    assert [r.engine.kv_memory for r in runs] == [None, 123 * 2**20, 123 * 2**20]
+    assert all(engine is None for engine, _ in prepared)
+
+
+def test_transformers_runs_of_a_strategy_list_are_one_run():
+    with pytest.raises(KvbenchInputError, match="twice|same run"):
+        check_distinct(expand_runs(RunOptions.for_kind(
+            "run", strategy="paged,contiguous", engine_kind="hf")))
+
+
+def test_simulate_dtype_auto_is_the_modelled_gpus_not_the_hosts():
+    (run,) = expand_runs(RunOptions.for_kind("simulate", dtype="auto"), "simulate")
+    assert run.engine.dtype == "bfloat16"
