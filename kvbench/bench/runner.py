@@ -144,6 +144,8 @@ def run_one(
     built, workload = prepared or prepare(run)
     engine = built.engine
     label = strategy_label(run)
+    if built.device.type == "cuda":  # the peak is this run's: weights, arena and activations
+        torch.cuda.reset_peak_memory_stats(built.device)
     with trace_range("warmup", requests=run.warmup):
         warmup_done = _warm_up(built, run)
     results = ResultsFolder(folder)
