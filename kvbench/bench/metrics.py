@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvbench.bench.step_writer import SPLIT_PARTS
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 
 PERCENTILES = (50, 90, 99)
-SPLIT_PARTS = ("token", "reserved", "internal", "external", "free", "cached")
 
 
 def latency_stats(values_ms: pd.Series | np.ndarray | list[float]) -> dict[str, float | None]:
