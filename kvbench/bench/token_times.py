@@ -13,6 +13,8 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
@@ -26,7 +28,9 @@ def token_time_lines(requests: Iterable[Request],
     lines = []
     for request in requests:
         for seq in sorted(sequences.get(request.request_id, []), key=lambda s: s.sample_index):
-            times = [round(t, 6) for t in seq.token_times_s]
+            # numpy rounds a whole list at once: half the CPU of round() per token at 10k
+            # requests (issue 15).
+            times = np.round(np.asarray(seq.token_times_s, dtype=float), 6).tolist()
             lines.append(json.dumps({"request_id": request.request_id,
                                      "sample": seq.sample_index, "token_times_s": times},
                                     separators=(",", ":")))
