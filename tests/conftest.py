@@ -52,3 +52,22 @@ def hf_checkpoint(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"hf-{request.param}")
     model = make_hf_checkpoint(folder, request.param)
     return folder, model
+
+
+def make_word_tokenizer(folder, text: str):
+    """A word-level Hugging Face tokenizer over the words of `text`, saved in `folder` (no hub
+    access needed); returns the folder."""
+    import re
+
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[UNK]": 0}
+    for word in re.findall(r"\w+|[^\w\s]", text):
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    return folder

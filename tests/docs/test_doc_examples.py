@@ -23,6 +23,7 @@ import pytest
 
 import kvbench.bench.session
 from kvbench.cli import main
+from tests.conftest import make_word_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -116,20 +117,8 @@ def hf_folder(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def tokenizer_folder(tmp_path_factory) -> Path:
-    pytest.importorskip("tokenizers")
-    pytest.importorskip("transformers")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = re.findall(r"\w+|[^\w\s]", (DATA / "sharegpt.json").read_text())
-    vocab = {"[UNK]": 0}
-    for word in words:
-        vocab.setdefault(word, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    folder = tmp_path_factory.mktemp("tokenizer")
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
-    return folder
+    return make_word_tokenizer(tmp_path_factory.mktemp("tokenizer"),
+                               (DATA / "sharegpt.json").read_text())
 
 
 def _set(argv: list[str], flag: str, value: str) -> list[str]:

@@ -17,6 +17,7 @@ from kvbench.workloads import (
     load_workload,
 )
 from kvbench.workloads.mooncake import BLOCK_TOKENS
+from tests.conftest import make_word_tokenizer
 
 DATA = Path(__file__).parent / "data"
 VOCAB = 1000
@@ -108,18 +109,8 @@ def test_num_requests_keeps_the_first_replayed_rows():
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     """A tiny word-level Hugging Face tokenizer, built here and saved as a folder."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = re.findall(r"\w+|[^\w\s]", (DATA / "sharegpt.json").read_text())
-    vocab = {"[UNK]": 0}
-    for word in words:
-        vocab.setdefault(word, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    folder = tmp_path_factory.mktemp("tokenizer")
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
-    return folder
+    return make_word_tokenizer(tmp_path_factory.mktemp("tokenizer"),
+                               (DATA / "sharegpt.json").read_text())
 
 
 def test_sharegpt_json_takes_the_first_exchange_of_each_conversation(tokenizer_dir):
