@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from kvbench.bench.summary import Summary
-from kvbench.bench.token_times import TOKENS_FILE, read_token_times
+from kvbench.bench.token_times import TOKENS_FILE, read_token_times, token_gaps_s
 from kvbench.errors import KvbenchInputError
 
 LATENCIES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e"}  # vLLM -> kvbench
@@ -68,7 +68,7 @@ class RunFiles:
         """Every gap between consecutive tokens of one request's samples, in seconds."""
         gaps: list[float] = []
         for times in (self.token_times or {}).get(request_id, []):
-            gaps.extend(b - a for a, b in zip(times, times[1:], strict=False))
+            gaps.extend(token_gaps_s(times))
         return gaps
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from kvbench.bench.step_writer import SPLIT_PARTS
+from kvbench.bench.token_times import token_gaps_s
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 
@@ -75,8 +76,7 @@ def inter_token_latencies_ms(samples: dict[int, list[Sequence]]) -> list[float]:
     gaps: list[float] = []
     for seqs in samples.values():
         for seq in seqs:
-            times = seq.token_times_s
-            gaps.extend((b - a) * 1e3 for a, b in zip(times, times[1:], strict=False))
+            gaps.extend(gap * 1e3 for gap in token_gaps_s(seq.token_times_s))
     return gaps
 
 

@@ -60,4 +60,9 @@ def read_token_times(folder: Path) -> dict[int, list[list[float]]] | None:
     return out
 
 
-__all__ = ["TOKENS_FILE", "read_token_times", "token_time_lines"]
+def token_gaps_s(times: list[float]) -> list[float]:
+    """Every gap between consecutive output tokens of one sample (docs/design.md, ITL)."""
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+__all__ = ["TOKENS_FILE", "read_token_times", "token_gaps_s", "token_time_lines"]
