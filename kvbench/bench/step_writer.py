@@ -45,7 +45,7 @@ class _Weighted:
 class StepTotals:
     """What `kvbench.bench.runner.summarize` reads from the steps, over every step.
 
-    The memory means are time-weighted as in `kvbench.bench.metrics.memory_summary`: a step's
+    The memory means are time-weighted (docs/design.md, Memory split): a step's
     memory state lasts until the next step starts (the last one: its own length), which is
     why each row is folded in when the next one arrives.
     """
@@ -115,7 +115,7 @@ class StepTotals:
             sums[5] += r.kv_cached_bytes / arena * weight_s
 
     def memory(self) -> dict[str, Any]:
-        """`memory_summary`'s dict: utilization means and the time-weighted split."""
+        """`summary.json`'s memory means: utilization (all and saturated steps) and the split."""
         if self.steps == 0:
             return {"utilization_mean": None, "utilization_saturated": None,
                     "breakdown_mean": {p: None for p in SPLIT_PARTS}}

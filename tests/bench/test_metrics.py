@@ -11,12 +11,12 @@ from kvbench.bench.metrics import (
     goodput,
     inter_token_latencies_ms,
     latency_stats,
-    memory_summary,
     request_rows,
     throughput,
 )
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
+from tests.bench.memory_reference import memory_summary
 
 
 def finished(request: Request, admitted: float, times: list[float]) -> Sequence:

@@ -8,10 +8,10 @@ import json
 import pandas as pd
 import pytest
 
-from kvbench.bench.metrics import memory_summary
 from kvbench.bench.step_writer import StepWriter
 from kvbench.cli import main
 from kvbench.core.step_record import StepRecord
+from tests.bench.memory_reference import memory_summary
 from tests.bench.test_trace import check_chrome_trace
 
 SIM = ["simulate", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--workload", "chat",
