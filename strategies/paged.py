@@ -79,15 +79,17 @@ class PagedStrategy(CacheStrategy):
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         table = self.tables.get(seq.seq_id)
-        if table and len(table) * self.block_size >= seq.num_computed + num_new_tokens:
+        need = seq.num_computed + num_new_tokens
+        have = len(table) if table else 0
+        if have * self.block_size >= need:
             return True  # the common decode case, inline: it runs for every sequence and step
-        needed = self._blocks_needed(seq, num_new_tokens)
-        if needed == 0:
-            return True
-        if needed > self.pool.num_free:
+        needed = -(-need // self.block_size) - have
+        pool = self.pool
+        if needed > pool.num_free:
             return False
-        table = self.tables.setdefault(seq.seq_id, [])
-        self._extend_table(seq, table, [self.pool.allocate() for _ in range(needed)])
+        if table is None:
+            table = self.tables[seq.seq_id] = []
+        self._extend_table(seq, table, [pool.allocate() for _ in range(needed)])
         return True
 
     # Every change to a table goes through these three: the log and the totals follow it.

@@ -41,11 +41,12 @@ def _split_prefills(
     prefills: list[tuple[Sequence, int]] = []
     decodes: list[tuple[Sequence, int]] = []
     prefill_tokens = 0
+    add_decode = decodes.append
     for item in scheduled:
         seq, n = item
         length = len(seq.token_ids)
         if n == 1 and seq.num_computed == length - 1 and length > len(seq.request.prompt_token_ids):
-            decodes.append(item)
+            add_decode(item)
         else:
             prefills.append(item)
             prefill_tokens += n
@@ -126,14 +127,16 @@ class Engine(BaseEngine):
                     )
                 return []
             prefills, decodes, num_prefill_tokens = _split_prefills(out.scheduled)
-            ordered = prefills + decodes if prefills else decodes
-            batch, to_sample, keys = self._build_batch(ordered, len(prefills))
-            sampling = SamplingParams(self.temperature, self.seed, keys)
+            if prefills:
+                batch, to_sample, forks = self._build_batch(prefills + decodes, len(prefills))
+            else:  # the common step: nothing but decodes, each samples (and never forks)
+                batch, to_sample, forks = self._build_decode_batch(decodes)
+            sampling = SamplingParams(self.temperature, self.seed, rows=to_sample, forks=forks)
             t_forward = self.clock()
             tokens = self.executor.execute_and_sample(batch, sampling)
             t_forward_end = self.clock()
             with trace_range("sample", rows=len(batch.sample_rows)):
-                finished = self._commit(to_sample, tokens, t_forward_end)
+                finished = self._commit(to_sample, tokens, t_forward_end, bool(forks))
             split = self.strategy.memory_split(self.policy.holders(), self.waiting.head())
         t_end = self.clock()
         self.prefill_tokens_computed += num_prefill_tokens
@@ -180,15 +183,15 @@ class Engine(BaseEngine):
 
     def _build_batch(
         self, ordered: list[tuple[Sequence, int]], num_prefill: int
-    ) -> tuple[StepBatch, list[Sequence], list[tuple[SampleKey, ...]]]:
-        """The step's batch, the sequences that sample (row order) and their sampling keys;
-        counts the step's tokens as computed. Token ids and positions only for an executor
-        that reads them. One pass over the sequences: this is the engine's hot loop."""
+    ) -> tuple[StepBatch, list[Sequence], dict[int, tuple[SampleKey, ...]]]:
+        """The step's batch, the sequences that sample (row order) and the sampling keys of
+        the forking rows; counts the step's tokens as computed. Token ids and positions only
+        for an executor that reads them. One pass over the sequences: the engine's hot loop."""
         with trace_range("layout", seqs=len(ordered)):
             layout = self.strategy.build_layout(ordered)
         sample_rows: list[int] = []
         to_sample: list[Sequence] = []
-        keys: list[tuple[SampleKey, ...]] = []
+        forks: dict[int, tuple[SampleKey, ...]] = {}
         reads_inputs = self.executor.reads_token_inputs
         input_ids: list[int] = []
         positions: list[int] = []
@@ -203,16 +206,32 @@ class Engine(BaseEngine):
             seq.num_computed = start + n
             if start + n == len(tokens):
                 sample_rows.append(num_tokens - 1)
-                to_sample.append(seq)
-                request = seq.request
                 # first_token_s is set after the first token: the fork test rarely goes on.
-                if seq.first_token_s is None and seq.sample_index == 0 and request.n > 1:
-                    keys.append(self._fork_keys(seq))
-                else:
-                    keys.append(((request.request_id, seq.sample_index, len(tokens)),))
+                if seq.first_token_s is None and seq.sample_index == 0 and seq.request.n > 1:
+                    forks[len(to_sample)] = self._fork_keys(seq)
+                to_sample.append(seq)
         batch = StepBatch(input_ids, positions, layout, num_prefill, sample_rows,
                           num_tokens=num_tokens)
-        return batch, to_sample, keys
+        return batch, to_sample, forks
+
+    def _build_decode_batch(
+        self, decodes: list[tuple[Sequence, int]]
+    ) -> tuple[StepBatch, list[Sequence], dict[int, tuple[SampleKey, ...]]]:
+        """`_build_batch` for a step of decodes only: one token each, every row samples, and
+        no row forks (a decode has sampled its first token already)."""
+        with trace_range("layout", seqs=len(decodes)):
+            layout = self.strategy.build_layout(decodes)
+        to_sample = [seq for seq, _ in decodes]
+        if self.executor.reads_token_inputs:
+            input_ids = [seq.token_ids[-1] for seq in to_sample]
+            positions = [seq.num_computed for seq in to_sample]
+        else:
+            input_ids, positions = [], []
+        for seq in to_sample:
+            seq.num_computed += 1
+        batch = StepBatch(input_ids, positions, layout, 0, list(range(len(to_sample))),
+                          num_tokens=len(to_sample))
+        return batch, to_sample, {}
 
     @staticmethod
     def _fork_keys(seq: Sequence) -> tuple[SampleKey, ...]:
@@ -224,8 +243,10 @@ class Engine(BaseEngine):
         return (own, *((request.request_id, i, request.prompt_len) for i in range(1, request.n)))
 
     def _commit(
-        self, to_sample: list[Sequence], tokens: list[list[int]], now_s: float
+        self, to_sample: list[Sequence], tokens: list[list[int]], now_s: float,
+        forking: bool = True,
     ) -> list[Sequence]:
+        """Append each row's token; `forking`: some row also carries its siblings' tokens."""
         finished: list[Sequence] = []
         for seq, row_tokens in zip(to_sample, tokens, strict=True):
             token_ids = seq.token_ids
@@ -233,7 +254,7 @@ class Engine(BaseEngine):
             seq.token_times_s.append(now_s)
             if seq.first_token_s is None:
                 seq.first_token_s = now_s
-            if len(row_tokens) > 1:  # only a forking parent asked for its siblings' tokens
+            if forking and len(row_tokens) > 1:  # a forking parent's siblings' tokens
                 self._fork_children(seq, row_tokens[1:], now_s)
             request = seq.request
             # `Sequence.is_finished`, inlined: this runs for every sampled token.

@@ -114,10 +114,9 @@ class SimulatedExecutor(Executor):
     def execute_and_sample(self, batch: StepBatch, sampling: SamplingParams) -> list[list[int]]:
         """Run the step; every requested token is 0, and no logits exist."""
         self.advance(batch)
-        keys = sampling.keys
-        if max(map(len, keys), default=1) == 1:  # no forking row: one shared row, C speed
-            return [_ONE_ZERO] * len(keys)
-        return [[0] * len(row) for row in keys]
+        if not sampling.forks:  # one shared row, C speed; the keys are never built
+            return [_ONE_ZERO] * sampling.num_rows
+        return [[0] * len(row) for row in sampling.keys]
 
     def execute(self, batch: StepBatch) -> torch.Tensor:
         rows = self.advance(batch)
