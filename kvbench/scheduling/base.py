@@ -43,8 +43,9 @@ def seats(seq: Sequence, max_num_seqs: int) -> int:
     `n - 1` siblings then, so it takes `n` places (as vLLM counts a sequence group), capped
     at `max_num_seqs` so that a request with more samples than places can still run.
     """
-    if seq.request.n > 1 and seq.sample_index == 0 and seq.num_generated == 0:
-        return min(seq.request.n, max_num_seqs)
+    request = seq.request
+    if request.n > 1 and seq.sample_index == 0 and len(seq.token_ids) == request.prompt_len:
+        return min(request.n, max_num_seqs)
     return 1
 
 
@@ -164,14 +165,20 @@ class BatchingPolicy(ABC):
         `may_admit` refuses (checked again after the caller's work on each yield) or that the
         cache cannot take now: no overtaking.
         """
-        occupied = self.occupied_seats()
         waiting = self.waiting
-        while waiting and self.seats_free_for(waiting.head(), occupied):
+        if not waiting:
+            return
+        occupied = self.occupied_seats()
+        max_num_seqs = self.limits.max_num_seqs
+        while waiting:
             seq = waiting.head()
+            places = seats(seq, max_num_seqs)
+            if occupied + places > max_num_seqs:  # `seats_free_for`, inlined: every step
+                return
             if not may_admit(seq) or not self.cache.can_admit(seq, len(self.running)):
                 return
             waiting.pop()
-            occupied += seats(seq, self.limits.max_num_seqs)
+            occupied += places
             self._admit(seq, now_s)
             out.admitted.append(seq)
             yield seq
