@@ -32,8 +32,9 @@ from kvbench.errors import KvbenchInputError
 TOKENS_FILE = "tokens.jsonl"
 
 _US_PER_S = 1_000_000
-# Integer microseconds printed by the array path: 1e-4 s up to 1e9 s (the integer part fits
-# in uint32; below 1e-4 s `repr` switches to an exponent). 0 prints as "0.0".
+# Integer microseconds printed by the array path: 1e-4 s (below it `repr` switches to an
+# exponent) up to 1e9 s (15 digits: `repr` of the nearest double is those digits). 0 prints as
+# "0.0".
 _MIN_US, _MAX_US = 100, 10**15
 
 
