@@ -21,8 +21,8 @@ def latency_stats(values_ms: pd.Series | np.ndarray | list[float]) -> dict[str, 
     if arr.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
     out: dict[str, float | None] = {"mean": float(arr.mean())}
-    for p in PERCENTILES:
-        out[f"p{p}"] = float(np.percentile(arr, p))
+    for p, value in zip(PERCENTILES, np.percentile(arr, PERCENTILES), strict=True):
+        out[f"p{p}"] = float(value)  # one partition of a run's millions of ITLs, not three
     out["max"] = float(arr.max())
     return out
 
@@ -59,7 +59,9 @@ def request_rows(requests: list[Request], samples: dict[int, list[Sequence]]) ->
                 "queue_ms": ms(request.arrival_s, admitted),
                 "prefill_ms": ms(admitted, first),
                 "ttft_ms": ms(request.arrival_s, first),
-                "tpot_ms": float(np.mean(tpots)) * 1e3 if tpots else None,
+                # One sample (n=1) is its own mean; numpy's mean costs 7 µs a request.
+                "tpot_ms": (tpots[0] if len(tpots) == 1 else float(np.mean(tpots))) * 1e3
+                if tpots else None,
                 "e2e_ms": ms(request.arrival_s, finish),
                 "preemptions": sum(s.preemptions for s in seqs),
                 "cached_prompt_tokens": seqs[0].cached_prompt_tokens if seqs else 0,
