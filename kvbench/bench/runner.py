@@ -58,7 +58,12 @@ class RunOutcome:
     # still edit it in place and rewrite the file.
     summary: dict[str, Any]
     requests: pd.DataFrame
-    steps: pd.DataFrame
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """`steps.csv`, read when asked for: nothing in kvbench needs the rows after a run, and
+        a long simulation's file is tens of MB (issue 15)."""
+        return pd.read_csv(self.folder / "steps.csv")
 
     @property
     def typed_summary(self) -> Summary:
@@ -295,7 +300,6 @@ def _write_results(
         step_totals = step_writer.close()
         added = [r for r in workload.requests if r.request_id in engine.sequences]
         requests_df = request_rows(added, engine.sequences)
-        steps_df = pd.read_csv(step_writer.path)
         summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
                             step_totals, engine)
     if extra_summary:
@@ -308,7 +312,7 @@ def _write_results(
         write_json(folder / "trace.json", {"traceEvents": recorder.events,
                                            "displayTimeUnit": "ms"})
     summary.write(folder / "summary.json")
-    return RunOutcome(label, folder, summary.to_dict(), requests_df, steps_df)
+    return RunOutcome(label, folder, summary.to_dict(), requests_df)
 
 
 def summarize(built, workload, run, label, status, warmup_done, requests_df,

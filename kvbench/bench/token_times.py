@@ -5,12 +5,22 @@ from a results folder. One JSON object a line:
 `{"request_id": 3, "sample": 0, "token_times_s": [0.512301, 0.530112, ...]}`, times on the
 run's clock (the clock of `requests.csv`'s `arrival_s`), rounded to the microsecond.
 See results/README.md.
+
+A 10,000-request simulation holds ~4M token times: formatting or parsing them one Python float
+at a time cost about a second each way (issue 15). Both directions therefore work on whole
+numpy arrays of integer microseconds. The text is exactly what `json.dumps` writes for
+`round(t, 6)` (a value with at most 15 significant digits prints as its own decimal digits);
+values outside the plain `123.456` form (negative, NaN, below 1e-4 s, which Python writes as
+`1e-05`, or beyond 1e9 s) send their line through `json` itself.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,42 +31,263 @@ from kvbench.errors import KvbenchInputError
 
 TOKENS_FILE = "tokens.jsonl"
 
+_US_PER_S = 1_000_000
+# Integer microseconds printed by the array path: 1e-4 s (below it `repr` switches to an
+# exponent) up to 1e9 s (15 digits: `repr` of the nearest double is those digits). 0 prints as
+# "0.0".
+_MIN_US, _MAX_US = 100, 10**15
+
 
 def token_time_lines(requests: Iterable[Request],
                      sequences: dict[int, list[Sequence]]) -> list[str]:
-    """One compact JSON line per sample of each request, in request order."""
-    lines = []
+    """One compact JSON line per sample of each request, in request order; each line is
+    `json.dumps` of the sample's times rounded with `round(t, 6)` (separators `,` and `:`)."""
+    heads: list[str] = []
+    series: list[Seq[float]] = []
     for request in requests:
         for seq in sorted(sequences.get(request.request_id, []), key=lambda s: s.sample_index):
-            # numpy rounds a whole list at once: half the CPU of round() per token at 10k
-            # requests (issue 15).
-            times = np.round(np.asarray(seq.token_times_s, dtype=float), 6).tolist()
-            lines.append(json.dumps({"request_id": request.request_id,
-                                     "sample": seq.sample_index, "token_times_s": times},
-                                    separators=(",", ":")))
-    return lines
+            heads.append(f'{{"request_id":{int(request.request_id)},'
+                         f'"sample":{int(seq.sample_index)},"token_times_s":[')
+            series.append(seq.token_times_s)
+    bodies = microsecond_lists(series)
+    return [f"{head}{body}]}}" for head, body in zip(heads, bodies, strict=True)]
+
+
+def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:
+    """Each list of seconds as `json.dumps([round(t, 6) for t in times])` writes it, without
+    the brackets (`"0.1,0.300001"`)."""
+    out: list[str] = []
+    chunk: list[Seq[float]] = []
+    size = 0
+    for times in series:
+        chunk.append(times)
+        size += len(times)
+        if size >= _CHUNK_VALUES:
+            out.extend(_format_chunk(chunk))
+            chunk, size = [], 0
+    out.extend(_format_chunk(chunk))
+    return out
+
+
+# Values formatted per batch of lines: the arrays of a batch stay in the CPU cache and in
+# memory the allocator reuses (a 4M-value array at once spends as long in page faults).
+_CHUNK_VALUES = 1 << 16
+
+
+def _format_chunk(series: list[Seq[float]]) -> list[str]:
+    lengths = [len(times) for times in series]
+    if not sum(lengths):
+        return ["" for _ in series]
+    us, plain = _round_to_us(np.concatenate([np.asarray(t, dtype=float) for t in series]))
+    text, comma_at = _format_us(us)
+    ends = np.cumsum(lengths)
+    # A line holding a value the array path does not print goes through json instead.
+    odd = set(np.searchsorted(ends, np.flatnonzero(~plain), side="right").tolist())
+    out = []
+    start_char = 0
+    for i, (times, end) in enumerate(zip(series, ends.tolist(), strict=True)):
+        if not len(times):
+            out.append("")
+            continue
+        end_char = int(comma_at[end - 1])
+        if i in odd:
+            out.append(json.dumps([round(float(t), 6) for t in times],
+                                  separators=(",", ":"))[1:-1])
+        else:
+            out.append(text[start_char:end_char])
+        start_char = end_char + 1
+    return out
+
+
+def _round_to_us(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(`round(t, 6)` in integer microseconds, whether the array path prints the value)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = seconds * _US_PER_S
+        us = np.rint(scaled)
+        # The product is rounded: a value whose exact scaled fraction may sit on .5 is rounded
+        # by Python itself (exact halves, round half to even), as the reference does.
+        near_half = np.abs(np.abs(scaled - us) - 0.5) <= 2 * np.spacing(np.abs(scaled))
+        plain = np.isfinite(scaled) & ~np.signbit(seconds)
+    for i in np.flatnonzero(near_half & plain):
+        us[i] = np.rint(round(float(seconds[i]), 6) * _US_PER_S)
+    plain &= (us == 0) | ((us >= _MIN_US) & (us < _MAX_US))
+    return np.where(plain, us, 0).astype(np.int64), plain
+
+
+def _words(tail: str, strip: str = "") -> np.ndarray:
+    """Each number 0..999 as three digits and `tail`, packed into one little-endian uint32 (4
+    characters); `strip` "leading" or "trailing" turns those zeros into NUL (a zero keeps
+    one "0"). NUL characters are dropped when the text is packed."""
+    words = np.zeros((1000, 4), dtype=np.uint8)
+    for n in range(1000):
+        text = f"{n:03d}"
+        if strip == "leading":
+            text = text.lstrip("0") or "0"
+        elif strip == "trailing":
+            text = text.rstrip("0") or "0"
+        chars = [ord(c) for c in text + tail]
+        words[n, : len(chars)] = chars
+    return words.view("<u4").ravel()
+
+
+_GROUP, _GROUP_LEADING = _words(""), _words("", "leading")  # 3 digits of the whole part
+_UNITS, _UNITS_LEADING = _words("."), _words(".", "leading")  # its last 3 digits and "."
+_MILLI, _MILLI_LAST = _words(""), _words(",", "trailing")  # first 3 decimals
+_MICRO_LAST = _words(",", "trailing")  # last 3 decimals, when not all zero
+_MICRO_LAST[0] = 0
+
+
+def _format_us(us: np.ndarray) -> tuple[str, np.ndarray]:
+    """Every value as `repr(us / 1e6)` followed by a comma, concatenated, and the index of
+    each value's comma in the text."""
+    n = us.size
+    whole = us // _US_PER_S
+    frac = us - whole * _US_PER_S
+    groups = max(1, -(-len(str(int(whole.max()))) // 3))  # 3-digit groups of the whole part
+    # A row of 4-character words per value; NUL characters are dropped at the end.
+    rows = np.zeros((n, groups + 2), dtype="<u4")
+    for g in range(groups - 1):  # the whole part's groups above its last 3 digits
+        power = 1000 ** (groups - 1 - g)
+        part = (whole // power) % 1000
+        rows[:, g] = np.where(whole >= power * 1000, _GROUP[part],
+                              np.where(whole >= power, _GROUP_LEADING[part], 0))
+    units = whole % 1000
+    rows[:, groups - 1] = np.where(whole >= 1000, _UNITS[units], _UNITS_LEADING[units])
+    milli = frac // 1000
+    micro = frac - milli * 1000
+    rows[:, groups] = np.where(micro == 0, _MILLI_LAST[milli], _MILLI[milli])
+    rows[:, groups + 1] = _MICRO_LAST[micro]
+    chars = rows.view(np.uint8).reshape(-1)
+    packed = chars[chars != 0]
+    return packed.tobytes().decode("ascii"), np.flatnonzero(packed == ord(","))
+
+
+@dataclass(frozen=True)
+class TokenTimes:
+    """A `tokens.jsonl` read into arrays: sample i's times are
+    `times_s[starts[i]:starts[i + 1]]`, belonging to `request_ids[i]`, sample `samples[i]`."""
+
+    request_ids: np.ndarray
+    samples: np.ndarray
+    starts: np.ndarray
+    times_s: np.ndarray
+
+    def sample_times(self) -> list[np.ndarray]:
+        """Each sample's times, in file order (views into `times_s`)."""
+        return np.split(self.times_s, self.starts[1:-1]) if len(self.request_ids) else []
+
+
+_LINE = re.compile(rb'\{"request_id":(-?\d+),"sample":(\d+),"token_times_s":\[([0-9.,]*)\]\}')
+
+
+def read_token_arrays(folder: Path) -> TokenTimes | None:
+    """The folder's `tokens.jsonl` as arrays; None when the folder has no file (written by an
+    older kvbench). A file that is not valid raises KvbenchInputError naming the line."""
+    path = Path(folder) / TOKENS_FILE
+    if not path.is_file():
+        return None
+    try:  # bytes: the numbers go to numpy as they are, without decoding 40 MB and back
+        lines = path.read_bytes().splitlines()
+    except OSError as err:
+        raise KvbenchInputError(f"cannot read {path}: {err}") from None
+    ids: list[int] = []
+    samples: list[int] = []
+    bodies: list[bytes] = []
+    numbers: list[int] = []  # each body's line in the file, for errors
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        match = _LINE.fullmatch(line)
+        if match is not None:  # the layout kvbench writes: its numbers are parsed below
+            ids.append(int(match[1]))
+            samples.append(int(match[2]))
+            bodies.append(match[3])
+            numbers.append(number)
+            continue
+        try:  # any other valid JSON line (spaces, other key order, exponents)
+            row = json.loads(line)
+            times = [float(t) for t in row["token_times_s"]]
+            ids.append(int(row["request_id"]))
+            samples.append(int(row.get("sample", 0)))
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise KvbenchInputError(f"cannot read {path} line {number}: {err}") from None
+        bodies.append(json.dumps(times, separators=(",", ":"))[1:-1].encode("ascii"))
+        numbers.append(number)
+    counts = np.array([body.count(b",") + 1 if body else 0 for body in bodies], dtype=np.int64)
+    parts: list[np.ndarray] = []
+    first = 0
+    while first < len(bodies):  # in batches of lines, as they are written
+        last, size = first, 0
+        while last < len(bodies) and size < _CHUNK_VALUES:
+            size += int(counts[last])
+            last += 1
+        parts.append(_parse_bodies(path, bodies[first:last], numbers[first:last], size))
+        first = last
+    times_s = np.concatenate(parts) if parts else np.empty(0)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    return TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
+                      starts, times_s)
+
+
+def _parse_bodies(path: Path, bodies: list[bytes], numbers: list[int],
+                  count: int) -> np.ndarray:
+    """The numbers of several lines' `token_times_s`, in order."""
+    parsed = _parse_decimals(b",".join(body for body in bodies if body), count)
+    if parsed is not None:
+        return parsed
+    arrays = [np.empty(0)]  # a number outside the plain form: json parses, naming a bad line
+    for body, number in zip(bodies, numbers, strict=True):
+        try:
+            arrays.append(np.asarray(json.loads(b"[" + body + b"]"), dtype=float))
+        except (ValueError, TypeError) as err:
+            raise KvbenchInputError(f"cannot read {path} line {number}: {err}") from None
+    return np.concatenate(arrays)
+
+
+def _parse_decimals(text: bytes, count: int) -> np.ndarray | None:
+    """Comma-separated `123.456` numbers (at most 6 decimals, as kvbench writes them) as
+    float64, each exactly what `float()` gives; None when any number has another form."""
+    if count == 0:
+        return np.empty(0)
+    raw = np.frombuffer(text, dtype=np.uint8)
+    digits = raw - ord("0")  # wraps around for ',' and '.'
+    commas = np.flatnonzero(raw == ord(","))
+    dots = np.flatnonzero(raw == ord("."))
+    if commas.size + 1 != count or dots.size != count:
+        return None
+    if np.count_nonzero(digits < 10) + commas.size + dots.size != raw.size:
+        return None
+    starts = np.concatenate([[0], commas + 1])
+    ends = np.concatenate([commas, [raw.size]])
+    whole_len, frac_len = dots - starts, ends - dots - 1
+    # One dot in each number (dots are sorted, so each lies in its own number), 1-9 digits
+    # before it, no leading zero (JSON has none), 1-6 after it.
+    if (whole_len.min() < 1 or whole_len.max() > 9 or frac_len.min() < 1
+            or frac_len.max() > 6 or np.any((whole_len > 1) & (digits[starts] == 0))):
+        return None
+    us = np.zeros(count, dtype=np.int64)
+    for j in range(1, int(whole_len.max()) + 1):  # the whole part, units digit first
+        has = whole_len >= j
+        us += np.where(has, digits[np.maximum(dots - j, 0)], 0).astype(np.int64) \
+            * (_US_PER_S * 10 ** (j - 1))
+    for j in range(1, int(frac_len.max()) + 1):
+        has = frac_len >= j
+        us += np.where(has, digits[np.minimum(dots + j, raw.size - 1)], 0).astype(np.int64) \
+            * 10 ** (6 - j)
+    # An integer below 2**53 divided by 1e6 is the double nearest the decimal: float()'s value.
+    return us / _US_PER_S
 
 
 def read_token_times(folder: Path) -> dict[int, list[list[float]]] | None:
     """request id -> each sample's token times (seconds); None when the folder has no file
     (written by an older kvbench)."""
-    path = Path(folder) / TOKENS_FILE
-    if not path.is_file():
+    arrays = read_token_arrays(folder)
+    if arrays is None:
         return None
     out: dict[int, list[list[float]]] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise KvbenchInputError(f"cannot read {path}: {err}") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            times = [float(t) for t in row["token_times_s"]]
-            out.setdefault(int(row["request_id"]), []).append(times)
-        except (ValueError, KeyError, TypeError) as err:
-            raise KvbenchInputError(f"cannot read {path} line {number}: {err}") from None
+    for request_id, times in zip(arrays.request_ids.tolist(), arrays.sample_times(),
+                                 strict=True):
+        out.setdefault(request_id, []).append(times.tolist())
     return out
 
 
@@ -65,4 +296,18 @@ def token_gaps_s(times: list[float]) -> list[float]:
     return [b - a for a, b in zip(times, times[1:], strict=False)]
 
 
-__all__ = ["TOKENS_FILE", "read_token_times", "token_gaps_s", "token_time_lines"]
+def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """`token_gaps_s` of every sample, pooled in order, for samples laid end to end in one
+    array (sample i is `times_s[starts[i]:starts[i + 1]]`): one numpy pass over millions."""
+    if times_s.size < 2:
+        return np.empty(0)
+    gaps = np.diff(times_s)
+    # The gap from one sample's last token to the next sample's first is no ITL.
+    across = np.asarray(starts)[1:-1] - 1
+    keep = np.ones(gaps.size, dtype=bool)
+    keep[across[(across >= 0) & (across < gaps.size)]] = False
+    return gaps[keep]
+
+
+__all__ = ["TOKENS_FILE", "TokenTimes", "microsecond_lists", "pooled_gaps_s",
+           "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines"]

@@ -11,7 +11,7 @@ from kvbench.bench.metric_catalogue import METRICS
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
 from kvbench.report.tables import flatten, is_long_series
-from kvbench.report.token_times import inter_token_latencies_ms, token_times
+from kvbench.report.token_times import inter_token_latencies_ms
 
 CDF_POINTS = 400
 
@@ -86,10 +86,9 @@ def itl_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | N
     `tokens.jsonl`; None when no run has per-token times."""
     fig = go.Figure()
     for run in runset.runs:
-        samples = token_times(run.path)
-        if not samples:
+        if run.token_times is None:
             continue
-        x, y = _cdf(inter_token_latencies_ms(samples))
+        x, y = _cdf(inter_token_latencies_ms(run.token_times))
         if x.size == 0:
             continue
         style = styles[run.name]

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from kvbench.bench.summary import Summary
+from kvbench.bench.token_times import TokenTimes
 from kvbench.errors import KvbenchInputError
+from kvbench.report.token_times import token_times as read_token_times
 
 INCOMPLETE_MARKER = "INCOMPLETE"
 
@@ -42,6 +45,12 @@ class RunData:
     @property
     def versions(self) -> dict[str, Any]:
         return self.config.get("versions") or {}
+
+    @cached_property
+    def token_times(self) -> TokenTimes | None:
+        """`tokens.jsonl`, read when a chart first asks (several do; a 10,000-request run's
+        file holds millions of times); None when the folder has none readable."""
+        return read_token_times(self.path)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Per-token times of a run for its report (`tokens.jsonl`, `kvbench.bench.token_times`).
-Folders written before the file existed have none: the charts that need it are left out."""
+Folders written before the file existed have none: the charts that need it are left out.
+A report reads each folder's file once (`RunData.token_times`), for every chart that uses it."""
 
 from __future__ import annotations
 
@@ -7,25 +8,20 @@ from pathlib import Path
 
 import numpy as np
 
-from kvbench.bench.token_times import read_token_times
+from kvbench.bench.token_times import TokenTimes, pooled_gaps_s, read_token_arrays
 from kvbench.errors import KvbenchInputError
 
 
-def token_times(folder: Path) -> list[np.ndarray] | None:
-    """Each request sample's output-token times (seconds, run clock); None when the folder
-    has no readable `tokens.jsonl`."""
+def token_times(folder: Path) -> TokenTimes | None:
+    """The folder's output-token times (seconds, run clock); None when it has no readable
+    `tokens.jsonl`."""
     try:
-        by_request = read_token_times(folder)
+        return read_token_arrays(folder)
     except KvbenchInputError:
         return None  # a damaged file costs the charts that need it, not the whole report
-    if by_request is None:
-        return None
-    return [np.asarray(times, dtype=float)
-            for samples in by_request.values() for times in samples]
 
 
-def inter_token_latencies_ms(samples: list[np.ndarray]) -> np.ndarray:
-    """Every gap between consecutive output tokens of a sample, pooled (docs/design.md,
-    Metrics: ITL)."""
-    gaps = [np.diff(times) for times in samples if times.size > 1]
-    return np.concatenate(gaps) * 1e3 if gaps else np.empty(0)
+def inter_token_latencies_ms(tokens: TokenTimes) -> np.ndarray:
+    """Every gap between consecutive output tokens of a sample, pooled in file order
+    (docs/design.md, Metrics: ITL)."""
+    return pooled_gaps_s(tokens.times_s, tokens.starts) * 1e3

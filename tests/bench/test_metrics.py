@@ -102,3 +102,22 @@ def test_makespan_times_throughput_is_tokens(specs):
     df = request_rows(requests, samples)
     tput, makespan = throughput(df)
     assert tput["output_tok_s"] * makespan == pytest.approx(sum(s[1] for s in specs))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.lists(st.floats(0, 1e4), max_size=6), min_size=1, max_size=3),
+                max_size=5))
+def test_itl_pools_each_samples_gaps_in_order(times_per_request):
+    """Exactly the per-token gaps in ms, sample by sample; none across samples or requests."""
+    samples = {}
+    for i, sample_times in enumerate(times_per_request):
+        request = Request(i, arrival_s=0.0, prompt_token_ids=(1,), output_len=6,
+                          n=len(sample_times))
+        samples[i] = []
+        for k, times in enumerate(sample_times):
+            seq = Sequence(i * 10 + k, request, k, [1])
+            seq.token_times_s.extend(times)
+            samples[i].append(seq)
+    expected = [(b - a) * 1e3 for sample_times in times_per_request for times in sample_times
+                for a, b in zip(times, times[1:], strict=False)]
+    assert list(inter_token_latencies_ms(samples)) == expected

@@ -93,6 +93,32 @@ def test_itl_cdf_from_token_times(comparison, tmp_path):
     assert charts.itl_cdf_figure(load_runs([folder]), run_styles(runset)) is None
 
 
+def test_itl_cdf_of_a_long_run_plots_exact_quantiles_from_one_read(comparison, tmp_path,
+                                                                    monkeypatch):
+    folder = shutil.copytree(comparison / "paged", tmp_path / "paged")
+    rng = np.random.default_rng(0)
+    samples = [np.round(np.cumsum(rng.exponential(0.03, int(n))), 6)
+               for n in rng.integers(1, 400, 60)]
+    (folder / "tokens.jsonl").write_text("".join(
+        json.dumps({"request_id": i, "sample": 0, "token_times_s": s.tolist()}) + "\n"
+        for i, s in enumerate(samples)))
+    itl = np.sort(np.concatenate([np.diff(s) for s in samples]) * 1e3)
+    assert itl.size > charts.CDF_POINTS
+    reads = []
+    monkeypatch.setattr("kvbench.report.runs.read_token_times",
+                        lambda path: reads.append(path) or token_times(path))
+    runset = load_runs([folder])
+    styles = run_styles(runset)
+    cdf = charts.itl_cdf_figure(runset, styles).data[0]
+    x, y = cdf.x, cdf.y
+    # Each point is the k-th smallest gap at height k/n: the exact empirical CDF.
+    assert len(x) <= charts.CDF_POINTS and y[-1] == 1.0
+    ranks = np.round(np.asarray(y) * itl.size).astype(int) - 1
+    assert np.allclose(x, itl[ranks], rtol=1e-9)
+    step_charts.throughput_timeline_figure(runset, styles)
+    assert reads == [folder]  # both charts, one read of the file
+
+
 def test_repeated_runs_show_mean_and_confidence_interval(comparison, tmp_path):
     base = tmp_path / "paged"
     shutil.copytree(comparison / "paged", base / "rep-1")
