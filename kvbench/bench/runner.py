@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
 from kvbench.bench.metrics import (
     goodput,
@@ -42,6 +41,7 @@ from kvbench.core.clock import WallClock
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.build import BuiltEngine, build_engine, executor_factory
+from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
 from kvbench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.versions import versions
@@ -149,8 +149,7 @@ def run_one(
     built, workload = prepared or prepare(run)
     engine = built.engine
     label = strategy_label(run)
-    if built.device.type == "cuda":  # the peak is this run's: weights, arena and activations
-        torch.cuda.reset_peak_memory_stats(built.device)
+    reset_peak_memory(built.device)  # the peak is this run's: weights, arena and activations
     with trace_range("warmup", requests=run.warmup):
         warmup_done = _warm_up(built, run)
     results = ResultsFolder(folder)
@@ -233,10 +232,10 @@ def _gc_frozen() -> Iterator[None]:
 
 
 def _device_name(built: BuiltEngine) -> str:
-    from kvbench.execution.device import describe_device
-
     if built.backend == "simulated":
         return f"simulated {built.engine.executor.gpu.name}"
+    from kvbench.execution.device import describe_device  # imports torch: not for a simulation
+
     return describe_device(built.device)
 
 
@@ -332,9 +331,7 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         utilization_mean=use["utilization_mean"],
         utilization_saturated=use["utilization_saturated"],
         breakdown_mean=MemoryBreakdown(**use["breakdown_mean"]),
-        peak_gpu_bytes=(
-            torch.cuda.max_memory_allocated(built.device) if built.device.type == "cuda" else None
-        ),
+        peak_gpu_bytes=peak_allocated_bytes(built.device),
         prompt_blocks_max=steps.maxima["kv_prompt_blocks"],
         gpu_used_bytes_max=steps.maxima["gpu_used_bytes"],
         torch_reserved_bytes_max=steps.maxima["torch_reserved_bytes"],

@@ -20,7 +20,7 @@ from kvbench.bench.estimate import (
     parse_step,
 )
 from kvbench.errors import KvbenchInputError
-from kvbench.models.loader import resolve_model_config
+from kvbench.models.resolve_config import resolve_model_config
 from kvbench.units import parse_size_bytes
 
 

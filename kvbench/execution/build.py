@@ -5,6 +5,9 @@ are built here; what differs between the real model, the simulator and the trans
 baseline is the `ExecutorFactory` passed as `executor=` (where the model's shape, the KV
 budget, the executor and the clock come from). `EXECUTOR_FACTORIES` names them for the
 runner (`RunConfig.engine_kind`).
+
+This module does not import torch, nor any factory: the simulator builds through it without
+loading torch (docs/design.md). The real model's factory is `kvbench.execution.model_build`.
 """
 
 from __future__ import annotations
@@ -12,39 +15,28 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from kvbench.config import EngineConfig
 from kvbench.core.engine import Engine
 from kvbench.errors import KvbenchInputError
-from kvbench.execution.device import resolve_device
-from kvbench.execution.executor import Executor
-from kvbench.execution.gpu_memory import GpuMemoryProbe
-from kvbench.execution.kv_budget import (
-    kv_cache_torch_dtype,
-    kv_element_bytes,
-    planned_kv_bytes,
-    resolve_kv_budget_bytes,
-)
-from kvbench.execution.model_executor import KVArena, ModelExecutor
-from kvbench.kernels.backend import get_ops, resolve_backend
+from kvbench.execution.dtype_names import element_bytes
+from kvbench.execution.executor import DeviceKind, Executor
 from kvbench.models.config import ModelConfig
-from kvbench.models.llama import LlamaDecoder
-from kvbench.models.loader import load_model, parse_dtype, resolve_model_config
-from kvbench.models.memory_check import memory_need
 from kvbench.scheduling import SchedulerLimits, make_policy
 from kvbench.strategies import make_strategy, strategy_entry
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
 class BuiltEngine:
     engine: Any  # `Engine`, or `HFGenerateEngine` for the transformers baseline
     model_config: ModelConfig
-    device: torch.device
+    device: torch.device | DeviceKind  # `DeviceKind` where nothing runs (the simulator)
     kv_budget_bytes: int | None  # None: no budget is enforced (transformers' own cache)
-    kv_dtype: torch.dtype
+    kv_dtype: torch.dtype | str  # torch's name of it where there is no tensor (the simulator)
     bytes_per_slot: int
     backend: str
     max_model_len: int
@@ -98,36 +90,6 @@ def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int):
     )
 
 
-def prepare_device(config: EngineConfig) -> torch.device:
-    """The run's device; on the CPU, torch limited to `config.cpu_threads` threads.
-
-    Every engine (kvbench's and `--engine hf`) goes through here, so a comparison runs each
-    side on the same number of threads.
-    """
-    device = resolve_device(config.device)
-    if device.type == "cpu":
-        torch.set_num_threads(config.cpu_threads)
-    return device
-
-
-def load_cached_model(
-    config: EngineConfig, dtype: torch.dtype, device: torch.device, model_cache: dict | None
-) -> tuple[LlamaDecoder, ModelConfig]:
-    """The run's model, taken from `model_cache` when one with the same weights is there."""
-    key = (config.model, config.dtype, str(device), config.seed)
-    if model_cache is not None and key in model_cache:
-        return model_cache[key]
-    # Checked before a byte is allocated: weights, a full prefill's activations and the arena.
-    model_config = resolve_model_config(config.model)
-    _, max_batched = resolve_lengths(config, model_config)
-    need = memory_need(model_config, dtype, max_batched, config.max_num_seqs,
-                       planned_kv_bytes(config, device))
-    loaded = load_model(config.model, dtype=dtype, device=device, seed=config.seed, need=need)
-    if model_cache is not None:
-        model_cache[key] = loaded
-    return loaded
-
-
 @dataclass(frozen=True)
 class BuildContext:
     """What the caller lends a build: the run's clock (None: the factory's own) and a cache of
@@ -148,10 +110,9 @@ class ExecutorFactory(ABC):
     def build(self, config: EngineConfig, context: BuildContext) -> BuiltEngine:
         config = effective_config(config)
         device, model, model_config = self.load(config, context)
-        dtype = parse_dtype(config.dtype)
         max_model_len, max_batched = resolve_lengths(config, model_config)
-        kv_dtype = kv_cache_torch_dtype(config, dtype)
-        kv_elem = kv_element_bytes(kv_dtype)
+        kv_dtype = self.kv_dtype(config)
+        kv_elem = element_bytes(kv_dtype)
         bytes_per_slot = model_config.kv_bytes_per_token(kv_elem)
         budget = self.kv_budget_bytes(config, device, model, model_config, max_batched)
         num_slots = arena_slots(budget, bytes_per_slot)
@@ -172,25 +133,30 @@ class ExecutorFactory(ABC):
     @abstractmethod
     def load(
         self, config: EngineConfig, context: BuildContext
-    ) -> tuple[torch.device, Any, ModelConfig]:
+    ) -> tuple[torch.device | DeviceKind, Any, ModelConfig]:
         """(device, model or None, the model's shape)."""
 
     @abstractmethod
+    def kv_dtype(self, config: EngineConfig) -> torch.dtype | str:
+        """The KV cache's dtype as the executor stores it (torch's name when it stores none)."""
+
+    @abstractmethod
     def kv_budget_bytes(
-        self, config: EngineConfig, device: torch.device, model: Any, model_config: ModelConfig,
-        max_batched_tokens: int,
+        self, config: EngineConfig, device: torch.device | DeviceKind, model: Any,
+        model_config: ModelConfig, max_batched_tokens: int,
     ) -> int:
         """Bytes of the KV arena."""
 
     @abstractmethod
     def executor(
-        self, config: EngineConfig, model: Any, model_config: ModelConfig, device: torch.device,
-        num_slots: int, kv_dtype: torch.dtype, clock: Callable[[], float] | None,
+        self, config: EngineConfig, model: Any, model_config: ModelConfig,
+        device: torch.device | DeviceKind, num_slots: int, kv_dtype: torch.dtype | str,
+        clock: Callable[[], float] | None,
     ) -> Executor:
         """The executor over an arena of `num_slots` KV slots."""
 
     @abstractmethod
-    def backend(self, config: EngineConfig, device: torch.device) -> str:
+    def backend(self, config: EngineConfig, device: torch.device | DeviceKind) -> str:
         """The attention backend's name, as results record it."""
 
     def clock(self, context: BuildContext) -> Callable[[], float] | None:
@@ -199,54 +165,13 @@ class ExecutorFactory(ABC):
     def temperature(self, config: EngineConfig) -> float:
         return config.temperature
 
-    def memory_probe(self, device: torch.device) -> Callable[[], dict] | None:
+    def memory_probe(self, device: torch.device | DeviceKind) -> Callable[[], dict] | None:
         return None
 
     def precompile(self, config: EngineConfig, executor: Executor, model_config: ModelConfig,
-                   device: torch.device) -> float:
+                   device: torch.device | DeviceKind) -> float:
         """Compile every kernel variant the run will meet; the seconds it took."""
         return 0.0
-
-
-class ModelExecutors(ExecutorFactory):
-    """kvbench's engine: the Llama model with the configured attention backend."""
-
-    def load(self, config: EngineConfig, context: BuildContext):
-        device = prepare_device(config)
-        dtype = parse_dtype(config.dtype)
-        model, model_config = load_cached_model(config, dtype, device, context.model_cache)
-        return device, model, model_config
-
-    def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
-        return resolve_kv_budget_bytes(config, device, model, max_batched_tokens)
-
-    def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
-        backend = self.backend(config, device)
-        arena = KVArena(model_config, num_slots, kv_dtype, device, kv_scale=config.kv_scale)
-        return ModelExecutor(model, arena, get_ops(backend), device, backend,
-                             enforce_eager=config.enforce_eager,
-                             max_num_seqs=config.max_num_seqs)
-
-    def backend(self, config: EngineConfig, device: torch.device) -> str:
-        return resolve_backend(config.attention_backend, device)
-
-    def memory_probe(self, device: torch.device) -> Callable[[], dict] | None:
-        return GpuMemoryProbe(device).sample if device.type == "cuda" else None
-
-    def precompile(self, config, executor, model_config, device) -> float:
-        # Triton compiles a variant at its first launch: without this, a second of compile
-        # would land inside the first measured step of each variant.
-        if self.backend(config, device) != "triton" or device.type != "cuda":
-            return 0.0
-        from kvbench.kernels.attention_shape import AttentionShape
-
-        arena = executor.arena
-        shape = AttentionShape(
-            model_config.num_heads, model_config.num_kv_heads, model_config.head_dim,
-            parse_dtype(config.dtype), arena.dtype, config.block_size,
-            "scalar" if arena.is_fp8 else "none",
-        )
-        return executor.ops.precompile(shape, device)
 
 
 def build_engine(
@@ -257,8 +182,14 @@ def build_engine(
     model_cache: dict | None = None,
 ) -> BuiltEngine:
     """The engine of `config` whose model side comes from `executor` (default: the model)."""
-    factory = executor or ModelExecutors()
+    factory = executor or _model()
     return factory.build(config, BuildContext(clock=clock, model_cache=model_cache))
+
+
+def _model(gpu: str | None = None) -> ExecutorFactory:
+    from kvbench.execution.model_build import ModelExecutors
+
+    return ModelExecutors()
 
 
 def _simulated(gpu: str | None = None) -> ExecutorFactory:
@@ -274,9 +205,9 @@ def _transformers(gpu: str | None = None) -> ExecutorFactory:
 
 
 # `RunConfig.engine_kind` -> its factory (given the simulated GPU preset, which only the
-# simulator reads). The simulator and transformers are imported only when asked for.
+# simulator reads). Each is imported only when asked for: the model's brings torch.
 EXECUTOR_FACTORIES: dict[str, Callable[[str | None], ExecutorFactory]] = {
-    "kvbench": lambda gpu=None: ModelExecutors(),
+    "kvbench": _model,
     "simulated": _simulated,
     "hf": _transformers,
 }
@@ -290,3 +221,16 @@ def executor_factory(engine_kind: str, gpu: str | None = None) -> ExecutorFactor
             f"unknown engine {engine_kind!r} (choose from {', '.join(EXECUTOR_FACTORIES)})"
         ) from None
     return make(gpu)
+
+
+# The real model's factory and its helpers lived here; they are kept importable from here
+# without importing torch until they are asked for.
+_MOVED_TO_MODEL_BUILD = ("ModelExecutors", "load_cached_model", "prepare_device")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_MODEL_BUILD:
+        from kvbench.execution import model_build
+
+        return getattr(model_build, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,11 +1,34 @@
 """Device memory samples on CUDA (pynvml: device used; torch: allocated / reserved).
 
-Off CUDA every figure is None: never made up.
+Off CUDA every figure is None: never made up. torch is imported only for a CUDA device, so a
+run without one (`kvbench simulate`) never loads it.
 """
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from kvbench.execution.executor import DeviceKind
+
+
+def reset_peak_memory(device: torch.device | DeviceKind) -> None:
+    """Start a new peak of torch's allocator on CUDA, so the next peak is this run's."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_allocated_bytes(device: torch.device | DeviceKind) -> int | None:
+    """torch's allocator peak on CUDA since the last reset; None elsewhere."""
+    if device.type != "cuda":
+        return None
+    import torch
+
+    return torch.cuda.max_memory_allocated(device)
 
 
 class GpuMemoryProbe:
@@ -15,6 +38,8 @@ class GpuMemoryProbe:
         self._nvml = None
         if device.type != "cuda":
             return
+        import torch
+
         try:
             import pynvml
 
@@ -29,6 +54,8 @@ class GpuMemoryProbe:
         if self.device.type != "cuda":
             return {"gpu_used_bytes": None, "torch_allocated_bytes": None,
                     "torch_reserved_bytes": None}
+        import torch
+
         used = None
         if self._handle is not None:
             used = int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)

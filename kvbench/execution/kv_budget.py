@@ -16,10 +16,6 @@ def kv_cache_torch_dtype(config: EngineConfig, model_dtype: torch.dtype) -> torc
     return FP8 if is_fp8_cache(config.kv_cache_dtype) else model_dtype
 
 
-def kv_element_bytes(kv_dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=kv_dtype).element_size()
-
-
 def planned_kv_bytes(config: EngineConfig, device: torch.device) -> int:
     """The arena's bytes as known before the model is built (for the memory check).
 

@@ -12,24 +12,30 @@ or `--kv-memory` when given. Weights are parameters x bytes of `--dtype`; simula
 default is `SIMULATE_DEFAULT_DTYPE` (bfloat16: `EngineConfig`'s float32 default is a CPU
 default; float32 is simulated as TF32). The activation peak cannot be profiled without a GPU,
 so it is estimated by `activation_bytes_estimate`.
+
+Nothing here imports torch (docs/design.md): dtypes are torch's names and their sizes
+(`kvbench.execution.dtype_names`), the device is `SIMULATED_DEVICE`, a `DeviceKind("meta")`.
 """
 
 from __future__ import annotations
 
 import math
 
-import torch
-
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.build import BuildContext, BuiltEngine, ExecutorFactory, build_engine
+from kvbench.execution.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
+from kvbench.execution.executor import DeviceKind
 from kvbench.execution.gpus import GPUSpec, get_gpu
-from kvbench.execution.kv_budget import kv_cache_torch_dtype, kv_element_bytes
 from kvbench.execution.kv_capacity import group_kv_capacity
-from kvbench.execution.simulated_executor import SimulatedClock, SimulatedExecutor
+from kvbench.execution.simulated_executor import (
+    SIMULATED_DEVICE,
+    SimulatedClock,
+    SimulatedExecutor,
+)
 from kvbench.execution.step_time import StepTimeModel
-from kvbench.models.loader import parse_dtype, resolve_model_config
 from kvbench.models.memory_check import activation_bytes_estimate
+from kvbench.models.resolve_config import resolve_model_config
 from kvbench.units import format_bytes
 
 SIMULATE_DEFAULT_DTYPE = "bfloat16"
@@ -61,7 +67,8 @@ def simulated_kv_budget_bytes(
 class SimulatedExecutors(ExecutorFactory):
     """The step-time model of `gpu`; the engine's clock is the simulated one (`engine.clock`).
 
-    `BuiltEngine.device` is `meta` (nothing is allocated anywhere) and `backend` is
+    `BuiltEngine.device` is `SIMULATED_DEVICE` (type `meta`: nothing is allocated anywhere),
+    `kv_dtype` is torch's name of the KV dtype (no tensor exists) and `backend` is
     "simulated"; the GPU spec is `engine.executor.gpu`. Sampling is greedy whatever
     `config.temperature` says: token ids never matter with workload-fixed output lengths.
     With `config.tensor_parallel_size` N > 1 the KV budget is the group's (N GPUs' KV
@@ -75,13 +82,16 @@ class SimulatedExecutors(ExecutorFactory):
 
     def load(self, config: EngineConfig, context: BuildContext):
         get_gpu(self.gpu)  # an unknown preset fails before anything else
-        # Nothing here is worth a second thread; torch's pool would only contend with the engine.
-        torch.set_num_threads(1)
-        return torch.device("meta"), None, resolve_model_config(config.model)
+        # No thread pinning: a simulated step runs no torch op (it used to sample fabricated
+        # logits, which torch's thread pool made costly on a busy machine).
+        return SIMULATED_DEVICE, None, resolve_model_config(config.model)
+
+    def kv_dtype(self, config: EngineConfig) -> str:
+        return kv_cache_dtype_name(config)
 
     @staticmethod
     def _weight_bytes_per_param(config: EngineConfig) -> int:
-        return torch.empty((), dtype=parse_dtype(config.dtype)).element_size()
+        return element_bytes(model_dtype_name(config.dtype))
 
     def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
         per_param = self._weight_bytes_per_param(config)
@@ -94,7 +104,7 @@ class SimulatedExecutors(ExecutorFactory):
             weights = model_config.num_parameters() * per_param
             return simulated_kv_budget_bytes(config, spec, weights, activations)
         # Per GPU: a weight shard, activations of its head / column share (estimated as 1/N).
-        kv_elem = kv_element_bytes(kv_cache_torch_dtype(config, parse_dtype(config.dtype)))
+        kv_elem = element_bytes(kv_cache_dtype_name(config))
         group = group_kv_capacity(
             model_config, spec.memory_bytes, tp,
             config.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -108,10 +118,10 @@ class SimulatedExecutors(ExecutorFactory):
     def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
         cost_model = StepTimeModel(model_config, get_gpu(self.gpu),
                                    self._weight_bytes_per_param(config),
-                                   kv_element_bytes(kv_dtype), config.tensor_parallel_size)
+                                   element_bytes(kv_dtype), config.tensor_parallel_size)
         return SimulatedExecutor(cost_model, clock)
 
-    def backend(self, config: EngineConfig, device: torch.device) -> str:
+    def backend(self, config: EngineConfig, device: DeviceKind) -> str:
         return SIMULATED_BACKEND
 
     def temperature(self, config: EngineConfig) -> float:

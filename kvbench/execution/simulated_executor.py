@@ -9,7 +9,8 @@ tensor-parallel group, constants fitted on measured kernel profiles; docs/simula
 The engine calls `execute_and_sample`, which returns token 0 for every requested sample
 without building logits, and builds no token ids or positions for it
 (`reads_token_inputs = False`): the cost needs only the step's lengths. `execute` still
-returns `[rows, 1]` zero logits for callers that sample themselves (greedy picks the same 0).
+returns `[rows, 1]` zero logits for callers that sample themselves (greedy picks the same 0);
+only that call imports torch, so a simulation that goes through the engine never loads it.
 
 The clock: the simulated clock advances only by modelled time, inside `execute`. The
 engine's own work (scheduling, layout, memory split) takes wall time that is *not* added:
@@ -21,13 +22,16 @@ equals its modelled time and `overhead_ms` is 0.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
-from kvbench.execution.executor import Executor
+from kvbench.execution.executor import DeviceKind, Executor
 from kvbench.execution.gpus import GPUSpec
 from kvbench.execution.step_time import StepTime, StepTimeModel
+
+if TYPE_CHECKING:
+    import torch
 
 
 class SimulatedClock:
@@ -59,6 +63,8 @@ class SimulatedClock:
             self.now_s = float(t_s)
 
 
+# Nothing runs anywhere: the type torch gives a device that holds shapes, not data.
+SIMULATED_DEVICE = DeviceKind("meta")
 _ONE_ZERO = [0]  # a sampled row of one token, shared: the engine only reads rows
 
 # The old names: a step's cost and the model that computes it (now per operation).
@@ -73,7 +79,7 @@ class SimulatedExecutor(Executor):
     here because output lengths are fixed by the workload.
     """
 
-    device = torch.device("meta")  # nothing runs anywhere
+    device = SIMULATED_DEVICE
     reads_token_inputs = False  # the step's cost needs its lengths, not its token ids
 
     def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock) -> None:
@@ -85,7 +91,7 @@ class SimulatedExecutor(Executor):
         self.busy_s = 0.0
         self.total_flops = 0.0
         self.total_bytes = 0.0
-        self._zeros = torch.zeros((256, 1))
+        self._zeros: torch.Tensor | None = None  # built at the first `execute`
 
     @property
     def gpu(self) -> GPUSpec:
@@ -119,9 +125,11 @@ class SimulatedExecutor(Executor):
         return [[0] * len(row) for row in sampling.keys]
 
     def execute(self, batch: StepBatch) -> torch.Tensor:
+        import torch
+
         rows = self.advance(batch)
-        if rows > self._zeros.shape[0]:
-            self._zeros = torch.zeros((2 * rows, 1))
+        if self._zeros is None or rows > self._zeros.shape[0]:
+            self._zeros = torch.zeros((max(256, 2 * rows), 1))
         return self._zeros[:rows]
 
     def synchronize(self) -> None:
@@ -139,6 +147,7 @@ class SimulatedExecutor(Executor):
 
 
 __all__ = [
+    "SIMULATED_DEVICE",
     "RooflineCostModel",
     "SimulatedClock",
     "SimulatedExecutor",

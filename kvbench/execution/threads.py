@@ -13,7 +13,8 @@ default has to be in the environment before that: `kvbench/__init__.py` calls
 When torch was imported first (a library user who imported torch before kvbench) the policy
 can no longer change; `thread_settings()` records that it may not be in effect.
 
-This module must not import torch at module level.
+This module must not import torch at module level. A run that never loaded torch
+(`kvbench simulate`) records its torch thread counts as None: no torch pool ran.
 """
 
 from __future__ import annotations
@@ -51,13 +52,15 @@ def default_passive_wait_policy(environ: MutableMapping[str, str] | None = None)
 
 
 def thread_settings() -> dict[str, Any]:
-    """The thread settings a run measured under, for its config.json."""
-    import torch
+    """The thread settings a run measured under, for its config.json.
 
+    torch's thread counts are None when torch was never loaded: asking would load it.
+    """
+    torch = sys.modules.get("torch")
     policy = os.environ.get(WAIT_POLICY_VAR)
     return {
-        "torch_num_threads": torch.get_num_threads(),
-        "torch_num_interop_threads": torch.get_num_interop_threads(),
+        "torch_num_threads": torch.get_num_threads() if torch else None,
+        "torch_num_interop_threads": torch.get_num_interop_threads() if torch else None,
         "omp_wait_policy": policy,
         "omp_wait_policy_source": (
             "kvbench default" if _state["set_by_kvbench"] else "environment" if policy else None

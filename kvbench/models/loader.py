@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -12,7 +11,9 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder, rope_inv_freq
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
-from kvbench.models.presets import PRESETS, get_preset
+from kvbench.models.presets import PRESETS
+from kvbench.models.resolve_config import first_line as _first_line
+from kvbench.models.resolve_config import resolve_model_config  # noqa: F401  (its old home)
 
 DTYPES = {
     "float32": torch.float32,
@@ -32,27 +33,6 @@ def parse_dtype(name: str) -> torch.dtype:
         raise KvbenchInputError(
             f"unknown --dtype {name!r} (choose from float32, bfloat16, float16)"
         ) from None
-
-
-def resolve_model_config(model: str) -> ModelConfig:
-    """A preset's shape, or the `config.json` of a local folder."""
-    if model in PRESETS:
-        return get_preset(model)
-    path = Path(model)
-    if not path.exists():
-        get_preset(model)  # raises: unknown preset, and says what a folder would need
-    if not path.is_dir():
-        raise KvbenchInputError(f"model {model!r} is neither a preset nor a folder")
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise KvbenchInputError(f"model folder {model} has no config.json")
-    try:
-        hf = json.loads(config_file.read_text())
-    except json.JSONDecodeError as err:
-        raise KvbenchInputError(f"{config_file}: not valid JSON ({err.msg}, line {err.lineno})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise KvbenchInputError(f"{config_file}: cannot read it ({_first_line(err)})") from None
-    return ModelConfig.from_hf_config(hf, name=str(path))
 
 
 def init_dummy_weights(model: LlamaDecoder, seed: int, std: float = 0.02) -> None:
@@ -183,7 +163,3 @@ def _config_hint(name: str) -> str:
     if "mlp" in name:
         return " (config.json does not set mlp_bias)"
     return ""
-
-
-def _first_line(err: Exception) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]

@@ -22,19 +22,21 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.sizes import canonical_dtype, weights_bytes
 from kvbench.units import format_bytes
 
+if TYPE_CHECKING:  # torch only where a device is asked: the simulator sizes without it
+    import torch
+
 LOGITS_BYTES = 4  # the sampler's float32 logits
 MEMINFO = Path("/proc/meminfo")
 
 # device -> free bytes (None: unknown, the check is skipped)
-AvailableFn = Callable[[torch.device], int | None]
+AvailableFn = Callable[["torch.device"], int | None]
 
 
 def activation_bytes_estimate(
@@ -92,6 +94,8 @@ def memory_need(
 def available_bytes(device: torch.device) -> int | None:
     """Bytes the device can hand out now; None when it cannot be told."""
     if device.type == "cuda":
+        import torch
+
         free, _total = torch.cuda.mem_get_info(device)
         return int(free)
     if device.type != "cpu":
@@ -153,4 +157,4 @@ _LONG = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def _dtype_name(dtype: str | torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
+    return dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")

@@ -1,0 +1,38 @@
+"""A model's shape: a preset's, or the `config.json` of a local Hugging Face folder.
+
+Torch-free, so `kvbench simulate` and `kvbench estimate` resolve a model without loading torch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
+from kvbench.models.presets import PRESETS, get_preset
+
+
+def resolve_model_config(model: str) -> ModelConfig:
+    """A preset's shape, or the `config.json` of a local folder."""
+    if model in PRESETS:
+        return get_preset(model)
+    path = Path(model)
+    if not path.exists():
+        get_preset(model)  # raises: unknown preset, and says what a folder would need
+    if not path.is_dir():
+        raise KvbenchInputError(f"model {model!r} is neither a preset nor a folder")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise KvbenchInputError(f"model folder {model} has no config.json")
+    try:
+        hf = json.loads(config_file.read_text())
+    except json.JSONDecodeError as err:
+        raise KvbenchInputError(f"{config_file}: not valid JSON ({err.msg}, line {err.lineno})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise KvbenchInputError(f"{config_file}: cannot read it ({first_line(err)})") from None
+    return ModelConfig.from_hf_config(hf, name=str(path))
+
+
+def first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
