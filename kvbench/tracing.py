@@ -266,6 +266,9 @@ class _NoRange:
 
 
 _NO_RANGE = _NoRange()
+# What `trace_range` returns when nothing records: a caller on a hot path that checked
+# `tracing_active()` once uses it directly, without building the range's arguments.
+NO_RANGE = _NO_RANGE
 
 
 class _Range:

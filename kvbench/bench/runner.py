@@ -247,6 +247,7 @@ def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress
     in_flight: set[int] = set()
     done = 0
     tokens = 0
+    steps = 0
     with trace_range("replay", requests=len(workload.requests)):
         while pending or engine.has_unfinished():
             now = clock()
@@ -271,7 +272,10 @@ def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress
                 if all(s.finish_s is not None for s in group) and len(group) == seq.request.n:
                     in_flight.discard(seq.request.request_id)
                     done += 1
-            if progress.enabled:  # the bar's KV figure: not worth computing for nobody
+            steps += 1
+            # The bar's figures: when a request ends, and every 64 steps (a long simulation
+            # runs hundreds of thousands of steps of microseconds each).
+            if progress.enabled and (finished or not steps % 64):
                 progress.update(done, tokens, _held_share(engine))
     progress.close()
     engine.drain()

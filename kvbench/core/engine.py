@@ -15,7 +15,7 @@ from kvbench.core.step_record import StepRecord
 from kvbench.errors import KvbenchInputError, KvbenchRunError
 from kvbench.scheduling.base import BatchingPolicy
 from kvbench.strategies.base import CacheStrategy
-from kvbench.tracing import trace_counter, trace_range, tracing_active
+from kvbench.tracing import NO_RANGE, trace_counter, trace_range, tracing_active
 
 if TYPE_CHECKING:  # the executor owns torch: the core never imports it
     from kvbench.execution.executor import Executor
@@ -80,6 +80,7 @@ class Engine(BaseEngine):
         self.bytes_per_slot = bytes_per_slot
         self.memory_probe = memory_probe
         self._unrecorded_preemptions = 0
+        self._traced = False  # whether this step records trace ranges (set at its start)
         self.num_steps = 0
         self.last_step: StepRecord | None = None
         # Set by a runner that streams rows to disk: each StepRecord goes there and `steps`
@@ -115,8 +116,12 @@ class Engine(BaseEngine):
     def step(self) -> list[Sequence]:
         """Run one iteration; returns the sequences that finished in it."""
         t_start = self.clock()
-        with trace_range("step", step=self.num_steps):
-            with trace_range("schedule", waiting=len(self.waiting), running=self.num_running):
+        # Checked once a step: with nobody recording, the ranges and their arguments would
+        # cost a long simulation a tenth of a second per 100k steps for nothing.
+        traced = self._traced = tracing_active()
+        with trace_range("step", step=self.num_steps) if traced else NO_RANGE:
+            with (trace_range("schedule", waiting=len(self.waiting), running=self.num_running)
+                  if traced else NO_RANGE):
                 out = self.policy.schedule(t_start)
             if not out.scheduled:
                 self._unrecorded_preemptions += len(out.preempted)  # goes in the next row
@@ -135,7 +140,7 @@ class Engine(BaseEngine):
             t_forward = self.clock()
             tokens = self.executor.execute_and_sample(batch, sampling)
             t_forward_end = self.clock()
-            with trace_range("sample", rows=len(batch.sample_rows)):
+            with trace_range("sample", rows=len(batch.sample_rows)) if traced else NO_RANGE:
                 finished = self._commit(to_sample, tokens, t_forward_end, bool(forks))
             split = self.strategy.memory_split(self.policy.holders(), self.waiting.head())
         t_end = self.clock()
@@ -165,7 +170,7 @@ class Engine(BaseEngine):
             **(self.memory_probe() if self.memory_probe else {}),
         )
         self._record(record)
-        if tracing_active():
+        if traced:
             trace_counter("kv_bytes", t_end, {"token": record.kv_token_bytes,
                                               "held": split.held * b})
             trace_counter("batch", t_end, {"running": record.num_running,
@@ -187,7 +192,7 @@ class Engine(BaseEngine):
         """The step's batch, the sequences that sample (row order) and the sampling keys of
         the forking rows; counts the step's tokens as computed. Token ids and positions only
         for an executor that reads them. One pass over the sequences: the engine's hot loop."""
-        with trace_range("layout", seqs=len(ordered)):
+        with trace_range("layout", seqs=len(ordered)) if self._traced else NO_RANGE:
             layout = self.strategy.build_layout(ordered)
         sample_rows: list[int] = []
         to_sample: list[Sequence] = []
@@ -219,7 +224,7 @@ class Engine(BaseEngine):
     ) -> tuple[StepBatch, list[Sequence], dict[int, tuple[SampleKey, ...]]]:
         """`_build_batch` for a step of decodes only: one token each, every row samples, and
         no row forks (a decode has sampled its first token already)."""
-        with trace_range("layout", seqs=len(decodes)):
+        with trace_range("layout", seqs=len(decodes)) if self._traced else NO_RANGE:
             layout = self.strategy.build_layout(decodes)
         to_sample = [seq for seq, _ in decodes]
         if self.executor.reads_token_inputs:
