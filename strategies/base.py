@@ -158,7 +158,9 @@ class CacheStrategy(ABC):
     def _account(self, seq: Sequence, held_slots: int, prompt_blocks: int = 0) -> None:
         """Record that `seq` now holds `held_slots` (0: nothing) in the running totals."""
         old_held, old_will, old_prompt = self._held.pop(seq.seq_id, (0, 0, 0))
-        will = min(held_slots, seq.final_kv_len)
+        request = seq.request  # `final_kv_len`, inlined: this runs at every block a sequence takes
+        final_kv_len = len(request.prompt_token_ids) + request.output_len - 1
+        will = held_slots if held_slots < final_kv_len else final_kv_len
         self._held_slots += held_slots - old_held
         self._will_use_slots += will - old_will
         self._prompt_blocks += prompt_blocks - old_prompt

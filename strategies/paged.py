@@ -113,8 +113,8 @@ class PagedStrategy(CacheStrategy):
         return table
 
     def _account_table(self, seq: Sequence, table: list[int]) -> None:
-        self._account(seq, len(table) * self.block_size,
-                      min(len(table), self.blocks_for(seq.prompt_len)))
+        prompt_blocks = -(-len(seq.request.prompt_token_ids) // self.block_size)
+        self._account(seq, len(table) * self.block_size, min(len(table), prompt_blocks))
 
     def free(self, seq: Sequence) -> None:
         for block in self._drop_table(seq):

@@ -22,6 +22,7 @@ _ROW = operator.attrgetter(*COLUMNS)
 SPLIT_PARTS = ("token", "reserved", "internal", "external", "free", "cached")
 _MAX_COLUMNS = ("kv_prompt_blocks", "gpu_used_bytes", "torch_reserved_bytes")
 _MAXED = operator.attrgetter(*_MAX_COLUMNS)
+_NO_VALUES = (None,) * len(_MAX_COLUMNS)
 
 
 class _Weighted:
@@ -78,11 +79,13 @@ class StepTotals:
         self.waiting_sum += record.num_waiting
         self.overhead_ms += record.overhead_ms
         self.step_ms += record.step_ms
-        maxima = self.maxima
-        for column, value in zip(_MAX_COLUMNS, _MAXED(record), strict=True):
-            if value is not None:
-                old = maxima[column]
-                maxima[column] = value if old is None or value > old else old
+        values = _MAXED(record)
+        if values != _NO_VALUES:  # a simulation or a CPU run has none of them
+            maxima = self.maxima
+            for column, value in zip(_MAX_COLUMNS, values, strict=True):
+                if value is not None:
+                    old = maxima[column]
+                    maxima[column] = value if old is None or value > old else old
         previous, self._held_back = self._held_back, record
         if previous is not None:
             duration_s = previous.step_ms / 1e3
