@@ -113,6 +113,20 @@ class CacheStrategy(ABC):
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Make room for `num_new_tokens` more tokens; False when the arena cannot."""
 
+    def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
+        """`allocate` for `items[start:]` in order, `(sequence, new tokens)` each; stops at
+        the first that does not fit and returns its index (`len(items)` when all did).
+
+        The scheduler's way to grow every running sequence in one call: a strategy may
+        override it with the common no-new-memory case inlined (it runs for every running
+        sequence of every step)."""
+        allocate = self.allocate
+        for i in range(start, len(items)):
+            seq, n = items[i]
+            if not allocate(seq, n):
+                return i
+        return len(items)
+
     @abstractmethod
     def free(self, seq: Sequence) -> None:
         """Give back everything the sequence holds."""

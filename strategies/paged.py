@@ -92,6 +92,22 @@ class PagedStrategy(CacheStrategy):
         self._extend_table(seq, table, [pool.allocate() for _ in range(needed)])
         return True
 
+    def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
+        if type(self).allocate is not PagedStrategy.allocate:
+            # a subclass with its own `allocate` (prefix caching: copy-on-write of a shared
+            # last block) must see every call
+            return super().allocate_each(items, start)
+        tables = self.tables
+        block_size = self.block_size
+        for i in range(start, len(items)):
+            seq, n = items[i]
+            table = tables.get(seq.seq_id)
+            if table and len(table) * block_size >= seq.num_computed + n:
+                continue  # room in the last block: the common decode case, inlined
+            if not self.allocate(seq, n):
+                return i
+        return len(items)
+
     # Every change to a table goes through these three: the log and the totals follow it.
 
     def _extend_table(self, seq: Sequence, table: list[int], blocks: list[int]) -> None:

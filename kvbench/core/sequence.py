@@ -14,7 +14,7 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # read in every per-sequence loop of every step
 class Sequence:
     """Token state of one sample. `num_computed` tokens have their KV in the cache.
 
