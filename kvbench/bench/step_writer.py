@@ -15,31 +15,18 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from kvbench.core.step_record import StepRecord
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(StepRecord))
 _ROW = operator.attrgetter(*COLUMNS)
 SPLIT_PARTS = ("token", "reserved", "internal", "external", "free", "cached")
 _MAX_COLUMNS = ("kv_prompt_blocks", "gpu_used_bytes", "torch_reserved_bytes")
-_MAXED = operator.attrgetter(*_MAX_COLUMNS)
-_NO_VALUES = (None,) * len(_MAX_COLUMNS)
 
 
-class _Weighted:
-    """A weighted mean built one value at a time (`None` while no weight was added)."""
-
-    __slots__ = ("total", "weight")
-
-    def __init__(self) -> None:
-        self.total = 0.0
-        self.weight = 0.0
-
-    def add(self, value: float, weight: float) -> None:
-        self.total += value * weight
-        self.weight += weight
-
-    def mean(self) -> float | None:
-        return self.total / self.weight if self.weight > 0 else None
+_INDEX = {name: i for i, name in enumerate(COLUMNS)}
+_PART_COLUMNS = tuple(_INDEX[f"kv_{part}_bytes"] for part in SPLIT_PARTS)
 
 
 @dataclasses.dataclass
@@ -48,7 +35,9 @@ class StepTotals:
 
     The memory means are time-weighted (docs/design.md, Memory split): a step's
     memory state lasts until the next step starts (the last one: its own length), which is
-    why each row is folded in when the next one arrives.
+    why each row is folded in when the next one arrives. Rows come in batches (`add_rows`,
+    rows as `COLUMNS` tuples) and are summed with numpy: a simulation makes hundreds of
+    thousands of them (issue 15).
     """
 
     steps: int = 0
@@ -60,62 +49,75 @@ class StepTotals:
     step_ms: float = 0.0
     maxima: dict[str, int | None] = dataclasses.field(
         default_factory=lambda: dict.fromkeys(_MAX_COLUMNS))
-    _util: _Weighted = dataclasses.field(default_factory=_Weighted)
-    _saturated: _Weighted = dataclasses.field(default_factory=_Weighted)
+    _util_total: float = 0.0
+    _util_weight: float = 0.0
+    _saturated_total: float = 0.0
+    _saturated_weight: float = 0.0
     _any_saturated: bool = False
-    # Time-weighted sums of each split part's share of the arena, and their weight: plain
-    # floats, updated inline (this runs once per step of a simulation).
+    # Time-weighted sums of each split part's share of the arena, and their weight.
     _part_sums: list[float] = dataclasses.field(default_factory=lambda: [0.0] * 6)
     _part_weight: float = 0.0
-    _held_back: StepRecord | None = None
+    _held_back: tuple | None = None
 
     def add(self, record: StepRecord) -> None:
-        self.steps += 1
-        self.preemptions += record.preemptions
-        batch = record.num_prefill_seqs + record.num_decode_seqs
-        self.batch_sum += batch
-        if self.batch_max is None or batch > self.batch_max:
-            self.batch_max = batch
-        self.waiting_sum += record.num_waiting
-        self.overhead_ms += record.overhead_ms
-        self.step_ms += record.step_ms
-        values = _MAXED(record)
-        if values != _NO_VALUES:  # a simulation or a CPU run has none of them
-            maxima = self.maxima
-            for column, value in zip(_MAX_COLUMNS, values, strict=True):
-                if value is not None:
-                    old = maxima[column]
-                    maxima[column] = value if old is None or value > old else old
-        previous, self._held_back = self._held_back, record
-        if previous is not None:
-            duration_s = previous.step_ms / 1e3
-            self._fold(previous, max(record.t_s - previous.t_s, duration_s))
+        self.add_rows([_ROW(record)])
+
+    def add_rows(self, rows: list[tuple]) -> None:
+        """Fold in rows (`COLUMNS` order), oldest first."""
+        if not rows:
+            return
+        columns = list(zip(*rows, strict=True))
+        self.steps += len(rows)
+        self.preemptions += sum(columns[_INDEX["preemptions"]])
+        batch = [a + b for a, b in zip(columns[_INDEX["num_prefill_seqs"]],
+                                       columns[_INDEX["num_decode_seqs"]], strict=True)]
+        self.batch_sum += sum(batch)
+        most = max(batch)
+        self.batch_max = most if self.batch_max is None else max(self.batch_max, most)
+        self.waiting_sum += sum(columns[_INDEX["num_waiting"]])
+        self.overhead_ms += float(np.sum(columns[_INDEX["overhead_ms"]], dtype=float))
+        self.step_ms += float(np.sum(columns[_INDEX["step_ms"]], dtype=float))
+        for name in _MAX_COLUMNS:
+            values = [v for v in columns[_INDEX[name]] if v is not None]
+            if values:
+                old = self.maxima[name]
+                self.maxima[name] = max(values) if old is None else max(old, *values)
+        folded = rows if self._held_back is None else [self._held_back, *rows]
+        self._held_back = rows[-1]
+        if len(folded) > 1:
+            starts = np.array([r[_INDEX["t_s"]] for r in folded], dtype=float)
+            durations = np.array([r[_INDEX["step_ms"]] for r in folded[:-1]], dtype=float) / 1e3
+            self._fold(folded[:-1], np.maximum(starts[1:] - starts[:-1], durations))
 
     def finish(self) -> None:
         """Fold in the last row (weighted by its own length)."""
         last, self._held_back = self._held_back, None
         if last is not None:
-            self._fold(last, last.step_ms / 1e3)
+            self._fold([last], np.array([last[_INDEX["step_ms"]] / 1e3], dtype=float))
 
-    def _fold(self, r: StepRecord, weight_s: float) -> None:
-        held = r.kv_token_bytes + r.kv_reserved_bytes + r.kv_internal_bytes + \
-            r.kv_external_bytes
-        arena = held + r.kv_free_bytes
-        if held > 0:
-            util = r.kv_token_bytes / held
-            self._util.add(util, weight_s)
-            if r.num_waiting > 0:
+    def _fold(self, rows: list[tuple], weight_s: np.ndarray) -> None:
+        parts = np.array([[r[i] for i in _PART_COLUMNS] for r in rows], dtype=float)
+        token = parts[:, 0]
+        held = parts[:, 0] + parts[:, 1] + parts[:, 2] + parts[:, 3]
+        arena = held + parts[:, 4]
+        has_held = held > 0  # NaN (no KV books: hf-generate) is neither held nor an arena
+        if has_held.any():
+            w = weight_s[has_held]
+            util = token[has_held] / held[has_held]
+            self._util_total += float(np.sum(util * w))
+            self._util_weight += float(np.sum(w))
+            waiting = np.array([r[_INDEX["num_waiting"]] for r in rows])[has_held] > 0
+            if waiting.any():
                 self._any_saturated = True
-                self._saturated.add(util, weight_s)
-        if arena > 0:
-            sums = self._part_sums
-            self._part_weight += weight_s
-            sums[0] += r.kv_token_bytes / arena * weight_s
-            sums[1] += r.kv_reserved_bytes / arena * weight_s
-            sums[2] += r.kv_internal_bytes / arena * weight_s
-            sums[3] += r.kv_external_bytes / arena * weight_s
-            sums[4] += r.kv_free_bytes / arena * weight_s
-            sums[5] += r.kv_cached_bytes / arena * weight_s
+                self._saturated_total += float(np.sum(util[waiting] * w[waiting]))
+                self._saturated_weight += float(np.sum(w[waiting]))
+        has_arena = arena > 0
+        if has_arena.any():
+            w = weight_s[has_arena]
+            self._part_weight += float(np.sum(w))
+            shares = parts[has_arena] / arena[has_arena, None] * w[:, None]
+            for k, total in enumerate(shares.sum(axis=0).tolist()):
+                self._part_sums[k] += total
 
     def memory(self) -> dict[str, Any]:
         """`summary.json`'s memory means: utilization (all and saturated steps) and the split."""
@@ -123,16 +125,24 @@ class StepTotals:
             return {"utilization_mean": None, "utilization_saturated": None,
                     "breakdown_mean": {p: None for p in SPLIT_PARTS}}
         weight = self._part_weight
+        saturated = (self._saturated_total / self._saturated_weight
+                     if self._any_saturated and self._saturated_weight > 0 else None)
         return {
-            "utilization_mean": self._util.mean(),
-            "utilization_saturated": self._saturated.mean() if self._any_saturated else None,
+            "utilization_mean": (self._util_total / self._util_weight
+                                 if self._util_weight > 0 else None),
+            "utilization_saturated": saturated,
             "breakdown_mean": {p: (total / weight if weight > 0 else None)
                                for p, total in zip(SPLIT_PARTS, self._part_sums, strict=True)},
         }
 
 
+# Rows a writer holds before it formats them and folds them into its totals at once.
+_CHUNK_ROWS = 4096
+
+
 class StepWriter:
-    """Writes `steps.csv` row by row; every row goes into `totals`, every Nth to the file.
+    """Writes `steps.csv` in batches of rows; every row goes into `totals`, every Nth to the
+    file.
 
     Rows go to a hidden partial file that `close` renames into place, so a run killed
     mid-replay leaves no truncated `steps.csv` (docs/design.md, Results contract).
@@ -149,16 +159,28 @@ class StepWriter:
         self._file: IO[str] | None = self._partial.open("w", newline="")
         self._csv = csv.writer(self._file, lineterminator="\n")
         self._csv.writerow(COLUMNS)
+        self._pending: list[tuple] = []
 
     def write(self, record: StepRecord) -> None:
-        if self.totals.steps % self.every == 0:
-            # csv writes None as an empty cell, as pandas writes a missing value.
-            self._csv.writerow(_ROW(record))
-            self.rows_written += 1
-        self.totals.add(record)
+        pending = self._pending
+        pending.append(_ROW(record))
+        if len(pending) >= _CHUNK_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        rows, self._pending = self._pending, []
+        if not rows:
+            return
+        # csv writes None as an empty cell, as pandas writes a missing value.
+        first = -self.totals.steps % self.every  # the first of these rows that is an Nth row
+        kept = rows if self.every == 1 else rows[first :: self.every]
+        self._csv.writerows(kept)
+        self.rows_written += len(kept)
+        self.totals.add_rows(rows)
 
     def close(self) -> StepTotals:
         if self._file is not None:
+            self._flush()
             self._file.close()
             self._file = None
             os.replace(self._partial, self.path)

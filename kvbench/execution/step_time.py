@@ -170,21 +170,32 @@ def elementwise_s(c: StepTimeConstants, hw: Hardware, kernels: int, num_bytes: f
 # The step ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class StepTime:
-    """Modelled time of one step and its parts (seconds, one GPU of the group)."""
+    """Modelled time of one step and its parts (seconds, one GPU of the group).
 
-    parts: dict[str, float]
-    flops: float  # per GPU
-    bytes: float  # HBM bytes per GPU
-    compute_bound: bool  # matmuls limited by FLOPs rather than weight reads
+    The parts are kept as a tuple in `PART_NAMES` order and `parts` builds their dict on
+    request: a simulation makes one of these per step and reads only the total."""
+
+    __slots__ = ("_values", "bytes", "compute_bound", "flops", "time_s")
+
+    def __init__(self, values: tuple[float, ...], flops: float, num_bytes: float,
+                 compute_bound: bool) -> None:
+        self._values = values
+        self.time_s = sum(values)
+        self.flops = flops  # per GPU
+        self.bytes = num_bytes  # HBM bytes per GPU
+        self.compute_bound = compute_bound  # matmuls limited by FLOPs, not weight reads
 
     @property
-    def time_s(self) -> float:
-        return sum(self.parts.values())
+    def parts(self) -> dict[str, float]:
+        return dict(zip(PART_NAMES, self._values, strict=True))
 
     def parts_ms(self) -> dict[str, float]:
         return {name: s * 1e3 for name, s in self.parts.items()}
+
+    def __repr__(self) -> str:
+        return (f"StepTime(time_s={self.time_s!r}, parts={self.parts!r}, flops={self.flops!r}, "
+                f"bytes={self.bytes!r}, compute_bound={self.compute_bound!r})")
 
 
 PART_NAMES = (
@@ -333,19 +344,19 @@ class StepTimeModel:
             ) + prefill_context * self.kv_layer_token_bytes / hw.hbm_bandwidth_bytes_s
         layer = gemm + att_dec + att_pf + elt + kv_write + ar
         floor = c.layer_floor_s - layer if c.layer_floor_s > layer else 0.0
-        parts = {
-            "gemm": L * gemm,
-            "attention_decode": L * att_dec,
-            "attention_prefill": L * att_pf,
-            "elementwise": L * elt + outer,
-            "kv_write": L * kv_write,
-            "all_reduce": L * ar,
-            "layer_floor": L * floor,
-            "lm_head": self._lm_head(num_sample_rows),
-            "kv_copy": elementwise_s(c, hw, 1, 2 * num_copied_slots * self.kv_bytes_per_token)
+        values = (  # in PART_NAMES order
+            L * gemm,
+            L * att_dec,
+            L * att_pf,
+            L * elt + outer,
+            L * kv_write,
+            L * ar,
+            L * floor,
+            self._lm_head(num_sample_rows),
+            elementwise_s(c, hw, 1, 2 * num_copied_slots * self.kv_bytes_per_token)
             if num_copied_slots else 0.0,
-            "cpu_overhead": c.cpu_overhead_s,
-        }
+            c.cpu_overhead_s,
+        )
         flops = (
             2.0 * tokens * self.layer_weights * L
             + 2.0 * num_sample_rows * self.model.hidden_size * self.vocab
@@ -354,7 +365,7 @@ class StepTimeModel:
         moved = self.weight_bytes + (
             decode_context + prefill_context + tokens + 2 * num_copied_slots
         ) * self.kv_bytes_per_token
-        return StepTime(parts, flops, float(moved), tokens >= self.compute_bound_tokens)
+        return StepTime(values, flops, float(moved), tokens >= self.compute_bound_tokens)
 
 
 def check_tensor_parallel(model: ModelConfig, tp: int) -> None:

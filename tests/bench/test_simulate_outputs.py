@@ -3,12 +3,15 @@ summary over all steps), and trace.json on the simulated clock like summary.json
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import random
 
 import pandas as pd
 import pytest
 
-from kvbench.bench.step_writer import StepWriter
+from kvbench.bench.step_writer import COLUMNS, StepWriter
 from kvbench.cli import main
 from kvbench.core.step_record import StepRecord
 from tests.bench.memory_reference import memory_summary
@@ -99,3 +102,40 @@ def test_writer_totals_equal_the_dataframe_metrics(tmp_path):
     assert (totals.steps, totals.preemptions, totals.maxima["kv_prompt_blocks"]) == (4, 2, 7)
     assert totals.maxima["gpu_used_bytes"] is None
     assert list(pd.read_csv(tmp_path / "steps.csv")["step"]) == [0, 3]
+
+
+def test_writer_batches_rows_across_chunks_as_written_one_by_one(tmp_path):
+    """Many more rows than one batch, every 7th kept: the file holds exactly those rows and
+    the totals are the pandas reference over all of them."""
+    rng = random.Random(3)
+    records, t_s = [], 0.0
+    for step in range(10_000):
+        step_ms = rng.uniform(1.0, 40.0)
+        token = rng.randrange(0, 500)
+        records.append(_record(step, t_s, step_ms, token, rng.randrange(0, 500),
+                               rng.choice([0, 0, 3]),
+                               kv_prompt_blocks=rng.choice([None, rng.randrange(0, 99)])))
+        t_s += step_ms / 1e3 + rng.choice([0.0, 0.0, 0.25])  # idle gaps now and then
+    writer = StepWriter(tmp_path / "steps.csv", every=7)
+    for record in records:
+        writer.write(record)
+    totals = writer.close()
+    reference = io.StringIO()  # what the csv module writes for those rows, one by one
+    rows = csv.writer(reference, lineterminator="\n")
+    rows.writerow(COLUMNS)
+    for record in records[::7]:
+        rows.writerow([getattr(record, column) for column in COLUMNS])
+    assert (tmp_path / "steps.csv").read_text() == reference.getvalue()
+    written = pd.read_csv(tmp_path / "steps.csv")
+    frame = pd.DataFrame([r.to_dict() for r in records])
+    expected = memory_summary(frame)
+    got = totals.memory()
+    assert got["utilization_mean"] == pytest.approx(expected["utilization_mean"], rel=1e-12)
+    assert got["utilization_saturated"] == pytest.approx(expected["utilization_saturated"],
+                                                         rel=1e-12)
+    assert got["breakdown_mean"] == pytest.approx(expected["breakdown_mean"], rel=1e-12)
+    assert totals.steps == 10_000 and writer.rows_written == len(written)
+    assert totals.preemptions == sum(r.preemptions for r in records)
+    assert totals.step_ms == pytest.approx(sum(r.step_ms for r in records), rel=1e-12)
+    assert totals.maxima["kv_prompt_blocks"] == max(
+        r.kv_prompt_blocks for r in records if r.kv_prompt_blocks is not None)
