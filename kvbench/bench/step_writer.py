@@ -27,6 +27,7 @@ _MAX_COLUMNS = ("kv_prompt_blocks", "gpu_used_bytes", "torch_reserved_bytes")
 
 _INDEX = {name: i for i, name in enumerate(COLUMNS)}
 _PART_COLUMNS = tuple(_INDEX[f"kv_{part}_bytes"] for part in SPLIT_PARTS)
+_FOLDED = frozenset((*_PART_COLUMNS, _INDEX["num_waiting"]))  # the columns `_fold` reads
 
 
 @dataclasses.dataclass
@@ -82,21 +83,29 @@ class StepTotals:
             if values:
                 old = self.maxima[name]
                 self.maxima[name] = max(values) if old is None else max(old, *values)
-        folded = rows if self._held_back is None else [self._held_back, *rows]
+        if self._held_back is not None:
+            rows = [self._held_back, *rows]
+            columns = list(zip(*rows, strict=True))
         self._held_back = rows[-1]
-        if len(folded) > 1:
-            starts = np.array([r[_INDEX["t_s"]] for r in folded], dtype=float)
-            durations = np.array([r[_INDEX["step_ms"]] for r in folded[:-1]], dtype=float) / 1e3
-            self._fold(folded[:-1], np.maximum(starts[1:] - starts[:-1], durations))
+        if len(rows) > 1:
+            starts = np.array(columns[_INDEX["t_s"]], dtype=float)
+            durations = np.array(columns[_INDEX["step_ms"]][:-1], dtype=float) / 1e3
+            weight_s = np.maximum(starts[1:] - starts[:-1], durations)
+            self._fold([np.array(c[:-1], dtype=float) if i in _FOLDED else None
+                        for i, c in enumerate(columns)], weight_s)
 
     def finish(self) -> None:
         """Fold in the last row (weighted by its own length)."""
         last, self._held_back = self._held_back, None
         if last is not None:
-            self._fold([last], np.array([last[_INDEX["step_ms"]] / 1e3], dtype=float))
+            self._fold([np.array([value], dtype=float) if i in _FOLDED else None
+                        for i, value in enumerate(last)],
+                       np.array([last[_INDEX["step_ms"]] / 1e3], dtype=float))
 
-    def _fold(self, rows: list[tuple], weight_s: np.ndarray) -> None:
-        parts = np.array([[r[i] for i in _PART_COLUMNS] for r in rows], dtype=float)
+    def _fold(self, columns: list[np.ndarray | None], weight_s: np.ndarray) -> None:
+        """Fold rows given as one array per column (`COLUMNS` order; those of `_FOLDED`)
+        with their weights."""
+        parts = np.stack([columns[i] for i in _PART_COLUMNS], axis=1)
         token = parts[:, 0]
         held = parts[:, 0] + parts[:, 1] + parts[:, 2] + parts[:, 3]
         arena = held + parts[:, 4]
@@ -106,7 +115,7 @@ class StepTotals:
             util = token[has_held] / held[has_held]
             self._util_total += float(np.sum(util * w))
             self._util_weight += float(np.sum(w))
-            waiting = np.array([r[_INDEX["num_waiting"]] for r in rows])[has_held] > 0
+            waiting = columns[_INDEX["num_waiting"]][has_held] > 0
             if waiting.any():
                 self._any_saturated = True
                 self._saturated_total += float(np.sum(util[waiting] * w[waiting]))
