@@ -35,7 +35,12 @@ from kvbench.bench.summary import (
     Summary,
     Throughput,
 )
-from kvbench.bench.token_times import TOKENS_FILE, token_time_lines
+from kvbench.bench.token_times import (
+    TOKENS_FILE,
+    TokenTimes,
+    token_time_lines,
+    written_token_times,
+)
 from kvbench.config import is_fp8_cache
 from kvbench.core.clock import WallClock
 from kvbench.core.request import Request
@@ -58,6 +63,10 @@ class RunOutcome:
     # still edit it in place and rewrite the file.
     summary: dict[str, Any]
     requests: pd.DataFrame
+    # What the folder's tokens.jsonl reads back as, when the caller asked to keep it
+    # (`run_one(keep_token_times=True)`): the session's report then does not parse it again.
+    token_times: TokenTimes | None = dataclasses.field(default=None, repr=False,
+                                                        compare=False)
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -145,6 +154,7 @@ def run_one(
     command: str = "",
     prepared: tuple[BuiltEngine, WorkloadResult] | None = None,
     extra_summary: dict[str, Any] | None = None,
+    keep_token_times: bool = False,
 ) -> RunOutcome:
     built, workload = prepared or prepare(run)
     engine = built.engine
@@ -199,7 +209,7 @@ def run_one(
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,
-                extra_summary, step_writer,
+                extra_summary, step_writer, keep_token_times,
             )
         except BaseException as err:  # the marker must say why the files are not whole
             stopped = isinstance(err, KeyboardInterrupt)
@@ -295,6 +305,7 @@ def _write_results(
     built: BuiltEngine, workload: WorkloadResult, run: RunConfig, folder: Path, label: str,
     status: str, warmup_done: int, recorder: TraceRecorder | None,
     extra_summary: dict[str, Any] | None, step_writer: StepWriter,
+    keep_token_times: bool = False,
 ) -> RunOutcome:
     engine = built.engine
     with trace_range("metrics"):
@@ -315,7 +326,8 @@ def _write_results(
         write_json(folder / "trace.json", {"traceEvents": recorder.events,
                                            "displayTimeUnit": "ms"})
     summary.write(folder / "summary.json")
-    return RunOutcome(label, folder, summary.to_dict(), requests_df)
+    kept = written_token_times(added, engine.sequences) if keep_token_times else None
+    return RunOutcome(label, folder, summary.to_dict(), requests_df, kept)
 
 
 def summarize(built, workload, run, label, status, warmup_done, requests_df,

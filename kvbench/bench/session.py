@@ -422,8 +422,11 @@ def _run_session(
             if on_run_start is not None:
                 on_run_start(label, k + 1, repeat)
             folder = bases[i] if repeat == 1 else bases[i] / f"rep-{k + 1}"
+            # The first round's runs are the ones reported: their token times go to the
+            # report from memory.
             per_label[i].append(run_one(run, folder, show_progress=show_progress,
-                                        command=command, prepared=prep))
+                                        command=command, prepared=prep,
+                                        keep_token_times=k == 0))
             prep = None
             if _measures_fp8_accuracy(run):
                 # Whole only once its accuracy section is written, after every round.
@@ -536,13 +539,16 @@ def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = F
     inlines plotly.js, ~5 MB, so a 3-strategy folder would otherwise hold four copies)."""
     from kvbench.report.writer import write_report
 
+    known = {o.folder: o.token_times for o in outcomes if o.token_times is not None}
     if len(outcomes) == 1:
-        write_report([outcomes[0].folder], outcomes[0].folder / "report.html")
-        return
-    write_report([o.folder for o in outcomes], root / "report.html")
-    if per_strategy:
-        for o in outcomes:
-            write_report([o.folder], o.folder / "report.html")
+        write_report([outcomes[0].folder], outcomes[0].folder / "report.html", known)
+    else:
+        write_report([o.folder for o in outcomes], root / "report.html", known)
+        if per_strategy:
+            for o in outcomes:
+                write_report([o.folder], o.folder / "report.html", known)
+    for o in outcomes:
+        o.token_times = None  # tens of MB each for a long run: not needed after the report
 
 
 __all__ = [

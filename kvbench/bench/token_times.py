@@ -53,6 +53,31 @@ def token_time_lines(requests: Iterable[Request],
     return [f"{head}{body}]}}" for head, body in zip(heads, bodies, strict=True)]
 
 
+def written_token_times(requests: Iterable[Request],
+                        sequences: dict[int, list[Sequence]]) -> TokenTimes:
+    """Exactly what `read_token_arrays` gives for the file `token_time_lines` writes (each
+    time is `round(t, 6)`: `us / 1e6` is that same double), without writing or parsing it: a
+    session hands these to its report (issue 15: parsing 4M times back cost a third of a
+    second)."""
+    ids: list[int] = []
+    samples: list[int] = []
+    series: list[Seq[float]] = []
+    for request in requests:
+        for seq in sorted(sequences.get(request.request_id, []), key=lambda s: s.sample_index):
+            ids.append(int(request.request_id))
+            samples.append(int(seq.sample_index))
+            series.append(seq.token_times_s)
+    counts = np.array([len(times) for times in series], dtype=np.int64)
+    seconds = (np.concatenate([np.asarray(t, dtype=float) for t in series])
+               if int(counts.sum()) else np.empty(0))
+    us, plain = _round_to_us(seconds)
+    times_s = us / _US_PER_S
+    for i in np.flatnonzero(~plain):
+        times_s[i] = round(float(seconds[i]), 6)
+    return TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
+                      np.concatenate([[0], np.cumsum(counts)]), times_s)
+
+
 def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:
     """Each list of seconds as `json.dumps([round(t, 6) for t in times])` writes it, without
     the brackets (`"0.1,0.300001"`)."""

@@ -10,6 +10,7 @@ repeat, and pairs each later group's runs with the first group's runs of the sam
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -45,6 +46,10 @@ class RunData:
     @property
     def versions(self) -> dict[str, Any]:
         return self.config.get("versions") or {}
+
+    def use_token_times(self, times: TokenTimes) -> None:
+        """Take the folder's `tokens.jsonl` as already read (the session that wrote it)."""
+        self.__dict__["token_times"] = times  # fills the cached property below
 
     @cached_property
     def token_times(self) -> TokenTimes | None:
@@ -168,7 +173,10 @@ def run_folders(folder: Path) -> list[Path]:
     )
 
 
-def load_runs(folders: list[Path] | list[str]) -> RunSet:
+def load_runs(folders: list[Path] | list[str],
+              token_times: Mapping[Path, TokenTimes] | None = None) -> RunSet:
+    """The runs of `folders`; `token_times` gives some folders' `tokens.jsonl` already read
+    (by folder, as `read_token_arrays` returns it)."""
     if not folders:
         raise KvbenchInputError("no results folder given")
     runs: list[RunData] = []
@@ -179,7 +187,11 @@ def load_runs(folders: list[Path] | list[str]) -> RunSet:
             if key in seen:
                 continue
             seen.add(key)
-            runs.append(load_run(folder))
+            run = load_run(folder)
+            for known, times in (token_times or {}).items():
+                if Path(known).resolve() == key:
+                    run.use_token_times(times)
+            runs.append(run)
     groups: list[Path] = []
     for run in runs:
         if run.group.resolve() not in [g.resolve() for g in groups]:

@@ -8,16 +8,22 @@ their differences. The page is self-contained: plotly.js is inlined once, nothin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from kvbench.bench.results import atomic_write_text
+from kvbench.bench.token_times import TokenTimes
 from kvbench.report.page import build_page
 from kvbench.report.runs import load_runs
 
 
-def write_report(run_dirs: list[Path], out_path: Path) -> Path:
-    """Write one HTML report over `run_dirs` to `out_path`; returns the path written."""
-    runset = load_runs([Path(d) for d in run_dirs])
+def write_report(run_dirs: list[Path], out_path: Path,
+                 token_times: Mapping[Path, TokenTimes] | None = None) -> Path:
+    """Write one HTML report over `run_dirs` to `out_path`; returns the path written.
+
+    `token_times`: folders' `tokens.jsonl` already in memory, as `read_token_arrays` gives
+    them (the session that just wrote them); the others are read from their files."""
+    runset = load_runs([Path(d) for d in run_dirs], token_times)
     out_path = Path(out_path)
     atomic_write_text(out_path, build_page(runset))
     return out_path

@@ -19,6 +19,7 @@ from kvbench.bench.token_times import (
     read_token_arrays,
     read_token_times,
     token_time_lines,
+    written_token_times,
 )
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
@@ -119,3 +120,22 @@ def test_pooled_gaps_leave_out_the_gap_between_samples():
     starts = np.cumsum([0, *map(len, samples)])
     gaps = pooled_gaps_s(np.concatenate([np.asarray(s) for s in samples]), starts)
     assert gaps.tolist() == [0.5, 1.0, 0.25]
+
+
+def test_the_arrays_handed_to_the_report_are_what_the_file_reads_back(tmp_path):
+    """A session passes its report the token times from memory instead of parsing the file it
+    has just written: they must be exactly what reading the file gives."""
+    finite = [t for t in TRICKY if math.isfinite(t) and t >= 0]
+    halves = (np.arange(1, 3000) / 2e6 + 7.0).tolist()
+    requests = [Request(i, arrival_s=0.0, prompt_token_ids=(1,), output_len=3, n=2)
+                for i in range(4)]
+    times = {0: [finite, [0.5]], 1: [[], halves], 2: [[1e-5, 2.0000005], []], 3: [[7.0], [8.0]]}
+    sequences = {i: [_sequence(requests[i], s, t) for s, t in reversed(list(enumerate(ts)))]
+                 for i, ts in times.items()}
+    lines = token_time_lines(requests, sequences)
+    (tmp_path / TOKENS_FILE).write_text("".join(f"{line}\n" for line in lines))
+    read = read_token_arrays(tmp_path)
+    kept = written_token_times(requests, sequences)
+    for field in ("request_ids", "samples", "starts", "times_s"):
+        np.testing.assert_array_equal(getattr(kept, field), getattr(read, field))
+    assert kept.times_s.tobytes() == read.times_s.tobytes()  # the same doubles, bit for bit

@@ -44,7 +44,8 @@ def test_a_comparison_folder_holds_one_report_with_plotly_inlined_once(compariso
 def test_per_strategy_reports_on_request(comparison, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(comparison, copy)
-    outcomes = [SimpleNamespace(folder=copy / label) for label in ("paged", "prefix")]
+    outcomes = [SimpleNamespace(folder=copy / label, token_times=None)
+                for label in ("paged", "prefix")]
     write_reports(copy, outcomes, per_strategy=True)
     for label in ("paged", "prefix"):
         html = (copy / label / "report.html").read_text()
@@ -164,3 +165,32 @@ def test_a_repeated_comparison_loads_as_one_group(tmp_path):
     runset = load_runs([root])
     assert sorted(r.label for r in runset.runs) == ["paged", "prefix"]
     assert {r.group for r in runset.runs} == {root}
+
+
+def test_a_session_report_takes_the_token_times_from_memory(tmp_path, monkeypatch):
+    """The report written at the end of a run does not parse the tokens.jsonl the run has just
+    written (issue 15); `kvbench report FOLDER` reads the file and draws the same charts."""
+
+    def no_file_reads(folder):
+        raise AssertionError(f"tokens.jsonl of {folder} read back by the session's report")
+
+    monkeypatch.setattr("kvbench.report.runs.read_token_times", no_file_reads)
+    assert main(["simulate", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--workload",
+                 "chat", "--num-requests", "16", "--request-rate", "8", "--quiet",
+                 "--out", str(tmp_path)]) == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    html = (run / "report.html").read_text()
+    for title in ("Inter-token latency CDF", "Output throughput over time"):
+        assert title in html
+    monkeypatch.undo()
+    again = tmp_path / "again.html"
+    write_report([run], again)
+    assert len(_charts(html)) >= 5
+    assert _charts(again.read_text()) == _charts(html)
+
+
+def _charts(html: str) -> list[str]:
+    """The plotly figure payloads of a page (what differs between two writes is its stamps)."""
+    import re
+
+    return re.findall(r'Plotly\.newPlot\(\s*"[^"]+",\s*(\[.*?\]),\s*\{', html, flags=re.S)
