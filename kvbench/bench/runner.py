@@ -194,7 +194,7 @@ def run_one(
     if hasattr(engine, "step_sink"):  # rows stream to disk as the engine makes them
         engine.step_sink = step_writer.write
     status = "complete"
-    with _gc_frozen():
+    with _gc_frozen(young_every=50_000 if built.backend == "simulated" else None):
         try:
             _replay(engine, workload, run, Progress(len(workload.requests), label, show_progress))
         except KeyboardInterrupt:
@@ -230,16 +230,19 @@ def run_one(
 
 
 @contextlib.contextmanager
-def _gc_frozen() -> Iterator[None]:
+def _gc_frozen(young_every: int | None = None) -> Iterator[None]:
     """Keep the objects alive now (the workload's prompts: millions of token ids, alive for
     the whole run) out of the garbage collector's view: its full collections otherwise walk
-    them again and again, a tenth of a long simulation's CPU time. The youngest generation is
-    also collected less often: a step allocates thousands of short-lived tuples and lists, few
-    of them in cycles, and each collection walks every young object (about 5% of a
-    simulation's replay at Python's default of 700 allocations)."""
+    them again and again, a tenth of a long simulation's CPU time.
+
+    `young_every`: collect the youngest generation every this many allocations instead of
+    Python's 700 (a simulation: a step allocates thousands of short-lived tuples and lists,
+    few in cycles, and each collection walks every young object, about 5% of its replay). A
+    run on a device keeps the default, so tensors caught in a cycle are freed as before."""
     thresholds = gc.get_threshold()
     gc.freeze()
-    gc.set_threshold(max(thresholds[0], 50_000), *thresholds[1:])
+    if young_every is not None:
+        gc.set_threshold(max(thresholds[0], young_every), *thresholds[1:])
     try:
         yield
     finally:
@@ -332,7 +335,9 @@ def _write_results(
         write_json(folder / "trace.json", {"traceEvents": recorder.events,
                                            "displayTimeUnit": "ms"})
     summary.write(folder / "summary.json")
-    kept = written_token_times(added, engine.sequences) if keep_token_times else None
+    # (an unfinished run writes no report: nothing to keep)
+    kept = (written_token_times(added, engine.sequences)
+            if keep_token_times and status == "complete" else None)
     return RunOutcome(label, folder, summary.to_dict(), requests_df, kept)
 
 

@@ -121,10 +121,6 @@ class BatchingPolicy(ABC):
         return len(running) + sum(
             seats(s, max_num_seqs) - 1 for s in running if s.request.n > 1)
 
-    def seats_free_for(self, seq: Sequence, occupied: int) -> bool:
-        """Whether `seq` fits next to `occupied` places within `max_num_seqs`."""
-        return occupied + seats(seq, self.limits.max_num_seqs) <= self.limits.max_num_seqs
-
     # Shared mechanics -------------------------------------------------------------------
 
     def _admit(self, seq: Sequence, now_s: float) -> None:
@@ -173,7 +169,7 @@ class BatchingPolicy(ABC):
         while waiting:
             seq = waiting.head()
             places = seats(seq, max_num_seqs)
-            if occupied + places > max_num_seqs:  # `seats_free_for`, inlined: every step
+            if occupied + places > max_num_seqs:  # checked every step: kept inline
                 return
             if not may_admit(seq) or not self.cache.can_admit(seq, len(self.running)):
                 return

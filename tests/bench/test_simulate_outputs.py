@@ -139,3 +139,31 @@ def test_writer_batches_rows_across_chunks_as_written_one_by_one(tmp_path):
     assert totals.step_ms == pytest.approx(sum(r.step_ms for r in records), rel=1e-12)
     assert totals.maxima["kv_prompt_blocks"] == max(
         r.kv_prompt_blocks for r in records if r.kv_prompt_blocks is not None)
+
+
+def test_an_interrupt_while_a_batch_is_folded_keeps_the_file_and_totals_together(
+        tmp_path, monkeypatch):
+    """Ctrl-C lands between writing a batch of rows and folding it into the totals: closing
+    the writer (as the runner does on an interrupt) finishes the batch, so steps.csv and the
+    summary still cover the same steps, each row once."""
+    from kvbench.bench import step_writer
+
+    monkeypatch.setattr(step_writer, "_CHUNK_ROWS", 5)
+    records = [_record(i, i * 0.01, 10.0, 30 + i, 60, i % 2) for i in range(12)]
+    writer = StepWriter(tmp_path / "steps.csv")
+    fold = step_writer.StepTotals.add_rows
+    calls = []
+
+    def interrupted_once(self, rows):
+        calls.append(len(rows))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        fold(self, rows)
+
+    monkeypatch.setattr(step_writer.StepTotals, "add_rows", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        for record in records:
+            writer.write(record)
+    totals = writer.close()
+    assert list(pd.read_csv(tmp_path / "steps.csv")["step"]) == list(range(totals.steps))
+    assert totals.steps == 10  # two batches of 5; the rows after the interrupt never came

@@ -25,7 +25,8 @@ NUM_REQUESTS = int(os.environ.get("KVBENCH_BENCH_REQUESTS", "2000"))
 # 10 s of CPU for 10,000 requests (issue 15). The CI case runs fewer, emptier steps (its queue
 # drains sooner) and pays the same start-up: 2.7 s of CPU on the development machine, and its
 # limit is twice that, because a shared machine's contention inflates even CPU time (the 10k
-# case measured 8.7-10.0 s on a quiet machine and 14 s once on a busy one).
+# case measured 9.0-10.9 s in five runs in a row, and up to 11.7 s on a busy host:
+# docs/simulator.md).
 TARGET_S = 10.0 if NUM_REQUESTS >= 10_000 else 5.5 * NUM_REQUESTS / 2_000
 
 
