@@ -35,12 +35,7 @@ from kvbench.bench.summary import (
     Summary,
     Throughput,
 )
-from kvbench.bench.token_times import (
-    TOKENS_FILE,
-    TokenTimes,
-    token_time_lines,
-    written_token_times,
-)
+from kvbench.bench.token_times import TOKENS_FILE, TokenTimes, token_times_file
 from kvbench.config import is_fp8_cache
 from kvbench.core.clock import WallClock
 from kvbench.core.request import Request
@@ -328,7 +323,7 @@ def _write_results(
     if extra_summary:
         summary = Summary.from_dict({**summary.to_dict(), **extra_summary})
     write_csv(folder / "requests.csv", requests_df)
-    lines = token_time_lines(added, engine.sequences)
+    lines, token_times = token_times_file(added, engine.sequences)
     atomic_write_text(folder / TOKENS_FILE, "".join(f"{line}\n" for line in lines))
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
@@ -336,8 +331,7 @@ def _write_results(
                                            "displayTimeUnit": "ms"})
     summary.write(folder / "summary.json")
     # (an unfinished run writes no report: nothing to keep)
-    kept = (written_token_times(added, engine.sequences)
-            if keep_token_times and status == "complete" else None)
+    kept = token_times if keep_token_times and status == "complete" else None
     return RunOutcome(label, folder, summary.to_dict(), requests_df, kept)
 
 

@@ -42,23 +42,14 @@ def token_time_lines(requests: Iterable[Request],
                      sequences: dict[int, list[Sequence]]) -> list[str]:
     """One compact JSON line per sample of each request, in request order; each line is
     `json.dumps` of the sample's times rounded with `round(t, 6)` (separators `,` and `:`)."""
-    heads: list[str] = []
-    series: list[Seq[float]] = []
-    for request in requests:
-        for seq in sorted(sequences.get(request.request_id, []), key=lambda s: s.sample_index):
-            heads.append(f'{{"request_id":{int(request.request_id)},'
-                         f'"sample":{int(seq.sample_index)},"token_times_s":[')
-            series.append(seq.token_times_s)
-    bodies = microsecond_lists(series)
-    return [f"{head}{body}]}}" for head, body in zip(heads, bodies, strict=True)]
+    return token_times_file(requests, sequences)[0]
 
 
-def written_token_times(requests: Iterable[Request],
-                        sequences: dict[int, list[Sequence]]) -> TokenTimes:
-    """Exactly what `read_token_arrays` gives for the file `token_time_lines` writes (each
-    time is `round(t, 6)`: `us / 1e6` is that same double), without writing or parsing it: a
-    session hands these to its report (issue 15: parsing 4M times back cost a third of a
-    second)."""
+def token_times_file(requests: Iterable[Request], sequences: dict[int, list[Sequence]],
+                     ) -> tuple[list[str], TokenTimes]:
+    """`token_time_lines`, and exactly what `read_token_arrays` gives for the file they make
+    (each time is `round(t, 6)`), from one rounding pass: a session hands the arrays to its
+    report instead of parsing the file back (issue 15: 4M times cost a third of a second)."""
     ids: list[int] = []
     samples: list[int] = []
     series: list[Seq[float]] = []
@@ -67,31 +58,38 @@ def written_token_times(requests: Iterable[Request],
             ids.append(int(request.request_id))
             samples.append(int(seq.sample_index))
             series.append(seq.token_times_s)
+    bodies, times_s = _format_series(series)
+    lines = [f'{{"request_id":{request_id},"sample":{sample},"token_times_s":[{body}]}}'
+             for request_id, sample, body in zip(ids, samples, bodies, strict=True)]
     counts = np.array([len(times) for times in series], dtype=np.int64)
-    seconds = (np.concatenate([np.asarray(t, dtype=float) for t in series])
-               if int(counts.sum()) else np.empty(0))
-    us, plain = _round_to_us(seconds)
-    times_s = us / _US_PER_S
-    for i in np.flatnonzero(~plain):
-        times_s[i] = round(float(seconds[i]), 6)
-    return TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
-                      np.concatenate([[0], np.cumsum(counts)]), times_s)
+    return lines, TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
+                             np.concatenate([[0], np.cumsum(counts)]), times_s)
 
 
 def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:
     """Each list of seconds as `json.dumps([round(t, 6) for t in times])` writes it, without
     the brackets (`"0.1,0.300001"`)."""
+    return _format_series(series)[0]
+
+
+def _format_series(series: Seq[Seq[float]]) -> tuple[list[str], np.ndarray]:
+    """`microsecond_lists`, and every time as `round(t, 6)`, laid end to end."""
     out: list[str] = []
+    rounded: list[np.ndarray] = [np.empty(0)]
     chunk: list[Seq[float]] = []
     size = 0
     for times in series:
         chunk.append(times)
         size += len(times)
         if size >= _CHUNK_VALUES:
-            out.extend(_format_chunk(chunk))
+            text, values = _format_chunk(chunk)
+            out.extend(text)
+            rounded.append(values)
             chunk, size = [], 0
-    out.extend(_format_chunk(chunk))
-    return out
+    text, values = _format_chunk(chunk)
+    out.extend(text)
+    rounded.append(values)
+    return out, np.concatenate(rounded)
 
 
 # Values formatted per batch of lines: the arrays of a batch stay in the CPU cache and in
@@ -99,11 +97,17 @@ def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:
 _CHUNK_VALUES = 1 << 16
 
 
-def _format_chunk(series: list[Seq[float]]) -> list[str]:
+def _format_chunk(series: list[Seq[float]]) -> tuple[list[str], np.ndarray]:
+    """Each list's text (`microsecond_lists`) and its times as `round(t, 6)`, laid end to end
+    (`us / 1e6` is that double; a value the array path does not print is Python's own)."""
     lengths = [len(times) for times in series]
     if not sum(lengths):
-        return ["" for _ in series]
-    us, plain = _round_to_us(np.concatenate([np.asarray(t, dtype=float) for t in series]))
+        return ["" for _ in series], np.empty(0)
+    seconds = np.concatenate([np.asarray(t, dtype=float) for t in series])
+    us, plain = _round_to_us(seconds)
+    rounded = us / _US_PER_S
+    for i in np.flatnonzero(~plain):
+        rounded[i] = round(float(seconds[i]), 6)
     text, comma_at = _format_us(us)
     ends = np.cumsum(lengths)
     # A line holding a value the array path does not print goes through json instead.
@@ -121,7 +125,7 @@ def _format_chunk(series: list[Seq[float]]) -> list[str]:
         else:
             out.append(text[start_char:end_char])
         start_char = end_char + 1
-    return out
+    return out, rounded
 
 
 def _round_to_us(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -335,4 +339,5 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["TOKENS_FILE", "TokenTimes", "microsecond_lists", "pooled_gaps_s",
-           "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines"]
+           "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines",
+           "token_times_file"]

@@ -19,7 +19,7 @@ from kvbench.bench.token_times import (
     read_token_arrays,
     read_token_times,
     token_time_lines,
-    written_token_times,
+    token_times_file,
 )
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
@@ -132,10 +132,10 @@ def test_the_arrays_handed_to_the_report_are_what_the_file_reads_back(tmp_path):
     times = {0: [finite, [0.5]], 1: [[], halves], 2: [[1e-5, 2.0000005], []], 3: [[7.0], [8.0]]}
     sequences = {i: [_sequence(requests[i], s, t) for s, t in reversed(list(enumerate(ts)))]
                  for i, ts in times.items()}
-    lines = token_time_lines(requests, sequences)
+    lines, kept = token_times_file(requests, sequences)
+    assert lines == token_time_lines(requests, sequences)
     (tmp_path / TOKENS_FILE).write_text("".join(f"{line}\n" for line in lines))
     read = read_token_arrays(tmp_path)
-    kept = written_token_times(requests, sequences)
     for field in ("request_ids", "samples", "starts", "times_s"):
         np.testing.assert_array_equal(getattr(kept, field), getattr(read, field))
     assert kept.times_s.tobytes() == read.times_s.tobytes()  # the same doubles, bit for bit
