@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvbench.bench.token_times import pooled_gaps_s
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 
@@ -74,10 +75,14 @@ def request_rows(requests: list[Request], samples: dict[int, list[Sequence]]) ->
 
 def inter_token_latencies_ms(samples: dict[int, list[Sequence]]) -> np.ndarray:
     """Every gap between consecutive output tokens of each sample, pooled (docs/design.md,
-    ITL), in milliseconds: numpy per sample (a 10,000-request run has millions of gaps)."""
-    gaps = [np.diff(np.asarray(seq.token_times_s, dtype=float))
-            for seqs in samples.values() for seq in seqs if len(seq.token_times_s) > 1]
-    return np.concatenate(gaps) * 1e3 if gaps else np.empty(0)
+    ITL), in milliseconds: `pooled_gaps_s`, as the report's, over the samples laid end to end (a
+    10,000-request run has millions of gaps)."""
+    series = [seq.token_times_s for seqs in samples.values() for seq in seqs]
+    counts = np.array([len(times) for times in series], dtype=np.int64)
+    if not counts.sum():
+        return np.empty(0)
+    times_s = np.concatenate([np.asarray(times, dtype=float) for times in series])
+    return pooled_gaps_s(times_s, np.concatenate([[0], np.cumsum(counts)])) * 1e3
 
 
 def throughput(requests_df: pd.DataFrame) -> tuple[dict[str, float | None], float]:
