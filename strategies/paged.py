@@ -78,18 +78,13 @@ class PagedStrategy(CacheStrategy):
         return 0
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
-        table = self.tables.get(seq.seq_id)
-        need = seq.num_computed + num_new_tokens
-        have = len(table) if table else 0
-        if have * self.block_size >= need:
-            return True  # the common decode case, inline: it runs for every sequence and step
-        needed = -(-need // self.block_size) - have
-        pool = self.pool
-        if needed > pool.num_free:
+        needed = self._blocks_needed(seq, num_new_tokens)
+        if needed == 0:
+            return True
+        if needed > self.pool.num_free:
             return False
-        if table is None:
-            table = self.tables[seq.seq_id] = []
-        self._extend_table(seq, table, [pool.allocate() for _ in range(needed)])
+        table = self.tables.setdefault(seq.seq_id, [])
+        self._extend_table(seq, table, [self.pool.allocate() for _ in range(needed)])
         return True
 
     def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
@@ -103,7 +98,7 @@ class PagedStrategy(CacheStrategy):
             seq, n = items[i]
             table = tables.get(seq.seq_id)
             if table and len(table) * block_size >= seq.num_computed + n:
-                continue  # room in the last block: the common decode case, inlined
+                continue  # `_blocks_needed` is 0, inlined: the common decode case
             if not self.allocate(seq, n):
                 return i
         return len(items)

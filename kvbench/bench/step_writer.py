@@ -60,9 +60,6 @@ class StepTotals:
     _part_weight: float = 0.0
     _held_back: tuple | None = None
 
-    def add(self, record: StepRecord) -> None:
-        self.add_rows([_ROW(record)])
-
     def add_rows(self, rows: list[tuple]) -> None:
         """Fold in rows (`COLUMNS` order), oldest first. Everything is computed before any
         total changes, so an interrupt leaves the totals with all of the rows or none."""

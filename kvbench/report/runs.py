@@ -179,6 +179,7 @@ def load_runs(folders: list[Path] | list[str],
     (by folder, as `read_token_arrays` returns it)."""
     if not folders:
         raise KvbenchInputError("no results folder given")
+    known = {Path(folder).resolve(): times for folder, times in (token_times or {}).items()}
     runs: list[RunData] = []
     seen: set[Path] = set()
     for given in folders:
@@ -188,9 +189,8 @@ def load_runs(folders: list[Path] | list[str],
                 continue
             seen.add(key)
             run = load_run(folder)
-            for known, times in (token_times or {}).items():
-                if Path(known).resolve() == key:
-                    run.use_token_times(times)
+            if key in known:
+                run.use_token_times(known[key])
             runs.append(run)
     groups: list[Path] = []
     for run in runs:
