@@ -197,21 +197,17 @@ class BatchingPolicy(ABC):
             budget -= n
         # Then the memory, in one call to the strategy for the whole batch (issue 15: a call
         # per sequence was a third of a long simulation's scheduling time).
-        end = len(seqs)  # seqs[k + 1 : end] are the candidates for preemption
+        # Where the pool runs dry, `_grow_or_preempt` takes victims from the end of the
+        # sequences not yet scheduled; the batch then loses those within the budget.
+        end = len(seqs)
         k = self.cache.allocate_each(items)
         while k < len(items):
-            seq = items[k][0]
-            if end > k + 1:
-                end -= 1
-                victim = seqs[end]
-                if end < len(items):
-                    items.pop()  # the victim was within the budget: it is the last item
-            else:
-                victim = seq
-                items.pop(k)  # the last item: nothing was left to preempt after it
-            self._preempt(victim, out)
-            if victim is not seq:
-                k = self.cache.allocate_each(items, k)
+            seq, n = items[k]
+            candidates = seqs[k + 1 : end]
+            grown = self._grow_or_preempt(seq, n, candidates, out)
+            end = k + 1 + len(candidates)
+            del items[end if grown else k :]  # (preempted itself: no candidate was left)
+            k = self.cache.allocate_each(items, k + 1)
         out.scheduled.extend(items)
 
     def _preempt(self, seq: Sequence, out: ScheduleOutput) -> None:
