@@ -221,16 +221,3 @@ def executor_factory(engine_kind: str, gpu: str | None = None) -> ExecutorFactor
             f"unknown engine {engine_kind!r} (choose from {', '.join(EXECUTOR_FACTORIES)})"
         ) from None
     return make(gpu)
-
-
-# The real model's factory and its helpers lived here; they are kept importable from here
-# without importing torch until they are asked for.
-_MOVED_TO_MODEL_BUILD = ("ModelExecutors", "load_cached_model", "prepare_device")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_MODEL_BUILD:
-        from kvbench.execution import model_build
-
-        return getattr(model_build, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -46,13 +46,8 @@ from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.core.step_record import StepRecord
 from kvbench.errors import KvbenchInputError
-from kvbench.execution.build import (
-    BuildContext,
-    BuiltEngine,
-    ModelExecutors,
-    build_engine,
-    resolve_lengths,
-)
+from kvbench.execution.build import BuildContext, BuiltEngine, build_engine, resolve_lengths
+from kvbench.execution.model_build import ModelExecutors
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import parse_dtype

@@ -8,7 +8,8 @@ import torch
 from kvbench.config import EngineConfig
 from kvbench.core.sampling_params import SamplingParams
 from kvbench.errors import KvbenchInputError
-from kvbench.execution.build import ModelExecutors, build_engine, executor_factory
+from kvbench.execution.build import build_engine, executor_factory
+from kvbench.execution.model_build import ModelExecutors
 from kvbench.execution.model_executor import ModelExecutor
 from kvbench.execution.sampling import sample_rows, sample_tokens
 from kvbench.execution.simulate_build import SimulatedExecutors
