@@ -23,8 +23,9 @@ from kvbench.execution.model_executor import KVArena, ModelExecutor
 from kvbench.kernels.backend import get_ops, resolve_backend
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
-from kvbench.models.loader import load_model, parse_dtype, resolve_model_config
+from kvbench.models.loader import load_model, parse_dtype
 from kvbench.models.memory_check import memory_need
+from kvbench.models.resolve_config import resolve_model_config
 
 
 def prepare_device(config: EngineConfig) -> torch.device:

@@ -12,8 +12,7 @@ from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder, rope_inv_freq
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.presets import PRESETS
-from kvbench.models.resolve_config import first_line as _first_line
-from kvbench.models.resolve_config import resolve_model_config  # noqa: F401  (its old home)
+from kvbench.models.resolve_config import first_line, resolve_model_config
 
 DTYPES = {
     "float32": torch.float32,
@@ -118,7 +117,7 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
                         _copy_tensor(reader, file, name, expected, loaded)
             except (SafetensorError, OSError) as err:
                 raise KvbenchInputError(
-                    f"{file}: not a readable safetensors file ({_first_line(err)})"
+                    f"{file}: not a readable safetensors file ({first_line(err)})"
                 ) from None
     missing = set(expected) - set(loaded)
     if decoder.config.tie_word_embeddings:

@@ -13,7 +13,8 @@ import kvbench
 from kvbench.cli import main
 from kvbench.errors import KvbenchInputError
 from kvbench.kernels import reference as ops
-from kvbench.models.loader import load_model, resolve_model_config
+from kvbench.models.loader import load_model
+from kvbench.models.resolve_config import resolve_model_config
 from tests.conftest import random_prompts
 
 transformers = pytest.importorskip("transformers")
