@@ -67,10 +67,6 @@ class SimulatedClock:
 SIMULATED_DEVICE = DeviceKind("meta")
 _ONE_ZERO = [0]  # a sampled row of one token, shared: the engine only reads rows
 
-# The old names: a step's cost and the model that computes it (now per operation).
-StepCost = StepTime
-RooflineCostModel = StepTimeModel
-
 
 class SimulatedExecutor(Executor):
     """Advances `clock` by each step's modelled time; returns `[rows, 1]` zero logits.
@@ -148,10 +144,6 @@ class SimulatedExecutor(Executor):
 
 __all__ = [
     "SIMULATED_DEVICE",
-    "RooflineCostModel",
     "SimulatedClock",
     "SimulatedExecutor",
-    "StepCost",
-    "StepTime",
-    "StepTimeModel",
 ]

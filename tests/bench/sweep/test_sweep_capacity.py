@@ -7,7 +7,7 @@ time. Each request then costs the same service time
     S = cost(prefill of P tokens) + sum_{k=1}^{O-1} cost(decode at context P + k)
 
 (the prefill step samples the first token, each decode step one more), computed here from
-`RooflineCostModel` directly. Arrivals are gamma with burstiness 1e6: gaps of 1/R with a
+`StepTimeModel` directly. Arrivals are gamma with burstiness 1e6: gaps of 1/R with a
 coefficient of variation of 1e-3, i.e. practically evenly spaced.
 
 A single server with constant service time S and arrivals every 1/R: when R <= 1/S nobody
@@ -34,7 +34,7 @@ import pytest
 from kvbench.bench.sweep import SearchSpec, SweepSpec, run_sweep
 from kvbench.bench.sweep.capacity import ABOVE, BELOW, Bisection
 from kvbench.execution.gpus import get_gpu
-from kvbench.execution.simulated_executor import RooflineCostModel
+from kvbench.execution.step_time import StepTimeModel
 from kvbench.models.presets import get_preset
 
 PROMPT, OUTPUT, N, K = 64, 16, 40, 2.0
@@ -42,7 +42,7 @@ TOLERANCE = 0.02
 
 
 def service_time_s() -> float:
-    model = RooflineCostModel(get_preset("llama-2-7b"), get_gpu("a100-80gb"), 2, 2)
+    model = StepTimeModel(get_preset("llama-2-7b"), get_gpu("a100-80gb"), 2, 2)
     prefill = model.cost([PROMPT], [PROMPT], 1).time_s
     decodes = sum(model.cost([1], [PROMPT + k], 1).time_s for k in range(1, OUTPUT))
     return prefill + decodes
