@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvbench.build.engine_build import build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
-from kvbench.execution.build import build_engine
 
 
 def generate(

@@ -5,20 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from kvbench.core.kv_cache_dtype import KV_CACHE_DTYPES
 from kvbench.errors import KvbenchInputError
 from kvbench.units import parse_size_bytes
 
 DEFAULT_CPU_KV_MEMORY = "64MiB"
-
-# `--kv-cache-dtype` names of the fp8 (e4m3) KV cache; "auto" is the model's dtype.
-FP8_CACHE_DTYPES = ("fp8", "fp8_e4m3")
-KV_CACHE_DTYPES = ("auto", *FP8_CACHE_DTYPES)
-
-
-def is_fp8_cache(kv_cache_dtype: str) -> bool:
-    """Whether a `--kv-cache-dtype` name selects the fp8 KV cache."""
-    return kv_cache_dtype in FP8_CACHE_DTYPES
-
 
 @dataclass
 class EngineConfig:

@@ -30,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kvbench.execution.gpus import get_gpu
-from kvbench.execution.step_time import (
+from kvbench.models.presets import get_preset
+from kvbench.simulator.gpus import get_gpu
+from kvbench.simulator.step_time import (
     Hardware,
     StepTimeConstants,
     StepTimeModel,
@@ -40,7 +41,6 @@ from kvbench.execution.step_time import (
     elementwise_s,
     gemm_s,
 )
-from kvbench.models.presets import get_preset
 
 POINTS = Path(__file__).with_name("simulator_calibration_points.csv")
 GPUS = {"a100": "a100-80gb", "h100": "h100-80gb"}

@@ -6,7 +6,7 @@ forces `kv_cache_dtype`; the blocks are counted exactly as `paged` counts them.
 
 from __future__ import annotations
 
-from kvbench.config import FP8_CACHE_DTYPES
+from kvbench.core.kv_cache_dtype import FP8_CACHE_DTYPES
 from kvbench.strategies.registry import register_variant
 
 register_variant(

@@ -1,4 +1,4 @@
-"""`kvbench` command line: only click. Options come from `kvbench.bench.run_options`, the work
+"""`kvbench` command line: only click. Options come from `kvbench.session.run_options`, the work
 from `kvbench.bench` (session, sweeps, estimates); subcommands load when they are used.
 
 - `app`: the group, lazy subcommands, exit codes and `main` (the console script);

@@ -20,8 +20,8 @@ import click
 def calibrate_command(out: str, model: str, base: str | None, name: str | None,
                       device: str) -> None:
     """Time GEMM and attention kernels on the CUDA GPU and write a --gpu-spec TOML file."""
-    from kvbench.bench.calibrate import base_preset, fit, measure, require_cuda
     from kvbench.models.presets import get_preset
+    from kvbench.simulator.calibrate import base_preset, fit, measure, require_cuda
 
     require_cuda()  # before anything else: no CUDA, exit 2 at once
     cfg = get_preset(model)

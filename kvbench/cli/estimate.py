@@ -11,7 +11,9 @@ from typing import Any
 
 import click
 
-from kvbench.bench.estimate import (
+from kvbench.errors import KvbenchInputError
+from kvbench.models.resolve_config import resolve_model_config
+from kvbench.sizing.estimate import (
     DEFAULT_BLOCK_SIZE,
     estimate_kv,
     estimate_steps,
@@ -19,8 +21,6 @@ from kvbench.bench.estimate import (
     format_steps,
     parse_step,
 )
-from kvbench.errors import KvbenchInputError
-from kvbench.models.resolve_config import resolve_model_config
 from kvbench.units import parse_size_bytes
 
 

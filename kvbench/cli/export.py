@@ -25,9 +25,9 @@ from kvbench.errors import KvbenchInputError
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="file to write [default: standard output]")
 def export_command(run_dir: Path, fmt: str, output: Path | None) -> None:
-    from kvbench.bench.export import request_table, vllm_bench_result
-    from kvbench.bench.results import atomic_write_text
     from kvbench.report.runs import run_folders
+    from kvbench.results.export import request_table, vllm_bench_result
+    from kvbench.results.files import atomic_write_text
 
     folders = run_folders(run_dir)
     if fmt == "vllm-bench":

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from kvbench.bench.run_options import OptionField, option_fields
+from kvbench.session.run_options import OptionField, option_fields
 
 # Options of the command line only: how results are printed, not what is run.
 OUTPUT_OPTIONS = ("quiet", "as_json")

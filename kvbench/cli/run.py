@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from kvbench.bench.run_options import RunOptions
 from kvbench.cli.options import run_options, split_params
+from kvbench.session.run_options import RunOptions
 
 
 @run_options("run")
@@ -23,7 +23,7 @@ def run_command(**params: Any) -> None:
 
 def execute(options: RunOptions, kind: str, *, quiet: bool, as_json: bool) -> None:
     """Plan, run and print a session of `kvbench <kind>`."""
-    from kvbench.bench.session import plan_session, run_session
+    from kvbench.session.session import plan_session, run_session
 
     plan = plan_session(options, kind)
     if not quiet:

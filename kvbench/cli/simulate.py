@@ -6,9 +6,9 @@ from typing import Any
 
 import click
 
-from kvbench.bench.run_options import RunOptions
 from kvbench.cli.options import run_options, split_params
 from kvbench.cli.run import execute
+from kvbench.session.run_options import RunOptions
 
 
 @run_options("simulate")

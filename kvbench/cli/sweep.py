@@ -38,9 +38,9 @@ def _split(value: str) -> list[str]:
 
 def _point_options() -> list[click.Option]:
     """`run`'s and `simulate`'s per-run options, taking comma lists instead of one value."""
-    # From the schema, not `kvbench.bench.sweep`: `kvbench sweep --help` loads no torch.
-    from kvbench.bench.run_options import per_run_fields
+    # From the schema, not `kvbench.sweep`: `kvbench sweep --help` loads no torch.
     from kvbench.cli.options import click_option
+    from kvbench.session.run_options import per_run_fields
 
     return [click_option(info, "run", comma_list=True) for info in per_run_fields().values()]
 
@@ -67,7 +67,7 @@ def _given(ctx: click.Context, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _apply_options(spec, given: dict[str, Any], axis_items: tuple[str, ...]) -> None:
-    from kvbench.bench.sweep.options import canonical_name, catalogue
+    from kvbench.sweep.options import canonical_name, catalogue
 
     options = catalogue()
     for name, value in given.items():
@@ -97,8 +97,8 @@ def _apply_options(spec, given: dict[str, Any], axis_items: tuple[str, ...]) -> 
 
 def _build_spec(config: str | None, simulate: bool, given: dict[str, Any],
                 extra: dict[str, Any]):
-    from kvbench.bench.sweep.config import ReportSpec, SearchSpec, SweepSpec, load_sweep_config
-    from kvbench.bench.sweep.driver import SWEEP_JSON, load_sweep_folder
+    from kvbench.sweep.config import ReportSpec, SearchSpec, SweepSpec, load_sweep_config
+    from kvbench.sweep.driver import SWEEP_JSON, load_sweep_folder
 
     folder = None
     if config is not None and Path(config).is_dir():
@@ -185,8 +185,8 @@ def _cell(row, column: str, spec: str = ".1f", suffix: str = "") -> str:
 
 
 def _print_tables(result) -> None:
-    from kvbench.bench.sweep.table import STRATEGY_AXES
     from kvbench.report.text_table import format_table
+    from kvbench.sweep.table import STRATEGY_AXES
 
     rows = []
     for _, r in result.points.iterrows():
@@ -254,9 +254,9 @@ def _print_tables(result) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print points (and capacity) as JSON")
 def sweep_command(config: str | None, simulate: bool, resume: bool, point_reports: bool,
                   dry_run: bool, quiet: bool, as_json: bool, **params: Any) -> None:
-    from kvbench.bench.results import check_output_folder
-    from kvbench.bench.sweep.driver import resolve_folder, run_sweep
-    from kvbench.bench.sweep.grid import expand_grid
+    from kvbench.results.files import check_output_folder
+    from kvbench.sweep.driver import resolve_folder, run_sweep
+    from kvbench.sweep.grid import expand_grid
 
     ctx = click.get_current_context()
     extra_names = ("axis_items", "name", "out", "slo", "search", "search_range", "tolerance",

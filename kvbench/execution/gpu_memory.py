@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from kvbench.execution.executor import DeviceKind
+    from kvbench.core.executor import DeviceKind
 
 
 def reset_peak_memory(device: torch.device | DeviceKind) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from kvbench.config import DEFAULT_CPU_KV_MEMORY, EngineConfig, is_fp8_cache
+from kvbench.config import DEFAULT_CPU_KV_MEMORY, EngineConfig
+from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.errors import KvbenchInputError
 from kvbench.models.llama import LlamaDecoder
 from kvbench.units import parse_size_bytes

@@ -7,8 +7,8 @@ import torch
 from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
 from kvbench.execution.decode_graphs import DecodeGraphs
-from kvbench.execution.executor import Executor
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
+from kvbench.execution.tensor_executor import TensorExecutor
 from kvbench.kernels.attention_ops import AttentionOps
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
@@ -85,7 +85,7 @@ def _scale_from(x: torch.Tensor) -> torch.Tensor:
     return torch.clamp(amax / FP8_SCALE_TARGET, min=FP8_SCALE_FLOOR)
 
 
-class ModelExecutor(Executor):
+class ModelExecutor(TensorExecutor):
     """Runs steps on the model. Decode-only steps replay CUDA graphs (`decode_graphs.py`) on
     CUDA with the Triton backend unless `enforce_eager`; `max_num_seqs` bounds the captured
     batch sizes."""

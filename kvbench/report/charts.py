@@ -7,11 +7,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kvbench.bench.metric_catalogue import METRICS
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
 from kvbench.report.tables import flatten, is_long_series
 from kvbench.report.token_times import inter_token_latencies_ms
+from kvbench.results.metric_catalogue import METRICS
 
 CDF_POINTS = 400
 

@@ -1,7 +1,7 @@
 """Differences of catalogue metrics between two runs, and `--fail-on` gates.
 
 Metric names (`output_tok_s`, `ttft.p99`, ...), units and directions come from
-kvbench.bench.metric_catalogue; this module compares two runs' values.
+kvbench.results.metric_catalogue; this module compares two runs' values.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvbench.bench.metric_catalogue import METRICS, Metric, metric
-from kvbench.bench.summary import Summary
 from kvbench.errors import KvbenchInputError
+from kvbench.results.metric_catalogue import METRICS, Metric, metric
+from kvbench.results.summary import Summary
 
 # The rows `kvbench compare` prints and a report's differences table shows by default.
 DEFAULT_DIFF = (

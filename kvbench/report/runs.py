@@ -18,10 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from kvbench.bench.summary import Summary
-from kvbench.bench.token_times import TokenTimes
 from kvbench.errors import KvbenchInputError
 from kvbench.report.token_times import token_times as read_token_times
+from kvbench.results.summary import Summary
+from kvbench.results.token_times import TokenTimes
 
 INCOMPLETE_MARKER = "INCOMPLETE"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvbench.bench.repeat import format_mean_ci
-from kvbench.bench.summary import Summary
 from kvbench.report.text_table import fmt, format_table
+from kvbench.results.repeat import format_mean_ci
+from kvbench.results.summary import Summary
 from kvbench.units import format_bytes
 
 HEADERS = [

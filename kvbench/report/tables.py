@@ -6,10 +6,10 @@ import json
 from html import escape
 from typing import Any
 
-from kvbench.bench.metric_catalogue import METRICS
-from kvbench.bench.repeat import format_mean_ci
 from kvbench.report.metrics import Difference, differences
 from kvbench.report.runs import RunData, RunSet
+from kvbench.results.metric_catalogue import METRICS
+from kvbench.results.repeat import format_mean_ci
 from kvbench.units import format_bytes
 
 # Summary table columns: metric names of `metrics.METRICS`; the best value of each is marked.

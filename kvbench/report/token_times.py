@@ -1,4 +1,4 @@
-"""Per-token times of a run for its report (`tokens.jsonl`, `kvbench.bench.token_times`).
+"""Per-token times of a run for its report (`tokens.jsonl`, `kvbench.results.token_times`).
 Folders written before the file existed have none: the charts that need it are left out.
 A report reads each folder's file once (`RunData.token_times`), for every chart that uses it."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kvbench.bench.token_times import TokenTimes, pooled_gaps_s, read_token_arrays
 from kvbench.errors import KvbenchInputError
+from kvbench.results.token_times import TokenTimes, pooled_gaps_s, read_token_arrays
 
 
 def token_times(folder: Path) -> TokenTimes | None:

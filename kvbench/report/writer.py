@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from kvbench.bench.results import atomic_write_text
-from kvbench.bench.token_times import TokenTimes
 from kvbench.report.page import build_page
 from kvbench.report.runs import load_runs
+from kvbench.results.files import atomic_write_text
+from kvbench.results.token_times import TokenTimes
 
 
 def write_report(run_dirs: list[Path], out_path: Path,

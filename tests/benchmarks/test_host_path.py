@@ -19,11 +19,11 @@ import time
 import pytest
 import torch
 
-from kvbench.core.engine import Engine
 from kvbench.core.request import Request
 from kvbench.core.step_batch import StepBatch
-from kvbench.execution.executor import Executor
+from kvbench.engine.engine import Engine
 from kvbench.execution.step_inputs import StepInputs
+from kvbench.execution.tensor_executor import TensorExecutor
 from kvbench.scheduling import SchedulerLimits, make_policy
 from kvbench.strategies import make_strategy
 
@@ -34,7 +34,7 @@ STEPS = 40  # timed decode steps per case
 WARMUP_STEPS = 5
 
 
-class HostPathExecutor(Executor):
+class HostPathExecutor(TensorExecutor):
     """Builds a step's device inputs as `ModelExecutor` does, and computes nothing."""
 
     def __init__(self) -> None:

@@ -10,9 +10,9 @@ the fraction says little about the scheduler.
 
 from __future__ import annotations
 
+from kvbench.build.engine_build import build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
-from kvbench.execution.build import build_engine
 
 RUNNING = 256
 PROMPT_LEN = 16

@@ -152,7 +152,7 @@ def test_bad_folders_exit_2(tmp_path, capsys):
 
 def write_repeat(folder: Path, data: dict, out_tok_s: list[float]) -> Path:
     """A `--repeat N` strategy folder: rep-1..N and repeat.json (as run_session writes it)."""
-    from kvbench.bench.repeat import repeat_summary
+    from kvbench.results.repeat import repeat_summary
 
     summaries = [{**data, "throughput": {**data["throughput"], "output_tok_s": v}}
                  for v in out_tok_s]

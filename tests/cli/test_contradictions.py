@@ -57,9 +57,9 @@ def test_kv_scale_in_a_list_belongs_to_the_fp8_runs(tmp_path):
 
 
 def test_strategy_all_on_an_fp8_cache_runs_paged_fp8_once(tmp_path):
-    from kvbench.bench.run_options import RunOptions
-    from kvbench.bench.runner import strategy_label
-    from kvbench.bench.session import expand_runs
+    from kvbench.session.run_options import RunOptions
+    from kvbench.session.runner import strategy_label
+    from kvbench.session.session import expand_runs
 
     runs = expand_runs(RunOptions.for_kind("simulate", strategy="all", kv_cache_dtype="fp8"),
                        "simulate")

@@ -11,7 +11,7 @@ import pytest
 
 from kvbench.cli.app import COMMANDS, cli
 
-HEAVY = ("torch", "pandas", "numpy", "kvbench.bench.sweep")
+HEAVY = ("torch", "pandas", "numpy", "kvbench.sweep")
 
 PROBE = """
 import contextlib, io, json, sys

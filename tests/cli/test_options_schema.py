@@ -8,13 +8,13 @@ import dataclasses
 import click
 import pytest
 
-from kvbench.bench.run_options import KINDS, RunOptions, option_fields
-from kvbench.bench.sweep.options import canonical_name, catalogue, convert
 from kvbench.cli.options import OUTPUT_OPTIONS
 from kvbench.cli.run import run_command
 from kvbench.cli.simulate import simulate_command
 from kvbench.cli.sweep import sweep_command
 from kvbench.errors import KvbenchInputError
+from kvbench.session.run_options import KINDS, RunOptions, option_fields
+from kvbench.sweep.options import canonical_name, catalogue, convert
 
 COMMANDS = {"run": run_command, "simulate": simulate_command}
 

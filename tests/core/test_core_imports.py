@@ -12,7 +12,7 @@ HEAVY = ("torch", "numpy", "pandas", "kvbench.workloads")
 def test_core_strategies_and_scheduling_import_without_torch():
     code = (
         "import json, sys\n"
-        "import kvbench.core, kvbench.core.engine, kvbench.strategies, kvbench.scheduling\n"
+        "import kvbench.core, kvbench.engine.engine, kvbench.strategies, kvbench.scheduling\n"
         "from kvbench.strategies import strategy_names\n"
         "from kvbench.scheduling import policy_names\n"
         "strategy_names(); policy_names()  # the registries import every module\n"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-import kvbench.bench.session
+import kvbench.session.session
 from kvbench.cli import main
 from tests.conftest import make_word_tokenizer
 
@@ -194,9 +194,9 @@ def test_doc_example_runs(example: Example, request, tmp_path, monkeypatch, caps
 def _plan_only(monkeypatch) -> None:
     """Check every input and build every engine, but run nothing."""
     def run_session(plan, **_kwargs):
-        return kvbench.bench.session.SessionResult(plan.root, [], [])
+        return kvbench.session.session.SessionResult(plan.root, [], [])
 
-    monkeypatch.setattr(kvbench.bench.session, "run_session", run_session)
+    monkeypatch.setattr(kvbench.session.session, "run_session", run_session)
 
 
 def test_the_docs_have_examples_and_the_extraction_finds_them():

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvbench.build.engine_build import build_engine, executor_factory
+from kvbench.build.model_executors import ModelExecutors
+from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.config import EngineConfig
 from kvbench.core.sampling_params import SamplingParams
 from kvbench.errors import KvbenchInputError
-from kvbench.execution.build import build_engine, executor_factory
-from kvbench.execution.model_build import ModelExecutors
 from kvbench.execution.model_executor import ModelExecutor
 from kvbench.execution.sampling import sample_rows, sample_tokens
-from kvbench.execution.simulate_build import SimulatedExecutors
-from kvbench.execution.simulated_executor import SimulatedExecutor
+from kvbench.simulator.simulated_executor import SimulatedExecutor
 
 
 def test_model_and_simulated_engines_share_the_wiring():

@@ -18,7 +18,7 @@ from tests.conftest import random_prompts
 
 pytest.importorskip("transformers")
 
-from kvbench.execution.hf_engine import build_hf_engine  # noqa: E402
+from kvbench.build.transformers_engines import build_hf_engine  # noqa: E402
 
 NEW_TOKENS = 24
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvbench.bench.estimate import estimate_kv
+from kvbench.build.engine_build import build_engine
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
-from kvbench.execution.build import build_engine
 from kvbench.models.loader import load_model
 from kvbench.models.memory_check import (
     check_memory,
@@ -16,6 +15,7 @@ from kvbench.models.memory_check import (
     memory_need,
 )
 from kvbench.models.presets import get_preset
+from kvbench.sizing.estimate import estimate_kv
 
 GiB = 2**30
 CPU = torch.device("cpu")

@@ -20,14 +20,18 @@ from tests.golden.golden_cases import (
 GOLDEN = json.loads(GOLDEN_FILE.read_text())
 
 
-def _approx(value):
-    """Floats to 1e-9 relative: summing the same numbers in another order is not a change."""
+def _approx(value, rel=1e-9):
+    """Floats to 1e-9 relative: summing the same numbers in another order is not a change.
+
+    The fp8 `accuracy` section compares float32 logits of two forward passes, whose last bits
+    depend on the CPU's matrix kernels (up to 3.5e-4 relative between two x86 hosts), so
+    it is held to 1e-3."""
     if isinstance(value, dict):
-        return {k: _approx(v) for k, v in value.items()}
+        return {k: _approx(v, 1e-3 if k == "accuracy" else rel) for k, v in value.items()}
     if isinstance(value, list):
-        return [_approx(v) for v in value]
+        return [_approx(v, rel) for v in value]
     if isinstance(value, float):
-        return pytest.approx(value, rel=1e-9, abs=1e-12)
+        return pytest.approx(value, rel=rel, abs=1e-12)
     return value
 
 

@@ -180,8 +180,8 @@ def test_llama_ignores_sliding_window_as_transformers_does(tmp_path):
 
 def test_mistral_preset_declares_its_window():
     """The preset's shape is Mistral-7B v0.1: runs past its 4096-token window are refused."""
+    from kvbench.build.engine_build import resolve_lengths
     from kvbench.config import EngineConfig
-    from kvbench.execution.build import resolve_lengths
     from kvbench.models.presets import get_preset
 
     preset = get_preset("mistral-7b")

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvbench.bench.session import write_reports
 from kvbench.cli import main
 from kvbench.report.runs import load_runs
 from kvbench.report.writer import write_report
+from kvbench.session.session import write_reports
 
 
 def network_urls(html: str) -> list[str]:

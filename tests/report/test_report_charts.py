@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvbench.bench.repeat import repeat_summary
 from kvbench.report import charts, step_charts, timelines
 from kvbench.report.runs import load_runs
 from kvbench.report.style import run_styles
 from kvbench.report.token_times import inter_token_latencies_ms, token_times
 from kvbench.report.writer import write_report
+from kvbench.results.repeat import repeat_summary
 
 
 def _trace(fig, name):

@@ -15,11 +15,11 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from kvbench.build.engine_build import build_engine
 from kvbench.config import EngineConfig
-from kvbench.core.engine import Engine
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
-from kvbench.execution.build import build_engine
+from kvbench.engine.engine import Engine
 from kvbench.models.loader import load_model
 from kvbench.strategies.contiguous import ContiguousStrategy
 from kvbench.strategies.paged import PagedStrategy

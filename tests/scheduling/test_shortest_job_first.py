@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from statistics import mean
 
+from kvbench.build.engine_build import build_engine
+from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.config import EngineConfig
-from kvbench.execution.build import build_engine
-from kvbench.execution.simulate_build import SimulatedExecutors
 from tests.scheduling.helpers import prompt_of, request
 
 

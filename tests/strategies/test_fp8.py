@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import kvbench
+from kvbench.build.engine_build import build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
-from kvbench.execution.build import build_engine
 from kvbench.execution.model_executor import FP8_SCALE_TARGET, KVArena
 from kvbench.models.presets import get_preset
 from kvbench.strategies.paged import PagedStrategy

@@ -9,10 +9,10 @@ import warnings
 
 import pytest
 
+from kvbench.build.engine_build import build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
-from kvbench.execution.build import build_engine
 from kvbench.strategies import make_strategy
 from kvbench.strategies.paged import PagedStrategy
 from kvbench.strategies.prefix import PrefixCachingStrategy
@@ -252,7 +252,7 @@ def test_memory_split_counts_shared_blocks_once():
 
 
 def simulated_run(strategy: str, workload: str, num_requests: int, kv_memory: str, probe=None):
-    from kvbench.execution.simulate_build import build_simulated_engine
+    from kvbench.build.simulated_executors import build_simulated_engine
     from kvbench.workloads import build_workload
 
     with warnings.catch_warnings():

@@ -9,9 +9,10 @@ import textwrap
 import pytest
 
 import kvbench.strategies as strategies_package
-from kvbench.config import EngineConfig, is_fp8_cache
+from kvbench.build.engine_build import effective_config
+from kvbench.config import EngineConfig
+from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.errors import KvbenchInputError
-from kvbench.execution.build import effective_config
 from kvbench.strategies import registry
 from kvbench.strategies.contiguous import ContiguousStrategy
 from kvbench.strategies.paged import PagedStrategy

@@ -1,0 +1,223 @@
+"""`build_engine`: an `EngineConfig` turned into model, arena, strategy, policy and engine.
+
+There is one wiring for every engine: lengths, KV dtype, budget, strategy, policy and `Engine`
+are built here; what differs between the real model, the simulator and the transformers
+baseline is the `ExecutorFactory` passed as `executor=` (where the model's shape, the KV
+budget, the executor and the clock come from). `EXECUTOR_FACTORIES` names them for the
+runner (`RunConfig.engine_kind`).
+
+This module does not import torch, nor any factory: the simulator builds through it without
+loading torch (docs/design.md). The real model's factory is `kvbench.build.model_executors`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvbench.config import EngineConfig
+from kvbench.core.executor import DeviceKind, Executor
+from kvbench.engine.engine import Engine
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
+from kvbench.models.dtype_names import element_bytes
+from kvbench.scheduling import SchedulerLimits, make_policy
+from kvbench.strategies import make_strategy, strategy_entry
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class BuiltEngine:
+    engine: Any  # `Engine`, or `HFGenerateEngine` for the transformers baseline
+    model_config: ModelConfig
+    device: torch.device | DeviceKind  # `DeviceKind` where nothing runs (the simulator)
+    kv_budget_bytes: int | None  # None: no budget is enforced (transformers' own cache)
+    kv_dtype: torch.dtype | str  # torch's name of it where there is no tensor (the simulator)
+    bytes_per_slot: int
+    backend: str
+    max_model_len: int
+    # Seconds spent compiling GPU kernels before the run (kept out of TTFT/TPOT); 0 elsewhere.
+    compile_s: float = 0.0
+
+
+def effective_config(config: EngineConfig) -> EngineConfig:
+    """Apply a strategy's implied options (`fp8` is `paged` with `--kv-cache-dtype fp8`)."""
+    defaults = EngineConfig()
+    for name, value in strategy_entry(config.strategy).engine_overrides.items():
+        if getattr(config, name) == getattr(defaults, name):  # an explicit choice stays
+            setattr(config, name, value)
+    return config
+
+
+def resolve_lengths(config: EngineConfig, model_config: ModelConfig) -> tuple[int, int]:
+    """(max_model_len, max_num_batched_tokens) after defaults, checked against the model."""
+    max_model_len = config.max_model_len or model_config.max_position_embeddings
+    if max_model_len > model_config.max_position_embeddings:
+        raise KvbenchInputError(
+            f"--max-model-len {max_model_len} exceeds the model's "
+            f"{model_config.max_position_embeddings} positions"
+        )
+    model_config.check_context(max_model_len)
+    max_batched = config.max_num_batched_tokens or max(2048, max_model_len)
+    if max_batched < max_model_len and not config.chunked_prefill:
+        raise KvbenchInputError(
+            f"--max-num-batched-tokens {max_batched} is below --max-model-len {max_model_len}: "
+            "long prompts could never be scheduled (enable --chunked-prefill or raise it)"
+        )
+    return max_model_len, max_batched
+
+
+def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
+    num_slots = budget_bytes // bytes_per_slot
+    if num_slots < 1:
+        raise KvbenchInputError(
+            f"--kv-memory {budget_bytes} bytes holds no token: one token needs "
+            f"{bytes_per_slot} bytes"
+        )
+    return num_slots
+
+
+def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int):
+    """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes."""
+    return make_strategy(
+        config.strategy, num_slots, max_model_len, block_size=config.block_size,
+        reserve=config.reserve, watermark=config.watermark,
+        namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
+    )
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What the caller lends a build: the run's clock (None: the factory's own) and a cache of
+    loaded models shared between the engines of a session."""
+
+    clock: Callable[[], float] | None = None
+    model_cache: dict | None = None
+
+
+class ExecutorFactory(ABC):
+    """Where an engine's model side comes from; `build` is the shared wiring.
+
+    A factory answers, in order: the device and model (`load`), the KV budget in bytes
+    (`kv_budget_bytes`), the run's clock (`clock`) and the executor over the arena
+    (`executor`). An engine that is not kvbench's `Engine` overrides `build` itself.
+    """
+
+    def build(self, config: EngineConfig, context: BuildContext) -> BuiltEngine:
+        config = effective_config(config)
+        device, model, model_config = self.load(config, context)
+        max_model_len, max_batched = resolve_lengths(config, model_config)
+        kv_dtype = self.kv_dtype(config)
+        kv_elem = element_bytes(kv_dtype)
+        bytes_per_slot = model_config.kv_bytes_per_token(kv_elem)
+        budget = self.kv_budget_bytes(config, device, model, model_config, max_batched)
+        num_slots = arena_slots(budget, bytes_per_slot)
+        strategy = strategy_for(config, num_slots, max_model_len)
+        clock = self.clock(context)
+        executor = self.executor(config, model, model_config, device, num_slots, kv_dtype, clock)
+        limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)
+        policy = make_policy(config.batching, strategy, limits)
+        engine = Engine(
+            strategy, policy, executor, bytes_per_slot=bytes_per_slot,
+            max_model_len=max_model_len, temperature=self.temperature(config), seed=config.seed,
+            clock=clock, memory_probe=self.memory_probe(device),
+        )
+        return BuiltEngine(engine, model_config, device, budget, kv_dtype, bytes_per_slot,
+                           self.backend(config, device), max_model_len,
+                           self.precompile(config, executor, model_config, device))
+
+    @abstractmethod
+    def load(
+        self, config: EngineConfig, context: BuildContext
+    ) -> tuple[torch.device | DeviceKind, Any, ModelConfig]:
+        """(device, model or None, the model's shape)."""
+
+    @abstractmethod
+    def kv_dtype(self, config: EngineConfig) -> torch.dtype | str:
+        """The KV cache's dtype as the executor stores it (torch's name when it stores none)."""
+
+    @abstractmethod
+    def kv_budget_bytes(
+        self, config: EngineConfig, device: torch.device | DeviceKind, model: Any,
+        model_config: ModelConfig, max_batched_tokens: int,
+    ) -> int:
+        """Bytes of the KV arena."""
+
+    @abstractmethod
+    def executor(
+        self, config: EngineConfig, model: Any, model_config: ModelConfig,
+        device: torch.device | DeviceKind, num_slots: int, kv_dtype: torch.dtype | str,
+        clock: Callable[[], float] | None,
+    ) -> Executor:
+        """The executor over an arena of `num_slots` KV slots."""
+
+    @abstractmethod
+    def backend(self, config: EngineConfig, device: torch.device | DeviceKind) -> str:
+        """The attention backend's name, as results record it."""
+
+    def clock(self, context: BuildContext) -> Callable[[], float] | None:
+        return context.clock
+
+    def temperature(self, config: EngineConfig) -> float:
+        return config.temperature
+
+    def memory_probe(self, device: torch.device | DeviceKind) -> Callable[[], dict] | None:
+        return None
+
+    def precompile(self, config: EngineConfig, executor: Executor, model_config: ModelConfig,
+                   device: torch.device | DeviceKind) -> float:
+        """Compile every kernel variant the run will meet; the seconds it took."""
+        return 0.0
+
+
+def build_engine(
+    config: EngineConfig,
+    executor: ExecutorFactory | None = None,
+    *,
+    clock: Callable[[], float] | None = None,
+    model_cache: dict | None = None,
+) -> BuiltEngine:
+    """The engine of `config` whose model side comes from `executor` (default: the model)."""
+    factory = executor or _model()
+    return factory.build(config, BuildContext(clock=clock, model_cache=model_cache))
+
+
+def _model(gpu: str | None = None) -> ExecutorFactory:
+    from kvbench.build.model_executors import ModelExecutors
+
+    return ModelExecutors()
+
+
+def _simulated(gpu: str | None = None) -> ExecutorFactory:
+    from kvbench.build.simulated_executors import SimulatedExecutors
+
+    return SimulatedExecutors(gpu or "a100-80gb")
+
+
+def _transformers(gpu: str | None = None) -> ExecutorFactory:
+    from kvbench.build.transformers_engines import TransformersEngines
+
+    return TransformersEngines()
+
+
+# `RunConfig.engine_kind` -> its factory (given the simulated GPU preset, which only the
+# simulator reads). Each is imported only when asked for: the model's brings torch.
+EXECUTOR_FACTORIES: dict[str, Callable[[str | None], ExecutorFactory]] = {
+    "kvbench": _model,
+    "simulated": _simulated,
+    "hf": _transformers,
+}
+
+
+def executor_factory(engine_kind: str, gpu: str | None = None) -> ExecutorFactory:
+    try:
+        make = EXECUTOR_FACTORIES[engine_kind]
+    except KeyError:
+        raise KvbenchInputError(
+            f"unknown engine {engine_kind!r} (choose from {', '.join(EXECUTOR_FACTORIES)})"
+        ) from None
+    return make(gpu)

@@ -1,0 +1,105 @@
+"""`ModelExecutors`: the executor factory of the real engine (the Llama model, on torch).
+
+Apart from `kvbench.build.engine_build` (the wiring every engine shares, torch-free) so that a
+simulation, which builds through the same wiring, never imports torch or the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from kvbench.build.engine_build import BuildContext, ExecutorFactory, resolve_lengths
+from kvbench.config import EngineConfig
+from kvbench.execution.device import resolve_device
+from kvbench.execution.gpu_memory import GpuMemoryProbe
+from kvbench.execution.kv_budget import (
+    kv_cache_torch_dtype,
+    planned_kv_bytes,
+    resolve_kv_budget_bytes,
+)
+from kvbench.execution.model_executor import KVArena, ModelExecutor
+from kvbench.kernels.backend import get_ops, resolve_backend
+from kvbench.models.config import ModelConfig
+from kvbench.models.llama import LlamaDecoder
+from kvbench.models.loader import load_model, parse_dtype
+from kvbench.models.memory_check import memory_need
+from kvbench.models.resolve_config import resolve_model_config
+
+
+def prepare_device(config: EngineConfig) -> torch.device:
+    """The run's device; on the CPU, torch limited to `config.cpu_threads` threads.
+
+    Every engine (kvbench's and `--engine hf`) goes through here, so a comparison runs each
+    side on the same number of threads.
+    """
+    device = resolve_device(config.device)
+    if device.type == "cpu":
+        torch.set_num_threads(config.cpu_threads)
+    return device
+
+
+def load_cached_model(
+    config: EngineConfig, dtype: torch.dtype, device: torch.device, model_cache: dict | None
+) -> tuple[LlamaDecoder, ModelConfig]:
+    """The run's model, taken from `model_cache` when one with the same weights is there."""
+    key = (config.model, config.dtype, str(device), config.seed)
+    if model_cache is not None and key in model_cache:
+        return model_cache[key]
+    # Checked before a byte is allocated: weights, a full prefill's activations and the arena.
+    model_config = resolve_model_config(config.model)
+    _, max_batched = resolve_lengths(config, model_config)
+    need = memory_need(model_config, dtype, max_batched, config.max_num_seqs,
+                       planned_kv_bytes(config, device))
+    loaded = load_model(config.model, dtype=dtype, device=device, seed=config.seed, need=need)
+    if model_cache is not None:
+        model_cache[key] = loaded
+    return loaded
+
+
+class ModelExecutors(ExecutorFactory):
+    """kvbench's engine: the Llama model with the configured attention backend."""
+
+    def load(self, config: EngineConfig, context: BuildContext):
+        device = prepare_device(config)
+        dtype = parse_dtype(config.dtype)
+        model, model_config = load_cached_model(config, dtype, device, context.model_cache)
+        return device, model, model_config
+
+    def kv_dtype(self, config: EngineConfig) -> torch.dtype:
+        return kv_cache_torch_dtype(config, parse_dtype(config.dtype))
+
+    def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
+        return resolve_kv_budget_bytes(config, device, model, max_batched_tokens)
+
+    def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
+        backend = self.backend(config, device)
+        arena = KVArena(model_config, num_slots, kv_dtype, device, kv_scale=config.kv_scale)
+        return ModelExecutor(model, arena, get_ops(backend), device, backend,
+                             enforce_eager=config.enforce_eager,
+                             max_num_seqs=config.max_num_seqs)
+
+    def backend(self, config: EngineConfig, device: torch.device) -> str:
+        return resolve_backend(config.attention_backend, device)
+
+    def memory_probe(self, device: torch.device) -> Callable[[], dict] | None:
+        return GpuMemoryProbe(device).sample if device.type == "cuda" else None
+
+    def precompile(self, config, executor, model_config, device) -> float:
+        # Triton compiles a variant at its first launch: without this, a second of compile
+        # would land inside the first measured step of each variant.
+        if self.backend(config, device) != "triton" or device.type != "cuda":
+            return 0.0
+        from kvbench.kernels.attention_shape import AttentionShape
+
+        arena = executor.arena
+        shape = AttentionShape(
+            model_config.num_heads, model_config.num_kv_heads, model_config.head_dim,
+            parse_dtype(config.dtype), arena.dtype, config.block_size,
+            "scalar" if arena.is_fp8 else "none",
+        )
+        return executor.ops.precompile(shape, device)
+
+
+__all__ = ["ModelExecutors", "load_cached_model", "prepare_device"]

@@ -1,0 +1,145 @@
+"""`SimulatedExecutors`: the executor factory of `kvbench simulate`: a GPU preset, no weights.
+
+`build_engine(config, executor=SimulatedExecutors(gpu))` wires the same options, strategy,
+policy and checks as for the model, with the model's shape from its preset or `config.json`
+and a `SimulatedExecutor` on a `SimulatedClock` instead of the model.
+
+The KV budget, as vLLM's `--gpu-memory-utilization` on a real GPU (docs/design.md):
+
+    budget = floor(GPU memory x utilization) - weights - activations     (utilization 0.9)
+
+or `--kv-memory` when given. Weights are parameters x bytes of `--dtype`; simulate's CLI
+default is `SIMULATE_DEFAULT_DTYPE` (bfloat16: `EngineConfig`'s float32 default is a CPU
+default; float32 is simulated as TF32). The activation peak cannot be profiled without a GPU,
+so it is estimated by `activation_bytes_estimate`.
+
+Nothing here imports torch (docs/design.md): dtypes are torch's names and their sizes
+(`kvbench.models.dtype_names`), the device is `SIMULATED_DEVICE`, a `DeviceKind("meta")`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kvbench.build.engine_build import BuildContext, BuiltEngine, ExecutorFactory, build_engine
+from kvbench.config import EngineConfig
+from kvbench.core.executor import DeviceKind
+from kvbench.errors import KvbenchInputError
+from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
+from kvbench.models.memory_check import activation_bytes_estimate
+from kvbench.models.resolve_config import resolve_model_config
+from kvbench.simulator.gpus import GPUSpec, get_gpu
+from kvbench.simulator.simulated_executor import (
+    SIMULATED_DEVICE,
+    SimulatedClock,
+    SimulatedExecutor,
+)
+from kvbench.simulator.step_time import StepTimeModel
+from kvbench.sizing.capacity import group_kv_capacity
+from kvbench.units import format_bytes
+
+SIMULATE_DEFAULT_DTYPE = "bfloat16"
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
+SIMULATED_BACKEND = "simulated"
+
+
+def simulated_kv_budget_bytes(
+    config: EngineConfig,
+    gpu: GPUSpec,
+    weights_bytes: int,
+    activation_bytes: int,
+) -> int:
+    if config.kv_memory is not None:
+        return int(config.kv_memory)
+    fraction = config.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+    usable = math.floor(gpu.memory_bytes * fraction)
+    budget = usable - weights_bytes - activation_bytes
+    if budget <= 0:
+        raise KvbenchInputError(
+            f"--gpu-memory-utilization {fraction} leaves no KV memory on {gpu.name}: "
+            f"{format_bytes(usable)} usable, weights {format_bytes(weights_bytes)} "
+            f"({config.dtype}) and activations ~{format_bytes(activation_bytes)}; "
+            "use a larger --gpu, a smaller model or --dtype bfloat16"
+        )
+    return budget
+
+
+class SimulatedExecutors(ExecutorFactory):
+    """The step-time model of `gpu`; the engine's clock is the simulated one (`engine.clock`).
+
+    `BuiltEngine.device` is `SIMULATED_DEVICE` (type `meta`: nothing is allocated anywhere),
+    `kv_dtype` is torch's name of the KV dtype (no tensor exists) and `backend` is
+    "simulated"; the GPU spec is `engine.executor.gpu`. Sampling is greedy whatever
+    `config.temperature` says: token ids never matter with workload-fixed output lengths.
+    With `config.tensor_parallel_size` N > 1 the KV budget is the group's (N GPUs' KV
+    shards of the same tokens) and the step time includes the all-reduces of the group
+    (docs/simulator.md).
+    """
+
+    def __init__(self, gpu: str | GPUSpec = "a100-80gb", start_s: float = 0.0) -> None:
+        self.gpu = gpu
+        self.start_s = start_s
+
+    def load(self, config: EngineConfig, context: BuildContext):
+        get_gpu(self.gpu)  # an unknown preset fails before anything else
+        # No thread pinning: a simulated step runs no torch op (it used to sample fabricated
+        # logits, which torch's thread pool made costly on a busy machine).
+        return SIMULATED_DEVICE, None, resolve_model_config(config.model)
+
+    def kv_dtype(self, config: EngineConfig) -> str:
+        return kv_cache_dtype_name(config)
+
+    @staticmethod
+    def _weight_bytes_per_param(config: EngineConfig) -> int:
+        return element_bytes(model_dtype_name(config.dtype))
+
+    def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
+        per_param = self._weight_bytes_per_param(config)
+        activations = activation_bytes_estimate(
+            model_config, max_batched_tokens, config.max_num_seqs, per_param
+        )
+        spec = get_gpu(self.gpu)
+        tp = config.tensor_parallel_size
+        if tp == 1 or config.kv_memory is not None:
+            weights = model_config.num_parameters() * per_param
+            return simulated_kv_budget_bytes(config, spec, weights, activations)
+        # Per GPU: a weight shard, activations of its head / column share (estimated as 1/N).
+        kv_elem = element_bytes(kv_cache_dtype_name(config))
+        group = group_kv_capacity(
+            model_config, spec.memory_bytes, tp,
+            config.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+            per_param, kv_elem, activations // tp,
+        )
+        return int(config.kv_memory) if config.kv_memory is not None else group.kv_budget_bytes
+
+    def clock(self, context: BuildContext) -> SimulatedClock:
+        return SimulatedClock(self.start_s)
+
+    def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
+        cost_model = StepTimeModel(model_config, get_gpu(self.gpu),
+                                   self._weight_bytes_per_param(config),
+                                   element_bytes(kv_dtype), config.tensor_parallel_size)
+        return SimulatedExecutor(cost_model, clock)
+
+    def backend(self, config: EngineConfig, device: DeviceKind) -> str:
+        return SIMULATED_BACKEND
+
+    def temperature(self, config: EngineConfig) -> float:
+        return 0.0
+
+
+def build_simulated_engine(
+    config: EngineConfig, gpu: str | GPUSpec, start_s: float = 0.0
+) -> BuiltEngine:
+    """`build_engine(config, executor=SimulatedExecutors(gpu, start_s))`."""
+    return build_engine(config, executor=SimulatedExecutors(gpu, start_s))
+
+
+__all__ = [
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "SIMULATE_DEFAULT_DTYPE",
+    "SimulatedExecutors",
+    "activation_bytes_estimate",
+    "build_simulated_engine",
+    "simulated_kv_budget_bytes",
+]

@@ -1,0 +1,48 @@
+"""The `Executor` seam: runs a `StepBatch`; owns tensors, never decides allocation.
+
+This module does not import torch: a simulated executor runs no tensor, and `kvbench simulate`
+never loads torch (docs/design.md). Executors that compute import it themselves.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvbench.core.sampling_params import SamplingParams
+from kvbench.core.step_batch import StepBatch
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """A device where there is no torch device: only its `type`, as `torch.device.type`."""
+
+    type: str
+
+    def __str__(self) -> str:
+        return self.type
+
+
+class Executor(ABC):
+    """Runs a step and samples its next tokens: the engine sees token ids, never tensors.
+
+    An executor that computes logits derives from `kvbench.execution.TensorExecutor`, which
+    samples them; a simulated one returns tokens without computing anything.
+    """
+
+    # A torch.device for an executor that computes; `DeviceKind` for one that does not.
+    device: torch.device | DeviceKind = DeviceKind("cpu")
+    # Whether the step reads `StepBatch.input_ids` / `positions`: the engine builds those
+    # per-token lists only for an executor that does (a simulated one needs the lengths).
+    reads_token_inputs: bool = True
+
+    @abstractmethod
+    def execute_and_sample(self, batch: StepBatch, sampling: SamplingParams) -> list[list[int]]:
+        """Run the step; `[i][j]` is the token of `sampling.keys[i][j]` from sample row `i`."""
+
+    def synchronize(self) -> None:  # noqa: B027 (a hook with nothing to do by default)
+        """Wait for the device's queued work (nothing to wait for by default)."""

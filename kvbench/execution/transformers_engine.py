@@ -1,0 +1,337 @@
+"""`--engine hf`: the same workload replayed through Hugging Face transformers' `generate()`.
+
+This is the baseline a user would pick instead of a serving engine: static batches of up to
+`--max-num-seqs` requests, taken first come first served from the queue, each run by one
+`model.generate()` call with left padding and transformers' own KV cache (`DynamicCache`),
+on the same model weights, device and dtype as kvbench. Like `Engine` it is a `BaseEngine`
+(the request book, step records and run control the runner drives), so the results folder
+has the same files and metrics.
+
+How a batch runs and what is measured:
+
+- Every member generates exactly `max(output_len)` tokens of its batch (EOS is disabled:
+  `eos_token_id=None`), and a member's output is its first `output_len` tokens, so each
+  request gets exactly its requested length. Greedy by default; `--temperature` samples
+  with transformers' sampler (seeded per batch, so sampled tokens differ from kvbench's).
+- Per-token times come from a streamer (`generate(streamer=...)`), which transformers calls
+  with each step's new tokens: TTFT, TPOT and ITL are measured. A request finishes at its
+  own last token, as a finished member of kvbench's `static` batch does; its row keeps
+  computing (and holding cache) until the batch ends, which is what the throughput sees.
+- `steps.csv` has one row per model forward of `generate()` (the prefill, then one per
+  decode step); `overhead_ms` is the time in the step outside the model's forward (the
+  generate loop: input preparation, logits processing, stopping checks, cache updates),
+  timed by forward hooks. Every row of the batch is computed in every step, so
+  `num_decode_seqs` is the batch size; `num_running` counts members not yet finished.
+- The memory split is unavailable (transformers' cache has no arena to split): the
+  `kv_*_bytes` columns are empty (NaN), `kv_utilization` is None, and the summary's
+  `kv_budget_bytes` and `kv_capacity_tokens` are null (no budget is enforced). On CUDA the
+  peak allocated bytes (`peak_gpu_bytes`) still show what the run held.
+- `prefill_tokens_computed` counts padded prompt tokens (batch size x longest prompt):
+  the tokens the prefill really computes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+
+import torch
+
+from kvbench.core.clock import WallClock
+from kvbench.core.request import Request
+from kvbench.core.sequence import Sequence, SequenceStatus
+from kvbench.core.step_record import StepRecord
+from kvbench.engine.base_engine import BaseEngine
+from kvbench.engine.engine import check_request_lengths
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
+from kvbench.models.llama import LlamaDecoder
+from kvbench.models.presets import PRESETS
+from kvbench.scheduling.queue_order import WaitingQueue
+from kvbench.tracing import trace_range
+
+PAD_TOKEN_ID = 0  # any valid id: padded positions are masked and their outputs dropped
+MISSING_TRANSFORMERS = "--engine hf needs transformers: pip install transformers"
+NAN = math.nan
+
+
+def import_transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise KvbenchInputError(MISSING_TRANSFORMERS) from None
+    return transformers
+
+
+class _TokenTimes:
+    """A `generate()` streamer that records when each step's tokens are out (not the tokens)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.times: list[float] = []
+        self._prompt_seen = False
+
+    def put(self, value) -> None:
+        if not self._prompt_seen:  # the first call hands over the prompt ids
+            self._prompt_seen = True
+            return
+        self.times.append(self.clock())
+
+    def end(self) -> None:
+        pass
+
+
+class _ForwardTimer:
+    """Start and end time of every forward of the model, from module hooks."""
+
+    def __init__(self, model: torch.nn.Module, clock: Callable[[], float], device) -> None:
+        self.clock = clock
+        self.device = device
+        self.spans: list[tuple[float, float]] = []
+        self._start = 0.0
+        self._handles = [
+            model.register_forward_pre_hook(self._before),
+            model.register_forward_hook(self._after),
+        ]
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _before(self, *_args) -> None:
+        self._sync()
+        self._start = self.clock()
+
+    def _after(self, *_args) -> None:
+        self._sync()
+        self.spans.append((self._start, self.clock()))
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+class _Batch:
+    """What the runner reads from `engine.policy`: the sequences of the batch in flight."""
+
+    def __init__(self) -> None:
+        self.running: list[Sequence] = []
+        self.waiting = WaitingQueue()  # first come, first served
+
+    def holders(self) -> list[Sequence]:
+        return self.running
+
+    def has_work(self) -> bool:
+        return bool(self.running)
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.push(seq)
+
+
+class HFGenerateEngine(BaseEngine):
+    """Static batches through `model.generate()`; one `step()` runs one whole batch."""
+
+    strategy = None  # no kvbench cache strategy: transformers manages its own KV cache
+
+    def __init__(
+        self,
+        model,
+        *,
+        device: torch.device,
+        max_num_seqs: int,
+        max_model_len: int,
+        temperature: float = 0.0,
+        seed: int = 0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__(max_model_len=max_model_len, temperature=temperature, seed=seed,
+                         clock=clock or WallClock())
+        self.model = model
+        self.device = device
+        self.max_num_seqs = max_num_seqs
+        self.policy = _Batch()
+        self._batches = 0
+
+    # Requests ---------------------------------------------------------------------------
+
+    def check_request(self, request: Request) -> None:
+        check_request_lengths(request, self.max_model_len)
+
+    def add_request(self, request: Request) -> None:
+        """Queue the request; `n > 1` samples become `n` rows of a batch."""
+        self.check_request(request)
+        group = [self._new_sequence(request, i) for i in range(request.n)]
+        self.sequences[request.request_id] = group
+        for seq in group:
+            self.policy.add(seq)
+        self._unfinished += request.n
+
+    # One batch --------------------------------------------------------------------------
+
+    def step(self) -> list[Sequence]:
+        """Run the next static batch through `generate()`; returns its sequences (all finish)."""
+        if not self.waiting:
+            return []
+        batch = [self.waiting.pop() for _ in range(min(self.max_num_seqs, len(self.waiting)))]
+        t_start = self.clock()
+        for seq in batch:
+            seq.status = SequenceStatus.RUNNING
+            if seq.admitted_s is None:
+                seq.admitted_s = t_start
+        self.policy.running = batch
+        width = max(seq.prompt_len for seq in batch)
+        new_tokens = max(seq.request.output_len for seq in batch)
+        input_ids = torch.full((len(batch), width), PAD_TOKEN_ID, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, seq in enumerate(batch):  # left padding, as decoder-only generation needs
+            input_ids[row, width - seq.prompt_len :] = torch.tensor(seq.token_ids)
+            mask[row, width - seq.prompt_len :] = 1
+        streamer = _TokenTimes(self.clock)
+        timer = _ForwardTimer(self.model, self.clock, self.device)
+        if self.temperature > 0:
+            torch.manual_seed(self.seed * 1_000_003 + self._batches)
+        self._batches += 1
+        try:
+            with trace_range("generate", seqs=len(batch), new_tokens=new_tokens), \
+                    torch.inference_mode():
+                out = self.model.generate(
+                    input_ids=input_ids.to(self.device),
+                    attention_mask=mask.to(self.device),
+                    generation_config=self._generation_config(new_tokens),
+                    streamer=streamer,
+                )
+        finally:
+            timer.remove()
+        t_end = self.clock()
+        generated = out[:, width:].cpu()
+        if generated.shape[1] != new_tokens or len(streamer.times) != new_tokens:
+            raise RuntimeError(
+                f"generate() returned {generated.shape[1]} tokens per row and streamed "
+                f"{len(streamer.times)} steps, {new_tokens} were asked for"
+            )
+        for row, seq in enumerate(batch):
+            n = seq.request.output_len
+            seq.token_ids.extend(generated[row, :n].tolist())
+            seq.token_times_s.extend(streamer.times[:n])
+            seq.num_computed = len(seq.token_ids) - 1
+            seq.first_token_s = streamer.times[0]
+            seq.finish_s = streamer.times[n - 1]
+            seq.status = SequenceStatus.FINISHED
+        self._record_steps(batch, width, timer.spans, t_start, t_end)
+        self.prefill_tokens_computed += len(batch) * width
+        self.policy.running = []
+        self._unfinished -= len(batch)
+        return batch
+
+    def _generation_config(self, new_tokens: int):
+        transformers = import_transformers()
+        sampling = self.temperature > 0
+        return transformers.GenerationConfig(
+            max_new_tokens=new_tokens,
+            min_new_tokens=0,
+            do_sample=sampling,
+            temperature=self.temperature if sampling else 1.0,
+            top_k=0 if sampling else None,
+            top_p=1.0,
+            num_beams=1,
+            use_cache=True,
+            eos_token_id=None,  # output lengths are fixed by the workload: never stop early
+            pad_token_id=PAD_TOKEN_ID,
+            bos_token_id=None,
+        )
+
+    def _record_steps(
+        self, batch: list[Sequence], width: int, spans: list[tuple[float, float]],
+        t_start: float, t_end: float,
+    ) -> None:
+        """One `StepRecord` per forward: from its start (the first: from the call) to the next."""
+        size = len(batch)
+        lengths = [seq.request.output_len for seq in batch]
+        for i, (f_start, f_end) in enumerate(spans):
+            begin = t_start if i == 0 else f_start
+            end = spans[i + 1][0] if i + 1 < len(spans) else t_end
+            step_ms = (end - begin) * 1e3
+            prefill = i == 0
+            self.steps.append(StepRecord(
+                step=len(self.steps),
+                t_s=begin,
+                step_ms=step_ms,
+                overhead_ms=max(0.0, step_ms - (f_end - f_start) * 1e3),
+                num_prefill_seqs=size if prefill else 0,
+                num_decode_seqs=0 if prefill else size,
+                num_batched_tokens=size * width if prefill else size,
+                num_prefill_tokens=size * width if prefill else 0,
+                num_running=sum(1 for n in lengths if n > i),
+                num_waiting=len(self.waiting),
+                kv_token_bytes=NAN,
+                kv_reserved_bytes=NAN,
+                kv_internal_bytes=NAN,
+                kv_external_bytes=NAN,
+                kv_free_bytes=NAN,
+                kv_cached_bytes=NAN,
+                preemptions=0,
+                kv_utilization=None,
+            ))
+
+
+def hf_config_for(model_config: ModelConfig, model: str):
+    """The transformers config of the same model: the folder's own, or one made for a preset."""
+    transformers = import_transformers()
+    if model not in PRESETS:
+        return transformers.AutoConfig.from_pretrained(model)
+    c = model_config
+    common = dict(
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_layers,
+        num_attention_heads=c.num_heads,
+        num_key_value_heads=c.num_kv_heads,
+        head_dim=c.head_dim,
+        max_position_embeddings=c.max_position_embeddings,
+        rope_theta=c.rope_theta,
+        rms_norm_eps=c.rms_norm_eps,
+        tie_word_embeddings=c.tie_word_embeddings,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    if c.rope_scaling:
+        common["rope_scaling"] = dict(c.rope_scaling)
+    if c.attention_bias:  # q/k/v biases and no o_proj bias: Qwen2's layout, as kvbench's
+        return transformers.Qwen2Config(**common, use_sliding_window=False)
+    return transformers.LlamaConfig(**common, attention_bias=False, mlp_bias=False)
+
+
+def to_transformers(decoder: LlamaDecoder, model: str, device: torch.device):
+    """A transformers `*ForCausalLM` holding the very tensors of kvbench's `decoder`.
+
+    Built on the meta device and given the decoder's parameters (`assign=True`: no copy, no
+    random init), then its rotary embedding is rebuilt on the device.
+    """
+    transformers = import_transformers()
+    hf_config = hf_config_for(decoder.config, model)
+    with torch.device("meta"):
+        hf_model = transformers.AutoModelForCausalLM.from_config(hf_config)
+    state = decoder.state_dict()
+    missing, unexpected = hf_model.load_state_dict(state, strict=False, assign=True)
+    missing = [k for k in missing if not (k == "lm_head.weight" and hf_config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise KvbenchInputError(
+            f"model {model}: transformers and kvbench weights differ "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    if getattr(hf_config, "tie_word_embeddings", False):
+        hf_model.lm_head.weight = hf_model.model.embed_tokens.weight
+    rotary = hf_model.model.rotary_emb
+    with torch.device(device):
+        hf_model.model.rotary_emb = type(rotary)(config=hf_model.config)
+    on_meta = [n for n, t in itertools.chain(hf_model.named_parameters(),
+                                             hf_model.named_buffers()) if t.is_meta]
+    if on_meta:
+        raise RuntimeError(f"transformers model left on the meta device: {on_meta[:3]}")
+    hf_model.generation_config = transformers.GenerationConfig(
+        eos_token_id=None, bos_token_id=None, pad_token_id=PAD_TOKEN_ID
+    )
+    return hf_model.to(device).eval()

@@ -1,0 +1,183 @@
+"""What `kvbench compare` checks before it trusts a difference between two runs.
+
+A gate is fooled by comparing what should not be compared: a run that did not finish, or two
+runs that differ in more than the strategy (docs/design.md, "The question and the rule": only
+the strategy changes between the runs of one comparison). It is also fooled by noise: a
+single run on a loaded machine can rank strategies the wrong way round, so a difference means
+something only when it is larger than the runs' own spread (`--repeat` confidence intervals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from kvbench.errors import KvbenchInputError
+from kvbench.results.metric_catalogue import METRICS, Metric
+from kvbench.results.summary import Summary
+
+SINGLE_RUN_WARNING = (
+    "single-run comparison: it cannot tell noise from change; run both sides with "
+    "--repeat 3 to get confidence intervals"
+)
+
+
+def incomplete_reason(status: str, summary: Summary) -> str | None:
+    """Why a run folder is not a finished run (None when it is).
+
+    `status` is what the folder's INCOMPLETE marker says ("complete" without one); the
+    summary's own `status` is checked as well (older folders without one pass).
+    """
+    if status != "complete":
+        return f"status {status} (INCOMPLETE marker)"
+    if summary.status is not None and summary.status != "complete":
+        return f"status {summary.status} in summary.json"
+    return None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One input that must be equal on both sides: its name and how to read it."""
+
+    name: str
+    summary_path: tuple[str, ...] = ()
+    config_path: tuple[str, ...] = ()
+
+    def value(self, summary: Summary, config: Mapping[str, Any]) -> Any:
+        value = summary.lookup(self.summary_path) if self.summary_path else None
+        if value is None and self.config_path:
+            value = config
+            for key in self.config_path:
+                value = value.get(key) if isinstance(value, Mapping) else None
+        return value
+
+
+# The inputs two compared runs must share; the strategy (and what comes with it: reserve,
+# block size, batching) is what a comparison is about and may differ.
+SETTINGS = (
+    Setting("workload", ("workload",), ("run", "workload")),
+    Setting("workload params", (), ("run", "workload_params")),
+    Setting("num_requests", ("num_requests",), ("run", "num_requests")),
+    Setting("request_rate", (), ("run", "request_rate")),
+    Setting("max_concurrency", (), ("run", "max_concurrency")),
+    Setting("model", ("model",), ("run", "engine", "model")),
+    Setting("dtype", ("dtype",), ("run", "engine", "dtype")),
+    Setting("kv_cache_dtype", ("memory", "kv_cache_dtype"), ("kv_cache_dtype",)),
+    Setting("KV budget", ("memory", "kv_budget_bytes"), ("kv_budget_bytes",)),
+)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def mismatches(base: tuple[Summary, Mapping[str, Any]],
+               new: tuple[Summary, Mapping[str, Any]]) -> list[str]:
+    """`name (base vs new)` for each setting known on both sides that differs.
+
+    A setting an older folder does not record is not held against it.
+    """
+    out = []
+    for setting in SETTINGS:
+        a, b = setting.value(*base), setting.value(*new)
+        if setting.name == "workload params":
+            a, b = a or {}, b or {}  # no params and empty params are the same input
+        elif a is None or b is None:
+            continue
+        if a != b:
+            out.append(f"{setting.name} ({_show(a)} vs {_show(b)})")
+    return out
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Both sides' mean ± 95% CI half-width of one metric, and whether the intervals overlap."""
+
+    base_mean: float
+    base_ci: float
+    new_mean: float
+    new_ci: float
+    repeats: tuple[int, int]
+
+    @property
+    def overlap(self) -> bool:
+        return abs(self.new_mean - self.base_mean) <= self.base_ci + self.new_ci
+
+    def describe(self) -> str:
+        return "within noise (CIs overlap)" if self.overlap else "beyond noise"
+
+
+def noise(metric: Metric, base_repeat: Mapping[str, Any] | None,
+          new_repeat: Mapping[str, Any] | None) -> Noise | None:
+    """The metric's confidence intervals on both sides, when both ran with `--repeat`."""
+    if not base_repeat or not new_repeat:
+        return None
+    a, b = base_repeat.get(metric.column), new_repeat.get(metric.column)
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return None
+    if None in (a.get("mean"), a.get("ci95"), b.get("mean"), b.get("ci95")):
+        return None
+    return Noise(float(a["mean"]), float(a["ci95"]), float(b["mean"]), float(b["ci95"]),
+                 (int(a.get("n") or 0), int(b.get("n") or 0)))
+
+
+class ComparedRun(Protocol):
+    """What the gate reads of a loaded run (kvbench.report.runs.RunData has it)."""
+
+    path: Path
+    label: str
+    status: str  # what the INCOMPLETE marker says; "complete" without one
+    summary: Summary
+    config: dict[str, Any]
+    repeat: dict[str, Any] | None  # repeat.json figures, for a `--repeat N` run
+
+
+def check_pairs(pairs: list[tuple[ComparedRun, ComparedRun]], allow_mismatch: bool) -> list[str]:
+    """Refuse unfinished runs, and mismatched ones unless `allow_mismatch`
+    (KvbenchInputError, one line); returns the warnings to print."""
+    for base, new in pairs:
+        for side, run in (("base", base), ("new", new)):
+            why = incomplete_reason(run.status, run.summary)
+            if why:
+                raise KvbenchInputError(f"{side} run {run.path} did not finish ({why}); "
+                                        "compare finished runs only")
+    warnings = []
+    for base, new in pairs:
+        differ = mismatches((base.summary, base.config), (new.summary, new.config))
+        if differ and not allow_mismatch:
+            raise KvbenchInputError(
+                f"runs {base.label} and {new.label} differ in more than the strategy: "
+                + "; ".join(differ) + " (--allow-mismatch to compare anyway)")
+        if differ:
+            warnings.append(f"{base.label} vs {new.label} differ in " + "; ".join(differ)
+                            + "; compared anyway (--allow-mismatch)")
+    # A simulated clock has no noise: two simulated runs differ only by what changed.
+    measured = [(b, n) for b, n in pairs
+                if "simulated" not in (b.summary.executor, n.summary.executor)]
+    if any(base.repeat is None or new.repeat is None for base, new in measured):
+        warnings.append(SINGLE_RUN_WARNING)
+    return warnings
+
+
+def differences_with_noise(base: ComparedRun, new: ComparedRun, names: list[str]):
+    """(Difference, Noise or None) per metric; where both sides ran with `--repeat`, the
+    values compared (and held to thresholds) are the means over the repeats."""
+    from kvbench.report.metrics import Difference
+
+    rows = []
+    for name in names:
+        m = METRICS[name]
+        spread = noise(m, base.repeat, new.repeat)
+        if spread is not None:
+            rows.append((Difference(m, spread.base_mean, spread.new_mean), spread))
+        else:
+            rows.append((Difference(m, m.value(base.summary), m.value(new.summary)), None))
+    return rows
+
+
+__all__ = ["SETTINGS", "SINGLE_RUN_WARNING", "ComparedRun", "Noise", "Setting", "check_pairs",
+           "differences_with_noise", "incomplete_reason", "mismatches", "noise"]

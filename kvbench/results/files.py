@@ -1,0 +1,135 @@
+"""Atomic writes of a results folder; an unfinished folder carries an `INCOMPLETE` marker."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvbench.errors import KvbenchInputError, KvbenchRunError
+from kvbench.results.metrics import nan_to_none
+
+INCOMPLETE_MARKER = "INCOMPLETE"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """`path` holds `data` whole or is as it was: a temporary file, then a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(nan_to_none(data), indent=2, sort_keys=False) + "\n")
+
+
+def write_csv(path: Path, frame: pd.DataFrame) -> None:
+    atomic_write_text(path, frame.to_csv(index=False))
+
+
+def check_output_folder(out: Path, flag: str = "--out") -> None:
+    """Refuse an output folder that cannot be written (a file, /proc, read-only, full), by
+    trying: create the folder, write and delete a probe file, then remove again any folder
+    the probe created, so a run refused later for another reason leaves nothing behind."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise KvbenchInputError(f"{flag} {out} is a file, not a folder")
+    created: list[Path] = []
+    try:
+        missing = [p for p in (out, *out.parents) if not p.exists()]
+        for path in reversed(missing):
+            path.mkdir()
+            created.append(path)
+        fd, probe = tempfile.mkstemp(prefix=".kvbench-probe-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise KvbenchInputError(f"{flag} {out} cannot be written: {reason}") from None
+    finally:
+        for path in reversed(created):
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+
+
+def claim_folder(root: Path, name: str, *, mark: bool = True) -> Path:
+    """Create `root/name` (or `name-2`, `-3`, ... when taken) and return it, marked
+    INCOMPLETE at once (`mark`). `mkdir` without exist_ok is the lock: two sessions started in
+    the same second into one `--out` get two folders, never one shared."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    k = 1
+    while True:
+        folder = root / (name if k == 1 else f"{name}-{k}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            k += 1
+            continue
+        if mark:
+            try:
+                write_json(folder / INCOMPLETE_MARKER, {"status": "running"})
+            except BaseException:
+                folder.rmdir()  # an unmarked folder would pass for a finished one
+                raise
+        return folder
+
+
+def out_of_space(err: OSError) -> bool:
+    return err.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_error(folder: Path, err: OSError) -> KvbenchRunError:
+    """The one line for a disk that filled mid-run (the folder keeps what was written)."""
+    return KvbenchRunError(
+        f"disk full while writing results ({err.strerror or err}); {folder} keeps what was "
+        "written and is marked INCOMPLETE"
+    )
+
+
+class ResultsFolder:
+    """`results/<run-id>/`: marked incomplete from creation until `complete()`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def start(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_json(self.path / INCOMPLETE_MARKER, {"status": "running"})
+
+    def mark(self, status: str, message: str = "", **details: Any) -> None:
+        marker = {"status": status, "message": message, **details}
+        try:
+            write_json(self.path / INCOMPLETE_MARKER, marker)
+        except OSError:
+            # A full disk may refuse even the marker's rewrite; the one from start() stays.
+            if not (self.path / INCOMPLETE_MARKER).exists():
+                raise
+
+    def complete(self) -> None:
+        (self.path / INCOMPLETE_MARKER).unlink(missing_ok=True)
+
+    @staticmethod
+    def is_complete(path: Path) -> bool:
+        return (Path(path) / "summary.json").is_file() and not (
+            Path(path) / INCOMPLETE_MARKER
+        ).exists()

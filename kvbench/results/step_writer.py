@@ -1,0 +1,237 @@
+"""`StepWriter`: streams `steps.csv` to disk and keeps the per-step totals a summary needs.
+
+A long simulation runs hundreds of thousands of steps; keeping every `StepRecord` and
+converting them at the end cost more CPU than the simulation and memory that grew with every
+step. The writer formats each row as it comes (optionally every Nth only: `--steps-every`)
+and folds every row, written or not, into `StepTotals`, so the summary is over all steps.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import operator
+import os
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from kvbench.core.step_record import StepRecord
+
+COLUMNS = tuple(f.name for f in dataclasses.fields(StepRecord))
+_ROW = operator.attrgetter(*COLUMNS)
+SPLIT_PARTS = ("token", "reserved", "internal", "external", "free", "cached")
+_MAX_COLUMNS = ("kv_prompt_blocks", "gpu_used_bytes", "torch_reserved_bytes")
+
+
+_INDEX = {name: i for i, name in enumerate(COLUMNS)}
+_PART_COLUMNS = tuple(_INDEX[f"kv_{part}_bytes"] for part in SPLIT_PARTS)
+_FOLDED = frozenset((*_PART_COLUMNS, _INDEX["num_waiting"]))  # the columns `_fold_sums` reads
+
+
+@dataclasses.dataclass
+class StepTotals:
+    """What `kvbench.session.runner.summarize` reads from the steps, over every step.
+
+    The memory means are time-weighted (docs/design.md, Memory split): a step's
+    memory state lasts until the next step starts (the last one: its own length), which is
+    why each row is folded in when the next one arrives. Rows come in batches (`add_rows`,
+    rows as `COLUMNS` tuples) and are summed with numpy: a simulation makes hundreds of
+    thousands of them (issue 15).
+    """
+
+    steps: int = 0
+    preemptions: int = 0
+    batch_sum: int = 0
+    batch_max: int | None = None
+    waiting_sum: int = 0
+    overhead_ms: float = 0.0
+    step_ms: float = 0.0
+    maxima: dict[str, int | None] = dataclasses.field(
+        default_factory=lambda: dict.fromkeys(_MAX_COLUMNS))
+    _util_total: float = 0.0
+    _util_weight: float = 0.0
+    _saturated_total: float = 0.0
+    _saturated_weight: float = 0.0
+    _any_saturated: bool = False
+    # Time-weighted sums of each split part's share of the arena, and their weight.
+    _part_sums: list[float] = dataclasses.field(default_factory=lambda: [0.0] * 6)
+    _part_weight: float = 0.0
+    _held_back: tuple | None = None
+
+    def add_rows(self, rows: list[tuple]) -> None:
+        """Fold in rows (`COLUMNS` order), oldest first. Everything is computed before any
+        total changes, so an interrupt leaves the totals with all of the rows or none."""
+        if not rows:
+            return
+        columns = list(zip(*rows, strict=True))
+        batch = [a + b for a, b in zip(columns[_INDEX["num_prefill_seqs"]],
+                                       columns[_INDEX["num_decode_seqs"]], strict=True)]
+        most = max(batch)
+        maxima = dict(self.maxima)
+        for name in _MAX_COLUMNS:
+            values = [v for v in columns[_INDEX[name]] if v is not None]
+            if values:
+                old = maxima[name]
+                maxima[name] = max(values) if old is None else max(old, *values)
+        folded = rows if self._held_back is None else [self._held_back, *rows]
+        sums = None
+        if len(folded) > 1:
+            by_column = columns if folded is rows else list(zip(*folded, strict=True))
+            starts = np.array(by_column[_INDEX["t_s"]], dtype=float)
+            durations = np.array(by_column[_INDEX["step_ms"]][:-1], dtype=float) / 1e3
+            sums = _fold_sums([np.array(c[:-1], dtype=float) if i in _FOLDED else None
+                               for i, c in enumerate(by_column)],
+                              np.maximum(starts[1:] - starts[:-1], durations))
+        step_ms = float(np.sum(columns[_INDEX["step_ms"]], dtype=float))
+        overhead_ms = float(np.sum(columns[_INDEX["overhead_ms"]], dtype=float))
+        preemptions = sum(columns[_INDEX["preemptions"]])
+        waiting = sum(columns[_INDEX["num_waiting"]])
+        # then every total at once
+        self.steps += len(rows)
+        self.preemptions += preemptions
+        self.batch_sum += sum(batch)
+        self.batch_max = most if self.batch_max is None else max(self.batch_max, most)
+        self.waiting_sum += waiting
+        self.overhead_ms += overhead_ms
+        self.step_ms += step_ms
+        self.maxima = maxima
+        self._held_back = rows[-1]
+        if sums is not None:
+            self._apply(sums)
+
+    def finish(self) -> None:
+        """Fold in the last row (weighted by its own length)."""
+        last, self._held_back = self._held_back, None
+        if last is not None:
+            self._apply(_fold_sums([np.array([value], dtype=float) if i in _FOLDED else None
+                                    for i, value in enumerate(last)],
+                                   np.array([last[_INDEX["step_ms"]] / 1e3], dtype=float)))
+
+    def _apply(self, sums: _FoldSums) -> None:
+        self._util_total += sums.util_total
+        self._util_weight += sums.util_weight
+        self._saturated_total += sums.saturated_total
+        self._saturated_weight += sums.saturated_weight
+        self._any_saturated = self._any_saturated or sums.any_saturated
+        self._part_weight += sums.part_weight
+        self._part_sums = [a + b for a, b in zip(self._part_sums, sums.part_sums, strict=True)]
+
+    def memory(self) -> dict[str, Any]:
+        """`summary.json`'s memory means: utilization (all and saturated steps) and the split."""
+        if self.steps == 0:
+            return {"utilization_mean": None, "utilization_saturated": None,
+                    "breakdown_mean": {p: None for p in SPLIT_PARTS}}
+        weight = self._part_weight
+        saturated = (self._saturated_total / self._saturated_weight
+                     if self._any_saturated and self._saturated_weight > 0 else None)
+        return {
+            "utilization_mean": (self._util_total / self._util_weight
+                                 if self._util_weight > 0 else None),
+            "utilization_saturated": saturated,
+            "breakdown_mean": {p: (total / weight if weight > 0 else None)
+                               for p, total in zip(SPLIT_PARTS, self._part_sums, strict=True)},
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class _FoldSums:
+    """One batch's contributions to `StepTotals`' time-weighted sums."""
+
+    util_total: float = 0.0
+    util_weight: float = 0.0
+    saturated_total: float = 0.0
+    saturated_weight: float = 0.0
+    any_saturated: bool = False
+    part_weight: float = 0.0
+    part_sums: tuple[float, ...] = (0.0,) * 6
+
+
+def _fold_sums(columns: list[np.ndarray | None], weight_s: np.ndarray) -> _FoldSums:
+    """The sums of rows given as one array per column (`COLUMNS` order; those of `_FOLDED`),
+    each row weighted by how long its memory state lasted."""
+    parts = np.stack([columns[i] for i in _PART_COLUMNS], axis=1)
+    token = parts[:, 0]
+    held = parts[:, 0] + parts[:, 1] + parts[:, 2] + parts[:, 3]
+    arena = held + parts[:, 4]
+    out: dict[str, Any] = {}
+    has_held = held > 0  # NaN (no KV books: hf-generate) is neither held nor an arena
+    if has_held.any():
+        w = weight_s[has_held]
+        util = token[has_held] / held[has_held]
+        out["util_total"] = float(np.sum(util * w))
+        out["util_weight"] = float(np.sum(w))
+        waiting = columns[_INDEX["num_waiting"]][has_held] > 0
+        if waiting.any():
+            out["any_saturated"] = True
+            out["saturated_total"] = float(np.sum(util[waiting] * w[waiting]))
+            out["saturated_weight"] = float(np.sum(w[waiting]))
+    has_arena = arena > 0
+    if has_arena.any():
+        w = weight_s[has_arena]
+        out["part_weight"] = float(np.sum(w))
+        shares = parts[has_arena] / arena[has_arena, None] * w[:, None]
+        out["part_sums"] = tuple(shares.sum(axis=0).tolist())
+    return _FoldSums(**out)
+
+
+# Rows a writer holds before it formats them and folds them into its totals at once.
+_CHUNK_ROWS = 4096
+
+
+class StepWriter:
+    """Writes `steps.csv` in batches of rows; every row goes into `totals`, every Nth to the
+    file.
+
+    Rows go to a hidden partial file that `close` renames into place, so a run killed
+    mid-replay leaves no truncated `steps.csv` (docs/design.md, Results contract).
+    """
+
+    def __init__(self, path: Path, every: int = 1) -> None:
+        if every < 1:
+            raise ValueError(f"steps every {every}: must be at least 1")
+        self.path = Path(path)
+        self.every = every
+        self.totals = StepTotals()
+        self.rows_written = 0
+        self._partial = self.path.with_name(f".{self.path.name}.partial")
+        self._file: IO[str] | None = self._partial.open("w", newline="")
+        self._csv = csv.writer(self._file, lineterminator="\n")
+        self._csv.writerow(COLUMNS)
+        self._pending: list[tuple] = []
+        self._pending_on_disk = False  # the held rows are written, not yet folded
+
+    def write(self, record: StepRecord) -> None:
+        pending = self._pending
+        pending.append(_ROW(record))
+        if len(pending) >= _CHUNK_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the held rows and fold them into the totals. The rows are let go only once
+        both are done: a Ctrl-C between the two (the fold is Python code) leaves them held,
+        and `close` finishes the batch without writing its rows twice, so steps.csv and the
+        summary always cover the same steps."""
+        rows = self._pending
+        if not rows:
+            return
+        if not self._pending_on_disk:
+            # csv writes None as an empty cell, as pandas writes a missing value.
+            first = -self.totals.steps % self.every  # the first of these rows that is an Nth
+            kept = rows if self.every == 1 else rows[first :: self.every]
+            self._csv.writerows(kept)
+            self.rows_written += len(kept)
+            self._pending_on_disk = True
+        self.totals.add_rows(rows)
+        self._pending = []
+        self._pending_on_disk = False
+
+    def close(self) -> StepTotals:
+        if self._file is not None:
+            self._flush()
+            self._file.close()
+            self._file = None
+            os.replace(self._partial, self.path)
+        self.totals.finish()
+        return self.totals

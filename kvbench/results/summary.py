@@ -1,0 +1,260 @@
+"""`summary.json` as typed objects: a `Summary` and its sections, written and read back.
+
+The JSON keys are the field names, in field order, exactly as `summary.json` has always had
+them (results folders written before this module load unchanged). Rules of the round trip:
+
+- A key this version does not know is kept: each section collects such keys in `extra` and
+  writes them back after its known keys, so `from_dict(d).to_dict() == d` for a file of this
+  version or a newer one. The scheduler's `extra` is also where the cache strategy's own
+  counters live (`evictions`, `cache_hit_rate`, ... of the prefix cache).
+- A known key missing from an older file loads as None (a missing section loads as an empty
+  one) and is written back as null; `goodput` and `accuracy`, which only some runs have,
+  stay out of the file when they are None.
+
+See docs/design.md (the results contract) for what each figure means.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+from kvbench.errors import KvbenchInputError
+
+
+@dataclass(kw_only=True)
+class Section:
+    """A JSON object with known keys (the dataclass fields) and kept unknown ones."""
+
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # Fields holding a nested section: name -> its class.
+    PARTS: ClassVar[dict[str, type[Section]]] = {}
+    # Fields left out of the JSON when None (sections only some runs have).
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Self:
+        data = data or {}
+        known = cls.keys()
+        values: dict[str, Any] = {}
+        for key in known:
+            value = data.get(key)
+            part = cls.PARTS.get(key)
+            if part is not None and (value is not None or key not in cls.OPTIONAL):
+                value = part.from_dict(value if isinstance(value, Mapping) else None)
+            values[key] = value
+        extra = {k: v for k, v in data.items() if k not in known}
+        return cls(**values, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in self.keys():
+            value = getattr(self, key)
+            if value is None and key in self.OPTIONAL:
+                continue
+            out[key] = value.to_dict() if isinstance(value, Section) else value
+        out.update((k, v) for k, v in self.extra.items() if k not in out)
+        return out
+
+    def get(self, key: str) -> Any:
+        """The value under a JSON key: a field, else a kept unknown key (None when absent)."""
+        if key != "extra" and key in self.keys():
+            return getattr(self, key)
+        return self.extra.get(key)
+
+
+@dataclass(kw_only=True)
+class Throughput(Section):
+    """Rates over the makespan (first arrival to last completion) of completed requests."""
+
+    output_tok_s: float | None = None
+    total_tok_s: float | None = None  # prompt + output tokens
+    requests_s: float | None = None
+
+
+@dataclass(kw_only=True)
+class LatencyStats(Section):
+    """One latency's distribution over requests (ITL: over token gaps), in milliseconds."""
+
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+@dataclass(kw_only=True)
+class Latencies(Section):
+    """`latency_ms`: time to first token, per output token, between tokens, end to end,
+    queued before admission, and from admission to the first token."""
+
+    ttft: LatencyStats = field(default_factory=LatencyStats)
+    tpot: LatencyStats = field(default_factory=LatencyStats)
+    itl: LatencyStats = field(default_factory=LatencyStats)
+    e2e: LatencyStats = field(default_factory=LatencyStats)
+    queue: LatencyStats = field(default_factory=LatencyStats)
+    prefill: LatencyStats = field(default_factory=LatencyStats)
+
+    PARTS: ClassVar[dict[str, type[Section]]] = {
+        name: LatencyStats for name in ("ttft", "tpot", "itl", "e2e", "queue", "prefill")
+    }
+
+
+@dataclass(kw_only=True)
+class MemoryBreakdown(Section):
+    """Time-weighted mean share of the KV arena in each state (they sum to 1)."""
+
+    token: float | None = None
+    reserved: float | None = None
+    internal: float | None = None
+    external: float | None = None
+    free: float | None = None
+    cached: float | None = None
+
+
+@dataclass(kw_only=True)
+class Memory(Section):
+    """KV-cache memory: budget, capacity, utilization (token bytes / held bytes, weighted by
+    step duration; `_saturated` over the steps with a waiting queue) and the device's peaks."""
+
+    kv_budget_bytes: int | None = None
+    kv_capacity_tokens: int | None = None
+    kv_bytes_per_token: int | None = None
+    kv_cache_dtype: str | None = None
+    utilization_mean: float | None = None
+    utilization_saturated: float | None = None
+    breakdown_mean: MemoryBreakdown = field(default_factory=MemoryBreakdown)
+    peak_gpu_bytes: int | None = None
+    prompt_blocks_max: int | None = None
+    gpu_used_bytes_max: int | None = None
+    torch_reserved_bytes_max: int | None = None
+
+    PARTS: ClassVar[dict[str, type[Section]]] = {"breakdown_mean": MemoryBreakdown}
+
+
+@dataclass(kw_only=True)
+class Scheduler(Section):
+    """What the batching policy did. `batch_size_mean` is the mean, over engine steps (each
+    step counted once, not weighted by its duration), of the number of sequences the step
+    ran: prefill sequences plus decode sequences (`num_prefill_seqs + num_decode_seqs` of
+    `steps.csv`); `batch_size_max` is the largest such count. `extra` holds the cache
+    strategy's own counters."""
+
+    steps: int | None = None
+    preemptions: int | None = None
+    prefix_hit_rate: float | None = None  # cached prompt tokens / prompt tokens
+    prompt_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+    batch_size_mean: float | None = None
+    batch_size_max: int | None = None
+    waiting_mean: float | None = None  # waiting-queue length, mean over steps
+    prefill_tokens_computed: int | None = None
+    overhead_ms_total: float | None = None
+    overhead_fraction: float | None = None  # overhead / total step time
+
+
+@dataclass(kw_only=True)
+class Goodput(Section):
+    """Requests meeting every per-request SLO (`--slo`), their share and rate."""
+
+    slo_ms: dict[str, float] | None = None
+    requests_meeting_slo: int | None = None
+    fraction_meeting_slo: float | None = None
+    goodput_requests_s: float | None = None
+
+
+@dataclass(kw_only=True)
+class Summary(Section):
+    """One run's `summary.json`."""
+
+    label: str | None = None
+    status: str | None = None  # complete, interrupted, failed
+    strategy: str | None = None
+    batching: str | None = None
+    reserve: str | None = None
+    block_size: int | None = None
+    workload: str | None = None
+    model: str | None = None
+    dtype: str | None = None
+    device: str | None = None
+    executor: str | None = None
+    seed: int | None = None
+    num_requests: int | None = None
+    completed: int | None = None
+    failed: int | None = None
+    warmup_requests_excluded: int | None = None
+    clipped_requests: int | None = None
+    duration_s: float | None = None
+    throughput: Throughput = field(default_factory=Throughput)
+    latency_ms: Latencies = field(default_factory=Latencies)
+    memory: Memory = field(default_factory=Memory)
+    scheduler: Scheduler = field(default_factory=Scheduler)
+    goodput: Goodput | None = None
+    # fp8 runs: agreement with an unquantized cache (kvbench.session.fp8_accuracy), free-form.
+    accuracy: dict[str, Any] | None = None
+
+    PARTS: ClassVar[dict[str, type[Section]]] = {
+        "throughput": Throughput, "latency_ms": Latencies, "memory": Memory,
+        "scheduler": Scheduler, "goodput": Goodput,
+    }
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"goodput", "accuracy"})
+
+    def lookup(self, path: tuple[str, ...]) -> Any:
+        """The value at a JSON key path, e.g. ("latency_ms", "ttft", "p99"); None if absent."""
+        value: Any = self
+        for key in path:
+            if isinstance(value, Section):
+                value = value.get(key)
+            elif isinstance(value, Mapping):
+                value = value.get(key)
+            else:
+                return None
+        return value
+
+    @classmethod
+    def from_json(cls, path: Path | str) -> Summary:
+        """Read a `summary.json` (KvbenchInputError when it is not one)."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise KvbenchInputError(f"cannot read {path}: {err}") from None
+        if not isinstance(data, dict):
+            raise KvbenchInputError(f"cannot read {path}: not a JSON object")
+        return cls.from_dict(data)
+
+    def write(self, path: Path | str) -> None:
+        """Write atomically (NaN and infinity as null)."""
+        # Imported here so that reading summaries and the metric catalogue need no pandas.
+        from kvbench.results.files import write_json
+
+        write_json(Path(path), self.to_dict())
+
+
+def as_summary(summary: Summary | Mapping[str, Any] | None) -> Summary | None:
+    """A Summary from either form (callers that still hold the JSON dict pass it as is)."""
+    if summary is None or isinstance(summary, Summary):
+        return summary
+    return Summary.from_dict(summary)
+
+
+__all__ = [
+    "Goodput",
+    "Latencies",
+    "LatencyStats",
+    "Memory",
+    "MemoryBreakdown",
+    "Scheduler",
+    "Section",
+    "Summary",
+    "Throughput",
+    "as_summary",
+]

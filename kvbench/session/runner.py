@@ -1,0 +1,411 @@
+"""The runner: replays a workload's arrivals against an engine and writes the results folder."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvbench.build.engine_build import BuiltEngine, build_engine, executor_factory
+from kvbench.core.clock import WallClock
+from kvbench.core.kv_cache_dtype import is_fp8_cache
+from kvbench.core.request import Request
+from kvbench.errors import KvbenchRunError, RunInterrupted
+from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
+from kvbench.execution.threads import thread_settings
+from kvbench.results.files import ResultsFolder, atomic_write_text, write_csv, write_json
+from kvbench.results.metrics import (
+    goodput,
+    inter_token_latencies_ms,
+    latency_stats,
+    request_rows,
+    throughput,
+)
+from kvbench.results.step_writer import StepTotals, StepWriter
+from kvbench.results.summary import (
+    Goodput,
+    Latencies,
+    LatencyStats,
+    Memory,
+    MemoryBreakdown,
+    Scheduler,
+    Summary,
+    Throughput,
+)
+from kvbench.results.token_times import TOKENS_FILE, TokenTimes, token_times_file
+from kvbench.session.progress import Progress
+from kvbench.session.run_config import RunConfig
+from kvbench.tracing import TraceRecorder, set_recorder, trace_range
+from kvbench.versions import versions
+from kvbench.workloads import WorkloadResult, load_workload
+
+DEFAULT_NUM_REQUESTS = 64
+
+
+@dataclass
+class RunOutcome:
+    label: str
+    folder: Path
+    # The JSON form, as written to summary.json; callers that add a section (fp8 accuracy)
+    # still edit it in place and rewrite the file.
+    summary: dict[str, Any]
+    requests: pd.DataFrame
+    # What the folder's tokens.jsonl reads back as, when the caller asked to keep it
+    # (`run_one(keep_token_times=True)`): the session's report then does not parse it again.
+    token_times: TokenTimes | None = dataclasses.field(default=None, repr=False,
+                                                        compare=False)
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """`steps.csv`, read when asked for: nothing in kvbench needs the rows after a run, and
+        a long simulation's file is tens of MB (issue 15)."""
+        return pd.read_csv(self.folder / "steps.csv")
+
+    @property
+    def typed_summary(self) -> Summary:
+        return Summary.from_dict(self.summary)
+
+
+def strategy_label(run: RunConfig) -> str:
+    engine = run.engine
+    label = engine.strategy
+    if engine.strategy == "contiguous":
+        label += f"-{engine.reserve}"
+    if is_fp8_cache(engine.kv_cache_dtype) and engine.strategy != "fp8":
+        label += "-fp8"
+    if run.engine.batching != "continuous":
+        label += f"-{engine.batching}"
+    if run.engine_kind == "hf":
+        label = "hf-generate"
+    return label
+
+
+def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngine, WorkloadResult]:
+    """Build engine and workload and check every request fits, before anything is written."""
+    built = _build(run, model_cache)
+    workload = load_workload(
+        run.workload,
+        run.num_requests if run.num_requests is not None else _default_count(run.workload),
+        run.engine.seed,
+        built.model_config.vocab_size,
+        max_model_len=built.max_model_len,
+        request_rate=run.request_rate,
+        burstiness=run.burstiness,
+        max_concurrency=run.max_concurrency,
+        time_scale=run.time_scale, tokenizer=run.tokenizer,
+        **run.workload_params,
+    )
+    for request in workload.requests:
+        built.engine.check_request(request)
+    return built, workload
+
+
+def _default_count(workload: str) -> int | None:
+    from kvbench.workloads import is_trace
+
+    return None if is_trace(workload) else DEFAULT_NUM_REQUESTS
+
+
+def _build(run: RunConfig, model_cache: dict | None) -> BuiltEngine:
+    factory = executor_factory(run.engine_kind, run.gpu)
+    return build_engine(run.engine, factory, clock=WallClock(), model_cache=model_cache)
+
+
+def _warm_up(built: BuiltEngine, run: RunConfig) -> int:
+    """Run `run.warmup` requests of the workload (another seed) and forget them."""
+    if run.warmup <= 0:
+        return 0
+    warm = load_workload(
+        run.workload, run.warmup,
+        run.engine.seed + 7919, built.model_config.vocab_size,
+        max_model_len=built.max_model_len, tokenizer=run.tokenizer, **run.workload_params,
+    ).requests[: run.warmup]
+    engine = built.engine
+    for i, request in enumerate(warm):
+        request = dataclasses.replace(request, request_id=-(i + 1), arrival_s=0.0)
+        try:
+            engine.check_request(request)
+        except Exception:  # noqa: BLE001 - a warm-up request that cannot run is skipped
+            continue
+        engine.add_request(request)
+    engine.run_to_completion()
+    engine.reset_stats()
+    return len(warm)
+
+
+def run_one(
+    run: RunConfig,
+    folder: Path,
+    *,
+    show_progress: bool = True,
+    command: str = "",
+    prepared: tuple[BuiltEngine, WorkloadResult] | None = None,
+    extra_summary: dict[str, Any] | None = None,
+    keep_token_times: bool = False,
+) -> RunOutcome:
+    built, workload = prepared or prepare(run)
+    engine = built.engine
+    label = strategy_label(run)
+    reset_peak_memory(built.device)  # the peak is this run's: weights, arena and activations
+    with trace_range("warmup", requests=run.warmup):
+        warmup_done = _warm_up(built, run)
+    results = ResultsFolder(folder)
+    results.start()
+    config_json = {
+        "run": run.to_dict(),
+        "label": label,
+        "command": command,
+        "device": _device_name(built),
+        "executor": run.engine_kind,
+        "attention_backend": built.backend,
+        "kv_budget_bytes": built.kv_budget_bytes,
+        "kv_cache_dtype": str(built.kv_dtype).replace("torch.", ""),
+        "max_model_len": built.max_model_len,
+        # Triton compiles every kernel variant before the run, kept out of TTFT/TPOT.
+        "kernel_compile_s": built.compile_s,
+        "model_config": built.model_config.to_dict(),
+        "versions": versions(),
+        # What the run measured under: torch threads and the OpenMP wait policy (issue 18:
+        # spinning threads collapse a run on a shared machine).
+        "threads": thread_settings(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    write_json(folder / "config.json", config_json)
+    clock = engine.clock
+    if hasattr(clock, "reset"):
+        clock.reset()
+    # The trace runs on the engine's clock: simulated under `kvbench simulate`, as summary.json.
+    recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.trace else None
+    set_recorder(recorder)
+    step_writer = StepWriter(folder / "steps.csv", run.steps_every)
+    if hasattr(engine, "step_sink"):  # rows stream to disk as the engine makes them
+        engine.step_sink = step_writer.write
+    status = "complete"
+    with _gc_frozen(young_every=50_000 if built.backend == "simulated" else None):
+        try:
+            _replay(engine, workload, run, Progress(len(workload.requests), label, show_progress))
+        except KeyboardInterrupt:
+            status = "interrupted"
+        except Exception as err:  # noqa: BLE001 - reported with where the partial results are
+            status = "failed"
+            failure = f"{type(err).__name__}: {err}"
+        finally:
+            set_recorder(None)
+            if hasattr(engine, "step_sink"):
+                engine.step_sink = None
+        try:
+            outcome = _write_results(
+                built, workload, run, folder, label, status, warmup_done, recorder,
+                extra_summary, step_writer, keep_token_times,
+            )
+        except BaseException as err:  # the marker must say why the files are not whole
+            stopped = isinstance(err, KeyboardInterrupt)
+            results.mark("interrupted" if stopped else "failed",
+                         f"writing results: {type(err).__name__}: {err}")
+            raise
+    if status == "interrupted":
+        results.mark("interrupted", "run interrupted (Ctrl-C); files hold what finished")
+        raise RunInterrupted(folder)
+    if status == "failed":
+        results.mark("failed", failure)
+        raise KvbenchRunError(f"{label}: {failure}; partial results in {folder}")
+    if engine.strategy is not None and not engine.strategy.is_whole():
+        results.mark("failed", "KV memory leaked: the pool is not whole after the run")
+        raise KvbenchRunError(f"{label}: KV pool not whole after the run; see {folder}")
+    results.complete()
+    return outcome
+
+
+@contextlib.contextmanager
+def _gc_frozen(young_every: int | None = None) -> Iterator[None]:
+    """Keep the objects alive now (the workload's prompts: millions of token ids, alive for
+    the whole run) out of the garbage collector's view: its full collections otherwise walk
+    them again and again, a tenth of a long simulation's CPU time.
+
+    `young_every`: collect the youngest generation every this many allocations instead of
+    Python's 700 (a simulation: a step allocates thousands of short-lived tuples and lists,
+    few in cycles, and each collection walks every young object, about 5% of its replay). A
+    run on a device keeps the default, so tensors caught in a cycle are freed as before."""
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    if young_every is not None:
+        gc.set_threshold(max(thresholds[0], young_every), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
+def _device_name(built: BuiltEngine) -> str:
+    if built.backend == "simulated":
+        return f"simulated {built.engine.executor.gpu.name}"
+    from kvbench.execution.device import describe_device  # imports torch: not for a simulation
+
+    return describe_device(built.device)
+
+
+def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress) -> None:
+    """Open loop: requests arrive at their times; closed loop: at most C in flight."""
+    pending: deque[Request] = deque(workload.requests)
+    limit = workload.max_concurrency
+    clock = engine.clock
+    in_flight: set[int] = set()
+    done = 0
+    tokens = 0
+    steps = 0
+    with trace_range("replay", requests=len(workload.requests)):
+        while pending or engine.has_unfinished():
+            now = clock()
+            while pending and (limit is None or len(in_flight) < limit):
+                request = pending[0]
+                if limit is None and request.arrival_s > now:
+                    break
+                pending.popleft()
+                if limit is not None:  # closed loop: sent when a slot frees
+                    request = dataclasses.replace(request, arrival_s=max(request.arrival_s, now))
+                engine.add_request(request)
+                in_flight.add(request.request_id)
+            if not engine.has_unfinished():
+                if pending:
+                    with trace_range("idle", until_s=pending[0].arrival_s):
+                        clock.sleep_until(pending[0].arrival_s)
+                continue
+            finished = engine.step()
+            for seq in finished:
+                tokens += seq.num_generated
+                group = engine.sequences[seq.request.request_id]
+                if all(s.finish_s is not None for s in group) and len(group) == seq.request.n:
+                    in_flight.discard(seq.request.request_id)
+                    done += 1
+            steps += 1
+            # The bar's figures: when a request ends, and every 64 steps (a long simulation
+            # runs hundreds of thousands of steps of microseconds each).
+            if progress.enabled and (finished or not steps % 64):
+                progress.update(done, tokens, _held_share(engine))
+    progress.close()
+    engine.drain()
+
+
+def _held_share(engine) -> float | None:
+    """Share of the KV arena held after the engine's last step (None before any)."""
+    last = getattr(engine, "last_step", None) or (engine.steps[-1] if engine.steps else None)
+    if last is None or last.kv_free_bytes is None:
+        return None
+    arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
+        last.kv_external_bytes + last.kv_free_bytes
+    return (arena - last.kv_free_bytes) / arena if arena else None
+
+
+def _write_results(
+    built: BuiltEngine, workload: WorkloadResult, run: RunConfig, folder: Path, label: str,
+    status: str, warmup_done: int, recorder: TraceRecorder | None,
+    extra_summary: dict[str, Any] | None, step_writer: StepWriter,
+    keep_token_times: bool = False,
+) -> RunOutcome:
+    engine = built.engine
+    with trace_range("metrics"):
+        for record in engine.steps:  # an engine that kept its rows (hf-generate)
+            step_writer.write(record)
+        step_totals = step_writer.close()
+        added = [r for r in workload.requests if r.request_id in engine.sequences]
+        requests_df = request_rows(added, engine.sequences)
+        summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
+                            step_totals, engine)
+    if extra_summary:
+        summary = Summary.from_dict({**summary.to_dict(), **extra_summary})
+    write_csv(folder / "requests.csv", requests_df)
+    lines, token_times = token_times_file(added, engine.sequences)
+    atomic_write_text(folder / TOKENS_FILE, "".join(f"{line}\n" for line in lines))
+    if recorder is not None:
+        recorder.request_tracks(engine.sequences)
+        write_json(folder / "trace.json", {"traceEvents": recorder.events,
+                                           "displayTimeUnit": "ms"})
+    summary.write(folder / "summary.json")
+    # (an unfinished run writes no report: nothing to keep)
+    kept = token_times if keep_token_times and status == "complete" else None
+    return RunOutcome(label, folder, summary.to_dict(), requests_df, kept)
+
+
+def summarize(built, workload, run, label, status, warmup_done, requests_df,
+              steps: StepTotals, engine) -> Summary:
+    """The run's `Summary` from its per-request rows and the totals over its steps."""
+    completed = int(requests_df["completed"].sum()) if not requests_df.empty else 0
+    tput, makespan = throughput(requests_df) if not requests_df.empty else ({}, 0.0)
+    cfg = run.engine
+    prompt_tokens = int(requests_df["prompt_len"].sum()) if not requests_df.empty else 0
+    cached = int(requests_df["cached_prompt_tokens"].sum()) if not requests_df.empty else 0
+    use = steps.memory()
+    memory = Memory(
+        kv_budget_bytes=built.kv_budget_bytes,
+        kv_capacity_tokens=engine.strategy.capacity_tokens if engine.strategy else None,
+        kv_bytes_per_token=built.bytes_per_slot,
+        kv_cache_dtype=str(built.kv_dtype).replace("torch.", ""),
+        utilization_mean=use["utilization_mean"],
+        utilization_saturated=use["utilization_saturated"],
+        breakdown_mean=MemoryBreakdown(**use["breakdown_mean"]),
+        peak_gpu_bytes=peak_allocated_bytes(built.device),
+        prompt_blocks_max=steps.maxima["kv_prompt_blocks"],
+        gpu_used_bytes_max=steps.maxima["gpu_used_bytes"],
+        torch_reserved_bytes_max=steps.maxima["torch_reserved_bytes"],
+    )
+    overhead = steps.overhead_ms
+    step_total = steps.step_ms
+    # Sequences each step ran (prefill + decode): batch_size_mean is their plain mean over
+    # steps (see kvbench.results.summary.Scheduler).
+    scheduler = Scheduler(
+        steps=steps.steps,
+        preemptions=steps.preemptions,
+        prefix_hit_rate=cached / prompt_tokens if prompt_tokens else None,
+        prompt_tokens=prompt_tokens,
+        cached_prompt_tokens=cached,
+        batch_size_mean=steps.batch_sum / steps.steps if steps.steps else None,
+        batch_size_max=steps.batch_max,
+        waiting_mean=steps.waiting_sum / steps.steps if steps.steps else None,
+        prefill_tokens_computed=engine.prefill_tokens_computed,
+        overhead_ms_total=float(overhead),
+        overhead_fraction=float(overhead / step_total) if step_total else None,
+        extra=dict(engine.strategy.stats()) if engine.strategy else {},
+    )
+    latency = Latencies(
+        ttft=LatencyStats(**latency_stats(requests_df.get("ttft_ms", []))),
+        tpot=LatencyStats(**latency_stats(requests_df.get("tpot_ms", []))),
+        itl=LatencyStats(**latency_stats(inter_token_latencies_ms(engine.sequences))),
+        e2e=LatencyStats(**latency_stats(requests_df.get("e2e_ms", []))),
+        queue=LatencyStats(**latency_stats(requests_df.get("queue_ms", []))),
+        prefill=LatencyStats(**latency_stats(requests_df.get("prefill_ms", []))),
+    )
+    return Summary(
+        label=label,
+        status=status,
+        strategy=cfg.strategy,
+        batching=cfg.batching,
+        reserve=cfg.reserve if cfg.strategy == "contiguous" else None,
+        block_size=cfg.block_size if cfg.strategy != "contiguous" else None,
+        workload=workload.name,
+        model=cfg.model,
+        dtype=cfg.dtype,
+        device=_device_name(built),
+        executor=run.engine_kind,
+        seed=cfg.seed,
+        num_requests=len(workload.requests),
+        completed=completed,
+        failed=len(workload.requests) - completed,
+        warmup_requests_excluded=warmup_done,
+        clipped_requests=workload.num_clipped,
+        duration_s=makespan,
+        throughput=Throughput(**tput),
+        latency_ms=latency,
+        memory=memory,
+        scheduler=scheduler,
+        goodput=(Goodput(**goodput(requests_df, run.slo_ms, makespan))
+                 if run.slo_ms and not requests_df.empty else None),
+    )

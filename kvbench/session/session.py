@@ -1,0 +1,566 @@
+"""A benchmark session: what `kvbench run` and `kvbench simulate` do, as a library.
+
+`plan_session(options, kind)` expands the comma lists of `RunOptions` into one `RunConfig`
+per strategy × reserve × batching, builds every engine and workload and checks every request
+fits, so bad input fails before a file is written. `run_session(plan)` runs each
+configuration (`repeat` times, the configurations taking turns), adds the fp8 `accuracy`
+section, writes the comparison files and the HTML reports, and returns the outcomes;
+printing is the caller's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
+from kvbench.session.run_config import RunConfig
+from kvbench.session.run_options import RunOptions, check_kind_name
+
+if TYPE_CHECKING:
+    from kvbench.session.runner import RunOutcome
+
+def split_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parse_slo(text: str | None) -> dict[str, float]:
+    """`ttft=500ms,tpot=50ms` -> {"ttft": 500.0, "tpot": 50.0} (milliseconds)."""
+    from kvbench.units import parse_duration_s
+
+    if not text:
+        return {}
+    slo: dict[str, float] = {}
+    for item in split_list(text):
+        key, sep, value = item.partition("=")
+        key = key.strip().removesuffix(".p99").removesuffix(".mean")
+        if not sep or key not in ("ttft", "tpot", "e2e"):
+            raise KvbenchInputError(
+                f"cannot read --slo item {item!r}: use ttft=500ms,tpot=50ms (or e2e=)"
+            )
+        slo[key] = parse_duration_s(value) * 1e3
+    return slo
+
+
+def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
+    """One `RunConfig` per strategy × reserve × batching in the comma lists."""
+    from kvbench.config import EngineConfig
+    from kvbench.strategies import strategy_entry, strategy_names
+    from kvbench.units import parse_rate
+    from kvbench.workloads import is_trace, parse_workload_params
+
+    check_kind_name(kind)
+    gpu = None
+    if kind == "simulate":
+        from kvbench.simulator.gpus import GPU_PRESETS, get_gpu
+
+        gpu = options.gpu_spec or options.gpu
+        if options.gpu_spec is not None and not options.gpu_spec.endswith(".toml"):
+            raise KvbenchInputError(f"--gpu-spec {options.gpu_spec!r}: expected a .toml file")
+        if options.gpu_spec is None and gpu not in GPU_PRESETS:
+            raise KvbenchInputError(f"unknown --gpu {gpu!r} (presets: {', '.join(GPU_PRESETS)})")
+        get_gpu(gpu)  # a bad --gpu-spec file fails before anything runs
+    strategies = strategy_names() if options.strategy == "all" else split_list(options.strategy)
+    if not strategies:
+        raise KvbenchInputError("--strategy is empty")
+    for name in strategies:
+        strategy_entry(name)
+    workload_params = (
+        {} if is_trace(options.workload)
+        else parse_workload_params(options.workload, options.workload_params)
+    )
+    rate = parse_rate(options.request_rate)
+    slo_ms = parse_slo(options.slo)
+    dtype = options.dtype
+    if dtype == "auto" and kind == "simulate":
+        from kvbench.build.simulated_executors import SIMULATE_DEFAULT_DTYPE
+
+        dtype = SIMULATE_DEFAULT_DTYPE  # the modelled GPU's, not this machine's
+    elif dtype == "auto":
+        from kvbench.execution.device import resolve_device, resolve_dtype
+
+        # As vLLM: bfloat16 on CUDA, float32 on the CPU; config.json records the result.
+        dtype = resolve_dtype("auto", resolve_device(options.device))
+    fp8_names = {name for name in strategies if _uses_fp8(name, options.kv_cache_dtype)}
+    if options.kv_scale is not None and not fp8_names:
+        # A scale that nothing reads: the user believes they measure something they do not.
+        raise KvbenchInputError(
+            "--kv-scale applies only to an fp8 KV cache: add --kv-cache-dtype fp8 or "
+            "--strategy fp8"
+        )
+    runs = []
+    for batching in split_list(options.batching):
+        for strategy in strategies:
+            reserves = split_list(options.reserve) if strategy == "contiguous" else ["max"]
+            for reserve in reserves:
+                engine = EngineConfig(
+                    model=options.model, strategy=strategy, batching=batching, reserve=reserve,
+                    block_size=options.block_size, dtype=dtype,
+                    kv_cache_dtype=options.kv_cache_dtype, kv_memory=options.kv_memory,
+                    gpu_memory_utilization=options.gpu_memory_utilization,
+                    max_num_seqs=options.max_num_seqs,
+                    max_num_batched_tokens=options.max_num_batched_tokens,
+                    max_model_len=options.max_model_len,
+                    chunked_prefill=options.chunked_prefill,
+                    temperature=options.temperature, seed=options.seed,
+                    # In a list, the scale is the fp8 runs' (README, CLI: contradictions).
+                    kv_scale=options.kv_scale if strategy in fp8_names else None,
+                    device=options.device,
+                    attention_backend=options.attention_backend,
+                    cpu_threads=options.cpu_threads,
+                    tensor_parallel_size=options.tensor_parallel_size,
+                    enforce_eager=options.enforce_eager,
+                )
+                runs.append(RunConfig(
+                    engine=engine, workload=options.workload,
+                    num_requests=options.num_requests, workload_params=workload_params,
+                    request_rate=rate, burstiness=options.burstiness,
+                    max_concurrency=options.max_concurrency, warmup=options.warmup,
+                    slo_ms=dict(slo_ms), trace=options.trace, steps_every=options.steps_every,
+                    time_scale=options.time_scale, tokenizer=options.tokenizer,
+                    engine_kind="simulated" if kind == "simulate" else options.engine_kind,
+                    gpu=gpu,
+                ))
+    if options.strategy == "all":
+        # `all` with --kv-cache-dtype fp8 names `fp8` twice (it is `paged` then): run it once.
+        return _distinct(runs)
+    check_distinct(runs)
+    return runs
+
+
+def _distinct(runs: list[RunConfig]) -> list[RunConfig]:
+    seen: set[tuple] = set()
+    kept = []
+    for run in runs:
+        key = _run_identity(run)
+        if key not in seen:
+            seen.add(key)
+            kept.append(run)
+    return kept
+
+
+def _uses_fp8(strategy: str, kv_cache_dtype: str) -> bool:
+    from kvbench.core.kv_cache_dtype import is_fp8_cache
+    from kvbench.strategies import strategy_entry
+
+    forced = strategy_entry(strategy).kv_cache_dtype
+    return is_fp8_cache(kv_cache_dtype) or (kv_cache_dtype == "auto" and forced is not None
+                                            and is_fp8_cache(forced))
+
+
+def _run_identity(run: RunConfig) -> tuple:
+    """What a run measures: `fp8` and `paged --kv-cache-dtype fp8` are one run."""
+    from kvbench.strategies import strategy_entry
+
+    engine = run.engine
+    if run.engine_kind == "hf":  # transformers keeps its own cache: the strategy plays no part
+        return ("hf", engine.batching)
+    entry = strategy_entry(engine.strategy)
+    return (entry.base or entry.name, engine.reserve if engine.strategy == "contiguous" else "",
+            _uses_fp8(engine.strategy, engine.kv_cache_dtype), engine.batching)
+
+
+def check_distinct(runs: list[RunConfig]) -> None:
+    """Refuse a list that names one run twice (`paged,paged`, `fp8` next to `paged` with
+    `--kv-cache-dtype fp8`): a comparison of a run with itself is a typo, not a question."""
+    from kvbench.session.runner import strategy_label
+
+    seen: dict[tuple, str] = {}
+    for run in runs:
+        label, key = strategy_label(run), _run_identity(run)
+        if key in seen:
+            first = seen[key]
+            what = f"{label} twice" if first == label else f"{first} and {label}, the same run"
+            raise KvbenchInputError(f"the strategy list names {what}: list it once")
+        seen[key] = label
+
+
+def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[str]:
+    """One-line notes on options that the listed runs ignore (README, CLI: contradictions)."""
+    from kvbench.strategies import strategy_entry
+
+    notes = []
+    from kvbench.session.run_options import option_fields
+
+    default_block = option_fields()["block_size"].default
+    if options.block_size != default_block:
+        readers = [run for run in runs if _reads_option(strategy_entry(run.engine.strategy),
+                                                        "block_size")]
+        if not readers:
+            notes.append(f"--block-size {options.block_size} is ignored: no strategy listed "
+                         "uses blocks (contiguous reserves whole ranges)")
+    return notes
+
+
+def _reads_option(entry, name: str) -> bool:
+    from dataclasses import fields
+
+    from kvbench.strategies import strategy_entry
+
+    options = strategy_entry(entry.base).options if entry.base else entry.options
+    return name in {f.name for f in fields(options)}
+
+
+def run_id(labels: list[str], workload: str, now: time.struct_time | None = None) -> str:
+    stem = Path(workload).stem if workload.endswith(".jsonl") else workload
+    what = labels[0] if len(labels) == 1 else "compare"
+    return f"{time.strftime('%Y%m%d-%H%M%S', now or time.localtime())}-{what}-{stem}"
+
+
+def unique_folder(root: Path, name: str) -> Path:
+    """Create `root/name`, or `root/name-2`, `-3`, ... when taken, marked INCOMPLETE: a
+    session never overwrites, and two started in the same second never share a folder."""
+    from kvbench.results.files import claim_folder
+
+    return claim_folder(root, name)
+
+
+@dataclass
+class SessionPlan:
+    """Checked runs with their engines built, and the folder they will write. A plan runs
+    once: `run_session` lets go of each engine when its run is done."""
+
+    runs: list[RunConfig]
+    labels: list[str]
+    prepared: list[Any]  # (BuiltEngine, WorkloadResult) per run
+    root: Path
+    repeat: int
+    warnings: list[str] = field(default_factory=list)
+    model_cache: dict = field(default_factory=dict)
+    per_strategy_reports: bool = False
+
+
+@dataclass
+class SessionResult:
+    root: Path
+    outcomes: list[RunOutcome]  # the first repeat of each configuration
+    repeats: list[dict[str, Any]]  # mean ± CI per configuration when repeat > 1
+    measured: bool = True  # False when every run is simulated (no clock noise)
+
+    @property
+    def notes(self) -> list[str]:
+        """Lines to print under the summary table: a ranking from single measured runs is
+        not significant below the machine's noise."""
+        if self.measured and len(self.outcomes) > 1 and not self.repeats:
+            return ["strategies ran one after another, once each: differences below the "
+                    "machine's run-to-run noise are not significant; rerun with --repeat 3 "
+                    "for confidence intervals (repeats run interleaved)"]
+        return []
+
+    @property
+    def summaries(self) -> list[dict[str, Any]]:
+        return [o.summary for o in self.outcomes]
+
+
+def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
+    """Every input checked and every engine built; nothing written yet."""
+    from kvbench.results.files import check_output_folder
+    from kvbench.session.runner import strategy_label
+
+    runs = expand_runs(options, kind)
+    labels = [strategy_label(r) for r in runs]
+    check_output_folder(Path(options.out))  # before any engine is built
+    if options.repeat < 1:
+        raise KvbenchInputError("--repeat must be at least 1")
+    if options.steps_every < 1:
+        raise KvbenchInputError("--steps-every must be at least 1")
+    model_cache: dict = {}
+    prepared = _prepare_all(runs, model_cache)
+    warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
+    warnings += contradiction_warnings(options, runs)
+    # The folder is created (atomically) when the session runs; planning writes nothing.
+    root = Path(options.out) / run_id(labels, options.workload)
+    return SessionPlan(runs, labels, prepared, root, options.repeat, warnings, model_cache,
+                       options.per_strategy_reports)
+
+
+def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
+    """(BuiltEngine, WorkloadResult) per run, every input checked before anything runs.
+
+    On CUDA a device holds one arena at a time (each takes its share of what is free), so a
+    later run's engine is checked, released and built again when its turn comes (engine None
+    here); and every strategy gets the first one's KV budget in bytes, so the comparison's
+    budget does not shrink by what earlier engines held.
+    """
+    import dataclasses
+    import gc
+
+    from kvbench.session.runner import prepare
+
+    prepared: list[Any] = []
+    budget: int | None = None
+    for i, run in enumerate(runs):
+        if budget is not None:
+            engine = dataclasses.replace(run.engine, kv_memory=budget,
+                                         gpu_memory_utilization=None)
+            run = runs[i] = dataclasses.replace(run, engine=engine)
+        built, workload = prepare(run, model_cache)
+        on_gpu = getattr(built, "device", None) is not None and built.device.type == "cuda"
+        if not on_gpu or len(runs) == 1:
+            prepared.append((built, workload))
+            continue
+        if budget is None and run.engine.kv_memory is None:
+            budget = built.kv_budget_bytes
+        prepared.append((None, workload))
+        del built
+        gc.collect()
+        import torch
+
+        torch.cuda.empty_cache()
+    return prepared
+
+
+def run_session(
+    plan: SessionPlan,
+    *,
+    command: str = "",
+    show_progress: bool = False,
+    on_run_start: Callable[[str, int, int], None] | None = None,
+) -> SessionResult:
+    """Run the plan: `on_run_start(label, k, repeat)` before each run (k from 1).
+
+    The session's folder is created first and carries an INCOMPLETE marker until everything
+    is written. Ctrl-C raises `RunInterrupted` naming the strategies that finished (also in
+    the marker); a disk that fills raises `KvbenchRunError`; what was written stays.
+    """
+    from kvbench.results.files import ResultsFolder
+
+    try:
+        plan.root = unique_folder(plan.root.parent, plan.root.name)
+    except OSError as err:  # checked writable at planning; full or gone since
+        raise KvbenchRunError(
+            f"cannot create a results folder in {plan.root.parent}: {err.strerror or err}"
+        ) from None
+    done: list[str] = []  # one label per run whose files are whole, in order (repeats too)
+    try:
+        result = _run_session(plan, command=command, show_progress=show_progress,
+                              on_run_start=on_run_start, on_run_done=done.append)
+    except (KeyboardInterrupt, RunInterrupted):
+        finished = _finished(plan, done)
+        _mark_unfinished(plan, "interrupted", finished, "interrupted (Ctrl-C)")
+        raise RunInterrupted(plan.root, None if len(plan.runs) == 1 else finished) from None
+    except OSError as err:
+        from kvbench.results.files import disk_full_error, out_of_space
+
+        if not out_of_space(err) and err.filename is None:
+            raise
+        finished = _finished(plan, done)
+        _mark_unfinished(plan, "failed", finished, f"cannot write results: {err}")
+        if out_of_space(err):
+            raise disk_full_error(plan.root, err) from None
+        raise KvbenchRunError(
+            f"cannot write {err.filename}: {err.strerror or err}; {plan.root} keeps what was "
+            "written and is marked INCOMPLETE") from None
+    except BaseException as err:
+        _mark_unfinished(plan, "failed", _finished(plan, done),
+                         f"{type(err).__name__}: {err}")
+        raise
+    ResultsFolder(plan.root).complete()
+    return result
+
+
+def _finished(plan: SessionPlan, done: list[str]) -> list[str]:
+    """The strategies whose runs all finished, in the plan's order; one with only some of its
+    repeats done is named with the count (`paged (2/3 repeats)`)."""
+    names = []
+    for label in plan.labels:
+        count = done.count(label)
+        if count == plan.repeat:
+            names.append(label)
+        elif count:
+            names.append(f"{label} ({count}/{plan.repeat} repeats)")
+    return names
+
+
+def _mark_unfinished(plan: SessionPlan, status: str, finished: list[str], message: str) -> None:
+    """The session folder's INCOMPLETE marker says what stopped it and which strategies are
+    whole (a single run's folder is also its run's: its own marker is left as it is)."""
+    import json
+
+    from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder
+
+    if len(plan.runs) == 1 and plan.repeat == 1:
+        try:
+            marker = json.loads((plan.root / INCOMPLETE_MARKER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            marker = {}
+        if marker.get("status", "running") != "running":
+            return  # the run said what happened to it
+        ResultsFolder(plan.root).mark(status, message)
+        return
+    ResultsFolder(plan.root).mark(status, message, finished=finished)
+
+
+def _run_session(
+    plan: SessionPlan,
+    *,
+    command: str = "",
+    show_progress: bool = False,
+    on_run_start: Callable[[str, int, int], None] | None = None,
+    on_run_done: Callable[[str], None] = lambda label: None,
+) -> SessionResult:
+    from kvbench.results.files import ResultsFolder, write_json
+    from kvbench.results.repeat import repeat_summary
+    from kvbench.session.runner import prepare, run_one
+
+    root, repeat, model_cache = plan.root, plan.repeat, plan.model_cache
+    single = len(plan.runs) == 1
+    bases = [root if single else root / label for label in plan.labels]
+    requests = [prep[1].requests for prep in plan.prepared]  # the same on every repeat
+    per_label: list[list[RunOutcome]] = [[] for _ in plan.runs]
+    # Repeats go round the configurations (A B A B, not A A B B), so a slow spell of a
+    # shared machine lands on every strategy instead of on one of them.
+    for k in range(repeat):
+        for i, (run, label) in enumerate(zip(plan.runs, plan.labels, strict=True)):
+            prep = plan.prepared[i]
+            plan.prepared[i] = None  # the engine's memory goes back once this run is done
+            if prep is None or prep[0] is None:
+                prep = prepare(run, model_cache)  # a fresh engine: identical configuration
+            if on_run_start is not None:
+                on_run_start(label, k + 1, repeat)
+            folder = bases[i] if repeat == 1 else bases[i] / f"rep-{k + 1}"
+            # The first round's runs are the ones reported: their token times go to the
+            # report from memory.
+            per_label[i].append(run_one(run, folder, show_progress=show_progress,
+                                        command=command, prepared=prep,
+                                        keep_token_times=k == 0))
+            prep = None
+            if _measures_fp8_accuracy(run):
+                # Whole only once its accuracy section is written, after every round.
+                ResultsFolder(folder).mark("running", "fp8 accuracy pending")
+            else:
+                on_run_done(label)
+    outcomes: list[RunOutcome] = []
+    repeats: list[dict[str, Any]] = []
+    for i, run in enumerate(plan.runs):
+        add_accuracy_section(run, per_label[i], requests[i], model_cache)
+        if _measures_fp8_accuracy(run):
+            for _ in per_label[i]:
+                on_run_done(plan.labels[i])
+        outcomes.append(per_label[i][0])
+        if repeat > 1:
+            stats = repeat_summary([o.summary for o in per_label[i]])
+            write_json(bases[i] / "repeat.json", stats)
+            repeats.append(stats)
+    if not single:
+        write_comparison(root, outcomes)
+    write_reports(root, outcomes, per_strategy=plan.per_strategy_reports)
+    measured = any(run.engine_kind != "simulated" for run in plan.runs)
+    return SessionResult(root, outcomes, repeats, measured)
+
+
+def _measures_fp8_accuracy(run: RunConfig) -> bool:
+    return run.engine_kind == "kvbench" and is_fp8(run)
+
+
+def is_fp8(run: RunConfig) -> bool:
+    from kvbench.core.kv_cache_dtype import is_fp8_cache
+
+    return run.engine.strategy == "fp8" or is_fp8_cache(run.engine.kv_cache_dtype)
+
+
+def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: list,
+                         model_cache: dict) -> None:
+    """fp8 runs of the model: agreement with the unquantized cache on the same requests and
+    the same KV budget, written into each outcome's `summary.json`.
+
+    The run's own engine must be gone (a GPU holds one engine at a time). Each folder is
+    marked incomplete while its summary lacks the section, so a sweep resumed after Ctrl-C
+    here runs the point again.
+    """
+    if not outcomes or not _measures_fp8_accuracy(run):
+        return
+    import gc
+
+    import torch
+
+    from kvbench.results.files import ResultsFolder, write_json
+    from kvbench.session.fp8_accuracy import measure_fp8_accuracy
+
+    folders = [ResultsFolder(o.folder) for o in outcomes]
+    for folder in folders:
+        folder.mark("running", "measuring fp8 accuracy")
+    try:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        accuracy = measure_fp8_accuracy(
+            run.engine, requests, kv_memory=outcomes[0].summary["memory"]["kv_budget_bytes"],
+            model_cache=model_cache,
+        )
+    except KeyboardInterrupt:
+        for folder in folders:
+            folder.mark("interrupted", "interrupted while measuring fp8 accuracy")
+        raise
+    except Exception as err:
+        for folder in folders:
+            folder.mark("failed", f"fp8 accuracy: {type(err).__name__}: {err}")
+        raise
+    for outcome, folder in zip(outcomes, folders, strict=True):
+        outcome.summary["accuracy"] = accuracy
+        write_json(outcome.folder / "summary.json", outcome.summary)
+        folder.complete()
+
+
+def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
+    """`comparison.json` (every summary) and `comparison.csv` (headline figures)."""
+    import pandas as pd
+
+    from kvbench.results.files import write_csv, write_json
+
+    # Folders relative to `root`: with --repeat they are `<label>/rep-1`, not just a name.
+    write_json(root / "comparison.json", {
+        "runs": [{"label": o.label, "folder": o.folder.relative_to(root).as_posix()}
+                 for o in outcomes],
+        "summaries": [o.summary for o in outcomes],
+    })
+    rows = []
+    for o in outcomes:
+        s = o.summary
+        rows.append({
+            "label": o.label, "output_tok_s": s["throughput"].get("output_tok_s"),
+            "ttft_p50_ms": s["latency_ms"]["ttft"]["p50"],
+            "ttft_p99_ms": s["latency_ms"]["ttft"]["p99"],
+            "tpot_p50_ms": s["latency_ms"]["tpot"]["p50"],
+            "tpot_p99_ms": s["latency_ms"]["tpot"]["p99"],
+            "utilization_mean": s["memory"]["utilization_mean"],
+            "preemptions": s["scheduler"]["preemptions"],
+            "prefix_hit_rate": s["scheduler"]["prefix_hit_rate"],
+        })
+    write_csv(root / "comparison.csv", pd.DataFrame(rows))
+
+
+def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = False) -> None:
+    """One `report.html` per results folder: the run's own for one strategy; for several, one
+    comparing them in `root`, and each strategy's own only when `per_strategy` (each report
+    inlines plotly.js, ~5 MB, so a 3-strategy folder would otherwise hold four copies)."""
+    from kvbench.report.writer import write_report
+
+    known = {o.folder: o.token_times for o in outcomes if o.token_times is not None}
+    if len(outcomes) == 1:
+        write_report([outcomes[0].folder], outcomes[0].folder / "report.html", known)
+    else:
+        write_report([o.folder for o in outcomes], root / "report.html", known)
+        if per_strategy:
+            for o in outcomes:
+                write_report([o.folder], o.folder / "report.html", known)
+    for o in outcomes:
+        o.token_times = None  # tens of MB each for a long run: not needed after the report
+
+
+__all__ = [
+    "SessionPlan",
+    "SessionResult",
+    "add_accuracy_section",
+    "expand_runs",
+    "is_fp8",
+    "parse_slo",
+    "plan_session",
+    "run_session",
+    "unique_folder",
+    "write_comparison",
+    "write_reports",
+]

@@ -1,0 +1,145 @@
+"""`--gpu-spec FILE.toml`: a user's own GPU (and its measured efficiencies) for the simulator.
+
+```toml
+name = "my-a100"                  # optional (default: the file name)
+description = "A100 SXM4 80GB, our cluster"
+memory = "80GiB"                  # or memory_bytes = 85899345920
+bandwidth_gb_s = 2039             # HBM, GB/s (10^9 B/s)
+[peak_tflops]                     # dense tensor FLOP/s per dtype, 10^12
+bf16 = 312
+fp8 = 624                         # optional
+[interconnect]                    # optional: needed for --tensor-parallel-size > 1
+preset = "nvlink3"                # nvlink3 | nvlink4 | pcie4 | pcie5, or:
+bandwidth_gb_s = 139              # ring all-reduce bus bandwidth
+hop_latency_us = 0.0              # per ring step
+call_latency_us = 31              # per all-reduce
+[efficiency]                      # optional: any StepTimeConstants field (seconds, fractions)
+gemm_peak_efficiency = 0.75
+cpu_overhead_s = 0.001
+```
+
+Unknown keys, wrong types and impossible values raise `KvbenchInputError` with the file's name.
+`kvbench calibrate --out FILE.toml` (on a GPU) is meant to write such a file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from kvbench.errors import KvbenchInputError
+from kvbench.simulator.gpus import INTERCONNECTS, GPUSpec
+from kvbench.simulator.step_time import Interconnect, StepTimeConstants
+from kvbench.units import parse_size_bytes
+
+TOP_KEYS = {"name", "description", "memory", "memory_bytes", "bandwidth_gb_s", "peak_tflops",
+            "interconnect", "efficiency", "calibrated"}
+CONSTANT_KEYS = {f.name for f in fields(StepTimeConstants)}
+
+
+def _number(value: Any, what: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise KvbenchInputError(f"{where}: {what} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _unknown(keys: set[str], allowed: set[str], section: str, where: str) -> None:
+    extra = sorted(keys - allowed)
+    if extra:
+        raise KvbenchInputError(
+            f"{where}: unknown key(s) {', '.join(extra)} in {section} "
+            f"(allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def gpu_spec_from_dict(data: dict[str, Any], where: str, default_name: str = "custom") -> GPUSpec:
+    _unknown(set(data), TOP_KEYS, "the file", where)
+    if "memory_bytes" in data:
+        memory = int(_number(data["memory_bytes"], "memory_bytes", where))
+    elif "memory" in data:
+        try:
+            memory = parse_size_bytes(str(data["memory"]))
+        except (KvbenchInputError, ValueError):
+            raise KvbenchInputError(f"{where}: cannot read memory {data['memory']!r}") from None
+    else:
+        raise KvbenchInputError(f"{where}: give memory (e.g. \"80GiB\") or memory_bytes")
+    if "bandwidth_gb_s" not in data:
+        raise KvbenchInputError(f"{where}: give bandwidth_gb_s (HBM bandwidth, GB/s)")
+    bandwidth = _number(data["bandwidth_gb_s"], "bandwidth_gb_s", where) * 1e9
+    peaks = data.get("peak_tflops")
+    if not isinstance(peaks, dict) or "bf16" not in peaks:
+        raise KvbenchInputError(f"{where}: give [peak_tflops] with bf16 = <dense TFLOP/s>")
+    _unknown(set(peaks), {"bf16", "fp16", "fp8"}, "[peak_tflops]", where)
+    bf16 = _number(peaks["bf16"], "peak_tflops.bf16", where) * 1e12
+    fp8 = _number(peaks["fp8"], "peak_tflops.fp8", where) * 1e12 if "fp8" in peaks else None
+    link = None
+    if "interconnect" in data:
+        spec = data["interconnect"]
+        if not isinstance(spec, dict):
+            raise KvbenchInputError(f"{where}: [interconnect] must be a table")
+        _unknown(set(spec), {"preset", "bandwidth_gb_s", "hop_latency_us", "call_latency_us"},
+                 "[interconnect]", where)
+        if "preset" in spec:
+            if spec["preset"] not in INTERCONNECTS:
+                raise KvbenchInputError(
+                    f"{where}: unknown interconnect preset {spec['preset']!r} "
+                    f"(choose from {', '.join(INTERCONNECTS)})"
+                )
+            link = INTERCONNECTS[spec["preset"]]
+        if {"bandwidth_gb_s", "hop_latency_us", "call_latency_us"} & set(spec):
+            base = link or Interconnect("custom", 1.0, 0.0)
+            bw = spec.get("bandwidth_gb_s")
+            link = Interconnect(
+                "custom",
+                _number(bw, "interconnect.bandwidth_gb_s", where) * 1e9
+                if bw is not None else base.bandwidth_bytes_s,
+                float(spec.get("hop_latency_us", base.hop_latency_s * 1e6)) * 1e-6,
+                float(spec.get("call_latency_us", base.call_latency_s * 1e6)) * 1e-6,
+            )
+            if bw is None and link.bandwidth_bytes_s == 1.0:
+                raise KvbenchInputError(f"{where}: [interconnect] needs bandwidth_gb_s or preset")
+    eff = data.get("efficiency", {})
+    if not isinstance(eff, dict):
+        raise KvbenchInputError(f"{where}: [efficiency] must be a table")
+    _unknown(set(eff), CONSTANT_KEYS, "[efficiency]", where)
+    from kvbench.simulator.gpus import GPU_PRESETS
+
+    base_constants = GPU_PRESETS["a100-80gb"].constants.to_dict()
+    for key, value in eff.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise KvbenchInputError(f"{where}: efficiency.{key} must be a number, got {value!r}")
+        base_constants[key] = float(value)
+    try:
+        constants = StepTimeConstants(**base_constants)
+        return GPUSpec(
+            str(data.get("name", default_name)),
+            str(data.get("description", f"user GPU from {where}")),
+            memory,
+            bf16,
+            bandwidth,
+            constants,
+            link,
+            fp8,
+            bool(data.get("calibrated", bool(eff))),
+        )
+    except KvbenchInputError as err:
+        raise KvbenchInputError(f"{where}: {err}") from None
+
+
+def load_gpu_spec(path: str | Path) -> GPUSpec:
+    """Read a GPU TOML file; every problem is one `KvbenchInputError` line naming the file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise KvbenchInputError(f"--gpu-spec {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise KvbenchInputError(f"--gpu-spec {path}: cannot read: {err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise KvbenchInputError(f"--gpu-spec {path}: not valid TOML: {err}") from None
+    return gpu_spec_from_dict(data, f"--gpu-spec {path}", default_name=path.stem)
+
+
+__all__ = ["gpu_spec_from_dict", "load_gpu_spec"]

@@ -1,0 +1,178 @@
+"""GPU presets for `kvbench simulate`: datasheet figures, interconnects and step-time constants.
+
+Spec figures are the vendors' public datasheet numbers (NVIDIA product datasheets; the Ada
+Lovelace architecture whitepaper for the RTX 4090), *dense* (no 2:4 sparsity):
+
+| preset      | memory | bf16 dense   | memory bandwidth | link               | source                     |
+|-------------|--------|--------------|------------------|--------------------|----------------------------|
+| `a100-40gb` | 40 GB  | 312 TFLOP/s  | 1,555 GB/s       | NVLink 3 (600 GB/s)| A100 datasheet, SXM4 40GB  |
+| `a100-80gb` | 80 GB  | 312 TFLOP/s  | 2,039 GB/s       | NVLink 3           | A100 datasheet, SXM4 80GB  |
+| `h100-80gb` | 80 GB  | 989 TFLOP/s  | 3.35 TB/s        | NVLink 4 (900 GB/s)| H100 datasheet, SXM5       |
+| `h200`      | 141 GB | 989 TFLOP/s  | 4.8 TB/s         | NVLink 4           | H200 datasheet, SXM        |
+| `l4`        | 24 GB  | 121 TFLOP/s  | 300 GB/s         | PCIe 4 x16         | L4 datasheet               |
+| `rtx-4090`  | 24 GB  | 165.2 TFLOP/s| 1,008 GB/s       | PCIe 4 x16         | Ada whitepaper             |
+
+Datasheets print the sparse figure for H100/H200/L4 (1,979 / 1,979 / 242 TFLOP/s "with
+sparsity"); the dense figure is half of it. RTX 4090: 165.2 TFLOP/s is BF16 tensor math with
+FP32 accumulate. FP8 dense peaks are twice the BF16 ones on H100/H200/L4/RTX 4090 (A100 has no
+FP8). Float32 weights run on tensor cores as TF32, at half the bf16 rate.
+
+Memory: the datasheet's "GB" is read as GiB (an A100 40GB reports 40,960 MiB in nvidia-smi).
+The driver and ECC keep a little of it, which the simulator ignores; `--gpu-memory-utilization`
+below 1 leaves room for that, as on a real GPU.
+
+Step-time constants (`StepTimeConstants`, model in `kvbench.simulator.step_time`) are fitted by
+`scripts/simulator_calibration.py` on Vidur's published vLLM kernel profiles of A100-80GB and
+H100-80GB (docs/simulator.md tables each constant's source and the model's error). The A100-40GB
+takes the A100-80GB constants, the H200 the H100's (same chips, other memory); L4 and RTX 4090
+have no public profile here: they take the A100 constants and are marked `calibrated: False`.
+Link bandwidths are the ring all-reduce bus bandwidths fitted on Vidur's NCCL profiles inside a
+DGX node (NVLink), and for PCIe ~80% of the link's one-direction rate (unmeasured).
+
+A user can give a calibrated GPU of their own as TOML: see `kvbench.simulator.gpu_spec_file`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from kvbench.errors import KvbenchInputError
+from kvbench.simulator.step_time import Interconnect, StepTimeConstants
+
+GiB = 2**30
+TERA = 10**12
+GIGA = 10**9
+US = 1e-6
+
+# Ring all-reduce links. NVLink figures: fitted on Vidur's NCCL all-reduce profiles inside a
+# DGX node, 16 KiB to 64 MiB, 2/4/8 GPUs (scripts/simulator_calibration.py --fit): bus
+# bandwidth, latency per ring step, fixed cost per call (NCCL through torch.distributed,
+# no CUDA graphs: a custom all-reduce in a graph-captured engine pays less per call).
+NVLINK3 = Interconnect("nvlink3", 149 * GIGA, 0.0, 31 * US)  # A100 SXM: 600 GB/s both ways
+NVLINK4 = Interconnect("nvlink4", 342 * GIGA, 1.3 * US, 17 * US)  # H100/H200: 900 GB/s
+# PCIe: 80% of one direction of a x16 link (Gen4 32 GB/s, Gen5 64 GB/s), through the host;
+# latencies: NVLink 3's call cost plus 10 us per ring step (not measured here).
+PCIE4 = Interconnect("pcie4", 25.6 * GIGA, 10 * US, 31 * US)
+PCIE5 = Interconnect("pcie5", 51.2 * GIGA, 10 * US, 31 * US)
+INTERCONNECTS = {link.name: link for link in (NVLINK3, NVLINK4, PCIE4, PCIE5)}
+
+# Fitted on Vidur's A100-80GB profiles (Llama-2-7B/70B matmuls and elementwise ops at TP 1-4,
+# flash-attention of Llama-2-70B at TP 2); see docs/simulator.md.
+A100_CONSTANTS = StepTimeConstants(
+    gemm_peak_efficiency=0.75,
+    gemm_half_tokens=60.0,
+    gemm_bandwidth_efficiency=0.80,
+    gemm_launch_s=6 * US,
+    attn_decode_bandwidth_efficiency=0.72,
+    attn_decode_floor_s=16 * US,
+    attn_decode_per_seq_s=0.019 * US,
+    attn_prefill_efficiency=0.335,
+    attn_prefill_floor_s=4 * US,
+    attn_prefill_per_token_s=0.099 * US,
+    elementwise_bandwidth_efficiency=0.55,
+    elementwise_floor_s=4 * US,
+    cpu_overhead_s=1e-3,
+)
+# Fitted on Vidur's H100-80GB profiles (matmuls, elementwise); attention: A100's efficiencies
+# (no public H100 attention profile), so only the fitted constants differ.
+H100_CONSTANTS = replace(
+    A100_CONSTANTS,
+    gemm_half_tokens=80.0,
+    gemm_bandwidth_efficiency=0.90,
+    elementwise_bandwidth_efficiency=0.69,
+    elementwise_floor_s=3.2 * US,
+)
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One GPU for the step-time model. FLOP/s are dense (no sparsity), bytes are bytes."""
+
+    name: str
+    description: str
+    memory_bytes: int
+    peak_bf16_flops: float  # dense bf16/fp16 tensor FLOP/s (fp32 accumulate)
+    hbm_bandwidth_bytes_s: float
+    constants: StepTimeConstants = field(default_factory=StepTimeConstants)
+    interconnect: Interconnect | None = None
+    peak_fp8_flops: float | None = None  # dense; None: no FP8 tensor cores
+    calibrated: bool = False  # constants fitted on measurements of this GPU type
+
+    def __post_init__(self) -> None:
+        if self.memory_bytes <= 0 or self.peak_bf16_flops <= 0 or self.hbm_bandwidth_bytes_s <= 0:
+            raise KvbenchInputError(f"GPU {self.name}: memory, FLOP/s and bandwidth must be > 0")
+        if self.peak_fp8_flops is not None and self.peak_fp8_flops <= 0:
+            raise KvbenchInputError(f"GPU {self.name}: fp8 FLOP/s must be > 0")
+
+    @property
+    def step_overhead_s(self) -> float:
+        return self.constants.cpu_overhead_s
+
+    def peak_flops(self, weight_element_bytes: int) -> float:
+        """Dense tensor FLOP/s for weights of that width: fp8 (1 B), bf16/fp16 (2 B), TF32 (4 B)."""
+        if weight_element_bytes == 1 and self.peak_fp8_flops:
+            return self.peak_fp8_flops
+        return self.peak_bf16_flops if weight_element_bytes <= 2 else self.peak_bf16_flops / 2
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "memory_bytes": self.memory_bytes,
+            "peak_bf16_flops": self.peak_bf16_flops,
+            "peak_fp8_flops": self.peak_fp8_flops,
+            "hbm_bandwidth_bytes_s": self.hbm_bandwidth_bytes_s,
+            "interconnect": self.interconnect.to_dict() if self.interconnect else None,
+            "constants": self.constants.to_dict(),
+            "validated": self.calibrated,
+        }
+
+
+def _gpu(name, description, memory, bf16, bandwidth, link, constants, fp8=None, calibrated=False):
+    return GPUSpec(name, description, memory, bf16, bandwidth, constants, link, fp8, calibrated)
+
+
+GPU_PRESETS: dict[str, GPUSpec] = {
+    spec.name: spec
+    for spec in (
+        # NVIDIA A100 datasheet: BF16 tensor 312 TFLOPS (624 sparse); 40GB HBM2 1,555 GB/s.
+        _gpu("a100-40gb", "NVIDIA A100 SXM4 40GB", 40 * GiB, 312 * TERA, 1555 * GIGA,
+             NVLINK3, A100_CONSTANTS),
+        # NVIDIA A100 datasheet: 80GB HBM2e, 2,039 GB/s (SXM).
+        _gpu("a100-80gb", "NVIDIA A100 SXM4 80GB", 80 * GiB, 312 * TERA, 2039 * GIGA,
+             NVLINK3, A100_CONSTANTS, calibrated=True),
+        # NVIDIA H100 datasheet (SXM): BF16 1,979 / FP8 3,958 TFLOPS with sparsity; 3.35 TB/s.
+        _gpu("h100-80gb", "NVIDIA H100 SXM5 80GB", 80 * GiB, 989 * TERA, 3350 * GIGA,
+             NVLINK4, H100_CONSTANTS, fp8=1979 * TERA, calibrated=True),
+        # NVIDIA H200 datasheet (SXM): BF16 1,979 TFLOPS with sparsity; 141GB HBM3e 4.8 TB/s.
+        _gpu("h200", "NVIDIA H200 SXM 141GB", 141 * GiB, 989 * TERA, 4800 * GIGA,
+             NVLINK4, H100_CONSTANTS, fp8=1979 * TERA),
+        # NVIDIA L4 datasheet: BF16 242 / FP8 485 TFLOPS with sparsity; 24GB GDDR6, 300 GB/s.
+        _gpu("l4", "NVIDIA L4 24GB", 24 * GiB, 121 * TERA, 300 * GIGA,
+             PCIE4, A100_CONSTANTS, fp8=242 * TERA),
+        # Ada Lovelace whitepaper, RTX 4090: BF16 tensor (FP32 accumulate) 165.2 TFLOPS dense,
+        # FP8 (FP32 accumulate) 330.3; 24GB GDDR6X, 1,008 GB/s.
+        _gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24 * GiB, 165.2 * TERA, 1008 * GIGA,
+             PCIE4, A100_CONSTANTS, fp8=330.3 * TERA),
+    )
+}
+
+
+def get_gpu(name: str | GPUSpec) -> GPUSpec:
+    """A preset by name, or a `.toml` GPU file (a `GPUSpec` passes through)."""
+    if isinstance(name, GPUSpec):
+        return name
+    if isinstance(name, str) and name.endswith(".toml"):
+        from kvbench.simulator.gpu_spec_file import load_gpu_spec
+
+        return load_gpu_spec(name)
+    try:
+        return GPU_PRESETS[name]
+    except KeyError:
+        raise KvbenchInputError(
+            f"unknown --gpu {name!r} (choose from {', '.join(GPU_PRESETS)}, "
+            "or give --gpu-spec FILE.toml)"
+        ) from None
+
+
+__all__ = ["GPUSpec", "GPU_PRESETS", "INTERCONNECTS", "get_gpu"]

@@ -1,0 +1,149 @@
+"""`SimulatedExecutor`: the model replaced by a step-time model of a GPU; only the clock is modelled.
+
+The engine, strategies and batching policies run unchanged: admission, preemption, memory
+split and queueing are the real code's. A step computes nothing: it advances a
+`SimulatedClock` by the modelled time of the step.
+
+Cost of one step: `kvbench.simulator.step_time.StepTimeModel` (per operation, per GPU of a
+tensor-parallel group, constants fitted on measured kernel profiles; docs/simulator.md).
+The engine calls `execute_and_sample`, which returns token 0 for every requested sample
+without building logits, and builds no token ids or positions for it
+(`reads_token_inputs = False`): the cost needs only the step's lengths. `execute` still
+returns `[rows, 1]` zero logits for callers that sample themselves (greedy picks the same 0);
+only that call imports torch, so a simulation that goes through the engine never loads it.
+
+The clock: the simulated clock advances only by modelled time, inside `execute`. The
+engine's own work (scheduling, layout, memory split) takes wall time that is *not* added:
+that wall time is the simulator's cost, not the GPU's. The modelled per-step overhead
+(`cpu_overhead_s` of the GPU's constants) stands for a real server's scheduling and launch
+cost and is part of the advance in `execute`, so in `steps.csv` a simulated step's `step_ms`
+equals its modelled time and `overhead_ms` is 0.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvbench.core.executor import DeviceKind, Executor
+from kvbench.core.sampling_params import SamplingParams
+from kvbench.core.step_batch import StepBatch
+from kvbench.simulator.gpus import GPUSpec
+from kvbench.simulator.step_time import StepTime, StepTimeModel
+
+if TYPE_CHECKING:
+    import torch
+
+
+class SimulatedClock:
+    """Simulated seconds; the engine's `clock=`. Moves only when told to."""
+
+    def __init__(self, start_s: float = 0.0) -> None:
+        self.now_s = float(start_s)
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def reset(self) -> None:
+        """Back to zero: the run proper starts after warm-up."""
+        self.now_s = 0.0
+
+    def advance(self, dt_s: float) -> float:
+        if dt_s < 0:
+            raise ValueError(f"the simulated clock cannot go back ({dt_s} s)")
+        self.now_s += dt_s
+        return self.now_s
+
+    def sleep(self, dt_s: float) -> None:
+        """`time.sleep` for a runner: idle time passes at once."""
+        self.advance(max(0.0, dt_s))
+
+    def sleep_until(self, t_s: float) -> None:
+        """Jump to `t_s` (e.g. the next arrival); never backwards."""
+        if t_s > self.now_s:
+            self.now_s = float(t_s)
+
+
+# Nothing runs anywhere: the type torch gives a device that holds shapes, not data.
+SIMULATED_DEVICE = DeviceKind("meta")
+_ONE_ZERO = [0]  # a sampled row of one token, shared: the engine only reads rows
+
+
+class SimulatedExecutor(Executor):
+    """Advances `clock` by each step's modelled time; returns `[rows, 1]` zero logits.
+
+    One logit column makes greedy sampling pick token 0 at no cost; the tokens never matter
+    here because output lengths are fixed by the workload.
+    """
+
+    device = SIMULATED_DEVICE
+    reads_token_inputs = False  # the step's cost needs its lengths, not its token ids
+
+    def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock) -> None:
+        self.cost_model = cost_model
+        self.clock = clock
+        self.last_cost: StepTime | None = None
+        self.num_steps = 0
+        self.compute_bound_steps = 0
+        self.busy_s = 0.0
+        self.total_flops = 0.0
+        self.total_bytes = 0.0
+        self._zeros: torch.Tensor | None = None  # built at the first `execute`
+
+    @property
+    def gpu(self) -> GPUSpec:
+        return self.cost_model.gpu
+
+    def advance(self, batch: StepBatch) -> int:
+        """Advance the clock by the step's modelled time; the number of rows to sample."""
+        layout = batch.layout
+        copied = sum(c.num_slots for c in layout.slot_copies) if layout.slot_copies else 0
+        rows = len(batch.sample_rows)
+        cost = self.cost_model.cost(layout.query_lens, layout.seq_lens, rows, copied)
+        step_s = cost.time_s
+        self.clock.advance(step_s)
+        self.last_cost = cost
+        self.num_steps += 1
+        self.compute_bound_steps += cost.compute_bound
+        self.busy_s += step_s
+        self.total_flops += cost.flops
+        self.total_bytes += cost.bytes
+        return rows
+
+    def sample_token_ids(self, batch: StepBatch) -> list[int]:
+        """Run the step and return its sampled token ids without building logits (all 0)."""
+        return [0] * self.advance(batch)
+
+    def execute_and_sample(self, batch: StepBatch, sampling: SamplingParams) -> list[list[int]]:
+        """Run the step; every requested token is 0, and no logits exist."""
+        self.advance(batch)
+        if not sampling.forks:  # one shared row, C speed; the keys are never built
+            return [_ONE_ZERO] * sampling.num_rows
+        return [[0] * len(row) for row in sampling.keys]
+
+    def execute(self, batch: StepBatch) -> torch.Tensor:
+        import torch
+
+        rows = self.advance(batch)
+        if self._zeros is None or rows > self._zeros.shape[0]:
+            self._zeros = torch.zeros((max(256, 2 * rows), 1))
+        return self._zeros[:rows]
+
+    def synchronize(self) -> None:
+        pass
+
+    def stats(self) -> dict[str, float]:
+        """Totals for a summary: modelled busy time, FLOPs and bytes, compute-bound steps."""
+        return {
+            "steps": self.num_steps,
+            "compute_bound_steps": self.compute_bound_steps,
+            "busy_s": self.busy_s,
+            "total_flops": self.total_flops,
+            "total_bytes": self.total_bytes,
+        }
+
+
+__all__ = [
+    "SIMULATED_DEVICE",
+    "SimulatedClock",
+    "SimulatedExecutor",
+]

@@ -1,0 +1,394 @@
+"""Step-time model of `kvbench simulate`: one decoder step, operation by operation, per GPU.
+
+A step runs every scheduled sequence's new tokens (T in all) through the decoder. Under
+tensor parallelism of N GPUs (Megatron-style: attention heads and the MLP's intermediate
+columns split N ways) each GPU holds 1/N of the matmul weights and 1/N of the KV heads, does
+1/N of the FLOPs, and the group all-reduces the hidden state twice per layer. The step takes
+
+    step = cpu_overhead + embed + layers x max(layer_floor, layer) + final norm + LM head
+
+    layer = gemm(QKV) + gemm(O) + gemm(gate+up) + gemm(down)          matmuls, 1/N each
+          + attention_decode(decode seqs) + attention_prefill(prefill seqs)
+          + elementwise(2 norms, rope, activation, residual add) + kv_write(T new tokens)
+          + 2 x all_reduce(T x hidden x bytes)                         when N > 1
+
+with, per GPU (constants in `StepTimeConstants`, fitted in `scripts/simulator_calibration.py`
+against measured kernel profiles; `docs/simulator.md` tables their sources and errors):
+
+    gemm(T, k, n)       = launch + max(2 T k n / (peak x eff(T)), (k n w + T (k + n) a) / (bw x e_bw))
+    eff(T)              = gemm_peak_efficiency x T / (T + gemm_half_tokens)
+    attention_decode    = floor + per_seq x B + KV bytes read / (bw x e_dec)
+    attention_prefill   = floor + per_token x Tp + 4 x heads x head_dim x pairs / (peak x e_pf)
+    elementwise / KV    = kernels x floor + bytes / (bw x e_elt)
+    all_reduce(bytes)   = call + 2 (N-1)/N x bytes / link bandwidth + 2 (N-1) x hop latency
+
+`w` and `a` are bytes per weight and per activation; `pairs` counts query-key pairs under the
+causal mask. New tokens' KV is written once (kv_write) and read by attention as part of the
+context: never counted twice. Copies of KV slots (fork / copy-on-write) are a read and a write
+each, at the elementwise bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
+
+MS = 1e-3
+US = 1e-6
+
+
+@dataclass(frozen=True)
+class StepTimeConstants:
+    """Efficiencies and floors of one GPU type. Defaults: fitted on A100-80GB (see module doc)."""
+
+    gemm_peak_efficiency: float = 0.80  # share of dense peak a large matmul reaches
+    gemm_half_tokens: float = 40.0  # tokens at which a matmul reaches half that share
+    gemm_bandwidth_efficiency: float = 0.80  # share of HBM bandwidth a weight-bound matmul reaches
+    gemm_launch_s: float = 4 * US  # per matmul kernel
+    attn_decode_bandwidth_efficiency: float = 0.80  # KV read rate of decode attention
+    attn_decode_floor_s: float = 13 * US  # per layer, per decode batch
+    attn_decode_per_seq_s: float = 0.08 * US  # per decoding sequence (block-table walk)
+    attn_prefill_efficiency: float = 0.25  # share of peak the prefill attention kernel reaches
+    attn_prefill_floor_s: float = 13 * US  # per layer, per prefill batch
+    attn_prefill_per_token_s: float = 0.0  # per prefill query token
+    elementwise_bandwidth_efficiency: float = 0.70  # norms, rope, activation, adds, KV write
+    elementwise_floor_s: float = 3 * US  # per elementwise kernel
+    layer_floor_s: float = 0.0  # no layer runs faster than this (launch-bound decode)
+    cpu_overhead_s: float = 1 * MS  # scheduling, input preparation, sampling: per step
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise KvbenchInputError(f"step-time constant {f.name} must be >= 0, got {value!r}")
+        for name in (
+            "gemm_peak_efficiency",
+            "gemm_bandwidth_efficiency",
+            "attn_decode_bandwidth_efficiency",
+            "attn_prefill_efficiency",
+            "elementwise_bandwidth_efficiency",
+        ):
+            if not 0 < getattr(self, name) <= 1:
+                raise KvbenchInputError(f"step-time constant {name} must be in (0, 1]")
+
+    def to_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """The link of a tensor-parallel group: bus bandwidth of a ring all-reduce, a latency per
+    ring step and a fixed cost per collective (kernel launch and synchronisation)."""
+
+    name: str
+    bandwidth_bytes_s: float  # achieved ring bus bandwidth per GPU (NCCL's "busbw")
+    hop_latency_s: float
+    call_latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.bandwidth_bytes_s <= 0 or self.hop_latency_s < 0 or self.call_latency_s < 0:
+            raise KvbenchInputError(
+                f"interconnect {self.name}: bandwidth must be > 0 and latency >= 0"
+            )
+
+    def all_reduce_s(self, num_bytes: float, num_gpus: int) -> float:
+        """Ring all-reduce: reduce-scatter then all-gather, 2 (N-1) steps of bytes / N each."""
+        if num_gpus <= 1:
+            return 0.0
+        steps = 2 * (num_gpus - 1)
+        return (
+            self.call_latency_s
+            + steps / num_gpus * num_bytes / self.bandwidth_bytes_s
+            + steps * self.hop_latency_s
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "bandwidth_bytes_s": self.bandwidth_bytes_s,
+            "hop_latency_s": self.hop_latency_s,
+            "call_latency_s": self.call_latency_s,
+        }
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the step model needs of a GPU (a `GPUSpec` provides it)."""
+
+    peak_flops: float  # dense FLOP/s for the weights' dtype
+    hbm_bandwidth_bytes_s: float
+    constants: StepTimeConstants
+    interconnect: Interconnect | None
+
+
+# Per-operation times (seconds, one GPU) ---------------------------------------------------
+
+
+def gemm_s(c: StepTimeConstants, hw: Hardware, tokens: int, k: int, n: int,
+           weight_bytes: int, act_bytes: int) -> float:
+    """`[tokens, k] x [k, n]`: compute-bound when tokens are many, weight-read-bound when few."""
+    if tokens <= 0 or k <= 0 or n <= 0:
+        return 0.0
+    eff = c.gemm_peak_efficiency * tokens / (tokens + c.gemm_half_tokens)
+    compute = 2.0 * tokens * k * n / (hw.peak_flops * eff)
+    moved = k * n * weight_bytes + tokens * (k + n) * act_bytes
+    memory = moved / (hw.hbm_bandwidth_bytes_s * c.gemm_bandwidth_efficiency)
+    return c.gemm_launch_s + max(compute, memory)
+
+
+def attention_decode_s(c: StepTimeConstants, hw: Hardware, batch: int, kv_bytes_read: float) -> float:
+    if batch <= 0:
+        return 0.0
+    return (
+        c.attn_decode_floor_s
+        + c.attn_decode_per_seq_s * batch
+        + kv_bytes_read / (hw.hbm_bandwidth_bytes_s * c.attn_decode_bandwidth_efficiency)
+    )
+
+
+def attention_prefill_s(c: StepTimeConstants, hw: Hardware, tokens: int, flops: float) -> float:
+    if tokens <= 0:
+        return 0.0
+    return (
+        c.attn_prefill_floor_s
+        + c.attn_prefill_per_token_s * tokens
+        + flops / (hw.peak_flops * c.attn_prefill_efficiency)
+    )
+
+
+def elementwise_s(c: StepTimeConstants, hw: Hardware, kernels: int, num_bytes: float) -> float:
+    if kernels <= 0:
+        return 0.0
+    return kernels * c.elementwise_floor_s + num_bytes / (
+        hw.hbm_bandwidth_bytes_s * c.elementwise_bandwidth_efficiency
+    )
+
+
+# The step ---------------------------------------------------------------------------------
+
+
+class StepTime:
+    """Modelled time of one step and its parts (seconds, one GPU of the group).
+
+    The parts are kept as a tuple in `PART_NAMES` order and `parts` builds their dict on
+    request: a simulation makes one of these per step and reads only the total."""
+
+    __slots__ = ("_values", "bytes", "compute_bound", "flops", "time_s")
+
+    def __init__(self, values: tuple[float, ...], flops: float, num_bytes: float,
+                 compute_bound: bool) -> None:
+        self._values = values
+        self.time_s = sum(values)
+        self.flops = flops  # per GPU
+        self.bytes = num_bytes  # HBM bytes per GPU
+        self.compute_bound = compute_bound  # matmuls limited by FLOPs, not weight reads
+
+    @property
+    def parts(self) -> dict[str, float]:
+        return dict(zip(PART_NAMES, self._values, strict=True))
+
+    def parts_ms(self) -> dict[str, float]:
+        return {name: s * 1e3 for name, s in self.parts.items()}
+
+    def __repr__(self) -> str:
+        return (f"StepTime(time_s={self.time_s!r}, parts={self.parts!r}, flops={self.flops!r}, "
+                f"bytes={self.bytes!r}, compute_bound={self.compute_bound!r})")
+
+
+PART_NAMES = (
+    "gemm",
+    "attention_decode",
+    "attention_prefill",
+    "elementwise",
+    "kv_write",
+    "all_reduce",
+    "layer_floor",
+    "lm_head",
+    "kv_copy",
+    "cpu_overhead",
+)
+
+
+class StepTimeModel:
+    """Per-operation step time of `model` on `tensor_parallel_size` GPUs of one kind.
+
+    `cost(query_lens, seq_lens, num_sample_rows, num_copied_slots)` times one step; `gpu` is a
+    `GPUSpec` (see `kvbench.simulator.gpus`).
+    """
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        gpu,
+        weight_element_bytes: int,
+        kv_element_bytes: int,
+        tensor_parallel_size: int = 1,
+    ) -> None:
+        tp = int(tensor_parallel_size)
+        check_tensor_parallel(model, tp)
+        if tp > 1 and gpu.interconnect is None:
+            raise KvbenchInputError(
+                f"GPU {gpu.name} has no interconnect: --tensor-parallel-size {tp} needs one"
+            )
+        self.model = model
+        self.gpu = gpu
+        self.tensor_parallel_size = tp
+        self.weight_element_bytes = weight_element_bytes
+        self.kv_element_bytes = kv_element_bytes
+        self.hw = Hardware(
+            gpu.peak_flops(weight_element_bytes),
+            gpu.hbm_bandwidth_bytes_s,
+            gpu.constants,
+            gpu.interconnect,
+        )
+        h, hd = model.hidden_size, model.head_dim
+        self.heads = model.num_heads // tp
+        self.kv_heads = model.num_kv_heads // tp
+        self.q_dim = self.heads * hd
+        self.kv_dim = self.kv_heads * hd
+        self.inter = -(-model.intermediate_size // tp)
+        self.vocab = -(-model.vocab_size // tp)
+        # One token's K and V in one layer on one GPU; all layers: kv_bytes_per_token.
+        self.kv_layer_token_bytes = 2 * self.kv_dim * kv_element_bytes
+        self.kv_bytes_per_token = model.num_layers * self.kv_layer_token_bytes
+        self.attention_flops_per_pair = 4 * self.heads * hd  # QK^T and PV, one layer
+        self.layer_gemms = (
+            (h, self.q_dim + 2 * self.kv_dim),  # QKV
+            (self.q_dim, h),  # O
+            (h, 2 * self.inter),  # gate + up
+            (self.inter, h),  # down
+        )
+        self.layer_weights = sum(k * n for k, n in self.layer_gemms)
+        self.weight_bytes = weight_element_bytes * (
+            model.num_layers * self.layer_weights + h * self.vocab
+        )
+        # Matmuls are FLOP-bound from this many tokens on (2 T / (peak x eff(T)) >= w / (bw x e)).
+        c = gpu.constants
+        self.compute_bound_tokens = next(
+            (t for t in range(1, 1 << 20)
+             if 2.0 * t / (self.hw.peak_flops * c.gemm_peak_efficiency * t
+                           / (t + c.gemm_half_tokens))
+             >= weight_element_bytes / (gpu.hbm_bandwidth_bytes_s * c.gemm_bandwidth_efficiency)),
+            1 << 20,
+        )
+        self._by_tokens: dict[int, tuple[float, float, float, float, float]] = {}
+        self._by_rows: dict[int, float] = {}
+
+    def _token_parts(self, tokens: int) -> tuple[float, float, float, float, float]:
+        """Parts that depend only on the step's token count (memoized: steps repeat sizes)."""
+        cached = self._by_tokens.get(tokens)
+        if cached is not None:
+            return cached
+        c, hw, m = self.gpu.constants, self.hw, self.model
+        ab = wb = self.weight_element_bytes
+        h = m.hidden_size
+        gemm = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.layer_gemms)
+        # Two RMS norms (read + write h), rope on q and k, the gated activation (read 2I,
+        # write I), the residual add (read 2h, write h).
+        elt_bytes = tokens * ab * (4 * h + 2 * (self.q_dim + self.kv_dim) + 3 * self.inter + 3 * h)
+        elt = elementwise_s(c, hw, 5, elt_bytes) if tokens else 0.0
+        kv_write = elementwise_s(c, hw, 1, tokens * self.kv_layer_token_bytes) if tokens else 0.0
+        ar = 0.0
+        if self.tensor_parallel_size > 1 and tokens:
+            ar = 2 * hw.interconnect.all_reduce_s(tokens * h * ab, self.tensor_parallel_size)
+        # the embedding gather and the final norm, once per step
+        outer = elementwise_s(c, hw, 2, tokens * h * ab * 3) if tokens else 0.0
+        result = (gemm, elt, kv_write, ar, outer)
+        if len(self._by_tokens) < 65536:
+            self._by_tokens[tokens] = result
+        return result
+
+    def _lm_head(self, rows: int) -> float:
+        cached = self._by_rows.get(rows)
+        if cached is None:
+            cached = gemm_s(self.gpu.constants, self.hw, rows, self.model.hidden_size,
+                            self.vocab, self.weight_element_bytes, self.weight_element_bytes)
+            if len(self._by_rows) < 65536:
+                self._by_rows[rows] = cached
+        return cached
+
+    def cost(
+        self,
+        query_lens: Sequence[int],
+        seq_lens: Sequence[int],
+        num_sample_rows: int,
+        num_copied_slots: int = 0,
+    ) -> StepTime:
+        c, hw = self.gpu.constants, self.hw
+        L = self.model.num_layers
+        tokens = sum(query_lens)
+        if tokens == len(query_lens):  # decodes only: every q is 1
+            decode_batch, decode_context = tokens, sum(seq_lens)
+            prefill_tokens = pairs = prefill_context = 0
+        else:
+            decode_batch = decode_context = prefill_tokens = pairs = prefill_context = 0
+            for q, s in zip(query_lens, seq_lens, strict=True):
+                if q == 1:
+                    decode_batch += 1
+                    decode_context += s
+                else:
+                    prefill_tokens += q
+                    prefill_context += s
+                    pairs += q * (s - q) + q * (q + 1) // 2
+        gemm, elt, kv_write, ar, outer = self._token_parts(tokens)
+        att_dec = attention_decode_s(
+            c, hw, decode_batch, decode_context * self.kv_layer_token_bytes
+        )
+        att_pf = 0.0
+        if prefill_tokens:
+            att_pf = attention_prefill_s(
+                c, hw, prefill_tokens, self.attention_flops_per_pair * pairs
+            ) + prefill_context * self.kv_layer_token_bytes / hw.hbm_bandwidth_bytes_s
+        layer = gemm + att_dec + att_pf + elt + kv_write + ar
+        floor = c.layer_floor_s - layer if c.layer_floor_s > layer else 0.0
+        values = (  # in PART_NAMES order
+            L * gemm,
+            L * att_dec,
+            L * att_pf,
+            L * elt + outer,
+            L * kv_write,
+            L * ar,
+            L * floor,
+            self._lm_head(num_sample_rows),
+            elementwise_s(c, hw, 1, 2 * num_copied_slots * self.kv_bytes_per_token)
+            if num_copied_slots else 0.0,
+            c.cpu_overhead_s,
+        )
+        flops = (
+            2.0 * tokens * self.layer_weights * L
+            + 2.0 * num_sample_rows * self.model.hidden_size * self.vocab
+            + L * self.attention_flops_per_pair * (pairs + decode_context)
+        )
+        moved = self.weight_bytes + (
+            decode_context + prefill_context + tokens + 2 * num_copied_slots
+        ) * self.kv_bytes_per_token
+        return StepTime(values, flops, float(moved), tokens >= self.compute_bound_tokens)
+
+
+def check_tensor_parallel(model: ModelConfig, tp: int) -> None:
+    """Heads must split evenly over the GPUs (KV heads too: no KV-head replication modelled)."""
+    if tp < 1:
+        raise KvbenchInputError(f"--tensor-parallel-size must be >= 1, got {tp}")
+    if model.num_heads % tp or model.num_kv_heads % tp:
+        raise KvbenchInputError(
+            f"--tensor-parallel-size {tp} does not divide {model.name}'s {model.num_heads} "
+            f"attention heads and {model.num_kv_heads} KV heads"
+        )
+
+
+__all__ = [
+    "Hardware",
+    "Interconnect",
+    "PART_NAMES",
+    "StepTime",
+    "StepTimeConstants",
+    "StepTimeModel",
+    "attention_decode_s",
+    "attention_prefill_s",
+    "check_tensor_parallel",
+    "elementwise_s",
+    "gemm_s",
+]

@@ -1,0 +1,662 @@
+"""KV-cache sizing arithmetic behind `kvbench estimate`: exact integer bytes, no tensors.
+
+bytes per token   = 2 (K and V) x layers x KV heads x head dim x bytes per element
+bytes per request = bytes per token x context tokens (rounded up to whole blocks
+                    when a block size is given)
+bytes total       = bytes per request x concurrency
+KV budget         = floor(GPU memory x utilization) - weights   (or a given KV size)
+max concurrency   = floor(KV budget / bytes per request)
+
+and per strategy:
+
+contiguous (reserve max) reserves max_model_len tokens for every request;
+paged reserves ceil(mean_len / block_size) blocks for a request of mean length.
+
+Utilizations are read as exact fractions (`0.92` is 23/25, not the nearest
+double), so every byte count here is an exact integer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
+from kvbench.models.sizes import (  # noqa: F401  (estimate's public names)
+    DTYPE_BYTES,
+    WEIGHT_DTYPES,
+    canonical_dtype,
+    kv_bytes_per_token,
+    weights_bytes,
+)
+from kvbench.units import format_bytes
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM's default --block-size
+DEFAULT_GPU_MEMORY_UTILIZATION = Fraction(9, 10)  # vLLM's default
+
+
+def parse_fraction(value: str | float | int | Fraction, what: str = "utilization") -> Fraction:
+    """`0.92`, `"0.92"` or `"92%"` -> Fraction(23, 25), exactly; must lie in (0, 1]."""
+    if isinstance(value, Fraction):
+        result = value
+    else:
+        text = str(value).strip()  # str(0.92) == "0.92": the decimal the user wrote
+        percent = text.endswith("%")
+        try:
+            result = Fraction(text[:-1].strip() if percent else text)
+        except (ValueError, ZeroDivisionError):
+            raise KvbenchInputError(
+                f"cannot read {what} {value!r}: use a fraction such as 0.9 or a percentage such as 90%"
+            ) from None
+        if percent:
+            result /= 100
+    if not 0 < result <= 1:
+        raise KvbenchInputError(f"{what} must be in (0, 1], got {value!r}")
+    return result
+
+
+def round_up_to_blocks(tokens: int, block_size: int) -> int:
+    """Tokens held by whole blocks: 1000 tokens in blocks of 16 hold 1008 slots."""
+    return -(-tokens // block_size) * block_size
+
+
+def kv_budget_bytes(
+    gpu_memory: int, gpu_memory_utilization: Fraction | float | str, weights: int
+) -> int:
+    """floor(GPU memory x utilization) - weights; raises when nothing is left for the KV cache."""
+    util = parse_fraction(gpu_memory_utilization, "--gpu-memory-utilization")
+    usable = math.floor(gpu_memory * util)
+    budget = usable - weights
+    if budget <= 0:
+        raise KvbenchInputError(
+            f"no memory left for the KV cache: {format_bytes(gpu_memory)} x {_fmt_fraction(util)} "
+            f"= {format_bytes(usable)} does not exceed the weights ({format_bytes(weights)}); "
+            "use more --gpu-memory, a higher --gpu-memory-utilization or a smaller --dtype"
+        )
+    return budget
+
+
+@dataclass(frozen=True)
+class UtilizationComparison:
+    """The same KV bytes at two KV utilizations (share of held KV memory that holds real tokens)."""
+
+    kv_bytes: int
+    utilization_from: Fraction
+    utilization_to: Fraction
+    effective_bytes_from: int
+    effective_bytes_to: int
+    tokens_from: int | None  # None when bytes per token is unknown
+    tokens_to: int | None
+    capacity_gain: Fraction  # utilization_to / utilization_from
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kv_bytes": self.kv_bytes,
+            "from": {
+                "kv_utilization": float(self.utilization_from),
+                "effective_bytes": self.effective_bytes_from,
+                "tokens": self.tokens_from,
+            },
+            "to": {
+                "kv_utilization": float(self.utilization_to),
+                "effective_bytes": self.effective_bytes_to,
+                "tokens": self.tokens_to,
+            },
+            "capacity_gain": float(self.capacity_gain),
+        }
+
+
+def compare_kv_utilization(
+    kv_bytes: int,
+    utilization_from: Fraction | float | str,
+    utilization_to: Fraction | float | str,
+    bytes_per_token: int | None = None,
+) -> UtilizationComparison:
+    """How many times more KV state fits when the same bytes are used at a higher utilization.
+
+    60 GiB used at 40% holds 24 GiB of tokens, at 90% 54 GiB: a 2.25x capacity gain.
+    """
+    u_from = parse_fraction(utilization_from, "KV utilization")
+    u_to = parse_fraction(utilization_to, "KV utilization")
+    eff_from = math.floor(kv_bytes * u_from)
+    eff_to = math.floor(kv_bytes * u_to)
+    return UtilizationComparison(
+        kv_bytes=kv_bytes,
+        utilization_from=u_from,
+        utilization_to=u_to,
+        effective_bytes_from=eff_from,
+        effective_bytes_to=eff_to,
+        tokens_from=eff_from // bytes_per_token if bytes_per_token else None,
+        tokens_to=eff_to // bytes_per_token if bytes_per_token else None,
+        capacity_gain=u_to / u_from,
+    )
+
+
+@dataclass(frozen=True)
+class StrategyFit:
+    """How many requests one strategy admits into the KV budget."""
+
+    strategy: str  # "contiguous" | "paged"
+    reserve: str  # what a request reserves, in words
+    tokens_per_request: int  # KV slots held by one request
+    bytes_per_request: int
+    max_concurrency: int | None  # None without a budget
+    block_size: int | None = None  # paged only
+    blocks_per_request: int | None = None
+    num_blocks: int | None = None  # blocks in the budget
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "strategy"}
+
+
+@dataclass(frozen=True)
+class KVEstimate:
+    """Every figure of one estimate; byte counts are exact integers."""
+
+    model: str | None
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    kv_cache_dtype: str
+    kv_element_bytes: int
+    context: int
+    concurrency: int
+    block_size: int | None  # rounding of the per-request figure; None: no rounding
+    tokens_per_request: int  # context, rounded up to blocks when block_size is set
+    kv_bytes_per_token: int
+    kv_bytes_per_request: int
+    kv_bytes_total: int
+    # The budget (None when neither GPU memory nor a KV size was given).
+    gpu_memory_bytes: int | None
+    gpu_memory_utilization: Fraction | None
+    dtype: str | None  # weights dtype, when the weights were computed
+    num_parameters: int | None
+    weights_bytes: int | None
+    weights_source: str | None  # "given" | "computed" | None
+    kv_budget_bytes: int | None
+    kv_budget_source: str | None  # "gpu" | "given" | None
+    kv_capacity_tokens: int | None
+    max_concurrency: int | None
+    fits: bool | None  # kv_bytes_total <= kv_budget_bytes
+    max_model_len: int
+    mean_len: int
+    strategies: dict[str, StrategyFit] = field(default_factory=dict)
+    kv_utilization_comparison: UtilizationComparison | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values (fractions as floats)."""
+        return {
+            "model": self.model,
+            "num_layers": self.num_layers,
+            "num_kv_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "kv_element_bytes": self.kv_element_bytes,
+            "context": self.context,
+            "concurrency": self.concurrency,
+            "block_size": self.block_size,
+            "tokens_per_request": self.tokens_per_request,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_bytes_per_request": self.kv_bytes_per_request,
+            "kv_bytes_total": self.kv_bytes_total,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "gpu_memory_utilization": _float_or_none(self.gpu_memory_utilization),
+            "dtype": self.dtype,
+            "num_parameters": self.num_parameters,
+            "weights_bytes": self.weights_bytes,
+            "weights_source": self.weights_source,
+            "kv_budget_bytes": self.kv_budget_bytes,
+            "kv_budget_source": self.kv_budget_source,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "max_concurrency": self.max_concurrency,
+            "fits": self.fits,
+            "max_model_len": self.max_model_len,
+            "mean_len": self.mean_len,
+            "strategies": {name: fit.to_dict() for name, fit in self.strategies.items()},
+            "kv_utilization_comparison": (
+                self.kv_utilization_comparison.to_dict() if self.kv_utilization_comparison else None
+            ),
+        }
+
+
+def estimate_kv(
+    model: ModelConfig | None = None,
+    *,
+    num_layers: int | None = None,
+    num_kv_heads: int | None = None,
+    head_dim: int | None = None,
+    kv_cache_dtype: str = "auto",
+    dtype: str = "bf16",
+    context: int | None = None,
+    concurrency: int = 1,
+    block_size: int | None = None,
+    gpu_memory: int | None = None,
+    gpu_memory_utilization: Fraction | float | str | None = None,
+    weights_memory: int | None = None,
+    kv_memory: int | None = None,
+    max_model_len: int | None = None,
+    mean_len: int | None = None,
+    compare_utilization: tuple[Any, Any] | None = None,
+) -> KVEstimate:
+    """Size the KV cache of `model` (or of explicit layers / KV heads / head dim).
+
+    `kv_cache_dtype="auto"` stores K/V in the weights `dtype`, as vLLM does.
+    The budget is `kv_memory` when given, else floor(`gpu_memory` x utilization
+    (default 0.9)) - weights, with weights = `weights_memory` or the model's parameters x `dtype` bytes.
+    `block_size=None` leaves the per-request figure unrounded; the paged strategy
+    then uses blocks of 16 tokens. `max_model_len` defaults to the model's
+    max_position_embeddings (explicit shapes: to `context`), `context` to
+    `max_model_len`, `mean_len` to `context`.
+    """
+    shapes = (num_layers, num_kv_heads, head_dim)
+    if model is not None:
+        if any(s is not None for s in shapes):
+            raise KvbenchInputError(
+                "give either a model or --layers/--kv-heads/--head-dim, not both"
+            )
+        num_layers, num_kv_heads, head_dim = model.num_layers, model.num_kv_heads, model.head_dim
+    elif any(s is None for s in shapes):
+        raise KvbenchInputError(
+            "give a model (--model PRESET or a folder with config.json) "
+            "or all of --layers, --kv-heads and --head-dim"
+        )
+    assert num_layers is not None and num_kv_heads is not None and head_dim is not None
+    _positive(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim)
+
+    dtype = canonical_dtype(dtype, WEIGHT_DTYPES)
+    kv_dtype = dtype if str(kv_cache_dtype).lower() == "auto" else canonical_dtype(kv_cache_dtype)
+    elem = DTYPE_BYTES[kv_dtype]
+
+    if max_model_len is None:
+        max_model_len = model.max_position_embeddings if model is not None else context
+    if context is None:
+        context = max_model_len
+    if context is None or max_model_len is None:
+        raise KvbenchInputError("give --context (tokens per request) or --max-model-len")
+    if mean_len is None:
+        mean_len = context
+    _positive(
+        context=context, concurrency=concurrency, max_model_len=max_model_len, mean_len=mean_len
+    )
+    if block_size is not None:
+        _positive(block_size=block_size)
+    for what, tokens in (("--context", context), ("--mean-len", mean_len)):
+        if tokens > max_model_len:
+            raise KvbenchInputError(
+                f"{what} {tokens} exceeds the max model length {max_model_len} "
+                "(raise --max-model-len)"
+            )
+
+    per_token = kv_bytes_per_token(num_layers, num_kv_heads, head_dim, elem)
+    tokens_per_request = round_up_to_blocks(context, block_size) if block_size else context
+    per_request = per_token * tokens_per_request
+    total = per_request * concurrency
+
+    # Budget.
+    util: Fraction | None = None
+    weights: int | None = None
+    weights_source: str | None = None
+    num_params: int | None = None
+    budget: int | None = None
+    budget_source: str | None = None
+    if gpu_memory is None and gpu_memory_utilization is not None:
+        raise KvbenchInputError("--gpu-memory-utilization needs --gpu-memory")
+    if kv_memory is not None:
+        if gpu_memory is not None or weights_memory is not None:
+            raise KvbenchInputError(
+                "--kv-memory is the KV budget itself: give it or --gpu-memory/--weights-memory, not both"
+            )
+        _positive(kv_memory=kv_memory)
+        budget, budget_source = kv_memory, "given"
+    elif gpu_memory is not None:
+        util = parse_fraction(
+            DEFAULT_GPU_MEMORY_UTILIZATION
+            if gpu_memory_utilization is None
+            else gpu_memory_utilization,
+            "--gpu-memory-utilization",
+        )
+        if weights_memory is not None:
+            weights, weights_source = weights_memory, "given"
+        elif model is not None:
+            num_params = model.num_parameters()
+            weights, weights_source = weights_bytes(model, dtype), "computed"
+        else:
+            raise KvbenchInputError(
+                "give --weights-memory: weights cannot be computed from explicit "
+                "--layers/--kv-heads/--head-dim (or give --model)"
+            )
+        budget, budget_source = kv_budget_bytes(gpu_memory, util, weights), "gpu"
+    elif weights_memory is not None:
+        raise KvbenchInputError("--weights-memory needs --gpu-memory")
+
+    # Strategies.
+    paged_block = block_size or DEFAULT_BLOCK_SIZE
+    blocks_per_request = -(-mean_len // paged_block)
+    block_bytes = per_token * paged_block
+    contiguous_bytes = per_token * max_model_len
+    paged_bytes = block_bytes * blocks_per_request
+    strategies = {
+        "contiguous": StrategyFit(
+            strategy="contiguous",
+            reserve=f"max: max_model_len = {max_model_len} tokens",
+            tokens_per_request=max_model_len,
+            bytes_per_request=contiguous_bytes,
+            max_concurrency=budget // contiguous_bytes if budget is not None else None,
+        ),
+        "paged": StrategyFit(
+            strategy="paged",
+            reserve=f"ceil({mean_len} / {paged_block}) = {blocks_per_request} blocks at mean length",
+            tokens_per_request=blocks_per_request * paged_block,
+            bytes_per_request=paged_bytes,
+            max_concurrency=budget // paged_bytes if budget is not None else None,
+            block_size=paged_block,
+            blocks_per_request=blocks_per_request,
+            num_blocks=budget // block_bytes if budget is not None else None,
+        ),
+    }
+
+    comparison = None
+    if compare_utilization is not None:
+        if budget is None:
+            raise KvbenchInputError(
+                "comparing KV utilizations needs a KV budget: give --kv-memory or --gpu-memory"
+            )
+        low, high = compare_utilization
+        comparison = compare_kv_utilization(budget, low, high, per_token)
+
+    return KVEstimate(
+        model=model.name if model is not None else None,
+        num_layers=num_layers,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        kv_cache_dtype=kv_dtype,
+        kv_element_bytes=elem,
+        context=context,
+        concurrency=concurrency,
+        block_size=block_size,
+        tokens_per_request=tokens_per_request,
+        kv_bytes_per_token=per_token,
+        kv_bytes_per_request=per_request,
+        kv_bytes_total=total,
+        gpu_memory_bytes=gpu_memory if kv_memory is None else None,
+        gpu_memory_utilization=util,
+        dtype=dtype if weights_source == "computed" else None,
+        num_parameters=num_params,
+        weights_bytes=weights,
+        weights_source=weights_source,
+        kv_budget_bytes=budget,
+        kv_budget_source=budget_source,
+        kv_capacity_tokens=budget // per_token if budget is not None else None,
+        max_concurrency=budget // per_request if budget is not None else None,
+        fits=total <= budget if budget is not None else None,
+        max_model_len=max_model_len,
+        mean_len=mean_len,
+        strategies=strategies,
+        kv_utilization_comparison=comparison,
+    )
+
+
+def format_estimate(est: KVEstimate) -> str:
+    """The plain-text table of `kvbench estimate`: exact bytes, binary units, one formula a row."""
+    rows: list[tuple[str, str, str, str]] = []  # label, exact, binary, formula
+
+    def add(label: str, exact: int | str, binary: str, formula: str = "") -> None:
+        rows.append((label, f"{exact:,}" if isinstance(exact, int) else exact, binary, formula))
+
+    per_token_formula = (
+        f"2 (K,V) x {est.num_layers} layers x {est.num_kv_heads} KV heads x "
+        f"{est.head_dim} head dim x {est.kv_element_bytes} B ({est.kv_cache_dtype})"
+    )
+    add(
+        "KV per token",
+        est.kv_bytes_per_token,
+        format_bytes(est.kv_bytes_per_token),
+        per_token_formula,
+    )
+    if est.block_size and est.tokens_per_request != est.context:
+        tokens = f"{est.tokens_per_request:,} tokens ({est.context:,} rounded up to blocks of {est.block_size})"
+    else:
+        tokens = f"{est.tokens_per_request:,} tokens"
+    add(
+        "KV per request",
+        est.kv_bytes_per_request,
+        format_bytes(est.kv_bytes_per_request),
+        f"per token x {tokens}",
+    )
+    add(
+        "KV total",
+        est.kv_bytes_total,
+        format_bytes(est.kv_bytes_total),
+        f"per request x {_plural(est.concurrency, 'concurrent request')}",
+    )
+    if est.kv_budget_source == "gpu":
+        assert est.gpu_memory_bytes is not None and est.gpu_memory_utilization is not None
+        assert est.weights_bytes is not None
+        add("GPU memory", est.gpu_memory_bytes, format_bytes(est.gpu_memory_bytes), "--gpu-memory")
+        if est.weights_source == "computed":
+            weights_formula = f"{est.num_parameters:,} parameters x {DTYPE_BYTES[est.dtype or 'bf16']} B ({est.dtype})"
+        else:
+            weights_formula = "--weights-memory"
+        add("weights", est.weights_bytes, format_bytes(est.weights_bytes), weights_formula)
+        util = _fmt_fraction(est.gpu_memory_utilization)
+        budget_formula = f"floor(GPU memory x {util}) - weights"
+    else:
+        budget_formula = "--kv-memory"
+    if est.kv_budget_bytes is not None:
+        assert est.max_concurrency is not None and est.kv_capacity_tokens is not None
+        add("KV budget", est.kv_budget_bytes, format_bytes(est.kv_budget_bytes), budget_formula)
+        add("KV capacity", f"{est.kv_capacity_tokens:,} tokens", "", "floor(budget / per token)")
+        add(
+            "max concurrency",
+            _plural(est.max_concurrency, "request"),
+            "",
+            "floor(budget / per request)",
+        )
+        if est.fits:
+            add("total vs budget", "fits", "", "total <= budget")
+        else:
+            over = est.kv_bytes_total - est.kv_budget_bytes
+            add(
+                "total vs budget",
+                "too big",
+                "",
+                f"total > budget by {over:,} B ({format_bytes(over)})",
+            )
+
+    title = (
+        f"KV-cache estimate: {est.model or 'explicit shapes'}, KV {est.kv_cache_dtype}, "
+        f"{est.context:,}-token context, concurrency {est.concurrency:,}"
+    )
+    lines = [title, ""]
+    lines += _table(("quantity", "bytes", "binary", "formula"), rows, right=(1,))
+
+    if est.kv_budget_bytes is not None:
+        lines += ["", "max concurrency per strategy (same budget):"]
+        srows = []
+        for fit in est.strategies.values():
+            name = (
+                fit.strategy
+                if fit.block_size is None
+                else f"{fit.strategy} (block {fit.block_size})"
+            )
+            if fit.strategy == "contiguous":
+                name = "contiguous (reserve max)"
+            srows.append(
+                (
+                    name,
+                    f"{fit.tokens_per_request:,}",
+                    f"{fit.bytes_per_request:,}",
+                    format_bytes(fit.bytes_per_request),
+                    f"{fit.max_concurrency:,}",
+                    fit.reserve,
+                )
+            )
+        lines += _table(
+            (
+                "strategy",
+                "tokens/request",
+                "bytes/request",
+                "binary",
+                "max concurrency",
+                "reserves",
+            ),
+            srows,
+            right=(1, 2, 4),
+        )
+
+    comp = est.kv_utilization_comparison
+    if comp is not None:
+        lines += [
+            "",
+            f"effective capacity of {format_bytes(comp.kv_bytes)} of KV (KV utilization = token bytes / held bytes):",
+        ]
+        crows = [
+            (
+                f"{float(u) * 100:g}%",
+                f"{eff:,}",
+                format_bytes(eff),
+                f"{tokens:,}" if tokens is not None else "n/a",
+            )
+            for u, eff, tokens in (
+                (comp.utilization_from, comp.effective_bytes_from, comp.tokens_from),
+                (comp.utilization_to, comp.effective_bytes_to, comp.tokens_to),
+            )
+        ]
+        lines += _table(("KV utilization", "token bytes", "binary", "tokens"), crows, right=(1, 3))
+        lines.append(
+            f"capacity gain: {_fmt_fraction(comp.utilization_to)} / {_fmt_fraction(comp.utilization_from)}"
+            f" = {float(comp.capacity_gain):.4g}x more KV state in the same memory"
+        )
+    return "\n".join(lines)
+
+
+def _table(
+    header: tuple[str, ...], rows: list[tuple[str, ...]], right: tuple[int, ...] = ()
+) -> list[str]:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        out = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(out).rstrip()
+
+    return [line(header), line(tuple("-" * w for w in widths)), *(line(r) for r in rows)]
+
+
+def _positive(**values: int) -> None:
+    for name, value in values.items():
+        if value <= 0:
+            option = "--" + name.replace("num_", "").replace("_", "-")
+            raise KvbenchInputError(f"{option} must be a positive integer, got {value}")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def _fmt_fraction(value: Fraction) -> str:
+    return f"{float(value):g}"
+
+
+def _float_or_none(value: Fraction | None) -> float | None:
+    return float(value) if value is not None else None
+
+
+# Step times (`kvbench estimate --step`) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step to time: `decode:BxCTX` (B sequences at CTX tokens each) or `prefill:TOKENS`."""
+
+    kind: str  # "decode" | "prefill"
+    batch: int
+    context: int  # tokens in the cache per sequence once the step's tokens are written
+    tokens: int  # tokens computed by the step
+
+
+def parse_step(text: str) -> StepSpec:
+    """`decode:32x1024` or `prefill:2048` (a prompt of 2,048 tokens)."""
+    kind, _, rest = str(text).strip().partition(":")
+    kind = kind.strip().lower()
+    try:
+        if kind == "decode":
+            b, _, ctx = rest.lower().partition("x")
+            batch, context = int(b), int(ctx)
+            spec = StepSpec("decode", batch, context, batch)
+        elif kind == "prefill":
+            tokens = int(rest)
+            spec = StepSpec("prefill", 1, tokens, tokens)
+        else:
+            raise ValueError
+    except ValueError:
+        raise KvbenchInputError(
+            f"cannot read --step {text!r}: use decode:BATCHxCONTEXT (e.g. decode:32x1024) "
+            "or prefill:TOKENS (e.g. prefill:2048)"
+        ) from None
+    if spec.batch <= 0 or spec.context <= 0:
+        raise KvbenchInputError(f"--step {text!r}: batch, context and tokens must be positive")
+    return spec
+
+
+def estimate_steps(
+    model: ModelConfig,
+    gpu: Any,
+    steps: list[StepSpec],
+    tensor_parallel_size: int = 1,
+    dtype: str = "bf16",
+    kv_cache_dtype: str = "auto",
+) -> dict[str, Any]:
+    """Modelled time of each step on `gpu` x `tensor_parallel_size`, with its parts (ms)."""
+    from kvbench.simulator.gpus import get_gpu
+    from kvbench.simulator.step_time import StepTimeModel
+
+    spec = get_gpu(gpu)
+    dtype = canonical_dtype(dtype, WEIGHT_DTYPES)
+    kv_dtype = dtype if str(kv_cache_dtype).lower() == "auto" else canonical_dtype(kv_cache_dtype)
+    time_model = StepTimeModel(
+        model, spec, DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype], tensor_parallel_size
+    )
+    out = []
+    for step in steps:
+        if step.kind == "decode":
+            cost = time_model.cost([1] * step.batch, [step.context] * step.batch, step.batch)
+        else:
+            cost = time_model.cost([step.tokens], [step.context], 1)
+        out.append(
+            {
+                "kind": step.kind,
+                "batch": step.batch,
+                "context": step.context,
+                "tokens": step.tokens,
+                "ms": cost.time_s * 1e3,
+                "parts": cost.parts_ms(),
+            }
+        )
+    return {
+        "model": model.name,
+        "gpu": spec.name,
+        "tensor_parallel_size": tensor_parallel_size,
+        "dtype": dtype,
+        "kv_cache_dtype": kv_dtype,
+        "steps": out,
+    }
+
+
+def format_steps(result: dict[str, Any]) -> str:
+    """One row per step: total and the largest parts (ms, per GPU of the group)."""
+    names = [n for n in result["steps"][0]["parts"] if any(s["parts"][n] for s in result["steps"])]
+    header = ("step", "ms", *names)
+    rows = []
+    for s in result["steps"]:
+        label = (f"decode {s['batch']} x {s['context']}" if s["kind"] == "decode"
+                 else f"prefill {s['tokens']}")
+        rows.append((label, f"{s['ms']:.3f}", *(f"{s['parts'][n]:.3f}" for n in names)))
+    title = (f"modelled step time: {result['model']} on {result['tensor_parallel_size']} x "
+             f"{result['gpu']}, weights {result['dtype']}, KV {result['kv_cache_dtype']} (ms)")
+    return "\n".join([title, "", *_table(header, rows, right=tuple(range(1, len(header))))])

@@ -1,0 +1,33 @@
+"""`kvbench sweep`: grids of runs, SLO capacity search, local or Ray execution, a report.
+
+- `config`: `SweepSpec` and the TOML sweep file; `options`: which run options can be axes;
+- `grid`: the points (a `RunConfig` and a stable id each); `point`: running one point;
+- `executor`, `local`, `ray_executor`: where points run;
+- `capacity`: bisection for the SLO capacity; `slo`: SLO targets on percentiles;
+- `table`: `points.csv`; `report`: `report.html`; `driver`: `run_sweep`, which ties them up.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# The names below load on first use: `import kvbench.sweep` (e.g. for `kvbench sweep
+# --help`) must not pull in the driver, and with it torch and pandas.
+_EXPORTS = {
+    "ExecutorSpec": "config", "ReportSpec": "config", "SearchSpec": "config",
+    "SweepSpec": "config", "load_sweep_config": "config",
+    "SweepInterrupted": "driver", "SweepResult": "driver", "load_sweep_folder": "driver",
+    "run_sweep": "driver",
+    "metric_column": "table", "timing_free": "table",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvbench.sweep' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"kvbench.sweep.{module}"), name)
+
+
+__all__ = sorted(_EXPORTS)

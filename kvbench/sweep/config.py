@@ -1,0 +1,263 @@
+"""`SweepSpec`: what a sweep runs, from a TOML file (`tomllib`), flags, or a `sweep.json`.
+
+```toml
+kind = "simulate"            # or "run" (the default): which command runs each point
+name = "a100-13b"            # the sweep folder's name under `out` [default: the file's stem]
+out = "results"
+
+[base]                       # any option of `kvbench run` / `kvbench simulate`, one value each
+model = "llama-2-13b"
+gpu = "a100-40gb"
+workload = "sharegpt"
+num-requests = 300
+workload-param = ["prompt_len=64"]   # or a table: [base.workload_params]
+
+[axes]                       # the grid: the cartesian product of these lists, in this order
+strategy = ["contiguous", "paged", "prefix"]   # or "all"
+request-rate = [1, 2, 4, 8]
+"workload_param.output_len" = [64, 256]
+
+[slo]                        # targets in ms (or "500ms", "0.5s"); STAT defaults to p99
+"ttft.p99" = "2s"
+"tpot.p99" = "100ms"
+
+[search]                     # SLO capacity: per point of the other axes, bisect this one
+axis = "request-rate"        # or max-concurrency
+range = [0.25, 32]           # [default: 0.05..100 req/s (1..1024 for concurrency)]
+tolerance = 0.05             # relative width of the final bracket
+
+[report]
+pareto = ["output_tok_s", "tpot.p99"]          # x, y
+heatmap = ["strategy", "request_rate"]         # two axes [default: the first two]
+heatmap-metrics = ["output_tok_s", "tpot.p99"]
+
+[executor]                   # not part of the grid: a sweep may be resumed with another
+kind = "local"               # or "ray"
+address = "auto"             # ray: an existing cluster; unset: start a local Ray
+jobs = 1                     # local: parallel processes [default: 1, or one per GPU]
+```
+
+Option names take dashes or underscores. Everything but `[executor]`, `name` and `out` is the
+sweep's identity: `--resume` refuses a folder whose `sweep.json` holds another grid.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvbench.errors import KvbenchInputError
+from kvbench.sweep.options import canonical_name, check_kind, convert, workload_param_items
+from kvbench.sweep.slo import parse_slo_targets
+
+SEARCHABLE = ("request_rate", "max_concurrency")
+# Wide on purpose: grid points at values of the axis narrow the bracket before any probe.
+DEFAULT_RANGES = {"request_rate": (0.05, 100.0), "max_concurrency": (1, 1024)}
+DEFAULT_TOLERANCE = 0.05
+DEFAULT_PARETO = ("output_tok_s", "tpot.p99")
+DEFAULT_HEATMAP_METRICS = ("output_tok_s", "tpot.p99")
+
+
+@dataclass
+class SearchSpec:
+    """Bisection of `axis` for the highest value meeting the SLO."""
+
+    axis: str = "request_rate"
+    lo: float | None = None  # None: from the grid or DEFAULT_RANGES
+    hi: float | None = None
+    tolerance: float = DEFAULT_TOLERANCE
+
+    def __post_init__(self) -> None:
+        self.axis = canonical_name(self.axis)
+        if self.axis not in SEARCHABLE:
+            raise KvbenchInputError(
+                f"--search {self.axis!r}: only {', '.join(SEARCHABLE)} can be searched"
+            )
+        if not 0 < self.tolerance < 1:
+            raise KvbenchInputError(f"--tolerance must be in (0, 1), got {self.tolerance}")
+        if self.lo is not None and self.hi is not None and not 0 < self.lo < self.hi:
+            raise KvbenchInputError(
+                f"--search-range must be 0 < LO < HI, got {self.lo:g},{self.hi:g}"
+            )
+
+
+@dataclass
+class ReportSpec:
+    pareto: tuple[str, str] = DEFAULT_PARETO
+    heatmap: tuple[str, str] | None = None  # two axis names; None: the first two axes
+    heatmap_metrics: tuple[str, ...] = DEFAULT_HEATMAP_METRICS
+
+
+@dataclass
+class ExecutorSpec:
+    kind: str = "local"  # local | ray
+    address: str | None = None
+    jobs: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("local", "ray"):
+            raise KvbenchInputError(f"unknown --executor {self.kind!r} (choose local or ray)")
+        if self.jobs is not None and self.jobs < 1:
+            raise KvbenchInputError(f"--jobs must be at least 1, got {self.jobs}")
+
+
+@dataclass
+class SweepSpec:
+    kind: str = "run"  # run | simulate
+    base: dict[str, Any] = field(default_factory=dict)  # option -> one value
+    axes: dict[str, list[Any]] = field(default_factory=dict)  # option -> values, in order
+    slo: dict[str, float] = field(default_factory=dict)  # "ttft.p99" -> ms
+    search: SearchSpec | None = None
+    report: ReportSpec = field(default_factory=ReportSpec)
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
+    name: str | None = None
+    out: str = "results"
+
+    def normalize(self) -> SweepSpec:
+        """Canonical option names, typed values, `strategy = "all"` expanded; checked."""
+        from kvbench.strategies import strategy_names
+
+        base: dict[str, Any] = {}
+        for key, value in self.base.items():
+            name = canonical_name(key)
+            if name == "workload_params":
+                base[name] = list(workload_param_items(value))
+            else:
+                base[name] = convert(name, value)
+        axes: dict[str, list[Any]] = {}
+        for key, values in self.axes.items():
+            name = canonical_name(key)
+            if name == "workload_params":
+                raise KvbenchInputError(
+                    "sweep a workload parameter as workload_param.NAME = [values]"
+                )
+            if isinstance(values, str):
+                values = strategy_names() if name == "strategy" and values == "all" else [values]
+            values = list(values)
+            if name == "strategy" and values == ["all"]:
+                values = strategy_names()
+            if not values:
+                raise KvbenchInputError(f"sweep axis {key!r} has no values")
+            typed = [convert(name, v) for v in values]
+            if len({repr(v) for v in typed}) != len(typed):
+                raise KvbenchInputError(f"sweep axis {key!r} lists a value twice")
+            if name in axes:
+                raise KvbenchInputError(f"sweep axis {key!r} is given twice")
+            axes[name] = typed
+            base.pop(name, None)
+        if base.get("strategy") == "all":
+            axes = {"strategy": strategy_names(), **axes}
+            del base["strategy"]
+        check_kind(self.kind, [*base, *axes])
+        self.base, self.axes = base, axes
+        self.slo = parse_slo_targets(self.slo)
+        return self
+
+    def check(self) -> SweepSpec:
+        """What a sweep needs on top of well-formed options."""
+        if self.search is not None and not self.slo:
+            raise KvbenchInputError("--search needs an --slo to meet (e.g. ttft.p99=500ms)")
+        return self
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two sweeps the same sweep (resume compares this)."""
+        data = self.to_dict()
+        for key in ("executor", "name", "out", "report"):
+            data.pop(key, None)
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["search"] = asdict(self.search) if self.search else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SweepSpec:
+        data = dict(data)
+        search = data.pop("search", None)
+        report = data.pop("report", None) or {}
+        executor = data.pop("executor", None) or {}
+        spec = cls(**data)
+        spec.search = SearchSpec(**search) if search else None
+        spec.report = ReportSpec(
+            tuple(report.get("pareto", DEFAULT_PARETO)),
+            tuple(report["heatmap"]) if report.get("heatmap") else None,
+            tuple(report.get("heatmap_metrics", DEFAULT_HEATMAP_METRICS)),
+        )
+        spec.executor = ExecutorSpec(**executor)
+        return spec
+
+
+_TOP_KEYS = {"kind", "name", "out", "base", "axes", "slo", "search", "report", "executor"}
+
+
+def _pair(value: Any, what: str) -> tuple[str, str]:
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value)
+    if len(items) != 2:
+        raise KvbenchInputError(f"{what} takes two names, got {value!r}")
+    return str(items[0]), str(items[1])
+
+
+def load_sweep_config(path: str | Path) -> SweepSpec:
+    """Read a sweep file; `name` defaults to the file's stem."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise KvbenchInputError(f"cannot read sweep file {path}: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise KvbenchInputError(f"{path}: not valid TOML: {err}") from None
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise KvbenchInputError(
+            f"{path}: unknown key(s) {', '.join(sorted(unknown))} "
+            f"(known: {', '.join(sorted(_TOP_KEYS))})"
+        )
+    spec = SweepSpec(
+        kind=str(data.get("kind", "run")),
+        base=dict(data.get("base", {})),
+        axes=dict(data.get("axes", {})),
+        slo=dict(data.get("slo", {})),
+        name=data.get("name") or path.stem,
+        out=str(data.get("out", "results")),
+    )
+    search = data.get("search")
+    if search is not None:
+        search = dict(search)
+        lo, hi = search.pop("range", (None, None))
+        spec.search = SearchSpec(
+            axis=str(search.pop("axis", "request_rate")), lo=lo, hi=hi,
+            tolerance=float(search.pop("tolerance", DEFAULT_TOLERANCE)),
+        )
+        if search:
+            raise KvbenchInputError(f"{path}: unknown [search] key(s) {', '.join(search)}")
+    report = {k.replace("-", "_"): v for k, v in dict(data.get("report", {})).items()}
+    spec.report = ReportSpec(
+        _pair(report.pop("pareto", DEFAULT_PARETO), "[report] pareto"),
+        _pair(report["heatmap"], "[report] heatmap") if report.get("heatmap") else None,
+        tuple(report.pop("heatmap_metrics", DEFAULT_HEATMAP_METRICS)),
+    )
+    report.pop("heatmap", None)
+    if report:
+        raise KvbenchInputError(f"{path}: unknown [report] key(s) {', '.join(report)}")
+    executor = {k.replace("-", "_"): v for k, v in dict(data.get("executor", {})).items()}
+    try:
+        spec.executor = ExecutorSpec(**executor)
+    except TypeError:
+        raise KvbenchInputError(
+            f"{path}: [executor] takes kind, address, jobs; got {', '.join(executor)}"
+        ) from None
+    return spec
+
+
+__all__ = [
+    "DEFAULT_RANGES",
+    "ExecutorSpec",
+    "ReportSpec",
+    "SEARCHABLE",
+    "SearchSpec",
+    "SweepSpec",
+    "load_sweep_config",
+]

@@ -1,0 +1,57 @@
+"""Executors: where sweep points run. `local` (this machine) or `ray` (a Ray cluster).
+
+An executor takes point tasks (`kvbench.sweep.point.make_task`) and hands back their records
+one at a time, in the order they finish:
+
+    executor.submit(task)        # at most `executor.capacity` in flight
+    record = executor.wait_one() # blocks; the point's folder is on this machine's disk
+    executor.close(cancel=...)
+
+The driver (`kvbench.sweep.driver`) keeps up to `capacity` tasks in flight, so a capacity
+search bisects every group at once on Ray and one point at a time locally.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from kvbench.errors import KvbenchInputError
+
+
+class Executor(Protocol):
+    name: str
+    capacity: int
+
+    def submit(self, task: dict[str, Any]) -> None: ...
+
+    def wait_one(self) -> dict[str, Any]: ...
+
+    def close(self, cancel: bool = False) -> None: ...
+
+
+def make_executor(kind: str, *, address: str | None = None, jobs: int | None = None,
+                  sweep_kind: str = "run", device: str = "auto") -> Executor:
+    """`local` (sequential, or `jobs` processes; one per GPU when several are visible) or `ray`."""
+    if kind == "local":
+        from kvbench.sweep.local import LocalExecutor, default_jobs
+
+        if jobs is None:
+            jobs, gpus = default_jobs(sweep_kind, device)
+        else:
+            gpus = None
+        return LocalExecutor(jobs, gpus=gpus)
+    if kind == "ray":
+        from kvbench.sweep.ray_executor import RayExecutor
+
+        if jobs is not None:
+            raise KvbenchInputError("--jobs is for the local executor; Ray schedules by resources")
+        return RayExecutor(address=address)
+    raise KvbenchInputError(f"unknown --executor {kind!r} (choose local or ray)")
+
+
+def failed_record(task: dict[str, Any], error: str) -> dict[str, Any]:
+    return {"point_id": task["point_id"], "status": "failed", "summary": None,
+            "error": error, "wall_s": None}
+
+
+__all__ = ["Executor", "failed_record", "make_executor"]

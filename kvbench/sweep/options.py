@@ -1,0 +1,181 @@
+"""The run options a sweep can vary: every per-run field of `RunOptions`.
+
+An option added to `RunOptions` is a sweep axis at once, under the same name (`--block-size`
+on the command line, `block-size` or `block_size` in a sweep file, `block_size` in
+`config.json`). Workload parameters are axes too, named `workload_param.NAME` (e.g.
+`workload_param.prompt_len`).
+
+`run_config_for(kind, values)` turns one point's option values into the `RunConfig` that
+`kvbench run` or `kvbench simulate` would build for the same options (through
+`kvbench.session.session.expand_runs`, so defaults and checks are the commands' own).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kvbench.errors import KvbenchInputError
+from kvbench.session.run_options import KINDS, OptionField, RunOptions, per_run_fields
+
+WORKLOAD_PARAM = "workload_param."
+_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
+
+
+def catalogue() -> dict[str, OptionField]:
+    """Every option a sweep point takes, by python name (`repeat`, `out`, `slo` belong to the
+    sweep as a whole: sweep a `seed` axis instead of repeating)."""
+    return per_run_fields()
+
+
+def canonical_name(text: str) -> str:
+    """`--request-rate`, `request-rate`, `request_rate` -> `request_rate`; `--engine` ->
+    `engine_kind`; `workload-param.prompt_len` -> `workload_param.prompt_len`."""
+    raw = text.strip()
+    for prefix in ("workload_param.", "workload-param.", "workload_params.", "workload-params."):
+        if raw.startswith(prefix):
+            key = raw[len(prefix):].strip()
+            if not key:
+                break
+            return WORKLOAD_PARAM + key
+    name = raw.lstrip("-").replace("-", "_")
+    options = catalogue()
+    if name in options:
+        return name
+    for info in options.values():
+        if info.flag.lstrip("-").replace("-", "_") == name:
+            return info.name
+    known = ", ".join(sorted(options))
+    raise KvbenchInputError(
+        f"unknown run option {text!r} (options: {known}; or workload_param.NAME)"
+    )
+
+
+def display_name(name: str) -> str:
+    """The name in point ids and table columns: a workload parameter without its prefix."""
+    return name[len(WORKLOAD_PARAM):] if name.startswith(WORKLOAD_PARAM) else name
+
+
+def value_text(value: Any) -> str:
+    """A value as the command line would spell it (floats without noise, inf as `inf`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf"
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, list | tuple):
+        return ",".join(value_text(v) for v in value)
+    return str(value)
+
+
+def convert(name: str, value: Any) -> Any:
+    """One option value (from TOML or the command line) in the type of its field."""
+    if name.startswith(WORKLOAD_PARAM):
+        return value_text(value)
+    info = catalogue()[name]
+    if name == "request_rate":  # one spelling per rate, so ids of equal rates are equal
+        from kvbench.units import parse_rate
+
+        return value_text(parse_rate(value_text(value)))
+    if info.multiple:
+        return workload_param_items(value)
+    if info.optional and value is None:
+        return None
+    kind = info.base_type
+    if kind is bool:
+        return _bool(info, value)
+    if kind is str:
+        text = value_text(value)
+        if info.spec.choices is not None and text not in info.spec.choices:
+            raise KvbenchInputError(
+                f"{info.flag}: {text!r} is not one of {', '.join(info.spec.choices)}"
+            )
+        return text
+    if isinstance(value, bool):  # TOML true is not a number of requests
+        raise KvbenchInputError(f"{info.flag}: {value_text(value)!r} is not a valid {kind.__name__}")
+    try:
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value) if not isinstance(value, str) else int(value.strip())
+        return float(value)
+    except (TypeError, ValueError):
+        noun = "integer" if kind is int else "number"
+        raise KvbenchInputError(f"{info.flag}: {value!r} is not a valid {noun}") from None
+
+
+def _bool(info: OptionField, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise KvbenchInputError(f"{info.flag}: {value!r} is not a valid boolean (true or false)")
+
+
+def check_kind(kind: str, names: list[str]) -> None:
+    if kind not in KINDS:
+        raise KvbenchInputError(f"unknown sweep kind {kind!r} (choose from run, simulate)")
+    options = catalogue()
+    for name in names:
+        if name.startswith(WORKLOAD_PARAM):
+            continue
+        info = options[name]
+        if kind not in info.spec.kinds:
+            other = "simulate" if "simulate" in info.spec.kinds else "run"
+            raise KvbenchInputError(
+                f"{info.flag} is an option of `kvbench {other}`, not of `kvbench {kind}`"
+                + (" (add --simulate)" if other == "simulate" else "")
+            )
+
+
+def workload_param_items(value: Any) -> tuple[str, ...]:
+    """`workload_params` from a sweep file: a KEY=VALUE list or a table."""
+    if value is None:
+        return ()
+    if isinstance(value, dict):
+        return tuple(f"{k}={value_text(v)}" for k, v in value.items())
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value)
+
+
+def run_config_for(kind: str, values: dict[str, Any], slo_ms: dict[str, float] | None = None):
+    """The `RunConfig` of one point: the command's defaults, then `values`."""
+    from kvbench.session.session import expand_runs
+
+    params: dict[str, Any] = {}
+    extra_items: list[str] = []
+    for name, value in values.items():
+        if name.startswith(WORKLOAD_PARAM):
+            extra_items.append(f"{display_name(name)}={value_text(value)}")
+        else:
+            params[name] = convert(name, value)
+    params["workload_params"] = tuple(params.get("workload_params") or ()) + tuple(extra_items)
+    runs = expand_runs(RunOptions.for_kind(kind, **params), kind)
+    if len(runs) != 1:
+        raise KvbenchInputError(
+            "a sweep point takes one strategy, batching and reserve each; "
+            "list several values as a sweep axis instead"
+        )
+    run = runs[0]
+    if slo_ms:
+        run.slo_ms = dict(slo_ms)
+    return run
+
+
+__all__ = [
+    "KINDS",
+    "WORKLOAD_PARAM",
+    "canonical_name",
+    "catalogue",
+    "check_kind",
+    "convert",
+    "display_name",
+    "run_config_for",
+    "value_text",
+]

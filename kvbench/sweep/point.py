@@ -1,0 +1,116 @@
+"""Running one sweep point: `prepare` + `run_one` into the point's folder, then the fp8
+`accuracy` section (`kvbench.session.session.add_accuracy_section`), as `kvbench run` does.
+
+A task is a plain dict (it travels to Ray workers and spawned processes):
+`{"point_id", "folder", "run": RunConfig.to_dict(), "command"}`. `execute_point` returns a
+record: `{"point_id", "status", "summary", "error", "wall_s"}` (status `complete` or
+`failed`); a failure of the point (bad input, a failed run) is in the record, never raised,
+so one bad point does not stop a sweep. Ctrl-C is raised (`RunInterrupted`).
+
+`gather=True` (Ray) runs into a scratch folder on the worker and returns the folder's files
+in `record["files"]`; the driver writes them into the sweep folder (`write_gathered`), so a
+cluster needs no shared filesystem.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kvbench.config import EngineConfig
+from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
+from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder, atomic_write_bytes
+from kvbench.session.run_config import RunConfig
+
+_MODEL_CACHE: dict = {}  # per process: points of one model share its weights
+
+
+def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
+    data = dict(data)
+    engine = EngineConfig.from_dict(dict(data.pop("engine")))
+    rate = data.pop("request_rate", math.inf)
+    rate = math.inf if rate in ("inf", None) else float(rate)
+    return RunConfig(engine=engine, request_rate=rate, **data)
+
+
+def make_task(point_id: str, folder: Path, run: RunConfig, command: str) -> dict[str, Any]:
+    return {"point_id": point_id, "folder": str(folder), "run": run.to_dict(),
+            "command": command}
+
+
+def execute_point(task: dict[str, Any], *, gather: bool = False,
+                  model_cache: dict | None = None) -> dict[str, Any]:
+    from kvbench.session.runner import prepare, run_one
+    from kvbench.session.session import add_accuracy_section
+
+    folder = Path(task["folder"])
+    target = Path(tempfile.mkdtemp(prefix="kvbench-point-")) / "run" if gather else folder
+    if not gather and folder.exists():
+        shutil.rmtree(folder)  # an unfinished earlier attempt: start clean
+    record: dict[str, Any] = {"point_id": task["point_id"], "status": "complete",
+                              "summary": None, "error": None}
+    start = time.perf_counter()
+    try:
+        run = run_config_from_dict(task["run"])
+        cache = _MODEL_CACHE if model_cache is None else model_cache
+        prepared = prepare(run, cache)
+        requests = prepared[1].requests
+        outcome = run_one(run, target, show_progress=False, command=task["command"],
+                          prepared=prepared)
+        prepared = None  # the engine goes before fp8 accuracy builds its own two
+        add_accuracy_section(run, [outcome], requests, cache)
+        record["summary"] = outcome.summary
+    except RunInterrupted:
+        raise
+    except (KvbenchInputError, KvbenchRunError) as err:
+        record.update(status="failed", error=str(err).splitlines()[0] if str(err) else "")
+    except Exception as err:  # noqa: BLE001 - any failure of a point is its record's
+        record.update(status="failed", error=f"{type(err).__name__}: {err}")
+    record["wall_s"] = time.perf_counter() - start
+    if gather:
+        record["files"] = _read_files(target)
+        shutil.rmtree(target.parent, ignore_errors=True)
+    return record
+
+
+def _read_files(folder: Path) -> dict[str, bytes]:
+    if not folder.is_dir():
+        return {}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def write_gathered(folder: Path, files: dict[str, bytes]) -> None:
+    """A worker's point folder, rewritten on the driver (marked incomplete until whole)."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    results = ResultsFolder(folder)
+    results.start()
+    marker = files.get(INCOMPLETE_MARKER)
+    for name, data in files.items():
+        if name == INCOMPLETE_MARKER:
+            continue
+        atomic_write_bytes(folder / name, data)
+    if marker is None:
+        results.complete()
+    else:
+        atomic_write_bytes(folder / INCOMPLETE_MARKER, marker)
+
+
+def read_point(folder: Path) -> dict[str, Any] | None:
+    """The summary of a complete point folder (None when it is not complete)."""
+    import json
+
+    if not ResultsFolder.is_complete(folder):
+        return None
+    try:
+        return json.loads((Path(folder) / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+__all__ = ["execute_point", "make_task", "read_point", "run_config_from_dict", "write_gathered"]

@@ -1,0 +1,95 @@
+"""The Ray executor (`--executor ray [--address auto]`): each point a Ray task.
+
+A point of `kvbench run` asks for one GPU (or `cpu_threads` CPUs when it runs on the CPU or
+the cluster has no GPU); a point of `kvbench simulate` asks for one CPU. The task runs the
+point on its worker into a scratch folder and returns the folder's files with the record; the
+driver writes them into the sweep folder, so workers need no shared filesystem (in local mode
+they share the disk anyway). A task that raises or whose worker dies fails its point only.
+
+Ray is optional (`pip install 'kvbench[ray]'`); nothing else in kvbench imports it.
+Without `--address`, a local Ray instance is started (and shut down at the end); with
+`--address auto` (or `ray://...`) the driver joins that cluster. An already initialised Ray
+(`ray.init(...)` in your script) is used as it is and left running.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kvbench.errors import KvbenchInputError
+from kvbench.sweep.executor import failed_record
+from kvbench.sweep.point import execute_point, write_gathered
+
+
+def _ray_point(task: dict[str, Any]) -> dict[str, Any]:
+    return execute_point(task, gather=True)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise KvbenchInputError(
+            "--executor ray needs Ray: pip install 'kvbench[ray]' (or pip install ray)"
+        ) from None
+    return ray
+
+
+class RayExecutor:
+    name = "ray"
+    capacity = 1 << 20  # Ray queues what the cluster cannot place yet
+
+    def __init__(self, address: str | None = None) -> None:
+        ray = self._ray = _import_ray()
+        self._owns = False
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+            self._owns = True
+        self._remote = ray.remote(_ray_point)
+        self._has_gpus = ray.cluster_resources().get("GPU", 0) > 0
+        self._refs: dict[Any, dict[str, Any]] = {}
+
+    def resources(self, task: dict[str, Any]) -> dict[str, Any]:
+        run = task["run"]
+        engine = run["engine"]
+        if run.get("engine_kind") == "simulated":
+            return {"num_cpus": 1}
+        device = str(engine.get("device", "auto"))
+        if device == "cpu" or (device == "auto" and not self._has_gpus):
+            return {"num_cpus": int(engine.get("cpu_threads") or 1)}
+        return {"num_gpus": 1, "num_cpus": 1}
+
+    def submit(self, task: dict[str, Any]) -> None:
+        ref = self._remote.options(**self.resources(task)).remote(task)
+        self._refs[ref] = task
+
+    def wait_one(self) -> dict[str, Any]:
+        ready, _ = self._ray.wait(list(self._refs), num_returns=1)
+        ref = ready[0]
+        task = self._refs.pop(ref)
+        try:
+            record = self._ray.get(ref)
+        except Exception as err:  # noqa: BLE001 - RayTaskError, a lost worker, ...
+            message = str(err).strip().splitlines()
+            return failed_record(task, f"{type(err).__name__}: {message[-1] if message else ''}")
+        files = record.pop("files", None)
+        if files:
+            write_gathered(Path(task["folder"]), files)
+        return record
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            for ref in self._refs:
+                try:
+                    self._ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
+        self._refs.clear()
+        if self._owns:
+            self._ray.shutdown()
+            self._owns = False
+
+
+__all__ = ["RayExecutor"]

@@ -1,0 +1,365 @@
+"""`report.html` of a sweep: one self-contained page (plotly.js inlined once, nothing fetched).
+
+- **Throughput vs latency**: p99 TTFT and p99 TPOT against output tokens/s, one curve per
+  series (a series is every axis but the load axis: `request_rate`, else `max_concurrency`),
+  points in load order, as serving papers draw them.
+- **Load curves**: output tokens/s, p99 TTFT and p99 TPOT against the load axis.
+- **Pareto front** of two metrics (default output tok/s against p99 TPOT): the points no other
+  point beats on both; `--pareto X,Y` picks the metrics.
+- **Heat maps** of metrics over two axes (default: the first two axes that are not the
+  strategy, one map per strategy; otherwise the first two axes), averaged over any others.
+- **SLO capacity** per group, when the sweep searched for it, and the table of every point.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+from plotly.subplots import make_subplots
+
+from kvbench.results.files import atomic_write_text
+from kvbench.sweep.config import SweepSpec
+from kvbench.sweep.options import display_name, value_text
+from kvbench.sweep.slo import format_slo
+from kvbench.sweep.table import STRATEGY_AXES, higher_is_better, metric_column, metric_title
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
+TABLE_COLUMNS = ("point_id", "status", "output_tok_s", "ttft_p50_ms", "ttft_p99_ms",
+                 "tpot_p50_ms", "tpot_p99_ms", "e2e_p99_ms", "utilization_mean", "preemptions",
+                 "prefix_hit_rate", "meets_slo", "wall_s", "error")
+
+
+def load_axis(spec: SweepSpec) -> str | None:
+    names = [display_name(a) for a in spec.axes]
+    if spec.search is not None:
+        return display_name(spec.search.axis)
+    for candidate in ("request_rate", "max_concurrency"):
+        if candidate in names:
+            return candidate
+    return None
+
+
+def pareto_front(frame: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """The rows that no other row beats (or equals) on both `x` and `y`, sorted by `x`."""
+    data = frame.dropna(subset=[x, y])
+    sx = 1 if higher_is_better(x) else -1
+    sy = 1 if higher_is_better(y) else -1
+    keep = []
+    values = list(zip(data[x] * sx, data[y] * sy, strict=True))
+    for i, (a, b) in enumerate(values):
+        dominated = any(
+            (c >= a and d >= b) and (c > a or d > b) for j, (c, d) in enumerate(values) if j != i
+        )
+        if not dominated:
+            keep.append(data.index[i])
+    return data.loc[keep].sort_values(x)
+
+
+def _collapse(names: list[str], frame: pd.DataFrame) -> list[str]:
+    """Strategy-like axes (strategy, reserve, batching, kv_cache_dtype) as one column: the
+    strategy label (`contiguous-pow2`, `paged`), which names only what applies."""
+    if "label" in frame and any(n in STRATEGY_AXES for n in names):
+        return ["label", *[n for n in names if n not in STRATEGY_AXES and n != "label"]]
+    return names
+
+
+def _key_text(names: list[str], key: tuple) -> str:
+    return ", ".join(
+        value_text(v) if name in ("strategy", "label") else f"{name}={value_text(v)}"
+        for name, v in zip(names, key, strict=True)
+    )
+
+
+def _multi_axes(spec: SweepSpec) -> list[str]:
+    return [display_name(a) for a, v in spec.axes.items() if len(v) > 1]
+
+
+def _series(frame: pd.DataFrame, spec: SweepSpec, load: str | None) -> list[tuple[str, pd.DataFrame]]:
+    others = _collapse([a for a in _multi_axes(spec) if a != load], frame)
+    if not others:
+        return [("all points", frame)]
+    out = []
+    for key, group in frame.groupby(others, sort=False, dropna=False):
+        out.append((_key_text(others, key if isinstance(key, tuple) else (key,)), group))
+    return out
+
+
+def _figure_html(fig: go.Figure, height: int) -> str:
+    fig.update_layout(height=height, template="plotly_white", margin=dict(l=60, r=20, t=50, b=50),
+                      legend=dict(orientation="h", y=-0.18), font=dict(size=12))
+    return fig.to_html(full_html=False, include_plotlyjs=False,
+                       config={"displaylogo": False, "responsive": True})
+
+
+def _hover(group: pd.DataFrame) -> list[str]:
+    return [str(p) for p in group["point_id"]]
+
+
+def _latency_vs_throughput(series, load: str | None) -> str:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("p99 TTFT", "p99 TPOT"),
+                        horizontal_spacing=0.08)
+    for k, (label, group) in enumerate(series):
+        g = group.sort_values(load) if load and load in group else group
+        color = PALETTE[k % len(PALETTE)]
+        for col, metric in ((1, "ttft_p99_ms"), (2, "tpot_p99_ms")):
+            fig.add_trace(go.Scatter(
+                x=g["output_tok_s"], y=g[metric], mode="lines+markers", name=label,
+                legendgroup=label, showlegend=col == 1, line=dict(color=color),
+                text=_hover(g), hovertemplate="%{text}<br>%{x:.1f} tok/s, %{y:.1f} ms",
+            ), row=1, col=col)
+    fig.update_xaxes(title_text="output tokens/s")
+    fig.update_yaxes(title_text="ms", type="log")
+    return _figure_html(fig, 430)
+
+
+def _load_curves(series, load: str) -> str:
+    titles = ("output tokens/s", "p99 TTFT (ms)", "p99 TPOT (ms)")
+    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.07)
+    span = []
+    for k, (label, group) in enumerate(series):
+        g = group[pd.to_numeric(group[load], errors="coerce").map(_finite)].sort_values(load)
+        span += list(g[load])
+        color = PALETTE[k % len(PALETTE)]
+        for col, metric in enumerate(("output_tok_s", "ttft_p99_ms", "tpot_p99_ms"), start=1):
+            fig.add_trace(go.Scatter(
+                x=g[load], y=g[metric], mode="lines+markers", name=label, legendgroup=label,
+                showlegend=col == 1, line=dict(color=color), text=_hover(g),
+                hovertemplate="%{text}<br>%{y:.1f}",
+            ), row=1, col=col)
+    wide = span and min(span) > 0 and max(span) / min(span) > 20
+    fig.update_xaxes(title_text=metric_title(load), type="log" if wide else None)
+    fig.update_yaxes(type="log", row=1, col=2)
+    fig.update_yaxes(type="log", row=1, col=3)
+    return _figure_html(fig, 400)
+
+
+def _pareto(frame: pd.DataFrame, series, x: str, y: str) -> tuple[str, pd.DataFrame]:
+    front = pareto_front(frame, x, y)
+    fig = go.Figure()
+    for k, (label, group) in enumerate(series):
+        fig.add_trace(go.Scatter(
+            x=group[x], y=group[y], mode="markers", name=label,
+            marker=dict(color=PALETTE[k % len(PALETTE)], size=9, opacity=0.8),
+            text=_hover(group), hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}",
+        ))
+    if len(front):
+        fig.add_trace(go.Scatter(
+            x=front[x], y=front[y], mode="lines+markers", name="Pareto front",
+            line=dict(color="black", width=2, shape="hv" if not higher_is_better(y) else "vh"),
+            marker=dict(symbol="circle-open", size=14, color="black"),
+            text=_hover(front), hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}",
+        ))
+    fig.update_xaxes(title_text=metric_title(x))
+    fig.update_yaxes(title_text=metric_title(y))
+    return _figure_html(fig, 460), front
+
+
+def _heat_axes(spec: SweepSpec, frame: pd.DataFrame) -> tuple[tuple[str, str] | None,
+                                                              str | None, list[str]]:
+    """(two axes, the axis to facet by, the axes averaged over)."""
+    multi = _collapse(_multi_axes(spec), frame)
+    if spec.report.heatmap:
+        pair = _collapse([display_name(a.replace("-", "_")) for a in spec.report.heatmap],
+                         frame)
+        if len(pair) != 2:
+            return None, None, []
+        facet = "label" if "label" in multi and "label" not in pair else None
+    else:
+        rest = [a for a in multi if a != "label"]
+        if "label" in multi and len(rest) >= 2:
+            pair, facet = rest[:2], "label"
+        elif len(multi) >= 2:
+            pair, facet = multi[:2], None
+        else:
+            return None, None, []
+    others = [x for x in multi if x not in (*pair, facet)]
+    return (pair[0], pair[1]), facet, others
+
+
+def _heatmaps(frame: pd.DataFrame, spec: SweepSpec) -> str:
+    pair, facet, others = _heat_axes(spec, frame)
+    if pair is None:
+        return "<p>Heat maps need two axes with several values each.</p>"
+    a, b = pair
+    if a not in frame or b not in frame:
+        return f"<p>No heat map: {html.escape(a)} or {html.escape(b)} is not an axis.</p>"
+    grid = frame[frame["source"] == "grid"]
+    facets = [(None, grid)] if facet is None else list(grid.groupby(facet, sort=False))
+    blocks = []
+    for metric_name in spec.report.heatmap_metrics:
+        metric = metric_column(metric_name)
+        if metric not in grid:
+            continue
+        note = f" (mean over {', '.join(others)})" if others else ""
+        titles = [_key_text([facet], k if isinstance(k, tuple) else (k,)) if facet else ""
+                  for k, _ in facets]
+        fig = make_subplots(rows=1, cols=len(facets), subplot_titles=titles,
+                            horizontal_spacing=0.06)
+        colorscale = "Viridis" if higher_is_better(metric) else "Viridis_r"
+        for i, (_, data) in enumerate(facets, start=1):
+            table = data.pivot_table(index=b, columns=a, values=metric, aggfunc="mean",
+                                     sort=False)
+            z = table.to_numpy()
+            text = [[_cell(v) for v in row] for row in z]
+            fig.add_trace(go.Heatmap(
+                z=z, x=[value_text(c) for c in table.columns],
+                y=[value_text(r) for r in table.index], text=text,
+                texttemplate="%{text}", colorscale=colorscale, showscale=i == len(facets),
+                coloraxis=None, hovertemplate=f"{a}=%{{x}}<br>{b}=%{{y}}<br>%{{z:.4g}}",
+            ), row=1, col=i)
+            fig.update_xaxes(title_text=a, type="category", row=1, col=i)
+            fig.update_yaxes(title_text=b if i == 1 else None, type="category", row=1, col=i)
+        fig.update_layout(title_text=f"{metric_title(metric)}{note}")
+        blocks.append(_figure_html(fig, 380))
+    return "\n".join(blocks) or "<p>No heat-map metric is in the table.</p>"
+
+
+def _finite(value: float) -> bool:
+    return value is not None and not pd.isna(value) and math.isfinite(value)
+
+
+def _cell(value: float) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.4g}"
+
+
+def _capacity(capacity: pd.DataFrame, spec: SweepSpec) -> str:
+    search = spec.search
+    assert search is not None
+    axis = display_name(search.axis)
+    group_cols = _collapse([c for c in capacity.columns
+                            if c in {display_name(a) for a in spec.axes} and c != axis],
+                           capacity)
+    labels = [_key_text(group_cols, tuple(r[c] for c in group_cols)) or "all"
+              for _, r in capacity.iterrows()]
+    values = [v if v is not None and not pd.isna(v) else 0 for v in capacity["capacity"]]
+    upper = [(h - lo) if h is not None and lo is not None and not pd.isna(h) and not pd.isna(lo)
+             else 0 for lo, h in zip(capacity["lo"], capacity["hi"], strict=True)]
+    fig = go.Figure(go.Bar(
+        x=labels, y=values, error_y=dict(type="data", symmetric=False, array=upper,
+                                         arrayminus=[0] * len(upper)),
+        marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(labels))],
+        text=[_cell(v) for v in values], textposition="inside", insidetextanchor="end",
+        textfont=dict(color="white"),
+    ))
+    fig.update_yaxes(title_text=metric_title(axis))
+    fig.update_layout(title_text=f"highest {axis} meeting {format_slo(spec.slo)} "
+                                 "(bar: met; whisker: first miss)")
+    body = _figure_html(fig, 400)
+    shown = [*group_cols, "capacity", "status", "lo", "hi", "probes",
+             "output_tok_s_at_capacity", "miss_above"]
+    return body + _table(capacity[[c for c in shown if c in capacity]])
+
+
+def _table(frame: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = []
+    for _, row in frame.iterrows():
+        cells = []
+        for value in row:
+            if isinstance(value, float):
+                text = "" if math.isnan(value) else _cell(value)
+            else:
+                text = "" if value is None else str(value)
+            cells.append(f"<td>{html.escape(text)}</td>")
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
+h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
+.meta{color:#555;font-size:13px}code{background:#f4f4f4;padding:1px 4px;border-radius:3px}
+table{border-collapse:collapse;font-size:12px;margin:8px 0}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f6f6f6}
+td:first-child,th:first-child{text-align:left}
+p.explain{color:#444;font-size:13px;max-width:70em}
+"""
+
+
+def build_sweep_page(spec: SweepSpec, points: pd.DataFrame, capacity: pd.DataFrame | None,
+                     command: str, title: str) -> str:
+    done = points[points["status"] == "complete"] if "status" in points else points
+    load = load_axis(spec)
+    series = _series(done, spec, load) if len(done) else []
+    sections: list[tuple[str, str, str]] = []
+    if capacity is not None and spec.search is not None and len(capacity):
+        sections.append(("SLO capacity", (
+            f"Bisection over {display_name(spec.search.axis)} (tolerance "
+            f"{spec.search.tolerance:.0%}): the highest value whose run meets every target "
+            f"({html.escape(format_slo(spec.slo))}) and serves every request."),
+            _capacity(capacity, spec)))
+    if len(done) and "output_tok_s" in done:
+        sections.append(("Throughput vs latency", (
+            "p99 time to first token and p99 time per output token against output throughput,"
+            " one curve per configuration, points in order of load. Down and to the right is "
+            "better."), _latency_vs_throughput(series, load)))
+        if load and load in done:
+            sections.append((f"Load curves ({load})", (
+                "How throughput and tail latency respond to the offered load."),
+                _load_curves(series, load)))
+        x, y = (metric_column(m) for m in spec.report.pareto)
+        if x in done and y in done:
+            body, front = _pareto(done, series, x, y)
+            front_cols = [c for c in ("point_id", x, y) if c in front]
+            table = (f"<details><summary>the {len(front)} points on the front</summary>"
+                     f"{_table(front[front_cols])}</details>")
+            sections.append((f"Pareto front: {metric_title(x)} vs {metric_title(y)}", (
+                "Each point is a run; the front joins the points that no other run beats on "
+                "both metrics."), body + table))
+        sections.append(("Heat maps", "Metrics over two axes of the grid (grid points only).",
+                         _heatmaps(done, spec)))
+    cols = [c for c in points.columns
+            if c in TABLE_COLUMNS or c in {display_name(a) for a in spec.axes}
+            or (spec.search and c == display_name(spec.search.axis))]
+    cols = ["point_id", *[c for c in cols if c != "point_id"]]
+    sections.append(("Points", "Every point of the sweep (all columns are in points.csv).",
+                     _table(points[cols])))
+    base = ", ".join(f"{display_name(k)}={value_text(v)}" for k, v in spec.base.items())
+    counts = points["status"].value_counts().to_dict() if "status" in points else {}
+    meta = (f"<div class='meta'>kvbench {html.escape(spec.kind)}; base: "
+            f"{html.escape(base) or 'defaults'}<br>axes: "
+            + html.escape("; ".join(f"{display_name(a)} = {', '.join(value_text(x) for x in v)}"
+                                    for a, v in spec.axes.items()) or "none")
+            + f"<br>points: {html.escape(', '.join(f'{n} {k}' for k, n in counts.items()))}"
+            + (f"<br>command: <code>{html.escape(command)}</code>" if command else "")
+            + "</div>")
+    body = "\n".join(
+        f"<h2>{html.escape(t)}</h2><p class='explain'>{e}</p>{b}" for t, e, b in sections
+    )
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{CSS}</style>"
+        f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+        f"<h1>sweep {html.escape(title)}</h1>{meta}{body}</body></html>"
+    )
+
+
+def write_sweep_report(folder: Path, spec: SweepSpec, points: pd.DataFrame,
+                       capacity: pd.DataFrame | None, command: str = "") -> Path:
+    path = Path(folder) / "report.html"
+    atomic_write_text(path, build_sweep_page(spec, points, capacity, command, Path(folder).name))
+    return path
+
+
+def read_and_write(folder: Path) -> Path:
+    """Rebuild `report.html` from a sweep folder's files (`sweep.json`, `points.csv`, ...)."""
+    from kvbench.sweep.driver import CAPACITY_CSV, POINTS_CSV, load_sweep_folder
+
+    spec, data = load_sweep_folder(folder)
+    points = pd.read_csv(Path(folder) / POINTS_CSV)
+    capacity_path = Path(folder) / CAPACITY_CSV
+    capacity = pd.read_csv(capacity_path) if capacity_path.exists() else None
+    return write_sweep_report(folder, spec, points, capacity, data.get("command", ""))
+
+
+__all__ = ["build_sweep_page", "load_axis", "pareto_front", "read_and_write",
+           "write_sweep_report"]

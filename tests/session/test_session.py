@@ -1,0 +1,132 @@
+"""`kvbench.session.session`: what `kvbench run`/`simulate` do, called as a library."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvbench.errors import KvbenchInputError
+from kvbench.report.runs import run_folders
+from kvbench.session.run_options import RunOptions
+from kvbench.session.session import (
+    SessionResult,
+    check_distinct,
+    expand_runs,
+    plan_session,
+    run_session,
+    unique_folder,
+)
+
+
+def test_comma_lists_expand_to_one_run_per_combination():
+    options = RunOptions(strategy="contiguous,paged", reserve="max,pow2",
+                         batching="continuous,static", slo="ttft=500ms")
+    runs = expand_runs(options)
+    # contiguous takes each reservation; paged reserves nothing, so one run per batching
+    assert [(r.engine.batching, r.engine.strategy, r.engine.reserve) for r in runs] == [
+        ("continuous", "contiguous", "max"), ("continuous", "contiguous", "pow2"),
+        ("continuous", "paged", "max"), ("static", "contiguous", "max"),
+        ("static", "contiguous", "pow2"), ("static", "paged", "max")]
+    assert all(r.slo_ms == {"ttft": 500.0} and r.engine_kind == "kvbench" for r in runs)
+
+
+def test_simulate_runs_on_the_gpu_preset_and_refuses_an_unknown_one():
+    (run,) = expand_runs(RunOptions.for_kind("simulate", gpu="l4"), "simulate")
+    assert (run.engine_kind, run.gpu, run.engine.device) == ("simulated", "l4", "cpu")
+    with pytest.raises(KvbenchInputError, match="unknown --gpu 'z80'"):
+        expand_runs(RunOptions.for_kind("simulate", gpu="z80"), "simulate")
+
+
+def test_unique_folder_never_reuses_a_name(tmp_path):
+    assert unique_folder(tmp_path, "a") == tmp_path / "a"
+    (tmp_path / "a-2").mkdir()
+    assert unique_folder(tmp_path, "a") == tmp_path / "a-3"
+    assert (tmp_path / "a" / "INCOMPLETE").is_file()  # claimed and marked at once
+
+
+def test_a_session_returns_its_results_and_prints_nothing(tmp_path, capsys):
+    options = RunOptions.for_kind(
+        "simulate", strategy="contiguous,paged", model="llama-2-7b", workload="sharegpt",
+        num_requests=12, warmup=0, repeat=2, out=str(tmp_path))
+    plan = plan_session(options, "simulate")
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # planning writes nothing
+    started = []
+    result = run_session(plan, on_run_start=lambda *args: started.append(args))
+    assert capsys.readouterr() == ("", "")
+    # interleaved (A B A B): a slow spell of the machine lands on both strategies
+    assert started == [("contiguous-max", 1, 2), ("paged", 1, 2), ("contiguous-max", 2, 2),
+                       ("paged", 2, 2)]
+    assert result.notes == []  # repeats give confidence intervals: no noise warning
+    assert [s["label"] for s in result.summaries] == ["contiguous-max", "paged"]
+    assert len(result.repeats) == 2
+    root = result.root
+    assert root.parent == tmp_path and root.name.endswith("-compare-sharegpt")
+    assert (root / "comparison.csv").is_file() and (root / "report.html").is_file()
+    comparison = json.loads((root / "comparison.json").read_text())
+    assert [r["folder"] for r in comparison["runs"]] == ["contiguous-max/rep-1", "paged/rep-1"]
+    assert run_folders(root) == [root / "contiguous-max" / "rep-1", root / "paged" / "rep-1"]
+    assert (root / "paged" / "rep-2" / "summary.json").is_file()
+    assert (root / "paged" / "repeat.json").is_file()
+
+
+def test_bad_repeat_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(KvbenchInputError, match="--repeat must be at least 1"):
+        plan_session(RunOptions(repeat=0, out=str(tmp_path / "o")))
+    assert not (tmp_path / "o").exists()
+
+
+def test_repeats_run_interleaved_and_single_runs_warn_about_noise(tmp_path):
+    """Each repeat round runs every strategy once before the next round starts, and the
+    folders' start times show it; a single-run ranking carries a note to rerun with
+    --repeat."""
+    options = RunOptions.for_kind(
+        "simulate", strategy="contiguous,paged,prefix", model="llama-2-7b",
+        workload="sharegpt", num_requests=4, warmup=0, repeat=2, out=str(tmp_path / "r"))
+    result = run_session(plan_session(options, "simulate"))
+    folders = [result.root / label / f"rep-{k}" for k in (1, 2)
+               for label in ("contiguous-max", "paged", "prefix")]
+    written = [(f / "summary.json").stat().st_mtime_ns for f in folders]
+    assert written == sorted(written)
+    once = SessionResult(tmp_path, result.outcomes, repeats=[])
+    (note,) = once.notes
+    assert "not significant" in note and "--repeat 3" in note
+    # a simulated clock has no noise to warn about
+    assert SessionResult(tmp_path, result.outcomes, repeats=[], measured=False).notes == []
+
+
+def test_on_cuda_each_strategy_gets_the_first_budget_and_one_engine_at_a_time(monkeypatch):
+    # A GPU holds one arena at a time: later engines are checked, released and rebuilt on
+    # their turn, with the first engine's byte budget (not what is left after it).
+    from types import SimpleNamespace
+
+    import torch
+
+    import kvbench.session.runner as runner
+    from kvbench.session.session import _prepare_all
+
+    built_with = []
+
+    def fake_prepare(run, model_cache):
+        built_with.append(run.engine.kv_memory)
+        engine = SimpleNamespace(device=torch.device("cuda"), kv_budget_bytes=123 * 2**20)
+        return engine, SimpleNamespace(requests=[])
+
+    monkeypatch.setattr(runner, "prepare", fake_prepare)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    runs = expand_runs(RunOptions.for_kind("run", strategy="contiguous,paged,prefix"))
+    prepared = _prepare_all(runs, {})
+    assert built_with == [None, 123 * 2**20, 123 * 2**20]
+    assert [r.engine.kv_memory for r in runs] == [None, 123 * 2**20, 123 * 2**20]
+    assert all(engine is None for engine, _ in prepared)
+
+
+def test_transformers_runs_of_a_strategy_list_are_one_run():
+    with pytest.raises(KvbenchInputError, match="twice|same run"):
+        check_distinct(expand_runs(RunOptions.for_kind(
+            "run", strategy="paged,contiguous", engine_kind="hf")))
+
+
+def test_simulate_dtype_auto_is_the_modelled_gpus_not_the_hosts():
+    (run,) = expand_runs(RunOptions.for_kind("simulate", dtype="auto"), "simulate")
+    assert run.engine.dtype == "bfloat16"
