@@ -35,18 +35,20 @@ class Registry(Generic[E]):
     `package` is imported module by module before the first lookup; `identity` says whether
     two registrations under one name are the same extension (a module imported twice), which
     is allowed, or a clash, which is refused; `order` sorts the listing (default: registration
-    order).
+    order; the sort is stable). An unknown name's message lists the choices after
+    `choices_label` and ends with `choices_note` (other accepted spellings, say).
     """
 
     def __init__(self, kind: str, package: str | None = None, *,
                  identity: Callable[[E], object] = lambda entry: entry,
                  order: Callable[[E], object] | None = None,
-                 choices_label: str = "choose from ") -> None:
+                 choices_label: str = "choose from ", choices_note: str = "") -> None:
         self.kind = kind
         self.package = package
         self._identity = identity
         self._order = order
         self._choices_label = choices_label
+        self._choices_note = choices_note
         self._entries: dict[str, E] = {}
         self._discovered = package is None
 
@@ -56,6 +58,10 @@ class Registry(Generic[E]):
             raise ValueError(f"{self.kind} {entry.name!r} registered twice")
         self._entries[entry.name] = entry
         return entry
+
+    def remove(self, name: str) -> None:
+        """Forget `name`, so a test can register a temporary extension and take it back."""
+        self._entries.pop(name, None)
 
     def _discover(self) -> None:
         if self._discovered:
@@ -71,7 +77,8 @@ class Registry(Generic[E]):
         entry = self._entries.get(name)
         if entry is None:
             raise KvbenchInputError(
-                f"unknown {self.kind} {name!r} ({self._choices_label}{', '.join(self.names())})"
+                f"unknown {self.kind} {name!r} "
+                f"({self._choices_label}{', '.join(self.names())}{self._choices_note})"
             )
         return entry
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 
 from kvbench.core.request import Request
+from kvbench.workloads.entry import WORKLOADS, WorkloadEntry
 from kvbench.workloads.params import check_float, check_int, check_range
 from kvbench.workloads.sampling import TokenSampler, rng_for, uniform_lengths
 
@@ -50,18 +51,18 @@ DEFAULTS = {
 }
 
 
-def build_chat(
+def chat_requests(
     num_requests: int,
     seed: int,
     vocab_size: int,
-    num_system_prompts: int = DEFAULTS["num_system_prompts"],
-    system_prompt_len: int = DEFAULTS["system_prompt_len"],
-    turns_per_conversation: int = DEFAULTS["turns_per_conversation"],
-    user_len: tuple[int, int] = DEFAULTS["user_len"],
-    output_len: tuple[int, int] = DEFAULTS["output_len"],
-    think_time_s: float = DEFAULTS["think_time_s"],
+    *,
+    num_system_prompts: int,
+    system_prompt_len: int,
+    turns_per_conversation: int,
+    user_len: tuple[int, int],
+    output_len: tuple[int, int],
+    think_time_s: float,
 ) -> list[Request]:
-    num_requests = check_int("num_requests", num_requests)
     num_system_prompts = check_int("num_system_prompts", num_system_prompts)
     system_prompt_len = check_int("system_prompt_len", system_prompt_len, minimum=0)
     turns = check_int("turns_per_conversation", turns_per_conversation)
@@ -103,3 +104,6 @@ def build_chat(
             )
             end += outputs[turn]  # the answer, resent with the next turn
     return requests
+
+
+WORKLOADS.add(WorkloadEntry("chat", chat_requests, DEFAULTS, SUMMARY, list_order=10))

@@ -11,7 +11,7 @@ positions than the model has). A request that does not fit is shortened in this 
    model.
 
 Every clipped request is counted; the loader reports the count (`WorkloadResult.num_clipped`
-and a `ClippedRequestsWarning` from `build_workload`) so that the runner can print it.
+and `clip_message`) so that the runner can print it.
 """
 
 from __future__ import annotations
@@ -21,10 +21,6 @@ from dataclasses import replace
 
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
-
-
-class ClippedRequestsWarning(UserWarning):
-    """Some requests were shortened to fit the model's maximum length."""
 
 
 def clip_to_max_len(

@@ -17,8 +17,9 @@ Arrivals: offline unless an arrival process is applied (`arrivals.py`).
 from __future__ import annotations
 
 from kvbench.core.request import Request
+from kvbench.workloads.entry import WORKLOADS, WorkloadEntry
 from kvbench.workloads.lognormal import lognormal_requests_mu
-from kvbench.workloads.params import check_float, check_int
+from kvbench.workloads.params import check_float
 
 SUMMARY = "LMSYS-Chat-1M-like lengths: lognormal, log-scale μ/σ 6.03/1.00 in, 4.93/0.84 out"
 
@@ -30,16 +31,16 @@ DEFAULTS = {
 }
 
 
-def build_lmsys(
+def lmsys_requests(
     num_requests: int,
     seed: int,
     vocab_size: int,
-    input_mu: float = DEFAULTS["input_mu"],
-    input_sigma: float = DEFAULTS["input_sigma"],
-    output_mu: float = DEFAULTS["output_mu"],
-    output_sigma: float = DEFAULTS["output_sigma"],
+    *,
+    input_mu: float,
+    input_sigma: float,
+    output_mu: float,
+    output_sigma: float,
 ) -> list[Request]:
-    num_requests = check_int("num_requests", num_requests)
     input_mu = check_float("input_mu", input_mu, 0.0)
     output_mu = check_float("output_mu", output_mu, 0.0)
     input_sigma = check_float("input_sigma", input_sigma, 0.0)
@@ -48,3 +49,6 @@ def build_lmsys(
     return lognormal_requests_mu(
         "lmsys", num_requests, seed, vocab_size, input_mu, input_sigma, output_mu, output_sigma
     )
+
+
+WORKLOADS.add(WorkloadEntry("lmsys", lmsys_requests, DEFAULTS, SUMMARY, list_order=30))

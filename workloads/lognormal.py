@@ -1,9 +1,13 @@
-"""Requests with lognormal prompt and output lengths given by their means (no sharing)."""
+"""Requests with lognormal prompt and output lengths given by their means (no sharing).
+
+The generator of every workload that is such a distribution (`sharegpt`, `summarize`): the
+workload's module registers `partial(lognormal_requests, "<stream>")` with its defaults.
+"""
 
 from __future__ import annotations
 
 from kvbench.core.request import Request
-from kvbench.workloads.params import check_float, check_int
+from kvbench.workloads.params import check_float
 from kvbench.workloads.sampling import TokenSampler, lognormal_lengths, lognormal_mu, rng_for
 
 
@@ -12,13 +16,13 @@ def lognormal_requests(
     num_requests: int,
     seed: int,
     vocab_size: int,
+    *,
     input_mean: float,
     input_sigma: float,
     output_mean: float,
     output_sigma: float,
 ) -> list[Request]:
     """`stream` names the seeded random streams (`<stream>.lengths`, `<stream>.tokens`)."""
-    num_requests = check_int("num_requests", num_requests)
     input_mean = check_float("input_mean", input_mean, 1.0)
     output_mean = check_float("output_mean", output_mean, 1.0)
     input_sigma = check_float("input_sigma", input_sigma, 0.0)

@@ -15,6 +15,7 @@ applied (`arrivals.py`).
 from __future__ import annotations
 
 from kvbench.core.request import Request
+from kvbench.workloads.entry import WORKLOADS, WorkloadEntry
 from kvbench.workloads.params import check_int, check_range
 from kvbench.workloads.sampling import TokenSampler, rng_for, uniform_lengths
 
@@ -27,15 +28,15 @@ DEFAULTS = {
 }
 
 
-def build_parallel(
+def parallel_requests(
     num_requests: int,
     seed: int,
     vocab_size: int,
-    n: int = DEFAULTS["n"],
-    prompt_len: tuple[int, int] = DEFAULTS["prompt_len"],
-    output_len: tuple[int, int] = DEFAULTS["output_len"],
+    *,
+    n: int,
+    prompt_len: tuple[int, int],
+    output_len: tuple[int, int],
 ) -> list[Request]:
-    num_requests = check_int("num_requests", num_requests)
     n = check_int("n", n)
     prompt_len = check_range("prompt_len", prompt_len)
     output_len = check_range("output_len", output_len)
@@ -48,3 +49,6 @@ def build_parallel(
         Request(request_id=i, arrival_s=0.0, prompt_token_ids=prompt, output_len=out, n=n)
         for i, (prompt, out) in enumerate(zip(prompts, output_lens.tolist(), strict=True))
     ]
+
+
+WORKLOADS.add(WorkloadEntry("parallel", parallel_requests, DEFAULTS, SUMMARY, list_order=60))

@@ -1,8 +1,9 @@
 """Workload parameters: validation of values and parsing of `key=value` strings.
 
-Every built-in workload declares its parameters as a `DEFAULTS` dict; the type of each default
-is the type of the parameter (`int`, `float`, or an inclusive `(low, high)` integer range written
-`low,high` on the command line). Bad values raise `KvbenchInputError` (the CLI exits 2).
+Every workload declares its parameters as a dict of defaults (`WorkloadEntry.params`); the
+type of each default is the type of the parameter (`int`, `float`, or an inclusive
+`(low, high)` integer range written `low,high` on the command line). Bad values raise
+`KvbenchInputError` (the CLI exits 2).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ Arrivals: offline unless an arrival process is applied (`arrivals.py`).
 from __future__ import annotations
 
 from kvbench.core.request import Request
+from kvbench.workloads.entry import WORKLOADS, WorkloadEntry
 from kvbench.workloads.params import check_int, check_range
 from kvbench.workloads.sampling import TokenSampler, rng_for, uniform_lengths
 
@@ -31,16 +32,16 @@ DEFAULTS = {
 }
 
 
-def build_prefix_repeat(
+def prefix_repeat_requests(
     num_requests: int,
     seed: int,
     vocab_size: int,
-    num_prefixes: int = DEFAULTS["num_prefixes"],
-    prefix_len: int = DEFAULTS["prefix_len"],
-    suffix_len: tuple[int, int] = DEFAULTS["suffix_len"],
-    output_len: tuple[int, int] = DEFAULTS["output_len"],
+    *,
+    num_prefixes: int,
+    prefix_len: int,
+    suffix_len: tuple[int, int],
+    output_len: tuple[int, int],
 ) -> list[Request]:
-    num_requests = check_int("num_requests", num_requests)
     num_prefixes = check_int("num_prefixes", num_prefixes)
     prefix_len = check_int("prefix_len", prefix_len)
     suffix_len = check_range("suffix_len", suffix_len, minimum=0)
@@ -62,3 +63,8 @@ def build_prefix_repeat(
         )
         for i, (suffix, out) in enumerate(zip(suffixes, output_lens.tolist(), strict=True))
     ]
+
+
+WORKLOADS.add(
+    WorkloadEntry("prefix-repeat", prefix_repeat_requests, DEFAULTS, SUMMARY, list_order=50)
+)

@@ -27,7 +27,9 @@ process is applied (`arrivals.py`).
 
 from __future__ import annotations
 
-from kvbench.core.request import Request
+from functools import partial
+
+from kvbench.workloads.entry import WORKLOADS, WorkloadEntry
 from kvbench.workloads.lognormal import lognormal_requests
 
 SUMMARY = "ShareGPT-like lengths: lognormal, mean 161 in / 338 out tokens, heavy tails"
@@ -44,16 +46,7 @@ DEFAULTS = {
 }
 
 
-def build_sharegpt(
-    num_requests: int,
-    seed: int,
-    vocab_size: int,
-    input_mean: float = DEFAULTS["input_mean"],
-    input_sigma: float = DEFAULTS["input_sigma"],
-    output_mean: float = DEFAULTS["output_mean"],
-    output_sigma: float = DEFAULTS["output_sigma"],
-) -> list[Request]:
-    return lognormal_requests(
-        "sharegpt", num_requests, seed, vocab_size, input_mean, input_sigma, output_mean,
-        output_sigma,
-    )
+WORKLOADS.add(
+    WorkloadEntry("sharegpt", partial(lognormal_requests, "sharegpt"), DEFAULTS, SUMMARY,
+                  list_order=20)
+)

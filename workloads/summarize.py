@@ -19,7 +19,9 @@ Arrivals: offline unless an arrival process is applied (`arrivals.py`).
 
 from __future__ import annotations
 
-from kvbench.core.request import Request
+from functools import partial
+
+from kvbench.workloads.entry import WORKLOADS, WorkloadEntry
 from kvbench.workloads.lognormal import lognormal_requests
 
 SUMMARY = "long prompts, short outputs: lognormal, mean 1024 in / 64 out tokens"
@@ -32,16 +34,7 @@ DEFAULTS = {
 }
 
 
-def build_summarize(
-    num_requests: int,
-    seed: int,
-    vocab_size: int,
-    input_mean: float = DEFAULTS["input_mean"],
-    input_sigma: float = DEFAULTS["input_sigma"],
-    output_mean: float = DEFAULTS["output_mean"],
-    output_sigma: float = DEFAULTS["output_sigma"],
-) -> list[Request]:
-    return lognormal_requests(
-        "summarize", num_requests, seed, vocab_size, input_mean, input_sigma, output_mean,
-        output_sigma,
-    )
+WORKLOADS.add(
+    WorkloadEntry("summarize", partial(lognormal_requests, "summarize"), DEFAULTS, SUMMARY,
+                  list_order=40)
+)

@@ -13,6 +13,7 @@ Arrivals: offline unless an arrival process is applied (`arrivals.py`).
 from __future__ import annotations
 
 from kvbench.core.request import Request
+from kvbench.workloads.entry import WORKLOADS, WorkloadEntry
 from kvbench.workloads.params import check_int
 from kvbench.workloads.sampling import TokenSampler, rng_for
 
@@ -24,14 +25,9 @@ DEFAULTS = {
 }
 
 
-def build_uniform(
-    num_requests: int,
-    seed: int,
-    vocab_size: int,
-    prompt_len: int = DEFAULTS["prompt_len"],
-    output_len: int = DEFAULTS["output_len"],
+def uniform_requests(
+    num_requests: int, seed: int, vocab_size: int, *, prompt_len: int, output_len: int
 ) -> list[Request]:
-    num_requests = check_int("num_requests", num_requests)
     prompt_len = check_int("prompt_len", prompt_len)
     output_len = check_int("output_len", output_len)
     prompts = TokenSampler(rng_for(seed, "uniform.tokens"), vocab_size).rows(
@@ -41,3 +37,6 @@ def build_uniform(
         Request(request_id=i, arrival_s=0.0, prompt_token_ids=prompt, output_len=output_len)
         for i, prompt in enumerate(prompts)
     ]
+
+
+WORKLOADS.add(WorkloadEntry("uniform", uniform_requests, DEFAULTS, SUMMARY, list_order=70))

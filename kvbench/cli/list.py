@@ -22,9 +22,9 @@ def list_command() -> None:
     for name, summary in describe_policies():
         click.echo(f"  {name:<12} {summary}")
     click.echo("\nworkloads (parameters: --workload-param KEY=VALUE):")
-    for info in WORKLOADS.values():
-        params = ", ".join(f"{k}={v}" for k, v in info.params.items())
-        click.echo(f"  {info.name:<14} {info.summary}")
+    for entry in WORKLOADS:
+        params = ", ".join(f"{k}={v}" for k, v in entry.params.items())
+        click.echo(f"  {entry.name:<14} {entry.summary}")
         if params:
             click.echo(f"  {'':<14} {params}")
     click.echo("\nmodel presets:")

@@ -6,7 +6,7 @@ import pytest
 
 from kvbench.build.engine_build import build_engine
 from kvbench.config import EngineConfig
-from kvbench.workloads import build_workload
+from kvbench.workloads import load_workload
 
 CASES = [
     ("contiguous", {"reserve": "max"}),
@@ -25,7 +25,7 @@ def model_cache():
 
 @pytest.fixture(scope="module")
 def chat_requests():
-    requests = build_workload("chat", 10, seed=3, vocab_size=2048)
+    requests = load_workload("chat", 10, seed=3, vocab_size=2048).requests
     return [r.__class__(**{**r.__dict__, "output_len": min(r.output_len, 24)}) for r in requests]
 
 

@@ -11,7 +11,7 @@ from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.session.fp8_accuracy import _rows, _sample, _token_agreement, measure_fp8_accuracy
-from kvbench.workloads import build_workload
+from kvbench.workloads import load_workload
 
 MODELS: dict = {}
 
@@ -20,7 +20,7 @@ MODELS: dict = {}
 def chat_requests():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return build_workload("chat", 6, 0, 2048, max_model_len=2048)
+        return load_workload("chat", 6, 0, 2048, max_model_len=2048).requests
 
 
 def test_accuracy_section_on_chat_is_present_and_plausible(chat_requests):

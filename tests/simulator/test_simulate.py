@@ -8,7 +8,6 @@ continuous batching serves more at a request rate where contiguous saturates.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import deque
 from dataclasses import replace
 
@@ -27,7 +26,7 @@ from kvbench.simulator.gpus import GPU_PRESETS, GPUSpec, get_gpu
 from kvbench.simulator.simulated_executor import SimulatedClock, SimulatedExecutor
 from kvbench.simulator.step_time import StepTimeConstants, StepTimeModel
 from kvbench.sizing.capacity import group_kv_capacity
-from kvbench.workloads import ClippedRequestsWarning, build_workload
+from kvbench.workloads import load_workload
 
 GiB = 2**30
 
@@ -297,16 +296,14 @@ def test_every_policy_runs_on_the_simulated_clock(options):
 
 
 def _sharegpt(n, built, rate=math.inf):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ClippedRequestsWarning)
-        return build_workload(
-            "sharegpt",
-            n,
-            seed=0,
-            vocab_size=built.model_config.vocab_size,
-            max_model_len=built.max_model_len,
-            request_rate=rate,
-        )
+    return load_workload(
+        "sharegpt",
+        n,
+        seed=0,
+        vocab_size=built.model_config.vocab_size,
+        max_model_len=built.max_model_len,
+        request_rate=rate,
+    ).requests
 
 
 def simulate(strategy, n, rate=math.inf, gpu="a100-40gb", **options):

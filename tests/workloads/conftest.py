@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvbench.workloads import build_workload
+from kvbench.workloads import load_workload
 
 NUM_SAMPLES = 10_000
 VOCAB = 32_000
@@ -18,7 +18,7 @@ def built():
 
     def get(name: str) -> tuple[np.ndarray, np.ndarray]:
         if name not in cache:
-            requests = build_workload(name, NUM_SAMPLES, seed=0, vocab_size=VOCAB)
+            requests = load_workload(name, NUM_SAMPLES, seed=0, vocab_size=VOCAB).requests
             cache[name] = (
                 np.array([r.prompt_len for r in requests]),
                 np.array([r.output_len for r in requests]),

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads import ArrivalProcess, arrival_times, build_workload, load_workload
+from kvbench.workloads import ArrivalProcess, arrival_times, load_workload
 
 N = 10_000
 
@@ -21,7 +21,7 @@ def gaps(times: np.ndarray) -> np.ndarray:
 
 def test_offline_all_at_zero():
     assert not arrival_times(N).any()
-    assert {r.arrival_s for r in build_workload("sharegpt", 100, 0, 100)} == {0.0}
+    assert {r.arrival_s for r in load_workload("sharegpt", 100, 0, 100).requests} == {0.0}
     assert ArrivalProcess().offline and ArrivalProcess().describe() == "offline (all at t=0)"
 
 
@@ -62,7 +62,7 @@ def test_burstiness_one_is_poisson_and_ignored_offline():
 
 
 def test_single_requests_each_get_a_process_draw():
-    requests = build_workload("uniform", 1000, 4, 100, request_rate=50.0)
+    requests = load_workload("uniform", 1000, 4, 100, request_rate=50.0).requests
     times = np.array([r.arrival_s for r in requests])
     assert times[0] == 0.0 and len(set(times.tolist())) == 1000
     assert np.diff(times).mean() == pytest.approx(1 / 50.0, rel=0.1)

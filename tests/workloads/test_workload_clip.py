@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvbench.workloads import (
     WORKLOADS,
-    ClippedRequestsWarning,
     Request,
-    build_workload,
     clip_to_max_len,
     load_workload,
 )
@@ -40,7 +38,7 @@ def test_no_limit_no_clipping():
 
 @settings(max_examples=30, deadline=None)
 @given(
-    name=st.sampled_from(sorted(WORKLOADS)),
+    name=st.sampled_from(sorted(WORKLOADS.names())),
     max_len=st.integers(2, 600),
     seed=st.integers(0, 1000),
 )
@@ -55,19 +53,19 @@ def test_every_clipped_request_fits(name, max_len, seed):
         assert after.prompt_token_ids == before.prompt_token_ids[: after.prompt_len]
 
 
-def test_build_workload_warns_with_the_count():
-    with pytest.warns(ClippedRequestsWarning, match=r"^(\d+) of 1000 requests clipped") as record:
-        requests = build_workload("sharegpt", 1000, 0, 32_000, max_model_len=1024)
-    count = int(str(record[0].message).split()[0])
-    assert count > 0
-    assert all(r.prompt_len + r.output_len <= 1024 for r in requests)
-    assert load_workload("sharegpt", 1000, 0, 32_000, max_model_len=1024).num_clipped == count
+def test_clip_message_gives_the_count():
+    result = load_workload("sharegpt", 1000, 0, 32_000, max_model_len=1024)
+    match = re.match(r"^(\d+) of 1000 requests clipped to --max-model-len 1024 ",
+                     result.clip_message)
+    count = int(match.group(1))
+    assert count > 0 and count == result.num_clipped
+    assert all(r.prompt_len + r.output_len <= 1024 for r in result.requests)
 
 
 def test_no_warning_when_nothing_clipped():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        build_workload("uniform", 10, 0, 100, max_model_len=256)
+        load_workload("uniform", 10, 0, 100, max_model_len=256)
     assert load_workload("uniform", 10, 0, 100, max_model_len=256).clip_message is None
 
 

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads import WORKLOADS, build_workload, load_workload
+from kvbench.workloads import WORKLOADS, load_workload
 
-NAMES = sorted(WORKLOADS)
+NAMES = sorted(WORKLOADS.names())
 seeds = st.integers(min_value=0, max_value=2**63 - 1)
 
 
@@ -24,22 +24,22 @@ seeds = st.integers(min_value=0, max_value=2**63 - 1)
     rate=st.sampled_from([math.inf, 0.5, 20.0]),
 )
 def test_same_seed_same_requests(name, seed, num, rate):
-    first = build_workload(name, num, seed, 1000, request_rate=rate, burstiness=0.5)
-    again = build_workload(name, num, seed, 1000, request_rate=rate, burstiness=0.5)
+    first = load_workload(name, num, seed, 1000, request_rate=rate, burstiness=0.5).requests
+    again = load_workload(name, num, seed, 1000, request_rate=rate, burstiness=0.5).requests
     assert first == again
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_different_seeds_differ(name):
-    a = build_workload(name, 20, 1, 32_000)
-    b = build_workload(name, 20, 2, 32_000)
+    a = load_workload(name, 20, 1, 32_000).requests
+    b = load_workload(name, 20, 2, 32_000).requests
     assert [r.prompt_token_ids for r in a] != [r.prompt_token_ids for r in b]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_arrival_process_does_not_change_tokens(name):
-    offline = build_workload(name, 40, 7, 32_000)
-    poisson = build_workload(name, 40, 7, 32_000, request_rate=3.0)
+    offline = load_workload(name, 40, 7, 32_000).requests
+    poisson = load_workload(name, 40, 7, 32_000, request_rate=3.0).requests
 
     def key(r):
         return (r.prompt_token_ids, r.output_len, r.n)
@@ -50,7 +50,7 @@ def test_arrival_process_does_not_change_tokens(name):
 @settings(max_examples=40, deadline=None)
 @given(name=st.sampled_from(NAMES), seed=seeds, num=st.integers(1, 40), vocab=st.integers(1, 50))
 def test_requests_are_well_formed(name, seed, num, vocab):
-    requests = build_workload(name, num, seed, vocab, request_rate=10.0)
+    requests = load_workload(name, num, seed, vocab, request_rate=10.0).requests
     assert len(requests) == num
     assert [r.request_id for r in requests] == list(range(num))
     arrivals = [r.arrival_s for r in requests]
@@ -63,20 +63,20 @@ def test_requests_are_well_formed(name, seed, num, vocab):
 @pytest.mark.parametrize("name", NAMES)
 def test_offline_default_all_at_zero(name):
     # chat's default think time is 0, so offline means every request at t=0 for all built-ins.
-    assert {r.arrival_s for r in build_workload(name, 50, 0, 100)} == {0.0}
+    assert {r.arrival_s for r in load_workload(name, 50, 0, 100).requests} == {0.0}
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_ten_thousand_requests_in_under_five_seconds(name):
     start = time.perf_counter()
-    requests = build_workload(name, 10_000, 3, 32_000)
+    requests = load_workload(name, 10_000, 3, 32_000).requests
     elapsed = time.perf_counter() - start
     assert len(requests) == 10_000
     assert elapsed < 5.0, f"{name}: {elapsed:.2f}s"
 
 
 def test_positional_call_signature_still_works():
-    requests = build_workload("chat", 8, 0, 2048)
+    requests = load_workload("chat", 8, 0, 2048).requests
     assert len(requests) == 8 and requests[0].prefix_id == "system-0"
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvbench.workloads import build_workload, chat, prefix_repeat
+from kvbench.workloads import chat, load_workload, prefix_repeat
 
 VOCAB = 32_000
 
@@ -37,9 +37,9 @@ def by_conversation(requests):
     think=st.sampled_from([0.0, 1.5]),
 )
 def test_chat_turns_share_history_token_for_token(seed, num, turns, think):
-    requests = build_workload(
+    requests = load_workload(
         "chat", num, seed, VOCAB, turns_per_conversation=turns, think_time_s=think
-    )
+    ).requests
     low, high = chat.DEFAULTS["user_len"]
     for turns_of_one in by_conversation(requests).values():
         assert len(turns_of_one) <= turns
@@ -54,7 +54,7 @@ def test_chat_turns_share_history_token_for_token(seed, num, turns, think):
 
 
 def test_chat_conversations_share_exactly_the_system_prompt():
-    requests = build_workload("chat", 200, 0, VOCAB)
+    requests = load_workload("chat", 200, 0, VOCAB).requests
     system_len = chat.DEFAULTS["system_prompt_len"]
     firsts = [turns[0] for turns in by_conversation(requests).values()]
     system = {}
@@ -70,7 +70,7 @@ def test_chat_conversations_share_exactly_the_system_prompt():
 
 def test_chat_arrivals_start_conversations_and_keep_think_time():
     think = 2.0
-    requests = build_workload("chat", 400, 5, VOCAB, request_rate=4.0, think_time_s=think)
+    requests = load_workload("chat", 400, 5, VOCAB, request_rate=4.0, think_time_s=think).requests
     conversations = by_conversation(requests)
     starts = []
     for turns_of_one in conversations.values():
@@ -87,7 +87,7 @@ def test_chat_arrivals_start_conversations_and_keep_think_time():
 
 def test_chat_conversations_do_not_share_history():
     # a later turn shares its history with its own conversation only
-    requests = build_workload("chat", 8, 0, VOCAB)
+    requests = load_workload("chat", 8, 0, VOCAB).requests
     a, b = by_conversation(requests).values()
     assert a[1].prompt_token_ids[: a[0].prompt_len] != b[0].prompt_token_ids[: a[0].prompt_len]
 
@@ -96,7 +96,7 @@ def test_chat_conversations_do_not_share_history():
 def test_prefix_repeat_k_prefixes_times_m_suffixes(num_prefixes):
     num = 30
     prefix_len = prefix_repeat.DEFAULTS["prefix_len"]
-    requests = build_workload("prefix-repeat", num, 0, VOCAB, num_prefixes=num_prefixes)
+    requests = load_workload("prefix-repeat", num, 0, VOCAB, num_prefixes=num_prefixes).requests
     groups = defaultdict(list)
     for r in requests:
         groups[r.prefix_id].append(r)
@@ -123,14 +123,14 @@ def test_prefix_repeat_k_prefixes_times_m_suffixes(num_prefixes):
 
 @pytest.mark.parametrize("n", [1, 2, 8])
 def test_parallel_n_samples(n):
-    requests = build_workload("parallel", 25, 0, VOCAB, n=n)
+    requests = load_workload("parallel", 25, 0, VOCAB, n=n).requests
     assert {r.n for r in requests} == {n}
     assert len({r.prompt_token_ids for r in requests}) == 25  # prompts are distinct
 
 
 @pytest.mark.parametrize("name", ["sharegpt", "lmsys", "summarize", "uniform", "parallel"])
 def test_independent_workloads_share_nothing(name):
-    requests = build_workload(name, 100, 0, VOCAB)
+    requests = load_workload(name, 100, 0, VOCAB).requests
     longest = max(
         common_prefix(a.prompt_token_ids, b.prompt_token_ids)
         for a, b in zip(requests, requests[1:], strict=False)
@@ -139,5 +139,5 @@ def test_independent_workloads_share_nothing(name):
 
 
 def test_token_ids_cover_the_vocabulary():
-    ids = [t for r in build_workload("uniform", 200, 0, 50) for t in r.prompt_token_ids]
+    ids = [t for r in load_workload("uniform", 200, 0, 50).requests for t in r.prompt_token_ids]
     assert set(ids) == set(range(50))

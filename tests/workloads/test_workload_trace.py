@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads import WORKLOADS, build_workload, is_trace, load_workload, write_trace
+from kvbench.workloads import WORKLOADS, is_trace, load_workload, write_trace
 
 VOCAB = 1000
 
@@ -35,7 +35,7 @@ def test_good_trace(tmp_path):
             {"arrival_s": 2.0, "prompt_len": 3, "prompt_tokens": [1, 2, 3], "output_len": 1.0},
         ],
     )
-    requests = build_workload(str(path), None, 0, VOCAB)
+    requests = load_workload(str(path), None, 0, VOCAB).requests
     assert [r.arrival_s for r in requests] == [0.0, 0.5, 2.0]
     assert [r.request_id for r in requests] == [0, 1, 2]
     assert requests[0].prompt_token_ids == (5, 6, 7) and requests[0].output_len == 4
@@ -48,13 +48,13 @@ def test_trace_path_detection(tmp_path):
     assert is_trace("x.jsonl") and is_trace("dir/x") and not is_trace("chat")
     plain = write(tmp_path, [{"prompt_len": 2, "output_len": 2}], name="mytrace")
     assert is_trace(str(plain))
-    assert len(build_workload(plain, 5, 0, VOCAB)) == 1  # os.PathLike accepted
+    assert len(load_workload(plain, 5, 0, VOCAB).requests) == 1  # os.PathLike accepted
 
 
 def test_num_requests_takes_the_first_lines(tmp_path):
     path = write(tmp_path, [{"prompt_len": k, "output_len": 1} for k in range(1, 11)])
-    assert [r.prompt_len for r in build_workload(str(path), 4, 0, VOCAB)] == [1, 2, 3, 4]
-    assert len(build_workload(str(path), 100, 0, VOCAB)) == 10
+    assert [r.prompt_len for r in load_workload(str(path), 4, 0, VOCAB).requests] == [1, 2, 3, 4]
+    assert len(load_workload(str(path), 100, 0, VOCAB).requests) == 10
 
 
 @pytest.mark.parametrize(
@@ -90,14 +90,14 @@ def test_bad_line_reported_with_its_number(tmp_path, line, message):
         line = {"arrival_s": 1.0, **line}
     path = write(tmp_path, [good, good, line, good])
     with pytest.raises(KvbenchInputError, match=rf"^{re.escape(str(path))}:3: .*{message}") as info:
-        build_workload(str(path), None, 0, VOCAB)
+        load_workload(str(path), None, 0, VOCAB)
     assert "\n" not in str(info.value)
 
 
 def test_all_bad_lines_counted_first_reported(tmp_path):
     path = write(tmp_path, [{"prompt_len": 4, "output_len": 4}, "{", "{", {"prompt_len": 1}])
     with pytest.raises(KvbenchInputError, match=r":2: not valid JSON.*\(and 2 more bad lines\)$"):
-        build_workload(str(path), 1, 0, VOCAB)  # the whole file is checked, not just line 1
+        load_workload(str(path), 1, 0, VOCAB)  # the whole file is checked, not just line 1
 
 
 def test_arrival_s_on_every_line_or_none(tmp_path):
@@ -106,28 +106,28 @@ def test_arrival_s_on_every_line_or_none(tmp_path):
         [{"prompt_len": 4, "output_len": 4, "arrival_s": 0}, {"prompt_len": 4, "output_len": 4}],
     )
     with pytest.raises(KvbenchInputError, match=r":2: arrival_s missing while earlier lines"):
-        build_workload(str(path), None, 0, VOCAB)
+        load_workload(str(path), None, 0, VOCAB)
     path = write(
         tmp_path,
         [{"prompt_len": 4, "output_len": 4}, {"prompt_len": 4, "output_len": 4, "arrival_s": 1}],
     )
     with pytest.raises(KvbenchInputError, match=r":2: arrival_s given while earlier lines"):
-        build_workload(str(path), None, 0, VOCAB)
+        load_workload(str(path), None, 0, VOCAB)
 
 
 def test_not_utf8_missing_empty_and_params(tmp_path):
     path = tmp_path / "bin.jsonl"
     path.write_bytes(b'{"prompt_len": 1, "output_len": 1}\n\xff\xfe\n')
     with pytest.raises(KvbenchInputError, match=r"bin.jsonl:2: not UTF-8"):
-        build_workload(str(path), None, 0, VOCAB)
+        load_workload(str(path), None, 0, VOCAB)
     with pytest.raises(KvbenchInputError, match="cannot read trace"):
-        build_workload(str(tmp_path / "missing.jsonl"), None, 0, VOCAB)
+        load_workload(str(tmp_path / "missing.jsonl"), None, 0, VOCAB)
     empty = write(tmp_path, ["", "   "])
     with pytest.raises(KvbenchInputError, match="holds no requests"):
-        build_workload(str(empty), None, 0, VOCAB)
+        load_workload(str(empty), None, 0, VOCAB)
     ok = write(tmp_path, [{"prompt_len": 1, "output_len": 1}])
     with pytest.raises(KvbenchInputError, match="takes no parameters"):
-        build_workload(str(ok), None, 0, VOCAB, n=2)
+        load_workload(str(ok), None, 0, VOCAB, n=2)
 
 
 def test_synthesized_conversations_and_prefixes_share_tokens(tmp_path):
@@ -148,7 +148,7 @@ def test_synthesized_conversations_and_prefixes_share_tokens(tmp_path):
             {"prompt_len": 70, "output_len": 5, "prefix_id": "other", "prefix_len": 30},
         ],
     )
-    a, b, c, d, e, f = build_workload(str(path), None, 0, 32_000)
+    a, b, c, d, e, f = load_workload(str(path), None, 0, 32_000).requests
     assert b.prompt_token_ids[:20] == a.prompt_token_ids[:20]  # min(prefix_len) shared
     assert (
         b.prompt_token_ids[20] != a.prompt_token_ids[20]
@@ -168,19 +168,20 @@ def test_trace_arrivals_kept_offline_replaced_by_a_rate(tmp_path):
         {"arrival_s": 11.0, "prompt_len": 4, "output_len": 1},
     ]
     path = write(tmp_path, lines)
-    assert [r.arrival_s for r in build_workload(str(path), None, 0, VOCAB)] == [10.0, 11.0, 13.0]
-    retimed = build_workload(str(path), None, 0, VOCAB, request_rate=2.0)
+    requests = load_workload(str(path), None, 0, VOCAB).requests
+    assert [r.arrival_s for r in requests] == [10.0, 11.0, 13.0]
+    retimed = load_workload(str(path), None, 0, VOCAB, request_rate=2.0).requests
     conv = [r for r in retimed if r.conversation_id == "x"]
     assert conv[0].arrival_s == 0.0  # first conversation starts the process
     assert conv[1].arrival_s - conv[0].arrival_s == pytest.approx(3.0)  # internal offset kept
 
 
-@pytest.mark.parametrize("name", sorted(WORKLOADS))
+@pytest.mark.parametrize("name", sorted(WORKLOADS.names()))
 def test_every_builtin_round_trips_through_a_trace(tmp_path, name):
-    original = build_workload(name, 25, 3, VOCAB, request_rate=5.0)
+    original = load_workload(name, 25, 3, VOCAB, request_rate=5.0).requests
     path = tmp_path / f"{name}.jsonl"
     write_trace(original, path)
-    assert build_workload(str(path), None, 99, VOCAB) == original
+    assert load_workload(str(path), None, 99, VOCAB).requests == original
     assert not list(tmp_path.glob(".*.tmp"))  # atomic write leaves no temp file
 
 
@@ -204,8 +205,8 @@ def test_every_builtin_round_trips_through_a_trace(tmp_path, name):
 )
 def test_trace_lengths_are_kept_and_seeded(tmp_path, rows, seed):
     path = write(tmp_path, rows)
-    requests = build_workload(str(path), None, seed, VOCAB)
-    assert requests == build_workload(str(path), None, seed, VOCAB)
+    requests = load_workload(str(path), None, seed, VOCAB).requests
+    assert requests == load_workload(str(path), None, seed, VOCAB).requests
     expected = sorted(
         (
             (row["arrival_s"], i, row["prompt_len"], row["output_len"], row["n"])
