@@ -31,22 +31,25 @@ E = TypeVar("E", bound=Named)
 class Registry(Generic[E]):
     """Entries of one kind, by name, in registration order.
 
-    `kind` is how a user names the choice in messages ("strategy", "--batching policy");
+    `kind` is how a user names the choice in messages ("strategy", "--batching");
     `package` is imported module by module before the first lookup; `identity` says whether
     two registrations under one name are the same extension (a module imported twice), which
     is allowed, or a clash, which is refused; `order` sorts the listing (default: registration
-    order).
+    order); `hint` may add a pointer to the message for an unknown name (a name that belongs
+    to another registry, say).
     """
 
     def __init__(self, kind: str, package: str | None = None, *,
                  identity: Callable[[E], object] = lambda entry: entry,
                  order: Callable[[E], object] | None = None,
-                 choices_label: str = "choose from ") -> None:
+                 choices_label: str = "choose from ",
+                 hint: Callable[[str], str | None] = lambda name: None) -> None:
         self.kind = kind
         self.package = package
         self._identity = identity
         self._order = order
         self._choices_label = choices_label
+        self._hint = hint
         self._entries: dict[str, E] = {}
         self._discovered = package is None
 
@@ -70,8 +73,10 @@ class Registry(Generic[E]):
         self._discover()
         entry = self._entries.get(name)
         if entry is None:
+            hint = self._hint(name)
             raise KvbenchInputError(
                 f"unknown {self.kind} {name!r} ({self._choices_label}{', '.join(self.names())})"
+                + (f": {hint}" if hint else "")
             )
         return entry
 

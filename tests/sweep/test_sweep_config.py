@@ -10,7 +10,7 @@ import pytest
 
 from kvbench.cli import main
 from kvbench.errors import KvbenchInputError
-from kvbench.strategies import strategy_names
+from kvbench.strategies import STRATEGIES
 from kvbench.sweep import SweepSpec, load_sweep_config, metric_column
 from kvbench.sweep.executor import make_executor
 from kvbench.sweep.grid import expand_grid, point_id
@@ -91,7 +91,7 @@ def test_flags_make_axes_and_dry_run_lists_points(capsys):
                  "--dry-run"])
     assert code == 0
     lines = capsys.readouterr().out.split()
-    assert len(lines) == len(strategy_names()) * 2 * 2
+    assert len(lines) == len(STRATEGIES.names()) * 2 * 2
     assert lines[0] == "strategy=contiguous,request_rate=1,prompt_len=16"
 
 
