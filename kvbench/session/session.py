@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
+from kvbench.scheduling import POLICIES, QUEUE_ORDERS
 from kvbench.session.run_config import RunConfig
 from kvbench.session.run_options import RunOptions, check_kind_name
 
@@ -68,6 +69,9 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
         raise KvbenchInputError("--strategy is empty")
     for name in strategies:
         STRATEGIES.get(name)
+    for name in split_list(options.batching):
+        POLICIES.get(name)
+    QUEUE_ORDERS.get(options.queue_order)
     workload_params = (
         {} if is_trace(options.workload)
         else parse_workload_params(options.workload, options.workload_params)

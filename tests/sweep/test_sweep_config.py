@@ -103,6 +103,9 @@ def test_flags_make_axes_and_dry_run_lists_points(capsys):
     (["--slo", "ttft.p42=1s"], "unknown SLO metric"),
     (["--block-size", "16,24"], "--block-size must be a power of two"),
     (["--strategy", "paged,nope"], "nope"),
+    (["--batching", "continuous,eager"], "unknown --batching 'eager'"),
+    (["--batching", "sjf"], "use --queue-order sjf"),
+    (["--queue-order", "fcfs,lifo"], "unknown --queue-order 'lifo'"),
     (["--resume"], "--resume needs the sweep's --name"),
 ])
 def test_bad_grids_exit_2_with_one_line(args, message, capsys, tmp_path):
