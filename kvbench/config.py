@@ -16,6 +16,7 @@ class EngineConfig:
     model: str = "tiny"
     strategy: str = "paged"
     batching: str = "continuous"
+    queue_order: str = "fcfs"  # who waits at the head of the queue: fcfs | sjf | ...
     reserve: str = "max"  # contiguous: max | pow2 | exact
     block_size: int = 16
     dtype: str = "float32"

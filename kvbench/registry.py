@@ -31,24 +31,27 @@ E = TypeVar("E", bound=Named)
 class Registry(Generic[E]):
     """Entries of one kind, by name, in registration order.
 
-    `kind` is how a user names the choice in messages ("strategy", "--batching policy");
+    `kind` is how a user names the choice in messages ("strategy", "--batching");
     `package` is imported module by module before the first lookup; `identity` says whether
     two registrations under one name are the same extension (a module imported twice), which
     is allowed, or a clash, which is refused; `order` sorts the listing (default: registration
     order; the sort is stable). An unknown name's message lists the choices after
-    `choices_label` and ends with `choices_note` (other accepted spellings, say).
+    `choices_label` and ends with `choices_note` (other accepted spellings, say); `hint` may
+    add a pointer after it (for a name that belongs to another registry, say).
     """
 
     def __init__(self, kind: str, package: str | None = None, *,
                  identity: Callable[[E], object] = lambda entry: entry,
                  order: Callable[[E], object] | None = None,
-                 choices_label: str = "choose from ", choices_note: str = "") -> None:
+                 choices_label: str = "choose from ", choices_note: str = "",
+                 hint: Callable[[str], str | None] = lambda name: None) -> None:
         self.kind = kind
         self.package = package
         self._identity = identity
         self._order = order
         self._choices_label = choices_label
         self._choices_note = choices_note
+        self._hint = hint
         self._entries: dict[str, E] = {}
         self._discovered = package is None
 
@@ -76,9 +79,11 @@ class Registry(Generic[E]):
         self._discover()
         entry = self._entries.get(name)
         if entry is None:
+            hint = self._hint(name)
             raise KvbenchInputError(
                 f"unknown {self.kind} {name!r} "
                 f"({self._choices_label}{', '.join(self.names())}{self._choices_note})"
+                + (f": {hint}" if hint else "")
             )
         return entry
 

@@ -7,16 +7,12 @@ from __future__ import annotations
 
 from kvbench.strategies.base import CacheStrategy, MemorySplit
 from kvbench.strategies.registry import (
+    STRATEGIES,
     StrategyEntry,
-    describe_strategies,
     make_strategy,
     register_strategy,
     register_variant,
-    strategy_entries,
-    strategy_entry,
-    strategy_names,
 )
 
-__all__ = ["CacheStrategy", "MemorySplit", "StrategyEntry", "describe_strategies",
-           "make_strategy", "register_strategy", "register_variant", "strategy_entries",
-           "strategy_entry", "strategy_names"]
+__all__ = ["STRATEGIES", "CacheStrategy", "MemorySplit", "StrategyEntry", "make_strategy",
+           "register_strategy", "register_variant"]

@@ -6,21 +6,19 @@ A strategy module decorates its class with `register_strategy(name, summary, opt
 (`register_variant`) is an existing strategy run with some engine options forced: `fp8` is
 `paged` whose executor keeps an fp8 KV cache, so its bookkeeping is paged's.
 
-Every module of `kvbench.strategies` is imported on the first lookup, so adding a strategy
-needs no edit anywhere else: `kvbench list`, `--strategy`, sweeps and the property tests all
-iterate `strategy_entries()`.
+`STRATEGIES` imports every module of `kvbench.strategies` on the first lookup, so adding a
+strategy needs no edit anywhere else: `kvbench list`, `--strategy`, sweeps and the property
+tests all iterate it (strategies in module order, then variants).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from kvbench.errors import KvbenchInputError
+from kvbench.registry import Registry
 
 T = TypeVar("T", bound=type)
 
@@ -56,22 +54,17 @@ class StrategyEntry:
         return self.options(**{k: v for k, v in values.items() if k in names})
 
 
-_ENTRIES: dict[str, StrategyEntry] = {}
-_discovered = False
-
-
-def _add(entry: StrategyEntry) -> None:
-    known = _ENTRIES.get(entry.name)
-    if known is not None and known.factory is not entry.factory:
-        raise ValueError(f"strategy {entry.name!r} registered twice")
-    _ENTRIES[entry.name] = entry
+STRATEGIES: Registry[StrategyEntry] = Registry(
+    "strategy", "kvbench.strategies", identity=lambda entry: entry.factory,
+    order=lambda entry: entry.base is not None, choices_label="strategies: ",
+)
 
 
 def register_strategy(name: str, summary: str, options: type = NoOptions) -> Callable[[T], T]:
     """Class decorator: `name` builds the class with the fields of `options` from the config."""
 
     def decorate(cls: T) -> T:
-        _add(StrategyEntry(name, summary, cls, options))
+        STRATEGIES.add(StrategyEntry(name, summary, cls, options))
         return cls
 
     return decorate
@@ -79,8 +72,8 @@ def register_strategy(name: str, summary: str, options: type = NoOptions) -> Cal
 
 def register_variant(name: str, summary: str, base: str, **engine_overrides: Any) -> None:
     """`name` runs strategy `base` with `engine_overrides` applied to the engine's config."""
-    _add(StrategyEntry(name, summary, _variant_factory(base), NoOptions,
-                       MappingProxyType(dict(engine_overrides)), base))
+    STRATEGIES.add(StrategyEntry(name, summary, _variant_factory(base), NoOptions,
+                                 MappingProxyType(dict(engine_overrides)), base))
 
 
 def _variant_factory(base: str) -> Callable[..., Any]:
@@ -91,48 +84,11 @@ def _variant_factory(base: str) -> Callable[..., Any]:
     return build
 
 
-def _discover() -> None:
-    """Import every module of `kvbench.strategies` once, so each registers itself."""
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
-    package = importlib.import_module("kvbench.strategies")
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
-
-
-def strategy_entries() -> dict[str, StrategyEntry]:
-    """Every registered name: strategies (module order), then variants."""
-    _discover()
-    entries = sorted(_ENTRIES.values(), key=lambda e: e.base is not None)
-    return {e.name: e for e in entries}
-
-
-def strategy_names() -> list[str]:
-    return list(strategy_entries())
-
-
-def describe_strategies() -> list[tuple[str, str]]:
-    """(name, one-line summary) of every strategy, as `kvbench list` shows them."""
-    return [(e.name, e.summary) for e in strategy_entries().values()]
-
-
-def strategy_entry(name: str) -> StrategyEntry:
-    entries = strategy_entries()
-    try:
-        return entries[name]
-    except KeyError:
-        raise KvbenchInputError(
-            f"unknown strategy {name!r} (strategies: {', '.join(entries)})"
-        ) from None
-
-
 def make_strategy(name: str, num_slots: int, max_model_len: int, **values: Any) -> Any:
     """Build strategy `name` over `num_slots`; `values` may hold any engine option (the
     strategy takes those its options dataclass names). A variant passes them all on to its
     base."""
-    entry = strategy_entry(name)
+    entry = STRATEGIES.get(name)
     if entry.base is not None:
         return entry.factory(num_slots, max_model_len, **values)
     options = entry.make_options(values)

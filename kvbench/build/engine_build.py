@@ -24,7 +24,7 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
 from kvbench.scheduling import SchedulerLimits, make_policy
-from kvbench.strategies import make_strategy, strategy_entry
+from kvbench.strategies import STRATEGIES, make_strategy
 
 if TYPE_CHECKING:
     import torch
@@ -47,7 +47,7 @@ class BuiltEngine:
 def effective_config(config: EngineConfig) -> EngineConfig:
     """Apply a strategy's implied options (`fp8` is `paged` with `--kv-cache-dtype fp8`)."""
     defaults = EngineConfig()
-    for name, value in strategy_entry(config.strategy).engine_overrides.items():
+    for name, value in STRATEGIES.get(config.strategy).engine_overrides.items():
         if getattr(config, name) == getattr(defaults, name):  # an explicit choice stays
             setattr(config, name, value)
     return config
@@ -120,7 +120,7 @@ class ExecutorFactory(ABC):
         clock = self.clock(context)
         executor = self.executor(config, model, model_config, device, num_slots, kv_dtype, clock)
         limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)
-        policy = make_policy(config.batching, strategy, limits)
+        policy = make_policy(config.batching, strategy, limits, config.queue_order)
         engine = Engine(
             strategy, policy, executor, bytes_per_slot=bytes_per_slot,
             max_model_len=max_model_len, temperature=self.temperature(config), seed=config.seed,

@@ -49,7 +49,7 @@ COMMANDS: dict[str, LazyCommand] = {
         "Write a run's results in another tool's format."),
     "list": LazyCommand(
         "kvbench.cli.list", "list_command",
-        "Strategies, batching policies, workloads and model presets."),
+        "Strategies, batching policies, queue orders, workloads and model presets."),
     "report": LazyCommand(
         "kvbench.cli.report", "report_command",
         "Write a self-contained HTML report (opens offline) for RUN_DIR..."),

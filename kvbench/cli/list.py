@@ -1,4 +1,5 @@
-"""`kvbench list`: what can be chosen (strategies, policies, workloads, model presets)."""
+"""`kvbench list`: what can be chosen (strategies, policies, queue orders, workloads, model
+presets)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,22 @@ import click
 
 @click.command(name="list")
 def list_command() -> None:
-    """Strategies, batching policies, workloads and model presets."""
+    """Strategies, batching policies, queue orders, workloads and model presets."""
     from kvbench.models.presets import PRESETS
     from kvbench.report.text_table import format_table
-    from kvbench.scheduling import describe_policies
-    from kvbench.strategies import describe_strategies
+    from kvbench.scheduling import POLICIES, QUEUE_ORDERS
+    from kvbench.strategies import STRATEGIES
     from kvbench.units import format_bytes
     from kvbench.workloads import WORKLOADS
 
     click.echo("strategies:")
-    for name, summary in describe_strategies():
+    for name, summary in STRATEGIES.describe():
         click.echo(f"  {name:<12} {summary}")
     click.echo("\nbatching policies:")
-    for name, summary in describe_policies():
+    for name, summary in POLICIES.describe():
+        click.echo(f"  {name:<12} {summary}")
+    click.echo("\nqueue orders (--queue-order, with any batching policy):")
+    for name, summary in QUEUE_ORDERS.describe():
         click.echo(f"  {name:<12} {summary}")
     click.echo("\nworkloads (parameters: --workload-param KEY=VALUE):")
     for entry in WORKLOADS:

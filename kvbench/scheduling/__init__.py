@@ -1,6 +1,8 @@
-"""Batching policies: each step's work from the running set and the waiting queue.
+"""Batching policies and queue orders: each step's work from the running set and the waiting
+queue.
 
-Policies register themselves (`kvbench.scheduling.registry`): a new one is one new file.
+Policies and queue orders register themselves (`kvbench.scheduling.registry`): a new one is
+one new file.
 """
 
 from __future__ import annotations
@@ -9,15 +11,15 @@ from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput
 from kvbench.scheduling.limits import SchedulerLimits
 from kvbench.scheduling.queue_order import QueueOrder, WaitingQueue
 from kvbench.scheduling.registry import (
+    POLICIES,
+    QUEUE_ORDERS,
     PolicyEntry,
-    describe_policies,
+    QueueOrderEntry,
     make_policy,
-    policy_entries,
-    policy_entry,
-    policy_names,
     register_policy,
+    register_queue_order,
 )
 
-__all__ = ["BatchingPolicy", "PolicyEntry", "QueueOrder", "ScheduleOutput", "SchedulerLimits",
-           "WaitingQueue", "describe_policies", "make_policy", "policy_entries", "policy_entry",
-           "policy_names", "register_policy"]
+__all__ = ["POLICIES", "QUEUE_ORDERS", "BatchingPolicy", "PolicyEntry", "QueueOrder",
+           "QueueOrderEntry", "ScheduleOutput", "SchedulerLimits", "WaitingQueue", "make_policy",
+           "register_policy", "register_queue_order"]

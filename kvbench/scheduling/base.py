@@ -6,7 +6,6 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.scheduling.limits import SchedulerLimits
@@ -51,7 +50,7 @@ def seats(seq: Sequence, max_num_seqs: int) -> int:
 
 class BatchingPolicy(ABC):
     """Decides each step's work; owns both queues. `running` is in admission order (oldest
-    first); `waiting` is ordered by the class's `queue_order` (first come, first served).
+    first); `waiting` is ordered by `queue_order` (default: first come, first served).
 
     Preemption (vLLM's recompute) happens only when a growing strategy cannot give a
     running sequence the memory for its next tokens: the most recently admitted sequences
@@ -61,13 +60,13 @@ class BatchingPolicy(ABC):
     """
 
     name = "?"
-    queue_order: ClassVar[type[QueueOrder]] = QueueOrder
 
-    def __init__(self, cache: CacheStrategy, limits: SchedulerLimits) -> None:
+    def __init__(self, cache: CacheStrategy, limits: SchedulerLimits,
+                 queue_order: QueueOrder | None = None) -> None:
         self.cache = cache
         self.limits = limits
         self.running: list[Sequence] = []  # in admission order
-        self.waiting = WaitingQueue(self.queue_order())
+        self.waiting = WaitingQueue(queue_order)
         # Whether any request with n > 1 was added: until one is, every sequence takes one
         # place and `occupied_seats` is the running count (no walk over the running set).
         self._multi_sample = False

@@ -1,9 +1,11 @@
 """The waiting queue and its order: which waiting sequence a policy considers next.
 
-A `QueueOrder` ranks new arrivals; first-come-first-served (arrival order) is the default and
-shortest-job-first is one small subclass. Whatever the order, a sequence that goes back to the
-queue (preempted, or a forked sample with no room to share its prompt) goes to the front,
-most recent first: it was admitted once already, and vLLM's recompute resumes it first.
+A `QueueOrder` ranks new arrivals; first-come-first-served (arrival order, `fcfs`) is the
+default and every other order (`sjf`, ...) is one small subclass in a file of its own,
+registered for `--queue-order`; any batching policy runs with any order. Whatever the order,
+a sequence that goes back to the queue (preempted, or a forked sample with no room to share
+its prompt) goes to the front, most recent first: it was admitted once already, and vLLM's
+recompute resumes it first.
 """
 
 from __future__ import annotations
@@ -12,22 +14,23 @@ import heapq
 import itertools
 from collections import deque
 from collections.abc import Iterator
+from typing import ClassVar
 
 from kvbench.core.sequence import Sequence
+from kvbench.scheduling.registry import register_queue_order
 
 
+@register_queue_order("fcfs", "first come, first served: arrivals wait in arrival order")
 class QueueOrder:
-    """First come, first served: arrivals wait in the order they were added."""
+    """First come, first served: arrivals wait in the order they were added. A subclass
+    ranks them by `key` instead."""
 
-    name = "fcfs"
+    name: ClassVar[str]  # set by `register_queue_order`
 
     def key(self, seq: Sequence) -> tuple | None:
         """Rank of a new arrival (smaller goes first; ties keep arrival order), or None for
         plain arrival order."""
         return None
-
-
-FirstComeFirstServed = QueueOrder
 
 
 class WaitingQueue:

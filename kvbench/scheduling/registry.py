@@ -1,24 +1,27 @@
-"""The batching-policy registry: a policy is one file that registers itself here.
+"""The scheduling registries: a batching policy or a queue order is one file that registers
+itself here.
 
 A policy module decorates its `BatchingPolicy` subclass with `register_policy(name, summary)`;
 its options dataclass is `SchedulerLimits` unless it declares its own (built from the same
-engine options). Every module of `kvbench.scheduling` is imported on the first lookup, so
-`kvbench list`, `--batching` and the property tests see a new policy without other edits.
+engine options). A queue order module decorates its `QueueOrder` subclass with
+`register_queue_order(name, summary)`. `POLICIES` and `QUEUE_ORDERS` import every module of
+`kvbench.scheduling` on the first lookup, so `kvbench list`, `--batching`, `--queue-order` and
+the property tests see a new one without other edits. Every policy runs with every queue
+order: `make_policy(name, cache, limits, queue_order)`.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from kvbench.errors import KvbenchInputError
+from kvbench.registry import Registry
 from kvbench.scheduling.limits import SchedulerLimits
 
 if TYPE_CHECKING:
     from kvbench.scheduling.base import BatchingPolicy
+    from kvbench.scheduling.queue_order import QueueOrder
     from kvbench.strategies.base import CacheStrategy
 
 T = TypeVar("T", bound=type)
@@ -26,70 +29,76 @@ T = TypeVar("T", bound=type)
 
 @dataclass(frozen=True)
 class PolicyEntry:
+    """One name of `--batching`: `cls(cache, options, queue_order)` builds it."""
+
     name: str
     summary: str
     cls: type[BatchingPolicy]
     options: type = SchedulerLimits
 
 
-_ENTRIES: dict[str, PolicyEntry] = {}
-_discovered = False
+@dataclass(frozen=True)
+class QueueOrderEntry:
+    """One name of `--queue-order`: `cls()` ranks the waiting queue's arrivals."""
+
+    name: str
+    summary: str
+    cls: type[QueueOrder]
+
+
+def _default_first(default: str) -> Callable[[PolicyEntry | QueueOrderEntry], object]:
+    return lambda entry: (entry.name != default, entry.name)
+
+
+QUEUE_ORDERS: Registry[QueueOrderEntry] = Registry(
+    "--queue-order", "kvbench.scheduling", identity=lambda entry: entry.cls,
+    order=_default_first("fcfs"),
+)
+
+
+def _queue_order_hint(name: str) -> str | None:
+    if name in QUEUE_ORDERS:
+        return f"{name} is a queue order, use --queue-order {name} (with any --batching)"
+    return None
+
+
+POLICIES: Registry[PolicyEntry] = Registry(
+    "--batching", "kvbench.scheduling", identity=lambda entry: entry.cls,
+    order=_default_first("continuous"), hint=_queue_order_hint,
+)
 
 
 def register_policy(
     name: str, summary: str, options: type = SchedulerLimits
 ) -> Callable[[T], T]:
-    """Class decorator: `--batching name` runs the class, built as `cls(cache, options)`."""
+    """Class decorator: `--batching name` runs the class, built as
+    `cls(cache, options, queue_order)`."""
 
     def decorate(cls: T) -> T:
-        known = _ENTRIES.get(name)
-        if known is not None and known.cls is not cls:
-            raise ValueError(f"batching policy {name!r} registered twice")
+        POLICIES.add(PolicyEntry(name, summary, cls, options))
         cls.name = name
-        _ENTRIES[name] = PolicyEntry(name, summary, cls, options)
         return cls
 
     return decorate
 
 
-def _discover() -> None:
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
-    package = importlib.import_module("kvbench.scheduling")
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
+def register_queue_order(name: str, summary: str) -> Callable[[T], T]:
+    """Class decorator: `--queue-order name` orders the waiting queue with `cls()`."""
+
+    def decorate(cls: T) -> T:
+        QUEUE_ORDERS.add(QueueOrderEntry(name, summary, cls))
+        cls.name = name
+        return cls
+
+    return decorate
 
 
-def policy_entries() -> dict[str, PolicyEntry]:
-    """Every registered policy, `continuous` (the default) first, then by name."""
-    _discover()
-    ordered = sorted(_ENTRIES.values(), key=lambda e: (e.name != "continuous", e.name))
-    return {e.name: e for e in ordered}
-
-
-def policy_names() -> list[str]:
-    return list(policy_entries())
-
-
-def describe_policies() -> list[tuple[str, str]]:
-    """(name, one-line summary) of every policy, as `kvbench list` shows them."""
-    return [(e.name, e.summary) for e in policy_entries().values()]
-
-
-def policy_entry(name: str) -> PolicyEntry:
-    entries = policy_entries()
-    try:
-        return entries[name]
-    except KeyError:
-        raise KvbenchInputError(
-            f"unknown --batching {name!r} (choose from {', '.join(entries)})"
-        ) from None
-
-
-def make_policy(name: str, cache: CacheStrategy, limits: SchedulerLimits) -> BatchingPolicy:
-    entry = policy_entry(name)
+def make_policy(
+    name: str, cache: CacheStrategy, limits: SchedulerLimits, queue_order: str = "fcfs"
+) -> BatchingPolicy:
+    """Policy `name` over `cache`, its waiting queue in the order `queue_order` names."""
+    entry = POLICIES.get(name)
+    order = QUEUE_ORDERS.get(queue_order).cls()
     if entry.options is not SchedulerLimits:  # a policy's own options extend the limits
         limits = entry.options(**asdict(limits))
-    return entry.cls(cache, limits)
+    return entry.cls(cache, limits, order)

@@ -1,12 +1,13 @@
 """`static`: request-level batching (FasterTransformer-style serving, `generate()` loops).
 
 A batch is formed from the waiting queue when nothing runs: up to `max_num_seqs` sequences,
-first come first served, as long as the cache admits them (for `contiguous`, each gets its
-whole reservation). The batch prefills (its prompts packed into steps of at most
-`max_num_batched_tokens` tokens; with `chunked_prefill` a prompt may be cut), then decodes
-together, one token per member per step, until *every* member has finished; only then is
-the next batch formed, and requests that arrived meanwhile wait. Finished members keep
-their memory until the batch ends, as request-level systems do.
+in queue order (first come first served unless `--queue-order` says otherwise), as long as
+the cache admits them (for `contiguous`, each gets its whole reservation). The batch
+prefills (its prompts packed into steps of at most `max_num_batched_tokens` tokens; with
+`chunked_prefill` a prompt may be cut), then decodes together, one token per member per
+step, until *every* member has finished; only then is the next batch formed, and requests
+that arrived meanwhile wait. Finished members keep their memory until the batch ends, as
+request-level systems do.
 
 With a growing strategy (`paged`) a member that cannot get its next block is preempted back
 to the queue (recompute, most recently admitted first) and runs again in a later batch.
@@ -18,14 +19,18 @@ from collections import deque
 
 from kvbench.core.sequence import Sequence
 from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput, in_prefill
+from kvbench.scheduling.limits import SchedulerLimits
+from kvbench.scheduling.queue_order import QueueOrder
 from kvbench.scheduling.registry import register_policy
+from kvbench.strategies.base import CacheStrategy
 
 
 @register_policy("static", "request-level: a batch runs until every member is done")
 class StaticBatching(BatchingPolicy):
 
-    def __init__(self, cache, limits) -> None:
-        super().__init__(cache, limits)
+    def __init__(self, cache: CacheStrategy, limits: SchedulerLimits,
+                 queue_order: QueueOrder | None = None) -> None:
+        super().__init__(cache, limits, queue_order)
         self.finished_members: list[Sequence] = []
 
     def on_finished(self, seq: Sequence) -> None:

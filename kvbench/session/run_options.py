@@ -54,8 +54,11 @@ class RunOptions:
         "paged", "a strategy of `kvbench list` (contiguous, paged, prefix, fp8, ...); a comma "
                  "list or 'all'")
     batching: str = _option(
-        "continuous", "a batching policy of `kvbench list` (continuous, static, sjf, ...); "
+        "continuous", "a batching policy of `kvbench list` (continuous, static, ...); "
                       "comma list allowed")
+    queue_order: str = _option(
+        "fcfs", "a queue order of `kvbench list` (fcfs, sjf, ...): who waits at the head of "
+                "the queue, under any --batching")
     reserve: str = _option("max", "contiguous reservation: max, pow2, exact (comma list allowed)")
     workload: str = _option(
         "chat", "built-in workload name or a trace file: kvbench JSONL, Mooncake JSONL, Azure "

@@ -83,6 +83,8 @@ def strategy_label(run: RunConfig) -> str:
         label += "-fp8"
     if run.engine.batching != "continuous":
         label += f"-{engine.batching}"
+    if engine.queue_order != "fcfs":
+        label += f"-{engine.queue_order}"
     if run.engine_kind == "hf":
         label = "hf-generate"
     return label

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
+from kvbench.scheduling import POLICIES, QUEUE_ORDERS
 from kvbench.session.run_config import RunConfig
 from kvbench.session.run_options import RunOptions, check_kind_name
 
@@ -48,7 +49,7 @@ def parse_slo(text: str | None) -> dict[str, float]:
 def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
     """One `RunConfig` per strategy × reserve × batching in the comma lists."""
     from kvbench.config import EngineConfig
-    from kvbench.strategies import strategy_entry, strategy_names
+    from kvbench.strategies import STRATEGIES
     from kvbench.units import parse_rate
     from kvbench.workloads import is_trace, parse_workload_params
 
@@ -63,11 +64,14 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
         if options.gpu_spec is None and gpu not in GPU_PRESETS:
             raise KvbenchInputError(f"unknown --gpu {gpu!r} (presets: {', '.join(GPU_PRESETS)})")
         get_gpu(gpu)  # a bad --gpu-spec file fails before anything runs
-    strategies = strategy_names() if options.strategy == "all" else split_list(options.strategy)
+    strategies = STRATEGIES.names() if options.strategy == "all" else split_list(options.strategy)
     if not strategies:
         raise KvbenchInputError("--strategy is empty")
     for name in strategies:
-        strategy_entry(name)
+        STRATEGIES.get(name)
+    for name in split_list(options.batching):
+        POLICIES.get(name)
+    QUEUE_ORDERS.get(options.queue_order)
     workload_params = (
         {} if is_trace(options.workload)
         else parse_workload_params(options.workload, options.workload_params)
@@ -98,6 +102,7 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
             for reserve in reserves:
                 engine = EngineConfig(
                     model=options.model, strategy=strategy, batching=batching, reserve=reserve,
+                    queue_order=options.queue_order,
                     block_size=options.block_size, dtype=dtype,
                     kv_cache_dtype=options.kv_cache_dtype, kv_memory=options.kv_memory,
                     gpu_memory_utilization=options.gpu_memory_utilization,
@@ -144,21 +149,21 @@ def _distinct(runs: list[RunConfig]) -> list[RunConfig]:
 
 def _uses_fp8(strategy: str, kv_cache_dtype: str) -> bool:
     from kvbench.core.kv_cache_dtype import is_fp8_cache
-    from kvbench.strategies import strategy_entry
+    from kvbench.strategies import STRATEGIES
 
-    forced = strategy_entry(strategy).kv_cache_dtype
+    forced = STRATEGIES.get(strategy).kv_cache_dtype
     return is_fp8_cache(kv_cache_dtype) or (kv_cache_dtype == "auto" and forced is not None
                                             and is_fp8_cache(forced))
 
 
 def _run_identity(run: RunConfig) -> tuple:
     """What a run measures: `fp8` and `paged --kv-cache-dtype fp8` are one run."""
-    from kvbench.strategies import strategy_entry
+    from kvbench.strategies import STRATEGIES
 
     engine = run.engine
     if run.engine_kind == "hf":  # transformers keeps its own cache: the strategy plays no part
         return ("hf", engine.batching)
-    entry = strategy_entry(engine.strategy)
+    entry = STRATEGIES.get(engine.strategy)
     return (entry.base or entry.name, engine.reserve if engine.strategy == "contiguous" else "",
             _uses_fp8(engine.strategy, engine.kv_cache_dtype), engine.batching)
 
@@ -180,14 +185,14 @@ def check_distinct(runs: list[RunConfig]) -> None:
 
 def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[str]:
     """One-line notes on options that the listed runs ignore (README, CLI: contradictions)."""
-    from kvbench.strategies import strategy_entry
+    from kvbench.strategies import STRATEGIES
 
     notes = []
     from kvbench.session.run_options import option_fields
 
     default_block = option_fields()["block_size"].default
     if options.block_size != default_block:
-        readers = [run for run in runs if _reads_option(strategy_entry(run.engine.strategy),
+        readers = [run for run in runs if _reads_option(STRATEGIES.get(run.engine.strategy),
                                                         "block_size")]
         if not readers:
             notes.append(f"--block-size {options.block_size} is ignored: no strategy listed "
@@ -198,9 +203,9 @@ def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[s
 def _reads_option(entry, name: str) -> bool:
     from dataclasses import fields
 
-    from kvbench.strategies import strategy_entry
+    from kvbench.strategies import STRATEGIES
 
-    options = strategy_entry(entry.base).options if entry.base else entry.options
+    options = STRATEGIES.get(entry.base).options if entry.base else entry.options
     return name in {f.name for f in fields(options)}
 
 

@@ -117,7 +117,7 @@ class SweepSpec:
 
     def normalize(self) -> SweepSpec:
         """Canonical option names, typed values, `strategy = "all"` expanded; checked."""
-        from kvbench.strategies import strategy_names
+        from kvbench.strategies import STRATEGIES
 
         base: dict[str, Any] = {}
         for key, value in self.base.items():
@@ -134,10 +134,10 @@ class SweepSpec:
                     "sweep a workload parameter as workload_param.NAME = [values]"
                 )
             if isinstance(values, str):
-                values = strategy_names() if name == "strategy" and values == "all" else [values]
+                values = STRATEGIES.names() if name == "strategy" and values == "all" else [values]
             values = list(values)
             if name == "strategy" and values == ["all"]:
-                values = strategy_names()
+                values = STRATEGIES.names()
             if not values:
                 raise KvbenchInputError(f"sweep axis {key!r} has no values")
             typed = [convert(name, v) for v in values]
@@ -148,7 +148,7 @@ class SweepSpec:
             axes[name] = typed
             base.pop(name, None)
         if base.get("strategy") == "all":
-            axes = {"strategy": strategy_names(), **axes}
+            axes = {"strategy": STRATEGIES.names(), **axes}
             del base["strategy"]
         check_kind(self.kind, [*base, *axes])
         self.base, self.axes = base, axes

@@ -63,8 +63,8 @@ def pareto_front(frame: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 
 
 def _collapse(names: list[str], frame: pd.DataFrame) -> list[str]:
-    """Strategy-like axes (strategy, reserve, batching, kv_cache_dtype) as one column: the
-    strategy label (`contiguous-pow2`, `paged`), which names only what applies."""
+    """Strategy-like axes (strategy, reserve, batching, queue_order, kv_cache_dtype) as one
+    column: the strategy label (`contiguous-pow2`, `paged`), which names only what applies."""
     if "label" in frame and any(n in STRATEGY_AXES for n in names):
         return ["label", *[n for n in names if n not in STRATEGY_AXES and n != "label"]]
     return names

@@ -37,8 +37,8 @@ POINT_METRICS = (
     "preemptions", "prefix_hit_rate", "batch_size_mean", "duration_s",
     "goodput_requests_s", "fraction_meeting_slo",
 )
-# Axes that the strategy label (`contiguous-pow2`, `paged-static`, ...) sums up.
-STRATEGY_AXES = frozenset({"strategy", "reserve", "batching", "kv_cache_dtype"})
+# Axes that the strategy label (`contiguous-pow2`, `paged-static`, `paged-sjf`, ...) sums up.
+STRATEGY_AXES = frozenset({"strategy", "reserve", "batching", "queue_order", "kv_cache_dtype"})
 IDENTITY = ("label", "strategy", "batching", "workload", "model", "device", "num_requests")
 # Titles of sweep axes that are not metrics.
 AXIS_TITLES = {"request_rate": "request rate (req/s)", "max_concurrency": "max concurrency"}

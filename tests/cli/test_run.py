@@ -63,6 +63,18 @@ def test_run_writes_the_results_contract(tmp_path, capsys):
     assert config["versions"]["torch"]
 
 
+def test_static_batching_with_sjf_runs_and_config_records_the_queue_order(tmp_path, capsys):
+    assert main(["run", "--batching", "static", "--queue-order", "sjf", "--num-requests", "6",
+                 "--out", str(tmp_path), "--quiet"]) == 0
+    (folder,) = run_dirs(tmp_path)
+    assert capsys.readouterr().out.strip() == str(folder)
+    assert folder.name.endswith("-paged-static-sjf-chat")
+    engine = json.loads((folder / "config.json").read_text())["run"]["engine"]
+    assert engine["batching"] == "static" and engine["queue_order"] == "sjf"
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["completed"] == 6 and summary["label"] == "paged-static-sjf"
+
+
 def test_contiguous_max_holds_far_more_memory_per_token_than_paged(tmp_path, capsys):
     assert main(["run", "--strategy", "contiguous,paged", "--workload", "chat",
                  "--out", str(tmp_path), *SMALL, "--json"]) == 0
@@ -85,6 +97,8 @@ def test_contiguous_max_holds_far_more_memory_per_token_than_paged(tmp_path, cap
         (["--kv-memory", "64KiB"], "--kv-memory too small"),
         (["--kv-memory", "lots"], "cannot read size"),
         (["--batching", "eager"], "unknown --batching"),
+        (["--batching", "sjf"], "sjf is a queue order, use --queue-order sjf"),
+        (["--queue-order", "lifo"], "unknown --queue-order 'lifo' (choose from fcfs, sjf"),
         (["--block-size", "12"], "power of two"),
     ],
 )

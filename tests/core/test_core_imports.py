@@ -13,9 +13,9 @@ def test_core_strategies_and_scheduling_import_without_torch():
     code = (
         "import json, sys\n"
         "import kvbench.core, kvbench.engine.engine, kvbench.strategies, kvbench.scheduling\n"
-        "from kvbench.strategies import strategy_names\n"
-        "from kvbench.scheduling import policy_names\n"
-        "strategy_names(); policy_names()  # the registries import every module\n"
+        "from kvbench.strategies import STRATEGIES\n"
+        "from kvbench.scheduling import POLICIES, QUEUE_ORDERS\n"
+        "STRATEGIES.names(); POLICIES.names(); QUEUE_ORDERS.names()  # imports every module\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

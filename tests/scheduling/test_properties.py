@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvbench.core.sequence import SequenceStatus
-from kvbench.scheduling import policy_names
-from kvbench.strategies import strategy_entries
+from kvbench.scheduling import POLICIES, QUEUE_ORDERS
+from kvbench.strategies import STRATEGIES
 from tests.scheduling.helpers import (
     TINY_BYTES_PER_SLOT,
     PreemptionOrder,
@@ -48,21 +48,24 @@ def _required_slots(strategy: str, reserve: str, block_size: int, final_kv_len: 
     return -(-final_kv_len // block_size) * block_size
 
 
-# Every registered strategy and policy is drawn. A variant (fp8: paged with an fp8 cache) keeps
-# its base's books, already drawn, and its tokens are not the fp32 reference's.
-STRATEGY_NAMES = tuple(name for name, e in strategy_entries().items() if e.base is None)
-POLICY_NAMES = tuple(policy_names())
+# Every registered strategy, policy and queue order is drawn. A variant (fp8: paged with an fp8
+# cache) keeps its base's books, already drawn, and its tokens are not the fp32 reference's.
+STRATEGY_NAMES = tuple(entry.name for entry in STRATEGIES if entry.base is None)
+POLICY_NAMES = tuple(POLICIES.names())
+QUEUE_ORDER_NAMES = tuple(QUEUE_ORDERS.names())
 # Strategies whose reservation `_required_slots` knows; any other gets a roomy budget.
 KNOWN_RESERVATIONS = ("contiguous", "paged", "prefix")
 
 
 @st.composite
-def scenarios(draw, strategies=STRATEGY_NAMES, policies=POLICY_NAMES, tight=False):
+def scenarios(draw, strategies=STRATEGY_NAMES, policies=POLICY_NAMES,
+              queue_orders=QUEUE_ORDER_NAMES, tight=False):
     strategy = draw(st.sampled_from(strategies))
     reserve = draw(st.sampled_from(["max", "pow2", "exact"])) if strategy == "contiguous" \
         else "max"
     block_size = draw(st.sampled_from([1, 2, 4, 16]))
     batching = draw(st.sampled_from(policies))
+    queue_order = draw(st.sampled_from(queue_orders))
     chunked = draw(st.booleans())
     requests = []
     for i in range(draw(st.integers(1, 8))):
@@ -80,6 +83,7 @@ def scenarios(draw, strategies=STRATEGY_NAMES, policies=POLICY_NAMES, tight=Fals
     slots = draw(st.integers(need, need + 16 if tight else 3 * need + 32))
     options = dict(
         strategy=strategy, reserve=reserve, block_size=block_size, batching=batching,
+        queue_order=queue_order,
         chunked_prefill=chunked, max_model_len=MAX_MODEL_LEN,
         kv_memory=slots * TINY_BYTES_PER_SLOT,
         max_num_seqs=draw(st.integers(1, 8)),
@@ -115,7 +119,8 @@ def _run_and_check(options, requests) -> None:
     if options["strategy"] == "contiguous":
         assert preempted == 0, "contiguous never preempts"
     event("preempted" if preempted else "no preemption")
-    event(f"{options['batching']}{'+chunked' if options['chunked_prefill'] else ''}")
+    event(f"{options['batching']}+{options['queue_order']}"
+          f"{'+chunked' if options['chunked_prefill'] else ''}")
 
 
 @SETTINGS
@@ -125,9 +130,10 @@ def test_random_workloads_finish_exactly_with_unbatched_tokens(scenario):
 
 
 @settings(SETTINGS, max_examples=EXAMPLES or 15)
-@given(scenarios(policies=("sjf",)))
+@given(scenarios(queue_orders=("sjf",)))
 def test_shortest_job_first_stays_in_limits_and_finishes_everything(scenario):
-    """sjf reorders the queue only: limits, cache invariants and tokens hold as for FCFS."""
+    """sjf reorders the queue only, under every policy: limits, cache invariants and tokens
+    hold as for FCFS."""
     _run_and_check(*scenario)
 
 

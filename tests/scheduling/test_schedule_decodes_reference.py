@@ -52,7 +52,7 @@ def _trace(options, requests, reference: bool) -> list[tuple]:
     engine = make_engine(**options)
     if reference:
         cls = ReferenceStatic if options["batching"] == "static" else ReferenceContinuous
-        engine.policy = cls(engine.strategy, engine.policy.limits)
+        engine.policy = cls(engine.strategy, engine.policy.limits, engine.policy.waiting.order)
     steps: list[tuple] = []
     schedule = engine.policy.schedule
 

@@ -13,14 +13,14 @@ from kvbench.build.engine_build import effective_config
 from kvbench.config import EngineConfig
 from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.errors import KvbenchInputError
-from kvbench.strategies import registry
+from kvbench.strategies import STRATEGIES, registry
 from kvbench.strategies.contiguous import ContiguousStrategy
 from kvbench.strategies.paged import PagedStrategy
 
 
 def test_every_shipped_strategy_is_registered_in_the_listed_order():
-    assert registry.strategy_names() == ["contiguous", "paged", "prefix", "fp8"]
-    assert all(summary for _, summary in registry.describe_strategies())
+    assert STRATEGIES.names() == ["contiguous", "paged", "prefix", "fp8"]
+    assert all(summary for _, summary in STRATEGIES.describe())
 
 
 def test_options_dataclass_takes_the_config_values_it_names():
@@ -32,7 +32,7 @@ def test_options_dataclass_takes_the_config_values_it_names():
 
 
 def test_fp8_is_paged_with_an_fp8_cache():
-    entry = registry.strategy_entry("fp8")
+    entry = STRATEGIES.get("fp8")
     assert entry.base == "paged" and is_fp8_cache(entry.engine_overrides["kv_cache_dtype"])
     assert type(registry.make_strategy("fp8", 512, 64, block_size=8)) is PagedStrategy
     assert is_fp8_cache(effective_config(EngineConfig(strategy="fp8")).kv_cache_dtype)
@@ -66,12 +66,12 @@ def test_a_new_strategy_is_one_file(tmp_path, monkeypatch):
     '''))
     monkeypatch.setattr(strategies_package, "__path__", [*strategies_package.__path__,
                                                          str(tmp_path)])
-    monkeypatch.setattr(registry, "_discovered", False)
-    monkeypatch.setattr(registry, "_ENTRIES", dict(registry._ENTRIES))
+    monkeypatch.setattr(STRATEGIES, "_discovered", False)
+    monkeypatch.setattr(STRATEGIES, "_entries", dict(STRATEGIES._entries))
     monkeypatch.delitem(sys.modules, "kvbench.strategies.exact_fit", raising=False)
-    assert "exact-fit" in registry.strategy_names()
-    assert "exact-fit" in strategies_package.strategy_names()
+    assert "exact-fit" in STRATEGIES.names()
+    assert STRATEGIES.names()[-1] == "fp8", "variants stay after the strategies"
     built = registry.make_strategy("exact-fit", 512, 64, reserve="max", block_size=16)
     assert built.reserve == "exact" and dataclasses.is_dataclass(
-        registry.strategy_entry("exact-fit").options)
+        STRATEGIES.get("exact-fit").options)
     sys.modules.pop("kvbench.strategies.exact_fit", None)

@@ -10,7 +10,7 @@ import pytest
 
 from kvbench.cli import main
 from kvbench.errors import KvbenchInputError
-from kvbench.strategies import strategy_names
+from kvbench.strategies import STRATEGIES
 from kvbench.sweep import SweepSpec, load_sweep_config, metric_column
 from kvbench.sweep.executor import make_executor
 from kvbench.sweep.grid import expand_grid, point_id
@@ -91,7 +91,7 @@ def test_flags_make_axes_and_dry_run_lists_points(capsys):
                  "--dry-run"])
     assert code == 0
     lines = capsys.readouterr().out.split()
-    assert len(lines) == len(strategy_names()) * 2 * 2
+    assert len(lines) == len(STRATEGIES.names()) * 2 * 2
     assert lines[0] == "strategy=contiguous,request_rate=1,prompt_len=16"
 
 
@@ -103,6 +103,9 @@ def test_flags_make_axes_and_dry_run_lists_points(capsys):
     (["--slo", "ttft.p42=1s"], "unknown SLO metric"),
     (["--block-size", "16,24"], "--block-size must be a power of two"),
     (["--strategy", "paged,nope"], "nope"),
+    (["--batching", "continuous,eager"], "unknown --batching 'eager'"),
+    (["--batching", "sjf"], "use --queue-order sjf"),
+    (["--queue-order", "fcfs,lifo"], "unknown --queue-order 'lifo'"),
     (["--resume"], "--resume needs the sweep's --name"),
 ])
 def test_bad_grids_exit_2_with_one_line(args, message, capsys, tmp_path):
