@@ -25,6 +25,8 @@ from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder, atomic_write_bytes
 from kvbench.session.run_config import RunConfig
+from kvbench.session.runner import prepare, run_one
+from kvbench.session.session import add_accuracy_section
 
 _MODEL_CACHE: dict = {}  # per process: points of one model share its weights
 
@@ -44,9 +46,6 @@ def make_task(point_id: str, folder: Path, run: RunConfig, command: str) -> dict
 
 def execute_point(task: dict[str, Any], *, gather: bool = False,
                   model_cache: dict | None = None) -> dict[str, Any]:
-    from kvbench.session.runner import prepare, run_one
-    from kvbench.session.session import add_accuracy_section
-
     folder = Path(task["folder"])
     target = Path(tempfile.mkdtemp(prefix="kvbench-point-")) / "run" if gather else folder
     if not gather and folder.exists():
@@ -75,6 +74,12 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
         record["files"] = _read_files(target)
         shutil.rmtree(target.parent, ignore_errors=True)
     return record
+
+
+def failed_record(task: dict[str, Any], error: str) -> dict[str, Any]:
+    """The record of a point whose worker failed before it could return one."""
+    return {"point_id": task["point_id"], "status": "failed", "summary": None,
+            "error": error, "wall_s": None}
 
 
 def _read_files(folder: Path) -> dict[str, bytes]:
@@ -113,4 +118,5 @@ def read_point(folder: Path) -> dict[str, Any] | None:
         return None
 
 
-__all__ = ["execute_point", "make_task", "read_point", "run_config_from_dict", "write_gathered"]
+__all__ = ["execute_point", "failed_record", "make_task", "read_point", "run_config_from_dict",
+           "write_gathered"]
