@@ -55,7 +55,8 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
     check_kind_name(kind)
     gpu = None
     if kind == "simulate":
-        from kvbench.simulator.gpus import GPU_PRESETS, get_gpu
+        from kvbench.simulator.gpu_lookup import get_gpu
+        from kvbench.simulator.gpus import GPU_PRESETS
 
         gpu = options.gpu_spec or options.gpu
         if options.gpu_spec is not None and not options.gpu_spec.endswith(".toml"):
