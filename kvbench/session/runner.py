@@ -18,6 +18,7 @@ from kvbench.build.engine_build import BuiltEngine, build_engine, executor_facto
 from kvbench.core.clock import WallClock
 from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.core.request import Request
+from kvbench.engine.base_engine import BaseEngine
 from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
@@ -180,14 +181,12 @@ def run_one(
     }
     write_json(folder / "config.json", config_json)
     clock = engine.clock
-    if hasattr(clock, "reset"):
-        clock.reset()
+    clock.reset()
     # The trace runs on the engine's clock: simulated under `kvbench simulate`, as summary.json.
     recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.trace else None
     set_recorder(recorder)
     step_writer = StepWriter(folder / "steps.csv", run.steps_every)
-    if hasattr(engine, "step_sink"):  # rows stream to disk as the engine makes them
-        engine.step_sink = step_writer.write
+    engine.step_sink = step_writer.write  # rows stream to disk as the engine makes them
     status = "complete"
     with _gc_frozen(young_every=50_000 if built.backend == "simulated" else None):
         try:
@@ -199,8 +198,7 @@ def run_one(
             failure = f"{type(err).__name__}: {err}"
         finally:
             set_recorder(None)
-            if hasattr(engine, "step_sink"):
-                engine.step_sink = None
+            engine.step_sink = None
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,
@@ -253,7 +251,8 @@ def _device_name(built: BuiltEngine) -> str:
     return describe_device(built.device)
 
 
-def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress) -> None:
+def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
+            progress: Progress) -> None:
     """Open loop: requests arrive at their times; closed loop: at most C in flight."""
     pending: deque[Request] = deque(workload.requests)
     limit = workload.max_concurrency
@@ -295,9 +294,9 @@ def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress
     engine.drain()
 
 
-def _held_share(engine) -> float | None:
+def _held_share(engine: BaseEngine) -> float | None:
     """Share of the KV arena held after the engine's last step (None before any)."""
-    last = getattr(engine, "last_step", None) or (engine.steps[-1] if engine.steps else None)
+    last = engine.last_step
     if last is None or last.kv_free_bytes is None:
         return None
     arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
@@ -313,8 +312,6 @@ def _write_results(
 ) -> RunOutcome:
     engine = built.engine
     with trace_range("metrics"):
-        for record in engine.steps:  # an engine that kept its rows (hf-generate)
-            step_writer.write(record)
         step_totals = step_writer.close()
         added = [r for r in workload.requests if r.request_id in engine.sequences]
         requests_df = request_rows(added, engine.sequences)

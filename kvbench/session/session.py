@@ -299,7 +299,7 @@ def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
                                          gpu_memory_utilization=None)
             run = runs[i] = dataclasses.replace(run, engine=engine)
         built, workload = prepare(run, model_cache)
-        on_gpu = getattr(built, "device", None) is not None and built.device.type == "cuda"
+        on_gpu = built.device.type == "cuda"
         if not on_gpu or len(runs) == 1:
             prepared.append((built, workload))
             continue
