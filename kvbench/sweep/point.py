@@ -62,7 +62,7 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
                           prepared=prepared)
         prepared = None  # the engine goes before fp8 accuracy builds its own two
         add_accuracy_section(run, [outcome], requests, cache)
-        record["summary"] = outcome.summary
+        record["summary"] = outcome.summary.to_dict()
     except RunInterrupted:
         raise
     except (KvbenchInputError, KvbenchRunError) as err:
