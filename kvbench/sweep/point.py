@@ -3,8 +3,8 @@
 
 A task is a plain dict (it travels to Ray workers and spawned processes):
 `{"point_id", "folder", "run": RunConfig.to_dict(), "command"}`. `execute_point` returns a
-record: `{"point_id", "status", "summary", "error", "wall_s"}` (status `complete` or
-`failed`); a failure of the point (bad input, a failed run) is in the record, never raised,
+record: `{"point_id", "status", "summary" (the run's `Summary`), "error", "wall_s"}` (status
+`complete` or `failed`); a failure of the point (bad input, a failed run) is in the record, never raised,
 so one bad point does not stop a sweep. Ctrl-C is raised (`RunInterrupted`).
 
 `gather=True` (Ray) runs into a scratch folder on the worker and returns the folder's files
@@ -24,6 +24,7 @@ from typing import Any
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder, atomic_write_bytes
+from kvbench.results.summary import Summary
 from kvbench.session.run_config import RunConfig
 from kvbench.session.runner import prepare, run_one
 from kvbench.session.session import add_accuracy_section
@@ -62,7 +63,7 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
                           prepared=prepared)
         prepared = None  # the engine goes before fp8 accuracy builds its own two
         add_accuracy_section(run, [outcome], requests, cache)
-        record["summary"] = outcome.summary.to_dict()
+        record["summary"] = outcome.summary
     except RunInterrupted:
         raise
     except (KvbenchInputError, KvbenchRunError) as err:
@@ -106,15 +107,13 @@ def write_gathered(folder: Path, files: dict[str, bytes]) -> None:
         atomic_write_bytes(folder / INCOMPLETE_MARKER, marker)
 
 
-def read_point(folder: Path) -> dict[str, Any] | None:
+def read_point(folder: Path) -> Summary | None:
     """The summary of a complete point folder (None when it is not complete)."""
-    import json
-
     if not ResultsFolder.is_complete(folder):
         return None
     try:
-        return json.loads((Path(folder) / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return Summary.from_json(Path(folder) / "summary.json")
+    except KvbenchInputError:
         return None
 
 
