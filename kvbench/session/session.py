@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.report.runs import RunData, collect_runs
+from kvbench.results.metrics import nan_to_none
 from kvbench.session.run_config import RunConfig
 from kvbench.session.run_options import RunOptions, check_kind_name
 
@@ -481,7 +482,6 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
     import torch
 
     from kvbench.results.files import ResultsFolder
-    from kvbench.results.metrics import nan_to_none
     from kvbench.session.fp8_accuracy import measure_fp8_accuracy
 
     folders = [ResultsFolder(o.folder) for o in outcomes]
