@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from kvbench.models.presets import get_preset
-from kvbench.simulator.gpus import get_gpu
+from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.step_time import (
     Hardware,
     StepTimeConstants,

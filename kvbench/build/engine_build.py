@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbench.config import EngineConfig
+from kvbench.core.clock import RunClock
 from kvbench.core.executor import DeviceKind, Executor
+from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.engine import Engine
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class BuiltEngine:
-    engine: Any  # `Engine`, or `HFGenerateEngine` for the transformers baseline
+    engine: BaseEngine  # `Engine`, or `HFGenerateEngine` for the transformers baseline
     model_config: ModelConfig
     device: torch.device | DeviceKind  # `DeviceKind` where nothing runs (the simulator)
     kv_budget_bytes: int | None  # None: no budget is enforced (transformers' own cache)
@@ -95,7 +97,7 @@ class BuildContext:
     """What the caller lends a build: the run's clock (None: the factory's own) and a cache of
     loaded models shared between the engines of a session."""
 
-    clock: Callable[[], float] | None = None
+    clock: RunClock | None = None
     model_cache: dict | None = None
 
 
@@ -151,7 +153,7 @@ class ExecutorFactory(ABC):
     def executor(
         self, config: EngineConfig, model: Any, model_config: ModelConfig,
         device: torch.device | DeviceKind, num_slots: int, kv_dtype: torch.dtype | str,
-        clock: Callable[[], float] | None,
+        clock: RunClock | None,
     ) -> Executor:
         """The executor over an arena of `num_slots` KV slots."""
 
@@ -159,7 +161,7 @@ class ExecutorFactory(ABC):
     def backend(self, config: EngineConfig, device: torch.device | DeviceKind) -> str:
         """The attention backend's name, as results record it."""
 
-    def clock(self, context: BuildContext) -> Callable[[], float] | None:
+    def clock(self, context: BuildContext) -> RunClock | None:
         return context.clock
 
     def temperature(self, config: EngineConfig) -> float:
@@ -178,7 +180,7 @@ def build_engine(
     config: EngineConfig,
     executor: ExecutorFactory | None = None,
     *,
-    clock: Callable[[], float] | None = None,
+    clock: RunClock | None = None,
     model_cache: dict | None = None,
 ) -> BuiltEngine:
     """The engine of `config` whose model side comes from `executor` (default: the model)."""

@@ -28,7 +28,8 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
 from kvbench.models.memory_check import activation_bytes_estimate
 from kvbench.models.resolve_config import resolve_model_config
-from kvbench.simulator.gpus import GPUSpec, get_gpu
+from kvbench.simulator.gpu_lookup import get_gpu
+from kvbench.simulator.gpus import GPUSpec
 from kvbench.simulator.simulated_executor import (
     SIMULATED_DEVICE,
     SimulatedClock,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from kvbench.build.engine_build import BuildContext, BuiltEngine, build_engine, resolve_lengths
 from kvbench.build.model_executors import ModelExecutors
 from kvbench.config import EngineConfig
+from kvbench.core.clock import RunClock
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.transformers_engine import (
     HFGenerateEngine,
@@ -54,7 +53,7 @@ class TransformersEngines(ModelExecutors):
 
 def build_hf_engine(
     config: EngineConfig,
-    clock: Callable[[], float] | None = None,
+    clock: RunClock | None = None,
     model_cache: dict | None = None,
 ) -> BuiltEngine:
     """`build_engine(config, executor=TransformersEngines(), ...)`."""

@@ -98,7 +98,7 @@ def _apply_options(spec, given: dict[str, Any], axis_items: tuple[str, ...]) -> 
 def _build_spec(config: str | None, simulate: bool, given: dict[str, Any],
                 extra: dict[str, Any]):
     from kvbench.sweep.config import ReportSpec, SearchSpec, SweepSpec, load_sweep_config
-    from kvbench.sweep.driver import SWEEP_JSON, load_sweep_folder
+    from kvbench.sweep.sweep_folder import SWEEP_JSON, load_sweep_folder
 
     folder = None
     if config is not None and Path(config).is_dir():

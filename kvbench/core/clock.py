@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 import time
+from typing import Protocol
+
+
+class RunClock(Protocol):
+    """What an engine and the runner need of a clock: seconds on the run's clock, back to
+    zero when the measured run starts, and a wait for the next arrival."""
+
+    def __call__(self) -> float: ...
+
+    def reset(self) -> None: ...
+
+    def sleep_until(self, t_s: float) -> None: ...
 
 
 class WallClock:

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kvbench.core.clock import RunClock, WallClock
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.core.step_record import StepRecord
@@ -21,18 +22,25 @@ class BaseEngine(ABC):
     Subclasses set `policy` (which owns the queues: `running`, the sequences in flight, and
     `waiting`, those not admitted yet) and `strategy`
     (None when the engine has no kvbench cache strategy), add requests and run steps.
-    `clock()` returns seconds on the run's clock.
+    `clock()` returns seconds on the run's clock (wall time since the engine was built unless
+    given one). Each step's `StepRecord` goes through `_record`: into `steps`, or to
+    `step_sink` when a runner set one.
     """
 
     def __init__(
-        self, *, max_model_len: int, temperature: float, seed: int, clock: Callable[[], float]
+        self, *, max_model_len: int, temperature: float, seed: int, clock: RunClock | None
     ) -> None:
         self.max_model_len = max_model_len
         self.temperature = temperature
         self.seed = seed
-        self.clock = clock
+        self.clock: RunClock = clock if clock is not None else WallClock()
         self.sequences: dict[int, list[Sequence]] = {}
         self.steps: list[StepRecord] = []
+        self.num_steps = 0
+        self.last_step: StepRecord | None = None
+        # Set by a runner that streams rows to disk: each StepRecord goes there and `steps`
+        # stays empty, so a long run's memory does not grow with its steps.
+        self.step_sink: Callable[[StepRecord], None] | None = None
         self.prefill_tokens_computed = 0
         self._seq_ids = itertools.count()
         self._unfinished = 0
@@ -41,6 +49,19 @@ class BaseEngine(ABC):
         """Sample `sample_index` of `request`, holding its prompt so far."""
         return Sequence(next(self._seq_ids), request, sample_index,
                         list(request.prompt_token_ids))
+
+    def _record(self, record: StepRecord) -> None:
+        """Keep the row in `steps`, or hand it to `step_sink` (which keeps nothing here)."""
+        self.num_steps += 1
+        self.last_step = record
+        if self.step_sink is None:
+            self.steps.append(record)
+        else:
+            self.step_sink(record)
+
+    @abstractmethod
+    def check_request(self, request: Request) -> None:
+        """Raise `KvbenchInputError` for a request that could never run on this engine."""
 
     @abstractmethod
     def add_request(self, request: Request) -> None:
@@ -72,6 +93,8 @@ class BaseEngine(ABC):
             raise RuntimeError("reset_stats with requests still running")
         self.sequences.clear()
         self.steps.clear()
+        self.num_steps = 0
+        self.last_step = None
         self.prefill_tokens_computed = 0
 
     def run_to_completion(self) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kvbench.core.clock import RunClock
 from kvbench.core.request import Request
 from kvbench.core.sampling_params import SampleKey, SamplingParams
 from kvbench.core.sequence import Sequence, SequenceStatus
@@ -69,11 +69,11 @@ class Engine(BaseEngine):
         max_model_len: int,
         temperature: float = 0.0,
         seed: int = 0,
-        clock: Callable[[], float] | None = None,
+        clock: RunClock | None = None,
         memory_probe: Callable[[], dict] | None = None,
     ) -> None:
         super().__init__(max_model_len=max_model_len, temperature=temperature, seed=seed,
-                         clock=clock or time.perf_counter)
+                         clock=clock)
         self.strategy = strategy
         self.policy = policy
         self.executor = executor
@@ -81,11 +81,6 @@ class Engine(BaseEngine):
         self.memory_probe = memory_probe
         self._unrecorded_preemptions = 0
         self._traced = False  # whether this step records trace ranges (set at its start)
-        self.num_steps = 0
-        self.last_step: StepRecord | None = None
-        # Set by a runner that streams rows to disk: each StepRecord goes there and `steps`
-        # stays empty, so a long run's memory does not grow with its steps.
-        self.step_sink: Callable[[StepRecord], None] | None = None
 
     # Requests ---------------------------------------------------------------------------
 
@@ -176,15 +171,6 @@ class Engine(BaseEngine):
             trace_counter("batch", t_end, {"running": record.num_running,
                                            "waiting": record.num_waiting})
         return finished
-
-    def _record(self, record: StepRecord) -> None:
-        """Keep the row in `steps`, or hand it to `step_sink` (which keeps nothing here)."""
-        self.num_steps += 1
-        self.last_step = record
-        if self.step_sink is None:
-            self.steps.append(record)
-        else:
-            self.step_sink(record)
 
     def _build_batch(
         self, ordered: list[tuple[Sequence, int]], num_prefill: int
@@ -307,5 +293,3 @@ class Engine(BaseEngine):
     def reset_stats(self) -> None:
         super().reset_stats()
         self.strategy.reset_stats()
-        self.num_steps = 0
-        self.last_step = None

@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 import torch
 
-from kvbench.core.clock import WallClock
+from kvbench.core.clock import RunClock
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.core.step_record import StepRecord
@@ -143,10 +143,10 @@ class HFGenerateEngine(BaseEngine):
         max_model_len: int,
         temperature: float = 0.0,
         seed: int = 0,
-        clock: Callable[[], float] | None = None,
+        clock: RunClock | None = None,
     ) -> None:
         super().__init__(max_model_len=max_model_len, temperature=temperature, seed=seed,
-                         clock=clock or WallClock())
+                         clock=clock)
         self.model = model
         self.device = device
         self.max_num_seqs = max_num_seqs
@@ -253,8 +253,8 @@ class HFGenerateEngine(BaseEngine):
             end = spans[i + 1][0] if i + 1 < len(spans) else t_end
             step_ms = (end - begin) * 1e3
             prefill = i == 0
-            self.steps.append(StepRecord(
-                step=len(self.steps),
+            self._record(StepRecord(
+                step=self.num_steps,
                 t_s=begin,
                 step_ms=step_ms,
                 overhead_ms=max(0.0, step_ms - (f_end - f_start) * 1e3),

@@ -1,4 +1,5 @@
-"""Results folders read back for reports and comparisons.
+"""The runs a report shows: read back from results folders, or handed over by the session
+that has just run them (`collect_runs`).
 
 A folder given by the user is either one run (it holds `summary.json`) or a multi-strategy
 comparison (it holds `comparison.json` and one subfolder per strategy), which expands into
@@ -10,7 +11,6 @@ repeat, and pairs each later group's runs with the first group's runs of the sam
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -28,13 +28,14 @@ INCOMPLETE_MARKER = "INCOMPLETE"
 
 @dataclass
 class RunData:
+    """One run of a report: its folder's figures (`config` as `config.json` holds it)."""
+
     path: Path
     group: Path
     label: str
     summary: Summary
     config: dict[str, Any]
     requests: pd.DataFrame
-    steps: pd.DataFrame
     status: str = "complete"  # or what the INCOMPLETE marker says: running, failed, ...
     name: str = ""  # display name, unique within a report
     group_index: int = 0
@@ -50,6 +51,12 @@ class RunData:
     def use_token_times(self, times: TokenTimes) -> None:
         """Take the folder's `tokens.jsonl` as already read (the session that wrote it)."""
         self.__dict__["token_times"] = times  # fills the cached property below
+
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        """`steps.csv`, read when a chart first asks: a run streams its steps to the file and
+        keeps none (a long simulation's file is tens of MB); empty when there is none."""
+        return _read_csv(self.path / "steps.csv")
 
     @cached_property
     def token_times(self) -> TokenTimes | None:
@@ -137,8 +144,8 @@ def load_run(folder: Path, group: Path | None = None) -> RunData:
                 break
     return RunData(
         path=folder, group=group, label=label, summary=summary, config=config,
-        requests=_read_csv(folder / "requests.csv"), steps=_read_csv(folder / "steps.csv"),
-        status=_status(folder), repeat=_repeat_stats(folder),
+        requests=_read_csv(folder / "requests.csv"), status=_status(folder),
+        repeat=_repeat_stats(folder),
     )
 
 
@@ -173,25 +180,25 @@ def run_folders(folder: Path) -> list[Path]:
     )
 
 
-def load_runs(folders: list[Path] | list[str],
-              token_times: Mapping[Path, TokenTimes] | None = None) -> RunSet:
-    """The runs of `folders`; `token_times` gives some folders' `tokens.jsonl` already read
-    (by folder, as `read_token_arrays` returns it)."""
+def load_runs(folders: list[Path] | list[str]) -> RunSet:
+    """The runs of `folders`, each once."""
     if not folders:
         raise KvbenchInputError("no results folder given")
-    known = {Path(folder).resolve(): times for folder, times in (token_times or {}).items()}
     runs: list[RunData] = []
     seen: set[Path] = set()
     for given in folders:
         for folder in run_folders(Path(given)):
             key = folder.resolve()
-            if key in seen:
-                continue
-            seen.add(key)
-            run = load_run(folder)
-            if key in known:
-                run.use_token_times(known[key])
-            runs.append(run)
+            if key not in seen:
+                seen.add(key)
+                runs.append(load_run(folder))
+    return collect_runs(runs)
+
+
+def collect_runs(runs: list[RunData]) -> RunSet:
+    """The runs as one report's set: groups in order of first appearance; sets each run's
+    `group_index`, `group_tag` and display `name` (a run shown again in another report gets
+    that report's)."""
     groups: list[Path] = []
     for run in runs:
         if run.group.resolve() not in [g.resolve() for g in groups]:

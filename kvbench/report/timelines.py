@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from kvbench.errors import KvbenchInputError
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
+from kvbench.strategies import strategy_entry
 
 MAX_POINTS = 1500  # per run and line: keeps the page light on long runs
 MAX_MEMORY_PANELS = 8
@@ -134,9 +138,22 @@ def memory_timeline_figure(runset: RunSet) -> go.Figure | None:
     return fig
 
 
+def _caches_prefixes(strategy: str | None) -> bool:
+    """Whether the recorded strategy shares cached prompt blocks: its registry entry (a
+    variant's base) takes the `namespace` that keys the blocks' hashes."""
+    if strategy is None:
+        return False
+    try:
+        entry = strategy_entry(strategy)
+        options = strategy_entry(entry.base).options if entry.base else entry.options
+    except KvbenchInputError:  # a folder from a kvbench with a strategy this one lacks
+        return False
+    return "namespace" in {f.name for f in fields(options)}
+
+
 def _is_prefix_run(run: RunData) -> bool:
     rate = run.summary.scheduler.prefix_hit_rate
-    return run.summary.strategy == "prefix" or bool(rate)
+    return bool(rate) or _caches_prefixes(run.summary.strategy)
 
 
 def hit_rate_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:

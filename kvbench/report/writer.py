@@ -1,4 +1,5 @@
-"""HTML reports: `write_report(run_dirs, out_path)` (called after every `kvbench run`).
+"""HTML reports: `write_report(run_dirs, out_path)` over results folders (`kvbench report`),
+`write_runs_report(runset, out_path)` over runs already in memory (the session that ran them).
 
 A run folder is one strategy's results (`summary.json`, `requests.csv`, `steps.csv`) or a
 comparison folder (`comparison.json` and a subfolder per strategy), which expands into its
@@ -8,25 +9,24 @@ their differences. The page is self-contained: plotly.js is inlined once, nothin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 from kvbench.report.page import build_page
-from kvbench.report.runs import load_runs
+from kvbench.report.runs import RunSet, load_runs
 from kvbench.results.files import atomic_write_text
-from kvbench.results.token_times import TokenTimes
 
 
-def write_report(run_dirs: list[Path], out_path: Path,
-                 token_times: Mapping[Path, TokenTimes] | None = None) -> Path:
-    """Write one HTML report over `run_dirs` to `out_path`; returns the path written.
+def write_report(run_dirs: list[Path], out_path: Path) -> Path:
+    """Write one HTML report over the folders `run_dirs` to `out_path`; returns the path."""
+    return write_runs_report(load_runs([Path(d) for d in run_dirs]), out_path)
 
-    `token_times`: folders' `tokens.jsonl` already in memory, as `read_token_arrays` gives
-    them (the session that just wrote them); the others are read from their files."""
-    runset = load_runs([Path(d) for d in run_dirs], token_times)
+
+def write_runs_report(runset: RunSet, out_path: Path) -> Path:
+    """Write one HTML report over `runset` (`kvbench.report.runs.collect_runs`) to
+    `out_path`; returns the path written."""
     out_path = Path(out_path)
     atomic_write_text(out_path, build_page(runset))
     return out_path
 
 
-__all__ = ["write_report"]
+__all__ = ["write_report", "write_runs_report"]

@@ -18,6 +18,7 @@ from kvbench.build.engine_build import BuiltEngine, build_engine, executor_facto
 from kvbench.core.clock import WallClock
 from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.core.request import Request
+from kvbench.engine.base_engine import BaseEngine
 from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
@@ -26,6 +27,7 @@ from kvbench.results.metrics import (
     goodput,
     inter_token_latencies_ms,
     latency_stats,
+    nan_to_none,
     request_rows,
     throughput,
 )
@@ -52,26 +54,20 @@ DEFAULT_NUM_REQUESTS = 64
 
 @dataclass
 class RunOutcome:
+    """What a finished run holds of its results folder: everything but `steps.csv` (which
+    streams to disk) and, unless kept, the token times."""
+
     label: str
     folder: Path
-    # The JSON form, as written to summary.json; callers that add a section (fp8 accuracy)
-    # still edit it in place and rewrite the file.
-    summary: dict[str, Any]
-    requests: pd.DataFrame
+    # As written to summary.json; a caller that adds a section (fp8 accuracy) sets it here
+    # and rewrites the file.
+    summary: Summary
+    config: dict[str, Any]  # as written to config.json
+    requests: pd.DataFrame  # as written to requests.csv
     # What the folder's tokens.jsonl reads back as, when the caller asked to keep it
     # (`run_one(keep_token_times=True)`): the session's report then does not parse it again.
     token_times: TokenTimes | None = dataclasses.field(default=None, repr=False,
                                                         compare=False)
-
-    @property
-    def steps(self) -> pd.DataFrame:
-        """`steps.csv`, read when asked for: nothing in kvbench needs the rows after a run, and
-        a long simulation's file is tens of MB (issue 15)."""
-        return pd.read_csv(self.folder / "steps.csv")
-
-    @property
-    def typed_summary(self) -> Summary:
-        return Summary.from_dict(self.summary)
 
 
 def strategy_label(run: RunConfig) -> str:
@@ -150,7 +146,6 @@ def run_one(
     show_progress: bool = True,
     command: str = "",
     prepared: tuple[BuiltEngine, WorkloadResult] | None = None,
-    extra_summary: dict[str, Any] | None = None,
     keep_token_times: bool = False,
 ) -> RunOutcome:
     built, workload = prepared or prepare(run)
@@ -180,16 +175,15 @@ def run_one(
         "threads": thread_settings(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    config_json = nan_to_none(config_json)  # what the file holds: the outcome keeps it
     write_json(folder / "config.json", config_json)
     clock = engine.clock
-    if hasattr(clock, "reset"):
-        clock.reset()
+    clock.reset()
     # The trace runs on the engine's clock: simulated under `kvbench simulate`, as summary.json.
     recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.trace else None
     set_recorder(recorder)
     step_writer = StepWriter(folder / "steps.csv", run.steps_every)
-    if hasattr(engine, "step_sink"):  # rows stream to disk as the engine makes them
-        engine.step_sink = step_writer.write
+    engine.step_sink = step_writer.write  # rows stream to disk as the engine makes them
     status = "complete"
     with _gc_frozen(young_every=50_000 if built.backend == "simulated" else None):
         try:
@@ -201,12 +195,11 @@ def run_one(
             failure = f"{type(err).__name__}: {err}"
         finally:
             set_recorder(None)
-            if hasattr(engine, "step_sink"):
-                engine.step_sink = None
+            engine.step_sink = None
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,
-                extra_summary, step_writer, keep_token_times,
+                config_json, step_writer, keep_token_times,
             )
         except BaseException as err:  # the marker must say why the files are not whole
             stopped = isinstance(err, KeyboardInterrupt)
@@ -255,7 +248,8 @@ def _device_name(built: BuiltEngine) -> str:
     return describe_device(built.device)
 
 
-def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress) -> None:
+def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
+            progress: Progress) -> None:
     """Open loop: requests arrive at their times; closed loop: at most C in flight."""
     pending: deque[Request] = deque(workload.requests)
     limit = workload.max_concurrency
@@ -297,9 +291,9 @@ def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress
     engine.drain()
 
 
-def _held_share(engine) -> float | None:
+def _held_share(engine: BaseEngine) -> float | None:
     """Share of the KV arena held after the engine's last step (None before any)."""
-    last = getattr(engine, "last_step", None) or (engine.steps[-1] if engine.steps else None)
+    last = engine.last_step
     if last is None or last.kv_free_bytes is None:
         return None
     arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
@@ -310,20 +304,15 @@ def _held_share(engine) -> float | None:
 def _write_results(
     built: BuiltEngine, workload: WorkloadResult, run: RunConfig, folder: Path, label: str,
     status: str, warmup_done: int, recorder: TraceRecorder | None,
-    extra_summary: dict[str, Any] | None, step_writer: StepWriter,
-    keep_token_times: bool = False,
+    config_json: dict[str, Any], step_writer: StepWriter, keep_token_times: bool = False,
 ) -> RunOutcome:
     engine = built.engine
     with trace_range("metrics"):
-        for record in engine.steps:  # an engine that kept its rows (hf-generate)
-            step_writer.write(record)
         step_totals = step_writer.close()
         added = [r for r in workload.requests if r.request_id in engine.sequences]
         requests_df = request_rows(added, engine.sequences)
         summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
                             step_totals, engine)
-    if extra_summary:
-        summary = Summary.from_dict({**summary.to_dict(), **extra_summary})
     write_csv(folder / "requests.csv", requests_df)
     lines, token_times = token_times_file(added, engine.sequences)
     atomic_write_text(folder / TOKENS_FILE, "".join(f"{line}\n" for line in lines))
@@ -334,7 +323,7 @@ def _write_results(
     summary.write(folder / "summary.json")
     # (an unfinished run writes no report: nothing to keep)
     kept = token_times if keep_token_times and status == "complete" else None
-    return RunOutcome(label, folder, summary.to_dict(), requests_df, kept)
+    return RunOutcome(label, folder, summary, config_json, requests_df, kept)
 
 
 def summarize(built, workload, run, label, status, warmup_done, requests_df,

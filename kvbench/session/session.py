@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
+from kvbench.report.runs import RunData, collect_runs
+from kvbench.results.metrics import nan_to_none
 from kvbench.scheduling import POLICIES, QUEUE_ORDERS
 from kvbench.session.run_config import RunConfig
 from kvbench.session.run_options import RunOptions, check_kind_name
@@ -56,7 +58,8 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
     check_kind_name(kind)
     gpu = None
     if kind == "simulate":
-        from kvbench.simulator.gpus import GPU_PRESETS, get_gpu
+        from kvbench.simulator.gpu_lookup import get_gpu
+        from kvbench.simulator.gpus import GPU_PRESETS
 
         gpu = options.gpu_spec or options.gpu
         if options.gpu_spec is not None and not options.gpu_spec.endswith(".toml"):
@@ -257,7 +260,8 @@ class SessionResult:
 
     @property
     def summaries(self) -> list[dict[str, Any]]:
-        return [o.summary for o in self.outcomes]
+        """The outcomes' summaries in their JSON form (as `summary.json` holds them)."""
+        return [o.summary.to_dict() for o in self.outcomes]
 
 
 def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
@@ -303,7 +307,7 @@ def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
                                          gpu_memory_utilization=None)
             run = runs[i] = dataclasses.replace(run, engine=engine)
         built, workload = prepare(run, model_cache)
-        on_gpu = getattr(built, "device", None) is not None and built.device.type == "cuda"
+        on_gpu = built.device.type == "cuda"
         if not on_gpu or len(runs) == 1:
             prepared.append((built, workload))
             continue
@@ -452,7 +456,7 @@ def _run_session(
             repeats.append(stats)
     if not single:
         write_comparison(root, outcomes)
-    write_reports(root, outcomes, per_strategy=plan.per_strategy_reports)
+    write_reports(root, outcomes, per_strategy=plan.per_strategy_reports, repeats=repeats)
     measured = any(run.engine_kind != "simulated" for run in plan.runs)
     return SessionResult(root, outcomes, repeats, measured)
 
@@ -482,7 +486,7 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
 
     import torch
 
-    from kvbench.results.files import ResultsFolder, write_json
+    from kvbench.results.files import ResultsFolder
     from kvbench.session.fp8_accuracy import measure_fp8_accuracy
 
     folders = [ResultsFolder(o.folder) for o in outcomes]
@@ -493,7 +497,7 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         accuracy = measure_fp8_accuracy(
-            run.engine, requests, kv_memory=outcomes[0].summary["memory"]["kv_budget_bytes"],
+            run.engine, requests, kv_memory=outcomes[0].summary.memory.kv_budget_bytes,
             model_cache=model_cache,
         )
     except KeyboardInterrupt:
@@ -505,8 +509,8 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
             folder.mark("failed", f"fp8 accuracy: {type(err).__name__}: {err}")
         raise
     for outcome, folder in zip(outcomes, folders, strict=True):
-        outcome.summary["accuracy"] = accuracy
-        write_json(outcome.folder / "summary.json", outcome.summary)
+        outcome.summary.accuracy = nan_to_none(accuracy)  # as the file holds it
+        outcome.summary.write(outcome.folder / "summary.json")
         folder.complete()
 
 
@@ -520,40 +524,56 @@ def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
     write_json(root / "comparison.json", {
         "runs": [{"label": o.label, "folder": o.folder.relative_to(root).as_posix()}
                  for o in outcomes],
-        "summaries": [o.summary for o in outcomes],
+        "summaries": [o.summary.to_dict() for o in outcomes],
     })
     rows = []
     for o in outcomes:
         s = o.summary
         rows.append({
-            "label": o.label, "output_tok_s": s["throughput"].get("output_tok_s"),
-            "ttft_p50_ms": s["latency_ms"]["ttft"]["p50"],
-            "ttft_p99_ms": s["latency_ms"]["ttft"]["p99"],
-            "tpot_p50_ms": s["latency_ms"]["tpot"]["p50"],
-            "tpot_p99_ms": s["latency_ms"]["tpot"]["p99"],
-            "utilization_mean": s["memory"]["utilization_mean"],
-            "preemptions": s["scheduler"]["preemptions"],
-            "prefix_hit_rate": s["scheduler"]["prefix_hit_rate"],
+            "label": o.label, "output_tok_s": s.throughput.output_tok_s,
+            "ttft_p50_ms": s.latency_ms.ttft.p50,
+            "ttft_p99_ms": s.latency_ms.ttft.p99,
+            "tpot_p50_ms": s.latency_ms.tpot.p50,
+            "tpot_p99_ms": s.latency_ms.tpot.p99,
+            "utilization_mean": s.memory.utilization_mean,
+            "preemptions": s.scheduler.preemptions,
+            "prefix_hit_rate": s.scheduler.prefix_hit_rate,
         })
     write_csv(root / "comparison.csv", pd.DataFrame(rows))
 
 
-def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = False) -> None:
+def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = False,
+                  repeats: list[dict[str, Any]] | None = None) -> None:
     """One `report.html` per results folder: the run's own for one strategy; for several, one
     comparing them in `root`, and each strategy's own only when `per_strategy` (each report
-    inlines plotly.js, ~5 MB, so a 3-strategy folder would otherwise hold four copies)."""
-    from kvbench.report.writer import write_report
+    inlines plotly.js, ~5 MB, so a 3-strategy folder would otherwise hold four copies).
 
-    known = {o.folder: o.token_times for o in outcomes if o.token_times is not None}
-    if len(outcomes) == 1:
-        write_report([outcomes[0].folder], outcomes[0].folder / "report.html", known)
+    The reports show what the outcomes hold, as `kvbench report` would read it back from
+    their folders; `repeats`: each outcome's `repeat.json` when the session ran `--repeat`."""
+    from kvbench.report.writer import write_runs_report  # plotly: only once results exist
+
+    runs = [_report_run(o, o.folder if len(outcomes) == 1 else root,
+                        repeats[i]["figures"] if repeats else None)
+            for i, o in enumerate(outcomes)]
+    if len(runs) == 1:
+        write_runs_report(collect_runs(runs), outcomes[0].folder / "report.html")
     else:
-        write_report([o.folder for o in outcomes], root / "report.html", known)
+        write_runs_report(collect_runs(runs), root / "report.html")
         if per_strategy:
-            for o in outcomes:
-                write_report([o.folder], o.folder / "report.html", known)
+            for run in runs:
+                write_runs_report(collect_runs([run]), run.path / "report.html")
     for o in outcomes:
         o.token_times = None  # tens of MB each for a long run: not needed after the report
+
+
+def _report_run(outcome: RunOutcome, group: Path, repeat: dict[str, Any] | None) -> RunData:
+    """The report's `RunData` of a finished run (its folder is complete: no marker)."""
+    run = RunData(path=outcome.folder, group=group, label=outcome.label,
+                  summary=outcome.summary, config=outcome.config, requests=outcome.requests,
+                  repeat=repeat)
+    if outcome.token_times is not None:
+        run.use_token_times(outcome.token_times)
+    return run
 
 
 __all__ = [

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.simulator.gpus import INTERCONNECTS, GPUSpec
+from kvbench.simulator.gpus import GPU_PRESETS, INTERCONNECTS, GPUSpec
 from kvbench.simulator.step_time import Interconnect, StepTimeConstants
 from kvbench.units import parse_size_bytes
 
@@ -104,8 +104,6 @@ def gpu_spec_from_dict(data: dict[str, Any], where: str, default_name: str = "cu
     if not isinstance(eff, dict):
         raise KvbenchInputError(f"{where}: [efficiency] must be a table")
     _unknown(set(eff), CONSTANT_KEYS, "[efficiency]", where)
-    from kvbench.simulator.gpus import GPU_PRESETS
-
     base_constants = GPU_PRESETS["a100-80gb"].constants.to_dict()
     for key, value in eff.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -29,7 +29,8 @@ have no public profile here: they take the A100 constants and are marked `calibr
 Link bandwidths are the ring all-reduce bus bandwidths fitted on Vidur's NCCL profiles inside a
 DGX node (NVLink), and for PCIe ~80% of the link's one-direction rate (unmeasured).
 
-A user can give a calibrated GPU of their own as TOML: see `kvbench.simulator.gpu_spec_file`.
+A user can give a calibrated GPU of their own as TOML: see `kvbench.simulator.gpu_spec_file`;
+`kvbench.simulator.gpu_lookup.get_gpu` finds a GPU by either name.
 """
 
 from __future__ import annotations
@@ -158,21 +159,4 @@ GPU_PRESETS: dict[str, GPUSpec] = {
 }
 
 
-def get_gpu(name: str | GPUSpec) -> GPUSpec:
-    """A preset by name, or a `.toml` GPU file (a `GPUSpec` passes through)."""
-    if isinstance(name, GPUSpec):
-        return name
-    if isinstance(name, str) and name.endswith(".toml"):
-        from kvbench.simulator.gpu_spec_file import load_gpu_spec
-
-        return load_gpu_spec(name)
-    try:
-        return GPU_PRESETS[name]
-    except KeyError:
-        raise KvbenchInputError(
-            f"unknown --gpu {name!r} (choose from {', '.join(GPU_PRESETS)}, "
-            "or give --gpu-spec FILE.toml)"
-        ) from None
-
-
-__all__ = ["GPUSpec", "GPU_PRESETS", "INTERCONNECTS", "get_gpu"]
+__all__ = ["GPUSpec", "GPU_PRESETS", "INTERCONNECTS"]

@@ -613,7 +613,7 @@ def estimate_steps(
     kv_cache_dtype: str = "auto",
 ) -> dict[str, Any]:
     """Modelled time of each step on `gpu` x `tensor_parallel_size`, with its parts (ms)."""
-    from kvbench.simulator.gpus import get_gpu
+    from kvbench.simulator.gpu_lookup import get_gpu
     from kvbench.simulator.step_time import StepTimeModel
 
     spec = get_gpu(gpu)

@@ -4,7 +4,8 @@
 - `grid`: the points (a `RunConfig` and a stable id each); `point`: running one point;
 - `executor`, `local`, `ray_executor`: where points run;
 - `capacity`: bisection for the SLO capacity; `slo`: SLO targets on percentiles;
-- `table`: `points.csv`; `report`: `report.html`; `driver`: `run_sweep`, which ties them up.
+- `table`: `points.csv`; `report`: `report.html`; `sweep_folder`: the folder's files, read back;
+- `driver`: `run_sweep`, which ties them up.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any
 _EXPORTS = {
     "ExecutorSpec": "config", "ReportSpec": "config", "SearchSpec": "config",
     "SweepSpec": "config", "load_sweep_config": "config",
-    "SweepInterrupted": "driver", "SweepResult": "driver", "load_sweep_folder": "driver",
-    "run_sweep": "driver",
+    "SweepInterrupted": "driver", "SweepResult": "driver", "run_sweep": "driver",
+    "load_sweep_folder": "sweep_folder",
     "metric_column": "table", "timing_free": "table",
 }
 

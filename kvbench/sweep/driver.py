@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+import kvbench.report.writer
 from kvbench.errors import KvbenchInputError, RunInterrupted
 from kvbench.results.files import check_output_folder, claim_folder, write_csv, write_json
 from kvbench.session.runner import strategy_label
@@ -33,14 +34,17 @@ from kvbench.sweep.executor import Executor, make_executor
 from kvbench.sweep.grid import Point, expand_grid, group_values, make_point, run_key
 from kvbench.sweep.options import display_name, value_text
 from kvbench.sweep.point import make_task, read_point
+from kvbench.sweep.report import write_sweep_report
 from kvbench.sweep.slo import format_slo, meets_slo, slo_violations
+from kvbench.sweep.sweep_folder import (
+    CAPACITY_CSV,
+    CAPACITY_JSON,
+    POINTS_CSV,
+    REPORT_HTML,
+    SWEEP_JSON,
+    load_sweep_folder,
+)
 from kvbench.sweep.table import points_frame, summary_row
-
-SWEEP_JSON = "sweep.json"
-POINTS_CSV = "points.csv"
-CAPACITY_CSV = "capacity.csv"
-CAPACITY_JSON = "capacity.json"
-REPORT_HTML = "report.html"
 
 
 class SweepInterrupted(RunInterrupted):
@@ -91,17 +95,6 @@ def resolve_folder(spec: SweepSpec, resume: bool) -> Path:
         folder = root / f"{default_name(spec)}-{k}"
         k += 1
     return folder
-
-
-def load_sweep_folder(folder: Path) -> tuple[SweepSpec, dict[str, Any]]:
-    path = Path(folder) / SWEEP_JSON
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise KvbenchInputError(f"cannot read {path}: {err}") from None
-    spec = SweepSpec.from_dict(data["spec"]).normalize()
-    spec.out, spec.name = str(Path(folder).parent), Path(folder).name
-    return spec, data
 
 
 class _Sweep:
@@ -413,8 +406,6 @@ def run_sweep(
                                             "search": spec.to_dict()["search"],
                                             "groups": capacity_rows})
     if write_report:
-        from kvbench.sweep.report import write_sweep_report
-
         result.report = write_sweep_report(folder, spec, result.points, result.capacity,
                                            commands[-1] if commands else "")
     if point_reports:
@@ -457,21 +448,16 @@ def _old_wall_times(folder: Path) -> dict[str, float]:
 
 
 def _point_reports(folder: Path, point_ids: list[str]) -> None:
-    try:
-        from kvbench.report.writer import write_report
-    except ImportError:
-        return
     for point_id in point_ids:
         path = folder / point_id
         if read_point(path) is not None:
-            write_report([path], path / REPORT_HTML)
+            kvbench.report.writer.write_report([path], path / REPORT_HTML)
 
 
 __all__ = [
     "SweepInterrupted",
     "SweepResult",
     "default_name",
-    "load_sweep_folder",
     "resolve_folder",
     "run_sweep",
 ]

@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from kvbench.errors import KvbenchInputError
+from kvbench.sweep.local import LocalExecutor, default_jobs
+from kvbench.sweep.ray_executor import RayExecutor
 
 
 class Executor(Protocol):
@@ -33,25 +35,16 @@ def make_executor(kind: str, *, address: str | None = None, jobs: int | None = N
                   sweep_kind: str = "run", device: str = "auto") -> Executor:
     """`local` (sequential, or `jobs` processes; one per GPU when several are visible) or `ray`."""
     if kind == "local":
-        from kvbench.sweep.local import LocalExecutor, default_jobs
-
         if jobs is None:
             jobs, gpus = default_jobs(sweep_kind, device)
         else:
             gpus = None
         return LocalExecutor(jobs, gpus=gpus)
     if kind == "ray":
-        from kvbench.sweep.ray_executor import RayExecutor
-
         if jobs is not None:
             raise KvbenchInputError("--jobs is for the local executor; Ray schedules by resources")
         return RayExecutor(address=address)
     raise KvbenchInputError(f"unknown --executor {kind!r} (choose local or ray)")
 
 
-def failed_record(task: dict[str, Any], error: str) -> dict[str, Any]:
-    return {"point_id": task["point_id"], "status": "failed", "summary": None,
-            "error": error, "wall_s": None}
-
-
-__all__ = ["Executor", "failed_record", "make_executor"]
+__all__ = ["Executor", "make_executor"]

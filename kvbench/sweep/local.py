@@ -13,8 +13,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-from kvbench.sweep.executor import failed_record
-from kvbench.sweep.point import execute_point
+from kvbench.sweep.point import execute_point, failed_record
 
 
 def default_jobs(sweep_kind: str, device: str) -> tuple[int, list[str] | None]:
@@ -22,7 +21,7 @@ def default_jobs(sweep_kind: str, device: str) -> tuple[int, list[str] | None]:
     if sweep_kind != "run" or device == "cpu" or device.startswith("cuda:"):
         return 1, None
     try:
-        import torch
+        import torch  # heavy: only a real-model sweep counts GPUs
 
         count = torch.cuda.device_count()
     except Exception:  # noqa: BLE001 - no usable CUDA: run here

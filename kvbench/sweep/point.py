@@ -3,8 +3,8 @@
 
 A task is a plain dict (it travels to Ray workers and spawned processes):
 `{"point_id", "folder", "run": RunConfig.to_dict(), "command"}`. `execute_point` returns a
-record: `{"point_id", "status", "summary", "error", "wall_s"}` (status `complete` or
-`failed`); a failure of the point (bad input, a failed run) is in the record, never raised,
+record: `{"point_id", "status", "summary" (the run's `Summary`), "error", "wall_s"}` (status
+`complete` or `failed`); a failure of the point (bad input, a failed run) is in the record, never raised,
 so one bad point does not stop a sweep. Ctrl-C is raised (`RunInterrupted`).
 
 `gather=True` (Ray) runs into a scratch folder on the worker and returns the folder's files
@@ -24,7 +24,10 @@ from typing import Any
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder, atomic_write_bytes
+from kvbench.results.summary import Summary
 from kvbench.session.run_config import RunConfig
+from kvbench.session.runner import prepare, run_one
+from kvbench.session.session import add_accuracy_section
 
 _MODEL_CACHE: dict = {}  # per process: points of one model share its weights
 
@@ -44,9 +47,6 @@ def make_task(point_id: str, folder: Path, run: RunConfig, command: str) -> dict
 
 def execute_point(task: dict[str, Any], *, gather: bool = False,
                   model_cache: dict | None = None) -> dict[str, Any]:
-    from kvbench.session.runner import prepare, run_one
-    from kvbench.session.session import add_accuracy_section
-
     folder = Path(task["folder"])
     target = Path(tempfile.mkdtemp(prefix="kvbench-point-")) / "run" if gather else folder
     if not gather and folder.exists():
@@ -77,6 +77,12 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
     return record
 
 
+def failed_record(task: dict[str, Any], error: str) -> dict[str, Any]:
+    """The record of a point whose worker failed before it could return one."""
+    return {"point_id": task["point_id"], "status": "failed", "summary": None,
+            "error": error, "wall_s": None}
+
+
 def _read_files(folder: Path) -> dict[str, bytes]:
     if not folder.is_dir():
         return {}
@@ -101,16 +107,15 @@ def write_gathered(folder: Path, files: dict[str, bytes]) -> None:
         atomic_write_bytes(folder / INCOMPLETE_MARKER, marker)
 
 
-def read_point(folder: Path) -> dict[str, Any] | None:
+def read_point(folder: Path) -> Summary | None:
     """The summary of a complete point folder (None when it is not complete)."""
-    import json
-
     if not ResultsFolder.is_complete(folder):
         return None
     try:
-        return json.loads((Path(folder) / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return Summary.from_json(Path(folder) / "summary.json")
+    except KvbenchInputError:
         return None
 
 
-__all__ = ["execute_point", "make_task", "read_point", "run_config_from_dict", "write_gathered"]
+__all__ = ["execute_point", "failed_record", "make_task", "read_point", "run_config_from_dict",
+           "write_gathered"]

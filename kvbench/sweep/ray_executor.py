@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.sweep.executor import failed_record
-from kvbench.sweep.point import execute_point, write_gathered
+from kvbench.sweep.point import execute_point, failed_record, write_gathered
 
 
 def _ray_point(task: dict[str, Any]) -> dict[str, Any]:
@@ -28,7 +27,7 @@ def _ray_point(task: dict[str, Any]) -> dict[str, Any]:
 
 def _import_ray():
     try:
-        import ray
+        import ray  # heavy and optional (kvbench[ray]): imported only for --executor ray
     except ImportError:
         raise KvbenchInputError(
             "--executor ray needs Ray: pip install 'kvbench[ray]' (or pip install ray)"

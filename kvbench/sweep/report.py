@@ -26,6 +26,7 @@ from kvbench.results.files import atomic_write_text
 from kvbench.sweep.config import SweepSpec
 from kvbench.sweep.options import display_name, value_text
 from kvbench.sweep.slo import format_slo
+from kvbench.sweep.sweep_folder import CAPACITY_CSV, POINTS_CSV, load_sweep_folder
 from kvbench.sweep.table import STRATEGY_AXES, higher_is_better, metric_column, metric_title
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -352,8 +353,6 @@ def write_sweep_report(folder: Path, spec: SweepSpec, points: pd.DataFrame,
 
 def read_and_write(folder: Path) -> Path:
     """Rebuild `report.html` from a sweep folder's files (`sweep.json`, `points.csv`, ...)."""
-    from kvbench.sweep.driver import CAPACITY_CSV, POINTS_CSV, load_sweep_folder
-
     spec, data = load_sweep_folder(folder)
     points = pd.read_csv(Path(folder) / POINTS_CSV)
     capacity_path = Path(folder) / CAPACITY_CSV

@@ -6,8 +6,8 @@ import pytest
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.presets import get_preset
+from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpu_spec_file import load_gpu_spec
-from kvbench.simulator.gpus import get_gpu
 from kvbench.simulator.step_time import StepTimeModel
 
 GOOD = """

@@ -22,7 +22,8 @@ from kvbench.core.step_batch import StepBatch
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.presets import get_preset
-from kvbench.simulator.gpus import GPU_PRESETS, GPUSpec, get_gpu
+from kvbench.simulator.gpu_lookup import get_gpu
+from kvbench.simulator.gpus import GPU_PRESETS, GPUSpec
 from kvbench.simulator.simulated_executor import SimulatedClock, SimulatedExecutor
 from kvbench.simulator.step_time import StepTimeConstants, StepTimeModel
 from kvbench.sizing.capacity import group_kv_capacity

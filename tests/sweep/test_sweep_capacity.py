@@ -32,7 +32,7 @@ import math
 import pytest
 
 from kvbench.models.presets import get_preset
-from kvbench.simulator.gpus import get_gpu
+from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.step_time import StepTimeModel
 from kvbench.sweep import SearchSpec, SweepSpec, run_sweep
 from kvbench.sweep.capacity import ABOVE, BELOW, Bisection

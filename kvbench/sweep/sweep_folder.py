@@ -1,0 +1,40 @@
+"""A sweep folder's own files (beside one results folder per point) and reading its grid back.
+
+```
+<sweep>/sweep.json              the grid, the command(s), the point ids
+<sweep>/points.csv              one row per point
+<sweep>/capacity.csv, .json     the SLO capacity per group (with --search)
+<sweep>/report.html             the sweep's report
+```
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kvbench.errors import KvbenchInputError
+from kvbench.sweep.config import SweepSpec
+
+SWEEP_JSON = "sweep.json"
+POINTS_CSV = "points.csv"
+CAPACITY_CSV = "capacity.csv"
+CAPACITY_JSON = "capacity.json"
+REPORT_HTML = "report.html"
+
+
+def load_sweep_folder(folder: Path) -> tuple[SweepSpec, dict[str, Any]]:
+    """The sweep's spec (its out and name: the folder's) and the whole `sweep.json`."""
+    path = Path(folder) / SWEEP_JSON
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise KvbenchInputError(f"cannot read {path}: {err}") from None
+    spec = SweepSpec.from_dict(data["spec"]).normalize()
+    spec.out, spec.name = str(Path(folder).parent), Path(folder).name
+    return spec, data
+
+
+__all__ = ["CAPACITY_CSV", "CAPACITY_JSON", "POINTS_CSV", "REPORT_HTML", "SWEEP_JSON",
+           "load_sweep_folder"]
