@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 from kvbench.errors import KvbenchInputError
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
-from kvbench.strategies import strategy_entry
+from kvbench.strategies import STRATEGIES
 
 MAX_POINTS = 1500  # per run and line: keeps the page light on long runs
 MAX_MEMORY_PANELS = 8
@@ -144,8 +144,8 @@ def _caches_prefixes(strategy: str | None) -> bool:
     if strategy is None:
         return False
     try:
-        entry = strategy_entry(strategy)
-        options = strategy_entry(entry.base).options if entry.base else entry.options
+        entry = STRATEGIES.get(strategy)
+        options = STRATEGIES.get(entry.base).options if entry.base else entry.options
     except KvbenchInputError:  # a folder from a kvbench with a strategy this one lacks
         return False
     return "namespace" in {f.name for f in fields(options)}
