@@ -205,7 +205,7 @@ def _model(gpu: str | None = None) -> ExecutorFactory:
 def _simulated(gpu: str | None = None) -> ExecutorFactory:
     from kvbench.build.simulated_executors import SimulatedExecutors
 
-    return SimulatedExecutors(gpu or "a100-80gb")
+    return SimulatedExecutors(gpu) if gpu else SimulatedExecutors()
 
 
 def _transformers(gpu: str | None = None) -> ExecutorFactory:

@@ -9,7 +9,7 @@ The KV budget, as vLLM's `--gpu-memory-utilization` on a real GPU (docs/design.m
     budget = floor(GPU memory x utilization) - weights - activations     (utilization 0.9)
 
 or `--kv-memory` when given. Weights are parameters x bytes of `--dtype`; simulate's CLI
-default is `SIMULATE_DEFAULT_DTYPE` (bfloat16: `EngineConfig`'s float32 default is a CPU
+default is bfloat16 (`RunOptions`' `dtype`: `EngineConfig`'s float32 default is a CPU
 default; float32 is simulated as TF32). The activation peak cannot be profiled without a GPU,
 so it is estimated by `activation_bytes_estimate`.
 
@@ -38,7 +38,6 @@ from kvbench.simulator.step_time import StepTimeModel
 from kvbench.sizing.capacity import group_kv_capacity
 from kvbench.units import format_bytes
 
-SIMULATE_DEFAULT_DTYPE = "bfloat16"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 SIMULATED_BACKEND = "simulated"
 
@@ -137,7 +136,6 @@ def build_simulated_engine(
 
 __all__ = [
     "DEFAULT_GPU_MEMORY_UTILIZATION",
-    "SIMULATE_DEFAULT_DTYPE",
     "SimulatedExecutors",
     "activation_bytes_estimate",
     "build_simulated_engine",
