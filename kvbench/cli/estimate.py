@@ -11,10 +11,10 @@ from typing import Any
 
 import click
 
+from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.errors import KvbenchInputError
 from kvbench.models.resolve_config import resolve_model_config
 from kvbench.sizing.estimate import (
-    DEFAULT_BLOCK_SIZE,
     estimate_kv,
     estimate_steps,
     format_estimate,
