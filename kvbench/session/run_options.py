@@ -1,9 +1,11 @@
 """`RunOptions`: every option of `kvbench run` and `kvbench simulate`, the one schema.
 
-Each field carries its help text and command-line spelling as metadata (`OptionSpec`). The
-CLI generates its click options from these fields, sweeps take any point option as an axis
-under the field's name, and `kvbench.session.session` turns an instance into runs. A new option
-is one new field here.
+Each field carries its help text, command-line spelling and the `RunConfig` section it lands
+in as metadata (`OptionSpec`). The CLI generates its click options from these fields, sweeps
+take any point option as an axis under the field's name, and `kvbench.session.session` turns
+an instance into runs (`build_run_config` fills each run's sections). A new option is one new
+field here, declared with its section (`_engine`, `_workload`, `_replay`, `_executor`) and a
+field of the same name in that section's class, whose default it takes.
 
 Values are what the command line spells: comma lists stay strings (`strategy="paged,fp8"`),
 `request_rate` is text (`"inf"`, `"4"`), sizes are text (`kv_memory="64MiB"`).
@@ -24,6 +26,7 @@ from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.session.run_config import RunConfig, section_classes
 
+# The commands that take these options (what runs a configuration is its `engine_kind`).
 KINDS = ("run", "simulate")
 
 
