@@ -28,7 +28,7 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
 from kvbench.models.memory_check import activation_bytes_estimate
 from kvbench.models.resolve_config import resolve_model_config
-from kvbench.simulator.gpus import GPUSpec, get_gpu
+from kvbench.simulator.gpus import DEFAULT_GPU, GPUSpec, get_gpu
 from kvbench.simulator.simulated_executor import (
     SIMULATED_DEVICE,
     SimulatedClock,
@@ -75,7 +75,7 @@ class SimulatedExecutors(ExecutorFactory):
     (docs/simulator.md).
     """
 
-    def __init__(self, gpu: str | GPUSpec = "a100-80gb", start_s: float = 0.0) -> None:
+    def __init__(self, gpu: str | GPUSpec = DEFAULT_GPU, start_s: float = 0.0) -> None:
         self.gpu = gpu
         self.start_s = start_s
 

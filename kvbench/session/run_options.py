@@ -25,6 +25,7 @@ from typing import Any
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.session.run_config import RunConfig, section_classes
+from kvbench.simulator.gpus import DEFAULT_GPU
 
 # The commands that take these options (what runs a configuration is its `engine_kind`).
 KINDS = ("run", "simulate")
@@ -171,7 +172,7 @@ class RunOptions:
     # `kvbench simulate` only
     gpu: str | None = _executor(
         "GPU preset: a100-40gb, a100-80gb, h100-80gb, h200, l4, rtx-4090",
-        kinds=("simulate",), kind_defaults={"simulate": "a100-80gb"})
+        kinds=("simulate",), kind_defaults={"simulate": DEFAULT_GPU})
     gpu_spec: str | None = _executor(
         "a GPU described in a TOML file (docs/simulator.md); replaces --gpu",
         kinds=("simulate",), metavar="FILE.toml", show_default=False)

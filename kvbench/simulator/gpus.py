@@ -157,6 +157,8 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     )
 }
 
+DEFAULT_GPU = "a100-80gb"  # the preset of `kvbench simulate` and `kvbench estimate --step`
+
 
 def get_gpu(name: str | GPUSpec) -> GPUSpec:
     """A preset by name, or a `.toml` GPU file (a `GPUSpec` passes through)."""
@@ -175,4 +177,4 @@ def get_gpu(name: str | GPUSpec) -> GPUSpec:
         ) from None
 
 
-__all__ = ["GPUSpec", "GPU_PRESETS", "INTERCONNECTS", "get_gpu"]
+__all__ = ["DEFAULT_GPU", "GPUSpec", "GPU_PRESETS", "INTERCONNECTS", "get_gpu"]
