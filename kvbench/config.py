@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.kv_cache_dtype import KV_CACHE_DTYPES
 from kvbench.errors import KvbenchInputError
 from kvbench.units import parse_size_bytes
@@ -18,7 +19,7 @@ class EngineConfig:
     batching: str = "continuous"
     queue_order: str = "fcfs"  # who waits at the head of the queue: fcfs | sjf | ...
     reserve: str = "max"  # contiguous: max | pow2 | exact
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     dtype: str = "float32"
     kv_cache_dtype: str = "auto"  # auto (= dtype) | fp8
     # fp8 KV cache: one scale for K and V of every layer (cache holds value / scale). None:

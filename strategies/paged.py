@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
@@ -19,7 +20,7 @@ from kvbench.strategies.registry import register_strategy
 
 @dataclass(frozen=True)
 class PagedOptions:
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     watermark: float = 0.01  # share of blocks admission keeps free for running sequences
 
 
@@ -35,7 +36,7 @@ class PagedStrategy(CacheStrategy):
         self,
         num_slots: int,
         max_model_len: int,
-        block_size: int = 16,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         watermark: float = 0.01,
         check_accounting: bool | None = None,
     ) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import MemorySplit, split_held
@@ -59,7 +60,7 @@ class PrefixCachingStrategy(PagedStrategy):
         self,
         num_slots: int,
         max_model_len: int,
-        block_size: int = 16,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         watermark: float = 0.01,
         namespace: str = "",
         check_accounting: bool | None = None,

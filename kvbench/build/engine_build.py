@@ -4,7 +4,7 @@ There is one wiring for every engine: lengths, KV dtype, budget, strategy, polic
 are built here; what differs between the real model, the simulator and the transformers
 baseline is the `ExecutorFactory` passed as `executor=` (where the model's shape, the KV
 budget, the executor and the clock come from). `EXECUTOR_FACTORIES` names them for the
-runner (`RunConfig.engine_kind`).
+runner by `EngineKind` (`RunConfig.executor.kind`).
 
 This module does not import torch, nor any factory: the simulator builds through it without
 loading torch (docs/design.md). The real model's factory is `kvbench.build.model_executors`.
@@ -12,6 +12,7 @@ loading torch (docs/design.md). The real model's factory is `kvbench.build.model
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from kvbench.config import EngineConfig
 from kvbench.core.clock import RunClock
+from kvbench.core.engine_kind import EngineKind
 from kvbench.core.executor import DeviceKind, Executor
+from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.engine import Engine
 from kvbench.errors import KvbenchInputError
@@ -53,6 +56,13 @@ def effective_config(config: EngineConfig) -> EngineConfig:
         if getattr(config, name) == getattr(defaults, name):  # an explicit choice stays
             setattr(config, name, value)
     return config
+
+
+def keeps_fp8_cache(config: EngineConfig) -> bool:
+    """Whether the engine of `config` keeps an fp8 KV cache, once its strategy's implied
+    options apply (`fp8`, or any strategy with `--kv-cache-dtype fp8`). `config` is left as
+    it is."""
+    return is_fp8_cache(effective_config(dataclasses.replace(config)).kv_cache_dtype)
 
 
 def resolve_lengths(config: EngineConfig, model_config: ModelConfig) -> tuple[int, int]:
@@ -197,7 +207,7 @@ def _model(gpu: str | None = None) -> ExecutorFactory:
 def _simulated(gpu: str | None = None) -> ExecutorFactory:
     from kvbench.build.simulated_executors import SimulatedExecutors
 
-    return SimulatedExecutors(gpu or "a100-80gb")
+    return SimulatedExecutors(gpu) if gpu else SimulatedExecutors()
 
 
 def _transformers(gpu: str | None = None) -> ExecutorFactory:
@@ -206,20 +216,14 @@ def _transformers(gpu: str | None = None) -> ExecutorFactory:
     return TransformersEngines()
 
 
-# `RunConfig.engine_kind` -> its factory (given the simulated GPU preset, which only the
-# simulator reads). Each is imported only when asked for: the model's brings torch.
-EXECUTOR_FACTORIES: dict[str, Callable[[str | None], ExecutorFactory]] = {
-    "kvbench": _model,
-    "simulated": _simulated,
-    "hf": _transformers,
+# Each engine kind's factory (given the simulated GPU, which only the simulator reads). Each
+# is imported only when asked for: the model's brings torch.
+EXECUTOR_FACTORIES: dict[EngineKind, Callable[[str | None], ExecutorFactory]] = {
+    EngineKind.MODEL: _model,
+    EngineKind.SIMULATED: _simulated,
+    EngineKind.TRANSFORMERS: _transformers,
 }
 
 
-def executor_factory(engine_kind: str, gpu: str | None = None) -> ExecutorFactory:
-    try:
-        make = EXECUTOR_FACTORIES[engine_kind]
-    except KeyError:
-        raise KvbenchInputError(
-            f"unknown engine {engine_kind!r} (choose from {', '.join(EXECUTOR_FACTORIES)})"
-        ) from None
-    return make(gpu)
+def executor_factory(engine_kind: EngineKind, gpu: str | None = None) -> ExecutorFactory:
+    return EXECUTOR_FACTORIES[engine_kind](gpu)

@@ -9,7 +9,7 @@ The KV budget, as vLLM's `--gpu-memory-utilization` on a real GPU (docs/design.m
     budget = floor(GPU memory x utilization) - weights - activations     (utilization 0.9)
 
 or `--kv-memory` when given. Weights are parameters x bytes of `--dtype`; simulate's CLI
-default is `SIMULATE_DEFAULT_DTYPE` (bfloat16: `EngineConfig`'s float32 default is a CPU
+default is bfloat16 (`RunOptions`' `dtype`: `EngineConfig`'s float32 default is a CPU
 default; float32 is simulated as TF32). The activation peak cannot be profiled without a GPU,
 so it is estimated by `activation_bytes_estimate`.
 
@@ -29,7 +29,7 @@ from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model
 from kvbench.models.memory_check import activation_bytes_estimate
 from kvbench.models.resolve_config import resolve_model_config
 from kvbench.simulator.gpu_lookup import get_gpu
-from kvbench.simulator.gpus import GPUSpec
+from kvbench.simulator.gpus import DEFAULT_GPU, GPUSpec
 from kvbench.simulator.simulated_executor import (
     SIMULATED_DEVICE,
     SimulatedClock,
@@ -39,7 +39,6 @@ from kvbench.simulator.step_time import StepTimeModel
 from kvbench.sizing.capacity import group_kv_capacity
 from kvbench.units import format_bytes
 
-SIMULATE_DEFAULT_DTYPE = "bfloat16"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 SIMULATED_BACKEND = "simulated"
 
@@ -77,7 +76,7 @@ class SimulatedExecutors(ExecutorFactory):
     (docs/simulator.md).
     """
 
-    def __init__(self, gpu: str | GPUSpec = "a100-80gb", start_s: float = 0.0) -> None:
+    def __init__(self, gpu: str | GPUSpec = DEFAULT_GPU, start_s: float = 0.0) -> None:
         self.gpu = gpu
         self.start_s = start_s
 
@@ -138,7 +137,6 @@ def build_simulated_engine(
 
 __all__ = [
     "DEFAULT_GPU_MEMORY_UTILIZATION",
-    "SIMULATE_DEFAULT_DTYPE",
     "SimulatedExecutors",
     "activation_bytes_estimate",
     "build_simulated_engine",

@@ -11,10 +11,11 @@ from typing import Any
 
 import click
 
+from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.errors import KvbenchInputError
 from kvbench.models.resolve_config import resolve_model_config
+from kvbench.simulator.gpus import DEFAULT_GPU
 from kvbench.sizing.estimate import (
-    DEFAULT_BLOCK_SIZE,
     estimate_kv,
     estimate_steps,
     format_estimate,
@@ -140,7 +141,7 @@ def _parse_pair(text: str) -> tuple[str, str]:
     help="Print the modelled time of this step (repeatable), e.g. decode:32x1024 "
     "(32 sequences at 1,024 tokens) or prefill:2048. Needs --model.",
 )
-@click.option("--gpu", "gpu", default="a100-80gb", show_default=True,
+@click.option("--gpu", "gpu", default=DEFAULT_GPU, show_default=True,
               help="GPU preset for --step.")
 @click.option("--gpu-spec", "gpu_spec", metavar="FILE.toml",
               help="Your own GPU for --step (see docs/simulator.md), instead of --gpu.")

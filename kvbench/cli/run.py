@@ -18,14 +18,14 @@ from kvbench.session.run_options import RunOptions
 def run_command(**params: Any) -> None:
     """Replay a workload through the engine with one or more strategies."""
     options, output = split_params(params)
-    execute(RunOptions.for_kind("run", **options), "run", **output)
+    execute(RunOptions.for_kind("run", **options), **output)
 
 
-def execute(options: RunOptions, kind: str, *, quiet: bool, as_json: bool) -> None:
-    """Plan, run and print a session of `kvbench <kind>`."""
+def execute(options: RunOptions, *, quiet: bool, as_json: bool) -> None:
+    """Plan, run and print a session of `kvbench run` or `kvbench simulate`."""
     from kvbench.session.session import plan_session, run_session
 
-    plan = plan_session(options, kind)
+    plan = plan_session(options)
     if not quiet:
         for warning in plan.warnings:
             click.echo(f"kvbench: warning: {warning}", err=True)

@@ -20,7 +20,7 @@ def simulate_command(**params: Any) -> None:
     modelled (peak FLOP/s and HBM bandwidth of the --gpu preset, unvalidated constants).
     """
     options, output = split_params(params)
-    execute(RunOptions.for_kind("simulate", **options), "simulate", **output)
+    execute(RunOptions.for_kind("simulate", **options), **output)
 
 
 __all__ = ["simulate_command"]

@@ -1,4 +1,6 @@
-"""`--kv-cache-dtype` names, and the one test of whether a run keeps an fp8 KV cache."""
+"""`--kv-cache-dtype` names, and whether a name is the fp8 KV cache's (whether a whole
+engine configuration keeps one, its strategy's implied options included, is
+`kvbench.build.engine_build.keeps_fp8_cache`)."""
 
 from __future__ import annotations
 

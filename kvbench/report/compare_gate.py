@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.results.metric_catalogue import METRICS, Metric
 from kvbench.results.summary import Summary
@@ -157,7 +158,7 @@ def check_pairs(pairs: list[tuple[ComparedRun, ComparedRun]], allow_mismatch: bo
                             + "; compared anyway (--allow-mismatch)")
     # A simulated clock has no noise: two simulated runs differ only by what changed.
     measured = [(b, n) for b, n in pairs
-                if "simulated" not in (b.summary.executor, n.summary.executor)]
+                if EngineKind.SIMULATED not in (b.summary.executor, n.summary.executor)]
     if any(base.repeat is None or new.repeat is None for base, new in measured):
         warnings.append(SINGLE_RUN_WARNING)
     return warnings

@@ -24,9 +24,13 @@ from typing import Any
 
 import torch
 
-from kvbench.build.engine_build import BuiltEngine, build_engine, effective_config
+from kvbench.build.engine_build import (
+    BuiltEngine,
+    build_engine,
+    effective_config,
+    keeps_fp8_cache,
+)
 from kvbench.config import EngineConfig
-from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.core.layout import KVLayout
 from kvbench.core.request import Request
 from kvbench.core.step_batch import StepBatch
@@ -61,12 +65,12 @@ def measure_fp8_accuracy(
     the config's). Requests that do not fit either engine are left out. Engines are built one
     after the other and dropped, so the caller's own engine should be gone on a GPU.
     """
-    fp8_config = effective_config(dataclasses.replace(config))
-    if not is_fp8_cache(fp8_config.kv_cache_dtype):
+    if not keeps_fp8_cache(config):
         raise KvbenchInputError(
             f"fp8 accuracy needs an fp8 KV cache (strategy fp8 or --kv-cache-dtype fp8), got "
             f"strategy {config.strategy!r} with --kv-cache-dtype {config.kv_cache_dtype!r}"
         )
+    fp8_config = effective_config(dataclasses.replace(config))
     if kv_memory is not None:
         fp8_config = dataclasses.replace(fp8_config, kv_memory=kv_memory,
                                          gpu_memory_utilization=None)

@@ -1,9 +1,11 @@
 """`RunOptions`: every option of `kvbench run` and `kvbench simulate`, the one schema.
 
-Each field carries its help text and command-line spelling as metadata (`OptionSpec`). The
-CLI generates its click options from these fields, sweeps take any point option as an axis
-under the field's name, and `kvbench.session.session` turns an instance into runs. A new option
-is one new field here.
+Each field carries its help text, command-line spelling and the `RunConfig` section it lands
+in as metadata (`OptionSpec`). The CLI generates its click options from these fields, sweeps
+take any point option as an axis under the field's name, and `kvbench.session.session` turns
+an instance into runs (`build_run_config` fills each run's sections). A new option is one new
+field here, declared with its section (`_engine`, `_workload`, `_replay`, `_executor`) and a
+field of the same name in that section's class, whose default it takes.
 
 Values are what the command line spells: comma lists stay strings (`strategy="paged,fp8"`),
 `request_rate` is text (`"inf"`, `"4"`), sizes are text (`kv_memory="64MiB"`).
@@ -12,20 +14,27 @@ Values are what the command line spells: comma lists stay strings (`strategy="pa
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
+from kvbench.session.run_config import RunConfig, section_classes
+from kvbench.simulator.gpus import DEFAULT_GPU
 
+# The commands that take these options (what runs a configuration is its `engine_kind`).
 KINDS = ("run", "simulate")
 
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """How one `RunOptions` field appears on the command line."""
+    """How one `RunOptions` field appears on the command line, and where it lands in a run's
+    `RunConfig`."""
 
     help: str = ""
     flag: str | None = None  # default: --field-name-with-dashes
@@ -40,97 +49,137 @@ class OptionSpec:
     # False: an option of the session as a whole (repeats, output folder, SLO), not of one
     # run; a sweep cannot make it an axis.
     per_run: bool = True
+    # The `RunConfig` section that receives the value (None: the session's own option), and
+    # the field's name there (None: the option's name).
+    section: str | None = None
+    key: str | None = None
 
 
-def _option(default: Any, help: str = "", **spec: Any) -> Any:
-    return field(default=default, metadata={"option": OptionSpec(help=help, **spec)})
+# A field's default is its section's: one place states it (`EngineConfig.block_size`).
+_SECTION_DEFAULT: Any = object()
+
+
+def _section_option(section: str | None) -> Callable[..., Any]:
+    def option(help: str = "", *, default: Any = _SECTION_DEFAULT, **spec: Any) -> Any:
+        return field(default=default,
+                     metadata={"option": OptionSpec(help=help, section=section, **spec)})
+
+    return option
+
+
+_engine = _section_option("engine")
+_workload = _section_option("workload")
+_replay = _section_option("replay")
+_executor = _section_option("executor")
+_session = _section_option(None)
+
+
+def _with_section_defaults(cls: type) -> type:
+    """Give each field declared with `_SECTION_DEFAULT` its section field's default, in the
+    command line's spelling (an enum's value)."""
+    sections = section_classes()
+    for name, value in list(vars(cls).items()):
+        if not isinstance(value, dataclasses.Field) or value.default is not _SECTION_DEFAULT:
+            continue
+        spec: OptionSpec = value.metadata["option"]
+        if spec.section is None:
+            raise TypeError(f"RunOptions.{name}: a session option states its own default")
+        target = {f.name: f for f in dataclasses.fields(sections[spec.section])}[
+            spec.key or name]
+        if target.default is dataclasses.MISSING:
+            raise TypeError(f"RunOptions.{name}: {spec.section}.{target.name} has no plain "
+                            "default; state the option's")
+        default = target.default
+        value.default = default.value if isinstance(default, enum.Enum) else default
+    return cls
 
 
 @dataclass(frozen=True)
+@_with_section_defaults
 class RunOptions:
-    """The options of `kvbench run` / `kvbench simulate` (vLLM's names where vLLM has one)."""
+    """The options of `kvbench run` / `kvbench simulate` (vLLM's names where vLLM has one).
 
-    strategy: str = _option(
-        "paged", "a strategy of `kvbench list` (contiguous, paged, prefix, fp8, ...); a comma "
-                 "list or 'all'")
-    batching: str = _option(
-        "continuous", "a batching policy of `kvbench list` (continuous, static, ...); "
-                      "comma list allowed")
-    queue_order: str = _option(
-        "fcfs", "a queue order of `kvbench list` (fcfs, sjf, ...): who waits at the head of "
-                "the queue, under any --batching")
-    reserve: str = _option("max", "contiguous reservation: max, pow2, exact (comma list allowed)")
-    workload: str = _option(
-        "chat", "built-in workload name or a trace file: kvbench JSONL, Mooncake JSONL, Azure "
-                "or BurstGPT CSV, ShareGPT JSON (docs/workloads.md)")
-    time_scale: float = _option(
-        1.0, "multiply the workload's arrival times (0.5 replays a trace twice as fast)")
-    tokenizer: str | None = _option(
-        None, "local Hugging Face tokenizer folder (needed for a ShareGPT JSON dataset)")
-    workload_params: tuple[str, ...] = _option(
-        (), "workload parameter (see `kvbench list`), repeatable",
+    Each field names the `RunConfig` section it lands in (`_engine`, `_workload`, ...); where
+    it states no default it takes that section's."""
+
+    strategy: str = _engine(
+        "a strategy of `kvbench list` (contiguous, paged, prefix, fp8, ...); a comma list or "
+        "'all'")
+    batching: str = _engine(
+        "a batching policy of `kvbench list` (continuous, static, ...); comma list allowed")
+    queue_order: str = _engine(
+        "a queue order of `kvbench list` (fcfs, sjf, ...): who waits at the head of the queue, "
+        "under any --batching")
+    reserve: str = _engine("contiguous reservation: max, pow2, exact (comma list allowed)")
+    workload: str = _workload(
+        "built-in workload name or a trace file: kvbench JSONL, Mooncake JSONL, Azure or "
+        "BurstGPT CSV, ShareGPT JSON (docs/workloads.md)", key="name")
+    time_scale: float = _workload(
+        "multiply the workload's arrival times (0.5 replays a trace twice as fast)")
+    tokenizer: str | None = _workload(
+        "local Hugging Face tokenizer folder (needed for a ShareGPT JSON dataset)")
+    workload_params: tuple[str, ...] = _workload(
+        "workload parameter (see `kvbench list`), repeatable", default=(), key="params",
         flag="--workload-param", metavar="KEY=VALUE", show_default=False,
     )
-    num_requests: int | None = _option(
-        None, "requests to replay [default: 64; a trace: all of it]")
-    model: str = _option("tiny", "preset name or local Hugging Face folder")
-    dtype: str = _option("auto", "auto (bfloat16 on CUDA, float32 on the CPU), float32, "
-                                 "bfloat16, float16",
-                         kind_defaults={"simulate": "bfloat16"})
-    kv_cache_dtype: str = _option("auto", "auto (= --dtype) or fp8")
-    kv_memory: str | None = _option(
-        None, "KV arena budget, e.g. 64MiB, 2GB [default: 64MiB off CUDA]")
-    gpu_memory_utilization: float | None = _option(
-        None, "CUDA: share of device memory for the engine (as vLLM) [0.9]")
-    block_size: int = _option(16)
-    max_num_seqs: int = _option(256)
-    max_num_batched_tokens: int | None = _option(
-        None, "token budget per step [default: max(2048, max-model-len)]")
-    max_model_len: int | None = _option(None, "[default: the model's maximum positions]")
-    chunked_prefill: bool = _option(False, negatable=True)
-    temperature: float = _option(0.0, "0 = greedy")
-    kv_scale: float | None = _option(
-        None, "fp8 KV: fixed scale for every layer [default: amax/224 of the first write per "
-              "layer]")
-    seed: int = _option(0)
-    request_rate: str = _option("inf", "Poisson arrival rate in requests/s; inf = all at t=0")
-    burstiness: float = _option(1.0, "gamma arrivals shape (1 = Poisson)")
-    max_concurrency: int | None = _option(
-        None, "closed loop: at most this many requests in flight")
-    warmup: int = _option(2, "requests run first and excluded from every metric")
-    trace: bool = _option(False, "write trace.json (Chrome trace format)", show_default=False)
-    steps_every: int = _option(
-        1, "write every Nth step to steps.csv (the summary still counts every step)",
-        metavar="N")
-    slo: str | None = _option(None, "goodput targets, e.g. ttft=500ms,tpot=50ms", per_run=False)
-    repeat: int = _option(1, "run each configuration N times; report mean ± 95% CI",
-                          per_run=False)
-    out: str = _option("results", "folder that receives results/<run-id>/", per_run=False)
-    per_strategy_reports: bool = _option(
-        False, "a multi-strategy run also writes report.html into each strategy's folder "
-               "(each inlines plotly.js, ~5 MB)", per_run=False, show_default=False)
+    num_requests: int | None = _workload("requests to replay [default: 64; a trace: all of it]")
+    model: str = _engine("preset name or local Hugging Face folder")
+    dtype: str = _engine("auto (bfloat16 on CUDA, float32 on the CPU), float32, bfloat16, "
+                         "float16", default="auto", kind_defaults={"simulate": "bfloat16"})
+    kv_cache_dtype: str = _engine("auto (= --dtype) or fp8")
+    kv_memory: str | None = _engine("KV arena budget, e.g. 64MiB, 2GB [default: 64MiB off CUDA]")
+    gpu_memory_utilization: float | None = _engine(
+        "CUDA: share of device memory for the engine (as vLLM) [0.9]")
+    block_size: int = _engine()
+    max_num_seqs: int = _engine()
+    max_num_batched_tokens: int | None = _engine(
+        "token budget per step [default: max(2048, max-model-len)]")
+    max_model_len: int | None = _engine("[default: the model's maximum positions]")
+    chunked_prefill: bool = _engine(negatable=True)
+    temperature: float = _engine("0 = greedy")
+    kv_scale: float | None = _engine(
+        "fp8 KV: fixed scale for every layer [default: amax/224 of the first write per layer]")
+    seed: int = _engine()
+    request_rate: str = _replay("Poisson arrival rate in requests/s; inf = all at t=0",
+                                default="inf")
+    burstiness: float = _replay("gamma arrivals shape (1 = Poisson)")
+    max_concurrency: int | None = _replay("closed loop: at most this many requests in flight")
+    warmup: int = _replay("requests run first and excluded from every metric")
+    trace: bool = _replay("write trace.json (Chrome trace format)", show_default=False)
+    steps_every: int = _replay(
+        "write every Nth step to steps.csv (the summary still counts every step)", metavar="N")
+    slo: str | None = _replay("goodput targets, e.g. ttft=500ms,tpot=50ms", default=None,
+                              key="slo_ms", per_run=False)
+    repeat: int = _session("run each configuration N times; report mean ± 95% CI", default=1,
+                           per_run=False)
+    out: str = _session("folder that receives results/<run-id>/", default="results",
+                        per_run=False)
+    per_strategy_reports: bool = _session(
+        "a multi-strategy run also writes report.html into each strategy's folder (each "
+        "inlines plotly.js, ~5 MB)", default=False, per_run=False, show_default=False)
     # `kvbench run` only
-    device: str = _option("auto", "auto, cpu, cuda, cuda:N", kinds=("run",),
+    device: str = _engine("auto, cpu, cuda, cuda:N", kinds=("run",),
                           kind_defaults={"simulate": "cpu"})
-    attention_backend: str = _option(
-        "auto", "auto (triton on CUDA, torch on CPU), triton, torch", kinds=("run",),
+    attention_backend: str = _engine(
+        "auto (triton on CUDA, torch on CPU), triton, torch", kinds=("run",),
         kind_defaults={"simulate": "torch"})
-    cpu_threads: int = _option(1, "torch threads on the CPU", kinds=("run",))
-    enforce_eager: bool = _option(
-        True, "CUDA: run decode steps eagerly; --no-enforce-eager captures them in CUDA graphs "
-              "(not yet checked on a GPU)", kinds=("run",), negatable=True)
-    engine_kind: str = _option(
-        "kvbench", "hf: replay through transformers' generate() instead", flag="--engine",
-        kinds=("run",), choices=("kvbench", "hf"))
+    cpu_threads: int = _engine("torch threads on the CPU", kinds=("run",))
+    enforce_eager: bool = _engine(
+        "CUDA: run decode steps eagerly; --no-enforce-eager captures them in CUDA graphs (not "
+        "yet checked on a GPU)", kinds=("run",), negatable=True)
+    engine_kind: str = _executor(
+        "hf: replay through transformers' generate() instead", key="kind", flag="--engine",
+        kinds=("run",), choices=(EngineKind.MODEL.value, EngineKind.TRANSFORMERS.value),
+        kind_defaults={"simulate": EngineKind.SIMULATED.value})
     # `kvbench simulate` only
-    gpu: str | None = _option(
-        None, "GPU preset: a100-40gb, a100-80gb, h100-80gb, h200, l4, rtx-4090",
-        kinds=("simulate",), kind_defaults={"simulate": "a100-80gb"})
-    gpu_spec: str | None = _option(
-        None, "a GPU described in a TOML file (docs/simulator.md); replaces --gpu",
+    gpu: str | None = _executor(
+        "GPU preset: a100-40gb, a100-80gb, h100-80gb, h200, l4, rtx-4090",
+        kinds=("simulate",), kind_defaults={"simulate": DEFAULT_GPU})
+    gpu_spec: str | None = _executor(
+        "a GPU described in a TOML file (docs/simulator.md); replaces --gpu",
         kinds=("simulate",), metavar="FILE.toml", show_default=False)
-    tensor_parallel_size: int = _option(
-        1, "GPUs in one tensor-parallel group (as vLLM's -tp)", kinds=("simulate",))
+    tensor_parallel_size: int = _engine(
+        "GPUs in one tensor-parallel group (as vLLM's -tp)", kinds=("simulate",))
 
     @classmethod
     def for_kind(cls, kind: str, **values: Any) -> RunOptions:
@@ -184,6 +233,23 @@ def per_run_fields() -> dict[str, OptionField]:
     return {name: f for name, f in option_fields().items() if f.spec.per_run}
 
 
+def build_run_config(values: dict[str, Any]) -> RunConfig:
+    """The `RunConfig` of one run from its option values, resolved (one strategy, the rate as
+    a number, ...): each value goes into the section its field's `OptionSpec` names."""
+    classes = section_classes()
+    sections: dict[str, dict[str, Any]] = {name: {} for name in classes}
+    for name, info in option_fields().items():
+        if info.spec.section is not None:
+            sections[info.spec.section][info.spec.key or name] = values[name]
+    return RunConfig(**{name: cls(**sections[name]) for name, cls in classes.items()})
+
+
+def option_value(run: RunConfig, name: str) -> Any:
+    """The value that option `name` took in `run`, as its section holds it."""
+    spec = option_fields()[name].spec
+    return getattr(getattr(run, spec.section), spec.key or name)
+
+
 def _unpack(hint: Any) -> tuple[type, bool, bool]:
     args = typing.get_args(hint)
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
@@ -199,4 +265,13 @@ def check_kind_name(kind: str) -> None:
         raise KvbenchInputError(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})")
 
 
-__all__ = ["KINDS", "OptionField", "OptionSpec", "RunOptions", "option_fields", "per_run_fields"]
+__all__ = [
+    "KINDS",
+    "OptionField",
+    "OptionSpec",
+    "RunOptions",
+    "build_run_config",
+    "option_fields",
+    "option_value",
+    "per_run_fields",
+]

@@ -14,9 +14,14 @@ from typing import Any
 
 import pandas as pd
 
-from kvbench.build.engine_build import BuiltEngine, build_engine, executor_factory
+from kvbench.build.engine_build import (
+    BuiltEngine,
+    build_engine,
+    executor_factory,
+    keeps_fp8_cache,
+)
 from kvbench.core.clock import WallClock
-from kvbench.core.kv_cache_dtype import is_fp8_cache
+from kvbench.core.engine_kind import EngineKind
 from kvbench.core.request import Request
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.errors import KvbenchRunError, RunInterrupted
@@ -45,6 +50,7 @@ from kvbench.results.summary import (
 from kvbench.results.token_times import TOKENS_FILE, TokenTimes, token_times_file
 from kvbench.session.progress import Progress
 from kvbench.session.run_config import RunConfig
+from kvbench.strategies import STRATEGIES
 from kvbench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.versions import versions
 from kvbench.workloads import WorkloadResult, load_workload
@@ -75,13 +81,13 @@ def strategy_label(run: RunConfig) -> str:
     label = engine.strategy
     if engine.strategy == "contiguous":
         label += f"-{engine.reserve}"
-    if is_fp8_cache(engine.kv_cache_dtype) and engine.strategy != "fp8":
-        label += "-fp8"
+    if keeps_fp8_cache(engine) and STRATEGIES.get(engine.strategy).kv_cache_dtype is None:
+        label += "-fp8"  # where the strategy's name does not say it
     if run.engine.batching != "continuous":
         label += f"-{engine.batching}"
     if engine.queue_order != "fcfs":
         label += f"-{engine.queue_order}"
-    if run.engine_kind == "hf":
+    if run.executor.kind is EngineKind.TRANSFORMERS:
         label = "hf-generate"
     return label
 
@@ -89,17 +95,18 @@ def strategy_label(run: RunConfig) -> str:
 def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngine, WorkloadResult]:
     """Build engine and workload and check every request fits, before anything is written."""
     built = _build(run, model_cache)
+    spec, replay = run.workload, run.replay
     workload = load_workload(
-        run.workload,
-        run.num_requests if run.num_requests is not None else _default_count(run.workload),
+        spec.name,
+        spec.num_requests if spec.num_requests is not None else _default_count(spec.name),
         run.engine.seed,
         built.model_config.vocab_size,
         max_model_len=built.max_model_len,
-        request_rate=run.request_rate,
-        burstiness=run.burstiness,
-        max_concurrency=run.max_concurrency,
-        time_scale=run.time_scale, tokenizer=run.tokenizer,
-        **run.workload_params,
+        request_rate=replay.request_rate,
+        burstiness=replay.burstiness,
+        max_concurrency=replay.max_concurrency,
+        time_scale=spec.time_scale, tokenizer=spec.tokenizer,
+        **spec.params,
     )
     for request in workload.requests:
         built.engine.check_request(request)
@@ -113,19 +120,20 @@ def _default_count(workload: str) -> int | None:
 
 
 def _build(run: RunConfig, model_cache: dict | None) -> BuiltEngine:
-    factory = executor_factory(run.engine_kind, run.gpu)
+    factory = executor_factory(run.executor.kind, run.executor.simulated_gpu)
     return build_engine(run.engine, factory, clock=WallClock(), model_cache=model_cache)
 
 
 def _warm_up(built: BuiltEngine, run: RunConfig) -> int:
-    """Run `run.warmup` requests of the workload (another seed) and forget them."""
-    if run.warmup <= 0:
+    """Run `run.replay.warmup` requests of the workload (another seed) and forget them."""
+    count, spec = run.replay.warmup, run.workload
+    if count <= 0:
         return 0
     warm = load_workload(
-        run.workload, run.warmup,
+        spec.name, count,
         run.engine.seed + 7919, built.model_config.vocab_size,
-        max_model_len=built.max_model_len, tokenizer=run.tokenizer, **run.workload_params,
-    ).requests[: run.warmup]
+        max_model_len=built.max_model_len, tokenizer=spec.tokenizer, **spec.params,
+    ).requests[:count]
     engine = built.engine
     for i, request in enumerate(warm):
         request = dataclasses.replace(request, request_id=-(i + 1), arrival_s=0.0)
@@ -152,7 +160,7 @@ def run_one(
     engine = built.engine
     label = strategy_label(run)
     reset_peak_memory(built.device)  # the peak is this run's: weights, arena and activations
-    with trace_range("warmup", requests=run.warmup):
+    with trace_range("warmup", requests=run.replay.warmup):
         warmup_done = _warm_up(built, run)
     results = ResultsFolder(folder)
     results.start()
@@ -160,8 +168,8 @@ def run_one(
         "run": run.to_dict(),
         "label": label,
         "command": command,
-        "device": _device_name(built),
-        "executor": run.engine_kind,
+        "device": _device_name(built, run),
+        "executor": run.executor.kind.value,
         "attention_backend": built.backend,
         "kv_budget_bytes": built.kv_budget_bytes,
         "kv_cache_dtype": str(built.kv_dtype).replace("torch.", ""),
@@ -180,12 +188,13 @@ def run_one(
     clock = engine.clock
     clock.reset()
     # The trace runs on the engine's clock: simulated under `kvbench simulate`, as summary.json.
-    recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.trace else None
+    recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.replay.trace else None
     set_recorder(recorder)
-    step_writer = StepWriter(folder / "steps.csv", run.steps_every)
+    step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
     engine.step_sink = step_writer.write  # rows stream to disk as the engine makes them
     status = "complete"
-    with _gc_frozen(young_every=50_000 if built.backend == "simulated" else None):
+    simulated = run.executor.kind is EngineKind.SIMULATED
+    with _gc_frozen(young_every=50_000 if simulated else None):
         try:
             _replay(engine, workload, run, Progress(len(workload.requests), label, show_progress))
         except KeyboardInterrupt:
@@ -240,8 +249,8 @@ def _gc_frozen(young_every: int | None = None) -> Iterator[None]:
         gc.unfreeze()
 
 
-def _device_name(built: BuiltEngine) -> str:
-    if built.backend == "simulated":
+def _device_name(built: BuiltEngine, run: RunConfig) -> str:
+    if run.executor.kind is EngineKind.SIMULATED:
         return f"simulated {built.engine.executor.gpu.name}"
     from kvbench.execution.device import describe_device  # imports torch: not for a simulation
 
@@ -384,8 +393,8 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         workload=workload.name,
         model=cfg.model,
         dtype=cfg.dtype,
-        device=_device_name(built),
-        executor=run.engine_kind,
+        device=_device_name(built, run),
+        executor=run.executor.kind.value,
         seed=cfg.seed,
         num_requests=len(workload.requests),
         completed=completed,
@@ -397,6 +406,6 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         latency_ms=latency,
         memory=memory,
         scheduler=scheduler,
-        goodput=(Goodput(**goodput(requests_df, run.slo_ms, makespan))
-                 if run.slo_ms and not requests_df.empty else None),
+        goodput=(Goodput(**goodput(requests_df, run.replay.slo_ms, makespan))
+                 if run.replay.slo_ms and not requests_df.empty else None),
     )

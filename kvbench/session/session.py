@@ -1,6 +1,6 @@
 """A benchmark session: what `kvbench run` and `kvbench simulate` do, as a library.
 
-`plan_session(options, kind)` expands the comma lists of `RunOptions` into one `RunConfig`
+`plan_session(options)` expands the comma lists of `RunOptions` into one `RunConfig`
 per strategy × reserve × batching, builds every engine and workload and checks every request
 fits, so bad input fails before a file is written. `run_session(plan)` runs each
 configuration (`repeat` times, the configurations taking turns), adds the fp8 `accuracy`
@@ -16,12 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvbench.build.engine_build import keeps_fp8_cache
+from kvbench.config import EngineConfig
+from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.report.runs import RunData, collect_runs
 from kvbench.results.metrics import nan_to_none
 from kvbench.scheduling import POLICIES, QUEUE_ORDERS
 from kvbench.session.run_config import RunConfig
-from kvbench.session.run_options import RunOptions, check_kind_name
+from kvbench.session.run_options import RunOptions, build_run_config, option_fields
 
 if TYPE_CHECKING:
     from kvbench.session.runner import RunOutcome
@@ -48,25 +51,25 @@ def parse_slo(text: str | None) -> dict[str, float]:
     return slo
 
 
-def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
-    """One `RunConfig` per strategy × reserve × batching in the comma lists."""
-    from kvbench.config import EngineConfig
+def expand_runs(options: RunOptions) -> list[RunConfig]:
+    """One `RunConfig` per strategy × reserve × batching in the comma lists; the options'
+    `engine_kind` says what runs them (`RunOptions.for_kind("simulate")`: the simulator)."""
     from kvbench.strategies import STRATEGIES
     from kvbench.units import parse_rate
     from kvbench.workloads import is_trace, parse_workload_params
 
-    check_kind_name(kind)
-    gpu = None
-    if kind == "simulate":
+    engine_kind = EngineKind.parse(options.engine_kind)
+    simulated = engine_kind is EngineKind.SIMULATED
+    if simulated:
         from kvbench.simulator.gpu_lookup import get_gpu
         from kvbench.simulator.gpus import GPU_PRESETS
 
-        gpu = options.gpu_spec or options.gpu
         if options.gpu_spec is not None and not options.gpu_spec.endswith(".toml"):
             raise KvbenchInputError(f"--gpu-spec {options.gpu_spec!r}: expected a .toml file")
-        if options.gpu_spec is None and gpu not in GPU_PRESETS:
-            raise KvbenchInputError(f"unknown --gpu {gpu!r} (presets: {', '.join(GPU_PRESETS)})")
-        get_gpu(gpu)  # a bad --gpu-spec file fails before anything runs
+        if options.gpu_spec is None and options.gpu not in GPU_PRESETS:
+            raise KvbenchInputError(
+                f"unknown --gpu {options.gpu!r} (presets: {', '.join(GPU_PRESETS)})")
+        get_gpu(options.gpu_spec or options.gpu)  # a bad --gpu-spec file fails before a run
     strategies = STRATEGIES.names() if options.strategy == "all" else split_list(options.strategy)
     if not strategies:
         raise KvbenchInputError("--strategy is empty")
@@ -75,23 +78,17 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
     for name in split_list(options.batching):
         POLICIES.get(name)
     QUEUE_ORDERS.get(options.queue_order)
-    workload_params = (
-        {} if is_trace(options.workload)
-        else parse_workload_params(options.workload, options.workload_params)
+    values = {name: getattr(options, name) for name in option_fields()}
+    values.update(
+        workload_params=({} if is_trace(options.workload)
+                         else parse_workload_params(options.workload, options.workload_params)),
+        request_rate=parse_rate(options.request_rate),
+        dtype=_resolve_dtype(options.dtype, options.device, simulated),
     )
-    rate = parse_rate(options.request_rate)
     slo_ms = parse_slo(options.slo)
-    dtype = options.dtype
-    if dtype == "auto" and kind == "simulate":
-        from kvbench.build.simulated_executors import SIMULATE_DEFAULT_DTYPE
-
-        dtype = SIMULATE_DEFAULT_DTYPE  # the modelled GPU's, not this machine's
-    elif dtype == "auto":
-        from kvbench.execution.device import resolve_device, resolve_dtype
-
-        # As vLLM: bfloat16 on CUDA, float32 on the CPU; config.json records the result.
-        dtype = resolve_dtype("auto", resolve_device(options.device))
-    fp8_names = {name for name in strategies if _uses_fp8(name, options.kv_cache_dtype)}
+    fp8_names = {name for name in strategies
+                 if keeps_fp8_cache(EngineConfig(strategy=name,
+                                                 kv_cache_dtype=options.kv_cache_dtype))}
     if options.kv_scale is not None and not fp8_names:
         # A scale that nothing reads: the user believes they measure something they do not.
         raise KvbenchInputError(
@@ -103,40 +100,29 @@ def expand_runs(options: RunOptions, kind: str = "run") -> list[RunConfig]:
         for strategy in strategies:
             reserves = split_list(options.reserve) if strategy == "contiguous" else ["max"]
             for reserve in reserves:
-                engine = EngineConfig(
-                    model=options.model, strategy=strategy, batching=batching, reserve=reserve,
-                    queue_order=options.queue_order,
-                    block_size=options.block_size, dtype=dtype,
-                    kv_cache_dtype=options.kv_cache_dtype, kv_memory=options.kv_memory,
-                    gpu_memory_utilization=options.gpu_memory_utilization,
-                    max_num_seqs=options.max_num_seqs,
-                    max_num_batched_tokens=options.max_num_batched_tokens,
-                    max_model_len=options.max_model_len,
-                    chunked_prefill=options.chunked_prefill,
-                    temperature=options.temperature, seed=options.seed,
+                runs.append(build_run_config({
+                    **values, "strategy": strategy, "batching": batching, "reserve": reserve,
                     # In a list, the scale is the fp8 runs' (README, CLI: contradictions).
-                    kv_scale=options.kv_scale if strategy in fp8_names else None,
-                    device=options.device,
-                    attention_backend=options.attention_backend,
-                    cpu_threads=options.cpu_threads,
-                    tensor_parallel_size=options.tensor_parallel_size,
-                    enforce_eager=options.enforce_eager,
-                )
-                runs.append(RunConfig(
-                    engine=engine, workload=options.workload,
-                    num_requests=options.num_requests, workload_params=workload_params,
-                    request_rate=rate, burstiness=options.burstiness,
-                    max_concurrency=options.max_concurrency, warmup=options.warmup,
-                    slo_ms=dict(slo_ms), trace=options.trace, steps_every=options.steps_every,
-                    time_scale=options.time_scale, tokenizer=options.tokenizer,
-                    engine_kind="simulated" if kind == "simulate" else options.engine_kind,
-                    gpu=gpu,
-                ))
+                    "kv_scale": options.kv_scale if strategy in fp8_names else None,
+                    "slo": dict(slo_ms),
+                }))
     if options.strategy == "all":
         # `all` with --kv-cache-dtype fp8 names `fp8` twice (it is `paged` then): run it once.
         return _distinct(runs)
     check_distinct(runs)
     return runs
+
+
+def _resolve_dtype(dtype: str, device: str, simulated: bool) -> str:
+    """`--dtype auto`: the modelled GPU's under `simulate` (its command's default), as vLLM
+    elsewhere (bfloat16 on CUDA, float32 on the CPU); config.json records the result."""
+    if dtype != "auto":
+        return dtype
+    if simulated:
+        return option_fields()["dtype"].default_for("simulate")
+    from kvbench.execution.device import resolve_device, resolve_dtype
+
+    return resolve_dtype("auto", resolve_device(device))
 
 
 def _distinct(runs: list[RunConfig]) -> list[RunConfig]:
@@ -150,25 +136,16 @@ def _distinct(runs: list[RunConfig]) -> list[RunConfig]:
     return kept
 
 
-def _uses_fp8(strategy: str, kv_cache_dtype: str) -> bool:
-    from kvbench.core.kv_cache_dtype import is_fp8_cache
-    from kvbench.strategies import STRATEGIES
-
-    forced = STRATEGIES.get(strategy).kv_cache_dtype
-    return is_fp8_cache(kv_cache_dtype) or (kv_cache_dtype == "auto" and forced is not None
-                                            and is_fp8_cache(forced))
-
-
 def _run_identity(run: RunConfig) -> tuple:
     """What a run measures: `fp8` and `paged --kv-cache-dtype fp8` are one run."""
     from kvbench.strategies import STRATEGIES
 
     engine = run.engine
-    if run.engine_kind == "hf":  # transformers keeps its own cache: the strategy plays no part
-        return ("hf", engine.batching)
+    if run.executor.kind is EngineKind.TRANSFORMERS:
+        return ("hf", engine.batching)  # transformers keeps its own cache: no strategy
     entry = STRATEGIES.get(engine.strategy)
     return (entry.base or entry.name, engine.reserve if engine.strategy == "contiguous" else "",
-            _uses_fp8(engine.strategy, engine.kv_cache_dtype), engine.batching)
+            keeps_fp8_cache(engine), engine.batching)
 
 
 def check_distinct(runs: list[RunConfig]) -> None:
@@ -191,8 +168,6 @@ def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[s
     from kvbench.strategies import STRATEGIES
 
     notes = []
-    from kvbench.session.run_options import option_fields
-
     default_block = option_fields()["block_size"].default
     if options.block_size != default_block:
         readers = [run for run in runs if _reads_option(STRATEGIES.get(run.engine.strategy),
@@ -264,18 +239,16 @@ class SessionResult:
         return [o.summary.to_dict() for o in self.outcomes]
 
 
-def plan_session(options: RunOptions, kind: str = "run") -> SessionPlan:
+def plan_session(options: RunOptions) -> SessionPlan:
     """Every input checked and every engine built; nothing written yet."""
     from kvbench.results.files import check_output_folder
     from kvbench.session.runner import strategy_label
 
-    runs = expand_runs(options, kind)
+    runs = expand_runs(options)
     labels = [strategy_label(r) for r in runs]
     check_output_folder(Path(options.out))  # before any engine is built
     if options.repeat < 1:
         raise KvbenchInputError("--repeat must be at least 1")
-    if options.steps_every < 1:
-        raise KvbenchInputError("--steps-every must be at least 1")
     model_cache: dict = {}
     prepared = _prepare_all(runs, model_cache)
     warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
@@ -457,18 +430,12 @@ def _run_session(
     if not single:
         write_comparison(root, outcomes)
     write_reports(root, outcomes, per_strategy=plan.per_strategy_reports, repeats=repeats)
-    measured = any(run.engine_kind != "simulated" for run in plan.runs)
+    measured = any(run.executor.kind is not EngineKind.SIMULATED for run in plan.runs)
     return SessionResult(root, outcomes, repeats, measured)
 
 
 def _measures_fp8_accuracy(run: RunConfig) -> bool:
-    return run.engine_kind == "kvbench" and is_fp8(run)
-
-
-def is_fp8(run: RunConfig) -> bool:
-    from kvbench.core.kv_cache_dtype import is_fp8_cache
-
-    return run.engine.strategy == "fp8" or is_fp8_cache(run.engine.kv_cache_dtype)
+    return run.executor.kind is EngineKind.MODEL and keeps_fp8_cache(run.engine)
 
 
 def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: list,
@@ -581,7 +548,6 @@ __all__ = [
     "SessionResult",
     "add_accuracy_section",
     "expand_runs",
-    "is_fp8",
     "parse_slo",
     "plan_session",
     "run_session",

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.sizes import (  # noqa: F401  (estimate's public names)
@@ -34,7 +35,6 @@ from kvbench.models.sizes import (  # noqa: F401  (estimate's public names)
 )
 from kvbench.units import format_bytes
 
-DEFAULT_BLOCK_SIZE = 16  # vLLM's default --block-size
 DEFAULT_GPU_MEMORY_UTILIZATION = Fraction(9, 10)  # vLLM's default
 
 

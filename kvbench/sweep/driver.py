@@ -27,6 +27,7 @@ import pandas as pd
 import kvbench.report.writer
 from kvbench.errors import KvbenchInputError, RunInterrupted
 from kvbench.results.files import check_output_folder, claim_folder, write_csv, write_json
+from kvbench.session.run_options import option_value
 from kvbench.session.runner import strategy_label
 from kvbench.sweep.capacity import Bisection, numeric
 from kvbench.sweep.config import DEFAULT_RANGES, SweepSpec
@@ -185,7 +186,7 @@ class _Sweep:
         if searched is not None and searched not in self.spec.axes:
             # grid points run at the base value of the searched option: show it
             rows = [row if searched in row["values"] else
-                    {**row, "values": {**row["values"], searched: getattr(
+                    {**row, "values": {**row["values"], searched: option_value(
                         self.points[row["point_id"]].run, searched)}} for row in rows]
         return points_frame(rows, self.axis_names())
 

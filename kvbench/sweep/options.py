@@ -156,7 +156,7 @@ def run_config_for(kind: str, values: dict[str, Any], slo_ms: dict[str, float] |
         else:
             params[name] = convert(name, value)
     params["workload_params"] = tuple(params.get("workload_params") or ()) + tuple(extra_items)
-    runs = expand_runs(RunOptions.for_kind(kind, **params), kind)
+    runs = expand_runs(RunOptions.for_kind(kind, **params))
     if len(runs) != 1:
         raise KvbenchInputError(
             "a sweep point takes one strategy, batching and reserve each; "
@@ -164,7 +164,7 @@ def run_config_for(kind: str, values: dict[str, Any], slo_ms: dict[str, float] |
         )
     run = runs[0]
     if slo_ms:
-        run.slo_ms = dict(slo_ms)
+        run.replay.slo_ms = dict(slo_ms)
     return run
 
 

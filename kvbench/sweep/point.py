@@ -14,14 +14,12 @@ cluster needs no shared filesystem.
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder, atomic_write_bytes
 from kvbench.results.summary import Summary
@@ -30,14 +28,6 @@ from kvbench.session.runner import prepare, run_one
 from kvbench.session.session import add_accuracy_section
 
 _MODEL_CACHE: dict = {}  # per process: points of one model share its weights
-
-
-def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
-    data = dict(data)
-    engine = EngineConfig.from_dict(dict(data.pop("engine")))
-    rate = data.pop("request_rate", math.inf)
-    rate = math.inf if rate in ("inf", None) else float(rate)
-    return RunConfig(engine=engine, request_rate=rate, **data)
 
 
 def make_task(point_id: str, folder: Path, run: RunConfig, command: str) -> dict[str, Any]:
@@ -55,7 +45,7 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
                               "summary": None, "error": None}
     start = time.perf_counter()
     try:
-        run = run_config_from_dict(task["run"])
+        run = RunConfig.from_dict(task["run"])
         cache = _MODEL_CACHE if model_cache is None else model_cache
         prepared = prepare(run, cache)
         requests = prepared[1].requests
@@ -117,5 +107,4 @@ def read_point(folder: Path) -> Summary | None:
         return None
 
 
-__all__ = ["execute_point", "failed_record", "make_task", "read_point", "run_config_from_dict",
-           "write_gathered"]
+__all__ = ["execute_point", "failed_record", "make_task", "read_point", "write_gathered"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.sweep.point import execute_point, failed_record, write_gathered
 
@@ -53,7 +54,7 @@ class RayExecutor:
     def resources(self, task: dict[str, Any]) -> dict[str, Any]:
         run = task["run"]
         engine = run["engine"]
-        if run.get("engine_kind") == "simulated":
+        if run.get("engine_kind") == EngineKind.SIMULATED:
             return {"num_cpus": 1}
         device = str(engine.get("device", "auto"))
         if device == "cpu" or (device == "auto" and not self._has_gpus):

@@ -61,8 +61,7 @@ def test_strategy_all_on_an_fp8_cache_runs_paged_fp8_once(tmp_path):
     from kvbench.session.runner import strategy_label
     from kvbench.session.session import expand_runs
 
-    runs = expand_runs(RunOptions.for_kind("simulate", strategy="all", kv_cache_dtype="fp8"),
-                       "simulate")
+    runs = expand_runs(RunOptions.for_kind("simulate", strategy="all", kv_cache_dtype="fp8"))
     labels = [strategy_label(r) for r in runs]
     assert "paged-fp8" in labels and "fp8" not in labels
     assert len(labels) == len(set(labels))

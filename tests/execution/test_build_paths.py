@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvbench.build.engine_build import build_engine, executor_factory
+from kvbench.build.engine_build import EXECUTOR_FACTORIES, build_engine, executor_factory
 from kvbench.build.model_executors import ModelExecutors
 from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.config import EngineConfig
+from kvbench.core.engine_kind import EngineKind
 from kvbench.core.sampling_params import SamplingParams
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.model_executor import ModelExecutor
@@ -32,11 +33,12 @@ def test_model_and_simulated_engines_share_the_wiring():
 
 
 def test_engine_kinds_name_their_factories():
-    assert isinstance(executor_factory("kvbench"), ModelExecutors)
-    sim = executor_factory("simulated", "h100-80gb")
+    assert set(EXECUTOR_FACTORIES) == set(EngineKind)
+    assert isinstance(executor_factory(EngineKind.MODEL), ModelExecutors)
+    sim = executor_factory(EngineKind.SIMULATED, "h100-80gb")
     assert isinstance(sim, SimulatedExecutors) and sim.gpu == "h100-80gb"
     with pytest.raises(KvbenchInputError, match="unknown engine 'vllm'"):
-        executor_factory("vllm")
+        EngineKind.parse("vllm")
 
 
 def test_forked_siblings_sample_from_their_parents_row_by_their_own_key():

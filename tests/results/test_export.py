@@ -19,7 +19,7 @@ def comparison(tmp_path_factory):
     out = tmp_path_factory.mktemp("export")
     options = RunOptions.for_kind("simulate", strategy="paged,prefix", model="llama-2-7b",
                                   workload="chat", num_requests=8, warmup=0, out=str(out))
-    return run_session(plan_session(options, "simulate")).root
+    return run_session(plan_session(options)).root
 
 
 def read_like_a_vllm_user(path):

@@ -135,7 +135,7 @@ def test_runs_started_in_the_same_second_never_share_a_folder(tmp_path):
     # Two sessions planned in the same second (one folder name) write two folders.
     options = RunOptions.for_kind("simulate", model="llama-2-7b", num_requests=4, warmup=0,
                                   out=str(tmp_path / "s"))
-    plans = [plan_session(options, "simulate") for _ in range(2)]
+    plans = [plan_session(options) for _ in range(2)]
     plans[1].root = plans[0].root
     roots = [run_session(plan).root for plan in plans]
     assert roots[0] != roots[1]

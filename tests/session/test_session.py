@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.report.runs import run_folders
 from kvbench.session.run_options import RunOptions
@@ -28,14 +29,16 @@ def test_comma_lists_expand_to_one_run_per_combination():
         ("continuous", "contiguous", "max"), ("continuous", "contiguous", "pow2"),
         ("continuous", "paged", "max"), ("static", "contiguous", "max"),
         ("static", "contiguous", "pow2"), ("static", "paged", "max")]
-    assert all(r.slo_ms == {"ttft": 500.0} and r.engine_kind == "kvbench" for r in runs)
+    assert all(r.replay.slo_ms == {"ttft": 500.0} and r.executor.kind is EngineKind.MODEL
+               for r in runs)
 
 
 def test_simulate_runs_on_the_gpu_preset_and_refuses_an_unknown_one():
-    (run,) = expand_runs(RunOptions.for_kind("simulate", gpu="l4"), "simulate")
-    assert (run.engine_kind, run.gpu, run.engine.device) == ("simulated", "l4", "cpu")
+    (run,) = expand_runs(RunOptions.for_kind("simulate", gpu="l4"))
+    assert (run.executor.kind, run.executor.gpu, run.engine.device) == (
+        EngineKind.SIMULATED, "l4", "cpu")
     with pytest.raises(KvbenchInputError, match="unknown --gpu 'z80'"):
-        expand_runs(RunOptions.for_kind("simulate", gpu="z80"), "simulate")
+        expand_runs(RunOptions.for_kind("simulate", gpu="z80"))
 
 
 def test_unique_folder_never_reuses_a_name(tmp_path):
@@ -49,7 +52,7 @@ def test_a_session_returns_its_results_and_prints_nothing(tmp_path, capsys):
     options = RunOptions.for_kind(
         "simulate", strategy="contiguous,paged", model="llama-2-7b", workload="sharegpt",
         num_requests=12, warmup=0, repeat=2, out=str(tmp_path))
-    plan = plan_session(options, "simulate")
+    plan = plan_session(options)
     assert not tmp_path.exists() or not any(tmp_path.iterdir())  # planning writes nothing
     started = []
     result = run_session(plan, on_run_start=lambda *args: started.append(args))
@@ -83,7 +86,7 @@ def test_repeats_run_interleaved_and_single_runs_warn_about_noise(tmp_path):
     options = RunOptions.for_kind(
         "simulate", strategy="contiguous,paged,prefix", model="llama-2-7b",
         workload="sharegpt", num_requests=4, warmup=0, repeat=2, out=str(tmp_path / "r"))
-    result = run_session(plan_session(options, "simulate"))
+    result = run_session(plan_session(options))
     folders = [result.root / label / f"rep-{k}" for k in (1, 2)
                for label in ("contiguous-max", "paged", "prefix")]
     written = [(f / "summary.json").stat().st_mtime_ns for f in folders]
@@ -128,5 +131,5 @@ def test_transformers_runs_of_a_strategy_list_are_one_run():
 
 
 def test_simulate_dtype_auto_is_the_modelled_gpus_not_the_hosts():
-    (run,) = expand_runs(RunOptions.for_kind("simulate", dtype="auto"), "simulate")
+    (run,) = expand_runs(RunOptions.for_kind("simulate", dtype="auto"))
     assert run.engine.dtype == "bfloat16"

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 import kvbench.strategies as strategies_package
-from kvbench.build.engine_build import effective_config
+from kvbench.build.engine_build import effective_config, keeps_fp8_cache
 from kvbench.config import EngineConfig
 from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.errors import KvbenchInputError
@@ -35,7 +35,9 @@ def test_fp8_is_paged_with_an_fp8_cache():
     entry = STRATEGIES.get("fp8")
     assert entry.base == "paged" and is_fp8_cache(entry.engine_overrides["kv_cache_dtype"])
     assert type(registry.make_strategy("fp8", 512, 64, block_size=8)) is PagedStrategy
-    assert is_fp8_cache(effective_config(EngineConfig(strategy="fp8")).kv_cache_dtype)
+    assert keeps_fp8_cache(EngineConfig(strategy="fp8"))
+    assert keeps_fp8_cache(EngineConfig(strategy="prefix", kv_cache_dtype="fp8"))
+    assert not keeps_fp8_cache(EngineConfig(strategy="paged"))
     explicit = effective_config(EngineConfig(strategy="fp8", kv_cache_dtype="fp8_e4m3"))
     assert explicit.kv_cache_dtype == "fp8_e4m3", "an explicit --kv-cache-dtype stays"
 

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from kvbench.cli import main
+from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.strategies import STRATEGIES
 from kvbench.sweep import SweepSpec, load_sweep_config, metric_column
@@ -71,10 +72,11 @@ def test_toml_grid_is_the_cartesian_product_with_duplicates_merged(tmp_path):
     assert points[1].run.engine.reserve == "pow2" and not first.duplicates
     paged = [p for p in points if p.values["strategy"] == "paged"]
     assert paged[0].duplicates == ["strategy=paged,request_rate=1,output_len=16,reserve=pow2"]
-    assert first.run.workload_params == {"prompt_len": 32, "output_len": 16}
-    assert first.run.engine_kind == "simulated" and first.run.gpu == "h100-80gb"
-    assert first.run.slo_ms == {"ttft": 500.0, "tpot": 50.0}
-    assert math.isinf(points[2 * 2 * 2].run.request_rate)
+    assert first.run.workload.params == {"prompt_len": 32, "output_len": 16}
+    assert first.run.executor.kind is EngineKind.SIMULATED
+    assert first.run.executor.gpu == "h100-80gb"
+    assert first.run.replay.slo_ms == {"ttft": 500.0, "tpot": 50.0}
+    assert math.isinf(points[2 * 2 * 2].run.replay.request_rate)
 
 
 def test_point_ids_are_readable_stable_and_safe():

@@ -1,0 +1,26 @@
+"""`ExecutorConfig`: what runs the engine's steps (`EngineKind`) and, simulated, on which GPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvbench.core.engine_kind import EngineKind
+
+
+@dataclass
+class ExecutorConfig:
+    # `config.json` keeps the flat names of the options (metadata "json").
+    kind: EngineKind = field(default=EngineKind.MODEL, metadata={"json": "engine_kind"})
+    gpu: str | None = None  # the simulated GPU's preset
+    gpu_spec: str | None = None  # a GPU described in a TOML file: replaces `gpu`
+
+    def __post_init__(self) -> None:
+        self.kind = EngineKind.parse(self.kind)
+
+    @property
+    def simulated_gpu(self) -> str | None:
+        """The preset name or TOML file of the GPU a simulated run models."""
+        return self.gpu_spec or self.gpu
+
+
+__all__ = ["ExecutorConfig"]

@@ -1,0 +1,28 @@
+"""`ReplayConfig`: how a run replays its workload's arrivals and what it records of them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kvbench.errors import KvbenchInputError
+
+
+@dataclass
+class ReplayConfig:
+    request_rate: float = math.inf  # requests/s; inf: all arrive at t=0
+    burstiness: float = 1.0  # gamma arrivals shape (1 = Poisson)
+    max_concurrency: int | None = None  # closed loop: at most this many in flight
+    warmup: int = 2  # requests run first and excluded from every metric
+    slo_ms: dict[str, float] = field(default_factory=dict)  # e.g. {"ttft": 500, "tpot": 50}
+    trace: bool = False  # write trace.json
+    steps_every: int = 1  # steps.csv keeps every Nth step (summary: all of them)
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0:
+            raise KvbenchInputError(f"--warmup must be 0 or more, got {self.warmup}")
+        if self.steps_every < 1:
+            raise KvbenchInputError(f"--steps-every must be at least 1, got {self.steps_every}")
+
+
+__all__ = ["ReplayConfig"]
