@@ -53,7 +53,7 @@ class EngineConfig:
             raise KvbenchInputError(f"--block-size must be a power of two, got {self.block_size}")
         if self.max_num_seqs < 1:
             raise KvbenchInputError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
-        # None is "the default"; 0 used to mean the same silently, so it is refused like -1.
+        # None is "the default"; 0 would read as a length, so it is refused like -1.
         if self.max_model_len is not None and self.max_model_len < 2:
             raise KvbenchInputError(
                 "--max-model-len must be an integer >= 2 (one prompt and one output token), "

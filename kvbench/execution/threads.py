@@ -4,7 +4,7 @@ torch's CPU kernels run on an OpenMP pool whose idle threads, by default (GNU Op
 wait policy), spin between parallel regions. With `--cpu-threads 2` and another process busy
 on the second core, a spinning thread steals the time slice its peer needs, and a run measured
 on a 2-core machine fell from ~2,400 to 35-92 output tok/s; `OMP_WAIT_POLICY=PASSIVE` (idle
-threads sleep) gave ~2,050 in the same conditions (issue 18). With one thread there is no pool
+threads sleep) gave ~2,050 in the same conditions. With one thread there is no pool
 and the policy changes nothing.
 
 The OpenMP runtime reads OMP_WAIT_POLICY once, when torch loads it (`import torch`), so the

@@ -38,7 +38,7 @@ class StepTotals:
     memory state lasts until the next step starts (the last one: its own length), which is
     why each row is folded in when the next one arrives. Rows come in batches (`add_rows`,
     rows as `COLUMNS` tuples) and are summed with numpy: a simulation makes hundreds of
-    thousands of them (issue 15).
+    thousands of them.
     """
 
     steps: int = 0

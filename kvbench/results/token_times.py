@@ -7,7 +7,7 @@ run's clock (the clock of `requests.csv`'s `arrival_s`), rounded to the microsec
 See results/README.md.
 
 A 10,000-request simulation holds ~4M token times: formatting or parsing them one Python float
-at a time cost about a second each way (issue 15). Both directions therefore work on whole
+at a time costs about a second each way. Both directions therefore work on whole
 numpy arrays of integer microseconds. The text is exactly what `json.dumps` writes for
 `round(t, 6)` (a value with at most 15 significant digits prints as its own decimal digits);
 values outside the plain `123.456` form (negative, NaN, below 1e-4 s, which Python writes as
@@ -49,7 +49,7 @@ def token_times_file(requests: Iterable[Request], sequences: dict[int, list[Sequ
                      ) -> tuple[list[str], TokenTimes]:
     """`token_time_lines`, and exactly what `read_token_arrays` gives for the file they make
     (each time is `round(t, 6)`), from one rounding pass: a session hands the arrays to its
-    report instead of parsing the file back (issue 15: 4M times cost a third of a second)."""
+    report instead of parsing the file back (4M times cost a third of a second)."""
     ids: list[int] = []
     samples: list[int] = []
     series: list[Seq[float]] = []

@@ -194,8 +194,8 @@ class BatchingPolicy(ABC):
                 break
             items.append((seq, n))
             budget -= n
-        # Then the memory, in one call to the strategy for the whole batch (issue 15: a call
-        # per sequence was a third of a long simulation's scheduling time).
+        # Then the memory, in one call to the strategy for the whole batch (a call per
+        # sequence costs a third of a long simulation's scheduling time).
         # Where the pool runs dry, `_grow_or_preempt` takes victims from the end of the
         # sequences not yet scheduled; the batch then loses those within the budget.
         end = len(seqs)

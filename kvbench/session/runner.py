@@ -178,8 +178,8 @@ def run_one(
         "kernel_compile_s": built.compile_s,
         "model_config": built.model_config.to_dict(),
         "versions": versions(),
-        # What the run measured under: torch threads and the OpenMP wait policy (issue 18:
-        # spinning threads collapse a run on a shared machine).
+        # What the run measured under: torch threads and the OpenMP wait policy
+        # (spinning threads collapse a run on a shared machine).
         "threads": thread_settings(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -1,4 +1,4 @@
-"""Every bad input a user has been seen to give, in one table (issue 18): each gives exactly
+"""Every bad input a user has been seen to give, in one table: each gives exactly
 one stderr line starting `kvbench: error:`, the documented exit code, no traceback, and
 nothing written under `--out`. A new refusal is one row here.
 

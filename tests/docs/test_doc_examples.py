@@ -1,5 +1,5 @@
 """Every `kvbench ...` command in README.md and docs/*.md, and the TOML files they show, runs
-(issue 18): exit 0, or the exit the docs give for it on this machine.
+exit 0, or the exit the docs give for it on this machine.
 
 Commands are read from the fenced code blocks (a `$ ` prompt and `\\` continuations are
 understood; what precedes `kvbench` on a line, like `pip install ... &&` or `nsys profile`,

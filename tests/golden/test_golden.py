@@ -1,7 +1,7 @@
 """Refactors keep behaviour: the same seeds give the same tokens and the same summary figures.
 
-`golden.json` was written by `golden_cases.py` from the code before the package was reshaped
-(issue 13); a change that means to move these figures regenerates it and says why.
+`golden.json` is written by `golden_cases.py`; a change that means to move these figures
+regenerates it and says why in its commit.
 """
 
 from __future__ import annotations

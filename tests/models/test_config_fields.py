@@ -1,5 +1,5 @@
 """Every config.json field that changes the math is implemented (parity with transformers) or
-refused with one line naming the key (issue 18: a model that runs computes what transformers
+refused with one line naming the key (a model that runs computes what transformers
 computes)."""
 
 from __future__ import annotations

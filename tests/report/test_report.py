@@ -174,7 +174,7 @@ def test_a_repeated_comparison_loads_as_one_group(tmp_path):
 
 def test_a_session_report_takes_the_token_times_from_memory(tmp_path, monkeypatch):
     """The report written at the end of a run does not parse the tokens.jsonl the run has just
-    written (issue 15); `kvbench report FOLDER` reads the file and draws the same charts."""
+    written; `kvbench report FOLDER` reads the file and draws the same charts."""
 
     def no_file_reads(folder):
         raise AssertionError(f"tokens.jsonl of {folder} read back by the session's report")

@@ -1,4 +1,4 @@
-"""`tokens.jsonl` is written and read with numpy over whole arrays (issue 15): the text must be
+"""`tokens.jsonl` is written and read with numpy over whole arrays: the text must be
 byte for byte what `json.dumps` writes for `round(t, 6)`, and reading it back must give the
 floats `json` gives."""
 
@@ -35,7 +35,7 @@ TRICKY = [
 
 
 def _reference(times: list[float]) -> str:
-    """What kvbench wrote before issue 15, one Python float at a time."""
+    """The reference: one Python float at a time through `json.dumps`."""
     return json.dumps([round(float(t), 6) for t in times], separators=(",", ":"))[1:-1]
 
 

@@ -1,4 +1,4 @@
-"""config.json records the thread settings a run measured under (issue 18)."""
+"""config.json records the thread settings a run measured under."""
 
 from __future__ import annotations
 

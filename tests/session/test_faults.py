@@ -1,5 +1,5 @@
 """Faults a run meets unattended: Ctrl-C mid-comparison, a full disk, SIGKILL, two runs
-started in the same second, and a sweep resumed after SIGKILL (issue 18)."""
+started in the same second, and a sweep resumed after SIGKILL."""
 
 from __future__ import annotations
 
