@@ -1,4 +1,4 @@
-"""Every `kvbench ...` command in README.md and docs/*.md, and the TOML files they show, runs
+"""Every `kvbench ...` command in README.md and docs/*.md, and the TOML files they show, runs:
 exit 0, or the exit the docs give for it on this machine.
 
 Commands are read from the fenced code blocks (a `$ ` prompt and `\\` continuations are
