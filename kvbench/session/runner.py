@@ -186,8 +186,9 @@ def run_one(
     recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.trace else None
     set_recorder(recorder)
     step_writer = StepWriter(folder / "steps.csv", run.steps_every)
-    if hasattr(engine, "step_sink"):  # rows stream to disk as the engine makes them
-        engine.step_sink = step_writer.write
+    step_recorder = getattr(engine, "step_recorder", None)  # None: hf-generate keeps its rows
+    if step_recorder is not None:  # rows stream to disk as the engine makes them
+        step_recorder.sink = step_writer.write
     status = "complete"
     with _gc_frozen(young_every=50_000 if built.backend == "simulated" else None):
         try:
@@ -199,8 +200,8 @@ def run_one(
             failure = f"{type(err).__name__}: {err}"
         finally:
             set_recorder(None)
-            if hasattr(engine, "step_sink"):
-                engine.step_sink = None
+            if step_recorder is not None:
+                step_recorder.sink = None
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,
@@ -297,7 +298,8 @@ def _replay(engine, workload: WorkloadResult, run: RunConfig, progress: Progress
 
 def _held_share(engine) -> float | None:
     """Share of the KV arena held after the engine's last step (None before any)."""
-    last = getattr(engine, "last_step", None) or (engine.steps[-1] if engine.steps else None)
+    step_recorder = getattr(engine, "step_recorder", None)
+    last = step_recorder.last if step_recorder else (engine.steps[-1] if engine.steps else None)
     if last is None or last.kv_free_bytes is None:
         return None
     arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \
