@@ -5,24 +5,32 @@ from __future__ import annotations
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.core.step_record import StepRecord
+from kvbench.scheduling.queue_order import WaitingQueue
+from kvbench.strategies.base import CacheStrategy
 
-if TYPE_CHECKING:
-    from kvbench.scheduling.queue_order import WaitingQueue
+
+class RequestQueues(Protocol):
+    """What the runner reads of an engine's policy: the sequences in flight, in admission
+    order, and those not admitted yet."""
+
+    running: list[Sequence]
+    waiting: WaitingQueue
 
 
 class BaseEngine(ABC):
     """The runner's view of an engine: queued and finished requests, step records, run control.
 
-    Subclasses set `policy` (which owns the queues: `running`, the sequences in flight, and
-    `waiting`, those not admitted yet) and `strategy`
-    (None when the engine has no kvbench cache strategy), add requests and run steps.
-    `clock()` returns seconds on the run's clock.
+    Subclasses set `policy` and `strategy`, add requests and run steps. `clock()` returns
+    seconds on the run's clock.
     """
+
+    policy: RequestQueues  # owns the queues (a `BatchingPolicy` for kvbench's engine)
+    strategy: CacheStrategy | None  # None: the engine has no kvbench cache strategy
 
     def __init__(
         self, *, max_model_len: int, temperature: float, seed: int, clock: Callable[[], float]
@@ -55,7 +63,7 @@ class BaseEngine(ABC):
 
     @property
     def waiting(self) -> WaitingQueue:
-        """The policy's waiting queue (a `kvbench.scheduling.WaitingQueue`), head first."""
+        """The policy's waiting queue, head first."""
         return self.policy.waiting
 
     @property

@@ -58,6 +58,9 @@ class Engine(BaseEngine):
     `clock()` returns seconds on the run's clock (wall time by default).
     """
 
+    policy: BatchingPolicy
+    strategy: CacheStrategy
+
     def __init__(
         self,
         strategy: CacheStrategy,
