@@ -56,6 +56,12 @@ class CacheStrategy(ABC):
     finishes or is preempted, and `fork` for parallel-sampling children. `build_layout`
     hands the result to the executor.
 
+    The scheduler grows every running sequence through `allocate_each`, which a strategy may
+    override with its common case inlined (`paged` skips the call for a sequence with room
+    in its last block). A subclass whose `allocate` must see every call, even for such a
+    sequence, overrides `allocate_each` again (`prefix` does: a sequence with room may still
+    have to copy a shared block before writing into it, or name a block that became full).
+
     Two costs stay flat in the number of running sequences and their lengths, so that every
     strategy's engine step costs the same on the host: a strategy logs each change to its
     tables (`_log_table`) and the executor applies the log to arrays it keeps, and it keeps
@@ -83,6 +89,7 @@ class CacheStrategy(ABC):
         self._held_slots = 0
         self._will_use_slots = 0
         self._prompt_blocks = 0
+        self._copies: list[SlotCopy] = []  # decided since the last `pending_copies`
 
     def reset_stats(self) -> None:
         """Zero the strategy's own counters after a warm-up (none by default)."""
@@ -194,7 +201,7 @@ class CacheStrategy(ABC):
 
     def pending_copies(self) -> list[SlotCopy]:
         """Copies (fork, copy-on-write) decided since the last call, to run before the step."""
-        copies, self._copies = getattr(self, "_copies", []), []
+        copies, self._copies = self._copies, []
         return copies
 
     def stats(self) -> dict[str, float]:

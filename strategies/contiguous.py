@@ -50,7 +50,6 @@ class ContiguousStrategy(CacheStrategy):
         self.reserve = reserve
         self.ranges = FreeRanges(num_slots)
         self.starts: dict[int, tuple[int, int]] = {}  # seq_id -> (start slot, length)
-        self._copies: list[SlotCopy] = []
 
     def reservation(self, seq: Sequence) -> int:
         final = seq.final_kv_len

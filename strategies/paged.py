@@ -47,7 +47,6 @@ class PagedStrategy(CacheStrategy):
         # Free blocks kept back at admission so running sequences can grow (vLLM's watermark).
         self.watermark_blocks = math.ceil(watermark * self.pool.num_blocks)
         self.tables: dict[int, list[int]] = {}
-        self._copies: list[SlotCopy] = []
 
     @property
     def capacity_tokens(self) -> int:
@@ -89,10 +88,8 @@ class PagedStrategy(CacheStrategy):
         return True
 
     def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
-        if type(self).allocate is not PagedStrategy.allocate:
-            # a subclass with its own `allocate` (prefix caching: copy-on-write of a shared
-            # last block) must see every call
-            return super().allocate_each(items, start)
+        """`allocate` for every sequence that needs a new block: one with room in its last
+        block takes nothing (see `CacheStrategy` for a subclass that must see every call)."""
         tables = self.tables
         block_size = self.block_size
         for i in range(start, len(items)):

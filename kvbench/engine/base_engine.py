@@ -4,28 +4,36 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kvbench.core.clock import RunClock, WallClock
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.core.step_record import StepRecord
+from kvbench.engine.step_recorder import StepLog
+from kvbench.scheduling.queue_order import WaitingQueue
+from kvbench.strategies.base import CacheStrategy
 
-if TYPE_CHECKING:
-    from kvbench.scheduling.queue_order import WaitingQueue
+
+class RequestQueues(Protocol):
+    """What the runner reads of an engine's policy: the sequences in flight, in admission
+    order, and those not admitted yet."""
+
+    running: list[Sequence]
+    waiting: WaitingQueue
 
 
 class BaseEngine(ABC):
     """The runner's view of an engine: queued and finished requests, step records, run control.
 
-    Subclasses set `policy` (which owns the queues: `running`, the sequences in flight, and
-    `waiting`, those not admitted yet) and `strategy`
-    (None when the engine has no kvbench cache strategy), add requests and run steps.
-    `clock()` returns seconds on the run's clock (wall time since the engine was built unless
-    given one). Each step's `StepRecord` goes through `_record`: into `steps`, or to
-    `step_sink` when a runner set one.
+    Subclasses set `policy` and `strategy`, add requests and run steps. `clock()` returns
+    seconds on the run's clock (wall time since the engine was built unless given one). Each
+    step's `StepRecord` goes through `step_recorder` (a `StepLog`): into `steps`, or to its
+    `sink` when a runner streams rows to disk.
     """
+
+    policy: RequestQueues  # owns the queues (a `BatchingPolicy` for kvbench's engine)
+    strategy: CacheStrategy | None  # None: the engine has no kvbench cache strategy
 
     def __init__(
         self, *, max_model_len: int, temperature: float, seed: int, clock: RunClock | None
@@ -36,11 +44,7 @@ class BaseEngine(ABC):
         self.clock: RunClock = clock if clock is not None else WallClock()
         self.sequences: dict[int, list[Sequence]] = {}
         self.steps: list[StepRecord] = []
-        self.num_steps = 0
-        self.last_step: StepRecord | None = None
-        # Set by a runner that streams rows to disk: each StepRecord goes there and `steps`
-        # stays empty, so a long run's memory does not grow with its steps.
-        self.step_sink: Callable[[StepRecord], None] | None = None
+        self.step_recorder = StepLog(self.steps)
         self.prefill_tokens_computed = 0
         self._seq_ids = itertools.count()
         self._unfinished = 0
@@ -49,15 +53,6 @@ class BaseEngine(ABC):
         """Sample `sample_index` of `request`, holding its prompt so far."""
         return Sequence(next(self._seq_ids), request, sample_index,
                         list(request.prompt_token_ids))
-
-    def _record(self, record: StepRecord) -> None:
-        """Keep the row in `steps`, or hand it to `step_sink` (which keeps nothing here)."""
-        self.num_steps += 1
-        self.last_step = record
-        if self.step_sink is None:
-            self.steps.append(record)
-        else:
-            self.step_sink(record)
 
     @abstractmethod
     def check_request(self, request: Request) -> None:
@@ -76,7 +71,7 @@ class BaseEngine(ABC):
 
     @property
     def waiting(self) -> WaitingQueue:
-        """The policy's waiting queue (a `kvbench.scheduling.WaitingQueue`), head first."""
+        """The policy's waiting queue, head first."""
         return self.policy.waiting
 
     @property
@@ -93,8 +88,7 @@ class BaseEngine(ABC):
             raise RuntimeError("reset_stats with requests still running")
         self.sequences.clear()
         self.steps.clear()
-        self.num_steps = 0
-        self.last_step = None
+        self.step_recorder.reset()
         self.prefill_tokens_computed = 0
 
     def run_to_completion(self) -> None:

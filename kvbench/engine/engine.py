@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from kvbench.core.clock import RunClock
@@ -10,12 +11,12 @@ from kvbench.core.request import Request
 from kvbench.core.sampling_params import SampleKey, SamplingParams
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.core.step_batch import StepBatch
-from kvbench.core.step_record import StepRecord
 from kvbench.engine.base_engine import BaseEngine
+from kvbench.engine.step_recorder import StepRecorder
 from kvbench.errors import KvbenchInputError, KvbenchRunError
-from kvbench.scheduling.base import BatchingPolicy
+from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput
 from kvbench.strategies.base import CacheStrategy
-from kvbench.tracing import NO_RANGE, trace_counter, trace_range, tracing_active
+from kvbench.tracing import NO_RANGE, trace_range, tracing_active
 
 if TYPE_CHECKING:  # the executor owns torch: the core never imports it
     from kvbench.core.executor import Executor
@@ -34,13 +35,12 @@ def check_request_lengths(request: Request, max_model_len: int) -> None:
 
 def _split_prefills(
     scheduled: list[tuple[Sequence, int]],
-) -> tuple[list[tuple[Sequence, int]], list[tuple[Sequence, int]], int]:
-    """Prefills, decodes and the prefills' tokens. A decode computes the one token sampled
-    last step; anything else (prompts, prompt chunks, recomputation after preemption) is a
-    prefill. One pass with the checks inlined: this runs for every sequence of every step."""
+) -> tuple[list[tuple[Sequence, int]], list[tuple[Sequence, int]]]:
+    """Prefills and decodes. A decode computes the one token sampled last step; anything
+    else (prompts, prompt chunks, recomputation after preemption) is a prefill. One pass
+    with the checks inlined: this runs for every sequence of every step."""
     prefills: list[tuple[Sequence, int]] = []
     decodes: list[tuple[Sequence, int]] = []
-    prefill_tokens = 0
     add_decode = decodes.append
     for item in scheduled:
         seq, n = item
@@ -49,8 +49,7 @@ def _split_prefills(
             add_decode(item)
         else:
             prefills.append(item)
-            prefill_tokens += n
-    return prefills, decodes, prefill_tokens
+    return prefills, decodes
 
 
 class Engine(BaseEngine):
@@ -58,6 +57,9 @@ class Engine(BaseEngine):
 
     `clock()` returns seconds on the run's clock (wall time by default).
     """
+
+    policy: BatchingPolicy
+    strategy: CacheStrategy
 
     def __init__(
         self,
@@ -78,8 +80,8 @@ class Engine(BaseEngine):
         self.policy = policy
         self.executor = executor
         self.bytes_per_slot = bytes_per_slot
-        self.memory_probe = memory_probe
-        self._unrecorded_preemptions = 0
+        self.step_recorder = StepRecorder(self.steps, bytes_per_slot=bytes_per_slot,
+                                          memory_probe=memory_probe)
         self._traced = False  # whether this step records trace ranges (set at its start)
 
     # Requests ---------------------------------------------------------------------------
@@ -114,78 +116,61 @@ class Engine(BaseEngine):
         # Checked once a step: with nobody recording, the ranges and their arguments would
         # cost a long simulation a tenth of a second per 100k steps for nothing.
         traced = self._traced = tracing_active()
-        with trace_range("step", step=self.num_steps) if traced else NO_RANGE:
-            with (trace_range("schedule", waiting=len(self.waiting), running=self.num_running)
-                  if traced else NO_RANGE):
-                out = self.policy.schedule(t_start)
+        with trace_range("step", step=self.step_recorder.num_steps) if traced else NO_RANGE:
+            out = self._schedule(t_start)
             if not out.scheduled:
-                self._unrecorded_preemptions += len(out.preempted)  # goes in the next row
-                if self.waiting and not self.policy.has_work():
-                    raise KvbenchRunError(
-                        f"scheduler stalled: request {self.waiting.head().request.request_id} "
-                        "cannot be admitted into an empty cache"
-                    )
-                return []
-            prefills, decodes, num_prefill_tokens = _split_prefills(out.scheduled)
-            if prefills:
-                batch, to_sample, forks = self._build_batch(prefills + decodes, len(prefills))
-            else:  # the common step: nothing but decodes, each samples (and never forks)
-                batch, to_sample, forks = self._build_decode_batch(decodes)
-            sampling = SamplingParams(self.temperature, self.seed, rows=to_sample, forks=forks)
-            t_forward = self.clock()
-            tokens = self.executor.execute_and_sample(batch, sampling)
-            t_forward_end = self.clock()
-            with trace_range("sample", rows=len(batch.sample_rows)) if traced else NO_RANGE:
-                finished = self._commit(to_sample, tokens, t_forward_end, bool(forks))
+                return self._schedule_nothing(len(out.preempted))
+            batch, to_sample, forks = self._build_batch(out.scheduled)
+            tokens, forward_s, now_s = self._execute(batch, to_sample, forks)
+            finished = self._commit(to_sample, tokens, now_s, bool(forks))
             split = self.strategy.memory_split(self.policy.holders(), self.waiting.head())
-        t_end = self.clock()
-        self.prefill_tokens_computed += num_prefill_tokens
-        b = self.bytes_per_slot
-        unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
-        record = StepRecord(
-            step=self.num_steps,
-            t_s=t_start,
-            step_ms=(t_end - t_start) * 1e3,
-            overhead_ms=((t_end - t_start) - (t_forward_end - t_forward)) * 1e3,
-            num_prefill_seqs=len(prefills),
-            num_decode_seqs=len(decodes),
-            num_batched_tokens=batch.num_tokens,
-            num_prefill_tokens=num_prefill_tokens,
-            num_running=self.num_running,
-            num_waiting=len(self.waiting),
-            kv_token_bytes=split.token * b,
-            kv_reserved_bytes=split.reserved * b,
-            kv_internal_bytes=split.internal * b,
-            kv_external_bytes=split.external * b,
-            kv_free_bytes=split.free * b,
-            kv_cached_bytes=split.cached * b,
-            preemptions=len(out.preempted) + unrecorded,
-            kv_utilization=split.utilization,
-            kv_prompt_blocks=split.prompt_blocks,
-            **(self.memory_probe() if self.memory_probe else {}),
-        )
-        self._record(record)
-        if traced:
-            trace_counter("kv_bytes", t_end, {"token": record.kv_token_bytes,
-                                              "held": split.held * b})
-            trace_counter("batch", t_end, {"running": record.num_running,
-                                           "waiting": record.num_waiting})
+        self.step_recorder.record(t_start, self.clock(), forward_s, batch, split,
+                                  len(out.preempted), self.num_running, len(self.waiting), traced)
         return finished
 
+    def _schedule(self, now_s: float) -> ScheduleOutput:
+        with (trace_range("schedule", waiting=len(self.waiting), running=self.num_running)
+              if self._traced else NO_RANGE):
+            return self.policy.schedule(now_s)
+
+    def _schedule_nothing(self, num_preempted: int) -> list[Sequence]:
+        """A step with nothing to run: no row (the preemptions go in the next), no
+        finished sequences; raises when the queue head can never be admitted."""
+        self.step_recorder.skip(num_preempted)
+        if self.waiting and not self.policy.has_work():
+            raise KvbenchRunError(
+                f"scheduler stalled: request {self.waiting.head().request.request_id} "
+                "cannot be admitted into an empty cache"
+            )
+        return []
+
     def _build_batch(
-        self, ordered: list[tuple[Sequence, int]], num_prefill: int
+        self, scheduled: list[tuple[Sequence, int]]
     ) -> tuple[StepBatch, list[Sequence], dict[int, tuple[SampleKey, ...]]]:
-        """The step's batch, the sequences that sample (row order) and the sampling keys of
-        the forking rows; counts the step's tokens as computed. Token ids and positions only
-        for an executor that reads them. One pass over the sequences: the engine's hot loop."""
+        """The step's batch (prefills first), the sequences that sample (row order) and the
+        sampling keys of the forking rows; counts the step's tokens as computed. Token ids
+        and positions only for an executor that reads them. One pass over the sequences:
+        the engine's hot loop."""
+        prefills, decodes = _split_prefills(scheduled)
+        ordered = prefills + decodes if prefills else decodes
         with trace_range("layout", seqs=len(ordered)) if self._traced else NO_RANGE:
             layout = self.strategy.build_layout(ordered)
-        sample_rows: list[int] = []
-        to_sample: list[Sequence] = []
-        forks: dict[int, tuple[SampleKey, ...]] = {}
         reads_inputs = self.executor.reads_token_inputs
-        input_ids: list[int] = []
-        positions: list[int] = []
+        if not prefills:  # the common step: one token each, every row samples, none forks
+            to_sample = [seq for seq, _ in decodes]
+            if reads_inputs:
+                input_ids = [seq.token_ids[-1] for seq in to_sample]
+                positions = [seq.num_computed for seq in to_sample]
+            else:
+                input_ids, positions = [], []
+            for seq in to_sample:
+                seq.num_computed += 1
+            return (StepBatch(input_ids, positions, layout, 0, list(range(len(to_sample))),
+                              num_tokens=len(to_sample)), to_sample, {})
+        sample_rows: list[int] = []
+        to_sample = []
+        forks: dict[int, tuple[SampleKey, ...]] = {}
+        input_ids, positions = [], []
         num_tokens = 0
         for seq, n in ordered:
             start = seq.num_computed
@@ -201,28 +186,21 @@ class Engine(BaseEngine):
                 if seq.first_token_s is None and seq.sample_index == 0 and seq.request.n > 1:
                     forks[len(to_sample)] = self._fork_keys(seq)
                 to_sample.append(seq)
-        batch = StepBatch(input_ids, positions, layout, num_prefill, sample_rows,
+        self.prefill_tokens_computed += num_tokens - len(decodes)
+        batch = StepBatch(input_ids, positions, layout, len(prefills), sample_rows,
                           num_tokens=num_tokens)
         return batch, to_sample, forks
 
-    def _build_decode_batch(
-        self, decodes: list[tuple[Sequence, int]]
-    ) -> tuple[StepBatch, list[Sequence], dict[int, tuple[SampleKey, ...]]]:
-        """`_build_batch` for a step of decodes only: one token each, every row samples, and
-        no row forks (a decode has sampled its first token already)."""
-        with trace_range("layout", seqs=len(decodes)) if self._traced else NO_RANGE:
-            layout = self.strategy.build_layout(decodes)
-        to_sample = [seq for seq, _ in decodes]
-        if self.executor.reads_token_inputs:
-            input_ids = [seq.token_ids[-1] for seq in to_sample]
-            positions = [seq.num_computed for seq in to_sample]
-        else:
-            input_ids, positions = [], []
-        for seq in to_sample:
-            seq.num_computed += 1
-        batch = StepBatch(input_ids, positions, layout, 0, list(range(len(to_sample))),
-                          num_tokens=len(to_sample))
-        return batch, to_sample, {}
+    def _execute(
+        self, batch: StepBatch, to_sample: list[Sequence],
+        forks: dict[int, tuple[SampleKey, ...]],
+    ) -> tuple[list[list[int]], float, float]:
+        """Each sampling row's tokens, the seconds the forward took, and the clock after it."""
+        sampling = SamplingParams(self.temperature, self.seed, rows=to_sample, forks=forks)
+        t_forward = self.clock()
+        tokens = self.executor.execute_and_sample(batch, sampling)
+        t_forward_end = self.clock()
+        return tokens, t_forward_end - t_forward, t_forward_end
 
     @staticmethod
     def _fork_keys(seq: Sequence) -> tuple[SampleKey, ...]:
@@ -238,28 +216,34 @@ class Engine(BaseEngine):
         forking: bool = True,
     ) -> list[Sequence]:
         """Append each row's token; `forking`: some row also carries its siblings' tokens."""
+        with trace_range("sample", rows=len(to_sample)) if self._traced else NO_RANGE:
+            finished = self._append_tokens(to_sample, map(itemgetter(0), tokens), now_s)
+            if forking:
+                for seq, row_tokens in zip(to_sample, tokens, strict=True):
+                    if len(row_tokens) > 1:  # a forking parent's siblings' tokens
+                        self._fork_children(seq, row_tokens[1:], now_s)
+            for seq in finished:
+                self._finish(seq, now_s)
+        return finished
+
+    @staticmethod
+    def _append_tokens(
+        seqs: list[Sequence], tokens: Iterable[int], now_s: float
+    ) -> list[Sequence]:
+        """Append each sequence's next token, sampled at `now_s`; returns the sequences that
+        produced their last one. One loop with `Sequence.is_finished` inlined: this runs for
+        every sampled token."""
         finished: list[Sequence] = []
-        for seq, row_tokens in zip(to_sample, tokens, strict=True):
+        for seq, token in zip(seqs, tokens, strict=True):
             token_ids = seq.token_ids
-            token_ids.append(row_tokens[0])
+            token_ids.append(token)
             seq.token_times_s.append(now_s)
             if seq.first_token_s is None:
                 seq.first_token_s = now_s
-            if forking and len(row_tokens) > 1:  # a forking parent's siblings' tokens
-                self._fork_children(seq, row_tokens[1:], now_s)
             request = seq.request
-            # `Sequence.is_finished`, inlined: this runs for every sampled token.
             if len(token_ids) - len(request.prompt_token_ids) >= request.output_len:
                 finished.append(seq)
-        for seq in finished:
-            self._finish(seq, now_s)
         return finished
-
-    def _append_token(self, seq: Sequence, token: int, now_s: float) -> None:
-        seq.token_ids.append(token)
-        seq.token_times_s.append(now_s)
-        if seq.first_token_s is None:
-            seq.first_token_s = now_s
 
     def _fork_children(self, parent: Sequence, tokens: list[int], now_s: float) -> None:
         """Parallel sampling: children take the parent's prompt KV; `tokens[i]` is the first
@@ -276,8 +260,8 @@ class Engine(BaseEngine):
             child.num_computed = parent.prompt_len
             child.cached_prompt_tokens = parent.prompt_len
             self.policy.add_running(child)
-            self._append_token(child, tokens[sample_index - 1], now_s)
-            if child.is_finished:
+            # finished at once (a one-token output): its memory is back before the next fork
+            if self._append_tokens([child], [tokens[sample_index - 1]], now_s):
                 self._finish(child, now_s)
 
     def _finish(self, seq: Sequence, now_s: float) -> None:

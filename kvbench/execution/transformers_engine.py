@@ -253,8 +253,8 @@ class HFGenerateEngine(BaseEngine):
             end = spans[i + 1][0] if i + 1 < len(spans) else t_end
             step_ms = (end - begin) * 1e3
             prefill = i == 0
-            self._record(StepRecord(
-                step=self.num_steps,
+            self.step_recorder.keep(StepRecord(
+                step=self.step_recorder.num_steps,
                 t_s=begin,
                 step_ms=step_ms,
                 overhead_ms=max(0.0, step_ms - (f_end - f_start) * 1e3),

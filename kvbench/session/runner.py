@@ -191,7 +191,7 @@ def run_one(
     recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.replay.trace else None
     set_recorder(recorder)
     step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
-    engine.step_sink = step_writer.write  # rows stream to disk as the engine makes them
+    engine.step_recorder.sink = step_writer.write  # rows stream to disk as the engine makes them
     status = "complete"
     simulated = run.executor.kind is EngineKind.SIMULATED
     with _gc_frozen(young_every=50_000 if simulated else None):
@@ -204,7 +204,7 @@ def run_one(
             failure = f"{type(err).__name__}: {err}"
         finally:
             set_recorder(None)
-            engine.step_sink = None
+            engine.step_recorder.sink = None
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,
@@ -302,7 +302,7 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
 
 def _held_share(engine: BaseEngine) -> float | None:
     """Share of the KV arena held after the engine's last step (None before any)."""
-    last = engine.last_step
+    last = engine.step_recorder.last
     if last is None or last.kv_free_bytes is None:
         return None
     arena = last.kv_token_bytes + last.kv_reserved_bytes + last.kv_internal_bytes + \

@@ -202,7 +202,8 @@ def test_engine_steps_without_token_inputs_count_their_tokens():
     assert all(b.input_ids == [] and b.positions == [] for b in seen)
     assert [b.num_tokens for b in seen] == [s.num_batched_tokens for s in engine.steps]
     assert [b.num_tokens for b in seen] == [sum(b.layout.query_lens) for b in seen]
-    assert engine.num_steps == len(engine.steps) and engine.last_step is engine.steps[-1]
+    assert engine.step_recorder.num_steps == len(engine.steps)
+    assert engine.step_recorder.last is engine.steps[-1]
 
 
 def test_clock_moves_only_forward():
