@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvbench.config import EngineConfig
 from kvbench.core.executor import DeviceKind, Executor
+from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.engine.engine import Engine
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
@@ -112,8 +113,7 @@ class ExecutorFactory(ABC):
         device, model, model_config = self.load(config, context)
         max_model_len, max_batched = resolve_lengths(config, model_config)
         kv_dtype = self.kv_dtype(config)
-        kv_elem = element_bytes(kv_dtype)
-        bytes_per_slot = model_config.kv_bytes_per_token(kv_elem)
+        bytes_per_slot = kv_bytes_per_token(model_config.kv_groups(element_bytes(kv_dtype)))
         budget = self.kv_budget_bytes(config, device, model, model_config, max_batched)
         num_slots = arena_slots(budget, bytes_per_slot)
         strategy = strategy_for(config, num_slots, max_model_len)

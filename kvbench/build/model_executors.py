@@ -22,6 +22,7 @@ from kvbench.execution.kv_budget import (
 from kvbench.execution.model_executor import KVArena, ModelExecutor
 from kvbench.kernels.backend import get_ops, resolve_backend
 from kvbench.models.config import ModelConfig
+from kvbench.models.dtype_names import element_bytes
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import load_model, parse_dtype
 from kvbench.models.memory_check import memory_need
@@ -75,7 +76,8 @@ class ModelExecutors(ExecutorFactory):
 
     def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
         backend = self.backend(config, device)
-        arena = KVArena(model_config, num_slots, kv_dtype, device, kv_scale=config.kv_scale)
+        arena = KVArena(model_config.kv_groups(element_bytes(kv_dtype)), num_slots, kv_dtype,
+                        device, kv_scale=config.kv_scale)
         return ModelExecutor(model, arena, get_ops(backend), device, backend,
                              enforce_eager=config.enforce_eager,
                              max_num_seqs=config.max_num_seqs)

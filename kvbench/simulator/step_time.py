@@ -228,7 +228,7 @@ class StepTimeModel:
         tensor_parallel_size: int = 1,
     ) -> None:
         tp = int(tensor_parallel_size)
-        check_tensor_parallel(model, tp)
+        model.check_tensor_parallel(tp)
         if tp > 1 and gpu.interconnect is None:
             raise KvbenchInputError(
                 f"GPU {gpu.name} has no interconnect: --tensor-parallel-size {tp} needs one"
@@ -368,17 +368,6 @@ class StepTimeModel:
         return StepTime(values, flops, float(moved), tokens >= self.compute_bound_tokens)
 
 
-def check_tensor_parallel(model: ModelConfig, tp: int) -> None:
-    """Heads must split evenly over the GPUs (KV heads too: no KV-head replication modelled)."""
-    if tp < 1:
-        raise KvbenchInputError(f"--tensor-parallel-size must be >= 1, got {tp}")
-    if model.num_heads % tp or model.num_kv_heads % tp:
-        raise KvbenchInputError(
-            f"--tensor-parallel-size {tp} does not divide {model.name}'s {model.num_heads} "
-            f"attention heads and {model.num_kv_heads} KV heads"
-        )
-
-
 __all__ = [
     "Hardware",
     "Interconnect",
@@ -388,7 +377,6 @@ __all__ = [
     "StepTimeModel",
     "attention_decode_s",
     "attention_prefill_s",
-    "check_tensor_parallel",
     "elementwise_s",
     "gemm_s",
 ]

@@ -6,7 +6,7 @@ of the RMS norms, and 1/N of the KV heads of every token. So per GPU:
 
     weights   = ceil(sharded parameters / N) + norm parameters            (x bytes per weight)
     budget    = floor(memory x utilization) - weights - activations
-    per token = 2 x layers x (KV heads / N) x head dim x bytes per KV element
+    per token = the sum over the model's KV groups of one GPU's share (KV heads / N)
     tokens    = floor(budget / per token)
 
 and the group holds `tokens` tokens in N x budget bytes (the same token count on each GPU).
@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
-from kvbench.simulator.step_time import check_tensor_parallel
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def group_kv_capacity(
 ) -> GroupKVCapacity:
     """Per-GPU KV budget and the group's token capacity; raises when nothing is left for KV."""
     tp = int(tensor_parallel_size)
-    check_tensor_parallel(model, tp)
+    model.check_tensor_parallel(tp)
     if not 0 < memory_utilization <= 1:
         raise KvbenchInputError("--gpu-memory-utilization must be in (0, 1]")
     weights = weight_bytes_per_gpu(model, tp, weight_bytes)
@@ -65,7 +65,7 @@ def group_kv_capacity(
             f"--tensor-parallel-size {tp} leave no KV memory in "
             f"{usable / 2**30:.1f} GiB usable; use more GPUs or a larger one"
         )
-    per_token = model.kv_bytes_per_token(kv_element_bytes) // tp
+    per_token = kv_bytes_per_token(model.kv_groups(kv_element_bytes, tp))
     return GroupKVCapacity(tp, weights, budget, per_token, budget // per_token)
 
 
