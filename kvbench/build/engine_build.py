@@ -25,6 +25,7 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
 from kvbench.scheduling import SchedulerLimits, make_policy
+from kvbench.sizing.capacity import kv_capacity
 from kvbench.strategies import make_strategy, strategy_entry
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def resolve_lengths(config: EngineConfig, model_config: ModelConfig) -> tuple[in
 
 
 def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
-    num_slots = budget_bytes // bytes_per_slot
+    num_slots = kv_capacity(budget_bytes, bytes_per_slot)
     if num_slots < 1:
         raise KvbenchInputError(
             f"--kv-memory {budget_bytes} bytes holds no token: one token needs "

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.sizing.kv_budget import DEFAULT_GPU_MEMORY_UTILIZATION
 
 KINDS = ("run", "simulate")
 
@@ -78,7 +79,8 @@ class RunOptions:
     kv_memory: str | None = _option(
         None, "KV arena budget, e.g. 64MiB, 2GB [default: 64MiB off CUDA]")
     gpu_memory_utilization: float | None = _option(
-        None, "CUDA: share of device memory for the engine (as vLLM) [0.9]")
+        None, "CUDA: share of device memory for the engine (as vLLM) "
+        f"[{float(DEFAULT_GPU_MEMORY_UTILIZATION):g}]")
     block_size: int = _option(16)
     max_num_seqs: int = _option(256)
     max_num_batched_tokens: int | None = _option(

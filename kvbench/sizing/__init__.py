@@ -1,1 +1,1 @@
-"""TODO"""
+"""KV sizing without torch: the budget, the capacity and `kvbench estimate`'s arithmetic."""
