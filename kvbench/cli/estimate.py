@@ -16,12 +16,10 @@ from kvbench.sizing.estimate import (
     DEFAULT_BLOCK_SIZE,
     EstimateInputs,
     estimate_kv,
-    estimate_steps,
     format_estimate,
-    format_steps,
-    parse_step,
 )
 from kvbench.sizing.kv_budget import DEFAULT_GPU_MEMORY_UTILIZATION
+from kvbench.sizing.step_estimate import estimate_steps, format_steps, parse_step
 from kvbench.units import parse_size_bytes
 
 
