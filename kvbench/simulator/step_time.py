@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 
@@ -251,9 +252,10 @@ class StepTimeModel:
         self.kv_dim = self.kv_heads * hd
         self.inter = -(-model.intermediate_size // tp)
         self.vocab = -(-model.vocab_size // tp)
-        # One token's K and V in one layer on one GPU; all layers: kv_bytes_per_token.
-        self.kv_layer_token_bytes = 2 * self.kv_dim * kv_element_bytes
-        self.kv_bytes_per_token = model.num_layers * self.kv_layer_token_bytes
+        # One token's K and V on one GPU: all layers (the sum over the KV groups), and one
+        # layer's mean share, exact while every layer has the same KV shape.
+        self.kv_bytes_per_token = kv_bytes_per_token(model.kv_groups(kv_element_bytes, tp))
+        self.kv_layer_token_bytes = self.kv_bytes_per_token // model.num_layers
         self.attention_flops_per_pair = 4 * self.heads * hd  # QK^T and PV, one layer
         self.layer_gemms = (
             (h, self.q_dim + 2 * self.kv_dim),  # QKV
