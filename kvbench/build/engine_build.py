@@ -23,12 +23,14 @@ from kvbench.core.clock import RunClock
 from kvbench.core.engine_kind import EngineKind
 from kvbench.core.executor import DeviceKind, Executor
 from kvbench.core.kv_cache_dtype import is_fp8_cache
+from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.engine import Engine
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
 from kvbench.scheduling import SchedulerLimits, make_policy
+from kvbench.sizing.capacity import kv_capacity
 from kvbench.strategies import STRATEGIES, make_strategy
 
 if TYPE_CHECKING:
@@ -84,7 +86,7 @@ def resolve_lengths(config: EngineConfig, model_config: ModelConfig) -> tuple[in
 
 
 def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
-    num_slots = budget_bytes // bytes_per_slot
+    num_slots = kv_capacity(budget_bytes, bytes_per_slot)
     if num_slots < 1:
         raise KvbenchInputError(
             f"--kv-memory {budget_bytes} bytes holds no token: one token needs "
@@ -124,8 +126,7 @@ class ExecutorFactory(ABC):
         device, model, model_config = self.load(config, context)
         max_model_len, max_batched = resolve_lengths(config, model_config)
         kv_dtype = self.kv_dtype(config)
-        kv_elem = element_bytes(kv_dtype)
-        bytes_per_slot = model_config.kv_bytes_per_token(kv_elem)
+        bytes_per_slot = kv_bytes_per_token(model_config.kv_groups(element_bytes(kv_dtype)))
         budget = self.kv_budget_bytes(config, device, model, model_config, max_batched)
         num_slots = arena_slots(budget, bytes_per_slot)
         strategy = strategy_for(config, num_slots, max_model_len)

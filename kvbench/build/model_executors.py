@@ -12,20 +12,23 @@ import torch
 
 from kvbench.build.engine_build import BuildContext, ExecutorFactory, resolve_lengths
 from kvbench.config import EngineConfig
+from kvbench.errors import KvbenchInputError
 from kvbench.execution.device import resolve_device
 from kvbench.execution.gpu_memory import GpuMemoryProbe
 from kvbench.execution.kv_budget import (
     kv_cache_torch_dtype,
     planned_kv_bytes,
-    resolve_kv_budget_bytes,
+    profile_cuda_memory,
 )
 from kvbench.execution.model_executor import KVArena, ModelExecutor
 from kvbench.kernels.backend import get_ops, resolve_backend
 from kvbench.models.config import ModelConfig
+from kvbench.models.dtype_names import element_bytes
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import load_model, parse_dtype
 from kvbench.models.memory_check import memory_need
 from kvbench.models.resolve_config import resolve_model_config
+from kvbench.sizing.kv_budget import kv_budget_bytes
 
 
 def prepare_device(config: EngineConfig) -> torch.device:
@@ -71,11 +74,24 @@ class ModelExecutors(ExecutorFactory):
         return kv_cache_torch_dtype(config, parse_dtype(config.dtype))
 
     def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
-        return resolve_kv_budget_bytes(config, device, model, max_batched_tokens)
+        """`--kv-memory`; else on CUDA what `--gpu-memory-utilization` leaves of the measured
+        memory (as vLLM), elsewhere `DEFAULT_CPU_KV_MEMORY`."""
+        if device.type != "cuda" and config.gpu_memory_utilization is not None:
+            raise KvbenchInputError("--gpu-memory-utilization needs CUDA; use --kv-memory SIZE")
+        if config.kv_memory is not None or device.type != "cuda":
+            return planned_kv_bytes(config, device)
+        measured = profile_cuda_memory(model, device, max_batched_tokens)
+        return kv_budget_bytes(
+            measured.total_bytes, config.gpu_memory_utilization, measured.weight_bytes,
+            measured.activation_bytes, where=f" on {device}",
+            advice="use a higher --gpu-memory-utilization, a lower --max-num-batched-tokens "
+            "or a smaller model",
+        )
 
     def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
         backend = self.backend(config, device)
-        arena = KVArena(model_config, num_slots, kv_dtype, device, kv_scale=config.kv_scale)
+        arena = KVArena(model_config.kv_groups(element_bytes(kv_dtype)), num_slots, kv_dtype,
+                        device, kv_scale=config.kv_scale)
         return ModelExecutor(model, arena, get_ops(backend), device, backend,
                              enforce_eager=config.enforce_eager,
                              max_num_seqs=config.max_num_seqs)

@@ -4,7 +4,9 @@
 policy and checks as for the model, with the model's shape from its preset or `config.json`
 and a `SimulatedExecutor` on a `SimulatedClock` instead of the model.
 
-The KV budget, as vLLM's `--gpu-memory-utilization` on a real GPU (docs/design.md):
+The KV budget is `kvbench.sizing.kv_budget.kv_budget_bytes`, as vLLM's
+`--gpu-memory-utilization` on a real GPU (docs/design.md), per GPU of the tensor-parallel
+group (`kvbench.sizing.capacity.group_kv_capacity`):
 
     budget = floor(GPU memory x utilization) - weights - activations     (utilization 0.9)
 
@@ -19,12 +21,9 @@ Nothing here imports torch (docs/design.md): dtypes are torch's names and their 
 
 from __future__ import annotations
 
-import math
-
 from kvbench.build.engine_build import BuildContext, BuiltEngine, ExecutorFactory, build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.executor import DeviceKind
-from kvbench.errors import KvbenchInputError
 from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
 from kvbench.models.memory_check import activation_bytes_estimate
 from kvbench.models.resolve_config import resolve_model_config
@@ -37,31 +36,8 @@ from kvbench.simulator.simulated_executor import (
 )
 from kvbench.simulator.step_time import StepTimeModel
 from kvbench.sizing.capacity import group_kv_capacity
-from kvbench.units import format_bytes
 
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 SIMULATED_BACKEND = "simulated"
-
-
-def simulated_kv_budget_bytes(
-    config: EngineConfig,
-    gpu: GPUSpec,
-    weights_bytes: int,
-    activation_bytes: int,
-) -> int:
-    if config.kv_memory is not None:
-        return int(config.kv_memory)
-    fraction = config.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
-    usable = math.floor(gpu.memory_bytes * fraction)
-    budget = usable - weights_bytes - activation_bytes
-    if budget <= 0:
-        raise KvbenchInputError(
-            f"--gpu-memory-utilization {fraction} leaves no KV memory on {gpu.name}: "
-            f"{format_bytes(usable)} usable, weights {format_bytes(weights_bytes)} "
-            f"({config.dtype}) and activations ~{format_bytes(activation_bytes)}; "
-            "use a larger --gpu, a smaller model or --dtype bfloat16"
-        )
-    return budget
 
 
 class SimulatedExecutors(ExecutorFactory):
@@ -94,23 +70,20 @@ class SimulatedExecutors(ExecutorFactory):
         return element_bytes(model_dtype_name(config.dtype))
 
     def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
+        if config.kv_memory is not None:
+            return int(config.kv_memory)
         per_param = self._weight_bytes_per_param(config)
         activations = activation_bytes_estimate(
             model_config, max_batched_tokens, config.max_num_seqs, per_param
         )
         spec = get_gpu(self.gpu)
         tp = config.tensor_parallel_size
-        if tp == 1 or config.kv_memory is not None:
-            weights = model_config.num_parameters() * per_param
-            return simulated_kv_budget_bytes(config, spec, weights, activations)
         # Per GPU: a weight shard, activations of its head / column share (estimated as 1/N).
-        kv_elem = element_bytes(kv_cache_dtype_name(config))
         group = group_kv_capacity(
-            model_config, spec.memory_bytes, tp,
-            config.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
-            per_param, kv_elem, activations // tp,
+            model_config, spec.memory_bytes, tp, config.gpu_memory_utilization, per_param,
+            element_bytes(kv_cache_dtype_name(config)), activations // tp, gpu_name=spec.name,
         )
-        return int(config.kv_memory) if config.kv_memory is not None else group.kv_budget_bytes
+        return group.kv_budget_bytes
 
     def clock(self, context: BuildContext) -> SimulatedClock:
         return SimulatedClock(self.start_s)
@@ -136,9 +109,7 @@ def build_simulated_engine(
 
 
 __all__ = [
-    "DEFAULT_GPU_MEMORY_UTILIZATION",
     "SimulatedExecutors",
     "activation_bytes_estimate",
     "build_simulated_engine",
-    "simulated_kv_budget_bytes",
 ]

@@ -7,7 +7,6 @@ Nothing is run."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
@@ -16,12 +15,12 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.resolve_config import resolve_model_config
 from kvbench.simulator.gpus import DEFAULT_GPU
 from kvbench.sizing.estimate import (
+    EstimateInputs,
     estimate_kv,
-    estimate_steps,
     format_estimate,
-    format_steps,
-    parse_step,
 )
+from kvbench.sizing.kv_budget import DEFAULT_GPU_MEMORY_UTILIZATION
+from kvbench.sizing.step_estimate import estimate_steps, format_steps, parse_step
 from kvbench.units import parse_size_bytes
 
 
@@ -112,7 +111,8 @@ def _parse_pair(text: str) -> tuple[str, str]:
     "--gpu-util",
     "gpu_memory_utilization",
     metavar="F",
-    help="Share of --gpu-memory for weights + KV, e.g. 0.92 or 92%.  [default: 0.9]",
+    help="Share of --gpu-memory for weights + KV, e.g. 0.92 or 92%.  "
+    f"[default: {float(DEFAULT_GPU_MEMORY_UTILIZATION):g}]",
 )
 @click.option(
     "--weights-memory",
@@ -188,7 +188,7 @@ def estimate_command(
         click.echo(json.dumps(result, indent=2) if as_json else format_steps(result))
         return
     try:
-        kwargs: dict[str, Any] = dict(
+        inputs = EstimateInputs(
             num_layers=num_layers,
             num_kv_heads=num_kv_heads,
             head_dim=head_dim,
@@ -206,9 +206,10 @@ def estimate_command(
             compare_utilization=(
                 _parse_pair(compare_kv_utilization) if compare_kv_utilization is not None else None
             ),
+            # Last: a malformed size is reported before an unknown model.
+            model=resolve_model_config(model) if model is not None else None,
         )
-        model_config = resolve_model_config(model) if model is not None else None
-        est = estimate_kv(model_config, **kwargs)
+        est = estimate_kv(inputs)
     except KvbenchInputError as exc:
         raise click.UsageError(str(exc)) from None
     if as_json:

@@ -1,12 +1,18 @@
-"""The KV arena's byte budget: `--kv-memory`, or on CUDA `--gpu-memory-utilization` as vLLM does."""
+"""The KV arena's dtype and bytes as torch sees them, and the CUDA memory its budget is cut from.
+
+The budget's formula is `kvbench.sizing.kv_budget.kv_budget_bytes`; on CUDA it is fed by
+`profile_cuda_memory`, which measures the weights and the activation peak of one full-size
+prefill of the real model (what vLLM profiles).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from kvbench.config import DEFAULT_CPU_KV_MEMORY, EngineConfig
 from kvbench.core.kv_cache_dtype import is_fp8_cache
-from kvbench.errors import KvbenchInputError
 from kvbench.models.llama import LlamaDecoder
 from kvbench.units import parse_size_bytes
 
@@ -18,7 +24,8 @@ def kv_cache_torch_dtype(config: EngineConfig, model_dtype: torch.dtype) -> torc
 
 
 def planned_kv_bytes(config: EngineConfig, device: torch.device) -> int:
-    """The arena's bytes as known before the model is built (for the memory check).
+    """The arena's bytes as known before the model is built: `--kv-memory`, else the CPU
+    default (the budget off CUDA, and the memory check's KV share).
 
     On CUDA without `--kv-memory` the budget is what `--gpu-memory-utilization` leaves after
     the measured weights and activations, so it cannot overflow the device: counted as 0.
@@ -30,26 +37,23 @@ def planned_kv_bytes(config: EngineConfig, device: torch.device) -> int:
     return parse_size_bytes(DEFAULT_CPU_KV_MEMORY)
 
 
-def resolve_kv_budget_bytes(
-    config: EngineConfig, device: torch.device, model: LlamaDecoder, max_batched_tokens: int
-) -> int:
-    if config.kv_memory is not None:
-        return int(config.kv_memory)
-    if device.type != "cuda":
-        if config.gpu_memory_utilization is not None:
-            raise KvbenchInputError("--gpu-memory-utilization needs CUDA; use --kv-memory SIZE")
-        return parse_size_bytes(DEFAULT_CPU_KV_MEMORY)
-    fraction = config.gpu_memory_utilization or 0.9
-    return _profile_cuda_budget(model, device, fraction, max_batched_tokens)
+@dataclass(frozen=True)
+class CudaMemoryProfile:
+    """What the budget formula needs on CUDA, measured (`kvbench.sizing.kv_budget`)."""
+
+    total_bytes: int  # the device's memory
+    weight_bytes: int  # allocated before the prefill: the weights (and anything resident)
+    activation_bytes: int  # the prefill's peak above that
 
 
-def _profile_cuda_budget(
-    model: LlamaDecoder, device: torch.device, fraction: float, num_tokens: int
-) -> int:
-    """total × fraction − (weights + activation peak of one full-size prefill, measured)."""
+def profile_cuda_memory(
+    model: LlamaDecoder, device: torch.device, num_tokens: int
+) -> CudaMemoryProfile:
+    """The device's memory, and the weights and activation peak of one full-size prefill."""
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
+    weights = torch.cuda.memory_allocated(device)
     ids = torch.zeros(num_tokens, dtype=torch.long, device=device)
     pos = torch.arange(num_tokens, device=device)
 
@@ -67,11 +71,5 @@ def _profile_cuda_budget(
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device)
     _, total = torch.cuda.mem_get_info(device)
-    budget = int(total * fraction) - peak
-    if budget <= 0:
-        raise KvbenchInputError(
-            f"--gpu-memory-utilization {fraction} leaves no KV memory: weights and activations "
-            f"peak at {peak / 2**30:.2f} GiB of {total / 2**30:.2f} GiB"
-        )
     torch.cuda.empty_cache()
-    return budget
+    return CudaMemoryProfile(int(total), int(weights), int(peak - weights))

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
+from kvbench.core.kv_groups import KVGroup
 from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
 from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.execution.tensor_executor import TensorExecutor
 from kvbench.kernels.attention_ops import AttentionOps
-from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
 from kvbench.tracing import trace_range
 
@@ -25,6 +27,8 @@ FP8_SCALE_FLOOR = 1e-6
 class KVArena:
     """One `[num_slots, Hkv, D]` K tensor and one V tensor per layer, allocated once.
 
+    The tensors of each layer take their shape from the layer's `KVGroup`
+    (`ModelConfig.kv_groups`), so `nbytes` is `num_slots` x the groups' KV bytes per token.
     An fp8 (`float8_e4m3fn`) arena holds `value / scale` with one 0-d float32 scale for K and
     one for V per layer: `kv_scale` when given, otherwise set by `init_scales` from the
     layer's first write and never changed afterwards, so every sequence sees the same scales.
@@ -32,24 +36,29 @@ class KVArena:
 
     def __init__(
         self,
-        config: ModelConfig,
+        groups: Sequence[KVGroup],
         num_slots: int,
         dtype: torch.dtype,
         device,
         kv_scale: float | None = None,
     ) -> None:
-        shape = (num_slots, config.num_kv_heads, config.head_dim)
+        shapes: dict[int, tuple[int, int, int]] = {
+            layer: (num_slots, *group.slot_shape) for group in groups for layer in group.layers
+        }
+        num_layers = len(shapes)
+        if sorted(shapes) != list(range(num_layers)):
+            raise ValueError(f"KV groups must cover layers 0..n-1 once each, got {sorted(shapes)}")
         self.num_slots = num_slots
         self.dtype = dtype
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)]
+        self.k = [torch.zeros(shapes[i], dtype=dtype, device=device) for i in range(num_layers)]
+        self.v = [torch.zeros(shapes[i], dtype=dtype, device=device) for i in range(num_layers)]
         # Per-layer fp8 scales (None: unquantized cache, or not yet written).
-        self.k_scales: list[torch.Tensor | None] = [None] * config.num_layers
-        self.v_scales: list[torch.Tensor | None] = [None] * config.num_layers
+        self.k_scales: list[torch.Tensor | None] = [None] * num_layers
+        self.v_scales: list[torch.Tensor | None] = [None] * num_layers
         if self.is_fp8 and kv_scale is not None:
             given = torch.tensor(float(kv_scale), dtype=torch.float32, device=device)
-            self.k_scales = [given.clone() for _ in range(config.num_layers)]
-            self.v_scales = [given.clone() for _ in range(config.num_layers)]
+            self.k_scales = [given.clone() for _ in range(num_layers)]
+            self.v_scales = [given.clone() for _ in range(num_layers)]
 
     @property
     def is_fp8(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
@@ -53,9 +54,25 @@ class ModelConfig:
     def gqa_ratio(self) -> int:
         return self.num_heads // self.num_kv_heads
 
+    def kv_groups(
+        self, kv_element_bytes: int, tensor_parallel_size: int = 1
+    ) -> tuple[KVGroup, ...]:
+        """The KV cache's layer groups, as one GPU of `tensor_parallel_size` holds them.
+
+        Every layer attends to the whole context (`check_context` refuses a window that
+        would bite), so a model is one full-attention group.
+        """
+        group = full_attention_group(
+            self.num_layers, self.num_kv_heads, self.head_dim, kv_element_bytes
+        )
+        if tensor_parallel_size != 1:
+            self.check_tensor_parallel(tensor_parallel_size)
+            group = group.sharded(tensor_parallel_size)
+        return (group,)
+
     def kv_bytes_per_token(self, kv_element_bytes: int) -> int:
-        """K and V for one token across all layers."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_element_bytes
+        """K and V for one token across all layers (the sum over `kv_groups`)."""
+        return kv_bytes_per_token(self.kv_groups(kv_element_bytes))
 
     def num_parameters(self) -> int:
         h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
@@ -78,6 +95,17 @@ class ModelConfig:
                 f"model {self.name} has sliding_window {self.sliding_window}, shorter than its "
                 f"{max_model_len}-token context (max_model_len), and kvbench has no sliding-"
                 f"window attention; use --max-model-len {self.sliding_window}"
+            )
+
+    def check_tensor_parallel(self, tensor_parallel_size: int) -> None:
+        """Heads must split evenly over the GPUs (KV heads too: no KV-head replication)."""
+        tp = tensor_parallel_size
+        if tp < 1:
+            raise KvbenchInputError(f"--tensor-parallel-size must be >= 1, got {tp}")
+        if self.num_heads % tp or self.num_kv_heads % tp:
+            raise KvbenchInputError(
+                f"--tensor-parallel-size {tp} does not divide {self.name}'s {self.num_heads} "
+                f"attention heads and {self.num_kv_heads} KV heads"
             )
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Sizes of a model's parts: bytes per element, weights, KV per token.
+"""Sizes of a model's parts: bytes per element and weights (KV per token: `ModelConfig.kv_groups`).
 
 One formula each, shared by `kvbench estimate` and the check that refuses a run before it
 allocates (`kvbench.models.memory_check`), so the two never disagree.
@@ -31,13 +31,6 @@ def canonical_dtype(name: str, allowed: tuple[str, ...] = tuple(DTYPE_BYTES)) ->
     if key not in allowed:
         raise KvbenchInputError(f"unknown dtype {name!r} (choose from: {', '.join(allowed)})")
     return key
-
-
-def kv_bytes_per_token(
-    num_layers: int, num_kv_heads: int, head_dim: int, kv_element_bytes: int
-) -> int:
-    """K and V of one token across all layers."""
-    return 2 * num_layers * num_kv_heads * head_dim * kv_element_bytes
 
 
 def weights_bytes(model: ModelConfig, dtype: str = "bf16") -> int:

@@ -26,6 +26,7 @@ from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.session.run_config import RunConfig, section_classes
 from kvbench.simulator.gpus import DEFAULT_GPU
+from kvbench.sizing.kv_budget import DEFAULT_GPU_MEMORY_UTILIZATION
 
 # The commands that take these options (what runs a configuration is its `engine_kind`).
 KINDS = ("run", "simulate")
@@ -129,7 +130,8 @@ class RunOptions:
     kv_cache_dtype: str = _engine("auto (= --dtype) or fp8")
     kv_memory: str | None = _engine("KV arena budget, e.g. 64MiB, 2GB [default: 64MiB off CUDA]")
     gpu_memory_utilization: float | None = _engine(
-        "CUDA: share of device memory for the engine (as vLLM) [0.9]")
+        "CUDA: share of device memory for the engine (as vLLM) "
+        f"[{float(DEFAULT_GPU_MEMORY_UTILIZATION):g}]")
     block_size: int = _engine()
     max_num_seqs: int = _engine()
     max_num_batched_tokens: int | None = _engine(

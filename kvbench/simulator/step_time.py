@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 
@@ -228,7 +229,7 @@ class StepTimeModel:
         tensor_parallel_size: int = 1,
     ) -> None:
         tp = int(tensor_parallel_size)
-        check_tensor_parallel(model, tp)
+        model.check_tensor_parallel(tp)
         if tp > 1 and gpu.interconnect is None:
             raise KvbenchInputError(
                 f"GPU {gpu.name} has no interconnect: --tensor-parallel-size {tp} needs one"
@@ -251,9 +252,10 @@ class StepTimeModel:
         self.kv_dim = self.kv_heads * hd
         self.inter = -(-model.intermediate_size // tp)
         self.vocab = -(-model.vocab_size // tp)
-        # One token's K and V in one layer on one GPU; all layers: kv_bytes_per_token.
-        self.kv_layer_token_bytes = 2 * self.kv_dim * kv_element_bytes
-        self.kv_bytes_per_token = model.num_layers * self.kv_layer_token_bytes
+        # One token's K and V on one GPU: all layers (the sum over the KV groups), and one
+        # layer's mean share, exact while every layer has the same KV shape.
+        self.kv_bytes_per_token = kv_bytes_per_token(model.kv_groups(kv_element_bytes, tp))
+        self.kv_layer_token_bytes = self.kv_bytes_per_token // model.num_layers
         self.attention_flops_per_pair = 4 * self.heads * hd  # QK^T and PV, one layer
         self.layer_gemms = (
             (h, self.q_dim + 2 * self.kv_dim),  # QKV
@@ -368,17 +370,6 @@ class StepTimeModel:
         return StepTime(values, flops, float(moved), tokens >= self.compute_bound_tokens)
 
 
-def check_tensor_parallel(model: ModelConfig, tp: int) -> None:
-    """Heads must split evenly over the GPUs (KV heads too: no KV-head replication modelled)."""
-    if tp < 1:
-        raise KvbenchInputError(f"--tensor-parallel-size must be >= 1, got {tp}")
-    if model.num_heads % tp or model.num_kv_heads % tp:
-        raise KvbenchInputError(
-            f"--tensor-parallel-size {tp} does not divide {model.name}'s {model.num_heads} "
-            f"attention heads and {model.num_kv_heads} KV heads"
-        )
-
-
 __all__ = [
     "Hardware",
     "Interconnect",
@@ -388,7 +379,6 @@ __all__ = [
     "StepTimeModel",
     "attention_decode_s",
     "attention_prefill_s",
-    "check_tensor_parallel",
     "elementwise_s",
     "gemm_s",
 ]

@@ -1,12 +1,18 @@
-"""KV capacity of a tensor-parallel group: what each GPU keeps for KV after its weight shard.
+"""KV capacity: the tokens (and whole sequences) a KV budget holds, on one GPU or a group.
+
+    tokens    = floor(budget / KV bytes per token)
+    sequences = floor(tokens / tokens per sequence)
+
+`kv_capacity` is the one formula: the engine's arena slots, `kvbench estimate`'s capacity and
+per-strategy concurrency, and the tensor-parallel group below all count with it.
 
 With tensor parallelism N (Megatron-style, as vLLM), every GPU holds 1/N of each matmul's
 weights (attention heads, MLP columns, embedding and LM-head vocabulary rows) and a full copy
 of the RMS norms, and 1/N of the KV heads of every token. So per GPU:
 
     weights   = ceil(sharded parameters / N) + norm parameters            (x bytes per weight)
-    budget    = floor(memory x utilization) - weights - activations
-    per token = 2 x layers x (KV heads / N) x head dim x bytes per KV element
+    budget    = floor(memory x utilization) - weights - activations       (`kv_budget_bytes`)
+    per token = the sum over the model's KV groups of one GPU's share (KV heads / N)
     tokens    = floor(budget / per token)
 
 and the group holds `tokens` tokens in N x budget bytes (the same token count on each GPU).
@@ -17,9 +23,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvbench.errors import KvbenchInputError
+from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.models.config import ModelConfig
-from kvbench.simulator.step_time import check_tensor_parallel
+from kvbench.sizing.kv_budget import Utilization, kv_budget_bytes
+
+
+def kv_capacity(budget_bytes: int, bytes_per_token: int, tokens_per_sequence: int = 1) -> int:
+    """Whole sequences of `tokens_per_sequence` tokens that `budget_bytes` of KV hold.
+
+    With `tokens_per_sequence` 1 (the default) that is the budget's token capacity. Counted
+    from whole tokens, so `kv_capacity(b, t, n) == kv_capacity(b, t) // n` always.
+    """
+    return budget_bytes // bytes_per_token // tokens_per_sequence
 
 
 @dataclass(frozen=True)
@@ -46,27 +61,28 @@ def group_kv_capacity(
     model: ModelConfig,
     gpu_memory_bytes: int,
     tensor_parallel_size: int,
-    memory_utilization: float,
+    memory_utilization: Utilization | None,
     weight_bytes: int,
     kv_element_bytes: int,
     activation_bytes_per_gpu: int = 0,
+    *,
+    gpu_name: str = "each GPU",
 ) -> GroupKVCapacity:
-    """Per-GPU KV budget and the group's token capacity; raises when nothing is left for KV."""
+    """Per-GPU KV budget and the group's token capacity; raises when nothing is left for KV.
+
+    `memory_utilization` None is the default, 0.9; `gpu_name` names the GPU in that error.
+    """
     tp = int(tensor_parallel_size)
-    check_tensor_parallel(model, tp)
-    if not 0 < memory_utilization <= 1:
-        raise KvbenchInputError("--gpu-memory-utilization must be in (0, 1]")
+    groups = model.kv_groups(kv_element_bytes, tp)  # checks that tp splits the heads
     weights = weight_bytes_per_gpu(model, tp, weight_bytes)
-    usable = math.floor(gpu_memory_bytes * memory_utilization)
-    budget = usable - weights - activation_bytes_per_gpu
-    if budget <= 0:
-        raise KvbenchInputError(
-            f"{model.name} does not fit: {weights / 2**30:.1f} GiB of weights per GPU at "
-            f"--tensor-parallel-size {tp} leave no KV memory in "
-            f"{usable / 2**30:.1f} GiB usable; use more GPUs or a larger one"
-        )
-    per_token = model.kv_bytes_per_token(kv_element_bytes) // tp
-    return GroupKVCapacity(tp, weights, budget, per_token, budget // per_token)
+    where = f" on {gpu_name}" + (f" at --tensor-parallel-size {tp}" if tp > 1 else "")
+    budget = kv_budget_bytes(
+        gpu_memory_bytes, memory_utilization, weights, activation_bytes_per_gpu, where=where,
+        advice="use a larger --gpu, a higher --tensor-parallel-size, a smaller model or "
+        "--dtype bfloat16",
+    )
+    per_token = kv_bytes_per_token(groups)
+    return GroupKVCapacity(tp, weights, budget, per_token, kv_capacity(budget, per_token))
 
 
-__all__ = ["GroupKVCapacity", "group_kv_capacity", "weight_bytes_per_gpu"]
+__all__ = ["GroupKVCapacity", "group_kv_capacity", "kv_capacity", "weight_bytes_per_gpu"]

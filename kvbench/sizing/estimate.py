@@ -1,11 +1,13 @@
 """KV-cache sizing arithmetic behind `kvbench estimate`: exact integer bytes, no tensors.
 
-bytes per token   = 2 (K and V) x layers x KV heads x head dim x bytes per element
+bytes per token   = the sum over the model's KV groups (`kvbench.core.kv_groups`) of
+                    2 (K and V) x layers x KV heads x head dim x bytes per element
 bytes per request = bytes per token x context tokens (rounded up to whole blocks
                     when a block size is given)
 bytes total       = bytes per request x concurrency
-KV budget         = floor(GPU memory x utilization) - weights   (or a given KV size)
-max concurrency   = floor(KV budget / bytes per request)
+KV budget         = floor(GPU memory x utilization) - weights   (or a given KV size;
+                    `kvbench.sizing.kv_budget`)
+max concurrency   = floor(KV budget / bytes per request)           (`kvbench.sizing.capacity`)
 
 and per strategy:
 
@@ -24,59 +26,23 @@ from fractions import Fraction
 from typing import Any
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
+from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
-from kvbench.models.sizes import (  # noqa: F401  (estimate's public names)
-    DTYPE_BYTES,
-    WEIGHT_DTYPES,
-    canonical_dtype,
-    kv_bytes_per_token,
-    weights_bytes,
+from kvbench.models.sizes import DTYPE_BYTES, WEIGHT_DTYPES, canonical_dtype, weights_bytes
+from kvbench.sizing.capacity import kv_capacity
+from kvbench.sizing.kv_budget import (
+    Utilization,
+    gpu_memory_utilization,
+    kv_budget_bytes,
+    parse_fraction,
 )
 from kvbench.units import format_bytes
-
-DEFAULT_GPU_MEMORY_UTILIZATION = Fraction(9, 10)  # vLLM's default
-
-
-def parse_fraction(value: str | float | int | Fraction, what: str = "utilization") -> Fraction:
-    """`0.92`, `"0.92"` or `"92%"` -> Fraction(23, 25), exactly; must lie in (0, 1]."""
-    if isinstance(value, Fraction):
-        result = value
-    else:
-        text = str(value).strip()  # str(0.92) == "0.92": the decimal the user wrote
-        percent = text.endswith("%")
-        try:
-            result = Fraction(text[:-1].strip() if percent else text)
-        except (ValueError, ZeroDivisionError):
-            raise KvbenchInputError(
-                f"cannot read {what} {value!r}: use a fraction such as 0.9 or a percentage such as 90%"
-            ) from None
-        if percent:
-            result /= 100
-    if not 0 < result <= 1:
-        raise KvbenchInputError(f"{what} must be in (0, 1], got {value!r}")
-    return result
 
 
 def round_up_to_blocks(tokens: int, block_size: int) -> int:
     """Tokens held by whole blocks: 1000 tokens in blocks of 16 hold 1008 slots."""
     return -(-tokens // block_size) * block_size
-
-
-def kv_budget_bytes(
-    gpu_memory: int, gpu_memory_utilization: Fraction | float | str, weights: int
-) -> int:
-    """floor(GPU memory x utilization) - weights; raises when nothing is left for the KV cache."""
-    util = parse_fraction(gpu_memory_utilization, "--gpu-memory-utilization")
-    usable = math.floor(gpu_memory * util)
-    budget = usable - weights
-    if budget <= 0:
-        raise KvbenchInputError(
-            f"no memory left for the KV cache: {format_bytes(gpu_memory)} x {_fmt_fraction(util)} "
-            f"= {format_bytes(usable)} does not exceed the weights ({format_bytes(weights)}); "
-            "use more --gpu-memory, a higher --gpu-memory-utilization or a smaller --dtype"
-        )
-    return budget
 
 
 @dataclass(frozen=True)
@@ -185,6 +151,7 @@ class KVEstimate:
     mean_len: int
     strategies: dict[str, StrategyFit] = field(default_factory=dict)
     kv_utilization_comparison: UtilizationComparison | None = None
+    kv_groups: tuple[KVGroup, ...] = ()  # what kv_bytes_per_token sums (not in `to_dict`)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (fractions as floats)."""
@@ -222,36 +189,117 @@ class KVEstimate:
         }
 
 
-def estimate_kv(
-    model: ModelConfig | None = None,
-    *,
-    num_layers: int | None = None,
-    num_kv_heads: int | None = None,
-    head_dim: int | None = None,
-    kv_cache_dtype: str = "auto",
-    dtype: str = "bf16",
-    context: int | None = None,
-    concurrency: int = 1,
-    block_size: int | None = None,
-    gpu_memory: int | None = None,
-    gpu_memory_utilization: Fraction | float | str | None = None,
-    weights_memory: int | None = None,
-    kv_memory: int | None = None,
-    max_model_len: int | None = None,
-    mean_len: int | None = None,
-    compare_utilization: tuple[Any, Any] | None = None,
-) -> KVEstimate:
-    """Size the KV cache of `model` (or of explicit layers / KV heads / head dim).
+@dataclass(frozen=True)
+class EstimateInputs:
+    """What `kvbench estimate` is asked; every figure of the `KVEstimate` follows from it.
 
-    `kv_cache_dtype="auto"` stores K/V in the weights `dtype`, as vLLM does.
-    The budget is `kv_memory` when given, else floor(`gpu_memory` x utilization
-    (default 0.9)) - weights, with weights = `weights_memory` or the model's parameters x `dtype` bytes.
-    `block_size=None` leaves the per-request figure unrounded; the paged strategy
-    then uses blocks of 16 tokens. `max_model_len` defaults to the model's
-    max_position_embeddings (explicit shapes: to `context`), `context` to
-    `max_model_len`, `mean_len` to `context`.
+    The KV shape is `model`'s, or explicit `num_layers` / `num_kv_heads` / `head_dim`.
+    `kv_cache_dtype="auto"` stores K/V in the weights `dtype`, as vLLM does. The budget is
+    `kv_memory` when given, else floor(`gpu_memory` x `gpu_memory_utilization` (default 0.9))
+    - weights, with weights = `weights_memory` or the model's parameters x `dtype` bytes.
+    `block_size=None` leaves the per-request figure unrounded; the paged strategy then uses
+    blocks of 16 tokens. `max_model_len` defaults to the model's max_position_embeddings
+    (explicit shapes: to `context`), `context` to `max_model_len`, `mean_len` to `context`.
+    `compare_utilization` (FROM, TO) compares the budget at two KV utilizations.
     """
-    shapes = (num_layers, num_kv_heads, head_dim)
+
+    model: ModelConfig | None = None
+    num_layers: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    kv_cache_dtype: str = "auto"
+    dtype: str = "bf16"
+    context: int | None = None
+    concurrency: int = 1
+    block_size: int | None = None
+    gpu_memory: int | None = None
+    gpu_memory_utilization: Utilization | None = None
+    weights_memory: int | None = None
+    kv_memory: int | None = None
+    max_model_len: int | None = None
+    mean_len: int | None = None
+    compare_utilization: tuple[Any, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _KVShape:
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str  # the weights', canonical
+    kv_dtype: str  # canonical
+    groups: tuple[KVGroup, ...]
+
+
+@dataclass(frozen=True)
+class _Lengths:
+    context: int
+    max_model_len: int
+    mean_len: int
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """The KV budget and where it came from (all None when no budget was asked for)."""
+
+    kv_budget_bytes: int | None = None
+    source: str | None = None  # "gpu" | "given"
+    utilization: Fraction | None = None
+    weights_bytes: int | None = None
+    weights_source: str | None = None  # "given" | "computed"
+    num_parameters: int | None = None
+
+
+def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
+    """Size the KV cache `inputs` describe: per token, request and in total, against a budget."""
+    shape = _kv_shape(inputs)
+    lengths = _lengths(inputs)
+    per_token = kv_bytes_per_token(shape.groups)
+    block_size = inputs.block_size
+    tokens_per_request = (
+        round_up_to_blocks(lengths.context, block_size) if block_size else lengths.context
+    )
+    per_request = per_token * tokens_per_request
+    total = per_request * inputs.concurrency
+    budget = _budget(inputs, shape.dtype)
+    kv = budget.kv_budget_bytes
+    return KVEstimate(
+        model=inputs.model.name if inputs.model is not None else None,
+        num_layers=shape.num_layers,
+        num_kv_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,
+        kv_cache_dtype=shape.kv_dtype,
+        kv_element_bytes=DTYPE_BYTES[shape.kv_dtype],
+        context=lengths.context,
+        concurrency=inputs.concurrency,
+        block_size=block_size,
+        tokens_per_request=tokens_per_request,
+        kv_bytes_per_token=per_token,
+        kv_bytes_per_request=per_request,
+        kv_bytes_total=total,
+        gpu_memory_bytes=inputs.gpu_memory if inputs.kv_memory is None else None,
+        gpu_memory_utilization=budget.utilization,
+        dtype=shape.dtype if budget.weights_source == "computed" else None,
+        num_parameters=budget.num_parameters,
+        weights_bytes=budget.weights_bytes,
+        weights_source=budget.weights_source,
+        kv_budget_bytes=kv,
+        kv_budget_source=budget.source,
+        kv_capacity_tokens=kv_capacity(kv, per_token) if kv is not None else None,
+        max_concurrency=kv_capacity(kv, per_token, tokens_per_request) if kv is not None else None,
+        fits=total <= kv if kv is not None else None,
+        max_model_len=lengths.max_model_len,
+        mean_len=lengths.mean_len,
+        strategies=_strategy_fits(per_token, lengths, block_size, kv),
+        kv_utilization_comparison=_comparison(inputs.compare_utilization, kv, per_token),
+        kv_groups=shape.groups,
+    )
+
+
+def _kv_shape(inputs: EstimateInputs) -> _KVShape:
+    """The model's KV groups, or one full-attention group of the explicit shapes."""
+    model = inputs.model
+    shapes = (inputs.num_layers, inputs.num_kv_heads, inputs.head_dim)
     if model is not None:
         if any(s is not None for s in shapes):
             raise KvbenchInputError(
@@ -263,140 +311,133 @@ def estimate_kv(
             "give a model (--model PRESET or a folder with config.json) "
             "or all of --layers, --kv-heads and --head-dim"
         )
+    else:
+        num_layers, num_kv_heads, head_dim = shapes
     assert num_layers is not None and num_kv_heads is not None and head_dim is not None
     _positive(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim)
 
-    dtype = canonical_dtype(dtype, WEIGHT_DTYPES)
-    kv_dtype = dtype if str(kv_cache_dtype).lower() == "auto" else canonical_dtype(kv_cache_dtype)
+    dtype = canonical_dtype(inputs.dtype, WEIGHT_DTYPES)
+    kv_dtype = (
+        dtype if str(inputs.kv_cache_dtype).lower() == "auto"
+        else canonical_dtype(inputs.kv_cache_dtype)
+    )
     elem = DTYPE_BYTES[kv_dtype]
+    groups = (
+        model.kv_groups(elem) if model is not None
+        else (full_attention_group(num_layers, num_kv_heads, head_dim, elem),)
+    )
+    return _KVShape(num_layers, num_kv_heads, head_dim, dtype, kv_dtype, groups)
 
+
+def _lengths(inputs: EstimateInputs) -> _Lengths:
+    """Context, max model length and mean length after their defaults, checked."""
+    model, context, max_model_len = inputs.model, inputs.context, inputs.max_model_len
     if max_model_len is None:
         max_model_len = model.max_position_embeddings if model is not None else context
     if context is None:
         context = max_model_len
     if context is None or max_model_len is None:
         raise KvbenchInputError("give --context (tokens per request) or --max-model-len")
-    if mean_len is None:
-        mean_len = context
+    mean_len = context if inputs.mean_len is None else inputs.mean_len
     _positive(
-        context=context, concurrency=concurrency, max_model_len=max_model_len, mean_len=mean_len
+        context=context, concurrency=inputs.concurrency, max_model_len=max_model_len,
+        mean_len=mean_len,
     )
-    if block_size is not None:
-        _positive(block_size=block_size)
+    if inputs.block_size is not None:
+        _positive(block_size=inputs.block_size)
     for what, tokens in (("--context", context), ("--mean-len", mean_len)):
         if tokens > max_model_len:
             raise KvbenchInputError(
                 f"{what} {tokens} exceeds the max model length {max_model_len} "
                 "(raise --max-model-len)"
             )
+    return _Lengths(context, max_model_len, mean_len)
 
-    per_token = kv_bytes_per_token(num_layers, num_kv_heads, head_dim, elem)
-    tokens_per_request = round_up_to_blocks(context, block_size) if block_size else context
-    per_request = per_token * tokens_per_request
-    total = per_request * concurrency
 
-    # Budget.
-    util: Fraction | None = None
-    weights: int | None = None
-    weights_source: str | None = None
-    num_params: int | None = None
-    budget: int | None = None
-    budget_source: str | None = None
-    if gpu_memory is None and gpu_memory_utilization is not None:
+def _budget(inputs: EstimateInputs, dtype: str) -> _Budget:
+    """`--kv-memory`, or what `--gpu-memory` leaves next to the weights, or no budget."""
+    gpu_memory, weights_memory, kv_memory = (
+        inputs.gpu_memory, inputs.weights_memory, inputs.kv_memory
+    )
+    if gpu_memory is None and inputs.gpu_memory_utilization is not None:
         raise KvbenchInputError("--gpu-memory-utilization needs --gpu-memory")
     if kv_memory is not None:
         if gpu_memory is not None or weights_memory is not None:
             raise KvbenchInputError(
-                "--kv-memory is the KV budget itself: give it or --gpu-memory/--weights-memory, not both"
+                "--kv-memory is the KV budget itself: give it or --gpu-memory/--weights-memory, "
+                "not both"
             )
         _positive(kv_memory=kv_memory)
-        budget, budget_source = kv_memory, "given"
-    elif gpu_memory is not None:
-        util = parse_fraction(
-            DEFAULT_GPU_MEMORY_UTILIZATION
-            if gpu_memory_utilization is None
-            else gpu_memory_utilization,
-            "--gpu-memory-utilization",
-        )
+        return _Budget(kv_memory, "given")
+    if gpu_memory is None:
         if weights_memory is not None:
-            weights, weights_source = weights_memory, "given"
-        elif model is not None:
-            num_params = model.num_parameters()
-            weights, weights_source = weights_bytes(model, dtype), "computed"
-        else:
-            raise KvbenchInputError(
-                "give --weights-memory: weights cannot be computed from explicit "
-                "--layers/--kv-heads/--head-dim (or give --model)"
-            )
-        budget, budget_source = kv_budget_bytes(gpu_memory, util, weights), "gpu"
-    elif weights_memory is not None:
-        raise KvbenchInputError("--weights-memory needs --gpu-memory")
+            raise KvbenchInputError("--weights-memory needs --gpu-memory")
+        return _Budget()
+    util = gpu_memory_utilization(inputs.gpu_memory_utilization)
+    num_params = None
+    if weights_memory is not None:
+        weights, weights_source = weights_memory, "given"
+    elif inputs.model is not None:
+        num_params = inputs.model.num_parameters()
+        weights, weights_source = weights_bytes(inputs.model, dtype), "computed"
+    else:
+        raise KvbenchInputError(
+            "give --weights-memory: weights cannot be computed from explicit "
+            "--layers/--kv-heads/--head-dim (or give --model)"
+        )
+    budget = kv_budget_bytes(
+        gpu_memory, util, weights,
+        advice="use more --gpu-memory, a higher --gpu-memory-utilization or a smaller --dtype",
+    )
+    return _Budget(budget, "gpu", util, weights, weights_source, num_params)
 
-    # Strategies.
+
+def _strategy_fits(
+    per_token: int, lengths: _Lengths, block_size: int | None, budget: int | None
+) -> dict[str, StrategyFit]:
+    """Requests each strategy admits into `budget`: contiguous at max, paged at mean length."""
+    max_model_len, mean_len = lengths.max_model_len, lengths.mean_len
     paged_block = block_size or DEFAULT_BLOCK_SIZE
     blocks_per_request = -(-mean_len // paged_block)
-    block_bytes = per_token * paged_block
-    contiguous_bytes = per_token * max_model_len
-    paged_bytes = block_bytes * blocks_per_request
-    strategies = {
+    paged_tokens = blocks_per_request * paged_block
+
+    def fit(tokens: int) -> int | None:
+        return kv_capacity(budget, per_token, tokens) if budget is not None else None
+
+    return {
         "contiguous": StrategyFit(
             strategy="contiguous",
             reserve=f"max: max_model_len = {max_model_len} tokens",
             tokens_per_request=max_model_len,
-            bytes_per_request=contiguous_bytes,
-            max_concurrency=budget // contiguous_bytes if budget is not None else None,
+            bytes_per_request=per_token * max_model_len,
+            max_concurrency=fit(max_model_len),
         ),
         "paged": StrategyFit(
             strategy="paged",
-            reserve=f"ceil({mean_len} / {paged_block}) = {blocks_per_request} blocks at mean length",
-            tokens_per_request=blocks_per_request * paged_block,
-            bytes_per_request=paged_bytes,
-            max_concurrency=budget // paged_bytes if budget is not None else None,
+            reserve=(
+                f"ceil({mean_len} / {paged_block}) = {blocks_per_request} blocks at mean length"
+            ),
+            tokens_per_request=paged_tokens,
+            bytes_per_request=per_token * paged_tokens,
+            max_concurrency=fit(paged_tokens),
             block_size=paged_block,
             blocks_per_request=blocks_per_request,
-            num_blocks=budget // block_bytes if budget is not None else None,
+            num_blocks=fit(paged_block),
         ),
     }
 
-    comparison = None
-    if compare_utilization is not None:
-        if budget is None:
-            raise KvbenchInputError(
-                "comparing KV utilizations needs a KV budget: give --kv-memory or --gpu-memory"
-            )
-        low, high = compare_utilization
-        comparison = compare_kv_utilization(budget, low, high, per_token)
 
-    return KVEstimate(
-        model=model.name if model is not None else None,
-        num_layers=num_layers,
-        num_kv_heads=num_kv_heads,
-        head_dim=head_dim,
-        kv_cache_dtype=kv_dtype,
-        kv_element_bytes=elem,
-        context=context,
-        concurrency=concurrency,
-        block_size=block_size,
-        tokens_per_request=tokens_per_request,
-        kv_bytes_per_token=per_token,
-        kv_bytes_per_request=per_request,
-        kv_bytes_total=total,
-        gpu_memory_bytes=gpu_memory if kv_memory is None else None,
-        gpu_memory_utilization=util,
-        dtype=dtype if weights_source == "computed" else None,
-        num_parameters=num_params,
-        weights_bytes=weights,
-        weights_source=weights_source,
-        kv_budget_bytes=budget,
-        kv_budget_source=budget_source,
-        kv_capacity_tokens=budget // per_token if budget is not None else None,
-        max_concurrency=budget // per_request if budget is not None else None,
-        fits=total <= budget if budget is not None else None,
-        max_model_len=max_model_len,
-        mean_len=mean_len,
-        strategies=strategies,
-        kv_utilization_comparison=comparison,
-    )
+def _comparison(
+    compare: tuple[Any, Any] | None, budget: int | None, per_token: int
+) -> UtilizationComparison | None:
+    if compare is None:
+        return None
+    if budget is None:
+        raise KvbenchInputError(
+            "comparing KV utilizations needs a KV budget: give --kv-memory or --gpu-memory"
+        )
+    low, high = compare
+    return compare_kv_utilization(budget, low, high, per_token)
 
 
 def format_estimate(est: KVEstimate) -> str:
@@ -406,10 +447,8 @@ def format_estimate(est: KVEstimate) -> str:
     def add(label: str, exact: int | str, binary: str, formula: str = "") -> None:
         rows.append((label, f"{exact:,}" if isinstance(exact, int) else exact, binary, formula))
 
-    per_token_formula = (
-        f"2 (K,V) x {est.num_layers} layers x {est.num_kv_heads} KV heads x "
-        f"{est.head_dim} head dim x {est.kv_element_bytes} B ({est.kv_cache_dtype})"
-    )
+    per_token_formula = " + ".join(group.formula() for group in est.kv_groups)
+    per_token_formula += f" ({est.kv_cache_dtype})"
     add(
         "KV per token",
         est.kv_bytes_per_token,
@@ -471,7 +510,7 @@ def format_estimate(est: KVEstimate) -> str:
         f"{est.context:,}-token context, concurrency {est.concurrency:,}"
     )
     lines = [title, ""]
-    lines += _table(("quantity", "bytes", "binary", "formula"), rows, right=(1,))
+    lines += text_table(("quantity", "bytes", "binary", "formula"), rows, right=(1,))
 
     if est.kv_budget_bytes is not None:
         lines += ["", "max concurrency per strategy (same budget):"]
@@ -494,7 +533,7 @@ def format_estimate(est: KVEstimate) -> str:
                     fit.reserve,
                 )
             )
-        lines += _table(
+        lines += text_table(
             (
                 "strategy",
                 "tokens/request",
@@ -525,7 +564,9 @@ def format_estimate(est: KVEstimate) -> str:
                 (comp.utilization_to, comp.effective_bytes_to, comp.tokens_to),
             )
         ]
-        lines += _table(("KV utilization", "token bytes", "binary", "tokens"), crows, right=(1, 3))
+        lines += text_table(
+            ("KV utilization", "token bytes", "binary", "tokens"), crows, right=(1, 3)
+        )
         lines.append(
             f"capacity gain: {_fmt_fraction(comp.utilization_to)} / {_fmt_fraction(comp.utilization_from)}"
             f" = {float(comp.capacity_gain):.4g}x more KV state in the same memory"
@@ -533,9 +574,10 @@ def format_estimate(est: KVEstimate) -> str:
     return "\n".join(lines)
 
 
-def _table(
+def text_table(
     header: tuple[str, ...], rows: list[tuple[str, ...]], right: tuple[int, ...] = ()
 ) -> list[str]:
+    """A plain table's lines: columns as wide as their widest cell, `right` ones right-aligned."""
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
 
     def line(cells: tuple[str, ...]) -> str:
@@ -565,98 +607,3 @@ def _fmt_fraction(value: Fraction) -> str:
 
 def _float_or_none(value: Fraction | None) -> float | None:
     return float(value) if value is not None else None
-
-
-# Step times (`kvbench estimate --step`) ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    """One step to time: `decode:BxCTX` (B sequences at CTX tokens each) or `prefill:TOKENS`."""
-
-    kind: str  # "decode" | "prefill"
-    batch: int
-    context: int  # tokens in the cache per sequence once the step's tokens are written
-    tokens: int  # tokens computed by the step
-
-
-def parse_step(text: str) -> StepSpec:
-    """`decode:32x1024` or `prefill:2048` (a prompt of 2,048 tokens)."""
-    kind, _, rest = str(text).strip().partition(":")
-    kind = kind.strip().lower()
-    try:
-        if kind == "decode":
-            b, _, ctx = rest.lower().partition("x")
-            batch, context = int(b), int(ctx)
-            spec = StepSpec("decode", batch, context, batch)
-        elif kind == "prefill":
-            tokens = int(rest)
-            spec = StepSpec("prefill", 1, tokens, tokens)
-        else:
-            raise ValueError
-    except ValueError:
-        raise KvbenchInputError(
-            f"cannot read --step {text!r}: use decode:BATCHxCONTEXT (e.g. decode:32x1024) "
-            "or prefill:TOKENS (e.g. prefill:2048)"
-        ) from None
-    if spec.batch <= 0 or spec.context <= 0:
-        raise KvbenchInputError(f"--step {text!r}: batch, context and tokens must be positive")
-    return spec
-
-
-def estimate_steps(
-    model: ModelConfig,
-    gpu: Any,
-    steps: list[StepSpec],
-    tensor_parallel_size: int = 1,
-    dtype: str = "bf16",
-    kv_cache_dtype: str = "auto",
-) -> dict[str, Any]:
-    """Modelled time of each step on `gpu` x `tensor_parallel_size`, with its parts (ms)."""
-    from kvbench.simulator.gpu_lookup import get_gpu
-    from kvbench.simulator.step_time import StepTimeModel
-
-    spec = get_gpu(gpu)
-    dtype = canonical_dtype(dtype, WEIGHT_DTYPES)
-    kv_dtype = dtype if str(kv_cache_dtype).lower() == "auto" else canonical_dtype(kv_cache_dtype)
-    time_model = StepTimeModel(
-        model, spec, DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype], tensor_parallel_size
-    )
-    out = []
-    for step in steps:
-        if step.kind == "decode":
-            cost = time_model.cost([1] * step.batch, [step.context] * step.batch, step.batch)
-        else:
-            cost = time_model.cost([step.tokens], [step.context], 1)
-        out.append(
-            {
-                "kind": step.kind,
-                "batch": step.batch,
-                "context": step.context,
-                "tokens": step.tokens,
-                "ms": cost.time_s * 1e3,
-                "parts": cost.parts_ms(),
-            }
-        )
-    return {
-        "model": model.name,
-        "gpu": spec.name,
-        "tensor_parallel_size": tensor_parallel_size,
-        "dtype": dtype,
-        "kv_cache_dtype": kv_dtype,
-        "steps": out,
-    }
-
-
-def format_steps(result: dict[str, Any]) -> str:
-    """One row per step: total and the largest parts (ms, per GPU of the group)."""
-    names = [n for n in result["steps"][0]["parts"] if any(s["parts"][n] for s in result["steps"])]
-    header = ("step", "ms", *names)
-    rows = []
-    for s in result["steps"]:
-        label = (f"decode {s['batch']} x {s['context']}" if s["kind"] == "decode"
-                 else f"prefill {s['tokens']}")
-        rows.append((label, f"{s['ms']:.3f}", *(f"{s['parts'][n]:.3f}" for n in names)))
-    title = (f"modelled step time: {result['model']} on {result['tensor_parallel_size']} x "
-             f"{result['gpu']}, weights {result['dtype']}, KV {result['kv_cache_dtype']} (ms)")
-    return "\n".join([title, "", *_table(header, rows, right=tuple(range(1, len(header))))])

@@ -15,7 +15,7 @@ from kvbench.models.memory_check import (
     memory_need,
 )
 from kvbench.models.presets import get_preset
-from kvbench.sizing.estimate import estimate_kv
+from kvbench.sizing.estimate import EstimateInputs, estimate_kv
 
 GiB = 2**30
 CPU = torch.device("cpu")
@@ -29,8 +29,8 @@ def test_weights_are_the_figure_estimate_prints():
     """One formula: `kvbench estimate`'s weights and the check's weights agree to the byte."""
     model = get_preset("llama-2-7b")
     for dtype in ("fp32", "bf16"):
-        est = estimate_kv(model=model, context=4096, concurrency=1, gpu_memory=80 * GiB,
-                          dtype=dtype)
+        est = estimate_kv(EstimateInputs(model=model, context=4096, concurrency=1,
+                                         gpu_memory=80 * GiB, dtype=dtype))
         assert memory_need(model, dtype).weights_bytes == est.weights_bytes
 
 

@@ -14,13 +14,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kvbench.build.simulated_executors import activation_bytes_estimate, build_simulated_engine
+from kvbench.build.simulated_executors import build_simulated_engine
 from kvbench.config import EngineConfig
 from kvbench.core.layout import KVLayout
 from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
+from kvbench.models.memory_check import activation_bytes_estimate
 from kvbench.models.presets import get_preset
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import GPU_PRESETS, GPUSpec
@@ -249,7 +250,7 @@ def test_budget_follows_gpu_memory_utilization():
     assert fp8.bytes_per_slot == 819200 // 2  # the fp8 strategy implies an fp8 KV cache
     assert fp8.kv_budget_bytes == built.kv_budget_bytes  # same budget, twice the tokens
 
-    with pytest.raises(KvbenchInputError, match="leaves no KV memory on a100-40gb"):
+    with pytest.raises(KvbenchInputError, match="no memory left for the KV cache on a100-40gb"):
         # float32 weights of a 13B model (52 GB) do not fit
         build_simulated_engine(EngineConfig(model="llama-2-13b", dtype="float32"), "a100-40gb")
     with pytest.raises(KvbenchInputError, match="unknown --gpu"):

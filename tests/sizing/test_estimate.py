@@ -9,17 +9,17 @@ import pytest
 from click.testing import CliRunner
 
 from kvbench.cli.estimate import estimate_command
+from kvbench.core.kv_groups import full_attention_group
 from kvbench.errors import KvbenchInputError
 from kvbench.models.presets import get_preset
+from kvbench.models.sizes import weights_bytes
 from kvbench.sizing.estimate import (
+    EstimateInputs,
     compare_kv_utilization,
     estimate_kv,
-    kv_budget_bytes,
-    kv_bytes_per_token,
-    parse_fraction,
     round_up_to_blocks,
-    weights_bytes,
 )
+from kvbench.sizing.kv_budget import kv_budget_bytes, parse_fraction
 
 GiB = 1024**3
 MiB = 1024**2
@@ -30,28 +30,30 @@ SHAPE = {"num_layers": 32, "num_kv_heads": 40, "head_dim": 128}
 
 
 def test_bytes_per_token_32_layers_40_kv_heads_head_dim_128_bf16():
-    assert kv_bytes_per_token(32, 40, 128, 2) == 655_360
-    est = estimate_kv(**SHAPE, kv_cache_dtype="bf16", context=2048)
+    assert full_attention_group(32, 40, 128, 2).bytes_per_token == 655_360
+    est = estimate_kv(EstimateInputs(**SHAPE, kv_cache_dtype="bf16", context=2048))
     assert est.kv_bytes_per_token == 655_360
     assert est.kv_bytes_per_token == 0.625 * MiB
 
 
 def test_2048_tokens_times_2000_concurrent_requests():
-    est = estimate_kv(**SHAPE, kv_cache_dtype="bf16", context=2048, concurrency=2000)
+    est = estimate_kv(
+        EstimateInputs(**SHAPE, kv_cache_dtype="bf16", context=2048, concurrency=2000)
+    )
     assert est.kv_bytes_per_request == 2048 * 655_360
     assert est.kv_bytes_total == 2_684_354_560_000
 
 
 def test_80GiB_at_0_92_minus_20GiB_fits_21_requests_of_4096_tokens():
     assert kv_budget_bytes(80 * GiB, 0.92, 20 * GiB) == (80 * GiB * 92) // 100 - 20 * GiB
-    est = estimate_kv(
+    est = estimate_kv(EstimateInputs(
         **SHAPE,
         kv_cache_dtype="bf16",
         context=4096,
         gpu_memory=80 * GiB,
         gpu_memory_utilization=0.92,
         weights_memory=20 * GiB,
-    )
+    ))
     assert est.kv_bytes_per_request == 4096 * 655_360 == int(2.5 * GiB)
     assert est.kv_budget_bytes == 57_552_561_766
     assert est.max_concurrency == 21
@@ -81,7 +83,7 @@ def test_utilization_is_read_exactly():
 def test_block_rounding_and_paged_vs_contiguous():
     assert round_up_to_blocks(1000, 16) == 1008
     model = get_preset("llama-3-8b")  # max_position_embeddings 8192
-    est = estimate_kv(model, context=1000, block_size=16, kv_memory=60 * GiB)
+    est = estimate_kv(EstimateInputs(model=model, context=1000, block_size=16, kv_memory=60 * GiB))
     per_token = 2 * 32 * 8 * 128 * 2
     assert est.kv_bytes_per_token == per_token
     assert est.tokens_per_request == 1008
@@ -95,9 +97,11 @@ def test_block_rounding_and_paged_vs_contiguous():
 
 
 def test_no_block_size_leaves_request_unrounded_but_paged_uses_16():
-    est = estimate_kv(**SHAPE, kv_cache_dtype="fp8", context=1000, mean_len=500, kv_memory=GiB)
+    est = estimate_kv(
+        EstimateInputs(**SHAPE, kv_cache_dtype="fp8", context=1000, mean_len=500, kv_memory=GiB)
+    )
     assert est.block_size is None
-    assert est.kv_bytes_per_request == 1000 * kv_bytes_per_token(32, 40, 128, 1)
+    assert est.kv_bytes_per_request == 1000 * full_attention_group(32, 40, 128, 1).bytes_per_token
     assert est.strategies["paged"].block_size == 16
     assert est.strategies["paged"].blocks_per_request == 32  # ceil(500 / 16)
     assert est.strategies["contiguous"].tokens_per_request == 1000  # max_model_len = context
@@ -107,7 +111,9 @@ def test_weights_computed_from_parameters_and_dtype():
     model = get_preset("llama-2-13b")
     assert weights_bytes(model, "bf16") == model.num_parameters() * 2
     assert weights_bytes(model, "fp32") == model.num_parameters() * 4
-    est = estimate_kv(model, context=2048, gpu_memory=40 * GiB, gpu_memory_utilization="0.9")
+    est = estimate_kv(
+        EstimateInputs(model=model, context=2048, gpu_memory=40 * GiB, gpu_memory_utilization="0.9")
+    )
     assert est.weights_source == "computed"
     assert est.weights_bytes == model.num_parameters() * 2
     assert est.kv_budget_bytes == (40 * GiB * 9) // 10 - est.weights_bytes
@@ -130,7 +136,7 @@ def test_weights_computed_from_parameters_and_dtype():
 )
 def test_bad_inputs_raise_input_error(kwargs):
     with pytest.raises(KvbenchInputError):
-        estimate_kv(**kwargs)
+        estimate_kv(EstimateInputs(**kwargs))
 
 
 # --- CLI -------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_kv_cache_dtype_fp8_composes_with_prefix():
 
 def test_arena_scales_from_first_write_then_fixed():
     config = get_preset("tiny")
-    arena = KVArena(config, 64, torch.float8_e4m3fn, "cpu")
+    arena = KVArena(config.kv_groups(1), 64, torch.float8_e4m3fn, "cpu")
     k = torch.randn(10, config.num_kv_heads, config.head_dim) * 3
     v = torch.randn(10, config.num_kv_heads, config.head_dim)
     arena.init_scales(1, k, v)
@@ -69,10 +69,12 @@ def test_arena_scales_from_first_write_then_fixed():
     assert arena.k_scales[0] is None
     arena.init_scales(0, torch.zeros_like(k), v)  # an all-zero first write keeps a usable scale
     assert arena.k_scales[0] > 0
-    given = KVArena(config, 64, torch.float8_e4m3fn, "cpu", kv_scale=0.05)
+    given = KVArena(config.kv_groups(1), 64, torch.float8_e4m3fn, "cpu", kv_scale=0.05)
     assert all(float(s) == pytest.approx(0.05) for s in given.k_scales + given.v_scales)
-    plain = KVArena(config, 64, torch.float32, "cpu", kv_scale=0.05)  # ignored unquantized
+    # kv_scale is ignored by an unquantized arena
+    plain = KVArena(config.kv_groups(4), 64, torch.float32, "cpu", kv_scale=0.05)
     assert plain.k_scales == [None] * config.num_layers and plain.scales() == {}
+    assert plain.nbytes == 64 * config.kv_bytes_per_token(4)  # the groups' bytes per token
 
 
 def test_engine_sets_every_layer_scale_once():

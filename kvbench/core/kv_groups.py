@@ -1,0 +1,88 @@
+"""`KVGroup`: layers whose KV cache has one shape, the unit every KV size is counted in.
+
+A model's KV cache is a tuple of groups (`ModelConfig.kv_groups`): today one full-attention
+group holding every layer. KV bytes per token are the sum over groups (`kv_bytes_per_token`);
+`kvbench estimate`, the tensor-parallel capacity, the engine's bytes per slot and the KV
+arena's tensors are all sized from the groups, never from the model's fields directly.
+
+Adding a group kind (a sliding window, an MLA latent cache) is one place: its name in
+`ATTENTION_KINDS` and its branch of `KVGroup.bytes_per_layer_token` (and, for a layout that is
+not one K and one V tensor of `[slots, KV heads, head dim]` per layer, of `slot_shape`).
+Everything that sizes KV reads `bytes_per_token` and so follows. Running a new kind also
+needs its attention kernels; sizing it does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+ATTENTION_KINDS = ("full",)  # "full": every layer attends to the whole context
+
+
+@dataclass(frozen=True)
+class KVGroup:
+    """The KV cache of `layers` (model layer indices), one `attention` kind and shape.
+
+    `window` is the tokens a layer attends back (None: the whole context, as for "full").
+    """
+
+    layers: tuple[int, ...]
+    num_kv_heads: int
+    head_dim: int
+    element_bytes: int  # bytes per stored K or V element (1 for fp8, 2 for bf16)
+    attention: str = "full"
+    window: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTION_KINDS:
+            raise ValueError(
+                f"unknown KV group kind {self.attention!r} (known: {', '.join(ATTENTION_KINDS)})"
+            )
+        if self.attention == "full" and self.window is not None:
+            raise ValueError("a full-attention KV group has no window")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def bytes_per_layer_token(self) -> int:
+        """One token's KV in one layer of the group: K and V, each KV heads x head dim."""
+        return 2 * self.num_kv_heads * self.head_dim * self.element_bytes
+
+    @property
+    def bytes_per_token(self) -> int:
+        """One token's KV across the group's layers."""
+        return self.num_layers * self.bytes_per_layer_token
+
+    @property
+    def slot_shape(self) -> tuple[int, int]:
+        """The shape of one token slot of one layer's K tensor (and of its V tensor)."""
+        return (self.num_kv_heads, self.head_dim)
+
+    def sharded(self, tensor_parallel_size: int) -> KVGroup:
+        """The group as one GPU of a tensor-parallel group holds it: 1/N of the KV heads."""
+        return replace(self, num_kv_heads=self.num_kv_heads // tensor_parallel_size)
+
+    def formula(self) -> str:
+        """`bytes_per_token` in words, as `kvbench estimate` prints it."""
+        return (
+            f"2 (K,V) x {self.num_layers} layers x {self.num_kv_heads} KV heads x "
+            f"{self.head_dim} head dim x {self.element_bytes} B"
+        )
+
+
+def full_attention_group(
+    num_layers: int, num_kv_heads: int, head_dim: int, element_bytes: int
+) -> KVGroup:
+    """One full-attention group over layers 0 .. num_layers - 1."""
+    return KVGroup(tuple(range(num_layers)), num_kv_heads, head_dim, element_bytes)
+
+
+def kv_bytes_per_token(groups: Iterable[KVGroup]) -> int:
+    """One token's KV across every group (every layer of the model)."""
+    return sum(group.bytes_per_token for group in groups)
+
+
+__all__ = ["ATTENTION_KINDS", "KVGroup", "full_attention_group", "kv_bytes_per_token"]
