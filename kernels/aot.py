@@ -12,10 +12,14 @@ Triton internals are used (the JIT's binder); they are stable across 3.4-3.9 but
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import re
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +101,7 @@ SMS = {80: 108, 86: 84, 89: 128, 90: 132}
 def build_case(case: str, arch: int) -> list[dict]:
     """Compile every launch of matrix case `case` for `arch`; one record per launch, failures
     included (``error`` set) so that one bad variant does not hide the others."""
+    # triton/torch: in each build worker process
     import torch
 
     from .triton_ops import Target
@@ -124,8 +129,6 @@ def build_case(case: str, arch: int) -> list[dict]:
 
 def build_matrix(archs=ARCHS, cases=None, jobs: int = 1) -> list[dict]:
     """`build_case` for every (case, arch), in `jobs` processes."""
-    from concurrent.futures import ProcessPoolExecutor
-
     pairs = [(c, a) for c in matrix() if not cases or c in cases for a in archs]
     if jobs <= 1:
         return [r for c, a in pairs for r in build_case(c, a)]
@@ -135,10 +138,6 @@ def build_matrix(archs=ARCHS, cases=None, jobs: int = 1) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import json
-    import os
-
     parser = argparse.ArgumentParser(description="Compile every kernel variant ahead of time.")
     parser.add_argument("--arch", type=int, action="append", help="e.g. 80, 90 (repeatable)")
     parser.add_argument("--case", action="append", help="only these case ids (repeatable)")

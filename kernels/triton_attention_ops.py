@@ -6,6 +6,7 @@ import torch
 
 from . import triton_ops
 from .attention_shape import AttentionShape
+from .variants import precompile
 
 
 class TritonAttentionOps:
@@ -20,6 +21,4 @@ class TritonAttentionOps:
     choose_num_splits = staticmethod(triton_ops.choose_num_splits)
 
     def precompile(self, shape: AttentionShape, device: torch.device) -> float:
-        from .variants import precompile
-
         return precompile(shape, device)

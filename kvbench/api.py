@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvbench.build.engine_build import build_engine
+from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 

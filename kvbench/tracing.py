@@ -70,6 +70,7 @@ def _load_nvtx_domain() -> Any:
     if os.environ.get("KVBENCH_NVTX", "").strip() == "0":
         return None
     try:
+        # nvtx: optional, only under a profiler
         import nvtx
 
         domain = nvtx.get_domain("kvbench")

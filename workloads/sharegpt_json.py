@@ -51,6 +51,7 @@ def load_tokenizer(folder: str | os.PathLike[str] | None, path: Path) -> Any:
     if not folder.is_dir():
         raise KvbenchInputError(f"--tokenizer {folder}: not a folder")
     try:
+        # transformers: optional, only with --tokenizer
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)

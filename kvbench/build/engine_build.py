@@ -1,10 +1,9 @@
-"""`build_engine`: an `EngineConfig` turned into model, arena, strategy, policy and engine.
+"""`ExecutorFactory`: an `EngineConfig` turned into model, arena, strategy, policy and engine.
 
 There is one wiring for every engine: lengths, KV dtype, budget, strategy, policy and `Engine`
 are built here; what differs between the real model, the simulator and the transformers
-baseline is the `ExecutorFactory` passed as `executor=` (where the model's shape, the KV
-budget, the executor and the clock come from). `EXECUTOR_FACTORIES` names them for the
-runner by `EngineKind` (`RunConfig.executor.kind`).
+baseline is the factory subclass (where the model's shape, the KV budget, the executor and the
+clock come from). `kvbench.build.engines` names the factory of each `EngineKind`.
 
 This module does not import torch, nor any factory: the simulator builds through it without
 loading torch (docs/design.md). The real model's factory is `kvbench.build.model_executors`.
@@ -20,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from kvbench.config import EngineConfig
 from kvbench.core.clock import RunClock
-from kvbench.core.engine_kind import EngineKind
 from kvbench.core.executor import DeviceKind, Executor
 from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.core.kv_groups import kv_bytes_per_token
@@ -185,46 +183,3 @@ class ExecutorFactory(ABC):
                    device: torch.device | DeviceKind) -> float:
         """Compile every kernel variant the run will meet; the seconds it took."""
         return 0.0
-
-
-def build_engine(
-    config: EngineConfig,
-    executor: ExecutorFactory | None = None,
-    *,
-    clock: RunClock | None = None,
-    model_cache: dict | None = None,
-) -> BuiltEngine:
-    """The engine of `config` whose model side comes from `executor` (default: the model)."""
-    factory = executor or _model()
-    return factory.build(config, BuildContext(clock=clock, model_cache=model_cache))
-
-
-def _model(gpu: str | None = None) -> ExecutorFactory:
-    from kvbench.build.model_executors import ModelExecutors
-
-    return ModelExecutors()
-
-
-def _simulated(gpu: str | None = None) -> ExecutorFactory:
-    from kvbench.build.simulated_executors import SimulatedExecutors
-
-    return SimulatedExecutors(gpu) if gpu else SimulatedExecutors()
-
-
-def _transformers(gpu: str | None = None) -> ExecutorFactory:
-    from kvbench.build.transformers_engines import TransformersEngines
-
-    return TransformersEngines()
-
-
-# Each engine kind's factory (given the simulated GPU, which only the simulator reads). Each
-# is imported only when asked for: the model's brings torch.
-EXECUTOR_FACTORIES: dict[EngineKind, Callable[[str | None], ExecutorFactory]] = {
-    EngineKind.MODEL: _model,
-    EngineKind.SIMULATED: _simulated,
-    EngineKind.TRANSFORMERS: _transformers,
-}
-
-
-def executor_factory(engine_kind: EngineKind, gpu: str | None = None) -> ExecutorFactory:
-    return EXECUTOR_FACTORIES[engine_kind](gpu)

@@ -21,6 +21,7 @@ from kvbench.execution.kv_budget import (
     profile_cuda_memory,
 )
 from kvbench.execution.model_executor import KVArena, ModelExecutor
+from kvbench.kernels.attention_shape import AttentionShape
 from kvbench.kernels.backend import get_ops, resolve_backend
 from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
@@ -107,8 +108,6 @@ class ModelExecutors(ExecutorFactory):
         # would land inside the first measured step of each variant.
         if self.backend(config, device) != "triton" or device.type != "cuda":
             return 0.0
-        from kvbench.kernels.attention_shape import AttentionShape
-
         arena = executor.arena
         shape = AttentionShape(
             model_config.num_heads, model_config.num_kv_heads, model_config.head_dim,

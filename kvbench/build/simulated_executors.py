@@ -21,7 +21,7 @@ Nothing here imports torch (docs/design.md): dtypes are torch's names and their 
 
 from __future__ import annotations
 
-from kvbench.build.engine_build import BuildContext, BuiltEngine, ExecutorFactory, build_engine
+from kvbench.build.engine_build import BuildContext, BuiltEngine, ExecutorFactory
 from kvbench.config import EngineConfig
 from kvbench.core.executor import DeviceKind
 from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
@@ -58,8 +58,7 @@ class SimulatedExecutors(ExecutorFactory):
 
     def load(self, config: EngineConfig, context: BuildContext):
         get_gpu(self.gpu)  # an unknown preset fails before anything else
-        # No thread pinning: a simulated step runs no torch op (it used to sample fabricated
-        # logits, which torch's thread pool made costly on a busy machine).
+        # No thread pinning: a simulated step runs no torch op.
         return SIMULATED_DEVICE, None, resolve_model_config(config.model)
 
     def kv_dtype(self, config: EngineConfig) -> str:
@@ -104,8 +103,9 @@ class SimulatedExecutors(ExecutorFactory):
 def build_simulated_engine(
     config: EngineConfig, gpu: str | GPUSpec, start_s: float = 0.0
 ) -> BuiltEngine:
-    """`build_engine(config, executor=SimulatedExecutors(gpu, start_s))`."""
-    return build_engine(config, executor=SimulatedExecutors(gpu, start_s))
+    """The simulated engine of `config` on `gpu` (`kvbench.build.engines.build_engine` with
+    `SimulatedExecutors(gpu, start_s)`)."""
+    return SimulatedExecutors(gpu, start_s).build(config, BuildContext())
 
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kvbench.build.engine_build import BuildContext, BuiltEngine, build_engine, resolve_lengths
+from kvbench.build.engine_build import BuildContext, BuiltEngine, resolve_lengths
 from kvbench.build.model_executors import ModelExecutors
 from kvbench.config import EngineConfig
 from kvbench.core.clock import RunClock
@@ -56,5 +56,6 @@ def build_hf_engine(
     clock: RunClock | None = None,
     model_cache: dict | None = None,
 ) -> BuiltEngine:
-    """`build_engine(config, executor=TransformersEngines(), ...)`."""
-    return build_engine(config, TransformersEngines(), clock=clock, model_cache=model_cache)
+    """The transformers baseline engine of `config` (`kvbench.build.engines.build_engine` with
+    `TransformersEngines()`)."""
+    return TransformersEngines().build(config, BuildContext(clock=clock, model_cache=model_cache))

@@ -20,6 +20,7 @@ import click
 def calibrate_command(out: str, model: str, base: str | None, name: str | None,
                       device: str) -> None:
     """Time GEMM and attention kernels on the CUDA GPU and write a --gpu-spec TOML file."""
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.models.presets import get_preset
     from kvbench.simulator.calibrate import base_preset, fit, measure, require_cuda
 

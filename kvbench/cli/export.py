@@ -25,6 +25,7 @@ from kvbench.errors import KvbenchInputError
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="file to write [default: standard output]")
 def export_command(run_dir: Path, fmt: str, output: Path | None) -> None:
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.runs import run_folders
     from kvbench.results.export import request_table, vllm_bench_result
     from kvbench.results.files import atomic_write_text

@@ -9,6 +9,7 @@ import click
 @click.command(name="list")
 def list_command() -> None:
     """Strategies, batching policies, queue orders, workloads and model presets."""
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.models.presets import PRESETS
     from kvbench.report.text_table import format_table
     from kvbench.scheduling import POLICIES, QUEUE_ORDERS

@@ -23,6 +23,7 @@ import click
               help="HTML file to write [default: RUN_DIR/report.html for one folder, "
                    "./report.html for several]")
 def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.errors import KvbenchInputError
     from kvbench.report.runs import run_folders
     from kvbench.report.writer import write_report

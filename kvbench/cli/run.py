@@ -23,6 +23,7 @@ def run_command(**params: Any) -> None:
 
 def execute(options: RunOptions, *, quiet: bool, as_json: bool) -> None:
     """Plan, run and print a session of `kvbench run` or `kvbench simulate`."""
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.session.session import plan_session, run_session
 
     plan = plan_session(options)
@@ -47,6 +48,7 @@ def execute(options: RunOptions, *, quiet: bool, as_json: bool) -> None:
     elif quiet:
         click.echo(str(result.root))
     else:
+        # CLI: loaded when the command runs, so --help imports no pandas/torch
         from kvbench.report.summary_table import render_repeats, render_summary
 
         click.echo(render_summary(summaries))

@@ -67,6 +67,7 @@ def _given(ctx: click.Context, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _apply_options(spec, given: dict[str, Any], axis_items: tuple[str, ...]) -> None:
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.sweep.options import canonical_name, catalogue
 
     options = catalogue()
@@ -97,6 +98,7 @@ def _apply_options(spec, given: dict[str, Any], axis_items: tuple[str, ...]) -> 
 
 def _build_spec(config: str | None, simulate: bool, given: dict[str, Any],
                 extra: dict[str, Any]):
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.sweep.config import ReportSpec, SearchSpec, SweepSpec, load_sweep_config
     from kvbench.sweep.sweep_folder import SWEEP_JSON, load_sweep_folder
 
@@ -178,6 +180,7 @@ def _command_line(ctx: click.Context, config: str | None) -> str:
 
 
 def _cell(row, column: str, spec: str = ".1f", suffix: str = "") -> str:
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.text_table import fmt
 
     value = row.get(column)
@@ -185,6 +188,7 @@ def _cell(row, column: str, spec: str = ".1f", suffix: str = "") -> str:
 
 
 def _print_tables(result) -> None:
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.text_table import format_table
     from kvbench.sweep.table import STRATEGY_AXES
 
@@ -254,6 +258,7 @@ def _print_tables(result) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print points (and capacity) as JSON")
 def sweep_command(config: str | None, simulate: bool, resume: bool, point_reports: bool,
                   dry_run: bool, quiet: bool, as_json: bool, **params: Any) -> None:
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.results.files import check_output_folder
     from kvbench.sweep.driver import resolve_folder, run_sweep
     from kvbench.sweep.grid import expand_grid

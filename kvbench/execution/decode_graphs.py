@@ -37,6 +37,7 @@ class DecodeGraphs:
 
     def __init__(self, forward: Forward, device: torch.device, max_num_seqs: int,
                  num_slots: int, num_kv_heads: int, fp8_ready: Callable[[], bool]) -> None:
+        # triton: only where CUDA graphs are captured
         from kvbench.kernels.triton_ops import choose_num_splits
 
         self._choose_splits = choose_num_splits

@@ -7,6 +7,7 @@ import platform
 import torch
 
 from kvbench.errors import KvbenchInputError
+from kvbench.models.loader import parse_dtype
 
 
 def resolve_device(name: str) -> torch.device:
@@ -31,8 +32,6 @@ def resolve_dtype(name: str, device: torch.device | str) -> str:
         if device.type != "cuda":
             return "float32"
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    from kvbench.models.loader import parse_dtype
-
     return str(parse_dtype(name)).removeprefix("torch.")
 
 

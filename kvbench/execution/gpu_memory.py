@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 def reset_peak_memory(device: torch.device | DeviceKind) -> None:
     """Start a new peak of torch's allocator on CUDA, so the next peak is this run's."""
     if device.type == "cuda":
+        # torch/pynvml: only on CUDA
         import torch
 
         torch.cuda.reset_peak_memory_stats(device)
@@ -26,6 +27,7 @@ def peak_allocated_bytes(device: torch.device | DeviceKind) -> int | None:
     """torch's allocator peak on CUDA since the last reset; None elsewhere."""
     if device.type != "cuda":
         return None
+    # torch/pynvml: only on CUDA
     import torch
 
     return torch.cuda.max_memory_allocated(device)
@@ -38,9 +40,11 @@ class GpuMemoryProbe:
         self._nvml = None
         if device.type != "cuda":
             return
+        # torch/pynvml: only on CUDA
         import torch
 
         try:
+            # torch/pynvml: only on CUDA
             import pynvml
 
             pynvml.nvmlInit()
@@ -54,6 +58,7 @@ class GpuMemoryProbe:
         if self.device.type != "cuda":
             return {"gpu_used_bytes": None, "torch_allocated_bytes": None,
                     "torch_reserved_bytes": None}
+        # torch/pynvml: only on CUDA
         import torch
 
         used = None

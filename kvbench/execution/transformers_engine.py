@@ -58,6 +58,7 @@ NAN = math.nan
 
 def import_transformers():
     try:
+        # transformers: optional, only for --engine hf
         import transformers
     except ImportError:
         raise KvbenchInputError(MISSING_TRANSFORMERS) from None

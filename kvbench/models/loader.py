@@ -105,6 +105,7 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
     Tensors are read one at a time (`safe_open`): the header names every tensor with its shape
     and dtype, so a wrong one is refused before its bytes are read.
     """
+    # safetensors: only for a model folder
     from safetensors import SafetensorError, safe_open
 
     expected = dict(decoder.named_parameters())

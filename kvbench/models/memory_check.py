@@ -94,6 +94,7 @@ def memory_need(
 def available_bytes(device: torch.device) -> int | None:
     """Bytes the device can hand out now; None when it cannot be told."""
     if device.type == "cuda":
+        # torch: only for a run that computes
         import torch
 
         free, _total = torch.cuda.mem_get_info(device)

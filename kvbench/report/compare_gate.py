@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
+from kvbench.report.metrics import Difference
 from kvbench.results.metric_catalogue import METRICS, Metric
 from kvbench.results.summary import Summary
 
@@ -167,8 +168,6 @@ def check_pairs(pairs: list[tuple[ComparedRun, ComparedRun]], allow_mismatch: bo
 def differences_with_noise(base: ComparedRun, new: ComparedRun, names: list[str]):
     """(Difference, Noise or None) per metric; where both sides ran with `--repeat`, the
     values compared (and held to thresholds) are the means over the repeats."""
-    from kvbench.report.metrics import Difference
-
     rows = []
     for name in names:
         m = METRICS[name]

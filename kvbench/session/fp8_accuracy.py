@@ -24,12 +24,8 @@ from typing import Any
 
 import torch
 
-from kvbench.build.engine_build import (
-    BuiltEngine,
-    build_engine,
-    effective_config,
-    keeps_fp8_cache,
-)
+from kvbench.build.engine_build import BuiltEngine, effective_config, keeps_fp8_cache
+from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.layout import KVLayout
 from kvbench.core.request import Request

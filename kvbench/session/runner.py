@@ -14,12 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from kvbench.build.engine_build import (
-    BuiltEngine,
-    build_engine,
-    executor_factory,
-    keeps_fp8_cache,
-)
+from kvbench.build.engine_build import BuiltEngine, keeps_fp8_cache
+from kvbench.build.engines import build_engine, executor_factory
 from kvbench.core.clock import WallClock
 from kvbench.core.engine_kind import EngineKind
 from kvbench.core.request import Request
@@ -53,7 +49,7 @@ from kvbench.session.run_config import RunConfig
 from kvbench.strategies import STRATEGIES
 from kvbench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.versions import versions
-from kvbench.workloads import WorkloadResult, load_workload
+from kvbench.workloads import WorkloadResult, is_trace, load_workload
 
 DEFAULT_NUM_REQUESTS = 64
 
@@ -114,8 +110,6 @@ def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngin
 
 
 def _default_count(workload: str) -> int | None:
-    from kvbench.workloads import is_trace
-
     return None if is_trace(workload) else DEFAULT_NUM_REQUESTS
 
 

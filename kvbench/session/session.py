@@ -10,24 +10,44 @@ printing is the caller's.
 
 from __future__ import annotations
 
+import dataclasses
+import gc
+import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from kvbench.build.engine_build import keeps_fp8_cache
 from kvbench.config import EngineConfig
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.report.runs import RunData, collect_runs
+from kvbench.results.files import (
+    INCOMPLETE_MARKER,
+    ResultsFolder,
+    check_output_folder,
+    claim_folder,
+    disk_full_error,
+    out_of_space,
+    write_csv,
+    write_json,
+)
 from kvbench.results.metrics import nan_to_none
+from kvbench.results.repeat import repeat_summary
 from kvbench.scheduling import POLICIES, QUEUE_ORDERS
 from kvbench.session.run_config import RunConfig
 from kvbench.session.run_options import RunOptions, build_run_config, option_fields
+from kvbench.session.runner import RunOutcome, prepare, run_one, strategy_label
+from kvbench.simulator.gpu_lookup import get_gpu
+from kvbench.simulator.gpus import GPU_PRESETS
+from kvbench.strategies import STRATEGIES
+from kvbench.units import parse_duration_s, parse_rate
+from kvbench.workloads import is_trace, parse_workload_params
 
-if TYPE_CHECKING:
-    from kvbench.session.runner import RunOutcome
 
 def split_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
@@ -35,7 +55,6 @@ def split_list(value: str) -> list[str]:
 
 def parse_slo(text: str | None) -> dict[str, float]:
     """`ttft=500ms,tpot=50ms` -> {"ttft": 500.0, "tpot": 50.0} (milliseconds)."""
-    from kvbench.units import parse_duration_s
 
     if not text:
         return {}
@@ -54,15 +73,10 @@ def parse_slo(text: str | None) -> dict[str, float]:
 def expand_runs(options: RunOptions) -> list[RunConfig]:
     """One `RunConfig` per strategy × reserve × batching in the comma lists; the options'
     `engine_kind` says what runs them (`RunOptions.for_kind("simulate")`: the simulator)."""
-    from kvbench.strategies import STRATEGIES
-    from kvbench.units import parse_rate
-    from kvbench.workloads import is_trace, parse_workload_params
 
     engine_kind = EngineKind.parse(options.engine_kind)
     simulated = engine_kind is EngineKind.SIMULATED
     if simulated:
-        from kvbench.simulator.gpu_lookup import get_gpu
-        from kvbench.simulator.gpus import GPU_PRESETS
 
         if options.gpu_spec is not None and not options.gpu_spec.endswith(".toml"):
             raise KvbenchInputError(f"--gpu-spec {options.gpu_spec!r}: expected a .toml file")
@@ -120,6 +134,7 @@ def _resolve_dtype(dtype: str, device: str, simulated: bool) -> str:
         return dtype
     if simulated:
         return option_fields()["dtype"].default_for("simulate")
+    # torch: never for a simulation
     from kvbench.execution.device import resolve_device, resolve_dtype
 
     return resolve_dtype("auto", resolve_device(device))
@@ -138,7 +153,6 @@ def _distinct(runs: list[RunConfig]) -> list[RunConfig]:
 
 def _run_identity(run: RunConfig) -> tuple:
     """What a run measures: `fp8` and `paged --kv-cache-dtype fp8` are one run."""
-    from kvbench.strategies import STRATEGIES
 
     engine = run.engine
     if run.executor.kind is EngineKind.TRANSFORMERS:
@@ -151,7 +165,6 @@ def _run_identity(run: RunConfig) -> tuple:
 def check_distinct(runs: list[RunConfig]) -> None:
     """Refuse a list that names one run twice (`paged,paged`, `fp8` next to `paged` with
     `--kv-cache-dtype fp8`): a comparison of a run with itself is a typo, not a question."""
-    from kvbench.session.runner import strategy_label
 
     seen: dict[tuple, str] = {}
     for run in runs:
@@ -165,7 +178,6 @@ def check_distinct(runs: list[RunConfig]) -> None:
 
 def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[str]:
     """One-line notes on options that the listed runs ignore (README, CLI: contradictions)."""
-    from kvbench.strategies import STRATEGIES
 
     notes = []
     default_block = option_fields()["block_size"].default
@@ -179,9 +191,7 @@ def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[s
 
 
 def _reads_option(entry, name: str) -> bool:
-    from dataclasses import fields
 
-    from kvbench.strategies import STRATEGIES
 
     options = STRATEGIES.get(entry.base).options if entry.base else entry.options
     return name in {f.name for f in fields(options)}
@@ -196,7 +206,6 @@ def run_id(labels: list[str], workload: str, now: time.struct_time | None = None
 def unique_folder(root: Path, name: str) -> Path:
     """Create `root/name`, or `root/name-2`, `-3`, ... when taken, marked INCOMPLETE: a
     session never overwrites, and two started in the same second never share a folder."""
-    from kvbench.results.files import claim_folder
 
     return claim_folder(root, name)
 
@@ -241,8 +250,6 @@ class SessionResult:
 
 def plan_session(options: RunOptions) -> SessionPlan:
     """Every input checked and every engine built; nothing written yet."""
-    from kvbench.results.files import check_output_folder
-    from kvbench.session.runner import strategy_label
 
     runs = expand_runs(options)
     labels = [strategy_label(r) for r in runs]
@@ -267,10 +274,7 @@ def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
     here); and every strategy gets the first one's KV budget in bytes, so the comparison's
     budget does not shrink by what earlier engines held.
     """
-    import dataclasses
-    import gc
 
-    from kvbench.session.runner import prepare
 
     prepared: list[Any] = []
     budget: int | None = None
@@ -289,6 +293,7 @@ def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
         prepared.append((None, workload))
         del built
         gc.collect()
+        # torch: never for a simulation
         import torch
 
         torch.cuda.empty_cache()
@@ -308,7 +313,6 @@ def run_session(
     is written. Ctrl-C raises `RunInterrupted` naming the strategies that finished (also in
     the marker); a disk that fills raises `KvbenchRunError`; what was written stays.
     """
-    from kvbench.results.files import ResultsFolder
 
     try:
         plan.root = unique_folder(plan.root.parent, plan.root.name)
@@ -325,7 +329,6 @@ def run_session(
         _mark_unfinished(plan, "interrupted", finished, "interrupted (Ctrl-C)")
         raise RunInterrupted(plan.root, None if len(plan.runs) == 1 else finished) from None
     except OSError as err:
-        from kvbench.results.files import disk_full_error, out_of_space
 
         if not out_of_space(err) and err.filename is None:
             raise
@@ -360,9 +363,7 @@ def _finished(plan: SessionPlan, done: list[str]) -> list[str]:
 def _mark_unfinished(plan: SessionPlan, status: str, finished: list[str], message: str) -> None:
     """The session folder's INCOMPLETE marker says what stopped it and which strategies are
     whole (a single run's folder is also its run's: its own marker is left as it is)."""
-    import json
 
-    from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder
 
     if len(plan.runs) == 1 and plan.repeat == 1:
         try:
@@ -384,9 +385,6 @@ def _run_session(
     on_run_start: Callable[[str, int, int], None] | None = None,
     on_run_done: Callable[[str], None] = lambda label: None,
 ) -> SessionResult:
-    from kvbench.results.files import ResultsFolder, write_json
-    from kvbench.results.repeat import repeat_summary
-    from kvbench.session.runner import prepare, run_one
 
     root, repeat, model_cache = plan.root, plan.repeat, plan.model_cache
     single = len(plan.runs) == 1
@@ -449,11 +447,10 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
     """
     if not outcomes or not _measures_fp8_accuracy(run):
         return
-    import gc
 
+    # torch: never for a simulation
     import torch
 
-    from kvbench.results.files import ResultsFolder
     from kvbench.session.fp8_accuracy import measure_fp8_accuracy
 
     folders = [ResultsFolder(o.folder) for o in outcomes]
@@ -483,9 +480,7 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
 
 def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
     """`comparison.json` (every summary) and `comparison.csv` (headline figures)."""
-    import pandas as pd
 
-    from kvbench.results.files import write_csv, write_json
 
     # Folders relative to `root`: with --repeat they are `<label>/rep-1`, not just a name.
     write_json(root / "comparison.json", {

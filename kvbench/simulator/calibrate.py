@@ -37,6 +37,14 @@ import numpy as np
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.simulator.gpus import GPU_PRESETS, GPUSpec
+from kvbench.simulator.step_time import (
+    Hardware,
+    StepTimeConstants,
+    attention_decode_s,
+    attention_prefill_s,
+    elementwise_s,
+    gemm_s,
+)
 
 GEMM_TOKENS = (1, 2, 4, 8, 16, 64, 256, 512, 1024, 2048, 4096)
 WEIGHT_BOUND_MAX_TOKENS = 8
@@ -289,15 +297,6 @@ def fit(measurements: Measurements, base: GPUSpec, name: str) -> Calibration:
 
 def fit_errors(measurements: Measurements, calibration: Calibration) -> dict[str, float]:
     """Mean |model / measured - 1| per operation, the model being the step-time formulas."""
-    from kvbench.simulator.step_time import (
-        Hardware,
-        StepTimeConstants,
-        attention_decode_s,
-        attention_prefill_s,
-        elementwise_s,
-        gemm_s,
-    )
-
     base = GPU_PRESETS["a100-80gb"].constants.to_dict()
     constants = StepTimeConstants(**{**base, **calibration.efficiency})
     hw = Hardware(calibration.peak_bf16_tflops * 1e12, calibration.bandwidth_gb_s * 1e9,
@@ -326,6 +325,7 @@ def fit_errors(measurements: Measurements, calibration: Calibration) -> dict[str
 
 def require_cuda() -> None:
     """Raise `KvbenchInputError` at once where there is no CUDA device to time."""
+    # torch: only `kvbench calibrate` on a GPU
     import torch
 
     if not torch.cuda.is_available():
@@ -336,6 +336,7 @@ def require_cuda() -> None:
 
 def _time_cuda(fn: Callable[[], Any], warmup: int = 3, repeats: int = 10) -> float:
     """Median seconds of `fn` on the current CUDA stream (CUDA events)."""
+    # torch: only `kvbench calibrate` on a GPU
     import torch
 
     for _ in range(warmup):
@@ -369,6 +370,7 @@ def model_matmul_shapes(cfg: ModelConfig) -> list[tuple[int, int]]:
 def measure(cfg: ModelConfig, device: str = "cuda",
             progress: Callable[[str], None] | None = None) -> Measurements:
     """Time matmuls, attention and copies of `cfg`'s shapes on `device` (bf16)."""
+    # torch: only `kvbench calibrate` on a GPU
     import torch
     import torch.nn.functional as F
 

@@ -121,6 +121,7 @@ class SimulatedExecutor(Executor):
         return [[0] * len(row) for row in sampling.keys]
 
     def execute(self, batch: StepBatch) -> torch.Tensor:
+        # torch: only a caller that asks for logits
         import torch
 
         rows = self.advance(batch)

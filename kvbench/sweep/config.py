@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.strategies import STRATEGIES
 from kvbench.sweep.options import canonical_name, check_kind, convert, workload_param_items
 from kvbench.sweep.slo import parse_slo_targets
 
@@ -117,8 +118,6 @@ class SweepSpec:
 
     def normalize(self) -> SweepSpec:
         """Canonical option names, typed values, `strategy = "all"` expanded; checked."""
-        from kvbench.strategies import STRATEGIES
-
         base: dict[str, Any] = {}
         for key, value in self.base.items():
             name = canonical_name(key)

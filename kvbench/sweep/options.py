@@ -17,6 +17,8 @@ from typing import Any
 
 from kvbench.errors import KvbenchInputError
 from kvbench.session.run_options import KINDS, OptionField, RunOptions, per_run_fields
+from kvbench.session.session import expand_runs
+from kvbench.units import parse_rate
 
 WORKLOAD_PARAM = "workload_param."
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
@@ -76,8 +78,6 @@ def convert(name: str, value: Any) -> Any:
         return value_text(value)
     info = catalogue()[name]
     if name == "request_rate":  # one spelling per rate, so ids of equal rates are equal
-        from kvbench.units import parse_rate
-
         return value_text(parse_rate(value_text(value)))
     if info.multiple:
         return workload_param_items(value)
@@ -146,8 +146,6 @@ def workload_param_items(value: Any) -> tuple[str, ...]:
 
 def run_config_for(kind: str, values: dict[str, Any], slo_ms: dict[str, float] | None = None):
     """The `RunConfig` of one point: the command's defaults, then `values`."""
-    from kvbench.session.session import expand_runs
-
     params: dict[str, Any] = {}
     extra_items: list[str] = []
     for name, value in values.items():

@@ -15,6 +15,7 @@ from kvbench.errors import KvbenchInputError
 from kvbench.results.metric_catalogue import LATENCY_METRICS, LATENCY_STATS
 from kvbench.results.metric_catalogue import METRICS as CATALOGUE
 from kvbench.results.summary import Summary, as_summary
+from kvbench.units import parse_duration_s
 
 METRICS = tuple(LATENCY_METRICS)
 STATS = LATENCY_STATS
@@ -24,8 +25,6 @@ GOODPUT_METRICS = ("ttft", "tpot", "e2e")
 
 def parse_slo_targets(spec: str | Mapping[str, Any] | None) -> dict[str, float]:
     """`"ttft.p99=500ms,tpot=50ms"` (or a mapping) -> {"ttft.p99": 500.0, "tpot.p99": 50.0}."""
-    from kvbench.units import parse_duration_s
-
     if not spec:
         return {}
     if isinstance(spec, str):

@@ -10,7 +10,7 @@ the fraction says little about the scheduler.
 
 from __future__ import annotations
 
-from kvbench.build.engine_build import build_engine
+from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 

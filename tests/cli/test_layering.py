@@ -154,3 +154,30 @@ def test_the_scan_sees_every_spelling_of_an_import():
         assert any(node_of(n) == "kvbench.cli" for n in names), source
     names = [n for _, n in imported_modules(ast.parse("from kvbench import config"))]
     assert names == ["kvbench.config"]
+
+
+def test_every_import_inside_a_function_says_why():
+    """An import inside a function hides a dependency: it is kept only to defer a heavy or
+    optional one (torch, pandas, plotly, ray, transformers, ...) and says so on its line or
+    in the comment just above its group of imports."""
+    unexplained = []
+    for path in library_modules():
+        lines = path.read_text(encoding="utf-8").split("\n")
+        tree = ast.parse("\n".join(lines), filename=str(path))
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if not isinstance(node, ast.Import | ast.ImportFrom):
+                    continue
+                above = node.lineno - 2
+                while above >= 0 and lines[above].strip().startswith(("import ", "from ")):
+                    above -= 1
+                while above >= 0 and not lines[above].strip():  # a blank line inside a group
+                    above -= 1
+                    while above >= 0 and lines[above].strip().startswith(("import ", "from ")):
+                        above -= 1
+                if "#" not in lines[node.lineno - 1] and not (
+                        above >= 0 and lines[above].strip().startswith("#")):
+                    unexplained.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert unexplained == []

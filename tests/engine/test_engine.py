@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbench.build.engine_build import build_engine
+from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
 from kvbench.workloads import load_workload
 

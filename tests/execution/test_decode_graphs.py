@@ -19,7 +19,7 @@ def test_capture_sizes_cover_every_batch_up_to_the_maximum():
 
 
 def _tokens(strategy: str, graphs: bool) -> list[list[int]]:
-    from kvbench.build.engine_build import build_engine
+    from kvbench.build.engines import build_engine
 
     built = build_engine(EngineConfig(
         model="tiny", device="cuda", strategy=strategy, attention_backend="triton",

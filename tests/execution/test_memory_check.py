@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvbench.build.engine_build import build_engine
+from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
 from kvbench.models.loader import load_model

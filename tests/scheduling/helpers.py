@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from kvbench.build.engine_build import build_engine
+from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence

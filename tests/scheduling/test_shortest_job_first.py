@@ -11,7 +11,7 @@ from statistics import mean
 
 import pytest
 
-from kvbench.build.engine_build import build_engine
+from kvbench.build.engines import build_engine
 from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.config import EngineConfig
 from tests.scheduling.helpers import prompt_of, request

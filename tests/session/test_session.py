@@ -105,7 +105,7 @@ def test_on_cuda_each_strategy_gets_the_first_budget_and_one_engine_at_a_time(mo
 
     import torch
 
-    import kvbench.session.runner as runner
+    import kvbench.session.session as session
     from kvbench.session.session import _prepare_all
 
     built_with = []
@@ -115,7 +115,7 @@ def test_on_cuda_each_strategy_gets_the_first_budget_and_one_engine_at_a_time(mo
         engine = SimpleNamespace(device=torch.device("cuda"), kv_budget_bytes=123 * 2**20)
         return engine, SimpleNamespace(requests=[])
 
-    monkeypatch.setattr(runner, "prepare", fake_prepare)
+    monkeypatch.setattr(session, "prepare", fake_prepare)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     runs = expand_runs(RunOptions.for_kind("run", strategy="contiguous,paged,prefix"))
     prepared = _prepare_all(runs, {})

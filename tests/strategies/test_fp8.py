@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kvbench
-from kvbench.build.engine_build import build_engine
+from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from kvbench.execution.model_executor import FP8_SCALE_TARGET, KVArena

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from kvbench.build.engine_build import build_engine
+from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvbench.build.engine_build import EXECUTOR_FACTORIES, build_engine, executor_factory
+from kvbench.build.engines import EXECUTOR_FACTORIES, build_engine, executor_factory
 from kvbench.build.model_executors import ModelExecutors
 from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.config import EngineConfig
