@@ -10,9 +10,10 @@ from kvbench.strategies.registry import (
     STRATEGIES,
     StrategyEntry,
     make_strategy,
+    reads_option,
     register_strategy,
     register_variant,
 )
 
 __all__ = ["STRATEGIES", "CacheStrategy", "MemorySplit", "StrategyEntry", "make_strategy",
-           "register_strategy", "register_variant"]
+           "reads_option", "register_strategy", "register_variant"]

@@ -84,6 +84,15 @@ def _variant_factory(base: str) -> Callable[..., Any]:
     return build
 
 
+def reads_option(strategy: str, option: str) -> bool:
+    """Whether strategy `strategy` (a variant: its base) reads engine option `option`, by its
+    registered options dataclass: `reserve` marks a strategy that reserves whole ranges,
+    `block_size` one that allocates blocks."""
+    entry = STRATEGIES.get(strategy)
+    options = STRATEGIES.get(entry.base).options if entry.base else entry.options
+    return option in {f.name for f in fields(options)}
+
+
 def make_strategy(name: str, num_slots: int, max_model_len: int, **values: Any) -> Any:
     """Build strategy `name` over `num_slots`; `values` may hold any engine option (the
     strategy takes those its options dataclass names). A variant passes them all on to its

@@ -46,7 +46,7 @@ from kvbench.results.summary import (
 from kvbench.results.token_times import TOKENS_FILE, TokenTimes, token_times_file
 from kvbench.session.progress import Progress
 from kvbench.session.run_config import RunConfig
-from kvbench.strategies import STRATEGIES
+from kvbench.strategies import STRATEGIES, reads_option
 from kvbench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.versions import versions
 from kvbench.workloads import WorkloadResult, is_trace, load_workload
@@ -75,7 +75,7 @@ class RunOutcome:
 def strategy_label(run: RunConfig) -> str:
     engine = run.engine
     label = engine.strategy
-    if engine.strategy == "contiguous":
+    if reads_option(engine.strategy, "reserve"):
         label += f"-{engine.reserve}"
     if keeps_fp8_cache(engine) and STRATEGIES.get(engine.strategy).kv_cache_dtype is None:
         label += "-fp8"  # where the strategy's name does not say it
@@ -382,8 +382,8 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         status=status,
         strategy=cfg.strategy,
         batching=cfg.batching,
-        reserve=cfg.reserve if cfg.strategy == "contiguous" else None,
-        block_size=cfg.block_size if cfg.strategy != "contiguous" else None,
+        reserve=cfg.reserve if reads_option(cfg.strategy, "reserve") else None,
+        block_size=cfg.block_size if reads_option(cfg.strategy, "block_size") else None,
         workload=workload.name,
         model=cfg.model,
         dtype=cfg.dtype,

@@ -15,7 +15,7 @@ import gc
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from kvbench.session.run_options import RunOptions, build_run_config, option_fie
 from kvbench.session.runner import RunOutcome, prepare, run_one, strategy_label
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import GPU_PRESETS
-from kvbench.strategies import STRATEGIES
+from kvbench.strategies import STRATEGIES, reads_option
 from kvbench.units import parse_duration_s, parse_rate
 from kvbench.workloads import is_trace, parse_workload_params
 
@@ -112,7 +112,7 @@ def expand_runs(options: RunOptions) -> list[RunConfig]:
     runs = []
     for batching in split_list(options.batching):
         for strategy in strategies:
-            reserves = split_list(options.reserve) if strategy == "contiguous" else ["max"]
+            reserves = split_list(options.reserve) if reads_option(strategy, "reserve") else ["max"]
             for reserve in reserves:
                 runs.append(build_run_config({
                     **values, "strategy": strategy, "batching": batching, "reserve": reserve,
@@ -158,7 +158,7 @@ def _run_identity(run: RunConfig) -> tuple:
     if run.executor.kind is EngineKind.TRANSFORMERS:
         return ("hf", engine.batching)  # transformers keeps its own cache: no strategy
     entry = STRATEGIES.get(engine.strategy)
-    return (entry.base or entry.name, engine.reserve if engine.strategy == "contiguous" else "",
+    return (entry.base or entry.name, engine.reserve if reads_option(engine.strategy, "reserve") else "",
             keeps_fp8_cache(engine), engine.batching)
 
 
@@ -182,19 +182,11 @@ def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[s
     notes = []
     default_block = option_fields()["block_size"].default
     if options.block_size != default_block:
-        readers = [run for run in runs if _reads_option(STRATEGIES.get(run.engine.strategy),
-                                                        "block_size")]
+        readers = [run for run in runs if reads_option(run.engine.strategy, "block_size")]
         if not readers:
             notes.append(f"--block-size {options.block_size} is ignored: no strategy listed "
                          "uses blocks (contiguous reserves whole ranges)")
     return notes
-
-
-def _reads_option(entry, name: str) -> bool:
-
-
-    options = STRATEGIES.get(entry.base).options if entry.base else entry.options
-    return name in {f.name for f in fields(options)}
 
 
 def run_id(labels: list[str], workload: str, now: time.struct_time | None = None) -> str:

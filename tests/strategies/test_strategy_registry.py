@@ -77,3 +77,11 @@ def test_a_new_strategy_is_one_file(tmp_path, monkeypatch):
     assert built.reserve == "exact" and dataclasses.is_dataclass(
         STRATEGIES.get("exact-fit").options)
     sys.modules.pop("kvbench.strategies.exact_fit", None)
+
+
+def test_what_a_strategy_reads_comes_from_its_registered_options():
+    assert registry.reads_option("contiguous", "reserve")
+    assert not registry.reads_option("contiguous", "block_size")
+    assert registry.reads_option("paged", "block_size")
+    assert registry.reads_option("fp8", "block_size")  # a variant reads what its base reads
+    assert not registry.reads_option("prefix", "reserve")
