@@ -5,8 +5,9 @@
 - an NVTX push/pop range in the `kvbench` domain whose message is the phase name alone
   (`decode`): `nsys stats --report nvtx_sum` lists one row per phase, and NVTX registers each
   name once. The arguments travel beside the name: the range's *payload* is its `tokens`
-  argument (else its first numeric argument), shown in Nsight's tooltip and usable in
-  `nsys` queries, and its *category* groups phases (`runner`, `engine`, `model`, `kernel`).
+  argument, the number of tokens the phase works on, one meaning on every range (shown in
+  Nsight's tooltip and usable in `nsys` queries; a range without a token count carries
+  none), and its *category* groups phases (`runner`, `engine`, `model`, `kernel`).
   Pushed only when a tool that consumes NVTX (Nsight Systems, Nsight Compute) is attached to
   the process: NVTX reports the domain enabled only then. Without a profiler, without the
   `nvtx` package or without the NVTX library, nothing is pushed;
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 import zlib
@@ -54,15 +56,19 @@ _CATEGORIES = {
 _DEFAULT_CATEGORY = "other"
 
 
-def _payload(args: dict[str, Any]) -> int | float | None:
-    """The one number NVTX carries with a range: `tokens` when given, else the first number."""
+def _payload(args: dict[str, Any]) -> int | None:
+    """The one number NVTX carries with a range: its `tokens` argument (the tokens the phase
+    works on), the same meaning on every range; a range without one carries none."""
     value = args.get("tokens")
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    for value in args.values():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return value
     return None
+
+
+# The lowest `nvtx` with everything used here: keyword `push_range` (0.2.15) and counters
+# (`Domain.get_counter`, 0.2.16). pyproject.toml requires it; an older one found anyway turns
+# NVTX off with a warning rather than failing a profiled run at its first step.
+NVTX_MIN_VERSION = (0, 2, 16)
 
 
 def _load_nvtx_domain() -> Any:
@@ -77,7 +83,14 @@ def _load_nvtx_domain() -> Any:
     except Exception:  # noqa: BLE001 - no package, no library, old API: no NVTX
         return None
     # Without a tool attached `get_domain` hands back a DummyDomain whose calls do nothing.
-    return None if type(domain).__name__ == "DummyDomain" else domain
+    if type(domain).__name__ == "DummyDomain":
+        return None
+    if not callable(getattr(domain, "get_counter", None)):
+        wanted = ".".join(map(str, NVTX_MIN_VERSION))
+        print(f"kvbench: NVTX ranges off: the installed nvtx package is older than {wanted} "
+              f"(pip install 'nvtx>={wanted}')", file=sys.stderr)
+        return None
+    return domain
 
 
 # Loaded on first use: the `nvtx` package imports numpy, and the engine core must stay light.
@@ -315,7 +328,7 @@ def trace_range(name: str, **args: Any) -> _Range | _NoRange:
 
 def trace_counter(name: str, t_s: float | None, values: dict[str, int | float]) -> None:
     """Sample counter `name`: NVTX counters `name.series` and a Chrome-trace counter track."""
-    domain = _nvtx_domain
+    domain = _domain()  # loads it: a counter may come before any range
     if domain is not None:
         for key, value in values.items():
             kind = float if isinstance(value, float) else int

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -193,8 +194,27 @@ def test_nvtx_names_are_static_and_arguments_ride_as_payload(monkeypatch):
     with tracing.trace_range("decode", decode_seqs=3, tokens=7):
         with tracing.trace_range("write_kv", layer=2):
             pass
-    assert domain.calls == [("push", "decode", "model", 7), ("push", "write_kv", "kernel", 2),
+    # the payload is a token count on every range: write_kv's layer index is no payload
+    assert domain.calls == [("push", "decode", "model", 7), ("push", "write_kv", "kernel", None),
                             ("pop", None, None, None), ("pop", None, None, None)]
+
+
+def test_an_nvtx_without_counters_turns_nvtx_off_with_a_warning(monkeypatch, capsys):
+    import nvtx
+
+    class OldDomain:  # nvtx 0.2.15's Domain: ranges, no `get_counter`
+        def push_range(self, attributes=None, **kwargs):
+            raise AssertionError("no range may reach an nvtx that cannot take counters")
+
+    monkeypatch.setattr(nvtx, "get_domain", lambda name: OldDomain())
+    assert tracing._load_nvtx_domain() is None
+    assert "nvtx>=0.2.16" in capsys.readouterr().err
+
+
+def test_pyproject_requires_the_lowest_nvtx_the_code_supports():
+    text = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    (pin,) = re.findall(r'"nvtx>=([0-9.]+)"', text)
+    assert tuple(int(p) for p in pin.split(".")) == tracing.NVTX_MIN_VERSION
 
 
 @pytest.fixture
