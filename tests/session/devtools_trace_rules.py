@@ -11,8 +11,8 @@ processors read the timestamps in its unit).
 Transcribed from DevTools' trace engine (front_end/models/trace): `RendererHandler` turns
 `B`/`E` pairs into slices with ONE stack for the whole trace, in file order, whatever their
 pid and tid (`makeCompleteEvent`): an `E` whose name or category differs from the last open
-`B` logs "Begin/End events mismatch" and that slice is lost; an `E` with nothing open is
-dropped. Each thread's slices are then sorted by start, longest first (`eventTimeComparator`)
+`B` logs "Begin/End events mismatch" and pops that `B` anyway, whose slice keeps a zero
+duration; an `E` with nothing open is dropped. Each thread's slices are then sorted by start, longest first (`eventTimeComparator`)
 and built into a tree (`TreeHelpers.treify`): a slice that starts inside its parent and ends
 after it is left out of the tree, and drawn nowhere.
 """
@@ -80,11 +80,10 @@ def _slices_from_begin_end(events: list[dict]) -> tuple[list[dict], list[str]]:
             begin = stack.pop()
             if begin["name"] != event["name"] or begin.get("cat") != event.get("cat"):
                 problems.append(f"Begin/End events mismatch at {begin['ts']} ({begin['name']}) "
-                                f"vs. {event['ts']} ({event['name']})")
-                made.remove(begin)
+                                f"vs. {event['ts']} ({event['name']}): slice zeroed")
                 continue
             begin["dur"] = event["ts"] - begin["ts"]
-    problems += [f"B never ended: {b}" for b in stack]
+    problems += [f"B never ended (slice zeroed): {b}" for b in stack]
     return made, problems
 
 
