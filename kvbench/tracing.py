@@ -5,13 +5,14 @@
 - an NVTX push/pop range in the `kvbench` domain whose message is the phase name alone
   (`decode`): `nsys stats --report nvtx_sum` lists one row per phase, and NVTX registers each
   name once. The arguments travel beside the name: the range's *payload* is its `tokens`
-  argument (else its first numeric argument), shown in Nsight's tooltip and usable in
-  `nsys` queries, and its *category* groups phases (`runner`, `engine`, `model`, `kernel`).
+  argument, the number of tokens the phase works on, one meaning on every range (shown in
+  Nsight's tooltip and usable in `nsys` queries; a range without a token count carries
+  none), and its *category* groups phases (`runner`, `engine`, `model`, `kernel`).
   Pushed only when a tool that consumes NVTX (Nsight Systems, Nsight Compute) is attached to
   the process: NVTX reports the domain enabled only then. Without a profiler, without the
   `nvtx` package or without the NVTX library, nothing is pushed;
-- a begin/end ("B"/"E") pair in the `TraceRecorder` set with `set_recorder` (`kvbench run
-  --trace`), written as `trace.json` in Chrome trace format (chrome://tracing, Perfetto),
+- a complete ("X") event in the `TraceRecorder` set with `set_recorder` (`kvbench run
+  --trace`), written as `trace.json` in Chrome trace format (Chrome DevTools, Perfetto),
   with all the arguments.
 
 `trace_counter("kv_bytes", t, {"token": n, ...})` samples one NVTX counter per series
@@ -25,12 +26,15 @@ call and a global lookup, cheap enough to sit around every kernel call.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import sys
 import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -50,19 +54,26 @@ _CATEGORIES = {
     "step": "engine", "schedule": "engine", "layout": "engine", "sample": "engine",
     "prepare": "model", "prefill": "model", "decode": "model", "generate": "model",
     "write_kv": "kernel", "prefill_attention": "kernel", "decode_attention": "kernel",
+    # the simulator's modelled forward parts (kvbench/simulator/step_trace.py)
+    "gemm": "kernel", "elementwise": "kernel", "all_reduce": "kernel", "layer_floor": "kernel",
+    "lm_head": "kernel",
 }
 _DEFAULT_CATEGORY = "other"
 
 
-def _payload(args: dict[str, Any]) -> int | float | None:
-    """The one number NVTX carries with a range: `tokens` when given, else the first number."""
+def _payload(args: dict[str, Any]) -> int | None:
+    """The one number NVTX carries with a range: its `tokens` argument (the tokens the phase
+    works on), the same meaning on every range; a range without one carries none."""
     value = args.get("tokens")
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    for value in args.values():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return value
     return None
+
+
+# The lowest `nvtx` with everything used here: keyword `push_range` (0.2.15) and counters
+# (`Domain.get_counter`, 0.2.16). pyproject.toml requires it; an older one found anyway turns
+# NVTX off with a warning rather than failing a profiled run at its first step.
+NVTX_MIN_VERSION = (0, 2, 16)
 
 
 def _load_nvtx_domain() -> Any:
@@ -77,7 +88,14 @@ def _load_nvtx_domain() -> Any:
     except Exception:  # noqa: BLE001 - no package, no library, old API: no NVTX
         return None
     # Without a tool attached `get_domain` hands back a DummyDomain whose calls do nothing.
-    return None if type(domain).__name__ == "DummyDomain" else domain
+    if type(domain).__name__ == "DummyDomain":
+        return None
+    if not callable(getattr(domain, "get_counter", None)):
+        wanted = ".".join(map(str, NVTX_MIN_VERSION))
+        print(f"kvbench: NVTX ranges off: the installed nvtx package is older than {wanted} "
+              f"(pip install 'nvtx>={wanted}')", file=sys.stderr)
+        return None
+    return domain
 
 
 # Loaded on first use: the `nvtx` package imports numpy, and the engine core must stay light.
@@ -94,35 +112,53 @@ def _domain() -> Any:
 # Chrome-trace thread ids of the per-request tracks: above any Linux thread id (pid_max is at
 # most 2**22) and within the 32 bits trace viewers expect.
 _REQUEST_TID_BASE = 1_000_000_000
+_pids = itertools.count()
+
+
+def _unique_pid(process_name: str) -> int:
+    """A pid for one recorder, distinct from every other run's: traces merged in Perfetto or
+    DevTools (a real and a simulated `paged` run) stay apart. Built from the OS process, the
+    moment and a counter, not from the name alone, within the 30 bits viewers take."""
+    key = f"{process_name}\0{os.getpid()}\0{time.time_ns()}\0{next(_pids)}"
+    return zlib.crc32(key.encode()) & 0x3FFF_FFFF
 
 
 class TraceRecorder:
-    """Chrome trace events (timestamps in microseconds since `origin_s`).
+    """Chrome trace events (timestamps in whole microseconds since `origin_s`).
 
-    Ranges are "B"/"E" pairs in the order they happen, counters are "C" events; `events`
-    returns them ready to write: thread/process names first, then by time, with any range
-    still open (an interrupted run) closed at the last timestamp.
+    Ranges are complete ("X") events: DevTools pairs begin/end ("B"/"E") events with one
+    stack for the whole file, so pairs of different threads that interleave lose their
+    slices. Timestamps are whole microseconds, so that a child's end never passes its
+    parent's in a viewer's floating-point sums. Counters are "C" events. `events` returns
+    them ready to write: process and thread names first, then by start, longer (outer)
+    ranges first, with any range still open (an interrupted run) closed at the last
+    timestamp.
+
+    `drawn_by_executor`: range names the engine's executor draws itself on its clock (a
+    simulated one, whose clock moves only by modelled time, draws its modelled host phases):
+    the engine's own ranges of those names stay out of the trace (they still go to NVTX).
     """
 
     def __init__(
-        self, process_name: str = "kvbench", clock: Callable[[], float] | None = None
+        self, process_name: str = "kvbench", clock: Callable[[], float] | None = None,
+        drawn_by_executor: frozenset[str] = frozenset(),
     ) -> None:
-        self._events: list[dict[str, Any]] = []
+        # (start, -duration, depth, event): the sort key of `events` beside each event
+        self._events: list[tuple[int, int, int, dict[str, Any]]] = []
         # The clock every timestamp is read from: the runner passes the engine's run clock,
         # so a simulated run's trace is on the simulated clock like its summary.json (the
         # default, the wall clock, serves library users who trace their own code).
         self.clock: Callable[[], float] = clock or time.perf_counter
         self.origin_s = self.clock()
-        # One pid per process name: the strategies of one `kvbench run` share an OS process,
-        # and their traces opened together (chrome://tracing, Perfetto) must not merge.
-        self.pid = zlib.crc32(process_name.encode()) & 0x3FFF_FFFF
+        self.pid = _unique_pid(process_name)
         self.process_name = process_name
+        self.drawn_by_executor = drawn_by_executor
         self._threads: dict[int, str] = {}
         self._sort: dict[int, int] = {}
-        self._open: dict[int, list[str]] = {}
+        self._open: dict[int, list[tuple[str, dict[str, Any] | None, int]]] = {}
 
-    def _us(self, t_s: float) -> float:
-        return round((t_s - self.origin_s) * 1e6, 3)
+    def _us(self, t_s: float) -> int:
+        return round((t_s - self.origin_s) * 1e6)
 
     def _tid(self) -> int:
         tid = threading.get_native_id()
@@ -133,28 +169,37 @@ class TraceRecorder:
             self._sort[tid] = 0 if main else 1
         return tid
 
-    def begin(self, name: str, args: dict[str, Any] | None = None, t_s: float | None = None):
-        tid = self._tid()
-        self._open.setdefault(tid, []).append(name)
-        event = {"name": name, "ph": "B", "ts": self._us(self.clock() if t_s is None else t_s),
-                 "pid": self.pid, "tid": tid}
+    def _slice(self, name: str, start_us: int, end_us: int, tid: int, depth: int,
+               args: dict[str, Any] | None, category: str | None = None) -> None:
+        end_us = max(end_us, start_us)
+        category = category or _CATEGORIES.get(name, _DEFAULT_CATEGORY)
+        event = {"name": name, "cat": category, "ph": "X",
+                 "ts": start_us, "dur": end_us - start_us, "pid": self.pid, "tid": tid}
         if args:
             event["args"] = args
-        self._events.append(event)
+        self._events.append((start_us, start_us - end_us, depth, event))
+
+    def begin(self, name: str, args: dict[str, Any] | None = None, t_s: float | None = None):
+        self._open.setdefault(self._tid(), []).append(
+            (name, args, self._us(self.clock() if t_s is None else t_s)))
 
     def end(self, name: str, t_s: float | None = None) -> None:
+        """Close the innermost open range of this thread (`name`: the one it must be)."""
         tid = self._tid()
-        stack = self._open.get(tid)
-        if stack:
-            stack.pop()
-        self._events.append({"name": name, "ph": "E",
-                             "ts": self._us(self.clock() if t_s is None else t_s),
-                             "pid": self.pid, "tid": tid})
+        stack = self._open[tid]
+        begun, args, start_us = stack.pop()
+        if begun != name:
+            raise RuntimeError(f"trace range {name!r} ended while {begun!r} is open")
+        self._slice(name, start_us, self._us(self.clock() if t_s is None else t_s), tid,
+                    len(stack), args)
 
-    def complete(self, name: str, start_s: float, end_s: float, args: dict[str, Any]) -> None:
-        """A finished range given by its times (written as a begin/end pair)."""
-        self.begin(name, args, start_s)
-        self.end(name, end_s)
+    def complete(self, name: str, start_s: float, end_s: float, args: dict[str, Any],
+                 nested: int = 0) -> None:
+        """A finished range given by its times, on this thread, inside the ranges open now
+        (`nested` levels further in: a drawn range's children)."""
+        tid = self._tid()
+        self._slice(name, self._us(start_s), self._us(end_s), tid,
+                    len(self._open.get(tid, ())) + nested, args)
 
     def counter(self, name: str, t_s: float | None, values: dict[str, float]) -> None:
         """A counter track sample (Perfetto draws one track per series), stamped now.
@@ -164,16 +209,17 @@ class TraceRecorder:
         runner sets it up) and where the engine records it otherwise.
         """
         del t_s
-        self._events.append({"name": name, "ph": "C", "ts": self._us(self.clock()),
-                             "pid": self.pid, "tid": self._tid(), "args": dict(values)})
+        ts = self._us(self.clock())
+        self._events.append((ts, 0, 0, {"name": name, "ph": "C", "ts": ts, "pid": self.pid,
+                                        "tid": self._tid(), "args": dict(values)}))
 
     def instant(self, name: str, t_s: float | None = None, args: dict[str, Any] | None = None):
-        event = {"name": name, "ph": "i", "s": "t",
-                 "ts": self._us(self.clock() if t_s is None else t_s),
-                 "pid": self.pid, "tid": self._tid()}
+        ts = self._us(self.clock() if t_s is None else t_s)
+        event = {"name": name, "ph": "i", "s": "t", "ts": ts, "pid": self.pid,
+                 "tid": self._tid()}
         if args:
             event["args"] = args
-        self._events.append(event)
+        self._events.append((ts, 0, 1 << 30, event))
 
     def request_tracks(self, sequences: Mapping[int, Sequence[Any]]) -> None:
         """One track per request beside the step track: its `queue` (arrival to admission),
@@ -202,31 +248,31 @@ class TraceRecorder:
                                         strict=True):
                 if start is None or end is None:
                     break
-                for ph, t_s in (("B", start), ("E", end)):
-                    event = {"name": name, "ph": ph, "ts": self._us(self.origin_s + t_s),
-                             "pid": self.pid, "tid": tid}
-                    if ph == "B":
-                        event["args"] = args
-                    self._events.append(event)
+                self._slice(name, self._us(self.origin_s + start), self._us(self.origin_s + end),
+                            tid, 0, args, category="request")
 
     @property
     def events(self) -> list[dict[str, Any]]:
-        ordered = sorted(self._events, key=lambda e: e["ts"])  # stable: nesting order kept
-        last = ordered[-1]["ts"] if ordered else 0.0
+        ordered = sorted(self._events, key=itemgetter(0, 1, 2))
+        last = max((ts - neg_dur for ts, neg_dur, _, _ in ordered), default=0)
+        events = [event for *_, event in ordered]
         for tid, stack in self._open.items():
-            for name in reversed(stack):
-                ordered.append({"name": name, "ph": "E", "ts": last, "pid": self.pid,
-                                "tid": tid, "args": {"closed": "at end of trace"}})
+            for name, args, start_us in stack:
+                closed = {**(args or {}), "closed": "at end of trace"}
+                events.append({"name": name, "cat": _CATEGORIES.get(name, _DEFAULT_CATEGORY),
+                               "ph": "X", "ts": start_us, "dur": max(0, last - start_us),
+                               "pid": self.pid, "tid": tid, "args": closed})
         meta = [{"name": "process_name", "ph": "M", "ts": 0, "pid": self.pid, "tid": 0,
                  "args": {"name": self.process_name}}]
         meta += [{"name": "thread_name", "ph": "M", "ts": 0, "pid": self.pid, "tid": tid,
                   "args": {"name": name}} for tid, name in self._threads.items()]
         meta += [{"name": "thread_sort_index", "ph": "M", "ts": 0, "pid": self.pid, "tid": tid,
                   "args": {"sort_index": index}} for tid, index in self._sort.items()]
-        return meta + ordered
+        return meta + events
 
     def to_json(self) -> dict[str, Any]:
-        return {"traceEvents": self.events, "displayTimeUnit": "ms"}
+        # No `displayTimeUnit`: older trace processors read the timestamps in that unit.
+        return {"traceEvents": self.events}
 
     def write(self, path: str | Path) -> Path:
         path = Path(path)
@@ -308,6 +354,8 @@ def trace_range(name: str, **args: Any) -> _Range | _NoRange:
     ranges by it. Per-call values go in `args` (NVTX payload, Chrome-trace arguments).
     """
     recorder = _recorder
+    if recorder is not None and name in recorder.drawn_by_executor:
+        recorder = None
     if recorder is None and _domain() is None:
         return _NO_RANGE
     return _Range(name, args, recorder)
@@ -315,7 +363,7 @@ def trace_range(name: str, **args: Any) -> _Range | _NoRange:
 
 def trace_counter(name: str, t_s: float | None, values: dict[str, int | float]) -> None:
     """Sample counter `name`: NVTX counters `name.series` and a Chrome-trace counter track."""
-    domain = _nvtx_domain
+    domain = _domain()  # loads it: a counter may come before any range
     if domain is not None:
         for key, value in values.items():
             kind = float if isinstance(value, float) else int

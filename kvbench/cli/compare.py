@@ -32,7 +32,10 @@ def _metric_help() -> str:
         "--allow-mismatch. When both sides ran with --repeat, values are the means over "
         "repeats and each row says whether the 95% confidence intervals overlap (a difference "
         "within noise); a single-run comparison prints a warning that it cannot tell noise "
-        "from change.\n\n"
+        "from change. A change is called better or worse only beyond noise: between repeats "
+        "whose intervals are apart, or between simulated runs (no noise); between single "
+        "measured runs it is 'not tested'. Without --fail-on there is no gate: the Markdown "
+        "says 'no gate' and the JSON's passed is null.\n\n"
         f"Metrics: {names}. Latency metrics (ttft, tpot, itl, e2e, queue, prefill) take .mean, "
         ".p50, .p90, .p99 or .max and are in milliseconds; utilization_mean, "
         "utilization_saturated and prefix_hit_rate are fractions (0..1)."
@@ -78,10 +81,10 @@ def compare_command(ctx: click.Context, base_dir: Path, new_dir: Path, fail_on: 
         report.append((base, new, rows, checks))
     if fmt == "json":
         click.echo(json.dumps(_as_json(base_dir, new_dir, report, unmatched, failures,
-                                       warnings), indent=2))
+                                       warnings, gated=bool(thresholds)), indent=2))
     elif fmt == "markdown":
         click.echo(_markdown(base_dir, new_dir, base_runs, new_runs, report, unmatched,
-                             failures, warnings))
+                             failures, warnings, gated=bool(thresholds)))
     else:
         for warning in warnings:
             click.echo(f"kvbench: warning: {warning}", err=True)
@@ -150,9 +153,12 @@ def _print(base_dir, new_dir, base_runs, new_runs, report, unmatched, failures) 
 
 
 def _markdown(base_dir, new_dir, base_runs, new_runs, report, unmatched, failures,
-              warnings) -> str:
+              warnings, gated: bool) -> str:
     """The comparison as GitHub-flavoured Markdown, for a pull-request comment."""
-    verdict = f"**{len(failures)} threshold(s) crossed**" if failures else "**passed**"
+    if failures:
+        verdict = f"**{len(failures)} threshold(s) crossed**"
+    else:
+        verdict = "**passed**" if gated else "**no gate** (no --fail-on)"
     lines = [f"### kvbench compare: {verdict}", "",
              f"- base: `{_describe(base_dir, base_runs)}`",
              f"- new: `{_describe(new_dir, new_runs)}`"]
@@ -180,7 +186,7 @@ def _markdown(base_dir, new_dir, base_runs, new_runs, report, unmatched, failure
     return "\n".join(lines)
 
 
-def _as_json(base_dir, new_dir, report, unmatched, failures, warnings) -> dict:
+def _as_json(base_dir, new_dir, report, unmatched, failures, warnings, gated: bool) -> dict:
     return {
         "base": str(base_dir),
         "new": str(new_dir),
@@ -199,7 +205,8 @@ def _as_json(base_dir, new_dir, report, unmatched, failures, warnings) -> dict:
         "unmatched": [str(r.path) for r in unmatched],
         "failures": failures,
         "warnings": warnings,
-        "passed": not failures,
+        # null without --fail-on: no gate, nothing passed
+        "passed": not failures if gated else None,
     }
 
 

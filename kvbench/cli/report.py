@@ -14,7 +14,9 @@ import click
         "results folder of `kvbench run`: one strategy's folder or a comparison folder (its "
         "strategies are all included). Folders of different runs, e.g. of two git "
         "revisions, are shown side by side with their differences, the first folder being "
-        "the base. `kvbench run` already writes report.html into every results folder."
+        "the base. A sweep's folder (of `kvbench sweep`) gives the sweep's report; give it "
+        "alone. `kvbench run` and `kvbench sweep` already write report.html into every "
+        "results folder."
     ),
 )
 @click.argument("run_dirs", nargs=-1, required=True, metavar="RUN_DIR...",
@@ -27,8 +29,13 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
     from kvbench.errors import KvbenchInputError
     from kvbench.report.runs import run_folders
     from kvbench.report.writer import write_report
+    from kvbench.sweep.sweep_folder import is_sweep_folder
 
-    for folder in run_dirs:
+    sweeps = [folder for folder in run_dirs if is_sweep_folder(folder)]
+    if sweeps and len(run_dirs) > 1:
+        raise KvbenchInputError(f"{sweeps[0]} is a sweep's folder: its report stands alone "
+                                f"(kvbench report {sweeps[0]})")
+    for folder in run_dirs if not sweeps else ():
         run_folders(folder)  # KvbenchInputError for a missing or foreign folder
     if output is None:
         output = run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html")
@@ -37,4 +44,9 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
                                 f"{output / 'report.html'}")
     if not output.parent.exists():
         raise KvbenchInputError(f"cannot write {output}: folder {output.parent} does not exist")
+    if sweeps:
+        from kvbench.sweep.report import read_and_write  # CLI: plotly, only for this command
+
+        click.echo(str(read_and_write(sweeps[0], output)))
+        return
     click.echo(str(write_report(list(run_dirs), output)))

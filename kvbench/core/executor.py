@@ -39,6 +39,10 @@ class Executor(ABC):
     # Whether the step reads `StepBatch.input_ids` / `positions`: the engine builds those
     # per-token lists only for an executor that does (a simulated one needs the lengths).
     reads_token_inputs: bool = True
+    # Trace ranges the engine opens whose time this executor models rather than takes, and
+    # so draws in the Chrome trace itself (a simulated one: its clock moves only by modelled
+    # time); none for an executor that computes.
+    drawn_trace_ranges: frozenset[str] = frozenset()
 
     @abstractmethod
     def execute_and_sample(self, batch: StepBatch, sampling: SamplingParams) -> list[list[int]]:

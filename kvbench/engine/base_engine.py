@@ -34,6 +34,9 @@ class BaseEngine(ABC):
 
     policy: RequestQueues  # owns the queues (a `BatchingPolicy` for kvbench's engine)
     strategy: CacheStrategy | None  # None: the engine has no kvbench cache strategy
+    # Trace ranges whose time the engine's executor models and draws itself in a Chrome
+    # trace (`TraceRecorder.drawn_by_executor`); none for an engine that measures them.
+    drawn_trace_ranges: frozenset[str] = frozenset()
 
     def __init__(
         self, *, max_model_len: int, temperature: float, seed: int, clock: RunClock | None

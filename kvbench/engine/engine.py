@@ -79,6 +79,7 @@ class Engine(BaseEngine):
         self.strategy = strategy
         self.policy = policy
         self.executor = executor
+        self.drawn_trace_ranges = executor.drawn_trace_ranges
         self.bytes_per_slot = bytes_per_slot
         self.step_recorder = StepRecorder(self.steps, bytes_per_slot=bytes_per_slot,
                                           memory_probe=memory_probe)

@@ -167,7 +167,8 @@ class ModelExecutor(TensorExecutor):
                             idx.seq_lens[:p], scale, ks, vs, **prefill_extra,
                         )
             if q.shape[0] > pt:
-                with trace_range("decode_attention", layer=layer, seqs=q.shape[0] - pt):
+                with trace_range("decode_attention", layer=layer, seqs=q.shape[0] - pt,
+                                 tokens=q.shape[0] - pt):
                     if kind == "paged":
                         out[pt:] = ops.paged_decode_attention(
                             q[pt:], kc, vc, idx.block_tables[p:], idx.seq_lens[p:],

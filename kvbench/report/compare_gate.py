@@ -167,15 +167,20 @@ def check_pairs(pairs: list[tuple[ComparedRun, ComparedRun]], allow_mismatch: bo
 
 def differences_with_noise(base: ComparedRun, new: ComparedRun, names: list[str]):
     """(Difference, Noise or None) per metric; where both sides ran with `--repeat`, the
-    values compared (and held to thresholds) are the means over the repeats."""
+    values compared (and held to thresholds) are the means over the repeats, and a change is
+    better or worse only when their confidence intervals are apart. Between simulated runs
+    every change is the change; between single measured runs it is not tested."""
+    simulated = EngineKind.SIMULATED in (base.summary.executor, new.summary.executor)
     rows = []
     for name in names:
         m = METRICS[name]
         spread = noise(m, base.repeat, new.repeat)
         if spread is not None:
-            rows.append((Difference(m, spread.base_mean, spread.new_mean), spread))
+            rows.append((Difference(m, spread.base_mean, spread.new_mean,
+                                    beyond_noise=not spread.overlap), spread))
         else:
-            rows.append((Difference(m, m.value(base.summary), m.value(new.summary)), None))
+            rows.append((Difference(m, m.value(base.summary), m.value(new.summary),
+                                    beyond_noise=True if simulated else None), None))
     return rows
 
 

@@ -28,6 +28,10 @@ class Difference:
     metric: Metric
     base: float | None
     new: float | None
+    # Whether the change stands out of the runs' noise: True (simulated runs, whose clock has
+    # no noise, or repeats whose 95% confidence intervals are apart), False (the intervals
+    # overlap), None (one measured run a side: nothing to tell noise by).
+    beyond_noise: bool | None = True
 
     @property
     def delta(self) -> float | None:
@@ -44,12 +48,17 @@ class Difference:
 
     @property
     def verdict(self) -> str:
-        """better / worse / same (within 0.5%) / n/a."""
+        """better / worse only for a change beyond noise; same (within 0.5%), within noise
+        (the repeats' intervals overlap), not tested (single measured runs) or n/a."""
         if self.delta is None:
             return "n/a"
         scale = max(abs(self.base or 0.0), abs(self.new or 0.0))
         if scale == 0 or abs(self.delta) <= 0.005 * scale:
             return "same"
+        if self.beyond_noise is None:
+            return "not tested"
+        if not self.beyond_noise:
+            return "within noise"
         improved = (self.delta > 0) == self.metric.higher_is_better
         return "better" if improved else "worse"
 

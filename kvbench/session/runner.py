@@ -182,7 +182,10 @@ def run_one(
     clock = engine.clock
     clock.reset()
     # The trace runs on the engine's clock: simulated under `kvbench simulate`, as summary.json.
-    recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.replay.trace else None
+    recorder = TraceRecorder(
+        f"kvbench {label}{' (simulated)' if run.executor.kind is EngineKind.SIMULATED else ''}",
+        clock=clock, drawn_by_executor=engine.drawn_trace_ranges,
+    ) if run.replay.trace else None
     set_recorder(recorder)
     step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
     engine.step_recorder.sink = step_writer.write  # rows stream to disk as the engine makes them
@@ -321,8 +324,7 @@ def _write_results(
     atomic_write_text(folder / TOKENS_FILE, "".join(f"{line}\n" for line in lines))
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
-        write_json(folder / "trace.json", {"traceEvents": recorder.events,
-                                           "displayTimeUnit": "ms"})
+        write_json(folder / "trace.json", recorder.to_json())
     summary.write(folder / "summary.json")
     # (an unfinished run writes no report: nothing to keep)
     kept = token_times if keep_token_times and status == "complete" else None

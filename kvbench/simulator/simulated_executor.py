@@ -17,7 +17,8 @@ engine's own work (scheduling, layout, memory split) takes wall time that is *no
 that wall time is the simulator's cost, not the GPU's. The modelled per-step overhead
 (`cpu_overhead_s` of the GPU's constants) stands for a real server's scheduling and launch
 cost and is part of the advance in `execute`, so in `steps.csv` a simulated step's `step_ms`
-equals its modelled time and `overhead_ms` is 0.
+equals its modelled time and `overhead_ms` is 0. With `--trace` a step's modelled parts are
+drawn on the simulated clock as its phases (`step_trace.draw_step`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
 from kvbench.simulator.gpus import GPUSpec
 from kvbench.simulator.step_time import StepTime, StepTimeModel
+from kvbench.simulator.step_trace import DRAWN_RANGES, draw_step
+from kvbench.tracing import get_recorder
 
 if TYPE_CHECKING:
     import torch
@@ -77,6 +80,7 @@ class SimulatedExecutor(Executor):
 
     device = SIMULATED_DEVICE
     reads_token_inputs = False  # the step's cost needs its lengths, not its token ids
+    drawn_trace_ranges = DRAWN_RANGES  # the modelled host phases, drawn on the simulated clock
 
     def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock) -> None:
         self.cost_model = cost_model
@@ -100,7 +104,11 @@ class SimulatedExecutor(Executor):
         rows = len(batch.sample_rows)
         cost = self.cost_model.cost(layout.query_lens, layout.seq_lens, rows, copied)
         step_s = cost.time_s
+        start_s = self.clock.now_s
         self.clock.advance(step_s)
+        recorder = get_recorder()
+        if recorder is not None:  # `--trace`: the step's modelled phases
+            draw_step(recorder, start_s, cost, batch)
         self.last_cost = cost
         self.num_steps += 1
         self.compute_bound_steps += cost.compute_bound

@@ -22,11 +22,12 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from kvbench.errors import KvbenchInputError
 from kvbench.results.files import atomic_write_text
 from kvbench.sweep.config import SweepSpec
 from kvbench.sweep.options import display_name, value_text
 from kvbench.sweep.slo import format_slo
-from kvbench.sweep.sweep_folder import CAPACITY_CSV, POINTS_CSV, load_sweep_folder
+from kvbench.sweep.sweep_folder import CAPACITY_CSV, POINTS_CSV, REPORT_HTML, load_sweep_folder
 from kvbench.sweep.table import STRATEGY_AXES, higher_is_better, metric_column, metric_title
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -345,19 +346,24 @@ def build_sweep_page(spec: SweepSpec, points: pd.DataFrame, capacity: pd.DataFra
 
 
 def write_sweep_report(folder: Path, spec: SweepSpec, points: pd.DataFrame,
-                       capacity: pd.DataFrame | None, command: str = "") -> Path:
-    path = Path(folder) / "report.html"
+                       capacity: pd.DataFrame | None, command: str = "",
+                       output: Path | None = None) -> Path:
+    """Write the sweep's report to `output` (default: `folder/report.html`)."""
+    path = Path(output) if output is not None else Path(folder) / REPORT_HTML
     atomic_write_text(path, build_sweep_page(spec, points, capacity, command, Path(folder).name))
     return path
 
 
-def read_and_write(folder: Path) -> Path:
-    """Rebuild `report.html` from a sweep folder's files (`sweep.json`, `points.csv`, ...)."""
+def read_and_write(folder: Path, output: Path | None = None) -> Path:
+    """Rebuild the report from a sweep folder's files (`sweep.json`, `points.csv`, ...)."""
     spec, data = load_sweep_folder(folder)
-    points = pd.read_csv(Path(folder) / POINTS_CSV)
+    try:
+        points = pd.read_csv(Path(folder) / POINTS_CSV)
+    except (OSError, ValueError) as err:
+        raise KvbenchInputError(f"cannot read {Path(folder) / POINTS_CSV}: {err}") from None
     capacity_path = Path(folder) / CAPACITY_CSV
     capacity = pd.read_csv(capacity_path) if capacity_path.exists() else None
-    return write_sweep_report(folder, spec, points, capacity, data.get("command", ""))
+    return write_sweep_report(folder, spec, points, capacity, data.get("command", ""), output)
 
 
 __all__ = ["build_sweep_page", "load_axis", "pareto_front", "read_and_write",

@@ -24,6 +24,11 @@ CAPACITY_JSON = "capacity.json"
 REPORT_HTML = "report.html"
 
 
+def is_sweep_folder(folder: Path) -> bool:
+    """Whether `folder` is a sweep's folder (it holds `sweep.json`), not a run's."""
+    return (Path(folder) / SWEEP_JSON).is_file()
+
+
 def load_sweep_folder(folder: Path) -> tuple[SweepSpec, dict[str, Any]]:
     """The sweep's spec (its out and name: the folder's) and the whole `sweep.json`."""
     path = Path(folder) / SWEEP_JSON
@@ -37,4 +42,4 @@ def load_sweep_folder(folder: Path) -> tuple[SweepSpec, dict[str, Any]]:
 
 
 __all__ = ["CAPACITY_CSV", "CAPACITY_JSON", "POINTS_CSV", "REPORT_HTML", "SWEEP_JSON",
-           "load_sweep_folder"]
+           "is_sweep_folder", "load_sweep_folder"]

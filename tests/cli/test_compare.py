@@ -75,6 +75,12 @@ def test_every_metric_reads_a_summary_and_formats():
     assert Difference(METRICS["output_tok_s"], 100.0, 110.0).verdict == "better"
     assert Difference(METRICS["ttft.p99"], 100.0, 110.0).verdict == "worse"
     assert Difference(METRICS["ttft.p99"], 100.0, 100.2).verdict == "same"
+    # better or worse only beyond noise
+    assert Difference(METRICS["output_tok_s"], 100.0, 101.0, beyond_noise=None).verdict == \
+        "not tested"
+    assert Difference(METRICS["output_tok_s"], 100.0, 90.0, beyond_noise=False).verdict == \
+        "within noise"
+    assert Difference(METRICS["ttft.p99"], 100.0, 100.2, beyond_noise=None).verdict == "same"
 
 
 def test_compare_passes_and_prints_a_table(tmp_path, capsys):
@@ -111,8 +117,9 @@ def test_single_runs_pair_whatever_their_labels_and_json(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     (pair,) = data["pairs"]
     assert (pair["base_label"], pair["new_label"]) == ("paged", "prefix")
+    # one measured run a side: a change, not tested against noise
     assert pair["metrics"]["preemptions"] == {"base": 0.0, "new": 3.0, "change": None,
-                                              "verdict": "worse"}
+                                              "verdict": "not tested"}
     assert data["passed"] is False and pair["checks"][0]["failed"] is True
 
 
@@ -253,6 +260,41 @@ def test_markdown_for_a_pull_request_comment(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("### kvbench compare: **1 threshold(s) crossed**")
     assert "| metric | base | new | change | verdict |" in out
-    assert "| `output_tok_s` | 100.0 tok/s | 90.0 tok/s | -10.0% | worse |" in out
+    assert "| `output_tok_s` | 100.0 tok/s | 90.0 tok/s | -10.0% | not tested |" in out
     assert ":x: FAIL `output_tok_s:-5%`" in out
     assert "> **warning:** single-run comparison" in out
+
+
+def test_without_fail_on_there_is_no_gate_to_pass(tmp_path, capsys):
+    base = write_run(tmp_path / "a", summary("paged"))
+    new = write_run(tmp_path / "b", summary("paged", out_tok_s=101.0))
+    assert main(["compare", str(base), str(new), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### kvbench compare: **no gate** (no --fail-on)")
+    assert "passed" not in out
+    assert "| +1.0% | not tested |" in out  # a 1% change of one noisy run: no verdict
+    assert main(["compare", str(base), str(new), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["passed"] is None
+    assert main(["compare", str(base), str(new), "--format", "markdown",
+                 "--fail-on", "output_tok_s:-5%"]) == 0
+    assert capsys.readouterr().out.startswith("### kvbench compare: **passed**")
+
+
+def test_verdicts_from_repeats_and_from_simulated_runs(tmp_path, capsys):
+    base = write_repeat(tmp_path / "a", summary("paged"), [100.0, 102.0, 98.0])
+    close = write_repeat(tmp_path / "b", summary("paged"), [101.0, 103.0, 99.0])
+    far = write_repeat(tmp_path / "c", summary("paged"), [90.0, 91.0, 89.0])
+    verdicts = []
+    for new in (close, far):
+        assert main(["compare", str(base), str(new), "--metrics", "output_tok_s",
+                     "--json"]) == 0
+        verdicts.append(json.loads(capsys.readouterr().out)["pairs"][0]["metrics"]
+                        ["output_tok_s"]["verdict"])
+    assert verdicts == ["within noise", "worse"]
+    simulated = {**summary("paged"), "executor": "simulated"}
+    a = write_run(tmp_path / "sa", simulated)
+    b = write_run(tmp_path / "sb", {**simulated, "throughput": {
+        **simulated["throughput"], "output_tok_s": 101.0}})
+    assert main(["compare", str(a), str(b), "--metrics", "output_tok_s", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["pairs"][0]["metrics"]["output_tok_s"]
+    assert row["verdict"] == "better"  # a simulated clock has no noise

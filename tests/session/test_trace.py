@@ -1,4 +1,6 @@
-"""Traces: `kvbench run --trace` writes a valid Chrome trace whose ranges cover the run;
+"""Traces: `kvbench run --trace` and `kvbench simulate --trace` write Chrome traces that
+DevTools and Perfetto load whole (tests/session/devtools_trace_rules.py: the Trace Event
+Format's rules and DevTools' trace engine, transcribed) and whose ranges cover the run;
 `trace_range` is a no-op without a recorder or profiler and feeds NVTX when one is attached."""
 
 from __future__ import annotations
@@ -8,50 +10,17 @@ import os
 import re
 import sys
 from collections import defaultdict
+from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
 from kvbench import tracing
 from kvbench.cli import main
+from tests.session.devtools_trace_rules import slices, trace_problems
 
 TINY = ["--num-requests", "8", "--warmup", "0", "--kv-memory", "8MiB", "--quiet"]
-REQUIRED = {"name", "ph", "ts", "pid", "tid"}
-
-
-def check_chrome_trace(data: dict) -> list[dict]:
-    """Assert the Chrome trace format rules kvbench relies on; returns the spans.
-
-    Every event has name/ph/ts/pid/tid; B/E pairs balance and nest per thread; timestamps
-    never go back on a thread's track or on a counter's track.
-    """
-    assert isinstance(data, dict) and isinstance(data["traceEvents"], list)
-    spans = []
-    stacks: dict[tuple, list[dict]] = defaultdict(list)
-    last_ts: dict[tuple, float] = {}
-    for event in data["traceEvents"]:
-        missing = REQUIRED - set(event)
-        assert not missing, f"{event} lacks {missing}"
-        assert event["ph"] in {"B", "E", "X", "C", "M", "i"}, event
-        assert isinstance(event["ts"], int | float) and event["ts"] >= 0, event
-        if event["ph"] == "M":
-            continue
-        track = (event["pid"], event["tid"]) if event["ph"] != "C" else \
-            (event["pid"], "counter", event["name"])
-        assert event["ts"] >= last_ts.get(track, 0.0), f"time goes back on {track}: {event}"
-        last_ts[track] = event["ts"]
-        if event["ph"] == "C":
-            assert event["args"] and all(isinstance(v, int | float)
-                                         for v in event["args"].values()), event
-        elif event["ph"] == "B":
-            stacks[track].append(event)
-        elif event["ph"] == "E":
-            assert stacks[track], f"E without B: {event}"
-            begin = stacks[track].pop()
-            assert begin["name"] == event["name"], (begin, event)
-            spans.append({"name": begin["name"], "start": begin["ts"], "end": event["ts"],
-                          "depth": len(stacks[track]), "args": begin.get("args", {})})
-    assert all(not s for s in stacks.values()), "unclosed ranges"
-    return spans
+DATA = Path(__file__).parent / "data"
 
 
 def _union(intervals: list[tuple[float, float]]) -> float:
@@ -73,11 +42,44 @@ def traced(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("simulated")
+    assert main(["simulate", "--strategy", "paged", "--workload", "chat", "--trace",
+                 "--num-requests", "8", "--quiet", "--out", str(out)]) == 0
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    return folder
+
+
+def _trace(folder: Path) -> dict:
+    return json.loads((folder / "trace.json").read_text())
+
+
+def test_the_rules_reject_the_begin_end_traces_devtools_rejected():
+    # An excerpt of a trace as kvbench wrote it with begin/end pairs: a step's pairs and the
+    # request tracks' pairs interleave in time, and DevTools' one stack mismatches them.
+    problems = trace_problems(json.loads((DATA / "trace_before_complete_events.json").read_text()))
+    assert any(p.startswith("displayTimeUnit") for p in problems)
+    assert sum("Begin/End events mismatch" in p for p in problems) >= 5
+
+
+def test_the_rules_catch_a_slice_that_overlaps_its_parent():
+    event = {"ph": "X", "pid": 1, "tid": 1, "cat": "engine"}
+    inside = [{**event, "name": "step", "ts": 0, "dur": 10},
+              {**event, "name": "decode", "ts": 2, "dur": 8}]
+    assert trace_problems({"traceEvents": inside}) == []
+    overlapping = [inside[0], {**event, "name": "decode", "ts": 2, "dur": 9}]
+    (problem,) = trace_problems({"traceEvents": overlapping})
+    assert "ends after its parent step" in problem
+    assert trace_problems({"traceEvents": [{**event, "name": "step", "ts": 0}]})  # no dur
+
+
 @pytest.mark.parametrize("label", ["paged", "contiguous-max"])
-def test_trace_json_is_valid_chrome_trace_and_covers_the_run(traced, label):
+def test_trace_json_loads_clean_and_covers_the_run(traced, label):
     folder = traced / label
-    data = json.loads((folder / "trace.json").read_text())
-    spans = check_chrome_trace(data)
+    data = _trace(folder)
+    assert trace_problems(data) == []
+    spans = slices(data)
     names = {s["name"] for s in spans}
     assert {"replay", "step", "schedule", "layout", "prepare", "sample", "write_kv",
             "prefill", "decode", "prefill_attention", "decode_attention"} <= names
@@ -85,42 +87,82 @@ def test_trace_json_is_valid_chrome_trace_and_covers_the_run(traced, label):
     counters = {e["name"] for e in data["traceEvents"] if e["ph"] == "C"}
     assert {"kv_bytes", "batch"} <= counters
     # the batch composition is in the range arguments
-    decode = next(s for s in spans if s["name"] == "decode")
+    decode = next(s for s in spans if s["name"] == "decode" and s["cat"] == "model")
     assert {"decode_seqs", "prefill_seqs", "tokens"} <= set(decode["args"])
-    # one track per request: queue, then prefill, then decode, back to back
-    threads = {e["tid"]: e["args"]["name"] for e in data["traceEvents"]
-               if e["name"] == "thread_name"}
-    request_tids = {tid for tid, name in threads.items() if name.startswith("request ")}
-    assert len(request_tids) == summary_requests(folder)
-    tid = min(request_tids)
-    phases = [e for e in data["traceEvents"] if e.get("tid") == tid and e["ph"] in "BE"]
-    assert [(e["name"], e["ph"]) for e in phases] == [
-        ("queue", "B"), ("queue", "E"), ("prefill", "B"), ("prefill", "E"),
-        ("decode", "B"), ("decode", "E")]
-    assert [e["ts"] for e in phases] == sorted(e["ts"] for e in phases)
-    assert {"request_id", "prompt_len", "output_len"} <= set(phases[0]["args"])
+    _check_request_tracks(data, folder)
     # ranges cover >= 95% of the run's wall time
     (replay,) = [s for s in spans if s["name"] == "replay"]
     wall = replay["end"] - replay["start"]
     summary = json.loads((folder / "summary.json").read_text())
     assert wall >= 0.99 * summary["duration_s"] * 1e6
-    children = [(s["start"], s["end"]) for s in spans if s["depth"] == replay["depth"] + 1]
+    children = [(s["start"], s["end"]) for s in spans
+                if s["depth"] == replay["depth"] + 1 and s["tid"] == replay["tid"]]
     assert _union(children) >= 0.95 * wall
 
 
-def summary_requests(folder):
-    return json.loads((folder / "summary.json").read_text())["num_requests"]
+def _check_request_tracks(data: dict, folder: Path) -> None:
+    """One track per request: queue, then prefill, then decode, back to back."""
+    threads = {e["tid"]: e["args"]["name"] for e in data["traceEvents"]
+               if e["name"] == "thread_name"}
+    request_tids = {tid for tid, name in threads.items() if name.startswith("request ")}
+    summary = json.loads((folder / "summary.json").read_text())
+    assert len(request_tids) == summary["num_requests"]
+    tid = min(request_tids)
+    phases = sorted((s for s in slices(data) if s["tid"] == tid),
+                    key=lambda s: (s["start"], s["end"]))
+    assert [s["name"] for s in phases] == ["queue", "prefill", "decode"]
+    assert all(a["end"] == b["start"] for a, b in pairwise(phases))
+    assert {"request_id", "prompt_len", "output_len"} <= set(phases[0]["args"])
 
 
-def test_each_strategy_trace_is_its_own_process(traced):
+def test_a_simulated_trace_loads_clean_with_each_steps_modelled_phases(simulated):
+    data = _trace(simulated)
+    assert trace_problems(data) == []
+    _check_request_tracks(data, simulated)
+    spans = [s for s in slices(data) if s["tid"] < 1_000_000_000]
+    steps = [s for s in spans if s["name"] == "step"]
+    assert len(steps) > 8
+    total_ms = 0.0
+    for step in steps:
+        inside = [s for s in spans if s["depth"] == step["depth"] + 1
+                  and step["start"] <= s["start"] and s["end"] <= step["end"]]
+        names = [s["name"] for s in inside]
+        assert names in (["schedule", "layout", "prepare", "prefill", "sample"],
+                         ["schedule", "layout", "prepare", "decode", "sample"]), names
+        # back to back, filling the step: its modelled time, whole microseconds
+        assert inside[0]["start"] == step["start"] and inside[-1]["end"] == step["end"]
+        assert all(a["end"] == b["start"] for a, b in pairwise(inside))
+        host = [s["end"] - s["start"] for s in inside if s["name"] != names[3]]
+        assert min(host) > 0
+        forward = inside[3]
+        kernels = [s for s in spans if s["depth"] == forward["depth"] + 1
+                   and forward["start"] <= s["start"] and s["end"] <= forward["end"]]
+        attention = {"prefill_attention"} if forward["name"] == "prefill" else \
+            {"decode_attention"}
+        assert attention | {"gemm", "write_kv"} <= {k["name"] for k in kernels}
+        assert forward["args"]["tokens"] >= 1
+        total_ms += (step["end"] - step["start"]) / 1e3
+    # the steps are the model's: the same total as summary.json's simulated busy time
+    summary = json.loads((simulated / "summary.json").read_text())
+    (replay,) = [s for s in spans if s["name"] == "replay"]
+    assert (replay["end"] - replay["start"]) / 1e6 == pytest.approx(summary["duration_s"],
+                                                                   abs=2e-6)
+    assert total_ms == pytest.approx(sum(s["end"] - s["start"] for s in steps) / 1e3)
+
+
+def test_every_run_has_its_own_process_and_merged_traces_load_clean(traced, simulated):
+    merged: list[dict] = []
     processes = {}
-    for label in ("paged", "contiguous-max"):
-        data = json.loads((traced / label / "trace.json").read_text())
+    for folder in (traced / "paged", traced / "contiguous-max", simulated):
+        data = _trace(folder)
         (meta,) = [e for e in data["traceEvents"] if e["name"] == "process_name"]
-        assert label in meta["args"]["name"]
         assert {e["pid"] for e in data["traceEvents"]} == {meta["pid"]}
-        processes[label] = meta["pid"]
-    assert len(set(processes.values())) == 2  # opened together, they do not merge
+        processes[meta["args"]["name"]] = meta["pid"]
+        merged += data["traceEvents"]
+    assert set(processes) == {"kvbench paged", "kvbench contiguous-max",
+                              "kvbench paged (simulated)"}
+    assert len(set(processes.values())) == 3  # a real and a simulated paged run stay apart
+    assert trace_problems({"traceEvents": merged}) == []
 
 
 def test_no_trace_without_the_flag(tmp_path):
@@ -153,11 +195,15 @@ def test_recorder_closes_open_ranges_and_names_threads():
     finally:
         tracing.set_recorder(None)
     data = recorder.to_json()
-    spans = check_chrome_trace(data)
-    assert [s["name"] for s in spans] == ["inner", "outer", "interrupted"]
-    assert spans[1]["args"] == {"n": 1}
+    assert trace_problems(data) == []
+    spans = sorted(slices(data), key=lambda s: s["depth"])
+    assert sorted(s["name"] for s in spans) == ["inner", "interrupted", "outer"]
+    assert next(s for s in spans if s["name"] == "outer")["args"] == {"n": 1}
+    assert next(s for s in spans if s["name"] == "interrupted")["args"] == {
+        "closed": "at end of trace"}
     meta = {e["name"] for e in data["traceEvents"] if e["ph"] == "M"}
     assert meta == {"process_name", "thread_name", "thread_sort_index"}
+    assert tracing.TraceRecorder("x").pid != tracing.TraceRecorder("x").pid
 
 
 class RecordingDomain:
@@ -193,8 +239,27 @@ def test_nvtx_names_are_static_and_arguments_ride_as_payload(monkeypatch):
     with tracing.trace_range("decode", decode_seqs=3, tokens=7):
         with tracing.trace_range("write_kv", layer=2):
             pass
-    assert domain.calls == [("push", "decode", "model", 7), ("push", "write_kv", "kernel", 2),
+    # the payload is a token count on every range: write_kv's layer index is no payload
+    assert domain.calls == [("push", "decode", "model", 7), ("push", "write_kv", "kernel", None),
                             ("pop", None, None, None), ("pop", None, None, None)]
+
+
+def test_an_nvtx_without_counters_turns_nvtx_off_with_a_warning(monkeypatch, capsys):
+    import nvtx
+
+    class OldDomain:  # nvtx 0.2.15's Domain: ranges, no `get_counter`
+        def push_range(self, attributes=None, **kwargs):
+            raise AssertionError("no range may reach an nvtx that cannot take counters")
+
+    monkeypatch.setattr(nvtx, "get_domain", lambda name: OldDomain())
+    assert tracing._load_nvtx_domain() is None
+    assert "nvtx>=0.2.16" in capsys.readouterr().err
+
+
+def test_pyproject_requires_the_lowest_nvtx_the_code_supports():
+    text = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    (pin,) = re.findall(r'"nvtx>=([0-9.]+)"', text)
+    assert tuple(int(p) for p in pin.split(".")) == tracing.NVTX_MIN_VERSION
 
 
 @pytest.fixture
