@@ -5,13 +5,20 @@ reports both, offered and achieved."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kvbench.cli import main
+from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
+from kvbench.session.executor_config import ExecutorConfig
+from kvbench.session.replay_config import ReplayConfig
+from kvbench.session.run_config import RunConfig
+from kvbench.session.runner import run_one
+from kvbench.session.workload_config import WorkloadConfig
 from kvbench.workloads import arrival_times, load_workload
 
 TURNS = 4  # chat's default turns per conversation
@@ -63,29 +70,39 @@ def test_cli_refuses_both_rates_in_one_line(tmp_path, capsys):
     assert not list(tmp_path.iterdir())
 
 
-def _summary(tmp_path: Path, capsys, *args: str) -> dict:
-    assert main(["simulate", "--workload", "chat", "--num-requests", "200", "--quiet",
-                 "--out", str(tmp_path), *args]) == 0
-    folder = Path(capsys.readouterr().out.strip())
-    return json.loads((folder / "summary.json").read_text())
+def _load(**replay) -> dict:
+    """summary.json's `load` of a simulated chat run of 200 requests (50 conversations)."""
+    run = RunConfig(workload=WorkloadConfig(name="chat", num_requests=200),
+                    replay=ReplayConfig(warmup=0, **replay),
+                    executor=ExecutorConfig(kind=EngineKind.SIMULATED, gpu="a100-40gb"))
+    with tempfile.TemporaryDirectory() as folder:
+        outcome = run_one(run, Path(folder) / "run", show_progress=False)
+        return json.loads((outcome.folder / "summary.json").read_text())["load"]
 
 
-def test_summary_reports_offered_and_achieved_rates(tmp_path, capsys):
-    load = _summary(tmp_path / "a", capsys, "--request-rate", "8")["load"]
+def test_summary_reports_offered_and_achieved_rates():
+    load = _load(request_rate=8.0)
     assert load["request_rate"] == 8.0 and load["conversation_rate"] == 2.0
     assert load["conversations"] == 50 and load["max_concurrency"] is None
     assert load["achieved_request_rate"] == pytest.approx(8.0, rel=0.35)
     assert load["achieved_conversation_rate"] == pytest.approx(2.0, rel=0.35)
 
-    load = _summary(tmp_path / "b", capsys, "--conversation-rate", "1",
-                    "--max-concurrency", "2")["load"]
-    assert load["conversation_rate"] == 1.0 and load["request_rate"] == 4.0
-    assert load["max_concurrency"] == 2 and load["achieved_request_rate"] > 0
-
-    load = _summary(tmp_path / "c", capsys)["load"]  # offline: every request at t=0
+    load = _load()  # offline: every request at t=0
     assert load["request_rate"] is None and load["conversation_rate"] is None
     assert load["achieved_request_rate"] is None
 
     # offline, two slots: nothing offered a rate, the client's slots made one
-    load = _summary(tmp_path / "d", capsys, "--max-concurrency", "2")["load"]
+    load = _load(max_concurrency=2)
     assert load["request_rate"] is None and load["achieved_request_rate"] > 0
+
+
+def test_cli_conversation_rate_lands_in_config_and_summary(tmp_path, capsys):
+    assert main(["simulate", "--workload", "chat", "--num-requests", "40", "--quiet",
+                 "--conversation-rate", "1", "--max-concurrency", "2",
+                 "--out", str(tmp_path)]) == 0
+    folder = Path(capsys.readouterr().out.strip())
+    config = json.loads((folder / "config.json").read_text())["run"]
+    assert config["conversation_rate"] == 1.0 and config["request_rate"] == "inf"
+    load = json.loads((folder / "summary.json").read_text())["load"]
+    assert load["conversation_rate"] == 1.0 and load["request_rate"] == 4.0
+    assert load["max_concurrency"] == 2 and load["achieved_request_rate"] > 0
