@@ -10,15 +10,25 @@
   B > 1 more regular. Burstiness is ignored when the rate is infinite.
 - **closed loop** (`max_concurrency = C`): at most C requests in flight. That is enforced by the
   runner, not by arrival times; `ArrivalProcess` only carries the value (vLLM's
-  `--max-concurrency`). It combines with either of the open-loop processes above.
+  `--max-concurrency`). It combines with either of the open-loop processes above: a request
+  is sent at its arrival or, when all C slots are taken then, as soon as one frees.
 
 As in vLLM, the first arrival is at t = 0 and the i-th at the sum of the first i − 1 gaps.
 
 Workloads with conversations (requests sharing a `conversation_id`, e.g. `chat`): the process
 gives the arrival time of each conversation's *first* request, and the conversation's later
-requests keep their offset from it (think time). Conversations are numbered in the order their
-first request appears in the workload. Arrival times are drawn from their own seeded stream,
-so changing the rate never changes the requests' tokens or lengths.
+requests keep their offset from it (think time). A request outside any conversation is a
+conversation of one. The rate is given either way:
+
+- `request_rate` R (`--request-rate`, vLLM's name) is requests per second for every
+  workload: conversations start at R × conversations / requests per second, so the requests
+  arrive at R per second on average (a workload without conversations: exactly vLLM's
+  process);
+- `conversation_rate` (`--conversation-rate`) is conversations started per second.
+
+Conversations are numbered in the order their first request appears in the workload. Arrival
+times are drawn from their own seeded stream, so changing the rate never changes the
+requests' tokens or lengths.
 """
 
 from __future__ import annotations
@@ -36,36 +46,53 @@ from kvbench.workloads.sampling import rng_for
 
 @dataclass(frozen=True)
 class ArrivalProcess:
-    """The `--request-rate`, `--burstiness` and `--max-concurrency` of a run, validated."""
+    """The `--request-rate` (or `--conversation-rate`), `--burstiness` and
+    `--max-concurrency` of a run, validated."""
 
     request_rate: float = math.inf
     burstiness: float = 1.0
     max_concurrency: int | None = None
+    conversation_rate: float = math.inf
 
     def __post_init__(self) -> None:
-        rate = self.request_rate
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
-            raise KvbenchInputError(f"--request-rate must be > 0 or inf, got {rate!r}")
+        for flag, name in (("--request-rate", "request_rate"),
+                           ("--conversation-rate", "conversation_rate")):
+            rate = getattr(self, name)
+            if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+                raise KvbenchInputError(f"{flag} must be > 0 or inf, got {rate!r}")
+            object.__setattr__(self, name, float(rate))
+        if not math.isinf(self.request_rate) and not math.isinf(self.conversation_rate):
+            raise KvbenchInputError(
+                "--request-rate and --conversation-rate both set the arrival rate: give one")
         b = self.burstiness
         if isinstance(b, bool) or not isinstance(b, int | float) or not (0 < b < math.inf):
             raise KvbenchInputError(f"--burstiness must be a finite number > 0, got {b!r}")
         c = self.max_concurrency
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise KvbenchInputError(f"--max-concurrency must be an integer >= 1, got {c!r}")
-        object.__setattr__(self, "request_rate", float(rate))
         object.__setattr__(self, "burstiness", float(b))
 
     @property
     def offline(self) -> bool:
-        return math.isinf(self.request_rate)
+        return math.isinf(self.request_rate) and math.isinf(self.conversation_rate)
+
+    def conversation_start_rate(self, num_conversations: int, num_requests: int) -> float:
+        """Conversations started per second: `conversation_rate`, or the `request_rate` that
+        makes requests arrive at that rate (inf offline)."""
+        if not math.isinf(self.conversation_rate):
+            return self.conversation_rate
+        if num_conversations == num_requests or not num_requests:
+            return self.request_rate
+        return self.request_rate * num_conversations / num_requests
 
     def describe(self) -> str:
         if self.offline:
             text = "offline (all at t=0)"
-        elif self.burstiness == 1.0:
-            text = f"Poisson {self.request_rate:g} req/s"
         else:
-            text = f"gamma {self.request_rate:g} req/s, burstiness {self.burstiness:g}"
+            rate = (f"{self.request_rate:g} req/s" if math.isinf(self.conversation_rate)
+                    else f"{self.conversation_rate:g} conversations/s")
+            text = (f"Poisson {rate}" if self.burstiness == 1.0
+                    else f"gamma {rate}, burstiness {self.burstiness:g}")
         if self.max_concurrency is not None:
             text += f", at most {self.max_concurrency} in flight"
         return text
@@ -87,29 +114,39 @@ def arrival_times(
     return np.concatenate(([0.0], np.cumsum(gaps)))
 
 
+def conversation_groups(requests: Sequence[Request]) -> list[list[int]]:
+    """The indices of each conversation's requests, conversations in the order their first
+    request appears (a request without a `conversation_id` is a conversation of one)."""
+    groups: dict[object, list[int]] = {}
+    for index, request in enumerate(requests):
+        key = ("conversation", request.conversation_id)
+        if request.conversation_id is None:
+            key = ("request", index)
+        groups.setdefault(key, []).append(index)
+    return list(groups.values())
+
+
 def apply_arrivals(
     requests: Sequence[Request],
     request_rate: float = math.inf,
     burstiness: float = 1.0,
     seed: int = 0,
+    conversation_rate: float = math.inf,
 ) -> list[Request]:
     """The requests with arrival times from the process, sorted by arrival (stable).
 
     Offline leaves every `arrival_s` as the workload gave it. Otherwise each conversation (or
-    each request without a `conversation_id`) gets a start time from the process, and its
-    requests arrive at start + (their `arrival_s` − the conversation's earliest `arrival_s`).
+    each request without a `conversation_id`) gets a start time from the process, at
+    `ArrivalProcess.conversation_start_rate`, and its requests arrive at start + (their
+    `arrival_s` − the conversation's earliest `arrival_s`).
     """
-    process = ArrivalProcess(request_rate, burstiness)
+    process = ArrivalProcess(request_rate, burstiness, conversation_rate=conversation_rate)
     if not process.offline:
-        groups: dict[object, list[int]] = {}
-        for index, request in enumerate(requests):
-            key = ("conversation", request.conversation_id)
-            if request.conversation_id is None:
-                key = ("request", index)
-            groups.setdefault(key, []).append(index)
-        starts = arrival_times(len(groups), process.request_rate, process.burstiness, seed)
+        groups = conversation_groups(requests)
+        rate = process.conversation_start_rate(len(groups), len(requests))
+        starts = arrival_times(len(groups), rate, process.burstiness, seed)
         retimed = list(requests)
-        for start, members in zip(starts.tolist(), groups.values(), strict=True):
+        for start, members in zip(starts.tolist(), groups, strict=True):
             base = min(requests[i].arrival_s for i in members)
             for i in members:
                 retimed[i] = replace(requests[i], arrival_s=start + (requests[i].arrival_s - base))

@@ -64,6 +64,7 @@ def load_workload(
     request_rate: float = math.inf,
     burstiness: float = 1.0,
     max_concurrency: int | None = None,
+    conversation_rate: float = math.inf,
     time_scale: float = 1.0,
     tokenizer: str | os.PathLike[str] | None = None,
     **params: Any,
@@ -73,11 +74,12 @@ def load_workload(
 
     `num_requests` may be None only for a trace (then the whole file is used). `time_scale`
     multiplies every arrival time the workload gives (a trace's timestamps, chat think time):
-    0.5 replays a trace twice as fast. `tokenizer` is a Hugging Face tokenizer folder, needed
+    0.5 replays a trace twice as fast. `request_rate` (requests/s) or `conversation_rate`
+    (conversations/s) sets when each conversation starts (`arrivals.py`). `tokenizer` is a Hugging Face tokenizer folder, needed
     by ShareGPT JSON datasets (ignored otherwise). `params` are the built-in workload's
     parameters (a trace takes none).
     """
-    arrivals = ArrivalProcess(request_rate, burstiness, max_concurrency)
+    arrivals = ArrivalProcess(request_rate, burstiness, max_concurrency, conversation_rate)
     vocab_size = check_int("vocab_size", vocab_size)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise KvbenchInputError(f"--seed must be an integer, got {seed!r}")
@@ -103,7 +105,8 @@ def load_workload(
     time_scale = check_float("--time-scale", time_scale, 0.0, strict=True)
     if time_scale != 1.0:
         requests = [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]
-    requests = apply_arrivals(requests, arrivals.request_rate, arrivals.burstiness, seed)
+    requests = apply_arrivals(requests, arrivals.request_rate, arrivals.burstiness, seed,
+                              arrivals.conversation_rate)
     requests, num_clipped = clip_to_max_len(requests, max_model_len)
     requests = [replace(r, request_id=i) for i, r in enumerate(requests)]
     return WorkloadResult(

@@ -12,6 +12,9 @@ class Request:
     `n > 1` asks for `n` samples of the same prompt (parallel sampling). `prefix_id` names the
     shared prefix (e.g. system prompt) it starts with and `conversation_id` the conversation it
     belongs to; both are descriptive: sharing is found from the token ids themselves.
+    `arrival_s` is when the request reaches the engine: a workload's request has its arrival
+    time; the runner sends the engine a copy whose `arrival_s` is its send time, later when
+    it waited for a `--max-concurrency` slot (latencies count from there).
     """
 
     request_id: int

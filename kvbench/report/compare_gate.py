@@ -63,6 +63,7 @@ SETTINGS = (
     Setting("workload params", (), ("run", "workload_params")),
     Setting("num_requests", ("num_requests",), ("run", "num_requests")),
     Setting("request_rate", (), ("run", "request_rate")),
+    Setting("conversation_rate", (), ("run", "conversation_rate")),
     Setting("max_concurrency", (), ("run", "max_concurrency")),
     Setting("model", ("model",), ("run", "engine", "model")),
     Setting("dtype", ("dtype",), ("run", "engine", "dtype")),

@@ -64,12 +64,21 @@ class RunFiles:
         return cls(folder, summary, config if isinstance(config, dict) else {}, requests,
                    read_token_times(folder))
 
-    def itls_s(self, request_id: int) -> list[float]:
-        """Every gap between consecutive tokens of one request's samples, in seconds."""
+    def itls_s(self, request_id: int, sample: int | None = None) -> list[float]:
+        """Every gap between consecutive tokens of one request's samples (or of one sample,
+        a `requests.csv` row), in seconds."""
         gaps: list[float] = []
-        for times in (self.token_times or {}).get(request_id, []):
-            gaps.extend(token_gaps_s(times))
+        for index, times in enumerate((self.token_times or {}).get(request_id, [])):
+            if sample is None or index == sample:
+                gaps.extend(token_gaps_s(times))
         return gaps
+
+    def row_itls_s(self, frame: pd.DataFrame) -> list[list[float]]:
+        """`itls_s` of each row of a `requests.csv` frame: its sample's (one row per sample),
+        or its request's in a folder from before the `sample` column."""
+        samples = frame["sample"] if "sample" in frame else [None] * len(frame)
+        return [self.itls_s(int(r), None if s is None else int(s))
+                for r, s in zip(frame["request_id"], samples, strict=True)]
 
 
 def _stats_ms(values_ms: list[float] | np.ndarray) -> dict[str, float]:
@@ -130,9 +139,8 @@ def vllm_bench_result(folder: Path) -> Export:
         stats["tpot"] = _stats_ms(done["tpot_ms"].to_numpy(dtype=float))
         stats["e2el"] = _stats_ms(done["e2e_ms"].to_numpy(dtype=float))
         if run.token_times is not None:
-            per_request["itls"] = [run.itls_s(i) for i in ids]
-            done_ids = [int(i) for i in done["request_id"]]
-            stats["itl"] = _stats_ms([g * 1e3 for i in done_ids for g in run.itls_s(i)])
+            per_request["itls"] = run.row_itls_s(frame)
+            stats["itl"] = _stats_ms([g * 1e3 for gaps in run.row_itls_s(done) for g in gaps])
         else:
             missing.append("itls")
         per_request["generated_texts"] = [""] * len(ids)
@@ -181,8 +189,7 @@ def request_table(folders: list[Path]) -> Export:
         frame = run.requests.copy()
         frame.insert(0, "label", run.summary.label or Path(folder).name)
         if run.token_times is not None:
-            gaps = [np.asarray(run.itls_s(int(i)), dtype=float) * 1e3
-                    for i in frame["request_id"]]
+            gaps = [np.asarray(g, dtype=float) * 1e3 for g in run.row_itls_s(frame)]
             frame["itl_mean_ms"] = [g.mean() if g.size else None for g in gaps]
             frame["itl_max_ms"] = [g.max() if g.size else None for g in gaps]
         else:

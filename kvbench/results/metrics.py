@@ -29,48 +29,92 @@ def latency_stats(values_ms: pd.Series | np.ndarray | list[float]) -> dict[str, 
 
 
 def request_rows(requests: list[Request], samples: dict[int, list[Sequence]]) -> pd.DataFrame:
-    """One row per request (all its samples together): the `requests.csv` contract."""
-    rows = []
+    """One row per sample of each request (`n` rows for a request with `n` samples, in
+    sample order): the `requests.csv` contract, built by `sample_rows`."""
+    rows: list[dict[str, Any]] = []
     for request in requests:
-        seqs = samples.get(request.request_id, [])
-        done = [s for s in seqs if s.finish_s is not None]
-        complete = len(done) == request.n and request.n > 0
-        admitted = min((s.admitted_s for s in seqs if s.admitted_s is not None), default=None)
-        first = min((s.first_token_s for s in seqs if s.first_token_s is not None), default=None)
-        finish = max((s.finish_s for s in done), default=None) if complete else None
-        tpots = [
-            (s.finish_s - s.first_token_s) / (s.num_generated - 1)
-            for s in done
-            if s.num_generated > 1 and s.first_token_s is not None
-        ]
+        rows.extend(sample_rows(request, samples.get(request.request_id, [])))
+    return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
 
-        def ms(a, b):
-            return (b - a) * 1e3 if a is not None and b is not None else None
 
-        rows.append(
-            {
-                "request_id": request.request_id,
-                "arrival_s": request.arrival_s,
-                "prompt_len": request.prompt_len,
-                "output_len": request.output_len,
-                "n": request.n,
-                "admitted_s": admitted,
-                "first_token_s": first,
-                "finish_s": finish,
-                "queue_ms": ms(request.arrival_s, admitted),
-                "prefill_ms": ms(admitted, first),
-                "ttft_ms": ms(request.arrival_s, first),
-                # One sample (n=1) is its own mean; numpy's mean costs 7 µs a request.
-                "tpot_ms": (tpots[0] if len(tpots) == 1 else float(np.mean(tpots))) * 1e3
-                if tpots else None,
-                "e2e_ms": ms(request.arrival_s, finish),
-                "preemptions": sum(s.preemptions for s in seqs),
-                "cached_prompt_tokens": seqs[0].cached_prompt_tokens if seqs else 0,
-                "output_tokens": sum(s.num_generated for s in seqs),
-                "completed": complete,
-            }
-        )
-    return pd.DataFrame(rows)
+REQUEST_COLUMNS = (
+    "request_id", "sample", "arrival_s", "sent_s", "client_wait_ms", "prompt_len",
+    "output_len", "n", "admitted_s", "first_token_s", "finish_s", "queue_ms", "prefill_ms",
+    "ttft_ms", "tpot_ms", "e2e_ms", "preemptions", "cached_prompt_tokens", "output_tokens",
+    "completed",
+)
+
+
+def _ms(a: float | None, b: float | None) -> float | None:
+    return (b - a) * 1e3 if a is not None and b is not None else None
+
+
+def sample_rows(request: Request, seqs: list[Sequence]) -> list[dict[str, Any]]:
+    """The `requests.csv` rows of one request: one per sample, each with vLLM's latency
+    definitions (docs/design.md, Metrics) measured from when the request was sent.
+
+    `request` is the workload's (its `arrival_s` is when the workload meant it to arrive);
+    each sequence holds the request as the runner sent it (its `arrival_s` is the send time:
+    later than the arrival when the client waited for a `--max-concurrency` slot). A sample
+    that never started (the run stopped first) gets a row with empty times."""
+    by_index = {s.sample_index: s for s in seqs}
+    arrival = request.arrival_s
+    sent = seqs[0].request.arrival_s if seqs else None
+    rows = []
+    for index in range(request.n):
+        seq = by_index.get(index)
+        admitted = seq.admitted_s if seq is not None else None
+        first = seq.first_token_s if seq is not None else None
+        finish = seq.finish_s if seq is not None else None
+        generated = seq.num_generated if seq is not None else 0
+        tpot = (finish - first) / (generated - 1) * 1e3 \
+            if finish is not None and first is not None and generated > 1 else None
+        rows.append({
+            "request_id": request.request_id,
+            "sample": index,
+            "arrival_s": arrival,
+            "sent_s": sent,
+            "client_wait_ms": _ms(arrival, sent),
+            "prompt_len": request.prompt_len,
+            "output_len": request.output_len,
+            "n": request.n,
+            "admitted_s": admitted,
+            "first_token_s": first,
+            "finish_s": finish,
+            "queue_ms": _ms(sent, admitted),
+            "prefill_ms": _ms(admitted, first),
+            "ttft_ms": _ms(sent, first),
+            "tpot_ms": tpot,
+            "e2e_ms": _ms(sent, finish),
+            "preemptions": seq.preemptions if seq is not None else 0,
+            "cached_prompt_tokens": seq.cached_prompt_tokens if seq is not None else 0,
+            "output_tokens": generated,
+            "completed": finish is not None,
+        })
+    return rows
+
+
+def per_request(requests_df: pd.DataFrame) -> pd.DataFrame:
+    """One row per request of a `requests.csv` frame (its first sample's), with `completed`
+    true when every sample completed and `output_tokens` summed over the samples."""
+    if "sample" not in requests_df or requests_df.empty or requests_df["n"].max() <= 1:
+        return requests_df  # one row per request already (n = 1, or a folder from before)
+    grouped = requests_df.groupby("request_id", sort=False)
+    first = requests_df[requests_df["sample"] == 0].set_index("request_id")
+    first = first.assign(completed=grouped["completed"].all(),
+                         output_tokens=grouped["output_tokens"].sum())
+    return first.reset_index()
+
+
+def send_rate(times_s: pd.Series | np.ndarray | list[float]) -> float | None:
+    """An achieved rate, per second, from send times: (count − 1) / (last − first), the
+    inverse of the mean gap between consecutive sends; None below two sends or when all went
+    at one instant."""
+    arr = np.asarray(pd.Series(times_s, dtype="float64").dropna())
+    if arr.size < 2:
+        return None
+    span = float(arr.max() - arr.min())
+    return (arr.size - 1) / span if span > 0 else None
 
 
 def inter_token_latencies_ms(samples: dict[int, list[Sequence]]) -> np.ndarray:
@@ -86,10 +130,14 @@ def inter_token_latencies_ms(samples: dict[int, list[Sequence]]) -> np.ndarray:
 
 
 def throughput(requests_df: pd.DataFrame) -> tuple[dict[str, float | None], float]:
-    done = requests_df[requests_df["completed"]]
+    """Output tokens (every sample's), prompt + output tokens and completed requests per
+    second of makespan (first arrival to last finish), over completed requests."""
+    by_request = per_request(requests_df)
+    done = by_request[by_request["completed"]]
     if done.empty:
         return {"output_tok_s": None, "total_tok_s": None, "requests_s": None}, 0.0
-    makespan = float(done["finish_s"].max() - requests_df["arrival_s"].min())
+    makespan = float(requests_df.loc[requests_df["completed"], "finish_s"].max()
+                     - requests_df["arrival_s"].min())
     if makespan <= 0:
         return {"output_tok_s": None, "total_tok_s": None, "requests_s": None}, makespan
     out_tokens = float(done["output_tokens"].sum())
@@ -102,14 +150,19 @@ def throughput(requests_df: pd.DataFrame) -> tuple[dict[str, float | None], floa
 
 
 def goodput(requests_df: pd.DataFrame, slo_ms: dict[str, float], makespan_s: float) -> dict:
-    """Share of requests meeting every SLO (ttft, tpot, e2e in ms) and their rate."""
-    done = requests_df[requests_df["completed"]]
-    ok = pd.Series(True, index=done.index)
+    """Requests meeting every SLO (ttft, tpot, e2e in ms), as vLLM's `request_goodput`: a
+    completed request whose every sample has each figure at or below its limit (a sample of
+    one output token has no TPOT and meets a TPOT limit, as vLLM counts it 0); their share of
+    all requests and their rate over the makespan."""
+    done = requests_df["completed"].astype(bool)
+    ok = done.copy()
     for metric, limit in slo_ms.items():
-        values = done[f"{metric}_ms"].astype(float)
+        values = requests_df[f"{metric}_ms"].astype(float)
         ok &= values.isna() | (values <= limit) if metric == "tpot" else values <= limit
+    if "sample" in requests_df:
+        ok = ok.groupby(requests_df["request_id"], sort=False).all()
     met = int(ok.sum())
-    total = len(requests_df)
+    total = len(ok)
     return {
         "slo_ms": slo_ms,
         "requests_meeting_slo": met,

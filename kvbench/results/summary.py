@@ -94,8 +94,11 @@ class LatencyStats(Section):
 
 @dataclass(kw_only=True)
 class Latencies(Section):
-    """`latency_ms`: time to first token, per output token, between tokens, end to end,
-    queued before admission, and from admission to the first token."""
+    """`latency_ms`, over samples (ITL: over token gaps): time to first token, per output
+    token after the first, between tokens, end to end, each from when the request was sent
+    (vLLM's definitions); queued before admission and from admission to the first token
+    (queue + prefill = TTFT); and the client's wait from arrival to sending, outside them all
+    (a `--max-concurrency` slot)."""
 
     ttft: LatencyStats = field(default_factory=LatencyStats)
     tpot: LatencyStats = field(default_factory=LatencyStats)
@@ -103,9 +106,11 @@ class Latencies(Section):
     e2e: LatencyStats = field(default_factory=LatencyStats)
     queue: LatencyStats = field(default_factory=LatencyStats)
     prefill: LatencyStats = field(default_factory=LatencyStats)
+    client_wait: LatencyStats = field(default_factory=LatencyStats)
 
     PARTS: ClassVar[dict[str, type[Section]]] = {
-        name: LatencyStats for name in ("ttft", "tpot", "itl", "e2e", "queue", "prefill")
+        name: LatencyStats
+        for name in ("ttft", "tpot", "itl", "e2e", "queue", "prefill", "client_wait")
     }
 
 
@@ -163,6 +168,23 @@ class Scheduler(Section):
 
 
 @dataclass(kw_only=True)
+class Load(Section):
+    """The load offered and what the client achieved. Offered rates are per second, null when
+    infinite (all at t=0): `request_rate` counts requests, `conversation_rate` conversations
+    (a request outside any conversation is a conversation of one); whichever of
+    `--request-rate` and `--conversation-rate` was given sets both, through the workload's
+    requests per conversation. Achieved rates are from the send times: (sent − 1) / (last send
+    − first send); a conversation is sent with its first request."""
+
+    request_rate: float | None = None
+    conversation_rate: float | None = None
+    max_concurrency: int | None = None
+    conversations: int | None = None
+    achieved_request_rate: float | None = None
+    achieved_conversation_rate: float | None = None
+
+
+@dataclass(kw_only=True)
 class Goodput(Section):
     """Requests meeting every per-request SLO (`--slo`), their share and rate."""
 
@@ -198,13 +220,14 @@ class Summary(Section):
     latency_ms: Latencies = field(default_factory=Latencies)
     memory: Memory = field(default_factory=Memory)
     scheduler: Scheduler = field(default_factory=Scheduler)
+    load: Load = field(default_factory=Load)
     goodput: Goodput | None = None
     # fp8 runs: agreement with an unquantized cache (kvbench.session.fp8_accuracy), free-form.
     accuracy: dict[str, Any] | None = None
 
     PARTS: ClassVar[dict[str, type[Section]]] = {
         "throughput": Throughput, "latency_ms": Latencies, "memory": Memory,
-        "scheduler": Scheduler, "goodput": Goodput,
+        "scheduler": Scheduler, "load": Load, "goodput": Goodput,
     }
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"goodput", "accuracy"})
 
@@ -250,6 +273,7 @@ __all__ = [
     "Goodput",
     "Latencies",
     "LatencyStats",
+    "Load",
     "Memory",
     "MemoryBreakdown",
     "Scheduler",

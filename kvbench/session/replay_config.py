@@ -10,7 +10,10 @@ from kvbench.errors import KvbenchInputError
 
 @dataclass
 class ReplayConfig:
-    request_rate: float = math.inf  # requests/s; inf: all arrive at t=0
+    request_rate: float = math.inf  # requests/s, every workload; inf: all arrive at t=0
+    # conversations started/s (a conversation workload's other way to give the rate); inf:
+    # not given
+    conversation_rate: float = math.inf
     burstiness: float = 1.0  # gamma arrivals shape (1 = Poisson)
     max_concurrency: int | None = None  # closed loop: at most this many in flight
     warmup: int = 2  # requests run first and excluded from every metric

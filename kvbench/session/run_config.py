@@ -36,8 +36,9 @@ class RunConfig:
             for f in dataclasses.fields(section):
                 value = getattr(section, f.name)
                 data[json_key(f)] = dict(value) if isinstance(value, dict) else value
-        rate = self.replay.request_rate
-        data["request_rate"] = "inf" if math.isinf(rate) else rate
+        for name in RATES:
+            rate = getattr(self.replay, name)
+            data[name] = "inf" if math.isinf(rate) else rate
         data["engine_kind"] = self.executor.kind.value
         return data
 
@@ -46,9 +47,10 @@ class RunConfig:
         """`to_dict` read back (keys it lacks take the sections' defaults)."""
         flat = dict(data)
         built: dict[str, Any] = {"engine": EngineConfig.from_dict(dict(flat.pop("engine", {})))}
-        if "request_rate" in flat:
-            rate = flat["request_rate"]
-            flat["request_rate"] = math.inf if rate in ("inf", None) else float(rate)
+        for name in RATES:
+            if name in flat:
+                rate = flat[name]
+                flat[name] = math.inf if rate in ("inf", None) else float(rate)
         for name, section_class in section_classes().items():
             if name in FLAT_SECTIONS:
                 built[name] = section_class(**{
@@ -59,6 +61,9 @@ class RunConfig:
             raise KvbenchInputError(f"unknown run options: {', '.join(sorted(flat))}")
         return cls(**built)
 
+
+# Rates of `ReplayConfig`: "inf" in `config.json` (JSON has no infinity).
+RATES = ("request_rate", "conversation_rate")
 
 # The sections whose fields `config.json` writes beside `engine`, not under a key of their own.
 FLAT_SECTIONS = ("workload", "replay", "executor")

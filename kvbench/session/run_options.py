@@ -142,8 +142,13 @@ class RunOptions:
     kv_scale: float | None = _engine(
         "fp8 KV: fixed scale for every layer [default: amax/224 of the first write per layer]")
     seed: int = _engine()
-    request_rate: str = _replay("Poisson arrival rate in requests/s; inf = all at t=0",
-                                default="inf")
+    request_rate: str = _replay(
+        "Poisson arrival rate in requests/s (any workload: a conversation workload starts "
+        "conversations at the rate that sends this many requests/s); inf = all at t=0",
+        default="inf")
+    conversation_rate: str = _replay(
+        "conversations started per second, instead of --request-rate (a request outside "
+        "any conversation is a conversation of one); inf = not given", default="inf")
     burstiness: float = _replay("gamma arrivals shape (1 = Poisson)")
     max_concurrency: int | None = _replay("closed loop: at most this many requests in flight")
     warmup: int = _replay("requests run first and excluded from every metric")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import math
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -29,7 +30,9 @@ from kvbench.results.metrics import (
     inter_token_latencies_ms,
     latency_stats,
     nan_to_none,
+    per_request,
     request_rows,
+    send_rate,
     throughput,
 )
 from kvbench.results.step_writer import StepTotals, StepWriter
@@ -37,6 +40,7 @@ from kvbench.results.summary import (
     Goodput,
     Latencies,
     LatencyStats,
+    Load,
     Memory,
     MemoryBreakdown,
     Scheduler,
@@ -50,6 +54,7 @@ from kvbench.strategies import STRATEGIES, reads_option
 from kvbench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.versions import versions
 from kvbench.workloads import WorkloadResult, is_trace, load_workload
+from kvbench.workloads.arrivals import conversation_groups
 
 DEFAULT_NUM_REQUESTS = 64
 
@@ -101,6 +106,7 @@ def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngin
         request_rate=replay.request_rate,
         burstiness=replay.burstiness,
         max_concurrency=replay.max_concurrency,
+        conversation_rate=replay.conversation_rate,
         time_scale=spec.time_scale, tokenizer=spec.tokenizer,
         **spec.params,
     )
@@ -256,26 +262,36 @@ def _device_name(built: BuiltEngine, run: RunConfig) -> str:
 
 def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
             progress: Progress) -> None:
-    """Open loop: requests arrive at their times; closed loop: at most C in flight."""
+    """Send each request at its arrival time; with `max_concurrency` C (closed loop), also
+    not before one of C slots is free, as `vllm bench serve` does.
+
+    A request is sent at max(its arrival, when the slot it takes freed: the finish of the
+    request that held it). The engine gets it with `arrival_s` set to that send time, so
+    every latency is measured from when the request was sent (`results.metrics.request_rows`
+    reads the workload's arrival beside it: the difference is the client's wait)."""
     pending: deque[Request] = deque(workload.requests)
     limit = workload.max_concurrency
     clock = engine.clock
-    in_flight: set[int] = set()
+    # When each free slot freed, earliest first (finishes come in time order).
+    free_slots: deque[float] | None = (deque([-math.inf] * limit) if limit is not None
+                                       else None)
+    ended: set[int] = set()
     done = 0
     tokens = 0
     steps = 0
     with trace_range("replay", requests=len(workload.requests)):
         while pending or engine.has_unfinished():
             now = clock()
-            while pending and (limit is None or len(in_flight) < limit):
+            while pending and pending[0].arrival_s <= now:
                 request = pending[0]
-                if limit is None and request.arrival_s > now:
-                    break
+                if free_slots is not None:
+                    if not free_slots:
+                        break
+                    sent_s = max(request.arrival_s, free_slots.popleft())
+                    if sent_s != request.arrival_s:
+                        request = dataclasses.replace(request, arrival_s=sent_s)
                 pending.popleft()
-                if limit is not None:  # closed loop: sent when a slot frees
-                    request = dataclasses.replace(request, arrival_s=max(request.arrival_s, now))
                 engine.add_request(request)
-                in_flight.add(request.request_id)
             if not engine.has_unfinished():
                 if pending:
                     with trace_range("idle", until_s=pending[0].arrival_s):
@@ -284,10 +300,15 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
             finished = engine.step()
             for seq in finished:
                 tokens += seq.num_generated
-                group = engine.sequences[seq.request.request_id]
-                if all(s.finish_s is not None for s in group) and len(group) == seq.request.n:
-                    in_flight.discard(seq.request.request_id)
+                request_id = seq.request.request_id
+                group = engine.sequences[request_id]
+                # (samples of one request that finish in one step: the request ends once)
+                if (request_id not in ended and len(group) == seq.request.n
+                        and all(s.finish_s is not None for s in group)):
+                    ended.add(request_id)
                     done += 1
+                    if free_slots is not None:
+                        free_slots.append(max(s.finish_s for s in group))
             steps += 1
             # The bar's figures: when a request ends, and every 64 steps (a long simulation
             # runs hundreds of thousands of steps of microseconds each).
@@ -334,11 +355,12 @@ def _write_results(
 def summarize(built, workload, run, label, status, warmup_done, requests_df,
               steps: StepTotals, engine) -> Summary:
     """The run's `Summary` from its per-request rows and the totals over its steps."""
-    completed = int(requests_df["completed"].sum()) if not requests_df.empty else 0
+    by_request = per_request(requests_df)  # a request's prompt counts once, not per sample
+    completed = int(by_request["completed"].sum()) if not requests_df.empty else 0
     tput, makespan = throughput(requests_df) if not requests_df.empty else ({}, 0.0)
     cfg = run.engine
-    prompt_tokens = int(requests_df["prompt_len"].sum()) if not requests_df.empty else 0
-    cached = int(requests_df["cached_prompt_tokens"].sum()) if not requests_df.empty else 0
+    prompt_tokens = int(by_request["prompt_len"].sum()) if not requests_df.empty else 0
+    cached = int(by_request["cached_prompt_tokens"].sum()) if not requests_df.empty else 0
     use = steps.memory()
     memory = Memory(
         kv_budget_bytes=built.kv_budget_bytes,
@@ -378,6 +400,7 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         e2e=LatencyStats(**latency_stats(requests_df.get("e2e_ms", []))),
         queue=LatencyStats(**latency_stats(requests_df.get("queue_ms", []))),
         prefill=LatencyStats(**latency_stats(requests_df.get("prefill_ms", []))),
+        client_wait=LatencyStats(**latency_stats(by_request.get("client_wait_ms", []))),
     )
     return Summary(
         label=label,
@@ -402,6 +425,32 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         latency_ms=latency,
         memory=memory,
         scheduler=scheduler,
+        load=_load(workload, engine),
         goodput=(Goodput(**goodput(requests_df, run.replay.slo_ms, makespan))
                  if run.replay.slo_ms and not requests_df.empty else None),
+    )
+
+
+def _load(workload: WorkloadResult, engine: BaseEngine) -> Load:
+    """The offered rates (`Load`: both, whichever was given) and those the client achieved,
+    from the send times of the requests sent."""
+    requests = workload.requests
+    groups = conversation_groups(requests)
+    process = workload.arrivals
+    conversation_rate = process.conversation_start_rate(len(groups), len(requests))
+    request_rate = process.request_rate
+    if not math.isinf(process.conversation_rate):
+        request_rate = conversation_rate * len(requests) / len(groups) if groups else math.inf
+    sent = {rid: seqs[0].request.arrival_s for rid, seqs in engine.sequences.items()
+            if rid >= 0 and seqs}  # (warm-up requests have negative ids)
+    starts = [min(sent[requests[i].request_id] for i in members
+                  if requests[i].request_id in sent)
+              for members in groups if any(requests[i].request_id in sent for i in members)]
+    return Load(
+        request_rate=None if math.isinf(request_rate) else request_rate,
+        conversation_rate=None if math.isinf(conversation_rate) else conversation_rate,
+        max_concurrency=process.max_concurrency,
+        conversations=len(groups),
+        achieved_request_rate=send_rate(list(sent.values())),
+        achieved_conversation_rate=send_rate(starts),
     )

@@ -97,6 +97,7 @@ def expand_runs(options: RunOptions) -> list[RunConfig]:
         workload_params=({} if is_trace(options.workload)
                          else parse_workload_params(options.workload, options.workload_params)),
         request_rate=parse_rate(options.request_rate),
+        conversation_rate=parse_rate(options.conversation_rate),
         dtype=_resolve_dtype(options.dtype, options.device, simulated),
     )
     slo_ms = parse_slo(options.slo)

@@ -77,7 +77,7 @@ def convert(name: str, value: Any) -> Any:
     if name.startswith(WORKLOAD_PARAM):
         return value_text(value)
     info = catalogue()[name]
-    if name == "request_rate":  # one spelling per rate, so ids of equal rates are equal
+    if name in ("request_rate", "conversation_rate"):  # one spelling per rate: equal ids
         return value_text(parse_rate(value_text(value)))
     if info.multiple:
         return workload_param_items(value)

@@ -219,6 +219,17 @@ def test_budget_kv_dtype_and_workload_params_are_checked(tmp_path, capsys):
     assert "kv_cache_dtype" not in err
 
 
+def test_runs_under_different_conversation_rates_are_refused(tmp_path, capsys):
+    runs = []
+    for name, rate in (("a", 1.0), ("b", 2.0)):
+        folder = write_run(tmp_path / name, summary("paged"))
+        (folder / "config.json").write_text(json.dumps(
+            {"label": "paged", "run": {"request_rate": "inf", "conversation_rate": rate}}))
+        runs.append(str(folder))
+    assert main(["compare", *runs]) == 2
+    assert "conversation_rate (1.0 vs 2.0)" in capsys.readouterr().err
+
+
 def test_single_runs_warn_that_they_cannot_tell_noise(tmp_path, capsys):
     base = write_run(tmp_path / "a", summary("paged"))
     new = write_run(tmp_path / "b", summary("paged", out_tok_s=103.0))

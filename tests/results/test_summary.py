@@ -69,13 +69,17 @@ def test_an_older_summary_lacking_newer_keys_loads_with_none():
     old = copy.deepcopy(data)
     del old["latency_ms"]["prefill"], old["goodput"], old["clipped_requests"]
     del old["memory"]["prompt_blocks_max"], old["scheduler"]["waiting_mean"]
+    del old["load"], old["latency_ms"]["client_wait"]
     summary = Summary.from_dict(old)
     assert summary.clipped_requests is None and summary.goodput is None
     assert summary.memory.prompt_blocks_max is None and summary.scheduler.waiting_mean is None
     assert summary.latency_ms.prefill.p99 is None
+    assert summary.latency_ms.client_wait.p50 is None
+    assert summary.load.request_rate is None and summary.load.achieved_request_rate is None
     written = summary.to_dict()
     assert "goodput" not in written  # a section only some runs have stays out
     assert written["clipped_requests"] is None  # a known key comes back as null
+    assert written["load"]["achieved_conversation_rate"] is None
     assert written["latency_ms"]["ttft"] == data["latency_ms"]["ttft"]
 
 

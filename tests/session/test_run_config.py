@@ -76,8 +76,8 @@ def test_config_json_layout_is_flat_and_reads_back():
     data = run.to_dict()
     assert set(data) == {
         "engine", "workload", "num_requests", "workload_params", "time_scale", "tokenizer",
-        "request_rate", "burstiness", "max_concurrency", "warmup", "slo_ms", "trace",
-        "steps_every", "engine_kind", "gpu", "gpu_spec"}
+        "request_rate", "conversation_rate", "burstiness", "max_concurrency", "warmup",
+        "slo_ms", "trace", "steps_every", "engine_kind", "gpu", "gpu_spec"}
     assert (data["workload"], data["engine_kind"], data["gpu"]) == ("uniform", "simulated", "l4")
     assert data["slo_ms"] == {"ttft": 1000.0} and data["request_rate"] == 2.0
     assert RunConfig.from_dict(data) == run
@@ -88,6 +88,7 @@ def test_a_folder_written_before_gpu_spec_was_a_field_loads():
            "request_rate": "inf", "engine_kind": "simulated", "gpu": "my-gpu.toml"}
     run = RunConfig.from_dict(old)
     assert math.isinf(run.replay.request_rate) and run.executor.kind is EngineKind.SIMULATED
+    assert math.isinf(run.replay.conversation_rate)  # a folder from before the option
     assert run.executor.simulated_gpu == "my-gpu.toml"
 
 

@@ -140,3 +140,28 @@ def test_groups_that_build_the_same_runs_are_searched_once(tmp_path):
     assert not any("reserve=exact" in p for p in points[points["label"] == "paged"]["point_id"])
     folders = {p.name for p in (tmp_path / "g").iterdir() if p.is_dir()}
     assert folders == set(points["point_id"])
+
+
+def test_max_concurrency_search_under_a_ttft_slo_finds_the_closed_form_limit(tmp_path):
+    """Closed loop, offline, one request served at a time (service time S, its prefill step
+    p): with C requests in flight a request sent when a slot frees waits behind the C − 1
+    others, so its TTFT, counted from its send as vLLM's, is (C − 1) S + p whatever its place
+    in the workload. Under ttft.p99 <= 3.5 S + p the largest C is 4. (Counting the client's
+    wait in, every TTFT would be i S + p for the i-th request at any C: no limit to find.)"""
+    s = service_time_s()
+    model = StepTimeModel(get_preset("llama-2-7b"), get_gpu("a100-80gb"), 2, 2)
+    prefill_s = model.cost([PROMPT], [PROMPT], 1).time_s
+    spec = SweepSpec(
+        kind="simulate",
+        base={"model": "llama-2-7b", "gpu": "a100-80gb", "workload": "uniform",
+              "workload-param": [f"prompt_len={PROMPT}", f"output_len={OUTPUT}"],
+              "num-requests": 24, "warmup": 0, "max-num-seqs": 1},
+        axes={"strategy": ["paged"]},
+        slo={"ttft.p99": (3.5 * s + prefill_s) * 1e3},
+        search=SearchSpec("max-concurrency", lo=1, hi=16, tolerance=0.01),
+        out=str(tmp_path), name="mc",
+    )
+    row = run_sweep(spec, write_report=False).capacity.iloc[0]
+    assert row["status"] == "bracketed"
+    assert (row["lo"], row["hi"], row["capacity"]) == (4, 5, 4)
+    assert row["ttft_p99_ms_at_capacity"] == pytest.approx((3 * s + prefill_s) * 1e3, rel=1e-6)
