@@ -81,11 +81,13 @@ def test_a_folder_without_token_times_exports_what_it_can(comparison, tmp_path, 
     captured = capsys.readouterr()
     result = json.loads(captured.out)
     assert "itls" not in result and "std_itl_ms" not in result
+    assert "max_output_tokens_per_s" not in result
+    assert result["max_concurrent_requests"] >= 1  # from start times and latencies alone
     summary = json.loads((old / "summary.json").read_text())
     assert result["mean_itl_ms"] == summary["latency_ms"]["itl"]["mean"]
     assert len(result["ttfts"]) == 8
     (line,) = captured.err.splitlines()
-    assert "could not fill itls, std_itl_ms" in line
+    assert "could not fill itls, max_output_tokens_per_s, std_itl_ms" in line
 
 
 def test_csv_has_a_row_per_request_of_every_strategy(comparison, tmp_path, capsys):
