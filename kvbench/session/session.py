@@ -53,20 +53,27 @@ def split_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+# vLLM's `--goodput` names E2E latency `e2el`.
+_SLO_NAMES = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "e2el": "e2e"}
+
+
 def parse_slo(text: str | None) -> dict[str, float]:
-    """`ttft=500ms,tpot=50ms` -> {"ttft": 500.0, "tpot": 50.0} (milliseconds)."""
+    """`ttft=500ms,tpot=50ms`, or vLLM's `--goodput` pairs `ttft:500 tpot:50` (a number without
+    unit is milliseconds), -> {"ttft": 500.0, "tpot": 50.0} (milliseconds)."""
 
     if not text:
         return {}
     slo: dict[str, float] = {}
-    for item in split_list(text):
-        key, sep, value = item.partition("=")
+    for item in split_list(text.replace(" ", ",")):
+        sep = "=" if "=" in item else ":"
+        key, found, value = item.partition(sep)
         key = key.strip().removesuffix(".p99").removesuffix(".mean")
-        if not sep or key not in ("ttft", "tpot", "e2e"):
+        if not found or key not in _SLO_NAMES:
             raise KvbenchInputError(
-                f"cannot read --slo item {item!r}: use ttft=500ms,tpot=50ms (or e2e=)"
+                f"cannot read --slo item {item!r}: use ttft=500ms,tpot=50ms (or e2e=), or "
+                "vLLM's ttft:500 tpot:50"
             )
-        slo[key] = parse_duration_s(value) * 1e3
+        slo[_SLO_NAMES[key]] = parse_duration_s(value.strip()) * 1e3
     return slo
 
 
