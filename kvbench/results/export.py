@@ -11,7 +11,7 @@ and `max_concurrent_requests` from vLLM's one-second buckets and sweep line. A r
 n > 1 samples is one request whose response streams every sample's tokens, as vLLM's client
 counts it: `output_lens` is the tokens of all samples and `itls` the gaps of their merged
 stream, so TTFT + Σ ITL is the request's E2E. Throughputs and duration are kvbench's own
-(over the makespan, docs/design.md "Metrics"), so they equal `summary.json`. kvbench keeps no
+(over the makespan, docs/design.md "Metrics"), so they equal `kvbench_summary.json`. kvbench keeps no
 output text: `generated_texts` holds empty strings (results/README.md, vLLM export).
 """
 
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from kvbench.errors import KvbenchInputError
-from kvbench.results.summary import Summary
+from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 from kvbench.results.token_times import TOKENS_FILE, read_token_times, token_gaps_s
 
 LATENCIES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e"}  # vLLM -> kvbench
@@ -61,7 +61,7 @@ class RunFiles:
     @classmethod
     def read(cls, folder: Path) -> RunFiles:
         folder = Path(folder)
-        summary = Summary.from_json(folder / "summary.json")
+        summary = Summary.from_json(summary_file(folder) or folder / SUMMARY_FILE)
         config: dict[str, Any] = {}
         if (folder / "config.json").is_file():
             try:
@@ -196,7 +196,7 @@ def _bench_result(run: RunFiles) -> Export:
     data["rtfx"] = 0.0  # vLLM's inverse real-time factor of audio input: kvbench has none
     for vllm_name, ours in LATENCIES.items():
         figures = stats[vllm_name]
-        if figures is None:  # no per-request data: what summary.json has (no std)
+        if figures is None:  # no per-request data: what kvbench_summary.json has (no std)
             kept = s.latency_ms.get(ours)
             figures = {"mean": kept.mean, "median": kept.p50, "p99": kept.p99}
             missing.append(f"std_{vllm_name}_ms")
@@ -327,11 +327,12 @@ def _configurations(folders: list[Path]) -> dict[str, list[Path]]:
         folder = Path(folder)
         if folder.name.startswith("rep-") and (folder.parent / "repeat.json").is_file():
             reps = sorted((p for p in folder.parent.iterdir()
-                           if p.name.startswith("rep-") and (p / "summary.json").is_file()),
+                           if p.name.startswith("rep-") and summary_file(p) is not None),
                           key=lambda p: int(p.name.removeprefix("rep-")))
             out[folder.parent.name] = reps
         else:
-            out[Summary.from_json(folder / "summary.json").label or folder.name] = [folder]
+            summary = Summary.from_json(summary_file(folder) or folder / SUMMARY_FILE)
+            out[summary.label or folder.name] = [folder]
     return out
 
 

@@ -34,6 +34,7 @@ from kvbench.results.metrics import (
 )
 from kvbench.results.step_writer import StepTotals, StepWriter
 from kvbench.results.summary import (
+    SUMMARY_FILE,
     Goodput,
     Latencies,
     LatencyStats,
@@ -61,7 +62,7 @@ class RunOutcome:
 
     label: str
     folder: Path
-    # As written to summary.json; a caller that adds a section (fp8 accuracy) sets it here
+    # As written to kvbench_summary.json; a caller that adds a section (fp8 accuracy) sets it here
     # and rewrites the file.
     summary: Summary
     config: dict[str, Any]  # as written to config.json
@@ -181,7 +182,7 @@ def run_one(
     write_json(folder / "config.json", config_json)
     clock = engine.clock
     clock.reset()
-    # The trace runs on the engine's clock: simulated under `kvbench simulate`, as summary.json.
+    # The trace runs on the engine's clock: simulated under `kvbench simulate`, as kvbench_summary.json.
     recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.replay.trace else None
     set_recorder(recorder)
     step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
@@ -323,7 +324,7 @@ def _write_results(
         recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", {"traceEvents": recorder.events,
                                            "displayTimeUnit": "ms"})
-    summary.write(folder / "summary.json")
+    summary.write(folder / SUMMARY_FILE)
     # (an unfinished run writes no report: nothing to keep)
     kept = token_times if keep_token_times and status == "complete" else None
     return RunOutcome(label, folder, summary, config_json, requests_df, kept)

@@ -38,6 +38,7 @@ from kvbench.results.files import (
 )
 from kvbench.results.metrics import nan_to_none
 from kvbench.results.repeat import repeat_summary
+from kvbench.results.summary import SUMMARY_FILE
 from kvbench.scheduling import POLICIES, QUEUE_ORDERS
 from kvbench.session.run_config import RunConfig
 from kvbench.session.run_options import RunOptions, build_run_config, option_fields
@@ -251,7 +252,7 @@ class SessionResult:
 
     @property
     def summaries(self) -> list[dict[str, Any]]:
-        """The outcomes' summaries in their JSON form (as `summary.json` holds them)."""
+        """The outcomes' summaries in their JSON form (as `kvbench_summary.json` holds them)."""
         return [o.summary.to_dict() for o in self.outcomes]
 
 
@@ -446,7 +447,7 @@ def _measures_fp8_accuracy(run: RunConfig) -> bool:
 def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: list,
                          model_cache: dict) -> None:
     """fp8 runs of the model: agreement with the unquantized cache on the same requests and
-    the same KV budget, written into each outcome's `summary.json`.
+    the same KV budget, written into each outcome's `kvbench_summary.json`.
 
     The run's own engine must be gone (a GPU holds one engine at a time). Each folder is
     marked incomplete while its summary lacks the section, so a sweep resumed after Ctrl-C
@@ -481,7 +482,7 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
         raise
     for outcome, folder in zip(outcomes, folders, strict=True):
         outcome.summary.accuracy = nan_to_none(accuracy)  # as the file holds it
-        outcome.summary.write(outcome.folder / "summary.json")
+        outcome.summary.write(outcome.folder / SUMMARY_FILE)
         folder.complete()
 
 

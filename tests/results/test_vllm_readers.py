@@ -144,10 +144,16 @@ def exported(request, tmp_path_factory):
 def test_vllm_sweep_plot_finds_every_run(exported):
     root, sweep, _, _, _ = exported
     df = vllm_plot_frame(sweep)
+    # Pointed at a folder that also holds kvbench's own results, it reads only the export:
+    # no kvbench file is named like the one it reads.
+    assert not list(root.rglob("summary.json"))
+    assert sorted(vllm_plot_frame(sweep.parent)["label"]) == sorted(df["label"])
+    with pytest.raises(ValueError, match="Did not find any parameter sweep results"):
+        vllm_plot_records(root)
     assert sorted(df["label"]) == ["paged", "prefix"]
     assert df["request_throughput"].notna().all() and (df["p99_e2el_ms"] > 0).all()
     for label in ("paged", "prefix"):
-        summary = json.loads((root / label / "summary.json").read_text())
+        summary = json.loads((root / label / "kvbench_summary.json").read_text())
         row = df[df["label"] == label].iloc[0]
         assert row["request_throughput"] == pytest.approx(summary["throughput"]["requests_s"])
         assert row["run_number"] == 0
@@ -218,7 +224,7 @@ def test_send_times_are_start_times_and_the_wait_is_the_queue_time(exported, tmp
     root, _, _, _, _ = exported
     folder = tmp_path / "sent"
     folder.mkdir()
-    for name in ("summary.json", "config.json", "tokens.jsonl"):
+    for name in ("kvbench_summary.json", "config.json", "tokens.jsonl"):
         (folder / name).write_bytes((root / "paged" / name).read_bytes())
     frame = pd.read_csv(root / "paged" / "requests.csv")
     frame["sent_s"] = frame["arrival_s"] + 0.25 * frame["request_id"]

@@ -102,14 +102,14 @@ def test_trace_json_is_valid_chrome_trace_and_covers_the_run(traced, label):
     # ranges cover >= 95% of the run's wall time
     (replay,) = [s for s in spans if s["name"] == "replay"]
     wall = replay["end"] - replay["start"]
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert wall >= 0.99 * summary["duration_s"] * 1e6
     children = [(s["start"], s["end"]) for s in spans if s["depth"] == replay["depth"] + 1]
     assert _union(children) >= 0.95 * wall
 
 
 def summary_requests(folder):
-    return json.loads((folder / "summary.json").read_text())["num_requests"]
+    return json.loads((folder / "kvbench_summary.json").read_text())["num_requests"]
 
 
 def test_each_strategy_trace_is_its_own_process(traced):
