@@ -13,7 +13,7 @@ from kvbench.cli.run import run_command
 from kvbench.cli.simulate import simulate_command
 from kvbench.session.run_options import RunOptions, option_fields
 from kvbench.session.session import parse_slo
-from kvbench.sweep.options import canonical_name
+from kvbench.sweep.options import canonical_name, run_config_for
 
 # vLLM's spelling -> kvbench's field (vllm/engine/arg_utils.py, vllm/benchmarks/serve.py)
 VLLM_NAMES = {
@@ -91,3 +91,12 @@ def test_command_line_defaults_vllm_keeps_explicit_options(tmp_path, capsys):
     engine = run["engine"]
     assert (engine["strategy"], engine["chunked_prefill"], engine["max_num_batched_tokens"],
             engine["max_num_seqs"]) == ("prefix", True, 8192, 256)  # 256: given, kept
+
+
+def test_a_sweep_point_takes_defaults_vllm():
+    point = run_config_for("simulate", {"defaults": "vllm", "gpu": "h200",
+                                        "max_num_seqs": 64})
+    assert point.executor.defaults == "vllm"
+    assert (point.engine.strategy, point.engine.chunked_prefill,
+            point.engine.max_num_batched_tokens, point.engine.max_num_seqs) == (
+        "prefix", True, 8192, 64)
