@@ -224,6 +224,9 @@ def _per_request(run: RunFiles, max_concurrency: int | None, request_rate: float
     # The clock of a request starts when it is sent (a slot free under --max-concurrency);
     # a folder that records no send time sent each request at its arrival.
     sent = frame["sent_s"].to_numpy(dtype=float) if "sent_s" in frame else arrival
+    # A request never sent (an interrupted run) has vLLM's default start, 0.0.
+    sent = np.where(np.isfinite(sent), sent, 0.0)
+    arrival = np.where(np.isfinite(arrival), arrival, sent)
     ttft_s = [float(v) / 1e3 if good and not pd.isna(v) else 0.0
               for v, good in zip(frame["ttft_ms"], ok, strict=True)]
     latency_s = [float(v) / 1e3 if good and not pd.isna(v) else 0.0
@@ -320,8 +323,8 @@ def vllm_sweep_files(folders: list[Path]) -> tuple[dict[str, str], list[str]]:
 
 
 def _configurations(folders: list[Path]) -> dict[str, list[Path]]:
-    """Configuration name -> its runs: a `--repeat N` strategy's `rep-1` ... `rep-N` are
-    one configuration's runs, as vLLM's `--num-runs`."""
+    """Configuration name (the strategy's label) -> its runs: a `--repeat N` strategy's
+    `rep-1` ... `rep-N` are one configuration's runs, as vLLM's `--num-runs`."""
     out: dict[str, list[Path]] = {}
     for folder in folders:
         folder = Path(folder)
@@ -332,7 +335,9 @@ def _configurations(folders: list[Path]) -> dict[str, list[Path]]:
             out[folder.parent.name] = reps
         else:
             summary = Summary.from_json(summary_file(folder) or folder / SUMMARY_FILE)
-            out[summary.label or folder.name] = [folder]
+            # the label, or the folder's own name where runs share one (a sweep's points)
+            name = summary.label or folder.name
+            out[folder.name if name in out else name] = [folder]
     return out
 
 

@@ -244,3 +244,18 @@ def test_peak_concurrency_counts_half_open_intervals():
     assert peak_concurrent_requests(np.array([0.0, 1.0, 0.5]),
                                     np.array([1.0, 2.0, 1.5])) == 2
     assert peak_output_tokens_per_s([np.array([0.1, 0.2, 1.5]), np.array([0.9])], 0.0) == 3
+
+
+def test_repeats_are_one_configuration_s_runs(tmp_path):
+    options = RunOptions.for_kind("simulate", strategy="paged,prefix", model="llama-2-7b",
+                                  workload="uniform", num_requests=4, warmup=0, repeat=2,
+                                  out=str(tmp_path / "kvbench"))
+    root = run_session(plan_session(options)).root
+    sweep = tmp_path / "vllm"
+    assert main(["export", str(root), "--format", "vllm-sweep", "-o", str(sweep)]) == 0
+    for label in ("paged", "prefix"):
+        records = json.loads((sweep / label / "summary.json").read_text())
+        assert [r["run_number"] for r in records] == [0, 1]
+        assert (sweep / label / "run=1.json").is_file()
+        assert "itls" not in records[0] and "latencies" in records[0]  # as the sweep saves
+    assert len(vllm_pareto_points(sweep)) == 4
