@@ -17,7 +17,8 @@ OUTPUT_OPTIONS = ("quiet", "as_json")
 def output_options() -> list[click.Option]:
     return [
         click.Option(["--quiet"], is_flag=True, help="no progress or table; print the folder"),
-        click.Option(["--json", "as_json"], is_flag=True, help="print kvbench_summary.json to stdout"),
+        click.Option(["--json", "as_json"], is_flag=True,
+                     help="print kvbench_summary.json to stdout"),
     ]
 
 _TYPES: dict[type, click.ParamType] = {int: click.INT, float: click.FLOAT, str: click.STRING}

@@ -11,8 +11,8 @@ and `max_concurrent_requests` from vLLM's one-second buckets and sweep line. A r
 n > 1 samples is one request whose response streams every sample's tokens, as vLLM's client
 counts it: `output_lens` is the tokens of all samples and `itls` the gaps of their merged
 stream, so TTFT + Σ ITL is the request's E2E. Throughputs and duration are kvbench's own
-(over the makespan, docs/design.md "Metrics"), so they equal `kvbench_summary.json`. kvbench keeps no
-output text: `generated_texts` holds empty strings (results/README.md, vLLM export).
+(over the makespan, docs/design.md "Metrics"), so they equal `kvbench_summary.json`. kvbench
+keeps no output text: `generated_texts` holds empty strings (results/README.md, vLLM export).
 """
 
 from __future__ import annotations

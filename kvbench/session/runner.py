@@ -182,7 +182,7 @@ def run_one(
     write_json(folder / "config.json", config_json)
     clock = engine.clock
     clock.reset()
-    # The trace runs on the engine's clock: simulated under `kvbench simulate`, as kvbench_summary.json.
+    # The trace runs on the engine's clock: simulated under `kvbench simulate`, as the summary.
     recorder = TraceRecorder(f"kvbench {label}", clock=clock) if run.replay.trace else None
     set_recorder(recorder)
     step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
