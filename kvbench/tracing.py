@@ -146,7 +146,7 @@ class TraceRecorder:
         # (start, -duration, depth, event): the sort key of `events` beside each event
         self._events: list[tuple[int, int, int, dict[str, Any]]] = []
         # The clock every timestamp is read from: the runner passes the engine's run clock,
-        # so a simulated run's trace is on the simulated clock like its summary.json (the
+        # so a simulated run's trace is on the simulated clock like its kvbench_summary.json (the
         # default, the wall clock, serves library users who trace their own code).
         self.clock: Callable[[], float] = clock or time.perf_counter
         self.origin_s = self.clock()

@@ -92,7 +92,7 @@ out = Path(sys.argv[1])
 print((out / "machine.txt").read_text().rstrip())
 print()
 
-METRICS = [  # name, path in summary.json, format
+METRICS = [  # name, path in kvbench_summary.json, format
     ("out tok/s", ("throughput", "output_tok_s"), "{:,.1f}"),
     ("TTFT p50 ms", ("latency_ms", "ttft", "p50"), "{:,.0f}"),
     ("TPOT p50 ms", ("latency_ms", "tpot", "p50"), "{:,.2f}"),
@@ -119,7 +119,7 @@ def summaries(folder: Path) -> dict[str, dict]:
     if (folder / "comparison.json").is_file():
         data = json.loads((folder / "comparison.json").read_text())
         return {s["label"]: s for s in data["summaries"]}
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
     return {summary["label"]: summary}
 
 

@@ -1,4 +1,5 @@
-"""`kvbench export RUN --format vllm-bench|csv [-o FILE]`: a results folder for other tools."""
+"""`kvbench export RUN --format vllm-bench|vllm-sweep|csv [-o FILE|DIR]`: a results folder
+for other tools."""
 
 from __future__ import annotations
 
@@ -12,25 +13,42 @@ from kvbench.errors import KvbenchInputError
 
 @click.command("export", help=(
     "Write a run's results in another tool's format. --format vllm-bench: the JSON that "
-    "`vllm bench serve --save-result` saves (completed, request_throughput, "
-    "output_throughput, total_token_throughput, mean/median/std/p99 of ttft, tpot, itl and "
-    "e2el in ms, input_lens, output_lens, ttfts in seconds, itls per request), for one "
-    "strategy's folder. --format csv: one row per request, with a label column, for every "
-    "run of the folder (a comparison folder gives all its strategies). Without -o the "
-    "result goes to standard output. A folder from an older kvbench without tokens.jsonl "
-    "exports what it can and names the keys it could not fill."))
+    "`vllm bench serve --save-result --save-detailed` saves (every key, in vLLM's units: "
+    "latency lists in seconds, statistics in ms), for one strategy's folder. --format "
+    "vllm-sweep: into the folder -o names, the layout `vllm bench sweep serve` leaves "
+    "(one folder per configuration with run=K.json and summary.json), which `vllm bench "
+    "sweep plot` and `plot_pareto` read; a comparison gives one configuration per "
+    "strategy, a --repeat run one record per repeat. --format csv: one row per request, "
+    "with a label column, for every run of the folder. Without -o the result goes to "
+    "standard output. A folder from an older kvbench without tokens.jsonl exports what it "
+    "can and names the keys it could not fill."))
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["vllm-bench", "csv"]), required=True,
-              help="vllm-bench (JSON) or csv (per-request rows)")
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="file to write [default: standard output]")
+@click.option("--format", "fmt", type=click.Choice(["vllm-bench", "vllm-sweep", "csv"]),
+              required=True, help="vllm-bench (JSON), vllm-sweep (a folder) or csv")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="file to write [default: standard output]; vllm-sweep: the folder")
 def export_command(run_dir: Path, fmt: str, output: Path | None) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.runs import run_folders
-    from kvbench.results.export import request_table, vllm_bench_result
+    from kvbench.results.export import request_table, vllm_bench_result, vllm_sweep_files
     from kvbench.results.files import atomic_write_text
 
+    if output is not None and output.is_dir() and fmt != "vllm-sweep":
+        raise KvbenchInputError(f"-o {output} is a folder: name the file to write")
     folders = run_folders(run_dir)
+    if fmt == "vllm-sweep":
+        if output is None:
+            raise KvbenchInputError("--format vllm-sweep writes a folder: give it with -o DIR")
+        if output.exists() and not output.is_dir():
+            raise KvbenchInputError(f"-o {output} is a file: vllm-sweep writes a folder")
+        files, missing = vllm_sweep_files(folders)
+        _warn_missing(missing)
+        for relative, text in files.items():
+            path = output / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
+        click.echo(f"wrote {len(files)} files under {output}", err=True)
+        return
     if fmt == "vllm-bench":
         if len(folders) > 1:
             names = ", ".join(str(f.relative_to(run_dir)) for f in folders)
@@ -42,15 +60,19 @@ def export_command(run_dir: Path, fmt: str, output: Path | None) -> None:
     else:
         result = request_table(folders)
         text = result.data["frame"].to_csv(index=False)
-    if result.missing:
-        click.echo("kvbench: warning: could not fill " + ", ".join(result.missing)
-                   + " (no per-token times in this folder; written by an older kvbench?)",
-                   err=True)
+    _warn_missing(result.missing)
     if output is None:
         click.echo(text, nl=False)
     else:
         atomic_write_text(output, text)
         click.echo(f"wrote {output}", err=True)
+
+
+def _warn_missing(missing: list[str]) -> None:
+    if missing:
+        click.echo("kvbench: warning: could not fill " + ", ".join(missing)
+                   + " (no per-token times in this folder; written by an older kvbench?)",
+                   err=True)
 
 
 __all__ = ["export_command"]

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from kvbench.session.run_options import OptionField, option_fields
 
@@ -16,17 +17,19 @@ OUTPUT_OPTIONS = ("quiet", "as_json")
 def output_options() -> list[click.Option]:
     return [
         click.Option(["--quiet"], is_flag=True, help="no progress or table; print the folder"),
-        click.Option(["--json", "as_json"], is_flag=True, help="print summary.json to stdout"),
+        click.Option(["--json", "as_json"], is_flag=True,
+                     help="print kvbench_summary.json to stdout"),
     ]
 
 _TYPES: dict[type, click.ParamType] = {int: click.INT, float: click.FLOAT, str: click.STRING}
 
 
 def declarations(info: OptionField) -> list[str]:
-    flag = info.flag
+    """The option's spellings (its flag and vLLM's aliases, each with a --no- form when
+    negatable) and its name, which click hands back whichever spelling was used."""
     if info.spec.negatable:
-        flag = f"{flag}/--no-{flag.removeprefix('--')}"
-    return [flag, info.name]
+        return [f"{flag}/--no-{flag.removeprefix('--')}" for flag in info.flags] + [info.name]
+    return [*info.flags, info.name]
 
 
 def click_option(info: OptionField, kind: str, *, comma_list: bool = False) -> click.Option:
@@ -64,9 +67,14 @@ def run_options(kind: str) -> Callable[[click.Command], click.Command]:
 
 
 def split_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Click's parameters -> (`RunOptions` fields, output options)."""
-    return ({k: v for k, v in params.items() if k not in OUTPUT_OPTIONS},
-            {k: v for k, v in params.items() if k in OUTPUT_OPTIONS})
+    """Click's parameters -> (the `RunOptions` fields the command line gave, output options).
+
+    An option left at its default is left out, so that `RunOptions.for_kind` can tell it from
+    one given (`--defaults vllm` changes only the options not given)."""
+    ctx = click.get_current_context()
+    given = {k: v for k, v in params.items() if k not in OUTPUT_OPTIONS
+             and ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
+    return given, {k: v for k, v in params.items() if k in OUTPUT_OPTIONS}
 
 
 __all__ = ["OUTPUT_OPTIONS", "click_option", "output_options", "run_options", "split_params"]

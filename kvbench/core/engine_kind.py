@@ -8,7 +8,7 @@ from kvbench.errors import KvbenchInputError
 
 
 class EngineKind(StrEnum):
-    """The values are the spellings of `config.json` and `summary.json` (`executor`), and of
+    """The values are the spellings of `config.json` and `kvbench_summary.json` (`executor`), and of
     `--engine` for the two that `kvbench run` takes."""
 
     MODEL = "kvbench"  # kvbench's engine over the real model

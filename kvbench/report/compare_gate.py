@@ -35,7 +35,7 @@ def incomplete_reason(status: str, summary: Summary) -> str | None:
     if status != "complete":
         return f"status {status} (INCOMPLETE marker)"
     if summary.status is not None and summary.status != "complete":
-        return f"status {summary.status} in summary.json"
+        return f"status {summary.status} in kvbench_summary.json"
     return None
 
 

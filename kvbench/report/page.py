@@ -199,7 +199,7 @@ def _accuracy_sections(runset, styles, colors, figures) -> list[tuple[str, str, 
         body += figures.html(fig, "accuracy")
     return [_section("accuracy", "fp8 KV cache accuracy",
                      "How far the fp8 cache moves the model's outputs from the unquantized "
-                     "cache on this workload (summary.json, key accuracy).", body)]
+                     "cache on this workload (kvbench_summary.json, key accuracy).", body)]
 
 
 def _page(runset: RunSet, sections: list[tuple[str, str, str]]) -> str:

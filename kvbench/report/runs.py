@@ -1,7 +1,7 @@
 """The runs a report shows: read back from results folders, or handed over by the session
 that has just run them (`collect_runs`).
 
-A folder given by the user is either one run (it holds `summary.json`) or a multi-strategy
+A folder given by the user is either one run (it holds `kvbench_summary.json`) or a multi-strategy
 comparison (it holds `comparison.json` and one subfolder per strategy), which expands into
 its runs. Runs that come from the same comparison folder form a *group*; a report over
 several groups (two git revisions, two machines) names runs `label @ group` where labels
@@ -20,7 +20,7 @@ import pandas as pd
 
 from kvbench.errors import KvbenchInputError
 from kvbench.report.token_times import token_times as read_token_times
-from kvbench.results.summary import Summary
+from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 from kvbench.results.token_times import TokenTimes
 
 INCOMPLETE_MARKER = "INCOMPLETE"
@@ -130,9 +130,15 @@ def _repeat_stats(folder: Path) -> dict[str, Any] | None:
     return figures if isinstance(figures, dict) else None
 
 
+def _summary_path(folder: Path) -> Path:
+    """The run's summary file (an older folder's `summary.json` too); the name it should have
+    when there is none, so that reading it says what is missing."""
+    return summary_file(folder) or folder / SUMMARY_FILE
+
+
 def load_run(folder: Path, group: Path | None = None) -> RunData:
     folder = Path(folder)
-    summary = Summary.from_dict(_read_json(folder / "summary.json"))
+    summary = Summary.from_dict(_read_json(_summary_path(folder)))
     config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
     label = str(summary.label or config.get("label") or folder.name)
     if group is None:
@@ -160,23 +166,23 @@ def run_folders(folder: Path) -> list[Path]:
         listed = _read_json(folder / "comparison.json").get("runs") or []
         subs = [folder / str(r["folder"]) for r in listed
                 if isinstance(r, dict) and r.get("folder")]
-        subs = [s for s in subs if (s / "summary.json").is_file()]
+        subs = [s for s in subs if summary_file(s) is not None]
         if subs:
             return subs
-    if (folder / "summary.json").is_file():
+    if summary_file(folder) is not None:
         return [folder]
-    if (folder / "repeat.json").is_file() and (folder / "rep-1" / "summary.json").is_file():
+    if (folder / "repeat.json").is_file() and summary_file(folder / "rep-1") is not None:
         return [folder / "rep-1"]  # one strategy run --repeat N times: it stands for them
-    subs = sorted(p for p in folder.iterdir() if (p / "summary.json").is_file())
+    subs = sorted(p for p in folder.iterdir() if summary_file(p) is not None)
     if subs:  # an interrupted comparison: no comparison.json yet
         return subs
     if (folder / INCOMPLETE_MARKER).exists():  # killed before its first summary was written
         raise KvbenchInputError(
             f"{folder} is an unfinished run ({_status(folder)}; INCOMPLETE marker, no "
-            "summary.json): it stopped before any result was written"
+            "kvbench_summary.json): it stopped before any result was written"
         )
     raise KvbenchInputError(
-        f"{folder} is not a kvbench results folder (no summary.json or comparison.json)"
+        f"{folder} is not a kvbench results folder (no kvbench_summary.json or comparison.json)"
     )
 
 

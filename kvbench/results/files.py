@@ -13,6 +13,7 @@ import pandas as pd
 
 from kvbench.errors import KvbenchInputError, KvbenchRunError
 from kvbench.results.metrics import nan_to_none
+from kvbench.results.summary import summary_file
 
 INCOMPLETE_MARKER = "INCOMPLETE"
 
@@ -130,6 +131,6 @@ class ResultsFolder:
 
     @staticmethod
     def is_complete(path: Path) -> bool:
-        return (Path(path) / "summary.json").is_file() and not (
+        return summary_file(path) is not None and not (
             Path(path) / INCOMPLETE_MARKER
         ).exists()

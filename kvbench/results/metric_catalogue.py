@@ -1,9 +1,9 @@
-"""Every named metric of a `summary.json`: where it lives, its unit, which way is better.
+"""Every named metric of a `kvbench_summary.json`: where it lives, its unit, which way is better.
 
 The one catalogue that `kvbench compare`, reports, `--repeat`, sweep tables and SLOs read.
 A metric's `name` is what users type (`output_tok_s`, `ttft.p99`, `utilization_mean`); its
 `column` is how flat tables spell it (`points.csv`, `repeat.json`: `ttft_p99_ms`); its `path`
-is the key path in `summary.json` (see kvbench.results.summary and docs/design.md).
+is the key path in `kvbench_summary.json` (see kvbench.results.summary and docs/design.md).
 """
 
 from __future__ import annotations

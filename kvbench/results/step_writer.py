@@ -119,7 +119,8 @@ class StepTotals:
         self._part_sums = [a + b for a, b in zip(self._part_sums, sums.part_sums, strict=True)]
 
     def memory(self) -> dict[str, Any]:
-        """`summary.json`'s memory means: utilization (all and saturated steps) and the split."""
+        """`kvbench_summary.json`'s memory means: utilization (all and saturated steps) and the
+        split."""
         if self.steps == 0:
             return {"utilization_mean": None, "utilization_saturated": None,
                     "breakdown_mean": {p: None for p in SPLIT_PARTS}}

@@ -1,6 +1,6 @@
-"""`summary.json` as typed objects: a `Summary` and its sections, written and read back.
+"""`kvbench_summary.json` as typed objects: a `Summary` and its sections, written and read back.
 
-The JSON keys are the field names, in field order, exactly as `summary.json` has always had
+The JSON keys are the field names, in field order, exactly as `kvbench_summary.json` has always had
 them (results folders written before this module load unchanged). Rules of the round trip:
 
 - A key this version does not know is kept: each section collects such keys in `extra` and
@@ -24,6 +24,30 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from kvbench.errors import KvbenchInputError
+
+# A run's summary file. Its name marks a kvbench results folder: vLLM's sweep plotters
+# (`vllm bench sweep plot`, `plot_pareto`) read every `summary.json` under the folder they are
+# given as a JSON list of their own run records, so kvbench writes none of its own
+# (results/README.md, File names); `kvbench export --format vllm-sweep` writes theirs.
+SUMMARY_FILE = "kvbench_summary.json"
+# What older kvbench versions named it; read back when it holds a JSON object (the
+# `summary.json` of a vLLM sweep holds a list).
+LEGACY_SUMMARY_FILE = "summary.json"
+
+
+def summary_file(folder: Path | str) -> Path | None:
+    """The summary of the run folder `folder` (`SUMMARY_FILE`, or an older kvbench's
+    `summary.json`); None when it holds neither."""
+    folder = Path(folder)
+    if (folder / SUMMARY_FILE).is_file():
+        return folder / SUMMARY_FILE
+    legacy = folder / LEGACY_SUMMARY_FILE
+    try:
+        with legacy.open("rb") as f:
+            head = f.read(64).lstrip()
+    except OSError:
+        return None
+    return legacy if head.startswith(b"{") else None
 
 
 @dataclass(kw_only=True)
@@ -196,7 +220,7 @@ class Goodput(Section):
 
 @dataclass(kw_only=True)
 class Summary(Section):
-    """One run's `summary.json`."""
+    """One run's `kvbench_summary.json`."""
 
     label: str | None = None
     status: str | None = None  # complete, interrupted, failed
@@ -245,7 +269,7 @@ class Summary(Section):
 
     @classmethod
     def from_json(cls, path: Path | str) -> Summary:
-        """Read a `summary.json` (KvbenchInputError when it is not one)."""
+        """Read a `kvbench_summary.json` (KvbenchInputError when it is not one)."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
@@ -270,6 +294,9 @@ def as_summary(summary: Summary | Mapping[str, Any] | None) -> Summary | None:
 
 
 __all__ = [
+    "LEGACY_SUMMARY_FILE",
+    "SUMMARY_FILE",
+    "summary_file",
     "Goodput",
     "Latencies",
     "LatencyStats",

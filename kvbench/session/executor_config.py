@@ -13,6 +13,9 @@ class ExecutorConfig:
     kind: EngineKind = field(default=EngineKind.MODEL, metadata={"json": "engine_kind"})
     gpu: str | None = None  # the simulated GPU's preset
     gpu_spec: str | None = None  # a GPU described in a TOML file: replaces `gpu`
+    # Whose defaults the options the user did not give took: kvbench's or vLLM v1's
+    # (`kvbench.session.vllm_defaults`); the values they took are in their own sections.
+    defaults: str = "kvbench"
 
     def __post_init__(self) -> None:
         self.kind = EngineKind.parse(self.kind)

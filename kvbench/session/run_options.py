@@ -25,6 +25,7 @@ from typing import Any
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.session.run_config import RunConfig, section_classes
+from kvbench.session.vllm_defaults import DEFAULTS_CHOICES, vllm_defaults
 from kvbench.simulator.gpus import DEFAULT_GPU
 from kvbench.sizing.kv_budget import DEFAULT_GPU_MEMORY_UTILIZATION
 
@@ -39,6 +40,9 @@ class OptionSpec:
 
     help: str = ""
     flag: str | None = None  # default: --field-name-with-dashes
+    # vLLM's names for the same knob, accepted as well (`--enable-chunked-prefill`); the
+    # field's name is the one `config.json` records.
+    aliases: tuple[str, ...] = ()
     kinds: tuple[str, ...] = KINDS  # the commands that take it
     # The command's default where it differs from the field's (also for commands that do not
     # take the option: `simulate` always runs on the CPU with the torch backend).
@@ -123,12 +127,14 @@ class RunOptions:
         "workload parameter (see `kvbench list`), repeatable", default=(), key="params",
         flag="--workload-param", metavar="KEY=VALUE", show_default=False,
     )
-    num_requests: int | None = _workload("requests to replay [default: 64; a trace: all of it]")
+    num_requests: int | None = _workload("requests to replay [default: 64; a trace: all of it]",
+                                         aliases=("--num-prompts",))
     model: str = _engine("preset name or local Hugging Face folder")
     dtype: str = _engine("auto (bfloat16 on CUDA, float32 on the CPU), float32, bfloat16, "
                          "float16", default="auto", kind_defaults={"simulate": "bfloat16"})
     kv_cache_dtype: str = _engine("auto (= --dtype) or fp8")
-    kv_memory: str | None = _engine("KV arena budget, e.g. 64MiB, 2GB [default: 64MiB off CUDA]")
+    kv_memory: str | None = _engine("KV arena budget, e.g. 64MiB, 2GB [default: 64MiB off CUDA]",
+                                    aliases=("--kv-cache-memory-bytes",))
     gpu_memory_utilization: float | None = _engine(
         "CUDA: share of device memory for the engine (as vLLM) "
         f"[{float(DEFAULT_GPU_MEMORY_UTILIZATION):g}]")
@@ -137,7 +143,7 @@ class RunOptions:
     max_num_batched_tokens: int | None = _engine(
         "token budget per step [default: max(2048, max-model-len)]")
     max_model_len: int | None = _engine("[default: the model's maximum positions]")
-    chunked_prefill: bool = _engine(negatable=True)
+    chunked_prefill: bool = _engine(negatable=True, aliases=("--enable-chunked-prefill",))
     temperature: float = _engine("0 = greedy")
     kv_scale: float | None = _engine(
         "fp8 KV: fixed scale for every layer [default: amax/224 of the first write per layer]")
@@ -151,19 +157,26 @@ class RunOptions:
         "any conversation is a conversation of one); inf = not given", default="inf")
     burstiness: float = _replay("gamma arrivals shape (1 = Poisson)")
     max_concurrency: int | None = _replay("closed loop: at most this many requests in flight")
-    warmup: int = _replay("requests run first and excluded from every metric")
+    warmup: int = _replay("requests run first and excluded from every metric",
+                          aliases=("--num-warmups",))
     trace: bool = _replay("write trace.json (Chrome trace format)", show_default=False)
     steps_every: int = _replay(
         "write every Nth step to steps.csv (the summary still counts every step)", metavar="N")
-    slo: str | None = _replay("goodput targets, e.g. ttft=500ms,tpot=50ms", default=None,
-                              key="slo_ms", per_run=False)
+    slo: str | None = _replay(
+        "goodput targets, e.g. ttft=500ms,tpot=50ms (or vLLM's --goodput 'ttft:500 tpot:50', "
+        "milliseconds)", default=None, key="slo_ms", per_run=False, aliases=("--goodput",))
     repeat: int = _session("run each configuration N times; report mean ± 95% CI", default=1,
                            per_run=False)
     out: str = _session("folder that receives results/<run-id>/", default="results",
-                        per_run=False)
+                        per_run=False, aliases=("--result-dir",))
     per_strategy_reports: bool = _session(
         "a multi-strategy run also writes report.html into each strategy's folder (each "
         "inlines plotly.js, ~5 MB)", default=False, per_run=False, show_default=False)
+    defaults: str = _executor(
+        "vllm: every option not given takes vLLM v1's default (prefix caching = --strategy "
+        "prefix, chunked prefill, its --max-num-batched-tokens and --max-num-seqs, fp8 scale "
+        "1.0, one unmeasured request; README, Defaults that differ from vLLM's)",
+        choices=DEFAULTS_CHOICES)
     # `kvbench run` only
     device: str = _engine("auto, cpu, cuda, cuda:N", kinds=("run",),
                           kind_defaults={"simulate": "cpu"})
@@ -186,14 +199,18 @@ class RunOptions:
         "a GPU described in a TOML file (docs/simulator.md); replaces --gpu",
         kinds=("simulate",), metavar="FILE.toml", show_default=False)
     tensor_parallel_size: int = _engine(
-        "GPUs in one tensor-parallel group (as vLLM's -tp)", kinds=("simulate",))
+        "GPUs in one tensor-parallel group (as vLLM's -tp)", kinds=("simulate",),
+        aliases=("-tp",))
 
     @classmethod
     def for_kind(cls, kind: str, **values: Any) -> RunOptions:
-        """The options of `kvbench <kind>`: that command's defaults, then `values`."""
+        """The options of `kvbench <kind>`: that command's defaults (vLLM's, for the options
+        `values` does not give, with `defaults="vllm"`), then `values`."""
         check_kind_name(kind)
         defaults = {f.name: _spec(f).kind_defaults[kind] for f in dataclasses.fields(cls)
                     if kind in _spec(f).kind_defaults}
+        if values.get("defaults") == "vllm":
+            defaults.update(vllm_defaults(kind, {**defaults, **values}))
         return cls(**{**defaults, **values})
 
 
@@ -211,6 +228,11 @@ class OptionField:
     @property
     def flag(self) -> str:
         return self.spec.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Every spelling the command line takes: the flag, then vLLM's aliases."""
+        return (self.flag, *self.spec.aliases)
 
     @property
     def is_flag(self) -> bool:

@@ -37,6 +37,7 @@ from kvbench.results.metrics import (
 )
 from kvbench.results.step_writer import StepTotals, StepWriter
 from kvbench.results.summary import (
+    SUMMARY_FILE,
     Goodput,
     Latencies,
     LatencyStats,
@@ -66,7 +67,7 @@ class RunOutcome:
 
     label: str
     folder: Path
-    # As written to summary.json; a caller that adds a section (fp8 accuracy) sets it here
+    # As written to kvbench_summary.json; a caller that adds a section (fp8 accuracy) sets it here
     # and rewrites the file.
     summary: Summary
     config: dict[str, Any]  # as written to config.json
@@ -187,7 +188,7 @@ def run_one(
     write_json(folder / "config.json", config_json)
     clock = engine.clock
     clock.reset()
-    # The trace runs on the engine's clock: simulated under `kvbench simulate`, as summary.json.
+    # The trace runs on the engine's clock: simulated under `kvbench simulate`, as the summary.
     recorder = TraceRecorder(
         f"kvbench {label}{' (simulated)' if run.executor.kind is EngineKind.SIMULATED else ''}",
         clock=clock, drawn_by_executor=engine.drawn_trace_ranges,
@@ -346,7 +347,7 @@ def _write_results(
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", recorder.to_json())
-    summary.write(folder / "summary.json")
+    summary.write(folder / SUMMARY_FILE)
     # (an unfinished run writes no report: nothing to keep)
     kept = token_times if keep_token_times and status == "complete" else None
     return RunOutcome(label, folder, summary, config_json, requests_df, kept)

@@ -38,6 +38,7 @@ from kvbench.results.files import (
 )
 from kvbench.results.metrics import nan_to_none
 from kvbench.results.repeat import repeat_summary
+from kvbench.results.summary import SUMMARY_FILE
 from kvbench.scheduling import POLICIES, QUEUE_ORDERS
 from kvbench.session.run_config import RunConfig
 from kvbench.session.run_options import RunOptions, build_run_config, option_fields
@@ -53,20 +54,27 @@ def split_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+# vLLM's `--goodput` names E2E latency `e2el`.
+_SLO_NAMES = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "e2el": "e2e"}
+
+
 def parse_slo(text: str | None) -> dict[str, float]:
-    """`ttft=500ms,tpot=50ms` -> {"ttft": 500.0, "tpot": 50.0} (milliseconds)."""
+    """`ttft=500ms,tpot=50ms`, or vLLM's `--goodput` pairs `ttft:500 tpot:50` (a number without
+    unit is milliseconds), -> {"ttft": 500.0, "tpot": 50.0} (milliseconds)."""
 
     if not text:
         return {}
     slo: dict[str, float] = {}
-    for item in split_list(text):
-        key, sep, value = item.partition("=")
+    for item in split_list(text.replace(" ", ",")):
+        sep = "=" if "=" in item else ":"
+        key, found, value = item.partition(sep)
         key = key.strip().removesuffix(".p99").removesuffix(".mean")
-        if not sep or key not in ("ttft", "tpot", "e2e"):
+        if not found or key not in _SLO_NAMES:
             raise KvbenchInputError(
-                f"cannot read --slo item {item!r}: use ttft=500ms,tpot=50ms (or e2e=)"
+                f"cannot read --slo item {item!r}: use ttft=500ms,tpot=50ms (or e2e=), or "
+                "vLLM's ttft:500 tpot:50"
             )
-        slo[key] = parse_duration_s(value) * 1e3
+        slo[_SLO_NAMES[key]] = parse_duration_s(value.strip()) * 1e3
     return slo
 
 
@@ -237,7 +245,7 @@ class SessionResult:
 
     @property
     def summaries(self) -> list[dict[str, Any]]:
-        """The outcomes' summaries in their JSON form (as `summary.json` holds them)."""
+        """The outcomes' summaries in their JSON form (as `kvbench_summary.json` holds them)."""
         return [o.summary.to_dict() for o in self.outcomes]
 
 
@@ -432,7 +440,7 @@ def _measures_fp8_accuracy(run: RunConfig) -> bool:
 def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: list,
                          model_cache: dict) -> None:
     """fp8 runs of the model: agreement with the unquantized cache on the same requests and
-    the same KV budget, written into each outcome's `summary.json`.
+    the same KV budget, written into each outcome's `kvbench_summary.json`.
 
     The run's own engine must be gone (a GPU holds one engine at a time). Each folder is
     marked incomplete while its summary lacks the section, so a sweep resumed after Ctrl-C
@@ -467,7 +475,7 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
         raise
     for outcome, folder in zip(outcomes, folders, strict=True):
         outcome.summary.accuracy = nan_to_none(accuracy)  # as the file holds it
-        outcome.summary.write(outcome.folder / "summary.json")
+        outcome.summary.write(outcome.folder / SUMMARY_FILE)
         folder.complete()
 
 

@@ -46,7 +46,7 @@ def canonical_name(text: str) -> str:
     if name in options:
         return name
     for info in options.values():
-        if info.flag.lstrip("-").replace("-", "_") == name:
+        if name in {flag.lstrip("-").replace("-", "_") for flag in info.flags}:
             return info.name
     known = ", ".join(sorted(options))
     raise KvbenchInputError(

@@ -22,7 +22,7 @@ from typing import Any
 
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder, atomic_write_bytes
-from kvbench.results.summary import Summary
+from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 from kvbench.session.run_config import RunConfig
 from kvbench.session.runner import prepare, run_one
 from kvbench.session.session import add_accuracy_section
@@ -102,7 +102,7 @@ def read_point(folder: Path) -> Summary | None:
     if not ResultsFolder.is_complete(folder):
         return None
     try:
-        return Summary.from_json(Path(folder) / "summary.json")
+        return Summary.from_json(summary_file(folder) or Path(folder) / SUMMARY_FILE)
     except KvbenchInputError:
         return None
 

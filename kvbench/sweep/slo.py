@@ -1,7 +1,7 @@
 """Service-level objectives over a run's latency percentiles: `ttft.p99=500ms,tpot.p99=50ms`.
 
 A target is METRIC.STAT <= LIMIT, in milliseconds: METRIC one of ttft, tpot, itl, e2e, queue,
-prefill (the `latency_ms` keys of `summary.json`), STAT one of mean, p50, p90, p99, max
+prefill (the `latency_ms` keys of `kvbench_summary.json`), STAT one of mean, p50, p90, p99, max
 (p99 when left out). A run meets the SLO when it completed, served every request, and every
 target holds. Units as `kvbench run --slo`: `500ms`, `0.5s`, or a bare number of ms.
 """
@@ -19,7 +19,7 @@ from kvbench.units import parse_duration_s
 
 METRICS = tuple(LATENCY_METRICS)
 STATS = LATENCY_STATS
-# The per-request goodput of `summary.json` knows these (kvbench.results.metrics.goodput).
+# The per-request goodput of `kvbench_summary.json` knows these (kvbench.results.metrics.goodput).
 GOODPUT_METRICS = ("ttft", "tpot", "e2e")
 
 

@@ -69,7 +69,7 @@ def higher_is_better(column: str) -> bool:
 
 
 def summary_row(summary: Summary | Mapping[str, Any] | None) -> dict[str, Any]:
-    """The flattened headline metrics of one `summary.json` (empty when there is none)."""
+    """The flattened headline metrics of one `kvbench_summary.json` (empty when there is none)."""
     summary = as_summary(summary) if summary else None
     if summary is None:
         return {}

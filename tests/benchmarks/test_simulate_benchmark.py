@@ -49,8 +49,8 @@ def _simulate(out):
 
 def test_simulate_sharegpt_at_2_requests_per_second(benchmark, tmp_path):
     wall, cpu = benchmark.pedantic(_simulate, args=(tmp_path,), rounds=1, iterations=1)
-    (folder,) = [path.parent for path in tmp_path.glob("*/summary.json")]
-    summary = json.loads((folder / "summary.json").read_text())
+    (folder,) = [path.parent for path in tmp_path.glob("*/kvbench_summary.json")]
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert summary["completed"] == NUM_REQUESTS
     assert (folder / "report.html").is_file()
     steps = summary["scheduler"]["steps"]

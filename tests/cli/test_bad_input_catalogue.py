@@ -121,7 +121,7 @@ def _setup(tmp: Path) -> None:
     (tmp / "a-file").write_text("keep me\n")
     results = tmp / "corrupt-results"
     results.mkdir()
-    (results / "summary.json").write_text('{"label": ')
+    (results / "kvbench_summary.json").write_text('{"label": ')
     (tmp / "gpu.txt").write_text("name = 'x'\n")
     (tmp / "garbage.toml").write_text("this = is = not toml\n")
     (tmp / "incomplete.toml").write_text('name = "half a gpu"\n')

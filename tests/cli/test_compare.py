@@ -30,7 +30,7 @@ def summary(label: str, out_tok_s: float = 100.0, ttft_p99: float = 200.0,
 
 def write_run(folder: Path, data: dict, git: str = "aaaaaaa") -> Path:
     folder.mkdir(parents=True)
-    (folder / "summary.json").write_text(json.dumps(data))
+    (folder / "kvbench_summary.json").write_text(json.dumps(data))
     (folder / "config.json").write_text(json.dumps({"label": data["label"],
                                                     "versions": {"git": git}}))
     return folder

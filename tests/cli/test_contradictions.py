@@ -36,7 +36,7 @@ def test_chunked_prefill_lets_static_batching_run_prompts_longer_than_a_step(tmp
             "--out", str(tmp_path)]
     assert main(args) == 2  # without chunking a 512-token prompt never fits a 256-token step
     assert main([*args, "--chunked-prefill"]) == 0
-    summary = json.loads((_folder(tmp_path) / "summary.json").read_text())
+    summary = json.loads((_folder(tmp_path) / "kvbench_summary.json").read_text())
     assert summary["completed"] == 4 and summary["batching"] == "static"
 
 

@@ -39,7 +39,7 @@ def test_run_writes_the_results_contract(tmp_path, capsys):
     (folder,) = run_dirs(tmp_path)
     assert capsys.readouterr().out.strip() == str(folder)
     assert not (folder / "INCOMPLETE").exists()
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
     assert summary["completed"] == 12 and summary["failed"] == 0
     assert set(summary["latency_ms"]["ttft"]) == {"mean", "p50", "p90", "p99", "max"}
@@ -71,7 +71,7 @@ def test_static_batching_with_sjf_runs_and_config_records_the_queue_order(tmp_pa
     assert folder.name.endswith("-paged-static-sjf-chat")
     engine = json.loads((folder / "config.json").read_text())["run"]["engine"]
     assert engine["batching"] == "static" and engine["queue_order"] == "sjf"
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert summary["completed"] == 6 and summary["label"] == "paged-static-sjf"
 
 

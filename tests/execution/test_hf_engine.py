@@ -95,10 +95,10 @@ def test_run_with_engine_hf_writes_the_results_files(tmp_path):
     assert main(["run", "--engine", "hf", "--workload", "uniform", "--num-requests", "6",
                  "--max-num-seqs", "4", "--warmup", "1", "--out", str(out), "--quiet"]) == 0
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
-    for name in ("config.json", "summary.json", "requests.csv", "steps.csv"):
+    for name in ("config.json", "kvbench_summary.json", "requests.csv", "steps.csv"):
         assert (folder / name).is_file(), name
     assert not (folder / "INCOMPLETE").exists()
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert summary["label"] == "hf-generate" and summary["executor"] == "hf"
     assert summary["completed"] == 6 and summary["throughput"]["output_tok_s"] > 0
     assert summary["latency_ms"]["ttft"]["p50"] > 0 and summary["latency_ms"]["tpot"]["p50"] > 0

@@ -38,7 +38,7 @@ def test_simulate_runs_without_torch_and_records_the_installed_torch(tmp_path):
     assert config["versions"]["cuda"] == torch.version.cuda
     # no torch thread pool existed, so no thread count is claimed for it
     assert config["threads"]["torch_num_threads"] is None
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert summary["completed"] == 20 and summary["memory"]["peak_gpu_bytes"] is None
 
 

@@ -60,7 +60,7 @@ def _summaries(args: list[str]) -> dict[str, Any]:
         if code != 0:
             raise RuntimeError(f"kvbench {' '.join(args)} exited {code}")
         found = {}
-        for path in sorted(Path(out).rglob("summary.json")):
+        for path in sorted(Path(out).rglob("kvbench_summary.json")):
             summary = json.loads(path.read_text())
             found[summary["label"]] = summary
         return found

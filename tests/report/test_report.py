@@ -97,9 +97,9 @@ def _second_revision(comparison: Path, dest: Path) -> Path:
         config = json.loads((dest / label / "config.json").read_text())
         config["versions"]["git"] = "fedcba9"
         (dest / label / "config.json").write_text(json.dumps(config))
-    summary = json.loads((dest / "paged" / "summary.json").read_text())
+    summary = json.loads((dest / "paged" / "kvbench_summary.json").read_text())
     summary["throughput"]["output_tok_s"] *= 1.2
-    (dest / "paged" / "summary.json").write_text(json.dumps(summary))
+    (dest / "paged" / "kvbench_summary.json").write_text(json.dumps(summary))
     return dest
 
 
@@ -122,11 +122,11 @@ def test_two_revisions_side_by_side_with_differences(comparison, tmp_path):
 def test_accuracy_section_and_incomplete_warning(comparison, tmp_path):
     folder = tmp_path / "fp8"
     shutil.copytree(comparison / "paged", folder)
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
     summary["accuracy"] = {"top1_agreement": 0.98, "max_abs_logit_error": 0.031,
                            "per_layer": {"k_rel_error": [0.01 + i / 1000 for i in range(32)],
                                          "v_rel_error": [0.01, 0.02]}}
-    (folder / "summary.json").write_text(json.dumps(summary))
+    (folder / "kvbench_summary.json").write_text(json.dumps(summary))
     (folder / "INCOMPLETE").write_text(json.dumps({"status": "failed", "message": "x"}))
     html = write_report([folder], tmp_path / "r.html").read_text()
     assert "<section id='accuracy'>" in html

@@ -122,7 +122,7 @@ def test_itl_cdf_of_a_long_run_plots_exact_quantiles_from_one_read(comparison, t
 def test_repeated_runs_show_mean_and_confidence_interval(comparison, tmp_path):
     base = tmp_path / "paged"
     shutil.copytree(comparison / "paged", base / "rep-1")
-    summary = json.loads((base / "rep-1" / "summary.json").read_text())
+    summary = json.loads((base / "rep-1" / "kvbench_summary.json").read_text())
     faster = json.loads(json.dumps(summary))
     faster["throughput"]["output_tok_s"] *= 1.1
     (base / "repeat.json").write_text(json.dumps(repeat_summary([summary, faster])))

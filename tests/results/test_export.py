@@ -53,7 +53,7 @@ def test_vllm_bench_export_matches_summary(comparison, tmp_path, capsys):
     assert main(["export", str(run), "--format", "vllm-bench", "-o", str(out)]) == 0
     assert "could not fill" not in capsys.readouterr().err
     got = read_like_a_vllm_user(out)
-    summary = json.loads((run / "summary.json").read_text())
+    summary = json.loads((run / "kvbench_summary.json").read_text())
     lat = summary["latency_ms"]
     assert got["completed"] == summary["completed"] == 8
     assert got["req_s"] == pytest.approx(summary["throughput"]["requests_s"])
@@ -75,17 +75,19 @@ def test_vllm_bench_export_matches_summary(comparison, tmp_path, capsys):
 def test_a_folder_without_token_times_exports_what_it_can(comparison, tmp_path, capsys):
     old = tmp_path / "old"
     old.mkdir()
-    for name in ("summary.json", "config.json", "requests.csv"):
+    for name in ("kvbench_summary.json", "config.json", "requests.csv"):
         (old / name).write_bytes((comparison / "prefix" / name).read_bytes())
     assert main(["export", str(old), "--format", "vllm-bench"]) == 0
     captured = capsys.readouterr()
     result = json.loads(captured.out)
     assert "itls" not in result and "std_itl_ms" not in result
-    summary = json.loads((old / "summary.json").read_text())
+    assert "max_output_tokens_per_s" not in result
+    assert result["max_concurrent_requests"] >= 1  # from start times and latencies alone
+    summary = json.loads((old / "kvbench_summary.json").read_text())
     assert result["mean_itl_ms"] == summary["latency_ms"]["itl"]["mean"]
     assert len(result["ttfts"]) == 8
     (line,) = captured.err.splitlines()
-    assert "could not fill itls, std_itl_ms" in line
+    assert "could not fill itls, max_output_tokens_per_s, std_itl_ms" in line
 
 
 def test_csv_has_a_row_per_request_of_every_strategy(comparison, tmp_path, capsys):
@@ -112,3 +114,22 @@ def test_tokens_file_holds_every_output_token(comparison):
     first = {r["request_id"]: r["token_times_s"][0] for r in rows}
     assert [first[i] for i in frame["request_id"]] == pytest.approx(
         list(frame["first_token_s"]), abs=1e-6)
+
+
+def test_an_older_folder_with_summary_json_still_reads(comparison, tmp_path, capsys):
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("config.json", "requests.csv", "tokens.jsonl"):
+        (old / name).write_bytes((comparison / "paged" / name).read_bytes())
+    (old / "summary.json").write_bytes((comparison / "paged" / "kvbench_summary.json")
+                                       .read_bytes())
+    assert main(["export", str(old), "--format", "vllm-bench"]) == 0
+    assert json.loads(capsys.readouterr().out)["completed"] == 8
+
+
+def test_a_vllm_sweep_summary_is_not_a_kvbench_run(comparison, tmp_path, capsys):
+    sweep = tmp_path / "vllm"
+    assert main(["export", str(comparison), "--format", "vllm-sweep", "-o", str(sweep)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(sweep / "paged"), "--format", "vllm-bench"]) == 2
+    assert "not a kvbench results folder" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""`Summary` reads and writes `summary.json` without changing a key, old folders included.
+"""`Summary` reads and writes `kvbench_summary.json` without changing a key, old folders included.
 
 The files under data/ were written by the runner before `Summary` existed (commit 8707abe):
 a prefix-cache run with an SLO (strategy counters, goodput) and an fp8 run (accuracy).
@@ -46,8 +46,8 @@ def test_a_summary_written_before_the_schema_round_trips_key_for_key(path):
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
 def test_written_file_is_byte_identical(path, tmp_path):
-    Summary.from_json(path).write(tmp_path / "summary.json")
-    assert (tmp_path / "summary.json").read_text() == path.read_text()
+    Summary.from_json(path).write(tmp_path / "kvbench_summary.json")
+    assert (tmp_path / "kvbench_summary.json").read_text() == path.read_text()
 
 
 def test_sections_are_typed_and_strategy_counters_are_kept():
@@ -107,7 +107,7 @@ def test_the_runner_writes_the_same_keys_as_before(tmp_path, capsys):
     assert main(["simulate", "--strategy", "prefix", "--workload", "prefix-repeat",
                  "--num-requests", "6", "--slo", "ttft=2000ms,tpot=500ms", "--quiet",
                  "--out", str(tmp_path)]) == 0
-    (path,) = tmp_path.rglob("summary.json")
+    (path,) = tmp_path.rglob("kvbench_summary.json")
     fresh = _load(path)
     fixture = _load(DATA / "summary_prefix_slo.json")
     assert _key_paths(fresh) == _key_paths(fixture)

@@ -173,7 +173,7 @@ def test_preemption_counts_in_steps_and_requests_csv(tmp_path):
                  "--warmup", "0", "--out", str(out), "--quiet"]) == 0
     (root,) = [p for p in out.iterdir() if p.is_dir()]
     for folder in ("paged", "paged-static"):
-        summary = json.loads((root / folder / "summary.json").read_text())
+        summary = json.loads((root / folder / "kvbench_summary.json").read_text())
         steps = pd.read_csv(root / folder / "steps.csv")
         requests = pd.read_csv(root / folder / "requests.csv")
         assert summary["completed"] == 8

@@ -101,7 +101,7 @@ def test_a_full_disk_mid_run_keeps_what_was_written_and_exits_1(tmp_path, monkey
     assert len(lines) == 1 and lines[0].startswith("kvbench: error: disk full")
     (folder,) = tmp_path.iterdir()
     assert (folder / "config.json").is_file() and (folder / "requests.csv").is_file()
-    assert (folder / INCOMPLETE_MARKER).is_file() and not (folder / "summary.json").exists()
+    assert (folder / INCOMPLETE_MARKER).is_file() and not (folder / "kvbench_summary.json").exists()
     assert not list(folder.glob(".*"))  # no temporary file left behind
 
 
@@ -199,7 +199,7 @@ def test_a_sweep_killed_with_sigkill_resumes_with_only_the_unfinished_points(
     first, second = folder / "num_requests=4", folder / "num_requests=6"
     _kill_when(args, 2, lambda: (second / "config.json").is_file())
     assert ResultsFolder.is_complete(first) and not ResultsFolder.is_complete(second)
-    done_ns = (first / "summary.json").stat().st_mtime_ns
+    done_ns = (first / "kvbench_summary.json").stat().st_mtime_ns
 
     real = kvbench.session.runner._replay
     counted: list[int] = []
@@ -210,7 +210,7 @@ def test_a_sweep_killed_with_sigkill_resumes_with_only_the_unfinished_points(
 
     monkeypatch.setattr(kvbench.session.runner, "_replay", replay)
     assert main([*args, "--resume"]) == 0
-    assert (first / "summary.json").stat().st_mtime_ns == done_ns  # not rerun
+    assert (first / "kvbench_summary.json").stat().st_mtime_ns == done_ns  # not rerun
     assert sorted(counted) == [6, 8]  # the killed point and the one never started
     table = pd.read_csv(folder / "points.csv")
     assert set(table["status"]) == {"complete"}

@@ -41,7 +41,7 @@ def test_ctrl_c_keeps_a_marked_partial_result_and_exits_130(tmp_path):
     assert "interrupted" in err and "Traceback" not in err
     marker = json.loads((folder / "INCOMPLETE").read_text())
     assert marker["status"] == "interrupted"
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert summary["status"] == "interrupted"
     assert summary["completed"] < 2000
     requests = pd.read_csv(folder / "requests.csv")
@@ -56,7 +56,7 @@ def test_repeat_reports_mean_and_confidence_interval(tmp_path, capsys):
     assert stats["repeats"] == 2
     assert stats["figures"]["output_tok_s"]["n"] == 2
     (root,) = list(tmp_path.iterdir())
-    assert (root / "rep-1" / "summary.json").is_file() and (root / "rep-2").is_dir()
+    assert (root / "rep-1" / "kvbench_summary.json").is_file() and (root / "rep-2").is_dir()
     assert (root / "repeat.json").is_file()
 
 

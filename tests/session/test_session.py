@@ -69,7 +69,7 @@ def test_a_session_returns_its_results_and_prints_nothing(tmp_path, capsys):
     comparison = json.loads((root / "comparison.json").read_text())
     assert [r["folder"] for r in comparison["runs"]] == ["contiguous-max/rep-1", "paged/rep-1"]
     assert run_folders(root) == [root / "contiguous-max" / "rep-1", root / "paged" / "rep-1"]
-    assert (root / "paged" / "rep-2" / "summary.json").is_file()
+    assert (root / "paged" / "rep-2" / "kvbench_summary.json").is_file()
     assert (root / "paged" / "repeat.json").is_file()
 
 
@@ -89,7 +89,7 @@ def test_repeats_run_interleaved_and_single_runs_warn_about_noise(tmp_path):
     result = run_session(plan_session(options))
     folders = [result.root / label / f"rep-{k}" for k in (1, 2)
                for label in ("contiguous-max", "paged", "prefix")]
-    written = [(f / "summary.json").stat().st_mtime_ns for f in folders]
+    written = [(f / "kvbench_summary.json").stat().st_mtime_ns for f in folders]
     assert written == sorted(written)
     once = SessionResult(tmp_path, result.outcomes, repeats=[])
     (note,) = once.notes

@@ -1,5 +1,5 @@
 """`kvbench simulate`'s files: steps.csv streamed (every Nth row with `--steps-every`, the
-summary over all steps), and trace.json on the simulated clock like summary.json."""
+summary over all steps), and trace.json on the simulated clock like kvbench_summary.json."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ SIM = ["simulate", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--workload", 
 def _run(out, *extra) -> tuple:
     assert main([*SIM, "--out", str(out), *extra]) == 0
     (run,) = [p for p in out.iterdir() if p.is_dir()]
-    return run, json.loads((run / "summary.json").read_text())
+    return run, json.loads((run / "kvbench_summary.json").read_text())
 
 
 @pytest.fixture(scope="module")

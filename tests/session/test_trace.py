@@ -93,7 +93,7 @@ def test_trace_json_loads_clean_and_covers_the_run(traced, label):
     # ranges cover >= 95% of the run's wall time
     (replay,) = [s for s in spans if s["name"] == "replay"]
     wall = replay["end"] - replay["start"]
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert wall >= 0.99 * summary["duration_s"] * 1e6
     children = [(s["start"], s["end"]) for s in spans
                 if s["depth"] == replay["depth"] + 1 and s["tid"] == replay["tid"]]
@@ -105,7 +105,7 @@ def _check_request_tracks(data: dict, folder: Path) -> None:
     threads = {e["tid"]: e["args"]["name"] for e in data["traceEvents"]
                if e["name"] == "thread_name"}
     request_tids = {tid for tid, name in threads.items() if name.startswith("request ")}
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert len(request_tids) == summary["num_requests"]
     tid = min(request_tids)
     phases = sorted((s for s in slices(data) if s["tid"] == tid),
@@ -142,8 +142,8 @@ def test_a_simulated_trace_loads_clean_with_each_steps_modelled_phases(simulated
         assert attention | {"gemm", "write_kv"} <= {k["name"] for k in kernels}
         assert forward["args"]["tokens"] >= 1
         total_ms += (step["end"] - step["start"]) / 1e3
-    # the steps are the model's: the same total as summary.json's simulated busy time
-    summary = json.loads((simulated / "summary.json").read_text())
+    # the steps are the model's: the same total as kvbench_summary.json's simulated busy time
+    summary = json.loads((simulated / "kvbench_summary.json").read_text())
     (replay,) = [s for s in spans if s["name"] == "replay"]
     assert (replay["end"] - replay["start"]) / 1e6 == pytest.approx(summary["duration_s"],
                                                                    abs=2e-6)

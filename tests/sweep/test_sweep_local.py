@@ -57,8 +57,8 @@ def test_failed_points_are_reported_and_rerun_by_resume(tmp_path, capsys):
     assert table.loc["kv_memory=1MiB", "status"] == "failed"
     assert isinstance(table.loc["kv_memory=1MiB", "error"], str)
     assert table.loc["kv_memory=4GiB", "status"] == "complete"
-    kept = (tmp_path / "f" / "kv_memory=4GiB" / "summary.json").stat().st_mtime_ns
+    kept = (tmp_path / "f" / "kv_memory=4GiB" / "kvbench_summary.json").stat().st_mtime_ns
     assert main([*args, "--resume"]) == 1  # the failed point runs (and fails) again
     assert "1 of 2 points failed" in capsys.readouterr().err
-    assert (tmp_path / "f" / "kv_memory=4GiB" / "summary.json").stat().st_mtime_ns == kept
+    assert (tmp_path / "f" / "kv_memory=4GiB" / "kvbench_summary.json").stat().st_mtime_ns == kept
     assert ResultsFolder.is_complete(tmp_path / "f" / "kv_memory=4GiB")

@@ -45,7 +45,7 @@ def test_interrupted_sweep_resumes_without_redoing_complete_points(tmp_path, mon
     assert list(table.loc[IDS, "status"]) == ["complete"] * 3 + ["interrupted"] + ["pending"] * 2
     interrupted = folder / IDS[3]
     assert json.loads((interrupted / INCOMPLETE_MARKER).read_text())["status"] == "interrupted"
-    done = {i: (folder / i / "summary.json").stat().st_mtime_ns for i in IDS[:3]}
+    done = {i: (folder / i / "kvbench_summary.json").stat().st_mtime_ns for i in IDS[:3]}
 
     assert main(args) == 2  # the same name without --resume is refused
 
@@ -53,7 +53,7 @@ def test_interrupted_sweep_resumes_without_redoing_complete_points(tmp_path, mon
     assert main([*args, "--resume"]) == 0
     assert len(calls) == 3  # the interrupted point and the two never started
     for point_id, mtime in done.items():
-        assert (folder / point_id / "summary.json").stat().st_mtime_ns == mtime
+        assert (folder / point_id / "kvbench_summary.json").stat().st_mtime_ns == mtime
     assert all(ResultsFolder.is_complete(folder / i) for i in IDS)
     table = pd.read_csv(folder / "points.csv")
     assert list(table["point_id"]) == IDS and set(table["status"]) == {"complete"}

@@ -1,5 +1,5 @@
 """Rates that say what they count: `--request-rate` is requests per second on every workload
-(conversations included), `--conversation-rate` conversations per second, and summary.json
+(conversations included), `--conversation-rate` conversations per second, and kvbench_summary.json
 reports both, offered and achieved."""
 
 from __future__ import annotations
@@ -71,13 +71,13 @@ def test_cli_refuses_both_rates_in_one_line(tmp_path, capsys):
 
 
 def _load(**replay) -> dict:
-    """summary.json's `load` of a simulated chat run of 200 requests (50 conversations)."""
+    """kvbench_summary.json's `load` of a simulated chat run of 200 requests (50 conversations)."""
     run = RunConfig(workload=WorkloadConfig(name="chat", num_requests=200),
                     replay=ReplayConfig(warmup=0, **replay),
                     executor=ExecutorConfig(kind=EngineKind.SIMULATED, gpu="a100-40gb"))
     with tempfile.TemporaryDirectory() as folder:
         outcome = run_one(run, Path(folder) / "run", show_progress=False)
-        return json.loads((outcome.folder / "summary.json").read_text())["load"]
+        return json.loads((outcome.folder / "kvbench_summary.json").read_text())["load"]
 
 
 def test_summary_reports_offered_and_achieved_rates():
@@ -103,6 +103,6 @@ def test_cli_conversation_rate_lands_in_config_and_summary(tmp_path, capsys):
     folder = Path(capsys.readouterr().out.strip())
     config = json.loads((folder / "config.json").read_text())["run"]
     assert config["conversation_rate"] == 1.0 and config["request_rate"] == "inf"
-    load = json.loads((folder / "summary.json").read_text())["load"]
+    load = json.loads((folder / "kvbench_summary.json").read_text())["load"]
     assert load["conversation_rate"] == 1.0 and load["request_rate"] == 4.0
     assert load["max_concurrency"] == 2 and load["achieved_request_rate"] > 0

@@ -1,0 +1,69 @@
+"""`--defaults vllm`: the values vLLM v1 takes for the options a user did not give.
+
+Each value is what `vllm serve` (usage context OPENAI_API_SERVER) and `vllm bench serve`
+choose by default, from vLLM's sources (README, "Defaults that differ from vLLM's"):
+
+- `vllm/engine/arg_utils.py`, `EngineArgs`: chunked prefill and prefix caching on in V1 for
+  generative models; `get_batch_defaults`: `max_num_batched_tokens` 2048 and `max_num_seqs`
+  256, or 8192 and 1024 on a GPU with at least 70 GiB that is not an A100 (without chunked
+  prefill the token budget is max(max_model_len, 2048), as kvbench's);
+- `vllm/config/cache.py`, `CacheConfig`: `gpu_memory_utilization` 0.9 (kvbench's default
+  too), `calculate_kv_scales` False, so an fp8 cache reads with scale 1.0;
+- `vllm/benchmarks/serve.py`: the ready check sends the first prompt once before the
+  measured run (`--ready-check-timeout-sec` 600 > 0) and `--num-warmups` is 0: one request
+  unmeasured.
+
+Prefix caching over paged blocks is kvbench's `prefix` strategy. CUDA graphs
+(`--enforce-eager` off in vLLM) are left to `--no-enforce-eager`: kvbench's graph path has not
+yet been checked against eager on a GPU (docs/design.md, Kernels).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench.build.engine_build import keeps_fp8_cache
+from kvbench.config import EngineConfig
+from kvbench.simulator.gpu_lookup import get_gpu
+from kvbench.strategies import STRATEGIES
+
+DEFAULTS_CHOICES = ("kvbench", "vllm")
+
+# vLLM's `get_batch_defaults` for `vllm serve`: (max_num_batched_tokens, max_num_seqs)
+VLLM_BATCH_DEFAULTS = (2048, 256)
+VLLM_LARGE_GPU_BATCH_DEFAULTS = (8192, 1024)  # >= 70 GiB and not an A100 (H100, H200, ...)
+VLLM_LARGE_GPU_BYTES = 70 * 2**30
+VLLM_KV_SCALE = 1.0  # `calculate_kv_scales` off: k_scale = v_scale = 1.0
+VLLM_UNMEASURED_REQUESTS = 1  # the ready check's one request; `--num-warmups` 0
+
+
+def vllm_defaults(kind: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The `RunOptions` values vLLM v1 would take for a run of `kvbench <kind>` with
+    `values` (the command's defaults and what the user gave: the GPU and strategies)."""
+    batched, seqs = VLLM_BATCH_DEFAULTS
+    if kind == "simulate":
+        gpu = get_gpu(values.get("gpu_spec") or values.get("gpu"))
+        named = f"{gpu.name} {gpu.description}".lower()
+        if gpu.memory_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in named:
+            batched, seqs = VLLM_LARGE_GPU_BATCH_DEFAULTS
+    out: dict[str, Any] = {
+        "strategy": "prefix",
+        "chunked_prefill": True,
+        "max_num_batched_tokens": batched,
+        "max_num_seqs": seqs,
+        "warmup": VLLM_UNMEASURED_REQUESTS,
+    }
+    if values.get("chunked_prefill") is False:
+        # vLLM without chunked prefill: max(max_model_len, 2048), kvbench's own default
+        del out["max_num_batched_tokens"]
+    strategy = values.get("strategy") or out["strategy"]
+    names = STRATEGIES.names() if strategy == "all" else [
+        s.strip() for s in str(strategy).split(",") if s.strip()]
+    kv_dtype = values.get("kv_cache_dtype", "auto")
+    if any(keeps_fp8_cache(EngineConfig(strategy=name, kv_cache_dtype=kv_dtype))
+           for name in names):
+        out["kv_scale"] = VLLM_KV_SCALE  # a scale only an fp8 cache reads
+    return out
+
+
+__all__ = ["DEFAULTS_CHOICES", "vllm_defaults"]
