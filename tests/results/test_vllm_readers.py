@@ -183,7 +183,8 @@ def test_export_keeps_vllm_invariants_per_request(exported):
     assert result["rtfx"] == 0.0 and isinstance(result["max_output_tokens_per_s"], float)
     lists = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times",
              "queue_times", "generated_texts", "errors")
-    assert all(len(result[k]) == result["num_prompts"] == len(frame) for k in lists)
+    assert all(len(result[k]) == result["num_prompts"] == frame["request_id"].nunique()
+               for k in lists)  # requests.csv: a row per sample; the export: per request
     tokens = [json.loads(line) for line in
               (root / "paged" / "tokens.jsonl").read_text().splitlines()]
     tokens_per_request = pd.Series([len(t["token_times_s"]) for t in tokens]).groupby(
@@ -232,8 +233,9 @@ def test_send_times_are_start_times_and_the_wait_is_the_queue_time(exported, tmp
     out = tmp_path / "sent.json"
     assert main(["export", str(folder), "--format", "vllm-bench", "-o", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["start_times"] == pytest.approx(list(frame["sent_s"]))
-    assert result["queue_times"] == pytest.approx(list(0.25 * frame["request_id"]))
+    requests = frame.drop_duplicates("request_id")  # a row per sample: one send per request
+    assert result["start_times"] == pytest.approx(list(requests["sent_s"]))
+    assert result["queue_times"] == pytest.approx(list(0.25 * requests["request_id"]))
 
 
 def test_peak_concurrency_counts_half_open_intervals():
