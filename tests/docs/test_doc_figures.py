@@ -65,6 +65,7 @@ def _no_reports(monkeypatch):
 
 def _simulate(argv: list[str], tmp_path: Path, capsys) -> list[dict]:
     """`kvbench simulate ARGV --json`: the summaries."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
     assert main(["simulate", *argv, "--json", "--out", str(out)]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -281,6 +282,22 @@ def test_readme_simulate_figures(tmp_path, capsys):
     only_contiguous = _set(argv, "--strategy", "contiguous")  # the sentence is about it alone
     (short,) = _simulate([*only_contiguous, "--max-model-len", "2048"], tmp_path, capsys)
     assert f"{short['memory']['utilization_mean']:.1%}" == m.group(1) + "%"
+
+
+# docs/workloads.md -----------------------------------------------------------------------
+
+def test_workloads_md_mooncake_sample_prefix_hit_rate(tmp_path, capsys):
+    text = _text(ROOT / "docs" / "workloads.md")
+    section = text[text.index("### Mooncake"):]
+    sample = re.search(r"^```\n(.*?)^```", section, re.S | re.M).group(1)
+    trace = tmp_path / "mooncake_sample.jsonl"
+    trace.write_text(sample)
+    m = re.search(r"Replaying this sample with `--strategy paged,prefix` gives the prefix "
+                  r"strategy a ([\d.]+)% prefix hit rate", _prose(ROOT / "docs" / "workloads.md"))
+    assert m, "docs/workloads.md: the Mooncake sample's sentence changed shape"
+    runs = {s["label"]: s for s in _simulate(["--workload", str(trace), "--strategy",
+                                              "paged,prefix"], tmp_path / "runs", capsys)}
+    assert f"{runs['prefix']['scheduler']['prefix_hit_rate']:.1%}" == m.group(1) + "%"
 
 
 # Help texts that describe what the docs describe ------------------------------------------
