@@ -38,6 +38,7 @@ def injection(tmp_path_factory):
     return lib
 
 
+@pytest.mark.slow  # a real run in a fresh process with every range logged: over 20 s when busy
 def test_nsight_style_injection_sees_static_balanced_ranges(injection, tmp_path):
     log = tmp_path / "nvtx.tsv"
     env = {**os.environ, "NVTX_INJECTION64_PATH": str(injection), "NVTX_LOG_FILE": str(log)}

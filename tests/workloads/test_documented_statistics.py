@@ -3,7 +3,6 @@ workloads generate: the same builds as test_workload_statistics.py (the `built` 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
