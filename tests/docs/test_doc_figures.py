@@ -284,6 +284,39 @@ def test_readme_simulate_figures(tmp_path, capsys):
     assert f"{short['memory']['utilization_mean']:.1%}" == m.group(1) + "%"
 
 
+def test_readme_paging_ratio_is_the_capacity_tables_one():
+    m = re.search(r"Paging serves ([\d.]+)× the request rate of max-length reservation",
+                  _prose(README))
+    assert m, "README: the paging ratio's sentence changed shape"
+    capacity = {row[0].split(" (")[0]: float(row[1]) for row in CAPACITY_ROWS}
+    ratio = capacity["paged"] / capacity["contiguous, reserve max"]
+    assert f"{ratio:.1f}" == m.group(1)
+
+
+# README: the fp8 cache's capacity (a count: the same on any machine) -----------------------
+
+def test_readme_fp8_kv_capacities(tmp_path, monkeypatch, capsys):
+    command = re.search(r"^kvbench run --strategy paged,fp8 [^\n]+$", _text(README), re.M)
+    planned = []
+
+    def run_session(plan, **_kwargs):  # the engines are built (and sized); nothing runs
+        planned.append(plan)
+        return kvbench.session.session.SessionResult(plan.root, [], [])
+
+    monkeypatch.setattr(kvbench.session.session, "run_session", run_session)
+    argv = shlex.split(command.group())[1:]
+    assert main([*argv, "--out", str(tmp_path), "--quiet"]) == 0
+    (plan,) = planned
+    capacity = {label: built.engine.strategy.capacity_tokens
+                for label, (built, _) in zip(plan.labels, plan.prepared, strict=True)}
+    rows = _table(README, "| strategy | KV capacity |")
+    assert [row[0].split(" (")[0] for row in rows] == list(capacity)
+    for row in rows:
+        assert row[1] == f"{capacity[row[0].split(' (')[0]]:,} tokens", row[0]
+    assert "Exactly twice the tokens" in _prose(README)
+    assert capacity["fp8"] == 2 * capacity["paged"]
+
+
 # docs/workloads.md -----------------------------------------------------------------------
 
 def test_workloads_md_mooncake_sample_prefix_hit_rate(tmp_path, capsys):
