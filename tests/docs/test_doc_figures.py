@@ -3,8 +3,9 @@ figure that drifts from what its command prints fails here.
 
 Only figures that do not depend on the machine are checked: the simulator's (its clock is
 modelled, so the same command gives the same figures anywhere), the sizing arithmetic of
-`kvbench estimate`, the calibration script's tables and counts. The tables of real runs on the
-CPU (README: memory, batching, fp8) are measured and move with the machine. Each check reads
+`kvbench estimate`, the calibration script's tables, and counts (a real run's KV capacity,
+known once its engine is built; a workload's lengths). The timings in the tables of real runs
+on the CPU (README: memory, batching, fp8) are measured and move with the machine. Each check reads
 its figures out of the doc's text, so an edit to the doc is checked as much as a change to
 the code.
 """
