@@ -34,7 +34,9 @@ class TransformersEngines(ModelExecutors):
         hf_model = to_transformers(decoder, config.model, device)
         engine = HFGenerateEngine(
             hf_model, device=device, max_num_seqs=config.max_num_seqs,
-            max_model_len=max_model_len, temperature=config.temperature, seed=config.seed,
+            max_model_len=max_model_len,
+            max_padded_len=model_config.max_position_embeddings,
+            temperature=config.temperature, seed=config.seed,
             clock=context.clock,
         )
         element = torch.empty((), dtype=parse_dtype(config.dtype)).element_size()

@@ -58,7 +58,7 @@ COMMANDS: dict[str, LazyCommand] = {
         "Replay a workload through the engine with one or more strategies."),
     "simulate": LazyCommand(
         "kvbench.cli.simulate", "simulate_command",
-        "Replay a workload with a roofline cost model instead of the model (no GPU needed)."),
+        "Replay a workload with a modelled GPU step time instead of the model (no GPU needed)."),
     "sweep": LazyCommand(
         "kvbench.cli.sweep", "sweep_command",
         "Run a grid of `kvbench run` (or, with --simulate, `kvbench simulate`) points."),

@@ -16,7 +16,8 @@ OUTPUT_OPTIONS = ("quiet", "as_json")
 
 def output_options() -> list[click.Option]:
     return [
-        click.Option(["--quiet"], is_flag=True, help="no progress or table; print the folder"),
+        click.Option(["--quiet"], is_flag=True,
+                     help="no progress or table (warnings still print); print the folder"),
         click.Option(["--json", "as_json"], is_flag=True,
                      help="print kvbench_summary.json to stdout"),
     ]

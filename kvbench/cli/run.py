@@ -27,9 +27,9 @@ def execute(options: RunOptions, *, quiet: bool, as_json: bool) -> None:
     from kvbench.session.session import plan_session, run_session
 
     plan = plan_session(options)
-    if not quiet:
-        for warning in plan.warnings:
-            click.echo(f"kvbench: warning: {warning}", err=True)
+    # --quiet silences progress and the table, never a warning.
+    for warning in plan.warnings:
+        click.echo(f"kvbench: warning: {warning}", err=True)
 
     def announce(label: str, k: int, repeat: int) -> None:
         rep = f" (repeat {k}/{repeat})" if repeat > 1 else ""

@@ -14,10 +14,12 @@ from kvbench.session.run_options import RunOptions
 @run_options("simulate")
 @click.command(name="simulate")
 def simulate_command(**params: Any) -> None:
-    """Replay a workload with a roofline cost model instead of the model (no GPU needed).
+    """Replay a workload with a modelled GPU step time instead of the model (no GPU needed).
 
     Admission, allocation, preemption and queueing are the real code's; only step times are
-    modelled (peak FLOP/s and HBM bandwidth of the --gpu preset, unvalidated constants).
+    modelled: a per-operation model of the --gpu preset (GEMMs, attention, all-reduce) whose
+    constants are fitted to published GPU profiles; docs/simulator.md gives each constant's
+    source and the error against it (presets without a profile are marked validated: false).
     """
     options, output = split_params(params)
     execute(RunOptions.for_kind("simulate", **options), **output)

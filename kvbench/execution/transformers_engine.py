@@ -26,6 +26,9 @@ How a batch runs and what is measured:
   `kv_*_bytes` columns are empty (NaN), `kv_utilization` is None, and the summary's
   `kv_budget_bytes` and `kv_capacity_tokens` are null (no budget is enforced). On CUDA the
   peak allocated bytes (`peak_gpu_bytes`) still show what the run held.
+- A batch never pads a row past the model's positions: one row holds the batch's longest
+  prompt plus its longest output, so a batch ends (early, before `--max-num-seqs`) at the
+  first queued request that would make it longer; that request starts the next batch.
 - `prefill_tokens_computed` counts padded prompt tokens (batch size x longest prompt):
   the tokens the prefill really computes.
 """
@@ -142,6 +145,7 @@ class HFGenerateEngine(BaseEngine):
         device: torch.device,
         max_num_seqs: int,
         max_model_len: int,
+        max_padded_len: int | None = None,
         temperature: float = 0.0,
         seed: int = 0,
         clock: RunClock | None = None,
@@ -151,6 +155,9 @@ class HFGenerateEngine(BaseEngine):
         self.model = model
         self.device = device
         self.max_num_seqs = max_num_seqs
+        # The longest padded row a batch may have: the model's positions (transformers warns
+        # past them), max_model_len when not given.
+        self.max_padded_len = max_padded_len or max_model_len
         self.policy = _Batch()
         self._batches = 0
 
@@ -174,7 +181,7 @@ class HFGenerateEngine(BaseEngine):
         """Run the next static batch through `generate()`; returns its sequences (all finish)."""
         if not self.waiting:
             return []
-        batch = [self.waiting.pop() for _ in range(min(self.max_num_seqs, len(self.waiting)))]
+        batch = self._next_batch()
         t_start = self.clock()
         for seq in batch:
             seq.status = SequenceStatus.RUNNING
@@ -223,6 +230,22 @@ class HFGenerateEngine(BaseEngine):
         self.prefill_tokens_computed += len(batch) * width
         self.policy.running = []
         self._unfinished -= len(batch)
+        return batch
+
+    def _next_batch(self) -> list[Sequence]:
+        """Up to `max_num_seqs` queued sequences, first come first served, ending before the
+        first one that would pad the batch past the model's positions: every row of a
+        left-padded `generate()` batch holds the longest prompt plus the longest output."""
+        batch = [self.waiting.pop()]
+        width, new_tokens = batch[0].prompt_len, batch[0].request.output_len
+        while len(batch) < self.max_num_seqs and self.waiting:
+            head = self.waiting.head()
+            width_then = max(width, head.prompt_len)
+            new_then = max(new_tokens, head.request.output_len)
+            if width_then + new_then > self.max_padded_len:
+                break
+            batch.append(self.waiting.pop())
+            width, new_tokens = width_then, new_then
         return batch
 
     def _generation_config(self, new_tokens: int):

@@ -56,8 +56,25 @@ def render_summary(summaries: list[Summary | Mapping[str, Any]]) -> str:
         + (" tokens" if s.memory.kv_capacity_tokens else "")
         for s in runs
     )
-    return "\n".join([header, f"KV capacity: {caps}", "",
-                      format_table(HEADERS, summary_rows(runs))])
+    lines = [header, f"KV capacity: {caps}", "", format_table(HEADERS, summary_rows(runs))]
+    goodput = render_goodput(runs)
+    return "\n".join([*lines, "", goodput] if goodput else lines)
+
+
+def render_goodput(runs: list[Summary]) -> str | None:
+    """The `--slo` goodput of each run (kvbench_summary.json's `goodput`), or None without an SLO."""
+    with_slo = [s for s in runs if s.goodput is not None and s.goodput.slo_ms]
+    if not with_slo:
+        return None
+    targets = ", ".join(f"{metric} <= {limit:g} ms"
+                        for metric, limit in with_slo[0].goodput.slo_ms.items())
+    rows = [[str(s.label),
+             f"{s.goodput.requests_meeting_slo}/{s.num_requests}",
+             fmt(s.goodput.fraction_meeting_slo, ".1%"),
+             fmt(s.goodput.goodput_requests_s, ".2f", " req/s")]
+            for s in with_slo]
+    return (f"goodput under the SLO ({targets}):\n"
+            + format_table(["strategy", "meet SLO", "share", "goodput"], rows))
 
 
 def render_repeats(repeats: list[dict[str, Any]]) -> str:

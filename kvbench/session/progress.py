@@ -8,6 +8,7 @@ requests, whichever comes first. Runs shorter than the first interval print noth
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -47,8 +48,7 @@ class Progress:
         if self._bar is not None:
             if done > self._bar.n:
                 self._bar.update(done - self._bar.n)
-            kv = f", KV {kv_used:.1%}" if kv_used is not None else ""
-            self._bar.set_postfix_str(f"{rate:.1f} tok/s{kv}", refresh=False)
+            self._bar.set_postfix_str(f"{rate:.1f} tok/s{_kv_text(kv_used)}", refresh=False)
             return
         if self._plain_due(elapsed, done):
             self._last_line_s = elapsed
@@ -71,16 +71,21 @@ class Progress:
                    kv_used: float | None) -> str:
         """`paged: 32/64 requests (50%), 812.4 tok/s, KV 41.0%, 00:12 elapsed, ETA 00:12`."""
         share = done / self.total if self.total else 0.0
-        kv = f", KV {kv_used:.1%}" if kv_used is not None else ""
         eta = (tqdm.format_interval(elapsed * (self.total - done) / done)
                if 0 < done < self.total else "-")
         return (f"{self.label}: {done}/{self.total} requests ({share:.0%}), {rate:.1f} tok/s"
-                f"{kv}, {tqdm.format_interval(elapsed)} elapsed, ETA {eta}")
+                f"{_kv_text(kv_used)}, {tqdm.format_interval(elapsed)} elapsed, ETA {eta}")
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def _kv_text(kv_used: float | None) -> str:
+    """`, KV 41.0%`; nothing for an engine without a KV arena (None, or NaN as
+    transformers' cache reports it)."""
+    return "" if kv_used is None or math.isnan(kv_used) else f", KV {kv_used:.1%}"
 
 
 def _isatty(stream: TextIO) -> bool:

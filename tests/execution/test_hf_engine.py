@@ -135,3 +135,38 @@ def test_missing_transformers_is_an_input_error(monkeypatch, capsys):
         build_hf_engine(EngineConfig())
     assert main(["run", "--engine", "hf", "--num-requests", "2", "--quiet"]) == 2
     assert "--engine hf needs transformers" in capsys.readouterr().err
+
+
+def test_a_batch_never_pads_a_row_past_the_models_positions():
+    """Each request fits alone, but a left-padded batch's rows all hold its longest prompt plus
+    its longest output: the batch ends before the request that would pass the limit."""
+    from kvbench.execution.transformers_engine import HFGenerateEngine
+    from tests.scheduling.helpers import model_cache
+
+    built = build_hf_engine(EngineConfig(model="tiny", device="cpu"), model_cache=model_cache())
+    assert built.engine.max_padded_len == 2048  # tiny's positions
+    engine = HFGenerateEngine(built.engine.model, device=built.device, max_num_seqs=4,
+                              max_model_len=64, max_padded_len=64)
+    lengths = [(40, 4), (4, 30), (10, 20), (8, 2)]  # (prompt, output); 40 + 30 > 64
+    prompts = random_prompts(len(lengths), 2048, seed=6, min_len=1, max_len=1)
+    for i, ((prompt_len, output_len), prompt) in enumerate(zip(lengths, prompts, strict=True)):
+        engine.add_request(Request(i, 0.0, tuple(prompt) * prompt_len, output_len))
+    batches = []
+    while engine.waiting:
+        batches.append([seq.request.request_id for seq in engine.step()])
+    assert batches == [[0], [1, 2, 3]]
+    for i, (prompt_len, output_len) in enumerate(lengths):
+        assert len(engine.sequences[i][0].token_ids) == prompt_len + output_len
+
+
+def test_the_progress_of_an_hf_run_shows_no_kv_figure(tmp_path, monkeypatch, capsys):
+    # transformers' cache has no arena: the progress line leaves the KV share out (no "nan%").
+    monkeypatch.setattr("kvbench.session.progress.PLAIN_FIRST_S", 0.0)
+    monkeypatch.setattr("kvbench.session.progress.PLAIN_MIN_GAP_S", 0.0)
+    assert main(["run", "--engine", "hf", "--workload", "uniform", "--num-requests", "3",
+                 "--warmup", "0", "--workload-param", "prompt_len=8",
+                 "--workload-param", "output_len=4", "--max-num-seqs", "1",
+                 "--out", str(tmp_path)]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if " requests (" in line]
+    assert lines and all(line.startswith("hf-generate: ") for line in lines)
+    assert not any("KV" in line or "nan" in line for line in lines)

@@ -25,6 +25,9 @@ from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import load_model
 from kvbench.session.fp8_accuracy import measure_fp8_accuracy
 
+# Training takes 5-7 s on a quiet core and over 20 s on a busy one.
+pytestmark = pytest.mark.slow
+
 VOCAB = 64
 SEQ_LEN = 48  # training length; prompt + output of the measured requests stay within it
 BATCH = 16

@@ -95,6 +95,7 @@ def test_the_nvtx_the_runs_import(injection, tmp_path):
         assert version == importlib.metadata.version("nvtx")
 
 
+@pytest.mark.slow  # a real run in a fresh process with every range logged: over 20 s when busy
 def test_nsight_style_injection_sees_static_balanced_ranges_with_token_payloads(
         injection, tmp_path):
     log = tmp_path / "nvtx.tsv"

@@ -76,3 +76,20 @@ def test_on_a_terminal_a_short_run_shows_no_bar():
     progress.update(4, 400, 0.5)
     progress.close()
     assert stream.getvalue() == ""
+
+
+def test_no_kv_figure_for_an_engine_without_a_kv_arena():
+    # transformers' generate() keeps its own cache: its steps report the KV bytes as NaN.
+    stream, clock = io.StringIO(), FakeClock()
+    progress = Progress(4, "hf-generate", enabled=True, stream=stream, clock=clock)
+    clock.now += 10.0
+    progress.update(2, tokens=100, kv_used=float("nan"))
+    progress.close()
+    assert stream.getvalue() == "hf-generate: 2/4 requests (50%), 10.0 tok/s, 00:10 elapsed, " \
+                                "ETA 00:10\n"
+    terminal = Terminal()
+    bar = Progress(4, "hf-generate", enabled=True, stream=terminal, clock=clock)
+    clock.now += 10.0
+    bar.update(1, tokens=50, kv_used=float("nan"))
+    assert bar._bar.postfix == "5.0 tok/s"
+    bar.close()

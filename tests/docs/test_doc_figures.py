@@ -1,0 +1,348 @@
+"""The figures README.md and docs/*.md quote, rerun by the commands the docs give for them: a
+figure that drifts from what its command prints fails here.
+
+Only figures that do not depend on the machine are checked: the simulator's (its clock is
+modelled, so the same command gives the same figures anywhere), the sizing arithmetic of
+`kvbench estimate`, the calibration script's tables, and counts (a real run's KV capacity,
+known once its engine is built; a workload's lengths). The timings in the tables of real runs
+on the CPU (README: memory, batching, fp8) are measured and move with the machine. Each check reads
+its figures out of the doc's text, so an edit to the doc is checked as much as a change to
+the code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import kvbench.session.session
+from kvbench.cli import main
+from kvbench.sweep.slo import meets_slo, parse_slo_targets
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+SWEEP_MD = ROOT / "docs" / "sweep.md"
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _prose(path: Path) -> str:
+    """The file with every run of whitespace as one space: prose figures span lines."""
+    return " ".join(_text(path).split())
+
+
+def _table(path: Path, header_start: str) -> list[list[str]]:
+    """The cells of the markdown table whose header line starts with `header_start`."""
+    lines = _text(path).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def _number(cell: str) -> float:
+    return float(re.search(r"[\d,]*\.?\d+", cell).group().replace(",", ""))
+
+
+@pytest.fixture(autouse=True)
+def _no_reports(monkeypatch):
+    """The figures come from kvbench_summary.json: the HTML report (plotly: ~40% of a small
+    simulation) is not needed here."""
+    monkeypatch.setattr(kvbench.session.session, "write_reports", lambda *_a, **_k: None)
+
+
+def _simulate(argv: list[str], tmp_path: Path, capsys) -> list[dict]:
+    """`kvbench simulate ARGV --json`: the summaries."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+    assert main(["simulate", *argv, "--json", "--out", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    return data if isinstance(data, list) else [data]
+
+
+# kvbench estimate ------------------------------------------------------------------------
+
+def _console_examples(path: Path) -> list[tuple[str, list[str]]]:
+    """(command, output lines) of every `$ kvbench ...` in the file's plain fenced blocks."""
+    found = []
+    for body in re.findall(r"^```\n(.*?)^```", _text(path), re.S | re.M):
+        lines = body.splitlines()
+        if not lines or not lines[0].startswith("$ kvbench "):
+            continue
+        command, i = lines[0][2:], 1
+        while command.endswith("\\"):
+            command, i = command[:-1] + " " + lines[i].strip(), i + 1
+        found.append((command, lines[i:]))
+    return found
+
+
+ESTIMATES = _console_examples(ROOT / "docs" / "estimate.md")
+
+
+@pytest.mark.parametrize("command,shown", ESTIMATES, ids=[c for c, _ in ESTIMATES])
+def test_estimate_prints_what_docs_estimate_md_shows(command, shown, capsys):
+    assert main(shlex.split(command)[1:]) == 0
+    printed = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    # `...` in the doc stands for lines left out; every line shown is printed, in order.
+    at = 0
+    for line in (s.rstrip() for s in shown if s.strip() != "..."):
+        assert line in printed[at:], f"{command}: {line!r} not printed"
+        at = printed.index(line, at) + 1
+
+
+def test_the_estimate_docs_have_their_examples():
+    assert len(ESTIMATES) == 3
+
+
+def test_readme_estimate_figures(capsys):
+    command = re.search(r"^(kvbench estimate [^\n]+)\n```\s+prints ", _text(README),
+                        re.M).group(1)
+    m = re.search(r"prints ([\d,]+) bytes per token .*?, ([\d.]+) GiB per ([\d,]+)-token "
+                  r"request, an ([\d.]+) GiB budget after ([\d.]+) GiB of weights, so (\d+) "
+                  r"concurrent requests paged at that length against (\d+) with `--reserve max`",
+                  _prose(README))
+    assert m, "README: the estimate example's prose changed shape"
+    per_token, per_request, context, budget, weights, paged, reserved = m.groups()
+    assert main([*shlex.split(command)[1:], "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    gib = 1024**3
+    assert est["kv_bytes_per_token"] == _number(per_token)
+    assert est["context"] == _number(context)
+    assert f"{est['kv_bytes_per_request'] / gib:.2f}" == per_request
+    assert f"{est['kv_budget_bytes'] / gib:.2f}" == budget
+    assert f"{est['weights_bytes'] / gib:.2f}" == weights
+    strategies = est["strategies"]
+    assert strategies["paged"]["max_concurrency"] == int(paged)
+    assert strategies["contiguous"]["max_concurrency"] == int(reserved)
+
+
+# The simulator's step-time model against its calibration ---------------------------------
+
+def test_simulator_md_tables_are_what_the_calibration_script_prints():
+    script = ROOT / "scripts" / "simulator_calibration.py"
+    spec = importlib.util.spec_from_file_location("simulator_calibration", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert module.main([]) == 0
+    doc = _text(ROOT / "docs" / "simulator.md")
+    table_lines = [line for line in printed.getvalue().splitlines() if line.startswith("|")]
+    assert len(table_lines) == 4 + 8 + 7  # two headers, 8 operations, 7 steps
+    missing = [line for line in table_lines if line not in doc]
+    assert not missing, f"docs/simulator.md differs from the script: {missing}"
+
+
+# kvbench sweep: SLO capacity -------------------------------------------------------------
+
+def _sweep_command() -> list[str]:
+    """The first command of docs/sweep.md, its continuation lines joined."""
+    block = re.search(r"^```\n(kvbench sweep .*?)^```", _text(SWEEP_MD), re.S | re.M).group(1)
+    return shlex.split(block.replace("\\\n", " "))[2:]
+
+
+def _point_options(argv: list[str]) -> tuple[list[str], dict[str, float]]:
+    """The options every point of the sweep shares (without its axes and search), and its
+    SLO targets."""
+    drop = {"--strategy", "--reserve", "--request-rate", "--slo", "--search", "--name",
+            "--jobs"}
+    assert argv[0] == "--simulate"
+    base, slo, i = [], None, 1
+    while i < len(argv):
+        flag, value = argv[i], argv[i + 1]
+        if flag == "--slo":
+            slo = value
+        elif flag not in drop:
+            base += [flag, value]
+        i += 2
+    return base, parse_slo_targets(slo)
+
+
+def _run_options(strategy_cell: str) -> list[str]:
+    """`contiguous, reserve pow2` -> --strategy contiguous --reserve pow2."""
+    m = re.fullmatch(r"(\w+)(?:, reserve (\w+))?.*", strategy_cell)
+    strategy, reserve = m.groups()
+    return ["--strategy", strategy, *(["--reserve", reserve] if reserve else [])]
+
+
+def _meets(argv: list[str], rate: float, slo, tmp_path, capsys) -> tuple[bool, dict]:
+    (summary,) = _simulate([*argv, "--request-rate", f"{rate:g}"], tmp_path, capsys)
+    return meets_slo(summary, slo), summary
+
+
+CAPACITY_ROWS = _table(SWEEP_MD, "| strategy | SLO capacity")
+SEARCH_TOLERANCE = 0.05  # --tolerance's default (docs/sweep.md)
+
+
+def test_sweep_md_capacity_table_has_every_strategy():
+    assert [row[0].split(" (")[0] for row in CAPACITY_ROWS] == [
+        "contiguous, reserve max", "contiguous, reserve pow2", "contiguous, reserve exact",
+        "paged", "prefix"]
+
+
+@pytest.mark.slow  # 300 requests at low rates: the reservation rows take seconds each
+@pytest.mark.parametrize("row", CAPACITY_ROWS, ids=[row[0] for row in CAPACITY_ROWS])
+def test_sweep_md_capacity_table_is_what_its_command_finds(row, tmp_path, capsys):
+    """The row's capacity meets the SLO and the top of its bracket misses it (the search's
+    answer is the bracket [lo, hi)), with the output throughput the table gives at lo."""
+    strategy, capacity, bracket, tok_s = row
+    lo, hi = (float(x) for x in re.fullmatch(r"\[(.+), (.+)\)", bracket).groups())
+    assert float(capacity) == lo and hi / lo <= 1 + SEARCH_TOLERANCE  # the search's bracket
+    base, slo = _point_options(_sweep_command())
+    argv = [*base, *_run_options(strategy)]
+    met, summary = _meets(argv, lo, slo, tmp_path, capsys)
+    assert met, f"{strategy} misses the SLO at {lo} req/s"
+    assert f"{summary['throughput']['output_tok_s']:.1f}" == tok_s, strategy
+    assert not _meets(argv, hi, slo, tmp_path, capsys)[0], f"{strategy} meets it at {hi}"
+
+
+def test_readme_capacity_table_rounds_the_sweep_md_one():
+    full = {_run_options(row[0])[1] + "".join(_run_options(row[0])[3:]): row
+            for row in CAPACITY_ROWS}
+    readme = _table(README, "| strategy | capacity at")
+    assert len(readme) == len(full)
+    for label, capacity, tok_s in readme:
+        strategy, _, reserve = label.partition("-")
+        _, doc_capacity, _, doc_tok_s = full[strategy + reserve]
+        assert capacity == f"{float(doc_capacity):.3f} req/s" and tok_s == doc_tok_s, label
+
+
+def test_sweep_md_chat_capacities_are_what_the_search_finds(tmp_path, capsys):
+    """The chat figures of docs/sweep.md: each meets the SLO, and 5% above it (the search's
+    tolerance: the bracket's top is at most that far up) misses it; contiguous with max reservation misses at the bottom of the range."""
+    m = re.search(r"gives `paged` ([\d.]+) and `prefix` ([\d.]+) conversations/s; `contiguous` "
+                  r"with `--reserve max` misses the SLO already at the bottom of the range "
+                  r"\(([\d.]+)\), while `pow2` \(([\d.]+)\) and `exact` \(([\d.]+)\) meet it",
+                  _prose(SWEEP_MD))
+    assert m, "docs/sweep.md: the chat sentence changed shape"
+    paged, prefix, bottom, pow2, exact = (float(x) for x in m.groups())
+    base, slo = _point_options(_sweep_command())
+    base[base.index("--workload") + 1] = "chat"
+    runs = {"paged": (["--strategy", "paged"], paged),
+            "prefix": (["--strategy", "prefix"], prefix),
+            "pow2": (["--strategy", "contiguous", "--reserve", "pow2"], pow2),
+            "exact": (["--strategy", "contiguous", "--reserve", "exact"], exact)}
+    for name, (options, capacity) in runs.items():
+        assert _meets([*base, *options], capacity, slo, tmp_path, capsys)[0], name
+        above = capacity * (1 + SEARCH_TOLERANCE)
+        assert not _meets([*base, *options], above, slo, tmp_path, capsys)[0], name
+    reserve_max = [*base, "--strategy", "contiguous", "--reserve", "max"]
+    assert not _meets(reserve_max, bottom, slo, tmp_path, capsys)[0]
+
+
+def _set(argv: list[str], flag: str, value: str) -> list[str]:
+    at = argv.index(flag)
+    return [*argv[:at + 1], value, *argv[at + 2:]]
+
+
+# README: the simulator at data-centre scale -----------------------------------------------
+
+@pytest.mark.slow  # five runs of 1,000 requests: about 12 s on a quiet core
+def test_readme_simulate_figures(tmp_path, capsys):
+    text = _text(README)
+    command = re.search(r"^kvbench simulate --model llama-2-13b [^\n]+--num-requests 1000$",
+                        text, re.M).group()
+    argv = shlex.split(command)[2:]
+    offline = {s["label"]: s for s in _simulate(argv, tmp_path, capsys)}
+    for label, util, tok_s, running in _table(README, "| strategy | KV utilization | out tok/s "
+                                                       "(simulated)"):
+        s = offline[label]
+        assert f"{s['memory']['utilization_mean']:.1%}" == util, label
+        assert f"{s['throughput']['output_tok_s']:.1f}" == tok_s, label
+        assert str(s["scheduler"]["batch_size_max"]) == running, label
+
+    prose = _prose(README)
+    m = re.search(r"At 1 request/s .*? contiguous-max saturates: it serves ([\d.]+) output "
+                  r"tok/s with a median TTFT of ([\d,]+) s as its queue grows, while paged "
+                  r"keeps up with the arrivals at ([\d.]+) tok/s and a (\d+) ms median TTFT",
+                  prose)
+    assert m, "README: the 1 request/s sentence changed shape"
+    at_one = {s["label"]: s for s in _simulate([*argv, "--request-rate", "1"], tmp_path, capsys)}
+    contiguous, paged = at_one["contiguous-max"], at_one["paged"]
+    assert f"{contiguous['throughput']['output_tok_s']:.1f}" == m.group(1)
+    assert f"{contiguous['latency_ms']['ttft']['p50'] / 1e3:,.0f}" == m.group(2)
+    assert f"{paged['throughput']['output_tok_s']:.1f}" == m.group(3)
+    assert f"{paged['latency_ms']['ttft']['p50']:.0f}" == m.group(4)
+
+    m = re.search(r"With `--max-model-len 2048` .*? contiguous-max holds ([\d.]+)% token state",
+                  prose)
+    assert m, "README: the --max-model-len 2048 sentence changed shape"
+    only_contiguous = _set(argv, "--strategy", "contiguous")  # the sentence is about it alone
+    (short,) = _simulate([*only_contiguous, "--max-model-len", "2048"], tmp_path, capsys)
+    assert f"{short['memory']['utilization_mean']:.1%}" == m.group(1) + "%"
+
+
+def test_readme_paging_ratio_is_the_capacity_tables_one():
+    m = re.search(r"Paging serves ([\d.]+)× the request rate of max-length reservation",
+                  _prose(README))
+    assert m, "README: the paging ratio's sentence changed shape"
+    capacity = {row[0].split(" (")[0]: float(row[1]) for row in CAPACITY_ROWS}
+    ratio = capacity["paged"] / capacity["contiguous, reserve max"]
+    assert f"{ratio:.1f}" == m.group(1)
+
+
+# README: the fp8 cache's capacity (a count: the same on any machine) -----------------------
+
+def test_readme_fp8_kv_capacities(tmp_path, monkeypatch, capsys):
+    command = re.search(r"^kvbench run --strategy paged,fp8 [^\n]+$", _text(README), re.M)
+    planned = []
+
+    def run_session(plan, **_kwargs):  # the engines are built (and sized); nothing runs
+        planned.append(plan)
+        return kvbench.session.session.SessionResult(plan.root, [], [])
+
+    monkeypatch.setattr(kvbench.session.session, "run_session", run_session)
+    argv = shlex.split(command.group())[1:]
+    assert main([*argv, "--out", str(tmp_path), "--quiet"]) == 0
+    (plan,) = planned
+    capacity = {label: built.engine.strategy.capacity_tokens
+                for label, (built, _) in zip(plan.labels, plan.prepared, strict=True)}
+    rows = _table(README, "| strategy | KV capacity |")
+    assert [row[0].split(" (")[0] for row in rows] == list(capacity)
+    for row in rows:
+        assert row[1] == f"{capacity[row[0].split(' (')[0]]:,} tokens", row[0]
+    assert "Exactly twice the tokens" in _prose(README)
+    assert capacity["fp8"] == 2 * capacity["paged"]
+
+
+# docs/workloads.md -----------------------------------------------------------------------
+
+def test_workloads_md_mooncake_sample_prefix_hit_rate(tmp_path, capsys):
+    text = _text(ROOT / "docs" / "workloads.md")
+    section = text[text.index("### Mooncake"):]
+    sample = re.search(r"^```\n(.*?)^```", section, re.S | re.M).group(1)
+    trace = tmp_path / "mooncake_sample.jsonl"
+    trace.write_text(sample)
+    m = re.search(r"Replaying this sample with `--strategy paged,prefix` gives the prefix "
+                  r"strategy a ([\d.]+)% prefix hit rate", _prose(ROOT / "docs" / "workloads.md"))
+    assert m, "docs/workloads.md: the Mooncake sample's sentence changed shape"
+    runs = {s["label"]: s for s in _simulate(["--workload", str(trace), "--strategy",
+                                              "paged,prefix"], tmp_path / "runs", capsys)}
+    assert f"{runs['prefix']['scheduler']['prefix_hit_rate']:.1%}" == m.group(1) + "%"
+
+
+# Help texts that describe what the docs describe ------------------------------------------
+
+def test_simulate_help_describes_the_documented_step_time_model():
+    from kvbench.cli.app import cli
+
+    result = CliRunner().invoke(cli, ["simulate", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "docs/simulator.md" in text and "fitted to published GPU profiles" in text
+    listing = CliRunner().invoke(cli, ["--help"]).output
+    for stale in ("roofline", "unvalidated"):
+        assert stale not in text and stale not in listing
