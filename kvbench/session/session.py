@@ -274,8 +274,7 @@ def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
         if budget is not None:
             run = runs[i] = _pinned(run, budget)
         built, workload = prepare(run, model_cache)
-        on_gpu = built.device.type == "cuda"
-        if not on_gpu or len(runs) == 1:
+        if not holds_one_arena_at_a_time(built.device) or len(runs) == 1:
             prepared.append((built, workload))
             continue
         if budget is None and run.engine.kv_memory is None:
@@ -289,6 +288,11 @@ def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
 
         torch.cuda.empty_cache()
     return prepared
+
+
+def holds_one_arena_at_a_time(device) -> bool:
+    """A GPU's arena takes its share of all the free memory: one engine lives at a time."""
+    return device.type == "cuda"
 
 
 def _pinned(run: RunConfig, kv_budget_bytes: int) -> RunConfig:

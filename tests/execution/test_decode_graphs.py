@@ -43,3 +43,26 @@ def _tokens(strategy: str, graphs: bool) -> list[list[int]]:
 @pytest.mark.parametrize("strategy", ["paged", "contiguous", "prefix", "fp8"])
 def test_decode_graph_tokens_equal_eager_tokens(strategy):
     assert _tokens(strategy, graphs=True) == _tokens(strategy, graphs=False)
+
+
+def test_an_executor_with_graphs_frees_its_arena_as_soon_as_it_is_let_go(monkeypatch):
+    # No reference cycle between the executor and its graphs: refcounting frees the arena at
+    # once (on a GPU the next engine's arena needs that memory), the garbage collector off.
+    import gc
+    import weakref
+
+    import kvbench.execution.model_executor as model_executor
+    from kvbench.build.engines import build_engine
+
+    monkeypatch.setattr(model_executor, "graphs_supported", lambda device, backend: True)
+    built = build_engine(EngineConfig(model="tiny", max_num_seqs=4, kv_memory="1MiB"))
+    executor = built.engine.executor
+    assert executor.enable_cuda_graphs(4)
+    arena = weakref.ref(executor.arena)
+    gc.collect()
+    gc.disable()
+    try:
+        del built, executor
+        assert arena() is None
+    finally:
+        gc.enable()
