@@ -146,6 +146,15 @@ class ModelExecutor(TensorExecutor):
         )
         return True
 
+    def capture_decode_graphs(self, layout_kind: str, block_size: int, max_model_len: int) -> int:
+        """Capture every decode graph a run of this layout can replay, before it is measured;
+        how many (0 without graphs)."""
+        if self.graphs is None:
+            return 0
+        self._layout_kind, self._block_size = layout_kind, block_size
+        with torch.inference_mode():
+            return self.graphs.capture_all(layout_kind, block_size, max_model_len)
+
     def _forward(self, input_ids, positions, idx: DeviceIndices, decode_extra: dict):
         """A decode-only forward over `idx` (what `DecodeGraphs` captures)."""
         attend = self._attention(self._layout_kind, self._block_size, idx, {}, decode_extra)

@@ -66,3 +66,62 @@ def test_an_executor_with_graphs_frees_its_arena_as_soon_as_it_is_let_go(monkeyp
         assert arena() is None
     finally:
         gc.enable()
+
+
+def test_the_capture_plan_holds_every_key_a_run_can_meet_and_is_finite():
+    from kvbench.execution.decode_graphs import capture_plan
+    from kvbench.kernels.triton_ops import SPLIT_MAX, Target, choose_num_splits
+
+    h200 = Target(arch=90, sms=132)
+    max_num_seqs, max_model_len, kv_heads = 24, 4096, 8
+    sizes = capture_sizes(max_num_seqs)
+    plan = capture_plan(sizes, kv_heads, max_model_len, choose_num_splits, h200)
+    assert plan == sorted(set(plan)) and {size for size, _ in plan} == set(sizes)
+    # What `DecodeGraphs.run` asks for: the real batch's split count at its padded size.
+    met = set()
+    for n in range(1, max_num_seqs + 1):
+        padded = next(s for s in sizes if s >= n)
+        for length in range(1, max_model_len + 1):
+            met.add((padded, choose_num_splits(n, kv_heads, length, h200)))
+    assert met == set(plan)
+    assert len(plan) <= len(sizes) * SPLIT_MAX
+
+
+def test_graphs_are_captured_at_build_before_the_first_step(monkeypatch):
+    import kvbench.execution.model_executor as model_executor
+    from kvbench.build.engines import build_engine
+    from kvbench.execution.decode_graphs import DecodeGraphs
+    from kvbench.execution.model_executor import ModelExecutor
+    from kvbench.models.resolve_config import resolve_model_config
+
+    events = []
+
+    class FakeGraph:
+        def replay(self):
+            events.append("replay")
+
+    def fake_capture(self, size, splits):
+        events.append(("capture", size, splits))
+        return FakeGraph(), torch.zeros(size, resolve_model_config("tiny").hidden_size)
+
+    execute = ModelExecutor.execute
+
+    def recording_execute(self, batch):
+        events.append("step")
+        return execute(self, batch)
+
+    monkeypatch.setattr(model_executor, "graphs_supported", lambda device, backend: True)
+    monkeypatch.setattr(DecodeGraphs, "_capture", fake_capture)
+    monkeypatch.setattr(ModelExecutor, "execute", recording_execute)
+    built = build_engine(EngineConfig(model="tiny", max_num_seqs=12, max_model_len=256,
+                                      kv_memory="1MiB", enforce_eager=False))
+    engine = built.engine
+    captured = [e for e in events if e != "step"]
+    assert [size for _, size, _ in captured] == capture_sizes(12)  # short contexts: 1 split
+    for i in range(5):
+        engine.add_request(Request(i, 0.0, tuple(range(3 + i)), 6))
+    while engine.has_unfinished():
+        engine.step()
+    assert "replay" in events and engine.executor.graphs.late_captures == 0
+    first_step = events.index("step")
+    assert all(e == "step" or e == "replay" for e in events[first_step:])
