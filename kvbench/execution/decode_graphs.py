@@ -14,7 +14,8 @@ a measured step would inflate its latency. `capture_plan` lists the keys a run c
 capture size with every split count the split heuristic gives for a batch padded to it, at any
 context up to `max_model_len` (a finite set: split counts are bounded by the decode kernel's
 maximum). An fp8 cache whose scales come from its first write cannot be captured before that
-write; its graphs are captured when first needed, and `late_captures` counts them.
+write; its whole plan is captured at the first decode step after that write, and
+`late_captures` counts what was captured during the run.
 
 Unverified without a GPU: `scripts/gpu_check.sh` is where eager and graph tokens are compared.
 """
@@ -99,15 +100,20 @@ class DecodeGraphs:
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = None
         self.late_captures = 0  # graphs captured during the run, not by `capture_all`
+        self._plan_max_model_len: int | None = None  # set by `capture_all`
 
     def capture_all(self, layout_kind: str, block_size: int, max_model_len: int) -> int:
         """Capture every graph of `capture_plan` for steps of this layout; how many were
         captured (0 while an fp8 cache waits for its scales: then they come when needed)."""
         self._size_tables(layout_kind, block_size)
+        self._plan_max_model_len = max_model_len
         if not self.fp8_ready():
             return 0
-        plan = capture_plan(self.sizes, self.num_kv_heads, max_model_len, self._choose_splits,
-                            self.device)
+        return self._capture_plan()
+
+    def _capture_plan(self) -> int:
+        plan = capture_plan(self.sizes, self.num_kv_heads, self._plan_max_model_len,
+                            self._choose_splits, self.device)
         for size, splits in plan:
             if (size, splits) not in self.graphs:
                 self._pad(0, size)
@@ -139,9 +145,13 @@ class DecodeGraphs:
                                      self.device)
         key = (padded, splits)
         if key not in self.graphs:
-            self._pad(0, padded)
-            self.graphs[key] = self._capture(padded, splits)
-            self.late_captures += 1
+            before = len(self.graphs)
+            if self._plan_max_model_len is not None:  # deferred until fp8 scales existed
+                self._capture_plan()
+            if key not in self.graphs:
+                self._pad(0, padded)
+                self.graphs[key] = self._capture(padded, splits)
+            self.late_captures += len(self.graphs) - before
         graph, out = self.graphs[key]
         self._pad(n, padded)
         self.input_ids[:n].copy_(idx.input_ids)

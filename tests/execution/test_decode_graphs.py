@@ -23,18 +23,19 @@ def _tokens(strategy: str, graphs: bool) -> list[list[int]]:
 
     built = build_engine(EngineConfig(
         model="tiny", device="cuda", strategy=strategy, attention_backend="triton",
-        max_num_seqs=16, max_model_len=256, kv_memory="16MiB",
+        max_num_seqs=16, max_model_len=256, kv_memory="16MiB", enforce_eager=not graphs,
     ))
     engine = built.engine
-    if graphs:
-        assert engine.executor.enable_cuda_graphs(16)
     for i in range(11):  # odd batch sizes: padded rows must not change real rows
         prompt = tuple((i * 13 + j * 5) % 2000 for j in range(5 + 7 * i))
         engine.add_request(Request(i, 0.0, prompt, 24 + i))
     while engine.has_unfinished():
         engine.step()
     if graphs:
-        assert engine.executor.graphs.graphs, "no decode step replayed a graph"
+        captured = engine.executor.graphs
+        assert captured.graphs, "no decode graph was captured"
+        # Captured at build, before any step; an fp8 cache waits for its first write's scales.
+        assert captured.late_captures == (len(captured.graphs) if strategy == "fp8" else 0)
     return [list(seq.token_ids) for r in sorted(engine.sequences)
             for seq in engine.sequences[r]]
 
@@ -87,7 +88,10 @@ def test_the_capture_plan_holds_every_key_a_run_can_meet_and_is_finite():
     assert len(plan) <= len(sizes) * SPLIT_MAX
 
 
-def test_graphs_are_captured_at_build_before_the_first_step(monkeypatch):
+@pytest.mark.parametrize("strategy", ["paged", "fp8"])
+def test_graphs_are_captured_at_build_before_the_first_step(monkeypatch, strategy):
+    """An fp8 cache's graphs read the scales of its first write: they are all captured at
+    the first decode step after it, at once, never one by one during the run."""
     import kvbench.execution.model_executor as model_executor
     from kvbench.build.engines import build_engine
     from kvbench.execution.decode_graphs import DecodeGraphs
@@ -114,14 +118,23 @@ def test_graphs_are_captured_at_build_before_the_first_step(monkeypatch):
     monkeypatch.setattr(DecodeGraphs, "_capture", fake_capture)
     monkeypatch.setattr(ModelExecutor, "execute", recording_execute)
     built = build_engine(EngineConfig(model="tiny", max_num_seqs=12, max_model_len=256,
-                                      kv_memory="1MiB", enforce_eager=False))
+                                      kv_memory="1MiB", enforce_eager=False, strategy=strategy))
     engine = built.engine
-    captured = [e for e in events if e != "step"]
-    assert [size for _, size, _ in captured] == capture_sizes(12)  # short contexts: 1 split
+    at_build = [e for e in events if e != "step"]
     for i in range(5):
         engine.add_request(Request(i, 0.0, tuple(range(3 + i)), 6))
     while engine.has_unfinished():
         engine.step()
-    assert "replay" in events and engine.executor.graphs.late_captures == 0
-    first_step = events.index("step")
-    assert all(e == "step" or e == "replay" for e in events[first_step:])
+    assert "replay" in events
+    sizes = capture_sizes(12)  # short contexts: one split each
+    graphs = engine.executor.graphs
+    if strategy == "fp8":
+        assert at_build == [] and graphs.late_captures == len(sizes)
+        first_capture = next(i for i, e in enumerate(events) if e not in ("step", "replay"))
+        captures = events[first_capture : first_capture + len(sizes)]
+        assert [e[1] for e in captures] == sizes  # in one go, inside one step
+        events = events[first_capture + len(sizes):]
+    else:
+        assert [size for _, size, _ in at_build] == sizes and graphs.late_captures == 0
+        events = events[events.index("step"):]
+    assert all(e == "step" or e == "replay" for e in events)
