@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run HERE (with network) before going to an offline GPU box: downloads into .whl/ the wheels
-# that scripts/gpu_check.sh needs and the box may lack, for the box's Python (default 3.12,
+# that scripts/gpu_check.sh needs and the box lacks, for the box's Python (default 3.12,
 # manylinux x86_64). torch and triton are NOT downloaded: the box's CUDA builds are used.
 #
 #   scripts/gpu_wheels.sh            # then copy the whole checkout (with .whl/) to the box
@@ -11,16 +11,10 @@ PY_VERSION="${PY_VERSION:-3.12}"
 PIP="${PIP:-python3 -m pip}"
 DEST=.whl
 mkdir -p "$DEST"
-# Runtime and test dependencies besides torch/triton (pyproject.toml), pinned to what this
-# project's CI uses; --no-deps: every needed wheel is named here (transitive ones included).
-WHEELS=(
-    "plotly>=5.20" "narwhals>=1.15" "nvtx>=0.2.10" "nvidia-ml-py>=12.535"
-    "numpy>=1.26" "pandas>=2.1" "python-dateutil" "pytz" "tzdata" "six"
-    "click>=8.1" "safetensors>=0.4" "packaging"
-    "pytest>=8" "pluggy" "iniconfig" "pytest-benchmark>=4" "py-cpuinfo"
-    "hypothesis>=6.100" "sortedcontainers" "attrs"
-    "setuptools>=77" "wheel"
-)
+# Only what the box (Python 3.12, torch 2.11, Triton 3.6, numpy, pandas, pytest) lacks: the
+# HTML reports' plotly with its narwhals, nvtx (trace ranges; the one binary wheel), pandas'
+# pytz and tzdata. --no-deps: every needed wheel is named here.
+WHEELS=("plotly>=5.20" "narwhals>=1.15" "nvtx>=0.2.10" "pytz" "tzdata")
 $PIP download --only-binary=:all: --no-deps --python-version "$PY_VERSION" \
     --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux_2_28_x86_64 --dest "$DEST" "${WHEELS[@]}"

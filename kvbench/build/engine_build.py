@@ -139,7 +139,7 @@ class ExecutorFactory(ABC):
         )
         return BuiltEngine(engine, model_config, device, budget, kv_dtype, bytes_per_slot,
                            self.backend(config, device), max_model_len,
-                           self.precompile(config, executor, model_config, device))
+                           self.precompile(config, executor, model_config, device, strategy))
 
     @abstractmethod
     def load(
@@ -180,6 +180,7 @@ class ExecutorFactory(ABC):
         return None
 
     def precompile(self, config: EngineConfig, executor: Executor, model_config: ModelConfig,
-                   device: torch.device | DeviceKind) -> float:
-        """Compile every kernel variant the run will meet; the seconds it took."""
+                   device: torch.device | DeviceKind, strategy: Any) -> float:
+        """Compile every kernel variant the run will meet and capture its CUDA graphs (the
+        `strategy` tells their layout); the seconds it took."""
         return 0.0

@@ -6,6 +6,7 @@ simulation, which builds through the same wiring, never imports torch or the mod
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -103,18 +104,24 @@ class ModelExecutors(ExecutorFactory):
     def memory_probe(self, device: torch.device) -> Callable[[], dict] | None:
         return GpuMemoryProbe(device).sample if device.type == "cuda" else None
 
-    def precompile(self, config, executor, model_config, device) -> float:
-        # Triton compiles a variant at its first launch: without this, a second of compile
-        # would land inside the first measured step of each variant.
-        if self.backend(config, device) != "triton" or device.type != "cuda":
-            return 0.0
-        arena = executor.arena
-        shape = AttentionShape(
-            model_config.num_heads, model_config.num_kv_heads, model_config.head_dim,
-            parse_dtype(config.dtype), arena.dtype, config.block_size,
-            "scalar" if arena.is_fp8 else "none",
-        )
-        return executor.ops.precompile(shape, device)
+    def precompile(self, config, executor, model_config, device, strategy) -> float:
+        # Triton compiles a variant at its first launch, and a CUDA graph capture synchronizes
+        # the device: either inside a measured step would land in its latency.
+        seconds = 0.0
+        if self.backend(config, device) == "triton" and device.type == "cuda":
+            arena = executor.arena
+            shape = AttentionShape(
+                model_config.num_heads, model_config.num_kv_heads, model_config.head_dim,
+                parse_dtype(config.dtype), arena.dtype, config.block_size,
+                "scalar" if arena.is_fp8 else "none",
+            )
+            seconds = executor.ops.precompile(shape, device)
+        start = time.perf_counter()
+        max_model_len, _ = resolve_lengths(config, model_config)
+        if executor.capture_decode_graphs(strategy.layout_kind, strategy.table_block_size,
+                                          max_model_len):
+            seconds += time.perf_counter() - start
+        return seconds
 
 
 __all__ = ["ModelExecutors", "load_cached_model", "prepare_device"]

@@ -8,6 +8,15 @@ chosen from the real batch as eager mode chooses it and is part of the graph's k
 row is reduced in the same order as in eager mode. Used only on CUDA with the Triton backend
 (the torch reference ops read lengths on the host); everything else runs eagerly.
 
+Every graph is captured before the run is measured (`capture_all`, at engine build, as vLLM
+captures its sizes at startup): torch's capture synchronizes and empties caches, which inside
+a measured step would inflate its latency. `capture_plan` lists the keys a run can meet: every
+capture size with every split count the split heuristic gives for a batch padded to it, at any
+context up to `max_model_len` (a finite set: split counts are bounded by the decode kernel's
+maximum). An fp8 cache whose scales come from its first write cannot be captured before that
+write; its whole plan is captured at the first decode step after that write, and
+`late_captures` counts what was captured during the run.
+
 Unverified without a GPU: `scripts/gpu_check.sh` is where eager and graph tokens are compared.
 """
 
@@ -26,6 +35,41 @@ def capture_sizes(max_num_seqs: int) -> list[int]:
     sizes = [s for s in (1, 2, 4) if s < max_num_seqs]
     sizes += list(range(8, max_num_seqs, 8))
     return sizes + [max_num_seqs]
+
+
+# choose_splits(num_seqs, num_kv_heads, max_seq_len, device) -> split count
+ChooseSplits = Callable[[int, int, int, torch.device], int]
+
+
+def capture_plan(sizes: list[int], num_kv_heads: int, max_model_len: int,
+                 choose_splits: ChooseSplits, device: torch.device) -> list[tuple[int, int]]:
+    """Every (padded size, split count) a decode step of up to `sizes[-1]` sequences with
+    contexts up to `max_model_len` can need, sorted.
+
+    The split count is non-decreasing in the context length at a fixed batch (longer contexts
+    never split less), so each batch's counts are found by bisecting the context range.
+    """
+    plan: set[tuple[int, int]] = set()
+    smaller = 0
+    for size in sizes:
+        for num_seqs in range(smaller + 1, size + 1):
+            def splits(length: int, n: int = num_seqs) -> int:
+                return choose_splits(n, num_kv_heads, length, device)
+
+            plan.update((size, s) for s in _values(splits, 1, max(1, max_model_len)))
+        smaller = size
+    return sorted(plan)
+
+
+def _values(f: Callable[[int], int], lo: int, hi: int) -> set[int]:
+    """The values of a non-decreasing `f` over `[lo, hi]`."""
+    a, b = f(lo), f(hi)
+    if a == b:
+        return {a}
+    if hi - lo <= 1:
+        return {a, b}
+    mid = (lo + hi) // 2
+    return _values(f, lo, mid) | _values(f, mid, hi)
 
 
 # forward(input_ids, positions, idx, decode_extra) -> hidden states [T, hidden]
@@ -55,6 +99,33 @@ class DecodeGraphs:
         self.tables: torch.Tensor | None = None  # [n, max blocks], sized at the first step
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = None
+        self.late_captures = 0  # graphs captured during the run, not by `capture_all`
+        self._plan_max_model_len: int | None = None  # set by `capture_all`
+
+    def capture_all(self, layout_kind: str, block_size: int, max_model_len: int) -> int:
+        """Capture every graph of `capture_plan` for steps of this layout; how many were
+        captured (0 while an fp8 cache waits for its scales: then they come when needed)."""
+        self._size_tables(layout_kind, block_size)
+        self._plan_max_model_len = max_model_len
+        if not self.fp8_ready():
+            return 0
+        return self._capture_plan()
+
+    def _capture_plan(self) -> int:
+        plan = capture_plan(self.sizes, self.num_kv_heads, self._plan_max_model_len,
+                            self._choose_splits, self.device)
+        for size, splits in plan:
+            if (size, splits) not in self.graphs:
+                self._pad(0, size)
+                self.graphs[(size, splits)] = self._capture(size, splits)
+        return len(plan)
+
+    def _size_tables(self, layout_kind: str, block_size: int) -> None:
+        if self.tables is None:
+            block_size = block_size if layout_kind == "paged" else 0
+            width = -(-self.num_slots // block_size) if block_size else 1
+            self.tables = torch.zeros((self.sizes[-1], width), dtype=torch.int32,
+                                      device=self.device)
 
     def padded_size(self, num_seqs: int) -> int | None:
         i = bisect.bisect_left(self.sizes, num_seqs)
@@ -63,11 +134,7 @@ class DecodeGraphs:
     def can_run(self, batch: StepBatch, idx: DeviceIndices) -> bool:
         if batch.num_prefill_seqs or self.padded_size(len(batch.layout.seq_lens)) is None:
             return False
-        if self.tables is None:
-            block_size = batch.layout.block_size if batch.layout.kind == "paged" else 0
-            width = -(-self.num_slots // block_size) if block_size else 1
-            self.tables = torch.zeros((self.sizes[-1], width), dtype=torch.int32,
-                                      device=self.device)
+        self._size_tables(batch.layout.kind, batch.layout.block_size)
         return idx.tables.shape[1] <= self.tables.shape[1] and self.fp8_ready()
 
     def run(self, batch: StepBatch, idx: DeviceIndices) -> torch.Tensor:
@@ -78,8 +145,13 @@ class DecodeGraphs:
                                      self.device)
         key = (padded, splits)
         if key not in self.graphs:
-            self._pad(0, padded)
-            self.graphs[key] = self._capture(padded, splits)
+            before = len(self.graphs)
+            if self._plan_max_model_len is not None:  # deferred until fp8 scales existed
+                self._capture_plan()
+            if key not in self.graphs:
+                self._pad(0, padded)
+                self.graphs[key] = self._capture(padded, splits)
+            self.late_captures += len(self.graphs) - before
         graph, out = self.graphs[key]
         self._pad(n, padded)
         self.input_ids[:n].copy_(idx.input_ids)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -94,6 +95,11 @@ def _scale_from(x: torch.Tensor) -> torch.Tensor:
     return torch.clamp(amax / FP8_SCALE_TARGET, min=FP8_SCALE_FLOOR)
 
 
+def graphs_supported(device: torch.device, backend_name: str) -> bool:
+    """CUDA graphs need CUDA and the Triton backend (the torch ops read lengths on the host)."""
+    return device.type == "cuda" and backend_name == "triton"
+
+
 class ModelExecutor(TensorExecutor):
     """Runs steps on the model. Decode-only steps replay CUDA graphs (`decode_graphs.py`) on
     CUDA with the Triton backend unless `enforce_eager`; `max_num_seqs` bounds the captured
@@ -127,14 +133,27 @@ class ModelExecutor(TensorExecutor):
     def enable_cuda_graphs(self, max_num_seqs: int) -> bool:
         """Replay decode steps of up to `max_num_seqs` sequences from CUDA graphs; False (and
         eager) off CUDA or without the Triton backend."""
-        if self.device.type != "cuda" or self.backend_name != "triton":
+        if not graphs_supported(self.device, self.backend_name):
             return False
         arena = self.arena
+        # The graphs call back into this executor: through a weak reference, since a cycle
+        # would keep a finished engine's arena (most of a GPU) alive until the garbage
+        # collector happens to run, after the next engine has asked for its own.
+        forward = weakref.WeakMethod(self._forward)
         self.graphs = DecodeGraphs(
-            self._forward, self.device, max_num_seqs, arena.num_slots, self.config.num_kv_heads,
+            lambda *args: forward()(*args), self.device, max_num_seqs, arena.num_slots, self.config.num_kv_heads,
             fp8_ready=lambda: not arena.is_fp8 or None not in arena.k_scales,
         )
         return True
+
+    def capture_decode_graphs(self, layout_kind: str, block_size: int, max_model_len: int) -> int:
+        """Capture every decode graph a run of this layout can replay, before it is measured;
+        how many (0 without graphs)."""
+        if self.graphs is None:
+            return 0
+        self._layout_kind, self._block_size = layout_kind, block_size
+        with torch.inference_mode():
+            return self.graphs.capture_all(layout_kind, block_size, max_model_len)
 
     def _forward(self, input_ids, positions, idx: DeviceIndices, decode_extra: dict):
         """A decode-only forward over `idx` (what `DecodeGraphs` captures)."""

@@ -4,7 +4,8 @@ need = weights + activation peak + KV budget
 
 weights:      parameters x bytes of the dtype (`kvbench estimate`'s `weights_bytes`: one
               formula for both, so the estimate and the refusal never disagree)
-activations:  `activation_bytes_estimate`, the widest point of one full-size prefill
+activations:  `activation_bytes_estimate`, the widest point of one full-size prefill, plus
+              `profile_attention_bytes`, what the CUDA memory profile's attention adds
 KV budget:    the arena's bytes (`--kv-memory`, or the CPU default)
 
 available:    CPU: MemAvailable of /proc/meminfo (what the kernel can hand out without
@@ -57,6 +58,13 @@ def activation_bytes_estimate(
     return max_num_batched_tokens * per_token * element_bytes + logits
 
 
+def profile_attention_bytes(model: ModelConfig, num_tokens: int, element_bytes: int) -> int:
+    """What the CUDA memory profile's attention adds to a prefill of `num_tokens`
+    (`kvbench.execution.kv_budget.profile_prefill`): K and V repeated to every query head,
+    and the output with its reshaped copy (4 x q_dim a token; fused SDPA keeps no scores)."""
+    return num_tokens * 4 * model.num_heads * model.head_dim * element_bytes
+
+
 @dataclass(frozen=True)
 class MemoryNeed:
     """The bytes one run takes on its device, by part."""
@@ -85,6 +93,7 @@ def memory_need(
     element = weights // model.num_parameters()
     activations = (
         activation_bytes_estimate(model, max_num_batched_tokens, max_num_seqs, element)
+        + profile_attention_bytes(model, max_num_batched_tokens, element)
         if max_num_batched_tokens > 0
         else 0
     )

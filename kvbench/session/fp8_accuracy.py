@@ -19,6 +19,7 @@ determined, to measure agreement where it means something.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 from typing import Any
 
@@ -155,6 +156,7 @@ class _Run:
 
     def close(self) -> None:
         self.built = None  # type: ignore[assignment]
+        gc.collect()  # the next engine's arena needs this one's memory: nothing may linger
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 

@@ -272,25 +272,23 @@ def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
 
     On CUDA a device holds one arena at a time (each takes its share of what is free), so a
     later run's engine is checked, released and built again when its turn comes (engine None
-    here); and every strategy gets the first one's KV budget in bytes, so the comparison's
-    budget does not shrink by what earlier engines held.
+    here); and every strategy, the first included, runs on the first one's KV budget in bytes
+    (pinned in its config, so no run profiles again), so the comparison's budget does not
+    shrink by what earlier engines held.
     """
-
 
     prepared: list[Any] = []
     budget: int | None = None
     for i, run in enumerate(runs):
         if budget is not None:
-            engine = dataclasses.replace(run.engine, kv_memory=budget,
-                                         gpu_memory_utilization=None)
-            run = runs[i] = dataclasses.replace(run, engine=engine)
+            run = runs[i] = _pinned(run, budget)
         built, workload = prepare(run, model_cache)
-        on_gpu = built.device.type == "cuda"
-        if not on_gpu or len(runs) == 1:
+        if not holds_one_arena_at_a_time(built.device) or len(runs) == 1:
             prepared.append((built, workload))
             continue
         if budget is None and run.engine.kv_memory is None:
             budget = built.kv_budget_bytes
+            runs[i] = _pinned(run, budget)
         prepared.append((None, workload))
         del built
         gc.collect()
@@ -299,6 +297,18 @@ def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
 
         torch.cuda.empty_cache()
     return prepared
+
+
+def holds_one_arena_at_a_time(device) -> bool:
+    """A GPU's arena takes its share of all the free memory: one engine lives at a time."""
+    return device.type == "cuda"
+
+
+def _pinned(run: RunConfig, kv_budget_bytes: int) -> RunConfig:
+    """`run` on a KV budget of exactly `kv_budget_bytes` (no profiling when it is built)."""
+    engine = dataclasses.replace(run.engine, kv_memory=kv_budget_bytes,
+                                 gpu_memory_utilization=None)
+    return dataclasses.replace(run, engine=engine)
 
 
 def run_session(

@@ -37,3 +37,36 @@ def test_cpu_budget_is_the_default_or_the_given_size():
     assert budget(EngineConfig(kv_memory="2MiB"), cpu) == 2 * 2**20
     with pytest.raises(KvbenchInputError, match="needs CUDA"):
         budget(EngineConfig(gpu_memory_utilization=0.9), cpu)
+
+
+def test_the_memory_profile_attends_with_4d_input_and_the_memory_check_counts_it(monkeypatch):
+    # SDPA's fused kernels take [batch, heads, T, D] only: 3-D input falls back to the math
+    # kernel, whose [heads, T, T] scores would be taken off the KV budget on a GPU.
+    import torch
+
+    from kvbench.execution.kv_budget import profile_prefill
+    from kvbench.models.loader import load_model
+    from kvbench.models.memory_check import activation_bytes_estimate, memory_need
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    calls = []
+
+    def recording_sdpa(q, k, v, **kwargs):
+        out = sdpa(q, k, v, **kwargs)
+        calls.append((q.shape, k.shape, v.shape, kwargs, k.nbytes + v.nbytes + 2 * out.nbytes))
+        return out
+
+    model, config = load_model("tiny")
+    tokens = 24
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording_sdpa)
+    logits = profile_prefill(model, torch.device("cpu"), tokens)
+    assert logits.shape == (1, config.vocab_size)
+    assert len(calls) == config.num_layers
+    shape = (1, config.num_heads, tokens, config.head_dim)
+    for q_shape, k_shape, v_shape, kwargs, _ in calls:
+        assert q_shape == k_shape == v_shape == shape and kwargs == {"is_causal": True}
+    # The up-front check counts the profile's attention buffers (repeated K/V, the output
+    # and its reshaped copy) on top of the layer's other activations.
+    need = memory_need(config, torch.float32, tokens, 1)
+    extra = need.activation_bytes - activation_bytes_estimate(config, tokens, 1, 4)
+    assert extra >= calls[0][-1]
