@@ -7,13 +7,10 @@ import torch
 
 from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
+from kvbench.core.host_memory import cpu_available_bytes
 from kvbench.errors import KvbenchInputError
 from kvbench.models.loader import load_model
-from kvbench.models.memory_check import (
-    check_memory,
-    cpu_available_bytes,
-    memory_need,
-)
+from kvbench.models.memory_check import check_memory, memory_need
 from kvbench.models.presets import get_preset
 from kvbench.sizing.estimate import EstimateInputs, estimate_kv
 
