@@ -32,10 +32,11 @@ def prompt_cap(max_model_len: int | None) -> int:
 
 
 def check_workload_fits(num_requests: int, num_tokens: int, what: str,
+                        way_out: str = "replay fewer requests (--num-requests)",
                         available_bytes: int | None = None) -> None:
     """Refuse `num_requests` requests of `num_tokens` prompt tokens in all when they cannot
     fit in the memory the machine has free; `what` names the input at fault
-    (`--num-requests 1000000000000`, `trace.jsonl`)."""
+    (`--num-requests`, `trace.jsonl`), `way_out` what to change."""
     need = num_requests * REQUEST_BYTES + num_tokens * TOKEN_BYTES
     have = cpu_available_bytes() if available_bytes is None else available_bytes
     if have is None or need <= have:
@@ -44,7 +45,7 @@ def check_workload_fits(num_requests: int, num_tokens: int, what: str,
     parts += [f"{num_tokens:,} prompt tokens"] if num_tokens else []
     raise KvbenchInputError(
         f"{what}: {' and '.join(parts)} need at least {format_bytes(need)} of memory, the "
-        f"machine has {format_bytes(have)} available; replay fewer requests (--num-requests)"
+        f"machine has {format_bytes(have)} available; {way_out}"
     )
 
 

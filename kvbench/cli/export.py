@@ -28,8 +28,10 @@ def export_command(run_dir: Path, fmt: str, output: Path | None) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.runs import run_folders
     from kvbench.results.export import request_table, vllm_bench_result
-    from kvbench.results.files import atomic_write_text
+    from kvbench.results.files import atomic_write_text, check_output_folder
 
+    if output is not None:  # before any reading: /proc, a read-only folder, ...
+        check_output_folder(output.parent, flag=f"-o {output}: folder")
     folders = run_folders(run_dir)
     if fmt == "vllm-bench":
         if len(folders) > 1:

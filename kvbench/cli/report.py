@@ -27,6 +27,7 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
     from kvbench.errors import KvbenchInputError
     from kvbench.report.runs import run_folders
     from kvbench.report.writer import write_report
+    from kvbench.results.files import check_output_folder
 
     for folder in run_dirs:
         run_folders(folder)  # KvbenchInputError for a missing or foreign folder
@@ -37,4 +38,5 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
                                 f"{output / 'report.html'}")
     if not output.parent.exists():
         raise KvbenchInputError(f"cannot write {output}: folder {output.parent} does not exist")
+    check_output_folder(output.parent, flag=f"-o {output}: folder")  # /proc, read-only, ...
     click.echo(str(write_report(list(run_dirs), output)))
