@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from kvbench.errors import KvbenchInputError
+
 
 @click.command(
     "report",
@@ -24,19 +26,26 @@ import click
                    "./report.html for several]")
 def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
-    from kvbench.errors import KvbenchInputError
     from kvbench.report.runs import run_folders
     from kvbench.report.writer import write_report
-    from kvbench.results.files import check_output_folder
 
+    if output is not None:  # a place it cannot write is refused before any folder is read
+        _check_output(output)
     for folder in run_dirs:
         run_folders(folder)  # KvbenchInputError for a missing or foreign folder
     if output is None:
         output = run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html")
+        _check_output(output)
+    click.echo(str(write_report(list(run_dirs), output)))
+
+
+def _check_output(output: Path) -> None:
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
+    from kvbench.results.files import check_output_folder
+
     if output.exists() and output.is_dir():
         raise KvbenchInputError(f"-o {output} is a directory; give a file name such as "
                                 f"{output / 'report.html'}")
     if not output.parent.exists():
         raise KvbenchInputError(f"cannot write {output}: folder {output.parent} does not exist")
     check_output_folder(output.parent, flag=f"-o {output}: folder")  # /proc, read-only, ...
-    click.echo(str(write_report(list(run_dirs), output)))
