@@ -8,7 +8,7 @@
 | Mooncake JSONL | JSON lines with `hash_ids` or `input_length` | `mooncake.py` |
 | Azure LLM inference CSV | header `TIMESTAMP,ContextTokens,GeneratedTokens` | `azure.py` |
 | BurstGPT CSV | header with `Request tokens` and `Response tokens` | `burstgpt.py` |
-| ShareGPT JSON (vLLM's) | one JSON list (the file starts with `[`) | `sharegpt_json.py` |
+| ShareGPT JSON (vLLM's) | one JSON list (the file starts with `[`; never a `.jsonl` or `.ndjson` file) | `sharegpt_json.py` |
 
 Every reader returns requests in file order with arrival times relative to the trace's first
 request; `load_workload` then scales them (`time_scale`), applies any arrival process and
