@@ -119,6 +119,8 @@ CASES: list[tuple[str, list[str], int]] = [
      2),
     ("warmup-a-trillion", ["run", "--num-requests", "4", "--warmup", "1000000000000"], 2),
     ("max-num-seqs-a-billion", [*RUN, "--max-num-seqs", "1000000000"], 2),
+    ("simulate-max-num-seqs-a-billion", [*SIM, "--max-num-seqs", "1000000000"], 2),
+    ("simulate-70b-on-an-l4", [*SIM, "--model", "llama-3-70b", "--gpu", "l4"], 2),
     ("seed-past-64-bits", [*RUN, "--seed", "1180591620717411303424"], 2),
     ("simulate-seed-past-64-bits", [*SIM, "--seed", "1180591620717411303424"], 2),
     # values no run can use
@@ -153,6 +155,8 @@ MESSAGES: dict[str, str] = {
     "simulate-num-requests-a-trillion": "--num-requests: 1,000,000,000,000 requests",
     "warmup-a-trillion": "--warmup: 1,000,000,000,000 requests",
     "max-num-seqs-a-billion": "use --max-num-seqs",
+    "simulate-max-num-seqs-a-billion": "use a smaller --max-num-seqs (the 1,000,000,000 given",
+    "simulate-70b-on-an-l4": "--tensor-parallel-size or a smaller model",
     "seed-past-64-bits": "--seed must be an integer in [-2**63, 2**63 - 1]",
     "simulate-seed-past-64-bits": "--seed must be an integer in",
     "temperature-nan": "--temperature must be a finite number >= 0, got nan",
