@@ -79,8 +79,8 @@ def _int(obj: dict[str, Any], key: str, minimum: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise _LineError(f"{key} must be an integer >= {minimum}, got {json.dumps(value)}")
     if value > MAX_TRACE_TOKENS:
-        raise _LineError(f"{key} {value:,} is more than {MAX_TRACE_TOKENS:,}, longer than any "
-                         "model's context")
+        why = "samples of one prompt" if key == "n" else "tokens, longer than any model's context"
+        raise _LineError(f"{key} {value:,} is more than {MAX_TRACE_TOKENS:,} {why}")
     return value
 
 

@@ -63,8 +63,8 @@ def count(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise RowError(f"{name} must be an integer >= 0, got {value!r}")
     if value > MAX_TRACE_TOKENS:
-        raise RowError(f"{name} {value:,} is more than {MAX_TRACE_TOKENS:,}, longer than any "
-                       "model's context")
+        raise RowError(f"{name} {value:,} is more than {MAX_TRACE_TOKENS:,} tokens, longer "
+                       "than any model's context")
     return value
 
 
