@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
+from kvbench.core.block_size import DEFAULT_BLOCK_SIZE, check_block_size
 from kvbench.core.kv_cache_dtype import KV_CACHE_DTYPES
 from kvbench.errors import KvbenchInputError
 from kvbench.units import parse_size_bytes
 
 DEFAULT_CPU_KV_MEMORY = "64MiB"
+
+# Seeds reach numpy and torch generators, which take a 64-bit integer.
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1
+
 
 @dataclass
 class EngineConfig:
@@ -49,8 +54,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.kv_memory is not None:
             self.kv_memory = parse_size_bytes(self.kv_memory)
-        if self.block_size < 1 or self.block_size & (self.block_size - 1):
-            raise KvbenchInputError(f"--block-size must be a power of two, got {self.block_size}")
+        check_block_size(self.block_size)
         if self.max_num_seqs < 1:
             raise KvbenchInputError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
         # None is "the default"; 0 would read as a length, so it is refused like -1.
@@ -75,10 +79,17 @@ class EngineConfig:
             raise KvbenchInputError("--tensor-parallel-size must be at least 1")
         if self.cpu_threads < 1:
             raise KvbenchInputError("--cpu-threads must be at least 1")
-        if self.temperature < 0:
-            raise KvbenchInputError("--temperature must not be negative")
-        if self.kv_scale is not None and not self.kv_scale > 0:
-            raise KvbenchInputError(f"--kv-scale must be positive, got {self.kv_scale}")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise KvbenchInputError(
+                f"--temperature must be a finite number >= 0, got {self.temperature}")
+        if self.kv_scale is not None and not (math.isfinite(self.kv_scale) and self.kv_scale > 0):
+            raise KvbenchInputError(
+                f"--kv-scale must be a finite number > 0, got {self.kv_scale}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) \
+                or not SEED_MIN <= self.seed <= SEED_MAX:
+            raise KvbenchInputError(
+                f"--seed must be an integer in [-2**63, 2**63 - 1] (a 64-bit seed), "
+                f"got {self.seed}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise KvbenchInputError(
                 f"unknown --kv-cache-dtype {self.kv_cache_dtype!r} (choose from auto, fp8)"

@@ -10,6 +10,7 @@ registers itself there, so a new workload is one new file. The trace formats are
 
 from kvbench.core.request import Request
 from kvbench.workloads.arrivals import ArrivalProcess, apply_arrivals, arrival_times
+from kvbench.workloads.bounds import MAX_TRACE_TOKENS, check_workload_fits
 from kvbench.workloads.clip import clip_to_max_len
 from kvbench.workloads.entry import WORKLOADS, WorkloadEntry
 from kvbench.workloads.load import is_trace, load_workload, parse_workload_params
@@ -19,6 +20,7 @@ from kvbench.workloads.trace_formats import detect_trace_format, read_trace
 from kvbench.workloads.trace_rows import TraceRowsSkippedWarning
 
 __all__ = [
+    "MAX_TRACE_TOKENS",
     "ArrivalProcess",
     "Request",
     "TraceRowsSkippedWarning",
@@ -27,6 +29,7 @@ __all__ = [
     "WorkloadResult",
     "apply_arrivals",
     "arrival_times",
+    "check_workload_fits",
     "clip_to_max_len",
     "detect_trace_format",
     "is_trace",

@@ -27,6 +27,7 @@ from kvbench.workloads.trace_rows import (
     TraceRow,
     check_not_empty,
     count,
+    prompt_lengths,
     to_requests,
     warn_skipped,
 )
@@ -53,9 +54,10 @@ def _parse(record: dict[str, str]) -> TraceRow | None:
     return row if row.prompt_len and row.output_len else None
 
 
-def load_azure(path: Path, num_requests: int | None, seed: int, vocab_size: int) -> list[Request]:
+def load_azure(path: Path, num_requests: int | None, seed: int, vocab_size: int,
+               max_model_len: int | None = None) -> list[Request]:
     rows, skipped = read_csv_rows(path, COLUMNS, _parse, num_requests)
     check_not_empty(path, len(rows))
     warn_skipped(path, skipped, len(rows), "ContextTokens or GeneratedTokens 0")
     sampler = TokenSampler(rng_for(seed, "azure.tokens"), vocab_size)
-    return to_requests(rows, sampler.rows([r.prompt_len for r in rows]))
+    return to_requests(rows, sampler.rows(prompt_lengths(path, rows, max_model_len)))

@@ -30,6 +30,7 @@ from kvbench.workloads.trace_rows import (
     TraceRow,
     check_not_empty,
     count,
+    prompt_lengths,
     seconds,
     to_requests,
     warn_skipped,
@@ -48,10 +49,11 @@ def _parse(record: dict[str, str]) -> TraceRow | None:
 
 
 def load_burstgpt(
-    path: Path, num_requests: int | None, seed: int, vocab_size: int
+    path: Path, num_requests: int | None, seed: int, vocab_size: int,
+    max_model_len: int | None = None,
 ) -> list[Request]:
     rows, skipped = read_csv_rows(path, COLUMNS, _parse, num_requests)
     check_not_empty(path, len(rows))
     warn_skipped(path, skipped, len(rows), "failed requests: 0 response or request tokens")
     sampler = TokenSampler(rng_for(seed, "burstgpt.tokens"), vocab_size)
-    return to_requests(rows, sampler.rows([r.prompt_len for r in rows]))
+    return to_requests(rows, sampler.rows(prompt_lengths(path, rows, max_model_len)))

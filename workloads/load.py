@@ -31,6 +31,7 @@ from typing import Any
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads.arrivals import ArrivalProcess, apply_arrivals
+from kvbench.workloads.bounds import check_workload_fits
 from kvbench.workloads.clip import clip_to_max_len
 from kvbench.workloads.entry import WORKLOADS
 from kvbench.workloads.params import check_float, check_int
@@ -92,7 +93,8 @@ def load_workload(
             raise KvbenchInputError(
                 f"a trace workload takes no parameters, got {', '.join(params)}"
             )
-        requests, notes = _read_trace(name, num_requests, seed, vocab_size, tokenizer)
+        requests, notes = _read_trace(name, num_requests, seed, vocab_size, tokenizer,
+                                      max_model_len)
         effective: dict[str, Any] = {}
     else:
         entry = WORKLOADS.get(name)
@@ -100,6 +102,7 @@ def load_workload(
         if num_requests is None:
             raise KvbenchInputError(f"workload {name!r} needs --num-requests")
         notes = ()
+        check_workload_fits(num_requests, 0, "--num-requests")
         requests = entry.generator(num_requests, seed, vocab_size, **effective)
 
     time_scale = check_float("--time-scale", time_scale, 0.0, strict=True)
@@ -122,12 +125,12 @@ def load_workload(
 
 def _read_trace(
     path: str, num_requests: int | None, seed: int, vocab_size: int,
-    tokenizer: str | os.PathLike[str] | None,
+    tokenizer: str | os.PathLike[str] | None, max_model_len: int | None,
 ) -> tuple[list[Request], tuple[str, ...]]:
     """The trace's requests and the readers' notes on rows left out (other warnings pass)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TraceRowsSkippedWarning)
-        requests = read_trace(path, num_requests, seed, vocab_size, tokenizer)
+        requests = read_trace(path, num_requests, seed, vocab_size, tokenizer, max_model_len)
     for w in caught:
         if not issubclass(w.category, TraceRowsSkippedWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -35,6 +35,7 @@ from kvbench.workloads.trace_rows import (
     TraceRow,
     check_not_empty,
     count,
+    prompt_lengths,
     seconds,
     to_requests,
     warn_skipped,
@@ -70,7 +71,8 @@ def _parse(obj: Any) -> tuple[TraceRow, tuple[int, ...]]:
 
 
 def load_mooncake(
-    path: Path, num_requests: int | None, seed: int, vocab_size: int
+    path: Path, num_requests: int | None, seed: int, vocab_size: int,
+    max_model_len: int | None = None,
 ) -> list[Request]:
     errors = RowErrors(path)
     rows: list[TraceRow] = []
@@ -110,15 +112,15 @@ def load_mooncake(
     sampler = TokenSampler(rng_for(seed, "mooncake.blocks"), vocab_size)
     blocks: dict[int, list[int]] = {}
     prompts: list[tuple[int, ...]] = []
-    for row, ids in zip(rows, hashes, strict=True):
-        num_blocks = -(-row.prompt_len // BLOCK_TOKENS)
+    for ids, length in zip(hashes, prompt_lengths(path, rows, max_model_len), strict=True):
+        num_blocks = -(-length // BLOCK_TOKENS)
         tokens: list[int] = []
         for h in ids[:num_blocks]:
             block = blocks.get(h)
             if block is None:
                 block = blocks[h] = sampler.tokens(BLOCK_TOKENS)
             tokens += block
-        if len(tokens) < row.prompt_len:
-            tokens += sampler.tokens(row.prompt_len - len(tokens))
-        prompts.append(tuple(tokens[: row.prompt_len]))
+        if len(tokens) < length:
+            tokens += sampler.tokens(length - len(tokens))
+        prompts.append(tuple(tokens[:length]))
     return to_requests(rows, prompts)

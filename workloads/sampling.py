@@ -15,9 +15,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kvbench.workloads.bounds import check_workload_fits
+
 # Lengths drawn from an unbounded distribution are capped here before any model-length
 # clipping, only so that an extreme draw cannot overflow an integer.
 MAX_SAMPLED_LEN = 1 << 24
+# Draws of more tokens than this are checked against free memory first (a smaller one costs
+# less than the check).
+CHECKED_DRAW_TOKENS = 1 << 20
 
 
 def rng_for(seed: int, stream: str) -> np.random.Generator:
@@ -55,7 +60,10 @@ class TokenSampler:
         self._ids: list[int] = list(range(vocab_size))
 
     def tokens(self, n: int) -> list[int]:
-        """`n` random token ids."""
+        """`n` random token ids (a draw too large for the machine's memory is refused)."""
+        if n > CHECKED_DRAW_TOKENS:
+            check_workload_fits(0, int(n), "the workload's prompts", "replay fewer requests "
+                                "(--num-requests) or shorter prompts (--workload-param)")
         draws = self._rng.integers(0, self._vocab_size, int(n), dtype=np.int64).tolist()
         return list(map(self._ids.__getitem__, draws))
 

@@ -49,6 +49,7 @@ from typing import Any
 
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
+from kvbench.workloads.bounds import MAX_TRACE_TOKENS, check_workload_fits, prompt_cap
 from kvbench.workloads.sampling import TokenSampler, rng_for
 
 
@@ -77,6 +78,9 @@ def _int(obj: dict[str, Any], key: str, minimum: int) -> int | None:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise _LineError(f"{key} must be an integer >= {minimum}, got {json.dumps(value)}")
+    if value > MAX_TRACE_TOKENS:
+        why = "samples of one prompt" if key == "n" else "tokens, longer than any model's context"
+        raise _LineError(f"{key} {value:,} is more than {MAX_TRACE_TOKENS:,} {why}")
     return value
 
 
@@ -188,13 +192,20 @@ def _read_lines(path: Path, vocab_size: int) -> list[_Line]:
 
 
 def load_trace(
-    path: str | os.PathLike[str], num_requests: int | None, seed: int, vocab_size: int
+    path: str | os.PathLike[str], num_requests: int | None, seed: int, vocab_size: int,
+    max_model_len: int | None = None,
 ) -> list[Request]:
-    """The trace's requests in file order (`request_id` = position), validated in full."""
+    """The trace's requests in file order (`request_id` = position), validated in full.
+
+    A prompt given by length is built to at most `max_model_len` tokens (clipping keeps only
+    its head), so a trace of long prompts never holds their unclipped tokens."""
     path = Path(path)
     lines = _read_lines(path, vocab_size)
     if num_requests is not None:
         lines = lines[:num_requests]
+    cap = prompt_cap(max_model_len)
+    check_workload_fits(sum(line.n for line in lines),
+                        sum(min(line.prompt_len, cap) for line in lines), str(path))
 
     sampler = TokenSampler(rng_for(seed, "trace.tokens"), vocab_size)
     prefixes: dict[str, list[int]] = {}
@@ -208,13 +219,15 @@ def load_trace(
                 base = histories[line.conversation_id]
             elif line.prefix_id is not None and line.prefix_len:
                 shared = prefixes.setdefault(line.prefix_id, [])
-                if len(shared) < line.prefix_len:
-                    shared += sampler.tokens(line.prefix_len - len(shared))
-                base = tuple(shared[: line.prefix_len])
+                prefix_len = min(line.prefix_len, cap)
+                if len(shared) < prefix_len:
+                    shared += sampler.tokens(prefix_len - len(shared))
+                base = tuple(shared[:prefix_len])
             else:
                 base = ()
-            base = base[: line.prompt_len]
-            prompt = base + tuple(sampler.tokens(line.prompt_len - len(base)))
+            length = min(line.prompt_len, cap)
+            base = base[:length]
+            prompt = base + tuple(sampler.tokens(length - len(base)))
         if line.conversation_id is not None:
             histories[line.conversation_id] = prompt
         requests.append(

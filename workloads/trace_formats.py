@@ -8,7 +8,7 @@
 | Mooncake JSONL | JSON lines with `hash_ids` or `input_length` | `mooncake.py` |
 | Azure LLM inference CSV | header `TIMESTAMP,ContextTokens,GeneratedTokens` | `azure.py` |
 | BurstGPT CSV | header with `Request tokens` and `Response tokens` | `burstgpt.py` |
-| ShareGPT JSON (vLLM's) | one JSON list (the file starts with `[`) | `sharegpt_json.py` |
+| ShareGPT JSON (vLLM's) | one JSON list (the file starts with `[`; never a `.jsonl` or `.ndjson` file) | `sharegpt_json.py` |
 
 Every reader returns requests in file order with arrival times relative to the trace's first
 request; `load_workload` then scales them (`time_scale`), applies any arrival process and
@@ -28,6 +28,8 @@ from kvbench.workloads.csv_trace import csv_header
 from kvbench.workloads.trace import load_trace
 
 FORMATS = ("kvbench", "mooncake", "azure", "burstgpt", "sharegpt-json")
+# A file named so holds JSON lines: a line that is a list is a bad line, not a ShareGPT dataset.
+JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 
 
 def _first_text(path: Path) -> str:
@@ -48,7 +50,7 @@ def detect_trace_format(path: str | os.PathLike[str]) -> str:
     what is wrong with it)."""
     path = Path(path)
     first = _first_text(path)
-    if first.startswith("["):
+    if first.startswith("[") and path.suffix.lower() not in JSON_LINES_SUFFIXES:
         return "sharegpt-json"
     if first.startswith("{"):
         try:
@@ -77,16 +79,18 @@ def read_trace(
     seed: int,
     vocab_size: int,
     tokenizer: str | os.PathLike[str] | None = None,
+    max_model_len: int | None = None,
 ) -> list[Request]:
-    """The trace's requests in file order, whatever its format."""
+    """The trace's requests in file order, whatever its format; prompts given by length are
+    built to at most `max_model_len` tokens (`bounds.py`)."""
     path = Path(path)
     kind = detect_trace_format(path)
     if kind == "mooncake":
-        return mooncake.load_mooncake(path, num_requests, seed, vocab_size)
+        return mooncake.load_mooncake(path, num_requests, seed, vocab_size, max_model_len)
     if kind == "azure":
-        return azure.load_azure(path, num_requests, seed, vocab_size)
+        return azure.load_azure(path, num_requests, seed, vocab_size, max_model_len)
     if kind == "burstgpt":
-        return burstgpt.load_burstgpt(path, num_requests, seed, vocab_size)
+        return burstgpt.load_burstgpt(path, num_requests, seed, vocab_size, max_model_len)
     if kind == "sharegpt-json":
         return sharegpt_json.load_sharegpt_json(path, num_requests, vocab_size, tokenizer)
-    return load_trace(path, num_requests, seed, vocab_size)
+    return load_trace(path, num_requests, seed, vocab_size, max_model_len)

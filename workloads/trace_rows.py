@@ -15,6 +15,7 @@ from typing import Any
 
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
+from kvbench.workloads.bounds import MAX_TRACE_TOKENS, check_workload_fits, prompt_cap
 
 
 class TraceRowsSkippedWarning(UserWarning):
@@ -61,6 +62,9 @@ def count(value: Any, name: str) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise RowError(f"{name} must be an integer >= 0, got {value!r}")
+    if value > MAX_TRACE_TOKENS:
+        raise RowError(f"{name} {value:,} is more than {MAX_TRACE_TOKENS:,} tokens, longer "
+                       "than any model's context")
     return value
 
 
@@ -90,6 +94,15 @@ def warn_skipped(path: Path, num_skipped: int, num_kept: int, why: str) -> None:
 def check_not_empty(path: Path, num_kept: int) -> None:
     if not num_kept:
         raise KvbenchInputError(f"{path}: the trace holds no requests to replay")
+
+
+def prompt_lengths(path: Path, rows: list[TraceRow], max_model_len: int | None) -> list[int]:
+    """How many tokens of each row's prompt to build (clipping keeps only the first
+    `max_model_len`), checked to fit in memory before one is built."""
+    cap = prompt_cap(max_model_len)
+    lengths = [min(row.prompt_len, cap) for row in rows]
+    check_workload_fits(len(rows), sum(lengths), str(path))
+    return lengths
 
 
 def to_requests(

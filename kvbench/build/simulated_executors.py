@@ -25,7 +25,7 @@ from kvbench.build.engine_build import BuildContext, BuiltEngine, ExecutorFactor
 from kvbench.config import EngineConfig
 from kvbench.core.executor import DeviceKind
 from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
-from kvbench.models.memory_check import activation_bytes_estimate
+from kvbench.models.memory_check import activation_bytes_estimate, activation_flag
 from kvbench.models.resolve_config import resolve_model_config
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import DEFAULT_GPU, GPUSpec
@@ -35,7 +35,7 @@ from kvbench.simulator.simulated_executor import (
     SimulatedExecutor,
 )
 from kvbench.simulator.step_time import StepTimeModel
-from kvbench.sizing.capacity import group_kv_capacity
+from kvbench.sizing.capacity import group_kv_capacity, weight_bytes_per_gpu
 
 SIMULATED_BACKEND = "simulated"
 
@@ -77,10 +77,22 @@ class SimulatedExecutors(ExecutorFactory):
         )
         spec = get_gpu(self.gpu)
         tp = config.tensor_parallel_size
+        advice = {}
+        if activations // tp > weight_bytes_per_gpu(model_config, tp, per_param):
+            # The activations are the largest part: name the option that sized them.
+            flag, value = activation_flag(model_config, max_batched_tokens,
+                                          config.max_num_seqs, per_param)
+            advice["advice"] = (f"use a smaller {flag} (the {value:,} given size most of the "
+                                "activations), a larger --gpu or a higher "
+                                "--tensor-parallel-size")
+        elif per_param <= 2:  # already 16-bit weights: a smaller --dtype is no way out
+            advice["advice"] = ("use a larger --gpu, a higher --tensor-parallel-size or a "
+                                "smaller model")
         # Per GPU: a weight shard, activations of its head / column share (estimated as 1/N).
         group = group_kv_capacity(
             model_config, spec.memory_bytes, tp, config.gpu_memory_utilization, per_param,
             element_bytes(kv_cache_dtype_name(config)), activations // tp, gpu_name=spec.name,
+            **advice,
         )
         return group.kv_budget_bytes
 

@@ -24,8 +24,8 @@ def _metric_help() -> str:
         "--fail-on takes METRIC:+N% or METRIC:-N% items, comma-separated. The sign is the "
         "direction the metric may move: output_tok_s:-5% fails when new < base x 0.95, "
         "ttft.p99:+10% fails when new > base x 1.10. Without % the number is an absolute "
-        "change in the metric's unit (ms, tok/s, a count, a fraction): preemptions:+0 fails "
-        "on any increase. A metric missing in NEW but present in BASE fails.\n\n"
+        "change in the metric's unit (ms, tok/s, a count, a fraction): ttft.p99:+10ms (or "
+        "+10) fails when new > base + 10 ms, preemptions:+0 fails on any increase. A metric missing in NEW but present in BASE fails.\n\n"
         "The runs must be finished (no INCOMPLETE marker, status complete) and share workload, "
         "workload params, num_requests, request and conversation rates, concurrency, model, "
         "dtype, kv_cache_dtype and KV budget; otherwise compare exits 2 saying why, unless "
@@ -45,8 +45,9 @@ def _metric_help() -> str:
 @click.command("compare", help=_metric_help())
 @click.argument("base_dir", type=click.Path(path_type=Path))
 @click.argument("new_dir", type=click.Path(path_type=Path))
-@click.option("--fail-on", "fail_on", default=None, metavar="METRIC:±N%[,...]",
-              help="thresholds, e.g. output_tok_s:-5%,ttft.p99:+10% (see above)")
+@click.option("--fail-on", "fail_on", default=None, metavar="METRIC:±N[%|ms][,...]",
+              help="thresholds: relative (output_tok_s:-5%, ttft.p99:+10%) or absolute in "
+                   "the metric's unit (ttft.p99:+10ms, preemptions:+0); see above")
 @click.option("--metrics", "metric_list", default=None, metavar="NAME[,NAME...]",
               help="rows to print [default: throughput, latency p50/p99, utilization, "
                    "preemptions, hit rate; plus every --fail-on metric]; 'all' for all")

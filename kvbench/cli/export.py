@@ -31,10 +31,13 @@ def export_command(run_dir: Path, fmt: str, output: Path | None) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.runs import run_folders
     from kvbench.results.export import request_table, vllm_bench_result, vllm_sweep_files
-    from kvbench.results.files import atomic_write_text
+    from kvbench.results.files import atomic_write_text, check_output_folder
 
     if output is not None and output.is_dir() and fmt != "vllm-sweep":
         raise KvbenchInputError(f"-o {output} is a folder: name the file to write")
+    if output is not None:  # before any reading: /proc, a read-only folder, ...
+        check_output_folder(output if fmt == "vllm-sweep" else output.parent,
+                            flag=f"-o {output}: folder")
     folders = run_folders(run_dir)
     if fmt == "vllm-sweep":
         if output is None:

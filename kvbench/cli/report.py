@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from kvbench.errors import KvbenchInputError
+
 
 @click.command(
     "report",
@@ -26,11 +28,12 @@ import click
                    "./report.html for several]")
 def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
-    from kvbench.errors import KvbenchInputError
     from kvbench.report.runs import run_folders
     from kvbench.report.writer import write_report
     from kvbench.sweep.sweep_folder import is_sweep_folder
 
+    if output is not None:  # a place it cannot write is refused before any folder is read
+        _check_output(output)
     sweeps = [folder for folder in run_dirs if is_sweep_folder(folder)]
     if sweeps and len(run_dirs) > 1:
         raise KvbenchInputError(f"{sweeps[0]} is a sweep's folder: its report stands alone "
@@ -39,14 +42,22 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
         run_folders(folder)  # KvbenchInputError for a missing or foreign folder
     if output is None:
         output = run_dirs[0] / "report.html" if len(run_dirs) == 1 else Path("report.html")
-    if output.exists() and output.is_dir():
-        raise KvbenchInputError(f"-o {output} is a directory; give a file name such as "
-                                f"{output / 'report.html'}")
-    if not output.parent.exists():
-        raise KvbenchInputError(f"cannot write {output}: folder {output.parent} does not exist")
+        _check_output(output)
     if sweeps:
         from kvbench.sweep.report import read_and_write  # CLI: plotly, only for this command
 
         click.echo(str(read_and_write(sweeps[0], output)))
         return
     click.echo(str(write_report(list(run_dirs), output)))
+
+
+def _check_output(output: Path) -> None:
+    # CLI: loaded when the command runs, so --help imports no pandas/torch
+    from kvbench.results.files import check_output_folder
+
+    if output.exists() and output.is_dir():
+        raise KvbenchInputError(f"-o {output} is a directory; give a file name such as "
+                                f"{output / 'report.html'}")
+    if not output.parent.exists():
+        raise KvbenchInputError(f"cannot write {output}: folder {output.parent} does not exist")
+    check_output_folder(output.parent, flag=f"-o {output}: folder")  # /proc, read-only, ...

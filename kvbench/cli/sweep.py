@@ -282,8 +282,6 @@ def sweep_command(config: str | None, simulate: bool, resume: bool, point_report
     command = _command_line(ctx, config)
     talk = not quiet and not as_json
     echo = (lambda message: click.echo(message, err=True)) if talk else None
-    if talk:
-        click.echo(f"sweep {folder} ({spec.kind}, executor {spec.executor.kind})", err=True)
     result = run_sweep(spec, folder, resume=resume, command=command, echo=echo,
                        point_reports=point_reports)
     if as_json:

@@ -180,6 +180,14 @@ def _copy_tensor(reader, file: Path, name: str, expected: dict, loaded: dict[str
             "loads float32, bfloat16 or float16 weights (quantised checkpoints are not supported)"
         )
     param.copy_(tensor.to(param.dtype))
+    # Checked at the run's dtype: a weight past float16's range turns inf in the copy. A NaN
+    # or inf weight gives NaN logits, and every token and figure of the run after them.
+    if not bool(torch.isfinite(param).all()):
+        nans = int(torch.isnan(param).sum())
+        infs = int(torch.isinf(param).sum())
+        raise KvbenchInputError(
+            f"{file}: tensor {name} holds {nans:,} NaN and {infs:,} infinite values "
+            f"(in {str(param.dtype).removeprefix('torch.')}); the weights are damaged")
     loaded[name] = file.name
 
 

@@ -19,12 +19,11 @@ building the model, or the kernel's OOM killer.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvbench.core.host_memory import cpu_available_bytes
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.sizes import canonical_dtype, weights_bytes
@@ -34,7 +33,6 @@ if TYPE_CHECKING:  # torch only where a device is asked: the simulator sizes wit
     import torch
 
 LOGITS_BYTES = 4  # the sampler's float32 logits
-MEMINFO = Path("/proc/meminfo")
 
 # device -> free bytes (None: unknown, the check is skipped)
 AvailableFn = Callable[["torch.device"], int | None]
@@ -65,6 +63,18 @@ def profile_attention_bytes(model: ModelConfig, num_tokens: int, element_bytes: 
     return num_tokens * 4 * model.num_heads * model.head_dim * element_bytes
 
 
+def activation_flag(model: ModelConfig, max_num_batched_tokens: int, max_num_seqs: int,
+                    element_bytes: int) -> tuple[str, int]:
+    """The option whose value sizes most of `activation_bytes_estimate`, and that value:
+    `--max-num-seqs` (the logits) or `--max-num-batched-tokens` (a prefill's width)."""
+    logits = max_num_seqs * model.vocab_size * LOGITS_BYTES
+    tokens = activation_bytes_estimate(model, max_num_batched_tokens, max_num_seqs,
+                                       element_bytes) - logits
+    if logits >= tokens:
+        return "--max-num-seqs", max_num_seqs
+    return "--max-num-batched-tokens", max_num_batched_tokens
+
+
 @dataclass(frozen=True)
 class MemoryNeed:
     """The bytes one run takes on its device, by part."""
@@ -72,8 +82,11 @@ class MemoryNeed:
     model: str
     dtype: str  # canonical: fp32, bf16, fp16
     weights_bytes: int
-    activation_bytes: int
+    activation_bytes: int  # logits included
     kv_bytes: int
+    logits_bytes: int = 0  # the sampler's logits: max_num_seqs x vocab x float32
+    max_num_seqs: int = 1
+    max_num_batched_tokens: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -97,7 +110,9 @@ def memory_need(
         if max_num_batched_tokens > 0
         else 0
     )
-    return MemoryNeed(model.name, name, weights, activations, kv_bytes)
+    logits = max_num_seqs * model.vocab_size * LOGITS_BYTES if max_num_batched_tokens > 0 else 0
+    return MemoryNeed(model.name, name, weights, activations, kv_bytes, logits, max_num_seqs,
+                      max_num_batched_tokens)
 
 
 def available_bytes(device: torch.device) -> int | None:
@@ -111,19 +126,6 @@ def available_bytes(device: torch.device) -> int | None:
     if device.type != "cpu":
         return None
     return cpu_available_bytes()
-
-
-def cpu_available_bytes(meminfo: Path = MEMINFO) -> int | None:
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def check_memory(
@@ -151,16 +153,40 @@ def check_memory(
 
 
 def _way_out(need: MemoryNeed, have: int) -> str:
-    ways = []
+    ways = _size_limits_that_fit(need, have)
     if need.dtype == "fp32":
         half = need.total_bytes - need.weights_bytes // 2 - need.activation_bytes // 2
-        ways.append(f"--dtype bfloat16 (needs ~{format_bytes(half)})")
+        if half <= have or not ways:
+            ways.append(f"--dtype bfloat16 (needs ~{format_bytes(half)})")
     room_for_kv = have - (need.total_bytes - need.kv_bytes)
     if need.kv_bytes and room_for_kv > 0:
         ways.append(f"--kv-memory below {format_bytes(room_for_kv)}")
     if need.model != "tiny":
         ways.append("a smaller model (e.g. --model tiny)")
     return "use " + ", or ".join(ways) if ways else "free some memory first"
+
+
+def _size_limits_that_fit(need: MemoryNeed, have: int) -> list[str]:
+    """`--max-num-seqs` or `--max-num-batched-tokens` at a value that fits, when the one
+    that option sizes is the largest part of the need (the flag at fault, named first)."""
+    token_bytes = need.activation_bytes - need.logits_bytes
+    parts = {"logits": need.logits_bytes, "tokens": token_bytes,
+             "other": need.weights_bytes + need.kv_bytes}
+    largest = max(parts, key=parts.__getitem__)
+    if largest == "other":
+        return []
+    room = have - (need.total_bytes - parts[largest])
+    if largest == "logits":
+        per_seq = need.logits_bytes // max(1, need.max_num_seqs)
+        fits = room // per_seq if per_seq else 0
+        flag, value = "--max-num-seqs", need.max_num_seqs
+    else:
+        per_token = token_bytes // max(1, need.max_num_batched_tokens)
+        fits = room // per_token if per_token else 0
+        flag, value = "--max-num-batched-tokens", need.max_num_batched_tokens
+    if fits < 1:
+        return [f"a smaller {flag} (the {value:,} given need most of it)"]
+    return [f"{flag} {fits:,} or less (the {value:,} given need most of it)"]
 
 
 _LONG = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

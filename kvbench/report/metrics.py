@@ -113,11 +113,13 @@ class Threshold:
         return f"{m.format(base)} -> {m.format(new)} ({change}; limit {m.format(limit)})"
 
 
-_THRESHOLD_RE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*:\s*([+-])\s*([0-9]*\.?[0-9]+)\s*(%?)\s*$")
+_THRESHOLD_RE = re.compile(
+    r"^\s*([A-Za-z_][\w.]*)\s*:\s*([+-])\s*([0-9]*\.?[0-9]+)\s*(%|ms)?\s*$")
 
 
 def parse_thresholds(text: str | None) -> list[Threshold]:
-    """`output_tok_s:-5%,ttft.p99:+10%` -> thresholds (KvbenchInputError on bad input)."""
+    """`output_tok_s:-5%,ttft.p99:+10%` (relative) or `ttft.p99:+10ms`, `preemptions:+0`
+    (absolute, in the metric's unit) -> thresholds (KvbenchInputError on bad input)."""
     if not text:
         return []
     out = []
@@ -126,11 +128,18 @@ def parse_thresholds(text: str | None) -> list[Threshold]:
         if not match:
             raise KvbenchInputError(
                 f"cannot read --fail-on item {item.strip()!r}: use METRIC:+N% or METRIC:-N% "
-                "(e.g. output_tok_s:-5%,ttft.p99:+10%)"
+                "(relative) or METRIC:+N (absolute, in the metric's unit), e.g. "
+                "output_tok_s:-5%,ttft.p99:+10ms"
             )
-        name, sign, amount, pct = match.groups()
-        out.append(Threshold(metric(name), 1 if sign == "+" else -1, float(amount), pct == "%",
-                             f"{name}:{sign}{amount}{pct}"))
+        name, sign, amount, suffix = match.groups()
+        suffix = suffix or ""
+        found = metric(name)
+        if suffix == "ms" and found.unit != "ms":
+            unit = f"in {found.unit}" if found.unit else "a count"
+            raise KvbenchInputError(
+                f"--fail-on item {item.strip()!r}: {name} is {unit}, not milliseconds")
+        out.append(Threshold(found, 1 if sign == "+" else -1, float(amount), suffix == "%",
+                             f"{name}:{sign}{amount}{suffix}"))
     return out
 
 

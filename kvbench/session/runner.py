@@ -54,7 +54,7 @@ from kvbench.session.run_config import RunConfig
 from kvbench.strategies import STRATEGIES, reads_option
 from kvbench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.versions import versions
-from kvbench.workloads import WorkloadResult, is_trace, load_workload
+from kvbench.workloads import WorkloadResult, check_workload_fits, is_trace, load_workload
 from kvbench.workloads.arrivals import conversation_groups
 
 DEFAULT_NUM_REQUESTS = 64
@@ -96,6 +96,8 @@ def strategy_label(run: RunConfig) -> str:
 
 def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngine, WorkloadResult]:
     """Build engine and workload and check every request fits, before anything is written."""
+    if not is_trace(run.workload.name):  # a trace's warm-up replays at most the file
+        check_workload_fits(run.replay.warmup, 0, "--warmup", "give a smaller --warmup")
     built = _build(run, model_cache)
     spec, replay = run.workload, run.replay
     workload = load_workload(

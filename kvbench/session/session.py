@@ -40,6 +40,7 @@ from kvbench.results.metrics import nan_to_none
 from kvbench.results.repeat import repeat_summary
 from kvbench.results.summary import SUMMARY_FILE
 from kvbench.scheduling import POLICIES, QUEUE_ORDERS
+from kvbench.session.input_warnings import input_warnings
 from kvbench.session.run_config import RunConfig
 from kvbench.session.run_options import RunOptions, build_run_config, option_fields
 from kvbench.session.runner import RunOutcome, prepare, run_one, strategy_label
@@ -100,6 +101,10 @@ def expand_runs(options: RunOptions) -> list[RunConfig]:
     for name in split_list(options.batching):
         POLICIES.get(name)
     QUEUE_ORDERS.get(options.queue_order)
+    if is_trace(options.workload) and options.workload_params:
+        raise KvbenchInputError(
+            f"--workload-param {options.workload_params[0]}: a trace file takes no workload "
+            "parameters (they shape the built-in workloads)")
     values = {name: getattr(options, name) for name in option_fields()}
     values.update(
         workload_params=({} if is_trace(options.workload)
@@ -199,7 +204,8 @@ def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[s
 
 
 def run_id(labels: list[str], workload: str, now: time.struct_time | None = None) -> str:
-    stem = Path(workload).stem if workload.endswith(".jsonl") else workload
+    # A trace is named by its file's stem, whatever its format or path (a path would nest).
+    stem = Path(workload).stem if is_trace(workload) else workload
     what = labels[0] if len(labels) == 1 else "compare"
     return f"{time.strftime('%Y%m%d-%H%M%S', now or time.localtime())}-{what}-{stem}"
 
@@ -261,6 +267,7 @@ def plan_session(options: RunOptions) -> SessionPlan:
     prepared = _prepare_all(runs, model_cache)
     warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
     warnings += contradiction_warnings(options, runs)
+    warnings += input_warnings(options, runs, prepared)
     # The folder is created (atomically) when the session runs; planning writes nothing.
     root = Path(options.out) / run_id(labels, options.workload)
     return SessionPlan(runs, labels, prepared, root, options.repeat, warnings, model_cache,

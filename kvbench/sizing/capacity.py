@@ -67,10 +67,13 @@ def group_kv_capacity(
     activation_bytes_per_gpu: int = 0,
     *,
     gpu_name: str = "each GPU",
+    advice: str = "use a larger --gpu, a higher --tensor-parallel-size, a smaller model or "
+    "--dtype bfloat16",
 ) -> GroupKVCapacity:
     """Per-GPU KV budget and the group's token capacity; raises when nothing is left for KV.
 
-    `memory_utilization` None is the default, 0.9; `gpu_name` names the GPU in that error.
+    `memory_utilization` None is the default, 0.9; `gpu_name` names the GPU in that error,
+    `advice` the ways out.
     """
     tp = int(tensor_parallel_size)
     groups = model.kv_groups(kv_element_bytes, tp)  # checks that tp splits the heads
@@ -78,8 +81,7 @@ def group_kv_capacity(
     where = f" on {gpu_name}" + (f" at --tensor-parallel-size {tp}" if tp > 1 else "")
     budget = kv_budget_bytes(
         gpu_memory_bytes, memory_utilization, weights, activation_bytes_per_gpu, where=where,
-        advice="use a larger --gpu, a higher --tensor-parallel-size, a smaller model or "
-        "--dtype bfloat16",
+        advice=advice,
     )
     per_token = kv_bytes_per_token(groups)
     return GroupKVCapacity(tp, weights, budget, per_token, kv_capacity(budget, per_token))

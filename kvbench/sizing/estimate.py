@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
+from kvbench.core.block_size import DEFAULT_BLOCK_SIZE, check_block_size
 from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
@@ -344,7 +344,7 @@ def _lengths(inputs: EstimateInputs) -> _Lengths:
         mean_len=mean_len,
     )
     if inputs.block_size is not None:
-        _positive(block_size=inputs.block_size)
+        check_block_size(inputs.block_size)  # as `kvbench run` refuses it
     for what, tokens in (("--context", context), ("--mean-len", mean_len)):
         if tokens > max_model_len:
             raise KvbenchInputError(

@@ -361,23 +361,29 @@ def run_sweep(
     folder = Path(folder) if folder is not None else resolve_folder(spec, resume)
     echo = echo or (lambda _message: None)
     old = _check_existing(folder, spec, resume)
-    if claim:  # two sweeps started in the same second never share a folder
-        folder = claim_folder(folder.parent, folder.name, mark=False)
-    folder.mkdir(parents=True, exist_ok=True)
-    commands = (old or {}).get("commands", []) + ([command] if command else [])
-    write_json(folder / SWEEP_JSON, {
-        "spec": spec.to_dict(),
-        "command": commands[0] if commands else command,
-        "commands": commands,
-        "created": (old or {}).get("created") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "points": [{"point_id": p.point_id, "values": p.values, "duplicates": p.duplicates}
-                   for p in grid],
-    })
     own = executor is None
-    if executor is None:
+    if executor is None:  # before the folder is written: a missing Ray leaves nothing behind
         executor = make_executor(spec.executor.kind, address=spec.executor.address,
                                  jobs=spec.executor.jobs, sweep_kind=spec.kind,
                                  device=str(spec.base.get("device", "auto")))
+    try:
+        if claim:  # two sweeps started in the same second never share a folder
+            folder = claim_folder(folder.parent, folder.name, mark=False)
+        folder.mkdir(parents=True, exist_ok=True)
+        commands = (old or {}).get("commands", []) + ([command] if command else [])
+        write_json(folder / SWEEP_JSON, {
+            "spec": spec.to_dict(),
+            "command": commands[0] if commands else command,
+            "commands": commands,
+            "created": (old or {}).get("created") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "points": [{"point_id": p.point_id, "values": p.values, "duplicates": p.duplicates}
+                       for p in grid],
+        })
+    except BaseException:
+        if own:
+            executor.close()
+        raise
+    echo(f"sweep {folder} ({spec.kind}, executor {spec.executor.kind})")
     sweep = _Sweep(spec, folder, executor, resume, command, echo)
     if resume:
         sweep.old_wall = _old_wall_times(folder)

@@ -8,12 +8,20 @@ that must stay empty, `{tmp}` the test's scratch folder with the files `_setup` 
 
 from __future__ import annotations
 
+import errno
 import json
+import math
+import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from kvbench.cli import main
+from kvbench.errors import KvbenchInputError
 
 SIM = ["simulate", "--model", "llama-2-7b", "--num-requests", "4", "--warmup", "0"]
 RUN = ["run", "--num-requests", "4", "--warmup", "0"]
@@ -100,7 +108,67 @@ CASES: list[tuple[str, list[str], int]] = [
     ("gpu-spec-missing", [*SIM, "--gpu-spec", "{tmp}/missing.toml"], 2),
     ("gpu-spec-garbage", [*SIM, "--gpu-spec", "{tmp}/garbage.toml"], 2),
     ("gpu-spec-incomplete", [*SIM, "--gpu-spec", "{tmp}/incomplete.toml"], 2),
+    # sizes that would exhaust the machine: refused before they are allocated
+    ("trace-prompt-of-a-billion-tokens", [*RUN, "--workload", "{tmp}/huge-prompt.jsonl"], 2),
+    ("trace-output-of-a-billion-tokens", [*RUN, "--workload", "{tmp}/huge-output.jsonl"], 2),
+    ("csv-trace-prompt-of-a-billion-tokens",
+     [*RUN, "--workload", "{tmp}/huge-prompt.csv"], 2),
+    ("num-requests-a-trillion", ["run", "--num-requests", "1000000000000", "--warmup", "0"], 2),
+    ("simulate-num-requests-a-trillion",
+     ["simulate", "--model", "llama-2-7b", "--num-requests", "1000000000000", "--warmup", "0"],
+     2),
+    ("warmup-a-trillion", ["run", "--num-requests", "4", "--warmup", "1000000000000"], 2),
+    ("max-num-seqs-a-billion", [*RUN, "--max-num-seqs", "1000000000"], 2),
+    ("simulate-max-num-seqs-a-billion", [*SIM, "--max-num-seqs", "1000000000"], 2),
+    ("simulate-70b-on-an-l4", [*SIM, "--model", "llama-3-70b", "--gpu", "l4"], 2),
+    ("seed-past-64-bits", [*RUN, "--seed", "1180591620717411303424"], 2),
+    ("simulate-seed-past-64-bits", [*SIM, "--seed", "1180591620717411303424"], 2),
+    # values no run can use
+    ("temperature-nan", [*RUN, "--temperature", "nan"], 2),
+    ("temperature-inf", [*RUN, "--temperature", "inf"], 2),
+    ("kv-scale-inf", [*RUN, "--kv-cache-dtype", "fp8", "--kv-scale", "inf"], 2),
+    ("kv-scale-nan", [*RUN, "--kv-cache-dtype", "fp8", "--kv-scale", "nan"], 2),
+    ("workload-param-with-a-trace",
+     [*RUN, "--workload", "{tmp}/good.jsonl", "--workload-param", "prompt_len=4"], 2),
+    ("estimate-block-size-not-power-of-two",
+     ["estimate", "--model", "llama-2-7b", "--block-size", "3"], 2),
+    ("model-folder-nan-weights", [*RUN, "--model", "{tmp}/nan-weights"], 2),
+    ("jsonl-line-is-a-list", [*RUN, "--workload", "{tmp}/list-line.jsonl"], 2),
+    # output files of report and export
+    ("report-output-in-proc", ["report", "-o", "/proc/kvbench-x.html", "{tmp}/missing"], 2),
+    ("export-output-in-proc",
+     ["export", "--format", "csv", "-o", "/proc/kvbench-x.json", "{tmp}/missing"], 2),
+    # sweeps
+    ("sweep-toml-bad-strategy", ["sweep", "{tmp}/bad-strategy.toml"], 2),
 ]
+
+# What the one line must say, where the case's point is the message: the field at fault, the
+# trace line and the limit.
+MESSAGES: dict[str, str] = {
+    "trace-prompt-of-a-billion-tokens":
+        "huge-prompt.jsonl:1: prompt_len 1,000,000,000 is more than 16,777,216",
+    "trace-output-of-a-billion-tokens":
+        "huge-output.jsonl:2: output_len 1,000,000,000 is more than 16,777,216",
+    "csv-trace-prompt-of-a-billion-tokens":
+        "huge-prompt.csv:3: ContextTokens 1,000,000,000 is more than 16,777,216",
+    "num-requests-a-trillion": "--num-requests: 1,000,000,000,000 requests need at least",
+    "simulate-num-requests-a-trillion": "--num-requests: 1,000,000,000,000 requests",
+    "warmup-a-trillion": "--warmup: 1,000,000,000,000 requests",
+    "max-num-seqs-a-billion": "use --max-num-seqs",
+    "simulate-max-num-seqs-a-billion": "use a smaller --max-num-seqs (the 1,000,000,000 given",
+    "simulate-70b-on-an-l4": "--tensor-parallel-size or a smaller model",
+    "seed-past-64-bits": "--seed must be an integer in [-2**63, 2**63 - 1]",
+    "simulate-seed-past-64-bits": "--seed must be an integer in",
+    "temperature-nan": "--temperature must be a finite number >= 0, got nan",
+    "kv-scale-inf": "--kv-scale must be a finite number > 0, got inf",
+    "workload-param-with-a-trace": "--workload-param prompt_len=4: a trace file takes no",
+    "estimate-block-size-not-power-of-two": "--block-size must be a power of two, got 3",
+    "model-folder-nan-weights": "tensor model.embed_tokens.weight holds 1 NaN",
+    "jsonl-line-is-a-list": "list-line.jsonl:1: expected a JSON object, got list",
+    "report-output-in-proc": "-o /proc/kvbench-x.html: folder /proc cannot be written",
+    "export-output-in-proc": "-o /proc/kvbench-x.json: folder /proc cannot be written",
+    "sweep-toml-bad-strategy": "unknown strategy 'nope'",
+}
 
 
 def _setup(tmp: Path) -> None:
@@ -125,15 +193,31 @@ def _setup(tmp: Path) -> None:
     (tmp / "gpu.txt").write_text("name = 'x'\n")
     (tmp / "garbage.toml").write_text("this = is = not toml\n")
     (tmp / "incomplete.toml").write_text('name = "half a gpu"\n')
+    good_line = '{"prompt_len": 4, "output_len": 2}\n'
+    (tmp / "good.jsonl").write_text(good_line)
+    (tmp / "huge-prompt.jsonl").write_text('{"prompt_len": 1000000000, "output_len": 5}\n')
+    (tmp / "huge-output.jsonl").write_text(good_line + '{"prompt_len": 4, "output_len": 1e9}\n')
+    (tmp / "huge-prompt.csv").write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,4,2\n"
+        "2023-11-16 18:15:47,1000000000,2\n")
+    (tmp / "list-line.jsonl").write_text('[{"prompt_len": 4, "output_len": 2}]\n')
+    (tmp / "bad-strategy.toml").write_text(
+        f'kind = "simulate"\nout = "{tmp / "sweeps"}"\n[base]\nmodel = "llama-2-7b"\n'
+        'num-requests = 4\n[axes]\nstrategy = ["paged", "nope"]\n')
+    nan_weights = tmp / "nan-weights"
+    nan_weights.mkdir()
+    (nan_weights / "config.json").write_text((weights / "config.json").read_text())
+    embed = torch.zeros(128, 32)
+    embed[1, 2] = math.nan
+    save_file({"model.embed_tokens.weight": embed}, str(nan_weights / "model.safetensors"))
 
 
 def _fill(arg: str, tmp: Path) -> str:
     return arg.replace("{tmp}", str(tmp))
 
 
-@pytest.mark.parametrize(("command", "code"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
-def test_bad_input_gives_one_line_and_writes_nothing(command, code, tmp_path, capsys):
+@pytest.mark.parametrize(("case", "command", "code"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gives_one_line_and_writes_nothing(case, command, code, tmp_path, capsys):
     _setup(tmp_path)
     out = tmp_path / "out"
     argv = [_fill(a, tmp_path) for a in command]
@@ -145,6 +229,7 @@ def test_bad_input_gives_one_line_and_writes_nothing(command, code, tmp_path, ca
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert len(lines) == 1, captured.err
     assert lines[0].startswith("kvbench: error: ")
+    assert MESSAGES.get(case, "") in lines[0]
     assert "Traceback" not in captured.err + captured.out
     after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     assert after == before  # nothing written, not even an empty --out folder
@@ -154,3 +239,60 @@ def test_bad_input_gives_one_line_and_writes_nothing(command, code, tmp_path, ca
 def test_the_catalogue_names_each_case_once():
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids))
+    assert set(MESSAGES) <= set(ids)
+
+
+def test_a_billion_token_prompt_is_refused_in_under_a_second(tmp_path, capsys):
+    """The trace line is refused from its text: nothing of the prompt is built (it used to
+    grow to 23 GB and be killed by the kernel)."""
+    _setup(tmp_path)
+    out = str(tmp_path / "out")
+    main([*RUN, "--workload", str(tmp_path / "empty.jsonl"), "--out", out])  # imports done
+    capsys.readouterr()
+    start = time.perf_counter()
+    code = main([*RUN, "--workload", str(tmp_path / "huge-prompt.jsonl"), "--out", out])
+    elapsed_s = time.perf_counter() - start
+    assert code == 2 and elapsed_s < 1.0
+    assert "prompt_len 1,000,000,000" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["report", "-o", "{dir}/x.html", "{tmp}/missing"],
+    ["export", "--format", "csv", "-o", "{dir}/x.json", "{tmp}/missing"],
+])
+def test_output_into_a_read_only_folder_is_one_line(command, tmp_path, capsys, monkeypatch):
+    """A read-only mount (errno 30) cannot be made as root with chmod: its refusal of every
+    new file is what the test reproduces."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr("kvbench.results.files.tempfile.mkstemp", read_only)
+    argv = [a.replace("{dir}", str(folder)).replace("{tmp}", str(tmp_path)) for a in command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "cannot be written: Read-only file system" in err
+    assert list(folder.iterdir()) == []
+
+
+def test_sweep_on_ray_without_ray_is_one_line_and_writes_nothing(tmp_path, capsys,
+                                                                 monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    out = tmp_path / "sweeps"
+    code = main(["sweep", "--simulate", "--model", "llama-2-7b", "--strategy", "paged",
+                 "--num-requests", "2", "--executor", "ray", "--out", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--executor ray needs Ray" in err
+    assert not out.exists() or list(out.rglob("*")) == []
+
+
+def test_generate_names_a_token_id_past_the_vocabulary():
+    import kvbench
+
+    with pytest.raises(KvbenchInputError, match=r"prompts\[1\]\[2\] is 99999, not a token id"):
+        kvbench.generate([[1, 2], [3, 4, 99999]], 3)

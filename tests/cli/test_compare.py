@@ -57,10 +57,22 @@ def test_threshold_semantics():
     assert absolute.crossed(0.0, 0.0) is None and absolute.crossed(0.0, 1.0)
     (missing,) = parse_thresholds("ttft.p50:+5%")
     assert missing.crossed(None, 3.0) is None and missing.crossed(3.0, None)
+    # Absolute, in milliseconds, with or without the unit written out.
+    for text in ("ttft.p99:+10ms", "ttft.p99:+10"):
+        (ms,) = parse_thresholds(text)
+        assert ms.crossed(200.0, 210.0) is None and ms.crossed(200.0, 210.5)
+
+
+def test_fail_on_help_shows_the_absolute_form():
+    from kvbench.cli.compare import compare_command
+
+    (option,) = [p for p in compare_command.params if p.name == "fail_on"]
+    assert "+10ms" in option.help and "%" in option.help
 
 
 @pytest.mark.parametrize("text", ["output_tok_s:5%", "output_tok_s", "nope:+1%",
-                                  "ttft.p42:+1%", "output_tok_s:-x%"])
+                                  "ttft.p42:+1%", "output_tok_s:-x%", "output_tok_s:-5ms",
+                                  "ttft.p99:+10s"])
 def test_bad_thresholds_are_input_errors(text):
     with pytest.raises(KvbenchInputError):
         parse_thresholds(text)

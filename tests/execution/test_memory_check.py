@@ -7,13 +7,10 @@ import torch
 
 from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
+from kvbench.core.host_memory import cpu_available_bytes
 from kvbench.errors import KvbenchInputError
 from kvbench.models.loader import load_model
-from kvbench.models.memory_check import (
-    check_memory,
-    cpu_available_bytes,
-    memory_need,
-)
+from kvbench.models.memory_check import check_memory, memory_need
 from kvbench.models.presets import get_preset
 from kvbench.sizing.estimate import EstimateInputs, estimate_kv
 
@@ -94,3 +91,22 @@ def test_bfloat16_model_is_never_materialised_in_float32(monkeypatch):
     model, _ = load_model("tiny", dtype=torch.bfloat16)
     assert made and set(made) == {torch.bfloat16}
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
+@pytest.mark.parametrize(("seqs", "tokens", "flag"), [
+    (1_000_000_000, 2048, "--max-num-seqs"),
+    (256, 1_000_000_000, "--max-num-batched-tokens"),
+])
+def test_the_refusal_names_the_size_at_fault(seqs, tokens, flag):
+    """The logits of a billion sequences, or a billion tokens' activations, are the need:
+    the way out is that flag at a value that fits, not --dtype bfloat16."""
+    model = get_preset("tiny")
+    need = memory_need(model, "fp32", tokens, seqs, 2**26)
+    with pytest.raises(KvbenchInputError) as err:
+        check_memory(need, CPU, machine_with(22 * GiB))
+    line = str(err.value)
+    assert f"use {flag} " in line and "--dtype" not in line
+    fits = int(line.split(f"use {flag} ")[1].split(" ")[0].replace(",", ""))
+    smaller = memory_need(model, "fp32", fits if flag.endswith("tokens") else tokens,
+                          fits if flag.endswith("seqs") else seqs, 2**26)
+    check_memory(smaller, CPU, machine_with(22 * GiB))  # the value it names fits

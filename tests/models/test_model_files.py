@@ -127,3 +127,23 @@ def test_unknown_name_still_says_unknown_preset():
 def test_estimate_says_no_such_folder_too(capsys):
     code = main(["estimate", "--model", "/nonexistent", "--context", "2048"])
     assert code == 2 and "no such folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_by_tensor_name(folder, bad):
+    """A damaged checkpoint would give NaN logits and every figure after them."""
+
+    def damage(tensors):
+        tensors[EMBED][3, 5] = bad
+
+    rewrite(folder, damage)
+    with pytest.raises(KvbenchInputError, match=rf"{WEIGHTS}: tensor {EMBED} holds"):
+        load_model(str(folder))
+
+
+def test_a_weight_past_float16s_range_is_refused_at_float16(folder):
+    """Finite in float32, infinite once copied to the run's float16."""
+    rewrite(folder, lambda t: t[EMBED].__setitem__((0, 0), 1e6))
+    load_model(str(folder))  # float32: finite
+    with pytest.raises(KvbenchInputError, match=r"0 NaN and 1 infinite values \(in float16\)"):
+        load_model(str(folder), dtype=torch.float16)

@@ -1,0 +1,53 @@
+"""Sizes checked before they are allocated: request counts and token counts of a workload
+against the types and the machine's memory.
+
+A trace field that counts tokens may not exceed `MAX_TRACE_TOKENS` (no model has a context
+that long: such a value is a corrupt trace, not a long prompt). A length within it but past
+the model's maximum is clipped (`clip.py`), and readers synthesize at most `max_model_len`
+tokens of such a prompt, so clipping never builds the unclipped prompt. The requests and
+tokens a workload will hold are checked against the memory the machine has free
+(`check_workload_fits`) before they are built.
+"""
+
+from __future__ import annotations
+
+from kvbench.core.host_memory import cpu_available_bytes
+from kvbench.errors import KvbenchInputError
+from kvbench.units import format_bytes
+
+# The longest token count a trace field may give (2**24 = 16,777,216 tokens).
+MAX_TRACE_TOKENS = 1 << 24
+# A lower bound of what one request costs before its tokens (the Request, its Sequence, its
+# result row and token times): enough to refuse a count no machine holds, never one that fits.
+REQUEST_BYTES = 1024
+# One prompt token while a workload is built: the numpy draw (int64), the list and the
+# tuple's pointer (`TokenSampler` shares one int object per id).
+TOKEN_BYTES = 24
+
+
+def prompt_cap(max_model_len: int | None) -> int:
+    """How many tokens of a prompt a reader builds: the model's maximum length (any more
+    would be clipped away) or, without one, the longest a trace may give."""
+    return MAX_TRACE_TOKENS if max_model_len is None else min(max_model_len, MAX_TRACE_TOKENS)
+
+
+def check_workload_fits(num_requests: int, num_tokens: int, what: str,
+                        way_out: str = "replay fewer requests (--num-requests)",
+                        available_bytes: int | None = None) -> None:
+    """Refuse `num_requests` requests of `num_tokens` prompt tokens in all when they cannot
+    fit in the memory the machine has free; `what` names the input at fault
+    (`--num-requests`, `trace.jsonl`), `way_out` what to change."""
+    need = num_requests * REQUEST_BYTES + num_tokens * TOKEN_BYTES
+    have = cpu_available_bytes() if available_bytes is None else available_bytes
+    if have is None or need <= have:
+        return
+    parts = [f"{num_requests:,} requests"] if num_requests else []
+    parts += [f"{num_tokens:,} prompt tokens"] if num_tokens else []
+    raise KvbenchInputError(
+        f"{what}: {' and '.join(parts)} need at least {format_bytes(need)} of memory, the "
+        f"machine has {format_bytes(have)} available; {way_out}"
+    )
+
+
+__all__ = ["MAX_TRACE_TOKENS", "REQUEST_BYTES", "TOKEN_BYTES", "check_workload_fits",
+           "prompt_cap"]
