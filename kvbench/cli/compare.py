@@ -12,6 +12,7 @@ from kvbench.report.compare_gate import check_pairs, differences_with_noise
 from kvbench.report.metrics import DEFAULT_DIFF, parse_thresholds
 from kvbench.report.runs import RunData, load_runs
 from kvbench.report.text_table import format_table
+from kvbench.results.folder_state import check_finished
 from kvbench.results.metric_catalogue import METRICS
 
 
@@ -53,17 +54,24 @@ def _metric_help() -> str:
 @click.option("--json", "as_json", is_flag=True, help="same as --format json")
 @click.option("--allow-mismatch", is_flag=True,
               help="compare runs whose workload, model, dtype or budget differ (warns)")
+@click.option("--allow-incomplete", is_flag=True,
+              help="compare runs that did not finish, on what they finished (warns)")
 @click.pass_context
 def compare_command(ctx: click.Context, base_dir: Path, new_dir: Path, fail_on: str | None,
                     metric_list: str | None, fmt: str, as_json: bool,
-                    allow_mismatch: bool) -> None:
+                    allow_mismatch: bool, allow_incomplete: bool) -> None:
     fmt = "json" if as_json else fmt
     thresholds = parse_thresholds(fail_on)
     names = _metric_names(metric_list, [t.metric.name for t in thresholds])
+    unfinished = check_finished([base_dir, new_dir], allow_incomplete=allow_incomplete,
+                                refusal="compare finished runs only (--allow-incomplete "
+                                        "compares what finished)")
     base_runs = load_runs([base_dir]).runs
     new_runs = load_runs([new_dir]).runs
     pairs, unmatched = match_runs(base_runs, new_runs)
-    warnings = check_pairs(pairs, allow_mismatch)
+    warnings = check_pairs(pairs, allow_mismatch, allow_incomplete=allow_incomplete)
+    if unfinished:
+        warnings.insert(0, f"{unfinished}; compared on what finished (--allow-incomplete)")
     failures: list[str] = []
     report = []
     for base, new in pairs:

@@ -18,19 +18,32 @@ from kvbench.errors import KvbenchInputError
     "strategy's folder. --format csv: one row per request, with a label column, for every "
     "run of the folder (a comparison folder gives all its strategies). Without -o the "
     "result goes to standard output. A folder from an older kvbench without tokens.jsonl "
-    "exports what it can and names the keys it could not fill."))
+    "exports what it can and names the keys it could not fill. A folder whose runs did not "
+    "all finish is refused, naming them, unless --allow-incomplete."))
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["vllm-bench", "csv"]), required=True,
               help="vllm-bench (JSON) or csv (per-request rows)")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="file to write [default: standard output]")
-def export_command(run_dir: Path, fmt: str, output: Path | None) -> None:
+@click.option("--allow-incomplete", is_flag=True,
+              help="export runs that did not finish (their files hold what finished; warns)")
+def export_command(run_dir: Path, fmt: str, output: Path | None,
+                   allow_incomplete: bool) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.runs import run_folders
     from kvbench.results.export import request_table, vllm_bench_result
     from kvbench.results.files import atomic_write_text
+    from kvbench.results.folder_state import check_finished
 
+    unfinished = check_finished([run_dir], allow_incomplete=allow_incomplete,
+                                refusal="export finished runs only (--allow-incomplete "
+                                        "exports what finished)")
     folders = run_folders(run_dir)
+    if unfinished:
+        click.echo(f"kvbench: warning: {unfinished}; exporting what finished", err=True)
+    folders = [f for f in folders if (f / "summary.json").is_file()]
+    if not folders:
+        raise KvbenchInputError(f"{run_dir} holds no run with a summary.json to export")
     if fmt == "vllm-bench":
         if len(folders) > 1:
             names = ", ".join(str(f.relative_to(run_dir)) for f in folders)

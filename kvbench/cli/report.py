@@ -14,7 +14,10 @@ import click
         "results folder of `kvbench run`: one strategy's folder or a comparison folder (its "
         "strategies are all included). Folders of different runs, e.g. of two git "
         "revisions, are shown side by side with their differences, the first folder being "
-        "the base. `kvbench run` already writes report.html into every results folder."
+        "the base. `kvbench run` already writes report.html into every results folder. "
+        "A folder whose runs did not all finish (interrupted, failed, killed, unreadable "
+        "files) is refused, naming them, unless --allow-incomplete: the report then shows "
+        "what finished, marked as such."
     ),
 )
 @click.argument("run_dirs", nargs=-1, required=True, metavar="RUN_DIR...",
@@ -22,12 +25,20 @@ import click
 @click.option("-o", "--output", "output", type=click.Path(path_type=Path), default=None,
               help="HTML file to write [default: RUN_DIR/report.html for one folder, "
                    "./report.html for several]")
-def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
+@click.option("--allow-incomplete", is_flag=True,
+              help="report folders whose runs did not all finish, each unfinished one marked "
+                   "(a killed run shows the requests it had finished)")
+def report_command(run_dirs: tuple[Path, ...], output: Path | None,
+                   allow_incomplete: bool) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.errors import KvbenchInputError
     from kvbench.report.runs import run_folders
     from kvbench.report.writer import write_report
+    from kvbench.results.folder_state import check_finished
 
+    unfinished = check_finished(
+        list(run_dirs), allow_incomplete=allow_incomplete,
+        refusal="--allow-incomplete writes a report of what finished, marked as such")
     for folder in run_dirs:
         run_folders(folder)  # KvbenchInputError for a missing or foreign folder
     if output is None:
@@ -37,4 +48,7 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
                                 f"{output / 'report.html'}")
     if not output.parent.exists():
         raise KvbenchInputError(f"cannot write {output}: folder {output.parent} does not exist")
-    click.echo(str(write_report(list(run_dirs), output)))
+    written = write_report(list(run_dirs), output)
+    if unfinished:
+        click.echo(f"kvbench: warning: {unfinished}; the report marks them", err=True)
+    click.echo(str(written))

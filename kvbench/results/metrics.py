@@ -4,6 +4,7 @@ rows. `kvbench.session.runner.summarize` assembles them into a `Summary`."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,13 @@ def latency_stats(values_ms: pd.Series | np.ndarray | list[float]) -> dict[str, 
 
 def request_rows(requests: list[Request], samples: dict[int, list[Sequence]]) -> pd.DataFrame:
     """One row per request (all its samples together): the `requests.csv` contract."""
-    rows = []
+    return pd.DataFrame(list(request_records(requests, samples)))
+
+
+def request_records(requests: list[Request],
+                    samples: dict[int, list[Sequence]]) -> Iterator[dict[str, Any]]:
+    """`request_rows`' rows one by one, as dicts in column order: the runner streams those of
+    finished requests to disk as they finish (`kvbench.results.request_writer`)."""
     for request in requests:
         seqs = samples.get(request.request_id, [])
         done = [s for s in seqs if s.finish_s is not None]
@@ -47,7 +54,7 @@ def request_rows(requests: list[Request], samples: dict[int, list[Sequence]]) ->
         def ms(a, b):
             return (b - a) * 1e3 if a is not None and b is not None else None
 
-        rows.append(
+        yield (
             {
                 "request_id": request.request_id,
                 "arrival_s": request.arrival_s,
@@ -70,7 +77,6 @@ def request_rows(requests: list[Request], samples: dict[int, list[Sequence]]) ->
                 "completed": complete,
             }
         )
-    return pd.DataFrame(rows)
 
 
 def inter_token_latencies_ms(samples: dict[int, list[Sequence]]) -> np.ndarray:

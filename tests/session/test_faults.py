@@ -185,7 +185,7 @@ def test_a_run_killed_with_sigkill_is_recognised_as_incomplete(tmp_path, capsys)
     for command in (["report", str(folder)], ["compare", str(folder), str(folder)]):
         assert main(command) == 2
         err = capsys.readouterr().err
-        assert err.startswith("kvbench: error:") and "unfinished run" in err
+        assert err.startswith("kvbench: error:") and f"{folder} did not finish" in err
         assert err.count("\n") == 1
 
 
