@@ -221,7 +221,7 @@ def check_finished(folders: list[Path], *, allow_incomplete: bool, refusal: str)
     found = [(f, problems) for f in distinct if (problems := folder_problems(f))]
     if not found:
         return None
-    text = "; ".join(f"{folder} did not finish: {describe(problems)}"
+    text = "; ".join(f"{folder} is not whole: {describe(problems)}"
                      for folder, problems in found)
     if not allow_incomplete:
         raise KvbenchInputError(f"{text}; {refusal}")

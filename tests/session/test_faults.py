@@ -191,7 +191,7 @@ def test_a_run_killed_with_sigkill_is_recognised_as_incomplete(tmp_path, capsys)
     for command in (["report", str(folder)], ["compare", str(folder), str(folder)]):
         assert main(command) == 2
         err = capsys.readouterr().err
-        assert err.startswith("kvbench: error:") and f"{folder} did not finish" in err
+        assert err.startswith("kvbench: error:") and f"{folder} is not whole" in err
         assert err.count("\n") == 1
 
 
@@ -242,9 +242,9 @@ def test_a_comparison_killed_in_its_second_strategy_is_refused_naming_it(tmp_pat
                     ["export", str(root), "--format", "csv"]):
         assert main(command) == 2, command
         line = _one_error_line(capsys.readouterr().err)
-        assert f"{root} did not finish: contiguous-max (running or killed" in line
+        assert f"{root} is not whole: contiguous-max (running or killed" in line
         assert ".steps.csv.partial" in line  # a partial file is never left unexplained
-        assert "paged" not in line.split("did not finish:")[1]  # the finished one is whole
+        assert "paged" not in line.split("is not whole:")[1]  # the finished one is whole
     html = tmp_path / "r.html"
     assert main(["report", str(root), "--allow-incomplete", "-o", str(html)]) == 0
     err = capsys.readouterr().err
@@ -391,7 +391,7 @@ def test_a_full_disk_with_two_strategies_is_named_and_every_marker_says_so(
     assert _marker(root)["status"] == "failed"
     assert main(["report", str(root), "-o", str(tmp_path / "r.html")]) == 2
     line = _one_error_line(capsys.readouterr().err)
-    assert "prefix" in line and "did not finish" in line
+    assert "prefix" in line and "is not whole" in line
 
 
 def test_a_full_disk_after_a_single_run_leaves_its_whole_results_unmarked(
@@ -439,7 +439,7 @@ def test_export_of_an_incomplete_folder_is_refused_unless_allowed(finished_run, 
     for fmt in ("csv", "vllm-bench"):
         assert main(["export", str(folder), "--format", fmt]) == 2
         line = _one_error_line(capsys.readouterr().err)
-        assert f"{folder} did not finish: run (interrupted)" in line
+        assert f"{folder} is not whole: run (interrupted)" in line
     assert main(["export", str(folder), "--format", "csv", "--allow-incomplete"]) == 0
     captured = capsys.readouterr()
     assert captured.err.startswith("kvbench: warning: ") and "interrupted" in captured.err
