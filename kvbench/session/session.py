@@ -392,6 +392,8 @@ def _mark_unfinished(plan: SessionPlan, status: str, finished: list[str], messag
     whole (a single run's folder is also its run's: its own marker is left as it is)."""
 
 
+    if _single_run_is_whole(plan):
+        return  # the report did not get written; the run's files are whole, as it says
     if len(plan.runs) == 1 and plan.repeat == 1:
         try:
             marker = json.loads((plan.root / INCOMPLETE_MARKER).read_text(encoding="utf-8"))

@@ -444,3 +444,16 @@ def test_export_of_an_incomplete_folder_is_refused_unless_allowed(finished_run, 
     captured = capsys.readouterr()
     assert captured.err.startswith("kvbench: warning: ") and "interrupted" in captured.err
     assert captured.out.startswith("label,")
+
+
+def test_ctrl_c_while_a_single_run_writes_its_report_leaves_its_whole_results_unmarked(
+        tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("kvbench.report.writer.write_runs_report", interrupted)
+    assert main([*SIM, "--num-requests", "4", "--out", str(tmp_path)]) == 130
+    capsys.readouterr()
+    (folder,) = tmp_path.iterdir()
+    _markers_agree_with_summaries(folder)
+    assert ResultsFolder.is_complete(folder) and not (folder / "report.html").exists()
