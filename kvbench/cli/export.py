@@ -39,8 +39,6 @@ def export_command(run_dir: Path, fmt: str, output: Path | None,
                                 refusal="export finished runs only (--allow-incomplete "
                                         "exports what finished)")
     folders = run_folders(run_dir)
-    if unfinished:
-        click.echo(f"kvbench: warning: {unfinished}; exporting what finished", err=True)
     folders = [f for f in folders if (f / "summary.json").is_file()]
     if not folders:
         raise KvbenchInputError(f"{run_dir} holds no run with a summary.json to export")
@@ -55,6 +53,8 @@ def export_command(run_dir: Path, fmt: str, output: Path | None,
     else:
         result = request_table(folders)
         text = result.data["frame"].to_csv(index=False)
+    if unfinished:  # once the export is made: a refusal after it would be a second line
+        click.echo(f"kvbench: warning: {unfinished}; exporting what finished", err=True)
     if result.missing:
         click.echo("kvbench: warning: could not fill " + ", ".join(result.missing)
                    + " (no per-token times in this folder; written by an older kvbench?)",

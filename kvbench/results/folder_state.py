@@ -49,8 +49,7 @@ def marker_status(folder: Path) -> str | None:
     marker = Path(folder) / INCOMPLETE_MARKER
     if not marker.exists():
         return None
-    marker_data = _marker(folder)
-    return str(marker_data.get("status") or "unreadable")
+    return str(_marker(folder).get("status") or "unreadable")
 
 
 def _marker(folder: Path) -> dict:
@@ -184,6 +183,15 @@ def planned_runs(folder: Path) -> list[tuple[str, Path]] | None:
     return runs or None
 
 
+def _label(folder: Path) -> str:
+    """A single run's strategy label (config.json's), else its folder's name."""
+    try:
+        label = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("label")
+    except (OSError, ValueError, AttributeError):
+        label = None
+    return str(label) if label else folder.name
+
+
 def _looks_like_run(folder: Path) -> bool:
     return any((folder / name).exists()
                for name in ("summary.json", "config.json", INCOMPLETE_MARKER))
@@ -199,7 +207,7 @@ def folder_problems(folder: Path) -> list[RunProblem]:
     if planned is None and not _looks_like_run(folder):
         return []
     if planned is None:
-        problem = run_problem(folder, folder.name)
+        problem = run_problem(folder, _label(folder))
         return [problem] if problem else []
     problems = [p for name, path in planned if (p := run_problem(path, name))]
     if not problems and (folder / INCOMPLETE_MARKER).exists():

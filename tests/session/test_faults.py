@@ -439,7 +439,7 @@ def test_export_of_an_incomplete_folder_is_refused_unless_allowed(finished_run, 
     for fmt in ("csv", "vllm-bench"):
         assert main(["export", str(folder), "--format", fmt]) == 2
         line = _one_error_line(capsys.readouterr().err)
-        assert f"{folder} is not whole: run (interrupted)" in line
+        assert f"{folder} is not whole: paged (interrupted)" in line
     assert main(["export", str(folder), "--format", "csv", "--allow-incomplete"]) == 0
     captured = capsys.readouterr()
     assert captured.err.startswith("kvbench: warning: ") and "interrupted" in captured.err
