@@ -12,6 +12,7 @@ from kvbench.report.compare_gate import check_pairs, differences_with_noise
 from kvbench.report.metrics import DEFAULT_DIFF, parse_thresholds
 from kvbench.report.runs import RunData, load_runs
 from kvbench.report.text_table import format_table
+from kvbench.results.folder_state import check_finished
 from kvbench.results.metric_catalogue import METRICS
 
 
@@ -25,11 +26,13 @@ def _metric_help() -> str:
         "direction the metric may move: output_tok_s:-5% fails when new < base x 0.95, "
         "ttft.p99:+10% fails when new > base x 1.10. Without % the number is an absolute "
         "change in the metric's unit (ms, tok/s, a count, a fraction): ttft.p99:+10ms (or "
-        "+10) fails when new > base + 10 ms, preemptions:+0 fails on any increase. A metric missing in NEW but present in BASE fails.\n\n"
-        "The runs must be finished (no INCOMPLETE marker, status complete) and share workload, "
+        "+10) fails when new > base + 10 ms, preemptions:+0 fails on any increase. A metric "
+        "missing in NEW but present in BASE fails.\n\n"
+        "The runs must be whole (finished: no INCOMPLETE marker or partial file, status "
+        "complete, every file readable, every planned strategy there) and share workload, "
         "workload params, num_requests, request and conversation rates, concurrency, model, "
         "dtype, kv_cache_dtype and KV budget; otherwise compare exits 2 saying why, unless "
-        "--allow-mismatch. When both sides ran with --repeat, values are the means over "
+        "--allow-incomplete or --allow-mismatch. When both sides ran with --repeat, values are the means over "
         "repeats and each row says whether the 95% confidence intervals overlap (a difference "
         "within noise); a single-run comparison prints a warning that it cannot tell noise "
         "from change. A change is called better or worse only beyond noise: between repeats "
@@ -57,17 +60,24 @@ def _metric_help() -> str:
 @click.option("--json", "as_json", is_flag=True, help="same as --format json")
 @click.option("--allow-mismatch", is_flag=True,
               help="compare runs whose workload, model, dtype or budget differ (warns)")
+@click.option("--allow-incomplete", is_flag=True,
+              help="compare runs that did not finish, on what they finished (warns)")
 @click.pass_context
 def compare_command(ctx: click.Context, base_dir: Path, new_dir: Path, fail_on: str | None,
                     metric_list: str | None, fmt: str, as_json: bool,
-                    allow_mismatch: bool) -> None:
+                    allow_mismatch: bool, allow_incomplete: bool) -> None:
     fmt = "json" if as_json else fmt
     thresholds = parse_thresholds(fail_on)
     names = _metric_names(metric_list, [t.metric.name for t in thresholds])
+    unfinished = check_finished([base_dir, new_dir], allow_incomplete=allow_incomplete,
+                                refusal="compare finished runs only (--allow-incomplete "
+                                        "compares what finished)")
     base_runs = load_runs([base_dir]).runs
     new_runs = load_runs([new_dir]).runs
     pairs, unmatched = match_runs(base_runs, new_runs)
-    warnings = check_pairs(pairs, allow_mismatch)
+    warnings = check_pairs(pairs, allow_mismatch, allow_incomplete=allow_incomplete)
+    if unfinished:
+        warnings.insert(0, f"{unfinished}; compared on what finished (--allow-incomplete)")
     failures: list[str] = []
     report = []
     for base, new in pairs:

@@ -21,30 +21,42 @@ from kvbench.errors import KvbenchInputError
     "strategy, a --repeat run one record per repeat. --format csv: one row per request, "
     "with a label column, for every run of the folder. Without -o the result goes to "
     "standard output. A folder from an older kvbench without tokens.jsonl exports what it "
-    "can and names the keys it could not fill."))
+    "can and names the keys it could not fill. A folder whose runs did not all finish is "
+    "refused, naming them, unless --allow-incomplete."))
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["vllm-bench", "vllm-sweep", "csv"]),
               required=True, help="vllm-bench (JSON), vllm-sweep (a folder) or csv")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="file to write [default: standard output]; vllm-sweep: the folder")
-def export_command(run_dir: Path, fmt: str, output: Path | None) -> None:
+@click.option("--allow-incomplete", is_flag=True,
+              help="export runs that did not finish (their files hold what finished; warns)")
+def export_command(run_dir: Path, fmt: str, output: Path | None,
+                   allow_incomplete: bool) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.runs import run_folders
     from kvbench.results.export import request_table, vllm_bench_result, vllm_sweep_files
     from kvbench.results.files import atomic_write_text, check_output_folder
+    from kvbench.results.folder_state import check_finished
+    from kvbench.results.summary import summary_file
 
     if output is not None and output.is_dir() and fmt != "vllm-sweep":
         raise KvbenchInputError(f"-o {output} is a folder: name the file to write")
     if output is not None:  # before any reading: /proc, a read-only folder, ...
         check_output_folder(output if fmt == "vllm-sweep" else output.parent,
                             flag=f"-o {output}: folder")
-    folders = run_folders(run_dir)
+    unfinished = check_finished([run_dir], allow_incomplete=allow_incomplete,
+                                refusal="export finished runs only (--allow-incomplete "
+                                        "exports what finished)")
+    folders = [f for f in run_folders(run_dir) if summary_file(f) is not None]
+    if not folders:
+        raise KvbenchInputError(f"{run_dir} holds no run with a summary to export")
     if fmt == "vllm-sweep":
         if output is None:
             raise KvbenchInputError("--format vllm-sweep writes a folder: give it with -o DIR")
         if output.exists() and not output.is_dir():
             raise KvbenchInputError(f"-o {output} is a file: vllm-sweep writes a folder")
         files, missing = vllm_sweep_files(folders)
+        _warn_unfinished(unfinished)
         _warn_missing(missing)
         for relative, text in files.items():
             path = output / relative
@@ -63,12 +75,19 @@ def export_command(run_dir: Path, fmt: str, output: Path | None) -> None:
     else:
         result = request_table(folders)
         text = result.data["frame"].to_csv(index=False)
+    _warn_unfinished(unfinished)
     _warn_missing(result.missing)
     if output is None:
         click.echo(text, nl=False)
     else:
         atomic_write_text(output, text)
         click.echo(f"wrote {output}", err=True)
+
+
+def _warn_unfinished(unfinished: str | None) -> None:
+    # once the export is made: a refusal after it would be a second line
+    if unfinished:
+        click.echo(f"kvbench: warning: {unfinished}; exporting what finished", err=True)
 
 
 def _warn_missing(missing: list[str]) -> None:

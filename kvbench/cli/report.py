@@ -18,7 +18,9 @@ from kvbench.errors import KvbenchInputError
         "revisions, are shown side by side with their differences, the first folder being "
         "the base. A sweep's folder (of `kvbench sweep`) gives the sweep's report; give it "
         "alone. `kvbench run` and `kvbench sweep` already write report.html into every "
-        "results folder."
+        "results folder. A folder whose runs did not all finish (interrupted, failed, "
+        "killed, unreadable files) is refused, naming them, unless --allow-incomplete: the "
+        "report then shows what finished, marked as such."
     ),
 )
 @click.argument("run_dirs", nargs=-1, required=True, metavar="RUN_DIR...",
@@ -26,10 +28,15 @@ from kvbench.errors import KvbenchInputError
 @click.option("-o", "--output", "output", type=click.Path(path_type=Path), default=None,
               help="HTML file to write [default: RUN_DIR/report.html for one folder, "
                    "./report.html for several]")
-def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
+@click.option("--allow-incomplete", is_flag=True,
+              help="report folders whose runs did not all finish, each unfinished one marked "
+                   "(a killed run shows the requests it had finished)")
+def report_command(run_dirs: tuple[Path, ...], output: Path | None,
+                   allow_incomplete: bool) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.runs import run_folders
     from kvbench.report.writer import write_report
+    from kvbench.results.folder_state import check_finished
     from kvbench.sweep.sweep_folder import is_sweep_folder
 
     if output is not None:  # a place it cannot write is refused before any folder is read
@@ -38,6 +45,9 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
     if sweeps and len(run_dirs) > 1:
         raise KvbenchInputError(f"{sweeps[0]} is a sweep's folder: its report stands alone "
                                 f"(kvbench report {sweeps[0]})")
+    unfinished = None if sweeps else check_finished(
+        list(run_dirs), allow_incomplete=allow_incomplete,
+        refusal="--allow-incomplete writes a report of what finished, marked as such")
     for folder in run_dirs if not sweeps else ():
         run_folders(folder)  # KvbenchInputError for a missing or foreign folder
     if output is None:
@@ -48,7 +58,10 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None) -> None:
 
         click.echo(str(read_and_write(sweeps[0], output)))
         return
-    click.echo(str(write_report(list(run_dirs), output)))
+    written = write_report(list(run_dirs), output)
+    if unfinished:
+        click.echo(f"kvbench: warning: {unfinished}; the report marks them", err=True)
+    click.echo(str(written))
 
 
 def _check_output(output: Path) -> None:

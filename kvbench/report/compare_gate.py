@@ -139,13 +139,14 @@ class ComparedRun(Protocol):
     repeat: dict[str, Any] | None  # repeat.json figures, for a `--repeat N` run
 
 
-def check_pairs(pairs: list[tuple[ComparedRun, ComparedRun]], allow_mismatch: bool) -> list[str]:
-    """Refuse unfinished runs, and mismatched ones unless `allow_mismatch`
-    (KvbenchInputError, one line); returns the warnings to print."""
+def check_pairs(pairs: list[tuple[ComparedRun, ComparedRun]], allow_mismatch: bool,
+                allow_incomplete: bool = False) -> list[str]:
+    """Refuse unfinished runs unless `allow_incomplete`, and mismatched ones unless
+    `allow_mismatch` (KvbenchInputError, one line); returns the warnings to print."""
     for base, new in pairs:
         for side, run in (("base", base), ("new", new)):
             why = incomplete_reason(run.status, run.summary)
-            if why:
+            if why and not allow_incomplete:
                 raise KvbenchInputError(f"{side} run {run.path} did not finish ({why}); "
                                         "compare finished runs only")
     warnings = []

@@ -20,10 +20,20 @@ import pandas as pd
 
 from kvbench.errors import KvbenchInputError
 from kvbench.report.token_times import token_times as read_token_times
-from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
+from kvbench.results.files import INCOMPLETE_MARKER, PLAN_FILE
+from kvbench.results.folder_state import (
+    REQUEST_COLUMNS,
+    STEPS_PARTIAL,
+    RunProblem,
+    folder_problems,
+    marker_status,
+    planned_runs,
+    read_partial_requests,
+)
+from kvbench.results.metrics import latency_stats, nan_to_none, throughput
+from kvbench.results.request_writer import REQUESTS_PARTIAL
+from kvbench.results.summary import Summary, summary_file
 from kvbench.results.token_times import TokenTimes
-
-INCOMPLETE_MARKER = "INCOMPLETE"
 
 
 @dataclass
@@ -55,8 +65,10 @@ class RunData:
     @cached_property
     def steps(self) -> pd.DataFrame:
         """`steps.csv`, read when a chart first asks: a run streams its steps to the file and
-        keeps none (a long simulation's file is tens of MB); empty when there is none."""
-        return _read_csv(self.path / "steps.csv")
+        keeps none (a long simulation's file is tens of MB); a killed run's steps so far;
+        empty when there is none."""
+        path = self.path / "steps.csv"
+        return _read_csv(path if path.is_file() else self.path / STEPS_PARTIAL)
 
     @cached_property
     def token_times(self) -> TokenTimes | None:
@@ -69,6 +81,8 @@ class RunData:
 class RunSet:
     runs: list[RunData]
     groups: list[Path] = field(default_factory=list)
+    # What is unfinished, failed or unreadable in the folders the runs came from.
+    problems: list[RunProblem] = field(default_factory=list)
 
     @property
     def multi_group(self) -> bool:
@@ -110,13 +124,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
 
 
 def _status(folder: Path) -> str:
-    marker = folder / INCOMPLETE_MARKER
-    if not marker.exists():
-        return "complete"
-    try:
-        return str(json.loads(marker.read_text(encoding="utf-8")).get("status", "incomplete"))
-    except (OSError, ValueError, AttributeError):
-        return "incomplete"
+    return marker_status(folder) or "complete"
 
 
 def _repeat_stats(folder: Path) -> dict[str, Any] | None:
@@ -130,52 +138,83 @@ def _repeat_stats(folder: Path) -> dict[str, Any] | None:
     return figures if isinstance(figures, dict) else None
 
 
-def _summary_path(folder: Path) -> Path:
-    """The run's summary file (an older folder's `summary.json` too); the name it should have
-    when there is none, so that reading it says what is missing."""
-    return summary_file(folder) or folder / SUMMARY_FILE
-
-
 def load_run(folder: Path, group: Path | None = None) -> RunData:
+    """One run folder; a run killed before its kvbench_summary.json shows the requests it had
+    finished (`.requests.csv.partial`), with figures computed from them."""
     folder = Path(folder)
-    summary = Summary.from_dict(_read_json(_summary_path(folder)))
     config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    status = _status(folder)
+    summary_path = summary_file(folder)
+    if summary_path is not None:
+        summary = Summary.from_dict(_read_json(summary_path))
+        requests = _read_csv(folder / "requests.csv")
+        if not all(c in requests.columns for c in REQUEST_COLUMNS):
+            requests = pd.DataFrame()  # not a requests.csv: named among the folder's problems
+    else:
+        requests = read_partial_requests(folder)
+        summary = _partial_summary(config, requests, status)
     label = str(summary.label or config.get("label") or folder.name)
     if group is None:
         group = folder
         # A comparison's run, or the `rep-1` of a strategy in a repeated comparison.
         for parent in (folder.parent, folder.parent.parent):
-            if (parent / "comparison.json").is_file():
+            if _is_comparison(parent):
                 group = parent
                 break
     return RunData(
         path=folder, group=group, label=label, summary=summary, config=config,
-        requests=_read_csv(folder / "requests.csv"), status=_status(folder),
-        repeat=_repeat_stats(folder),
+        requests=requests, status=status, repeat=_repeat_stats(folder),
     )
 
 
+def _is_comparison(folder: Path) -> bool:
+    """A folder of several strategies: its comparison.json, or (stopped before writing it)
+    its plan naming more than one."""
+    if (folder / "comparison.json").is_file():
+        return True
+    if not (folder / PLAN_FILE).is_file():
+        return False
+    runs = _read_json(folder / PLAN_FILE).get("runs") or []
+    return len({str(r.get("label")) for r in runs if isinstance(r, dict)}) > 1
+
+
+def _partial_summary(config: dict[str, Any], requests: pd.DataFrame, status: str) -> Summary:
+    """The figures of a run that stopped before writing its summary, from the requests it
+    had finished: latencies over them, throughput over their makespan."""
+    run = config.get("run") if isinstance(config.get("run"), dict) else {}
+    engine = run.get("engine") if isinstance(run.get("engine"), dict) else {}
+    tput, makespan = throughput(requests) if not requests.empty else ({}, 0.0)
+    latencies = {name: latency_stats(requests[f"{name}_ms"])
+                 for name in ("ttft", "tpot", "e2e", "queue", "prefill")
+                 if f"{name}_ms" in requests.columns}
+    return Summary.from_dict(nan_to_none({
+        "label": config.get("label"), "status": status,
+        **{key: engine.get(key) for key in ("strategy", "batching", "model", "dtype", "seed")},
+        "workload": run.get("workload"), "device": config.get("device"),
+        "executor": config.get("executor"), "num_requests": run.get("num_requests"),
+        "completed": int(requests["completed"].sum()) if not requests.empty else 0,
+        "duration_s": makespan, "throughput": tput, "latency_ms": latencies,
+        "memory": {"kv_budget_bytes": config.get("kv_budget_bytes")},
+    }))
+
+
 def run_folders(folder: Path) -> list[Path]:
-    """The run folders inside one user-given folder (itself, or a comparison's subfolders)."""
+    """The run folders a report shows of one user-given folder: itself, or a comparison's
+    runs (a repeated one's `rep-1`s), finished or not."""
     folder = Path(folder)
     if not folder.exists():
         raise KvbenchInputError(f"no such results folder: {folder}")
     if not folder.is_dir():
         raise KvbenchInputError(f"not a results folder (expected a directory): {folder}")
-    if (folder / "comparison.json").is_file():
-        listed = _read_json(folder / "comparison.json").get("runs") or []
-        subs = [folder / str(r["folder"]) for r in listed
-                if isinstance(r, dict) and r.get("folder")]
-        subs = [s for s in subs if summary_file(s) is not None]
-        if subs:
-            return subs
-    if summary_file(folder) is not None:
+    planned = planned_runs(folder)
+    if planned is not None:
+        shown = [path for _, path in planned
+                 if path.name == "rep-1" or not path.name.startswith("rep-")]
+        shown = [p for p in shown if _has_results(p)]
+        if shown:
+            return shown
+    elif _has_results(folder):
         return [folder]
-    if (folder / "repeat.json").is_file() and summary_file(folder / "rep-1") is not None:
-        return [folder / "rep-1"]  # one strategy run --repeat N times: it stands for them
-    subs = sorted(p for p in folder.iterdir() if summary_file(p) is not None)
-    if subs:  # an interrupted comparison: no comparison.json yet
-        return subs
     if (folder / INCOMPLETE_MARKER).exists():  # killed before its first summary was written
         raise KvbenchInputError(
             f"{folder} is an unfinished run ({_status(folder)}; INCOMPLETE marker, no "
@@ -186,11 +225,19 @@ def run_folders(folder: Path) -> list[Path]:
     )
 
 
+def _has_results(folder: Path) -> bool:
+    """A summary, or the finished requests of a run killed before it wrote one."""
+    return summary_file(folder) is not None or (
+        (folder / "config.json").is_file() and (folder / REQUESTS_PARTIAL).is_file()
+        and not read_partial_requests(folder).empty)
+
+
 def load_runs(folders: list[Path] | list[str]) -> RunSet:
     """The runs of `folders`, each once."""
     if not folders:
         raise KvbenchInputError("no results folder given")
     runs: list[RunData] = []
+    problems: list[RunProblem] = []
     seen: set[Path] = set()
     for given in folders:
         for folder in run_folders(Path(given)):
@@ -198,7 +245,10 @@ def load_runs(folders: list[Path] | list[str]) -> RunSet:
             if key not in seen:
                 seen.add(key)
                 runs.append(load_run(folder))
-    return collect_runs(runs)
+        problems += folder_problems(Path(given))
+    runset = collect_runs(runs)
+    runset.problems = problems
+    return runset
 
 
 def collect_runs(runs: list[RunData]) -> RunSet:

@@ -106,11 +106,15 @@ def header_html(runset: RunSet) -> str:
 
 def status_html(runset: RunSet) -> str:
     bad = [r for r in runset.runs if r.status != "complete"]
-    if not bad:
+    named = {p.path.resolve() for p in runset.problems}
+    items = "".join(f"<li>{escape(str(p))} ({escape(str(p.path))})</li>"
+                    for p in runset.problems)
+    items += "".join(f"<li>{escape(r.name)}: {escape(r.status)} ({escape(str(r.path))})</li>"
+                     for r in bad if r.path.resolve() not in named)
+    if not items:
         return ""
-    items = "".join(f"<li>{escape(r.name)}: {escape(r.status)} ({escape(str(r.path))})</li>"
-                    for r in bad)
-    return (f"<div class='warning'><b>Incomplete runs</b>: their files hold what finished."
+    return (f"<div class='warning'><b>Incomplete runs</b>: their files hold what finished; a "
+            f"run killed before its summary shows the requests it had finished."
             f"<ul>{items}</ul></div>")
 
 

@@ -16,6 +16,11 @@ from kvbench.results.metrics import nan_to_none
 from kvbench.results.summary import summary_file
 
 INCOMPLETE_MARKER = "INCOMPLETE"
+# A session of several runs lists every run folder it will write here before the first.
+PLAN_FILE = "plan.json"
+# The marker is written this long (JSON, then spaces) when a folder is claimed, so that a
+# disk that fills later can still take its rewrite in place: `ResultsFolder.mark`.
+MARKER_BYTES = 1024
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -88,7 +93,7 @@ def claim_folder(root: Path, name: str, *, mark: bool = True) -> Path:
             continue
         if mark:
             try:
-                write_json(folder / INCOMPLETE_MARKER, {"status": "running"})
+                write_marker(folder, {"status": "running"})
             except BaseException:
                 folder.rmdir()  # an unmarked folder would pass for a finished one
                 raise
@@ -107,6 +112,35 @@ def disk_full_error(folder: Path, err: OSError) -> KvbenchRunError:
     )
 
 
+def _marker_bytes(marker: dict[str, Any], size: int) -> bytes:
+    """The marker as JSON padded with spaces to `size` bytes; a message that would make it
+    longer is cut (a marker that is longer even so is written whole, unpadded)."""
+    message = str(marker.get("message") or "")
+    while True:
+        data = json.dumps(nan_to_none(marker), indent=2).encode("utf-8")
+        excess = len(data) + 1 - size
+        if excess <= 0 or not message:
+            return data.ljust(size - 1) + b"\n"
+        # Each character is at least one byte of the JSON: cutting `excess` of them is enough
+        # or nearly so.
+        message = message[: max(len(message) - excess - 3, 0)]
+        marker = {**marker, "message": message + "..."}
+
+
+def write_marker(folder: Path, marker: dict[str, Any]) -> None:
+    """Write the INCOMPLETE marker atomically, `MARKER_BYTES` long."""
+    atomic_write_bytes(Path(folder) / INCOMPLETE_MARKER, _marker_bytes(marker, MARKER_BYTES))
+
+
+def rewrite_marker_in_place(folder: Path, marker: dict[str, Any]) -> None:
+    """Overwrite the existing marker's bytes without growing it: a full disk takes this
+    where it refuses a new file (the marker's reader parses JSON followed by spaces)."""
+    path = Path(folder) / INCOMPLETE_MARKER
+    with path.open("r+b") as handle:
+        size = max(os.fstat(handle.fileno()).st_size, 64)
+        handle.write(_marker_bytes(marker, size))
+
+
 class ResultsFolder:
     """`results/<run-id>/`: marked incomplete from creation until `complete()`."""
 
@@ -115,16 +149,17 @@ class ResultsFolder:
 
     def start(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        write_json(self.path / INCOMPLETE_MARKER, {"status": "running"})
+        write_marker(self.path, {"status": "running"})
 
     def mark(self, status: str, message: str = "", **details: Any) -> None:
         marker = {"status": status, "message": message, **details}
         try:
-            write_json(self.path / INCOMPLETE_MARKER, marker)
+            write_marker(self.path, marker)
         except OSError:
-            # A full disk may refuse even the marker's rewrite; the one from start() stays.
+            # A full disk refuses the new file; the marker's own bytes take the rewrite.
             if not (self.path / INCOMPLETE_MARKER).exists():
                 raise
+            rewrite_marker_in_place(self.path, marker)
 
     def complete(self) -> None:
         (self.path / INCOMPLETE_MARKER).unlink(missing_ok=True)

@@ -4,6 +4,7 @@ rows. `kvbench.session.runner.summarize` assembles them into a `Summary`."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,10 +32,15 @@ def latency_stats(values_ms: pd.Series | np.ndarray | list[float]) -> dict[str, 
 def request_rows(requests: list[Request], samples: dict[int, list[Sequence]]) -> pd.DataFrame:
     """One row per sample of each request (`n` rows for a request with `n` samples, in
     sample order): the `requests.csv` contract, built by `sample_rows`."""
-    rows: list[dict[str, Any]] = []
+    return pd.DataFrame(list(request_records(requests, samples)), columns=REQUEST_COLUMNS)
+
+
+def request_records(requests: list[Request],
+                    samples: dict[int, list[Sequence]]) -> Iterator[dict[str, Any]]:
+    """`request_rows`' rows one by one, as dicts in column order: the runner streams those of
+    finished requests to disk as they finish (`kvbench.results.request_writer`)."""
     for request in requests:
-        rows.extend(sample_rows(request, samples.get(request.request_id, [])))
-    return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+        yield from sample_rows(request, samples.get(request.request_id, []))
 
 
 REQUEST_COLUMNS = (

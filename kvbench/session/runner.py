@@ -35,6 +35,7 @@ from kvbench.results.metrics import (
     send_rate,
     throughput,
 )
+from kvbench.results.request_writer import RequestWriter
 from kvbench.results.step_writer import StepTotals, StepWriter
 from kvbench.results.summary import (
     SUMMARY_FILE,
@@ -198,11 +199,16 @@ def run_one(
     set_recorder(recorder)
     step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
     engine.step_recorder.sink = step_writer.write  # rows stream to disk as the engine makes them
+    request_writer = RequestWriter(folder)  # and each request's row as it finishes
     status = "complete"
     simulated = run.executor.kind is EngineKind.SIMULATED
     with _gc_frozen(young_every=50_000 if simulated else None):
         try:
-            _replay(engine, workload, run, Progress(len(workload.requests), label, show_progress))
+            _replay(engine, workload, run, Progress(len(workload.requests), label, show_progress),
+                    request_writer)
+            if engine.strategy is not None and not engine.strategy.is_whole():
+                status = "failed"  # before the summary is written, so that it says so
+                failure = "KV memory leaked: the pool is not whole after the run"
         except KeyboardInterrupt:
             status = "interrupted"
         except Exception as err:  # noqa: BLE001 - reported with where the partial results are
@@ -214,9 +220,10 @@ def run_one(
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,
-                config_json, step_writer, keep_token_times,
+                config_json, step_writer, request_writer, keep_token_times,
             )
         except BaseException as err:  # the marker must say why the files are not whole
+            request_writer.abandon()  # its rows are what is left of requests.csv
             stopped = isinstance(err, KeyboardInterrupt)
             results.mark("interrupted" if stopped else "failed",
                          f"writing results: {type(err).__name__}: {err}")
@@ -227,9 +234,6 @@ def run_one(
     if status == "failed":
         results.mark("failed", failure)
         raise KvbenchRunError(f"{label}: {failure}; partial results in {folder}")
-    if engine.strategy is not None and not engine.strategy.is_whole():
-        results.mark("failed", "KV memory leaked: the pool is not whole after the run")
-        raise KvbenchRunError(f"{label}: KV pool not whole after the run; see {folder}")
     results.complete()
     return outcome
 
@@ -264,15 +268,17 @@ def _device_name(built: BuiltEngine, run: RunConfig) -> str:
 
 
 def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
-            progress: Progress) -> None:
+            progress: Progress, request_writer: RequestWriter | None = None) -> None:
     """Send each request at its arrival time; with `max_concurrency` C (closed loop), also
     not before one of C slots is free, as `vllm bench serve` does.
 
     A request is sent at max(its arrival, when the slot it takes freed: the finish of the
     request that held it). The engine gets it with `arrival_s` set to that send time, so
     every latency is measured from when the request was sent (`results.metrics.request_rows`
-    reads the workload's arrival beside it: the difference is the client's wait)."""
+    reads the workload's arrival beside it: the difference is the client's wait). Each
+    request's rows go to `request_writer` as it ends."""
     pending: deque[Request] = deque(workload.requests)
+    workload_request = {request.request_id: request for request in workload.requests}
     limit = workload.max_concurrency
     clock = engine.clock
     # When each free slot freed, earliest first (finishes come in time order).
@@ -301,6 +307,7 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
                         clock.sleep_until(pending[0].arrival_s)
                 continue
             finished = engine.step()
+            finished_requests: list[Request] = []  # as the workload has them (arrival)
             for seq in finished:
                 tokens += seq.num_generated
                 request_id = seq.request.request_id
@@ -312,6 +319,9 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
                     done += 1
                     if free_slots is not None:
                         free_slots.append(max(s.finish_s for s in group))
+                    finished_requests.append(workload_request[request_id])
+            if finished_requests and request_writer is not None:
+                request_writer.write(finished_requests, engine.sequences)
             steps += 1
             # The bar's figures: when a request ends, and every 64 steps (a long simulation
             # runs hundreds of thousands of steps of microseconds each).
@@ -334,7 +344,8 @@ def _held_share(engine: BaseEngine) -> float | None:
 def _write_results(
     built: BuiltEngine, workload: WorkloadResult, run: RunConfig, folder: Path, label: str,
     status: str, warmup_done: int, recorder: TraceRecorder | None,
-    config_json: dict[str, Any], step_writer: StepWriter, keep_token_times: bool = False,
+    config_json: dict[str, Any], step_writer: StepWriter, request_writer: RequestWriter,
+    keep_token_times: bool = False,
 ) -> RunOutcome:
     engine = built.engine
     with trace_range("metrics"):
@@ -344,6 +355,7 @@ def _write_results(
         summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
                             step_totals, engine)
     write_csv(folder / "requests.csv", requests_df)
+    request_writer.close()
     lines, token_times = token_times_file(added, engine.sequences)
     atomic_write_text(folder / TOKENS_FILE, "".join(f"{line}\n" for line in lines))
     if recorder is not None:

@@ -28,6 +28,7 @@ from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.report.runs import RunData, collect_runs
 from kvbench.results.files import (
     INCOMPLETE_MARKER,
+    PLAN_FILE,
     ResultsFolder,
     check_output_folder,
     claim_folder,
@@ -350,6 +351,11 @@ def run_session(
 
         if not out_of_space(err) and err.filename is None:
             raise
+        if _single_run_is_whole(plan):
+            # Only the report failed: the run's own files are whole and its folder says so.
+            raise KvbenchRunError(
+                f"cannot write {plan.root / 'report.html'}: {err.strerror or err}; the run's "
+                f"results are whole: `kvbench report {plan.root}` writes the report") from None
         finished = _finished(plan, done)
         _mark_unfinished(plan, "failed", finished, f"cannot write results: {err}")
         if out_of_space(err):
@@ -363,6 +369,27 @@ def run_session(
         raise
     ResultsFolder(plan.root).complete()
     return result
+
+
+def _single_run_is_whole(plan: SessionPlan) -> bool:
+    """A one-run session whose run finished and wrote every file of its own."""
+    return len(plan.runs) == 1 and plan.repeat == 1 and ResultsFolder.is_complete(plan.root)
+
+
+def _run_folder(plan: SessionPlan, label: str, k: int) -> str:
+    """Where the `k`-th repeat (from 1) of `label` writes, relative to the session folder."""
+    base = "" if len(plan.runs) == 1 else label
+    return "/".join(part for part in (base, f"rep-{k}" if plan.repeat > 1 else "") if part)
+
+
+def write_plan(plan: SessionPlan) -> None:
+    """`plan.json`: every run folder the session will write, before the first runs, so that
+    a reader of a stopped session can name each one that is missing."""
+    write_json(plan.root / PLAN_FILE, {
+        "runs": [{"label": label, "folder": _run_folder(plan, label, k)}
+                 for k in range(1, plan.repeat + 1) for label in plan.labels],
+        "repeat": plan.repeat,
+    })
 
 
 def _finished(plan: SessionPlan, done: list[str]) -> list[str]:
@@ -383,6 +410,8 @@ def _mark_unfinished(plan: SessionPlan, status: str, finished: list[str], messag
     whole (a single run's folder is also its run's: its own marker is left as it is)."""
 
 
+    if _single_run_is_whole(plan):
+        return  # the report did not get written; the run's files are whole, as it says
     if len(plan.runs) == 1 and plan.repeat == 1:
         try:
             marker = json.loads((plan.root / INCOMPLETE_MARKER).read_text(encoding="utf-8"))
@@ -406,6 +435,8 @@ def _run_session(
 
     root, repeat, model_cache = plan.root, plan.repeat, plan.model_cache
     single = len(plan.runs) == 1
+    if not single or repeat > 1:
+        write_plan(plan)
     bases = [root if single else root / label for label in plan.labels]
     requests = [prep[1].requests for prep in plan.prepared]  # the same on every repeat
     per_label: list[list[RunOutcome]] = [[] for _ in plan.runs]
@@ -483,17 +514,29 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
             model_cache=model_cache,
         )
     except KeyboardInterrupt:
-        for folder in folders:
-            folder.mark("interrupted", "interrupted while measuring fp8 accuracy")
+        _mark_accuracy_unfinished(outcomes, folders, "interrupted",
+                                  "interrupted while measuring fp8 accuracy")
         raise
     except Exception as err:
-        for folder in folders:
-            folder.mark("failed", f"fp8 accuracy: {type(err).__name__}: {err}")
+        _mark_accuracy_unfinished(outcomes, folders, "failed",
+                                  f"fp8 accuracy: {type(err).__name__}: {err}")
         raise
     for outcome, folder in zip(outcomes, folders, strict=True):
         outcome.summary.accuracy = nan_to_none(accuracy)  # as the file holds it
         outcome.summary.write(outcome.folder / SUMMARY_FILE)
         folder.complete()
+
+
+def _mark_accuracy_unfinished(outcomes: list[RunOutcome], folders: list[ResultsFolder],
+                              status: str, message: str) -> None:
+    """Marker and summary say the same: each summary's status is rewritten too."""
+    for outcome, folder in zip(outcomes, folders, strict=True):
+        folder.mark(status, message)
+        outcome.summary.status = status
+        try:
+            outcome.summary.write(outcome.folder / SUMMARY_FILE)
+        except OSError:
+            pass  # a full disk: the marker, rewritten in place, says it
 
 
 def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder, atomic_write_bytes
+from kvbench.results.folder_state import run_problem
 from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 from kvbench.session.run_config import RunConfig
 from kvbench.session.runner import prepare, run_one
@@ -98,8 +99,9 @@ def write_gathered(folder: Path, files: dict[str, bytes]) -> None:
 
 
 def read_point(folder: Path) -> Summary | None:
-    """The summary of a complete point folder (None when it is not complete)."""
-    if not ResultsFolder.is_complete(folder):
+    """The summary of a whole point folder (None when any part of it is unfinished, failed
+    or unreadable: a resumed sweep runs it again)."""
+    if not ResultsFolder.is_complete(folder) or run_problem(folder) is not None:
         return None
     try:
         return Summary.from_json(summary_file(folder) or Path(folder) / SUMMARY_FILE)

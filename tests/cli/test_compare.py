@@ -192,7 +192,7 @@ def test_an_unfinished_run_is_refused(tmp_path, capsys, status_where):
         (new / "INCOMPLETE").write_text(json.dumps({"status": "interrupted"}))
     assert main(["compare", str(base), str(new), "--allow-mismatch"]) == 2
     err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and "did not finish" in err and "interrupted" in err
+    assert len(err.splitlines()) == 1 and "is not whole" in err and "interrupted" in err
 
 
 @pytest.mark.parametrize("change, named", [

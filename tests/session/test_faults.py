@@ -1,11 +1,14 @@
 """Faults a run meets unattended: Ctrl-C mid-comparison, a full disk, SIGKILL, two runs
-started in the same second, and a sweep resumed after SIGKILL."""
+started in the same second, and a sweep resumed after SIGKILL; and what every reader of the
+folders left behind (report, compare, export, a resumed sweep) makes of them."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,13 +17,16 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 import kvbench.results.files
 import kvbench.session.runner
 from kvbench.cli import main
+from kvbench.report.runs import load_runs
 from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder
 from kvbench.session.run_options import RunOptions
 from kvbench.session.session import plan_session, run_session, unique_folder
+from kvbench.sweep.point import read_point
 
 SIM = ["simulate", "--model", "llama-2-7b", "--workload", "uniform",
        "--workload-param", "prompt_len=64", "--workload-param", "output_len=16",
@@ -185,7 +191,7 @@ def test_a_run_killed_with_sigkill_is_recognised_as_incomplete(tmp_path, capsys)
     for command in (["report", str(folder)], ["compare", str(folder), str(folder)]):
         assert main(command) == 2
         err = capsys.readouterr().err
-        assert err.startswith("kvbench: error:") and "unfinished run" in err
+        assert err.startswith("kvbench: error:") and f"{folder} is not whole" in err
         assert err.count("\n") == 1
 
 
@@ -215,3 +221,239 @@ def test_a_sweep_killed_with_sigkill_resumes_with_only_the_unfinished_points(
     table = pd.read_csv(folder / "points.csv")
     assert set(table["status"]) == {"complete"}
     assert not os.path.exists(second / INCOMPLETE_MARKER)
+
+
+def _one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("kvbench: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_a_comparison_killed_in_its_second_strategy_is_refused_naming_it(tmp_path, capsys):
+    _kill_when([*SIM, "--num-requests", "8", "--strategy", "paged,contiguous",
+                "--out", str(tmp_path)], 2,
+               lambda: any((p / "contiguous-max" / "config.json").is_file()
+                           for p in tmp_path.glob("*")))
+    (root,) = tmp_path.iterdir()
+    plan = json.loads((root / "plan.json").read_text())  # written before the first run
+    assert [r["label"] for r in plan["runs"]] == ["paged", "contiguous-max"]
+    for command in (["report", str(root)], ["compare", str(root), str(root)],
+                    ["export", str(root), "--format", "csv"]):
+        assert main(command) == 2, command
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"{root} is not whole: contiguous-max (running or killed" in line
+        assert ".steps.csv.partial" in line  # a partial file is never left unexplained
+        assert "paged" not in line.split("is not whole:")[1]  # the finished one is whole
+    html = tmp_path / "r.html"
+    assert main(["report", str(root), "--allow-incomplete", "-o", str(html)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("kvbench: warning: ") and "contiguous-max" in err
+    assert "Incomplete runs" in html.read_text()
+
+
+def test_a_strategy_that_never_started_is_named(tmp_path, capsys):
+    _kill_when([*SIM, "--num-requests", "4", "--strategy", "paged,contiguous,prefix",
+                "--out", str(tmp_path)], 2,
+               lambda: any((p / "contiguous-max" / "config.json").is_file()
+                           for p in tmp_path.glob("*")))
+    (root,) = tmp_path.iterdir()
+    assert main(["compare", str(root), str(root)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "contiguous-max (running or killed" in line and "prefix never started" in line
+
+
+# A kvbench process that hangs once `sys.argv[1]` finished requests are on disk.
+_HANGING_AFTER_REQUESTS = """
+import sys, time
+import kvbench.results.request_writer as request_writer
+real = request_writer.RequestWriter.write
+def write(self, *args, **kwargs):
+    real(self, *args, **kwargs)
+    if self.rows_written >= int(sys.argv[1]):
+        time.sleep(600)
+request_writer.RequestWriter.write = write
+from kvbench.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_run_killed_with_sigkill_keeps_every_finished_request(tmp_path, capsys):
+    args = [*SIM, "--num-requests", "400", "--max-num-seqs", "8"]
+    killed_out = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HANGING_AFTER_REQUESTS, "40", *args, "--out", str(killed_out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: any(len(p.read_text().splitlines()) > 40
+                              for p in killed_out.glob("*/.requests.csv.partial")))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    (folder,) = killed_out.iterdir()
+    (partial,) = folder.glob(".requests.csv.partial")
+    kept = pd.read_csv(partial)
+    assert len(kept) >= 40 and kept["completed"].all()
+    assert not (folder / "requests.csv").exists()
+    # The same rows as the whole run writes for those requests.
+    assert main([*args, "--out", str(tmp_path / "whole")]) == 0
+    capsys.readouterr()
+    (whole,) = (tmp_path / "whole").iterdir()
+    full = pd.read_csv(whole / "requests.csv").set_index("request_id")
+    assert not list(whole.glob(".*.partial"))  # cleaned up once the whole files are written
+    same = full.loc[kept["request_id"]].reset_index()
+    pd.testing.assert_frame_equal(kept[same.columns], same, check_dtype=False)
+
+    assert main(["report", str(folder)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"{len(kept)} finished requests kept in .requests.csv.partial" in line
+    html = tmp_path / "r.html"
+    assert main(["report", str(folder), "--allow-incomplete", "-o", str(html)]) == 0
+    assert capsys.readouterr().err.startswith("kvbench: warning: ")
+    page = html.read_text()
+    assert "Incomplete runs" in page and "running or killed" in page
+    (run,) = load_runs([folder]).runs  # what the page shows: figures of the kept requests
+    assert run.summary.completed == len(kept) and run.summary.status == "running"
+    assert run.summary.latency_ms.ttft.p50 == pytest.approx(kept["ttft_ms"].median())
+
+
+def test_a_disk_that_stays_full_still_gets_every_marker_rewritten(tmp_path, monkeypatch,
+                                                                  capsys):
+    real = kvbench.results.files.atomic_write_bytes
+    full = []
+
+    def write(path, data):
+        if Path(path).name == "tokens.jsonl" and "prefix" in str(path):
+            full.append(path)
+        if full:  # from then on the disk takes no new file
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(kvbench.results.files, "atomic_write_bytes", write)
+    code = main([*SIM, "--num-requests", "4", "--strategy", "paged,prefix",
+                 "--out", str(tmp_path)])
+    assert code == 1
+    capsys.readouterr()
+    (root,) = tmp_path.iterdir()
+    assert _marker(root)["status"] == "failed" and _marker(root)["finished"] == ["paged"]
+    assert _marker(root / "prefix")["status"] == "failed"
+    assert not (root / "prefix" / "kvbench_summary.json").exists()
+    assert ResultsFolder.is_complete(root / "paged")
+    assert main(["report", str(root), "-o", str(tmp_path / "r.html")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "prefix (failed" in line
+
+
+def _tmpfs(folder: Path, size: str) -> None:
+    folder.mkdir()
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                               str(folder)], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    def mount(size: str) -> Path:
+        folder = tmp_path / "disk"
+        _tmpfs(folder, size)
+        mounted.append(folder)
+        return folder
+
+    mounted: list[Path] = []
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", str(folder)], capture_output=True, timeout=10)
+
+
+def _markers_agree_with_summaries(root: Path) -> None:
+    for marker in root.rglob(INCOMPLETE_MARKER):
+        assert _marker(marker.parent)["status"] != "running", marker
+        summary = marker.parent / "kvbench_summary.json"
+        if summary.exists():
+            assert json.loads(summary.read_text())["status"] == _marker(marker.parent)["status"]
+    for summary in root.rglob("kvbench_summary.json"):
+        if not (summary.parent / INCOMPLETE_MARKER).exists():
+            assert json.loads(summary.read_text())["status"] == "complete"
+
+
+def test_a_full_disk_with_two_strategies_is_named_and_every_marker_says_so(
+        small_disk, tmp_path, capsys):
+    disk = small_disk("48k")
+    assert main([*SIM, "--num-requests", "40", "--strategy", "paged,prefix",
+                 "--out", str(disk)]) == 1
+    _one_error_line(capsys.readouterr().err)
+    (root,) = disk.iterdir()
+    _markers_agree_with_summaries(root)
+    assert _marker(root)["status"] == "failed"
+    assert main(["report", str(root), "-o", str(tmp_path / "r.html")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "prefix" in line and "is not whole" in line
+
+
+def test_a_full_disk_after_a_single_run_leaves_its_whole_results_unmarked(
+        small_disk, tmp_path, capsys):
+    disk = small_disk("1m")  # the run's files fit, its report (plotly inlined) does not
+    assert main([*SIM, "--num-requests", "40", "--out", str(disk)]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert "report.html" in line and "results are whole" in line
+    (folder,) = disk.iterdir()
+    _markers_agree_with_summaries(folder)
+    assert ResultsFolder.is_complete(folder)
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.html")]) == 0
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("finished")
+    assert main([*SIM, "--num-requests", "4", "--out", str(out)]) == 0
+    (folder,) = out.iterdir()
+    return folder
+
+
+def test_random_bytes_in_requests_csv_are_refused_by_every_reader(finished_run, tmp_path,
+                                                                 capsys):
+    folder = tmp_path / "run"
+    shutil.copytree(finished_run, folder)
+    (folder / "requests.csv").write_bytes(random.Random(0).randbytes(4096))
+    for command in (["report", str(folder)], ["compare", str(folder), str(finished_run)],
+                    ["export", str(folder), "--format", "csv"]):
+        assert main(command) == 2, command
+        line = _one_error_line(capsys.readouterr().err)
+        assert "unreadable requests.csv" in line
+    assert read_point(folder) is None  # a resumed sweep runs such a point again
+    assert read_point(finished_run) is not None
+    assert main(["report", str(folder), "--allow-incomplete", "-o",
+                 str(tmp_path / "r.html")]) == 0
+    assert "unreadable requests.csv" in capsys.readouterr().err
+
+
+def test_export_of_an_incomplete_folder_is_refused_unless_allowed(finished_run, tmp_path,
+                                                                  capsys):
+    folder = tmp_path / "run"
+    shutil.copytree(finished_run, folder)
+    ResultsFolder(folder).mark("interrupted", "run interrupted (Ctrl-C)")
+    for fmt in ("csv", "vllm-bench"):
+        assert main(["export", str(folder), "--format", fmt]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"{folder} is not whole: paged (interrupted)" in line
+    assert main(["export", str(folder), "--format", "csv", "--allow-incomplete"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("kvbench: warning: ") and "interrupted" in captured.err
+    assert captured.out.startswith("label,")
+
+
+def test_ctrl_c_while_a_single_run_writes_its_report_leaves_its_whole_results_unmarked(
+        tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("kvbench.report.writer.write_runs_report", interrupted)
+    assert main([*SIM, "--num-requests", "4", "--out", str(tmp_path)]) == 130
+    capsys.readouterr()
+    (folder,) = tmp_path.iterdir()
+    _markers_agree_with_summaries(folder)
+    assert ResultsFolder.is_complete(folder) and not (folder / "report.html").exists()
