@@ -23,7 +23,7 @@ import pandas as pd
 from kvbench.errors import KvbenchInputError
 from kvbench.results.files import INCOMPLETE_MARKER, PLAN_FILE
 from kvbench.results.request_writer import REQUESTS_PARTIAL
-from kvbench.results.summary import LEGACY_SUMMARY_FILE, SUMMARY_FILE, Summary, summary_file
+from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 
 STEPS_PARTIAL = ".steps.csv.partial"
 # Columns every kvbench version has written; a file without them is not a requests.csv.
@@ -195,9 +195,8 @@ def _label(folder: Path) -> str:
 
 
 def _looks_like_run(folder: Path) -> bool:
-    return any((folder / name).exists()
-               for name in (SUMMARY_FILE, LEGACY_SUMMARY_FILE, "config.json",
-                            INCOMPLETE_MARKER))
+    return summary_file(folder) is not None or any(
+        (folder / name).exists() for name in ("config.json", INCOMPLETE_MARKER))
 
 
 def folder_problems(folder: Path) -> list[RunProblem]:
