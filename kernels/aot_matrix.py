@@ -8,7 +8,7 @@ import torch
 from .attention_shape import AttentionShape
 from .reference import FP8_DTYPE
 
-ARCHS = (80, 90)
+ARCHS = (80, 86, 89, 90)
 
 
 def matrix():
@@ -28,6 +28,7 @@ def matrix():
         (fp16, FP8_DTYPE, "per_head", 64, 1),
         (bf16, FP8_DTYPE, "scalar", 256, 4),
         (fp32, fp32, "none", 128, 4),
+        (fp32, fp32, "none", 256, 4),  # the widest rows: the most shared memory per tile
         (fp32, FP8_DTYPE, "scalar", 128, 4),
     ]
     names = {bf16: "bf16", fp16: "fp16", fp32: "fp32", FP8_DTYPE: "fp8"}

@@ -3,9 +3,9 @@
 A small table keyed by GPU family (compute capability), kernel kind and operand width, looked
 up once per shape (``lru_cache``), never per step, so a run meets a fixed set of variants.
 The entries are the ones the ahead-of-time build (``tests/kernels/test_aot_compile.py``) shows
-compile without register spills and within shared memory on sm_80 and sm_90 for 16-bit
-operands at head_dim <= 128; wide rows (float32 operands or head_dim > 128) trade tile size
-for registers.
+compile within shared memory on sm_80, sm_86, sm_89 and sm_90, and without register spills for
+16-bit operands at head_dim <= 128; wide rows (float32 operands or head_dim > 128) trade tile
+size for registers and shared memory.
 """
 
 from __future__ import annotations
@@ -28,13 +28,19 @@ class LaunchConfig:
 # Used under TRITON_INTERPRET=1: small tiles so even tiny test contexts loop several times.
 INTERPRETER = LaunchConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)
 
-# (family, kind, wide) -> config. Families: "sm80" (Ampere and Ada: sm_80/86/89, <= 100 KB of
-# shared memory on the consumer parts, so at most two stages), "sm90" (Hopper and newer).
+# (family, kind, wide) -> config. Families: "sm80" (A100: sm_80, 163 KB of shared memory per
+# block), "sm86" (consumer Ampere and Ada: sm_86 to sm_89, L4, L40, RTX 3090/4090: 99 KB, so
+# float32 rows at head_dim 256 need 16-token tiles; two-stage 16-bit decode at head_dim 64
+# needs a stack there, three do not), "sm90" (Hopper and newer).
 _TABLE: dict[tuple[str, str, bool], LaunchConfig] = {
     ("sm80", "decode", False): LaunchConfig(block_m=16, block_n=64, num_warps=4, num_stages=2),
     ("sm80", "decode", True): LaunchConfig(block_m=16, block_n=32, num_warps=4, num_stages=2),
     ("sm80", "prefill", False): LaunchConfig(block_m=64, block_n=32, num_warps=4, num_stages=2),
     ("sm80", "prefill", True): LaunchConfig(block_m=32, block_n=32, num_warps=4, num_stages=2),
+    ("sm86", "decode", False): LaunchConfig(block_m=16, block_n=64, num_warps=4, num_stages=3),
+    ("sm86", "decode", True): LaunchConfig(block_m=16, block_n=16, num_warps=4, num_stages=2),
+    ("sm86", "prefill", False): LaunchConfig(block_m=64, block_n=32, num_warps=4, num_stages=2),
+    ("sm86", "prefill", True): LaunchConfig(block_m=16, block_n=16, num_warps=4, num_stages=2),
     ("sm90", "decode", False): LaunchConfig(block_m=16, block_n=64, num_warps=4, num_stages=3),
     ("sm90", "decode", True): LaunchConfig(block_m=16, block_n=32, num_warps=4, num_stages=2),
     ("sm90", "prefill", False): LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=3),
@@ -47,7 +53,9 @@ MAX_SHARED_BYTES = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
 
 def family(arch: int) -> str:
     """The table family of compute capability ``arch`` (e.g. 80, 86, 90)."""
-    return "sm90" if arch >= 90 else "sm80"
+    if arch >= 90:
+        return "sm90"
+    return "sm86" if arch >= 86 else "sm80"
 
 
 def max_shared_bytes(arch: int) -> int:

@@ -17,6 +17,8 @@ Importing this module imports triton (``ImportError`` when it is missing).
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -25,6 +27,10 @@ LOG2E = tl.constexpr(1.4426950408889634)
 # IEEE FMAs, which bypass the tensor cores and spill at large head dims.
 FP32_DOT_PRECISION = tl.constexpr("tf32x3")
 FP8_UNSCALE = tl.constexpr(256.0)  # undoes e4m3_bits_to_fp16's 2^-8 (exact: a power of two)
+# Under TRITON_INTERPRET=1 the K/V loops are `while` loops: Triton 3.6's interpreter converts a
+# loop bound with int() of a one-element array, which NumPy >= 2.4 refuses, but tests the
+# truth of one (`bool`) fine. Compiled kernels keep `range` (only `for` loops are pipelined).
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 
 @triton.jit
@@ -143,6 +149,26 @@ def online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32: tl.constexpr):
     return m_new, l_i, acc
 
 
+@triton.jit
+def _decode_tile(n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
+                 stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc,
+                 BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr,
+                 FP8: tl.constexpr, DOT_FP32: tl.constexpr):
+    """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, end))`` into ``(m_i, l_i, acc)``."""
+    pos = n0 + tl.arange(0, BLOCK_N)
+    tok_mask = pos < end
+    slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
+    kv_mask = tok_mask[:, None] & d_mask[None, :]
+    k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
+                     DOT_FP32, q.dtype, FP8)
+    s = tile_scores(q, k, DOT_FP32)
+    s = tl.where(tok_mask[None, :], s * qk_scale, float("-inf"))
+    # Every tile holds at least one real token, so the running max stays finite.
+    v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
+                     DOT_FP32, q.dtype, FP8)
+    return online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32)
+
+
 # Arguments that change from step to step (block-table width, split count) are not specialized:
 # otherwise every new value (or its divisibility by 16) compiles a new variant mid-run. Nor is
 # the alignment of the block table and lengths: executors pass slices such as
@@ -188,7 +214,6 @@ def _decode_kernel(
     q = tl.load(q_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0)
     if DOT_FP32:
         q = q.to(tl.float32)
-    compute_dtype = q.dtype
 
     qk_scale = softmax_scale * LOG2E
     if FP8:
@@ -202,19 +227,20 @@ def _decode_kernel(
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
 
-    for n0 in range(start, end, BLOCK_N):
-        pos = n0 + tl.arange(0, BLOCK_N)
-        tok_mask = pos < end
-        slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
-        kv_mask = tok_mask[:, None] & d_mask[None, :]
-        k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
-                         DOT_FP32, compute_dtype, FP8)
-        s = tile_scores(q, k, DOT_FP32)
-        s = tl.where(tok_mask[None, :], s * qk_scale, float("-inf"))
-        # Every tile holds at least one real token, so the running max stays finite.
-        v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
-                         DOT_FP32, compute_dtype, FP8)
-        m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32)
+    if INTERPRETED:
+        n0 = start
+        while n0 < end:
+            m_i, l_i, acc = _decode_tile(
+                n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
+                stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc,
+                BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32)
+            n0 += BLOCK_N
+    else:
+        for n0 in range(start, end, BLOCK_N):
+            m_i, l_i, acc = _decode_tile(
+                n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
+                stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc,
+                BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32)
 
     if FP8:
         acc = acc * kv_head_scale(v_scale_ptr, kv_head, PER_HEAD_SCALE)

@@ -50,6 +50,7 @@ __all__ = [
     "paged_decode_attention",
     "contiguous_decode_attention",
     "choose_num_splits",
+    "SPLIT_COUNTS",
     "Launch",
     "Target",
 ]
@@ -58,8 +59,15 @@ __all__ = [
 SPLIT_MIN_CONTEXT = 512  # never split contexts shorter than this
 SPLIT_MIN_TOKENS = 256  # each split gets at least this many tokens
 SPLIT_MAX = 32  # at most BLOCK_SPLITS
+# The split counts `choose_num_splits` returns: a few, so a run (and its CUDA graphs, keyed by
+# split count) meets a small fixed set.
+SPLIT_COUNTS = (1, 2, 4, 8, 16, 32)
 # The merge kernel's split tile: fixed, so that no split count compiles a new variant.
 BLOCK_SPLITS = 32
+# Triton specializes integer arguments on divisibility by 16: the split-K scratch buffers'
+# split dimension is padded to a multiple of it, so their strides specialize alike whatever
+# the split count.
+SPLIT_PAD = 16
 INTERPRETER_SMS = 4  # stand-in SM count on the CPU interpreter
 
 
@@ -258,16 +266,18 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int,
     """How many programs share one sequence's context in decode (1: no split-K).
 
     Splitting pays when the (sequence, KV head) programs alone cannot fill the GPU and the
-    contexts are long: aim for about two programs per SM, with at least `SPLIT_MIN_TOKENS`
-    tokens per split and never for contexts under `SPLIT_MIN_CONTEXT`.
+    contexts are long: aim for about two programs per SM (rounded up to one of
+    `SPLIT_COUNTS`), with at least `SPLIT_MIN_TOKENS` tokens per split and never for contexts
+    under `SPLIT_MIN_CONTEXT`.
     """
     if max_seq_len < SPLIT_MIN_CONTEXT:
         return 1
     target = device if isinstance(device, Target) else device_target(torch.device(device))
     programs = max(1, num_seqs * num_kv_heads)
     want = triton.cdiv(2 * target.sms, programs)
-    by_length = triton.cdiv(max_seq_len, SPLIT_MIN_TOKENS)
-    return max(1, min(want, by_length, SPLIT_MAX))
+    by_length = max_seq_len // SPLIT_MIN_TOKENS
+    fits = [n for n in SPLIT_COUNTS if n <= by_length]
+    return next((n for n in fits if n >= want), fits[-1])
 
 
 def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_scale,
@@ -299,8 +309,7 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
         num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, target)
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    if num_splits > BLOCK_SPLITS:
-        raise ValueError(f"num_splits must be <= {BLOCK_SPLITS}, got {num_splits}")
+    num_splits = min(num_splits, BLOCK_SPLITS)
     split = num_splits > 1
     block_d = max(16, _next_pow2(head_dim))
     kc, vc = _cache_views(k_cache, v_cache)
@@ -326,9 +335,10 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
             0, 0,
         )
         return out, [Launch(_decode_kernel, grid, args, constexprs, options)]
-    partial = torch.empty((num_seqs, num_q_heads, num_splits, head_dim), dtype=torch.float32,
+    padded = triton.cdiv(num_splits, SPLIT_PAD) * SPLIT_PAD
+    partial = torch.empty((num_seqs, num_q_heads, padded, head_dim), dtype=torch.float32,
                           device=q.device)
-    m = torch.empty((num_seqs, num_q_heads, num_splits), dtype=torch.float32, device=q.device)
+    m = torch.empty((num_seqs, num_q_heads, padded), dtype=torch.float32, device=q.device)
     sums = torch.empty_like(m)
     args = (
         q, kc, vc, ks, vs, table, seq_lens,
@@ -492,8 +502,9 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     """Decode: `q` `[S, Hq, D]`, the newest token of each sequence, already written to the cache.
 
-    `num_splits`: split-K (flash decoding) factor; None picks it from the context length
-    (`choose_num_splits`), 1 disables it. `max_seq_len` avoids a device sync when given.
+    `num_splits`: split-K (flash decoding) factor, at most `BLOCK_SPLITS` (larger values are
+    capped); None picks it from the context length (`choose_num_splits`), 1 disables it.
+    `max_seq_len` avoids a device sync when given.
     """
     return _decode(q, k_cache, v_cache, block_tables, True, seq_lens, block_size, softmax_scale,
                    k_scale, v_scale, num_splits, max_seq_len, block_n)

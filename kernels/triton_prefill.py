@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from .triton_decode import (
+    INTERPRETED,
     LOG2E,
     cast_rne,
     kv_head_scale,
@@ -29,6 +30,28 @@ from .triton_decode import (
     tile_scores,
     token_slots,
 )
+
+
+@triton.jit
+def _prefill_tile(n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
+                  stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
+                  acc, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr,
+                  FP8: tl.constexpr, DOT_FP32: tl.constexpr):
+    """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, kv_end))``, causally masked for the
+    rows at ``q_pos``, into ``(m_i, l_i, acc)``."""
+    pos = n0 + tl.arange(0, BLOCK_N)
+    tok_mask = pos < kv_end
+    slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
+    kv_mask = tok_mask[:, None] & d_mask[None, :]
+    k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
+                     DOT_FP32, q.dtype, FP8)
+    s = tile_scores(q, k, DOT_FP32)
+    allowed = tok_mask[None, :] & (pos[None, :] <= q_pos[:, None])
+    s = tl.where(allowed, s * qk_scale, float("-inf"))
+    # Position 0 is in the first tile and visible to every row: the running max stays finite.
+    v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
+                     DOT_FP32, q.dtype, FP8)
+    return online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32)
 
 
 # Per-step arguments are not specialized (see _decode_kernel).
@@ -75,7 +98,6 @@ def _prefill_kernel(
     q = tl.load(q_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
     if DOT_FP32:
         q = q.to(tl.float32)
-    compute_dtype = q.dtype
 
     qk_scale = softmax_scale * LOG2E
     if FP8:
@@ -91,20 +113,20 @@ def _prefill_kernel(
 
     # Keys beyond the tile's last query position are masked for every row: stop there.
     kv_end = tl.minimum(seq_len, prefix_len + tile_start + BLOCK_Q)
-    for n0 in range(0, kv_end, BLOCK_N):
-        pos = n0 + tl.arange(0, BLOCK_N)
-        tok_mask = pos < kv_end
-        slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
-        kv_mask = tok_mask[:, None] & d_mask[None, :]
-        k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
-                         DOT_FP32, compute_dtype, FP8)
-        s = tile_scores(q, k, DOT_FP32)
-        allowed = tok_mask[None, :] & (pos[None, :] <= q_pos[:, None])
-        s = tl.where(allowed, s * qk_scale, float("-inf"))
-        # Position 0 is in the first tile and visible to every row: the running max stays finite.
-        v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
-                         DOT_FP32, compute_dtype, FP8)
-        m_i, l_i, acc = online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32)
+    if INTERPRETED:  # see INTERPRETED in triton_decode
+        n0 = 0
+        while n0 < kv_end:
+            m_i, l_i, acc = _prefill_tile(
+                n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
+                stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
+                acc, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32)
+            n0 += BLOCK_N
+    else:
+        for n0 in range(0, kv_end, BLOCK_N):
+            m_i, l_i, acc = _prefill_tile(
+                n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
+                stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
+                acc, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32)
 
     if FP8:
         acc = acc * kv_head_scale(v_scale_ptr, kv_head, PER_HEAD_SCALE)

@@ -11,7 +11,6 @@ device in a single transfer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import accumulate
 from operator import itemgetter
 
 import numpy as np
@@ -146,6 +145,22 @@ class DeviceIndices:
         return self.tables[:, 0]
 
 
+# Every part of the packed buffer starts on a 16-byte boundary (4 elements: 16 bytes as int32,
+# 32 as int64):
+# Triton specializes pointer arguments on 16-byte alignment, so a part whose offset moved
+# with the batch size (an odd decode batch) would compile another kernel variant mid-run.
+PART_ALIGN_ELEMENTS = 4
+
+
+def aligned_starts(sizes: list[int]) -> list[int]:
+    """Start of each part of `sizes` elements, each a multiple of `PART_ALIGN_ELEMENTS`; the
+    last entry is the total length."""
+    starts = [0]
+    for n in sizes:
+        starts.append(starts[-1] + -(-n // PART_ALIGN_ELEMENTS) * PART_ALIGN_ELEMENTS)
+    return starts
+
+
 class StepInputs:
     """Builds a step's device inputs from persistent host state, one transfer per step."""
 
@@ -166,16 +181,15 @@ class StepInputs:
         int_parts = [host.seq_lens, host.query_start_loc, host.tables.reshape(-1)]
         sizes = [num_tokens, num_tokens, len(batch.sample_rows), len(host.slot_mapping)]
         sizes += [len(p) for p in int_parts]
-        total = sum(sizes)
+        starts = aligned_starts(sizes)
+        total = starts[-1]
         if self._copied is not None:  # the previous step's transfer must have read the buffer
             self._copied.synchronize()
         if total > self._staging.numel():
             self._staging = self._host_buffer(max(total, 2 * self._staging.numel()))
         staging = self._staging.numpy()
-        at = 0
-        for part, n in zip(long_parts + int_parts, sizes, strict=True):
+        for part, at, n in zip(long_parts + int_parts, starts[:-1], sizes, strict=True):
             staging[at : at + n] = part
-            at += n
         flat = self._staging[:total]
         if self.device.type != "cpu":
             flat = flat.to(self.device, non_blocking=True)
@@ -183,19 +197,20 @@ class StepInputs:
             self._copied.record()
         else:
             flat = flat.clone()  # the next step overwrites the staging buffer
-        ends = list(accumulate(sizes))
-        int_flat = flat[ends[3]:].to(torch.int32)
-        num_seqs = len(host.seq_lens)
-        n_seq, n_qsl = sizes[4], sizes[5]
+        # The int32 parts keep their element offsets in their own (aligned) tensor.
+        int_flat = flat[starts[4] :].to(torch.int32)
+        int_at = [at - starts[4] for at in starts[4:-1]]
+        part = [flat[at : at + n] for at, n in zip(starts[:4], sizes[:4], strict=True)]
+        part += [int_flat[at : at + n] for at, n in zip(int_at, sizes[4:], strict=True)]
         p = batch.num_prefill_seqs
         return DeviceIndices(
-            input_ids=flat[: ends[0]],
-            positions=flat[ends[0] : ends[1]],
-            sample_rows=flat[ends[1] : ends[2]],
-            slot_mapping=flat[ends[2] : ends[3]],
-            seq_lens=int_flat[:n_seq],
-            query_start_loc=int_flat[n_seq : n_seq + n_qsl],
-            tables=int_flat[n_seq + n_qsl :].view(num_seqs, host.tables.shape[1]),
+            input_ids=part[0],
+            positions=part[1],
+            sample_rows=part[2],
+            slot_mapping=part[3],
+            seq_lens=part[4],
+            query_start_loc=part[5],
+            tables=part[6].view(len(host.seq_lens), host.tables.shape[1]),
             num_prefill_seqs=p,
             num_prefill_tokens=int(host.query_start_loc[-1]),
         )

@@ -1,13 +1,15 @@
-"""Ahead-of-time builds of every Triton kernel variant for A100 (sm_80) and H100/H200 (sm_90).
+"""Ahead-of-time builds of every Triton kernel variant for A100 (sm_80), L4/L40/RTX (sm_86,
+sm_89) and H100/H200 (sm_90).
 
 No GPU needed: `kvbench.kernels.aot` compiles each launch the wrappers make (`aot_matrix`:
 dtypes including fp8 caches with scalar and per-head scales, head dims 64/80/128/256, GQA
 groups 1/4/8, paged and contiguous, split-K on and off) with the ptxas in the Triton wheel and
-reads registers, local memory and shared memory from the cubin. The whole matrix is built once
-per run, in a subprocess (the interpreter must be off there) with a fresh TRITON_CACHE_DIR;
-each (target, case) is one test.
+reads registers, local memory and shared memory from the cubin. The selected part of the
+matrix is built once per run, in a subprocess (the interpreter must be off there) with a fresh
+TRITON_CACHE_DIR; each (target, case) is one test, and ``-k`` narrows the builds as well as the
+tests (``pytest -m aot -k sm90`` builds sm_90 only).
 
-Run: ``pytest -m aot`` (about 200 compilations; see results/reference/README.md for timings).
+Run: ``pytest -m aot`` (about 470 compilations; see results/reference/README.md for timings).
 """
 
 from __future__ import annotations
@@ -28,16 +30,23 @@ pytestmark = pytest.mark.aot
 CASES = list(matrix())
 
 
+def _selected(session) -> tuple[list[int], list[str]]:
+    """The targets and cases of the collected tests of this module."""
+    params = [item.callspec.params for item in session.items
+              if item.module.__name__ == __name__ and hasattr(item, "callspec")]
+    return sorted({p["arch"] for p in params}), sorted({p["case"] for p in params})
+
+
 @pytest.fixture(scope="session")
-def builds(tmp_path_factory):
+def builds(tmp_path_factory, request):
     folder = tmp_path_factory.mktemp("aot")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(TRITON_CACHE_DIR=str(folder / "cache"), TRITON_DEFAULT_FP_FUSION="1")
     out = folder / "builds.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "kvbench.kernels.aot", "--json", str(out)],
-        env=env, capture_output=True, text=True, timeout=900,
-    )
+    archs, cases = _selected(request.session)
+    command = [sys.executable, "-m", "kvbench.kernels.aot", "--json", str(out)]
+    command += [f"--arch={a}" for a in archs] + [f"--case={c}" for c in cases]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     if not out.exists():
         pytest.fail(f"the ahead-of-time build did not finish:\n{proc.stdout}\n{proc.stderr}")
     records = json.loads(out.read_text())

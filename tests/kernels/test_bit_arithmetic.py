@@ -4,11 +4,13 @@
   canonical NaN 0x7FFFFFFF carried into the sign bit before the fix and became -0.0.
 - `e4m3_bits_to_fp16` reads an fp8 cache through uint8 on every GPU (sm_80 has no e4m3 type):
   the bits moved into float16's fields are the e4m3 value times 2^-8, subnormals included.
-- Per-step arguments (block-table width, split count) do not change the compiled variant.
+- Per-step arguments (block-table width, split count, batch size, the packed step inputs'
+  offsets) do not change the compiled variant: every launch of a run is one `precompile` built.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -133,40 +135,102 @@ def test_fp8_attention_reads_every_code_exactly():
 
 
 SPECIALIZATION_SCRIPT = textwrap.dedent("""
+    import json
     import torch
     from triton.backends.compiler import GPUTarget
     from triton.compiler import make_backend
+    from kvbench.core.layout import KVLayout
+    from kvbench.core.step_batch import StepBatch
+    from kvbench.execution.step_inputs import StepInputs
     from kvbench.kernels import aot
-    from kvbench.kernels.triton_ops import Target, decode_launches, prefill_launches
+    from kvbench.kernels.aot_matrix import matrix
+    from kvbench.kernels.triton_ops import (Target, decode_launches, prefill_launches,
+                                            write_kv_launches)
+    from kvbench.kernels.variants import shape_launches
 
     backend = make_backend(GPUTarget("cuda", 90, 32))
     target = Target(arch=90, sms=132)
-    kc = torch.zeros(64 * 16, 8, 128, dtype=torch.bfloat16)
-    q = torch.zeros(2, 32, 128, dtype=torch.bfloat16)
-    keys = set()
-    for width, splits, skip in ((4, 2, 0), (16, 7, 1), (17, 13, 2), (33, 2, 3)):
-        # `skip` prefill sequences ahead: the executor passes tables[skip:], seq_lens[skip:].
-        table = torch.zeros(2 + skip, width, dtype=torch.int32)[skip:]
-        lens = torch.full((2 + skip,), 64, dtype=torch.int32)[skip:]
-        for launch in decode_launches(q, kc, kc, table, True, lens, 16, 0.1,
-                                      num_splits=splits, target=target)[1]:
-            _, sig, const, attrs = aot._specialize(launch, backend)
-            keys.add((launch.kernel.fn.__name__, repr(sig), repr(const), repr(attrs)))
-        qsl = torch.tensor([0, 1, 2], dtype=torch.int32)
-        launch = prefill_launches(q, kc, kc, table, True, qsl, lens, 16, 0.1,
-                                  max_query_len=1, target=target)[1][0]
+    cpu = torch.device("cpu")
+
+    def key(launch):
         _, sig, const, attrs = aot._specialize(launch, backend)
-        keys.add(("prefill", repr(sig), repr(const), repr(attrs)))
-    print(len(keys))
+        return (launch.kernel.fn.__name__, repr(sig), repr(const), repr(attrs))
+
+    def step_batch(num_prefill, prefill_len, num_decode, width, paged, bs):
+        # Prefills first, then decodes of `width` blocks each, as the scheduler orders them.
+        query_lens = [prefill_len] * num_prefill + [1] * num_decode
+        seq_lens = [prefill_len] * num_prefill + [width * bs] * num_decode
+        tables = [[i * width + j for j in range(width)] for i in range(len(seq_lens))]
+        starts = [i * width * bs for i in range(len(seq_lens))]
+        slots, positions = [], []
+        for i, (q_len, s_len) in enumerate(zip(query_lens, seq_lens)):
+            for pos in range(s_len - q_len, s_len):
+                positions.append(pos)
+                slots.append(tables[i][pos // bs] * bs + pos % bs if paged else starts[i] + pos)
+        layout = KVLayout(kind="paged" if paged else "contiguous", slot_mapping=slots,
+                          query_lens=query_lens, seq_lens=seq_lens, block_size=bs if paged else 1,
+                          block_tables=tables if paged else [], start_slots=[] if paged else starts)
+        ends = [sum(query_lens[: i + 1]) - 1 for i in range(len(query_lens))]
+        return StepBatch(input_ids=[0] * len(slots), positions=positions, layout=layout,
+                         num_prefill_seqs=num_prefill, sample_rows=ends)
+
+    # What the model executor launches for one step, from the real packed step inputs.
+    def step_launches(shape, inputs, k_cache, scales, paged, num_prefill, num_decode, width,
+                      splits):
+        bs = shape.block_size
+        batch = step_batch(num_prefill, 3, num_decode, width, paged, bs)
+        idx = inputs.build(batch)
+        p, pt = idx.num_prefill_seqs, idx.num_prefill_tokens
+        tokens = batch.num_tokens
+        q = torch.zeros(tokens, shape.num_q_heads, shape.head_dim, dtype=shape.dtype)
+        kv = torch.zeros(tokens, shape.num_kv_heads, shape.head_dim, dtype=shape.dtype)
+        table = idx.block_tables if paged else idx.start_slots
+        launches = write_kv_launches(kv, kv, k_cache, k_cache, idx.slot_mapping, *scales,
+                                     target=target)
+        if p:
+            launches += prefill_launches(q[:pt], k_cache, k_cache, table[:p], paged,
+                                         idx.query_start_loc, idx.seq_lens[:p],
+                                         bs if paged else 1, 0.1, *scales, max_query_len=3,
+                                         target=target)[1]
+        launches += decode_launches(q[pt:], k_cache, k_cache, table[p:], paged,
+                                    idx.seq_lens[p:], bs if paged else 1, 0.1, *scales,
+                                    num_splits=splits, target=target)[1]
+        return launches
+
+    # (prefill sequences, decode sequences): odd and even batches, 0-3 prefills ahead.
+    combos = [(p, d) for p in range(4) for d in range(1, 9)]
+    extra = {}
+    for case in ("qbf16-kvbf16-d128-g4", "qfp16-kvfp8-per_head-d64-g1"):
+        shape = matrix()[case]
+        warmed = {key(launch) for _, launch in shape_launches(shape, cpu, target=target)}
+        k_cache = torch.zeros(64 * 16 * 16, shape.num_kv_heads, shape.head_dim).to(
+            shape.cache_dtype)
+        scales = (torch.full((shape.num_kv_heads,), 0.05),) * 2 if shape.scale_kind != "none" \
+            else (None, None)
+        for paged in (True, False):
+            inputs = StepInputs(cpu)
+            for splits in range(1, 65):
+                num_prefill, num_decode = combos[splits % len(combos)]
+                width = 1 + splits % 17
+                for launch in step_launches(shape, inputs, k_cache, scales, paged, num_prefill,
+                                            num_decode, width, splits):
+                    k = key(launch)
+                    if k not in warmed:
+                        extra.setdefault(k[0], []).append(
+                            dict(case=case, paged=paged, splits=splits,
+                                 prefill=num_prefill, decode=num_decode))
+    print(json.dumps({name: runs[:3] + [len(runs)] for name, runs in extra.items()}))
 """)
 
 
 def test_per_step_arguments_do_not_make_new_variants():
-    """Block-table widths 4/16/17/33, split counts 2/7/13 and tables/lengths sliced at 0-3
-    prefill sequences: one decode kernel, one merge kernel, one prefill kernel (Triton's own
-    JIT specialization, computed without a GPU)."""
+    """Every split count 1-64, block-table widths 1-17, odd and even decode batches behind 0-3
+    prefill sequences, through the real packed step inputs (`StepInputs`), paged and
+    contiguous, 16-bit and fp8 caches: every launch is one of the variants `precompile` builds
+    (Triton's own JIT specialization for sm_90, computed without a GPU)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", SPECIALIZATION_SCRIPT], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "3"
+    compiled_mid_run = json.loads(proc.stdout)
+    assert compiled_mid_run == {}, compiled_mid_run

@@ -8,14 +8,16 @@ from kvbench.kernels import launch_config as lc
 
 
 def test_families_and_shared_memory_limits():
-    assert lc.family(80) == lc.family(86) == lc.family(89) == "sm80"
+    assert lc.family(80) == "sm80"
+    assert lc.family(86) == lc.family(89) == "sm86"  # L4, L40, RTX: 99 KB of shared memory
     assert lc.family(90) == lc.family(100) == "sm90"
     assert lc.max_shared_bytes(80) > lc.max_shared_bytes(86)  # A100 has more than consumer Ampere
+    assert lc.max_shared_bytes(89) == lc.max_shared_bytes(86)
     assert lc.max_shared_bytes(120) == lc.max_shared_bytes(90)
 
 
 def test_wide_operands_get_smaller_tiles():
-    for arch in (80, 90):
+    for arch in (80, 86, 90):
         for kind in ("decode", "prefill"):
             narrow = lc.choose(arch, kind, 128, False)
             assert lc.choose(arch, kind, 256, False) == lc.choose(arch, kind, 64, True)

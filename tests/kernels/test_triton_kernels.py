@@ -214,6 +214,13 @@ def test_decode_auto_split_choice():
     assert tri.choose_num_splits(512, 8, 64 * 1024, cpu) == 1  # the grid is already full
     many = tri.choose_num_splits(1, 1, 10**7, cpu)
     assert 1 < many <= tri.SPLIT_MAX
+    # A few split counts in all, so decode CUDA graphs keyed by them stay few; never fewer
+    # than SPLIT_MIN_TOKENS tokens per split.
+    h200 = tri.Target(arch=90, sms=132)
+    chosen = {(s, n, tri.choose_num_splits(s, 8, n, h200))
+              for s in range(1, 70) for n in range(400, 40000, 97)}
+    assert {k for _, _, k in chosen} == set(tri.SPLIT_COUNTS)
+    assert all(k == 1 or n // k >= tri.SPLIT_MIN_TOKENS for _, n, k in chosen)
     b = decode_batch(1, 4, 2, 16, 16)
     assert_close(b.paged_decode(tri), b.paged_decode(ref), torch.float32)  # num_splits=None
 
