@@ -261,3 +261,21 @@ def test_simulate_paged_on_a_qwen3_config_json(tmp_path, capsys):
     (run_dir,) = out.iterdir()
     saved = json.loads((run_dir / "config.json").read_text())["model_config"]
     assert saved["qk_norm"] is True and saved["head_dim"] == 128
+
+
+def test_step_time_counts_the_qk_norms():
+    """Two more elementwise kernels a layer, each reading and writing q or k."""
+    from dataclasses import replace
+
+    from kvbench.simulator.gpu_lookup import get_gpu
+    from kvbench.simulator.step_time import StepTimeModel, elementwise_s
+
+    gpu = get_gpu("h100-80gb")
+    qwen3 = get_preset("qwen3-8b")
+    with_norms = StepTimeModel(qwen3, gpu, 2, 2)
+    without = StepTimeModel(replace(qwen3, qk_norm=False), gpu, 2, 2)
+    tokens = 512
+    extra = qwen3.num_layers * elementwise_s(
+        gpu.constants, with_norms.hw, 2, tokens * 2 * 2 * (32 * 128 + 8 * 128))
+    got = with_norms.cost([tokens], [tokens], 1).parts["elementwise"]
+    assert got - without.cost([tokens], [tokens], 1).parts["elementwise"] == pytest.approx(extra)
