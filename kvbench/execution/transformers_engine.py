@@ -323,6 +323,8 @@ def hf_config_for(model_config: ModelConfig, model: str):
     )
     if c.rope_scaling:
         common["rope_scaling"] = dict(c.rope_scaling)
+    if c.qk_norm:  # per-head q/k norms: Qwen3's layout
+        return transformers.Qwen3Config(**common, attention_bias=False, use_sliding_window=False)
     if c.attention_bias:  # q/k/v biases and no o_proj bias: Qwen2's layout, as kvbench's
         return transformers.Qwen2Config(**common, use_sliding_window=False)
     return transformers.LlamaConfig(**common, attention_bias=False, mlp_bias=False)

@@ -1,4 +1,4 @@
-"""Shape of a Llama-architecture decoder (Llama, Qwen2, Mistral share it).
+"""Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it).
 
 `from_hf_config` reads a Hugging Face `config.json`. Every field that changes the model's
 arithmetic is either implemented here and in `llama.py` (each with a parity test against
@@ -14,7 +14,7 @@ from typing import Any
 from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
 SUPPORTED_ROPE_TYPES = ("default", "llama3")
 
@@ -36,6 +36,8 @@ class ModelConfig:
     attention_bias: bool = False  # biases on q, k and v (Qwen2; Llama's attention_bias)
     o_proj_bias: bool = False  # a bias on o_proj too (Llama's attention_bias, not Qwen2)
     mlp_bias: bool = False  # biases on gate, up and down (Llama's mlp_bias)
+    # A per-head RMSNorm (weights of head_dim) on each head's q and k before rope (Qwen3).
+    qk_norm: bool = False
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False, compare=False)
     # Attention only reaches this many tokens back (Mistral). kvbench attends to the whole
     # context, so a window is only accepted where it cannot bite: see `check_context`.
@@ -84,9 +86,14 @@ class ModelConfig:
         if self.o_proj_bias:
             attn += h
         mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
-        per_layer = attn + mlp + 2 * h
+        per_layer = attn + mlp + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
         embed = v * h * (1 if self.tie_word_embeddings else 2)
         return self.num_layers * per_layer + embed + h
+
+    def num_norm_parameters(self) -> int:
+        """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them."""
+        per_layer = 2 * self.hidden_size + (2 * self.head_dim if self.qk_norm else 0)
+        return self.num_layers * per_layer + self.hidden_size
 
     def check_context(self, max_model_len: int) -> None:
         """Refuse a context longer than the sliding window: kvbench would attend past it."""
@@ -113,7 +120,7 @@ class ModelConfig:
 
     @classmethod
     def from_hf_config(cls, hf: Any, name: str) -> ModelConfig:
-        """Read a Hugging Face `config.json` of a Llama, Qwen2 or Mistral model."""
+        """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3 or Mistral model."""
         if not isinstance(hf, dict):
             raise KvbenchInputError(f"model {name}: config.json is not a JSON object")
         model_type = hf.get("model_type")
@@ -127,9 +134,12 @@ class ModelConfig:
             num_heads = _positive_int(hf, "num_attention_heads", name)
             hidden = _positive_int(hf, "hidden_size", name)
             num_kv_heads = _positive_int(hf, "num_key_value_heads", name, default=num_heads)
-            # Llama's attention_bias covers q, k, v and o_proj; Qwen2 always has q/k/v biases
-            # and no o_proj bias (its config has no such key); Mistral has no biases at all.
-            llama_bias = model_type == "llama" and bool(hf.get("attention_bias", False))
+            # Llama's and Qwen3's attention_bias covers q, k, v and o_proj; Qwen2 always has
+            # q/k/v biases and no o_proj bias (its config has no such key); Mistral has none.
+            llama_bias = model_type in ("llama", "qwen3") and bool(
+                hf.get("attention_bias", False))
+            # transformers' Qwen3Config defaults head_dim to 128, not hidden // heads
+            default_head_dim = 128 if model_type == "qwen3" else hidden // num_heads
             return cls(
                 name=name,
                 vocab_size=_positive_int(hf, "vocab_size", name),
@@ -138,20 +148,23 @@ class ModelConfig:
                 num_layers=_positive_int(hf, "num_hidden_layers", name),
                 num_heads=num_heads,
                 num_kv_heads=num_kv_heads,
-                head_dim=_positive_int(hf, "head_dim", name, default=hidden // num_heads),
+                head_dim=_positive_int(hf, "head_dim", name, default=default_head_dim),
                 max_position_embeddings=_positive_int(
-                    hf, "max_position_embeddings", name, default=2048
+                    hf, "max_position_embeddings", name,
+                    default=32768 if model_type == "qwen3" else 2048,
                 ),
                 rope_theta=float(
                     hf.get("rope_theta")
                     or (hf.get("rope_parameters") or {}).get("rope_theta")
                     or 10000.0
                 ),
-                rms_norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
+                rms_norm_eps=float(
+                    hf.get("rms_norm_eps", 1e-6 if model_type == "qwen3" else 1e-5)),
                 tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
                 attention_bias=llama_bias or model_type == "qwen2",
                 o_proj_bias=llama_bias,
                 mlp_bias=model_type == "llama" and bool(hf.get("mlp_bias", False)),
+                qk_norm=model_type == "qwen3",
                 rope_scaling=_rope_scaling(hf, name),
                 sliding_window=_sliding_window(hf, name, model_type),
             )
@@ -229,6 +242,8 @@ def _sliding_window(hf: dict[str, Any], name: str, model_type: str) -> int | Non
     Qwen2 windows only its upper layers (`max_window_layers`), but any window shorter than the
     context makes some layer differ, so one window for the model is enough to refuse it.
     """
+    if model_type == "qwen3":
+        return _qwen3_sliding_window(hf, name)
     window = hf.get("sliding_window")
     if window is None:
         return None
@@ -236,9 +251,51 @@ def _sliding_window(hf: dict[str, Any], name: str, model_type: str) -> int | Non
         return None
     if model_type == "llama":
         return None  # transformers' Llama has no window and ignores the key: so does kvbench
+    return _checked_window(window, name)
+
+
+def _checked_window(window: Any, name: str) -> int:
     if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
         raise KvbenchInputError(
             f"model {name}: config.json sliding_window must be a positive integer or null, "
             f"got {window!r}"
         )
     return window
+
+
+QWEN3_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _qwen3_sliding_window(hf: dict[str, Any], name: str) -> int | None:
+    """Qwen3's window, or None when no layer is a sliding-window layer.
+
+    As transformers' Qwen3Config: the window exists only with `use_sliding_window`, and the
+    layers it applies to are those `layer_types` names `sliding_attention`, or without that
+    key those from `max_window_layers` on. The window is returned for `check_context`.
+    """
+    window = hf.get("sliding_window") if hf.get("use_sliding_window", False) else None
+    layer_types = hf.get("layer_types")
+    if layer_types is None:
+        num_layers = hf.get("num_hidden_layers")
+        first_windowed = hf.get("max_window_layers", 28)
+        windowed = (window is not None and isinstance(num_layers, int)
+                    and isinstance(first_windowed, int) and first_windowed < num_layers)
+    else:
+        if not isinstance(layer_types, list) or len(layer_types) != hf.get("num_hidden_layers"):
+            raise KvbenchInputError(
+                f"model {name}: config.json layer_types must list one type per layer "
+                f"(num_hidden_layers), got {layer_types!r:.80}"
+            )
+        unknown = sorted({str(t) for t in layer_types if t not in QWEN3_LAYER_TYPES})
+        if unknown:
+            raise KvbenchInputError(
+                f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
+                "(kvbench's qwen3 layers are full_attention)"
+            )
+        windowed = "sliding_attention" in layer_types
+        if windowed and window is None:
+            raise KvbenchInputError(
+                f"model {name}: config.json layer_types lists sliding_attention layers but no "
+                "window is set (sliding_window with use_sliding_window true)"
+            )
+    return _checked_window(window, name) if windowed else None

@@ -1,4 +1,5 @@
-"""A Llama-architecture decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP.
+"""A Llama-architecture decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP; with
+Qwen3's per-head q/k RMSNorm where the config has it.
 
 Parameter names follow Hugging Face's `LlamaForCausalLM` so a local checkpoint's state dict
 loads as it is. The model holds weights only: attention over the KV cache is a callable the
@@ -71,12 +72,18 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=bias)
         self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * d, h, bias=config.o_proj_bias)
+        self.qk_norm = config.qk_norm
+        if self.qk_norm:  # one weight of head_dim shared by every head (Qwen3)
+            self.q_norm = RMSNorm(d, config.rms_norm_eps)
+            self.k_norm = RMSNorm(d, config.rms_norm_eps)
 
     def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
         tokens = x.shape[0]
         q = self.q_proj(x).view(tokens, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         out = attention(self.layer_index, q, k, v)

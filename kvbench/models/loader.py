@@ -192,7 +192,9 @@ def _copy_tensor(reader, file: Path, name: str, expected: dict, loaded: dict[str
 
 
 def _config_hint(name: str) -> str:
-    """Which config.json key would have declared an unexpected bias."""
+    """Which config.json key would have declared an unexpected bias or q/k norm."""
+    if name.endswith(("q_norm.weight", "k_norm.weight")):
+        return " (per-head q/k norms are Qwen3's: config.json model_type is not qwen3)"
     if not name.endswith(".bias"):
         return ""
     if any(p in name for p in ("q_proj", "k_proj", "v_proj", "o_proj")):

@@ -84,6 +84,36 @@ PRESETS: dict[str, ModelConfig] = {
         rms_norm_eps=1e-6,
         attention_bias=True,
     ),
+    # Qwen3 dense shapes (the published config.json files): per-head q/k norms, head_dim 128
+    # whatever hidden / heads is (Qwen3-32B's 64 query heads make q 8192 wide on a 5120 hidden).
+    "qwen3-8b": ModelConfig(
+        name="qwen3-8b",
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_layers=36,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        qk_norm=True,
+    ),
+    "qwen3-32b": ModelConfig(
+        name="qwen3-32b",
+        vocab_size=151936,
+        hidden_size=5120,
+        intermediate_size=25600,
+        num_layers=64,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        qk_norm=True,
+    ),
     # Mistral-7B v0.1 shapes. kvbench has no sliding-window attention, so its 4096-token window
     # is declared and runs are refused past it (`--max-model-len 4096` or less).
     "mistral-7b": ModelConfig(

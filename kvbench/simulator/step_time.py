@@ -9,7 +9,8 @@ columns split N ways) each GPU holds 1/N of the matmul weights and 1/N of the KV
 
     layer = gemm(QKV) + gemm(O) + gemm(gate+up) + gemm(down)          matmuls, 1/N each
           + attention_decode(decode seqs) + attention_prefill(prefill seqs)
-          + elementwise(2 norms, rope, activation, residual add) + kv_write(T new tokens)
+          + elementwise(2 norms, q/k norms where the model has them (Qwen3), rope,
+                        activation, residual add) + kv_write(T new tokens)
           + 2 x all_reduce(T x hidden x bytes)                         when N > 1
 
 with, per GPU (constants in `StepTimeConstants`, fitted in `scripts/simulator_calibration.py`
@@ -264,6 +265,17 @@ class StepTimeModel:
             (self.inter, h),  # down
         )
         self.layer_weights = sum(k * n for k, n in self.layer_gemms)
+        # Elementwise kernels per layer and the bytes they move per token (activations): two
+        # RMS norms (read + write h), rope on q and k, the gated activation (read 2I, write I),
+        # the residual add (read 2h, write h); per-head q/k norms are two more kernels, each
+        # reading and writing q or k.
+        self.elementwise_kernels = 5
+        self.elementwise_token_elements = (
+            4 * h + 2 * (self.q_dim + self.kv_dim) + 3 * self.inter + 3 * h
+        )
+        if model.qk_norm:
+            self.elementwise_kernels += 2
+            self.elementwise_token_elements += 2 * (self.q_dim + self.kv_dim)
         self.weight_bytes = weight_element_bytes * (
             model.num_layers * self.layer_weights + h * self.vocab
         )
@@ -288,10 +300,8 @@ class StepTimeModel:
         ab = wb = self.weight_element_bytes
         h = m.hidden_size
         gemm = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.layer_gemms)
-        # Two RMS norms (read + write h), rope on q and k, the gated activation (read 2I,
-        # write I), the residual add (read 2h, write h).
-        elt_bytes = tokens * ab * (4 * h + 2 * (self.q_dim + self.kv_dim) + 3 * self.inter + 3 * h)
-        elt = elementwise_s(c, hw, 5, elt_bytes) if tokens else 0.0
+        elt_bytes = tokens * ab * self.elementwise_token_elements
+        elt = elementwise_s(c, hw, self.elementwise_kernels, elt_bytes) if tokens else 0.0
         kv_write = elementwise_s(c, hw, 1, tokens * self.kv_layer_token_bytes) if tokens else 0.0
         ar = 0.0
         if self.tensor_parallel_size > 1 and tokens:

@@ -52,7 +52,7 @@ class GroupKVCapacity:
 
 
 def weight_bytes_per_gpu(model: ModelConfig, tensor_parallel_size: int, weight_bytes: int) -> int:
-    norms = model.hidden_size * (2 * model.num_layers + 1)
+    norms = model.num_norm_parameters()
     sharded = model.num_parameters() - norms
     return (math.ceil(sharded / tensor_parallel_size) + norms) * weight_bytes
 
