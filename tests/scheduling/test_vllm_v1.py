@@ -102,7 +102,8 @@ def test_a_prefix_hit_leaves_its_cached_tokens_out_of_the_budget():
 def test_the_real_engine_and_the_simulator_mix_decodes_and_chunks_in_one_budget(
     command, tmp_path, capsys
 ):
-    assert main([command, "--batching", "vllm-v1", "--num-requests", "8",
+    # a budget below --max-model-len, with --no-chunked-prefill: vllm-v1 always chunks (README)
+    assert main([command, "--batching", "vllm-v1", "--num-requests", "8", "--no-chunked-prefill",
                  "--max-num-batched-tokens", "32", "--out", str(tmp_path), "--quiet"]) == 0
     (folder,) = (p for p in tmp_path.iterdir() if p.is_dir())
     engine = json.loads((folder / "config.json").read_text())["run"]["engine"]
