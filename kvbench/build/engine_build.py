@@ -27,7 +27,7 @@ from kvbench.engine.engine import Engine
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
-from kvbench.scheduling import SchedulerLimits, make_policy
+from kvbench.scheduling import POLICIES, SchedulerLimits, make_policy
 from kvbench.sizing.capacity import kv_capacity
 from kvbench.strategies import STRATEGIES, make_strategy
 
@@ -50,11 +50,14 @@ class BuiltEngine:
 
 
 def effective_config(config: EngineConfig) -> EngineConfig:
-    """Apply a strategy's implied options (`fp8` is `paged` with `--kv-cache-dtype fp8`)."""
+    """Apply a strategy's implied options (`fp8` is `paged` with `--kv-cache-dtype fp8`) and
+    a batching policy's (`vllm-v1` always chunks prefills: it has no other mode)."""
     defaults = EngineConfig()
     for name, value in STRATEGIES.get(config.strategy).engine_overrides.items():
         if getattr(config, name) == getattr(defaults, name):  # an explicit choice stays
             setattr(config, name, value)
+    for name, value in POLICIES.get(config.batching).engine_overrides.items():
+        setattr(config, name, value)
     return config
 
 

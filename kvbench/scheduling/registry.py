@@ -3,7 +3,8 @@ itself here.
 
 A policy module decorates its `BatchingPolicy` subclass with `register_policy(name, summary)`;
 its options dataclass is `SchedulerLimits` unless it declares its own (built from the same
-engine options). A queue order module decorates its `QueueOrder` subclass with
+engine options); `engine_overrides` are `EngineConfig` values the policy implies (`vllm-v1`
+always chunks prefills). A queue order module decorates its `QueueOrder` subclass with
 `register_queue_order(name, summary)`. `POLICIES` and `QUEUE_ORDERS` import every module of
 `kvbench.scheduling` on the first lookup, so `kvbench list`, `--batching`, `--queue-order` and
 the property tests see a new one without other edits. Every policy runs with every queue
@@ -12,9 +13,9 @@ order: `make_policy(name, cache, limits, queue_order)`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvbench.registry import Registry
 from kvbench.scheduling.limits import SchedulerLimits
@@ -29,12 +30,16 @@ T = TypeVar("T", bound=type)
 
 @dataclass(frozen=True)
 class PolicyEntry:
-    """One name of `--batching`: `cls(cache, options, queue_order)` builds it."""
+    """One name of `--batching`: `cls(cache, options, queue_order)` builds it.
+
+    `engine_overrides` are `EngineConfig` values the policy implies, applied over the user's.
+    """
 
     name: str
     summary: str
     cls: type[BatchingPolicy]
     options: type = SchedulerLimits
+    engine_overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -69,13 +74,14 @@ POLICIES: Registry[PolicyEntry] = Registry(
 
 
 def register_policy(
-    name: str, summary: str, options: type = SchedulerLimits
+    name: str, summary: str, options: type = SchedulerLimits,
+    engine_overrides: Mapping[str, Any] | None = None,
 ) -> Callable[[T], T]:
     """Class decorator: `--batching name` runs the class, built as
-    `cls(cache, options, queue_order)`."""
+    `cls(cache, options, queue_order)`, over an engine config with `engine_overrides`."""
 
     def decorate(cls: T) -> T:
-        POLICIES.add(PolicyEntry(name, summary, cls, options))
+        POLICIES.add(PolicyEntry(name, summary, cls, options, dict(engine_overrides or {})))
         cls.name = name
         return cls
 

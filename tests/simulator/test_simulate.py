@@ -281,6 +281,7 @@ def test_simulated_steps_take_modelled_time_only():
         dict(strategy="paged", kv_cache_dtype="fp8"),
         dict(strategy="fp8"),
         dict(strategy="prefix"),
+        dict(strategy="prefix", batching="vllm-v1", max_num_batched_tokens=256),
     ],
 )
 def test_every_policy_runs_on_the_simulated_clock(options):

@@ -1,0 +1,78 @@
+"""`vllm-v1`: vLLM v1's scheduler (`vllm/v1/core/sched/scheduler.py`, `Scheduler.schedule`).
+
+There is no prefill or decode phase: every request has tokens it has computed and tokens it
+has, and each step hands out a token budget (`max_num_batched_tokens`) so that requests catch
+up. Chunked prefill is always on (vLLM v1's default), so `--max-num-batched-tokens` may be
+below `--max-model-len`.
+
+1. The running requests, in admission order, while budget is left: each takes
+   `min(uncomputed tokens, budget left)` (one for a decode, the rest of its prompt or a
+   chunk of it for a prefill). Nothing is held back for the requests behind it, as in vLLM:
+   a request admitted earlier is served first.
+2. When the cache cannot give a running request the memory for its tokens, the most
+   recently admitted running request is preempted (recompute), the request itself last;
+   the requests before it keep their tokens.
+3. Only when nothing was preempted: waiting requests, in queue order, while budget is left
+   and fewer than `max_num_seqs` run, each with `min(uncomputed tokens, budget left)`. A
+   prefix-cache hit is marked computed at admission, so only the tokens left to compute
+   count against the budget (vLLM's `num_new_tokens = num_tokens - num_computed_tokens`; a
+   full hit still computes its last token). The first request the cache cannot take stops
+   admission: no overtaking.
+"""
+
+from __future__ import annotations
+
+from kvbench.core.sequence import Sequence
+from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput
+from kvbench.scheduling.registry import register_policy
+
+
+@register_policy(
+    "vllm-v1", "vLLM v1: running first, then new prompts' chunks, in one token budget",
+    engine_overrides={"chunked_prefill": True},
+)
+class VllmV1Batching(BatchingPolicy):
+
+    def schedule(self, now_s: float) -> ScheduleOutput:
+        out = ScheduleOutput()
+        budget = self._schedule_running(out)
+        if out.preempted and out.scheduled:
+            return out
+
+        def budget_left(_: Sequence) -> bool:
+            return budget > 0
+
+        for seq in self._admit_from_queue(now_s, out, budget_left):
+            n = min(len(seq.token_ids) - seq.num_computed, budget)
+            out.scheduled.append((seq, n))
+            budget -= n
+        return out
+
+    def _schedule_running(self, out: ScheduleOutput) -> int:
+        """Step 1 and 2 of the module's list; returns the budget left."""
+        budget = self.limits.max_num_batched_tokens
+        seqs = list(self.running)
+        # The budget cut first: preemption victims come off the end of the running set, after
+        # every request still to be scheduled, so they never change what those before get.
+        items: list[tuple[Sequence, int]] = []
+        for seq in seqs:
+            if budget <= 0:
+                break
+            n = len(seq.token_ids) - seq.num_computed  # num_uncomputed, inlined: hot loop
+            if n > budget:
+                n = budget
+            items.append((seq, n))
+            budget -= n
+        # Then the memory, in one call to the strategy for the whole batch; where the pool
+        # runs dry, victims come from the end of the requests not yet scheduled.
+        end = len(seqs)
+        k = self.cache.allocate_each(items)
+        while k < len(items):
+            seq, n = items[k]
+            candidates = seqs[k + 1 : end]
+            grown = self._grow_or_preempt(seq, n, candidates, out)
+            end = k + 1 + len(candidates)
+            del items[end if grown else k :]
+            k = self.cache.allocate_each(items, k + 1)
+        out.scheduled.extend(items)
+        return self.limits.max_num_batched_tokens - sum(n for _, n in items)
