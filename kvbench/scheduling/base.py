@@ -194,10 +194,15 @@ class BatchingPolicy(ABC):
                 break
             items.append((seq, n))
             budget -= n
-        # Then the memory, in one call to the strategy for the whole batch (a call per
-        # sequence costs a third of a long simulation's scheduling time).
-        # Where the pool runs dry, `_grow_or_preempt` takes victims from the end of the
-        # sequences not yet scheduled; the batch then loses those within the budget.
+        self._allocate_in_order(items, seqs, out)
+
+    def _allocate_in_order(self, items: list[tuple[Sequence, int]], seqs: list[Sequence],
+                           out: ScheduleOutput) -> None:
+        """Grow `items` (a prefix of `seqs`, admission order, each with its tokens this step)
+        and schedule them. Memory comes in one call to the strategy for the whole batch (a
+        call per sequence costs a third of a long simulation's scheduling time); where the
+        pool runs dry, `_grow_or_preempt` takes victims from the end of the sequences not yet
+        scheduled, and the batch loses those within the budget."""
         end = len(seqs)
         k = self.cache.allocate_each(items)
         while k < len(items):

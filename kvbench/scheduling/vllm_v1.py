@@ -63,16 +63,5 @@ class VllmV1Batching(BatchingPolicy):
                 n = budget
             items.append((seq, n))
             budget -= n
-        # Then the memory, in one call to the strategy for the whole batch; where the pool
-        # runs dry, victims come from the end of the requests not yet scheduled.
-        end = len(seqs)
-        k = self.cache.allocate_each(items)
-        while k < len(items):
-            seq, n = items[k]
-            candidates = seqs[k + 1 : end]
-            grown = self._grow_or_preempt(seq, n, candidates, out)
-            end = k + 1 + len(candidates)
-            del items[end if grown else k :]
-            k = self.cache.allocate_each(items, k + 1)
-        out.scheduled.extend(items)
+        self._allocate_in_order(items, seqs, out)
         return self.limits.max_num_batched_tokens - sum(n for _, n in items)
