@@ -15,7 +15,12 @@ from typing import Any
 
 import pandas as pd
 
-from kvbench.build.engine_build import BuiltEngine, keeps_fp8_cache
+from kvbench.build.engine_build import (
+    BuiltEngine,
+    effective_config,
+    keeps_fp8_cache,
+    resolve_lengths,
+)
 from kvbench.build.engines import build_engine, executor_factory
 from kvbench.core.clock import WallClock
 from kvbench.core.engine_kind import EngineKind
@@ -24,6 +29,7 @@ from kvbench.engine.base_engine import BaseEngine
 from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
+from kvbench.models.resolve_config import resolve_model_config
 from kvbench.results.files import ResultsFolder, atomic_write_text, write_csv, write_json
 from kvbench.results.metrics import (
     goodput,
@@ -99,14 +105,17 @@ def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngin
     """Build engine and workload and check every request fits, before anything is written."""
     if not is_trace(run.workload.name):  # a trace's warm-up replays at most the file
         check_workload_fits(run.replay.warmup, 0, "--warmup", "give a smaller --warmup")
-    built = _build(run, model_cache)
+    # The workload first: a bad trace is refused before the model loads (and torch with it).
+    config = effective_config(dataclasses.replace(run.engine))
+    model_config = resolve_model_config(config.model)
+    max_model_len, _ = resolve_lengths(config, model_config)
     spec, replay = run.workload, run.replay
     workload = load_workload(
         spec.name,
         spec.num_requests if spec.num_requests is not None else _default_count(spec.name),
         run.engine.seed,
-        built.model_config.vocab_size,
-        max_model_len=built.max_model_len,
+        model_config.vocab_size,
+        max_model_len=max_model_len,
         request_rate=replay.request_rate,
         burstiness=replay.burstiness,
         max_concurrency=replay.max_concurrency,
@@ -114,6 +123,7 @@ def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngin
         time_scale=spec.time_scale, tokenizer=spec.tokenizer,
         **spec.params,
     )
+    built = _build(run, model_cache)
     for request in workload.requests:
         built.engine.check_request(request)
     return built, workload

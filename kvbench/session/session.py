@@ -149,10 +149,17 @@ def _resolve_dtype(dtype: str, device: str, simulated: bool) -> str:
         return dtype
     if simulated:
         return option_fields()["dtype"].default_for("simulate")
+    if device == "cpu" or (device == "auto" and not _nvidia_driver_present()):
+        return "float32"  # the CPU's (no CUDA without a driver), without loading torch
     # torch: never for a simulation
     from kvbench.execution.device import resolve_device, resolve_dtype
 
     return resolve_dtype("auto", resolve_device(device))
+
+
+def _nvidia_driver_present() -> bool:
+    """Whether an NVIDIA driver is loaded: without one no torch build sees a CUDA device."""
+    return Path("/proc/driver/nvidia/version").exists() or any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def _distinct(runs: list[RunConfig]) -> list[RunConfig]:

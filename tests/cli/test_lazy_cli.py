@@ -54,3 +54,15 @@ def test_lazy_entries_are_the_commands_with_their_own_summaries():
             assert listed.get_short_help_str(width) == command.get_short_help_str(width), name
     ctx = click.Context(cli)
     assert cli.list_commands(ctx) == sorted(COMMANDS)
+
+
+def test_a_corrupt_trace_is_refused_before_torch_loads(tmp_path):
+    """`kvbench run` on a trace with a billion-token prompt: one line, exit 2, before the
+    model (and torch, seconds of start-up) loads, so the refusal is immediate."""
+    trace = tmp_path / "huge-prompt.jsonl"
+    trace.write_text('{"prompt_len": 1000000000, "output_len": 5}\n')
+    result = _help("run", "--workload", str(trace), "--device", "cpu",
+                   "--out", str(tmp_path / "out"))
+    assert result["code"] == 2
+    assert "torch" not in result["modules"]
+    assert not (tmp_path / "out").exists()
