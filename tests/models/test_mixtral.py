@@ -224,3 +224,43 @@ def test_simulate_on_a_mixtral_config_json(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "86.99 GiB" in err
     assert not refused.exists() or not any(refused.iterdir())
+
+
+# Step-time model ----------------------------------------------------------------------------
+
+
+def test_expected_active_experts():
+    """One token activates its top_k; many tokens activate every expert."""
+    from kvbench.simulator.step_time import expected_active_experts
+
+    assert expected_active_experts(1, 8, 2) == pytest.approx(2.0)
+    assert expected_active_experts(2, 8, 2) == pytest.approx(8 * (1 - 0.75**2))
+    assert expected_active_experts(4096, 8, 2) == pytest.approx(8.0)
+
+
+def test_step_time_charges_the_active_experts():
+    """A one-token decode of Mixtral-8x7B costs about what a dense model of its two active
+    experts' width costs (plus the router), far less than one reading all eight; its FLOPs
+    are the active parameters'; with thousands of tokens every expert's weights are read."""
+    from dataclasses import replace
+
+    from kvbench.simulator.gpu_lookup import get_gpu
+    from kvbench.simulator.step_time import StepTimeModel
+
+    gpu = get_gpu("h200")
+    mixtral = get_preset("mixtral-8x7b")
+    moe = StepTimeModel(mixtral, gpu, 2, 2)
+    dense = replace(mixtral, num_local_experts=0, num_experts_per_tok=0)
+    two_wide = StepTimeModel(replace(dense, intermediate_size=2 * 14336), gpu, 2, 2)
+    eight_wide = StepTimeModel(replace(dense, intermediate_size=8 * 14336), gpu, 2, 2)
+    one = moe.cost([1], [100], 1)
+    assert one.parts["gemm"] == pytest.approx(two_wide.cost([1], [100], 1).parts["gemm"],
+                                              rel=0.05)
+    assert one.parts["gemm"] < 0.5 * eight_wide.cost([1], [100], 1).parts["gemm"]
+    active = mixtral.num_active_parameters() - 2 * 32000 * 4096 - 4096 - 32 * 2 * 4096
+    lm_head = 2 * 4096 * 32000
+    assert one.flops - lm_head - 32 * 4 * 32 * 128 * 100 == pytest.approx(2 * active)
+    weights_all = 2 * (mixtral.num_parameters() - 32000 * 4096 - 4096 - 32 * 2 * 4096)
+    many = moe.cost([4096], [4096], 1)
+    assert many.bytes > weights_all
+    assert one.bytes < 0.4 * weights_all
