@@ -264,3 +264,16 @@ def test_step_time_charges_the_active_experts():
     many = moe.cost([4096], [4096], 1)
     assert many.bytes > weights_all
     assert one.bytes < 0.4 * weights_all
+
+
+def test_hf_engine_refuses_a_mixture_of_experts(mixtral_checkpoint, tmp_path, capsys):
+    """One line naming the way out, nothing written: transformers fuses the experts kvbench
+    keeps apart, and sharing them would copy every expert."""
+    folder, _ = mixtral_checkpoint
+    out = tmp_path / "out"
+    code = main(["run", "--engine", "hf", "--model", str(folder), "--num-requests", "2",
+                 "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "--engine kvbench" in err
+    assert not out.exists() or not any(out.iterdir())
