@@ -132,8 +132,9 @@ class ModelExecutor(TensorExecutor):
 
     def enable_cuda_graphs(self, max_num_seqs: int) -> bool:
         """Replay decode steps of up to `max_num_seqs` sequences from CUDA graphs; False (and
-        eager) off CUDA or without the Triton backend."""
-        if not graphs_supported(self.device, self.backend_name):
+        eager) off CUDA, without the Triton backend, or for a mixture of experts (its forward
+        picks the experts a step runs on the host: shapes a captured graph cannot replay)."""
+        if not graphs_supported(self.device, self.backend_name) or self.config.is_moe:
             return False
         arena = self.arena
         # The graphs call back into this executor: through a weak reference, since a cycle

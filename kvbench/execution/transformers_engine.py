@@ -336,6 +336,13 @@ def to_transformers(decoder: LlamaDecoder, model: str, device: torch.device):
     Built on the meta device and given the decoder's parameters (`assign=True`: no copy, no
     random init), then its rotary embedding is rebuilt on the device.
     """
+    if decoder.config.is_moe:
+        # transformers holds each layer's experts in one fused tensor: sharing kvbench's
+        # per-expert tensors would take a copy of every expert, past the memory check.
+        raise KvbenchInputError(
+            f"model {model}: --engine hf does not run mixture-of-experts models "
+            f"({decoder.config.num_local_experts} experts a layer); use --engine kvbench"
+        )
     transformers = import_transformers()
     hf_config = hf_config_for(decoder.config, model)
     with torch.device("meta"):

@@ -1,4 +1,5 @@
-"""Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it).
+"""Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it; Mixtral
+swaps the MLP for a mixture of SwiGLU experts).
 
 `from_hf_config` reads a Hugging Face `config.json`. Every field that changes the model's
 arithmetic is either implemented here and in `llama.py` (each with a parity test against
@@ -14,7 +15,7 @@ from typing import Any
 from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "mixtral")
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
 SUPPORTED_ROPE_TYPES = ("default", "llama3")
 
@@ -42,6 +43,11 @@ class ModelConfig:
     # Attention only reaches this many tokens back (Mistral). kvbench attends to the whole
     # context, so a window is only accepted where it cannot bite: see `check_context`.
     sliding_window: int | None = None
+    # Mixture of experts (Mixtral): each layer's MLP is `num_local_experts` SwiGLU experts of
+    # `intermediate_size`, of which a softmax router picks `num_experts_per_tok` a token and
+    # weighs them by their renormalised scores. 0 experts: one dense MLP.
+    num_local_experts: int = 0
+    num_experts_per_tok: int = 0
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -51,6 +57,10 @@ class ModelConfig:
                 f"model {self.name}: num_heads={self.num_heads} is not a multiple of "
                 f"num_kv_heads={self.num_kv_heads}"
             )
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_local_experts > 0
 
     @property
     def gqa_ratio(self) -> int:
@@ -86,9 +96,19 @@ class ModelConfig:
         if self.o_proj_bias:
             attn += h
         mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
+        if self.is_moe:  # every expert counted, plus the router's [experts, hidden] weight
+            mlp = self.num_local_experts * mlp + self.num_local_experts * h
         per_layer = attn + mlp + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
         embed = v * h * (1 if self.tie_word_embeddings else 2)
         return self.num_layers * per_layer + embed + h
+
+    def num_active_parameters(self) -> int:
+        """Parameters one token computes with: the router's top-k experts, not all of them."""
+        if not self.is_moe:
+            return self.num_parameters()
+        idle = self.num_local_experts - self.num_experts_per_tok
+        return self.num_parameters() - self.num_layers * idle * 3 * self.hidden_size * (
+            self.intermediate_size)
 
     def num_norm_parameters(self) -> int:
         """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them."""
@@ -120,7 +140,8 @@ class ModelConfig:
 
     @classmethod
     def from_hf_config(cls, hf: Any, name: str) -> ModelConfig:
-        """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3 or Mistral model."""
+        """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3, Mistral or Mixtral
+        model."""
         if not isinstance(hf, dict):
             raise KvbenchInputError(f"model {name}: config.json is not a JSON object")
         model_type = hf.get("model_type")
@@ -151,12 +172,12 @@ class ModelConfig:
                 head_dim=_positive_int(hf, "head_dim", name, default=default_head_dim),
                 max_position_embeddings=_positive_int(
                     hf, "max_position_embeddings", name,
-                    default=32768 if model_type == "qwen3" else 2048,
+                    default={"qwen3": 32768, "mixtral": 131072}.get(model_type, 2048),
                 ),
                 rope_theta=float(
                     hf.get("rope_theta")
                     or (hf.get("rope_parameters") or {}).get("rope_theta")
-                    or 10000.0
+                    or (1e6 if model_type == "mixtral" else 10000.0)
                 ),
                 rms_norm_eps=float(
                     hf.get("rms_norm_eps", 1e-6 if model_type == "qwen3" else 1e-5)),
@@ -167,6 +188,7 @@ class ModelConfig:
                 qk_norm=model_type == "qwen3",
                 rope_scaling=_rope_scaling(hf, name),
                 sliding_window=_sliding_window(hf, name, model_type),
+                **_experts(hf, name, model_type),
             )
         except (TypeError, ValueError) as err:
             raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
@@ -200,6 +222,28 @@ def _refuse_unimplemented(hf: dict[str, Any], name: str, model_type: str) -> Non
             f"model {name}: config.json has quantization_config ({method}); kvbench loads "
             "float32/bfloat16/float16 weights only"
         )
+
+
+def _experts(hf: dict[str, Any], name: str, model_type: str) -> dict[str, int]:
+    """Mixtral's expert count and top-k, as transformers' MixtralConfig defaults them."""
+    if model_type != "mixtral":
+        return {}
+    # Router jitter multiplies the MoE input by noise in training only; any other value
+    # means a config meant for training, refused rather than silently run as inference.
+    jitter = hf.get("router_jitter_noise", 0.0)
+    if jitter not in (0, 0.0, None):
+        raise KvbenchInputError(
+            f"model {name}: config.json router_jitter_noise {jitter!r} is not implemented "
+            "(kvbench runs inference: router_jitter_noise 0)"
+        )
+    experts = _positive_int(hf, "num_local_experts", name, default=8)
+    top_k = _positive_int(hf, "num_experts_per_tok", name, default=2)
+    if top_k > experts:
+        raise KvbenchInputError(
+            f"model {name}: config.json num_experts_per_tok {top_k} exceeds "
+            f"num_local_experts {experts}"
+        )
+    return {"num_local_experts": experts, "num_experts_per_tok": top_k}
 
 
 def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:

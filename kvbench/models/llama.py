@@ -1,5 +1,6 @@
 """A Llama-architecture decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP; with
-Qwen3's per-head q/k RMSNorm where the config has it.
+Qwen3's per-head q/k RMSNorm where the config has it, and Mixtral's mixture of SwiGLU experts
+in place of the MLP.
 
 Parameter names follow Hugging Face's `LlamaForCausalLM` so a local checkpoint's state dict
 loads as it is. The model holds weights only: attention over the KV cache is a callable the
@@ -102,17 +103,61 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class Expert(nn.Module):
+    """One Mixtral expert: a SwiGLU MLP under the checkpoint's names (w1 gate, w3 up, w2 down)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        h, i = config.hidden_size, config.intermediate_size
+        self.w1 = nn.Linear(h, i, bias=False)
+        self.w2 = nn.Linear(i, h, bias=False)
+        self.w3 = nn.Linear(h, i, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class SparseMoE(nn.Module):
+    """Mixtral's MoE block: softmax router, top-k experts a token, weights renormalised to 1."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.gate = nn.Linear(config.hidden_size, config.num_local_experts, bias=False)
+        self.experts = nn.ModuleList(Expert(config) for _ in range(config.num_local_experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Routing in float32 whatever the weights' dtype, as transformers routes.
+        scores = F.softmax(self.gate(x).float(), dim=-1)
+        weights, chosen = torch.topk(scores, self.top_k, dim=-1)  # [T, k]
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(x)
+        # Only the experts some token chose run, each on its own tokens.
+        for expert_index in torch.unique(chosen).tolist():
+            token_index, slot = torch.where(chosen == expert_index)
+            expert_out = self.experts[expert_index](x[token_index])
+            weighted = expert_out * weights[token_index, slot, None]
+            out.index_add_(0, token_index, weighted.to(out.dtype))
+        return out
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
         self.self_attn = Attention(config, layer_index)
-        self.mlp = MLP(config)
+        # Named as in the checkpoint, so its state dict loads as it is.
+        self.is_moe = config.is_moe
+        if self.is_moe:
+            self.block_sparse_moe = SparseMoE(config)
+        else:
+            self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, attention)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        feed_forward = self.block_sparse_moe if self.is_moe else self.mlp
+        return x + feed_forward(self.post_attention_layernorm(x))
 
 
 class _Backbone(nn.Module):

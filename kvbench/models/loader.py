@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -144,7 +145,10 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
             try:
                 with safe_open(str(file), framework="pt") as reader:
                     for name in reader.keys():
-                        _copy_tensor(reader, file, name, expected, loaded)
+                        if FUSED_EXPERTS.search(name):
+                            _copy_fused_experts(reader, file, name, expected, loaded)
+                        else:
+                            _copy_tensor(reader, file, name, expected, loaded)
             except (SafetensorError, OSError) as err:
                 raise KvbenchInputError(
                     f"{file}: not a readable safetensors file ({first_line(err)})"
@@ -157,6 +161,52 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
             f"model folder {folder} lacks weights: {', '.join(sorted(missing)[:3])}"
             + (" ..." if len(missing) > 3 else "")
         )
+
+
+# transformers 5 can save Mixtral's experts fused (as its modules hold them): per layer
+# `mlp.experts.gate_up_proj` [experts, 2 x intermediate, hidden] (w1 rows, then w3 rows),
+# `mlp.experts.down_proj` [experts, hidden, intermediate] (w2) and `mlp.gate.weight` (router).
+FUSED_EXPERTS = re.compile(
+    r"^(model\.layers\.\d+\.)mlp\.(experts\.(gate_up|down)_proj|gate\.weight)$")
+
+
+def _copy_fused_experts(reader, file: Path, name: str, expected: dict,
+                        loaded: dict[str, str]) -> None:
+    """Split a fused expert tensor into kvbench's per-expert `block_sparse_moe` weights."""
+    layer, kind = FUSED_EXPERTS.search(name).group(1, 3)
+    moe = f"{layer}block_sparse_moe."
+    experts = sum(1 for n in expected if n.startswith(moe) and n.endswith(".w2.weight"))
+    if kind is None:  # the router
+        parts = {f"{moe}gate.weight": lambda t: t}
+    elif kind == "down":
+        parts = {f"{moe}experts.{e}.w2.weight": lambda t, e=e: t[e] for e in range(experts)}
+    else:
+        parts = {f"{moe}experts.{e}.w{1 if which == 0 else 3}.weight":
+                 (lambda t, e=e, which=which: t[e].chunk(2, dim=0)[which])
+                 for e in range(experts) for which in (0, 1)}
+    tensor = reader.get_tensor(name)
+    if kind is not None and (tensor.dim() != 3 or tensor.shape[0] != experts):
+        raise KvbenchInputError(
+            f"{file}: tensor {name} has shape {tuple(tensor.shape)}, config.json implies "
+            f"{experts} experts")
+    for target, take in parts.items():
+        _copy_tensor(_OneTensor(take(tensor)), file, target, expected, loaded)
+
+
+class _OneTensor:
+    """A safetensors reader over one in-memory tensor, for `_copy_tensor`."""
+
+    def __init__(self, tensor) -> None:
+        self.tensor = tensor
+
+    def get_slice(self, _name: str):
+        return self
+
+    def get_shape(self) -> list[int]:
+        return list(self.tensor.shape)
+
+    def get_tensor(self, _name: str):
+        return self.tensor
 
 
 def _copy_tensor(reader, file: Path, name: str, expected: dict, loaded: dict[str, str]) -> None:

@@ -127,6 +127,21 @@ PRESETS: dict[str, ModelConfig] = {
         max_position_embeddings=32768,
         sliding_window=4096,
     ),
+    # mistralai/Mixtral-8x7B-v0.1's config.json: Mistral-7B's attention without a window, and
+    # eight SwiGLU experts a layer, two of them a token (~46.7B parameters, ~12.9B active).
+    "mixtral-8x7b": ModelConfig(
+        name="mixtral-8x7b",
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+    ),
 }
 
 

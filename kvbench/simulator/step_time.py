@@ -13,6 +13,11 @@ columns split N ways) each GPU holds 1/N of the matmul weights and 1/N of the KV
                         activation, residual add) + kv_write(T new tokens)
           + 2 x all_reduce(T x hidden x bytes)                         when N > 1
 
+A mixture-of-experts layer (Mixtral) replaces gate+up and down by the router's gemm and one
+grouped gemm each over the experts the step activates: T x top_k rows spread over the expected
+number of distinct experts, E (1 - (1 - top_k / E)^T) for tokens routed uniformly, each of
+whose weights is read once; the activation kernel runs on top_k rows a token.
+
 with, per GPU (constants in `StepTimeConstants`, fitted in `scripts/simulator_calibration.py`
 against measured kernel profiles; `docs/simulator.md` tables their sources and errors):
 
@@ -141,6 +146,28 @@ def gemm_s(c: StepTimeConstants, hw: Hardware, tokens: int, k: int, n: int,
     return c.gemm_launch_s + max(compute, memory)
 
 
+def expected_active_experts(tokens: int, experts: int, top_k: int) -> float:
+    """Distinct experts `tokens` tokens choose, each picking `top_k` of `experts` uniformly."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def grouped_gemm_s(c: StepTimeConstants, hw: Hardware, tokens: int, k: int, n: int,
+                   weight_bytes: int, act_bytes: int, experts: int, top_k: int) -> float:
+    """One launch of `[rows, k] x [k, n]` for each expert the step's `tokens` activate: FLOPs
+    for `tokens x top_k` rows at the efficiency of each expert's share of them; every active
+    expert's weights read once."""
+    if tokens <= 0 or k <= 0 or n <= 0:
+        return 0.0
+    active = expected_active_experts(tokens, experts, top_k)
+    rows = tokens * top_k
+    per_expert = rows / active
+    eff = c.gemm_peak_efficiency * per_expert / (per_expert + c.gemm_half_tokens)
+    compute = 2.0 * rows * k * n / (hw.peak_flops * eff)
+    moved = active * k * n * weight_bytes + rows * (k + n) * act_bytes
+    memory = moved / (hw.hbm_bandwidth_bytes_s * c.gemm_bandwidth_efficiency)
+    return c.gemm_launch_s + max(compute, memory)
+
+
 def attention_decode_s(c: StepTimeConstants, hw: Hardware, batch: int, kv_bytes_read: float) -> float:
     if batch <= 0:
         return 0.0
@@ -265,6 +292,19 @@ class StepTimeModel:
             (self.inter, h),  # down
         )
         self.layer_weights = sum(k * n for k, n in self.layer_gemms)
+        # Weights one token computes with (FLOPs) and those a GPU holds (bytes): the same for
+        # a dense model; a mixture of experts holds every expert and runs top_k of them.
+        self.layer_flop_weights = self.layer_weights
+        self.expert_gemms: tuple[tuple[int, int], ...] = ()
+        if model.is_moe:
+            experts, top_k = model.num_local_experts, model.num_experts_per_tok
+            self.expert_gemms = self.layer_gemms[2:]
+            self.layer_gemms = (*self.layer_gemms[:2], (h, experts))  # attention, router
+            expert_weights = sum(k * n for k, n in self.expert_gemms)
+            attention_router = sum(k * n for k, n in self.layer_gemms)
+            self.layer_weights = attention_router + experts * expert_weights
+            self.layer_flop_weights = attention_router + top_k * expert_weights
+            self.expert_weights = expert_weights
         # Elementwise kernels per layer and the bytes they move per token (activations): two
         # RMS norms (read + write h), rope on q and k, the gated activation (read 2I, write I),
         # the residual add (read 2h, write h); per-head q/k norms are two more kernels, each
@@ -273,6 +313,8 @@ class StepTimeModel:
         self.elementwise_token_elements = (
             4 * h + 2 * (self.q_dim + self.kv_dim) + 3 * self.inter + 3 * h
         )
+        if model.is_moe:  # the gated activation runs on each token's top_k experts
+            self.elementwise_token_elements += 3 * self.inter * (model.num_experts_per_tok - 1)
         if model.qk_norm:
             self.elementwise_kernels += 2
             self.elementwise_token_elements += 2 * (self.q_dim + self.kv_dim)
@@ -288,10 +330,10 @@ class StepTimeModel:
              >= weight_element_bytes / (gpu.hbm_bandwidth_bytes_s * c.gemm_bandwidth_efficiency)),
             1 << 20,
         )
-        self._by_tokens: dict[int, tuple[float, float, float, float, float]] = {}
+        self._by_tokens: dict[int, tuple[float, float, float, float, float, float]] = {}
         self._by_rows: dict[int, float] = {}
 
-    def _token_parts(self, tokens: int) -> tuple[float, float, float, float, float]:
+    def _token_parts(self, tokens: int) -> tuple[float, float, float, float, float, float]:
         """Parts that depend only on the step's token count (memoized: steps repeat sizes)."""
         cached = self._by_tokens.get(tokens)
         if cached is not None:
@@ -300,6 +342,13 @@ class StepTimeModel:
         ab = wb = self.weight_element_bytes
         h = m.hidden_size
         gemm = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.layer_gemms)
+        weights_read = float(self.weight_bytes)
+        if self.expert_gemms:
+            experts, top_k = m.num_local_experts, m.num_experts_per_tok
+            gemm += sum(grouped_gemm_s(c, hw, tokens, k, n, wb, ab, experts, top_k)
+                        for k, n in self.expert_gemms)
+            idle = experts - expected_active_experts(tokens, experts, top_k)
+            weights_read -= wb * m.num_layers * idle * self.expert_weights
         elt_bytes = tokens * ab * self.elementwise_token_elements
         elt = elementwise_s(c, hw, self.elementwise_kernels, elt_bytes) if tokens else 0.0
         kv_write = elementwise_s(c, hw, 1, tokens * self.kv_layer_token_bytes) if tokens else 0.0
@@ -308,7 +357,7 @@ class StepTimeModel:
             ar = 2 * hw.interconnect.all_reduce_s(tokens * h * ab, self.tensor_parallel_size)
         # the embedding gather and the final norm, once per step
         outer = elementwise_s(c, hw, 2, tokens * h * ab * 3) if tokens else 0.0
-        result = (gemm, elt, kv_write, ar, outer)
+        result = (gemm, elt, kv_write, ar, outer, weights_read)
         if len(self._by_tokens) < 65536:
             self._by_tokens[tokens] = result
         return result
@@ -345,7 +394,7 @@ class StepTimeModel:
                     prefill_tokens += q
                     prefill_context += s
                     pairs += q * (s - q) + q * (q + 1) // 2
-        gemm, elt, kv_write, ar, outer = self._token_parts(tokens)
+        gemm, elt, kv_write, ar, outer, weights_read = self._token_parts(tokens)
         att_dec = attention_decode_s(
             c, hw, decode_batch, decode_context * self.kv_layer_token_bytes
         )
@@ -370,11 +419,11 @@ class StepTimeModel:
             c.cpu_overhead_s,
         )
         flops = (
-            2.0 * tokens * self.layer_weights * L
+            2.0 * tokens * self.layer_flop_weights * L
             + 2.0 * num_sample_rows * self.model.hidden_size * self.vocab
             + L * self.attention_flops_per_pair * (pairs + decode_context)
         )
-        moved = self.weight_bytes + (
+        moved = weights_read + (
             decode_context + prefill_context + tokens + 2 * num_copied_slots
         ) * self.kv_bytes_per_token
         return StepTime(values, flops, float(moved), tokens >= self.compute_bound_tokens)
@@ -390,5 +439,7 @@ __all__ = [
     "attention_decode_s",
     "attention_prefill_s",
     "elementwise_s",
+    "expected_active_experts",
     "gemm_s",
+    "grouped_gemm_s",
 ]

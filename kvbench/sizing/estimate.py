@@ -152,6 +152,9 @@ class KVEstimate:
     strategies: dict[str, StrategyFit] = field(default_factory=dict)
     kv_utilization_comparison: UtilizationComparison | None = None
     kv_groups: tuple[KVGroup, ...] = ()  # what kv_bytes_per_token sums (not in `to_dict`)
+    # Parameters one token computes with: a mixture of experts' top-k experts, not all of them
+    # (`num_parameters` for a dense model). None where `num_parameters` is.
+    active_parameters: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (fractions as floats)."""
@@ -173,6 +176,7 @@ class KVEstimate:
             "gpu_memory_utilization": _float_or_none(self.gpu_memory_utilization),
             "dtype": self.dtype,
             "num_parameters": self.num_parameters,
+            "active_parameters": self.active_parameters,
             "weights_bytes": self.weights_bytes,
             "weights_source": self.weights_source,
             "kv_budget_bytes": self.kv_budget_bytes,
@@ -248,6 +252,7 @@ class _Budget:
     weights_bytes: int | None = None
     weights_source: str | None = None  # "given" | "computed"
     num_parameters: int | None = None
+    active_parameters: int | None = None
 
 
 def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
@@ -281,6 +286,7 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
         gpu_memory_utilization=budget.utilization,
         dtype=shape.dtype if budget.weights_source == "computed" else None,
         num_parameters=budget.num_parameters,
+        active_parameters=budget.active_parameters,
         weights_bytes=budget.weights_bytes,
         weights_source=budget.weights_source,
         kv_budget_bytes=kv,
@@ -374,11 +380,12 @@ def _budget(inputs: EstimateInputs, dtype: str) -> _Budget:
             raise KvbenchInputError("--weights-memory needs --gpu-memory")
         return _Budget()
     util = gpu_memory_utilization(inputs.gpu_memory_utilization)
-    num_params = None
+    num_params = active_params = None
     if weights_memory is not None:
         weights, weights_source = weights_memory, "given"
     elif inputs.model is not None:
         num_params = inputs.model.num_parameters()
+        active_params = inputs.model.num_active_parameters()
         weights, weights_source = weights_bytes(inputs.model, dtype), "computed"
     else:
         raise KvbenchInputError(
@@ -389,7 +396,7 @@ def _budget(inputs: EstimateInputs, dtype: str) -> _Budget:
         gpu_memory, util, weights,
         advice="use more --gpu-memory, a higher --gpu-memory-utilization or a smaller --dtype",
     )
-    return _Budget(budget, "gpu", util, weights, weights_source, num_params)
+    return _Budget(budget, "gpu", util, weights, weights_source, num_params, active_params)
 
 
 def _strategy_fits(
@@ -477,6 +484,8 @@ def format_estimate(est: KVEstimate) -> str:
         add("GPU memory", est.gpu_memory_bytes, format_bytes(est.gpu_memory_bytes), "--gpu-memory")
         if est.weights_source == "computed":
             weights_formula = f"{est.num_parameters:,} parameters x {DTYPE_BYTES[est.dtype or 'bf16']} B ({est.dtype})"
+            if est.active_parameters != est.num_parameters:
+                weights_formula += f"; {est.active_parameters:,} active per token"
         else:
             weights_formula = "--weights-memory"
         add("weights", est.weights_bytes, format_bytes(est.weights_bytes), weights_formula)
