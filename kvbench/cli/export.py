@@ -18,7 +18,7 @@ from kvbench.errors import KvbenchInputError
     "vllm-sweep: into the folder -o names, the layout `vllm bench sweep serve` leaves "
     "(one folder per configuration with run=K.json and summary.json), which `vllm bench "
     "sweep plot` and `plot_pareto` read; a comparison gives one configuration per "
-    "strategy, a --repeat run one record per repeat. --format csv: one row per request, "
+    "strategy, a --repeat run one record per repeat. --format csv: one row per sample, "
     "with a label column, for every run of the folder. Without -o the result goes to "
     "standard output. A folder from an older kvbench without tokens.jsonl exports what it "
     "can and names the keys it could not fill. A folder whose runs did not all finish is "

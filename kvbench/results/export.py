@@ -365,8 +365,8 @@ def _configurations(folders: list[Path]) -> dict[str, list[Path]]:
 
 
 def request_table(folders: list[Path]) -> Export:
-    """One row per request of each run (`requests.csv` with the run's label in front, and
-    each request's ITL mean and max when the folder keeps token times)."""
+    """Every row of each run's `requests.csv` (one per sample of a request), the run's label
+    in front, and each row's ITL mean and max when the folder keeps token times."""
     frames, missing = [], []
     for folder in folders:
         run = RunFiles.read(folder)
