@@ -1,0 +1,161 @@
+"""The simulator's predictions stay where they are: no change moves one by more than 5% unnoticed.
+
+Pinned in `test_prediction_regressions.json`: the step-time model's prediction for every
+published profile point of `scripts/simulator_calibration_points.csv` (Vidur's A100-80GB and
+H100-80GB kernel medians), its whole-layer predictions of docs/simulator.md's calibration
+table, and output throughput, TTFT p50 and TPOT p50 of a few small `kvbench simulate` commands.
+A change meant to move them regenerates the file and says why in its commit:
+
+    python -m tests.simulator.test_prediction_regressions --write
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+PINNED_FILE = Path(__file__).with_name("test_prediction_regressions.json")
+SCRIPT = Path(__file__).parents[2] / "scripts" / "simulator_calibration.py"
+RELATIVE_TOLERANCE = 0.05
+
+# Small commands after docs/simulator.md's and the README's examples: a queueing ShareGPT
+# replay, an unpaced burst, and tensor parallelism under vLLM v1's scheduler.
+SIMULATE_CASES: dict[str, list[str]] = {
+    "llama-2-13b a100-40gb sharegpt rate 2": [
+        "simulate", "--model", "llama-2-13b", "--gpu", "a100-40gb", "--workload", "sharegpt",
+        "--request-rate", "2", "--strategy", "paged", "--num-requests", "200"],
+    "llama-2-13b a100-40gb sharegpt burst": [
+        "simulate", "--model", "llama-2-13b", "--gpu", "a100-40gb", "--workload", "sharegpt",
+        "--strategy", "paged", "--num-requests", "200"],
+    "llama-3-70b h100-80gb tp 4 vllm-v1": [
+        "simulate", "--model", "llama-3-70b", "--gpu", "h100-80gb", "--tensor-parallel-size", "4",
+        "--batching", "vllm-v1", "--max-num-batched-tokens", "512", "--workload", "sharegpt",
+        "--num-requests", "100", "--request-rate", "8"],
+}
+
+
+def _calibration() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("simulator_calibration", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _point_name(row: dict[str, str]) -> str:
+    fields = ("gpu", "model", "tp", "op", "tokens", "batch", "context", "bytes", "workers")
+    return " ".join(f"{f}={row[f]}" for f in fields if row[f])
+
+
+def profile_point_predictions_ms() -> dict[str, float]:
+    calibration = _calibration()
+    from kvbench.simulator.gpu_lookup import get_gpu
+
+    # The profiles measured some shapes twice; the model's input, and so its prediction, is the
+    # same for both.
+    return {_point_name(row): calibration.modelled_ms(row, get_gpu(row["gpu"]).constants)
+            for row in calibration.load_points()}
+
+
+def layer_predictions_ms() -> dict[str, float]:
+    calibration = _calibration()
+    return {f"llama-2-70b tp=2 a100-80gb {name}": model
+            for name, _measured, model, _old in calibration.step_table(calibration.load_points())}
+
+
+def simulate_figures(args: list[str]) -> dict[str, float]:
+    from kvbench.cli import main
+
+    with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        code = main([*args, "--quiet", "--out", out])
+        if code != 0:
+            raise RuntimeError(f"kvbench {' '.join(args)} exited {code}")
+        (path,) = Path(out).rglob("kvbench_summary.json")
+        summary = json.loads(path.read_text())
+    return {
+        "output_tok_s": summary["throughput"]["output_tok_s"],
+        "ttft_p50_ms": summary["latency_ms"]["ttft"]["p50"],
+        "tpot_p50_ms": summary["latency_ms"]["tpot"]["p50"],
+    }
+
+
+def current_predictions() -> dict[str, Any]:
+    return {
+        "profile_points_ms": profile_point_predictions_ms(),
+        "layer_steps_ms": layer_predictions_ms(),
+        "simulate": {name: simulate_figures(args) for name, args in SIMULATE_CASES.items()},
+    }
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    flat: dict[str, float] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{name} / "))
+        else:
+            flat[name] = float(value)
+    return flat
+
+
+def moved_predictions(pinned: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """One line per prediction that moved by more than the tolerance, appeared or vanished."""
+    was, now = _flatten(pinned), _flatten(current)
+    lines = [f"{name}: pinned, no longer predicted" for name in sorted(was.keys() - now.keys())]
+    lines += [f"{name}: predicted, not pinned" for name in sorted(now.keys() - was.keys())]
+    for name in sorted(was.keys() & now.keys()):
+        change = now[name] / was[name] - 1 if was[name] else (0.0 if now[name] == 0 else 1.0)
+        if abs(change) > RELATIVE_TOLERANCE:
+            lines.append(f"{name}: {was[name]:.6g} -> {now[name]:.6g} ({change:+.1%})")
+    return lines
+
+
+def test_no_prediction_moved_by_more_than_five_percent():
+    pinned = json.loads(PINNED_FILE.read_text(encoding="utf-8"))
+    moved = moved_predictions(pinned, current_predictions())
+    assert not moved, (
+        f"{len(moved)} simulator predictions moved by more than {RELATIVE_TOLERANCE:.0%}; if the "
+        "change is meant, run `python -m tests.simulator.test_prediction_regressions --write` and "
+        "say why in the commit:\n" + "\n".join(moved))
+
+
+def test_the_pins_cover_every_published_profile_point_and_layer():
+    pinned = json.loads(PINNED_FILE.read_text(encoding="utf-8"))
+    shapes = {_point_name(row) for row in _calibration().load_points()}
+    assert set(pinned["profile_points_ms"]) == shapes
+    assert len(pinned["layer_steps_ms"]) == 7  # docs/simulator.md's whole-layer table
+    assert set(pinned["simulate"]) == set(SIMULATE_CASES)
+
+
+def test_a_move_beyond_the_tolerance_is_named_with_its_size():
+    pinned = {"simulate": {"case": {"ttft_p50_ms": 100.0, "tpot_p50_ms": 10.0}}}
+    current = {"simulate": {"case": {"ttft_p50_ms": 106.0, "tpot_p50_ms": 10.4}}}
+    assert moved_predictions(pinned, current) == [
+        "simulate / case / ttft_p50_ms: 100 -> 106 (+6.0%)"]
+
+
+def _round(tree: dict[str, Any]) -> dict[str, Any]:
+    return {k: _round(v) if isinstance(v, dict) else float(f"{v:.7g}") for k, v in tree.items()}
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["--write"]:
+        print("usage: python -m tests.simulator.test_prediction_regressions --write",
+              file=sys.stderr)
+        return 2
+    PINNED_FILE.write_text(json.dumps(_round(current_predictions()), indent=1) + "\n",
+                           encoding="utf-8")
+    print(f"wrote {PINNED_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
