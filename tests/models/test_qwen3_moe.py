@@ -243,3 +243,22 @@ def test_step_time_charges_the_experts_width():
     wide = StepTimeModel(replace(qwen, moe_intermediate_size=6144), gpu, 2, 2).cost(
         [1], [100], 1)
     assert one.flops < 0.5 * wide.flops
+
+
+def test_fused_expert_names_load_as_the_per_expert_ones(qwen3_moe_checkpoint, tmp_path):
+    """transformers 5's module names (experts fused in [experts, ...] tensors) load into the
+    same weights as the per-expert names save_pretrained writes."""
+    from safetensors.torch import save_file
+
+    from kvbench.models.loader import load_model
+
+    folder, hf_model = qwen3_moe_checkpoint
+    state = {k: v.contiguous() for k, v in hf_model.state_dict().items()}
+    assert "model.layers.0.mlp.experts.gate_up_proj" in state
+    save_file(state, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text((folder / "config.json").read_text())
+    per_expert, _ = load_model(str(folder))
+    fused, _ = load_model(str(tmp_path))
+    for (name, a), (_, b) in zip(per_expert.state_dict().items(), fused.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(a, b), name
