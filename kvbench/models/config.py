@@ -1,5 +1,5 @@
-"""Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it; Mixtral
-swaps the MLP for a mixture of SwiGLU experts).
+"""Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it; Mixtral and
+Qwen3-MoE swap the MLP for a mixture of SwiGLU experts).
 
 `from_hf_config` reads a Hugging Face `config.json`. Every field that changes the model's
 arithmetic is either implemented here and in `llama.py` (each with a parity test against
@@ -15,7 +15,7 @@ from typing import Any
 from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "mixtral")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral")
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
 SUPPORTED_ROPE_TYPES = ("default", "llama3")
 
@@ -48,10 +48,18 @@ class ModelConfig:
     # weighs them by their renormalised scores. 0 experts: one dense MLP.
     num_local_experts: int = 0
     num_experts_per_tok: int = 0
+    # Qwen3-MoE: each expert's width (0: intermediate_size), whether the top-k scores are
+    # renormalised to 1 (Mixtral always), and the layers that keep a dense MLP of
+    # `intermediate_size` (its mlp_only_layers and the layers decoder_sparse_step skips).
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = True
+    dense_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+        if self.moe_intermediate_size == 0:
+            object.__setattr__(self, "moe_intermediate_size", self.intermediate_size)
         if self.num_heads % self.num_kv_heads:
             raise KvbenchInputError(
                 f"model {self.name}: num_heads={self.num_heads} is not a multiple of "
@@ -61,6 +69,13 @@ class ModelConfig:
     @property
     def is_moe(self) -> bool:
         return self.num_local_experts > 0
+
+    def is_moe_layer(self, layer_index: int) -> bool:
+        return self.is_moe and layer_index not in self.dense_layers
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(1 for i in range(self.num_layers) if self.is_moe_layer(i))
 
     @property
     def gqa_ratio(self) -> int:
@@ -95,20 +110,22 @@ class ModelConfig:
             attn += q + 2 * kv
         if self.o_proj_bias:
             attn += h
-        mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
-        if self.is_moe:  # every expert counted, plus the router's [experts, hidden] weight
-            mlp = self.num_local_experts * mlp + self.num_local_experts * h
-        per_layer = attn + mlp + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
+        dense_mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
+        # every expert counted, plus the router's [experts, hidden] weight
+        moe_mlp = self.num_local_experts * (3 * h * self.moe_intermediate_size + h)
+        per_layer = attn + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
+        moe_layers = self.num_moe_layers
+        mlps = moe_layers * moe_mlp + (self.num_layers - moe_layers) * dense_mlp
         embed = v * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * per_layer + embed + h
+        return self.num_layers * per_layer + mlps + embed + h
 
     def num_active_parameters(self) -> int:
         """Parameters one token computes with: the router's top-k experts, not all of them."""
         if not self.is_moe:
             return self.num_parameters()
         idle = self.num_local_experts - self.num_experts_per_tok
-        return self.num_parameters() - self.num_layers * idle * 3 * self.hidden_size * (
-            self.intermediate_size)
+        return self.num_parameters() - self.num_moe_layers * idle * 3 * self.hidden_size * (
+            self.moe_intermediate_size)
 
     def num_norm_parameters(self) -> int:
         """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them."""
@@ -140,8 +157,8 @@ class ModelConfig:
 
     @classmethod
     def from_hf_config(cls, hf: Any, name: str) -> ModelConfig:
-        """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3, Mistral or Mixtral
-        model."""
+        """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral or
+        Mixtral model."""
         if not isinstance(hf, dict):
             raise KvbenchInputError(f"model {name}: config.json is not a JSON object")
         model_type = hf.get("model_type")
@@ -157,7 +174,8 @@ class ModelConfig:
             num_kv_heads = _positive_int(hf, "num_key_value_heads", name, default=num_heads)
             # Llama's and Qwen3's attention_bias covers q, k, v and o_proj; Qwen2 always has
             # q/k/v biases and no o_proj bias (its config has no such key); Mistral has none.
-            llama_bias = model_type in ("llama", "qwen3") and bool(
+            qwen3_like = model_type in ("qwen3", "qwen3_moe")
+            llama_bias = (model_type == "llama" or qwen3_like) and bool(
                 hf.get("attention_bias", False))
             # transformers' Qwen3Config defaults head_dim to 128, not hidden // heads
             default_head_dim = 128 if model_type == "qwen3" else hidden // num_heads
@@ -165,14 +183,17 @@ class ModelConfig:
                 name=name,
                 vocab_size=_positive_int(hf, "vocab_size", name),
                 hidden_size=hidden,
-                intermediate_size=_positive_int(hf, "intermediate_size", name),
+                intermediate_size=_positive_int(
+                    hf, "intermediate_size", name,
+                    default=6144 if model_type == "qwen3_moe" else None),
                 num_layers=_positive_int(hf, "num_hidden_layers", name),
                 num_heads=num_heads,
                 num_kv_heads=num_kv_heads,
                 head_dim=_positive_int(hf, "head_dim", name, default=default_head_dim),
                 max_position_embeddings=_positive_int(
                     hf, "max_position_embeddings", name,
-                    default={"qwen3": 32768, "mixtral": 131072}.get(model_type, 2048),
+                    default={"qwen3": 32768, "qwen3_moe": 32768,
+                             "mixtral": 131072}.get(model_type, 2048),
                 ),
                 rope_theta=float(
                     hf.get("rope_theta")
@@ -180,12 +201,12 @@ class ModelConfig:
                     or (1e6 if model_type == "mixtral" else 10000.0)
                 ),
                 rms_norm_eps=float(
-                    hf.get("rms_norm_eps", 1e-6 if model_type == "qwen3" else 1e-5)),
+                    hf.get("rms_norm_eps", 1e-6 if qwen3_like else 1e-5)),
                 tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
                 attention_bias=llama_bias or model_type == "qwen2",
                 o_proj_bias=llama_bias,
                 mlp_bias=model_type == "llama" and bool(hf.get("mlp_bias", False)),
-                qk_norm=model_type == "qwen3",
+                qk_norm=qwen3_like,
                 rope_scaling=_rope_scaling(hf, name),
                 sliding_window=_sliding_window(hf, name, model_type),
                 **_experts(hf, name, model_type),
@@ -224,8 +245,10 @@ def _refuse_unimplemented(hf: dict[str, Any], name: str, model_type: str) -> Non
         )
 
 
-def _experts(hf: dict[str, Any], name: str, model_type: str) -> dict[str, int]:
+def _experts(hf: dict[str, Any], name: str, model_type: str) -> dict[str, Any]:
     """Mixtral's expert count and top-k, as transformers' MixtralConfig defaults them."""
+    if model_type == "qwen3_moe":
+        return _qwen3_moe_experts(hf, name)
     if model_type != "mixtral":
         return {}
     # Router jitter multiplies the MoE input by noise in training only; any other value
@@ -244,6 +267,45 @@ def _experts(hf: dict[str, Any], name: str, model_type: str) -> dict[str, int]:
             f"num_local_experts {experts}"
         )
     return {"num_local_experts": experts, "num_experts_per_tok": top_k}
+
+
+def _qwen3_moe_experts(hf: dict[str, Any], name: str) -> dict[str, Any]:
+    """Qwen3-MoE's experts as transformers' Qwen3MoeConfig defaults them: a layer is a mixture
+    unless mlp_only_layers names it or decoder_sparse_step skips it ((i + 1) % step != 0).
+
+    output_router_logits and router_aux_loss_coef only add a training loss: accepted.
+    """
+    # Published configs say num_experts; transformers 5 saves it as num_local_experts.
+    experts_key = "num_local_experts" if "num_local_experts" in hf else "num_experts"
+    experts = _positive_int(hf, experts_key, name, default=128)
+    top_k = _positive_int(hf, "num_experts_per_tok", name, default=8)
+    if top_k > experts:
+        raise KvbenchInputError(
+            f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
+            f"{experts}"
+        )
+    step = _positive_int(hf, "decoder_sparse_step", name, default=1)
+    num_layers = _positive_int(hf, "num_hidden_layers", name)
+    mlp_only = hf.get("mlp_only_layers") or []
+    if not isinstance(mlp_only, list) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
+            for i in mlp_only):
+        raise KvbenchInputError(
+            f"model {name}: config.json mlp_only_layers must list layer indices below "
+            f"num_hidden_layers {num_layers}, got {mlp_only!r:.80}"
+        )
+    norm = hf.get("norm_topk_prob", False)
+    if not isinstance(norm, bool):
+        raise KvbenchInputError(
+            f"model {name}: config.json norm_topk_prob must be true or false, got {norm!r}")
+    dense = tuple(i for i in range(num_layers) if i in mlp_only or (i + 1) % step)
+    return {
+        "num_local_experts": experts,
+        "num_experts_per_tok": top_k,
+        "moe_intermediate_size": _positive_int(hf, "moe_intermediate_size", name, default=768),
+        "norm_topk_prob": norm,
+        "dense_layers": dense,
+    }
 
 
 def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -288,6 +350,9 @@ def _sliding_window(hf: dict[str, Any], name: str, model_type: str) -> int | Non
     """
     if model_type == "qwen3":
         return _qwen3_sliding_window(hf, name)
+    if model_type == "qwen3_moe":  # transformers windows every layer, with use_sliding_window
+        window = hf.get("sliding_window", 4096) if hf.get("use_sliding_window", False) else None
+        return None if window is None else _checked_window(window, name)
     window = hf.get("sliding_window")
     if window is None:
         return None

@@ -108,7 +108,7 @@ class Expert(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        h, i = config.hidden_size, config.intermediate_size
+        h, i = config.hidden_size, config.moe_intermediate_size
         self.w1 = nn.Linear(h, i, bias=False)
         self.w2 = nn.Linear(i, h, bias=False)
         self.w3 = nn.Linear(h, i, bias=False)
@@ -118,11 +118,13 @@ class Expert(nn.Module):
 
 
 class SparseMoE(nn.Module):
-    """Mixtral's MoE block: softmax router, top-k experts a token, weights renormalised to 1."""
+    """Mixtral's and Qwen3-MoE's block: softmax router, top-k experts a token, their weights
+    renormalised to 1 where the config says so (`norm_topk_prob`)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.top_k = config.num_experts_per_tok
+        self.norm_topk_prob = config.norm_topk_prob
         self.gate = nn.Linear(config.hidden_size, config.num_local_experts, bias=False)
         self.experts = nn.ModuleList(Expert(config) for _ in range(config.num_local_experts))
 
@@ -130,7 +132,8 @@ class SparseMoE(nn.Module):
         # Routing in float32 whatever the weights' dtype, as transformers routes.
         scores = F.softmax(self.gate(x).float(), dim=-1)
         weights, chosen = torch.topk(scores, self.top_k, dim=-1)  # [T, k]
-        weights = weights / weights.sum(dim=-1, keepdim=True)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
         out = torch.zeros_like(x)
         # Only the experts some token chose run, each on its own tokens.
         for expert_index in torch.unique(chosen).tolist():
@@ -146,7 +149,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = Attention(config, layer_index)
         # Named as in the checkpoint, so its state dict loads as it is.
-        self.is_moe = config.is_moe
+        self.is_moe = config.is_moe_layer(layer_index)
         if self.is_moe:
             self.block_sparse_moe = SparseMoE(config)
         else:

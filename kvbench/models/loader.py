@@ -147,6 +147,9 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
                     for name in reader.keys():
                         if FUSED_EXPERTS.search(name):
                             _copy_fused_experts(reader, file, name, expected, loaded)
+                        elif expert := NAMED_EXPERT.search(name):
+                            _copy_tensor(_OneTensor(reader.get_tensor(name)), file,
+                                         _block_sparse_name(expert), expected, loaded)
                         else:
                             _copy_tensor(reader, file, name, expected, loaded)
             except (SafetensorError, OSError) as err:
@@ -168,6 +171,17 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
 # `mlp.experts.down_proj` [experts, hidden, intermediate] (w2) and `mlp.gate.weight` (router).
 FUSED_EXPERTS = re.compile(
     r"^(model\.layers\.\d+\.)mlp\.(experts\.(gate_up|down)_proj|gate\.weight)$")
+
+
+# Qwen3-MoE's checkpoints (and transformers 5's save_pretrained of them) name each expert's
+# SwiGLU `mlp.experts.E.{gate,up,down}_proj`: kvbench's experts are Mixtral's w1, w3, w2.
+NAMED_EXPERT = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
+MIXTRAL_NAME_OF_PROJ = {"gate": "w1", "up": "w3", "down": "w2"}
+
+
+def _block_sparse_name(expert: re.Match) -> str:
+    layer, index, proj = expert.groups()
+    return f"{layer}block_sparse_moe.experts.{index}.{MIXTRAL_NAME_OF_PROJ[proj]}.weight"
 
 
 def _copy_fused_experts(reader, file: Path, name: str, expected: dict,

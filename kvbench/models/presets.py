@@ -142,6 +142,45 @@ PRESETS: dict[str, ModelConfig] = {
         num_local_experts=8,
         num_experts_per_tok=2,
     ),
+    # Qwen/Qwen3-30B-A3B's config.json: Qwen3 attention (per-head q/k norms) and 128 experts
+    # of 768 a layer, eight a token, their scores renormalised (norm_topk_prob true).
+    "qwen3-30b-a3b": ModelConfig(
+        name="qwen3-30b-a3b",
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_layers=48,
+        num_heads=32,
+        num_kv_heads=4,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        qk_norm=True,
+        num_local_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=768,
+        norm_topk_prob=True,
+    ),
+    # Qwen/Qwen3-235B-A22B's config.json: 94 layers of 128 experts of 1536, eight a token.
+    "qwen3-235b-a22b": ModelConfig(
+        name="qwen3-235b-a22b",
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_layers=94,
+        num_heads=64,
+        num_kv_heads=4,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        qk_norm=True,
+        num_local_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1536,
+        norm_topk_prob=True,
+    ),
 }
 
 

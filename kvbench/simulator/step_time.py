@@ -278,7 +278,10 @@ class StepTimeModel:
         self.kv_heads = model.num_kv_heads // tp
         self.q_dim = self.heads * hd
         self.kv_dim = self.kv_heads * hd
-        self.inter = -(-model.intermediate_size // tp)
+        # a mixture's expert width (Qwen3-MoE's moe_intermediate_size); its dense layers, if
+        # any, are charged as mixture layers
+        width = model.moe_intermediate_size if model.is_moe else model.intermediate_size
+        self.inter = -(-width // tp)
         self.vocab = -(-model.vocab_size // tp)
         # One token's K and V on one GPU: all layers (the sum over the KV groups), and one
         # layer's mean share, exact while every layer has the same KV shape.
