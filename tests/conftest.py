@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -9,6 +10,11 @@ import torch
 
 # One thread: faster and steadier than two spinning OpenMP threads on a shared 2-core runner.
 torch.set_num_threads(1)
+# Without CUDA the Triton kernels run in Triton's CPU interpreter. TRITON_INTERPRET must be set
+# before any test module (of any folder, collected in any order) first imports the kernels:
+# they are decorated for the interpreter or for the compiler once, at that import.
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 HF_SHAPES = {
     # GQA ratio 1, untied embeddings
