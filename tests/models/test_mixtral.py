@@ -17,9 +17,13 @@ from kvbench.models.loader import load_model
 from kvbench.models.presets import get_preset
 from kvbench.models.resolve_config import resolve_model_config
 from tests.conftest import random_prompts
+from tests.models.engine_parity import (
+    check_chunked_prefill,
+    check_preemption,
+    check_prefill_and_decode,
+    check_prefix_hit,
+)
 from tests.models.test_config_fields import kvbench_prefill_logits
-from tests.models.test_parity_hf import hf_greedy
-from tests.models.test_qwen3 import engine_tokens
 
 transformers = pytest.importorskip("transformers")
 
@@ -101,38 +105,22 @@ def test_fused_expert_names_load_as_the_per_expert_ones(mixtral_checkpoint, tmp_
 
 
 def test_prefill_and_decode_match_transformers(mixtral_checkpoint):
-    folder, hf_model = mixtral_checkpoint
-    prompts = random_prompts(4, 512, seed=1, min_len=180, max_len=240)
-    got, _ = engine_tokens(folder, prompts, 24, kv_memory="4MiB")
-    assert got == hf_greedy(hf_model, prompts, 24)
+    check_prefill_and_decode(*mixtral_checkpoint, min_len=180, max_len=240)
 
 
 def test_chunked_prefill_matches_transformers(mixtral_checkpoint):
     """Prompts of 180+ tokens under a 64-token step budget: every prefill takes 3+ chunks."""
-    folder, hf_model = mixtral_checkpoint
-    prompts = random_prompts(3, 512, seed=5, min_len=180, max_len=240)
-    got, _ = engine_tokens(folder, prompts, 16, kv_memory="4MiB", chunked_prefill=True,
-                           max_num_batched_tokens=64)
-    assert got == hf_greedy(hf_model, prompts, 16)
+    check_chunked_prefill(*mixtral_checkpoint, min_len=180, max_len=240)
 
 
 def test_preemption_matches_transformers(mixtral_checkpoint):
     """Three ~190-token prompts growing 48 tokens each in 210 KiB (420 tokens of KV: 2 layers
     x 2 KV heads x 16 dims x K,V x 4 B = 512 B a token)."""
-    folder, hf_model = mixtral_checkpoint
-    prompts = random_prompts(3, 512, seed=2, min_len=180, max_len=200)
-    got, seqs = engine_tokens(folder, prompts, 48, kv_memory="210KiB", max_model_len=260)
-    assert sum(s.preemptions for s in seqs) > 0
-    assert got == hf_greedy(hf_model, prompts, 48)
+    check_preemption(*mixtral_checkpoint, kv_memory="210KiB")
 
 
 def test_prefix_hit_matches_transformers(mixtral_checkpoint):
-    folder, hf_model = mixtral_checkpoint
-    shared = random_prompts(1, 512, seed=3, min_len=200, max_len=200)[0]
-    prompts = [shared + tail for tail in random_prompts(3, 512, seed=4, min_len=10, max_len=40)]
-    got, seqs = engine_tokens(folder, prompts, 24, strategy="prefix", kv_memory="4MiB")
-    assert [s.cached_prompt_tokens >= 192 for s in seqs] == [False, True, True]
-    assert got == hf_greedy(hf_model, prompts, 24)
+    check_prefix_hit(*mixtral_checkpoint)
 
 
 # config.json fields -------------------------------------------------------------------------

@@ -9,17 +9,19 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from kvbench.build.engines import build_engine
 from kvbench.cli import main
 from kvbench.cli.estimate import estimate_command
-from kvbench.config import EngineConfig
-from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.models.presets import get_preset
 from kvbench.models.resolve_config import resolve_model_config
 from tests.conftest import random_prompts
+from tests.models.engine_parity import (
+    check_chunked_prefill,
+    check_preemption,
+    check_prefill_and_decode,
+    check_prefix_hit,
+)
 from tests.models.test_config_fields import kvbench_prefill_logits
-from tests.models.test_parity_hf import hf_greedy
 
 transformers = pytest.importorskip("transformers")
 
@@ -91,50 +93,24 @@ def test_prefill_logits_match_transformers(fields, tmp_path):
                                atol=1e-4, rtol=1e-4)
 
 
-def engine_tokens(folder, prompts: list[list[int]], new_tokens: int, **options):
-    """Greedy tokens through kvbench's engine (all requests at once) and its sequences."""
-    engine = build_engine(EngineConfig(model=str(folder), device="cpu", **options)).engine
-    for i, prompt in enumerate(prompts):
-        engine.add_request(Request(i, 0.0, tuple(prompt), new_tokens))
-    engine.run_to_completion()
-    seqs = [engine.sequences[i][0] for i in range(len(prompts))]
-    return [s.token_ids[len(p):] for s, p in zip(seqs, prompts, strict=True)], seqs
-
-
 def test_prefill_and_decode_match_transformers(qwen3_checkpoint):
-    folder, hf_model = qwen3_checkpoint
-    prompts = random_prompts(4, 512, seed=1, min_len=240, max_len=300)
-    got, _ = engine_tokens(folder, prompts, 24, kv_memory="4MiB")
-    assert got == hf_greedy(hf_model, prompts, 24)
+    check_prefill_and_decode(*qwen3_checkpoint, min_len=240, max_len=300)
 
 
 def test_chunked_prefill_matches_transformers(qwen3_checkpoint):
     """Prompts of 240+ tokens under a 64-token step budget: every prefill takes 4+ chunks."""
-    folder, hf_model = qwen3_checkpoint
-    prompts = random_prompts(3, 512, seed=5, min_len=240, max_len=300)
-    got, _ = engine_tokens(folder, prompts, 16, kv_memory="4MiB", chunked_prefill=True,
-                           max_num_batched_tokens=64)
-    assert got == hf_greedy(hf_model, prompts, 16)
+    check_chunked_prefill(*qwen3_checkpoint, min_len=240, max_len=300)
 
 
 def test_preemption_matches_transformers(qwen3_checkpoint):
     """Three ~190-token prompts growing 48 tokens each in 420 KiB (420 tokens of KV)."""
-    folder, hf_model = qwen3_checkpoint
-    prompts = random_prompts(3, 512, seed=2, min_len=180, max_len=200)
-    got, seqs = engine_tokens(folder, prompts, 48, kv_memory="420KiB", max_model_len=260)
-    assert sum(s.preemptions for s in seqs) > 0
-    assert got == hf_greedy(hf_model, prompts, 48)
+    check_preemption(*qwen3_checkpoint, kv_memory="420KiB")
 
 
 def test_prefix_hit_matches_transformers(qwen3_checkpoint):
     """A 200-token shared prefix: later requests reuse its cached blocks (post-norm, post-rope
     keys), then decode past it."""
-    folder, hf_model = qwen3_checkpoint
-    shared = random_prompts(1, 512, seed=3, min_len=200, max_len=200)[0]
-    prompts = [shared + tail for tail in random_prompts(3, 512, seed=4, min_len=10, max_len=40)]
-    got, seqs = engine_tokens(folder, prompts, 24, strategy="prefix", kv_memory="4MiB")
-    assert [s.cached_prompt_tokens >= 192 for s in seqs] == [False, True, True]
-    assert got == hf_greedy(hf_model, prompts, 24)
+    check_prefix_hit(*qwen3_checkpoint)
 
 
 # config.json fields -------------------------------------------------------------------------

@@ -1,0 +1,52 @@
+"""The engine-parity scenarios every model family's tests run against transformers: greedy
+tokens through kvbench's engine equal `generate()`'s in prefill + decode, chunked prefill,
+preemption and a prefix hit (each family gives its own prompt lengths and KV budgets)."""
+
+from __future__ import annotations
+
+from kvbench.build.engines import build_engine
+from kvbench.config import EngineConfig
+from kvbench.core.request import Request
+from tests.conftest import random_prompts
+from tests.models.test_parity_hf import hf_greedy
+
+
+def engine_tokens(folder, prompts: list[list[int]], new_tokens: int, **options):
+    """Greedy tokens through kvbench's engine (all requests at once) and its sequences."""
+    engine = build_engine(EngineConfig(model=str(folder), device="cpu", **options)).engine
+    for i, prompt in enumerate(prompts):
+        engine.add_request(Request(i, 0.0, tuple(prompt), new_tokens))
+    engine.run_to_completion()
+    seqs = [engine.sequences[i][0] for i in range(len(prompts))]
+    return [s.token_ids[len(p):] for s, p in zip(seqs, prompts, strict=True)], seqs
+
+
+def check_prefill_and_decode(folder, hf_model, min_len: int, max_len: int) -> None:
+    prompts = random_prompts(4, 512, seed=1, min_len=min_len, max_len=max_len)
+    got, _ = engine_tokens(folder, prompts, 24, kv_memory="4MiB")
+    assert got == hf_greedy(hf_model, prompts, 24)
+
+
+def check_chunked_prefill(folder, hf_model, min_len: int, max_len: int) -> None:
+    """Prompts of `min_len`+ tokens under a 64-token step budget."""
+    prompts = random_prompts(3, 512, seed=5, min_len=min_len, max_len=max_len)
+    got, _ = engine_tokens(folder, prompts, 16, kv_memory="4MiB", chunked_prefill=True,
+                           max_num_batched_tokens=64)
+    assert got == hf_greedy(hf_model, prompts, 16)
+
+
+def check_preemption(folder, hf_model, kv_memory: str) -> None:
+    """Three ~190-token prompts growing 48 tokens each in `kv_memory` (420 tokens of KV)."""
+    prompts = random_prompts(3, 512, seed=2, min_len=180, max_len=200)
+    got, seqs = engine_tokens(folder, prompts, 48, kv_memory=kv_memory, max_model_len=260)
+    assert sum(s.preemptions for s in seqs) > 0
+    assert got == hf_greedy(hf_model, prompts, 48)
+
+
+def check_prefix_hit(folder, hf_model) -> None:
+    """A 200-token shared prefix: later requests reuse its cached blocks, then decode past it."""
+    shared = random_prompts(1, 512, seed=3, min_len=200, max_len=200)[0]
+    prompts = [shared + tail for tail in random_prompts(3, 512, seed=4, min_len=10, max_len=40)]
+    got, seqs = engine_tokens(folder, prompts, 24, strategy="prefix", kv_memory="4MiB")
+    assert [s.cached_prompt_tokens >= 192 for s in seqs] == [False, True, True]
+    assert got == hf_greedy(hf_model, prompts, 24)
