@@ -139,9 +139,17 @@ def gemm_s(c: StepTimeConstants, hw: Hardware, tokens: int, k: int, n: int,
     """`[tokens, k] x [k, n]`: compute-bound when tokens are many, weight-read-bound when few."""
     if tokens <= 0 or k <= 0 or n <= 0:
         return 0.0
-    eff = c.gemm_peak_efficiency * tokens / (tokens + c.gemm_half_tokens)
-    compute = 2.0 * tokens * k * n / (hw.peak_flops * eff)
-    moved = k * n * weight_bytes + tokens * (k + n) * act_bytes
+    return _matmul_s(c, hw, tokens, tokens, 1, k, n, weight_bytes, act_bytes)
+
+
+def _matmul_s(c: StepTimeConstants, hw: Hardware, rows: float, rows_per_matrix: float,
+              matrices: float, k: int, n: int, weight_bytes: int, act_bytes: int) -> float:
+    """`rows` rows through `matrices` `[k, n]` weight matrices (read once each), at the
+    efficiency of `rows_per_matrix` rows a matrix: a GEMM is one matrix, a grouped GEMM one a
+    chosen expert."""
+    eff = c.gemm_peak_efficiency * rows_per_matrix / (rows_per_matrix + c.gemm_half_tokens)
+    compute = 2.0 * rows * k * n / (hw.peak_flops * eff)
+    moved = matrices * k * n * weight_bytes + rows * (k + n) * act_bytes
     memory = moved / (hw.hbm_bandwidth_bytes_s * c.gemm_bandwidth_efficiency)
     return c.gemm_launch_s + max(compute, memory)
 
@@ -160,12 +168,7 @@ def grouped_gemm_s(c: StepTimeConstants, hw: Hardware, tokens: int, k: int, n: i
         return 0.0
     active = expected_active_experts(tokens, experts, top_k)
     rows = tokens * top_k
-    per_expert = rows / active
-    eff = c.gemm_peak_efficiency * per_expert / (per_expert + c.gemm_half_tokens)
-    compute = 2.0 * rows * k * n / (hw.peak_flops * eff)
-    moved = active * k * n * weight_bytes + rows * (k + n) * act_bytes
-    memory = moved / (hw.hbm_bandwidth_bytes_s * c.gemm_bandwidth_efficiency)
-    return c.gemm_launch_s + max(compute, memory)
+    return _matmul_s(c, hw, rows, rows / active, active, k, n, weight_bytes, act_bytes)
 
 
 def attention_decode_s(c: StepTimeConstants, hw: Hardware, batch: int, kv_bytes_read: float) -> float:
