@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from kvbench.errors import KvbenchInputError
+from kvbench.results.metrics import per_request
 from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 from kvbench.results.token_times import TOKENS_FILE, read_token_times, token_gaps_s
 
@@ -182,17 +183,17 @@ def _bench_result(run: RunFiles) -> Export:
         "completed": s.completed,
         "failed": s.failed,
     }
-    per_request: dict[str, Any] = {}
+    lists: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     stats: dict[str, dict[str, float] | None] = dict.fromkeys(LATENCIES)
     if run.requests is not None and not run.requests.empty:
-        requests = one_row_per_request(run.requests)
-        per_request, stats, extra = _per_request(run, requests, max_concurrency, request_rate,
+        requests = per_request(run.requests)
+        lists, stats, extra = _per_request(run, requests, max_concurrency, request_rate,
                                                  missing)
         data["total_input_tokens"] = sum(
-            n for n, ok in zip(per_request["input_lens"], _completed(requests), strict=True)
+            n for n, ok in zip(lists["input_lens"], _completed(requests), strict=True)
             if ok)
-        data["total_output_tokens"] = sum(per_request["output_lens"])
+        data["total_output_tokens"] = sum(lists["output_lens"])
     else:
         missing += ["total_input_tokens", "total_output_tokens", "input_lens", "output_lens",
                     "ttfts", "itls", "latencies", "start_times", "queue_times",
@@ -202,7 +203,7 @@ def _bench_result(run: RunFiles) -> Export:
     data["request_goodput"] = s.goodput.goodput_requests_s if s.goodput else None
     data["output_throughput"] = s.throughput.output_tok_s
     data["total_token_throughput"] = s.throughput.total_tok_s
-    data.update(per_request)
+    data.update(lists)
     data["rtfx"] = 0.0  # vLLM's inverse real-time factor of audio input: kvbench has none
     for vllm_name, ours in LATENCIES.items():
         figures = stats[vllm_name]
@@ -220,19 +221,6 @@ def _bench_result(run: RunFiles) -> Export:
 
 def _completed(frame: pd.DataFrame) -> list[bool]:
     return [bool(v) for v in frame["completed"]]
-
-
-def one_row_per_request(frame: pd.DataFrame) -> pd.DataFrame:
-    """`requests.csv` as vLLM's client sees it: one row per request. With `n` > 1 the file has
-    a row per sample; the request's response is one stream, so its output tokens are the
-    samples' sum, its TTFT the first sample's first token and its E2E the last sample's end
-    (every sample of a request shares its arrival and send time)."""
-    if "sample" not in frame or frame["request_id"].is_unique:
-        return frame
-    merged = {column: "first" for column in frame.columns if column != "request_id"}
-    merged.update(output_tokens="sum", ttft_ms="min", e2e_ms="max", completed="all")
-    return frame.groupby("request_id", sort=False, as_index=False).agg(
-        {k: v for k, v in merged.items() if k in frame})
 
 
 def _per_request(run: RunFiles, frame: pd.DataFrame, max_concurrency: int | None,

@@ -101,14 +101,17 @@ def sample_rows(request: Request, seqs: list[Sequence]) -> list[dict[str, Any]]:
 
 
 def per_request(requests_df: pd.DataFrame) -> pd.DataFrame:
-    """One row per request of a `requests.csv` frame (its first sample's), with `completed`
-    true when every sample completed and `output_tokens` summed over the samples."""
+    """One row per request of a `requests.csv` frame (its first sample's), as a client sees
+    the request's response, one stream: `completed` true when every sample completed,
+    `output_tokens` summed over the samples, `ttft_ms` the first sample's first token and
+    `e2e_ms` the last sample's end (the samples share the arrival and the send time)."""
     if "sample" not in requests_df or requests_df.empty or requests_df["n"].max() <= 1:
         return requests_df  # one row per request already (n = 1, or a folder from before)
     grouped = requests_df.groupby("request_id", sort=False)
     first = requests_df[requests_df["sample"] == 0].set_index("request_id")
     first = first.assign(completed=grouped["completed"].all(),
-                         output_tokens=grouped["output_tokens"].sum())
+                         output_tokens=grouped["output_tokens"].sum(),
+                         ttft_ms=grouped["ttft_ms"].min(), e2e_ms=grouped["e2e_ms"].max())
     return first.reset_index()
 
 
