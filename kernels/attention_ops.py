@@ -19,7 +19,11 @@ from .reference import Scale
 
 @runtime_checkable
 class AttentionOps(Protocol):
-    """KV write and attention over one layer's cache (see `kvbench.kernels` for the layout)."""
+    """KV write and attention over one layer's cache (see `kvbench.kernels` for the layout).
+
+    Each attention method also takes the keyword-only score variants of
+    `kvbench.kernels.reference` (`sliding_window`, `softcap`, `sinks`) through `extra`.
+    """
 
     name: str
 

@@ -441,6 +441,15 @@ def _prefill(q, k_cache, v_cache, table, paged, query_start_loc, seq_lens, block
 # Public API (signatures of kvbench.kernels.reference; extras are keyword-only, at the end)
 
 
+def _refuse_variants(sliding_window, softcap, sinks) -> None:
+    named = [name for name, value in (("sliding_window", sliding_window), ("softcap", softcap),
+                                      ("sinks", sinks)) if value is not None]
+    if named:
+        raise NotImplementedError(
+            f"the Triton attention kernels do not implement {', '.join(named)}; "
+            "use the torch backend")
+
+
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -453,6 +462,9 @@ def paged_attention(
     k_scale: Scale = None,
     v_scale: Scale = None,
     *,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
     max_query_len: int | None = None,
     block_m: int | None = None,
     block_n: int | None = None,
@@ -461,6 +473,7 @@ def paged_attention(
 
     `max_query_len` (longest `q_len` in the batch) avoids a device sync when given.
     """
+    _refuse_variants(sliding_window, softcap, sinks)
     return _prefill(q, k_cache, v_cache, block_tables, True, query_start_loc, seq_lens,
                     block_size, softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n)
 
@@ -476,11 +489,15 @@ def contiguous_attention(
     k_scale: Scale = None,
     v_scale: Scale = None,
     *,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
     max_query_len: int | None = None,
     block_m: int | None = None,
     block_n: int | None = None,
 ) -> torch.Tensor:
     """Varlen causal attention reading each sequence from `[start_slot, start_slot + len)`."""
+    _refuse_variants(sliding_window, softcap, sinks)
     return _prefill(q, k_cache, v_cache, start_slots, False, query_start_loc, seq_lens,
                     1, softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n)
 
@@ -496,6 +513,9 @@ def paged_decode_attention(
     k_scale: Scale = None,
     v_scale: Scale = None,
     *,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
     num_splits: int | None = None,
     max_seq_len: int | None = None,
     block_n: int | None = None,
@@ -506,6 +526,7 @@ def paged_decode_attention(
     capped); None picks it from the context length (`choose_num_splits`), 1 disables it.
     `max_seq_len` avoids a device sync when given.
     """
+    _refuse_variants(sliding_window, softcap, sinks)
     return _decode(q, k_cache, v_cache, block_tables, True, seq_lens, block_size, softmax_scale,
                    k_scale, v_scale, num_splits, max_seq_len, block_n)
 
@@ -520,10 +541,14 @@ def contiguous_decode_attention(
     k_scale: Scale = None,
     v_scale: Scale = None,
     *,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
     num_splits: int | None = None,
     max_seq_len: int | None = None,
     block_n: int | None = None,
 ) -> torch.Tensor:
     """Decode reading each sequence's K/V from `[start_slot, start_slot + seq_len)`."""
+    _refuse_variants(sliding_window, softcap, sinks)
     return _decode(q, k_cache, v_cache, start_slots, False, seq_lens, 1, softmax_scale,
                    k_scale, v_scale, num_splits, max_seq_len, block_n)

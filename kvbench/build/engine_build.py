@@ -76,7 +76,6 @@ def resolve_lengths(config: EngineConfig, model_config: ModelConfig) -> tuple[in
             f"--max-model-len {max_model_len} exceeds the model's "
             f"{model_config.max_position_embeddings} positions"
         )
-    model_config.check_context(max_model_len)
     max_batched = config.max_num_batched_tokens or max(2048, max_model_len)
     if max_batched < max_model_len and not config.chunked_prefill:
         raise KvbenchInputError(

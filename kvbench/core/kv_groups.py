@@ -1,7 +1,7 @@
 """`KVGroup`: layers whose KV cache has one shape, the unit every KV size is counted in.
 
-A model's KV cache is a tuple of groups (`ModelConfig.kv_groups`): today one full-attention
-group holding every layer. KV bytes per token are the sum over groups (`kv_bytes_per_token`);
+A model's KV cache is a tuple of groups (`ModelConfig.kv_groups`): one full-attention group,
+and one sliding-window group per window length where the model has windowed layers. KV bytes per token are the sum over groups (`kv_bytes_per_token`);
 `kvbench estimate`, the tensor-parallel capacity, the engine's bytes per slot and the KV
 arena's tensors are all sized from the groups, never from the model's fields directly.
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-ATTENTION_KINDS = ("full",)  # "full": every layer attends to the whole context
+# "full": every layer attends to the whole context; "sliding": to its last `window` tokens
+ATTENTION_KINDS = ("full", "sliding")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class KVGroup:
             )
         if self.attention == "full" and self.window is not None:
             raise ValueError("a full-attention KV group has no window")
+        if self.attention == "sliding" and (self.window is None or self.window < 1):
+            raise ValueError("a sliding-window KV group needs a window of at least one token")
 
     @property
     def num_layers(self) -> int:

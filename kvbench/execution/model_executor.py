@@ -123,6 +123,11 @@ class ModelExecutor(TensorExecutor):
         self.device = device
         self.backend_name = backend_name
         self.softmax_scale = self.config.head_dim**-0.5
+        # Each layer's score variant (`kvbench.kernels.reference`): its sliding window, if any.
+        self.layer_variants: list[dict] = [
+            {} if (w := self.config.layer_window(i)) is None else {"sliding_window": w}
+            for i in range(self.config.num_layers)
+        ]
         self.forward_s = 0.0  # time of the last model forward (excluded from step overhead)
         self.inputs = StepInputs(device)
         self._layout_kind, self._block_size = "paged", 1  # of the step being run
@@ -165,9 +170,11 @@ class ModelExecutor(TensorExecutor):
                    decode_extra: dict):
         ops, arena, scale = self.ops, self.arena, self.softmax_scale
         p, pt = idx.num_prefill_seqs, idx.num_prefill_tokens
+        variants = self.layer_variants
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kc, vc = arena.k[layer], arena.v[layer]
+            variant = variants[layer]
             if arena.is_fp8 and arena.k_scales[layer] is None:
                 arena.init_scales(layer, k, v)
             ks, vs = arena.k_scales[layer], arena.v_scales[layer]
@@ -179,12 +186,13 @@ class ModelExecutor(TensorExecutor):
                     if kind == "paged":
                         out[:pt] = ops.paged_attention(
                             q[:pt], kc, vc, idx.block_tables[:p], idx.query_start_loc,
-                            idx.seq_lens[:p], block_size, scale, ks, vs, **prefill_extra,
+                            idx.seq_lens[:p], block_size, scale, ks, vs, **variant,
+                            **prefill_extra,
                         )
                     else:
                         out[:pt] = ops.contiguous_attention(
                             q[:pt], kc, vc, idx.start_slots[:p], idx.query_start_loc,
-                            idx.seq_lens[:p], scale, ks, vs, **prefill_extra,
+                            idx.seq_lens[:p], scale, ks, vs, **variant, **prefill_extra,
                         )
             if q.shape[0] > pt:
                 with trace_range("decode_attention", layer=layer, seqs=q.shape[0] - pt,
@@ -192,12 +200,12 @@ class ModelExecutor(TensorExecutor):
                     if kind == "paged":
                         out[pt:] = ops.paged_decode_attention(
                             q[pt:], kc, vc, idx.block_tables[p:], idx.seq_lens[p:],
-                            block_size, scale, ks, vs, **decode_extra,
+                            block_size, scale, ks, vs, **variant, **decode_extra,
                         )
                     else:
                         out[pt:] = ops.contiguous_decode_attention(
                             q[pt:], kc, vc, idx.start_slots[p:], idx.seq_lens[p:], scale, ks, vs,
-                            **decode_extra,
+                            **variant, **decode_extra,
                         )
             return out
 

@@ -305,6 +305,11 @@ def hf_config_for(model_config: ModelConfig, model: str):
     if model not in PRESETS:
         return transformers.AutoConfig.from_pretrained(model)
     c = model_config
+    if c.sliding_window is not None:
+        raise KvbenchInputError(
+            f"--engine hf builds presets without sliding windows, and {model} has a "
+            f"{c.sliding_window}-token window; use --engine kvbench"
+        )
     common = dict(
         vocab_size=c.vocab_size,
         hidden_size=c.hidden_size,

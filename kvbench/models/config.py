@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token
+from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral")
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
 SUPPORTED_ROPE_TYPES = ("default", "llama3")
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,12 @@ class ModelConfig:
     # A per-head RMSNorm (weights of head_dim) on each head's q and k before rope (Qwen3).
     qk_norm: bool = False
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False, compare=False)
-    # Attention only reaches this many tokens back (Mistral). kvbench attends to the whole
-    # context, so a window is only accepted where it cannot bite: see `check_context`.
+    # Attention only reaches this many tokens back (a query at i sees keys i - W < j <= i), in
+    # the layers `layer_types` names "sliding_attention" (every layer when it is empty).
     sliding_window: int | None = None
+    # One of LAYER_TYPES per layer, as transformers' `layer_types`; empty: every layer is
+    # "sliding_attention" when there is a window, else "full_attention".
+    layer_types: tuple[str, ...] = ()
     # Mixture of experts (Mixtral): each layer's MLP is `num_local_experts` SwiGLU experts of
     # `intermediate_size`, of which a softmax router picks `num_experts_per_tok` a token and
     # weighs them by their renormalised scores. 0 experts: one dense MLP.
@@ -60,6 +64,17 @@ class ModelConfig:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
         if self.moe_intermediate_size == 0:
             object.__setattr__(self, "moe_intermediate_size", self.intermediate_size)
+        if self.layer_types and (len(self.layer_types) != self.num_layers or any(
+                t not in LAYER_TYPES for t in self.layer_types)):
+            raise KvbenchInputError(
+                f"model {self.name}: layer_types must give one of {', '.join(LAYER_TYPES)} for "
+                f"each of its {self.num_layers} layers"
+            )
+        if "sliding_attention" in self.layer_types and self.sliding_window is None:
+            raise KvbenchInputError(
+                f"model {self.name}: layer_types lists sliding_attention layers but no "
+                "sliding_window is set"
+            )
         if self.num_heads % self.num_kv_heads:
             raise KvbenchInputError(
                 f"model {self.name}: num_heads={self.num_heads} is not a multiple of "
@@ -77,6 +92,20 @@ class ModelConfig:
     def num_moe_layers(self) -> int:
         return sum(1 for i in range(self.num_layers) if self.is_moe_layer(i))
 
+    def layer_window(self, layer_index: int) -> int | None:
+        """The tokens layer `layer_index` attends back (None: the whole context)."""
+        if self.sliding_window is None:
+            return None
+        if self.layer_types and self.layer_types[layer_index] != "sliding_attention":
+            return None
+        return self.sliding_window
+
+    def window_shorter_than(self, max_model_len: int) -> int | None:
+        """The window when some layer's is shorter than `max_model_len` tokens, else None."""
+        windows = [self.layer_window(i) for i in range(self.num_layers)]
+        bites = [w for w in windows if w is not None and w < max_model_len]
+        return min(bites) if bites else None
+
     @property
     def gqa_ratio(self) -> int:
         return self.num_heads // self.num_kv_heads
@@ -84,18 +113,24 @@ class ModelConfig:
     def kv_groups(
         self, kv_element_bytes: int, tensor_parallel_size: int = 1
     ) -> tuple[KVGroup, ...]:
-        """The KV cache's layer groups, as one GPU of `tensor_parallel_size` holds them.
-
-        Every layer attends to the whole context (`check_context` refuses a window that
-        would bite), so a model is one full-attention group.
-        """
-        group = full_attention_group(
-            self.num_layers, self.num_kv_heads, self.head_dim, kv_element_bytes
-        )
+        """The KV cache's layer groups, as one GPU of `tensor_parallel_size` holds them: the
+        full-attention layers, then the sliding-window layers of each window length."""
+        by_window: dict[int | None, list[int]] = {}
+        for i in range(self.num_layers):
+            by_window.setdefault(self.layer_window(i), []).append(i)
+        groups = []
+        for window in sorted(by_window, key=lambda w: -1 if w is None else w):
+            layers = tuple(by_window[window])
+            if window is None:
+                groups.append(KVGroup(layers, self.num_kv_heads, self.head_dim,
+                                      kv_element_bytes))
+            else:
+                groups.append(KVGroup(layers, self.num_kv_heads, self.head_dim,
+                                      kv_element_bytes, attention="sliding", window=window))
         if tensor_parallel_size != 1:
             self.check_tensor_parallel(tensor_parallel_size)
-            group = group.sharded(tensor_parallel_size)
-        return (group,)
+            groups = [group.sharded(tensor_parallel_size) for group in groups]
+        return tuple(groups)
 
     def kv_bytes_per_token(self, kv_element_bytes: int) -> int:
         """K and V for one token across all layers (the sum over `kv_groups`)."""
@@ -131,15 +166,6 @@ class ModelConfig:
         """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them."""
         per_layer = 2 * self.hidden_size + (2 * self.head_dim if self.qk_norm else 0)
         return self.num_layers * per_layer + self.hidden_size
-
-    def check_context(self, max_model_len: int) -> None:
-        """Refuse a context longer than the sliding window: kvbench would attend past it."""
-        if self.sliding_window is not None and self.sliding_window < max_model_len:
-            raise KvbenchInputError(
-                f"model {self.name} has sliding_window {self.sliding_window}, shorter than its "
-                f"{max_model_len}-token context (max_model_len), and kvbench has no sliding-"
-                f"window attention; use --max-model-len {self.sliding_window}"
-            )
 
     def check_tensor_parallel(self, tensor_parallel_size: int) -> None:
         """Heads must split evenly over the GPUs (KV heads too: no KV-head replication)."""
@@ -208,7 +234,7 @@ class ModelConfig:
                 mlp_bias=model_type == "llama" and bool(hf.get("mlp_bias", False)),
                 qk_norm=qwen3_like,
                 rope_scaling=_rope_scaling(hf, name),
-                sliding_window=_sliding_window(hf, name, model_type),
+                **_windows(hf, name, model_type),
                 **_experts(hf, name, model_type),
             )
         except (TypeError, ValueError) as err:
@@ -342,18 +368,32 @@ def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
     return dict(scaling)
 
 
-def _sliding_window(hf: dict[str, Any], name: str, model_type: str) -> int | None:
-    """The attention window, or None; Qwen2 only uses it when `use_sliding_window` is set.
+def _windows(hf: dict[str, Any], name: str, model_type: str) -> dict[str, Any]:
+    """`sliding_window` and `layer_types` as transformers applies them to the model type."""
+    window = _sliding_window(hf, name, model_type)
+    if window is None:
+        return {"sliding_window": None, "layer_types": ()}
+    layer_types = hf.get("layer_types")
+    if layer_types is None and model_type in ("qwen2", "qwen3"):
+        # transformers' Qwen2/Qwen3 configs window the layers from max_window_layers on
+        first = hf.get("max_window_layers", 28)
+        layer_types = ["full_attention" if i < first else "sliding_attention"
+                       for i in range(hf["num_hidden_layers"])]
+    if model_type in ("mistral", "qwen3_moe") and layer_types is None:
+        layer_types = []
+    return {"sliding_window": window, "layer_types": tuple(layer_types or ())}
 
-    Qwen2 windows only its upper layers (`max_window_layers`), but any window shorter than the
-    context makes some layer differ, so one window for the model is enough to refuse it.
-    """
+
+def _sliding_window(hf: dict[str, Any], name: str, model_type: str) -> int | None:
+    """The attention window, or None; Qwen2 only uses it when `use_sliding_window` is set
+    (its layers from `max_window_layers` on: `_windows`), and Mistral's defaults to 4096 as
+    transformers' MistralConfig does."""
     if model_type == "qwen3":
         return _qwen3_sliding_window(hf, name)
     if model_type == "qwen3_moe":  # transformers windows every layer, with use_sliding_window
         window = hf.get("sliding_window", 4096) if hf.get("use_sliding_window", False) else None
         return None if window is None else _checked_window(window, name)
-    window = hf.get("sliding_window")
+    window = hf.get("sliding_window", 4096 if model_type == "mistral" else None)
     if window is None:
         return None
     if model_type == "qwen2" and not hf.get("use_sliding_window", False):
@@ -380,7 +420,7 @@ def _qwen3_sliding_window(hf: dict[str, Any], name: str) -> int | None:
 
     As transformers' Qwen3Config: the window exists only with `use_sliding_window`, and the
     layers it applies to are those `layer_types` names `sliding_attention`, or without that
-    key those from `max_window_layers` on. The window is returned for `check_context`.
+    key those from `max_window_layers` on.
     """
     window = hf.get("sliding_window") if hf.get("use_sliding_window", False) else None
     layer_types = hf.get("layer_types")

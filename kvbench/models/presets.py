@@ -114,8 +114,7 @@ PRESETS: dict[str, ModelConfig] = {
         rms_norm_eps=1e-6,
         qk_norm=True,
     ),
-    # Mistral-7B v0.1 shapes. kvbench has no sliding-window attention, so its 4096-token window
-    # is declared and runs are refused past it (`--max-model-len 4096` or less).
+    # Mistral-7B v0.1 shapes: every layer attends to its last 4096 tokens.
     "mistral-7b": ModelConfig(
         name="mistral-7b",
         vocab_size=32000,

@@ -24,8 +24,11 @@ E4M3_SUBNORMAL_ABS = 2.0**-10
 
 
 def naive_varlen(q, k_cache, v_cache, query_start_loc, seq_lens, slot_of, softmax_scale,
-                 k_scale=None, v_scale=None):
-    """Causal attention one (query token, head) at a time. `slot_of(seq, pos) -> int`."""
+                 k_scale=None, v_scale=None, sliding_window=None, softcap=None, sinks=None):
+    """Causal attention one (query token, head) at a time. `slot_of(seq, pos) -> int`.
+
+    A window keeps keys j with pos - W < j <= pos; a soft cap maps each score s to
+    c * tanh(s / c); a sink adds exp(sink) to the softmax's denominator only."""
     num_q_heads = q.shape[1]
     num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
@@ -35,7 +38,8 @@ def naive_varlen(q, k_cache, v_cache, query_start_loc, seq_lens, slot_of, softma
         q_len = starts[i + 1] - starts[i]
         for t in range(q_len):
             pos = seq_len - q_len + t
-            slots = [slot_of(i, j) for j in range(pos + 1)]
+            lowest = 0 if sliding_window is None else max(0, pos - sliding_window + 1)
+            slots = [slot_of(i, j) for j in range(lowest, pos + 1)]
             for h in range(num_q_heads):
                 kvh = h // group
                 ks = _head_scale(k_scale, kvh)
@@ -44,10 +48,15 @@ def naive_varlen(q, k_cache, v_cache, query_start_loc, seq_lens, slot_of, softma
                 scores = []
                 for s in slots:
                     kv = k_cache[s, kvh].double() * (ks if ref.is_fp8(k_cache) else 1.0)
-                    scores.append(float(qv @ kv) * softmax_scale)
+                    score = float(qv @ kv) * softmax_scale
+                    if softcap is not None:
+                        score = softcap * math.tanh(score / softcap)
+                    scores.append(score)
                 mx = max(scores)
                 weights = [math.exp(x - mx) for x in scores]
                 total = sum(weights)
+                if sinks is not None:
+                    total += math.exp(float(sinks[h]) - mx)
                 acc = torch.zeros(q.shape[2], dtype=torch.float64)
                 for w, s in zip(weights, slots, strict=True):
                     acc += (w / total) * v_cache[s, kvh].double() * (vs if ref.is_fp8(v_cache) else 1.0)
@@ -128,6 +137,72 @@ def test_paged_attention_matches_naive(num_q_heads, num_kv_heads, block_size):
     want = naive_varlen(b["q"], b["k_cache"], b["v_cache"], b["query_start_loc"], b["seq_lens"],
                         paged_slot_of(b["block_tables"], block_size), b["softmax_scale"])
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+VARIANTS = [
+    dict(sliding_window=5),
+    dict(sliding_window=1),
+    dict(softcap=2.0),
+    dict(sinks=True),
+    dict(sliding_window=7, softcap=3.0, sinks=True),
+]
+
+
+def _variant(kw, num_q_heads):
+    kw = dict(kw)
+    if kw.pop("sinks", False):
+        kw["sinks"] = torch.linspace(-1.0, 2.0, num_q_heads)
+    return kw
+
+
+def _stale_before_window(b, window, block_size):
+    """Point every table entry wholly before each sequence's window at one poisoned block (as
+    a strategy that frees them leaves them): a kernel that reads it gives NaN."""
+    tables = b["block_tables"].clone()
+    unused = set(range(b["k_cache"].shape[0] // block_size)) - set(tables.flatten().tolist())
+    poison = min(unused)
+    b["k_cache"][poison * block_size:(poison + 1) * block_size] = float("nan")
+    b["v_cache"][poison * block_size:(poison + 1) * block_size] = float("nan")
+    starts = b["query_start_loc"].tolist()
+    for i, n in enumerate(b["seq_lens"].tolist()):
+        first = ref.first_visible(n, starts[i + 1] - starts[i], window)
+        tables[i, : first // block_size] = poison
+    return tables
+
+
+@pytest.mark.parametrize("num_q_heads,num_kv_heads", GQA)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_attention_variants_match_naive(num_q_heads, num_kv_heads, variant):
+    """Window, soft cap and sinks, in prefill and decode, paged and contiguous, against the
+    naive loop; a window's paged reads skip the blocks before it."""
+    block_size = 4
+    kw = _variant(variant, num_q_heads)
+    window = kw.get("sliding_window")
+    b = make_batch(num_q_heads + 3, num_seqs=4, num_q_heads=num_q_heads,
+                   num_kv_heads=num_kv_heads, head_dim=8, block_size=block_size, max_len=31)
+    tables = (_stale_before_window(b, window, block_size) if window
+              else b["block_tables"])
+    want = naive_varlen(b["q"], b["kc"], b["vc"], b["query_start_loc"], b["seq_lens"],
+                        contiguous_slot_of(b["start_slots"]), b["softmax_scale"], **kw)
+    paged = ref.paged_attention(b["q"], b["k_cache"], b["v_cache"], tables,
+                                b["query_start_loc"], b["seq_lens"], block_size,
+                                b["softmax_scale"], **kw)
+    contig = ref.contiguous_attention(b["q"], b["kc"], b["vc"], b["start_slots"],
+                                      b["query_start_loc"], b["seq_lens"], b["softmax_scale"],
+                                      **kw)
+    torch.testing.assert_close(paged.double(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(contig.double(), want, rtol=1e-5, atol=1e-6)
+
+    d = _decode_batch(num_q_heads + 5, num_q_heads, num_kv_heads, block_size=block_size)
+    tables = _stale_before_window(d, window, block_size) if window else d["block_tables"]
+    want = naive_varlen(d["q"], d["kc"], d["vc"], d["query_start_loc"], d["seq_lens"],
+                        contiguous_slot_of(d["start_slots"]), d["softmax_scale"], **kw)
+    paged_dec = ref.paged_decode_attention(d["q"], d["k_cache"], d["v_cache"], tables,
+                                           d["seq_lens"], block_size, d["softmax_scale"], **kw)
+    contig_dec = ref.contiguous_decode_attention(d["q"], d["kc"], d["vc"], d["start_slots"],
+                                                 d["seq_lens"], d["softmax_scale"], **kw)
+    torch.testing.assert_close(paged_dec.double(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(contig_dec.double(), want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("num_q_heads,num_kv_heads", GQA)

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import kvbench
-from kvbench.cli import main
 from kvbench.errors import KvbenchInputError
 from kvbench.kernels import reference as ops
 from kvbench.models.loader import load_model
@@ -141,36 +140,22 @@ def test_unimplemented_field_is_refused_naming_the_key(case, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("model_type", "fields"),
+    ("config_class", "fields"),
     [
-        ("mistral", dict(sliding_window=32)),
-        ("qwen2", dict(use_sliding_window=True, sliding_window=32, max_window_layers=0)),
+        ("MistralConfig", dict(sliding_window=16)),
+        ("Qwen2Config", dict(use_sliding_window=True, sliding_window=16, max_window_layers=1)),
     ],
 )
-def test_window_shorter_than_context_is_refused_with_a_way_out(model_type, fields, tmp_path,
-                                                              capsys):
-    """The CLI line names sliding_window and --max-model-len; nothing is written."""
-    make_checkpoint(tmp_path / "m", f"{model_type.capitalize()}Config",
-                    **fields)
-    capsys.readouterr()  # transformers' save progress bar
-    out = tmp_path / "out"
-    code = main(["run", "--model", str(tmp_path / "m"), "--out", str(out)])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.count("\n") == 1 and err.startswith("kvbench: error:")
-    assert "sliding_window 32" in err and "--max-model-len 32" in err
-    assert not out.exists() or not any(out.iterdir())
-
-
-def test_window_covering_the_context_runs_with_max_model_len(tmp_path):
-    """The way out the refusal names works: within the window kvbench matches transformers."""
+def test_window_shorter_than_the_context_matches_transformers(config_class, fields, tmp_path):
+    """Prompts and generations several times the window: each windowed layer attends to its
+    last W tokens only, as transformers' does (Qwen2: the layers from max_window_layers on)."""
     from tests.models.test_parity_hf import hf_greedy
 
-    hf_model = make_checkpoint(tmp_path, "MistralConfig", sliding_window=32)
-    prompts = random_prompts(2, 512, seed=6, min_len=5, max_len=20)
-    got = kvbench.generate(prompts, 12, model=str(tmp_path), kv_memory="1MiB", max_model_len=32,
-                           max_num_batched_tokens=64)
-    assert got == hf_greedy(hf_model, prompts, 12)
+    hf_model = make_checkpoint(tmp_path, config_class, **fields)
+    prompts = random_prompts(2, 512, seed=6, min_len=40, max_len=70)
+    got = kvbench.generate(prompts, 24, model=str(tmp_path), kv_memory="1MiB", max_model_len=128,
+                           max_num_batched_tokens=128)
+    assert got == hf_greedy(hf_model, prompts, 24)
 
 
 def test_llama_ignores_sliding_window_as_transformers_does(tmp_path):
@@ -179,12 +164,8 @@ def test_llama_ignores_sliding_window_as_transformers_does(tmp_path):
 
 
 def test_mistral_preset_declares_its_window():
-    """The preset's shape is Mistral-7B v0.1: runs past its 4096-token window are refused."""
-    from kvbench.build.engine_build import resolve_lengths
-    from kvbench.config import EngineConfig
+    """The preset's shape is Mistral-7B v0.1: every layer one 4096-token sliding-window group."""
     from kvbench.models.presets import get_preset
 
-    preset = get_preset("mistral-7b")
-    with pytest.raises(KvbenchInputError, match="--max-model-len 4096"):
-        resolve_lengths(EngineConfig(model="mistral-7b"), preset)
-    assert resolve_lengths(EngineConfig(model="mistral-7b", max_model_len=4096), preset)[0] == 4096
+    (group,) = get_preset("mistral-7b").kv_groups(2)
+    assert (group.attention, group.window, group.num_layers) == ("sliding", 4096, 32)

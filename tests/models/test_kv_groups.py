@@ -38,6 +38,8 @@ def test_groups_sum_and_unknown_kinds_are_refused():
     assert kv_bytes_per_token((a, b)) == 2 * 2 * 4 * 64 * 2 + 3 * 2 * 2 * 64 * 2
     assert a.formula() == "2 (K,V) x 2 layers x 4 KV heads x 64 head dim x 2 B"
     with pytest.raises(ValueError, match="unknown KV group kind"):
+        KVGroup((0,), 4, 64, 2, attention="linear")
+    with pytest.raises(ValueError, match="needs a window"):
         KVGroup((0,), 4, 64, 2, attention="sliding")
     with pytest.raises(ValueError, match="no window"):
         KVGroup((0,), 4, 64, 2, window=128)

@@ -148,11 +148,10 @@ def test_unimplemented_mixtral_field_is_refused_naming_the_key(case, tmp_path):
         resolve_model_config(write_mixtral_config(tmp_path / "m", **fields))
 
 
-def test_a_window_shorter_than_the_context_is_refused(tmp_path):
+def test_a_window_applies_to_every_layer(tmp_path):
+    """As transformers' MixtralAttention: one window for every layer."""
     config = resolve_model_config(write_mixtral_config(tmp_path / "m", sliding_window=32))
-    assert config.sliding_window == 32
-    with pytest.raises(KvbenchInputError, match="sliding_window 32"):
-        config.check_context(512)
+    assert [config.layer_window(i) for i in range(config.num_layers)] == [32] * config.num_layers
 
 
 # Presets and sizing -------------------------------------------------------------------------

@@ -152,13 +152,11 @@ def test_router_logits_output_is_accepted(tmp_path):
     assert config.is_moe
 
 
-def test_a_window_shorter_than_the_context_is_refused(tmp_path):
+def test_use_sliding_window_windows_every_layer(tmp_path):
     """transformers windows every layer once use_sliding_window is set."""
     config = resolve_model_config(write_qwen3_moe_config(
         tmp_path / "m", use_sliding_window=True, sliding_window=32))
-    assert config.sliding_window == 32
-    with pytest.raises(KvbenchInputError, match="sliding_window 32"):
-        config.check_context(512)
+    assert [config.layer_window(i) for i in range(config.num_layers)] == [32] * config.num_layers
     unset = resolve_model_config(write_qwen3_moe_config(tmp_path / "n", sliding_window=32))
     assert unset.sliding_window is None
 
