@@ -1,0 +1,102 @@
+"""YaRN rope scaling (rope_type "yarn"), as transformers' `_compute_yarn_parameters` computes it.
+
+Low rotary frequencies (wavelengths longer than the pretraining context) are divided by
+`factor`, high ones kept, with a linear ramp between the dimensions that `beta_fast` and
+`beta_slow` rotations bound over `original_max_position_embeddings` (floored and ceiled
+unless `truncate` is false, as gpt-oss sets it). cos and sin are then multiplied by an
+attention factor: `attention_factor` when given, else 0.1 ln(factor) + 1, or the ratio of
+the two mscale terms when `mscale` and `mscale_all_dim` are both set.
+
+`yarn_scaling` checks a config's dict without torch (sizing reads configs torch-free).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from kvbench.errors import KvbenchInputError
+
+if TYPE_CHECKING:  # torch only where frequencies are computed: sizing checks configs without it
+    import torch
+
+YARN_FIELDS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+               "truncate", "attention_factor", "mscale", "mscale_all_dim")
+# Keys a rope dict carries beside the scaling's own: its kind, and the base (rope_parameters
+# holds rope_theta in transformers 5).
+_ROPE_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+
+
+def yarn_scaling(scaling: dict[str, Any], name: str) -> dict[str, Any]:
+    """The YaRN fields of `scaling`, checked; refuses a key YaRN does not read, naming it."""
+    unknown = sorted(set(scaling) - set(YARN_FIELDS) - set(_ROPE_KEYS))
+    if unknown:
+        raise KvbenchInputError(
+            f"model {name}: config.json rope_scaling (yarn) key {unknown[0]!r} is not "
+            f"implemented (kvbench's YaRN reads {', '.join(YARN_FIELDS)})"
+        )
+    if "original_max_position_embeddings" not in scaling:
+        raise KvbenchInputError(
+            f"model {name}: config.json rope_scaling (yarn) lacks original_max_position_embeddings")
+    for key in ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                "attention_factor", "mscale", "mscale_all_dim"):
+        value = scaling.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise KvbenchInputError(
+                f"model {name}: config.json rope_scaling {key} must be a positive number, "
+                f"got {value!r}"
+            )
+    if scaling.get("factor") is None:
+        raise KvbenchInputError(f"model {name}: config.json rope_scaling (yarn) lacks factor")
+    truncate = scaling.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise KvbenchInputError(
+            f"model {name}: config.json rope_scaling truncate must be true or false, "
+            f"got {truncate!r}")
+    return {key: scaling[key] for key in YARN_FIELDS if key in scaling} | {"rope_type": "yarn"}
+
+
+def yarn_attention_factor(scaling: dict[str, Any]) -> float:
+    """The factor YaRN multiplies cos and sin by."""
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    factor = scaling["factor"]
+
+    def mscale_of(scale: float, mscale: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    if mscale and mscale_all_dim:
+        return float(mscale_of(factor, mscale) / mscale_of(factor, mscale_all_dim))
+    return mscale_of(factor)
+
+
+def yarn_inv_freq(head_dim: int, rope_theta: float, scaling: dict[str, Any]) -> torch.Tensor:
+    """The `[head_dim / 2]` float32 inverse frequencies of YaRN."""
+    # torch: only when a model is built
+    import torch
+
+    factor = scaling["factor"]
+    original = scaling["original_max_position_embeddings"]
+    beta_fast = scaling.get("beta_fast") or 32
+    beta_slow = scaling.get("beta_slow") or 1
+
+    def correction_dim(rotations: float) -> float:
+        return (head_dim * math.log(original / (rotations * 2 * math.pi))) / (
+            2 * math.log(rope_theta))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001  # a ramp of one point would divide by zero
+    ramp = torch.clamp((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low),
+                       0, 1)
+    pos_freqs = rope_theta ** (torch.arange(0, head_dim, 2).to(dtype=torch.float) / head_dim)
+    extrapolation = 1.0 / pos_freqs
+    interpolation = 1.0 / (factor * pos_freqs)
+    kept = 1 - ramp  # the share of each dimension's frequency left unscaled
+    return interpolation * (1 - kept) + extrapolation * kept
