@@ -123,11 +123,15 @@ class ModelExecutor(TensorExecutor):
         self.device = device
         self.backend_name = backend_name
         self.softmax_scale = self.config.head_dim**-0.5
-        # Each layer's score variant (`kvbench.kernels.reference`): its sliding window, if any.
+        # Each layer's score variant (`kvbench.kernels.reference`): its sliding window, if
+        # any, and its learned sinks (gpt-oss's `self_attn.sinks`), if it has them.
         self.layer_variants: list[dict] = [
             {} if (w := self.config.layer_window(i)) is None else {"sliding_window": w}
             for i in range(self.config.num_layers)
         ]
+        for variant, layer in zip(self.layer_variants, model.model.layers, strict=True):
+            if (sinks := getattr(layer.self_attn, "sinks", None)) is not None:
+                variant["sinks"] = sinks
         self.forward_s = 0.0  # time of the last model forward (excluded from step overhead)
         self.inputs = StepInputs(device)
         self._layout_kind, self._block_size = "paged", 1  # of the step being run

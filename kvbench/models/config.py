@@ -1,5 +1,6 @@
 """Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it; Mixtral and
-Qwen3-MoE swap the MLP for a mixture of SwiGLU experts).
+Qwen3-MoE swap the MLP for a mixture of SwiGLU experts; gpt-oss adds attention sinks, biased
+experts and a clamped SwiGLU: `gpt_oss.py`).
 
 `from_hf_config` reads a Hugging Face `config.json`. Every field that changes the model's
 arithmetic is either implemented here and in `llama.py` (each with a parity test against
@@ -14,10 +15,11 @@ from typing import Any
 
 from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
+from kvbench.models.rope_yarn import yarn_scaling
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral", "gpt_oss")
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
-SUPPORTED_ROPE_TYPES = ("default", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "llama3", "yarn")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
@@ -58,6 +60,19 @@ class ModelConfig:
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = True
     dense_layers: tuple[int, ...] = ()
+    # gpt-oss: a learned logit per query head that joins each softmax's denominator.
+    attention_sinks: bool = False
+    # gpt-oss's experts: biases on the router and on each expert's projections, and the
+    # clamped SwiGLU (gate clamped above, up on both sides, at swiglu_limit; then
+    # (up + 1) * gate * sigmoid(swiglu_alpha * gate)). None: the plain SwiGLU.
+    moe_bias: bool = False
+    swiglu_limit: float | None = None
+    swiglu_alpha: float = 1.702
+    # The checkpoint's weight quantization ("mxfp4": gpt-oss's published experts): sizing
+    # reads the shape alone, while loading such a folder's weights is refused.
+    weights_quantization: str | None = None
+    # The decoder that computes it: "llama" (llama.py) or "gpt_oss" (gpt_oss.py).
+    architecture: str = "llama"
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -148,7 +163,11 @@ class ModelConfig:
         dense_mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
         # every expert counted, plus the router's [experts, hidden] weight
         moe_mlp = self.num_local_experts * (3 * h * self.moe_intermediate_size + h)
+        if self.moe_bias:  # each expert's gate, up and down biases, and the router's
+            moe_mlp += self.num_local_experts * (self._expert_bias_parameters() + 1)
         per_layer = attn + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
+        if self.attention_sinks:
+            per_layer += self.num_heads
         moe_layers = self.num_moe_layers
         mlps = moe_layers * moe_mlp + (self.num_layers - moe_layers) * dense_mlp
         embed = v * h * (1 if self.tie_word_embeddings else 2)
@@ -159,8 +178,13 @@ class ModelConfig:
         if not self.is_moe:
             return self.num_parameters()
         idle = self.num_local_experts - self.num_experts_per_tok
-        return self.num_parameters() - self.num_moe_layers * idle * 3 * self.hidden_size * (
-            self.moe_intermediate_size)
+        per_expert = 3 * self.hidden_size * self.moe_intermediate_size
+        if self.moe_bias:
+            per_expert += self._expert_bias_parameters()
+        return self.num_parameters() - self.num_moe_layers * idle * per_expert
+
+    def _expert_bias_parameters(self) -> int:
+        return 2 * self.moe_intermediate_size + self.hidden_size
 
     def num_norm_parameters(self) -> int:
         """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them."""
@@ -193,6 +217,8 @@ class ModelConfig:
                 f"model {name}: model_type {model_type!r} is not supported "
                 f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
             )
+        if model_type == "gpt_oss":
+            return _gpt_oss_config(hf, name)
         _refuse_unimplemented(hf, name, model_type)
         try:
             num_heads = _positive_int(hf, "num_attention_heads", name)
@@ -354,6 +380,14 @@ def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
         )
     if kind in (None, "default"):
         return None
+    if kind == "yarn":
+        # As transformers standardises the dict: a top-level original_max_position_embeddings
+        # wins, and without one the pretraining length is max_position_embeddings.
+        original = hf.get("original_max_position_embeddings") or scaling.get(
+            "original_max_position_embeddings", hf.get("max_position_embeddings"))
+        if original is not None:
+            scaling = {**scaling, "original_max_position_embeddings": original}
+        return yarn_scaling(scaling, name)
     if kind != "llama3":
         raise KvbenchInputError(
             f"model {name}: config.json rope_scaling type {kind!r} is not implemented "
@@ -448,3 +482,109 @@ def _qwen3_sliding_window(hf: dict[str, Any], name: str) -> int | None:
                 "window is set (sliding_window with use_sliding_window true)"
             )
     return _checked_window(window, name) if windowed else None
+
+
+# transformers' GptOssConfig rope when config.json gives none (truncate false, unlike YaRN's).
+GPT_OSS_DEFAULT_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                        "truncate": False, "original_max_position_embeddings": 4096}
+
+
+def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
+    """gpt-oss as transformers' GptOssConfig and GptOssForCausalLM read it (defaults: the 120B).
+
+    Every layer is a mixture of biased experts with the clamped SwiGLU; attention has biases
+    on q, k, v and o (attention_bias) and learned sinks; layers alternate sliding-window and
+    full attention unless layer_types says otherwise. hidden_act is not read (the experts'
+    activation is fixed), nor are the training-only router_aux_loss_coef,
+    output_router_logits and attention_dropout. The published checkpoints' mxfp4
+    quantization_config is kept in `weights_quantization`: sizing needs the shape only.
+    """
+    try:
+        num_layers = _positive_int(hf, "num_hidden_layers", name, default=36)
+        experts_key = "num_experts" if "num_experts" in hf else "num_local_experts"
+        experts = _positive_int(hf, experts_key, name, default=128)
+        top_k = _positive_int(hf, "num_experts_per_tok", name, default=4)
+        if top_k > experts:
+            raise KvbenchInputError(
+                f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
+                f"{experts}")
+        bias = hf.get("attention_bias", True)
+        if not isinstance(bias, bool):
+            raise KvbenchInputError(
+                f"model {name}: config.json attention_bias must be true or false, got {bias!r}")
+        rope_given = hf.get("rope_scaling") or hf.get("rope_parameters")
+        max_positions = _positive_int(hf, "max_position_embeddings", name, default=131072)
+        rope_hf = {**hf, "max_position_embeddings": max_positions,
+                   "rope_scaling": rope_given or GPT_OSS_DEFAULT_ROPE}
+        return ModelConfig(
+            name=name,
+            vocab_size=_positive_int(hf, "vocab_size", name, default=201088),
+            hidden_size=_positive_int(hf, "hidden_size", name, default=2880),
+            intermediate_size=_positive_int(hf, "intermediate_size", name, default=2880),
+            num_layers=num_layers,
+            num_heads=_positive_int(hf, "num_attention_heads", name, default=64),
+            num_kv_heads=_positive_int(hf, "num_key_value_heads", name, default=8),
+            head_dim=_positive_int(hf, "head_dim", name, default=64),
+            max_position_embeddings=max_positions,
+            rope_theta=float(hf.get("rope_theta")
+                             or (hf.get("rope_parameters") or {}).get("rope_theta")
+                             or 150000.0),
+            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            attention_bias=bias,
+            o_proj_bias=bias,
+            rope_scaling=_rope_scaling(rope_hf, name),
+            **_gpt_oss_windows(hf, name, num_layers),
+            num_local_experts=experts,
+            num_experts_per_tok=top_k,
+            norm_topk_prob=True,  # softmax over the chosen k logits: weights sum to 1
+            attention_sinks=True,
+            moe_bias=True,
+            swiglu_limit=_positive_number(hf, "swiglu_limit", name, 7.0),
+            swiglu_alpha=_positive_number(hf, "swiglu_alpha", name, 1.702),
+            weights_quantization=_gpt_oss_quantization(hf, name),
+            architecture="gpt_oss",
+        )
+    except (TypeError, ValueError) as err:
+        raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
+
+
+def _positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:
+    value = hf.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _gpt_oss_windows(hf: dict[str, Any], name: str, num_layers: int) -> dict[str, Any]:
+    """The window (default 128) and layer_types (default: even layers sliding, odd full)."""
+    window = hf.get("sliding_window", 128)
+    layer_types = hf.get("layer_types")
+    if layer_types is None:
+        layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention"
+                       for i in range(num_layers)]
+    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+        raise KvbenchInputError(
+            f"model {name}: config.json layer_types must list one type per layer "
+            f"(num_hidden_layers), got {layer_types!r:.80}")
+    unknown = sorted({str(t) for t in layer_types if t not in LAYER_TYPES})
+    if unknown:
+        raise KvbenchInputError(
+            f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
+            f"(supported: {', '.join(LAYER_TYPES)})")
+    if window is None:  # transformers' sliding layers attend to everything without a window
+        return {"sliding_window": None, "layer_types": ()}
+    return {"sliding_window": _checked_window(window, name), "layer_types": tuple(layer_types)}
+
+
+def _gpt_oss_quantization(hf: dict[str, Any], name: str) -> str | None:
+    quantization = hf.get("quantization_config")
+    if not quantization:
+        return None
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    if method != "mxfp4":
+        raise KvbenchInputError(
+            f"model {name}: config.json quantization_config ({method or '?'}) is not "
+            "implemented (gpt-oss: mxfp4 experts, for sizing only)")
+    return method

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
+from kvbench.models.rope_yarn import yarn_attention_factor, yarn_inv_freq
 
 # attention(layer_index, q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D]) -> [T, Hq, D]
 AttentionFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -36,6 +37,9 @@ class RMSNorm(nn.Module):
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     dim = config.head_dim
+    scaling = config.rope_scaling
+    if scaling and scaling.get("rope_type") == "yarn":
+        return yarn_inv_freq(dim, config.rope_theta, scaling)
     inv_freq = 1.0 / (
         config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
     )
@@ -53,6 +57,14 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
         medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
         inv_freq = torch.where(medium, blended, scaled)
     return inv_freq
+
+
+def rope_attention_factor(config: ModelConfig) -> float:
+    """What cos and sin are multiplied by (YaRN's attention factor; 1 otherwise)."""
+    scaling = config.rope_scaling
+    if scaling and scaling.get("rope_type") == "yarn":
+        return yarn_attention_factor(scaling)
+    return 1.0
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -164,30 +176,37 @@ class DecoderLayer(nn.Module):
 
 
 class _Backbone(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, layer_class: type[nn.Module]) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
+        self.layers = nn.ModuleList(layer_class(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
 class LlamaDecoder(nn.Module):
     """`forward` runs the flattened tokens of a batch (prefills and decodes together)."""
 
+    # The decoder layer; a family with other layers (gpt_oss.py) swaps its own in.
+    layer_class: type[nn.Module] = DecoderLayer
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        self.model = _Backbone(config)
+        self.model = _Backbone(config, self.layer_class)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
+        self.rope_attention_factor = rope_attention_factor(config)
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        if self.rope_attention_factor != 1.0:
+            cos, sin = cos * self.rope_attention_factor, sin * self.rope_attention_factor
         # [T, 1, D]: broadcast over heads
-        return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
+        return cos.to(dtype)[:, None, :], sin.to(dtype)[:, None, :]
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn

@@ -1,4 +1,5 @@
-"""Building a `LlamaDecoder`: seeded random ("dummy") weights or a local Hugging Face folder."""
+"""Building a decoder (`LlamaDecoder`, or its gpt-oss subclass): seeded random ("dummy")
+weights or a local Hugging Face folder."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
+from kvbench.models.gpt_oss import GptOssDecoder
 from kvbench.models.llama import LlamaDecoder, rope_inv_freq
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.presets import PRESETS
@@ -94,14 +96,19 @@ def load_model(
     `available` tells the device's free bytes (see `check_memory`).
     """
     config = resolve_model_config(model)
+    folder = None if model in PRESETS else Path(model)
+    if folder is not None and config.weights_quantization:
+        raise KvbenchInputError(
+            f"model folder {folder}: config.json quantization_config "
+            f"({config.weights_quantization}) is not implemented: kvbench loads float32, "
+            "bfloat16 or float16 weights (the estimate and the simulator size it as it is)")
     device = torch.device(device)
     check_memory(need or memory_need(config, dtype), device, available)
-    folder = None if model in PRESETS else Path(model)
     files = _weight_files(folder) if folder is not None else []
     with torch.device("meta"):
         # Cast while on meta: materialised in float32 first, a bfloat16 model would briefly
         # take twice the bytes the memory check allowed.
-        decoder = LlamaDecoder(config).to(dtype=dtype)
+        decoder = decoder_class(config)(config).to(dtype=dtype)
     decoder = decoder.to_empty(device=device)
     if config.tie_word_embeddings:  # materialising meta tensors unties shared parameters
         decoder.lm_head.weight = decoder.model.embed_tokens.weight
@@ -112,6 +119,11 @@ def load_model(
     decoder.inv_freq = rope_inv_freq(config).to(device)  # keep RoPE frequencies in float32
     decoder.eval()
     return decoder, config
+
+
+def decoder_class(config: ModelConfig) -> type[LlamaDecoder]:
+    """The module that computes `config`'s architecture."""
+    return GptOssDecoder if config.architecture == "gpt_oss" else LlamaDecoder
 
 
 # Floating dtypes a checkpoint may store weights in; anything else (int8, fp8 with scales)
@@ -145,7 +157,9 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
             try:
                 with safe_open(str(file), framework="pt") as reader:
                     for name in reader.keys():
-                        if FUSED_EXPERTS.search(name):
+                        if name in expected:  # held under the checkpoint's own name
+                            _copy_tensor(reader, file, name, expected, loaded)
+                        elif FUSED_EXPERTS.search(name):
                             _copy_fused_experts(reader, file, name, expected, loaded)
                         elif expert := NAMED_EXPERT.search(name):
                             _copy_tensor(_OneTensor(reader.get_tensor(name)), file,

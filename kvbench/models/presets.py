@@ -5,6 +5,36 @@ from __future__ import annotations
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 
+
+def _gpt_oss(name: str, num_layers: int, num_local_experts: int) -> ModelConfig:
+    """gpt-oss's shape: the 20B and 120B differ only in layers and experts."""
+    return ModelConfig(
+        name=name,
+        vocab_size=201088,
+        hidden_size=2880,
+        intermediate_size=2880,
+        num_layers=num_layers,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=64,
+        max_position_embeddings=131072,
+        rope_theta=150000.0,
+        attention_bias=True,
+        o_proj_bias=True,
+        rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                      "truncate": False, "original_max_position_embeddings": 4096},
+        sliding_window=128,
+        layer_types=tuple("sliding_attention" if i % 2 == 0 else "full_attention"
+                          for i in range(num_layers)),
+        num_local_experts=num_local_experts,
+        num_experts_per_tok=4,
+        attention_sinks=True,
+        moe_bias=True,
+        swiglu_limit=7.0,
+        architecture="gpt_oss",
+    )
+
+
 PRESETS: dict[str, ModelConfig] = {
     # CPU default: small enough that a chat workload runs in seconds on 2 cores,
     # GQA (4 query heads per KV head) so the grouped-query path is always exercised.
@@ -180,6 +210,12 @@ PRESETS: dict[str, ModelConfig] = {
         moe_intermediate_size=1536,
         norm_topk_prob=True,
     ),
+    # openai/gpt-oss-20b's and -120b's config.json: attention with biases and sinks on 64
+    # query heads of 64, layers alternating a 128-token window and full attention, YaRN
+    # (factor 32 over 4096 positions), every layer a mixture of biased experts with the
+    # clamped SwiGLU. Published with mxfp4 experts; a preset runs on random float weights.
+    "gpt-oss-20b": _gpt_oss(name="gpt-oss-20b", num_layers=24, num_local_experts=32),
+    "gpt-oss-120b": _gpt_oss(name="gpt-oss-120b", num_layers=36, num_local_experts=128),
 }
 
 

@@ -151,7 +151,7 @@ class KVEstimate:
     mean_len: int
     strategies: dict[str, StrategyFit] = field(default_factory=dict)
     kv_utilization_comparison: UtilizationComparison | None = None
-    kv_groups: tuple[KVGroup, ...] = ()  # what kv_bytes_per_token sums (not in `to_dict`)
+    kv_groups: tuple[KVGroup, ...] = ()  # what kv_bytes_per_token sums
     # Parameters one token computes with: a mixture of experts' top-k experts, not all of them
     # (`num_parameters` for a dense model). None where `num_parameters` is.
     active_parameters: int | None = None
@@ -170,6 +170,7 @@ class KVEstimate:
             "block_size": self.block_size,
             "tokens_per_request": self.tokens_per_request,
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_groups": [_group_dict(group) for group in self.kv_groups],
             "kv_bytes_per_request": self.kv_bytes_per_request,
             "kv_bytes_total": self.kv_bytes_total,
             "gpu_memory_bytes": self.gpu_memory_bytes,
@@ -191,6 +192,13 @@ class KVEstimate:
                 self.kv_utilization_comparison.to_dict() if self.kv_utilization_comparison else None
             ),
         }
+
+
+def _group_dict(group: KVGroup) -> dict[str, Any]:
+    """One KV group's share of `kv_bytes_per_token` (a window group's layers hold at most
+    `window` tokens of a sequence once an allocator frees what lies before it)."""
+    return {"attention": group.attention, "window": group.window,
+            "num_layers": group.num_layers, "kv_bytes_per_token": group.bytes_per_token}
 
 
 @dataclass(frozen=True)

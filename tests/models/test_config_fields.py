@@ -38,6 +38,11 @@ VARIANTS = {
     "llama-rope-theta-500k": ("LlamaConfig", dict(rope_parameters={"rope_type": "default",
                                                                   "rope_theta": 500000.0})),
     "llama-swish": ("LlamaConfig", dict(hidden_act="swish")),
+    # YaRN over 64 original positions; without the key, over max_position_embeddings
+    "llama-rope-yarn": ("LlamaConfig", dict(rope_parameters=dict(
+        rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=64))),
+    "qwen3-rope-yarn-default-length": ("Qwen3Config", dict(head_dim=16, rope_parameters=dict(
+        rope_type="yarn", rope_theta=1e6, factor=4.0))),
     "qwen2-qkv-bias": ("Qwen2Config", dict(use_sliding_window=False)),
     "qwen2-tied": ("Qwen2Config", dict(tie_word_embeddings=True)),
     "mistral-window-covers-context": ("MistralConfig", dict(sliding_window=256)),
@@ -118,8 +123,8 @@ REFUSED = {
     "gelu-tanh": ("llama", dict(hidden_act="gelu_pytorch_tanh"), "hidden_act"),
     "rope-linear": ("llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0}),
                     "rope_scaling"),
-    "rope-yarn": ("llama", dict(rope_parameters={"rope_type": "yarn", "factor": 4.0}),
-                  "rope_scaling"),
+    "rope-yarn-unknown-key": ("llama", dict(rope_parameters={
+        "rope_type": "yarn", "factor": 4.0, "low_freq_factor": 1.0}), "low_freq_factor"),
     "rope-llama3-incomplete": ("llama", dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}),
                                "rope_scaling"),
     "partial-rotary": ("llama", dict(partial_rotary_factor=0.5), "partial_rotary_factor"),

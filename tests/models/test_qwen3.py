@@ -160,9 +160,7 @@ REFUSED = {
         "layer_types"),
     "window-not-an-int": (dict(use_sliding_window=True, sliding_window="32",
                                max_window_layers=0), "sliding_window"),
-    "rope-yarn": (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0,
-                                     "original_max_position_embeddings": 32768}),
-                  "rope_scaling"),
+    "rope-linear": (dict(rope_scaling={"rope_type": "linear", "factor": 4.0}), "rope_scaling"),
 }
 
 

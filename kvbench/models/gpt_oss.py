@@ -1,0 +1,100 @@
+"""gpt-oss: Llama's decoder with learned attention sinks and a mixture of biased experts.
+
+As transformers' GptOssForCausalLM computes it: attention with biases on q, k, v and o and
+one sink logit per query head (`self_attn.sinks`, which the executor passes to the attention
+ops with the layer's window); a router with a bias whose top-k logits are softmaxed over the
+chosen k; experts held fused as the checkpoint stores them (`gate_up_proj` `[E, hidden,
+2 x I]` with gate and up in interleaved columns, `down_proj` `[E, I, hidden]`, each with a
+bias), applying the clamped SwiGLU. Parameter names are the checkpoint's, so its state dict
+loads as it is.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kvbench.models.config import ModelConfig
+from kvbench.models.llama import Attention, AttentionFn, LlamaDecoder, RMSNorm
+
+
+class SinkAttention(Attention):
+    """Llama's attention plus a learned `[heads]` logit that joins each softmax."""
+
+    def __init__(self, config: ModelConfig, layer_index: int) -> None:
+        super().__init__(config, layer_index)
+        self.sinks = nn.Parameter(torch.zeros(config.num_heads))
+
+
+class TopKRouter(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.weight = nn.Parameter(torch.zeros(config.num_local_experts, config.hidden_size))
+        self.bias = nn.Parameter(torch.zeros(config.num_local_experts))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each token's `[T, k]` weights (a softmax over its top-k logits) and experts."""
+        logits = F.linear(x, self.weight, self.bias)
+        top, chosen = torch.topk(logits, self.top_k, dim=-1)
+        return F.softmax(top, dim=-1, dtype=top.dtype), chosen
+
+
+class FusedExperts(nn.Module):
+    """Every expert's weights in one tensor per projection, in the checkpoint's layout."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        e, h, i = config.num_local_experts, config.hidden_size, config.moe_intermediate_size
+        self.gate_up_proj = nn.Parameter(torch.zeros(e, h, 2 * i))
+        self.gate_up_proj_bias = nn.Parameter(torch.zeros(e, 2 * i))
+        self.down_proj = nn.Parameter(torch.zeros(e, i, h))
+        self.down_proj_bias = nn.Parameter(torch.zeros(e, h))
+        self.alpha = config.swiglu_alpha
+        self.limit = config.swiglu_limit
+
+    def clamped_swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
+        gate = gate_up[..., ::2].clamp(max=self.limit)
+        up = gate_up[..., 1::2].clamp(min=-self.limit, max=self.limit)
+        return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(x)
+        # Only the experts some token chose run, each on its own tokens.
+        for expert in torch.unique(chosen).tolist():
+            token_index, slot = torch.where(chosen == expert)
+            gate_up = x[token_index] @ self.gate_up_proj[expert] + self.gate_up_proj_bias[expert]
+            expert_out = (self.clamped_swiglu(gate_up) @ self.down_proj[expert]
+                          + self.down_proj_bias[expert])
+            weighted = expert_out * weights[token_index, slot, None]
+            out.index_add_(0, token_index, weighted.to(out.dtype))
+        return out
+
+
+class GptOssMLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.router = TopKRouter(config)
+        self.experts = FusedExperts(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, chosen = self.router(x)
+        return self.experts(x, weights, chosen)
+
+
+class GptOssDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_index: int) -> None:
+        super().__init__()
+        self.self_attn = SinkAttention(config, layer_index)
+        self.mlp = GptOssMLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attention)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class GptOssDecoder(LlamaDecoder):
+    layer_class = GptOssDecoderLayer
