@@ -291,3 +291,18 @@ def test_simulate_runs_on_an_h100(model, tmp_path, capsys):
     (run_dir,) = out.iterdir()
     saved = json.loads((run_dir / "config.json").read_text())["model_config"]
     assert (saved["num_local_experts"], saved["architecture"]) == (32, "gpt_oss")
+
+
+def test_readme_capacity_of_the_mxfp4_120b_on_one_h100():
+    """README's figure: the published mxfp4 bytes given as --weights-memory (experts at 17/32
+    bytes a parameter, the rest bfloat16) leave 11.23 GiB of KV on an 80 GiB GPU."""
+    config = get_preset("gpt-oss-120b")
+    expert_weights = 36 * 128 * 3 * 2880 * 2880
+    mxfp4_bytes = expert_weights * 17 // 32 + 2 * (config.num_parameters() - expert_weights)
+    assert f"{mxfp4_bytes / 2**30:.2f}" == "60.77"
+    result = CliRunner().invoke(estimate_command, [
+        "--model", "gpt-oss-120b", "--gpu-memory", "80GiB", "--weights-memory", "60.77GiB",
+        "--context", "32768", "--json"])
+    est = json.loads(result.output)
+    assert f"{est['kv_budget_bytes'] / 2**30:.2f}" == "11.23"
+    assert est["kv_capacity_tokens"] == 163_548 and est["kv_bytes_per_token"] == 72 * 1024
