@@ -26,7 +26,8 @@ below 1 leaves room for that, as on a real GPU.
 
 Step-time constants (`StepTimeConstants`, model in `kvbench.simulator.step_time`) are fitted by
 `scripts/simulator_calibration.py` on Vidur's published vLLM kernel profiles of A100-80GB and
-H100-80GB (docs/simulator.md tables each constant's source and the model's error). The A100-40GB
+H100-80GB (docs/simulator.md tables each constant's source and the model's error), except the
+sustained compute fraction, fitted on published end-to-end vLLM runs. The A100-40GB
 takes the A100-80GB constants, the H200 the H100's (same chips, other memory); L4 and RTX 4090
 have no public profile here: they take the A100 constants and are marked `calibrated: False`;
 B200, MI300X and H20 have none either and take the H100's (also `calibrated: False`).
@@ -85,13 +86,17 @@ A100_CONSTANTS = StepTimeConstants(
     cpu_overhead_s=1e-3,
 )
 # Fitted on Vidur's H100-80GB profiles (matmuls, elementwise); attention: A100's efficiencies
-# (no public H100 attention profile), so only the fitted constants differ.
+# (no public H100 attention profile), so only the fitted constants differ. The sustained
+# compute fraction is fitted on published vLLM runs of Qwen3-14B on one H100 SXM, whose
+# prefill-bound throughput is 0.55x what the kernel profiles give (docs/simulator.md,
+# "Checked against published serving runs"); the A100 runs of the same source need none.
 H100_CONSTANTS = replace(
     A100_CONSTANTS,
     gemm_half_tokens=80.0,
     gemm_bandwidth_efficiency=0.90,
     elementwise_bandwidth_efficiency=0.69,
     elementwise_floor_s=3.2 * US,
+    sustained_compute_fraction=0.55,
 )
 
 

@@ -117,6 +117,22 @@ def test_2026_presets_run_in_estimate_and_simulate(tmp_path, capsys):
     assert "mi300x" in summary.read_text()
 
 
+def test_sustained_compute_fraction_slows_flop_bound_work_only():
+    """The fraction scales the FLOP rate: a large prefill's matmuls and attention take 1 / f
+    times as long, a one-token decode's weight-bound matmuls not at all."""
+    full = GPU_PRESETS["a100-80gb"]
+    half = replace(full, constants=replace(full.constants, sustained_compute_fraction=0.5))
+    model = get_preset("llama-2-7b")
+    at_full, at_half = (StepTimeModel(model, gpu, 2, 2) for gpu in (full, half))
+    launches = 4 * model.num_layers * full.constants.gemm_launch_s
+    prefill = [p.cost([4096], [4096], 1).parts for p in (at_full, at_half)]
+    assert prefill[1]["gemm"] - launches == pytest.approx(2 * (prefill[0]["gemm"] - launches))
+    assert prefill[1]["attention_prefill"] > 1.5 * prefill[0]["attention_prefill"]
+    decode = [p.cost([1], [1024], 1).parts for p in (at_full, at_half)]
+    assert decode[1]["gemm"] == decode[0]["gemm"]
+    with pytest.raises(KvbenchInputError, match="sustained_compute_fraction"):
+        StepTimeConstants(sustained_compute_fraction=0.0)
+
 
 # Cost model -------------------------------------------------------------------------------
 
