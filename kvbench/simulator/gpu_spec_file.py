@@ -9,7 +9,7 @@ bandwidth_gb_s = 2039             # HBM, GB/s (10^9 B/s)
 bf16 = 312
 fp8 = 624                         # optional
 [interconnect]                    # optional: needed for --tensor-parallel-size > 1
-preset = "nvlink3"                # nvlink3 | nvlink4 | pcie4 | pcie5, or:
+preset = "nvlink3"                # nvlink3 | nvlink4 | nvlink5 | infinity-fabric | pcie4 | pcie5, or:
 bandwidth_gb_s = 139              # ring all-reduce bus bandwidth
 hop_latency_us = 0.0              # per ring step
 call_latency_us = 31              # per all-reduce

@@ -11,9 +11,12 @@ Lovelace architecture whitepaper for the RTX 4090), *dense* (no 2:4 sparsity):
 | `h200`      | 141 GB | 989 TFLOP/s  | 4.8 TB/s         | NVLink 4           | H200 datasheet, SXM        |
 | `l4`        | 24 GB  | 121 TFLOP/s  | 300 GB/s         | PCIe 4 x16         | L4 datasheet               |
 | `rtx-4090`  | 24 GB  | 165.2 TFLOP/s| 1,008 GB/s       | PCIe 4 x16         | Ada whitepaper             |
+| `b200`      | 180 GB | 2,250 TFLOP/s| 8 TB/s           | NVLink 5 (1.8 TB/s)| DGX/HGX B200 datasheets    |
+| `mi300x`    | 192 GB | 1,307.4 TFLOP/s | 5.3 TB/s      | Infinity Fabric (896 GB/s) | AMD MI300X data sheet |
+| `h20`       | 96 GB  | 148 TFLOP/s  | 4.0 TB/s         | NVLink 4           | NVIDIA H20 product brief   |
 
-Datasheets print the sparse figure for H100/H200/L4 (1,979 / 1,979 / 242 TFLOP/s "with
-sparsity"); the dense figure is half of it. RTX 4090: 165.2 TFLOP/s is BF16 tensor math with
+Datasheets print the sparse figure for H100/H200/L4/B200 (1,979 / 1,979 / 242 / 4,500 TFLOP/s
+"with sparsity"); the dense figure is half of it. RTX 4090: 165.2 TFLOP/s is BF16 tensor math with
 FP32 accumulate. FP8 dense peaks are twice the BF16 ones on H100/H200/L4/RTX 4090 (A100 has no
 FP8). Float32 weights run on tensor cores as TF32, at half the bf16 rate.
 
@@ -23,9 +26,11 @@ below 1 leaves room for that, as on a real GPU.
 
 Step-time constants (`StepTimeConstants`, model in `kvbench.simulator.step_time`) are fitted by
 `scripts/simulator_calibration.py` on Vidur's published vLLM kernel profiles of A100-80GB and
-H100-80GB (docs/simulator.md tables each constant's source and the model's error). The A100-40GB
+H100-80GB (docs/simulator.md tables each constant's source and the model's error), except the
+sustained compute fraction, fitted on published end-to-end vLLM runs. The A100-40GB
 takes the A100-80GB constants, the H200 the H100's (same chips, other memory); L4 and RTX 4090
-have no public profile here: they take the A100 constants and are marked `calibrated: False`.
+have no public profile here: they take the A100 constants and are marked `calibrated: False`;
+B200, MI300X and H20 have none either and take the H100's (also `calibrated: False`).
 Link bandwidths are the ring all-reduce bus bandwidths fitted on Vidur's NCCL profiles inside a
 DGX node (NVLink), and for PCIe ~80% of the link's one-direction rate (unmeasured).
 
@@ -55,7 +60,13 @@ NVLINK4 = Interconnect("nvlink4", 342 * GIGA, 1.3 * US, 17 * US)  # H100/H200: 9
 # latencies: NVLink 3's call cost plus 10 us per ring step (not measured here).
 PCIE4 = Interconnect("pcie4", 25.6 * GIGA, 10 * US, 31 * US)
 PCIE5 = Interconnect("pcie5", 51.2 * GIGA, 10 * US, 31 * US)
-INTERCONNECTS = {link.name: link for link in (NVLINK3, NVLINK4, PCIE4, PCIE5)}
+# Not measured here: NVLink 4's fitted share of its datasheet rate (342 of 900 GB/s both ways)
+# applied to NVLink 5 (B200: 1.8 TB/s both ways) and to the MI300X's Infinity Fabric (7 peer
+# links x 128 GB/s = 896 GB/s), with NVLink 4's latencies.
+NVLINK5 = Interconnect("nvlink5", 684 * GIGA, 1.3 * US, 17 * US)
+INFINITY_FABRIC = Interconnect("infinity-fabric", 340 * GIGA, 1.3 * US, 17 * US)
+INTERCONNECTS = {link.name: link
+                 for link in (NVLINK3, NVLINK4, NVLINK5, INFINITY_FABRIC, PCIE4, PCIE5)}
 
 # Fitted on Vidur's A100-80GB profiles (Llama-2-7B/70B matmuls and elementwise ops at TP 1-4,
 # flash-attention of Llama-2-70B at TP 2); see docs/simulator.md.
@@ -75,13 +86,17 @@ A100_CONSTANTS = StepTimeConstants(
     cpu_overhead_s=1e-3,
 )
 # Fitted on Vidur's H100-80GB profiles (matmuls, elementwise); attention: A100's efficiencies
-# (no public H100 attention profile), so only the fitted constants differ.
+# (no public H100 attention profile), so only the fitted constants differ. The sustained
+# compute fraction is fitted on published vLLM runs of Qwen3-14B on one H100 SXM, whose
+# prefill-bound throughput is 0.55x what the kernel profiles give (docs/simulator.md,
+# "Checked against published serving runs"); the A100 runs of the same source need none.
 H100_CONSTANTS = replace(
     A100_CONSTANTS,
     gemm_half_tokens=80.0,
     gemm_bandwidth_efficiency=0.90,
     elementwise_bandwidth_efficiency=0.69,
     elementwise_floor_s=3.2 * US,
+    sustained_compute_fraction=0.55,
 )
 
 
@@ -155,6 +170,18 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         # FP8 (FP32 accumulate) 330.3; 24GB GDDR6X, 1,008 GB/s.
         _gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24 * GiB, 165.2 * TERA, 1008 * GIGA,
              PCIE4, A100_CONSTANTS, fp8=330.3 * TERA),
+        # NVIDIA DGX B200 datasheet, per GPU of 8: 180GB HBM3e, 8 TB/s (64 TB/s in all), FP8
+        # 9 PFLOPS with sparsity; HGX B200: FP16/BF16 4.5 PFLOPS with sparsity; NVLink 5.
+        _gpu("b200", "NVIDIA B200 180GB", 180 * GiB, 2250 * TERA, 8000 * GIGA,
+             NVLINK5, H100_CONSTANTS, fp8=4500 * TERA),
+        # AMD Instinct MI300X data sheet: 192GB HBM3, 5.3 TB/s, BF16 1,307.4 / FP8 2,614.9
+        # TFLOPS dense (twice that with sparsity), Infinity Fabric 896 GB/s peer-to-peer.
+        _gpu("mi300x", "AMD Instinct MI300X 192GB", 192 * GiB, 1307.4 * TERA, 5300 * GIGA,
+             INFINITY_FABRIC, H100_CONSTANTS, fp8=2614.9 * TERA),
+        # NVIDIA H20 (Hopper for the Chinese market; no datasheet on nvidia.com): 96GB HBM3,
+        # 4.0 TB/s, BF16 148 / FP8 296 TFLOPS dense, NVLink 4 (900 GB/s).
+        _gpu("h20", "NVIDIA H20 96GB", 96 * GiB, 148 * TERA, 4000 * GIGA,
+             NVLINK4, H100_CONSTANTS, fp8=296 * TERA),
     )
 }
 

@@ -22,6 +22,8 @@ with, per GPU (constants in `StepTimeConstants`, fitted in `scripts/simulator_ca
 against measured kernel profiles; `docs/simulator.md` tables their sources and errors):
 
     gemm(T, k, n)       = launch + max(2 T k n / (peak x eff(T)), (k n w + T (k + n) a) / (bw x e_bw))
+    peak                = dense datasheet peak x sustained_compute_fraction (a serving run;
+                          kernels timed one at a time keep all of it)
     eff(T)              = gemm_peak_efficiency x T / (T + gemm_half_tokens)
     attention_decode    = floor + per_seq x B + KV bytes read / (bw x e_dec)
     attention_prefill   = floor + per_token x Tp + 4 x heads x head_dim x pairs / (peak x e_pf)
@@ -65,6 +67,10 @@ class StepTimeConstants:
     elementwise_floor_s: float = 3 * US  # per elementwise kernel
     layer_floor_s: float = 0.0  # no layer runs faster than this (launch-bound decode)
     cpu_overhead_s: float = 1 * MS  # scheduling, input preparation, sampling: per step
+    # Share of the FLOP rate of kernels timed one at a time that a GPU keeps through a serving
+    # run (minutes of back-to-back prefills): fitted on published end-to-end runs, not on the
+    # kernel profiles, which the other constants reproduce with it left out.
+    sustained_compute_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -77,6 +83,7 @@ class StepTimeConstants:
             "attn_decode_bandwidth_efficiency",
             "attn_prefill_efficiency",
             "elementwise_bandwidth_efficiency",
+            "sustained_compute_fraction",
         ):
             if not 0 < getattr(self, name) <= 1:
                 raise KvbenchInputError(f"step-time constant {name} must be in (0, 1]")
@@ -271,7 +278,7 @@ class StepTimeModel:
         self.weight_element_bytes = weight_element_bytes
         self.kv_element_bytes = kv_element_bytes
         self.hw = Hardware(
-            gpu.peak_flops(weight_element_bytes),
+            gpu.peak_flops(weight_element_bytes) * gpu.constants.sustained_compute_fraction,
             gpu.hbm_bandwidth_bytes_s,
             gpu.constants,
             gpu.interconnect,

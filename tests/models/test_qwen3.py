@@ -43,7 +43,11 @@ QWEN3_8B_CONFIG = {
     "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
     "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
 }
-# Qwen/Qwen3-32B's differs in these fields.
+# Qwen/Qwen3-14B's and Qwen/Qwen3-32B's differ in these fields.
+QWEN3_14B_CONFIG = {
+    **QWEN3_8B_CONFIG, "hidden_size": 5120, "intermediate_size": 17408,
+    "num_attention_heads": 40, "num_hidden_layers": 40, "max_window_layers": 40,
+}
 QWEN3_32B_CONFIG = {
     **QWEN3_8B_CONFIG, "hidden_size": 5120, "intermediate_size": 25600,
     "num_attention_heads": 64, "num_hidden_layers": 64, "max_window_layers": 64,
@@ -177,6 +181,7 @@ def test_unimplemented_qwen3_field_is_refused_naming_the_key(case, tmp_path):
 
 @pytest.mark.parametrize(("preset", "hf", "published"), [
     ("qwen3-8b", QWEN3_8B_CONFIG, 8_190_735_360),
+    ("qwen3-14b", QWEN3_14B_CONFIG, 14_768_307_200),
     ("qwen3-32b", QWEN3_32B_CONFIG, 32_762_123_264),
 ])
 def test_preset_is_the_published_shape(preset, hf, published, tmp_path):

@@ -118,6 +118,11 @@ def test_base_preset_follows_the_device_name():
     assert base_preset("NVIDIA H100 80GB HBM3").name == GPU_PRESETS["h100-80gb"].name
     assert base_preset("NVIDIA A100-SXM4-40GB").name == GPU_PRESETS["a100-40gb"].name
     assert base_preset("Some Future GPU").name == BASE.name
+    # "h20" is inside "h200": each device still finds its own preset
+    assert base_preset("NVIDIA H200").name == "h200"
+    assert base_preset("NVIDIA H20").name == "h20"
+    assert base_preset("NVIDIA B200").name == "b200"
+    assert base_preset("AMD Instinct MI300X").name == "mi300x"
     assert base_preset("anything", "h200").name == GPU_PRESETS["h200"].name
 
 

@@ -66,7 +66,8 @@ ROUND_GPU = GPUSpec("round", "hand-computable", 10 * GiB, 1e4, 1e3, ROUND_CONSTA
 
 
 def test_gpu_presets_hold_datasheet_figures():
-    assert set(GPU_PRESETS) == {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "l4", "rtx-4090"}
+    assert set(GPU_PRESETS) == {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "l4", "rtx-4090",
+                                "b200", "mi300x", "h20"}
     a100 = get_gpu("a100-40gb")
     assert (a100.memory_bytes, a100.peak_bf16_flops, a100.hbm_bandwidth_bytes_s) == (
         40 * GiB,
@@ -86,6 +87,51 @@ def test_gpu_presets_hold_datasheet_figures():
     assert get_gpu("h100-80gb").interconnect.name == "nvlink4"
     with pytest.raises(KvbenchInputError, match="unknown --gpu 'v100'"):
         get_gpu("v100")
+
+
+@pytest.mark.parametrize(("name", "memory_gib", "bf16_t", "fp8_t", "bandwidth_tb_s", "link"), [
+    ("b200", 180, 2250, 4500, 8.0, "nvlink5"),  # DGX/HGX B200 datasheets, dense = sparse / 2
+    ("mi300x", 192, 1307.4, 2614.9, 5.3, "infinity-fabric"),  # AMD MI300X data sheet
+    ("h20", 96, 148, 296, 4.0, "nvlink4"),  # NVIDIA H20 product brief
+])
+def test_2026_presets_hold_their_datasheet_figures_and_say_they_are_not_calibrated(
+        name, memory_gib, bf16_t, fp8_t, bandwidth_tb_s, link):
+    gpu = get_gpu(name)
+    assert gpu.memory_bytes == memory_gib * GiB
+    assert gpu.peak_flops(2) == pytest.approx(bf16_t * 1e12)
+    assert gpu.peak_flops(1) == pytest.approx(fp8_t * 1e12)
+    assert gpu.hbm_bandwidth_bytes_s == pytest.approx(bandwidth_tb_s * 1e12)
+    assert gpu.interconnect.name == link
+    assert gpu.to_dict()["validated"] is False
+
+
+def test_2026_presets_run_in_estimate_and_simulate(tmp_path, capsys):
+    from kvbench.cli import main
+
+    assert main(["estimate", "--model", "llama-3-70b", "--gpu", "b200", "-tp", "2",
+                 "--step", "decode:32x1024", "--json"]) == 0
+    assert "b200" in capsys.readouterr().out
+    assert main(["simulate", "--model", "llama-3-8b", "--gpu", "mi300x", "--num-requests", "8",
+                 "--quiet", "--out", str(tmp_path)]) == 0
+    (summary,) = tmp_path.rglob("kvbench_summary.json")
+    assert "mi300x" in summary.read_text()
+
+
+def test_sustained_compute_fraction_slows_flop_bound_work_only():
+    """The fraction scales the FLOP rate: a large prefill's matmuls and attention take 1 / f
+    times as long, a one-token decode's weight-bound matmuls not at all."""
+    full = GPU_PRESETS["a100-80gb"]
+    half = replace(full, constants=replace(full.constants, sustained_compute_fraction=0.5))
+    model = get_preset("llama-2-7b")
+    at_full, at_half = (StepTimeModel(model, gpu, 2, 2) for gpu in (full, half))
+    launches = 4 * model.num_layers * full.constants.gemm_launch_s
+    prefill = [p.cost([4096], [4096], 1).parts for p in (at_full, at_half)]
+    assert prefill[1]["gemm"] - launches == pytest.approx(2 * (prefill[0]["gemm"] - launches))
+    assert prefill[1]["attention_prefill"] > 1.5 * prefill[0]["attention_prefill"]
+    decode = [p.cost([1], [1024], 1).parts for p in (at_full, at_half)]
+    assert decode[1]["gemm"] == decode[0]["gemm"]
+    with pytest.raises(KvbenchInputError, match="sustained_compute_fraction"):
+        StepTimeConstants(sustained_compute_fraction=0.0)
 
 
 # Cost model -------------------------------------------------------------------------------
