@@ -3,7 +3,9 @@
 Shapes (T: new tokens in the batch, S: sequences, Hq/Hkv: query/KV heads, D: head dim):
 
 - `q`: `[T, Hq, D]` for varlen attention, `[S, Hq, D]` for decode;
-- `k_cache`, `v_cache`: `[num_slots, Hkv, D]`, any float dtype or `float8_e4m3fn`;
+- `k_cache`, `v_cache`: `[num_slots, Hkv, D]`, any float dtype or `float8_e4m3fn`; V may be
+  narrower than K (`Dv`): a latent-attention cache passes `k_cache[..., :kv_lora_rank]` as
+  its V, and outputs are then `[..., Hq, Dv]`;
 - `query_start_loc`: `[S + 1]` int, sequence `i` owns `q[query_start_loc[i]:query_start_loc[i+1]]`,
   which are the *last* tokens of its `seq_lens[i]` tokens (cached prefix + new), causal;
 - `block_tables`: `[S, max_blocks]` int (paged), `start_slots`: `[S]` int (contiguous).
@@ -73,6 +75,15 @@ def write_kv(
         v_cache[slots] = v.to(v_cache.dtype)
 
 
+def write_latent(
+    row: torch.Tensor, cache: torch.Tensor, slot_mapping: torch.Tensor, scale: Scale = None
+) -> None:
+    """Scatter new tokens' latent-attention rows `[T, 1, latent + rope]` into their slots: one
+    tensor, since the value is a view of it."""
+    slots = slot_mapping.long()
+    cache[slots] = quantize_fp8(row, scale) if is_fp8(cache) else row.to(cache.dtype)
+
+
 def paged_slots(block_table: torch.Tensor, seq_len: int, block_size: int) -> torch.Tensor:
     """Slots of positions `0..seq_len-1` of one sequence through its block table."""
     pos = torch.arange(seq_len, device=block_table.device)
@@ -115,7 +126,7 @@ def _attend(
 
 def _varlen_attention(q, k_cache, v_cache, query_start_loc, seq_lens, slots_of, softmax_scale,
                       k_scale, v_scale) -> torch.Tensor:
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty((*q.shape[:-1], v_cache.shape[-1]), dtype=q.dtype, device=q.device)
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
     for i, seq_len in enumerate(lens):
@@ -181,7 +192,7 @@ def _decode(q, k, v, seq_lens, softmax_scale, k_scale, v_scale):
     attention over that head's keys, so GQA needs no repeated K/V.
     """
     num_seqs, num_q_heads, head_dim = q.shape
-    num_kv_heads = k.shape[2]
+    num_kv_heads, value_dim = k.shape[2], v.shape[-1]
     group = num_q_heads // num_kv_heads
     kf = dequantize(k, k_scale).transpose(1, 2)  # [S, Hkv, W, D]
     vf = dequantize(v, v_scale).transpose(1, 2)
@@ -190,17 +201,17 @@ def _decode(q, k, v, seq_lens, softmax_scale, k_scale, v_scale):
     out = F.scaled_dot_product_attention(
         qf, kf, vf, attn_mask=valid[:, None, None, :], scale=softmax_scale
     )
-    return out.reshape(num_seqs, num_q_heads, head_dim).to(q.dtype)
+    return out.reshape(num_seqs, num_q_heads, value_dim).to(q.dtype)
 
 
-def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, k_scale, v_scale):
+def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, k_scale, v_scale, value_dim):
     """Decode in buckets of similar length, so padding at most doubles the keys read (or adds
     at most `DECODE_BUCKET_SLACK` positions).
 
     One padded batch would cost batch × longest context; with ragged (chat-like) lengths the
     buckets cost about the sum of the contexts, which is what the attention itself needs.
     """
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty((*q.shape[:-1], value_dim), dtype=q.dtype, device=q.device)
     if q.shape[0] == 0:
         return out
     lens = seq_lens.tolist()
@@ -247,7 +258,8 @@ def paged_decode_attention(
 
         return take(k_cache), take(v_cache)
 
-    return _bucketed_decode(q, seq_lens, gather, softmax_scale, k_scale, v_scale)
+    return _bucketed_decode(q, seq_lens, gather, softmax_scale, k_scale, v_scale,
+                            v_cache.shape[-1])
 
 
 def contiguous_decode_attention(
@@ -272,4 +284,5 @@ def contiguous_decode_attention(
 
         return take(k_cache), take(v_cache)
 
-    return _bucketed_decode(q, seq_lens, gather, softmax_scale, k_scale, v_scale)
+    return _bucketed_decode(q, seq_lens, gather, softmax_scale, k_scale, v_scale,
+                            v_cache.shape[-1])

@@ -1,5 +1,6 @@
 """Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it; Mixtral and
-Qwen3-MoE swap the MLP for a mixture of SwiGLU experts).
+Qwen3-MoE swap the MLP for a mixture of SwiGLU experts), and of DeepSeek-V2/V3 (latent
+attention and routed plus shared experts: `mla`, `routing`, kvbench/models/deepseek_config.py).
 
 `from_hf_config` reads a Hugging Face `config.json`. Every field that changes the model's
 arithmetic is either implemented here and in `llama.py` (each with a parity test against
@@ -12,10 +13,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token
+from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token, mla_group
 from kvbench.errors import KvbenchInputError
+from kvbench.models.deepseek_config import (
+    DEEPSEEK_MODEL_TYPES,
+    DeepseekRouting,
+    MLAShape,
+    read_deepseek_config,
+)
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
+                         *DEEPSEEK_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
 SUPPORTED_ROPE_TYPES = ("default", "llama3")
 
@@ -54,6 +62,12 @@ class ModelConfig:
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = True
     dense_layers: tuple[int, ...] = ()
+    # DeepSeek: experts every token runs beside the routed ones, one SwiGLU MLP of
+    # num_shared_experts x moe_intermediate_size; the latent attention (None: Llama's); the
+    # router (None: softmax top-k as above).
+    num_shared_experts: int = 0
+    mla: MLAShape | None = None
+    routing: DeepseekRouting | None = None
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -87,11 +101,16 @@ class ModelConfig:
         """The KV cache's layer groups, as one GPU of `tensor_parallel_size` holds them.
 
         Every layer attends to the whole context (`check_context` refuses a window that
-        would bite), so a model is one full-attention group.
+        would bite), so a model is one full-attention group; a latent-attention model
+        (DeepSeek) one "mla" group, whole on every GPU.
         """
-        group = full_attention_group(
-            self.num_layers, self.num_kv_heads, self.head_dim, kv_element_bytes
-        )
+        if self.mla is not None:
+            group = mla_group(self.num_layers, self.mla.kv_lora_rank,
+                              self.mla.qk_rope_head_dim, kv_element_bytes)
+        else:
+            group = full_attention_group(
+                self.num_layers, self.num_kv_heads, self.head_dim, kv_element_bytes
+            )
         if tensor_parallel_size != 1:
             self.check_tensor_parallel(tensor_parallel_size)
             group = group.sharded(tensor_parallel_size)
@@ -101,8 +120,10 @@ class ModelConfig:
         """K and V for one token across all layers (the sum over `kv_groups`)."""
         return kv_bytes_per_token(self.kv_groups(kv_element_bytes))
 
-    def num_parameters(self) -> int:
-        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
+    def _attention_parameters(self) -> int:
+        h = self.hidden_size
+        if self.mla is not None:
+            return _mla_parameters(self.mla, h, self.num_heads, self.attention_bias)
         q = self.num_heads * self.head_dim
         kv = self.num_kv_heads * self.head_dim
         attn = h * q + 2 * h * kv + q * h
@@ -110,9 +131,17 @@ class ModelConfig:
             attn += q + 2 * kv
         if self.o_proj_bias:
             attn += h
+        return attn
+
+    def num_parameters(self) -> int:
+        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
+        attn = self._attention_parameters()
         dense_mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
-        # every expert counted, plus the router's [experts, hidden] weight
-        moe_mlp = self.num_local_experts * (3 * h * self.moe_intermediate_size + h)
+        # every expert counted, plus the router's [experts, hidden] weight and the shared
+        # experts (DeepSeek's e_score_correction_bias is a buffer, not a parameter, as in
+        # transformers)
+        moe_mlp = self.num_local_experts * (3 * h * self.moe_intermediate_size + h) + (
+            3 * h * self.num_shared_experts * self.moe_intermediate_size)
         per_layer = attn + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
         moe_layers = self.num_moe_layers
         mlps = moe_layers * moe_mlp + (self.num_layers - moe_layers) * dense_mlp
@@ -130,7 +159,20 @@ class ModelConfig:
     def num_norm_parameters(self) -> int:
         """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them."""
         per_layer = 2 * self.hidden_size + (2 * self.head_dim if self.qk_norm else 0)
+        if self.mla is not None:  # q_a_layernorm and kv_a_layernorm
+            per_layer += (self.mla.q_lora_rank or 0) + self.mla.kv_lora_rank
         return self.num_layers * per_layer + self.hidden_size
+
+    def num_replicated_parameters(self) -> int:
+        """Parameters every GPU of a tensor-parallel group holds whole: the norms, and MLA's
+        down-projections to the query and KV latents (vLLM replicates q_a_proj and
+        kv_a_proj_with_mqa: their outputs are shared by every head)."""
+        replicated = self.num_norm_parameters()
+        if self.mla is not None:
+            h, mla = self.hidden_size, self.mla
+            down = h * mla.latent_dim + (h * mla.q_lora_rank if mla.q_lora_rank else 0)
+            replicated += self.num_layers * down
+        return replicated
 
     def check_context(self, max_model_len: int) -> None:
         """Refuse a context longer than the sliding window: kvbench would attend past it."""
@@ -142,10 +184,16 @@ class ModelConfig:
             )
 
     def check_tensor_parallel(self, tensor_parallel_size: int) -> None:
-        """Heads must split evenly over the GPUs (KV heads too: no KV-head replication)."""
+        """Heads must split evenly over the GPUs (KV heads too: no KV-head replication; a
+        latent-attention model's latent is whole on every GPU)."""
         tp = tensor_parallel_size
         if tp < 1:
             raise KvbenchInputError(f"--tensor-parallel-size must be >= 1, got {tp}")
+        if self.mla is not None and self.num_heads % tp:
+            raise KvbenchInputError(
+                f"--tensor-parallel-size {tp} does not divide {self.name}'s {self.num_heads} "
+                "attention heads"
+            )
         if self.num_heads % tp or self.num_kv_heads % tp:
             raise KvbenchInputError(
                 f"--tensor-parallel-size {tp} does not divide {self.name}'s {self.num_heads} "
@@ -157,8 +205,8 @@ class ModelConfig:
 
     @classmethod
     def from_hf_config(cls, hf: Any, name: str) -> ModelConfig:
-        """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral or
-        Mixtral model."""
+        """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral,
+        Mixtral, DeepSeek-V2 or DeepSeek-V3 model."""
         if not isinstance(hf, dict):
             raise KvbenchInputError(f"model {name}: config.json is not a JSON object")
         model_type = hf.get("model_type")
@@ -168,6 +216,8 @@ class ModelConfig:
                 f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
             )
         _refuse_unimplemented(hf, name, model_type)
+        if model_type in DEEPSEEK_MODEL_TYPES:
+            return read_deepseek_config(cls, hf, name)
         try:
             num_heads = _positive_int(hf, "num_attention_heads", name)
             hidden = _positive_int(hf, "hidden_size", name)
@@ -213,6 +263,22 @@ class ModelConfig:
             )
         except (TypeError, ValueError) as err:
             raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
+
+
+def _mla_parameters(mla: MLAShape, hidden: int, heads: int, bias: bool) -> int:
+    """q (q_proj, or q_a_proj + q_a_layernorm + q_b_proj), kv_a_proj_with_mqa, kv_a_layernorm,
+    kv_b_proj and o_proj, as transformers' DeepseekV3Attention holds them (attention_bias:
+    biases on q_a_proj, kv_a_proj_with_mqa and o_proj)."""
+    h, q_out = hidden, heads * mla.qk_head_dim
+    if mla.q_lora_rank is None:
+        q = h * q_out
+    else:
+        q = h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * q_out
+        q += mla.q_lora_rank if bias else 0
+    kv_a = h * mla.latent_dim + (mla.latent_dim if bias else 0) + mla.kv_lora_rank
+    kv_b = mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    o = heads * mla.v_head_dim * h + (h if bias else 0)
+    return q + kv_a + kv_b + o
 
 
 def _positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = None) -> int:

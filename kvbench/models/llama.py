@@ -92,9 +92,10 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, intermediate_size: int | None = None) -> None:
         super().__init__()
-        h, i, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        h, bias = config.hidden_size, config.mlp_bias
+        i = config.intermediate_size if intermediate_size is None else intermediate_size
         self.gate_proj = nn.Linear(h, i, bias=bias)
         self.up_proj = nn.Linear(h, i, bias=bias)
         self.down_proj = nn.Linear(i, h, bias=bias)
@@ -174,6 +175,12 @@ class _Backbone(nn.Module):
 class LlamaDecoder(nn.Module):
     """`forward` runs the flattened tokens of a batch (prefills and decodes together)."""
 
+    # Names of expert E's projections and of the router (kvbench.models.loader maps a
+    # checkpoint's per-expert or fused expert tensors onto them).
+    EXPERT_WEIGHT = "block_sparse_moe.experts.{expert}.{proj}.weight"
+    EXPERT_PROJ = {"gate": "w1", "up": "w3", "down": "w2"}
+    ROUTER_WEIGHT = "block_sparse_moe.gate.weight"
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
@@ -182,6 +189,10 @@ class LlamaDecoder(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
+        self.softmax_scale = config.head_dim**-0.5
+
+    def rope_frequencies(self) -> torch.Tensor:
+        return rope_inv_freq(self.config)
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
