@@ -68,6 +68,10 @@ class ModelConfig:
     num_shared_experts: int = 0
     mla: MLAShape | None = None
     routing: DeepseekRouting | None = None
+    # "fp8": the checkpoint's weights are float8 e4m3 with block scales (DeepSeek-V3's
+    # quantization_config). Sized at 1 B a weight by `kvbench estimate` and `simulate`; the
+    # engine loads float weights only and refuses it (kvbench.models.loader).
+    quantization: str | None = None
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -215,9 +219,9 @@ class ModelConfig:
                 f"model {name}: model_type {model_type!r} is not supported "
                 f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
             )
-        _refuse_unimplemented(hf, name, model_type)
-        if model_type in DEEPSEEK_MODEL_TYPES:
+        if model_type in DEEPSEEK_MODEL_TYPES:  # its fp8 checkpoints are read, for sizing
             return read_deepseek_config(cls, hf, name)
+        _refuse_unimplemented(hf, name, model_type)
         try:
             num_heads = _positive_int(hf, "num_attention_heads", name)
             hidden = _positive_int(hf, "hidden_size", name)

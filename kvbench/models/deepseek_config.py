@@ -76,6 +76,11 @@ class DeepseekRouting:
 def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) -> ModelConfig:
     """A `ModelConfig` of a deepseek_v2 or deepseek_v3 `config.json`."""
     v3 = hf["model_type"] == "deepseek_v3"
+    act = hf.get("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise KvbenchInputError(
+            f"model {name}: config.json hidden_act {act!r} is not implemented "
+            f"(kvbench's MLP is SwiGLU: hidden_act 'silu')")
     num_layers = _int(hf, "num_hidden_layers", name, 61 if v3 else 32)
     heads = _int(hf, "num_attention_heads", name, 128 if v3 else 32)
     mla = MLAShape(
@@ -141,6 +146,7 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
             num_shared_experts=_int(hf, "n_shared_experts", name, 1 if v3 else 2, zero_ok=True),
             mla=mla,
             routing=_routing(hf, name, v3, experts),
+            quantization=_quantization(hf, name),
         )
     except (TypeError, ValueError) as err:
         raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
@@ -165,6 +171,21 @@ def _int(hf: dict[str, Any], key: str, name: str, default: int | None, *,
             f"model {name}: config.json {key} must be {kind} integer"
             f"{' or null' if nullable else ''}, got {value!r}")
     return value
+
+
+def _quantization(hf: dict[str, Any], name: str) -> str | None:
+    """"fp8" for DeepSeek's published fp8 checkpoints (e4m3 weights, 128 x 128 block scales:
+    quant_method fp8), None for float weights; any other scheme is refused."""
+    quantization = hf.get("quantization_config")
+    if not quantization:
+        return None
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    fmt = quantization.get("fmt", "e4m3") if isinstance(quantization, dict) else None
+    if method != "fp8" or fmt != "e4m3":
+        raise KvbenchInputError(
+            f"model {name}: config.json quantization_config ({method or '?'}, {fmt or '?'}) is "
+            "not implemented (kvbench sizes float weights, or fp8 e4m3 ones)")
+    return "fp8"
 
 
 def _rope_interleave(hf: dict[str, Any], name: str, v3: bool) -> bool:

@@ -101,6 +101,11 @@ def load_model(
     `available` tells the device's free bytes (see `check_memory`).
     """
     config = resolve_model_config(model)
+    if config.quantization is not None:
+        raise KvbenchInputError(
+            f"model {model}: config.json has quantization_config ({config.quantization}); "
+            "kvbench loads float32/bfloat16/float16 weights only (kvbench estimate and "
+            "simulate size it)")
     device = torch.device(device)
     check_memory(need or memory_need(config, dtype), device, available)
     folder = None if model in PRESETS else Path(model)

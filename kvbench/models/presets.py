@@ -185,7 +185,8 @@ PRESETS: dict[str, ModelConfig] = {
     # deepseek-ai/DeepSeek-V3's config.json: latent attention (one 576-wide latent + rope row a
     # token and layer), 3 dense layers then 58 of 256 routed experts (8 a token, sigmoid
     # scores, 4 of 8 groups) and one shared expert; YaRN x40 over 4,096 positions. ~671B
-    # parameters without the multi-token-prediction layer, ~37B active.
+    # parameters without the multi-token-prediction layer, ~37B active, published as fp8
+    # weights (its quantization_config): sized at 1 B a weight, not loadable by the engine.
     "deepseek-v3": ModelConfig(
         name="deepseek-v3",
         vocab_size=129280,
@@ -210,6 +211,7 @@ PRESETS: dict[str, ModelConfig] = {
                      v_head_dim=128, q_lora_rank=1536),
         routing=DeepseekRouting("sigmoid", "noaux_tc", n_group=8, topk_group=4,
                                 routed_scaling_factor=2.5),
+        quantization="fp8",
     ),
 }
 

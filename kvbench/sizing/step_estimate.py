@@ -8,7 +8,7 @@ from typing import Any
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
-from kvbench.models.sizes import DTYPE_BYTES, WEIGHT_DTYPES, canonical_dtype
+from kvbench.models.sizes import DTYPE_BYTES, WEIGHT_DTYPES, canonical_dtype, weights_dtype
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.step_time import StepTimeModel
 from kvbench.sizing.estimate import text_table
@@ -61,7 +61,8 @@ def estimate_steps(
     dtype = canonical_dtype(dtype, WEIGHT_DTYPES)
     kv_dtype = dtype if str(kv_cache_dtype).lower() == "auto" else canonical_dtype(kv_cache_dtype)
     time_model = StepTimeModel(
-        model, spec, DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype], tensor_parallel_size
+        model, spec, DTYPE_BYTES[weights_dtype(model, dtype)], DTYPE_BYTES[kv_dtype],
+        tensor_parallel_size,
     )
     out = []
     for step in steps:
