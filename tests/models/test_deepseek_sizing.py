@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -285,3 +288,68 @@ def test_mla_charges_the_absorbed_projections():
     no_shared = _model(tp=1, num_shared_experts=0).cost([1], [context], 1)
     assert no_shared.flops == pytest.approx(one.flops - 2 * 58 * expert)
     assert no_shared.time_s < one.time_s
+
+
+# The README's DeepSeek-V3 figures, rerun by the commands it gives ------------------------
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_section() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## DeepSeek-V3 on 8 × H200")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_readme_deepseek_estimate_figures(capsys):
+    section = _readme_section()
+    command = re.search(r"^(kvbench estimate [^\n]+)$", section, re.M).group(1)
+    prose = " ".join(section.split())
+    m = re.search(r"prints ([\d,]+) bytes per token .*?, ([\d.]+) GiB of weights per GPU .*?"
+                  r"a ([\d.]+) GiB KV budget per GPU, so (\d+) concurrent ([\d,]+)-token "
+                  r"requests paged against (\d+) with contiguous .*? the same command gives "
+                  r"(\d+) paged and (\d+) contiguous\. .*?, ([\d,]+) bytes per token per GPU\) "
+                  r"would hold (\d+) such requests \((\d+) in fp8\)", prose)
+    assert m, "README: the DeepSeek-V3 estimate's prose changed shape"
+    (per_token, weights, budget, paged, context, contiguous, paged_fp8, contiguous_fp8,
+     mha_per_token, mha, mha_fp8) = m.groups()
+    argv = shlex.split(command)[1:]
+    results = []
+    for extra in ([], ["--kv-cache-dtype", "fp8"]):
+        assert main([*argv, *extra, "--json"]) == 0
+        results.append(json.loads(capsys.readouterr().out))
+    est, fp8 = results
+    gib = 1024**3
+    assert est["kv_bytes_per_token"] == int(per_token.replace(",", ""))
+    assert f"{est['weights_bytes_per_gpu'] / gib:.2f}" == weights
+    assert f"{est['kv_budget_bytes'] / gib:.2f}" == budget
+    assert est["context"] == int(context.replace(",", ""))
+    assert (est["strategies"]["paged"]["max_concurrency"],
+            est["strategies"]["contiguous"]["max_concurrency"]) == (int(paged), int(contiguous))
+    assert (fp8["strategies"]["paged"]["max_concurrency"],
+            fp8["strategies"]["contiguous"]["max_concurrency"]) == (int(paged_fp8),
+                                                                    int(contiguous_fp8))
+    assert est["mha_equivalent"]["kv_bytes_per_token"] == int(mha_per_token.replace(",", ""))
+    assert est["mha_equivalent"]["max_concurrency"] == int(mha)
+    assert fp8["mha_equivalent"]["max_concurrency"] == int(mha_fp8)
+
+
+def test_readme_deepseek_simulated_figures(tmp_path, capsys, monkeypatch):
+    import kvbench.session.session
+
+    monkeypatch.setattr(kvbench.session.session, "write_reports", lambda *_a, **_k: None)
+    section = _readme_section()
+    command = re.search(r"^(kvbench simulate [^\n]+)$", section, re.M).group(1)
+    rows = [line.strip("|").split("|") for line in section.splitlines()
+            if line.startswith(("| bf16", "| fp8"))]
+    assert len(rows) == 2
+    for (label, capacity, paged, contiguous), kv in zip(rows, ("auto", "fp8"), strict=True):
+        assert f"--kv-cache-dtype {kv}" in label
+        out = tmp_path / kv
+        argv = [*shlex.split(command)[1:], "--kv-cache-dtype", kv, "--json", "--out", str(out)]
+        assert main(argv) == 0
+        summaries = {s["strategy"]: s for s in json.loads(capsys.readouterr().out)}
+        got_paged, got_contiguous = summaries["paged"], summaries["contiguous"]
+        assert got_paged["memory"]["kv_capacity_tokens"] == int(capacity.replace(",", ""))
+        assert got_paged["scheduler"]["batch_size_max"] == int(paged)
+        assert got_contiguous["scheduler"]["batch_size_max"] == int(contiguous)
