@@ -210,3 +210,14 @@ def test_fp8_latent_cache_has_one_scale_per_layer(deepseek_checkpoint):
     got = [engine.sequences[i][0].token_ids[len(p):] for i, p in enumerate(prompts)]
     expected = hf_greedy(hf_model, prompts, 8)
     assert [g[0] for g in got] == [e[0] for e in expected]
+
+
+def test_triton_backend_is_refused_for_latent_attention(deepseek_checkpoint):
+    """kvbench's Triton kernels read K and V of one width: asked for by name, one line naming
+    the way out (the root conftest interprets Triton on the CPU, so it resolves here)."""
+    from kvbench.errors import KvbenchInputError
+
+    folder, _ = deepseek_checkpoint
+    with pytest.raises(KvbenchInputError, match="does not run latent attention"):
+        build_engine(EngineConfig(model=str(folder), device="cpu", kv_memory="1MiB",
+                                  attention_backend="triton"))
