@@ -225,6 +225,10 @@ def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekR
         if topk_group > n_group:
             raise KvbenchInputError(
                 f"model {name}: config.json topk_group {topk_group} exceeds n_group {n_group}")
+        if v3 and experts // n_group < 2:  # a group scores by its two best experts
+            raise KvbenchInputError(
+                f"model {name}: config.json n_group {n_group} leaves fewer than 2 of "
+                f"n_routed_experts {experts} a group")
         top_k = hf.get("num_experts_per_tok", 8)
         if v3 and isinstance(top_k, int) and top_k > topk_group * (experts // n_group):
             raise KvbenchInputError(

@@ -167,6 +167,7 @@ REFUSED = {
     "topk-method": (dict(topk_method="greedy"), "topk_method"),
     "moe-layer-freq": (dict(moe_layer_freq=2), "moe_layer_freq"),
     "groups": (dict(n_group=3), "n_group"),
+    "one-expert-groups": (dict(n_group=8, topk_group=2), "n_group"),
     "topk-group": (dict(topk_group=5), "topk_group"),
     "rope": (dict(rope_scaling={"type": "dynamic", "factor": 2.0}), "rope_scaling"),
     "partial-rope": (dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
@@ -353,3 +354,14 @@ def test_readme_deepseek_simulated_figures(tmp_path, capsys, monkeypatch):
         assert got_paged["memory"]["kv_capacity_tokens"] == int(capacity.replace(",", ""))
         assert got_paged["scheduler"]["batch_size_max"] == int(paged)
         assert got_contiguous["scheduler"]["batch_size_max"] == int(contiguous)
+
+
+def test_memory_check_counts_every_expert(tmp_path):
+    """bf16 DeepSeek-V3 weights (every routed expert: 1.22 TiB) are refused before a byte
+    is allocated, in one line."""
+    from kvbench.models.loader import load_model
+
+    hf = {k: v for k, v in DEEPSEEK_V3_CONFIG.items() if k != "quantization_config"}
+    with pytest.raises(KvbenchInputError, match=r"weights 1\.22 TiB") as err:
+        load_model(write_config(tmp_path / "m", hf), dtype=torch.bfloat16)
+    assert "\n" not in str(err.value)
