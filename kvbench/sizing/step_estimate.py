@@ -60,9 +60,9 @@ def estimate_steps(
     spec = get_gpu(gpu)
     dtype = canonical_dtype(dtype, WEIGHT_DTYPES)
     kv_dtype = dtype if str(kv_cache_dtype).lower() == "auto" else canonical_dtype(kv_cache_dtype)
+    stored = weights_dtype(model, dtype)  # fp8 where the checkpoint is
     time_model = StepTimeModel(
-        model, spec, DTYPE_BYTES[weights_dtype(model, dtype)], DTYPE_BYTES[kv_dtype],
-        tensor_parallel_size,
+        model, spec, DTYPE_BYTES[stored], DTYPE_BYTES[kv_dtype], tensor_parallel_size
     )
     out = []
     for step in steps:
@@ -84,7 +84,7 @@ def estimate_steps(
         "model": model.name,
         "gpu": spec.name,
         "tensor_parallel_size": tensor_parallel_size,
-        "dtype": dtype,
+        "dtype": stored,
         "kv_cache_dtype": kv_dtype,
         "steps": out,
     }
