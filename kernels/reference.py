@@ -3,7 +3,9 @@
 Shapes (T: new tokens in the batch, S: sequences, Hq/Hkv: query/KV heads, D: head dim):
 
 - `q`: `[T, Hq, D]` for varlen attention, `[S, Hq, D]` for decode;
-- `k_cache`, `v_cache`: `[num_slots, Hkv, D]`, any float dtype or `float8_e4m3fn`;
+- `k_cache`, `v_cache`: `[num_slots, Hkv, D]`, any float dtype or `float8_e4m3fn`; V may be
+  narrower than K (`Dv`): a latent-attention cache passes `k_cache[..., :kv_lora_rank]` as
+  its V, and outputs are then `[..., Hq, Dv]`;
 - `query_start_loc`: `[S + 1]` int, sequence `i` owns `q[query_start_loc[i]:query_start_loc[i+1]]`,
   which are the *last* tokens of its `seq_lens[i]` tokens (cached prefix + new), causal;
 - `block_tables`: `[S, max_blocks]` int (paged), `start_slots`: `[S]` int (contiguous).
@@ -77,6 +79,15 @@ def write_kv(
     else:
         k_cache[slots] = k.to(k_cache.dtype)
         v_cache[slots] = v.to(v_cache.dtype)
+
+
+def write_latent(
+    row: torch.Tensor, cache: torch.Tensor, slot_mapping: torch.Tensor, scale: Scale = None
+) -> None:
+    """Scatter new tokens' latent-attention rows `[T, 1, latent + rope]` into their slots: one
+    tensor, since the value is a view of it."""
+    slots = slot_mapping.long()
+    cache[slots] = quantize_fp8(row, scale) if is_fp8(cache) else row.to(cache.dtype)
 
 
 def paged_slots(block_table: torch.Tensor, seq_len: int, block_size: int,
@@ -241,7 +252,7 @@ def _decode(q, k, v, key_pos, first, seq_lens, softmax_scale, k_scale, v_scale, 
     attention over that head's keys, so GQA needs no repeated K/V.
     """
     num_seqs, num_q_heads, head_dim = q.shape
-    num_kv_heads = k.shape[2]
+    num_kv_heads, value_dim = k.shape[2], v.shape[-1]
     group = num_q_heads // num_kv_heads
     kf = dequantize(k, k_scale).transpose(1, 2)  # [S, Hkv, W, D]
     vf = dequantize(v, v_scale).transpose(1, 2)
@@ -256,7 +267,7 @@ def _decode(q, k, v, key_pos, first, seq_lens, softmax_scale, k_scale, v_scale, 
         scores = qf @ kf.transpose(-1, -2) * softmax_scale  # [S, Hkv, group, W]
         probs = _scores_softmax(scores, valid[:, None, None, :], softcap, head_sinks)
         out = probs @ vf
-    return out.reshape(num_seqs, num_q_heads, vf.shape[-1]).to(q.dtype)
+    return out.reshape(num_seqs, num_q_heads, value_dim).to(q.dtype)
 
 
 def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, k_scale, v_scale,

@@ -126,7 +126,11 @@ class ExecutorFactory(ABC):
         device, model, model_config = self.load(config, context)
         max_model_len, max_batched = resolve_lengths(config, model_config)
         kv_dtype = self.kv_dtype(config)
-        bytes_per_slot = kv_bytes_per_token(model_config.kv_groups(element_bytes(kv_dtype)))
+        # One token's KV across the tensor-parallel group: each GPU's share x N (the whole
+        # K and V once for split heads; N copies of a latent-attention row, whole on each).
+        tp = config.tensor_parallel_size
+        bytes_per_slot = tp * kv_bytes_per_token(
+            model_config.kv_groups(element_bytes(kv_dtype), tp))
         budget = self.kv_budget_bytes(config, device, model, model_config, max_batched)
         num_slots = arena_slots(budget, bytes_per_slot)
         strategy = strategy_for(config, num_slots, max_model_len)

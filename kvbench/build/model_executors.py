@@ -92,6 +92,14 @@ class ModelExecutors(ExecutorFactory):
 
     def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
         backend = self.backend(config, device)
+        if model_config.mla is not None and backend == "triton":
+            # kvbench's Triton kernels read K and V of equal width per KV head; latent
+            # attention runs on the PyTorch reference ops.
+            if config.attention_backend == "triton":
+                raise KvbenchInputError(
+                    f"model {model_config.name}: --attention-backend triton does not run "
+                    "latent attention (MLA) yet; use --attention-backend torch")
+            backend = "torch"
         arena = KVArena(model_config.kv_groups(element_bytes(kv_dtype)), num_slots, kv_dtype,
                         device, kv_scale=config.kv_scale)
         return ModelExecutor(model, arena, get_ops(backend), device, backend,
@@ -108,7 +116,7 @@ class ModelExecutors(ExecutorFactory):
         # Triton compiles a variant at its first launch, and a CUDA graph capture synchronizes
         # the device: either inside a measured step would land in its latency.
         seconds = 0.0
-        if self.backend(config, device) == "triton" and device.type == "cuda":
+        if executor.backend_name == "triton" and device.type == "cuda":
             arena = executor.arena
             shape = AttentionShape(
                 model_config.num_heads, model_config.num_kv_heads, model_config.head_dim,

@@ -27,6 +27,7 @@ from kvbench.core.executor import DeviceKind
 from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
 from kvbench.models.memory_check import activation_bytes_estimate, activation_flag
 from kvbench.models.resolve_config import resolve_model_config
+from kvbench.models.sizes import DTYPE_BYTES
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import DEFAULT_GPU, GPUSpec
 from kvbench.simulator.simulated_executor import (
@@ -65,13 +66,16 @@ class SimulatedExecutors(ExecutorFactory):
         return kv_cache_dtype_name(config)
 
     @staticmethod
-    def _weight_bytes_per_param(config: EngineConfig) -> int:
+    def _weight_bytes_per_param(config: EngineConfig, model_config) -> int:
+        """`--dtype`'s bytes, or 1 for a checkpoint of fp8 weights (`weights_dtype`)."""
+        if model_config.quantization == "fp8":
+            return DTYPE_BYTES["fp8"]
         return element_bytes(model_dtype_name(config.dtype))
 
     def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
         if config.kv_memory is not None:
             return int(config.kv_memory)
-        per_param = self._weight_bytes_per_param(config)
+        per_param = self._weight_bytes_per_param(config, model_config)
         activations = activation_bytes_estimate(
             model_config, max_batched_tokens, config.max_num_seqs, per_param
         )
@@ -101,7 +105,7 @@ class SimulatedExecutors(ExecutorFactory):
 
     def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
         cost_model = StepTimeModel(model_config, get_gpu(self.gpu),
-                                   self._weight_bytes_per_param(config),
+                                   self._weight_bytes_per_param(config, model_config),
                                    element_bytes(kv_dtype), config.tensor_parallel_size)
         return SimulatedExecutor(cost_model, clock)
 

@@ -146,7 +146,9 @@ def _parse_pair(text: str) -> tuple[str, str]:
 @click.option("--gpu-spec", "gpu_spec", metavar="FILE.toml",
               help="Your own GPU for --step (see docs/simulator.md), instead of --gpu.")
 @click.option("--tensor-parallel-size", "-tp", "tensor_parallel_size", type=int, default=1,
-              show_default=True, help="GPUs the model is split over, for --step.")
+              show_default=True,
+              help="GPUs the model is split over: --gpu-memory, the weights' share, the budget "
+              "and KV per token are then one GPU's, capacities the group's; and for --step.")
 @click.option("--json", "as_json", is_flag=True, help="Print only JSON (for scripts).")
 def estimate_command(
     model: str | None,
@@ -203,6 +205,7 @@ def estimate_command(
             kv_memory=parse_size_bytes(kv_memory) if kv_memory is not None else None,
             max_model_len=max_model_len,
             mean_len=mean_len,
+            tensor_parallel_size=tensor_parallel_size,
             compare_utilization=(
                 _parse_pair(compare_kv_utilization) if compare_kv_utilization is not None else None
             ),

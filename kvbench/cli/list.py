@@ -35,8 +35,11 @@ def list_command() -> None:
     click.echo("\nmodel presets:")
     rows = []
     for c in PRESETS.values():
-        rows.append([c.name, c.num_layers, c.hidden_size, f"{c.num_heads}/{c.num_kv_heads}",
-                     c.head_dim, _params(c.num_parameters()), c.max_position_embeddings,
+        # latent attention: one cached row of latent + rope for all query heads
+        kv_heads, head_dim = ((f"{c.num_heads}/1 MLA", c.mla.latent_dim) if c.mla is not None
+                              else (f"{c.num_heads}/{c.num_kv_heads}", c.head_dim))
+        rows.append([c.name, c.num_layers, c.hidden_size, kv_heads,
+                     head_dim, _params(c.num_parameters()), c.max_position_embeddings,
                      format_bytes(c.kv_bytes_per_token(2))])
     click.echo(format_table(
         ["preset", "layers", "hidden", "heads q/kv", "head dim", "params", "max len",

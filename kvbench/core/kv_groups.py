@@ -1,7 +1,9 @@
 """`KVGroup`: layers whose KV cache has one shape, the unit every KV size is counted in.
 
 A model's KV cache is a tuple of groups (`ModelConfig.kv_groups`): one full-attention group,
-and one sliding-window group per window length where the model has windowed layers. KV bytes per token are the sum over groups (`kv_bytes_per_token`);
+one sliding-window group per window length where the model has windowed layers, or for
+multi-head latent attention (DeepSeek-V2/V3) one "mla" group. KV bytes per token are the sum
+over groups (`kv_bytes_per_token`);
 `kvbench estimate`, the tensor-parallel capacity, the engine's bytes per slot and the KV
 arena's tensors are all sized from the groups, never from the model's fields directly.
 
@@ -17,8 +19,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-# "full": every layer attends to the whole context; "sliding": to its last `window` tokens
-ATTENTION_KINDS = ("full", "sliding")
+# "full": every layer attends to the whole context, K and V per KV head.
+# "sliding": as "full", to its last `window` tokens only.
+# "mla": multi-head latent attention; one 'head' per token and layer holding the normalised
+# latent (`value_dim` = kv_lora_rank wide) then the roped shared key: head_dim = kv_lora_rank
+# + qk_rope_head_dim (576 for DeepSeek-V3). Its value is the latent itself (the first
+# `value_dim` elements), so there is no separate V.
+ATTENTION_KINDS = ("full", "sliding", "mla")
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,8 @@ class KVGroup:
     """The KV cache of `layers` (model layer indices), one `attention` kind and shape.
 
     `window` is the tokens a layer attends back (None: the whole context, as for "full").
+    `value_dim` is an "mla" group's latent width, the part of its one tensor read as the
+    value (0 for "full": V is its own tensor).
     """
 
     layers: tuple[int, ...]
@@ -34,6 +43,7 @@ class KVGroup:
     element_bytes: int  # bytes per stored K or V element (1 for fp8, 2 for bf16)
     attention: str = "full"
     window: int | None = None
+    value_dim: int = 0
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -44,6 +54,14 @@ class KVGroup:
             raise ValueError("a full-attention KV group has no window")
         if self.attention == "sliding" and (self.window is None or self.window < 1):
             raise ValueError("a sliding-window KV group needs a window of at least one token")
+        if self.attention == "mla" and not (
+                self.num_kv_heads == 1 and 0 < self.value_dim < self.head_dim):
+            raise ValueError("an mla KV group has one head whose value is a prefix of it")
+
+    @property
+    def separate_v(self) -> bool:
+        """Whether a layer holds a V tensor beside K ("full"), or reads V off K ("mla")."""
+        return self.attention != "mla"
 
     @property
     def num_layers(self) -> int:
@@ -51,8 +69,10 @@ class KVGroup:
 
     @property
     def bytes_per_layer_token(self) -> int:
-        """One token's KV in one layer of the group: K and V, each KV heads x head dim."""
-        return 2 * self.num_kv_heads * self.head_dim * self.element_bytes
+        """One token's KV in one layer of the group: K and V, each KV heads x head dim; for
+        "mla" the one latent-and-rope row."""
+        tensors = 2 if self.separate_v else 1
+        return tensors * self.num_kv_heads * self.head_dim * self.element_bytes
 
     @property
     def bytes_per_token(self) -> int:
@@ -61,15 +81,27 @@ class KVGroup:
 
     @property
     def slot_shape(self) -> tuple[int, int]:
-        """The shape of one token slot of one layer's K tensor (and of its V tensor)."""
+        """The shape of one token slot of one layer's K tensor (and of its V tensor; "mla":
+        of its one tensor, `(1, kv_lora_rank + rope dim)`)."""
         return (self.num_kv_heads, self.head_dim)
 
     def sharded(self, tensor_parallel_size: int) -> KVGroup:
-        """The group as one GPU of a tensor-parallel group holds it: 1/N of the KV heads."""
+        """The group as one GPU of a tensor-parallel group holds it: 1/N of the KV heads.
+
+        An "mla" group is whole on every GPU: its one latent serves every query head, and
+        each GPU's share of the heads reads all of it (as vLLM holds it under TP).
+        """
+        if not self.separate_v:
+            return self
         return replace(self, num_kv_heads=self.num_kv_heads // tensor_parallel_size)
 
     def formula(self) -> str:
         """`bytes_per_token` in words, as `kvbench estimate` prints it."""
+        if not self.separate_v:
+            return (
+                f"{self.num_layers} layers x ({self.value_dim} latent + "
+                f"{self.head_dim - self.value_dim} rope) x {self.element_bytes} B"
+            )
         return (
             f"2 (K,V) x {self.num_layers} layers x {self.num_kv_heads} KV heads x "
             f"{self.head_dim} head dim x {self.element_bytes} B"
@@ -83,9 +115,19 @@ def full_attention_group(
     return KVGroup(tuple(range(num_layers)), num_kv_heads, head_dim, element_bytes)
 
 
+def mla_group(
+    num_layers: int, kv_lora_rank: int, rope_dim: int, element_bytes: int
+) -> KVGroup:
+    """One latent-attention group over layers 0 .. num_layers - 1: a row of kv_lora_rank +
+    rope_dim elements per token and layer."""
+    return KVGroup(tuple(range(num_layers)), 1, kv_lora_rank + rope_dim, element_bytes,
+                   attention="mla", value_dim=kv_lora_rank)
+
+
 def kv_bytes_per_token(groups: Iterable[KVGroup]) -> int:
     """One token's KV across every group (every layer of the model)."""
     return sum(group.bytes_per_token for group in groups)
 
 
-__all__ = ["ATTENTION_KINDS", "KVGroup", "full_attention_group", "kv_bytes_per_token"]
+__all__ = ["ATTENTION_KINDS", "KVGroup", "full_attention_group", "kv_bytes_per_token",
+           "mla_group"]

@@ -14,6 +14,7 @@ from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.execution.tensor_executor import TensorExecutor
 from kvbench.kernels.attention_ops import AttentionOps
+from kvbench.kernels.reference import write_latent
 from kvbench.models.llama import LlamaDecoder
 from kvbench.tracing import trace_range
 
@@ -26,7 +27,9 @@ FP8_SCALE_FLOOR = 1e-6
 
 
 class KVArena:
-    """One `[num_slots, Hkv, D]` K tensor and one V tensor per layer, allocated once.
+    """One `[num_slots, Hkv, D]` K tensor and one V tensor per layer, allocated once; a
+    latent-attention ("mla") layer has one `[num_slots, 1, latent + rope]` tensor, its V a
+    view of the latent (`v[layer] = k[layer][..., :kv_lora_rank]`) and its scale K's.
 
     The tensors of each layer take their shape from the layer's `KVGroup`
     (`ModelConfig.kv_groups`), so `nbytes` is `num_slots` x the groups' KV bytes per token.
@@ -46,13 +49,23 @@ class KVArena:
         shapes: dict[int, tuple[int, int, int]] = {
             layer: (num_slots, *group.slot_shape) for group in groups for layer in group.layers
         }
+        # layer -> the latent width its V is read from (absent: the layer has its own V)
+        latent_values = {layer: group.value_dim for group in groups for layer in group.layers
+                         if not group.separate_v}
         num_layers = len(shapes)
         if sorted(shapes) != list(range(num_layers)):
             raise ValueError(f"KV groups must cover layers 0..n-1 once each, got {sorted(shapes)}")
         self.num_slots = num_slots
         self.dtype = dtype
         self.k = [torch.zeros(shapes[i], dtype=dtype, device=device) for i in range(num_layers)]
-        self.v = [torch.zeros(shapes[i], dtype=dtype, device=device) for i in range(num_layers)]
+        self.v = [
+            self.k[i][..., : latent_values[i]] if i in latent_values
+            else torch.zeros(shapes[i], dtype=dtype, device=device)
+            for i in range(num_layers)
+        ]
+        self.latent_layers = frozenset(latent_values)
+        # the tensors the arena allocated (an mla layer's V is a view of its K)
+        self._tensors = self.k + [v for i, v in enumerate(self.v) if i not in latent_values]
         # Per-layer fp8 scales (None: unquantized cache, or not yet written).
         self.k_scales: list[torch.Tensor | None] = [None] * num_layers
         self.v_scales: list[torch.Tensor | None] = [None] * num_layers
@@ -70,7 +83,9 @@ class KVArena:
         if not self.is_fp8 or self.k_scales[layer] is not None:
             return
         self.k_scales[layer] = _scale_from(k)
-        self.v_scales[layer] = _scale_from(v)
+        # one tensor, one scale: the latent's value view is read with the row's scale
+        self.v_scales[layer] = (self.k_scales[layer] if layer in self.latent_layers
+                                else _scale_from(v))
 
     def scales(self) -> dict[str, list[float | None]]:
         """The fp8 scales as numbers (for reports); empty for an unquantized arena."""
@@ -83,10 +98,10 @@ class KVArena:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+        return sum(t.numel() * t.element_size() for t in self._tensors)
 
     def copy_slots(self, src: int, dst: int, n: int) -> None:
-        for cache in self.k + self.v:
+        for cache in self._tensors:
             cache[dst : dst + n] = cache[src : src + n]
 
 
@@ -122,7 +137,7 @@ class ModelExecutor(TensorExecutor):
         self.ops = ops
         self.device = device
         self.backend_name = backend_name
-        self.softmax_scale = self.config.head_dim**-0.5
+        self.softmax_scale = model.softmax_scale
         # Each layer's score variant (`kvbench.kernels.reference`): its sliding window, if
         # any, and its learned sinks (gpt-oss's `self_attn.sinks`), if it has them.
         self.layer_variants: list[dict] = [
@@ -143,7 +158,8 @@ class ModelExecutor(TensorExecutor):
         """Replay decode steps of up to `max_num_seqs` sequences from CUDA graphs; False (and
         eager) off CUDA, without the Triton backend, or for a mixture of experts (its forward
         picks the experts a step runs on the host: shapes a captured graph cannot replay)."""
-        if not graphs_supported(self.device, self.backend_name) or self.config.is_moe:
+        if (not graphs_supported(self.device, self.backend_name) or self.config.is_moe
+                or self.arena.latent_layers):
             return False
         arena = self.arena
         # The graphs call back into this executor: through a weak reference, since a cycle
@@ -175,6 +191,7 @@ class ModelExecutor(TensorExecutor):
         ops, arena, scale = self.ops, self.arena, self.softmax_scale
         p, pt = idx.num_prefill_seqs, idx.num_prefill_tokens
         variants = self.layer_variants
+        latent_layers = arena.latent_layers
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kc, vc = arena.k[layer], arena.v[layer]
@@ -183,8 +200,11 @@ class ModelExecutor(TensorExecutor):
                 arena.init_scales(layer, k, v)
             ks, vs = arena.k_scales[layer], arena.v_scales[layer]
             with trace_range("write_kv", layer=layer, tokens=k.shape[0]):
-                ops.write_kv(k, v, kc, vc, idx.slot_mapping, ks, vs)
-            out = torch.empty_like(q)
+                if layer in latent_layers:  # V is a view of K: one write
+                    write_latent(k, kc, idx.slot_mapping, ks)
+                else:
+                    ops.write_kv(k, v, kc, vc, idx.slot_mapping, ks, vs)
+            out = q.new_empty((*q.shape[:-1], vc.shape[-1]))
             if p:
                 with trace_range("prefill_attention", layer=layer, seqs=p, tokens=pt):
                     if kind == "paged":

@@ -341,6 +341,11 @@ def to_transformers(decoder: LlamaDecoder, model: str, device: torch.device):
     Built on the meta device and given the decoder's parameters (`assign=True`: no copy, no
     random init), then its rotary embedding is rebuilt on the device.
     """
+    if decoder.config.mla is not None:
+        raise KvbenchInputError(
+            f"model {model}: --engine hf does not run latent-attention (DeepSeek) models; "
+            "use --engine kvbench"
+        )
     if decoder.config.is_moe:
         # transformers holds each layer's experts in one fused tensor: sharing kvbench's
         # per-expert tensors would take a copy of every expert, past the memory check.

@@ -1,6 +1,7 @@
 """Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it; Mixtral and
 Qwen3-MoE swap the MLP for a mixture of SwiGLU experts; gpt-oss adds attention sinks, biased
-experts and a clamped SwiGLU: `gpt_oss.py`).
+experts and a clamped SwiGLU: `gpt_oss.py`), and of DeepSeek-V2/V3 (latent attention and
+routed plus shared experts: `mla`, `routing`, kvbench/models/deepseek_config.py).
 
 `from_hf_config` reads a Hugging Face `config.json`. Every field that changes the model's
 arithmetic is either implemented here and in `llama.py` (each with a parity test against
@@ -13,11 +14,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token
+from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token, mla_group
 from kvbench.errors import KvbenchInputError
+from kvbench.models.deepseek_config import (
+    DEEPSEEK_MODEL_TYPES,
+    DeepseekRouting,
+    MLAShape,
+    read_deepseek_config,
+)
 from kvbench.models.rope_yarn import yarn_scaling
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral", "gpt_oss")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
+                         "gpt_oss", *DEEPSEEK_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
 SUPPORTED_ROPE_TYPES = ("default", "llama3", "yarn")
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -68,11 +76,19 @@ class ModelConfig:
     moe_bias: bool = False
     swiglu_limit: float | None = None
     swiglu_alpha: float = 1.702
-    # The checkpoint's weight quantization ("mxfp4": gpt-oss's published experts): sizing
-    # reads the shape alone, while loading such a folder's weights is refused.
-    weights_quantization: str | None = None
     # The decoder that computes it: "llama" (llama.py) or "gpt_oss" (gpt_oss.py).
     architecture: str = "llama"
+    # DeepSeek: experts every token runs beside the routed ones, one SwiGLU MLP of
+    # num_shared_experts x moe_intermediate_size; the latent attention (None: Llama's); the
+    # router (None: softmax top-k as above).
+    num_shared_experts: int = 0
+    mla: MLAShape | None = None
+    routing: DeepseekRouting | None = None
+    # The checkpoint's weight quantization (its quantization_config): "fp8", float8 e4m3 with
+    # block scales (DeepSeek-V3), sized at 1 B a weight by `kvbench estimate` and `simulate`;
+    # "mxfp4" (gpt-oss's published experts), sized at --dtype from the shape alone. The
+    # engine loads float weights only and refuses either (kvbench.models.loader).
+    quantization: str | None = None
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -129,7 +145,19 @@ class ModelConfig:
         self, kv_element_bytes: int, tensor_parallel_size: int = 1
     ) -> tuple[KVGroup, ...]:
         """The KV cache's layer groups, as one GPU of `tensor_parallel_size` holds them: the
-        full-attention layers, then the sliding-window layers of each window length."""
+        full-attention layers, then the sliding-window layers of each window length; a
+        latent-attention model (DeepSeek) is one "mla" group, whole on every GPU."""
+        if self.mla is not None:
+            groups = [mla_group(self.num_layers, self.mla.kv_lora_rank,
+                                self.mla.qk_rope_head_dim, kv_element_bytes)]
+        else:
+            groups = self._attention_groups(kv_element_bytes)
+        if tensor_parallel_size != 1:
+            self.check_tensor_parallel(tensor_parallel_size)
+            groups = [group.sharded(tensor_parallel_size) for group in groups]
+        return tuple(groups)
+
+    def _attention_groups(self, kv_element_bytes: int) -> list[KVGroup]:
         by_window: dict[int | None, list[int]] = {}
         for i in range(self.num_layers):
             by_window.setdefault(self.layer_window(i), []).append(i)
@@ -142,17 +170,16 @@ class ModelConfig:
             else:
                 groups.append(KVGroup(layers, self.num_kv_heads, self.head_dim,
                                       kv_element_bytes, attention="sliding", window=window))
-        if tensor_parallel_size != 1:
-            self.check_tensor_parallel(tensor_parallel_size)
-            groups = [group.sharded(tensor_parallel_size) for group in groups]
-        return tuple(groups)
+        return groups
 
     def kv_bytes_per_token(self, kv_element_bytes: int) -> int:
         """K and V for one token across all layers (the sum over `kv_groups`)."""
         return kv_bytes_per_token(self.kv_groups(kv_element_bytes))
 
-    def num_parameters(self) -> int:
-        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
+    def _attention_parameters(self) -> int:
+        h = self.hidden_size
+        if self.mla is not None:
+            return _mla_parameters(self.mla, h, self.num_heads, self.attention_bias)
         q = self.num_heads * self.head_dim
         kv = self.num_kv_heads * self.head_dim
         attn = h * q + 2 * h * kv + q * h
@@ -160,9 +187,17 @@ class ModelConfig:
             attn += q + 2 * kv
         if self.o_proj_bias:
             attn += h
+        return attn
+
+    def num_parameters(self) -> int:
+        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
+        attn = self._attention_parameters()
         dense_mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
-        # every expert counted, plus the router's [experts, hidden] weight
-        moe_mlp = self.num_local_experts * (3 * h * self.moe_intermediate_size + h)
+        # every expert counted, plus the router's [experts, hidden] weight and the shared
+        # experts (DeepSeek's e_score_correction_bias is a buffer, not a parameter, as in
+        # transformers)
+        moe_mlp = self.num_local_experts * (3 * h * self.moe_intermediate_size + h) + (
+            3 * h * self.num_shared_experts * self.moe_intermediate_size)
         if self.moe_bias:  # each expert's gate, up and down biases, and the router's
             moe_mlp += self.num_local_experts * (self._expert_bias_parameters() + 1)
         per_layer = attn + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
@@ -189,13 +224,32 @@ class ModelConfig:
     def num_norm_parameters(self) -> int:
         """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them."""
         per_layer = 2 * self.hidden_size + (2 * self.head_dim if self.qk_norm else 0)
+        if self.mla is not None:  # q_a_layernorm and kv_a_layernorm
+            per_layer += (self.mla.q_lora_rank or 0) + self.mla.kv_lora_rank
         return self.num_layers * per_layer + self.hidden_size
 
+    def num_replicated_parameters(self) -> int:
+        """Parameters every GPU of a tensor-parallel group holds whole: the norms, and MLA's
+        down-projections to the query and KV latents (vLLM replicates q_a_proj and
+        kv_a_proj_with_mqa: their outputs are shared by every head)."""
+        replicated = self.num_norm_parameters()
+        if self.mla is not None:
+            h, mla = self.hidden_size, self.mla
+            down = h * mla.latent_dim + (h * mla.q_lora_rank if mla.q_lora_rank else 0)
+            replicated += self.num_layers * down
+        return replicated
+
     def check_tensor_parallel(self, tensor_parallel_size: int) -> None:
-        """Heads must split evenly over the GPUs (KV heads too: no KV-head replication)."""
+        """Heads must split evenly over the GPUs (KV heads too: no KV-head replication; a
+        latent-attention model's latent is whole on every GPU)."""
         tp = tensor_parallel_size
         if tp < 1:
             raise KvbenchInputError(f"--tensor-parallel-size must be >= 1, got {tp}")
+        if self.mla is not None and self.num_heads % tp:
+            raise KvbenchInputError(
+                f"--tensor-parallel-size {tp} does not divide {self.name}'s {self.num_heads} "
+                "attention heads"
+            )
         if self.num_heads % tp or self.num_kv_heads % tp:
             raise KvbenchInputError(
                 f"--tensor-parallel-size {tp} does not divide {self.name}'s {self.num_heads} "
@@ -207,8 +261,8 @@ class ModelConfig:
 
     @classmethod
     def from_hf_config(cls, hf: Any, name: str) -> ModelConfig:
-        """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral or
-        Mixtral model."""
+        """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral,
+        Mixtral, DeepSeek-V2 or DeepSeek-V3 model."""
         if not isinstance(hf, dict):
             raise KvbenchInputError(f"model {name}: config.json is not a JSON object")
         model_type = hf.get("model_type")
@@ -219,6 +273,8 @@ class ModelConfig:
             )
         if model_type == "gpt_oss":
             return _gpt_oss_config(hf, name)
+        if model_type in DEEPSEEK_MODEL_TYPES:  # its fp8 checkpoints are read, for sizing
+            return read_deepseek_config(cls, hf, name)
         _refuse_unimplemented(hf, name, model_type)
         try:
             num_heads = _positive_int(hf, "num_attention_heads", name)
@@ -265,6 +321,22 @@ class ModelConfig:
             )
         except (TypeError, ValueError) as err:
             raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
+
+
+def _mla_parameters(mla: MLAShape, hidden: int, heads: int, bias: bool) -> int:
+    """q (q_proj, or q_a_proj + q_a_layernorm + q_b_proj), kv_a_proj_with_mqa, kv_a_layernorm,
+    kv_b_proj and o_proj, as transformers' DeepseekV3Attention holds them (attention_bias:
+    biases on q_a_proj, kv_a_proj_with_mqa and o_proj)."""
+    h, q_out = hidden, heads * mla.qk_head_dim
+    if mla.q_lora_rank is None:
+        q = h * q_out
+    else:
+        q = h * mla.q_lora_rank + mla.q_lora_rank + mla.q_lora_rank * q_out
+        q += mla.q_lora_rank if bias else 0
+    kv_a = h * mla.latent_dim + (mla.latent_dim if bias else 0) + mla.kv_lora_rank
+    kv_b = mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    o = heads * mla.v_head_dim * h + (h if bias else 0)
+    return q + kv_a + kv_b + o
 
 
 def _positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = None) -> int:
@@ -497,7 +569,7 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
     full attention unless layer_types says otherwise. hidden_act is not read (the experts'
     activation is fixed), nor are the training-only router_aux_loss_coef,
     output_router_logits and attention_dropout. The published checkpoints' mxfp4
-    quantization_config is kept in `weights_quantization`: sizing needs the shape only.
+    quantization_config is kept in `quantization`: sizing needs the shape only.
     """
     try:
         num_layers = _positive_int(hf, "num_hidden_layers", name, default=36)
@@ -542,7 +614,7 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
             moe_bias=True,
             swiglu_limit=_positive_number(hf, "swiglu_limit", name, 7.0),
             swiglu_alpha=_positive_number(hf, "swiglu_alpha", name, 1.702),
-            weights_quantization=_gpt_oss_quantization(hf, name),
+            quantization=_gpt_oss_quantization(hf, name),
             architecture="gpt_oss",
         )
     except (TypeError, ValueError) as err:

@@ -104,9 +104,10 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, intermediate_size: int | None = None) -> None:
         super().__init__()
-        h, i, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        h, bias = config.hidden_size, config.mlp_bias
+        i = config.intermediate_size if intermediate_size is None else intermediate_size
         self.gate_proj = nn.Linear(h, i, bias=bias)
         self.up_proj = nn.Linear(h, i, bias=bias)
         self.down_proj = nn.Linear(i, h, bias=bias)
@@ -188,6 +189,11 @@ class LlamaDecoder(nn.Module):
 
     # The decoder layer; a family with other layers (gpt_oss.py) swaps its own in.
     layer_class: type[nn.Module] = DecoderLayer
+    # Names of expert E's projections and of the router (kvbench.models.loader maps a
+    # checkpoint's per-expert or fused expert tensors onto them).
+    EXPERT_WEIGHT = "block_sparse_moe.experts.{expert}.{proj}.weight"
+    EXPERT_PROJ = {"gate": "w1", "up": "w3", "down": "w2"}
+    ROUTER_WEIGHT = "block_sparse_moe.gate.weight"
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -198,6 +204,10 @@ class LlamaDecoder(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
         self.rope_attention_factor = rope_attention_factor(config)
+        self.softmax_scale = config.head_dim**-0.5
+
+    def rope_frequencies(self) -> torch.Tensor:
+        return rope_inv_freq(self.config)
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]

@@ -1,5 +1,5 @@
-"""Building a decoder (`LlamaDecoder`, or its gpt-oss subclass): seeded random ("dummy")
-weights or a local Hugging Face folder."""
+"""Building a decoder (`LlamaDecoder`, its gpt-oss subclass, or `DeepseekDecoder` for latent
+attention): seeded random ("dummy") weights or a local Hugging Face folder."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import torch
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
+from kvbench.models.deepseek import DeepseekDecoder
 from kvbench.models.gpt_oss import GptOssDecoder
-from kvbench.models.llama import LlamaDecoder, rope_inv_freq
+from kvbench.models.llama import LlamaDecoder
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.presets import PRESETS
 from kvbench.models.resolve_config import first_line, resolve_model_config
@@ -81,6 +82,14 @@ def _draw_in_chunks(flat: torch.Tensor, std: float, generator: torch.Generator) 
         chunk.copy_(values)
 
 
+def decoder_class(config: ModelConfig) -> type[LlamaDecoder] | type[DeepseekDecoder]:
+    """The module that computes `config`'s model: DeepSeek's latent attention, gpt-oss's
+    decoder, or Llama's."""
+    if config.mla is not None:
+        return DeepseekDecoder
+    return GptOssDecoder if config.architecture == "gpt_oss" else LlamaDecoder
+
+
 def load_model(
     model: str,
     dtype: torch.dtype = torch.float32,
@@ -97,11 +106,11 @@ def load_model(
     """
     config = resolve_model_config(model)
     folder = None if model in PRESETS else Path(model)
-    if folder is not None and config.weights_quantization:
+    if config.quantization is not None:
         raise KvbenchInputError(
-            f"model folder {folder}: config.json quantization_config "
-            f"({config.weights_quantization}) is not implemented: kvbench loads float32, "
-            "bfloat16 or float16 weights (the estimate and the simulator size it as it is)")
+            f"model {model}: config.json has quantization_config ({config.quantization}); "
+            "kvbench loads float32/bfloat16/float16 weights only (kvbench estimate and "
+            "simulate size it)")
     device = torch.device(device)
     check_memory(need or memory_need(config, dtype), device, available)
     files = _weight_files(folder) if folder is not None else []
@@ -116,14 +125,9 @@ def load_model(
         init_dummy_weights(decoder, seed, init_std)
     else:
         _load_safetensors(decoder, folder, files)
-    decoder.inv_freq = rope_inv_freq(config).to(device)  # keep RoPE frequencies in float32
+    decoder.inv_freq = decoder.rope_frequencies().to(device)  # keep RoPE frequencies in float32
     decoder.eval()
     return decoder, config
-
-
-def decoder_class(config: ModelConfig) -> type[LlamaDecoder]:
-    """The module that computes `config`'s architecture."""
-    return GptOssDecoder if config.architecture == "gpt_oss" else LlamaDecoder
 
 
 # Floating dtypes a checkpoint may store weights in; anything else (int8, fp8 with scales)
@@ -160,10 +164,10 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
                         if name in expected:  # held under the checkpoint's own name
                             _copy_tensor(reader, file, name, expected, loaded)
                         elif FUSED_EXPERTS.search(name):
-                            _copy_fused_experts(reader, file, name, expected, loaded)
+                            _copy_fused_experts(decoder, reader, file, name, expected, loaded)
                         elif expert := NAMED_EXPERT.search(name):
                             _copy_tensor(_OneTensor(reader.get_tensor(name)), file,
-                                         _block_sparse_name(expert), expected, loaded)
+                                         _expert_name(decoder, expert), expected, loaded)
                         else:
                             _copy_tensor(reader, file, name, expected, loaded)
             except (SafetensorError, OSError) as err:
@@ -187,31 +191,35 @@ FUSED_EXPERTS = re.compile(
     r"^(model\.layers\.\d+\.)mlp\.(experts\.(gate_up|down)_proj|gate\.weight)$")
 
 
-# Qwen3-MoE's checkpoints (and transformers 5's save_pretrained of them) name each expert's
-# SwiGLU `mlp.experts.E.{gate,up,down}_proj`: kvbench's experts are Mixtral's w1, w3, w2.
+# Qwen3-MoE's and DeepSeek's checkpoints (and transformers 5's save_pretrained of them) name
+# each expert's SwiGLU `mlp.experts.E.{gate,up,down}_proj`: the decoder's `EXPERT_WEIGHT` and
+# `EXPERT_PROJ` say what its modules call them (Mixtral's w1, w3, w2 for `LlamaDecoder`).
 NAMED_EXPERT = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
-MIXTRAL_NAME_OF_PROJ = {"gate": "w1", "up": "w3", "down": "w2"}
 
 
-def _block_sparse_name(expert: re.Match) -> str:
+def _expert_name(decoder, expert: re.Match) -> str:
     layer, index, proj = expert.groups()
-    return f"{layer}block_sparse_moe.experts.{index}.{MIXTRAL_NAME_OF_PROJ[proj]}.weight"
+    return _expert_weight(decoder, layer, int(index), proj)
 
 
-def _copy_fused_experts(reader, file: Path, name: str, expected: dict,
+def _expert_weight(decoder, layer: str, expert: int, proj: str) -> str:
+    return layer + decoder.EXPERT_WEIGHT.format(expert=expert, proj=decoder.EXPERT_PROJ[proj])
+
+
+def _copy_fused_experts(decoder, reader, file: Path, name: str, expected: dict,
                         loaded: dict[str, str]) -> None:
-    """Split a fused expert tensor into kvbench's per-expert `block_sparse_moe` weights."""
+    """Split a fused expert tensor into the decoder's per-expert weights."""
     layer, kind = FUSED_EXPERTS.search(name).group(1, 3)
-    moe = f"{layer}block_sparse_moe."
-    experts = sum(1 for n in expected if n.startswith(moe) and n.endswith(".w2.weight"))
+    experts = decoder.config.num_local_experts
     if kind is None:  # the router
-        parts = {f"{moe}gate.weight": lambda t: t}
+        parts = {layer + decoder.ROUTER_WEIGHT: lambda t: t}
     elif kind == "down":
-        parts = {f"{moe}experts.{e}.w2.weight": lambda t, e=e: t[e] for e in range(experts)}
+        parts = {_expert_weight(decoder, layer, e, "down"): lambda t, e=e: t[e]
+                 for e in range(experts)}
     else:
-        parts = {f"{moe}experts.{e}.w{1 if which == 0 else 3}.weight":
+        parts = {_expert_weight(decoder, layer, e, proj):
                  (lambda t, e=e, which=which: t[e].chunk(2, dim=0)[which])
-                 for e in range(experts) for which in (0, 1)}
+                 for e in range(experts) for which, proj in enumerate(("gate", "up"))}
     tensor = reader.get_tensor(name)
     if kind is not None and (tensor.dim() != 3 or tensor.shape[0] != experts):
         raise KvbenchInputError(

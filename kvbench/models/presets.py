@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
+from kvbench.models.deepseek_config import DeepseekRouting, MLAShape
 
 
 def _gpt_oss(name: str, num_layers: int, num_local_experts: int) -> ModelConfig:
@@ -230,6 +231,37 @@ PRESETS: dict[str, ModelConfig] = {
     # clamped SwiGLU. Published with mxfp4 experts; a preset runs on random float weights.
     "gpt-oss-20b": _gpt_oss(name="gpt-oss-20b", num_layers=24, num_local_experts=32),
     "gpt-oss-120b": _gpt_oss(name="gpt-oss-120b", num_layers=36, num_local_experts=128),
+    # deepseek-ai/DeepSeek-V3's config.json: latent attention (one 576-wide latent + rope row a
+    # token and layer), 3 dense layers then 58 of 256 routed experts (8 a token, sigmoid
+    # scores, 4 of 8 groups) and one shared expert; YaRN x40 over 4,096 positions. ~671B
+    # parameters without the multi-token-prediction layer, ~37B active, published as fp8
+    # weights (its quantization_config): sized at 1 B a weight, not loadable by the engine.
+    "deepseek-v3": ModelConfig(
+        name="deepseek-v3",
+        vocab_size=129280,
+        hidden_size=7168,
+        intermediate_size=18432,
+        num_layers=61,
+        num_heads=128,
+        num_kv_heads=128,
+        head_dim=192,
+        max_position_embeddings=163840,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-6,
+        rope_scaling={"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+                      "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+        num_local_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=2048,
+        norm_topk_prob=True,
+        dense_layers=(0, 1, 2),
+        num_shared_experts=1,
+        mla=MLAShape(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                     v_head_dim=128, q_lora_rank=1536),
+        routing=DeepseekRouting("sigmoid", "noaux_tc", n_group=8, topk_group=4,
+                                routed_scaling_factor=2.5),
+        quantization="fp8",
+    ),
 }
 
 

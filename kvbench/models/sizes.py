@@ -33,6 +33,18 @@ def canonical_dtype(name: str, allowed: tuple[str, ...] = tuple(DTYPE_BYTES)) ->
     return key
 
 
+def weights_dtype(model: ModelConfig, dtype: str = "bf16") -> str:
+    """The dtype `model`'s weights are stored in: its checkpoint's fp8 where its config.json
+    says so (`ModelConfig.quantization`; the compute dtype stays `dtype`), else `dtype`.
+
+    fp8 checkpoints' block scales (one float32 per 128 x 128 weights, 0.02%) are left out.
+    """
+    if model.quantization == "fp8":
+        return "fp8"
+    return canonical_dtype(dtype, WEIGHT_DTYPES)
+
+
 def weights_bytes(model: ModelConfig, dtype: str = "bf16") -> int:
-    """Weights of `model` stored in `dtype` (parameters x bytes per element)."""
-    return model.num_parameters() * DTYPE_BYTES[canonical_dtype(dtype, WEIGHT_DTYPES)]
+    """Weights of `model` stored in `dtype` (parameters x bytes per element), or in its
+    checkpoint's fp8 (`weights_dtype`)."""
+    return model.num_parameters() * DTYPE_BYTES[weights_dtype(model, dtype)]

@@ -288,8 +288,7 @@ class StepTimeModel:
         self.kv_heads = model.num_kv_heads // tp
         self.q_dim = self.heads * hd
         self.kv_dim = self.kv_heads * hd
-        # a mixture's expert width (Qwen3-MoE's moe_intermediate_size); its dense layers, if
-        # any, are charged as mixture layers
+        # a mixture's expert width (Qwen3-MoE's moe_intermediate_size)
         width = model.moe_intermediate_size if model.is_moe else model.intermediate_size
         self.inter = -(-width // tp)
         self.vocab = -(-model.vocab_size // tp)
@@ -298,9 +297,14 @@ class StepTimeModel:
         self.kv_bytes_per_token = kv_bytes_per_token(model.kv_groups(kv_element_bytes, tp))
         self.kv_layer_token_bytes = self.kv_bytes_per_token // model.num_layers
         self.attention_flops_per_pair = 4 * self.heads * hd  # QK^T and PV, one layer
-        self.layer_gemms = (
+        attention_gemms: tuple[tuple[int, int], ...] = (
             (h, self.q_dim + 2 * self.kv_dim),  # QKV
             (self.q_dim, h),  # O
+        )
+        if model.mla is not None:
+            attention_gemms = self._latent_attention(model.mla, h)
+        self.layer_gemms = (
+            *attention_gemms,
             (h, 2 * self.inter),  # gate + up
             (self.inter, h),  # down
         )
@@ -309,15 +313,38 @@ class StepTimeModel:
         # a dense model; a mixture of experts holds every expert and runs top_k of them.
         self.layer_flop_weights = self.layer_weights
         self.expert_gemms: tuple[tuple[int, int], ...] = ()
+        self.num_moe_layers = model.num_moe_layers
+        # A mixture's dense layers (DeepSeek's first_k_dense_replace, Qwen3-MoE's
+        # mlp_only_layers) run a dense MLP of intermediate_size instead of router, shared
+        # experts and experts: their gemms, and their share of the layers.
+        self.dense_gemms: tuple[tuple[int, int], ...] = ()
+        self.moe_layer_gemms: tuple[tuple[int, int], ...] = ()
+        num_dense = model.num_layers - self.num_moe_layers
         if model.is_moe:
             experts, top_k = model.num_local_experts, model.num_experts_per_tok
-            self.expert_gemms = self.layer_gemms[2:]
-            self.layer_gemms = (*self.layer_gemms[:2], (h, experts))  # attention, router
+            self.expert_gemms = self.layer_gemms[-2:]
+            self.layer_gemms = (*attention_gemms, (h, experts))  # attention, router
+            if model.num_shared_experts:  # run by every token, split as a dense MLP
+                shared = -(-model.num_shared_experts * model.moe_intermediate_size // tp)
+                self.layer_gemms = (*self.layer_gemms, (h, 2 * shared), (shared, h))
             expert_weights = sum(k * n for k, n in self.expert_gemms)
             attention_router = sum(k * n for k, n in self.layer_gemms)
             self.layer_weights = attention_router + experts * expert_weights
             self.layer_flop_weights = attention_router + top_k * expert_weights
             self.expert_weights = expert_weights
+            if num_dense:
+                dense_inter = -(-model.intermediate_size // tp)
+                self.dense_gemms = ((h, 2 * dense_inter), (dense_inter, h))
+                self.moe_layer_gemms = self.layer_gemms[len(attention_gemms):]
+                self.attention_gemms = attention_gemms
+                attention = sum(k * n for k, n in attention_gemms)
+                dense_weights = attention + sum(k * n for k, n in self.dense_gemms)
+                L = model.num_layers
+                # per mean layer: weights and FLOPs summed over the layers, / L
+                self.layer_weights = (self.num_moe_layers * self.layer_weights
+                                      + num_dense * dense_weights) / L
+                self.layer_flop_weights = (self.num_moe_layers * self.layer_flop_weights
+                                           + num_dense * dense_weights) / L
         # Elementwise kernels per layer and the bytes they move per token (activations): two
         # RMS norms (read + write h), rope on q and k, the gated activation (read 2I, write I),
         # the residual add (read 2h, write h); per-head q/k norms are two more kernels, each
@@ -328,11 +355,14 @@ class StepTimeModel:
         )
         if model.is_moe:  # the gated activation runs on each token's top_k experts
             self.elementwise_token_elements += 3 * self.inter * (model.num_experts_per_tok - 1)
+            if model.num_shared_experts:  # and on the shared experts
+                shared = -(-model.num_shared_experts * model.moe_intermediate_size // tp)
+                self.elementwise_token_elements += 3 * shared
         if model.qk_norm:
             self.elementwise_kernels += 2
             self.elementwise_token_elements += 2 * (self.q_dim + self.kv_dim)
         self.weight_bytes = weight_element_bytes * (
-            model.num_layers * self.layer_weights + h * self.vocab
+            round(model.num_layers * self.layer_weights) + h * self.vocab
         )
         # Matmuls are FLOP-bound from this many tokens on (2 T / (peak x eff(T)) >= w / (bw x e)).
         c = gpu.constants
@@ -345,6 +375,28 @@ class StepTimeModel:
         )
         self._by_tokens: dict[int, tuple[float, float, float, float, float, float]] = {}
         self._by_rows: dict[int, float] = {}
+
+    def _latent_attention(self, mla, h: int) -> tuple[tuple[int, int], ...]:
+        """Latent attention's matmuls on one GPU, the up-projections absorbed (as vLLM's MLA
+        decode runs them; its prefill expands the latent instead, not modelled): the query
+        (q_a_proj whole on every GPU, q_b_proj split by heads, or one split q_proj), the KV
+        latent (kv_a_proj_with_mqa, whole), q_nope x W_UK per head into the latent, the
+        attention output x W_UV per head out of it, and o_proj. Attention itself is
+        multi-query over the one row: QK^T over latent + rope, PV over the latent."""
+        heads = self.heads
+        q_out = heads * mla.qk_head_dim
+        query = (((h, q_out),) if mla.q_lora_rank is None
+                 else ((h, mla.q_lora_rank), (mla.q_lora_rank, q_out)))
+        self.q_dim = heads * mla.latent_dim  # the absorbed query
+        self.kv_dim = mla.latent_dim
+        self.attention_flops_per_pair = 2 * heads * (mla.latent_dim + mla.kv_lora_rank)
+        return (
+            *query,
+            (h, mla.latent_dim),  # kv_a_proj_with_mqa
+            (mla.qk_nope_head_dim, heads * mla.kv_lora_rank),  # W_UK absorbed into q
+            (mla.kv_lora_rank, heads * mla.v_head_dim),  # W_UV on the output
+            (heads * mla.v_head_dim, h),  # o_proj
+        )
 
     def _token_parts(self, tokens: int) -> tuple[float, float, float, float, float, float]:
         """Parts that depend only on the step's token count (memoized: steps repeat sizes)."""
@@ -361,7 +413,14 @@ class StepTimeModel:
             gemm += sum(grouped_gemm_s(c, hw, tokens, k, n, wb, ab, experts, top_k)
                         for k, n in self.expert_gemms)
             idle = experts - expected_active_experts(tokens, experts, top_k)
-            weights_read -= wb * m.num_layers * idle * self.expert_weights
+            weights_read -= wb * self.num_moe_layers * idle * self.expert_weights
+            if self.dense_gemms:  # the mean layer: mixture and dense layers by their counts
+                attention = sum(gemm_s(c, hw, tokens, k, n, wb, ab)
+                                for k, n in self.attention_gemms)
+                dense = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.dense_gemms)
+                num_moe = self.num_moe_layers
+                gemm = attention + (num_moe * (gemm - attention)
+                                    + (m.num_layers - num_moe) * dense) / m.num_layers
         elt_bytes = tokens * ab * self.elementwise_token_elements
         elt = elementwise_s(c, hw, self.elementwise_kernels, elt_bytes) if tokens else 0.0
         kv_write = elementwise_s(c, hw, 1, tokens * self.kv_layer_token_bytes) if tokens else 0.0

@@ -8,9 +8,10 @@ per-strategy concurrency, and the tensor-parallel group below all count with it.
 
 With tensor parallelism N (Megatron-style, as vLLM), every GPU holds 1/N of each matmul's
 weights (attention heads, MLP columns, embedding and LM-head vocabulary rows) and a full copy
-of the RMS norms, and 1/N of the KV heads of every token. So per GPU:
+of the RMS norms (and of latent attention's down-projections), and 1/N of the KV heads of
+every token (a latent-attention cache is whole on every GPU). So per GPU:
 
-    weights   = ceil(sharded parameters / N) + norm parameters            (x bytes per weight)
+    weights   = ceil(sharded parameters / N) + replicated parameters      (x bytes per weight)
     budget    = floor(memory x utilization) - weights - activations       (`kv_budget_bytes`)
     per token = the sum over the model's KV groups of one GPU's share (KV heads / N)
     tokens    = floor(budget / per token)
@@ -52,9 +53,9 @@ class GroupKVCapacity:
 
 
 def weight_bytes_per_gpu(model: ModelConfig, tensor_parallel_size: int, weight_bytes: int) -> int:
-    norms = model.num_norm_parameters()
-    sharded = model.num_parameters() - norms
-    return (math.ceil(sharded / tensor_parallel_size) + norms) * weight_bytes
+    replicated = model.num_replicated_parameters()
+    sharded = model.num_parameters() - replicated
+    return (math.ceil(sharded / tensor_parallel_size) + replicated) * weight_bytes
 
 
 def group_kv_capacity(

@@ -9,6 +9,15 @@ KV budget         = floor(GPU memory x utilization) - weights   (or a given KV s
                     `kvbench.sizing.kv_budget`)
 max concurrency   = floor(KV budget / bytes per request)           (`kvbench.sizing.capacity`)
 
+With `tensor_parallel_size` N (`--tensor-parallel-size`), the GPU memory, the weights'
+share (`weights_bytes_per_gpu`), the budget and the KV bytes per token are one GPU's
+(`kvbench.sizing.capacity`: 1/N of the KV heads, a latent-attention row whole); the token
+and request capacities are the group's, as every GPU holds a share of the same tokens.
+
+A latent-attention (MLA) model also gets `mha_equivalent`: the same budget if the cache held
+each head's full K (qk_nope + qk_rope) and V (v_head_dim), split over the GPUs by heads as
+multi-head attention is; what the latent saves.
+
 and per strategy:
 
 contiguous (reserve max) reserves max_model_len tokens for every request;
@@ -29,8 +38,14 @@ from kvbench.core.block_size import DEFAULT_BLOCK_SIZE, check_block_size
 from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
-from kvbench.models.sizes import DTYPE_BYTES, WEIGHT_DTYPES, canonical_dtype, weights_bytes
-from kvbench.sizing.capacity import kv_capacity
+from kvbench.models.sizes import (
+    DTYPE_BYTES,
+    WEIGHT_DTYPES,
+    canonical_dtype,
+    weights_bytes,
+    weights_dtype,
+)
+from kvbench.sizing.capacity import kv_capacity, weight_bytes_per_gpu
 from kvbench.sizing.kv_budget import (
     Utilization,
     gpu_memory_utilization,
@@ -119,6 +134,18 @@ class StrategyFit:
 
 
 @dataclass(frozen=True)
+class MHAEquivalent:
+    """A latent-attention model's budget if it cached full K and V per head instead."""
+
+    kv_bytes_per_token: int  # one GPU's: layers x heads / N x (qk head dim + v head dim) x B
+    kv_capacity_tokens: int | None
+    max_concurrency: int | None  # requests of tokens_per_request
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class KVEstimate:
     """Every figure of one estimate; byte counts are exact integers."""
 
@@ -155,10 +182,14 @@ class KVEstimate:
     # Parameters one token computes with: a mixture of experts' top-k experts, not all of them
     # (`num_parameters` for a dense model). None where `num_parameters` is.
     active_parameters: int | None = None
+    tensor_parallel_size: int = 1
+    weights_bytes_per_gpu: int | None = None  # weights_bytes when tensor_parallel_size is 1
+    mha_equivalent: MHAEquivalent | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (fractions as floats)."""
         return {
+            "tensor_parallel_size": self.tensor_parallel_size,
             "model": self.model,
             "num_layers": self.num_layers,
             "num_kv_heads": self.num_kv_heads,
@@ -179,6 +210,7 @@ class KVEstimate:
             "num_parameters": self.num_parameters,
             "active_parameters": self.active_parameters,
             "weights_bytes": self.weights_bytes,
+            "weights_bytes_per_gpu": self.weights_bytes_per_gpu,
             "weights_source": self.weights_source,
             "kv_budget_bytes": self.kv_budget_bytes,
             "kv_budget_source": self.kv_budget_source,
@@ -191,6 +223,7 @@ class KVEstimate:
             "kv_utilization_comparison": (
                 self.kv_utilization_comparison.to_dict() if self.kv_utilization_comparison else None
             ),
+            "mha_equivalent": self.mha_equivalent.to_dict() if self.mha_equivalent else None,
         }
 
 
@@ -231,6 +264,7 @@ class EstimateInputs:
     max_model_len: int | None = None
     mean_len: int | None = None
     compare_utilization: tuple[Any, Any] | None = None
+    tensor_parallel_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -261,6 +295,8 @@ class _Budget:
     weights_source: str | None = None  # "given" | "computed"
     num_parameters: int | None = None
     active_parameters: int | None = None
+    weights_bytes_per_gpu: int | None = None
+    weights_dtype: str | None = None
 
 
 def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
@@ -276,6 +312,7 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
     total = per_request * inputs.concurrency
     budget = _budget(inputs, shape.dtype)
     kv = budget.kv_budget_bytes
+    mha = _mha_equivalent(inputs, shape, tokens_per_request, kv)
     return KVEstimate(
         model=inputs.model.name if inputs.model is not None else None,
         num_layers=shape.num_layers,
@@ -292,7 +329,7 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
         kv_bytes_total=total,
         gpu_memory_bytes=inputs.gpu_memory if inputs.kv_memory is None else None,
         gpu_memory_utilization=budget.utilization,
-        dtype=shape.dtype if budget.weights_source == "computed" else None,
+        dtype=budget.weights_dtype if budget.weights_source == "computed" else None,
         num_parameters=budget.num_parameters,
         active_parameters=budget.active_parameters,
         weights_bytes=budget.weights_bytes,
@@ -307,6 +344,9 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
         strategies=_strategy_fits(per_token, lengths, block_size, kv),
         kv_utilization_comparison=_comparison(inputs.compare_utilization, kv, per_token),
         kv_groups=shape.groups,
+        tensor_parallel_size=inputs.tensor_parallel_size,
+        weights_bytes_per_gpu=budget.weights_bytes_per_gpu,
+        mha_equivalent=mha,
     )
 
 
@@ -320,6 +360,8 @@ def _kv_shape(inputs: EstimateInputs) -> _KVShape:
                 "give either a model or --layers/--kv-heads/--head-dim, not both"
             )
         num_layers, num_kv_heads, head_dim = model.num_layers, model.num_kv_heads, model.head_dim
+        if model.mla is not None:  # one latent + rope 'head'
+            num_kv_heads, head_dim = 1, model.mla.latent_dim
     elif any(s is None for s in shapes):
         raise KvbenchInputError(
             "give a model (--model PRESET or a folder with config.json) "
@@ -336,8 +378,11 @@ def _kv_shape(inputs: EstimateInputs) -> _KVShape:
         else canonical_dtype(inputs.kv_cache_dtype)
     )
     elem = DTYPE_BYTES[kv_dtype]
+    tp = inputs.tensor_parallel_size
+    if tp != 1 and model is None:
+        raise KvbenchInputError("--tensor-parallel-size needs --model (a preset or a folder)")
     groups = (
-        model.kv_groups(elem) if model is not None
+        model.kv_groups(elem, tp) if model is not None
         else (full_attention_group(num_layers, num_kv_heads, head_dim, elem),)
     )
     return _KVShape(num_layers, num_kv_heads, head_dim, dtype, kv_dtype, groups)
@@ -388,13 +433,18 @@ def _budget(inputs: EstimateInputs, dtype: str) -> _Budget:
             raise KvbenchInputError("--weights-memory needs --gpu-memory")
         return _Budget()
     util = gpu_memory_utilization(inputs.gpu_memory_utilization)
-    num_params = active_params = None
+    num_params = active_params = stored = None
+    total = None
     if weights_memory is not None:
         weights, weights_source = weights_memory, "given"
     elif inputs.model is not None:
         num_params = inputs.model.num_parameters()
         active_params = inputs.model.num_active_parameters()
-        weights, weights_source = weights_bytes(inputs.model, dtype), "computed"
+        stored = weights_dtype(inputs.model, dtype)
+        total = weights_bytes(inputs.model, dtype)
+        weights = weight_bytes_per_gpu(inputs.model, inputs.tensor_parallel_size,
+                                       DTYPE_BYTES[stored])
+        weights_source = "computed"
     else:
         raise KvbenchInputError(
             "give --weights-memory: weights cannot be computed from explicit "
@@ -404,7 +454,25 @@ def _budget(inputs: EstimateInputs, dtype: str) -> _Budget:
         gpu_memory, util, weights,
         advice="use more --gpu-memory, a higher --gpu-memory-utilization or a smaller --dtype",
     )
-    return _Budget(budget, "gpu", util, weights, weights_source, num_params, active_params)
+    if total is None:
+        return _Budget(budget, "gpu", util, weights, weights_source)
+    return _Budget(budget, "gpu", util, total, weights_source, num_params, active_params,
+                   weights, stored)
+
+
+def _mha_equivalent(inputs: EstimateInputs, shape: _KVShape, tokens_per_request: int,
+                    budget: int | None) -> MHAEquivalent | None:
+    """What the latent saves: full K (qk_nope + qk_rope) and V (v_head_dim) per head."""
+    model = inputs.model
+    if model is None or model.mla is None:
+        return None
+    mla, tp = model.mla, inputs.tensor_parallel_size
+    per_token = (model.num_layers * (model.num_heads // tp)
+                 * (mla.qk_head_dim + mla.v_head_dim) * DTYPE_BYTES[shape.kv_dtype])
+    if budget is None:
+        return MHAEquivalent(per_token, None, None)
+    return MHAEquivalent(per_token, kv_capacity(budget, per_token),
+                         kv_capacity(budget, per_token, tokens_per_request))
 
 
 def _strategy_fits(
@@ -497,8 +565,13 @@ def format_estimate(est: KVEstimate) -> str:
         else:
             weights_formula = "--weights-memory"
         add("weights", est.weights_bytes, format_bytes(est.weights_bytes), weights_formula)
+        per_gpu = est.weights_bytes_per_gpu
+        if est.tensor_parallel_size > 1 and per_gpu is not None:
+            add("weights per GPU", per_gpu, format_bytes(per_gpu),
+                f"sharded / {est.tensor_parallel_size} + replicated (norms, MLA down-projections)")
         util = _fmt_fraction(est.gpu_memory_utilization)
-        budget_formula = f"floor(GPU memory x {util}) - weights"
+        budget_formula = f"floor(GPU memory x {util}) - weights" + (
+            " per GPU" if est.tensor_parallel_size > 1 else "")
     else:
         budget_formula = "--kv-memory"
     if est.kv_budget_bytes is not None:
@@ -511,6 +584,12 @@ def format_estimate(est: KVEstimate) -> str:
             "",
             "floor(budget / per request)",
         )
+        mha = est.mha_equivalent
+        if mha is not None and mha.max_concurrency is not None:
+            add("MHA-equivalent KV", mha.kv_bytes_per_token, format_bytes(mha.kv_bytes_per_token),
+                "per token if each head cached K (qk_nope + qk_rope) and V (v_head_dim)")
+            add("MHA-equivalent", _plural(mha.max_concurrency, "request"), "",
+                f"floor(budget / (MHA per token x {est.tokens_per_request:,}))")
         if est.fits:
             add("total vs budget", "fits", "", "total <= budget")
         else:

@@ -8,7 +8,7 @@ from typing import Any
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
-from kvbench.models.sizes import DTYPE_BYTES, WEIGHT_DTYPES, canonical_dtype
+from kvbench.models.sizes import DTYPE_BYTES, WEIGHT_DTYPES, canonical_dtype, weights_dtype
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.step_time import StepTimeModel
 from kvbench.sizing.estimate import text_table
@@ -60,8 +60,9 @@ def estimate_steps(
     spec = get_gpu(gpu)
     dtype = canonical_dtype(dtype, WEIGHT_DTYPES)
     kv_dtype = dtype if str(kv_cache_dtype).lower() == "auto" else canonical_dtype(kv_cache_dtype)
+    stored = weights_dtype(model, dtype)  # fp8 where the checkpoint is
     time_model = StepTimeModel(
-        model, spec, DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype], tensor_parallel_size
+        model, spec, DTYPE_BYTES[stored], DTYPE_BYTES[kv_dtype], tensor_parallel_size
     )
     out = []
     for step in steps:
@@ -83,7 +84,7 @@ def estimate_steps(
         "model": model.name,
         "gpu": spec.name,
         "tensor_parallel_size": tensor_parallel_size,
-        "dtype": dtype,
+        "dtype": stored,
         "kv_cache_dtype": kv_dtype,
         "steps": out,
     }

@@ -216,8 +216,8 @@ def test_mxfp4_weights_are_refused_naming_the_key(tmp_path, capsys):
 def test_presets_are_the_published_shapes(preset, published, parameters, tmp_path):
     config = get_preset(preset)
     from_file = resolve_model_config(write_gpt_oss_config(tmp_path / "m", **published))
-    assert from_file.weights_quantization == "mxfp4"
-    skip = {"name": None, "weights_quantization": None}
+    assert from_file.quantization == "mxfp4"
+    skip = {"name": None, "quantization": None}
     assert {**config.to_dict(), **skip} == {**from_file.to_dict(), **skip}
     fields = {k: v for k, v in published.items()
               if k not in ("architectures", "model_type", "transformers_version",

@@ -1,0 +1,268 @@
+"""DeepSeek-V2/V3: multi-head latent attention (MLA) and routed plus shared experts.
+
+Parameter names follow transformers' `DeepseekV3ForCausalLM` (and DeepSeek's checkpoints: one
+module per expert, `mlp.experts.E.{gate,up,down}_proj`), so a checkpoint loads as it is.
+
+Attention runs over the latent with the up-projections absorbed (docs/design.md says why):
+`kv_b_proj` is split per head into W_UK (latent -> no-rope key) and W_UV (latent -> value);
+the query's no-rope part is taken into latent space (q_nope . W_UK), so that one head's
+scores are q_latent . latent + q_pe . k_pe over the cached row [latent, k_pe], and the
+attention output, a mix of latents, is taken out through W_UV before o_proj. The executor's
+attention callable therefore sees multi-query attention with one KV head of
+kv_lora_rank + qk_rope_head_dim (576 for V3) whose value is its first kv_lora_rank elements.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kvbench.models.config import ModelConfig
+from kvbench.models.llama import MLP, AttentionFn, RMSNorm
+
+# transformers builds q_a_layernorm and kv_a_layernorm with its RMSNorm's default epsilon,
+# not the config's rms_norm_eps.
+LATENT_NORM_EPS = 1e-6
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def deepseek_rope(config: ModelConfig) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies of the rope dimensions and the factor on cos and sin, as
+    transformers computes them (plain rope, or YaRN)."""
+    assert config.mla is not None
+    dim, base = config.mla.qk_rope_head_dim, config.rope_theta
+    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    scaling = config.rope_scaling
+    if not scaling:
+        return 1.0 / pos_freqs, 1.0
+    factor = scaling["factor"]
+    mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    attention_factor = scaling.get("attention_factor")
+    if attention_factor is None:
+        if mscale and mscale_all_dim:
+            attention_factor = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
+        else:
+            attention_factor = _yarn_mscale(factor)
+    beta_fast = scaling.get("beta_fast") or 32
+    beta_slow = scaling.get("beta_slow") or 1
+    old_len = scaling["original_max_position_embeddings"]
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(old_len / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # no division by zero
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp  # the share of the unscaled frequency
+    inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+    return inv_freq, float(attention_factor)
+
+
+def deepseek_softmax_scale(config: ModelConfig) -> float:
+    """1 / sqrt(qk head dim), times YaRN's mscale(factor, mscale_all_dim)^2 (transformers)."""
+    assert config.mla is not None
+    scale = config.mla.qk_head_dim**-0.5
+    scaling = config.rope_scaling
+    if scaling and scaling.get("mscale_all_dim"):
+        scale *= _yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
+    return scale
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool):
+    """Rope on `x` [T, heads, d] with cos/sin [T, 1, d/2] (one angle per rotated pair)."""
+    if interleave:  # pairs (x0, x1), (x2, x3) ...; out: the pairs' firsts, then seconds
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+    else:  # pairs (x_i, x_{i + d/2})
+        x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class LatentAttention(nn.Module):
+    def __init__(self, config: ModelConfig, layer_index: int) -> None:
+        super().__init__()
+        mla = config.mla
+        assert mla is not None
+        self.layer_index = layer_index
+        self.mla = mla
+        self.num_heads = config.num_heads
+        h, heads, bias = config.hidden_size, config.num_heads, config.attention_bias
+        if mla.q_lora_rank is None:
+            self.q_proj = nn.Linear(h, heads * mla.qk_head_dim, bias=False)
+        else:
+            self.q_a_proj = nn.Linear(h, mla.q_lora_rank, bias=bias)
+            self.q_a_layernorm = RMSNorm(mla.q_lora_rank, LATENT_NORM_EPS)
+            self.q_b_proj = nn.Linear(mla.q_lora_rank, heads * mla.qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(h, mla.latent_dim, bias=bias)
+        self.kv_a_layernorm = RMSNorm(mla.kv_lora_rank, LATENT_NORM_EPS)
+        self.kv_b_proj = nn.Linear(
+            mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim), bias=False)
+        self.o_proj = nn.Linear(heads * mla.v_head_dim, h, bias=bias)
+
+    def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
+        mla, heads, tokens = self.mla, self.num_heads, x.shape[0]
+        if mla.q_lora_rank is None:
+            q = self.q_proj(x)
+        else:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        q_nope, q_pe = q.view(tokens, heads, mla.qk_head_dim).split(
+            [mla.qk_nope_head_dim, mla.qk_rope_head_dim], dim=-1)
+        latent, k_pe = self.kv_a_proj_with_mqa(x).split(
+            [mla.kv_lora_rank, mla.qk_rope_head_dim], dim=-1)
+        latent = self.kv_a_layernorm(latent)
+        q_pe = _rotate(q_pe, cos, sin, mla.rope_interleave)
+        k_pe = _rotate(k_pe[:, None, :], cos, sin, mla.rope_interleave)
+        # kv_b_proj per head: rows [nope key | value], columns the latent.
+        w_kv = self.kv_b_proj.weight.view(heads, mla.qk_nope_head_dim + mla.v_head_dim,
+                                          mla.kv_lora_rank)
+        w_uk, w_uv = w_kv.split([mla.qk_nope_head_dim, mla.v_head_dim], dim=1)
+        q_latent = torch.einsum("thn,hnc->thc", q_nope, w_uk)
+        query = torch.cat((q_latent, q_pe), dim=-1)  # [T, heads, latent + rope]
+        row = torch.cat((latent[:, None, :], k_pe), dim=-1)  # [T, 1, latent + rope]
+        out_latent = attention(self.layer_index, query, row, row[..., : mla.kv_lora_rank])
+        out = torch.einsum("thc,hvc->thv", out_latent, w_uv)
+        return self.o_proj(out.reshape(tokens, heads * mla.v_head_dim))
+
+
+class Router(nn.Module):
+    """DeepSeek's router (`DeepseekRouting`): the top-k experts of each token and their
+    weights, in float32 whatever the weights' dtype, as transformers routes."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        routing = config.routing
+        assert routing is not None
+        self.routing = routing
+        self.top_k = config.num_experts_per_tok
+        self.norm_topk_prob = config.norm_topk_prob
+        experts = config.num_local_experts
+        self.weight = nn.Parameter(torch.empty(experts, config.hidden_size))
+        if routing.has_correction_bias:
+            # Learnt load balancing: it shifts which experts are chosen, never their weights.
+            self.e_score_correction_bias = nn.Parameter(torch.zeros(experts),
+                                                        requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        routing, tokens = self.routing, x.shape[0]
+        logits = F.linear(x.float(), self.weight.float())
+        experts = logits.shape[-1]
+        groups, per_group = routing.n_group, experts // routing.n_group
+        if routing.scoring == "sigmoid":
+            scores = logits.sigmoid()
+            choice = scores + self.e_score_correction_bias.float()
+            group_scores = choice.view(tokens, groups, per_group).topk(2, dim=-1)[0].sum(-1)
+            fill = float("-inf")
+        else:
+            scores = choice = logits.softmax(dim=-1)
+            group_scores = choice.view(tokens, groups, per_group).amax(dim=-1)
+            fill = 0.0
+        if routing.topk_method != "greedy":
+            kept = torch.topk(group_scores, routing.topk_group, dim=-1, sorted=False)[1]
+            group_mask = torch.zeros_like(group_scores).scatter_(1, kept, 1.0).bool()
+            expert_mask = group_mask[:, :, None].expand(-1, -1, per_group).reshape(tokens, -1)
+            choice = choice.masked_fill(~expert_mask, fill)
+        chosen = torch.topk(choice, self.top_k, dim=-1, sorted=False)[1]
+        weights = scores.gather(1, chosen)
+        if self.norm_topk_prob:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return weights * routing.routed_scaling_factor, chosen
+
+
+class DeepseekMoE(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        width = config.moe_intermediate_size
+        self.gate = Router(config)
+        self.experts = nn.ModuleList(
+            MLP(config, width) for _ in range(config.num_local_experts))
+        self.has_shared = config.num_shared_experts > 0
+        if self.has_shared:
+            self.shared_experts = MLP(config, width * config.num_shared_experts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, chosen = self.gate(x)
+        out = torch.zeros_like(x)
+        # Only the experts some token chose run, each on its own tokens, in expert order.
+        for expert_index in torch.unique(chosen).tolist():
+            token_index, slot = torch.where(chosen == expert_index)
+            expert_out = self.experts[expert_index](x[token_index])
+            weighted = expert_out * weights[token_index, slot, None]
+            out.index_add_(0, token_index, weighted.to(out.dtype))
+        if self.has_shared:
+            out = out + self.shared_experts(x)
+        return out
+
+
+class DeepseekLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_index: int) -> None:
+        super().__init__()
+        self.self_attn = LatentAttention(config, layer_index)
+        self.mlp = DeepseekMoE(config) if config.is_moe_layer(layer_index) else MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attention)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class _Backbone(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DeepseekLayer(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class DeepseekDecoder(nn.Module):
+    """`forward` runs the flattened tokens of a batch, as `LlamaDecoder` does; the attention
+    callable gets the absorbed query `[T, heads, latent + rope]`, the cached row
+    `[T, 1, latent + rope]` and its latent view as the value, and returns `[T, heads, latent]`."""
+
+    # Checkpoint names of expert E's projections and of the router (kvbench.models.loader).
+    EXPERT_WEIGHT = "mlp.experts.{expert}.{proj}.weight"
+    EXPERT_PROJ = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+    ROUTER_WEIGHT = "mlp.gate.weight"
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = _Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        inv_freq, self.rope_attention_factor = deepseek_rope(config)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.softmax_scale = deepseek_softmax_scale(config)
+
+    def rope_frequencies(self) -> torch.Tensor:
+        return deepseek_rope(self.config)[0]
+
+    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
+        factor = self.rope_attention_factor
+        # [T, 1, d/2]: broadcast over heads
+        return ((freqs.cos() * factor).to(dtype)[:, None, :],
+                (freqs.sin() * factor).to(dtype)[:, None, :])
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
+    ) -> torch.Tensor:
+        """Hidden states `[T, hidden]` after the final norm."""
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = self.rope(positions, x.dtype)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, attention)
+        return self.model.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()

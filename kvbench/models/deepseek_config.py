@@ -1,0 +1,278 @@
+"""DeepSeek-V2/V3's shape: multi-head latent attention (`MLAShape`) and its expert routing
+(`DeepseekRouting`), read from a Hugging Face `config.json` as transformers'
+DeepseekV2Config / DeepseekV3Config default them (`read_deepseek_config`).
+
+Every key that changes the arithmetic is implemented (kvbench/models/deepseek.py, with parity
+tests against transformers in tests/models/test_deepseek_v3.py) or refused naming the key.
+Keys that only matter to training (aux_loss_alpha, seq_aux, output_router_logits) or to
+parallel layout (ep_size) are accepted; the multi-token-prediction layer
+(num_nextn_predict_layers) is left out, as transformers leaves it out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvbench.errors import KvbenchInputError
+
+if TYPE_CHECKING:
+    from kvbench.models.config import ModelConfig
+
+DEEPSEEK_MODEL_TYPES = ("deepseek_v2", "deepseek_v3")
+DEEPSEEK_ROPE_TYPES = ("default", "yarn")
+YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "attention_factor", "truncate")
+
+
+@dataclass(frozen=True)
+class MLAShape:
+    """Multi-head latent attention: a query of `qk_nope_head_dim + qk_rope_head_dim` per head
+    (through a `q_lora_rank` bottleneck, or one `q_proj` when None), and per token one latent
+    of `kv_lora_rank` that `kv_b_proj` expands to every head's no-rope key and value, plus one
+    rope key of `qk_rope_head_dim` shared by all heads."""
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+    # DeepSeek's rope rotates pairs of neighbouring dimensions (x0, x1), (x2, x3) ...;
+    # False: the halves (x_i, x_{i + d/2}) as Llama does.
+    rope_interleave: bool = True
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_dim(self) -> int:
+        """One token's cached row in one layer: the latent, then the rope key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class DeepseekRouting:
+    """How a DeepSeek router picks `num_experts_per_tok` of the routed experts.
+
+    V3: sigmoid scores plus `e_score_correction_bias` choose (the bias only chooses; the
+    weights are the plain scores), within the `topk_group` groups of `n_group` whose two best
+    biased scores sum highest. V2: softmax scores, top-k over all experts ("greedy") or within
+    the `topk_group` groups whose best score is highest ("group_limited_greedy"). Then
+    optionally renormalised (`ModelConfig.norm_topk_prob`), times `routed_scaling_factor`.
+    """
+
+    scoring: str  # "sigmoid" (V3) | "softmax" (V2)
+    topk_method: str  # "noaux_tc" (V3) | "greedy" | "group_limited_greedy" (V2)
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 1.0
+
+    @property
+    def has_correction_bias(self) -> bool:
+        return self.topk_method == "noaux_tc"
+
+
+def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) -> ModelConfig:
+    """A `ModelConfig` of a deepseek_v2 or deepseek_v3 `config.json`."""
+    v3 = hf["model_type"] == "deepseek_v3"
+    act = hf.get("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise KvbenchInputError(
+            f"model {name}: config.json hidden_act {act!r} is not implemented "
+            f"(kvbench's MLP is SwiGLU: hidden_act 'silu')")
+    num_layers = _int(hf, "num_hidden_layers", name, 61 if v3 else 32)
+    heads = _int(hf, "num_attention_heads", name, 128 if v3 else 32)
+    mla = MLAShape(
+        kv_lora_rank=_int(hf, "kv_lora_rank", name, 512),
+        qk_nope_head_dim=_int(hf, "qk_nope_head_dim", name, 128),
+        qk_rope_head_dim=_int(hf, "qk_rope_head_dim", name, 64),
+        v_head_dim=_int(hf, "v_head_dim", name, 128),
+        q_lora_rank=_int(hf, "q_lora_rank", name, 1536, nullable=True),
+        rope_interleave=_rope_interleave(hf, name, v3),
+    )
+    experts = _int(hf, "n_routed_experts", name, 256 if v3 else 64)
+    top_k = _int(hf, "num_experts_per_tok", name, 8 if v3 else None)
+    if top_k > experts:
+        raise KvbenchInputError(
+            f"model {name}: config.json num_experts_per_tok {top_k} exceeds n_routed_experts "
+            f"{experts}")
+    moe_layer_freq = hf.get("moe_layer_freq", 1)
+    if moe_layer_freq != 1:
+        raise KvbenchInputError(
+            f"model {name}: config.json moe_layer_freq {moe_layer_freq!r} is not implemented "
+            "(kvbench, as transformers, makes every layer from first_k_dense_replace on a "
+            "mixture: moe_layer_freq 1)")
+    if hf.get("mlp_bias", False):
+        raise KvbenchInputError(
+            f"model {name}: config.json mlp_bias true is not implemented (DeepSeek MLPs "
+            "without biases)")
+    first_dense = _int(hf, "first_k_dense_replace", name, 3 if v3 else 0, zero_ok=True)
+    norm = hf.get("norm_topk_prob", v3)
+    if not isinstance(norm, bool):
+        raise KvbenchInputError(
+            f"model {name}: config.json norm_topk_prob must be true or false, got {norm!r}")
+    if norm and not v3:
+        raise KvbenchInputError(
+            f"model {name}: config.json norm_topk_prob true is not implemented for "
+            "deepseek_v2 (transformers' DeepseekV2 router never renormalises)")
+    try:
+        return cls(
+            name=name,
+            vocab_size=_int(hf, "vocab_size", name, 129280 if v3 else 102400),
+            hidden_size=_int(hf, "hidden_size", name, 7168 if v3 else 4096),
+            intermediate_size=_int(hf, "intermediate_size", name, 18432 if v3 else 11008),
+            num_layers=num_layers,
+            num_heads=heads,
+            # MLA has no KV heads: every query head reads the one latent. The count is kept
+            # as the query heads' so that head-count arithmetic stays whole; the KV cache's
+            # shape comes from `mla` (`ModelConfig.kv_groups`).
+            num_kv_heads=heads,
+            head_dim=mla.qk_head_dim,
+            max_position_embeddings=_int(hf, "max_position_embeddings", name,
+                                         4096 if v3 else 2048),
+            rope_theta=float(hf.get("rope_theta")
+                             or (hf.get("rope_parameters") or {}).get("rope_theta")
+                             or 10000.0),
+            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            attention_bias=bool(hf.get("attention_bias", False)),
+            rope_scaling=_rope_scaling(hf, name),
+            num_local_experts=experts,
+            num_experts_per_tok=top_k,
+            moe_intermediate_size=_int(hf, "moe_intermediate_size", name, 2048 if v3 else 1407),
+            norm_topk_prob=norm,
+            dense_layers=tuple(range(min(first_dense, num_layers))),
+            num_shared_experts=_int(hf, "n_shared_experts", name, 1 if v3 else 2, zero_ok=True),
+            mla=mla,
+            routing=_routing(hf, name, v3, experts),
+            quantization=_quantization(hf, name),
+        )
+    except (TypeError, ValueError) as err:
+        raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
+
+
+def _int(hf: dict[str, Any], key: str, name: str, default: int | None, *,
+         nullable: bool = False, zero_ok: bool = False) -> Any:
+    """A positive integer (or 0 where `zero_ok`; None where `nullable` and the file says null)."""
+    if key not in hf:
+        if default is None:
+            raise KvbenchInputError(f"model {name}: config.json lacks '{key}'")
+        return default
+    value = hf[key]
+    if value is None and nullable:
+        return None
+    if value is None and default is not None:
+        return default
+    low = 0 if zero_ok else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "a non-negative" if zero_ok else "a positive"
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} must be {kind} integer"
+            f"{' or null' if nullable else ''}, got {value!r}")
+    return value
+
+
+def _quantization(hf: dict[str, Any], name: str) -> str | None:
+    """"fp8" for DeepSeek's published fp8 checkpoints (e4m3 weights, 128 x 128 block scales:
+    quant_method fp8), None for float weights; any other scheme is refused."""
+    quantization = hf.get("quantization_config")
+    if not quantization:
+        return None
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    fmt = quantization.get("fmt", "e4m3") if isinstance(quantization, dict) else None
+    if method != "fp8" or fmt != "e4m3":
+        raise KvbenchInputError(
+            f"model {name}: config.json quantization_config ({method or '?'}, {fmt or '?'}) is "
+            "not implemented (kvbench sizes float weights, or fp8 e4m3 ones)")
+    return "fp8"
+
+
+def _rope_interleave(hf: dict[str, Any], name: str, v3: bool) -> bool:
+    if not v3:  # DeepSeek-V2 rotates neighbouring pairs as complex numbers, always
+        return True
+    interleave = hf.get("rope_interleave", True)
+    if not isinstance(interleave, bool):
+        raise KvbenchInputError(
+            f"model {name}: config.json rope_interleave must be true or false, "
+            f"got {interleave!r}")
+    return interleave
+
+
+def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekRouting:
+    """V3's sigmoid, bias-corrected group-limited routing; V2's softmax greedy or
+    group-limited routing. Anything else is refused naming the key."""
+    scoring = "sigmoid" if v3 else "softmax"
+    given = hf.get("scoring_func", scoring)
+    if given != scoring:
+        raise KvbenchInputError(
+            f"model {name}: config.json scoring_func {given!r} is not implemented for "
+            f"{hf['model_type']} (kvbench, as transformers: {scoring!r})")
+    methods = ("noaux_tc",) if v3 else ("greedy", "group_limited_greedy")
+    method = hf.get("topk_method", methods[0])
+    if method not in methods:
+        raise KvbenchInputError(
+            f"model {name}: config.json topk_method {method!r} is not implemented for "
+            f"{hf['model_type']} (supported: {', '.join(methods)})")
+    grouped = method != "greedy"
+    n_group = _int(hf, "n_group", name, 8 if v3 else (None if grouped else 1))
+    topk_group = _int(hf, "topk_group", name, 4 if v3 else (None if grouped else 1))
+    if grouped:
+        if experts % n_group:
+            raise KvbenchInputError(
+                f"model {name}: config.json n_group {n_group} does not divide "
+                f"n_routed_experts {experts}")
+        if topk_group > n_group:
+            raise KvbenchInputError(
+                f"model {name}: config.json topk_group {topk_group} exceeds n_group {n_group}")
+        if v3 and experts // n_group < 2:  # a group scores by its two best experts
+            raise KvbenchInputError(
+                f"model {name}: config.json n_group {n_group} leaves fewer than 2 of "
+                f"n_routed_experts {experts} a group")
+        top_k = hf.get("num_experts_per_tok", 8)
+        if v3 and isinstance(top_k, int) and top_k > topk_group * (experts // n_group):
+            raise KvbenchInputError(
+                f"model {name}: config.json num_experts_per_tok {top_k} exceeds the experts "
+                f"of topk_group {topk_group} groups")
+    scale = hf.get("routed_scaling_factor", 2.5 if v3 else 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json routed_scaling_factor must be a positive number, "
+            f"got {scale!r}")
+    return DeepseekRouting(scoring, method, n_group if grouped else 1,
+                           topk_group if grouped else 1, float(scale))
+
+
+def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """None (plain rope) or YaRN's parameters, with transformers' defaults filled in."""
+    partial = hf.get("partial_rotary_factor", 1.0)
+    if partial != 1.0:
+        raise KvbenchInputError(
+            f"model {name}: config.json partial_rotary_factor {partial} is not implemented "
+            "(kvbench rotates every rope dimension)")
+    scaling = hf.get("rope_scaling") or hf.get("rope_parameters")
+    if not scaling:
+        return None
+    if not isinstance(scaling, dict):
+        raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
+    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind not in DEEPSEEK_ROPE_TYPES:
+        raise KvbenchInputError(
+            f"model {name}: config.json rope_scaling type {kind!r} is not implemented for "
+            f"DeepSeek (supported: {', '.join(DEEPSEEK_ROPE_TYPES)})")
+    if scaling.get("partial_rotary_factor", 1.0) != 1.0:
+        raise KvbenchInputError(
+            f"model {name}: config.json partial_rotary_factor "
+            f"{scaling['partial_rotary_factor']} is not implemented (kvbench rotates every dim)")
+    if kind == "default":
+        return None
+    yarn = {key: scaling[key] for key in YARN_KEYS if scaling.get(key) is not None}
+    yarn["rope_type"] = "yarn"
+    max_len = hf.get("max_position_embeddings", 4096)
+    yarn.setdefault("original_max_position_embeddings", max_len)
+    yarn.setdefault("factor", max_len / yarn["original_max_position_embeddings"])
+    if not isinstance(yarn["factor"], (int, float)) or yarn["factor"] <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json rope_scaling factor must be a positive number, "
+            f"got {yarn['factor']!r}")
+    return yarn
