@@ -122,12 +122,16 @@ class ModelExecutor(TensorExecutor):
         self.ops = ops
         self.device = device
         self.backend_name = backend_name
-        self.softmax_scale = self.config.head_dim**-0.5
-        # Each layer's score variant (`kvbench.kernels.reference`): its sliding window, if any.
+        self.softmax_scale = self.config.softmax_scale
+        # Each layer's score variant (`kvbench.kernels.reference`): its sliding window, if any,
+        # and the scores' soft-cap (Gemma 2), if any.
         self.layer_variants: list[dict] = [
             {} if (w := self.config.layer_window(i)) is None else {"sliding_window": w}
             for i in range(self.config.num_layers)
         ]
+        if (cap := self.config.attn_logit_softcapping) is not None:
+            for variant in self.layer_variants:
+                variant["softcap"] = cap
         self.forward_s = 0.0  # time of the last model forward (excluded from step overhead)
         self.inputs = StepInputs(device)
         self._layout_kind, self._block_size = "paged", 1  # of the step being run

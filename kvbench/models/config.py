@@ -1,5 +1,6 @@
 """Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it; Mixtral and
-Qwen3-MoE swap the MLP for a mixture of SwiGLU experts).
+Qwen3-MoE swap the MLP for a mixture of SwiGLU experts), or of Gemma 2 / 3 (`architecture`
+"gemma": `gemma.py`'s decoder, its config.json read by `gemma_config.py`).
 
 `from_hf_config` reads a Hugging Face `config.json`. Every field that changes the model's
 arithmetic is either implemented here and in `llama.py` (each with a parity test against
@@ -14,11 +15,14 @@ from typing import Any
 
 from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
+from kvbench.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
+                         *GEMMA_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
 SUPPORTED_ROPE_TYPES = ("default", "llama3")
 LAYER_TYPES = ("full_attention", "sliding_attention")
+ARCHITECTURES = ("llama", "gemma")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,15 @@ class ModelConfig:
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = True
     dense_layers: tuple[int, ...] = ()
+    # Gemma 2 and 3 (`gemma.py`'s decoder; `gemma_config.py` reads their config.json): the
+    # (1 + w) RMSNorm, pre/post feed-forward norms, embeddings scaled by sqrt(hidden), gelu-tanh.
+    architecture: str = "llama"  # one of ARCHITECTURES
+    query_pre_attn_scalar: float | None = None  # softmax scale = this**-0.5 (None: head_dim)
+    attn_logit_softcapping: float | None = None  # scores -> c tanh(s / c)
+    final_logit_softcapping: float | None = None  # logits -> c tanh(l / c)
+    # the rope base of sliding-window layers (Gemma 3; None: rope_theta); `rope_scaling`
+    # (linear) then applies to full-attention layers only, as transformers' Gemma 3
+    rope_local_theta: float | None = None
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -75,11 +88,26 @@ class ModelConfig:
                 f"model {self.name}: layer_types lists sliding_attention layers but no "
                 "sliding_window is set"
             )
+        if self.architecture not in ARCHITECTURES:
+            raise KvbenchInputError(
+                f"model {self.name}: architecture must be one of {', '.join(ARCHITECTURES)}, "
+                f"got {self.architecture!r}"
+            )
         if self.num_heads % self.num_kv_heads:
             raise KvbenchInputError(
                 f"model {self.name}: num_heads={self.num_heads} is not a multiple of "
                 f"num_kv_heads={self.num_kv_heads}"
             )
+
+    @property
+    def softmax_scale(self) -> float:
+        """The attention scores' scale: Gemma's query_pre_attn_scalar**-0.5, else head_dim's."""
+        return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
+
+    @property
+    def norms_per_layer(self) -> int:
+        """Hidden-size RMSNorms a layer holds (Gemma adds pre/post feed-forward norms)."""
+        return 4 if self.architecture == "gemma" else 2
 
     @property
     def is_moe(self) -> bool:
@@ -148,7 +176,7 @@ class ModelConfig:
         dense_mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
         # every expert counted, plus the router's [experts, hidden] weight
         moe_mlp = self.num_local_experts * (3 * h * self.moe_intermediate_size + h)
-        per_layer = attn + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
+        per_layer = attn + self.norms_per_layer * h + (2 * self.head_dim if self.qk_norm else 0)
         moe_layers = self.num_moe_layers
         mlps = moe_layers * moe_mlp + (self.num_layers - moe_layers) * dense_mlp
         embed = v * h * (1 if self.tie_word_embeddings else 2)
@@ -164,7 +192,8 @@ class ModelConfig:
 
     def num_norm_parameters(self) -> int:
         """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them."""
-        per_layer = 2 * self.hidden_size + (2 * self.head_dim if self.qk_norm else 0)
+        per_layer = self.norms_per_layer * self.hidden_size + (
+            2 * self.head_dim if self.qk_norm else 0)
         return self.num_layers * per_layer + self.hidden_size
 
     def check_tensor_parallel(self, tensor_parallel_size: int) -> None:
@@ -188,6 +217,8 @@ class ModelConfig:
         if not isinstance(hf, dict):
             raise KvbenchInputError(f"model {name}: config.json is not a JSON object")
         model_type = hf.get("model_type")
+        if model_type in GEMMA_MODEL_TYPES:
+            return cls(name=name, **gemma_fields(hf, name))
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise KvbenchInputError(
                 f"model {name}: model_type {model_type!r} is not supported "
@@ -413,6 +444,7 @@ def _checked_window(window: Any, name: str) -> int:
 
 
 QWEN3_LAYER_TYPES = ("full_attention", "sliding_attention")
+ARCHITECTURES = ("llama", "gemma")
 
 
 def _qwen3_sliding_window(hf: dict[str, Any], name: str) -> int | None:

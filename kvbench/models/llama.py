@@ -183,6 +183,10 @@ class LlamaDecoder(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
 
+    def reset_buffers(self, device: torch.device) -> None:
+        """The buffers no checkpoint holds, on `device`: RoPE frequencies, in float32."""
+        self.inv_freq = rope_inv_freq(self.config).to(device)
+
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)

@@ -1,4 +1,5 @@
-"""Building a `LlamaDecoder`: seeded random ("dummy") weights or a local Hugging Face folder."""
+"""Building a decoder (`LlamaDecoder`, or `GemmaDecoder` for Gemma's architecture): seeded
+random ("dummy") weights or a local Hugging Face folder."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import torch
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
-from kvbench.models.llama import LlamaDecoder, rope_inv_freq
+from kvbench.models.gemma import GemmaDecoder
+from kvbench.models.llama import LlamaDecoder
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.presets import PRESETS
 from kvbench.models.resolve_config import first_line, resolve_model_config
@@ -40,7 +42,8 @@ DUMMY_CHUNK_ELEMENTS = 1 << 26
 
 
 def init_dummy_weights(model: LlamaDecoder, seed: int, std: float = 0.02) -> None:
-    """Seeded random weights: normal(0, std) matrices, unit norms, zero biases.
+    """Seeded random weights: normal(0, std) matrices, identity norms (weights of 1, or of 0
+    for Gemma's (1 + w) norms), zero biases.
 
     Drawn in float32 by torch's generator of the device the weights are on, then cast: on the
     CPU one serial Mersenne-Twister stream (~40 s for 8B weights); on a GPU its Philox
@@ -50,10 +53,11 @@ def init_dummy_weights(model: LlamaDecoder, seed: int, std: float = 0.02) -> Non
     """
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
+    identity_norm = getattr(model, "identity_norm_weight", 1.0)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
-                param.fill_(1.0)
+                param.fill_(identity_norm)
             elif name.endswith("bias"):
                 param.zero_()
             elif not draws_on_device(device):
@@ -101,7 +105,7 @@ def load_model(
     with torch.device("meta"):
         # Cast while on meta: materialised in float32 first, a bfloat16 model would briefly
         # take twice the bytes the memory check allowed.
-        decoder = LlamaDecoder(config).to(dtype=dtype)
+        decoder = decoder_class(config)(config).to(dtype=dtype)
     decoder = decoder.to_empty(device=device)
     if config.tie_word_embeddings:  # materialising meta tensors unties shared parameters
         decoder.lm_head.weight = decoder.model.embed_tokens.weight
@@ -109,9 +113,13 @@ def load_model(
         init_dummy_weights(decoder, seed, init_std)
     else:
         _load_safetensors(decoder, folder, files)
-    decoder.inv_freq = rope_inv_freq(config).to(device)  # keep RoPE frequencies in float32
+    decoder.reset_buffers(device)  # to_empty left them uninitialised
     decoder.eval()
     return decoder, config
+
+
+def decoder_class(config: ModelConfig) -> type[LlamaDecoder] | type[GemmaDecoder]:
+    return GemmaDecoder if config.architecture == "gemma" else LlamaDecoder
 
 
 # Floating dtypes a checkpoint may store weights in; anything else (int8, fp8 with scales)

@@ -31,6 +31,7 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.sizes import DTYPE_BYTES, WEIGHT_DTYPES, canonical_dtype, weights_bytes
 from kvbench.sizing.capacity import kv_capacity
+from kvbench.sizing.group_sizes import GROUP_TABLE_HEADER, GroupSize, group_rows, group_sizes
 from kvbench.sizing.kv_budget import (
     Utilization,
     gpu_memory_utilization,
@@ -155,6 +156,8 @@ class KVEstimate:
     # Parameters one token computes with: a mixture of experts' top-k experts, not all of them
     # (`num_parameters` for a dense model). None where `num_parameters` is.
     active_parameters: int | None = None
+    # One sequence's KV at `context` per group, window layers capped at W (`group_sizes`).
+    kv_group_sizes: tuple[GroupSize, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (fractions as floats)."""
@@ -170,6 +173,7 @@ class KVEstimate:
             "block_size": self.block_size,
             "tokens_per_request": self.tokens_per_request,
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_groups": [size.to_dict() for size in self.kv_group_sizes],
             "kv_bytes_per_request": self.kv_bytes_per_request,
             "kv_bytes_total": self.kv_bytes_total,
             "gpu_memory_bytes": self.gpu_memory_bytes,
@@ -299,6 +303,7 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
         strategies=_strategy_fits(per_token, lengths, block_size, kv),
         kv_utilization_comparison=_comparison(inputs.compare_utilization, kv, per_token),
         kv_groups=shape.groups,
+        kv_group_sizes=group_sizes(shape.groups, lengths.context),
     )
 
 
@@ -520,6 +525,15 @@ def format_estimate(est: KVEstimate) -> str:
     )
     lines = [title, ""]
     lines += text_table(("quantity", "bytes", "binary", "formula"), rows, right=(1,))
+    if any(size.window is not None for size in est.kv_group_sizes):
+        lines += [
+            "",
+            f"KV per sequence per layer group at {est.context:,} tokens (a window layer needs "
+            "its last W tokens only; paged, prefix and contiguous hold the whole context in "
+            "every layer):",
+        ]
+        lines += text_table(GROUP_TABLE_HEADER, group_rows(est.kv_group_sizes),
+                            right=(1, 2, 3, 4))
 
     if est.kv_budget_bytes is not None:
         lines += ["", "max concurrency per strategy (same budget):"]
