@@ -73,7 +73,7 @@ def gemma_checkpoint(request, tmp_path_factory):
     return folder, make_gemma(folder, request.param), request.param
 
 
-def gemma_prefill_logits(folder, prompt: list[int]) -> torch.Tensor:
+def reference_prefill_logits(folder, prompt: list[int]) -> torch.Tensor:
     """One prefill through kvbench's model with the reference kernel, each layer's window,
     soft-cap and softmax scale taken from the config as the executor takes them."""
     model, config = load_model(str(folder))
@@ -111,7 +111,7 @@ def test_prefill_logits_match_transformers(gemma_checkpoint):
     prompt = random_prompts(1, 512, seed=3, min_len=300, max_len=300)[0]
     with torch.no_grad():
         theirs = hf_model(torch.tensor([prompt])).logits[0].float()
-    torch.testing.assert_close(gemma_prefill_logits(folder, prompt), theirs,
+    torch.testing.assert_close(reference_prefill_logits(folder, prompt), theirs,
                                atol=1e-4, rtol=1e-4)
 
 
