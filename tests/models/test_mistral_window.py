@@ -61,3 +61,33 @@ def test_preemption_matches_transformers(mistral_checkpoint):
 
 def test_prefix_hit_matches_transformers(mistral_checkpoint):
     check_prefix_hit(*mistral_checkpoint)
+
+
+@pytest.mark.parametrize(("strategy", "block_size", "refused"), [
+    ("paged", 64, True), ("prefix", 64, True), ("paged", 32, False), ("contiguous", 64, False),
+])
+def test_block_larger_than_the_window_is_refused(strategy, block_size, refused, tmp_path,
+                                                 capsys):
+    """A block of more tokens than the window holds tokens its layers no longer attend to;
+    contiguous has no blocks."""
+    import json
+
+    from kvbench.cli import main
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**TINY_MISTRAL, "model_type": "mistral"}))
+    out = tmp_path / "out"
+    code = main(["simulate", "--model", str(folder), "--strategy", strategy, "--block-size",
+                 str(block_size), "--num-requests", "4", "--warmup", "0", "--out", str(out),
+                 "--quiet"])
+    err = capsys.readouterr().err
+    if refused:
+        assert code == 2 and not out.exists()
+        assert err.strip().splitlines()[-1].endswith(
+            f"--block-size {block_size} is larger than {folder}'s 32-token sliding window (its "
+            "blocks would hold tokens the window layers no longer attend to): give --block-size "
+            "32 or less")
+        assert "Traceback" not in err
+    else:
+        assert code == 0, err
