@@ -115,6 +115,36 @@ def test_prefill_logits_match_transformers(gemma_checkpoint):
                                atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("fields", [dict(attention_bias=True, tie_word_embeddings=False)],
+                         ids=["bias-untied"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_bias_and_untied_head_match_transformers(family, fields, tmp_path):
+    """Gemma's attention_bias covers q, k, v and o_proj; an untied lm_head loads on its own."""
+    hf_model = make_gemma(tmp_path, family, **fields)
+    with torch.no_grad():
+        for name, param in hf_model.named_parameters():
+            if name.endswith("bias"):
+                param.normal_(0.0, 0.5)
+    hf_model.save_pretrained(tmp_path)
+    prompt = random_prompts(1, 512, seed=3, min_len=100, max_len=100)[0]
+    with torch.no_grad():
+        theirs = hf_model(torch.tensor([prompt])).logits[0].float()
+    torch.testing.assert_close(reference_prefill_logits(tmp_path, prompt), theirs,
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_contiguous_matches_transformers(gemma_checkpoint):
+    """The contiguous cache's window attention too (the scenarios below run paged/prefix)."""
+    from tests.models.engine_parity import engine_tokens
+    from tests.models.test_parity_hf import hf_greedy
+
+    folder, hf_model, _ = gemma_checkpoint
+    prompts = random_prompts(3, 512, seed=7, min_len=64, max_len=120)
+    got, _ = engine_tokens(folder, prompts, 24, strategy="contiguous", reserve="exact",
+                           kv_memory="4MiB")
+    assert got == hf_greedy(hf_model, prompts, 24)
+
+
 def test_prefill_and_decode_match_transformers(gemma_checkpoint):
     folder, hf_model, _ = gemma_checkpoint
     check_prefill_and_decode(folder, hf_model, min_len=64, max_len=120)
