@@ -42,7 +42,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from itertools import repeat
 
 from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
@@ -464,22 +463,27 @@ class StepTimeModel:
         i, min(i + 1, W) keys (`_window_pairs`) and reads min(s, q + W - 1) tokens."""
         c, hw = self.gpu.constants, self.hw
         per_pair = self.attention_flops_per_pair
-        decoding = [s for q, s in zip(query_lens, seq_lens, strict=True) if q == 1] if (
-            prefill_tokens) else seq_lens
-        prefills = [(q, s) for q, s in zip(query_lens, seq_lens, strict=True) if q != 1] if (
-            prefill_tokens) else ()
+        if prefill_tokens:
+            decoding = [s for q, s in zip(query_lens, seq_lens, strict=True) if q == 1]
+            prefills = [(q, s) for q, s in zip(query_lens, seq_lens, strict=True) if q != 1]
+        else:
+            decoding, prefills = seq_lens, []
+        # the whole context's figures, which a window at least as long as every sequence keeps
+        whole_context = sum(decoding)
+        longest = max(decoding, default=0)
+        whole_pairs = sum(q * (s - q) + q * (q + 1) // 2 for q, s in prefills)
+        whole_read = sum(s for _, s in prefills)
         att_dec = att_pf = flops = 0.0
         kv_read = 0
         for window, layers, layer_bytes in self.attention_groups:
-            if window is None:
-                context = sum(decoding)
-                pairs = sum(q * (s - q) + q * (q + 1) // 2 for q, s in prefills)
-                read = sum(s for _, s in prefills)
-            else:
-                context = sum(map(min, decoding, repeat(window)))
-                pairs = sum(_window_pairs(s, window) - _window_pairs(s - q, window)
-                            for q, s in prefills)
-                read = sum(min(s, q + window - 1) for q, s in prefills)
+            context, pairs, read = whole_context, whole_pairs, whole_read
+            if window is not None:
+                if longest > window:
+                    context = sum(s if s < window else window for s in decoding)
+                if prefills:
+                    pairs = sum(_window_pairs(s, window) - _window_pairs(s - q, window)
+                                for q, s in prefills)
+                    read = sum(min(s, q + window - 1) for q, s in prefills)
             att_dec += layers * attention_decode_s(c, hw, decode_batch, context * layer_bytes)
             if prefill_tokens:
                 att_pf += layers * (attention_prefill_s(c, hw, prefill_tokens, per_pair * pairs)
