@@ -71,6 +71,9 @@ class ModelConfig:
     # the rope base of sliding-window layers (Gemma 3; None: rope_theta); `rope_scaling`
     # (linear) then applies to full-attention layers only, as transformers' Gemma 3
     rope_local_theta: float | None = None
+    # Parameters a multimodal checkpoint holds beside the text model (Gemma 3's vision tower
+    # and projector): counted in the weights' memory, never run (kvbench runs text only).
+    vision_parameters: int = 0
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -180,14 +183,15 @@ class ModelConfig:
         moe_layers = self.num_moe_layers
         mlps = moe_layers * moe_mlp + (self.num_layers - moe_layers) * dense_mlp
         embed = v * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * per_layer + mlps + embed + h
+        return self.num_layers * per_layer + mlps + embed + h + self.vision_parameters
 
     def num_active_parameters(self) -> int:
         """Parameters one token computes with: the router's top-k experts, not all of them."""
+        text = self.num_parameters() - self.vision_parameters  # a text token skips the vision
         if not self.is_moe:
-            return self.num_parameters()
+            return text
         idle = self.num_local_experts - self.num_experts_per_tok
-        return self.num_parameters() - self.num_moe_layers * idle * 3 * self.hidden_size * (
+        return text - self.num_moe_layers * idle * 3 * self.hidden_size * (
             self.moe_intermediate_size)
 
     def num_norm_parameters(self) -> int:

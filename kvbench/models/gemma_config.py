@@ -13,7 +13,9 @@ from typing import Any
 
 from kvbench.errors import KvbenchInputError
 
-GEMMA_MODEL_TYPES = ("gemma2", "gemma3_text")
+# "gemma3" is Gemma 3's multimodal config: its text_config is the text model, and its vision
+# tower is counted in the weights (`vision_parameters`) but never run.
+GEMMA_MODEL_TYPES = ("gemma2", "gemma3_text", "gemma3")
 GEMMA_ACTIVATION = "gelu_pytorch_tanh"  # gelu with the tanh approximation
 GEMMA_LAYER_TYPES = ("full_attention", "sliding_attention")
 
@@ -21,6 +23,8 @@ GEMMA_LAYER_TYPES = ("full_attention", "sliding_attention")
 def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
     """`ModelConfig`'s keyword arguments (all but `name`) for a Gemma `config.json`."""
     model_type = hf["model_type"]
+    if model_type == "gemma3":
+        return _multimodal_gemma3(hf, name)
     gemma3 = model_type == "gemma3_text"
     _refuse_unimplemented(hf, name, gemma3)
     try:
@@ -69,6 +73,40 @@ def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
         )
     except (TypeError, ValueError) as err:
         raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
+
+
+def _multimodal_gemma3(hf: dict[str, Any], name: str) -> dict[str, Any]:
+    """The text model of a multimodal Gemma 3, with its SigLIP vision tower and projector's
+    parameters as transformers' Gemma3ForConditionalGeneration holds them."""
+    text, vision = hf.get("text_config") or {}, hf.get("vision_config") or {}
+    if not isinstance(text, dict) or not isinstance(vision, dict):
+        raise KvbenchInputError(
+            f"model {name}: config.json text_config and vision_config must be JSON objects")
+    quantization = hf.get("quantization_config")
+    fields = gemma_fields({**text, "model_type": "gemma3_text",
+                           **({"quantization_config": quantization} if quantization else {})},
+                          name)
+    fields["vision_parameters"] = _siglip_parameters(vision, name, fields["hidden_size"])
+    return fields
+
+
+def _siglip_parameters(vision: dict[str, Any], name: str, text_hidden: int) -> int:
+    """SigLIP's encoder (SiglipVisionConfig's defaults) and Gemma 3's projector onto the text
+    hidden size: patch and position embeddings, layers of biased q/k/v/out, two LayerNorms
+    and a biased MLP, a post LayerNorm; the projector's matrix and its RMSNorm."""
+    if vision.get("vision_use_head"):
+        raise KvbenchInputError(
+            f"model {name}: config.json vision_config.vision_use_head is not counted "
+            "(Gemma 3's vision tower has no pooling head)")
+    h = _positive_int(vision, "hidden_size", name, default=768)
+    i = _positive_int(vision, "intermediate_size", name, default=3072)
+    layers = _positive_int(vision, "num_hidden_layers", name, default=12)
+    channels = _positive_int(vision, "num_channels", name, default=3)
+    image = _positive_int(vision, "image_size", name, default=224)
+    patch = _positive_int(vision, "patch_size", name, default=16)
+    embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
+    layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 4 * h
+    return embeddings + layers * layer + 2 * h + h * text_hidden + h
 
 
 def _refuse_unimplemented(hf: dict[str, Any], name: str, gemma3: bool) -> None:

@@ -98,6 +98,11 @@ def load_model(
     `available` tells the device's free bytes (see `check_memory`).
     """
     config = resolve_model_config(model)
+    if config.vision_parameters:
+        raise KvbenchInputError(
+            f"model {model}: a multimodal Gemma 3 (config.json model_type gemma3); kvbench "
+            "runs text models: estimate and simulate size this one, run needs a folder of "
+            "its text model (model_type gemma3_text)")
     device = torch.device(device)
     check_memory(need or memory_need(config, dtype), device, available)
     folder = None if model in PRESETS else Path(model)

@@ -268,6 +268,20 @@ GEMMA3_27B_CONFIG = {
     "num_key_value_heads": 16, "query_pre_attn_scalar": 168,
     "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024,
 }
+# google/gemma-3-27b-it's config.json itself: the multimodal model, the text model above as its
+# text_config beside a SigLIP vision tower.
+GEMMA3_27B_IT_CONFIG = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
+    "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
+    "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
+    "text_config": GEMMA3_27B_CONFIG, "torch_dtype": "bfloat16",
+    "transformers_version": "4.50.0.dev0",
+    "vision_config": {
+        "hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+        "model_type": "siglip_vision_model", "num_attention_heads": 16,
+        "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": False,
+    },
+}
 UNSAVED_KEYS = ("architectures", "model_type", "torch_dtype", "transformers_version",
                 "cache_implementation", "sliding_window_size", "hidden_act")
 
@@ -321,18 +335,19 @@ def test_estimate_json_gives_each_group(hf, context, groups, tmp_path):
     assert est["kv_bytes_per_token"] == sum(layers for layers, _ in groups) * layer_token
 
 
-@pytest.mark.parametrize("hf", [GEMMA2_27B_CONFIG, GEMMA3_27B_CONFIG],
-                         ids=["gemma-2-27b", "gemma-3-27b"])
-def test_simulate_on_a_published_config_json(hf, tmp_path, capsys):
+@pytest.mark.parametrize(("hf", "scalar"), [
+    (GEMMA2_27B_CONFIG, 144), (GEMMA3_27B_CONFIG, 168), (GEMMA3_27B_IT_CONFIG, 168),
+], ids=["gemma-2-27b", "gemma-3-27b", "gemma-3-27b-it"])
+def test_simulate_on_a_published_config_json(hf, scalar, tmp_path, capsys):
     folder = write_published(tmp_path / "m", hf)
     out = tmp_path / "out"
     code = main(["simulate", "--model", folder, "--strategy", "paged", "--num-requests", "8",
-                 "--warmup", "0", "--out", str(out), "--quiet"])
+                 "--max-model-len", "8192", "--warmup", "0", "--out", str(out), "--quiet"])
     assert code == 0, capsys.readouterr().err
     (run_dir,) = out.iterdir()
     saved = json.loads((run_dir / "config.json").read_text())["model_config"]
     assert saved["architecture"] == "gemma"
-    assert saved["query_pre_attn_scalar"] == hf["query_pre_attn_scalar"]
+    assert saved["query_pre_attn_scalar"] == scalar
 
 
 def test_estimate_text_shows_each_group():
@@ -344,3 +359,28 @@ def test_estimate_text_shows_each_group():
     # 52 layers x 8,192 B a token, 1,024 tokens needed; 13 GiB over the whole context
     assert sliding.split()[3:7] == ["52", "425,984", "1,024", "436,207,616"]
     assert sliding.endswith("13.00 GiB")
+
+
+def test_multimodal_gemma3_is_sized_with_its_vision_tower(tmp_path):
+    """The published gemma-3-27b-it config.json: its text model's shape and KV, and the
+    parameters transformers' Gemma3ForConditionalGeneration holds (vision tower included);
+    running it is refused in one line (kvbench runs the text model only)."""
+    folder = write_published(tmp_path / "m", GEMMA3_27B_IT_CONFIG)
+    config = resolve_model_config(folder)
+    text = get_preset("gemma-3-27b")
+    assert {**config.to_dict(), "name": None, "vision_parameters": 0} == {
+        **text.to_dict(), "name": None}
+    hf = transformers.Gemma3Config(
+        text_config=GEMMA3_27B_CONFIG, vision_config=GEMMA3_27B_IT_CONFIG["vision_config"])
+    with torch.device("meta"):
+        hf_model = transformers.Gemma3ForConditionalGeneration(hf)
+    assert config.num_parameters() == sum(p.numel() for p in hf_model.parameters())
+    assert config.num_active_parameters() == text.num_parameters()
+    result = CliRunner().invoke(estimate_command, [
+        "--model", folder, "--context", "32768", "--gpu-memory", "80GiB", "--json"])
+    assert result.exit_code == 0, result.output
+    est = json.loads(result.output)
+    assert est["num_parameters"] == config.num_parameters()
+    assert est["kv_bytes_per_token"] == text.kv_bytes_per_token(2)
+    with pytest.raises(KvbenchInputError, match="multimodal Gemma 3"):
+        load_model(folder)
