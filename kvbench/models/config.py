@@ -187,7 +187,7 @@ class ModelConfig:
 
     def num_active_parameters(self) -> int:
         """Parameters one token computes with: the router's top-k experts, not all of them."""
-        text = self.num_parameters() - self.vision_parameters  # a text token skips the vision
+        text = self.num_parameters() - self.vision_parameters  # a text token skips the vision tower
         if not self.is_moe:
             return text
         idle = self.num_local_experts - self.num_experts_per_tok
@@ -448,7 +448,6 @@ def _checked_window(window: Any, name: str) -> int:
 
 
 QWEN3_LAYER_TYPES = ("full_attention", "sliding_attention")
-ARCHITECTURES = ("llama", "gemma")
 
 
 def _qwen3_sliding_window(hf: dict[str, Any], name: str) -> int | None:

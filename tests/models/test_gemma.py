@@ -384,3 +384,16 @@ def test_multimodal_gemma3_is_sized_with_its_vision_tower(tmp_path):
     assert est["kv_bytes_per_token"] == text.kv_bytes_per_token(2)
     with pytest.raises(KvbenchInputError, match="multimodal Gemma 3"):
         load_model(folder)
+
+
+def test_dummy_weights_leave_gemma_norms_at_identity(tmp_path):
+    """Random weights for a shape without a checkpoint: Gemma's (1 + w) norms get w = 0."""
+    from kvbench.models.gemma import GemmaDecoder
+    from kvbench.models.loader import init_dummy_weights
+
+    config = resolve_model_config(write_gemma_config(tmp_path / "m", "gemma3_text"))
+    decoder = GemmaDecoder(config)
+    init_dummy_weights(decoder, seed=0)
+    norms = {n: p for n, p in decoder.named_parameters() if n.endswith("norm.weight")}
+    assert len(norms) == 6 * 6 + 1  # 4 hidden norms and q/k norms a layer, the final norm
+    assert all(bool((p == 0).all()) for p in norms.values())
