@@ -28,8 +28,8 @@ def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
     gemma3 = model_type == "gemma3_text"
     _refuse_unimplemented(hf, name, gemma3)
     try:
-        num_layers = _positive_int(hf, "num_hidden_layers", name)
-        num_heads = _positive_int(hf, "num_attention_heads", name)
+        num_layers = _positive_int(hf, "num_hidden_layers", name, default=26)
+        num_heads = _positive_int(hf, "num_attention_heads", name, default=8)
         bias = hf.get("attention_bias", False)
         if not isinstance(bias, bool):
             raise KvbenchInputError(
