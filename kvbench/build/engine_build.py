@@ -85,6 +85,23 @@ def resolve_lengths(config: EngineConfig, model_config: ModelConfig) -> tuple[in
     return max_model_len, max_batched
 
 
+def check_block_fits_window(config: EngineConfig, model_config: ModelConfig,
+                            max_model_len: int) -> None:
+    """Refuse a `--block-size` larger than a sliding window shorter than the context, for a
+    strategy that pages: such a block holds tokens its window layers never read again, so a
+    window group could never free one (vLLM pages a window layer in blocks within its window)."""
+    window = model_config.window_shorter_than(max_model_len)
+    entry = STRATEGIES.get(config.strategy)
+    base = STRATEGIES.get(entry.base) if entry.base else entry
+    pages = any(f.name == "block_size" for f in dataclasses.fields(base.options))
+    if window is not None and pages and config.block_size > window:
+        raise KvbenchInputError(
+            f"--block-size {config.block_size} is larger than {model_config.name}'s "
+            f"{window}-token sliding window (its blocks would hold tokens the window layers "
+            f"no longer attend to): give --block-size {window} or less"
+        )
+
+
 def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
     num_slots = kv_capacity(budget_bytes, bytes_per_slot)
     if num_slots < 1:
@@ -125,6 +142,7 @@ class ExecutorFactory(ABC):
         config = effective_config(config)
         device, model, model_config = self.load(config, context)
         max_model_len, max_batched = resolve_lengths(config, model_config)
+        check_block_fits_window(config, model_config, max_model_len)
         kv_dtype = self.kv_dtype(config)
         # One token's KV across the tensor-parallel group: each GPU's share x N (the whole
         # K and V once for split heads; N copies of a latent-attention row, whole on each).

@@ -139,7 +139,8 @@ class ModelExecutor(TensorExecutor):
         self.backend_name = backend_name
         self.softmax_scale = model.softmax_scale
         # Each layer's score variant (`kvbench.kernels.reference`): its sliding window, if
-        # any, and its learned sinks (gpt-oss's `self_attn.sinks`), if it has them.
+        # any, its learned sinks (gpt-oss's `self_attn.sinks`) and the scores' soft-cap
+        # (Gemma 2), if it has them.
         self.layer_variants: list[dict] = [
             {} if (w := self.config.layer_window(i)) is None else {"sliding_window": w}
             for i in range(self.config.num_layers)
@@ -147,6 +148,9 @@ class ModelExecutor(TensorExecutor):
         for variant, layer in zip(self.layer_variants, model.model.layers, strict=True):
             if (sinks := getattr(layer.self_attn, "sinks", None)) is not None:
                 variant["sinks"] = sinks
+        if (cap := self.config.attn_logit_softcapping) is not None:
+            for variant in self.layer_variants:
+                variant["softcap"] = cap
         self.forward_s = 0.0  # time of the last model forward (excluded from step overhead)
         self.inputs = StepInputs(device)
         self._layout_kind, self._block_size = "paged", 1  # of the step being run

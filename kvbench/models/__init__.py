@@ -1,4 +1,4 @@
-"""The Llama-architecture decoder, its configuration, presets and weight loading."""
+"""The Llama-architecture and Gemma decoders, their configuration, presets and weight loading."""
 
 from kvbench.models.config import ModelConfig
 from kvbench.models.presets import PRESETS, get_preset

@@ -1,7 +1,8 @@
 """Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it; Mixtral and
 Qwen3-MoE swap the MLP for a mixture of SwiGLU experts; gpt-oss adds attention sinks, biased
-experts and a clamped SwiGLU: `gpt_oss.py`), and of DeepSeek-V2/V3 (latent attention and
-routed plus shared experts: `mla`, `routing`, kvbench/models/deepseek_config.py).
+experts and a clamped SwiGLU: `gpt_oss.py`), of DeepSeek-V2/V3 (latent attention and routed
+plus shared experts: `mla`, `routing`, kvbench/models/deepseek_config.py), and of Gemma 2 / 3
+(`architecture` "gemma": `gemma.py`'s decoder, its config.json read by `gemma_config.py`).
 
 `from_hf_config` reads a Hugging Face `config.json`. Every field that changes the model's
 arithmetic is either implemented here and in `llama.py` (each with a parity test against
@@ -22,13 +23,15 @@ from kvbench.models.deepseek_config import (
     MLAShape,
     read_deepseek_config,
 )
+from kvbench.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
 from kvbench.models.rope_yarn import yarn_scaling
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
-                         "gpt_oss", *DEEPSEEK_MODEL_TYPES)
+                         "gpt_oss", *DEEPSEEK_MODEL_TYPES, *GEMMA_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
 SUPPORTED_ROPE_TYPES = ("default", "llama3", "yarn")
 LAYER_TYPES = ("full_attention", "sliding_attention")
+ARCHITECTURES = ("llama", "gpt_oss", "gemma")
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,6 @@ class ModelConfig:
     moe_bias: bool = False
     swiglu_limit: float | None = None
     swiglu_alpha: float = 1.702
-    # The decoder that computes it: "llama" (llama.py) or "gpt_oss" (gpt_oss.py).
-    architecture: str = "llama"
     # DeepSeek: experts every token runs beside the routed ones, one SwiGLU MLP of
     # num_shared_experts x moe_intermediate_size; the latent attention (None: Llama's); the
     # router (None: softmax top-k as above).
@@ -89,6 +90,20 @@ class ModelConfig:
     # "mxfp4" (gpt-oss's published experts), sized at --dtype from the shape alone. The
     # engine loads float weights only and refuses either (kvbench.models.loader).
     quantization: str | None = None
+    # Gemma 2 and 3 (`gemma.py`'s decoder; `gemma_config.py` reads their config.json): the
+    # (1 + w) RMSNorm, pre/post feed-forward norms, embeddings scaled by sqrt(hidden), gelu-tanh.
+    # The decoder that computes it (one of ARCHITECTURES): "llama" (llama.py), "gpt_oss"
+    # (gpt_oss.py) or "gemma" (gemma.py); DeepSeek's is chosen by `mla`.
+    architecture: str = "llama"
+    query_pre_attn_scalar: float | None = None  # softmax scale = this**-0.5 (None: head_dim)
+    attn_logit_softcapping: float | None = None  # scores -> c tanh(s / c)
+    final_logit_softcapping: float | None = None  # logits -> c tanh(l / c)
+    # the rope base of sliding-window layers (Gemma 3; None: rope_theta); `rope_scaling`
+    # (linear) then applies to full-attention layers only, as transformers' Gemma 3
+    rope_local_theta: float | None = None
+    # Parameters a multimodal checkpoint holds beside the text model (Gemma 3's vision tower
+    # and projector): counted in the weights' memory, never run (kvbench runs text only).
+    vision_parameters: int = 0
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -106,11 +121,26 @@ class ModelConfig:
                 f"model {self.name}: layer_types lists sliding_attention layers but no "
                 "sliding_window is set"
             )
+        if self.architecture not in ARCHITECTURES:
+            raise KvbenchInputError(
+                f"model {self.name}: architecture must be one of {', '.join(ARCHITECTURES)}, "
+                f"got {self.architecture!r}"
+            )
         if self.num_heads % self.num_kv_heads:
             raise KvbenchInputError(
                 f"model {self.name}: num_heads={self.num_heads} is not a multiple of "
                 f"num_kv_heads={self.num_kv_heads}"
             )
+
+    @property
+    def softmax_scale(self) -> float:
+        """The attention scores' scale: Gemma's query_pre_attn_scalar**-0.5, else head_dim's."""
+        return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
+
+    @property
+    def norms_per_layer(self) -> int:
+        """Hidden-size RMSNorms a layer holds (Gemma adds pre/post feed-forward norms)."""
+        return 4 if self.architecture == "gemma" else 2
 
     @property
     def is_moe(self) -> bool:
@@ -200,30 +230,32 @@ class ModelConfig:
             3 * h * self.num_shared_experts * self.moe_intermediate_size)
         if self.moe_bias:  # each expert's gate, up and down biases, and the router's
             moe_mlp += self.num_local_experts * (self._expert_bias_parameters() + 1)
-        per_layer = attn + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
+        per_layer = attn + self.norms_per_layer * h + (2 * self.head_dim if self.qk_norm else 0)
         if self.attention_sinks:
             per_layer += self.num_heads
         moe_layers = self.num_moe_layers
         mlps = moe_layers * moe_mlp + (self.num_layers - moe_layers) * dense_mlp
         embed = v * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * per_layer + mlps + embed + h
+        return self.num_layers * per_layer + mlps + embed + h + self.vision_parameters
 
     def num_active_parameters(self) -> int:
         """Parameters one token computes with: the router's top-k experts, not all of them."""
+        text = self.num_parameters() - self.vision_parameters  # a text token skips the vision tower
         if not self.is_moe:
-            return self.num_parameters()
+            return text
         idle = self.num_local_experts - self.num_experts_per_tok
         per_expert = 3 * self.hidden_size * self.moe_intermediate_size
         if self.moe_bias:
             per_expert += self._expert_bias_parameters()
-        return self.num_parameters() - self.num_moe_layers * idle * per_expert
+        return text - self.num_moe_layers * idle * per_expert
 
     def _expert_bias_parameters(self) -> int:
         return 2 * self.moe_intermediate_size + self.hidden_size
 
     def num_norm_parameters(self) -> int:
         """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them."""
-        per_layer = 2 * self.hidden_size + (2 * self.head_dim if self.qk_norm else 0)
+        per_layer = self.norms_per_layer * self.hidden_size + (
+            2 * self.head_dim if self.qk_norm else 0)
         if self.mla is not None:  # q_a_layernorm and kv_a_layernorm
             per_layer += (self.mla.q_lora_rank or 0) + self.mla.kv_lora_rank
         return self.num_layers * per_layer + self.hidden_size
@@ -262,10 +294,12 @@ class ModelConfig:
     @classmethod
     def from_hf_config(cls, hf: Any, name: str) -> ModelConfig:
         """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral,
-        Mixtral, DeepSeek-V2 or DeepSeek-V3 model."""
+        Mixtral, gpt-oss, DeepSeek-V2/V3, Gemma 2 or Gemma 3 model."""
         if not isinstance(hf, dict):
             raise KvbenchInputError(f"model {name}: config.json is not a JSON object")
         model_type = hf.get("model_type")
+        if model_type in GEMMA_MODEL_TYPES:
+            return cls(name=name, **gemma_fields(hf, name))
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise KvbenchInputError(
                 f"model {name}: model_type {model_type!r} is not supported "

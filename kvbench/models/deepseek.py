@@ -247,6 +247,10 @@ class DeepseekDecoder(nn.Module):
     def rope_frequencies(self) -> torch.Tensor:
         return deepseek_rope(self.config)[0]
 
+    def reset_buffers(self, device: torch.device) -> None:
+        """The buffers no checkpoint holds, on `device`: RoPE frequencies, in float32."""
+        self.inv_freq = self.rope_frequencies().to(device)
+
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
         factor = self.rope_attention_factor

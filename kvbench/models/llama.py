@@ -204,10 +204,14 @@ class LlamaDecoder(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
         self.rope_attention_factor = rope_attention_factor(config)
-        self.softmax_scale = config.head_dim**-0.5
+        self.softmax_scale = config.softmax_scale
 
     def rope_frequencies(self) -> torch.Tensor:
         return rope_inv_freq(self.config)
+
+    def reset_buffers(self, device: torch.device) -> None:
+        """The buffers no checkpoint holds, on `device`: RoPE frequencies, in float32."""
+        self.inv_freq = self.rope_frequencies().to(device)
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]

@@ -1,5 +1,6 @@
-"""Building a decoder (`LlamaDecoder`, its gpt-oss subclass, or `DeepseekDecoder` for latent
-attention): seeded random ("dummy") weights or a local Hugging Face folder."""
+"""Building a decoder (`LlamaDecoder`, its gpt-oss subclass, `DeepseekDecoder` for latent
+attention or `GemmaDecoder` for Gemma's architecture): seeded random ("dummy") weights or a
+local Hugging Face folder."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.deepseek import DeepseekDecoder
+from kvbench.models.gemma import GemmaDecoder
 from kvbench.models.gpt_oss import GptOssDecoder
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
@@ -43,7 +45,8 @@ DUMMY_CHUNK_ELEMENTS = 1 << 26
 
 
 def init_dummy_weights(model: LlamaDecoder, seed: int, std: float = 0.02) -> None:
-    """Seeded random weights: normal(0, std) matrices, unit norms, zero biases.
+    """Seeded random weights: normal(0, std) matrices, identity norms (weights of 1, or of 0
+    for Gemma's (1 + w) norms), zero biases.
 
     Drawn in float32 by torch's generator of the device the weights are on, then cast: on the
     CPU one serial Mersenne-Twister stream (~40 s for 8B weights); on a GPU its Philox
@@ -53,10 +56,11 @@ def init_dummy_weights(model: LlamaDecoder, seed: int, std: float = 0.02) -> Non
     """
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
+    identity_norm = getattr(model, "identity_norm_weight", 1.0)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
-                param.fill_(1.0)
+                param.fill_(identity_norm)
             elif name.endswith("bias"):
                 param.zero_()
             elif not draws_on_device(device):
@@ -82,12 +86,15 @@ def _draw_in_chunks(flat: torch.Tensor, std: float, generator: torch.Generator) 
         chunk.copy_(values)
 
 
-def decoder_class(config: ModelConfig) -> type[LlamaDecoder] | type[DeepseekDecoder]:
-    """The module that computes `config`'s model: DeepSeek's latent attention, gpt-oss's
-    decoder, or Llama's."""
+def decoder_class(
+    config: ModelConfig,
+) -> type[LlamaDecoder] | type[DeepseekDecoder] | type[GemmaDecoder]:
+    """The module that computes `config`'s model: DeepSeek's latent attention, or the decoder
+    of its architecture (gpt-oss's, Gemma's or Llama's)."""
     if config.mla is not None:
         return DeepseekDecoder
-    return GptOssDecoder if config.architecture == "gpt_oss" else LlamaDecoder
+    return {"gpt_oss": GptOssDecoder, "gemma": GemmaDecoder}.get(config.architecture,
+                                                                   LlamaDecoder)
 
 
 def load_model(
@@ -111,6 +118,11 @@ def load_model(
             f"model {model}: config.json has quantization_config ({config.quantization}); "
             "kvbench loads float32/bfloat16/float16 weights only (kvbench estimate and "
             "simulate size it)")
+    if config.vision_parameters:
+        raise KvbenchInputError(
+            f"model {model}: a multimodal Gemma 3 (config.json model_type gemma3); kvbench "
+            "runs text models: estimate and simulate size this one, run needs a folder of "
+            "its text model (model_type gemma3_text)")
     device = torch.device(device)
     check_memory(need or memory_need(config, dtype), device, available)
     files = _weight_files(folder) if folder is not None else []
@@ -125,7 +137,7 @@ def load_model(
         init_dummy_weights(decoder, seed, init_std)
     else:
         _load_safetensors(decoder, folder, files)
-    decoder.inv_freq = decoder.rope_frequencies().to(device)  # keep RoPE frequencies in float32
+    decoder.reset_buffers(device)  # to_empty left them uninitialised
     decoder.eval()
     return decoder, config
 

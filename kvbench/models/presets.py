@@ -171,6 +171,51 @@ PRESETS: dict[str, ModelConfig] = {
         max_position_embeddings=32768,
         sliding_window=4096,
     ),
+    # google/gemma-2-27b's config.json: Gemma 2 layers alternate a 4096-token window and full
+    # attention; scores scaled by query_pre_attn_scalar 144 and soft-capped at 50, logits at 30.
+    "gemma-2-27b": ModelConfig(
+        name="gemma-2-27b",
+        architecture="gemma",
+        vocab_size=256000,
+        hidden_size=4608,
+        intermediate_size=36864,
+        num_layers=46,
+        num_heads=32,
+        num_kv_heads=16,
+        head_dim=128,
+        max_position_embeddings=8192,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        sliding_window=4096,
+        layer_types=("sliding_attention", "full_attention") * 23,
+        query_pre_attn_scalar=144,
+        attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0,
+    ),
+    # google/gemma-3-27b-it's text_config: five 1024-token window layers to one global layer,
+    # per-head q/k norms, local rope base 1e4, global 1e6 scaled 8x (linear).
+    "gemma-3-27b": ModelConfig(
+        name="gemma-3-27b",
+        architecture="gemma",
+        vocab_size=262208,
+        hidden_size=5376,
+        intermediate_size=21504,
+        num_layers=62,
+        num_heads=32,
+        num_kv_heads=16,
+        head_dim=128,
+        max_position_embeddings=131072,
+        rope_theta=1000000.0,
+        rope_local_theta=10000.0,
+        rope_scaling={"rope_type": "linear", "factor": 8.0},
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        qk_norm=True,
+        sliding_window=1024,
+        layer_types=tuple("full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                          for i in range(62)),
+        query_pre_attn_scalar=168,
+    ),
     # mistralai/Mixtral-8x7B-v0.1's config.json: Mistral-7B's attention without a window, and
     # eight SwiGLU experts a layer, two of them a token (~46.7B parameters, ~12.9B active).
     "mixtral-8x7b": ModelConfig(

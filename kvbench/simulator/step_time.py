@@ -9,8 +9,8 @@ columns split N ways) each GPU holds 1/N of the matmul weights and 1/N of the KV
 
     layer = gemm(QKV) + gemm(O) + gemm(gate+up) + gemm(down)          matmuls, 1/N each
           + attention_decode(decode seqs) + attention_prefill(prefill seqs)
-          + elementwise(2 norms, q/k norms where the model has them (Qwen3), rope,
-                        activation, residual add) + kv_write(T new tokens)
+          + elementwise(2 norms (Gemma: 4), q/k norms where the model has them (Qwen3,
+                        Gemma 3), rope, activation, residual add) + kv_write(T new tokens)
           + 2 x all_reduce(T x hidden x bytes)                         when N > 1
 
 A mixture-of-experts layer (Mixtral) replaces gate+up and down by the router's gemm and one
@@ -34,6 +34,10 @@ against measured kernel profiles; `docs/simulator.md` tables their sources and e
 causal mask. New tokens' KV is written once (kv_write) and read by attention as part of the
 context: never counted twice. Copies of KV slots (fork / copy-on-write) are a read and a write
 each, at the elementwise bandwidth.
+
+A sliding-window layer's attention reads and scores only the tokens its window W reaches: a
+decode at context s reads min(s, W) tokens; a prefill query at position i scores min(i + 1, W)
+keys. Layers are charged group by group (`ModelConfig.kv_groups`).
 """
 
 from __future__ import annotations
@@ -294,8 +298,16 @@ class StepTimeModel:
         self.vocab = -(-model.vocab_size // tp)
         # One token's K and V on one GPU: all layers (the sum over the KV groups), and one
         # layer's mean share, exact while every layer has the same KV shape.
-        self.kv_bytes_per_token = kv_bytes_per_token(model.kv_groups(kv_element_bytes, tp))
+        groups = model.kv_groups(kv_element_bytes, tp)
+        self.kv_bytes_per_token = kv_bytes_per_token(groups)
         self.kv_layer_token_bytes = self.kv_bytes_per_token // model.num_layers
+        # Attention groups as (window or None, layers, one layer's KV bytes a token): a window
+        # layer's attention reads and scores its last W tokens only. Empty without a window,
+        # where every layer reads the whole context (the plain path of `cost`).
+        self.attention_groups: tuple[tuple[int | None, int, int], ...] = ()
+        if any(group.window is not None for group in groups):
+            self.attention_groups = tuple(
+                (group.window, group.num_layers, group.bytes_per_layer_token) for group in groups)
         self.attention_flops_per_pair = 4 * self.heads * hd  # QK^T and PV, one layer
         attention_gemms: tuple[tuple[int, int], ...] = (
             (h, self.q_dim + 2 * self.kv_dim),  # QKV
@@ -361,6 +373,9 @@ class StepTimeModel:
         if model.qk_norm:
             self.elementwise_kernels += 2
             self.elementwise_token_elements += 2 * (self.q_dim + self.kv_dim)
+        extra_norms = model.norms_per_layer - 2  # Gemma's pre/post feed-forward norms
+        self.elementwise_kernels += extra_norms
+        self.elementwise_token_elements += 2 * h * extra_norms
         self.weight_bytes = weight_element_bytes * (
             round(model.num_layers * self.layer_weights) + h * self.vocab
         )
@@ -467,14 +482,21 @@ class StepTimeModel:
                     prefill_context += s
                     pairs += q * (s - q) + q * (q + 1) // 2
         gemm, elt, kv_write, ar, outer, weights_read = self._token_parts(tokens)
-        att_dec = attention_decode_s(
-            c, hw, decode_batch, decode_context * self.kv_layer_token_bytes
-        )
-        att_pf = 0.0
-        if prefill_tokens:
-            att_pf = attention_prefill_s(
-                c, hw, prefill_tokens, self.attention_flops_per_pair * pairs
-            ) + prefill_context * self.kv_layer_token_bytes / hw.hbm_bandwidth_bytes_s
+        if self.attention_groups:
+            att_dec_all, att_pf_all, attention_flops, kv_read = self._windowed_attention(
+                query_lens, seq_lens, decode_batch, prefill_tokens)
+            att_dec, att_pf = att_dec_all / L, att_pf_all / L  # a layer's mean
+        else:
+            att_dec = attention_decode_s(
+                c, hw, decode_batch, decode_context * self.kv_layer_token_bytes
+            )
+            att_pf = 0.0
+            if prefill_tokens:
+                att_pf = attention_prefill_s(
+                    c, hw, prefill_tokens, self.attention_flops_per_pair * pairs
+                ) + prefill_context * self.kv_layer_token_bytes / hw.hbm_bandwidth_bytes_s
+            attention_flops = L * self.attention_flops_per_pair * (pairs + decode_context)
+            kv_read = (decode_context + prefill_context) * self.kv_bytes_per_token
         layer = gemm + att_dec + att_pf + elt + kv_write + ar
         floor = c.layer_floor_s - layer if c.layer_floor_s > layer else 0.0
         values = (  # in PART_NAMES order
@@ -493,12 +515,56 @@ class StepTimeModel:
         flops = (
             2.0 * tokens * self.layer_flop_weights * L
             + 2.0 * num_sample_rows * self.model.hidden_size * self.vocab
-            + L * self.attention_flops_per_pair * (pairs + decode_context)
+            + attention_flops
         )
         moved = weights_read + (
-            decode_context + prefill_context + tokens + 2 * num_copied_slots
-        ) * self.kv_bytes_per_token
+            kv_read + (tokens + 2 * num_copied_slots) * self.kv_bytes_per_token)
         return StepTime(values, flops, float(moved), tokens >= self.compute_bound_tokens)
+
+    def _windowed_attention(self, query_lens: Sequence[int], seq_lens: Sequence[int],
+                            decode_batch: int, prefill_tokens: int) -> tuple[float, ...]:
+        """Decode and prefill attention over all layers, their FLOPs and KV bytes read, each
+        window group charged for the tokens its window reaches: a decode at context s reads
+        min(s, W) tokens; a prefill of q tokens ending at s scores, for its query at position
+        i, min(i + 1, W) keys (`_window_pairs`) and reads min(s, q + W - 1) tokens."""
+        c, hw = self.gpu.constants, self.hw
+        per_pair = self.attention_flops_per_pair
+        if prefill_tokens:
+            decoding = [s for q, s in zip(query_lens, seq_lens, strict=True) if q == 1]
+            prefills = [(q, s) for q, s in zip(query_lens, seq_lens, strict=True) if q != 1]
+        else:
+            decoding, prefills = seq_lens, []
+        # the whole context's figures, which a window at least as long as every sequence keeps
+        whole_context = sum(decoding)
+        longest = max(decoding, default=0)
+        whole_pairs = sum(q * (s - q) + q * (q + 1) // 2 for q, s in prefills)
+        whole_read = sum(s for _, s in prefills)
+        att_dec = att_pf = flops = 0.0
+        kv_read = 0
+        for window, layers, layer_bytes in self.attention_groups:
+            context, pairs, read = whole_context, whole_pairs, whole_read
+            if window is not None:
+                if longest > window:
+                    context = sum(s if s < window else window for s in decoding)
+                if prefills:
+                    pairs = sum(_window_pairs(s, window) - _window_pairs(s - q, window)
+                                for q, s in prefills)
+                    read = sum(min(s, q + window - 1) for q, s in prefills)
+            att_dec += layers * attention_decode_s(c, hw, decode_batch, context * layer_bytes)
+            if prefill_tokens:
+                att_pf += layers * (attention_prefill_s(c, hw, prefill_tokens, per_pair * pairs)
+                                    + read * layer_bytes / hw.hbm_bandwidth_bytes_s)
+            flops += layers * per_pair * (pairs + context)
+            kv_read += layers * layer_bytes * (context + read)
+        return att_dec, att_pf, flops, kv_read
+
+
+def _window_pairs(n: int, window: int) -> int:
+    """Query-key pairs of the first `n` positions under a causal window of `window` tokens:
+    the sum over i < n of min(i + 1, window)."""
+    if n <= window:
+        return n * (n + 1) // 2
+    return window * (window + 1) // 2 + (n - window) * window
 
 
 __all__ = [

@@ -46,6 +46,7 @@ from kvbench.models.sizes import (
     weights_dtype,
 )
 from kvbench.sizing.capacity import kv_capacity, weight_bytes_per_gpu
+from kvbench.sizing.group_sizes import GROUP_TABLE_HEADER, GroupSize, group_rows, group_sizes
 from kvbench.sizing.kv_budget import (
     Utilization,
     gpu_memory_utilization,
@@ -185,6 +186,8 @@ class KVEstimate:
     tensor_parallel_size: int = 1
     weights_bytes_per_gpu: int | None = None  # weights_bytes when tensor_parallel_size is 1
     mha_equivalent: MHAEquivalent | None = None
+    # One sequence's KV at `context` per group, window layers capped at W (`group_sizes`).
+    kv_group_sizes: tuple[GroupSize, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (fractions as floats)."""
@@ -201,7 +204,7 @@ class KVEstimate:
             "block_size": self.block_size,
             "tokens_per_request": self.tokens_per_request,
             "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_groups": [_group_dict(group) for group in self.kv_groups],
+            "kv_groups": [size.to_dict() for size in self.kv_group_sizes],
             "kv_bytes_per_request": self.kv_bytes_per_request,
             "kv_bytes_total": self.kv_bytes_total,
             "gpu_memory_bytes": self.gpu_memory_bytes,
@@ -225,13 +228,6 @@ class KVEstimate:
             ),
             "mha_equivalent": self.mha_equivalent.to_dict() if self.mha_equivalent else None,
         }
-
-
-def _group_dict(group: KVGroup) -> dict[str, Any]:
-    """One KV group's share of `kv_bytes_per_token` (a window group's layers hold at most
-    `window` tokens of a sequence once an allocator frees what lies before it)."""
-    return {"attention": group.attention, "window": group.window,
-            "num_layers": group.num_layers, "kv_bytes_per_token": group.bytes_per_token}
 
 
 @dataclass(frozen=True)
@@ -347,6 +343,7 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
         tensor_parallel_size=inputs.tensor_parallel_size,
         weights_bytes_per_gpu=budget.weights_bytes_per_gpu,
         mha_equivalent=mha,
+        kv_group_sizes=group_sizes(shape.groups, lengths.context),
     )
 
 
@@ -607,6 +604,15 @@ def format_estimate(est: KVEstimate) -> str:
     )
     lines = [title, ""]
     lines += text_table(("quantity", "bytes", "binary", "formula"), rows, right=(1,))
+    if any(size.window is not None for size in est.kv_group_sizes):
+        lines += [
+            "",
+            f"KV per sequence per layer group at {est.context:,} tokens (a window layer needs "
+            "its last W tokens only; paged, prefix and contiguous hold the whole context in "
+            "every layer):",
+        ]
+        lines += text_table(GROUP_TABLE_HEADER, group_rows(est.kv_group_sizes),
+                            right=(1, 2, 3, 4))
 
     if est.kv_budget_bytes is not None:
         lines += ["", "max concurrency per strategy (same budget):"]

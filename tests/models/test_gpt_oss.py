@@ -261,12 +261,9 @@ def test_estimate_json_on_the_published_config_json(tmp_path):
     preset does (weights at the estimate's bfloat16, KV per window and full group)."""
     est = _estimate(write_gpt_oss_config(tmp_path / "m", **GPT_OSS_20B_CONFIG))
     per_layer = 2 * 8 * 64 * 2  # K and V, 8 KV heads of 64, bf16
-    assert est["kv_groups"] == [
-        {"attention": "full", "window": None, "num_layers": 12,
-         "kv_bytes_per_token": 12 * per_layer},
-        {"attention": "sliding", "window": 128, "num_layers": 12,
-         "kv_bytes_per_token": 12 * per_layer},
-    ]
+    assert [(g["attention"], g["window"], g["num_layers"], g["bytes_per_token"])
+            for g in est["kv_groups"]] == [
+        ("full", None, 12, 12 * per_layer), ("sliding", 128, 12, 12 * per_layer)]
     assert est["kv_bytes_per_token"] == 24 * per_layer
     assert est["num_parameters"] == GPT_OSS_20B_PARAMETERS
     assert est["weights_bytes"] == 2 * GPT_OSS_20B_PARAMETERS
@@ -275,7 +272,7 @@ def test_estimate_json_on_the_published_config_json(tmp_path):
 
 def test_estimate_json_on_the_120b_preset():
     est = _estimate("gpt-oss-120b", gpu_memory="320GiB")  # bfloat16 weights: 218 GiB
-    assert [(g["attention"], g["window"], g["kv_bytes_per_token"]) for g in est["kv_groups"]] \
+    assert [(g["attention"], g["window"], g["bytes_per_token"]) for g in est["kv_groups"]] \
         == [("full", None, 18 * 2048), ("sliding", 128, 18 * 2048)]
     assert est["active_parameters"] == get_preset("gpt-oss-120b").num_active_parameters()
 

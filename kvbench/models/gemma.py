@@ -1,0 +1,148 @@
+"""Gemma 2 and Gemma 3 (text) decoders on `llama.py`'s attention and rope.
+
+What differs from Llama, as transformers' Gemma2ForCausalLM / Gemma3ForCausalLM compute it:
+the RMSNorm scales by (1 + w) in float32; each layer normalises the attention and MLP outputs
+too (post-attention, pre- and post-feed-forward norms); embeddings are multiplied by
+sqrt(hidden) in the embedding dtype; the MLP is GeGLU with tanh-approximated gelu; the logits
+may be soft-capped (c tanh(x / c)). Gemma 3 adds per-head q/k norms (also (1 + w)) and gives
+sliding-window layers their own rope base, the linear `rope_scaling` applying to full-attention
+layers only. The softmax scale (query_pre_attn_scalar) and the attention soft-cap are the
+executor's (`ModelConfig.softmax_scale`, `ModelExecutor.layer_variants`).
+
+Parameter names are transformers' so a local checkpoint's state dict loads as it is.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kvbench.models.config import ModelConfig
+from kvbench.models.llama import Attention, AttentionFn
+
+
+class GemmaRMSNorm(nn.Module):
+    """x / rms(x) x (1 + w), in float32; its weights' identity value is 0."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * (1.0 + self.weight.float())).to(x.dtype)
+
+
+class GemmaMLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        h, i = config.hidden_size, config.intermediate_size
+        self.gate_proj = nn.Linear(h, i, bias=False)
+        self.up_proj = nn.Linear(h, i, bias=False)
+        self.down_proj = nn.Linear(i, h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+class GemmaDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_index: int) -> None:
+        super().__init__()
+        h, eps = config.hidden_size, config.rms_norm_eps
+        self.self_attn = Attention(config, layer_index)
+        if config.qk_norm:  # Gemma 3's q/k norms are (1 + w) norms
+            self.self_attn.q_norm = GemmaRMSNorm(config.head_dim, eps)
+            self.self_attn.k_norm = GemmaRMSNorm(config.head_dim, eps)
+        self.mlp = GemmaMLP(config)
+        self.input_layernorm = GemmaRMSNorm(h, eps)
+        self.post_attention_layernorm = GemmaRMSNorm(h, eps)
+        self.pre_feedforward_layernorm = GemmaRMSNorm(h, eps)
+        self.post_feedforward_layernorm = GemmaRMSNorm(h, eps)
+
+    def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
+        attended = self.self_attn(self.input_layernorm(x), cos, sin, attention)
+        x = x + self.post_attention_layernorm(attended)
+        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+
+
+class _GemmaBackbone(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            GemmaDecoderLayer(config, i) for i in range(config.num_layers))
+        self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+def gemma_inv_freq(config: ModelConfig, sliding: bool) -> torch.Tensor:
+    """RoPE inverse frequencies of a sliding-window layer (Gemma 3's local base) or of a
+    full-attention one (divided by the linear `rope_scaling` factor, if any)."""
+    dim = config.head_dim
+    base = config.rope_local_theta if sliding and config.rope_local_theta else config.rope_theta
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    if not sliding and config.rope_scaling:
+        inv_freq = inv_freq / config.rope_scaling["factor"]
+    return inv_freq
+
+
+class GemmaDecoder(nn.Module):
+    """`forward` runs the flattened tokens of a batch (prefills and decodes together), as
+    `LlamaDecoder`'s."""
+
+    # the value of a norm weight that leaves its input as it is ((1 + w) norms: 0)
+    identity_norm_weight = 0.0
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.softmax_scale = config.softmax_scale
+        self.model = _GemmaBackbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.sliding_layers = [config.layer_window(i) is not None
+                               for i in range(config.num_layers)]
+        # sliding layers' own rope: Gemma 3's local base, or full layers' scaling to skip
+        self.local_rope = any(self.sliding_layers) and (
+            config.rope_local_theta is not None or config.rope_scaling is not None)
+        self.register_buffer("embed_scale", torch.tensor(config.hidden_size**0.5),
+                             persistent=False)
+        self.register_buffer("inv_freq", gemma_inv_freq(config, False), persistent=False)
+        self.register_buffer("local_inv_freq", gemma_inv_freq(config, True), persistent=False)
+
+    def reset_buffers(self, device: torch.device) -> None:
+        """The buffers no checkpoint holds, on `device`: RoPE frequencies in float32, and
+        sqrt(hidden) rounded to the embeddings' dtype (transformers scales in that dtype)."""
+        dtype = self.model.embed_tokens.weight.dtype
+        self.embed_scale = torch.tensor(self.config.hidden_size**0.5).to(dtype).to(device)
+        self.inv_freq = gemma_inv_freq(self.config, False).to(device)
+        self.local_inv_freq = gemma_inv_freq(self.config, True).to(device)
+
+    @staticmethod
+    def _rope(positions: torch.Tensor, inv_freq: torch.Tensor,
+              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[:, None] * inv_freq.float()[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
+    ) -> torch.Tensor:
+        """Hidden states `[T, hidden]` after the final norm."""
+        x = self.model.embed_tokens(input_ids) * self.embed_scale
+        full = self._rope(positions, self.inv_freq, x.dtype)
+        local = self._rope(positions, self.local_inv_freq, x.dtype) if self.local_rope else full
+        for layer, sliding in zip(self.model.layers, self.sliding_layers, strict=True):
+            cos, sin = local if sliding else full
+            x = layer(x, cos, sin, attention)
+        return self.model.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(hidden).float()
+        cap = self.config.final_logit_softcapping
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits

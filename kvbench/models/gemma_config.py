@@ -1,0 +1,228 @@
+"""Reading a Gemma 2 or Gemma 3 (text) `config.json` into `ModelConfig`'s fields.
+
+Defaults are transformers' Gemma2Config and Gemma3TextConfig ones. Both formats transformers
+writes are read: the published one (`rope_theta`, Gemma 3's `rope_local_base_freq` and
+`rope_scaling`) and transformers 5's `rope_parameters` (Gemma 3: one entry per layer type).
+Every field that changes the arithmetic and that kvbench's `gemma.py` does not compute is
+refused with one line naming the key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench.errors import KvbenchInputError
+
+# "gemma3" is Gemma 3's multimodal config: its text_config is the text model, and its vision
+# tower is counted in the weights (`vision_parameters`) but never run.
+GEMMA_MODEL_TYPES = ("gemma2", "gemma3_text", "gemma3")
+GEMMA_ACTIVATION = "gelu_pytorch_tanh"  # gelu with the tanh approximation
+GEMMA_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
+    """`ModelConfig`'s keyword arguments (all but `name`) for a Gemma `config.json`."""
+    model_type = hf["model_type"]
+    if model_type == "gemma3":
+        return _multimodal_gemma3(hf, name)
+    gemma3 = model_type == "gemma3_text"
+    _refuse_unimplemented(hf, name, gemma3)
+    try:
+        num_layers = _positive_int(hf, "num_hidden_layers", name, default=26)
+        num_heads = _positive_int(hf, "num_attention_heads", name, default=8)
+        bias = hf.get("attention_bias", False)
+        if not isinstance(bias, bool):
+            raise KvbenchInputError(
+                f"model {name}: config.json attention_bias must be true or false, got {bias!r}")
+        window = hf.get("sliding_window", 4096)
+        layer_types = _layer_types(hf, name, num_layers, gemma3)
+        if "sliding_attention" not in layer_types:
+            window = None
+        elif isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+            raise KvbenchInputError(
+                f"model {name}: config.json sliding_window must be a positive integer, "
+                f"got {window!r}")
+        theta, local_theta, scaling = _rope(hf, name, gemma3)
+        return dict(
+            architecture="gemma",
+            vocab_size=_positive_int(hf, "vocab_size", name,
+                                     default=262_208 if gemma3 else 256_000),
+            hidden_size=_positive_int(hf, "hidden_size", name, default=2304),
+            intermediate_size=_positive_int(hf, "intermediate_size", name, default=9216),
+            num_layers=num_layers,
+            num_heads=num_heads,
+            num_kv_heads=_positive_int(hf, "num_key_value_heads", name, default=4),
+            head_dim=_positive_int(hf, "head_dim", name, default=256),
+            max_position_embeddings=_positive_int(
+                hf, "max_position_embeddings", name, default=131_072 if gemma3 else 8192),
+            rope_theta=theta,
+            rope_local_theta=local_theta,
+            rope_scaling=scaling,
+            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", True)),
+            attention_bias=bias,
+            o_proj_bias=bias,  # Gemma's attention_bias covers o_proj too
+            qk_norm=gemma3,
+            sliding_window=window,
+            layer_types=layer_types if window is not None else (),
+            query_pre_attn_scalar=_positive_number(hf, "query_pre_attn_scalar", name, 256),
+            attn_logit_softcapping=_cap(hf, "attn_logit_softcapping", name,
+                                        None if gemma3 else 50.0),
+            final_logit_softcapping=_cap(hf, "final_logit_softcapping", name,
+                                         None if gemma3 else 30.0),
+        )
+    except (TypeError, ValueError) as err:
+        raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
+
+
+def _multimodal_gemma3(hf: dict[str, Any], name: str) -> dict[str, Any]:
+    """The text model of a multimodal Gemma 3, with its SigLIP vision tower and projector's
+    parameters as transformers' Gemma3ForConditionalGeneration holds them."""
+    text, vision = hf.get("text_config") or {}, hf.get("vision_config") or {}
+    if not isinstance(text, dict) or not isinstance(vision, dict):
+        raise KvbenchInputError(
+            f"model {name}: config.json text_config and vision_config must be JSON objects")
+    quantization = hf.get("quantization_config")
+    fields = gemma_fields({**text, "model_type": "gemma3_text",
+                           **({"quantization_config": quantization} if quantization else {})},
+                          name)
+    fields["vision_parameters"] = _siglip_parameters(vision, name, fields["hidden_size"])
+    return fields
+
+
+def _siglip_parameters(vision: dict[str, Any], name: str, text_hidden: int) -> int:
+    """SigLIP's encoder (SiglipVisionConfig's defaults) and Gemma 3's projector onto the text
+    hidden size: patch and position embeddings, layers of biased q/k/v/out, two LayerNorms
+    and a biased MLP, a post LayerNorm; the projector's matrix and its RMSNorm."""
+    if vision.get("vision_use_head"):
+        raise KvbenchInputError(
+            f"model {name}: config.json vision_config.vision_use_head is not counted "
+            "(Gemma 3's vision tower has no pooling head)")
+    h = _positive_int(vision, "hidden_size", name, default=768)
+    i = _positive_int(vision, "intermediate_size", name, default=3072)
+    layers = _positive_int(vision, "num_hidden_layers", name, default=12)
+    channels = _positive_int(vision, "num_channels", name, default=3)
+    image = _positive_int(vision, "image_size", name, default=224)
+    patch = _positive_int(vision, "patch_size", name, default=16)
+    embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
+    layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 4 * h
+    return embeddings + layers * layer + 2 * h + h * text_hidden + h
+
+
+def _refuse_unimplemented(hf: dict[str, Any], name: str, gemma3: bool) -> None:
+    act = hf.get("hidden_activation", GEMMA_ACTIVATION)
+    if act != GEMMA_ACTIVATION:
+        raise KvbenchInputError(
+            f"model {name}: config.json hidden_activation {act!r} is not implemented "
+            f"(kvbench's Gemma MLP is GeGLU: hidden_activation {GEMMA_ACTIVATION!r})")
+    if hf.get("use_bidirectional_attention"):
+        raise KvbenchInputError(
+            f"model {name}: config.json use_bidirectional_attention is not implemented "
+            "(kvbench's attention is causal)")
+    if gemma3 and hf.get("attn_logit_softcapping") is not None:
+        # transformers' Gemma 3 never applies it: which arithmetic was meant is unclear
+        raise KvbenchInputError(
+            f"model {name}: config.json attn_logit_softcapping is not implemented for "
+            "gemma3_text (transformers' Gemma 3 ignores it; published configs set null)")
+    if hf.get("partial_rotary_factor", 1.0) != 1.0:
+        raise KvbenchInputError(
+            f"model {name}: config.json partial_rotary_factor {hf['partial_rotary_factor']} "
+            "is not implemented (kvbench rotates every dimension)")
+    quantization = hf.get("quantization_config")
+    if quantization:
+        method = quantization.get("quant_method", "?") if isinstance(quantization, dict) else "?"
+        raise KvbenchInputError(
+            f"model {name}: config.json has quantization_config ({method}); kvbench loads "
+            "float32/bfloat16/float16 weights only")
+
+
+def _layer_types(hf: dict[str, Any], name: str, num_layers: int,
+                 gemma3: bool) -> tuple[str, ...]:
+    """transformers' default: Gemma 2 alternates sliding and full layers (sliding first);
+    Gemma 3 makes every `sliding_window_pattern`-th layer full (default 6: 5 local, 1 global)."""
+    layer_types = hf.get("layer_types")
+    if layer_types is None:
+        pattern = _positive_int(hf, "sliding_window_pattern", name, default=6) if gemma3 else 2
+        return tuple("sliding_attention" if (i + 1) % pattern else "full_attention"
+                     for i in range(num_layers))
+    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+        raise KvbenchInputError(
+            f"model {name}: config.json layer_types must list one type per layer "
+            f"(num_hidden_layers {num_layers}), got {layer_types!r:.80}")
+    unknown = sorted({str(t) for t in layer_types if t not in GEMMA_LAYER_TYPES})
+    if unknown:
+        raise KvbenchInputError(
+            f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
+            f"(kvbench's Gemma layers are {', '.join(GEMMA_LAYER_TYPES)})")
+    return tuple(layer_types)
+
+
+def _rope(hf: dict[str, Any], name: str,
+          gemma3: bool) -> tuple[float, float | None, dict[str, Any] | None]:
+    """(full-attention layers' rope base, sliding layers' base (Gemma 3), full layers' linear
+    scaling or None)."""
+    params = hf.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise KvbenchInputError(f"model {name}: config.json rope_parameters is not a JSON object")
+    if not gemma3:
+        rope = params or hf.get("rope_scaling") or {}
+        _rope_kind(rope, name, ("default",))
+        return float(rope.get("rope_theta") or hf.get("rope_theta") or 10_000.0), None, None
+    if params is not None and "full_attention" in params:
+        full = params.get("full_attention") or {}
+        local = params.get("sliding_attention") or {}
+    else:
+        full = {**(hf.get("rope_scaling") or params or {})}
+        local = {}
+    kind = _rope_kind(full, name, ("default", "linear"))
+    _rope_kind(local, name, ("default",))
+    theta = float(full.get("rope_theta") or hf.get("rope_theta") or 1_000_000.0)
+    local_theta = float(local.get("rope_theta") or hf.get("rope_local_base_freq") or 10_000.0)
+    scaling = None
+    if kind == "linear":
+        factor = full.get("factor")
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or factor <= 0:
+            raise KvbenchInputError(
+                f"model {name}: config.json rope_scaling (linear) needs a positive factor, "
+                f"got {factor!r}")
+        scaling = {"rope_type": "linear", "factor": float(factor)}
+    return theta, local_theta, scaling
+
+
+def _rope_kind(rope: Any, name: str, supported: tuple[str, ...]) -> str:
+    if not isinstance(rope, dict):
+        raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
+    kind = rope.get("rope_type") or rope.get("type") or "default"
+    if kind not in supported:
+        raise KvbenchInputError(
+            f"model {name}: config.json rope_scaling type {kind!r} is not implemented here "
+            f"(supported: {', '.join(supported)})")
+    if rope.get("partial_rotary_factor", 1.0) != 1.0:
+        raise KvbenchInputError(
+            f"model {name}: config.json partial_rotary_factor {rope['partial_rotary_factor']} "
+            "is not implemented (kvbench rotates every dimension)")
+    return kind
+
+
+def _positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = None) -> int:
+    value = hf.get(key, default)
+    if value is None:
+        raise KvbenchInputError(f"model {name}: config.json lacks '{key}'")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:
+    value = hf.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _cap(hf: dict[str, Any], key: str, name: str, default: float | None) -> float | None:
+    if hf.get(key, default) is None:
+        return None
+    return _positive_number(hf, key, name, default or 0.0)
