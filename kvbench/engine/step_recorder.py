@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+
+import numpy as np
 
 from kvbench.core.step_batch import StepBatch
 from kvbench.core.step_record import StepRecord
-from kvbench.strategies.base import MemorySplit
+from kvbench.strategies.base import BooksAfterStep, MemorySplit
 from kvbench.tracing import trace_counter
 
 
@@ -18,6 +21,9 @@ class StepLog:
     def __init__(self, steps: list[StepRecord]) -> None:
         self.steps = steps
         self.sink: Callable[[StepRecord], None] | None = None
+        # Where a run of rows goes at once (`StepRecord` fields in order, as tuples), when the
+        # runner streams them: no record is built for a row of a fast-forwarded run.
+        self.rows_sink: Callable[[list[tuple]], None] | None = None
         self.num_steps = 0
         self.last: StepRecord | None = None
 
@@ -28,6 +34,20 @@ class StepLog:
             self.steps.append(record)
         else:
             self.sink(record)
+
+    def keep_rows(self, rows: list[tuple]) -> None:
+        """Rows of consecutive steps, oldest first, as `StepRecord` field tuples."""
+        if not rows:
+            return
+        self.num_steps += len(rows)
+        self.last = StepRecord(*rows[-1])
+        if self.rows_sink is not None:
+            self.rows_sink(rows)
+        elif self.sink is not None:
+            for row in rows:
+                self.sink(StepRecord(*row))
+        else:
+            self.steps.extend(StepRecord(*row) for row in rows)
 
     def reset(self) -> None:
         """Start counting steps again (after warm-up; the engine clears `steps`)."""
@@ -95,3 +115,58 @@ class StepRecorder(StepLog):
             trace_counter("batch", t_end, {"running": record.num_running,
                                            "waiting": record.num_waiting})
         return record
+
+    def record_decode_run(
+        self, t_start_s: float, ends_s: list[float], num_seqs: int, num_waiting: int,
+        token_slots: int, books: list[BooksAfterStep], totals_before: tuple[int, int, int],
+        split_parts: tuple[int, int, bool], num_slots: int,
+    ) -> None:
+        """The rows of a run of decode steps of `num_seqs` sequences each (`len(ends_s)`
+        steps, the first starting at `t_start_s`): the same rows, to the bit, that `record`
+        gives them one at a time. The memory split of each step follows the books' totals
+        after it (`books`: the steps that allocated; `totals_before` before the first), the
+        computed tokens of the holders (`token_slots` before the run, `num_seqs` more each
+        step) and what the run keeps fixed (`split_parts`: external, cached, whether prompt
+        blocks are reported)."""
+        # numpy: the per-step columns of a run are built at once, not row by row
+        num_steps = len(ends_s)
+        b = self.bytes_per_slot
+        ends = np.array(ends_s, dtype=float)
+        starts = np.empty(num_steps, dtype=float)
+        starts[0] = t_start_s
+        starts[1:] = ends[:-1]
+        step_ms = ((ends - starts) * 1e3).tolist()
+        held, will, prompt = _expand_books(books, totals_before, num_steps)
+        token = token_slots + num_seqs * np.arange(1, num_steps + 1, dtype=np.int64)
+        external, cached, has_prompt_blocks = split_parts
+        reserved = will - token
+        internal = held - will
+        free = num_slots - held - external
+        utilization = (token / (held + external)).tolist()
+        unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
+        first = self.num_steps
+        rows = list(zip(
+            range(first, first + num_steps), starts.tolist(), step_ms,
+            itertools.repeat(0.0), itertools.repeat(0), itertools.repeat(num_seqs),
+            itertools.repeat(num_seqs), itertools.repeat(0), itertools.repeat(num_seqs),
+            itertools.repeat(num_waiting), (token * b).tolist(), (reserved * b).tolist(),
+            (internal * b).tolist(), itertools.repeat(external * b), (free * b).tolist(),
+            itertools.repeat(cached * b), itertools.repeat(0), utilization,
+            prompt.tolist() if has_prompt_blocks else itertools.repeat(None),
+            itertools.repeat(None), itertools.repeat(None), itertools.repeat(None),
+        ))
+        if unrecorded:  # a step that scheduled nothing before the run: its preemptions
+            rows[0] = (*rows[0][:16], unrecorded, *rows[0][17:])
+        self.keep_rows(rows)
+
+
+def _expand_books(
+    books: list[BooksAfterStep], before: tuple[int, int, int], num_steps: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Held, will-use and prompt-block totals after each of `num_steps` steps, from the
+    totals before the first and after each step that changed them."""
+    values = np.array([before, *(b[1:] for b in books)], dtype=np.int64)
+    changed_at = np.array([b[0] for b in books], dtype=np.int64)
+    index = np.searchsorted(changed_at, np.arange(num_steps), side="right")
+    per_step = values[index]
+    return per_step[:, 0], per_step[:, 1], per_step[:, 2]
