@@ -189,6 +189,8 @@ class Engine(BaseEngine):
             seq.token_times_s.extend(ends)
         if strategy.check_accounting:  # the last row against the books, recomputed
             self._check_decode_run_books(holders, head)
+        if num_steps == max_steps:  # a finish or a failing allocation comes next: `step`'s
+            self._decoded_all = False
         return num_steps
 
     def _check_decode_run_books(self, holders: list[Sequence], head: Sequence | None) -> None:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
-
-import numpy as np
 
 from kvbench.core.step_batch import StepBatch
 from kvbench.core.step_record import StepRecord
@@ -128,33 +125,24 @@ class StepRecorder(StepLog):
         computed tokens of the holders (`token_slots` before the run, `num_seqs` more each
         step) and what the run keeps fixed (`split_parts`: external, cached, whether prompt
         blocks are reported)."""
-        # numpy: the per-step columns of a run are built at once, not row by row
         num_steps = len(ends_s)
         b = self.bytes_per_slot
-        ends = np.array(ends_s, dtype=float)
-        starts = np.empty(num_steps, dtype=float)
-        starts[0] = t_start_s
-        starts[1:] = ends[:-1]
-        step_ms = ((ends - starts) * 1e3).tolist()
-        held, will, prompt = _expand_books(books, totals_before, num_steps)
-        token = token_slots + num_seqs * np.arange(1, num_steps + 1, dtype=np.int64)
         external, cached, has_prompt_blocks = split_parts
-        reserved = will - token
-        internal = held - will
-        free = num_slots - held - external
-        utilization = (token / (held + external)).tolist()
+        starts = [t_start_s, *ends_s[:-1]]
+        step_ms = [(end - start) * 1e3 for start, end in zip(starts, ends_s, strict=True)]
+        tokens = range(token_slots + num_seqs, token_slots + num_seqs * (num_steps + 1), num_seqs)
+        held, will, prompt = _expand_books(books, totals_before, num_steps)
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
         first = self.num_steps
-        rows = list(zip(
-            range(first, first + num_steps), starts.tolist(), step_ms,
-            itertools.repeat(0.0), itertools.repeat(0), itertools.repeat(num_seqs),
-            itertools.repeat(num_seqs), itertools.repeat(0), itertools.repeat(num_seqs),
-            itertools.repeat(num_waiting), (token * b).tolist(), (reserved * b).tolist(),
-            (internal * b).tolist(), itertools.repeat(external * b), (free * b).tolist(),
-            itertools.repeat(cached * b), itertools.repeat(0), utilization,
-            prompt.tolist() if has_prompt_blocks else itertools.repeat(None),
-            itertools.repeat(None), itertools.repeat(None), itertools.repeat(None),
-        ))
+        rows = [
+            (step, start, ms, 0.0, 0, num_seqs, num_seqs, 0, num_seqs, num_waiting,
+             token * b, (w - token) * b, (h - w) * b, external * b,
+             (num_slots - h - external) * b, cached * b, 0, token / (h + external),
+             p if has_prompt_blocks else None, None, None, None)
+            for step, start, ms, token, h, w, p in zip(
+                range(first, first + num_steps), starts, step_ms, tokens, held, will, prompt,
+                strict=True)
+        ]
         if unrecorded:  # a step that scheduled nothing before the run: its preemptions
             rows[0] = (*rows[0][:16], unrecorded, *rows[0][17:])
         self.keep_rows(rows)
@@ -162,11 +150,22 @@ class StepRecorder(StepLog):
 
 def _expand_books(
     books: list[BooksAfterStep], before: tuple[int, int, int], num_steps: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[list[int], list[int], list[int]]:
     """Held, will-use and prompt-block totals after each of `num_steps` steps, from the
     totals before the first and after each step that changed them."""
-    values = np.array([before, *(b[1:] for b in books)], dtype=np.int64)
-    changed_at = np.array([b[0] for b in books], dtype=np.int64)
-    index = np.searchsorted(changed_at, np.arange(num_steps), side="right")
-    per_step = values[index]
-    return per_step[:, 0], per_step[:, 1], per_step[:, 2]
+    held: list[int] = []
+    will: list[int] = []
+    prompt: list[int] = []
+    current = before
+    done = 0
+    for step, *after in books:
+        repeat = step - done
+        held += [current[0]] * repeat
+        will += [current[1]] * repeat
+        prompt += [current[2]] * repeat
+        current, done = after, step
+    repeat = num_steps - done
+    held += [current[0]] * repeat
+    will += [current[1]] * repeat
+    prompt += [current[2]] * repeat
+    return held, will, prompt
