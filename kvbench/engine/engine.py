@@ -85,9 +85,11 @@ class Engine(BaseEngine):
         self.step_recorder = StepRecorder(self.steps, bytes_per_slot=bytes_per_slot,
                                           memory_probe=memory_probe)
         self._traced = False  # whether this step records trace ranges (set at its start)
-        # Whether the last step decoded every running sequence and did nothing else: then
-        # every running sequence is decoding, and a decode run may follow (`fast_forward`).
-        self._decoded_all = False
+        # Whether every running sequence is decoding, so that a decode run may follow
+        # (`fast_forward`): True after a step that decoded them all and did nothing else,
+        # None (not known: looked at once) after any other step, False when the next step
+        # is known to be no run's.
+        self._decoded_all: bool | None = False
         self._memory_probe = memory_probe
 
     # Requests ---------------------------------------------------------------------------
@@ -125,12 +127,12 @@ class Engine(BaseEngine):
         with trace_range("step", step=self.step_recorder.num_steps) if traced else NO_RANGE:
             out = self._schedule(t_start)
             if not out.scheduled:
-                self._decoded_all = False
+                self._decoded_all = None
                 return self._schedule_nothing(len(out.preempted))
             batch, to_sample, forks = self._build_batch(out.scheduled)
             self._decoded_all = (not batch.num_prefill_seqs and not out.admitted
                                  and not out.preempted
-                                 and len(out.scheduled) == len(self.policy.running))
+                                 and len(out.scheduled) == len(self.policy.running)) or None
             tokens, forward_s, now_s = self._execute(batch, to_sample, forks)
             finished = self._commit(to_sample, tokens, now_s, bool(forks))
             split = self.strategy.memory_split(self.policy.holders(), self.waiting.head())
@@ -150,10 +152,14 @@ class Engine(BaseEngine):
         The state after is the state after that many `step` calls, and so are the step rows
         and token times (docs/simulator.md, Fast-forward): only a policy, strategy and
         executor that declare decode runs take part, and never while a trace is recorded."""
-        if not self._decoded_all:
+        if self._decoded_all is False:
             return 0
         policy, strategy, executor = self.policy, self.strategy, self.executor
         running = policy.running
+        if self._decoded_all is None:
+            self._decoded_all = all(seq.is_decoding for seq in running)
+            if not self._decoded_all:
+                return 0
         if (not running or not executor.advances_decode_runs or self._memory_probe is not None
                 or not declares(policy, "fast_forward_decodes")
                 or not declares(strategy, "fast_forward_decodes")
