@@ -156,8 +156,10 @@ class Engine(BaseEngine):
             return 0
         policy, strategy, executor = self.policy, self.strategy, self.executor
         running = policy.running
-        if self._decoded_all is None:
-            self._decoded_all = all(seq.is_decoding for seq in running)
+        if self._decoded_all is None:  # `Sequence.is_decoding` of each, inlined: O(running)
+            self._decoded_all = all(
+                0 < seq.num_computed == len(seq.token_ids) - 1
+                and len(seq.token_ids) > len(seq.request.prompt_token_ids) for seq in running)
             if not self._decoded_all:
                 return 0
         if (not running or not executor.advances_decode_runs or self._memory_probe is not None
