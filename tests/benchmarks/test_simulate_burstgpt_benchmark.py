@@ -9,7 +9,9 @@ the test is skipped without it): far too slow for CI, and today far from its tar
 (docs/simulator.md, Speed and output files, gives the measured figures and where the time
 and memory go). The CPU time is the child's user + system time (`RUSAGE_CHILDREN`), its
 peak memory `ru_maxrss`; both go into `extra_info` with the steps and the simulated
-makespan, and the limit is checked on the CPU time scaled to the rows replayed.
+makespan. The limit is checked from a million rows on (scaled to the rows); a smaller N, a
+quicker look at the scaling, only records its figures (start-up and the results' fixed
+costs would dominate a scaled limit).
 
 `--time-scale` compresses the trace's two months (0.27 requests/s on average) to about
 `REPLAY_RATE_PER_S` requests/s, a load one H100 serving Llama-3-8B keeps up with at a few
@@ -77,4 +79,5 @@ def test_simulate_a_burstgpt_shaped_trace(benchmark, tmp_path):
     print(f"\n{summary['num_requests']} BurstGPT-shaped requests: {cpu:.1f} s CPU, "
           f"{wall:.1f} s wall, {max_rss_bytes / 2**20:.0f} MiB peak, "
           f"{summary['scheduler']['steps']} steps")
-    assert cpu < target_s, f"{cpu:.1f} s of CPU (target {target_s:.1f} s)"
+    if NUM_ROWS >= 1_000_000:
+        assert cpu < target_s, f"{cpu:.1f} s of CPU (target {target_s:.1f} s)"
