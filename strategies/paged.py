@@ -118,20 +118,44 @@ class PagedStrategy(CacheStrategy):
         return low
 
     def grow_decode_run(self, seqs: list[Sequence], num_steps: int) -> list[BooksAfterStep]:
+        """The blocks in step order, admission order within a step, as `allocate_each` takes
+        them, with each step's totals followed here and each sequence's own entry in the
+        books (`_account`) set once, at its last block: a block costs a few operations, not
+        a call chain (a long run of many sequences takes one every `block_size` steps each)."""
         bs = self.block_size
         events = sorted(
             (step, i)
             for i, first in enumerate(self._first_overflows(seqs))
             for step in range(first, num_steps, bs)
         )
-        tables, allocate = self.tables, self.pool.allocate
+        if not events:
+            return []
+        blocks = self.pool.allocate_many(len(events))
+        tables, log = self.tables, self._table_log.append
+        held, will, prompt = self._held_slots, self._will_use_slots, self._prompt_blocks
         books: list[BooksAfterStep] = []
+        grown: dict[int, Sequence] = {}
+        last = len(events) - 1
         for k, (step, i) in enumerate(events):
             seq = seqs[i]
-            self._extend_table(seq, tables[seq.seq_id], [allocate()])
-            if k + 1 == len(events) or events[k + 1][0] != step:
-                books.append((step, self._held_slots, self._will_use_slots,
-                              self._prompt_blocks))
+            table = tables[seq.seq_id]
+            index = len(table)
+            block = blocks[k]
+            log((seq.seq_id, index, block))
+            table.append(block)
+            request = seq.request
+            final = len(request.prompt_token_ids) + request.output_len - 1  # `_account`'s
+            before, after = index * bs, (index + 1) * bs
+            held += bs
+            will += (after if after < final else final) - (before if before < final else final)
+            prompt += index < -(-len(request.prompt_token_ids) // bs)
+            grown[i] = seq
+            if k == last or events[k + 1][0] != step:
+                books.append((step, held, will, prompt))
+        for seq in grown.values():
+            self._account_table(seq, tables[seq.seq_id])
+        if (self._held_slots, self._will_use_slots, self._prompt_blocks) != (held, will, prompt):
+            raise AssertionError(f"{self.name}: a decode run's totals differ from its books")
         return books
 
     def decode_run_split_parts(self, head_waiting: Sequence | None) -> tuple[int, int, bool]:
