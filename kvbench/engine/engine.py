@@ -156,17 +156,17 @@ class Engine(BaseEngine):
             return 0
         policy, strategy, executor = self.policy, self.strategy, self.executor
         running = policy.running
+        if (not running or not executor.advances_decode_runs or self._memory_probe is not None
+                or not declares(policy, "fast_forward_decodes")
+                or not declares(strategy, "fast_forward_decodes")):
+            return 0
         if self._decoded_all is None:  # `Sequence.is_decoding` of each, inlined: O(running)
             self._decoded_all = all(
                 0 < seq.num_computed == len(seq.token_ids) - 1
                 and len(seq.token_ids) > len(seq.request.prompt_token_ids) for seq in running)
             if not self._decoded_all:
                 return 0
-        if (not running or not executor.advances_decode_runs or self._memory_probe is not None
-                or not declares(policy, "fast_forward_decodes")
-                or not declares(strategy, "fast_forward_decodes")
-                or strategy.has_pending_copies() or tracing_active()
-                or not policy.decode_run_ready()):
+        if strategy.has_pending_copies() or tracing_active() or not policy.decode_run_ready():
             return 0
         # The step in which the first sequence finishes is left to `step`.
         max_steps = min(seq.request.output_len + len(seq.request.prompt_token_ids)
