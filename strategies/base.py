@@ -41,6 +41,17 @@ class MemorySplit:
 # Set to 1 to recompute every memory split from scratch and assert it equals the running totals.
 CHECK_ACCOUNTING_ENV = "KVBENCH_CHECK_ACCOUNTING"
 
+# (step, held slots, slots that will be used, prompt blocks) after a decode run's step: the
+# books' running totals after the allocations of that step (`CacheStrategy.grow_decode_run`).
+BooksAfterStep = tuple[int, int, int, int]
+
+
+def declares(obj: object, flag: str) -> bool:
+    """Whether `obj`'s own class sets `flag` true in its body: a fast path a class declares
+    is not inherited, so a subclass that changes what the path assumes stays on the general
+    one until it declares the path itself."""
+    return bool(type(obj).__dict__.get(flag, False))
+
 
 def split_held(held: int, token: int, final_kv_len: int) -> tuple[int, int, int]:
     """(token, reserved, internal) of `held` slots of a sequence that will hold `final_kv_len`."""
@@ -74,6 +85,11 @@ class CacheStrategy(ABC):
     layout_kind: str = "paged"
     can_preempt: bool = True  # whether a running sequence's allocation may fail mid-run
     table_block_size: int = 1  # token positions per table entry (contiguous: one start slot)
+    # Set true in a strategy's own class body (`declares`) when `decode_run_steps` and
+    # `grow_decode_run` are exact for it and, while running sequences only grow, `can_admit`
+    # never turns from False to True: the engine's fast-forward then runs decode steps in one
+    # move (docs/simulator.md, Fast-forward).
+    fast_forward_decodes: bool = False
 
     def __init__(
         self, num_slots: int, max_model_len: int, check_accounting: bool | None = None
@@ -133,6 +149,32 @@ class CacheStrategy(ABC):
             if not allocate(seq, n):
                 return i
         return len(items)
+
+    def decode_run_steps(self, seqs: list[Sequence], max_steps: int) -> int:
+        """How many decode steps (at most `max_steps`) every sequence of `seqs` can grow by
+        one token each, allocated in admission order step after step, before an allocation
+        would fail (0: none; the general path then runs the next step)."""
+        return 0
+
+    def grow_decode_run(self, seqs: list[Sequence], num_steps: int) -> list[BooksAfterStep]:
+        """Take the memory of `num_steps` decode steps of `seqs` (at most `decode_run_steps`)
+        exactly as that many steps' `allocate_each` calls would, in the same order; the
+        sequences' `num_computed` are still those before the run (the engine moves them on
+        after). Returns the running totals after each step that allocated, in step order."""
+        raise NotImplementedError(f"{self.name} does not declare decode runs")
+
+    def decode_run_split_parts(self, head_waiting: Sequence | None) -> tuple[int, int, bool]:
+        """What a decode run leaves fixed in every step's split: (external slots, cached
+        slots, whether `prompt_blocks` is reported), as `memory_split` gives them."""
+        return 0, 0, False
+
+    def has_pending_copies(self) -> bool:
+        """Whether copies are decided that the next step's layout must carry."""
+        return bool(self._copies)
+
+    def books_totals(self) -> tuple[int, int, int]:
+        """(held slots, slots that will be used, prompt blocks): the running totals."""
+        return self._held_slots, self._will_use_slots, self._prompt_blocks
 
     @abstractmethod
     def free(self, seq: Sequence) -> None:

@@ -29,6 +29,11 @@ class BlockPool:
         self.ref_counts[block] = 1
         return block
 
+    def allocate_many(self, count: int) -> list[int]:
+        """`count` blocks, in the order `count` calls of `allocate` would give them."""
+        allocate = self.allocate  # a subclass's own (a caching pool evicts in it)
+        return [allocate() for _ in range(count)]
+
     def share(self, block: int) -> None:
         if self.ref_counts[block] <= 0:
             raise ValueError(f"block {block} is not allocated")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
-from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.base import BooksAfterStep, CacheStrategy, MemorySplit, split_held
 from kvbench.strategies.free_ranges import FreeRanges
 from kvbench.strategies.registry import register_strategy
 
@@ -87,6 +87,20 @@ class ContiguousStrategy(CacheStrategy):
         if seq.num_computed + num_new_tokens > length:
             raise AssertionError(f"sequence {seq.seq_id} outgrew its reservation")
         return True
+
+    # Decode runs: a reservation covers the final length, so growing never allocates, and
+    # admission waits for a hole that growing cannot open.
+
+    fast_forward_decodes = True
+
+    def decode_run_steps(self, seqs: list[Sequence], max_steps: int) -> int:
+        return max_steps
+
+    def grow_decode_run(self, seqs: list[Sequence], num_steps: int) -> list[BooksAfterStep]:
+        return []
+
+    def decode_run_split_parts(self, head_waiting: Sequence | None) -> tuple[int, int, bool]:
+        return self._external(head_waiting), 0, False
 
     def free(self, seq: Sequence) -> None:
         held = self.starts.pop(seq.seq_id, None)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.base import BooksAfterStep, CacheStrategy, MemorySplit, split_held
 from kvbench.strategies.block_pool import BlockPool
 from kvbench.strategies.registry import register_strategy
 
@@ -86,6 +86,80 @@ class PagedStrategy(CacheStrategy):
         table = self.tables.setdefault(seq.seq_id, [])
         self._extend_table(seq, table, [self.pool.allocate() for _ in range(needed)])
         return True
+
+    # Decode runs -------------------------------------------------------------------------
+    # A decoding sequence takes a block at the step whose token overflows its last one and
+    # every `block_size` steps after; the pool runs dry only when more are needed than it has.
+
+    fast_forward_decodes = True
+
+    def _first_overflows(self, seqs: list[Sequence]) -> list[int]:
+        """The step of a decode run (0: the first) at which each sequence takes a block."""
+        tables, bs = self.tables, self.block_size
+        return [len(tables[seq.seq_id]) * bs - seq.num_computed for seq in seqs]
+
+    def decode_run_steps(self, seqs: list[Sequence], max_steps: int) -> int:
+        bs = self.block_size
+        firsts = self._first_overflows(seqs)
+        free = self.pool.num_free
+
+        def blocks_within(steps: int) -> int:
+            return sum((steps - first + bs - 1) // bs for first in firsts if first < steps)
+
+        if blocks_within(max_steps) <= free:
+            return max_steps
+        low, high = 0, max_steps  # blocks_within(low) fits, blocks_within(high) does not
+        while high - low > 1:
+            mid = (low + high) // 2
+            if blocks_within(mid) <= free:
+                low = mid
+            else:
+                high = mid
+        return low
+
+    def grow_decode_run(self, seqs: list[Sequence], num_steps: int) -> list[BooksAfterStep]:
+        """The blocks in step order, admission order within a step, as `allocate_each` takes
+        them, with each step's totals followed here and each sequence's own entry in the
+        books (`_account`) set once, at its last block: a block costs a few operations, not
+        a call chain (a long run of many sequences takes one every `block_size` steps each)."""
+        bs = self.block_size
+        events = sorted(
+            (step, i)
+            for i, first in enumerate(self._first_overflows(seqs))
+            for step in range(first, num_steps, bs)
+        )
+        if not events:
+            return []
+        blocks = self.pool.allocate_many(len(events))
+        tables, log = self.tables, self._table_log.append
+        held, will, prompt = self._held_slots, self._will_use_slots, self._prompt_blocks
+        books: list[BooksAfterStep] = []
+        grown: dict[int, Sequence] = {}
+        last = len(events) - 1
+        for k, (step, i) in enumerate(events):
+            seq = seqs[i]
+            table = tables[seq.seq_id]
+            index = len(table)
+            block = blocks[k]
+            log((seq.seq_id, index, block))
+            table.append(block)
+            request = seq.request
+            final = len(request.prompt_token_ids) + request.output_len - 1  # `_account`'s
+            before, after = index * bs, (index + 1) * bs
+            held += bs
+            will += (after if after < final else final) - (before if before < final else final)
+            prompt += index < -(-len(request.prompt_token_ids) // bs)
+            grown[i] = seq
+            if k == last or events[k + 1][0] != step:
+                books.append((step, held, will, prompt))
+        for seq in grown.values():
+            self._account_table(seq, tables[seq.seq_id])
+        if (self._held_slots, self._will_use_slots, self._prompt_blocks) != (held, will, prompt):
+            raise AssertionError(f"{self.name}: a decode run's totals differ from its books")
+        return books
+
+    def decode_run_split_parts(self, head_waiting: Sequence | None) -> tuple[int, int, bool]:
+        return 0, 0, True
 
     def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
         """`allocate` for every sequence that needs a new block: one with room in its last

@@ -69,6 +69,11 @@ class BaseEngine(ABC):
     def step(self) -> list[Sequence]:
         """Run the next unit of work; returns the sequences that finished in it."""
 
+    def fast_forward(self, until_s: float) -> int:
+        """Run the next steps in one move where they are a run nothing can change, none
+        starting at or after `until_s`; how many ran (none by default: `step` runs each)."""
+        return 0
+
     def has_unfinished(self) -> bool:
         return self._unfinished > 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.step_recorder import StepRecorder
 from kvbench.errors import KvbenchInputError, KvbenchRunError
 from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput
-from kvbench.strategies.base import CacheStrategy
+from kvbench.strategies.base import CacheStrategy, declares
 from kvbench.tracing import NO_RANGE, trace_range, tracing_active
 
 if TYPE_CHECKING:  # the executor owns torch: the core never imports it
@@ -84,6 +85,12 @@ class Engine(BaseEngine):
         self.step_recorder = StepRecorder(self.steps, bytes_per_slot=bytes_per_slot,
                                           memory_probe=memory_probe)
         self._traced = False  # whether this step records trace ranges (set at its start)
+        # Whether every running sequence is decoding, so that a decode run may follow
+        # (`fast_forward`): True after a step that decoded them all and did nothing else,
+        # None (not known: looked at once) after any other step, False when the next step
+        # is known to be no run's.
+        self._decoded_all: bool | None = False
+        self._memory_probe = memory_probe
 
     # Requests ---------------------------------------------------------------------------
 
@@ -120,14 +127,92 @@ class Engine(BaseEngine):
         with trace_range("step", step=self.step_recorder.num_steps) if traced else NO_RANGE:
             out = self._schedule(t_start)
             if not out.scheduled:
+                self._decoded_all = None
                 return self._schedule_nothing(len(out.preempted))
             batch, to_sample, forks = self._build_batch(out.scheduled)
+            self._decoded_all = (not batch.num_prefill_seqs and not out.admitted
+                                 and not out.preempted
+                                 and len(out.scheduled) == len(self.policy.running)) or None
             tokens, forward_s, now_s = self._execute(batch, to_sample, forks)
             finished = self._commit(to_sample, tokens, now_s, bool(forks))
             split = self.strategy.memory_split(self.policy.holders(), self.waiting.head())
         self.step_recorder.record(t_start, self.clock(), forward_s, batch, split,
                                   len(out.preempted), self.num_running, len(self.waiting), traced)
         return finished
+
+    # Fast-forward ------------------------------------------------------------------------
+
+    def fast_forward(self, until_s: float = math.inf) -> int:
+        """Run the decode steps that come next in one move, as many as stay a decode run:
+        every running sequence decodes one token a step and nothing else can happen, up to
+        the step before one in which a sequence finishes or an allocation would fail, and
+        no step starting at or after `until_s` (the caller's next arrival). Returns how many
+        steps ran (0: the next step is not one of a run; `step` runs it).
+
+        The state after is the state after that many `step` calls, and so are the step rows
+        and token times (docs/simulator.md, Fast-forward): only a policy, strategy and
+        executor that declare decode runs take part, and never while a trace is recorded."""
+        if self._decoded_all is False:
+            return 0
+        policy, strategy, executor = self.policy, self.strategy, self.executor
+        running = policy.running
+        if (not running or not executor.advances_decode_runs or self._memory_probe is not None
+                or not declares(policy, "fast_forward_decodes")
+                or not declares(strategy, "fast_forward_decodes")):
+            return 0
+        if self._decoded_all is None:  # `Sequence.is_decoding` of each, inlined: O(running)
+            self._decoded_all = all(
+                0 < seq.num_computed == len(seq.token_ids) - 1
+                and len(seq.token_ids) > len(seq.request.prompt_token_ids) for seq in running)
+            if not self._decoded_all:
+                return 0
+        if strategy.has_pending_copies() or tracing_active() or not policy.decode_run_ready():
+            return 0
+        # The step in which the first sequence finishes is left to `step`.
+        max_steps = min(seq.request.output_len + len(seq.request.prompt_token_ids)
+                        - len(seq.token_ids) for seq in running) - 1
+        if max_steps < 1:
+            return 0
+        max_steps = strategy.decode_run_steps(running, max_steps)
+        if max_steps < 1:
+            return 0
+        num_seqs = len(running)
+        t_start = self.clock()
+        context = sum(seq.num_computed for seq in running) + num_seqs
+        ends = executor.advance_decode_run(num_seqs, context, max_steps, until_s)
+        num_steps = len(ends)
+        totals_before = strategy.books_totals()
+        books = strategy.grow_decode_run(running, num_steps)
+        holders = policy.holders()
+        token_slots = sum(seq.num_computed for seq in holders)
+        head = self.waiting.head()
+        self.step_recorder.record_decode_run(
+            t_start, ends, num_seqs, len(self.waiting), token_slots, books, totals_before,
+            strategy.decode_run_split_parts(head), strategy.num_slots,
+        )
+        tokens = [executor.decode_run_token] * num_steps
+        for seq in running:
+            seq.num_computed += num_steps
+            seq.token_ids.extend(tokens)
+            seq.token_times_s.extend(ends)
+        if strategy.check_accounting:  # the last row against the books, recomputed
+            self._check_decode_run_books(holders, head)
+        if num_steps == max_steps:  # a finish or a failing allocation comes next: `step`'s
+            self._decoded_all = False
+        return num_steps
+
+    def _check_decode_run_books(self, holders: list[Sequence], head: Sequence | None) -> None:
+        split = self.strategy.memory_split(holders, head)
+        last = self.step_recorder.last
+        b = self.bytes_per_slot
+        got = (last.kv_token_bytes, last.kv_reserved_bytes, last.kv_internal_bytes,
+               last.kv_external_bytes, last.kv_free_bytes, last.kv_cached_bytes,
+               last.kv_prompt_blocks)
+        expected = (split.token * b, split.reserved * b, split.internal * b,
+                    split.external * b, split.free * b, split.cached * b, split.prompt_blocks)
+        if got != expected:
+            raise AssertionError(f"{self.strategy.name}: a decode run's last row {got} "
+                                 f"differs from the books {expected}")
 
     def _schedule(self, now_s: float) -> ScheduleOutput:
         with (trace_range("schedule", waiting=len(self.waiting), running=self.num_running)
@@ -278,3 +363,4 @@ class Engine(BaseEngine):
     def reset_stats(self) -> None:
         super().reset_stats()
         self.strategy.reset_stats()
+        self._decoded_all = False

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from kvbench.core.step_batch import StepBatch
 from kvbench.core.step_record import StepRecord
-from kvbench.strategies.base import MemorySplit
+from kvbench.strategies.base import BooksAfterStep, MemorySplit
 from kvbench.tracing import trace_counter
 
 
@@ -18,6 +18,9 @@ class StepLog:
     def __init__(self, steps: list[StepRecord]) -> None:
         self.steps = steps
         self.sink: Callable[[StepRecord], None] | None = None
+        # Where a run of rows goes at once (`StepRecord` fields in order, as tuples), when the
+        # runner streams them: no record is built for a row of a fast-forwarded run.
+        self.rows_sink: Callable[[list[tuple]], None] | None = None
         self.num_steps = 0
         self.last: StepRecord | None = None
 
@@ -28,6 +31,20 @@ class StepLog:
             self.steps.append(record)
         else:
             self.sink(record)
+
+    def keep_rows(self, rows: list[tuple]) -> None:
+        """Rows of consecutive steps, oldest first, as `StepRecord` field tuples."""
+        if not rows:
+            return
+        self.num_steps += len(rows)
+        self.last = StepRecord(*rows[-1])
+        if self.rows_sink is not None:
+            self.rows_sink(rows)
+        elif self.sink is not None:
+            for row in rows:
+                self.sink(StepRecord(*row))
+        else:
+            self.steps.extend(StepRecord(*row) for row in rows)
 
     def reset(self) -> None:
         """Start counting steps again (after warm-up; the engine clears `steps`)."""
@@ -95,3 +112,60 @@ class StepRecorder(StepLog):
             trace_counter("batch", t_end, {"running": record.num_running,
                                            "waiting": record.num_waiting})
         return record
+
+    def record_decode_run(
+        self, t_start_s: float, ends_s: list[float], num_seqs: int, num_waiting: int,
+        token_slots: int, books: list[BooksAfterStep], totals_before: tuple[int, int, int],
+        split_parts: tuple[int, int, bool], num_slots: int,
+    ) -> None:
+        """The rows of a run of decode steps of `num_seqs` sequences each (`len(ends_s)`
+        steps, the first starting at `t_start_s`): the same rows, to the bit, that `record`
+        gives them one at a time. The memory split of each step follows the books' totals
+        after it (`books`: the steps that allocated; `totals_before` before the first), the
+        computed tokens of the holders (`token_slots` before the run, `num_seqs` more each
+        step) and what the run keeps fixed (`split_parts`: external, cached, whether prompt
+        blocks are reported)."""
+        num_steps = len(ends_s)
+        b = self.bytes_per_slot
+        external, cached, has_prompt_blocks = split_parts
+        starts = [t_start_s, *ends_s[:-1]]
+        step_ms = [(end - start) * 1e3 for start, end in zip(starts, ends_s, strict=True)]
+        tokens = range(token_slots + num_seqs, token_slots + num_seqs * (num_steps + 1), num_seqs)
+        held, will, prompt = _expand_books(books, totals_before, num_steps)
+        unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
+        first = self.num_steps
+        rows = [
+            (step, start, ms, 0.0, 0, num_seqs, num_seqs, 0, num_seqs, num_waiting,
+             token * b, (w - token) * b, (h - w) * b, external * b,
+             (num_slots - h - external) * b, cached * b, 0, token / (h + external),
+             p if has_prompt_blocks else None, None, None, None)
+            for step, start, ms, token, h, w, p in zip(
+                range(first, first + num_steps), starts, step_ms, tokens, held, will, prompt,
+                strict=True)
+        ]
+        if unrecorded:  # a step that scheduled nothing before the run: its preemptions
+            rows[0] = (*rows[0][:16], unrecorded, *rows[0][17:])
+        self.keep_rows(rows)
+
+
+def _expand_books(
+    books: list[BooksAfterStep], before: tuple[int, int, int], num_steps: int
+) -> tuple[list[int], list[int], list[int]]:
+    """Held, will-use and prompt-block totals after each of `num_steps` steps, from the
+    totals before the first and after each step that changed them."""
+    held: list[int] = []
+    will: list[int] = []
+    prompt: list[int] = []
+    current = before
+    done = 0
+    for step, *after in books:
+        repeat = step - done
+        held += [current[0]] * repeat
+        will += [current[1]] * repeat
+        prompt += [current[2]] * repeat
+        current, done = after, step
+    repeat = num_steps - done
+    held += [current[0]] * repeat
+    will += [current[1]] * repeat
+    prompt += [current[2]] * repeat
+    return held, will, prompt

@@ -209,6 +209,19 @@ class StepWriter:
         if len(pending) >= _CHUNK_ROWS:
             self._flush()
 
+    def write_rows(self, rows: list[tuple]) -> None:
+        """Rows of consecutive steps (`COLUMNS` tuples), folded in the same batches as
+        `write` one at a time would fold them, so the totals come out the same to the bit."""
+        pending = self._pending
+        start = 0
+        while start < len(rows):
+            take = _CHUNK_ROWS - len(pending)
+            pending.extend(rows[start : start + take])
+            start += take
+            if len(pending) >= _CHUNK_ROWS:
+                self._flush()
+                pending = self._pending
+
     def _flush(self) -> None:
         """Write the held rows and fold them into the totals. The rows are let go only once
         both are done: a Ctrl-C between the two (the fold is Python code) leaves them held,

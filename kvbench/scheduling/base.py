@@ -60,6 +60,10 @@ class BatchingPolicy(ABC):
     """
 
     name = "?"
+    # Set true in a policy's own class body (`kvbench.strategies.base.declares`) when its
+    # `decode_run_ready` is exact for it: the engine's fast-forward falls back to one step at
+    # a time for any policy that does not declare it (docs/simulator.md, Fast-forward).
+    fast_forward_decodes = False
 
     def __init__(self, cache: CacheStrategy, limits: SchedulerLimits,
                  queue_order: QueueOrder | None = None) -> None:
@@ -119,6 +123,23 @@ class BatchingPolicy(ABC):
         running = self.running
         return len(running) + sum(
             seats(s, max_num_seqs) - 1 for s in running if s.request.n > 1)
+
+    def decode_run_ready(self) -> bool:
+        """Whether the next `schedule` gives every running sequence (all decoding) its one
+        token and nothing else, and keeps doing so while the running set and the queue do not
+        change, no allocation fails and the cache's free memory only shrinks. Called only
+        when every running sequence is decoding."""
+        return False
+
+    def _head_admissible(self) -> bool:
+        """Whether `_admit_from_queue` would admit the queue head now (places and cache)."""
+        head = self.waiting.head()
+        if head is None:
+            return False
+        max_num_seqs = self.limits.max_num_seqs
+        if self.occupied_seats() + seats(head, max_num_seqs) > max_num_seqs:
+            return False
+        return self.cache.can_admit(head, len(self.running))
 
     # Shared mechanics -------------------------------------------------------------------
 

@@ -26,6 +26,18 @@ from kvbench.scheduling.registry import register_policy
 
 @register_policy("continuous", "iteration-level: sequences join and leave every step (vLLM, Orca)")
 class ContinuousBatching(BatchingPolicy):
+    fast_forward_decodes = True
+
+    def decode_run_ready(self) -> bool:
+        # Prefill-first admits whenever the head fits; chunked admits with the budget the
+        # decodes leave. Either way a decode step decodes everyone within the budget.
+        num_running = len(self.running)
+        budget = self.limits.max_num_batched_tokens
+        if num_running > budget:
+            return False
+        if self.limits.chunked_prefill and num_running == budget:
+            return True
+        return not self._head_admissible()
 
     def schedule(self, now_s: float) -> ScheduleOutput:
         if self.limits.chunked_prefill:

@@ -33,6 +33,12 @@ class StaticBatching(BatchingPolicy):
         super().__init__(cache, limits, queue_order)
         self.finished_members: list[Sequence] = []
 
+    fast_forward_decodes = True
+
+    def decode_run_ready(self) -> bool:
+        # A decoding batch admits nothing until it ends; it decodes every member in the budget.
+        return 0 < len(self.running) <= self.limits.max_num_batched_tokens
+
     def on_finished(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.finished_members.append(seq)

@@ -32,6 +32,15 @@ from kvbench.scheduling.registry import register_policy
     engine_overrides={"chunked_prefill": True},
 )
 class VllmV1Batching(BatchingPolicy):
+    fast_forward_decodes = True
+
+    def decode_run_ready(self) -> bool:
+        # Running first, one token each within the budget; what is left admits the head.
+        num_running = len(self.running)
+        budget = self.limits.max_num_batched_tokens
+        if num_running > budget:
+            return False
+        return num_running == budget or not self._head_admissible()
 
     def schedule(self, now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()

@@ -20,6 +20,8 @@ class ReplayConfig:
     slo_ms: dict[str, float] = field(default_factory=dict)  # e.g. {"ttft": 500, "tpot": 50}
     trace: bool = False  # write trace.json
     steps_every: int = 1  # steps.csv keeps every Nth step (summary: all of them)
+    # Run decode runs in one move where the engine can (the simulator): the same results.
+    fast_forward: bool = True
 
     def __post_init__(self) -> None:
         if self.warmup < 0:

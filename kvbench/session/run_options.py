@@ -162,6 +162,10 @@ class RunOptions:
     trace: bool = _replay("write trace.json (Chrome trace format)", show_default=False)
     steps_every: int = _replay(
         "write every Nth step to steps.csv (the summary still counts every step)", metavar="N")
+    fast_forward: bool = _replay(
+        "run each stretch of decode-only steps that nothing can change in one move (the "
+        "same results to the bit; --no-fast-forward steps one at a time)", kinds=("simulate",),
+        negatable=True)
     slo: str | None = _replay(
         "goodput targets, e.g. ttft=500ms,tpot=50ms (or vLLM's --goodput 'ttft:500 tpot:50', "
         "milliseconds)", default=None, key="slo_ms", per_run=False, aliases=("--goodput",))

@@ -209,6 +209,7 @@ def run_one(
     set_recorder(recorder)
     step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
     engine.step_recorder.sink = step_writer.write  # rows stream to disk as the engine makes them
+    engine.step_recorder.rows_sink = step_writer.write_rows  # and a fast-forwarded run's at once
     request_writer = RequestWriter(folder)  # and each request's row as it finishes
     status = "complete"
     simulated = run.executor.kind is EngineKind.SIMULATED
@@ -227,6 +228,7 @@ def run_one(
         finally:
             set_recorder(None)
             engine.step_recorder.sink = None
+            engine.step_recorder.rows_sink = None
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,
@@ -298,6 +300,7 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
     done = 0
     tokens = 0
     steps = 0
+    fast_forward = run.replay.fast_forward
     with trace_range("replay", requests=len(workload.requests)):
         while pending or engine.has_unfinished():
             now = clock()
@@ -316,6 +319,16 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
                     with trace_range("idle", until_s=pending[0].arrival_s):
                         clock.sleep_until(pending[0].arrival_s)
                 continue
+            if fast_forward:
+                # Until the next request is sent: at its arrival, unless every slot is taken
+                # (then only a finish frees one, and a finish ends a run anyway).
+                sendable = pending and (free_slots is None or free_slots)
+                advanced = engine.fast_forward(pending[0].arrival_s if sendable else math.inf)
+                if advanced:
+                    steps += advanced
+                    if progress.enabled:
+                        progress.update(done, tokens, _held_share(engine))
+                    continue  # arrivals due by the next step's start join before it
             finished = engine.step()
             finished_requests: list[Request] = []  # as the workload has them (arrival)
             for seq in finished:

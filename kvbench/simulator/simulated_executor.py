@@ -81,6 +81,7 @@ class SimulatedExecutor(Executor):
     device = SIMULATED_DEVICE
     reads_token_inputs = False  # the step's cost needs its lengths, not its token ids
     drawn_trace_ranges = DRAWN_RANGES  # the modelled host phases, drawn on the simulated clock
+    advances_decode_runs = True  # every decode step's cost is the model's, its tokens 0
 
     def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock) -> None:
         self.cost_model = cost_model
@@ -116,6 +117,40 @@ class SimulatedExecutor(Executor):
         self.total_flops += cost.flops
         self.total_bytes += cost.bytes
         return rows
+
+    def advance_decode_run(
+        self, num_seqs: int, context_tokens: int, max_steps: int, until_s: float
+    ) -> list[float]:
+        """`advance` of each of a run of decode-only steps, in order: the same clock and
+        totals, step by step, as that many `advance` calls (no trace: the engine runs the
+        steps one at a time when one is recorded)."""
+        decode_cost = self.cost_model.decode_cost
+        now_s = self.clock.now_s
+        ends: list[float] = []
+        add_end = ends.append
+        busy_s, flops, moved, compute_bound = (self.busy_s, self.total_flops, self.total_bytes,
+                                               self.compute_bound_steps)
+        cost = self.last_cost
+        for step in range(max_steps):
+            if step and now_s >= until_s:
+                break
+            cost = decode_cost(num_seqs, context_tokens)
+            step_s = cost.time_s
+            if step_s < 0:
+                raise ValueError(f"the simulated clock cannot go back ({step_s} s)")
+            now_s += step_s
+            add_end(now_s)
+            busy_s += step_s
+            flops += cost.flops
+            moved += cost.bytes
+            compute_bound += cost.compute_bound
+            context_tokens += num_seqs
+        self.clock.now_s = now_s
+        self.busy_s, self.total_flops, self.total_bytes = busy_s, flops, moved
+        self.compute_bound_steps = compute_bound
+        self.num_steps += len(ends)
+        self.last_cost = cost
+        return ends
 
     def sample_token_ids(self, batch: StepBatch) -> list[int]:
         """Run the step and return its sampled token ids without building logits (all 0)."""

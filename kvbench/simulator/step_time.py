@@ -465,8 +465,6 @@ class StepTimeModel:
         num_sample_rows: int,
         num_copied_slots: int = 0,
     ) -> StepTime:
-        c, hw = self.gpu.constants, self.hw
-        L = self.model.num_layers
         tokens = sum(query_lens)
         if tokens == len(query_lens):  # decodes only: every q is 1
             decode_batch, decode_context = tokens, sum(seq_lens)
@@ -481,6 +479,21 @@ class StepTimeModel:
                     prefill_tokens += q
                     prefill_context += s
                     pairs += q * (s - q) + q * (q + 1) // 2
+        return self._cost_of_sums(tokens, decode_batch, decode_context, prefill_tokens, pairs,
+                                  prefill_context, num_sample_rows, num_copied_slots)
+
+    def decode_cost(self, num_seqs: int, context_tokens: int) -> StepTime:
+        """`cost` of a step of `num_seqs` decodes, one token each, whose sequences hold
+        `context_tokens` in all (new tokens included): all a decode-only step's cost reads,
+        so a run of such steps (the simulator's fast-forward) needs no per-sequence lists."""
+        return self._cost_of_sums(num_seqs, num_seqs, context_tokens, 0, 0, 0, num_seqs, 0)
+
+    def _cost_of_sums(
+        self, tokens: int, decode_batch: int, decode_context: int, prefill_tokens: int,
+        pairs: int, prefill_context: int, num_sample_rows: int, num_copied_slots: int,
+    ) -> StepTime:
+        c, hw = self.gpu.constants, self.hw
+        L = self.model.num_layers
         gemm, elt, kv_write, ar, outer, weights_read = self._token_parts(tokens)
         if self.attention_groups:
             att_dec_all, att_pf_all, attention_flops, kv_read = self._windowed_attention(

@@ -3,9 +3,11 @@
 a fresh process that imports kvbench, builds the workload, replays it, writes the results
 folder and its HTML report.
 
-The target: 10,000 requests in at most 10 s of CPU on the 2-core development machine.
-That case takes close to 10 s, too long for every CI run: CI runs 2,000 requests, and
-`KVBENCH_BENCH_REQUESTS=10000` runs the full case (docs/simulator.md records its figure).
+The target: 10,000 requests in at most 2 s of CPU on the 2-core development machine (not
+met yet: the command takes about 6.5 s with fast-forward, of which the
+replay is about half; docs/simulator.md, Speed and output files). That case is too long for
+every CI run: CI runs 2,000 requests against a limit that holds today, and
+`KVBENCH_BENCH_REQUESTS=10000` runs the full case against the 2 s target.
 The limit is checked on the command's CPU time (user + system, from the kernel's accounting
 of the child process): the simulation is single-threaded, and CPU time does not count the
 time other processes on a shared machine take from it (wall time does). `extra_info`
@@ -22,12 +24,10 @@ import sys
 import time
 
 NUM_REQUESTS = int(os.environ.get("KVBENCH_BENCH_REQUESTS", "2000"))
-# 10 s of CPU for 10,000 requests. The CI case runs fewer, emptier steps (its queue
-# drains sooner) and pays the same start-up: 2.7 s of CPU on the development machine, and its
-# limit is twice that, because a shared machine's contention inflates even CPU time (the 10k
-# case measured 9.0-10.9 s in five runs in a row, and up to 11.7 s on a busy host:
-# docs/simulator.md).
-TARGET_S = 10.0 if NUM_REQUESTS >= 10_000 else 5.5 * NUM_REQUESTS / 2_000
+# 2 s of CPU for 10,000 requests. The CI case runs fewer, emptier steps (its queue drains
+# sooner) and pays the same start-up: 2.1 s of CPU on the development machine, and its limit
+# is about twice that, because a shared machine's contention inflates even CPU time.
+TARGET_S = 2.0 if NUM_REQUESTS >= 10_000 else 4.0 * NUM_REQUESTS / 2_000
 
 
 def _simulate(out):
