@@ -81,9 +81,11 @@ class SimulatedExecutor(Executor):
     device = SIMULATED_DEVICE
     reads_token_inputs = False  # the step's cost needs its lengths, not its token ids
     drawn_trace_ranges = DRAWN_RANGES  # the modelled host phases, drawn on the simulated clock
-    advances_decode_runs = True  # every decode step's cost is the model's, its tokens 0
-
     def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock) -> None:
+        # Every decode step's cost is the model's and its tokens 0, so a run of them can be
+        # advanced at once, from the sum of the lengths alone, unless a window makes the
+        # cost depend on each length.
+        self.advances_decode_runs = not cost_model.has_windows
         self.cost_model = cost_model
         self.clock = clock
         self.last_cost: StepTime | None = None

@@ -479,25 +479,38 @@ class StepTimeModel:
                     prefill_tokens += q
                     prefill_context += s
                     pairs += q * (s - q) + q * (q + 1) // 2
+        windowed = None
+        if self.attention_groups:
+            windowed = self._windowed_attention(query_lens, seq_lens, decode_batch,
+                                                prefill_tokens)
         return self._cost_of_sums(tokens, decode_batch, decode_context, prefill_tokens, pairs,
-                                  prefill_context, num_sample_rows, num_copied_slots)
+                                  prefill_context, num_sample_rows, num_copied_slots, windowed)
 
     def decode_cost(self, num_seqs: int, context_tokens: int) -> StepTime:
         """`cost` of a step of `num_seqs` decodes, one token each, whose sequences hold
         `context_tokens` in all (new tokens included): all a decode-only step's cost reads,
-        so a run of such steps (the simulator's fast-forward) needs no per-sequence lists."""
+        so a run of such steps (the simulator's fast-forward) needs no per-sequence lists. A
+        model with sliding windows charges each sequence min(length, W): it needs the lengths
+        (`cost`), and `has_windows` says so."""
+        if self.attention_groups:
+            raise ValueError("a windowed model's decode cost needs each sequence's length")
         return self._cost_of_sums(num_seqs, num_seqs, context_tokens, 0, 0, 0, num_seqs, 0)
+
+    @property
+    def has_windows(self) -> bool:
+        """Whether some layer's attention is charged for its window, not the whole context."""
+        return bool(self.attention_groups)
 
     def _cost_of_sums(
         self, tokens: int, decode_batch: int, decode_context: int, prefill_tokens: int,
         pairs: int, prefill_context: int, num_sample_rows: int, num_copied_slots: int,
+        windowed: tuple[float, ...] | None = None,
     ) -> StepTime:
         c, hw = self.gpu.constants, self.hw
         L = self.model.num_layers
         gemm, elt, kv_write, ar, outer, weights_read = self._token_parts(tokens)
-        if self.attention_groups:
-            att_dec_all, att_pf_all, attention_flops, kv_read = self._windowed_attention(
-                query_lens, seq_lens, decode_batch, prefill_tokens)
+        if windowed is not None:
+            att_dec_all, att_pf_all, attention_flops, kv_read = windowed
             att_dec, att_pf = att_dec_all / L, att_pf_all / L  # a layer's mean
         else:
             att_dec = attention_decode_s(
