@@ -8,6 +8,7 @@
 #   scripts/readme_figures.sh              # 3 repeats, the README's request counts (~1 h)
 #   scripts/readme_figures.sh --quick      # tiny request counts, 2 repeats (~6 min): a check
 #   scripts/readme_figures.sh --repeats 5 --out /tmp/figures
+#   scripts/readme_figures.sh --only moe-chat-16mib,dense-chat-16mib   # some figures (ids below)
 #
 # Output: OUT/figures.txt (what is printed), OUT/machine.txt, and every run's folder under
 # OUT/<figure>/rep-<k>/. Run it on a quiet machine; the README quotes what it prints.
@@ -15,13 +16,15 @@ set -euo pipefail
 
 repeats=
 quick=0
+only=
 out="results/readme-figures-$(date +%Y%m%d-%H%M%S)"
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) quick=1; shift ;;
         --repeats) repeats="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --only) only=",$2,"; shift 2 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "readme_figures.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -40,6 +43,8 @@ figures=(
   "prefix-chat|kvbench run --strategy paged,prefix --workload chat"
   "parallel-sampling|kvbench run --strategy paged,prefix --workload parallel --num-requests 16"
   "fp8-4mib|kvbench run --strategy paged,fp8 --dtype bfloat16 --workload sharegpt --kv-memory 4MiB --max-model-len 2048"
+  "moe-chat-16mib|kvbench run --model tiny-moe --strategy contiguous,paged,prefix,fp8 --workload chat --kv-memory 16MiB"
+  "dense-chat-16mib|kvbench run --model tiny --strategy contiguous,paged,prefix,fp8 --workload chat --kv-memory 16MiB"
   "simulate-13b|kvbench simulate --model llama-2-13b --gpu a100-40gb --workload sharegpt --strategy contiguous,paged --num-requests 1000"
   "simulate-13b-rate-1|kvbench simulate --model llama-2-13b --gpu a100-40gb --workload sharegpt --strategy contiguous,paged --num-requests 1000 --request-rate 1"
   "simulate-13b-2048|kvbench simulate --model llama-2-13b --gpu a100-40gb --workload sharegpt --strategy contiguous,paged --num-requests 1000 --max-model-len 2048"
@@ -65,6 +70,7 @@ cat "$out/machine.txt"
 for ((k = 1; k <= repeats; k++)); do
     for entry in "${figures[@]}"; do
         id="${entry%%|*}"; cmd="${entry#*|}"
+        [ -n "$only" ] && [[ "$only" != *",$id,"* ]] && continue
         case "$id" in simulate-*) [ "$k" -gt 1 ] && continue ;; esac
         extra=()
         [ "$quick" = 1 ] && extra=("${quick_run[@]}")
@@ -74,11 +80,13 @@ for ((k = 1; k <= repeats; k++)); do
         echo "$id $k $folder" >> "$out/runs.txt"
     done
 done
-echo "[$(date +%H:%M:%S)] sweep ($(load))" >&2
-extra=()
-[ "$quick" = 1 ] && extra=("${quick_sweep[@]}")
-# shellcheck disable=SC2086
-$sweep "${extra[@]}" --out "$out/sweep" --quiet > /dev/null
+if [ -z "$only" ] || [[ "$only" == *",sweep,"* ]]; then
+    echo "[$(date +%H:%M:%S)] sweep ($(load))" >&2
+    extra=()
+    [ "$quick" = 1 ] && extra=("${quick_sweep[@]}")
+    # shellcheck disable=SC2086
+    $sweep "${extra[@]}" --out "$out/sweep" --quiet > /dev/null
+fi
 echo "load after: $(load)" >> "$out/machine.txt"
 
 python - "$out" <<'PY' | tee "$out/figures.txt"
@@ -188,6 +196,13 @@ ratio("generate() 2 threads / 1 thread",
       ("generate-2-threads", "hf-generate"), ("generate-1-thread", "hf-generate"))
 ratio("simulated paged / contiguous-max out tok/s",
       ("simulate-13b", "paged"), ("simulate-13b", "contiguous-max"))
+for model, figure in (("tiny-moe", "moe-chat-16mib"), ("tiny", "dense-chat-16mib")):
+    for label, base in (("paged", "contiguous-max"), ("prefix", "paged"), ("fp8", "paged")):
+        ratio(f"{model}, chat 16 MiB: {label} / {base} out tok/s",
+              (figure, label), (figure, base))
+for label in ("contiguous-max", "paged", "prefix", "fp8"):
+    ratio(f"chat 16 MiB, {label}: tiny-moe / tiny out tok/s",
+          ("moe-chat-16mib", label), ("dense-chat-16mib", label))
 
 capacity = next((out / "sweep").glob("*/capacity.csv"), None)
 if capacity is not None:

@@ -49,6 +49,22 @@ PRESETS: dict[str, ModelConfig] = {
         num_kv_heads=2,
         max_position_embeddings=2048,
     ),
+    # The CPU's mixture of experts: tiny's attention and KV cache (so a strategy comparison
+    # on it is the dense one's with only the feed-forward changed), each layer's MLP eight
+    # Mixtral-style SwiGLU experts, two a token. Experts of half tiny's width make the two
+    # active ones compute exactly tiny's dense MLP per token (2 x 344 = 688).
+    "tiny-moe": ModelConfig(
+        name="tiny-moe",
+        vocab_size=2048,
+        hidden_size=256,
+        intermediate_size=344,
+        num_layers=4,
+        num_heads=8,
+        num_kv_heads=2,
+        max_position_embeddings=2048,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+    ),
     "llama-2-7b": ModelConfig(
         name="llama-2-7b",
         vocab_size=32000,

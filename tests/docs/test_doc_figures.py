@@ -307,26 +307,46 @@ def test_readme_paging_ratio_is_the_capacity_tables_one():
 
 # README: the fp8 cache's capacity (a count: the same on any machine) -----------------------
 
-def test_readme_fp8_kv_capacities(tmp_path, monkeypatch, capsys):
-    command = re.search(r"^kvbench run --strategy paged,fp8 [^\n]+$", _text(README), re.M)
+def _planned_capacities(command: str, tmp_path: Path, monkeypatch) -> dict[str, int]:
+    """Each strategy's KV capacity in tokens under the `kvbench run` COMMAND: its engines are
+    built (and sized); nothing runs."""
     planned = []
 
-    def run_session(plan, **_kwargs):  # the engines are built (and sized); nothing runs
+    def run_session(plan, **_kwargs):
         planned.append(plan)
         return kvbench.session.session.SessionResult(plan.root, [], [])
 
     monkeypatch.setattr(kvbench.session.session, "run_session", run_session)
-    argv = shlex.split(command.group())[1:]
+    argv = shlex.split(command)[1:]
     assert main([*argv, "--out", str(tmp_path), "--quiet"]) == 0
     (plan,) = planned
-    capacity = {label: built.engine.strategy.capacity_tokens
-                for label, (built, _) in zip(plan.labels, plan.prepared, strict=True)}
+    return {label: built.engine.strategy.capacity_tokens
+            for label, (built, _) in zip(plan.labels, plan.prepared, strict=True)}
+
+
+def test_readme_fp8_kv_capacities(tmp_path, monkeypatch):
+    command = re.search(r"^kvbench run --strategy paged,fp8 [^\n]+$", _text(README), re.M)
+    capacity = _planned_capacities(command.group(), tmp_path, monkeypatch)
     rows = _table(README, "| strategy | KV capacity |")
     assert [row[0].split(" (")[0] for row in rows] == list(capacity)
     for row in rows:
         assert row[1] == f"{capacity[row[0].split(' (')[0]]:,} tokens", row[0]
     assert "Exactly twice the tokens" in _prose(README)
     assert capacity["fp8"] == 2 * capacity["paged"]
+
+
+# README: the mixture of experts' comparison (capacities: the same on any machine) ----------
+
+def test_readme_tiny_moe_kv_capacities(tmp_path, monkeypatch):
+    """The tiny-moe table's capacities are its command's, and tiny's (the same KV cache)."""
+    command = re.search(r"^kvbench run --model tiny-moe [^\n]+$", _text(README), re.M).group()
+    capacity = _planned_capacities(command, tmp_path / "moe", monkeypatch)
+    rows = _table(README, "| strategy (tiny-moe) |")
+    assert [row[0] for row in rows] == list(capacity)
+    for row in rows:
+        assert row[1] == f"{capacity[row[0]]:,} tokens", row[0]
+    dense = command.replace("--model tiny-moe", "--model tiny")
+    assert _planned_capacities(dense, tmp_path / "dense", monkeypatch) == capacity
 
 
 # docs/workloads.md -----------------------------------------------------------------------
