@@ -14,7 +14,9 @@ from kvbench.core.sequence import Sequence
 class MemorySplit:
     """The arena's slots split as in docs/design.md (Memory split); the first five add up to the arena.
 
-    `cached` is the part of `free` that holds evictable prefix-cache blocks.
+    `cached` is the part of `free` that holds evictable prefix-cache blocks. `groups` holds
+    each allocation group's part where a strategy keeps one table per group (`hybrid`: free
+    slots are the shared pool's, in the total only); empty where one table serves every layer.
     """
 
     token: int = 0
@@ -24,6 +26,7 @@ class MemorySplit:
     free: int = 0
     cached: int = 0
     prompt_blocks: int | None = None  # distinct blocks holding prompt positions (block strategies)
+    groups: tuple[MemorySplit, ...] = ()
 
     @property
     def total(self) -> int:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kvbench.config import EngineConfig
 from kvbench.core.clock import RunClock
 from kvbench.core.executor import DeviceKind, Executor
+from kvbench.core.kv_allocation import HybridAllocation, hybrid_allocation
 from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.engine.base_engine import BaseEngine
@@ -29,7 +30,7 @@ from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
 from kvbench.scheduling import POLICIES, SchedulerLimits, make_policy
 from kvbench.sizing.capacity import kv_capacity
-from kvbench.strategies import STRATEGIES, make_strategy
+from kvbench.strategies import STRATEGIES, make_strategy, reads_option
 
 if TYPE_CHECKING:
     import torch
@@ -95,12 +96,32 @@ def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
     return num_slots
 
 
-def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int):
+def kv_allocation(config: EngineConfig, model_config: ModelConfig,
+                  kv_element_bytes: int) -> HybridAllocation | None:
+    """The allocation groups of a strategy that keeps a table per layer group (`hybrid`,
+    which reads `allocation_windows`); None where one table serves every layer."""
+    if not reads_option(config.strategy, "allocation_windows"):
+        return None
+    return hybrid_allocation(model_config.kv_groups(kv_element_bytes))
+
+
+def slot_bytes(model_config: ModelConfig, kv_element_bytes: int,
+               allocation: HybridAllocation | None) -> int:
+    """Bytes of one arena slot: one token of every layer, or of one allocation group."""
+    if allocation is not None:
+        return allocation.slot_bytes
+    return kv_bytes_per_token(model_config.kv_groups(kv_element_bytes))
+
+
+def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
+                 allocation: HybridAllocation | None = None):
     """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes."""
+    windows = allocation.windows if allocation is not None else (None,)
     return make_strategy(
         config.strategy, num_slots, max_model_len, block_size=config.block_size,
         reserve=config.reserve, watermark=config.watermark,
         namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
+        allocation_windows=windows,
     )
 
 
@@ -126,10 +147,11 @@ class ExecutorFactory(ABC):
         device, model, model_config = self.load(config, context)
         max_model_len, max_batched = resolve_lengths(config, model_config)
         kv_dtype = self.kv_dtype(config)
-        bytes_per_slot = kv_bytes_per_token(model_config.kv_groups(element_bytes(kv_dtype)))
+        allocation = kv_allocation(config, model_config, element_bytes(kv_dtype))
+        bytes_per_slot = slot_bytes(model_config, element_bytes(kv_dtype), allocation)
         budget = self.kv_budget_bytes(config, device, model, model_config, max_batched)
         num_slots = arena_slots(budget, bytes_per_slot)
-        strategy = strategy_for(config, num_slots, max_model_len)
+        strategy = strategy_for(config, num_slots, max_model_len, allocation)
         clock = self.clock(context)
         executor = self.executor(config, model, model_config, device, num_slots, kv_dtype, clock)
         limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)

@@ -11,7 +11,12 @@ from collections.abc import Callable
 
 import torch
 
-from kvbench.build.engine_build import BuildContext, ExecutorFactory, resolve_lengths
+from kvbench.build.engine_build import (
+    BuildContext,
+    ExecutorFactory,
+    kv_allocation,
+    resolve_lengths,
+)
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.device import resolve_device
@@ -92,8 +97,10 @@ class ModelExecutors(ExecutorFactory):
 
     def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
         backend = self.backend(config, device)
-        arena = KVArena(model_config.kv_groups(element_bytes(kv_dtype)), num_slots, kv_dtype,
-                        device, kv_scale=config.kv_scale)
+        element = element_bytes(kv_dtype)
+        arena = KVArena(model_config.kv_groups(element), num_slots, kv_dtype, device,
+                        kv_scale=config.kv_scale,
+                        allocation=kv_allocation(config, model_config, element))
         return ModelExecutor(model, arena, get_ops(backend), device, backend,
                              enforce_eager=config.enforce_eager,
                              max_num_seqs=config.max_num_seqs)
