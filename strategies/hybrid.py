@@ -8,8 +8,11 @@ sliding-window group of window W frees every block that lies wholly before the w
 next query: a query at position p reads keys from p - W + 1 on, so before the sequence
 computes from position p the group releases its blocks below `(p - W + 1) // block_size`
 (vLLM's `SlidingWindowManager.remove_skipped_blocks`). A decoding sequence therefore holds at
-most ceil(W / block_size) + 1 blocks in a window group; a prefill chunk of n tokens holds the
-window and the chunk. A freed entry stays in the executor's table with its old block id: the
+most ceil(W / block_size) + 1 blocks in a window group; a prefill of n tokens holds the
+window and the n tokens. The engine admits a sequence with memory for all its uncomputed
+tokens (as for every strategy), so a window group holds a whole prompt's blocks until its
+prefill is done, and a recompute after preemption its whole sequence's (vLLM allocates each
+prefill chunk as it is scheduled). A freed entry stays in the executor's table with its old block id: the
 kernels read only the window's blocks.
 
 The memory split (docs/design.md, Memory split) counts pool slots, one slot being one token
@@ -98,15 +101,9 @@ class HybridStrategy(CacheStrategy):
         return (position - window + 1) // self.block_size
 
     def required_slots(self, seq: Sequence) -> int:
-        final = seq.final_kv_len
-        blocks = 0
-        for window in self.windows:
-            full = self.blocks_for(final)
-            if window is None:
-                blocks += full
-            else:  # the prompt's prefill and a window behind it, at most
-                blocks += min(full, self.blocks_for(window - 1 + max(seq.prompt_len, 1)) + 1)
-        return blocks * self.block_size
+        """Every group's blocks for the final length: a sequence preempted late is recomputed
+        in one prefill, which writes (so holds) all its positions in every group."""
+        return self.num_groups * self.blocks_for(seq.final_kv_len) * self.block_size
 
     def _plan(self, seq: Sequence, num_new_tokens: int) -> tuple[int, int]:
         """(blocks to allocate, blocks that go back first) to compute `num_new_tokens`."""
