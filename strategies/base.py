@@ -27,6 +27,9 @@ class MemorySplit:
     cached: int = 0
     prompt_blocks: int | None = None  # distinct blocks holding prompt positions (block strategies)
     groups: tuple[MemorySplit, ...] = ()
+    # Computed tokens of the sequences holding memory, where `token` counts a token once per
+    # group (`hybrid`); None: `token` is that count.
+    sequence_tokens: int | None = None
 
     @property
     def total(self) -> int:
@@ -102,6 +105,12 @@ class CacheStrategy(ABC):
     def capacity_tokens(self) -> int:
         """Slots that can hold KV (the arena rounded down to whole blocks for paged)."""
         return self.num_slots
+
+    @property
+    def capacity_slots(self) -> int:
+        """Slots that can hold KV, in `required_slots`' unit; `capacity_tokens` unless a slot
+        is not one token of every layer (`hybrid`)."""
+        return self.capacity_tokens
 
     @abstractmethod
     def required_slots(self, seq: Sequence) -> int:

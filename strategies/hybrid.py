@@ -87,9 +87,21 @@ class HybridStrategy(CacheStrategy):
     # Sizes ------------------------------------------------------------------------------
 
     @property
-    def capacity_tokens(self) -> int:
+    def capacity_slots(self) -> int:
         """Pool slots: one slot is one token of one allocation group."""
         return self.pool.num_blocks * self.block_size
+
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens of context the pool holds for one decoding sequence: its window groups'
+        ceil(W / block) + 1 blocks each taken out, the rest shared by the full-attention
+        groups (each further sequence takes its own window blocks out too)."""
+        bs = self.block_size
+        window_slots = sum((-(-w // bs) + 1) * bs for w in self.windows if w is not None)
+        num_full = sum(1 for w in self.windows if w is None)
+        if not num_full:
+            return self.capacity_slots
+        return max(0, self.capacity_slots - window_slots) // num_full
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -309,17 +321,19 @@ class HybridStrategy(CacheStrategy):
             for held, will, skipped, prompt in zip(self._g_held, self._g_will,
                                                    self._g_skipped, self._g_prompt, strict=True)
         )
-        return _total(groups, self.num_slots)
+        return _total(groups, self.num_slots, computed)
 
     def memory_split_from_scratch(
         self, running: list[Sequence], head_waiting: Sequence | None
     ) -> MemorySplit:
         groups = [MemorySplit(prompt_blocks=0) for _ in self.windows]
         bs = self.block_size
+        computed = 0
         for seq in running:
             tables = self.tables.get(seq.seq_id)
             if tables is None:
                 continue
+            computed += seq.num_computed
             prompt_blocks = self.blocks_for(seq.prompt_len)
             for g, table in enumerate(tables):
                 held_ids = [i for i, b in enumerate(table) if b != FREED]
@@ -334,7 +348,7 @@ class HybridStrategy(CacheStrategy):
                 split.reserved += reserved
                 split.internal += internal
                 split.prompt_blocks += sum(1 for i in held_ids if i < prompt_blocks)
-        return _total(tuple(groups), self.num_slots)
+        return _total(tuple(groups), self.num_slots, computed)
 
     def is_whole(self) -> bool:
         return not self.tables and self.pool.is_whole()
@@ -356,8 +370,9 @@ class HybridStrategy(CacheStrategy):
         assert owners == self.pool.ref_counts, "reference counts differ from the block tables"
 
 
-def _total(groups: tuple[MemorySplit, ...], num_slots: int) -> MemorySplit:
+def _total(groups: tuple[MemorySplit, ...], num_slots: int, computed: int) -> MemorySplit:
     split = MemorySplit(
+        sequence_tokens=computed,
         token=sum(g.token for g in groups),
         reserved=sum(g.reserved for g in groups),
         internal=sum(g.internal for g in groups),

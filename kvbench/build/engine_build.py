@@ -25,6 +25,7 @@ from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.engine import Engine
+from kvbench.engine.group_memory import GroupMemory, GroupShape
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
@@ -113,6 +114,19 @@ def slot_bytes(model_config: ModelConfig, kv_element_bytes: int,
     return kv_bytes_per_token(model_config.kv_groups(kv_element_bytes))
 
 
+def group_memory(model_config: ModelConfig, kv_element_bytes: int,
+                 allocation: HybridAllocation | None, bytes_per_slot: int) -> GroupMemory:
+    """The per-group memory sums of a run: its allocation groups, or the model's KV groups
+    (every one holding the same slots)."""
+    if allocation is not None:
+        shapes = tuple(GroupShape(g.layers, g.window, allocation.slot_bytes)
+                       for g in allocation.groups)
+        return GroupMemory(shapes, bytes_per_slot, per_group_splits=True)
+    shapes = tuple(GroupShape(g.layers, g.window, g.bytes_per_token)
+                   for g in model_config.kv_groups(kv_element_bytes))
+    return GroupMemory(shapes, bytes_per_slot, per_group_splits=False)
+
+
 def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
                  allocation: HybridAllocation | None = None):
     """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes."""
@@ -160,6 +174,8 @@ class ExecutorFactory(ABC):
             strategy, policy, executor, bytes_per_slot=bytes_per_slot,
             max_model_len=max_model_len, temperature=self.temperature(config), seed=config.seed,
             clock=clock, memory_probe=self.memory_probe(device),
+            group_memory=group_memory(model_config, element_bytes(kv_dtype), allocation,
+                                      bytes_per_slot),
         )
         return BuiltEngine(engine, model_config, device, budget, kv_dtype, bytes_per_slot,
                            self.backend(config, device), max_model_len,
