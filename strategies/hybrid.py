@@ -52,6 +52,7 @@ class HybridStrategy(CacheStrategy):
     name = "hybrid"
     layout_kind = "paged"
     can_preempt = True
+    counts_prompt_blocks = True  # distinct blocks holding prompt positions, in the split
 
     def __init__(
         self,
@@ -82,6 +83,9 @@ class HybridStrategy(CacheStrategy):
         self._g_will = [0] * self.num_groups
         self._g_skipped = [0] * self.num_groups
         self._g_prompt = [0] * self.num_groups
+        # References beyond the first to held blocks, per group (prefix hits share full,
+        # computed blocks: each is held once, not once per holder)
+        self._g_shared = [0] * self.num_groups
         self._books: dict[int, list[tuple[int, int, int, int]]] = {}
 
     # Sizes ------------------------------------------------------------------------------
@@ -187,7 +191,7 @@ class HybridStrategy(CacheStrategy):
             table = tables[g]
             for i in range(firsts[g], min(need_from, len(table))):
                 if table[i] != FREED:
-                    self.pool.release(table[i])
+                    self._release(g, table[i])
                     table[i] = FREED
             firsts[g] = need_from
             changed = True
@@ -228,11 +232,16 @@ class HybridStrategy(CacheStrategy):
         if tables is None:
             return
         for g, table in enumerate(tables):
-            for block in table:
+            for block in reversed(table):  # tail first: a cached prefix outlives its tail
                 if block != FREED:
-                    self.pool.release(block)
+                    self._release(g, block)
             self._group_logs[g].append((sid, DROP_TABLE, 0))
         self._unaccount(sid)
+
+    def _release(self, group: int, block: int) -> None:
+        if self.pool.ref_counts[block] > 1:
+            self._g_shared[group] -= 1
+        self.pool.release(block)
 
     def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
         """Like `paged`: the child gets its own copy of every block the parent holds."""
@@ -315,20 +324,25 @@ class HybridStrategy(CacheStrategy):
         self, running: list[Sequence], head_waiting: Sequence | None
     ) -> MemorySplit:
         computed = sum(seq.num_computed for seq in running if seq.seq_id in self._books)
-        groups = tuple(
-            MemorySplit(token=computed - skipped, reserved=will - (computed - skipped),
-                        internal=held - will, prompt_blocks=prompt)
-            for held, will, skipped, prompt in zip(self._g_held, self._g_will,
-                                                   self._g_skipped, self._g_prompt, strict=True)
-        )
-        return _total(groups, self.num_slots, computed)
+        bs = self.block_size
+        groups = []
+        for g in range(self.num_groups):
+            shared = self._g_shared[g] * bs  # full token slots counted once per holder
+            token = computed - self._g_skipped[g] - shared
+            will = self._g_will[g] - shared
+            groups.append(MemorySplit(
+                token=token, reserved=will - token, internal=self._g_held[g] - shared - will,
+                prompt_blocks=self._g_prompt[g] if self.counts_prompt_blocks else None))
+        return _total(tuple(groups), self.num_slots, computed)
 
     def memory_split_from_scratch(
         self, running: list[Sequence], head_waiting: Sequence | None
     ) -> MemorySplit:
-        groups = [MemorySplit(prompt_blocks=0) for _ in self.windows]
+        groups = [MemorySplit(prompt_blocks=0 if self.counts_prompt_blocks else None)
+                  for _ in self.windows]
         bs = self.block_size
         computed = 0
+        holders: list[dict[int, int]] = [{} for _ in self.windows]  # block -> holders
         for seq in running:
             tables = self.tables.get(seq.seq_id)
             if tables is None:
@@ -347,7 +361,12 @@ class HybridStrategy(CacheStrategy):
                 split.token += token
                 split.reserved += reserved
                 split.internal += internal
-                split.prompt_blocks += sum(1 for i in held_ids if i < prompt_blocks)
+                if self.counts_prompt_blocks:
+                    split.prompt_blocks += sum(1 for i in held_ids if i < prompt_blocks)
+                for i in held_ids:
+                    holders[g][table[i]] = holders[g].get(table[i], 0) + 1
+        for split, count in zip(groups, holders, strict=True):  # a shared block once
+            split.token -= sum(k - 1 for k in count.values()) * bs
         return _total(tuple(groups), self.num_slots, computed)
 
     def is_whole(self) -> bool:
@@ -376,7 +395,8 @@ def _total(groups: tuple[MemorySplit, ...], num_slots: int, computed: int) -> Me
         token=sum(g.token for g in groups),
         reserved=sum(g.reserved for g in groups),
         internal=sum(g.internal for g in groups),
-        prompt_blocks=sum(g.prompt_blocks or 0 for g in groups),
+        prompt_blocks=(sum(g.prompt_blocks for g in groups)
+                       if all(g.prompt_blocks is not None for g in groups) else None),
         groups=groups,
     )
     split.free = num_slots - split.held

@@ -81,3 +81,18 @@ def test_hybrid_preempted_and_recomputed_keeps_the_tokens(windowed_checkpoint):
                                  max_model_len=300)
     assert sum(s.preemptions for s in seqs) > 0
     assert hybrid == paged
+
+
+def test_prefix_hits_past_the_window(windowed_checkpoint):
+    """A 200-token shared prefix (12x the window): later requests reuse its cached blocks
+    under `hybrid-prefix`, the window groups only the blocks of the window before the hit's
+    end, and decode past it with paged's tokens."""
+    shared = random_prompts(1, 512, seed=3, min_len=200, max_len=200)[0]
+    prompts = [shared + tail for tail in random_prompts(3, 512, seed=4, min_len=10, max_len=40)]
+    paged, _ = engine_tokens(windowed_checkpoint, prompts, 24, strategy="paged",
+                             kv_memory="4MiB", block_size=4)
+    # one at a time: a prefix is shared once computed (hybrid-prefix has no pending hits)
+    hits, seqs = engine_tokens(windowed_checkpoint, prompts, 24, strategy="hybrid-prefix",
+                               kv_memory="4MiB", block_size=4, max_num_seqs=1)
+    assert [s.cached_prompt_tokens for s in seqs] == [0, 200, 200]
+    assert hits == paged

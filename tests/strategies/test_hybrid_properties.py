@@ -16,6 +16,7 @@ from kvbench.core.sequence import Sequence
 from kvbench.execution.step_inputs import BlockTableArrays, layout_indices
 from kvbench.scheduling.base import in_prefill
 from kvbench.strategies.hybrid import FREED, HybridStrategy
+from kvbench.strategies.hybrid_prefix import HybridPrefixStrategy
 from tests.strategies.test_accounting_properties import MAX_LEN, Driver, op_st
 
 
@@ -135,3 +136,71 @@ def test_windows_bound_the_blocks_and_the_books_balance(windows, num_slots, bloc
     assert strategy.is_whole()
     split = strategy.memory_split([], None)
     assert split.held == 0 and split.free == strategy.num_slots
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    windows=windows_st,
+    num_slots=st.integers(40, 300),
+    block_size=st.sampled_from([1, 4, 16]),
+    ops=st.lists(op_st, min_size=1, max_size=40),
+)
+def test_prefix_hits_keep_the_window_bound_and_each_shared_block_is_counted_once(
+    windows, num_slots, block_size, ops
+):
+    """`hybrid-prefix` under the same operations (prompts of few distinct tokens, so blocks
+    repeat and hit): the same bounds and books, a hit never covers the last token, and what
+    is freed stays as evictable cache, never held."""
+    strategy = HybridPrefixStrategy(num_slots, MAX_LEN, block_size=block_size, watermark=0.0,
+                                    allocation_windows=tuple(windows), check_accounting=True)
+    driver = HybridDriver(strategy)
+    for op in ops:
+        if op[0] == "new":
+            driver.new(op[1], op[2], op[3])
+        elif op[0] == "admit":
+            before = {s.seq_id for s in driver.live}
+            driver.admit()
+            for seq in driver.live:
+                if seq.seq_id not in before:
+                    assert seq.num_computed < len(seq.token_ids)
+        elif op[0] == "step":
+            driver.step(op[1], op[2])
+        elif op[0] == "fork":
+            driver.fork(op[1], op[2])
+        else:
+            done = [seq for seq in driver.live if not in_prefill(seq)]
+            if done:
+                driver.finish(done[op[1] % len(done)])
+        driver.check()
+    for seq in list(driver.live):
+        driver.finish(seq)
+    driver.check()
+    assert strategy.is_whole()
+    split = strategy.memory_split([], None)
+    assert split.held == 0 and split.free == strategy.num_slots
+    assert split.cached == strategy.pool.num_evictable * block_size
+
+
+def test_a_window_group_hits_with_only_its_windows_blocks_cached():
+    """A 1-token window needs no block before the hit's end: with that group's early blocks
+    evicted, the full group's whole cached run still hits (a full-attention rule for every
+    layer would find nothing)."""
+    from kvbench.core.request import Request
+
+    strategy = HybridPrefixStrategy(400, MAX_LEN, block_size=4, watermark=0.0,
+                                    allocation_windows=(None, 1), check_accounting=True)
+    prompt = tuple(range(21))
+    first = Sequence(0, Request(0, 0.0, prompt, 2), 0, list(prompt))
+    strategy.admit(first)
+    first.num_computed = 21
+    strategy.allocate(first, 1)  # names the five full blocks, frees the window's behind
+    assert strategy.held_blocks(first) == [6, 1]
+    strategy.free(first)
+    filler_prompt = tuple(range(1000, 1184))  # 46 blocks a group: evicts the two oldest,
+    filler = Sequence(1, Request(1, 0.0, filler_prompt, 1), 0, list(filler_prompt))
+    strategy.admit(filler)  # the window group's blocks 0 and 1 (freed first)
+    assert strategy.pool.evictions == 2
+    strategy.free(filler)
+    second = Sequence(2, Request(2, 0.0, prompt, 2), 0, list(prompt))
+    assert strategy.admit(second) == 20  # five blocks: all but the one with the last token
+    assert strategy.held_blocks(second) == [6, 1]

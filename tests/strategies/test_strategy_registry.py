@@ -21,7 +21,7 @@ from kvbench.strategies.paged import PagedStrategy
 def test_every_shipped_strategy_is_registered_in_the_listed_order():
     # strategies in registration (import) order, then the variants
     names = STRATEGIES.names()
-    assert sorted(names[:-1]) == ["contiguous", "hybrid", "paged", "prefix"]
+    assert sorted(names[:-1]) == ["contiguous", "hybrid", "hybrid-prefix", "paged", "prefix"]
     assert names[-1] == "fp8"
     assert all(summary for _, summary in STRATEGIES.describe())
 
