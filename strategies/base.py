@@ -14,7 +14,9 @@ from kvbench.core.sequence import Sequence
 class MemorySplit:
     """The arena's slots split as in docs/design.md (Memory split); the first five add up to the arena.
 
-    `cached` is the part of `free` that holds evictable prefix-cache blocks.
+    `cached` is the part of `free` that holds evictable prefix-cache blocks. `groups` holds
+    each allocation group's part where a strategy keeps one table per group (`hybrid`: free
+    slots are the shared pool's, in the total only); empty where one table serves every layer.
     """
 
     token: int = 0
@@ -24,6 +26,10 @@ class MemorySplit:
     free: int = 0
     cached: int = 0
     prompt_blocks: int | None = None  # distinct blocks holding prompt positions (block strategies)
+    groups: tuple[MemorySplit, ...] = ()
+    # Computed tokens of the sequences holding memory, where `token` counts a token once per
+    # group (`hybrid`); None: `token` is that count.
+    sequence_tokens: int | None = None
 
     @property
     def total(self) -> int:
@@ -115,6 +121,12 @@ class CacheStrategy(ABC):
     def capacity_tokens(self) -> int:
         """Slots that can hold KV (the arena rounded down to whole blocks for paged)."""
         return self.num_slots
+
+    @property
+    def capacity_slots(self) -> int:
+        """Slots that can hold KV, in `required_slots`' unit; `capacity_tokens` unless a slot
+        is not one token of every layer (`hybrid`)."""
+        return self.capacity_tokens
 
     @abstractmethod
     def required_slots(self, seq: Sequence) -> int:

@@ -20,16 +20,18 @@ from typing import TYPE_CHECKING, Any
 from kvbench.config import EngineConfig
 from kvbench.core.clock import RunClock
 from kvbench.core.executor import DeviceKind, Executor
+from kvbench.core.kv_allocation import HybridAllocation, hybrid_allocation
 from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.engine import Engine
+from kvbench.engine.group_memory import GroupMemory, GroupShape
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
 from kvbench.scheduling import POLICIES, SchedulerLimits, make_policy
 from kvbench.sizing.capacity import kv_capacity
-from kvbench.strategies import STRATEGIES, make_strategy
+from kvbench.strategies import STRATEGIES, make_strategy, reads_option
 
 if TYPE_CHECKING:
     import torch
@@ -112,12 +114,48 @@ def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
     return num_slots
 
 
-def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int):
+def kv_allocation(config: EngineConfig, model_config: ModelConfig,
+                  kv_element_bytes: int) -> HybridAllocation | None:
+    """The allocation groups of a strategy that keeps a table per layer group (`hybrid`,
+    which reads `allocation_windows`); None where one table serves every layer."""
+    if not reads_option(config.strategy, "allocation_windows"):
+        return None
+    return hybrid_allocation(model_config.kv_groups(kv_element_bytes))
+
+
+def slot_bytes(model_config: ModelConfig, kv_element_bytes: int,
+               allocation: HybridAllocation | None, tensor_parallel_size: int = 1) -> int:
+    """Bytes of one arena slot across the tensor-parallel group: one token of every layer,
+    or of one allocation group. Each GPU's share x N: the whole K and V once for split
+    heads, N copies of a latent-attention row (whole on each GPU)."""
+    if allocation is not None:
+        return allocation.slot_bytes
+    tp = tensor_parallel_size
+    return tp * kv_bytes_per_token(model_config.kv_groups(kv_element_bytes, tp))
+
+
+def group_memory(model_config: ModelConfig, kv_element_bytes: int,
+                 allocation: HybridAllocation | None, bytes_per_slot: int) -> GroupMemory:
+    """The per-group memory sums of a run: its allocation groups, or the model's KV groups
+    (every one holding the same slots)."""
+    if allocation is not None:
+        shapes = tuple(GroupShape(g.layers, g.window, allocation.slot_bytes)
+                       for g in allocation.groups)
+        return GroupMemory(shapes, bytes_per_slot, per_group_splits=True)
+    shapes = tuple(GroupShape(g.layers, g.window, g.bytes_per_token)
+                   for g in model_config.kv_groups(kv_element_bytes))
+    return GroupMemory(shapes, bytes_per_slot, per_group_splits=False)
+
+
+def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
+                 allocation: HybridAllocation | None = None):
     """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes."""
+    windows = allocation.windows if allocation is not None else (None,)
     return make_strategy(
         config.strategy, num_slots, max_model_len, block_size=config.block_size,
         reserve=config.reserve, watermark=config.watermark,
         namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
+        allocation_windows=windows,
     )
 
 
@@ -144,14 +182,12 @@ class ExecutorFactory(ABC):
         max_model_len, max_batched = resolve_lengths(config, model_config)
         check_block_fits_window(config, model_config, max_model_len)
         kv_dtype = self.kv_dtype(config)
-        # One token's KV across the tensor-parallel group: each GPU's share x N (the whole
-        # K and V once for split heads; N copies of a latent-attention row, whole on each).
-        tp = config.tensor_parallel_size
-        bytes_per_slot = tp * kv_bytes_per_token(
-            model_config.kv_groups(element_bytes(kv_dtype), tp))
+        allocation = kv_allocation(config, model_config, element_bytes(kv_dtype))
+        bytes_per_slot = slot_bytes(model_config, element_bytes(kv_dtype), allocation,
+                                    config.tensor_parallel_size)
         budget = self.kv_budget_bytes(config, device, model, model_config, max_batched)
         num_slots = arena_slots(budget, bytes_per_slot)
-        strategy = strategy_for(config, num_slots, max_model_len)
+        strategy = strategy_for(config, num_slots, max_model_len, allocation)
         clock = self.clock(context)
         executor = self.executor(config, model, model_config, device, num_slots, kv_dtype, clock)
         limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)
@@ -160,6 +196,8 @@ class ExecutorFactory(ABC):
             strategy, policy, executor, bytes_per_slot=bytes_per_slot,
             max_model_len=max_model_len, temperature=self.temperature(config), seed=config.seed,
             clock=clock, memory_probe=self.memory_probe(device),
+            group_memory=group_memory(model_config, element_bytes(kv_dtype), allocation,
+                                      bytes_per_slot),
         )
         return BuiltEngine(engine, model_config, device, budget, kv_dtype, bytes_per_slot,
                            self.backend(config, device), max_model_len,

@@ -11,7 +11,12 @@ from collections.abc import Callable
 
 import torch
 
-from kvbench.build.engine_build import BuildContext, ExecutorFactory, resolve_lengths
+from kvbench.build.engine_build import (
+    BuildContext,
+    ExecutorFactory,
+    kv_allocation,
+    resolve_lengths,
+)
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.device import resolve_device
@@ -100,8 +105,10 @@ class ModelExecutors(ExecutorFactory):
                     f"model {model_config.name}: --attention-backend triton does not run "
                     "latent attention (MLA) yet; use --attention-backend torch")
             backend = "torch"
-        arena = KVArena(model_config.kv_groups(element_bytes(kv_dtype)), num_slots, kv_dtype,
-                        device, kv_scale=config.kv_scale)
+        element = element_bytes(kv_dtype)
+        arena = KVArena(model_config.kv_groups(element), num_slots, kv_dtype, device,
+                        kv_scale=config.kv_scale,
+                        allocation=kv_allocation(config, model_config, element))
         return ModelExecutor(model, arena, get_ops(backend), device, backend,
                              enforce_eager=config.enforce_eager,
                              max_num_seqs=config.max_num_seqs)

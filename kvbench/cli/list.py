@@ -19,7 +19,7 @@ def list_command() -> None:
 
     click.echo("strategies:")
     for name, summary in STRATEGIES.describe():
-        click.echo(f"  {name:<12} {summary}")
+        click.echo(f"  {name:<13} {summary}")
     click.echo("\nbatching policies:")
     for name, summary in POLICIES.describe():
         click.echo(f"  {name:<12} {summary}")

@@ -32,6 +32,10 @@ class KVLayout:
     arrays and derives slot mappings from them, so no per-token or per-block list is rebuilt
     each step. A layout built by hand (no `seq_ids`) spells out `slot_mapping` and
     `block_tables` or `start_slots` instead.
+
+    `group_table_logs` (`hybrid`): one table log per allocation group
+    (`kvbench.core.kv_allocation`), each layer reading its group's tables; None: one table
+    per sequence serves every layer (`table_log`).
     """
 
     kind: str
@@ -44,3 +48,4 @@ class KVLayout:
     slot_copies: list[SlotCopy] = field(default_factory=list)
     seq_ids: list[int] | None = None
     table_log: list[TableOp] = field(default_factory=list)
+    group_table_logs: list[list[TableOp]] | None = None

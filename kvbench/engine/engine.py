@@ -13,6 +13,7 @@ from kvbench.core.sampling_params import SampleKey, SamplingParams
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.core.step_batch import StepBatch
 from kvbench.engine.base_engine import BaseEngine
+from kvbench.engine.group_memory import GroupMemory
 from kvbench.engine.step_recorder import StepRecorder
 from kvbench.errors import KvbenchInputError, KvbenchRunError
 from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput
@@ -74,6 +75,7 @@ class Engine(BaseEngine):
         seed: int = 0,
         clock: RunClock | None = None,
         memory_probe: Callable[[], dict] | None = None,
+        group_memory: GroupMemory | None = None,
     ) -> None:
         super().__init__(max_model_len=max_model_len, temperature=temperature, seed=seed,
                          clock=clock)
@@ -83,7 +85,7 @@ class Engine(BaseEngine):
         self.drawn_trace_ranges = executor.drawn_trace_ranges
         self.bytes_per_slot = bytes_per_slot
         self.step_recorder = StepRecorder(self.steps, bytes_per_slot=bytes_per_slot,
-                                          memory_probe=memory_probe)
+                                          memory_probe=memory_probe, group_memory=group_memory)
         self._traced = False  # whether this step records trace ranges (set at its start)
         # Whether every running sequence is decoding, so that a decode run may follow
         # (`fast_forward`): True after a step that decoded them all and did nothing else,
@@ -99,13 +101,13 @@ class Engine(BaseEngine):
         check_request_lengths(request, self.max_model_len)
         probe = Sequence(-1, request, 0, list(request.prompt_token_ids))
         need = self.strategy.required_slots(probe)
-        if need > self.strategy.capacity_tokens:
+        if need > self.strategy.capacity_slots:
             need_bytes = need * self.bytes_per_slot
-            have_bytes = self.strategy.capacity_tokens * self.bytes_per_slot
+            have_bytes = self.strategy.capacity_slots * self.bytes_per_slot
             raise KvbenchInputError(
                 f"--kv-memory too small: request {request.request_id} needs {need} KV slots "
                 f"({need_bytes / 2**20:.2f} MiB) under {self.strategy.name}, the arena holds "
-                f"{self.strategy.capacity_tokens} ({have_bytes / 2**20:.2f} MiB); "
+                f"{self.strategy.capacity_slots} ({have_bytes / 2**20:.2f} MiB); "
                 f"use --kv-memory {max(1, -(-need_bytes // 2**20))}MiB or more"
             )
 

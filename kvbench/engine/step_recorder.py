@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from kvbench.core.step_batch import StepBatch
 from kvbench.core.step_record import StepRecord
+from kvbench.engine.group_memory import GroupMemory
 from kvbench.strategies.base import BooksAfterStep, MemorySplit
 from kvbench.tracing import trace_counter
 
@@ -54,7 +55,8 @@ class StepLog:
 
 class StepRecorder(StepLog):
     """kvbench's engine's `StepLog`: turns a step's batch, timings and memory split into its
-    `StepRecord`. `memory_probe` adds the device's memory figures (CUDA) to every row."""
+    `StepRecord`. `memory_probe` adds the device's memory figures (CUDA) to every row;
+    `group_memory` sums each KV group's part of the split."""
 
     def __init__(
         self,
@@ -62,11 +64,18 @@ class StepRecorder(StepLog):
         *,
         bytes_per_slot: int,
         memory_probe: Callable[[], dict] | None = None,
+        group_memory: GroupMemory | None = None,
     ) -> None:
         super().__init__(steps)
         self.bytes_per_slot = bytes_per_slot
+        self.group_memory = group_memory
         self.memory_probe = memory_probe
         self._unrecorded_preemptions = 0
+
+    def reset(self) -> None:
+        super().reset()
+        if self.group_memory is not None:
+            self.group_memory.reset()
 
     def skip(self, num_preempted: int) -> None:
         """A step that scheduled nothing makes no row: its preemptions go in the next one."""
@@ -106,6 +115,8 @@ class StepRecorder(StepLog):
             **(self.memory_probe() if self.memory_probe else {}),
         )
         self.keep(record)
+        if self.group_memory is not None:
+            self.group_memory.add(t_end - t_start, split)
         if traced:
             trace_counter("kv_bytes", t_end, {"token": record.kv_token_bytes,
                                               "held": split.held * b})

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from kvbench.core.kv_allocation import HybridAllocation
 from kvbench.core.kv_groups import KVGroup
 from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
@@ -36,6 +37,11 @@ class KVArena:
     An fp8 (`float8_e4m3fn`) arena holds `value / scale` with one 0-d float32 scale for K and
     one for V per layer: `kv_scale` when given, otherwise set by `init_scales` from the
     layer's first write and never changed afterwards, so every sequence sees the same scales.
+
+    With an `allocation` (`hybrid`, `kvbench.core.kv_allocation`) the arena holds one K and
+    one V tensor per position in an allocation group, shared by every group: layer l reads
+    and writes tensor `tensor_of_layer[l]` through the block tables of its group
+    (`layer_group[l]`), and `num_slots` counts pool slots.
     """
 
     def __init__(
@@ -45,6 +51,7 @@ class KVArena:
         dtype: torch.dtype,
         device,
         kv_scale: float | None = None,
+        allocation: HybridAllocation | None = None,
     ) -> None:
         shapes: dict[int, tuple[int, int, int]] = {
             layer: (num_slots, *group.slot_shape) for group in groups for layer in group.layers
@@ -57,15 +64,31 @@ class KVArena:
             raise ValueError(f"KV groups must cover layers 0..n-1 once each, got {sorted(shapes)}")
         self.num_slots = num_slots
         self.dtype = dtype
-        self.k = [torch.zeros(shapes[i], dtype=dtype, device=device) for i in range(num_layers)]
-        self.v = [
-            self.k[i][..., : latent_values[i]] if i in latent_values
-            else torch.zeros(shapes[i], dtype=dtype, device=device)
-            for i in range(num_layers)
-        ]
+        self.layer_group = [0] * num_layers
+        self.num_table_groups = 1
+        if allocation is None:
+            self.k = [torch.zeros(shapes[i], dtype=dtype, device=device)
+                      for i in range(num_layers)]
+            self.v = [
+                self.k[i][..., : latent_values[i]] if i in latent_values
+                else torch.zeros(shapes[i], dtype=dtype, device=device)
+                for i in range(num_layers)
+            ]
+            # the tensors the arena allocated (an mla layer's V is a view of its K)
+            self._tensors = self.k + [v for i, v in enumerate(self.v) if i not in latent_values]
+        else:
+            shape = shapes[0]  # one slot shape: `hybrid_allocation` checks it
+            ks = [torch.zeros(shape, dtype=dtype, device=device)
+                  for _ in range(allocation.group_size)]
+            vs = [torch.zeros(shape, dtype=dtype, device=device)
+                  for _ in range(allocation.group_size)]
+            tensor = allocation.tensor_of_layer()
+            self.k = [ks[tensor[i]] for i in range(num_layers)]
+            self.v = [vs[tensor[i]] for i in range(num_layers)]
+            self._tensors = ks + vs
+            self.layer_group = allocation.group_of_layer()
+            self.num_table_groups = len(allocation.groups)
         self.latent_layers = frozenset(latent_values)
-        # the tensors the arena allocated (an mla layer's V is a view of its K)
-        self._tensors = self.k + [v for i, v in enumerate(self.v) if i not in latent_values]
         # Per-layer fp8 scales (None: unquantized cache, or not yet written).
         self.k_scales: list[torch.Tensor | None] = [None] * num_layers
         self.v_scales: list[torch.Tensor | None] = [None] * num_layers
@@ -161,9 +184,10 @@ class ModelExecutor(TensorExecutor):
     def enable_cuda_graphs(self, max_num_seqs: int) -> bool:
         """Replay decode steps of up to `max_num_seqs` sequences from CUDA graphs; False (and
         eager) off CUDA, without the Triton backend, or for a mixture of experts (its forward
-        picks the experts a step runs on the host: shapes a captured graph cannot replay)."""
+        picks the experts a step runs on the host: shapes a captured graph cannot replay), nor for
+        an arena with a table per layer group (the graphs capture one table)."""
         if (not graphs_supported(self.device, self.backend_name) or self.config.is_moe
-                or self.arena.latent_layers):
+                or self.arena.latent_layers or self.arena.num_table_groups > 1):
             return False
         arena = self.arena
         # The graphs call back into this executor: through a weak reference, since a cycle
@@ -196,24 +220,30 @@ class ModelExecutor(TensorExecutor):
         p, pt = idx.num_prefill_seqs, idx.num_prefill_tokens
         variants = self.layer_variants
         latent_layers = arena.latent_layers
+        layer_group = arena.layer_group
+        group_slots, group_tables = idx.group_slot_mappings, idx.group_tables
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kc, vc = arena.k[layer], arena.v[layer]
             variant = variants[layer]
+            slot_mapping, block_tables = idx.slot_mapping, idx.tables
+            if group_slots is not None:  # a table per allocation group: this layer's group's
+                g = layer_group[layer]
+                slot_mapping, block_tables = group_slots[g], group_tables[g]
             if arena.is_fp8 and arena.k_scales[layer] is None:
                 arena.init_scales(layer, k, v)
             ks, vs = arena.k_scales[layer], arena.v_scales[layer]
             with trace_range("write_kv", layer=layer, tokens=k.shape[0]):
                 if layer in latent_layers:  # V is a view of K: one write
-                    write_latent(k, kc, idx.slot_mapping, ks)
+                    write_latent(k, kc, slot_mapping, ks)
                 else:
-                    ops.write_kv(k, v, kc, vc, idx.slot_mapping, ks, vs)
+                    ops.write_kv(k, v, kc, vc, slot_mapping, ks, vs)
             out = q.new_empty((*q.shape[:-1], vc.shape[-1]))
             if p:
                 with trace_range("prefill_attention", layer=layer, seqs=p, tokens=pt):
                     if kind == "paged":
                         out[:pt] = ops.paged_attention(
-                            q[:pt], kc, vc, idx.block_tables[:p], idx.query_start_loc,
+                            q[:pt], kc, vc, block_tables[:p], idx.query_start_loc,
                             idx.seq_lens[:p], block_size, scale, ks, vs, **variant,
                             **prefill_extra,
                         )
@@ -227,7 +257,7 @@ class ModelExecutor(TensorExecutor):
                                  tokens=q.shape[0] - pt):
                     if kind == "paged":
                         out[pt:] = ops.paged_decode_attention(
-                            q[pt:], kc, vc, idx.block_tables[p:], idx.seq_lens[p:],
+                            q[pt:], kc, vc, block_tables[p:], idx.seq_lens[p:],
                             block_size, scale, ks, vs, **variant, **decode_extra,
                         )
                     else:

@@ -90,10 +90,16 @@ class HostIndices:
     seq_lens: np.ndarray
     query_start_loc: np.ndarray  # prefills only
     tables: np.ndarray  # [seqs, width]: block tables, or start slots as one column
+    # More than one allocation group: `slot_mapping` is [groups x tokens] and `tables`
+    # [groups x seqs, width], group by group.
+    num_groups: int = 1
 
 
-def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int) -> HostIndices:
-    """Apply the layout's table log to `arrays` and derive the step's indices from them."""
+def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int,
+                   group_arrays: list[BlockTableArrays] | None = None) -> HostIndices:
+    """Apply the layout's table log to `arrays` and derive the step's indices from them; a
+    layout with a table per allocation group (`group_table_logs`) applies each group's log
+    to its own entry of `group_arrays` (grown as needed)."""
     query_lens = np.asarray(layout.query_lens, dtype=np.int64)
     seq_lens = np.asarray(layout.seq_lens, dtype=np.int64)
     qsl = np.zeros(num_prefill + 1, dtype=np.int64)
@@ -108,6 +114,8 @@ def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int)
             tables = np.asarray(layout.start_slots, dtype=np.int64).reshape(-1, 1)
         slots = np.asarray(layout.slot_mapping, dtype=np.int64)
         return HostIndices(slots, seq_lens, qsl, tables)
+    if layout.group_table_logs is not None:
+        return _group_indices(layout, group_arrays, query_lens, seq_lens, qsl)
     arrays.apply(layout.table_log)
     rows = arrays.rows(layout.seq_ids)
     seq_of, positions = token_positions(query_lens, seq_lens)
@@ -120,6 +128,32 @@ def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int)
         tables = arrays.table[rows, :1]
         slots = tables[seq_of, 0] + positions
     return HostIndices(slots, seq_lens, qsl, tables)
+
+
+def _group_indices(layout: KVLayout, group_arrays: list[BlockTableArrays] | None,
+                   query_lens: np.ndarray, seq_lens: np.ndarray, qsl: np.ndarray) -> HostIndices:
+    """A paged step's indices with one block table per allocation group, stacked."""
+    logs = layout.group_table_logs
+    assert logs is not None and group_arrays is not None
+    while len(group_arrays) < len(logs):
+        group_arrays.append(BlockTableArrays())
+    seq_of, positions = token_positions(query_lens, seq_lens)
+    bs = layout.block_size
+    per_group = []
+    for arrays, log in zip(group_arrays, logs, strict=False):
+        arrays.apply(log)
+        rows = arrays.rows(layout.seq_ids)
+        per_group.append((arrays, rows))
+    width = max(max(int(a.lengths[r].max(initial=1)), 1) for a, r in per_group)
+    tables = np.zeros((len(logs) * len(seq_lens), width), dtype=np.int64)
+    slots = np.empty(len(logs) * len(positions), dtype=np.int64)
+    for g, (arrays, rows) in enumerate(per_group):
+        t = tables[g * len(seq_lens) : (g + 1) * len(seq_lens)]
+        w = min(width, arrays.table.shape[1])
+        t[:, :w] = arrays.table[rows, :w]
+        slots[g * len(positions) : (g + 1) * len(positions)] = (
+            t[seq_of, positions // bs] * bs + positions % bs)
+    return HostIndices(slots, seq_lens, qsl, tables, num_groups=len(logs))
 
 
 @dataclass
@@ -135,6 +169,10 @@ class DeviceIndices:
     tables: torch.Tensor  # int32 [seqs, width]
     num_prefill_seqs: int
     num_prefill_tokens: int
+    # One allocation group's slots and tables per entry (`hybrid`); None: `slot_mapping` and
+    # `tables` serve every layer.
+    group_slot_mappings: torch.Tensor | None = None  # long [groups, tokens]
+    group_tables: torch.Tensor | None = None  # int32 [groups, seqs, width]
 
     @property
     def block_tables(self) -> torch.Tensor:
@@ -167,6 +205,7 @@ class StepInputs:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.arrays = BlockTableArrays()
+        self.group_arrays: list[BlockTableArrays] = []  # one per allocation group (`hybrid`)
         self._pin = device.type == "cuda"
         self._staging = self._host_buffer(1 << 12)
         self._copied: torch.cuda.Event | None = None  # the last transfer out of `_staging`
@@ -175,7 +214,8 @@ class StepInputs:
         return torch.empty(n, dtype=torch.int64, pin_memory=self._pin)
 
     def build(self, batch: StepBatch) -> DeviceIndices:
-        host = layout_indices(batch.layout, self.arrays, batch.num_prefill_seqs)
+        host = layout_indices(batch.layout, self.arrays, batch.num_prefill_seqs,
+                              self.group_arrays)
         num_tokens = batch.num_tokens
         long_parts = [batch.input_ids, batch.positions, batch.sample_rows, host.slot_mapping]
         int_parts = [host.seq_lens, host.query_start_loc, host.tables.reshape(-1)]
@@ -203,14 +243,22 @@ class StepInputs:
         part = [flat[at : at + n] for at, n in zip(starts[:4], sizes[:4], strict=True)]
         part += [int_flat[at : at + n] for at, n in zip(int_at, sizes[4:], strict=True)]
         p = batch.num_prefill_seqs
+        tables = part[6].view(-1, host.tables.shape[1])
+        num_seqs = len(host.seq_lens)
+        group_slots = group_tables = None
+        if host.num_groups > 1:
+            group_slots = part[3].view(host.num_groups, -1)
+            group_tables = tables.view(host.num_groups, num_seqs, -1)
         return DeviceIndices(
             input_ids=part[0],
             positions=part[1],
             sample_rows=part[2],
-            slot_mapping=part[3],
+            slot_mapping=part[3][:num_tokens] if group_slots is not None else part[3],
             seq_lens=part[4],
             query_start_loc=part[5],
-            tables=part[6].view(len(host.seq_lens), host.tables.shape[1]),
+            tables=tables[:num_seqs],
             num_prefill_seqs=p,
             num_prefill_tokens=int(host.query_start_loc[-1]),
+            group_slot_mappings=group_slots,
+            group_tables=group_tables,
         )

@@ -65,6 +65,20 @@ PRESETS: dict[str, ModelConfig] = {
         num_local_experts=8,
         num_experts_per_tok=2,
     ),
+    # `tiny` with Gemma 3's layer pattern for the CPU: five 128-token sliding-window layers
+    # to one full-attention layer, so `hybrid` and `paged` differ as they do on Gemma 3.
+    "tiny-hybrid": ModelConfig(
+        name="tiny-hybrid",
+        vocab_size=2048,
+        hidden_size=256,
+        intermediate_size=688,
+        num_layers=6,
+        num_heads=8,
+        num_kv_heads=2,
+        max_position_embeddings=8192,
+        sliding_window=128,
+        layer_types=("sliding_attention",) * 5 + ("full_attention",),
+    ),
     "llama-2-7b": ModelConfig(
         name="llama-2-7b",
         vocab_size=32000,

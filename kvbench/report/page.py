@@ -122,7 +122,7 @@ def build_page(runset: RunSet) -> str:
         "the PagedAttention paper's Figure 2; the green share is the KV utilization. Reserved "
         "slots will be used by a request later, internal fragmentation never will, external "
         "fragmentation is free space in holes too small for the next waiting request.",
-        figures.html(charts.memory_figure(runset), "memory")))
+        figures.html(charts.memory_figure(runset), "memory") + tables.kv_groups_html(runset)))
     timeline = timelines.timeline_figure(runset, styles)
     if timeline is not None:
         sections.append(_section(

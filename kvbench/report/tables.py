@@ -155,6 +155,43 @@ def summary_html(runset: RunSet, colors: dict[str, str]) -> str:
     )
 
 
+def kv_groups_html(runset: RunSet) -> str:
+    """Each run's KV held per token and every KV group's mean split (`memory.kv_groups`);
+    empty when no run has them."""
+    rows = []
+    for run in runset.runs:
+        mem = run.summary.memory
+        if not mem.kv_groups:
+            continue
+        per_token = mem.kv_held_bytes_per_token
+        for i, group in enumerate(mem.kv_groups):
+            kind = group.get("attention", "-")
+            if group.get("window") is not None:
+                kind += f" (W {group['window']})"
+            cells = [run.name if i == 0 else "",
+                     format_bytes(per_token) if i == 0 and per_token else "",
+                     kind, _or_dash(group.get("num_layers"))]
+            for part in ("token", "reserved", "internal", "external", "free"):
+                value = group.get(f"{part}_bytes_mean")
+                cells.append(format_bytes(value) if value is not None else "-")
+            cells.append(format_bytes(group.get("held_bytes_max") or 0))
+            rows.append("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in cells) + "</tr>")
+    if not rows:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in (
+        "strategy", "KV held / token", "group", "layers", "token", "reserved", "internal",
+        "external", "free", "held max"))
+    return (
+        f"<div class='scroll'><table class='summary'><tr>{head}</tr>{''.join(rows)}</table>"
+        "</div><p class='note'>Per KV group: step-weighted mean bytes of each part of the "
+        "split. One table for every layer (paged, prefix, contiguous): every group holds "
+        "the same slots. hybrid: one row per allocation group, each with its own block "
+        "tables in one shared pool, whose free pages belong to no group (free: -). KV held "
+        "/ token = mean held bytes / mean computed tokens of the sequences holding memory."
+        "</p>"
+    )
+
+
 REPEAT_FILE = "repeat.json"
 # (repeat.json figure, column title, format, scale): the headline figures of `--repeat`.
 REPEAT_COLUMNS = (("output_tok_s", "out tok/s", ".1f", 1.0), ("ttft_p50_ms", "TTFT p50 ms",

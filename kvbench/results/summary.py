@@ -162,6 +162,11 @@ class Memory(Section):
     utilization_mean: float | None = None
     utilization_saturated: float | None = None
     breakdown_mean: MemoryBreakdown = field(default_factory=MemoryBreakdown)
+    # Mean held bytes / mean computed tokens of the sequences holding memory.
+    kv_held_bytes_per_token: float | None = None
+    # Per KV group (allocation group under `hybrid`): its layers, window, slot bytes and
+    # step-weighted mean bytes of each part of the split (`kvbench.engine.group_memory`).
+    kv_groups: list[dict[str, Any]] | None = None
     peak_gpu_bytes: int | None = None
     prompt_blocks_max: int | None = None
     gpu_used_bytes_max: int | None = None

@@ -390,6 +390,13 @@ def _write_results(
     return RunOutcome(label, folder, summary, config_json, requests_df, kept)
 
 
+def group_figures(engine) -> dict[str, Any]:
+    """KV held per token and each KV group's split, where the engine keeps them."""
+    recorder = getattr(engine, "step_recorder", None)
+    sums = getattr(recorder, "group_memory", None)
+    return sums.summary() if sums is not None else {}
+
+
 def summarize(built, workload, run, label, status, warmup_done, requests_df,
               steps: StepTotals, engine) -> Summary:
     """The run's `Summary` from its per-request rows and the totals over its steps."""
@@ -408,6 +415,7 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         utilization_mean=use["utilization_mean"],
         utilization_saturated=use["utilization_saturated"],
         breakdown_mean=MemoryBreakdown(**use["breakdown_mean"]),
+        **group_figures(engine),
         peak_gpu_bytes=peak_allocated_bytes(built.device),
         prompt_blocks_max=steps.maxima["kv_prompt_blocks"],
         gpu_used_bytes_max=steps.maxima["gpu_used_bytes"],

@@ -17,6 +17,15 @@ every token (a latent-attention cache is whole on every GPU). So per GPU:
     tokens    = floor(budget / per token)
 
 and the group holds `tokens` tokens in N x budget bytes (the same token count on each GPU).
+
+Per sequence the strategies differ (`sequence_slots`): `paged` (and every strategy with one
+table for all layers) holds every layer for the whole context, so a slot is one token of every
+layer; `hybrid` holds, per allocation group (`kvbench.core.kv_allocation`, a slot being one
+token of one group's layers), the context for a full-attention group and at most
+ceil(W / block) + 1 blocks (min(context, W + block), block-rounded) for a window group:
+
+    paged:  sequences = floor(budget / (every layer's bytes per token) / context in blocks)
+    hybrid: sequences = floor(budget / (group_size layers' bytes) / sum over groups of slots)
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvbench.core.kv_allocation import HybridAllocation
 from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.models.config import ModelConfig
 from kvbench.sizing.kv_budget import Utilization, kv_budget_bytes
@@ -36,6 +46,21 @@ def kv_capacity(budget_bytes: int, bytes_per_token: int, tokens_per_sequence: in
     from whole tokens, so `kv_capacity(b, t, n) == kv_capacity(b, t) // n` always.
     """
     return budget_bytes // bytes_per_token // tokens_per_sequence
+
+
+def sequence_slots(context: int, block_size: int,
+                   allocation: HybridAllocation | None = None) -> int:
+    """Slots one decoding sequence of `context` tokens holds: its blocks (one table for every
+    layer), or under `hybrid` the sum over allocation groups (window groups capped at
+    ceil(W / block) + 1 blocks)."""
+    blocks = -(-context // block_size)
+    if allocation is None:
+        return blocks * block_size
+    total = 0
+    for group in allocation.groups:
+        held = blocks if group.window is None else min(blocks, -(-group.window // block_size) + 1)
+        total += held * block_size
+    return total
 
 
 @dataclass(frozen=True)
@@ -88,4 +113,5 @@ def group_kv_capacity(
     return GroupKVCapacity(tp, weights, budget, per_token, kv_capacity(budget, per_token))
 
 
-__all__ = ["GroupKVCapacity", "group_kv_capacity", "kv_capacity", "weight_bytes_per_gpu"]
+__all__ = ["GroupKVCapacity", "group_kv_capacity", "kv_capacity", "sequence_slots",
+           "weight_bytes_per_gpu"]

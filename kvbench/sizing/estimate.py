@@ -35,6 +35,7 @@ from fractions import Fraction
 from typing import Any
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE, check_block_size
+from kvbench.core.kv_allocation import hybrid_allocation
 from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
@@ -45,7 +46,7 @@ from kvbench.models.sizes import (
     weights_bytes,
     weights_dtype,
 )
-from kvbench.sizing.capacity import kv_capacity, weight_bytes_per_gpu
+from kvbench.sizing.capacity import kv_capacity, sequence_slots, weight_bytes_per_gpu
 from kvbench.sizing.group_sizes import GROUP_TABLE_HEADER, GroupSize, group_rows, group_sizes
 from kvbench.sizing.kv_budget import (
     Utilization,
@@ -121,7 +122,7 @@ def compare_kv_utilization(
 class StrategyFit:
     """How many requests one strategy admits into the KV budget."""
 
-    strategy: str  # "contiguous" | "paged"
+    strategy: str  # "contiguous" | "paged" | "hybrid"
     reserve: str  # what a request reserves, in words
     tokens_per_request: int  # KV slots held by one request
     bytes_per_request: int
@@ -337,7 +338,7 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
         fits=total <= kv if kv is not None else None,
         max_model_len=lengths.max_model_len,
         mean_len=lengths.mean_len,
-        strategies=_strategy_fits(per_token, lengths, block_size, kv),
+        strategies=_strategy_fits(per_token, lengths, block_size, kv, shape.groups),
         kv_utilization_comparison=_comparison(inputs.compare_utilization, kv, per_token),
         kv_groups=shape.groups,
         tensor_parallel_size=inputs.tensor_parallel_size,
@@ -473,9 +474,11 @@ def _mha_equivalent(inputs: EstimateInputs, shape: _KVShape, tokens_per_request:
 
 
 def _strategy_fits(
-    per_token: int, lengths: _Lengths, block_size: int | None, budget: int | None
+    per_token: int, lengths: _Lengths, block_size: int | None, budget: int | None,
+    groups: tuple[KVGroup, ...] = (),
 ) -> dict[str, StrategyFit]:
-    """Requests each strategy admits into `budget`: contiguous at max, paged at mean length."""
+    """Requests each strategy admits into `budget`: contiguous at max, paged at mean length,
+    and for a model with sliding-window layers hybrid at mean length (`sequence_slots`)."""
     max_model_len, mean_len = lengths.max_model_len, lengths.mean_len
     paged_block = block_size or DEFAULT_BLOCK_SIZE
     blocks_per_request = -(-mean_len // paged_block)
@@ -484,7 +487,7 @@ def _strategy_fits(
     def fit(tokens: int) -> int | None:
         return kv_capacity(budget, per_token, tokens) if budget is not None else None
 
-    return {
+    fits = {
         "contiguous": StrategyFit(
             strategy="contiguous",
             reserve=f"max: max_model_len = {max_model_len} tokens",
@@ -505,6 +508,36 @@ def _strategy_fits(
             num_blocks=fit(paged_block),
         ),
     }
+    if any(group.attention == "sliding" for group in groups):
+        fits["hybrid"] = _hybrid_fit(groups, mean_len, paged_block, budget)
+    return fits
+
+
+def _hybrid_fit(groups: tuple[KVGroup, ...], mean_len: int, block: int,
+                budget: int | None) -> StrategyFit:
+    allocation = hybrid_allocation(groups)
+    slots = sequence_slots(mean_len, block, allocation)
+    windows = sorted({g.window for g in allocation.groups if g.window is not None})
+    num_full = sum(1 for g in allocation.groups if g.window is None)
+    num_window = len(allocation.groups) - num_full
+    window_slots = min(-(-mean_len // block), -(-windows[0] // block) + 1) * block
+    reserve = (
+        f"{num_full} full group(s) x {-(-mean_len // block) * block} + {num_window} window "
+        f"group(s) x {window_slots} slots of {allocation.group_size} layers"
+        + (f"; {allocation.padding_layers} padding layer(s)" if allocation.padding_layers else "")
+    )
+    return StrategyFit(
+        strategy="hybrid",
+        reserve=reserve,
+        tokens_per_request=slots,
+        bytes_per_request=slots * allocation.slot_bytes,
+        max_concurrency=(kv_capacity(budget, allocation.slot_bytes, slots)
+                         if budget is not None else None),
+        block_size=block,
+        blocks_per_request=slots // block,
+        num_blocks=(kv_capacity(budget, allocation.slot_bytes, block)
+                    if budget is not None else None),
+    )
 
 
 def _comparison(

@@ -377,3 +377,31 @@ def test_simulate_help_describes_the_documented_step_time_model():
     listing = CliRunner().invoke(cli, ["--help"]).output
     for stale in ("roofline", "unvalidated"):
         assert stale not in text and stale not in listing
+
+
+# README: hybrid vs paged on a Gemma-3-shaped model (simulated) -----------------------------
+
+@pytest.mark.slow  # six runs of 200 long requests: about 20 s on a quiet core
+def test_readme_hybrid_figures(tmp_path, capsys):
+    commands = re.findall(r"^kvbench simulate --model docs/models/gemma-3-27b-shape [^\n]+$",
+                          _text(README), re.M)
+    assert len(commands) == 2, "README: the hybrid commands changed shape"
+    rows = _table(README, "| workload | strategy | KV held / token | capacity")
+    runs = {}
+    for command, workload in zip(commands, ("summarize (8k in)", "4 shared 8k prefixes"),
+                                 strict=True):
+        argv = shlex.split(command)[2:]
+        argv[argv.index("--model") + 1] = str(ROOT / "docs" / "models" / "gemma-3-27b-shape")
+        runs[workload] = {s["label"]: s for s in _simulate(argv, tmp_path, capsys)}
+    workload = None
+    for cells in rows:
+        workload = cells[0] or workload
+        label = cells[1].split(" ")[0]
+        s = runs[workload][label]
+        mem, sch = s["memory"], s["scheduler"]
+        assert f"{mem['kv_held_bytes_per_token'] / 1024:.1f} KiB" == cells[2], (workload, label)
+        assert f"{mem['kv_capacity_tokens']:,} tokens" == cells[3], (workload, label)
+        assert str(sch["preemptions"]) == cells[4], (workload, label)
+        assert f"{sch['batch_size_mean']:.1f}" == cells[5], (workload, label)
+        assert f"{s['throughput']['output_tok_s']:.1f}" == cells[6], (workload, label)
+        assert f"{s['latency_ms']['ttft']['p50'] / 1e3:.1f} s" == cells[7], (workload, label)

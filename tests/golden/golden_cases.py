@@ -21,7 +21,8 @@ GOLDEN_FILE = Path(__file__).with_name("golden.json")
 WALL_CLOCK_KEYS = {"duration_s", "throughput", "latency_ms", "device"}
 WALL_CLOCK_SCHEDULER_KEYS = {"overhead_ms_total", "overhead_fraction"}
 # Memory means are weighted by step duration, so on the wall clock they vary too.
-WALL_CLOCK_MEMORY_KEYS = {"breakdown_mean", "utilization_mean", "utilization_saturated"}
+WALL_CLOCK_MEMORY_KEYS = {"breakdown_mean", "utilization_mean", "utilization_saturated",
+                          "kv_held_bytes_per_token", "kv_groups"}
 
 RUN_CASES: dict[str, list[str]] = {
     "run-chat-all": ["run", "--strategy", "all", "--workload", "chat", "--num-requests", "12",
@@ -40,7 +41,7 @@ SIMULATE_CASES: dict[str, list[str]] = {
                              "--model", "llama-3-8b", "--gpu", "a100-40gb", "--workload", "chat",
                              "--num-requests", "100"],
 }
-TOKEN_STRATEGIES = ["contiguous", "paged", "prefix", "fp8"]
+TOKEN_STRATEGIES = ["contiguous", "paged", "hybrid", "prefix", "fp8"]
 
 
 def machine_independent(summary: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,98 @@
+"""`GroupMemory`: each KV group's part of the memory split over a run, and KV held per token.
+
+A strategy with one table for every layer (`paged`, `prefix`, `contiguous`) holds the same
+slots in every model KV group, so a group's bytes are the split's slots x the group's bytes
+per token, derived once at the end. `hybrid` keeps a split per allocation group
+(`MemorySplit.groups`), each slot `group_size` layers' bytes; its free slots are the shared
+pool's and belong to no group. Means are weighted by step duration (docs/design.md, Memory
+split).
+
+*KV held per token* is the mean held bytes over the mean computed tokens of the sequences
+holding memory: what one token of context costs under the strategy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvbench.strategies.base import MemorySplit
+
+PARTS = ("token", "reserved", "internal", "external", "free")
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """One group the report shows: `window` None for full attention."""
+
+    layers: tuple[int, ...]
+    window: int | None
+    bytes_per_slot: int  # bytes of one of the split's slots in this group
+
+
+class GroupMemory:
+    """Step-duration-weighted sums of the split, total and per group; `add` once a step."""
+
+    def __init__(self, shapes: tuple[GroupShape, ...], bytes_per_slot: int,
+                 per_group_splits: bool) -> None:
+        self.shapes = shapes
+        self.bytes_per_slot = bytes_per_slot
+        self.per_group_splits = per_group_splits
+        self.reset()
+
+    def reset(self) -> None:
+        self._weight_s = 0.0
+        self._held_s = 0.0
+        self._tokens_s = 0.0
+        self._total = [0.0] * len(PARTS)  # slot-seconds of the whole split
+        self._groups = [[0.0] * len(PARTS) for _ in self.shapes]
+        self._held_max = [0] * len(self.shapes)
+
+    def add(self, dt_s: float, split: MemorySplit) -> None:
+        held = split.held
+        self._weight_s += dt_s
+        self._held_s += dt_s * held
+        tokens = split.sequence_tokens if split.sequence_tokens is not None else split.token
+        self._tokens_s += dt_s * tokens
+        total = self._total
+        total[0] += dt_s * split.token
+        total[1] += dt_s * split.reserved
+        total[2] += dt_s * split.internal
+        total[3] += dt_s * split.external
+        total[4] += dt_s * split.free
+        if self.per_group_splits:  # `hybrid`: one split per allocation group
+            for sums, part, g in zip(self._groups, split.groups, range(len(self.shapes)),
+                                     strict=False):
+                sums[0] += dt_s * part.token
+                sums[1] += dt_s * part.reserved
+                sums[2] += dt_s * part.internal
+                if part.held > self._held_max[g]:
+                    self._held_max[g] = part.held
+        elif self._held_max and held > self._held_max[0]:
+            self._held_max = [held] * len(self.shapes)
+
+    def summary(self) -> dict[str, Any]:
+        """`kv_held_bytes_per_token` and `kv_groups` of the summary's memory section."""
+        w = self._weight_s
+        per_token = (self._held_s * self.bytes_per_slot / self._tokens_s
+                     if self._tokens_s > 0 else None)
+        groups = []
+        for g, shape in enumerate(self.shapes):
+            b = shape.bytes_per_slot
+            sums = self._groups[g] if self.per_group_splits else self._total
+            means = {f"{p}_bytes_mean": (sums[i] * b / w if w > 0 else None)
+                     for i, p in enumerate(PARTS)}
+            if self.per_group_splits:
+                means["free_bytes_mean"] = None  # the pool's, shared: in the total only
+            groups.append({
+                "attention": "full" if shape.window is None else "sliding",
+                "window": shape.window,
+                "num_layers": len(shape.layers),
+                "bytes_per_slot": b,
+                **means,
+                "held_bytes_max": self._held_max[g] * b,
+            })
+        return {"kv_held_bytes_per_token": per_token, "kv_groups": groups}
+
+
+__all__ = ["GroupMemory", "GroupShape"]

@@ -1,0 +1,403 @@
+"""`hybrid`: paged allocation with one block table per allocation group (vLLM's hybrid KV
+cache manager).
+
+The model's layers are split into allocation groups of equal layer count
+(`kvbench.core.kv_allocation`), each with its own block table per sequence, all drawing from
+one pool of equal-sized pages. A full-attention group grows exactly as `paged` does. A
+sliding-window group of window W frees every block that lies wholly before the window of the
+next query: a query at position p reads keys from p - W + 1 on, so before the sequence
+computes from position p the group releases its blocks below `(p - W + 1) // block_size`
+(vLLM's `SlidingWindowManager.remove_skipped_blocks`). A decoding sequence therefore holds at
+most ceil(W / block_size) + 1 blocks in a window group; a prefill of n tokens holds the
+window and the n tokens. The engine admits a sequence with memory for all its uncomputed
+tokens (as for every strategy), so a window group holds a whole prompt's blocks until its
+prefill is done, and a recompute after preemption its whole sequence's (vLLM allocates each
+prefill chunk as it is scheduled). A freed entry stays in the executor's table with its old block id: the
+kernels read only the window's blocks.
+
+The memory split (docs/design.md, Memory split) counts pool slots, one slot being one token
+of one allocation group; `MemorySplit.groups` holds each group's part (free slots belong to
+the pool, not to a group, and appear in the total only). A window group's *token* slots are
+the computed positions in the blocks it still holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
+from kvbench.core.layout import DROP_TABLE, KVLayout, SlotCopy, TableOp
+from kvbench.core.sequence import Sequence
+from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.block_pool import BlockPool
+from kvbench.strategies.paged import PagedOptions
+from kvbench.strategies.registry import register_strategy
+
+FREED = -1  # a table entry whose block went back to the pool (before the window)
+
+
+@dataclass(frozen=True)
+class HybridOptions(PagedOptions):
+    # One entry per allocation group: its window (None: full attention). The engine build
+    # fills it from the model (`kvbench.core.kv_allocation`).
+    allocation_windows: tuple[int | None, ...] = (None,)
+
+
+@register_strategy(
+    "hybrid", "paged with a block table per layer group; sliding-window groups free blocks "
+    "behind the window (vLLM's hybrid KV cache manager)", HybridOptions,
+)
+class HybridStrategy(CacheStrategy):
+    name = "hybrid"
+    layout_kind = "paged"
+    can_preempt = True
+    counts_prompt_blocks = True  # distinct blocks holding prompt positions, in the split
+
+    def __init__(
+        self,
+        num_slots: int,
+        max_model_len: int,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        watermark: float = 0.01,
+        allocation_windows: tuple[int | None, ...] = (None,),
+        check_accounting: bool | None = None,
+    ) -> None:
+        super().__init__(num_slots, max_model_len, check_accounting)
+        if not allocation_windows:
+            raise ValueError("hybrid needs at least one allocation group")
+        self.block_size = block_size
+        self.table_block_size = block_size
+        self.windows = tuple(allocation_windows)
+        self.num_groups = len(self.windows)
+        self.pool = BlockPool(num_slots // block_size)
+        self.watermark_blocks = math.ceil(watermark * self.pool.num_blocks)
+        # seq_id -> per group: its table (FREED before the window) and its first held index
+        self.tables: dict[int, list[list[int]]] = {}
+        self.first: dict[int, list[int]] = {}
+        # seq_id -> (tokens that fit without a new block, first position that frees one)
+        self._room: dict[int, tuple[int, int]] = {}
+        self._group_logs: list[list[TableOp]] = [[] for _ in self.windows]
+        # Running totals per group, in slots: held, will use, skipped (freed before the window)
+        self._g_held = [0] * self.num_groups
+        self._g_will = [0] * self.num_groups
+        self._g_skipped = [0] * self.num_groups
+        self._g_prompt = [0] * self.num_groups
+        # References beyond the first to held blocks, per group (prefix hits share full,
+        # computed blocks: each is held once, not once per holder)
+        self._g_shared = [0] * self.num_groups
+        self._books: dict[int, list[tuple[int, int, int, int]]] = {}
+
+    # Sizes ------------------------------------------------------------------------------
+
+    @property
+    def capacity_slots(self) -> int:
+        """Pool slots: one slot is one token of one allocation group."""
+        return self.pool.num_blocks * self.block_size
+
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens of context the pool holds for one decoding sequence: its window groups'
+        ceil(W / block) + 1 blocks each taken out, the rest shared by the full-attention
+        groups (each further sequence takes its own window blocks out too)."""
+        bs = self.block_size
+        window_slots = sum((-(-w // bs) + 1) * bs for w in self.windows if w is not None)
+        num_full = sum(1 for w in self.windows if w is None)
+        if not num_full:
+            return self.capacity_slots
+        return max(0, self.capacity_slots - window_slots) // num_full
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def _first_needed(self, window: int | None, position: int) -> int:
+        """First block index a query at `position` reads in a group of `window`."""
+        if window is None or position < window:
+            return 0
+        return (position - window + 1) // self.block_size
+
+    def required_slots(self, seq: Sequence) -> int:
+        """Every group's blocks for the final length: a sequence preempted late is recomputed
+        in one prefill, which writes (so holds) all its positions in every group."""
+        return self.num_groups * self.blocks_for(seq.final_kv_len) * self.block_size
+
+    def _plan(self, seq: Sequence, num_new_tokens: int) -> tuple[int, int]:
+        """(blocks to allocate, blocks that go back first) to compute `num_new_tokens`."""
+        tables = self.tables.get(seq.seq_id)
+        firsts = self.first.get(seq.seq_id)
+        p = seq.num_computed
+        end = self.blocks_for(p + num_new_tokens)
+        needed = freed = 0
+        for g, window in enumerate(self.windows):
+            have = len(tables[g]) if tables else 0
+            first = firsts[g] if firsts else 0
+            need_from = self._first_needed(window, p)
+            if need_from > first:
+                freed += min(need_from, have) - min(first, have)
+            needed += max(0, end - max(have, need_from))
+        return needed, freed
+
+    # CacheStrategy ----------------------------------------------------------------------
+
+    def can_admit(self, seq: Sequence, num_running: int) -> bool:
+        needed, freed = self._plan(seq, seq.num_uncomputed)
+        keep = self.watermark_blocks if num_running else 0
+        return self.pool.num_free + freed - needed >= keep
+
+    def admit(self, seq: Sequence) -> int:
+        if not self.allocate(seq, seq.num_uncomputed):
+            raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
+        return 0
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        sid = seq.seq_id
+        p = seq.num_computed
+        room = self._room.get(sid)
+        if room is not None and p + num_new_tokens <= room[0] and p < room[1]:
+            return True
+        tables = self.tables.get(sid)
+        if tables is None:
+            tables = self.tables[sid] = [[] for _ in self.windows]
+            self.first[sid] = [0] * self.num_groups
+        self._free_behind(seq, tables, p)  # blocks no later query reads: always safe to free
+        needed, _ = self._plan(seq, num_new_tokens)
+        if needed > self.pool.num_free:
+            self._set_room(seq)
+            return False
+        end = self.blocks_for(p + num_new_tokens)
+        firsts = self.first[sid]
+        for g, table in enumerate(tables):
+            start = max(len(table), firsts[g])
+            if start > len(table):  # entries before the window that were never taken
+                table.extend([FREED] * (start - len(table)))
+            log = self._group_logs[g]
+            for i in range(start, end):
+                block = self.pool.allocate()
+                table.append(block)
+                log.append((sid, i, block))
+        self._account_seq(seq)
+        self._set_room(seq)
+        return True
+
+    def _free_behind(self, seq: Sequence, tables: list[list[int]], position: int) -> None:
+        firsts = self.first[seq.seq_id]
+        changed = False
+        for g, window in enumerate(self.windows):
+            if window is None:
+                continue
+            need_from = self._first_needed(window, position)
+            if need_from <= firsts[g]:
+                continue
+            table = tables[g]
+            for i in range(firsts[g], min(need_from, len(table))):
+                if table[i] != FREED:
+                    self._release(g, table[i])
+                    table[i] = FREED
+            firsts[g] = need_from
+            changed = True
+        if changed:
+            self._account_seq(seq)
+
+    def _set_room(self, seq: Sequence) -> None:
+        """When `allocate` next has work for `seq`: a new block, or a block to free."""
+        sid = seq.seq_id
+        tables, firsts = self.tables[sid], self.first[sid]
+        bs = self.block_size
+        fits = min(len(t) for t in tables) * bs
+        frees_at = self.max_model_len + 1
+        for g, window in enumerate(self.windows):
+            if window is not None:  # the position whose window starts past block firsts[g]
+                frees_at = min(frees_at, (firsts[g] + 1) * bs + window - 1)
+        self._room[sid] = (fits, frees_at)
+
+    def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
+        """`allocate` for each; a sequence whose blocks neither grow nor leave the window
+        takes nothing (the common decode case, inlined)."""
+        rooms = self._room
+        for i in range(start, len(items)):
+            seq, n = items[i]
+            room = rooms.get(seq.seq_id)
+            p = seq.num_computed
+            if room is not None and p + n <= room[0] and p < room[1]:
+                continue
+            if not self.allocate(seq, n):
+                return i
+        return len(items)
+
+    def free(self, seq: Sequence) -> None:
+        sid = seq.seq_id
+        tables = self.tables.pop(sid, None)
+        self.first.pop(sid, None)
+        self._room.pop(sid, None)
+        if tables is None:
+            return
+        for g, table in enumerate(tables):
+            for block in reversed(table):  # tail first: a cached prefix outlives its tail
+                if block != FREED:
+                    self._release(g, block)
+            self._group_logs[g].append((sid, DROP_TABLE, 0))
+        self._unaccount(sid)
+
+    def _release(self, group: int, block: int) -> None:
+        if self.pool.ref_counts[block] > 1:
+            self._g_shared[group] -= 1
+        self.pool.release(block)
+
+    def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
+        """Like `paged`: the child gets its own copy of every block the parent holds."""
+        parent_tables = self.tables[parent.seq_id]
+        held = [[b for b in t if b != FREED] for t in parent_tables]
+        if sum(len(h) for h in held) > self.pool.num_free:
+            return None
+        bs = self.block_size
+        tables = self.tables[child.seq_id] = []
+        self.first[child.seq_id] = list(self.first[parent.seq_id])
+        copies: list[SlotCopy] = []
+        for g, parent_table in enumerate(parent_tables):
+            table: list[int] = []
+            for i, src in enumerate(parent_table):
+                if src == FREED:
+                    table.append(FREED)
+                    continue
+                dst = self.pool.allocate()
+                table.append(dst)
+                self._group_logs[g].append((child.seq_id, i, dst))
+                copies.append(SlotCopy(src * bs, dst * bs, bs))
+            tables.append(table)
+        self._account_seq(child)
+        self._set_room(child)
+        self._copies.extend(copies)
+        return copies
+
+    def slot_of(self, seq: Sequence, position: int) -> int:
+        """The slot of `position` in the first allocation group (a full-attention one when the
+        model has any)."""
+        table = self.tables[seq.seq_id][0]
+        return table[position // self.block_size] * self.block_size + position % self.block_size
+
+    def build_layout(self, scheduled: list[tuple[Sequence, int]]) -> KVLayout:
+        logs, self._group_logs = self._group_logs, [[] for _ in self.windows]
+        return KVLayout(
+            kind=self.layout_kind,
+            query_lens=[n for _, n in scheduled],
+            seq_lens=[seq.num_computed + n for seq, n in scheduled],
+            block_size=self.table_block_size,
+            slot_copies=self.pending_copies(),
+            seq_ids=[seq.seq_id for seq, _ in scheduled],
+            group_table_logs=logs,
+        )
+
+    # Accounting -------------------------------------------------------------------------
+
+    def _group_books(self, seq: Sequence) -> list[tuple[int, int, int, int]]:
+        """Per group: (held slots, slots it will use, skipped slots, prompt blocks held)."""
+        bs = self.block_size
+        final = seq.final_kv_len
+        prompt_blocks = self.blocks_for(seq.prompt_len)
+        books = []
+        for table, first in zip(self.tables[seq.seq_id], self.first[seq.seq_id], strict=True):
+            taken = max(len(table), first)
+            held = (taken - first) * bs
+            skipped = first * bs
+            will = min(held, max(final - skipped, 0))
+            books.append((held, will, skipped, max(0, min(taken, prompt_blocks) - first)))
+        return books
+
+    def _account_seq(self, seq: Sequence) -> None:
+        self._unaccount(seq.seq_id)
+        books = self._group_books(seq)
+        self._books[seq.seq_id] = books
+        for g, (held, will, skipped, prompt) in enumerate(books):
+            self._g_held[g] += held
+            self._g_will[g] += will
+            self._g_skipped[g] += skipped
+            self._g_prompt[g] += prompt
+
+    def _unaccount(self, seq_id: int) -> None:
+        for g, (held, will, skipped, prompt) in enumerate(self._books.pop(seq_id, ())):
+            self._g_held[g] -= held
+            self._g_will[g] -= will
+            self._g_skipped[g] -= skipped
+            self._g_prompt[g] -= prompt
+
+    def _split_from_totals(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
+        computed = sum(seq.num_computed for seq in running if seq.seq_id in self._books)
+        bs = self.block_size
+        groups = []
+        for g in range(self.num_groups):
+            shared = self._g_shared[g] * bs  # full token slots counted once per holder
+            token = computed - self._g_skipped[g] - shared
+            will = self._g_will[g] - shared
+            groups.append(MemorySplit(
+                token=token, reserved=will - token, internal=self._g_held[g] - shared - will,
+                prompt_blocks=self._g_prompt[g] if self.counts_prompt_blocks else None))
+        return _total(tuple(groups), self.num_slots, computed)
+
+    def memory_split_from_scratch(
+        self, running: list[Sequence], head_waiting: Sequence | None
+    ) -> MemorySplit:
+        groups = [MemorySplit(prompt_blocks=0 if self.counts_prompt_blocks else None)
+                  for _ in self.windows]
+        bs = self.block_size
+        computed = 0
+        holders: list[dict[int, int]] = [{} for _ in self.windows]  # block -> holders
+        for seq in running:
+            tables = self.tables.get(seq.seq_id)
+            if tables is None:
+                continue
+            computed += seq.num_computed
+            prompt_blocks = self.blocks_for(seq.prompt_len)
+            for g, table in enumerate(tables):
+                held_ids = [i for i, b in enumerate(table) if b != FREED]
+                if not held_ids:
+                    continue
+                start = held_ids[0] * bs
+                token, reserved, internal = split_held(
+                    len(held_ids) * bs, seq.num_computed - start, seq.final_kv_len - start
+                )
+                split = groups[g]
+                split.token += token
+                split.reserved += reserved
+                split.internal += internal
+                if self.counts_prompt_blocks:
+                    split.prompt_blocks += sum(1 for i in held_ids if i < prompt_blocks)
+                for i in held_ids:
+                    holders[g][table[i]] = holders[g].get(table[i], 0) + 1
+        for split, count in zip(groups, holders, strict=True):  # a shared block once
+            split.token -= sum(k - 1 for k in count.values()) * bs
+        return _total(tuple(groups), self.num_slots, computed)
+
+    def is_whole(self) -> bool:
+        return not self.tables and self.pool.is_whole()
+
+    # Tests ------------------------------------------------------------------------------
+
+    def held_blocks(self, seq: Sequence) -> list[int]:
+        """Blocks the sequence holds in each allocation group."""
+        return [sum(1 for b in t if b != FREED) for t in self.tables.get(seq.seq_id, [])]
+
+    def check_consistency(self) -> None:
+        """Assert every held block is held once and the pool agrees with the tables."""
+        owners = [0] * self.pool.num_blocks
+        for tables in self.tables.values():
+            for table in tables:
+                for block in table:
+                    if block != FREED:
+                        owners[block] += 1
+        assert owners == self.pool.ref_counts, "reference counts differ from the block tables"
+
+
+def _total(groups: tuple[MemorySplit, ...], num_slots: int, computed: int) -> MemorySplit:
+    split = MemorySplit(
+        sequence_tokens=computed,
+        token=sum(g.token for g in groups),
+        reserved=sum(g.reserved for g in groups),
+        internal=sum(g.internal for g in groups),
+        prompt_blocks=(sum(g.prompt_blocks for g in groups)
+                       if all(g.prompt_blocks is not None for g in groups) else None),
+        groups=groups,
+    )
+    split.free = num_slots - split.held
+    return split

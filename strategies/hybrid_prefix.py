@@ -1,0 +1,244 @@
+"""`hybrid-prefix`: `hybrid` with block-level prefix caching (vLLM's hybrid KV cache manager
+with `--enable-prefix-caching`).
+
+A full block is named, in each allocation group, by the chained hash of its tokens
+(`prefix_index.py`) and the group's index: equal tokens give equal KV in every group, but
+each group caches its own blocks. Freed named blocks, including a window group's blocks freed
+behind the window, stay as evictable cache (counted free, reported `cached`).
+
+At admission the longest hit is found as vLLM's coordinator does: a full-attention group
+needs every block of the prefix cached (the longest leading run), a sliding-window group of
+window W only the ceil((W - 1) / block) blocks before the hit's end (vLLM's
+`SlidingWindowManager.find_longest_cache_hit`): the next query, at the hit's end, reads
+nothing earlier. The hit is the longest length, at most the full groups' run, at which every
+window group has those blocks; its earlier window-group entries stay empty. At least one
+token is always left to compute (a hit never covers the block holding the last token).
+
+Shared blocks are always full and computed by each of their holders, so the memory split
+counts each once (`HybridStrategy._g_shared`); distinct prompt blocks are not counted.
+Blocks not yet computed are not shared (no pending hits), and a fork copies its parent's
+blocks as `hybrid` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
+from kvbench.core.sequence import Sequence
+from kvbench.strategies.hybrid import FREED, HybridOptions, HybridStrategy
+from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool, block_hash, root_hash
+from kvbench.strategies.registry import register_strategy
+
+
+@dataclass(frozen=True)
+class HybridPrefixOptions(HybridOptions):
+    namespace: str = ""  # keys the hashes (model, dtypes): other configurations never match
+
+
+@register_strategy(
+    "hybrid-prefix", "hybrid + block-level prefix caching (a window group needs only its "
+    "window's blocks for a hit)", HybridPrefixOptions,
+)
+class HybridPrefixStrategy(HybridStrategy):
+    name = "hybrid-prefix"
+    counts_prompt_blocks = False
+
+    def __init__(
+        self,
+        num_slots: int,
+        max_model_len: int,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        watermark: float = 0.01,
+        allocation_windows: tuple[int | None, ...] = (None,),
+        namespace: str = "",
+        check_accounting: bool | None = None,
+    ) -> None:
+        super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
+                         allocation_windows=allocation_windows,
+                         check_accounting=check_accounting)
+        self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
+        self._root = root_hash(namespace)
+        self._chains: dict[int, list[BlockHash]] = {}  # seq_id -> hash of each full block
+        self._named: dict[int, int] = {}  # seq_id -> full blocks registered so far
+        self.live: dict[int, Sequence] = {}
+        self.hit_tokens = 0
+        self.query_tokens = 0
+
+    # Names ------------------------------------------------------------------------------
+
+    def _key(self, h: BlockHash, group: int) -> BlockHash:
+        return h + bytes((group,))
+
+    def _chain(self, seq: Sequence) -> list[BlockHash]:
+        chain = self._chains.setdefault(seq.seq_id, [])
+        bs = self.block_size
+        tokens = seq.token_ids
+        while len(chain) < len(tokens) // bs:
+            i = len(chain)
+            chain.append(block_hash(chain[-1] if chain else self._root,
+                                    tokens[i * bs : (i + 1) * bs]))
+        return chain
+
+    def _sync(self, seq: Sequence) -> None:
+        """Name the blocks the sequence filled since the last call, in every group."""
+        tables = self.tables.get(seq.seq_id)
+        if tables is None:
+            return
+        full = min(seq.num_computed, len(seq.token_ids)) // self.block_size
+        named = self._named.get(seq.seq_id, 0)
+        if full <= named:
+            return
+        chain = self._chain(seq)
+        for g, table in enumerate(tables):
+            for i in range(named, min(full, len(table))):
+                if table[i] != FREED:
+                    self.pool.register(table[i], self._key(chain[i], g))
+        self._named[seq.seq_id] = full
+
+    def _sync_all(self) -> None:
+        for seq in self.live.values():
+            self._sync(seq)
+
+    # Hits -------------------------------------------------------------------------------
+
+    def _match(self, seq: Sequence) -> tuple[int, list[list[int]]]:
+        """(hit blocks L, per group the cached block of each index from its first needed
+        one to L, FREED before it)."""
+        if seq.num_computed or seq.seq_id in self.tables:
+            return 0, []
+        chain = self._chain(seq)[: (len(seq.token_ids) - 1) // self.block_size]
+        lookup = self.pool.lookup
+        longest = len(chain)
+        for g, window in enumerate(self.windows):
+            if window is None:
+                run = 0
+                while run < longest and lookup(self._key(chain[run], g)) is not None:
+                    run += 1
+                longest = run
+        # per window group, the cached run ending at each block: one pass each (the hit at L
+        # needs blocks first_needed(L) .. L - 1 cached)
+        ok = [True] * (longest + 1)
+        cached_of: list[list[int | None]] = []
+        for g, window in enumerate(self.windows):
+            blocks = [lookup(self._key(chain[i], g)) for i in range(longest)]
+            cached_of.append(blocks)
+            if window is None:
+                continue
+            run = 0
+            for hit in range(1, longest + 1):
+                run = run + 1 if blocks[hit - 1] is not None else 0
+                if run < hit - self._first_needed(window, hit * self.block_size):
+                    ok[hit] = False
+        hit = next((h for h in range(longest, 0, -1) if ok[h]), 0)
+        if not hit:
+            return 0, []
+        tables = []
+        for g, window in enumerate(self.windows):
+            start = self._first_needed(window, hit * self.block_size)
+            tables.append([FREED] * start + cached_of[g][start:hit])
+        return hit, tables
+
+    def _blocks_to_revive(self, tables: list[list[int]]) -> int:
+        refs = self.pool.ref_counts
+        return sum(1 for t in tables for b in t if b != FREED and refs[b] == 0)
+
+    # CacheStrategy ----------------------------------------------------------------------
+
+    def can_admit(self, seq: Sequence, num_running: int) -> bool:
+        self._sync_all()
+        hit, tables = self._match(seq)
+        if not hit:
+            return super().can_admit(seq, num_running)
+        fresh = self.num_groups * (self.blocks_for(len(seq.token_ids)) - hit)
+        keep = self.watermark_blocks if num_running else 0
+        return self.pool.num_free - self._blocks_to_revive(tables) - fresh >= keep
+
+    def admit(self, seq: Sequence) -> int:
+        self._sync_all()
+        hit, hit_tables = self._match(seq)
+        self.live[seq.seq_id] = seq
+        self.query_tokens += seq.num_uncomputed
+        if not hit:
+            return super().admit(seq)
+        fresh = self.num_groups * (self.blocks_for(len(seq.token_ids)) - hit)
+        if fresh > self.pool.num_free - self._blocks_to_revive(hit_tables):
+            raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
+        sid = seq.seq_id
+        self.tables[sid] = hit_tables
+        self.first[sid] = [self._first_needed(w, hit * self.block_size) for w in self.windows]
+        for g, table in enumerate(hit_tables):  # take the hits first: fresh blocks may evict
+            log = self._group_logs[g]
+            for i, block in enumerate(table):
+                if block == FREED:
+                    continue
+                if self.pool.ref_counts[block] > 0:
+                    self._g_shared[g] += 1
+                self.pool.acquire(block)
+                log.append((sid, i, block))
+        end = self.blocks_for(len(seq.token_ids))
+        for g, table in enumerate(hit_tables):
+            log = self._group_logs[g]
+            for i in range(hit, end):
+                block = self.pool.allocate()
+                table.append(block)
+                log.append((sid, i, block))
+        self._named[sid] = hit
+        cached = hit * self.block_size
+        self.hit_tokens += cached
+        self._account_seq(seq)
+        self._set_room(seq)
+        return cached
+
+    def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
+        if seq.seq_id in self.tables:
+            self._sync(seq)
+        self.live[seq.seq_id] = seq
+        return super().allocate(seq, num_new_tokens)
+
+    def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
+        """Every sequence through `allocate`: one with room may still have blocks to name."""
+        allocate = self.allocate
+        for i in range(start, len(items)):
+            seq, n = items[i]
+            if not allocate(seq, n):
+                return i
+        return len(items)
+
+    def free(self, seq: Sequence) -> None:
+        self._sync(seq)
+        self._chains.pop(seq.seq_id, None)
+        self._named.pop(seq.seq_id, None)
+        self.live.pop(seq.seq_id, None)
+        super().free(seq)
+
+    def fork(self, parent: Sequence, child: Sequence):
+        copies = super().fork(parent, child)
+        if copies is not None:
+            self.live[child.seq_id] = child
+        return copies
+
+    def memory_split(self, running, head_waiting):
+        split = super().memory_split(running, head_waiting)
+        split.cached = self.pool.num_evictable * self.block_size
+        return split
+
+    def is_whole(self) -> bool:
+        return not self.tables and self.pool.is_whole()
+
+    def reset_stats(self) -> None:
+        self.pool.evictions = 0
+        self.hit_tokens = self.query_tokens = 0
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "evictions": self.pool.evictions,
+            "cache_hit_tokens": self.hit_tokens,
+            "cache_query_tokens": self.query_tokens,
+            "cache_hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
+            "cached_blocks": self.pool.num_evictable,
+        }
+
+    def check_consistency(self) -> None:
+        super().check_consistency()
+        self.pool.check()
