@@ -71,6 +71,23 @@ class GroupMemory:
         elif self._held_max and held > self._held_max[0]:
             self._held_max = [held] * len(self.shapes)
 
+    def add_parts(self, dt_s: float, token: int, reserved: int, internal: int, external: int,
+                  free: int) -> None:
+        """`add` of a split given by its parts, of a strategy with one table for every layer
+        (a fast-forwarded decode step: no `MemorySplit` is built for it)."""
+        held = token + reserved + internal + external
+        self._weight_s += dt_s
+        self._held_s += dt_s * held
+        self._tokens_s += dt_s * token
+        total = self._total
+        total[0] += dt_s * token
+        total[1] += dt_s * reserved
+        total[2] += dt_s * internal
+        total[3] += dt_s * external
+        total[4] += dt_s * free
+        if self._held_max and held > self._held_max[0]:
+            self._held_max = [held] * len(self.shapes)
+
     def summary(self) -> dict[str, Any]:
         """`kv_held_bytes_per_token` and `kv_groups` of the summary's memory section."""
         w = self._weight_s

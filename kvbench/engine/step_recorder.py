@@ -157,6 +157,13 @@ class StepRecorder(StepLog):
         if unrecorded:  # a step that scheduled nothing before the run: its preemptions
             rows[0] = (*rows[0][:16], unrecorded, *rows[0][17:])
         self.keep_rows(rows)
+        group_memory = self.group_memory
+        if group_memory is not None:
+            if group_memory.per_group_splits:
+                raise ValueError("a decode run has no per-group splits to record")
+            for start, end, token, h, w in zip(starts, ends_s, tokens, held, will, strict=True):
+                group_memory.add_parts(end - start, token, w - token, h - w, external,
+                                       num_slots - h - external)
 
 
 def _expand_books(
