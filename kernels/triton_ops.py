@@ -3,7 +3,9 @@
 ``ops = importlib.import_module("kvbench.kernels.triton_ops")`` exposes ``write_kv``,
 ``paged_attention``, ``contiguous_attention``, ``paged_decode_attention`` and
 ``contiguous_decode_attention`` with the reference signatures (plus keyword-only tuning
-extras at the end), and re-exports the reference's fp8 helpers. Importing this module
+extras at the end), score variants included, and re-exports the reference's fp8 helpers. The
+decodes also take a latent-attention (MLA) cache; the prefills refuse one (MLA prefills
+through the reference). Importing this module
 imports triton and raises ``ImportError`` where it is not installed.
 
 Tensors must be on a CUDA device, or on the CPU when ``TRITON_INTERPRET=1`` was set before
@@ -670,8 +672,10 @@ def paged_decode_attention(
     """Decode: `q` `[S, Hq, D]`, the newest token of each sequence, already written to the cache.
 
     `num_splits`: split-K (flash decoding) factor, at most `BLOCK_SPLITS` (larger values are
-    capped); None picks it from the context length (`choose_num_splits`), 1 disables it.
-    `max_seq_len` avoids a device sync when given.
+    capped); None picks it from the context length, or the window's length
+    (`choose_num_splits`), 1 disables it. `max_seq_len` avoids a device sync when given.
+    Latent attention: `q` `[S, H, kv_lora_rank + rope_dim]`, `v_cache` =
+    `k_cache[..., :kv_lora_rank]`, output `[S, H, kv_lora_rank]` (`mla_decode_launches`).
     """
     return _decode(q, k_cache, v_cache, block_tables, True, seq_lens, block_size, softmax_scale,
                    k_scale, v_scale, num_splits, max_seq_len, block_n, sliding_window, softcap,
