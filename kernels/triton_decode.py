@@ -144,7 +144,7 @@ def tile_scores(q, k, DOT_FP32: tl.constexpr):
 
 @triton.jit
 def scaled_scores(s, qk_scale, softcap_arg, SOFTCAP: tl.constexpr):
-    """Raw ``q @ k.T`` scores in log2 units (the softmax is base 2).
+    """Raw ``q @ k.T`` scores ``s`` scaled, in log2 units (the softmax is base 2).
 
     Plain: ``s * qk_scale``. ``SOFTCAP``: ``c * tanh(x)`` with ``x = s * scale / c``, computed
     as ``c * (1 - 2 / (e^(2x) + 1))`` (exact at both saturations); the caller passes
