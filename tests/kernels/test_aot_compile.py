@@ -49,7 +49,7 @@ def builds(tmp_path_factory, request):
     archs, cases = _selected(request.session)
     command = [sys.executable, "-m", "kvbench.kernels.aot", "--json", str(out)]
     command += [f"--arch={a}" for a in archs] + [f"--case={c}" for c in cases]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if not out.exists():
         pytest.fail(f"the ahead-of-time build did not finish:\n{proc.stdout}\n{proc.stderr}")
     records = json.loads(out.read_text())
