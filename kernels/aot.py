@@ -29,7 +29,7 @@ from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import create_function_from_signature
 
 from . import launch_config
-from .aot_matrix import ARCHS, matrix
+from .aot_matrix import ARCHS, case_archs, matrix
 from .triton_ops import Launch
 
 
@@ -128,8 +128,9 @@ def build_case(case: str, arch: int) -> list[dict]:
 
 
 def build_matrix(archs=ARCHS, cases=None, jobs: int = 1) -> list[dict]:
-    """`build_case` for every (case, arch), in `jobs` processes."""
-    pairs = [(c, a) for c in matrix() if not cases or c in cases for a in archs]
+    """`build_case` for every (case, arch) the matrix builds, in `jobs` processes."""
+    pairs = [(c, a) for c in matrix() if not cases or c in cases for a in archs
+             if a in case_archs(c)]
     if jobs <= 1:
         return [r for c, a in pairs for r in build_case(c, a)]
     with ProcessPoolExecutor(max_workers=jobs) as pool:

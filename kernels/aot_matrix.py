@@ -9,6 +9,9 @@ from .attention_shape import AttentionShape
 from .reference import FP8_DTYPE
 
 ARCHS = (80, 86, 89, 90)
+# The score-variant and latent-attention cases build for A100 and H100/H200 only: one model
+# shape each, so they add a few cases rather than multiplying the matrix.
+VARIANT_ARCHS = (80, 90)
 
 
 def matrix():
@@ -39,4 +42,29 @@ def matrix():
         out[case] = AttentionShape(num_q_heads=8 * group, num_kv_heads=8, head_dim=head_dim,
                                    dtype=q_dtype, cache_dtype=cache_dtype, block_size=16,
                                    scale_kind=scale_kind)
-    return out
+    return out | variant_matrix()
+
+
+def variant_matrix():
+    """``{case id: AttentionShape}`` of the score variants and latent attention, one model
+    shape each (built for `VARIANT_ARCHS`)."""
+    bf16 = torch.bfloat16
+    both = (False, True)  # hybrid: full-attention and sliding-window layers
+    return {
+        # Gemma-2-27B: 32 q / 16 KV heads of 128, attention soft-capping, every other layer local.
+        "gemma2-qbf16-kvbf16-d128-g2-softcap": AttentionShape(
+            32, 16, 128, bf16, bf16, window_kinds=both, softcap=True),
+        # gpt-oss-120b: 64 q / 8 KV heads of 64, sinks, alternating windows; an fp8 cache.
+        "gptoss-qbf16-kvfp8-scalar-d64-g8-sinks": AttentionShape(
+            64, 8, 64, bf16, FP8_DTYPE, scale_kind="scalar", window_kinds=both, sinks=True),
+        # DeepSeek-V3 at tensor parallel 8: 16 heads over one 512 + 64 latent row.
+        "deepseekv3-mla-qbf16-kvbf16-d576": AttentionShape(
+            16, 1, 576, bf16, bf16, kv_lora_rank=512),
+        "deepseekv3-mla-qbf16-kvfp8-scalar-d576": AttentionShape(
+            16, 1, 576, bf16, FP8_DTYPE, scale_kind="scalar", kv_lora_rank=512),
+    }
+
+
+def case_archs(case: str) -> tuple[int, ...]:
+    """The targets case `case` is built for."""
+    return VARIANT_ARCHS if case in variant_matrix() else ARCHS

@@ -46,6 +46,19 @@ _TABLE: dict[tuple[str, str, bool], LaunchConfig] = {
     ("sm90", "prefill", False): LaunchConfig(block_m=64, block_n=64, num_warps=4, num_stages=3),
     ("sm90", "prefill", True): LaunchConfig(block_m=32, block_n=32, num_warps=4, num_stages=2),
 }
+# Latent-attention decode (`triton_mla_decode`): block_m is the query heads per program; the
+# rows are 512 + 64 wide whatever the model, so one entry per family and operand width. Eight
+# warps: with four, the fp8 tile decode spills on sm_80 and sm_90.
+_TABLE.update({
+    (fam, "mla_decode", False): LaunchConfig(block_m=16, block_n=32, num_warps=8,
+                                             num_stages=2)
+    for fam in ("sm80", "sm86", "sm90")
+})
+_TABLE.update({
+    (fam, "mla_decode", True): LaunchConfig(block_m=16, block_n=16, num_warps=8,
+                                            num_stages=1)
+    for fam in ("sm80", "sm86", "sm90")
+})
 
 # Largest dynamic shared memory one block may use, bytes (CUDA occupancy tables).
 MAX_SHARED_BYTES = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
@@ -67,11 +80,11 @@ def max_shared_bytes(arch: int) -> int:
 
 @functools.lru_cache(maxsize=256)
 def choose(arch: int | None, kind: str, head_dim: int, fp32_operands: bool) -> LaunchConfig:
-    """The launch configuration for a ``kind`` ("decode" or "prefill") kernel on ``arch``
-    (None: the CPU interpreter)."""
-    if kind not in ("decode", "prefill"):
+    """The launch configuration for a ``kind`` ("decode", "prefill" or "mla_decode") kernel on
+    ``arch`` (None: the CPU interpreter)."""
+    if kind not in ("decode", "prefill", "mla_decode"):
         raise ValueError(f"unknown kernel kind {kind!r}")
     if arch is None:
         return INTERPRETER
-    wide = fp32_operands or head_dim > 128
+    wide = fp32_operands or (head_dim > 128 and kind != "mla_decode")
     return _TABLE[(family(arch), kind, wide)]

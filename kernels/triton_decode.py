@@ -12,6 +12,18 @@ write unnormalised partial outputs plus their running max and sum; a second smal
 merges them. fp8 caches are dequantized on load: the per-tensor or per-KV-head scale is a
 constant in a program, so it is folded into the score scale (K) and the output (V).
 
+Score variants (`kvbench.kernels.reference`'s semantics), each a constexpr flag so the plain
+path compiles exactly as without them; their values are runtime arguments (a window length or
+a cap never compiles a new variant):
+
+- ``WINDOW`` (length ``window``): the query at position ``n - 1`` sees keys ``n - W .. n - 1``;
+  the K/V loop *starts* at the window's first position, so a decode reads W keys whatever the
+  context and never loads a block-table entry before the window (a strategy that frees the
+  blocks behind a window leaves those entries stale). Split-K splits the window's span only.
+- ``SOFTCAP`` (cap ``c``): scaled scores become ``c * tanh(s / c)`` before masking.
+- ``SINKS`` (``[Hq]`` logits): join the softmax denominator once, after the K/V loop (with
+  split-K, in the merge), and add nothing to the output.
+
 Importing this module imports triton (``ImportError`` when it is missing).
 """
 
@@ -131,16 +143,48 @@ def tile_scores(q, k, DOT_FP32: tl.constexpr):
 
 
 @triton.jit
-def online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32: tl.constexpr):
+def scaled_scores(s, qk_scale, softcap_arg, SOFTCAP: tl.constexpr):
+    """Raw ``q @ k.T`` scores ``s`` scaled, in log2 units (the softmax is base 2).
+
+    Plain: ``s * qk_scale``. ``SOFTCAP``: ``c * tanh(x)`` with ``x = s * scale / c``, computed
+    as ``c * (1 - 2 / (e^(2x) + 1))`` (exact at both saturations); the caller passes
+    ``qk_scale = 2 * scale * log2(e) / c`` (so ``e^(2x)`` is one ``exp2``) and
+    ``softcap_arg = c * log2(e)``.
+    """
+    if SOFTCAP:
+        return softcap_arg * (1.0 - 2.0 / (tl.exp2(s * qk_scale) + 1.0))
+    else:
+        return s * qk_scale
+
+
+@triton.jit
+def fold_sinks(sinks_ptr, heads, mask, m_i, l_i, acc):
+    """Add each row's sink logit (natural units, ``sinks_ptr[heads]``) to the denominator."""
+    sink = tl.load(sinks_ptr + heads, mask=mask, other=float("-inf")).to(tl.float32) * LOG2E
+    m_new = tl.maximum(m_i, sink)
+    m_safe = tl.where(m_new > float("-inf"), m_new, 0.0)
+    alpha = tl.exp2(m_i - m_safe)
+    l_i = l_i * alpha + tl.exp2(sink - m_safe)
+    return m_new, l_i, acc * alpha[:, None]
+
+
+@triton.jit
+def online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32: tl.constexpr,
+                          MAY_BE_EMPTY: tl.constexpr):
     """Fold one key tile into flash attention's running max, denominator and accumulator.
 
-    ``s``: the tile's scores in log2 units, masked to -inf; every row must have a finite
-    running max afterwards. ``v``: the tile's values in the dtype fed to ``tl.dot``.
+    ``s``: the tile's scores in log2 units, masked to -inf; unless ``MAY_BE_EMPTY`` every row
+    must have a finite running max afterwards (``MAY_BE_EMPTY`` guards rows that saw no key
+    yet, as a window's rows can). ``v``: the tile's values in the dtype fed to ``tl.dot``.
     Returns ``(m_i, l_i, acc)``.
     """
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    if MAY_BE_EMPTY:
+        m_use = tl.where(m_new > float("-inf"), m_new, 0.0)
+    else:
+        m_use = m_new
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     if DOT_FP32:
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=FP32_DOT_PRECISION)
@@ -150,10 +194,23 @@ def online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32: tl.constexpr):
 
 
 @triton.jit
+def score_scales(softmax_scale, softcap, k_scale_ptr, kv_head, FP8: tl.constexpr,
+                 PER_HEAD_SCALE: tl.constexpr, SOFTCAP: tl.constexpr):
+    """``(qk_scale, softcap_arg)`` for `scaled_scores`, the fp8 K scale folded in."""
+    qk_scale = softmax_scale * LOG2E
+    if FP8:
+        qk_scale = qk_scale * kv_head_scale(k_scale_ptr, kv_head, PER_HEAD_SCALE)
+    if SOFTCAP:
+        return 2.0 * qk_scale / softcap, softcap * LOG2E
+    else:
+        return qk_scale, softcap
+
+
+@triton.jit
 def _decode_tile(n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
-                 stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc,
+                 stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc, softcap_arg,
                  BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr,
-                 FP8: tl.constexpr, DOT_FP32: tl.constexpr):
+                 FP8: tl.constexpr, DOT_FP32: tl.constexpr, SOFTCAP: tl.constexpr):
     """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, end))`` into ``(m_i, l_i, acc)``."""
     pos = n0 + tl.arange(0, BLOCK_N)
     tok_mask = pos < end
@@ -161,25 +218,36 @@ def _decode_tile(n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stri
     kv_mask = tok_mask[:, None] & d_mask[None, :]
     k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
                      DOT_FP32, q.dtype, FP8)
-    s = tile_scores(q, k, DOT_FP32)
-    s = tl.where(tok_mask[None, :], s * qk_scale, float("-inf"))
+    s = scaled_scores(tile_scores(q, k, DOT_FP32), qk_scale, softcap_arg, SOFTCAP)
+    s = tl.where(tok_mask[None, :], s, float("-inf"))
     # Every tile holds at least one real token, so the running max stays finite.
     v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
                      DOT_FP32, q.dtype, FP8)
-    return online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32)
+    return online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32, False)
+
+
+@triton.jit
+def window_span(seq_len, window, WINDOW: tl.constexpr):
+    """The first key position a sequence's newest query sees."""
+    if WINDOW:
+        return tl.maximum(seq_len - window, 0)
+    else:
+        return 0
 
 
 # Arguments that change from step to step (block-table width, split count) are not specialized:
 # otherwise every new value (or its divisibility by 16) compiles a new variant mid-run. Nor is
 # the alignment of the block table and lengths: executors pass slices such as
-# ``seq_lens[num_prefill:]`` whose start moves by 4 bytes per prefill sequence.
-@triton.jit(do_not_specialize=["num_splits", "stride_table"],
-            do_not_specialize_on_alignment=["table_ptr", "seq_lens_ptr"])
+# ``seq_lens[num_prefill:]`` whose start moves by 4 bytes per prefill sequence. A window length
+# differs between models and layers, and a model's sinks may be a slice of a larger tensor
+# (one tensor-parallel rank's heads): not specialized either.
+@triton.jit(do_not_specialize=["num_splits", "stride_table", "window"],
+            do_not_specialize_on_alignment=["table_ptr", "seq_lens_ptr", "sinks_ptr"])
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr,
     table_ptr, seq_lens_ptr,
-    out_ptr, m_ptr, l_ptr,
-    softmax_scale, num_splits,
+    out_ptr, m_ptr, l_ptr, sinks_ptr,
+    softmax_scale, num_splits, window, softcap,
     stride_q_seq, stride_q_head,
     stride_k_slot, stride_k_head, stride_v_slot, stride_v_head,
     stride_table,
@@ -190,18 +258,20 @@ def _decode_kernel(
     BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     PAGED: tl.constexpr, SPLIT: tl.constexpr,
     FP8: tl.constexpr, PER_HEAD_SCALE: tl.constexpr, DOT_FP32: tl.constexpr,
+    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
 
     seq_len = tl.load(seq_lens_ptr + seq).to(tl.int32)
+    first = window_span(seq_len, window, WINDOW)
     if SPLIT:
-        chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
-        start = split * chunk
+        chunk = tl.cdiv(tl.cdiv(seq_len - first, num_splits), BLOCK_N) * BLOCK_N
+        start = first + split * chunk
         end = tl.minimum(seq_len, start + chunk)
     else:
-        start = 0
+        start = first
         end = seq_len
 
     offs_g = tl.arange(0, BLOCK_G)
@@ -215,10 +285,8 @@ def _decode_kernel(
     if DOT_FP32:
         q = q.to(tl.float32)
 
-    qk_scale = softmax_scale * LOG2E
-    if FP8:
-        qk_scale = qk_scale * kv_head_scale(k_scale_ptr, kv_head, PER_HEAD_SCALE)
-
+    qk_scale, softcap_arg = score_scales(softmax_scale, softcap, k_scale_ptr, kv_head,
+                                         FP8, PER_HEAD_SCALE, SOFTCAP)
     table_row = sequence_row(table_ptr, seq, stride_table, PAGED)
     k_head_off = kv_head * stride_k_head
     v_head_off = kv_head * stride_v_head
@@ -233,20 +301,21 @@ def _decode_kernel(
             m_i, l_i, acc = _decode_tile(
                 n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
                 stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc,
-                BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32)
+                softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, SOFTCAP)
             n0 += BLOCK_N
     else:
         for n0 in range(start, end, BLOCK_N):
             m_i, l_i, acc = _decode_tile(
                 n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
                 stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc,
-                BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32)
+                softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, SOFTCAP)
 
     if FP8:
         acc = acc * kv_head_scale(v_scale_ptr, kv_head, PER_HEAD_SCALE)
 
     out_mask = g_mask[:, None] & d_mask[None, :]
     if SPLIT:
+        # The sinks join once, in the merge.
         o_ptrs = (out_ptr + seq * stride_o_seq + heads[:, None] * stride_o_head
                   + split * stride_o_split + offs_d[None, :])
         tl.store(o_ptrs, acc, mask=out_mask)
@@ -254,21 +323,25 @@ def _decode_kernel(
         tl.store(m_ptr + ml_off, m_i, mask=g_mask)
         tl.store(l_ptr + ml_off, l_i, mask=g_mask)
     else:
+        if SINKS:
+            m_i, l_i, acc = fold_sinks(sinks_ptr, heads, g_mask, m_i, l_i, acc)
         # An empty sequence (seq_len 0) yields zeros rather than 0/0.
         out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
         o_ptrs = out_ptr + seq * stride_o_seq + heads[:, None] * stride_o_head + offs_d[None, :]
         tl.store(o_ptrs, cast_rne(out, out_ptr.dtype.element_ty), mask=out_mask)
 
 
-@triton.jit(do_not_specialize=["num_splits"])
+@triton.jit(do_not_specialize=["num_splits"], do_not_specialize_on_alignment=["sinks_ptr"])
 def _merge_splits_kernel(
-    partial_ptr, m_ptr, l_ptr, out_ptr, num_splits,
+    partial_ptr, m_ptr, l_ptr, out_ptr, sinks_ptr, num_splits,
     stride_p_seq, stride_p_head, stride_p_split,
     stride_ml_seq, stride_ml_head,
     stride_o_seq, stride_o_head,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+    SINKS: tl.constexpr,
 ):
-    """Combine the per-split partial results of one (sequence, query head)."""
+    """Combine the per-split partial results of one (sequence, query head); ``SINKS``: the
+    head's sink logit joins the denominator here, once."""
     seq = tl.program_id(0)
     head = tl.program_id(1)
     offs_s = tl.arange(0, BLOCK_SPLITS)
@@ -280,9 +353,15 @@ def _merge_splits_kernel(
     m = tl.load(m_ptr + ml_off, mask=s_mask, other=float("-inf"))
     sums = tl.load(l_ptr + ml_off, mask=s_mask, other=0.0)
     m_max = tl.max(m, axis=0)
+    if SINKS:
+        sink = tl.load(sinks_ptr + head).to(tl.float32) * LOG2E
+        m_max = tl.maximum(m_max, sink)
     # Empty splits have m = -inf; if every split is empty, the output is zero.
-    w = tl.where(m > float("-inf"), tl.exp2(m - tl.where(m_max > float("-inf"), m_max, 0.0)), 0.0)
+    m_safe = tl.where(m_max > float("-inf"), m_max, 0.0)
+    w = tl.where(m > float("-inf"), tl.exp2(m - m_safe), 0.0)
     denom = tl.sum(w * sums, axis=0)
+    if SINKS:
+        denom += tl.exp2(sink - m_safe)
 
     p_ptrs = (partial_ptr + seq * stride_p_seq + head * stride_p_head
               + offs_s[:, None] * stride_p_split + offs_d[None, :])

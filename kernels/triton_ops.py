@@ -3,7 +3,9 @@
 ``ops = importlib.import_module("kvbench.kernels.triton_ops")`` exposes ``write_kv``,
 ``paged_attention``, ``contiguous_attention``, ``paged_decode_attention`` and
 ``contiguous_decode_attention`` with the reference signatures (plus keyword-only tuning
-extras at the end), and re-exports the reference's fp8 helpers. Importing this module
+extras at the end), score variants included, and re-exports the reference's fp8 helpers. The
+decodes also take a latent-attention (MLA) cache; the prefills refuse one (MLA prefills
+through the reference). Importing this module
 imports triton and raises ``ImportError`` where it is not installed.
 
 Tensors must be on a CUDA device, or on the CPU when ``TRITON_INTERPRET=1`` was set before
@@ -41,6 +43,7 @@ from .reference import (  # noqa: F401  (re-exported: this module mirrors refere
 )
 from .triton_decode import _decode_kernel, _merge_splits_kernel
 from .triton_kv_write import _write_kv_kernel
+from .triton_mla_decode import _mla_decode_kernel
 from .triton_prefill import _prefill_kernel
 
 __all__ = [
@@ -183,8 +186,15 @@ def _check_block(name: str, value: int | None) -> None:
 
 def write_kv_launches(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None,
                       target: Target | None = None) -> list[Launch]:
-    """The launches `write_kv` makes (none for zero tokens)."""
+    """The launches `write_kv` makes (none for zero tokens).
+
+    Latent attention (`v_cache` is ``k_cache[..., :kv_lora_rank]``): the key rows are written
+    and carry the values with them (``v`` is their latent part and is not read).
+    """
     num_tokens, num_kv_heads, head_dim = k.shape
+    if v_cache.shape[-1] != k_cache.shape[-1]:
+        _check_latent_cache(k_cache, v_cache, head_dim)
+        v, v_cache, v_scale = k, k_cache, k_scale
     _check_cache(k_cache, v_cache, head_dim)
     if num_tokens == 0:
         return []
@@ -261,6 +271,35 @@ def _cache_views(k_cache, v_cache):
     return k_cache, v_cache
 
 
+@dataclass(frozen=True)
+class _VariantArgs:
+    """The score variants of one call: constexpr flags and their runtime values."""
+
+    window: int
+    softcap: float
+    sinks: torch.Tensor
+    constexprs: dict[str, bool]
+
+
+def _variant_args(sliding_window: int | None, softcap: float | None, sinks: torch.Tensor | None,
+                  num_q_heads: int, device: torch.device) -> _VariantArgs:
+    if sliding_window is not None and sliding_window < 1:
+        raise ValueError(f"sliding_window must be >= 1, got {sliding_window}")
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"softcap must be > 0, got {softcap}")
+    if sinks is None:
+        sinks_arg = _const_scale(0.0, device)
+    else:
+        if sinks.numel() != num_q_heads:
+            raise ValueError(f"sinks has {sinks.numel()} elements; expected one per query head "
+                             f"({num_q_heads})")
+        sinks_arg = sinks.to(device=device, dtype=torch.float32).reshape(-1).contiguous()
+    flags = dict(WINDOW=sliding_window is not None, SOFTCAP=softcap is not None,
+                 SINKS=sinks is not None)
+    return _VariantArgs(window=sliding_window or 0, softcap=float(softcap or 0.0),
+                        sinks=sinks_arg, constexprs=flags)
+
+
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int,
                       device: torch.device | Target) -> int:
     """How many programs share one sequence's context in decode (1: no split-K).
@@ -282,8 +321,16 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int,
 
 def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_scale,
                     k_scale=None, v_scale=None, num_splits=None, max_seq_len=None, block_n=None,
-                    target: Target | None = None, out=None) -> tuple[torch.Tensor, list[Launch]]:
-    """The output tensor and the launches of one decode call (see `paged_decode_attention`)."""
+                    target: Target | None = None, out=None, sliding_window=None, softcap=None,
+                    sinks=None) -> tuple[torch.Tensor, list[Launch]]:
+    """The output tensor and the launches of one decode call (see `paged_decode_attention`).
+
+    A `v_cache` narrower than `k_cache` is latent attention (`mla_decode_launches`).
+    """
+    if v_cache.shape[-1] != k_cache.shape[-1]:
+        return mla_decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
+                                   softmax_scale, k_scale, v_scale, num_splits, max_seq_len,
+                                   block_n, target, out, sliding_window, softcap, sinks)
     num_seqs, num_q_heads, head_dim = q.shape
     _check_cache(k_cache, v_cache, head_dim)
     _check_block("block_n", block_n)
@@ -300,16 +347,12 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
     seq_lens = seq_lens.contiguous()
     group = num_q_heads // num_kv_heads
     ks, vs, fp8, per_head = _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, q.device)
+    var = _variant_args(sliding_window, softcap, sinks, num_q_heads, q.device)
     dot_fp32 = _dot_fp32(q, k_cache, target)
     cfg = launch_config.choose(target.arch, "decode", head_dim, dot_fp32)
     bn = block_n or cfg.block_n
-    if num_splits is None:
-        if max_seq_len is None:
-            max_seq_len = int(seq_lens.max())
-        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, target)
-    if num_splits < 1:
-        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    num_splits = min(num_splits, BLOCK_SPLITS)
+    num_splits = _split_count(num_splits, num_seqs, num_kv_heads, seq_lens, max_seq_len,
+                              sliding_window, target)
     split = num_splits > 1
     block_d = max(16, _next_pow2(head_dim))
     kc, vc = _cache_views(k_cache, v_cache)
@@ -319,6 +362,7 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
         BLOCK_N=bn, BLOCK_SIZE=block_size if paged else 1,
         PAGED=paged, SPLIT=split,
         FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32,
+        **var.constexprs,
     )
     options = _options(cfg)
     stride_table = table.stride(0) if paged else 0
@@ -326,8 +370,8 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
     if not split:
         args = (
             q, kc, vc, ks, vs, table, seq_lens,
-            out, out, out,
-            softmax_scale, 1,
+            out, out, out, var.sinks,
+            softmax_scale, 1, var.window, var.softcap,
             q.stride(0), q.stride(1),
             kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
             stride_table,
@@ -342,32 +386,138 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
     sums = torch.empty_like(m)
     args = (
         q, kc, vc, ks, vs, table, seq_lens,
-        partial, m, sums,
-        softmax_scale, num_splits,
+        partial, m, sums, var.sinks,
+        softmax_scale, num_splits, var.window, var.softcap,
         q.stride(0), q.stride(1),
         kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
         stride_table,
         partial.stride(0), partial.stride(1), partial.stride(2),
         m.stride(0), m.stride(1),
     )
+    return out, [Launch(_decode_kernel, grid, args, constexprs, options),
+                 _merge_launch(partial, m, sums, out, var, num_splits)]
+
+
+def _check_latent_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, head_dim: int) -> int:
+    """Latent attention's cache: ``v_cache`` is ``k_cache[..., :lora_dim]`` (the value is the
+    latent part of the key row); returns ``lora_dim``."""
+    if k_cache.dim() != 3 or k_cache.shape[-1] != head_dim or k_cache.shape[1] != 1:
+        raise ValueError(f"latent attention needs k_cache [num_slots, 1, {head_dim}], got "
+                         f"{tuple(k_cache.shape)}")
+    lora_dim = v_cache.shape[-1]
+    same_rows = (v_cache.data_ptr() == k_cache.data_ptr() and v_cache.stride() == k_cache.stride()
+                 and v_cache.shape[:2] == k_cache.shape[:2] and v_cache.dtype == k_cache.dtype)
+    if not same_rows or not 0 < lora_dim < head_dim or k_cache.stride(-1) != 1:
+        raise ValueError("latent attention needs v_cache = k_cache[..., :kv_lora_rank] (a view "
+                         f"of the key cache), got v_cache {tuple(v_cache.shape)}")
+    return lora_dim
+
+
+def mla_decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_scale,
+                        k_scale=None, v_scale=None, num_splits=None, max_seq_len=None,
+                        block_n=None, target: Target | None = None, out=None,
+                        sliding_window=None, softcap=None, sinks=None
+                        ) -> tuple[torch.Tensor, list[Launch]]:
+    """The output `[S, H, kv_lora_rank]` and the launches of a latent-attention decode.
+
+    `q` `[S, H, kv_lora_rank + rope_dim]` (key up-projection absorbed), `k_cache`
+    `[num_slots, 1, kv_lora_rank + rope_dim]`, `v_cache = k_cache[..., :kv_lora_rank]`.
+    """
+    num_seqs, num_heads, head_dim = q.shape
+    lora_dim = _check_latent_cache(k_cache, v_cache, head_dim)
+    named = [name for name, value in (("sliding_window", sliding_window), ("softcap", softcap),
+                                      ("sinks", sinks)) if value is not None]
+    if named:
+        raise NotImplementedError(f"the Triton latent-attention decode does not implement "
+                                  f"{', '.join(named)}")
+    _check_block("block_n", block_n)
+    if out is None:
+        out = torch.empty((num_seqs, num_heads, lora_dim), dtype=q.dtype, device=q.device)
+    if num_seqs == 0:
+        return out, []
+    target = target or device_target(q.device)
+    q = _unit_last_stride(q)
+    table = _unit_last_stride(table)
+    seq_lens = seq_lens.contiguous()
+    ks, vs, fp8, _ = _attention_scales(k_cache, k_scale, v_scale, 1, q.device)
+    dot_fp32 = _dot_fp32(q, k_cache, target)
+    cfg = launch_config.choose(target.arch, "mla_decode", head_dim, dot_fp32)
+    block_h = min(cfg.block_m, max(16, _next_pow2(num_heads)))
+    head_blocks = triton.cdiv(num_heads, block_h)
+    num_splits = _split_count(num_splits, num_seqs, head_blocks, seq_lens, max_seq_len, None,
+                              target)
+    split = num_splits > 1
+    cache = k_cache.view(torch.uint8) if fp8 else k_cache
+    rope_dim = head_dim - lora_dim
+    constexprs = dict(
+        NUM_HEADS=num_heads, BLOCK_H=block_h,
+        LORA_DIM=lora_dim, BLOCK_L=max(16, _next_pow2(lora_dim)),
+        ROPE_DIM=rope_dim, BLOCK_R=max(16, _next_pow2(rope_dim)),
+        BLOCK_N=block_n or cfg.block_n, BLOCK_SIZE=block_size if paged else 1,
+        PAGED=paged, SPLIT=split, FP8=fp8, DOT_FP32=dot_fp32,
+    )
+    options = _options(cfg)
+    stride_table = table.stride(0) if paged else 0
+    grid = (num_seqs, head_blocks, num_splits)
+    common = (q.stride(0), q.stride(1), cache.stride(0), stride_table)
+    if not split:
+        args = (q, cache, ks, vs, table, seq_lens, out, out, out, softmax_scale, 1, *common,
+                out.stride(0), out.stride(1), 0, 0, 0)
+        return out, [Launch(_mla_decode_kernel, grid, args, constexprs, options)]
+    padded = triton.cdiv(num_splits, SPLIT_PAD) * SPLIT_PAD
+    partial = torch.empty((num_seqs, num_heads, padded, lora_dim), dtype=torch.float32,
+                          device=q.device)
+    m = torch.empty((num_seqs, num_heads, padded), dtype=torch.float32, device=q.device)
+    sums = torch.empty_like(m)
+    args = (q, cache, ks, vs, table, seq_lens, partial, m, sums, softmax_scale, num_splits,
+            *common, partial.stride(0), partial.stride(1), partial.stride(2),
+            m.stride(0), m.stride(1))
+    var = _variant_args(None, None, None, num_heads, q.device)
+    return out, [Launch(_mla_decode_kernel, grid, args, constexprs, options),
+                 _merge_launch(partial, m, sums, out, var, num_splits)]
+
+
+def _split_count(num_splits, num_seqs, num_kv_heads, seq_lens, max_seq_len, sliding_window,
+                 target: Target) -> int:
+    """The split-K factor of a decode: given, or chosen from the longest span read (a window
+    caps it)."""
+    if num_splits is None:
+        if max_seq_len is None:
+            max_seq_len = int(seq_lens.max())
+        if sliding_window is not None:
+            max_seq_len = min(max_seq_len, sliding_window)
+        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, target)
+    if num_splits < 1:
+        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    return min(num_splits, BLOCK_SPLITS)
+
+
+def _merge_launch(partial, m, sums, out, var: _VariantArgs, num_splits: int) -> Launch:
+    """The launch that merges split-K partials `[S, Hq, splits, Dv]` into `out`."""
     merge_args = (
-        partial, m, sums, out, num_splits,
+        partial, m, sums, out, var.sinks, num_splits,
         partial.stride(0), partial.stride(1), partial.stride(2),
         m.stride(0), m.stride(1),
         out.stride(0), out.stride(1),
     )
-    merge = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_SPLITS=BLOCK_SPLITS)
-    return out, [Launch(_decode_kernel, grid, args, constexprs, options),
-                 Launch(_merge_splits_kernel, (num_seqs, num_q_heads), merge_args, merge)]
+    head_dim = out.shape[-1]
+    block_d = max(16, _next_pow2(head_dim))
+    merge = dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_SPLITS=BLOCK_SPLITS,
+                 SINKS=var.constexprs["SINKS"])
+    # A [BLOCK_SPLITS, 512] float32 tile (latent attention) needs twice the threads of 256.
+    options = {"num_warps": 8} if block_d > 256 else {}
+    return Launch(_merge_splits_kernel, (out.shape[0], out.shape[1]), merge_args, merge,
+                  options)
 
 
 def _decode(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_scale,
-            k_scale, v_scale, num_splits, max_seq_len, block_n):
+            k_scale, v_scale, num_splits, max_seq_len, block_n, sliding_window, softcap, sinks):
     if q.shape[0]:
         _check_device(q)
     out, launches = decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
                                     softmax_scale, k_scale, v_scale, num_splits, max_seq_len,
-                                    block_n)
+                                    block_n, sliding_window=sliding_window, softcap=softcap,
+                                    sinks=sinks)
     for launch in launches:
         launch.run()
     return out
@@ -375,9 +525,13 @@ def _decode(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_sca
 
 def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_lens, block_size,
                      softmax_scale, k_scale=None, v_scale=None, max_query_len=None, block_m=None,
-                     block_n=None, target: Target | None = None
-                     ) -> tuple[torch.Tensor, list[Launch]]:
+                     block_n=None, target: Target | None = None, sliding_window=None,
+                     softcap=None, sinks=None) -> tuple[torch.Tensor, list[Launch]]:
     """The output tensor and the launches of one prefill call (see `paged_attention`)."""
+    if v_cache.shape[-1] != k_cache.shape[-1]:
+        raise NotImplementedError(
+            "the Triton prefill kernel does not implement latent attention (v_cache narrower "
+            "than k_cache); prefill through kvbench.kernels.reference")
     num_tokens, num_q_heads, head_dim = q.shape
     _check_cache(k_cache, v_cache, head_dim)
     _check_block("block_n", block_n)
@@ -396,6 +550,7 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
     query_start_loc = query_start_loc.contiguous()
     group = num_q_heads // num_kv_heads
     ks, vs, fp8, per_head = _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, q.device)
+    var = _variant_args(sliding_window, softcap, sinks, num_q_heads, q.device)
     dot_fp32 = _dot_fp32(q, k_cache, target)
     cfg = launch_config.choose(target.arch, "prefill", head_dim, dot_fp32)
     bn = block_n or cfg.block_n
@@ -409,8 +564,8 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
     kc, vc = _cache_views(k_cache, v_cache)
     grid = (num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads)
     args = (
-        q, kc, vc, ks, vs, table, query_start_loc, seq_lens, out,
-        softmax_scale,
+        q, kc, vc, ks, vs, table, query_start_loc, seq_lens, out, var.sinks,
+        softmax_scale, var.window, var.softcap,
         q.stride(0), q.stride(1),
         kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
         table.stride(0) if paged else 0,
@@ -421,17 +576,20 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
         HEAD_DIM=head_dim, BLOCK_D=max(16, _next_pow2(head_dim)),
         BLOCK_N=bn, BLOCK_SIZE=block_size if paged else 1,
         PAGED=paged, FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32,
+        **var.constexprs,
     )
     return out, [Launch(_prefill_kernel, grid, args, constexprs, _options(cfg))]
 
 
 def _prefill(q, k_cache, v_cache, table, paged, query_start_loc, seq_lens, block_size,
-             softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n):
+             softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n, sliding_window,
+             softcap, sinks):
     if q.shape[0] and seq_lens.shape[0]:
         _check_device(q)
     out, launches = prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc,
                                      seq_lens, block_size, softmax_scale, k_scale, v_scale,
-                                     max_query_len, block_m, block_n)
+                                     max_query_len, block_m, block_n,
+                                     sliding_window=sliding_window, softcap=softcap, sinks=sinks)
     for launch in launches:
         launch.run()
     return out
@@ -439,15 +597,6 @@ def _prefill(q, k_cache, v_cache, table, paged, query_start_loc, seq_lens, block
 
 # ----------------------------------------------------------------------------------------------
 # Public API (signatures of kvbench.kernels.reference; extras are keyword-only, at the end)
-
-
-def _refuse_variants(sliding_window, softcap, sinks) -> None:
-    named = [name for name, value in (("sliding_window", sliding_window), ("softcap", softcap),
-                                      ("sinks", sinks)) if value is not None]
-    if named:
-        raise NotImplementedError(
-            f"the Triton attention kernels do not implement {', '.join(named)}; "
-            "use the torch backend")
 
 
 def paged_attention(
@@ -473,9 +622,9 @@ def paged_attention(
 
     `max_query_len` (longest `q_len` in the batch) avoids a device sync when given.
     """
-    _refuse_variants(sliding_window, softcap, sinks)
     return _prefill(q, k_cache, v_cache, block_tables, True, query_start_loc, seq_lens,
-                    block_size, softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n)
+                    block_size, softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n,
+                    sliding_window, softcap, sinks)
 
 
 def contiguous_attention(
@@ -497,9 +646,9 @@ def contiguous_attention(
     block_n: int | None = None,
 ) -> torch.Tensor:
     """Varlen causal attention reading each sequence from `[start_slot, start_slot + len)`."""
-    _refuse_variants(sliding_window, softcap, sinks)
     return _prefill(q, k_cache, v_cache, start_slots, False, query_start_loc, seq_lens,
-                    1, softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n)
+                    1, softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n,
+                    sliding_window, softcap, sinks)
 
 
 def paged_decode_attention(
@@ -523,12 +672,14 @@ def paged_decode_attention(
     """Decode: `q` `[S, Hq, D]`, the newest token of each sequence, already written to the cache.
 
     `num_splits`: split-K (flash decoding) factor, at most `BLOCK_SPLITS` (larger values are
-    capped); None picks it from the context length (`choose_num_splits`), 1 disables it.
-    `max_seq_len` avoids a device sync when given.
+    capped); None picks it from the context length, or the window's length
+    (`choose_num_splits`), 1 disables it. `max_seq_len` avoids a device sync when given.
+    Latent attention: `q` `[S, H, kv_lora_rank + rope_dim]`, `v_cache` =
+    `k_cache[..., :kv_lora_rank]`, output `[S, H, kv_lora_rank]` (`mla_decode_launches`).
     """
-    _refuse_variants(sliding_window, softcap, sinks)
     return _decode(q, k_cache, v_cache, block_tables, True, seq_lens, block_size, softmax_scale,
-                   k_scale, v_scale, num_splits, max_seq_len, block_n)
+                   k_scale, v_scale, num_splits, max_seq_len, block_n, sliding_window, softcap,
+                   sinks)
 
 
 def contiguous_decode_attention(
@@ -549,6 +700,6 @@ def contiguous_decode_attention(
     block_n: int | None = None,
 ) -> torch.Tensor:
     """Decode reading each sequence's K/V from `[start_slot, start_slot + seq_len)`."""
-    _refuse_variants(sliding_window, softcap, sinks)
     return _decode(q, k_cache, v_cache, start_slots, False, seq_lens, 1, softmax_scale,
-                   k_scale, v_scale, num_splits, max_seq_len, block_n)
+                   k_scale, v_scale, num_splits, max_seq_len, block_n, sliding_window, softcap,
+                   sinks)

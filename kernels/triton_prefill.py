@@ -11,6 +11,12 @@ tokens x ``BLOCK_G`` query heads of one GQA group (row ``r``: token ``r // BLOCK
 the tile's last query position (causal). ``PAGED`` selects block-table or start-slot
 addressing, exactly as in the decode kernel.
 
+The score variants are the decode kernel's (``WINDOW``, ``SOFTCAP``, ``SINKS``; see
+`kvbench.kernels.triton_decode`). With a window the K/V loop of a tile starts at the first key
+its first query sees, so a long prompt's tile reads about W + BLOCK_Q keys, and no block-table
+entry before it is loaded; a row can then meet a tile with no key in its window, which the
+softmax update guards (``MAY_BE_EMPTY``).
+
 Importing this module imports triton (``ImportError`` when it is missing).
 """
 
@@ -21,11 +27,13 @@ import triton.language as tl
 
 from .triton_decode import (
     INTERPRETED,
-    LOG2E,
     cast_rne,
+    fold_sinks,
     kv_head_scale,
     load_kv_tile,
     online_softmax_update,
+    scaled_scores,
+    score_scales,
     sequence_row,
     tile_scores,
     token_slots,
@@ -35,32 +43,37 @@ from .triton_decode import (
 @triton.jit
 def _prefill_tile(n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
                   stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
-                  acc, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr,
-                  FP8: tl.constexpr, DOT_FP32: tl.constexpr):
-    """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, kv_end))``, causally masked for the
-    rows at ``q_pos``, into ``(m_i, l_i, acc)``."""
+                  acc, window, softcap_arg, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                  PAGED: tl.constexpr, FP8: tl.constexpr, DOT_FP32: tl.constexpr,
+                  WINDOW: tl.constexpr, SOFTCAP: tl.constexpr):
+    """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, kv_end))``, causally masked (and
+    windowed) for the rows at ``q_pos``, into ``(m_i, l_i, acc)``."""
     pos = n0 + tl.arange(0, BLOCK_N)
     tok_mask = pos < kv_end
     slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
     kv_mask = tok_mask[:, None] & d_mask[None, :]
     k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
                      DOT_FP32, q.dtype, FP8)
-    s = tile_scores(q, k, DOT_FP32)
+    s = scaled_scores(tile_scores(q, k, DOT_FP32), qk_scale, softcap_arg, SOFTCAP)
     allowed = tok_mask[None, :] & (pos[None, :] <= q_pos[:, None])
-    s = tl.where(allowed, s * qk_scale, float("-inf"))
-    # Position 0 is in the first tile and visible to every row: the running max stays finite.
+    if WINDOW:
+        allowed = allowed & (pos[None, :] > q_pos[:, None] - window)
+    s = tl.where(allowed, s, float("-inf"))
+    # Without a window position 0 is in the first tile and visible to every row: the running
+    # max stays finite.
     v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
                      DOT_FP32, q.dtype, FP8)
-    return online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32)
+    return online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32, WINDOW)
 
 
-# Per-step arguments are not specialized (see _decode_kernel).
-@triton.jit(do_not_specialize=["stride_table"],
-            do_not_specialize_on_alignment=["table_ptr", "query_start_loc_ptr", "seq_lens_ptr"])
+# Per-step arguments and the window are not specialized (see _decode_kernel).
+@triton.jit(do_not_specialize=["stride_table", "window"],
+            do_not_specialize_on_alignment=["table_ptr", "query_start_loc_ptr", "seq_lens_ptr",
+                                            "sinks_ptr"])
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr,
-    table_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr,
-    softmax_scale,
+    table_ptr, query_start_loc_ptr, seq_lens_ptr, out_ptr, sinks_ptr,
+    softmax_scale, window, softcap,
     stride_q_tok, stride_q_head,
     stride_k_slot, stride_k_head, stride_v_slot, stride_v_head,
     stride_table,
@@ -69,7 +82,7 @@ def _prefill_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     PAGED: tl.constexpr, FP8: tl.constexpr, PER_HEAD_SCALE: tl.constexpr,
-    DOT_FP32: tl.constexpr,
+    DOT_FP32: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_Q * BLOCK_G
     seq = tl.program_id(0)
@@ -99,9 +112,8 @@ def _prefill_kernel(
     if DOT_FP32:
         q = q.to(tl.float32)
 
-    qk_scale = softmax_scale * LOG2E
-    if FP8:
-        qk_scale = qk_scale * kv_head_scale(k_scale_ptr, kv_head, PER_HEAD_SCALE)
+    qk_scale, softcap_arg = score_scales(softmax_scale, softcap, k_scale_ptr, kv_head,
+                                         FP8, PER_HEAD_SCALE, SOFTCAP)
 
     table_row = sequence_row(table_ptr, seq, stride_table, PAGED)
     k_head_off = kv_head * stride_k_head
@@ -113,21 +125,30 @@ def _prefill_kernel(
 
     # Keys beyond the tile's last query position are masked for every row: stop there.
     kv_end = tl.minimum(seq_len, prefix_len + tile_start + BLOCK_Q)
+    # Keys before the window of the tile's first query are masked for every row: start there.
+    if WINDOW:
+        kv_start = tl.maximum(prefix_len + tile_start - window + 1, 0)
+    else:
+        kv_start = 0
     if INTERPRETED:  # see INTERPRETED in triton_decode
-        n0 = 0
+        n0 = kv_start
         while n0 < kv_end:
             m_i, l_i, acc = _prefill_tile(
                 n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
                 stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
-                acc, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32)
+                acc, window, softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, WINDOW,
+                SOFTCAP)
             n0 += BLOCK_N
     else:
-        for n0 in range(0, kv_end, BLOCK_N):
+        for n0 in range(kv_start, kv_end, BLOCK_N):
             m_i, l_i, acc = _prefill_tile(
                 n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
                 stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
-                acc, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32)
+                acc, window, softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, WINDOW,
+                SOFTCAP)
 
+    if SINKS:
+        m_i, l_i, acc = fold_sinks(sinks_ptr, heads, g < GROUP, m_i, l_i, acc)
     if FP8:
         acc = acc * kv_head_scale(v_scale_ptr, kv_head, PER_HEAD_SCALE)
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]

@@ -2,7 +2,7 @@
 
 A model's attention shape (`AttentionShape`) fixes the constexprs of every launch; the only
 choices left during a run are the layout (paged or contiguous), decode with or without
-split-K, and prefill. Per-step arguments (block-table width, split count) are not specialized
+split-K, prefill, and (a hybrid model) a layer with or without its sliding window. Per-step arguments (block-table width, split count) are not specialized
 (``do_not_specialize``), the split-K scratch strides specialize alike for every split count
 (``SPLIT_PAD``) and every packed step input starts 16-byte aligned
 (``kvbench.execution.step_inputs``), so the launches of `shape_launches` are all the variants
@@ -43,14 +43,17 @@ def shape_launches(shape: AttentionShape, device: torch.device, target: Target |
                    splits: tuple[bool, ...] = (False, True), prefill: bool = True,
                    write: bool = True) -> list[tuple[str, Launch]]:
     """``(name, launch)`` of every variant `shape` meets, made on small stand-in tensors with
-    the strides and dtypes of the real ones (so they specialize alike)."""
+    the strides and dtypes of the real ones (so they specialize alike): for each layout, decode
+    with and without split-K and prefill, once per kind of layer (full attention, sliding
+    window). Latent attention has no Triton prefill (it runs through the reference)."""
     device = torch.device(device)
     target = target or device_target(device)
     hq, hkv, d, bs = shape.num_q_heads, shape.num_kv_heads, shape.head_dim, shape.block_size
     num_seqs, blocks_per_seq = 2, 4
     num_slots = num_seqs * blocks_per_seq * bs + bs
     k_cache = torch.zeros(num_slots, hkv, d, device=device).to(shape.cache_dtype)
-    v_cache = torch.zeros_like(k_cache)
+    latent = shape.kv_lora_rank is not None
+    v_cache = k_cache[..., :shape.kv_lora_rank] if latent else torch.zeros_like(k_cache)
     ks, vs = _scales(shape, device)
     tables = torch.arange(num_seqs * blocks_per_seq, dtype=torch.int32,
                           device=device).reshape(num_seqs, blocks_per_seq)
@@ -62,26 +65,34 @@ def shape_launches(shape: AttentionShape, device: torch.device, target: Target |
     q_pre = torch.zeros(num_seqs * q_len, hq, d, dtype=shape.dtype, device=device)
     qsl = torch.arange(num_seqs + 1, dtype=torch.int32, device=device) * q_len
     scale = d**-0.5
+    # Stand-in values: a window length and a cap are runtime arguments (not specialized).
+    scores = dict(softcap=30.0 if shape.softcap else None,
+                  sinks=torch.zeros(hq, device=device) if shape.sinks else None)
     out: list[tuple[str, Launch]] = []
     if write:
         kv = torch.zeros(num_seqs, hkv, d, dtype=shape.dtype, device=device)
         slots = torch.arange(num_seqs, device=device)
         out += [("write_kv", launch) for launch in
-                write_kv_launches(kv, kv, k_cache, v_cache, slots, ks, vs, target=target)]
-    for layout in layouts:
-        paged = layout == "paged"
-        table = tables if paged else starts
-        for split in splits:
-            _, launches = decode_launches(q_dec, k_cache, v_cache, table, paged, seq_lens,
-                                          bs if paged else 1, scale, ks, vs,
-                                          num_splits=SPLIT_MAX if split else 1, target=target)
-            name = f"decode-{layout}-{'split' if split else 'nosplit'}"
-            out += [(f"{name}-{launch.kernel.fn.__name__}", launch) for launch in launches]
-        if prefill:
-            _, launches = prefill_launches(q_pre, k_cache, v_cache, table, paged, qsl, seq_lens,
-                                           bs if paged else 1, scale, ks, vs,
-                                           max_query_len=q_len, target=target)
-            out += [(f"prefill-{layout}", launch) for launch in launches]
+                write_kv_launches(kv, kv[..., :v_cache.shape[-1]], k_cache, v_cache, slots, ks,
+                                  vs, target=target)]
+    for windowed in shape.window_kinds:
+        variant = dict(scores, sliding_window=2 * bs if windowed else None)
+        suffix = "-window" if windowed else ""
+        for layout in layouts:
+            paged = layout == "paged"
+            table = tables if paged else starts
+            for split in splits:
+                _, launches = decode_launches(q_dec, k_cache, v_cache, table, paged, seq_lens,
+                                              bs if paged else 1, scale, ks, vs,
+                                              num_splits=SPLIT_MAX if split else 1,
+                                              target=target, **variant)
+                name = f"decode-{layout}-{'split' if split else 'nosplit'}{suffix}"
+                out += [(f"{name}-{launch.kernel.fn.__name__}", launch) for launch in launches]
+            if prefill and not latent:
+                _, launches = prefill_launches(q_pre, k_cache, v_cache, table, paged, qsl,
+                                               seq_lens, bs if paged else 1, scale, ks, vs,
+                                               max_query_len=q_len, target=target, **variant)
+                out += [(f"prefill-{layout}{suffix}", launch) for launch in launches]
     return out
 
 

@@ -42,10 +42,10 @@ def triton_compiles() -> int | None:
         from triton.runtime.jit import JITFunction  # triton: only where kernels run
     except ImportError:
         return None
-    from kvbench.kernels import triton_decode, triton_kv_write, triton_prefill
+    from kvbench.kernels import triton_decode, triton_kv_write, triton_mla_decode, triton_prefill
 
     total = 0
-    for module in (triton_decode, triton_kv_write, triton_prefill):
+    for module in (triton_decode, triton_kv_write, triton_prefill, triton_mla_decode):
         for value in vars(module).values():
             caches = getattr(value, "device_caches", None) if isinstance(value, JITFunction) \
                 else None

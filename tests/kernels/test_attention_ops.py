@@ -53,3 +53,32 @@ def test_a_shape_meets_nine_launches():
     assert names[0] == "write_kv" and len(names) == 9
     assert sum(n.startswith("prefill") for n in names) == 2
     assert sum(n.endswith("_merge_splits_kernel") for n in names) == 2
+
+
+def test_variant_shapes_meet_each_layer_kind_and_latent_attention_has_no_prefill():
+    from kvbench.kernels.variants import shape_launches
+
+    hybrid = AttentionShape(8, 2, 32, torch.float32, torch.float32, window_kinds=(False, True),
+                            softcap=True, sinks=True)
+    launches = shape_launches(hybrid, DEVICE)
+    assert len(launches) == 17
+    windowed = [launch for name, launch in launches if "-window" in name]
+    assert len(windowed) == 8 and all(launch.constexprs.get("WINDOW", True) for launch in windowed)
+    assert not any(launch.constexprs.get("WINDOW") for name, launch in launches
+                   if "-window" not in name)
+    assert all(launch.constexprs["SOFTCAP"] and launch.constexprs["SINKS"]
+               for _, launch in launches if "WINDOW" in launch.constexprs)
+    mla = AttentionShape(16, 1, 576, torch.bfloat16, torch.bfloat16, kv_lora_rank=512)
+    names = [name for name, _ in shape_launches(mla, DEVICE)]
+    assert len(names) == 7 and not any(n.startswith("prefill") for n in names)
+    assert sum("_mla_decode_kernel" in n for n in names) == 4
+
+
+def test_attention_shape_checks_the_variants():
+    with pytest.raises(ValueError, match="window_kinds"):
+        AttentionShape(8, 2, 64, torch.bfloat16, torch.bfloat16, window_kinds=())
+    with pytest.raises(ValueError, match="one KV head"):
+        AttentionShape(16, 2, 576, torch.bfloat16, torch.bfloat16, kv_lora_rank=512)
+    with pytest.raises(ValueError, match="no window"):
+        AttentionShape(16, 1, 576, torch.bfloat16, torch.bfloat16, kv_lora_rank=512,
+                       window_kinds=(True,))

@@ -234,3 +234,60 @@ def test_per_step_arguments_do_not_make_new_variants():
     assert proc.returncode == 0, proc.stderr[-2000:]
     compiled_mid_run = json.loads(proc.stdout)
     assert compiled_mid_run == {}, compiled_mid_run
+
+
+VARIANT_SPECIALIZATION_SCRIPT = textwrap.dedent("""
+    import json
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from kvbench.kernels import aot
+    from kvbench.kernels.aot_matrix import matrix
+    from kvbench.kernels.triton_ops import Target, decode_launches, prefill_launches
+    from kvbench.kernels.variants import shape_launches
+
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+    target = Target(arch=90, sms=132)
+    cpu = torch.device("cpu")
+
+    def key(launch):
+        _, sig, const, attrs = aot._specialize(launch, backend)
+        return (launch.kernel.fn.__name__, repr(sig), repr(const), repr(attrs))
+
+    extra = []
+    for case in ("gemma2-qbf16-kvbf16-d128-g2-softcap", "gptoss-qbf16-kvfp8-scalar-d64-g8-sinks"):
+        shape = matrix()[case]
+        warmed = {key(launch) for _, launch in shape_launches(shape, cpu, target=target)}
+        hq, d = shape.num_q_heads, shape.head_dim
+        k_cache = torch.zeros(64 * 16, shape.num_kv_heads, d).to(shape.cache_dtype)
+        scales = (0.05, 0.05) if shape.scale_kind != "none" else (None, None)
+        # One tensor-parallel rank's sinks: a slice 4 bytes into a larger tensor.
+        sinks = torch.zeros(2 * hq + 1)[1:hq + 1] if shape.sinks else None
+        tables = torch.arange(16, dtype=torch.int32).reshape(2, 8)
+        seq_lens = torch.tensor([100, 37], dtype=torch.int32)
+        qsl = torch.tensor([0, 3, 6], dtype=torch.int32)
+        for window in (None, 1, 17, 32, 4096):
+            for cap in ((30.0, 50.0) if shape.softcap else (None,)):
+                kw = dict(sliding_window=window, softcap=cap, sinks=sinks, target=target)
+                for splits in (1, 7):
+                    launches = decode_launches(torch.zeros(2, hq, d, dtype=shape.dtype), k_cache,
+                                               k_cache, tables, True, seq_lens, 16, 0.1, *scales,
+                                               num_splits=splits, **kw)[1]
+                    launches += prefill_launches(torch.zeros(6, hq, d, dtype=shape.dtype),
+                                                 k_cache, k_cache, tables, True, qsl, seq_lens,
+                                                 16, 0.1, *scales, max_query_len=3, **kw)[1]
+                    extra += [dict(case=case, window=window, cap=cap, splits=splits,
+                                   kernel=launch.kernel.fn.__name__)
+                              for launch in launches if key(launch) not in warmed]
+    print(json.dumps(extra[:5]))
+""")
+
+
+def test_window_lengths_caps_and_sink_slices_do_not_make_new_variants():
+    """A window length (1, 17, 4096), a soft cap's value and a misaligned sinks slice are
+    runtime arguments: every launch is one of the variants `precompile` builds for the shape."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", VARIANT_SPECIALIZATION_SCRIPT], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == []

@@ -317,6 +317,251 @@ def test_decode_equals_prefill_with_q_len_1():
 
 
 # ----------------------------------------------------------------------------------------------
+# Score variants: sliding window, soft cap, sinks (reference.py's semantics)
+
+
+VARIANTS = [
+    pytest.param(dict(sliding_window=5), id="window5"),
+    pytest.param(dict(sliding_window=1), id="window1"),
+    pytest.param(dict(sliding_window=40), id="window40"),  # more than one tile
+    pytest.param(dict(softcap=2.0), id="softcap"),
+    pytest.param(dict(sinks=True), id="sinks"),
+    pytest.param(dict(sliding_window=7, softcap=3.0, sinks=True), id="all"),
+]
+
+
+def variant_kwargs(kw, num_q_heads):
+    kw = dict(kw)
+    if kw.pop("sinks", False):
+        kw["sinks"] = torch.linspace(-1.0, 3.0, num_q_heads, device=DEVICE)
+    return kw
+
+
+def poison_before_window(b, window):
+    """What a strategy that frees the blocks behind a window leaves: every paged table entry
+    wholly before a sequence's window points at one block of NaN K/V, and the contiguous
+    slots before it hold NaN. A kernel that reads any of them gives NaN."""
+    bs = b.block_size
+    poison = sorted(set(range(b.k_cache.shape[0] // bs)) - set(b.block_tables.flatten().tolist()))[0]
+    for cache in (b.k_cache, b.v_cache):
+        cache[poison * bs:(poison + 1) * bs] = float("nan")
+    q_lens = ([1] * len(b.seq_lens) if b.query_start_loc is None
+              else (b.query_start_loc[1:] - b.query_start_loc[:-1]).tolist())
+    for i, n in enumerate(b.seq_lens.tolist()):
+        first = ref.first_visible(n, q_lens[i], window)
+        b.block_tables[i, : first // bs] = poison
+        start = int(b.start_slots[i])
+        b.kc[start:start + first] = float("nan")
+        b.vc[start:start + first] = float("nan")
+
+
+@pytest.mark.parametrize("num_splits", [1, 3], ids=["split1", "split3"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_decode_variants_match_reference(variant, num_splits):
+    b = decode_batch(41, 4, 2, 16, 4, num_seqs=4)
+    kw = variant_kwargs(variant, b.num_q_heads)
+    if "sliding_window" in kw:
+        poison_before_window(b, kw["sliding_window"])
+    for call in (b.paged_decode, b.contiguous_decode):
+        got = call(tri, num_splits=num_splits, **kw)
+        assert torch.isfinite(got).all()
+        assert_close(got, call(ref, **kw), torch.float32)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_prefill_variants_match_reference(variant):
+    b = prefill_batch(42, 2, 2, 16, 4)
+    kw = variant_kwargs(variant, b.num_q_heads)
+    if "sliding_window" in kw:
+        poison_before_window(b, kw["sliding_window"])
+    for call in (b.paged_prefill, b.contiguous_prefill):
+        got = call(tri, **kw)
+        assert torch.isfinite(got).all()
+        assert_close(got, call(ref, **kw), torch.float32)
+
+
+def test_variants_change_the_result():
+    """Each variant is applied (not silently ignored): it moves the output of a plain call."""
+    b = decode_batch(43, 2, 1, 16, 8)
+    plain = b.paged_decode(tri, num_splits=1)
+    for kw in (dict(sliding_window=3), dict(softcap=0.5), dict(sinks=True)):
+        got = b.paged_decode(tri, num_splits=2, **variant_kwargs(kw, b.num_q_heads))
+        assert not torch.allclose(got, plain, atol=1e-3), kw
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2")  # e^(2x) = inf: tanh = 1
+def test_softcap_saturates_like_tanh():
+    """Scores far beyond the cap (tanh at +-1) and a window longer than every context."""
+    b = decode_batch(44, 4, 1, 32, 8)
+    b.q = b.q * 30
+    p = prefill_batch(44, 4, 1, 32, 8)
+    p.q = p.q * 30
+    kw = dict(softcap=1.5, sliding_window=1000)
+    assert_close(b.paged_decode(tri, num_splits=2, **kw), b.paged_decode(ref, **kw),
+                 torch.float32)
+    assert_close(p.paged_prefill(tri, **kw), p.paged_prefill(ref, **kw), torch.float32)
+
+
+def test_sinks_on_an_empty_sequence_give_zeros():
+    b = Batch(1, num_q_heads=2, num_kv_heads=1, head_dim=16, block_size=8,
+              seq_lens=torch.tensor([9, 0]))
+    sinks = torch.tensor([0.5, -2.0], device=DEVICE)
+    for splits in (1, 2):
+        out = b.paged_decode(tri, num_splits=splits, sinks=sinks)
+        assert torch.equal(out[1], torch.zeros_like(out[1]))
+        assert_close(out[:1], b.paged_decode(ref, sinks=sinks)[:1], torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_variants_16bit(dtype):
+    kw = dict(sliding_window=9, softcap=4.0)
+    b = decode_batch(45, 4, 2, 32, 16, dtype=dtype)
+    kw = variant_kwargs(dict(kw, sinks=True), b.num_q_heads)
+    assert_close(b.paged_decode(tri, num_splits=2, **kw), b.paged_decode(ref, **kw), dtype)
+    p = prefill_batch(45, 4, 2, 32, 16, dtype=dtype)
+    assert_close(p.paged_prefill(tri, **kw), p.paged_prefill(ref, **kw), dtype)
+
+
+def test_variants_with_fp8_cache():
+    kw = dict(dtype=torch.bfloat16, cache_dtype=ref.FP8_DTYPE, k_scale=0.02,
+              v_scale=torch.tensor([0.012, 0.03]))
+    b = decode_batch(46, 4, 2, 32, 16, **kw)
+    var = variant_kwargs(dict(sliding_window=20, softcap=5.0, sinks=True), b.num_q_heads)
+    assert_close(b.paged_decode(tri, num_splits=3, **var), b.paged_decode(ref, **var),
+                 torch.bfloat16)
+    p = prefill_batch(46, 4, 2, 32, 16, **kw)
+    assert_close(p.contiguous_prefill(tri, **var), p.contiguous_prefill(ref, **var),
+                 torch.bfloat16)
+
+
+def test_window_splits_only_its_span():
+    """With a window the auto split count looks at the window, not the context: a 4096-token
+    context behind a 256-token window is never split."""
+    b = Batch(2, num_q_heads=2, num_kv_heads=1, head_dim=16, block_size=16,
+              seq_lens=torch.tensor([600]))
+    target = tri.Target(arch=90, sms=132)
+    assert tri.choose_num_splits(1, 1, 4096, target) > 1
+    _, launches = tri.decode_launches(b.q, b.k_cache, b.v_cache, b.block_tables, True,
+                                      b.seq_lens, 16, 0.25, max_seq_len=4096, target=target,
+                                      sliding_window=256)
+    assert [launch.constexprs["SPLIT"] for launch in launches] == [False]
+
+
+def test_variant_arguments_are_checked():
+    b = decode_batch(47, 2, 1, 16, 8)
+    with pytest.raises(ValueError, match="sinks"):
+        b.paged_decode(tri, sinks=torch.zeros(3, device=DEVICE))
+    with pytest.raises(ValueError, match="sliding_window"):
+        b.paged_decode(tri, sliding_window=0)
+    with pytest.raises(ValueError, match="softcap"):
+        b.paged_decode(tri, softcap=0.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Latent attention (MLA) decode: one cache row [latent | rope key], values = the latent
+
+
+class LatentBatch:
+    """A DeepSeek-style latent cache `[slots, 1, lora + rope]` (paged, shuffled tables, and the
+    same rows at scattered contiguous start slots) and absorbed queries `[S, H, lora + rope]`."""
+
+    def __init__(self, seed, *, num_heads, lora_dim, rope_dim, block_size, seq_lens,
+                 dtype=torch.float32, cache_dtype=None, scale=None):
+        gen = torch.Generator().manual_seed(seed)
+        self.seq_lens, self.block_size, self.lora_dim = seq_lens.to(torch.int32), block_size, lora_dim
+        self.scale = scale
+        self.softmax_scale = (128 + rope_dim) ** -0.5  # DeepSeek's qk_nope + qk_rope head dim
+        width = lora_dim + rope_dim
+        num_seqs = len(seq_lens)
+        max_blocks = max(1, -(-int(seq_lens.max()) // block_size))
+        num_blocks = num_seqs * max_blocks + 1
+        self.block_tables = torch.randperm(num_blocks, generator=gen)[: num_seqs * max_blocks] \
+            .reshape(num_seqs, max_blocks).to(torch.int32)
+        rows = torch.randn(num_blocks * block_size, 1, width, generator=gen)
+        starts, pos = [], 2
+        for n in seq_lens.tolist():
+            starts.append(pos)
+            pos += n + 3
+        self.start_slots = torch.tensor(starts)
+        contiguous = torch.zeros(pos, 1, width)
+        for i, n in enumerate(seq_lens.tolist()):
+            contiguous[starts[i]:starts[i] + n] = rows[ref.paged_slots(self.block_tables[i], n,
+                                                                        block_size)]
+        cast = (lambda x: ref.quantize_fp8(x, scale)) if cache_dtype == ref.FP8_DTYPE \
+            else (lambda x: x.to(cache_dtype or dtype))
+        self.cache, self.contiguous = cast(rows), cast(contiguous)
+        self.q = torch.randn(num_seqs, num_heads, width, generator=gen).to(dtype)
+        for name in ("seq_lens", "block_tables", "start_slots", "cache", "contiguous", "q"):
+            setattr(self, name, getattr(self, name).to(DEVICE))
+
+    def paged(self, ops, **kw):
+        return ops.paged_decode_attention(
+            self.q, self.cache, self.cache[..., :self.lora_dim], self.block_tables, self.seq_lens,
+            self.block_size, self.softmax_scale, self.scale, self.scale, **kw)
+
+    def contiguous_decode(self, ops, **kw):
+        return ops.contiguous_decode_attention(
+            self.q, self.contiguous, self.contiguous[..., :self.lora_dim], self.start_slots,
+            self.seq_lens, self.softmax_scale, self.scale, self.scale, **kw)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3], ids=["split1", "split3"])
+@pytest.mark.parametrize("num_heads", [4, 20], ids=["h4", "h20"])  # 20: two head blocks, masked
+def test_mla_decode_matches_reference(num_heads, num_splits):
+    b = LatentBatch(51, num_heads=num_heads, lora_dim=64, rope_dim=16, block_size=8,
+                    seq_lens=torch.tensor([17, 40, 1, 0]))
+    for call in (b.paged, b.contiguous_decode):
+        got = call(tri, num_splits=num_splits)
+        assert got.shape == (4, num_heads, 64)
+        assert_close(got, call(ref), torch.float32)
+    assert torch.equal(got[3], torch.zeros_like(got[3]))  # empty sequence
+
+
+def test_mla_decode_deepseek_v3_widths():
+    """512 latent + 64 rope dims (576: not a power of two), 16 heads (DeepSeek-V3 at TP 8)."""
+    b = LatentBatch(52, num_heads=16, lora_dim=512, rope_dim=64, block_size=16,
+                    seq_lens=torch.tensor([33, 5]), dtype=torch.bfloat16)
+    assert_close(b.paged(tri, num_splits=2), b.paged(ref), torch.bfloat16)
+    assert_close(b.contiguous_decode(tri, num_splits=1), b.contiguous_decode(ref), torch.bfloat16)
+
+
+def test_mla_decode_fp8_cache():
+    b = LatentBatch(53, num_heads=8, lora_dim=32, rope_dim=16, block_size=4,
+                    seq_lens=torch.tensor([21, 9]), dtype=torch.bfloat16,
+                    cache_dtype=ref.FP8_DTYPE, scale=0.03)
+    assert_close(b.paged(tri, num_splits=2), b.paged(ref), torch.bfloat16)
+    assert_close(b.contiguous_decode(tri, num_splits=1), b.contiguous_decode(ref), torch.bfloat16)
+
+
+def test_mla_write_kv_writes_the_latent_row():
+    """`write_kv(k, k[..., :lora], cache, cache[..., :lora])`: bit-exact against the reference
+    (the values are the key rows' latent part), fp8 included."""
+    x = torch.randn(5, 1, 48, device=DEVICE) * 3
+    slots = torch.tensor([4, 0, -1, 9, 2], device=DEVICE)
+    kept = slots[slots >= 0]
+    for cache_dtype, scale in ((torch.float32, None), (ref.FP8_DTYPE, 0.05)):
+        got, want = (torch.zeros(12, 1, 48, device=DEVICE).to(cache_dtype) for _ in range(2))
+        tri.write_kv(x, x[..., :32], got, got[..., :32], slots, scale, scale)
+        ref.write_kv(x[slots >= 0], x[slots >= 0][..., :32], want, want[..., :32], kept, scale,
+                     scale)
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_mla_refusals():
+    b = LatentBatch(54, num_heads=4, lora_dim=32, rope_dim=16, block_size=4,
+                    seq_lens=torch.tensor([5]))
+    copy = b.cache[..., :32].clone()  # not a view of the key cache: values would be stale
+    with pytest.raises(ValueError, match="view"):
+        tri.paged_decode_attention(b.q, b.cache, copy, b.block_tables, b.seq_lens, 4, 0.1)
+    with pytest.raises(NotImplementedError, match="sliding_window"):
+        b.paged(tri, sliding_window=4)
+    qsl = torch.tensor([0, 1], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(NotImplementedError, match="latent"):
+        tri.paged_attention(b.q, b.cache, b.cache[..., :32], b.block_tables, qsl, b.seq_lens, 4,
+                            0.1)
+
+
+# ----------------------------------------------------------------------------------------------
 # fp8 caches
 
 
