@@ -125,10 +125,15 @@ class ModelExecutors(ExecutorFactory):
         seconds = 0.0
         if executor.backend_name == "triton" and device.type == "cuda":
             arena = executor.arena
+            variants = executor.layer_variants
             shape = AttentionShape(
                 model_config.num_heads, model_config.num_kv_heads, model_config.head_dim,
                 parse_dtype(config.dtype), arena.dtype, config.block_size,
                 "scalar" if arena.is_fp8 else "none",
+                # the score variants the model's layers launch (each compiled apart)
+                window_kinds=tuple(sorted({"sliding_window" in v for v in variants})),
+                softcap=any("softcap" in v for v in variants),
+                sinks=any("sinks" in v for v in variants),
             )
             seconds = executor.ops.precompile(shape, device)
         start = time.perf_counter()
