@@ -50,8 +50,8 @@ figures=(
   "simulate-13b-2048|kvbench simulate --model llama-2-13b --gpu a100-40gb --workload sharegpt --strategy contiguous,paged --num-requests 1000 --max-model-len 2048"
   "hybrid-cpu-summarize|kvbench run --model tiny-hybrid --strategy paged,hybrid --workload summarize --workload-param input_mean=2048 --num-requests 12 --kv-memory 16MiB --max-model-len 8192"
   "hybrid-cpu-prefix|kvbench run --model tiny-hybrid --strategy paged,prefix,hybrid --workload prefix-repeat --workload-param prefix_len=2048 --num-requests 12 --kv-memory 16MiB --max-model-len 8192"
-  "simulate-gemma3-summarize|kvbench simulate --model docs/models/gemma-3-27b-shape --gpu h100-80gb --strategy paged,prefix,hybrid,hybrid-prefix --workload summarize --workload-param input_mean=8192 --workload-param output_mean=256 --num-requests 200 --request-rate 1 --max-model-len 32768"
-  "simulate-gemma3-prefix|kvbench simulate --model docs/models/gemma-3-27b-shape --gpu h100-80gb --strategy paged,prefix,hybrid,hybrid-prefix --workload prefix-repeat --workload-param prefix_len=8192 --workload-param output_len=256,512 --num-requests 200 --request-rate 1 --max-model-len 32768"
+  "simulate-gemma3-summarize|kvbench simulate --model gemma-3-27b --gpu h100-80gb --strategy paged,prefix,hybrid,hybrid-prefix --workload summarize --workload-param input_mean=8192 --workload-param output_mean=256 --num-requests 200 --request-rate 1 --max-model-len 32768"
+  "simulate-gemma3-prefix|kvbench simulate --model gemma-3-27b --gpu h100-80gb --strategy paged,prefix,hybrid,hybrid-prefix --workload prefix-repeat --workload-param prefix_len=8192 --workload-param output_len=256,512 --num-requests 200 --request-rate 1 --max-model-len 32768"
 )
 sweep="kvbench sweep --simulate --model llama-2-13b --gpu a100-40gb --workload sharegpt --num-requests 300 --strategy contiguous,paged,prefix --reserve max,pow2,exact --request-rate 0.5,1,2,3,4,6 --slo ttft.p99=2s,tpot.p99=100ms --search request-rate --jobs 2 --name llama13b-a100-sharegpt"
 quick_run=(--num-requests 8 --warmup 1)

@@ -383,7 +383,7 @@ def test_simulate_help_describes_the_documented_step_time_model():
 
 @pytest.mark.slow  # six runs of 200 long requests: about 20 s on a quiet core
 def test_readme_hybrid_figures(tmp_path, capsys):
-    commands = re.findall(r"^kvbench simulate --model docs/models/gemma-3-27b-shape [^\n]+$",
+    commands = re.findall(r"^kvbench simulate --model gemma-3-27b [^\n]+$",
                           _text(README), re.M)
     assert len(commands) == 2, "README: the hybrid commands changed shape"
     rows = _table(README, "| workload | strategy | KV held / token | capacity")
@@ -391,7 +391,6 @@ def test_readme_hybrid_figures(tmp_path, capsys):
     for command, workload in zip(commands, ("summarize (8k in)", "4 shared 8k prefixes"),
                                  strict=True):
         argv = shlex.split(command)[2:]
-        argv[argv.index("--model") + 1] = str(ROOT / "docs" / "models" / "gemma-3-27b-shape")
         runs[workload] = {s["label"]: s for s in _simulate(argv, tmp_path, capsys)}
     workload = None
     for cells in rows:
