@@ -359,11 +359,11 @@ def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=N
 
 
 # gather(rows, first, span) -> (k, v, key_pos): float32 K/V `[R, W, Hkv, D]` of sequences
-# `rows` (`[R]` long, None: all, in order) from about position `first[r]` (`[R]` long) on, at
-# least `span` positions each, with the position of each gathered key (`[W]` shared by every
-# row, or `[R, W]`); keys outside a row's `[first, seq_len)` are masked, so a gather may read
-# whole blocks around them.
-Gather = Callable[[torch.Tensor | None, torch.Tensor, int],
+# `rows` (`[R]` long, None: all, in order) from about position `first[r]` (`[R]` long; None
+# without a window: 0) on, at least `span` positions each, with the position of each gathered
+# key (`[W]` shared by every row, or `[R, W]`); keys outside a row's `[first, seq_len)` are
+# masked, so a gather may read whole blocks around them.
+Gather = Callable[[torch.Tensor | None, torch.Tensor | None, int],
                   tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
@@ -384,12 +384,15 @@ def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, sliding_window=
         bucket_firsts = [firsts[i] for i in chosen]
         span = max(max(n - f for n, f in zip(bucket_lens, bucket_firsts, strict=True)), 1)
         index = None if rows is None else torch.tensor(rows, device=q.device)
-        first = torch.tensor(bucket_firsts, device=q.device)
+        first = (None if sliding_window is None
+                 else torch.tensor(bucket_firsts, device=q.device))
         k, v, key_pos = gather(index, first, span)
         valid = None
         if k.shape[1] != span or any(f != 0 for f in bucket_firsts) or min(bucket_lens) != span:
             row_lens = seq_lens.long() if index is None else seq_lens.long()[index]
-            valid = (key_pos < row_lens[:, None]) & (key_pos >= first[:, None])
+            valid = key_pos < row_lens[:, None]
+            if first is not None:
+                valid &= key_pos >= first[:, None]
         return _decode(q if index is None else q[index], k, v, valid, softmax_scale, softcap,
                        sinks, k_fold, v_fold)
 
@@ -426,13 +429,16 @@ def paged_decode_attention(
     def by_block(cache: torch.Tensor) -> torch.Tensor:
         return cache[: num_blocks * block_size].view(num_blocks, block_size, *cache.shape[1:])
 
-    def gather(rows: torch.Tensor | None, first: torch.Tensor, span: int):
+    def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
         # Whole blocks at once: one index per block instead of one per token.
         tables = block_tables if rows is None else block_tables[rows]
         if sliding_window is None:  # every row from position 0: the table's first columns
             width = min(-(-span // block_size), table_width)
             blocks = tables[:, :width].long().flatten()
-            key_pos = torch.arange(width * block_size, device=q.device)
+            # The last block's positions past the longest sequence are left out, not masked:
+            # a batch of equal lengths then needs no mask at all.
+            keys = min(span, width * block_size)
+            key_pos = torch.arange(keys, device=q.device)
         else:
             first_block = first // block_size
             width = min(-(-(span + block_size - 1) // block_size), table_width)
@@ -441,11 +447,12 @@ def paged_decode_attention(
             blocks = tables.gather(1, index).long().flatten()
             key_pos = (first_block[:, None] * block_size
                        + torch.arange(width * block_size, device=q.device)[None, :])
+            keys = width * block_size
         num_rows = tables.shape[0]
 
         def take(cache: torch.Tensor, scale: Scale, role: str) -> torch.Tensor:
             rows_of = _gather_float(by_block(cache), blocks, scale, role, fold=True)
-            return rows_of.view(num_rows, width * block_size, *cache.shape[1:])
+            return rows_of.view(num_rows, width * block_size, *cache.shape[1:])[:, :keys]
 
         return take(k_cache, k_scale, "k"), take(v_cache, v_scale, "v"), key_pos
 
@@ -484,15 +491,14 @@ def contiguous_decode_attention(
                                      softmax_scale, softcap, sinks)
         return out
 
-    def gather(rows: torch.Tensor | None, first: torch.Tensor, span: int):
+    def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
         row_starts = start_slots if rows is None else start_slots[rows]
-        offsets = torch.arange(span, device=q.device)
-        key_pos = first[:, None] + offsets[None, :]
+        key_pos = torch.arange(span, device=q.device)
+        if first is not None:  # a window: each row from its own first position
+            key_pos = first[:, None] + key_pos[None, :]
         slots = row_starts.long()[:, None] + key_pos
         # Padding positions may run past the arena's end; they are masked, so clamp the gather.
         slots = slots.clamp(max=k_cache.shape[0] - 1).flatten()
-        if sliding_window is None:
-            key_pos = offsets
 
         def take(cache: torch.Tensor, scale: Scale, role: str) -> torch.Tensor:
             rows_of = _gather_float(cache, slots, scale, role, fold=True)
