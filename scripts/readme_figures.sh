@@ -79,6 +79,12 @@ extra=()
 [ "$quick" = 1 ] && extra=("${quick_sweep[@]}")
 # shellcheck disable=SC2086
 $sweep "${extra[@]}" --out "$out/sweep" --quiet > /dev/null
+# The peer figure: kvbench against transformers' continuous batching, interleaved by the script.
+echo "[$(date +%H:%M:%S)] peer: transformers continuous batching ($(load))" >&2
+peer=(--repeats "$repeats")
+[ "$quick" = 1 ] && peer=(--num-requests 8 --repeats "$repeats")
+python "$(dirname "$0")/peer_transformers_cb.py" "${peer[@]}" \
+    > "$out/peer-transformers-cb.txt" 2> "$out/peer-transformers-cb.log"
 echo "load after: $(load)" >> "$out/machine.txt"
 
 python - "$out" <<'PY' | tee "$out/figures.txt"
@@ -188,6 +194,12 @@ ratio("generate() 2 threads / 1 thread",
       ("generate-2-threads", "hf-generate"), ("generate-1-thread", "hf-generate"))
 ratio("simulated paged / contiguous-max out tok/s",
       ("simulate-13b", "paged"), ("simulate-13b", "contiguous-max"))
+
+peer = out / "peer-transformers-cb.txt"
+if peer.is_file():
+    print("\n== kvbench vs transformers continuous batching (scripts/peer_transformers_cb.py)")
+    for line in peer.read_text().splitlines():
+        print(f"  {line}")
 
 capacity = next((out / "sweep").glob("*/capacity.csv"), None)
 if capacity is not None:
