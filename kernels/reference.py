@@ -425,16 +425,17 @@ def paged_decode_attention(
     """
     num_blocks = k_cache.shape[0] // block_size
     table_width = block_tables.shape[1]
-
-    def by_block(cache: torch.Tensor) -> torch.Tensor:
-        return cache[: num_blocks * block_size].view(num_blocks, block_size, *cache.shape[1:])
+    k_blocks, v_blocks = (
+        cache[: num_blocks * block_size].view(num_blocks, block_size, *cache.shape[1:])
+        for cache in (k_cache, v_cache)
+    )
 
     def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
         # Whole blocks at once: one index per block instead of one per token.
         tables = block_tables if rows is None else block_tables[rows]
         if sliding_window is None:  # every row from position 0: the table's first columns
             width = min(-(-span // block_size), table_width)
-            blocks = tables[:, :width].long().flatten()
+            blocks = tables[:, :width].flatten()  # index_select takes int32 too
             # The last block's positions past the longest sequence are left out, not masked:
             # a batch of equal lengths then needs no mask at all.
             keys = min(span, width * block_size)
@@ -450,11 +451,12 @@ def paged_decode_attention(
             keys = width * block_size
         num_rows = tables.shape[0]
 
-        def take(cache: torch.Tensor, scale: Scale, role: str) -> torch.Tensor:
-            rows_of = _gather_float(by_block(cache), blocks, scale, role, fold=True)
-            return rows_of.view(num_rows, width * block_size, *cache.shape[1:])[:, :keys]
+        def take(by_block: torch.Tensor, scale: Scale, role: str) -> torch.Tensor:
+            rows_of = _gather_float(by_block, blocks, scale, role, fold=True)
+            rows_of = rows_of.view(num_rows, width * block_size, *by_block.shape[2:])
+            return rows_of if keys == width * block_size else rows_of[:, :keys]
 
-        return take(k_cache, k_scale, "k"), take(v_cache, v_scale, "v"), key_pos
+        return take(k_blocks, k_scale, "k"), take(v_blocks, v_scale, "v"), key_pos
 
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
