@@ -39,7 +39,8 @@ DECODE_BUCKET_SLACK = 256
 # A contiguous float32 decode attends each sequence where it lies in the arena (one attention
 # call per sequence, nothing copied) once the K/V a batched call would gather for it reach this
 # size; below it one gather and one call for the whole bucket cost less (measured on one CPU
-# thread: the crossover sits near 256 positions of 2 KV heads x 32 dims).
+# thread: the crossover sits near 256 positions of 2 KV heads x 32 dims); a lone sequence is
+# always attended in place.
 IN_PLACE_MIN_BYTES = 128 * 1024
 
 
@@ -484,8 +485,10 @@ def contiguous_decode_attention(
     firsts = [first_visible(n, 1, sliding_window) for n in lens]
     num_kv_heads, head_dim = k_cache.shape[1:]
     mean_span = (sum(lens) - sum(firsts)) / max(len(lens), 1)
-    if (k_cache.dtype == v_cache.dtype == torch.float32 and lens
-            and mean_span * num_kv_heads * (head_dim + v_cache.shape[-1]) * 4 >= IN_PLACE_MIN_BYTES):
+    # One sequence is one attention call either way: in place it skips the gather.
+    if (k_cache.dtype == v_cache.dtype == torch.float32 and lens and (
+            len(lens) == 1
+            or mean_span * num_kv_heads * (head_dim + v_cache.shape[-1]) * 4 >= IN_PLACE_MIN_BYTES)):
         out = torch.empty((*q.shape[:-1], v_cache.shape[-1]), dtype=q.dtype, device=q.device)
         for r, (start, n, f) in enumerate(zip(starts, lens, firsts, strict=True)):
             out[r : r + 1] = _decode(q[r : r + 1], k_cache[start + f : start + n][None],

@@ -219,6 +219,10 @@ def test_contiguous_decode_in_place_and_gathered_match_naive(monkeypatch, varian
     got = ref.contiguous_decode_attention(d["q"], d["kc"], d["vc"], d["start_slots"],
                                           d["seq_lens"], d["softmax_scale"], **kw)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    # a lone sequence (always in place)
+    one = ref.contiguous_decode_attention(d["q"][:1], d["kc"], d["vc"], d["start_slots"][:1],
+                                          d["seq_lens"][:1], d["softmax_scale"], **kw)
+    torch.testing.assert_close(one.double(), want[:1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("num_q_heads,num_kv_heads", GQA)
