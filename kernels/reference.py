@@ -21,6 +21,8 @@ All arithmetic is float32; outputs take `q`'s dtype.
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable
 
 import torch
@@ -35,6 +37,13 @@ Scale = float | torch.Tensor | None
 # at most this many positions: below that, the padded keys cost less than another bucket's
 # fixed cost (gather + attention call) on a CPU.
 DECODE_BUCKET_SLACK = 256
+
+# A contiguous float32 decode attends each sequence where it lies in the arena (one attention
+# call per sequence, nothing copied) once the K/V a batched call would gather for it reach this
+# size; below it one gather and one call for the whole bucket cost less (measured on one CPU
+# thread: the crossover sits near 256 positions of 2 KV heads x 32 dims); a lone sequence is
+# always attended in place.
+IN_PLACE_MIN_BYTES = 128 * 1024
 
 
 def is_fp8(cache: torch.Tensor) -> bool:
@@ -55,10 +64,43 @@ def quantize_fp8(x: torch.Tensor, scale: Scale) -> torch.Tensor:
     return (x.float() / s).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
 
 
+def _fp8_to_float(values: torch.Tensor, scale: Scale, out: torch.Tensor,
+                  apply_scale: bool = True) -> torch.Tensor:
+    """fp8 `values` times `scale` into float32 `out` (same shape), bit for bit
+    `values.float() * scale`, in five vectorised passes; without `apply_scale`, four, leaving
+    `values.float() / 256` for the caller to scale (`_fp8_fold`).
+
+    PyTorch converts float8 to float32 one element at a time on the CPU (~4 ns an element);
+    e4m3's bits moved into a float16 instead (sign to bit 15, exponent and mantissa to bits
+    13..7) are the same value times 2^-8, subnormals included, so the 2^8 joins the scale.
+    The one difference: e4m3's NaN (never written: `quantize_fp8` saturates) reads as 480.
+    """
+    bits = _scratch_buffer("fp8_bits", tuple(values.shape), torch.int16, values.device)
+    bits.copy_(values.view(torch.int8))  # sign-extended: bits 15..7 all carry the sign
+    bits.bitwise_left_shift_(7)
+    bits.bitwise_and_(~0x4000)  # float16's top exponent bit: always 0 for an e4m3 value
+    out.copy_(bits.view(torch.float16))
+    if not apply_scale:
+        return out
+    return out.mul_(_scale_tensor(scale, values.device) * 256.0)
+
+
+def _fp8_fold(cache: torch.Tensor, scale: Scale) -> torch.Tensor | None:
+    """What a decode over `_gather_float(..., fold=True)` values still owes each KV head:
+    `256 * scale`, 0-d or `[Hkv, 1, 1]` (to broadcast over `[S, Hkv, group, D]`); None for
+    an unquantized cache. Applied to the query (K) and to the output (V), tensors a group of
+    heads wide, instead of to every gathered key and value."""
+    if not is_fp8(cache):
+        return None
+    fold = _scale_tensor(scale, cache.device) * 256.0
+    return fold.reshape(-1, 1, 1) if fold.dim() else fold
+
+
 def dequantize(cache_values: torch.Tensor, scale: Scale) -> torch.Tensor:
     """Cache contents `[..., Hkv, D]` as float32 (multiplying fp8 values by their scale)."""
     if is_fp8(cache_values):
-        return cache_values.float() * _scale_tensor(scale, cache_values.device)
+        out = torch.empty(cache_values.shape, dtype=torch.float32, device=cache_values.device)
+        return _fp8_to_float(cache_values, scale, out)
     return cache_values.float()
 
 
@@ -182,8 +224,8 @@ def _varlen_attention(q, k_cache, v_cache, query_start_loc, seq_lens, slots_of, 
             continue
         first = first_visible(seq_len, hi - lo, sliding_window)
         slots = slots_of(i, seq_len, first)
-        k = dequantize(k_cache.index_select(0, slots), k_scale)
-        v = dequantize(v_cache.index_select(0, slots), v_scale)
+        k = _gather_float(k_cache, slots, k_scale, "k")
+        v = _gather_float(v_cache, slots, v_scale, "v")
         out[lo:hi] = _attend(q[lo:hi], k, v, softmax_scale, first, sliding_window, softcap,
                              sinks).to(q.dtype)
     return out
@@ -237,57 +279,19 @@ def contiguous_attention(
     )
 
 
-# gather(rows, first, span) -> (k, v, key_pos): the cache rows of sequences `rows` from about
-# position `first[r]` (`[R]` long) on, at least `span` positions each, `[R, W, Hkv, D]` in the
-# cache's dtype with the position of each gathered key `[R, W]`; keys outside a row's
-# `[first, seq_len)` are masked, so a gather may read whole blocks around them.
-Gather = Callable[[torch.Tensor, torch.Tensor, int],
-                  tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+def _decode_plan(lens: list[int], firsts: list[int]) -> list[list[int]] | None:
+    """Decode buckets of similar length (row lists), so padding at most doubles the keys read
+    (or adds at most `DECODE_BUCKET_SLACK` positions); None when one bucket holds every row.
 
-
-def _decode(q, k, v, key_pos, first, seq_lens, softmax_scale, k_scale, v_scale, softcap, sinks):
-    """One query per sequence (`q` `[S, Hq, D]`) over gathered `k`, `v` `[S, W, Hkv, D]`.
-
-    Each KV head's group of query heads is the query "length" of one scaled-dot-product
-    attention over that head's keys, so GQA needs no repeated K/V.
+    One padded batch would cost batch x longest context; with ragged (chat-like) lengths the
+    buckets cost about the sum of the contexts, which is what the attention itself needs.
     """
-    num_seqs, num_q_heads, head_dim = q.shape
-    num_kv_heads, value_dim = k.shape[2], v.shape[-1]
-    group = num_q_heads // num_kv_heads
-    kf = dequantize(k, k_scale).transpose(1, 2)  # [S, Hkv, W, D]
-    vf = dequantize(v, v_scale).transpose(1, 2)
-    qf = q.float().reshape(num_seqs, num_kv_heads, group, head_dim)
-    valid = (key_pos < seq_lens.long()[:, None]) & (key_pos >= first[:, None])
-    if softcap is None and sinks is None:
-        out = F.scaled_dot_product_attention(
-            qf, kf, vf, attn_mask=valid[:, None, None, :], scale=softmax_scale
-        )
-    else:
-        head_sinks = None if sinks is None else sinks.reshape(1, num_kv_heads, group, 1)
-        scores = qf @ kf.transpose(-1, -2) * softmax_scale  # [S, Hkv, group, W]
-        probs = _scores_softmax(scores, valid[:, None, None, :], softcap, head_sinks)
-        out = probs @ vf
-    return out.reshape(num_seqs, num_q_heads, value_dim).to(q.dtype)
-
-
-def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, k_scale, v_scale,
-                     sliding_window=None, softcap=None, sinks=None, v_head_dim=None):
-    """Decode in buckets of similar length, so padding at most doubles the keys read (or adds
-    at most `DECODE_BUCKET_SLACK` positions).
-
-    One padded batch would cost batch × longest context; with ragged (chat-like) lengths the
-    buckets cost about the sum of the contexts, which is what the attention itself needs. A
-    window caps each sequence's keys at W, so the cost grows with W, not with the context.
-    """
-    out_shape = q.shape if v_head_dim is None else (*q.shape[:-1], v_head_dim)
-    out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
-    if q.shape[0] == 0:
-        return out
-    lens = seq_lens.tolist()
-    firsts = [first_visible(n, 1, sliding_window) for n in lens]
     spans = [n - f for n, f in zip(lens, firsts, strict=True)]
-    order = sorted(range(len(lens)), key=lambda i: -spans[i])
-    start = 0
+    longest, shortest = max(spans), min(spans)
+    if 2 * shortest >= longest or longest - shortest <= DECODE_BUCKET_SLACK:
+        return None
+    order = sorted(range(len(spans)), key=lambda i: -spans[i])
+    buckets, start = [], 0
     while start < len(order):
         longest = spans[order[start]]
         end = start + 1
@@ -295,13 +299,120 @@ def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, k_scale, v_scal
             2 * spans[order[end]] >= longest or longest - spans[order[end]] <= DECODE_BUCKET_SLACK
         ):
             end += 1
-        chosen = order[start:end]
-        rows = torch.tensor(chosen, device=q.device)
-        first = torch.tensor([firsts[i] for i in chosen], device=q.device)
-        k, v, key_pos = gather(rows, first, max(longest, 1))
-        out[rows] = _decode(q[rows], k, v, key_pos, first, seq_lens[rows], softmax_scale,
-                            k_scale, v_scale, softcap, sinks)
+        buckets.append(order[start:end])
         start = end
+    return buckets
+
+
+# Per-thread buffers a decode gathers K/V into, reused across layers and steps: a fresh
+# multi-megabyte tensor per gather costs the CPU its page faults, about as much as the copy.
+_scratch = threading.local()
+
+
+def _scratch_buffer(role: str, shape: tuple[int, ...], dtype: torch.dtype,
+                    device: torch.device) -> torch.Tensor:
+    """A reused tensor of `shape` (its contents are whatever the last user left)."""
+    pool = _scratch.__dict__.setdefault("pool", {})
+    key = (role, dtype, device)
+    numel = math.prod(shape)
+    buf = pool.get(key)
+    if buf is None or buf.numel() < numel:
+        # A normal tensor, so that callers outside inference mode can write into it too.
+        with torch.inference_mode(False):
+            buf = torch.empty(numel, dtype=dtype, device=device)
+        pool[key] = buf
+    return buf[:numel].view(shape)
+
+
+def _gather_float(rows_of: torch.Tensor, index: torch.Tensor, scale: Scale,
+                  role: str, fold: bool = False) -> torch.Tensor:
+    """`rows_of.index_select(0, index)` as float32 (fp8 dequantized) in a reused buffer.
+
+    fp8 rows are gathered as bytes (a quarter of the traffic) and dequantized once; with
+    `fold`, their scale is left to the caller (`_fp8_fold`)."""
+    shape = (index.numel(), *rows_of.shape[1:])
+    out = _scratch_buffer(role, shape, torch.float32, rows_of.device)
+    if rows_of.dtype == torch.float32:
+        return torch.index_select(rows_of, 0, index, out=out)
+    raw = _scratch_buffer("raw", shape, rows_of.dtype, rows_of.device)
+    torch.index_select(rows_of, 0, index, out=raw)
+    if is_fp8(raw):
+        return _fp8_to_float(raw, scale, out, apply_scale=not fold)
+    return out.copy_(raw)
+
+
+def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=None):
+    """One query per sequence (`q` `[S, Hq, D]`) over gathered float32 `k`, `v`
+    `[S, W, Hkv, D]`; `valid` (`[S, W]` bool, None: every key) masks padding and keys outside
+    the window; `k_fold`, `v_fold` (`_fp8_fold`) scale the keys and values.
+
+    Each KV head's group of query heads is the query "length" of one scaled-dot-product
+    attention over that head's keys, so GQA needs no repeated K/V.
+    """
+    num_seqs, num_q_heads, head_dim = q.shape
+    num_kv_heads = k.shape[2]
+    group = num_q_heads // num_kv_heads
+    kf = k.transpose(1, 2)  # [S, Hkv, W, D]
+    vf = v.transpose(1, 2)
+    qf = q.float().reshape(num_seqs, num_kv_heads, group, head_dim)
+    if k_fold is not None:  # q . (k f) = (q f) . k
+        qf = qf * k_fold
+    mask = None if valid is None else valid[:, None, None, :]
+    if softcap is None and sinks is None:
+        out = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask, scale=softmax_scale)
+    else:
+        head_sinks = None if sinks is None else sinks.reshape(1, num_kv_heads, group, 1)
+        scores = qf @ kf.transpose(-1, -2) * softmax_scale  # [S, Hkv, group, W]
+        probs = _scores_softmax(scores, mask, softcap, head_sinks)
+        out = probs @ vf
+    if v_fold is not None:  # sum p (v f) = (sum p v) f
+        out = out * v_fold
+    return out.reshape(num_seqs, num_q_heads, vf.shape[-1]).to(q.dtype)
+
+
+# gather(rows, first, span) -> (k, v, key_pos): float32 K/V `[R, W, Hkv, D]` of sequences
+# `rows` (`[R]` long, None: all, in order) from about position `first[r]` (`[R]` long; None
+# without a window: 0) on, at least `span` positions each, with the position of each gathered
+# key (`[W]` shared by every row, or `[R, W]`); keys outside a row's `[first, seq_len)` are
+# masked, so a gather may read whole blocks around them.
+Gather = Callable[[torch.Tensor | None, torch.Tensor | None, int],
+                  tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, sliding_window=None,
+                     softcap=None, sinks=None, v_head_dim=None, k_fold=None, v_fold=None):
+    """Decode in buckets of similar length (`_decode_plan`); a window caps each sequence's keys
+    at W, so the cost grows with W, not with the context."""
+    out_shape = q.shape if v_head_dim is None else (*q.shape[:-1], v_head_dim)
+    if q.shape[0] == 0:
+        return torch.empty(out_shape, dtype=q.dtype, device=q.device)
+    lens = seq_lens.tolist()
+    firsts = [first_visible(n, 1, sliding_window) for n in lens]
+    plan = _decode_plan(lens, firsts)
+
+    def bucket(rows: list[int] | None) -> torch.Tensor:
+        chosen = range(len(lens)) if rows is None else rows
+        bucket_lens = [lens[i] for i in chosen]
+        bucket_firsts = [firsts[i] for i in chosen]
+        span = max(max(n - f for n, f in zip(bucket_lens, bucket_firsts, strict=True)), 1)
+        index = None if rows is None else torch.tensor(rows, device=q.device)
+        first = (None if sliding_window is None
+                 else torch.tensor(bucket_firsts, device=q.device))
+        k, v, key_pos = gather(index, first, span)
+        valid = None
+        if k.shape[1] != span or any(f != 0 for f in bucket_firsts) or min(bucket_lens) != span:
+            row_lens = seq_lens.long() if index is None else seq_lens.long()[index]
+            valid = key_pos < row_lens[:, None]
+            if first is not None:
+                valid &= key_pos >= first[:, None]
+        return _decode(q if index is None else q[index], k, v, valid, softmax_scale, softcap,
+                       sinks, k_fold, v_fold)
+
+    if plan is None:
+        return bucket(None)
+    out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
+    for rows in plan:
+        out[torch.tensor(rows, device=q.device)] = bucket(rows)
     return out
 
 
@@ -326,29 +437,42 @@ def paged_decode_attention(
     """
     num_blocks = k_cache.shape[0] // block_size
     table_width = block_tables.shape[1]
+    k_blocks, v_blocks = (
+        cache[: num_blocks * block_size].view(num_blocks, block_size, *cache.shape[1:])
+        for cache in (k_cache, v_cache)
+    )
 
-    def gather(rows: torch.Tensor, first: torch.Tensor, span: int):
+    def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
         # Whole blocks at once: one index per block instead of one per token.
-        first_block = first // block_size
-        width = min(-(-(span + block_size - 1) // block_size), table_width)
-        if sliding_window is None:
+        tables = block_tables if rows is None else block_tables[rows]
+        if sliding_window is None:  # every row from position 0: the table's first columns
             width = min(-(-span // block_size), table_width)
-        index = (first_block[:, None] + torch.arange(width, device=q.device)[None, :]).clamp(
-            max=table_width - 1)
-        blocks = block_tables[rows[:, None], index].long().flatten()
-        key_pos = (first_block[:, None] * block_size
-                   + torch.arange(width * block_size, device=q.device)[None, :])
+            blocks = tables[:, :width].flatten()  # index_select takes int32 too
+            # The last block's positions past the longest sequence are left out, not masked:
+            # a batch of equal lengths then needs no mask at all.
+            keys = min(span, width * block_size)
+            key_pos = torch.arange(keys, device=q.device)
+        else:
+            first_block = first // block_size
+            width = min(-(-(span + block_size - 1) // block_size), table_width)
+            index = (first_block[:, None] + torch.arange(width, device=q.device)[None, :]).clamp(
+                max=table_width - 1)
+            blocks = tables.gather(1, index).long().flatten()
+            key_pos = (first_block[:, None] * block_size
+                       + torch.arange(width * block_size, device=q.device)[None, :])
+            keys = width * block_size
+        num_rows = tables.shape[0]
 
-        def take(cache: torch.Tensor) -> torch.Tensor:
-            by_block = cache[: num_blocks * block_size].view(num_blocks, block_size,
-                                                            *cache.shape[1:])
-            return by_block.index_select(0, blocks).view(len(rows), width * block_size,
-                                                         *cache.shape[1:])
+        def take(by_block: torch.Tensor, scale: Scale, role: str) -> torch.Tensor:
+            rows_of = _gather_float(by_block, blocks, scale, role, fold=True)
+            rows_of = rows_of.view(num_rows, width * block_size, *by_block.shape[2:])
+            return rows_of if keys == width * block_size else rows_of[:, :keys]
 
-        return take(k_cache), take(v_cache), key_pos
+        return take(k_blocks, k_scale, "k"), take(v_blocks, v_scale, "v"), key_pos
 
-    return _bucketed_decode(q, seq_lens, gather, softmax_scale, k_scale, v_scale,
-                            sliding_window, softcap, sinks, v_cache.shape[-1])
+    return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
+                            v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
+                            _fp8_fold(v_cache, v_scale))
 
 
 def contiguous_decode_attention(
@@ -367,16 +491,37 @@ def contiguous_decode_attention(
 ) -> torch.Tensor:
     """Decode reading each sequence's K/V from `[start_slot, start_slot + seq_len)` (with a
     window, only its last W positions)."""
-    def gather(rows: torch.Tensor, first: torch.Tensor, span: int):
-        key_pos = first[:, None] + torch.arange(span, device=q.device)[None, :]
-        slots = start_slots[rows].long()[:, None] + key_pos
+    lens = seq_lens.tolist()
+    starts = start_slots.tolist()
+    firsts = [first_visible(n, 1, sliding_window) for n in lens]
+    num_kv_heads, head_dim = k_cache.shape[1:]
+    mean_span = (sum(lens) - sum(firsts)) / max(len(lens), 1)
+    # One sequence is one attention call either way: in place it skips the gather.
+    if (k_cache.dtype == v_cache.dtype == torch.float32 and lens and (
+            len(lens) == 1
+            or mean_span * num_kv_heads * (head_dim + v_cache.shape[-1]) * 4 >= IN_PLACE_MIN_BYTES)):
+        out = torch.empty((*q.shape[:-1], v_cache.shape[-1]), dtype=q.dtype, device=q.device)
+        for r, (start, n, f) in enumerate(zip(starts, lens, firsts, strict=True)):
+            out[r : r + 1] = _decode(q[r : r + 1], k_cache[start + f : start + n][None],
+                                     v_cache[start + f : start + n][None], None,
+                                     softmax_scale, softcap, sinks)
+        return out
+
+    def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
+        row_starts = start_slots if rows is None else start_slots[rows]
+        key_pos = torch.arange(span, device=q.device)
+        if first is not None:  # a window: each row from its own first position
+            key_pos = first[:, None] + key_pos[None, :]
+        slots = row_starts.long()[:, None] + key_pos
         # Padding positions may run past the arena's end; they are masked, so clamp the gather.
         slots = slots.clamp(max=k_cache.shape[0] - 1).flatten()
 
-        def take(cache: torch.Tensor) -> torch.Tensor:
-            return cache.index_select(0, slots).view(len(rows), span, *cache.shape[1:])
+        def take(cache: torch.Tensor, scale: Scale, role: str) -> torch.Tensor:
+            rows_of = _gather_float(cache, slots, scale, role, fold=True)
+            return rows_of.view(len(row_starts), span, *cache.shape[1:])
 
-        return take(k_cache), take(v_cache), key_pos
+        return take(k_cache, k_scale, "k"), take(v_cache, v_scale, "v"), key_pos
 
-    return _bucketed_decode(q, seq_lens, gather, softmax_scale, k_scale, v_scale,
-                            sliding_window, softcap, sinks, v_cache.shape[-1])
+    return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
+                            v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
+                            _fp8_fold(v_cache, v_scale))

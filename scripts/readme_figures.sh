@@ -91,6 +91,15 @@ if [ -z "$only" ] || [[ "$only" == *",sweep,"* ]]; then
     # shellcheck disable=SC2086
     $sweep "${extra[@]}" --out "$out/sweep" --quiet > /dev/null
 fi
+if [ -z "$only" ] || [[ "$only" == *",peer,"* ]]; then
+    # The peer figure: kvbench against transformers' continuous batching, interleaved by the
+    # script.
+    echo "[$(date +%H:%M:%S)] peer: transformers continuous batching ($(load))" >&2
+    peer=(--repeats "$repeats")
+    [ "$quick" = 1 ] && peer=(--num-requests 8 --repeats "$repeats")
+    python "$(dirname "$0")/peer_transformers_cb.py" "${peer[@]}" \
+        > "$out/peer-transformers-cb.txt" 2> "$out/peer-transformers-cb.log"
+fi
 echo "load after: $(load)" >> "$out/machine.txt"
 
 python - "$out" <<'PY' | tee "$out/figures.txt"
@@ -208,6 +217,12 @@ for model, figure in (("tiny-moe", "moe-chat-16mib"), ("tiny", "dense-chat-16mib
 for label in ("contiguous-max", "paged", "prefix", "fp8"):
     ratio(f"chat 16 MiB, {label}: tiny-moe / tiny out tok/s",
           ("moe-chat-16mib", label), ("dense-chat-16mib", label))
+
+peer = out / "peer-transformers-cb.txt"
+if peer.is_file():
+    print("\n== kvbench vs transformers continuous batching (scripts/peer_transformers_cb.py)")
+    for line in peer.read_text().splitlines():
+        print(f"  {line}")
 
 capacity = next((out / "sweep").glob("*/capacity.csv"), None)
 if capacity is not None:

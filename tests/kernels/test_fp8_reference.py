@@ -58,6 +58,20 @@ def test_quantize_round_trip_within_e4m3_rounding():
     assert 2.0**-5 < rel <= EPS  # the bound is tight: really 3 mantissa bits
 
 
+@pytest.mark.parametrize("scale", [0.37, torch.tensor([0.02, 3.5])])
+def test_dequantize_is_exactly_float_times_scale_for_every_byte(scale):
+    """The fast decode of e4m3 bits gives exactly PyTorch's `.float() * scale` for every
+    finite value (subnormals and both zeros included); the two NaN bytes are never written."""
+    every = torch.arange(256, dtype=torch.uint8).view(ref.FP8_DTYPE)
+    values = every.reshape(128, 2, 1).expand(128, 2, 3)  # [N, Hkv, D], a strided view
+    want = values.float() * ref._scale_tensor(scale, values.device)
+    got = ref.dequantize(values, scale)
+    finite = ~want.isnan()
+    assert finite.sum() == 254 * 3
+    assert torch.equal(got[finite], want[finite])
+    assert torch.equal(got[finite].signbit(), want[finite].signbit())  # -0.0 stays -0.0
+
+
 def test_quantize_per_head_scales_and_saturation():
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(256, 4, 16, generator=gen) * torch.tensor([1e-3, 1.0, 10.0, 100.0])[:, None]

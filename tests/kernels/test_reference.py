@@ -205,6 +205,26 @@ def test_attention_variants_match_naive(num_q_heads, num_kv_heads, variant):
     torch.testing.assert_close(contig_dec.double(), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("variant", [{}, *VARIANTS])
+def test_contiguous_decode_in_place_and_gathered_match_naive(monkeypatch, variant, in_place):
+    """A contiguous decode attends each sequence where it lies in the arena (long contexts) or
+    gathers its bucket (short ones); both are the same attention, ragged lengths and variants
+    included."""
+    monkeypatch.setattr(ref, "IN_PLACE_MIN_BYTES", 0 if in_place else math.inf)
+    kw = _variant(variant, 8)
+    d = _decode_batch(21, 8, 2, block_size=4)
+    want = naive_varlen(d["q"], d["kc"], d["vc"], d["query_start_loc"], d["seq_lens"],
+                        contiguous_slot_of(d["start_slots"]), d["softmax_scale"], **kw)
+    got = ref.contiguous_decode_attention(d["q"], d["kc"], d["vc"], d["start_slots"],
+                                          d["seq_lens"], d["softmax_scale"], **kw)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    # a lone sequence (always in place)
+    one = ref.contiguous_decode_attention(d["q"][:1], d["kc"], d["vc"], d["start_slots"][:1],
+                                          d["seq_lens"][:1], d["softmax_scale"], **kw)
+    torch.testing.assert_close(one.double(), want[:1], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("num_q_heads,num_kv_heads", GQA)
 def test_contiguous_attention_matches_naive(num_q_heads, num_kv_heads):
     b = make_batch(7, num_seqs=3, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
