@@ -14,58 +14,28 @@ kv_lora_rank + qk_rope_head_dim (576 for V3) whose value is its first kv_lora_ra
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import MLP, AttentionFn, RMSNorm
+from kvbench.models.rope_yarn import yarn_attention_factor, yarn_inv_freq, yarn_mscale
 
 # transformers builds q_a_layernorm and kv_a_layernorm with its RMSNorm's default epsilon,
 # not the config's rms_norm_eps.
 LATENT_NORM_EPS = 1e-6
 
 
-def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
-    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-
 def deepseek_rope(config: ModelConfig) -> tuple[torch.Tensor, float]:
-    """Inverse frequencies of the rope dimensions and the factor on cos and sin, as
-    transformers computes them (plain rope, or YaRN)."""
+    """Inverse frequencies of the rope dimensions (qk_rope_head_dim) and the factor on cos
+    and sin, as transformers computes them (plain rope, or YaRN)."""
     assert config.mla is not None
     dim, base = config.mla.qk_rope_head_dim, config.rope_theta
-    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
     scaling = config.rope_scaling
     if not scaling:
-        return 1.0 / pos_freqs, 1.0
-    factor = scaling["factor"]
-    mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
-    attention_factor = scaling.get("attention_factor")
-    if attention_factor is None:
-        if mscale and mscale_all_dim:
-            attention_factor = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
-        else:
-            attention_factor = _yarn_mscale(factor)
-    beta_fast = scaling.get("beta_fast") or 32
-    beta_slow = scaling.get("beta_slow") or 1
-    old_len = scaling["original_max_position_embeddings"]
-
-    def correction_dim(rotations: float) -> float:
-        return dim * math.log(old_len / (rotations * 2 * math.pi)) / (2 * math.log(base))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if scaling.get("truncate", True):
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001  # no division by zero
-    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
-    extrapolation = 1 - ramp  # the share of the unscaled frequency
-    inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
-    return inv_freq, float(attention_factor)
+        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)), 1.0
+    return yarn_inv_freq(dim, base, scaling), yarn_attention_factor(scaling)
 
 
 def deepseek_softmax_scale(config: ModelConfig) -> float:
@@ -74,7 +44,7 @@ def deepseek_softmax_scale(config: ModelConfig) -> float:
     scale = config.mla.qk_head_dim**-0.5
     scaling = config.rope_scaling
     if scaling and scaling.get("mscale_all_dim"):
-        scale *= _yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
+        scale *= yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
     return scale
 
 

@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.models.rope_yarn import YARN_FIELDS
 
 if TYPE_CHECKING:
     from kvbench.models.config import ModelConfig
 
 DEEPSEEK_MODEL_TYPES = ("deepseek_v2", "deepseek_v3")
 DEEPSEEK_ROPE_TYPES = ("default", "yarn")
-YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
-             "mscale_all_dim", "attention_factor", "truncate")
 
 
 @dataclass(frozen=True)
@@ -266,7 +265,7 @@ def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
             f"{scaling['partial_rotary_factor']} is not implemented (kvbench rotates every dim)")
     if kind == "default":
         return None
-    yarn = {key: scaling[key] for key in YARN_KEYS if scaling.get(key) is not None}
+    yarn = {key: scaling[key] for key in YARN_FIELDS if scaling.get(key) is not None}
     yarn["rope_type"] = "yarn"
     max_len = hf.get("max_position_embeddings", 4096)
     yarn.setdefault("original_max_position_embeddings", max_len)
