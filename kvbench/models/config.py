@@ -24,13 +24,13 @@ from kvbench.models.deepseek_config import (
     read_deepseek_config,
 )
 from kvbench.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
+from kvbench.models.layer_types import LAYER_TYPES, checked_layer_types, periodic_layer_types
 from kvbench.models.rope_yarn import yarn_scaling
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
                          "gpt_oss", *DEEPSEEK_MODEL_TYPES, *GEMMA_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
 SUPPORTED_ROPE_TYPES = ("default", "llama3", "yarn")
-LAYER_TYPES = ("full_attention", "sliding_attention")
 ARCHITECTURES = ("llama", "gpt_oss", "gemma")
 
 
@@ -552,9 +552,6 @@ def _checked_window(window: Any, name: str) -> int:
     return window
 
 
-QWEN3_LAYER_TYPES = ("full_attention", "sliding_attention")
-
-
 def _qwen3_sliding_window(hf: dict[str, Any], name: str) -> int | None:
     """Qwen3's window, or None when no layer is a sliding-window layer.
 
@@ -570,17 +567,7 @@ def _qwen3_sliding_window(hf: dict[str, Any], name: str) -> int | None:
         windowed = (window is not None and isinstance(num_layers, int)
                     and isinstance(first_windowed, int) and first_windowed < num_layers)
     else:
-        if not isinstance(layer_types, list) or len(layer_types) != hf.get("num_hidden_layers"):
-            raise KvbenchInputError(
-                f"model {name}: config.json layer_types must list one type per layer "
-                f"(num_hidden_layers), got {layer_types!r:.80}"
-            )
-        unknown = sorted({str(t) for t in layer_types if t not in QWEN3_LAYER_TYPES})
-        if unknown:
-            raise KvbenchInputError(
-                f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
-                "(kvbench's qwen3 layers are full_attention)"
-            )
+        layer_types = checked_layer_types(layer_types, name, hf.get("num_hidden_layers"))
         windowed = "sliding_attention" in layer_types
         if windowed and window is None:
             raise KvbenchInputError(
@@ -666,22 +653,12 @@ def _positive_number(hf: dict[str, Any], key: str, name: str, default: float) ->
 def _gpt_oss_windows(hf: dict[str, Any], name: str, num_layers: int) -> dict[str, Any]:
     """The window (default 128) and layer_types (default: even layers sliding, odd full)."""
     window = hf.get("sliding_window", 128)
-    layer_types = hf.get("layer_types")
-    if layer_types is None:
-        layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention"
-                       for i in range(num_layers)]
-    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
-        raise KvbenchInputError(
-            f"model {name}: config.json layer_types must list one type per layer "
-            f"(num_hidden_layers), got {layer_types!r:.80}")
-    unknown = sorted({str(t) for t in layer_types if t not in LAYER_TYPES})
-    if unknown:
-        raise KvbenchInputError(
-            f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
-            f"(supported: {', '.join(LAYER_TYPES)})")
+    given = hf.get("layer_types")
+    layer_types = (periodic_layer_types(num_layers, 2) if given is None
+                   else checked_layer_types(given, name, num_layers))
     if window is None:  # transformers' sliding layers attend to everything without a window
         return {"sliding_window": None, "layer_types": ()}
-    return {"sliding_window": _checked_window(window, name), "layer_types": tuple(layer_types)}
+    return {"sliding_window": _checked_window(window, name), "layer_types": layer_types}
 
 
 def _gpt_oss_quantization(hf: dict[str, Any], name: str) -> str | None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
 
 # "gemma3" is Gemma 3's multimodal config: its text_config is the text model, and its vision
 # tower is counted in the weights (`vision_parameters`) but never run.
 GEMMA_MODEL_TYPES = ("gemma2", "gemma3_text", "gemma3")
 GEMMA_ACTIVATION = "gelu_pytorch_tanh"  # gelu with the tanh approximation
-GEMMA_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
@@ -143,18 +143,8 @@ def _layer_types(hf: dict[str, Any], name: str, num_layers: int,
     layer_types = hf.get("layer_types")
     if layer_types is None:
         pattern = _positive_int(hf, "sliding_window_pattern", name, default=6) if gemma3 else 2
-        return tuple("sliding_attention" if (i + 1) % pattern else "full_attention"
-                     for i in range(num_layers))
-    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
-        raise KvbenchInputError(
-            f"model {name}: config.json layer_types must list one type per layer "
-            f"(num_hidden_layers {num_layers}), got {layer_types!r:.80}")
-    unknown = sorted({str(t) for t in layer_types if t not in GEMMA_LAYER_TYPES})
-    if unknown:
-        raise KvbenchInputError(
-            f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
-            f"(kvbench's Gemma layers are {', '.join(GEMMA_LAYER_TYPES)})")
-    return tuple(layer_types)
+        return periodic_layer_types(num_layers, pattern)
+    return checked_layer_types(layer_types, name, num_layers)
 
 
 def _rope(hf: dict[str, Any], name: str,
