@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
-from kvbench.models.llama import MLP, AttentionFn, RMSNorm
+from kvbench.models.llama import MLP, AttentionFn, FlatBatchDecoder, RMSNorm
 from kvbench.models.rope_yarn import yarn_attention_factor, yarn_inv_freq, yarn_mscale
 
 # transformers builds q_a_layernorm and kv_a_layernorm with its RMSNorm's default epsilon,
@@ -193,7 +193,7 @@ class _Backbone(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
-class DeepseekDecoder(nn.Module):
+class DeepseekDecoder(FlatBatchDecoder):
     """`forward` runs the flattened tokens of a batch, as `LlamaDecoder` does; the attention
     callable gets the absorbed query `[T, heads, latent + rope]`, the cached row
     `[T, 1, latent + rope]` and its latent view as the value, and returns `[T, heads, latent]`."""
@@ -204,12 +204,7 @@ class DeepseekDecoder(nn.Module):
     ROUTER_WEIGHT = "mlp.gate.weight"
 
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = _Backbone(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        super().__init__(config, _Backbone(config))
         inv_freq, self.rope_attention_factor = deepseek_rope(config)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.softmax_scale = deepseek_softmax_scale(config)
@@ -217,26 +212,9 @@ class DeepseekDecoder(nn.Module):
     def rope_frequencies(self) -> torch.Tensor:
         return deepseek_rope(self.config)[0]
 
-    def reset_buffers(self, device: torch.device) -> None:
-        """The buffers no checkpoint holds, on `device`: RoPE frequencies, in float32."""
-        self.inv_freq = self.rope_frequencies().to(device)
-
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
         factor = self.rope_attention_factor
         # [T, 1, d/2]: broadcast over heads
         return ((freqs.cos() * factor).to(dtype)[:, None, :],
                 (freqs.sin() * factor).to(dtype)[:, None, :])
-
-    def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
-    ) -> torch.Tensor:
-        """Hidden states `[T, hidden]` after the final norm."""
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = self.rope(positions, x.dtype)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, attention)
-        return self.model.norm(x)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
