@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
-from kvbench.models.llama import MLP, AttentionFn, FlatBatchDecoder, RMSNorm
+from kvbench.models.llama import MLP, AttentionFn, FlatBatchDecoder, RMSNorm, mix_experts
 from kvbench.models.rope_yarn import yarn_attention_factor, yarn_inv_freq, yarn_mscale
 
 # transformers builds q_a_layernorm and kv_a_layernorm with its RMSNorm's default epsilon,
@@ -160,13 +160,7 @@ class DeepseekMoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights, chosen = self.gate(x)
-        out = torch.zeros_like(x)
-        # Only the experts some token chose run, each on its own tokens, in expert order.
-        for expert_index in torch.unique(chosen).tolist():
-            token_index, slot = torch.where(chosen == expert_index)
-            expert_out = self.experts[expert_index](x[token_index])
-            weighted = expert_out * weights[token_index, slot, None]
-            out.index_add_(0, token_index, weighted.to(out.dtype))
+        out = mix_experts(x, weights, chosen, lambda e, tokens: self.experts[e](tokens))
         if self.has_shared:
             out = out + self.shared_experts(x)
         return out

@@ -116,6 +116,20 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+def mix_experts(x: torch.Tensor, weights: torch.Tensor, chosen: torch.Tensor,
+                expert: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Each token's chosen experts' outputs `expert(e, tokens)`, summed under its `[T, k]`
+    routing weights. Only the experts some token chose run, each on its own tokens, in
+    expert order."""
+    out = torch.zeros_like(x)
+    for expert_index in torch.unique(chosen).tolist():
+        token_index, slot = torch.where(chosen == expert_index)
+        expert_out = expert(expert_index, x[token_index])
+        weighted = expert_out * weights[token_index, slot, None]
+        out.index_add_(0, token_index, weighted.to(out.dtype))
+    return out
+
+
 class Expert(nn.Module):
     """One Mixtral expert: a SwiGLU MLP under the checkpoint's names (w1 gate, w3 up, w2 down)."""
 
@@ -147,14 +161,7 @@ class SparseMoE(nn.Module):
         weights, chosen = torch.topk(scores, self.top_k, dim=-1)  # [T, k]
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        out = torch.zeros_like(x)
-        # Only the experts some token chose run, each on its own tokens.
-        for expert_index in torch.unique(chosen).tolist():
-            token_index, slot = torch.where(chosen == expert_index)
-            expert_out = self.experts[expert_index](x[token_index])
-            weighted = expert_out * weights[token_index, slot, None]
-            out.index_add_(0, token_index, weighted.to(out.dtype))
-        return out
+        return mix_experts(x, weights, chosen, lambda e, tokens: self.experts[e](tokens))
 
 
 class DecoderLayer(nn.Module):
