@@ -9,15 +9,20 @@ refused with one line naming the key.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.models.config_values import positive_int, positive_number
 from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
 
 # "gemma3" is Gemma 3's multimodal config: its text_config is the text model, and its vision
 # tower is counted in the weights (`vision_parameters`) but never run.
 GEMMA_MODEL_TYPES = ("gemma2", "gemma3_text", "gemma3")
 GEMMA_ACTIVATION = "gelu_pytorch_tanh"  # gelu with the tanh approximation
+
+# Gemma's reader refuses an explicit null as lacking the key, rather than reading the default.
+_positive_int = partial(positive_int, null_reads_default=False)
 
 
 def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
@@ -65,7 +70,7 @@ def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
             qk_norm=gemma3,
             sliding_window=window,
             layer_types=layer_types if window is not None else (),
-            query_pre_attn_scalar=_positive_number(hf, "query_pre_attn_scalar", name, 256),
+            query_pre_attn_scalar=positive_number(hf, "query_pre_attn_scalar", name, 256),
             attn_logit_softcapping=_cap(hf, "attn_logit_softcapping", name,
                                         None if gemma3 else 50.0),
             final_logit_softcapping=_cap(hf, "final_logit_softcapping", name,
@@ -194,25 +199,7 @@ def _rope_kind(rope: Any, name: str, supported: tuple[str, ...]) -> str:
     return kind
 
 
-def _positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = None) -> int:
-    value = hf.get(key, default)
-    if value is None:
-        raise KvbenchInputError(f"model {name}: config.json lacks '{key}'")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise KvbenchInputError(
-            f"model {name}: config.json {key} must be a positive integer, got {value!r}")
-    return value
-
-
-def _positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:
-    value = hf.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise KvbenchInputError(
-            f"model {name}: config.json {key} must be a positive number, got {value!r}")
-    return float(value)
-
-
 def _cap(hf: dict[str, Any], key: str, name: str, default: float | None) -> float | None:
     if hf.get(key, default) is None:
         return None
-    return _positive_number(hf, key, name, default or 0.0)
+    return positive_number(hf, key, name, default or 0.0)

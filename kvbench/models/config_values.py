@@ -1,0 +1,32 @@
+"""Numbers read from a `config.json`, refused with one line naming the key unless positive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench.errors import KvbenchInputError
+
+
+def positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = None, *,
+                 null_reads_default: bool = True) -> int:
+    """`hf[key]`, a positive integer; `default` when the key is absent (or null, unless
+    `null_reads_default` is false); refused as lacking when there is no default."""
+    value = hf.get(key) if null_reads_default else hf.get(key, default)
+    if value is None:
+        if default is None or not null_reads_default:
+            raise KvbenchInputError(f"model {name}: config.json lacks '{key}'")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:
+    """`hf[key]` (`default` when absent), a positive int or float, as a float."""
+    value = hf.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} must be a positive number, got {value!r}")
+    return float(value)
+
