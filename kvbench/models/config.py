@@ -405,14 +405,21 @@ def _experts(hf: dict[str, Any], name: str, model_type: str) -> dict[str, Any]:
             f"model {name}: config.json router_jitter_noise {jitter!r} is not implemented "
             "(kvbench runs inference: router_jitter_noise 0)"
         )
-    experts = positive_int(hf, "num_local_experts", name, default=8)
-    top_k = positive_int(hf, "num_experts_per_tok", name, default=2)
+    experts, top_k = _expert_counts(hf, name, "num_local_experts", 8, 2)
+    return {"num_local_experts": experts, "num_experts_per_tok": top_k}
+
+
+def _expert_counts(hf: dict[str, Any], name: str, experts_key: str, default_experts: int,
+                   default_top_k: int) -> tuple[int, int]:
+    """The expert count (under `experts_key`) and the experts a token (num_experts_per_tok),
+    refused when a token would choose more experts than there are."""
+    experts = positive_int(hf, experts_key, name, default=default_experts)
+    top_k = positive_int(hf, "num_experts_per_tok", name, default=default_top_k)
     if top_k > experts:
         raise KvbenchInputError(
-            f"model {name}: config.json num_experts_per_tok {top_k} exceeds "
-            f"num_local_experts {experts}"
-        )
-    return {"num_local_experts": experts, "num_experts_per_tok": top_k}
+            f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
+            f"{experts}")
+    return experts, top_k
 
 
 def _qwen3_moe_experts(hf: dict[str, Any], name: str) -> dict[str, Any]:
@@ -423,13 +430,7 @@ def _qwen3_moe_experts(hf: dict[str, Any], name: str) -> dict[str, Any]:
     """
     # Published configs say num_experts; transformers 5 saves it as num_local_experts.
     experts_key = "num_local_experts" if "num_local_experts" in hf else "num_experts"
-    experts = positive_int(hf, experts_key, name, default=128)
-    top_k = positive_int(hf, "num_experts_per_tok", name, default=8)
-    if top_k > experts:
-        raise KvbenchInputError(
-            f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
-            f"{experts}"
-        )
+    experts, top_k = _expert_counts(hf, name, experts_key, 128, 8)
     step = positive_int(hf, "decoder_sparse_step", name, default=1)
     num_layers = positive_int(hf, "num_hidden_layers", name)
     mlp_only = hf.get("mlp_only_layers") or []
@@ -583,12 +584,7 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
     try:
         num_layers = positive_int(hf, "num_hidden_layers", name, default=36)
         experts_key = "num_experts" if "num_experts" in hf else "num_local_experts"
-        experts = positive_int(hf, experts_key, name, default=128)
-        top_k = positive_int(hf, "num_experts_per_tok", name, default=4)
-        if top_k > experts:
-            raise KvbenchInputError(
-                f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
-                f"{experts}")
+        experts, top_k = _expert_counts(hf, name, experts_key, 128, 4)
         bias = hf.get("attention_bias", True)
         if not isinstance(bias, bool):
             raise KvbenchInputError(
