@@ -17,7 +17,7 @@ from typing import Any
 
 from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token, mla_group
 from kvbench.errors import KvbenchInputError
-from kvbench.models.config_values import positive_int, positive_number
+from kvbench.models.config_values import positive_int, positive_number, refuse_partial_rotary
 from kvbench.models.deepseek_config import (
     DEEPSEEK_MODEL_TYPES,
     DeepseekRouting,
@@ -456,23 +456,14 @@ def _qwen3_moe_experts(hf: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
-    partial = hf.get("partial_rotary_factor", 1.0)
-    if partial != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor {partial} is not implemented "
-            "(kvbench rotates every dimension)"
-        )
+    refuse_partial_rotary(hf, name)
     scaling = hf.get("rope_scaling") or hf.get("rope_parameters")
     if not scaling:
         return None
     if not isinstance(scaling, dict):
         raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
     kind = scaling.get("rope_type") or scaling.get("type")
-    if scaling.get("partial_rotary_factor", 1.0) != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor "
-            f"{scaling['partial_rotary_factor']} is not implemented (kvbench rotates every dim)"
-        )
+    refuse_partial_rotary(scaling, name)
     if kind in (None, "default"):
         return None
     if kind == "yarn":

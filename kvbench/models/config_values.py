@@ -1,4 +1,5 @@
-"""Numbers read from a `config.json`, refused with one line naming the key unless positive."""
+"""Numbers read from a `config.json`, refused with one line naming the key where kvbench
+cannot compute with them."""
 
 from __future__ import annotations
 
@@ -29,4 +30,14 @@ def positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> 
         raise KvbenchInputError(
             f"model {name}: config.json {key} must be a positive number, got {value!r}")
     return float(value)
+
+
+def refuse_partial_rotary(fields: dict[str, Any], name: str) -> None:
+    """Refuses a `partial_rotary_factor` other than 1 in `fields` (config.json or its rope
+    dict): kvbench's rope rotates every dimension of a head."""
+    partial = fields.get("partial_rotary_factor", 1.0)
+    if partial != 1.0:
+        raise KvbenchInputError(
+            f"model {name}: config.json partial_rotary_factor {partial} is not implemented "
+            "(kvbench rotates every dimension)")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.models.config_values import refuse_partial_rotary
 from kvbench.models.rope_yarn import YARN_FIELDS
 
 if TYPE_CHECKING:
@@ -244,11 +245,7 @@ def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekR
 
 def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
     """None (plain rope) or YaRN's parameters, with transformers' defaults filled in."""
-    partial = hf.get("partial_rotary_factor", 1.0)
-    if partial != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor {partial} is not implemented "
-            "(kvbench rotates every rope dimension)")
+    refuse_partial_rotary(hf, name)
     scaling = hf.get("rope_scaling") or hf.get("rope_parameters")
     if not scaling:
         return None
@@ -259,10 +256,7 @@ def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
         raise KvbenchInputError(
             f"model {name}: config.json rope_scaling type {kind!r} is not implemented for "
             f"DeepSeek (supported: {', '.join(DEEPSEEK_ROPE_TYPES)})")
-    if scaling.get("partial_rotary_factor", 1.0) != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor "
-            f"{scaling['partial_rotary_factor']} is not implemented (kvbench rotates every dim)")
+    refuse_partial_rotary(scaling, name)
     if kind == "default":
         return None
     yarn = {key: scaling[key] for key in YARN_FIELDS if scaling.get(key) is not None}

@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.models.config_values import positive_int, positive_number
+from kvbench.models.config_values import positive_int, positive_number, refuse_partial_rotary
 from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
 
 # "gemma3" is Gemma 3's multimodal config: its text_config is the text model, and its vision
@@ -129,10 +129,7 @@ def _refuse_unimplemented(hf: dict[str, Any], name: str, gemma3: bool) -> None:
         raise KvbenchInputError(
             f"model {name}: config.json attn_logit_softcapping is not implemented for "
             "gemma3_text (transformers' Gemma 3 ignores it; published configs set null)")
-    if hf.get("partial_rotary_factor", 1.0) != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor {hf['partial_rotary_factor']} "
-            "is not implemented (kvbench rotates every dimension)")
+    refuse_partial_rotary(hf, name)
     quantization = hf.get("quantization_config")
     if quantization:
         method = quantization.get("quant_method", "?") if isinstance(quantization, dict) else "?"
@@ -192,10 +189,7 @@ def _rope_kind(rope: Any, name: str, supported: tuple[str, ...]) -> str:
         raise KvbenchInputError(
             f"model {name}: config.json rope_scaling type {kind!r} is not implemented here "
             f"(supported: {', '.join(supported)})")
-    if rope.get("partial_rotary_factor", 1.0) != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor {rope['partial_rotary_factor']} "
-            "is not implemented (kvbench rotates every dimension)")
+    refuse_partial_rotary(rope, name)
     return kind
 
 
