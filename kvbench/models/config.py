@@ -17,7 +17,12 @@ from typing import Any
 
 from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token, mla_group
 from kvbench.errors import KvbenchInputError
-from kvbench.models.config_values import positive_int, positive_number, refuse_partial_rotary
+from kvbench.models.config_values import (
+    positive_int,
+    positive_number,
+    refuse_partial_rotary,
+    rope_scaling_dict,
+)
 from kvbench.models.deepseek_config import (
     DEEPSEEK_MODEL_TYPES,
     DeepseekRouting,
@@ -456,12 +461,9 @@ def _qwen3_moe_experts(hf: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
-    refuse_partial_rotary(hf, name)
-    scaling = hf.get("rope_scaling") or hf.get("rope_parameters")
-    if not scaling:
+    scaling = rope_scaling_dict(hf, name)
+    if scaling is None:
         return None
-    if not isinstance(scaling, dict):
-        raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
     kind = scaling.get("rope_type") or scaling.get("type")
     refuse_partial_rotary(scaling, name)
     if kind in (None, "default"):

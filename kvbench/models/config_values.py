@@ -41,3 +41,14 @@ def refuse_partial_rotary(fields: dict[str, Any], name: str) -> None:
             f"model {name}: config.json partial_rotary_factor {partial} is not implemented "
             "(kvbench rotates every dimension)")
 
+
+def rope_scaling_dict(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """config.json's rope dict (`rope_scaling`, or transformers 5's `rope_parameters`), None
+    without one; refused unless a JSON object, or when the rope is partial."""
+    refuse_partial_rotary(hf, name)
+    scaling = hf.get("rope_scaling") or hf.get("rope_parameters")
+    if not scaling:
+        return None
+    if not isinstance(scaling, dict):
+        raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
+    return scaling

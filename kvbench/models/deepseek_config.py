@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.models.config_values import refuse_partial_rotary
+from kvbench.models.config_values import refuse_partial_rotary, rope_scaling_dict
 from kvbench.models.rope_yarn import YARN_FIELDS
 
 if TYPE_CHECKING:
@@ -245,12 +245,9 @@ def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekR
 
 def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
     """None (plain rope) or YaRN's parameters, with transformers' defaults filled in."""
-    refuse_partial_rotary(hf, name)
-    scaling = hf.get("rope_scaling") or hf.get("rope_parameters")
-    if not scaling:
+    scaling = rope_scaling_dict(hf, name)
+    if scaling is None:
         return None
-    if not isinstance(scaling, dict):
-        raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
     kind = scaling.get("rope_type") or scaling.get("type") or "default"
     if kind not in DEEPSEEK_ROPE_TYPES:
         raise KvbenchInputError(
