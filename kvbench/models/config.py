@@ -17,6 +17,12 @@ from typing import Any
 
 from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token, mla_group
 from kvbench.errors import KvbenchInputError
+from kvbench.models.config_values import (
+    positive_int,
+    positive_number,
+    refuse_partial_rotary,
+    rope_scaling_dict,
+)
 from kvbench.models.deepseek_config import (
     DEEPSEEK_MODEL_TYPES,
     DeepseekRouting,
@@ -24,13 +30,13 @@ from kvbench.models.deepseek_config import (
     read_deepseek_config,
 )
 from kvbench.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
+from kvbench.models.layer_types import LAYER_TYPES, checked_layer_types, periodic_layer_types
 from kvbench.models.rope_yarn import yarn_scaling
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
                          "gpt_oss", *DEEPSEEK_MODEL_TYPES, *GEMMA_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
 SUPPORTED_ROPE_TYPES = ("default", "llama3", "yarn")
-LAYER_TYPES = ("full_attention", "sliding_attention")
 ARCHITECTURES = ("llama", "gpt_oss", "gemma")
 
 
@@ -311,9 +317,9 @@ class ModelConfig:
             return read_deepseek_config(cls, hf, name)
         _refuse_unimplemented(hf, name, model_type)
         try:
-            num_heads = _positive_int(hf, "num_attention_heads", name)
-            hidden = _positive_int(hf, "hidden_size", name)
-            num_kv_heads = _positive_int(hf, "num_key_value_heads", name, default=num_heads)
+            num_heads = positive_int(hf, "num_attention_heads", name)
+            hidden = positive_int(hf, "hidden_size", name)
+            num_kv_heads = positive_int(hf, "num_key_value_heads", name, default=num_heads)
             # Llama's and Qwen3's attention_bias covers q, k, v and o_proj; Qwen2 always has
             # q/k/v biases and no o_proj bias (its config has no such key); Mistral has none.
             qwen3_like = model_type in ("qwen3", "qwen3_moe")
@@ -323,16 +329,16 @@ class ModelConfig:
             default_head_dim = 128 if model_type == "qwen3" else hidden // num_heads
             return cls(
                 name=name,
-                vocab_size=_positive_int(hf, "vocab_size", name),
+                vocab_size=positive_int(hf, "vocab_size", name),
                 hidden_size=hidden,
-                intermediate_size=_positive_int(
+                intermediate_size=positive_int(
                     hf, "intermediate_size", name,
                     default=6144 if model_type == "qwen3_moe" else None),
-                num_layers=_positive_int(hf, "num_hidden_layers", name),
+                num_layers=positive_int(hf, "num_hidden_layers", name),
                 num_heads=num_heads,
                 num_kv_heads=num_kv_heads,
-                head_dim=_positive_int(hf, "head_dim", name, default=default_head_dim),
-                max_position_embeddings=_positive_int(
+                head_dim=positive_int(hf, "head_dim", name, default=default_head_dim),
+                max_position_embeddings=positive_int(
                     hf, "max_position_embeddings", name,
                     default={"qwen3": 32768, "qwen3_moe": 32768,
                              "mixtral": 131072}.get(model_type, 2048),
@@ -373,19 +379,6 @@ def _mla_parameters(mla: MLAShape, hidden: int, heads: int, bias: bool) -> int:
     return q + kv_a + kv_b + o
 
 
-def _positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = None) -> int:
-    value = hf.get(key)
-    if value is None:
-        if default is None:
-            raise KvbenchInputError(f"model {name}: config.json lacks '{key}'")
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise KvbenchInputError(
-            f"model {name}: config.json {key} must be a positive integer, got {value!r}"
-        )
-    return value
-
-
 def _refuse_unimplemented(hf: dict[str, Any], name: str, model_type: str) -> None:
     """Config keys whose arithmetic kvbench does not implement: one line naming the key."""
     act = hf.get("hidden_act", "silu")
@@ -417,14 +410,21 @@ def _experts(hf: dict[str, Any], name: str, model_type: str) -> dict[str, Any]:
             f"model {name}: config.json router_jitter_noise {jitter!r} is not implemented "
             "(kvbench runs inference: router_jitter_noise 0)"
         )
-    experts = _positive_int(hf, "num_local_experts", name, default=8)
-    top_k = _positive_int(hf, "num_experts_per_tok", name, default=2)
+    experts, top_k = _expert_counts(hf, name, "num_local_experts", 8, 2)
+    return {"num_local_experts": experts, "num_experts_per_tok": top_k}
+
+
+def _expert_counts(hf: dict[str, Any], name: str, experts_key: str, default_experts: int,
+                   default_top_k: int) -> tuple[int, int]:
+    """The expert count (under `experts_key`) and the experts a token (num_experts_per_tok),
+    refused when a token would choose more experts than there are."""
+    experts = positive_int(hf, experts_key, name, default=default_experts)
+    top_k = positive_int(hf, "num_experts_per_tok", name, default=default_top_k)
     if top_k > experts:
         raise KvbenchInputError(
-            f"model {name}: config.json num_experts_per_tok {top_k} exceeds "
-            f"num_local_experts {experts}"
-        )
-    return {"num_local_experts": experts, "num_experts_per_tok": top_k}
+            f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
+            f"{experts}")
+    return experts, top_k
 
 
 def _qwen3_moe_experts(hf: dict[str, Any], name: str) -> dict[str, Any]:
@@ -435,15 +435,9 @@ def _qwen3_moe_experts(hf: dict[str, Any], name: str) -> dict[str, Any]:
     """
     # Published configs say num_experts; transformers 5 saves it as num_local_experts.
     experts_key = "num_local_experts" if "num_local_experts" in hf else "num_experts"
-    experts = _positive_int(hf, experts_key, name, default=128)
-    top_k = _positive_int(hf, "num_experts_per_tok", name, default=8)
-    if top_k > experts:
-        raise KvbenchInputError(
-            f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
-            f"{experts}"
-        )
-    step = _positive_int(hf, "decoder_sparse_step", name, default=1)
-    num_layers = _positive_int(hf, "num_hidden_layers", name)
+    experts, top_k = _expert_counts(hf, name, experts_key, 128, 8)
+    step = positive_int(hf, "decoder_sparse_step", name, default=1)
+    num_layers = positive_int(hf, "num_hidden_layers", name)
     mlp_only = hf.get("mlp_only_layers") or []
     if not isinstance(mlp_only, list) or any(
             isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
@@ -460,30 +454,18 @@ def _qwen3_moe_experts(hf: dict[str, Any], name: str) -> dict[str, Any]:
     return {
         "num_local_experts": experts,
         "num_experts_per_tok": top_k,
-        "moe_intermediate_size": _positive_int(hf, "moe_intermediate_size", name, default=768),
+        "moe_intermediate_size": positive_int(hf, "moe_intermediate_size", name, default=768),
         "norm_topk_prob": norm,
         "dense_layers": dense,
     }
 
 
 def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
-    partial = hf.get("partial_rotary_factor", 1.0)
-    if partial != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor {partial} is not implemented "
-            "(kvbench rotates every dimension)"
-        )
-    scaling = hf.get("rope_scaling") or hf.get("rope_parameters")
-    if not scaling:
+    scaling = rope_scaling_dict(hf, name)
+    if scaling is None:
         return None
-    if not isinstance(scaling, dict):
-        raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
     kind = scaling.get("rope_type") or scaling.get("type")
-    if scaling.get("partial_rotary_factor", 1.0) != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor "
-            f"{scaling['partial_rotary_factor']} is not implemented (kvbench rotates every dim)"
-        )
+    refuse_partial_rotary(scaling, name)
     if kind in (None, "default"):
         return None
     if kind == "yarn":
@@ -552,9 +534,6 @@ def _checked_window(window: Any, name: str) -> int:
     return window
 
 
-QWEN3_LAYER_TYPES = ("full_attention", "sliding_attention")
-
-
 def _qwen3_sliding_window(hf: dict[str, Any], name: str) -> int | None:
     """Qwen3's window, or None when no layer is a sliding-window layer.
 
@@ -570,17 +549,7 @@ def _qwen3_sliding_window(hf: dict[str, Any], name: str) -> int | None:
         windowed = (window is not None and isinstance(num_layers, int)
                     and isinstance(first_windowed, int) and first_windowed < num_layers)
     else:
-        if not isinstance(layer_types, list) or len(layer_types) != hf.get("num_hidden_layers"):
-            raise KvbenchInputError(
-                f"model {name}: config.json layer_types must list one type per layer "
-                f"(num_hidden_layers), got {layer_types!r:.80}"
-            )
-        unknown = sorted({str(t) for t in layer_types if t not in QWEN3_LAYER_TYPES})
-        if unknown:
-            raise KvbenchInputError(
-                f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
-                "(kvbench's qwen3 layers are full_attention)"
-            )
+        layer_types = checked_layer_types(layer_types, name, hf.get("num_hidden_layers"))
         windowed = "sliding_attention" in layer_types
         if windowed and window is None:
             raise KvbenchInputError(
@@ -606,31 +575,26 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
     quantization_config is kept in `quantization`: sizing needs the shape only.
     """
     try:
-        num_layers = _positive_int(hf, "num_hidden_layers", name, default=36)
+        num_layers = positive_int(hf, "num_hidden_layers", name, default=36)
         experts_key = "num_experts" if "num_experts" in hf else "num_local_experts"
-        experts = _positive_int(hf, experts_key, name, default=128)
-        top_k = _positive_int(hf, "num_experts_per_tok", name, default=4)
-        if top_k > experts:
-            raise KvbenchInputError(
-                f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
-                f"{experts}")
+        experts, top_k = _expert_counts(hf, name, experts_key, 128, 4)
         bias = hf.get("attention_bias", True)
         if not isinstance(bias, bool):
             raise KvbenchInputError(
                 f"model {name}: config.json attention_bias must be true or false, got {bias!r}")
         rope_given = hf.get("rope_scaling") or hf.get("rope_parameters")
-        max_positions = _positive_int(hf, "max_position_embeddings", name, default=131072)
+        max_positions = positive_int(hf, "max_position_embeddings", name, default=131072)
         rope_hf = {**hf, "max_position_embeddings": max_positions,
                    "rope_scaling": rope_given or GPT_OSS_DEFAULT_ROPE}
         return ModelConfig(
             name=name,
-            vocab_size=_positive_int(hf, "vocab_size", name, default=201088),
-            hidden_size=_positive_int(hf, "hidden_size", name, default=2880),
-            intermediate_size=_positive_int(hf, "intermediate_size", name, default=2880),
+            vocab_size=positive_int(hf, "vocab_size", name, default=201088),
+            hidden_size=positive_int(hf, "hidden_size", name, default=2880),
+            intermediate_size=positive_int(hf, "intermediate_size", name, default=2880),
             num_layers=num_layers,
-            num_heads=_positive_int(hf, "num_attention_heads", name, default=64),
-            num_kv_heads=_positive_int(hf, "num_key_value_heads", name, default=8),
-            head_dim=_positive_int(hf, "head_dim", name, default=64),
+            num_heads=positive_int(hf, "num_attention_heads", name, default=64),
+            num_kv_heads=positive_int(hf, "num_key_value_heads", name, default=8),
+            head_dim=positive_int(hf, "head_dim", name, default=64),
             max_position_embeddings=max_positions,
             rope_theta=float(hf.get("rope_theta")
                              or (hf.get("rope_parameters") or {}).get("rope_theta")
@@ -646,8 +610,8 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
             norm_topk_prob=True,  # softmax over the chosen k logits: weights sum to 1
             attention_sinks=True,
             moe_bias=True,
-            swiglu_limit=_positive_number(hf, "swiglu_limit", name, 7.0),
-            swiglu_alpha=_positive_number(hf, "swiglu_alpha", name, 1.702),
+            swiglu_limit=positive_number(hf, "swiglu_limit", name, 7.0),
+            swiglu_alpha=positive_number(hf, "swiglu_alpha", name, 1.702),
             quantization=_gpt_oss_quantization(hf, name),
             architecture="gpt_oss",
         )
@@ -655,33 +619,15 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
         raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
 
 
-def _positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:
-    value = hf.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise KvbenchInputError(
-            f"model {name}: config.json {key} must be a positive number, got {value!r}")
-    return float(value)
-
-
 def _gpt_oss_windows(hf: dict[str, Any], name: str, num_layers: int) -> dict[str, Any]:
     """The window (default 128) and layer_types (default: even layers sliding, odd full)."""
     window = hf.get("sliding_window", 128)
-    layer_types = hf.get("layer_types")
-    if layer_types is None:
-        layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention"
-                       for i in range(num_layers)]
-    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
-        raise KvbenchInputError(
-            f"model {name}: config.json layer_types must list one type per layer "
-            f"(num_hidden_layers), got {layer_types!r:.80}")
-    unknown = sorted({str(t) for t in layer_types if t not in LAYER_TYPES})
-    if unknown:
-        raise KvbenchInputError(
-            f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
-            f"(supported: {', '.join(LAYER_TYPES)})")
+    given = hf.get("layer_types")
+    layer_types = (periodic_layer_types(num_layers, 2) if given is None
+                   else checked_layer_types(given, name, num_layers))
     if window is None:  # transformers' sliding layers attend to everything without a window
         return {"sliding_window": None, "layer_types": ()}
-    return {"sliding_window": _checked_window(window, name), "layer_types": tuple(layer_types)}
+    return {"sliding_window": _checked_window(window, name), "layer_types": layer_types}
 
 
 def _gpt_oss_quantization(hf: dict[str, Any], name: str) -> str | None:

@@ -14,58 +14,28 @@ kv_lora_rank + qk_rope_head_dim (576 for V3) whose value is its first kv_lora_ra
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
-from kvbench.models.llama import MLP, AttentionFn, RMSNorm
+from kvbench.models.llama import MLP, AttentionFn, FlatBatchDecoder, RMSNorm, mix_experts
+from kvbench.models.rope_yarn import yarn_attention_factor, yarn_inv_freq, yarn_mscale
 
 # transformers builds q_a_layernorm and kv_a_layernorm with its RMSNorm's default epsilon,
 # not the config's rms_norm_eps.
 LATENT_NORM_EPS = 1e-6
 
 
-def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
-    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-
 def deepseek_rope(config: ModelConfig) -> tuple[torch.Tensor, float]:
-    """Inverse frequencies of the rope dimensions and the factor on cos and sin, as
-    transformers computes them (plain rope, or YaRN)."""
+    """Inverse frequencies of the rope dimensions (qk_rope_head_dim) and the factor on cos
+    and sin, as transformers computes them (plain rope, or YaRN)."""
     assert config.mla is not None
     dim, base = config.mla.qk_rope_head_dim, config.rope_theta
-    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
     scaling = config.rope_scaling
     if not scaling:
-        return 1.0 / pos_freqs, 1.0
-    factor = scaling["factor"]
-    mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
-    attention_factor = scaling.get("attention_factor")
-    if attention_factor is None:
-        if mscale and mscale_all_dim:
-            attention_factor = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
-        else:
-            attention_factor = _yarn_mscale(factor)
-    beta_fast = scaling.get("beta_fast") or 32
-    beta_slow = scaling.get("beta_slow") or 1
-    old_len = scaling["original_max_position_embeddings"]
-
-    def correction_dim(rotations: float) -> float:
-        return dim * math.log(old_len / (rotations * 2 * math.pi)) / (2 * math.log(base))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if scaling.get("truncate", True):
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001  # no division by zero
-    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
-    extrapolation = 1 - ramp  # the share of the unscaled frequency
-    inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
-    return inv_freq, float(attention_factor)
+        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)), 1.0
+    return yarn_inv_freq(dim, base, scaling), yarn_attention_factor(scaling)
 
 
 def deepseek_softmax_scale(config: ModelConfig) -> float:
@@ -74,7 +44,7 @@ def deepseek_softmax_scale(config: ModelConfig) -> float:
     scale = config.mla.qk_head_dim**-0.5
     scaling = config.rope_scaling
     if scaling and scaling.get("mscale_all_dim"):
-        scale *= _yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
+        scale *= yarn_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
     return scale
 
 
@@ -190,13 +160,7 @@ class DeepseekMoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights, chosen = self.gate(x)
-        out = torch.zeros_like(x)
-        # Only the experts some token chose run, each on its own tokens, in expert order.
-        for expert_index in torch.unique(chosen).tolist():
-            token_index, slot = torch.where(chosen == expert_index)
-            expert_out = self.experts[expert_index](x[token_index])
-            weighted = expert_out * weights[token_index, slot, None]
-            out.index_add_(0, token_index, weighted.to(out.dtype))
+        out = mix_experts(x, weights, chosen, lambda e, tokens: self.experts[e](tokens))
         if self.has_shared:
             out = out + self.shared_experts(x)
         return out
@@ -223,7 +187,7 @@ class _Backbone(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
-class DeepseekDecoder(nn.Module):
+class DeepseekDecoder(FlatBatchDecoder):
     """`forward` runs the flattened tokens of a batch, as `LlamaDecoder` does; the attention
     callable gets the absorbed query `[T, heads, latent + rope]`, the cached row
     `[T, 1, latent + rope]` and its latent view as the value, and returns `[T, heads, latent]`."""
@@ -234,12 +198,7 @@ class DeepseekDecoder(nn.Module):
     ROUTER_WEIGHT = "mlp.gate.weight"
 
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.model = _Backbone(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        super().__init__(config, _Backbone(config))
         inv_freq, self.rope_attention_factor = deepseek_rope(config)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.softmax_scale = deepseek_softmax_scale(config)
@@ -247,26 +206,9 @@ class DeepseekDecoder(nn.Module):
     def rope_frequencies(self) -> torch.Tensor:
         return deepseek_rope(self.config)[0]
 
-    def reset_buffers(self, device: torch.device) -> None:
-        """The buffers no checkpoint holds, on `device`: RoPE frequencies, in float32."""
-        self.inv_freq = self.rope_frequencies().to(device)
-
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
         factor = self.rope_attention_factor
         # [T, 1, d/2]: broadcast over heads
         return ((freqs.cos() * factor).to(dtype)[:, None, :],
                 (freqs.sin() * factor).to(dtype)[:, None, :])
-
-    def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
-    ) -> torch.Tensor:
-        """Hidden states `[T, hidden]` after the final norm."""
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = self.rope(positions, x.dtype)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, attention)
-        return self.model.norm(x)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()

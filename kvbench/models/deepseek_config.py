@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.models.config_values import refuse_partial_rotary, rope_scaling_dict
+from kvbench.models.rope_yarn import YARN_FIELDS
 
 if TYPE_CHECKING:
     from kvbench.models.config import ModelConfig
 
 DEEPSEEK_MODEL_TYPES = ("deepseek_v2", "deepseek_v3")
 DEEPSEEK_ROPE_TYPES = ("default", "yarn")
-YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
-             "mscale_all_dim", "attention_factor", "truncate")
 
 
 @dataclass(frozen=True)
@@ -245,28 +245,18 @@ def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekR
 
 def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
     """None (plain rope) or YaRN's parameters, with transformers' defaults filled in."""
-    partial = hf.get("partial_rotary_factor", 1.0)
-    if partial != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor {partial} is not implemented "
-            "(kvbench rotates every rope dimension)")
-    scaling = hf.get("rope_scaling") or hf.get("rope_parameters")
-    if not scaling:
+    scaling = rope_scaling_dict(hf, name)
+    if scaling is None:
         return None
-    if not isinstance(scaling, dict):
-        raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
     kind = scaling.get("rope_type") or scaling.get("type") or "default"
     if kind not in DEEPSEEK_ROPE_TYPES:
         raise KvbenchInputError(
             f"model {name}: config.json rope_scaling type {kind!r} is not implemented for "
             f"DeepSeek (supported: {', '.join(DEEPSEEK_ROPE_TYPES)})")
-    if scaling.get("partial_rotary_factor", 1.0) != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor "
-            f"{scaling['partial_rotary_factor']} is not implemented (kvbench rotates every dim)")
+    refuse_partial_rotary(scaling, name)
     if kind == "default":
         return None
-    yarn = {key: scaling[key] for key in YARN_KEYS if scaling.get(key) is not None}
+    yarn = {key: scaling[key] for key in YARN_FIELDS if scaling.get(key) is not None}
     yarn["rope_type"] = "yarn"
     max_len = hf.get("max_position_embeddings", 4096)
     yarn.setdefault("original_max_position_embeddings", max_len)

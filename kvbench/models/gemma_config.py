@@ -9,15 +9,20 @@ refused with one line naming the key.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.models.config_values import positive_int, positive_number, refuse_partial_rotary
+from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
 
 # "gemma3" is Gemma 3's multimodal config: its text_config is the text model, and its vision
 # tower is counted in the weights (`vision_parameters`) but never run.
 GEMMA_MODEL_TYPES = ("gemma2", "gemma3_text", "gemma3")
 GEMMA_ACTIVATION = "gelu_pytorch_tanh"  # gelu with the tanh approximation
-GEMMA_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+# Gemma's reader refuses an explicit null as lacking the key, rather than reading the default.
+_positive_int = partial(positive_int, null_reads_default=False)
 
 
 def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
@@ -65,7 +70,7 @@ def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
             qk_norm=gemma3,
             sliding_window=window,
             layer_types=layer_types if window is not None else (),
-            query_pre_attn_scalar=_positive_number(hf, "query_pre_attn_scalar", name, 256),
+            query_pre_attn_scalar=positive_number(hf, "query_pre_attn_scalar", name, 256),
             attn_logit_softcapping=_cap(hf, "attn_logit_softcapping", name,
                                         None if gemma3 else 50.0),
             final_logit_softcapping=_cap(hf, "final_logit_softcapping", name,
@@ -124,10 +129,7 @@ def _refuse_unimplemented(hf: dict[str, Any], name: str, gemma3: bool) -> None:
         raise KvbenchInputError(
             f"model {name}: config.json attn_logit_softcapping is not implemented for "
             "gemma3_text (transformers' Gemma 3 ignores it; published configs set null)")
-    if hf.get("partial_rotary_factor", 1.0) != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor {hf['partial_rotary_factor']} "
-            "is not implemented (kvbench rotates every dimension)")
+    refuse_partial_rotary(hf, name)
     quantization = hf.get("quantization_config")
     if quantization:
         method = quantization.get("quant_method", "?") if isinstance(quantization, dict) else "?"
@@ -143,18 +145,8 @@ def _layer_types(hf: dict[str, Any], name: str, num_layers: int,
     layer_types = hf.get("layer_types")
     if layer_types is None:
         pattern = _positive_int(hf, "sliding_window_pattern", name, default=6) if gemma3 else 2
-        return tuple("sliding_attention" if (i + 1) % pattern else "full_attention"
-                     for i in range(num_layers))
-    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
-        raise KvbenchInputError(
-            f"model {name}: config.json layer_types must list one type per layer "
-            f"(num_hidden_layers {num_layers}), got {layer_types!r:.80}")
-    unknown = sorted({str(t) for t in layer_types if t not in GEMMA_LAYER_TYPES})
-    if unknown:
-        raise KvbenchInputError(
-            f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
-            f"(kvbench's Gemma layers are {', '.join(GEMMA_LAYER_TYPES)})")
-    return tuple(layer_types)
+        return periodic_layer_types(num_layers, pattern)
+    return checked_layer_types(layer_types, name, num_layers)
 
 
 def _rope(hf: dict[str, Any], name: str,
@@ -197,32 +189,11 @@ def _rope_kind(rope: Any, name: str, supported: tuple[str, ...]) -> str:
         raise KvbenchInputError(
             f"model {name}: config.json rope_scaling type {kind!r} is not implemented here "
             f"(supported: {', '.join(supported)})")
-    if rope.get("partial_rotary_factor", 1.0) != 1.0:
-        raise KvbenchInputError(
-            f"model {name}: config.json partial_rotary_factor {rope['partial_rotary_factor']} "
-            "is not implemented (kvbench rotates every dimension)")
+    refuse_partial_rotary(rope, name)
     return kind
-
-
-def _positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = None) -> int:
-    value = hf.get(key, default)
-    if value is None:
-        raise KvbenchInputError(f"model {name}: config.json lacks '{key}'")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise KvbenchInputError(
-            f"model {name}: config.json {key} must be a positive integer, got {value!r}")
-    return value
-
-
-def _positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:
-    value = hf.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise KvbenchInputError(
-            f"model {name}: config.json {key} must be a positive number, got {value!r}")
-    return float(value)
 
 
 def _cap(hf: dict[str, Any], key: str, name: str, default: float | None) -> float | None:
     if hf.get(key, default) is None:
         return None
-    return _positive_number(hf, key, name, default or 0.0)
+    return positive_number(hf, key, name, default or 0.0)

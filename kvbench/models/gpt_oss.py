@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
-from kvbench.models.llama import Attention, AttentionFn, LlamaDecoder, RMSNorm
+from kvbench.models.llama import Attention, AttentionFn, LlamaDecoder, RMSNorm, mix_experts
 
 
 class SinkAttention(Attention):
@@ -59,17 +59,12 @@ class FusedExperts(nn.Module):
         up = gate_up[..., 1::2].clamp(min=-self.limit, max=self.limit)
         return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
 
+    def expert(self, expert: int, x: torch.Tensor) -> torch.Tensor:
+        gate_up = x @ self.gate_up_proj[expert] + self.gate_up_proj_bias[expert]
+        return self.clamped_swiglu(gate_up) @ self.down_proj[expert] + self.down_proj_bias[expert]
+
     def forward(self, x: torch.Tensor, weights: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros_like(x)
-        # Only the experts some token chose run, each on its own tokens.
-        for expert in torch.unique(chosen).tolist():
-            token_index, slot = torch.where(chosen == expert)
-            gate_up = x[token_index] @ self.gate_up_proj[expert] + self.gate_up_proj_bias[expert]
-            expert_out = (self.clamped_swiglu(gate_up) @ self.down_proj[expert]
-                          + self.down_proj_bias[expert])
-            weighted = expert_out * weights[token_index, slot, None]
-            out.index_add_(0, token_index, weighted.to(out.dtype))
-        return out
+        return mix_experts(x, weights, chosen, self.expert)
 
 
 class GptOssMLP(nn.Module):

@@ -116,6 +116,20 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+def mix_experts(x: torch.Tensor, weights: torch.Tensor, chosen: torch.Tensor,
+                expert: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Each token's chosen experts' outputs `expert(e, tokens)`, summed under its `[T, k]`
+    routing weights. Only the experts some token chose run, each on its own tokens, in
+    expert order."""
+    out = torch.zeros_like(x)
+    for expert_index in torch.unique(chosen).tolist():
+        token_index, slot = torch.where(chosen == expert_index)
+        expert_out = expert(expert_index, x[token_index])
+        weighted = expert_out * weights[token_index, slot, None]
+        out.index_add_(0, token_index, weighted.to(out.dtype))
+    return out
+
+
 class Expert(nn.Module):
     """One Mixtral expert: a SwiGLU MLP under the checkpoint's names (w1 gate, w3 up, w2 down)."""
 
@@ -147,14 +161,7 @@ class SparseMoE(nn.Module):
         weights, chosen = torch.topk(scores, self.top_k, dim=-1)  # [T, k]
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        out = torch.zeros_like(x)
-        # Only the experts some token chose run, each on its own tokens.
-        for expert_index in torch.unique(chosen).tolist():
-            token_index, slot = torch.where(chosen == expert_index)
-            expert_out = self.experts[expert_index](x[token_index])
-            weighted = expert_out * weights[token_index, slot, None]
-            out.index_add_(0, token_index, weighted.to(out.dtype))
-        return out
+        return mix_experts(x, weights, chosen, lambda e, tokens: self.experts[e](tokens))
 
 
 class DecoderLayer(nn.Module):
@@ -184,43 +191,28 @@ class _Backbone(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
-class LlamaDecoder(nn.Module):
-    """`forward` runs the flattened tokens of a batch (prefills and decodes together)."""
+class FlatBatchDecoder(nn.Module):
+    """A decoder whose `forward` runs the flattened tokens of a batch (prefills and decodes
+    together), every layer under the same rope: a family gives its backbone (`embed_tokens`,
+    `layers`, `norm`), `rope` and `rope_frequencies`."""
 
-    # The decoder layer; a family with other layers (gpt_oss.py) swaps its own in.
-    layer_class: type[nn.Module] = DecoderLayer
-    # Names of expert E's projections and of the router (kvbench.models.loader maps a
-    # checkpoint's per-expert or fused expert tensors onto them).
-    EXPERT_WEIGHT = "block_sparse_moe.experts.{expert}.{proj}.weight"
-    EXPERT_PROJ = {"gate": "w1", "up": "w3", "down": "w2"}
-    ROUTER_WEIGHT = "block_sparse_moe.gate.weight"
-
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, backbone: nn.Module) -> None:
         super().__init__()
         self.config = config
-        self.model = _Backbone(config, self.layer_class)
+        self.model = backbone
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
-        self.rope_attention_factor = rope_attention_factor(config)
-        self.softmax_scale = config.softmax_scale
 
     def rope_frequencies(self) -> torch.Tensor:
-        return rope_inv_freq(self.config)
+        raise NotImplementedError
+
+    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
 
     def reset_buffers(self, device: torch.device) -> None:
         """The buffers no checkpoint holds, on `device`: RoPE frequencies, in float32."""
         self.inv_freq = self.rope_frequencies().to(device)
-
-    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos(), emb.sin()
-        if self.rope_attention_factor != 1.0:
-            cos, sin = cos * self.rope_attention_factor, sin * self.rope_attention_factor
-        # [T, 1, D]: broadcast over heads
-        return cos.to(dtype)[:, None, :], sin.to(dtype)[:, None, :]
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
@@ -234,3 +226,33 @@ class LlamaDecoder(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()
+
+
+class LlamaDecoder(FlatBatchDecoder):
+    """Llama's decoder (and Qwen's, Mistral's, Mixtral's): one rope, YaRN or Llama 3's scaling."""
+
+    # The decoder layer; a family with other layers (gpt_oss.py) swaps its own in.
+    layer_class: type[nn.Module] = DecoderLayer
+    # Names of expert E's projections and of the router (kvbench.models.loader maps a
+    # checkpoint's per-expert or fused expert tensors onto them).
+    EXPERT_WEIGHT = "block_sparse_moe.experts.{expert}.{proj}.weight"
+    EXPERT_PROJ = {"gate": "w1", "up": "w3", "down": "w2"}
+    ROUTER_WEIGHT = "block_sparse_moe.gate.weight"
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config, _Backbone(config, self.layer_class))
+        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
+        self.rope_attention_factor = rope_attention_factor(config)
+        self.softmax_scale = config.softmax_scale
+
+    def rope_frequencies(self) -> torch.Tensor:
+        return rope_inv_freq(self.config)
+
+    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        if self.rope_attention_factor != 1.0:
+            cos, sin = cos * self.rope_attention_factor, sin * self.rope_attention_factor
+        # [T, 1, D]: broadcast over heads
+        return cos.to(dtype)[:, None, :], sin.to(dtype)[:, None, :]

@@ -58,19 +58,20 @@ def yarn_scaling(scaling: dict[str, Any], name: str) -> dict[str, Any]:
     return {key: scaling[key] for key in YARN_FIELDS if key in scaling} | {"rope_type": "yarn"}
 
 
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's 0.1 mscale ln(scale) + 1 (1 when the context is not stretched)."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
 def yarn_attention_factor(scaling: dict[str, Any]) -> float:
     """The factor YaRN multiplies cos and sin by."""
     if scaling.get("attention_factor") is not None:
         return float(scaling["attention_factor"])
     factor = scaling["factor"]
-
-    def mscale_of(scale: float, mscale: float = 1.0) -> float:
-        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
     mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
     if mscale and mscale_all_dim:
-        return float(mscale_of(factor, mscale) / mscale_of(factor, mscale_all_dim))
-    return mscale_of(factor)
+        return float(yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim))
+    return yarn_mscale(factor)
 
 
 def yarn_inv_freq(head_dim: int, rope_theta: float, scaling: dict[str, Any]) -> torch.Tensor:

@@ -1,0 +1,54 @@
+"""Numbers read from a `config.json`, refused with one line naming the key where kvbench
+cannot compute with them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench.errors import KvbenchInputError
+
+
+def positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = None, *,
+                 null_reads_default: bool = True) -> int:
+    """`hf[key]`, a positive integer; `default` when the key is absent (or null, unless
+    `null_reads_default` is false); refused as lacking when there is no default."""
+    value = hf.get(key) if null_reads_default else hf.get(key, default)
+    if value is None:
+        if default is None or not null_reads_default:
+            raise KvbenchInputError(f"model {name}: config.json lacks '{key}'")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:
+    """`hf[key]` (`default` when absent), a positive int or float, as a float."""
+    value = hf.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def refuse_partial_rotary(fields: dict[str, Any], name: str) -> None:
+    """Refuses a `partial_rotary_factor` other than 1 in `fields` (config.json or its rope
+    dict): kvbench's rope rotates every dimension of a head."""
+    partial = fields.get("partial_rotary_factor", 1.0)
+    if partial != 1.0:
+        raise KvbenchInputError(
+            f"model {name}: config.json partial_rotary_factor {partial} is not implemented "
+            "(kvbench rotates every dimension)")
+
+
+def rope_scaling_dict(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """config.json's rope dict (`rope_scaling`, or transformers 5's `rope_parameters`), None
+    without one; refused unless a JSON object, or when the rope is partial."""
+    refuse_partial_rotary(hf, name)
+    scaling = hf.get("rope_scaling") or hf.get("rope_parameters")
+    if not scaling:
+        return None
+    if not isinstance(scaling, dict):
+        raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
+    return scaling
