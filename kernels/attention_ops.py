@@ -73,6 +73,34 @@ class TorchAttentionOps:
         return 0.0  # nothing to compile
 
 
+class LatentAttentionOps:
+    """Latent attention (MLA) on `decode_ops`' decode kernels, with prefill on the PyTorch
+    reference: the Triton decode reads the latent cache directly (one 576-wide row a token),
+    and no Triton prefill over the latent is built (an absorbed-form prefill would re-read
+    the whole latent prefix for every query token; vLLM prefills MLA decompressed)."""
+
+    def __init__(self, decode_ops: AttentionOps) -> None:
+        self.name = decode_ops.name
+        self.write_kv = decode_ops.write_kv
+        self.paged_decode_attention = decode_ops.paged_decode_attention
+        self.contiguous_decode_attention = decode_ops.contiguous_decode_attention
+        self._decode_ops = decode_ops
+
+    @staticmethod
+    def paged_attention(*args: Any, max_query_len: int | None = None,
+                        **kwargs: Any) -> torch.Tensor:
+        # max_query_len: a Triton launch's hint, which the reference does not need
+        return reference.paged_attention(*args, **kwargs)
+
+    @staticmethod
+    def contiguous_attention(*args: Any, max_query_len: int | None = None,
+                             **kwargs: Any) -> torch.Tensor:
+        return reference.contiguous_attention(*args, **kwargs)
+
+    def precompile(self, shape: AttentionShape, device: torch.device) -> float:
+        return self._decode_ops.precompile(shape, device)
+
+
 def _triton_ops() -> AttentionOps:
     # Imports triton: ImportError where it is missing.
     from .triton_attention_ops import TritonAttentionOps

@@ -27,6 +27,7 @@ from kvbench.execution.kv_budget import (
     profile_cuda_memory,
 )
 from kvbench.execution.model_executor import KVArena, ModelExecutor
+from kvbench.kernels.attention_ops import LatentAttentionOps
 from kvbench.kernels.attention_shape import AttentionShape
 from kvbench.kernels.backend import get_ops, resolve_backend
 from kvbench.models.config import ModelConfig
@@ -97,19 +98,14 @@ class ModelExecutors(ExecutorFactory):
 
     def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
         backend = self.backend(config, device)
+        ops = get_ops(backend)
         if model_config.mla is not None and backend == "triton":
-            # kvbench's Triton kernels read K and V of equal width per KV head; latent
-            # attention runs on the PyTorch reference ops.
-            if config.attention_backend == "triton":
-                raise KvbenchInputError(
-                    f"model {model_config.name}: --attention-backend triton does not run "
-                    "latent attention (MLA) yet; use --attention-backend torch")
-            backend = "torch"
+            ops = LatentAttentionOps(ops)  # the MLA decode kernel; prefill on the reference
         element = element_bytes(kv_dtype)
         arena = KVArena(model_config.kv_groups(element), num_slots, kv_dtype, device,
                         kv_scale=config.kv_scale,
                         allocation=kv_allocation(config, model_config, element))
-        return ModelExecutor(model, arena, get_ops(backend), device, backend,
+        return ModelExecutor(model, arena, ops, device, backend,
                              enforce_eager=config.enforce_eager,
                              max_num_seqs=config.max_num_seqs)
 
@@ -126,14 +122,17 @@ class ModelExecutors(ExecutorFactory):
         if executor.backend_name == "triton" and device.type == "cuda":
             arena = executor.arena
             variants = executor.layer_variants
+            mla = model_config.mla
             shape = AttentionShape(
-                model_config.num_heads, model_config.num_kv_heads, model_config.head_dim,
+                model_config.num_heads, 1 if mla else model_config.num_kv_heads,
+                mla.latent_dim if mla else model_config.head_dim,
                 parse_dtype(config.dtype), arena.dtype, config.block_size,
                 "scalar" if arena.is_fp8 else "none",
                 # the score variants the model's layers launch (each compiled apart)
                 window_kinds=tuple(sorted({"sliding_window" in v for v in variants})),
                 softcap=any("softcap" in v for v in variants),
                 sinks=any("sinks" in v for v in variants),
+                kv_lora_rank=mla.kv_lora_rank if mla else None,
             )
             seconds = executor.ops.precompile(shape, device)
         start = time.perf_counter()

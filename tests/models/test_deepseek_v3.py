@@ -212,12 +212,19 @@ def test_fp8_latent_cache_has_one_scale_per_layer(deepseek_checkpoint):
     assert [g[0] for g in got] == [e[0] for e in expected]
 
 
-def test_triton_backend_is_refused_for_latent_attention(deepseek_checkpoint):
-    """kvbench's Triton kernels read K and V of one width: asked for by name, one line naming
-    the way out (the root conftest interprets Triton on the CPU, so it resolves here)."""
-    from kvbench.errors import KvbenchInputError
-
-    folder, _ = deepseek_checkpoint
-    with pytest.raises(KvbenchInputError, match="does not run latent attention"):
-        build_engine(EngineConfig(model=str(folder), device="cpu", kv_memory="1MiB",
-                                  attention_backend="triton"))
+@pytest.mark.parametrize(("strategy", "options"),
+                         [("paged", {"block_size": 8}), ("contiguous", {"reserve": "exact"})])
+def test_triton_backend_gives_transformers_tokens(deepseek_checkpoint, strategy, options):
+    """On the Triton backend (interpreted on the CPU by the root conftest) decode runs the
+    MLA decode kernel over the latent cache, prefill the reference: transformers' tokens."""
+    folder, hf_model = deepseek_checkpoint
+    prompts = random_prompts(2, 512, seed=9, min_len=20, max_len=30)
+    built = build_engine(EngineConfig(model=str(folder), device="cpu", strategy=strategy,
+                                      kv_memory="1MiB", attention_backend="triton", **options))
+    assert built.engine.executor.backend_name == "triton"
+    engine = built.engine
+    for i, prompt in enumerate(prompts):
+        engine.add_request(Request(i, 0.0, tuple(prompt), 6))
+    engine.run_to_completion()
+    got = [engine.sequences[i][0].token_ids[len(p):] for i, p in enumerate(prompts)]
+    assert got == hf_greedy(hf_model, prompts, 6)
