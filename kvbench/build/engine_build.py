@@ -128,9 +128,9 @@ def slot_bytes(model_config: ModelConfig, kv_element_bytes: int,
     """Bytes of one arena slot across the tensor-parallel group: one token of every layer,
     or of one allocation group. Each GPU's share x N: the whole K and V once for split
     heads, N copies of a latent-attention row (whole on each GPU)."""
-    if allocation is not None:
-        return allocation.slot_bytes
     tp = tensor_parallel_size
+    if allocation is not None:  # one GPU's allocation groups, as for one table below
+        return tp * hybrid_allocation(model_config.kv_groups(kv_element_bytes, tp)).slot_bytes
     return tp * kv_bytes_per_token(model_config.kv_groups(kv_element_bytes, tp))
 
 
