@@ -80,12 +80,14 @@ class KVArena:
             shape = shapes[0]  # one slot shape: `hybrid_allocation` checks it
             ks = [torch.zeros(shape, dtype=dtype, device=device)
                   for _ in range(allocation.group_size)]
-            vs = [torch.zeros(shape, dtype=dtype, device=device)
-                  for _ in range(allocation.group_size)]
+            latent = latent_values.get(0)  # every layer latent, or none (one slot shape)
+            vs = ([k[..., :latent] for k in ks] if latent is not None
+                  else [torch.zeros(shape, dtype=dtype, device=device)
+                        for _ in range(allocation.group_size)])
             tensor = allocation.tensor_of_layer()
             self.k = [ks[tensor[i]] for i in range(num_layers)]
             self.v = [vs[tensor[i]] for i in range(num_layers)]
-            self._tensors = ks + vs
+            self._tensors = ks if latent is not None else ks + vs
             self.layer_group = allocation.group_of_layer()
             self.num_table_groups = len(allocation.groups)
         self.latent_layers = frozenset(latent_values)

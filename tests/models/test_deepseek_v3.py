@@ -183,6 +183,8 @@ def test_arena_holds_one_latent_tensor_per_layer(deepseek_checkpoint):
     ("contiguous", {"reserve": "max"}),
     ("paged", {"block_size": 16}),
     ("prefix", {"block_size": 16}),
+    ("hybrid", {"block_size": 16}),
+    ("hybrid-prefix", {"block_size": 16}),
 ])
 def test_every_strategy_gives_transformers_tokens(deepseek_checkpoint, strategy, options):
     folder, hf_model = deepseek_checkpoint
