@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.hybrid import FREED, HybridOptions, HybridStrategy
-from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool, block_hash, root_hash
+from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool, extend_chain, root_hash
 from kvbench.strategies.registry import register_strategy
 
 
@@ -71,14 +71,8 @@ class HybridPrefixStrategy(HybridStrategy):
         return h + bytes((group,))
 
     def _chain(self, seq: Sequence) -> list[BlockHash]:
-        chain = self._chains.setdefault(seq.seq_id, [])
-        bs = self.block_size
-        tokens = seq.token_ids
-        while len(chain) < len(tokens) // bs:
-            i = len(chain)
-            chain.append(block_hash(chain[-1] if chain else self._root,
-                                    tokens[i * bs : (i + 1) * bs]))
-        return chain
+        return extend_chain(self._chains.setdefault(seq.seq_id, []), self._root, seq.token_ids,
+                            self.block_size)
 
     def _sync(self, seq: Sequence) -> None:
         """Name the blocks the sequence filled since the last call, in every group."""

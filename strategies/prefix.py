@@ -39,6 +39,7 @@ from kvbench.strategies.prefix_index import (
     BlockHash,
     CachingBlockPool,
     block_hash,
+    extend_chain,
     root_hash,
 )
 from kvbench.strategies.registry import register_strategy
@@ -119,14 +120,8 @@ class PrefixCachingStrategy(PagedStrategy):
 
     def _chain(self, seq: Sequence) -> list[BlockHash]:
         """Hashes of every full block of the sequence's tokens (tokens only ever grow)."""
-        chain = self._chains.setdefault(seq.seq_id, [])
-        bs = self.block_size
-        tokens = seq.token_ids
-        while len(chain) < len(tokens) // bs:
-            i = len(chain)
-            chain.append(block_hash(chain[-1] if chain else self._root,
-                                    tokens[i * bs : (i + 1) * bs]))
-        return chain
+        return extend_chain(self._chains.setdefault(seq.seq_id, []), self._root, seq.token_ids,
+                            self.block_size)
 
     def _match(self, seq: Sequence) -> tuple[list[int], list[BlockHash]]:
         """Cached blocks of the sequence's longest cached leading run, and their hashes.

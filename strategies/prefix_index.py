@@ -36,6 +36,17 @@ def block_hash(parent: BlockHash, tokens: Sequence[int]) -> BlockHash:
     return h.digest()
 
 
+def extend_chain(chain: list[BlockHash], root: BlockHash, tokens: Sequence[int],
+                 block_size: int) -> list[BlockHash]:
+    """`chain` (the hashes of a sequence's first full blocks) grown to every full block of
+    `tokens`, in place: a sequence's tokens only ever grow, so each block is hashed once."""
+    while len(chain) < len(tokens) // block_size:
+        i = len(chain)
+        chain.append(block_hash(chain[-1] if chain else root,
+                                tokens[i * block_size : (i + 1) * block_size]))
+    return chain
+
+
 class CachingBlockPool(BlockPool):
     """Reference-counted blocks, a hash index of full blocks, and an LRU of evictable ones.
 
