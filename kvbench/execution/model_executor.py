@@ -240,6 +240,16 @@ class ModelExecutor(TensorExecutor):
                     write_latent(k, kc, slot_mapping, ks)
                 else:
                     ops.write_kv(k, v, kc, vc, slot_mapping, ks, vs)
+            if not p:  # decode only: the kernel's output is the layer's, no copy into a buffer
+                with trace_range("decode_attention", layer=layer, seqs=q.shape[0],
+                                 tokens=q.shape[0]):
+                    if kind == "paged":
+                        return ops.paged_decode_attention(
+                            q, kc, vc, block_tables, idx.seq_lens, block_size, scale, ks, vs,
+                            **variant, **decode_extra)
+                    return ops.contiguous_decode_attention(
+                        q, kc, vc, idx.start_slots, idx.seq_lens, scale, ks, vs, **variant,
+                        **decode_extra)
             out = q.new_empty((*q.shape[:-1], vc.shape[-1]))
             if p:
                 with trace_range("prefill_attention", layer=layer, seqs=p, tokens=pt):
