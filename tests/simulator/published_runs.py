@@ -18,7 +18,18 @@ import math
 import sys
 from dataclasses import dataclass, field
 
-GPUSTACK = "https://github.com/gpustack/gpustack/blob/main/docs/performance-lab"
+# GPUStack's performance-lab pages (github.com/gpustack/gpustack, docs/performance-lab/):
+# external sources, each the page that prints its runs' figures.
+GPUSTACK_QWEN3_14B_A100 = ("https://github.com/gpustack/gpustack/blob/main/docs/performance-lab/"
+                           "qwen3-14b/a100.md")
+GPUSTACK_QWEN3_32B_A100 = ("https://github.com/gpustack/gpustack/blob/main/docs/performance-lab/"
+                           "qwen3-32b/a100.md")
+GPUSTACK_QWEN3_14B_H100 = ("https://github.com/gpustack/gpustack/blob/main/docs/performance-lab/"
+                           "qwen3-14b/h100.md")
+GPUSTACK_QWEN3_32B_H100 = ("https://github.com/gpustack/gpustack/blob/main/docs/performance-lab/"
+                           "qwen3-32b/h100.md")
+GPUSTACK_QWEN3_8B_H100_LATENCY = ("https://github.com/gpustack/gpustack/blob/main/docs/"
+                                  "performance-lab/qwen3-8b/h100-latency.md")
 BUILDKITE = "https://buildkite.com/vllm/performance-benchmark/builds/9515"
 VLLM_DEFAULTS = ["simulate", "--defaults", "vllm", "--batching", "vllm-v1",
                  "--workload", "uniform"]
@@ -49,12 +60,12 @@ def _random_burst(model: str, gpu: str, prompt_len: int, output_len: int, reques
             "--num-requests", str(requests), *extra]
 
 
-def _gpustack_random(model: str, gpu: str, page: str, gpu_words: str, prompt_len: int,
+def _gpustack_random(model: str, gpu: str, source: str, gpu_words: str, prompt_len: int,
                      output_len: int, published: dict[str, float], notes: str = ""
                      ) -> PublishedRun:
     return PublishedRun(
         name=f"{model} {gpu} random {prompt_len}/{output_len} x 500",
-        source=f"{GPUSTACK}/{page}",
+        source=source,
         setting=(f"{gpu_words}, vLLM v0.11.0 (`vllm serve Qwen/{model.title()}`), "
                  f"`vllm bench serve --dataset-name random --random-input-len {prompt_len} "
                  f"--random-output-len {output_len} --num-prompts 500`, all at once"),
@@ -63,39 +74,39 @@ def _gpustack_random(model: str, gpu: str, page: str, gpu_words: str, prompt_len
 
 
 PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
-    _gpustack_random("qwen3-14b", "a100-80gb", "qwen3-14b/a100.md", "1 x A100 80GB", 4000, 200, {
+    _gpustack_random("qwen3-14b", "a100-80gb", GPUSTACK_QWEN3_14B_A100, "1 x A100 80GB", 4000, 200, {
         "output_tok_s": 245.13, "ttft_mean_ms": 197625.03, "ttft_p50_ms": 196621.85,
         "tpot_mean_ms": 254.61, "tpot_p50_ms": 272.93}),
-    _gpustack_random("qwen3-14b", "a100-80gb", "qwen3-14b/a100.md", "1 x A100 80GB", 2000, 100, {
+    _gpustack_random("qwen3-14b", "a100-80gb", GPUSTACK_QWEN3_14B_A100, "1 x A100 80GB", 2000, 100, {
         "output_tok_s": 284.64, "ttft_mean_ms": 86908.30, "ttft_p50_ms": 86575.09,
         "tpot_mean_ms": 301.73, "tpot_p50_ms": 334.17}),
-    _gpustack_random("qwen3-32b", "a100-80gb", "qwen3-32b/a100.md", "1 x A100 80GB", 4000, 200, {
+    _gpustack_random("qwen3-32b", "a100-80gb", GPUSTACK_QWEN3_32B_A100, "1 x A100 80GB", 4000, 200, {
         "output_tok_s": 87.48, "ttft_mean_ms": 566579.70, "ttft_p50_ms": 564705.97,
         "tpot_mean_ms": 96.19, "tpot_p50_ms": 96.40}),
-    _gpustack_random("qwen3-32b", "a100-80gb", "qwen3-32b/a100.md", "1 x A100 80GB", 2000, 100, {
+    _gpustack_random("qwen3-32b", "a100-80gb", GPUSTACK_QWEN3_32B_A100, "1 x A100 80GB", 2000, 100, {
         "output_tok_s": 120.27, "ttft_mean_ms": 208397.03, "ttft_p50_ms": 209108.79,
         "tpot_mean_ms": 143.23, "tpot_p50_ms": 143.96}),
-    _gpustack_random("qwen3-14b", "h100-80gb", "qwen3-14b/h100.md", "1 x H100 SXM", 4000, 200, {
+    _gpustack_random("qwen3-14b", "h100-80gb", GPUSTACK_QWEN3_14B_H100, "1 x H100 SXM", 4000, 200, {
         "output_tok_s": 438.56, "ttft_mean_ms": 112716.92, "ttft_p50_ms": 110734.54,
         "tpot_mean_ms": 132.45, "tpot_p50_ms": 139.68},
         notes="fits `sustained_compute_fraction` of the H100"),
-    _gpustack_random("qwen3-14b", "h100-80gb", "qwen3-14b/h100.md", "1 x H100 SXM", 2000, 100, {
+    _gpustack_random("qwen3-14b", "h100-80gb", GPUSTACK_QWEN3_14B_H100, "1 x H100 SXM", 2000, 100, {
         "output_tok_s": 505.51, "ttft_mean_ms": 50716.13, "ttft_p50_ms": 49138.28,
         "tpot_mean_ms": 206.51, "tpot_p50_ms": 231.62},
         notes="fits `sustained_compute_fraction` of the H100"),
-    _gpustack_random("qwen3-32b", "h100-80gb", "qwen3-32b/h100.md", "1 x H100 (SXM, PCIe or NVL: "
+    _gpustack_random("qwen3-32b", "h100-80gb", GPUSTACK_QWEN3_32B_H100, "1 x H100 (SXM, PCIe or NVL: "
                      "not stated)", 4000, 200, {
         "output_tok_s": 102.21, "ttft_mean_ms": 482284.21, "ttft_p50_ms": 483375.28,
         "tpot_mean_ms": 66.61, "tpot_p50_ms": 62.08},
         notes="GPU variant not stated; ~8 requests fit the KV cache"),
-    _gpustack_random("qwen3-32b", "h100-80gb", "qwen3-32b/h100.md", "1 x H100 (SXM, PCIe or NVL: "
+    _gpustack_random("qwen3-32b", "h100-80gb", GPUSTACK_QWEN3_32B_H100, "1 x H100 (SXM, PCIe or NVL: "
                      "not stated)", 2000, 100, {
         "output_tok_s": 152.42, "ttft_mean_ms": 163909.40, "ttft_p50_ms": 164148.38,
         "tpot_mean_ms": 86.62, "tpot_p50_ms": 84.24},
         notes="GPU variant not stated; ~17 requests fit the KV cache"),
     PublishedRun(
         name="qwen3-8b h100-80gb sharegpt concurrency 4",
-        source=f"{GPUSTACK}/qwen3-8b/h100-latency.md",
+        source=GPUSTACK_QWEN3_8B_H100_LATENCY,
         setting=("1 x H100 SXM, vLLM v0.11.0 (`vllm serve Qwen/Qwen3-8B`), `vllm bench serve "
                  "--dataset-name sharegpt --num-prompts 100 --max-concurrency 4`"),
         args=_random_burst("qwen3-8b", "h100-80gb", 233, 221, 100, "--max-concurrency", "4"),
