@@ -105,22 +105,21 @@ class HybridDriver(Driver):
 windows_st = st.lists(st.one_of(st.none(), st.integers(1, 24)), min_size=1, max_size=4)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    windows=windows_st,
-    num_slots=st.integers(40, 300),
-    block_size=st.sampled_from([1, 4, 16]),
-    ops=st.lists(op_st, min_size=1, max_size=40),
-)
-def test_windows_bound_the_blocks_and_the_books_balance(windows, num_slots, block_size, ops):
-    strategy = HybridStrategy(num_slots, MAX_LEN, block_size=block_size, watermark=0.0,
-                              allocation_windows=tuple(windows), check_accounting=True)
-    driver = HybridDriver(strategy)
+def run_ops(driver: HybridDriver, ops, check_admitted: bool = False):
+    """Apply `ops` through `driver`, checking the books after each, then finish every
+    sequence: the strategy must be whole again, every slot free. `check_admitted`: a newly
+    admitted sequence never has its last token cached (a prefix hit leaves one to compute).
+    Returns the final split."""
     for op in ops:
         if op[0] == "new":
             driver.new(op[1], op[2], op[3])
         elif op[0] == "admit":
+            before = {s.seq_id for s in driver.live}
             driver.admit()
+            if check_admitted:
+                for seq in driver.live:
+                    if seq.seq_id not in before:
+                        assert seq.num_computed < len(seq.token_ids)
         elif op[0] == "step":
             driver.step(op[1], op[2])
         elif op[0] == "fork":
@@ -133,9 +132,24 @@ def test_windows_bound_the_blocks_and_the_books_balance(windows, num_slots, bloc
     for seq in list(driver.live):
         driver.finish(seq)
     driver.check()
+    strategy = driver.strategy
     assert strategy.is_whole()
     split = strategy.memory_split([], None)
     assert split.held == 0 and split.free == strategy.num_slots
+    return split
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    windows=windows_st,
+    num_slots=st.integers(40, 300),
+    block_size=st.sampled_from([1, 4, 16]),
+    ops=st.lists(op_st, min_size=1, max_size=40),
+)
+def test_windows_bound_the_blocks_and_the_books_balance(windows, num_slots, block_size, ops):
+    strategy = HybridStrategy(num_slots, MAX_LEN, block_size=block_size, watermark=0.0,
+                              allocation_windows=tuple(windows), check_accounting=True)
+    run_ops(HybridDriver(strategy), ops)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -153,31 +167,7 @@ def test_prefix_hits_keep_the_window_bound_and_each_shared_block_is_counted_once
     is freed stays as evictable cache, never held."""
     strategy = HybridPrefixStrategy(num_slots, MAX_LEN, block_size=block_size, watermark=0.0,
                                     allocation_windows=tuple(windows), check_accounting=True)
-    driver = HybridDriver(strategy)
-    for op in ops:
-        if op[0] == "new":
-            driver.new(op[1], op[2], op[3])
-        elif op[0] == "admit":
-            before = {s.seq_id for s in driver.live}
-            driver.admit()
-            for seq in driver.live:
-                if seq.seq_id not in before:
-                    assert seq.num_computed < len(seq.token_ids)
-        elif op[0] == "step":
-            driver.step(op[1], op[2])
-        elif op[0] == "fork":
-            driver.fork(op[1], op[2])
-        else:
-            done = [seq for seq in driver.live if not in_prefill(seq)]
-            if done:
-                driver.finish(done[op[1] % len(done)])
-        driver.check()
-    for seq in list(driver.live):
-        driver.finish(seq)
-    driver.check()
-    assert strategy.is_whole()
-    split = strategy.memory_split([], None)
-    assert split.held == 0 and split.free == strategy.num_slots
+    split = run_ops(HybridDriver(strategy), ops, check_admitted=True)
     assert split.cached == strategy.pool.num_evictable * block_size
 
 
