@@ -93,9 +93,7 @@ def check_block_fits_window(config: EngineConfig, model_config: ModelConfig,
     strategy that pages: such a block holds tokens its window layers never read again, so a
     window group could never free one (vLLM pages a window layer in blocks within its window)."""
     window = model_config.window_shorter_than(max_model_len)
-    entry = STRATEGIES.get(config.strategy)
-    base = STRATEGIES.get(entry.base) if entry.base else entry
-    pages = any(f.name == "block_size" for f in dataclasses.fields(base.options))
+    pages = reads_option(config.strategy, "block_size")
     if window is not None and pages and config.block_size > window:
         raise KvbenchInputError(
             f"--block-size {config.block_size} is larger than {model_config.name}'s "

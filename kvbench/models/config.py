@@ -197,16 +197,12 @@ class ModelConfig:
         by_window: dict[int | None, list[int]] = {}
         for i in range(self.num_layers):
             by_window.setdefault(self.layer_window(i), []).append(i)
-        groups = []
-        for window in sorted(by_window, key=lambda w: -1 if w is None else w):
-            layers = tuple(by_window[window])
-            if window is None:
-                groups.append(KVGroup(layers, self.num_kv_heads, self.head_dim,
-                                      kv_element_bytes))
-            else:
-                groups.append(KVGroup(layers, self.num_kv_heads, self.head_dim,
-                                      kv_element_bytes, attention="sliding", window=window))
-        return groups
+        return [
+            KVGroup(tuple(by_window[window]), self.num_kv_heads, self.head_dim,
+                    kv_element_bytes, attention="full" if window is None else "sliding",
+                    window=window)
+            for window in sorted(by_window, key=lambda w: -1 if w is None else w)
+        ]
 
     def kv_bytes_per_token(self, kv_element_bytes: int) -> int:
         """K and V for one token across all layers (the sum over `kv_groups`)."""
@@ -501,8 +497,6 @@ def _windows(hf: dict[str, Any], name: str, model_type: str) -> dict[str, Any]:
         first = hf.get("max_window_layers", 28)
         layer_types = ["full_attention" if i < first else "sliding_attention"
                        for i in range(hf["num_hidden_layers"])]
-    if model_type in ("mistral", "qwen3_moe") and layer_types is None:
-        layer_types = []
     return {"sliding_window": window, "layer_types": tuple(layer_types or ())}
 
 

@@ -19,7 +19,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
-from kvbench.models.llama import MLP, AttentionFn, FlatBatchDecoder, RMSNorm, mix_experts
+from kvbench.models.llama import (
+    MLP,
+    AttentionFn,
+    Backbone,
+    FlatBatchDecoder,
+    RMSNorm,
+    mix_experts,
+)
 from kvbench.models.rope_yarn import yarn_attention_factor, yarn_inv_freq, yarn_mscale
 
 # transformers builds q_a_layernorm and kv_a_layernorm with its RMSNorm's default epsilon,
@@ -179,14 +186,6 @@ class DeepseekLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class _Backbone(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DeepseekLayer(config, i) for i in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-
-
 class DeepseekDecoder(FlatBatchDecoder):
     """`forward` runs the flattened tokens of a batch, as `LlamaDecoder` does; the attention
     callable gets the absorbed query `[T, heads, latent + rope]`, the cached row
@@ -198,7 +197,7 @@ class DeepseekDecoder(FlatBatchDecoder):
     ROUTER_WEIGHT = "mlp.gate.weight"
 
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__(config, _Backbone(config))
+        super().__init__(config, Backbone(config, DeepseekLayer))
         inv_freq, self.rope_attention_factor = deepseek_rope(config)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.softmax_scale = deepseek_softmax_scale(config)

@@ -183,7 +183,7 @@ class DecoderLayer(nn.Module):
         return x + feed_forward(self.post_attention_layernorm(x))
 
 
-class _Backbone(nn.Module):
+class Backbone(nn.Module):
     def __init__(self, config: ModelConfig, layer_class: type[nn.Module]) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
@@ -240,7 +240,7 @@ class LlamaDecoder(FlatBatchDecoder):
     ROUTER_WEIGHT = "block_sparse_moe.gate.weight"
 
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__(config, _Backbone(config, self.layer_class))
+        super().__init__(config, Backbone(config, self.layer_class))
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
         self.rope_attention_factor = rope_attention_factor(config)
         self.softmax_scale = config.softmax_scale

@@ -330,7 +330,6 @@ class StepTimeModel:
         # mlp_only_layers) run a dense MLP of intermediate_size instead of router, shared
         # experts and experts: their gemms, and their share of the layers.
         self.dense_gemms: tuple[tuple[int, int], ...] = ()
-        self.moe_layer_gemms: tuple[tuple[int, int], ...] = ()
         num_dense = model.num_layers - self.num_moe_layers
         if model.is_moe:
             experts, top_k = model.num_local_experts, model.num_experts_per_tok
@@ -347,7 +346,6 @@ class StepTimeModel:
             if num_dense:
                 dense_inter = -(-model.intermediate_size // tp)
                 self.dense_gemms = ((h, 2 * dense_inter), (dense_inter, h))
-                self.moe_layer_gemms = self.layer_gemms[len(attention_gemms):]
                 self.attention_gemms = attention_gemms
                 attention = sum(k * n for k, n in attention_gemms)
                 dense_weights = attention + sum(k * n for k, n in self.dense_gemms)
