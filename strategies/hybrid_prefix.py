@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.sequence import Sequence
+from kvbench.strategies.base import CacheStrategy
 from kvbench.strategies.hybrid import FREED, HybridOptions, HybridStrategy
 from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool, extend_chain, root_hash
 from kvbench.strategies.registry import register_strategy
@@ -191,13 +192,9 @@ class HybridPrefixStrategy(HybridStrategy):
         return super().allocate(seq, num_new_tokens)
 
     def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
-        """Every sequence through `allocate`: one with room may still have blocks to name."""
-        allocate = self.allocate
-        for i in range(start, len(items)):
-            seq, n = items[i]
-            if not allocate(seq, n):
-                return i
-        return len(items)
+        """Every sequence through `allocate`, not `hybrid`'s skip of those with room: one with
+        room may still have blocks to name."""
+        return CacheStrategy.allocate_each(self, items, start)
 
     def free(self, seq: Sequence) -> None:
         self._sync(seq)
@@ -216,9 +213,6 @@ class HybridPrefixStrategy(HybridStrategy):
         split = super().memory_split(running, head_waiting)
         split.cached = self.pool.num_evictable * self.block_size
         return split
-
-    def is_whole(self) -> bool:
-        return not self.tables and self.pool.is_whole()
 
     def reset_stats(self) -> None:
         self.pool.evictions = 0

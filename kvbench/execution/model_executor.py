@@ -240,16 +240,21 @@ class ModelExecutor(TensorExecutor):
                     write_latent(k, kc, slot_mapping, ks)
                 else:
                     ops.write_kv(k, v, kc, vc, slot_mapping, ks, vs)
-            if not p:  # decode only: the kernel's output is the layer's, no copy into a buffer
-                with trace_range("decode_attention", layer=layer, seqs=q.shape[0],
-                                 tokens=q.shape[0]):
+
+            def decode(q_dec: torch.Tensor) -> torch.Tensor:
+                """The decodes' attention: the batch's rows from `p` on."""
+                with trace_range("decode_attention", layer=layer, seqs=q_dec.shape[0],
+                                 tokens=q_dec.shape[0]):
                     if kind == "paged":
                         return ops.paged_decode_attention(
-                            q, kc, vc, block_tables, idx.seq_lens, block_size, scale, ks, vs,
-                            **variant, **decode_extra)
+                            q_dec, kc, vc, block_tables[p:], idx.seq_lens[p:], block_size,
+                            scale, ks, vs, **variant, **decode_extra)
                     return ops.contiguous_decode_attention(
-                        q, kc, vc, idx.start_slots, idx.seq_lens, scale, ks, vs, **variant,
-                        **decode_extra)
+                        q_dec, kc, vc, idx.start_slots[p:], idx.seq_lens[p:], scale, ks, vs,
+                        **variant, **decode_extra)
+
+            if not p:  # decode only: the kernel's output is the layer's, no copy into a buffer
+                return decode(q)
             out = q.new_empty((*q.shape[:-1], vc.shape[-1]))
             if p:
                 with trace_range("prefill_attention", layer=layer, seqs=p, tokens=pt):
@@ -265,18 +270,7 @@ class ModelExecutor(TensorExecutor):
                             idx.seq_lens[:p], scale, ks, vs, **variant, **prefill_extra,
                         )
             if q.shape[0] > pt:
-                with trace_range("decode_attention", layer=layer, seqs=q.shape[0] - pt,
-                                 tokens=q.shape[0] - pt):
-                    if kind == "paged":
-                        out[pt:] = ops.paged_decode_attention(
-                            q[pt:], kc, vc, block_tables[p:], idx.seq_lens[p:],
-                            block_size, scale, ks, vs, **variant, **decode_extra,
-                        )
-                    else:
-                        out[pt:] = ops.contiguous_decode_attention(
-                            q[pt:], kc, vc, idx.start_slots[p:], idx.seq_lens[p:], scale, ks, vs,
-                            **variant, **decode_extra,
-                        )
+                out[pt:] = decode(q[pt:])
             return out
 
         return attend
