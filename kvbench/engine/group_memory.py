@@ -49,17 +49,9 @@ class GroupMemory:
         self._held_max = [0] * len(self.shapes)
 
     def add(self, dt_s: float, split: MemorySplit) -> None:
-        held = split.held
-        self._weight_s += dt_s
-        self._held_s += dt_s * held
         tokens = split.sequence_tokens if split.sequence_tokens is not None else split.token
-        self._tokens_s += dt_s * tokens
-        total = self._total
-        total[0] += dt_s * split.token
-        total[1] += dt_s * split.reserved
-        total[2] += dt_s * split.internal
-        total[3] += dt_s * split.external
-        total[4] += dt_s * split.free
+        self.add_parts(dt_s, split.token, split.reserved, split.internal, split.external,
+                       split.free, tokens)
         if self.per_group_splits:  # `hybrid`: one split per allocation group
             for sums, part, g in zip(self._groups, split.groups, range(len(self.shapes)),
                                      strict=False):
@@ -68,24 +60,24 @@ class GroupMemory:
                 sums[2] += dt_s * part.internal
                 if part.held > self._held_max[g]:
                     self._held_max[g] = part.held
-        elif self._held_max and held > self._held_max[0]:
-            self._held_max = [held] * len(self.shapes)
 
     def add_parts(self, dt_s: float, token: int, reserved: int, internal: int, external: int,
-                  free: int) -> None:
-        """`add` of a split given by its parts, of a strategy with one table for every layer
-        (a fast-forwarded decode step: no `MemorySplit` is built for it)."""
+                  free: int, sequence_tokens: int | None = None) -> None:
+        """`add` of a split given by its parts (a fast-forwarded decode step: no
+        `MemorySplit` is built for it); `sequence_tokens`: the computed tokens of the
+        sequences holding memory, when they are not the split's `token`. A strategy with a
+        split per group adds the groups' parts itself (`add`)."""
         held = token + reserved + internal + external
         self._weight_s += dt_s
         self._held_s += dt_s * held
-        self._tokens_s += dt_s * token
+        self._tokens_s += dt_s * (token if sequence_tokens is None else sequence_tokens)
         total = self._total
         total[0] += dt_s * token
         total[1] += dt_s * reserved
         total[2] += dt_s * internal
         total[3] += dt_s * external
         total[4] += dt_s * free
-        if self._held_max and held > self._held_max[0]:
+        if not self.per_group_splits and self._held_max and held > self._held_max[0]:
             self._held_max = [held] * len(self.shapes)
 
     def summary(self) -> dict[str, Any]:
