@@ -279,11 +279,13 @@ class ModelConfig:
         tp = tensor_parallel_size
         if tp < 1:
             raise KvbenchInputError(f"--tensor-parallel-size must be >= 1, got {tp}")
-        if self.mla is not None and self.num_heads % tp:
-            raise KvbenchInputError(
-                f"--tensor-parallel-size {tp} does not divide {self.name}'s {self.num_heads} "
-                "attention heads"
-            )
+        if self.mla is not None:
+            if self.num_heads % tp:
+                raise KvbenchInputError(
+                    f"--tensor-parallel-size {tp} does not divide {self.name}'s "
+                    f"{self.num_heads} attention heads"
+                )
+            return
         if self.num_heads % tp or self.num_kv_heads % tp:
             raise KvbenchInputError(
                 f"--tensor-parallel-size {tp} does not divide {self.name}'s {self.num_heads} "
