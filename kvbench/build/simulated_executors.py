@@ -27,7 +27,7 @@ from kvbench.core.executor import DeviceKind
 from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
 from kvbench.models.memory_check import activation_bytes_estimate, activation_flag
 from kvbench.models.resolve_config import resolve_model_config
-from kvbench.models.sizes import DTYPE_BYTES
+from kvbench.models.sizes import DTYPE_BYTES, weights_dtype
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import DEFAULT_GPU, GPUSpec
 from kvbench.simulator.simulated_executor import (
@@ -68,9 +68,7 @@ class SimulatedExecutors(ExecutorFactory):
     @staticmethod
     def _weight_bytes_per_param(config: EngineConfig, model_config) -> int:
         """`--dtype`'s bytes, or 1 for a checkpoint of fp8 weights (`weights_dtype`)."""
-        if model_config.quantization == "fp8":
-            return DTYPE_BYTES["fp8"]
-        return element_bytes(model_dtype_name(config.dtype))
+        return DTYPE_BYTES[weights_dtype(model_config, model_dtype_name(config.dtype))]
 
     def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
         if config.kv_memory is not None:
