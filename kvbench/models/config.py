@@ -20,6 +20,7 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.config_values import (
     positive_int,
     positive_number,
+    read_rope_theta,
     refuse_partial_rotary,
     rope_scaling_dict,
 )
@@ -341,11 +342,7 @@ class ModelConfig:
                     default={"qwen3": 32768, "qwen3_moe": 32768,
                              "mixtral": 131072}.get(model_type, 2048),
                 ),
-                rope_theta=float(
-                    hf.get("rope_theta")
-                    or (hf.get("rope_parameters") or {}).get("rope_theta")
-                    or (1e6 if model_type == "mixtral" else 10000.0)
-                ),
+                rope_theta=read_rope_theta(hf, 1e6 if model_type == "mixtral" else 10000.0),
                 rms_norm_eps=float(
                     hf.get("rms_norm_eps", 1e-6 if qwen3_like else 1e-5)),
                 tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
@@ -592,9 +589,7 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
             num_kv_heads=positive_int(hf, "num_key_value_heads", name, default=8),
             head_dim=positive_int(hf, "head_dim", name, default=64),
             max_position_embeddings=max_positions,
-            rope_theta=float(hf.get("rope_theta")
-                             or (hf.get("rope_parameters") or {}).get("rope_theta")
-                             or 150000.0),
+            rope_theta=read_rope_theta(hf, 150000.0),
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
             attention_bias=bias,

@@ -32,6 +32,12 @@ def positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> 
     return float(value)
 
 
+def read_rope_theta(hf: dict[str, Any], default: float) -> float:
+    """The rope base: `rope_theta`, or transformers 5's `rope_parameters.rope_theta`."""
+    return float(hf.get("rope_theta") or (hf.get("rope_parameters") or {}).get("rope_theta")
+                 or default)
+
+
 def refuse_partial_rotary(fields: dict[str, Any], name: str) -> None:
     """Refuses a `partial_rotary_factor` other than 1 in `fields` (config.json or its rope
     dict): kvbench's rope rotates every dimension of a head."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.models.config_values import refuse_partial_rotary, rope_scaling_dict
+from kvbench.models.config_values import read_rope_theta, refuse_partial_rotary, rope_scaling_dict
 from kvbench.models.rope_yarn import YARN_FIELDS
 
 if TYPE_CHECKING:
@@ -131,9 +131,7 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
             head_dim=mla.qk_head_dim,
             max_position_embeddings=_int(hf, "max_position_embeddings", name,
                                          4096 if v3 else 2048),
-            rope_theta=float(hf.get("rope_theta")
-                             or (hf.get("rope_parameters") or {}).get("rope_theta")
-                             or 10000.0),
+            rope_theta=read_rope_theta(hf, 10000.0),
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
             attention_bias=bool(hf.get("attention_bias", False)),
