@@ -23,6 +23,7 @@ from kvbench.models.config_values import (
     read_rope_theta,
     refuse_partial_rotary,
     rope_scaling_dict,
+    true_or_false,
 )
 from kvbench.models.deepseek_config import (
     DEEPSEEK_MODEL_TYPES,
@@ -441,10 +442,7 @@ def _qwen3_moe_experts(hf: dict[str, Any], name: str) -> dict[str, Any]:
             f"model {name}: config.json mlp_only_layers must list layer indices below "
             f"num_hidden_layers {num_layers}, got {mlp_only!r:.80}"
         )
-    norm = hf.get("norm_topk_prob", False)
-    if not isinstance(norm, bool):
-        raise KvbenchInputError(
-            f"model {name}: config.json norm_topk_prob must be true or false, got {norm!r}")
+    norm = true_or_false(hf, "norm_topk_prob", name, False)
     dense = tuple(i for i in range(num_layers) if i in mlp_only or (i + 1) % step)
     return {
         "num_local_experts": experts,
@@ -571,10 +569,7 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
         num_layers = positive_int(hf, "num_hidden_layers", name, default=36)
         experts_key = "num_experts" if "num_experts" in hf else "num_local_experts"
         experts, top_k = _expert_counts(hf, name, experts_key, 128, 4)
-        bias = hf.get("attention_bias", True)
-        if not isinstance(bias, bool):
-            raise KvbenchInputError(
-                f"model {name}: config.json attention_bias must be true or false, got {bias!r}")
+        bias = true_or_false(hf, "attention_bias", name, True)
         rope_given = hf.get("rope_scaling") or hf.get("rope_parameters")
         max_positions = positive_int(hf, "max_position_embeddings", name, default=131072)
         rope_hf = {**hf, "max_position_embeddings": max_positions,

@@ -32,6 +32,17 @@ def positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> 
     return float(value)
 
 
+def true_or_false(fields: dict[str, Any], key: str, name: str, default: bool, *,
+                  where: str = "") -> bool:
+    """`fields[key]` (`default` when absent), refused unless a JSON true or false; `where`
+    names the dict it sits in for the message (`rope_scaling `)."""
+    value = fields.get(key, default)
+    if not isinstance(value, bool):
+        raise KvbenchInputError(
+            f"model {name}: config.json {where}{key} must be true or false, got {value!r}")
+    return value
+
+
 def read_rope_theta(hf: dict[str, Any], default: float) -> float:
     """The rope base: `rope_theta`, or transformers 5's `rope_parameters.rope_theta`."""
     return float(hf.get("rope_theta") or (hf.get("rope_parameters") or {}).get("rope_theta")

@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.models.config_values import read_rope_theta, refuse_partial_rotary, rope_scaling_dict
+from kvbench.models.config_values import (
+    read_rope_theta,
+    refuse_partial_rotary,
+    rope_scaling_dict,
+    true_or_false,
+)
 from kvbench.models.rope_yarn import YARN_FIELDS
 
 if TYPE_CHECKING:
@@ -108,10 +113,7 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
             f"model {name}: config.json mlp_bias true is not implemented (DeepSeek MLPs "
             "without biases)")
     first_dense = _int(hf, "first_k_dense_replace", name, 3 if v3 else 0, zero_ok=True)
-    norm = hf.get("norm_topk_prob", v3)
-    if not isinstance(norm, bool):
-        raise KvbenchInputError(
-            f"model {name}: config.json norm_topk_prob must be true or false, got {norm!r}")
+    norm = true_or_false(hf, "norm_topk_prob", name, v3)
     if norm and not v3:
         raise KvbenchInputError(
             f"model {name}: config.json norm_topk_prob true is not implemented for "
@@ -189,12 +191,7 @@ def _quantization(hf: dict[str, Any], name: str) -> str | None:
 def _rope_interleave(hf: dict[str, Any], name: str, v3: bool) -> bool:
     if not v3:  # DeepSeek-V2 rotates neighbouring pairs as complex numbers, always
         return True
-    interleave = hf.get("rope_interleave", True)
-    if not isinstance(interleave, bool):
-        raise KvbenchInputError(
-            f"model {name}: config.json rope_interleave must be true or false, "
-            f"got {interleave!r}")
-    return interleave
+    return true_or_false(hf, "rope_interleave", name, True)
 
 
 def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekRouting:

@@ -13,7 +13,12 @@ from functools import partial
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.models.config_values import positive_int, positive_number, refuse_partial_rotary
+from kvbench.models.config_values import (
+    positive_int,
+    positive_number,
+    refuse_partial_rotary,
+    true_or_false,
+)
 from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
 
 # "gemma3" is Gemma 3's multimodal config: its text_config is the text model, and its vision
@@ -35,10 +40,7 @@ def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
     try:
         num_layers = _positive_int(hf, "num_hidden_layers", name, default=26)
         num_heads = _positive_int(hf, "num_attention_heads", name, default=8)
-        bias = hf.get("attention_bias", False)
-        if not isinstance(bias, bool):
-            raise KvbenchInputError(
-                f"model {name}: config.json attention_bias must be true or false, got {bias!r}")
+        bias = true_or_false(hf, "attention_bias", name, False)
         window = hf.get("sliding_window", 4096)
         layer_types = _layer_types(hf, name, num_layers, gemma3)
         if "sliding_attention" not in layer_types:

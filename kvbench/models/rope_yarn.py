@@ -16,6 +16,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.models.config_values import true_or_false
 
 if TYPE_CHECKING:  # torch only where frequencies are computed: sizing checks configs without it
     import torch
@@ -50,11 +51,7 @@ def yarn_scaling(scaling: dict[str, Any], name: str) -> dict[str, Any]:
             )
     if scaling.get("factor") is None:
         raise KvbenchInputError(f"model {name}: config.json rope_scaling (yarn) lacks factor")
-    truncate = scaling.get("truncate", True)
-    if not isinstance(truncate, bool):
-        raise KvbenchInputError(
-            f"model {name}: config.json rope_scaling truncate must be true or false, "
-            f"got {truncate!r}")
+    true_or_false(scaling, "truncate", name, True, where="rope_scaling ")
     return {key: scaling[key] for key in YARN_FIELDS if key in scaling} | {"rope_type": "yarn"}
 
 
