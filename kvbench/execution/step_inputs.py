@@ -253,7 +253,11 @@ class StepInputs:
         tables = part[6].view(-1, host.tables.shape[1])
         num_seqs = len(host.seq_lens)
         group_slots = group_tables = None
-        if host.num_groups > 1:
+        # One paged group reads as one table; a contiguous group's table also carries its
+        # ring lengths, which only the per-group path reads (`contiguous` with windows).
+        layout = batch.layout
+        if host.num_groups > 1 or (layout.group_table_logs is not None
+                                   and layout.kind != "paged"):
             group_slots = part[3].view(host.num_groups, -1)
             group_tables = tables.view(host.num_groups, num_seqs, -1)
         return DeviceIndices(
