@@ -76,6 +76,7 @@ class ContiguousStrategy(CacheStrategy):
     def __new__(cls, *args, allocation_windows: tuple[int | None, ...] = (None,), **kwargs):
         # A window group anywhere: one range per allocation group, rings for the windows.
         if cls is ContiguousStrategy and any(w is not None for w in allocation_windows):
+            # here, not at the top: the windowed class subclasses this one (a cycle)
             from kvbench.strategies.contiguous_windows import WindowedContiguousStrategy
 
             cls = WindowedContiguousStrategy
