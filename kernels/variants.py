@@ -3,8 +3,8 @@
 A model's attention shape (`AttentionShape`) fixes the constexprs of every launch; the only
 choices left during a run are the layout (paged or contiguous), decode with or without
 split-K, prefill, and (a hybrid model) a layer with or without its sliding window, a window
-layer under `contiguous` reading a ring (``RING``). Per-step arguments (block-table width, split count) are not specialized
-(``do_not_specialize``), the split-K scratch strides specialize alike for every split count
+layer under `contiguous` reading a ring (``RING``). Per-step arguments (block-table width,
+split count) are not specialized (``do_not_specialize``), the split-K scratch strides specialize alike for every split count
 (``SPLIT_PAD``) and every packed step input starts 16-byte aligned
 (``kvbench.execution.step_inputs``), so the launches of `shape_launches` are all the variants
 there are (``tests/kernels/test_bit_arithmetic.py`` checks it with Triton's binder).
