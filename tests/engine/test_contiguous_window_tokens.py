@@ -93,3 +93,22 @@ def test_every_layer_windowed(mistral_checkpoint, chunked):
     prompts = random_prompts(3, 512, seed=2, min_len=4 * WINDOW, max_len=90)
     options = dict(chunked_prefill=True, max_num_batched_tokens=32) if chunked else {}
     check_same_tokens_with_rings(mistral_checkpoint, prompts, 32, **options)
+
+
+def test_parallel_samples_fork_the_rings(gemma_like_checkpoint):
+    """Parallel sampling forks each prompt's ranges after its prefill (a ring copies its last
+    tokens): every sample's tokens are paged's, sampled with a temperature."""
+    prompts = random_prompts(2, 512, seed=9, min_len=4 * WINDOW, max_len=90)
+
+    def samples(strategy: str, **options):
+        engine = build_engine(EngineConfig(model=str(gemma_like_checkpoint), device="cpu",
+                                           kv_memory="4MiB", strategy=strategy,
+                                           temperature=0.8, seed=3, **options)).engine
+        for i, prompt in enumerate(prompts):
+            engine.add_request(Request(i, 0.0, tuple(prompt), 30, n=3))
+        engine.run_to_completion()
+        return [[s.token_ids for s in engine.sequences[i]] for i in range(len(prompts))]
+
+    paged = samples("paged")
+    assert samples("contiguous", max_model_len=256) == paged
+    assert any(len({tuple(t) for t in group}) > 1 for group in paged)  # samples differ
