@@ -140,8 +140,12 @@ def paged_slots(block_table: torch.Tensor, seq_len: int, block_size: int,
 
 
 def contiguous_slots(start_slot: int, seq_len: int, device: torch.device,
-                     first: int = 0) -> torch.Tensor:
-    return torch.arange(start_slot + first, start_slot + seq_len, device=device)
+                     first: int = 0, ring_len: int = 0) -> torch.Tensor:
+    """Slots of positions `first..seq_len-1` of one sequence from `start_slot`; with a
+    `ring_len` (0: none) position p lives at `start_slot + p % ring_len`."""
+    if not ring_len:
+        return torch.arange(start_slot + first, start_slot + seq_len, device=device)
+    return start_slot + torch.arange(first, seq_len, device=device) % ring_len
 
 
 def first_visible(seq_len: int, num_queries: int, sliding_window: int | None) -> int:
@@ -269,12 +273,16 @@ def contiguous_attention(
     sliding_window: int | None = None,
     softcap: float | None = None,
     sinks: torch.Tensor | None = None,
+    ring_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Varlen causal attention reading each sequence from `[start_slot, start_slot + len)`."""
+    """Varlen causal attention reading each sequence from `[start_slot, start_slot + len)`;
+    with `ring_lens` (`[S]` int, a window group's rings) position p of sequence i from
+    `start_slots[i] + p % ring_lens[i]`."""
     starts = start_slots.tolist()
+    rings = [0] * len(starts) if ring_lens is None else ring_lens.tolist()
     return _varlen_attention(
         q, k_cache, v_cache, query_start_loc, seq_lens,
-        lambda i, n, first: contiguous_slots(starts[i], n, q.device, first),
+        lambda i, n, first: contiguous_slots(starts[i], n, q.device, first, rings[i]),
         softmax_scale, k_scale, v_scale, sliding_window, softcap, sinks,
     )
 
@@ -488,16 +496,19 @@ def contiguous_decode_attention(
     sliding_window: int | None = None,
     softcap: float | None = None,
     sinks: torch.Tensor | None = None,
+    ring_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode reading each sequence's K/V from `[start_slot, start_slot + seq_len)` (with a
-    window, only its last W positions)."""
+    window, only its last W positions); with `ring_lens` (`[S]` int, a window group's
+    rings) position p of sequence i from `start_slots[i] + p % ring_lens[i]`."""
     lens = seq_lens.tolist()
     starts = start_slots.tolist()
     firsts = [first_visible(n, 1, sliding_window) for n in lens]
     num_kv_heads, head_dim = k_cache.shape[1:]
     mean_span = (sum(lens) - sum(firsts)) / max(len(lens), 1)
-    # One sequence is one attention call either way: in place it skips the gather.
-    if (k_cache.dtype == v_cache.dtype == torch.float32 and lens and (
+    # One sequence is one attention call either way: in place it skips the gather (a ring
+    # may wrap inside the window: gathered).
+    if (ring_lens is None and k_cache.dtype == v_cache.dtype == torch.float32 and lens and (
             len(lens) == 1
             or mean_span * num_kv_heads * (head_dim + v_cache.shape[-1]) * 4 >= IN_PLACE_MIN_BYTES)):
         out = torch.empty((*q.shape[:-1], v_cache.shape[-1]), dtype=q.dtype, device=q.device)
@@ -512,7 +523,11 @@ def contiguous_decode_attention(
         key_pos = torch.arange(span, device=q.device)
         if first is not None:  # a window: each row from its own first position
             key_pos = first[:, None] + key_pos[None, :]
-        slots = row_starts.long()[:, None] + key_pos
+        if ring_lens is None:
+            slots = row_starts.long()[:, None] + key_pos
+        else:  # masked padding positions wrap inside the ring too
+            rings = (ring_lens if rows is None else ring_lens[rows]).long()[:, None]
+            slots = row_starts.long()[:, None] + key_pos % rings
         # Padding positions may run past the arena's end; they are masked, so clamp the gather.
         slots = slots.clamp(max=k_cache.shape[0] - 1).flatten()
 

@@ -46,14 +46,21 @@ INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 
 @triton.jit
-def token_slots(table_row_ptr, pos, mask, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr):
+def token_slots(table_row_ptr, pos, mask, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr,
+                RING: tl.constexpr):
     """Cache slots (int64) of positions ``pos`` of one sequence.
 
-    ``table_row_ptr`` points at the sequence's block-table row (``PAGED``) or at its start slot.
+    ``table_row_ptr`` points at the sequence's block-table row (``PAGED``) or at its start slot;
+    ``RING`` (contiguous): at its (start slot, ring length) pair, position p living at
+    ``start + p % ring`` (a sliding-window group's ring, `contiguous` on a windowed model).
     """
     if PAGED:
         block = tl.load(table_row_ptr + pos // BLOCK_SIZE, mask=mask, other=0)
         return block.to(tl.int64) * BLOCK_SIZE + (pos % BLOCK_SIZE)
+    elif RING:
+        start = tl.load(table_row_ptr).to(tl.int64)
+        ring = tl.load(table_row_ptr + 1).to(tl.int64)
+        return start + pos % ring
     else:
         start = tl.load(table_row_ptr).to(tl.int64)
         return start + pos
@@ -115,9 +122,12 @@ def load_kv_tile(cache_ptr, slots, stride_slot, head_off, offs_d, mask_2d,
 
 
 @triton.jit
-def sequence_row(table_ptr, seq, stride_table, PAGED: tl.constexpr):
-    """What ``token_slots`` reads for sequence ``seq``: its block-table row or its start slot."""
+def sequence_row(table_ptr, seq, stride_table, PAGED: tl.constexpr, RING: tl.constexpr):
+    """What ``token_slots`` reads for sequence ``seq``: its block-table row, its (start slot,
+    ring length) row (``RING``) or its start slot."""
     if PAGED:
+        return table_ptr + seq.to(tl.int64) * stride_table
+    elif RING:
         return table_ptr + seq.to(tl.int64) * stride_table
     else:
         return table_ptr + seq
@@ -210,11 +220,12 @@ def score_scales(softmax_scale, softcap, k_scale_ptr, kv_head, FP8: tl.constexpr
 def _decode_tile(n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
                  stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc, softcap_arg,
                  BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr,
-                 FP8: tl.constexpr, DOT_FP32: tl.constexpr, SOFTCAP: tl.constexpr):
+                 FP8: tl.constexpr, DOT_FP32: tl.constexpr, SOFTCAP: tl.constexpr,
+                 RING: tl.constexpr):
     """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, end))`` into ``(m_i, l_i, acc)``."""
     pos = n0 + tl.arange(0, BLOCK_N)
     tok_mask = pos < end
-    slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
+    slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED, RING)
     kv_mask = tok_mask[:, None] & d_mask[None, :]
     k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
                      DOT_FP32, q.dtype, FP8)
@@ -259,6 +270,7 @@ def _decode_kernel(
     PAGED: tl.constexpr, SPLIT: tl.constexpr,
     FP8: tl.constexpr, PER_HEAD_SCALE: tl.constexpr, DOT_FP32: tl.constexpr,
     WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
+    RING: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -287,7 +299,7 @@ def _decode_kernel(
 
     qk_scale, softcap_arg = score_scales(softmax_scale, softcap, k_scale_ptr, kv_head,
                                          FP8, PER_HEAD_SCALE, SOFTCAP)
-    table_row = sequence_row(table_ptr, seq, stride_table, PAGED)
+    table_row = sequence_row(table_ptr, seq, stride_table, PAGED, RING)
     k_head_off = kv_head * stride_k_head
     v_head_off = kv_head * stride_v_head
 
@@ -301,14 +313,14 @@ def _decode_kernel(
             m_i, l_i, acc = _decode_tile(
                 n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
                 stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc,
-                softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, SOFTCAP)
+                softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, SOFTCAP, RING)
             n0 += BLOCK_N
     else:
         for n0 in range(start, end, BLOCK_N):
             m_i, l_i, acc = _decode_tile(
                 n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
                 stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc,
-                softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, SOFTCAP)
+                softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, SOFTCAP, RING)
 
     if FP8:
         acc = acc * kv_head_scale(v_scale_ptr, kv_head, PER_HEAD_SCALE)

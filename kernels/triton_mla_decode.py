@@ -43,7 +43,7 @@ def _mla_tile(n0, end, q_lat, q_rope, qk_scale, table_row, cache_ptr, stride_slo
     """Fold the cache rows of positions ``[n0, min(n0 + BLOCK_N, end))`` into the softmax."""
     pos = n0 + tl.arange(0, BLOCK_N)
     tok_mask = pos < end
-    slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
+    slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED, False)
     latent = load_kv_tile(cache_ptr, slots, stride_slot, 0, offs_l,
                           tok_mask[:, None] & l_mask[None, :], DOT_FP32, q_lat.dtype, FP8)
     rope = load_kv_tile(cache_ptr, slots, stride_slot, LORA_DIM, offs_r,
@@ -105,7 +105,7 @@ def _mla_decode_kernel(
     qk_scale = softmax_scale * LOG2E
     if FP8:
         qk_scale = qk_scale * kv_head_scale(k_scale_ptr, 0, False)
-    table_row = sequence_row(table_ptr, seq, stride_table, PAGED)
+    table_row = sequence_row(table_ptr, seq, stride_table, PAGED, False)
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)

@@ -322,12 +322,17 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int,
 def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_scale,
                     k_scale=None, v_scale=None, num_splits=None, max_seq_len=None, block_n=None,
                     target: Target | None = None, out=None, sliding_window=None, softcap=None,
-                    sinks=None) -> tuple[torch.Tensor, list[Launch]]:
+                    sinks=None, ring_lens=None) -> tuple[torch.Tensor, list[Launch]]:
     """The output tensor and the launches of one decode call (see `paged_decode_attention`).
 
     A `v_cache` narrower than `k_cache` is latent attention (`mla_decode_launches`).
+    `ring_lens` (contiguous only): each sequence's ring length (`_ring_table`).
     """
+    if ring_lens is not None:
+        table = _ring_table(table, ring_lens, paged)
     if v_cache.shape[-1] != k_cache.shape[-1]:
+        if ring_lens is not None:
+            raise NotImplementedError("the Triton latent-attention decode has no ring variant")
         return mla_decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
                                    softmax_scale, k_scale, v_scale, num_splits, max_seq_len,
                                    block_n, target, out, sliding_window, softcap, sinks)
@@ -361,11 +366,11 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
         HEAD_DIM=head_dim, BLOCK_D=block_d,
         BLOCK_N=bn, BLOCK_SIZE=block_size if paged else 1,
         PAGED=paged, SPLIT=split,
-        FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32,
+        FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32, RING=ring_lens is not None,
         **var.constexprs,
     )
     options = _options(cfg)
-    stride_table = table.stride(0) if paged else 0
+    stride_table = table.stride(0) if paged or ring_lens is not None else 0
     grid = (num_seqs, num_kv_heads, num_splits)
     if not split:
         args = (
@@ -510,14 +515,27 @@ def _merge_launch(partial, m, sums, out, var: _VariantArgs, num_splits: int) -> 
                   options)
 
 
+def _ring_table(start_slots: torch.Tensor, ring_lens: torch.Tensor,
+                paged: bool) -> torch.Tensor:
+    """`[S, 2]` (start slot, ring length) rows: what a ring launch (``RING``) reads per
+    sequence; position p of sequence i lives at ``start + p % ring``."""
+    if paged:
+        raise ValueError("ring_lens addresses a contiguous cache; a paged one has none")
+    if ring_lens.shape != start_slots.shape or start_slots.dim() != 1:
+        raise ValueError(f"ring_lens {tuple(ring_lens.shape)} must match start_slots "
+                         f"{tuple(start_slots.shape)}, one per sequence")
+    return torch.stack((start_slots, ring_lens.to(start_slots.dtype)), dim=1)
+
+
 def _decode(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_scale,
-            k_scale, v_scale, num_splits, max_seq_len, block_n, sliding_window, softcap, sinks):
+            k_scale, v_scale, num_splits, max_seq_len, block_n, sliding_window, softcap, sinks,
+            ring_lens=None):
     if q.shape[0]:
         _check_device(q)
     out, launches = decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
                                     softmax_scale, k_scale, v_scale, num_splits, max_seq_len,
                                     block_n, sliding_window=sliding_window, softcap=softcap,
-                                    sinks=sinks)
+                                    sinks=sinks, ring_lens=ring_lens)
     for launch in launches:
         launch.run()
     return out
@@ -526,8 +544,11 @@ def _decode(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_sca
 def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_lens, block_size,
                      softmax_scale, k_scale=None, v_scale=None, max_query_len=None, block_m=None,
                      block_n=None, target: Target | None = None, sliding_window=None,
-                     softcap=None, sinks=None) -> tuple[torch.Tensor, list[Launch]]:
-    """The output tensor and the launches of one prefill call (see `paged_attention`)."""
+                     softcap=None, sinks=None, ring_lens=None) -> tuple[torch.Tensor, list[Launch]]:
+    """The output tensor and the launches of one prefill call (see `paged_attention`);
+    `ring_lens` as for `decode_launches`."""
+    if ring_lens is not None:
+        table = _ring_table(table, ring_lens, paged)
     if v_cache.shape[-1] != k_cache.shape[-1]:
         raise NotImplementedError(
             "the Triton prefill kernel does not implement latent attention (v_cache narrower "
@@ -568,7 +589,7 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
         softmax_scale, var.window, var.softcap,
         q.stride(0), q.stride(1),
         kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
-        table.stride(0) if paged else 0,
+        table.stride(0) if paged or ring_lens is not None else 0,
         out.stride(0), out.stride(1),
     )
     constexprs = dict(
@@ -576,20 +597,21 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
         HEAD_DIM=head_dim, BLOCK_D=max(16, _next_pow2(head_dim)),
         BLOCK_N=bn, BLOCK_SIZE=block_size if paged else 1,
         PAGED=paged, FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32,
-        **var.constexprs,
+        RING=ring_lens is not None, **var.constexprs,
     )
     return out, [Launch(_prefill_kernel, grid, args, constexprs, _options(cfg))]
 
 
 def _prefill(q, k_cache, v_cache, table, paged, query_start_loc, seq_lens, block_size,
              softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n, sliding_window,
-             softcap, sinks):
+             softcap, sinks, ring_lens=None):
     if q.shape[0] and seq_lens.shape[0]:
         _check_device(q)
     out, launches = prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc,
                                      seq_lens, block_size, softmax_scale, k_scale, v_scale,
                                      max_query_len, block_m, block_n,
-                                     sliding_window=sliding_window, softcap=softcap, sinks=sinks)
+                                     sliding_window=sliding_window, softcap=softcap, sinks=sinks,
+                                     ring_lens=ring_lens)
     for launch in launches:
         launch.run()
     return out
@@ -641,14 +663,16 @@ def contiguous_attention(
     sliding_window: int | None = None,
     softcap: float | None = None,
     sinks: torch.Tensor | None = None,
+    ring_lens: torch.Tensor | None = None,
     max_query_len: int | None = None,
     block_m: int | None = None,
     block_n: int | None = None,
 ) -> torch.Tensor:
-    """Varlen causal attention reading each sequence from `[start_slot, start_slot + len)`."""
+    """Varlen causal attention reading each sequence from `[start_slot, start_slot + len)`;
+    with `ring_lens` position p of sequence i from `start_slots[i] + p % ring_lens[i]`."""
     return _prefill(q, k_cache, v_cache, start_slots, False, query_start_loc, seq_lens,
                     1, softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n,
-                    sliding_window, softcap, sinks)
+                    sliding_window, softcap, sinks, ring_lens)
 
 
 def paged_decode_attention(
@@ -695,11 +719,13 @@ def contiguous_decode_attention(
     sliding_window: int | None = None,
     softcap: float | None = None,
     sinks: torch.Tensor | None = None,
+    ring_lens: torch.Tensor | None = None,
     num_splits: int | None = None,
     max_seq_len: int | None = None,
     block_n: int | None = None,
 ) -> torch.Tensor:
-    """Decode reading each sequence's K/V from `[start_slot, start_slot + seq_len)`."""
+    """Decode reading each sequence's K/V from `[start_slot, start_slot + seq_len)`; with
+    `ring_lens` position p of sequence i from `start_slots[i] + p % ring_lens[i]`."""
     return _decode(q, k_cache, v_cache, start_slots, False, seq_lens, 1, softmax_scale,
                    k_scale, v_scale, num_splits, max_seq_len, block_n, sliding_window, softcap,
-                   sinks)
+                   sinks, ring_lens)

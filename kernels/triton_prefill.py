@@ -45,12 +45,12 @@ def _prefill_tile(n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cach
                   stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
                   acc, window, softcap_arg, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                   PAGED: tl.constexpr, FP8: tl.constexpr, DOT_FP32: tl.constexpr,
-                  WINDOW: tl.constexpr, SOFTCAP: tl.constexpr):
+                  WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, RING: tl.constexpr):
     """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, kv_end))``, causally masked (and
     windowed) for the rows at ``q_pos``, into ``(m_i, l_i, acc)``."""
     pos = n0 + tl.arange(0, BLOCK_N)
     tok_mask = pos < kv_end
-    slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED)
+    slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED, RING)
     kv_mask = tok_mask[:, None] & d_mask[None, :]
     k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
                      DOT_FP32, q.dtype, FP8)
@@ -83,6 +83,7 @@ def _prefill_kernel(
     BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     PAGED: tl.constexpr, FP8: tl.constexpr, PER_HEAD_SCALE: tl.constexpr,
     DOT_FP32: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
+    RING: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_Q * BLOCK_G
     seq = tl.program_id(0)
@@ -115,7 +116,7 @@ def _prefill_kernel(
     qk_scale, softcap_arg = score_scales(softmax_scale, softcap, k_scale_ptr, kv_head,
                                          FP8, PER_HEAD_SCALE, SOFTCAP)
 
-    table_row = sequence_row(table_ptr, seq, stride_table, PAGED)
+    table_row = sequence_row(table_ptr, seq, stride_table, PAGED, RING)
     k_head_off = kv_head * stride_k_head
     v_head_off = kv_head * stride_v_head
 
@@ -137,7 +138,7 @@ def _prefill_kernel(
                 n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
                 stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
                 acc, window, softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, WINDOW,
-                SOFTCAP)
+                SOFTCAP, RING)
             n0 += BLOCK_N
     else:
         for n0 in range(kv_start, kv_end, BLOCK_N):
@@ -145,7 +146,7 @@ def _prefill_kernel(
                 n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
                 stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
                 acc, window, softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, WINDOW,
-                SOFTCAP)
+                SOFTCAP, RING)
 
     if SINKS:
         m_i, l_i, acc = fold_sinks(sinks_ptr, heads, g < GROUP, m_i, l_i, acc)

@@ -2,8 +2,9 @@
 
 A model's attention shape (`AttentionShape`) fixes the constexprs of every launch; the only
 choices left during a run are the layout (paged or contiguous), decode with or without
-split-K, prefill, and (a hybrid model) a layer with or without its sliding window. Per-step arguments (block-table width, split count) are not specialized
-(``do_not_specialize``), the split-K scratch strides specialize alike for every split count
+split-K, prefill, and (a hybrid model) a layer with or without its sliding window, a window
+layer under `contiguous` reading a ring (``RING``). Per-step arguments (block-table width,
+split count) are not specialized (``do_not_specialize``), the split-K scratch strides specialize alike for every split count
 (``SPLIT_PAD``) and every packed step input starts 16-byte aligned
 (``kvbench.execution.step_inputs``), so the launches of `shape_launches` are all the variants
 there are (``tests/kernels/test_bit_arithmetic.py`` checks it with Triton's binder).
@@ -75,23 +76,30 @@ def shape_launches(shape: AttentionShape, device: torch.device, target: Target |
         out += [("write_kv", launch) for launch in
                 write_kv_launches(kv, kv[..., :v_cache.shape[-1]], k_cache, v_cache, slots, ks,
                                   vs, target=target)]
+    # A window group's ring under `contiguous` (`ring_lens`): its own variant (``RING``).
+    rings = torch.full((num_seqs,), blocks_per_seq * bs, dtype=torch.int32, device=device)
     for windowed in shape.window_kinds:
         variant = dict(scores, sliding_window=2 * bs if windowed else None)
         suffix = "-window" if windowed else ""
-        for layout in layouts:
+        kinds = [(layout, None) for layout in layouts]
+        if windowed and "contiguous" in layouts and not latent:
+            kinds.append(("contiguous-ring", rings))
+        for layout, ring_lens in kinds:
             paged = layout == "paged"
             table = tables if paged else starts
+            ring = {} if ring_lens is None else {"ring_lens": ring_lens}
             for split in splits:
                 _, launches = decode_launches(q_dec, k_cache, v_cache, table, paged, seq_lens,
                                               bs if paged else 1, scale, ks, vs,
                                               num_splits=SPLIT_MAX if split else 1,
-                                              target=target, **variant)
+                                              target=target, **variant, **ring)
                 name = f"decode-{layout}-{'split' if split else 'nosplit'}{suffix}"
                 out += [(f"{name}-{launch.kernel.fn.__name__}", launch) for launch in launches]
             if prefill and not latent:
                 _, launches = prefill_launches(q_pre, k_cache, v_cache, table, paged, qsl,
                                                seq_lens, bs if paged else 1, scale, ks, vs,
-                                               max_query_len=q_len, target=target, **variant)
+                                               max_query_len=q_len, target=target, **variant,
+                                               **ring)
                 out += [(f"prefill-{layout}{suffix}", launch) for launch in launches]
     return out
 

@@ -5,6 +5,16 @@ FasterTransformer-style servers do), `pow2` (the final length rounded up to a po
 capped at the maximum length) or `exact` (the oracle final length). A reservation never grows,
 so a running sequence never runs out and is never preempted; admission waits for a hole
 that fits (first-fit), and free slots in smaller holes are external fragmentation.
+
+On a model with sliding-window layers (`allocation_windows` names a window), the layers are
+split into allocation groups as for `hybrid` (`kvbench.core.kv_allocation`: one arena slot is
+one token of `group_size` layers) and a sequence holds one range per group, all carved from
+the one arena: a full-attention group its whole reservation, a window group only a ring of
+`ring_slots` (about W plus the longest write of one step, `kvbench.strategies.window_ring`),
+token p of that group living at `ring_start + p % ring`. This is what a contiguous allocator
+that knows windows would do; vLLM has no contiguous mode to compare with. The memory split
+then has one part per group (`MemorySplit.groups`), a ring's token slots being the computed
+positions it still holds.
 """
 
 from __future__ import annotations
@@ -22,6 +32,12 @@ from kvbench.strategies.registry import register_strategy
 @dataclass(frozen=True)
 class ContiguousOptions:
     reserve: str = "max"  # max | pow2 | exact
+    # One entry per allocation group: its window (None: full attention); the engine build
+    # fills it for a model with sliding-window layers (`kvbench.core.kv_allocation`).
+    allocation_windows: tuple[int | None, ...] = (None,)
+    # What bounds one step's write of a sequence, hence a window group's ring (`ring_slots`).
+    chunked_prefill: bool = False
+    max_num_batched_tokens: int = 2048
 
 RESERVE_MODES = ("max", "pow2", "exact")
 
@@ -40,6 +56,9 @@ class ContiguousStrategy(CacheStrategy):
         num_slots: int,
         max_model_len: int,
         reserve: str = "max",
+        allocation_windows: tuple[int | None, ...] = (None,),
+        chunked_prefill: bool = False,
+        max_num_batched_tokens: int = 2048,
         check_accounting: bool | None = None,
     ) -> None:
         super().__init__(num_slots, max_model_len, check_accounting)
@@ -50,6 +69,18 @@ class ContiguousStrategy(CacheStrategy):
         self.reserve = reserve
         self.ranges = FreeRanges(num_slots)
         self.starts: dict[int, tuple[int, int]] = {}  # seq_id -> (start slot, length)
+        self.windows = tuple(allocation_windows) or (None,)
+        self.chunked_prefill = chunked_prefill
+        self.max_num_batched_tokens = max_num_batched_tokens
+
+    def __new__(cls, *args, allocation_windows: tuple[int | None, ...] = (None,), **kwargs):
+        # A window group anywhere: one range per allocation group, rings for the windows.
+        if cls is ContiguousStrategy and any(w is not None for w in allocation_windows):
+            # here, not at the top: the windowed class subclasses this one (a cycle)
+            from kvbench.strategies.contiguous_windows import WindowedContiguousStrategy
+
+            cls = WindowedContiguousStrategy
+        return super().__new__(cls)
 
     def reservation(self, seq: Sequence) -> int:
         final = seq.final_kv_len

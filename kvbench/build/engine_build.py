@@ -115,10 +115,14 @@ def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
 def kv_allocation(config: EngineConfig, model_config: ModelConfig,
                   kv_element_bytes: int) -> HybridAllocation | None:
     """The allocation groups of a strategy that keeps a table per layer group (`hybrid`,
-    which reads `allocation_windows`); None where one table serves every layer."""
+    and `contiguous` on a model with sliding-window layers: both read `allocation_windows`);
+    None where one table serves every layer."""
     if not reads_option(config.strategy, "allocation_windows"):
         return None
-    return hybrid_allocation(model_config.kv_groups(kv_element_bytes))
+    groups = model_config.kv_groups(kv_element_bytes)
+    if reads_option(config.strategy, "reserve") and all(g.window is None for g in groups):
+        return None  # contiguous without a window: one range serves every layer
+    return hybrid_allocation(groups)
 
 
 def slot_bytes(model_config: ModelConfig, kv_element_bytes: int,
@@ -146,14 +150,18 @@ def group_memory(model_config: ModelConfig, kv_element_bytes: int,
 
 
 def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
-                 allocation: HybridAllocation | None = None):
-    """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes."""
+                 allocation: HybridAllocation | None = None,
+                 max_num_batched_tokens: int | None = None):
+    """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes.
+    `max_num_batched_tokens` (resolved, `resolve_lengths`) bounds one step's write of a
+    sequence under chunked prefill, hence `contiguous`'s window rings."""
     windows = allocation.windows if allocation is not None else (None,)
     return make_strategy(
         config.strategy, num_slots, max_model_len, block_size=config.block_size,
         reserve=config.reserve, watermark=config.watermark,
         namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
-        allocation_windows=windows,
+        allocation_windows=windows, chunked_prefill=config.chunked_prefill,
+        max_num_batched_tokens=max_num_batched_tokens or max(2048, max_model_len),
     )
 
 
@@ -185,7 +193,7 @@ class ExecutorFactory(ABC):
                                     config.tensor_parallel_size)
         budget = self.kv_budget_bytes(config, device, model, model_config, max_batched)
         num_slots = arena_slots(budget, bytes_per_slot)
-        strategy = strategy_for(config, num_slots, max_model_len, allocation)
+        strategy = strategy_for(config, num_slots, max_model_len, allocation, max_batched)
         clock = self.clock(context)
         executor = self.executor(config, model, model_config, device, num_slots, kv_dtype, clock)
         limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)

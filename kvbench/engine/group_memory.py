@@ -1,10 +1,11 @@
 """`GroupMemory`: each KV group's part of the memory split over a run, and KV held per token.
 
-A strategy with one table for every layer (`paged`, `prefix`, `contiguous`) holds the same
-slots in every model KV group, so a group's bytes are the split's slots x the group's bytes
-per token, derived once at the end. `hybrid` keeps a split per allocation group
-(`MemorySplit.groups`), each slot `group_size` layers' bytes; its free slots are the shared
-pool's and belong to no group. Means are weighted by step duration (docs/design.md, Memory
+A strategy with one table for every layer (`paged`, `prefix`, `contiguous` without windows)
+holds the same slots in every model KV group, so a group's bytes are the split's slots x the
+group's bytes per token, derived once at the end. `hybrid` (and `contiguous` on a windowed
+model, a ring per window group) keeps a split per allocation group (`MemorySplit.groups`),
+each slot `group_size` layers' bytes; its free slots are the shared pool's and belong to no
+group. Means are weighted by step duration (docs/design.md, Memory
 split).
 
 *KV held per token* is the mean held bytes over the mean computed tokens of the sequences
@@ -52,7 +53,7 @@ class GroupMemory:
         tokens = split.sequence_tokens if split.sequence_tokens is not None else split.token
         self.add_parts(dt_s, split.token, split.reserved, split.internal, split.external,
                        split.free, tokens)
-        if self.per_group_splits:  # `hybrid`: one split per allocation group
+        if self.per_group_splits:  # one split per allocation group
             for sums, part, g in zip(self._groups, split.groups, range(len(self.shapes)),
                                      strict=False):
                 sums[0] += dt_s * part.token

@@ -135,7 +135,9 @@ class DecodeGraphs:
         if batch.num_prefill_seqs or self.padded_size(len(batch.layout.seq_lens)) is None:
             return False
         self._size_tables(batch.layout.kind, batch.layout.block_size)
-        return idx.tables.shape[1] <= self.tables.shape[1] and self.fp8_ready()
+        # A table per allocation group (a window group's ring too) is not what was captured.
+        return (idx.group_tables is None and idx.tables.shape[1] <= self.tables.shape[1]
+                and self.fp8_ready())
 
     def run(self, batch: StepBatch, idx: DeviceIndices) -> torch.Tensor:
         """Hidden states `[n, hidden]` of a decode-only step (`can_run` was True)."""

@@ -229,9 +229,14 @@ class ModelExecutor(TensorExecutor):
             kc, vc = arena.k[layer], arena.v[layer]
             variant = variants[layer]
             slot_mapping, block_tables = idx.slot_mapping, idx.tables
+            start_slots = ring_lens = None  # None: `idx.start_slots`; no ring
             if group_slots is not None:  # a table per allocation group: this layer's group's
                 g = layer_group[layer]
                 slot_mapping, block_tables = group_slots[g], group_tables[g]
+                if kind != "paged":  # (start slot, ring length) per sequence
+                    start_slots = block_tables[:, 0]
+                    if "sliding_window" in variant:  # a window group's ring
+                        ring_lens = block_tables[:, 1]
             if arena.is_fp8 and arena.k_scales[layer] is None:
                 arena.init_scales(layer, k, v)
             ks, vs = arena.k_scales[layer], arena.v_scales[layer]
@@ -249,9 +254,11 @@ class ModelExecutor(TensorExecutor):
                         return ops.paged_decode_attention(
                             q_dec, kc, vc, block_tables[p:], idx.seq_lens[p:], block_size,
                             scale, ks, vs, **variant, **decode_extra)
+                    starts = idx.start_slots if start_slots is None else start_slots
+                    ring = {} if ring_lens is None else {"ring_lens": ring_lens[p:]}
                     return ops.contiguous_decode_attention(
-                        q_dec, kc, vc, idx.start_slots[p:], idx.seq_lens[p:], scale, ks, vs,
-                        **variant, **decode_extra)
+                        q_dec, kc, vc, starts[p:], idx.seq_lens[p:], scale, ks, vs,
+                        **variant, **ring, **decode_extra)
 
             if not p:  # decode only: the kernel's output is the layer's, no copy into a buffer
                 return decode(q)
@@ -265,9 +272,12 @@ class ModelExecutor(TensorExecutor):
                             **prefill_extra,
                         )
                     else:
+                        starts = idx.start_slots if start_slots is None else start_slots
+                        ring = {} if ring_lens is None else {"ring_lens": ring_lens[:p]}
                         out[:pt] = ops.contiguous_attention(
-                            q[:pt], kc, vc, idx.start_slots[:p], idx.query_start_loc,
-                            idx.seq_lens[:p], scale, ks, vs, **variant, **prefill_extra,
+                            q[:pt], kc, vc, starts[:p], idx.query_start_loc,
+                            idx.seq_lens[:p], scale, ks, vs, **variant, **ring,
+                            **prefill_extra,
                         )
             if q.shape[0] > pt:
                 out[pt:] = decode(q[pt:])

@@ -132,7 +132,9 @@ def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int,
 
 def _group_indices(layout: KVLayout, group_arrays: list[BlockTableArrays] | None,
                    query_lens: np.ndarray, seq_lens: np.ndarray, qsl: np.ndarray) -> HostIndices:
-    """A paged step's indices with one block table per allocation group, stacked."""
+    """A step's indices with one table per allocation group, stacked: block tables
+    (`hybrid`), or each sequence's start slot and ring length (`contiguous` with windows:
+    token p of a ring group at `start + p % ring`)."""
     logs = layout.group_table_logs
     assert logs is not None and group_arrays is not None
     while len(group_arrays) < len(logs):
@@ -151,8 +153,13 @@ def _group_indices(layout: KVLayout, group_arrays: list[BlockTableArrays] | None
         t = tables[g * len(seq_lens) : (g + 1) * len(seq_lens)]
         w = min(width, arrays.table.shape[1])
         t[:, :w] = arrays.table[rows, :w]
-        slots[g * len(positions) : (g + 1) * len(positions)] = (
-            t[seq_of, positions // bs] * bs + positions % bs)
+        part = slots[g * len(positions) : (g + 1) * len(positions)]
+        if layout.kind == "paged":
+            part[:] = t[seq_of, positions // bs] * bs + positions % bs
+        else:  # (start slot, ring length; 0: no ring) per sequence: `contiguous` with windows
+            ring = t[seq_of, 1]
+            part[:] = t[seq_of, 0] + np.where(ring > 0, positions % np.maximum(ring, 1),
+                                              positions)
     return HostIndices(slots, seq_lens, qsl, tables, num_groups=len(logs))
 
 
@@ -246,7 +253,11 @@ class StepInputs:
         tables = part[6].view(-1, host.tables.shape[1])
         num_seqs = len(host.seq_lens)
         group_slots = group_tables = None
-        if host.num_groups > 1:
+        # One paged group reads as one table; a contiguous group's table also carries its
+        # ring lengths, which only the per-group path reads (`contiguous` with windows).
+        layout = batch.layout
+        if host.num_groups > 1 or (layout.group_table_logs is not None
+                                   and layout.kind != "paged"):
             group_slots = part[3].view(host.num_groups, -1)
             group_tables = tables.view(host.num_groups, num_seqs, -1)
         return DeviceIndices(

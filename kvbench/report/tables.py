@@ -184,9 +184,10 @@ def kv_groups_html(runset: RunSet) -> str:
     return (
         f"<div class='scroll'><table class='summary'><tr>{head}</tr>{''.join(rows)}</table>"
         "</div><p class='note'>Per KV group: step-weighted mean bytes of each part of the "
-        "split. One table for every layer (paged, prefix, contiguous): every group holds "
-        "the same slots. hybrid: one row per allocation group, each with its own block "
-        "tables in one shared pool, whose free pages belong to no group (free: -). KV held "
+        "split. One table for every layer (paged, prefix, contiguous without windows): "
+        "every group holds the same slots. hybrid: one row per allocation group, each with "
+        "its own block tables in one shared pool, whose free pages belong to no group "
+        "(free: -); contiguous on a windowed model likewise, each window group a ring. KV held "
         "/ token = mean held bytes / mean computed tokens of the sequences holding memory."
         "</p>"
     )

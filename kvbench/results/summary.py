@@ -164,7 +164,8 @@ class Memory(Section):
     breakdown_mean: MemoryBreakdown = field(default_factory=MemoryBreakdown)
     # Mean held bytes / mean computed tokens of the sequences holding memory.
     kv_held_bytes_per_token: float | None = None
-    # Per KV group (allocation group under `hybrid`): its layers, window, slot bytes and
+    # Per KV group (allocation group under `hybrid`, and `contiguous` on a windowed model):
+    # its layers, window, slot bytes and
     # step-weighted mean bytes of each part of the split (`kvbench.engine.group_memory`).
     kv_groups: list[dict[str, Any]] | None = None
     peak_gpu_bytes: int | None = None

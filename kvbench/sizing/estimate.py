@@ -20,7 +20,10 @@ multi-head attention is; what the latent saves.
 
 and per strategy:
 
-contiguous (reserve max) reserves max_model_len tokens for every request;
+contiguous (reserve max) reserves max_model_len tokens for every request (every layer: the
+bound for a prompt written whole, whose window rings can reach the reservation);
+contiguous-rings, on a model with sliding windows, the same for its full-attention layers
+and a ring of min(max_model_len, W - 1 + chunk) per window group under chunked prefill;
 paged reserves ceil(mean_len / block_size) blocks for a request of mean length.
 
 Utilizations are read as exact fractions (`0.92` is 23/25, not the nearest
@@ -54,6 +57,7 @@ from kvbench.sizing.kv_budget import (
     kv_budget_bytes,
     parse_fraction,
 )
+from kvbench.strategies.window_ring import ring_slots
 from kvbench.units import format_bytes
 
 
@@ -122,7 +126,7 @@ def compare_kv_utilization(
 class StrategyFit:
     """How many requests one strategy admits into the KV budget."""
 
-    strategy: str  # "contiguous" | "paged" | "hybrid"
+    strategy: str  # "contiguous" | "contiguous-rings" | "paged" | "hybrid"
     reserve: str  # what a request reserves, in words
     tokens_per_request: int  # KV slots held by one request
     bytes_per_request: int
@@ -509,8 +513,41 @@ def _strategy_fits(
         ),
     }
     if any(group.attention == "sliding" for group in groups):
+        fits["contiguous-rings"] = _contiguous_rings_fit(groups, max_model_len, budget)
         fits["hybrid"] = _hybrid_fit(groups, mean_len, paged_block, budget)
     return fits
+
+
+# The chunk bound the ring row assumes: kvbench's default step budget under chunked prefill.
+RING_CHUNK_TOKENS = 2048
+
+
+def _contiguous_rings_fit(groups: tuple[KVGroup, ...], max_model_len: int,
+                          budget: int | None) -> StrategyFit:
+    """`contiguous` (reserve max) on a windowed model under chunked prefill in chunks of at
+    most `RING_CHUNK_TOKENS`: each full-attention allocation group reserves max_model_len
+    slots, each window group a ring of min(max_model_len, W - 1 + chunk) (`ring_slots` for
+    the longest prompt; a prompt written whole needs max(prompt, W) instead, up to the whole
+    reservation)."""
+    allocation = hybrid_allocation(groups)
+    rings = [ring_slots(g.window, max_model_len, max_model_len, True, RING_CHUNK_TOKENS)
+             for g in allocation.groups if g.window is not None]
+    num_full = len(allocation.groups) - len(rings)
+    slots = num_full * max_model_len + sum(rings)
+    reserve = (
+        f"{num_full} full group(s) x {max_model_len} + {len(rings)} window group(s) x "
+        f"{min(rings)} ring slots of {allocation.group_size} layers (chunks <= "
+        f"{RING_CHUNK_TOKENS})"
+        + (f"; {allocation.padding_layers} padding layer(s)" if allocation.padding_layers else "")
+    )
+    return StrategyFit(
+        strategy="contiguous-rings",
+        reserve=reserve,
+        tokens_per_request=slots,
+        bytes_per_request=slots * allocation.slot_bytes,
+        max_concurrency=(kv_capacity(budget, allocation.slot_bytes, slots)
+                         if budget is not None else None),
+    )
 
 
 def _hybrid_fit(groups: tuple[KVGroup, ...], mean_len: int, block: int,
@@ -641,8 +678,8 @@ def format_estimate(est: KVEstimate) -> str:
         lines += [
             "",
             f"KV per sequence per layer group at {est.context:,} tokens (a window layer needs "
-            "its last W tokens only; paged, prefix and contiguous hold the whole context in "
-            "every layer):",
+            "its last W tokens only; paged and prefix hold the whole context in every layer, "
+            "contiguous a ring of about W + one step's tokens per window group):",
         ]
         lines += text_table(GROUP_TABLE_HEADER, group_rows(est.kv_group_sizes),
                             right=(1, 2, 3, 4))
@@ -658,6 +695,8 @@ def format_estimate(est: KVEstimate) -> str:
             )
             if fit.strategy == "contiguous":
                 name = "contiguous (reserve max)"
+            elif fit.strategy == "contiguous-rings":
+                name = "contiguous (max, window rings)"
             srows.append(
                 (
                     name,

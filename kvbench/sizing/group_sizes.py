@@ -5,8 +5,9 @@ A sliding-window layer attends to its last W tokens only, so it needs at most W 
     bytes per sequence (group) = bytes per token (group) x min(context, W)     (full: W = inf)
 
 That is what an allocator that frees window blocks holds (vLLM's hybrid KV cache manager,
-block rounding aside). `paged`, `prefix` and `contiguous` (and vLLM with
-`--disable-hybrid-kv-cache-manager`) keep every layer's whole context:
+block rounding aside). `paged` and `prefix` (and vLLM with
+`--disable-hybrid-kv-cache-manager`) keep every layer's whole context (`contiguous` a ring of
+about W plus one step's tokens per window group, `kvbench.strategies.window_ring`):
 
     bytes per sequence, whole context (group) = bytes per token (group) x context
 """

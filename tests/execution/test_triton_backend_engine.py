@@ -43,3 +43,21 @@ def test_windowed_model_on_triton_equals_torch_backend(strategy, options, tmp_pa
                   max_num_batched_tokens=16, chunked_prefill=True, **options)
     torch_tokens = kvbench.generate(prompts, 8, attention_backend="torch", **common)
     assert kvbench.generate(prompts, 8, attention_backend="triton", **common) == torch_tokens
+
+
+def test_contiguous_rings_beside_a_full_layer_on_triton_equal_torch_backend(tmp_path):
+    """Window layers in rings and a full-attention layer in its reservation, each through its
+    own group's (start slot, ring length) table: the Triton ring and plain contiguous variants
+    give the torch backend's tokens, prompts written whole and chunked."""
+    from tests.models.test_config_fields import make_checkpoint
+
+    make_checkpoint(tmp_path, "Qwen2Config", num_hidden_layers=2, use_sliding_window=True,
+                    sliding_window=6, max_window_layers=0,
+                    layer_types=["sliding_attention", "full_attention"])
+    prompts = random_prompts(2, 512, seed=7, min_len=18, max_len=26)
+    for chunking in ({}, dict(max_num_batched_tokens=8, chunked_prefill=True)):
+        common = dict(model=str(tmp_path), strategy="contiguous", kv_memory="1MiB",
+                      max_model_len=48, **chunking)
+        torch_tokens = kvbench.generate(prompts, 10, attention_backend="torch", **common)
+        assert kvbench.generate(prompts, 10, attention_backend="triton",
+                                **common) == torch_tokens

@@ -61,9 +61,12 @@ def test_variant_shapes_meet_each_layer_kind_and_latent_attention_has_no_prefill
     hybrid = AttentionShape(8, 2, 32, torch.float32, torch.float32, window_kinds=(False, True),
                             softcap=True, sinks=True)
     launches = shape_launches(hybrid, DEVICE)
-    assert len(launches) == 17
+    assert len(launches) == 21  # write, 2 kinds x 2 layouts x 4, the windows' ring layout x 4
     windowed = [launch for name, launch in launches if "-window" in name]
-    assert len(windowed) == 8 and all(launch.constexprs.get("WINDOW", True) for launch in windowed)
+    assert len(windowed) == 12 and all(launch.constexprs.get("WINDOW", True)
+                                       for launch in windowed)
+    rings = [name for name, launch in launches if launch.constexprs.get("RING")]
+    assert len(rings) == 3 and all("-window" in name for name in rings)
     assert not any(launch.constexprs.get("WINDOW") for name, launch in launches
                    if "-window" not in name)
     assert all(launch.constexprs["SOFTCAP"] and launch.constexprs["SINKS"]

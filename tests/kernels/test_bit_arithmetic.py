@@ -279,13 +279,33 @@ VARIANT_SPECIALIZATION_SCRIPT = textwrap.dedent("""
                     extra += [dict(case=case, window=window, cap=cap, splits=splits,
                                    kernel=launch.kernel.fn.__name__)
                               for launch in launches if key(launch) not in warmed]
+                    if window is None:
+                        continue
+                    # `contiguous`'s rings: start slots and lengths sliced out of a group's
+                    # [S, 2] table behind 0-2 prefill rows, as the executor passes them.
+                    for skip in range(3):
+                        table = torch.arange(2 * (2 + skip), dtype=torch.int32).reshape(-1, 2)
+                        lens = torch.tensor([5, 100, 37, 9][: 2 + skip], dtype=torch.int32)
+                        ring = dict(kw, ring_lens=table[skip:, 1])
+                        launches = decode_launches(
+                            torch.zeros(2, hq, d, dtype=shape.dtype), k_cache, k_cache,
+                            table[skip:, 0], False, lens[skip:], 1, 0.1, *scales,
+                            num_splits=splits, **ring)[1]
+                        launches += prefill_launches(
+                            torch.zeros(6, hq, d, dtype=shape.dtype), k_cache, k_cache,
+                            table[skip:, 0], False, qsl, lens[skip:], 1, 0.1, *scales,
+                            max_query_len=3, **ring)[1]
+                        extra += [dict(case=case, window=window, ring=skip, splits=splits,
+                                       kernel=launch.kernel.fn.__name__)
+                                  for launch in launches if key(launch) not in warmed]
     print(json.dumps(extra[:5]))
 """)
 
 
 def test_window_lengths_caps_and_sink_slices_do_not_make_new_variants():
     """A window length (1, 17, 4096), a soft cap's value and a misaligned sinks slice are
-    runtime arguments: every launch is one of the variants `precompile` builds for the shape."""
+    runtime arguments, and so are `contiguous`'s ring tables behind any number of prefill
+    rows: every launch is one of the variants `precompile` builds for the shape."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", VARIANT_SPECIALIZATION_SCRIPT], env=env,
                           capture_output=True, text=True, timeout=300)
