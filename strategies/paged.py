@@ -8,6 +8,7 @@ sequence are ever held ahead of use.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -106,14 +107,24 @@ class PagedStrategy(CacheStrategy):
         # once): with that many free, the run fits without looking at any sequence.
         if len(seqs) * -(-max_steps // bs) <= free:
             return max_steps
-        firsts = self._first_overflows(seqs)
+        firsts = sorted(self._first_overflows(seqs))
 
-        def blocks_within(steps: int) -> int:
-            return sum((steps - first + bs - 1) // bs for first in firsts if first < steps)
+        def blocks_within(steps: int) -> int:  # of the sequences taking one before `steps`
+            return sum([(steps - first + bs - 1) // bs
+                        for first in firsts[: bisect_left(firsts, steps)]])
 
-        if blocks_within(max_steps) <= free:
-            return max_steps
-        low, high = 0, max_steps  # blocks_within(low) fits, blocks_within(high) does not
+        # A tight pool fits few steps: those are found from the first on, doubling, where a
+        # short span looks at the few sequences whose block comes within it.
+        low, high = 0, 1  # then: blocks_within(low) fits, blocks_within(high) does not
+        while True:
+            if high >= max_steps:
+                if blocks_within(max_steps) <= free:
+                    return max_steps
+                high = max_steps
+                break
+            if blocks_within(high) > free:
+                break
+            low, high = high, 2 * high
         while high - low > 1:
             mid = (low + high) // 2
             if blocks_within(mid) <= free:
