@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 
 
 class BlockPool:
@@ -30,9 +31,30 @@ class BlockPool:
         return block
 
     def allocate_many(self, count: int) -> list[int]:
-        """`count` blocks, in the order `count` calls of `allocate` would give them."""
-        allocate = self.allocate  # a subclass's own (a caching pool evicts in it)
-        return [allocate() for _ in range(count)]
+        """`count` blocks, in the order `count` calls of `allocate` would give them (a
+        prompt takes dozens at once: the plain pool's are taken without a call each)."""
+        if type(self).allocate is not BlockPool.allocate or count > len(self._free):
+            allocate = self.allocate  # a subclass's own (a caching pool evicts in it)
+            return [allocate() for _ in range(count)]
+        popleft = self._free.popleft
+        blocks = [popleft() for _ in range(count)]
+        ref_counts = self.ref_counts
+        for block in blocks:
+            ref_counts[block] = 1
+        return blocks
+
+    def release_many(self, blocks: list[int]) -> None:
+        """`release` of each of `blocks`, in order (a finished sequence's whole table: where
+        each is held once, as plain paging's are, without a call each)."""
+        ref_counts = self.ref_counts
+        if (type(self).release is not BlockPool.release
+                or list(map(ref_counts.__getitem__, blocks)).count(1) != len(blocks)
+                or len(set(blocks)) != len(blocks)):
+            for block in blocks:
+                self.release(block)
+            return
+        list(map(ref_counts.__setitem__, blocks, repeat(0)))
+        self._free.extend(blocks)
 
     def share(self, block: int) -> None:
         if self.ref_counts[block] <= 0:

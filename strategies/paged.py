@@ -8,7 +8,9 @@ sequence are ever held ahead of use.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import repeat
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import SlotCopy
@@ -84,7 +86,7 @@ class PagedStrategy(CacheStrategy):
         if needed > self.pool.num_free:
             return False
         table = self.tables.setdefault(seq.seq_id, [])
-        self._extend_table(seq, table, [self.pool.allocate() for _ in range(needed)])
+        self._extend_table(seq, table, self.pool.allocate_many(needed))
         return True
 
     # Decode runs -------------------------------------------------------------------------
@@ -100,15 +102,29 @@ class PagedStrategy(CacheStrategy):
 
     def decode_run_steps(self, seqs: list[Sequence], max_steps: int) -> int:
         bs = self.block_size
-        firsts = self._first_overflows(seqs)
         free = self.pool.num_free
-
-        def blocks_within(steps: int) -> int:
-            return sum((steps - first + bs - 1) // bs for first in firsts if first < steps)
-
-        if blocks_within(max_steps) <= free:
+        # A sequence takes at most one block per `block_size` steps (its first may come at
+        # once): with that many free, the run fits without looking at any sequence.
+        if len(seqs) * -(-max_steps // bs) <= free:
             return max_steps
-        low, high = 0, max_steps  # blocks_within(low) fits, blocks_within(high) does not
+        firsts = sorted(self._first_overflows(seqs))
+
+        def blocks_within(steps: int) -> int:  # of the sequences taking one before `steps`
+            return sum([(steps - first + bs - 1) // bs
+                        for first in firsts[: bisect_left(firsts, steps)]])
+
+        # A tight pool fits few steps: those are found from the first on, doubling, where a
+        # short span looks at the few sequences whose block comes within it.
+        low, high = 0, 1  # then: blocks_within(low) fits, blocks_within(high) does not
+        while True:
+            if high >= max_steps:
+                if blocks_within(max_steps) <= free:
+                    return max_steps
+                high = max_steps
+                break
+            if blocks_within(high) > free:
+                break
+            low, high = high, 2 * high
         while high - low > 1:
             mid = (low + high) // 2
             if blocks_within(mid) <= free:
@@ -123,13 +139,13 @@ class PagedStrategy(CacheStrategy):
         books (`_account`) set once, at its last block: a block costs a few operations, not
         a call chain (a long run of many sequences takes one every `block_size` steps each)."""
         bs = self.block_size
-        events = sorted(
-            (step, i)
-            for i, first in enumerate(self._first_overflows(seqs))
-            for step in range(first, num_steps, bs)
-        )
+        events = [(first, i) for i, first in enumerate(self._first_overflows(seqs))
+                  if first < num_steps]
         if not events:
             return []
+        if num_steps > bs:  # (a run shorter than a block takes one at most per sequence)
+            events = [(step, i) for first, i in events for step in range(first, num_steps, bs)]
+        events.sort()
         blocks = self.pool.allocate_many(len(events))
         tables, log = self.tables, self._table_log.append
         held, will, prompt = self._held_slots, self._will_use_slots, self._prompt_blocks
@@ -152,10 +168,21 @@ class PagedStrategy(CacheStrategy):
             grown[i] = seq
             if k == last or events[k + 1][0] != step:
                 books.append((step, held, will, prompt))
-        for seq in grown.values():
-            self._account_table(seq, tables[seq.seq_id])
-        if (self._held_slots, self._will_use_slots, self._prompt_blocks) != (held, will, prompt):
-            raise AssertionError(f"{self.name}: a decode run's totals differ from its books")
+        entries = self._held
+        for seq in grown.values():  # `_account_table` of each, its totals followed above
+            request = seq.request
+            prompt_len = len(request.prompt_token_ids)
+            final = prompt_len + request.output_len - 1
+            num_blocks = len(tables[seq.seq_id])
+            held_slots = num_blocks * bs
+            entries[seq.seq_id] = (held_slots, held_slots if held_slots < final else final,
+                                   min(num_blocks, -(-prompt_len // bs)))
+        self._held_slots, self._will_use_slots, self._prompt_blocks = held, will, prompt
+        if self.check_accounting:
+            sums = tuple(map(sum, zip(*entries.values(), strict=True))) or (0, 0, 0)
+            if sums != (held, will, prompt):
+                raise AssertionError(f"{self.name}: a decode run's totals {(held, will, prompt)}"
+                                     f" differ from its sequences' books {sums}")
         return books
 
     def decode_run_split_parts(self, head_waiting: Sequence | None) -> tuple[int, int, bool]:
@@ -178,8 +205,9 @@ class PagedStrategy(CacheStrategy):
     # Every change to a table goes through these three: the log and the totals follow it.
 
     def _extend_table(self, seq: Sequence, table: list[int], blocks: list[int]) -> None:
-        for i, block in enumerate(blocks, start=len(table)):
-            self._log_table(seq.seq_id, i, block)
+        start = len(table)  # `_log_table` of each, in one call: a prompt takes dozens
+        self._table_log.extend(zip(repeat(seq.seq_id), range(start, start + len(blocks)),
+                                   blocks))
         table.extend(blocks)
         self._account_table(seq, table)
 
@@ -200,8 +228,7 @@ class PagedStrategy(CacheStrategy):
         self._account(seq, len(table) * self.block_size, min(len(table), prompt_blocks))
 
     def free(self, seq: Sequence) -> None:
-        for block in self._drop_table(seq):
-            self.pool.release(block)
+        self.pool.release_many(self._drop_table(seq))
 
     def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
         """Plain paging shares nothing: the child gets its own copy of every block."""

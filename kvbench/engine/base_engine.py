@@ -69,10 +69,11 @@ class BaseEngine(ABC):
     def step(self) -> list[Sequence]:
         """Run the next unit of work; returns the sequences that finished in it."""
 
-    def fast_forward(self, until_s: float) -> int:
+    def fast_forward(self, until_s: float) -> tuple[int, list[Sequence]]:
         """Run the next steps in one move where they are a run nothing can change, none
-        starting at or after `until_s`; how many ran (none by default: `step` runs each)."""
-        return 0
+        starting at or after `until_s`; how many ran (none by default: `step` runs each)
+        and the sequences that finished in the last of them."""
+        return 0, []
 
     def has_unfinished(self) -> bool:
         return self._unfinished > 0

@@ -144,49 +144,66 @@ class Engine(BaseEngine):
 
     # Fast-forward ------------------------------------------------------------------------
 
-    def fast_forward(self, until_s: float = math.inf) -> int:
+    def fast_forward(self, until_s: float = math.inf) -> tuple[int, list[Sequence]]:
         """Run the decode steps that come next in one move, as many as stay a decode run:
         every running sequence decodes one token a step and nothing else can happen, up to
-        the step before one in which a sequence finishes or an allocation would fail, and
-        no step starting at or after `until_s` (the caller's next arrival). Returns how many
-        steps ran (0: the next step is not one of a run; `step` runs it).
+        and including the step in which the first sequence finishes (its finish is that
+        step's, as in `step`), or up to the step before one in which an allocation would
+        fail, and no step starting at or after `until_s` (the caller's next arrival).
+        Returns how many steps ran (0: the next step is not one of a run; `step` runs it)
+        and the sequences that finished in the last of them.
 
         The state after is the state after that many `step` calls, and so are the step rows
         and token times (docs/simulator.md, Fast-forward): only a policy, strategy and
         executor that declare decode runs take part, and never while a trace is recorded."""
         if self._decoded_all is False:
-            return 0
+            return 0, []
         policy, strategy, executor = self.policy, self.strategy, self.executor
         running = policy.running
         if (not running or not executor.advances_decode_runs or self._memory_probe is not None
                 or not declares(policy, "fast_forward_decodes")
                 or not declares(strategy, "fast_forward_decodes")):
-            return 0
+            return 0, []
         if self._decoded_all is None:  # `Sequence.is_decoding` of each, inlined: O(running)
-            self._decoded_all = all(
+            self._decoded_all = all([
                 0 < seq.num_computed == len(seq.token_ids) - 1
-                and len(seq.token_ids) > len(seq.request.prompt_token_ids) for seq in running)
+                and len(seq.token_ids) > len(seq.request.prompt_token_ids) for seq in running])
             if not self._decoded_all:
-                return 0
+                return 0, []
         if strategy.has_pending_copies() or tracing_active() or not policy.decode_run_ready():
-            return 0
-        # The step in which the first sequence finishes is left to `step`.
-        max_steps = min(seq.request.output_len + len(seq.request.prompt_token_ids)
-                        - len(seq.token_ids) for seq in running) - 1
-        if max_steps < 1:
-            return 0
-        max_steps = strategy.decode_run_steps(running, max_steps)
-        if max_steps < 1:
-            return 0
+            return 0, []
+        # The step in which the first sequence samples its last token: the run's last.
+        to_finish = min([seq.request.output_len + len(seq.request.prompt_token_ids)
+                         - len(seq.token_ids) for seq in running])
+        fit = strategy.decode_run_steps(running, to_finish)
+        if fit < 1:
+            return 0, []
+        run = min(fit, to_finish - 1)
+        num_steps = self._decode_run(run, until_s) if run else 0
+        if num_steps < run:  # the next arrival comes first
+            return num_steps, []
+        if fit < to_finish:  # an allocation fails next: `step`'s
+            self._decoded_all = False
+            return num_steps, []
+        if num_steps and self.clock() >= until_s:
+            return num_steps, []
+        return num_steps + 1, self._finishing_decode_step()
+
+    def _decode_run(self, max_steps: int, until_s: float) -> int:
+        """`max_steps` decode steps of the running set (their memory fits, nobody finishes
+        in them), fewer when one would start at or after `until_s`; how many ran."""
+        policy, strategy, executor = self.policy, self.strategy, self.executor
+        running = policy.running
         num_seqs = len(running)
         t_start = self.clock()
-        context = sum(seq.num_computed for seq in running) + num_seqs
+        context = sum([seq.num_computed for seq in running]) + num_seqs
         ends = executor.advance_decode_run(num_seqs, context, max_steps, until_s)
         num_steps = len(ends)
         totals_before = strategy.books_totals()
         books = strategy.grow_decode_run(running, num_steps)
         holders = policy.holders()
-        token_slots = sum(seq.num_computed for seq in holders)
+        token_slots = (context - num_seqs if holders is running
+                       else sum([seq.num_computed for seq in holders]))
         head = self.waiting.head()
         self.step_recorder.record_decode_run(
             t_start, ends, num_seqs, len(self.waiting), token_slots, books, totals_before,
@@ -199,9 +216,38 @@ class Engine(BaseEngine):
             seq.token_times_s.extend(ends)
         if strategy.check_accounting:  # the last row against the books, recomputed
             self._check_decode_run_books(holders, head)
-        if num_steps == max_steps:  # a finish or a failing allocation comes next: `step`'s
-            self._decoded_all = False
         return num_steps
+
+    def _finishing_decode_step(self) -> list[Sequence]:
+        """The decode step in which the first sequences of a run sample their last token:
+        `step`'s work for a step whose schedule is every running sequence's one token, its
+        memory known to fit; returns the sequences that finished."""
+        policy, strategy, executor = self.policy, self.strategy, self.executor
+        running = policy.running
+        num_seqs = len(running)
+        t_start = self.clock()
+        context = sum([seq.num_computed for seq in running]) + num_seqs
+        (t_end,) = executor.advance_decode_run(num_seqs, context, 1, math.inf)
+        # The schedule's own allocation call (`_schedule_decodes`): it fits (the run's steps).
+        if strategy.allocate_each([(seq, 1) for seq in running]) != num_seqs:
+            raise AssertionError(f"{strategy.name}: a decode run's last step did not fit")
+        token = executor.decode_run_token
+        finished: list[Sequence] = []
+        for seq in running:
+            seq.num_computed += 1
+            token_ids = seq.token_ids
+            token_ids.append(token)
+            seq.token_times_s.append(t_end)
+            request = seq.request
+            if len(token_ids) - len(request.prompt_token_ids) >= request.output_len:
+                finished.append(seq)
+        for seq in finished:
+            self._finish(seq, t_end)
+        split = strategy.memory_split(policy.holders(), self.waiting.head())
+        self.step_recorder.record_decode_step(t_start, t_end, num_seqs, split,
+                                              self.num_running, len(self.waiting))
+        self._decoded_all = True  # as `step` leaves it: the others decoded, nothing else
+        return finished
 
     def _check_decode_run_books(self, holders: list[Sequence], head: Sequence | None) -> None:
         split = self.strategy.memory_split(holders, head)

@@ -89,18 +89,33 @@ class StepRecorder(StepLog):
         """The row of a step that ran `batch` from `t_start` to `t_end`, `forward_s` of it
         in the model forward, and left memory as `split` and the queues with `num_running`
         and `num_waiting` sequences; `traced`: emit the trace counters too."""
+        return self._record(t_start, t_end, forward_s, batch.num_prefill_seqs,
+                            batch.num_decode_seqs, batch.num_tokens, split, num_preempted,
+                            num_running, num_waiting, traced)
+
+    def record_decode_step(self, t_start: float, t_end: float, num_seqs: int,
+                           split: MemorySplit, num_running: int, num_waiting: int) -> StepRecord:
+        """`record` of a step of `num_seqs` decodes, all of it the forward (a simulated
+        step), untraced: a fast-forwarded run's last step, which builds no batch."""
+        return self._record(t_start, t_end, t_end - t_start, 0, num_seqs, num_seqs, split, 0,
+                            num_running, num_waiting, False)
+
+    def _record(
+        self, t_start: float, t_end: float, forward_s: float, num_prefill_seqs: int,
+        num_decode_seqs: int, num_tokens: int, split: MemorySplit, num_preempted: int,
+        num_running: int, num_waiting: int, traced: bool,
+    ) -> StepRecord:
         b = self.bytes_per_slot
-        num_decode_seqs = batch.num_decode_seqs
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
         record = StepRecord(
             step=self.num_steps,
             t_s=t_start,
             step_ms=(t_end - t_start) * 1e3,
             overhead_ms=((t_end - t_start) - forward_s) * 1e3,
-            num_prefill_seqs=batch.num_prefill_seqs,
+            num_prefill_seqs=num_prefill_seqs,
             num_decode_seqs=num_decode_seqs,
-            num_batched_tokens=batch.num_tokens,
-            num_prefill_tokens=batch.num_tokens - num_decode_seqs,  # a decode is one token
+            num_batched_tokens=num_tokens,
+            num_prefill_tokens=num_tokens - num_decode_seqs,  # a decode is one token
             num_running=num_running,
             num_waiting=num_waiting,
             kv_token_bytes=split.token * b,

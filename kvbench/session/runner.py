@@ -319,17 +319,17 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
                     with trace_range("idle", until_s=pending[0].arrival_s):
                         clock.sleep_until(pending[0].arrival_s)
                 continue
+            advanced = 0
             if fast_forward:
                 # Until the next request is sent: at its arrival, unless every slot is taken
                 # (then only a finish frees one, and a finish ends a run anyway).
                 sendable = pending and (free_slots is None or free_slots)
-                advanced = engine.fast_forward(pending[0].arrival_s if sendable else math.inf)
+                advanced, finished = engine.fast_forward(
+                    pending[0].arrival_s if sendable else math.inf)
                 if advanced:
-                    steps += advanced
-                    if progress.enabled:
-                        progress.update(done, tokens, _held_share(engine))
-                    continue  # arrivals due by the next step's start join before it
-            finished = engine.step()
+                    steps += advanced - 1  # the last is counted with `step`'s below
+            if not advanced:
+                finished = engine.step()
             finished_requests: list[Request] = []  # as the workload has them (arrival)
             for seq in finished:
                 tokens += seq.num_generated
@@ -346,9 +346,9 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
             if finished_requests and request_writer is not None:
                 request_writer.write(finished_requests, engine.sequences)
             steps += 1
-            # The bar's figures: when a request ends, and every 64 steps (a long simulation
-            # runs hundreds of thousands of steps of microseconds each).
-            if progress.enabled and (finished or not steps % 64):
+            # The bar's figures: when a request ends, after a run, and every 64 steps (a
+            # long simulation runs hundreds of thousands of steps of microseconds each).
+            if progress.enabled and (finished or advanced or not steps % 64):
                 progress.update(done, tokens, _held_share(engine))
     progress.close()
     engine.drain()

@@ -126,32 +126,15 @@ class SimulatedExecutor(Executor):
         """`advance` of each of a run of decode-only steps, in order: the same clock and
         totals, step by step, as that many `advance` calls (no trace: the engine runs the
         steps one at a time when one is recorded)."""
-        decode_cost = self.cost_model.decode_cost
-        now_s = self.clock.now_s
-        ends: list[float] = []
-        add_end = ends.append
-        busy_s, flops, moved, compute_bound = (self.busy_s, self.total_flops, self.total_bytes,
-                                               self.compute_bound_steps)
-        cost = self.last_cost
-        for step in range(max_steps):
-            if step and now_s >= until_s:
-                break
-            cost = decode_cost(num_seqs, context_tokens)
-            step_s = cost.time_s
-            if step_s < 0:
-                raise ValueError(f"the simulated clock cannot go back ({step_s} s)")
-            now_s += step_s
-            add_end(now_s)
-            busy_s += step_s
-            flops += cost.flops
-            moved += cost.bytes
-            compute_bound += cost.compute_bound
-            context_tokens += num_seqs
-        self.clock.now_s = now_s
-        self.busy_s, self.total_flops, self.total_bytes = busy_s, flops, moved
-        self.compute_bound_steps = compute_bound
-        self.num_steps += len(ends)
-        self.last_cost = cost
+        ends, sums, compute_bound, cost = self.cost_model.decode_run_costs(
+            num_seqs, context_tokens, max_steps, self.clock.now_s, until_s,
+            (self.busy_s, self.total_flops, self.total_bytes))
+        if ends:
+            self.clock.now_s = ends[-1]
+            self.busy_s, self.total_flops, self.total_bytes = sums
+            self.compute_bound_steps += compute_bound
+            self.num_steps += len(ends)
+            self.last_cost = cost
         return ends
 
     def sample_token_ids(self, batch: StepBatch) -> list[int]:

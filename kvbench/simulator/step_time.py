@@ -494,6 +494,69 @@ class StepTimeModel:
             raise ValueError("a windowed model's decode cost needs each sequence's length")
         return self._cost_of_sums(num_seqs, num_seqs, context_tokens, 0, 0, 0, num_seqs, 0)
 
+    def decode_run_costs(
+        self, num_seqs: int, context_tokens: int, max_steps: int, start_s: float,
+        until_s: float, sums: tuple[float, float, float],
+    ) -> tuple[list[float], tuple[float, float, float], int, StepTime]:
+        """`decode_cost` of each step of a run of decode steps of `num_seqs` sequences
+        (`context_tokens` at the first, `num_seqs` more each step), the first starting at
+        `start_s`, as many as `max_steps`, none after the first starting at or after
+        `until_s`: each step's end, `sums` (of times, FLOPs and bytes) with each step's
+        added in turn, as a caller adding one `decode_cost` a step does, the compute-bound
+        steps and the last step's `StepTime`. Every figure is the one `decode_cost` gives, to the bit: the
+        same operations in the same order, with what does not change across the run (the
+        parts of its token count) looked up once."""
+        if self.attention_groups:
+            raise ValueError("a windowed model's decode cost needs each sequence's length")
+        c, hw = self.gpu.constants, self.hw
+        L = self.model.num_layers
+        tokens = rows = num_seqs
+        gemm, elt, kv_write, ar, outer, weights_read = self._token_parts(tokens)
+        # `attention_decode_s`, `_cost_of_sums`: their terms that stay fixed in the run
+        att_fixed = c.attn_decode_floor_s + c.attn_decode_per_seq_s * num_seqs
+        att_rate = hw.hbm_bandwidth_bytes_s * c.attn_decode_bandwidth_efficiency
+        layer_bytes = self.kv_layer_token_bytes
+        att_pf = 0.0
+        pairs = 0
+        L_afpp = L * self.attention_flops_per_pair
+        kvb = self.kv_bytes_per_token
+        layer_floor = c.layer_floor_s
+        L_gemm, L_att_pf, L_elt_outer = L * gemm, L * att_pf, L * elt + outer
+        L_kv_write, L_ar = L * kv_write, L * ar
+        lm_head = self._lm_head(rows)
+        cpu = c.cpu_overhead_s
+        fixed_flops = (2.0 * tokens * self.layer_flop_weights * L
+                       + 2.0 * rows * self.model.hidden_size * self.vocab)
+        new_bytes = (tokens + 2 * 0) * kvb
+        compute_bound = tokens >= self.compute_bound_tokens
+        now_s = start_s
+        ends: list[float] = []
+        busy_s, flops_sum, bytes_sum = sums
+        values: tuple[float, ...] = ()
+        flops = moved = 0.0
+        context = context_tokens
+        for step in range(max_steps):
+            if step and now_s >= until_s:
+                break
+            att_dec = att_fixed + context * layer_bytes / att_rate
+            layer = gemm + att_dec + att_pf + elt + kv_write + ar
+            floor = layer_floor - layer if layer_floor > layer else 0.0
+            values = (L_gemm, L * att_dec, L_att_pf, L_elt_outer, L_kv_write, L_ar,
+                      L * floor, lm_head, 0.0, cpu)
+            step_s = sum(values)
+            if step_s < 0:
+                raise ValueError(f"the simulated clock cannot go back ({step_s} s)")
+            flops = fixed_flops + L_afpp * (pairs + context)
+            moved = float(weights_read + (context * kvb + new_bytes))
+            now_s += step_s
+            ends.append(now_s)
+            busy_s += step_s
+            flops_sum += flops
+            bytes_sum += moved
+            context += num_seqs
+        last = StepTime(values, flops, moved, compute_bound)
+        return ends, (busy_s, flops_sum, bytes_sum), compute_bound * len(ends), last
+
     @property
     def has_windows(self) -> bool:
         """Whether some layer's attention is charged for its window, not the whole context."""

@@ -119,9 +119,9 @@ def test_fast_forward_runs_most_steps_of_a_decode_heavy_replay(tmp_path):
         return step()
 
     def counting_forward(until_s):
-        advanced = forward(until_s)
+        advanced, finished = forward(until_s)
         calls["forwarded"] += advanced
-        return advanced
+        return advanced, finished
 
     engine.step, engine.fast_forward = counting_step, counting_forward
     run_one(run, tmp_path / "forwarded", show_progress=False, prepared=prepared)
@@ -157,10 +157,10 @@ def _tables_by_step(values: dict, fast_forward: bool, folder) -> dict[int, tuple
         return finished
 
     def recorded_forward(until_s):
-        advanced = forward(until_s)
+        advanced, finished = forward(until_s)
         if advanced:
             snapshot()
-        return advanced
+        return advanced, finished
 
     engine.step, engine.fast_forward = recorded_step, recorded_forward
     run_one(run, folder, show_progress=False, prepared=prepared)

@@ -93,3 +93,54 @@ def test_block_pool_rejects_double_release():
     except ValueError:
         return
     raise AssertionError("double release accepted")
+
+
+@settings(max_examples=150, deadline=None)
+@given(block_size=st.sampled_from([1, 4, 16]), num_blocks=st.integers(1, 120),
+       prompts=st.lists(st.integers(1, 60), min_size=1, max_size=12),
+       decoded=st.lists(st.integers(0, 40), min_size=12, max_size=12),
+       max_steps=st.integers(1, 200))
+def test_decode_run_steps_and_growth_are_step_by_step_allocation(
+        block_size, num_blocks, prompts, decoded, max_steps):
+    """How many decode steps of the running sequences fit (`decode_run_steps`) and the blocks
+    a run of them takes (`grow_decode_run`), against one `allocate_each` of every sequence's
+    next token a step on a twin strategy, until one does not fit: the same count, the same
+    block tables and free list, the same totals."""
+    def build() -> tuple[PagedStrategy, list[Sequence]]:
+        strategy = PagedStrategy(num_blocks * block_size, 4096, block_size=block_size,
+                                 check_accounting=True)
+        seqs = []
+        for i, prompt_len in enumerate(prompts):
+            s = seq(i, prompt_len, 10_000)
+            if not strategy.can_admit(s, 0):
+                break
+            strategy.admit(s)
+            s.num_computed = prompt_len
+            for _ in range(decoded[i]):  # tokens decoded before the run
+                s.token_ids.append(0)
+                if not strategy.allocate(s, 1):
+                    s.token_ids.pop()
+                    break
+                s.num_computed += 1
+            s.token_ids.append(0)  # the token the next step computes
+            seqs.append(s)
+        return strategy, seqs
+
+    fast, seqs = build()
+    if not seqs:
+        return
+    stepped, twins = build()
+    steps = 0
+    while steps < max_steps and stepped.allocate_each([(s, 1) for s in twins]) == len(twins):
+        for s in twins:
+            s.num_computed += 1
+            s.token_ids.append(0)
+        steps += 1
+        snapshot = ({k: list(v) for k, v in stepped.tables.items()}, list(stepped.pool._free),
+                    stepped.books_totals())
+    fits = fast.decode_run_steps(seqs, max_steps)
+    assert fits == steps
+    if fits:
+        fast.grow_decode_run(seqs, fits)
+        assert ({k: list(v) for k, v in fast.tables.items()}, list(fast.pool._free),
+                fast.books_totals()) == snapshot
