@@ -46,6 +46,11 @@ DECODE_BUCKET_SLACK = 256
 IN_PLACE_MIN_BYTES = 128 * 1024
 
 
+# fp8 K and V gathers up to this many elements each are decoded in one pass (fewer operations
+# a layer); above it, apart (measured on one CPU thread: no gain past ~128K elements).
+FP8_PAIR_MAX_ELEMENTS = 1 << 17
+
+
 def is_fp8(cache: torch.Tensor) -> bool:
     return cache.dtype == FP8_DTYPE
 
@@ -61,7 +66,7 @@ def _scale_tensor(scale: Scale, device: torch.device) -> torch.Tensor:
 def quantize_fp8(x: torch.Tensor, scale: Scale) -> torch.Tensor:
     """`x / scale` saturated to the e4m3 range, as `float8_e4m3fn`. `x`: `[..., Hkv, D]`."""
     s = _scale_tensor(scale, x.device)
-    return (x.float() / s).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return (x.float() / s).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
 
 
 def _fp8_to_float(values: torch.Tensor, scale: Scale, out: torch.Tensor,
@@ -85,13 +90,21 @@ def _fp8_to_float(values: torch.Tensor, scale: Scale, out: torch.Tensor,
     return out.mul_(_scale_tensor(scale, values.device) * 256.0)
 
 
-def _fp8_fold(cache: torch.Tensor, scale: Scale) -> torch.Tensor | None:
+def _fp8_fold(cache: torch.Tensor, scale: Scale) -> torch.Tensor | float | None:
     """What a decode over `_gather_float(..., fold=True)` values still owes each KV head:
-    `256 * scale`, 0-d or `[Hkv, 1, 1]` (to broadcast over `[S, Hkv, group, D]`); None for
-    an unquantized cache. Applied to the query (K) and to the output (V), tensors a group of
-    heads wide, instead of to every gathered key and value."""
+    `256 * scale`, a number (one scale, on the CPU) or `[Hkv, 1, 1]` (to broadcast over
+    `[S, Hkv, group, D]`); None for an unquantized cache. Applied to the query (K) and to the
+    output (V), tensors a group of heads wide, instead of to every gathered key and value.
+
+    A float32 scale times 256 is exact, and a number multiplies a float32 tensor as that
+    float32 value, so the number gives the products the 0-d tensor gives, an operation
+    fewer a layer."""
     if not is_fp8(cache):
         return None
+    if scale is None or isinstance(scale, (int, float)):
+        return float(_scale_tensor(scale, torch.device("cpu"))) * 256.0
+    if scale.dim() == 0 and scale.device.type == "cpu":
+        return float(scale.float()) * 256.0
     fold = _scale_tensor(scale, cache.device) * 256.0
     return fold.reshape(-1, 1, 1) if fold.dim() else fold
 
@@ -114,13 +127,13 @@ def write_kv(
     v_scale: Scale = None,
 ) -> None:
     """Scatter new tokens' K/V `[T, Hkv, D]` into their slots ("reshape and cache")."""
-    slots = slot_mapping.long()
+    slots = (slot_mapping.long(),)  # index_put_ itself: indexing syntax costs a parse a call
     if is_fp8(k_cache):
-        k_cache[slots] = quantize_fp8(k, k_scale)
-        v_cache[slots] = quantize_fp8(v, v_scale)
+        k_cache.index_put_(slots, quantize_fp8(k, k_scale))
+        v_cache.index_put_(slots, quantize_fp8(v, v_scale))
     else:
-        k_cache[slots] = k.to(k_cache.dtype)
-        v_cache[slots] = v.to(v_cache.dtype)
+        k_cache.index_put_(slots, k.to(k_cache.dtype))
+        v_cache.index_put_(slots, v.to(v_cache.dtype))
 
 
 def write_latent(
@@ -215,19 +228,24 @@ def _attend(
 def _varlen_attention(q, k_cache, v_cache, query_start_loc, seq_lens, slots_of, softmax_scale,
                       k_scale, v_scale, sliding_window=None, softcap=None,
                       sinks=None) -> torch.Tensor:
-    out = torch.empty((*q.shape[:-1], v_cache.shape[-1]), dtype=q.dtype, device=q.device)
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
-    for i, seq_len in enumerate(lens):
+
+    def attend(i: int) -> torch.Tensor:
         lo, hi = starts[i], starts[i + 1]
-        if hi == lo:
-            continue
-        first = first_visible(seq_len, hi - lo, sliding_window)
-        slots = slots_of(i, seq_len, first)
+        first = first_visible(lens[i], hi - lo, sliding_window)
+        slots = slots_of(i, lens[i], first)
         k = _gather_float(k_cache, slots, k_scale, "k")
         v = _gather_float(v_cache, slots, v_scale, "v")
-        out[lo:hi] = _attend(q[lo:hi], k, v, softmax_scale, first, sliding_window, softcap,
-                             sinks).to(q.dtype)
+        return _attend(q[lo:hi], k, v, softmax_scale, first, sliding_window, softcap,
+                       sinks).to(q.dtype)
+
+    if len(lens) == 1 and starts[1] - starts[0] == q.shape[0] > 0:
+        return attend(0)  # one sequence's queries are the whole output: no copy into one
+    out = torch.empty((*q.shape[:-1], v_cache.shape[-1]), dtype=q.dtype, device=q.device)
+    for i in range(len(lens)):
+        if starts[i + 1] > starts[i]:
+            out[starts[i] : starts[i + 1]] = attend(i)
     return out
 
 
@@ -339,6 +357,25 @@ def _gather_float(rows_of: torch.Tensor, index: torch.Tensor, scale: Scale,
     if is_fp8(raw):
         return _fp8_to_float(raw, scale, out, apply_scale=not fold)
     return out.copy_(raw)
+
+
+def _gather_kv_float(k_rows: torch.Tensor, v_rows: torch.Tensor, index: torch.Tensor,
+                     k_scale: Scale, v_scale: Scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_gather_float(..., fold=True)` of K and of V at the same `index`. fp8 K and V of one
+    shape are gathered side by side and decoded in one pass: a small decode's cost is its
+    count of operations, not their size (above `FP8_PAIR_MAX_ELEMENTS`, where their size
+    is, the two are decoded apart)."""
+    if not (is_fp8(k_rows) and is_fp8(v_rows) and k_rows.shape == v_rows.shape
+            and index.numel() * math.prod(k_rows.shape[1:]) <= FP8_PAIR_MAX_ELEMENTS):
+        return (_gather_float(k_rows, index, k_scale, "k", fold=True),
+                _gather_float(v_rows, index, v_scale, "v", fold=True))
+    shape = (2, index.numel(), *k_rows.shape[1:])
+    raw = _scratch_buffer("raw_kv", shape, k_rows.dtype, k_rows.device)
+    torch.index_select(k_rows, 0, index, out=raw[0])
+    torch.index_select(v_rows, 0, index, out=raw[1])
+    out = _fp8_to_float(raw, None, _scratch_buffer("kv", shape, torch.float32, k_rows.device),
+                        apply_scale=False)
+    return out[0], out[1]
 
 
 def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=None):
@@ -463,12 +500,12 @@ def paged_decode_attention(
             keys = width * block_size
         num_rows = tables.shape[0]
 
-        def take(by_block: torch.Tensor, scale: Scale, role: str) -> torch.Tensor:
-            rows_of = _gather_float(by_block, blocks, scale, role, fold=True)
-            rows_of = rows_of.view(num_rows, width * block_size, *by_block.shape[2:])
+        def by_row(rows_of: torch.Tensor) -> torch.Tensor:
+            rows_of = rows_of.view(num_rows, width * block_size, *rows_of.shape[2:])
             return rows_of if keys == width * block_size else rows_of[:, :keys]
 
-        return take(k_blocks, k_scale, "k"), take(v_blocks, v_scale, "v"), key_pos
+        k, v = _gather_kv_float(k_blocks, v_blocks, blocks, k_scale, v_scale)
+        return by_row(k), by_row(v), key_pos
 
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
@@ -516,11 +553,9 @@ def contiguous_decode_attention(
         # Padding positions may run past the arena's end; they are masked, so clamp the gather.
         slots = slots.clamp(max=k_cache.shape[0] - 1).flatten()
 
-        def take(cache: torch.Tensor, scale: Scale, role: str) -> torch.Tensor:
-            rows_of = _gather_float(cache, slots, scale, role, fold=True)
-            return rows_of.view(len(row_starts), span, *cache.shape[1:])
-
-        return take(k_cache, k_scale, "k"), take(v_cache, v_scale, "v"), key_pos
+        k, v = _gather_kv_float(k_cache, v_cache, slots, k_scale, v_scale)
+        return (k.view(len(row_starts), span, *k.shape[1:]),
+                v.view(len(row_starts), span, *v.shape[1:]), key_pos)
 
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
