@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -417,33 +418,46 @@ Gather = Callable[[torch.Tensor | None, torch.Tensor | None, int],
 
 
 def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, sliding_window=None,
-                     softcap=None, sinks=None, v_head_dim=None, k_fold=None, v_fold=None):
+                     softcap=None, sinks=None, v_head_dim=None, k_fold=None, v_fold=None,
+                     memo: dict | None = None):
     """Decode in buckets of similar length (`_decode_plan`); a window caps each sequence's keys
-    at W, so the cost grows with W, not with the context."""
+    at W, so the cost grows with W, not with the context. `memo` (one dict per step and
+    table, `shared_decode_indices`) keeps the plan, the buckets' indices and masks for the step's next
+    layers."""
     out_shape = q.shape if v_head_dim is None else (*q.shape[:-1], v_head_dim)
     if q.shape[0] == 0:
         return torch.empty(out_shape, dtype=q.dtype, device=q.device)
-    lens = seq_lens.tolist()
-    firsts = [first_visible(n, 1, sliding_window) for n in lens]
-    plan = _decode_plan(lens, firsts)
+    memo = {} if memo is None else memo
+    if "plan" not in memo:
+        lens = seq_lens.tolist()
+        firsts = [first_visible(n, 1, sliding_window) for n in lens]
+        memo["plan"] = lens, firsts, _decode_plan(lens, firsts)
+    lens, firsts, plan = memo["plan"]
 
     def bucket(rows: list[int] | None) -> torch.Tensor:
-        chosen = range(len(lens)) if rows is None else rows
-        bucket_lens = [lens[i] for i in chosen]
-        bucket_firsts = [firsts[i] for i in chosen]
-        span = max(max(n - f for n, f in zip(bucket_lens, bucket_firsts, strict=True)), 1)
-        index = None if rows is None else torch.tensor(rows, device=q.device)
-        first = (None if sliding_window is None
-                 else torch.tensor(bucket_firsts, device=q.device))
+        key = None if rows is None else tuple(rows)
+        if ("bucket", key) not in memo:
+            chosen = range(len(lens)) if rows is None else rows
+            bucket_lens = [lens[i] for i in chosen]
+            bucket_firsts = [firsts[i] for i in chosen]
+            span = max(max(n - f for n, f in zip(bucket_lens, bucket_firsts, strict=True)), 1)
+            index = None if rows is None else torch.tensor(rows, device=q.device)
+            first = (None if sliding_window is None
+                     else torch.tensor(bucket_firsts, device=q.device))
+            masked = any(f != 0 for f in bucket_firsts) or min(bucket_lens) != span
+            memo["bucket", key] = index, first, span, masked
+        index, first, span, masked = memo["bucket", key]
         k, v, key_pos = gather(index, first, span)
-        valid = None
-        if k.shape[1] != span or any(f != 0 for f in bucket_firsts) or min(bucket_lens) != span:
-            row_lens = seq_lens.long() if index is None else seq_lens.long()[index]
-            valid = key_pos < row_lens[:, None]
-            if first is not None:
-                valid &= key_pos >= first[:, None]
-        return _decode(q if index is None else q[index], k, v, valid, softmax_scale, softcap,
-                       sinks, k_fold, v_fold)
+        if ("valid", key) not in memo:
+            valid = None
+            if k.shape[1] != span or masked:
+                row_lens = seq_lens.long() if index is None else seq_lens.long()[index]
+                valid = key_pos < row_lens[:, None]
+                if first is not None:
+                    valid &= key_pos >= first[:, None]
+            memo["valid", key] = valid
+        return _decode(q if index is None else q[index], k, v, memo["valid", key],
+                       softmax_scale, softcap, sinks, k_fold, v_fold)
 
     if plan is None:
         return bucket(None)
@@ -451,6 +465,31 @@ def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, sliding_window=
     for rows in plan:
         out[torch.tensor(rows, device=q.device)] = bucket(rows)
     return out
+
+
+@contextmanager
+def shared_decode_indices() -> Iterator[None]:
+    """Within it, the decodes over the same tables share their indices (plan, block index,
+    masks): the first layer of a step builds them and the others find them. Open one per
+    step, around its forward (`ModelExecutor`), while no table it reads changes."""
+    outer = _scratch.__dict__.get("memo")
+    _scratch.memo = {}
+    try:
+        yield
+    finally:
+        _scratch.memo = outer
+
+
+def _table_memo(kind: str, table: torch.Tensor, seq_lens: torch.Tensor, *params) -> dict | None:
+    """The entry of the open `shared_decode_indices` for a decode over `table` (block tables
+    or start slots) and `seq_lens` (None outside one): within a step the same memory and
+    shape hold the same indices, and the tensors stay alive until it ends."""
+    memo = _scratch.__dict__.get("memo")
+    if memo is None:
+        return None
+    key = (kind, table.data_ptr(), tuple(table.shape), tuple(table.stride()),
+           seq_lens.data_ptr(), tuple(seq_lens.shape), *params)
+    return memo.setdefault(key, {})
 
 
 def paged_decode_attention(
@@ -470,7 +509,9 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     """Decode: `q` `[S, Hq, D]`, the newest token of each sequence, already written to the cache.
 
-    With a window only the blocks holding positions inside it are read.
+    With a window only the blocks holding positions inside it are read. Inside
+    `shared_decode_indices` the layers after a step's first find its decode indices (plan,
+    block index, masks) instead of building them.
     """
     num_blocks = k_cache.shape[0] // block_size
     table_width = block_tables.shape[1]
@@ -479,7 +520,18 @@ def paged_decode_attention(
         for cache in (k_cache, v_cache)
     )
 
+    memo = _table_memo("paged", block_tables, seq_lens, block_size, sliding_window)
+
     def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
+        key = ("gather", None if rows is None else id(rows), span)  # rows: the memo's tensor
+        if memo is None or key not in memo:
+            found = block_index(rows, first, span)
+            if memo is None:
+                return take(*found)
+            memo[key] = found
+        return take(*memo[key])
+
+    def block_index(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
         # Whole blocks at once: one index per block instead of one per token.
         tables = block_tables if rows is None else block_tables[rows]
         if sliding_window is None:  # every row from position 0: the table's first columns
@@ -498,8 +550,9 @@ def paged_decode_attention(
             key_pos = (first_block[:, None] * block_size
                        + torch.arange(width * block_size, device=q.device)[None, :])
             keys = width * block_size
-        num_rows = tables.shape[0]
+        return blocks, key_pos, keys, width, tables.shape[0]
 
+    def take(blocks: torch.Tensor, key_pos: torch.Tensor, keys: int, width: int, num_rows: int):
         def by_row(rows_of: torch.Tensor) -> torch.Tensor:
             rows_of = rows_of.view(num_rows, width * block_size, *rows_of.shape[2:])
             return rows_of if keys == width * block_size else rows_of[:, :keys]
@@ -509,7 +562,7 @@ def paged_decode_attention(
 
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
-                            _fp8_fold(v_cache, v_scale))
+                            _fp8_fold(v_cache, v_scale), memo)
 
 
 def contiguous_decode_attention(
@@ -527,7 +580,7 @@ def contiguous_decode_attention(
     sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode reading each sequence's K/V from `[start_slot, start_slot + seq_len)` (with a
-    window, only its last W positions)."""
+    window, only its last W positions); `shared_decode_indices` as `paged_decode_attention`."""
     lens = seq_lens.tolist()
     starts = start_slots.tolist()
     firsts = [first_visible(n, 1, sliding_window) for n in lens]
@@ -559,4 +612,5 @@ def contiguous_decode_attention(
 
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
-                            _fp8_fold(v_cache, v_scale))
+                            _fp8_fold(v_cache, v_scale),
+                            _table_memo("contiguous", start_slots, seq_lens, sliding_window))
