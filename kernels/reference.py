@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +47,11 @@ DECODE_BUCKET_SLACK = 256
 IN_PLACE_MIN_BYTES = 128 * 1024
 
 
+# fp8 K and V gathers up to this many elements each are decoded in one pass (fewer operations
+# a layer); above it, apart (measured on one CPU thread: no gain past ~128K elements).
+FP8_PAIR_MAX_ELEMENTS = 1 << 17
+
+
 def is_fp8(cache: torch.Tensor) -> bool:
     return cache.dtype == FP8_DTYPE
 
@@ -61,7 +67,7 @@ def _scale_tensor(scale: Scale, device: torch.device) -> torch.Tensor:
 def quantize_fp8(x: torch.Tensor, scale: Scale) -> torch.Tensor:
     """`x / scale` saturated to the e4m3 range, as `float8_e4m3fn`. `x`: `[..., Hkv, D]`."""
     s = _scale_tensor(scale, x.device)
-    return (x.float() / s).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return (x.float() / s).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
 
 
 def _fp8_to_float(values: torch.Tensor, scale: Scale, out: torch.Tensor,
@@ -85,13 +91,21 @@ def _fp8_to_float(values: torch.Tensor, scale: Scale, out: torch.Tensor,
     return out.mul_(_scale_tensor(scale, values.device) * 256.0)
 
 
-def _fp8_fold(cache: torch.Tensor, scale: Scale) -> torch.Tensor | None:
+def _fp8_fold(cache: torch.Tensor, scale: Scale) -> torch.Tensor | float | None:
     """What a decode over `_gather_float(..., fold=True)` values still owes each KV head:
-    `256 * scale`, 0-d or `[Hkv, 1, 1]` (to broadcast over `[S, Hkv, group, D]`); None for
-    an unquantized cache. Applied to the query (K) and to the output (V), tensors a group of
-    heads wide, instead of to every gathered key and value."""
+    `256 * scale`, a number (one scale, on the CPU) or `[Hkv, 1, 1]` (to broadcast over
+    `[S, Hkv, group, D]`); None for an unquantized cache. Applied to the query (K) and to the
+    output (V), tensors a group of heads wide, instead of to every gathered key and value.
+
+    A float32 scale times 256 is exact, and a number multiplies a float32 tensor as that
+    float32 value, so the number gives the products the 0-d tensor gives, an operation
+    fewer a layer."""
     if not is_fp8(cache):
         return None
+    if scale is None or isinstance(scale, (int, float)):
+        return float(_scale_tensor(scale, torch.device("cpu"))) * 256.0
+    if scale.dim() == 0 and scale.device.type == "cpu":
+        return float(scale.float()) * 256.0
     fold = _scale_tensor(scale, cache.device) * 256.0
     return fold.reshape(-1, 1, 1) if fold.dim() else fold
 
@@ -114,13 +128,13 @@ def write_kv(
     v_scale: Scale = None,
 ) -> None:
     """Scatter new tokens' K/V `[T, Hkv, D]` into their slots ("reshape and cache")."""
-    slots = slot_mapping.long()
+    slots = (slot_mapping.long(),)  # index_put_ itself: indexing syntax costs a parse a call
     if is_fp8(k_cache):
-        k_cache[slots] = quantize_fp8(k, k_scale)
-        v_cache[slots] = quantize_fp8(v, v_scale)
+        k_cache.index_put_(slots, quantize_fp8(k, k_scale))
+        v_cache.index_put_(slots, quantize_fp8(v, v_scale))
     else:
-        k_cache[slots] = k.to(k_cache.dtype)
-        v_cache[slots] = v.to(v_cache.dtype)
+        k_cache.index_put_(slots, k.to(k_cache.dtype))
+        v_cache.index_put_(slots, v.to(v_cache.dtype))
 
 
 def write_latent(
@@ -219,19 +233,24 @@ def _attend(
 def _varlen_attention(q, k_cache, v_cache, query_start_loc, seq_lens, slots_of, softmax_scale,
                       k_scale, v_scale, sliding_window=None, softcap=None,
                       sinks=None) -> torch.Tensor:
-    out = torch.empty((*q.shape[:-1], v_cache.shape[-1]), dtype=q.dtype, device=q.device)
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
-    for i, seq_len in enumerate(lens):
+
+    def attend(i: int) -> torch.Tensor:
         lo, hi = starts[i], starts[i + 1]
-        if hi == lo:
-            continue
-        first = first_visible(seq_len, hi - lo, sliding_window)
-        slots = slots_of(i, seq_len, first)
+        first = first_visible(lens[i], hi - lo, sliding_window)
+        slots = slots_of(i, lens[i], first)
         k = _gather_float(k_cache, slots, k_scale, "k")
         v = _gather_float(v_cache, slots, v_scale, "v")
-        out[lo:hi] = _attend(q[lo:hi], k, v, softmax_scale, first, sliding_window, softcap,
-                             sinks).to(q.dtype)
+        return _attend(q[lo:hi], k, v, softmax_scale, first, sliding_window, softcap,
+                       sinks).to(q.dtype)
+
+    if len(lens) == 1 and starts[1] - starts[0] == q.shape[0] > 0:
+        return attend(0)  # one sequence's queries are the whole output: no copy into one
+    out = torch.empty((*q.shape[:-1], v_cache.shape[-1]), dtype=q.dtype, device=q.device)
+    for i in range(len(lens)):
+        if starts[i + 1] > starts[i]:
+            out[starts[i] : starts[i + 1]] = attend(i)
     return out
 
 
@@ -349,6 +368,25 @@ def _gather_float(rows_of: torch.Tensor, index: torch.Tensor, scale: Scale,
     return out.copy_(raw)
 
 
+def _gather_kv_float(k_rows: torch.Tensor, v_rows: torch.Tensor, index: torch.Tensor,
+                     k_scale: Scale, v_scale: Scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_gather_float(..., fold=True)` of K and of V at the same `index`. fp8 K and V of one
+    shape are gathered side by side and decoded in one pass: a small decode's cost is its
+    count of operations, not their size (above `FP8_PAIR_MAX_ELEMENTS`, where their size
+    is, the two are decoded apart)."""
+    if not (is_fp8(k_rows) and is_fp8(v_rows) and k_rows.shape == v_rows.shape
+            and index.numel() * math.prod(k_rows.shape[1:]) <= FP8_PAIR_MAX_ELEMENTS):
+        return (_gather_float(k_rows, index, k_scale, "k", fold=True),
+                _gather_float(v_rows, index, v_scale, "v", fold=True))
+    shape = (2, index.numel(), *k_rows.shape[1:])
+    raw = _scratch_buffer("raw_kv", shape, k_rows.dtype, k_rows.device)
+    torch.index_select(k_rows, 0, index, out=raw[0])
+    torch.index_select(v_rows, 0, index, out=raw[1])
+    out = _fp8_to_float(raw, None, _scratch_buffer("kv", shape, torch.float32, k_rows.device),
+                        apply_scale=False)
+    return out[0], out[1]
+
+
 def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=None):
     """One query per sequence (`q` `[S, Hq, D]`) over gathered float32 `k`, `v`
     `[S, W, Hkv, D]`; `valid` (`[S, W]` bool, None: every key) masks padding and keys outside
@@ -388,33 +426,46 @@ Gather = Callable[[torch.Tensor | None, torch.Tensor | None, int],
 
 
 def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, sliding_window=None,
-                     softcap=None, sinks=None, v_head_dim=None, k_fold=None, v_fold=None):
+                     softcap=None, sinks=None, v_head_dim=None, k_fold=None, v_fold=None,
+                     memo: dict | None = None):
     """Decode in buckets of similar length (`_decode_plan`); a window caps each sequence's keys
-    at W, so the cost grows with W, not with the context."""
+    at W, so the cost grows with W, not with the context. `memo` (one dict per step and
+    table, `shared_decode_indices`) keeps the plan, the buckets' indices and masks for the step's next
+    layers."""
     out_shape = q.shape if v_head_dim is None else (*q.shape[:-1], v_head_dim)
     if q.shape[0] == 0:
         return torch.empty(out_shape, dtype=q.dtype, device=q.device)
-    lens = seq_lens.tolist()
-    firsts = [first_visible(n, 1, sliding_window) for n in lens]
-    plan = _decode_plan(lens, firsts)
+    memo = {} if memo is None else memo
+    if "plan" not in memo:
+        lens = seq_lens.tolist()
+        firsts = [first_visible(n, 1, sliding_window) for n in lens]
+        memo["plan"] = lens, firsts, _decode_plan(lens, firsts)
+    lens, firsts, plan = memo["plan"]
 
     def bucket(rows: list[int] | None) -> torch.Tensor:
-        chosen = range(len(lens)) if rows is None else rows
-        bucket_lens = [lens[i] for i in chosen]
-        bucket_firsts = [firsts[i] for i in chosen]
-        span = max(max(n - f for n, f in zip(bucket_lens, bucket_firsts, strict=True)), 1)
-        index = None if rows is None else torch.tensor(rows, device=q.device)
-        first = (None if sliding_window is None
-                 else torch.tensor(bucket_firsts, device=q.device))
+        key = None if rows is None else tuple(rows)
+        if ("bucket", key) not in memo:
+            chosen = range(len(lens)) if rows is None else rows
+            bucket_lens = [lens[i] for i in chosen]
+            bucket_firsts = [firsts[i] for i in chosen]
+            span = max(max(n - f for n, f in zip(bucket_lens, bucket_firsts, strict=True)), 1)
+            index = None if rows is None else torch.tensor(rows, device=q.device)
+            first = (None if sliding_window is None
+                     else torch.tensor(bucket_firsts, device=q.device))
+            masked = any(f != 0 for f in bucket_firsts) or min(bucket_lens) != span
+            memo["bucket", key] = index, first, span, masked
+        index, first, span, masked = memo["bucket", key]
         k, v, key_pos = gather(index, first, span)
-        valid = None
-        if k.shape[1] != span or any(f != 0 for f in bucket_firsts) or min(bucket_lens) != span:
-            row_lens = seq_lens.long() if index is None else seq_lens.long()[index]
-            valid = key_pos < row_lens[:, None]
-            if first is not None:
-                valid &= key_pos >= first[:, None]
-        return _decode(q if index is None else q[index], k, v, valid, softmax_scale, softcap,
-                       sinks, k_fold, v_fold)
+        if ("valid", key) not in memo:
+            valid = None
+            if k.shape[1] != span or masked:
+                row_lens = seq_lens.long() if index is None else seq_lens.long()[index]
+                valid = key_pos < row_lens[:, None]
+                if first is not None:
+                    valid &= key_pos >= first[:, None]
+            memo["valid", key] = valid
+        return _decode(q if index is None else q[index], k, v, memo["valid", key],
+                       softmax_scale, softcap, sinks, k_fold, v_fold)
 
     if plan is None:
         return bucket(None)
@@ -422,6 +473,31 @@ def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, sliding_window=
     for rows in plan:
         out[torch.tensor(rows, device=q.device)] = bucket(rows)
     return out
+
+
+@contextmanager
+def shared_decode_indices() -> Iterator[None]:
+    """Within it, the decodes over the same tables share their indices (plan, block index,
+    masks): the first layer of a step builds them and the others find them. Open one per
+    step, around its forward (`ModelExecutor`), while no table it reads changes."""
+    outer = _scratch.__dict__.get("memo")
+    _scratch.memo = {}
+    try:
+        yield
+    finally:
+        _scratch.memo = outer
+
+
+def _table_memo(kind: str, table: torch.Tensor, seq_lens: torch.Tensor, *params) -> dict | None:
+    """The entry of the open `shared_decode_indices` for a decode over `table` (block tables
+    or start slots) and `seq_lens` (None outside one): within a step the same memory and
+    shape hold the same indices, and the tensors stay alive until it ends."""
+    memo = _scratch.__dict__.get("memo")
+    if memo is None:
+        return None
+    key = (kind, table.data_ptr(), tuple(table.shape), tuple(table.stride()),
+           seq_lens.data_ptr(), tuple(seq_lens.shape), *params)
+    return memo.setdefault(key, {})
 
 
 def paged_decode_attention(
@@ -441,7 +517,9 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     """Decode: `q` `[S, Hq, D]`, the newest token of each sequence, already written to the cache.
 
-    With a window only the blocks holding positions inside it are read.
+    With a window only the blocks holding positions inside it are read. Inside
+    `shared_decode_indices` the layers after a step's first find its decode indices (plan,
+    block index, masks) instead of building them.
     """
     num_blocks = k_cache.shape[0] // block_size
     table_width = block_tables.shape[1]
@@ -450,7 +528,18 @@ def paged_decode_attention(
         for cache in (k_cache, v_cache)
     )
 
+    memo = _table_memo("paged", block_tables, seq_lens, block_size, sliding_window)
+
     def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
+        key = ("gather", None if rows is None else id(rows), span)  # rows: the memo's tensor
+        if memo is None or key not in memo:
+            found = block_index(rows, first, span)
+            if memo is None:
+                return take(*found)
+            memo[key] = found
+        return take(*memo[key])
+
+    def block_index(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
         # Whole blocks at once: one index per block instead of one per token.
         tables = block_tables if rows is None else block_tables[rows]
         if sliding_window is None:  # every row from position 0: the table's first columns
@@ -469,18 +558,19 @@ def paged_decode_attention(
             key_pos = (first_block[:, None] * block_size
                        + torch.arange(width * block_size, device=q.device)[None, :])
             keys = width * block_size
-        num_rows = tables.shape[0]
+        return blocks, key_pos, keys, width, tables.shape[0]
 
-        def take(by_block: torch.Tensor, scale: Scale, role: str) -> torch.Tensor:
-            rows_of = _gather_float(by_block, blocks, scale, role, fold=True)
-            rows_of = rows_of.view(num_rows, width * block_size, *by_block.shape[2:])
+    def take(blocks: torch.Tensor, key_pos: torch.Tensor, keys: int, width: int, num_rows: int):
+        def by_row(rows_of: torch.Tensor) -> torch.Tensor:
+            rows_of = rows_of.view(num_rows, width * block_size, *rows_of.shape[2:])
             return rows_of if keys == width * block_size else rows_of[:, :keys]
 
-        return take(k_blocks, k_scale, "k"), take(v_blocks, v_scale, "v"), key_pos
+        k, v = _gather_kv_float(k_blocks, v_blocks, blocks, k_scale, v_scale)
+        return by_row(k), by_row(v), key_pos
 
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
-                            _fp8_fold(v_cache, v_scale))
+                            _fp8_fold(v_cache, v_scale), memo)
 
 
 def contiguous_decode_attention(
@@ -500,7 +590,8 @@ def contiguous_decode_attention(
 ) -> torch.Tensor:
     """Decode reading each sequence's K/V from `[start_slot, start_slot + seq_len)` (with a
     window, only its last W positions); with `ring_lens` (`[S]` int, a window group's
-    rings) position p of sequence i from `start_slots[i] + p % ring_lens[i]`."""
+    rings) position p of sequence i from `start_slots[i] + p % ring_lens[i]`;
+    `shared_decode_indices` as `paged_decode_attention`."""
     lens = seq_lens.tolist()
     starts = start_slots.tolist()
     firsts = [first_visible(n, 1, sliding_window) for n in lens]
@@ -531,12 +622,11 @@ def contiguous_decode_attention(
         # Padding positions may run past the arena's end; they are masked, so clamp the gather.
         slots = slots.clamp(max=k_cache.shape[0] - 1).flatten()
 
-        def take(cache: torch.Tensor, scale: Scale, role: str) -> torch.Tensor:
-            rows_of = _gather_float(cache, slots, scale, role, fold=True)
-            return rows_of.view(len(row_starts), span, *cache.shape[1:])
-
-        return take(k_cache, k_scale, "k"), take(v_cache, v_scale, "v"), key_pos
+        k, v = _gather_kv_float(k_cache, v_cache, slots, k_scale, v_scale)
+        return (k.view(len(row_starts), span, *k.shape[1:]),
+                v.view(len(row_starts), span, *v.shape[1:]), key_pos)
 
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
-                            _fp8_fold(v_cache, v_scale))
+                            _fp8_fold(v_cache, v_scale),
+                            _table_memo("contiguous", start_slots, seq_lens, sliding_window))

@@ -15,7 +15,7 @@ from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.execution.tensor_executor import TensorExecutor
 from kvbench.kernels.attention_ops import AttentionOps
-from kvbench.kernels.reference import write_latent
+from kvbench.kernels.reference import shared_decode_indices, write_latent
 from kvbench.models.llama import LlamaDecoder
 from kvbench.tracing import trace_range
 
@@ -224,6 +224,9 @@ class ModelExecutor(TensorExecutor):
         latent_layers = arena.latent_layers
         layer_group = arena.layer_group
         group_slots, group_tables = idx.group_slot_mappings, idx.group_tables
+        # the decodes' rows, sliced once a step rather than once a layer
+        decode_lens = idx.seq_lens[p:] if p else idx.seq_lens
+        decode_starts = idx.start_slots[p:] if kind != "paged" else None
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kc, vc = arena.k[layer], arena.v[layer]
@@ -252,35 +255,35 @@ class ModelExecutor(TensorExecutor):
                                  tokens=q_dec.shape[0]):
                     if kind == "paged":
                         return ops.paged_decode_attention(
-                            q_dec, kc, vc, block_tables[p:], idx.seq_lens[p:], block_size,
-                            scale, ks, vs, **variant, **decode_extra)
-                    starts = idx.start_slots if start_slots is None else start_slots
+                            q_dec, kc, vc, block_tables[p:] if p else block_tables, decode_lens,
+                            block_size, scale, ks, vs, **variant, **decode_extra)
+                    starts = decode_starts if start_slots is None else start_slots[p:]
                     ring = {} if ring_lens is None else {"ring_lens": ring_lens[p:]}
                     return ops.contiguous_decode_attention(
-                        q_dec, kc, vc, starts[p:], idx.seq_lens[p:], scale, ks, vs,
+                        q_dec, kc, vc, starts, decode_lens, scale, ks, vs,
                         **variant, **ring, **decode_extra)
 
             if not p:  # decode only: the kernel's output is the layer's, no copy into a buffer
                 return decode(q)
+            with trace_range("prefill_attention", layer=layer, seqs=p, tokens=pt):
+                if kind == "paged":
+                    prefilled = ops.paged_attention(
+                        q[:pt], kc, vc, block_tables[:p], idx.query_start_loc,
+                        idx.seq_lens[:p], block_size, scale, ks, vs, **variant,
+                        **prefill_extra,
+                    )
+                else:
+                    starts = idx.start_slots if start_slots is None else start_slots
+                    ring = {} if ring_lens is None else {"ring_lens": ring_lens[:p]}
+                    prefilled = ops.contiguous_attention(
+                        q[:pt], kc, vc, starts[:p], idx.query_start_loc,
+                        idx.seq_lens[:p], scale, ks, vs, **variant, **ring, **prefill_extra,
+                    )
+            if q.shape[0] == pt:  # prefill only: its output is the layer's, as a decode's
+                return prefilled
             out = q.new_empty((*q.shape[:-1], vc.shape[-1]))
-            if p:
-                with trace_range("prefill_attention", layer=layer, seqs=p, tokens=pt):
-                    if kind == "paged":
-                        out[:pt] = ops.paged_attention(
-                            q[:pt], kc, vc, block_tables[:p], idx.query_start_loc,
-                            idx.seq_lens[:p], block_size, scale, ks, vs, **variant,
-                            **prefill_extra,
-                        )
-                    else:
-                        starts = idx.start_slots if start_slots is None else start_slots
-                        ring = {} if ring_lens is None else {"ring_lens": ring_lens[:p]}
-                        out[:pt] = ops.contiguous_attention(
-                            q[:pt], kc, vc, starts[:p], idx.query_start_loc,
-                            idx.seq_lens[:p], scale, ks, vs, **variant, **ring,
-                            **prefill_extra,
-                        )
-            if q.shape[0] > pt:
-                out[pt:] = decode(q[pt:])
+            out[:pt] = prefilled
+            out[pt:] = decode(q[pt:])
             return out
 
         return attend
@@ -314,7 +317,10 @@ class ModelExecutor(TensorExecutor):
             if self.graphs is not None and self.graphs.can_run(batch, idx):
                 hidden = self.graphs.run(batch, idx)
             else:
-                hidden = self.model(input_ids, positions, self._eager_attention(layout, idx))
-            logits = self.model.logits(hidden[rows])
+                with shared_decode_indices():  # built by the first layer, found by the rest
+                    hidden = self.model(input_ids, positions, self._eager_attention(layout, idx))
+            # a decode-only step samples every row in order: no gather of the hidden states
+            every_row = batch.sample_rows == list(range(batch.num_tokens))
+            logits = self.model.logits(hidden if every_row else hidden[rows])
             self.synchronize()
         return logits

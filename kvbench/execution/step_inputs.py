@@ -100,8 +100,11 @@ def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int,
     """Apply the layout's table log to `arrays` and derive the step's indices from them; a
     layout with a table per allocation group (`group_table_logs`) applies each group's log
     to its own entry of `group_arrays` (grown as needed)."""
-    query_lens = np.asarray(layout.query_lens, dtype=np.int64)
     seq_lens = np.asarray(layout.seq_lens, dtype=np.int64)
+    if (num_prefill == 0 and layout.seq_ids is not None and layout.group_table_logs is None
+            and len(layout.query_lens) == len(seq_lens) and all(n == 1 for n in layout.query_lens)):
+        return _decode_indices(layout, arrays, seq_lens)
+    query_lens = np.asarray(layout.query_lens, dtype=np.int64)
     qsl = np.zeros(num_prefill + 1, dtype=np.int64)
     np.cumsum(query_lens[:num_prefill], out=qsl[1:])
     if layout.seq_ids is None:  # spelled out by hand
@@ -128,6 +131,30 @@ def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int,
         tables = arrays.table[rows, :1]
         slots = tables[seq_of, 0] + positions
     return HostIndices(slots, seq_lens, qsl, tables)
+
+
+# A decode step's `query_start_loc`: no prefill, so only its leading 0 (never written to).
+_NO_PREFILL = np.zeros(1, dtype=np.int64)
+
+
+def _decode_indices(layout: KVLayout, arrays: BlockTableArrays,
+                    seq_lens: np.ndarray) -> HostIndices:
+    """`layout_indices` of a step of decodes only (one new token a sequence, at position
+    seq_len - 1), in the fewest array operations: a step's host work runs with the caches
+    cold from the forward before it, where each operation costs several microseconds."""
+    arrays.apply(layout.table_log)
+    rows = arrays.rows(layout.seq_ids)
+    positions = seq_lens - 1
+    if layout.kind == "paged":
+        width = max(int(arrays.lengths[rows].max(initial=1)), 1)
+        tables = arrays.table[rows, :width]
+        bs = layout.block_size
+        blocks = tables[np.arange(len(rows)), positions // bs]
+        slots = blocks * bs + positions % bs
+    else:
+        tables = arrays.table[rows, :1]
+        slots = tables[:, 0] + positions
+    return HostIndices(slots, seq_lens, _NO_PREFILL, tables)
 
 
 def _group_indices(layout: KVLayout, group_arrays: list[BlockTableArrays] | None,
@@ -220,6 +247,37 @@ class StepInputs:
     def _host_buffer(self, n: int) -> torch.Tensor:
         return torch.empty(n, dtype=torch.int64, pin_memory=self._pin)
 
+    @staticmethod
+    def _cpu_parts(long_parts: list, int_parts: list, starts: list[int],
+                   sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The long and the int32 parts in fresh arrays their tensors own: nothing to
+        transfer, and each written in its final dtype (no copy, no conversion)."""
+        longs = np.empty(starts[4], dtype=np.int64)
+        ints = np.empty(starts[-1] - starts[4], dtype=np.int32)
+        for part, at, n in zip(long_parts, starts[:4], sizes[:4], strict=True):
+            longs[at : at + n] = part
+        for part, at, n in zip(int_parts, starts[4:-1], sizes[4:], strict=True):
+            ints[at - starts[4] : at - starts[4] + n] = part
+        return torch.from_numpy(longs), torch.from_numpy(ints)
+
+    def _transferred_parts(self, parts: list, starts: list[int],
+                           sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every part packed into the staging buffer and copied to the device at once; the
+        int32 parts converted there, keeping their element offsets in their own (aligned)
+        tensor."""
+        total = starts[-1]
+        if self._copied is not None:  # the previous step's transfer must have read the buffer
+            self._copied.synchronize()
+        if total > self._staging.numel():
+            self._staging = self._host_buffer(max(total, 2 * self._staging.numel()))
+        staging = self._staging.numpy()
+        for part, at, n in zip(parts, starts[:-1], sizes, strict=True):
+            staging[at : at + n] = part
+        flat = self._staging[:total].to(self.device, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record()
+        return flat, flat[starts[4] :].to(torch.int32)
+
     def build(self, batch: StepBatch) -> DeviceIndices:
         host = layout_indices(batch.layout, self.arrays, batch.num_prefill_seqs,
                               self.group_arrays)
@@ -229,24 +287,11 @@ class StepInputs:
         sizes = [num_tokens, num_tokens, len(batch.sample_rows), len(host.slot_mapping)]
         sizes += [len(p) for p in int_parts]
         starts = aligned_starts(sizes)
-        total = starts[-1]
-        if self._copied is not None:  # the previous step's transfer must have read the buffer
-            self._copied.synchronize()
-        if total > self._staging.numel():
-            self._staging = self._host_buffer(max(total, 2 * self._staging.numel()))
-        staging = self._staging.numpy()
-        for part, at, n in zip(long_parts + int_parts, starts[:-1], sizes, strict=True):
-            staging[at : at + n] = part
-        flat = self._staging[:total]
-        if self.device.type != "cpu":
-            flat = flat.to(self.device, non_blocking=True)
-            self._copied = torch.cuda.Event()
-            self._copied.record()
-        else:
-            flat = flat.clone()  # the next step overwrites the staging buffer
-        # The int32 parts keep their element offsets in their own (aligned) tensor.
-        int_flat = flat[starts[4] :].to(torch.int32)
         int_at = [at - starts[4] for at in starts[4:-1]]
+        if self.device.type == "cpu":
+            flat, int_flat = self._cpu_parts(long_parts, int_parts, starts, sizes)
+        else:
+            flat, int_flat = self._transferred_parts(long_parts + int_parts, starts, sizes)
         part = [flat[at : at + n] for at, n in zip(starts[:4], sizes[:4], strict=True)]
         part += [int_flat[at : at + n] for at, n in zip(int_at, sizes[4:], strict=True)]
         p = batch.num_prefill_seqs

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
-from kvbench.models.llama import Attention, AttentionFn
+from kvbench.models.llama import Attention, AttentionFn, signed_sin
 
 
 class GemmaRMSNorm(nn.Module):
@@ -126,7 +126,8 @@ class GemmaDecoder(nn.Module):
               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * inv_freq.float()[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
+        # sin signed for llama's `apply_rope`
+        return emb.cos().to(dtype)[:, None, :], signed_sin(emb.sin().to(dtype))[:, None, :]
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn

@@ -67,9 +67,18 @@ def rope_attention_factor(config: ModelConfig) -> float:
     return 1.0
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """RoPE's sin `[..., D]` with its first half negated, as `apply_rope` takes it: made
+    once a step, so that each layer rotates with one `roll` where `rotate_half` would take
+    a negation and a concatenation."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """`x * cos + rotate_half(x) * sin` (rotate_half(x) = cat(-x2, x1)), bit for bit:
+    roll(x) = cat(x2, x1), and -x2 * s and x2 * -s are the same float."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
 
 
 class Attention(nn.Module):
@@ -97,8 +106,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = attention(self.layer_index, q, k, v)
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
 
@@ -208,6 +216,8 @@ class FlatBatchDecoder(nn.Module):
         raise NotImplementedError
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) of `positions` as the family's layers take them (llama's `Attention`:
+        `[T, 1, D]`, sin signed by `signed_sin`)."""
         raise NotImplementedError
 
     def reset_buffers(self, device: torch.device) -> None:
@@ -254,5 +264,5 @@ class LlamaDecoder(FlatBatchDecoder):
         cos, sin = emb.cos(), emb.sin()
         if self.rope_attention_factor != 1.0:
             cos, sin = cos * self.rope_attention_factor, sin * self.rope_attention_factor
-        # [T, 1, D]: broadcast over heads
-        return cos.to(dtype)[:, None, :], sin.to(dtype)[:, None, :]
+        # [T, 1, D]: broadcast over heads; sin signed for `apply_rope`
+        return cos.to(dtype)[:, None, :], signed_sin(sin.to(dtype))[:, None, :]
