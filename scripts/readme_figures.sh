@@ -146,7 +146,8 @@ def summaries(folder: Path) -> dict[str, dict]:
 
 
 runs: dict[str, list[dict[str, dict]]] = {}
-for line in (out / "runs.txt").read_text().splitlines():
+runs_file = out / "runs.txt"
+for line in (runs_file.read_text().splitlines() if runs_file.exists() else []):
     figure, _rep, folder = line.split(" ", 2)
     runs.setdefault(figure, []).append(summaries(Path(folder)))
 
