@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -50,6 +51,23 @@ def token_times_file(requests: Iterable[Request], sequences: dict[int, list[Sequ
     """`token_time_lines`, and exactly what `read_token_arrays` gives for the file they make
     (each time is `round(t, 6)`), from one rounding pass: a session hands the arrays to its
     report instead of parsing the file back (4M times cost a third of a second)."""
+    lines: list[str] = []
+    times = _write_lines(lines.extend, requests, sequences)
+    return lines, times
+
+
+def write_token_times(handle: IO[str], requests: Iterable[Request],
+                      sequences: dict[int, list[Sequence]]) -> TokenTimes:
+    """Write `token_time_lines` to `handle` (each with its newline), a batch of lines at a
+    time, and return what `token_times_file` returns beside them: the file's text is never
+    held whole (a long run's is hundreds of MB)."""
+    return _write_lines(lambda lines: handle.write("".join(f"{line}\n" for line in lines)),
+                        requests, sequences)
+
+
+def _write_lines(put: Callable[[list[str]], Any], requests: Iterable[Request],
+                 sequences: dict[int, list[Sequence]]) -> TokenTimes:
+    """Hand the lines of every sample, in request order, to `put` a batch at a time."""
     ids: list[int] = []
     samples: list[int] = []
     series: list[Seq[float]] = []
@@ -58,38 +76,42 @@ def token_times_file(requests: Iterable[Request], sequences: dict[int, list[Sequ
             ids.append(int(request.request_id))
             samples.append(int(seq.sample_index))
             series.append(seq.token_times_s)
-    bodies, times_s = _format_series(series)
-    lines = [f'{{"request_id":{request_id},"sample":{sample},"token_times_s":[{body}]}}'
-             for request_id, sample, body in zip(ids, samples, bodies, strict=True)]
+    rounded: list[np.ndarray] = [np.empty(0)]
+    done = 0
+    for bodies, values in _format_batches(series):
+        end = done + len(bodies)
+        put([f'{{"request_id":{request_id},"sample":{sample},"token_times_s":[{body}]}}'
+             for request_id, sample, body in zip(ids[done:end], samples[done:end], bodies,
+                                                 strict=True)])
+        done = end
+        rounded.append(values)
     counts = np.array([len(times) for times in series], dtype=np.int64)
-    return lines, TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
-                             np.concatenate([[0], np.cumsum(counts)]), times_s)
+    return TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
+                      np.concatenate([[0], np.cumsum(counts)]), np.concatenate(rounded))
 
 
 def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:
     """Each list of seconds as `json.dumps([round(t, 6) for t in times])` writes it, without
     the brackets (`"0.1,0.300001"`)."""
-    return _format_series(series)[0]
-
-
-def _format_series(series: Seq[Seq[float]]) -> tuple[list[str], np.ndarray]:
-    """`microsecond_lists`, and every time as `round(t, 6)`, laid end to end."""
     out: list[str] = []
-    rounded: list[np.ndarray] = [np.empty(0)]
+    for bodies, _ in _format_batches(series):
+        out.extend(bodies)
+    return out
+
+
+def _format_batches(series: Seq[Seq[float]]) -> Iterator[tuple[list[str], np.ndarray]]:
+    """`microsecond_lists` of consecutive batches of `series`, each with its times as
+    `round(t, 6)` laid end to end."""
     chunk: list[Seq[float]] = []
     size = 0
     for times in series:
         chunk.append(times)
         size += len(times)
         if size >= _CHUNK_VALUES:
-            text, values = _format_chunk(chunk)
-            out.extend(text)
-            rounded.append(values)
+            yield _format_chunk(chunk)
             chunk, size = [], 0
-    text, values = _format_chunk(chunk)
-    out.extend(text)
-    rounded.append(values)
-    return out, np.concatenate(rounded)
+    if chunk or not series:
+        yield _format_chunk(chunk)
 
 
 # Values formatted per batch of lines: the arrays of a batch stay in the CPU cache and in
@@ -340,4 +362,4 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 __all__ = ["TOKENS_FILE", "TokenTimes", "microsecond_lists", "pooled_gaps_s",
            "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines",
-           "token_times_file"]
+           "token_times_file", "write_token_times"]

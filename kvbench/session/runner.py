@@ -30,7 +30,7 @@ from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
 from kvbench.models.resolve_config import resolve_model_config
-from kvbench.results.files import ResultsFolder, atomic_write_text, write_csv, write_json
+from kvbench.results.files import ResultsFolder, atomic_text_file, write_csv, write_json
 from kvbench.results.metrics import (
     goodput,
     inter_token_latencies_ms,
@@ -55,7 +55,7 @@ from kvbench.results.summary import (
     Summary,
     Throughput,
 )
-from kvbench.results.token_times import TOKENS_FILE, TokenTimes, token_times_file
+from kvbench.results.token_times import TOKENS_FILE, TokenTimes, write_token_times
 from kvbench.session.progress import Progress
 from kvbench.session.run_config import RunConfig
 from kvbench.strategies import STRATEGIES, reads_option
@@ -379,8 +379,8 @@ def _write_results(
                             step_totals, engine)
     write_csv(folder / "requests.csv", requests_df)
     request_writer.close()
-    lines, token_times = token_times_file(added, engine.sequences)
-    atomic_write_text(folder / TOKENS_FILE, "".join(f"{line}\n" for line in lines))
+    with atomic_text_file(folder / TOKENS_FILE) as handle:  # streamed: a long run's is GBs
+        token_times = write_token_times(handle, added, engine.sequences)
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", recorder.to_json())
