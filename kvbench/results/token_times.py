@@ -56,18 +56,41 @@ def token_times_file(requests: Iterable[Request], sequences: dict[int, list[Sequ
     return lines, times
 
 
+@dataclass(frozen=True)
+class WrittenTokenTimes:
+    """What writing tokens.jsonl hands back: the arrays the file reads back as, and every
+    inter-token gap of the unrounded times (ms), pooled in the file's order of samples
+    (`metrics.inter_token_latencies_ms` over the samples in that order)."""
+
+    times: TokenTimes
+    itl_ms: np.ndarray
+
+
 def write_token_times(handle: IO[str], requests: Iterable[Request],
-                      sequences: dict[int, list[Sequence]]) -> TokenTimes:
+                      sequences: dict[int, list[Sequence]]) -> WrittenTokenTimes:
     """Write `token_time_lines` to `handle` (each with its newline), a batch of lines at a
-    time, and return what `token_times_file` returns beside them: the file's text is never
-    held whole (a long run's is hundreds of MB)."""
-    return _write_lines(lambda lines: handle.write("".join(f"{line}\n" for line in lines)),
-                        requests, sequences)
+    time: the file's text is never held whole (a long run's is hundreds of MB). The ITLs
+    come from the same pass over the times (a run's summary needs them)."""
+    gaps_ms: list[np.ndarray] = [np.empty(0)]
+    times = _write_lines(lambda lines: handle.write("".join(f"{line}\n" for line in lines)),
+                         requests, sequences, gaps_ms.append)
+    return WrittenTokenTimes(times, np.concatenate(gaps_ms))
+
+
+def file_order(requests: Iterable[Request],
+               sequences: dict[int, list[Sequence]]) -> list[tuple[int, int]]:
+    """(request id, sample) of each line of the file `token_time_lines` makes."""
+    return [(int(request.request_id), int(seq.sample_index)) for request in requests
+            for seq in sorted(sequences.get(request.request_id, []),
+                              key=lambda s: s.sample_index)]
 
 
 def _write_lines(put: Callable[[list[str]], Any], requests: Iterable[Request],
-                 sequences: dict[int, list[Sequence]]) -> TokenTimes:
-    """Hand the lines of every sample, in request order, to `put` a batch at a time."""
+                 sequences: dict[int, list[Sequence]],
+                 put_gaps_ms: Callable[[np.ndarray], Any] | None = None) -> TokenTimes:
+    """Hand the lines of every sample, in request order, to `put` a batch at a time (and,
+    with `put_gaps_ms`, each batch's pooled gaps: batches end between samples, so they are
+    the whole run's gaps cut in order)."""
     ids: list[int] = []
     samples: list[int] = []
     series: list[Seq[float]] = []
@@ -76,16 +99,19 @@ def _write_lines(put: Callable[[list[str]], Any], requests: Iterable[Request],
             ids.append(int(request.request_id))
             samples.append(int(seq.sample_index))
             series.append(seq.token_times_s)
+    counts = np.array([len(times) for times in series], dtype=np.int64)
     rounded: list[np.ndarray] = [np.empty(0)]
     done = 0
-    for bodies, values in _format_batches(series):
+    for bodies, values, seconds in _format_batches(series):
         end = done + len(bodies)
         put([f'{{"request_id":{request_id},"sample":{sample},"token_times_s":[{body}]}}'
              for request_id, sample, body in zip(ids[done:end], samples[done:end], bodies,
                                                  strict=True)])
+        if put_gaps_ms is not None:
+            put_gaps_ms(pooled_gaps_s(seconds, np.concatenate([[0], np.cumsum(
+                counts[done:end])])) * 1e3)
         done = end
         rounded.append(values)
-    counts = np.array([len(times) for times in series], dtype=np.int64)
     return TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
                       np.concatenate([[0], np.cumsum(counts)]), np.concatenate(rounded))
 
@@ -94,14 +120,15 @@ def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:
     """Each list of seconds as `json.dumps([round(t, 6) for t in times])` writes it, without
     the brackets (`"0.1,0.300001"`)."""
     out: list[str] = []
-    for bodies, _ in _format_batches(series):
+    for bodies, _, _ in _format_batches(series):
         out.extend(bodies)
     return out
 
 
-def _format_batches(series: Seq[Seq[float]]) -> Iterator[tuple[list[str], np.ndarray]]:
+def _format_batches(series: Seq[Seq[float]],
+                    ) -> Iterator[tuple[list[str], np.ndarray, np.ndarray]]:
     """`microsecond_lists` of consecutive batches of `series`, each with its times as
-    `round(t, 6)` laid end to end."""
+    `round(t, 6)` and as they are, laid end to end."""
     chunk: list[Seq[float]] = []
     size = 0
     for times in series:
@@ -119,12 +146,13 @@ def _format_batches(series: Seq[Seq[float]]) -> Iterator[tuple[list[str], np.nda
 _CHUNK_VALUES = 1 << 16
 
 
-def _format_chunk(series: list[Seq[float]]) -> tuple[list[str], np.ndarray]:
-    """Each list's text (`microsecond_lists`) and its times as `round(t, 6)`, laid end to end
-    (`us / 1e6` is that double; a value the array path does not print is Python's own)."""
+def _format_chunk(series: list[Seq[float]]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Each list's text (`microsecond_lists`), and its times as `round(t, 6)` and as they
+    are, laid end to end (`us / 1e6` is that double; a value the array path does not print
+    is Python's own)."""
     lengths = [len(times) for times in series]
     if not sum(lengths):
-        return ["" for _ in series], np.empty(0)
+        return ["" for _ in series], np.empty(0), np.empty(0)
     seconds = np.concatenate([np.asarray(t, dtype=float) for t in series])
     us, plain = _round_to_us(seconds)
     rounded = us / _US_PER_S
@@ -147,7 +175,7 @@ def _format_chunk(series: list[Seq[float]]) -> tuple[list[str], np.ndarray]:
         else:
             out.append(text[start_char:end_char])
         start_char = end_char + 1
-    return out, rounded
+    return out, rounded, seconds
 
 
 def _round_to_us(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -362,4 +390,4 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 __all__ = ["TOKENS_FILE", "TokenTimes", "microsecond_lists", "pooled_gaps_s",
            "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines",
-           "token_times_file", "write_token_times"]
+           "token_times_file", "write_token_times", "WrittenTokenTimes", "file_order"]
