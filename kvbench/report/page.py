@@ -148,7 +148,8 @@ def _build_page(runset: RunSet) -> str:
     if timeline is not None:
         sections.append(_section(
             "timelines", "Over time",
-            "One point per engine step. Utilization drops show reservations and fragmentation; "
+            "One point per engine step (past 1,500 steps, each stretch's lowest and highest). "
+            "Utilization drops show reservations and fragmentation; "
             "a long waiting queue next to low utilization is memory a better strategy would "
             "turn into batch size.", figures.html(timeline, "timelines")))
     split = timelines.memory_timeline_figure(runset)
