@@ -68,10 +68,10 @@ class TokenSampler:
         # shared objects without making an int per token.
         self._ids = np.arange(vocab_size, dtype=np.int64).astype(object)
 
-    def _draw(self, n: int) -> list[int]:
-        """`n` ids (at most a chunk's worth, so the temporaries stay small)."""
-        draws = self._rng.integers(0, self._vocab_size, int(n), dtype=np.int64)
-        return self._ids[draws].tolist()
+    def _draw(self, n: int) -> np.ndarray:
+        """`n` ids as the shared int objects (an object array; at most a chunk's worth, so
+        the temporaries stay small)."""
+        return self._ids[self._rng.integers(0, self._vocab_size, int(n), dtype=np.int64)]
 
     def tokens(self, n: int) -> list[int]:
         """`n` random token ids (a draw too large for the machine's memory is refused)."""
@@ -81,7 +81,7 @@ class TokenSampler:
                                 "(--num-requests) or shorter prompts (--workload-param)")
         out: list[int] = []
         for start in range(0, n, _DRAW_TOKENS):
-            out += self._draw(min(_DRAW_TOKENS, n - start))
+            out += self._draw(min(_DRAW_TOKENS, n - start)).tolist()
         return out
 
     def rows(self, lengths: Sequence[int] | np.ndarray) -> list[tuple[int, ...]]:
@@ -92,18 +92,18 @@ class TokenSampler:
         if total > CHECKED_DRAW_TOKENS:
             check_workload_fits(0, total, "the workload's prompts", "replay fewer requests "
                                 "(--num-requests) or shorter prompts (--workload-param)")
+        ends = np.cumsum(lengths)
         out: list[tuple[int, ...]] = []
-        flat: list[int] = []  # drawn ids not yet cut into rows
-        taken = 0  # where the next row starts in `flat`
-        drawn = 0
-        for length in lengths.tolist():
-            if taken + length > len(flat):
-                # What the next rows need, a chunk at a time (a longer row: all of itself),
-                # never past the total: the stream stays where one draw would leave it.
-                size = min(max(taken + length - len(flat), _DRAW_TOKENS), total - drawn)
-                flat = flat[taken:] + self._draw(size)
-                drawn += size
-                taken = 0
-            out.append(tuple(flat[taken : taken + length]))
-            taken += length
+        first, drawn = 0, 0  # the next row, and the tokens of the rows before it
+        while first < len(lengths):
+            # The rows whose tokens fit in one chunk (at least one row, however long), drawn
+            # at once: consecutive draws are one draw cut in order.
+            last = max(first + 1, int(np.searchsorted(ends, drawn + _DRAW_TOKENS, "right")))
+            ids = self._draw(int(ends[last - 1]) - drawn)
+            start = 0
+            for end in (ends[first:last] - drawn).tolist():
+                out.append(tuple(ids[start:end].tolist()))
+                start = end
+            drawn = int(ends[last - 1])
+            first = last
         return out
