@@ -18,9 +18,14 @@ from kvbench.results.token_times import pooled_gaps_s
 PERCENTILES = (50, 90, 99)
 
 
-def latency_stats(values_ms: pd.Series | np.ndarray | list[float]) -> dict[str, float | None]:
-    """mean, p50, p90, p99, max of a latency sample in milliseconds (None when empty)."""
-    arr = np.array(values_ms, dtype=np.float64)  # this function's own copy (None is NaN)
+def latency_stats(values_ms: pd.Series | np.ndarray | list[float],
+                  consume: bool = False) -> dict[str, float | None]:
+    """mean, p50, p90, p99, max of a latency sample in milliseconds (None when empty).
+    `consume`: `values_ms` is a float64 array the caller no longer reads, which may be
+    reordered instead of copied (a long run's ITLs are GBs)."""
+    arr = (values_ms if consume and isinstance(values_ms, np.ndarray)
+           and values_ms.dtype == np.float64 and values_ms.ndim == 1
+           else np.array(values_ms, dtype=np.float64))  # our own copy (None is NaN)
     missing = np.isnan(arr)
     if missing.any():
         arr = arr[~missing]

@@ -71,10 +71,10 @@ def write_token_times(handle: IO[str], requests: Iterable[Request],
     """Write `token_time_lines` to `handle` (each with its newline), a batch of lines at a
     time: the file's text is never held whole (a long run's is hundreds of MB). The ITLs
     come from the same pass over the times (a run's summary needs them)."""
-    gaps_ms: list[np.ndarray] = [np.empty(0)]
+    gaps_ms: list[np.ndarray] = []
     times = _write_lines(lambda lines: handle.write("".join(f"{line}\n" for line in lines)),
-                         requests, sequences, gaps_ms.append)
-    return WrittenTokenTimes(times, np.concatenate(gaps_ms))
+                         requests, sequences, gaps_ms)
+    return WrittenTokenTimes(times, gaps_ms[0])
 
 
 def file_order(requests: Iterable[Request],
@@ -87,10 +87,11 @@ def file_order(requests: Iterable[Request],
 
 def _write_lines(put: Callable[[list[str]], Any], requests: Iterable[Request],
                  sequences: dict[int, list[Sequence]],
-                 put_gaps_ms: Callable[[np.ndarray], Any] | None = None) -> TokenTimes:
+                 gaps_ms: list[np.ndarray] | None = None) -> TokenTimes:
     """Hand the lines of every sample, in request order, to `put` a batch at a time (and,
-    with `put_gaps_ms`, each batch's pooled gaps: batches end between samples, so they are
-    the whole run's gaps cut in order)."""
+    given `gaps_ms`, append to it the pooled gaps of every sample, ms: batches end between
+    samples, so each batch's are the run's cut in order). The arrays are filled in place,
+    batch by batch: a long run's are GBs, never held twice."""
     ids: list[int] = []
     samples: list[int] = []
     series: list[Seq[float]] = []
@@ -100,20 +101,26 @@ def _write_lines(put: Callable[[list[str]], Any], requests: Iterable[Request],
             samples.append(int(seq.sample_index))
             series.append(seq.token_times_s)
     counts = np.array([len(times) for times in series], dtype=np.int64)
-    rounded: list[np.ndarray] = [np.empty(0)]
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    rounded = np.empty(int(starts[-1]))
+    gaps = np.empty(int(np.maximum(counts - 1, 0).sum())) if gaps_ms is not None else None
     done = 0
+    at_gap = 0
     for bodies, values, seconds in _format_batches(series):
         end = done + len(bodies)
         put([f'{{"request_id":{request_id},"sample":{sample},"token_times_s":[{body}]}}'
              for request_id, sample, body in zip(ids[done:end], samples[done:end], bodies,
                                                  strict=True)])
-        if put_gaps_ms is not None:
-            put_gaps_ms(pooled_gaps_s(seconds, np.concatenate([[0], np.cumsum(
-                counts[done:end])])) * 1e3)
+        rounded[starts[done] : starts[end]] = values
+        if gaps is not None:
+            batch = pooled_gaps_s(seconds, starts[done : end + 1] - starts[done]) * 1e3
+            gaps[at_gap : at_gap + batch.size] = batch
+            at_gap += batch.size
         done = end
-        rounded.append(values)
+    if gaps_ms is not None:
+        gaps_ms.append(gaps)
     return TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
-                      np.concatenate([[0], np.cumsum(counts)]), np.concatenate(rounded))
+                      starts, rounded)
 
 
 def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:

@@ -399,6 +399,7 @@ def _write_results(
         summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
                             step_totals, engine, written.itl_ms if same_order else None)
     token_times = written.times
+    del written  # its ITLs, partitioned by the summary, are read by nothing else
     atomic_write_text(folder / "requests.csv", requests_csv(records))
     del records
     request_writer.close()
@@ -466,7 +467,7 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
     latency = Latencies(
         ttft=LatencyStats(**latency_stats(requests_df.get("ttft_ms", []))),
         tpot=LatencyStats(**latency_stats(requests_df.get("tpot_ms", []))),
-        itl=LatencyStats(**latency_stats(itl_ms)),
+        itl=LatencyStats(**latency_stats(itl_ms, consume=True)),  # read by nothing else
         e2e=LatencyStats(**latency_stats(requests_df.get("e2e_ms", []))),
         queue=LatencyStats(**latency_stats(requests_df.get("queue_ms", []))),
         prefill=LatencyStats(**latency_stats(requests_df.get("prefill_ms", []))),
