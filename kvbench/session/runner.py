@@ -389,6 +389,9 @@ def _write_results(
         added = [r for r in workload.requests if r.request_id in engine.sequences]
         records = list(request_records(added, engine.sequences))
         requests_df = request_frame(records)
+        atomic_write_text(folder / "requests.csv", requests_csv(records))
+        del records
+        request_writer.close()
         with atomic_text_file(folder / TOKENS_FILE) as handle:  # streamed: a long run's is GBs
             written = write_token_times(handle, added, engine.sequences)
         # Its ITLs are the summary's where the file lists the samples as the engine holds
@@ -400,9 +403,6 @@ def _write_results(
                             step_totals, engine, written.itl_ms if same_order else None)
     token_times = written.times
     del written  # its ITLs, partitioned by the summary, are read by nothing else
-    atomic_write_text(folder / "requests.csv", requests_csv(records))
-    del records
-    request_writer.close()
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", recorder.to_json())
