@@ -20,8 +20,8 @@ MAX_TRACE_TOKENS = 1 << 24
 # A lower bound of what one request costs before its tokens (the Request, its Sequence, its
 # result row and token times): enough to refuse a count no machine holds, never one that fits.
 REQUEST_BYTES = 1024
-# One prompt token while a workload is built: the numpy draw (int64), the list and the
-# tuple's pointer (`TokenSampler` shares one int object per id).
+# One prompt token of a built workload, rounded up: the tuple's pointer and the engine's
+# copy of it (`TokenSampler` shares one int object per id and draws in bounded chunks).
 TOKEN_BYTES = 24
 
 

@@ -111,7 +111,9 @@ def load_workload(
     requests = apply_arrivals(requests, arrivals.request_rate, arrivals.burstiness, seed,
                               arrivals.conversation_rate)
     requests, num_clipped = clip_to_max_len(requests, max_model_len)
-    requests = [replace(r, request_id=i) for i, r in enumerate(requests)]
+    # (most already have their index: a copy each would cost seconds over a long trace)
+    requests = [r if r.request_id == i else replace(r, request_id=i)
+                for i, r in enumerate(requests)]
     return WorkloadResult(
         name=name,
         requests=requests,

@@ -47,30 +47,63 @@ def uniform_lengths(rng: np.random.Generator, n: int, span: tuple[int, int]) -> 
     return rng.integers(low, high + 1, n, dtype=np.int64)
 
 
+# Token ids drawn at a time: the draw's int64 array and its list of ids stay this small,
+# however many tokens the workload holds (a trace of a million requests has ~10^9).
+_DRAW_TOKENS = 1 << 20
+
+
 class TokenSampler:
     """Random token ids in `[0, vocab_size)` as Python ints.
 
-    The ids are drawn in bulk with numpy and mapped onto one shared int object per id, so a
-    workload of millions of tokens costs one pointer per token.
+    The ids are drawn in bulk with numpy, in chunks of `_DRAW_TOKENS` (chunked draws of a
+    numpy `Generator` give the same ids as one draw of their total), and mapped onto one
+    shared int object per id, so a workload of millions of tokens costs one pointer per
+    token, and building it never holds more than a chunk of temporaries.
     """
 
     def __init__(self, rng: np.random.Generator, vocab_size: int) -> None:
         self._rng = rng
         self._vocab_size = vocab_size
-        self._ids: list[int] = list(range(vocab_size))
+        # One int object per id, as an object array: indexing it by a draw gives the
+        # shared objects without making an int per token.
+        self._ids = np.arange(vocab_size, dtype=np.int64).astype(object)
+
+    def _draw(self, n: int) -> np.ndarray:
+        """`n` ids as the shared int objects (an object array; at most a chunk's worth, so
+        the temporaries stay small)."""
+        return self._ids[self._rng.integers(0, self._vocab_size, int(n), dtype=np.int64)]
 
     def tokens(self, n: int) -> list[int]:
         """`n` random token ids (a draw too large for the machine's memory is refused)."""
+        n = int(n)
         if n > CHECKED_DRAW_TOKENS:
-            check_workload_fits(0, int(n), "the workload's prompts", "replay fewer requests "
+            check_workload_fits(0, n, "the workload's prompts", "replay fewer requests "
                                 "(--num-requests) or shorter prompts (--workload-param)")
-        draws = self._rng.integers(0, self._vocab_size, int(n), dtype=np.int64).tolist()
-        return list(map(self._ids.__getitem__, draws))
+        out: list[int] = []
+        for start in range(0, n, _DRAW_TOKENS):
+            out += self._draw(min(_DRAW_TOKENS, n - start)).tolist()
+        return out
 
     def rows(self, lengths: Sequence[int] | np.ndarray) -> list[tuple[int, ...]]:
-        """One tuple of random token ids per entry of `lengths`."""
+        """One tuple of random token ids per entry of `lengths` (the ids `tokens` would give
+        for their total, cut in order)."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        flat = self.tokens(int(lengths.sum()))
-        ends = np.cumsum(lengths).tolist()
-        starts = [0, *ends[:-1]]
-        return [tuple(flat[a:b]) for a, b in zip(starts, ends, strict=True)]
+        total = int(lengths.sum())
+        if total > CHECKED_DRAW_TOKENS:
+            check_workload_fits(0, total, "the workload's prompts", "replay fewer requests "
+                                "(--num-requests) or shorter prompts (--workload-param)")
+        ends = np.cumsum(lengths)
+        out: list[tuple[int, ...]] = []
+        first, drawn = 0, 0  # the next row, and the tokens of the rows before it
+        while first < len(lengths):
+            # The rows whose tokens fit in one chunk (at least one row, however long), drawn
+            # at once: consecutive draws are one draw cut in order.
+            last = max(first + 1, int(np.searchsorted(ends, drawn + _DRAW_TOKENS, "right")))
+            ids = self._draw(int(ends[last - 1]) - drawn)
+            start = 0
+            for end in (ends[first:last] - drawn).tolist():
+                out.append(tuple(ids[start:end].tolist()))
+                start = end
+            drawn = int(ends[last - 1])
+            first = last
+        return out

@@ -12,21 +12,20 @@ from plotly.subplots import make_subplots
 from kvbench.errors import KvbenchInputError
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
+from kvbench.report.thinning import extreme_rows, peak_rows
 from kvbench.strategies import STRATEGIES
 
 MAX_POINTS = 1500  # per run and line: keeps the page light on long runs
+MAX_MARKS = 300  # preemption marks per run: beyond, one per stretch of steps, with its total
 MAX_MEMORY_PANELS = 8
 
 
-def _thin(steps: pd.DataFrame) -> pd.DataFrame:
-    """At most MAX_POINTS evenly spread steps, always keeping steps with preemptions."""
-    if len(steps) <= MAX_POINTS:
-        return steps
-    keep = np.zeros(len(steps), dtype=bool)
-    keep[np.linspace(0, len(steps) - 1, MAX_POINTS).round().astype(int)] = True
-    if "preemptions" in steps:
-        keep |= steps["preemptions"].to_numpy() > 0
-    return steps[keep]
+def _thin(steps: pd.DataFrame, series: list[pd.Series]) -> tuple[pd.DataFrame, np.ndarray]:
+    """The steps a line chart of `series` (one value per step) draws, and their positions:
+    every step of a short run; of a long one, each bucket's extremes of every series
+    (`thinning.extreme_rows`), at most MAX_POINTS."""
+    rows = extreme_rows([s.to_numpy(dtype=float) for s in series], MAX_POINTS)
+    return (steps if len(rows) == len(steps) else steps.iloc[rows]), rows
 
 
 def _utilization(steps: pd.DataFrame) -> pd.Series:
@@ -62,15 +61,16 @@ def timeline_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | 
                                         "waiting queue (requests)"))
     for run in runs:
         style = styles[run.name]
-        steps = _thin(run.steps)
+        util_all, batch_all = _utilization(run.steps), scheduled_seqs(run.steps)
+        steps, rows = _thin(run.steps, [util_all, batch_all, run.steps["num_waiting"]])
         t = steps["t_s"].astype(float)
         line = {"color": style.color, "dash": style.dash, "width": 1.6}
-        util = _utilization(steps)
+        util = util_all.iloc[rows]
         fig.add_scatter(x=t, y=util, row=1, col=1, mode="lines", name=run.name,
                         legendgroup=run.name, line=line,
                         hovertemplate="t=%{x:.2f}s util %{y:.1%}<extra>%{fullData.name}"
                                       "</extra>")
-        fig.add_scatter(x=t, y=scheduled_seqs(steps), row=2, col=1, mode="lines",
+        fig.add_scatter(x=t, y=batch_all.iloc[rows], row=2, col=1, mode="lines",
                         line_shape="hv", name=run.name, legendgroup=run.name, showlegend=False,
                         line=line, customdata=steps["num_running"],
                         hovertemplate="t=%{x:.2f}s scheduled %{y} of %{customdata} running"
@@ -81,17 +81,22 @@ def timeline_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | 
                                                  "%{fullData.name}</extra>")
     marks = 0
     for run in runs:  # after the lines, so the legend lists runs first
-        steps = _thin(run.steps)
-        hit = steps[steps["preemptions"] > 0] if "preemptions" in steps else steps.iloc[:0]
-        if hit.empty:
+        if "preemptions" not in run.steps:
+            continue
+        preempted = run.steps["preemptions"].to_numpy()
+        at, counts = peak_rows(preempted, MAX_MARKS)
+        if not at.size:
             continue
         marks += 1
+        # Beyond MAX_MARKS steps with preemptions, a mark stands for its stretch of steps.
+        where = "" if at.size == np.count_nonzero(preempted) else " in this stretch"
+        hit = run.steps.iloc[at]
         fig.add_scatter(
             x=hit["t_s"], y=_utilization(hit), row=1, col=1, mode="markers",
             name=f"preemption ({run.name})", legendgroup="preemption", showlegend=False,
             marker={"symbol": "x", "size": 9, "color": styles[run.name].color,
                     "line": {"width": 1, "color": "#222"}},
-            text=[f"{run.name}: {n} preempted" for n in hit["preemptions"]],
+            text=[f"{run.name}: {n} preempted{where}" for n in counts.tolist()],
             hovertemplate="t=%{x:.2f}s %{text}<extra></extra>",
         )
     if marks:  # one legend entry in a neutral colour: each run's marks take the run's colour
@@ -115,19 +120,24 @@ def memory_timeline_figure(runset: RunSet) -> go.Figure | None:
     fig = make_subplots(rows=len(runs), cols=1, shared_xaxes=True, vertical_spacing=0.1
                         / max(len(runs), 1) + 0.02, subplot_titles=[r.name for r in runs])
     for row, run in enumerate(runs, start=1):
-        steps = _thin(run.steps)
+        steps = run.steps
         arena = sum(steps[f"kv_{p}_bytes"].astype(float)
                     for p in ("token", "reserved", "internal", "external", "free"))
         arena = arena.replace(0, np.nan)
-        for part, color in PART_COLORS.items():
+        shares: dict[str, pd.Series] = {}
+        for part in PART_COLORS:
             column = steps.get(f"kv_{part}_bytes")
             if column is None:
                 continue
             values = column.astype(float)
             if part == "free" and "kv_cached_bytes" in steps:
                 values = values - steps["kv_cached_bytes"].astype(float)
+            shares[part] = values / arena
+        shown, rows = _thin(steps, list(shares.values()))
+        for part, share in shares.items():
+            color = PART_COLORS[part]
             fig.add_scatter(
-                x=steps["t_s"], y=values / arena, row=row, col=1, mode="lines",
+                x=shown["t_s"], y=share.iloc[rows], row=row, col=1, mode="lines",
                 stackgroup=f"g{row}", line={"width": 0.5, "color": color}, fillcolor=color,
                 name=PART_TITLES[part], legendgroup=part, showlegend=row == 1,
                 hovertemplate=f"{PART_TITLES[part]}: %{{y:.1%}}<extra>{run.name}</extra>",
@@ -169,6 +179,8 @@ def hit_rate_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | 
         if req.empty:
             continue
         rate = req["cached_prompt_tokens"].cumsum() / req["prompt_len"].cumsum()
+        req, rows = _thin(req, [rate])  # one point per request: a long trace has millions
+        rate = rate.iloc[rows]
         fig.add_scatter(x=req[when], y=rate, mode="lines", line_shape="hv", name=run.name,
                         line={"color": styles[run.name].color, "dash": styles[run.name].dash},
                         hovertemplate="t=%{x:.2f}s hit rate so far %{y:.1%}<extra>"

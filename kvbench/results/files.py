@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pandas as pd
 
@@ -21,6 +23,23 @@ PLAN_FILE = "plan.json"
 # The marker is written this long (JSON, then spaces) when a folder is claimed, so that a
 # disk that fills later can still take its rewrite in place: `ResultsFolder.mark`.
 MARKER_BYTES = 1024
+
+
+@contextlib.contextmanager
+def atomic_text_file(path: Path) -> Iterator[IO[str]]:
+    """A text file to write in parts that appears at `path` whole, when the block ends
+    without an error, or not at all (as `atomic_write_bytes`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            yield handle
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -4,6 +4,7 @@ rows. `kvbench.session.runner.summarize` assembles them into a `Summary`."""
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,22 +18,58 @@ from kvbench.results.token_times import pooled_gaps_s
 PERCENTILES = (50, 90, 99)
 
 
-def latency_stats(values_ms: pd.Series | np.ndarray | list[float]) -> dict[str, float | None]:
-    """mean, p50, p90, p99, max of a latency sample in milliseconds (None when empty)."""
-    arr = np.asarray(pd.Series(values_ms, dtype="float64").dropna())
+def latency_stats(values_ms: pd.Series | np.ndarray | list[float],
+                  consume: bool = False) -> dict[str, float | None]:
+    """mean, p50, p90, p99, max of a latency sample in milliseconds (None when empty).
+    `consume`: `values_ms` is a float64 array the caller no longer reads, which may be
+    reordered instead of copied (a long run's ITLs are GBs)."""
+    arr = (values_ms if consume and isinstance(values_ms, np.ndarray)
+           and values_ms.dtype == np.float64 and values_ms.ndim == 1
+           else np.array(values_ms, dtype=np.float64))  # our own copy (None is NaN)
+    missing = np.isnan(arr)
+    if missing.any():
+        arr = arr[~missing]
     if arr.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
-    out: dict[str, float | None] = {"mean": float(arr.mean())}
-    for p, value in zip(PERCENTILES, np.percentile(arr, PERCENTILES), strict=True):
-        out[f"p{p}"] = float(value)  # one partition of a run's millions of ITLs, not three
-    out["max"] = float(arr.max())
-    return out
+    out: dict[str, float | None] = {"mean": float(arr.mean()), "max": float(arr.max())}
+    # One partition of a run's millions of ITLs, not three, in place (the copy is ours;
+    # the mean is summed first, in the sample's order).
+    for p, value in zip(PERCENTILES, np.percentile(arr, PERCENTILES, overwrite_input=True),
+                        strict=True):
+        out[f"p{p}"] = float(value)
+    return {key: out[key] for key in ("mean", "p50", "p90", "p99", "max")}
 
 
 def request_rows(requests: list[Request], samples: dict[int, list[Sequence]]) -> pd.DataFrame:
     """One row per sample of each request (`n` rows for a request with `n` samples, in
     sample order): the `requests.csv` contract, built by `sample_rows`."""
-    return pd.DataFrame(list(request_records(requests, samples)), columns=REQUEST_COLUMNS)
+    return request_frame(list(request_records(requests, samples)))
+
+
+def request_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """`request_rows` of rows already made by `request_records`."""
+    return pd.DataFrame(records, columns=REQUEST_COLUMNS)
+
+
+def requests_csv(records: list[dict[str, Any]]) -> str:
+    """The text `request_frame(records).to_csv(index=False)` gives, %-formatted a row at a
+    time (pandas formats the frame's columns in a quarter of a second per 10,000 rows).
+    Rows it would not write the same (a NaN: pandas writes an empty cell, str "nan"; an int
+    arrival) go through pandas itself."""
+    # The times a workload gives may be ints (a JSONL trace's): pandas writes a column
+    # mixing them with floats as floats ("5.0"). Every other time is the clock's float.
+    if not records or any(type(row[c]) not in (float, type(None))
+                          for c in ("arrival_s", "sent_s") for row in records):
+        return request_frame(records).to_csv(index=False)
+    # Each value as str (a float's shortest repr, as pandas writes a float64; an int;
+    # True/False), a missing one as an empty cell.
+    line = ",".join(["%s"] * len(REQUEST_COLUMNS)) + "\n"
+    values = operator.itemgetter(*REQUEST_COLUMNS)
+    body = "".join(map(line.__mod__, map(values, records)))
+    if "nan" in body:
+        return request_frame(records).to_csv(index=False)
+    header = ",".join(REQUEST_COLUMNS) + "\n"
+    return header + (body.replace("None", "") if "None" in body else body)
 
 
 def request_records(requests: list[Request],

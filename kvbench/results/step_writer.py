@@ -25,6 +25,21 @@ SPLIT_PARTS = ("token", "reserved", "internal", "external", "free", "cached")
 _MAX_COLUMNS = ("kv_prompt_blocks", "gpu_used_bytes", "torch_reserved_bytes")
 
 
+# One row's line: what `csv.writer` writes for a row of these types (it writes a float, and
+# only a float, as its repr; anything else as str; None as an empty cell, which `_lines`
+# makes of the "None" that %-formatting gives; no value of a row needs quoting), in one
+# %-format per row instead of the csv module's per-cell work, a third faster.
+_FLOAT_COLUMNS = frozenset(f.name for f in dataclasses.fields(StepRecord)
+                           if "float" in str(f.type))
+_LINE = ",".join("%r" if name in _FLOAT_COLUMNS else "%s" for name in COLUMNS) + "\n"
+
+
+def _lines(rows: list[tuple]) -> str:
+    """`rows` as the lines of steps.csv."""
+    text = "".join(map(_LINE.__mod__, rows))
+    return text.replace("None", "") if "None" in text else text
+
+
 _INDEX = {name: i for i, name in enumerate(COLUMNS)}
 _PART_COLUMNS = tuple(_INDEX[f"kv_{part}_bytes"] for part in SPLIT_PARTS)
 _FOLDED = frozenset((*_PART_COLUMNS, _INDEX["num_waiting"]))  # the columns `_fold_sums` reads
@@ -231,10 +246,10 @@ class StepWriter:
         if not rows:
             return
         if not self._pending_on_disk:
-            # csv writes None as an empty cell, as pandas writes a missing value.
+            # None is an empty cell, as pandas writes a missing value.
             first = -self.totals.steps % self.every  # the first of these rows that is an Nth
             kept = rows if self.every == 1 else rows[first :: self.every]
-            self._csv.writerows(kept)
+            self._file.write(_lines(kept))
             self.rows_written += len(kept)
             self._pending_on_disk = True
         self.totals.add_rows(rows)

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -50,6 +51,47 @@ def token_times_file(requests: Iterable[Request], sequences: dict[int, list[Sequ
     """`token_time_lines`, and exactly what `read_token_arrays` gives for the file they make
     (each time is `round(t, 6)`), from one rounding pass: a session hands the arrays to its
     report instead of parsing the file back (4M times cost a third of a second)."""
+    lines: list[str] = []
+    times = _write_lines(lines.extend, requests, sequences)
+    return lines, times
+
+
+@dataclass(frozen=True)
+class WrittenTokenTimes:
+    """What writing tokens.jsonl hands back: the arrays the file reads back as, and every
+    inter-token gap of the unrounded times (ms), pooled in the file's order of samples
+    (`metrics.inter_token_latencies_ms` over the samples in that order)."""
+
+    times: TokenTimes
+    itl_ms: np.ndarray
+
+
+def write_token_times(handle: IO[str], requests: Iterable[Request],
+                      sequences: dict[int, list[Sequence]]) -> WrittenTokenTimes:
+    """Write `token_time_lines` to `handle` (each with its newline), a batch of lines at a
+    time: the file's text is never held whole (a long run's is hundreds of MB). The ITLs
+    come from the same pass over the times (a run's summary needs them)."""
+    gaps_ms: list[np.ndarray] = []
+    times = _write_lines(lambda lines: handle.write("".join(f"{line}\n" for line in lines)),
+                         requests, sequences, gaps_ms)
+    return WrittenTokenTimes(times, gaps_ms[0])
+
+
+def file_order(requests: Iterable[Request],
+               sequences: dict[int, list[Sequence]]) -> list[tuple[int, int]]:
+    """(request id, sample) of each line of the file `token_time_lines` makes."""
+    return [(int(request.request_id), int(seq.sample_index)) for request in requests
+            for seq in sorted(sequences.get(request.request_id, []),
+                              key=lambda s: s.sample_index)]
+
+
+def _write_lines(put: Callable[[list[str]], Any], requests: Iterable[Request],
+                 sequences: dict[int, list[Sequence]],
+                 gaps_ms: list[np.ndarray] | None = None) -> TokenTimes:
+    """Hand the lines of every sample, in request order, to `put` a batch at a time (and,
+    given `gaps_ms`, append to it the pooled gaps of every sample, ms: batches end between
+    samples, so each batch's are the run's cut in order). The arrays are filled in place,
+    batch by batch: a long run's are GBs, never held twice."""
     ids: list[int] = []
     samples: list[int] = []
     series: list[Seq[float]] = []
@@ -58,38 +100,52 @@ def token_times_file(requests: Iterable[Request], sequences: dict[int, list[Sequ
             ids.append(int(request.request_id))
             samples.append(int(seq.sample_index))
             series.append(seq.token_times_s)
-    bodies, times_s = _format_series(series)
-    lines = [f'{{"request_id":{request_id},"sample":{sample},"token_times_s":[{body}]}}'
-             for request_id, sample, body in zip(ids, samples, bodies, strict=True)]
     counts = np.array([len(times) for times in series], dtype=np.int64)
-    return lines, TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
-                             np.concatenate([[0], np.cumsum(counts)]), times_s)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    rounded = np.empty(int(starts[-1]))
+    gaps = np.empty(int(np.maximum(counts - 1, 0).sum())) if gaps_ms is not None else None
+    done = 0
+    at_gap = 0
+    for bodies, values, seconds in _format_batches(series):
+        end = done + len(bodies)
+        put([f'{{"request_id":{request_id},"sample":{sample},"token_times_s":[{body}]}}'
+             for request_id, sample, body in zip(ids[done:end], samples[done:end], bodies,
+                                                 strict=True)])
+        rounded[starts[done] : starts[end]] = values
+        if gaps is not None:
+            batch = pooled_gaps_s(seconds, starts[done : end + 1] - starts[done]) * 1e3
+            gaps[at_gap : at_gap + batch.size] = batch
+            at_gap += batch.size
+        done = end
+    if gaps_ms is not None:
+        gaps_ms.append(gaps)
+    return TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
+                      starts, rounded)
 
 
 def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:
     """Each list of seconds as `json.dumps([round(t, 6) for t in times])` writes it, without
     the brackets (`"0.1,0.300001"`)."""
-    return _format_series(series)[0]
-
-
-def _format_series(series: Seq[Seq[float]]) -> tuple[list[str], np.ndarray]:
-    """`microsecond_lists`, and every time as `round(t, 6)`, laid end to end."""
     out: list[str] = []
-    rounded: list[np.ndarray] = [np.empty(0)]
+    for bodies, _, _ in _format_batches(series):
+        out.extend(bodies)
+    return out
+
+
+def _format_batches(series: Seq[Seq[float]],
+                    ) -> Iterator[tuple[list[str], np.ndarray, np.ndarray]]:
+    """`microsecond_lists` of consecutive batches of `series`, each with its times as
+    `round(t, 6)` and as they are, laid end to end."""
     chunk: list[Seq[float]] = []
     size = 0
     for times in series:
         chunk.append(times)
         size += len(times)
         if size >= _CHUNK_VALUES:
-            text, values = _format_chunk(chunk)
-            out.extend(text)
-            rounded.append(values)
+            yield _format_chunk(chunk)
             chunk, size = [], 0
-    text, values = _format_chunk(chunk)
-    out.extend(text)
-    rounded.append(values)
-    return out, np.concatenate(rounded)
+    if chunk or not series:
+        yield _format_chunk(chunk)
 
 
 # Values formatted per batch of lines: the arrays of a batch stay in the CPU cache and in
@@ -97,12 +153,13 @@ def _format_series(series: Seq[Seq[float]]) -> tuple[list[str], np.ndarray]:
 _CHUNK_VALUES = 1 << 16
 
 
-def _format_chunk(series: list[Seq[float]]) -> tuple[list[str], np.ndarray]:
-    """Each list's text (`microsecond_lists`) and its times as `round(t, 6)`, laid end to end
-    (`us / 1e6` is that double; a value the array path does not print is Python's own)."""
+def _format_chunk(series: list[Seq[float]]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Each list's text (`microsecond_lists`), and its times as `round(t, 6)` and as they
+    are, laid end to end (`us / 1e6` is that double; a value the array path does not print
+    is Python's own)."""
     lengths = [len(times) for times in series]
     if not sum(lengths):
-        return ["" for _ in series], np.empty(0)
+        return ["" for _ in series], np.empty(0), np.empty(0)
     seconds = np.concatenate([np.asarray(t, dtype=float) for t in series])
     us, plain = _round_to_us(seconds)
     rounded = us / _US_PER_S
@@ -125,7 +182,7 @@ def _format_chunk(series: list[Seq[float]]) -> tuple[list[str], np.ndarray]:
         else:
             out.append(text[start_char:end_char])
         start_char = end_char + 1
-    return out, rounded
+    return out, rounded, seconds
 
 
 def _round_to_us(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -340,4 +397,4 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 __all__ = ["TOKENS_FILE", "TokenTimes", "microsecond_lists", "pooled_gaps_s",
            "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines",
-           "token_times_file"]
+           "token_times_file", "write_token_times", "WrittenTokenTimes", "file_order"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from kvbench.build.engine_build import (
@@ -30,14 +31,21 @@ from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
 from kvbench.models.resolve_config import resolve_model_config
-from kvbench.results.files import ResultsFolder, atomic_write_text, write_csv, write_json
+from kvbench.results.files import (
+    ResultsFolder,
+    atomic_text_file,
+    atomic_write_text,
+    write_json,
+)
 from kvbench.results.metrics import (
     goodput,
     inter_token_latencies_ms,
     latency_stats,
     nan_to_none,
     per_request,
-    request_rows,
+    request_frame,
+    request_records,
+    requests_csv,
     send_rate,
     throughput,
 )
@@ -55,7 +63,12 @@ from kvbench.results.summary import (
     Summary,
     Throughput,
 )
-from kvbench.results.token_times import TOKENS_FILE, TokenTimes, token_times_file
+from kvbench.results.token_times import (
+    TOKENS_FILE,
+    TokenTimes,
+    file_order,
+    write_token_times,
+)
 from kvbench.session.progress import Progress
 from kvbench.session.run_config import RunConfig
 from kvbench.strategies import STRATEGIES, reads_option
@@ -374,13 +387,22 @@ def _write_results(
     with trace_range("metrics"):
         step_totals = step_writer.close()
         added = [r for r in workload.requests if r.request_id in engine.sequences]
-        requests_df = request_rows(added, engine.sequences)
+        records = list(request_records(added, engine.sequences))
+        requests_df = request_frame(records)
+        atomic_write_text(folder / "requests.csv", requests_csv(records))
+        del records
+        request_writer.close()
+        with atomic_text_file(folder / TOKENS_FILE) as handle:  # streamed: a long run's is GBs
+            written = write_token_times(handle, added, engine.sequences)
+        # Its ITLs are the summary's where the file lists the samples as the engine holds
+        # them (the order their mean is summed in).
+        same_order = file_order(added, engine.sequences) == [
+            (request_id, seq.sample_index) for request_id, seqs in engine.sequences.items()
+            for seq in seqs]
         summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
-                            step_totals, engine)
-    write_csv(folder / "requests.csv", requests_df)
-    request_writer.close()
-    lines, token_times = token_times_file(added, engine.sequences)
-    atomic_write_text(folder / TOKENS_FILE, "".join(f"{line}\n" for line in lines))
+                            step_totals, engine, written.itl_ms if same_order else None)
+    token_times = written.times
+    del written  # its ITLs, partitioned by the summary, are read by nothing else
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", recorder.to_json())
@@ -398,8 +420,11 @@ def group_figures(engine) -> dict[str, Any]:
 
 
 def summarize(built, workload, run, label, status, warmup_done, requests_df,
-              steps: StepTotals, engine) -> Summary:
-    """The run's `Summary` from its per-request rows and the totals over its steps."""
+              steps: StepTotals, engine, itl_ms: np.ndarray | None = None) -> Summary:
+    """The run's `Summary` from its per-request rows and the totals over its steps;
+    `itl_ms`: the engine's `inter_token_latencies_ms` when the caller has them."""
+    if itl_ms is None:
+        itl_ms = inter_token_latencies_ms(engine.sequences)
     by_request = per_request(requests_df)  # a request's prompt counts once, not per sample
     completed = int(by_request["completed"].sum()) if not requests_df.empty else 0
     tput, makespan = throughput(requests_df) if not requests_df.empty else ({}, 0.0)
@@ -442,7 +467,7 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
     latency = Latencies(
         ttft=LatencyStats(**latency_stats(requests_df.get("ttft_ms", []))),
         tpot=LatencyStats(**latency_stats(requests_df.get("tpot_ms", []))),
-        itl=LatencyStats(**latency_stats(inter_token_latencies_ms(engine.sequences))),
+        itl=LatencyStats(**latency_stats(itl_ms, consume=True)),  # read by nothing else
         e2e=LatencyStats(**latency_stats(requests_df.get("e2e_ms", []))),
         queue=LatencyStats(**latency_stats(requests_df.get("queue_ms", []))),
         prefill=LatencyStats(**latency_stats(requests_df.get("prefill_ms", []))),

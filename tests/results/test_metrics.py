@@ -121,3 +121,16 @@ def test_itl_pools_each_samples_gaps_in_order(times_per_request):
     expected = [(b - a) * 1e3 for sample_times in times_per_request for times in sample_times
                 for a, b in zip(times, times[1:], strict=False)]
     assert list(inter_token_latencies_ms(samples)) == expected
+
+
+def test_latency_stats_consuming_its_array_gives_the_same_figures():
+    """The summary lets `latency_stats` partition a run's ITL array in place rather than
+    copy it: the figures must be those of the copying call, to the bit."""
+    import numpy as np
+
+    values = np.random.default_rng(4).lognormal(3.0, 1.0, 10_001)
+    values[[5, 77]] = np.nan
+    original = values.copy()
+    expected = latency_stats(original)
+    assert latency_stats(original.tolist()) == expected
+    assert latency_stats(values, consume=True) == expected
