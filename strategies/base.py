@@ -106,6 +106,8 @@ class CacheStrategy(ABC):
             check_accounting = os.environ.get(CHECK_ACCOUNTING_ENV, "") not in ("", "0")
         self.check_accounting = check_accounting
         self._table_log: list[TableOp] = []
+        # One table log per allocation group (`hybrid`, windowed `contiguous`); None: one table
+        self._group_logs: list[list[TableOp]] | None = None
         # seq_id -> (held slots, slots it will use, prompt blocks) of each sequence holding memory
         self._held: dict[int, tuple[int, int, int]] = {}
         self._held_slots = 0
@@ -266,6 +268,9 @@ class CacheStrategy(ABC):
         """The step's sequences and the table changes since the last layout (handed over once:
         the executor that receives it must apply them)."""
         log, self._table_log = self._table_log, []
+        group_logs = self._group_logs
+        if group_logs is not None:  # a table per allocation group: every layer reads its own
+            self._group_logs, log = [[] for _ in group_logs], []
         return KVLayout(
             kind=self.layout_kind,
             query_lens=[n for _, n in scheduled],
@@ -274,4 +279,5 @@ class CacheStrategy(ABC):
             slot_copies=self.pending_copies(),
             seq_ids=[seq.seq_id for seq, _ in scheduled],
             table_log=log,
+            group_table_logs=group_logs,
         )

@@ -16,7 +16,7 @@ positions it still holds, min(computed, ring), its reserved slots the ones it wi
 
 from __future__ import annotations
 
-from kvbench.core.layout import DROP_TABLE, KVLayout, SlotCopy, TableOp
+from kvbench.core.layout import DROP_TABLE, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import MemorySplit, split_held
 from kvbench.strategies.contiguous import ContiguousStrategy
@@ -35,7 +35,7 @@ class WindowedContiguousStrategy(ContiguousStrategy):
         self.ring_groups = tuple(g for g, w in enumerate(self.windows) if w is not None)
         # seq_id -> (start slot, length) of each group's range
         self.group_ranges: dict[int, tuple[tuple[int, int], ...]] = {}
-        self._group_logs: list[list[TableOp]] = [[] for _ in self.windows]
+        self._group_logs = [[] for _ in self.windows]
         self._g_held = [0] * self.num_groups
         self._g_will = [0] * self.num_groups
 
@@ -156,18 +156,6 @@ class WindowedContiguousStrategy(ContiguousStrategy):
         the model has any)."""
         start, length = self.group_ranges[seq.seq_id][0]
         return start + (position if self.windows[0] is None else position % length)
-
-    def build_layout(self, scheduled: list[tuple[Sequence, int]]) -> KVLayout:
-        logs, self._group_logs = self._group_logs, [[] for _ in self.windows]
-        return KVLayout(
-            kind=self.layout_kind,
-            query_lens=[n for _, n in scheduled],
-            seq_lens=[seq.num_computed + n for seq, n in scheduled],
-            block_size=self.table_block_size,
-            slot_copies=self.pending_copies(),
-            seq_ids=[seq.seq_id for seq, _ in scheduled],
-            group_table_logs=logs,
-        )
 
     # Accounting -------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
-from kvbench.core.layout import DROP_TABLE, KVLayout, SlotCopy, TableOp
+from kvbench.core.layout import DROP_TABLE, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
 from kvbench.strategies.block_pool import BlockPool
@@ -77,7 +77,7 @@ class HybridStrategy(CacheStrategy):
         self.first: dict[int, list[int]] = {}
         # seq_id -> (tokens that fit without a new block, first position that frees one)
         self._room: dict[int, tuple[int, int]] = {}
-        self._group_logs: list[list[TableOp]] = [[] for _ in self.windows]
+        self._group_logs = [[] for _ in self.windows]
         # Running totals per group, in slots: held, will use, skipped (freed before the window)
         self._g_held = [0] * self.num_groups
         self._g_will = [0] * self.num_groups
@@ -274,18 +274,6 @@ class HybridStrategy(CacheStrategy):
         model has any)."""
         table = self.tables[seq.seq_id][0]
         return table[position // self.block_size] * self.block_size + position % self.block_size
-
-    def build_layout(self, scheduled: list[tuple[Sequence, int]]) -> KVLayout:
-        logs, self._group_logs = self._group_logs, [[] for _ in self.windows]
-        return KVLayout(
-            kind=self.layout_kind,
-            query_lens=[n for _, n in scheduled],
-            seq_lens=[seq.num_computed + n for seq, n in scheduled],
-            block_size=self.table_block_size,
-            slot_copies=self.pending_copies(),
-            seq_ids=[seq.seq_id for seq, _ in scheduled],
-            group_table_logs=logs,
-        )
 
     # Accounting -------------------------------------------------------------------------
 
