@@ -38,7 +38,7 @@ from fractions import Fraction
 from typing import Any
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE, check_block_size
-from kvbench.core.kv_allocation import hybrid_allocation
+from kvbench.core.kv_allocation import HybridAllocation, hybrid_allocation
 from kvbench.core.kv_groups import KVGroup, full_attention_group, kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
@@ -518,7 +518,8 @@ def _strategy_fits(
     return fits
 
 
-# The chunk bound the ring row assumes: kvbench's default step budget under chunked prefill.
+# The chunk bound the ring row assumes: the floor of kvbench's step budget (its default is
+# max(2048, max_model_len), under which a long-context model's rings stay near whole).
 RING_CHUNK_TOKENS = 2048
 
 
@@ -534,20 +535,10 @@ def _contiguous_rings_fit(groups: tuple[KVGroup, ...], max_model_len: int,
              for g in allocation.groups if g.window is not None]
     num_full = len(allocation.groups) - len(rings)
     slots = num_full * max_model_len + sum(rings)
-    reserve = (
-        f"{num_full} full group(s) x {max_model_len} + {len(rings)} window group(s) x "
-        f"{min(rings)} ring slots of {allocation.group_size} layers (chunks <= "
-        f"{RING_CHUNK_TOKENS})"
-        + (f"; {allocation.padding_layers} padding layer(s)" if allocation.padding_layers else "")
-    )
-    return StrategyFit(
-        strategy="contiguous-rings",
-        reserve=reserve,
-        tokens_per_request=slots,
-        bytes_per_request=slots * allocation.slot_bytes,
-        max_concurrency=(kv_capacity(budget, allocation.slot_bytes, slots)
-                         if budget is not None else None),
-    )
+    reserve = (f"{num_full} full group(s) x {max_model_len} + {len(rings)} window group(s) x "
+               f"{min(rings)} ring slots of {allocation.group_size} layers (chunks <= "
+               f"{RING_CHUNK_TOKENS})")
+    return _grouped_fit("contiguous-rings", reserve, allocation, slots, budget)
 
 
 def _hybrid_fit(groups: tuple[KVGroup, ...], mean_len: int, block: int,
@@ -558,22 +549,30 @@ def _hybrid_fit(groups: tuple[KVGroup, ...], mean_len: int, block: int,
     num_full = sum(1 for g in allocation.groups if g.window is None)
     num_window = len(allocation.groups) - num_full
     window_slots = min(-(-mean_len // block), -(-windows[0] // block) + 1) * block
-    reserve = (
-        f"{num_full} full group(s) x {-(-mean_len // block) * block} + {num_window} window "
-        f"group(s) x {window_slots} slots of {allocation.group_size} layers"
-        + (f"; {allocation.padding_layers} padding layer(s)" if allocation.padding_layers else "")
+    reserve = (f"{num_full} full group(s) x {-(-mean_len // block) * block} + {num_window} "
+               f"window group(s) x {window_slots} slots of {allocation.group_size} layers")
+    return _grouped_fit(
+        "hybrid", reserve, allocation, slots, budget, block_size=block,
+        blocks_per_request=slots // block,
+        num_blocks=(kv_capacity(budget, allocation.slot_bytes, block)
+                    if budget is not None else None),
     )
+
+
+def _grouped_fit(strategy: str, reserve: str, allocation: HybridAllocation, slots: int,
+                 budget: int | None, **blocks: Any) -> StrategyFit:
+    """A fit in equal-page allocation-group slots: `slots` a request, the reserve text with
+    the groups' padding layers named."""
+    if allocation.padding_layers:
+        reserve += f"; {allocation.padding_layers} padding layer(s)"
     return StrategyFit(
-        strategy="hybrid",
+        strategy=strategy,
         reserve=reserve,
         tokens_per_request=slots,
         bytes_per_request=slots * allocation.slot_bytes,
         max_concurrency=(kv_capacity(budget, allocation.slot_bytes, slots)
                          if budget is not None else None),
-        block_size=block,
-        blocks_per_request=slots // block,
-        num_blocks=(kv_capacity(budget, allocation.slot_bytes, block)
-                    if budget is not None else None),
+        **blocks,
     )
 
 
