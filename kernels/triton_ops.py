@@ -170,6 +170,22 @@ def _unit_last_stride(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def _kernel_inputs(q: torch.Tensor, table: torch.Tensor, seq_lens: torch.Tensor,
+                   target: Target | None):
+    """The launch target and the views the kernels index: unit-stride rows of q and of the
+    table, contiguous lengths."""
+    return (target or device_target(q.device), _unit_last_stride(q), _unit_last_stride(table),
+            seq_lens.contiguous())
+
+
+def _num_kv_heads(k_cache: torch.Tensor, num_q_heads: int) -> int:
+    """The cache's KV heads, of which the query heads must be a multiple (grouped queries)."""
+    num_kv_heads = k_cache.shape[1]
+    if num_q_heads % num_kv_heads:
+        raise ValueError(f"{num_q_heads} query heads are not a multiple of {num_kv_heads} KV heads")
+    return num_kv_heads
+
+
 def _dot_fp32(q: torch.Tensor, cache: torch.Tensor, target: Target) -> bool:
     """float32 ``tl.dot`` operands: float32 queries or caches, and always in the interpreter."""
     return target.arch is None or q.dtype == torch.float32 or cache.dtype == torch.float32
@@ -339,17 +355,12 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
     num_seqs, num_q_heads, head_dim = q.shape
     _check_cache(k_cache, v_cache, head_dim)
     _check_block("block_n", block_n)
-    num_kv_heads = k_cache.shape[1]
-    if num_q_heads % num_kv_heads:
-        raise ValueError(f"{num_q_heads} query heads are not a multiple of {num_kv_heads} KV heads")
+    num_kv_heads = _num_kv_heads(k_cache, num_q_heads)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if num_seqs == 0:
         return out, []
-    target = target or device_target(q.device)
-    q = _unit_last_stride(q)
-    table = _unit_last_stride(table)
-    seq_lens = seq_lens.contiguous()
+    target, q, table, seq_lens = _kernel_inputs(q, table, seq_lens, target)
     group = num_q_heads // num_kv_heads
     ks, vs, fp8, per_head = _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, q.device)
     var = _variant_args(sliding_window, softcap, sinks, num_q_heads, q.device)
@@ -440,10 +451,7 @@ def mla_decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
         out = torch.empty((num_seqs, num_heads, lora_dim), dtype=q.dtype, device=q.device)
     if num_seqs == 0:
         return out, []
-    target = target or device_target(q.device)
-    q = _unit_last_stride(q)
-    table = _unit_last_stride(table)
-    seq_lens = seq_lens.contiguous()
+    target, q, table, seq_lens = _kernel_inputs(q, table, seq_lens, target)
     ks, vs, fp8, _ = _attention_scales(k_cache, k_scale, v_scale, 1, q.device)
     dot_fp32 = _dot_fp32(q, k_cache, target)
     cfg = launch_config.choose(target.arch, "mla_decode", head_dim, dot_fp32)
@@ -557,17 +565,12 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
     _check_cache(k_cache, v_cache, head_dim)
     _check_block("block_n", block_n)
     _check_block("block_m", block_m)
-    num_kv_heads = k_cache.shape[1]
-    if num_q_heads % num_kv_heads:
-        raise ValueError(f"{num_q_heads} query heads are not a multiple of {num_kv_heads} KV heads")
+    num_kv_heads = _num_kv_heads(k_cache, num_q_heads)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     num_seqs = seq_lens.shape[0]
     if num_tokens == 0 or num_seqs == 0:
         return out, []
-    target = target or device_target(q.device)
-    q = _unit_last_stride(q)
-    table = _unit_last_stride(table)
-    seq_lens = seq_lens.contiguous()
+    target, q, table, seq_lens = _kernel_inputs(q, table, seq_lens, target)
     query_start_loc = query_start_loc.contiguous()
     group = num_q_heads // num_kv_heads
     ks, vs, fp8, per_head = _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, q.device)
