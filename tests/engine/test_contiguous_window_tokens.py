@@ -14,22 +14,15 @@ from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from kvbench.strategies.base import CHECK_ACCOUNTING_ENV
 from tests.conftest import random_prompts
+from tests.engine.windowed_checkpoints import WINDOW, write_five_to_one_checkpoint
 
 transformers = pytest.importorskip("transformers")
 
-WINDOW = 16
-LAYER_TYPES = ["sliding_attention"] * 5 + ["full_attention"]
 
 
 @pytest.fixture(scope="module")
 def gemma_like_checkpoint(tmp_path_factory):
-    from tests.models.test_config_fields import make_checkpoint
-
-    folder = tmp_path_factory.mktemp("qwen2-5to1-contiguous")
-    make_checkpoint(folder, "Qwen2Config", num_hidden_layers=6, use_sliding_window=True,
-                    sliding_window=WINDOW, max_window_layers=0, layer_types=LAYER_TYPES,
-                    max_position_embeddings=512)
-    return folder
+    return write_five_to_one_checkpoint(tmp_path_factory.mktemp("qwen2-5to1-contiguous"))
 
 
 @pytest.fixture(scope="module")

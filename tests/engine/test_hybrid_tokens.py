@@ -10,25 +10,18 @@ import pytest
 
 from kvbench.strategies.base import CHECK_ACCOUNTING_ENV
 from tests.conftest import random_prompts
+from tests.engine.windowed_checkpoints import write_five_to_one_checkpoint
 from tests.models.engine_parity import engine_tokens
 
 pytest.importorskip("transformers")
 
-WINDOW = 16
-LAYER_TYPES = ["sliding_attention"] * 5 + ["full_attention"]
 # One layer's K and V of one token in float32: 2 KV heads x 16 head dim (the checkpoint's).
 LAYER_TOKEN_BYTES = 2 * 2 * 16 * 4
 
 
 @pytest.fixture(scope="module")
 def windowed_checkpoint(tmp_path_factory):
-    from tests.models.test_config_fields import make_checkpoint
-
-    folder = tmp_path_factory.mktemp("qwen2-5to1")
-    make_checkpoint(folder, "Qwen2Config", num_hidden_layers=6, use_sliding_window=True,
-                    sliding_window=WINDOW, max_window_layers=0, layer_types=LAYER_TYPES,
-                    max_position_embeddings=512)
-    return folder
+    return write_five_to_one_checkpoint(tmp_path_factory.mktemp("qwen2-5to1"))
 
 
 @pytest.fixture(autouse=True)
