@@ -516,18 +516,16 @@ class StepTimeModel:
         att_fixed = c.attn_decode_floor_s + c.attn_decode_per_seq_s * num_seqs
         att_rate = hw.hbm_bandwidth_bytes_s * c.attn_decode_bandwidth_efficiency
         layer_bytes = self.kv_layer_token_bytes
-        att_pf = 0.0
-        pairs = 0
         L_afpp = L * self.attention_flops_per_pair
         kvb = self.kv_bytes_per_token
         layer_floor = c.layer_floor_s
-        L_gemm, L_att_pf, L_elt_outer = L * gemm, L * att_pf, L * elt + outer
+        L_gemm, L_elt_outer = L * gemm, L * elt + outer
         L_kv_write, L_ar = L * kv_write, L * ar
         lm_head = self._lm_head(rows)
         cpu = c.cpu_overhead_s
         fixed_flops = (2.0 * tokens * self.layer_flop_weights * L
                        + 2.0 * rows * self.model.hidden_size * self.vocab)
-        new_bytes = (tokens + 2 * 0) * kvb
+        new_bytes = tokens * kvb  # a decode writes one token a sequence, reads no prompt
         compute_bound = tokens >= self.compute_bound_tokens
         now_s = start_s
         ends: list[float] = []
@@ -539,14 +537,14 @@ class StepTimeModel:
             if step and now_s >= until_s:
                 break
             att_dec = att_fixed + context * layer_bytes / att_rate
-            layer = gemm + att_dec + att_pf + elt + kv_write + ar
+            layer = gemm + att_dec + 0.0 + elt + kv_write + ar  # 0.0: no prefill attention
             floor = layer_floor - layer if layer_floor > layer else 0.0
-            values = (L_gemm, L * att_dec, L_att_pf, L_elt_outer, L_kv_write, L_ar,
+            values = (L_gemm, L * att_dec, 0.0, L_elt_outer, L_kv_write, L_ar,
                       L * floor, lm_head, 0.0, cpu)
             step_s = sum(values)
             if step_s < 0:
                 raise ValueError(f"the simulated clock cannot go back ({step_s} s)")
-            flops = fixed_flops + L_afpp * (pairs + context)
+            flops = fixed_flops + L_afpp * context
             moved = float(weights_read + (context * kvb + new_bytes))
             now_s += step_s
             ends.append(now_s)
