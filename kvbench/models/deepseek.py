@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
+from kvbench.models.direct_call import DirectCall, Linear
 from kvbench.models.llama import (
     MLP,
     AttentionFn,
@@ -64,7 +65,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: b
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
-class LatentAttention(nn.Module):
+class LatentAttention(DirectCall):
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
         mla = config.mla
@@ -74,16 +75,16 @@ class LatentAttention(nn.Module):
         self.num_heads = config.num_heads
         h, heads, bias = config.hidden_size, config.num_heads, config.attention_bias
         if mla.q_lora_rank is None:
-            self.q_proj = nn.Linear(h, heads * mla.qk_head_dim, bias=False)
+            self.q_proj = Linear(h, heads * mla.qk_head_dim, bias=False)
         else:
-            self.q_a_proj = nn.Linear(h, mla.q_lora_rank, bias=bias)
+            self.q_a_proj = Linear(h, mla.q_lora_rank, bias=bias)
             self.q_a_layernorm = RMSNorm(mla.q_lora_rank, LATENT_NORM_EPS)
-            self.q_b_proj = nn.Linear(mla.q_lora_rank, heads * mla.qk_head_dim, bias=False)
-        self.kv_a_proj_with_mqa = nn.Linear(h, mla.latent_dim, bias=bias)
+            self.q_b_proj = Linear(mla.q_lora_rank, heads * mla.qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = Linear(h, mla.latent_dim, bias=bias)
         self.kv_a_layernorm = RMSNorm(mla.kv_lora_rank, LATENT_NORM_EPS)
-        self.kv_b_proj = nn.Linear(
+        self.kv_b_proj = Linear(
             mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim), bias=False)
-        self.o_proj = nn.Linear(heads * mla.v_head_dim, h, bias=bias)
+        self.o_proj = Linear(heads * mla.v_head_dim, h, bias=bias)
 
     def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
         mla, heads, tokens = self.mla, self.num_heads, x.shape[0]
@@ -110,7 +111,7 @@ class LatentAttention(nn.Module):
         return self.o_proj(out.reshape(tokens, heads * mla.v_head_dim))
 
 
-class Router(nn.Module):
+class Router(DirectCall):
     """DeepSeek's router (`DeepseekRouting`): the top-k experts of each token and their
     weights, in float32 whatever the weights' dtype, as transformers routes."""
 
@@ -154,7 +155,7 @@ class Router(nn.Module):
         return weights * routing.routed_scaling_factor, chosen
 
 
-class DeepseekMoE(nn.Module):
+class DeepseekMoE(DirectCall):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         width = config.moe_intermediate_size
@@ -173,7 +174,7 @@ class DeepseekMoE(nn.Module):
         return out
 
 
-class DeepseekLayer(nn.Module):
+class DeepseekLayer(DirectCall):
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
         self.self_attn = LatentAttention(config, layer_index)

@@ -19,10 +19,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
+from kvbench.models.direct_call import DirectCall, Embedding, Linear
 from kvbench.models.llama import Attention, AttentionFn, signed_sin
 
 
-class GemmaRMSNorm(nn.Module):
+class GemmaRMSNorm(DirectCall):
     """x / rms(x) x (1 + w), in float32; its weights' identity value is 0."""
 
     def __init__(self, size: int, eps: float) -> None:
@@ -36,19 +37,19 @@ class GemmaRMSNorm(nn.Module):
         return (xf * (1.0 + self.weight.float())).to(x.dtype)
 
 
-class GemmaMLP(nn.Module):
+class GemmaMLP(DirectCall):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         h, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(h, i, bias=False)
-        self.up_proj = nn.Linear(h, i, bias=False)
-        self.down_proj = nn.Linear(i, h, bias=False)
+        self.gate_proj = Linear(h, i, bias=False)
+        self.up_proj = Linear(h, i, bias=False)
+        self.down_proj = Linear(i, h, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
 
 
-class GemmaDecoderLayer(nn.Module):
+class GemmaDecoderLayer(DirectCall):
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
         h, eps = config.hidden_size, config.rms_norm_eps
@@ -68,10 +69,10 @@ class GemmaDecoderLayer(nn.Module):
         return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
 
 
-class _GemmaBackbone(nn.Module):
+class _GemmaBackbone(DirectCall):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
             GemmaDecoderLayer(config, i) for i in range(config.num_layers))
         self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -88,7 +89,7 @@ def gemma_inv_freq(config: ModelConfig, sliding: bool) -> torch.Tensor:
     return inv_freq
 
 
-class GemmaDecoder(nn.Module):
+class GemmaDecoder(DirectCall):
     """`forward` runs the flattened tokens of a batch (prefills and decodes together), as
     `LlamaDecoder`'s."""
 
@@ -100,7 +101,7 @@ class GemmaDecoder(nn.Module):
         self.config = config
         self.softmax_scale = config.softmax_scale
         self.model = _GemmaBackbone(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.sliding_layers = [config.layer_window(i) is not None

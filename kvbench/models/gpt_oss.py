@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
+from kvbench.models.direct_call import DirectCall
 from kvbench.models.llama import Attention, AttentionFn, LlamaDecoder, RMSNorm, mix_experts
 
 
@@ -27,7 +28,7 @@ class SinkAttention(Attention):
         self.sinks = nn.Parameter(torch.zeros(config.num_heads))
 
 
-class TopKRouter(nn.Module):
+class TopKRouter(DirectCall):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.top_k = config.num_experts_per_tok
@@ -41,7 +42,7 @@ class TopKRouter(nn.Module):
         return F.softmax(top, dim=-1, dtype=top.dtype), chosen
 
 
-class FusedExperts(nn.Module):
+class FusedExperts(DirectCall):
     """Every expert's weights in one tensor per projection, in the checkpoint's layout."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -67,7 +68,7 @@ class FusedExperts(nn.Module):
         return mix_experts(x, weights, chosen, self.expert)
 
 
-class GptOssMLP(nn.Module):
+class GptOssMLP(DirectCall):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.router = TopKRouter(config)
@@ -78,7 +79,7 @@ class GptOssMLP(nn.Module):
         return self.experts(x, weights, chosen)
 
 
-class GptOssDecoderLayer(nn.Module):
+class GptOssDecoderLayer(DirectCall):
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
         self.self_attn = SinkAttention(config, layer_index)

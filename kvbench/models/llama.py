@@ -17,13 +17,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
+from kvbench.models.direct_call import DirectCall, Embedding, Linear
 from kvbench.models.rope_yarn import yarn_attention_factor, yarn_inv_freq
 
 # attention(layer_index, q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D]) -> [T, Hq, D]
 AttentionFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(DirectCall):
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
@@ -81,7 +82,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> 
     return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
 
 
-class Attention(nn.Module):
+class Attention(DirectCall):
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
         self.layer_index = layer_index
@@ -90,10 +91,10 @@ class Attention(nn.Module):
         self.head_dim = config.head_dim
         bias = config.attention_bias
         h, d = config.hidden_size, config.head_dim
-        self.q_proj = nn.Linear(h, self.num_heads * d, bias=bias)
-        self.k_proj = nn.Linear(h, self.num_kv_heads * d, bias=bias)
-        self.v_proj = nn.Linear(h, self.num_kv_heads * d, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * d, h, bias=config.o_proj_bias)
+        self.q_proj = Linear(h, self.num_heads * d, bias=bias)
+        self.k_proj = Linear(h, self.num_kv_heads * d, bias=bias)
+        self.v_proj = Linear(h, self.num_kv_heads * d, bias=bias)
+        self.o_proj = Linear(self.num_heads * d, h, bias=config.o_proj_bias)
         self.qk_norm = config.qk_norm
         if self.qk_norm:  # one weight of head_dim shared by every head (Qwen3)
             self.q_norm = RMSNorm(d, config.rms_norm_eps)
@@ -111,14 +112,14 @@ class Attention(nn.Module):
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
 
 
-class MLP(nn.Module):
+class MLP(DirectCall):
     def __init__(self, config: ModelConfig, intermediate_size: int | None = None) -> None:
         super().__init__()
         h, bias = config.hidden_size, config.mlp_bias
         i = config.intermediate_size if intermediate_size is None else intermediate_size
-        self.gate_proj = nn.Linear(h, i, bias=bias)
-        self.up_proj = nn.Linear(h, i, bias=bias)
-        self.down_proj = nn.Linear(i, h, bias=bias)
+        self.gate_proj = Linear(h, i, bias=bias)
+        self.up_proj = Linear(h, i, bias=bias)
+        self.down_proj = Linear(i, h, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -138,21 +139,21 @@ def mix_experts(x: torch.Tensor, weights: torch.Tensor, chosen: torch.Tensor,
     return out
 
 
-class Expert(nn.Module):
+class Expert(DirectCall):
     """One Mixtral expert: a SwiGLU MLP under the checkpoint's names (w1 gate, w3 up, w2 down)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         h, i = config.hidden_size, config.moe_intermediate_size
-        self.w1 = nn.Linear(h, i, bias=False)
-        self.w2 = nn.Linear(i, h, bias=False)
-        self.w3 = nn.Linear(h, i, bias=False)
+        self.w1 = Linear(h, i, bias=False)
+        self.w2 = Linear(i, h, bias=False)
+        self.w3 = Linear(h, i, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
-class SparseMoE(nn.Module):
+class SparseMoE(DirectCall):
     """Mixtral's and Qwen3-MoE's block: softmax router, top-k experts a token, their weights
     renormalised to 1 where the config says so (`norm_topk_prob`)."""
 
@@ -160,7 +161,7 @@ class SparseMoE(nn.Module):
         super().__init__()
         self.top_k = config.num_experts_per_tok
         self.norm_topk_prob = config.norm_topk_prob
-        self.gate = nn.Linear(config.hidden_size, config.num_local_experts, bias=False)
+        self.gate = Linear(config.hidden_size, config.num_local_experts, bias=False)
         self.experts = nn.ModuleList(Expert(config) for _ in range(config.num_local_experts))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -172,7 +173,7 @@ class SparseMoE(nn.Module):
         return mix_experts(x, weights, chosen, lambda e, tokens: self.experts[e](tokens))
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(DirectCall):
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
         self.self_attn = Attention(config, layer_index)
@@ -191,15 +192,15 @@ class DecoderLayer(nn.Module):
         return x + feed_forward(self.post_attention_layernorm(x))
 
 
-class Backbone(nn.Module):
+class Backbone(DirectCall):
     def __init__(self, config: ModelConfig, layer_class: type[nn.Module]) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(layer_class(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
-class FlatBatchDecoder(nn.Module):
+class FlatBatchDecoder(DirectCall):
     """A decoder whose `forward` runs the flattened tokens of a batch (prefills and decodes
     together), every layer under the same rope: a family gives its backbone (`embed_tokens`,
     `layers`, `norm`), `rope` and `rope_frequencies`."""
@@ -208,7 +209,7 @@ class FlatBatchDecoder(nn.Module):
         super().__init__()
         self.config = config
         self.model = backbone
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
