@@ -31,9 +31,13 @@ class RMSNorm(DirectCall):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # transformers' `weight * (x * rsqrt(mean(x^2) + eps))`, the same float operations,
+        # with the products written into the one fresh tensor (`x.float()` may be `x`).
         xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
+        normed = xf * xf.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
+        out = normed.to(x.dtype)
+        # a weight of another dtype promotes the product, which an in-place one cannot
+        return out.mul_(self.weight) if self.weight.dtype == out.dtype else self.weight * out
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
@@ -78,8 +82,12 @@ def signed_sin(sin: torch.Tensor) -> torch.Tensor:
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
     """`x * cos + rotate_half(x) * sin` (rotate_half(x) = cat(-x2, x1)), bit for bit:
-    roll(x) = cat(x2, x1), and -x2 * s and x2 * -s are the same float."""
-    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
+    roll(x) = cat(x2, x1), and -x2 * s and x2 * -s are the same float. The products and
+    the sum go into two fresh tensors, not four."""
+    rotated = x.roll(x.shape[-1] // 2, -1)
+    if sin_signed.dtype != x.dtype:  # promoted products: out of place
+        return x * cos + rotated * sin_signed
+    return (x * cos).add_(rotated.mul_(sin_signed))
 
 
 class Attention(DirectCall):
@@ -112,6 +120,12 @@ class Attention(DirectCall):
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
 
 
+def silu_and_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """`silu(gate) * up`, written over `gate` (a projection's fresh output): a prompt's
+    [T, intermediate] temporaries are the largest a layer allocates."""
+    return F.silu(gate, inplace=True).mul_(up)
+
+
 class MLP(DirectCall):
     def __init__(self, config: ModelConfig, intermediate_size: int | None = None) -> None:
         super().__init__()
@@ -122,7 +136,7 @@ class MLP(DirectCall):
         self.down_proj = Linear(i, h, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(silu_and_mul(self.gate_proj(x), self.up_proj(x)))
 
 
 def mix_experts(x: torch.Tensor, weights: torch.Tensor, chosen: torch.Tensor,
@@ -150,7 +164,7 @@ class Expert(DirectCall):
         self.w3 = Linear(h, i, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(silu_and_mul(self.w1(x), self.w3(x)))
 
 
 class SparseMoE(DirectCall):
@@ -187,9 +201,10 @@ class DecoderLayer(DirectCall):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attention)
+        # Each residual sum goes into its branch's fresh output (y + x is x + y, bit for bit).
+        x = self.self_attn(self.input_layernorm(x), cos, sin, attention).add_(x)
         feed_forward = self.block_sparse_moe if self.is_moe else self.mlp
-        return x + feed_forward(self.post_attention_layernorm(x))
+        return feed_forward(self.post_attention_layernorm(x)).add_(x)
 
 
 class Backbone(DirectCall):
