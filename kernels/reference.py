@@ -592,16 +592,23 @@ def contiguous_decode_attention(
     window, only its last W positions); with `ring_lens` (`[S]` int, a window group's
     rings) position p of sequence i from `start_slots[i] + p % ring_lens[i]`;
     `shared_decode_indices` as `paged_decode_attention`."""
-    lens = seq_lens.tolist()
-    starts = start_slots.tolist()
-    firsts = [first_visible(n, 1, sliding_window) for n in lens]
-    num_kv_heads, head_dim = k_cache.shape[1:]
-    mean_span = (sum(lens) - sum(firsts)) / max(len(lens), 1)
-    # One sequence is one attention call either way: in place it skips the gather (a ring
-    # may wrap inside the window: gathered).
-    if (ring_lens is None and k_cache.dtype == v_cache.dtype == torch.float32 and lens and (
-            len(lens) == 1
-            or mean_span * num_kv_heads * (head_dim + v_cache.shape[-1]) * 4 >= IN_PLACE_MIN_BYTES)):
+    memo = _table_memo("contiguous", start_slots, seq_lens, sliding_window)
+    if memo is None or "host" not in memo:  # the step's first layer (or no shared memo)
+        lens = seq_lens.tolist()
+        starts = start_slots.tolist()
+        firsts = [first_visible(n, 1, sliding_window) for n in lens]
+        num_kv_heads, head_dim = k_cache.shape[1:]
+        mean_span = (sum(lens) - sum(firsts)) / max(len(lens), 1)
+        # One sequence is one attention call either way: in place it skips the gather (a
+        # ring may wrap inside the window: gathered).
+        in_place = bool(ring_lens is None and lens and (
+            len(lens) == 1 or mean_span * num_kv_heads * (head_dim + v_cache.shape[-1]) * 4
+            >= IN_PLACE_MIN_BYTES))
+        if memo is not None:
+            memo["host"] = lens, starts, firsts, in_place
+    else:
+        lens, starts, firsts, in_place = memo["host"]
+    if in_place and k_cache.dtype == v_cache.dtype == torch.float32:
         out = torch.empty((*q.shape[:-1], v_cache.shape[-1]), dtype=q.dtype, device=q.device)
         for r, (start, n, f) in enumerate(zip(starts, lens, firsts, strict=True)):
             out[r : r + 1] = _decode(q[r : r + 1], k_cache[start + f : start + n][None],
@@ -610,6 +617,15 @@ def contiguous_decode_attention(
         return out
 
     def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
+        key = ("slots", None if rows is None else id(rows), span)  # rows: the memo's tensor
+        if memo is None or key not in memo:
+            found = token_slots(rows, first, span)
+            if memo is None:
+                return take(*found)
+            memo[key] = found
+        return take(*memo[key])
+
+    def token_slots(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
         row_starts = start_slots if rows is None else start_slots[rows]
         key_pos = torch.arange(span, device=q.device)
         if first is not None:  # a window: each row from its own first position
@@ -620,13 +636,13 @@ def contiguous_decode_attention(
             rings = (ring_lens if rows is None else ring_lens[rows]).long()[:, None]
             slots = row_starts.long()[:, None] + key_pos % rings
         # Padding positions may run past the arena's end; they are masked, so clamp the gather.
-        slots = slots.clamp(max=k_cache.shape[0] - 1).flatten()
+        return slots.clamp(max=k_cache.shape[0] - 1).flatten(), key_pos, len(row_starts), span
 
+    def take(slots: torch.Tensor, key_pos: torch.Tensor, num_rows: int, span: int):
         k, v = _gather_kv_float(k_cache, v_cache, slots, k_scale, v_scale)
-        return (k.view(len(row_starts), span, *k.shape[1:]),
-                v.view(len(row_starts), span, *v.shape[1:]), key_pos)
+        return (k.view(num_rows, span, *k.shape[1:]), v.view(num_rows, span, *v.shape[1:]),
+                key_pos)
 
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
-                            _fp8_fold(v_cache, v_scale),
-                            _table_memo("contiguous", start_slots, seq_lens, sliding_window))
+                            _fp8_fold(v_cache, v_scale), memo)
