@@ -40,11 +40,13 @@ Scale = float | torch.Tensor | None
 DECODE_BUCKET_SLACK = 256
 
 # A contiguous float32 decode attends each sequence where it lies in the arena (one attention
-# call per sequence, nothing copied) once the K/V a batched call would gather for it reach this
-# size; below it one gather and one call for the whole bucket cost less (measured on one CPU
-# thread: the crossover sits near 256 positions of 2 KV heads x 32 dims); a lone sequence is
-# always attended in place.
-IN_PLACE_MIN_BYTES = 128 * 1024
+# call per sequence, nothing copied) once the K/V a batched call would gather for the whole
+# batch reach this size (a copy that large no longer stays in the cache while attention
+# reads it); below it one gather and one call for the bucket cost less. Measured on one CPU
+# thread of a 32 MiB-L3 machine (tests/benchmarks/test_decode_vs_plain_forward.py): the
+# gather wins up to 8 MiB (8-32 sequences x 512-1,024 positions of the 4-layer Llama),
+# in place from 16 MiB (32 x 1,024, 64 x 512). A lone sequence is always attended in place.
+IN_PLACE_MIN_BYTES = 12 * 2**20
 
 
 # fp8 K and V gathers up to this many elements each are decoded in one pass (fewer operations
@@ -598,12 +600,12 @@ def contiguous_decode_attention(
         starts = start_slots.tolist()
         firsts = [first_visible(n, 1, sliding_window) for n in lens]
         num_kv_heads, head_dim = k_cache.shape[1:]
-        mean_span = (sum(lens) - sum(firsts)) / max(len(lens), 1)
+        keys = sum(lens) - sum(firsts)
         # One sequence is one attention call either way: in place it skips the gather (a
         # ring may wrap inside the window: gathered).
         in_place = bool(ring_lens is None and lens and (
-            len(lens) == 1 or mean_span * num_kv_heads * (head_dim + v_cache.shape[-1]) * 4
-            >= IN_PLACE_MIN_BYTES))
+            len(lens) == 1
+            or keys * num_kv_heads * (head_dim + v_cache.shape[-1]) * 4 >= IN_PLACE_MIN_BYTES))
         if memo is not None:
             memo["host"] = lens, starts, firsts, in_place
     else:

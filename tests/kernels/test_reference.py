@@ -208,8 +208,8 @@ def test_attention_variants_match_naive(num_q_heads, num_kv_heads, variant):
 @pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("variant", [{}, *VARIANTS])
 def test_contiguous_decode_in_place_and_gathered_match_naive(monkeypatch, variant, in_place):
-    """A contiguous decode attends each sequence where it lies in the arena (long contexts) or
-    gathers its bucket (short ones); both are the same attention, ragged lengths and variants
+    """A contiguous decode attends each sequence where it lies in the arena (a batch whose
+    gather would outgrow the cache) or gathers its bucket (smaller ones); both are the same attention, ragged lengths and variants
     included."""
     monkeypatch.setattr(ref, "IN_PLACE_MIN_BYTES", 0 if in_place else math.inf)
     kw = _variant(variant, 8)
