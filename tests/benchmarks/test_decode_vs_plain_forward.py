@@ -1,8 +1,9 @@
 """kvbench's forward against the plain transformers forward of the same checkpoint (CPU).
 
 One random `LlamaForCausalLM` is saved with `save_pretrained`; kvbench loads the folder as
-its model and transformers loads it back. Each case times, interleaved in one process and on
-one torch thread, a whole step of the real engine (schedule, layout, forward, sample, commit)
+its model and transformers loads it back. Each case times, interleaved in one process (blocks
+of steps of each side in turn, each timed in its steady state: `interleaved`) and on one torch
+thread, a whole step of the real engine (schedule, layout, forward, sample, commit)
 and transformers' forward of the same batch with a `DynamicCache` holding the same context
 (cropped back after every step, so both sides stay at the same context). `extra_info`
 records both medians and `ratio_vs_plain_forward` (kvbench / plain) in CPU time of the
@@ -64,7 +65,10 @@ DECODE_SHAPES = (
 )
 PREFILL_LENS = (512, 2048) if FULL else ()
 STEPS = 20 if FULL else 8  # timed steps per side, interleaved
+BLOCK = 4  # timed steps a side runs back to back, after one untimed switch step
+SWITCHES = -(-STEPS // BLOCK)  # switch steps per side
 WARMUP_STEPS = 3
+RUN_STEPS = WARMUP_STEPS + 1 + STEPS + SWITCHES  # steps each side runs in a case
 MAX_POSITIONS = 4096
 # transformers 5 renamed the forward's cache argument
 CACHE_ARG = ("cache" if "cache" in inspect.signature(transformers.LlamaForCausalLM.forward).parameters
@@ -139,22 +143,35 @@ def filled_cache(batch: int, context: int):
 
 @dataclass
 class Timings:
-    """Seconds of each call: CPU time of this thread, and wall clock."""
+    """Seconds of each timed call, CPU time of this thread and wall clock; and of each
+    switch step, the first after the other side ran (`after_switch_cpu_s`)."""
 
     cpu_s: list[float]
     wall_s: list[float]
+    after_switch_cpu_s: list[float]
+
+
+def _timed(step: Callable[[], object]) -> tuple[float, float]:
+    cpu0, wall0 = time.thread_time(), time.perf_counter()
+    step()
+    return time.thread_time() - cpu0, time.perf_counter() - wall0
 
 
 def interleaved(kv_step: Callable[[], object], plain_step: Callable[[], object],
                 steps: int) -> tuple[Timings, Timings]:
-    """`steps` calls of each, alternating so that load drifts hit both."""
-    kv, plain = Timings([], []), Timings([], [])
-    for _ in range(steps):
+    """`steps` timed calls of each, in alternating blocks (one switch step, then `BLOCK`
+    timed ones) so that load drifts hit both. Each side is timed in its steady state, as an
+    engine runs its steps back to back: right after the other side ran, a step first reloads
+    its own weights and cache into the CPU's caches (both models' weights together overflow
+    the last-level cache), which the switch step pays and the timed steps do not."""
+    kv, plain = Timings([], [], []), Timings([], [], [])
+    while len(kv.cpu_s) < steps:
         for step, into in ((kv_step, kv), (plain_step, plain)):
-            cpu0, wall0 = time.thread_time(), time.perf_counter()
-            step()
-            into.cpu_s.append(time.thread_time() - cpu0)
-            into.wall_s.append(time.perf_counter() - wall0)
+            into.after_switch_cpu_s.append(_timed(step)[0])
+            for _ in range(min(BLOCK, steps - len(into.cpu_s))):
+                cpu_s, wall_s = _timed(step)
+                into.cpu_s.append(cpu_s)
+                into.wall_s.append(wall_s)
     return kv, plain
 
 
@@ -171,6 +188,8 @@ def record(benchmark, strategy: str, phase: str, batch: int, context: int,
         "ratio_vs_plain_forward": ratio,
         "kvbench_wall_ms_median": ms(kv.wall_s), "plain_forward_wall_ms_median": ms(plain.wall_s),
         "ratio_wall": ms(kv.wall_s) / ms(plain.wall_s),
+        # each side's first step after the other ran (caches holding the other's weights)
+        "ratio_after_switch": ms(kv.after_switch_cpu_s) / ms(plain.after_switch_cpu_s),
     })
     return ratio
 
@@ -181,10 +200,10 @@ def record(benchmark, strategy: str, phase: str, batch: int, context: int,
 def test_decode_step_vs_plain_forward(benchmark, checkpoint, model_cache, strategy, batch,
                                       context):
     folder, plain = checkpoint
-    engine = kv_engine(folder, strategy, batch, context + WARMUP_STEPS + STEPS + 8, model_cache)
+    engine = kv_engine(folder, strategy, batch, context + RUN_STEPS + 8, model_cache)
     for i in range(batch):  # prompts of context - 1: the first decode step reads `context`
         engine.add_request(Request(i, 0.0, distinct_prompt(i, context - 1),
-                                   WARMUP_STEPS + STEPS + 4))
+                                   RUN_STEPS + 4))
     while engine.waiting or engine.steps[-1].num_prefill_seqs:
         engine.step()
     kv_shapes = record_logits_shape(engine)
