@@ -14,6 +14,23 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"
 
 
+class TokenCount:
+    """What stays of a finished sequence's token ids where nothing reads the ids: how many
+    there were (`Engine.keep_finished_token_ids`). A long simulation's sequences would
+    otherwise hold a pointer per prompt and output token to the end of the run."""
+
+    __slots__ = ("_count",)
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __repr__(self) -> str:
+        return f"TokenCount({self._count})"
+
+
 @dataclass(eq=False, slots=True)  # read in every per-sequence loop of every step
 class Sequence:
     """Token state of one sample. `num_computed` tokens have their KV in the cache.
@@ -25,7 +42,7 @@ class Sequence:
     seq_id: int
     request: Request
     sample_index: int
-    token_ids: list[int]
+    token_ids: list[int] | TokenCount
     num_computed: int = 0
     status: SequenceStatus = SequenceStatus.WAITING
     preemptions: int = 0

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from kvbench.core.clock import RunClock
 from kvbench.core.request import Request
 from kvbench.core.sampling_params import SampleKey, SamplingParams
-from kvbench.core.sequence import Sequence, SequenceStatus
+from kvbench.core.sequence import Sequence, SequenceStatus, TokenCount
 from kvbench.core.step_batch import StepBatch
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.group_memory import GroupMemory
@@ -93,6 +93,10 @@ class Engine(BaseEngine):
         # is known to be no run's.
         self._decoded_all: bool | None = False
         self._memory_probe = memory_probe
+        # False where the caller reads only how many tokens a finished sequence has (the
+        # simulate session: its executor reads no ids), so that a finished sequence whose
+        # memory is back lets its ids go (`TokenCount`) instead of holding them to the end.
+        self.keep_finished_token_ids = True
 
     # Requests ---------------------------------------------------------------------------
 
@@ -403,6 +407,8 @@ class Engine(BaseEngine):
         seq.finish_s = now_s
         self.policy.on_finished(seq)
         self._unfinished -= 1
+        if not self.keep_finished_token_ids and self.policy.frees_at_finish:
+            seq.token_ids = TokenCount(len(seq.token_ids))
 
     def drain(self) -> None:
         """Give back memory still held by finished members (static batching's last batch)."""
