@@ -52,10 +52,15 @@ class Sequence:
     token_times_s: list[float] = field(default_factory=list)
     cached_prompt_tokens: int = 0  # prompt tokens served from a prefix cache at first admission
     prefill_computed_tokens: int = 0  # tokens computed by prefills (recomputation included)
+    # The request's lengths, read in the engine's per-sequence loops of every step: kept as
+    # plain attributes (an attribute, not a property over the request's prompt).
+    prompt_len: int = field(init=False)
+    end_len: int = field(init=False)  # how many tokens the sequence holds once finished
 
-    @property
-    def prompt_len(self) -> int:
-        return self.request.prompt_len
+    def __post_init__(self) -> None:
+        request = self.request
+        self.prompt_len = len(request.prompt_token_ids)
+        self.end_len = self.prompt_len + request.output_len
 
     @property
     def num_generated(self) -> int:
