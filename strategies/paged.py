@@ -110,8 +110,10 @@ class PagedStrategy(CacheStrategy):
         firsts = sorted(self._first_overflows(seqs))
 
         def blocks_within(steps: int) -> int:  # of the sequences taking one before `steps`
-            return sum([(steps - first + bs - 1) // bs
-                        for first in firsts[: bisect_left(firsts, steps)]])
+            taking = bisect_left(firsts, steps)
+            if steps <= bs:  # one block each at most (no first is negative): just the count
+                return taking
+            return sum([(steps - first + bs - 1) // bs for first in firsts[:taking]])
 
         # A tight pool fits few steps: those are found from the first on, doubling, where a
         # short span looks at the few sequences whose block comes within it.
