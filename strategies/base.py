@@ -235,8 +235,7 @@ class CacheStrategy(ABC):
     def _account(self, seq: Sequence, held_slots: int, prompt_blocks: int = 0) -> None:
         """Record that `seq` now holds `held_slots` (0: nothing) in the running totals."""
         old_held, old_will, old_prompt = self._held.pop(seq.seq_id, (0, 0, 0))
-        request = seq.request  # `final_kv_len`, inlined: this runs at every block a sequence takes
-        final_kv_len = len(request.prompt_token_ids) + request.output_len - 1
+        final_kv_len = seq.end_len - 1  # `final_kv_len`: this runs at every block a sequence takes
         will = held_slots if held_slots < final_kv_len else final_kv_len
         self._held_slots += held_slots - old_held
         self._will_use_slots += will - old_will

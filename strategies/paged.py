@@ -110,8 +110,10 @@ class PagedStrategy(CacheStrategy):
         firsts = sorted(self._first_overflows(seqs))
 
         def blocks_within(steps: int) -> int:  # of the sequences taking one before `steps`
-            return sum([(steps - first + bs - 1) // bs
-                        for first in firsts[: bisect_left(firsts, steps)]])
+            taking = bisect_left(firsts, steps)
+            if steps <= bs:  # one block each at most (no first is negative): just the count
+                return taking
+            return sum([(steps - first + bs - 1) // bs for first in firsts[:taking]])
 
         # A tight pool fits few steps: those are found from the first on, doubling, where a
         # short span looks at the few sequences whose block comes within it.
@@ -139,12 +141,16 @@ class PagedStrategy(CacheStrategy):
         books (`_account`) set once, at its last block: a block costs a few operations, not
         a call chain (a long run of many sequences takes one every `block_size` steps each)."""
         bs = self.block_size
-        events = [(first, i) for i, first in enumerate(self._first_overflows(seqs))
-                  if first < num_steps]
+        if num_steps > bs:
+            tables = self.tables
+            events = [(step, i) for i, seq in enumerate(seqs)
+                      for step in range(len(tables[seq.seq_id]) * bs - seq.num_computed,
+                                        num_steps, bs)]
+        else:  # a run no longer than a block takes one at most per sequence
+            events = [(first, i) for i, first in enumerate(self._first_overflows(seqs))
+                      if first < num_steps]
         if not events:
             return []
-        if num_steps > bs:  # (a run shorter than a block takes one at most per sequence)
-            events = [(step, i) for first, i in events for step in range(first, num_steps, bs)]
         events.sort()
         blocks = self.pool.allocate_many(len(events))
         tables, log = self.tables, self._table_log.append
@@ -154,25 +160,24 @@ class PagedStrategy(CacheStrategy):
         last = len(events) - 1
         for k, (step, i) in enumerate(events):
             seq = seqs[i]
-            table = tables[seq.seq_id]
+            seq_id = seq.seq_id
+            table = tables[seq_id]
             index = len(table)
             block = blocks[k]
-            log((seq.seq_id, index, block))
+            log((seq_id, index, block))
             table.append(block)
-            request = seq.request
-            final = len(request.prompt_token_ids) + request.output_len - 1  # `_account`'s
+            final = seq.end_len - 1  # `_account`'s
             before, after = index * bs, (index + 1) * bs
             held += bs
             will += (after if after < final else final) - (before if before < final else final)
-            prompt += index < -(-len(request.prompt_token_ids) // bs)
+            prompt += index < -(-seq.prompt_len // bs)
             grown[i] = seq
             if k == last or events[k + 1][0] != step:
                 books.append((step, held, will, prompt))
         entries = self._held
         for seq in grown.values():  # `_account_table` of each, its totals followed above
-            request = seq.request
-            prompt_len = len(request.prompt_token_ids)
-            final = prompt_len + request.output_len - 1
+            prompt_len = seq.prompt_len
+            final = seq.end_len - 1
             num_blocks = len(tables[seq.seq_id])
             held_slots = num_blocks * bs
             entries[seq.seq_id] = (held_slots, held_slots if held_slots < final else final,
@@ -224,7 +229,7 @@ class PagedStrategy(CacheStrategy):
         return table
 
     def _account_table(self, seq: Sequence, table: list[int]) -> None:
-        prompt_blocks = -(-len(seq.request.prompt_token_ids) // self.block_size)
+        prompt_blocks = -(-seq.prompt_len // self.block_size)
         self._account(seq, len(table) * self.block_size, min(len(table), prompt_blocks))
 
     def free(self, seq: Sequence) -> None:

@@ -14,6 +14,23 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"
 
 
+class TokenCount:
+    """What stays of a finished sequence's token ids where nothing reads the ids: how many
+    there were (`Engine.keep_finished_token_ids`). A long simulation's sequences would
+    otherwise hold a pointer per prompt and output token to the end of the run."""
+
+    __slots__ = ("_count",)
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __repr__(self) -> str:
+        return f"TokenCount({self._count})"
+
+
 @dataclass(eq=False, slots=True)  # read in every per-sequence loop of every step
 class Sequence:
     """Token state of one sample. `num_computed` tokens have their KV in the cache.
@@ -25,7 +42,7 @@ class Sequence:
     seq_id: int
     request: Request
     sample_index: int
-    token_ids: list[int]
+    token_ids: list[int] | TokenCount
     num_computed: int = 0
     status: SequenceStatus = SequenceStatus.WAITING
     preemptions: int = 0
@@ -35,10 +52,15 @@ class Sequence:
     token_times_s: list[float] = field(default_factory=list)
     cached_prompt_tokens: int = 0  # prompt tokens served from a prefix cache at first admission
     prefill_computed_tokens: int = 0  # tokens computed by prefills (recomputation included)
+    # The request's lengths, read in the engine's per-sequence loops of every step: kept as
+    # plain attributes (an attribute, not a property over the request's prompt).
+    prompt_len: int = field(init=False)
+    end_len: int = field(init=False)  # how many tokens the sequence holds once finished
 
-    @property
-    def prompt_len(self) -> int:
-        return self.request.prompt_len
+    def __post_init__(self) -> None:
+        request = self.request
+        self.prompt_len = len(request.prompt_token_ids)
+        self.end_len = self.prompt_len + request.output_len
 
     @property
     def num_generated(self) -> int:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from kvbench.core.clock import RunClock
 from kvbench.core.request import Request
 from kvbench.core.sampling_params import SampleKey, SamplingParams
-from kvbench.core.sequence import Sequence, SequenceStatus
+from kvbench.core.sequence import Sequence, SequenceStatus, TokenCount
 from kvbench.core.step_batch import StepBatch
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.group_memory import GroupMemory
@@ -47,7 +47,7 @@ def _split_prefills(
     for item in scheduled:
         seq, n = item
         length = len(seq.token_ids)
-        if n == 1 and seq.num_computed == length - 1 and length > len(seq.request.prompt_token_ids):
+        if n == 1 and seq.num_computed == length - 1 and length > seq.prompt_len:
             add_decode(item)
         else:
             prefills.append(item)
@@ -93,6 +93,10 @@ class Engine(BaseEngine):
         # is known to be no run's.
         self._decoded_all: bool | None = False
         self._memory_probe = memory_probe
+        # False where the caller reads only how many tokens a finished sequence has (the
+        # simulate session: its executor reads no ids), so that a finished sequence whose
+        # memory is back lets its ids go (`TokenCount`) instead of holding them to the end.
+        self.keep_finished_token_ids = True
 
     # Requests ---------------------------------------------------------------------------
 
@@ -167,14 +171,13 @@ class Engine(BaseEngine):
         if self._decoded_all is None:  # `Sequence.is_decoding` of each, inlined: O(running)
             self._decoded_all = all([
                 0 < seq.num_computed == len(seq.token_ids) - 1
-                and len(seq.token_ids) > len(seq.request.prompt_token_ids) for seq in running])
+                and len(seq.token_ids) > seq.prompt_len for seq in running])
             if not self._decoded_all:
                 return 0, []
         if strategy.has_pending_copies() or tracing_active() or not policy.decode_run_ready():
             return 0, []
         # The step in which the first sequence samples its last token: the run's last.
-        to_finish = min([seq.request.output_len + len(seq.request.prompt_token_ids)
-                         - len(seq.token_ids) for seq in running])
+        to_finish = min([seq.end_len - len(seq.token_ids) for seq in running])
         fit = strategy.decode_run_steps(running, to_finish)
         if fit < 1:
             return 0, []
@@ -238,8 +241,7 @@ class Engine(BaseEngine):
             token_ids = seq.token_ids
             token_ids.append(token)
             seq.token_times_s.append(t_end)
-            request = seq.request
-            if len(token_ids) - len(request.prompt_token_ids) >= request.output_len:
+            if len(token_ids) >= seq.end_len:
                 finished.append(seq)
         for seq in finished:
             self._finish(seq, t_end)
@@ -374,8 +376,7 @@ class Engine(BaseEngine):
             seq.token_times_s.append(now_s)
             if seq.first_token_s is None:
                 seq.first_token_s = now_s
-            request = seq.request
-            if len(token_ids) - len(request.prompt_token_ids) >= request.output_len:
+            if len(token_ids) >= seq.end_len:
                 finished.append(seq)
         return finished
 
@@ -403,6 +404,8 @@ class Engine(BaseEngine):
         seq.finish_s = now_s
         self.policy.on_finished(seq)
         self._unfinished -= 1
+        if not self.keep_finished_token_ids and self.policy.frees_at_finish:
+            seq.token_ids = TokenCount(len(seq.token_ids))
 
     def drain(self) -> None:
         """Give back memory still held by finished members (static batching's last batch)."""

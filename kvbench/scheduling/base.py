@@ -64,6 +64,9 @@ class BatchingPolicy(ABC):
     # `decode_run_ready` is exact for it: the engine's fast-forward falls back to one step at
     # a time for any policy that does not declare it (docs/simulator.md, Fast-forward).
     fast_forward_decodes = False
+    # Whether `on_finished` gives a sequence's memory back (the strategy reads its tokens
+    # no more); false for a policy that keeps finished members' memory (static batching).
+    frees_at_finish = True
 
     def __init__(self, cache: CacheStrategy, limits: SchedulerLimits,
                  queue_order: QueueOrder | None = None) -> None:

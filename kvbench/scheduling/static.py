@@ -34,6 +34,7 @@ class StaticBatching(BatchingPolicy):
         self.finished_members: list[Sequence] = []
 
     fast_forward_decodes = True
+    frees_at_finish = False  # a member's memory goes back when its batch ends
 
     def decode_run_ready(self) -> bool:
         # A decoding batch admits nothing until it ends; it decodes every member in the budget.

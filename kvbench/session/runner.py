@@ -27,6 +27,7 @@ from kvbench.core.clock import WallClock
 from kvbench.core.engine_kind import EngineKind
 from kvbench.core.request import Request
 from kvbench.engine.base_engine import BaseEngine
+from kvbench.engine.engine import Engine
 from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
@@ -226,6 +227,8 @@ def run_one(
     request_writer = RequestWriter(folder)  # and each request's row as it finishes
     status = "complete"
     simulated = run.executor.kind is EngineKind.SIMULATED
+    if isinstance(engine, Engine) and not engine.executor.reads_token_inputs:
+        engine.keep_finished_token_ids = False  # the results count a sequence's tokens only
     with _gc_frozen(young_every=50_000 if simulated else None):
         try:
             _replay(engine, workload, run, Progress(len(workload.requests), label, show_progress),
