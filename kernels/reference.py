@@ -502,6 +502,22 @@ def _table_memo(kind: str, table: torch.Tensor, seq_lens: torch.Tensor, *params)
     return memo.setdefault(key, {})
 
 
+def _step_gather(memo: dict | None, kind: str, index_of: Callable, take: Callable) -> Gather:
+    """A `Gather` whose index (`index_of(rows, first, span)`) is built by a step's first
+    layer and kept in `memo` (its `shared_decode_indices` entry) for the rest; each call
+    reads K/V through it (`take(*index)`)."""
+    def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
+        if memo is None:
+            return take(*index_of(rows, first, span))
+        key = (kind, None if rows is None else id(rows), span)  # rows: the memo's tensor
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = index_of(rows, first, span)
+        return take(*found)
+
+    return gather
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -532,15 +548,6 @@ def paged_decode_attention(
 
     memo = _table_memo("paged", block_tables, seq_lens, block_size, sliding_window)
 
-    def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
-        key = ("gather", None if rows is None else id(rows), span)  # rows: the memo's tensor
-        if memo is None or key not in memo:
-            found = block_index(rows, first, span)
-            if memo is None:
-                return take(*found)
-            memo[key] = found
-        return take(*memo[key])
-
     def block_index(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
         # Whole blocks at once: one index per block instead of one per token.
         tables = block_tables if rows is None else block_tables[rows]
@@ -570,6 +577,7 @@ def paged_decode_attention(
         k, v = _gather_kv_float(k_blocks, v_blocks, blocks, k_scale, v_scale)
         return by_row(k), by_row(v), key_pos
 
+    gather = _step_gather(memo, "blocks", block_index, take)
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
                             _fp8_fold(v_cache, v_scale), memo)
@@ -618,15 +626,6 @@ def contiguous_decode_attention(
                                      softmax_scale, softcap, sinks)
         return out
 
-    def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
-        key = ("slots", None if rows is None else id(rows), span)  # rows: the memo's tensor
-        if memo is None or key not in memo:
-            found = token_slots(rows, first, span)
-            if memo is None:
-                return take(*found)
-            memo[key] = found
-        return take(*memo[key])
-
     def token_slots(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
         row_starts = start_slots if rows is None else start_slots[rows]
         key_pos = torch.arange(span, device=q.device)
@@ -645,6 +644,7 @@ def contiguous_decode_attention(
         return (k.view(num_rows, span, *k.shape[1:]), v.view(num_rows, span, *v.shape[1:]),
                 key_pos)
 
+    gather = _step_gather(memo, "slots", token_slots, take)
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
                             _fp8_fold(v_cache, v_scale), memo)
