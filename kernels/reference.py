@@ -135,8 +135,9 @@ def write_kv(
         k_cache.index_put_(slots, quantize_fp8(k, k_scale))
         v_cache.index_put_(slots, quantize_fp8(v, v_scale))
     else:
-        k_cache.index_put_(slots, k.to(k_cache.dtype))
-        v_cache.index_put_(slots, v.to(v_cache.dtype))
+        # `to` only where it converts: a no-op one still costs a dispatch, twice a layer
+        k_cache.index_put_(slots, k if k.dtype == k_cache.dtype else k.to(k_cache.dtype))
+        v_cache.index_put_(slots, v if v.dtype == v_cache.dtype else v.to(v_cache.dtype))
 
 
 def write_latent(
@@ -415,7 +416,8 @@ def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=N
         out = probs @ vf
     if v_fold is not None:  # sum p (v f) = (sum p v) f
         out = out * v_fold
-    return out.reshape(num_seqs, num_q_heads, vf.shape[-1]).to(q.dtype)
+    out = out.reshape(num_seqs, num_q_heads, vf.shape[-1])
+    return out if out.dtype == q.dtype else out.to(q.dtype)
 
 
 # gather(rows, first, span) -> (k, v, key_pos): float32 K/V `[R, W, Hkv, D]` of sequences
