@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
 from kvbench.workloads.bounds import check_workload_fits
+from kvbench.workloads.prompt_tokens import LazyRows, PromptTokens
 
 # Lengths drawn from an unbounded distribution are capped here before any model-length
 # clipping, only so that an extreme draw cannot overflow an integer.
@@ -83,6 +85,13 @@ class TokenSampler:
         for start in range(0, n, _DRAW_TOKENS):
             out += self._draw(min(_DRAW_TOKENS, n - start)).tolist()
         return out
+
+    def lazy_rows(self, lengths: Sequence[int] | np.ndarray) -> list[PromptTokens]:
+        """What `rows(lengths)` gives, as prompts that know their length and draw the ids of
+        all of them on the first read of any (`prompt_tokens.py`): the sampler must draw
+        nothing else, so that the ids are the same whenever they are drawn."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        return LazyRows(partial(self.rows, lengths)).prompts(lengths.tolist())
 
     def rows(self, lengths: Sequence[int] | np.ndarray) -> list[tuple[int, ...]]:
         """One tuple of random token ids per entry of `lengths` (the ids `tokens` would give

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,7 @@ def prompt_lengths(path: Path, rows: list[TraceRow], max_model_len: int | None) 
 
 
 def to_requests(
-    rows: list[TraceRow], prompts: list[tuple[int, ...]]
+    rows: list[TraceRow], prompts: SequenceABC[SequenceABC[int]]
 ) -> list[Request]:
     """Requests in row order; arrivals shifted so the earliest row arrives at t = 0."""
     times = [r.arrival_s for r in rows if r.arrival_s is not None]
