@@ -406,7 +406,8 @@ class Engine(BaseEngine):
         seq.finish_s = now_s
         self.policy.on_finished(seq)
         self._unfinished -= 1
-        if not self.keep_finished_token_ids and self.policy.frees_at_finish:
+        if (not self.keep_finished_token_ids and self.holds_token_ids
+                and self.policy.frees_at_finish):
             seq.token_ids = TokenCount(len(seq.token_ids))
 
     def drain(self) -> None:
