@@ -29,7 +29,7 @@ def _simulate(tmp_path, strategy):
     return built, workload.requests, run.engine.seed
 
 
-@pytest.mark.parametrize("strategy", ["paged", "contiguous"])
+@pytest.mark.parametrize("strategy", ["paged", "contiguous", "fp8", "hybrid"])
 def test_a_replay_that_reads_no_ids_draws_none(tmp_path, strategy):
     built, requests, _ = _simulate(tmp_path, strategy)
     engine = built.engine
