@@ -96,6 +96,10 @@ class CacheStrategy(ABC):
     # never turns from False to True: the engine's fast-forward then runs decode steps in one
     # move (docs/simulator.md, Fast-forward).
     fast_forward_decodes: bool = False
+    # Set true in a strategy's own class body (`declares`) when it reads sequences' lengths
+    # only, never their token ids: under an executor that reads none either (`kvbench
+    # simulate`), sequences then count their tokens and the workload's prompts stay undrawn.
+    reads_no_token_ids: bool = False
 
     def __init__(
         self, num_slots: int, max_model_len: int, check_accounting: bool | None = None

@@ -123,6 +123,7 @@ class ContiguousStrategy(CacheStrategy):
     # admission waits for a hole that growing cannot open.
 
     fast_forward_decodes = True
+    reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
     def decode_run_steps(self, seqs: list[Sequence], max_steps: int) -> int:
         return max_steps

@@ -29,6 +29,8 @@ class WindowedContiguousStrategy(ContiguousStrategy):
     """A range per allocation group; window groups hold rings. Fast-forward is not declared
     here (`declares`): a ring's token slots change with every decode step."""
 
+    reads_no_token_ids = True  # lengths only, never ids (`declares`)
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.num_groups = len(self.windows)

@@ -53,6 +53,7 @@ class HybridStrategy(CacheStrategy):
     layout_kind = "paged"
     can_preempt = True
     counts_prompt_blocks = True  # distinct blocks holding prompt positions, in the split
+    reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
     def __init__(
         self,

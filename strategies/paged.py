@@ -94,6 +94,7 @@ class PagedStrategy(CacheStrategy):
     # every `block_size` steps after; the pool runs dry only when more are needed than it has.
 
     fast_forward_decodes = True
+    reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
     def _first_overflows(self, seqs: list[Sequence]) -> list[int]:
         """The step of a decode run (0: the first) at which each sequence takes a block."""

@@ -60,4 +60,5 @@ def load_azure(path: Path, num_requests: int | None, seed: int, vocab_size: int,
     check_not_empty(path, len(rows))
     warn_skipped(path, skipped, len(rows), "ContextTokens or GeneratedTokens 0")
     sampler = TokenSampler(rng_for(seed, "azure.tokens"), vocab_size)
-    return to_requests(rows, sampler.rows(prompt_lengths(path, rows, max_model_len)))
+    return to_requests(rows, sampler.lazy_rows(
+        prompt_lengths(path, rows, max_model_len, drawn_now=False)))

@@ -56,4 +56,5 @@ def load_burstgpt(
     check_not_empty(path, len(rows))
     warn_skipped(path, skipped, len(rows), "failed requests: 0 response or request tokens")
     sampler = TokenSampler(rng_for(seed, "burstgpt.tokens"), vocab_size)
-    return to_requests(rows, sampler.rows(prompt_lengths(path, rows, max_model_len)))
+    return to_requests(rows, sampler.lazy_rows(
+        prompt_lengths(path, rows, max_model_len, drawn_now=False)))

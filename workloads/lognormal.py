@@ -48,7 +48,7 @@ def lognormal_requests_mu(
     lengths = rng_for(seed, f"{stream}.lengths")
     prompt_lens = lognormal_lengths(lengths, num_requests, input_mu, input_sigma)
     output_lens = lognormal_lengths(lengths, num_requests, output_mu, output_sigma)
-    prompts = TokenSampler(rng_for(seed, f"{stream}.tokens"), vocab_size).rows(prompt_lens)
+    prompts = TokenSampler(rng_for(seed, f"{stream}.tokens"), vocab_size).lazy_rows(prompt_lens)
     return [
         Request(request_id=i, arrival_s=0.0, prompt_token_ids=prompt, output_len=out)
         for i, (prompt, out) in enumerate(zip(prompts, output_lens.tolist(), strict=True))

@@ -44,7 +44,7 @@ def parallel_requests(
     lengths = rng_for(seed, "parallel.lengths")
     prompt_lens = uniform_lengths(lengths, num_requests, prompt_len)
     output_lens = uniform_lengths(lengths, num_requests, output_len)
-    prompts = TokenSampler(rng_for(seed, "parallel.tokens"), vocab_size).rows(prompt_lens)
+    prompts = TokenSampler(rng_for(seed, "parallel.tokens"), vocab_size).lazy_rows(prompt_lens)
     return [
         Request(request_id=i, arrival_s=0.0, prompt_token_ids=prompt, output_len=out, n=n)
         for i, (prompt, out) in enumerate(zip(prompts, output_lens.tolist(), strict=True))

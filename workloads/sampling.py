@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
 from kvbench.workloads.bounds import check_workload_fits
+from kvbench.workloads.prompt_tokens import LazyRows, PromptTokens
 
 # Lengths drawn from an unbounded distribution are capped here before any model-length
 # clipping, only so that an extreme draw cannot overflow an integer.
@@ -52,6 +54,11 @@ def uniform_lengths(rng: np.random.Generator, n: int, span: tuple[int, int]) -> 
 _DRAW_TOKENS = 1 << 20
 
 
+def _check_prompts_fit(num_tokens: int) -> None:
+    check_workload_fits(0, num_tokens, "the workload's prompts", "replay fewer requests "
+                        "(--num-requests) or shorter prompts (--workload-param)")
+
+
 class TokenSampler:
     """Random token ids in `[0, vocab_size)` as Python ints.
 
@@ -77,12 +84,24 @@ class TokenSampler:
         """`n` random token ids (a draw too large for the machine's memory is refused)."""
         n = int(n)
         if n > CHECKED_DRAW_TOKENS:
-            check_workload_fits(0, n, "the workload's prompts", "replay fewer requests "
-                                "(--num-requests) or shorter prompts (--workload-param)")
+            _check_prompts_fit(n)
         out: list[int] = []
         for start in range(0, n, _DRAW_TOKENS):
             out += self._draw(min(_DRAW_TOKENS, n - start)).tolist()
         return out
+
+    def lazy_rows(self, lengths: Sequence[int] | np.ndarray) -> list[PromptTokens]:
+        """What `rows(lengths)` gives, as prompts that know their length and draw the ids of
+        all of them on the first read of any (`prompt_tokens.py`): the sampler must draw
+        nothing else, so that the ids are the same whenever they are drawn."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        return LazyRows(partial(self._checked_rows, lengths)).prompts(lengths.tolist())
+
+    def _checked_rows(self, lengths: np.ndarray) -> list[tuple[int, ...]]:
+        """`rows`, checked to fit in memory however few tokens (a lazy workload's loader
+        checked only its requests)."""
+        _check_prompts_fit(int(lengths.sum()))
+        return self.rows(lengths)
 
     def rows(self, lengths: Sequence[int] | np.ndarray) -> list[tuple[int, ...]]:
         """One tuple of random token ids per entry of `lengths` (the ids `tokens` would give
@@ -90,8 +109,7 @@ class TokenSampler:
         lengths = np.asarray(lengths, dtype=np.int64)
         total = int(lengths.sum())
         if total > CHECKED_DRAW_TOKENS:
-            check_workload_fits(0, total, "the workload's prompts", "replay fewer requests "
-                                "(--num-requests) or shorter prompts (--workload-param)")
+            _check_prompts_fit(total)
         ends = np.cumsum(lengths)
         out: list[tuple[int, ...]] = []
         first, drawn = 0, 0  # the next row, and the tokens of the rows before it

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,17 +97,20 @@ def check_not_empty(path: Path, num_kept: int) -> None:
         raise KvbenchInputError(f"{path}: the trace holds no requests to replay")
 
 
-def prompt_lengths(path: Path, rows: list[TraceRow], max_model_len: int | None) -> list[int]:
+def prompt_lengths(path: Path, rows: list[TraceRow], max_model_len: int | None,
+                   drawn_now: bool = True) -> list[int]:
     """How many tokens of each row's prompt to build (clipping keeps only the first
-    `max_model_len`), checked to fit in memory before one is built."""
+    `max_model_len`), checked to fit in memory before one is built. `drawn_now=False`: the
+    prompts are drawn only if something reads them (`TokenSampler.lazy_rows`, whose draw
+    checks its tokens then), so only the requests are checked here."""
     cap = prompt_cap(max_model_len)
     lengths = [min(row.prompt_len, cap) for row in rows]
-    check_workload_fits(len(rows), sum(lengths), str(path))
+    check_workload_fits(len(rows), sum(lengths) if drawn_now else 0, str(path))
     return lengths
 
 
 def to_requests(
-    rows: list[TraceRow], prompts: list[tuple[int, ...]]
+    rows: list[TraceRow], prompts: SequenceABC[SequenceABC[int]]
 ) -> list[Request]:
     """Requests in row order; arrivals shifted so the earliest row arrives at t = 0."""
     times = [r.arrival_s for r in rows if r.arrival_s is not None]

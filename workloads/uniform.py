@@ -30,7 +30,7 @@ def uniform_requests(
 ) -> list[Request]:
     prompt_len = check_int("prompt_len", prompt_len)
     output_len = check_int("output_len", output_len)
-    prompts = TokenSampler(rng_for(seed, "uniform.tokens"), vocab_size).rows(
+    prompts = TokenSampler(rng_for(seed, "uniform.tokens"), vocab_size).lazy_rows(
         [prompt_len] * num_requests
     )
     return [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -19,7 +20,8 @@ class Request:
 
     request_id: int
     arrival_s: float
-    prompt_token_ids: tuple[int, ...]
+    # a tuple, or a `PromptTokens` whose ids are drawn only when read (kvbench.workloads)
+    prompt_token_ids: Sequence[int]
     output_len: int
     n: int = 1
     prefix_id: str | None = None

@@ -15,9 +15,11 @@ class SequenceStatus(enum.Enum):
 
 
 class TokenCount:
-    """What stays of a finished sequence's token ids where nothing reads the ids: how many
-    there were (`Engine.keep_finished_token_ids`). A long simulation's sequences would
-    otherwise hold a pointer per prompt and output token to the end of the run."""
+    """A sequence's token ids where nothing reads them, kept as how many there are: a
+    simulated sequence under a strategy that reads no ids (`Engine.holds_token_ids`), or a
+    finished one whose memory is back (`Engine.keep_finished_token_ids`). A long
+    simulation's sequences would otherwise hold a pointer per prompt and output token, and
+    its workload draw every prompt's ids only to copy them here."""
 
     __slots__ = ("_count",)
 
@@ -26,6 +28,12 @@ class TokenCount:
 
     def __len__(self) -> int:
         return self._count
+
+    def append(self, token: int) -> None:
+        self._count += 1
+
+    def extend(self, tokens: list[int]) -> None:
+        self._count += len(tokens)
 
     def __repr__(self) -> str:
         return f"TokenCount({self._count})"

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from kvbench.core.clock import RunClock, WallClock
 from kvbench.core.request import Request
-from kvbench.core.sequence import Sequence
+from kvbench.core.sequence import Sequence, TokenCount
 from kvbench.core.step_record import StepRecord
 from kvbench.engine.step_recorder import StepLog
 from kvbench.scheduling.queue_order import WaitingQueue
@@ -50,12 +50,21 @@ class BaseEngine(ABC):
         self.step_recorder = StepLog(self.steps)
         self.prefill_tokens_computed = 0
         self._seq_ids = itertools.count()
+        # False where neither the executor nor the strategy reads a sequence's token ids (a
+        # simulation under paged or contiguous): sequences then count their tokens
+        # (`TokenCount`), and a workload's prompts are never drawn (`PromptTokens`).
+        self.holds_token_ids = True
         self._unfinished = 0
 
     def _new_sequence(self, request: Request, sample_index: int) -> Sequence:
-        """Sample `sample_index` of `request`, holding its prompt so far."""
-        return Sequence(next(self._seq_ids), request, sample_index,
-                        list(request.prompt_token_ids))
+        """Sample `sample_index` of `request`, holding its prompt so far (its length only
+        where nothing reads the ids: `holds_token_ids`)."""
+        return Sequence(next(self._seq_ids), request, sample_index, self._prompt_tokens(request))
+
+    def _prompt_tokens(self, request: Request) -> list[int] | TokenCount:
+        """A new sequence's tokens: a copy of the prompt's ids, or their count."""
+        prompt = request.prompt_token_ids
+        return list(prompt) if self.holds_token_ids else TokenCount(len(prompt))
 
     @abstractmethod
     def check_request(self, request: Request) -> None:

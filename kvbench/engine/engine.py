@@ -97,13 +97,15 @@ class Engine(BaseEngine):
         # simulate session: its executor reads no ids), so that a finished sequence whose
         # memory is back lets its ids go (`TokenCount`) instead of holding them to the end.
         self.keep_finished_token_ids = True
+        self.holds_token_ids = (executor.reads_token_inputs
+                                or not declares(strategy, "reads_no_token_ids"))
 
     # Requests ---------------------------------------------------------------------------
 
     def check_request(self, request: Request) -> None:
         """Raise `KvbenchInputError` for a request that could never run on this engine."""
         check_request_lengths(request, self.max_model_len)
-        probe = Sequence(-1, request, 0, list(request.prompt_token_ids))
+        probe = Sequence(-1, request, 0, self._prompt_tokens(request))
         need = self.strategy.required_slots(probe)
         if need > self.strategy.capacity_slots:
             need_bytes = need * self.bytes_per_slot
@@ -404,7 +406,8 @@ class Engine(BaseEngine):
         seq.finish_s = now_s
         self.policy.on_finished(seq)
         self._unfinished -= 1
-        if not self.keep_finished_token_ids and self.policy.frees_at_finish:
+        if (not self.keep_finished_token_ids and self.holds_token_ids
+                and self.policy.frees_at_finish):
             seq.token_ids = TokenCount(len(seq.token_ids))
 
     def drain(self) -> None:

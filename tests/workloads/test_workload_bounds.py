@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,14 @@ def test_a_request_count_no_machine_holds_is_refused_before_generation():
     with pytest.raises(KvbenchInputError, match=r"--num-requests: 1,000,000,000,000 requests"):
         load_workload("uniform", 10**12, 0, VOCAB)
     assert time.perf_counter() - start < 1.0
+
+
+def test_a_burstgpt_trace_is_checked_for_its_prompt_ids_when_they_are_drawn(monkeypatch):
+    # BurstGPT's prompts are drawn only if something reads them (a simulation under paged
+    # never does): loading checks the requests, the first read the ids' memory.
+    trace = Path(__file__).parent / "data" / "burstgpt.csv"  # 4 rows kept, 2,540 prompt tokens
+    monkeypatch.setattr("kvbench.workloads.bounds.cpu_available_bytes", lambda: 40_000)
+    requests = load_workload(str(trace), None, 0, VOCAB).requests
+    assert [r.prompt_len for r in requests] == [472, 417, 1360, 291]
+    with pytest.raises(KvbenchInputError, match=r"2,540 prompt tokens need"):
+        requests[0].prompt_token_ids[0]
