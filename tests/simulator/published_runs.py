@@ -16,21 +16,19 @@ from __future__ import annotations
 
 import math
 import sys
+import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 
-# GPUStack's performance-lab pages (github.com/gpustack/gpustack, docs/performance-lab/):
-# external sources, each the page that prints its runs' figures.
-GPUSTACK_QWEN3_14B_A100 = ("https://github.com/gpustack/gpustack/blob/main/docs/performance-lab/"
-                           "qwen3-14b/a100.md")
-GPUSTACK_QWEN3_32B_A100 = ("https://github.com/gpustack/gpustack/blob/main/docs/performance-lab/"
-                           "qwen3-32b/a100.md")
-GPUSTACK_QWEN3_14B_H100 = ("https://github.com/gpustack/gpustack/blob/main/docs/performance-lab/"
-                           "qwen3-14b/h100.md")
-GPUSTACK_QWEN3_32B_H100 = ("https://github.com/gpustack/gpustack/blob/main/docs/performance-lab/"
-                           "qwen3-32b/h100.md")
-GPUSTACK_QWEN3_8B_H100_LATENCY = ("https://github.com/gpustack/gpustack/blob/main/docs/"
-                                  "performance-lab/qwen3-8b/h100-latency.md")
-BUILDKITE = "https://buildkite.com/vllm/performance-benchmark/builds/9515"
+# The page that prints each run's figures, by name (`published_sources.toml`, beside this file).
+SOURCES: dict[str, str] = tomllib.loads(
+    Path(__file__).with_name("published_sources.toml").read_text(encoding="utf-8"))["sources"]
+GPUSTACK_QWEN3_14B_A100 = SOURCES["gpustack-qwen3-14b-a100"]
+GPUSTACK_QWEN3_32B_A100 = SOURCES["gpustack-qwen3-32b-a100"]
+GPUSTACK_QWEN3_14B_H100 = SOURCES["gpustack-qwen3-14b-h100"]
+GPUSTACK_QWEN3_32B_H100 = SOURCES["gpustack-qwen3-32b-h100"]
+GPUSTACK_QWEN3_8B_H100_LATENCY = SOURCES["gpustack-qwen3-8b-h100-latency"]
+BUILDKITE = SOURCES["vllm-ci-build-9515"]
 VLLM_DEFAULTS = ["simulate", "--defaults", "vllm", "--batching", "vllm-v1",
                  "--workload", "uniform"]
 
