@@ -142,14 +142,12 @@ class PagedStrategy(CacheStrategy):
         books (`_account`) set once, at its last block: a block costs a few operations, not
         a call chain (a long run of many sequences takes one every `block_size` steps each)."""
         bs = self.block_size
+        firsts = self._first_overflows(seqs)
         if num_steps > bs:
-            tables = self.tables
-            events = [(step, i) for i, seq in enumerate(seqs)
-                      for step in range(len(tables[seq.seq_id]) * bs - seq.num_computed,
-                                        num_steps, bs)]
+            events = [(step, i) for i, first in enumerate(firsts)
+                      for step in range(first, num_steps, bs)]
         else:  # a run no longer than a block takes one at most per sequence
-            events = [(first, i) for i, first in enumerate(self._first_overflows(seqs))
-                      if first < num_steps]
+            events = [(first, i) for i, first in enumerate(firsts) if first < num_steps]
         if not events:
             return []
         events.sort()
