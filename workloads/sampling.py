@@ -99,8 +99,10 @@ class TokenSampler:
 
     def _checked_rows(self, lengths: np.ndarray) -> list[tuple[int, ...]]:
         """`rows`, checked to fit in memory however few tokens (a lazy workload's loader
-        checked only its requests)."""
-        _check_prompts_fit(int(lengths.sum()))
+        checked only its requests); `rows` checks a draw past `CHECKED_DRAW_TOKENS` itself."""
+        total = int(lengths.sum())
+        if total <= CHECKED_DRAW_TOKENS:
+            _check_prompts_fit(total)
         return self.rows(lengths)
 
     def rows(self, lengths: Sequence[int] | np.ndarray) -> list[tuple[int, ...]]:
