@@ -53,6 +53,13 @@ IN_PLACE_MIN_BYTES = 12 * 2**20
 # a layer); above it, apart (measured on one CPU thread: no gain past ~128K elements).
 FP8_PAIR_MAX_ELEMENTS = 1 << 17
 
+# An fp8 decode gathers and dequantizes a bucket's K and V into float32 before attending; a
+# bucket whose float K/V would pass this size is attended in row groups under it, so that each
+# group's dequantized K/V are still in the last-level cache when attention reads them (one
+# gather of a 64 x 1,024 batch of the 4-layer Llama is 32 MiB, the whole L3 of the machine
+# `tests/benchmarks/test_decode_vs_plain_forward.py` was measured on).
+FP8_GROUP_MAX_BYTES = 4 * 2**20
+
 
 def is_fp8(cache: torch.Tensor) -> bool:
     return cache.dtype == FP8_DTYPE
@@ -334,6 +341,27 @@ def _decode_plan(lens: list[int], firsts: list[int]) -> list[list[int]] | None:
     return buckets
 
 
+def _group_plan(plan: list[list[int]] | None, lens: list[int], firsts: list[int],
+                key_bytes: int) -> tuple[list[list[int]] | None, list[int] | None]:
+    """`plan` (None: one bucket of every row) with each bucket cut, in its own row order, into
+    groups whose gathered keys (`key_bytes` each, at the bucket's longest span) stay within
+    `FP8_GROUP_MAX_BYTES`, and the span each group gathers: its bucket's, so that every row
+    reads the keys and padding it would in the bucket (the same outputs to the bit). (None,
+    None) when no bucket needs cutting and there was one."""
+    buckets = [list(range(len(lens)))] if plan is None else plan
+    grouped: list[list[int]] = []
+    spans: list[int] = []
+    for rows in buckets:
+        span = max(max(lens[i] - firsts[i] for i in rows), 1)
+        size = max(1, FP8_GROUP_MAX_BYTES // (span * key_bytes))
+        for i in range(0, len(rows), size):
+            grouped.append(rows[i : i + size])
+            spans.append(span)
+    if plan is None and len(grouped) == 1:
+        return None, None
+    return grouped, spans
+
+
 # Per-thread buffers a decode gathers K/V into, reused across layers and steps: a fresh
 # multi-megabyte tensor per gather costs the CPU its page faults, about as much as the copy.
 _scratch = threading.local()
@@ -431,11 +459,12 @@ Gather = Callable[[torch.Tensor | None, torch.Tensor | None, int],
 
 def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, sliding_window=None,
                      softcap=None, sinks=None, v_head_dim=None, k_fold=None, v_fold=None,
-                     memo: dict | None = None):
+                     memo: dict | None = None, group_key_bytes: int | None = None):
     """Decode in buckets of similar length (`_decode_plan`); a window caps each sequence's keys
     at W, so the cost grows with W, not with the context. `memo` (one dict per step and
     table, `shared_decode_indices`) keeps the plan, the buckets' indices and masks for the step's next
-    layers."""
+    layers. With `group_key_bytes` (what one gathered key costs in float32, K and V), buckets
+    are split into row groups of at most `FP8_GROUP_MAX_BYTES` (`_group_plan`)."""
     out_shape = q.shape if v_head_dim is None else (*q.shape[:-1], v_head_dim)
     if q.shape[0] == 0:
         return torch.empty(out_shape, dtype=q.dtype, device=q.device)
@@ -443,16 +472,21 @@ def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, sliding_window=
     if "plan" not in memo:
         lens = seq_lens.tolist()
         firsts = [first_visible(n, 1, sliding_window) for n in lens]
-        memo["plan"] = lens, firsts, _decode_plan(lens, firsts)
-    lens, firsts, plan = memo["plan"]
+        plan, spans = _decode_plan(lens, firsts), None
+        if group_key_bytes is not None:
+            plan, spans = _group_plan(plan, lens, firsts, group_key_bytes)
+        memo["plan"] = lens, firsts, plan, spans
+    lens, firsts, plan, spans = memo["plan"]
 
-    def bucket(rows: list[int] | None) -> torch.Tensor:
+    def bucket(rows: list[int] | None, span: int | None = None) -> torch.Tensor:
         key = None if rows is None else tuple(rows)
         if ("bucket", key) not in memo:
             chosen = range(len(lens)) if rows is None else rows
             bucket_lens = [lens[i] for i in chosen]
             bucket_firsts = [firsts[i] for i in chosen]
-            span = max(max(n - f for n, f in zip(bucket_lens, bucket_firsts, strict=True)), 1)
+            if span is None:
+                span = max(max(n - f for n, f in zip(bucket_lens, bucket_firsts, strict=True)),
+                           1)
             index = None if rows is None else torch.tensor(rows, device=q.device)
             first = (None if sliding_window is None
                      else torch.tensor(bucket_firsts, device=q.device))
@@ -474,8 +508,9 @@ def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, sliding_window=
     if plan is None:
         return bucket(None)
     out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
-    for rows in plan:
-        out[torch.tensor(rows, device=q.device)] = bucket(rows)
+    for g, rows in enumerate(plan):
+        out[torch.tensor(rows, device=q.device)] = bucket(rows, None if spans is None
+                                                          else spans[g])
     return out
 
 
@@ -580,9 +615,11 @@ def paged_decode_attention(
         return by_row(k), by_row(v), key_pos
 
     gather = _step_gather(memo, "blocks", block_index, take)
+    key_bytes = (k_cache.shape[1] * (k_cache.shape[2] + v_cache.shape[-1]) * 4
+                 if is_fp8(k_cache) else None)
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
-                            _fp8_fold(v_cache, v_scale), memo)
+                            _fp8_fold(v_cache, v_scale), memo, key_bytes)
 
 
 def contiguous_decode_attention(

@@ -199,3 +199,30 @@ def test_write_kv_quantizes_with_the_given_scale():
     untouched[slots] = False
     assert (k_cache[untouched].float() == 0).all()
 
+
+
+@pytest.mark.parametrize("per_head", [False, True])
+def test_paged_decode_fp8_row_groups_give_the_one_bucket_result(per_head, monkeypatch):
+    """A large fp8 decode is attended in row groups (`FP8_GROUP_MAX_BYTES`) to keep its
+    dequantized K/V in cache: the same outputs, bit for bit, as one bucket of every row, over
+    equal lengths (one bucket) and ragged ones (length buckets, then groups)."""
+    block_size, num_kv_heads, group, head_dim = 16, 2, 4, 32
+    for seq_lens in ([64] * 9, [1, 17, 100, 48, 90, 33, 64, 7]):
+        q, _, _, k8, v8, ks, vs, tables = make_paged_case(
+            5, seq_lens, [1] * len(seq_lens), block_size, num_kv_heads, group, head_dim,
+            per_head)
+        c = head_dim**-0.5
+        lens = torch.tensor(seq_lens, dtype=torch.int32)
+        monkeypatch.setattr(ref, "FP8_GROUP_MAX_BYTES", 2**40)
+        whole = ref.paged_decode_attention(q, k8, v8, tables, lens, block_size, c, ks, vs)
+        key_bytes = num_kv_heads * 2 * head_dim * 4
+        monkeypatch.setattr(ref, "FP8_GROUP_MAX_BYTES", 2 * 64 * key_bytes)  # 2 rows of 64
+        firsts = [0] * len(seq_lens)
+        plan, _ = ref._group_plan(ref._decode_plan(seq_lens, firsts), seq_lens, firsts,
+                                  key_bytes)
+        assert plan is not None and len(plan) >= 3  # the case really is cut into groups
+        grouped = ref.paged_decode_attention(q, k8, v8, tables, lens, block_size, c, ks, vs)
+        assert torch.equal(grouped, whole)
+        deq = ref.paged_decode_attention(q, ref.dequantize(k8, ks), ref.dequantize(v8, vs),
+                                         tables, lens, block_size, c)
+        torch.testing.assert_close(grouped, deq, atol=FP32_SLACK, rtol=FP32_SLACK)
