@@ -65,18 +65,39 @@ def is_fp8(cache: torch.Tensor) -> bool:
     return cache.dtype == FP8_DTYPE
 
 
+_constants: dict[tuple, torch.Tensor] = {}
+
+
+def _const(value: float | int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`value` as a 0-d tensor, made once: an in-place operation with a Python number
+    wraps it in a new tensor each call (~1.5 us on the CPU), as much as a small operation."""
+    key = (value, dtype, device)
+    found = _constants.get(key)
+    if found is None:
+        with torch.inference_mode(False):
+            found = _constants[key] = torch.tensor(value, dtype=dtype, device=device)
+    return found
+
+
 def _scale_tensor(scale: Scale, device: torch.device) -> torch.Tensor:
     """A per-tensor scale as a 0-d tensor, a per-head scale `[Hkv]` as `[Hkv, 1]`."""
     if scale is None:
         return torch.ones((), dtype=torch.float32, device=device)
+    if (isinstance(scale, torch.Tensor) and scale.dim() == 0 and scale.dtype == torch.float32
+            and scale.device == device):  # an arena's own scale, as it is (each write's case)
+        return scale
     t = torch.as_tensor(scale, dtype=torch.float32, device=device)
     return t.reshape(-1, 1) if t.dim() == 1 else t
 
 
-def quantize_fp8(x: torch.Tensor, scale: Scale) -> torch.Tensor:
-    """`x / scale` saturated to the e4m3 range, as `float8_e4m3fn`. `x`: `[..., Hkv, D]`."""
+def quantize_fp8(x: torch.Tensor, scale: Scale, out: torch.Tensor | None = None) -> torch.Tensor:
+    """`x / scale` saturated to the e4m3 range, as `float8_e4m3fn` (into `out` if given).
+    `x`: `[..., Hkv, D]`."""
     s = _scale_tensor(scale, x.device)
-    return (x.float() / s).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    x = x if x.dtype == torch.float32 else x.float()  # a no-op `float` still costs a dispatch
+    # Number bounds: clamp's tensor-bounds kernel is several times slower past a few rows.
+    scaled = torch.div(x, s).clamp_(-FP8_MAX, FP8_MAX)
+    return scaled.to(FP8_DTYPE) if out is None else out.copy_(scaled)
 
 
 def _fp8_to_float(values: torch.Tensor, scale: Scale, out: torch.Tensor,
@@ -92,29 +113,36 @@ def _fp8_to_float(values: torch.Tensor, scale: Scale, out: torch.Tensor,
     """
     bits = _scratch_buffer("fp8_bits", tuple(values.shape), torch.int16, values.device)
     bits.copy_(values.view(torch.int8))  # sign-extended: bits 15..7 all carry the sign
-    bits.bitwise_left_shift_(7)
-    bits.bitwise_and_(~0x4000)  # float16's top exponent bit: always 0 for an e4m3 value
+    bits.mul_(_const(128, torch.int16, values.device))  # << 7, in a faster int16 kernel
+    # float16's top exponent bit: always 0 for an e4m3 value
+    bits.bitwise_and_(_const(~0x4000, torch.int16, values.device))
     out.copy_(bits.view(torch.float16))
     if not apply_scale:
         return out
     return out.mul_(_scale_tensor(scale, values.device) * 256.0)
 
 
-def _fp8_fold(cache: torch.Tensor, scale: Scale) -> torch.Tensor | float | None:
+def _fp8_fold(cache: torch.Tensor, scale: Scale,
+              as_tensor: bool = False) -> torch.Tensor | float | None:
     """What a decode over `_gather_float(..., fold=True)` values still owes each KV head:
     `256 * scale`, a number (one scale, on the CPU) or `[Hkv, 1, 1]` (to broadcast over
-    `[S, Hkv, group, D]`); None for an unquantized cache. Applied to the query (K) and to the
-    output (V), tensors a group of heads wide, instead of to every gathered key and value.
+    `[S, Hkv, group, D]`); None for an unquantized cache. Applied to the attention's scale
+    (a number for K) or the query (per head) and to the output (V), instead of to every
+    gathered key and value.
 
     A float32 scale times 256 is exact, and a number multiplies a float32 tensor as that
     float32 value, so the number gives the products the 0-d tensor gives, an operation
-    fewer a layer."""
+    fewer a layer. With `as_tensor` (V's, which multiplies the output in place) a one-scale
+    fold is a 0-d tensor: in place, a number costs its wrapping in a tensor each call."""
     if not is_fp8(cache):
         return None
+    if (as_tensor and isinstance(scale, torch.Tensor) and scale.dim() == 0
+            and scale.dtype == torch.float32):
+        return torch.mul(scale, _const(256.0, torch.float32, scale.device))
     if scale is None or isinstance(scale, (int, float)):
         return float(_scale_tensor(scale, torch.device("cpu"))) * 256.0
     if scale.dim() == 0 and scale.device.type == "cpu":
-        return float(scale.float()) * 256.0
+        return (scale.item() if scale.dtype == torch.float32 else float(scale.float())) * 256.0
     fold = _scale_tensor(scale, cache.device) * 256.0
     return fold.reshape(-1, 1, 1) if fold.dim() else fold
 
@@ -138,9 +166,11 @@ def write_kv(
 ) -> None:
     """Scatter new tokens' K/V `[T, Hkv, D]` into their slots ("reshape and cache")."""
     slots = (slot_mapping.long(),)  # index_put_ itself: indexing syntax costs a parse a call
-    if is_fp8(k_cache):
-        k_cache.index_put_(slots, quantize_fp8(k, k_scale))
-        v_cache.index_put_(slots, quantize_fp8(v, v_scale))
+    if is_fp8(k_cache):  # through reused buffers: a fresh fp8 tensor costs more than its copy
+        k_cache.index_put_(slots, quantize_fp8(
+            k, k_scale, _scratch_buffer("write_k", tuple(k.shape), FP8_DTYPE, k.device)))
+        v_cache.index_put_(slots, quantize_fp8(
+            v, v_scale, _scratch_buffer("write_v", tuple(v.shape), FP8_DTYPE, v.device)))
     else:
         # `to` only where it converts: a no-op one still costs a dispatch, twice a layer
         k_cache.index_put_(slots, k if k.dtype == k_cache.dtype else k.to(k_cache.dtype))
@@ -372,14 +402,20 @@ def _scratch_buffer(role: str, shape: tuple[int, ...], dtype: torch.dtype,
     """A reused tensor of `shape` (its contents are whatever the last user left)."""
     pool = _scratch.__dict__.setdefault("pool", {})
     key = (role, dtype, device)
+    found = pool.get(key)
+    if found is not None:
+        view = found[1].get(shape)
+        if view is not None:  # a step's layers ask for the same shapes: one view each
+            return view
     numel = math.prod(shape)
-    buf = pool.get(key)
-    if buf is None or buf.numel() < numel:
+    if found is None or found[0].numel() < numel:
         # A normal tensor, so that callers outside inference mode can write into it too.
         with torch.inference_mode(False):
-            buf = torch.empty(numel, dtype=dtype, device=device)
-        pool[key] = buf
-    return buf[:numel].view(shape)
+            found = pool[key] = (torch.empty(numel, dtype=dtype, device=device), {})
+    if len(found[1]) >= 64:  # shapes change with the batch and the context
+        found[1].clear()
+    view = found[1][shape] = found[0][:numel].view(shape)
+    return view
 
 
 def _gather_float(rows_of: torch.Tensor, index: torch.Tensor, scale: Scale,
@@ -411,11 +447,12 @@ def _gather_kv_float(k_rows: torch.Tensor, v_rows: torch.Tensor, index: torch.Te
                 _gather_float(v_rows, index, v_scale, "v", fold=True))
     shape = (2, index.numel(), *k_rows.shape[1:])
     raw = _scratch_buffer("raw_kv", shape, k_rows.dtype, k_rows.device)
-    torch.index_select(k_rows, 0, index, out=raw[0])
-    torch.index_select(v_rows, 0, index, out=raw[1])
+    raw_k, raw_v = raw.unbind()
+    torch.index_select(k_rows, 0, index, out=raw_k)
+    torch.index_select(v_rows, 0, index, out=raw_v)
     out = _fp8_to_float(raw, None, _scratch_buffer("kv", shape, torch.float32, k_rows.device),
                         apply_scale=False)
-    return out[0], out[1]
+    return out.unbind()
 
 
 def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=None):
@@ -431,8 +468,11 @@ def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=N
     group = num_q_heads // num_kv_heads
     kf = k.transpose(1, 2)  # [S, Hkv, W, D]
     vf = v.transpose(1, 2)
-    qf = q.float().reshape(num_seqs, num_kv_heads, group, head_dim)
-    if k_fold is not None:  # q . (k f) = (q f) . k
+    qf = q if q.dtype == torch.float32 else q.float()
+    qf = qf.reshape(num_seqs, num_kv_heads, group, head_dim)
+    if isinstance(k_fold, float):  # q . (k f) s = (q . k) (f s): one operation fewer a layer
+        softmax_scale = softmax_scale * k_fold
+    elif k_fold is not None:  # per KV head: q . (k f) = (q f) . k
         qf = qf * k_fold
     mask = None if valid is None else valid[:, None, None, :]
     if softcap is None and sinks is None:
@@ -442,8 +482,8 @@ def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=N
         scores = qf @ kf.transpose(-1, -2) * softmax_scale  # [S, Hkv, group, W]
         probs = _scores_softmax(scores, mask, softcap, head_sinks)
         out = probs @ vf
-    if v_fold is not None:  # sum p (v f) = (sum p v) f
-        out = out * v_fold
+    if v_fold is not None:  # sum p (v f) = (sum p v) f; `out` is this call's own tensor
+        out = out.mul_(v_fold)
     out = out.reshape(num_seqs, num_q_heads, vf.shape[-1])
     return out if out.dtype == q.dtype else out.to(q.dtype)
 
@@ -579,7 +619,8 @@ def paged_decode_attention(
     num_blocks = k_cache.shape[0] // block_size
     table_width = block_tables.shape[1]
     k_blocks, v_blocks = (
-        cache[: num_blocks * block_size].view(num_blocks, block_size, *cache.shape[1:])
+        (cache if cache.shape[0] == num_blocks * block_size else cache[: num_blocks * block_size])
+        .view(num_blocks, block_size, *cache.shape[1:])
         for cache in (k_cache, v_cache)
     )
 
@@ -619,7 +660,7 @@ def paged_decode_attention(
                  if is_fp8(k_cache) else None)
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
-                            _fp8_fold(v_cache, v_scale), memo, key_bytes)
+                            _fp8_fold(v_cache, v_scale, as_tensor=True), memo, key_bytes)
 
 
 def contiguous_decode_attention(
@@ -686,4 +727,4 @@ def contiguous_decode_attention(
     gather = _step_gather(memo, "slots", token_slots, take)
     return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
                             v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
-                            _fp8_fold(v_cache, v_scale), memo)
+                            _fp8_fold(v_cache, v_scale, as_tensor=True), memo)
