@@ -200,6 +200,22 @@ def test_write_kv_quantizes_with_the_given_scale():
     assert (k_cache[untouched].float() == 0).all()
 
 
+def test_write_kv_writes_of_one_shape_stay_apart():
+    """The write quantizes into reused buffers: the next write of the same shape (every
+    decode step's) must not change what the last one stored."""
+    gen = torch.Generator().manual_seed(5)
+    k_cache = torch.zeros(8, 2, 4, dtype=ref.FP8_DTYPE)
+    v_cache = torch.zeros(8, 2, 4, dtype=ref.FP8_DTYPE)
+    written = []
+    for slot in range(4):
+        k, v = torch.randn(1, 2, 4, generator=gen), torch.randn(1, 2, 4, generator=gen)
+        ref.write_kv(k, v, k_cache, v_cache, torch.tensor([slot]), 0.01, 0.02)
+        written.append((ref.quantize_fp8(k, 0.01), ref.quantize_fp8(v, 0.02)))
+    for slot, (k8, v8) in enumerate(written):
+        assert torch.equal(k_cache[slot : slot + 1].view(torch.uint8), k8.view(torch.uint8))
+        assert torch.equal(v_cache[slot : slot + 1].view(torch.uint8), v8.view(torch.uint8))
+
+
 
 @pytest.mark.parametrize("per_head", [False, True])
 def test_paged_decode_fp8_row_groups_give_the_one_bucket_result(per_head, monkeypatch):
