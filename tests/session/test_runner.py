@@ -26,6 +26,10 @@ def test_ctrl_c_keeps_a_marked_partial_result_and_exits_130(tmp_path):
          *SMALL],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # A shell's background job (`.ci/run &`, `nohup`) starts with SIGINT ignored, and a
+        # child inherits that: Python then installs no KeyboardInterrupt handler. The user
+        # this test stands for presses Ctrl-C at a terminal, where SIGINT is delivered.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 120
     folder = None
