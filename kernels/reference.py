@@ -130,14 +130,15 @@ def _fp8_fold(cache: torch.Tensor, scale: Scale,
     (a number for K) or the query (per head) and to the output (V), instead of to every
     gathered key and value.
 
-    A float32 scale times 256 is exact, and a number multiplies a float32 tensor as that
-    float32 value, so the number gives the products the 0-d tensor gives, an operation
-    fewer a layer. With `as_tensor` (V's, which multiplies the output in place) a one-scale
-    fold is a 0-d tensor: in place, a number costs its wrapping in a tensor each call."""
+    A float32 scale times 256 is exact. K's number joins the attention's scale, an
+    operation fewer a layer (the scores round once, not after q's multiply too: the last bit
+    of an output may differ from a per-head fold of the same values). With `as_tensor` (V's,
+    which multiplies the output in place) a one-scale fold on the cache's device is a 0-d
+    tensor: in place, a number costs its wrapping in a tensor each call."""
     if not is_fp8(cache):
         return None
     if (as_tensor and isinstance(scale, torch.Tensor) and scale.dim() == 0
-            and scale.dtype == torch.float32):
+            and scale.dtype == torch.float32 and scale.device == cache.device):
         return torch.mul(scale, _const(256.0, torch.float32, scale.device))
     if scale is None or isinstance(scale, (int, float)):
         return float(_scale_tensor(scale, torch.device("cpu"))) * 256.0
@@ -483,7 +484,8 @@ def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=N
         probs = _scores_softmax(scores, mask, softcap, head_sinks)
         out = probs @ vf
     if v_fold is not None:  # sum p (v f) = (sum p v) f; `out` is this call's own tensor
-        out = out.mul_(v_fold)
+        # (not in place where autograd records: SDPA keeps its output for the backward)
+        out = out * v_fold if out.requires_grad else out.mul_(v_fold)
     out = out.reshape(num_seqs, num_q_heads, vf.shape[-1])
     return out if out.dtype == q.dtype else out.to(q.dtype)
 

@@ -242,3 +242,18 @@ def test_paged_decode_fp8_row_groups_give_the_one_bucket_result(per_head, monkey
         deq = ref.paged_decode_attention(q, ref.dequantize(k8, ks), ref.dequantize(v8, vs),
                                          tables, lens, block_size, c)
         torch.testing.assert_close(grouped, deq, atol=FP32_SLACK, rtol=FP32_SLACK)
+
+
+def test_paged_decode_fp8_keeps_autograd_working():
+    """The V scale multiplies the attention's output in place only where autograd records
+    nothing: SDPA keeps that output for its backward."""
+    gen = torch.Generator().manual_seed(6)
+    q = torch.randn(2, 4, 8, generator=gen, requires_grad=True)
+    k, v = torch.randn(64, 2, 8, generator=gen), torch.randn(64, 2, 8, generator=gen)
+    ks, vs = per_tensor_scale(k), per_tensor_scale(v)
+    tables = torch.arange(4, dtype=torch.int32).view(2, 2)
+    lens = torch.tensor([20, 31])
+    out = ref.paged_decode_attention(q, ref.quantize_fp8(k, ks), ref.quantize_fp8(v, vs),
+                                     tables, lens, 16, 0.1, ks, vs)
+    out.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all() and q.grad.abs().sum() > 0
