@@ -372,6 +372,11 @@ def _decode_plan(lens: list[int], firsts: list[int]) -> list[list[int]] | None:
     return buckets
 
 
+def _longest_span(rows, lens: list[int], firsts: list[int]) -> int:
+    """The most keys any of `rows` reads (at least 1): what its bucket gathers per row."""
+    return max(max(lens[i] - firsts[i] for i in rows), 1)
+
+
 def _group_plan(plan: list[list[int]] | None, lens: list[int], firsts: list[int],
                 key_bytes: int) -> tuple[list[list[int]] | None, list[int] | None]:
     """`plan` (None: one bucket of every row) with each bucket cut, in its own row order, into
@@ -383,7 +388,7 @@ def _group_plan(plan: list[list[int]] | None, lens: list[int], firsts: list[int]
     grouped: list[list[int]] = []
     spans: list[int] = []
     for rows in buckets:
-        span = max(max(lens[i] - firsts[i] for i in rows), 1)
+        span = _longest_span(rows, lens, firsts)
         size = max(1, FP8_GROUP_MAX_BYTES // (span * key_bytes))
         for i in range(0, len(rows), size):
             grouped.append(rows[i : i + size])
@@ -527,8 +532,7 @@ def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, sliding_window=
             bucket_lens = [lens[i] for i in chosen]
             bucket_firsts = [firsts[i] for i in chosen]
             if span is None:
-                span = max(max(n - f for n, f in zip(bucket_lens, bucket_firsts, strict=True)),
-                           1)
+                span = _longest_span(chosen, lens, firsts)
             index = None if rows is None else torch.tensor(rows, device=q.device)
             first = (None if sliding_window is None
                      else torch.tensor(bucket_firsts, device=q.device))

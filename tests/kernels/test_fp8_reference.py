@@ -216,7 +216,6 @@ def test_write_kv_writes_of_one_shape_stay_apart():
         assert torch.equal(v_cache[slot : slot + 1].view(torch.uint8), v8.view(torch.uint8))
 
 
-
 @pytest.mark.parametrize("per_head", [False, True])
 def test_paged_decode_fp8_row_groups_give_the_one_bucket_result(per_head, monkeypatch):
     """A large fp8 decode is attended in row groups (`FP8_GROUP_MAX_BYTES`) to keep its
