@@ -48,7 +48,7 @@ class MemorySplit:
 CHECK_ACCOUNTING_ENV = "KVBENCH_CHECK_ACCOUNTING"
 
 # (step, held slots, slots that will be used, prompt blocks) after a decode run's step: the
-# books' running totals after the allocations of that step (`CacheStrategy.grow_decode_run`).
+# books' running totals after the allocations of that step (`CacheStrategy.grow_cohort_run`).
 BooksAfterStep = tuple[int, int, int, int]
 
 
@@ -91,10 +91,10 @@ class CacheStrategy(ABC):
     layout_kind: str = "paged"
     can_preempt: bool = True  # whether a running sequence's allocation may fail mid-run
     table_block_size: int = 1  # token positions per table entry (contiguous: one start slot)
-    # Set true in a strategy's own class body (`declares`) when `decode_run_steps` and
-    # `grow_decode_run` are exact for it and, while running sequences only grow, `can_admit`
-    # never turns from False to True: the engine's fast-forward then runs decode steps in one
-    # move (docs/simulator.md, Fast-forward).
+    # Set true in a strategy's own class body (`declares`) when its decode cohort methods
+    # (`join_decode_cohort` ... `grow_cohort_run`) are exact and, while running sequences
+    # only grow, `can_admit` never turns from False to True: the engine's fast-forward then
+    # runs decode steps in one move (docs/simulator.md, Fast-forward).
     fast_forward_decodes: bool = False
     # Set true in a strategy's own class body (`declares`) when it reads sequences' lengths
     # only, never their token ids: under an executor that reads none either (`kvbench
@@ -168,17 +168,35 @@ class CacheStrategy(ABC):
                 return i
         return len(items)
 
-    def decode_run_steps(self, seqs: list[Sequence], max_steps: int) -> int:
-        """How many decode steps (at most `max_steps`) every sequence of `seqs` can grow by
-        one token each, allocated in admission order step after step, before an allocation
-        would fail (0: none; the general path then runs the next step)."""
+    # The engine's decode cohort (`kvbench.engine.decode_cohort`): running sequences that
+    # decode one token in every cohort step, numbered 0, 1, ... for the engine's life. A
+    # strategy that declares `fast_forward_decodes` follows its members itself, so that a run
+    # of cohort steps costs it the blocks the run takes, not a pass over every member.
+
+    def join_decode_cohort(self, seq: Sequence, ordinal: int, rank: int) -> None:
+        """`seq`, decoding, with its `num_computed` current, decodes one token in every cohort
+        step from `ordinal` on, after the members of lower `rank` in admission order, until
+        `leave_decode_cohort` or `clear_decode_cohort` (its `num_computed` is not updated
+        meanwhile: the strategy counts the steps)."""
+        raise NotImplementedError(f"{self.name} does not declare decode runs")
+
+    def leave_decode_cohort(self, seq: Sequence) -> None:  # noqa: B027 - nothing to follow by default
+        """`seq` decodes no more with the cohort (its `num_computed` is current again)."""
+
+    def clear_decode_cohort(self) -> None:  # noqa: B027 - nothing to follow by default
+        """Every member leaves."""
+
+    def cohort_run_steps(self, ordinal: int, num_members: int, max_steps: int) -> int:
+        """How many cohort steps from `ordinal` (at most `max_steps`) fit: every member
+        growing by one token a step, allocated in admission order step after step, before an
+        allocation would fail (0: none; the general path then runs the next step)."""
         return 0
 
-    def grow_decode_run(self, seqs: list[Sequence], num_steps: int) -> list[BooksAfterStep]:
-        """Take the memory of `num_steps` decode steps of `seqs` (at most `decode_run_steps`)
-        exactly as that many steps' `allocate_each` calls would, in the same order; the
-        sequences' `num_computed` are still those before the run (the engine moves them on
-        after). Returns the running totals after each step that allocated, in step order."""
+    def grow_cohort_run(self, ordinal: int, num_steps: int) -> list[BooksAfterStep]:
+        """Take the memory of cohort steps `ordinal .. + num_steps - 1` (at most
+        `cohort_run_steps`) exactly as that many steps' `allocate_each` calls of the members
+        would, in the same order. Returns the running totals after each step (numbered from
+        0 in the run) that allocated, in step order."""
         raise NotImplementedError(f"{self.name} does not declare decode runs")
 
     def decode_run_split_parts(self, head_waiting: Sequence | None) -> tuple[int, int, bool]:
@@ -205,9 +223,14 @@ class CacheStrategy(ABC):
     @abstractmethod
     def slot_of(self, seq: Sequence, position: int) -> int: ...
 
-    def memory_split(self, running: list[Sequence], head_waiting: Sequence | None) -> MemorySplit:
-        """The split in slots, from the sequences that hold memory and the queue head."""
-        split = self._split_from_totals(running, head_waiting)
+    def memory_split(self, running: list[Sequence], head_waiting: Sequence | None,
+                     computed_tokens: int | None = None) -> MemorySplit:
+        """The split in slots, from the sequences that hold memory and the queue head;
+        `computed_tokens`: their `num_computed`, summed, where the caller knows it and theirs
+        are not current (members of the engine's decode cohort; a strategy that declares
+        `fast_forward_decodes` takes it)."""
+        split = (self._split_from_totals(running, head_waiting) if computed_tokens is None
+                 else self._split_from_totals(running, head_waiting, computed_tokens))
         if self.check_accounting:
             expected = self.memory_split_from_scratch(running, head_waiting)
             if split != expected:
@@ -224,11 +247,13 @@ class CacheStrategy(ABC):
         """The same split recomputed from every sequence's allocation (the debug check)."""
 
     def _split_from_totals(
-        self, running: list[Sequence], head_waiting: Sequence | None
+        self, running: list[Sequence], head_waiting: Sequence | None,
+        computed_tokens: int | None = None,
     ) -> MemorySplit:
         # Computed tokens change outside the strategy (the engine commits them): one sum over
         # the running sequences, not over their blocks.
-        token = sum(seq.num_computed for seq in running)
+        token = (sum(seq.num_computed for seq in running) if computed_tokens is None
+                 else computed_tokens)
         return MemorySplit(
             token=token,
             reserved=self._will_use_slots - token,

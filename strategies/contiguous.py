@@ -125,10 +125,13 @@ class ContiguousStrategy(CacheStrategy):
     fast_forward_decodes = True
     reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
-    def decode_run_steps(self, seqs: list[Sequence], max_steps: int) -> int:
+    def join_decode_cohort(self, seq: Sequence, ordinal: int, rank: int) -> None:
+        return None  # nothing to follow: a member never allocates
+
+    def cohort_run_steps(self, ordinal: int, num_members: int, max_steps: int) -> int:
         return max_steps
 
-    def grow_decode_run(self, seqs: list[Sequence], num_steps: int) -> list[BooksAfterStep]:
+    def grow_cohort_run(self, ordinal: int, num_steps: int) -> list[BooksAfterStep]:
         return []
 
     def decode_run_split_parts(self, head_waiting: Sequence | None) -> tuple[int, int, bool]:
@@ -155,9 +158,10 @@ class ContiguousStrategy(CacheStrategy):
         return self.starts[seq.seq_id][0] + position
 
     def _split_from_totals(
-        self, running: list[Sequence], head_waiting: Sequence | None
+        self, running: list[Sequence], head_waiting: Sequence | None,
+        computed_tokens: int | None = None,
     ) -> MemorySplit:
-        split = super()._split_from_totals(running, head_waiting)
+        split = super()._split_from_totals(running, head_waiting, computed_tokens)
         split.external = self._external(head_waiting)
         split.free -= split.external
         return split

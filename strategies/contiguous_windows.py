@@ -122,7 +122,7 @@ class WindowedContiguousStrategy(ContiguousStrategy):
                     f"sequence {seq.seq_id} outgrew its {'ring' if window else 'reservation'}")
         return True
 
-    def decode_run_steps(self, seqs: list[Sequence], max_steps: int) -> int:
+    def cohort_run_steps(self, ordinal: int, num_members: int, max_steps: int) -> int:
         return 0  # not declared (see the class): never asked
 
     def free(self, seq: Sequence) -> None:

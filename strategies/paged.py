@@ -8,7 +8,6 @@ sequence are ever held ahead of use.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -49,6 +48,14 @@ class PagedStrategy(CacheStrategy):
         # Free blocks kept back at admission so running sequences can grow (vLLM's watermark).
         self.watermark_blocks = math.ceil(watermark * self.pool.num_blocks)
         self.tables: dict[int, list[int]] = {}
+        # The decode cohort's members by phase (`join_decode_cohort`), each seq_id -> member
+        # in admission order, and each member's phase.
+        self._phases: list[dict[int, Sequence]] = [{} for _ in range(block_size)]
+        self._phase_of: dict[int, int] = {}
+        # Members whose first block is a whole round away: the cohort step it comes at, and
+        # the latest of those steps.
+        self._not_before: dict[int, int] = {}
+        self._not_before_until = -1
 
     @property
     def capacity_tokens(self) -> int:
@@ -90,99 +97,117 @@ class PagedStrategy(CacheStrategy):
         return True
 
     # Decode runs -------------------------------------------------------------------------
-    # A decoding sequence takes a block at the step whose token overflows its last one and
-    # every `block_size` steps after; the pool runs dry only when more are needed than it has.
+    # A decoding sequence holds at most `block_size` free slots (a full block only when it
+    # finishes recomputing a prompt whose blocks were all taken at admission): a member of
+    # the decode cohort takes a block at the first cohort step whose token overflows them
+    # and every `block_size` steps after, so the steps it takes one at are one residue
+    # modulo `block_size`, its phase. The members are kept by phase, each phase in admission
+    # order: a cohort step's blocks go to the members of its phase (but one whose first
+    # block is more than a round away: `_not_before`), and a run costs the blocks it takes,
+    # not a pass over the members.
 
     fast_forward_decodes = True
     reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
-    def _first_overflows(self, seqs: list[Sequence]) -> list[int]:
-        """The step of a decode run (0: the first) at which each sequence takes a block."""
-        tables, bs = self.tables, self.block_size
-        return [len(tables[seq.seq_id]) * bs - seq.num_computed for seq in seqs]
+    def join_decode_cohort(self, seq: Sequence, ordinal: int, rank: int) -> None:
+        bs = self.block_size
+        room = len(self.tables[seq.seq_id]) * bs - seq.num_computed
+        if not 0 <= room <= bs:
+            raise AssertionError(f"sequence {seq.seq_id} decodes with {room} free slots held")
+        seq_id = seq.seq_id
+        self._phases[(ordinal + room) % bs][seq_id] = seq  # joined in admission order
+        self._phase_of[seq_id] = (ordinal + room) % bs
+        if room == bs:  # its phase comes up once before its first block
+            self._not_before[seq_id] = ordinal + room
+            self._not_before_until = max(self._not_before_until, ordinal + room)
 
-    def decode_run_steps(self, seqs: list[Sequence], max_steps: int) -> int:
+    def leave_decode_cohort(self, seq: Sequence) -> None:
+        phase = self._phase_of.pop(seq.seq_id, None)
+        if phase is not None:
+            del self._phases[phase][seq.seq_id]
+            self._not_before.pop(seq.seq_id, None)
+
+    def clear_decode_cohort(self) -> None:
+        for members in self._phases:
+            members.clear()
+        self._phase_of.clear()
+        self._not_before.clear()
+
+    def _takers(self, ordinal: int) -> list[Sequence]:
+        """The members taking a block at cohort step `ordinal`, in admission order."""
+        not_before = self._not_before
+        return [seq for seq_id, seq in self._phases[ordinal % self.block_size].items()
+                if not_before.get(seq_id, ordinal) <= ordinal]
+
+    def cohort_run_steps(self, ordinal: int, num_members: int, max_steps: int) -> int:
         bs = self.block_size
         free = self.pool.num_free
-        # A sequence takes at most one block per `block_size` steps (its first may come at
-        # once): with that many free, the run fits without looking at any sequence.
-        if len(seqs) * -(-max_steps // bs) <= free:
+        # A member takes at most one block per `block_size` steps (its first may come at
+        # once): with that many free, the run fits without looking at any phase.
+        if num_members * -(-max_steps // bs) <= free:
             return max_steps
-        firsts = sorted(self._first_overflows(seqs))
-
-        def blocks_within(steps: int) -> int:  # of the sequences taking one before `steps`
-            taking = bisect_left(firsts, steps)
-            if steps <= bs:  # one block each at most (no first is negative): just the count
-                return taking
-            return sum([(steps - first + bs - 1) // bs for first in firsts[:taking]])
-
-        # A tight pool fits few steps: those are found from the first on, doubling, where a
-        # short span looks at the few sequences whose block comes within it.
-        low, high = 0, 1  # then: blocks_within(low) fits, blocks_within(high) does not
-        while True:
-            if high >= max_steps:
-                if blocks_within(max_steps) <= free:
-                    return max_steps
-                high = max_steps
+        steps = 0
+        if self._not_before and ordinal <= self._not_before_until:  # step by step until
+            span = min(max_steps, self._not_before_until - ordinal + 1)  # every phase is whole
+            for steps in range(span):
+                taking = len(self._takers(ordinal + steps))
+                if taking > free:
+                    return steps
+                free -= taking
+            steps = span
+            if steps == max_steps:
+                return steps
+        # Every `block_size` steps take one block a member; the steps of the last, partial
+        # round take their phases' blocks in step order, as long as they fit.
+        rounds = free // num_members
+        steps += rounds * bs
+        left = free - rounds * num_members
+        phases, start = self._phases, ordinal + steps
+        for j in range(bs):
+            taking = len(phases[(start + j) % bs])
+            if taking > left:
                 break
-            if blocks_within(high) > free:
-                break
-            low, high = high, 2 * high
-        while high - low > 1:
-            mid = (low + high) // 2
-            if blocks_within(mid) <= free:
-                low = mid
-            else:
-                high = mid
-        return low
+            left -= taking
+            steps += 1
+        return min(steps, max_steps)
 
-    def grow_decode_run(self, seqs: list[Sequence], num_steps: int) -> list[BooksAfterStep]:
+    def grow_cohort_run(self, ordinal: int, num_steps: int) -> list[BooksAfterStep]:
         """The blocks in step order, admission order within a step, as `allocate_each` takes
-        them, with each step's totals followed here and each sequence's own entry in the
-        books (`_account`) set once, at its last block: a block costs a few operations, not
-        a call chain (a long run of many sequences takes one every `block_size` steps each)."""
+        them, with each step's totals followed here: a block costs a few operations, not a
+        call chain (`_extend_table` and `_account` inlined)."""
         bs = self.block_size
-        firsts = self._first_overflows(seqs)
-        if num_steps > bs:
-            events = [(step, i) for i, first in enumerate(firsts)
-                      for step in range(first, num_steps, bs)]
-        else:  # a run no longer than a block takes one at most per sequence
-            events = [(first, i) for i, first in enumerate(firsts) if first < num_steps]
-        if not events:
-            return []
-        events.sort()
-        blocks = self.pool.allocate_many(len(events))
-        tables, log = self.tables, self._table_log.append
+        phases, pool, tables = self._phases, self.pool, self.tables
+        log, entries = self._table_log.append, self._held
         held, will, prompt = self._held_slots, self._will_use_slots, self._prompt_blocks
+        sorting_until = self._not_before_until if self._not_before else -1
         books: list[BooksAfterStep] = []
-        grown: dict[int, Sequence] = {}
-        last = len(events) - 1
-        for k, (step, i) in enumerate(events):
-            seq = seqs[i]
-            seq_id = seq.seq_id
-            table = tables[seq_id]
-            index = len(table)
-            block = blocks[k]
-            log((seq_id, index, block))
-            table.append(block)
-            final = seq.end_len - 1  # `_account`'s
-            before, after = index * bs, (index + 1) * bs
-            held += bs
-            will += (after if after < final else final) - (before if before < final else final)
-            prompt += index < -(-seq.prompt_len // bs)
-            grown[i] = seq
-            if k == last or events[k + 1][0] != step:
-                books.append((step, held, will, prompt))
-        entries = self._held
-        for seq in grown.values():  # `_account_table` of each, its totals followed above
-            prompt_len = seq.prompt_len
-            final = seq.end_len - 1
-            num_blocks = len(tables[seq.seq_id])
-            held_slots = num_blocks * bs
-            entries[seq.seq_id] = (held_slots, held_slots if held_slots < final else final,
-                                   min(num_blocks, -(-prompt_len // bs)))
+        for step in range(num_steps):
+            members = phases[(ordinal + step) % bs]
+            if not members:
+                continue
+            takers = (members.values() if ordinal + step > sorting_until
+                      else self._takers(ordinal + step))
+            if not takers:
+                continue
+            for seq, block in zip(takers, pool.allocate_many(len(takers)), strict=True):
+                seq_id = seq.seq_id
+                table = tables[seq_id]
+                index = len(table)
+                log((seq_id, index, block))
+                table.append(block)
+                final = seq.end_len - 1  # `_account`'s
+                before, after = index * bs, (index + 1) * bs
+                held += bs
+                held_final = after if after < final else final
+                will += held_final - (before if before < final else final)
+                prompt_blocks = -(-seq.prompt_len // bs)
+                prompt += index < prompt_blocks
+                entries[seq_id] = (after, held_final, min(index + 1, prompt_blocks))
+            books.append((step, held, will, prompt))
+        if self._not_before and ordinal + num_steps > sorting_until:
+            self._not_before.clear()  # every member's first block is behind it
         self._held_slots, self._will_use_slots, self._prompt_blocks = held, will, prompt
-        if self.check_accounting:
+        if self.check_accounting and books:
             sums = tuple(map(sum, zip(*entries.values(), strict=True))) or (0, 0, 0)
             if sums != (held, will, prompt):
                 raise AssertionError(f"{self.name}: a decode run's totals {(held, will, prompt)}"
@@ -223,6 +248,7 @@ class PagedStrategy(CacheStrategy):
         table = self.tables.pop(seq.seq_id, None)
         if table is None:
             return []
+        self.leave_decode_cohort(seq)  # a member freed leaves the cohort
         self._account(seq, 0)
         self._log_drop(seq.seq_id)
         return table
@@ -254,9 +280,10 @@ class PagedStrategy(CacheStrategy):
         return table[position // self.block_size] * self.block_size + position % self.block_size
 
     def _split_from_totals(
-        self, running: list[Sequence], head_waiting: Sequence | None
+        self, running: list[Sequence], head_waiting: Sequence | None,
+        computed_tokens: int | None = None,
     ) -> MemorySplit:
-        split = super()._split_from_totals(running, head_waiting)
+        split = super()._split_from_totals(running, head_waiting, computed_tokens)
         split.prompt_blocks = self._prompt_blocks
         return split
 

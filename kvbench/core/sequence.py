@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from kvbench.core.request import Request
+from kvbench.core.step_times import StepTimes, add_step_range
 
 
 class SequenceStatus(enum.Enum):
@@ -57,7 +58,15 @@ class Sequence:
     admitted_s: float | None = None
     first_token_s: float | None = None
     finish_s: float | None = None
-    token_times_s: list[float] = field(default_factory=list)
+    # The steps it sampled a token in, as flat [start, stop, ...] ranges of `step_times`
+    # (a float per token would be gigabytes in a long simulation; `token_times_s` reads them).
+    token_steps: list[int] = field(default_factory=list)
+    step_times: StepTimes | None = None  # the engine's (None: no token sampled yet)
+    # The engine's decode cohort step this sequence joined it at (-1: not a member) and its
+    # `num_computed` then: a member's `num_computed`, `token_ids` and `token_steps` stay as
+    # they were then until the cohort settles it (`kvbench.engine.decode_cohort`).
+    decode_from: int = -1
+    decode_base: int = 0
     cached_prompt_tokens: int = 0  # prompt tokens served from a prefix cache at first admission
     prefill_computed_tokens: int = 0  # tokens computed by prefills (recomputation included)
     # The request's lengths, read in the engine's per-sequence loops of every step: kept as
@@ -69,6 +78,26 @@ class Sequence:
         request = self.request
         self.prompt_len = len(request.prompt_token_ids)
         self.end_len = self.prompt_len + request.output_len
+
+    @property
+    def token_times_s(self) -> list[float]:
+        """Each output token's time (seconds on the run's clock), in order: the ends of the
+        steps it was sampled in. A new list each call: add times with `add_token_times`."""
+        steps = self.token_steps
+        return self.step_times.times(steps) if steps else []
+
+    def add_token_times(self, times_s: list[float], step_times: StepTimes | None = None) -> None:
+        """Record tokens sampled at `times_s`, each as a step of its own in `step_times` (the
+        engine's, or else the sequence's own): for an engine whose token times are not the
+        ends of its steps (`generate()`'s streamer) and for tests."""
+        log = self.step_times
+        if log is None:
+            log = self.step_times = step_times if step_times is not None else StepTimes()
+        elif step_times is not None and step_times is not log:
+            raise ValueError("a sequence's token times live in one StepTimes")
+        for t in times_s:
+            k = log.add(t)
+            add_step_range(self.token_steps, k, k + 1)
 
     @property
     def num_generated(self) -> int:

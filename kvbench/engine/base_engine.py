@@ -10,6 +10,7 @@ from kvbench.core.clock import RunClock, WallClock
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence, TokenCount
 from kvbench.core.step_record import StepRecord
+from kvbench.core.step_times import StepTimes
 from kvbench.engine.step_recorder import StepLog
 from kvbench.scheduling.queue_order import WaitingQueue
 from kvbench.strategies.base import CacheStrategy
@@ -50,6 +51,8 @@ class BaseEngine(ABC):
         self.step_recorder = StepLog(self.steps)
         self.prefill_tokens_computed = 0
         self._seq_ids = itertools.count()
+        # Every step's end: the token times of the sequences (`Sequence.token_steps`).
+        self.step_times = StepTimes()
         # False where neither the executor nor the strategy reads a sequence's token ids (a
         # simulation under paged or contiguous): sequences then count their tokens
         # (`TokenCount`), and a workload's prompts are never drawn (`PromptTokens`).
@@ -59,7 +62,8 @@ class BaseEngine(ABC):
     def _new_sequence(self, request: Request, sample_index: int) -> Sequence:
         """Sample `sample_index` of `request`, holding its prompt so far (its length only
         where nothing reads the ids: `holds_token_ids`)."""
-        return Sequence(next(self._seq_ids), request, sample_index, self._prompt_tokens(request))
+        return Sequence(next(self._seq_ids), request, sample_index, self._prompt_tokens(request),
+                        step_times=self.step_times)
 
     def _prompt_tokens(self, request: Request) -> list[int] | TokenCount:
         """A new sequence's tokens: a copy of the prompt's ids, or their count."""
@@ -83,6 +87,11 @@ class BaseEngine(ABC):
         starting at or after `until_s`; how many ran (none by default: `step` runs each)
         and the sequences that finished in the last of them."""
         return 0, []
+
+    def settle(self) -> None:
+        """Bring the running sequences' counts and token times up to date, where the engine
+        advances some of them by counting (none by default)."""
+        return None
 
     def has_unfinished(self) -> bool:
         return self._unfinished > 0

@@ -13,11 +13,12 @@ from kvbench.core.sampling_params import SampleKey, SamplingParams
 from kvbench.core.sequence import Sequence, SequenceStatus, TokenCount
 from kvbench.core.step_batch import StepBatch
 from kvbench.engine.base_engine import BaseEngine
+from kvbench.engine.decode_cohort import DecodeCohort
 from kvbench.engine.group_memory import GroupMemory
 from kvbench.engine.step_recorder import StepRecorder
 from kvbench.errors import KvbenchInputError, KvbenchRunError
 from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput
-from kvbench.strategies.base import CacheStrategy, declares
+from kvbench.strategies.base import CacheStrategy, MemorySplit, declares
 from kvbench.tracing import NO_RANGE, trace_range, tracing_active
 
 if TYPE_CHECKING:  # the executor owns torch: the core never imports it
@@ -99,6 +100,10 @@ class Engine(BaseEngine):
         self.keep_finished_token_ids = True
         self.holds_token_ids = (executor.reads_token_inputs
                                 or not declares(strategy, "reads_no_token_ids"))
+        # The running sequences of a decode run, advanced by counting (`fast_forward`), and
+        # the prompts admitted while it kept its members, which join at the next run.
+        self._cohort = DecodeCohort(self.step_times, executor.decode_run_token)
+        self._joiners: list[Sequence] = []
 
     # Requests ---------------------------------------------------------------------------
 
@@ -129,6 +134,9 @@ class Engine(BaseEngine):
     def step(self) -> list[Sequence]:
         """Run one iteration; returns the sequences that finished in it."""
         t_start = self.clock()
+        cohort = self._cohort
+        if cohort.members and not self.policy.next_schedule_admits_only():
+            self._dissolve_cohort()  # the schedule reads the running sequences: make them current
         # Checked once a step: with nobody recording, the ranges and their arguments would
         # cost a long simulation a tenth of a second per 100k steps for nothing.
         traced = self._traced = tracing_active()
@@ -143,10 +151,18 @@ class Engine(BaseEngine):
                                  and len(out.scheduled) == len(self.policy.running)) or None
             tokens, forward_s, now_s = self._execute(batch, to_sample, forks)
             finished = self._commit(to_sample, tokens, now_s, bool(forks))
-            split = self.strategy.memory_split(self.policy.holders(), self.waiting.head())
+            if cohort.members:  # the prompts this step admitted join at the next run
+                self._joiners += out.admitted
+            split = self._memory_split()
         self.step_recorder.record(t_start, self.clock(), forward_s, batch, split,
                                   len(out.preempted), self.num_running, len(self.waiting), traced)
         return finished
+
+    def settle(self) -> None:
+        """Bring every running sequence's counts and token times up to date (the decode
+        cohort's members are advanced by counting): before anything reads them from outside
+        the engine, e.g. the results of a run that stopped."""
+        self._dissolve_cohort()
 
     # Fast-forward ------------------------------------------------------------------------
 
@@ -161,7 +177,9 @@ class Engine(BaseEngine):
 
         The state after is the state after that many `step` calls, and so are the step rows
         and token times (docs/simulator.md, Fast-forward): only a policy, strategy and
-        executor that declare decode runs take part, and never while a trace is recorded."""
+        executor that declare decode runs take part, and never while a trace is recorded.
+        The running sequences decode as the members of a `DecodeCohort`: a run costs the
+        blocks it takes and the sequences that finish, not a pass over every member."""
         if self._decoded_all is False:
             return 0, []
         policy, strategy, executor = self.policy, self.strategy, self.executor
@@ -170,17 +188,15 @@ class Engine(BaseEngine):
                 or not declares(policy, "fast_forward_decodes")
                 or not declares(strategy, "fast_forward_decodes")):
             return 0, []
-        if self._decoded_all is None:  # `Sequence.is_decoding` of each, inlined: O(running)
-            self._decoded_all = all([
-                0 < seq.num_computed == len(seq.token_ids) - 1
-                and len(seq.token_ids) > seq.prompt_len for seq in running])
-            if not self._decoded_all:
-                return 0, []
+        if not self._join_cohort(running):
+            self._decoded_all = False
+            return 0, []
         if strategy.has_pending_copies() or tracing_active() or not policy.decode_run_ready():
             return 0, []
-        # The step in which the first sequence samples its last token: the run's last.
-        to_finish = min([seq.end_len - len(seq.token_ids) for seq in running])
-        fit = strategy.decode_run_steps(running, to_finish)
+        cohort = self._cohort
+        # The step in which the first member samples its last token: the run's last.
+        to_finish = cohort.steps_to_first_finish()
+        fit = strategy.cohort_run_steps(cohort.ordinal, len(cohort), to_finish)
         if fit < 1:
             return 0, []
         run = min(fit, to_finish - 1)
@@ -194,66 +210,108 @@ class Engine(BaseEngine):
             return num_steps, []
         return num_steps + 1, self._finishing_decode_step()
 
+    def _join_cohort(self, running: list[Sequence]) -> bool:
+        """Make every running sequence a member of the decode cohort (those that are not
+        yet: all of them after a step that read them, else the prompts admitted since);
+        False, leaving the cohort as it is, when one of them is not decoding."""
+        cohort = self._cohort
+        if len(cohort) == len(running):  # (members only leave by finishing, which `_finish` sees)
+            self._joiners = []
+            return True
+        joiners = running if not cohort.members else self._joiners
+        fresh = [seq for seq in joiners
+                 if seq.decode_from < 0 and seq.status is SequenceStatus.RUNNING]
+        # `Sequence.is_decoding` of each, inlined
+        if not all([0 < seq.num_computed == len(seq.token_ids) - 1
+                    and len(seq.token_ids) > seq.prompt_len for seq in fresh]):
+            return False
+        if len(cohort) + len(fresh) != len(running):
+            raise AssertionError("decode cohort: a running sequence neither member nor joiner")
+        join, ordinal = self.strategy.join_decode_cohort, cohort.ordinal
+        for seq in fresh:
+            join(seq, ordinal, cohort.join(seq))
+        self._joiners = []
+        return True
+
+    def _dissolve_cohort(self) -> None:
+        """Every member's counts made current and the cohort emptied (the strategy's too)."""
+        if self._cohort.members:
+            self._cohort.dissolve()
+            self.strategy.clear_decode_cohort()
+        self._joiners = []
+
+    def _cohort_tokens(self, holders: list[Sequence]) -> int:
+        """The `num_computed` of `holders`, summed: the members' as the cohort counts them."""
+        cohort = self._cohort
+        if len(cohort) == len(holders) and holders is self.policy.running:
+            return cohort.computed_tokens
+        return cohort.computed_tokens + sum([seq.num_computed for seq in holders
+                                             if seq.decode_from < 0])
+
+    def _memory_split(self) -> MemorySplit:
+        """The strategy's split of the holders' memory, with the queue head."""
+        holders, head = self.policy.holders(), self.waiting.head()
+        if not self._cohort.members:
+            return self.strategy.memory_split(holders, head)
+        tokens = self._cohort_tokens(holders)
+        if self.strategy.check_accounting:  # the members' own counts, brought up to date
+            self._cohort.settle_all()
+            if tokens != sum(seq.num_computed for seq in holders):
+                raise AssertionError(f"decode cohort: {tokens} computed tokens counted, "
+                                     f"{sum(seq.num_computed for seq in holders)} held")
+        return self.strategy.memory_split(holders, head, tokens)
+
     def _decode_run(self, max_steps: int, until_s: float) -> int:
         """`max_steps` decode steps of the running set (their memory fits, nobody finishes
         in them), fewer when one would start at or after `until_s`; how many ran."""
-        policy, strategy, executor = self.policy, self.strategy, self.executor
-        running = policy.running
-        num_seqs = len(running)
+        policy, strategy, executor, cohort = self.policy, self.strategy, self.executor, self._cohort
+        num_seqs = len(cohort)
         t_start = self.clock()
-        context = sum([seq.num_computed for seq in running]) + num_seqs
-        ends = executor.advance_decode_run(num_seqs, context, max_steps, until_s)
+        computed = cohort.computed_tokens
+        ends = executor.advance_decode_run(num_seqs, computed + num_seqs, max_steps, until_s)
         num_steps = len(ends)
         totals_before = strategy.books_totals()
-        books = strategy.grow_decode_run(running, num_steps)
+        books = strategy.grow_cohort_run(cohort.ordinal, num_steps)
         holders = policy.holders()
-        token_slots = (context - num_seqs if holders is running
-                       else sum([seq.num_computed for seq in holders]))
+        token_slots = self._cohort_tokens(holders)
         head = self.waiting.head()
         self.step_recorder.record_decode_run(
             t_start, ends, num_seqs, len(self.waiting), token_slots, books, totals_before,
             strategy.decode_run_split_parts(head), strategy.num_slots,
         )
-        tokens = [executor.decode_run_token] * num_steps
-        for seq in running:
-            seq.num_computed += num_steps
-            seq.token_ids.extend(tokens)
-            seq.token_times_s.extend(ends)
+        step_ends = self.step_times.ends
+        first = len(step_ends)
+        step_ends.extend(ends)
+        cohort.advance(first, num_steps)
         if strategy.check_accounting:  # the last row against the books, recomputed
             self._check_decode_run_books(holders, head)
         return num_steps
 
     def _finishing_decode_step(self) -> list[Sequence]:
-        """The decode step in which the first sequences of a run sample their last token:
+        """The decode step in which the first members of a run sample their last token:
         `step`'s work for a step whose schedule is every running sequence's one token, its
         memory known to fit; returns the sequences that finished."""
-        policy, strategy, executor = self.policy, self.strategy, self.executor
-        running = policy.running
-        num_seqs = len(running)
+        strategy, executor, cohort = self.strategy, self.executor, self._cohort
+        num_seqs = len(cohort)
         t_start = self.clock()
-        context = sum([seq.num_computed for seq in running]) + num_seqs
+        context = cohort.computed_tokens + num_seqs
         (t_end,) = executor.advance_decode_run(num_seqs, context, 1, math.inf)
         # The schedule's own allocation call (`_schedule_decodes`): it fits (the run's steps).
-        if strategy.allocate_each([(seq, 1) for seq in running]) != num_seqs:
-            raise AssertionError(f"{strategy.name}: a decode run's last step did not fit")
-        token = executor.decode_run_token
-        finished: list[Sequence] = []
-        for seq in running:
-            seq.num_computed += 1
-            token_ids = seq.token_ids
-            token_ids.append(token)
-            seq.token_times_s.append(t_end)
-            if len(token_ids) >= seq.end_len:
-                finished.append(seq)
+        strategy.grow_cohort_run(cohort.ordinal, 1)
+        cohort.advance(self.step_times.add(t_end), 1)
+        finished = cohort.pop_finished()
+        leave = strategy.leave_decode_cohort
         for seq in finished:
+            leave(seq)
             self._finish(seq, t_end)
-        split = strategy.memory_split(policy.holders(), self.waiting.head())
+        split = self._memory_split()
         self.step_recorder.record_decode_step(t_start, t_end, num_seqs, split,
                                               self.num_running, len(self.waiting))
         self._decoded_all = True  # as `step` leaves it: the others decoded, nothing else
         return finished
 
     def _check_decode_run_books(self, holders: list[Sequence], head: Sequence | None) -> None:
+        self._cohort.settle_all()
         split = self.strategy.memory_split(holders, head)
         last = self.step_recorder.last
         b = self.bytes_per_slot
@@ -355,34 +413,42 @@ class Engine(BaseEngine):
     ) -> list[Sequence]:
         """Append each row's token; `forking`: some row also carries its siblings' tokens."""
         with trace_range("sample", rows=len(to_sample)) if self._traced else NO_RANGE:
-            finished = self._append_tokens(to_sample, map(itemgetter(0), tokens), now_s)
+            step = self.step_times.add(now_s)
+            finished = self._append_tokens(to_sample, map(itemgetter(0), tokens), now_s, step)
             if forking:
                 for seq, row_tokens in zip(to_sample, tokens, strict=True):
                     if len(row_tokens) > 1:  # a forking parent's siblings' tokens
-                        self._fork_children(seq, row_tokens[1:], now_s)
+                        self._fork_children(seq, row_tokens[1:], now_s, step)
             for seq in finished:
                 self._finish(seq, now_s)
         return finished
 
     @staticmethod
     def _append_tokens(
-        seqs: list[Sequence], tokens: Iterable[int], now_s: float
+        seqs: list[Sequence], tokens: Iterable[int], now_s: float, step: int
     ) -> list[Sequence]:
-        """Append each sequence's next token, sampled at `now_s`; returns the sequences that
-        produced their last one. One loop with `Sequence.is_finished` inlined: this runs for
-        every sampled token."""
+        """Append each sequence's next token, sampled at `now_s`, the end of `step` (its
+        index in `step_times`); returns the sequences that produced their last one. One loop
+        with `Sequence.is_finished` and `add_step_range` inlined: this runs for every
+        sampled token."""
         finished: list[Sequence] = []
+        stop = step + 1
         for seq, token in zip(seqs, tokens, strict=True):
             token_ids = seq.token_ids
             token_ids.append(token)
-            seq.token_times_s.append(now_s)
+            steps = seq.token_steps
+            if steps and steps[-1] == step:
+                steps[-1] = stop
+            else:
+                steps += (step, stop)
             if seq.first_token_s is None:
                 seq.first_token_s = now_s
             if len(token_ids) >= seq.end_len:
                 finished.append(seq)
         return finished
 
-    def _fork_children(self, parent: Sequence, tokens: list[int], now_s: float) -> None:
+    def _fork_children(self, parent: Sequence, tokens: list[int], now_s: float,
+                       step: int) -> None:
         """Parallel sampling: children take the parent's prompt KV; `tokens[i]` is the first
         token of sample `i + 1`, drawn from the parent's logits by its own key."""
         request = parent.request
@@ -397,8 +463,10 @@ class Engine(BaseEngine):
             child.num_computed = parent.prompt_len
             child.cached_prompt_tokens = parent.prompt_len
             self.policy.add_running(child)
+            if self._cohort.members:
+                self._joiners.append(child)
             # finished at once (a one-token output): its memory is back before the next fork
-            if self._append_tokens([child], [tokens[sample_index - 1]], now_s):
+            if self._append_tokens([child], [tokens[sample_index - 1]], now_s, step):
                 self._finish(child, now_s)
 
     def _finish(self, seq: Sequence, now_s: float) -> None:
@@ -418,3 +486,4 @@ class Engine(BaseEngine):
         super().reset_stats()
         self.strategy.reset_stats()
         self._decoded_all = False
+        self._dissolve_cohort()

@@ -45,6 +45,7 @@ from kvbench.core.clock import RunClock
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.core.step_record import StepRecord
+from kvbench.core.step_times import add_step_range
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.engine import check_request_lengths
 from kvbench.errors import KvbenchInputError
@@ -218,10 +219,12 @@ class HFGenerateEngine(BaseEngine):
                 f"generate() returned {generated.shape[1]} tokens per row and streamed "
                 f"{len(streamer.times)} steps, {new_tokens} were asked for"
             )
+        first = len(self.step_times)  # the streamed steps' ends, shared by every row
+        self.step_times.ends.extend(streamer.times)
         for row, seq in enumerate(batch):
             n = seq.request.output_len
             seq.token_ids.extend(generated[row, :n].tolist())
-            seq.token_times_s.extend(streamer.times[:n])
+            add_step_range(seq.token_steps, first, first + n)
             seq.num_computed = len(seq.token_ids) - 1
             seq.first_token_s = streamer.times[0]
             seq.finish_s = streamer.times[n - 1]

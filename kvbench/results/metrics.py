@@ -13,7 +13,7 @@ import pandas as pd
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
-from kvbench.results.token_times import pooled_gaps_s
+from kvbench.results.token_times import pooled_gaps_s, token_time_series
 
 PERCENTILES = (50, 90, 99)
 
@@ -167,11 +167,11 @@ def inter_token_latencies_ms(samples: dict[int, list[Sequence]]) -> np.ndarray:
     """Every gap between consecutive output tokens of each sample, pooled (docs/design.md,
     ITL), in milliseconds: `pooled_gaps_s`, as the report's, over the samples laid end to end (a
     10,000-request run has millions of gaps)."""
-    series = [seq.token_times_s for seqs in samples.values() for seq in seqs]
+    series = token_time_series([seq for seqs in samples.values() for seq in seqs])
     counts = np.array([len(times) for times in series], dtype=np.int64)
     if not counts.sum():
         return np.empty(0)
-    times_s = np.concatenate([np.asarray(times, dtype=float) for times in series])
+    times_s = np.concatenate(series)
     return pooled_gaps_s(times_s, np.concatenate([[0], np.cumsum(counts)])) * 1e3
 
 

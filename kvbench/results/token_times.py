@@ -94,12 +94,14 @@ def _write_lines(put: Callable[[list[str]], Any], requests: Iterable[Request],
     batch by batch: a long run's are GBs, never held twice."""
     ids: list[int] = []
     samples: list[int] = []
-    series: list[Seq[float]] = []
+    ordered: list[Sequence] = []
     for request in requests:
         for seq in sorted(sequences.get(request.request_id, []), key=lambda s: s.sample_index):
             ids.append(int(request.request_id))
             samples.append(int(seq.sample_index))
-            series.append(seq.token_times_s)
+            ordered.append(seq)
+    series = token_time_series(ordered)
+    del ordered
     counts = np.array([len(times) for times in series], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)])
     rounded = np.empty(int(starts[-1]))
@@ -121,6 +123,30 @@ def _write_lines(put: Callable[[list[str]], Any], requests: Iterable[Request],
         gaps_ms.append(gaps)
     return TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
                       starts, rounded)
+
+
+def token_time_series(seqs: Seq[Sequence]) -> list[np.ndarray]:
+    """Each sequence's token times (`Sequence.token_times_s`) as a float64 array, read from
+    its engine's step ends in one copy per engine rather than a Python float per token: a
+    sequence sampled in one stretch of steps gets a view of that stretch."""
+    copies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    out: list[np.ndarray] = []
+    empty = np.empty(0)
+    for seq in seqs:
+        steps = seq.token_steps
+        if not steps:
+            out.append(empty)
+            continue
+        log = seq.step_times
+        arrays = copies.get(id(log))
+        if arrays is None:  # copies, not views: a view would pin the engine's growing arrays
+            arrays = copies[id(log)] = (np.array(log.ends, dtype=np.float64),
+                                        np.array(log.cohort_steps, dtype=np.int64))
+        ends, cohort = arrays
+        pieces = [ends[start:stop] if start >= 0 else ends[cohort[~start : ~stop]]
+                  for start, stop in zip(steps[::2], steps[1::2], strict=True)]
+        out.append(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
+    return out
 
 
 def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:
@@ -395,6 +421,6 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return gaps[keep]
 
 
-__all__ = ["TOKENS_FILE", "TokenTimes", "microsecond_lists", "pooled_gaps_s",
+__all__ = ["TOKENS_FILE", "TokenTimes", "microsecond_lists", "pooled_gaps_s", "token_time_series",
            "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines",
            "token_times_file", "write_token_times", "WrittenTokenTimes", "file_order"]

@@ -134,6 +134,12 @@ class BatchingPolicy(ABC):
         when every running sequence is decoding."""
         return False
 
+    def next_schedule_admits_only(self) -> bool:
+        """Whether the next `schedule` only admits prompts from the queue, reading and
+        changing no running sequence (the engine's decode cohort then keeps its members
+        through the step: `kvbench.engine.decode_cohort`). False unless a policy knows."""
+        return False
+
     def _head_admissible(self) -> bool:
         """Whether `_admit_from_queue` would admit the queue head now (places and cache)."""
         head = self.waiting.head()

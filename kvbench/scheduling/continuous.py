@@ -39,6 +39,12 @@ class ContinuousBatching(BatchingPolicy):
             return True
         return not self._head_admissible()
 
+    def next_schedule_admits_only(self) -> bool:
+        # Prefill-first: an admissible head means a step of prompts alone. (With n > 1 the
+        # places a running sequence takes read its tokens: not taken as read-free here.)
+        return (not self.limits.chunked_prefill and not self._multi_sample
+                and self._head_admissible())
+
     def schedule(self, now_s: float) -> ScheduleOutput:
         if self.limits.chunked_prefill:
             return self._schedule_chunked(now_s)

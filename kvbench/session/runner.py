@@ -242,6 +242,7 @@ def run_one(
             status = "failed"
             failure = f"{type(err).__name__}: {err}"
         finally:
+            engine.settle()  # a run that stopped early: its sequences as far as they got
             set_recorder(None)
             engine.step_recorder.sink = None
             engine.step_recorder.rows_sink = None

@@ -22,9 +22,9 @@ from tests.results.memory_reference import memory_summary
 def finished(request: Request, admitted: float, times: list[float]) -> Sequence:
     seq = Sequence(request.request_id, request, 0, list(request.prompt_token_ids))
     seq.admitted_s = admitted
-    for t in times:
+    for _ in times:
         seq.token_ids.append(0)
-        seq.token_times_s.append(t)
+    seq.add_token_times(times)
     seq.first_token_s = times[0]
     seq.finish_s = times[-1]
     return seq
@@ -116,7 +116,7 @@ def test_itl_pools_each_samples_gaps_in_order(times_per_request):
         samples[i] = []
         for k, times in enumerate(sample_times):
             seq = Sequence(i * 10 + k, request, k, [1])
-            seq.token_times_s.extend(times)
+            seq.add_token_times(times)
             samples[i].append(seq)
     expected = [(b - a) * 1e3 for sample_times in times_per_request for times in sample_times
                 for a, b in zip(times, times[1:], strict=False)]

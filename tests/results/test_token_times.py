@@ -65,7 +65,7 @@ def test_any_float_prints_as_json_dumps_of_round(series):
 def _sequence(request: Request, sample: int, times: list[float]) -> Sequence:
     seq = Sequence(request.request_id * 10 + sample, request, sample,
                    list(request.prompt_token_ids))
-    seq.token_times_s.extend(times)
+    seq.add_token_times(times)
     return seq
 
 

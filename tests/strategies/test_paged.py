@@ -99,13 +99,16 @@ def test_block_pool_rejects_double_release():
 @given(block_size=st.sampled_from([1, 4, 16]), num_blocks=st.integers(1, 120),
        prompts=st.lists(st.integers(1, 60), min_size=1, max_size=12),
        decoded=st.lists(st.integers(0, 40), min_size=12, max_size=12),
-       max_steps=st.integers(1, 200))
-def test_decode_run_steps_and_growth_are_step_by_step_allocation(
-        block_size, num_blocks, prompts, decoded, max_steps):
-    """How many decode steps of the running sequences fit (`decode_run_steps`) and the blocks
-    a run of them takes (`grow_decode_run`), against one `allocate_each` of every sequence's
-    next token a step on a twin strategy, until one does not fit: the same count, the same
-    block tables and free list, the same totals."""
+       max_steps=st.integers(1, 200), joined_at=st.integers(0, 1000),
+       ahead=st.lists(st.booleans(), min_size=12, max_size=12))
+def test_cohort_run_steps_and_growth_are_step_by_step_allocation(
+        block_size, num_blocks, prompts, decoded, max_steps, joined_at, ahead):
+    """How many decode steps of the decode cohort's members fit (`cohort_run_steps`) and the
+    blocks a run of them takes (`grow_cohort_run`), against one `allocate_each` of every
+    sequence's next token a step on a twin strategy, until one does not fit: the same count,
+    the same block tables and free list, the same totals. Some members already hold the slot
+    of the token they compute next (`ahead`: a recomputed prompt's blocks are all taken at
+    admission, so it may end its prefill with a whole free block)."""
     def build() -> tuple[PagedStrategy, list[Sequence]]:
         strategy = PagedStrategy(num_blocks * block_size, 4096, block_size=block_size,
                                  check_accounting=True)
@@ -123,6 +126,8 @@ def test_decode_run_steps_and_growth_are_step_by_step_allocation(
                     break
                 s.num_computed += 1
             s.token_ids.append(0)  # the token the next step computes
+            if ahead[i] and not strategy.allocate(s, 1):
+                break
             seqs.append(s)
         return strategy, seqs
 
@@ -138,9 +143,11 @@ def test_decode_run_steps_and_growth_are_step_by_step_allocation(
         steps += 1
         snapshot = ({k: list(v) for k, v in stepped.tables.items()}, list(stepped.pool._free),
                     stepped.books_totals())
-    fits = fast.decode_run_steps(seqs, max_steps)
+    for rank, s in enumerate(seqs):  # members joined at cohort step `joined_at`
+        fast.join_decode_cohort(s, joined_at, rank)
+    fits = fast.cohort_run_steps(joined_at, len(seqs), max_steps)
     assert fits == steps
     if fits:
-        fast.grow_decode_run(seqs, fits)
+        fast.grow_cohort_run(joined_at, fits)
         assert ({k: list(v) for k, v in fast.tables.items()}, list(fast.pool._free),
                 fast.books_totals()) == snapshot
