@@ -45,6 +45,7 @@ class PagedStrategy(CacheStrategy):
         self.block_size = block_size
         self.table_block_size = block_size
         self.pool = BlockPool(num_slots // block_size)
+        self.pool.checked = self.check_accounting  # a table's blocks are each held once
         # Free blocks kept back at admission so running sequences can grow (vLLM's watermark).
         self.watermark_blocks = math.ceil(watermark * self.pool.num_blocks)
         self.tables: dict[int, list[int]] = {}

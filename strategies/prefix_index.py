@@ -64,7 +64,7 @@ class CachingBlockPool(BlockPool):
 
     @property
     def num_free(self) -> int:
-        return len(self._free) + len(self.evictable)
+        return super().num_free + len(self.evictable)
 
     @property
     def num_evictable(self) -> int:
@@ -72,13 +72,12 @@ class CachingBlockPool(BlockPool):
 
     def allocate(self) -> int:
         """A fresh block: from the free list, else the least recently used evictable one."""
-        if self._free:
-            block = self._free.popleft()
-        elif self.evictable:
+        block = self._take()
+        if block is None and self.evictable:
             block, _ = self.evictable.popitem(last=False)
             del self.block_of[self.hash_of.pop(block)]
             self.evictions += 1
-        else:
+        elif block is None:
             raise MemoryError("block pool is empty")
         self.ref_counts[block] = 1
         return block
@@ -95,7 +94,7 @@ class CachingBlockPool(BlockPool):
         if block in self.hash_of:
             self.evictable[block] = None  # most recently used at the end
         else:
-            self._free.append(block)
+            self._give(block)
         return True
 
     def lookup(self, h: BlockHash) -> int | None:
@@ -124,15 +123,16 @@ class CachingBlockPool(BlockPool):
         """Nothing is held: every block is free or evictable cache."""
         return (
             not any(self.ref_counts)
-            and len(self._free) + len(self.evictable) == self.num_blocks
+            and self.num_free == self.num_blocks
         )
 
     def check(self) -> None:
         """Assert the pool's internal consistency (tests)."""
-        free = set(self._free)
+        free_list = self.free_blocks()
+        free = set(free_list)
         evictable = set(self.evictable)
         held = {b for b in range(self.num_blocks) if self.ref_counts[b] > 0}
-        assert len(free) == len(self._free), "a block is on the free list twice"
+        assert len(free) == len(free_list), "a block is on the free list twice"
         assert not (free & evictable) and not (free & held) and not (evictable & held)
         assert free | evictable | held == set(range(self.num_blocks)), "a block is lost"
         assert all(c >= 0 for c in self.ref_counts)

@@ -82,10 +82,12 @@ class BaseEngine(ABC):
     def step(self) -> list[Sequence]:
         """Run the next unit of work; returns the sequences that finished in it."""
 
-    def fast_forward(self, until_s: float) -> tuple[int, list[Sequence]]:
+    def fast_forward(self, until_s: float,
+                     through_finishes: bool = False) -> tuple[int, list[Sequence]]:
         """Run the next steps in one move where they are a run nothing can change, none
-        starting at or after `until_s`; how many ran (none by default: `step` runs each)
-        and the sequences that finished in the last of them."""
+        starting at or after `until_s` (`through_finishes`: nor stopping at a step in which
+        sequences finish); how many ran (none by default: `step` runs each) and the
+        sequences that finished in them."""
         return 0, []
 
     def settle(self) -> None:

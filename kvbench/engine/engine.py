@@ -166,14 +166,17 @@ class Engine(BaseEngine):
 
     # Fast-forward ------------------------------------------------------------------------
 
-    def fast_forward(self, until_s: float = math.inf) -> tuple[int, list[Sequence]]:
+    def fast_forward(self, until_s: float = math.inf,
+                     through_finishes: bool = False) -> tuple[int, list[Sequence]]:
         """Run the decode steps that come next in one move, as many as stay a decode run:
         every running sequence decodes one token a step and nothing else can happen, up to
         and including the step in which the first sequence finishes (its finish is that
         step's, as in `step`), or up to the step before one in which an allocation would
         fail, and no step starting at or after `until_s` (the caller's next arrival).
+        `through_finishes`: go on after a step in which sequences finished, while the rest
+        still make a decode run (a caller whose next arrival no finish can bring forward).
         Returns how many steps ran (0: the next step is not one of a run; `step` runs it)
-        and the sequences that finished in the last of them.
+        and the sequences that finished in them, in order.
 
         The state after is the state after that many `step` calls, and so are the step rows
         and token times (docs/simulator.md, Fast-forward): only a policy, strategy and
@@ -191,24 +194,31 @@ class Engine(BaseEngine):
         if not self._join_cohort(running):
             self._decoded_all = False
             return 0, []
-        if strategy.has_pending_copies() or tracing_active() or not policy.decode_run_ready():
-            return 0, []
         cohort = self._cohort
-        # The step in which the first member samples its last token: the run's last.
-        to_finish = cohort.steps_to_first_finish()
-        fit = strategy.cohort_run_steps(cohort.ordinal, len(cohort), to_finish)
-        if fit < 1:
-            return 0, []
-        run = min(fit, to_finish - 1)
-        num_steps = self._decode_run(run, until_s) if run else 0
-        if num_steps < run:  # the next arrival comes first
-            return num_steps, []
-        if fit < to_finish:  # an allocation fails next: `step`'s
-            self._decoded_all = False
-            return num_steps, []
-        if num_steps and self.clock() >= until_s:
-            return num_steps, []
-        return num_steps + 1, self._finishing_decode_step()
+        total = 0
+        finished: list[Sequence] = []
+        while True:
+            if strategy.has_pending_copies() or tracing_active() or not policy.decode_run_ready():
+                return total, finished
+            # The step in which the first member samples its last token: the run's last.
+            to_finish = cohort.steps_to_first_finish()
+            fit = strategy.cohort_run_steps(cohort.ordinal, len(cohort), to_finish)
+            if fit < 1:
+                return total, finished
+            run = min(fit, to_finish - 1)
+            num_steps = self._decode_run(run, until_s) if run else 0
+            total += num_steps
+            if num_steps < run:  # the next arrival comes first
+                return total, finished
+            if fit < to_finish:  # an allocation fails next: `step`'s
+                self._decoded_all = False
+                return total, finished
+            if num_steps and self.clock() >= until_s:
+                return total, finished
+            finished += self._finishing_decode_step()
+            total += 1
+            if not through_finishes or not running or self.clock() >= until_s:
+                return total, finished
 
     def _join_cohort(self, running: list[Sequence]) -> bool:
         """Make every running sequence a member of the decode cohort (those that are not
@@ -243,8 +253,14 @@ class Engine(BaseEngine):
     def _cohort_tokens(self, holders: list[Sequence]) -> int:
         """The `num_computed` of `holders`, summed: the members' as the cohort counts them."""
         cohort = self._cohort
-        if len(cohort) == len(holders) and holders is self.policy.running:
-            return cohort.computed_tokens
+        if holders is self.policy.running:
+            if len(cohort) == len(holders):
+                return cohort.computed_tokens
+            # the running sequences outside the cohort: those admitted since it last grew
+            running = SequenceStatus.RUNNING
+            return cohort.computed_tokens + sum([
+                seq.num_computed for seq in self._joiners
+                if seq.decode_from < 0 and seq.status is running])
         return cohort.computed_tokens + sum([seq.num_computed for seq in holders
                                              if seq.decode_from < 0])
 

@@ -14,6 +14,7 @@ holding memory: what one token of context costs under the strategy.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +81,32 @@ class GroupMemory:
         total[4] += dt_s * free
         if not self.per_group_splits and self._held_max and held > self._held_max[0]:
             self._held_max = [held] * len(self.shapes)
+
+    def add_run(self, dts_s: list[float], tokens: list[int], held: list[int], will: list[int],
+                external: int, num_slots: int) -> None:
+        """`add_parts` of each step of a run of decode steps (a strategy with one split), from
+        each step's duration, computed tokens, held slots and slots that will be used: each
+        sum over the run taken at once (the same sums, added in another order)."""
+        if self.per_group_splits:
+            raise ValueError("a decode run has no per-group splits to record")
+        mul = operator.mul
+        reserved = list(map(operator.sub, will, tokens))
+        internal = list(map(operator.sub, held, will))
+        free = [num_slots - h - external for h in held]
+        weight = sum(dts_s)
+        self._weight_s += weight
+        self._held_s += sum(map(mul, dts_s, held)) + weight * external
+        tokens_s = sum(map(mul, dts_s, tokens))
+        self._tokens_s += tokens_s
+        total = self._total
+        total[0] += tokens_s
+        total[1] += sum(map(mul, dts_s, reserved))
+        total[2] += sum(map(mul, dts_s, internal))
+        total[3] += weight * external
+        total[4] += sum(map(mul, dts_s, free))
+        most = max(held) + external
+        if self._held_max and most > self._held_max[0]:
+            self._held_max = [most] * len(self.shapes)
 
     def summary(self) -> dict[str, Any]:
         """`kv_held_bytes_per_token` and `kv_groups` of the summary's memory section."""

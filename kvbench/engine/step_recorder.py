@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 from kvbench.core.step_batch import StepBatch
@@ -9,6 +10,8 @@ from kvbench.core.step_record import StepRecord
 from kvbench.engine.group_memory import GroupMemory
 from kvbench.strategies.base import BooksAfterStep, MemorySplit
 from kvbench.tracing import trace_counter
+
+_NO_PROBE: dict[str, int] = {}  # the device memory columns of a row without a probe: empty
 
 
 class StepLog:
@@ -19,38 +22,53 @@ class StepLog:
     def __init__(self, steps: list[StepRecord]) -> None:
         self.steps = steps
         self.sink: Callable[[StepRecord], None] | None = None
-        # Where a run of rows goes at once (`StepRecord` fields in order, as tuples), when the
-        # runner streams them: no record is built for a row of a fast-forwarded run.
+        # Where rows go as `StepRecord` field tuples, when the runner streams them: no record
+        # is built for a streamed row (a run of steps, or one simulated step, at once).
         self.rows_sink: Callable[[list[tuple]], None] | None = None
         self.num_steps = 0
-        self.last: StepRecord | None = None
+        self._last: StepRecord | None = None
+        self._last_row: tuple | None = None  # the last row, where no record was built for it
+
+    @property
+    def last(self) -> StepRecord | None:
+        """The latest step's record."""
+        if self._last is None and self._last_row is not None:
+            self._last = StepRecord(*self._last_row)
+        return self._last
 
     def keep(self, record: StepRecord) -> None:
         self.num_steps += 1
-        self.last = record
+        self._last, self._last_row = record, None
         if self.sink is None:
             self.steps.append(record)
         else:
             self.sink(record)
 
+    def keep_row(self, row: tuple) -> None:
+        """One step's row as a `StepRecord` field tuple."""
+        if self.rows_sink is None:
+            self.keep(StepRecord(*row))
+            return
+        self.num_steps += 1
+        self._last, self._last_row = None, row
+        self.rows_sink([row])
+
     def keep_rows(self, rows: list[tuple]) -> None:
         """Rows of consecutive steps, oldest first, as `StepRecord` field tuples."""
         if not rows:
             return
-        self.num_steps += len(rows)
-        self.last = StepRecord(*rows[-1])
         if self.rows_sink is not None:
+            self.num_steps += len(rows)
+            self._last, self._last_row = None, rows[-1]
             self.rows_sink(rows)
-        elif self.sink is not None:
-            for row in rows:
-                self.sink(StepRecord(*row))
         else:
-            self.steps.extend(StepRecord(*row) for row in rows)
+            for row in rows:
+                self.keep(StepRecord(*row))
 
     def reset(self) -> None:
         """Start counting steps again (after warm-up; the engine clears `steps`)."""
         self.num_steps = 0
-        self.last = None
+        self._last = self._last_row = None
 
 
 class StepRecorder(StepLog):
@@ -85,59 +103,59 @@ class StepRecorder(StepLog):
         self, t_start: float, t_end: float, forward_s: float, batch: StepBatch,
         split: MemorySplit, num_preempted: int, num_running: int, num_waiting: int,
         traced: bool,
-    ) -> StepRecord:
+    ) -> None:
         """The row of a step that ran `batch` from `t_start` to `t_end`, `forward_s` of it
         in the model forward, and left memory as `split` and the queues with `num_running`
         and `num_waiting` sequences; `traced`: emit the trace counters too."""
-        return self._record(t_start, t_end, forward_s, batch.num_prefill_seqs,
+        self._record(t_start, t_end, forward_s, batch.num_prefill_seqs,
                             batch.num_decode_seqs, batch.num_tokens, split, num_preempted,
                             num_running, num_waiting, traced)
 
     def record_decode_step(self, t_start: float, t_end: float, num_seqs: int,
-                           split: MemorySplit, num_running: int, num_waiting: int) -> StepRecord:
+                           split: MemorySplit, num_running: int, num_waiting: int) -> None:
         """`record` of a step of `num_seqs` decodes, all of it the forward (a simulated
         step), untraced: a fast-forwarded run's last step, which builds no batch."""
-        return self._record(t_start, t_end, t_end - t_start, 0, num_seqs, num_seqs, split, 0,
+        self._record(t_start, t_end, t_end - t_start, 0, num_seqs, num_seqs, split, 0,
                             num_running, num_waiting, False)
 
     def _record(
         self, t_start: float, t_end: float, forward_s: float, num_prefill_seqs: int,
         num_decode_seqs: int, num_tokens: int, split: MemorySplit, num_preempted: int,
         num_running: int, num_waiting: int, traced: bool,
-    ) -> StepRecord:
+    ) -> None:
         b = self.bytes_per_slot
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
-        record = StepRecord(
-            step=self.num_steps,
-            t_s=t_start,
-            step_ms=(t_end - t_start) * 1e3,
-            overhead_ms=((t_end - t_start) - forward_s) * 1e3,
-            num_prefill_seqs=num_prefill_seqs,
-            num_decode_seqs=num_decode_seqs,
-            num_batched_tokens=num_tokens,
-            num_prefill_tokens=num_tokens - num_decode_seqs,  # a decode is one token
-            num_running=num_running,
-            num_waiting=num_waiting,
-            kv_token_bytes=split.token * b,
-            kv_reserved_bytes=split.reserved * b,
-            kv_internal_bytes=split.internal * b,
-            kv_external_bytes=split.external * b,
-            kv_free_bytes=split.free * b,
-            kv_cached_bytes=split.cached * b,
-            preemptions=num_preempted + unrecorded,
-            kv_utilization=split.utilization,
-            kv_prompt_blocks=split.prompt_blocks,
-            **(self.memory_probe() if self.memory_probe else {}),
-        )
-        self.keep(record)
+        probe = self.memory_probe() if self.memory_probe else _NO_PROBE
+        # `StepRecord`'s fields in order, the row a streaming runner takes as it is.
+        self.keep_row((
+            self.num_steps,  # step
+            t_start,  # t_s
+            (t_end - t_start) * 1e3,  # step_ms
+            ((t_end - t_start) - forward_s) * 1e3,  # overhead_ms
+            num_prefill_seqs,
+            num_decode_seqs,
+            num_tokens,  # num_batched_tokens
+            num_tokens - num_decode_seqs,  # num_prefill_tokens: a decode is one token
+            num_running,
+            num_waiting,
+            split.token * b,  # kv_token_bytes
+            split.reserved * b,
+            split.internal * b,
+            split.external * b,
+            split.free * b,
+            split.cached * b,
+            num_preempted + unrecorded,  # preemptions
+            split.utilization,  # kv_utilization
+            split.prompt_blocks,  # kv_prompt_blocks
+            probe.get("gpu_used_bytes"),
+            probe.get("torch_allocated_bytes"),
+            probe.get("torch_reserved_bytes"),
+        ))
         if self.group_memory is not None:
             self.group_memory.add(t_end - t_start, split)
         if traced:
-            trace_counter("kv_bytes", t_end, {"token": record.kv_token_bytes,
-                                              "held": split.held * b})
-            trace_counter("batch", t_end, {"running": record.num_running,
-                                           "waiting": record.num_waiting})
-        return record
+            trace_counter("kv_bytes", t_end, {"token": split.token * b, "held": split.held * b})
+            trace_counter("batch", t_end, {"running": num_running, "waiting": num_waiting})
 
     def record_decode_run(
         self, t_start_s: float, ends_s: list[float], num_seqs: int, num_waiting: int,
@@ -172,13 +190,9 @@ class StepRecorder(StepLog):
         if unrecorded:  # a step that scheduled nothing before the run: its preemptions
             rows[0] = (*rows[0][:16], unrecorded, *rows[0][17:])
         self.keep_rows(rows)
-        group_memory = self.group_memory
-        if group_memory is not None:
-            if group_memory.per_group_splits:
-                raise ValueError("a decode run has no per-group splits to record")
-            for start, end, token, h, w in zip(starts, ends_s, tokens, held, will, strict=True):
-                group_memory.add_parts(end - start, token, w - token, h - w, external,
-                                       num_slots - h - external)
+        if self.group_memory is not None:
+            self.group_memory.add_run(list(map(operator.sub, ends_s, starts)), list(tokens),
+                                      held, will, external, num_slots)
 
 
 def _expand_books(

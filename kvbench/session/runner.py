@@ -339,10 +339,10 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
             advanced = 0
             if fast_forward:
                 # Until the next request is sent: at its arrival, unless every slot is taken
-                # (then only a finish frees one, and a finish ends a run anyway).
+                # (then only a finish frees one: in a closed loop a finish ends the run).
                 sendable = pending and (free_slots is None or free_slots)
                 advanced, finished = engine.fast_forward(
-                    pending[0].arrival_s if sendable else math.inf)
+                    pending[0].arrival_s if sendable else math.inf, free_slots is None)
                 if advanced:
                     steps += advanced - 1  # the last is counted with `step`'s below
             if not advanced:

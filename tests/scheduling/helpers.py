@@ -126,7 +126,7 @@ def _check_paged(strategy: PagedStrategy, holders: list[Sequence]) -> None:
     for block, count in enumerate(pool.ref_counts):
         assert count == (1 if block in owned_set else 0), f"block {block} has count {count}"
     assert pool.num_free == pool.num_blocks - len(owned)
-    assert not owned_set & set(pool._free), "a block is both owned and free"
+    assert not owned_set & set(pool.free_blocks()), "a block is both owned and free"
     bs = strategy.block_size
     for seq in holders:
         table = strategy.tables[seq.seq_id]

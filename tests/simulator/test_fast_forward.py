@@ -80,6 +80,10 @@ def _assert_close(a, b, path="summary") -> None:
         assert a.keys() == b.keys(), path
         for key in a:
             _assert_close(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_close(x, y, f"{path}[{i}]")
     elif isinstance(a, float) and isinstance(b, float) and not (math.isnan(a) and math.isnan(b)):
         assert a == pytest.approx(b, rel=1e-9, abs=0.0), path
     else:
@@ -118,8 +122,8 @@ def test_fast_forward_runs_most_steps_of_a_decode_heavy_replay(tmp_path):
         calls["step"] += 1
         return step()
 
-    def counting_forward(until_s):
-        advanced, finished = forward(until_s)
+    def counting_forward(*args):
+        advanced, finished = forward(*args)
         calls["forwarded"] += advanced
         return advanced, finished
 
@@ -145,7 +149,7 @@ def _tables_by_step(values: dict, fast_forward: bool, folder) -> dict[int, tuple
     def snapshot() -> None:
         tables = getattr(strategy, "tables", None) or getattr(strategy, "starts", {})
         pool = getattr(strategy, "pool", None)
-        free = list(pool._free) if pool is not None else list(strategy.ranges.holes)
+        free = pool.free_blocks() if pool is not None else list(strategy.ranges.holes)
         seen[engine.step_recorder.num_steps] = (
             {k: list(v) if isinstance(v, list) else v for k, v in tables.items()}, free)
 
@@ -156,8 +160,8 @@ def _tables_by_step(values: dict, fast_forward: bool, folder) -> dict[int, tuple
         snapshot()
         return finished
 
-    def recorded_forward(until_s):
-        advanced, finished = forward(until_s)
+    def recorded_forward(*args):
+        advanced, finished = forward(*args)
         if advanced:
             snapshot()
         return advanced, finished

@@ -141,7 +141,7 @@ def test_cohort_run_steps_and_growth_are_step_by_step_allocation(
             s.num_computed += 1
             s.token_ids.append(0)
         steps += 1
-        snapshot = ({k: list(v) for k, v in stepped.tables.items()}, list(stepped.pool._free),
+        snapshot = ({k: list(v) for k, v in stepped.tables.items()}, stepped.pool.free_blocks(),
                     stepped.books_totals())
     for rank, s in enumerate(seqs):  # members joined at cohort step `joined_at`
         fast.join_decode_cohort(s, joined_at, rank)
@@ -149,5 +149,5 @@ def test_cohort_run_steps_and_growth_are_step_by_step_allocation(
     assert fits == steps
     if fits:
         fast.grow_cohort_run(joined_at, fits)
-        assert ({k: list(v) for k, v in fast.tables.items()}, list(fast.pool._free),
+        assert ({k: list(v) for k, v in fast.tables.items()}, fast.pool.free_blocks(),
                 fast.books_totals()) == snapshot
