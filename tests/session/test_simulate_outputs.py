@@ -42,7 +42,16 @@ def test_steps_every_thins_the_csv_but_not_the_summary(full, tmp_path):
     pd.testing.assert_frame_equal(rows_thin, rows_all.iloc[::5].reset_index(drop=True),
                                   check_dtype=False)
     assert summary_thin["scheduler"] == summary_all["scheduler"]
-    assert summary_thin["memory"] == summary_all["memory"]
+    # (the traced run steps one at a time, the other fast-forwards: sums in another order)
+    assert summary_thin["memory"] == _approx(summary_all["memory"])
+
+
+def _approx(value):
+    if isinstance(value, dict):
+        return {k: _approx(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_approx(v) for v in value]
+    return pytest.approx(value, rel=1e-9) if isinstance(value, float) else value
 
 
 def test_summary_memory_matches_the_rows(full):
