@@ -110,6 +110,10 @@ class CacheStrategy(ABC):
             check_accounting = os.environ.get(CHECK_ACCOUNTING_ENV, "") not in ("", "0")
         self.check_accounting = check_accounting
         self._table_log: list[TableOp] = []
+        # False under an executor that reads no KV tables (`Executor.reads_kv_tables`): the
+        # changes are not logged (a long simulation changes tables hundreds of millions of
+        # times), and `build_layout` hands over an empty log.
+        self.keeps_table_log = True
         # One table log per allocation group (`hybrid`, windowed `contiguous`); None: one table
         self._group_logs: list[list[TableOp]] | None = None
         # seq_id -> (held slots, slots it will use, prompt blocks) of each sequence holding memory
@@ -274,10 +278,12 @@ class CacheStrategy(ABC):
 
     def _log_table(self, seq_id: int, index: int, value: int) -> None:
         """Entry `index` of the sequence's table is now `value` (`DROP_TABLE`: table gone)."""
-        self._table_log.append((seq_id, index, value))
+        if self.keeps_table_log:
+            self._table_log.append((seq_id, index, value))
 
     def _log_drop(self, seq_id: int) -> None:
-        self._table_log.append((seq_id, DROP_TABLE, 0))
+        if self.keeps_table_log:
+            self._table_log.append((seq_id, DROP_TABLE, 0))
 
     @abstractmethod
     def is_whole(self) -> bool:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from itertools import repeat
-
 # Taken blocks are cut from the front of the free list once this many have piled up there.
 _COMPACT_AT = 4096
 
@@ -14,17 +12,20 @@ class BlockPool:
     Free blocks are handed out first in, first out (as vLLM's free queue). The free list is
     a list read from `_head` on, so that a prompt's dozens of blocks, or the few of a decode
     run's step, are one slice and a finished sequence's table one `extend`, not a call each.
-    `checked`: `release_many` asserts that every block it gets back was held once (a
-    strategy turns it off outside `KVBENCH_CHECK_ACCOUNTING`: a long simulation frees
-    millions of blocks)."""
 
-    def __init__(self, num_blocks: int) -> None:
+    `counts_references`: keep each block's reference count. A pool whose blocks are only
+    ever held once (plain paging's: it shares none) may go without, as a long simulation
+    takes and frees hundreds of millions of blocks; `release_many` then trusts that what it
+    gets back was held, and `KVBENCH_CHECK_ACCOUNTING` turns the counts back on.
+    """
+
+    def __init__(self, num_blocks: int, counts_references: bool = True) -> None:
         self.num_blocks = num_blocks
         self._free: list[int] = list(range(num_blocks))
         self._head = 0
         self.ref_counts = [0] * num_blocks
         self.shared: set[int] = set()  # blocks with more than one reference
-        self.checked = True
+        self.counts_references = counts_references
 
     @property
     def num_free(self) -> int:
@@ -62,7 +63,8 @@ class BlockPool:
         block = self._take()
         if block is None:
             raise MemoryError("block pool is empty")
-        self.ref_counts[block] = 1
+        if self.counts_references:
+            self.ref_counts[block] = 1
         return block
 
     def allocate_many(self, count: int) -> list[int]:
@@ -77,23 +79,33 @@ class BlockPool:
         self._head = head = head + count
         if head >= _COMPACT_AT and 2 * head >= len(free):
             self._compact()
-        list(map(self.ref_counts.__setitem__, blocks, repeat(1)))
+        if self.counts_references:
+            ref_counts = self.ref_counts
+            for block in blocks:
+                ref_counts[block] = 1
         return blocks
 
     def release_many(self, blocks: list[int]) -> None:
         """`release` of each of `blocks`, in order (a finished sequence's whole table: where
         each is held once, as plain paging's are, without a call each)."""
-        ref_counts = self.ref_counts
-        if type(self).release is not BlockPool.release or (self.checked and (
-                list(map(ref_counts.__getitem__, blocks)).count(1) != len(blocks)
-                or len(set(blocks)) != len(blocks))):
+        if type(self).release is not BlockPool.release:
             for block in blocks:
                 self.release(block)
             return
-        list(map(ref_counts.__setitem__, blocks, repeat(0)))
+        if self.counts_references:
+            ref_counts = self.ref_counts
+            if ([ref_counts[block] for block in blocks].count(1) != len(blocks)
+                    or len(set(blocks)) != len(blocks)):
+                for block in blocks:  # shared, or released twice: `release` says which
+                    self.release(block)
+                return
+            for block in blocks:
+                ref_counts[block] = 0
         self._free.extend(blocks)
 
     def share(self, block: int) -> None:
+        if not self.counts_references:
+            raise ValueError("a pool without reference counts shares no block")
         if self.ref_counts[block] <= 0:
             raise ValueError(f"block {block} is not allocated")
         self.ref_counts[block] += 1
@@ -102,6 +114,9 @@ class BlockPool:
 
     def release(self, block: int) -> bool:
         """Drop one reference; True when the block went back to the pool."""
+        if not self.counts_references:
+            self._give(block)
+            return True
         if self.ref_counts[block] <= 0:
             raise ValueError(f"block {block} released more often than allocated")
         self.ref_counts[block] -= 1

@@ -18,6 +18,10 @@ from kvbench.strategies.base import BooksAfterStep, CacheStrategy, MemorySplit, 
 from kvbench.strategies.block_pool import BlockPool
 from kvbench.strategies.registry import register_strategy
 
+# A member of the decode cohort as its blocks are taken: (seq_id, its block table, its
+# `final_kv_len`, the blocks its prompt fills).
+_Member = tuple[int, list[int], int, int]
+
 
 @dataclass(frozen=True)
 class PagedOptions:
@@ -44,14 +48,14 @@ class PagedStrategy(CacheStrategy):
         super().__init__(num_slots, max_model_len, check_accounting)
         self.block_size = block_size
         self.table_block_size = block_size
-        self.pool = BlockPool(num_slots // block_size)
-        self.pool.checked = self.check_accounting  # a table's blocks are each held once
+        # A table's blocks are each held once: no reference counts but to check the books.
+        self.pool = BlockPool(num_slots // block_size, counts_references=self.check_accounting)
         # Free blocks kept back at admission so running sequences can grow (vLLM's watermark).
         self.watermark_blocks = math.ceil(watermark * self.pool.num_blocks)
         self.tables: dict[int, list[int]] = {}
         # The decode cohort's members by phase (`join_decode_cohort`), each seq_id -> member
         # in admission order, and each member's phase.
-        self._phases: list[dict[int, Sequence]] = [{} for _ in range(block_size)]
+        self._phases: list[dict[int, _Member]] = [{} for _ in range(block_size)]
         self._phase_of: dict[int, int] = {}
         # Members whose first block is a whole round away: the cohort step it comes at, and
         # the latest of those steps.
@@ -112,12 +116,16 @@ class PagedStrategy(CacheStrategy):
 
     def join_decode_cohort(self, seq: Sequence, ordinal: int, rank: int) -> None:
         bs = self.block_size
-        room = len(self.tables[seq.seq_id]) * bs - seq.num_computed
-        if not 0 <= room <= bs:
-            raise AssertionError(f"sequence {seq.seq_id} decodes with {room} free slots held")
         seq_id = seq.seq_id
-        self._phases[(ordinal + room) % bs][seq_id] = seq  # joined in admission order
-        self._phase_of[seq_id] = (ordinal + room) % bs
+        table = self.tables[seq_id]
+        room = len(table) * bs - seq.num_computed
+        if not 0 <= room <= bs:
+            raise AssertionError(f"sequence {seq_id} decodes with {room} free slots held")
+        phase = (ordinal + room) % bs
+        # What taking a block reads of the member, looked up once (`final_kv_len`, the blocks
+        # its prompt fills); joined in admission order, so a phase's members stay in it.
+        self._phases[phase][seq_id] = (seq_id, table, seq.end_len - 1, -(-seq.prompt_len // bs))
+        self._phase_of[seq_id] = phase
         if room == bs:  # its phase comes up once before its first block
             self._not_before[seq_id] = ordinal + room
             self._not_before_until = max(self._not_before_until, ordinal + room)
@@ -134,10 +142,10 @@ class PagedStrategy(CacheStrategy):
         self._phase_of.clear()
         self._not_before.clear()
 
-    def _takers(self, ordinal: int) -> list[Sequence]:
+    def _takers(self, ordinal: int) -> list[_Member]:
         """The members taking a block at cohort step `ordinal`, in admission order."""
         not_before = self._not_before
-        return [seq for seq_id, seq in self._phases[ordinal % self.block_size].items()
+        return [member for seq_id, member in self._phases[ordinal % self.block_size].items()
                 if not_before.get(seq_id, ordinal) <= ordinal]
 
     def cohort_run_steps(self, ordinal: int, num_members: int, max_steps: int) -> int:
@@ -177,8 +185,9 @@ class PagedStrategy(CacheStrategy):
         them, with each step's totals followed here: a block costs a few operations, not a
         call chain (`_extend_table` and `_account` inlined)."""
         bs = self.block_size
-        phases, pool, tables = self._phases, self.pool, self.tables
-        log, entries = self._table_log.append, self._held
+        phases, pool = self._phases, self.pool
+        log = self._table_log.append if self.keeps_table_log else None
+        entries = self._held
         held, will, prompt = self._held_slots, self._will_use_slots, self._prompt_blocks
         sorting_until = self._not_before_until if self._not_before else -1
         books: list[BooksAfterStep] = []
@@ -190,20 +199,20 @@ class PagedStrategy(CacheStrategy):
                       else self._takers(ordinal + step))
             if not takers:
                 continue
-            for seq, block in zip(takers, pool.allocate_many(len(takers)), strict=True):
-                seq_id = seq.seq_id
-                table = tables[seq_id]
+            for (seq_id, table, final, prompt_blocks), block in zip(
+                    takers, pool.allocate_many(len(takers)), strict=True):
                 index = len(table)
-                log((seq_id, index, block))
+                if log is not None:
+                    log((seq_id, index, block))
                 table.append(block)
-                final = seq.end_len - 1  # `_account`'s
-                before, after = index * bs, (index + 1) * bs
+                before = index * bs
+                after = before + bs
                 held += bs
-                held_final = after if after < final else final
+                held_final = after if after < final else final  # `_account`'s
                 will += held_final - (before if before < final else final)
-                prompt_blocks = -(-seq.prompt_len // bs)
                 prompt += index < prompt_blocks
-                entries[seq_id] = (after, held_final, min(index + 1, prompt_blocks))
+                entries[seq_id] = (after, held_final,
+                                   index + 1 if index < prompt_blocks else prompt_blocks)
             books.append((step, held, will, prompt))
         if self._not_before and ordinal + num_steps > sorting_until:
             self._not_before.clear()  # every member's first block is behind it
@@ -236,8 +245,9 @@ class PagedStrategy(CacheStrategy):
 
     def _extend_table(self, seq: Sequence, table: list[int], blocks: list[int]) -> None:
         start = len(table)  # `_log_table` of each, in one call: a prompt takes dozens
-        self._table_log.extend(zip(repeat(seq.seq_id), range(start, start + len(blocks)),
-                                   blocks))
+        if self.keeps_table_log:
+            self._table_log.extend(zip(repeat(seq.seq_id), range(start, start + len(blocks)),
+                                       blocks))
         table.extend(blocks)
         self._account_table(seq, table)
 

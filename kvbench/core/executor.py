@@ -39,6 +39,9 @@ class Executor(ABC):
     # Whether the step reads `StepBatch.input_ids` / `positions`: the engine builds those
     # per-token lists only for an executor that does (a simulated one needs the lengths).
     reads_token_inputs: bool = True
+    # Whether the step reads the KV tables (`KVLayout.table_log`, slot mappings): a strategy
+    # under an executor that does not (a simulated one: lengths only) keeps no table log.
+    reads_kv_tables: bool = True
     # Trace ranges the engine opens whose time this executor models rather than takes, and
     # so draws in the Chrome trace itself (a simulated one: its clock moves only by modelled
     # time); none for an executor that computes.

@@ -75,8 +75,9 @@ class BaseEngine(ABC):
         """Raise `KvbenchInputError` for a request that could never run on this engine."""
 
     @abstractmethod
-    def add_request(self, request: Request) -> None:
-        """Queue the request (raises `KvbenchInputError` for one that could never run)."""
+    def add_request(self, request: Request, checked: bool = False) -> None:
+        """Queue the request (raises `KvbenchInputError` for one that could never run;
+        `checked`: the caller has had it through `check_request` already)."""
 
     @abstractmethod
     def step(self) -> list[Sequence]:

@@ -100,6 +100,7 @@ class Engine(BaseEngine):
         self.keep_finished_token_ids = True
         self.holds_token_ids = (executor.reads_token_inputs
                                 or not declares(strategy, "reads_no_token_ids"))
+        strategy.keeps_table_log = executor.reads_kv_tables
         # The running sequences of a decode run, advanced by counting (`fast_forward`), and
         # the prompts admitted while it kept its members, which join at the next run.
         self._cohort = DecodeCohort(self.step_times, executor.decode_run_token)
@@ -122,8 +123,9 @@ class Engine(BaseEngine):
                 f"use --kv-memory {max(1, -(-need_bytes // 2**20))}MiB or more"
             )
 
-    def add_request(self, request: Request) -> None:
-        self.check_request(request)
+    def add_request(self, request: Request, checked: bool = False) -> None:
+        if not checked:
+            self.check_request(request)
         seq = self._new_sequence(request, 0)
         self.sequences[request.request_id] = [seq]
         self.policy.add(seq)

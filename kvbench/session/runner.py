@@ -330,7 +330,7 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
                     if sent_s != request.arrival_s:
                         request = dataclasses.replace(request, arrival_s=sent_s)
                 pending.popleft()
-                engine.add_request(request)
+                engine.add_request(request, checked=True)  # `prepare` checked every one
             if not engine.has_unfinished():
                 if pending:
                     with trace_range("idle", until_s=pending[0].arrival_s):

@@ -80,6 +80,7 @@ class SimulatedExecutor(Executor):
 
     device = SIMULATED_DEVICE
     reads_token_inputs = False  # the step's cost needs its lengths, not its token ids
+    reads_kv_tables = False  # nor where their KV lives
     drawn_trace_ranges = DRAWN_RANGES  # the modelled host phases, drawn on the simulated clock
     def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock) -> None:
         # Every decode step's cost is the model's and its tokens 0, so a run of them can be

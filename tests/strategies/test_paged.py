@@ -58,7 +58,9 @@ def test_watermark_keeps_blocks_for_running_sequences():
     ops=st.lists(st.tuples(st.integers(0, 7), st.integers(1, 20)), max_size=80),
 )
 def test_random_grow_and_free_keeps_pool_consistent(block_size, ops):
-    strategy = PagedStrategy(num_slots=256, max_model_len=512, block_size=block_size, watermark=0)
+    # (reference counts are kept where the books are checked)
+    strategy = PagedStrategy(num_slots=256, max_model_len=512, block_size=block_size, watermark=0,
+                             check_accounting=True)
     live: dict[int, Sequence] = {}
     for key, n in ops:
         if key in live and n % 3 == 0:
