@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from html import escape
-
-import plotly.graph_objects as go
-import plotly.io as pio
 
 import kvbench
 from kvbench.report import charts, step_charts, tables, timelines
+from kvbench.report.figure import Figure
+from kvbench.report.figure_html import figure_div, plotly_js_script
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import run_styles
 
@@ -67,16 +64,10 @@ code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 1
 
 
 class _Figures:
-    """Embeds figures, inlining plotly.js with the first one only."""
+    """Embeds figures; the page inlines plotly.js once, before the first (`_page`)."""
 
-    def __init__(self) -> None:
-        self.count = 0
-
-    def html(self, fig: go.Figure, name: str) -> str:
-        first = self.count == 0
-        self.count += 1
-        div = fig.to_html(full_html=False, include_plotlyjs=first, config=PLOT_CONFIG,
-                          div_id=f"chart-{name}", default_width="100%")
+    def html(self, fig: Figure, name: str) -> str:
+        div = figure_div(fig, f"chart-{name}", PLOT_CONFIG)
         return f"<div class='chart' data-chart='{name}'>{div}</div>"
 
 
@@ -93,25 +84,8 @@ def _title(runset: RunSet) -> str:
     return f"{what} — {', '.join(workloads)} on {', '.join(models)}"
 
 
-@contextlib.contextmanager
-def _no_default_template() -> Iterator[None]:
-    """Figures start without plotly's default template while the page is built: every chart
-    sets its own (`style.base_layout`), and building the default first costs a deep copy of
-    a large template per figure, a sixth of a report's time."""
-    default = pio.templates.default
-    pio.templates.default = "none"
-    try:
-        yield
-    finally:
-        pio.templates.default = default
-
-
 def build_page(runset: RunSet) -> str:
-    with _no_default_template():
-        return _build_page(runset)
-
-
-def _build_page(runset: RunSet) -> str:
+    """The report over `runset` as one self-contained HTML page."""
     styles = run_styles(runset)
     colors = {name: s.color for name, s in styles.items()}
     figures = _Figures()
@@ -231,7 +205,7 @@ def _page(runset: RunSet, sections: list[tuple[str, str, str]]) -> str:
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>kvbench report: {escape(_title(runset))}</title>"
-        f"<style>{CSS}</style></head><body><main>"
+        f"<style>{CSS}</style>{plotly_js_script()}</head><body><main>"
         f"<h1>kvbench report</h1><p class='sub'>{escape(_title(runset))}</p>"
         f"<nav>{nav}</nav>"
         + "".join(html for _, _, html in sections)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from kvbench.report import charts, step_charts, timelines
+from kvbench.report.figure_json import figure_json as kvbench_figure_json
 from kvbench.report.runs import RunSet, load_runs
 from kvbench.report.style import run_styles
 
@@ -146,10 +147,7 @@ def normalised(figure: dict[str, Any]) -> dict[str, Any]:
 
 def figure_json(fig: Any) -> dict[str, Any]:
     """The figure's JSON as the current report embeds it."""
-    from kvbench.report.page import _no_default_template
-
-    with _no_default_template():
-        return json.loads(fig.to_json())
+    return json.loads(kvbench_figure_json(fig))
 
 
 def write_golden() -> None:
