@@ -15,9 +15,10 @@ from kvbench.report.plotly_assets import plotly_js
 _PLOTLY_CONFIG_SCRIPT = "<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>"
 
 
-def plotly_js_script() -> str:
-    """plotly.js inlined: the page's one copy, before any figure is drawn."""
-    return f"{_PLOTLY_CONFIG_SCRIPT}\n<script>{plotly_js()}</script>"
+def plotly_js_script() -> bytes:
+    """plotly.js inlined (UTF-8): the page's one copy, before any figure is drawn."""
+    return b"".join((_PLOTLY_CONFIG_SCRIPT.encode("ascii"), b"\n<script>", plotly_js(),
+                     b"</script>"))
 
 
 def _css_size(value: Any, default: str) -> str:

@@ -16,14 +16,14 @@ _TEMPLATE = "package_data/templates/{name}.json"
 
 
 @functools.cache
-def plotly_js() -> str:
-    """The minified plotly.js bundled with plotly.py, read once per process."""
+def plotly_js() -> bytes:
+    """The minified plotly.js bundled with plotly.py (UTF-8), read once per process."""
     data = pkgutil.get_data("plotly", _PLOTLY_JS)
     if data is None:  # a loader without get_data: plotly's own reader finds the file
         from plotly.offline import get_plotlyjs  # plotly.offline: only for an odd install
 
-        return get_plotlyjs()
-    return data.decode("utf-8")
+        return get_plotlyjs().encode("utf-8")
+    return data
 
 
 @functools.cache

@@ -20,11 +20,12 @@ def _step_columns(run: RunData) -> bool:
     return not run.steps.empty and need <= set(run.steps)
 
 
-def _sample(frame: pd.DataFrame) -> pd.DataFrame:
-    if len(frame) <= MAX_POINTS:
-        return frame
-    keep = np.linspace(0, len(frame) - 1, MAX_POINTS).round().astype(int)
-    return frame.iloc[np.unique(keep)]
+def _sample(rows: np.ndarray) -> np.ndarray:
+    """At most MAX_POINTS of the step indices `rows`, evenly spread."""
+    if rows.size <= MAX_POINTS:
+        return rows
+    keep = np.linspace(0, rows.size - 1, MAX_POINTS).round().astype(int)
+    return rows[np.unique(keep)]
 
 
 def step_time_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None:
@@ -39,11 +40,16 @@ def step_time_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | No
         "steps with a prefill: time vs tokens in the step"))
     for run in runs:
         style = styles[run.name]
-        steps = run.steps.assign(batch=scheduled_seqs(run.steps))
-        decode = steps[steps["num_prefill_seqs"] == 0]
-        prefill = steps[steps["num_prefill_seqs"] > 0]
-        if not decode.empty:
-            median = decode.groupby("batch")["step_ms"].median()
+        # Columns as arrays and steps as indices: filtering the frame would copy every column
+        # of a long run's steps.
+        steps = run.steps
+        batch = scheduled_seqs(steps).to_numpy()
+        step_ms = steps["step_ms"].to_numpy()
+        prefills = steps["num_prefill_seqs"].to_numpy()
+        decode = np.flatnonzero(prefills == 0)
+        prefill = np.flatnonzero(prefills > 0)
+        if decode.size:
+            median = pd.Series(step_ms[decode]).groupby(batch[decode]).median()
             fig.add({"type": "scatter", "x": median.index.to_numpy(), "y": median.to_numpy(),
                      "mode": "lines+markers", "name": run.name, "legendgroup": run.name,
                      "line": {"color": style.color, "dash": style.dash, "width": 2},
@@ -51,22 +57,22 @@ def step_time_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | No
                      "hovertemplate": "%{x} sequences: median %{y:.2f} ms per decode step"
                                       "<extra>%{fullData.name}</extra>"}, row=1, col=1)
             shown = _sample(decode)
-            fig.add({"type": "scatter", "x": shown["batch"].to_numpy(),
-                     "y": shown["step_ms"].to_numpy(), "mode": "markers",
+            fig.add({"type": "scatter", "x": batch[shown], "y": step_ms[shown],
+                     "mode": "markers",
                      "name": f"{run.name} decode steps", "legendgroup": run.name,
                      "showlegend": False, "opacity": 0.35,
                      "marker": {"color": style.color, "size": 5},
                      "hovertemplate": "decode step: %{x} sequences, %{y:.2f} ms<extra>"
                                       f"{run.name}</extra>"}, row=1, col=1)
-        if not prefill.empty and "num_batched_tokens" in prefill:
+        if prefill.size and "num_batched_tokens" in steps:
             shown = _sample(prefill)
-            fig.add({"type": "scatter", "x": shown["num_batched_tokens"].to_numpy(),
-                     "y": shown["step_ms"].to_numpy(), "mode": "markers",
-                     "name": run.name if decode.empty else f"{run.name} prefill steps",
-                     "legendgroup": run.name, "showlegend": decode.empty,
+            fig.add({"type": "scatter", "x": steps["num_batched_tokens"].to_numpy()[shown],
+                     "y": step_ms[shown], "mode": "markers",
+                     "name": f"{run.name} prefill steps" if decode.size else run.name,
+                     "legendgroup": run.name, "showlegend": not decode.size,
                      "marker": {"color": style.color, "size": 7, "symbol": "circle-open",
                                 "line": {"width": 1.5}},
-                     "customdata": shown["batch"].to_numpy(),
+                     "customdata": batch[shown],
                      "hovertemplate": "%{x} tokens, %{customdata} sequences: %{y:.1f} ms"
                                       f"<extra>{run.name}</extra>"}, row=1, col=2)
     fig.update_axes("x", {"title": {"text": "sequences scheduled in the step"},

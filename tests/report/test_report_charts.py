@@ -15,9 +15,14 @@ import pytest
 from kvbench.report import charts, step_charts, timelines
 from kvbench.report.runs import load_runs
 from kvbench.report.style import run_styles
-from kvbench.report.token_times import inter_token_latencies_ms, token_times
+from kvbench.report.token_times import (
+    inter_token_latencies_ms,
+    sorted_inter_token_gaps_s,
+    token_times,
+)
 from kvbench.report.writer import write_report
 from kvbench.results.repeat import repeat_summary
+from kvbench.results.token_times import TokenTimes
 
 
 def _trace(fig, name):
@@ -162,3 +167,18 @@ def test_legend_is_anchored_below_the_axis_labels(comparison):
     legend = fig.layout["legend"]
     assert legend["yref"] == "container" and legend["yanchor"] == "bottom"
     assert fig.layout["margin"]["b"] >= 100  # tick labels and axis title fit above the legend
+
+
+def test_sorted_gaps_are_the_pooled_itls_sorted():
+    """The ITL CDF's gaps, sorted in place in seconds, are `inter_token_latencies_ms`
+    sorted: samples without tokens, one token or a NaN time included."""
+    rng = np.random.default_rng(1)
+    samples = [np.round(np.cumsum(rng.exponential(0.02, n)), 6) for n in (5, 0, 1, 40, 3)]
+    samples[3][7] = np.nan
+    starts = np.concatenate([[0], np.cumsum([s.size for s in samples])])
+    tokens = TokenTimes(np.arange(5), np.zeros(5, dtype=np.int64), starts,
+                        np.concatenate(samples))
+    itl_ms = inter_token_latencies_ms(tokens)
+    gaps_s = sorted_inter_token_gaps_s(tokens)
+    np.testing.assert_array_equal(gaps_s * 1e3, np.sort(itl_ms[~np.isnan(itl_ms)]))
+    assert gaps_s.size == 4 + 39 - 2 + 2
