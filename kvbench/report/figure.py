@@ -79,10 +79,13 @@ def subplots(rows: int, cols: int, titles: Sequence[str] = (),
              shared_xaxes: bool = False, shared_yaxes: bool = False) -> Figure:
     """An empty figure with a rows x cols grid of axes, numbered row by row from the top left,
     each cell's title above it: the layout `make_subplots` makes with the same arguments
-    (its default spacings; shared axes match the bottom row's x, the first column's y, and
-    hide the others' tick labels)."""
+    (its default spacings, wider between rows with titles; shared axes match the bottom
+    row's x, the first column's y, and hide the others' tick labels)."""
     h_space = 0.2 / cols if horizontal_spacing is None else horizontal_spacing
-    v_space = 0.3 / rows if vertical_spacing is None else vertical_spacing
+    if vertical_spacing is None:
+        v_space = (0.5 if titles else 0.3) / rows
+    else:
+        v_space = vertical_spacing
     x_spans = _spans(cols, h_space)
     y_spans = _spans(rows, v_space)[::-1]  # row 1 at the top
     fig = Figure(grid=(rows, cols))
