@@ -4,38 +4,37 @@ folders keep per-token times), the TTFT split, the memory split, fp8 accuracy.""
 from __future__ import annotations
 
 import numpy as np
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
+from kvbench.report.figure import Figure, subplots
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
 from kvbench.report.tables import flatten, is_long_series
-from kvbench.report.token_times import inter_token_latencies_ms
+from kvbench.report.token_times import sorted_inter_token_gaps_s
 from kvbench.results.metric_catalogue import METRICS
 
 CDF_POINTS = 400
 
 
-def throughput_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure:
+def throughput_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure:
     """Output tokens/s per run. One bar trace per run, so each legend entry has the run's own
     colour and pattern, as in every other chart; runs of one folder share an offset group."""
-    fig = go.Figure()
+    fig = Figure()
     metric = METRICS["output_tok_s"]
     for run in runset.runs:
         value = metric.value(run.summary)
         style = styles[run.name]
-        fig.add_bar(
-            x=[run.label if runset.multi_group else run.name],
-            y=[value if value is not None else 0],
-            text=[metric.format(value)], textposition="outside", name=run.name,
-            legendgroup=run.name, offsetgroup=str(run.group_index),
-            marker={"color": style.color, "pattern": {"shape": style.pattern},
-                    "line": {"color": "#444", "width": 0.5}},
-            hovertemplate="%{x}: %{y:.1f} tok/s<extra>%{fullData.name}</extra>",
-        )
+        fig.add({
+            "type": "bar", "x": [run.label if runset.multi_group else run.name],
+            "y": [value if value is not None else 0],
+            "text": [metric.format(value)], "textposition": "outside", "name": run.name,
+            "legendgroup": run.name, "offsetgroup": str(run.group_index),
+            "marker": {"color": style.color, "pattern": {"shape": style.pattern},
+                       "line": {"color": "#444", "width": 0.5}},
+            "hovertemplate": "%{x}: %{y:.1f} tok/s<extra>%{fullData.name}</extra>",
+        })
     layout = base_layout("Output throughput (tokens/s)", 360, barmode="group",
                          showlegend=runset.multi_group,
-                         yaxis={"title": "output tokens / s", "rangemode": "tozero"},
+                         yaxis={"title": {"text": "output tokens / s"}, "rangemode": "tozero"},
                          bargap=0.35)
     if not runset.multi_group:
         layout["margin"]["b"] = 48
@@ -47,21 +46,25 @@ def throughput_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure:
 def _cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The empirical CDF at up to CDF_POINTS evenly spread ranks: (sorted values, share of
     values at or below each)."""
-    values = values[~np.isnan(values)]
+    return _sorted_cdf(np.sort(values[~np.isnan(values)]))
+
+
+def _sorted_cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_cdf` of values already sorted, without NaN."""
     n = values.size
     if n <= CDF_POINTS:
-        values = np.sort(values)
         return values, np.arange(1, n + 1) / n
-    # Only the kept ranks need their sorted value: a partition at them, not a sort of the
-    # millions of ITLs a long run has (the same values, in a fraction of the time).
+    # A sort, not a partition at the kept ranks: numpy's sort of a long run's millions of ITLs
+    # is vectorised (SIMD), a partition at 400 ranks is not, and costs 5-7x as much.
     keep = np.unique(np.linspace(0, n - 1, CDF_POINTS).round().astype(int))
-    return np.partition(values, keep)[keep], (keep + 1) / n
+    return values[keep], (keep + 1) / n
 
 
-def latency_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure:
+def latency_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure:
+    """CDFs over requests of TTFT, TPOT and E2E latency, a panel each."""
     columns = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "E2E latency"))
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[f"{t} (ms)" for _, t in columns],
-                        horizontal_spacing=0.07)
+    fig = subplots(rows=1, cols=3, titles=[f"{t} (ms)" for _, t in columns],
+                   horizontal_spacing=0.07)
     for run in runset.runs:
         style = styles[run.name]
         for col, (column, title) in enumerate(columns, start=1):
@@ -70,45 +73,49 @@ def latency_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure
             x, y = _cdf(run.requests[column].to_numpy(dtype=float))
             if x.size == 0:
                 continue
-            fig.add_scatter(
-                x=x, y=y, row=1, col=col, mode="lines", line_shape="hv", name=run.name,
-                legendgroup=run.name, showlegend=col == 1,
-                line={"color": style.color, "dash": style.dash, "width": 2},
-                hovertemplate=f"{title} %{{x:.1f}} ms: %{{y:.0%}} of requests"
-                              "<extra>%{fullData.name}</extra>",
-            )
-    fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
-    fig.update_yaxes(title_text="share of requests ≤ x", row=1, col=1)
+            fig.add({
+                "type": "scatter", "x": x, "y": y, "mode": "lines", "name": run.name,
+                "legendgroup": run.name, "showlegend": col == 1,
+                "line": {"color": style.color, "dash": style.dash, "width": 2, "shape": "hv"},
+                "hovertemplate": f"{title} %{{x:.1f}} ms: %{{y:.0%}} of requests"
+                                 "<extra>%{fullData.name}</extra>",
+            }, row=1, col=col)
+    fig.update_axes("y", {"range": [0, 1.02], "tickformat": ".0%"})
+    fig.update_axes("y", {"title": {"text": "share of requests ≤ x"}}, row=1, col=1)
     fig.update_layout(**base_layout("Latency CDFs (further left is faster)", 400))
     return fig
 
 
-def itl_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:
+def itl_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None:
     """Inter-token latency CDF over every gap between consecutive tokens of a request, from
     `tokens.jsonl`; None when no run has per-token times."""
-    fig = go.Figure()
+    fig = Figure()
     for run in runset.runs:
         if run.token_times is None:
             continue
-        x, y = _cdf(inter_token_latencies_ms(run.token_times))
+        # In seconds, scaled to ms at the kept ranks only: the same values (scaling keeps the
+        # order), without a copy of the millions of gaps.
+        x, y = _sorted_cdf(sorted_inter_token_gaps_s(run.token_times))
         if x.size == 0:
             continue
+        x = x * 1e3
         style = styles[run.name]
-        fig.add_scatter(x=x, y=y, mode="lines", line_shape="hv", name=run.name,
-                        legendgroup=run.name,
-                        line={"color": style.color, "dash": style.dash, "width": 2},
-                        hovertemplate="ITL %{x:.2f} ms: %{y:.0%} of gaps<extra>"
-                                      "%{fullData.name}</extra>")
+        fig.add({"type": "scatter", "x": x, "y": y, "mode": "lines", "name": run.name,
+                 "legendgroup": run.name,
+                 "line": {"color": style.color, "dash": style.dash, "width": 2, "shape": "hv"},
+                 "hovertemplate": "ITL %{x:.2f} ms: %{y:.0%} of gaps<extra>"
+                                  "%{fullData.name}</extra>"})
     if not fig.data:
         return None
     fig.update_layout(**base_layout(
         "Inter-token latency CDF (gaps between consecutive tokens)", 360,
-        xaxis={"title": "ITL (ms), log scale", "type": "log"},
-        yaxis={"title": "share of gaps ≤ x", "range": [0, 1.02], "tickformat": ".0%"}))
+        xaxis={"title": {"text": "ITL (ms), log scale"}, "type": "log"},
+        yaxis={"title": {"text": "share of gaps ≤ x"}, "range": [0, 1.02],
+               "tickformat": ".0%"}))
     return fig
 
 
-def ttft_split_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:
+def ttft_split_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None:
     """Mean TTFT as queueing (arrival to admission) + prefill (admission to first token),
     from `requests.csv`; None when no run has the columns."""
     need = {"queue_ms", "prefill_ms"}
@@ -117,7 +124,7 @@ def ttft_split_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure 
         return None
     names = [r.name for r in runs]
     colors = [styles[n].color for n in names]
-    fig = go.Figure()
+    fig = Figure()
     # Each run in its own colour (as in every chart): queue pale, prefill solid; the bar text
     # names the part, so no legend entry has to stand for several colours.
     for column, part, opacity in (("queue_ms", "queue", 0.4), ("prefill_ms", "prefill", 1.0)):
@@ -125,17 +132,18 @@ def ttft_split_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure 
         values = [r.requests[column].astype(float) for r in runs]
         means = [float(v.mean()) for v in values]
         p99 = [float(v.quantile(0.99)) for v in values]
-        fig.add_bar(
-            y=names, x=means, orientation="h", name=part,
-            marker={"color": colors, "opacity": opacity, "line": {"color": "#444", "width": 0.5}},
-            text=[f"{part} {v:.0f} ms" for v in means], textposition="inside",
-            insidetextanchor="middle", customdata=p99,
-            hovertemplate=f"{part}: mean %{{x:.1f}} ms, p99 %{{customdata:.1f}} ms"
-                          "<extra>%{y}</extra>")
+        fig.add({
+            "type": "bar", "y": names, "x": means, "orientation": "h", "name": part,
+            "marker": {"color": colors, "opacity": opacity,
+                       "line": {"color": "#444", "width": 0.5}},
+            "text": [f"{part} {v:.0f} ms" for v in means], "textposition": "inside",
+            "insidetextanchor": "middle", "customdata": p99,
+            "hovertemplate": f"{part}: mean %{{x:.1f}} ms, p99 %{{customdata:.1f}} ms"
+                             "<extra>%{y}</extra>"})
     layout = base_layout("TTFT split: queue (arrival → admission) + prefill (admission → "
                          "first token), mean over requests", 110 + 46 * len(runs),
                          barmode="stack", bargap=0.3, showlegend=False,
-                         xaxis={"title": "ms", "rangemode": "tozero"})
+                         xaxis={"title": {"text": "ms"}, "rangemode": "tozero"})
     layout["margin"]["b"] = 56
     layout["height"] = 110 + 46 * len(runs) + 8
     fig.update_layout(**layout)
@@ -152,20 +160,21 @@ def _parts(run: RunData) -> dict[str, float] | None:
     return parts
 
 
-def memory_figure(runset: RunSet) -> go.Figure:
+def memory_figure(runset: RunSet) -> Figure:
     """Stacked bars: the whole arena (left) and the memory held for requests (right)."""
     runs = [r for r in runset.runs if _parts(r) is not None][::-1]  # first run on top
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=("share of the KV arena", "share of memory held "
-                                        "for requests (PagedAttention Fig. 2)"))
+    fig = subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                   titles=("share of the KV arena", "share of memory held "
+                           "for requests (PagedAttention Fig. 2)"))
     names = [r.name for r in runs]
     for part, color in PART_COLORS.items():
         arena = [_parts(r)[part] for r in runs]
-        fig.add_bar(y=names, x=arena, orientation="h", name=PART_TITLES[part], row=1, col=1,
-                    marker_color=color, legendgroup=part,
-                    text=[f"{v:.0%}" if v >= 0.05 else "" for v in arena],
-                    textposition="inside", insidetextanchor="middle",
-                    hovertemplate=f"{PART_TITLES[part]}: %{{x:.1%}}<extra>%{{y}}</extra>")
+        fig.add({"type": "bar", "y": names, "x": arena, "orientation": "h",
+                 "name": PART_TITLES[part], "marker": {"color": color}, "legendgroup": part,
+                 "text": [f"{v:.0%}" if v >= 0.05 else "" for v in arena],
+                 "textposition": "inside", "insidetextanchor": "middle",
+                 "hovertemplate": f"{PART_TITLES[part]}: %{{x:.1%}}<extra>%{{y}}</extra>"},
+                row=1, col=1)
         if part in ("cached", "free"):
             continue
         held = []
@@ -173,13 +182,14 @@ def memory_figure(runset: RunSet) -> go.Figure:
             p = _parts(run)
             total = sum(p[k] for k in ("token", "reserved", "internal", "external"))
             held.append(p[part] / total if total else 0.0)
-        fig.add_bar(y=names, x=held, orientation="h", name=PART_TITLES[part], row=1, col=2,
-                    marker_color=color, legendgroup=part, showlegend=False,
-                    text=[f"{v:.0%}" if v >= 0.05 else "" for v in held],
-                    textposition="inside", insidetextanchor="middle",
-                    hovertemplate=f"{PART_TITLES[part]}: %{{x:.1%}} of held<extra>%{{y}}"
-                                  "</extra>")
-    fig.update_xaxes(range=[0, 1], tickformat=".0%")
+        fig.add({"type": "bar", "y": names, "x": held, "orientation": "h",
+                 "name": PART_TITLES[part], "marker": {"color": color}, "legendgroup": part,
+                 "showlegend": False,
+                 "text": [f"{v:.0%}" if v >= 0.05 else "" for v in held],
+                 "textposition": "inside", "insidetextanchor": "middle",
+                 "hovertemplate": f"{PART_TITLES[part]}: %{{x:.1%}} of held<extra>%{{y}}"
+                                  "</extra>"}, row=1, col=2)
+    fig.update_axes("x", {"range": [0, 1], "tickformat": ".0%"})
     fig.update_layout(**base_layout("KV memory split (time-weighted mean over steps)",
                                     150 + 46 * max(len(runs), 1), barmode="stack",
                                     bargap=0.3))
@@ -187,7 +197,7 @@ def memory_figure(runset: RunSet) -> go.Figure:
     return fig
 
 
-def accuracy_figure(runs: list[RunData], styles: dict[str, RunStyle]) -> go.Figure | None:
+def accuracy_figure(runs: list[RunData], styles: dict[str, RunStyle]) -> Figure | None:
     """Long lists of numbers in `summary['accuracy']` (per-layer scales, errors), a panel each."""
     keys: list[str] = []
     series: list[tuple[RunData, str, list]] = []
@@ -199,15 +209,15 @@ def accuracy_figure(runs: list[RunData], styles: dict[str, RunStyle]) -> go.Figu
                     keys.append(key)
     if not series:
         return None
-    fig = make_subplots(rows=len(keys), cols=1, subplot_titles=keys,
-                        vertical_spacing=0.25 / len(keys) + 0.04)
+    fig = subplots(rows=len(keys), cols=1, titles=keys,
+                   vertical_spacing=0.25 / len(keys) + 0.04)
     for run, key, value in series:
-        fig.add_scatter(y=value, row=keys.index(key) + 1, col=1, mode="lines+markers",
-                        name=run.name, legendgroup=run.name,
-                        showlegend=keys.index(key) == 0,
-                        line={"color": styles[run.name].color, "dash": styles[run.name].dash},
-                        hovertemplate=f"{key}[%{{x}}] = %{{y:.4g}}<extra>%{{fullData.name}}"
-                                      "</extra>")
-    fig.update_xaxes(title_text="index (layer, position, ...)", row=len(keys), col=1)
+        fig.add({"type": "scatter", "y": value, "mode": "lines+markers", "name": run.name,
+                 "legendgroup": run.name, "showlegend": keys.index(key) == 0,
+                 "line": {"color": styles[run.name].color, "dash": styles[run.name].dash},
+                 "hovertemplate": f"{key}[%{{x}}] = %{{y:.4g}}<extra>%{{fullData.name}}"
+                                  "</extra>"}, row=keys.index(key) + 1, col=1)
+    fig.update_axes("x", {"title": {"text": "index (layer, position, ...)"}}, row=len(keys),
+                    col=1)
     fig.update_layout(**base_layout("fp8 accuracy: per-index values", 120 + 220 * len(keys)))
     return fig

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from html import escape
-
-import plotly.graph_objects as go
-import plotly.io as pio
 
 import kvbench
 from kvbench.report import charts, step_charts, tables, timelines
+from kvbench.report.figure import Figure
+from kvbench.report.figure_html import figure_div, plotly_js_script
 from kvbench.report.runs import RunData, RunSet
-from kvbench.report.style import run_styles
+from kvbench.report.style import RunStyle, run_styles
 
 PLOT_CONFIG = {
     "displaylogo": False,  # the logo links to plot.ly
@@ -66,18 +63,10 @@ code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 1
 """
 
 
-class _Figures:
-    """Embeds figures, inlining plotly.js with the first one only."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def html(self, fig: go.Figure, name: str) -> str:
-        first = self.count == 0
-        self.count += 1
-        div = fig.to_html(full_html=False, include_plotlyjs=first, config=PLOT_CONFIG,
-                          div_id=f"chart-{name}", default_width="100%")
-        return f"<div class='chart' data-chart='{name}'>{div}</div>"
+def _chart(fig: Figure, name: str) -> str:
+    """A chart of the page (plotly.js is inlined once, in its head: `_page`)."""
+    div = figure_div(fig, f"chart-{name}", PLOT_CONFIG)
+    return f"<div class='chart' data-chart='{name}'>{div}</div>"
 
 
 def _section(key: str, title: str, explain: str, body: str) -> tuple[str, str, str]:
@@ -93,28 +82,10 @@ def _title(runset: RunSet) -> str:
     return f"{what} — {', '.join(workloads)} on {', '.join(models)}"
 
 
-@contextlib.contextmanager
-def _no_default_template() -> Iterator[None]:
-    """Figures start without plotly's default template while the page is built: every chart
-    sets its own (`style.base_layout`), and building the default first costs a deep copy of
-    a large template per figure, a sixth of a report's time."""
-    default = pio.templates.default
-    pio.templates.default = "none"
-    try:
-        yield
-    finally:
-        pio.templates.default = default
-
-
-def build_page(runset: RunSet) -> str:
-    with _no_default_template():
-        return _build_page(runset)
-
-
-def _build_page(runset: RunSet) -> str:
+def build_page(runset: RunSet) -> bytes:
+    """The report over `runset`: one self-contained HTML page, UTF-8."""
     styles = run_styles(runset)
     colors = {name: s.color for name, s in styles.items()}
-    figures = _Figures()
     sections: list[tuple[str, str, str]] = []
     sections.append(_section("runs", "What ran", "", tables.status_html(runset)
                              + tables.header_html(runset)))
@@ -129,21 +100,21 @@ def _build_page(runset: RunSet) -> str:
     sections.append(_section(
         "throughput", "Throughput",
         "Output tokens generated per second of makespan (first arrival to last finish).",
-        figures.html(charts.throughput_figure(runset, styles), "throughput")))
+        _chart(charts.throughput_figure(runset, styles), "throughput")))
     sections.append(_section(
         "latency", "Latency distributions",
         "Cumulative distributions over requests: the height at x is the share of requests "
         "at or below x ms. TTFT: arrival to first token (queueing + prefill); TPOT: time per "
         "output token after the first; E2E: arrival to last token.",
-        figures.html(charts.latency_cdf_figure(runset, styles), "latency")))
-    sections.extend(_latency_detail_sections(runset, styles, figures))
+        _chart(charts.latency_cdf_figure(runset, styles), "latency")))
+    sections.extend(_latency_detail_sections(runset, styles))
     sections.append(_section(
         "memory", "Where the KV memory goes",
         "Left: the whole arena. Right: only memory held on behalf of requests, the view of "
         "the PagedAttention paper's Figure 2; the green share is the KV utilization. Reserved "
         "slots will be used by a request later, internal fragmentation never will, external "
         "fragmentation is free space in holes too small for the next waiting request.",
-        figures.html(charts.memory_figure(runset), "memory") + tables.kv_groups_html(runset)))
+        _chart(charts.memory_figure(runset), "memory") + tables.kv_groups_html(runset)))
     timeline = timelines.timeline_figure(runset, styles)
     if timeline is not None:
         sections.append(_section(
@@ -151,24 +122,25 @@ def _build_page(runset: RunSet) -> str:
             "One point per engine step (past 1,500 steps, each stretch's lowest and highest). "
             "Utilization drops show reservations and fragmentation; "
             "a long waiting queue next to low utilization is memory a better strategy would "
-            "turn into batch size.", figures.html(timeline, "timelines")))
+            "turn into batch size.", _chart(timeline, "timelines")))
     split = timelines.memory_timeline_figure(runset)
     if split is not None:
         sections.append(_section(
             "memory-time", "KV memory split over time", "Share of the arena per step and run.",
-            figures.html(split, "memory-time")))
+            _chart(split, "memory-time")))
     hits = timelines.hit_rate_figure(runset, styles)
     if hits is not None:
         sections.append(_section(
             "prefix", "Prefix cache",
             "Prompt tokens served from the prefix cache so far over prompt tokens so far, by "
             "admission time. It rises as shared prefixes (system prompts, earlier turns) fill "
-            "the cache.", figures.html(hits, "prefix")))
-    sections.extend(_accuracy_sections(runset, styles, colors, figures))
+            "the cache.", _chart(hits, "prefix")))
+    sections.extend(_accuracy_sections(runset, styles, colors))
     return _page(runset, sections)
 
 
-def _latency_detail_sections(runset, styles, figures) -> list[tuple[str, str, str]]:
+def _latency_detail_sections(runset: RunSet, styles: dict[str, RunStyle],
+                             ) -> list[tuple[str, str, str]]:
     """TTFT split, ITL CDF, throughput over time, step time vs batch size (each when the
     folders hold what it needs)."""
     out = []
@@ -179,14 +151,14 @@ def _latency_detail_sections(runset, styles, figures) -> list[tuple[str, str, st
             "Queue: arrival to admission (waiting for memory or a batch slot). Prefill: "
             "admission to first token (the prompt's forward pass, plus the steps it shared). "
             "Memory-bound strategies lose time in the queue; hover for p99.",
-            figures.html(split, "ttft-split")))
+            _chart(split, "ttft-split")))
     itl = charts.itl_cdf_figure(runset, styles)
     if itl is not None:
         out.append(_section(
             "itl", "Inter-token latency",
             "Every gap between consecutive output tokens of a request, pooled over requests "
             "(from tokens.jsonl). The tail is decode steps that waited for a prefill in the "
-            "same batch or for a preemption's recompute.", figures.html(itl, "itl")))
+            "same batch or for a preemption's recompute.", _chart(itl, "itl")))
     throughput = step_charts.throughput_timeline_figure(runset, styles)
     if throughput is not None:
         fig, source = throughput
@@ -198,7 +170,7 @@ def _latency_detail_sections(runset, styles, figures) -> list[tuple[str, str, st
             "Output tokens per second in 40 equal windows of the run, from "
             f"{escape(source)}. A ramp at the start is admission; a long low tail is the last "
             f"long requests running in a small batch.{estimate}",
-            figures.html(fig, "throughput-time")))
+            _chart(fig, "throughput-time")))
     steps = step_charts.step_time_figure(runset, styles)
     if steps is not None:
         out.append(_section(
@@ -207,34 +179,40 @@ def _latency_detail_sections(runset, styles, figures) -> list[tuple[str, str, st
             "sequences they ran: the slope of the median line is what one more sequence in "
             "the batch costs; where it is flat, a larger batch is free throughput. Right, "
             "steps holding a prefill against the tokens they ran: their cost follows prompt "
-            "tokens.", figures.html(steps, "step-time")))
+            "tokens.", _chart(steps, "step-time")))
     return out
 
 
-def _accuracy_sections(runset, styles, colors, figures) -> list[tuple[str, str, str]]:
+def _accuracy_sections(runset: RunSet, styles: dict[str, RunStyle], colors: dict[str, str],
+                       ) -> list[tuple[str, str, str]]:
     runs: list[RunData] = [r for r in runset.runs if r.summary.accuracy]
     if not runs:
         return []
     body = "".join(tables.accuracy_html(r, colors) for r in runs)
     fig = charts.accuracy_figure(runs, styles)
     if fig is not None:
-        body += figures.html(fig, "accuracy")
+        body += _chart(fig, "accuracy")
     return [_section("accuracy", "fp8 KV cache accuracy",
                      "How far the fp8 cache moves the model's outputs from the unquantized "
                      "cache on this workload (kvbench_summary.json, key accuracy).", body)]
 
 
-def _page(runset: RunSet, sections: list[tuple[str, str, str]]) -> str:
+def _page(runset: RunSet, sections: list[tuple[str, str, str]]) -> bytes:
     nav = "".join(f"<a href='#{key}'>{escape(title)}</a>" for key, title, _ in sections)
     created = time.strftime("%Y-%m-%d %H:%M:%S")
-    return (
+    head = (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>kvbench report: {escape(_title(runset))}</title>"
-        f"<style>{CSS}</style></head><body><main>"
-        f"<h1>kvbench report</h1><p class='sub'>{escape(_title(runset))}</p>"
+        f"<style>{CSS}</style>"
+    )
+    body = (
+        f"</head><body><main><h1>kvbench report</h1><p class='sub'>{escape(_title(runset))}</p>"
         f"<nav>{nav}</nav>"
         + "".join(html for _, _, html in sections)
         + f"<footer>Generated by kvbench {escape(kvbench.__version__)} on {created}. "
         "Self-contained: opens offline.</footer></main></body></html>\n"
     )
+    # Bytes around plotly.js's bytes: as one str the page would be widened to two bytes a
+    # character by its first non-ASCII one, copied, and encoded back (5 MB each time).
+    return b"".join((head.encode("utf-8"), plotly_js_script(), body.encode("utf-8")))

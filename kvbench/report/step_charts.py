@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
+from kvbench.report.figure import Figure, subplots
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import RunStyle, base_layout
 from kvbench.report.timelines import scheduled_seqs
@@ -21,59 +20,68 @@ def _step_columns(run: RunData) -> bool:
     return not run.steps.empty and need <= set(run.steps)
 
 
-def _sample(frame: pd.DataFrame) -> pd.DataFrame:
-    if len(frame) <= MAX_POINTS:
-        return frame
-    keep = np.linspace(0, len(frame) - 1, MAX_POINTS).round().astype(int)
-    return frame.iloc[np.unique(keep)]
+def _sample(rows: np.ndarray) -> np.ndarray:
+    """At most MAX_POINTS of the step indices `rows`, evenly spread."""
+    if rows.size <= MAX_POINTS:
+        return rows
+    keep = np.linspace(0, rows.size - 1, MAX_POINTS).round().astype(int)
+    return rows[np.unique(keep)]
 
 
-def step_time_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:
+def step_time_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None:
     """Left: decode-only steps' time against the sequences they ran, dots with their median
     per batch size as a line (its slope is what one more sequence costs). Right: steps that
     hold a prefill, against the tokens they ran (their cost follows prompt tokens)."""
     runs = [r for r in runset.runs if _step_columns(r)]
     if not runs:
         return None
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.08, subplot_titles=(
+    fig = subplots(rows=1, cols=2, horizontal_spacing=0.08, titles=(
         "decode-only steps: time vs sequences (line: median)",
         "steps with a prefill: time vs tokens in the step"))
     for run in runs:
         style = styles[run.name]
-        steps = run.steps.assign(batch=scheduled_seqs(run.steps))
-        decode = steps[steps["num_prefill_seqs"] == 0]
-        prefill = steps[steps["num_prefill_seqs"] > 0]
-        if not decode.empty:
-            median = decode.groupby("batch")["step_ms"].median()
-            fig.add_scatter(x=median.index, y=median.to_numpy(), mode="lines+markers",
-                            name=run.name, legendgroup=run.name, row=1, col=1,
-                            line={"color": style.color, "dash": style.dash, "width": 2},
-                            marker={"size": 5},
-                            hovertemplate="%{x} sequences: median %{y:.2f} ms per decode step"
-                                          "<extra>%{fullData.name}</extra>")
+        # Columns as arrays and steps as indices: filtering the frame would copy every column
+        # of a long run's steps.
+        steps = run.steps
+        batch = scheduled_seqs(steps).to_numpy()
+        step_ms = steps["step_ms"].to_numpy()
+        prefills = steps["num_prefill_seqs"].to_numpy()
+        decode = np.flatnonzero(prefills == 0)
+        prefill = np.flatnonzero(prefills > 0)
+        if decode.size:
+            median = pd.Series(step_ms[decode]).groupby(batch[decode]).median()
+            fig.add({"type": "scatter", "x": median.index.to_numpy(), "y": median.to_numpy(),
+                     "mode": "lines+markers", "name": run.name, "legendgroup": run.name,
+                     "line": {"color": style.color, "dash": style.dash, "width": 2},
+                     "marker": {"size": 5},
+                     "hovertemplate": "%{x} sequences: median %{y:.2f} ms per decode step"
+                                      "<extra>%{fullData.name}</extra>"}, row=1, col=1)
             shown = _sample(decode)
-            fig.add_scatter(x=shown["batch"], y=shown["step_ms"], mode="markers",
-                            name=f"{run.name} decode steps", legendgroup=run.name,
-                            showlegend=False, opacity=0.35, row=1, col=1,
-                            marker={"color": style.color, "size": 5},
-                            hovertemplate="decode step: %{x} sequences, %{y:.2f} ms<extra>"
-                                          f"{run.name}</extra>")
-        if not prefill.empty and "num_batched_tokens" in prefill:
+            fig.add({"type": "scatter", "x": batch[shown], "y": step_ms[shown],
+                     "mode": "markers",
+                     "name": f"{run.name} decode steps", "legendgroup": run.name,
+                     "showlegend": False, "opacity": 0.35,
+                     "marker": {"color": style.color, "size": 5},
+                     "hovertemplate": "decode step: %{x} sequences, %{y:.2f} ms<extra>"
+                                      f"{run.name}</extra>"}, row=1, col=1)
+        if prefill.size and "num_batched_tokens" in steps:
             shown = _sample(prefill)
-            fig.add_scatter(x=shown["num_batched_tokens"], y=shown["step_ms"], mode="markers",
-                            name=run.name if decode.empty else f"{run.name} prefill steps",
-                            legendgroup=run.name, showlegend=decode.empty, row=1, col=2,
-                            marker={"color": style.color, "size": 7, "symbol": "circle-open",
-                                    "line": {"width": 1.5}},
-                            customdata=shown["batch"],
-                            hovertemplate="%{x} tokens, %{customdata} sequences: %{y:.1f} ms"
-                                          f"<extra>{run.name}</extra>")
-    fig.update_xaxes(title_text="sequences scheduled in the step", rangemode="tozero",
-                     row=1, col=1)
-    fig.update_xaxes(title_text="tokens in the step (prompt + decode)", rangemode="tozero",
-                     row=1, col=2)
-    fig.update_yaxes(title_text="step time (ms)", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(rangemode="tozero", row=1, col=2)
+            fig.add({"type": "scatter", "x": steps["num_batched_tokens"].to_numpy()[shown],
+                     "y": step_ms[shown], "mode": "markers",
+                     "name": f"{run.name} prefill steps" if decode.size else run.name,
+                     "legendgroup": run.name, "showlegend": not decode.size,
+                     "marker": {"color": style.color, "size": 7, "symbol": "circle-open",
+                                "line": {"width": 1.5}},
+                     "customdata": batch[shown],
+                     "hovertemplate": "%{x} tokens, %{customdata} sequences: %{y:.1f} ms"
+                                      f"<extra>{run.name}</extra>"}, row=1, col=2)
+    fig.update_axes("x", {"title": {"text": "sequences scheduled in the step"},
+                          "rangemode": "tozero"}, row=1, col=1)
+    fig.update_axes("x", {"title": {"text": "tokens in the step (prompt + decode)"},
+                          "rangemode": "tozero"}, row=1, col=2)
+    fig.update_axes("y", {"title": {"text": "step time (ms)"}, "rangemode": "tozero"},
+                    row=1, col=1)
+    fig.update_axes("y", {"rangemode": "tozero"}, row=1, col=2)
     fig.update_layout(**base_layout("Step time vs batch size", 400))
     return fig
 
@@ -100,7 +108,7 @@ def _tokens_per_s(times: np.ndarray, weights: np.ndarray | None,
 
 
 def throughput_timeline_figure(runset: RunSet,
-                               styles: dict[str, RunStyle]) -> tuple[go.Figure, str] | None:
+                               styles: dict[str, RunStyle]) -> tuple[Figure, str] | None:
     """Output tokens per second in 40 equal windows spanning the longest run (the same
     windows for every run), from `tokens.jsonl` when the folder has it, else from the steps.
     Returns the figure and where its counts came from."""
@@ -123,16 +131,16 @@ def throughput_timeline_figure(runset: RunSet,
         return None
     end_s = max(float(times.max()) for _, times, _ in found) or 1.0
     edges = np.linspace(0.0, end_s, THROUGHPUT_BINS + 1)
-    fig = go.Figure()
+    fig = Figure()
     for run, times, weights in found:
         style = styles[run.name]
-        fig.add_scatter(x=edges[:-1], y=_tokens_per_s(times, weights, edges), mode="lines",
-                        line_shape="hv", name=run.name, legendgroup=run.name,
-                        line={"color": style.color, "dash": style.dash, "width": 2},
-                        hovertemplate="from t=%{x:.2f}s: %{y:.1f} tok/s<extra>"
-                                      "%{fullData.name}</extra>")
+        fig.add({"type": "scatter", "x": edges[:-1], "y": _tokens_per_s(times, weights, edges),
+                 "mode": "lines", "name": run.name, "legendgroup": run.name,
+                 "line": {"color": style.color, "dash": style.dash, "width": 2, "shape": "hv"},
+                 "hovertemplate": "from t=%{x:.2f}s: %{y:.1f} tok/s<extra>"
+                                  "%{fullData.name}</extra>"})
     fig.update_layout(**base_layout(
         "Output throughput over time", 360,
-        xaxis={"title": "time since the run started (s)", "rangemode": "tozero"},
-        yaxis={"title": "output tokens / s", "rangemode": "tozero"}))
+        xaxis={"title": {"text": "time since the run started (s)"}, "rangemode": "tozero"},
+        yaxis={"title": {"text": "output tokens / s"}, "rangemode": "tozero"}))
     return fig, " and ".join(sorted(sources))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvbench.report.plotly_assets import template
 from kvbench.report.runs import RunSet
 
 PALETTE = (
@@ -66,10 +67,12 @@ LEGEND_MARGIN_PX = 110
 
 
 def base_layout(title: str, height: int, **extra: Any) -> dict[str, Any]:
-    """`height` is the plot's own; the legend's room below it is added."""
+    """The layout every chart starts from (plotly's `plotly_white` template, the title, the
+    legend below the plot); `height` is the plot's own, the legend's room below it is added.
+    `extra` is merged in as given (plotly.js names: an axis title is `{"text": ...}`)."""
     layout: dict[str, Any] = {
         "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}},
-        "template": "plotly_white",
+        "template": template("plotly_white"),
         "height": height + LEGEND_MARGIN_PX - 48,
         "margin": {"l": 64, "r": 24, "t": 56, "b": LEGEND_MARGIN_PX},
         "font": {"size": 12},

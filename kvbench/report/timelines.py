@@ -6,10 +6,9 @@ from dataclasses import fields
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from kvbench.errors import KvbenchInputError
+from kvbench.report.figure import Figure, subplots
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
 from kvbench.report.thinning import extreme_rows, peak_rows
@@ -50,35 +49,37 @@ def scheduled_seqs(steps: pd.DataFrame) -> pd.Series:
     return steps["num_running"]
 
 
-def timeline_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:
+def timeline_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None:
+    """Per step: KV utilization (with preemption marks), batch size and waiting queue, a
+    panel each; None when no run has steps."""
     runs = [r for r in runset.runs if _has_steps(r)]
     if not runs:
         return None
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        subplot_titles=("KV utilization (token / held memory) — × marks "
-                                        "preemptions", "batch size: sequences scheduled in "
-                                        "the step (its mean is batch_size_mean)",
-                                        "waiting queue (requests)"))
+    fig = subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                   titles=("KV utilization (token / held memory) — × marks preemptions",
+                           "batch size: sequences scheduled in the step (its mean is "
+                           "batch_size_mean)", "waiting queue (requests)"))
     for run in runs:
         style = styles[run.name]
         util_all, batch_all = _utilization(run.steps), scheduled_seqs(run.steps)
         steps, rows = _thin(run.steps, [util_all, batch_all, run.steps["num_waiting"]])
-        t = steps["t_s"].astype(float)
+        t = steps["t_s"].to_numpy(dtype=float)
         line = {"color": style.color, "dash": style.dash, "width": 1.6}
-        util = util_all.iloc[rows]
-        fig.add_scatter(x=t, y=util, row=1, col=1, mode="lines", name=run.name,
-                        legendgroup=run.name, line=line,
-                        hovertemplate="t=%{x:.2f}s util %{y:.1%}<extra>%{fullData.name}"
-                                      "</extra>")
-        fig.add_scatter(x=t, y=batch_all.iloc[rows], row=2, col=1, mode="lines",
-                        line_shape="hv", name=run.name, legendgroup=run.name, showlegend=False,
-                        line=line, customdata=steps["num_running"],
-                        hovertemplate="t=%{x:.2f}s scheduled %{y} of %{customdata} running"
-                                      "<extra>%{fullData.name}</extra>")
-        fig.add_scatter(x=t, y=steps["num_waiting"], row=3, col=1, mode="lines",
-                        line_shape="hv", name=run.name, legendgroup=run.name, showlegend=False,
-                        line=line, hovertemplate="t=%{x:.2f}s waiting %{y}<extra>"
-                                                 "%{fullData.name}</extra>")
+        stepped = {**line, "shape": "hv"}
+        fig.add({"type": "scatter", "x": t, "y": util_all.to_numpy()[rows], "mode": "lines",
+                 "name": run.name, "legendgroup": run.name, "line": line,
+                 "hovertemplate": "t=%{x:.2f}s util %{y:.1%}<extra>%{fullData.name}"
+                                  "</extra>"}, row=1, col=1)
+        fig.add({"type": "scatter", "x": t, "y": batch_all.to_numpy()[rows], "mode": "lines",
+                 "name": run.name, "legendgroup": run.name, "showlegend": False,
+                 "line": stepped, "customdata": steps["num_running"].to_numpy(),
+                 "hovertemplate": "t=%{x:.2f}s scheduled %{y} of %{customdata} running"
+                                  "<extra>%{fullData.name}</extra>"}, row=2, col=1)
+        fig.add({"type": "scatter", "x": t, "y": steps["num_waiting"].to_numpy(),
+                 "mode": "lines", "name": run.name, "legendgroup": run.name,
+                 "showlegend": False, "line": stepped,
+                 "hovertemplate": "t=%{x:.2f}s waiting %{y}<extra>%{fullData.name}</extra>"},
+                row=3, col=1)
     marks = 0
     for run in runs:  # after the lines, so the legend lists runs first
         if "preemptions" not in run.steps:
@@ -91,34 +92,36 @@ def timeline_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | 
         # Beyond MAX_MARKS steps with preemptions, a mark stands for its stretch of steps.
         where = "" if at.size == np.count_nonzero(preempted) else " in this stretch"
         hit = run.steps.iloc[at]
-        fig.add_scatter(
-            x=hit["t_s"], y=_utilization(hit), row=1, col=1, mode="markers",
-            name=f"preemption ({run.name})", legendgroup="preemption", showlegend=False,
-            marker={"symbol": "x", "size": 9, "color": styles[run.name].color,
-                    "line": {"width": 1, "color": "#222"}},
-            text=[f"{run.name}: {n} preempted{where}" for n in counts.tolist()],
-            hovertemplate="t=%{x:.2f}s %{text}<extra></extra>",
-        )
+        fig.add({
+            "type": "scatter", "x": hit["t_s"].to_numpy(), "y": _utilization(hit).to_numpy(),
+            "mode": "markers", "name": f"preemption ({run.name})",
+            "legendgroup": "preemption", "showlegend": False,
+            "marker": {"symbol": "x", "size": 9, "color": styles[run.name].color,
+                       "line": {"width": 1, "color": "#222"}},
+            "text": [f"{run.name}: {n} preempted{where}" for n in counts.tolist()],
+            "hovertemplate": "t=%{x:.2f}s %{text}<extra></extra>",
+        }, row=1, col=1)
     if marks:  # one legend entry in a neutral colour: each run's marks take the run's colour
-        fig.add_scatter(x=[None], y=[None], row=1, col=1, mode="markers", name="preemption",
-                        legendgroup="preemption",
-                        marker={"symbol": "x", "size": 9, "color": "#555"})
-    fig.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=1)
-    fig.update_yaxes(rangemode="tozero", row=2, col=1)
-    fig.update_yaxes(rangemode="tozero", row=3, col=1)
-    fig.update_xaxes(title_text="time since the run started (s)", row=3, col=1)
+        fig.add({"type": "scatter", "x": [None], "y": [None], "mode": "markers",
+                 "name": "preemption", "legendgroup": "preemption",
+                 "marker": {"symbol": "x", "size": 9, "color": "#555"}}, row=1, col=1)
+    fig.update_axes("y", {"tickformat": ".0%", "range": [0, 1.05]}, row=1, col=1)
+    fig.update_axes("y", {"rangemode": "tozero"}, row=2, col=1)
+    fig.update_axes("y", {"rangemode": "tozero"}, row=3, col=1)
+    fig.update_axes("x", {"title": {"text": "time since the run started (s)"}}, row=3, col=1)
     fig.update_layout(**base_layout("Timelines", 640))
     return fig
 
 
-def memory_timeline_figure(runset: RunSet) -> go.Figure | None:
+def memory_timeline_figure(runset: RunSet) -> Figure | None:
     """The memory split over time, one panel per run (stacked, share of the arena)."""
     runs = [r for r in runset.runs if _has_steps(r) and "kv_token_bytes" in r.steps]
     runs = runs[:MAX_MEMORY_PANELS]
     if not runs:
         return None
-    fig = make_subplots(rows=len(runs), cols=1, shared_xaxes=True, vertical_spacing=0.1
-                        / max(len(runs), 1) + 0.02, subplot_titles=[r.name for r in runs])
+    fig = subplots(rows=len(runs), cols=1, shared_xaxes=True,
+                   vertical_spacing=0.1 / max(len(runs), 1) + 0.02,
+                   titles=[r.name for r in runs])
     for row, run in enumerate(runs, start=1):
         steps = run.steps
         arena = sum(steps[f"kv_{p}_bytes"].astype(float)
@@ -134,16 +137,19 @@ def memory_timeline_figure(runset: RunSet) -> go.Figure | None:
                 values = values - steps["kv_cached_bytes"].astype(float)
             shares[part] = values / arena
         shown, rows = _thin(steps, list(shares.values()))
+        t = shown["t_s"].to_numpy()
         for part, share in shares.items():
             color = PART_COLORS[part]
-            fig.add_scatter(
-                x=shown["t_s"], y=share.iloc[rows], row=row, col=1, mode="lines",
-                stackgroup=f"g{row}", line={"width": 0.5, "color": color}, fillcolor=color,
-                name=PART_TITLES[part], legendgroup=part, showlegend=row == 1,
-                hovertemplate=f"{PART_TITLES[part]}: %{{y:.1%}}<extra>{run.name}</extra>",
-            )
-        fig.update_yaxes(range=[0, 1], tickformat=".0%", row=row, col=1)
-    fig.update_xaxes(title_text="time since the run started (s)", row=len(runs), col=1)
+            fig.add({
+                "type": "scatter", "x": t, "y": share.to_numpy()[rows], "mode": "lines",
+                "stackgroup": f"g{row}", "line": {"width": 0.5, "color": color},
+                "fillcolor": color, "name": PART_TITLES[part], "legendgroup": part,
+                "showlegend": row == 1,
+                "hovertemplate": f"{PART_TITLES[part]}: %{{y:.1%}}<extra>{run.name}</extra>",
+            }, row=row, col=1)
+        fig.update_axes("y", {"range": [0, 1], "tickformat": ".0%"}, row=row, col=1)
+    fig.update_axes("x", {"title": {"text": "time since the run started (s)"}},
+                    row=len(runs), col=1)
     fig.update_layout(**base_layout("KV memory split over time", 130 + 170 * len(runs)))
     return fig
 
@@ -166,9 +172,9 @@ def _is_prefix_run(run: RunData) -> bool:
     return bool(rate) or _caches_prefixes(run.summary.strategy)
 
 
-def hit_rate_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | None:
+def hit_rate_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None:
     """Cumulative prefix-cache hit rate (cached prompt tokens / prompt tokens) over time."""
-    fig = go.Figure()
+    fig = Figure()
     for run in runset.runs:
         req = run.requests
         need = {"cached_prompt_tokens", "prompt_len"}
@@ -181,13 +187,15 @@ def hit_rate_figure(runset: RunSet, styles: dict[str, RunStyle]) -> go.Figure | 
         rate = req["cached_prompt_tokens"].cumsum() / req["prompt_len"].cumsum()
         req, rows = _thin(req, [rate])  # one point per request: a long trace has millions
         rate = rate.iloc[rows]
-        fig.add_scatter(x=req[when], y=rate, mode="lines", line_shape="hv", name=run.name,
-                        line={"color": styles[run.name].color, "dash": styles[run.name].dash},
-                        hovertemplate="t=%{x:.2f}s hit rate so far %{y:.1%}<extra>"
-                                      "%{fullData.name}</extra>")
+        fig.add({"type": "scatter", "x": req[when].to_numpy(), "y": rate.to_numpy(),
+                 "mode": "lines", "name": run.name,
+                 "line": {"color": styles[run.name].color, "dash": styles[run.name].dash,
+                          "shape": "hv"},
+                 "hovertemplate": "t=%{x:.2f}s hit rate so far %{y:.1%}<extra>"
+                                  "%{fullData.name}</extra>"})
     if not fig.data:
         return None
     fig.update_layout(**base_layout("Prefix-cache hit rate over time (cumulative)", 340,
                                     yaxis={"tickformat": ".0%", "rangemode": "tozero"},
-                                    xaxis={"title": "admission time (s)"}))
+                                    xaxis={"title": {"text": "admission time (s)"}}))
     return fig

@@ -25,3 +25,19 @@ def inter_token_latencies_ms(tokens: TokenTimes) -> np.ndarray:
     """Every gap between consecutive output tokens of a sample, pooled in file order
     (docs/design.md, Metrics: ITL)."""
     return pooled_gaps_s(tokens.times_s, tokens.starts) * 1e3
+
+
+def sorted_inter_token_gaps_s(tokens: TokenTimes) -> np.ndarray:
+    """The gaps of `inter_token_latencies_ms` in seconds, ascending, NaN left out. A long run
+    has millions: they are computed into one array and sorted in place, where filtering and
+    sorting copies would cost as much again (fresh memory is dear on a busy machine)."""
+    times = tokens.times_s
+    if times.size < 2:
+        return np.empty(0)
+    gaps = np.diff(times)
+    # The gap from one sample's last token to the next sample's first is no ITL: NaN, which
+    # the sort puts last, with any NaN gap, and the slice below drops.
+    across = np.asarray(tokens.starts)[1:-1] - 1
+    gaps[across[(across >= 0) & (across < gaps.size)]] = np.nan
+    gaps.sort()
+    return gaps[: np.searchsorted(gaps, np.nan)]

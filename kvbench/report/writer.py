@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kvbench.report.page import build_page
 from kvbench.report.runs import RunSet, load_runs
-from kvbench.results.files import atomic_write_text
+from kvbench.results.files import atomic_write_bytes
 
 
 def write_report(run_dirs: list[Path], out_path: Path) -> Path:
@@ -25,7 +25,7 @@ def write_runs_report(runset: RunSet, out_path: Path) -> Path:
     """Write one HTML report over `runset` (`kvbench.report.runs.collect_runs`) to
     `out_path`; returns the path written."""
     out_path = Path(out_path)
-    atomic_write_text(out_path, build_page(runset))
+    atomic_write_bytes(out_path, build_page(runset))
     return out_path
 
 

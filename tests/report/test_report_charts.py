@@ -15,13 +15,18 @@ import pytest
 from kvbench.report import charts, step_charts, timelines
 from kvbench.report.runs import load_runs
 from kvbench.report.style import run_styles
-from kvbench.report.token_times import inter_token_latencies_ms, token_times
+from kvbench.report.token_times import (
+    inter_token_latencies_ms,
+    sorted_inter_token_gaps_s,
+    token_times,
+)
 from kvbench.report.writer import write_report
 from kvbench.results.repeat import repeat_summary
+from kvbench.results.token_times import TokenTimes
 
 
 def _trace(fig, name):
-    (found,) = [t for t in fig.data if t.name == name]
+    (found,) = [t for t in fig.data if t["name"] == name]
     return found
 
 
@@ -29,10 +34,10 @@ def test_batch_size_chart_plots_what_batch_size_mean_averages(comparison):
     runset = load_runs([comparison])
     fig = timelines.timeline_figure(runset, run_styles(runset))
     for run in runset.runs:
-        batch = [t for t in fig.data if t.name == run.name and t.yaxis == "y2"]
+        batch = [t for t in fig.data if t["name"] == run.name and t["yaxis"] == "y2"]
         (line,) = batch
-        assert np.mean(line.y) == pytest.approx(run.summary.scheduler.batch_size_mean)
-        assert max(line.y) == run.summary.scheduler.batch_size_max
+        assert np.mean(line["y"]) == pytest.approx(run.summary.scheduler.batch_size_mean)
+        assert max(line["y"]) == run.summary.scheduler.batch_size_max
 
 
 def test_step_time_line_is_the_median_of_decode_steps_per_batch_size(comparison):
@@ -42,8 +47,8 @@ def test_step_time_line_is_the_median_of_decode_steps_per_batch_size(comparison)
     decode = steps[steps["num_prefill_seqs"] == 0]
     expected = decode.groupby("num_decode_seqs")["step_ms"].median()
     line = _trace(fig, "paged")
-    assert list(line.x) == list(expected.index)
-    assert list(line.y) == pytest.approx(list(expected))
+    assert list(line["x"]) == list(expected.index)
+    assert list(line["y"]) == pytest.approx(list(expected))
 
 
 @pytest.mark.parametrize("token_times", [True, False], ids=["tokens.jsonl", "steps.csv"])
@@ -57,17 +62,17 @@ def test_throughput_over_time_counts_every_output_token(comparison, tmp_path, to
     assert source == ("tokens.jsonl" if token_times else "steps.csv")
     for run in runset.runs:
         line = _trace(fig, run.name)
-        width = line.x[1] - line.x[0]
-        assert sum(line.y) * width == pytest.approx(run.requests["output_tokens"].sum())
+        width = line["x"][1] - line["x"][0]
+        assert sum(line["y"]) * width == pytest.approx(run.requests["output_tokens"].sum())
 
 
 def test_ttft_split_adds_up_to_the_mean_ttft(comparison):
     runset = load_runs([comparison])
     fig = charts.ttft_split_figure(runset, run_styles(runset))
     queue, prefill = fig.data
-    for i, name in enumerate(queue.y):
+    for i, name in enumerate(queue["y"]):
         run = next(r for r in runset.runs if r.name == name)
-        assert queue.x[i] + prefill.x[i] == pytest.approx(run.requests["ttft_ms"].mean(),
+        assert queue["x"][i] + prefill["x"][i] == pytest.approx(run.requests["ttft_ms"].mean(),
                                                           rel=1e-6)
 
 
@@ -85,8 +90,8 @@ def test_itl_cdf_from_token_times(comparison, tmp_path):
     assert inter_token_latencies_ms(token_times(folder)) == pytest.approx([20.0, 30.0, 100.0])
     runset = load_runs([folder])
     fig = charts.itl_cdf_figure(runset, run_styles(runset))
-    assert list(fig.data[0].x) == pytest.approx([20.0, 30.0, 100.0])
-    assert list(fig.data[0].y) == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert list(fig.data[0]["x"]) == pytest.approx([20.0, 30.0, 100.0])
+    assert list(fig.data[0]["y"]) == pytest.approx([1 / 3, 2 / 3, 1.0])
     html = write_report([folder], tmp_path / "r.html").read_text()
     assert "<section id='itl'>" in html and "from tokens.jsonl" in html
     (folder / "tokens.jsonl").write_text("not json\n")  # damaged: chart left out, report fine
@@ -110,7 +115,7 @@ def test_itl_cdf_of_a_long_run_plots_exact_quantiles_from_one_read(comparison, t
     runset = load_runs([folder])
     styles = run_styles(runset)
     cdf = charts.itl_cdf_figure(runset, styles).data[0]
-    x, y = cdf.x, cdf.y
+    x, y = cdf["x"], cdf["y"]
     # Each point is the k-th smallest gap at height k/n: the exact empirical CDF.
     assert len(x) <= charts.CDF_POINTS and y[-1] == 1.0
     ranks = np.round(np.asarray(y) * itl.size).astype(int) - 1
@@ -145,17 +150,35 @@ def test_a_run_keeps_its_colour_in_every_chart_across_folders(comparison, tmp_pa
                timelines.timeline_figure(runset, styles)]
     for fig in figures:
         for trace in fig.data:
-            if trace.name in styles and trace.showlegend is not False:
-                color = trace.line.color if trace.type == "scatter" else trace.marker.color
-                assert color == styles[trace.name].color, (fig.layout.title.text, trace.name)
+            if trace["name"] in styles and trace.get("showlegend") is not False:
+                part = trace["line"] if trace["type"] == "scatter" else trace["marker"]
+                assert part["color"] == styles[trace["name"]].color, (
+                    fig.layout["title"]["text"], trace["name"])
     # Throughput bars: one legend entry per run, each in the run's colour and pattern.
     bars = figures[0]
-    assert [t.name for t in bars.data] == [r.name for r in runset.runs]
-    assert len({(t.marker.color, t.marker.pattern.shape) for t in bars.data}) == 4
+    assert [t["name"] for t in bars.data] == [r.name for r in runset.runs]
+    assert len({(t["marker"]["color"], t["marker"]["pattern"]["shape"])
+                for t in bars.data}) == 4
 
 
 def test_legend_is_anchored_below_the_axis_labels(comparison):
     runset = load_runs([comparison / "paged"])
     fig = charts.memory_figure(runset)
-    assert fig.layout.legend.yref == "container" and fig.layout.legend.yanchor == "bottom"
-    assert fig.layout.margin.b >= 100  # tick labels and axis title fit above the legend
+    legend = fig.layout["legend"]
+    assert legend["yref"] == "container" and legend["yanchor"] == "bottom"
+    assert fig.layout["margin"]["b"] >= 100  # tick labels and axis title fit above the legend
+
+
+def test_sorted_gaps_are_the_pooled_itls_sorted():
+    """The ITL CDF's gaps, sorted in place in seconds, are `inter_token_latencies_ms`
+    sorted: samples without tokens, one token or a NaN time included."""
+    rng = np.random.default_rng(1)
+    samples = [np.round(np.cumsum(rng.exponential(0.02, n)), 6) for n in (5, 0, 1, 40, 3)]
+    samples[3][7] = np.nan
+    starts = np.concatenate([[0], np.cumsum([s.size for s in samples])])
+    tokens = TokenTimes(np.arange(5), np.zeros(5, dtype=np.int64), starts,
+                        np.concatenate(samples))
+    itl_ms = inter_token_latencies_ms(tokens)
+    gaps_s = sorted_inter_token_gaps_s(tokens)
+    np.testing.assert_array_equal(gaps_s * 1e3, np.sort(itl_ms[~np.isnan(itl_ms)]))
+    assert gaps_s.size == 4 + 39 - 2 + 2

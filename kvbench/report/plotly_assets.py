@@ -1,0 +1,43 @@
+"""What a report takes from the plotly package: the bundled plotly.js and a layout template,
+read as files. Importing `plotly.graph_objects` (its validators) and loading `plotly.io`'s
+templates cost most of a small run's report; the page needs neither (docs/reports.md)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import pkgutil
+from typing import Any
+
+# plotly.py keeps these in its package data (plotly/package_data/); `plotly.offline.get_plotlyjs`
+# reads the same file.
+_PLOTLY_JS = "package_data/plotly.min.js"
+_TEMPLATE = "package_data/templates/{name}.json"
+
+
+@functools.cache
+def plotly_js() -> bytes:
+    """The minified plotly.js bundled with plotly.py (UTF-8), read once per process."""
+    data = pkgutil.get_data("plotly", _PLOTLY_JS)
+    if data is None:  # a loader without get_data: plotly's own reader finds the file
+        from plotly.offline import get_plotlyjs  # plotly.offline: only for an odd install
+
+        return get_plotlyjs().encode("utf-8")
+    return data
+
+
+@functools.cache
+def _template_text(name: str) -> str:
+    data = pkgutil.get_data("plotly", _TEMPLATE.format(name=name))
+    if data is None:
+        raise FileNotFoundError(f"plotly template {name!r} not found in plotly's package data")
+    return data.decode("utf-8")
+
+
+def template(name: str = "plotly_white") -> dict[str, Any]:
+    """A plotly template (`layout.template`) as plotly.io's `templates[name]` holds it: the
+    JSON file plotly ships, parsed (a fresh copy: callers may change it)."""
+    return json.loads(_template_text(name))
+
+
+__all__ = ["plotly_js", "template"]
