@@ -196,6 +196,15 @@ class CacheStrategy(ABC):
         allocation would fail (0: none; the general path then runs the next step)."""
         return 0
 
+    def cohort_step_victims(self, ordinal: int,
+                            candidates: list[Sequence]) -> list[Sequence] | None:
+        """The members preempted in cohort step `ordinal`, whose blocks run out, in the order
+        the scheduler preempts them: where the pool is dry at a member's turn (admission
+        order), the last of `candidates` (the running members in admission order) still
+        running goes, until one block is free or the member itself went. None where that
+        would preempt every candidate (the step is then the general one's)."""
+        return None
+
     def grow_cohort_run(self, ordinal: int, num_steps: int) -> list[BooksAfterStep]:
         """Take the memory of cohort steps `ordinal .. + num_steps - 1` (at most
         `cohort_run_steps`) exactly as that many steps' `allocate_each` calls of the members

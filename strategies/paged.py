@@ -180,6 +180,34 @@ class PagedStrategy(CacheStrategy):
             steps += 1
         return min(steps, max_steps)
 
+    def cohort_step_victims(self, ordinal: int,
+                            candidates: list[Sequence]) -> list[Sequence] | None:
+        # The victims' blocks go to the end of the free list and the takers take from its
+        # front: preempting them first, then taking the step's blocks, gives every taker the
+        # block it gets when the two interleave.
+        takers = (self._takers(ordinal) if self._not_before else
+                  list(self._phases[ordinal % self.block_size].values()))
+        index = {seq.seq_id: i for i, seq in enumerate(candidates)}
+        tables = self.tables
+        free = self.pool.num_free
+        end = len(candidates)  # candidates[:end] are still running
+        victims: list[Sequence] = []
+        for member in takers:
+            i = index[member[0]]
+            if i >= end:
+                continue  # preempted before its turn
+            while not free and end > i + 1:
+                end -= 1
+                victim = candidates[end]
+                victims.append(victim)
+                free += len(tables[victim.seq_id])
+            if free:
+                free -= 1
+            else:  # the last one running: it goes itself
+                end -= 1
+                victims.append(candidates[end])
+        return victims if end else None
+
     def grow_cohort_run(self, ordinal: int, num_steps: int) -> list[BooksAfterStep]:
         """The blocks in step order, admission order within a step, as `allocate_each` takes
         them, with each step's totals followed here: a block costs a few operations, not a

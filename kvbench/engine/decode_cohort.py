@@ -7,7 +7,7 @@ each member holds the cohort step it joined at (`Sequence.decode_from`) and its
 `num_computed` then (`decode_base`), and a cohort step advances them all by counting
 (`ordinal`), so a run of steps costs the same whether ten or a thousand sequences run. A
 member's `num_computed`, `token_ids` and `token_steps` are those of when it joined until the
-cohort `settle`s it: the engine settles a member that leaves (it finishes), and all of them
+cohort settles it: the engine settles a member that leaves (it finishes or is preempted), and all of them
 (`dissolve`) before any step that reads or changes a running sequence.
 
 What the run needs of the members as a whole is kept as it changes: how many there are, the
@@ -33,8 +33,10 @@ class DecodeCohort:
         self.token = token  # the token every decode step samples (the simulated executor's)
         self.ordinal = len(step_times.cohort_steps)
         self.members: dict[int, Sequence] = {}  # seq_id -> member, in rank order
+        self._rank_of: dict[int, int] = {}  # seq_id -> the member's rank
         self._offset_sum = 0  # sum of (decode_base - decode_from) over members
-        self._finishes: list[tuple[int, int, Sequence]] = []  # (last step, rank, member)
+        # (last step, rank, member); an entry of a member that left (preempted) is stale
+        self._finishes: list[tuple[int, int, Sequence]] = []
         self._ranks = 0
 
     def __len__(self) -> int:
@@ -55,6 +57,7 @@ class DecodeCohort:
         rank = self._ranks
         self._ranks = rank + 1
         self.members[seq.seq_id] = seq
+        self._rank_of[seq.seq_id] = rank
         # It samples its last token in the cohort step where its count reaches `end_len`:
         # one token a step from `computed + 1` held now.
         heapq.heappush(self._finishes, (ordinal + seq.end_len - computed - 2, rank, seq))
@@ -63,7 +66,10 @@ class DecodeCohort:
     def steps_to_first_finish(self) -> int:
         """Steps from now up to and including the one in which the first members sample
         their last token."""
-        return self._finishes[0][0] - self.ordinal + 1
+        finishes, rank_of = self._finishes, self._rank_of
+        while rank_of.get(finishes[0][2].seq_id) != finishes[0][1]:
+            heapq.heappop(finishes)  # a member that left
+        return finishes[0][0] - self.ordinal + 1
 
     def advance(self, first_step: int, num_steps: int) -> None:
         """The members decoded in engine steps `first_step .. + num_steps - 1`."""
@@ -73,12 +79,13 @@ class DecodeCohort:
     def pop_finished(self) -> list[Sequence]:
         """The members whose last token was sampled in the cohort's latest step, settled and
         out of the cohort, in admission order."""
-        finishes, last = self._finishes, self.ordinal - 1
+        finishes, last, rank_of = self._finishes, self.ordinal - 1, self._rank_of
         done: list[Sequence] = []
-        while finishes and finishes[0][0] == last:
-            seq = heapq.heappop(finishes)[2]
-            self._leave(seq)
-            done.append(seq)
+        while finishes and finishes[0][0] <= last:
+            _, rank, seq = heapq.heappop(finishes)
+            if rank_of.get(seq.seq_id) == rank:  # (not a member that left)
+                self.leave(seq)
+                done.append(seq)
         return done
 
     def settle_all(self) -> None:
@@ -98,13 +105,16 @@ class DecodeCohort:
             _settle(seq, ordinal, self.token)
             seq.decode_from = -1
         self.members.clear()
+        self._rank_of.clear()
         self._finishes.clear()
         self._offset_sum = 0
         return members
 
-    def _leave(self, seq: Sequence) -> None:
+    def leave(self, seq: Sequence) -> None:
+        """Settle a member and take it out (it finished, or is preempted)."""
         _settle(seq, self.ordinal, self.token)
         del self.members[seq.seq_id]
+        del self._rank_of[seq.seq_id]
         self._offset_sum -= seq.decode_base - seq.decode_from
         seq.decode_from = -1
 

@@ -210,16 +210,20 @@ class Engine(BaseEngine):
             run = min(fit, to_finish - 1)
             num_steps = self._decode_run(run, until_s) if run else 0
             total += num_steps
-            if num_steps < run:  # the next arrival comes first
-                return total, finished
-            if fit < to_finish:  # an allocation fails next: `step`'s
-                self._decoded_all = False
-                return total, finished
-            if num_steps and self.clock() >= until_s:
-                return total, finished
-            finished += self._finishing_decode_step()
+            if num_steps < run or (num_steps and self.clock() >= until_s):
+                return total, finished  # the next arrival comes first
+            victims: list[Sequence] = []
+            if fit < to_finish:  # the pool runs dry in the next step: some members go
+                victims = strategy.cohort_step_victims(cohort.ordinal,
+                                                       policy.preemption_candidates())
+                if victims is None:  # all of them: `step`'s (it admits in the same step)
+                    self._decoded_all = False
+                    return total, finished
+            now_finished = self._cohort_step(victims)
+            finished += now_finished
             total += 1
-            if not through_finishes or not running or self.clock() >= until_s:
+            if ((now_finished and not through_finishes) or not running
+                    or self.clock() >= until_s):
                 return total, finished
 
     def _join_cohort(self, running: list[Sequence]) -> bool:
@@ -305,16 +309,22 @@ class Engine(BaseEngine):
             self._check_decode_run_books(holders, head)
         return num_steps
 
-    def _finishing_decode_step(self) -> list[Sequence]:
-        """The decode step in which the first members of a run sample their last token:
-        `step`'s work for a step whose schedule is every running sequence's one token, its
-        memory known to fit; returns the sequences that finished."""
-        strategy, executor, cohort = self.strategy, self.executor, self._cohort
-        num_seqs = len(cohort)
+    def _cohort_step(self, victims: list[Sequence]) -> list[Sequence]:
+        """`step`'s work for a step whose schedule is every running sequence's one token, its
+        memory known to fit once `victims` are preempted (in that order, as the scheduler
+        takes them): the step in which a run's first members sample their last token, or
+        one in which the pool runs dry. Returns the sequences that finished."""
+        policy, strategy, executor, cohort = self.policy, self.strategy, self.executor, self._cohort
         t_start = self.clock()
+        if victims:
+            out = ScheduleOutput()
+            for seq in victims:
+                cohort.leave(seq)
+                policy.preempt(seq, out)  # its memory back, requeued at the front
+        num_seqs = len(cohort)
         context = cohort.computed_tokens + num_seqs
         (t_end,) = executor.advance_decode_run(num_seqs, context, 1, math.inf)
-        # The schedule's own allocation call (`_schedule_decodes`): it fits (the run's steps).
+        # The schedule's own allocation call (`_schedule_decodes`): it fits now.
         strategy.grow_cohort_run(cohort.ordinal, 1)
         cohort.advance(self.step_times.add(t_end), 1)
         finished = cohort.pop_finished()
@@ -323,7 +333,7 @@ class Engine(BaseEngine):
             leave(seq)
             self._finish(seq, t_end)
         split = self._memory_split()
-        self.step_recorder.record_decode_step(t_start, t_end, num_seqs, split,
+        self.step_recorder.record_decode_step(t_start, t_end, num_seqs, split, len(victims),
                                               self.num_running, len(self.waiting))
         self._decoded_all = True  # as `step` leaves it: the others decoded, nothing else
         return finished

@@ -108,15 +108,16 @@ class StepRecorder(StepLog):
         in the model forward, and left memory as `split` and the queues with `num_running`
         and `num_waiting` sequences; `traced`: emit the trace counters too."""
         self._record(t_start, t_end, forward_s, batch.num_prefill_seqs,
-                            batch.num_decode_seqs, batch.num_tokens, split, num_preempted,
-                            num_running, num_waiting, traced)
+                     batch.num_decode_seqs, batch.num_tokens, split, num_preempted,
+                     num_running, num_waiting, traced)
 
     def record_decode_step(self, t_start: float, t_end: float, num_seqs: int,
-                           split: MemorySplit, num_running: int, num_waiting: int) -> None:
+                           split: MemorySplit, num_preempted: int, num_running: int,
+                           num_waiting: int) -> None:
         """`record` of a step of `num_seqs` decodes, all of it the forward (a simulated
-        step), untraced: a fast-forwarded run's last step, which builds no batch."""
-        self._record(t_start, t_end, t_end - t_start, 0, num_seqs, num_seqs, split, 0,
-                            num_running, num_waiting, False)
+        step), untraced: a fast-forwarded step, which builds no batch."""
+        self._record(t_start, t_end, t_end - t_start, 0, num_seqs, num_seqs, split,
+                     num_preempted, num_running, num_waiting, False)
 
     def _record(
         self, t_start: float, t_end: float, forward_s: float, num_prefill_seqs: int,

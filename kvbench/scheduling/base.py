@@ -244,6 +244,16 @@ class BatchingPolicy(ABC):
             k = self.cache.allocate_each(items, k + 1)
         out.scheduled.extend(items)
 
+    def preemption_candidates(self) -> list[Sequence]:
+        """Whom a decode step that runs out of memory preempts, taken from the end of this
+        list: the running sequences, most recently admitted last (`_grow_or_preempt`)."""
+        return self.running
+
+    def preempt(self, seq: Sequence, out: ScheduleOutput) -> None:
+        """`_preempt`, for an engine that grows the running sequences itself (the decode
+        cohort's step, which takes its victims from `preemption_candidates`)."""
+        self._preempt(seq, out)
+
     def _preempt(self, seq: Sequence, out: ScheduleOutput) -> None:
         """vLLM's recompute: drop the KV, requeue at the front, prefill everything again later."""
         self.running.remove(seq)
