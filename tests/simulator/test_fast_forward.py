@@ -192,3 +192,36 @@ def test_fast_forward_takes_the_same_blocks_and_admits_arrivals_as_stepping(
     for name in FILES:
         assert ((tmp_path / "forwarded" / name).read_bytes()
                 == (tmp_path / "stepped" / name).read_bytes()), name
+
+
+@pytest.mark.parametrize("batching", POLICIES.names())
+def test_fast_forward_preempts_the_sequences_stepping_preempts_and_gives_the_same_blocks(
+        batching, tmp_path):
+    """A cache too small for the running set: its decode steps run the pool dry again and
+    again. The steps that must preempt run in the fast path (the victims, the most recently
+    admitted first, then the survivors' blocks), and the tables and free list after each of
+    them must be those of stepping one at a time."""
+    values = dict(model="tiny", gpu="a100-40gb", workload="uniform",
+                  workload_params=("prompt_len=6", "output_len=50"), num_requests=10,
+                  request_rate="inf", strategy="paged", batching=batching, block_size=4,
+                  max_model_len=MAX_MODEL_LEN, kv_memory=str(160 * KV_BYTES_PER_TOKEN),
+                  max_num_seqs=8, warmup=0)
+    (run,) = expand_runs(RunOptions.for_kind("simulate", **values))
+    prepared = prepare(run)
+    preempting = []
+    cohort_step = prepared[0].engine._cohort_step
+
+    def counting_step(victims):
+        preempting.append(len(victims))
+        return cohort_step(victims)
+
+    prepared[0].engine._cohort_step = counting_step
+    run_one(run, tmp_path / "counted", show_progress=False, prepared=prepared)
+    assert sum(preempting) > 3  # the fast path preempted
+    forwarded = _tables_by_step(values, True, tmp_path / "forwarded")
+    stepped = _tables_by_step(values, False, tmp_path / "stepped")
+    for steps, books in forwarded.items():
+        assert books == stepped[steps], f"after step {steps}"
+    for name in FILES:
+        assert ((tmp_path / "forwarded" / name).read_bytes()
+                == (tmp_path / "stepped" / name).read_bytes()), name
