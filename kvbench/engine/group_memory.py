@@ -15,12 +15,17 @@ holding memory: what one token of context costs under the strategy.
 from __future__ import annotations
 
 import operator
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from kvbench.strategies.base import MemorySplit
 
 PARTS = ("token", "reserved", "internal", "external", "free")
+_FOLD_STEPS = 1 << 16  # steps held before they are summed
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,12 @@ class GroupShape:
 
 
 class GroupMemory:
-    """Step-duration-weighted sums of the split, total and per group; `add` once a step."""
+    """Step-duration-weighted sums of the split, total and per group; `add` once a step.
+
+    The whole split's parts are kept per step in flat arrays and summed with numpy a batch at
+    a time (`_fold`): a long simulation adds millions of steps, most of them a fast-forwarded
+    run's at once (`add_run`), and a float sum a step in Python would cost more than the
+    step. The sums are the same as a step-by-step accumulation's up to rounding."""
 
     def __init__(self, shapes: tuple[GroupShape, ...], bytes_per_slot: int,
                  per_group_splits: bool) -> None:
@@ -49,6 +59,9 @@ class GroupMemory:
         self._total = [0.0] * len(PARTS)  # slot-seconds of the whole split
         self._groups = [[0.0] * len(PARTS) for _ in self.shapes]
         self._held_max = [0] * len(self.shapes)
+        # Steps not folded yet: duration, then token, reserved, internal, external, free slots
+        # and the holders' computed tokens, a flat array each.
+        self._pending = [array("d") for _ in range(len(PARTS) + 2)]
 
     def add(self, dt_s: float, split: MemorySplit) -> None:
         tokens = split.sequence_tokens if split.sequence_tokens is not None else split.token
@@ -65,51 +78,58 @@ class GroupMemory:
 
     def add_parts(self, dt_s: float, token: int, reserved: int, internal: int, external: int,
                   free: int, sequence_tokens: int | None = None) -> None:
-        """`add` of a split given by its parts (a fast-forwarded decode step: no
-        `MemorySplit` is built for it); `sequence_tokens`: the computed tokens of the
+        """`add` of a split given by its parts; `sequence_tokens`: the computed tokens of the
         sequences holding memory, when they are not the split's `token`. A strategy with a
         split per group adds the groups' parts itself (`add`)."""
-        held = token + reserved + internal + external
-        self._weight_s += dt_s
-        self._held_s += dt_s * held
-        self._tokens_s += dt_s * (token if sequence_tokens is None else sequence_tokens)
-        total = self._total
-        total[0] += dt_s * token
-        total[1] += dt_s * reserved
-        total[2] += dt_s * internal
-        total[3] += dt_s * external
-        total[4] += dt_s * free
-        if not self.per_group_splits and self._held_max and held > self._held_max[0]:
-            self._held_max = [held] * len(self.shapes)
+        dts, tokens, reserveds, internals, externals, frees, seq_tokens = self._pending
+        dts.append(dt_s)
+        tokens.append(token)
+        reserveds.append(reserved)
+        internals.append(internal)
+        externals.append(external)
+        frees.append(free)
+        seq_tokens.append(token if sequence_tokens is None else sequence_tokens)
+        if len(dts) >= _FOLD_STEPS:
+            self._fold()
 
-    def add_run(self, dts_s: list[float], tokens: list[int], held: list[int], will: list[int],
-                external: int, num_slots: int) -> None:
+    def add_run(self, dts_s: list[float], tokens: Iterable[int], held: list[int],
+                will: list[int], external: int, num_slots: int) -> None:
         """`add_parts` of each step of a run of decode steps (a strategy with one split), from
-        each step's duration, computed tokens, held slots and slots that will be used: each
-        sum over the run taken at once (the same sums, added in another order)."""
+        each step's duration, computed tokens, held slots and slots that will be used."""
         if self.per_group_splits:
             raise ValueError("a decode run has no per-group splits to record")
-        mul = operator.mul
-        reserved = list(map(operator.sub, will, tokens))
-        internal = list(map(operator.sub, held, will))
-        free = [num_slots - h - external for h in held]
-        weight = sum(dts_s)
-        self._weight_s += weight
-        self._held_s += sum(map(mul, dts_s, held)) + weight * external
-        tokens_s = sum(map(mul, dts_s, tokens))
-        self._tokens_s += tokens_s
+        dts, token_a, reserveds, internals, externals, frees, seq_tokens = self._pending
+        tokens = list(tokens)
+        dts.extend(dts_s)
+        token_a.extend(tokens)
+        seq_tokens.extend(tokens)
+        reserveds.extend(map(operator.sub, will, tokens))
+        internals.extend(map(operator.sub, held, will))
+        externals.extend([external] * len(held))
+        frees.extend([num_slots - external - h for h in held])
+        if len(dts) >= _FOLD_STEPS:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Sum the pending steps into the totals."""
+        pending, self._pending = self._pending, [array("d") for _ in range(len(PARTS) + 2)]
+        if not pending[0]:
+            return
+        dts, *parts, seq_tokens = [np.array(a, dtype=np.float64) for a in pending]
+        held = parts[0] + parts[1] + parts[2] + parts[3]
+        self._weight_s += float(dts.sum())
+        self._held_s += float(dts @ held)
+        self._tokens_s += float(dts @ seq_tokens)
         total = self._total
-        total[0] += tokens_s
-        total[1] += sum(map(mul, dts_s, reserved))
-        total[2] += sum(map(mul, dts_s, internal))
-        total[3] += weight * external
-        total[4] += sum(map(mul, dts_s, free))
-        most = max(held) + external
-        if self._held_max and most > self._held_max[0]:
+        for i, part in enumerate(parts):
+            total[i] += float(dts @ part)
+        most = int(held.max())
+        if not self.per_group_splits and self._held_max and most > self._held_max[0]:
             self._held_max = [most] * len(self.shapes)
 
     def summary(self) -> dict[str, Any]:
         """`kv_held_bytes_per_token` and `kv_groups` of the summary's memory section."""
+        self._fold()
         w = self._weight_s
         per_token = (self._held_s * self.bytes_per_slot / self._tokens_s
                      if self._tokens_s > 0 else None)

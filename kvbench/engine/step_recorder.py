@@ -192,7 +192,7 @@ class StepRecorder(StepLog):
             rows[0] = (*rows[0][:16], unrecorded, *rows[0][17:])
         self.keep_rows(rows)
         if self.group_memory is not None:
-            self.group_memory.add_run(list(map(operator.sub, ends_s, starts)), list(tokens),
+            self.group_memory.add_run(list(map(operator.sub, ends_s, starts)), tokens,
                                       held, will, external, num_slots)
 
 
