@@ -46,7 +46,7 @@ def read_csv_rows(
             for record in reader:
                 if num_requests is not None and len(rows) >= num_requests:
                     break
-                if not any((v or "").strip() for v in record.values()):
+                if _is_blank(record):
                     continue
                 try:
                     if None in record or any(record.get(c) is None for c in columns):
@@ -65,3 +65,15 @@ def read_csv_rows(
         raise KvbenchInputError(f"{path}: not a readable CSV file ({exc})") from None
     errors.raise_if_any()
     return rows, skipped
+
+
+def _is_blank(record: dict[str | None, str | list[str] | None]) -> bool:
+    """A record with nothing but whitespace in every field (extra fields included: the csv
+    module gives them as a list)."""
+    for value in record.values():
+        if isinstance(value, list):
+            if any(v.strip() for v in value):
+                return False
+        elif value and value.strip():
+            return False
+    return True
