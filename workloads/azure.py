@@ -19,8 +19,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
+
 from kvbench.core.request import Request
 from kvbench.workloads.csv_format import CsvFormat
+from kvbench.workloads.csv_numbers import parse_iso_datetimes
 from kvbench.workloads.csv_trace import load_csv_table
 from kvbench.workloads.trace_rows import RowError
 from kvbench.workloads.trace_table import TraceTable
@@ -38,7 +41,12 @@ def _timestamp_s(text: str) -> float:
     return moment.timestamp()
 
 
-FORMAT = CsvFormat(COLUMNS, _timestamp_s, "azure.tokens",
+def _timestamps_s(text: bytes, buf: np.ndarray, start: np.ndarray, end: np.ndarray
+                  ) -> np.ndarray | None:
+    return parse_iso_datetimes(buf, start, end)
+
+
+FORMAT = CsvFormat(COLUMNS, _timestamp_s, _timestamps_s, "azure.tokens",
                    "ContextTokens or GeneratedTokens 0")
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kvbench.core.request import Request
 from kvbench.workloads.csv_format import CsvFormat
+from kvbench.workloads.csv_numbers import parse_seconds
 from kvbench.workloads.csv_trace import load_csv_table
 from kvbench.workloads.trace_rows import seconds
 from kvbench.workloads.trace_table import TraceTable
@@ -36,7 +37,7 @@ def _timestamp_s(text: str) -> float:
     return seconds(text, "Timestamp")
 
 
-FORMAT = CsvFormat(COLUMNS, _timestamp_s, "burstgpt.tokens",
+FORMAT = CsvFormat(COLUMNS, _timestamp_s, parse_seconds, "burstgpt.tokens",
                    "failed requests: 0 response or request tokens")
 
 

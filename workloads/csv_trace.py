@@ -1,5 +1,8 @@
-"""Reading a CSV trace (Azure LLM inference, BurstGPT) into columns of its replayed rows,
-row by row (`read_csv_rows`: the csv module, a dict and Python checks per row), naming the
+"""Reading a CSV trace (Azure LLM inference, BurstGPT) into columns of its replayed rows.
+
+Two readers give the same rows: the plain reader (`csv_plain_reader.py`: numpy, for files
+in the simple form published traces have) and, for any other file, the row reader
+(`read_csv_rows`: the csv module, a dict and Python checks per row), which also names the
 first bad row (`file:line: ...`) of a file with bad rows.
 """
 
@@ -13,6 +16,7 @@ import numpy as np
 
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads.csv_format import CsvFormat
+from kvbench.workloads.csv_plain_reader import read_plain_columns
 from kvbench.workloads.sampling import TokenSampler, rng_for
 from kvbench.workloads.trace_rows import (
     RowError,
@@ -48,6 +52,9 @@ def read_csv_columns(path: Path, fmt: CsvFormat, num_requests: int | None
                      ) -> tuple[TraceColumns, int]:
     """The replayed rows (the first `num_requests`, reading no further) and how many rows
     were left out; a bad row is a `KvbenchInputError` naming it."""
+    plain = read_plain_columns(path, fmt, num_requests)
+    if plain is not None:
+        return plain
     rows, skipped = read_csv_rows(path, fmt.columns, fmt.parse, num_requests)
     return TraceColumns(
         np.array([row.arrival_s for row in rows], dtype=np.float64),
