@@ -12,6 +12,9 @@ A workload is loaded in four steps:
 4. the requests are sorted by arrival (ties keep generation order) and renumbered, so that
    `request_id` is the position in arrival order.
 
+A CSV trace (Azure, BurstGPT) comes as a `TraceTable` of numpy columns: steps 1 to 4 are
+done on the columns and each request is built once, with its final fields (`trace_table.py`).
+
 What a caller may want to tell the user (clipped requests, trace rows left out) comes back in
 the `WorkloadResult` (`clip_message`, `notes`), not as Python warnings.
 """

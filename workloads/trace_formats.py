@@ -12,7 +12,9 @@
 
 Every reader returns requests in file order with arrival times relative to the trace's first
 request; `load_workload` then scales them (`time_scale`), applies any arrival process and
-clips lengths to the model.
+clips lengths to the model. The CSV readers (millions of rows) return a `TraceTable` instead,
+their rows as numpy columns, and `load_workload` builds each request once with its final
+fields (`trace_table.py`).
 """
 
 from __future__ import annotations
