@@ -19,18 +19,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
+
 from kvbench.core.request import Request
-from kvbench.workloads.csv_trace import read_csv_rows
-from kvbench.workloads.sampling import TokenSampler, rng_for
-from kvbench.workloads.trace_rows import (
-    RowError,
-    TraceRow,
-    check_not_empty,
-    count,
-    prompt_lengths,
-    to_requests,
-    warn_skipped,
-)
+from kvbench.workloads.csv_format import CsvFormat
+from kvbench.workloads.csv_numbers import parse_iso_datetimes
+from kvbench.workloads.csv_trace import load_csv_table
+from kvbench.workloads.trace_rows import RowError
+from kvbench.workloads.trace_table import TraceTable
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -45,20 +41,22 @@ def _timestamp_s(text: str) -> float:
     return moment.timestamp()
 
 
-def _parse(record: dict[str, str]) -> TraceRow | None:
-    row = TraceRow(
-        arrival_s=_timestamp_s(record["TIMESTAMP"]),
-        prompt_len=count(record["ContextTokens"], "ContextTokens"),
-        output_len=count(record["GeneratedTokens"], "GeneratedTokens"),
-    )
-    return row if row.prompt_len and row.output_len else None
+def _timestamps_s(text: bytes, buf: np.ndarray, start: np.ndarray, end: np.ndarray
+                  ) -> np.ndarray | None:
+    return parse_iso_datetimes(buf, start, end)
+
+
+FORMAT = CsvFormat(COLUMNS, _timestamp_s, _timestamps_s, "azure.tokens",
+                   "ContextTokens or GeneratedTokens 0")
+
+
+def azure_table(path: Path, num_requests: int | None, seed: int, vocab_size: int,
+                max_model_len: int | None = None) -> TraceTable:
+    """The trace's replayed rows, their requests not built yet (`trace_table.py`)."""
+    return load_csv_table(path, FORMAT, num_requests, seed, vocab_size, max_model_len)
 
 
 def load_azure(path: Path, num_requests: int | None, seed: int, vocab_size: int,
                max_model_len: int | None = None) -> list[Request]:
-    rows, skipped = read_csv_rows(path, COLUMNS, _parse, num_requests)
-    check_not_empty(path, len(rows))
-    warn_skipped(path, skipped, len(rows), "ContextTokens or GeneratedTokens 0")
-    sampler = TokenSampler(rng_for(seed, "azure.tokens"), vocab_size)
-    return to_requests(rows, sampler.lazy_rows(
-        prompt_lengths(path, rows, max_model_len, drawn_now=False)))
+    """The trace's requests in file order, arrivals from its first row's."""
+    return azure_table(path, num_requests, seed, vocab_size, max_model_len).requests()

@@ -24,37 +24,34 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvbench.core.request import Request
-from kvbench.workloads.csv_trace import read_csv_rows
-from kvbench.workloads.sampling import TokenSampler, rng_for
-from kvbench.workloads.trace_rows import (
-    TraceRow,
-    check_not_empty,
-    count,
-    prompt_lengths,
-    seconds,
-    to_requests,
-    warn_skipped,
-)
+from kvbench.workloads.csv_format import CsvFormat
+from kvbench.workloads.csv_numbers import parse_seconds
+from kvbench.workloads.csv_trace import load_csv_table
+from kvbench.workloads.trace_rows import seconds
+from kvbench.workloads.trace_table import TraceTable
 
 COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 
 
-def _parse(record: dict[str, str]) -> TraceRow | None:
-    row = TraceRow(
-        arrival_s=seconds(record["Timestamp"], "Timestamp"),
-        prompt_len=count(record["Request tokens"], "Request tokens"),
-        output_len=count(record["Response tokens"], "Response tokens"),
-    )
-    return row if row.prompt_len and row.output_len else None
+def _timestamp_s(text: str) -> float:
+    return seconds(text, "Timestamp")
+
+
+FORMAT = CsvFormat(COLUMNS, _timestamp_s, parse_seconds, "burstgpt.tokens",
+                   "failed requests: 0 response or request tokens")
+
+
+def burstgpt_table(
+    path: Path, num_requests: int | None, seed: int, vocab_size: int,
+    max_model_len: int | None = None,
+) -> TraceTable:
+    """The trace's replayed rows, their requests not built yet (`trace_table.py`)."""
+    return load_csv_table(path, FORMAT, num_requests, seed, vocab_size, max_model_len)
 
 
 def load_burstgpt(
     path: Path, num_requests: int | None, seed: int, vocab_size: int,
     max_model_len: int | None = None,
 ) -> list[Request]:
-    rows, skipped = read_csv_rows(path, COLUMNS, _parse, num_requests)
-    check_not_empty(path, len(rows))
-    warn_skipped(path, skipped, len(rows), "failed requests: 0 response or request tokens")
-    sampler = TokenSampler(rng_for(seed, "burstgpt.tokens"), vocab_size)
-    return to_requests(rows, sampler.lazy_rows(
-        prompt_lengths(path, rows, max_model_len, drawn_now=False)))
+    """The trace's requests in file order, arrivals from its first row's."""
+    return burstgpt_table(path, num_requests, seed, vocab_size, max_model_len).requests()

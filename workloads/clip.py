@@ -29,11 +29,7 @@ def clip_to_max_len(
     """The requests shortened to fit `max_model_len`, and how many had to be shortened."""
     if max_model_len is None:
         return list(requests), 0
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
-        raise KvbenchInputError(
-            f"--max-model-len must be an integer >= 2 (one prompt and one output token), "
-            f"got {max_model_len!r}"
-        )
+    check_max_model_len(max_model_len)
     clipped: list[Request] = []
     num_clipped = 0
     for request in requests:
@@ -45,6 +41,15 @@ def clip_to_max_len(
         prompt = request.prompt_token_ids[: max_model_len - output_len]
         clipped.append(replace(request, prompt_token_ids=prompt, output_len=output_len))
     return clipped, num_clipped
+
+
+def check_max_model_len(max_model_len: object) -> None:
+    """Refuse a maximum length that is not an integer >= 2 (one prompt, one output token)."""
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
+        raise KvbenchInputError(
+            f"--max-model-len must be an integer >= 2 (one prompt and one output token), "
+            f"got {max_model_len!r}"
+        )
 
 
 def clip_message(num_clipped: int, num_requests: int, max_model_len: int) -> str:

@@ -1,4 +1,10 @@
-"""Reading a CSV trace row by row into `TraceRow`s (Azure LLM inference, BurstGPT)."""
+"""Reading a CSV trace (Azure LLM inference, BurstGPT) into columns of its replayed rows.
+
+Two readers give the same rows: the plain reader (`csv_plain_reader.py`: numpy, for files
+in the simple form published traces have) and, for any other file, the row reader
+(`read_csv_rows`: the csv module, a dict and Python checks per row), which also names the
+first bad row (`file:line: ...`) of a file with bad rows.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,20 @@ import csv
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads.trace_rows import RowError, RowErrors, TraceRow
+from kvbench.workloads.csv_format import CsvFormat
+from kvbench.workloads.csv_plain_reader import read_plain_columns
+from kvbench.workloads.sampling import TokenSampler, rng_for
+from kvbench.workloads.trace_rows import (
+    RowError,
+    RowErrors,
+    TraceRow,
+    check_not_empty,
+    warn_skipped,
+)
+from kvbench.workloads.trace_table import TraceColumns, TraceTable, trace_table
 
 
 def csv_header(path: Path) -> list[str]:
@@ -19,13 +37,39 @@ def csv_header(path: Path) -> list[str]:
         return []
 
 
+def load_csv_table(path: Path, fmt: CsvFormat, num_requests: int | None, seed: int,
+                   vocab_size: int, max_model_len: int | None = None) -> TraceTable:
+    """The trace's requests as a table (rows left out with a `TraceRowsSkippedWarning`);
+    prompts are seeded random ids, drawn when first read."""
+    columns, skipped = read_csv_columns(path, fmt, num_requests)
+    check_not_empty(path, len(columns))
+    warn_skipped(path, skipped, len(columns), fmt.left_out)
+    sampler = TokenSampler(rng_for(seed, fmt.tokens_stream), vocab_size)
+    return trace_table(path, columns, sampler, max_model_len)
+
+
+def read_csv_columns(path: Path, fmt: CsvFormat, num_requests: int | None
+                     ) -> tuple[TraceColumns, int]:
+    """The replayed rows (the first `num_requests`, reading no further) and how many rows
+    were left out; a bad row is a `KvbenchInputError` naming it."""
+    plain = read_plain_columns(path, fmt, num_requests)
+    if plain is not None:
+        return plain
+    rows, skipped = read_csv_rows(path, fmt.columns, fmt.parse, num_requests)
+    return TraceColumns(
+        np.array([row.arrival_s for row in rows], dtype=np.float64),
+        np.array([row.prompt_len for row in rows], dtype=np.int64),
+        np.array([row.output_len for row in rows], dtype=np.int64),
+    ), skipped
+
+
 def read_csv_rows(
     path: Path,
     columns: tuple[str, ...],
     parse: Callable[[dict[str, str]], TraceRow | None],
     num_requests: int | None,
 ) -> tuple[list[TraceRow], int]:
-    """The rows `parse` keeps (None: skipped) and how many it skipped.
+    """The rows `parse` keeps (None: skipped) and how many it skipped, read row by row.
 
     Reading stops once `num_requests` rows are kept, so the first requests of a multi-GB
     trace load without reading the rest.
@@ -46,7 +90,7 @@ def read_csv_rows(
             for record in reader:
                 if num_requests is not None and len(rows) >= num_requests:
                     break
-                if not any((v or "").strip() for v in record.values()):
+                if _is_blank(record):
                     continue
                 try:
                     if None in record or any(record.get(c) is None for c in columns):
@@ -65,3 +109,15 @@ def read_csv_rows(
         raise KvbenchInputError(f"{path}: not a readable CSV file ({exc})") from None
     errors.raise_if_any()
     return rows, skipped
+
+
+def _is_blank(record: dict[str | None, str | list[str] | None]) -> bool:
+    """A record with nothing but whitespace in every field (extra fields included: the csv
+    module gives them as a list)."""
+    for value in record.values():
+        if isinstance(value, list):
+            if any(v.strip() for v in value):
+                return False
+        elif value and value.strip():
+            return False
+    return True

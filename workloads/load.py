@@ -12,6 +12,9 @@ A workload is loaded in four steps:
 4. the requests are sorted by arrival (ties keep generation order) and renumbered, so that
    `request_id` is the position in arrival order.
 
+A CSV trace (Azure, BurstGPT) comes as a `TraceTable` of numpy columns: steps 1 to 4 are
+done on the columns and each request is built once, with its final fields (`trace_table.py`).
+
 What a caller may want to tell the user (clipped requests, trace rows left out) comes back in
 the `WorkloadResult` (`clip_message`, `notes`), not as Python warnings.
 """
@@ -36,8 +39,9 @@ from kvbench.workloads.clip import clip_to_max_len
 from kvbench.workloads.entry import WORKLOADS
 from kvbench.workloads.params import check_float, check_int
 from kvbench.workloads.result import WorkloadResult
-from kvbench.workloads.trace_formats import read_trace
+from kvbench.workloads.trace_formats import read_trace_source
 from kvbench.workloads.trace_rows import TraceRowsSkippedWarning
+from kvbench.workloads.trace_table import TraceTable, table_requests
 
 TRACE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".csv")
 
@@ -93,8 +97,8 @@ def load_workload(
             raise KvbenchInputError(
                 f"a trace workload takes no parameters, got {', '.join(params)}"
             )
-        requests, notes = _read_trace(name, num_requests, seed, vocab_size, tokenizer,
-                                      max_model_len)
+        source, notes = _read_trace(name, num_requests, seed, vocab_size, tokenizer,
+                                    max_model_len)
         effective: dict[str, Any] = {}
     else:
         entry = WORKLOADS.get(name)
@@ -103,17 +107,15 @@ def load_workload(
             raise KvbenchInputError(f"workload {name!r} needs --num-requests")
         notes = ()
         check_workload_fits(num_requests, 0, "--num-requests")
-        requests = entry.generator(num_requests, seed, vocab_size, **effective)
+        source = entry.generator(num_requests, seed, vocab_size, **effective)
 
     time_scale = check_float("--time-scale", time_scale, 0.0, strict=True)
-    if time_scale != 1.0:
-        requests = [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]
-    requests = apply_arrivals(requests, arrivals.request_rate, arrivals.burstiness, seed,
-                              arrivals.conversation_rate)
-    requests, num_clipped = clip_to_max_len(requests, max_model_len)
-    # (most already have their index: a copy each would cost seconds over a long trace)
-    requests = [r if r.request_id == i else replace(r, request_id=i)
-                for i, r in enumerate(requests)]
+    if isinstance(source, TraceTable):
+        # a CSV trace: each request built once, with its final fields (trace_table.py)
+        requests, num_clipped = table_requests(source, time_scale, arrivals, seed,
+                                               max_model_len)
+    else:
+        requests, num_clipped = _finish(source, time_scale, arrivals, seed, max_model_len)
     return WorkloadResult(
         name=name,
         requests=requests,
@@ -125,14 +127,29 @@ def load_workload(
     )
 
 
+def _finish(requests: list[Request], time_scale: float, arrivals: ArrivalProcess, seed: int,
+            max_model_len: int | None) -> tuple[list[Request], int]:
+    """A generator's requests scaled, given arrivals, sorted, clipped and renumbered."""
+    if time_scale != 1.0:
+        requests = [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]
+    requests = apply_arrivals(requests, arrivals.request_rate, arrivals.burstiness, seed,
+                              arrivals.conversation_rate)
+    requests, num_clipped = clip_to_max_len(requests, max_model_len)
+    # (most already have their index: a copy each would cost seconds over a long trace)
+    return [r if r.request_id == i else replace(r, request_id=i)
+            for i, r in enumerate(requests)], num_clipped
+
+
 def _read_trace(
     path: str, num_requests: int | None, seed: int, vocab_size: int,
     tokenizer: str | os.PathLike[str] | None, max_model_len: int | None,
-) -> tuple[list[Request], tuple[str, ...]]:
-    """The trace's requests and the readers' notes on rows left out (other warnings pass)."""
+) -> tuple[list[Request] | TraceTable, tuple[str, ...]]:
+    """The trace's requests (or table) and the readers' notes on rows left out (other
+    warnings pass)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TraceRowsSkippedWarning)
-        requests = read_trace(path, num_requests, seed, vocab_size, tokenizer, max_model_len)
+        requests = read_trace_source(path, num_requests, seed, vocab_size, tokenizer,
+                                     max_model_len)
     for w in caught:
         if not issubclass(w.category, TraceRowsSkippedWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

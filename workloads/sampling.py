@@ -95,7 +95,12 @@ class TokenSampler:
         all of them on the first read of any (`prompt_tokens.py`): the sampler must draw
         nothing else, so that the ids are the same whenever they are drawn."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        return LazyRows(partial(self._checked_rows, lengths)).prompts(lengths.tolist())
+        return self.lazy_source(lengths).prompts(lengths.tolist())
+
+    def lazy_source(self, lengths: Sequence[int] | np.ndarray) -> LazyRows:
+        """The rows `lazy_rows(lengths)` reads from, for a caller that makes the prompts
+        itself (row `i` of `lengths`, or a head of it: `PromptTokens(source, i, n)`)."""
+        return LazyRows(partial(self._checked_rows, np.asarray(lengths, dtype=np.int64)))
 
     def _checked_rows(self, lengths: np.ndarray) -> list[tuple[int, ...]]:
         """`rows`, checked to fit in memory however few tokens (a lazy workload's loader

@@ -12,7 +12,9 @@
 
 Every reader returns requests in file order with arrival times relative to the trace's first
 request; `load_workload` then scales them (`time_scale`), applies any arrival process and
-clips lengths to the model.
+clips lengths to the model. The CSV readers (millions of rows) return a `TraceTable` instead,
+their rows as numpy columns, and `load_workload` builds each request once with its final
+fields (`trace_table.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kvbench.errors import KvbenchInputError
 from kvbench.workloads import azure, burstgpt, mooncake, sharegpt_json
 from kvbench.workloads.csv_trace import csv_header
 from kvbench.workloads.trace import load_trace
+from kvbench.workloads.trace_table import TraceTable
 
 FORMATS = ("kvbench", "mooncake", "azure", "burstgpt", "sharegpt-json")
 # A file named so holds JSON lines: a line that is a list is a bad line, not a ShareGPT dataset.
@@ -83,14 +86,29 @@ def read_trace(
 ) -> list[Request]:
     """The trace's requests in file order, whatever its format; prompts given by length are
     built to at most `max_model_len` tokens (`bounds.py`)."""
+    source = read_trace_source(path, num_requests, seed, vocab_size, tokenizer, max_model_len)
+    return source.requests() if isinstance(source, TraceTable) else source
+
+
+def read_trace_source(
+    path: str | os.PathLike[str],
+    num_requests: int | None,
+    seed: int,
+    vocab_size: int,
+    tokenizer: str | os.PathLike[str] | None = None,
+    max_model_len: int | None = None,
+) -> list[Request] | TraceTable:
+    """What `read_trace` gives, except that a CSV trace (Azure, BurstGPT: millions of rows,
+    no sharing) comes as a `TraceTable`, whose requests `load_workload` builds once it
+    knows their final fields."""
     path = Path(path)
     kind = detect_trace_format(path)
     if kind == "mooncake":
         return mooncake.load_mooncake(path, num_requests, seed, vocab_size, max_model_len)
     if kind == "azure":
-        return azure.load_azure(path, num_requests, seed, vocab_size, max_model_len)
+        return azure.azure_table(path, num_requests, seed, vocab_size, max_model_len)
     if kind == "burstgpt":
-        return burstgpt.load_burstgpt(path, num_requests, seed, vocab_size, max_model_len)
+        return burstgpt.burstgpt_table(path, num_requests, seed, vocab_size, max_model_len)
     if kind == "sharegpt-json":
         return sharegpt_json.load_sharegpt_json(path, num_requests, vocab_size, tokenizer)
     return load_trace(path, num_requests, seed, vocab_size, max_model_len)

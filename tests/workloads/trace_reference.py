@@ -1,0 +1,48 @@
+"""The workload of a CSV trace as `load_workload` built it before `trace_table.py`: a
+`Request` per row, then a copy of each for the time scale, the arrival process, clipping and
+its number. Tests compare the one-build path with it, field by field."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+from kvbench.core.request import Request
+from kvbench.workloads.arrivals import apply_arrivals
+from kvbench.workloads.clip import clip_to_max_len
+from kvbench.workloads.csv_format import CsvFormat
+from kvbench.workloads.csv_trace import read_csv_rows
+from kvbench.workloads.sampling import TokenSampler, rng_for
+from kvbench.workloads.trace_rows import prompt_lengths, to_requests
+
+
+def reference_workload(path: Path, fmt: CsvFormat, num_requests: int | None, seed: int,
+                       vocab_size: int, *, max_model_len: int | None = None,
+                       time_scale: float = 1.0, request_rate: float = math.inf,
+                       burstiness: float = 1.0) -> tuple[list[Request], int]:
+    """The requests and the count of clipped ones, the old way."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows, _ = read_csv_rows(path, fmt.columns, fmt.parse, num_requests)
+    sampler = TokenSampler(rng_for(seed, fmt.tokens_stream), vocab_size)
+    requests = to_requests(rows, sampler.lazy_rows(
+        prompt_lengths(path, rows, max_model_len, drawn_now=False)))
+    if time_scale != 1.0:
+        requests = [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]
+    requests = apply_arrivals(requests, request_rate, burstiness, seed)
+    requests, num_clipped = clip_to_max_len(requests, max_model_len)
+    requests = [r if r.request_id == i else replace(r, request_id=i)
+                for i, r in enumerate(requests)]
+    return requests, num_clipped
+
+
+def request_fields(request: Request) -> tuple:
+    """A request's fields without drawing its prompt: times as their exact bits, the prompt
+    as its row and length (and the types, which must not change either)."""
+    prompt = request.prompt_token_ids
+    return (request.request_id, type(request.request_id), request.arrival_s.hex(),
+            type(request.arrival_s), request.output_len, type(request.output_len), request.n,
+            request.prefix_id, request.conversation_id, type(prompt), prompt._index,
+            len(prompt), vars(request).keys())

@@ -1,0 +1,105 @@
+"""A trace of unshared prompts (BurstGPT, Azure) as columns, made into requests once.
+
+The row-by-row path builds a `Request` per row, then copies it for `time_scale`, for the
+arrival process, for clipping and for its final number (`dataclasses.replace`, ~5 µs each).
+A `TraceTable` keeps the trace's rows as numpy columns in file order until `load_workload`
+knows every final field, then builds each request once (`table_requests`). It gives exactly
+what the row path gives: the same arrival times (the same float operations, in numpy), the
+same stable order, the same clipping, and prompts that are `PromptTokens` of the same
+`LazyRows` (drawn from the same generator, with the same lengths, in the same order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kvbench.core.request import Request
+from kvbench.workloads.arrivals import ArrivalProcess, arrival_times
+from kvbench.workloads.bounds import check_workload_fits, prompt_cap
+from kvbench.workloads.clip import check_max_model_len
+from kvbench.workloads.prompt_tokens import LazyRows
+from kvbench.workloads.request_build import build_requests
+from kvbench.workloads.sampling import TokenSampler
+
+
+@dataclass(frozen=True)
+class TraceColumns:
+    """A trace's replayed rows in file order: seconds on the trace's own clock, prompt and
+    output token counts (float64, int64, int64)."""
+
+    arrival_s: np.ndarray
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.prompt_len)
+
+
+@dataclass(frozen=True)
+class TraceTable:
+    """A trace's requests before they are built: `arrival_s` relative to its earliest row,
+    prompt lengths as built (at most the model's length), prompts drawn lazily from `rows`
+    (row i is request i's prompt, in file order)."""
+
+    arrival_s: np.ndarray
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    rows: LazyRows
+
+    def __len__(self) -> int:
+        return len(self.prompt_len)
+
+    def requests(self) -> list[Request]:
+        """The requests in file order, numbered so, arriving at `arrival_s`."""
+        return build_requests(self.rows, np.arange(len(self)), self.prompt_len,
+                              self.arrival_s, self.output_len)
+
+
+def trace_table(path: Path, columns: TraceColumns, sampler: TokenSampler,
+                max_model_len: int | None) -> TraceTable:
+    """What `trace_rows.to_requests(rows, sampler.lazy_rows(prompt_lengths(...)))` gives, as
+    a table: prompts capped to the model's length, the requests checked to fit in memory
+    (the prompts' ids are checked when they are drawn)."""
+    lengths = np.minimum(columns.prompt_len, prompt_cap(max_model_len))
+    check_workload_fits(len(columns), 0, str(path))
+    times = columns.arrival_s
+    origin = times.min() if len(times) else 0.0
+    return TraceTable(times - origin, lengths, columns.output_len, sampler.lazy_source(lengths))
+
+
+def table_requests(table: TraceTable, time_scale: float, process: ArrivalProcess, seed: int,
+                   max_model_len: int | None) -> tuple[list[Request], int]:
+    """The requests `load_workload` gives for `table`, and how many were clipped: arrivals
+    scaled by `time_scale` (already checked) or set by `process` (`apply_arrivals` with one
+    request per conversation), sorted by arrival (ties in file order), clipped to
+    `max_model_len` (`clip_to_max_len`), numbered in arrival order."""
+    arrival = table.arrival_s
+    if time_scale != 1.0:
+        arrival = arrival * time_scale
+    if not process.offline:
+        n = len(table)
+        # each request is a conversation of one: start + (own time - own time) = start
+        arrival = arrival_times(n, process.conversation_start_rate(n, n), process.burstiness,
+                                seed)
+    order = np.argsort(arrival, kind="stable")
+    prompt_len = table.prompt_len[order]
+    output_len = table.output_len[order]
+    num_clipped = 0
+    if max_model_len is not None:
+        check_max_model_len(max_model_len)
+        clipped = prompt_len + output_len > max_model_len
+        num_clipped = int(np.count_nonzero(clipped))
+        if num_clipped:
+            # the output first (to at least 1 token), then the prompt's end
+            short_output = np.maximum(1, max_model_len - prompt_len)
+            output_len = np.where(clipped, short_output, output_len)
+            prompt_len = np.where(clipped, np.minimum(prompt_len, max_model_len - output_len),
+                                  prompt_len)
+    requests = build_requests(table.rows, order, prompt_len, arrival[order], output_len)
+    return requests, num_clipped
+
+
+__all__ = ["TraceColumns", "TraceTable", "table_requests", "trace_table"]
