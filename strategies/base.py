@@ -140,7 +140,8 @@ class CacheStrategy(ABC):
 
     @abstractmethod
     def required_slots(self, seq: Sequence) -> int:
-        """Slots the sequence needs to be admitted and finish alone in an empty arena."""
+        """Slots the sequence needs to be admitted and finish alone in an empty arena: a
+        function of its prompt and output lengths alone (the engine keeps it by them)."""
 
     @abstractmethod
     def can_admit(self, seq: Sequence, num_running: int) -> bool:

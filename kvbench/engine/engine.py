@@ -104,6 +104,7 @@ class Engine(BaseEngine):
         # The running sequences of a decode run, advanced by counting (`fast_forward`), and
         # the prompts admitted while it kept its members, which join at the next run.
         self._cohort = DecodeCohort(self.step_times, executor.decode_run_token)
+        self._required_slots: dict[tuple[int, int], int] = {}  # (prompt, output) -> slots
         self._joiners: list[Sequence] = []
 
     # Requests ---------------------------------------------------------------------------
@@ -111,8 +112,15 @@ class Engine(BaseEngine):
     def check_request(self, request: Request) -> None:
         """Raise `KvbenchInputError` for a request that could never run on this engine."""
         check_request_lengths(request, self.max_model_len)
-        probe = Sequence(-1, request, 0, self._prompt_tokens(request))
-        need = self.strategy.required_slots(probe)
+        # A function of the lengths alone (`CacheStrategy.required_slots`): a long trace
+        # repeats them, and a probe sequence each costs a million-request check a second.
+        lengths = (request.prompt_len, request.output_len)
+        need = self._required_slots.get(lengths)
+        if need is None:
+            need = self.strategy.required_slots(
+                Sequence(-1, request, 0, self._prompt_tokens(request)))
+            if len(self._required_slots) < 1 << 20:
+                self._required_slots[lengths] = need
         if need > self.strategy.capacity_slots:
             need_bytes = need * self.bytes_per_slot
             have_bytes = self.strategy.capacity_slots * self.bytes_per_slot

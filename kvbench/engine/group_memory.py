@@ -20,8 +20,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from kvbench.strategies.base import MemorySplit
 
 PARTS = ("token", "reserved", "internal", "external", "free")
@@ -115,6 +113,8 @@ class GroupMemory:
         pending, self._pending = self._pending, [array("d") for _ in range(len(PARTS) + 2)]
         if not pending[0]:
             return
+        import numpy as np  # here: the CLI's help imports the engine, and stays light
+
         dts, *parts, seq_tokens = [np.array(a, dtype=np.float64) for a in pending]
         held = parts[0] + parts[1] + parts[2] + parts[3]
         self._weight_s += float(dts.sum())
