@@ -530,18 +530,20 @@ class StepTimeModel:
         now_s = start_s
         ends: list[float] = []
         busy_s, flops_sum, bytes_sum = sums
-        values: tuple[float, ...] = ()
         flops = moved = 0.0
         context = context_tokens
+        floor = 0.0  # no layer floor: as `max(0, floor - layer)` gives it
+        att_dec = 0.0
         for step in range(max_steps):
             if step and now_s >= until_s:
                 break
             att_dec = att_fixed + context * layer_bytes / att_rate
-            layer = gemm + att_dec + 0.0 + elt + kv_write + ar  # 0.0: no prefill attention
-            floor = layer_floor - layer if layer_floor > layer else 0.0
-            values = (L_gemm, L * att_dec, 0.0, L_elt_outer, L_kv_write, L_ar,
-                      L * floor, lm_head, 0.0, cpu)
-            step_s = sum(values)
+            if layer_floor:
+                layer = gemm + att_dec + 0.0 + elt + kv_write + ar  # 0.0: no prefill attention
+                floor = layer_floor - layer if layer_floor > layer else 0.0
+            # `sum` of the parts (`_cost_of_sums`' `values`), added in their order
+            step_s = (L_gemm + L * att_dec + 0.0 + L_elt_outer + L_kv_write + L_ar
+                      + L * floor + lm_head + 0.0 + cpu)
             if step_s < 0:
                 raise ValueError(f"the simulated clock cannot go back ({step_s} s)")
             flops = fixed_flops + L_afpp * context
@@ -552,6 +554,8 @@ class StepTimeModel:
             flops_sum += flops
             bytes_sum += moved
             context += num_seqs
+        values = (L_gemm, L * att_dec, 0.0, L_elt_outer, L_kv_write, L_ar, L * floor, lm_head,
+                  0.0, cpu) if ends else ()
         last = StepTime(values, flops, moved, compute_bound)
         return ends, (busy_s, flops_sum, bytes_sum), compute_bound * len(ends), last
 
