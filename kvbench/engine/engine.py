@@ -184,7 +184,9 @@ class Engine(BaseEngine):
         step's, as in `step`), or up to the step before one in which an allocation would
         fail, and no step starting at or after `until_s` (the caller's next arrival).
         `through_finishes`: go on after a step in which sequences finished, while the rest
-        still make a decode run (a caller whose next arrival no finish can bring forward).
+        still make a decode run (a caller whose next arrival no finish can bring forward). A
+        step that only admits prompts from the queue (`next_schedule_admits_only`) is run
+        here too, through `step`, and the run goes on with its prompts.
         Returns how many steps ran (0: the next step is not one of a run; `step` runs it)
         and the sequences that finished in them, in order.
 
@@ -208,8 +210,20 @@ class Engine(BaseEngine):
         total = 0
         finished: list[Sequence] = []
         while True:
-            if strategy.has_pending_copies() or tracing_active() or not policy.decode_run_ready():
+            if strategy.has_pending_copies() or tracing_active():
                 return total, finished
+            if not policy.decode_run_ready():
+                # A step of prompts alone keeps the members: it runs here, and its prompts
+                # join the run after it (prefill-first admitting an arrival).
+                if not policy.next_schedule_admits_only() or self.clock() >= until_s:
+                    return total, finished
+                now_finished = self.step()
+                finished += now_finished
+                total += 1
+                if ((now_finished and not through_finishes) or self.clock() >= until_s
+                        or not self._join_cohort(running)):
+                    return total, finished
+                continue
             # The step in which the first member samples its last token: the run's last.
             to_finish = cohort.steps_to_first_finish()
             fit = strategy.cohort_run_steps(cohort.ordinal, len(cohort), to_finish)
