@@ -16,13 +16,12 @@ values outside the plain `123.456` form (negative, NaN, below 1e-4 s, which Pyth
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
 
 import numpy as np
 
@@ -49,32 +48,14 @@ def token_time_lines(requests: Iterable[Request],
 def token_times_file(requests: Iterable[Request], sequences: dict[int, list[Sequence]],
                      ) -> tuple[list[str], TokenTimes]:
     """`token_time_lines`, and exactly what `read_token_arrays` gives for the file they make
-    (each time is `round(t, 6)`), from one rounding pass: a session hands the arrays to its
-    report instead of parsing the file back (4M times cost a third of a second)."""
-    lines: list[str] = []
-    times = _write_lines(lines.extend, requests, sequences)
-    return lines, times
+    (each time is `round(t, 6)`): a session hands the arrays to its report instead of
+    parsing the file back. A run writes the file itself with
+    `kvbench.results.token_file.write_token_file`, which this reads into memory."""
+    from kvbench.results.token_file import write_token_file  # (it imports this module)
 
-
-@dataclass(frozen=True)
-class WrittenTokenTimes:
-    """What writing tokens.jsonl hands back: the arrays the file reads back as, and every
-    inter-token gap of the unrounded times (ms), pooled in the file's order of samples
-    (`metrics.inter_token_latencies_ms` over the samples in that order)."""
-
-    times: TokenTimes
-    itl_ms: np.ndarray
-
-
-def write_token_times(handle: IO[str], requests: Iterable[Request],
-                      sequences: dict[int, list[Sequence]]) -> WrittenTokenTimes:
-    """Write `token_time_lines` to `handle` (each with its newline), a batch of lines at a
-    time: the file's text is never held whole (a long run's is hundreds of MB). The ITLs
-    come from the same pass over the times (a run's summary needs them)."""
-    gaps_ms: list[np.ndarray] = []
-    times = _write_lines(lambda lines: handle.write("".join(f"{line}\n" for line in lines)),
-                         requests, sequences, gaps_ms)
-    return WrittenTokenTimes(times, gaps_ms[0])
+    buffer = io.BytesIO()
+    written = write_token_file(buffer, requests, sequences)
+    return buffer.getvalue().decode("utf-8").splitlines(), written.times
 
 
 def file_order(requests: Iterable[Request],
@@ -83,46 +64,6 @@ def file_order(requests: Iterable[Request],
     return [(int(request.request_id), int(seq.sample_index)) for request in requests
             for seq in sorted(sequences.get(request.request_id, []),
                               key=lambda s: s.sample_index)]
-
-
-def _write_lines(put: Callable[[list[str]], Any], requests: Iterable[Request],
-                 sequences: dict[int, list[Sequence]],
-                 gaps_ms: list[np.ndarray] | None = None) -> TokenTimes:
-    """Hand the lines of every sample, in request order, to `put` a batch at a time (and,
-    given `gaps_ms`, append to it the pooled gaps of every sample, ms: batches end between
-    samples, so each batch's are the run's cut in order). The arrays are filled in place,
-    batch by batch: a long run's are GBs, never held twice."""
-    ids: list[int] = []
-    samples: list[int] = []
-    ordered: list[Sequence] = []
-    for request in requests:
-        for seq in sorted(sequences.get(request.request_id, []), key=lambda s: s.sample_index):
-            ids.append(int(request.request_id))
-            samples.append(int(seq.sample_index))
-            ordered.append(seq)
-    series = token_time_series(ordered)
-    del ordered
-    counts = np.array([len(times) for times in series], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    rounded = np.empty(int(starts[-1]))
-    gaps = np.empty(int(np.maximum(counts - 1, 0).sum())) if gaps_ms is not None else None
-    done = 0
-    at_gap = 0
-    for bodies, values, seconds in _format_batches(series):
-        end = done + len(bodies)
-        put([f'{{"request_id":{request_id},"sample":{sample},"token_times_s":[{body}]}}'
-             for request_id, sample, body in zip(ids[done:end], samples[done:end], bodies,
-                                                 strict=True)])
-        rounded[starts[done] : starts[end]] = values
-        if gaps is not None:
-            batch = pooled_gaps_s(seconds, starts[done : end + 1] - starts[done]) * 1e3
-            gaps[at_gap : at_gap + batch.size] = batch
-            at_gap += batch.size
-        done = end
-    if gaps_ms is not None:
-        gaps_ms.append(gaps)
-    return TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
-                      starts, rounded)
 
 
 def token_time_series(seqs: Seq[Sequence]) -> list[np.ndarray]:
@@ -187,7 +128,7 @@ def _format_chunk(series: list[Seq[float]]) -> tuple[list[str], np.ndarray, np.n
     if not sum(lengths):
         return ["" for _ in series], np.empty(0), np.empty(0)
     seconds = np.concatenate([np.asarray(t, dtype=float) for t in series])
-    us, plain = _round_to_us(seconds)
+    us, plain = round_to_us(seconds)
     rounded = us / _US_PER_S
     for i in np.flatnonzero(~plain):
         rounded[i] = round(float(seconds[i]), 6)
@@ -211,7 +152,7 @@ def _format_chunk(series: list[Seq[float]]) -> tuple[list[str], np.ndarray, np.n
     return out, rounded, seconds
 
 
-def _round_to_us(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def round_to_us(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(`round(t, 6)` in integer microseconds, whether the array path prints the value)."""
     with np.errstate(invalid="ignore", over="ignore"):
         scaled = seconds * _US_PER_S
@@ -252,7 +193,15 @@ _MICRO_LAST[0] = 0
 def _format_us(us: np.ndarray) -> tuple[str, np.ndarray]:
     """Every value as `repr(us / 1e6)` followed by a comma, concatenated, and the index of
     each value's comma in the text."""
+    text, comma_at = format_us_bytes(us)
+    return text.decode("ascii"), comma_at
+
+
+def format_us_bytes(us: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """`_format_us` as ASCII bytes (a binary file takes them as they are)."""
     n = us.size
+    if n == 0:
+        return b"", np.empty(0, dtype=np.int64)
     whole = us // _US_PER_S
     frac = us - whole * _US_PER_S
     groups = max(1, -(-len(str(int(whole.max()))) // 3))  # 3-digit groups of the whole part
@@ -271,22 +220,43 @@ def _format_us(us: np.ndarray) -> tuple[str, np.ndarray]:
     rows[:, groups + 1] = _MICRO_LAST[micro]
     chars = rows.view(np.uint8).reshape(-1)
     packed = chars[chars != 0]
-    return packed.tobytes().decode("ascii"), np.flatnonzero(packed == ord(","))
+    return packed.tobytes(), np.flatnonzero(packed == ord(","))
 
 
-@dataclass(frozen=True)
 class TokenTimes:
     """A `tokens.jsonl` read into arrays: sample i's times are
-    `times_s[starts[i]:starts[i + 1]]`, belonging to `request_ids[i]`, sample `samples[i]`."""
+    `times_s[starts[i]:starts[i + 1]]`, belonging to `request_ids[i]`, sample `samples[i]`.
 
-    request_ids: np.ndarray
-    samples: np.ndarray
-    starts: np.ndarray
-    times_s: np.ndarray
+    `times_s` is given, or made by `gather` when first read: a run hands its report these
+    arrays from memory (`kvbench.results.token_file`), and a million-request run's times are
+    GBs that only the report's charts read."""
+
+    __slots__ = ("request_ids", "samples", "starts", "_times_s", "_gather")
+
+    def __init__(self, request_ids: np.ndarray, samples: np.ndarray, starts: np.ndarray,
+                 times_s: np.ndarray | None = None, *,
+                 gather: Callable[[], np.ndarray] | None = None) -> None:
+        if (times_s is None) == (gather is None):
+            raise ValueError("TokenTimes takes its times or a way to gather them, not both")
+        self.request_ids = request_ids
+        self.samples = samples
+        self.starts = starts
+        self._times_s = times_s
+        self._gather = gather
+
+    @property
+    def times_s(self) -> np.ndarray:
+        """Every token's time (seconds, run clock), sample after sample."""
+        if self._times_s is None:
+            self._times_s, self._gather = self._gather(), None
+        return self._times_s
 
     def sample_times(self) -> list[np.ndarray]:
         """Each sample's times, in file order (views into `times_s`)."""
         return np.split(self.times_s, self.starts[1:-1]) if len(self.request_ids) else []
+
+    def __repr__(self) -> str:
+        return f"TokenTimes({len(self.request_ids)} samples, {int(self.starts[-1])} times)"
 
 
 _LINE = re.compile(rb'\{"request_id":(-?\d+),"sample":(\d+),"token_times_s":\[([0-9.,]*)\]\}')
@@ -423,4 +393,4 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 __all__ = ["TOKENS_FILE", "TokenTimes", "microsecond_lists", "pooled_gaps_s", "token_time_series",
            "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines",
-           "token_times_file", "write_token_times", "WrittenTokenTimes", "file_order"]
+           "token_times_file", "file_order", "format_us_bytes", "round_to_us"]

@@ -64,12 +64,9 @@ from kvbench.results.summary import (
     Summary,
     Throughput,
 )
-from kvbench.results.token_times import (
-    TOKENS_FILE,
-    TokenTimes,
-    file_order,
-    write_token_times,
-)
+from kvbench.results.token_file import write_token_file
+from kvbench.results.token_times import TOKENS_FILE, TokenTimes
+from kvbench.results.weighted import WeightedValues
 from kvbench.session.progress import Progress
 from kvbench.session.run_config import RunConfig
 from kvbench.strategies import STRATEGIES, reads_option
@@ -390,23 +387,21 @@ def _write_results(
     engine = built.engine
     with trace_range("metrics"):
         step_totals = step_writer.close()
-        added = [r for r in workload.requests if r.request_id in engine.sequences]
-        records = list(request_records(added, engine.sequences))
+        sequences = engine.sequences
+        added = [r for r in workload.requests if r.request_id in sequences]
+        records = list(request_records(added, sequences))
         requests_df = request_frame(records)
         atomic_write_text(folder / "requests.csv", requests_csv(records))
         del records
         request_writer.close()
         with atomic_text_file(folder / TOKENS_FILE) as handle:  # streamed: a long run's is GBs
-            written = write_token_times(handle, added, engine.sequences)
-        # Its ITLs are the summary's where the file lists the samples as the engine holds
-        # them (the order their mean is summed in).
-        same_order = file_order(added, engine.sequences) == [
-            (request_id, seq.sample_index) for request_id, seqs in engine.sequences.items()
-            for seq in seqs]
+            written = write_token_file(handle.buffer, added, sequences)  # (bytes: ASCII)
+        # Its ITLs are the summary's: the file holds every sample the engine ran (warm-up's
+        # were forgotten at its reset), as gaps with counts.
         summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
-                            step_totals, engine, written.itl_ms if same_order else None)
+                            step_totals, engine, written.itl_ms)
     token_times = written.times
-    del written  # its ITLs, partitioned by the summary, are read by nothing else
+    del written
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", recorder.to_json())
@@ -424,11 +419,15 @@ def group_figures(engine) -> dict[str, Any]:
 
 
 def summarize(built, workload, run, label, status, warmup_done, requests_df,
-              steps: StepTotals, engine, itl_ms: np.ndarray | None = None) -> Summary:
+              steps: StepTotals, engine,
+              itl_ms: WeightedValues | np.ndarray | None = None) -> Summary:
     """The run's `Summary` from its per-request rows and the totals over its steps;
-    `itl_ms`: the engine's `inter_token_latencies_ms` when the caller has them."""
+    `itl_ms`: the engine's `inter_token_latencies_ms` (or those gaps with counts) when the
+    caller has them."""
     if itl_ms is None:
         itl_ms = inter_token_latencies_ms(engine.sequences)
+    itl = (itl_ms.stats() if isinstance(itl_ms, WeightedValues)
+           else latency_stats(itl_ms, consume=True))  # read by nothing else
     by_request = per_request(requests_df)  # a request's prompt counts once, not per sample
     completed = int(by_request["completed"].sum()) if not requests_df.empty else 0
     tput, makespan = throughput(requests_df) if not requests_df.empty else ({}, 0.0)
@@ -471,7 +470,7 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
     latency = Latencies(
         ttft=LatencyStats(**latency_stats(requests_df.get("ttft_ms", []))),
         tpot=LatencyStats(**latency_stats(requests_df.get("tpot_ms", []))),
-        itl=LatencyStats(**latency_stats(itl_ms, consume=True)),  # read by nothing else
+        itl=LatencyStats(**itl),
         e2e=LatencyStats(**latency_stats(requests_df.get("e2e_ms", []))),
         queue=LatencyStats(**latency_stats(requests_df.get("queue_ms", []))),
         prefill=LatencyStats(**latency_stats(requests_df.get("prefill_ms", []))),

@@ -1,0 +1,313 @@
+"""`tokens.jsonl` written from the engines' step ends, a step's time formatted once.
+
+A sequence's token times are the ends of the steps it sampled in, held as ranges of its
+engine's `StepTimes` (`Sequence.token_steps`; kvbench/core/step_times.py): a range of engine
+steps `(start, stop)`, or of the engine's decode cohort steps `(~start, ~stop)`. So the file
+needs each step end's text once: every end is formatted into one text, each followed by a
+comma (`token_times.format_us_bytes`, the integer-microsecond formatter), then the decode
+cohort's ends (`ends[cohort_steps]`) the same way after them, and a range of either kind is
+one slice of that text. A sample's line is its prefix and the slices of its ranges: no time
+is formatted, rounded or copied per token (a million requests hold about 330 million), and
+the text each range needs is exactly what formatting its times one by one gives (the format
+is per value: `json.dumps` of a list is its values' texts joined by commas).
+
+The same ranges describe the rest per step rather than per token:
+
+- the inter-token latencies: within a range, the gaps are differences of consecutive values
+  of that text's times, each counted once per range that spans it (a running sum of +1 at
+  a range's start and -1 at its last value); between two ranges of one sample, one gap
+  each. `WeightedValues` holds them as (gap, count), from which the summary's figures come
+  without expanding them; every gap is the very double the per-token arrays gave (`(b - a)
+  * 1e3` of the same two times);
+- the report's times (`TokenTimes.times_s`, what reading the file back gives): gathered from
+  the rounded step ends only if something reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import IO
+
+import numpy as np
+
+from kvbench.core.request import Request
+from kvbench.core.sequence import Sequence
+from kvbench.core.step_times import StepTimes
+from kvbench.results.token_times import TokenTimes, format_us_bytes, round_to_us
+from kvbench.results.weighted import WeightedValues
+
+_US_PER_S = 1_000_000
+_SAMPLE = operator.attrgetter("sample_index")
+# Values formatted at once: the temporaries of a batch stay small (a 4M-value array at
+# once spends as long in page faults as formatting).
+_CHUNK_VALUES = 1 << 16
+
+
+@dataclass(frozen=True)
+class WrittenTokens:
+    """What writing tokens.jsonl hands back: the arrays the file reads back as (`times_s`
+    gathered when first read) and every inter-token gap of the unrounded times, ms, as
+    `metrics.inter_token_latencies_ms` gives them (in another order)."""
+
+    times: TokenTimes
+    itl_ms: WeightedValues
+
+
+def write_token_file(handle: IO[bytes], requests: Iterable[Request],
+                     sequences: dict[int, list[Sequence]]) -> WrittenTokens:
+    """Write tokens.jsonl to the binary `handle`: one line per sample of each request, in
+    request order, samples in order, each `json.dumps` of `{"request_id", "sample",
+    "token_times_s"}` with separators `,` and `:`, the times rounded with `round(t, 6)`.
+
+    The file is cut into pieces of one text: each line's head (its ids), and each of its
+    ranges' values with their commas (the last range's without). The Python work is a pass
+    over the samples that collects their ranges; the pieces are placed with numpy and
+    joined a batch at a time (a sample decoding while requests arrive has dozens of ranges:
+    it leaves the decode cohort at every step that admits a prompt)."""
+    logs: dict[int, int] = {}  # id(StepTimes) -> its index in `step_logs`
+    step_logs: list[StepTimes] = []
+    ids: list[int] = []
+    samples: list[int] = []
+    heads: list[bytes] = []
+    sample_log: list[int] = []
+    num_steps: list[int] = []
+    flat: list[int] = []  # every sample's token_steps, end to end
+    for request in requests:
+        seqs = sequences.get(request.request_id)
+        if not seqs:
+            continue
+        request_id = int(request.request_id)
+        for seq in (seqs if len(seqs) == 1 else sorted(seqs, key=_SAMPLE)):
+            sample = int(seq.sample_index)
+            ids.append(request_id)
+            samples.append(sample)
+            heads.append(_HEAD % (request_id, sample))
+            steps = seq.token_steps
+            num_steps.append(len(steps))
+            if steps:
+                log = seq.step_times
+                index = logs.get(id(log))
+                if index is None:
+                    index = logs[id(log)] = len(step_logs)
+                    step_logs.append(log)
+                sample_log.append(index)
+                flat += steps
+            else:
+                sample_log.append(0)
+    texts = [_log_text(log) for log in step_logs]
+    ranges = _Ranges.of(texts, np.array(flat, dtype=np.int64).reshape(-1, 2),
+                        np.array(num_steps, dtype=np.int64) // 2,
+                        np.array(sample_log, dtype=np.int64))
+    _write_pieces(handle, texts, heads, ranges)
+    values = np.concatenate([t.values for t in texts]) if texts else np.empty(0)
+    rounded = np.concatenate([t.rounded for t in texts]) if texts else np.empty(0)
+    return _written(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
+                    ranges, values, rounded)
+
+
+_HEAD = b'{"request_id":%d,"sample":%d,"token_times_s":['
+
+
+@dataclass(frozen=True)
+class _LogText:
+    """One `StepTimes`' values, its step ends then its decode cohort's, and their text:
+    value `k` reads `text[pos[k] : pos[k + 1] - 1]`, its comma at `pos[k + 1] - 1`."""
+
+    steps: int  # the cohort's values start here
+    cohort: np.ndarray  # the engine step of each cohort step
+    values: np.ndarray
+    rounded: np.ndarray
+    text: bytes
+    pos: np.ndarray
+
+
+def _log_text(log: StepTimes) -> _LogText:
+    ends = np.array(log.ends, dtype=np.float64)  # a copy: the engine's array may grow
+    cohort = np.array(log.cohort_steps, dtype=np.int64)
+    values = np.concatenate([ends, ends[cohort]])
+    text, pos, rounded = value_text(values)
+    return _LogText(ends.size, cohort, values, rounded, text, pos)
+
+
+@dataclass(frozen=True)
+class _Ranges:
+    """Every sample's non-empty ranges, in file order, as `[start, stop)` of the run's values
+    (each log's laid end to end), and the sample each belongs to."""
+
+    start: np.ndarray
+    stop: np.ndarray
+    owner: np.ndarray
+    num_samples: int
+
+    @classmethod
+    def of(cls, texts: list[_LogText], steps: np.ndarray, num_ranges: np.ndarray,
+           sample_log: np.ndarray) -> _Ranges:
+        """From `token_steps` pairs (`steps`; sample i has the next `num_ranges[i]`, of log
+        `sample_log[i]`): a cohort range `(~a, ~b)` is values `cohort_at + a ...`."""
+        owner = np.repeat(np.arange(num_ranges.size), num_ranges)
+        log = sample_log[owner]
+        bases = np.cumsum([0] + [t.values.size for t in texts])[:-1]
+        cohort_at = np.array([t.steps for t in texts], dtype=np.int64)
+        start, stop = steps[:, 0], steps[:, 1]
+        in_cohort = start < 0
+        offset = bases[log] if len(texts) > 1 else 0
+        if in_cohort.any():
+            shift = cohort_at[log] if len(texts) > 1 else cohort_at[0]
+            start = np.where(in_cohort, shift + ~start, start)
+            stop = np.where(in_cohort, shift + ~stop, stop)
+        start, stop = start + offset, stop + offset
+        keep = stop > start  # an empty range holds no token and no gap
+        if not keep.all():
+            start, stop, owner = start[keep], stop[keep], owner[keep]
+        if in_cohort.any():
+            start, stop, owner = _merged(texts, start, stop, owner)
+        return cls(start, stop, owner, num_ranges.size)
+
+
+def _merged(texts: list[_LogText], start: np.ndarray, stop: np.ndarray,
+            owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The same ranges, fewer: a cohort range whose steps are consecutive engine steps as
+    that range of engine steps, and ranges of one sample that meet as one. A sample decoding
+    while requests arrive leaves the cohort at every step that admits one and comes back, and
+    each range is a piece of its line; the values (and so the text, the times and the gaps)
+    are the same either way."""
+    # Each value's engine step, as an index of the run's values.
+    engine = np.concatenate([np.concatenate([np.arange(t.steps), t.cohort]) + base
+                             for t, base in zip(texts, np.cumsum(
+                                 [0] + [t.values.size for t in texts]), strict=False)])
+    first, last = engine[start], engine[stop - 1]
+    steps = last - first == stop - 1 - start  # (cohort steps only grow)
+    start = np.where(steps, first, start)
+    stop = np.where(steps, last + 1, stop)
+    new = np.ones(start.size, dtype=bool)
+    new[1:] = (owner[1:] != owner[:-1]) | (start[1:] != stop[:-1])
+    if new.all():
+        return start, stop, owner
+    ends = np.append(np.flatnonzero(new)[1:] - 1, start.size - 1)
+    return start[new], stop[ends], owner[new]
+
+
+# Pieces joined into one write.
+_CHUNK_PIECES = 1 << 16
+
+
+def _write_pieces(handle: IO[bytes], texts: list[_LogText], heads: list[bytes],
+                  ranges: _Ranges) -> None:
+    """The lines: for each sample its head (after the previous line's end), then its
+    ranges' text, each with its values' commas but the last."""
+    if not heads:
+        return
+    pos = np.concatenate([*(t.pos[:-1] + at for t, at in zip(
+        texts, np.cumsum([0] + [len(t.text) for t in texts]), strict=False)),
+        [sum(len(t.text) for t in texts)]]).astype(np.int64)
+    ends = [b""] + [b"]}\n"] * (len(heads) - 1)
+    head_text = b"".join(map(operator.add, ends, heads))
+    head_len = np.fromiter(map(len, heads), dtype=np.int64, count=len(heads)) + 3
+    head_len[0] -= 3
+    head_stop = np.cumsum(head_len) + pos[-1]
+    text = memoryview(b"".join([*(t.text for t in texts), head_text]))
+    del head_text
+    owner = ranges.owner
+    last = np.ones(owner.size, dtype=bool)  # the last range of its sample: no comma after
+    last[:-1] = owner[1:] != owner[:-1]
+    before = np.searchsorted(owner, np.arange(ranges.num_samples))  # ranges of earlier samples
+    at_head = np.arange(ranges.num_samples) + before
+    lo = np.empty(owner.size + len(heads), dtype=np.int64)
+    hi = np.empty_like(lo)
+    lo[at_head], hi[at_head] = head_stop - head_len, head_stop
+    is_range = np.ones(lo.size, dtype=bool)
+    is_range[at_head] = False
+    lo[is_range], hi[is_range] = pos[ranges.start], pos[ranges.stop] - last
+    for first in range(0, lo.size, _CHUNK_PIECES):
+        handle.write(b"".join(map(text.__getitem__, map(
+            slice, lo[first : first + _CHUNK_PIECES].tolist(),
+            hi[first : first + _CHUNK_PIECES].tolist()))))
+    handle.write(b"]}\n")
+
+
+def value_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Each value as `json.dumps(round(t, 6))` writes it, followed by a comma, end to end;
+    where each value's text starts (and the text's length last); and each value as
+    `round(t, 6)`."""
+    texts: list[bytes] = []
+    pos = [np.zeros(1, dtype=np.int64)]
+    parts: list[np.ndarray] = []
+    at = 0
+    for first in range(0, values.size, _CHUNK_VALUES):
+        text, ends, part = _chunk_text(values[first : first + _CHUNK_VALUES])
+        texts.append(text)
+        pos.append(ends + at)
+        parts.append(part)
+        at += len(text)
+    return (b"".join(texts), np.concatenate(pos),
+            np.concatenate(parts) if parts else np.empty(0))
+
+
+def _chunk_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """`value_text` of a few values: the text, where each value's text ends (after its
+    comma) and the rounded values."""
+    us, plain = round_to_us(values)
+    rounded = us / _US_PER_S
+    text, comma_at = format_us_bytes(us)
+    ends = comma_at + 1
+    odd = np.flatnonzero(~plain)
+    if odd.size:  # a value the array path does not print (NaN, negative, < 1e-4, >= 1e9 s)
+        pieces: list[bytes] = []
+        lengths = np.diff(ends, prepend=0)
+        at = 0
+        for i in odd.tolist():
+            value = round(float(values[i]), 6)
+            rounded[i] = value
+            pieces += [text[at : ends[i - 1] if i else 0], json.dumps(value).encode(), b","]
+            lengths[i] = len(pieces[-2]) + 1
+            at = int(ends[i])
+        pieces.append(text[at:])
+        text, ends = b"".join(pieces), np.cumsum(lengths)
+    return text, ends, rounded
+
+
+def _written(ids: np.ndarray, samples: np.ndarray, ranges: _Ranges, values: np.ndarray,
+             rounded: np.ndarray) -> WrittenTokens:
+    """The arrays and ITLs of samples whose times are `ranges` of `values`."""
+    first, stop, owner = ranges.start, ranges.stop, ranges.owner
+    counts = np.bincount(owner, weights=stop - first, minlength=ids.size).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    gaps = np.empty(0)
+    spans = np.zeros(0, dtype=np.int64)
+    if values.size >= 2:
+        # How many ranges hold both value k and k + 1: +1 from a range's start, -1 from its
+        # last value on.
+        edges = (np.bincount(first, minlength=values.size)
+                 - np.bincount(stop - 1, minlength=values.size))
+        spans = np.cumsum(edges)[:-1]
+        gaps = np.diff(values) * 1e3
+    # Two ranges of one sample in a row: the gap from the first's last time to the next's.
+    joined = owner[1:] == owner[:-1]
+    across = (values[first[1:][joined]] - values[stop[:-1][joined] - 1]) * 1e3
+    itl = WeightedValues(np.concatenate([gaps, across]),
+                         np.concatenate([spans, np.ones(across.size, dtype=np.int64)]))
+    bounds = np.stack([first, stop], axis=1)
+    return WrittenTokens(TokenTimes(ids, samples, starts,
+                                    gather=lambda: _gather(rounded, bounds, int(starts[-1]))),
+                         itl)
+
+
+def _gather(values: np.ndarray, bounds: np.ndarray, total: int) -> np.ndarray:
+    """The ranges `bounds` of `values` laid end to end, a batch of ranges at a time (the
+    index of a whole run's tokens would be as large as the result)."""
+    out = np.empty(total)
+    at = 0
+    for first in range(0, len(bounds), _CHUNK_VALUES):
+        batch = bounds[first : first + _CHUNK_VALUES]
+        lengths = batch[:, 1] - batch[:, 0]
+        size = int(lengths.sum())
+        offsets = np.repeat(batch[:, 0] - (np.cumsum(lengths) - lengths), lengths)
+        out[at : at + size] = values[offsets + np.arange(size)]
+        at += size
+    return out
+
+
+__all__ = ["WrittenTokens", "value_text", "write_token_file"]
