@@ -11,16 +11,16 @@ output instead of cell by cell:
 - a float below 1e-4 (`0.0000999`, `1.5e-7` against `9.99e-05`, `1.5e-07`) or from 1e16
   (`1e+16`, the same today, but left out to stay within the range orjson documents as
   Python's): an `e`, or a value that starts `0.0000`;
-- NaN and infinity, which orjson writes as `null`, like None: more `null`s than Nones
-  (counted as `n`s: with no `e` in the text, no other word is left);
-- True and False (`true`, `false`: an `e`);
+- NaN and infinity, which orjson writes as `null`, like None: more `null`s than Nones;
 - a string (quoted), a list, a type orjson refuses (a numpy scalar, an int beyond 64 bits):
   the whole batch goes the slow way.
 
-A batch that shows none of them is orjson's text with the brackets between rows turned into
-line ends and `null` deleted; otherwise its rows are checked one by one (orjson's text split
-at the row brackets) and those that fail go through `fallback`, the caller's exact
-%-format. Calling orjson per row would cost as much as %-formatting (it sets up a buffer a
+True and False are `true` and `false`, turned into Python's words (`t` and `f` are in no
+other word orjson writes for these cells); their `e`s are told from an exponent's by
+counting the cells that hold a bool (the caller's count, which must not be too high). A batch that shows none of the above is orjson's text with
+the brackets between rows turned into line ends, `null` deleted and the words capitalised;
+otherwise its rows are checked one by one (orjson's text split at the row brackets) and
+those that fail go through `fallback`, the caller's exact %-format. Calling orjson per row would cost as much as %-formatting (it sets up a buffer a
 call), so a batch is serialised at once.
 """
 
@@ -54,9 +54,17 @@ _FAST = _writes_as_python()
 
 def _small(text: bytes) -> bool:
     """Whether a value in `text` (orjson's, no exponents) is below 1e-4 in magnitude: it
-    starts `0.0000` after a comma, a bracket or a minus sign."""
-    return b"0.0000" in text and (b",0.0000" in text or b"[0.0000" in text
-                                  or b"-0.0000" in text)
+    starts `0.0000` after a comma, a bracket or a minus sign (one scan: in `100.00001` the
+    same digits follow another digit)."""
+    at = text.find(b"0.0000")
+    while at >= 0:
+        if at == 0 or text[at - 1] in _BEFORE_SMALL:
+            return True
+        at = text.find(b"0.0000", at + 6)
+    return False
+
+
+_BEFORE_SMALL = frozenset(b",[-")
 
 
 def _count_none(row: Sequence) -> int:
@@ -64,11 +72,12 @@ def _count_none(row: Sequence) -> int:
 
 
 def csv_lines(rows: Sequence[Sequence], fallback: Callable[[list], str],
-              nones: int | None = None) -> bytes:
+              nones: int | None = None, bools: int = 0) -> bytes:
     """`rows` as CSV lines (each ending in a newline), each cell as `"%s" % value` would
     write it and None as an empty cell: `fallback(rows)` gives that text for rows orjson
     would write otherwise. `nones`: how many cells are None, when the caller has counted
-    them (a count of some columns only is safe: too few sends the batch the slow way)."""
+    them (a count of some columns only is safe: too few sends the batch the slow way);
+    `bools`: how many cells are known to be True or False (never more than there are)."""
     if not rows:
         return b""
     try:
@@ -79,10 +88,31 @@ def csv_lines(rows: Sequence[Sequence], fallback: Callable[[list], str],
         return fallback(list(rows)).encode("utf-8")
     if nones is None:
         nones = sum(map(_count_none, rows))
-    if b"e" in text or text.count(b"n") != nones or _small(text):
+    if _suspect(text, nones, bools):
         return _row_by_row(rows, text, fallback)
-    body = text[2:-2].replace(b"],[", b"\n")
-    return (body.translate(None, b"nul") if nones else body) + b"\n"
+    return _csv(text[2:-2].replace(b"],[", b"\n"), nones, bools) + b"\n"
+
+
+def _suspect(text: bytes, nones: int, bools: int) -> bool:
+    """Whether orjson's `text` (holding no strings or lists) of rows with `nones` None cells
+    and at least `bools` bool cells may differ from Python's: an exponent, a small value, a
+    NaN or infinity. (Each bool has one `e`; only `null` has an `n`.)"""
+    e = text.count(b"e")
+    if e != bools and e != text.count(b"true") + text.count(b"false"):
+        return True
+    return text.count(b"n") != nones or _small(text)
+
+
+_CAPITALS = bytes.maketrans(b"tf", b"TF")
+
+
+def _csv(body: bytes, nones: int, bools: int) -> bytes:
+    """orjson's text of cells (no brackets) as Python's: no `null`, capitalised bools."""
+    if not bools and b"e" not in body:  # no bools: only `null` has an n, a u or an l
+        return body.translate(None, b"nul") if nones else body
+    if nones:  # (few: one scan and a join beat replace's count-then-copy)
+        body = b"".join(body.split(b"null"))
+    return body.translate(_CAPITALS)
 
 
 def _row_by_row(rows: Sequence[Sequence], text: bytes,
@@ -92,10 +122,11 @@ def _row_by_row(rows: Sequence[Sequence], text: bytes,
     fail go through `fallback`."""
     out: list[bytes] = []
     for row, line in zip(rows, text[2:-2].split(b"],["), strict=True):
-        if b"e" in line or line.count(b"n") != row.count(None) or _small(b"," + line):
+        nones = row.count(None)
+        if _suspect(b"[" + line, nones, 0):
             out.append(fallback([row]).encode("utf-8"))
         else:
-            out.append(line.translate(None, b"nul") + b"\n")
+            out.append(_csv(line, nones, 0) + b"\n")
     return b"".join(out)
 
 

@@ -32,10 +32,11 @@ from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
 from kvbench.models.resolve_config import resolve_model_config
-from kvbench.results.files import (
+from kvbench.results.files import (  # (atomic_write_text: tests fake a full disk through it)
     ResultsFolder,
     atomic_text_file,
-    atomic_write_text,
+    atomic_write_bytes,
+    atomic_write_text,  # noqa: F401
     write_json,
 )
 from kvbench.results.metrics import (
@@ -44,12 +45,10 @@ from kvbench.results.metrics import (
     latency_stats,
     nan_to_none,
     per_request,
-    request_frame,
-    request_records,
-    requests_csv,
     send_rate,
     throughput,
 )
+from kvbench.results.request_table import columns_frame, request_columns, requests_csv_bytes
 from kvbench.results.request_writer import RequestWriter
 from kvbench.results.step_writer import StepTotals, StepWriter
 from kvbench.results.summary import (
@@ -389,10 +388,10 @@ def _write_results(
         step_totals = step_writer.close()
         sequences = engine.sequences
         added = [r for r in workload.requests if r.request_id in sequences]
-        records = list(request_records(added, sequences))
-        requests_df = request_frame(records)
-        atomic_write_text(folder / "requests.csv", requests_csv(records))
-        del records
+        columns = request_columns(added, sequences)  # each row built once, as columns
+        requests_df = columns_frame(columns)
+        atomic_write_bytes(folder / "requests.csv", requests_csv_bytes(columns))
+        del columns
         request_writer.close()
         with atomic_text_file(folder / TOKENS_FILE) as handle:  # streamed: a long run's is GBs
             written = write_token_file(handle.buffer, added, sequences)  # (bytes: ASCII)

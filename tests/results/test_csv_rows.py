@@ -41,6 +41,15 @@ def test_a_wrong_count_of_nones_is_only_slower(rows, nones):
     assert csv_lines(rows, _lines, nones) == _ref(rows)
 
 
+@settings(max_examples=200, deadline=None)
+@given(_rows, st.data())
+def test_a_count_of_bools_up_to_theirs_never_changes_the_text(rows, data):
+    bools = sum(type(v) is bool for row in rows for v in row)
+    claimed = data.draw(st.integers(0, bools))
+    nones = sum(row.count(None) for row in rows)
+    assert csv_lines(rows, _lines, nones, claimed) == _ref(rows)
+
+
 def test_a_batch_with_one_odd_row_writes_the_others_through_orjson():
     row = (1, 280.00003558163075, 35.1, 0.0, 0, 32, 32, 0, 32, 0, 11602329600, 151552000,
            3276800, 0, 283443200, 0, 0, 0.9868311036789298, 288, None, None, None)

@@ -1,0 +1,78 @@
+"""`request_columns` builds requests.csv's rows as columns: the values, the frame (dtypes
+too) and the bytes must be those of the dict rows `request_records` gives, whatever the
+samples hold (unstarted, one token, int times, NaN, samples out of order or missing)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvbench.core.request import Request
+from kvbench.core.sequence import Sequence, TokenCount
+from kvbench.results.metrics import REQUEST_COLUMNS, request_frame, request_records, requests_csv
+from kvbench.results.request_table import (
+    columns_frame,
+    csv_writer_lines,
+    request_columns,
+    requests_csv_bytes,
+)
+
+_time = (st.none() | st.floats(0, 1e4) | st.integers(0, 10**6)
+         | st.sampled_from([0.1 + 0.2, 1e-5, 1e16 / 7, 2.5, math.nan, math.inf]))
+
+
+@st.composite
+def _run(draw):
+    requests, samples = [], {}
+    for request_id in range(draw(st.integers(0, 6))):
+        n = draw(st.integers(1, 3))
+        arrival = draw(st.floats(0, 100) | st.integers(0, 100))
+        request = Request(request_id, arrival_s=arrival, prompt_token_ids=(1, 2), output_len=4,
+                          n=n)
+        requests.append(request)
+        if not draw(st.booleans()) and request_id % 2:
+            continue  # never sent
+        sent = request if draw(st.booleans()) else dataclasses.replace(
+            request, arrival_s=draw(st.floats(100, 200) | st.integers(100, 200)))
+        seqs = []
+        for index in draw(st.lists(st.integers(0, n - 1), unique=True, max_size=n)):
+            seq = Sequence(request_id * 10 + index, sent, index,
+                           TokenCount(2 + draw(st.integers(0, 4))))
+            seq.admitted_s, seq.first_token_s, seq.finish_s = (draw(_time) for _ in range(3))
+            seq.preemptions = draw(st.integers(0, 3))
+            seq.cached_prompt_tokens = draw(st.integers(0, 2))
+            seqs.append(seq)
+        if seqs:
+            samples[request_id] = seqs
+    return requests, samples
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)
+    return type(a) is type(b) and a == b
+
+
+@settings(max_examples=400, deadline=None)
+@given(_run())
+def test_columns_frame_and_bytes_are_the_dict_rows(run):
+    requests, samples = run
+    records = list(request_records(requests, samples))
+    columns = request_columns(requests, samples)
+    assert list(columns) == list(REQUEST_COLUMNS)
+    for name, values in columns.items():
+        expected = [row[name] for row in records]
+        assert len(values) == len(expected)
+        assert all(map(_same, values, expected)), (name, values, expected)
+    pd.testing.assert_frame_equal(columns_frame(columns), request_frame(records),
+                                  check_exact=True)
+    assert requests_csv_bytes(columns) == requests_csv(records).encode()
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(row.values() for row in records)
+    assert csv_writer_lines(columns) == out.getvalue().encode()
