@@ -37,13 +37,18 @@ class _Unstarted:
     """What `sample_rows` reads of a sample that never started."""
 
     admitted_s = first_token_s = finish_s = None
-    num_generated = preemptions = cached_prompt_tokens = 0
+    token_ids = ()
+    prompt_len = preemptions = cached_prompt_tokens = 0
 
 
 _UNSTARTED = _Unstarted()
-_OF_REQUEST = operator.attrgetter("request_id", "arrival_s", "prompt_len", "output_len", "n")
-_OF_SAMPLE = operator.attrgetter("admitted_s", "first_token_s", "finish_s", "num_generated",
-                                 "preemptions", "cached_prompt_tokens")
+# `Request.prompt_len` and `Sequence.num_generated` are properties (a Python call each, and
+# the second calls the first): read here as what they compute, `len(prompt_token_ids)` and
+# `len(token_ids) - prompt_len` (a sequence's `prompt_len` is its request's, set once).
+_OF_REQUEST = operator.attrgetter("request_id", "arrival_s", "prompt_token_ids", "output_len",
+                                  "n")
+_OF_SAMPLE = operator.attrgetter("admitted_s", "first_token_s", "finish_s", "token_ids",
+                                 "prompt_len", "preemptions", "cached_prompt_tokens")
 
 
 def request_columns(requests: Seq[Request],
@@ -75,10 +80,14 @@ def request_columns(requests: Seq[Request],
             sent.append(sent_s)
     if not row_request:
         return {name: [] for name in REQUEST_COLUMNS}
-    request_id, arrival, prompt_len, output_len, n_col = map(
+    request_id, arrival, prompt_ids, output_len, n_col = map(
         list, zip(*map(_OF_REQUEST, row_request), strict=True))
-    admitted, first, finish, generated, preemptions, cached = map(
+    prompt_len = list(map(len, prompt_ids))
+    del prompt_ids
+    admitted, first, finish, token_ids, seq_prompt_len, preemptions, cached = map(
         list, zip(*map(_OF_SAMPLE, row_seq), strict=True))
+    generated = list(map(operator.sub, map(len, token_ids), seq_prompt_len))
+    del token_ids, seq_prompt_len
     return {
         "request_id": request_id, "sample": sample, "arrival_s": arrival, "sent_s": sent,
         "client_wait_ms": _ms(arrival, sent), "prompt_len": prompt_len,

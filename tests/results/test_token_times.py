@@ -143,7 +143,7 @@ def test_the_arrays_handed_to_the_report_are_what_the_file_reads_back(tmp_path):
 
 
 def test_streamed_file_is_the_lines_and_hands_back_the_same_arrays(tmp_path, monkeypatch):
-    """`write_token_file` writes the file in batches of lines (here a few pieces each, so
+    """`write_token_file` writes the file in batches of lines (here about 50 bytes each, so
     samples land on both sides of batch edges) and formats values in chunks (here of 5):
     the file must be `token_time_lines` and the arrays those `token_times_file` gives."""
     from kvbench.results import token_file
@@ -155,7 +155,7 @@ def test_streamed_file_is_the_lines_and_hands_back_the_same_arrays(tmp_path, mon
     sequences = {i: [_sequence(requests[i], 0, np.cumsum(rng.random(int(rng.integers(0, 9))))
                                .tolist())] for i in range(0, 40, 1) if i != 7}
     lines, kept = token_times_file(requests, sequences)
-    monkeypatch.setattr(token_file, "_CHUNK_PIECES", 7)
+    monkeypatch.setattr(token_file, "_CHUNK_BYTES", 50)
     monkeypatch.setattr(token_file, "_CHUNK_VALUES", 5)
     with atomic_binary_file(tmp_path / TOKENS_FILE) as handle:
         streamed = token_file.write_token_file(handle, requests, sequences)
