@@ -108,21 +108,24 @@ class StepTotals:
                 maxima[name] = max(values) if old is None else max(old, *values)
         held = self._held_back
         sums = None
+        step_ms_column = np.array(columns[_INDEX["step_ms"]], dtype=float)
         if held is not None or len(rows) > 1:
             # The rows' memory states, each weighted by how long it lasted: until the next
             # row's start (the held-back row of the last batch first, this batch's last row
-            # held back in turn).
-            def folded(i: int) -> np.ndarray:
-                column = columns[i][:-1]
-                return np.array(column if held is None else (held[i], *column), dtype=float)
+            # held back in turn). Each column is converted once, whole.
+            def with_held(i: int, column: np.ndarray) -> np.ndarray:
+                return column if held is None else np.concatenate(
+                    [np.array([held[i]], dtype=float), column])
 
-            starts = np.array(columns[_INDEX["t_s"]] if held is None
-                              else (held[_INDEX["t_s"]], *columns[_INDEX["t_s"]]), dtype=float)
-            durations = folded(_INDEX["step_ms"]) / 1e3
+            def folded(i: int) -> np.ndarray:
+                return with_held(i, np.array(columns[i][:-1], dtype=float))
+
+            starts = with_held(_INDEX["t_s"], np.array(columns[_INDEX["t_s"]], dtype=float))
+            durations = with_held(_INDEX["step_ms"], step_ms_column[:-1]) / 1e3
             sums = _fold_sums([folded(i) if i in _FOLDED else None
                                for i in range(len(columns))],
                               np.maximum(starts[1:] - starts[:-1], durations))
-        step_ms = float(np.sum(columns[_INDEX["step_ms"]], dtype=float))
+        step_ms = float(np.sum(step_ms_column))
         overhead_ms = float(np.sum(columns[_INDEX["overhead_ms"]], dtype=float))
         preemptions = sum(columns[_INDEX["preemptions"]])
         waiting = sum(columns[_INDEX["num_waiting"]])
