@@ -51,33 +51,53 @@ _OF_SAMPLE = operator.attrgetter("admitted_s", "first_token_s", "finish_s", "tok
                                  "prompt_len", "preemptions", "cached_prompt_tokens")
 
 
-def request_columns(requests: Seq[Request],
-                    samples: dict[int, list[Sequence]]) -> dict[str, list[Any]]:
-    """`metrics.request_records(requests, samples)` as columns (`REQUEST_COLUMNS`, each a list
-    of the values its rows hold, in row order)."""
-    # One pass lists each row's request and sample; their attributes are then read a
-    # column at a time (attrgetter over the lists: no Python frame per row).
+def _rows_of(requests: Seq[Request], samples: dict[int, list[Sequence]],
+             ) -> tuple[list[Request], list[Any], list[int], list[Any]]:
+    """Each row's request, sample (a sequence, or `_UNSTARTED`), sample index and send time.
+    When every request has one sample, which ran (nearly always), without a Python frame per
+    row: the maps below run in C."""
+    seqs = list(map(samples.get, map(_REQUEST_ID, requests)))
+    if (seqs and None not in seqs and set(map(_N, requests)) == {1}
+            and set(map(len, seqs)) == {1}):
+        first = list(map(_FIRST, seqs))
+        if set(map(_SAMPLE_INDEX, first)) == {0}:
+            return list(requests), first, [0] * len(first), list(map(_SENT, first))
+    # One pass lists each row's request and sample.
     row_request: list[Request] = []
     row_seq: list[Any] = []
     sample: list[int] = []
     sent: list[Any] = []
     empty: list[Sequence] = []
-    for request in requests:
-        seqs = samples.get(request.request_id, empty)
-        n = request.n
-        if n == 1 and len(seqs) == 1 and seqs[0].sample_index == 0:
+    for request, ran in zip(requests, seqs, strict=True):
+        ran = ran or empty
+        if request.n == 1 and len(ran) == 1 and ran[0].sample_index == 0:
             row_request.append(request)
-            row_seq.append(seqs[0])
+            row_seq.append(ran[0])
             sample.append(0)
-            sent.append(seqs[0].request.arrival_s)
+            sent.append(ran[0].request.arrival_s)
             continue
-        found = {s.sample_index: s for s in seqs}
-        sent_s = seqs[0].request.arrival_s if seqs else None
-        for index in range(n):
+        found = {s.sample_index: s for s in ran}
+        sent_s = ran[0].request.arrival_s if ran else None
+        for index in range(request.n):
             row_request.append(request)
             row_seq.append(found.get(index, _UNSTARTED))
             sample.append(index)
             sent.append(sent_s)
+    return row_request, row_seq, sample, sent
+
+
+_REQUEST_ID = operator.attrgetter("request_id")
+_N = operator.attrgetter("n")
+_FIRST = operator.itemgetter(0)
+_SAMPLE_INDEX = operator.attrgetter("sample_index")
+_SENT = operator.attrgetter("request.arrival_s")
+
+
+def request_columns(requests: Seq[Request],
+                    samples: dict[int, list[Sequence]]) -> dict[str, list[Any]]:
+    """`metrics.request_records(requests, samples)` as columns (`REQUEST_COLUMNS`, each a list
+    of the values its rows hold, in row order)."""
+    row_request, row_seq, sample, sent = _rows_of(requests, samples)
     if not row_request:
         return {name: [] for name in REQUEST_COLUMNS}
     request_id, arrival, prompt_ids, output_len, n_col = map(
@@ -88,26 +108,41 @@ def request_columns(requests: Seq[Request],
         list, zip(*map(_OF_SAMPLE, row_seq), strict=True))
     generated = list(map(operator.sub, map(len, token_ids), seq_prompt_len))
     del token_ids, seq_prompt_len
+    times = {name: _Times(values) for name, values in (
+        ("arrival", arrival), ("sent", sent), ("admitted", admitted), ("first", first),
+        ("finish", finish))}
     return {
         "request_id": request_id, "sample": sample, "arrival_s": arrival, "sent_s": sent,
-        "client_wait_ms": _ms(arrival, sent), "prompt_len": prompt_len,
+        "client_wait_ms": _ms(times["arrival"], times["sent"]), "prompt_len": prompt_len,
         "output_len": output_len, "n": n_col, "admitted_s": admitted,
-        "first_token_s": first, "finish_s": finish, "queue_ms": _ms(sent, admitted),
-        "prefill_ms": _ms(admitted, first), "ttft_ms": _ms(sent, first),
-        "tpot_ms": _ms(first, finish, generated), "e2e_ms": _ms(sent, finish),
+        "first_token_s": first, "finish_s": finish,
+        "queue_ms": _ms(times["sent"], times["admitted"]),
+        "prefill_ms": _ms(times["admitted"], times["first"]),
+        "ttft_ms": _ms(times["sent"], times["first"]),
+        "tpot_ms": _ms(times["first"], times["finish"], generated),
+        "e2e_ms": _ms(times["sent"], times["finish"]),
         "preemptions": preemptions, "cached_prompt_tokens": cached,
         "output_tokens": generated, "completed": [t is not None for t in finish],
     }
 
 
-def _ms(a: list[Any], b: list[Any], generated: list[int] | None = None) -> list[Any]:
+class _Times:
+    """A column of times, as given (None where missing) and as float64 (NaN there): each
+    is converted once, for the latencies that read it."""
+
+    __slots__ = ("values", "array")
+
+    def __init__(self, values: list[Any]) -> None:
+        self.values = values
+        self.array = np.array(values, dtype=np.float64)
+
+
+def _ms(a: _Times, b: _Times, generated: list[int] | None = None) -> list[Any]:
     """`(b - a) * 1e3` of each pair (None where either is None), as `metrics._ms` computes
     it; given `generated`, `sample_rows`' TPOT: `(b - a) / (generated - 1) * 1e3`, None
     unless more than one token."""
-    if not a:
-        return []
     with np.errstate(invalid="ignore"):
-        values = np.array(b, dtype=np.float64) - np.array(a, dtype=np.float64)  # None: NaN
+        values = b.array - a.array
         if generated is not None:
             count = np.array(generated, dtype=np.int64) - 1
             values = values / np.where(count > 0, count, 1)
@@ -116,7 +151,7 @@ def _ms(a: list[Any], b: list[Any], generated: list[int] | None = None) -> list[
     # None where a time is (a NaN of the times themselves stays NaN), or a TPOT is not
     # defined: few, where they are not all (an interrupted run's unstarted samples).
     for i in np.flatnonzero(np.isnan(values)).tolist():
-        if a[i] is None or b[i] is None:
+        if a.values[i] is None or b.values[i] is None:
             out[i] = None
     if generated is not None:
         for i in np.flatnonzero(count <= 0).tolist():
