@@ -282,27 +282,59 @@ def _chunk_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
 def _written(ids: np.ndarray, samples: np.ndarray, ranges: _Ranges, values: np.ndarray,
              rounded: np.ndarray) -> WrittenTokens:
     """The arrays and ITLs of samples whose times are `ranges` of `values`."""
-    first, stop, owner = ranges.start, ranges.stop, ranges.owner
-    counts = np.bincount(owner, weights=stop - first, minlength=ids.size).astype(np.int64)
+    counts = np.bincount(ranges.owner, weights=ranges.stop - ranges.start,
+                         minlength=ids.size).astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)])
-    gaps = np.empty(0)
-    spans = np.zeros(0, dtype=np.int64)
-    if values.size >= 2:
-        # How many ranges hold both value k and k + 1: +1 from a range's start, -1 from its
-        # last value on.
-        edges = (np.bincount(first, minlength=values.size)
-                 - np.bincount(stop - 1, minlength=values.size))
-        spans = np.cumsum(edges)[:-1]
-        gaps = np.diff(values) * 1e3
-    # Two ranges of one sample in a row: the gap from the first's last time to the next's.
-    joined = owner[1:] == owner[:-1]
-    across = (values[first[1:][joined]] - values[stop[:-1][joined] - 1]) * 1e3
-    itl = WeightedValues(np.concatenate([gaps, across]),
-                         np.concatenate([spans, np.ones(across.size, dtype=np.int64)]))
-    bounds = np.stack([first, stop], axis=1)
-    return WrittenTokens(TokenTimes(ids, samples, starts,
-                                    gather=lambda: _gather(rounded, bounds, int(starts[-1]))),
-                         itl)
+    source = _RangeTimes(ranges, rounded, int(starts[-1]))
+    return WrittenTokens(TokenTimes(ids, samples, starts, source=source),
+                         source.gaps(values, 1e3))
+
+
+class _RangeTimes:
+    """The tokens' times as ranges of the run's values (the report's `TokenTimes` source):
+    per token only when `times_s` is asked for."""
+
+    def __init__(self, ranges: _Ranges, rounded: np.ndarray, total: int) -> None:
+        self.ranges = ranges
+        self.rounded = rounded
+        self.total = total
+        self._spans: np.ndarray | None = None
+
+    def spans(self) -> np.ndarray:
+        """How many ranges hold both value k and k + 1, for each k: +1 from a range's start,
+        -1 from its last value on."""
+        if self._spans is None:
+            size = self.rounded.size
+            edges = (np.bincount(self.ranges.start, minlength=size)
+                     - np.bincount(self.ranges.stop - 1, minlength=size))
+            self._spans = np.cumsum(edges)[:-1] if size else np.zeros(0, dtype=np.int64)
+        return self._spans
+
+    def gaps(self, values: np.ndarray, scale: float) -> WeightedValues:
+        """Every sample's gaps between consecutive times of `values` (the run's values, or
+        their rounding), each times `scale`: `(b - a) * scale` of the same two doubles the
+        per-token arrays subtract."""
+        first, stop, owner = self.ranges.start, self.ranges.stop, self.ranges.owner
+        within = np.diff(values) * scale if values.size >= 2 else np.empty(0)
+        # Two ranges of one sample in a row: the gap from the first's last time to the next's.
+        joined = owner[1:] == owner[:-1]
+        across = (values[first[1:][joined]] - values[stop[:-1][joined] - 1]) * scale
+        return WeightedValues(np.concatenate([within, across]),
+                              np.concatenate([self.spans()[: within.size],
+                                              np.ones(across.size, dtype=np.int64)]))
+
+    def times_s(self) -> np.ndarray:
+        return _gather(self.rounded, np.stack([self.ranges.start, self.ranges.stop], axis=1),
+                       self.total)
+
+    def time_counts(self) -> WeightedValues:
+        size = self.rounded.size
+        edges = (np.bincount(self.ranges.start, minlength=size + 1)
+                 - np.bincount(self.ranges.stop, minlength=size + 1))
+        return WeightedValues(self.rounded, np.cumsum(edges)[:size])
+
+    def gaps_s(self) -> WeightedValues:
+        return self.gaps(self.rounded, 1.0)
 
 
 def _gather(values: np.ndarray, bounds: np.ndarray, total: int) -> np.ndarray:

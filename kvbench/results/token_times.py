@@ -19,15 +19,17 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from collections.abc import Sequence as Seq
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
+from kvbench.results.weighted import WeightedValues
 
 TOKENS_FILE = "tokens.jsonl"
 
@@ -223,33 +225,61 @@ def format_us_bytes(us: np.ndarray) -> tuple[bytes, np.ndarray]:
     return packed.tobytes(), np.flatnonzero(packed == ord(","))
 
 
+class TokenSource(Protocol):
+    """Where a `TokenTimes` made in memory gets its per-token arrays, and their compact forms
+    (`kvbench.results.token_file`)."""
+
+    def times_s(self) -> np.ndarray: ...
+
+    def time_counts(self) -> WeightedValues: ...
+
+    def gaps_s(self) -> WeightedValues: ...
+
+
 class TokenTimes:
     """A `tokens.jsonl` read into arrays: sample i's times are
     `times_s[starts[i]:starts[i + 1]]`, belonging to `request_ids[i]`, sample `samples[i]`.
 
-    `times_s` is given, or made by `gather` when first read: a run hands its report these
+    `times_s` is given, or made by `source` when first read: a run hands its report these
     arrays from memory (`kvbench.results.token_file`), and a million-request run's times are
-    GBs that only the report's charts read."""
+    GBs (8 bytes a token). `time_counts` and `gaps_s` give what a chart of all the tokens
+    needs as values with counts, which such a source makes per step (a few million values
+    where the tokens are hundreds of millions) without the per-token array."""
 
-    __slots__ = ("request_ids", "samples", "starts", "_times_s", "_gather")
+    __slots__ = ("request_ids", "samples", "starts", "_times_s", "_source")
 
     def __init__(self, request_ids: np.ndarray, samples: np.ndarray, starts: np.ndarray,
-                 times_s: np.ndarray | None = None, *,
-                 gather: Callable[[], np.ndarray] | None = None) -> None:
-        if (times_s is None) == (gather is None):
-            raise ValueError("TokenTimes takes its times or a way to gather them, not both")
+                 times_s: np.ndarray | None = None, *, source: TokenSource | None = None,
+                 ) -> None:
+        if (times_s is None) == (source is None):
+            raise ValueError("TokenTimes takes its times or a source of them, not both")
         self.request_ids = request_ids
         self.samples = samples
         self.starts = starts
         self._times_s = times_s
-        self._gather = gather
+        self._source = source
 
     @property
     def times_s(self) -> np.ndarray:
         """Every token's time (seconds, run clock), sample after sample."""
         if self._times_s is None:
-            self._times_s, self._gather = self._gather(), None
+            self._times_s = self._source.times_s()
         return self._times_s
+
+    def time_counts(self) -> WeightedValues:
+        """Every token's time, as values with how many tokens have each (a histogram of
+        `times_s` is the histogram of the values weighted by the counts)."""
+        if self._times_s is None:
+            return self._source.time_counts()
+        return WeightedValues(self._times_s, np.ones(self._times_s.size, dtype=np.int64))
+
+    def gaps_s(self) -> WeightedValues:
+        """`pooled_gaps_s(times_s, starts)` (each sample's inter-token gaps, seconds), as
+        values with counts: the same multiset of doubles."""
+        if self._times_s is None:
+            return self._source.gaps_s()
+        gaps = pooled_gaps_s(self._times_s, self.starts)
+        return WeightedValues(gaps, np.ones(gaps.size, dtype=np.int64))
 
     def sample_times(self) -> list[np.ndarray]:
         """Each sample's times, in file order (views into `times_s`)."""
@@ -391,6 +421,6 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return gaps[keep]
 
 
-__all__ = ["TOKENS_FILE", "TokenTimes", "microsecond_lists", "pooled_gaps_s", "token_time_series",
+__all__ = ["TOKENS_FILE", "TokenSource", "TokenTimes", "microsecond_lists", "pooled_gaps_s", "token_time_series",
            "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines",
            "token_times_file", "file_order", "format_us_bytes", "round_to_us"]

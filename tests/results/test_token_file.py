@@ -92,7 +92,18 @@ def test_the_file_arrays_and_itls_are_the_per_token_ones(tmp_path_factory, run, 
     read = read_token_arrays(folder)
     for field in ("request_ids", "samples", "starts"):
         np.testing.assert_array_equal(getattr(written.times, field), getattr(read, field))
+    # What the report may read instead of every token: the same multisets of doubles.
+    counts, gaps = written.times.time_counts(), written.times.gaps_s()
+    assert np.sort(counts.expand()).tobytes() == np.sort(read.times_s).tobytes()
+    assert np.sort(gaps.expand()).tobytes() == \
+        np.sort(pooled_gaps_s(read.times_s, read.starts)).tobytes()
+    if read.times_s.size:
+        edges = np.linspace(0.0, float(read.times_s.max()) or 1.0, 7)
+        assert np.array_equal(np.histogram(counts.values, edges, weights=counts.counts)[0],
+                              np.histogram(read.times_s, edges)[0])
     assert written.times.times_s.tobytes() == read.times_s.tobytes()
+    assert np.sort(written.times.gaps_s().expand()).tobytes() == \
+        np.sort(pooled_gaps_s(read.times_s, read.starts)).tobytes()  # from the array now
     # Every gap of the per-token arrays, as the same doubles; the summary's figures of them.
     ordered = {r.request_id: sorted(sequences[r.request_id], key=lambda s: s.sample_index)
                for r in requests if r.request_id in sequences}
