@@ -42,23 +42,6 @@ def atomic_text_file(path: Path) -> Iterator[IO[str]]:
         raise
 
 
-@contextlib.contextmanager
-def atomic_binary_file(path: Path) -> Iterator[IO[bytes]]:
-    """`atomic_text_file` for bytes (a writer that makes its text as bytes skips a decode
-    and an encode of it: tokens.jsonl is GBs at a million requests)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 

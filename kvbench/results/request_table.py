@@ -14,9 +14,11 @@ frame (dtypes included) and the bytes are those of the dict rows:
 
 from __future__ import annotations
 
+import io
 import operator
+from collections.abc import Iterator
 from collections.abc import Sequence as Seq
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
@@ -26,8 +28,6 @@ from kvbench.core.sequence import Sequence
 from kvbench.results.csv_rows import csv_lines
 from kvbench.results.metrics import REQUEST_COLUMNS, request_frame
 
-# The columns that hold times: a sample that never started has None in them.
-_TIMES = ("admitted_s", "first_token_s", "finish_s")
 _LINE = ",".join(["%s"] * len(REQUEST_COLUMNS)) + "\n"
 _HEADER = (",".join(REQUEST_COLUMNS) + "\n").encode()
 _NONE = type(None)
@@ -93,88 +93,178 @@ _SAMPLE_INDEX = operator.attrgetter("sample_index")
 _SENT = operator.attrgetter("request.arrival_s")
 
 
+class Latency:
+    """A latency column: float64 values (NaN where missing), and where `sample_rows` has
+    None rather than a NaN of the times (`none`; None when nowhere)."""
+
+    __slots__ = ("values", "none")
+
+    def __init__(self, values: np.ndarray, none: np.ndarray | None) -> None:
+        self.values = values
+        self.none = none
+
+    def tolist(self, start: int = 0, stop: int | None = None) -> list[Any]:
+        """The values of rows `start:stop` as `sample_rows` gives them (floats, None)."""
+        out = self.values[start:stop].tolist()
+        if self.none is not None:
+            for i in np.flatnonzero(self.none[start:stop]).tolist():
+                out[i] = None
+        return out
+
+    def for_frame(self) -> np.ndarray | list[Any]:
+        """What `pd.DataFrame` makes of the column from `sample_rows`' values: float64 (None
+        as NaN), or, all None, objects."""
+        if self.none is None:
+            return self.values
+        if self.none.all():
+            return self.tolist()
+        return np.where(self.none, np.nan, self.values)
+
+
+# The latency columns: (name, times it subtracts, whether it divides by the tokens after
+# the first, as TPOT does).
+_LATENCIES = (("client_wait_ms", "arrival_s", "sent_s"), ("queue_ms", "sent_s", "admitted_s"),
+              ("prefill_ms", "admitted_s", "first_token_s"),
+              ("ttft_ms", "sent_s", "first_token_s"), ("tpot_ms", "first_token_s", "finish_s"),
+              ("e2e_ms", "sent_s", "finish_s"))
+# The columns that may hold a float (and so a NaN).
+_FLOAT_COLUMNS = ("arrival_s", "sent_s", "admitted_s", "first_token_s", "finish_s",
+                  *(name for name, _, _ in _LATENCIES))
+# Rows formatted at once: a few MB of text, in buffers the allocator reuses.
+_CHUNK_ROWS = 1 << 14
+
+
+class RequestTable:
+    """`metrics.request_records(requests, samples)` as columns (`REQUEST_COLUMNS`): lists of
+    the values the rows read (the sequences' own objects), latencies as `Latency` arrays (a
+    million requests' six latencies would be six million Python floats)."""
+
+    def __init__(self, columns: dict[str, list[Any] | Latency]) -> None:
+        self.columns = columns
+        self.num_rows = len(columns["request_id"])
+
+    @classmethod
+    def build(cls, requests: Seq[Request], samples: dict[int, list[Sequence]]) -> RequestTable:
+        """The rows of `requests` (`samples` holds their sequences)."""
+        row_request, row_seq, sample, sent = _rows_of(requests, samples)
+        if not row_request:
+            return cls({name: [] for name in REQUEST_COLUMNS})
+        request_id, arrival, prompt_ids, output_len, n_col = map(
+            list, zip(*map(_OF_REQUEST, row_request), strict=True))
+        prompt_len = list(map(len, prompt_ids))
+        del prompt_ids, row_request
+        admitted, first, finish, token_ids, seq_prompt_len, preemptions, cached = map(
+            list, zip(*map(_OF_SAMPLE, row_seq), strict=True))
+        del row_seq
+        generated = list(map(operator.sub, map(len, token_ids), seq_prompt_len))
+        del token_ids, seq_prompt_len
+        columns: dict[str, Any] = {
+            "request_id": request_id, "sample": sample, "arrival_s": arrival, "sent_s": sent,
+            "prompt_len": prompt_len, "output_len": output_len, "n": n_col,
+            "admitted_s": admitted, "first_token_s": first, "finish_s": finish,
+            "preemptions": preemptions, "cached_prompt_tokens": cached,
+            "output_tokens": generated, "completed": [t is not None for t in finish],
+        }
+        times = {name: np.array(columns[name], dtype=np.float64)  # None: NaN
+                 for name in ("arrival_s", "sent_s", "admitted_s", "first_token_s", "finish_s")}
+        count = np.array(generated, dtype=np.int64) - 1
+        for name, a, b in _LATENCIES:
+            columns[name] = _latency(columns[a], times[a], columns[b], times[b],
+                                     count if name == "tpot_ms" else None)
+        return cls({name: columns[name] for name in REQUEST_COLUMNS})
+
+    def lists(self) -> dict[str, list[Any]]:
+        """Every column as the list of `sample_rows`' values."""
+        return {name: c.tolist() if isinstance(c, Latency) else c
+                for name, c in self.columns.items()}
+
+    def frame(self) -> pd.DataFrame:
+        """`metrics.request_frame` of the rows (the same dtypes: pandas infers each column's
+        from its values either way; no rows: columns of objects, as there)."""
+        if not self.num_rows:
+            return request_frame([])
+        return pd.DataFrame({name: c.for_frame() if isinstance(c, Latency) else c
+                             for name, c in self.columns.items()}, columns=list(REQUEST_COLUMNS))
+
+    def rows(self, start: int, stop: int) -> list[tuple]:
+        """Rows `start:stop` as tuples of `sample_rows`' values."""
+        return list(zip(*(c.tolist(start, stop) if isinstance(c, Latency) else c[start:stop]
+                          for c in self.columns.values()), strict=True))
+
+    def csv_writer_lines(self) -> bytes:
+        """The rows as `csv.writer` writes them (`.requests.csv.partial`'s lines)."""
+        return b"".join(self._chunks())
+
+    def write_csv(self, handle: IO[bytes]) -> None:
+        """Write `requests.csv` to `handle`: `self.frame().to_csv(index=False)`, encoded, a
+        chunk of rows at a time. Each value as `str` (a float's shortest repr, as pandas
+        writes a float64; an int; True/False), a missing one empty. Rows pandas would write
+        otherwise (a NaN: pandas writes an empty cell, str "nan"; an int time, which pandas
+        writes as a float in a column of floats) send the table through pandas."""
+        if not self.num_rows or self._pandas_writes_otherwise():
+            handle.write(self.frame().to_csv(index=False).encode())
+            return
+        handle.write(_HEADER)
+        for chunk in self._chunks():
+            handle.write(chunk)
+
+    def _pandas_writes_otherwise(self) -> bool:
+        """Whether a time is not a float (an int: pandas may write `5.0`), or any value NaN."""
+        columns = self.columns
+        if not _NONE_OR_FLOAT.issuperset(map(type, columns["arrival_s"])) \
+                or not _NONE_OR_FLOAT.issuperset(map(type, columns["sent_s"])):
+            return True
+        for name in _FLOAT_COLUMNS:
+            column = columns[name]
+            if isinstance(column, Latency):
+                nan = np.isnan(column.values)
+                if column.none is not None:
+                    nan &= ~column.none
+                if nan.any():
+                    return True
+            elif int(np.isnan(np.array(column, dtype=np.float64)).sum()) != column.count(None):
+                return True
+        return False
+
+    def _chunks(self) -> Iterator[bytes]:
+        """The rows' lines, `_CHUNK_ROWS` at a time, through `csv_lines`."""
+        for start in range(0, self.num_rows, _CHUNK_ROWS):
+            rows = self.rows(start, start + _CHUNK_ROWS)
+            yield csv_lines(rows, _percent, sum(map(_count_none, rows)), len(rows))
+
+
+def _count_none(row: tuple) -> int:
+    return row.count(None)
+
+
+def _latency(a: list[Any], a_s: np.ndarray, b: list[Any], b_s: np.ndarray,
+             count: np.ndarray | None) -> Latency:
+    """`(b - a) * 1e3` of each pair as `metrics._ms` computes it (the same float operations
+    on the same doubles), None where either is None; given `count` (tokens after the first),
+    `sample_rows`' TPOT: `(b - a) / count * 1e3`, None unless `count` is positive."""
+    with np.errstate(invalid="ignore"):
+        values = b_s - a_s
+        if count is not None:
+            values = values / np.where(count > 0, count, 1)
+        values = values * 1e3
+    none = None
+    # None where a time is (a NaN of the times themselves stays NaN), or a TPOT is not
+    # defined: few, where they are not all (an interrupted run's unstarted samples).
+    for i in np.flatnonzero(np.isnan(values)).tolist():
+        if a[i] is None or b[i] is None:
+            if none is None:
+                none = np.zeros(values.size, dtype=bool)
+            none[i] = True
+    if count is not None and (count <= 0).any():
+        none = (count <= 0) if none is None else none | (count <= 0)
+    return Latency(values, none)
+
+
 def request_columns(requests: Seq[Request],
                     samples: dict[int, list[Sequence]]) -> dict[str, list[Any]]:
     """`metrics.request_records(requests, samples)` as columns (`REQUEST_COLUMNS`, each a list
     of the values its rows hold, in row order)."""
-    row_request, row_seq, sample, sent = _rows_of(requests, samples)
-    if not row_request:
-        return {name: [] for name in REQUEST_COLUMNS}
-    request_id, arrival, prompt_ids, output_len, n_col = map(
-        list, zip(*map(_OF_REQUEST, row_request), strict=True))
-    prompt_len = list(map(len, prompt_ids))
-    del prompt_ids
-    admitted, first, finish, token_ids, seq_prompt_len, preemptions, cached = map(
-        list, zip(*map(_OF_SAMPLE, row_seq), strict=True))
-    generated = list(map(operator.sub, map(len, token_ids), seq_prompt_len))
-    del token_ids, seq_prompt_len
-    times = {name: _Times(values) for name, values in (
-        ("arrival", arrival), ("sent", sent), ("admitted", admitted), ("first", first),
-        ("finish", finish))}
-    return {
-        "request_id": request_id, "sample": sample, "arrival_s": arrival, "sent_s": sent,
-        "client_wait_ms": _ms(times["arrival"], times["sent"]), "prompt_len": prompt_len,
-        "output_len": output_len, "n": n_col, "admitted_s": admitted,
-        "first_token_s": first, "finish_s": finish,
-        "queue_ms": _ms(times["sent"], times["admitted"]),
-        "prefill_ms": _ms(times["admitted"], times["first"]),
-        "ttft_ms": _ms(times["sent"], times["first"]),
-        "tpot_ms": _ms(times["first"], times["finish"], generated),
-        "e2e_ms": _ms(times["sent"], times["finish"]),
-        "preemptions": preemptions, "cached_prompt_tokens": cached,
-        "output_tokens": generated, "completed": [t is not None for t in finish],
-    }
-
-
-class _Times:
-    """A column of times, as given (None where missing) and as float64 (NaN there): each
-    is converted once, for the latencies that read it."""
-
-    __slots__ = ("values", "array")
-
-    def __init__(self, values: list[Any]) -> None:
-        self.values = values
-        self.array = np.array(values, dtype=np.float64)
-
-
-def _ms(a: _Times, b: _Times, generated: list[int] | None = None) -> list[Any]:
-    """`(b - a) * 1e3` of each pair (None where either is None), as `metrics._ms` computes
-    it; given `generated`, `sample_rows`' TPOT: `(b - a) / (generated - 1) * 1e3`, None
-    unless more than one token."""
-    with np.errstate(invalid="ignore"):
-        values = b.array - a.array
-        if generated is not None:
-            count = np.array(generated, dtype=np.int64) - 1
-            values = values / np.where(count > 0, count, 1)
-        values = values * 1e3
-    out = values.tolist()
-    # None where a time is (a NaN of the times themselves stays NaN), or a TPOT is not
-    # defined: few, where they are not all (an interrupted run's unstarted samples).
-    for i in np.flatnonzero(np.isnan(values)).tolist():
-        if a.values[i] is None or b.values[i] is None:
-            out[i] = None
-    if generated is not None:
-        for i in np.flatnonzero(count <= 0).tolist():
-            out[i] = None
-    return out
-
-
-def columns_frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
-    """`metrics.request_frame` of the rows `columns` hold (the same dtypes: pandas infers
-    each column's from its values either way; no rows: columns of objects, as there)."""
-    if not columns["request_id"]:
-        return request_frame([])
-    return pd.DataFrame(columns, columns=list(REQUEST_COLUMNS))
-
-
-def _rows(columns: dict[str, list[Any]]) -> list[tuple]:
-    return list(zip(*(columns[c] for c in REQUEST_COLUMNS), strict=True))
-
-
-def _lines(columns: dict[str, list[Any]]) -> bytes:
-    """The rows through `csv_lines`, told their Nones and their `completed` bools."""
-    return csv_lines(_rows(columns), _percent, sum(c.count(None) for c in columns.values()),
-                     len(columns["completed"]))
+    return RequestTable.build(requests, samples).lists()
 
 
 def _percent(rows: list[tuple]) -> str:
@@ -183,27 +273,24 @@ def _percent(rows: list[tuple]) -> str:
     return text.replace("None", "") if "None" in text else text
 
 
+def columns_frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
+    """`metrics.request_frame` of the rows `columns` hold."""
+    return RequestTable(columns).frame()
+
+
 def csv_writer_lines(columns: dict[str, list[Any]]) -> bytes:
-    """The rows as `csv.writer` writes them (`.requests.csv.partial`'s lines)."""
-    return _lines(columns)
+    """The rows `columns` hold as `csv.writer` writes them."""
+    return RequestTable(columns).csv_writer_lines()
 
 
 def requests_csv_bytes(columns: dict[str, list[Any]]) -> bytes:
-    """`columns_frame(columns).to_csv(index=False)`, encoded: each value as `str` (a float's
-    shortest repr, as pandas writes a float64; an int; True/False), a missing one empty.
-    Rows pandas would write otherwise (a NaN: pandas writes an empty cell, str "nan"; an
-    int time, which pandas writes as a float in a column of floats) go through pandas."""
-    if not columns["request_id"] \
-            or not _NONE_OR_FLOAT.issuperset(map(type, columns["arrival_s"])) \
-            or not _NONE_OR_FLOAT.issuperset(map(type, columns["sent_s"])):
-        return columns_frame(columns).to_csv(index=False).encode()
-    body = _lines(columns)
-    if b"nan" in body:
-        return columns_frame(columns).to_csv(index=False).encode()
-    return _HEADER + body
+    """`columns_frame(columns).to_csv(index=False)`, encoded."""
+    buffer = io.BytesIO()
+    RequestTable(columns).write_csv(buffer)
+    return buffer.getvalue()
 
 
 _NONE_OR_FLOAT = frozenset((float, _NONE))
 
-__all__ = ["columns_frame", "csv_writer_lines", "request_columns", "request_frame",
-           "requests_csv_bytes"]
+__all__ = ["Latency", "RequestTable", "columns_frame", "csv_writer_lines", "request_columns",
+           "request_frame", "requests_csv_bytes"]

@@ -4,7 +4,7 @@ The run's `requests.csv` is written whole at its end, atomically (docs/design.md
 contract). Until then every request that finishes is appended, as one row per sample, to
 `.requests.csv.partial`, so a run killed mid-replay (`kill -9`, the machine's out-of-memory
 killer) keeps the requests it had finished; `kvbench report --allow-incomplete` shows them.
-The rows are `request_table.request_columns`' (`metrics.request_records`' values, as the
+The rows are `request_table.RequestTable`'s (`metrics.request_records`' values, as the
 csv module writes them); the header is `REQUEST_COLUMNS`.
 
 The rows are written (one `write`, no buffer of ours) when `FLUSH_ROWS` finished requests
@@ -30,7 +30,7 @@ from typing import IO
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.results.metrics import REQUEST_COLUMNS
-from kvbench.results.request_table import csv_writer_lines, request_columns
+from kvbench.results.request_table import RequestTable
 
 REQUESTS_PARTIAL = ".requests.csv.partial"
 # How long a finished request's row may wait before it is written (seconds of wall time),
@@ -75,10 +75,10 @@ class RequestWriter:
         if self._file is None or not self._held:
             return
         held, self._held = self._held, []
-        columns = request_columns(held, self._samples)
-        text = csv_writer_lines(columns)
+        table = RequestTable.build(held, self._samples)
+        text = table.csv_writer_lines()
         self._write_all(text if self.rows_written else _HEADER + text)
-        self.rows_written += len(columns["request_id"])
+        self.rows_written += table.num_rows
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)

@@ -11,7 +11,9 @@ at a time costs about a second each way. Both directions therefore work on whole
 numpy arrays of integer microseconds. The text is exactly what `json.dumps` writes for
 `round(t, 6)` (a value with at most 15 significant digits prints as its own decimal digits);
 values outside the plain `123.456` form (negative, NaN, below 1e-4 s, which Python writes as
-`1e-05`, or beyond 1e9 s) send their line through `json` itself.
+`1e-05`, or beyond 1e9 s) go through `json` itself. A run writes its file from the engine's
+step ends, each formatted once (`kvbench.results.token_file`); this module formats lists of
+times (`microsecond_lists`) and reads files back.
 """
 
 from __future__ import annotations

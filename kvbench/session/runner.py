@@ -36,7 +36,6 @@ from kvbench.models.resolve_config import resolve_model_config
 from kvbench.results.files import (  # (atomic_write_text: tests fake a full disk through it)
     ResultsFolder,
     atomic_text_file,
-    atomic_write_bytes,
     atomic_write_text,  # noqa: F401
     write_json,
 )
@@ -49,7 +48,7 @@ from kvbench.results.metrics import (
     send_rate,
     throughput,
 )
-from kvbench.results.request_table import columns_frame, request_columns, requests_csv_bytes
+from kvbench.results.request_table import RequestTable
 from kvbench.results.request_writer import RequestWriter
 from kvbench.results.step_writer import StepTotals, StepWriter
 from kvbench.results.summary import (
@@ -389,10 +388,11 @@ def _write_results(
         step_totals = step_writer.close()
         sequences = engine.sequences
         added = [r for r in workload.requests if r.request_id in sequences]
-        columns = request_columns(added, sequences)  # each row built once, as columns
-        requests_df = columns_frame(columns)
-        atomic_write_bytes(folder / "requests.csv", requests_csv_bytes(columns))
-        del columns
+        table = RequestTable.build(added, sequences)  # each row built once, as columns
+        requests_df = table.frame()
+        with atomic_text_file(folder / "requests.csv") as handle:
+            table.write_csv(handle.buffer)  # (bytes: ASCII)
+        del table
         request_writer.close()
         with atomic_text_file(folder / TOKENS_FILE) as handle:  # streamed: a long run's is GBs
             written = write_token_file(handle.buffer, added, sequences)  # (bytes: ASCII)

@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence, TokenCount
+from kvbench.results import request_table
 from kvbench.results.metrics import REQUEST_COLUMNS, request_frame, request_records, requests_csv
 from kvbench.results.request_table import (
+    RequestTable,
     columns_frame,
     csv_writer_lines,
     request_columns,
@@ -60,9 +62,17 @@ def _same(a, b) -> bool:
 
 
 @settings(max_examples=400, deadline=None)
-@given(_run())
-def test_columns_frame_and_bytes_are_the_dict_rows(run):
+@given(_run(), st.integers(1, 4))
+def test_columns_frame_and_bytes_are_the_dict_rows(run, chunk):
     requests, samples = run
+    request_table._CHUNK_ROWS, saved = chunk, request_table._CHUNK_ROWS  # chunks of rows
+    try:
+        _check(requests, samples)
+    finally:
+        request_table._CHUNK_ROWS = saved
+
+
+def _check(requests, samples) -> None:
     records = list(request_records(requests, samples))
     columns = request_columns(requests, samples)
     assert list(columns) == list(REQUEST_COLUMNS)
@@ -76,3 +86,10 @@ def test_columns_frame_and_bytes_are_the_dict_rows(run):
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows(row.values() for row in records)
     assert csv_writer_lines(columns) == out.getvalue().encode()
+    # The table the runner builds: latencies kept as arrays until written.
+    table = RequestTable.build(requests, samples)
+    pd.testing.assert_frame_equal(table.frame(), request_frame(records), check_exact=True)
+    written = io.BytesIO()
+    table.write_csv(written)
+    assert written.getvalue() == requests_csv(records).encode()
+    assert table.csv_writer_lines() == out.getvalue().encode()

@@ -147,7 +147,7 @@ def test_streamed_file_is_the_lines_and_hands_back_the_same_arrays(tmp_path, mon
     samples land on both sides of batch edges) and formats values in chunks (here of 5):
     the file must be `token_time_lines` and the arrays those `token_times_file` gives."""
     from kvbench.results import token_file
-    from kvbench.results.files import atomic_binary_file
+    from kvbench.results.files import atomic_text_file
 
     rng = np.random.default_rng(2)
     requests = [Request(i, arrival_s=0.0, prompt_token_ids=(1,), output_len=3)
@@ -157,8 +157,8 @@ def test_streamed_file_is_the_lines_and_hands_back_the_same_arrays(tmp_path, mon
     lines, kept = token_times_file(requests, sequences)
     monkeypatch.setattr(token_file, "_CHUNK_BYTES", 50)
     monkeypatch.setattr(token_file, "_CHUNK_VALUES", 5)
-    with atomic_binary_file(tmp_path / TOKENS_FILE) as handle:
-        streamed = token_file.write_token_file(handle, requests, sequences)
+    with atomic_text_file(tmp_path / TOKENS_FILE) as handle:  # as the runner writes it
+        streamed = token_file.write_token_file(handle.buffer, requests, sequences)
     assert (tmp_path / TOKENS_FILE).read_text() == "".join(f"{line}\n" for line in lines)
     assert [json.loads(line)["request_id"] for line in lines] == [i for i in range(40) if i != 7]
     for field in ("request_ids", "samples", "starts", "times_s"):
