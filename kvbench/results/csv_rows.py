@@ -16,8 +16,8 @@ output instead of cell by cell:
   the whole batch goes the slow way.
 
 True and False are `true` and `false`, turned into Python's words (`t` and `f` are in no
-other word orjson writes for these cells); their `e`s are told from an exponent's by
-counting the cells that hold a bool (the caller's count, which must not be too high). A batch that shows none of the above is orjson's text with
+other word orjson writes for these cells); their `e`s are told from an exponent's by the
+bools each row holds at least (the caller's count: requests.csv's `completed`). A batch that shows none of the above is orjson's text with
 the brackets between rows turned into line ends, `null` deleted and the words capitalised;
 otherwise its rows are checked one by one (orjson's text split at the row brackets) and
 those that fail go through `fallback`, the caller's exact %-format. Calling orjson per row would cost as much as %-formatting (it sets up a buffer a
@@ -72,12 +72,12 @@ def _count_none(row: Sequence) -> int:
 
 
 def csv_lines(rows: Sequence[Sequence], fallback: Callable[[list], str],
-              nones: int | None = None, bools: int = 0) -> bytes:
+              nones: int | None = None, bools_per_row: int = 0) -> bytes:
     """`rows` as CSV lines (each ending in a newline), each cell as `"%s" % value` would
     write it and None as an empty cell: `fallback(rows)` gives that text for rows orjson
     would write otherwise. `nones`: how many cells are None, when the caller has counted
     them (a count of some columns only is safe: too few sends the batch the slow way);
-    `bools`: how many cells are known to be True or False (never more than there are)."""
+    `bools_per_row`: how many cells of every row are known to hold True or False."""
     if not rows:
         return b""
     try:
@@ -88,8 +88,9 @@ def csv_lines(rows: Sequence[Sequence], fallback: Callable[[list], str],
         return fallback(list(rows)).encode("utf-8")
     if nones is None:
         nones = sum(map(_count_none, rows))
+    bools = bools_per_row * len(rows)
     if _suspect(text, nones, bools):
-        return _row_by_row(rows, text, fallback)
+        return _row_by_row(rows, text, fallback, bools_per_row)
     return _csv(text[2:-2].replace(b"],[", b"\n"), nones, bools) + b"\n"
 
 
@@ -115,18 +116,18 @@ def _csv(body: bytes, nones: int, bools: int) -> bytes:
     return body.translate(_CAPITALS)
 
 
-def _row_by_row(rows: Sequence[Sequence], text: bytes,
-                fallback: Callable[[list], str]) -> bytes:
+def _row_by_row(rows: Sequence[Sequence], text: bytes, fallback: Callable[[list], str],
+                bools_per_row: int) -> bytes:
     """`csv_lines` of rows whose orjson `text` (holding no strings or lists) showed a cell
     orjson may write otherwise: each row's part of it is checked alone, and the rows that
     fail go through `fallback`."""
     out: list[bytes] = []
     for row, line in zip(rows, text[2:-2].split(b"],["), strict=True):
         nones = row.count(None)
-        if _suspect(b"[" + line, nones, 0):
+        if _suspect(b"[" + line, nones, bools_per_row):
             out.append(fallback([row]).encode("utf-8"))
         else:
-            out.append(_csv(line, nones, 0) + b"\n")
+            out.append(_csv(line, nones, bools_per_row) + b"\n")
     return b"".join(out)
 
 
