@@ -104,15 +104,16 @@ def _samples_in_order(requests: Iterable[Request], sequences: dict[int, list[Seq
     order. When every request sent has one sample (nearly always), by maps that run in C."""
     requests = list(requests)
     found = list(map(sequences.get, map(_REQUEST_ID, requests)))
-    sent = [(request, seqs) for request, seqs in zip(requests, found, strict=True) if seqs]
-    if sent and set(map(len, (seqs for _, seqs in sent))) == {1}:
-        seqs = list(map(_FIRST, (seqs for _, seqs in sent)))
-        return (list(map(int, map(_REQUEST_ID, (request for request, _ in sent)))),
-                list(map(int, map(_SAMPLE, seqs))), seqs)
+    sent = list(itertools.compress(requests, found))  # (those with sequences)
+    found = list(filter(None, found))
+    if found and set(map(len, found)) == {1}:
+        seqs = list(map(_FIRST, found))
+        return (list(map(int, map(_REQUEST_ID, sent))), list(map(int, map(_SAMPLE, seqs))),
+                seqs)
     ids: list[int] = []
     samples: list[int] = []
     ordered: list[Sequence] = []
-    for request, seqs in sent:
+    for request, seqs in zip(sent, found, strict=True):
         for seq in (seqs if len(seqs) == 1 else sorted(seqs, key=_SAMPLE)):
             ids.append(int(request.request_id))
             samples.append(int(seq.sample_index))
