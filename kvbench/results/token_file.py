@@ -64,10 +64,10 @@ def write_token_file(handle: IO[bytes], requests: Iterable[Request],
     "token_times_s"}` with separators `,` and `:`, the times rounded with `round(t, 6)`.
 
     The file is cut into pieces of one text: each line's head (its ids), and each of its
-    ranges' values with their commas (the last range's without). The Python work is a pass
-    over the samples that collects their ranges; the pieces are placed with numpy and
-    joined a batch at a time (a sample decoding while requests arrive has dozens of ranges:
-    it leaves the decode cohort at every step that admits a prompt)."""
+    ranges' values with their commas (the last range's without). The samples and their
+    ranges are gathered by maps over them; the pieces are placed with numpy and joined a few
+    MB at a time (a sample decoding while requests arrive has dozens of ranges: it leaves
+    the decode cohort at every step that admits a prompt, fewer once merged)."""
     ids, samples, seqs = _samples_in_order(requests, sequences)
     heads = list(map(_HEAD.__mod__, zip(ids, samples, strict=True)))
     token_steps = list(map(_TOKEN_STEPS, seqs))
@@ -357,18 +357,23 @@ class _RangeTimes:
 
 
 def _gather(values: np.ndarray, bounds: np.ndarray, total: int) -> np.ndarray:
-    """The ranges `bounds` of `values` laid end to end, a batch of ranges at a time (the
+    """The ranges `bounds` of `values` laid end to end, about `_CHUNK_TOKENS` at a time (an
     index of a whole run's tokens would be as large as the result)."""
     out = np.empty(total)
+    lengths = bounds[:, 1] - bounds[:, 0]
+    done = np.cumsum(lengths)
+    cuts = np.searchsorted(done, np.arange(_CHUNK_TOKENS, total, _CHUNK_TOKENS), side="right")
     at = 0
-    for first in range(0, len(bounds), _CHUNK_VALUES):
-        batch = bounds[first : first + _CHUNK_VALUES]
-        lengths = batch[:, 1] - batch[:, 0]
-        size = int(lengths.sum())
-        offsets = np.repeat(batch[:, 0] - (np.cumsum(lengths) - lengths), lengths)
-        out[at : at + size] = values[offsets + np.arange(size)]
-        at += size
+    for first, stop in zip([0, *cuts.tolist()], [*cuts.tolist(), len(bounds)], strict=True):
+        if stop > first:
+            batch, size = lengths[first:stop], int(lengths[first:stop].sum())
+            offsets = np.repeat(bounds[first:stop, 0] - (np.cumsum(batch) - batch), batch)
+            out[at : at + size] = values[offsets + np.arange(size)]
+            at += size
     return out
+
+
+_CHUNK_TOKENS = 1 << 20
 
 
 __all__ = ["WrittenTokens", "value_text", "write_token_file"]

@@ -81,19 +81,24 @@ def _reference_lines(requests, sequences) -> bytes:
 def test_the_file_arrays_and_itls_are_the_per_token_ones(tmp_path_factory, run, chunk):
     requests, sequences = run
     buffer = io.BytesIO()
-    token_file._CHUNK_VALUES, saved = chunk, token_file._CHUNK_VALUES
+    saved = token_file._CHUNK_VALUES, token_file._CHUNK_TOKENS, token_file._CHUNK_BYTES
+    # Values formatted, tokens gathered and bytes written a few at a time.
+    token_file._CHUNK_VALUES = token_file._CHUNK_TOKENS = chunk
+    token_file._CHUNK_BYTES = 8 * chunk
     try:
         written = token_file.write_token_file(buffer, requests, sequences)
+        # What the report may read instead of every token (before `times_s` is gathered).
+        counts, gaps = written.times.time_counts(), written.times.gaps_s()
+        times_s = written.times.times_s
     finally:
-        token_file._CHUNK_VALUES = saved
+        token_file._CHUNK_VALUES, token_file._CHUNK_TOKENS, token_file._CHUNK_BYTES = saved
     assert buffer.getvalue() == _reference_lines(requests, sequences)
     folder = tmp_path_factory.mktemp("tokens")
     (folder / TOKENS_FILE).write_bytes(buffer.getvalue())
     read = read_token_arrays(folder)
     for field in ("request_ids", "samples", "starts"):
         np.testing.assert_array_equal(getattr(written.times, field), getattr(read, field))
-    # What the report may read instead of every token: the same multisets of doubles.
-    counts, gaps = written.times.time_counts(), written.times.gaps_s()
+    # The compact forms: the same multisets of doubles as every token's.
     assert np.sort(counts.expand()).tobytes() == np.sort(read.times_s).tobytes()
     assert np.sort(gaps.expand()).tobytes() == \
         np.sort(pooled_gaps_s(read.times_s, read.starts)).tobytes()
@@ -101,7 +106,7 @@ def test_the_file_arrays_and_itls_are_the_per_token_ones(tmp_path_factory, run, 
         edges = np.linspace(0.0, float(read.times_s.max()) or 1.0, 7)
         assert np.array_equal(np.histogram(counts.values, edges, weights=counts.counts)[0],
                               np.histogram(read.times_s, edges)[0])
-    assert written.times.times_s.tobytes() == read.times_s.tobytes()
+    assert times_s.tobytes() == read.times_s.tobytes()
     assert np.sort(written.times.gaps_s().expand()).tobytes() == \
         np.sort(pooled_gaps_s(read.times_s, read.starts)).tobytes()  # from the array now
     # Every gap of the per-token arrays, as the same doubles; the summary's figures of them.
