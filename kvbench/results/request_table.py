@@ -93,9 +93,10 @@ _SAMPLE_INDEX = operator.attrgetter("sample_index")
 _SENT = operator.attrgetter("request.arrival_s")
 
 
-class Latency:
-    """A latency column: float64 values (NaN where missing), and where `sample_rows` has
-    None rather than a NaN of the times (`none`; None when nowhere)."""
+class Floats:
+    """A column of floats: float64 values (NaN where missing), and where `sample_rows` has
+    None rather than a NaN (`none`; None when nowhere). The latencies, and the times of a
+    compact table."""
 
     __slots__ = ("values", "none")
 
@@ -110,6 +111,28 @@ class Latency:
             for i in np.flatnonzero(self.none[start:stop]).tolist():
                 out[i] = None
         return out
+
+    @classmethod
+    def of_values(cls, values: list[Any]) -> Floats:
+        """Floats of a list of floats and Nones."""
+        array = np.array(values, dtype=np.float64)
+        none = None
+        if np.isnan(array).any():
+            none = np.fromiter(map(_is_none, values), dtype=bool, count=len(values))
+            none = none if none.any() else None
+        return cls(array, none)
+
+    def take(self, order: np.ndarray) -> Floats:
+        return Floats(self.values[order], None if self.none is None else self.none[order])
+
+    @classmethod
+    def concat(cls, parts: list[Floats]) -> Floats:
+        nones = [p.none for p in parts]
+        none = None
+        if any(n is not None for n in nones):
+            none = np.concatenate([np.zeros(p.values.size, dtype=bool) if n is None else n
+                                   for p, n in zip(parts, nones, strict=True)])
+        return cls(np.concatenate([p.values for p in parts]), none)
 
     def for_frame(self) -> np.ndarray | list[Any]:
         """What `pd.DataFrame` makes of the column from `sample_rows`' values: float64 (None
@@ -127,6 +150,8 @@ _LATENCIES = (("client_wait_ms", "arrival_s", "sent_s"), ("queue_ms", "sent_s", 
               ("prefill_ms", "admitted_s", "first_token_s"),
               ("ttft_ms", "sent_s", "first_token_s"), ("tpot_ms", "first_token_s", "finish_s"),
               ("e2e_ms", "sent_s", "finish_s"))
+_INT_COLUMNS = frozenset(("request_id", "sample", "prompt_len", "output_len", "n",
+                          "preemptions", "cached_prompt_tokens", "output_tokens"))
 # The columns that may hold a float (and so a NaN).
 _FLOAT_COLUMNS = ("arrival_s", "sent_s", "admitted_s", "first_token_s", "finish_s",
                   *(name for name, _, _ in _LATENCIES))
@@ -137,10 +162,10 @@ _CHUNK_ROWS = 1 << 12
 
 class RequestTable:
     """`metrics.request_records(requests, samples)` as columns (`REQUEST_COLUMNS`): lists of
-    the values the rows read (the sequences' own objects), latencies as `Latency` arrays (a
-    million requests' six latencies would be six million Python floats)."""
+    the values the rows read (the sequences' own objects), latencies as `Floats` (a million
+    requests' six latencies would be six million Python floats)."""
 
-    def __init__(self, columns: dict[str, list[Any] | Latency]) -> None:
+    def __init__(self, columns: dict[str, list[Any] | Floats]) -> None:
         self.columns = columns
         self.num_rows = len(columns["request_id"])
 
@@ -176,21 +201,64 @@ class RequestTable:
 
     def lists(self) -> dict[str, list[Any]]:
         """Every column as the list of `sample_rows`' values."""
-        return {name: c.tolist() if isinstance(c, Latency) else c
-                for name, c in self.columns.items()}
+        return {name: _tolist(c, 0, self.num_rows) for name, c in self.columns.items()}
 
     def frame(self) -> pd.DataFrame:
         """`metrics.request_frame` of the rows (the same dtypes: pandas infers each column's
-        from its values either way; no rows: columns of objects, as there)."""
+        from its values either way, and a compact column holds the dtype it infers; no rows:
+        columns of objects, as there)."""
         if not self.num_rows:
             return request_frame([])
-        return pd.DataFrame({name: c.for_frame() if isinstance(c, Latency) else c
+        return pd.DataFrame({name: c.for_frame() if isinstance(c, Floats) else c
                              for name, c in self.columns.items()}, columns=list(REQUEST_COLUMNS))
 
     def rows(self, start: int, stop: int) -> list[tuple]:
         """Rows `start:stop` as tuples of `sample_rows`' values."""
-        return list(zip(*(c.tolist(start, stop) if isinstance(c, Latency) else c[start:stop]
-                          for c in self.columns.values()), strict=True))
+        return list(zip(*(_tolist(c, start, stop) for c in self.columns.values()),
+                        strict=True))
+
+    def compact(self) -> RequestTable | None:
+        """The table with every column in numpy (8 bytes a value, not a Python object),
+        holding the very values: ints, bools, and floats or None; None when a column holds
+        another type (an int time, an int beyond int64), which pandas would read otherwise."""
+        out: dict[str, Any] = {}
+        for name, column in self.columns.items():
+            if not isinstance(column, list):
+                out[name] = column
+                continue
+            kinds = set(map(type, column))
+            try:
+                if name in _INT_COLUMNS and kinds <= {int}:
+                    out[name] = np.fromiter(column, dtype=np.int64, count=len(column))
+                elif name in _FLOAT_COLUMNS and kinds <= _NONE_OR_FLOAT:
+                    out[name] = Floats.of_values(column)
+                elif name == "completed" and kinds <= {bool}:
+                    out[name] = np.fromiter(column, dtype=bool, count=len(column))
+                else:
+                    return None
+            except OverflowError:
+                return None
+        return RequestTable(out)
+
+    @classmethod
+    def concat(cls, tables: list[RequestTable]) -> RequestTable:
+        """The rows of compact `tables`, one after another (compact too)."""
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            empty = cls({name: [] for name in REQUEST_COLUMNS}).compact()
+            assert empty is not None  # (no value of another type)
+            return empty
+        if len(tables) == 1:
+            return tables[0]
+        return cls({name: (Floats.concat([t.columns[name] for t in tables])
+                           if isinstance(tables[0].columns[name], Floats)
+                           else np.concatenate([t.columns[name] for t in tables]))
+                    for name in REQUEST_COLUMNS})
+
+    def take(self, order: np.ndarray) -> RequestTable:
+        """The compact table's rows `order`."""
+        return RequestTable({name: c.take(order) if isinstance(c, Floats) else c[order]
+                             for name, c in self.columns.items()})
 
     def csv_writer_lines(self) -> bytes:
         """The rows as `csv.writer` writes them (`.requests.csv.partial`'s lines)."""
@@ -212,12 +280,13 @@ class RequestTable:
     def _pandas_writes_otherwise(self) -> bool:
         """Whether a time is not a float (an int: pandas may write `5.0`), or any value NaN."""
         columns = self.columns
-        if not _NONE_OR_FLOAT.issuperset(map(type, columns["arrival_s"])) \
-                or not _NONE_OR_FLOAT.issuperset(map(type, columns["sent_s"])):
-            return True
+        for name in ("arrival_s", "sent_s"):
+            if isinstance(columns[name], list) \
+                    and not _NONE_OR_FLOAT.issuperset(map(type, columns[name])):
+                return True
         for name in _FLOAT_COLUMNS:
             column = columns[name]
-            if isinstance(column, Latency):
+            if isinstance(column, Floats):
                 nan = np.isnan(column.values)
                 if column.none is not None:
                     nan &= ~column.none
@@ -229,7 +298,7 @@ class RequestTable:
 
     def _chunks(self) -> Iterator[bytes]:
         """The rows' lines, `_CHUNK_ROWS` at a time, through `csv_lines`."""
-        latencies = [c for c in self.columns.values() if isinstance(c, Latency)]
+        latencies = [c for c in self.columns.values() if isinstance(c, Floats)]
         for start in range(0, self.num_rows, _CHUNK_ROWS):
             stop = start + _CHUNK_ROWS
             # The latencies' Nones, from their masks: a count of some columns only, which
@@ -239,8 +308,21 @@ class RequestTable:
             yield csv_lines(self.rows(start, stop), _percent, nones, 1)
 
 
+def _tolist(column: list[Any] | np.ndarray | Floats, start: int, stop: int) -> list[Any]:
+    """Rows `start:stop` of a column as Python values."""
+    if isinstance(column, list):
+        return column[start:stop]
+    if isinstance(column, Floats):
+        return column.tolist(start, stop)
+    return column[start:stop].tolist()
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
 def _latency(a: list[Any], a_s: np.ndarray, b: list[Any], b_s: np.ndarray,
-             count: np.ndarray | None) -> Latency:
+             count: np.ndarray | None) -> Floats:
     """`(b - a) * 1e3` of each pair as `metrics._ms` computes it (the same float operations
     on the same doubles), None where either is None; given `count` (tokens after the first),
     `sample_rows`' TPOT: `(b - a) / count * 1e3`, None unless `count` is positive."""
@@ -259,7 +341,7 @@ def _latency(a: list[Any], a_s: np.ndarray, b: list[Any], b_s: np.ndarray,
             none[i] = True
     if count is not None and (count <= 0).any():
         none = (count <= 0) if none is None else none | (count <= 0)
-    return Latency(values, none)
+    return Floats(values, none)
 
 
 def request_columns(requests: Seq[Request],
@@ -294,5 +376,5 @@ def requests_csv_bytes(columns: dict[str, list[Any]]) -> bytes:
 
 _NONE_OR_FLOAT = frozenset((float, _NONE))
 
-__all__ = ["Latency", "RequestTable", "columns_frame", "csv_writer_lines", "request_columns",
+__all__ = ["Floats", "RequestTable", "columns_frame", "csv_writer_lines", "request_columns",
            "request_frame", "requests_csv_bytes"]

@@ -48,7 +48,6 @@ from kvbench.results.metrics import (
     send_rate,
     throughput,
 )
-from kvbench.results.request_table import RequestTable
 from kvbench.results.request_writer import RequestWriter
 from kvbench.results.step_writer import StepTotals, StepWriter
 from kvbench.results.summary import (
@@ -388,7 +387,9 @@ def _write_results(
         step_totals = step_writer.close()
         sequences = engine.sequences
         added = [r for r in workload.requests if r.request_id in sequences]
-        table = RequestTable.build(added, sequences)  # each row built once, as columns
+        # Each row built once, as columns: those of the requests that finished as they were
+        # written to the partial file.
+        table = request_writer.table(added, sequences)
         requests_df = table.frame()
         with atomic_text_file(folder / "requests.csv") as handle:
             table.write_csv(handle.buffer)  # (bytes: ASCII)

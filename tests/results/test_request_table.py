@@ -9,6 +9,7 @@ import dataclasses
 import io
 import math
 
+import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -93,3 +94,31 @@ def _check(requests, samples) -> None:
     table.write_csv(written)
     assert written.getvalue() == requests_csv(records).encode()
     assert table.csv_writer_lines() == out.getvalue().encode()
+    # Compact (numpy columns), where the values allow: the same rows, frame and bytes; and
+    # tables of parts, joined and put back in order, as the partial file's batches are.
+    compact = table.compact()
+    ints = all(type(row[c]) is int for row in records for c in ("request_id", "prompt_len"))
+    floats = all(type(row[c]) in (float, type(None)) for row in records
+                 for c in ("arrival_s", "sent_s", "admitted_s", "first_token_s", "finish_s"))
+    assert (compact is not None) == (ints and floats)
+    if compact is None:
+        return
+    _same_table(compact, records, out.getvalue())
+    half = len(requests) // 2
+    parts = [RequestTable.build(requests[half:], samples).compact(),
+             RequestTable.build(requests[:half], samples).compact()]
+    joined = RequestTable.concat(parts)
+    order = [i for i in range(joined.num_rows)]
+    first = parts[0].num_rows
+    order = order[first:] + order[:first]  # the second part's rows come first
+    _same_table(joined.take(np.array(order, dtype=np.int64)), records, out.getvalue())
+
+
+def _same_table(table, records, csv_text) -> None:
+    assert all(map(_same, [v for c in table.lists().values() for v in c],
+                   [row[name] for name in REQUEST_COLUMNS for row in records]))
+    pd.testing.assert_frame_equal(table.frame(), request_frame(records), check_exact=True)
+    written = io.BytesIO()
+    table.write_csv(written)
+    assert written.getvalue() == requests_csv(records).encode()
+    assert table.csv_writer_lines() == csv_text.encode()
