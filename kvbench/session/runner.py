@@ -515,7 +515,7 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         latency_ms=latency,
         memory=memory,
         scheduler=scheduler,
-        load=_load(workload, engine),
+        load=_load(workload, requests_df),
         goodput=(Goodput(**goodput(requests_df, run.replay.slo_ms, makespan))
                  if run.replay.slo_ms and not requests_df.empty else None),
     )
@@ -525,12 +525,16 @@ _CONVERSATION = operator.attrgetter("conversation_id")
 _REQUEST_ID = operator.attrgetter("request_id")
 
 
-def _load(workload: WorkloadResult, engine: BaseEngine) -> Load:
+def _load(workload: WorkloadResult, requests_df: pd.DataFrame) -> Load:
     """The offered rates (`Load`: both, whichever was given) and those the client achieved,
-    from the send times of the requests sent."""
+    from the send times of the requests sent: `requests.csv`'s `sent_s` (a request's first
+    sequence's arrival, the engine's copy of it; its first row holds it), read from the
+    frame rather than from every sequence again."""
     requests = workload.requests
-    sent = {rid: seqs[0].request.arrival_s for rid, seqs in engine.sequences.items()
-            if rid >= 0 and seqs}  # (warm-up requests have negative ids)
+    sent: dict[Any, float] = {}
+    if not requests_df.empty:
+        first = requests_df[(requests_df["sample"] == 0) & requests_df["sent_s"].notna()]
+        sent = dict(zip(first["request_id"].tolist(), first["sent_s"].tolist(), strict=True))
     if set(map(_CONVERSATION, requests)) <= {None}:
         # Every request a conversation of its own (a trace, most workloads): the groups
         # and their starts need no pass over groups of one (a million requests' is seconds).
