@@ -125,11 +125,14 @@ def _logs_of(logs: list[StepTimes | None], num_steps: list[int],
              ) -> tuple[list[StepTimes], np.ndarray]:
     """The distinct StepTimes of the samples with tokens, and each sample's index into them
     (0 for a sample without tokens)."""
-    distinct = {id(log): log for log, n in zip(logs, num_steps, strict=True) if n}
-    if len(distinct) <= 1:
-        return list(distinct.values()), np.zeros(len(logs), dtype=np.int64)
-    index = {key: i for i, key in enumerate(distinct)}
-    return (list(distinct.values()),
+    one = set(logs)  # (by identity, in C)
+    one.discard(None)
+    if len(one) <= 1:  # an engine's, or none
+        return list(one), np.zeros(len(logs), dtype=np.int64)
+    distinct_by_id = {id(log): log for log, n in zip(logs, num_steps, strict=True) if n}
+    index = {key: i for i, key in enumerate(distinct_by_id)}
+    distinct = list(distinct_by_id.values())
+    return (distinct,
             np.array([index[id(log)] if n else 0 for log, n in zip(logs, num_steps, strict=True)],
                      dtype=np.int64))
 
