@@ -37,6 +37,7 @@ import numpy as np
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.core.step_times import StepTimes
+from kvbench.results.gather_write import write_slices
 from kvbench.results.token_times import TokenTimes, format_us_bytes, round_to_us
 from kvbench.results.weighted import WeightedValues
 
@@ -65,8 +66,8 @@ def write_token_file(handle: IO[bytes], requests: Iterable[Request],
 
     The file is cut into pieces of one text: each line's head (its ids), and each of its
     ranges' values with their commas (the last range's without). The samples and their
-    ranges are gathered by maps over them; the pieces are placed with numpy and joined a few
-    MB at a time (a sample decoding while requests arrive has dozens of ranges: it leaves
+    ranges are gathered by maps over them; the pieces are placed with numpy and written by
+    one system call a thousand (`gather_write`) (a sample decoding while requests arrive has dozens of ranges: it leaves
     the decode cohort at every step that admits a prompt, fewer once merged)."""
     ids, samples, seqs = _samples_in_order(requests, sequences)
     heads = list(map(_HEAD.__mod__, zip(ids, samples, strict=True)))
@@ -216,12 +217,6 @@ def _merged(texts: list[_LogText], start: np.ndarray, stop: np.ndarray,
     return start[new], stop[ends], owner[new]
 
 
-# Bytes joined into one write, about: a buffer this small is reused by the allocator, where
-# one of tens of MB is fresh memory each time (the kernel's page faults cost as much as the
-# copy).
-_CHUNK_BYTES = 1 << 22
-
-
 def _write_pieces(handle: IO[bytes], texts: list[_LogText], heads: list[bytes],
                   ranges: _Ranges) -> None:
     """The lines: for each sample its head (after the previous line's end), then its
@@ -236,7 +231,7 @@ def _write_pieces(handle: IO[bytes], texts: list[_LogText], heads: list[bytes],
     head_len = np.fromiter(map(len, heads), dtype=np.int64, count=len(heads)) + 3
     head_len[0] -= 3
     head_stop = np.cumsum(head_len) + pos[-1]
-    text = memoryview(b"".join([*(t.text for t in texts), head_text]))
+    text = b"".join([*(t.text for t in texts), head_text])
     del head_text
     owner = ranges.owner
     last = np.ones(owner.size, dtype=bool)  # the last range of its sample: no comma after
@@ -249,14 +244,7 @@ def _write_pieces(handle: IO[bytes], texts: list[_LogText], heads: list[bytes],
     is_range = np.ones(lo.size, dtype=bool)
     is_range[at_head] = False
     lo[is_range], hi[is_range] = pos[ranges.start], pos[ranges.stop] - last
-    # Where each write ends: the first piece at which another _CHUNK_BYTES are done.
-    done = np.cumsum(hi - lo)
-    cuts = np.searchsorted(done, np.arange(_CHUNK_BYTES, int(done[-1]), _CHUNK_BYTES),
-                           side="right")
-    for first, stop in zip([0, *cuts.tolist()], [*cuts.tolist(), lo.size], strict=True):
-        if stop > first:
-            handle.write(b"".join(map(text.__getitem__, map(
-                slice, lo[first:stop].tolist(), hi[first:stop].tolist()))))
+    write_slices(handle, text, lo, hi)
     handle.write(b"]}\n")
 
 

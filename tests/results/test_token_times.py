@@ -155,7 +155,7 @@ def test_streamed_file_is_the_lines_and_hands_back_the_same_arrays(tmp_path, mon
     sequences = {i: [_sequence(requests[i], 0, np.cumsum(rng.random(int(rng.integers(0, 9))))
                                .tolist())] for i in range(0, 40, 1) if i != 7}
     lines, kept = token_times_file(requests, sequences)
-    monkeypatch.setattr(token_file, "_CHUNK_BYTES", 50)
+    monkeypatch.setattr("kvbench.results.gather_write._JOIN_BYTES", 50)
     monkeypatch.setattr(token_file, "_CHUNK_VALUES", 5)
     with atomic_text_file(tmp_path / TOKENS_FILE) as handle:  # as the runner writes it
         streamed = token_file.write_token_file(handle.buffer, requests, sequences)
