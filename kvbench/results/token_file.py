@@ -4,7 +4,7 @@ A sequence's token times are the ends of the steps it sampled in, held as ranges
 engine's `StepTimes` (`Sequence.token_steps`; kvbench/core/step_times.py): a range of engine
 steps `(start, stop)`, or of the engine's decode cohort steps `(~start, ~stop)`. So the file
 needs each step end's text once: every end is formatted into one text, each followed by a
-comma (`token_times.format_us_bytes`, the integer-microsecond formatter), then the decode
+comma (`token_times.value_text`, the integer-microsecond formatter), then the decode
 cohort's ends (`ends[cohort_steps]`) the same way after them, and a range of either kind is
 one slice of that text. A sample's line is its prefix and the slices of its ranges: no time
 is formatted, rounded or copied per token (a million requests hold about 330 million), and
@@ -26,7 +26,6 @@ The same ranges describe the rest per step rather than per token:
 from __future__ import annotations
 
 import itertools
-import json
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,14 +37,10 @@ from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.core.step_times import StepTimes
 from kvbench.results.gather_write import write_slices
-from kvbench.results.token_times import TokenTimes, format_us_bytes, round_to_us
+from kvbench.results.token_times import TokenTimes, value_text
 from kvbench.results.weighted import WeightedValues
 
-_US_PER_S = 1_000_000
 _SAMPLE = operator.attrgetter("sample_index")
-# Values formatted at once: the temporaries of a batch stay small (a 4M-value array at
-# once spends as long in page faults as formatting).
-_CHUNK_VALUES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -248,47 +243,6 @@ def _write_pieces(handle: IO[bytes], texts: list[_LogText], heads: list[bytes],
     handle.write(b"]}\n")
 
 
-def value_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """Each value as `json.dumps(round(t, 6))` writes it, followed by a comma, end to end;
-    where each value's text starts (and the text's length last); and each value as
-    `round(t, 6)`."""
-    texts: list[bytes] = []
-    pos = [np.zeros(1, dtype=np.int64)]
-    parts: list[np.ndarray] = []
-    at = 0
-    for first in range(0, values.size, _CHUNK_VALUES):
-        text, ends, part = _chunk_text(values[first : first + _CHUNK_VALUES])
-        texts.append(text)
-        pos.append(ends + at)
-        parts.append(part)
-        at += len(text)
-    return (b"".join(texts), np.concatenate(pos),
-            np.concatenate(parts) if parts else np.empty(0))
-
-
-def _chunk_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """`value_text` of a few values: the text, where each value's text ends (after its
-    comma) and the rounded values."""
-    us, plain = round_to_us(values)
-    rounded = us / _US_PER_S
-    text, comma_at = format_us_bytes(us)
-    ends = comma_at + 1
-    odd = np.flatnonzero(~plain)
-    if odd.size:  # a value the array path does not print (NaN, negative, < 1e-4, >= 1e9 s)
-        pieces: list[bytes] = []
-        lengths = np.diff(ends, prepend=0)
-        at = 0
-        for i in odd.tolist():
-            value = round(float(values[i]), 6)
-            rounded[i] = value
-            pieces += [text[at : ends[i - 1] if i else 0], json.dumps(value).encode(), b","]
-            lengths[i] = len(pieces[-2]) + 1
-            at = int(ends[i])
-        pieces.append(text[at:])
-        text, ends = b"".join(pieces), np.cumsum(lengths)
-    return text, ends, rounded
-
-
 def _written(ids: np.ndarray, samples: np.ndarray, ranges: _Ranges, values: np.ndarray,
              rounded: np.ndarray) -> WrittenTokens:
     """The arrays and ITLs of samples whose times are `ranges` of `values`."""
@@ -367,4 +321,4 @@ def _gather(values: np.ndarray, bounds: np.ndarray, total: int) -> np.ndarray:
 _CHUNK_TOKENS = 1 << 20
 
 
-__all__ = ["WrittenTokens", "value_text", "write_token_file"]
+__all__ = ["WrittenTokens", "write_token_file"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from collections.abc import Sequence as Seq
 from pathlib import Path
 from typing import Protocol
@@ -62,14 +62,6 @@ def token_times_file(requests: Iterable[Request], sequences: dict[int, list[Sequ
     return buffer.getvalue().decode("utf-8").splitlines(), written.times
 
 
-def file_order(requests: Iterable[Request],
-               sequences: dict[int, list[Sequence]]) -> list[tuple[int, int]]:
-    """(request id, sample) of each line of the file `token_time_lines` makes."""
-    return [(int(request.request_id), int(seq.sample_index)) for request in requests
-            for seq in sorted(sequences.get(request.request_id, []),
-                              key=lambda s: s.sample_index)]
-
-
 def token_time_series(seqs: Seq[Sequence]) -> list[np.ndarray]:
     """Each sequence's token times (`Sequence.token_times_s`) as a float64 array, read from
     its engine's step ends in one copy per engine rather than a Python float per token: a
@@ -96,64 +88,62 @@ def token_time_series(seqs: Seq[Sequence]) -> list[np.ndarray]:
 
 def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:
     """Each list of seconds as `json.dumps([round(t, 6) for t in times])` writes it, without
-    the brackets (`"0.1,0.300001"`)."""
-    out: list[str] = []
-    for bodies, _, _ in _format_batches(series):
-        out.extend(bodies)
-    return out
+    the brackets (`"0.1,0.300001"`): slices of `value_text` of them all."""
+    lengths = [len(times) for times in series]
+    if not sum(lengths):
+        return ["" for _ in series]
+    text, pos, _ = value_text(np.concatenate([np.asarray(t, dtype=float) for t in series]))
+    ends = np.cumsum(lengths).tolist()
+    return [text[pos[end - n] : pos[end] - 1].decode("ascii") if n else ""
+            for n, end in zip(lengths, ends, strict=True)]
 
 
-def _format_batches(series: Seq[Seq[float]],
-                    ) -> Iterator[tuple[list[str], np.ndarray, np.ndarray]]:
-    """`microsecond_lists` of consecutive batches of `series`, each with its times as
-    `round(t, 6)` and as they are, laid end to end."""
-    chunk: list[Seq[float]] = []
-    size = 0
-    for times in series:
-        chunk.append(times)
-        size += len(times)
-        if size >= _CHUNK_VALUES:
-            yield _format_chunk(chunk)
-            chunk, size = [], 0
-    if chunk or not series:
-        yield _format_chunk(chunk)
+def value_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Each value as `json.dumps(round(t, 6))` writes it, followed by a comma, end to end;
+    where each value's text starts (and the text's length last); and each value as
+    `round(t, 6)` (`us / 1e6` is that double; a value the array path does not print is
+    Python's own). The format is per value: `json.dumps` of a list is its values' texts
+    joined by commas, so a slice of this text is the list of those values."""
+    texts: list[bytes] = []
+    pos = [np.zeros(1, dtype=np.int64)]
+    parts: list[np.ndarray] = []
+    at = 0
+    for first in range(0, values.size, _CHUNK_VALUES):
+        text, ends, part = _chunk_text(values[first : first + _CHUNK_VALUES])
+        texts.append(text)
+        pos.append(ends + at)
+        parts.append(part)
+        at += len(text)
+    return (b"".join(texts), np.concatenate(pos),
+            np.concatenate(parts) if parts else np.empty(0))
 
 
-# Values formatted per batch of lines: the arrays of a batch stay in the CPU cache and in
-# memory the allocator reuses (a 4M-value array at once spends as long in page faults).
+# Values formatted at once: the arrays of a batch stay in the CPU cache and in memory the
+# allocator reuses (a 4M-value array at once spends as long in page faults).
 _CHUNK_VALUES = 1 << 16
 
 
-def _format_chunk(series: list[Seq[float]]) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Each list's text (`microsecond_lists`), and its times as `round(t, 6)` and as they
-    are, laid end to end (`us / 1e6` is that double; a value the array path does not print
-    is Python's own)."""
-    lengths = [len(times) for times in series]
-    if not sum(lengths):
-        return ["" for _ in series], np.empty(0), np.empty(0)
-    seconds = np.concatenate([np.asarray(t, dtype=float) for t in series])
-    us, plain = round_to_us(seconds)
+def _chunk_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """`value_text` of a few values: the text, where each value's text ends (after its
+    comma) and the rounded values."""
+    us, plain = round_to_us(values)
     rounded = us / _US_PER_S
-    for i in np.flatnonzero(~plain):
-        rounded[i] = round(float(seconds[i]), 6)
-    text, comma_at = _format_us(us)
-    ends = np.cumsum(lengths)
-    # A line holding a value the array path does not print goes through json instead.
-    odd = set(np.searchsorted(ends, np.flatnonzero(~plain), side="right").tolist())
-    out = []
-    start_char = 0
-    for i, (times, end) in enumerate(zip(series, ends.tolist(), strict=True)):
-        if not len(times):
-            out.append("")
-            continue
-        end_char = int(comma_at[end - 1])
-        if i in odd:
-            out.append(json.dumps([round(float(t), 6) for t in times],
-                                  separators=(",", ":"))[1:-1])
-        else:
-            out.append(text[start_char:end_char])
-        start_char = end_char + 1
-    return out, rounded, seconds
+    text, comma_at = format_us_bytes(us)
+    ends = comma_at + 1
+    odd = np.flatnonzero(~plain)
+    if odd.size:  # a value the array path does not print (NaN, negative, < 1e-4, >= 1e9 s)
+        pieces: list[bytes] = []
+        lengths = np.diff(ends, prepend=0)
+        at = 0
+        for i in odd.tolist():
+            value = round(float(values[i]), 6)
+            rounded[i] = value
+            pieces += [text[at : ends[i - 1] if i else 0], json.dumps(value).encode(), b","]
+            lengths[i] = len(pieces[-2]) + 1
+            at = int(ends[i])
+        pieces.append(text[at:])
+        text, ends = b"".join(pieces), np.cumsum(lengths)
+    return text, ends, rounded
 
 
 def round_to_us(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -194,15 +184,9 @@ _MICRO_LAST = _words(",", "trailing")  # last 3 decimals, when not all zero
 _MICRO_LAST[0] = 0
 
 
-def _format_us(us: np.ndarray) -> tuple[str, np.ndarray]:
-    """Every value as `repr(us / 1e6)` followed by a comma, concatenated, and the index of
-    each value's comma in the text."""
-    text, comma_at = format_us_bytes(us)
-    return text.decode("ascii"), comma_at
-
-
 def format_us_bytes(us: np.ndarray) -> tuple[bytes, np.ndarray]:
-    """`_format_us` as ASCII bytes (a binary file takes them as they are)."""
+    """Every value as `repr(us / 1e6)` followed by a comma, concatenated (ASCII bytes), and
+    the index of each value's comma in the text."""
     n = us.size
     if n == 0:
         return b"", np.empty(0, dtype=np.int64)
@@ -425,4 +409,4 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 __all__ = ["TOKENS_FILE", "TokenSource", "TokenTimes", "microsecond_lists", "pooled_gaps_s", "token_time_series",
            "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines",
-           "token_times_file", "file_order", "format_us_bytes", "round_to_us"]
+           "token_times_file", "format_us_bytes", "round_to_us", "value_text"]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.core.step_times import StepTimes
-from kvbench.results import token_file
+from kvbench.results import token_file, token_times
 from kvbench.results.metrics import inter_token_latencies_ms, latency_stats
 from kvbench.results.token_times import TOKENS_FILE, pooled_gaps_s, read_token_arrays
 
@@ -81,16 +81,16 @@ def _reference_lines(requests, sequences) -> bytes:
 def test_the_file_arrays_and_itls_are_the_per_token_ones(tmp_path_factory, run, chunk):
     requests, sequences = run
     buffer = io.BytesIO()
-    saved = token_file._CHUNK_VALUES, token_file._CHUNK_TOKENS
+    saved = token_times._CHUNK_VALUES, token_file._CHUNK_TOKENS
     # Values formatted and tokens gathered a few at a time.
-    token_file._CHUNK_VALUES = token_file._CHUNK_TOKENS = chunk
+    token_times._CHUNK_VALUES = token_file._CHUNK_TOKENS = chunk
     try:
         written = token_file.write_token_file(buffer, requests, sequences)
         # What the report may read instead of every token (before `times_s` is gathered).
         counts, gaps = written.times.time_counts(), written.times.gaps_s()
         times_s = written.times.times_s
     finally:
-        token_file._CHUNK_VALUES, token_file._CHUNK_TOKENS = saved
+        token_times._CHUNK_VALUES, token_file._CHUNK_TOKENS = saved
     assert buffer.getvalue() == _reference_lines(requests, sequences)
     folder = tmp_path_factory.mktemp("tokens")
     (folder / TOKENS_FILE).write_bytes(buffer.getvalue())

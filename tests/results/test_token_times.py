@@ -156,7 +156,7 @@ def test_streamed_file_is_the_lines_and_hands_back_the_same_arrays(tmp_path, mon
                                .tolist())] for i in range(0, 40, 1) if i != 7}
     lines, kept = token_times_file(requests, sequences)
     monkeypatch.setattr("kvbench.results.gather_write._JOIN_BYTES", 50)
-    monkeypatch.setattr(token_file, "_CHUNK_VALUES", 5)
+    monkeypatch.setattr("kvbench.results.token_times._CHUNK_VALUES", 5)
     with atomic_text_file(tmp_path / TOKENS_FILE) as handle:  # as the runner writes it
         streamed = token_file.write_token_file(handle.buffer, requests, sequences)
     assert (tmp_path / TOKENS_FILE).read_text() == "".join(f"{line}\n" for line in lines)
