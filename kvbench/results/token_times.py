@@ -11,24 +11,27 @@ at a time costs about a second each way. Both directions therefore work on whole
 numpy arrays of integer microseconds. The text is exactly what `json.dumps` writes for
 `round(t, 6)` (a value with at most 15 significant digits prints as its own decimal digits);
 values outside the plain `123.456` form (negative, NaN, below 1e-4 s, which Python writes as
-`1e-05`, or beyond 1e9 s) send their line through `json` itself.
+`1e-05`, or beyond 1e9 s) go through `json` itself. A run writes its file from the engine's
+step ends, each formatted once (`kvbench.results.token_file`); this module formats lists of
+times (`microsecond_lists`) and reads files back.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Protocol
 
 import numpy as np
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
+from kvbench.results.weighted import WeightedValues
 
 TOKENS_FILE = "tokens.jsonl"
 
@@ -49,80 +52,14 @@ def token_time_lines(requests: Iterable[Request],
 def token_times_file(requests: Iterable[Request], sequences: dict[int, list[Sequence]],
                      ) -> tuple[list[str], TokenTimes]:
     """`token_time_lines`, and exactly what `read_token_arrays` gives for the file they make
-    (each time is `round(t, 6)`), from one rounding pass: a session hands the arrays to its
-    report instead of parsing the file back (4M times cost a third of a second)."""
-    lines: list[str] = []
-    times = _write_lines(lines.extend, requests, sequences)
-    return lines, times
+    (each time is `round(t, 6)`): a session hands the arrays to its report instead of
+    parsing the file back. A run writes the file itself with
+    `kvbench.results.token_file.write_token_file`, which this reads into memory."""
+    from kvbench.results.token_file import write_token_file  # (it imports this module)
 
-
-@dataclass(frozen=True)
-class WrittenTokenTimes:
-    """What writing tokens.jsonl hands back: the arrays the file reads back as, and every
-    inter-token gap of the unrounded times (ms), pooled in the file's order of samples
-    (`metrics.inter_token_latencies_ms` over the samples in that order)."""
-
-    times: TokenTimes
-    itl_ms: np.ndarray
-
-
-def write_token_times(handle: IO[str], requests: Iterable[Request],
-                      sequences: dict[int, list[Sequence]]) -> WrittenTokenTimes:
-    """Write `token_time_lines` to `handle` (each with its newline), a batch of lines at a
-    time: the file's text is never held whole (a long run's is hundreds of MB). The ITLs
-    come from the same pass over the times (a run's summary needs them)."""
-    gaps_ms: list[np.ndarray] = []
-    times = _write_lines(lambda lines: handle.write("".join(f"{line}\n" for line in lines)),
-                         requests, sequences, gaps_ms)
-    return WrittenTokenTimes(times, gaps_ms[0])
-
-
-def file_order(requests: Iterable[Request],
-               sequences: dict[int, list[Sequence]]) -> list[tuple[int, int]]:
-    """(request id, sample) of each line of the file `token_time_lines` makes."""
-    return [(int(request.request_id), int(seq.sample_index)) for request in requests
-            for seq in sorted(sequences.get(request.request_id, []),
-                              key=lambda s: s.sample_index)]
-
-
-def _write_lines(put: Callable[[list[str]], Any], requests: Iterable[Request],
-                 sequences: dict[int, list[Sequence]],
-                 gaps_ms: list[np.ndarray] | None = None) -> TokenTimes:
-    """Hand the lines of every sample, in request order, to `put` a batch at a time (and,
-    given `gaps_ms`, append to it the pooled gaps of every sample, ms: batches end between
-    samples, so each batch's are the run's cut in order). The arrays are filled in place,
-    batch by batch: a long run's are GBs, never held twice."""
-    ids: list[int] = []
-    samples: list[int] = []
-    ordered: list[Sequence] = []
-    for request in requests:
-        for seq in sorted(sequences.get(request.request_id, []), key=lambda s: s.sample_index):
-            ids.append(int(request.request_id))
-            samples.append(int(seq.sample_index))
-            ordered.append(seq)
-    series = token_time_series(ordered)
-    del ordered
-    counts = np.array([len(times) for times in series], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    rounded = np.empty(int(starts[-1]))
-    gaps = np.empty(int(np.maximum(counts - 1, 0).sum())) if gaps_ms is not None else None
-    done = 0
-    at_gap = 0
-    for bodies, values, seconds in _format_batches(series):
-        end = done + len(bodies)
-        put([f'{{"request_id":{request_id},"sample":{sample},"token_times_s":[{body}]}}'
-             for request_id, sample, body in zip(ids[done:end], samples[done:end], bodies,
-                                                 strict=True)])
-        rounded[starts[done] : starts[end]] = values
-        if gaps is not None:
-            batch = pooled_gaps_s(seconds, starts[done : end + 1] - starts[done]) * 1e3
-            gaps[at_gap : at_gap + batch.size] = batch
-            at_gap += batch.size
-        done = end
-    if gaps_ms is not None:
-        gaps_ms.append(gaps)
-    return TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
-                      starts, rounded)
+    buffer = io.BytesIO()
+    written = write_token_file(buffer, requests, sequences)
+    return buffer.getvalue().decode("utf-8").splitlines(), written.times
 
 
 def token_time_series(seqs: Seq[Sequence]) -> list[np.ndarray]:
@@ -151,67 +88,65 @@ def token_time_series(seqs: Seq[Sequence]) -> list[np.ndarray]:
 
 def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:
     """Each list of seconds as `json.dumps([round(t, 6) for t in times])` writes it, without
-    the brackets (`"0.1,0.300001"`)."""
-    out: list[str] = []
-    for bodies, _, _ in _format_batches(series):
-        out.extend(bodies)
-    return out
+    the brackets (`"0.1,0.300001"`): slices of `value_text` of them all."""
+    lengths = [len(times) for times in series]
+    if not sum(lengths):
+        return ["" for _ in series]
+    text, pos, _ = value_text(np.concatenate([np.asarray(t, dtype=float) for t in series]))
+    ends = np.cumsum(lengths).tolist()
+    return [text[pos[end - n] : pos[end] - 1].decode("ascii") if n else ""
+            for n, end in zip(lengths, ends, strict=True)]
 
 
-def _format_batches(series: Seq[Seq[float]],
-                    ) -> Iterator[tuple[list[str], np.ndarray, np.ndarray]]:
-    """`microsecond_lists` of consecutive batches of `series`, each with its times as
-    `round(t, 6)` and as they are, laid end to end."""
-    chunk: list[Seq[float]] = []
-    size = 0
-    for times in series:
-        chunk.append(times)
-        size += len(times)
-        if size >= _CHUNK_VALUES:
-            yield _format_chunk(chunk)
-            chunk, size = [], 0
-    if chunk or not series:
-        yield _format_chunk(chunk)
+def value_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Each value as `json.dumps(round(t, 6))` writes it, followed by a comma, end to end;
+    where each value's text starts (and the text's length last); and each value as
+    `round(t, 6)` (`us / 1e6` is that double; a value the array path does not print is
+    Python's own). The format is per value: `json.dumps` of a list is its values' texts
+    joined by commas, so a slice of this text is the list of those values."""
+    texts: list[bytes] = []
+    pos = [np.zeros(1, dtype=np.int64)]
+    parts: list[np.ndarray] = []
+    at = 0
+    for first in range(0, values.size, _CHUNK_VALUES):
+        text, ends, part = _chunk_text(values[first : first + _CHUNK_VALUES])
+        texts.append(text)
+        pos.append(ends + at)
+        parts.append(part)
+        at += len(text)
+    return (b"".join(texts), np.concatenate(pos),
+            np.concatenate(parts) if parts else np.empty(0))
 
 
-# Values formatted per batch of lines: the arrays of a batch stay in the CPU cache and in
-# memory the allocator reuses (a 4M-value array at once spends as long in page faults).
+# Values formatted at once: the arrays of a batch stay in the CPU cache and in memory the
+# allocator reuses (a 4M-value array at once spends as long in page faults).
 _CHUNK_VALUES = 1 << 16
 
 
-def _format_chunk(series: list[Seq[float]]) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Each list's text (`microsecond_lists`), and its times as `round(t, 6)` and as they
-    are, laid end to end (`us / 1e6` is that double; a value the array path does not print
-    is Python's own)."""
-    lengths = [len(times) for times in series]
-    if not sum(lengths):
-        return ["" for _ in series], np.empty(0), np.empty(0)
-    seconds = np.concatenate([np.asarray(t, dtype=float) for t in series])
-    us, plain = _round_to_us(seconds)
+def _chunk_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """`value_text` of a few values: the text, where each value's text ends (after its
+    comma) and the rounded values."""
+    us, plain = round_to_us(values)
     rounded = us / _US_PER_S
-    for i in np.flatnonzero(~plain):
-        rounded[i] = round(float(seconds[i]), 6)
-    text, comma_at = _format_us(us)
-    ends = np.cumsum(lengths)
-    # A line holding a value the array path does not print goes through json instead.
-    odd = set(np.searchsorted(ends, np.flatnonzero(~plain), side="right").tolist())
-    out = []
-    start_char = 0
-    for i, (times, end) in enumerate(zip(series, ends.tolist(), strict=True)):
-        if not len(times):
-            out.append("")
-            continue
-        end_char = int(comma_at[end - 1])
-        if i in odd:
-            out.append(json.dumps([round(float(t), 6) for t in times],
-                                  separators=(",", ":"))[1:-1])
-        else:
-            out.append(text[start_char:end_char])
-        start_char = end_char + 1
-    return out, rounded, seconds
+    text, comma_at = format_us_bytes(us)
+    ends = comma_at + 1
+    odd = np.flatnonzero(~plain)
+    if odd.size:  # a value the array path does not print (NaN, negative, < 1e-4, >= 1e9 s)
+        pieces: list[bytes] = []
+        lengths = np.diff(ends, prepend=0)
+        at = 0
+        for i in odd.tolist():
+            value = round(float(values[i]), 6)
+            rounded[i] = value
+            pieces += [text[at : ends[i - 1] if i else 0], json.dumps(value).encode(), b","]
+            lengths[i] = len(pieces[-2]) + 1
+            at = int(ends[i])
+        pieces.append(text[at:])
+        text, ends = b"".join(pieces), np.cumsum(lengths)
+    return text, ends, rounded
 
 
-def _round_to_us(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def round_to_us(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(`round(t, 6)` in integer microseconds, whether the array path prints the value)."""
     with np.errstate(invalid="ignore", over="ignore"):
         scaled = seconds * _US_PER_S
@@ -249,10 +184,12 @@ _MICRO_LAST = _words(",", "trailing")  # last 3 decimals, when not all zero
 _MICRO_LAST[0] = 0
 
 
-def _format_us(us: np.ndarray) -> tuple[str, np.ndarray]:
-    """Every value as `repr(us / 1e6)` followed by a comma, concatenated, and the index of
-    each value's comma in the text."""
+def format_us_bytes(us: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """Every value as `repr(us / 1e6)` followed by a comma, concatenated (ASCII bytes), and
+    the index of each value's comma in the text."""
     n = us.size
+    if n == 0:
+        return b"", np.empty(0, dtype=np.int64)
     whole = us // _US_PER_S
     frac = us - whole * _US_PER_S
     groups = max(1, -(-len(str(int(whole.max()))) // 3))  # 3-digit groups of the whole part
@@ -271,22 +208,71 @@ def _format_us(us: np.ndarray) -> tuple[str, np.ndarray]:
     rows[:, groups + 1] = _MICRO_LAST[micro]
     chars = rows.view(np.uint8).reshape(-1)
     packed = chars[chars != 0]
-    return packed.tobytes().decode("ascii"), np.flatnonzero(packed == ord(","))
+    return packed.tobytes(), np.flatnonzero(packed == ord(","))
 
 
-@dataclass(frozen=True)
+class TokenSource(Protocol):
+    """Where a `TokenTimes` made in memory gets its per-token arrays, and their compact forms
+    (`kvbench.results.token_file`)."""
+
+    def times_s(self) -> np.ndarray: ...
+
+    def time_counts(self) -> WeightedValues: ...
+
+    def gaps_s(self) -> WeightedValues: ...
+
+
 class TokenTimes:
     """A `tokens.jsonl` read into arrays: sample i's times are
-    `times_s[starts[i]:starts[i + 1]]`, belonging to `request_ids[i]`, sample `samples[i]`."""
+    `times_s[starts[i]:starts[i + 1]]`, belonging to `request_ids[i]`, sample `samples[i]`.
 
-    request_ids: np.ndarray
-    samples: np.ndarray
-    starts: np.ndarray
-    times_s: np.ndarray
+    `times_s` is given, or made by `source` when first read: a run hands its report these
+    arrays from memory (`kvbench.results.token_file`), and a million-request run's times are
+    GBs (8 bytes a token). `time_counts` and `gaps_s` give what a chart of all the tokens
+    needs as values with counts, which such a source makes per step (a few million values
+    where the tokens are hundreds of millions) without the per-token array."""
+
+    __slots__ = ("request_ids", "samples", "starts", "_times_s", "_source")
+
+    def __init__(self, request_ids: np.ndarray, samples: np.ndarray, starts: np.ndarray,
+                 times_s: np.ndarray | None = None, *, source: TokenSource | None = None,
+                 ) -> None:
+        if (times_s is None) == (source is None):
+            raise ValueError("TokenTimes takes its times or a source of them, not both")
+        self.request_ids = request_ids
+        self.samples = samples
+        self.starts = starts
+        self._times_s = times_s
+        self._source = source
+
+    @property
+    def times_s(self) -> np.ndarray:
+        """Every token's time (seconds, run clock), sample after sample."""
+        if self._times_s is None:
+            self._times_s = self._source.times_s()
+        return self._times_s
+
+    def time_counts(self) -> WeightedValues:
+        """Every token's time, as values with how many tokens have each (a histogram of
+        `times_s` is the histogram of the values weighted by the counts)."""
+        if self._times_s is None:
+            return self._source.time_counts()
+        return WeightedValues(self._times_s, np.ones(self._times_s.size, dtype=np.int64))
+
+    def gaps_s(self) -> WeightedValues:
+        """`pooled_gaps_s(times_s, starts)` (each sample's inter-token gaps, seconds), as
+        values with counts: the same multiset of doubles."""
+        if self._times_s is None:
+            return self._source.gaps_s()
+        gaps = pooled_gaps_s(self._times_s, self.starts)
+        return WeightedValues(gaps, np.ones(gaps.size, dtype=np.int64))
 
     def sample_times(self) -> list[np.ndarray]:
         """Each sample's times, in file order (views into `times_s`)."""
         return np.split(self.times_s, self.starts[1:-1]) if len(self.request_ids) else []
+
+    def __repr__(self) -> str:
+        return f"TokenTimes({len(self.request_ids)} samples, {int(self.starts[-1])} times)"
 
 
 _LINE = re.compile(rb'\{"request_id":(-?\d+),"sample":(\d+),"token_times_s":\[([0-9.,]*)\]\}')
@@ -421,6 +407,6 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return gaps[keep]
 
 
-__all__ = ["TOKENS_FILE", "TokenTimes", "microsecond_lists", "pooled_gaps_s", "token_time_series",
+__all__ = ["TOKENS_FILE", "TokenSource", "TokenTimes", "microsecond_lists", "pooled_gaps_s", "token_time_series",
            "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines",
-           "token_times_file", "write_token_times", "WrittenTokenTimes", "file_order"]
+           "token_times_file", "format_us_bytes", "round_to_us", "value_text"]

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import gc
 import math
+import operator
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -32,10 +33,10 @@ from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
 from kvbench.models.resolve_config import resolve_model_config
-from kvbench.results.files import (
+from kvbench.results.files import (  # (atomic_write_text: tests fake a full disk through it)
     ResultsFolder,
     atomic_text_file,
-    atomic_write_text,
+    atomic_write_text,  # noqa: F401
     write_json,
 )
 from kvbench.results.metrics import (
@@ -44,9 +45,6 @@ from kvbench.results.metrics import (
     latency_stats,
     nan_to_none,
     per_request,
-    request_frame,
-    request_records,
-    requests_csv,
     send_rate,
     throughput,
 )
@@ -64,12 +62,9 @@ from kvbench.results.summary import (
     Summary,
     Throughput,
 )
-from kvbench.results.token_times import (
-    TOKENS_FILE,
-    TokenTimes,
-    file_order,
-    write_token_times,
-)
+from kvbench.results.token_file import write_token_file
+from kvbench.results.token_times import TOKENS_FILE, TokenTimes
+from kvbench.results.weighted import WeightedValues
 from kvbench.session.progress import Progress
 from kvbench.session.run_config import RunConfig
 from kvbench.strategies import STRATEGIES, reads_option
@@ -388,25 +383,26 @@ def _write_results(
     keep_token_times: bool = False,
 ) -> RunOutcome:
     engine = built.engine
-    with trace_range("metrics"):
+    with trace_range("metrics"), _no_collection():
         step_totals = step_writer.close()
-        added = [r for r in workload.requests if r.request_id in engine.sequences]
-        records = list(request_records(added, engine.sequences))
-        requests_df = request_frame(records)
-        atomic_write_text(folder / "requests.csv", requests_csv(records))
-        del records
+        sequences = engine.sequences
+        added = [r for r in workload.requests if r.request_id in sequences]
+        # Each row built once, as columns: those of the requests that finished as they were
+        # written to the partial file.
+        table = request_writer.table(added, sequences)
+        requests_df = table.frame()
+        with atomic_text_file(folder / "requests.csv") as handle:
+            table.write_csv(handle.buffer)  # (bytes: ASCII)
+        del table
         request_writer.close()
         with atomic_text_file(folder / TOKENS_FILE) as handle:  # streamed: a long run's is GBs
-            written = write_token_times(handle, added, engine.sequences)
-        # Its ITLs are the summary's where the file lists the samples as the engine holds
-        # them (the order their mean is summed in).
-        same_order = file_order(added, engine.sequences) == [
-            (request_id, seq.sample_index) for request_id, seqs in engine.sequences.items()
-            for seq in seqs]
+            written = write_token_file(handle.buffer, added, sequences)  # (bytes: ASCII)
+        # Its ITLs are the summary's: the file holds every sample the engine ran (warm-up's
+        # were forgotten at its reset), as gaps with counts.
         summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
-                            step_totals, engine, written.itl_ms if same_order else None)
+                            step_totals, engine, written.itl_ms)
     token_times = written.times
-    del written  # its ITLs, partitioned by the summary, are read by nothing else
+    del written
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", recorder.to_json())
@@ -414,6 +410,21 @@ def _write_results(
     # (an unfinished run writes no report: nothing to keep)
     kept = token_times if keep_token_times and status == "complete" else None
     return RunOutcome(label, folder, summary, config_json, requests_df, kept)
+
+
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
+    """No garbage collection while the results are made: they build millions of short-lived
+    containers (rows, pieces of lines) in no cycle, and each collection would walk the run's
+    sequences again (a tenth of the results' CPU at 100,000 requests). What cycles they make
+    are collected after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def group_figures(engine) -> dict[str, Any]:
@@ -424,11 +435,15 @@ def group_figures(engine) -> dict[str, Any]:
 
 
 def summarize(built, workload, run, label, status, warmup_done, requests_df,
-              steps: StepTotals, engine, itl_ms: np.ndarray | None = None) -> Summary:
+              steps: StepTotals, engine,
+              itl_ms: WeightedValues | np.ndarray | None = None) -> Summary:
     """The run's `Summary` from its per-request rows and the totals over its steps;
-    `itl_ms`: the engine's `inter_token_latencies_ms` when the caller has them."""
+    `itl_ms`: the engine's `inter_token_latencies_ms` (or those gaps with counts) when the
+    caller has them."""
     if itl_ms is None:
         itl_ms = inter_token_latencies_ms(engine.sequences)
+    itl = (itl_ms.stats() if isinstance(itl_ms, WeightedValues)
+           else latency_stats(itl_ms, consume=True))  # read by nothing else
     by_request = per_request(requests_df)  # a request's prompt counts once, not per sample
     completed = int(by_request["completed"].sum()) if not requests_df.empty else 0
     tput, makespan = throughput(requests_df) if not requests_df.empty else ({}, 0.0)
@@ -471,7 +486,7 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
     latency = Latencies(
         ttft=LatencyStats(**latency_stats(requests_df.get("ttft_ms", []))),
         tpot=LatencyStats(**latency_stats(requests_df.get("tpot_ms", []))),
-        itl=LatencyStats(**latency_stats(itl_ms, consume=True)),  # read by nothing else
+        itl=LatencyStats(**itl),
         e2e=LatencyStats(**latency_stats(requests_df.get("e2e_ms", []))),
         queue=LatencyStats(**latency_stats(requests_df.get("queue_ms", []))),
         prefill=LatencyStats(**latency_stats(requests_df.get("prefill_ms", []))),
@@ -500,32 +515,49 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         latency_ms=latency,
         memory=memory,
         scheduler=scheduler,
-        load=_load(workload, engine),
+        load=_load(workload, requests_df),
         goodput=(Goodput(**goodput(requests_df, run.replay.slo_ms, makespan))
                  if run.replay.slo_ms and not requests_df.empty else None),
     )
 
 
-def _load(workload: WorkloadResult, engine: BaseEngine) -> Load:
+_CONVERSATION = operator.attrgetter("conversation_id")
+_REQUEST_ID = operator.attrgetter("request_id")
+
+
+def _load(workload: WorkloadResult, requests_df: pd.DataFrame) -> Load:
     """The offered rates (`Load`: both, whichever was given) and those the client achieved,
-    from the send times of the requests sent."""
+    from the send times of the requests sent: `requests.csv`'s `sent_s` (a request's first
+    sequence's arrival, the engine's copy of it; its first row holds it), read from the
+    frame rather than from every sequence again."""
     requests = workload.requests
-    groups = conversation_groups(requests)
+    sent: dict[Any, float] = {}
+    if not requests_df.empty:
+        first = requests_df[(requests_df["sample"] == 0) & requests_df["sent_s"].notna()]
+        sent = dict(zip(first["request_id"].tolist(), first["sent_s"].tolist(), strict=True))
+    if set(map(_CONVERSATION, requests)) <= {None}:
+        # Every request a conversation of its own (a trace, most workloads): the groups
+        # and their starts need no pass over groups of one (a million requests' is seconds).
+        conversations = len(requests)
+        starts = [sent[rid] for rid in map(_REQUEST_ID, requests) if rid in sent]
+    else:
+        groups = conversation_groups(requests)
+        conversations = len(groups)
+        starts = [min(sent[requests[i].request_id] for i in members
+                      if requests[i].request_id in sent)
+                  for members in groups
+                  if any(requests[i].request_id in sent for i in members)]
     process = workload.arrivals
-    conversation_rate = process.conversation_start_rate(len(groups), len(requests))
+    conversation_rate = process.conversation_start_rate(conversations, len(requests))
     request_rate = process.request_rate
     if not math.isinf(process.conversation_rate):
-        request_rate = conversation_rate * len(requests) / len(groups) if groups else math.inf
-    sent = {rid: seqs[0].request.arrival_s for rid, seqs in engine.sequences.items()
-            if rid >= 0 and seqs}  # (warm-up requests have negative ids)
-    starts = [min(sent[requests[i].request_id] for i in members
-                  if requests[i].request_id in sent)
-              for members in groups if any(requests[i].request_id in sent for i in members)]
+        request_rate = (conversation_rate * len(requests) / conversations if conversations
+                        else math.inf)
     return Load(
         request_rate=None if math.isinf(request_rate) else request_rate,
         conversation_rate=None if math.isinf(conversation_rate) else conversation_rate,
         max_concurrency=process.max_concurrency,
-        conversations=len(groups),
+        conversations=conversations,
         achieved_request_rate=send_rate(list(sent.values())),
         achieved_conversation_rate=send_rate(starts),
     )

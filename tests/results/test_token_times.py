@@ -4,6 +4,7 @@ floats `json` gives."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -142,47 +143,39 @@ def test_the_arrays_handed_to_the_report_are_what_the_file_reads_back(tmp_path):
 
 
 def test_streamed_file_is_the_lines_and_hands_back_the_same_arrays(tmp_path, monkeypatch):
-    """`write_token_times` writes the file in batches of lines (here a few values each, so
-    samples land on both sides of batch edges): the file must be `token_time_lines` and the
-    arrays those `token_times_file` gives."""
-    import json as json_module
-
-    from kvbench.results import token_times as module
+    """`write_token_file` writes the file in batches of lines (here about 50 bytes each, so
+    samples land on both sides of batch edges) and formats values in chunks (here of 5):
+    the file must be `token_time_lines` and the arrays those `token_times_file` gives."""
+    from kvbench.results import token_file
     from kvbench.results.files import atomic_text_file
 
-    monkeypatch.setattr(module, "_CHUNK_VALUES", 5)
     rng = np.random.default_rng(2)
     requests = [Request(i, arrival_s=0.0, prompt_token_ids=(1,), output_len=3)
                 for i in range(40)]
     sequences = {i: [_sequence(requests[i], 0, np.cumsum(rng.random(int(rng.integers(0, 9))))
                                .tolist())] for i in range(0, 40, 1) if i != 7}
-    with atomic_text_file(tmp_path / TOKENS_FILE) as handle:
-        streamed = module.write_token_times(handle, requests, sequences)
     lines, kept = token_times_file(requests, sequences)
+    monkeypatch.setattr("kvbench.results.gather_write._JOIN_BYTES", 50)
+    monkeypatch.setattr("kvbench.results.token_times._CHUNK_VALUES", 5)
+    with atomic_text_file(tmp_path / TOKENS_FILE) as handle:  # as the runner writes it
+        streamed = token_file.write_token_file(handle.buffer, requests, sequences)
     assert (tmp_path / TOKENS_FILE).read_text() == "".join(f"{line}\n" for line in lines)
-    assert [json_module.loads(line)["request_id"] for line in lines] == \
-        [i for i in range(40) if i != 7]
+    assert [json.loads(line)["request_id"] for line in lines] == [i for i in range(40) if i != 7]
     for field in ("request_ids", "samples", "starts", "times_s"):
         np.testing.assert_array_equal(getattr(streamed.times, field), getattr(kept, field))
 
 
-def test_written_itls_are_the_engines_bit_for_bit(tmp_path, monkeypatch):
-    """The summary takes its ITLs from the pass that writes tokens.jsonl (batch by batch)
-    when the file lists samples as the engine holds them: they must be the very doubles
-    `inter_token_latencies_ms` gives, in its order."""
-    from kvbench.results import token_times as module
-    from kvbench.results.files import atomic_text_file
+def test_written_itls_are_the_engines(tmp_path):
+    """The summary takes its ITLs from the pass that writes tokens.jsonl, as gaps with
+    counts: expanded, they must be the very doubles `inter_token_latencies_ms` gives."""
     from kvbench.results.metrics import inter_token_latencies_ms
+    from kvbench.results.token_file import write_token_file
 
-    monkeypatch.setattr(module, "_CHUNK_VALUES", 7)
     rng = np.random.default_rng(5)
     requests = [Request(i, arrival_s=0.0, prompt_token_ids=(1,), output_len=3, n=2)
                 for i in range(30)]
     sequences = {i: [_sequence(requests[i], s, (i + np.cumsum(rng.random(
         int(rng.integers(0, 12))))).tolist()) for s in range(2)] for i in range(30)}
-    with atomic_text_file(tmp_path / TOKENS_FILE) as handle:
-        written = module.write_token_times(handle, requests, sequences)
-    assert module.file_order(requests, sequences) == [
-        (i, s.sample_index) for i, seqs in sequences.items() for s in seqs]
+    written = write_token_file(io.BytesIO(), requests, sequences)
     expected = inter_token_latencies_ms(sequences)
-    assert written.itl_ms.tobytes() == expected.tobytes()
+    assert np.sort(written.itl_ms.expand()).tobytes() == np.sort(expected).tobytes()

@@ -1,0 +1,128 @@
+"""`write_slices`: write many slices of one buffer to a file, in order, without a Python
+object per slice.
+
+tokens.jsonl is cut from one text: a line's head, then a slice per range of the steps its
+sample decoded in (`kvbench.results.token_file`), about 180,000 slices at 10,000 ShareGPT
+requests and millions at a million. Joining them costs a memoryview (or bytes) object per
+slice, about 0.3 us each, and a copy of the whole file; `writev` takes the slices as
+(address, length) pairs that numpy lays out in one array, and the kernel gathers them into
+the file (200,000 slices of 40 MB: 0.03-0.06 s of CPU against 0.09-0.15 s joined).
+
+Where there is no `writev` (Windows) or no file descriptor (an in-memory file), the slices
+are joined a few MB at a time instead; the bytes written are the same.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from typing import IO
+
+import numpy as np
+
+# Slices joined into one write where writev is not used: a buffer this small is reused by
+# the allocator, where one of tens of MB is fresh memory each time.
+_JOIN_BYTES = 1 << 22
+
+
+_UNSET = object()
+_writev_function = _UNSET
+
+
+def _writev():  # -> libc's writev, or None where there is none to call this way
+    """libc's writev, looked up at first use (dlopen of the process itself: no search for
+    the library); None off POSIX or where an iovec is not two 64-bit words."""
+    global _writev_function
+    if _writev_function is _UNSET:
+        _writev_function = None
+        if os.name == "posix" and ctypes.sizeof(ctypes.c_void_p) == 8 \
+                and ctypes.sizeof(ctypes.c_size_t) == 8:
+            try:
+                function = ctypes.CDLL(None, use_errno=True).writev
+            except (OSError, AttributeError):
+                function = None
+            if function is not None:
+                function.restype = ctypes.c_ssize_t
+                function.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+                _writev_function = function
+    return _writev_function
+
+
+try:
+    _IOV_MAX = max(1, min(os.sysconf("SC_IOV_MAX"), 1024))
+except (AttributeError, ValueError, OSError):
+    _IOV_MAX = 16
+
+
+def write_slices(handle: IO[bytes], buffer: bytes, lo: np.ndarray, hi: np.ndarray) -> None:
+    """Write `buffer[lo[i]:hi[i]]` for every i, in order, to the binary file `handle`."""
+    lengths = hi - lo
+    keep = lengths > 0
+    lo, lengths = lo[keep].astype(np.uint64), lengths[keep].astype(np.uint64)
+    if not lo.size:
+        return
+    fd = _fileno(handle)
+    writev = _writev()
+    if writev is None or fd is None:
+        _write_joined(handle, buffer, lo, lengths)
+        return
+    handle.flush()  # what the file object holds goes first
+    view = np.frombuffer(buffer, dtype=np.uint8)  # (keeps the address valid while we write)
+    iov = np.empty((lo.size, 2), dtype=np.uint64)  # struct iovec: base, length
+    iov[:, 0] = lo + np.uint64(view.ctypes.data)
+    iov[:, 1] = lengths
+    for first in range(0, lo.size, _IOV_MAX):
+        batch = np.ascontiguousarray(iov[first : first + _IOV_MAX])
+        _writev_all(writev, fd, buffer, batch, int(view.ctypes.data))
+
+
+def _writev_all(writev, fd: int, buffer: bytes, batch: np.ndarray, base: int) -> None:
+    """One writev of `batch`, and what it did not take (a short write, an interrupt) with
+    plain writes."""
+    want = int(batch[:, 1].sum())
+    while True:
+        done = writev(fd, batch.ctypes.data, len(batch))
+        if done >= 0:
+            break
+        code = ctypes.get_errno()
+        if code != errno.EINTR:
+            raise OSError(code, os.strerror(code))
+    if done == want:
+        return
+    # The rest of the batch from the byte where it stopped, as plain writes.
+    ends = np.cumsum(batch[:, 1].astype(np.int64))
+    k = int(np.searchsorted(ends, done, side="right"))
+    offset = done - (int(ends[k - 1]) if k else 0)
+    starts = batch[k:, 0].astype(np.int64) - base
+    stops = starts + batch[k:, 1].astype(np.int64)
+    starts[0] += offset
+    rest = memoryview(b"".join(buffer[a:b] for a, b in zip(starts.tolist(), stops.tolist(),
+                                                         strict=True)))
+    while rest:
+        rest = rest[os.write(fd, rest) :]
+
+
+def _write_joined(handle: IO[bytes], buffer: bytes, lo: np.ndarray,
+                  lengths: np.ndarray) -> None:
+    """`write_slices` by joining the slices, about `_JOIN_BYTES` at a time."""
+    view = memoryview(buffer)
+    starts = lo.astype(np.int64)
+    stops = starts + lengths.astype(np.int64)
+    done = np.cumsum(lengths.astype(np.int64))
+    cuts = np.searchsorted(done, np.arange(_JOIN_BYTES, int(done[-1]), _JOIN_BYTES),
+                           side="right").tolist()
+    for first, stop in zip([0, *cuts], [*cuts, starts.size], strict=True):
+        if stop > first:
+            handle.write(b"".join(map(view.__getitem__, map(
+                slice, starts[first:stop].tolist(), stops[first:stop].tolist()))))
+
+
+def _fileno(handle: IO[bytes]) -> int | None:
+    try:
+        return handle.fileno()
+    except (AttributeError, OSError, ValueError):  # (io.UnsupportedOperation is both)
+        return None
+
+
+__all__ = ["write_slices"]
