@@ -354,9 +354,16 @@ class Engine(BaseEngine):
         for seq in finished:
             leave(seq)
             self._finish(seq, t_end)
-        split = self._memory_split()
-        self.step_recorder.record_decode_step(t_start, t_end, num_seqs, split, len(victims),
-                                              self.num_running, len(self.waiting))
+        # The row from the books after the finishes, as a run's rows are made.
+        holders, head = policy.holders(), self.waiting.head()
+        recorder = self.step_recorder
+        recorder.skip(len(victims))  # (the row's preemptions)
+        recorder.record_decode_run(
+            t_start, [t_end], num_seqs, len(self.waiting),
+            self._cohort_tokens(holders) - num_seqs, [], strategy.books_totals(),
+            strategy.decode_run_split_parts(head), strategy.num_slots, self.num_running)
+        if strategy.check_accounting:
+            self._check_decode_run_books(holders, head)
         self._decoded_all = True  # as `step` leaves it: the others decoded, nothing else
         return finished
 

@@ -111,14 +111,6 @@ class StepRecorder(StepLog):
                      batch.num_decode_seqs, batch.num_tokens, split, num_preempted,
                      num_running, num_waiting, traced)
 
-    def record_decode_step(self, t_start: float, t_end: float, num_seqs: int,
-                           split: MemorySplit, num_preempted: int, num_running: int,
-                           num_waiting: int) -> None:
-        """`record` of a step of `num_seqs` decodes, all of it the forward (a simulated
-        step), untraced: a fast-forwarded step, which builds no batch."""
-        self._record(t_start, t_end, t_end - t_start, 0, num_seqs, num_seqs, split,
-                     num_preempted, num_running, num_waiting, False)
-
     def _record(
         self, t_start: float, t_end: float, forward_s: float, num_prefill_seqs: int,
         num_decode_seqs: int, num_tokens: int, split: MemorySplit, num_preempted: int,
@@ -161,7 +153,7 @@ class StepRecorder(StepLog):
     def record_decode_run(
         self, t_start_s: float, ends_s: list[float], num_seqs: int, num_waiting: int,
         token_slots: int, books: list[BooksAfterStep], totals_before: tuple[int, int, int],
-        split_parts: tuple[int, int, bool], num_slots: int,
+        split_parts: tuple[int, int, bool], num_slots: int, num_running: int | None = None,
     ) -> None:
         """The rows of a run of decode steps of `num_seqs` sequences each (`len(ends_s)`
         steps, the first starting at `t_start_s`): the same rows, to the bit, that `record`
@@ -169,7 +161,8 @@ class StepRecorder(StepLog):
         after it (`books`: the steps that allocated; `totals_before` before the first), the
         computed tokens of the holders (`token_slots` before the run, `num_seqs` more each
         step) and what the run keeps fixed (`split_parts`: external, cached, whether prompt
-        blocks are reported)."""
+        blocks are reported); `num_running`: the running sequences after the last step, where
+        some finished in it (else `num_seqs`)."""
         num_steps = len(ends_s)
         b = self.bytes_per_slot
         external, cached, has_prompt_blocks = split_parts
@@ -182,14 +175,17 @@ class StepRecorder(StepLog):
         rows = [
             (step, start, ms, 0.0, 0, num_seqs, num_seqs, 0, num_seqs, num_waiting,
              token * b, (w - token) * b, (h - w) * b, external * b,
-             (num_slots - h - external) * b, cached * b, 0, token / (h + external),
+             (num_slots - h - external) * b, cached * b, 0,
+             token / (h + external) if h + external else None,
              p if has_prompt_blocks else None, None, None, None)
             for step, start, ms, token, h, w, p in zip(
                 range(first, first + num_steps), starts, step_ms, tokens, held, will, prompt,
                 strict=True)
         ]
-        if unrecorded:  # a step that scheduled nothing before the run: its preemptions
+        if unrecorded:  # preemptions not in a row yet (a step that scheduled nothing)
             rows[0] = (*rows[0][:16], unrecorded, *rows[0][17:])
+        if num_running is not None and num_running != num_seqs:  # some finished last
+            rows[-1] = (*rows[-1][:8], num_running, *rows[-1][9:])
         self.keep_rows(rows)
         if self.group_memory is not None:
             self.group_memory.add_run(list(map(operator.sub, ends_s, starts)), tokens,
