@@ -61,6 +61,13 @@ class Executor(ABC):
         time on the run's clock."""
         raise NotImplementedError(f"{type(self).__name__} runs one step at a time")
 
+    def advance_step(self, query_lens: list[int], seq_lens: list[int],
+                     num_sample_rows: int) -> float:
+        """Run a step known by its lengths alone, each sample row's token
+        `decode_run_token`: an executor that advances decode runs reads nothing else (the
+        engine's fast path for a step of prompts). The clock after it."""
+        raise NotImplementedError(f"{type(self).__name__} runs a step from its batch")
+
     @abstractmethod
     def execute_and_sample(self, batch: StepBatch, sampling: SamplingParams) -> list[list[int]]:
         """Run the step; `[i][j]` is the token of `sampling.keys[i][j]` from sample row `i`."""

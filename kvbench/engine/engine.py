@@ -217,7 +217,7 @@ class Engine(BaseEngine):
                 # join the run after it (prefill-first admitting an arrival).
                 if not policy.next_schedule_admits_only() or self.clock() >= until_s:
                     return total, finished
-                now_finished = self.step()
+                now_finished = self._prompt_step()
                 finished += now_finished
                 total += 1
                 if ((now_finished and not through_finishes) or self.clock() >= until_s
@@ -247,6 +247,40 @@ class Engine(BaseEngine):
             if ((now_finished and not through_finishes) or not running
                     or self.clock() >= until_s):
                 return total, finished
+
+    def _prompt_step(self) -> list[Sequence]:
+        """`step` for a schedule of whole prompts alone (`next_schedule_admits_only`: the
+        decode cohort keeps its members) under an executor that advances decode runs (it
+        reads a step's lengths, nothing else): the same books, clock, tokens and row,
+        without the batch, layout and sampling objects a computing executor needs."""
+        self._traced = False  # (never while a trace is recorded: `fast_forward`)
+        t_start = self.clock()
+        out = self.policy.schedule(t_start)
+        scheduled = out.scheduled
+        if not scheduled or out.preempted:
+            raise AssertionError("a step of prompts alone scheduled something else")
+        query_lens: list[int] = []
+        seq_lens: list[int] = []
+        to_sample: list[Sequence] = []
+        num_tokens = 0
+        for seq, n in scheduled:  # `_build_batch`'s loop for prefills
+            computed = seq.num_computed + n
+            seq.num_computed = computed
+            query_lens.append(n)
+            seq_lens.append(computed)
+            num_tokens += n
+            if computed == len(seq.token_ids):
+                to_sample.append(seq)
+        self.prefill_tokens_computed += num_tokens
+        t_end = self.executor.advance_step(query_lens, seq_lens, len(to_sample))
+        token = [self.executor.decode_run_token]
+        finished = self._commit(to_sample, [token] * len(to_sample), t_end, False)
+        self._joiners += out.admitted
+        self._decoded_all = None
+        self.step_recorder.record_step(t_start, t_end, len(scheduled), 0, num_tokens,
+                                       self._memory_split(), self.num_running,
+                                       len(self.waiting))
+        return finished
 
     def _join_cohort(self, running: list[Sequence]) -> bool:
         """Make every running sequence a member of the decode cohort (those that are not

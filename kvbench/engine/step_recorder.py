@@ -111,6 +111,14 @@ class StepRecorder(StepLog):
                      batch.num_decode_seqs, batch.num_tokens, split, num_preempted,
                      num_running, num_waiting, traced)
 
+    def record_step(self, t_start: float, t_end: float, num_prefill_seqs: int,
+                    num_decode_seqs: int, num_tokens: int, split: MemorySplit,
+                    num_running: int, num_waiting: int) -> None:
+        """`record` of a simulated step given by its counts (all of it the forward, nothing
+        preempted, untraced): the engine's fast path builds no batch."""
+        self._record(t_start, t_end, t_end - t_start, num_prefill_seqs, num_decode_seqs,
+                     num_tokens, split, 0, num_running, num_waiting, False)
+
     def _record(
         self, t_start: float, t_end: float, forward_s: float, num_prefill_seqs: int,
         num_decode_seqs: int, num_tokens: int, split: MemorySplit, num_preempted: int,

@@ -106,20 +106,32 @@ class SimulatedExecutor(Executor):
         layout = batch.layout
         copied = sum(c.num_slots for c in layout.slot_copies) if layout.slot_copies else 0
         rows = len(batch.sample_rows)
-        cost = self.cost_model.cost(layout.query_lens, layout.seq_lens, rows, copied)
-        step_s = cost.time_s
         start_s = self.clock.now_s
-        self.clock.advance(step_s)
+        cost = self._advance(layout.query_lens, layout.seq_lens, rows, copied)
         recorder = get_recorder()
         if recorder is not None:  # `--trace`: the step's modelled phases
             draw_step(recorder, start_s, cost, batch)
+        return rows
+
+    def advance_step(self, query_lens: list[int], seq_lens: list[int],
+                     num_sample_rows: int) -> float:
+        """`advance` of a step given by its lengths alone (no batch, no copies, no trace: the
+        engine's fast path); the clock after it."""
+        self._advance(query_lens, seq_lens, num_sample_rows, 0)
+        return self.clock.now_s
+
+    def _advance(self, query_lens: list[int], seq_lens: list[int], rows: int,
+                 copied: int) -> StepTime:
+        cost = self.cost_model.cost(query_lens, seq_lens, rows, copied)
+        step_s = cost.time_s
+        self.clock.advance(step_s)
         self.last_cost = cost
         self.num_steps += 1
         self.compute_bound_steps += cost.compute_bound
         self.busy_s += step_s
         self.total_flops += cost.flops
         self.total_bytes += cost.bytes
-        return rows
+        return cost
 
     def advance_decode_run(
         self, num_seqs: int, context_tokens: int, max_steps: int, until_s: float
