@@ -11,6 +11,7 @@ from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
 from kvbench.report.tables import flatten, is_long_series
 from kvbench.report.token_times import sorted_inter_token_gaps_s
 from kvbench.results.metric_catalogue import METRICS
+from kvbench.results.weighted import WeightedValues
 
 CDF_POINTS = 400
 
@@ -49,15 +50,28 @@ def _cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return _sorted_cdf(np.sort(values[~np.isnan(values)]))
 
 
+def _weighted_cdf(values: WeightedValues) -> tuple[np.ndarray, np.ndarray]:
+    """`_cdf` of the expanded multiset, from its values and counts: a million-request run's
+    hundreds of millions of gaps are a few million (gap, count) pairs."""
+    ascending, running = values.ascending()
+    n = int(running[-1]) if running.size else 0
+    ranks = _cdf_ranks(n)
+    return ascending[np.searchsorted(running, ranks, side="right")], (ranks + 1) / max(n, 1)
+
+
+def _cdf_ranks(n: int) -> np.ndarray:
+    """The 0-based ranks a CDF of n sorted values draws: all, or CDF_POINTS spread evenly."""
+    if n <= CDF_POINTS:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, CDF_POINTS).round().astype(int))
+
+
 def _sorted_cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`_cdf` of values already sorted, without NaN."""
-    n = values.size
-    if n <= CDF_POINTS:
-        return values, np.arange(1, n + 1) / n
     # A sort, not a partition at the kept ranks: numpy's sort of a long run's millions of ITLs
     # is vectorised (SIMD), a partition at 400 ranks is not, and costs 5-7x as much.
-    keep = np.unique(np.linspace(0, n - 1, CDF_POINTS).round().astype(int))
-    return values[keep], (keep + 1) / n
+    keep = _cdf_ranks(values.size)
+    return values[keep], (keep + 1) / max(values.size, 1)
 
 
 def latency_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure:
@@ -95,7 +109,11 @@ def itl_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None
             continue
         # In seconds, scaled to ms at the kept ranks only: the same values (scaling keeps the
         # order), without a copy of the millions of gaps.
-        x, y = _sorted_cdf(sorted_inter_token_gaps_s(run.token_times))
+        tokens = run.token_times
+        if tokens.in_memory:  # a run's own: its gaps as values with counts
+            x, y = _weighted_cdf(tokens.gaps_s())
+        else:
+            x, y = _sorted_cdf(sorted_inter_token_gaps_s(tokens))
         if x.size == 0:
             continue
         x = x * 1e3

@@ -98,6 +98,20 @@ def _tokens_from_steps(run: RunData) -> tuple[np.ndarray, np.ndarray] | None:
     return end_s.to_numpy(), tokens.to_numpy()
 
 
+def _tokens_from_times(run: RunData) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(time, tokens at it) from the run's per-token times; None when it has none. A run's own
+    (in memory) come as step ends with counts: a million-request run's hundreds of millions
+    of tokens are a few million steps."""
+    tokens = run.token_times
+    if tokens is None:
+        return None
+    if tokens.in_memory:
+        counted = tokens.time_counts()
+        kept = counted.counts > 0
+        return (counted.values[kept], counted.counts[kept]) if kept.any() else None
+    return (tokens.times_s, None) if tokens.times_s.size else None
+
+
 def _tokens_per_s(times: np.ndarray, weights: np.ndarray | None,
                   edges: np.ndarray) -> np.ndarray:
     # Equal windows given as a count and range: numpy bins them arithmetically (the same
@@ -115,9 +129,9 @@ def throughput_timeline_figure(runset: RunSet,
     found: list[tuple[RunData, np.ndarray, np.ndarray | None]] = []
     sources = set()
     for run in runset.runs:
-        if run.token_times is not None and run.token_times.times_s.size:
-            times = run.token_times.times_s
-            weights = None
+        from_tokens = _tokens_from_times(run)
+        if from_tokens is not None:
+            times, weights = from_tokens
             sources.add("tokens.jsonl")
         else:
             from_steps = _tokens_from_steps(run)

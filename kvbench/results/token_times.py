@@ -252,6 +252,12 @@ class TokenTimes:
             self._times_s = self._source.times_s()
         return self._times_s
 
+    @property
+    def in_memory(self) -> bool:
+        """Whether these times come from a run in memory (`source`) rather than a file: then
+        `time_counts` and `gaps_s` are compact, and `times_s` is made only when read."""
+        return self._source is not None
+
     def time_counts(self) -> WeightedValues:
         """Every token's time, as values with how many tokens have each (a histogram of
         `times_s` is the histogram of the values weighted by the counts)."""

@@ -38,21 +38,26 @@ class WeightedValues:
         """The multiset as one array (each value repeated by its count, in the given order)."""
         return np.repeat(self.values, self.counts)
 
-    def stats(self) -> dict[str, float | None]:
-        """`metrics.latency_stats` of `expand()`: mean, p50, p90, p99 and max, NaN values
-        left out; all None when nothing is left."""
+    def ascending(self) -> tuple[np.ndarray, np.ndarray]:
+        """The values with a count, NaN left out, ascending, and the running sum of their
+        counts: the expanded sorted array's element k is `values[searchsorted(running, k,
+        side="right")]`."""
         values, counts = self.values, self.counts
         keep = (counts > 0) & ~np.isnan(values)
         if not keep.all():
             values, counts = values[keep], counts[keep]
+        order = np.argsort(values)
+        return values[order], np.cumsum(counts[order])
+
+    def stats(self) -> dict[str, float | None]:
+        """`metrics.latency_stats` of `expand()`: mean, p50, p90, p99 and max, NaN values
+        left out; all None when nothing is left."""
+        values, running = self.ascending()
         if values.size == 0:
             return dict.fromkeys(("mean", "p50", "p90", "p99", "max"))
-        order = np.argsort(values)
-        values = values[order]
-        running = np.cumsum(counts[order])
         n = int(running[-1])
         out: dict[str, float | None] = {
-            "mean": float(np.sum(values * counts[order])) / n,
+            "mean": float(np.sum(values * np.diff(running, prepend=0))) / n,
         }
         for p in PERCENTILES:
             out[f"p{p}"] = _percentile(values, running, n, p / 100)

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.core.step_times import StepTimes
+from kvbench.report import charts
+from kvbench.report.token_times import sorted_inter_token_gaps_s
 from kvbench.results import token_file, token_times
 from kvbench.results.metrics import inter_token_latencies_ms, latency_stats
 from kvbench.results.token_times import TOKENS_FILE, pooled_gaps_s, read_token_arrays
@@ -106,6 +108,10 @@ def test_the_file_arrays_and_itls_are_the_per_token_ones(tmp_path_factory, run, 
         assert np.array_equal(np.histogram(counts.values, edges, weights=counts.counts)[0],
                               np.histogram(read.times_s, edges)[0])
     assert times_s.tobytes() == read.times_s.tobytes()
+    # The report's ITL CDF of a run in memory is the one `kvbench report` draws from the file.
+    x, y = charts._weighted_cdf(gaps)
+    want_x, want_y = charts._sorted_cdf(sorted_inter_token_gaps_s(read))
+    assert x.tobytes() == want_x.tobytes() and y.tobytes() == want_y.tobytes()
     assert np.sort(written.times.gaps_s().expand()).tobytes() == \
         np.sort(pooled_gaps_s(read.times_s, read.starts)).tobytes()  # from the array now
     # Every gap of the per-token arrays, as the same doubles; the summary's figures of them.
