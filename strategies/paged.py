@@ -61,6 +61,10 @@ class PagedStrategy(CacheStrategy):
         # the latest of those steps.
         self._not_before: dict[int, int] = {}
         self._not_before_until = -1
+        # The cohort step at which a member takes the block that holds its final token, where
+        # that block has slots it will never use: the member, and how many (`grow_cohort_run`
+        # counts every other block whole).
+        self._last_takes: dict[int, list[tuple[_Member, int]]] = {}
 
     @property
     def capacity_tokens(self) -> int:
@@ -122,23 +126,46 @@ class PagedStrategy(CacheStrategy):
         if not 0 <= room <= bs:
             raise AssertionError(f"sequence {seq_id} decodes with {room} free slots held")
         phase = (ordinal + room) % bs
+        final, prompt_blocks = seq.end_len - 1, -(-seq.prompt_len // bs)
+        if len(table) < prompt_blocks:  # (its prompt is computed: its blocks are all taken)
+            raise AssertionError(f"sequence {seq_id} decodes without its prompt's blocks")
         # What taking a block reads of the member, looked up once (`final_kv_len`, the blocks
         # its prompt fills); joined in admission order, so a phase's members stay in it.
-        self._phases[phase][seq_id] = (seq_id, table, seq.end_len - 1, -(-seq.prompt_len // bs))
+        member = (seq_id, table, final, prompt_blocks)
+        self._phases[phase][seq_id] = member
         self._phase_of[seq_id] = phase
         if room == bs:  # its phase comes up once before its first block
             self._not_before[seq_id] = ordinal + room
             self._not_before_until = max(self._not_before_until, ordinal + room)
+        # Its blocks come at cohort steps ordinal + room, then every `bs`: the last one's
+        # unused slots, counted at the step it is taken.
+        blocks_left = -(-final // bs) - len(table)
+        unused = (len(table) + blocks_left) * bs - final
+        if blocks_left > 0 and unused:
+            self._last_takes.setdefault(ordinal + room + (blocks_left - 1) * bs, []).append(
+                (member, unused))
 
     def leave_decode_cohort(self, seq: Sequence) -> None:
         phase = self._phase_of.pop(seq.seq_id, None)
         if phase is not None:
-            del self._phases[phase][seq.seq_id]
+            self._write_books(self._phases[phase].pop(seq.seq_id))
             self._not_before.pop(seq.seq_id, None)
+
+    def _write_books(self, member: _Member) -> None:
+        """A member's entry in the per-sequence books, from its table: the blocks it took in
+        the cohort are in the totals, not in its entry (`_account`'s, as `_account_table`
+        writes it)."""
+        seq_id, table, final, prompt_blocks = member
+        held = len(table) * self.block_size
+        self._held[seq_id] = (held, held if held < final else final,
+                              min(len(table), prompt_blocks))
 
     def clear_decode_cohort(self) -> None:
         for members in self._phases:
+            for member in members.values():
+                self._write_books(member)
             members.clear()
+        self._last_takes.clear()
         self._phase_of.clear()
         self._not_before.clear()
 
@@ -210,43 +237,50 @@ class PagedStrategy(CacheStrategy):
 
     def grow_cohort_run(self, ordinal: int, num_steps: int) -> list[BooksAfterStep]:
         """The blocks in step order, admission order within a step, as `allocate_each` takes
-        them, with each step's totals followed here: a block costs a few operations, not a
-        call chain (`_extend_table` and `_account` inlined)."""
+        them, with each step's totals: a block costs its table's append. Every block a member
+        takes is counted whole (`bs` slots held, all of them to be used) but the one holding
+        its final token (`_last_takes`); the members' per-sequence entries are written when
+        they leave (`_write_books`)."""
         bs = self.block_size
         phases, pool = self._phases, self.pool
         log = self._table_log.append if self.keeps_table_log else None
-        entries = self._held
+        last_takes = self._last_takes
         held, will, prompt = self._held_slots, self._will_use_slots, self._prompt_blocks
         sorting_until = self._not_before_until if self._not_before else -1
         books: list[BooksAfterStep] = []
         for step in range(num_steps):
-            members = phases[(ordinal + step) % bs]
+            at = ordinal + step
+            lasts = last_takes.pop(at, None) if last_takes else None
+            members = phases[at % bs]
             if not members:
                 continue
-            takers = (members.values() if ordinal + step > sorting_until
-                      else self._takers(ordinal + step))
+            takers = members.values() if at > sorting_until else self._takers(at)
             if not takers:
                 continue
-            for (seq_id, table, final, prompt_blocks), block in zip(
-                    takers, pool.allocate_many(len(takers)), strict=True):
-                index = len(table)
-                if log is not None:
-                    log((seq_id, index, block))
-                table.append(block)
-                before = index * bs
-                after = before + bs
-                held += bs
-                held_final = after if after < final else final  # `_account`'s
-                will += held_final - (before if before < final else final)
-                prompt += index < prompt_blocks
-                entries[seq_id] = (after, held_final,
-                                   index + 1 if index < prompt_blocks else prompt_blocks)
+            blocks = pool.allocate_many(len(takers))
+            if log is None:
+                for member, block in zip(takers, blocks, strict=True):
+                    member[1].append(block)
+            else:
+                for member, block in zip(takers, blocks, strict=True):
+                    log((member[0], len(member[1]), block))
+                    member[1].append(block)
+            taken = bs * len(blocks)
+            held += taken
+            will += taken
+            if lasts:
+                for member, unused in lasts:
+                    if members.get(member[0]) is member:  # (not one that left since)
+                        will -= unused
             books.append((step, held, will, prompt))
         if self._not_before and ordinal + num_steps > sorting_until:
             self._not_before.clear()  # every member's first block is behind it
-        self._held_slots, self._will_use_slots, self._prompt_blocks = held, will, prompt
+        self._held_slots, self._will_use_slots = held, will
         if self.check_accounting and books:
-            sums = tuple(map(sum, zip(*entries.values(), strict=True))) or (0, 0, 0)
+            for members in phases:
+                for member in members.values():
+                    self._write_books(member)
+            sums = tuple(map(sum, zip(*self._held.values(), strict=True))) or (0, 0, 0)
             if sums != (held, will, prompt):
                 raise AssertionError(f"{self.name}: a decode run's totals {(held, will, prompt)}"
                                      f" differ from its sequences' books {sums}")
