@@ -388,6 +388,7 @@ class StepTimeModel:
         )
         self._by_tokens: dict[int, tuple[float, float, float, float, float, float]] = {}
         self._by_rows: dict[int, float] = {}
+        self._decode_runs: dict[int, tuple] = {}
 
     def _latent_attention(self, mla, h: int) -> tuple[tuple[int, int], ...]:
         """Latent attention's matmuls on one GPU, the up-projections absorbed (as vLLM's MLA
@@ -494,6 +495,32 @@ class StepTimeModel:
             raise ValueError("a windowed model's decode cost needs each sequence's length")
         return self._cost_of_sums(num_seqs, num_seqs, context_tokens, 0, 0, 0, num_seqs, 0)
 
+    def _decode_run_terms(self, num_seqs: int) -> tuple:
+        """What `decode_run_costs` keeps fixed over a run of `num_seqs` sequences (memoized:
+        a replay runs the same sizes again and again)."""
+        cached = self._decode_runs.get(num_seqs)
+        if cached is not None:
+            return cached
+        c, hw = self.gpu.constants, self.hw
+        L = self.model.num_layers
+        tokens = rows = num_seqs
+        gemm, elt, kv_write, ar, outer, weights_read = self._token_parts(tokens)
+        # `attention_decode_s`, `_cost_of_sums`: their terms that stay fixed in the run
+        att_fixed = c.attn_decode_floor_s + c.attn_decode_per_seq_s * num_seqs
+        att_rate = hw.hbm_bandwidth_bytes_s * c.attn_decode_bandwidth_efficiency
+        fixed_flops = (2.0 * tokens * self.layer_flop_weights * L
+                       + 2.0 * rows * self.model.hidden_size * self.vocab)
+        kvb = self.kv_bytes_per_token
+        terms = (L, weights_read, att_fixed, att_rate, self.kv_layer_token_bytes,
+                 L * self.attention_flops_per_pair, kvb, c.layer_floor_s, gemm, elt, kv_write,
+                 ar, L * gemm, L * elt + outer, L * kv_write, L * ar, self._lm_head(rows),
+                 c.cpu_overhead_s, fixed_flops,
+                 tokens * kvb,  # a decode writes one token a sequence, reads no prompt
+                 tokens >= self.compute_bound_tokens)
+        if len(self._decode_runs) < 65536:
+            self._decode_runs[num_seqs] = terms
+        return terms
+
     def decode_run_costs(
         self, num_seqs: int, context_tokens: int, max_steps: int, start_s: float,
         until_s: float, sums: tuple[float, float, float],
@@ -508,25 +535,9 @@ class StepTimeModel:
         parts of its token count) looked up once."""
         if self.attention_groups:
             raise ValueError("a windowed model's decode cost needs each sequence's length")
-        c, hw = self.gpu.constants, self.hw
-        L = self.model.num_layers
-        tokens = rows = num_seqs
-        gemm, elt, kv_write, ar, outer, weights_read = self._token_parts(tokens)
-        # `attention_decode_s`, `_cost_of_sums`: their terms that stay fixed in the run
-        att_fixed = c.attn_decode_floor_s + c.attn_decode_per_seq_s * num_seqs
-        att_rate = hw.hbm_bandwidth_bytes_s * c.attn_decode_bandwidth_efficiency
-        layer_bytes = self.kv_layer_token_bytes
-        L_afpp = L * self.attention_flops_per_pair
-        kvb = self.kv_bytes_per_token
-        layer_floor = c.layer_floor_s
-        L_gemm, L_elt_outer = L * gemm, L * elt + outer
-        L_kv_write, L_ar = L * kv_write, L * ar
-        lm_head = self._lm_head(rows)
-        cpu = c.cpu_overhead_s
-        fixed_flops = (2.0 * tokens * self.layer_flop_weights * L
-                       + 2.0 * rows * self.model.hidden_size * self.vocab)
-        new_bytes = tokens * kvb  # a decode writes one token a sequence, reads no prompt
-        compute_bound = tokens >= self.compute_bound_tokens
+        (L, weights_read, att_fixed, att_rate, layer_bytes, L_afpp, kvb, layer_floor, gemm,
+         elt, kv_write, ar, L_gemm, L_elt_outer, L_kv_write, L_ar, lm_head, cpu, fixed_flops,
+         new_bytes, compute_bound) = self._decode_run_terms(num_seqs)
         now_s = start_s
         ends: list[float] = []
         busy_s, flops_sum, bytes_sum = sums
