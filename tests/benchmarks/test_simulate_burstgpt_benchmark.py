@@ -7,7 +7,7 @@ The target: 1,000,000 requests in at most 120 s of CPU, with memory bounded by w
 results files need. It is behind `KVBENCH_BENCH_BURSTGPT_REQUESTS` (the number of trace rows;
 the test is skipped without it): far too slow for CI, and not yet at its target (a million
 rows take about 136-148 s of CPU and 2.7 GB at peak on the 2-core development machine, of which
-about 24 s is the kernel writing the 5 GB of results files; docs/simulator.md, Speed and
+about 16 s is the kernel writing the 5 GB of results files; docs/simulator.md, Speed and
 output files, gives the measured figures and where the time goes). The CPU time is the child's user + system time (`RUSAGE_CHILDREN`), its
 peak memory `ru_maxrss`; both go into `extra_info` with the steps and the simulated
 makespan. The limit is checked from a million rows on (scaled to the rows); a smaller N, a
