@@ -108,6 +108,14 @@ class GroupMemory:
         if len(dts) >= _FOLD_STEPS:
             self._fold()
 
+    def add_decode_step(self, dt_s: float, token: int, held: int, will: int, external: int,
+                        num_slots: int) -> None:
+        """`add_run` of a run of one step, without its lists (most runs are one step)."""
+        if self.per_group_splits:
+            raise ValueError("a decode run has no per-group splits to record")
+        self.add_parts(dt_s, token, will - token, held - will, external,
+                       num_slots - external - held)
+
     def _fold(self) -> None:
         """Sum the pending steps into the totals."""
         pending, self._pending = self._pending, [array("d") for _ in range(len(PARTS) + 2)]
