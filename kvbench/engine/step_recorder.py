@@ -220,19 +220,19 @@ def _expand_books(
 ) -> tuple[list[int], list[int], list[int]]:
     """Held, will-use and prompt-block totals after each of `num_steps` steps, from the
     totals before the first and after each step that changed them."""
+    h, w, p = before
     held: list[int] = []
     will: list[int] = []
     prompt: list[int] = []
-    current = before
     done = 0
-    for step, *after in books:
+    for step, after_h, after_w, after_p in books:
         repeat = step - done
-        held += [current[0]] * repeat
-        will += [current[1]] * repeat
-        prompt += [current[2]] * repeat
-        current, done = after, step
+        held += [h] * repeat
+        will += [w] * repeat
+        prompt += [p] * repeat
+        h, w, p, done = after_h, after_w, after_p, step
     repeat = num_steps - done
-    held += [current[0]] * repeat
-    will += [current[1]] * repeat
-    prompt += [current[2]] * repeat
+    held += [h] * repeat
+    will += [w] * repeat
+    prompt += [p] * repeat
     return held, will, prompt
