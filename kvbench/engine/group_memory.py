@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import operator
 from array import array
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from kvbench.strategies.base import MemorySplit
@@ -90,23 +91,30 @@ class GroupMemory:
         if len(dts) >= _FOLD_STEPS:
             self._fold()
 
-    def add_run(self, dts_s: list[float], tokens: Iterable[int], held: list[int],
+    def add_run(self, dts_s: list[float], tokens: Collection[int], held: list[int],
                 will: list[int], external: int, num_slots: int) -> None:
         """`add_parts` of each step of a run of decode steps (a strategy with one split), from
         each step's duration, computed tokens, held slots and slots that will be used."""
         if self.per_group_splits:
             raise ValueError("a decode run has no per-group splits to record")
         dts, token_a, reserveds, internals, externals, frees, seq_tokens = self._pending
-        tokens = list(tokens)
         dts.extend(dts_s)
         token_a.extend(tokens)
         seq_tokens.extend(tokens)
         reserveds.extend(map(operator.sub, will, tokens))
         internals.extend(map(operator.sub, held, will))
-        externals.extend([external] * len(held))
-        frees.extend([num_slots - external - h for h in held])
+        externals.extend(repeat(external, len(held)))
+        frees.extend(map(operator.sub, repeat(num_slots - external), held))
         if len(dts) >= _FOLD_STEPS:
             self._fold()
+
+    def add_decode_step(self, dt_s: float, token: int, held: int, will: int, external: int,
+                        num_slots: int) -> None:
+        """`add_run` of a run of one step, without its lists (most runs are one step)."""
+        if self.per_group_splits:
+            raise ValueError("a decode run has no per-group splits to record")
+        self.add_parts(dt_s, token, will - token, held - will, external,
+                       num_slots - external - held)
 
     def _fold(self) -> None:
         """Sum the pending steps into the totals."""

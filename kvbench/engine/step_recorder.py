@@ -171,23 +171,39 @@ class StepRecorder(StepLog):
         step) and what the run keeps fixed (`split_parts`: external, cached, whether prompt
         blocks are reported); `num_running`: the running sequences after the last step, where
         some finished in it (else `num_seqs`)."""
-        num_steps = len(ends_s)
         b = self.bytes_per_slot
         external, cached, has_prompt_blocks = split_parts
-        starts = [t_start_s, *ends_s[:-1]]
-        step_ms = [(end - start) * 1e3 for start, end in zip(starts, ends_s, strict=True)]
-        tokens = range(token_slots + num_seqs, token_slots + num_seqs * (num_steps + 1), num_seqs)
-        held, will, prompt = _expand_books(books, totals_before, num_steps)
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
         first = self.num_steps
+        if len(ends_s) == 1:
+            # Most runs at a high arrival rate are one step (every `_cohort_step`'s, and runs
+            # cut short by the next arrival): its row alone, without a run's per-step lists.
+            h, w, p = books[-1][1:] if books else totals_before
+            token = token_slots + num_seqs
+            dt_s = ends_s[0] - t_start_s
+            self.keep_row((
+                first, t_start_s, dt_s * 1e3, 0.0, 0, num_seqs, num_seqs, 0,
+                num_seqs if num_running is None else num_running, num_waiting,
+                token * b, (w - token) * b, (h - w) * b, external * b,
+                (num_slots - h - external) * b, cached * b, unrecorded,
+                token / (h + external) if h + external else None,
+                p if has_prompt_blocks else None, None, None, None))
+            if self.group_memory is not None:
+                self.group_memory.add_decode_step(dt_s, token, h, w, external, num_slots)
+            return
+        num_steps = len(ends_s)
+        starts = [t_start_s, *ends_s[:-1]]
+        dts_s = list(map(operator.sub, ends_s, starts))
+        tokens = range(token_slots + num_seqs, token_slots + num_seqs * (num_steps + 1), num_seqs)
+        held, will, prompt = _expand_books(books, totals_before, num_steps)
+        external_b, cached_b, unheld = external * b, cached * b, num_slots - external
         rows = [
-            (step, start, ms, 0.0, 0, num_seqs, num_seqs, 0, num_seqs, num_waiting,
-             token * b, (w - token) * b, (h - w) * b, external * b,
-             (num_slots - h - external) * b, cached * b, 0,
-             token / (h + external) if h + external else None,
+            (step, start, dt * 1e3, 0.0, 0, num_seqs, num_seqs, 0, num_seqs, num_waiting,
+             token * b, (w - token) * b, (h - w) * b, external_b, (unheld - h) * b, cached_b,
+             0, token / (h + external) if h + external else None,
              p if has_prompt_blocks else None, None, None, None)
-            for step, start, ms, token, h, w, p in zip(
-                range(first, first + num_steps), starts, step_ms, tokens, held, will, prompt,
+            for step, start, dt, token, h, w, p in zip(
+                range(first, first + num_steps), starts, dts_s, tokens, held, will, prompt,
                 strict=True)
         ]
         if unrecorded:  # preemptions not in a row yet (a step that scheduled nothing)
@@ -196,8 +212,7 @@ class StepRecorder(StepLog):
             rows[-1] = (*rows[-1][:8], num_running, *rows[-1][9:])
         self.keep_rows(rows)
         if self.group_memory is not None:
-            self.group_memory.add_run(list(map(operator.sub, ends_s, starts)), tokens,
-                                      held, will, external, num_slots)
+            self.group_memory.add_run(dts_s, tokens, held, will, external, num_slots)
 
 
 def _expand_books(
@@ -205,19 +220,19 @@ def _expand_books(
 ) -> tuple[list[int], list[int], list[int]]:
     """Held, will-use and prompt-block totals after each of `num_steps` steps, from the
     totals before the first and after each step that changed them."""
+    h, w, p = before
     held: list[int] = []
     will: list[int] = []
     prompt: list[int] = []
-    current = before
     done = 0
-    for step, *after in books:
+    for step, after_h, after_w, after_p in books:
         repeat = step - done
-        held += [current[0]] * repeat
-        will += [current[1]] * repeat
-        prompt += [current[2]] * repeat
-        current, done = after, step
+        held += [h] * repeat
+        will += [w] * repeat
+        prompt += [p] * repeat
+        h, w, p, done = after_h, after_w, after_p, step
     repeat = num_steps - done
-    held += [current[0]] * repeat
-    will += [current[1]] * repeat
-    prompt += [current[2]] * repeat
+    held += [h] * repeat
+    will += [w] * repeat
+    prompt += [p] * repeat
     return held, will, prompt

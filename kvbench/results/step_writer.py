@@ -102,7 +102,12 @@ class StepTotals:
         maxima = dict(self.maxima)
         for name in _MAX_COLUMNS:
             column = columns[_INDEX[name]]
-            values = [v for v in column if v is not None] if None in column else column
+            if None not in column:
+                values = column
+            elif column.count(None) == len(column):  # (a column no row fills: one scan)
+                continue
+            else:
+                values = [v for v in column if v is not None]
             if values:
                 old = maxima[name]
                 maxima[name] = max(values) if old is None else max(old, *values)
@@ -254,6 +259,9 @@ class StepWriter:
         """Rows of consecutive steps (`COLUMNS` tuples), folded in the same batches as
         `write` one at a time would fold them, so the totals come out the same to the bit."""
         pending = self._pending
+        if len(pending) + len(rows) < _CHUNK_ROWS:  # (most calls: a run of a few steps)
+            pending.extend(rows)
+            return
         start = 0
         while start < len(rows):
             take = _CHUNK_ROWS - len(pending)

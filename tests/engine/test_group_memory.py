@@ -40,3 +40,18 @@ def test_hybrid_groups_keep_their_own_split_and_the_pool_keeps_the_free_slots():
     assert sums.summary()["kv_held_bytes_per_token"] == pytest.approx(56 * 64 / 40)
     sums.reset()
     assert sums.summary()["kv_held_bytes_per_token"] is None
+
+
+def test_a_decode_run_and_a_one_step_run_sum_as_their_steps_one_at_a_time():
+    shape = (GroupShape((0,), None, 128),)
+    stepped, run = (GroupMemory(shape, bytes_per_slot=128, per_group_splits=False)
+                    for _ in range(2))
+    dts, tokens, held, will = [0.5, 0.25, 0.125], range(10, 16, 2), [16, 16, 32], [12, 14, 20]
+    for dt, token, h, w in [*zip(dts, tokens, held, will, strict=True), (0.75, 18, 32, 22)]:
+        stepped.add_parts(dt, token, w - token, h - w, 1, 100 - 1 - h)
+    run.add_run(dts, tokens, held, will, external=1, num_slots=100)
+    run.add_decode_step(0.75, 18, 32, 22, external=1, num_slots=100)
+    assert run.summary() == stepped.summary()
+    hybrid = GroupMemory(shape, bytes_per_slot=128, per_group_splits=True)
+    with pytest.raises(ValueError):
+        hybrid.add_decode_step(0.75, 18, 32, 22, external=1, num_slots=100)
