@@ -4,7 +4,7 @@ a fresh process that imports kvbench, builds the workload, replays it, writes th
 folder and its HTML report.
 
 The target: 10,000 requests in at most 2 s of CPU on the 2-core development machine (not
-met yet: the command takes about 3.5 s with fast-forward, of which the replay is about 2.2 s
+met yet: the command takes about 2.8 s with fast-forward, of which the replay is about 2 s
 and imports about 0.45 s; docs/simulator.md, Speed and output files). That case is too long for
 every CI run: CI runs 2,000 requests against a limit that holds today, and
 `KVBENCH_BENCH_REQUESTS=10000` runs the full case against the 2 s target.

@@ -5,10 +5,11 @@ whole command `kvbench simulate --model llama-3-8b --gpu h100-80gb --workload TR
 
 The target: 1,000,000 requests in at most 120 s of CPU, with memory bounded by what the
 results files need. It is behind `KVBENCH_BENCH_BURSTGPT_REQUESTS` (the number of trace rows;
-the test is skipped without it): far too slow for CI, and not yet at its target (a million
-rows take about 136-148 s of CPU and 2.7 GB at peak on the 2-core development machine, of which
-about 16 s is the kernel writing the 5 GB of results files; docs/simulator.md, Speed and
-output files, gives the measured figures and where the time goes). The CPU time is the child's user + system time (`RUSAGE_CHILDREN`), its
+the test is skipped without it): far too slow for CI. On the 2-core development machine a
+million rows take about 112 s of CPU and 2.7 GB at peak on a quiet spell (124 s once, right
+after a full test run), of which about 14 s is the kernel writing the 5 GB of results
+files; docs/simulator.md, Speed and output files, gives the measured figures and where the
+time goes. The CPU time is the child's user + system time (`RUSAGE_CHILDREN`), its
 peak memory `ru_maxrss`; both go into `extra_info` with the steps and the simulated
 makespan. The limit is checked from a million rows on (scaled to the rows); a smaller N, a
 quicker look at the scaling, only records its figures (start-up and the results' fixed
