@@ -212,8 +212,7 @@ class PagedStrategy(CacheStrategy):
         # The victims' blocks go to the end of the free list and the takers take from its
         # front: preempting them first, then taking the step's blocks, gives every taker the
         # block it gets when the two interleave.
-        takers = (self._takers(ordinal) if self._not_before else
-                  list(self._phases[ordinal % self.block_size].values()))
+        takers = self._takers(ordinal)
         index = {seq.seq_id: i for i, seq in enumerate(candidates)}
         tables = self.tables
         free = self.pool.num_free
