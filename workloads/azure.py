@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-from kvbench.core.request import Request
 from kvbench.workloads.csv_format import CsvFormat
 from kvbench.workloads.csv_numbers import parse_iso_datetimes
 from kvbench.workloads.csv_trace import load_csv_table
@@ -55,8 +54,3 @@ def azure_table(path: Path, num_requests: int | None, seed: int, vocab_size: int
     """The trace's replayed rows, their requests not built yet (`trace_table.py`)."""
     return load_csv_table(path, FORMAT, num_requests, seed, vocab_size, max_model_len)
 
-
-def load_azure(path: Path, num_requests: int | None, seed: int, vocab_size: int,
-               max_model_len: int | None = None) -> list[Request]:
-    """The trace's requests in file order, arrivals from its first row's."""
-    return azure_table(path, num_requests, seed, vocab_size, max_model_len).requests()

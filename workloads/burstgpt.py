@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvbench.core.request import Request
 from kvbench.workloads.csv_format import CsvFormat
 from kvbench.workloads.csv_numbers import parse_seconds
 from kvbench.workloads.csv_trace import load_csv_table
@@ -48,10 +47,3 @@ def burstgpt_table(
     """The trace's replayed rows, their requests not built yet (`trace_table.py`)."""
     return load_csv_table(path, FORMAT, num_requests, seed, vocab_size, max_model_len)
 
-
-def load_burstgpt(
-    path: Path, num_requests: int | None, seed: int, vocab_size: int,
-    max_model_len: int | None = None,
-) -> list[Request]:
-    """The trace's requests in file order, arrivals from its first row's."""
-    return burstgpt_table(path, num_requests, seed, vocab_size, max_model_len).requests()

@@ -129,7 +129,8 @@ def load_workload(
 
 def _finish(requests: list[Request], time_scale: float, arrivals: ArrivalProcess, seed: int,
             max_model_len: int | None) -> tuple[list[Request], int]:
-    """A generator's requests scaled, given arrivals, sorted, clipped and renumbered."""
+    """A built-in workload's or a non-CSV trace's requests scaled, given arrivals, sorted,
+    clipped and renumbered (a CSV trace's: `trace_table.table_requests`, the same)."""
     if time_scale != 1.0:
         requests = [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]
     requests = apply_arrivals(requests, arrivals.request_rate, arrivals.burstiness, seed,
@@ -148,14 +149,14 @@ def _read_trace(
     warnings pass)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TraceRowsSkippedWarning)
-        requests = read_trace_source(path, num_requests, seed, vocab_size, tokenizer,
-                                     max_model_len)
+        source = read_trace_source(path, num_requests, seed, vocab_size, tokenizer,
+                                   max_model_len)
     for w in caught:
         if not issubclass(w.category, TraceRowsSkippedWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     notes = tuple(str(w.message) for w in caught
                   if issubclass(w.category, TraceRowsSkippedWarning))
-    return requests, notes
+    return source, notes
 
 
 __all__ = ["TRACE_SUFFIXES", "is_trace", "load_workload", "parse_workload_params"]

@@ -1,7 +1,9 @@
 """A trace of unshared prompts (BurstGPT, Azure) as columns, made into requests once.
 
-The row-by-row path builds a `Request` per row, then copies it for `time_scale`, for the
-arrival process, for clipping and for its final number (`dataclasses.replace`, ~5 µs each).
+The generic path (`load._finish`, which other traces take; `tests/workloads/trace_reference.py`
+builds a CSV trace's workload through it) builds a `Request` per row, then copies it for
+`time_scale`, for the arrival process, for clipping and for its final number
+(`dataclasses.replace`, ~5 µs each).
 A `TraceTable` keeps the trace's rows as numpy columns in file order until `load_workload`
 knows every final field, then builds each request once (`table_requests`). It gives exactly
 what the row path gives: the same arrival times (the same float operations, in numpy), the
@@ -77,13 +79,13 @@ def table_requests(table: TraceTable, time_scale: float, process: ArrivalProcess
     request per conversation), sorted by arrival (ties in file order), clipped to
     `max_model_len` (`clip_to_max_len`), numbered in arrival order."""
     arrival = table.arrival_s
-    if time_scale != 1.0:
-        arrival = arrival * time_scale
     if not process.offline:
         n = len(table)
         # each request is a conversation of one: start + (own time - own time) = start
         arrival = arrival_times(n, process.conversation_start_rate(n, n), process.burstiness,
                                 seed)
+    elif time_scale != 1.0:
+        arrival = arrival * time_scale
     order = np.argsort(arrival, kind="stable")
     prompt_len = table.prompt_len[order]
     output_len = table.output_len[order]

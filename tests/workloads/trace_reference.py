@@ -1,19 +1,19 @@
 """The workload of a CSV trace as `load_workload` built it before `trace_table.py`: a
-`Request` per row, then a copy of each for the time scale, the arrival process, clipping and
-its number. Tests compare the one-build path with it, field by field."""
+`Request` per row, then the generic path's copies of each (`load._finish`: the time scale,
+the arrival process, clipping and its number). Tests compare the one-build path with it,
+field by field."""
 
 from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import replace
 from pathlib import Path
 
 from kvbench.core.request import Request
-from kvbench.workloads.arrivals import apply_arrivals
-from kvbench.workloads.clip import clip_to_max_len
+from kvbench.workloads.arrivals import ArrivalProcess
 from kvbench.workloads.csv_format import CsvFormat
 from kvbench.workloads.csv_trace import read_csv_rows
+from kvbench.workloads.load import _finish
 from kvbench.workloads.sampling import TokenSampler, rng_for
 from kvbench.workloads.trace_rows import prompt_lengths, to_requests
 
@@ -29,13 +29,8 @@ def reference_workload(path: Path, fmt: CsvFormat, num_requests: int | None, see
     sampler = TokenSampler(rng_for(seed, fmt.tokens_stream), vocab_size)
     requests = to_requests(rows, sampler.lazy_rows(
         prompt_lengths(path, rows, max_model_len, drawn_now=False)))
-    if time_scale != 1.0:
-        requests = [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]
-    requests = apply_arrivals(requests, request_rate, burstiness, seed)
-    requests, num_clipped = clip_to_max_len(requests, max_model_len)
-    requests = [r if r.request_id == i else replace(r, request_id=i)
-                for i, r in enumerate(requests)]
-    return requests, num_clipped
+    return _finish(requests, time_scale, ArrivalProcess(request_rate, burstiness), seed,
+                   max_model_len)
 
 
 def request_fields(request: Request) -> tuple:
