@@ -110,7 +110,10 @@ def itl_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None
         # In seconds, scaled to ms at the kept ranks only: the same values (scaling keeps the
         # order), without a copy of the millions of gaps.
         tokens = run.token_times
-        if tokens.in_memory:  # a run's own: its gaps as values with counts
+        # A run's own times: its gaps as values with counts. A file's: every gap, sorted in
+        # place (a count each, 8 bytes a gap, and sorted copies would double a long run's
+        # memory).
+        if tokens.in_memory:
             x, y = _weighted_cdf(tokens.gaps_s())
         else:
             x, y = _sorted_cdf(sorted_inter_token_gaps_s(tokens))

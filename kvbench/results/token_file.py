@@ -4,7 +4,7 @@ A sequence's token times are the ends of the steps it sampled in, held as ranges
 engine's `StepTimes` (`Sequence.token_steps`; kvbench/core/step_times.py): a range of engine
 steps `(start, stop)`, or of the engine's decode cohort steps `(~start, ~stop)`. So the file
 needs each step end's text once: every end is formatted into one text, each followed by a
-comma (`token_times.value_text`, the integer-microsecond formatter), then the decode
+comma (`token_times.value_text`, which formats them as integer microseconds), then the decode
 cohort's ends (`ends[cohort_steps]`) the same way after them, and a range of either kind is
 one slice of that text. A sample's line is its prefix and the slices of its ranges: no time
 is formatted, rounded or copied per token (a million requests hold about 330 million), and
@@ -61,9 +61,10 @@ def write_token_file(handle: IO[bytes], requests: Iterable[Request],
 
     The file is cut into pieces of one text: each line's head (its ids), and each of its
     ranges' values with their commas (the last range's without). The samples and their
-    ranges are gathered by maps over them; the pieces are placed with numpy and written by
-    one system call a thousand (`gather_write`) (a sample decoding while requests arrive has dozens of ranges: it leaves
-    the decode cohort at every step that admits a prompt, fewer once merged)."""
+    ranges are gathered by maps over them; the pieces are placed with numpy and written a
+    thousand to a system call (`gather_write`). A sample decoding while requests arrive has
+    dozens of ranges: it leaves the decode cohort at every step that admits a prompt (fewer
+    once merged)."""
     ids, samples, seqs = _samples_in_order(requests, sequences)
     heads = list(map(_HEAD.__mod__, zip(ids, samples, strict=True)))
     token_steps = list(map(_TOKEN_STEPS, seqs))

@@ -12,8 +12,8 @@ numpy arrays of integer microseconds. The text is exactly what `json.dumps` writ
 `round(t, 6)` (a value with at most 15 significant digits prints as its own decimal digits);
 values outside the plain `123.456` form (negative, NaN, below 1e-4 s, which Python writes as
 `1e-05`, or beyond 1e9 s) go through `json` itself. A run writes its file from the engine's
-step ends, each formatted once (`kvbench.results.token_file`); this module formats lists of
-times (`microsecond_lists`) and reads files back.
+step ends, each formatted once (`kvbench.results.token_file`, through `value_text`); this
+module formats and reads files back.
 """
 
 from __future__ import annotations
@@ -84,18 +84,6 @@ def token_time_series(seqs: Seq[Sequence]) -> list[np.ndarray]:
                   for start, stop in zip(steps[::2], steps[1::2], strict=True)]
         out.append(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
     return out
-
-
-def microsecond_lists(series: Seq[Seq[float]]) -> list[str]:
-    """Each list of seconds as `json.dumps([round(t, 6) for t in times])` writes it, without
-    the brackets (`"0.1,0.300001"`): slices of `value_text` of them all."""
-    lengths = [len(times) for times in series]
-    if not sum(lengths):
-        return ["" for _ in series]
-    text, pos, _ = value_text(np.concatenate([np.asarray(t, dtype=float) for t in series]))
-    ends = np.cumsum(lengths).tolist()
-    return [text[pos[end - n] : pos[end] - 1].decode("ascii") if n else ""
-            for n, end in zip(lengths, ends, strict=True)]
 
 
 def value_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
@@ -413,6 +401,6 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return gaps[keep]
 
 
-__all__ = ["TOKENS_FILE", "TokenSource", "TokenTimes", "microsecond_lists", "pooled_gaps_s", "token_time_series",
+__all__ = ["TOKENS_FILE", "TokenSource", "TokenTimes", "pooled_gaps_s", "token_time_series",
            "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines",
            "token_times_file", "format_us_bytes", "round_to_us", "value_text"]

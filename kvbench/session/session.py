@@ -580,7 +580,7 @@ def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = F
 
     The reports show what the outcomes hold, as `kvbench report` would read it back from
     their folders; `repeats`: each outcome's `repeat.json` when the session ran `--repeat`."""
-    from kvbench.report.writer import write_runs_report  # plotly: only once results exist
+    from kvbench.report.writer import write_runs_report  # pandas: only once results exist
 
     runs = [_report_run(o, o.folder if len(outcomes) == 1 else root,
                         repeats[i]["figures"] if repeats else None)

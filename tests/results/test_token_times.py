@@ -18,12 +18,12 @@ from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
 from kvbench.results.token_times import (
     TOKENS_FILE,
-    microsecond_lists,
     pooled_gaps_s,
     read_token_arrays,
     read_token_times,
     token_time_lines,
     token_times_file,
+    value_text,
 )
 
 TRICKY = [
@@ -33,6 +33,18 @@ TRICKY = [
     10.01, 0.0, -0.0, -1.5, 3600.000001, 86_399.999999, 123_456_789.123456, 999_999_999.999999,
     1e9, 1e15, 1e16, 1e300, 5e-324, math.nan, math.inf, -math.inf,
 ]
+
+
+def microsecond_lists(series: list[list[float]]) -> list[str]:
+    """`value_text` sliced per list: each list of seconds as `json.dumps([round(t, 6) for t in times])` writes it, without
+    the brackets (`"0.1,0.300001"`): slices of `value_text` of them all."""
+    lengths = [len(times) for times in series]
+    if not sum(lengths):
+        return ["" for _ in series]
+    text, pos, _ = value_text(np.concatenate([np.asarray(t, dtype=float) for t in series]))
+    ends = np.cumsum(lengths).tolist()
+    return [text[pos[end - n] : pos[end] - 1].decode("ascii") if n else ""
+            for n, end in zip(lengths, ends, strict=True)]
 
 
 def _reference(times: list[float]) -> str:
