@@ -109,13 +109,20 @@ def _write_joined(handle: IO[bytes], buffer: bytes, lo: np.ndarray,
     view = memoryview(buffer)
     starts = lo.astype(np.int64)
     stops = starts + lengths.astype(np.int64)
-    done = np.cumsum(lengths.astype(np.int64))
-    cuts = np.searchsorted(done, np.arange(_JOIN_BYTES, int(done[-1]), _JOIN_BYTES),
-                           side="right").tolist()
-    for first, stop in zip([0, *cuts], [*cuts, starts.size], strict=True):
-        if stop > first:
-            handle.write(b"".join(map(view.__getitem__, map(
-                slice, starts[first:stop].tolist(), stops[first:stop].tolist()))))
+    for first, stop in chunk_bounds(lengths.astype(np.int64), _JOIN_BYTES):
+        handle.write(b"".join(map(view.__getitem__, map(
+            slice, starts[first:stop].tolist(), stops[first:stop].tolist()))))
+
+
+def chunk_bounds(lengths: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Consecutive (first, stop) index ranges of `lengths` (non-negative ints) holding about
+    `size` in all each: a range ends with the element whose running total reaches the next
+    multiple of `size`. Empty ranges are left out."""
+    done = np.cumsum(lengths)
+    total = int(done[-1]) if done.size else 0
+    cuts = np.searchsorted(done, np.arange(size, total, size), side="right").tolist()
+    return [(first, stop) for first, stop in zip([0, *cuts], [*cuts, len(lengths)],
+                                                 strict=True) if stop > first]
 
 
 def _fileno(handle: IO[bytes]) -> int | None:
@@ -125,4 +132,4 @@ def _fileno(handle: IO[bytes]) -> int | None:
         return None
 
 
-__all__ = ["write_slices"]
+__all__ = ["chunk_bounds", "write_slices"]

@@ -36,7 +36,7 @@ import numpy as np
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.core.step_times import StepTimes
-from kvbench.results.gather_write import write_slices
+from kvbench.results.gather_write import chunk_bounds, write_slices
 from kvbench.results.token_times import TokenTimes, value_text
 from kvbench.results.weighted import WeightedValues
 
@@ -307,15 +307,12 @@ def _gather(values: np.ndarray, bounds: np.ndarray, total: int) -> np.ndarray:
     index of a whole run's tokens would be as large as the result)."""
     out = np.empty(total)
     lengths = bounds[:, 1] - bounds[:, 0]
-    done = np.cumsum(lengths)
-    cuts = np.searchsorted(done, np.arange(_CHUNK_TOKENS, total, _CHUNK_TOKENS), side="right")
     at = 0
-    for first, stop in zip([0, *cuts.tolist()], [*cuts.tolist(), len(bounds)], strict=True):
-        if stop > first:
-            batch, size = lengths[first:stop], int(lengths[first:stop].sum())
-            offsets = np.repeat(bounds[first:stop, 0] - (np.cumsum(batch) - batch), batch)
-            out[at : at + size] = values[offsets + np.arange(size)]
-            at += size
+    for first, stop in chunk_bounds(lengths, _CHUNK_TOKENS):
+        batch, size = lengths[first:stop], int(lengths[first:stop].sum())
+        offsets = np.repeat(bounds[first:stop, 0] - (np.cumsum(batch) - batch), batch)
+        out[at : at + size] = values[offsets + np.arange(size)]
+        at += size
     return out
 
 
