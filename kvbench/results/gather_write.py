@@ -74,33 +74,30 @@ def write_slices(handle: IO[bytes], buffer: bytes, lo: np.ndarray, hi: np.ndarra
     iov[:, 1] = lengths
     for first in range(0, lo.size, _IOV_MAX):
         batch = np.ascontiguousarray(iov[first : first + _IOV_MAX])
-        _writev_all(writev, fd, buffer, batch, int(view.ctypes.data))
+        _writev_all(writev, fd, batch)
 
 
-def _writev_all(writev, fd: int, buffer: bytes, batch: np.ndarray, base: int) -> None:
-    """One writev of `batch`, and what it did not take (a short write, an interrupt) with
-    plain writes."""
+def _writev_all(writev, fd: int, batch: np.ndarray) -> None:
+    """writev of `batch` until all of it is written: after a short write (or an interrupt)
+    the iovec is moved past what the call took, and written again."""
     want = int(batch[:, 1].sum())
-    while True:
+    while want:
         done = writev(fd, batch.ctypes.data, len(batch))
-        if done >= 0:
-            break
-        code = ctypes.get_errno()
-        if code != errno.EINTR:
-            raise OSError(code, os.strerror(code))
-    if done == want:
-        return
-    # The rest of the batch from the byte where it stopped, as plain writes.
-    ends = np.cumsum(batch[:, 1].astype(np.int64))
-    k = int(np.searchsorted(ends, done, side="right"))
-    offset = done - (int(ends[k - 1]) if k else 0)
-    starts = batch[k:, 0].astype(np.int64) - base
-    stops = starts + batch[k:, 1].astype(np.int64)
-    starts[0] += offset
-    rest = memoryview(b"".join(buffer[a:b] for a, b in zip(starts.tolist(), stops.tolist(),
-                                                         strict=True)))
-    while rest:
-        rest = rest[os.write(fd, rest) :]
+        if done < 0:
+            code = ctypes.get_errno()
+            if code != errno.EINTR:
+                raise OSError(code, os.strerror(code))
+            continue
+        want -= done
+        if not want:
+            return
+        # The entries it took whole are dropped, and the one it stopped in starts later.
+        ends = np.cumsum(batch[:, 1].astype(np.int64))
+        k = int(np.searchsorted(ends, done, side="right"))
+        taken = done - (int(ends[k - 1]) if k else 0)
+        batch = batch[k:].copy()
+        batch[0, 0] += np.uint64(taken)
+        batch[0, 1] -= np.uint64(taken)
 
 
 def _write_joined(handle: IO[bytes], buffer: bytes, lo: np.ndarray,
