@@ -110,16 +110,17 @@ class RequestWriter:
             self._keep(RequestTable.build(held, self._samples))
         if self._tables is None:
             return RequestTable.build(requests, samples)
-        done = RequestTable.concat(self._tables)
         try:
             ids = np.fromiter(map(_REQUEST_ID, requests), dtype=np.int64, count=len(requests))
         except (TypeError, ValueError, OverflowError):
             return RequestTable.build(requests, samples)
-        rest = RequestTable.build([requests[i] for i in np.flatnonzero(
-            ~np.isin(ids, done.columns["request_id"])).tolist()], samples).compact()
+        written = [np.asarray(t.columns["request_id"], dtype=np.int64) for t in self._tables]
+        rest = RequestTable.build([requests[i] for i in np.flatnonzero(~np.isin(
+            ids, np.concatenate(written) if written else np.empty(0, dtype=np.int64))
+            ).tolist()], samples).compact()
         if rest is None:
             return RequestTable.build(requests, samples)
-        table = RequestTable.concat([done, rest])
+        table = RequestTable.concat([*self._tables, rest])  # (every column copied once)
         # Each row's request's place in `requests`; checked: ids unique there, every row's
         # among them, a row per sample (else the rows are built again, as they would be).
         sorter = np.argsort(ids, kind="stable")
