@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 
@@ -41,6 +43,23 @@ def clip_to_max_len(
         prompt = request.prompt_token_ids[: max_model_len - output_len]
         clipped.append(replace(request, prompt_token_ids=prompt, output_len=output_len))
     return clipped, num_clipped
+
+
+def clip_lengths(prompt_len: np.ndarray, output_len: np.ndarray, max_model_len: int | None,
+                 ) -> tuple[np.ndarray, np.ndarray, int]:
+    """`clip_to_max_len` of requests given as length columns (a CSV trace's table): the
+    prompt and output lengths shortened by the same rule, and how many were."""
+    if max_model_len is None:
+        return prompt_len, output_len, 0
+    check_max_model_len(max_model_len)
+    clipped = prompt_len + output_len > max_model_len
+    num_clipped = int(np.count_nonzero(clipped))
+    if num_clipped:
+        short_output = np.maximum(1, max_model_len - prompt_len)
+        output_len = np.where(clipped, short_output, output_len)
+        prompt_len = np.where(clipped, np.minimum(prompt_len, max_model_len - output_len),
+                              prompt_len)
+    return prompt_len, output_len, num_clipped
 
 
 def check_max_model_len(max_model_len: object) -> None:

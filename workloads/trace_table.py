@@ -21,7 +21,7 @@ import numpy as np
 from kvbench.core.request import Request
 from kvbench.workloads.arrivals import ArrivalProcess, arrival_times
 from kvbench.workloads.bounds import check_workload_fits, prompt_cap
-from kvbench.workloads.clip import check_max_model_len
+from kvbench.workloads.clip import clip_lengths
 from kvbench.workloads.prompt_tokens import LazyRows
 from kvbench.workloads.request_build import build_requests
 from kvbench.workloads.sampling import TokenSampler
@@ -89,17 +89,7 @@ def table_requests(table: TraceTable, time_scale: float, process: ArrivalProcess
     order = np.argsort(arrival, kind="stable")
     prompt_len = table.prompt_len[order]
     output_len = table.output_len[order]
-    num_clipped = 0
-    if max_model_len is not None:
-        check_max_model_len(max_model_len)
-        clipped = prompt_len + output_len > max_model_len
-        num_clipped = int(np.count_nonzero(clipped))
-        if num_clipped:
-            # the output first (to at least 1 token), then the prompt's end
-            short_output = np.maximum(1, max_model_len - prompt_len)
-            output_len = np.where(clipped, short_output, output_len)
-            prompt_len = np.where(clipped, np.minimum(prompt_len, max_model_len - output_len),
-                                  prompt_len)
+    prompt_len, output_len, num_clipped = clip_lengths(prompt_len, output_len, max_model_len)
     requests = build_requests(table.rows, order, prompt_len, arrival[order], output_len)
     return requests, num_clipped
 
