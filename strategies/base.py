@@ -6,6 +6,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from kvbench.core.decode_run_rows import BooksAfterStep
 from kvbench.core.layout import DROP_TABLE, KVLayout, SlotCopy, TableOp
 from kvbench.core.sequence import Sequence
 
@@ -49,7 +50,6 @@ CHECK_ACCOUNTING_ENV = "KVBENCH_CHECK_ACCOUNTING"
 
 # (step, held slots, slots that will be used, prompt blocks) after a decode run's step: the
 # books' running totals after the allocations of that step (`CacheStrategy.grow_cohort_run`).
-BooksAfterStep = tuple[int, int, int, int]
 
 
 def declares(obj: object, flag: str) -> bool:

@@ -14,13 +14,11 @@ holding memory: what one token of context costs under the strategy.
 
 from __future__ import annotations
 
-import operator
 from array import array
-from collections.abc import Collection
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
+from kvbench.core.decode_run_rows import DecodeRunLog, DecodeRunRows
 from kvbench.strategies.base import MemorySplit
 
 PARTS = ("token", "reserved", "internal", "external", "free")
@@ -41,7 +39,7 @@ class GroupMemory:
 
     The whole split's parts are kept per step in flat arrays and summed with numpy a batch at
     a time (`_fold`): a long simulation adds millions of steps, most of them a fast-forwarded
-    run's at once (`add_run`), and a float sum a step in Python would cost more than the
+    run's at once (`add_decode_run`), and a float sum a step in Python would cost more than the
     step. The sums are the same as a step-by-step accumulation's up to rounding."""
 
     def __init__(self, shapes: tuple[GroupShape, ...], bytes_per_slot: int,
@@ -58,9 +56,16 @@ class GroupMemory:
         self._total = [0.0] * len(PARTS)  # slot-seconds of the whole split
         self._groups = [[0.0] * len(PARTS) for _ in self.shapes]
         self._held_max = [0] * len(self.shapes)
-        # Steps not folded yet: duration, then token, reserved, internal, external, free slots
-        # and the holders' computed tokens, a flat array each.
+        self._start_pending()
+
+    def _start_pending(self) -> None:
+        # Steps not folded yet: those added one at a time (duration, then token, reserved,
+        # internal, external, free slots and the holders' computed tokens, a flat array each,
+        # and each one's place among the pending steps) and the runs (with their first's).
         self._pending = [array("d") for _ in range(len(PARTS) + 2)]
+        self._pending_at = array("q")
+        self._runs = DecodeRunLog()
+        self._num_pending = 0
 
     def add(self, dt_s: float, split: MemorySplit) -> None:
         tokens = split.sequence_tokens if split.sequence_tokens is not None else split.token
@@ -81,6 +86,8 @@ class GroupMemory:
         sequences holding memory, when they are not the split's `token`. A strategy with a
         split per group adds the groups' parts itself (`add`)."""
         dts, tokens, reserveds, internals, externals, frees, seq_tokens = self._pending
+        self._pending_at.append(self._num_pending)
+        self._num_pending += 1
         dts.append(dt_s)
         tokens.append(token)
         reserveds.append(reserved)
@@ -88,42 +95,43 @@ class GroupMemory:
         externals.append(external)
         frees.append(free)
         seq_tokens.append(token if sequence_tokens is None else sequence_tokens)
-        if len(dts) >= _FOLD_STEPS:
+        if self._num_pending >= _FOLD_STEPS:
             self._fold()
 
-    def add_run(self, dts_s: list[float], tokens: Collection[int], held: list[int],
-                will: list[int], external: int, num_slots: int) -> None:
-        """`add_parts` of each step of a run of decode steps (a strategy with one split), from
-        each step's duration, computed tokens, held slots and slots that will be used."""
+    def add_decode_run(self, run: DecodeRunRows) -> None:
+        """`add_parts` of each step of a run of decode steps (a strategy with one split): its
+        steps are expanded with the other runs' when they are summed."""
         if self.per_group_splits:
             raise ValueError("a decode run has no per-group splits to record")
-        dts, token_a, reserveds, internals, externals, frees, seq_tokens = self._pending
-        dts.extend(dts_s)
-        token_a.extend(tokens)
-        seq_tokens.extend(tokens)
-        reserveds.extend(map(operator.sub, will, tokens))
-        internals.extend(map(operator.sub, held, will))
-        externals.extend(repeat(external, len(held)))
-        frees.extend(map(operator.sub, repeat(num_slots - external), held))
-        if len(dts) >= _FOLD_STEPS:
+        self._runs.add(self._num_pending, run)
+        self._num_pending += len(run.ends_s)
+        if self._num_pending >= _FOLD_STEPS:
             self._fold()
-
-    def add_decode_step(self, dt_s: float, token: int, held: int, will: int, external: int,
-                        num_slots: int) -> None:
-        """`add_run` of a run of one step, without its lists (most runs are one step)."""
-        if self.per_group_splits:
-            raise ValueError("a decode run has no per-group splits to record")
-        self.add_parts(dt_s, token, will - token, held - will, external,
-                       num_slots - external - held)
 
     def _fold(self) -> None:
         """Sum the pending steps into the totals."""
-        pending, self._pending = self._pending, [array("d") for _ in range(len(PARTS) + 2)]
-        if not pending[0]:
+        pending, count, runs, at = self._pending, self._num_pending, self._runs, self._pending_at
+        self._start_pending()
+        if not count:
             return
         import numpy as np  # here: the CLI's help imports the engine, and stays light
 
-        dts, *parts, seq_tokens = [np.array(a, dtype=np.float64) for a in pending]
+        if runs:  # each quantity over the steps in order: the single steps', the runs'
+            columns = [np.empty(count) for _ in pending]
+            single = np.frombuffer(at, dtype=np.int64) if at else None
+            if single is not None:
+                for column, values in zip(columns, pending, strict=True):
+                    column[single] = values
+            arrays = runs.take()
+            external = arrays.per_row("external")
+            token, held, will = arrays.token, arrays.held, arrays.will
+            for column, values in zip(columns, (
+                    arrays.end_s - arrays.start_s, token, will - token, held - will, external,
+                    arrays.per_row("num_slots") - external - held, token), strict=True):
+                column[arrays.at] = values
+            dts, *parts, seq_tokens = columns
+        else:
+            dts, *parts, seq_tokens = [np.array(a, dtype=np.float64) for a in pending]
         held = parts[0] + parts[1] + parts[2] + parts[3]
         self._weight_s += float(dts.sum())
         self._held_s += float(dts @ held)

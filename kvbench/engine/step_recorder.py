@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 
+from kvbench.core.decode_run_rows import BooksAfterStep, DecodeRunRows
 from kvbench.core.step_batch import StepBatch
 from kvbench.core.step_record import StepRecord
 from kvbench.engine.group_memory import GroupMemory
-from kvbench.strategies.base import BooksAfterStep, MemorySplit
+from kvbench.strategies.base import MemorySplit
 from kvbench.tracing import trace_counter
 
 _NO_PROBE: dict[str, int] = {}  # the device memory columns of a row without a probe: empty
@@ -25,20 +25,26 @@ class StepLog:
         # Where rows go as `StepRecord` field tuples, when the runner streams them: no record
         # is built for a streamed row (a run of steps, or one simulated step, at once).
         self.rows_sink: Callable[[list[tuple]], None] | None = None
+        # Where a run of decode steps goes undone (`DecodeRunRows`), when the runner streams.
+        self.runs_sink: Callable[[DecodeRunRows], None] | None = None
         self.num_steps = 0
         self._last: StepRecord | None = None
         self._last_row: tuple | None = None  # the last row, where no record was built for it
+        self._last_run: DecodeRunRows | None = None  # the last run, where no row was made
 
     @property
     def last(self) -> StepRecord | None:
         """The latest step's record."""
-        if self._last is None and self._last_row is not None:
-            self._last = StepRecord(*self._last_row)
+        if self._last is None:
+            if self._last_row is not None:
+                self._last = StepRecord(*self._last_row)
+            elif self._last_run is not None:
+                self._last = StepRecord(*self._last_run.last_row())
         return self._last
 
     def keep(self, record: StepRecord) -> None:
         self.num_steps += 1
-        self._last, self._last_row = record, None
+        self._last, self._last_row, self._last_run = record, None, None
         if self.sink is None:
             self.steps.append(record)
         else:
@@ -50,7 +56,7 @@ class StepLog:
             self.keep(StepRecord(*row))
             return
         self.num_steps += 1
-        self._last, self._last_row = None, row
+        self._last, self._last_row, self._last_run = None, row, None
         self.rows_sink([row])
 
     def keep_rows(self, rows: list[tuple]) -> None:
@@ -59,16 +65,26 @@ class StepLog:
             return
         if self.rows_sink is not None:
             self.num_steps += len(rows)
-            self._last, self._last_row = None, rows[-1]
+            self._last, self._last_row, self._last_run = None, rows[-1], None
             self.rows_sink(rows)
         else:
             for row in rows:
                 self.keep(StepRecord(*row))
 
+    def keep_run(self, run: DecodeRunRows) -> None:
+        """The rows of a run of decode steps, given by what they follow from."""
+        if self.runs_sink is None:
+            self.keep_rows(run.rows())
+            return
+        self.num_steps += len(run.ends_s)
+        self._last = self._last_row = None
+        self._last_run = run
+        self.runs_sink(run)
+
     def reset(self) -> None:
         """Start counting steps again (after warm-up; the engine clears `steps`)."""
         self.num_steps = 0
-        self._last = self._last_row = None
+        self._last = self._last_row = self._last_run = None
 
 
 class StepRecorder(StepLog):
@@ -171,68 +187,14 @@ class StepRecorder(StepLog):
         step) and what the run keeps fixed (`split_parts`: external, cached, whether prompt
         blocks are reported); `num_running`: the running sequences after the last step, where
         some finished in it (else `num_seqs`)."""
-        b = self.bytes_per_slot
         external, cached, has_prompt_blocks = split_parts
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
-        first = self.num_steps
-        if len(ends_s) == 1:
-            # Most runs at a high arrival rate are one step (every `_cohort_step`'s, and runs
-            # cut short by the next arrival): its row alone, without a run's per-step lists.
-            h, w, p = books[-1][1:] if books else totals_before
-            token = token_slots + num_seqs
-            dt_s = ends_s[0] - t_start_s
-            self.keep_row((
-                first, t_start_s, dt_s * 1e3, 0.0, 0, num_seqs, num_seqs, 0,
-                num_seqs if num_running is None else num_running, num_waiting,
-                token * b, (w - token) * b, (h - w) * b, external * b,
-                (num_slots - h - external) * b, cached * b, unrecorded,
-                token / (h + external) if h + external else None,
-                p if has_prompt_blocks else None, None, None, None))
-            if self.group_memory is not None:
-                self.group_memory.add_decode_step(dt_s, token, h, w, external, num_slots)
-            return
-        num_steps = len(ends_s)
-        starts = [t_start_s, *ends_s[:-1]]
-        dts_s = list(map(operator.sub, ends_s, starts))
-        tokens = range(token_slots + num_seqs, token_slots + num_seqs * (num_steps + 1), num_seqs)
-        held, will, prompt = _expand_books(books, totals_before, num_steps)
-        external_b, cached_b, unheld = external * b, cached * b, num_slots - external
-        rows = [
-            (step, start, dt * 1e3, 0.0, 0, num_seqs, num_seqs, 0, num_seqs, num_waiting,
-             token * b, (w - token) * b, (h - w) * b, external_b, (unheld - h) * b, cached_b,
-             0, token / (h + external) if h + external else None,
-             p if has_prompt_blocks else None, None, None, None)
-            for step, start, dt, token, h, w, p in zip(
-                range(first, first + num_steps), starts, dts_s, tokens, held, will, prompt,
-                strict=True)
-        ]
-        if unrecorded:  # preemptions not in a row yet (a step that scheduled nothing)
-            rows[0] = (*rows[0][:16], unrecorded, *rows[0][17:])
-        if num_running is not None and num_running != num_seqs:  # some finished last
-            rows[-1] = (*rows[-1][:8], num_running, *rows[-1][9:])
-        self.keep_rows(rows)
+        run = DecodeRunRows(
+            self.num_steps, t_start_s, ends_s, num_seqs, num_waiting, token_slots, books,
+            totals_before, external, cached, has_prompt_blocks, num_slots, self.bytes_per_slot,
+            unrecorded, num_seqs if num_running is None else num_running)
+        self.keep_run(run)
         if self.group_memory is not None:
-            self.group_memory.add_run(dts_s, tokens, held, will, external, num_slots)
+            self.group_memory.add_decode_run(run)
 
 
-def _expand_books(
-    books: list[BooksAfterStep], before: tuple[int, int, int], num_steps: int
-) -> tuple[list[int], list[int], list[int]]:
-    """Held, will-use and prompt-block totals after each of `num_steps` steps, from the
-    totals before the first and after each step that changed them."""
-    h, w, p = before
-    held: list[int] = []
-    will: list[int] = []
-    prompt: list[int] = []
-    done = 0
-    for step, after_h, after_w, after_p in books:
-        repeat = step - done
-        held += [h] * repeat
-        will += [w] * repeat
-        prompt += [p] * repeat
-        h, w, p, done = after_h, after_w, after_p, step
-    repeat = num_steps - done
-    held += [h] * repeat
-    will += [w] * repeat
-    prompt += [p] * repeat
-    return held, will, prompt

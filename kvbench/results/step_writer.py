@@ -11,11 +11,14 @@ from __future__ import annotations
 import dataclasses
 import operator
 import os
+from array import array
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from kvbench.core.decode_run_rows import DecodeRunLog, DecodeRunRows, RunArrays
 from kvbench.core.step_record import StepRecord
 from kvbench.results.csv_rows import csv_lines
 
@@ -54,7 +57,92 @@ class TransposedRows(list):
     """Rows that carry their columns (`list(zip(*rows))`): a writer transposes a batch once,
     for its file's check and for the totals' fold."""
 
-    columns: list[tuple]
+    columns: list[Sequence]
+
+    def part(self, start: int, stop: int) -> TransposedRows:
+        """Rows `start:stop`, with their columns."""
+        rows = TransposedRows(self[start:stop])
+        rows.columns = [column[start:stop] for column in self.columns]
+        return rows
+
+
+def batch_rows(single: list[tuple], single_at: Sequence[int], runs: DecodeRunLog,
+               num_rows: int) -> TransposedRows:
+    """`num_rows` rows, with their columns: the rows `single` (`COLUMNS` tuples, in the
+    places `single_at`) and the rows of the `runs` (taken out of the log), expanded together
+    with numpy: their values (and types) are those of the runs' `rows`."""
+    if not runs:
+        rows = TransposedRows(single)
+        rows.columns = list(zip(*rows, strict=True))
+        return rows
+    arrays = runs.take()
+    at = arrays.at
+    columns: list[list] = []
+    for values in _run_columns(arrays):
+        if values is None:
+            columns.append([None] * num_rows)
+        elif single:
+            full = np.empty(num_rows, dtype=values.dtype)
+            full[at] = values
+            columns.append(full.tolist())
+        else:
+            columns.append(values.tolist())
+    # The cells a run leaves empty where a full column is not: a utilization over nothing
+    # held, prompt blocks of a run that does not report them.
+    for name, empty in (
+            ("kv_utilization", arrays.held + arrays.per_row("external") == 0),
+            ("kv_prompt_blocks", arrays.per_row("has_prompt_blocks") == 0)):
+        if empty.any():
+            column = columns[_INDEX[name]]
+            for i in at[empty].tolist():
+                column[i] = None
+    if single:
+        for column, values in zip(columns, zip(*single, strict=True), strict=True):
+            for i, value in zip(single_at, values, strict=True):
+                column[i] = value
+    rows = TransposedRows(zip(*columns, strict=True))
+    rows.columns = columns
+    return rows
+
+
+def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
+    """The runs' rows, a `COLUMNS` array each (None: a column no run fills), computed as
+    `DecodeRunRows.rows` computes them."""
+    b = arrays.per_row("bytes_per_slot")
+    num_seqs = arrays.per_row("num_seqs")
+    external = arrays.per_row("external")
+    token, held, will = arrays.token, arrays.held, arrays.will
+    rows = len(token)
+    last_rows = arrays.first_row + arrays.of_run("num_steps") - 1
+    running = num_seqs.copy()
+    running[last_rows] = arrays.of_run("num_running_last")
+    preemptions = np.zeros(rows, dtype=np.int64)
+    preemptions[arrays.first_row] = arrays.of_run("preemptions")
+    denominator = held + external
+    utilization = np.divide(token, denominator, out=np.zeros(rows), where=denominator != 0)
+    zeros = np.zeros(rows, dtype=np.int64)
+    return [
+        arrays.per_row("first_step") + arrays.step_in_run,  # step
+        arrays.start_s,  # t_s
+        (arrays.end_s - arrays.start_s) * 1e3,  # step_ms
+        np.zeros(rows),  # overhead_ms
+        zeros,  # num_prefill_seqs
+        num_seqs,  # num_decode_seqs
+        num_seqs,  # num_batched_tokens
+        zeros,  # num_prefill_tokens
+        running,  # num_running
+        arrays.per_row("num_waiting"),
+        token * b,  # kv_token_bytes
+        (will - token) * b,  # kv_reserved_bytes
+        (held - will) * b,  # kv_internal_bytes
+        external * b,  # kv_external_bytes
+        (arrays.per_row("num_slots") - held - external) * b,  # kv_free_bytes
+        arrays.per_row("cached") * b,  # kv_cached_bytes
+        preemptions,
+        utilization,  # kv_utilization
+        arrays.prompt if arrays.of_run("has_prompt_blocks").any() else None,  # kv_prompt_blocks
+        None, None, None,  # the device's memory: no probe runs with decode runs
+    ]
 
 
 @dataclasses.dataclass
@@ -246,61 +334,77 @@ class StepWriter:
         self._partial = self.path.with_name(f".{self.path.name}.partial")
         self._file: IO[bytes] | None = self._partial.open("wb")
         self._file.write((",".join(COLUMNS) + "\n").encode())  # what csv.writer writes
+        # Rows not expanded yet: single rows (with their places among them) and runs.
         self._pending: list[tuple] = []
-        self._pending_on_disk = False  # the held rows are written, not yet folded
+        self._pending_at = array("q")
+        self._runs = DecodeRunLog()
+        self._pending_rows = 0
+        self._ready: list[TransposedRows] = []  # expanded batches, each `_CHUNK_ROWS` rows
+        self._ready_on_disk = False  # the first ready batch is written, not yet folded
 
     def write(self, record: StepRecord) -> None:
-        pending = self._pending
-        pending.append(_ROW(record))
-        if len(pending) >= _CHUNK_ROWS:
-            self._flush()
+        self.write_rows([_ROW(record)])
 
     def write_rows(self, rows: list[tuple]) -> None:
         """Rows of consecutive steps (`COLUMNS` tuples), folded in the same batches as
         `write` one at a time would fold them, so the totals come out the same to the bit."""
-        pending = self._pending
-        if len(pending) + len(rows) < _CHUNK_ROWS:  # (most calls: a run of a few steps)
-            pending.extend(rows)
-            return
-        start = 0
-        while start < len(rows):
-            take = _CHUNK_ROWS - len(pending)
-            pending.extend(rows[start : start + take])
-            start += take
-            if len(pending) >= _CHUNK_ROWS:
-                self._flush()
-                pending = self._pending
+        n = self._pending_rows
+        self._pending.extend(rows)
+        self._pending_at.extend(range(n, n + len(rows)))
+        self._pending_rows = n + len(rows)
+        if self._pending_rows >= _CHUNK_ROWS:
+            self._flush()
 
-    def _flush(self) -> None:
-        """Write the held rows and fold them into the totals. The rows are let go only once
-        both are done: a Ctrl-C between the two (the fold is Python code) leaves them held,
-        and `close` finishes the batch without writing its rows twice, so steps.csv and the
+    def write_run(self, run: DecodeRunRows) -> None:
+        """`write_rows` of a run of decode steps' rows, expanded later with other runs'."""
+        self._runs.add(self._pending_rows, run)
+        self._pending_rows += len(run.ends_s)
+        if self._pending_rows >= _CHUNK_ROWS:
+            self._flush()
+
+    def _flush(self, last: bool = False) -> None:
+        """Expand the held rows into batches of `_CHUNK_ROWS` (`last`: the rest too, a
+        shorter batch), then write each and fold it into the totals. A batch is let go only
+        once both are done: a Ctrl-C between the two (the fold is Python code) leaves it
+        held, and `close` finishes it without writing its rows twice, so steps.csv and the
         summary always cover the same steps."""
-        rows = self._pending
-        if not rows:
-            return
-        # Transposed once, for the count of empty cells and for the totals' fold.
-        rows = TransposedRows(rows)
-        columns = rows.columns = list(zip(*rows, strict=True))
-        if not self._pending_on_disk:
+        if self._pending_rows >= _CHUNK_ROWS or (last and self._pending_rows):
+            rows = batch_rows(self._pending, self._pending_at, self._runs, self._pending_rows)
+            full = len(rows) - len(rows) % _CHUNK_ROWS
+            ready = [rows.part(start, start + _CHUNK_ROWS)
+                     for start in range(0, full, _CHUNK_ROWS)]
+            rest = rows[full:]
+            if last and rest:
+                ready.append(rows.part(full, len(rows)))
+                rest = []
+            self._ready += ready
+            self._pending, self._pending_rows = rest, len(rest)
+            self._pending_at = array("q", range(len(rest)))
+        while self._ready:
+            rows = self._ready[0]
+            if not self._ready_on_disk:
+                self._write_batch(rows)
+                self._ready_on_disk = True
+            self.totals.add_rows(rows)
+            self._ready.pop(0)
+            self._ready_on_disk = False
+
+    def _write_batch(self, rows: TransposedRows) -> None:
+        columns = rows.columns
+        if self.every == 1:
             # None is an empty cell, as pandas writes a missing value.
+            text = csv_lines(rows, _lines, sum(columns[i].count(None) for i in _OPTIONAL))
+            self.rows_written += len(rows)
+        else:
             first = -self.totals.steps % self.every  # the first of these rows that is an Nth
-            if self.every == 1:
-                text = csv_lines(rows, _lines, sum(columns[i].count(None) for i in _OPTIONAL))
-                self.rows_written += len(rows)
-            else:
-                kept = rows[first :: self.every]
-                text = csv_lines(kept, _lines)
-                self.rows_written += len(kept)
-            self._file.write(text)
-            self._pending_on_disk = True
-        self.totals.add_rows(rows)
-        self._pending = []
-        self._pending_on_disk = False
+            kept = rows[first :: self.every]
+            text = csv_lines(kept, _lines)
+            self.rows_written += len(kept)
+        self._file.write(text)
 
     def close(self) -> StepTotals:
         if self._file is not None:
-            self._flush()
+            self._flush(last=True)
             self._file.close()
             self._file = None
             os.replace(self._partial, self.path)

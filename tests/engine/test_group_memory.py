@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvbench.core.decode_run_rows import DecodeRunRows
 from kvbench.engine.group_memory import GroupMemory, GroupShape
 from kvbench.strategies.base import MemorySplit
 
@@ -49,9 +50,14 @@ def test_a_decode_run_and_a_one_step_run_sum_as_their_steps_one_at_a_time():
     dts, tokens, held, will = [0.5, 0.25, 0.125], range(10, 16, 2), [16, 16, 32], [12, 14, 20]
     for dt, token, h, w in [*zip(dts, tokens, held, will, strict=True), (0.75, 18, 32, 22)]:
         stepped.add_parts(dt, token, w - token, h - w, 1, 100 - 1 - h)
-    run.add_run(dts, tokens, held, will, external=1, num_slots=100)
-    run.add_decode_step(0.75, 18, 32, 22, external=1, num_slots=100)
+    books = [(0, 16, 12, 0), (1, 16, 14, 0), (2, 32, 20, 0)]
+    three = DecodeRunRows(0, 1.0, [1.5, 1.75, 1.875], 2, 0, 8, books, (0, 0, 0), 1, 0, False,
+                          100, 128, 0, 2)
+    one = DecodeRunRows(3, 1.875, [2.625], 2, 0, 16, [], (32, 22, 0), 1, 0, False, 100, 128,
+                        0, 2)
+    run.add_decode_run(three)
+    run.add_decode_run(one)
     assert run.summary() == stepped.summary()
     hybrid = GroupMemory(shape, bytes_per_slot=128, per_group_splits=True)
     with pytest.raises(ValueError):
-        hybrid.add_decode_step(0.75, 18, 32, 22, external=1, num_slots=100)
+        hybrid.add_decode_run(one)

@@ -1,0 +1,209 @@
+"""`DecodeRunRows`: the `steps.csv` rows of a run of decode steps, described by a few numbers.
+
+A fast-forwarded run (docs/simulator.md, Fast-forward) changes only what a decode step
+changes: the clock, one token per sequence, and the books where a block fills. Its rows
+follow from the step ends, the sequences' tokens before it and the books' totals after each
+step that allocated, so the engine hands over that description and whoever keeps the rows
+expands it: one at a time in Python (`rows`, the reference), or many runs at once with numpy
+(`DecodeRunLog`) when a writer streams millions of them. Both give the same values, to the
+bit and the type: a value is computed by the same float operations either way.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from itertools import chain
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import numpy as np
+
+BooksAfterStep = tuple[int, int, int, int]  # (step in the run, held, will use, prompt blocks)
+
+
+class DecodeRunRows(NamedTuple):
+    """The rows of `len(ends_s)` decode steps of `num_seqs` sequences each, the first step
+    numbered `first_step` and starting at `t_start_s`, each starting where the last ended.
+
+    `token_slots`: the holders' computed tokens before the run (`num_seqs` more each step);
+    `books`: the strategy's (held, will-use, prompt-block) totals after each step that changed
+    them, `totals_before` before the first; `external`, `cached`, `has_prompt_blocks`: what
+    the run keeps fixed; `preemptions`: the first row's (preemptions not in a row yet);
+    `num_running_last`: the last row's running sequences (some finished in it). A named
+    tuple: the engine makes one a run, and a dataclass's `__init__` costs eight times as
+    much. (Its `len` is its fields', not its steps'.)"""
+
+    first_step: int
+    t_start_s: float
+    ends_s: list[float]
+    num_seqs: int
+    num_waiting: int
+    token_slots: int
+    books: list[BooksAfterStep]
+    totals_before: tuple[int, int, int]
+    external: int
+    cached: int
+    has_prompt_blocks: bool
+    num_slots: int
+    bytes_per_slot: int
+    preemptions: int
+    num_running_last: int
+
+    def rows(self) -> list[tuple]:
+        """The rows as `StepRecord` field tuples, oldest first."""
+        held, will, prompt = _expand_books(self.books, self.totals_before, len(self.ends_s))
+        starts = [self.t_start_s, *self.ends_s[:-1]]
+        return [self._row(k, start, end, h, w, p) for k, (start, end, h, w, p) in enumerate(
+            zip(starts, self.ends_s, held, will, prompt, strict=True))]
+
+    def last_row(self) -> tuple:
+        """The last of `rows`, without the others."""
+        last = len(self.ends_s) - 1
+        h, w, p = self.totals_before
+        for step, after_h, after_w, after_p in self.books:
+            if step > last:
+                break
+            h, w, p = after_h, after_w, after_p
+        start = self.ends_s[-2] if last else self.t_start_s
+        return self._row(last, start, self.ends_s[-1], h, w, p)
+
+    def _row(self, k: int, start: float, end: float, h: int, w: int, p: int) -> tuple:
+        """Step `k`'s row (from 0), its books' totals after it `h`, `w`, `p`."""
+        n, b, external = self.num_seqs, self.bytes_per_slot, self.external
+        token = self.token_slots + n * (k + 1)
+        return (
+            self.first_step + k, start, (end - start) * 1e3, 0.0, 0, n, n, 0,
+            self.num_running_last if k == len(self.ends_s) - 1 else n, self.num_waiting,
+            token * b, (w - token) * b, (h - w) * b, external * b,
+            (self.num_slots - h - external) * b, self.cached * b,
+            self.preemptions if k == 0 else 0,
+            token / (h + external) if h + external else None,
+            p if self.has_prompt_blocks else None, None, None, None)
+
+
+def _expand_books(
+    books: list[BooksAfterStep], before: tuple[int, int, int], num_steps: int
+) -> tuple[list[int], list[int], list[int]]:
+    """Held, will-use and prompt-block totals after each of `num_steps` steps, from the
+    totals before the first and after each step that changed them."""
+    h, w, p = before
+    held: list[int] = []
+    will: list[int] = []
+    prompt: list[int] = []
+    done = 0
+    for step, after_h, after_w, after_p in books:
+        repeat = step - done
+        held += [h] * repeat
+        will += [w] * repeat
+        prompt += [p] * repeat
+        h, w, p, done = after_h, after_w, after_p, step
+    repeat = num_steps - done
+    held += [h] * repeat
+    will += [w] * repeat
+    prompt += [p] * repeat
+    return held, will, prompt
+
+
+# A run's fixed numbers in `DecodeRunLog`, in this order; `at`: its first row's place among
+# the rows of the log's owner.
+_FIELDS = ("at", "first_step", "num_steps", "num_seqs", "num_waiting", "token_slots",
+           "held_before", "will_before", "prompt_before", "external", "cached",
+           "has_prompt_blocks", "num_slots", "bytes_per_slot", "preemptions",
+           "num_running_last", "num_books")
+_FIELD = {name: i for i, name in enumerate(_FIELDS)}
+
+
+@dataclass(slots=True)
+class RunArrays:
+    """Every row of a log's runs, one array per quantity (numpy), oldest row first:
+    `first_row[r]` is run r's first row, `run[i]` row i's run, `step_in_run[i]` its step in
+    the run (from 0), `at[i]` its place among the log owner's rows."""
+
+    fields: np.ndarray  # a row per run, `_FIELDS`
+    first_row: np.ndarray
+    run: np.ndarray
+    step_in_run: np.ndarray
+    at: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    token: np.ndarray  # the holders' computed tokens after the step
+    held: np.ndarray
+    will: np.ndarray
+    prompt: np.ndarray
+
+    def of_run(self, field: str) -> np.ndarray:
+        """`field` of each run (int64)."""
+        return self.fields[:, _FIELD[field]]
+
+    def per_row(self, field: str) -> np.ndarray:
+        """`field` of each row's run (int64)."""
+        return self.fields[:, _FIELD[field]][self.run]
+
+
+class DecodeRunLog:
+    """Runs kept to be expanded later, many at once: each kind of value in a flat array (the
+    runs' fixed numbers, their step ends, their books), so that keeping a run is a few
+    appends and `take` expands every run's rows with numpy, not a pass over the runs."""
+
+    def __init__(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
+        self._fields = array("q")
+        self._starts_s = array("d")
+        self._ends_s = array("d")
+        self._books = array("q")
+
+    def __len__(self) -> int:
+        return len(self._starts_s)
+
+    def add(self, at: int, run: DecodeRunRows) -> None:
+        """Keep `run`, its first row the owner's row `at`."""
+        (first_step, t_start_s, ends_s, num_seqs, num_waiting, token_slots, books,
+         (held, will, prompt), external, cached, has_prompt_blocks, num_slots,
+         bytes_per_slot, preemptions, num_running_last) = run
+        self._fields.extend((
+            at, first_step, len(ends_s), num_seqs, num_waiting, token_slots, held, will,
+            prompt, external, cached, has_prompt_blocks, num_slots, bytes_per_slot,
+            preemptions, num_running_last, len(books)))
+        self._starts_s.append(t_start_s)
+        self._ends_s.extend(ends_s)
+        if books:
+            self._books.extend(chain.from_iterable(books))
+
+    def take(self) -> RunArrays:
+        """Every row of the kept runs (the same values as their `rows`, by the same float
+        operations), and the log emptied."""
+        import numpy as np
+
+        fields = np.frombuffer(self._fields, dtype=np.int64).reshape(-1, len(_FIELDS))
+        start_of_run = np.frombuffer(self._starts_s, dtype=np.float64)
+        end_s = np.frombuffer(self._ends_s, dtype=np.float64)
+        books = np.frombuffer(self._books, dtype=np.int64).reshape(-1, 4)
+        self._clear()  # (the arrays stay alive under numpy's views, never written again)
+        count = len(fields)
+        lengths = fields[:, _FIELD["num_steps"]]
+        total = len(end_s)
+        first_row = np.zeros(count, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=first_row[1:])
+        run = np.repeat(np.arange(count), lengths)
+        step_in_run = np.arange(total) - first_row[run]
+        start_s = np.empty(total)
+        start_s[1:] = end_s[:-1]
+        start_s[first_row] = start_of_run
+        token = (fields[:, _FIELD["token_slots"]][run]
+                 + fields[:, _FIELD["num_seqs"]][run] * (step_in_run + 1))
+        # The books' totals: each run's before its first row, then each change from its step
+        # on (a later change at the same row wins), carried forward to every row.
+        book_run = np.repeat(np.arange(count), fields[:, _FIELD["num_books"]])
+        in_run = books[:, 0] < lengths[book_run]  # (a change after the last step: no row)
+        change_at = np.concatenate([first_row, first_row[book_run[in_run]] + books[in_run, 0]])
+        totals = np.concatenate([fields[:, _FIELD["held_before"] : _FIELD["prompt_before"] + 1],
+                                 books[in_run, 1:]])
+        order = np.argsort(change_at, kind="stable")  # a run's totals before, then its changes
+        change = order[np.searchsorted(change_at[order], np.arange(total), side="right") - 1]
+        held, will, prompt = totals[change].T
+        at = fields[:, _FIELD["at"]][run] + step_in_run
+        return RunArrays(fields, first_row, run, step_in_run, at, start_s, end_s, token, held,
+                         will, prompt)

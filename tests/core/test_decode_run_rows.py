@@ -1,0 +1,144 @@
+"""A run of decode steps is kept as a description and expanded later, many runs at once with
+numpy (`DecodeRunLog.take`, what `steps.csv` and the group sums are written from): its rows
+must be those of `DecodeRunRows.rows`, the one-at-a-time reference, to the bit and the type,
+with single rows in their places among them; the file and the totals must be those the same
+rows give when written as tuples."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvbench.core.decode_run_rows import DecodeRunRows
+from kvbench.engine.group_memory import GroupMemory, GroupShape
+from kvbench.results.step_writer import COLUMNS, StepWriter
+
+
+@st.composite
+def runs(draw, first_step: int = 0) -> list[DecodeRunRows | tuple]:
+    """Runs of decode steps and single rows between them, numbered in order."""
+    items: list[DecodeRunRows | tuple] = []
+    step, clock = first_step, draw(st.floats(0, 100))
+    has_prompt_blocks = draw(st.booleans())
+    for _ in range(draw(st.integers(1, 12))):
+        if draw(st.integers(0, 3)) == 0:  # a single row, as `StepRecorder.record` makes one
+            end = clock + draw(st.floats(1e-4, 2))
+            row = {c: draw(st.integers(0, 10**6)) for c in COLUMNS}
+            row.update(step=step, t_s=clock, step_ms=(end - clock) * 1e3,
+                       overhead_ms=draw(st.floats(0, 1)),
+                       kv_utilization=draw(st.none() | st.floats(0, 1)),
+                       kv_prompt_blocks=draw(st.none() | st.integers(0, 50)),
+                       gpu_used_bytes=None, torch_allocated_bytes=None,
+                       torch_reserved_bytes=None)
+            items.append(tuple(row[c] for c in COLUMNS))
+            step, clock = step + 1, end
+            continue
+        num_steps = draw(st.integers(1, 9))
+        ends = []
+        for _ in range(num_steps):
+            clock += draw(st.floats(1e-5, 1.0))
+            ends.append(clock)
+        held, will = draw(st.integers(0, 500)), draw(st.integers(0, 500))
+        before = (held, will, draw(st.integers(0, 40)))
+        books = []
+        for k in sorted(draw(st.lists(st.integers(0, num_steps - 1), max_size=5))):
+            books.append((k, draw(st.integers(0, 900)), draw(st.integers(0, 900)),
+                          draw(st.integers(0, 40))))
+        num_seqs = draw(st.integers(1, 64))
+        items.append(DecodeRunRows(
+            step, ends[0] - draw(st.floats(1e-5, 1.0)), ends, num_seqs,
+            draw(st.integers(0, 30)), draw(st.integers(0, 5000)), books, before,
+            draw(st.integers(0, 3)), draw(st.integers(0, 50)), has_prompt_blocks,
+            draw(st.integers(1000, 5000)), draw(st.sampled_from([1, 4096, 819200])),
+            draw(st.integers(0, 3)), draw(st.integers(0, num_seqs))))
+        step += num_steps
+    return items
+
+
+def _reference_rows(items: list) -> list[tuple]:
+    rows: list[tuple] = []
+    for item in items:
+        rows.extend([item] if type(item) is tuple else item.rows())
+    return rows
+
+
+def _typed(rows: list[tuple]) -> list[tuple]:
+    return [tuple((type(v).__name__, repr(v)) for v in row) for row in rows]
+
+
+def _write(path, items: list, as_runs: bool, every: int) -> tuple[str, dict]:
+    writer = StepWriter(path, every=every)
+    for item in items:
+        if type(item) is tuple:
+            writer.write_rows([item])
+        elif as_runs:
+            writer.write_run(item)
+        else:
+            writer.write_rows(item.rows())
+    totals = writer.close()
+    return path.read_text(), {**vars(totals), "memory": totals.memory()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs(), st.sampled_from([1, 3]), st.integers(1, 40))
+def test_runs_written_as_descriptions_are_the_rows_written_as_tuples(tmp_path_factory, items,
+                                                                      every, chunk_rows):
+    import kvbench.results.step_writer as step_writer
+
+    folder = tmp_path_factory.mktemp("steps")
+    old = step_writer._CHUNK_ROWS
+    step_writer._CHUNK_ROWS = chunk_rows  # batches that end inside runs and between them
+    try:
+        got = _write(folder / "runs.csv", items, True, every)
+        expected = _write(folder / "rows.csv", items, False, every)
+    finally:
+        step_writer._CHUNK_ROWS = old
+    assert got == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs())
+def test_expanded_rows_are_the_reference_rows_to_the_type(items):
+    from array import array
+
+    from kvbench.core.decode_run_rows import DecodeRunLog
+    from kvbench.results.step_writer import batch_rows
+
+    log, single, single_at, n = DecodeRunLog(), [], array("q"), 0
+    for item in items:
+        if type(item) is tuple:
+            single.append(item)
+            single_at.append(n)
+            n += 1
+        else:
+            log.add(n, item)
+            n += len(item.ends_s)
+    got = batch_rows(single, single_at, log, n)
+    reference = _reference_rows(items)
+    assert _typed(got) == _typed(reference)
+    assert [list(c) for c in got.columns] == [list(c) for c in zip(*reference, strict=True)]
+    last = [item for item in items if type(item) is not tuple]
+    assert all(run.last_row() == run.rows()[-1] for run in last)
+
+
+def _parts(row: tuple, bytes_per_slot: int) -> list[int]:
+    return [row[COLUMNS.index(f"kv_{part}_bytes")] // bytes_per_slot
+            for part in ("token", "reserved", "internal", "external", "free")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(runs())
+def test_group_sums_of_runs_are_their_steps_added_one_at_a_time(items):
+    shape = (GroupShape((0,), None, 64),)
+    described, reference = (GroupMemory(shape, bytes_per_slot=64, per_group_splits=False)
+                            for _ in range(2))
+    for item in items:
+        if type(item) is tuple:  # (its byte columns taken as 64 B slots)
+            described.add_parts(item[2] / 1e3, *_parts(item, 64))
+            reference.add_parts(item[2] / 1e3, *_parts(item, 64))
+            continue
+        described.add_decode_run(item)
+        starts = [item.t_start_s, *item.ends_s[:-1]]
+        for row, start, end in zip(item.rows(), starts, item.ends_s, strict=True):
+            reference.add_parts(end - start, *_parts(row, item.bytes_per_slot))
+    assert described.summary() == reference.summary()
