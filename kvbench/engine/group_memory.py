@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvbench.core.decode_run_rows import DecodeRunLog, DecodeRunRows
+from kvbench.core.decode_run_rows import DecodeRunLog, DecodeRunRows, RunArrays
 from kvbench.strategies.base import MemorySplit
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PARTS = ("token", "reserved", "internal", "external", "free")
 _FOLD_STEPS = 1 << 16  # steps held before they are summed
@@ -108,6 +111,16 @@ class GroupMemory:
         if self._num_pending >= _FOLD_STEPS:
             self._fold()
 
+    def add_run_arrays(self, arrays: RunArrays) -> None:
+        """`add_decode_run` of runs already expanded (by the steps' writer), summed now."""
+        if self.per_group_splits:
+            raise ValueError("a decode run has no per-group splits to record")
+        external = arrays.per_row("external")
+        token, held, will = arrays.token, arrays.held, arrays.will
+        self._add_sums(arrays.end_s - arrays.start_s, [
+            token, will - token, held - will, external,
+            arrays.per_row("num_slots") - external - held], token)
+
     def _fold(self) -> None:
         """Sum the pending steps into the totals."""
         pending, count, runs, at = self._pending, self._num_pending, self._runs, self._pending_at
@@ -132,6 +145,11 @@ class GroupMemory:
             dts, *parts, seq_tokens = columns
         else:
             dts, *parts, seq_tokens = [np.array(a, dtype=np.float64) for a in pending]
+        self._add_sums(dts, parts, seq_tokens)
+
+    def _add_sums(self, dts: np.ndarray, parts: list[np.ndarray],
+                  seq_tokens: np.ndarray) -> None:
+        """Add steps given as arrays: durations, the split's parts, the holders' tokens."""
         held = parts[0] + parts[1] + parts[2] + parts[3]
         self._weight_s += float(dts.sum())
         self._held_s += float(dts @ held)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from kvbench.core.decode_run_rows import BooksAfterStep, DecodeRunRows
 from kvbench.core.step_batch import StepBatch
@@ -81,6 +82,11 @@ class StepLog:
         self._last_run = run
         self.runs_sink(run)
 
+    def stream_runs(self, writer: Any) -> None:
+        """Hand each run of decode steps to `writer.write_run` as it is described (a
+        `StepWriter`; None: stop)."""
+        self.runs_sink = None if writer is None else writer.write_run
+
     def reset(self) -> None:
         """Start counting steps again (after warm-up; the engine clears `steps`)."""
         self.num_steps = 0
@@ -105,6 +111,13 @@ class StepRecorder(StepLog):
         self.group_memory = group_memory
         self.memory_probe = memory_probe
         self._unrecorded_preemptions = 0
+
+    def stream_runs(self, writer: Any) -> None:
+        """`StepLog.stream_runs`, and the group sums taken from the rows the writer expands
+        (`run_arrays_sink`), so that a run is expanded once for both."""
+        super().stream_runs(writer)
+        if writer is not None and self.group_memory is not None:
+            writer.run_arrays_sink = self.group_memory.add_run_arrays
 
     def reset(self) -> None:
         super().reset()
@@ -193,8 +206,8 @@ class StepRecorder(StepLog):
             self.num_steps, t_start_s, ends_s, num_seqs, num_waiting, token_slots, books,
             totals_before, external, cached, has_prompt_blocks, num_slots, self.bytes_per_slot,
             unrecorded, num_seqs if num_running is None else num_running)
-        self.keep_run(run)
-        if self.group_memory is not None:
+        if self.group_memory is not None and self.runs_sink is None:  # (else: `stream_runs`)
             self.group_memory.add_decode_run(run)
+        self.keep_run(run)
 
 

@@ -12,7 +12,7 @@ import dataclasses
 import operator
 import os
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -66,16 +66,15 @@ class TransposedRows(list):
         return rows
 
 
-def batch_rows(single: list[tuple], single_at: Sequence[int], runs: DecodeRunLog,
+def batch_rows(single: list[tuple], single_at: Sequence[int], arrays: RunArrays | None,
                num_rows: int) -> TransposedRows:
     """`num_rows` rows, with their columns: the rows `single` (`COLUMNS` tuples, in the
-    places `single_at`) and the rows of the `runs` (taken out of the log), expanded together
-    with numpy: their values (and types) are those of the runs' `rows`."""
-    if not runs:
+    places `single_at`) and the rows of runs (`DecodeRunLog.take`), expanded together with
+    numpy: their values (and types) are those of the runs' `rows`."""
+    if arrays is None:
         rows = TransposedRows(single)
         rows.columns = list(zip(*rows, strict=True))
         return rows
-    arrays = runs.take()
     at = arrays.at
     columns: list[list] = []
     for values in _run_columns(arrays):
@@ -339,6 +338,8 @@ class StepWriter:
         self._pending_at = array("q")
         self._runs = DecodeRunLog()
         self._pending_rows = 0
+        # Who else reads the runs' rows (`StepRecorder.stream_runs`: the group sums).
+        self.run_arrays_sink: Callable[[RunArrays], None] | None = None
         self._ready: list[TransposedRows] = []  # expanded batches, each `_CHUNK_ROWS` rows
         self._ready_on_disk = False  # the first ready batch is written, not yet folded
 
@@ -369,7 +370,10 @@ class StepWriter:
         held, and `close` finishes it without writing its rows twice, so steps.csv and the
         summary always cover the same steps."""
         if self._pending_rows >= _CHUNK_ROWS or (last and self._pending_rows):
-            rows = batch_rows(self._pending, self._pending_at, self._runs, self._pending_rows)
+            arrays = self._runs.take() if self._runs else None
+            rows = batch_rows(self._pending, self._pending_at, arrays, self._pending_rows)
+            if arrays is not None and self.run_arrays_sink is not None:
+                self.run_arrays_sink(arrays)
             full = len(rows) - len(rows) % _CHUNK_ROWS
             ready = [rows.part(start, start + _CHUNK_ROWS)
                      for start in range(0, full, _CHUNK_ROWS)]

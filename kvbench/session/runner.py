@@ -219,7 +219,7 @@ def run_one(
     step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
     engine.step_recorder.sink = step_writer.write  # rows stream to disk as the engine makes them
     engine.step_recorder.rows_sink = step_writer.write_rows  # and a fast-forwarded run's at once
-    engine.step_recorder.runs_sink = step_writer.write_run  # (described, expanded in batches)
+    engine.step_recorder.stream_runs(step_writer)  # (described, expanded in batches)
     request_writer = RequestWriter(folder)  # and each request's row as it finishes
     status = "complete"
     simulated = run.executor.kind is EngineKind.SIMULATED
@@ -242,7 +242,7 @@ def run_one(
             set_recorder(None)
             engine.step_recorder.sink = None
             engine.step_recorder.rows_sink = None
-            engine.step_recorder.runs_sink = None
+            engine.step_recorder.stream_runs(None)
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,

@@ -113,7 +113,7 @@ def test_expanded_rows_are_the_reference_rows_to_the_type(items):
         else:
             log.add(n, item)
             n += len(item.ends_s)
-    got = batch_rows(single, single_at, log, n)
+    got = batch_rows(single, single_at, log.take() if log else None, n)
     reference = _reference_rows(items)
     assert _typed(got) == _typed(reference)
     assert [list(c) for c in got.columns] == [list(c) for c in zip(*reference, strict=True)]
@@ -142,3 +142,71 @@ def test_group_sums_of_runs_are_their_steps_added_one_at_a_time(items):
         for row, start, end in zip(item.rows(), starts, item.ends_s, strict=True):
             reference.add_parts(end - start, *_parts(row, item.bytes_per_slot))
     assert described.summary() == reference.summary()
+
+
+@settings(max_examples=30, deadline=None)
+@given(runs(), st.integers(1, 40))
+def test_group_sums_from_the_writers_expanded_runs_are_the_steps_one_at_a_time(
+        tmp_path_factory, items, chunk_rows):
+    """A streaming run (`StepRecorder.stream_runs`): the group sums take each run's rows from
+    the steps' writer, expanded once for both, in the writer's batches; the sums are the
+    steps' to rounding."""
+    import pytest
+
+    import kvbench.results.step_writer as step_writer
+    from kvbench.engine.step_recorder import StepRecorder
+
+    shape = (GroupShape((0,), None, 64),)
+    streamed, reference = (GroupMemory(shape, bytes_per_slot=64, per_group_splits=False)
+                           for _ in range(2))
+    recorder = StepRecorder([], bytes_per_slot=64, group_memory=streamed)
+    writer = StepWriter(tmp_path_factory.mktemp("steps") / "steps.csv")
+    recorder.stream_runs(writer)
+    old = step_writer._CHUNK_ROWS
+    step_writer._CHUNK_ROWS = chunk_rows
+    try:
+        for item in items:
+            if type(item) is tuple:
+                streamed.add_parts(item[2] / 1e3, *_parts(item, 64))
+                reference.add_parts(item[2] / 1e3, *_parts(item, 64))
+                continue
+            recorder.keep_run(item)  # (what `record_decode_run` hands on when streaming)
+            starts = [item.t_start_s, *item.ends_s[:-1]]
+            for row, start, end in zip(item.rows(), starts, item.ends_s, strict=True):
+                reference.add_parts(end - start, *_parts(row, item.bytes_per_slot))
+        writer.close()
+    finally:
+        step_writer._CHUNK_ROWS = old
+    got, expected = streamed.summary(), reference.summary()
+    per_token = expected["kv_held_bytes_per_token"]
+    assert got["kv_held_bytes_per_token"] == (
+        None if per_token is None else pytest.approx(per_token, rel=1e-12, abs=1e-9))
+    (group,), (expected_group,) = got["kv_groups"], expected["kv_groups"]
+    numbers = [k for k, v in expected_group.items() if isinstance(v, float)]
+    assert [group[k] for k in numbers] == pytest.approx(
+        [expected_group[k] for k in numbers], rel=1e-12, abs=1e-6)
+    assert {k: v for k, v in group.items() if k not in numbers} == {
+        k: v for k, v in expected_group.items() if k not in numbers}
+
+
+def test_a_streamed_run_is_summed_once():
+    from kvbench.engine.step_recorder import StepRecorder
+
+    sums = GroupMemory((GroupShape((0,), None, 64),), bytes_per_slot=64, per_group_splits=False)
+    recorder = StepRecorder([], bytes_per_slot=64, group_memory=sums)
+
+    class Writer:
+        run_arrays_sink = None
+        runs: list = []
+
+        def write_run(self, run):
+            self.runs.append(run)
+
+    writer = Writer()
+    recorder.stream_runs(writer)
+    recorder.record_decode_run(1.0, [1.5, 2.0], 4, 0, 100, [], (10, 10, 0), (0, 0, False), 50)
+    assert len(writer.runs) == 1 and writer.run_arrays_sink == sums.add_run_arrays
+    assert sums.summary()["kv_groups"][0]["token_bytes_mean"] is None  # not summed yet
+    recorder.stream_runs(None)
+    recorder.record_decode_run(2.0, [2.5], 4, 0, 108, [], (10, 10, 0), (0, 0, False), 50)
+    assert sums.summary()["kv_groups"][0]["token_bytes_mean"] == (112 * 64)
