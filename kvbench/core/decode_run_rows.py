@@ -175,7 +175,7 @@ class DecodeRunLog:
     def take(self) -> RunArrays:
         """Every row of the kept runs (the same values as their `rows`, by the same float
         operations), and the log emptied."""
-        import numpy as np
+        import numpy as np  # here: the engine imports this module, and the CLI's help the engine
 
         fields = np.frombuffer(self._fields, dtype=np.int64).reshape(-1, len(_FIELDS))
         start_of_run = np.frombuffer(self._starts_s, dtype=np.float64)

@@ -14,6 +14,7 @@ from typing import IO, Any
 import pandas as pd
 
 from kvbench.errors import KvbenchInputError, KvbenchRunError
+from kvbench.results.direct_file import DirectFile
 from kvbench.results.metrics import nan_to_none
 from kvbench.results.summary import summary_file
 
@@ -34,6 +35,29 @@ def atomic_text_file(path: Path) -> Iterator[IO[str]]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            yield handle
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_direct_file(path: Path) -> Iterator[IO[bytes]]:
+    """`atomic_text_file` for a binary file of GBs: written past the page cache where the
+    system allows it (`DirectFile`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        handle = DirectFile(fd)
+    except BaseException:
+        os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
+        with handle:
             yield handle
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)

@@ -21,6 +21,7 @@ import numpy as np
 from kvbench.core.decode_run_rows import DecodeRunLog, DecodeRunRows, RunArrays
 from kvbench.core.step_record import StepRecord
 from kvbench.results.csv_rows import csv_lines
+from kvbench.results.direct_file import DirectFile
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(StepRecord))
 _ROW = operator.attrgetter(*COLUMNS)
@@ -331,7 +332,9 @@ class StepWriter:
         self.totals = StepTotals()
         self.rows_written = 0
         self._partial = self.path.with_name(f".{self.path.name}.partial")
-        self._file: IO[bytes] | None = self._partial.open("wb")
+        # (past the page cache where it can: a long simulation's steps.csv is GBs)
+        self._file: IO[bytes] | None = DirectFile(
+            os.open(self._partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         self._file.write((",".join(COLUMNS) + "\n").encode())  # what csv.writer writes
         # Rows not expanded yet: single rows (with their places among them) and runs.
         self._pending: list[tuple] = []

@@ -35,7 +35,7 @@ from kvbench.execution.threads import thread_settings
 from kvbench.models.resolve_config import resolve_model_config
 from kvbench.results.files import (  # (atomic_write_text: tests fake a full disk through it)
     ResultsFolder,
-    atomic_text_file,
+    atomic_direct_file,
     atomic_write_text,  # noqa: F401
     write_json,
 )
@@ -393,12 +393,12 @@ def _write_results(
         # written to the partial file.
         table = request_writer.table(added, sequences)
         requests_df = table.frame()
-        with atomic_text_file(folder / "requests.csv") as handle:
-            table.write_csv(handle.buffer)  # (bytes: ASCII)
+        with atomic_direct_file(folder / "requests.csv") as handle:
+            table.write_csv(handle)  # (bytes: ASCII)
         del table
         request_writer.close()
-        with atomic_text_file(folder / TOKENS_FILE) as handle:  # streamed: a long run's is GBs
-            written = write_token_file(handle.buffer, added, sequences)  # (bytes: ASCII)
+        with atomic_direct_file(folder / TOKENS_FILE) as handle:  # a long run's is GBs
+            written = write_token_file(handle, added, sequences)
         # Its ITLs are the summary's: the file holds every sample the engine ran (warm-up's
         # were forgotten at its reset), as gaps with counts.
         summary = summarize(built, workload, run, label, status, warmup_done, requests_df,

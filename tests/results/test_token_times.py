@@ -155,11 +155,11 @@ def test_the_arrays_handed_to_the_report_are_what_the_file_reads_back(tmp_path):
 
 
 def test_streamed_file_is_the_lines_and_hands_back_the_same_arrays(tmp_path, monkeypatch):
-    """`write_token_file` writes the file in batches of lines (here about 50 bytes each, so
-    samples land on both sides of batch edges) and formats values in chunks (here of 5):
-    the file must be `token_time_lines` and the arrays those `token_times_file` gives."""
+    """`write_token_file` writes the file through a buffer (here of 50 bytes: slices land
+    on both sides of its edges) and formats values in chunks (here of 5): the file must be
+    `token_time_lines` and the arrays those `token_times_file` gives."""
     from kvbench.results import token_file
-    from kvbench.results.files import atomic_text_file
+    from kvbench.results.files import atomic_direct_file
 
     rng = np.random.default_rng(2)
     requests = [Request(i, arrival_s=0.0, prompt_token_ids=(1,), output_len=3)
@@ -167,10 +167,10 @@ def test_streamed_file_is_the_lines_and_hands_back_the_same_arrays(tmp_path, mon
     sequences = {i: [_sequence(requests[i], 0, np.cumsum(rng.random(int(rng.integers(0, 9))))
                                .tolist())] for i in range(0, 40, 1) if i != 7}
     lines, kept = token_times_file(requests, sequences)
-    monkeypatch.setattr("kvbench.results.gather_write._JOIN_BYTES", 50)
+    monkeypatch.setattr("kvbench.results.direct_file.BUFFER_BYTES", 50)
     monkeypatch.setattr("kvbench.results.token_times._CHUNK_VALUES", 5)
-    with atomic_text_file(tmp_path / TOKENS_FILE) as handle:  # as the runner writes it
-        streamed = token_file.write_token_file(handle.buffer, requests, sequences)
+    with atomic_direct_file(tmp_path / TOKENS_FILE) as handle:  # as the runner writes it
+        streamed = token_file.write_token_file(handle, requests, sequences)
     assert (tmp_path / TOKENS_FILE).read_text() == "".join(f"{line}\n" for line in lines)
     assert [json.loads(line)["request_id"] for line in lines] == [i for i in range(40) if i != 7]
     for field in ("request_ids", "samples", "starts", "times_s"):

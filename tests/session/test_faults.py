@@ -98,7 +98,7 @@ def test_a_full_disk_mid_run_keeps_what_was_written_and_exits_1(tmp_path, monkey
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, text)
 
-    real_streamed = kvbench.results.files.atomic_text_file
+    real_streamed = kvbench.results.files.atomic_direct_file
 
     def streamed(path):  # tokens.jsonl is streamed to its file, not written at once
         if Path(path).name == "tokens.jsonl":
@@ -107,7 +107,7 @@ def test_a_full_disk_mid_run_keeps_what_was_written_and_exits_1(tmp_path, monkey
 
     monkeypatch.setattr(kvbench.results.files, "atomic_write_text", write)
     monkeypatch.setattr(kvbench.session.runner, "atomic_write_text", write)
-    monkeypatch.setattr(kvbench.session.runner, "atomic_text_file", streamed)
+    monkeypatch.setattr(kvbench.session.runner, "atomic_direct_file", streamed)
     code = main([*SIM, "--num-requests", "4", "--out", str(tmp_path)])
     assert code == 1
     err = capsys.readouterr().err
@@ -337,7 +337,7 @@ def test_a_disk_that_stays_full_still_gets_every_marker_rewritten(tmp_path, monk
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, data)
 
-    real_streamed = kvbench.results.files.atomic_text_file
+    real_streamed = kvbench.results.files.atomic_direct_file
 
     def streamed(path):  # tokens.jsonl is streamed to its file, not written at once
         if Path(path).name == "tokens.jsonl" and "prefix" in str(path):
@@ -347,7 +347,7 @@ def test_a_disk_that_stays_full_still_gets_every_marker_rewritten(tmp_path, monk
         return real_streamed(path)
 
     monkeypatch.setattr(kvbench.results.files, "atomic_write_bytes", write)
-    monkeypatch.setattr(kvbench.session.runner, "atomic_text_file", streamed)
+    monkeypatch.setattr(kvbench.session.runner, "atomic_direct_file", streamed)
     code = main([*SIM, "--num-requests", "4", "--strategy", "paged,prefix",
                  "--out", str(tmp_path)])
     assert code == 1
