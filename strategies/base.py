@@ -48,9 +48,6 @@ class MemorySplit:
 # Set to 1 to recompute every memory split from scratch and assert it equals the running totals.
 CHECK_ACCOUNTING_ENV = "KVBENCH_CHECK_ACCOUNTING"
 
-# (step, held slots, slots that will be used, prompt blocks) after a decode run's step: the
-# books' running totals after the allocations of that step (`CacheStrategy.grow_cohort_run`).
-
 
 def declares(obj: object, flag: str) -> bool:
     """Whether `obj`'s own class sets `flag` true in its body: a fast path a class declares

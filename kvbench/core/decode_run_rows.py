@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     import numpy as np
 
-BooksAfterStep = tuple[int, int, int, int]  # (step in the run, held, will use, prompt blocks)
+# (step in the run, held slots, slots that will be used, prompt blocks) after a decode run's
+# step: the books' running totals after its allocations (`CacheStrategy.grow_cohort_run`).
+BooksAfterStep = tuple[int, int, int, int]
 
 
 class DecodeRunRows(NamedTuple):
@@ -144,12 +146,9 @@ class RunArrays:
 class DecodeRunLog:
     """Runs kept to be expanded later, many at once: each kind of value in a flat array (the
     runs' fixed numbers, their step ends, their books), so that keeping a run is a few
-    appends and `take` expands every run's rows with numpy, not a pass over the runs."""
+    appends and `expand` makes every run's rows with numpy, not a pass over the runs."""
 
     def __init__(self) -> None:
-        self._clear()
-
-    def _clear(self) -> None:
         self._fields = array("q")
         self._starts_s = array("d")
         self._ends_s = array("d")
@@ -172,16 +171,17 @@ class DecodeRunLog:
         if books:
             self._books.extend(chain.from_iterable(books))
 
-    def take(self) -> RunArrays:
-        """Every row of the kept runs (the same values as their `rows`, by the same float
-        operations), and the log emptied."""
+    def expand(self) -> RunArrays:
+        """Every row of the kept runs: the same values as their `rows`, by the same float
+        operations. (The log is left as it is: its owner replaces it once the rows are
+        safely elsewhere.)"""
         import numpy as np  # here: the engine imports this module, and the CLI's help the engine
 
-        fields = np.frombuffer(self._fields, dtype=np.int64).reshape(-1, len(_FIELDS))
-        start_of_run = np.frombuffer(self._starts_s, dtype=np.float64)
-        end_s = np.frombuffer(self._ends_s, dtype=np.float64)
-        books = np.frombuffer(self._books, dtype=np.int64).reshape(-1, 4)
-        self._clear()  # (the arrays stay alive under numpy's views, never written again)
+        # Copies (a view would forbid the log to grow while the arrays live)
+        fields = np.array(self._fields, dtype=np.int64).reshape(-1, len(_FIELDS))
+        start_of_run = np.array(self._starts_s, dtype=np.float64)
+        end_s = np.array(self._ends_s, dtype=np.float64)
+        books = np.array(self._books, dtype=np.int64).reshape(-1, 4)
         count = len(fields)
         lengths = fields[:, _FIELD["num_steps"]]
         total = len(end_s)
@@ -197,10 +197,9 @@ class DecodeRunLog:
         # The books' totals: each run's before its first row, then each change from its step
         # on (a later change at the same row wins), carried forward to every row.
         book_run = np.repeat(np.arange(count), fields[:, _FIELD["num_books"]])
-        in_run = books[:, 0] < lengths[book_run]  # (a change after the last step: no row)
-        change_at = np.concatenate([first_row, first_row[book_run[in_run]] + books[in_run, 0]])
+        change_at = np.concatenate([first_row, first_row[book_run] + books[:, 0]])
         totals = np.concatenate([fields[:, _FIELD["held_before"] : _FIELD["prompt_before"] + 1],
-                                 books[in_run, 1:]])
+                                 books[:, 1:]])
         order = np.argsort(change_at, kind="stable")  # a run's totals before, then its changes
         change = order[np.searchsorted(change_at[order], np.arange(total), side="right") - 1]
         held, will, prompt = totals[change].T

@@ -64,7 +64,8 @@ class GroupMemory:
     def _start_pending(self) -> None:
         # Steps not folded yet: those added one at a time (duration, then token, reserved,
         # internal, external, free slots and the holders' computed tokens, a flat array each,
-        # and each one's place among the pending steps) and the runs (with their first's).
+        # and each one's place among the pending steps) and the runs (each with its first
+        # step's place).
         self._pending = [array("d") for _ in range(len(PARTS) + 2)]
         self._pending_at = array("q")
         self._runs = DecodeRunLog()
@@ -135,7 +136,7 @@ class GroupMemory:
             if single is not None:
                 for column, values in zip(columns, pending, strict=True):
                     column[single] = values
-            arrays = runs.take()
+            arrays = runs.expand()
             external = arrays.per_row("external")
             token, held, will = arrays.token, arrays.held, arrays.will
             for column, values in zip(columns, (

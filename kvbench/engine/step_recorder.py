@@ -26,8 +26,9 @@ class StepLog:
         # Where rows go as `StepRecord` field tuples, when the runner streams them: no record
         # is built for a streamed row (a run of steps, or one simulated step, at once).
         self.rows_sink: Callable[[list[tuple]], None] | None = None
-        # Where a run of decode steps goes undone (`DecodeRunRows`), when the runner streams.
-        self.runs_sink: Callable[[DecodeRunRows], None] | None = None
+        # Where a run of decode steps goes undone (`DecodeRunRows`), when the runner streams
+        # (`stream_runs`).
+        self._runs_sink: Callable[[DecodeRunRows], None] | None = None
         self.num_steps = 0
         self._last: StepRecord | None = None
         self._last_row: tuple | None = None  # the last row, where no record was built for it
@@ -74,18 +75,18 @@ class StepLog:
 
     def keep_run(self, run: DecodeRunRows) -> None:
         """The rows of a run of decode steps, given by what they follow from."""
-        if self.runs_sink is None:
+        if self._runs_sink is None:
             self.keep_rows(run.rows())
             return
         self.num_steps += len(run.ends_s)
         self._last = self._last_row = None
         self._last_run = run
-        self.runs_sink(run)
+        self._runs_sink(run)
 
     def stream_runs(self, writer: Any) -> None:
         """Hand each run of decode steps to `writer.write_run` as it is described (a
-        `StepWriter`; None: stop)."""
-        self.runs_sink = None if writer is None else writer.write_run
+        `StepWriter`; None: stop, and make the rows of those that come after)."""
+        self._runs_sink = None if writer is None else writer.write_run
 
     def reset(self) -> None:
         """Start counting steps again (after warm-up; the engine clears `steps`)."""
@@ -114,7 +115,8 @@ class StepRecorder(StepLog):
 
     def stream_runs(self, writer: Any) -> None:
         """`StepLog.stream_runs`, and the group sums taken from the rows the writer expands
-        (`run_arrays_sink`), so that a run is expanded once for both."""
+        (`run_arrays_sink`), so that a run is expanded once for both. (Stopping leaves the
+        writer feeding the sums the runs it still holds, until it closes.)"""
         super().stream_runs(writer)
         if writer is not None and self.group_memory is not None:
             writer.run_arrays_sink = self.group_memory.add_run_arrays
@@ -200,14 +202,14 @@ class StepRecorder(StepLog):
         step) and what the run keeps fixed (`split_parts`: external, cached, whether prompt
         blocks are reported); `num_running`: the running sequences after the last step, where
         some finished in it (else `num_seqs`)."""
+        if not ends_s:  # (a run cut to nothing by the next arrival: no row)
+            return
         external, cached, has_prompt_blocks = split_parts
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
         run = DecodeRunRows(
             self.num_steps, t_start_s, ends_s, num_seqs, num_waiting, token_slots, books,
             totals_before, external, cached, has_prompt_blocks, num_slots, self.bytes_per_slot,
             unrecorded, num_seqs if num_running is None else num_running)
-        if self.group_memory is not None and self.runs_sink is None:  # (else: `stream_runs`)
+        if self.group_memory is not None and self._runs_sink is None:  # (else: `stream_runs`)
             self.group_memory.add_decode_run(run)
         self.keep_run(run)
-
-

@@ -27,26 +27,10 @@ MARKER_BYTES = 1024
 
 
 @contextlib.contextmanager
-def atomic_text_file(path: Path) -> Iterator[IO[str]]:
-    """A text file to write in parts that appears at `path` whole, when the block ends
-    without an error, or not at all (as `atomic_write_bytes`)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            yield handle
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-@contextlib.contextmanager
 def atomic_direct_file(path: Path) -> Iterator[IO[bytes]]:
-    """`atomic_text_file` for a binary file of GBs: written past the page cache where the
-    system allows it (`DirectFile`)."""
+    """A binary file to write in parts (GBs of them) that appears at `path` whole, when the
+    block ends without an error, or not at all (as `atomic_write_bytes`); written past the
+    page cache where the system allows it (`DirectFile`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -57,11 +41,16 @@ def atomic_direct_file(path: Path) -> Iterator[IO[bytes]]:
         Path(tmp).unlink(missing_ok=True)
         raise
     try:
-        with handle:
+        try:
             yield handle
+        except BaseException:
+            handle.discard()  # (its tail is not written: the file goes)
+            raise
+        handle.close()
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
+        handle.discard()
         Path(tmp).unlink(missing_ok=True)
         raise
 

@@ -14,7 +14,7 @@ import os
 from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -333,8 +333,13 @@ class StepWriter:
         self.rows_written = 0
         self._partial = self.path.with_name(f".{self.path.name}.partial")
         # (past the page cache where it can: a long simulation's steps.csv is GBs)
-        self._file: IO[bytes] | None = DirectFile(
-            os.open(self._partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        fd = os.open(self._partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            self._file: DirectFile | None = DirectFile(fd)
+        except BaseException:
+            os.close(fd)
+            self._partial.unlink(missing_ok=True)
+            raise
         self._file.write((",".join(COLUMNS) + "\n").encode())  # what csv.writer writes
         # Rows not expanded yet: single rows (with their places among them) and runs.
         self._pending: list[tuple] = []
@@ -343,7 +348,8 @@ class StepWriter:
         self._pending_rows = 0
         # Who else reads the runs' rows (`StepRecorder.stream_runs`: the group sums).
         self.run_arrays_sink: Callable[[RunArrays], None] | None = None
-        self._ready: list[TransposedRows] = []  # expanded batches, each `_CHUNK_ROWS` rows
+        # Expanded batches of `_CHUNK_ROWS` rows (the last one at `close`: what is left).
+        self._ready: list[TransposedRows] = []
         self._ready_on_disk = False  # the first ready batch is written, not yet folded
 
     def write(self, record: StepRecord) -> None:
@@ -368,15 +374,17 @@ class StepWriter:
 
     def _flush(self, last: bool = False) -> None:
         """Expand the held rows into batches of `_CHUNK_ROWS` (`last`: the rest too, a
-        shorter batch), then write each and fold it into the totals. A batch is let go only
-        once both are done: a Ctrl-C between the two (the fold is Python code) leaves it
-        held, and `close` finishes it without writing its rows twice, so steps.csv and the
-        summary always cover the same steps."""
+        shorter batch), then write each and fold it into the totals. The held rows are
+        replaced by the batches in one statement, after the expansion, and a batch is let go
+        only once it is written and folded: a Ctrl-C between the two (the fold is Python
+        code) leaves it held, and `close` finishes it without writing its rows twice, so
+        steps.csv and the summary always cover the same steps."""
         if self._pending_rows >= _CHUNK_ROWS or (last and self._pending_rows):
-            arrays = self._runs.take() if self._runs else None
+            arrays = self._runs.expand() if self._runs else None
             rows = batch_rows(self._pending, self._pending_at, arrays, self._pending_rows)
-            if arrays is not None and self.run_arrays_sink is not None:
-                self.run_arrays_sink(arrays)
+            if len(rows) != self._pending_rows:
+                raise AssertionError(f"steps.csv: {len(rows)} rows made of "
+                                     f"{self._pending_rows} held")
             full = len(rows) - len(rows) % _CHUNK_ROWS
             ready = [rows.part(start, start + _CHUNK_ROWS)
                      for start in range(0, full, _CHUNK_ROWS)]
@@ -384,9 +392,11 @@ class StepWriter:
             if last and rest:
                 ready.append(rows.part(full, len(rows)))
                 rest = []
-            self._ready += ready
-            self._pending, self._pending_rows = rest, len(rest)
-            self._pending_at = array("q", range(len(rest)))
+            self._ready, self._pending, self._pending_rows, self._pending_at, self._runs = (
+                self._ready + ready, rest, len(rest), array("q", range(len(rest))),
+                DecodeRunLog())
+            if arrays is not None and self.run_arrays_sink is not None:
+                self.run_arrays_sink(arrays)
         while self._ready:
             rows = self._ready[0]
             if not self._ready_on_disk:
@@ -411,7 +421,12 @@ class StepWriter:
 
     def close(self) -> StepTotals:
         if self._file is not None:
-            self._flush(last=True)
+            try:
+                self._flush(last=True)
+            except BaseException:
+                self._file.discard()  # (the partial file keeps what was written)
+                self._file = None
+                raise
             self._file.close()
             self._file = None
             os.replace(self._partial, self.path)

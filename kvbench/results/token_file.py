@@ -62,9 +62,9 @@ def write_token_file(handle: IO[bytes], requests: Iterable[Request],
     The file is cut into pieces of one text: each line's head (its ids), and each of its
     ranges' values with their commas (the last range's without). The samples and their
     ranges are gathered by maps over them; the pieces are placed with numpy and copied
-    into the file's buffer one after another (`gather_write`). A sample decoding while requests arrive has
-    dozens of ranges: it leaves the decode cohort at every step that admits a prompt (fewer
-    once merged)."""
+    into the file's buffer one after another (`gather_write`). A sample decoding while
+    requests arrive has dozens of ranges: it leaves the decode cohort at every step that
+    admits a prompt (fewer once merged)."""
     ids, samples, seqs = _samples_in_order(requests, sequences)
     heads = list(map(_HEAD.__mod__, zip(ids, samples, strict=True)))
     token_steps = list(map(_TOKEN_STEPS, seqs))

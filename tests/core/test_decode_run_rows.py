@@ -6,12 +6,15 @@ rows give when written as tuples."""
 
 from __future__ import annotations
 
+import csv
+import io
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvbench.core.decode_run_rows import DecodeRunRows
 from kvbench.engine.group_memory import GroupMemory, GroupShape
-from kvbench.results.step_writer import COLUMNS, StepWriter
+from kvbench.results.step_writer import COLUMNS, StepTotals, StepWriter
 
 
 @st.composite
@@ -19,8 +22,8 @@ def runs(draw, first_step: int = 0) -> list[DecodeRunRows | tuple]:
     """Runs of decode steps and single rows between them, numbered in order."""
     items: list[DecodeRunRows | tuple] = []
     step, clock = first_step, draw(st.floats(0, 100))
-    has_prompt_blocks = draw(st.booleans())
     for _ in range(draw(st.integers(1, 12))):
+        has_prompt_blocks = draw(st.booleans())  # (one strategy reports them, or not)
         if draw(st.integers(0, 3)) == 0:  # a single row, as `StepRecorder.record` makes one
             end = clock + draw(st.floats(1e-4, 2))
             row = {c: draw(st.integers(0, 10**6)) for c in COLUMNS}
@@ -66,34 +69,52 @@ def _typed(rows: list[tuple]) -> list[tuple]:
     return [tuple((type(v).__name__, repr(v)) for v in row) for row in rows]
 
 
-def _write(path, items: list, as_runs: bool, every: int) -> tuple[str, dict]:
+def _write(path, items: list, every: int) -> tuple[str, dict]:
     writer = StepWriter(path, every=every)
     for item in items:
         if type(item) is tuple:
             writer.write_rows([item])
-        elif as_runs:
-            writer.write_run(item)
         else:
-            writer.write_rows(item.rows())
+            writer.write_run(item)
     totals = writer.close()
-    return path.read_text(), {**vars(totals), "memory": totals.memory()}
+    return path.read_text(), _totals(totals)
+
+
+def _totals(totals: StepTotals) -> dict:
+    return {**vars(totals), "memory": totals.memory()}
+
+
+def _reference(rows: list[tuple], every: int, chunk_rows: int) -> tuple[str, dict]:
+    """The file and the totals the same rows give without the writer: every Nth row as
+    `csv.writer` writes it, and the totals folded `chunk_rows` rows at a time."""
+    out = io.StringIO()
+    out.write(",".join(COLUMNS) + "\n")
+    csv.writer(out, lineterminator="\n").writerows(rows[::every])
+    totals = StepTotals()
+    for start in range(0, len(rows), chunk_rows):
+        totals.add_rows(rows[start : start + chunk_rows])
+    totals.finish()
+    return out.getvalue(), _totals(totals)
 
 
 @settings(max_examples=60, deadline=None)
 @given(runs(), st.sampled_from([1, 3]), st.integers(1, 40))
-def test_runs_written_as_descriptions_are_the_rows_written_as_tuples(tmp_path_factory, items,
-                                                                      every, chunk_rows):
+def test_runs_written_as_descriptions_are_their_rows_in_fixed_batches(tmp_path_factory, items,
+                                                                       every, chunk_rows):
+    """The writer's file and totals against the reference rows folded in batches of
+    `chunk_rows` (here small: batches end inside runs and between them)."""
     import kvbench.results.step_writer as step_writer
 
     folder = tmp_path_factory.mktemp("steps")
     old = step_writer._CHUNK_ROWS
-    step_writer._CHUNK_ROWS = chunk_rows  # batches that end inside runs and between them
+    step_writer._CHUNK_ROWS = chunk_rows
     try:
-        got = _write(folder / "runs.csv", items, True, every)
-        expected = _write(folder / "rows.csv", items, False, every)
+        got = _write(folder / "steps.csv", items, every)
     finally:
         step_writer._CHUNK_ROWS = old
-    assert got == expected
+    expected_text, expected_totals = _reference(_reference_rows(items), every, chunk_rows)
+    assert got[0] == expected_text
+    assert got[1] == expected_totals
 
 
 @settings(max_examples=60, deadline=None)
@@ -113,7 +134,7 @@ def test_expanded_rows_are_the_reference_rows_to_the_type(items):
         else:
             log.add(n, item)
             n += len(item.ends_s)
-    got = batch_rows(single, single_at, log.take() if log else None, n)
+    got = batch_rows(single, single_at, log.expand() if log else None, n)
     reference = _reference_rows(items)
     assert _typed(got) == _typed(reference)
     assert [list(c) for c in got.columns] == [list(c) for c in zip(*reference, strict=True)]

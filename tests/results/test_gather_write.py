@@ -39,12 +39,13 @@ def _arrays(buffer: bytes, pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np
 def test_the_file_holds_the_slices_in_order(tmp_path_factory, monkeypatch_module, pairs,
                                             at_once, buffer_bytes):
     """Into a `DirectFile` (slices copied into its buffer, which fills and is written many
-    times), and joined into any other file."""
+    times), and joined into any other file (a few bytes joined at a time here)."""
     buffer = bytes(range(256)) * 2
     lo, hi = _arrays(buffer, pairs)
     path = tmp_path_factory.mktemp("w") / "out"
     monkeypatch_module.setattr(gather_write, "_SLICES_AT_ONCE", at_once)
     monkeypatch_module.setattr(direct_file, "BUFFER_BYTES", buffer_bytes)
+    monkeypatch_module.setattr(gather_write, "_JOIN_BYTES", buffer_bytes)
     handle = DirectFile(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
     with handle:
         handle.write(b"head")  # held in the buffer: it goes first
