@@ -11,7 +11,8 @@ files, has the whole command's figures). The price is a copy into an aligned buf
 
 `O_DIRECT` wants the buffer, the file offset and the length aligned to the device's block:
 the writes are whole buffers of `BUFFER_BYTES` (a multiple of any block size) from a
-page-aligned `mmap`, and the tail, shorter, is written after the flag is cleared. Where the
+page-aligned `mmap`, or what `flush` writes (whole 4 KiB blocks), and the tail, shorter, is
+written after the flag is cleared. Where the
 flag is unknown (not Linux) or refused (a filesystem without it: EINVAL), the file is
 written the usual way; the bytes are the same either way.
 """
@@ -24,6 +25,7 @@ import mmap
 import os
 
 BUFFER_BYTES = 8 << 20  # a whole number of 4 KiB blocks
+_BLOCK_BYTES = 4096  # what `O_DIRECT` takes at most, as alignment, on Linux filesystems
 
 try:
     import fcntl
@@ -81,6 +83,19 @@ class DirectFile(io.RawIOBase):
             self.write(from_view[start:stop])
             used = self._used
         self._used = used
+
+    def flush(self) -> None:
+        """Write what the buffer holds but, with `O_DIRECT`, its last part-block (kept at
+        the buffer's start): a reader of the file, or of a killed run's, sees all but a few
+        KB of what was written (a streamed file's rows so far)."""
+        if self.closed or self._buffer is None or self._failed or not self._used:
+            return
+        keep = self._used % _BLOCK_BYTES if self.direct else 0
+        out = self._used - keep
+        if out:
+            self._write_out(self._view[:out])
+            self._view[:keep] = self._view[out : out + keep]  # (apart: out >= a block > keep)
+            self._used = keep
 
     def close(self) -> None:
         """Write what the buffer holds (the tail, without `O_DIRECT`) and close the file."""

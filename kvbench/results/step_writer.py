@@ -418,6 +418,7 @@ class StepWriter:
             text = csv_lines(kept, _lines)
             self.rows_written += len(kept)
         self._file.write(text)
+        self._file.flush()  # (a killed run's partial file: its rows but the last few KB)
 
     def close(self) -> StepTotals:
         if self._file is not None:

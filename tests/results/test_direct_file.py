@@ -136,3 +136,21 @@ def test_an_atomic_direct_file_appears_whole_or_not_at_all(tmp_path):
         handle.write(b"half")
         raise KeyboardInterrupt  # (the error stays the block's: the tail is not written)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens.jsonl"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.binary(max_size=9000), min_size=1, max_size=8))
+def test_a_flush_leaves_at_most_a_part_block_unwritten(tmp_path_factory, pieces):
+    """What a killed run's partial file holds: after each `flush`, everything written but
+    less than a block (with the flag) or nothing (without); then the whole, at close."""
+    path = tmp_path_factory.mktemp("d") / "out"
+    written = b""
+    with _small_buffer(3 * 4096), _open(path) as handle:
+        for piece in pieces:
+            handle.write(piece)
+            handle.flush()
+            written += piece
+            on_disk = path.read_bytes()
+            assert written.startswith(on_disk)
+            assert len(written) - len(on_disk) < (4096 if handle.direct else 1)
+    assert path.read_bytes() == written
