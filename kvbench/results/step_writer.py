@@ -353,15 +353,25 @@ class StepWriter:
         self._ready_on_disk = False  # the first ready batch is written, not yet folded
 
     def write(self, record: StepRecord) -> None:
-        self.write_rows([_ROW(record)])
+        self._write_row(_ROW(record))
 
     def write_rows(self, rows: list[tuple]) -> None:
         """Rows of consecutive steps (`COLUMNS` tuples), folded in the same batches as
         `write` one at a time would fold them, so the totals come out the same to the bit."""
+        if len(rows) == 1:  # (a step stepped alone: most calls)
+            self._write_row(rows[0])
+            return
         n = self._pending_rows
         self._pending.extend(rows)
         self._pending_at.extend(range(n, n + len(rows)))
         self._pending_rows = n + len(rows)
+        if self._pending_rows >= _CHUNK_ROWS:
+            self._flush()
+
+    def _write_row(self, row: tuple) -> None:
+        self._pending.append(row)
+        self._pending_at.append(self._pending_rows)
+        self._pending_rows += 1
         if self._pending_rows >= _CHUNK_ROWS:
             self._flush()
 
