@@ -6,10 +6,10 @@ whole command `kvbench simulate --model llama-3-8b --gpu h100-80gb --workload TR
 The target: 1,000,000 requests in at most 120 s of CPU, with memory bounded by what the
 results files need. It is behind `KVBENCH_BENCH_BURSTGPT_REQUESTS` (the number of trace rows;
 the test is skipped without it): far too slow for CI. On the 2-core development machine a
-million rows take 111.5-143.1 s of CPU (median 120 s of six runs; the least on a quiet
-spell) and 2.7 GB at peak, of which about 14 s is the kernel writing the 5 GB of results
-files; docs/simulator.md, Speed and output files, gives the measured figures and where the
-time goes. The CPU time is the child's user + system time (`RUSAGE_CHILDREN`), its
+million rows take 99.9-115.2 s of CPU (five runs) and 2.7 GB at peak, the 5 GB of results
+files written past the page cache (about 4 s of system time, against 16-17 s before);
+docs/simulator.md, Speed and output files, gives the measured figures and where the time
+goes. The CPU time is the child's user + system time (`RUSAGE_CHILDREN`), its
 peak memory `ru_maxrss`; both go into `extra_info` with the steps and the simulated
 makespan. The limit is checked from a million rows on (scaled to the rows); a smaller N, a
 quicker look at the scaling, only records its figures (start-up and the results' fixed
