@@ -53,4 +53,3 @@ def azure_table(path: Path, num_requests: int | None, seed: int, vocab_size: int
                 max_model_len: int | None = None) -> TraceTable:
     """The trace's replayed rows, their requests not built yet (`trace_table.py`)."""
     return load_csv_table(path, FORMAT, num_requests, seed, vocab_size, max_model_len)
-

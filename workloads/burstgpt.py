@@ -46,4 +46,3 @@ def burstgpt_table(
 ) -> TraceTable:
     """The trace's replayed rows, their requests not built yet (`trace_table.py`)."""
     return load_csv_table(path, FORMAT, num_requests, seed, vocab_size, max_model_len)
-

@@ -116,11 +116,8 @@ class GroupMemory:
         """`add_decode_run` of runs already expanded (by the steps' writer), summed now."""
         if self.per_group_splits:
             raise ValueError("a decode run has no per-group splits to record")
-        external = arrays.per_row("external")
-        token, held, will = arrays.token, arrays.held, arrays.will
-        self._add_sums(arrays.end_s - arrays.start_s, [
-            token, will - token, held - will, external,
-            arrays.per_row("num_slots") - external - held], token)
+        dts, *parts, seq_tokens = _run_steps(arrays)
+        self._add_sums(dts, parts, seq_tokens)
 
     def _fold(self) -> None:
         """Sum the pending steps into the totals."""
@@ -137,11 +134,7 @@ class GroupMemory:
                 for column, values in zip(columns, pending, strict=True):
                     column[single] = values
             arrays = runs.expand()
-            external = arrays.per_row("external")
-            token, held, will = arrays.token, arrays.held, arrays.will
-            for column, values in zip(columns, (
-                    arrays.end_s - arrays.start_s, token, will - token, held - will, external,
-                    arrays.per_row("num_slots") - external - held, token), strict=True):
+            for column, values in zip(columns, _run_steps(arrays), strict=True):
                 column[arrays.at] = values
             dts, *parts, seq_tokens = columns
         else:
@@ -185,6 +178,15 @@ class GroupMemory:
                 "held_bytes_max": self._held_max[g] * b,
             })
         return {"kv_held_bytes_per_token": per_token, "kv_groups": groups}
+
+
+def _run_steps(arrays: RunArrays) -> tuple[np.ndarray, ...]:
+    """The runs' steps as `add_parts` takes them: duration, then token, reserved, internal,
+    external and free slots, and the holders' computed tokens."""
+    external = arrays.per_row("external")
+    token, held, will = arrays.token, arrays.held, arrays.will
+    return (arrays.end_s - arrays.start_s, token, will - token, held - will, external,
+            arrays.per_row("num_slots") - external - held, token)
 
 
 __all__ = ["GroupMemory", "GroupShape"]

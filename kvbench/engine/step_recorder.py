@@ -27,7 +27,7 @@ class StepLog:
         # is built for a streamed row (a run of steps, or one simulated step, at once).
         self.rows_sink: Callable[[list[tuple]], None] | None = None
         # Where a run of decode steps goes undone (`DecodeRunRows`), when the runner streams
-        # (`stream_runs`).
+        # (`stream_to`).
         self._runs_sink: Callable[[DecodeRunRows], None] | None = None
         self.num_steps = 0
         self._last: StepRecord | None = None
@@ -83,9 +83,12 @@ class StepLog:
         self._last_run = run
         self._runs_sink(run)
 
-    def stream_runs(self, writer: Any) -> None:
-        """Hand each run of decode steps to `writer.write_run` as it is described (a
-        `StepWriter`; None: stop, and make the rows of those that come after)."""
+    def stream_to(self, writer: Any) -> None:
+        """Stream every row to `writer` (a `StepWriter`) instead of keeping it: a record
+        (`write`), rows (`write_rows`), and a run of decode steps as it is described
+        (`write_run`). None: stop, and keep what comes after in `steps`."""
+        self.sink = None if writer is None else writer.write
+        self.rows_sink = None if writer is None else writer.write_rows
         self._runs_sink = None if writer is None else writer.write_run
 
     def reset(self) -> None:
@@ -113,11 +116,11 @@ class StepRecorder(StepLog):
         self.memory_probe = memory_probe
         self._unrecorded_preemptions = 0
 
-    def stream_runs(self, writer: Any) -> None:
-        """`StepLog.stream_runs`, and the group sums taken from the rows the writer expands
+    def stream_to(self, writer: Any) -> None:
+        """`StepLog.stream_to`, and the group sums taken from the rows the writer expands
         (`run_arrays_sink`), so that a run is expanded once for both. (Stopping leaves the
         writer feeding the sums the runs it still holds, until it closes.)"""
-        super().stream_runs(writer)
+        super().stream_to(writer)
         if writer is not None and self.group_memory is not None:
             writer.run_arrays_sink = self.group_memory.add_run_arrays
 
@@ -210,6 +213,6 @@ class StepRecorder(StepLog):
             self.num_steps, t_start_s, ends_s, num_seqs, num_waiting, token_slots, books,
             totals_before, external, cached, has_prompt_blocks, num_slots, self.bytes_per_slot,
             unrecorded, num_seqs if num_running is None else num_running)
-        if self.group_memory is not None and self._runs_sink is None:  # (else: `stream_runs`)
+        if self.group_memory is not None and self._runs_sink is None:  # (else: `stream_to`)
             self.group_memory.add_decode_run(run)
         self.keep_run(run)

@@ -34,7 +34,8 @@ except ImportError:  # (Windows)
 
 
 class DirectFile(io.RawIOBase):
-    """A binary file opened for writing on `fd` (taken over: `close` closes it), written
+    """A binary file opened for writing on `fd` (taken over: `close` closes it, and so does
+    a constructor that fails), written
     with `O_DIRECT` a buffer at a time where it can be. `fileno` is refused, so that no
     caller writes around the buffer. After a write fails (a full disk), the file takes no
     more and `close` writes nothing more: what the buffer held is not written twice."""
@@ -43,7 +44,11 @@ class DirectFile(io.RawIOBase):
 
     def __init__(self, fd: int) -> None:
         super().__init__()
-        buffer = mmap.mmap(-1, BUFFER_BYTES)
+        try:
+            buffer = mmap.mmap(-1, BUFFER_BYTES)
+        except BaseException:
+            os.close(fd)
+            raise
         self._fd = fd
         self._buffer, self._view = buffer, memoryview(buffer)
         self._used = 0

@@ -37,20 +37,15 @@ def atomic_direct_file(path: Path) -> Iterator[IO[bytes]]:
     try:
         handle = DirectFile(fd)
     except BaseException:
-        os.close(fd)
         Path(tmp).unlink(missing_ok=True)
         raise
     try:
-        try:
-            yield handle
-        except BaseException:
-            handle.discard()  # (its tail is not written: the file goes)
-            raise
+        yield handle
         handle.close()
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
-        handle.discard()
+        handle.discard()  # (its tail is not written, if it was not: the file goes)
         Path(tmp).unlink(missing_ok=True)
         raise
 

@@ -70,7 +70,7 @@ class TransposedRows(list):
 def batch_rows(single: list[tuple], single_at: Sequence[int], arrays: RunArrays | None,
                num_rows: int) -> TransposedRows:
     """`num_rows` rows, with their columns: the rows `single` (`COLUMNS` tuples, in the
-    places `single_at`) and the rows of runs (`DecodeRunLog.take`), expanded together with
+    places `single_at`) and the rows of runs (`DecodeRunLog.expand`), expanded together with
     numpy: their values (and types) are those of the runs' `rows`."""
     if arrays is None:
         rows = TransposedRows(single)
@@ -337,7 +337,6 @@ class StepWriter:
         try:
             self._file: DirectFile | None = DirectFile(fd)
         except BaseException:
-            os.close(fd)
             self._partial.unlink(missing_ok=True)
             raise
         self._file.write((",".join(COLUMNS) + "\n").encode())  # what csv.writer writes
@@ -346,7 +345,7 @@ class StepWriter:
         self._pending_at = array("q")
         self._runs = DecodeRunLog()
         self._pending_rows = 0
-        # Who else reads the runs' rows (`StepRecorder.stream_runs`: the group sums).
+        # Who else reads the runs' rows (`StepRecorder.stream_to`: the group sums).
         self.run_arrays_sink: Callable[[RunArrays], None] | None = None
         # Expanded batches of `_CHUNK_ROWS` rows (the last one at `close`: what is left).
         self._ready: list[TransposedRows] = []

@@ -217,9 +217,9 @@ def run_one(
     ) if run.replay.trace else None
     set_recorder(recorder)
     step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
-    engine.step_recorder.sink = step_writer.write  # rows stream to disk as the engine makes them
-    engine.step_recorder.rows_sink = step_writer.write_rows  # and a fast-forwarded run's at once
-    engine.step_recorder.stream_runs(step_writer)  # (described, expanded in batches)
+    # Rows stream to disk as the engine makes them (a fast-forwarded run's described, and
+    # expanded in batches).
+    engine.step_recorder.stream_to(step_writer)
     request_writer = RequestWriter(folder)  # and each request's row as it finishes
     status = "complete"
     simulated = run.executor.kind is EngineKind.SIMULATED
@@ -240,9 +240,7 @@ def run_one(
         finally:
             engine.settle()  # a run that stopped early: its sequences as far as they got
             set_recorder(None)
-            engine.step_recorder.sink = None
-            engine.step_recorder.rows_sink = None
-            engine.step_recorder.stream_runs(None)
+            engine.step_recorder.stream_to(None)
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,
