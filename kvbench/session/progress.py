@@ -20,6 +20,7 @@ PLAIN_FIRST_S = 10.0
 PLAIN_EVERY_S = 10.0
 PLAIN_MIN_GAP_S = 1.0  # tenths of a fast run come no closer than this
 BAR_DELAY_S = 1.0  # a bar only for runs longer than this
+BAR_EVERY_S = 0.1  # the bar's figures at most this often (tqdm redraws at most every 0.2 s)
 
 
 class Progress:
@@ -39,6 +40,18 @@ class Progress:
                              dynamic_ncols=True)
         self._last_line_s: float | None = None
         self._last_tenth = 0
+        self._bar_updated_s = -math.inf
+
+    def due(self, done: int) -> bool:
+        """Whether `update` now, with `done` requests done, could change what is shown. A
+        caller whose figures cost something to gather asks first: a simulation's loop comes
+        round tens of thousands of times a second, and the bar redraws five times."""
+        if not self.enabled:
+            return False
+        elapsed = self.clock() - self.started
+        if self._bar is not None:
+            return elapsed - self._bar_updated_s >= BAR_EVERY_S
+        return self._plain_due(elapsed, done)
 
     def update(self, done: int, tokens: int, kv_used: float | None) -> None:
         if not self.enabled:
@@ -46,6 +59,7 @@ class Progress:
         elapsed = self.clock() - self.started
         rate = tokens / elapsed if elapsed > 0 else 0.0
         if self._bar is not None:
+            self._bar_updated_s = elapsed
             if done > self._bar.n:
                 self._bar.update(done - self._bar.n)
             self._bar.set_postfix_str(f"{rate:.1f} tok/s{_kv_text(kv_used)}", refresh=False)

@@ -359,8 +359,10 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
                 request_writer.write(finished_requests, engine.sequences)
             steps += 1
             # The bar's figures: when a request ends, after a run, and every 64 steps (a
-            # long simulation runs hundreds of thousands of steps of microseconds each).
-            if progress.enabled and (finished or advanced or not steps % 64):
+            # long simulation runs hundreds of thousands of steps of microseconds each),
+            # gathered only when they would show.
+            if (progress.enabled and (finished or advanced or not steps % 64)
+                    and progress.due(done)):
                 progress.update(done, tokens, _held_share(engine))
     progress.close()
     engine.drain()

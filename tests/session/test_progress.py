@@ -93,3 +93,28 @@ def test_no_kv_figure_for_an_engine_without_a_kv_arena():
     bar.update(1, tokens=50, kv_used=float("nan"))
     assert bar._bar.postfix == "5.0 tok/s"
     bar.close()
+
+
+def test_due_says_when_an_update_would_show_something():
+    # Off a terminal: due exactly when `update` writes a line (the caller's figures are
+    # gathered only then).
+    stream, clock = io.StringIO(), FakeClock()
+    progress = Progress(100, "paged", enabled=True, stream=stream, clock=clock)
+    for done, step_s in [(1, 1.0), (5, 8.5), (10, 0.5), (20, 0.5), (30, 1.5), (31, 9.0),
+                         (32, 1.0)]:
+        clock.now += step_s
+        before = stream.getvalue()
+        due = progress.due(done)
+        progress.update(done, tokens=done * 10, kv_used=0.5)
+        assert due == (stream.getvalue() != before), (done, due)
+    # On a terminal: the bar's figures at most every BAR_EVERY_S.
+    bar = Progress(100, "paged", enabled=True, stream=Terminal(), clock=clock)
+    assert bar.due(1)
+    bar.update(1, 10, 0.5)
+    assert not bar.due(2)
+    clock.now += 0.05
+    assert not bar.due(2)
+    clock.now += 0.06
+    assert bar.due(2)
+    bar.close()
+    assert not Progress(10, "paged", enabled=False, stream=Terminal(), clock=clock).due(1)
