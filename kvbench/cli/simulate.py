@@ -8,6 +8,7 @@ import click
 
 from kvbench.cli.options import run_options, split_params
 from kvbench.cli.run import execute
+from kvbench.execution.threads import default_one_blas_thread
 from kvbench.session.run_options import RunOptions
 
 
@@ -22,6 +23,7 @@ def simulate_command(**params: Any) -> None:
     source and the error against it (presets without a profile are marked validated: false).
     """
     options, output = split_params(params)
+    default_one_blas_thread()  # (no linear algebra here: kvbench/execution/threads.py)
     execute(RunOptions.for_kind("simulate", **options), **output)
 
 

@@ -13,6 +13,12 @@ default has to be in the environment before that: `kvbench/__init__.py` calls
 When torch was imported first (a library user who imported torch before kvbench) the policy
 can no longer change; `thread_settings()` records that it may not be in effect.
 
+numpy's bundled OpenBLAS starts a pool of one thread per core when numpy is imported, and the
+pool's start alone costs about 0.06 s of CPU on a 2-core machine (half of numpy's import). A
+simulation does no linear algebra (numpy gathers, sorts and formats its arrays), so
+`kvbench simulate` sets OPENBLAS_NUM_THREADS=1 before anything imports numpy
+(`default_one_blas_thread`), unless the user chose a count.
+
 This module must not import torch at module level. A run that never loaded torch
 (`kvbench simulate`) records its torch thread counts as None: no torch pool ran.
 """
@@ -26,6 +32,7 @@ from typing import Any
 
 WAIT_POLICY_VAR = "OMP_WAIT_POLICY"
 PASSIVE = "PASSIVE"
+BLAS_THREADS_VAR = "OPENBLAS_NUM_THREADS"
 
 # What kvbench found when it was imported: whether it set the policy, and whether torch (and
 # so its OpenMP runtime) was already loaded at that moment.
@@ -51,6 +58,16 @@ def default_passive_wait_policy(environ: MutableMapping[str, str] | None = None)
     return True
 
 
+def default_one_blas_thread(environ: MutableMapping[str, str] | None = None) -> bool:
+    """Set OPENBLAS_NUM_THREADS=1 unless the user chose a count; True when it was set. Only
+    for a process that does no linear algebra, before it imports numpy (which reads it once)."""
+    env = os.environ if environ is None else environ
+    if BLAS_THREADS_VAR in env:
+        return False
+    env[BLAS_THREADS_VAR] = "1"
+    return True
+
+
 def thread_settings() -> dict[str, Any]:
     """The thread settings a run measured under, for its config.json.
 
@@ -70,5 +87,6 @@ def thread_settings() -> dict[str, Any]:
         "omp_wait_policy_in_effect": policy is not None
         and (_state["set_by_user"] or not _state["torch_loaded_before"]),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "openblas_num_threads": os.environ.get(BLAS_THREADS_VAR),
         "cpu_count": os.cpu_count(),
     }

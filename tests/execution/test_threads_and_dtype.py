@@ -12,7 +12,11 @@ import torch
 
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.device import resolve_dtype
-from kvbench.execution.threads import default_passive_wait_policy, thread_settings
+from kvbench.execution.threads import (
+    default_one_blas_thread,
+    default_passive_wait_policy,
+    thread_settings,
+)
 
 
 def test_passive_wait_policy_is_the_default():
@@ -25,6 +29,42 @@ def test_users_wait_policy_is_kept():
     env = {"OMP_WAIT_POLICY": "ACTIVE"}
     assert default_passive_wait_policy(env) is False
     assert env == {"OMP_WAIT_POLICY": "ACTIVE"}
+
+
+def test_one_blas_thread_is_the_default_and_a_users_count_is_kept():
+    env: dict[str, str] = {}
+    assert default_one_blas_thread(env) is True
+    assert env == {"OPENBLAS_NUM_THREADS": "1"}
+    env = {"OPENBLAS_NUM_THREADS": "4"}
+    assert default_one_blas_thread(env) is False
+    assert env == {"OPENBLAS_NUM_THREADS": "4"}
+
+
+_SIMULATE_THEN_COUNT_THREADS = (
+    "import json, os, pathlib, sys; from kvbench.cli import main; "
+    "rc = main(['simulate', '--model', 'llama-2-7b', '--gpu', 'a100-40gb', '--workload', "
+    "'uniform', '--num-requests', '4', '--quiet', '--out', sys.argv[1]]); "
+    "(config,) = pathlib.Path(sys.argv[1]).glob('*/config.json'); "
+    "print(json.dumps([rc, len(os.listdir('/proc/self/task')), "
+    "json.loads(config.read_text())['threads']['openblas_num_threads']]))"
+)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+@pytest.mark.parametrize(("given", "recorded", "threads"), [(None, "1", 1), ("2", "2", 2)])
+def test_simulate_imports_numpy_with_one_blas_thread(tmp_path, given, recorded, threads):
+    # numpy's OpenBLAS pool (one thread per core) costs CPU at import and does nothing in a
+    # simulation; a count the user gave is kept, and config.json records either.
+    if threads > (os.cpu_count() or 1):
+        pytest.skip(f"OpenBLAS starts at most a thread per core ({os.cpu_count()} here)")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    out = subprocess.run([sys.executable, "-c", _SIMULATE_THEN_COUNT_THREADS, str(tmp_path)],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    rc, num_threads, openblas = json.loads(out.splitlines()[-1])
+    assert rc == 0 and openblas == recorded
+    assert num_threads == threads
 
 
 def _settings_in_fresh_python(code: str, **env: str) -> dict:
