@@ -60,6 +60,13 @@ _TABLE.update({
     for fam in ("sm80", "sm86", "sm90")
 })
 
+# float32 operands at head_dim > 128, where a wide entry's tiles are largest: sm_80's prefill
+# tile of 32 x 32 in two stages needs 139,264 B of its 166,912 under Triton 3.9 and 172,032 B
+# under 3.8 (which the build refuses); with 16-token K/V tiles, 102,400 B and 118,784 B.
+_FP32_WIDE: dict[tuple[str, str], LaunchConfig] = {
+    ("sm80", "prefill"): LaunchConfig(block_m=32, block_n=16, num_warps=4, num_stages=2),
+}
+
 # Largest dynamic shared memory one block may use, bytes (CUDA occupancy tables).
 MAX_SHARED_BYTES = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
 
@@ -87,4 +94,8 @@ def choose(arch: int | None, kind: str, head_dim: int, fp32_operands: bool) -> L
     if arch is None:
         return INTERPRETER
     wide = fp32_operands or (head_dim > 128 and kind != "mla_decode")
+    if fp32_operands and head_dim > 128:
+        widest = _FP32_WIDE.get((family(arch), kind))
+        if widest is not None:
+            return widest
     return _TABLE[(family(arch), kind, wide)]

@@ -25,6 +25,15 @@ def test_wide_operands_get_smaller_tiles():
             assert wide.block_n <= narrow.block_n and wide.block_m <= narrow.block_m
 
 
+def test_float32_operands_past_head_dim_128_get_smaller_prefill_tiles_on_sm80():
+    # (their 32 x 32 tiles in two stages overflow sm_80's shared memory under Triton 3.8)
+    widest = lc.choose(80, "prefill", 256, True)
+    wide = lc.choose(80, "prefill", 256, False)
+    assert widest.block_n < wide.block_n and widest.block_m <= wide.block_m
+    assert lc.choose(80, "prefill", 128, True) == wide
+    assert lc.choose(80, "decode", 256, True) == lc.choose(80, "decode", 256, False)
+
+
 def test_choice_is_cached_per_shape_and_interpreter_uses_small_tiles():
     assert lc.choose(90, "decode", 128, False) is lc.choose(90, "decode", 128, False)
     assert lc.choose(None, "prefill", 128, False) == lc.INTERPRETER
