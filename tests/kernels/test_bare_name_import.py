@@ -46,8 +46,27 @@ def test_transformers_models_import_from_the_repository_root() -> None:
     assert done.stdout.strip() == "LlamaForCausalLM"
 
 
-def test_bare_name_without_an_installed_distribution_is_not_found() -> None:
-    # -S: no site-packages, so no installed `kernels`; the folder must not stand in for one.
-    done = _python("-S", "-c", "import kernels")
-    assert done.returncode != 0
-    assert "ModuleNotFoundError: No module named 'kernels'" in done.stderr
+def test_without_an_installed_package_the_folder_imports_as_before() -> None:
+    # -S: no site-packages, so no installed `kernels`: the folder is what the import found, as
+    # transformers before 5.25 expects when it probes the name (no version: not available).
+    done = _python("-S", "-c", "import kernels; print(kernels.__file__)")
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).resolve() == REPOSITORY_ROOT / "kernels" / "__init__.py"
+
+
+def test_a_package_found_by_another_finder_is_loaded(tmp_path) -> None:
+    # As an editable install's finder, appended after the path finder: asked too.
+    (tmp_path / "kernels.py").write_text("WHERE = 'elsewhere'\n")
+    code = (
+        "import importlib.util, sys\n"
+        "class Finder:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'kernels':\n"
+        f"            return importlib.util.spec_from_file_location(name, {str(tmp_path / 'kernels.py')!r})\n"
+        "sys.meta_path.append(Finder())\n"
+        "import kernels\n"
+        "print(kernels.WHERE, sys.modules['kernels'] is kernels)\n"
+    )
+    done = _python("-S", "-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["elsewhere", "True"]
