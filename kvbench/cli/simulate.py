@@ -23,7 +23,7 @@ def simulate_command(**params: Any) -> None:
     source and the error against it (presets without a profile are marked validated: false).
     """
     options, output = split_params(params)
-    default_one_blas_thread()  # (no linear algebra here: kvbench/execution/threads.py)
+    default_one_blas_thread()  # (no BLAS-heavy work here: kvbench/execution/threads.py)
     execute(RunOptions.for_kind("simulate", **options), **output)
 
 

@@ -15,9 +15,10 @@ can no longer change; `thread_settings()` records that it may not be in effect.
 
 numpy's bundled OpenBLAS starts a pool of one thread per core when numpy is imported, and the
 pool's start alone costs about 0.06 s of CPU on a 2-core machine (half of numpy's import). A
-simulation does no linear algebra (numpy gathers, sorts and formats its arrays), so
-`kvbench simulate` sets OPENBLAS_NUM_THREADS=1 before anything imports numpy
-(`default_one_blas_thread`), unless the user chose a count.
+simulation's only BLAS work is a few dot products per 65,536 steps (the KV groups' means),
+which a pool does not speed up, so `kvbench simulate` sets OPENBLAS_NUM_THREADS=1 before
+anything imports numpy (`default_one_blas_thread`), unless it is set or numpy is loaded
+already (OpenBLAS reads it once, at load; the process and its children keep the setting).
 
 This module must not import torch at module level. A run that never loaded torch
 (`kvbench simulate`) records its torch thread counts as None: no torch pool ran.
@@ -59,10 +60,10 @@ def default_passive_wait_policy(environ: MutableMapping[str, str] | None = None)
 
 
 def default_one_blas_thread(environ: MutableMapping[str, str] | None = None) -> bool:
-    """Set OPENBLAS_NUM_THREADS=1 unless the user chose a count; True when it was set. Only
-    for a process that does no linear algebra, before it imports numpy (which reads it once)."""
+    """Set OPENBLAS_NUM_THREADS=1 unless it is set, or numpy (and so its OpenBLAS, which reads
+    it once) is loaded already; True when it was set. For a process without BLAS-heavy work."""
     env = os.environ if environ is None else environ
-    if BLAS_THREADS_VAR in env:
+    if BLAS_THREADS_VAR in env or (environ is None and "numpy" in sys.modules):
         return False
     env[BLAS_THREADS_VAR] = "1"
     return True

@@ -40,6 +40,16 @@ def test_one_blas_thread_is_the_default_and_a_users_count_is_kept():
     assert env == {"OPENBLAS_NUM_THREADS": "4"}
 
 
+def test_no_blas_thread_setting_once_numpy_is_loaded(monkeypatch):
+    # (OpenBLAS read the environment when numpy loaded: setting it now would be recorded in
+    # config.json without being in effect)
+    import numpy  # noqa: F401
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert default_one_blas_thread() is False
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+
+
 _SIMULATE_THEN_COUNT_THREADS = (
     "import json, os, pathlib, sys; from kvbench.cli import main; "
     "rc = main(['simulate', '--model', 'llama-2-7b', '--gpu', 'a100-40gb', '--workload', "
@@ -55,8 +65,9 @@ _SIMULATE_THEN_COUNT_THREADS = (
 def test_simulate_imports_numpy_with_one_blas_thread(tmp_path, given, recorded, threads):
     # numpy's OpenBLAS pool (one thread per core) costs CPU at import and does nothing in a
     # simulation; a count the user gave is kept, and config.json records either.
-    if threads > (os.cpu_count() or 1):
-        pytest.skip(f"OpenBLAS starts at most a thread per core ({os.cpu_count()} here)")
+    cores = len(os.sched_getaffinity(0))
+    if threads > cores:
+        pytest.skip(f"OpenBLAS starts at most a thread per usable core ({cores} here)")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if given is not None:
         env["OPENBLAS_NUM_THREADS"] = given
