@@ -144,13 +144,15 @@ class GroupMemory:
     def _add_sums(self, dts: np.ndarray, parts: list[np.ndarray],
                   seq_tokens: np.ndarray) -> None:
         """Add steps given as arrays: durations, the split's parts, the holders' tokens."""
+        # Products summed by numpy's pairwise sum, not `@`: OpenBLAS's dot product splits long
+        # vectors over its threads, and its last bits then depend on how many it runs.
         held = parts[0] + parts[1] + parts[2] + parts[3]
         self._weight_s += float(dts.sum())
-        self._held_s += float(dts @ held)
-        self._tokens_s += float(dts @ seq_tokens)
+        self._held_s += float((dts * held).sum())
+        self._tokens_s += float((dts * seq_tokens).sum())
         total = self._total
         for i, part in enumerate(parts):
-            total[i] += float(dts @ part)
+            total[i] += float((dts * part).sum())
         most = int(held.max())
         if not self.per_group_splits and self._held_max and most > self._held_max[0]:
             self._held_max = [most] * len(self.shapes)
