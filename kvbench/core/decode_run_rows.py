@@ -140,7 +140,15 @@ class RunArrays:
 
     def per_row(self, field: str) -> np.ndarray:
         """`field` of each row's run (int64)."""
-        return self.fields[:, _FIELD[field]][self.run]
+        return self.of_run(field)[self.run]
+
+    def slot_parts(self) -> tuple[np.ndarray, ...]:
+        """Each row's memory split in slots, as `DecodeRunRows.rows` makes it: token,
+        reserved, internal, external and free."""
+        token, held, will = self.token, self.held, self.will
+        external = self.per_row("external")
+        return (token, will - token, held - will, external,
+                self.per_row("num_slots") - held - external)
 
 
 class DecodeRunLog:

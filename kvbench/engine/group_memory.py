@@ -129,8 +129,8 @@ class GroupMemory:
 
         if runs:  # each quantity over the steps in order: the single steps', the runs'
             columns = [np.empty(count) for _ in pending]
-            single = np.frombuffer(at, dtype=np.int64) if at else None
-            if single is not None:
+            if at:
+                single = np.frombuffer(at, dtype=np.int64)
                 for column, values in zip(columns, pending, strict=True):
                     column[single] = values
             arrays = runs.expand()
@@ -185,10 +185,8 @@ class GroupMemory:
 def _run_steps(arrays: RunArrays) -> tuple[np.ndarray, ...]:
     """The runs' steps as `add_parts` takes them: duration, then token, reserved, internal,
     external and free slots, and the holders' computed tokens."""
-    external = arrays.per_row("external")
-    token, held, will = arrays.token, arrays.held, arrays.will
-    return (arrays.end_s - arrays.start_s, token, will - token, held - will, external,
-            arrays.per_row("num_slots") - external - held, token)
+    parts = arrays.slot_parts()
+    return (arrays.end_s - arrays.start_s, *parts, parts[0])
 
 
 __all__ = ["GroupMemory", "GroupShape"]

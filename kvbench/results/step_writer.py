@@ -110,15 +110,14 @@ def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
     `DecodeRunRows.rows` computes them."""
     b = arrays.per_row("bytes_per_slot")
     num_seqs = arrays.per_row("num_seqs")
-    external = arrays.per_row("external")
-    token, held, will = arrays.token, arrays.held, arrays.will
+    token, reserved, internal, external, free = arrays.slot_parts()
     rows = len(token)
     last_rows = arrays.first_row + arrays.of_run("num_steps") - 1
     running = num_seqs.copy()
     running[last_rows] = arrays.of_run("num_running_last")
     preemptions = np.zeros(rows, dtype=np.int64)
     preemptions[arrays.first_row] = arrays.of_run("preemptions")
-    denominator = held + external
+    denominator = arrays.held + external
     utilization = np.divide(token, denominator, out=np.zeros(rows), where=denominator != 0)
     zeros = np.zeros(rows, dtype=np.int64)
     return [
@@ -133,10 +132,10 @@ def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
         running,  # num_running
         arrays.per_row("num_waiting"),
         token * b,  # kv_token_bytes
-        (will - token) * b,  # kv_reserved_bytes
-        (held - will) * b,  # kv_internal_bytes
+        reserved * b,  # kv_reserved_bytes
+        internal * b,  # kv_internal_bytes
         external * b,  # kv_external_bytes
-        (arrays.per_row("num_slots") - held - external) * b,  # kv_free_bytes
+        free * b,  # kv_free_bytes
         arrays.per_row("cached") * b,  # kv_cached_bytes
         preemptions,
         utilization,  # kv_utilization
