@@ -3,6 +3,8 @@ folders keep per-token times), the TTFT split, the memory split, fp8 accuracy.""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from kvbench.report.figure import Figure, subplots
@@ -42,6 +44,11 @@ def throughput_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure:
         layout["height"] = 360
     fig.update_layout(**layout)
     return fig
+
+
+def _present(values: np.ndarray) -> np.ndarray:
+    """The values that are not NaN."""
+    return values[~np.isnan(values)]
 
 
 def _cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +91,7 @@ def latency_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure:
         for col, (column, title) in enumerate(columns, start=1):
             if run.requests.empty or column not in run.requests:
                 continue
-            x, y = _cdf(run.requests[column].to_numpy(dtype=float))
+            x, y = _cdf(run.requests.floats(column))
             if x.size == 0:
                 continue
             fig.add({
@@ -149,10 +156,10 @@ def ttft_split_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | N
     # Each run in its own colour (as in every chart): queue pale, prefill solid; the bar text
     # names the part, so no legend entry has to stand for several colours.
     for column, part, opacity in (("queue_ms", "queue", 0.4), ("prefill_ms", "prefill", 1.0)):
-        # Requests that never started have no value (NaN): pandas leaves them out.
-        values = [r.requests[column].astype(float) for r in runs]
-        means = [float(v.mean()) for v in values]
-        p99 = [float(v.quantile(0.99)) for v in values]
+        # Requests that never started have no value (NaN): left out.
+        values = [_present(r.requests.floats(column)) for r in runs]
+        means = [float(v.mean()) if v.size else math.nan for v in values]
+        p99 = [float(np.quantile(v, 0.99)) if v.size else math.nan for v in values]
         fig.add({
             "type": "bar", "y": names, "x": means, "orientation": "h", "name": part,
             "marker": {"color": colors, "opacity": opacity,

@@ -16,10 +16,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from kvbench.errors import KvbenchInputError
 from kvbench.report.token_times import token_times as read_token_times
+from kvbench.results.columns import Columns
 from kvbench.results.files import INCOMPLETE_MARKER, PLAN_FILE
 from kvbench.results.folder_state import (
     REQUEST_COLUMNS,
@@ -45,7 +44,7 @@ class RunData:
     label: str
     summary: Summary
     config: dict[str, Any]
-    requests: pd.DataFrame
+    requests: Columns
     status: str = "complete"  # or what the INCOMPLETE marker says: running, failed, ...
     name: str = ""  # display name, unique within a report
     group_index: int = 0
@@ -62,8 +61,12 @@ class RunData:
         """Take the folder's `tokens.jsonl` as already read (the session that wrote it)."""
         self.__dict__["token_times"] = times  # fills the cached property below
 
+    def use_steps(self, steps: Columns) -> None:
+        """Take `steps.csv`'s chart columns as the session that wrote the file kept them."""
+        self.__dict__["steps"] = steps  # fills the cached property below
+
     @cached_property
-    def steps(self) -> pd.DataFrame:
+    def steps(self) -> Columns:
         """`steps.csv`'s columns that charts draw (`CHART_STEP_COLUMNS`), read when a chart
         first asks: a run streams its steps to the file and keeps none (a long simulation's
         file is tens of MB); a killed run's steps so far; empty when there is none."""
@@ -125,17 +128,19 @@ CHART_STEP_COLUMNS = frozenset({
 })
 
 
-def _read_csv(path: Path, columns: frozenset[str] | None = None) -> pd.DataFrame:
+def _read_csv(path: Path, columns: frozenset[str] | None = None) -> Columns:
     """The CSV file at `path` (given `columns`, only those of them it has); empty when it is
     missing or unreadable."""
     if not path.is_file():
-        return pd.DataFrame()
+        return Columns({})
+    import pandas as pd  # (its C parser: a long run's steps.csv is millions of rows)
+
     try:
         if columns is not None:
-            return pd.read_csv(path, usecols=lambda name: name in columns)
-        return pd.read_csv(path)
+            return Columns.from_frame(pd.read_csv(path, usecols=lambda name: name in columns))
+        return Columns.from_frame(pd.read_csv(path))
     except (OSError, ValueError, pd.errors.EmptyDataError):
-        return pd.DataFrame()
+        return Columns({})
 
 
 def _status(folder: Path) -> str:
@@ -163,10 +168,10 @@ def load_run(folder: Path, group: Path | None = None) -> RunData:
     if summary_path is not None:
         summary = Summary.from_dict(_read_json(summary_path))
         requests = _read_csv(folder / "requests.csv")
-        if not all(c in requests.columns for c in REQUEST_COLUMNS):
-            requests = pd.DataFrame()  # not a requests.csv: named among the folder's problems
+        if not all(c in requests for c in REQUEST_COLUMNS):
+            requests = Columns({})  # not a requests.csv: named among the folder's problems
     else:
-        requests = read_partial_requests(folder)
+        requests = Columns.from_frame(read_partial_requests(folder))
         summary = _partial_summary(config, requests, status)
     label = str(summary.label or config.get("label") or folder.name)
     if group is None:
@@ -193,7 +198,7 @@ def _is_comparison(folder: Path) -> bool:
     return len({str(r.get("label")) for r in runs if isinstance(r, dict)}) > 1
 
 
-def _partial_summary(config: dict[str, Any], requests: pd.DataFrame, status: str) -> Summary:
+def _partial_summary(config: dict[str, Any], requests: Columns, status: str) -> Summary:
     """The figures of a run that stopped before writing its summary, from the requests it
     had finished: latencies over them, throughput over their makespan."""
     run = config.get("run") if isinstance(config.get("run"), dict) else {}
@@ -201,7 +206,7 @@ def _partial_summary(config: dict[str, Any], requests: pd.DataFrame, status: str
     tput, makespan = throughput(requests) if not requests.empty else ({}, 0.0)
     latencies = {name: latency_stats(requests[f"{name}_ms"])
                  for name in ("ttft", "tpot", "e2e", "queue", "prefill")
-                 if f"{name}_ms" in requests.columns}
+                 if f"{name}_ms" in requests}
     return Summary.from_dict(nan_to_none({
         "label": config.get("label"), "status": status,
         **{key: engine.get(key) for key in ("strategy", "batching", "model", "dtype", "seed")},

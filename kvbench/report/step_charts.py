@@ -4,7 +4,6 @@ output throughput over the run."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from kvbench.report.figure import Figure, subplots
 from kvbench.report.runs import RunData, RunSet
@@ -28,6 +27,17 @@ def _sample(rows: np.ndarray) -> np.ndarray:
     return rows[np.unique(keep)]
 
 
+def _medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct `keys`, ascending, and the median of the `values` (no NaN) of each."""
+    order = np.lexsort((values, keys))
+    keys, values = keys[order], values[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    counts = np.diff(np.r_[starts, keys.size])
+    low = values[starts + (counts - 1) // 2]
+    high = values[starts + counts // 2]
+    return keys[starts], (low + high) / 2
+
+
 def step_time_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None:
     """Left: decode-only steps' time against the sequences they ran, dots with their median
     per batch size as a line (its slope is what one more sequence costs). Right: steps that
@@ -43,14 +53,14 @@ def step_time_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | No
         # Columns as arrays and steps as indices: filtering the frame would copy every column
         # of a long run's steps.
         steps = run.steps
-        batch = scheduled_seqs(steps).to_numpy()
-        step_ms = steps["step_ms"].to_numpy()
-        prefills = steps["num_prefill_seqs"].to_numpy()
+        batch = scheduled_seqs(steps)
+        step_ms = steps.floats("step_ms")
+        prefills = steps["num_prefill_seqs"]
         decode = np.flatnonzero(prefills == 0)
         prefill = np.flatnonzero(prefills > 0)
         if decode.size:
-            median = pd.Series(step_ms[decode]).groupby(batch[decode]).median()
-            fig.add({"type": "scatter", "x": median.index.to_numpy(), "y": median.to_numpy(),
+            sizes, medians = _medians(batch[decode], step_ms[decode])
+            fig.add({"type": "scatter", "x": sizes, "y": medians,
                      "mode": "lines+markers", "name": run.name, "legendgroup": run.name,
                      "line": {"color": style.color, "dash": style.dash, "width": 2},
                      "marker": {"size": 5},
@@ -66,7 +76,7 @@ def step_time_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | No
                                       f"{run.name}</extra>"}, row=1, col=1)
         if prefill.size and "num_batched_tokens" in steps:
             shown = _sample(prefill)
-            fig.add({"type": "scatter", "x": steps["num_batched_tokens"].to_numpy()[shown],
+            fig.add({"type": "scatter", "x": steps["num_batched_tokens"][shown],
                      "y": step_ms[shown], "mode": "markers",
                      "name": f"{run.name} prefill steps" if decode.size else run.name,
                      "legendgroup": run.name, "showlegend": not decode.size,
@@ -93,9 +103,9 @@ def _tokens_from_steps(run: RunData) -> tuple[np.ndarray, np.ndarray] | None:
     if not _step_columns(run):
         return None
     steps = run.steps
-    end_s = steps["t_s"].astype(float) + steps["step_ms"].astype(float) / 1e3
+    end_s = steps.floats("t_s") + steps.floats("step_ms") / 1e3
     tokens = (steps["num_decode_seqs"] + steps["num_prefill_seqs"]).astype(float)
-    return end_s.to_numpy(), tokens.to_numpy()
+    return end_s, tokens
 
 
 def _tokens_from_times(run: RunData) -> tuple[np.ndarray, np.ndarray | None] | None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import fields
 
 import numpy as np
-import pandas as pd
 
 from kvbench.errors import KvbenchInputError
 from kvbench.report.figure import Figure, subplots
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
 from kvbench.report.thinning import extreme_rows, peak_rows
+from kvbench.results.columns import Columns
 from kvbench.strategies import STRATEGIES
 
 MAX_POINTS = 1500  # per run and line: keeps the page light on long runs
@@ -19,27 +19,32 @@ MAX_MARKS = 300  # preemption marks per run: beyond, one per stretch of steps, w
 MAX_MEMORY_PANELS = 8
 
 
-def _thin(steps: pd.DataFrame, series: list[pd.Series]) -> tuple[pd.DataFrame, np.ndarray]:
+def _thin(steps: Columns, series: list[np.ndarray]) -> tuple[Columns, np.ndarray]:
     """The steps a line chart of `series` (one value per step) draws, and their positions:
     every step of a short run; of a long one, each bucket's extremes of every series
     (`thinning.extreme_rows`), at most MAX_POINTS."""
-    rows = extreme_rows([s.to_numpy(dtype=float) for s in series], MAX_POINTS)
-    return (steps if len(rows) == len(steps) else steps.iloc[rows]), rows
+    rows = extreme_rows([np.asarray(s, dtype=float) for s in series], MAX_POINTS)
+    return (steps if len(rows) == len(steps) else steps.take(rows)), rows
 
 
-def _utilization(steps: pd.DataFrame) -> pd.Series:
-    if "kv_utilization" in steps and steps["kv_utilization"].notna().any():
-        return steps["kv_utilization"].astype(float)
-    held = sum(steps[f"kv_{p}_bytes"].astype(float)
-               for p in ("token", "reserved", "internal", "external"))
-    return (steps["kv_token_bytes"].astype(float) / held.replace(0, np.nan))
+def _utilization(steps: Columns) -> np.ndarray:
+    if "kv_utilization" in steps:
+        utilization = steps.floats("kv_utilization")
+        if not np.isnan(utilization).all():
+            return utilization
+    held = sum(steps.floats(f"kv_{p}_bytes") for p in ("token", "reserved", "internal", "external"))
+    return steps.floats("kv_token_bytes") / _zero_as_nan(held)
+
+
+def _zero_as_nan(values: np.ndarray) -> np.ndarray:
+    return np.where(values == 0, np.nan, values)
 
 
 def _has_steps(run: RunData) -> bool:
     return not run.steps.empty and {"t_s", "num_running", "num_waiting"} <= set(run.steps)
 
 
-def scheduled_seqs(steps: pd.DataFrame) -> pd.Series:
+def scheduled_seqs(steps: Columns) -> np.ndarray:
     """Sequences a step ran (prefill + decode): the quantity whose plain mean over steps is
     the summary's `batch_size_mean` (docs/design.md, Metrics). `num_running` also counts
     running sequences the step left out (token budget, chunking); it is the fallback for
@@ -63,19 +68,19 @@ def timeline_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | Non
         style = styles[run.name]
         util_all, batch_all = _utilization(run.steps), scheduled_seqs(run.steps)
         steps, rows = _thin(run.steps, [util_all, batch_all, run.steps["num_waiting"]])
-        t = steps["t_s"].to_numpy(dtype=float)
+        t = steps.floats("t_s")
         line = {"color": style.color, "dash": style.dash, "width": 1.6}
         stepped = {**line, "shape": "hv"}
-        fig.add({"type": "scatter", "x": t, "y": util_all.to_numpy()[rows], "mode": "lines",
+        fig.add({"type": "scatter", "x": t, "y": util_all[rows], "mode": "lines",
                  "name": run.name, "legendgroup": run.name, "line": line,
                  "hovertemplate": "t=%{x:.2f}s util %{y:.1%}<extra>%{fullData.name}"
                                   "</extra>"}, row=1, col=1)
-        fig.add({"type": "scatter", "x": t, "y": batch_all.to_numpy()[rows], "mode": "lines",
+        fig.add({"type": "scatter", "x": t, "y": batch_all[rows], "mode": "lines",
                  "name": run.name, "legendgroup": run.name, "showlegend": False,
-                 "line": stepped, "customdata": steps["num_running"].to_numpy(),
+                 "line": stepped, "customdata": steps["num_running"],
                  "hovertemplate": "t=%{x:.2f}s scheduled %{y} of %{customdata} running"
                                   "<extra>%{fullData.name}</extra>"}, row=2, col=1)
-        fig.add({"type": "scatter", "x": t, "y": steps["num_waiting"].to_numpy(),
+        fig.add({"type": "scatter", "x": t, "y": steps["num_waiting"],
                  "mode": "lines", "name": run.name, "legendgroup": run.name,
                  "showlegend": False, "line": stepped,
                  "hovertemplate": "t=%{x:.2f}s waiting %{y}<extra>%{fullData.name}</extra>"},
@@ -84,16 +89,16 @@ def timeline_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | Non
     for run in runs:  # after the lines, so the legend lists runs first
         if "preemptions" not in run.steps:
             continue
-        preempted = run.steps["preemptions"].to_numpy()
+        preempted = run.steps["preemptions"]
         at, counts = peak_rows(preempted, MAX_MARKS)
         if not at.size:
             continue
         marks += 1
         # Beyond MAX_MARKS steps with preemptions, a mark stands for its stretch of steps.
         where = "" if at.size == np.count_nonzero(preempted) else " in this stretch"
-        hit = run.steps.iloc[at]
+        hit = run.steps.take(at)
         fig.add({
-            "type": "scatter", "x": hit["t_s"].to_numpy(), "y": _utilization(hit).to_numpy(),
+            "type": "scatter", "x": hit["t_s"], "y": _utilization(hit),
             "mode": "markers", "name": f"preemption ({run.name})",
             "legendgroup": "preemption", "showlegend": False,
             "marker": {"symbol": "x", "size": 9, "color": styles[run.name].color,
@@ -124,24 +129,22 @@ def memory_timeline_figure(runset: RunSet) -> Figure | None:
                    titles=[r.name for r in runs])
     for row, run in enumerate(runs, start=1):
         steps = run.steps
-        arena = sum(steps[f"kv_{p}_bytes"].astype(float)
-                    for p in ("token", "reserved", "internal", "external", "free"))
-        arena = arena.replace(0, np.nan)
-        shares: dict[str, pd.Series] = {}
+        arena = _zero_as_nan(sum(steps.floats(f"kv_{p}_bytes")
+                                 for p in ("token", "reserved", "internal", "external", "free")))
+        shares: dict[str, np.ndarray] = {}
         for part in PART_COLORS:
-            column = steps.get(f"kv_{part}_bytes")
-            if column is None:
+            if f"kv_{part}_bytes" not in steps:
                 continue
-            values = column.astype(float)
+            values = steps.floats(f"kv_{part}_bytes")
             if part == "free" and "kv_cached_bytes" in steps:
-                values = values - steps["kv_cached_bytes"].astype(float)
+                values = values - steps.floats("kv_cached_bytes")
             shares[part] = values / arena
         shown, rows = _thin(steps, list(shares.values()))
-        t = shown["t_s"].to_numpy()
+        t = shown["t_s"]
         for part, share in shares.items():
             color = PART_COLORS[part]
             fig.add({
-                "type": "scatter", "x": t, "y": share.to_numpy()[rows], "mode": "lines",
+                "type": "scatter", "x": t, "y": share[rows], "mode": "lines",
                 "stackgroup": f"g{row}", "line": {"width": 0.5, "color": color},
                 "fillcolor": color, "name": PART_TITLES[part], "legendgroup": part,
                 "showlegend": row == 1,
@@ -181,13 +184,16 @@ def hit_rate_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | Non
         if not _is_prefix_run(run) or req.empty or not need <= set(req):
             continue
         when = "admitted_s" if "admitted_s" in req else "arrival_s"
-        req = req.dropna(subset=[when]).sort_values(when)
-        if req.empty:
+        at_s = req.floats(when)
+        order = np.flatnonzero(~np.isnan(at_s))
+        if not order.size:
             continue
-        rate = req["cached_prompt_tokens"].cumsum() / req["prompt_len"].cumsum()
-        req, rows = _thin(req, [rate])  # one point per request: a long trace has millions
-        rate = rate.iloc[rows]
-        fig.add({"type": "scatter", "x": req[when].to_numpy(), "y": rate.to_numpy(),
+        order = order[np.argsort(at_s[order], kind="stable")]
+        with np.errstate(divide="ignore", invalid="ignore"):  # (no prompt token yet: NaN)
+            rate = (np.cumsum(req.floats("cached_prompt_tokens")[order])
+                    / np.cumsum(req.floats("prompt_len")[order]))
+        rows = extreme_rows([rate], MAX_POINTS)  # one point per request: a long trace has millions
+        fig.add({"type": "scatter", "x": at_s[order][rows], "y": rate[rows],
                  "mode": "lines", "name": run.name,
                  "line": {"color": styles[run.name].color, "dash": styles[run.name].dash,
                           "shape": "hv"},

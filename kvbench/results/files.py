@@ -9,14 +9,15 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
-
-import pandas as pd
+from typing import IO, TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError, KvbenchRunError
 from kvbench.results.direct_file import DirectFile
 from kvbench.results.metrics import nan_to_none
 from kvbench.results.summary import summary_file
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 INCOMPLETE_MARKER = "INCOMPLETE"
 # A session of several runs lists every run folder it will write here before the first.

@@ -17,13 +17,15 @@ import json
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from kvbench.errors import KvbenchInputError
 from kvbench.results.files import INCOMPLETE_MARKER, PLAN_FILE
 from kvbench.results.request_writer import REQUESTS_PARTIAL
 from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STEPS_PARTIAL = ".steps.csv.partial"
 # Columns every kvbench version has written; a file without them is not a requests.csv.
@@ -72,6 +74,8 @@ def _describe_marker(folder: Path) -> str:
 def read_partial_requests(folder: Path) -> pd.DataFrame:
     """The rows of `.requests.csv.partial`: every request a killed run had finished (a last
     line cut short by the kill is dropped); empty when there are none."""
+    import pandas as pd  # (only to read a folder back)
+
     path = Path(folder) / REQUESTS_PARTIAL
     try:
         text = path.read_text(encoding="utf-8")
@@ -92,6 +96,8 @@ def _requests_problem(folder: Path, summary: Summary | None) -> str | None:
     path = Path(folder) / "requests.csv"
     if not path.is_file():
         return None  # a folder kept to its summary (a CI's baseline): nothing misread
+    import pandas as pd  # (only to read a folder back)
+
     try:
         frame = pd.read_csv(path)
     except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:

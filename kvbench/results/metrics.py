@@ -1,24 +1,28 @@
-"""The metrics of docs/design.md computed with pandas from what ran: per-request rows, per-step
-rows. `kvbench.session.runner.summarize` assembles them into a `Summary`."""
+"""The metrics of docs/design.md computed from what ran: per-request rows (`Columns`, or a
+pandas frame of `requests.csv`), per-step rows. `kvbench.session.runner.summarize` assembles
+them into a `Summary`."""
 
 from __future__ import annotations
 
 import math
 import operator
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
+from kvbench.results.columns import Columns, as_columns
 from kvbench.results.token_times import pooled_gaps_s, token_time_series
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PERCENTILES = (50, 90, 99)
 
 
-def latency_stats(values_ms: pd.Series | np.ndarray | list[float],
+def latency_stats(values_ms: np.ndarray | list[float] | pd.Series,
                   consume: bool = False) -> dict[str, float | None]:
     """mean, p50, p90, p99, max of a latency sample in milliseconds (None when empty).
     `consume`: `values_ms` is a float64 array the caller no longer reads, which may be
@@ -48,6 +52,8 @@ def request_rows(requests: list[Request], samples: dict[int, list[Sequence]]) ->
 
 def request_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     """`request_rows` of rows already made by `request_records`."""
+    import pandas as pd  # (a run's own rows go through `Columns`: no pandas)
+
     return pd.DataFrame(records, columns=REQUEST_COLUMNS)
 
 
@@ -137,26 +143,40 @@ def sample_rows(request: Request, seqs: list[Sequence]) -> list[dict[str, Any]]:
     return rows
 
 
-def per_request(requests_df: pd.DataFrame) -> pd.DataFrame:
-    """One row per request of a `requests.csv` frame (its first sample's), as a client sees
+def per_request(requests: Columns | pd.DataFrame) -> Columns | pd.DataFrame:
+    """One row per request of a `requests.csv` table (its first sample's), as a client sees
     the request's response, one stream: `completed` true when every sample completed,
     `output_tokens` summed over the samples, `ttft_ms` the first sample's first token and
-    `e2e_ms` the last sample's end (the samples share the arrival and the send time)."""
-    if "sample" not in requests_df or requests_df.empty or requests_df["n"].max() <= 1:
-        return requests_df  # one row per request already (n = 1, or a folder from before)
-    grouped = requests_df.groupby("request_id", sort=False)
-    first = requests_df[requests_df["sample"] == 0].set_index("request_id")
-    first = first.assign(completed=grouped["completed"].all(),
-                         output_tokens=grouped["output_tokens"].sum(),
-                         ttft_ms=grouped["ttft_ms"].min(), e2e_ms=grouped["e2e_ms"].max())
-    return first.reset_index()
+    `e2e_ms` the last sample's end (the samples share the arrival and the send time). The
+    same kind of table as given, in the order of the first samples' rows."""
+    table = as_columns(requests)
+    if "sample" not in table or table.empty or table["n"].max() <= 1:
+        return requests  # one row per request already (n = 1, or a folder from before)
+    ids, group = np.unique(table["request_id"], return_inverse=True)
+    group = group.reshape(-1)
+    order = np.argsort(group, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(group[order]) != 0])
+    # A group's figures skip missing values (NaN), as pandas' group reductions do: fmin and
+    # fmax keep the other operand; a group of NaN only stays NaN.
+    completed = np.logical_and.reduceat(table["completed"].astype(bool)[order], starts)
+    output_tokens = np.add.reduceat(table["output_tokens"][order], starts)
+    ttft = np.fmin.reduceat(table.floats("ttft_ms")[order], starts)
+    e2e = np.fmax.reduceat(table.floats("e2e_ms")[order], starts)
+    first = np.flatnonzero(table["sample"] == 0)
+    of_first = group[first]
+    figures = {"completed": completed, "output_tokens": output_tokens, "ttft_ms": ttft,
+               "e2e_ms": e2e}
+    rows = Columns({name: figures[name][of_first] if name in figures else table[name][first]
+                    for name in table})
+    return rows if isinstance(requests, Columns) else rows.frame()
 
 
-def send_rate(times_s: pd.Series | np.ndarray | list[float]) -> float | None:
+def send_rate(times_s: np.ndarray | list[float | None]) -> float | None:
     """An achieved rate, per second, from send times: (count − 1) / (last − first), the
     inverse of the mean gap between consecutive sends; None below two sends or when all went
     at one instant."""
-    arr = np.asarray(pd.Series(times_s, dtype="float64").dropna())
+    arr = np.array(times_s, dtype=np.float64)  # (None is NaN)
+    arr = arr[~np.isnan(arr)]
     if arr.size < 2:
         return None
     span = float(arr.max() - arr.min())
@@ -175,38 +195,44 @@ def inter_token_latencies_ms(samples: dict[int, list[Sequence]]) -> np.ndarray:
     return pooled_gaps_s(times_s, np.concatenate([[0], np.cumsum(counts)])) * 1e3
 
 
-def throughput(requests_df: pd.DataFrame) -> tuple[dict[str, float | None], float]:
+def throughput(requests: Columns | pd.DataFrame) -> tuple[dict[str, float | None], float]:
     """Output tokens (every sample's), prompt + output tokens and completed requests per
     second of makespan (first arrival to last finish), over completed requests."""
-    by_request = per_request(requests_df)
-    done = by_request[by_request["completed"]]
-    if done.empty:
+    table = as_columns(requests)
+    by_request = as_columns(per_request(table))
+    done = by_request["completed"].astype(bool)
+    if not done.any():
         return {"output_tok_s": None, "total_tok_s": None, "requests_s": None}, 0.0
-    makespan = float(requests_df.loc[requests_df["completed"], "finish_s"].max()
-                     - requests_df["arrival_s"].min())
+    # Missing values skipped, as pandas' max and min skip them.
+    makespan = float(np.nanmax(table.floats("finish_s")[table["completed"].astype(bool)])
+                     - np.nanmin(table.floats("arrival_s")))
     if makespan <= 0:
         return {"output_tok_s": None, "total_tok_s": None, "requests_s": None}, makespan
-    out_tokens = float(done["output_tokens"].sum())
-    prompt_tokens = float(done["prompt_len"].sum())
+    out_tokens = float(by_request["output_tokens"][done].sum())
+    prompt_tokens = float(by_request["prompt_len"][done].sum())
     return {
         "output_tok_s": out_tokens / makespan,
         "total_tok_s": (out_tokens + prompt_tokens) / makespan,
-        "requests_s": len(done) / makespan,
+        "requests_s": int(done.sum()) / makespan,
     }, makespan
 
 
-def goodput(requests_df: pd.DataFrame, slo_ms: dict[str, float], makespan_s: float) -> dict:
+def goodput(requests: Columns | pd.DataFrame, slo_ms: dict[str, float],
+            makespan_s: float) -> dict:
     """Requests meeting every SLO (ttft, tpot, e2e in ms), as vLLM's `request_goodput`: a
     completed request whose every sample has each figure at or below its limit (a sample of
     one output token has no TPOT and meets a TPOT limit, as vLLM counts it 0); their share of
     all requests and their rate over the makespan."""
-    done = requests_df["completed"].astype(bool)
-    ok = done.copy()
+    table = as_columns(requests)
+    ok = table["completed"].astype(bool)
     for metric, limit in slo_ms.items():
-        values = requests_df[f"{metric}_ms"].astype(float)
-        ok &= values.isna() | (values <= limit) if metric == "tpot" else values <= limit
-    if "sample" in requests_df:
-        ok = ok.groupby(requests_df["request_id"], sort=False).all()
+        values = table.floats(f"{metric}_ms")
+        ok = ok & ((np.isnan(values) | (values <= limit)) if metric == "tpot"
+                   else values <= limit)
+    if "sample" in table:
+        _, group = np.unique(table["request_id"], return_inverse=True)
+        failed = np.bincount(group.reshape(-1), weights=~ok)
+        ok = failed == 0
     met = int(ok.sum())
     total = len(ok)
     return {

@@ -18,15 +18,18 @@ import io
 import operator
 from collections.abc import Iterator
 from collections.abc import Sequence as Seq
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
+from kvbench.results.columns import Columns
 from kvbench.results.csv_rows import csv_lines
 from kvbench.results.metrics import REQUEST_COLUMNS, request_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _LINE = ",".join(["%s"] * len(REQUEST_COLUMNS)) + "\n"
 _HEADER = (",".join(REQUEST_COLUMNS) + "\n").encode()
@@ -207,10 +210,27 @@ class RequestTable:
         """`metrics.request_frame` of the rows (the same dtypes: pandas infers each column's
         from its values either way, and a compact column holds the dtype it infers; no rows:
         columns of objects, as there)."""
+        import pandas as pd  # (a run's own summary and report read `columns_table`)
+
         if not self.num_rows:
             return request_frame([])
         return pd.DataFrame({name: c.for_frame() if isinstance(c, Floats) else c
                              for name, c in self.columns.items()}, columns=list(REQUEST_COLUMNS))
+
+    def columns_table(self) -> Columns:
+        """The rows as `Columns`, the values `frame()` holds without pandas: every float
+        column (the times, the latencies) float64 with NaN where a value is missing, the
+        others as numpy infers them (ints, bools)."""
+        out: dict[str, np.ndarray] = {}
+        for name, column in self.columns.items():
+            if isinstance(column, Floats):
+                out[name] = (column.values if column.none is None
+                             else np.where(column.none, np.nan, column.values))
+            elif name in _FLOAT_COLUMNS:
+                out[name] = np.array(column, dtype=np.float64)  # (None is NaN)
+            else:
+                out[name] = np.asarray(column)
+        return Columns(out)
 
     def rows(self, start: int, stop: int) -> list[tuple]:
         """Rows `start:stop` as tuples of `sample_rows`' values."""

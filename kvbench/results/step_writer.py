@@ -20,6 +20,7 @@ import numpy as np
 
 from kvbench.core.decode_run_rows import DecodeRunLog, DecodeRunRows, RunArrays
 from kvbench.core.step_record import StepRecord
+from kvbench.results.columns import Columns
 from kvbench.results.csv_rows import csv_lines
 from kvbench.results.direct_file import DirectFile
 
@@ -56,15 +57,47 @@ _OPTIONAL = tuple(i for i, f in enumerate(dataclasses.fields(StepRecord))
 
 class TransposedRows(list):
     """Rows that carry their columns (`list(zip(*rows))`): a writer transposes a batch once,
-    for its file's check and for the totals' fold."""
+    for its file's check and for the totals' fold; and numpy arrays of the columns, where it
+    made the lists of them (`array`)."""
 
     columns: list[Sequence]
+    # Columns as numpy arrays holding the very values of `columns` (by index): those of runs'
+    # rows come from the arrays they were expanded into.
+    arrays: dict[int, np.ndarray]
 
     def part(self, start: int, stop: int) -> TransposedRows:
         """Rows `start:stop`, with their columns."""
         rows = TransposedRows(self[start:stop])
         rows.columns = [column[start:stop] for column in self.columns]
+        rows.arrays = {i: values[start:stop] for i, values in self.arrays.items()}
         return rows
+
+    def array(self, index: int) -> np.ndarray:
+        """Column `index` as numpy: int64 where it holds ints only, else float64 (None as
+        NaN), as pandas reads the column of `steps.csv`."""
+        values = self.arrays.get(index)
+        if values is None:
+            values = self.arrays[index] = _column_array(
+                self.columns[index], len(self), COLUMNS[index] in _FLOAT_COLUMNS)
+        return values
+
+
+def _column_array(values: Sequence, count: int, is_float: bool) -> np.ndarray:
+    # An int column whose cells are all ints reads as int64; with an empty cell (None) or a
+    # float (a NaN where the run kept no KV books) as float64.
+    if not is_float and set(map(type, values)) <= {int}:
+        try:
+            return np.fromiter(values, dtype=np.int64, count=count)
+        except OverflowError:
+            pass
+    return np.array(values, dtype=np.float64)  # (None is NaN)
+
+
+def _transposed(columns: list[list], arrays: dict[int, np.ndarray]) -> TransposedRows:
+    rows = TransposedRows(zip(*columns, strict=True))
+    rows.columns = columns
+    rows.arrays = arrays
+    return rows
 
 
 def batch_rows(single: list[tuple], single_at: Sequence[int], arrays: RunArrays | None,
@@ -73,36 +106,47 @@ def batch_rows(single: list[tuple], single_at: Sequence[int], arrays: RunArrays 
     places `single_at`) and the rows of runs (`DecodeRunLog.expand`), expanded together with
     numpy: their values (and types) are those of the runs' `rows`."""
     if arrays is None:
-        rows = TransposedRows(single)
-        rows.columns = list(zip(*rows, strict=True))
-        return rows
+        return _transposed(list(zip(*single, strict=True)), {})
     at = arrays.at
     columns: list[list] = []
-    for values in _run_columns(arrays):
+    exact: dict[int, np.ndarray] = {}
+    for index, values in enumerate(_run_columns(arrays)):
         if values is None:
             columns.append([None] * num_rows)
-        elif single:
+            continue
+        if single:
             full = np.empty(num_rows, dtype=values.dtype)
             full[at] = values
-            columns.append(full.tolist())
-        else:
-            columns.append(values.tolist())
+            values = full  # (the single rows' cells set below)
+        columns.append(values.tolist())
+        if values.dtype in (np.int64, np.float64):
+            exact[index] = values
     # The cells a run leaves empty where a full column is not: a utilization over nothing
     # held, prompt blocks of a run that does not report them.
     for name, empty in (
             ("kv_utilization", arrays.held + arrays.per_row("external") == 0),
             ("kv_prompt_blocks", arrays.per_row("has_prompt_blocks") == 0)):
         if empty.any():
-            column = columns[_INDEX[name]]
+            index = _INDEX[name]
+            column = columns[index]
             for i in at[empty].tolist():
                 column[i] = None
+            exact.pop(index, None)
     if single:
-        for column, values in zip(columns, zip(*single, strict=True), strict=True):
+        for index, (column, values) in enumerate(zip(columns, zip(*single, strict=True),
+                                                     strict=True)):
             for i, value in zip(single_at, values, strict=True):
                 column[i] = value
-    rows = TransposedRows(zip(*columns, strict=True))
-    rows.columns = columns
-    return rows
+            full = exact.get(index)
+            if full is not None:
+                # The array keeps the single rows' values only where it holds them as they
+                # are (an int in an int column, a float in a float one).
+                kind = int if full.dtype == np.int64 else float
+                if all(type(value) is kind for value in values):
+                    full[np.asarray(single_at, dtype=np.int64)] = values
+                else:
+                    del exact[index]
+    return _transposed(columns, exact)
 
 
 def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
@@ -180,12 +224,11 @@ class StepTotals:
         the totals with all of the rows or none."""
         if not rows:
             return
-        columns = getattr(rows, "columns", None)
-        if columns is None:
-            columns = list(zip(*rows, strict=True))
-        batch = list(map(operator.add, columns[_INDEX["num_prefill_seqs"]],
-                         columns[_INDEX["num_decode_seqs"]]))
-        most = max(batch)
+        if not isinstance(rows, TransposedRows):
+            rows = _transposed(list(zip(*rows, strict=True)), {})
+        columns = rows.columns
+        batch = rows.array(_INDEX["num_prefill_seqs"]) + rows.array(_INDEX["num_decode_seqs"])
+        most = int(batch.max())
         maxima = dict(self.maxima)
         for name in _MAX_COLUMNS:
             column = columns[_INDEX[name]]
@@ -200,7 +243,7 @@ class StepTotals:
                 maxima[name] = max(values) if old is None else max(old, *values)
         held = self._held_back
         sums = None
-        step_ms_column = np.array(columns[_INDEX["step_ms"]], dtype=float)
+        step_ms_column = rows.array(_INDEX["step_ms"]).astype(float, copy=False)
         if held is not None or len(rows) > 1:
             # The rows' memory states, each weighted by how long it lasted: until the next
             # row's start (the held-back row of the last batch first, this batch's last row
@@ -210,18 +253,18 @@ class StepTotals:
                     [np.array([held[i]], dtype=float), column])
 
             def folded(i: int) -> np.ndarray:
-                return with_held(i, np.array(columns[i][:-1], dtype=float))
+                return with_held(i, rows.array(i)[:-1].astype(float))
 
-            starts = with_held(_INDEX["t_s"], np.array(columns[_INDEX["t_s"]], dtype=float))
+            starts = with_held(_INDEX["t_s"], rows.array(_INDEX["t_s"]).astype(float))
             durations = with_held(_INDEX["step_ms"], step_ms_column[:-1]) / 1e3
             sums = _fold_sums([folded(i) if i in _FOLDED else None
                                for i in range(len(columns))],
                               np.maximum(starts[1:] - starts[:-1], durations))
         step_ms = float(np.sum(step_ms_column))
-        overhead_ms = float(np.sum(columns[_INDEX["overhead_ms"]], dtype=float))
-        preemptions = sum(columns[_INDEX["preemptions"]])
-        waiting = sum(columns[_INDEX["num_waiting"]])
-        batch_sum = sum(batch)
+        overhead_ms = float(np.sum(rows.array(_INDEX["overhead_ms"]), dtype=float))
+        preemptions = int(rows.array(_INDEX["preemptions"]).sum())
+        waiting = int(rows.array(_INDEX["num_waiting"]).sum())
+        batch_sum = int(batch.sum())
         # then every total at once
         self.steps += len(rows)
         self.preemptions += preemptions
@@ -313,6 +356,46 @@ def _fold_sums(columns: list[np.ndarray | None], weight_s: np.ndarray) -> _FoldS
 
 # Rows a writer holds before it formats them and folds them into its totals at once.
 _CHUNK_ROWS = 4096
+# The most rows `StepColumns` holds (15 columns: under 250 MB): a longer run's report reads
+# its steps back from the file.
+KEEP_MAX_ROWS = 2_000_000
+
+
+class StepColumns:
+    """Some columns of the rows a writer writes to `steps.csv`, kept in memory as numpy
+    arrays with the dtypes pandas reads the file's columns as (int64; float64, and an int
+    column with an empty cell float64 with NaN there): what the session's report draws,
+    without reading the file back. Beyond `max_rows` rows it lets them go (`dropped`)."""
+
+    def __init__(self, names: frozenset[str] | set[str], max_rows: int | None = None) -> None:
+        self._wanted = [(name, _INDEX[name]) for name in COLUMNS if name in names]
+        self._parts: dict[str, list[np.ndarray]] | None = {name: [] for name, _ in self._wanted}
+        self.max_rows = KEEP_MAX_ROWS if max_rows is None else max_rows
+        self.num_rows = 0
+
+    @property
+    def dropped(self) -> bool:
+        return self._parts is None
+
+    def add(self, rows: TransposedRows, start: int = 0, every: int = 1) -> None:
+        """Rows `start::every` of a batch."""
+        if self._parts is None:
+            return
+        count = len(range(start, len(rows), every))
+        if self.num_rows + count > self.max_rows:
+            self._parts = None
+            return
+        for name, index in self._wanted:
+            self._parts[name].append(rows.array(index)[start::every].copy())
+        self.num_rows += count
+
+    def columns(self) -> Columns | None:
+        """The rows kept, as `Columns`; None once dropped."""
+        if self._parts is None:
+            return None
+        return Columns({name: np.concatenate(parts) if parts else np.empty(0)
+                        for name, parts in self._parts.items()})
+
 
 
 class StepWriter:
@@ -323,11 +406,13 @@ class StepWriter:
     mid-replay leaves no truncated `steps.csv` (docs/design.md, Results contract).
     """
 
-    def __init__(self, path: Path, every: int = 1) -> None:
+    def __init__(self, path: Path, every: int = 1, keep: StepColumns | None = None) -> None:
         if every < 1:
             raise ValueError(f"steps every {every}: must be at least 1")
         self.path = Path(path)
         self.every = every
+        # The columns of the rows written that are also kept in memory (the report's).
+        self.kept = keep
         self.totals = StepTotals()
         self.rows_written = 0
         self._partial = self.path.with_name(f".{self.path.name}.partial")
@@ -417,6 +502,7 @@ class StepWriter:
     def _write_batch(self, rows: TransposedRows) -> None:
         columns = rows.columns
         if self.every == 1:
+            first = 0
             # None is an empty cell, as pandas writes a missing value.
             text = csv_lines(rows, _lines, sum(columns[i].count(None) for i in _OPTIONAL))
             self.rows_written += len(rows)
@@ -427,6 +513,8 @@ class StepWriter:
             self.rows_written += len(kept)
         self._file.write(text)
         self._file.flush()  # (a killed run's partial file: its rows but the last few KB)
+        if self.kept is not None:
+            self.kept.add(rows, first, self.every)
 
     def close(self) -> StepTotals:
         if self._file is not None:

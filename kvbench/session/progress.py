@@ -12,9 +12,10 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 PLAIN_FIRST_S = 10.0
 PLAIN_EVERY_S = 10.0
@@ -35,6 +36,8 @@ class Progress:
         self.enabled = enabled
         self._bar: tqdm | None = None
         if enabled and self.on_terminal:
+            from tqdm import tqdm  # (only for a bar: off a terminal and `--quiet` need none)
+
             self._bar = tqdm(total=self.total, desc=label, unit="req", file=self.stream,
                              delay=BAR_DELAY_S, mininterval=0.2, leave=False,
                              dynamic_ncols=True)
@@ -84,6 +87,8 @@ class Progress:
     def plain_line(self, done: int, elapsed: float, rate: float,
                    kv_used: float | None) -> str:
         """`paged: 32/64 requests (50%), 812.4 tok/s, KV 41.0%, 00:12 elapsed, ETA 00:12`."""
+        from tqdm import tqdm  # (its time format; a line at most every second)
+
         share = done / self.total if self.total else 0.0
         eta = (tqdm.format_interval(elapsed * (self.total - done) / done)
                if 0 < done < self.total else "-")

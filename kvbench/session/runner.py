@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from kvbench.build.engine_build import (
     BuiltEngine,
@@ -33,6 +32,8 @@ from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
 from kvbench.models.resolve_config import resolve_model_config
+from kvbench.report.runs import CHART_STEP_COLUMNS
+from kvbench.results.columns import Columns
 from kvbench.results.files import (  # (atomic_write_text: tests fake a full disk through it)
     ResultsFolder,
     atomic_direct_file,
@@ -49,7 +50,7 @@ from kvbench.results.metrics import (
     throughput,
 )
 from kvbench.results.request_writer import RequestWriter
-from kvbench.results.step_writer import StepTotals, StepWriter
+from kvbench.results.step_writer import StepColumns, StepTotals, StepWriter
 from kvbench.results.summary import (
     SUMMARY_FILE,
     Goodput,
@@ -87,11 +88,14 @@ class RunOutcome:
     # and rewrites the file.
     summary: Summary
     config: dict[str, Any]  # as written to config.json
-    requests: pd.DataFrame  # as written to requests.csv
+    requests: Columns  # as written to requests.csv
     # What the folder's tokens.jsonl reads back as, when the caller asked to keep it
     # (`run_one(keep_token_times=True)`): the session's report then does not parse it again.
     token_times: TokenTimes | None = dataclasses.field(default=None, repr=False,
                                                         compare=False)
+    # `steps.csv`'s columns that the report draws, kept as the file was written (with the
+    # token times; None when not, or the run was too long to hold them).
+    steps: Columns | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 def strategy_label(run: RunConfig) -> str:
@@ -216,7 +220,9 @@ def run_one(
         clock=clock, drawn_by_executor=engine.drawn_trace_ranges,
     ) if run.replay.trace else None
     set_recorder(recorder)
-    step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
+    # The session's report draws the steps kept here rather than reading the file back.
+    step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every,
+                             StepColumns(CHART_STEP_COLUMNS) if keep_token_times else None)
     # Rows stream to disk as the engine makes them (a fast-forwarded run's described, and
     # expanded in batches).
     engine.step_recorder.stream_to(step_writer)
@@ -392,7 +398,7 @@ def _write_results(
         # Each row built once, as columns: those of the requests that finished as they were
         # written to the partial file.
         table = request_writer.table(added, sequences)
-        requests_df = table.frame()
+        requests = table.columns_table()
         with atomic_direct_file(folder / "requests.csv") as handle:
             table.write_csv(handle)  # (bytes: ASCII)
         del table
@@ -401,7 +407,7 @@ def _write_results(
             written = write_token_file(handle, added, sequences)
         # Its ITLs are the summary's: the file holds every sample the engine ran (warm-up's
         # were forgotten at its reset), as gaps with counts.
-        summary = summarize(built, workload, run, label, status, warmup_done, requests_df,
+        summary = summarize(built, workload, run, label, status, warmup_done, requests,
                             step_totals, engine, written.itl_ms)
     token_times = written.times
     del written
@@ -411,7 +417,9 @@ def _write_results(
     summary.write(folder / SUMMARY_FILE)
     # (an unfinished run writes no report: nothing to keep)
     kept = token_times if keep_token_times and status == "complete" else None
-    return RunOutcome(label, folder, summary, config_json, requests_df, kept)
+    steps = (step_writer.kept.columns() if step_writer.kept is not None and status == "complete"
+             else None)
+    return RunOutcome(label, folder, summary, config_json, requests, kept, steps)
 
 
 @contextlib.contextmanager
@@ -436,7 +444,7 @@ def group_figures(engine) -> dict[str, Any]:
     return sums.summary() if sums is not None else {}
 
 
-def summarize(built, workload, run, label, status, warmup_done, requests_df,
+def summarize(built, workload, run, label, status, warmup_done, requests: Columns,
               steps: StepTotals, engine,
               itl_ms: WeightedValues | np.ndarray | None = None) -> Summary:
     """The run's `Summary` from its per-request rows and the totals over its steps;
@@ -446,12 +454,12 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         itl_ms = inter_token_latencies_ms(engine.sequences)
     itl = (itl_ms.stats() if isinstance(itl_ms, WeightedValues)
            else latency_stats(itl_ms, consume=True))  # read by nothing else
-    by_request = per_request(requests_df)  # a request's prompt counts once, not per sample
-    completed = int(by_request["completed"].sum()) if not requests_df.empty else 0
-    tput, makespan = throughput(requests_df) if not requests_df.empty else ({}, 0.0)
+    by_request = per_request(requests)  # a request's prompt counts once, not per sample
+    completed = int(by_request["completed"].sum()) if not requests.empty else 0
+    tput, makespan = throughput(requests) if not requests.empty else ({}, 0.0)
     cfg = run.engine
-    prompt_tokens = int(by_request["prompt_len"].sum()) if not requests_df.empty else 0
-    cached = int(by_request["cached_prompt_tokens"].sum()) if not requests_df.empty else 0
+    prompt_tokens = int(by_request["prompt_len"].sum()) if not requests.empty else 0
+    cached = int(by_request["cached_prompt_tokens"].sum()) if not requests.empty else 0
     use = steps.memory()
     memory = Memory(
         kv_budget_bytes=built.kv_budget_bytes,
@@ -486,12 +494,12 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         extra=dict(engine.strategy.stats()) if engine.strategy else {},
     )
     latency = Latencies(
-        ttft=LatencyStats(**latency_stats(requests_df.get("ttft_ms", []))),
-        tpot=LatencyStats(**latency_stats(requests_df.get("tpot_ms", []))),
+        ttft=LatencyStats(**latency_stats(requests.get("ttft_ms", []))),
+        tpot=LatencyStats(**latency_stats(requests.get("tpot_ms", []))),
         itl=LatencyStats(**itl),
-        e2e=LatencyStats(**latency_stats(requests_df.get("e2e_ms", []))),
-        queue=LatencyStats(**latency_stats(requests_df.get("queue_ms", []))),
-        prefill=LatencyStats(**latency_stats(requests_df.get("prefill_ms", []))),
+        e2e=LatencyStats(**latency_stats(requests.get("e2e_ms", []))),
+        queue=LatencyStats(**latency_stats(requests.get("queue_ms", []))),
+        prefill=LatencyStats(**latency_stats(requests.get("prefill_ms", []))),
         client_wait=LatencyStats(**latency_stats(by_request.get("client_wait_ms", []))),
     )
     return Summary(
@@ -517,9 +525,9 @@ def summarize(built, workload, run, label, status, warmup_done, requests_df,
         latency_ms=latency,
         memory=memory,
         scheduler=scheduler,
-        load=_load(workload, requests_df),
-        goodput=(Goodput(**goodput(requests_df, run.replay.slo_ms, makespan))
-                 if run.replay.slo_ms and not requests_df.empty else None),
+        load=_load(workload, requests),
+        goodput=(Goodput(**goodput(requests, run.replay.slo_ms, makespan))
+                 if run.replay.slo_ms and not requests.empty else None),
     )
 
 
@@ -527,16 +535,18 @@ _CONVERSATION = operator.attrgetter("conversation_id")
 _REQUEST_ID = operator.attrgetter("request_id")
 
 
-def _load(workload: WorkloadResult, requests_df: pd.DataFrame) -> Load:
+def _load(workload: WorkloadResult, rows: Columns) -> Load:
     """The offered rates (`Load`: both, whichever was given) and those the client achieved,
     from the send times of the requests sent: `requests.csv`'s `sent_s` (a request's first
     sequence's arrival, the engine's copy of it; its first row holds it), read from the
-    frame rather than from every sequence again."""
+    rows rather than from every sequence again."""
     requests = workload.requests
     sent: dict[Any, float] = {}
-    if not requests_df.empty:
-        first = requests_df[(requests_df["sample"] == 0) & requests_df["sent_s"].notna()]
-        sent = dict(zip(first["request_id"].tolist(), first["sent_s"].tolist(), strict=True))
+    if not rows.empty:
+        sent_s = rows.floats("sent_s")
+        first = (rows["sample"] == 0) & ~np.isnan(sent_s)
+        sent = dict(zip(rows["request_id"][first].tolist(), sent_s[first].tolist(),
+                        strict=True))
     if set(map(_CONVERSATION, requests)) <= {None}:
         # Every request a conversation of its own (a trace, most workloads): the groups
         # and their starts need no pass over groups of one (a million requests' is seconds).

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from kvbench.build.engine_build import keeps_fp8_cache
 from kvbench.config import EngineConfig
 from kvbench.core.engine_kind import EngineKind
@@ -569,6 +567,8 @@ def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
             "preemptions": s.scheduler.preemptions,
             "prefix_hit_rate": s.scheduler.prefix_hit_rate,
         })
+    import pandas as pd  # (only a comparison writes a table of runs)
+
     write_csv(root / "comparison.csv", pd.DataFrame(rows))
 
 
@@ -593,7 +593,7 @@ def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = F
             for run in runs:
                 write_runs_report(collect_runs([run]), run.path / "report.html")
     for o in outcomes:
-        o.token_times = None  # tens of MB each for a long run: not needed after the report
+        o.token_times = o.steps = None  # tens of MB each for a long run: not needed after
 
 
 def _report_run(outcome: RunOutcome, group: Path, repeat: dict[str, Any] | None) -> RunData:
@@ -603,6 +603,8 @@ def _report_run(outcome: RunOutcome, group: Path, repeat: dict[str, Any] | None)
                   repeat=repeat)
     if outcome.token_times is not None:
         run.use_token_times(outcome.token_times)
+    if outcome.steps is not None:
+        run.use_steps(outcome.steps)
     return run
 
 

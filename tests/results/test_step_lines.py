@@ -7,7 +7,10 @@ import csv
 import io
 import math
 
-from kvbench.results.step_writer import COLUMNS, StepWriter, _lines
+import numpy as np
+import pandas as pd
+
+from kvbench.results.step_writer import COLUMNS, StepColumns, StepWriter, _lines
 
 
 def _csv_lines(rows: list[tuple]) -> str:
@@ -45,3 +48,35 @@ def test_written_file_is_header_and_csv_rows(tmp_path):
     writer.write_rows(ROWS)
     writer.close()
     assert path.read_text() == _csv_lines([COLUMNS]) + _csv_lines(ROWS[::2])
+
+
+def test_kept_columns_are_what_pandas_reads_of_the_file(tmp_path):
+    """`StepColumns` (the report's steps of a run) holds what pandas reads back of the file:
+    int64 for an int column, float64 with NaN for one with an empty cell or a float NaN (a
+    run without KV books), every Nth row under `--steps-every`."""
+    rows = [_row(0), _row(1, kv_utilization=None, kv_prompt_blocks=7),
+            _row(2, kv_token_bytes=math.nan, kv_free_bytes=math.nan),
+            _row(3, num_waiting=4, preemptions=2)] * 5
+    rows = [(i, *row[1:]) for i, row in enumerate(rows)]
+    names = {"t_s", "step_ms", "num_waiting", "preemptions", "kv_utilization",
+             "kv_token_bytes", "kv_free_bytes", "kv_prompt_blocks", "num_running"}
+    for every in (1, 3):
+        writer = StepWriter(tmp_path / f"steps-{every}.csv", every, StepColumns(names))
+        writer.write_rows(rows[:7])
+        for row in rows[7:]:
+            writer.write_rows([row])
+        writer.close()
+        kept = writer.kept.columns()
+        read = pd.read_csv(tmp_path / f"steps-{every}.csv", usecols=lambda c: c in names)
+        assert kept.names == list(read.columns) and len(kept) == len(read)
+        for name in read.columns:
+            theirs = read[name].to_numpy()
+            assert kept[name].dtype == theirs.dtype, name
+            assert np.array_equal(kept[name], theirs, equal_nan=theirs.dtype.kind == "f"), name
+
+
+def test_kept_columns_are_let_go_past_their_limit(tmp_path):
+    writer = StepWriter(tmp_path / "steps.csv", 1, StepColumns({"t_s"}, max_rows=3))
+    writer.write_rows([(i, *_row(i)[1:]) for i in range(5)])
+    writer.close()
+    assert writer.kept.dropped and writer.kept.columns() is None

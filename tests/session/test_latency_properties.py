@@ -48,7 +48,7 @@ def _run(kind: EngineKind, *, request_rate: float, burstiness: float,
 
 
 def check_latencies(outcome: RunOutcome, max_concurrency: int | None) -> None:
-    rows = outcome.requests
+    rows = outcome.requests.frame()
     assert outcome.summary.status == "complete" and rows["completed"].all()
     n = rows["n"]
     assert len(rows) == int(rows.groupby("request_id")["n"].first().sum())  # a row per sample
