@@ -227,10 +227,8 @@ class Engine(BaseEngine):
             # The step in which the first member samples its last token: the run's last.
             to_finish = cohort.steps_to_first_finish()
             fit = strategy.cohort_run_steps(cohort.ordinal, len(cohort), to_finish)
-            if fit < 1:
-                return total, finished
             run = min(fit, to_finish - 1)
-            num_steps = self._decode_run(run, until_s) if run else 0
+            num_steps = self._decode_run(run, until_s) if run > 0 else 0
             total += num_steps
             if num_steps < run or (num_steps and self.clock() >= until_s):
                 return total, finished  # the next arrival comes first
@@ -239,7 +237,8 @@ class Engine(BaseEngine):
                 victims = strategy.cohort_step_victims(cohort.ordinal,
                                                        policy.preemption_candidates())
                 if victims is None:  # all of them: `step`'s (it admits in the same step)
-                    self._decoded_all = False
+                    if fit > 0:
+                        self._decoded_all = False
                     return total, finished
             now_finished = self._cohort_step(victims)
             finished += now_finished
