@@ -141,7 +141,14 @@ def apply_arrivals(
     `arrival_s` − the conversation's earliest `arrival_s`).
     """
     process = ArrivalProcess(request_rate, burstiness, conversation_rate=conversation_rate)
-    if not process.offline:
+    if not process.offline and all(r.conversation_id is None for r in requests):
+        # Every request a conversation of its own (most workloads, every trace): each starts
+        # its own, as the groups below would give it, without a pass over groups of one.
+        rate = process.conversation_start_rate(len(requests), len(requests))
+        starts = arrival_times(len(requests), rate, process.burstiness, seed)
+        requests = [replace(r, arrival_s=start + (r.arrival_s - r.arrival_s))
+                    for start, r in zip(starts.tolist(), requests, strict=True)]
+    elif not process.offline:
         groups = conversation_groups(requests)
         rate = process.conversation_start_rate(len(groups), len(requests))
         starts = arrival_times(len(groups), rate, process.burstiness, seed)

@@ -11,9 +11,7 @@ bit and the type: a value is computed by the same float operations either way.
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass
-from itertools import chain
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -157,10 +155,12 @@ class DecodeRunLog:
     appends and `expand` makes every run's rows with numpy, not a pass over the runs."""
 
     def __init__(self) -> None:
-        self._fields = array("q")
-        self._starts_s = array("d")
-        self._ends_s = array("d")
-        self._books = array("q")
+        # Python lists, converted once by `expand`: appending a tuple costs half of
+        # extending a typed array with its values (each converted as it goes in).
+        self._fields: list[tuple[int, ...]] = []
+        self._starts_s: list[float] = []
+        self._ends_s: list[float] = []
+        self._books: list[BooksAfterStep] = []
 
     def __len__(self) -> int:
         return len(self._starts_s)
@@ -170,14 +170,14 @@ class DecodeRunLog:
         (first_step, t_start_s, ends_s, num_seqs, num_waiting, token_slots, books,
          (held, will, prompt), external, cached, has_prompt_blocks, num_slots,
          bytes_per_slot, preemptions, num_running_last) = run
-        self._fields.extend((
+        self._fields.append((
             at, first_step, len(ends_s), num_seqs, num_waiting, token_slots, held, will,
             prompt, external, cached, has_prompt_blocks, num_slots, bytes_per_slot,
             preemptions, num_running_last, len(books)))
         self._starts_s.append(t_start_s)
-        self._ends_s.extend(ends_s)
+        self._ends_s += ends_s
         if books:
-            self._books.extend(chain.from_iterable(books))
+            self._books += books
 
     def expand(self) -> RunArrays:
         """Every row of the kept runs: the same values as their `rows`, by the same float
@@ -185,7 +185,6 @@ class DecodeRunLog:
         safely elsewhere.)"""
         import numpy as np  # here: the engine imports this module, and the CLI's help the engine
 
-        # Copies (a view would forbid the log to grow while the arrays live)
         fields = np.array(self._fields, dtype=np.int64).reshape(-1, len(_FIELDS))
         start_of_run = np.array(self._starts_s, dtype=np.float64)
         end_s = np.array(self._ends_s, dtype=np.float64)

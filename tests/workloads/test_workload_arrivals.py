@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads import ArrivalProcess, arrival_times, load_workload
+from kvbench.workloads.arrivals import apply_arrivals
 
 N = 10_000
 
@@ -103,3 +106,19 @@ def test_arrival_times_are_seeded_and_monotone(num, rate, burstiness, seed):
     assert len(times) == num
     assert np.all(np.diff(times) >= 0) and (num == 0 or times[0] == 0.0)
     np.testing.assert_array_equal(times, arrival_times(num, rate, burstiness, seed))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 60), st.floats(0.1, 50), st.floats(0.2, 4), st.integers(0, 99),
+       st.lists(st.floats(0, 30), min_size=60, max_size=60))
+def test_requests_of_their_own_are_timed_as_conversations_of_one(num, rate, burstiness, seed,
+                                                                 given_s):
+    """Requests without a conversation (the common case: no pass over groups) get the
+    arrivals the general path gives each as a conversation of one."""
+    requests = [Request(i, given_s[i], (1, 2, 3), 4) for i in range(num)]
+    own = apply_arrivals(requests, rate, burstiness, seed)
+    as_groups = apply_arrivals([replace(r, conversation_id=1000 + r.request_id)
+                                for r in requests], rate, burstiness, seed)
+    assert [(r.request_id, r.arrival_s) for r in own] == \
+        [(r.request_id, r.arrival_s) for r in as_groups]
+    assert all(r.conversation_id is None for r in own)
