@@ -9,22 +9,27 @@ and folds every row, written or not, into `StepTotals`, so the summary is over a
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 import os
 from array import array
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from kvbench.core.decode_run_rows import DecodeRunLog, DecodeRunRows, RunArrays
 from kvbench.core.step_record import StepRecord
 from kvbench.results.columns import Columns
-from kvbench.results.csv_rows import csv_lines
+from kvbench.results.csv_rows import _small, csv_lines
 from kvbench.results.direct_file import DirectFile
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(StepRecord))
+_DUMPS = orjson.dumps
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
 _ROW = operator.attrgetter(*COLUMNS)
 SPLIT_PARTS = ("token", "reserved", "internal", "external", "free", "cached")
 _MAX_COLUMNS = ("kv_prompt_blocks", "gpu_used_bytes", "torch_reserved_bytes")
@@ -55,31 +60,136 @@ _OPTIONAL = tuple(i for i, f in enumerate(dataclasses.fields(StepRecord))
                   if "None" in str(f.type))
 
 
-class TransposedRows(list):
-    """Rows that carry their columns (`list(zip(*rows))`): a writer transposes a batch once,
-    for its file's check and for the totals' fold; and numpy arrays of the columns, where it
-    made the lists of them (`array`)."""
+def _numpy_writes_as_python() -> bool:
+    """Whether this orjson writes numpy's int64 as Python's ints and float64 as Python's repr
+    in range, with an `e`, a `0.0000` or a `null` out of it (checked once, at import)."""
+    inside = [0.0, -0.0, 1e-4, -1e-4, 0.1 + 0.2, 1 / 3, 280.00003558163075, 9.999999999999998e15,
+              123456789012345.67, 2.0**53, -1.5, 24.176133732081617]
+    outside = [9.99e-5, 1e-5, 1.5e-7, 5e-324, 1e16, 1.5e16, 1e21, 1e308, -1e-5,
+               math.nan, math.inf, -math.inf]
+    try:
+        text = _DUMPS(np.array(inside).reshape(-1, 1), option=_NUMPY)
+        ints = np.array([[2**63 - 1, -(2**63), 0, -7]], dtype=np.int64)
+        return (text[2:-2].split(b"],[") == [repr(v).encode() for v in inside]
+                and _DUMPS(ints, option=_NUMPY) == str(ints.tolist()).replace(" ", "").encode()
+                and all(_flagged(_DUMPS(np.array([[v]]), option=_NUMPY)) for v in outside))
+    except (TypeError, orjson.JSONEncodeError):
+        return False
 
-    columns: list[Sequence]
-    # Columns as numpy arrays holding the very values of `columns` (by index): those of runs'
-    # rows come from the arrays they were expanded into.
-    arrays: dict[int, np.ndarray]
 
-    def part(self, start: int, stop: int) -> TransposedRows:
-        """Rows `start:stop`, with their columns."""
-        rows = TransposedRows(self[start:stop])
-        rows.columns = [column[start:stop] for column in self.columns]
-        rows.arrays = {i: values[start:stop] for i, values in self.arrays.items()}
+def _flagged(text: bytes) -> bool:
+    """Whether orjson's text of floats holds one it writes otherwise than Python's repr."""
+    return b"e" in text or b"n" in text or _small(text)
+
+
+_NUMPY_AS_PYTHON = _numpy_writes_as_python()
+
+
+class StepRows:
+    """A batch of `steps.csv` rows, held as columns: numpy arrays where the writer made the
+    column with numpy (`exact`: int64 or float64, holding the very values), Python values
+    for the others (`lists`). The Python lists and row tuples of the exact columns are made
+    only when asked for (`column`, `tuples`): a batch of runs' rows is written and folded
+    from its arrays alone."""
+
+    __slots__ = ("num_rows", "exact", "lists", "_as_lists", "_as_arrays", "_tuples")
+
+    def __init__(self, num_rows: int, exact: dict[int, np.ndarray],
+                 lists: dict[int, list]) -> None:
+        self.num_rows = num_rows
+        self.exact = exact
+        self.lists = lists  # every column not in `exact`
+        self._as_lists: dict[int, list] = {}
+        self._as_arrays: dict[int, np.ndarray] = {}
+        self._tuples: list[tuple] | None = None
+
+    @classmethod
+    def of_tuples(cls, rows: Sequence[tuple]) -> StepRows:
+        """Rows given as `COLUMNS` tuples."""
+        batch = cls(len(rows), {}, dict(enumerate(map(list, zip(*rows, strict=True)))))
+        batch._tuples = list(rows)
+        return batch
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def column(self, index: int) -> list:
+        """Column `index` as Python values."""
+        values = self.lists.get(index)
+        if values is None:
+            values = self._as_lists.get(index)
+            if values is None:
+                values = self._as_lists[index] = self.exact[index].tolist()
+        return values
+
+    def tuples(self) -> list[tuple]:
+        """The rows as `COLUMNS` tuples."""
+        if self._tuples is None:
+            self._tuples = list(zip(*(self.column(i) for i in range(len(COLUMNS))),
+                                    strict=True))
+        return self._tuples
+
+    def last_row(self) -> tuple:
+        return tuple(self.lists[i][-1] if i in self.lists else self.exact[i][-1].item()
+                     for i in range(len(COLUMNS)))
+
+    def part(self, start: int, stop: int) -> StepRows:
+        """Rows `start:stop`."""
+        rows = StepRows(len(range(self.num_rows)[start:stop]),
+                        {i: values[start:stop] for i, values in self.exact.items()},
+                        {i: values[start:stop] for i, values in self.lists.items()})
+        if self._tuples is not None:
+            rows._tuples = self._tuples[start:stop]
         return rows
 
     def array(self, index: int) -> np.ndarray:
         """Column `index` as numpy: int64 where it holds ints only, else float64 (None as
         NaN), as pandas reads the column of `steps.csv`."""
-        values = self.arrays.get(index)
+        values = self.exact.get(index)
         if values is None:
-            values = self.arrays[index] = _column_array(
-                self.columns[index], len(self), COLUMNS[index] in _FLOAT_COLUMNS)
+            values = self._as_arrays.get(index)
+            if values is None:
+                values = self._as_arrays[index] = _column_array(
+                    self.lists[index], self.num_rows, COLUMNS[index] in _FLOAT_COLUMNS)
         return values
+
+    def lines(self) -> bytes | None:
+        """The rows' lines as `csv.writer` writes them, made from the exact columns: orjson
+        writes each stretch of int columns and of float columns in C, and each row's pieces
+        are joined. None where a column is neither exact nor empty in every row, or a float
+        is one orjson writes otherwise than Python's repr (`csv_rows`: an exponent, NaN,
+        infinity, a value below 1e-4): the caller then writes the rows' tuples."""
+        if not self.num_rows or not _NUMPY_AS_PYTHON:
+            return None
+        pieces: list[Any] = []
+        for kind, indices in self._stretches():
+            if kind == "empty":  # (the stretch's cells, and the commas between them)
+                pieces.append(repeat(b"," * (len(indices) - 1), self.num_rows))
+                continue
+            if kind == "other":
+                return None
+            text = _DUMPS(np.column_stack([self.exact[i] for i in indices]), option=_NUMPY)
+            if kind == "float" and _flagged(text):
+                return None
+            pieces.append(text[2:-2].split(b"],["))
+        return b"\n".join(map(b",".join, zip(*pieces, strict=True))) + b"\n"
+
+    def _stretches(self) -> list[tuple[str, list[int]]]:
+        """The columns in order, grouped in stretches of one kind: exact int64, exact
+        float64, empty in every row, or other."""
+        out: list[tuple[str, list[int]]] = []
+        for index in range(len(COLUMNS)):
+            values = self.exact.get(index)
+            if values is not None:
+                kind = "int" if values.dtype == np.int64 else "float"
+            else:
+                column = self.lists[index]
+                kind = "empty" if column.count(None) == len(column) else "other"
+            if out and out[-1][0] == kind:
+                out[-1][1].append(index)
+            else:
+                out.append((kind, [index]))
+        return out
 
 
 def _column_array(values: Sequence, count: int, is_float: bool) -> np.ndarray:
@@ -93,34 +203,28 @@ def _column_array(values: Sequence, count: int, is_float: bool) -> np.ndarray:
     return np.array(values, dtype=np.float64)  # (None is NaN)
 
 
-def _transposed(columns: list[list], arrays: dict[int, np.ndarray]) -> TransposedRows:
-    rows = TransposedRows(zip(*columns, strict=True))
-    rows.columns = columns
-    rows.arrays = arrays
-    return rows
-
-
 def batch_rows(single: list[tuple], single_at: Sequence[int], arrays: RunArrays | None,
-               num_rows: int) -> TransposedRows:
-    """`num_rows` rows, with their columns: the rows `single` (`COLUMNS` tuples, in the
-    places `single_at`) and the rows of runs (`DecodeRunLog.expand`), expanded together with
-    numpy: their values (and types) are those of the runs' `rows`."""
+               num_rows: int) -> StepRows:
+    """`num_rows` rows: the rows `single` (`COLUMNS` tuples, in the places `single_at`) and
+    the rows of runs (`DecodeRunLog.expand`), expanded together with numpy: their values
+    (and types) are those of the runs' `rows`."""
     if arrays is None:
-        return _transposed(list(zip(*single, strict=True)), {})
+        return StepRows.of_tuples(single)
     at = arrays.at
-    columns: list[list] = []
+    lists: dict[int, list] = {}
     exact: dict[int, np.ndarray] = {}
     for index, values in enumerate(_run_columns(arrays)):
         if values is None:
-            columns.append([None] * num_rows)
+            lists[index] = [None] * num_rows
             continue
         if single:
             full = np.empty(num_rows, dtype=values.dtype)
             full[at] = values
             values = full  # (the single rows' cells set below)
-        columns.append(values.tolist())
         if values.dtype in (np.int64, np.float64):
             exact[index] = values
+        else:
+            lists[index] = values.tolist()
     # The cells a run leaves empty where a full column is not: a utilization over nothing
     # held, prompt blocks of a run that does not report them.
     for name, empty in (
@@ -128,25 +232,28 @@ def batch_rows(single: list[tuple], single_at: Sequence[int], arrays: RunArrays 
             ("kv_prompt_blocks", arrays.per_row("has_prompt_blocks") == 0)):
         if empty.any():
             index = _INDEX[name]
-            column = columns[index]
+            column = lists.get(index)
+            if column is None:
+                column = lists[index] = exact.pop(index).tolist()
             for i in at[empty].tolist():
                 column[i] = None
-            exact.pop(index, None)
     if single:
-        for index, (column, values) in enumerate(zip(columns, zip(*single, strict=True),
-                                                     strict=True)):
-            for i, value in zip(single_at, values, strict=True):
-                column[i] = value
+        where = np.asarray(single_at, dtype=np.int64)
+        for index, values in enumerate(zip(*single, strict=True)):
             full = exact.get(index)
             if full is not None:
                 # The array keeps the single rows' values only where it holds them as they
                 # are (an int in an int column, a float in a float one).
                 kind = int if full.dtype == np.int64 else float
                 if all(type(value) is kind for value in values):
-                    full[np.asarray(single_at, dtype=np.int64)] = values
-                else:
-                    del exact[index]
-    return _transposed(columns, exact)
+                    full[where] = values
+                    continue
+                # (the array's other cells are the runs': as a list, the singles' set in it)
+                lists[index] = exact.pop(index).tolist()
+            column = lists[index]
+            for i, value in zip(single_at, values, strict=True):
+                column[i] = value
+    return StepRows(num_rows, exact, lists)
 
 
 def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
@@ -218,20 +325,25 @@ class StepTotals:
     _part_weight: float = 0.0
     _held_back: tuple | None = None
 
-    def add_rows(self, rows: list[tuple]) -> None:
-        """Fold in rows (`COLUMNS` order), oldest first (`TransposedRows`: with their columns
-        at hand). Everything is computed before any total changes, so an interrupt leaves
-        the totals with all of the rows or none."""
-        if not rows:
+    def add_rows(self, rows: StepRows | Sequence[tuple]) -> None:
+        """Fold in rows (a `StepRows` batch, or `COLUMNS` tuples), oldest first. Everything
+        is computed before any total changes, so an interrupt leaves the totals with all of
+        the rows or none."""
+        if not len(rows):
             return
-        if not isinstance(rows, TransposedRows):
-            rows = _transposed(list(zip(*rows, strict=True)), {})
-        columns = rows.columns
+        if not isinstance(rows, StepRows):
+            rows = StepRows.of_tuples(rows)
         batch = rows.array(_INDEX["num_prefill_seqs"]) + rows.array(_INDEX["num_decode_seqs"])
         most = int(batch.max())
         maxima = dict(self.maxima)
         for name in _MAX_COLUMNS:
-            column = columns[_INDEX[name]]
+            index = _INDEX[name]
+            exact = rows.exact.get(index)
+            if exact is not None:  # (ints, every row)
+                old = maxima[name]
+                maxima[name] = int(exact.max()) if old is None else max(old, int(exact.max()))
+                continue
+            column = rows.column(index)
             if None not in column:
                 values = column
             elif column.count(None) == len(column):  # (a column no row fills: one scan)
@@ -258,7 +370,7 @@ class StepTotals:
             starts = with_held(_INDEX["t_s"], rows.array(_INDEX["t_s"]).astype(float))
             durations = with_held(_INDEX["step_ms"], step_ms_column[:-1]) / 1e3
             sums = _fold_sums([folded(i) if i in _FOLDED else None
-                               for i in range(len(columns))],
+                               for i in range(len(COLUMNS))],
                               np.maximum(starts[1:] - starts[:-1], durations))
         step_ms = float(np.sum(step_ms_column))
         overhead_ms = float(np.sum(rows.array(_INDEX["overhead_ms"]), dtype=float))
@@ -274,7 +386,7 @@ class StepTotals:
         self.overhead_ms += overhead_ms
         self.step_ms += step_ms
         self.maxima = maxima
-        self._held_back = rows[-1]
+        self._held_back = rows.last_row()
         if sums is not None:
             self._apply(sums)
 
@@ -377,7 +489,7 @@ class StepColumns:
     def dropped(self) -> bool:
         return self._parts is None
 
-    def add(self, rows: TransposedRows, start: int = 0, every: int = 1) -> None:
+    def add(self, rows: StepRows, start: int = 0, every: int = 1) -> None:
         """Rows `start::every` of a batch."""
         if self._parts is None:
             return
@@ -432,7 +544,7 @@ class StepWriter:
         # Who else reads the runs' rows (`StepRecorder.stream_to`: the group sums).
         self.run_arrays_sink: Callable[[RunArrays], None] | None = None
         # Expanded batches of `_CHUNK_ROWS` rows (the last one at `close`: what is left).
-        self._ready: list[TransposedRows] = []
+        self._ready: list[StepRows] = []
         self._ready_on_disk = False  # the first ready batch is written, not yet folded
 
     def write(self, record: StepRecord) -> None:
@@ -481,7 +593,7 @@ class StepWriter:
             full = len(rows) - len(rows) % _CHUNK_ROWS
             ready = [rows.part(start, start + _CHUNK_ROWS)
                      for start in range(0, full, _CHUNK_ROWS)]
-            rest = rows[full:]
+            rest = rows.part(full, len(rows)).tuples() if full < len(rows) else []
             if last and rest:
                 ready.append(rows.part(full, len(rows)))
                 rest = []
@@ -499,16 +611,18 @@ class StepWriter:
             self._ready.pop(0)
             self._ready_on_disk = False
 
-    def _write_batch(self, rows: TransposedRows) -> None:
-        columns = rows.columns
+    def _write_batch(self, rows: StepRows) -> None:
         if self.every == 1:
             first = 0
-            # None is an empty cell, as pandas writes a missing value.
-            text = csv_lines(rows, _lines, sum(columns[i].count(None) for i in _OPTIONAL))
+            text = rows.lines()
+            if text is None:
+                # None is an empty cell, as pandas writes a missing value.
+                text = csv_lines(rows.tuples(), _lines,
+                                 sum(rows.column(i).count(None) for i in _OPTIONAL))
             self.rows_written += len(rows)
         else:
             first = -self.totals.steps % self.every  # the first of these rows that is an Nth
-            kept = rows[first :: self.every]
+            kept = rows.tuples()[first :: self.every]
             text = csv_lines(kept, _lines)
             self.rows_written += len(kept)
         self._file.write(text)

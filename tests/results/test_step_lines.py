@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from kvbench.results.step_writer import COLUMNS, StepColumns, StepWriter, _lines
+from kvbench.results.step_writer import COLUMNS, StepColumns, StepRows, StepWriter, _lines
 
 
 def _csv_lines(rows: list[tuple]) -> str:
@@ -80,3 +80,67 @@ def test_kept_columns_are_let_go_past_their_limit(tmp_path):
     writer.write_rows([(i, *_row(i)[1:]) for i in range(5)])
     writer.close()
     assert writer.kept.dropped and writer.kept.columns() is None
+
+
+def _exact_batch(t_s: list[float]) -> StepRows:
+    """A batch as a writer makes one of runs' rows: every column numpy but the empty ones."""
+    rows = [_row(i, t_s=t, kv_prompt_blocks=i, num_running=3, kv_token_bytes=2**40 + i)
+            for i, t in enumerate(t_s)]
+    batch = StepRows.of_tuples(rows)
+    exact = {}
+    for index, column in list(batch.lists.items()):
+        if None not in column:
+            exact[index] = np.array(column, dtype=np.float64 if isinstance(column[0], float)
+                                    else np.int64)
+            del batch.lists[index]
+    return StepRows(len(rows), exact, batch.lists)
+
+
+def test_lines_from_numpy_columns_are_the_tuples_lines():
+    batch = _exact_batch([0.0, 1e-4, 0.1 + 0.2, 280.00003558163075, 9.999999999999998e15])
+    assert batch.lines() == _lines(batch.tuples()).encode()
+    assert batch.last_row() == batch.tuples()[-1]
+    part = batch.part(1, 3)
+    assert part.lines() == _lines(batch.tuples()[1:3]).encode()
+
+
+def test_floats_numpy_writes_otherwise_go_the_tuples_way():
+    for value in (9.99e-5, 1e-5, 1e16, 1e21, math.nan, math.inf, -1e-7):
+        batch = _exact_batch([0.5, value])
+        assert batch.lines() is None, value
+    # and a column neither numpy nor empty throughout (a None in some rows)
+    batch = _exact_batch([0.5, 0.25])
+    batch.lists[COLUMNS.index("kv_utilization")] = [None, 0.5]
+    del batch.exact[COLUMNS.index("kv_utilization")]
+    assert batch.lines() is None
+
+
+def test_a_simulation_writes_the_same_steps_csv_either_way(tmp_path, monkeypatch):
+    """steps.csv of a run through numpy columns, byte for byte what the rows' tuples give."""
+    from kvbench.config import EngineConfig
+    from kvbench.core.engine_kind import EngineKind
+    from kvbench.results import step_writer
+    from kvbench.session.executor_config import ExecutorConfig
+    from kvbench.session.replay_config import ReplayConfig
+    from kvbench.session.run_config import RunConfig
+    from kvbench.session.runner import run_one
+    from kvbench.session.workload_config import WorkloadConfig
+
+    run = RunConfig(
+        engine=EngineConfig(model="tiny", kv_memory="160KiB", block_size=4),
+        workload=WorkloadConfig(name="parallel", num_requests=60,
+                                params={"n": 2, "prompt_len": (4, 40), "output_len": (1, 40)}),
+        replay=ReplayConfig(request_rate=20.0, warmup=0),
+        executor=ExecutorConfig(kind=EngineKind.SIMULATED, gpu="a100-40gb"))
+    monkeypatch.setattr(step_writer, "_CHUNK_ROWS", 32)  # batches of runs' rows, not one
+    made = []
+    lines = step_writer.StepRows.lines
+    monkeypatch.setattr(step_writer.StepRows, "lines",
+                        lambda self: made.append(lines(self)) or made[-1])
+    run_one(run, tmp_path / "numpy", show_progress=False)
+    assert sum(text is not None for text in made) >= 3  # (batches of runs; not every one)
+    monkeypatch.setattr(step_writer, "_NUMPY_AS_PYTHON", False)
+    run_one(run, tmp_path / "tuples", show_progress=False)
+    ours = (tmp_path / "numpy" / "steps.csv").read_bytes()
+    assert ours == (tmp_path / "tuples" / "steps.csv").read_bytes()
+    assert ours.count(b"\n") > 100
