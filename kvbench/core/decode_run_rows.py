@@ -12,6 +12,7 @@ bit and the type: a value is computed by the same float operations either way.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -185,10 +186,14 @@ class DecodeRunLog:
         safely elsewhere.)"""
         import numpy as np  # here: the engine imports this module, and the CLI's help the engine
 
-        fields = np.array(self._fields, dtype=np.int64).reshape(-1, len(_FIELDS))
-        start_of_run = np.array(self._starts_s, dtype=np.float64)
-        end_s = np.array(self._ends_s, dtype=np.float64)
-        books = np.array(self._books, dtype=np.int64).reshape(-1, 4)
+        # (fromiter over the flattened tuples: `np.array` of a list of tuples finds its
+        # shape first, three times the cost)
+        fields = np.fromiter(chain.from_iterable(self._fields), dtype=np.int64,
+                             count=len(self._fields) * len(_FIELDS)).reshape(-1, len(_FIELDS))
+        start_of_run = np.fromiter(self._starts_s, dtype=np.float64, count=len(self._starts_s))
+        end_s = np.fromiter(self._ends_s, dtype=np.float64, count=len(self._ends_s))
+        books = np.fromiter(chain.from_iterable(self._books), dtype=np.int64,
+                            count=len(self._books) * 4).reshape(-1, 4)
         count = len(fields)
         lengths = fields[:, _FIELD["num_steps"]]
         total = len(end_s)
