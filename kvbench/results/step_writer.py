@@ -468,9 +468,9 @@ def _fold_sums(columns: list[np.ndarray | None], weight_s: np.ndarray) -> _FoldS
 
 # Rows a writer holds before it formats them and folds them into its totals at once.
 _CHUNK_ROWS = 4096
-# The most rows `StepColumns` holds (15 columns: under 250 MB): a longer run's report reads
+# The most rows `StepColumns` holds (15 columns: 120 MB): a longer run's report reads
 # its steps back from the file.
-KEEP_MAX_ROWS = 2_000_000
+KEEP_MAX_ROWS = 1_000_000
 
 
 class StepColumns:

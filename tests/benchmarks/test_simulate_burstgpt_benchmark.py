@@ -6,8 +6,8 @@ whole command `kvbench simulate --model llama-3-8b --gpu h100-80gb --workload TR
 The target: 1,000,000 requests in at most 120 s of CPU, with memory bounded by what the
 results files need. It is behind `KVBENCH_BENCH_BURSTGPT_REQUESTS` (the number of trace rows;
 the test is skipped without it): far too slow for CI. On the 2-core development machine a
-million rows take 99.9-115.2 s of CPU (five runs) and 2.7 GB at peak, the 5 GB of results
-files written past the page cache (about 4 s of system time, against 16-17 s before);
+million rows take 88-97 s of CPU (three runs of today's code) and 2.8 GB at peak, the 5 GB
+of results files written past the page cache (about 4 s of system time, against 16-17 s before);
 docs/simulator.md, Speed and output files, gives the measured figures and where the time
 goes. The CPU time is the child's user + system time (`RUSAGE_CHILDREN`), its
 peak memory `ru_maxrss`; both go into `extra_info` with the steps and the simulated
