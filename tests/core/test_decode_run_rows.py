@@ -134,10 +134,19 @@ def test_expanded_rows_are_the_reference_rows_to_the_type(items):
         else:
             log.add(n, item)
             n += len(item.ends_s)
+    from kvbench.results.step_writer import _lines
+
     got = batch_rows(single, single_at, log.expand() if log else None, n)
     reference = _reference_rows(items)
-    assert _typed(got) == _typed(reference)
-    assert [list(c) for c in got.columns] == [list(c) for c in zip(*reference, strict=True)]
+    assert _typed(got.tuples()) == _typed(reference)
+    assert [got.column(i) for i in range(len(COLUMNS))] == \
+        [list(c) for c in zip(*reference, strict=True)]
+    # Its numpy columns hold the very values; its lines are the rows' own; so is its last row.
+    for index, values in got.exact.items():
+        assert _typed([tuple(values.tolist())]) == _typed([tuple(r[index] for r in reference)])
+    lines = got.lines()
+    assert lines is None or lines == _lines(reference).encode()
+    assert _typed([got.last_row()]) == _typed([reference[-1]])
     last = [item for item in items if type(item) is not tuple]
     assert all(run.last_row() == run.rows()[-1] for run in last)
 
