@@ -191,7 +191,8 @@ class CacheStrategy(ABC):
     def cohort_run_steps(self, ordinal: int, num_members: int, max_steps: int) -> int:
         """How many cohort steps from `ordinal` (at most `max_steps`) fit: every member
         growing by one token a step, allocated in admission order step after step, before an
-        allocation would fail (0: none; the general path then runs the next step)."""
+        allocation would fail (0: none; the next step is then the one in which the pool runs
+        dry: `cohort_step_victims`)."""
         return 0
 
     def cohort_step_victims(self, ordinal: int,

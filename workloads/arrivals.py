@@ -146,6 +146,7 @@ def apply_arrivals(
         # its own, as the groups below would give it, without a pass over groups of one.
         rate = process.conversation_start_rate(len(requests), len(requests))
         starts = arrival_times(len(requests), rate, process.burstiness, seed)
+        # (start + (its arrival - its arrival): the general path's arithmetic, to the bit)
         requests = [replace(r, arrival_s=start + (r.arrival_s - r.arrival_s))
                     for start, r in zip(starts.tolist(), requests, strict=True)]
     elif not process.offline:

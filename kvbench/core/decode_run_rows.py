@@ -151,8 +151,8 @@ class RunArrays:
 
 
 class DecodeRunLog:
-    """Runs kept to be expanded later, many at once: each kind of value in a flat array (the
-    runs' fixed numbers, their step ends, their books), so that keeping a run is a few
+    """Runs kept to be expanded later, many at once: each kind of value in a list of its own
+    (the runs' fixed numbers, their step ends, their books), so that keeping a run is a few
     appends and `expand` makes every run's rows with numpy, not a pass over the runs."""
 
     def __init__(self) -> None:

@@ -237,8 +237,7 @@ class Engine(BaseEngine):
                 victims = strategy.cohort_step_victims(cohort.ordinal,
                                                        policy.preemption_candidates())
                 if victims is None:  # all of them: `step`'s (it admits in the same step)
-                    if fit > 0:
-                        self._decoded_all = False
+                    self._decoded_all = False
                     return total, finished
             now_finished = self._cohort_step(victims)
             finished += now_finished

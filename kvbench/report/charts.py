@@ -51,6 +51,14 @@ def _present(values: np.ndarray) -> np.ndarray:
     return values[~np.isnan(values)]
 
 
+def _nanmean(values: np.ndarray) -> float:
+    """The mean of the values that are not NaN, as pandas computes it (the NaNs summed as
+    zeros, divided by the count: the same bits); NaN when there are none."""
+    missing = np.isnan(values)
+    count = values.size - int(missing.sum())
+    return float(np.where(missing, 0.0, values).sum() / count) if count else math.nan
+
+
 def _cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The empirical CDF at up to CDF_POINTS evenly spread ranks: (sorted values, share of
     values at or below each)."""
@@ -157,9 +165,10 @@ def ttft_split_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | N
     # names the part, so no legend entry has to stand for several colours.
     for column, part, opacity in (("queue_ms", "queue", 0.4), ("prefill_ms", "prefill", 1.0)):
         # Requests that never started have no value (NaN): left out.
-        values = [_present(r.requests.floats(column)) for r in runs]
-        means = [float(v.mean()) if v.size else math.nan for v in values]
-        p99 = [float(np.quantile(v, 0.99)) if v.size else math.nan for v in values]
+        values = [r.requests.floats(column) for r in runs]
+        means = [_nanmean(v) for v in values]
+        p99 = [float(np.quantile(_present(v), 0.99)) if _present(v).size else math.nan
+               for v in values]
         fig.add({
             "type": "bar", "y": names, "x": means, "orientation": "h", "name": part,
             "marker": {"color": colors, "opacity": opacity,

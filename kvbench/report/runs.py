@@ -68,8 +68,9 @@ class RunData:
     @cached_property
     def steps(self) -> Columns:
         """`steps.csv`'s columns that charts draw (`CHART_STEP_COLUMNS`), read when a chart
-        first asks: a run streams its steps to the file and keeps none (a long simulation's
-        file is tens of MB); a killed run's steps so far; empty when there is none."""
+        first asks (unless the session that wrote the file handed them over: `use_steps`; a
+        long simulation's file is GBs); a killed run's steps so far; empty when there is
+        none."""
         path = self.path / "steps.csv"
         return _read_csv(path if path.is_file() else self.path / STEPS_PARTIAL,
                          columns=CHART_STEP_COLUMNS)

@@ -28,14 +28,21 @@ def _sample(rows: np.ndarray) -> np.ndarray:
 
 
 def _medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct `keys`, ascending, and the median of the `values` (no NaN) of each."""
-    order = np.lexsort((values, keys))
+    """The distinct `keys`, ascending, and the median of each one's `values`, as pandas'
+    group median: a NaN key is no group, a NaN value is skipped (a group of NaN only: NaN)."""
+    keys, values = np.asarray(keys), np.asarray(values, dtype=np.float64)
+    if keys.dtype.kind == "f":
+        keep = ~np.isnan(keys)
+        keys, values = keys[keep], values[keep]
+    if not keys.size:
+        return keys, values
+    order = np.lexsort((values, keys))  # (a group's NaN values last)
     keys, values = keys[order], values[order]
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    counts = np.diff(np.r_[starts, keys.size])
-    low = values[starts + (counts - 1) // 2]
-    high = values[starts + counts // 2]
-    return keys[starts], (low + high) / 2
+    counts = np.add.reduceat((~np.isnan(values)).astype(np.int64), starts)
+    low = values[starts + np.maximum(counts - 1, 0) // 2]
+    high = values[starts + counts // 2 - (counts == 0)]
+    return keys[starts], np.where(counts > 0, (low + high) / 2, np.nan)
 
 
 def step_time_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None:

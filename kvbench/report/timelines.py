@@ -188,7 +188,9 @@ def hit_rate_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | Non
         order = np.flatnonzero(~np.isnan(at_s))
         if not order.size:
             continue
-        order = order[np.argsort(at_s[order], kind="stable")]
+        # numpy's default sort, as pandas' `sort_values` (its order of requests admitted at
+        # one instant: the curve's steps between them)
+        order = order[np.argsort(at_s[order])]
         with np.errstate(divide="ignore", invalid="ignore"):  # (no prompt token yet: NaN)
             rate = (np.cumsum(req.floats("cached_prompt_tokens")[order])
                     / np.cumsum(req.floats("prompt_len")[order]))

@@ -52,7 +52,7 @@ def _writes_as_python() -> bool:
 _FAST = _writes_as_python()
 
 
-def _small(text: bytes) -> bool:
+def has_small_float(text: bytes) -> bool:
     """Whether a value in `text` (orjson's, no exponents) is below 1e-4 in magnitude: it
     starts `0.0000` after a comma, a bracket or a minus sign (one scan: in `100.00001` the
     same digits follow another digit)."""
@@ -101,7 +101,7 @@ def _suspect(text: bytes, nones: int, bools: int) -> bool:
     e = text.count(b"e")
     if e != bools and e != text.count(b"true") + text.count(b"false"):
         return True
-    return text.count(b"n") != nones or _small(text)
+    return text.count(b"n") != nones or has_small_float(text)
 
 
 _CAPITALS = bytes.maketrans(b"tf", b"TF")

@@ -152,7 +152,7 @@ def per_request(requests: Columns | pd.DataFrame) -> Columns | pd.DataFrame:
     table = as_columns(requests)
     if "sample" not in table or table.empty or table["n"].max() <= 1:
         return requests  # one row per request already (n = 1, or a folder from before)
-    ids, group = np.unique(table["request_id"], return_inverse=True)
+    _, group = np.unique(table["request_id"], return_inverse=True)
     group = group.reshape(-1)
     order = np.argsort(group, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(group[order]) != 0])

@@ -24,7 +24,7 @@ import orjson
 from kvbench.core.decode_run_rows import DecodeRunLog, DecodeRunRows, RunArrays
 from kvbench.core.step_record import StepRecord
 from kvbench.results.columns import Columns
-from kvbench.results.csv_rows import _small, csv_lines
+from kvbench.results.csv_rows import csv_lines, has_small_float
 from kvbench.results.direct_file import DirectFile
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(StepRecord))
@@ -79,7 +79,7 @@ def _numpy_writes_as_python() -> bool:
 
 def _flagged(text: bytes) -> bool:
     """Whether orjson's text of floats holds one it writes otherwise than Python's repr."""
-    return b"e" in text or b"n" in text or _small(text)
+    return b"e" in text or b"n" in text or has_small_float(text)
 
 
 _NUMPY_AS_PYTHON = _numpy_writes_as_python()
@@ -301,9 +301,9 @@ class StepTotals:
 
     The memory means are time-weighted (docs/design.md, Memory split): a step's
     memory state lasts until the next step starts (the last one: its own length), which is
-    why each row is folded in when the next one arrives. Rows come in batches (`add_rows`,
-    rows as `COLUMNS` tuples) and are summed with numpy: a simulation makes hundreds of
-    thousands of them.
+    why each row is folded in when the next one arrives. Rows come in batches (`add_rows`:
+    a writer's `StepRows`, or `COLUMNS` tuples) and are summed with numpy: a simulation makes
+    hundreds of thousands of them.
     """
 
     steps: int = 0
@@ -468,7 +468,7 @@ def _fold_sums(columns: list[np.ndarray | None], weight_s: np.ndarray) -> _FoldS
 
 # Rows a writer holds before it formats them and folds them into its totals at once.
 _CHUNK_ROWS = 4096
-# The most rows `StepColumns` holds (15 columns: 120 MB): a longer run's report reads
+# The most rows `StepColumns` holds (of those written; 15 columns: 120 MB): a longer run's report reads
 # its steps back from the file.
 KEEP_MAX_ROWS = 1_000_000
 
@@ -480,8 +480,10 @@ class StepColumns:
     without reading the file back. Beyond `max_rows` rows it lets them go (`dropped`)."""
 
     def __init__(self, names: frozenset[str] | set[str], max_rows: int | None = None) -> None:
-        self._wanted = [(name, _INDEX[name]) for name in COLUMNS if name in names]
-        self._parts: dict[str, list[np.ndarray]] | None = {name: [] for name, _ in self._wanted}
+        self._wanted = [(name, _INDEX[name], name in _FLOAT_COLUMNS)
+                        for name in COLUMNS if name in names]
+        self._parts: dict[str, list[np.ndarray]] | None = {
+            name: [] for name, _, _ in self._wanted}
         self.max_rows = KEEP_MAX_ROWS if max_rows is None else max_rows
         self.num_rows = 0
 
@@ -497,8 +499,13 @@ class StepColumns:
         if self.num_rows + count > self.max_rows:
             self._parts = None
             return
-        for name, index in self._wanted:
-            self._parts[name].append(rows.array(index)[start::every].copy())
+        for name, index, is_float in self._wanted:
+            exact = rows.exact.get(index)
+            if exact is not None:
+                self._parts[name].append(exact[start::every].copy())
+            else:  # (its dtype from the rows written only, as pandas reads the file)
+                self._parts[name].append(_column_array(rows.column(index)[start::every],
+                                                       count, is_float))
         self.num_rows += count
 
     def columns(self) -> Columns | None:
@@ -612,8 +619,13 @@ class StepWriter:
             self._ready_on_disk = False
 
     def _write_batch(self, rows: StepRows) -> None:
+        # The kept columns first: the batch counts as written once its text is, so nothing
+        # may stand between the write and the caller's marking it (a Ctrl-C there would
+        # write it again at `close`).
+        first = -self.totals.steps % self.every  # the first of these rows that is an Nth
+        if self.kept is not None:
+            self.kept.add(rows, first, self.every)
         if self.every == 1:
-            first = 0
             text = rows.lines()
             if text is None:
                 # None is an empty cell, as pandas writes a missing value.
@@ -621,14 +633,11 @@ class StepWriter:
                                  sum(rows.column(i).count(None) for i in _OPTIONAL))
             self.rows_written += len(rows)
         else:
-            first = -self.totals.steps % self.every  # the first of these rows that is an Nth
             kept = rows.tuples()[first :: self.every]
             text = csv_lines(kept, _lines)
             self.rows_written += len(kept)
         self._file.write(text)
         self._file.flush()  # (a killed run's partial file: its rows but the last few KB)
-        if self.kept is not None:
-            self.kept.add(rows, first, self.every)
 
     def close(self) -> StepTotals:
         if self._file is not None:

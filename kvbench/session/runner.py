@@ -90,7 +90,7 @@ class RunOutcome:
     config: dict[str, Any]  # as written to config.json
     requests: Columns  # as written to requests.csv
     # What the folder's tokens.jsonl reads back as, when the caller asked to keep it
-    # (`run_one(keep_token_times=True)`): the session's report then does not parse it again.
+    # (`run_one(keep_for_report=True)`): the session's report then does not parse it again.
     token_times: TokenTimes | None = dataclasses.field(default=None, repr=False,
                                                         compare=False)
     # `steps.csv`'s columns that the report draws, kept as the file was written (with the
@@ -181,7 +181,7 @@ def run_one(
     show_progress: bool = True,
     command: str = "",
     prepared: tuple[BuiltEngine, WorkloadResult] | None = None,
-    keep_token_times: bool = False,
+    keep_for_report: bool = False,
 ) -> RunOutcome:
     built, workload = prepared or prepare(run)
     engine = built.engine
@@ -222,7 +222,7 @@ def run_one(
     set_recorder(recorder)
     # The session's report draws the steps kept here rather than reading the file back.
     step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every,
-                             StepColumns(CHART_STEP_COLUMNS) if keep_token_times else None)
+                             StepColumns(CHART_STEP_COLUMNS) if keep_for_report else None)
     # Rows stream to disk as the engine makes them (a fast-forwarded run's described, and
     # expanded in batches).
     engine.step_recorder.stream_to(step_writer)
@@ -250,7 +250,7 @@ def run_one(
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,
-                config_json, step_writer, request_writer, keep_token_times,
+                config_json, step_writer, request_writer, keep_for_report,
             )
         except BaseException as err:  # the marker must say why the files are not whole
             request_writer.abandon()  # its rows are what is left of requests.csv
@@ -388,7 +388,7 @@ def _write_results(
     built: BuiltEngine, workload: WorkloadResult, run: RunConfig, folder: Path, label: str,
     status: str, warmup_done: int, recorder: TraceRecorder | None,
     config_json: dict[str, Any], step_writer: StepWriter, request_writer: RequestWriter,
-    keep_token_times: bool = False,
+    keep_for_report: bool = False,
 ) -> RunOutcome:
     engine = built.engine
     with trace_range("metrics"), _no_collection():
@@ -416,7 +416,7 @@ def _write_results(
         write_json(folder / "trace.json", recorder.to_json())
     summary.write(folder / SUMMARY_FILE)
     # (an unfinished run writes no report: nothing to keep)
-    kept = token_times if keep_token_times and status == "complete" else None
+    kept = token_times if keep_for_report and status == "complete" else None
     steps = (step_writer.kept.columns() if step_writer.kept is not None and status == "complete"
              else None)
     return RunOutcome(label, folder, summary, config_json, requests, kept, steps)

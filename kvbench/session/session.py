@@ -460,7 +460,7 @@ def _run_session(
             # report from memory.
             per_label[i].append(run_one(run, folder, show_progress=show_progress,
                                         command=command, prepared=prep,
-                                        keep_token_times=k == 0))
+                                        keep_for_report=k == 0))
             prep = None
             if _measures_fp8_accuracy(run):
                 # Whole only once its accuracy section is written, after every round.

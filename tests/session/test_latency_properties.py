@@ -44,7 +44,7 @@ def _run(kind: EngineKind, *, request_rate: float, burstiness: float,
                                 else None),
     )
     with tempfile.TemporaryDirectory() as folder:
-        return run_one(run, Path(folder) / "run", show_progress=False, keep_token_times=True)
+        return run_one(run, Path(folder) / "run", show_progress=False, keep_for_report=True)
 
 
 def check_latencies(outcome: RunOutcome, max_concurrency: int | None) -> None:

@@ -37,7 +37,7 @@ def _run(folder: Path, *, steps_every: int = 1, fast_forward: bool = True):
                             fast_forward=fast_forward),
         executor=ExecutorConfig(kind=EngineKind.SIMULATED, gpu="a100-40gb"),
     )
-    return run_one(run, folder, show_progress=False, keep_token_times=True)
+    return run_one(run, folder, show_progress=False, keep_for_report=True)
 
 
 @pytest.mark.parametrize(("steps_every", "fast_forward"), [(1, True), (3, True), (1, False)])
