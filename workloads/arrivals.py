@@ -114,6 +114,12 @@ def arrival_times(
     return np.concatenate(([0.0], np.cumsum(gaps)))
 
 
+def each_alone(requests: Sequence[Request]) -> bool:
+    """Whether no request belongs to a conversation: each is a conversation of its own (most
+    workloads, every trace), and its groups need no pass to find."""
+    return all(r.conversation_id is None for r in requests)
+
+
 def conversation_groups(requests: Sequence[Request]) -> list[list[int]]:
     """The indices of each conversation's requests, conversations in the order their first
     request appears (a request without a `conversation_id` is a conversation of one)."""
@@ -141,9 +147,9 @@ def apply_arrivals(
     `arrival_s` − the conversation's earliest `arrival_s`).
     """
     process = ArrivalProcess(request_rate, burstiness, conversation_rate=conversation_rate)
-    if not process.offline and all(r.conversation_id is None for r in requests):
-        # Every request a conversation of its own (most workloads, every trace): each starts
-        # its own, as the groups below would give it, without a pass over groups of one.
+    if not process.offline and each_alone(requests):
+        # Each request starts its own conversation, as the groups below would give it,
+        # without a pass over groups of one.
         rate = process.conversation_start_rate(len(requests), len(requests))
         starts = arrival_times(len(requests), rate, process.burstiness, seed)
         # (start + (its arrival - its arrival): the general path's arithmetic, to the bit)

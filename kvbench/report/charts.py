@@ -62,7 +62,7 @@ def _nanmean(values: np.ndarray) -> float:
 def _cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The empirical CDF at up to CDF_POINTS evenly spread ranks: (sorted values, share of
     values at or below each)."""
-    return _sorted_cdf(np.sort(values[~np.isnan(values)]))
+    return _sorted_cdf(np.sort(_present(values)))
 
 
 def _weighted_cdf(values: WeightedValues) -> tuple[np.ndarray, np.ndarray]:
@@ -167,8 +167,8 @@ def ttft_split_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | N
         # Requests that never started have no value (NaN): left out.
         values = [r.requests.floats(column) for r in runs]
         means = [_nanmean(v) for v in values]
-        p99 = [float(np.quantile(_present(v), 0.99)) if _present(v).size else math.nan
-               for v in values]
+        present = [_present(v) for v in values]
+        p99 = [float(np.quantile(v, 0.99)) if v.size else math.nan for v in present]
         fig.add({
             "type": "bar", "y": names, "x": means, "orientation": "h", "name": part,
             "marker": {"color": colors, "opacity": opacity,

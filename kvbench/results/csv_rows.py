@@ -34,12 +34,18 @@ import orjson
 _DUMPS = orjson.dumps
 
 
+# The probes of the import-time checks (here, and of numpy's floats in `step_writer`): floats
+# orjson writes as Python's repr, and floats it writes with an exponent or a `0.0000`.
+REPR_FLOATS = (0.0, -0.0, 1e-4, -1e-4, 0.1 + 0.2, 1 / 3, 280.00003558163075,
+               9.999999999999998e15, 123456789012345.67, 2.0**53, -1.5)
+NOT_REPR_FLOATS = (9.99e-5, 1e-5, 1.5e-7, 5e-324, 1e16, 1.5e16, 1e21, 1e308)
+
+
 def _writes_as_python() -> bool:
     """Whether this orjson writes what the checks above rely on: Python's repr in range, an
     exponent or a `0.0000` out of it, `null` for NaN (checked once, at import)."""
-    inside = [0.0, -0.0, 1e-4, -1e-4, 0.1 + 0.2, 1 / 3, 280.00003558163075, 9.999999999999998e15,
-              123456789012345.67, 2.0**53, -1.5, 2**63 - 1, -2**63]
-    outside = [9.99e-5, 1e-5, 1.5e-7, 5e-324, 1e16, 1.5e16, 1e21, 1e308]
+    inside = [*REPR_FLOATS, 2**63 - 1, -2**63]
+    outside = list(NOT_REPR_FLOATS)
     try:
         ok = [_DUMPS(v) for v in inside] == [repr(v).encode() for v in inside]
         text = _DUMPS(outside)

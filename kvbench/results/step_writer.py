@@ -24,7 +24,12 @@ import orjson
 from kvbench.core.decode_run_rows import DecodeRunLog, DecodeRunRows, RunArrays
 from kvbench.core.step_record import StepRecord
 from kvbench.results.columns import Columns
-from kvbench.results.csv_rows import csv_lines, has_small_float
+from kvbench.results.csv_rows import (
+    NOT_REPR_FLOATS,
+    REPR_FLOATS,
+    csv_lines,
+    has_small_float,
+)
 from kvbench.results.direct_file import DirectFile
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(StepRecord))
@@ -63,10 +68,8 @@ _OPTIONAL = tuple(i for i, f in enumerate(dataclasses.fields(StepRecord))
 def _numpy_writes_as_python() -> bool:
     """Whether this orjson writes numpy's int64 as Python's ints and float64 as Python's repr
     in range, with an `e`, a `0.0000` or a `null` out of it (checked once, at import)."""
-    inside = [0.0, -0.0, 1e-4, -1e-4, 0.1 + 0.2, 1 / 3, 280.00003558163075, 9.999999999999998e15,
-              123456789012345.67, 2.0**53, -1.5, 24.176133732081617]
-    outside = [9.99e-5, 1e-5, 1.5e-7, 5e-324, 1e16, 1.5e16, 1e21, 1e308, -1e-5,
-               math.nan, math.inf, -math.inf]
+    inside = [*REPR_FLOATS, 24.176133732081617]
+    outside = [*NOT_REPR_FLOATS, -1e-5, math.nan, math.inf, -math.inf]
     try:
         text = _DUMPS(np.array(inside).reshape(-1, 1), option=_NUMPY)
         ints = np.array([[2**63 - 1, -(2**63), 0, -7]], dtype=np.int64)
@@ -633,9 +636,9 @@ class StepWriter:
                                  sum(rows.column(i).count(None) for i in _OPTIONAL))
             self.rows_written += len(rows)
         else:
-            kept = rows.tuples()[first :: self.every]
-            text = csv_lines(kept, _lines)
-            self.rows_written += len(kept)
+            written = rows.tuples()[first :: self.every]
+            text = csv_lines(written, _lines)
+            self.rows_written += len(written)
         self._file.write(text)
         self._file.flush()  # (a killed run's partial file: its rows but the last few KB)
 

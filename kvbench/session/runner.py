@@ -72,7 +72,7 @@ from kvbench.strategies import STRATEGIES, reads_option
 from kvbench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.versions import versions
 from kvbench.workloads import WorkloadResult, check_workload_fits, is_trace, load_workload
-from kvbench.workloads.arrivals import conversation_groups
+from kvbench.workloads.arrivals import conversation_groups, each_alone
 
 DEFAULT_NUM_REQUESTS = 64
 
@@ -531,7 +531,6 @@ def summarize(built, workload, run, label, status, warmup_done, requests: Column
     )
 
 
-_CONVERSATION = operator.attrgetter("conversation_id")
 _REQUEST_ID = operator.attrgetter("request_id")
 
 
@@ -547,7 +546,7 @@ def _load(workload: WorkloadResult, rows: Columns) -> Load:
         first = (rows["sample"] == 0) & ~np.isnan(sent_s)
         sent = dict(zip(rows["request_id"][first].tolist(), sent_s[first].tolist(),
                         strict=True))
-    if set(map(_CONVERSATION, requests)) <= {None}:
+    if each_alone(requests):
         # Every request a conversation of its own (a trace, most workloads): the groups
         # and their starts need no pass over groups of one (a million requests' is seconds).
         conversations = len(requests)

@@ -151,53 +151,29 @@ def test_writer_batches_rows_across_chunks_as_written_one_by_one(tmp_path):
         r.kv_prompt_blocks for r in records if r.kv_prompt_blocks is not None)
 
 
-def test_an_interrupt_while_the_report_columns_are_kept_writes_each_row_once(
-        tmp_path, monkeypatch):
-    """Ctrl-C lands while a batch's columns are kept for the report: the batch is not on disk
-    yet, and closing the writer writes it once."""
-    from kvbench.results import step_writer
-
-    monkeypatch.setattr(step_writer, "_CHUNK_ROWS", 5)
-    records = [_record(i, i * 0.01, 10.0, 30 + i, 60, i % 2) for i in range(12)]
-    writer = StepWriter(tmp_path / "steps.csv", keep=step_writer.StepColumns({"t_s"}))
-    keep = step_writer.StepColumns.add
-    calls = []
-
-    def interrupted_once(self, rows, start=0, every=1):
-        calls.append(len(rows))
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        keep(self, rows, start, every)
-
-    monkeypatch.setattr(step_writer.StepColumns, "add", interrupted_once)
-    with pytest.raises(KeyboardInterrupt):
-        for record in records:
-            writer.write(record)
-    totals = writer.close()
-    assert list(pd.read_csv(tmp_path / "steps.csv")["step"]) == list(range(totals.steps))
-    assert totals.steps == 10
-
-
-def test_an_interrupt_while_a_batch_is_folded_keeps_the_file_and_totals_together(
-        tmp_path, monkeypatch):
-    """Ctrl-C lands between writing a batch of rows and folding it into the totals: closing
+@pytest.mark.parametrize("interrupted", ["StepTotals.add_rows", "StepColumns.add"])
+def test_an_interrupt_while_a_batch_is_handled_keeps_the_file_and_totals_together(
+        tmp_path, monkeypatch, interrupted):
+    """Ctrl-C lands while a batch is handled: between writing its rows and folding them into
+    the totals, or while its columns are kept for the report (before it is on disk). Closing
     the writer (as the runner does on an interrupt) finishes the batch, so steps.csv and the
     summary still cover the same steps, each row once."""
     from kvbench.results import step_writer
 
     monkeypatch.setattr(step_writer, "_CHUNK_ROWS", 5)
     records = [_record(i, i * 0.01, 10.0, 30 + i, 60, i % 2) for i in range(12)]
-    writer = StepWriter(tmp_path / "steps.csv")
-    fold = step_writer.StepTotals.add_rows
+    writer = StepWriter(tmp_path / "steps.csv", keep=step_writer.StepColumns({"t_s"}))
+    owner, method = interrupted.split(".")
+    handle = getattr(getattr(step_writer, owner), method)
     calls = []
 
-    def interrupted_once(self, rows):
+    def interrupted_once(self, rows, *args):
         calls.append(len(rows))
         if len(calls) == 2:
             raise KeyboardInterrupt
-        fold(self, rows)
+        handle(self, rows, *args)
 
-    monkeypatch.setattr(step_writer.StepTotals, "add_rows", interrupted_once)
+    monkeypatch.setattr(getattr(step_writer, owner), method, interrupted_once)
     with pytest.raises(KeyboardInterrupt):
         for record in records:
             writer.write(record)
