@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Regenerate every figure README.md's "Measured findings" section quotes, from the commands
-# printed there. Runs are interleaved (repeat 1 of every command, then repeat 2, ...), so a
-# slow spell on a shared machine spreads over all of them instead of sinking one; each figure
-# is printed as the median with the range [min-max] over the repeats. The machine (CPU
-# count, CPU model) and its load (uptime, before and after) are recorded with the figures.
+# Regenerate every measured figure of docs/findings.md (the README quotes three of them), from
+# the commands printed there. Runs are interleaved (repeat 1 of every command, then repeat 2,
+# ...), so a slow spell on a shared machine spreads over all of them instead of sinking one;
+# each figure is printed as the median with the range [min-max] over the repeats. The machine
+# (CPU count, CPU model) and its load (uptime, before and after) are recorded with the figures.
 #
-#   scripts/readme_figures.sh              # 3 repeats, the README's request counts (~1 h)
+#   scripts/readme_figures.sh              # 3 repeats, the documented request counts (~1 h)
 #   scripts/readme_figures.sh --quick      # tiny request counts, 2 repeats (~6 min): a check
 #   scripts/readme_figures.sh --repeats 5 --out /tmp/figures
 #   scripts/readme_figures.sh --only moe-chat-16mib,dense-chat-16mib   # some figures (ids below)
 #
 # Output: OUT/figures.txt (what is printed), OUT/machine.txt, and every run's folder under
-# OUT/<figure>/rep-<k>/. Run it on a quiet machine; the README quotes what it prints.
+# OUT/<figure>/rep-<k>/. Run it on a quiet machine; docs/findings.md quotes what it prints.
 set -euo pipefail
 
 repeats=
@@ -32,7 +32,7 @@ repeats=${repeats:-$([ "$quick" = 1 ] && echo 2 || echo 3)}
 command -v kvbench >/dev/null || { echo "readme_figures.sh: kvbench is not on PATH" >&2; exit 2; }
 mkdir -p "$out"
 
-# id | command (as in the README; --out and --quiet are added, --repeat is this script's)
+# id | command (as in docs/findings.md; --out and --quiet are added, --repeat is this script's)
 figures=(
   "memory-32mib|kvbench run --strategy contiguous,paged --workload sharegpt --kv-memory 32MiB --max-model-len 2048"
   "continuous-paged-8mib|kvbench run --workload sharegpt --strategy paged --batching continuous --kv-memory 8MiB --max-model-len 2048 --max-num-seqs 64"
@@ -103,7 +103,7 @@ fi
 echo "load after: $(load)" >> "$out/machine.txt"
 
 python - "$out" <<'PY' | tee "$out/figures.txt"
-"""Medians and ranges over the repeats, per figure and strategy, and the README's ratios."""
+"""Medians and ranges over the repeats, per figure and strategy, and docs/findings.md's ratios."""
 import json
 import statistics
 import sys

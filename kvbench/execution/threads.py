@@ -2,10 +2,9 @@
 
 torch's CPU kernels run on an OpenMP pool whose idle threads, by default (GNU OpenMP's ACTIVE
 wait policy), spin between parallel regions. With `--cpu-threads 2` and another process busy
-on the second core, a spinning thread steals the time slice its peer needs, and a run measured
-on a 2-core machine fell from ~2,400 to 35-92 output tok/s; `OMP_WAIT_POLICY=PASSIVE` (idle
-threads sleep) gave ~2,050 in the same conditions. With one thread there is no pool
-and the policy changes nothing.
+on the second core, a spinning thread steals the time slice its peer needs and the run's
+throughput collapses; with `OMP_WAIT_POLICY=PASSIVE` idle threads sleep and the run keeps
+most of its speed. With one thread there is no pool and the policy changes nothing.
 
 The OpenMP runtime reads OMP_WAIT_POLICY once, when torch loads it (`import torch`), so the
 default has to be in the environment before that: `kvbench/__init__.py` calls
@@ -14,11 +13,11 @@ When torch was imported first (a library user who imported torch before kvbench)
 can no longer change; `thread_settings()` records that it may not be in effect.
 
 numpy's bundled OpenBLAS starts a pool of one thread per core when numpy is imported, and the
-pool's start alone costs about 0.06 s of CPU on a 2-core machine (half of numpy's import). A
-simulation's only BLAS work is a few dot products per 65,536 steps (the KV groups' means),
-which a pool does not speed up, so `kvbench simulate` sets OPENBLAS_NUM_THREADS=1 before
-anything imports numpy (`default_one_blas_thread`), unless it is set or numpy is loaded
-already (OpenBLAS reads it once, at load; the process and its children keep the setting).
+pool's start is a large share of numpy's import. A simulation's only BLAS work is a few dot
+products per 65,536 steps (the KV groups' means), which a pool does not speed up, so
+`kvbench simulate` sets OPENBLAS_NUM_THREADS=1 before anything imports numpy
+(`default_one_blas_thread`), unless it is set or numpy is loaded already (OpenBLAS reads it
+once, at load; the process and its children keep the setting).
 
 This module must not import torch at module level. A run that never loaded torch
 (`kvbench simulate`) records its torch thread counts as None: no torch pool ran.

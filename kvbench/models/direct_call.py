@@ -1,11 +1,11 @@
 """Modules whose call is their `forward`, without `nn.Module.__call__`'s hook machinery.
 
 A decode step of a small model on the CPU runs a few dozen module calls a layer, and
-`nn.Module.__call__` (hook checks, then `forward`) costs about as much as the tensor op it
-wraps at batch 1: on the benchmark's 4-layer Llama it is ~0.1 ms of a 1.4 ms step.
-kvbench's decoders register no hooks and never need them (the transformers engine hooks
-transformers' own model, not these), so their modules call `forward` directly. Parameters,
-buffers, submodules and state-dict names are `nn.Module`'s, unchanged.
+`nn.Module.__call__` (hook checks, then `forward`) is fixed work on every call, comparable to
+the small tensor op it wraps at batch 1. kvbench's decoders register no hooks and never need
+them (the transformers engine hooks transformers' own model, not these), so their modules call
+`forward` directly. Parameters, buffers, submodules and state-dict names are `nn.Module`'s,
+unchanged.
 """
 
 from __future__ import annotations

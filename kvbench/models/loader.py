@@ -49,10 +49,10 @@ def init_dummy_weights(model: LlamaDecoder, seed: int, std: float = 0.02) -> Non
     for Gemma's (1 + w) norms), zero biases.
 
     Drawn in float32 by torch's generator of the device the weights are on, then cast: on the
-    CPU one serial Mersenne-Twister stream (~40 s for 8B weights); on a GPU its Philox
-    generator, in chunks, in seconds. The two generators give different numbers for the same
-    seed, so the same `--seed` gives the same weights on every run of one device type, not
-    the same weights on CPU and GPU.
+    CPU one serial Mersenne-Twister stream (slow for billions of weights); on a GPU its
+    Philox generator, in chunks, in parallel. The two generators give different numbers for
+    the same seed, so the same `--seed` gives the same weights on every run of one device
+    type, not the same weights on CPU and GPU.
     """
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)

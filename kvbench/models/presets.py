@@ -37,7 +37,7 @@ def _gpt_oss(name: str, num_layers: int, num_local_experts: int) -> ModelConfig:
 
 
 PRESETS: dict[str, ModelConfig] = {
-    # CPU default: small enough that a chat workload runs in seconds on 2 cores,
+    # CPU default: small enough that a chat workload runs quickly on a laptop CPU,
     # GQA (4 query heads per KV head) so the grouped-query path is always exercised.
     "tiny": ModelConfig(
         name="tiny",

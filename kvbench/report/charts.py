@@ -84,7 +84,7 @@ def _cdf_ranks(n: int) -> np.ndarray:
 def _sorted_cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`_cdf` of values already sorted, without NaN."""
     # A sort, not a partition at the kept ranks: numpy's sort of a long run's millions of ITLs
-    # is vectorised (SIMD), a partition at 400 ranks is not, and costs 5-7x as much.
+    # is vectorised (SIMD), a partition at hundreds of ranks is not, and costs more.
     keep = _cdf_ranks(values.size)
     return values[keep], (keep + 1) / max(values.size, 1)
 

@@ -214,5 +214,6 @@ def _page(runset: RunSet, sections: list[tuple[str, str, str]]) -> bytes:
         "Self-contained: opens offline.</footer></main></body></html>\n"
     )
     # Bytes around plotly.js's bytes: as one str the page would be widened to two bytes a
-    # character by its first non-ASCII one, copied, and encoded back (5 MB each time).
+    # character by its first non-ASCII one, copied, and encoded back (all of plotly.js each
+    # time).
     return b"".join((head.encode("utf-8"), plotly_js_script(), body.encode("utf-8")))

@@ -26,7 +26,7 @@ from kvbench.errors import KvbenchInputError
 SIM = ["simulate", "--model", "llama-2-7b", "--num-requests", "4", "--warmup", "0"]
 RUN = ["run", "--num-requests", "4", "--warmup", "0"]
 
-# (id, command, exit code). Exit 2 is bad usage or input (README, CLI).
+# (id, command, exit code). Exit 2 is bad usage or input (docs/cli.md).
 CASES: list[tuple[str, list[str], int]] = [
     # names
     ("unknown-strategy", [*RUN, "--strategy", "nope"], 2),
@@ -62,7 +62,7 @@ CASES: list[tuple[str, list[str], int]] = [
     ("max-model-len-above-model", [*RUN, "--max-model-len", "100000000"], 2),
     ("zero-tensor-parallel-size", [*SIM, "--tensor-parallel-size", "0"], 2),
     ("zero-cpu-threads", [*RUN, "--cpu-threads", "0"], 2),
-    # contradictions (README, CLI: contradictions)
+    # contradictions (docs/cli.md, Contradictions)
     ("kv-scale-without-fp8", [*RUN, "--kv-scale", "0.1"], 2),
     ("kv-memory-and-gpu-memory-utilization",
      [*RUN, "--kv-memory", "8MiB", "--gpu-memory-utilization", "0.5"], 2),

@@ -1,5 +1,5 @@
 """Options that seem to contradict each other and are accepted with a documented meaning
-(README, CLI: contradictions); the refused ones are in test_bad_input_catalogue.py."""
+(docs/cli.md, Contradictions); the refused ones are in test_bad_input_catalogue.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`--quiet` silences progress and the summary table, never a warning (README, CLI): a
+"""`--quiet` silences progress and the summary table, never a warning (docs/cli.md): a
 script that runs `kvbench run --quiet` still learns that an option was ignored or its
 requests were clipped."""
 

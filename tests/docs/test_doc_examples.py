@@ -201,7 +201,8 @@ def _plan_only(monkeypatch) -> None:
 
 def test_the_docs_have_examples_and_the_extraction_finds_them():
     where = {e.where.split(":")[0] for e in EXAMPLES}
-    assert {"README.md", "docs/sweep.md", "docs/estimate.md", "docs/workloads.md"} <= where
+    assert {"README.md", "docs/findings.md", "docs/sweep.md", "docs/estimate.md",
+            "docs/workloads.md"} <= where
     assert any(e.argv[:2] == ("sweep", "--simulate") and "--search" in e.argv
                for e in EXAMPLES if e.where.startswith("docs/sweep.md"))
 

@@ -1,11 +1,12 @@
 """The figures README.md and docs/*.md quote, rerun by the commands the docs give for them: a
-figure that drifts from what its command prints fails here.
+figure that drifts from what its command prints fails here. docs/findings.md holds every
+finding; the README quotes three of them, and the machine-independent ones are checked in both.
 
 Only figures that do not depend on the machine are checked: the simulator's (its clock is
 modelled, so the same command gives the same figures anywhere), the sizing arithmetic of
 `kvbench estimate`, the calibration script's tables, and counts (a real run's KV capacity,
 known once its engine is built; a workload's lengths). The timings in the tables of real runs
-on the CPU (README: memory, batching, fp8) are measured and move with the machine. Each check reads
+on the CPU (docs/findings.md: memory, batching, fp8) are measured and move with the machine. Each check reads
 its figures out of the doc's text, so an edit to the doc is checked as much as a change to
 the code.
 """
@@ -30,6 +31,8 @@ from kvbench.sweep.slo import meets_slo, parse_slo_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+FINDINGS = ROOT / "docs" / "findings.md"
+ESTIMATE_MD = ROOT / "docs" / "estimate.md"
 SWEEP_MD = ROOT / "docs" / "sweep.md"
 
 
@@ -79,8 +82,10 @@ def _simulate(argv: list[str], tmp_path: Path, capsys) -> list[dict]:
 def _console_examples(path: Path) -> list[tuple[str, list[str]]]:
     """(command, output lines) of every `$ kvbench ...` in the file's plain fenced blocks."""
     found = []
-    for body in re.findall(r"^```\n(.*?)^```", _text(path), re.S | re.M):
+    for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", _text(path), re.S | re.M):
         lines = body.splitlines()
+        if lang:  # a ```bash block shows a command without its output
+            continue
         if not lines or not lines[0].startswith("$ kvbench "):
             continue
         command, i = lines[0][2:], 1
@@ -108,14 +113,14 @@ def test_the_estimate_docs_have_their_examples():
     assert len(ESTIMATES) == 4
 
 
-def test_readme_estimate_figures(capsys):
-    command = re.search(r"^(kvbench estimate [^\n]+)\n```\s+prints ", _text(README),
+def test_estimate_md_preset_figures(capsys):
+    command = re.search(r"^(kvbench estimate [^\n]+)\n```\s+prints ", _text(ESTIMATE_MD),
                         re.M).group(1)
     m = re.search(r"prints ([\d,]+) bytes per token .*?, ([\d.]+) GiB per ([\d,]+)-token "
                   r"request, an ([\d.]+) GiB budget after ([\d.]+) GiB of weights, so (\d+) "
                   r"concurrent requests paged at that length against (\d+) with `--reserve max`",
-                  _prose(README))
-    assert m, "README: the estimate example's prose changed shape"
+                  _prose(ESTIMATE_MD))
+    assert m, "docs/estimate.md: the preset example's prose changed shape"
     per_token, per_request, context, budget, weights, paged, reserved = m.groups()
     assert main([*shlex.split(command)[1:], "--json"]) == 0
     est = json.loads(capsys.readouterr().out)
@@ -210,12 +215,12 @@ def test_sweep_md_capacity_table_is_what_its_command_finds(row, tmp_path, capsys
     assert not _meets(argv, hi, slo, tmp_path, capsys)[0], f"{strategy} meets it at {hi}"
 
 
-def test_readme_capacity_table_rounds_the_sweep_md_one():
+def test_findings_capacity_table_rounds_the_sweep_md_one():
     full = {_run_options(row[0])[1] + "".join(_run_options(row[0])[3:]): row
             for row in CAPACITY_ROWS}
-    readme = _table(README, "| strategy | capacity at")
-    assert len(readme) == len(full)
-    for label, capacity, tok_s in readme:
+    rounded = _table(FINDINGS, "| strategy | capacity at")
+    assert len(rounded) == len(full)
+    for label, capacity, tok_s in rounded:
         strategy, _, reserve = label.partition("-")
         _, doc_capacity, _, doc_tok_s = full[strategy + reserve]
         assert capacity == f"{float(doc_capacity):.3f} req/s" and tok_s == doc_tok_s, label
@@ -259,28 +264,55 @@ def _set(argv: list[str], flag: str, value: str) -> list[str]:
     return [*argv[:at + 1], value, *argv[at + 2:]]
 
 
-# README: the simulator at data-centre scale -----------------------------------------------
+# The README's CPU findings: quoted from docs/findings.md --------------------------------
+
+def test_readme_quotes_the_findings_memory_split():
+    header = "| strategy | KV utilization | held / token | out tok/s"
+    findings = {row[0]: row for row in _table(FINDINGS, header)}
+    quoted = _table(README, header)
+    assert [row[0] for row in quoted] == list(findings)
+    for label, util, held, tok_s in quoted:
+        assert findings[label][1:3] == [util, held], label
+        assert findings[label][3].split(" [")[0] == tok_s, label
+
+
+def test_readme_quotes_the_findings_batching_ratio():
+    pattern = r"Continuous \+ paged delivers \*\*([\d.]+)×\*\* \[[^\]]+\] the output throughput"
+    m = re.search(pattern, _prose(FINDINGS))
+    assert m, "docs/findings.md: the continuous vs static sentence changed shape"
+    assert f"over a paged cache delivers {m.group(1)}× the output throughput" in _prose(README)
+
+
+# docs/findings.md and the README: the simulator at data-centre scale ---------------------
+
+SIMULATE_13B = r"^kvbench simulate --model llama-2-13b [^\n]+--num-requests 1000$"
+
+
+def test_readme_quotes_the_findings_simulate_command():
+    (command,) = re.findall(SIMULATE_13B, _text(FINDINGS), re.M)
+    assert re.findall(SIMULATE_13B, _text(README), re.M) == [command]
+
 
 @pytest.mark.slow  # five runs of 1,000 requests: about 12 s on a quiet core
-def test_readme_simulate_figures(tmp_path, capsys):
-    text = _text(README)
-    command = re.search(r"^kvbench simulate --model llama-2-13b [^\n]+--num-requests 1000$",
-                        text, re.M).group()
+def test_findings_simulate_figures(tmp_path, capsys):
+    command = re.search(SIMULATE_13B, _text(FINDINGS), re.M).group()
     argv = shlex.split(command)[2:]
     offline = {s["label"]: s for s in _simulate(argv, tmp_path, capsys)}
-    for label, util, tok_s, running in _table(README, "| strategy | KV utilization | out tok/s "
-                                                       "(simulated)"):
-        s = offline[label]
-        assert f"{s['memory']['utilization_mean']:.1%}" == util, label
-        assert f"{s['throughput']['output_tok_s']:.1f}" == tok_s, label
-        assert str(s["scheduler"]["batch_size_max"]) == running, label
+    for doc in (FINDINGS, README):
+        rows = _table(doc, "| strategy | KV utilization | out tok/s (simulated)")
+        assert [row[0] for row in rows] == list(offline), doc.name
+        for label, util, tok_s, running in rows:
+            s = offline[label]
+            assert f"{s['memory']['utilization_mean']:.1%}" == util, (doc.name, label)
+            assert f"{s['throughput']['output_tok_s']:.1f}" == tok_s, (doc.name, label)
+            assert str(s["scheduler"]["batch_size_max"]) == running, (doc.name, label)
 
-    prose = _prose(README)
+    prose = _prose(FINDINGS)
     m = re.search(r"At 1 request/s .*? contiguous-max saturates: it serves ([\d.]+) output "
                   r"tok/s with a median TTFT of ([\d,]+) s as its queue grows, while paged "
                   r"keeps up with the arrivals at ([\d.]+) tok/s and a (\d+) ms median TTFT",
                   prose)
-    assert m, "README: the 1 request/s sentence changed shape"
+    assert m, "docs/findings.md: the 1 request/s sentence changed shape"
     at_one = {s["label"]: s for s in _simulate([*argv, "--request-rate", "1"], tmp_path, capsys)}
     contiguous, paged = at_one["contiguous-max"], at_one["paged"]
     assert f"{contiguous['throughput']['output_tok_s']:.1f}" == m.group(1)
@@ -290,22 +322,23 @@ def test_readme_simulate_figures(tmp_path, capsys):
 
     m = re.search(r"With `--max-model-len 2048` .*? contiguous-max holds ([\d.]+)% token state",
                   prose)
-    assert m, "README: the --max-model-len 2048 sentence changed shape"
+    assert m, "docs/findings.md: the --max-model-len 2048 sentence changed shape"
     only_contiguous = _set(argv, "--strategy", "contiguous")  # the sentence is about it alone
     (short,) = _simulate([*only_contiguous, "--max-model-len", "2048"], tmp_path, capsys)
     assert f"{short['memory']['utilization_mean']:.1%}" == m.group(1) + "%"
 
 
-def test_readme_paging_ratio_is_the_capacity_tables_one():
+@pytest.mark.parametrize("doc", [FINDINGS, README], ids=lambda doc: doc.name)
+def test_paging_ratio_is_the_capacity_tables_one(doc):
     m = re.search(r"Paging serves ([\d.]+)× the request rate of max-length reservation",
-                  _prose(README))
-    assert m, "README: the paging ratio's sentence changed shape"
+                  _prose(doc))
+    assert m, f"{doc.name}: the paging ratio's sentence changed shape"
     capacity = {row[0].split(" (")[0]: float(row[1]) for row in CAPACITY_ROWS}
     ratio = capacity["paged"] / capacity["contiguous, reserve max"]
     assert f"{ratio:.1f}" == m.group(1)
 
 
-# README: the fp8 cache's capacity (a count: the same on any machine) -----------------------
+# docs/findings.md: the fp8 cache's capacity (a count: the same on any machine) -----------------------
 
 def _planned_capacities(command: str, tmp_path: Path, monkeypatch) -> dict[str, int]:
     """Each strategy's KV capacity in tokens under the `kvbench run` COMMAND: its engines are
@@ -324,24 +357,24 @@ def _planned_capacities(command: str, tmp_path: Path, monkeypatch) -> dict[str, 
             for label, (built, _) in zip(plan.labels, plan.prepared, strict=True)}
 
 
-def test_readme_fp8_kv_capacities(tmp_path, monkeypatch):
-    command = re.search(r"^kvbench run --strategy paged,fp8 [^\n]+$", _text(README), re.M)
+def test_findings_fp8_kv_capacities(tmp_path, monkeypatch):
+    command = re.search(r"^kvbench run --strategy paged,fp8 [^\n]+$", _text(FINDINGS), re.M)
     capacity = _planned_capacities(command.group(), tmp_path, monkeypatch)
-    rows = _table(README, "| strategy | KV capacity |")
+    rows = _table(FINDINGS, "| strategy | KV capacity |")
     assert [row[0].split(" (")[0] for row in rows] == list(capacity)
     for row in rows:
         assert row[1] == f"{capacity[row[0].split(' (')[0]]:,} tokens", row[0]
-    assert "Exactly twice the tokens" in _prose(README)
+    assert "Exactly twice the tokens" in _prose(FINDINGS)
     assert capacity["fp8"] == 2 * capacity["paged"]
 
 
-# README: the mixture of experts' comparison (capacities: the same on any machine) ----------
+# docs/findings.md: the mixture of experts' comparison (capacities: the same on any machine) ----------
 
-def test_readme_tiny_moe_kv_capacities(tmp_path, monkeypatch):
+def test_findings_tiny_moe_kv_capacities(tmp_path, monkeypatch):
     """The tiny-moe table's capacities are its command's, and tiny's (the same KV cache)."""
-    command = re.search(r"^kvbench run --model tiny-moe [^\n]+$", _text(README), re.M).group()
+    command = re.search(r"^kvbench run --model tiny-moe [^\n]+$", _text(FINDINGS), re.M).group()
     capacity = _planned_capacities(command, tmp_path / "moe", monkeypatch)
-    rows = _table(README, "| strategy (tiny-moe) |")
+    rows = _table(FINDINGS, "| strategy (tiny-moe) |")
     assert [row[0] for row in rows] == list(capacity)
     for row in rows:
         assert row[1] == f"{capacity[row[0]]:,} tokens", row[0]
@@ -379,14 +412,14 @@ def test_simulate_help_describes_the_documented_step_time_model():
         assert stale not in text and stale not in listing
 
 
-# README: hybrid vs paged on a Gemma-3-shaped model (simulated) -----------------------------
+# docs/findings.md: hybrid vs paged on a Gemma-3-shaped model (simulated) -----------------------------
 
 @pytest.mark.slow  # six runs of 200 long requests: about 20 s on a quiet core
-def test_readme_hybrid_figures(tmp_path, capsys):
+def test_findings_hybrid_figures(tmp_path, capsys):
     commands = re.findall(r"^kvbench simulate --model gemma-3-27b [^\n]+$",
-                          _text(README), re.M)
-    assert len(commands) == 2, "README: the hybrid commands changed shape"
-    rows = _table(README, "| workload | strategy | KV held / token | capacity")
+                          _text(FINDINGS), re.M)
+    assert len(commands) == 2, "docs/findings.md: the hybrid commands changed shape"
+    rows = _table(FINDINGS, "| workload | strategy | KV held / token | capacity")
     runs = {}
     for command, workload in zip(commands, ("summarize (8k in)", "4 shared 8k prefixes"),
                                  strict=True):

@@ -291,19 +291,19 @@ def test_mla_charges_the_absorbed_projections():
     assert no_shared.time_s < one.time_s
 
 
-# The README's DeepSeek-V3 figures, rerun by the commands it gives ------------------------
+# docs/findings.md's DeepSeek-V3 figures, rerun by the commands it gives -----------------
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+FINDINGS = Path(__file__).resolve().parents[2] / "docs" / "findings.md"
 
 
-def _readme_section() -> str:
-    text = README.read_text(encoding="utf-8")
+def _findings_section() -> str:
+    text = FINDINGS.read_text(encoding="utf-8")
     start = text.index("## DeepSeek-V3 on 8 × H200")
     return text[start:text.index("\n## ", start + 1)]
 
 
-def test_readme_deepseek_estimate_figures(capsys):
-    section = _readme_section()
+def test_findings_deepseek_estimate_figures(capsys):
+    section = _findings_section()
     command = re.search(r"^(kvbench estimate [^\n]+)$", section, re.M).group(1)
     prose = " ".join(section.split())
     m = re.search(r"prints ([\d,]+) bytes per token .*?, ([\d.]+) GiB of weights per GPU .*?"
@@ -311,7 +311,7 @@ def test_readme_deepseek_estimate_figures(capsys):
                   r"requests paged against (\d+) with contiguous .*? the same command gives "
                   r"(\d+) paged and (\d+) contiguous\. .*?, ([\d,]+) bytes per token per GPU\) "
                   r"would hold (\d+) such requests \((\d+) in fp8\)", prose)
-    assert m, "README: the DeepSeek-V3 estimate's prose changed shape"
+    assert m, "docs/findings.md: the DeepSeek-V3 estimate's prose changed shape"
     (per_token, weights, budget, paged, context, contiguous, paged_fp8, contiguous_fp8,
      mha_per_token, mha, mha_fp8) = m.groups()
     argv = shlex.split(command)[1:]
@@ -335,11 +335,11 @@ def test_readme_deepseek_estimate_figures(capsys):
     assert fp8["mha_equivalent"]["max_concurrency"] == int(mha_fp8)
 
 
-def test_readme_deepseek_simulated_figures(tmp_path, capsys, monkeypatch):
+def test_findings_deepseek_simulated_figures(tmp_path, capsys, monkeypatch):
     import kvbench.session.session
 
     monkeypatch.setattr(kvbench.session.session, "write_reports", lambda *_a, **_k: None)
-    section = _readme_section()
+    section = _findings_section()
     command = re.search(r"^(kvbench simulate [^\n]+)$", section, re.M).group(1)
     rows = [line.strip("|").split("|") for line in section.splitlines()
             if line.startswith(("| bf16", "| fp8"))]

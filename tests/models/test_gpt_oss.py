@@ -290,8 +290,8 @@ def test_simulate_runs_on_an_h100(model, tmp_path, capsys):
     assert (saved["num_local_experts"], saved["architecture"]) == (32, "gpt_oss")
 
 
-def test_readme_capacity_of_the_mxfp4_120b_on_one_h100():
-    """README's figure: the published mxfp4 bytes given as --weights-memory (experts at 17/32
+def test_models_md_capacity_of_the_mxfp4_120b_on_one_h100():
+    """docs/models.md's figure: the published mxfp4 bytes given as --weights-memory (experts at 17/32
     bytes a parameter, the rest bfloat16) leave 11.23 GiB of KV on an 80 GiB GPU."""
     config = get_preset("gpt-oss-120b")
     expert_weights = 36 * 128 * 3 * 2880 * 2880

@@ -48,7 +48,7 @@ def test_a_token_computes_what_it_computes_on_tiny():
 
 
 def test_every_strategy_runs_on_it(tmp_path, capsys):
-    """The README's comparison on it, cut to four chat turns: every request of every strategy
+    """docs/findings.md's comparison on it, cut to four chat turns: every request of every strategy
     completes, the prefix cache hits on the resent history, fp8 holds 4x float32's tokens."""
     out = tmp_path / "out"
     code = main(["run", "--model", "tiny-moe", "--strategy", "contiguous,paged,prefix,fp8",

@@ -102,7 +102,7 @@ def test_a_prefix_hit_leaves_its_cached_tokens_out_of_the_budget():
 def test_the_real_engine_and_the_simulator_mix_decodes_and_chunks_in_one_budget(
     command, tmp_path, capsys
 ):
-    # a budget below --max-model-len, with --no-chunked-prefill: vllm-v1 always chunks (README)
+    # a budget below --max-model-len, with --no-chunked-prefill: vllm-v1 always chunks (docs/cli.md)
     assert main([command, "--batching", "vllm-v1", "--num-requests", "8", "--no-chunked-prefill",
                  "--max-num-batched-tokens", "32", "--out", str(tmp_path), "--quiet"]) == 0
     (folder,) = (p for p in tmp_path.iterdir() if p.is_dir())
