@@ -32,10 +32,8 @@ from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
 from kvbench.models.resolve_config import resolve_model_config
-from kvbench.report.runs import CHART_STEP_COLUMNS
 from kvbench.results.columns import Columns
 from kvbench.results.files import (  # (atomic_write_text: tests fake a full disk through it)
-    ResultsFolder,
     atomic_direct_file,
     atomic_write_text,  # noqa: F401
     write_json,
@@ -50,7 +48,7 @@ from kvbench.results.metrics import (
     throughput,
 )
 from kvbench.results.request_writer import RequestWriter
-from kvbench.results.step_writer import StepColumns, StepTotals, StepWriter
+from kvbench.results.step_writer import StepTotals, StepWriter
 from kvbench.results.summary import (
     SUMMARY_FILE,
     Goodput,
@@ -64,7 +62,7 @@ from kvbench.results.summary import (
     Throughput,
 )
 from kvbench.results.token_file import write_token_file
-from kvbench.results.token_times import TOKENS_FILE, TokenTimes
+from kvbench.results.token_times import TOKENS_FILE
 from kvbench.results.weighted import WeightedValues
 from kvbench.session.progress import Progress
 from kvbench.session.run_config import RunConfig
@@ -79,8 +77,7 @@ DEFAULT_NUM_REQUESTS = 64
 
 @dataclass
 class RunOutcome:
-    """What a finished run holds of its results folder: everything but `steps.csv` (which
-    streams to disk) and, unless kept, the token times."""
+    """What a finished run holds of its results folder: its summary, config and requests."""
 
     label: str
     folder: Path
@@ -89,13 +86,6 @@ class RunOutcome:
     summary: Summary
     config: dict[str, Any]  # as written to config.json
     requests: Columns  # as written to requests.csv
-    # What the folder's tokens.jsonl reads back as, when the caller asked to keep it
-    # (`run_one(keep_for_report=True)`): the session's report then does not parse it again.
-    token_times: TokenTimes | None = dataclasses.field(default=None, repr=False,
-                                                        compare=False)
-    # `steps.csv`'s columns that the report draws, kept as the file was written (with the
-    # token times; None when not, or the run was too long to hold them).
-    steps: Columns | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 def strategy_label(run: RunConfig) -> str:
@@ -181,16 +171,17 @@ def run_one(
     show_progress: bool = True,
     command: str = "",
     prepared: tuple[BuiltEngine, WorkloadResult] | None = None,
-    keep_for_report: bool = False,
 ) -> RunOutcome:
+    """Replay the workload into `folder` (a working folder: its caller renames it once
+    whole). A run that stops writes what it has, its summary's status says how it ended,
+    and raises `RunInterrupted` or `KvbenchRunError`."""
     built, workload = prepared or prepare(run)
     engine = built.engine
     label = strategy_label(run)
     reset_peak_memory(built.device)  # the peak is this run's: weights, arena and activations
     with trace_range("warmup", requests=run.replay.warmup):
         warmup_done = _warm_up(built, run)
-    results = ResultsFolder(folder)
-    results.start()
+    folder.mkdir(parents=True, exist_ok=True)
     config_json = {
         "run": run.to_dict(),
         "label": label,
@@ -220,9 +211,7 @@ def run_one(
         clock=clock, drawn_by_executor=engine.drawn_trace_ranges,
     ) if run.replay.trace else None
     set_recorder(recorder)
-    # The session's report draws the steps kept here rather than reading the file back.
-    step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every,
-                             StepColumns(CHART_STEP_COLUMNS) if keep_for_report else None)
+    step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
     # Rows stream to disk as the engine makes them (a fast-forwarded run's described, and
     # expanded in batches).
     engine.step_recorder.stream_to(step_writer)
@@ -250,21 +239,15 @@ def run_one(
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,
-                config_json, step_writer, request_writer, keep_for_report,
+                config_json, step_writer, request_writer,
             )
-        except BaseException as err:  # the marker must say why the files are not whole
+        except BaseException:
             request_writer.abandon()  # its rows are what is left of requests.csv
-            stopped = isinstance(err, KeyboardInterrupt)
-            results.mark("interrupted" if stopped else "failed",
-                         f"writing results: {type(err).__name__}: {err}")
             raise
     if status == "interrupted":
-        results.mark("interrupted", "run interrupted (Ctrl-C); files hold what finished")
         raise RunInterrupted(folder)
     if status == "failed":
-        results.mark("failed", failure)
         raise KvbenchRunError(f"{label}: {failure}; partial results in {folder}")
-    results.complete()
     return outcome
 
 
@@ -388,7 +371,6 @@ def _write_results(
     built: BuiltEngine, workload: WorkloadResult, run: RunConfig, folder: Path, label: str,
     status: str, warmup_done: int, recorder: TraceRecorder | None,
     config_json: dict[str, Any], step_writer: StepWriter, request_writer: RequestWriter,
-    keep_for_report: bool = False,
 ) -> RunOutcome:
     engine = built.engine
     with trace_range("metrics"), _no_collection():
@@ -409,17 +391,12 @@ def _write_results(
         # were forgotten at its reset), as gaps with counts.
         summary = summarize(built, workload, run, label, status, warmup_done, requests,
                             step_totals, engine, written.itl_ms)
-    token_times = written.times
     del written
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", recorder.to_json())
     summary.write(folder / SUMMARY_FILE)
-    # (an unfinished run writes no report: nothing to keep)
-    kept = token_times if keep_for_report and status == "complete" else None
-    steps = (step_writer.kept.columns() if step_writer.kept is not None and status == "complete"
-             else None)
-    return RunOutcome(label, folder, summary, config_json, requests, kept, steps)
+    return RunOutcome(label, folder, summary, config_json, requests)
 
 
 @contextlib.contextmanager
