@@ -1,4 +1,5 @@
-"""The runs a report shows, read back from their results folders (the session's report too).
+"""The runs a report shows: read back from results folders, or handed over by the session
+that has just run them and renamed their folder whole (`collect_runs`).
 
 A folder given by the user is either one run (it holds `kvbench_summary.json`) or a multi-strategy
 comparison (it holds `comparison.json` and one subfolder per strategy), which expands into
@@ -54,11 +55,20 @@ class RunData:
     def versions(self) -> dict[str, Any]:
         return self.config.get("versions") or {}
 
+    def use_token_times(self, times: TokenTimes) -> None:
+        """Take the folder's `tokens.jsonl` as already read (the session that wrote it)."""
+        self.__dict__["token_times"] = times  # fills the cached property below
+
+    def use_steps(self, steps: Columns) -> None:
+        """Take `steps.csv`'s chart columns as the session that wrote the file kept them."""
+        self.__dict__["steps"] = steps  # fills the cached property below
+
     @cached_property
     def steps(self) -> Columns:
         """`steps.csv`'s columns that charts draw (`CHART_STEP_COLUMNS`), read when a chart
-        first asks (a long simulation's file is GBs); a killed run's steps so far; empty
-        when there is none."""
+        first asks (unless the session that wrote the file handed them over: `use_steps`; a
+        long simulation's file is GBs); a killed run's steps so far; empty when there is
+        none."""
         return _read_csv(self.path / "steps.csv", columns=CHART_STEP_COLUMNS)
 
     @cached_property

@@ -32,6 +32,7 @@ from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
 from kvbench.models.resolve_config import resolve_model_config
+from kvbench.report.runs import CHART_STEP_COLUMNS
 from kvbench.results.columns import Columns
 from kvbench.results.files import (  # (atomic_write_text: tests fake a full disk through it)
     atomic_direct_file,
@@ -48,7 +49,7 @@ from kvbench.results.metrics import (
     throughput,
 )
 from kvbench.results.request_writer import RequestWriter
-from kvbench.results.step_writer import StepTotals, StepWriter
+from kvbench.results.step_writer import StepColumns, StepTotals, StepWriter
 from kvbench.results.summary import (
     SUMMARY_FILE,
     Goodput,
@@ -62,7 +63,7 @@ from kvbench.results.summary import (
     Throughput,
 )
 from kvbench.results.token_file import write_token_file
-from kvbench.results.token_times import TOKENS_FILE
+from kvbench.results.token_times import TOKENS_FILE, TokenTimes
 from kvbench.results.weighted import WeightedValues
 from kvbench.session.progress import Progress
 from kvbench.session.run_config import RunConfig
@@ -77,7 +78,8 @@ DEFAULT_NUM_REQUESTS = 64
 
 @dataclass
 class RunOutcome:
-    """What a finished run holds of its results folder: its summary, config and requests."""
+    """What a finished run holds of its results folder: everything but `steps.csv` (which
+    streams to disk) and, unless kept, the token times."""
 
     label: str
     folder: Path
@@ -86,6 +88,13 @@ class RunOutcome:
     summary: Summary
     config: dict[str, Any]  # as written to config.json
     requests: Columns  # as written to requests.csv
+    # What the folder's tokens.jsonl reads back as, when the caller asked to keep it
+    # (`run_one(keep_for_report=True)`): the session's report then does not parse it again.
+    token_times: TokenTimes | None = dataclasses.field(default=None, repr=False,
+                                                        compare=False)
+    # `steps.csv`'s columns that the report draws, kept as the file was written (with the
+    # token times; None when not, or the run was too long to hold them).
+    steps: Columns | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 def strategy_label(run: RunConfig) -> str:
@@ -171,6 +180,7 @@ def run_one(
     show_progress: bool = True,
     command: str = "",
     prepared: tuple[BuiltEngine, WorkloadResult] | None = None,
+    keep_for_report: bool = False,
 ) -> RunOutcome:
     """Replay the workload into `folder` (a working folder: its caller renames it once
     whole). A run that stops writes what it has, its summary's status says how it ended,
@@ -211,7 +221,9 @@ def run_one(
         clock=clock, drawn_by_executor=engine.drawn_trace_ranges,
     ) if run.replay.trace else None
     set_recorder(recorder)
-    step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every)
+    # The session's report draws the steps kept here rather than reading the file back.
+    step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every,
+                             StepColumns(CHART_STEP_COLUMNS) if keep_for_report else None)
     # Rows stream to disk as the engine makes them (a fast-forwarded run's described, and
     # expanded in batches).
     engine.step_recorder.stream_to(step_writer)
@@ -239,7 +251,7 @@ def run_one(
         try:
             outcome = _write_results(
                 built, workload, run, folder, label, status, warmup_done, recorder,
-                config_json, step_writer, request_writer,
+                config_json, step_writer, request_writer, keep_for_report,
             )
         except BaseException:
             request_writer.abandon()  # its rows are what is left of requests.csv
@@ -371,6 +383,7 @@ def _write_results(
     built: BuiltEngine, workload: WorkloadResult, run: RunConfig, folder: Path, label: str,
     status: str, warmup_done: int, recorder: TraceRecorder | None,
     config_json: dict[str, Any], step_writer: StepWriter, request_writer: RequestWriter,
+    keep_for_report: bool = False,
 ) -> RunOutcome:
     engine = built.engine
     with trace_range("metrics"), _no_collection():
@@ -391,12 +404,17 @@ def _write_results(
         # were forgotten at its reset), as gaps with counts.
         summary = summarize(built, workload, run, label, status, warmup_done, requests,
                             step_totals, engine, written.itl_ms)
+    token_times = written.times
     del written
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", recorder.to_json())
     summary.write(folder / SUMMARY_FILE)
-    return RunOutcome(label, folder, summary, config_json, requests)
+    # (an unfinished run writes no report: nothing to keep)
+    kept = token_times if keep_for_report and status == "complete" else None
+    steps = (step_writer.kept.columns() if step_writer.kept is not None and status == "complete"
+             else None)
+    return RunOutcome(label, folder, summary, config_json, requests, kept, steps)
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from kvbench.build.engine_build import keeps_fp8_cache
 from kvbench.config import EngineConfig
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
-from kvbench.report.runs import collect_runs, load_runs
+from kvbench.report.runs import RunData, collect_runs
 from kvbench.results.files import (
     check_output_folder,
     disk_full_error,
@@ -324,7 +324,7 @@ def run_session(
 
     The session writes into `<root>.partial/`, which holds one working folder per run from
     the start, each renamed once whole, and is renamed `<root>/` once every file of its runs
-    and comparison is written; the report is drawn from that folder after. Ctrl-C raises
+    and comparison is written; the report is written into it after. Ctrl-C raises
     `RunInterrupted` naming the strategies that finished; a disk that fills raises
     `KvbenchRunError`; what was written stays, in folders still named `.partial`.
     """
@@ -357,7 +357,8 @@ def run_session(
     for outcome in outcomes:
         outcome.folder = plan.root / outcome.folder.relative_to(work)
     try:
-        write_reports(plan.root, outcomes, per_strategy=plan.per_strategy_reports)
+        write_reports(plan.root, outcomes, per_strategy=plan.per_strategy_reports,
+                      repeats=repeats)
     except OSError as err:
         # The results are whole and their folder says so; only the report is missing.
         raise KvbenchRunError(
@@ -426,8 +427,10 @@ def _run_all(
                 prep = prepare(run, model_cache)  # a fresh engine: identical configuration
             if on_run_start is not None:
                 on_run_start(label, k + 1, repeat)
+            # The first round's runs are the ones reported: their token times and steps go
+            # to the report from memory.
             outcome = run_one(run, folders[i][k], show_progress=show_progress,
-                              command=command, prepared=prep)
+                              command=command, prepared=prep, keep_for_report=k == 0)
             per_label[i].append(outcome)
             prep = None
             if not _measures_fp8_accuracy(run):  # else whole once its accuracy is written
@@ -535,18 +538,41 @@ def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
     write_csv(root / "comparison.csv", pd.DataFrame(rows))
 
 
-def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = False) -> None:
-    """One `report.html` per results folder, drawn from the folder as `kvbench report` reads
-    it: the run's own for one strategy; for several, one comparing them in `root`, and each
-    strategy's own only when `per_strategy` (each report inlines plotly.js, ~5 MB, so a
-    3-strategy folder would otherwise hold four copies)."""
+def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = False,
+                  repeats: list[dict[str, Any]] | None = None) -> None:
+    """One `report.html` per results folder: the run's own for one strategy; for several, one
+    comparing them in `root`, and each strategy's own only when `per_strategy` (each report
+    inlines plotly.js, ~5 MB, so a 3-strategy folder would otherwise hold four copies).
+
+    The reports show what the outcomes hold, as `kvbench report` would read it back from
+    their folders (reading a long run's back costs more than the rest of its report);
+    `repeats`: each outcome's `repeat.json` when the session ran `--repeat`."""
     from kvbench.report.writer import write_runs_report  # pandas: only once results exist
 
-    runs = load_runs([root])
-    write_runs_report(runs, root / "report.html")
-    if per_strategy and len(outcomes) > 1:
-        for run in runs.runs:
-            write_runs_report(collect_runs([run]), run.path / "report.html")
+    runs = [_report_run(o, o.folder if len(outcomes) == 1 else root,
+                        repeats[i]["figures"] if repeats else None)
+            for i, o in enumerate(outcomes)]
+    if len(runs) == 1:
+        write_runs_report(collect_runs(runs), outcomes[0].folder / "report.html")
+    else:
+        write_runs_report(collect_runs(runs), root / "report.html")
+        if per_strategy:
+            for run in runs:
+                write_runs_report(collect_runs([run]), run.path / "report.html")
+    for o in outcomes:
+        o.token_times = o.steps = None  # tens of MB each for a long run: not needed after
+
+
+def _report_run(outcome: RunOutcome, group: Path, repeat: dict[str, Any] | None) -> RunData:
+    """The report's `RunData` of a finished run (its folder renamed whole)."""
+    run = RunData(path=outcome.folder, group=group, label=outcome.label,
+                  summary=outcome.summary, config=outcome.config, requests=outcome.requests,
+                  repeat=repeat)
+    if outcome.token_times is not None:
+        run.use_token_times(outcome.token_times)
+    if outcome.steps is not None:
+        run.use_steps(outcome.steps)
+    return run
 
 
 __all__ = [
