@@ -163,8 +163,8 @@ part kernel-tests 70
 part probe 100
 part benchmarks 45
 part comparison 60
-# The comparison is packed whole or not: a run stopped by its limit leaves an INCOMPLETE folder,
-# packed all the same (its marker says what stopped it).
+# The comparison is packed whole or not: a run stopped by its limit leaves a .partial folder,
+# packed all the same (its summary, where written, says what stopped it).
 if [ -d "$WORK/runs" ]; then tar -czf "$OUT/comparison.tar.gz" -C "$WORK" runs; fi
 
 write_summary

@@ -12,8 +12,8 @@ from kvbench.report.compare_gate import check_pairs, differences_with_noise
 from kvbench.report.metrics import DEFAULT_DIFF, parse_thresholds
 from kvbench.report.runs import RunData, load_runs
 from kvbench.report.text_table import format_table
-from kvbench.results.folder_state import check_finished
 from kvbench.results.metric_catalogue import METRICS
+from kvbench.results.run_folder import check_finished
 
 
 def _metric_help() -> str:
@@ -28,7 +28,7 @@ def _metric_help() -> str:
         "change in the metric's unit (ms, tok/s, a count, a fraction): ttft.p99:+10ms (or "
         "+10) fails when new > base + 10 ms, preemptions:+0 fails on any increase. A metric "
         "missing in NEW but present in BASE fails.\n\n"
-        "The runs must be whole (finished: no INCOMPLETE marker or partial file, status "
+        "The runs must be whole (finished: no folder still named .partial, status "
         "complete, every file readable, every planned strategy there) and share workload, "
         "workload params, num_requests, request and conversation rates, concurrency, model, "
         "dtype, kv_cache_dtype and KV budget; otherwise compare exits 2 saying why, unless "

@@ -36,7 +36,7 @@ def export_command(run_dir: Path, fmt: str, output: Path | None,
     from kvbench.report.runs import run_folders
     from kvbench.results.export import request_table, vllm_bench_result, vllm_sweep_files
     from kvbench.results.files import atomic_write_text, check_output_folder
-    from kvbench.results.folder_state import check_finished
+    from kvbench.results.run_folder import check_finished
     from kvbench.results.summary import summary_file
 
     if output is not None and output.is_dir() and fmt != "vllm-sweep":

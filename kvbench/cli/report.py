@@ -36,7 +36,7 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None,
     # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.runs import run_folders
     from kvbench.report.writer import write_report
-    from kvbench.results.folder_state import check_finished
+    from kvbench.results.run_folder import check_finished
     from kvbench.sweep.sweep_folder import is_sweep_folder
 
     if output is not None:  # a place it cannot write is refused before any folder is read

@@ -29,13 +29,13 @@ SINGLE_RUN_WARNING = (
 def incomplete_reason(status: str, summary: Summary) -> str | None:
     """Why a run folder is not a finished run (None when it is).
 
-    `status` is what the folder's INCOMPLETE marker says ("complete" without one); the
-    summary's own `status` is checked as well (older folders without one pass).
+    `status` is the run's as its folder says it (`RunData.status`: `running` while the folder
+    is still `.partial`); the summary's own `status` first (older folders without one pass).
     """
-    if status != "complete":
-        return f"status {status} (INCOMPLETE marker)"
     if summary.status is not None and summary.status != "complete":
         return f"status {summary.status} in kvbench_summary.json"
+    if status != "complete":
+        return f"status {status} (its folder is still .partial)"
     return None
 
 
@@ -133,7 +133,7 @@ class ComparedRun(Protocol):
 
     path: Path
     label: str
-    status: str  # what the INCOMPLETE marker says; "complete" without one
+    status: str  # "complete", its summary's status, or `running` (a `.partial` folder)
     summary: Summary
     config: dict[str, Any]
     repeat: dict[str, Any] | None  # repeat.json figures, for a `--repeat N` run

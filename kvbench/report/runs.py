@@ -1,5 +1,5 @@
 """The runs a report shows: read back from results folders, or handed over by the session
-that has just run them (`collect_runs`).
+that has just run them and renamed their folder whole (`collect_runs`).
 
 A folder given by the user is either one run (it holds `kvbench_summary.json`) or a multi-strategy
 comparison (it holds `comparison.json` and one subfolder per strategy), which expands into
@@ -19,18 +19,16 @@ from typing import Any
 from kvbench.errors import KvbenchInputError
 from kvbench.report.token_times import token_times as read_token_times
 from kvbench.results.columns import Columns
-from kvbench.results.files import INCOMPLETE_MARKER, PLAN_FILE
-from kvbench.results.folder_state import (
+from kvbench.results.metrics import latency_stats, nan_to_none, throughput
+from kvbench.results.run_folder import (
     REQUEST_COLUMNS,
-    STEPS_PARTIAL,
     RunProblem,
     folder_problems,
-    marker_status,
+    is_working,
     planned_runs,
     read_partial_requests,
+    run_name,
 )
-from kvbench.results.metrics import latency_stats, nan_to_none, throughput
-from kvbench.results.request_writer import REQUESTS_PARTIAL
 from kvbench.results.summary import Summary, summary_file
 from kvbench.results.token_times import TokenTimes
 
@@ -45,7 +43,7 @@ class RunData:
     summary: Summary
     config: dict[str, Any]
     requests: Columns
-    status: str = "complete"  # or what the INCOMPLETE marker says: running, failed, ...
+    status: str = "complete"  # or how it ended (interrupted, failed), or `running`
     name: str = ""  # display name, unique within a report
     group_index: int = 0
     group_tag: str = ""
@@ -71,9 +69,7 @@ class RunData:
         first asks (unless the session that wrote the file handed them over: `use_steps`; a
         long simulation's file is GBs); a killed run's steps so far; empty when there is
         none."""
-        path = self.path / "steps.csv"
-        return _read_csv(path if path.is_file() else self.path / STEPS_PARTIAL,
-                         columns=CHART_STEP_COLUMNS)
+        return _read_csv(self.path / "steps.csv", columns=CHART_STEP_COLUMNS)
 
     @cached_property
     def token_times(self) -> TokenTimes | None:
@@ -144,10 +140,6 @@ def _read_csv(path: Path, columns: frozenset[str] | None = None) -> Columns:
         return Columns({})
 
 
-def _status(folder: Path) -> str:
-    return marker_status(folder) or "complete"
-
-
 def _repeat_stats(folder: Path) -> dict[str, Any] | None:
     """The repeat statistics of a `rep-K` folder (in its parent's `repeat.json`)."""
     if not folder.name.startswith("rep-"):
@@ -161,20 +153,23 @@ def _repeat_stats(folder: Path) -> dict[str, Any] | None:
 
 def load_run(folder: Path, group: Path | None = None) -> RunData:
     """One run folder; a run killed before its kvbench_summary.json shows the requests it had
-    finished (`.requests.csv.partial`), with figures computed from them."""
+    finished (streamed to its `requests.csv`), with figures computed from them."""
     folder = Path(folder)
     config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
-    status = _status(folder)
     summary_path = summary_file(folder)
     if summary_path is not None:
         summary = Summary.from_dict(_read_json(summary_path))
+        status = str(summary.status or "complete")
+        if status == "complete" and is_working(folder):
+            status = "running"  # its run ended; the folder is not whole yet
         requests = _read_csv(folder / "requests.csv")
         if not all(c in requests for c in REQUEST_COLUMNS):
             requests = Columns({})  # not a requests.csv: named among the folder's problems
     else:
+        status = "running"  # or killed: nothing says which
         requests = Columns.from_frame(read_partial_requests(folder))
         summary = _partial_summary(config, requests, status)
-    label = str(summary.label or config.get("label") or folder.name)
+    label = str(summary.label or config.get("label") or run_name(folder))
     if group is None:
         group = folder
         # A comparison's run, or the `rep-1` of a strategy in a repeated comparison.
@@ -190,13 +185,13 @@ def load_run(folder: Path, group: Path | None = None) -> RunData:
 
 def _is_comparison(folder: Path) -> bool:
     """A folder of several strategies: its comparison.json, or (stopped before writing it)
-    its plan naming more than one."""
+    its run folders naming more than one."""
     if (folder / "comparison.json").is_file():
         return True
-    if not (folder / PLAN_FILE).is_file():
+    if not is_working(folder) or not folder.is_dir():
         return False
-    runs = _read_json(folder / PLAN_FILE).get("runs") or []
-    return len({str(r.get("label")) for r in runs if isinstance(r, dict)}) > 1
+    runs = planned_runs(folder) or []
+    return len({name.split("/")[0] for name, _ in runs if not name.startswith("rep-")}) > 1
 
 
 def _partial_summary(config: dict[str, Any], requests: Columns, status: str) -> Summary:
@@ -236,10 +231,10 @@ def run_folders(folder: Path) -> list[Path]:
             return shown
     elif _has_results(folder):
         return [folder]
-    if (folder / INCOMPLETE_MARKER).exists():  # killed before its first summary was written
+    if is_working(folder):  # killed before its first request finished
         raise KvbenchInputError(
-            f"{folder} is an unfinished run ({_status(folder)}; INCOMPLETE marker, no "
-            "kvbench_summary.json): it stopped before any result was written"
+            f"{folder} is an unfinished run (running or killed; no kvbench_summary.json "
+            "and no finished request): it stopped before any result was written"
         )
     raise KvbenchInputError(
         f"{folder} is not a kvbench results folder (no kvbench_summary.json or comparison.json)"
@@ -249,8 +244,7 @@ def run_folders(folder: Path) -> list[Path]:
 def _has_results(folder: Path) -> bool:
     """A summary, or the finished requests of a run killed before it wrote one."""
     return summary_file(folder) is not None or (
-        (folder / "config.json").is_file() and (folder / REQUESTS_PARTIAL).is_file()
-        and not read_partial_requests(folder).empty)
+        (folder / "config.json").is_file() and not read_partial_requests(folder).empty)
 
 
 def load_runs(folders: list[Path] | list[str]) -> RunSet:

@@ -1,4 +1,4 @@
-"""Atomic writes of a results folder; an unfinished folder carries an `INCOMPLETE` marker."""
+"""Atomic writes of a results folder's files, and the checks of where they go."""
 
 from __future__ import annotations
 
@@ -14,17 +14,9 @@ from typing import IO, TYPE_CHECKING, Any
 from kvbench.errors import KvbenchInputError, KvbenchRunError
 from kvbench.results.direct_file import DirectFile
 from kvbench.results.metrics import nan_to_none
-from kvbench.results.summary import summary_file
 
 if TYPE_CHECKING:
     import pandas as pd
-
-INCOMPLETE_MARKER = "INCOMPLETE"
-# A session of several runs lists every run folder it will write here before the first.
-PLAN_FILE = "plan.json"
-# The marker is written this long (JSON, then spaces) when a folder is claimed, so that a
-# disk that fills later can still take its rewrite in place: `ResultsFolder.mark`.
-MARKER_BYTES = 1024
 
 
 @contextlib.contextmanager
@@ -105,10 +97,9 @@ def check_output_folder(out: Path, flag: str = "--out") -> None:
                 pass
 
 
-def claim_folder(root: Path, name: str, *, mark: bool = True) -> Path:
-    """Create `root/name` (or `name-2`, `-3`, ... when taken) and return it, marked
-    INCOMPLETE at once (`mark`). `mkdir` without exist_ok is the lock: two sessions started in
-    the same second into one `--out` get two folders, never one shared."""
+def claim_folder(root: Path, name: str) -> Path:
+    """Create `root/name` (or `name-2`, `-3`, ... when taken) and return it. `mkdir` without
+    exist_ok is the lock: two started in the same second never share a folder."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     k = 1
@@ -119,12 +110,6 @@ def claim_folder(root: Path, name: str, *, mark: bool = True) -> Path:
         except FileExistsError:
             k += 1
             continue
-        if mark:
-            try:
-                write_marker(folder, {"status": "running"})
-            except BaseException:
-                folder.rmdir()  # an unmarked folder would pass for a finished one
-                raise
         return folder
 
 
@@ -136,64 +121,5 @@ def disk_full_error(folder: Path, err: OSError) -> KvbenchRunError:
     """The one line for a disk that filled mid-run (the folder keeps what was written)."""
     return KvbenchRunError(
         f"disk full while writing results ({err.strerror or err}); {folder} keeps what was "
-        "written and is marked INCOMPLETE"
+        "written (unfinished)"
     )
-
-
-def _marker_bytes(marker: dict[str, Any], size: int) -> bytes:
-    """The marker as JSON padded with spaces to `size` bytes; a message that would make it
-    longer is cut (a marker that is longer even so is written whole, unpadded)."""
-    message = str(marker.get("message") or "")
-    while True:
-        data = json.dumps(nan_to_none(marker), indent=2).encode("utf-8")
-        excess = len(data) + 1 - size
-        if excess <= 0 or not message:
-            return data.ljust(size - 1) + b"\n"
-        # Each character is at least one byte of the JSON: cutting `excess` of them is enough
-        # or nearly so.
-        message = message[: max(len(message) - excess - 3, 0)]
-        marker = {**marker, "message": message + "..."}
-
-
-def write_marker(folder: Path, marker: dict[str, Any]) -> None:
-    """Write the INCOMPLETE marker atomically, `MARKER_BYTES` long."""
-    atomic_write_bytes(Path(folder) / INCOMPLETE_MARKER, _marker_bytes(marker, MARKER_BYTES))
-
-
-def rewrite_marker_in_place(folder: Path, marker: dict[str, Any]) -> None:
-    """Overwrite the existing marker's bytes without growing it: a full disk takes this
-    where it refuses a new file (the marker's reader parses JSON followed by spaces)."""
-    path = Path(folder) / INCOMPLETE_MARKER
-    with path.open("r+b") as handle:
-        size = max(os.fstat(handle.fileno()).st_size, 64)
-        handle.write(_marker_bytes(marker, size))
-
-
-class ResultsFolder:
-    """`results/<run-id>/`: marked incomplete from creation until `complete()`."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-
-    def start(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        write_marker(self.path, {"status": "running"})
-
-    def mark(self, status: str, message: str = "", **details: Any) -> None:
-        marker = {"status": status, "message": message, **details}
-        try:
-            write_marker(self.path, marker)
-        except OSError:
-            # A full disk refuses the new file; the marker's own bytes take the rewrite.
-            if not (self.path / INCOMPLETE_MARKER).exists():
-                raise
-            rewrite_marker_in_place(self.path, marker)
-
-    def complete(self) -> None:
-        (self.path / INCOMPLETE_MARKER).unlink(missing_ok=True)
-
-    @staticmethod
-    def is_complete(path: Path) -> bool:
-        return summary_file(path) is not None and not (
-            Path(path) / INCOMPLETE_MARKER
-        ).exists()

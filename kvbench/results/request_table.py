@@ -1,6 +1,6 @@
 """`requests.csv`'s rows as columns: built once per run from the sequences, for the frame the
 summary and the report read, for the file, and (a batch of finished requests at a time) for
-`.requests.csv.partial`.
+the working folder's `requests.csv`.
 
 `metrics.sample_rows` builds a dict per sample and `pd.DataFrame` reads the dicts back
 column by column: about 10 us a sample, a tenth of a second per 10,000 samples, and done
@@ -281,7 +281,7 @@ class RequestTable:
                              for name, c in self.columns.items()})
 
     def csv_writer_lines(self) -> bytes:
-        """The rows as `csv.writer` writes them (`.requests.csv.partial`'s lines)."""
+        """The rows as `csv.writer` writes them (the streamed `requests.csv`'s lines)."""
         return b"".join(self._chunks())
 
     def write_csv(self, handle: IO[bytes]) -> None:

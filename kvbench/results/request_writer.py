@@ -1,8 +1,8 @@
-"""`RequestWriter`: streams finished requests' `requests.csv` rows to a partial file.
+"""`RequestWriter`: streams finished requests' `requests.csv` rows as they finish.
 
 The run's `requests.csv` is written whole at its end, atomically (docs/design.md, Results
 contract). Until then every request that finishes is appended, as one row per sample, to
-`.requests.csv.partial`, so a run killed mid-replay (`kill -9`, the machine's out-of-memory
+the run's working folder's `requests.csv`, so a run killed mid-replay (`kill -9`, the machine's out-of-memory
 killer) keeps the requests it had finished; `kvbench report --allow-incomplete` shows them.
 The rows are `request_table.RequestTable`'s (`metrics.request_records`' values, as the
 csv module writes them); the header is `REQUEST_COLUMNS`.
@@ -10,7 +10,7 @@ csv module writes them); the header is `REQUEST_COLUMNS`.
 The rows are written (one `write`, no buffer of ours) when `FLUSH_ROWS` finished requests
 wait, or by the first request to finish `FLUSH_EVERY_S` (wall time) or more after the
 previous write: a kill loses the requests finished since the last write, fewer than 256
-(a run that stops any other way writes them all to `requests.csv`), as `.steps.csv.partial`
+(a run that stops any other way writes them all to `requests.csv`), as `steps.csv`
 is written 4,096 rows at a time. Writing each request as it finished cost a system call per
 finishing step, about 900,000 of them in a million-request simulation (most of its steps end
 a request), and building the rows of one or two requests at a time cost more than the rows:
@@ -35,7 +35,6 @@ from kvbench.core.sequence import Sequence
 from kvbench.results.metrics import REQUEST_COLUMNS
 from kvbench.results.request_table import RequestTable
 
-REQUESTS_PARTIAL = ".requests.csv.partial"
 _REQUEST_ID = operator.attrgetter("request_id")
 _N = operator.attrgetter("n")
 # How long a finished request's row may wait before it is written (seconds of wall time),
@@ -46,12 +45,12 @@ _HEADER = (",".join(REQUEST_COLUMNS) + "\n").encode()
 
 
 class RequestWriter:
-    """Appends finished requests' rows to `folder/.requests.csv.partial` a batch at a time;
-    `close` removes the file once the whole `requests.csv` is written."""
+    """Appends finished requests' rows to `folder/requests.csv` a batch at a time;
+    at the end of the run the whole `requests.csv` is written over them."""
 
     def __init__(self, folder: Path, flush_every_s: float = FLUSH_EVERY_S,
                  flush_rows: int = FLUSH_ROWS) -> None:
-        self.path = Path(folder) / REQUESTS_PARTIAL
+        self.path = Path(folder) / "requests.csv"  # written over whole at the run's end
         self.rows_written = 0
         self.flush_every_s = flush_every_s
         self.flush_rows = flush_rows
@@ -137,13 +136,12 @@ class RequestWriter:
             view = view[self._file.write(view) :]
 
     def close(self) -> None:
-        """Stop writing and remove the partial file: `requests.csv` now holds every row."""
+        """Stop writing: `requests.csv` now holds every row."""
         self._held = []
         self._tables = None
         if self._file is not None:
             self._file.close()
             self._file = None
-        self.path.unlink(missing_ok=True)
 
     def abandon(self) -> None:
         """Write the rows held, stop writing and keep the partial file: `requests.csv` could
@@ -162,4 +160,4 @@ class RequestWriter:
                 pass
 
 
-__all__ = ["FLUSH_EVERY_S", "REQUESTS_PARTIAL", "RequestWriter"]
+__all__ = ["FLUSH_EVERY_S", "RequestWriter"]

@@ -524,8 +524,8 @@ class StepWriter:
     """Writes `steps.csv` in batches of rows; every row goes into `totals`, every Nth to the
     file.
 
-    Rows go to a hidden partial file that `close` renames into place, so a run killed
-    mid-replay leaves no truncated `steps.csv` (docs/design.md, Results contract).
+    Rows go to `path` as they are made: the run's working folder says the file is whole
+    only once it is renamed (docs/design.md, Results contract).
     """
 
     def __init__(self, path: Path, every: int = 1, keep: StepColumns | None = None) -> None:
@@ -537,7 +537,7 @@ class StepWriter:
         self.kept = keep
         self.totals = StepTotals()
         self.rows_written = 0
-        self._partial = self.path.with_name(f".{self.path.name}.partial")
+        self._partial = self.path  # (the working folder is what is renamed when whole)
         # (past the page cache where it can: a long simulation's steps.csv is GBs)
         fd = os.open(self._partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:

@@ -35,7 +35,6 @@ from kvbench.models.resolve_config import resolve_model_config
 from kvbench.report.runs import CHART_STEP_COLUMNS
 from kvbench.results.columns import Columns
 from kvbench.results.files import (  # (atomic_write_text: tests fake a full disk through it)
-    ResultsFolder,
     atomic_direct_file,
     atomic_write_text,  # noqa: F401
     write_json,
@@ -183,14 +182,16 @@ def run_one(
     prepared: tuple[BuiltEngine, WorkloadResult] | None = None,
     keep_for_report: bool = False,
 ) -> RunOutcome:
+    """Replay the workload into `folder` (a working folder: its caller renames it once
+    whole). A run that stops writes what it has, its summary's status says how it ended,
+    and raises `RunInterrupted` or `KvbenchRunError`."""
     built, workload = prepared or prepare(run)
     engine = built.engine
     label = strategy_label(run)
     reset_peak_memory(built.device)  # the peak is this run's: weights, arena and activations
     with trace_range("warmup", requests=run.replay.warmup):
         warmup_done = _warm_up(built, run)
-    results = ResultsFolder(folder)
-    results.start()
+    folder.mkdir(parents=True, exist_ok=True)
     config_json = {
         "run": run.to_dict(),
         "label": label,
@@ -252,19 +253,13 @@ def run_one(
                 built, workload, run, folder, label, status, warmup_done, recorder,
                 config_json, step_writer, request_writer, keep_for_report,
             )
-        except BaseException as err:  # the marker must say why the files are not whole
+        except BaseException:
             request_writer.abandon()  # its rows are what is left of requests.csv
-            stopped = isinstance(err, KeyboardInterrupt)
-            results.mark("interrupted" if stopped else "failed",
-                         f"writing results: {type(err).__name__}: {err}")
             raise
     if status == "interrupted":
-        results.mark("interrupted", "run interrupted (Ctrl-C); files hold what finished")
         raise RunInterrupted(folder)
     if status == "failed":
-        results.mark("failed", failure)
         raise KvbenchRunError(f"{label}: {failure}; partial results in {folder}")
-    results.complete()
     return outcome
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,11 +24,7 @@ from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.report.runs import RunData, collect_runs
 from kvbench.results.files import (
-    INCOMPLETE_MARKER,
-    PLAN_FILE,
-    ResultsFolder,
     check_output_folder,
-    claim_folder,
     disk_full_error,
     out_of_space,
     write_csv,
@@ -37,6 +32,7 @@ from kvbench.results.files import (
 )
 from kvbench.results.metrics import nan_to_none
 from kvbench.results.repeat import repeat_summary
+from kvbench.results.run_folder import claim_working_folder, finish, working
 from kvbench.results.summary import SUMMARY_FILE
 from kvbench.scheduling import POLICIES, QUEUE_ORDERS
 from kvbench.session.input_warnings import input_warnings
@@ -216,13 +212,6 @@ def run_id(labels: list[str], workload: str, now: time.struct_time | None = None
     return f"{time.strftime('%Y%m%d-%H%M%S', now or time.localtime())}-{what}-{stem}"
 
 
-def unique_folder(root: Path, name: str) -> Path:
-    """Create `root/name`, or `root/name-2`, `-3`, ... when taken, marked INCOMPLETE: a
-    session never overwrites, and two started in the same second never share a folder."""
-
-    return claim_folder(root, name)
-
-
 @dataclass
 class SessionPlan:
     """Checked runs with their engines built, and the folder they will write. A plan runs
@@ -333,68 +322,70 @@ def run_session(
 ) -> SessionResult:
     """Run the plan: `on_run_start(label, k, repeat)` before each run (k from 1).
 
-    The session's folder is created first and carries an INCOMPLETE marker until everything
-    is written. Ctrl-C raises `RunInterrupted` naming the strategies that finished (also in
-    the marker); a disk that fills raises `KvbenchRunError`; what was written stays.
+    The session writes into `<root>.partial/`, which holds one working folder per run from
+    the start, each renamed once whole, and is renamed `<root>/` once every file of its runs
+    and comparison is written; the report is written into it after. Ctrl-C raises
+    `RunInterrupted` naming the strategies that finished; a disk that fills raises
+    `KvbenchRunError`; what was written stays, in folders still named `.partial`.
     """
 
     try:
-        plan.root = unique_folder(plan.root.parent, plan.root.name)
+        work = claim_working_folder(plan.root.parent, plan.root.name)
+        folders = [_claim_run_folders(work, plan, label) for label in plan.labels]
     except OSError as err:  # checked writable at planning; full or gone since
         raise KvbenchRunError(
             f"cannot create a results folder in {plan.root.parent}: {err.strerror or err}"
         ) from None
-    done: list[str] = []  # one label per run whose files are whole, in order (repeats too)
+    plan.root = work
+    done: list[str] = []  # one label per run whose folder is whole, in order (repeats too)
     try:
-        result = _run_session(plan, command=command, show_progress=show_progress,
-                              on_run_start=on_run_start, on_run_done=done.append)
+        outcomes, repeats = _run_all(plan, folders, command=command,
+                                     show_progress=show_progress, on_run_start=on_run_start,
+                                     on_run_done=done.append)
+        plan.root = finish(work)
     except (KeyboardInterrupt, RunInterrupted):
         finished = _finished(plan, done)
-        _mark_unfinished(plan, "interrupted", finished, "interrupted (Ctrl-C)")
         raise RunInterrupted(plan.root, None if len(plan.runs) == 1 else finished) from None
     except OSError as err:
-
         if not out_of_space(err) and err.filename is None:
             raise
-        if _single_run_is_whole(plan):
-            # Only the report failed: the run's own files are whole and its folder says so.
-            raise KvbenchRunError(
-                f"cannot write {plan.root / 'report.html'}: {err.strerror or err}; the run's "
-                f"results are whole: `kvbench report {plan.root}` writes the report") from None
-        finished = _finished(plan, done)
-        _mark_unfinished(plan, "failed", finished, f"cannot write results: {err}")
         if out_of_space(err):
             raise disk_full_error(plan.root, err) from None
         raise KvbenchRunError(
             f"cannot write {err.filename}: {err.strerror or err}; {plan.root} keeps what was "
-            "written and is marked INCOMPLETE") from None
-    except BaseException as err:
-        _mark_unfinished(plan, "failed", _finished(plan, done),
-                         f"{type(err).__name__}: {err}")
-        raise
-    ResultsFolder(plan.root).complete()
-    return result
+            "written (unfinished)") from None
+    for outcome in outcomes:
+        outcome.folder = plan.root / outcome.folder.relative_to(work)
+    try:
+        write_reports(plan.root, outcomes, per_strategy=plan.per_strategy_reports,
+                      repeats=repeats)
+    except OSError as err:
+        # The results are whole and their folder says so; only the report is missing.
+        raise KvbenchRunError(
+            f"cannot write {plan.root / 'report.html'}: {err.strerror or err}; the results "
+            f"are whole: `kvbench report {plan.root}` writes the report") from None
+    except KeyboardInterrupt:
+        raise RunInterrupted(plan.root) from None
+    measured = any(run.executor.kind is not EngineKind.SIMULATED for run in plan.runs)
+    return SessionResult(plan.root, outcomes, repeats, measured)
 
 
-def _single_run_is_whole(plan: SessionPlan) -> bool:
-    """A one-run session whose run finished and wrote every file of its own."""
-    return len(plan.runs) == 1 and plan.repeat == 1 and ResultsFolder.is_complete(plan.root)
+def _claim_run_folders(root: Path, plan: SessionPlan, label: str) -> list[Path]:
+    """The working folder of each repeat of `label` (the session's own for a single run),
+    made before the first run: a stopped session's folder names each run that did not
+    finish, one never started as an empty folder."""
+    base = root if len(plan.runs) == 1 else root / label
+    if plan.repeat == 1:
+        if base == root:
+            return [root]
+        return [_mkdir(working(base))]
+    base.mkdir(exist_ok=True)
+    return [_mkdir(working(base / f"rep-{k}")) for k in range(1, plan.repeat + 1)]
 
 
-def _run_folder(plan: SessionPlan, label: str, k: int) -> str:
-    """Where the `k`-th repeat (from 1) of `label` writes, relative to the session folder."""
-    base = "" if len(plan.runs) == 1 else label
-    return "/".join(part for part in (base, f"rep-{k}" if plan.repeat > 1 else "") if part)
-
-
-def write_plan(plan: SessionPlan) -> None:
-    """`plan.json`: every run folder the session will write, before the first runs, so that
-    a reader of a stopped session can name each one that is missing."""
-    write_json(plan.root / PLAN_FILE, {
-        "runs": [{"label": label, "folder": _run_folder(plan, label, k)}
-                 for k in range(1, plan.repeat + 1) for label in plan.labels],
-        "repeat": plan.repeat,
-    })
+def _mkdir(folder: Path) -> Path:
+    folder.mkdir()
+    return folder
 
 
 def _finished(plan: SessionPlan, done: list[str]) -> list[str]:
@@ -410,39 +401,20 @@ def _finished(plan: SessionPlan, done: list[str]) -> list[str]:
     return names
 
 
-def _mark_unfinished(plan: SessionPlan, status: str, finished: list[str], message: str) -> None:
-    """The session folder's INCOMPLETE marker says what stopped it and which strategies are
-    whole (a single run's folder is also its run's: its own marker is left as it is)."""
-
-
-    if _single_run_is_whole(plan):
-        return  # the report did not get written; the run's files are whole, as it says
-    if len(plan.runs) == 1 and plan.repeat == 1:
-        try:
-            marker = json.loads((plan.root / INCOMPLETE_MARKER).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            marker = {}
-        if marker.get("status", "running") != "running":
-            return  # the run said what happened to it
-        ResultsFolder(plan.root).mark(status, message)
-        return
-    ResultsFolder(plan.root).mark(status, message, finished=finished)
-
-
-def _run_session(
+def _run_all(
     plan: SessionPlan,
+    folders: list[list[Path]],
     *,
     command: str = "",
     show_progress: bool = False,
     on_run_start: Callable[[str, int, int], None] | None = None,
     on_run_done: Callable[[str], None] = lambda label: None,
-) -> SessionResult:
-
+) -> tuple[list[RunOutcome], list[dict[str, Any]]]:
+    """Every run into its working folder, each renamed once whole (an fp8 run's after its
+    accuracy section), then the comparison's files: the outcomes of the first round, and
+    each configuration's repeat statistics."""
     root, repeat, model_cache = plan.root, plan.repeat, plan.model_cache
     single = len(plan.runs) == 1
-    if not single or repeat > 1:
-        write_plan(plan)
-    bases = [root if single else root / label for label in plan.labels]
     requests = [prep[1].requests for prep in plan.prepared]  # the same on every repeat
     per_label: list[list[RunOutcome]] = [[] for _ in plan.runs]
     # Repeats go round the configurations (A B A B, not A A B B), so a slow spell of a
@@ -455,35 +427,37 @@ def _run_session(
                 prep = prepare(run, model_cache)  # a fresh engine: identical configuration
             if on_run_start is not None:
                 on_run_start(label, k + 1, repeat)
-            folder = bases[i] if repeat == 1 else bases[i] / f"rep-{k + 1}"
-            # The first round's runs are the ones reported: their token times go to the
-            # report from memory.
-            per_label[i].append(run_one(run, folder, show_progress=show_progress,
-                                        command=command, prepared=prep,
-                                        keep_for_report=k == 0))
+            # The first round's runs are the ones reported: their token times and steps go
+            # to the report from memory.
+            outcome = run_one(run, folders[i][k], show_progress=show_progress,
+                              command=command, prepared=prep, keep_for_report=k == 0)
+            per_label[i].append(outcome)
             prep = None
-            if _measures_fp8_accuracy(run):
-                # Whole only once its accuracy section is written, after every round.
-                ResultsFolder(folder).mark("running", "fp8 accuracy pending")
-            else:
+            if not _measures_fp8_accuracy(run):  # else whole once its accuracy is written
+                _finish_run(outcome, root)
                 on_run_done(label)
     outcomes: list[RunOutcome] = []
     repeats: list[dict[str, Any]] = []
     for i, run in enumerate(plan.runs):
-        add_accuracy_section(run, per_label[i], requests[i], model_cache)
         if _measures_fp8_accuracy(run):
-            for _ in per_label[i]:
+            add_accuracy_section(run, per_label[i], requests[i], model_cache)
+            for outcome in per_label[i]:
+                _finish_run(outcome, root)
                 on_run_done(plan.labels[i])
         outcomes.append(per_label[i][0])
         if repeat > 1:
             stats = repeat_summary([o.summary for o in per_label[i]])
-            write_json(bases[i] / "repeat.json", stats)
+            write_json(per_label[i][0].folder.parent / "repeat.json", stats)
             repeats.append(stats)
     if not single:
         write_comparison(root, outcomes)
-    write_reports(root, outcomes, per_strategy=plan.per_strategy_reports, repeats=repeats)
-    measured = any(run.executor.kind is not EngineKind.SIMULATED for run in plan.runs)
-    return SessionResult(root, outcomes, repeats, measured)
+    return outcomes, repeats
+
+
+def _finish_run(outcome: RunOutcome, root: Path) -> None:
+    """A run's folder renamed whole (a single run's is the session's: renamed last)."""
+    if outcome.folder != root:
+        outcome.folder = finish(outcome.folder)
 
 
 def _measures_fp8_accuracy(run: RunConfig) -> bool:
@@ -495,9 +469,9 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
     """fp8 runs of the model: agreement with the unquantized cache on the same requests and
     the same KV budget, written into each outcome's `kvbench_summary.json`.
 
-    The run's own engine must be gone (a GPU holds one engine at a time). Each folder is
-    marked incomplete while its summary lacks the section, so a sweep resumed after Ctrl-C
-    here runs the point again.
+    The run's own engine must be gone (a GPU holds one engine at a time). The caller renames
+    each folder whole only after this, so a sweep resumed after Ctrl-C here runs the point
+    again; a failure here is written into each summary's status.
     """
     if not outcomes or not _measures_fp8_accuracy(run):
         return
@@ -507,9 +481,6 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
 
     from kvbench.session.fp8_accuracy import measure_fp8_accuracy
 
-    folders = [ResultsFolder(o.folder) for o in outcomes]
-    for folder in folders:
-        folder.mark("running", "measuring fp8 accuracy")
     try:
         gc.collect()
         if torch.cuda.is_available():
@@ -519,29 +490,24 @@ def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: l
             model_cache=model_cache,
         )
     except KeyboardInterrupt:
-        _mark_accuracy_unfinished(outcomes, folders, "interrupted",
-                                  "interrupted while measuring fp8 accuracy")
+        _accuracy_unfinished(outcomes, "interrupted")
         raise
-    except Exception as err:
-        _mark_accuracy_unfinished(outcomes, folders, "failed",
-                                  f"fp8 accuracy: {type(err).__name__}: {err}")
+    except Exception:
+        _accuracy_unfinished(outcomes, "failed")
         raise
-    for outcome, folder in zip(outcomes, folders, strict=True):
+    for outcome in outcomes:
         outcome.summary.accuracy = nan_to_none(accuracy)  # as the file holds it
         outcome.summary.write(outcome.folder / SUMMARY_FILE)
-        folder.complete()
 
 
-def _mark_accuracy_unfinished(outcomes: list[RunOutcome], folders: list[ResultsFolder],
-                              status: str, message: str) -> None:
-    """Marker and summary say the same: each summary's status is rewritten too."""
-    for outcome, folder in zip(outcomes, folders, strict=True):
-        folder.mark(status, message)
+def _accuracy_unfinished(outcomes: list[RunOutcome], status: str) -> None:
+    """Each summary says the run did not finish (the folders stay `.partial` either way)."""
+    for outcome in outcomes:
         outcome.summary.status = status
         try:
             outcome.summary.write(outcome.folder / SUMMARY_FILE)
         except OSError:
-            pass  # a full disk: the marker, rewritten in place, says it
+            pass  # a full disk: the folder's name says it is unfinished
 
 
 def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
@@ -579,7 +545,8 @@ def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = F
     inlines plotly.js, ~5 MB, so a 3-strategy folder would otherwise hold four copies).
 
     The reports show what the outcomes hold, as `kvbench report` would read it back from
-    their folders; `repeats`: each outcome's `repeat.json` when the session ran `--repeat`."""
+    their folders (reading a long run's back costs more than the rest of its report);
+    `repeats`: each outcome's `repeat.json` when the session ran `--repeat`."""
     from kvbench.report.writer import write_runs_report  # pandas: only once results exist
 
     runs = [_report_run(o, o.folder if len(outcomes) == 1 else root,
@@ -597,7 +564,7 @@ def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = F
 
 
 def _report_run(outcome: RunOutcome, group: Path, repeat: dict[str, Any] | None) -> RunData:
-    """The report's `RunData` of a finished run (its folder is complete: no marker)."""
+    """The report's `RunData` of a finished run (its folder renamed whole)."""
     run = RunData(path=outcome.folder, group=group, label=outcome.label,
                   summary=outcome.summary, config=outcome.config, requests=outcome.requests,
                   repeat=repeat)
@@ -616,7 +583,6 @@ __all__ = [
     "parse_slo",
     "plan_session",
     "run_session",
-    "unique_folder",
     "write_comparison",
     "write_reports",
 ]

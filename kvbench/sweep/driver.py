@@ -368,7 +368,7 @@ def run_sweep(
                                  device=str(spec.base.get("device", "auto")))
     try:
         if claim:  # two sweeps started in the same second never share a folder
-            folder = claim_folder(folder.parent, folder.name, mark=False)
+            folder = claim_folder(folder.parent, folder.name)
         folder.mkdir(parents=True, exist_ok=True)
         commands = (old or {}).get("commands", []) + ([command] if command else [])
         write_json(folder / SWEEP_JSON, {

@@ -7,9 +7,11 @@ record: `{"point_id", "status", "summary" (the run's `Summary`), "error", "wall_
 `complete` or `failed`); a failure of the point (bad input, a failed run) is in the record, never raised,
 so one bad point does not stop a sweep. Ctrl-C is raised (`RunInterrupted`).
 
-`gather=True` (Ray) runs into a scratch folder on the worker and returns the folder's files
-in `record["files"]`; the driver writes them into the sweep folder (`write_gathered`), so a
-cluster needs no shared filesystem.
+A point runs into `<point-id>.partial/`, renamed `<point-id>/` once whole (its accuracy
+section written), as a session's runs do. `gather=True` (Ray) runs into a scratch folder on
+the worker and returns the folder's files in `record["files"]` (and `record["whole"]`); the
+driver writes them into the sweep folder (`write_gathered`), so a cluster needs no shared
+filesystem.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
-from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder, atomic_write_bytes
-from kvbench.results.folder_state import run_problem
+from kvbench.results.files import atomic_write_bytes
+from kvbench.results.run_folder import finish, is_working, run_problem, working
 from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 from kvbench.session.run_config import RunConfig
 from kvbench.session.runner import prepare, run_one
@@ -40,8 +42,10 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
                   model_cache: dict | None = None) -> dict[str, Any]:
     folder = Path(task["folder"])
     target = Path(tempfile.mkdtemp(prefix="kvbench-point-")) / "run" if gather else folder
-    if not gather and folder.exists():
-        shutil.rmtree(folder)  # an unfinished earlier attempt: start clean
+    for stale in (target, working(target)):
+        if stale.exists():
+            shutil.rmtree(stale)  # an unfinished earlier attempt: start clean
+    work = working(target)
     record: dict[str, Any] = {"point_id": task["point_id"], "status": "complete",
                               "summary": None, "error": None}
     start = time.perf_counter()
@@ -50,10 +54,11 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
         cache = _MODEL_CACHE if model_cache is None else model_cache
         prepared = prepare(run, cache)
         requests = prepared[1].requests
-        outcome = run_one(run, target, show_progress=False, command=task["command"],
+        outcome = run_one(run, work, show_progress=False, command=task["command"],
                           prepared=prepared)
         prepared = None  # the engine goes before fp8 accuracy builds its own two
         add_accuracy_section(run, [outcome], requests, cache)
+        finish(work)
         record["summary"] = outcome.summary
     except RunInterrupted:
         raise
@@ -63,7 +68,8 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
         record.update(status="failed", error=f"{type(err).__name__}: {err}")
     record["wall_s"] = time.perf_counter() - start
     if gather:
-        record["files"] = _read_files(target)
+        record["whole"] = target.is_dir()
+        record["files"] = _read_files(target if target.is_dir() else work)
         shutil.rmtree(target.parent, ignore_errors=True)
     return record
 
@@ -81,27 +87,23 @@ def _read_files(folder: Path) -> dict[str, bytes]:
             if p.is_file()}
 
 
-def write_gathered(folder: Path, files: dict[str, bytes]) -> None:
-    """A worker's point folder, rewritten on the driver (marked incomplete until whole)."""
-    if folder.exists():
-        shutil.rmtree(folder)
-    results = ResultsFolder(folder)
-    results.start()
-    marker = files.get(INCOMPLETE_MARKER)
+def write_gathered(folder: Path, files: dict[str, bytes], whole: bool) -> None:
+    """A worker's point folder, rewritten on the driver (`.partial` until whole)."""
+    for stale in (folder, working(folder)):
+        if stale.exists():
+            shutil.rmtree(stale)
+    work = working(folder)
+    work.mkdir(parents=True)
     for name, data in files.items():
-        if name == INCOMPLETE_MARKER:
-            continue
-        atomic_write_bytes(folder / name, data)
-    if marker is None:
-        results.complete()
-    else:
-        atomic_write_bytes(folder / INCOMPLETE_MARKER, marker)
+        atomic_write_bytes(work / name, data)
+    if whole:
+        finish(work)
 
 
 def read_point(folder: Path) -> Summary | None:
     """The summary of a whole point folder (None when any part of it is unfinished, failed
     or unreadable: a resumed sweep runs it again)."""
-    if not ResultsFolder.is_complete(folder) or run_problem(folder) is not None:
+    if is_working(folder) or run_problem(folder) is not None:
         return None
     try:
         return Summary.from_json(summary_file(folder) or Path(folder) / SUMMARY_FILE)

@@ -76,7 +76,7 @@ class RayExecutor:
             return failed_record(task, f"{type(err).__name__}: {message[-1] if message else ''}")
         files = record.pop("files", None)
         if files:
-            write_gathered(Path(task["folder"]), files)
+            write_gathered(Path(task["folder"]), files, bool(record.pop("whole", False)))
         return record
 
     def close(self, cancel: bool = False) -> None:

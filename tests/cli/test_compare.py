@@ -181,15 +181,13 @@ def write_repeat(folder: Path, data: dict, out_tok_s: list[float]) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("status_where", ["marker", "summary"])
+@pytest.mark.parametrize("status_where", ["folder", "summary"])
 def test_an_unfinished_run_is_refused(tmp_path, capsys, status_where):
     base = write_run(tmp_path / "a", summary("paged"))
     data = summary("paged")
-    if status_where == "summary":
-        data["status"] = "interrupted"
-    new = write_run(tmp_path / "b", data)
-    if status_where == "marker":
-        (new / "INCOMPLETE").write_text(json.dumps({"status": "interrupted"}))
+    data["status"] = "interrupted"
+    # An interrupted run's working folder, or a copy of it renamed by hand.
+    new = write_run(tmp_path / ("b.partial" if status_where == "folder" else "b"), data)
     assert main(["compare", str(base), str(new), "--allow-mismatch"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "is not whole" in err and "interrupted" in err

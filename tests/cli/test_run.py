@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from kvbench.cli import main
+from kvbench.results.run_folder import is_whole
 
 SMALL = ["--num-requests", "12", "--warmup", "1", "--kv-memory", "16MiB", "--quiet"]
 
@@ -38,7 +39,7 @@ def test_run_writes_the_results_contract(tmp_path, capsys):
                  *SMALL]) == 0
     (folder,) = run_dirs(tmp_path)
     assert capsys.readouterr().out.strip() == str(folder)
-    assert not (folder / "INCOMPLETE").exists()
+    assert is_whole(folder) and not folder.name.endswith(".partial")
     summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
     assert summary["completed"] == 12 and summary["failed"] == 0

@@ -14,6 +14,7 @@ from kvbench.cli import main
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
+from kvbench.results.run_folder import is_whole
 from tests.conftest import random_prompts
 
 pytest.importorskip("transformers")
@@ -97,7 +98,7 @@ def test_run_with_engine_hf_writes_the_results_files(tmp_path):
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
     for name in ("config.json", "kvbench_summary.json", "requests.csv", "steps.csv"):
         assert (folder / name).is_file(), name
-    assert not (folder / "INCOMPLETE").exists()
+    assert is_whole(folder) and not folder.name.endswith(".partial")
     summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert summary["label"] == "hf-generate" and summary["executor"] == "hf"
     assert summary["completed"] == 6 and summary["throughput"]["output_tok_s"] > 0

@@ -120,14 +120,14 @@ def test_two_revisions_side_by_side_with_differences(comparison, tmp_path):
 
 
 def test_accuracy_section_and_incomplete_warning(comparison, tmp_path):
-    folder = tmp_path / "fp8"
+    folder = tmp_path / "fp8.partial"  # its accuracy measured, then the run failed
     shutil.copytree(comparison / "paged", folder)
     summary = json.loads((folder / "kvbench_summary.json").read_text())
+    summary["status"] = "failed"
     summary["accuracy"] = {"top1_agreement": 0.98, "max_abs_logit_error": 0.031,
                            "per_layer": {"k_rel_error": [0.01 + i / 1000 for i in range(32)],
                                          "v_rel_error": [0.01, 0.02]}}
     (folder / "kvbench_summary.json").write_text(json.dumps(summary))
-    (folder / "INCOMPLETE").write_text(json.dumps({"status": "failed", "message": "x"}))
     html = write_report([folder], tmp_path / "r.html").read_text()
     assert "<section id='accuracy'>" in html
     assert "top1_agreement" in html and "per_layer.k_rel_error" in html

@@ -1,4 +1,4 @@
-"""`RequestWriter` writes finished requests' rows to `.requests.csv.partial` in batches and
+"""`RequestWriter` writes finished requests' rows to the working `requests.csv` in batches and
 keeps them: `table` must give the rows `RequestTable.build` gives for every request, in
 request order, whichever finished (in any order, some still held, in batches of any size)
 and whichever did not."""
@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence, TokenCount
-from kvbench.results.folder_state import read_partial_requests
 from kvbench.results.request_table import RequestTable
 from kvbench.results.request_writer import RequestWriter
+from kvbench.results.run_folder import read_partial_requests
 
 
 @st.composite
@@ -60,8 +60,8 @@ def test_the_table_is_every_row_built_again(tmp_path_factory, run, batch, by_tim
     table.write_csv(got)
     expected.write_csv(want)
     assert got.getvalue() == want.getvalue()
-    # The partial file holds the rows written, as requests.csv has them.
+    # The streamed file holds the rows written, as requests.csv has them.
     kept = read_partial_requests(folder)
     assert len(kept) == writer.rows_written
     writer.close()
-    assert not (folder / ".requests.csv.partial").exists()
+    assert not list(folder.glob(".*"))  # under its final name: no hidden file

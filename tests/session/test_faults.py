@@ -23,9 +23,9 @@ import kvbench.results.files
 import kvbench.session.runner
 from kvbench.cli import main
 from kvbench.report.runs import load_runs
-from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder
+from kvbench.results.run_folder import claim_working_folder, is_whole, working
 from kvbench.session.run_options import RunOptions
-from kvbench.session.session import plan_session, run_session, unique_folder
+from kvbench.session.session import plan_session, run_session
 from kvbench.sweep.point import read_point
 
 SIM = ["simulate", "--model", "llama-2-7b", "--workload", "uniform",
@@ -33,15 +33,15 @@ SIM = ["simulate", "--model", "llama-2-7b", "--workload", "uniform",
        "--warmup", "0", "--quiet"]
 
 
-def _marker(folder: Path) -> dict:
-    return json.loads((folder / INCOMPLETE_MARKER).read_text())
+def _status(folder: Path) -> str:
+    return json.loads((folder / "kvbench_summary.json").read_text())["status"]
 
 
 def _error_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("kvbench: error:")]
 
 
-def test_ctrl_c_in_the_second_strategy_marks_the_comparison_and_names_what_finished(
+def test_ctrl_c_in_the_second_strategy_leaves_the_comparison_unfinished_naming_what_finished(
         tmp_path, monkeypatch, capsys):
     real = kvbench.session.runner._replay
     calls: list[int] = []
@@ -60,11 +60,11 @@ def test_ctrl_c_in_the_second_strategy_marks_the_comparison_and_names_what_finis
     assert _error_lines(err) == [line for line in err.splitlines() if line]
     assert "finished: contiguous-max;" in err and "Traceback" not in err
     (root,) = tmp_path.iterdir()
-    marker = _marker(root)
-    assert marker["status"] == "interrupted" and marker["finished"] == ["contiguous-max"]
-    assert ResultsFolder.is_complete(root / "contiguous-max")
-    assert _marker(root / "paged")["status"] == "interrupted"
+    assert root.name.endswith(".partial") and not is_whole(root)
+    assert is_whole(root / "contiguous-max")
+    assert _status(root / "paged.partial") == "interrupted" and not (root / "paged").exists()
     assert not (root / "prefix").exists()
+    assert not any((root / "prefix.partial").iterdir())  # never started, named by its folder
 
 
 def test_ctrl_c_among_repeats_names_how_many_repeats_finished(tmp_path, monkeypatch, capsys):
@@ -80,14 +80,14 @@ def test_ctrl_c_among_repeats_names_how_many_repeats_finished(tmp_path, monkeypa
     monkeypatch.setattr(kvbench.session.runner, "_replay", replay)
     assert main([*SIM, "--num-requests", "4", "--strategy", "contiguous,paged", "--repeat", "2",
                  "--out", str(tmp_path)]) == 130
-    capsys.readouterr()
+    err = capsys.readouterr().err
     (root,) = tmp_path.iterdir()
     expected = []  # from the folders: whichever order the repeats ran in
     for label in ("contiguous-max", "paged"):
-        done = sum(ResultsFolder.is_complete(root / label / f"rep-{k}") for k in (1, 2))
+        done = sum(is_whole(root / label / f"rep-{k}") for k in (1, 2))
         if done:
             expected.append(label if done == 2 else f"{label} ({done}/2 repeats)")
-    assert _marker(root)["finished"] == expected and expected
+    assert expected and f"finished: {', '.join(expected)};" in err
 
 
 def test_a_full_disk_mid_run_keeps_what_was_written_and_exits_1(tmp_path, monkeypatch, capsys):
@@ -115,11 +115,11 @@ def test_a_full_disk_mid_run_keeps_what_was_written_and_exits_1(tmp_path, monkey
     assert len(lines) == 1 and lines[0].startswith("kvbench: error: disk full")
     (folder,) = tmp_path.iterdir()
     assert (folder / "config.json").is_file() and (folder / "requests.csv").is_file()
-    assert (folder / INCOMPLETE_MARKER).is_file() and not (folder / "kvbench_summary.json").exists()
+    assert folder.name.endswith(".partial") and not (folder / "kvbench_summary.json").exists()
     assert not list(folder.glob(".*"))  # no temporary file left behind
 
 
-def test_a_full_disk_before_the_first_file_leaves_no_folder_and_one_line(
+def test_a_full_disk_before_the_first_file_leaves_no_folder_that_looks_finished_and_one_line(
         tmp_path, monkeypatch, capsys):
     def write(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -128,7 +128,9 @@ def test_a_full_disk_before_the_first_file_leaves_no_folder_and_one_line(
     assert main([*SIM, "--num-requests", "4", "--out", str(tmp_path)]) == 1
     lines = [line for line in capsys.readouterr().err.splitlines() if line]
     assert len(lines) == 1 and "No space left on device" in lines[0]
-    assert list(tmp_path.iterdir()) == []  # no unmarked folder that looks finished
+    (folder,) = tmp_path.iterdir()
+    assert folder.name.endswith(".partial") and not any(folder.iterdir())
+    assert not is_whole(folder)
 
 
 def test_runs_started_in_the_same_second_never_share_a_folder(tmp_path):
@@ -137,7 +139,7 @@ def test_runs_started_in_the_same_second_never_share_a_folder(tmp_path):
 
     def claim() -> None:
         barrier.wait()
-        claimed.append(unique_folder(tmp_path, "20260101-000000-paged-chat"))
+        claimed.append(claim_working_folder(tmp_path, "20260101-000000-paged-chat"))
 
     threads = [threading.Thread(target=claim) for _ in range(8)]
     for t in threads:
@@ -153,7 +155,7 @@ def test_runs_started_in_the_same_second_never_share_a_folder(tmp_path):
     plans[1].root = plans[0].root
     roots = [run_session(plan).root for plan in plans]
     assert roots[0] != roots[1]
-    assert all(ResultsFolder.is_complete(root) for root in roots)
+    assert all(is_whole(root) and not root.name.endswith(".partial") for root in roots)
 
 
 def _wait_for(predicate, timeout_s: float = 60.0) -> None:
@@ -194,7 +196,7 @@ def test_a_run_killed_with_sigkill_is_recognised_as_incomplete(tmp_path, capsys)
     _kill_when([*SIM, "--num-requests", "4", "--out", str(tmp_path)], 1,
                lambda: any((p / "config.json").is_file() for p in tmp_path.glob("*")))
     (folder,) = tmp_path.iterdir()
-    assert _marker(folder)["status"] == "running"  # there from the start
+    assert folder.name.endswith(".partial")  # from the start, until whole
     json.loads((folder / "config.json").read_text())  # whole, never truncated
     for command in (["report", str(folder)], ["compare", str(folder), str(folder)]):
         assert main(command) == 2
@@ -211,8 +213,8 @@ def test_a_sweep_killed_with_sigkill_resumes_with_only_the_unfinished_points(
             "--out", str(tmp_path), "--name", "s"]
     folder = tmp_path / "s"
     first, second = folder / "num_requests=4", folder / "num_requests=6"
-    _kill_when(args, 2, lambda: (second / "config.json").is_file())
-    assert ResultsFolder.is_complete(first) and not ResultsFolder.is_complete(second)
+    _kill_when(args, 2, lambda: (working(second) / "config.json").is_file())
+    assert is_whole(first) and not is_whole(second) and working(second).is_dir()
     done_ns = (first / "kvbench_summary.json").stat().st_mtime_ns
 
     real = kvbench.session.runner._replay
@@ -228,7 +230,7 @@ def test_a_sweep_killed_with_sigkill_resumes_with_only_the_unfinished_points(
     assert sorted(counted) == [6, 8]  # the killed point and the one never started
     table = pd.read_csv(folder / "points.csv")
     assert set(table["status"]) == {"complete"}
-    assert not os.path.exists(second / INCOMPLETE_MARKER)
+    assert is_whole(second) and not os.path.exists(working(second))
 
 
 def _one_error_line(err: str) -> str:
@@ -241,17 +243,17 @@ def _one_error_line(err: str) -> str:
 def test_a_comparison_killed_in_its_second_strategy_is_refused_naming_it(tmp_path, capsys):
     _kill_when([*SIM, "--num-requests", "8", "--strategy", "paged,contiguous",
                 "--out", str(tmp_path)], 2,
-               lambda: any((p / "contiguous-max" / "config.json").is_file()
+               lambda: any((p / "contiguous-max.partial" / "config.json").is_file()
                            for p in tmp_path.glob("*")))
     (root,) = tmp_path.iterdir()
-    plan = json.loads((root / "plan.json").read_text())  # written before the first run
-    assert [r["label"] for r in plan["runs"]] == ["paged", "contiguous-max"]
+    # Every run's folder there from the start; the finished one renamed whole.
+    assert sorted(p.name for p in root.iterdir()) == ["contiguous-max.partial", "paged"]
     for command in (["report", str(root)], ["compare", str(root), str(root)],
                     ["export", str(root), "--format", "csv"]):
         assert main(command) == 2, command
         line = _one_error_line(capsys.readouterr().err)
         assert f"{root} is not whole: contiguous-max (running or killed" in line
-        assert ".steps.csv.partial" in line  # a partial file is never left unexplained
+        assert "steps.csv" in line  # a streamed file is never left unexplained
         assert "paged" not in line.split("is not whole:")[1]  # the finished one is whole
     html = tmp_path / "r.html"
     assert main(["report", str(root), "--allow-incomplete", "-o", str(html)]) == 0
@@ -263,7 +265,7 @@ def test_a_comparison_killed_in_its_second_strategy_is_refused_naming_it(tmp_pat
 def test_a_strategy_that_never_started_is_named(tmp_path, capsys):
     _kill_when([*SIM, "--num-requests", "4", "--strategy", "paged,contiguous,prefix",
                 "--out", str(tmp_path)], 2,
-               lambda: any((p / "contiguous-max" / "config.json").is_file()
+               lambda: any((p / "contiguous-max.partial" / "config.json").is_file()
                            for p in tmp_path.glob("*")))
     (root,) = tmp_path.iterdir()
     assert main(["compare", str(root), str(root)]) == 2
@@ -294,27 +296,27 @@ def test_a_run_killed_with_sigkill_keeps_every_finished_request(tmp_path, capsys
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(lambda: any(len(p.read_text().splitlines()) > 40
-                              for p in killed_out.glob("*/.requests.csv.partial")))
+                              for p in killed_out.glob("*.partial/requests.csv")))
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     (folder,) = killed_out.iterdir()
-    (partial,) = folder.glob(".requests.csv.partial")
-    kept = pd.read_csv(partial)
+    assert folder.name.endswith(".partial") and not list(folder.glob(".*"))
+    kept = pd.read_csv(folder / "requests.csv")  # the rows streamed as requests finished
     assert len(kept) >= 40 and kept["completed"].all()
-    assert not (folder / "requests.csv").exists()
+    assert not (folder / "kvbench_summary.json").exists()
     # The same rows as the whole run writes for those requests.
     assert main([*args, "--out", str(tmp_path / "whole")]) == 0
     capsys.readouterr()
     (whole,) = (tmp_path / "whole").iterdir()
     full = pd.read_csv(whole / "requests.csv").set_index("request_id")
-    assert not list(whole.glob(".*.partial"))  # cleaned up once the whole files are written
+    assert not list(whole.glob(".*"))  # no hidden file once the whole files are written
     same = full.loc[kept["request_id"]].reset_index()
     pd.testing.assert_frame_equal(kept[same.columns], same, check_dtype=False)
 
     assert main(["report", str(folder)]) == 2
     line = _one_error_line(capsys.readouterr().err)
-    assert f"{len(kept)} finished requests kept in .requests.csv.partial" in line
+    assert f"{len(kept)} finished requests kept in requests.csv" in line
     html = tmp_path / "r.html"
     assert main(["report", str(folder), "--allow-incomplete", "-o", str(html)]) == 0
     assert capsys.readouterr().err.startswith("kvbench: warning: ")
@@ -325,8 +327,8 @@ def test_a_run_killed_with_sigkill_keeps_every_finished_request(tmp_path, capsys
     assert run.summary.latency_ms.ttft.p50 == pytest.approx(kept["ttft_ms"].median())
 
 
-def test_a_disk_that_stays_full_still_gets_every_marker_rewritten(tmp_path, monkeypatch,
-                                                                  capsys):
+def test_a_disk_that_stays_full_leaves_every_unfinished_folder_named_so(tmp_path, monkeypatch,
+                                                                       capsys):
     real = kvbench.results.files.atomic_write_bytes
     full = []
 
@@ -353,13 +355,14 @@ def test_a_disk_that_stays_full_still_gets_every_marker_rewritten(tmp_path, monk
     assert code == 1
     capsys.readouterr()
     (root,) = tmp_path.iterdir()
-    assert _marker(root)["status"] == "failed" and _marker(root)["finished"] == ["paged"]
-    assert _marker(root / "prefix")["status"] == "failed"
-    assert not (root / "prefix" / "kvbench_summary.json").exists()
-    assert ResultsFolder.is_complete(root / "paged")
+    assert root.name.endswith(".partial") and not is_whole(root)
+    assert (root / "prefix.partial").is_dir() and not (root / "prefix").exists()
+    assert not (root / "prefix.partial" / "kvbench_summary.json").exists()
+    assert is_whole(root / "paged")
     assert main(["report", str(root), "-o", str(tmp_path / "r.html")]) == 2
     line = _one_error_line(capsys.readouterr().err)
-    assert "prefix (failed" in line
+    assert "prefix (running or killed (or failed before its summary)" in line
+    assert "paged" not in line.split("is not whole:")[1]
 
 
 def _tmpfs(folder: Path, size: str) -> None:
@@ -387,26 +390,22 @@ def small_disk(tmp_path):
         subprocess.run(["umount", str(folder)], capture_output=True, timeout=10)
 
 
-def _markers_agree_with_summaries(root: Path) -> None:
-    for marker in root.rglob(INCOMPLETE_MARKER):
-        assert _marker(marker.parent)["status"] != "running", marker
-        summary = marker.parent / "kvbench_summary.json"
-        if summary.exists():
-            assert json.loads(summary.read_text())["status"] == _marker(marker.parent)["status"]
+def _names_agree_with_summaries(root: Path) -> None:
+    """A folder named whole holds a summary that says so; one that does not is `.partial`."""
     for summary in root.rglob("kvbench_summary.json"):
-        if not (summary.parent / INCOMPLETE_MARKER).exists():
-            assert json.loads(summary.read_text())["status"] == "complete"
+        if not summary.parent.name.endswith(".partial"):
+            assert json.loads(summary.read_text())["status"] == "complete", summary
 
 
-def test_a_full_disk_with_two_strategies_is_named_and_every_marker_says_so(
+def test_a_full_disk_with_two_strategies_is_named_and_every_folder_says_so(
         small_disk, tmp_path, capsys):
     disk = small_disk("48k")
     assert main([*SIM, "--num-requests", "40", "--strategy", "paged,prefix",
                  "--out", str(disk)]) == 1
     _one_error_line(capsys.readouterr().err)
     (root,) = disk.iterdir()
-    _markers_agree_with_summaries(root)
-    assert _marker(root)["status"] == "failed"
+    _names_agree_with_summaries(root)
+    assert root.name.endswith(".partial")
     assert main(["report", str(root), "-o", str(tmp_path / "r.html")]) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "prefix" in line and "is not whole" in line
@@ -419,8 +418,8 @@ def test_a_full_disk_after_a_single_run_leaves_its_whole_results_unmarked(
     line = _one_error_line(capsys.readouterr().err)
     assert "report.html" in line and "results are whole" in line
     (folder,) = disk.iterdir()
-    _markers_agree_with_summaries(folder)
-    assert ResultsFolder.is_complete(folder)
+    _names_agree_with_summaries(folder)
+    assert is_whole(folder) and not folder.name.endswith(".partial")
     assert main(["report", str(folder), "-o", str(tmp_path / "r.html")]) == 0
 
 
@@ -451,9 +450,11 @@ def test_random_bytes_in_requests_csv_are_refused_by_every_reader(finished_run, 
 
 def test_export_of_an_incomplete_folder_is_refused_unless_allowed(finished_run, tmp_path,
                                                                   capsys):
-    folder = tmp_path / "run"
+    folder = tmp_path / "run.partial"  # as a run interrupted by Ctrl-C leaves it
     shutil.copytree(finished_run, folder)
-    ResultsFolder(folder).mark("interrupted", "run interrupted (Ctrl-C)")
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
+    (folder / "kvbench_summary.json").write_text(json.dumps({**summary,
+                                                             "status": "interrupted"}))
     for fmt in ("csv", "vllm-bench"):
         assert main(["export", str(folder), "--format", fmt]) == 2
         line = _one_error_line(capsys.readouterr().err)
@@ -473,5 +474,6 @@ def test_ctrl_c_while_a_single_run_writes_its_report_leaves_its_whole_results_un
     assert main([*SIM, "--num-requests", "4", "--out", str(tmp_path)]) == 130
     capsys.readouterr()
     (folder,) = tmp_path.iterdir()
-    _markers_agree_with_summaries(folder)
-    assert ResultsFolder.is_complete(folder) and not (folder / "report.html").exists()
+    _names_agree_with_summaries(folder)
+    assert is_whole(folder) and not folder.name.endswith(".partial")
+    assert not (folder / "report.html").exists()

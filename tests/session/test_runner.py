@@ -14,6 +14,7 @@ import pytest
 
 from kvbench.cli import main
 from kvbench.results.repeat import mean_ci95
+from kvbench.results.run_folder import is_whole
 
 SMALL = ["--warmup", "0", "--kv-memory", "8MiB", "--quiet"]
 
@@ -35,7 +36,7 @@ def test_ctrl_c_keeps_a_marked_partial_result_and_exits_130(tmp_path):
     folder = None
     while time.time() < deadline and folder is None:
         time.sleep(0.5)
-        folders = list(out.glob("*/INCOMPLETE")) if out.exists() else []
+        folders = list(out.glob("*.partial/config.json")) if out.exists() else []
         folder = folders[0].parent if folders else None
     assert folder is not None, "run never started"
     time.sleep(2.0)
@@ -43,8 +44,7 @@ def test_ctrl_c_keeps_a_marked_partial_result_and_exits_130(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     assert "interrupted" in err and "Traceback" not in err
-    marker = json.loads((folder / "INCOMPLETE").read_text())
-    assert marker["status"] == "interrupted"
+    assert folder.name.endswith(".partial") and not is_whole(folder)  # kept, not renamed
     summary = json.loads((folder / "kvbench_summary.json").read_text())
     assert summary["status"] == "interrupted"
     assert summary["completed"] < 2000

@@ -9,6 +9,7 @@ import pytest
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.report.runs import run_folders
+from kvbench.results.run_folder import claim_working_folder, is_whole
 from kvbench.session.run_options import RunOptions
 from kvbench.session.session import (
     SessionResult,
@@ -16,7 +17,6 @@ from kvbench.session.session import (
     expand_runs,
     plan_session,
     run_session,
-    unique_folder,
 )
 
 
@@ -41,11 +41,12 @@ def test_simulate_runs_on_the_gpu_preset_and_refuses_an_unknown_one():
         expand_runs(RunOptions.for_kind("simulate", gpu="z80"))
 
 
-def test_unique_folder_never_reuses_a_name(tmp_path):
-    assert unique_folder(tmp_path, "a") == tmp_path / "a"
-    (tmp_path / "a-2").mkdir()
-    assert unique_folder(tmp_path, "a") == tmp_path / "a-3"
-    assert (tmp_path / "a" / "INCOMPLETE").is_file()  # claimed and marked at once
+def test_a_claimed_folder_never_reuses_a_name(tmp_path):
+    assert claim_working_folder(tmp_path, "a") == tmp_path / "a.partial"
+    (tmp_path / "a-2").mkdir()  # a finished run's
+    (tmp_path / "a-3.partial").mkdir()  # a run's still working
+    assert claim_working_folder(tmp_path, "a") == tmp_path / "a-4.partial"
+    assert (tmp_path / "a.partial").is_dir() and not is_whole(tmp_path / "a.partial")
 
 
 def test_a_session_returns_its_results_and_prints_nothing(tmp_path, capsys):

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 
 from kvbench.cli import main
-from kvbench.results.files import ResultsFolder
+from kvbench.results.run_folder import is_whole
 from kvbench.sweep import SweepSpec, run_sweep
 from kvbench.sweep.local import LocalExecutor
 
@@ -61,4 +61,4 @@ def test_failed_points_are_reported_and_rerun_by_resume(tmp_path, capsys):
     assert main([*args, "--resume"]) == 1  # the failed point runs (and fails) again
     assert "1 of 2 points failed" in capsys.readouterr().err
     assert (tmp_path / "f" / "kv_memory=4GiB" / "kvbench_summary.json").stat().st_mtime_ns == kept
-    assert ResultsFolder.is_complete(tmp_path / "f" / "kv_memory=4GiB")
+    assert is_whole(tmp_path / "f" / "kv_memory=4GiB")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from kvbench.results.files import ResultsFolder
+from kvbench.results.run_folder import is_whole
 from kvbench.sweep import SweepSpec, run_sweep, timing_free
 from kvbench.sweep.local import LocalExecutor
 
@@ -46,7 +46,7 @@ def test_local_and_ray_executors_give_the_same_table(tmp_path):
     pd.testing.assert_frame_equal(timing_free(local.points), timing_free(remote.points))
     for point_id in remote.points["point_id"]:
         folder = tmp_path / "ray" / point_id  # gathered from the worker onto the driver
-        assert ResultsFolder.is_complete(folder)
+        assert is_whole(folder)
         assert {"config.json", "requests.csv", "steps.csv"} <= {p.name for p in
                                                                   folder.iterdir()}
     on_disk = pd.read_csv(tmp_path / "ray" / "points.csv")

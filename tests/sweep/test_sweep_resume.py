@@ -8,7 +8,7 @@ import pandas as pd
 
 import kvbench.session.runner
 from kvbench.cli import main
-from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder
+from kvbench.results.run_folder import is_whole
 
 ARGS = [
     "sweep", "--simulate", "--model", "llama-2-7b", "--gpu", "a100-80gb",
@@ -43,8 +43,10 @@ def test_interrupted_sweep_resumes_without_redoing_complete_points(tmp_path, mon
     assert len(calls) == 4
     table = pd.read_csv(folder / "points.csv").set_index("point_id")
     assert list(table.loc[IDS, "status"]) == ["complete"] * 3 + ["interrupted"] + ["pending"] * 2
-    interrupted = folder / IDS[3]
-    assert json.loads((interrupted / INCOMPLETE_MARKER).read_text())["status"] == "interrupted"
+    interrupted = folder / f"{IDS[3]}.partial"  # kept, never renamed whole
+    assert json.loads((interrupted / "kvbench_summary.json").read_text())["status"] == \
+        "interrupted"
+    assert not (folder / IDS[3]).exists()
     done = {i: (folder / i / "kvbench_summary.json").stat().st_mtime_ns for i in IDS[:3]}
 
     assert main(args) == 2  # the same name without --resume is refused
@@ -54,7 +56,8 @@ def test_interrupted_sweep_resumes_without_redoing_complete_points(tmp_path, mon
     assert len(calls) == 3  # the interrupted point and the two never started
     for point_id, mtime in done.items():
         assert (folder / point_id / "kvbench_summary.json").stat().st_mtime_ns == mtime
-    assert all(ResultsFolder.is_complete(folder / i) for i in IDS)
+    assert all(is_whole(folder / i) for i in IDS)
+    assert not list(folder.glob("*.partial"))  # the interrupted point's, run again
     table = pd.read_csv(folder / "points.csv")
     assert list(table["point_id"]) == IDS and set(table["status"]) == {"complete"}
     assert (folder / "report.html").is_file()
