@@ -59,6 +59,7 @@ def read_csv_columns(path: Path, fmt: CsvFormat, num_requests: int | None
                      ) -> tuple[TraceColumns, int]:
     """The replayed rows (the first `num_requests`) and how many rows were left out (0
     prompt or output tokens); a bad row is a `KvbenchInputError` naming it."""
+    # (heavy: imported when a CSV trace is read, not by every workload's import)
     import pyarrow as pa
     from pyarrow import csv as pacsv
 
