@@ -93,6 +93,9 @@ def read_csv_columns(path: Path, fmt: CsvFormat, num_requests: int | None
         raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     except pa.ArrowInvalid as exc:
         problems.conversion(str(exc), header, fmt.columns[0])
+    finally:
+        # the reader's blocks, freed, go back to the system: a replay's memory peaks later
+        pa.default_memory_pool().release_unused()
     problems.raise_if_any()
     return kept.columns(), kept.skipped
 
