@@ -16,37 +16,14 @@ read).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
-
 from kvbench.workloads.csv_format import CsvFormat
-from kvbench.workloads.csv_numbers import parse_iso_datetimes
 from kvbench.workloads.csv_trace import load_csv_table
-from kvbench.workloads.trace_rows import RowError
 from kvbench.workloads.trace_table import TraceTable
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-
-
-def _timestamp_s(text: str) -> float:
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise RowError(f"TIMESTAMP must be a date-time, got {text!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-def _timestamps_s(text: bytes, buf: np.ndarray, start: np.ndarray, end: np.ndarray
-                  ) -> np.ndarray | None:
-    return parse_iso_datetimes(buf, start, end)
-
-
-FORMAT = CsvFormat(COLUMNS, _timestamp_s, _timestamps_s, "azure.tokens",
-                   "ContextTokens or GeneratedTokens 0")
+FORMAT = CsvFormat(COLUMNS, True, "azure.tokens", "ContextTokens or GeneratedTokens 0")
 
 
 def azure_table(path: Path, num_requests: int | None, seed: int, vocab_size: int,

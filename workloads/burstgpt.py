@@ -24,19 +24,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvbench.workloads.csv_format import CsvFormat
-from kvbench.workloads.csv_numbers import parse_seconds
 from kvbench.workloads.csv_trace import load_csv_table
-from kvbench.workloads.trace_rows import seconds
 from kvbench.workloads.trace_table import TraceTable
 
 COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
-
-
-def _timestamp_s(text: str) -> float:
-    return seconds(text, "Timestamp")
-
-
-FORMAT = CsvFormat(COLUMNS, _timestamp_s, parse_seconds, "burstgpt.tokens",
+FORMAT = CsvFormat(COLUMNS, False, "burstgpt.tokens",
                    "failed requests: 0 response or request tokens")
 
 

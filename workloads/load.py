@@ -136,7 +136,7 @@ def _finish(requests: list[Request], time_scale: float, arrivals: ArrivalProcess
     requests = apply_arrivals(requests, arrivals.request_rate, arrivals.burstiness, seed,
                               arrivals.conversation_rate)
     requests, num_clipped = clip_to_max_len(requests, max_model_len)
-    # (most already have their index: a copy each would cost seconds over a long trace)
+    # (most already have their index: only the others are copied)
     return [r if r.request_id == i else replace(r, request_id=i)
             for i, r in enumerate(requests)], num_clipped
 

@@ -1,8 +1,8 @@
 """`PromptTokens`: a prompt of random token ids that are drawn only when something reads them.
 
 A simulation under a strategy that reads no token ids (paged, contiguous, fp8) needs only a
-prompt's length; drawing and holding the ids of every prompt of a long trace would cost
-50-80 ns and a pointer per token (7 GB for a million BurstGPT requests). So a workload with
+prompt's length; drawing and holding the ids of every prompt of a long trace would cost a
+draw and a pointer per token (gigabytes for a million BurstGPT requests). So a workload with
 no sharing hands out `PromptTokens`: each knows its length, and the first read of any id
 draws the ids of all the workload's prompts at once (`LazyRows`), from the same generator
 and in the same order as an eager draw, so the ids are the same whether or not, and

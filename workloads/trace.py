@@ -12,9 +12,10 @@ Each non-blank line is a JSON object with:
 | `prefix_id` | no | shared prefix it starts with (string or int) |
 | `prefix_len` | no | with `prefix_id` and `prompt_len`: how many leading tokens it shares with the others of that `prefix_id` (default 0) |
 
-Other keys are ignored (a trace may keep its text or metadata). Lines are validated in full
-before anything is built; on a bad file `KvbenchInputError("file:line: what is wrong")` names
-the first bad line and how many more there are.
+Other keys are ignored (a trace may keep its text or metadata). The lines read (up to the
+`num_requests`-th request; the rest of the file is not read) are validated before anything is
+built; on a bad file `KvbenchInputError("file:line: what is wrong")` names the first bad line
+and how many more there are.
 
 Prompts given as `prompt_len` are synthesized from seeded random token ids, keeping the
 sharing the trace describes, token-for-token:
@@ -30,7 +31,7 @@ Prompts given as `prompt_tokens` are used as they are. Arrivals: a trace with `a
 keeps its times when no `--request-rate` is given; with a rate, the arrival process replaces
 them (conversations keep their internal offsets, see `arrivals.py`); without `arrival_s`
 everything arrives at t = 0 in file order. `num_requests` keeps the first requests in file order
-(None or more than the file holds: all of them).
+(None or more than the file holds: all of them), reading no further.
 
 `write_trace` writes any list of requests in this format (with `prompt_tokens`), so a built-in
 workload can be saved and replayed exactly.
@@ -153,36 +154,39 @@ def _parse_line(text: str, lineno: int, vocab_size: int) -> _Line:
     )
 
 
-def _read_lines(path: Path, vocab_size: int) -> list[_Line]:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+def _read_lines(path: Path, vocab_size: int, num_requests: int | None) -> list[_Line]:
+    """The first `num_requests` requests' lines (all: None), reading no further."""
     lines: list[_Line] = []
     errors: list[str] = []
     with_arrival: bool | None = None
-    for lineno, data in enumerate(raw.splitlines(), start=1):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            errors.append(f"{path}:{lineno}: not UTF-8 text")
-            continue
-        if not text.strip():
-            continue
-        try:
-            line = _parse_line(text, lineno, vocab_size)
-            if with_arrival is None:
-                with_arrival = line.arrival_s is not None
-            elif with_arrival != (line.arrival_s is not None):
-                raise _LineError(
-                    "arrival_s missing while earlier lines have it"
-                    if with_arrival
-                    else "arrival_s given while earlier lines have none"
-                )
-        except _LineError as exc:
-            errors.append(f"{path}:{lineno}: {exc}")
-            continue
-        lines.append(line)
+    try:
+        with path.open("rb") as data:
+            for lineno, raw in enumerate(data, start=1):
+                if num_requests is not None and len(lines) >= num_requests:
+                    break
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    errors.append(f"{path}:{lineno}: not UTF-8 text")
+                    continue
+                if not text.strip():
+                    continue
+                try:
+                    line = _parse_line(text, lineno, vocab_size)
+                    if with_arrival is None:
+                        with_arrival = line.arrival_s is not None
+                    elif with_arrival != (line.arrival_s is not None):
+                        raise _LineError(
+                            "arrival_s missing while earlier lines have it"
+                            if with_arrival
+                            else "arrival_s given while earlier lines have none"
+                        )
+                except _LineError as exc:
+                    errors.append(f"{path}:{lineno}: {exc}")
+                    continue
+                lines.append(line)
+    except OSError as exc:
+        raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     if errors:
         more = f" (and {len(errors) - 1} more bad lines)" if len(errors) > 1 else ""
         raise KvbenchInputError(errors[0] + more)
@@ -195,14 +199,13 @@ def load_trace(
     path: str | os.PathLike[str], num_requests: int | None, seed: int, vocab_size: int,
     max_model_len: int | None = None,
 ) -> list[Request]:
-    """The trace's requests in file order (`request_id` = position), validated in full.
+    """The trace's first `num_requests` requests in file order (`request_id` = position),
+    every line read validated first.
 
     A prompt given by length is built to at most `max_model_len` tokens (clipping keeps only
     its head), so a trace of long prompts never holds their unclipped tokens."""
     path = Path(path)
-    lines = _read_lines(path, vocab_size)
-    if num_requests is not None:
-        lines = lines[:num_requests]
+    lines = _read_lines(path, vocab_size, num_requests)
     cap = prompt_cap(max_model_len)
     check_workload_fits(sum(line.n for line in lines),
                         sum(min(line.prompt_len, cap) for line in lines), str(path))

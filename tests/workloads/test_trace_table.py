@@ -1,23 +1,16 @@
-"""CSV traces build each request once (`trace_table.py`, `request_build.py`), with what the
+"""CSV traces build each request once (`trace_table.py`), with what the generic
 copy-per-step path gives (`trace_reference.py`): ids, arrival times to the bit, prompts (row,
 length, drawn ids), output lengths, clipping, notes."""
 
 from __future__ import annotations
 
-import copy
-import math
-import pickle
 import warnings
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kvbench.core.request import Request
 from kvbench.workloads import azure, burstgpt, load_workload, read_trace
-from kvbench.workloads.prompt_tokens import LazyRows
-from kvbench.workloads.request_build import BLOCK, DIRECT, build_requests
 from tests.benchmarks.burstgpt_shaped import write_burstgpt_shaped_csv
 from tests.workloads.trace_reference import reference_workload, request_fields
 
@@ -90,25 +83,3 @@ def test_read_trace_gives_the_requests_in_file_order():
     assert [r.request_id for r in requests] == [0, 1, 2, 3]
     assert [r.arrival_s for r in requests] == [0.0, 113.0, 135.0, 136.0]
     assert [r.prompt_token_ids._index for r in requests] == [0, 1, 2, 3]
-
-
-def test_requests_built_directly_are_what_the_constructor_builds():
-    assert DIRECT  # Request still has the fields build_requests sets (else: its constructor)
-    rows = LazyRows(lambda: [tuple(range(k, k + 9)) for k in range(BLOCK + 3)])
-    n = BLOCK + 3  # more than one block
-    order = np.arange(n)[::-1].copy()
-    built = build_requests(rows, order, np.full(n, 5), np.linspace(0, 1, n),
-                           np.arange(n) % 7 + 1)
-    i = n - 1
-    made = Request(i, float(np.linspace(0, 1, n)[i]), rows.prompts([9])[0][:5], i % 7 + 1)
-    assert built[i] == made and built[i].prompt_token_ids._index == 0
-    assert vars(built[i]) == vars(made) and list(vars(built[i])) == list(vars(made))
-    assert [r.request_id for r in built] == list(range(n))
-    assert hash(built[i]) == hash(made)
-    assert pickle.loads(pickle.dumps(built[i])) == made
-    assert copy.copy(built[i]) == made
-    moved = replace(built[i], arrival_s=2.5)  # the runner's copy at its send time
-    assert moved.arrival_s == 2.5 and moved.prompt_token_ids == made.prompt_token_ids
-    with pytest.raises(AttributeError):
-        built[i].output_len = 3  # still frozen
-    assert not math.isnan(built[0].arrival_s)

@@ -97,7 +97,17 @@ def test_bad_line_reported_with_its_number(tmp_path, line, message):
 def test_all_bad_lines_counted_first_reported(tmp_path):
     path = write(tmp_path, [{"prompt_len": 4, "output_len": 4}, "{", "{", {"prompt_len": 1}])
     with pytest.raises(KvbenchInputError, match=r":2: not valid JSON.*\(and 2 more bad lines\)$"):
-        load_workload(str(path), 1, 0, VOCAB)  # the whole file is checked, not just line 1
+        load_workload(str(path), None, 0, VOCAB)
+    with pytest.raises(KvbenchInputError, match=r":2: not valid JSON.*\(and 2 more bad lines\)$"):
+        load_workload(str(path), 2, 0, VOCAB)  # lines are read until 2 requests are found
+
+
+def test_num_requests_reads_no_further(tmp_path):
+    path = write(tmp_path, [{"prompt_len": 4, "output_len": 4}, "", {"prompt_len": 5,
+                                                                     "output_len": 1}, "{"])
+    with path.open("ab") as out:
+        out.write(b"\xff\n")
+    assert [r.prompt_len for r in load_workload(str(path), 2, 0, VOCAB).requests] == [4, 5]
 
 
 def test_arrival_s_on_every_line_or_none(tmp_path):

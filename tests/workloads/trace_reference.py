@@ -1,7 +1,6 @@
-"""The workload of a CSV trace as `load_workload` built it before `trace_table.py`: a
-`Request` per row, then the generic path's copies of each (`load._finish`: the time scale,
-the arrival process, clipping and its number). Tests compare the one-build path with it,
-field by field."""
+"""The workload of a CSV trace built through the generic path: its rows read, a `Request` per
+row, then `load._finish`'s copies of each (the time scale, the arrival process, clipping and
+its number). Tests compare the one-build path (`trace_table.py`) with it, field by field."""
 
 from __future__ import annotations
 
@@ -12,10 +11,10 @@ from pathlib import Path
 from kvbench.core.request import Request
 from kvbench.workloads.arrivals import ArrivalProcess
 from kvbench.workloads.csv_format import CsvFormat
-from kvbench.workloads.csv_trace import read_csv_rows
+from kvbench.workloads.csv_trace import read_csv_columns
 from kvbench.workloads.load import _finish
 from kvbench.workloads.sampling import TokenSampler, rng_for
-from kvbench.workloads.trace_rows import prompt_lengths, to_requests
+from kvbench.workloads.trace_rows import TraceRow, prompt_lengths, to_requests
 
 
 def reference_workload(path: Path, fmt: CsvFormat, num_requests: int | None, seed: int,
@@ -25,7 +24,10 @@ def reference_workload(path: Path, fmt: CsvFormat, num_requests: int | None, see
     """The requests and the count of clipped ones, the old way."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows, _ = read_csv_rows(path, fmt.columns, fmt.parse, num_requests)
+        columns, _ = read_csv_columns(path, fmt, num_requests)
+    rows = [TraceRow(a, p, o) for a, p, o in zip(columns.arrival_s.tolist(),
+                                                 columns.prompt_len.tolist(),
+                                                 columns.output_len.tolist(), strict=True)]
     sampler = TokenSampler(rng_for(seed, fmt.tokens_stream), vocab_size)
     requests = to_requests(rows, sampler.lazy_rows(
         prompt_lengths(path, rows, max_model_len, drawn_now=False)))
