@@ -1,5 +1,5 @@
-"""Running one sweep point: `prepare` + `run_one` into the point's folder, then the fp8
-`accuracy` section (`kvbench.session.session.add_accuracy_section`), as `kvbench run` does.
+"""Running one sweep point: `prepare` + `run_one` into the point's folder, as `kvbench run`
+runs each of its configurations (an fp8 point's summary carries the same `accuracy` section).
 
 A task is a plain dict (it travels to Ray workers and spawned processes):
 `{"point_id", "folder", "run": RunConfig.to_dict(), "command"}`. `execute_point` returns a
@@ -26,7 +26,6 @@ from kvbench.results.folder_state import run_problem
 from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 from kvbench.session.run_config import RunConfig
 from kvbench.session.runner import prepare, run_one
-from kvbench.session.session import add_accuracy_section
 
 _MODEL_CACHE: dict = {}  # per process: points of one model share its weights
 
@@ -48,12 +47,8 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
     try:
         run = RunConfig.from_dict(task["run"])
         cache = _MODEL_CACHE if model_cache is None else model_cache
-        prepared = prepare(run, cache)
-        requests = prepared[1].requests
         outcome = run_one(run, target, show_progress=False, command=task["command"],
-                          prepared=prepared)
-        prepared = None  # the engine goes before fp8 accuracy builds its own two
-        add_accuracy_section(run, [outcome], requests, cache)
+                          prepared=prepare(run, cache))
         record["summary"] = outcome.summary
     except RunInterrupted:
         raise
