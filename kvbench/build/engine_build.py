@@ -205,18 +205,6 @@ class EnginePlan:
     allocation: HybridAllocation | None = None
     num_slots: int = 0
 
-    @property
-    def config(self) -> EngineConfig:
-        return self.shape.config
-
-    @property
-    def model_config(self) -> ModelConfig:
-        return self.shape.model_config
-
-    @property
-    def max_model_len(self) -> int:
-        return self.shape.max_model_len
-
     def strategy(self):
         """A new cache strategy over the planned arena (bookkeeping only: no tensor)."""
         shape = self.shape
@@ -226,8 +214,8 @@ class EnginePlan:
     def request_check(self) -> Callable[[Request], None]:
         """What the built engine's `check_request` will say of a request, from the plan."""
         if self.kv_budget_bytes is None:  # transformers' cache grows as it needs
-            return lambda request: check_request_lengths(request, self.max_model_len)
-        return RequestCheck(self.strategy(), self.bytes_per_slot, self.max_model_len)
+            return lambda request: check_request_lengths(request, self.shape.max_model_len)
+        return RequestCheck(self.strategy(), self.bytes_per_slot, self.shape.max_model_len)
 
 
 @dataclass(frozen=True)
@@ -261,7 +249,8 @@ class ExecutorFactory(ABC):
                           arena_slots(budget, bytes_per_slot))
 
     def build(self, plan: EnginePlan, context: BuildContext) -> BuiltEngine:
-        shape, config, model_config = plan.shape, plan.config, plan.model_config
+        shape = plan.shape
+        config, model_config = shape.config, shape.model_config
         strategy = plan.strategy()
         clock = self.clock(context)
         executor = self.executor(config, plan.model, model_config, plan.device, plan.num_slots,

@@ -117,7 +117,7 @@ class ModelExecutors(ExecutorFactory):
     def precompile(self, plan: EnginePlan, executor, strategy) -> float:
         # Triton compiles a variant at its first launch, and a CUDA graph capture synchronizes
         # the device: either inside a measured step would land in its latency.
-        config, model_config, device = plan.config, plan.model_config, plan.device
+        config, model_config, device = plan.shape.config, plan.shape.model_config, plan.device
         seconds = 0.0
         if executor.backend_name == "triton" and device.type == "cuda":
             arena = executor.arena
@@ -137,7 +137,7 @@ class ModelExecutors(ExecutorFactory):
             seconds = executor.ops.precompile(shape, device)
         start = time.perf_counter()
         if executor.capture_decode_graphs(strategy.layout_kind, strategy.table_block_size,
-                                          plan.max_model_len):
+                                          plan.shape.max_model_len):
             seconds += time.perf_counter() - start
         return seconds
 

@@ -47,11 +47,11 @@ class TransformersEngines(ModelExecutors):
                           shape.model_config.kv_bytes_per_token(element), None)
 
     def build(self, plan: EnginePlan, context: BuildContext) -> BuiltEngine:
-        config, model_config = plan.config, plan.model_config
+        config, model_config = plan.shape.config, plan.shape.model_config
         hf_model = to_transformers(plan.model, config.model, plan.device)
         engine = HFGenerateEngine(
             hf_model, device=plan.device, max_num_seqs=config.max_num_seqs,
-            max_model_len=plan.max_model_len,
+            max_model_len=plan.shape.max_model_len,
             max_padded_len=model_config.max_position_embeddings,
             temperature=config.temperature, seed=config.seed,
             clock=context.clock,
@@ -65,7 +65,7 @@ class TransformersEngines(ModelExecutors):
             kv_dtype=plan.kv_dtype,
             bytes_per_slot=plan.bytes_per_slot,
             backend=f"transformers-{attn}",
-            max_model_len=plan.max_model_len,
+            max_model_len=plan.shape.max_model_len,
         )
 
 
