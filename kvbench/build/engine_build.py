@@ -194,7 +194,7 @@ def engine_shape(config: EngineConfig) -> EngineShape:
 class EnginePlan:
     """An engine as its factory derived it, before its arena exists: the model loaded, the KV
     dtype, slot bytes and budget (on CUDA, measured). `ExecutorFactory.build` turns it into
-    the engine; `check_request` refuses, before then, a request the engine could never run."""
+    the engine; `request_check` refuses, before then, a request the engine could never run."""
 
     shape: EngineShape
     device: torch.device | DeviceKind  # `DeviceKind` where nothing runs (the simulator)
