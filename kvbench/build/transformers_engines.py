@@ -40,15 +40,17 @@ class TransformersEngines(ModelExecutors):
         if config.kv_cache_dtype != "auto" and STRATEGIES.get(config.strategy).kv_cache_dtype is None:
             raise KvbenchInputError("--engine hf has no fp8 KV cache: use --kv-cache-dtype auto")
         device, decoder = self.load(shape, context)
+        # transformers' model over kvbench's tensors (what it cannot run is refused here)
+        hf_model = to_transformers(decoder, config.model, device)
         dtype = parse_dtype(config.dtype)
         element = torch.empty((), dtype=dtype).element_size()
         # No budget: transformers' cache grows as it needs, so only the lengths are checked.
-        return EnginePlan(shape, device, decoder, dtype,
+        return EnginePlan(shape, device, hf_model, dtype,
                           shape.model_config.kv_bytes_per_token(element), None)
 
     def build(self, plan: EnginePlan, context: BuildContext) -> BuiltEngine:
         config, model_config = plan.shape.config, plan.shape.model_config
-        hf_model = to_transformers(plan.model, config.model, plan.device)
+        hf_model = plan.model
         engine = HFGenerateEngine(
             hf_model, device=plan.device, max_num_seqs=config.max_num_seqs,
             max_model_len=plan.shape.max_model_len,

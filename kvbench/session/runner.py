@@ -143,6 +143,14 @@ def check_run(run: RunConfig, model_cache: dict | None = None
     return plan, workload
 
 
+def as_planned(run: RunConfig, plan: EnginePlan) -> RunConfig:
+    """`run` with its engine's options as planned, the implied ones applied (what config.json
+    records); the transformers baseline's as given (no strategy or policy implies any)."""
+    if run.executor.kind is EngineKind.TRANSFORMERS:
+        return run
+    return dataclasses.replace(run, engine=plan.shape.config)
+
+
 def build(run: RunConfig, plan: EnginePlan) -> BuiltEngine:
     """The run's engine, built from its plan (the arena is allocated here)."""
     return _factory(run).build(plan, BuildContext(clock=WallClock()))

@@ -39,7 +39,14 @@ from kvbench.scheduling import POLICIES, QUEUE_ORDERS
 from kvbench.session.input_warnings import input_warnings
 from kvbench.session.run_config import RunConfig
 from kvbench.session.run_options import RunOptions, build_run_config, option_fields
-from kvbench.session.runner import RunOutcome, build, check_run, run_one, strategy_label
+from kvbench.session.runner import (
+    RunOutcome,
+    as_planned,
+    build,
+    check_run,
+    run_one,
+    strategy_label,
+)
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import GPU_PRESETS
 from kvbench.strategies import STRATEGIES, reads_option
@@ -290,6 +297,7 @@ def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
         if budget is not None:
             run = runs[i] = _pinned(run, budget)
         plan, workload = check_run(run, model_cache)
+        run = runs[i] = as_planned(run, plan)
         if (budget is None and len(runs) > 1 and run.engine.kv_memory is None
                 and measures_budget(plan.device)):
             budget = plan.kv_budget_bytes

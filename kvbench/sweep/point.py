@@ -1,5 +1,6 @@
-"""Running one sweep point: `prepare` + `run_one` into the point's folder, as `kvbench run`
-runs each of its configurations (an fp8 point's summary carries the same `accuracy` section).
+"""Running one sweep point: checked, built and run (`run_one`) into the point's folder, as
+`kvbench run` runs each of its configurations (an fp8 point's summary carries the same
+`accuracy` section).
 
 A task is a plain dict (it travels to Ray workers and spawned processes):
 `{"point_id", "folder", "run": RunConfig.to_dict(), "command"}`. `execute_point` returns a
@@ -25,7 +26,7 @@ from kvbench.results.files import INCOMPLETE_MARKER, ResultsFolder, atomic_write
 from kvbench.results.folder_state import run_problem
 from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 from kvbench.session.run_config import RunConfig
-from kvbench.session.runner import prepare, run_one
+from kvbench.session.runner import as_planned, build, check_run, run_one
 
 _MODEL_CACHE: dict = {}  # per process: points of one model share its weights
 
@@ -47,8 +48,10 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
     try:
         run = RunConfig.from_dict(task["run"])
         cache = _MODEL_CACHE if model_cache is None else model_cache
+        plan, workload = check_run(run, cache)
+        run = as_planned(run, plan)
         outcome = run_one(run, target, show_progress=False, command=task["command"],
-                          prepared=prepare(run, cache))
+                          prepared=(build(run, plan), workload))
         record["summary"] = outcome.summary
     except RunInterrupted:
         raise

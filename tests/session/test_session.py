@@ -112,7 +112,8 @@ def test_on_cuda_the_budget_is_measured_once_and_every_strategy_runs_on_it(monke
 
     def fake_check_run(run, model_cache):
         planned_with.append(run.engine.kv_memory)
-        plan = SimpleNamespace(device=torch.device("cuda"), kv_budget_bytes=123 * 2**20)
+        plan = SimpleNamespace(device=torch.device("cuda"), kv_budget_bytes=123 * 2**20,
+                               shape=SimpleNamespace(config=run.engine))
         return plan, SimpleNamespace(requests=[])
 
     monkeypatch.setattr(session, "check_run", fake_check_run)
