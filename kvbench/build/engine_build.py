@@ -1,9 +1,14 @@
 """`ExecutorFactory`: an `EngineConfig` turned into model, arena, strategy, policy and engine.
 
-There is one wiring for every engine: lengths, KV dtype, budget, strategy, policy and `Engine`
-are built here; what differs between the real model, the simulator and the transformers
-baseline is the factory subclass (where the model's shape, the KV budget, the executor and the
-clock come from). `kvbench.build.engines` names the factory of each `EngineKind`.
+There is one wiring for every engine, in three steps, each derived once and handed on:
+`engine_shape` (the options with their implied ones, the model's shape and the lengths:
+torch-free, nothing loaded), `ExecutorFactory.plan` (the model loaded, the KV dtype, slot
+bytes and budget: a CUDA budget is measured here) and `ExecutorFactory.build` (strategy,
+executor, policy and `Engine`: the arena is allocated). A session checks every request
+against the plans and builds each engine from its plan when its run starts. What differs
+between the real model, the simulator and the transformers baseline is the factory subclass
+(where the device and model, the KV budget, the executor and the clock come from).
+`kvbench.build.engines` names the factory of each `EngineKind`.
 
 This module does not import torch, nor any factory: the simulator builds through it without
 loading torch (docs/design.md). The real model's factory is `kvbench.build.model_executors`.
@@ -23,12 +28,14 @@ from kvbench.core.executor import DeviceKind, Executor
 from kvbench.core.kv_allocation import HybridAllocation, hybrid_allocation
 from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.core.kv_groups import kv_bytes_per_token
+from kvbench.core.request import Request
 from kvbench.engine.base_engine import BaseEngine
-from kvbench.engine.engine import Engine
+from kvbench.engine.engine import Engine, RequestCheck, check_request_lengths
 from kvbench.engine.group_memory import GroupMemory, GroupShape
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
+from kvbench.models.resolve_config import resolve_model_config
 from kvbench.scheduling import POLICIES, SchedulerLimits, make_policy
 from kvbench.sizing.capacity import kv_capacity
 from kvbench.strategies import STRATEGIES, make_strategy, reads_option
@@ -52,22 +59,21 @@ class BuiltEngine:
 
 
 def effective_config(config: EngineConfig) -> EngineConfig:
-    """Apply a strategy's implied options (`fp8` is `paged` with `--kv-cache-dtype fp8`) and
-    a batching policy's (`vllm-v1` always chunks prefills: it has no other mode)."""
+    """`config` with a strategy's implied options (`fp8` is `paged` with `--kv-cache-dtype
+    fp8`) and a batching policy's (`vllm-v1` always chunks prefills: it has no other mode),
+    as a new config: `config` is left as it is."""
     defaults = EngineConfig()
-    for name, value in STRATEGIES.get(config.strategy).engine_overrides.items():
-        if getattr(config, name) == getattr(defaults, name):  # an explicit choice stays
-            setattr(config, name, value)
-    for name, value in POLICIES.get(config.batching).engine_overrides.items():
-        setattr(config, name, value)
-    return config
+    implied = {name: value
+               for name, value in STRATEGIES.get(config.strategy).engine_overrides.items()
+               if getattr(config, name) == getattr(defaults, name)}  # an explicit choice stays
+    implied.update(POLICIES.get(config.batching).engine_overrides)
+    return dataclasses.replace(config, **implied)
 
 
 def keeps_fp8_cache(config: EngineConfig) -> bool:
     """Whether the engine of `config` keeps an fp8 KV cache, once its strategy's implied
-    options apply (`fp8`, or any strategy with `--kv-cache-dtype fp8`). `config` is left as
-    it is."""
-    return is_fp8_cache(effective_config(dataclasses.replace(config)).kv_cache_dtype)
+    options apply (`fp8`, or any strategy with `--kv-cache-dtype fp8`)."""
+    return is_fp8_cache(effective_config(config).kv_cache_dtype)
 
 
 def resolve_lengths(config: EngineConfig, model_config: ModelConfig) -> tuple[int, int]:
@@ -166,6 +172,53 @@ def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
 
 
 @dataclass(frozen=True)
+class EngineShape:
+    """What an engine's configuration says before anything is loaded (torch-free)."""
+
+    config: EngineConfig  # the options with their implied ones (`effective_config`)
+    model_config: ModelConfig
+    max_model_len: int
+    max_num_batched_tokens: int
+
+
+def engine_shape(config: EngineConfig) -> EngineShape:
+    """The options resolved, the model's shape and the lengths, checked against the model."""
+    config = effective_config(config)
+    model_config = resolve_model_config(config.model)
+    max_model_len, max_batched = resolve_lengths(config, model_config)
+    check_block_fits_window(config, model_config, max_model_len)
+    return EngineShape(config, model_config, max_model_len, max_batched)
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """An engine as its factory derived it, before its arena exists: the model loaded, the KV
+    dtype, slot bytes and budget (on CUDA, measured). `ExecutorFactory.build` turns it into
+    the engine; `request_check` refuses, before then, a request the engine could never run."""
+
+    shape: EngineShape
+    device: torch.device | DeviceKind  # `DeviceKind` where nothing runs (the simulator)
+    model: Any  # None where there is no model (the simulator)
+    kv_dtype: torch.dtype | str  # torch's name of it where there is no tensor (the simulator)
+    bytes_per_slot: int
+    kv_budget_bytes: int | None  # None: no budget is enforced (transformers' own cache)
+    allocation: HybridAllocation | None = None
+    num_slots: int = 0
+
+    def strategy(self):
+        """A new cache strategy over the planned arena (bookkeeping only: no tensor)."""
+        shape = self.shape
+        return strategy_for(shape.config, self.num_slots, shape.max_model_len,
+                            self.allocation, shape.max_num_batched_tokens)
+
+    def request_check(self) -> Callable[[Request], None]:
+        """What the built engine's `check_request` will say of a request, from the plan."""
+        if self.kv_budget_bytes is None:  # transformers' cache grows as it needs
+            return lambda request: check_request_lengths(request, self.shape.max_model_len)
+        return RequestCheck(self.strategy(), self.bytes_per_slot, self.shape.max_model_len)
+
+
+@dataclass(frozen=True)
 class BuildContext:
     """What the caller lends a build: the run's clock (None: the factory's own) and a cache of
     loaded models shared between the engines of a session."""
@@ -175,45 +228,54 @@ class BuildContext:
 
 
 class ExecutorFactory(ABC):
-    """Where an engine's model side comes from; `build` is the shared wiring.
+    """Where an engine's model side comes from; `plan` and `build` are the shared wiring.
 
-    A factory answers, in order: the device and model (`load`), the KV budget in bytes
-    (`kv_budget_bytes`), the run's clock (`clock`) and the executor over the arena
-    (`executor`). An engine that is not kvbench's `Engine` overrides `build` itself.
+    A factory answers, in order: the device and model (`load`), the KV dtype and budget in
+    bytes (`kv_dtype`, `kv_budget_bytes`), then, when the engine is built, the run's clock
+    (`clock`) and the executor over the arena (`executor`). An engine that is not kvbench's
+    `Engine` overrides `plan` and `build` itself.
     """
 
-    def build(self, config: EngineConfig, context: BuildContext) -> BuiltEngine:
-        config = effective_config(config)
-        device, model, model_config = self.load(config, context)
-        max_model_len, max_batched = resolve_lengths(config, model_config)
-        check_block_fits_window(config, model_config, max_model_len)
+    def plan(self, shape: EngineShape, context: BuildContext) -> EnginePlan:
+        config, model_config = shape.config, shape.model_config
+        device, model = self.load(shape, context)
         kv_dtype = self.kv_dtype(config)
         allocation = kv_allocation(config, model_config, element_bytes(kv_dtype))
         bytes_per_slot = slot_bytes(model_config, element_bytes(kv_dtype), allocation,
                                     config.tensor_parallel_size)
-        budget = self.kv_budget_bytes(config, device, model, model_config, max_batched)
-        num_slots = arena_slots(budget, bytes_per_slot)
-        strategy = strategy_for(config, num_slots, max_model_len, allocation, max_batched)
+        budget = self.kv_budget_bytes(config, device, model, model_config,
+                                      shape.max_num_batched_tokens)
+        return EnginePlan(shape, device, model, kv_dtype, bytes_per_slot, budget, allocation,
+                          arena_slots(budget, bytes_per_slot))
+
+    def build(self, plan: EnginePlan, context: BuildContext) -> BuiltEngine:
+        shape = plan.shape
+        config, model_config = shape.config, shape.model_config
+        strategy = plan.strategy()
         clock = self.clock(context)
-        executor = self.executor(config, model, model_config, device, num_slots, kv_dtype, clock)
-        limits = SchedulerLimits(config.max_num_seqs, max_batched, config.chunked_prefill)
+        executor = self.executor(config, plan.model, model_config, plan.device, plan.num_slots,
+                                 plan.kv_dtype, clock)
+        limits = SchedulerLimits(config.max_num_seqs, shape.max_num_batched_tokens,
+                                 config.chunked_prefill)
         policy = make_policy(config.batching, strategy, limits, config.queue_order)
+        kv_element = element_bytes(plan.kv_dtype)
         engine = Engine(
-            strategy, policy, executor, bytes_per_slot=bytes_per_slot,
-            max_model_len=max_model_len, temperature=self.temperature(config), seed=config.seed,
-            clock=clock, memory_probe=self.memory_probe(device),
-            group_memory=group_memory(model_config, element_bytes(kv_dtype), allocation,
-                                      bytes_per_slot),
+            strategy, policy, executor, bytes_per_slot=plan.bytes_per_slot,
+            max_model_len=shape.max_model_len, temperature=self.temperature(config),
+            seed=config.seed, clock=clock, memory_probe=self.memory_probe(plan.device),
+            group_memory=group_memory(model_config, kv_element, plan.allocation,
+                                      plan.bytes_per_slot),
         )
-        return BuiltEngine(engine, model_config, device, budget, kv_dtype, bytes_per_slot,
-                           self.backend(config, device), max_model_len,
-                           self.precompile(config, executor, model_config, device, strategy))
+        return BuiltEngine(engine, model_config, plan.device, plan.kv_budget_bytes,
+                           plan.kv_dtype, plan.bytes_per_slot,
+                           self.backend(config, plan.device), shape.max_model_len,
+                           self.precompile(plan, executor, strategy))
 
     @abstractmethod
     def load(
-        self, config: EngineConfig, context: BuildContext
-    ) -> tuple[torch.device | DeviceKind, Any, ModelConfig]:
-        """(device, model or None, the model's shape)."""
+        self, shape: EngineShape, context: BuildContext
+    ) -> tuple[torch.device | DeviceKind, Any]:
+        """(device, model or None)."""
 
     @abstractmethod
     def kv_dtype(self, config: EngineConfig) -> torch.dtype | str:
@@ -247,8 +309,7 @@ class ExecutorFactory(ABC):
     def memory_probe(self, device: torch.device | DeviceKind) -> Callable[[], dict] | None:
         return None
 
-    def precompile(self, config: EngineConfig, executor: Executor, model_config: ModelConfig,
-                   device: torch.device | DeviceKind, strategy: Any) -> float:
+    def precompile(self, plan: EnginePlan, executor: Executor, strategy: Any) -> float:
         """Compile every kernel variant the run will meet and capture its CUDA graphs (the
         `strategy` tells their layout); the seconds it took."""
         return 0.0

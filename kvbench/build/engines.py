@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvbench.build.engine_build import BuildContext, BuiltEngine, ExecutorFactory
+from kvbench.build.engine_build import BuildContext, BuiltEngine, ExecutorFactory, engine_shape
 from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.config import EngineConfig
 from kvbench.core.clock import RunClock
@@ -52,9 +52,11 @@ def build_engine(
     clock: RunClock | None = None,
     model_cache: dict | None = None,
 ) -> BuiltEngine:
-    """The engine of `config` whose model side comes from `executor` (default: the model)."""
+    """The engine of `config` whose model side comes from `executor` (default: the model):
+    planned and built at once."""
     factory = executor or _model()
-    return factory.build(config, BuildContext(clock=clock, model_cache=model_cache))
+    context = BuildContext(clock=clock, model_cache=model_cache)
+    return factory.build(factory.plan(engine_shape(config), context), context)
 
 
 __all__ = ["EXECUTOR_FACTORIES", "build_engine", "executor_factory"]

@@ -13,9 +13,10 @@ import torch
 
 from kvbench.build.engine_build import (
     BuildContext,
+    EnginePlan,
+    EngineShape,
     ExecutorFactory,
     kv_allocation,
-    resolve_lengths,
 )
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
@@ -35,7 +36,6 @@ from kvbench.models.dtype_names import element_bytes
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import load_model, parse_dtype
 from kvbench.models.memory_check import memory_need
-from kvbench.models.resolve_config import resolve_model_config
 from kvbench.sizing.kv_budget import kv_budget_bytes
 
 
@@ -52,17 +52,16 @@ def prepare_device(config: EngineConfig) -> torch.device:
 
 
 def load_cached_model(
-    config: EngineConfig, dtype: torch.dtype, device: torch.device, model_cache: dict | None
+    shape: EngineShape, dtype: torch.dtype, device: torch.device, model_cache: dict | None
 ) -> tuple[LlamaDecoder, ModelConfig]:
     """The run's model, taken from `model_cache` when one with the same weights is there."""
+    config = shape.config
     key = (config.model, config.dtype, str(device), config.seed)
     if model_cache is not None and key in model_cache:
         return model_cache[key]
     # Checked before a byte is allocated: weights, a full prefill's activations and the arena.
-    model_config = resolve_model_config(config.model)
-    _, max_batched = resolve_lengths(config, model_config)
-    need = memory_need(model_config, dtype, max_batched, config.max_num_seqs,
-                       planned_kv_bytes(config, device))
+    need = memory_need(shape.model_config, dtype, shape.max_num_batched_tokens,
+                       config.max_num_seqs, planned_kv_bytes(config, device))
     loaded = load_model(config.model, dtype=dtype, device=device, seed=config.seed, need=need)
     if model_cache is not None:
         model_cache[key] = loaded
@@ -72,11 +71,11 @@ def load_cached_model(
 class ModelExecutors(ExecutorFactory):
     """kvbench's engine: the Llama model with the configured attention backend."""
 
-    def load(self, config: EngineConfig, context: BuildContext):
-        device = prepare_device(config)
-        dtype = parse_dtype(config.dtype)
-        model, model_config = load_cached_model(config, dtype, device, context.model_cache)
-        return device, model, model_config
+    def load(self, shape: EngineShape, context: BuildContext):
+        device = prepare_device(shape.config)
+        model, _ = load_cached_model(shape, parse_dtype(shape.config.dtype), device,
+                                     context.model_cache)
+        return device, model
 
     def kv_dtype(self, config: EngineConfig) -> torch.dtype:
         return kv_cache_torch_dtype(config, parse_dtype(config.dtype))
@@ -115,9 +114,10 @@ class ModelExecutors(ExecutorFactory):
     def memory_probe(self, device: torch.device) -> Callable[[], dict] | None:
         return GpuMemoryProbe(device).sample if device.type == "cuda" else None
 
-    def precompile(self, config, executor, model_config, device, strategy) -> float:
+    def precompile(self, plan: EnginePlan, executor, strategy) -> float:
         # Triton compiles a variant at its first launch, and a CUDA graph capture synchronizes
         # the device: either inside a measured step would land in its latency.
+        config, model_config, device = plan.shape.config, plan.shape.model_config, plan.device
         seconds = 0.0
         if executor.backend_name == "triton" and device.type == "cuda":
             arena = executor.arena
@@ -136,9 +136,8 @@ class ModelExecutors(ExecutorFactory):
             )
             seconds = executor.ops.precompile(shape, device)
         start = time.perf_counter()
-        max_model_len, _ = resolve_lengths(config, model_config)
         if executor.capture_decode_graphs(strategy.layout_kind, strategy.table_block_size,
-                                          max_model_len):
+                                          plan.shape.max_model_len):
             seconds += time.perf_counter() - start
         return seconds
 

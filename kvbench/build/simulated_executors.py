@@ -21,12 +21,17 @@ Nothing here imports torch (docs/design.md): dtypes are torch's names and their 
 
 from __future__ import annotations
 
-from kvbench.build.engine_build import BuildContext, BuiltEngine, ExecutorFactory
+from kvbench.build.engine_build import (
+    BuildContext,
+    BuiltEngine,
+    EngineShape,
+    ExecutorFactory,
+    engine_shape,
+)
 from kvbench.config import EngineConfig
 from kvbench.core.executor import DeviceKind
 from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
 from kvbench.models.memory_check import activation_bytes_estimate, activation_flag
-from kvbench.models.resolve_config import resolve_model_config
 from kvbench.models.sizes import DTYPE_BYTES, weights_dtype
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import DEFAULT_GPU, GPUSpec
@@ -57,10 +62,10 @@ class SimulatedExecutors(ExecutorFactory):
         self.gpu = gpu
         self.start_s = start_s
 
-    def load(self, config: EngineConfig, context: BuildContext):
+    def load(self, shape: EngineShape, context: BuildContext):
         get_gpu(self.gpu)  # an unknown preset fails before anything else
         # No thread pinning: a simulated step runs no torch op.
-        return SIMULATED_DEVICE, None, resolve_model_config(config.model)
+        return SIMULATED_DEVICE, None
 
     def kv_dtype(self, config: EngineConfig) -> str:
         return kv_cache_dtype_name(config)
@@ -119,7 +124,8 @@ def build_simulated_engine(
 ) -> BuiltEngine:
     """The simulated engine of `config` on `gpu` (`kvbench.build.engines.build_engine` with
     `SimulatedExecutors(gpu, start_s)`)."""
-    return SimulatedExecutors(gpu, start_s).build(config, BuildContext())
+    factory, context = SimulatedExecutors(gpu, start_s), BuildContext()
+    return factory.build(factory.plan(engine_shape(config), context), context)
 
 
 __all__ = [

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from kvbench.build.engine_build import BuildContext, BuiltEngine, resolve_lengths
+from kvbench.build.engine_build import (
+    BuildContext,
+    BuiltEngine,
+    EnginePlan,
+    EngineShape,
+    engine_shape,
+)
 from kvbench.build.model_executors import ModelExecutors
 from kvbench.config import EngineConfig
 from kvbench.core.clock import RunClock
@@ -15,6 +21,7 @@ from kvbench.execution.transformers_engine import (
     to_transformers,
 )
 from kvbench.models.loader import parse_dtype
+from kvbench.strategies import STRATEGIES
 
 
 class TransformersEngines(ModelExecutors):
@@ -25,31 +32,42 @@ class TransformersEngines(ModelExecutors):
     under the same key is reused (and shares its tensors with the transformers model).
     """
 
-    def build(self, config: EngineConfig, context: BuildContext) -> BuiltEngine:
+    def plan(self, shape: EngineShape, context: BuildContext) -> EnginePlan:
         import_transformers()
-        if config.kv_cache_dtype not in ("auto",):
+        config = shape.config
+        # transformers keeps its own cache whatever the strategy: only an fp8 cache asked for
+        # by --kv-cache-dtype is refused, not one a strategy's name implies.
+        if config.kv_cache_dtype != "auto" and STRATEGIES.get(config.strategy).kv_cache_dtype is None:
             raise KvbenchInputError("--engine hf has no fp8 KV cache: use --kv-cache-dtype auto")
-        device, decoder, model_config = self.load(config, context)
-        max_model_len, _ = resolve_lengths(config, model_config)  # same checks as kvbench's
+        device, decoder = self.load(shape, context)
+        # transformers' model over kvbench's tensors (what it cannot run is refused here)
         hf_model = to_transformers(decoder, config.model, device)
+        dtype = parse_dtype(config.dtype)
+        element = torch.empty((), dtype=dtype).element_size()
+        # No budget: transformers' cache grows as it needs, so only the lengths are checked.
+        return EnginePlan(shape, device, hf_model, dtype,
+                          shape.model_config.kv_bytes_per_token(element), None)
+
+    def build(self, plan: EnginePlan, context: BuildContext) -> BuiltEngine:
+        config, model_config = plan.shape.config, plan.shape.model_config
+        hf_model = plan.model
         engine = HFGenerateEngine(
-            hf_model, device=device, max_num_seqs=config.max_num_seqs,
-            max_model_len=max_model_len,
+            hf_model, device=plan.device, max_num_seqs=config.max_num_seqs,
+            max_model_len=plan.shape.max_model_len,
             max_padded_len=model_config.max_position_embeddings,
             temperature=config.temperature, seed=config.seed,
             clock=context.clock,
         )
-        element = torch.empty((), dtype=parse_dtype(config.dtype)).element_size()
         attn = getattr(hf_model.config, "_attn_implementation", None) or "default"
         return BuiltEngine(
             engine=engine,
             model_config=model_config,
-            device=device,
+            device=plan.device,
             kv_budget_bytes=None,  # transformers' cache grows as it needs: no budget is enforced
-            kv_dtype=parse_dtype(config.dtype),
-            bytes_per_slot=model_config.kv_bytes_per_token(element),
+            kv_dtype=plan.kv_dtype,
+            bytes_per_slot=plan.bytes_per_slot,
             backend=f"transformers-{attn}",
-            max_model_len=max_model_len,
+            max_model_len=plan.shape.max_model_len,
         )
 
 
@@ -60,4 +78,6 @@ def build_hf_engine(
 ) -> BuiltEngine:
     """The transformers baseline engine of `config` (`kvbench.build.engines.build_engine` with
     `TransformersEngines()`)."""
-    return TransformersEngines().build(config, BuildContext(clock=clock, model_cache=model_cache))
+    factory = TransformersEngines()
+    context = BuildContext(clock=clock, model_cache=model_cache)
+    return factory.build(factory.plan(engine_shape(config), context), context)

@@ -36,6 +36,40 @@ def check_request_lengths(request: Request, max_model_len: int) -> None:
         )
 
 
+class RequestCheck:
+    """Refuses a request that could never run: one that `check_request_lengths` refuses, or
+    whose slots (`CacheStrategy.required_slots`) exceed the strategy's arena. A session
+    checks its workload with one over the planned strategy before any engine is built."""
+
+    def __init__(self, strategy: CacheStrategy, bytes_per_slot: int, max_model_len: int) -> None:
+        self.strategy = strategy
+        self.bytes_per_slot = bytes_per_slot
+        self.max_model_len = max_model_len
+        self._required_slots: dict[tuple[int, int], int] = {}  # (prompt, output) -> slots
+
+    def __call__(self, request: Request) -> None:
+        check_request_lengths(request, self.max_model_len)
+        # A function of the lengths alone (`CacheStrategy.required_slots`): a long trace
+        # repeats them, and a probe sequence each costs a million-request check a second.
+        lengths = (request.prompt_len, request.output_len)
+        need = self._required_slots.get(lengths)
+        strategy = self.strategy
+        if need is None:
+            need = strategy.required_slots(
+                Sequence(-1, request, 0, TokenCount(request.prompt_len)))
+            if len(self._required_slots) < 1 << 20:
+                self._required_slots[lengths] = need
+        if need > strategy.capacity_slots:
+            need_bytes = need * self.bytes_per_slot
+            have_bytes = strategy.capacity_slots * self.bytes_per_slot
+            raise KvbenchInputError(
+                f"--kv-memory too small: request {request.request_id} needs {need} KV slots "
+                f"({need_bytes / 2**20:.2f} MiB) under {strategy.name}, the arena holds "
+                f"{strategy.capacity_slots} ({have_bytes / 2**20:.2f} MiB); "
+                f"use --kv-memory {max(1, -(-need_bytes // 2**20))}MiB or more"
+            )
+
+
 def _split_prefills(
     scheduled: list[tuple[Sequence, int]],
 ) -> tuple[list[tuple[Sequence, int]], list[tuple[Sequence, int]]]:
@@ -104,32 +138,14 @@ class Engine(BaseEngine):
         # The running sequences of a decode run, advanced by counting (`fast_forward`), and
         # the prompts admitted while it kept its members, which join at the next run.
         self._cohort = DecodeCohort(self.step_times, executor.decode_run_token)
-        self._required_slots: dict[tuple[int, int], int] = {}  # (prompt, output) -> slots
+        self._check_request = RequestCheck(strategy, bytes_per_slot, max_model_len)
         self._joiners: list[Sequence] = []
 
     # Requests ---------------------------------------------------------------------------
 
     def check_request(self, request: Request) -> None:
         """Raise `KvbenchInputError` for a request that could never run on this engine."""
-        check_request_lengths(request, self.max_model_len)
-        # A function of the lengths alone (`CacheStrategy.required_slots`): a long trace
-        # repeats them, and a probe sequence each costs a million-request check a second.
-        lengths = (request.prompt_len, request.output_len)
-        need = self._required_slots.get(lengths)
-        if need is None:
-            need = self.strategy.required_slots(
-                Sequence(-1, request, 0, self._prompt_tokens(request)))
-            if len(self._required_slots) < 1 << 20:
-                self._required_slots[lengths] = need
-        if need > self.strategy.capacity_slots:
-            need_bytes = need * self.bytes_per_slot
-            have_bytes = self.strategy.capacity_slots * self.bytes_per_slot
-            raise KvbenchInputError(
-                f"--kv-memory too small: request {request.request_id} needs {need} KV slots "
-                f"({need_bytes / 2**20:.2f} MiB) under {self.strategy.name}, the arena holds "
-                f"{self.strategy.capacity_slots} ({have_bytes / 2**20:.2f} MiB); "
-                f"use --kv-memory {max(1, -(-need_bytes // 2**20))}MiB or more"
-            )
+        self._check_request(request)
 
     def add_request(self, request: Request, checked: bool = False) -> None:
         if not checked:

@@ -1,164 +1,144 @@
 """How much an fp8 KV cache changes the model's output: the `accuracy` section of fp8 runs.
 
-The same requests run twice, on the same model: with the run's fp8 cache and with the
-unquantized cache (`paged`, `--kv-cache-dtype auto`, i.e. the model dtype). Compared:
+Measured at the end of the run, on its own engine and tokens, against the same model reading
+an unquantized cache (the model's dtype, a paged layout): no other engine is built. The
+reference is one executor over an arena that holds one sequence, through which each finished
+sequence (its prompt and the tokens the run generated) is prefilled alone. Compared:
 
-- generated tokens, position by position: the share of positions that agree before the first
-  divergence (averaged over sequences; after a divergence the two continuations condition on
-  different text, so later positions say little), and the share of all positions that agree;
+- generated tokens, position by position: the token the unquantized cache would choose after
+  the run's own tokens so far (sampled with the run's seeds when temperature > 0). The share
+  of positions that agree before the first divergence (averaged over sequences) is what a
+  generation through the unquantized cache would have kept; the share of all positions that
+  agree counts, after a divergence too, the choices the unquantized cache makes given the
+  same text;
 - prefill logits of a sample of requests, each prompt prefilled alone through both caches:
   max and mean absolute error, next to the reference logits' scale and top-1/top-2 margin.
 
 Random-weight models have nearly flat logits (top-1/top-2 margins of a few hundredths), so a
 tiny logit error flips greedy choices that a trained model would make with a wide margin:
 token agreement on them understates real-model accuracy. The logit error is the measure that
-carries over; `init_std=` builds the preset with larger weights whose next token is well
-determined, to measure agreement where it means something.
+carries over.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 from typing import Any
 
 import torch
 
-from kvbench.build.engine_build import BuiltEngine, effective_config, keeps_fp8_cache
-from kvbench.build.engines import build_engine
+from kvbench.build.engine_build import BuiltEngine
+from kvbench.build.model_executors import ModelExecutors
 from kvbench.config import EngineConfig
 from kvbench.core.layout import KVLayout
 from kvbench.core.request import Request
 from kvbench.core.step_batch import StepBatch
-from kvbench.errors import KvbenchInputError
-from kvbench.execution.device import resolve_device
-from kvbench.models.loader import load_model, parse_dtype
-from kvbench.models.presets import PRESETS
+from kvbench.execution.model_executor import ModelExecutor
+from kvbench.execution.sampling import sample_tokens
 
 MAX_LOGIT_ROWS = 64  # prompt positions whose logits are compared, per sampled request
+BLOCK = 16  # the reference's block size (a paged layout over consecutive slots)
 
 NOTE = (
     "Random-weight models have nearly flat logits (see prefill_top1_margin_mean), so tiny "
     "logit errors flip greedy choices: token agreement on them understates the agreement of a "
-    "trained model; the logit error is the figure that carries over. Agreement is over the "
-    "sampled tokens when temperature > 0 (same seeds in both runs)."
+    "trained model; the logit error is the figure that carries over. The unquantized cache's "
+    "token at each position is its choice after the run's tokens so far (sampled with the "
+    "run's seeds when temperature > 0)."
 )
 
 
-def measure_fp8_accuracy(
-    config: EngineConfig,
-    requests: list[Request],
-    sample_size: int = 8,
-    *,
-    init_std: float | None = None,
-    kv_memory: int | str | None = None,
-    model_cache: dict | None = None,
-) -> dict[str, Any]:
-    """Run `requests` with `config`'s fp8 cache and with the unquantized cache and compare.
+def measure_fp8_accuracy(built: BuiltEngine, config: EngineConfig, requests: list[Request],
+                         sample_size: int = 8) -> dict[str, Any]:
+    """Compare the finished run of `built` (the engine of `config`, with an fp8 cache) with
+    the unquantized cache, over the `requests` whose sequences all finished."""
+    engine = built.engine
+    run_executor: ModelExecutor = engine.executor
+    sequences = engine.sequences
+    compared = [r for r in requests
+                if r.request_id in sequences
+                and all(seq.finish_s is not None for seq in sequences[r.request_id])]
+    sample = _sample(compared, sample_size)
+    chunk = config.max_num_batched_tokens or max(2048, built.max_model_len)
+    fp8_logits = [_logits(run_executor, list(r.prompt_token_ids), _rows(r.prompt_len), chunk)
+                  for r in sample]
+    kv_scales = run_executor.arena.scales()
 
-    `init_std` loads a preset model with weights of that standard deviation (larger than the
-    default 0.02 gives peaked logits). `kv_memory` overrides the budget of both runs (default:
-    the config's). Requests that do not fit either engine are left out. Engines are built one
-    after the other and dropped, so the caller's own engine should be gone on a GPU.
-    """
-    if not keeps_fp8_cache(config):
-        raise KvbenchInputError(
-            f"fp8 accuracy needs an fp8 KV cache (strategy fp8 or --kv-cache-dtype fp8), got "
-            f"strategy {config.strategy!r} with --kv-cache-dtype {config.kv_cache_dtype!r}"
-        )
-    fp8_config = effective_config(dataclasses.replace(config))
-    if kv_memory is not None:
-        fp8_config = dataclasses.replace(fp8_config, kv_memory=kv_memory,
-                                         gpu_memory_utilization=None)
-    ref_config = dataclasses.replace(fp8_config, strategy="paged", kv_cache_dtype="auto")
-    cache = model_cache if model_cache is not None else {}
-    if init_std is not None:
-        _preload_model(fp8_config, init_std, cache)
-
-    fp8 = _Run(fp8_config, requests, cache)
-    usable = fp8.usable
-    sample = _sample(usable, sample_size)
-    fp8.run(usable)
-    fp8_logits = [fp8.prefill_logits(r.prompt_token_ids) for r in sample]
-    kv_scales = fp8.built.engine.executor.arena.scales()
-    fp8.close()
-
-    ref = _Run(ref_config, usable, cache)
-    compared = ref.usable
-    ref.run(compared)
-    ref_logits = [ref.prefill_logits(r.prompt_token_ids) for r in sample if r in compared]
-    ref_kv_dtype = str(ref.built.kv_dtype).removeprefix("torch.")
-    ref.close()
-    fp8_logits = [lg for lg, r in zip(fp8_logits, sample, strict=True) if r in compared]
-
-    tokens = _token_agreement(
-        [ref.outputs[r.request_id] for r in compared], [fp8.outputs[r.request_id] for r in compared]
-    )
-    logits = _logit_error(ref_logits, fp8_logits)
+    longest = max((r.prompt_len + r.output_len for r in compared), default=1)
+    reference = _reference_executor(built, config, math.ceil(longest / BLOCK) * BLOCK)
+    sampled = {r.request_id for r in sample}
+    ref_logits: list[torch.Tensor] = []
+    ref_tokens: list[list[list[int]]] = []
+    run_tokens: list[list[list[int]]] = []
+    for request in compared:
+        prompt_len = request.prompt_len
+        ref_samples, run_samples = [], []
+        for seq in sequences[request.request_id]:
+            tokens = list(seq.token_ids)
+            generated = tokens[prompt_len:]
+            # the logits that chose each generated token: at the position before it
+            decided = list(range(prompt_len - 1, len(tokens) - 1))
+            prompt_rows = (_rows(prompt_len)
+                           if request.request_id in sampled and seq.sample_index == 0 else [])
+            rows = sorted(set(decided) | set(prompt_rows))
+            logits = _logits(reference, tokens[:-1], rows, chunk)
+            at = {row: i for i, row in enumerate(rows)}
+            keys = [(request.request_id, seq.sample_index, p + 1) for p in decided]
+            ref_samples.append(sample_tokens(logits[[at[p] for p in decided]],
+                                             engine.temperature, engine.seed,
+                                             keys if engine.temperature else []))
+            run_samples.append(generated)
+            if prompt_rows:
+                ref_logits.append(logits[[at[p] for p in prompt_rows]])
+        ref_tokens.append(ref_samples)
+        run_tokens.append(run_samples)
+    ref_kv_dtype = str(reference.arena.dtype).removeprefix("torch.")
+    del reference  # its arena: one sequence's KV
     return {
         "kv_cache_dtype": "fp8_e4m3",
         "reference_kv_cache_dtype": ref_kv_dtype,
-        "reference_strategy": ref_config.strategy,
-        **tokens,
-        **logits,
-        "temperature": config.temperature,
+        "reference_strategy": "paged",
+        **_token_agreement(ref_tokens, run_tokens),
+        **_logit_error(ref_logits, fp8_logits),
+        "temperature": engine.temperature,
         "num_requests_compared": len(compared),
         "num_requests_skipped": len(requests) - len(compared),
-        "init_std": init_std,
         "kv_scales": kv_scales,
         "note": NOTE,
     }
 
 
-class _Run:
-    """One engine over the requests that fit it."""
+def _reference_executor(built: BuiltEngine, config: EngineConfig,
+                        num_slots: int) -> ModelExecutor:
+    """The run's model and attention backend over an unquantized arena of `num_slots`."""
+    reference = dataclasses.replace(config, strategy="paged", kv_cache_dtype="auto",
+                                    kv_scale=None, enforce_eager=True)
+    factory = ModelExecutors()
+    return factory.executor(reference, built.engine.executor.model, built.model_config,
+                            built.device, num_slots, factory.kv_dtype(reference), None)
 
-    def __init__(self, config: EngineConfig, requests: list[Request], cache: dict) -> None:
-        self.built: BuiltEngine = build_engine(config, model_cache=cache)
-        self.usable = [r for r in requests if self._fits(r)]
-        self.outputs: dict[int, list[list[int]]] = {}
 
-    def _fits(self, request: Request) -> bool:
-        try:
-            self.built.engine.check_request(request)
-        except KvbenchInputError:
-            return False
-        return True
-
-    def run(self, requests: list[Request]) -> None:
-        engine = self.built.engine
-        for request in requests:
-            engine.add_request(dataclasses.replace(request, arrival_s=0.0))
-        engine.run_to_completion()
-        for request in requests:
-            self.outputs[request.request_id] = [
-                seq.token_ids[seq.prompt_len :] for seq in engine.sequences[request.request_id]
-            ]
-
-    def prefill_logits(self, prompt: tuple[int, ...]) -> torch.Tensor:
-        """Logits `[rows, vocab]` (float32, CPU) of one prompt prefilled alone, at up to
-        `MAX_LOGIT_ROWS` evenly spaced positions (the last one included)."""
-        executor = self.built.engine.executor
-        length = len(prompt)
-        num_slots = executor.arena.num_slots
-        block_size = 16 if math.ceil(length / 16) * 16 <= num_slots else 1
-        layout = KVLayout(
-            kind="paged",
-            slot_mapping=list(range(length)),
-            query_lens=[length],
-            seq_lens=[length],
-            block_size=block_size,
-            block_tables=[list(range(math.ceil(length / block_size)))],
-        )
-        batch = StepBatch(list(prompt), list(range(length)), layout, 1, _rows(length))
-        return executor.execute(batch).float().cpu()
-
-    def close(self) -> None:
-        self.built = None  # type: ignore[assignment]
-        gc.collect()  # the next engine's arena needs this one's memory: nothing may linger
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+def _logits(executor: ModelExecutor, tokens: list[int], rows: list[int],
+            chunk: int) -> torch.Tensor:
+    """Logits `[len(rows), vocab]` (float32, CPU) at positions `rows` of `tokens` prefilled
+    alone into slots 0.. of the executor's arena, `chunk` tokens a step at most (as the run
+    prefilled: no step larger than the activations the budget allowed for)."""
+    length = len(tokens)
+    block = BLOCK if math.ceil(length / BLOCK) * BLOCK <= executor.arena.num_slots else 1
+    out = []
+    for start in range(0, length, chunk):
+        end = min(start + chunk, length)
+        wanted = [row - start for row in rows if start <= row < end]
+        layout = KVLayout(kind="paged", slot_mapping=list(range(start, end)),
+                          query_lens=[end - start], seq_lens=[end], block_size=block,
+                          block_tables=[list(range(math.ceil(end / block)))])
+        batch = StepBatch(tokens[start:end], list(range(start, end)), layout, 1,
+                          wanted or [end - start - 1])
+        logits = executor.execute(batch).float().cpu()
+        if wanted:
+            out.append(logits)
+    return torch.cat(out) if out else torch.empty(0)
 
 
 def _rows(length: int) -> list[int]:
@@ -176,15 +156,6 @@ def _sample(requests: list[Request], size: int) -> list[Request]:
         return []
     step = len(requests) / size
     return [requests[int(i * step)] for i in range(size)]
-
-
-def _preload_model(config: EngineConfig, init_std: float, cache: dict) -> None:
-    if config.model not in PRESETS:
-        raise KvbenchInputError("init_std applies to preset models (random weights) only")
-    device = resolve_device(config.device)
-    key = (config.model, config.dtype, str(device), config.seed)
-    cache[key] = load_model(config.model, dtype=parse_dtype(config.dtype), device=device,
-                            seed=config.seed, init_std=init_std)
 
 
 def _token_agreement(ref: list[list[list[int]]], got: list[list[list[int]]]) -> dict[str, Any]:

@@ -37,8 +37,8 @@ def usable_cores() -> int:
 
 def input_warnings(options: RunOptions, runs: Sequence[RunConfig],
                    prepared: Sequence[Any]) -> list[str]:
-    """One line per ignored or runaway option; `prepared` holds (engine or None, workload)
-    per run."""
+    """One line per ignored or runaway option; `prepared` holds (engine plan, workload) per
+    run."""
     notes: list[str] = []
     defaults = option_fields()
     trace = is_trace(options.workload)

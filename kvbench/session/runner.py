@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 
 from kvbench.build.engine_build import (
+    BuildContext,
     BuiltEngine,
-    effective_config,
+    EnginePlan,
+    engine_shape,
     keeps_fp8_cache,
-    resolve_lengths,
 )
-from kvbench.build.engines import build_engine, executor_factory
+from kvbench.build.engines import executor_factory
 from kvbench.core.clock import WallClock
 from kvbench.core.engine_kind import EngineKind
 from kvbench.core.request import Request
@@ -31,7 +32,6 @@ from kvbench.engine.engine import Engine
 from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
 from kvbench.execution.threads import thread_settings
-from kvbench.models.resolve_config import resolve_model_config
 from kvbench.report.runs import CHART_STEP_COLUMNS
 from kvbench.results.columns import Columns
 from kvbench.results.files import (  # (atomic_write_text: tests fake a full disk through it)
@@ -83,9 +83,7 @@ class RunOutcome:
 
     label: str
     folder: Path
-    # As written to kvbench_summary.json; a caller that adds a section (fp8 accuracy) sets it here
-    # and rewrites the file.
-    summary: Summary
+    summary: Summary  # as written to kvbench_summary.json
     config: dict[str, Any]  # as written to config.json
     requests: Columns  # as written to requests.csv
     # What the folder's tokens.jsonl reads back as, when the caller asked to keep it
@@ -113,21 +111,23 @@ def strategy_label(run: RunConfig) -> str:
     return label
 
 
-def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngine, WorkloadResult]:
-    """Build engine and workload and check every request fits, before anything is written."""
+def check_run(run: RunConfig, model_cache: dict | None = None
+              ) -> tuple[EnginePlan, WorkloadResult]:
+    """The run's engine planned (its model loaded; on CUDA its budget measured) and its
+    workload built, every request checked against the plan: everything a run can refuse,
+    refused before anything is written, and no engine built."""
     if not is_trace(run.workload.name):  # a trace's warm-up replays at most the file
         check_workload_fits(run.replay.warmup, 0, "--warmup", "give a smaller --warmup")
-    # The workload first: a bad trace is refused before the model loads (and torch with it).
-    config = effective_config(dataclasses.replace(run.engine))
-    model_config = resolve_model_config(config.model)
-    max_model_len, _ = resolve_lengths(config, model_config)
+    # The workload before the model: a bad trace is refused before the model loads (and
+    # torch with it).
+    shape = engine_shape(run.engine)
     spec, replay = run.workload, run.replay
     workload = load_workload(
         spec.name,
         spec.num_requests if spec.num_requests is not None else _default_count(spec.name),
         run.engine.seed,
-        model_config.vocab_size,
-        max_model_len=max_model_len,
+        shape.model_config.vocab_size,
+        max_model_len=shape.max_model_len,
         request_rate=replay.request_rate,
         burstiness=replay.burstiness,
         max_concurrency=replay.max_concurrency,
@@ -135,19 +135,38 @@ def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngin
         time_scale=spec.time_scale, tokenizer=spec.tokenizer,
         **spec.params,
     )
-    built = _build(run, model_cache)
+    plan = _factory(run).plan(shape, BuildContext(model_cache=model_cache))
+    check = plan.request_check()
     for request in workload.requests:
-        built.engine.check_request(request)
-    return built, workload
+        check(request)
+    return plan, workload
+
+
+def as_planned(run: RunConfig, plan: EnginePlan) -> RunConfig:
+    """`run` with its engine's options as planned, the implied ones applied (what config.json
+    records); the transformers baseline's as given (no strategy or policy implies any)."""
+    if run.executor.kind is EngineKind.TRANSFORMERS:
+        return run
+    return dataclasses.replace(run, engine=plan.shape.config)
+
+
+def build(run: RunConfig, plan: EnginePlan) -> BuiltEngine:
+    """The run's engine, built from its plan (the arena is allocated here)."""
+    return _factory(run).build(plan, BuildContext(clock=WallClock()))
+
+
+def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngine, WorkloadResult]:
+    """`check_run`, then the engine built at once: for a caller that runs it now."""
+    plan, workload = check_run(run, model_cache)
+    return build(run, plan), workload
+
+
+def _factory(run: RunConfig):
+    return executor_factory(run.executor.kind, run.executor.simulated_gpu)
 
 
 def _default_count(workload: str) -> int | None:
     return None if is_trace(workload) else DEFAULT_NUM_REQUESTS
-
-
-def _build(run: RunConfig, model_cache: dict | None) -> BuiltEngine:
-    factory = executor_factory(run.executor.kind, run.executor.simulated_gpu)
-    return build_engine(run.engine, factory, clock=WallClock(), model_cache=model_cache)
 
 
 def _warm_up(built: BuiltEngine, run: RunConfig) -> int:
@@ -326,7 +345,7 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
                     if sent_s != request.arrival_s:
                         request = dataclasses.replace(request, arrival_s=sent_s)
                 pending.popleft()
-                engine.add_request(request, checked=True)  # `prepare` checked every one
+                engine.add_request(request, checked=True)  # `check_run` checked every one
             if not engine.has_unfinished():
                 if pending:
                     with trace_range("idle", until_s=pending[0].arrival_s):
@@ -406,6 +425,9 @@ def _write_results(
                             step_totals, engine, written.itl_ms)
     token_times = written.times
     del written
+    if status == "complete" and measures_fp8_accuracy(run):
+        with trace_range("fp8_accuracy"):
+            summary.accuracy = _fp8_accuracy(built, run, workload)
     if recorder is not None:
         recorder.request_tracks(engine.sequences)
         write_json(folder / "trace.json", recorder.to_json())
@@ -415,6 +437,17 @@ def _write_results(
     steps = (step_writer.kept.columns() if step_writer.kept is not None and status == "complete"
              else None)
     return RunOutcome(label, folder, summary, config_json, requests, kept, steps)
+
+
+def measures_fp8_accuracy(run: RunConfig) -> bool:
+    """A run of the model with an fp8 cache: its summary carries an `accuracy` section."""
+    return run.executor.kind is EngineKind.MODEL and keeps_fp8_cache(run.engine)
+
+
+def _fp8_accuracy(built: BuiltEngine, run: RunConfig, workload: WorkloadResult) -> dict:
+    from kvbench.session.fp8_accuracy import measure_fp8_accuracy  # torch: a model run only
+
+    return nan_to_none(measure_fp8_accuracy(built, run.engine, workload.requests))
 
 
 @contextlib.contextmanager

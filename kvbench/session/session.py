@@ -1,17 +1,16 @@
 """A benchmark session: what `kvbench run` and `kvbench simulate` do, as a library.
 
 `plan_session(options)` expands the comma lists of `RunOptions` into one `RunConfig`
-per strategy × reserve × batching, builds every engine and workload and checks every request
-fits, so bad input fails before a file is written. `run_session(plan)` runs each
-configuration (`repeat` times, the configurations taking turns), adds the fp8 `accuracy`
-section, writes the comparison files and the HTML reports, and returns the outcomes;
-printing is the caller's.
+per strategy × reserve × batching, plans every engine (`kvbench.build.engine_build.EnginePlan`:
+no engine is built), builds every workload and checks every request fits, so bad input fails
+before a file is written. `run_session(plan)` runs each configuration (`repeat` times, the
+configurations taking turns), each engine built when its run starts, writes the comparison
+files and the HTML reports, and returns the outcomes; printing is the caller's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,15 +29,20 @@ from kvbench.results.files import (
     write_csv,
     write_json,
 )
-from kvbench.results.metrics import nan_to_none
 from kvbench.results.repeat import repeat_summary
 from kvbench.results.run_folder import claim_working_folder, finish, working
-from kvbench.results.summary import SUMMARY_FILE
 from kvbench.scheduling import POLICIES, QUEUE_ORDERS
 from kvbench.session.input_warnings import input_warnings
 from kvbench.session.run_config import RunConfig
 from kvbench.session.run_options import RunOptions, build_run_config, option_fields
-from kvbench.session.runner import RunOutcome, prepare, run_one, strategy_label
+from kvbench.session.runner import (
+    RunOutcome,
+    as_planned,
+    build,
+    check_run,
+    run_one,
+    strategy_label,
+)
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import GPU_PRESETS
 from kvbench.strategies import STRATEGIES, reads_option
@@ -214,16 +218,15 @@ def run_id(labels: list[str], workload: str, now: time.struct_time | None = None
 
 @dataclass
 class SessionPlan:
-    """Checked runs with their engines built, and the folder they will write. A plan runs
-    once: `run_session` lets go of each engine when its run is done."""
+    """Checked runs with their engines planned, and the folder they will write. A plan runs
+    once: `run_session` lets go of each run's workload after its last repeat."""
 
     runs: list[RunConfig]
     labels: list[str]
-    prepared: list[Any]  # (BuiltEngine, WorkloadResult) per run
+    prepared: list[Any]  # (EnginePlan, WorkloadResult) per run
     root: Path
     repeat: int
     warnings: list[str] = field(default_factory=list)
-    model_cache: dict = field(default_factory=dict)
     per_strategy_reports: bool = False
 
 
@@ -251,63 +254,54 @@ class SessionResult:
 
 
 def plan_session(options: RunOptions) -> SessionPlan:
-    """Every input checked and every engine built; nothing written yet."""
+    """Every input checked and every engine planned; nothing built or written yet."""
 
     runs = expand_runs(options)
     labels = [strategy_label(r) for r in runs]
-    check_output_folder(Path(options.out))  # before any engine is built
+    check_output_folder(Path(options.out))  # before any model loads
     if options.repeat < 1:
         raise KvbenchInputError("--repeat must be at least 1")
-    model_cache: dict = {}
-    prepared = _prepare_all(runs, model_cache)
+    prepared = _prepare_all(runs, {})  # one model for every run of the session
     warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
     warnings += contradiction_warnings(options, runs)
     warnings += input_warnings(options, runs, prepared)
     # The folder is created (atomically) when the session runs; planning writes nothing.
     root = Path(options.out) / run_id(labels, options.workload)
-    return SessionPlan(runs, labels, prepared, root, options.repeat, warnings, model_cache,
+    return SessionPlan(runs, labels, prepared, root, options.repeat, warnings,
                        options.per_strategy_reports)
 
 
 def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
-    """(BuiltEngine, WorkloadResult) per run, every input checked before anything runs.
+    """(EnginePlan, WorkloadResult) per run, every input checked before anything runs.
 
-    On CUDA a device holds one arena at a time (each takes its share of what is free), so a
-    later run's engine is checked, released and built again when its turn comes (engine None
-    here); and every strategy, the first included, runs on the first one's KV budget in bytes
-    (pinned in its config, so no run profiles again), so the comparison's budget does not
-    shrink by what earlier engines held.
+    Where the KV budget is measured (CUDA: what `--gpu-memory-utilization` leaves of the
+    device beside the model), it is measured once, by the first run's plan, and every run of
+    the list, the first included, runs on that budget in bytes (pinned in its config): a
+    comparison's budget does not move with the measurement, nor with what an earlier
+    engine still held.
     """
-
     prepared: list[Any] = []
     budget: int | None = None
     for i, run in enumerate(runs):
         if budget is not None:
             run = runs[i] = _pinned(run, budget)
-        built, workload = prepare(run, model_cache)
-        if not holds_one_arena_at_a_time(built.device) or len(runs) == 1:
-            prepared.append((built, workload))
-            continue
-        if budget is None and run.engine.kv_memory is None:
-            budget = built.kv_budget_bytes
+        plan, workload = check_run(run, model_cache)
+        run = runs[i] = as_planned(run, plan)
+        if (budget is None and len(runs) > 1 and run.engine.kv_memory is None
+                and measures_budget(plan.device)):
+            budget = plan.kv_budget_bytes
             runs[i] = _pinned(run, budget)
-        prepared.append((None, workload))
-        del built
-        gc.collect()
-        # torch: never for a simulation
-        import torch
-
-        torch.cuda.empty_cache()
+        prepared.append((plan, workload))
     return prepared
 
 
-def holds_one_arena_at_a_time(device) -> bool:
-    """A GPU's arena takes its share of all the free memory: one engine lives at a time."""
+def measures_budget(device) -> bool:
+    """A GPU's budget is measured (its free memory beside the model), not a fixed size."""
     return device.type == "cuda"
 
 
 def _pinned(run: RunConfig, kv_budget_bytes: int) -> RunConfig:
-    """`run` on a KV budget of exactly `kv_budget_bytes` (no profiling when it is built)."""
+    """`run` on a KV budget of exactly `kv_budget_bytes` (nothing measured for it)."""
     engine = dataclasses.replace(run.engine, kv_memory=kv_budget_bytes,
                                  gpu_memory_utilization=None)
     return dataclasses.replace(run, engine=engine)
@@ -410,40 +404,32 @@ def _run_all(
     on_run_start: Callable[[str, int, int], None] | None = None,
     on_run_done: Callable[[str], None] = lambda label: None,
 ) -> tuple[list[RunOutcome], list[dict[str, Any]]]:
-    """Every run into its working folder, each renamed once whole (an fp8 run's after its
-    accuracy section), then the comparison's files: the outcomes of the first round, and
-    each configuration's repeat statistics."""
-    root, repeat, model_cache = plan.root, plan.repeat, plan.model_cache
+    """Every run into its working folder, each renamed once whole, then the comparison's
+    files: the outcomes of the first round, and each configuration's repeat statistics."""
+    root, repeat = plan.root, plan.repeat
     single = len(plan.runs) == 1
-    requests = [prep[1].requests for prep in plan.prepared]  # the same on every repeat
     per_label: list[list[RunOutcome]] = [[] for _ in plan.runs]
     # Repeats go round the configurations (A B A B, not A A B B), so a slow spell of a
     # shared machine lands on every strategy instead of on one of them.
     for k in range(repeat):
         for i, (run, label) in enumerate(zip(plan.runs, plan.labels, strict=True)):
-            prep = plan.prepared[i]
-            plan.prepared[i] = None  # the engine's memory goes back once this run is done
-            if prep is None or prep[0] is None:
-                prep = prepare(run, model_cache)  # a fresh engine: identical configuration
+            engine_plan, workload = plan.prepared[i]
+            if k == repeat - 1:
+                plan.prepared[i] = None  # (a long trace's requests: GBs)
             if on_run_start is not None:
                 on_run_start(label, k + 1, repeat)
-            # The first round's runs are the ones reported: their token times and steps go
-            # to the report from memory.
+            # Each run's engine is built as it starts, from its plan, and let go when it
+            # ends (a GPU holds one arena at a time). The first round's runs are the ones
+            # reported: their token times go to the report from memory.
             outcome = run_one(run, folders[i][k], show_progress=show_progress,
-                              command=command, prepared=prep, keep_for_report=k == 0)
+                              command=command, prepared=(build(run, engine_plan), workload),
+                              keep_for_report=k == 0)
             per_label[i].append(outcome)
-            prep = None
-            if not _measures_fp8_accuracy(run):  # else whole once its accuracy is written
-                _finish_run(outcome, root)
-                on_run_done(label)
+            _finish_run(outcome, root)
+            on_run_done(label)
     outcomes: list[RunOutcome] = []
     repeats: list[dict[str, Any]] = []
-    for i, run in enumerate(plan.runs):
-        if _measures_fp8_accuracy(run):
-            add_accuracy_section(run, per_label[i], requests[i], model_cache)
-            for outcome in per_label[i]:
-                _finish_run(outcome, root)
-                on_run_done(plan.labels[i])
+    for i in range(len(plan.runs)):
         outcomes.append(per_label[i][0])
         if repeat > 1:
             stats = repeat_summary([o.summary for o in per_label[i]])
@@ -458,56 +444,6 @@ def _finish_run(outcome: RunOutcome, root: Path) -> None:
     """A run's folder renamed whole (a single run's is the session's: renamed last)."""
     if outcome.folder != root:
         outcome.folder = finish(outcome.folder)
-
-
-def _measures_fp8_accuracy(run: RunConfig) -> bool:
-    return run.executor.kind is EngineKind.MODEL and keeps_fp8_cache(run.engine)
-
-
-def add_accuracy_section(run: RunConfig, outcomes: list[RunOutcome], requests: list,
-                         model_cache: dict) -> None:
-    """fp8 runs of the model: agreement with the unquantized cache on the same requests and
-    the same KV budget, written into each outcome's `kvbench_summary.json`.
-
-    The run's own engine must be gone (a GPU holds one engine at a time). The caller renames
-    each folder whole only after this, so a sweep resumed after Ctrl-C here runs the point
-    again; a failure here is written into each summary's status.
-    """
-    if not outcomes or not _measures_fp8_accuracy(run):
-        return
-
-    # torch: never for a simulation
-    import torch
-
-    from kvbench.session.fp8_accuracy import measure_fp8_accuracy
-
-    try:
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        accuracy = measure_fp8_accuracy(
-            run.engine, requests, kv_memory=outcomes[0].summary.memory.kv_budget_bytes,
-            model_cache=model_cache,
-        )
-    except KeyboardInterrupt:
-        _accuracy_unfinished(outcomes, "interrupted")
-        raise
-    except Exception:
-        _accuracy_unfinished(outcomes, "failed")
-        raise
-    for outcome in outcomes:
-        outcome.summary.accuracy = nan_to_none(accuracy)  # as the file holds it
-        outcome.summary.write(outcome.folder / SUMMARY_FILE)
-
-
-def _accuracy_unfinished(outcomes: list[RunOutcome], status: str) -> None:
-    """Each summary says the run did not finish (the folders stay `.partial` either way)."""
-    for outcome in outcomes:
-        outcome.summary.status = status
-        try:
-            outcome.summary.write(outcome.folder / SUMMARY_FILE)
-        except OSError:
-            pass  # a full disk: the folder's name says it is unfinished
 
 
 def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
@@ -578,7 +514,6 @@ def _report_run(outcome: RunOutcome, group: Path, repeat: dict[str, Any] | None)
 __all__ = [
     "SessionPlan",
     "SessionResult",
-    "add_accuracy_section",
     "expand_runs",
     "parse_slo",
     "plan_session",

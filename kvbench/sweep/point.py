@@ -1,5 +1,6 @@
-"""Running one sweep point: `prepare` + `run_one` into the point's folder, then the fp8
-`accuracy` section (`kvbench.session.session.add_accuracy_section`), as `kvbench run` does.
+"""Running one sweep point: checked, built and run (`run_one`) into the point's folder, as
+`kvbench run` runs each of its configurations (an fp8 point's summary carries the same
+`accuracy` section).
 
 A task is a plain dict (it travels to Ray workers and spawned processes):
 `{"point_id", "folder", "run": RunConfig.to_dict(), "command"}`. `execute_point` returns a
@@ -27,8 +28,7 @@ from kvbench.results.files import atomic_write_bytes
 from kvbench.results.run_folder import finish, is_working, run_problem, working
 from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 from kvbench.session.run_config import RunConfig
-from kvbench.session.runner import prepare, run_one
-from kvbench.session.session import add_accuracy_section
+from kvbench.session.runner import as_planned, build, check_run, run_one
 
 _MODEL_CACHE: dict = {}  # per process: points of one model share its weights
 
@@ -52,12 +52,10 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
     try:
         run = RunConfig.from_dict(task["run"])
         cache = _MODEL_CACHE if model_cache is None else model_cache
-        prepared = prepare(run, cache)
-        requests = prepared[1].requests
+        plan, workload = check_run(run, cache)
+        run = as_planned(run, plan)
         outcome = run_one(run, work, show_progress=False, command=task["command"],
-                          prepared=prepared)
-        prepared = None  # the engine goes before fp8 accuracy builds its own two
-        add_accuracy_section(run, [outcome], requests, cache)
+                          prepared=(build(run, plan), workload))
         finish(work)
         record["summary"] = outcome.summary
     except RunInterrupted:

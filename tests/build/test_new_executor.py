@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbench.build.engine_build import BuildContext, ExecutorFactory
+from kvbench.build.engine_build import BuildContext, EngineShape, ExecutorFactory
 from kvbench.build.engines import build_engine
 from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.config import EngineConfig
@@ -13,7 +13,6 @@ from kvbench.core.executor import DeviceKind, Executor
 from kvbench.core.request import Request
 from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
-from kvbench.models.resolve_config import resolve_model_config
 from kvbench.simulator.simulated_executor import SimulatedClock
 
 STEP_S = 0.001
@@ -36,8 +35,8 @@ class FixedStepExecutor(Executor):
 class FixedStepExecutors(ExecutorFactory):
     """The extension under test: the whole of a new executor kind's wiring."""
 
-    def load(self, config: EngineConfig, context: BuildContext):
-        return DeviceKind("cpu"), None, resolve_model_config(config.model)
+    def load(self, shape: EngineShape, context: BuildContext):
+        return DeviceKind("cpu"), None
 
     def kv_dtype(self, config: EngineConfig) -> str:
         return "float32"

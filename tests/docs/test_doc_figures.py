@@ -342,7 +342,7 @@ def test_paging_ratio_is_the_capacity_tables_one(doc):
 
 def _planned_capacities(command: str, tmp_path: Path, monkeypatch) -> dict[str, int]:
     """Each strategy's KV capacity in tokens under the `kvbench run` COMMAND: its engines are
-    built (and sized); nothing runs."""
+    planned (and sized); nothing runs."""
     planned = []
 
     def run_session(plan, **_kwargs):
@@ -353,8 +353,8 @@ def _planned_capacities(command: str, tmp_path: Path, monkeypatch) -> dict[str, 
     argv = shlex.split(command)[1:]
     assert main([*argv, "--out", str(tmp_path), "--quiet"]) == 0
     (plan,) = planned
-    return {label: built.engine.strategy.capacity_tokens
-            for label, (built, _) in zip(plan.labels, plan.prepared, strict=True)}
+    return {label: engine_plan.strategy().capacity_tokens
+            for label, (engine_plan, _) in zip(plan.labels, plan.prepared, strict=True)}
 
 
 def test_findings_fp8_kv_capacities(tmp_path, monkeypatch):

@@ -1,5 +1,7 @@
 """A GPU holds one KV arena at a time (each takes ~90% of memory): every finished engine's
-arena must be freed before the next one is allocated, CUDA graphs on, fp8 accuracy included.
+arena must be freed before the next one is allocated, CUDA graphs on, fp8 accuracy included
+(its reference holds one sequence's unquantized KV beside its run's arena, and is freed with
+it).
 
 CUDA graphs run on the CPU here with a fake capture (no CUDA stream: a replay that does
 nothing), so the executor holds its `DecodeGraphs` exactly as on a GPU. The garbage collector
@@ -15,6 +17,7 @@ import torch
 
 import kvbench.execution.model_executor as model_executor
 import kvbench.session.session as session
+from kvbench.build.engine_build import engine_shape
 from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.models.resolve_config import resolve_model_config
 from kvbench.session.run_options import RunOptions
@@ -32,12 +35,14 @@ def _fake_capture(self, size: int, splits: int):
 def test_each_arena_is_freed_before_the_next_is_allocated_with_graphs_on(tmp_path, monkeypatch):
     arenas: list[weakref.ref] = []
     alive_at_allocation: list[int] = []
+    slots: list[int] = []
     executors_with_graphs: list[weakref.ref] = []
     init = model_executor.KVArena.__init__
 
-    def tracked_init(self, *args, **kwargs):
+    def tracked_init(self, groups, num_slots, *args, **kwargs):
         alive_at_allocation.append(sum(ref() is not None for ref in arenas))
-        init(self, *args, **kwargs)
+        slots.append(num_slots)
+        init(self, groups, num_slots, *args, **kwargs)
         arenas.append(weakref.ref(self))
 
     enable = model_executor.ModelExecutor.enable_cuda_graphs
@@ -51,7 +56,6 @@ def test_each_arena_is_freed_before_the_next_is_allocated_with_graphs_on(tmp_pat
     monkeypatch.setattr(model_executor, "graphs_supported", lambda device, backend: True)
     monkeypatch.setattr(model_executor.ModelExecutor, "enable_cuda_graphs", tracked_enable)
     monkeypatch.setattr(DecodeGraphs, "_capture", _fake_capture)
-    monkeypatch.setattr(session, "holds_one_arena_at_a_time", lambda device: True)
     options = RunOptions.for_kind(
         "run", strategy="paged,contiguous,fp8", model="tiny", num_requests=3,
         warmup=0, enforce_eager=False, out=str(tmp_path))
@@ -61,6 +65,10 @@ def test_each_arena_is_freed_before_the_next_is_allocated_with_graphs_on(tmp_pat
         session.run_session(session.plan_session(options))
     finally:
         gc.enable()
-    # planned (3), run (3), the fp8 accuracy's own two
-    assert len(arenas) == 8 and len(executors_with_graphs) == 8
-    assert alive_at_allocation == [0] * len(arenas)
+    # Nothing is allocated to plan; each run's engine is built once, as its run starts; the
+    # fp8 run's accuracy reference (one sequence, eager) beside its own arena, last.
+    assert len(arenas) == 4 and len(executors_with_graphs) == 3
+    assert alive_at_allocation == [0, 0, 0, 1]
+    longest = engine_shape(session.expand_runs(options)[0].engine).max_model_len
+    assert slots[-1] <= longest < min(slots[:3])
+    assert all(ref() is None for ref in arenas)

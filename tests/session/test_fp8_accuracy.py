@@ -1,16 +1,23 @@
 """The `accuracy` section of fp8 runs: token agreement and prefill logit error against the
-unquantized cache."""
+unquantized cache, measured on the run's own engine and tokens."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
 
+from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
+from kvbench.core.engine_kind import EngineKind
 from kvbench.core.request import Request
-from kvbench.errors import KvbenchInputError
+from kvbench.execution.model_executor import ModelExecutor
+from kvbench.models.loader import load_model
+from kvbench.session.executor_config import ExecutorConfig
 from kvbench.session.fp8_accuracy import _rows, _sample, _token_agreement, measure_fp8_accuracy
+from kvbench.session.run_config import RunConfig
+from kvbench.session.runner import measures_fp8_accuracy
 from kvbench.workloads import load_workload
 
 MODELS: dict = {}
@@ -23,11 +30,19 @@ def chat_requests():
         return load_workload("chat", 6, 0, 2048, max_model_len=2048).requests
 
 
+def finished_run(config: EngineConfig, requests, models=MODELS):
+    """The engine of `config` after it ran `requests` (as a run leaves it)."""
+    built = build_engine(config, model_cache=models)
+    for request in requests:
+        built.engine.add_request(request)
+    built.engine.run_to_completion()
+    return built
+
+
 def test_accuracy_section_on_chat_is_present_and_plausible(chat_requests):
-    acc = measure_fp8_accuracy(
-        EngineConfig(strategy="fp8", kv_memory="8MiB"), chat_requests, sample_size=3,
-        model_cache=MODELS,
-    )
+    config = EngineConfig(strategy="fp8", kv_memory="8MiB")
+    acc = measure_fp8_accuracy(finished_run(config, chat_requests), config, chat_requests,
+                               sample_size=3)
     assert acc["kv_cache_dtype"] == "fp8_e4m3"
     assert acc["reference_kv_cache_dtype"] == "float32"
     assert acc["reference_strategy"] == "paged"
@@ -47,26 +62,74 @@ def test_accuracy_section_on_chat_is_present_and_plausible(chat_requests):
     assert len(acc["kv_scales"]["k"]) == 4 and all(s > 0 for s in acc["kv_scales"]["v"])
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_the_reference_of_an_unquantized_run_is_the_run_itself(chat_requests, temperature):
+    # Measured on a run whose cache is not quantized, the reference chooses, position by
+    # position and with the run's seeds, the tokens the run generated: any misalignment of
+    # positions, logits or sampling keys would show as disagreement.
+    config = EngineConfig(strategy="paged", kv_memory="8MiB", temperature=temperature)
+    acc = measure_fp8_accuracy(finished_run(config, chat_requests), config, chat_requests,
+                               sample_size=2)
+    assert acc["greedy_agreement_prefix"] == 1.0 and acc["greedy_agreement_overall"] == 1.0
+    assert acc["num_tokens_compared"] == sum(r.output_len for r in chat_requests)
+    assert acc["prefill_logit_abs_err_max"] < 1e-4 * acc["prefill_logit_abs_mean"]
+    assert acc["kv_scales"] == {}
+
+
 def test_prefix_with_fp8_and_peaked_weights(chat_requests):
-    """`prefix --kv-cache-dtype fp8` is measured too; `init_std` loads other weights."""
+    """`prefix --kv-cache-dtype fp8` is measured too, on a model of larger weights."""
     config = EngineConfig(strategy="prefix", kv_cache_dtype="fp8", kv_memory="8MiB")
-    acc = measure_fp8_accuracy(config, chat_requests[:2], sample_size=1, init_std=0.05,
-                               model_cache={})
-    assert acc["init_std"] == 0.05 and acc["num_requests_compared"] == 2
+    models = {("tiny", "float32", "cpu", 0): load_model("tiny", init_std=0.05)}
+    acc = measure_fp8_accuracy(finished_run(config, chat_requests[:2], models), config,
+                               chat_requests[:2], sample_size=1)
+    assert acc["num_requests_compared"] == 2
     assert acc["prefill_logit_abs_err_mean"] > 0
 
 
-def test_unquantized_config_is_refused():
-    with pytest.raises(KvbenchInputError, match="fp8"):
-        measure_fp8_accuracy(EngineConfig(strategy="paged"), [])
+def test_the_runs_of_the_model_with_an_fp8_cache_measure_it():
+    def run(kind=EngineKind.MODEL, **engine):
+        return RunConfig(engine=EngineConfig(**engine), executor=ExecutorConfig(kind=kind))
+
+    assert measures_fp8_accuracy(run(strategy="fp8"))
+    assert measures_fp8_accuracy(run(strategy="prefix", kv_cache_dtype="fp8"))
+    assert not measures_fp8_accuracy(run(strategy="paged"))
+    assert not measures_fp8_accuracy(run(EngineKind.SIMULATED, strategy="fp8"))
 
 
-def test_requests_that_do_not_fit_are_left_out():
-    requests = [Request(0, 0.0, tuple(range(1, 20)), 4), Request(1, 0.0, tuple(range(600)), 4)]
-    # 128 KiB: 64 fp32 slots for the reference, 256 fp8 slots; 600 tokens fit neither
-    acc = measure_fp8_accuracy(EngineConfig(strategy="fp8", kv_memory=64 * 2048), requests,
-                               model_cache=MODELS)
+def test_requests_the_run_did_not_finish_are_left_out():
+    requests = [Request(0, 0.0, tuple(range(1, 20)), 4), Request(1, 0.0, tuple(range(1, 40)), 4)]
+    config = EngineConfig(strategy="fp8", kv_memory=64 * 2048)
+    built = finished_run(config, requests[:1])
+    acc = measure_fp8_accuracy(built, config, requests)
     assert acc["num_requests_compared"] == 1 and acc["num_requests_skipped"] == 1
+    assert acc["num_tokens_compared"] == 4
+
+
+def test_long_sequences_are_prefilled_in_chunks_of_the_step_budget(monkeypatch):
+    # A reference step never exceeds --max-num-batched-tokens (what the budget allowed the
+    # activations); chunked, its logits are those of one whole prefill.
+    requests = [Request(0, 0.0, tuple(range(1, 60)), 6)]
+    whole = EngineConfig(strategy="fp8", kv_memory="1MiB", max_model_len=128)
+    chunked = dataclasses.replace(whole, max_num_batched_tokens=16, chunked_prefill=True)
+    runs = {c.max_num_batched_tokens: finished_run(c, requests) for c in (whole, chunked)}
+    steps: list[int] = []
+    execute = ModelExecutor.execute
+
+    def recorded(self, batch):
+        steps.append(batch.num_tokens)
+        return execute(self, batch)
+
+    monkeypatch.setattr(ModelExecutor, "execute", recorded)
+    results = [measure_fp8_accuracy(runs[None], whole, requests)]
+    assert steps == [59, 64]  # the prompt through the run's cache, then the reference's
+    steps.clear()
+    results.append(measure_fp8_accuracy(runs[16], chunked, requests))
+    assert max(steps) == 16 and sum(steps) == 59 + 64
+    assert results[0]["num_prefill_rows"] == results[1]["num_prefill_rows"] == 59
+    # (the reference's figures: the two runs' fp8 scales come from differently sized first
+    # writes)
+    for key in ("prefill_logit_abs_mean", "prefill_top1_margin_mean"):
+        assert results[1][key] == pytest.approx(results[0][key], rel=1e-4), key
 
 
 def test_token_agreement_counts_prefix_and_overall():

@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from kvbench.models.config import ModelConfig
@@ -181,6 +182,15 @@ def trained(tmp_path_factory):
     return model, stats, folder
 
 
+def _measured(config: EngineConfig, requests: list[Request], sample_size: int) -> dict:
+    """The accuracy section of a run of `requests` on the engine of `config`."""
+    built = build_engine(config, model_cache={})
+    for request in requests:
+        built.engine.add_request(request)
+    built.engine.run_to_completion()
+    return measure_fp8_accuracy(built, config, requests, sample_size)
+
+
 def test_training_learned_the_copy_task(trained):
     model, stats, _ = trained
     # fails loudly if training silently did not work (the loss plateaus near 2.5 before the
@@ -204,7 +214,7 @@ def test_fp8_greedy_agreement_on_trained_model_is_high(trained):
     requests = _copy_requests(16, seed=7)
     config = EngineConfig(model=str(folder), strategy="fp8", dtype="float32", kv_memory="4MiB",
                           max_model_len=SEQ_LEN)
-    acc = measure_fp8_accuracy(config, requests, sample_size=8, model_cache={})
+    acc = _measured(config, requests, sample_size=8)
     assert acc["num_requests_compared"] == 16
     assert acc["num_tokens_compared"] == 16 * OUTPUT_LEN
     # Measured (torch 2.13 CPU, this seed): greedy agreement 1.0 prefix and overall; mean
@@ -227,10 +237,10 @@ def test_fp8_greedy_agreement_on_trained_model_is_high(trained):
     # short requests (64x smaller than 5.3), its prefill top-1 agreement 0.875 and greedy
     # prefix agreement 0.75 with a mean logit error of only 0.010: its greedy choices are
     # near-ties that fp8 flips; the trained model's determined tokens are not.
-    random_acc = measure_fp8_accuracy(
+    random_acc = _measured(
         EngineConfig(strategy="fp8", kv_memory="4MiB"),
         [Request(i, 0.0, tuple(range(10 * i + 1, 10 * i + 17)), 4) for i in range(4)],
-        sample_size=4, model_cache={},
+        sample_size=4,
     )
     assert acc["prefill_top1_margin_mean"] > 20 * random_acc["prefill_top1_margin_mean"], (
         acc, random_acc)

@@ -99,9 +99,9 @@ def test_repeats_run_interleaved_and_single_runs_warn_about_noise(tmp_path):
     assert SessionResult(tmp_path, result.outcomes, repeats=[], measured=False).notes == []
 
 
-def test_on_cuda_each_strategy_gets_the_first_budget_and_one_engine_at_a_time(monkeypatch):
-    # A GPU holds one arena at a time: later engines are checked, released and rebuilt on
-    # their turn, with the first engine's byte budget (not what is left after it).
+def test_on_cuda_the_budget_is_measured_once_and_every_strategy_runs_on_it(monkeypatch):
+    # The first run's plan measures what --gpu-memory-utilization leaves; every run, the
+    # first included, is pinned to those bytes (not to what is left after an earlier engine).
     from types import SimpleNamespace
 
     import torch
@@ -109,22 +109,39 @@ def test_on_cuda_each_strategy_gets_the_first_budget_and_one_engine_at_a_time(mo
     import kvbench.session.session as session
     from kvbench.session.session import _prepare_all
 
-    built_with = []
+    planned_with = []
 
-    def fake_prepare(run, model_cache):
-        built_with.append(run.engine.kv_memory)
-        engine = SimpleNamespace(device=torch.device("cuda"), kv_budget_bytes=123 * 2**20)
-        return engine, SimpleNamespace(requests=[])
+    def fake_check_run(run, model_cache):
+        planned_with.append(run.engine.kv_memory)
+        plan = SimpleNamespace(device=torch.device("cuda"), kv_budget_bytes=123 * 2**20,
+                               shape=SimpleNamespace(config=run.engine))
+        return plan, SimpleNamespace(requests=[])
 
-    monkeypatch.setattr(session, "prepare", fake_prepare)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(session, "check_run", fake_check_run)
     runs = expand_runs(RunOptions.for_kind("run", strategy="contiguous,paged,prefix"))
-    prepared = _prepare_all(runs, {})
-    assert built_with == [None, 123 * 2**20, 123 * 2**20]
-    # The first run is rebuilt on its turn too: pinned, it is not profiled again there.
+    _prepare_all(runs, {})
+    assert planned_with == [None, 123 * 2**20, 123 * 2**20]
     assert [r.engine.kv_memory for r in runs] == [123 * 2**20] * 3
     assert all(r.engine.gpu_memory_utilization is None for r in runs)
-    assert all(engine is None for engine, _ in prepared)
+
+
+def test_each_engine_is_built_once_when_its_run_starts(tmp_path, monkeypatch):
+    import kvbench.session.session as session
+
+    events = []
+    build = session.build
+
+    def recorded_build(run, plan):
+        events.append(("build", run.engine.strategy))
+        return build(run, plan)
+
+    monkeypatch.setattr(session, "build", recorded_build)
+    plan = plan_session(RunOptions(strategy="paged,contiguous", num_requests=2, warmup=0,
+                                   repeat=2, out=str(tmp_path)))
+    assert events == []  # planned and checked: nothing built
+    run_session(plan, on_run_start=lambda label, k, n: events.append(("start", label)))
+    assert events == [("start", "paged"), ("build", "paged"),
+                      ("start", "contiguous-max"), ("build", "contiguous")] * 2
 
 
 def test_transformers_runs_of_a_strategy_list_are_one_run():
