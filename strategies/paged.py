@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from itertools import repeat
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
+from kvbench.core.decode_run_rows import BooksAfterStep
 from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import BooksAfterStep, CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
 from kvbench.strategies.block_pool import BlockPool
 from kvbench.strategies.registry import register_strategy
 
@@ -105,7 +106,7 @@ class PagedStrategy(CacheStrategy):
         self._extend_table(seq, table, self.pool.allocate_many(needed))
         return True
 
-    # Decode runs -------------------------------------------------------------------------
+    # Decode runs (`kvbench.engine.fast_forward.RunStrategy`) ------------------------------
     # A decoding sequence holds at most `block_size` free slots (a full block only when it
     # finishes recomputing a prompt whose blocks were all taken at admission): a member of
     # the decode cohort takes a block at the first cohort step whose token overflows them
@@ -115,7 +116,7 @@ class PagedStrategy(CacheStrategy):
     # block is more than a round away: `_not_before`), and a run costs the blocks it takes,
     # not a pass over the members.
 
-    fast_forward_decodes = True
+    decode_runs = True
     reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
     def join_decode_cohort(self, seq: Sequence, ordinal: int, rank: int) -> None:

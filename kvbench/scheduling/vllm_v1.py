@@ -32,7 +32,7 @@ from kvbench.scheduling.registry import register_policy
     engine_overrides={"chunked_prefill": True},
 )
 class VllmV1Batching(BatchingPolicy):
-    fast_forward_decodes = True
+    decode_runs = True  # `kvbench.engine.fast_forward`
 
     def decode_run_ready(self) -> bool:
         # Running first, one token each within the budget; what is left admits the head.
@@ -41,6 +41,9 @@ class VllmV1Batching(BatchingPolicy):
         if num_running > budget:
             return False
         return num_running == budget or not self._head_admissible()
+
+    def next_schedule_admits_only(self) -> bool:
+        return False  # the running requests are scheduled first
 
     def schedule(self, now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()

@@ -30,7 +30,7 @@ def _reference_schedule_decodes(policy, seqs, out: ScheduleOutput) -> None:
             break
         while not policy.cache.allocate(seq, n):
             victim = pending.pop() if pending else seq
-            policy._preempt(victim, out)
+            policy.preempt(victim, out)
             if victim is seq:
                 break
         else:
