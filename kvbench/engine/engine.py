@@ -105,8 +105,8 @@ class Engine(BaseEngine):
     def check_request(self, request: Request) -> None:
         """Raise `KvbenchInputError` for a request that could never run on this engine."""
         check_request_lengths(request, self.max_model_len)
-        # A function of the lengths alone (`CacheStrategy.required_slots`): a long trace
-        # repeats them, and a probe sequence each costs a million-request check a second.
+        # A function of the lengths alone (`CacheStrategy.required_slots`), which a long
+        # trace repeats: kept by them rather than a probe sequence built per request.
         lengths = (request.prompt_len, request.output_len)
         need = self._required_slots.get(lengths)
         if need is None:
@@ -140,8 +140,8 @@ class Engine(BaseEngine):
         runs = self._runs
         if runs is not None:
             runs.before_step()
-        # Checked once a step: with nobody recording, the ranges and their arguments would
-        # cost a long simulation a tenth of a second per 100k steps for nothing.
+        # Checked once a step: with nobody recording, the ranges and their arguments are
+        # not built at all.
         traced = self._traced = tracing_active()
         with trace_range("step", step=self.step_recorder.num_steps) if traced else NO_RANGE:
             out = self._schedule(t_start)

@@ -29,7 +29,7 @@ stepping, with the same results.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from kvbench.core.decode_run_rows import BooksAfterStep
 from kvbench.core.sequence import Sequence, SequenceStatus
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from kvbench.engine.engine import Engine
 
 
+@runtime_checkable
 class RunPolicy(Protocol):
     """What a `BatchingPolicy` offers to be fast-forwarded (besides `preempt`, which every
     policy has)."""
@@ -57,6 +58,7 @@ class RunPolicy(Protocol):
         and the prompts join at the next run)."""
 
 
+@runtime_checkable
 class RunStrategy(Protocol):
     """What a `CacheStrategy` offers to be fast-forwarded: it follows the decode cohort's
     members itself, so that a run costs it the blocks the run takes. Members are numbered
@@ -97,6 +99,7 @@ class RunStrategy(Protocol):
         slots, whether `prompt_blocks` is reported), as `memory_split` gives them."""
 
 
+@runtime_checkable
 class RunExecutor(Protocol):
     """What an `Executor` offers to be fast-forwarded: a run of decode steps known by their
     lengths, every sampled token `decode_run_token`."""
@@ -125,8 +128,15 @@ class FastForward:
     @classmethod
     def of(cls, engine: Engine) -> FastForward | None:
         """The engine's fast-forward, or None where one of its parts does not take part."""
-        parts = (engine.policy, engine.strategy, engine.executor)
-        return cls(engine) if all(map(takes_part, parts)) else None
+        parts = ((engine.policy, RunPolicy), (engine.strategy, RunStrategy),
+                 (engine.executor, RunExecutor))
+        if not all(takes_part(part) for part, _ in parts):
+            return None
+        for part, protocol in parts:
+            if not isinstance(part, protocol):
+                raise TypeError(f"{type(part).__name__} declares decode runs but lacks some "
+                                f"of {protocol.__name__}")
+        return cls(engine)
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
