@@ -69,12 +69,6 @@ class CacheStrategy(ABC):
     finishes or is preempted, and `fork` for parallel-sampling children. `build_layout`
     hands the result to the executor.
 
-    The scheduler grows every running sequence through `allocate_each`, which a strategy may
-    override with its common case inlined (`paged` skips the call for a sequence with room
-    in its last block). A subclass whose `allocate` must see every call, even for such a
-    sequence, overrides `allocate_each` again (`prefix` does: a sequence with room may still
-    have to copy a shared block before writing into it, or name a block that became full).
-
     Two costs stay flat in the number of running sequences and their lengths, so that every
     strategy's engine step costs the same on the host: a strategy logs each change to its
     tables (`_log_table`) and the executor applies the log to arrays it keeps, and it keeps
@@ -149,20 +143,6 @@ class CacheStrategy(ABC):
     @abstractmethod
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Make room for `num_new_tokens` more tokens; False when the arena cannot."""
-
-    def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
-        """`allocate` for `items[start:]` in order, `(sequence, new tokens)` each; stops at
-        the first that does not fit and returns its index (`len(items)` when all did).
-
-        The scheduler's way to grow every running sequence in one call: a strategy may
-        override it with the common no-new-memory case inlined (it runs for every running
-        sequence of every step)."""
-        allocate = self.allocate
-        for i in range(start, len(items)):
-            seq, n = items[i]
-            if not allocate(seq, n):
-                return i
-        return len(items)
 
     def has_pending_copies(self) -> bool:
         """Whether copies are decided that the next step's layout must carry."""

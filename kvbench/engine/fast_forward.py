@@ -91,7 +91,7 @@ class RunStrategy(Protocol):
 
     def grow_cohort_run(self, ordinal: int, num_steps: int) -> list[BooksAfterStep]:
         """Take the memory of cohort steps `ordinal .. + num_steps - 1` exactly as that
-        many steps' `allocate_each` calls would, in the same order; the running totals
+        many steps' `allocate` calls would, in the same order; the running totals
         (`books_totals`) after each step that allocated, numbered from 0 in the run."""
 
     def decode_run_split_parts(self, head_waiting: Sequence | None) -> tuple[int, int, bool]:

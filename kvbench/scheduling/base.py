@@ -197,35 +197,16 @@ class BatchingPolicy(ABC):
         Memory for the new token is allocated oldest first; when the pool is dry the most
         recently admitted sequences of `seqs` not yet scheduled are preempted.
         """
-        # The budget cut first: preemption victims come off the end of `seqs`, after every
-        # sequence that is still to be scheduled, so they never change who fits before them.
         budget = self.limits.max_num_batched_tokens - out.num_tokens
-        items: list[tuple[Sequence, int]] = []
-        for seq in seqs:
-            n = len(seq.token_ids) - seq.num_computed  # num_uncomputed, inlined: hot loop
-            if budget <= 0 or n > budget:
+        pending = deque(seqs)
+        while pending and budget > 0:
+            seq = pending.popleft()
+            n = seq.num_uncomputed
+            if n > budget:
                 break
-            items.append((seq, n))
-            budget -= n
-        self._allocate_in_order(items, seqs, out)
-
-    def _allocate_in_order(self, items: list[tuple[Sequence, int]], seqs: list[Sequence],
-                           out: ScheduleOutput) -> None:
-        """Grow `items` (a prefix of `seqs`, admission order, each with its tokens this step)
-        and schedule them. Memory comes in one call to the strategy for the whole batch (a
-        call per sequence costs a third of a long simulation's scheduling time); where the
-        pool runs dry, `_grow_or_preempt` takes victims from the end of the sequences not yet
-        scheduled, and the batch loses those within the budget."""
-        end = len(seqs)
-        k = self.cache.allocate_each(items)
-        while k < len(items):
-            seq, n = items[k]
-            candidates = seqs[k + 1 : end]
-            grown = self._grow_or_preempt(seq, n, candidates, out)
-            end = k + 1 + len(candidates)
-            del items[end if grown else k :]  # (preempted itself: no candidate was left)
-            k = self.cache.allocate_each(items, k + 1)
-        out.scheduled.extend(items)
+            if self._grow_or_preempt(seq, n, pending, out):
+                out.scheduled.append((seq, n))
+                budget -= n
 
     def preempt(self, seq: Sequence, out: ScheduleOutput) -> None:
         """vLLM's recompute: drop the KV, requeue at the front, prefill everything again later."""
