@@ -4,10 +4,11 @@ Between the events that can change a schedule, a step is a pure function of the 
 it: every running sequence decodes one token, its context grows by one, and it takes a block
 when its last one fills. `FastForward.run` (`Engine.fast_forward`, called by the runner
 before each step) takes such a stretch at once and ends it before the first step that could
-go differently (an arrival, a step that must admit or prefill, a failed allocation); the
-step in which the first sequences finish, and one in which the pool runs dry and the most
-recently admitted sequences are preempted, are still every running sequence's decode, and
-the run takes them too. The running sequences decode as the members of a `DecodeCohort`,
+go differently (the next arrival, a schedule that is not every running sequence's one
+token); the step in which the first sequences finish, and one in which the pool runs dry and
+the most recently admitted sequences are preempted, are still every running sequence's
+decode, and the run takes them too, as it runs a step that only admits prompts through
+`Engine.step` and goes on with them. The running sequences decode as the members of a `DecodeCohort`,
 advanced by counting, so a run costs the blocks it takes and the sequences that finish, not
 a pass over every member; its `steps.csv` rows go to the step recorder as a description
 (`DecodeRunRows`). The state after a run, the rows and the token times are those of stepping
@@ -35,7 +36,7 @@ from kvbench.core.decode_run_rows import BooksAfterStep
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.engine.decode_cohort import DecodeCohort
 from kvbench.scheduling.base import ScheduleOutput
-from kvbench.strategies.base import MemorySplit
+from kvbench.strategies.base import MemorySplit, declares
 from kvbench.tracing import tracing_active
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class RunExecutor(Protocol):
 def takes_part(obj: object) -> bool:
     """Whether `obj` takes part in fast-forward: its own class sets `decode_runs = True` in
     its body (not inherited) and `obj` has not turned it off."""
-    return bool(vars(type(obj)).get("decode_runs", False) and obj.decode_runs)
+    return declares(obj, "decode_runs") and bool(obj.decode_runs)
 
 
 class FastForward:
