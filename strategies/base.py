@@ -6,7 +6,6 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from kvbench.core.decode_run_rows import BooksAfterStep
 from kvbench.core.layout import DROP_TABLE, KVLayout, SlotCopy, TableOp
 from kvbench.core.sequence import Sequence
 
@@ -70,12 +69,6 @@ class CacheStrategy(ABC):
     finishes or is preempted, and `fork` for parallel-sampling children. `build_layout`
     hands the result to the executor.
 
-    The scheduler grows every running sequence through `allocate_each`, which a strategy may
-    override with its common case inlined (`paged` skips the call for a sequence with room
-    in its last block). A subclass whose `allocate` must see every call, even for such a
-    sequence, overrides `allocate_each` again (`prefix` does: a sequence with room may still
-    have to copy a shared block before writing into it, or name a block that became full).
-
     Two costs stay flat in the number of running sequences and their lengths, so that every
     strategy's engine step costs the same on the host: a strategy logs each change to its
     tables (`_log_table`) and the executor applies the log to arrays it keeps, and it keeps
@@ -88,11 +81,6 @@ class CacheStrategy(ABC):
     layout_kind: str = "paged"
     can_preempt: bool = True  # whether a running sequence's allocation may fail mid-run
     table_block_size: int = 1  # token positions per table entry (contiguous: one start slot)
-    # Set true in a strategy's own class body (`declares`) when its decode cohort methods
-    # (`join_decode_cohort` ... `grow_cohort_run`) are exact and, while running sequences
-    # only grow, `can_admit` never turns from False to True: the engine's fast-forward then
-    # runs decode steps in one move (docs/simulator.md, Fast-forward).
-    fast_forward_decodes: bool = False
     # Set true in a strategy's own class body (`declares`) when it reads sequences' lengths
     # only, never their token ids: under an executor that reads none either (`kvbench
     # simulate`), sequences then count their tokens and the workload's prompts stay undrawn.
@@ -156,66 +144,6 @@ class CacheStrategy(ABC):
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Make room for `num_new_tokens` more tokens; False when the arena cannot."""
 
-    def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
-        """`allocate` for `items[start:]` in order, `(sequence, new tokens)` each; stops at
-        the first that does not fit and returns its index (`len(items)` when all did).
-
-        The scheduler's way to grow every running sequence in one call: a strategy may
-        override it with the common no-new-memory case inlined (it runs for every running
-        sequence of every step)."""
-        allocate = self.allocate
-        for i in range(start, len(items)):
-            seq, n = items[i]
-            if not allocate(seq, n):
-                return i
-        return len(items)
-
-    # The engine's decode cohort (`kvbench.engine.decode_cohort`): running sequences that
-    # decode one token in every cohort step, numbered 0, 1, ... for the engine's life. A
-    # strategy that declares `fast_forward_decodes` follows its members itself, so that a run
-    # of cohort steps costs it the blocks the run takes, not a pass over every member.
-
-    def join_decode_cohort(self, seq: Sequence, ordinal: int, rank: int) -> None:
-        """`seq`, decoding, with its `num_computed` current, decodes one token in every cohort
-        step from `ordinal` on, after the members of lower `rank` in admission order, until
-        `leave_decode_cohort` or `clear_decode_cohort` (its `num_computed` is not updated
-        meanwhile: the strategy counts the steps)."""
-        raise NotImplementedError(f"{self.name} does not declare decode runs")
-
-    def leave_decode_cohort(self, seq: Sequence) -> None:  # noqa: B027 - nothing to follow by default
-        """`seq` decodes no more with the cohort (its `num_computed` is current again)."""
-
-    def clear_decode_cohort(self) -> None:  # noqa: B027 - nothing to follow by default
-        """Every member leaves."""
-
-    def cohort_run_steps(self, ordinal: int, num_members: int, max_steps: int) -> int:
-        """How many cohort steps from `ordinal` (at most `max_steps`) fit: every member
-        growing by one token a step, allocated in admission order step after step, before an
-        allocation would fail (0: none; the next step is then the one in which the pool runs
-        dry: `cohort_step_victims`)."""
-        return 0
-
-    def cohort_step_victims(self, ordinal: int,
-                            candidates: list[Sequence]) -> list[Sequence] | None:
-        """The members preempted in cohort step `ordinal`, whose blocks run out, in the order
-        the scheduler preempts them: where the pool is dry at a member's turn (admission
-        order), the last of `candidates` (the running members in admission order) still
-        running goes, until one block is free or the member itself went. None where that
-        would preempt every candidate (the step is then the general one's)."""
-        return None
-
-    def grow_cohort_run(self, ordinal: int, num_steps: int) -> list[BooksAfterStep]:
-        """Take the memory of cohort steps `ordinal .. + num_steps - 1` (at most
-        `cohort_run_steps`) exactly as that many steps' `allocate_each` calls of the members
-        would, in the same order. Returns the running totals after each step (numbered from
-        0 in the run) that allocated, in step order."""
-        raise NotImplementedError(f"{self.name} does not declare decode runs")
-
-    def decode_run_split_parts(self, head_waiting: Sequence | None) -> tuple[int, int, bool]:
-        """What a decode run leaves fixed in every step's split: (external slots, cached
-        slots, whether `prompt_blocks` is reported), as `memory_split` gives them."""
-        return 0, 0, False
-
     def has_pending_copies(self) -> bool:
         """Whether copies are decided that the next step's layout must carry."""
         return bool(self._copies)
@@ -239,8 +167,7 @@ class CacheStrategy(ABC):
                      computed_tokens: int | None = None) -> MemorySplit:
         """The split in slots, from the sequences that hold memory and the queue head;
         `computed_tokens`: their `num_computed`, summed, where the caller knows it and theirs
-        are not current (members of the engine's decode cohort; a strategy that declares
-        `fast_forward_decodes` takes it)."""
+        are not current (members of the engine's decode cohort: `kvbench.engine.fast_forward`)."""
         split = (self._split_from_totals(running, head_waiting) if computed_tokens is None
                  else self._split_from_totals(running, head_waiting, computed_tokens))
         if self.check_accounting:

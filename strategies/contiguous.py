@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvbench.core.decode_run_rows import BooksAfterStep
 from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
-from kvbench.strategies.base import BooksAfterStep, CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
 from kvbench.strategies.free_ranges import FreeRanges
 from kvbench.strategies.registry import register_strategy
 
@@ -119,17 +120,28 @@ class ContiguousStrategy(CacheStrategy):
             raise AssertionError(f"sequence {seq.seq_id} outgrew its reservation")
         return True
 
-    # Decode runs: a reservation covers the final length, so growing never allocates, and
-    # admission waits for a hole that growing cannot open.
+    # Decode runs (`kvbench.engine.fast_forward.RunStrategy`): a reservation covers the
+    # final length, so growing never allocates and nothing about the members is followed,
+    # and admission waits for a hole that growing cannot open.
 
-    fast_forward_decodes = True
+    decode_runs = True
     reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
     def join_decode_cohort(self, seq: Sequence, ordinal: int, rank: int) -> None:
-        return None  # nothing to follow: a member never allocates
+        return None
+
+    def leave_decode_cohort(self, seq: Sequence) -> None:
+        return None
+
+    def clear_decode_cohort(self) -> None:
+        return None
 
     def cohort_run_steps(self, ordinal: int, num_members: int, max_steps: int) -> int:
         return max_steps
+
+    def cohort_step_victims(self, ordinal: int,
+                            candidates: list[Sequence]) -> list[Sequence] | None:
+        raise AssertionError("a reservation never runs dry")
 
     def grow_cohort_run(self, ordinal: int, num_steps: int) -> list[BooksAfterStep]:
         return []

@@ -26,8 +26,8 @@ START, RING = 0, 1  # the entries of a sequence's table in each group
 
 
 class WindowedContiguousStrategy(ContiguousStrategy):
-    """A range per allocation group; window groups hold rings. Fast-forward is not declared
-    here (`declares`): a ring's token slots change with every decode step."""
+    """A range per allocation group; window groups hold rings. Decode runs are not declared
+    here (`kvbench.engine.fast_forward`): a ring's token slots change with every decode step."""
 
     reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
@@ -121,9 +121,6 @@ class WindowedContiguousStrategy(ContiguousStrategy):
                 raise AssertionError(
                     f"sequence {seq.seq_id} outgrew its {'ring' if window else 'reservation'}")
         return True
-
-    def cohort_run_steps(self, ordinal: int, num_members: int, max_steps: int) -> int:
-        return 0  # not declared (see the class): never asked
 
     def free(self, seq: Sequence) -> None:
         sid = seq.seq_id

@@ -211,20 +211,6 @@ class HybridStrategy(CacheStrategy):
                 frees_at = min(frees_at, (firsts[g] + 1) * bs + window - 1)
         self._room[sid] = (fits, frees_at)
 
-    def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
-        """`allocate` for each; a sequence whose blocks neither grow nor leave the window
-        takes nothing (the common decode case, inlined)."""
-        rooms = self._room
-        for i in range(start, len(items)):
-            seq, n = items[i]
-            room = rooms.get(seq.seq_id)
-            p = seq.num_computed
-            if room is not None and p + n <= room[0] and p < room[1]:
-                continue
-            if not self.allocate(seq, n):
-                return i
-        return len(items)
-
     def free(self, seq: Sequence) -> None:
         sid = seq.seq_id
         tables = self.tables.pop(sid, None)

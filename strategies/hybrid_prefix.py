@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import CacheStrategy
 from kvbench.strategies.hybrid import FREED, HybridOptions, HybridStrategy
 from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool, extend_chain, root_hash
 from kvbench.strategies.registry import register_strategy
@@ -190,11 +189,6 @@ class HybridPrefixStrategy(HybridStrategy):
             self._sync(seq)
         self.live[seq.seq_id] = seq
         return super().allocate(seq, num_new_tokens)
-
-    def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
-        """Every sequence through `allocate`, not `hybrid`'s skip of those with room: one with
-        room may still have blocks to name."""
-        return CacheStrategy.allocate_each(self, items, start)
 
     def free(self, seq: Sequence) -> None:
         self._sync(seq)

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from itertools import repeat
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
+from kvbench.core.decode_run_rows import BooksAfterStep
 from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import BooksAfterStep, CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
 from kvbench.strategies.block_pool import BlockPool
 from kvbench.strategies.registry import register_strategy
 
@@ -105,7 +106,7 @@ class PagedStrategy(CacheStrategy):
         self._extend_table(seq, table, self.pool.allocate_many(needed))
         return True
 
-    # Decode runs -------------------------------------------------------------------------
+    # Decode runs (`kvbench.engine.fast_forward.RunStrategy`) ------------------------------
     # A decoding sequence holds at most `block_size` free slots (a full block only when it
     # finishes recomputing a prompt whose blocks were all taken at admission): a member of
     # the decode cohort takes a block at the first cohort step whose token overflows them
@@ -115,7 +116,7 @@ class PagedStrategy(CacheStrategy):
     # block is more than a round away: `_not_before`), and a run costs the blocks it takes,
     # not a pass over the members.
 
-    fast_forward_decodes = True
+    decode_runs = True
     reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
     def join_decode_cohort(self, seq: Sequence, ordinal: int, rank: int) -> None:
@@ -235,8 +236,9 @@ class PagedStrategy(CacheStrategy):
         return victims if end else None
 
     def grow_cohort_run(self, ordinal: int, num_steps: int) -> list[BooksAfterStep]:
-        """The blocks in step order, admission order within a step, as `allocate_each` takes
-        them, with each step's totals: a block costs its table's append. Every block a member
+        """The blocks in step order, admission order within a step, as the scheduler's
+        `allocate` calls take them, with each step's totals: a block costs its table's
+        append. Every block a member
         takes is counted whole (`bs` slots held, all of them to be used) but the one holding
         its final token (`_last_takes`); the members' per-sequence entries are written when
         they leave (`_write_books`)."""
@@ -287,20 +289,6 @@ class PagedStrategy(CacheStrategy):
 
     def decode_run_split_parts(self, head_waiting: Sequence | None) -> tuple[int, int, bool]:
         return 0, 0, True
-
-    def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
-        """`allocate` for every sequence that needs a new block: one with room in its last
-        block takes nothing (see `CacheStrategy` for a subclass that must see every call)."""
-        tables = self.tables
-        block_size = self.block_size
-        for i in range(start, len(items)):
-            seq, n = items[i]
-            table = tables.get(seq.seq_id)
-            if table and len(table) * block_size >= seq.num_computed + n:
-                continue  # `_blocks_needed` is 0, inlined: the common decode case
-            if not self.allocate(seq, n):
-                return i
-        return len(items)
 
     # Every change to a table goes through these three: the log and the totals follow it.
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.base import MemorySplit, split_held
 from kvbench.strategies.paged import PagedOptions, PagedStrategy
 from kvbench.strategies.prefix_index import (
     BlockHash,
@@ -224,12 +224,6 @@ class PrefixCachingStrategy(PagedStrategy):
         if fresh:
             self._extend_table(seq, table, [self.pool.allocate() for _ in range(fresh)])
         return True
-
-    def allocate_each(self, items: list[tuple[Sequence, int]], start: int = 0) -> int:
-        """Every sequence through `allocate`, not `paged`'s skip of those with room in their
-        last block: such a sequence may still have to copy a shared block it writes into,
-        or name a block that became full (`allocate` has that common case inlined)."""
-        return CacheStrategy.allocate_each(self, items, start)
 
     def _owns_pending(self, seq: Sequence, block: int) -> bool:
         """Whether `block` is pending and `seq` is the one to compute it (others share it

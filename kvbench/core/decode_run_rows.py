@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 # (step in the run, held slots, slots that will be used, prompt blocks) after a decode run's
-# step: the books' running totals after its allocations (`CacheStrategy.grow_cohort_run`).
+# step: the books' running totals after its allocations (`RunStrategy.grow_cohort_run`).
 BooksAfterStep = tuple[int, int, int, int]
 
 
@@ -32,8 +32,8 @@ class DecodeRunRows(NamedTuple):
     them, `totals_before` before the first; `external`, `cached`, `has_prompt_blocks`: what
     the run keeps fixed; `preemptions`: the first row's (preemptions not in a row yet);
     `num_running_last`: the last row's running sequences (some finished in it). A named
-    tuple: the engine makes one a run, and a dataclass's `__init__` costs eight times as
-    much. (Its `len` is its fields', not its steps'.)"""
+    tuple, as cheap to make as a tuple: the engine makes one a run. (Its `len` is its
+    fields', not its steps'.)"""
 
     first_step: int
     t_start_s: float
@@ -156,8 +156,8 @@ class DecodeRunLog:
     appends and `expand` makes every run's rows with numpy, not a pass over the runs."""
 
     def __init__(self) -> None:
-        # Python lists, converted once by `expand`: appending a tuple costs half of
-        # extending a typed array with its values (each converted as it goes in).
+        # Python lists, converted once by `expand` (a typed array would convert each value
+        # as it goes in).
         self._fields: list[tuple[int, ...]] = []
         self._starts_s: list[float] = []
         self._ends_s: list[float] = []
@@ -186,8 +186,8 @@ class DecodeRunLog:
         safely elsewhere.)"""
         import numpy as np  # here: the engine imports this module, and the CLI's help the engine
 
-        # (fromiter over the flattened tuples: `np.array` of a list of tuples finds its
-        # shape first, three times the cost)
+        # (fromiter over the flattened tuples: `np.array` of a list of tuples would look for
+        # its shape first)
         fields = np.fromiter(chain.from_iterable(self._fields), dtype=np.int64,
                              count=len(self._fields) * len(_FIELDS)).reshape(-1, len(_FIELDS))
         start_of_run = np.fromiter(self._starts_s, dtype=np.float64, count=len(self._starts_s))

@@ -46,28 +46,6 @@ class Executor(ABC):
     # so draws in the Chrome trace itself (a simulated one: its clock moves only by modelled
     # time); none for an executor that computes.
     drawn_trace_ranges: frozenset[str] = frozenset()
-    # Whether the executor runs a run of decode-only steps in one call
-    # (`advance_decode_run`, each step's tokens all `decode_run_token`): the engine's
-    # fast-forward needs it (a simulated executor; one that computes runs every step).
-    advances_decode_runs: bool = False
-    decode_run_token: int = 0
-
-    def advance_decode_run(
-        self, num_seqs: int, context_tokens: int, max_steps: int, until_s: float
-    ) -> list[float]:
-        """Run up to `max_steps` decode steps of `num_seqs` sequences holding
-        `context_tokens` in all at the first (new tokens included), stopping before a step
-        that would start at or after `until_s` (the first always runs); each step's end
-        time on the run's clock."""
-        raise NotImplementedError(f"{type(self).__name__} runs one step at a time")
-
-    def advance_step(self, query_lens: list[int], seq_lens: list[int],
-                     num_sample_rows: int) -> float:
-        """Run a step known by its lengths alone, each sample row's token
-        `decode_run_token`: an executor that advances decode runs reads nothing else (the
-        engine's fast path for a step of prompts). The clock after it."""
-        raise NotImplementedError(f"{type(self).__name__} runs a step from its batch")
-
     @abstractmethod
     def execute_and_sample(self, batch: StepBatch, sampling: SamplingParams) -> list[list[int]]:
         """Run the step; `[i][j]` is the token of `sampling.keys[i][j]` from sample row `i`."""

@@ -13,7 +13,7 @@ cohort settles it: the engine settles a member that leaves (it finishes or is pr
 What the run needs of the members as a whole is kept as it changes: how many there are, the
 sum of their `num_computed` (`computed_tokens`) and, in a heap, the cohort step in which each
 samples its last token. The strategy keeps its own view of the members (the step at which
-each takes its next block: `CacheStrategy.join_decode_cohort`).
+each takes its next block: `RunStrategy.join_decode_cohort`, `kvbench.engine.fast_forward`).
 """
 
 from __future__ import annotations

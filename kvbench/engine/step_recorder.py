@@ -141,23 +141,7 @@ class StepRecorder(StepLog):
         """The row of a step that ran `batch` from `t_start` to `t_end`, `forward_s` of it
         in the model forward, and left memory as `split` and the queues with `num_running`
         and `num_waiting` sequences; `traced`: emit the trace counters too."""
-        self._record(t_start, t_end, forward_s, batch.num_prefill_seqs,
-                     batch.num_decode_seqs, batch.num_tokens, split, num_preempted,
-                     num_running, num_waiting, traced)
-
-    def record_step(self, t_start: float, t_end: float, num_prefill_seqs: int,
-                    num_decode_seqs: int, num_tokens: int, split: MemorySplit,
-                    num_running: int, num_waiting: int) -> None:
-        """`record` of a simulated step given by its counts (all of it the forward, nothing
-        preempted, untraced): the engine's fast path builds no batch."""
-        self._record(t_start, t_end, t_end - t_start, num_prefill_seqs, num_decode_seqs,
-                     num_tokens, split, 0, num_running, num_waiting, False)
-
-    def _record(
-        self, t_start: float, t_end: float, forward_s: float, num_prefill_seqs: int,
-        num_decode_seqs: int, num_tokens: int, split: MemorySplit, num_preempted: int,
-        num_running: int, num_waiting: int, traced: bool,
-    ) -> None:
+        num_decode_seqs, num_tokens = batch.num_decode_seqs, batch.num_tokens
         b = self.bytes_per_slot
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
         probe = self.memory_probe() if self.memory_probe else _NO_PROBE
@@ -167,7 +151,7 @@ class StepRecorder(StepLog):
             t_start,  # t_s
             (t_end - t_start) * 1e3,  # step_ms
             ((t_end - t_start) - forward_s) * 1e3,  # overhead_ms
-            num_prefill_seqs,
+            batch.num_prefill_seqs,
             num_decode_seqs,
             num_tokens,  # num_batched_tokens
             num_tokens - num_decode_seqs,  # num_prefill_tokens: a decode is one token

@@ -60,10 +60,6 @@ class BatchingPolicy(ABC):
     """
 
     name = "?"
-    # Set true in a policy's own class body (`kvbench.strategies.base.declares`) when its
-    # `decode_run_ready` is exact for it: the engine's fast-forward falls back to one step at
-    # a time for any policy that does not declare it (docs/simulator.md, Fast-forward).
-    fast_forward_decodes = False
     # Whether `on_finished` gives a sequence's memory back (the strategy reads its tokens
     # no more); false for a policy that keeps finished members' memory (static batching).
     frees_at_finish = True
@@ -126,19 +122,6 @@ class BatchingPolicy(ABC):
         running = self.running
         return len(running) + sum(
             seats(s, max_num_seqs) - 1 for s in running if s.request.n > 1)
-
-    def decode_run_ready(self) -> bool:
-        """Whether the next `schedule` gives every running sequence (all decoding) its one
-        token and nothing else, and keeps doing so while the running set and the queue do not
-        change, no allocation fails and the cache's free memory only shrinks. Called only
-        when every running sequence is decoding."""
-        return False
-
-    def next_schedule_admits_only(self) -> bool:
-        """Whether the next `schedule` only admits prompts from the queue, reading and
-        changing no running sequence (the engine's decode cohort then keeps its members
-        through the step: `kvbench.engine.decode_cohort`). False unless a policy knows."""
-        return False
 
     def _head_admissible(self) -> bool:
         """Whether `_admit_from_queue` would admit the queue head now (places and cache)."""
@@ -214,47 +197,18 @@ class BatchingPolicy(ABC):
         Memory for the new token is allocated oldest first; when the pool is dry the most
         recently admitted sequences of `seqs` not yet scheduled are preempted.
         """
-        # The budget cut first: preemption victims come off the end of `seqs`, after every
-        # sequence that is still to be scheduled, so they never change who fits before them.
         budget = self.limits.max_num_batched_tokens - out.num_tokens
-        items: list[tuple[Sequence, int]] = []
-        for seq in seqs:
-            n = len(seq.token_ids) - seq.num_computed  # num_uncomputed, inlined: hot loop
-            if budget <= 0 or n > budget:
+        pending = deque(seqs)
+        while pending and budget > 0:
+            seq = pending.popleft()
+            n = seq.num_uncomputed
+            if n > budget:
                 break
-            items.append((seq, n))
-            budget -= n
-        self._allocate_in_order(items, seqs, out)
-
-    def _allocate_in_order(self, items: list[tuple[Sequence, int]], seqs: list[Sequence],
-                           out: ScheduleOutput) -> None:
-        """Grow `items` (a prefix of `seqs`, admission order, each with its tokens this step)
-        and schedule them. Memory comes in one call to the strategy for the whole batch (a
-        call per sequence costs a third of a long simulation's scheduling time); where the
-        pool runs dry, `_grow_or_preempt` takes victims from the end of the sequences not yet
-        scheduled, and the batch loses those within the budget."""
-        end = len(seqs)
-        k = self.cache.allocate_each(items)
-        while k < len(items):
-            seq, n = items[k]
-            candidates = seqs[k + 1 : end]
-            grown = self._grow_or_preempt(seq, n, candidates, out)
-            end = k + 1 + len(candidates)
-            del items[end if grown else k :]  # (preempted itself: no candidate was left)
-            k = self.cache.allocate_each(items, k + 1)
-        out.scheduled.extend(items)
-
-    def preemption_candidates(self) -> list[Sequence]:
-        """Whom a decode step that runs out of memory preempts, taken from the end of this
-        list: the running sequences, most recently admitted last (`_grow_or_preempt`)."""
-        return self.running
+            if self._grow_or_preempt(seq, n, pending, out):
+                out.scheduled.append((seq, n))
+                budget -= n
 
     def preempt(self, seq: Sequence, out: ScheduleOutput) -> None:
-        """`_preempt`, for an engine that grows the running sequences itself (the decode
-        cohort's step, which takes its victims from `preemption_candidates`)."""
-        self._preempt(seq, out)
-
-    def _preempt(self, seq: Sequence, out: ScheduleOutput) -> None:
         """vLLM's recompute: drop the KV, requeue at the front, prefill everything again later."""
         self.running.remove(seq)
         self.cache.free(seq)
@@ -274,7 +228,7 @@ class BatchingPolicy(ABC):
         """
         while not self.cache.allocate(seq, num_tokens):
             victim = candidates.pop() if candidates else seq
-            self._preempt(victim, out)
+            self.preempt(victim, out)
             if victim is seq:
                 return False
         return True

@@ -26,7 +26,7 @@ from kvbench.scheduling.registry import register_policy
 
 @register_policy("continuous", "iteration-level: sequences join and leave every step (vLLM, Orca)")
 class ContinuousBatching(BatchingPolicy):
-    fast_forward_decodes = True
+    decode_runs = True  # `kvbench.engine.fast_forward`
 
     def decode_run_ready(self) -> bool:
         # Prefill-first admits whenever the head fits; chunked admits with the budget the

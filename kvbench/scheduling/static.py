@@ -33,12 +33,15 @@ class StaticBatching(BatchingPolicy):
         super().__init__(cache, limits, queue_order)
         self.finished_members: list[Sequence] = []
 
-    fast_forward_decodes = True
+    decode_runs = True  # `kvbench.engine.fast_forward`
     frees_at_finish = False  # a member's memory goes back when its batch ends
 
     def decode_run_ready(self) -> bool:
         # A decoding batch admits nothing until it ends; it decodes every member in the budget.
         return 0 < len(self.running) <= self.limits.max_num_batched_tokens
+
+    def next_schedule_admits_only(self) -> bool:
+        return False  # a batch is formed when nothing runs
 
     def on_finished(self, seq: Sequence) -> None:
         self.running.remove(seq)

@@ -22,6 +22,8 @@ below `--max-model-len`.
 
 from __future__ import annotations
 
+from collections import deque
+
 from kvbench.core.sequence import Sequence
 from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput
 from kvbench.scheduling.registry import register_policy
@@ -32,7 +34,7 @@ from kvbench.scheduling.registry import register_policy
     engine_overrides={"chunked_prefill": True},
 )
 class VllmV1Batching(BatchingPolicy):
-    fast_forward_decodes = True
+    decode_runs = True  # `kvbench.engine.fast_forward`
 
     def decode_run_ready(self) -> bool:
         # Running first, one token each within the budget; what is left admits the head.
@@ -41,6 +43,9 @@ class VllmV1Batching(BatchingPolicy):
         if num_running > budget:
             return False
         return num_running == budget or not self._head_admissible()
+
+    def next_schedule_admits_only(self) -> bool:
+        return False  # the running requests are scheduled first
 
     def schedule(self, now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()
@@ -60,17 +65,11 @@ class VllmV1Batching(BatchingPolicy):
     def _schedule_running(self, out: ScheduleOutput) -> int:
         """Step 1 and 2 of the module's list; returns the budget left."""
         budget = self.limits.max_num_batched_tokens
-        seqs = list(self.running)
-        # The budget cut first: preemption victims come off the end of the running set, after
-        # every request still to be scheduled, so they never change what those before get.
-        items: list[tuple[Sequence, int]] = []
-        for seq in seqs:
-            if budget <= 0:
-                break
-            n = len(seq.token_ids) - seq.num_computed  # num_uncomputed, inlined: hot loop
-            if n > budget:
-                n = budget
-            items.append((seq, n))
-            budget -= n
-        self._allocate_in_order(items, seqs, out)
-        return self.limits.max_num_batched_tokens - sum(n for _, n in items)
+        pending = deque(self.running)
+        while pending and budget > 0:
+            seq = pending.popleft()
+            n = min(seq.num_uncomputed, budget)
+            if self._grow_or_preempt(seq, n, pending, out):
+                out.scheduled.append((seq, n))
+                budget -= n
+        return budget

@@ -82,11 +82,14 @@ class SimulatedExecutor(Executor):
     reads_token_inputs = False  # the step's cost needs its lengths, not its token ids
     reads_kv_tables = False  # nor where their KV lives
     drawn_trace_ranges = DRAWN_RANGES  # the modelled host phases, drawn on the simulated clock
+    # `kvbench.engine.fast_forward.RunExecutor`: every decode step's cost is the model's and
+    # its tokens 0, so a run of them is advanced at once from the sum of the lengths alone,
+    # unless a window makes the cost depend on each length.
+    decode_runs = True
+    decode_run_token = 0
+
     def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock) -> None:
-        # Every decode step's cost is the model's and its tokens 0, so a run of them can be
-        # advanced at once, from the sum of the lengths alone, unless a window makes the
-        # cost depend on each length.
-        self.advances_decode_runs = not cost_model.has_windows
+        self.decode_runs = not cost_model.has_windows
         self.cost_model = cost_model
         self.clock = clock
         self.last_cost: StepTime | None = None
@@ -107,22 +110,14 @@ class SimulatedExecutor(Executor):
         copied = sum(c.num_slots for c in layout.slot_copies) if layout.slot_copies else 0
         rows = len(batch.sample_rows)
         start_s = self.clock.now_s
-        cost = self._advance(layout.query_lens, layout.seq_lens, rows, copied)
+        cost = self._add(self.cost_model.cost(layout.query_lens, layout.seq_lens, rows, copied))
         recorder = get_recorder()
         if recorder is not None:  # `--trace`: the step's modelled phases
             draw_step(recorder, start_s, cost, batch)
         return rows
 
-    def advance_step(self, query_lens: list[int], seq_lens: list[int],
-                     num_sample_rows: int) -> float:
-        """`advance` of a step given by its lengths alone (no batch, no copies, no trace: the
-        engine's fast path); the clock after it."""
-        self._advance(query_lens, seq_lens, num_sample_rows, 0)
-        return self.clock.now_s
-
-    def _advance(self, query_lens: list[int], seq_lens: list[int], rows: int,
-                 copied: int) -> StepTime:
-        cost = self.cost_model.cost(query_lens, seq_lens, rows, copied)
+    def _add(self, cost: StepTime) -> StepTime:
+        """Advance the clock by a step of `cost`, and count it."""
         step_s = cost.time_s
         self.clock.advance(step_s)
         self.last_cost = cost
@@ -136,18 +131,16 @@ class SimulatedExecutor(Executor):
     def advance_decode_run(
         self, num_seqs: int, context_tokens: int, max_steps: int, until_s: float
     ) -> list[float]:
-        """`advance` of each of a run of decode-only steps, in order: the same clock and
-        totals, step by step, as that many `advance` calls (no trace: the engine runs the
-        steps one at a time when one is recorded)."""
-        ends, sums, compute_bound, cost = self.cost_model.decode_run_costs(
-            num_seqs, context_tokens, max_steps, self.clock.now_s, until_s,
-            (self.busy_s, self.total_flops, self.total_bytes))
-        if ends:
-            self.clock.now_s = ends[-1]
-            self.busy_s, self.total_flops, self.total_bytes = sums
-            self.compute_bound_steps += compute_bound
-            self.num_steps += len(ends)
-            self.last_cost = cost
+        """`advance` of each of a run of decode-only steps (`decode_run_token` each), in
+        order, none after the first starting at or after `until_s`: each step's cost from
+        the number of sequences and their context alone (`StepTimeModel.decode_cost`)."""
+        clock, cost_of = self.clock, self.cost_model.decode_cost
+        ends: list[float] = []
+        for step in range(max_steps):
+            if step and clock.now_s >= until_s:
+                break
+            self._add(cost_of(num_seqs, context_tokens + step * num_seqs))
+            ends.append(clock.now_s)
         return ends
 
     def sample_token_ids(self, batch: StepBatch) -> list[int]:

@@ -208,14 +208,20 @@ def test_fast_forward_preempts_the_sequences_stepping_preempts_and_gives_the_sam
                   max_num_seqs=8, warmup=0)
     (run,) = expand_runs(RunOptions.for_kind("simulate", **values))
     prepared = prepare(run)
+    engine = prepared[0].engine
     preempting = []
-    cohort_step = prepared[0].engine._cohort_step
+    forward = engine.fast_forward
 
-    def counting_step(victims):
-        preempting.append(len(victims))
-        return cohort_step(victims)
+    def preemptions() -> int:
+        return sum(seq.preemptions for group in engine.sequences.values() for seq in group)
 
-    prepared[0].engine._cohort_step = counting_step
+    def counting_forward(*args):
+        before = preemptions()
+        result = forward(*args)
+        preempting.append(preemptions() - before)
+        return result
+
+    engine.fast_forward = counting_forward
     run_one(run, tmp_path / "counted", show_progress=False, prepared=prepared)
     assert sum(preempting) > 3  # the fast path preempted
     forwarded = _tables_by_step(values, True, tmp_path / "forwarded")

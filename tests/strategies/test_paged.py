@@ -106,7 +106,7 @@ def test_block_pool_rejects_double_release():
 def test_cohort_run_steps_and_growth_are_step_by_step_allocation(
         block_size, num_blocks, prompts, decoded, max_steps, joined_at, ahead):
     """How many decode steps of the decode cohort's members fit (`cohort_run_steps`) and the
-    blocks a run of them takes (`grow_cohort_run`), against one `allocate_each` of every
+    blocks a run of them takes (`grow_cohort_run`), against one `allocate` of every
     sequence's next token a step on a twin strategy, until one does not fit: the same count,
     the same block tables and free list, the same totals. Some members already hold the slot
     of the token they compute next (`ahead`: a recomputed prompt's blocks are all taken at
@@ -138,7 +138,7 @@ def test_cohort_run_steps_and_growth_are_step_by_step_allocation(
         return
     stepped, twins = build()
     steps = 0
-    while steps < max_steps and stepped.allocate_each([(s, 1) for s in twins]) == len(twins):
+    while steps < max_steps and all(stepped.allocate(s, 1) for s in twins):
         for s in twins:
             s.num_computed += 1
             s.token_ids.append(0)
