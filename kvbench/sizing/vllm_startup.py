@@ -211,7 +211,11 @@ def vllm_startup(model: ModelConfig, total_memory: int, flags: VllmFlags,
                                   subtracted, available))
     per_stage = [stage_groups(groups, stage.layers) for stage in weights]
     available = [stage.available for stage in stages]
-    why = refusal(per_stage, available, flags.block_size, max_model_len, max_batched)
+    spent = [f"requested {s.requested / GiB:.2f} GiB - weights {s.weights / GiB:.2f} GiB - "
+             f"activation {s.activation / GiB:.2f} GiB - non-torch {s.non_torch / GiB:.2f} GiB"
+             + (f" - CUDA graphs {s.cuda_graphs / GiB:.2f} GiB" if s.cuda_graphs_subtracted
+                else "") for s in stages]
+    why = refusal(per_stage, available, flags.block_size, max_model_len, max_batched, spent)
     pool = None if why else kv_pool(per_stage, available, flags.block_size, max_model_len,
                                     max_batched)
     return VllmStartup(release, gpu_name, util, max_model_len, max_num_seqs, max_batched,
