@@ -162,8 +162,8 @@ def error_table() -> str:
     """docs/estimate.md's table: each term's prediction against its logged line."""
     terms = (("weights", "weights_gib"), ("activation", "peak_activation_gib"),
              ("non_torch", None), ("available", "available_kv_gib"))
-    lines = ["| row | model | TP x PP | vLLM | weights | peak activation | non-torch | "
-             "available KV (kvbench / logged) | error |", "|" + "---|" * 9]
+    lines = ["| row | model | TP x PP | vLLM (era) | weights | peak activation | non-torch | "
+             "available KV | error | GPU KV cache tokens |", "|" + "---|" * 10]
     errors = []
     for row in replayed():
         startup, logged = predict(row), row["logged"]
@@ -179,8 +179,13 @@ def error_table() -> str:
             shown = f"{error:+.1%}"
         else:
             shown = "refused (as vLLM)" if startup.refusal else f"{error:+.1%}"
+        version = row["vllm_version"].lstrip("~").split()[0]
+        tokens = f"{startup.pool.tokens:,}" if startup.pool else "-"
+        if logged.get("kv_cache_tokens"):
+            tokens += f" / {logged['kv_cache_tokens']:,}"
         lines.append(f"| {row['id']} | {row['model']} | {row['tp']} x {row['pp']} | "
-                     f"{startup.release.name} | " + " | ".join(cells) + f" | {shown} |")
+                     f"{version} ({startup.release.name}) | " + " | ".join(cells)
+                     + f" | {shown} | {tokens} |")
     lines.append("")
     lines.append(f"{len(errors)} rows that started: {sum(e <= 0.05 for e in errors)} within 5%, "
                  f"{sum(e <= 0.01 for e in errors)} within 1%, largest {max(errors):.1%}, "
