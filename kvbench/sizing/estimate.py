@@ -49,11 +49,9 @@ from kvbench.models.sizes import (
     DTYPE_BYTES,
     WEIGHT_DTYPES,
     canonical_dtype,
-    weights_bytes,
-    weights_dtype,
 )
 from kvbench.simulator.gpus import GPUSpec
-from kvbench.sizing.capacity import kv_capacity, sequence_slots, weight_bytes_per_gpu
+from kvbench.sizing.capacity import kv_capacity, sequence_slots
 from kvbench.sizing.group_sizes import GROUP_TABLE_HEADER, GroupSize, group_rows, group_sizes
 from kvbench.sizing.kv_budget import (
     Utilization,
@@ -447,7 +445,6 @@ def _budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths,
             per_token: int) -> _Budget:
     """`--kv-memory`, or the pool vLLM would allocate on `--gpu` / `--gpu-memory` (explicit
     shapes: what `--gpu-memory` leaves next to the weights), or no budget."""
-    dtype = shape.dtype
     gpu_memory, weights_memory, kv_memory = (
         inputs.gpu_memory, inputs.weights_memory, inputs.kv_memory
     )
@@ -473,18 +470,8 @@ def _budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths,
     if inputs.model is not None:
         return _vllm_budget(inputs, shape, lengths, per_token, gpu_memory)
     util = gpu_memory_utilization(inputs.gpu_memory_utilization)
-    num_params = active_params = stored = None
-    total = None
     if weights_memory is not None:
         weights, weights_source = weights_memory, "given"
-    elif inputs.model is not None:
-        num_params = inputs.model.num_parameters()
-        active_params = inputs.model.num_active_parameters()
-        stored = weights_dtype(inputs.model, dtype)
-        total = weights_bytes(inputs.model, dtype)
-        weights = weight_bytes_per_gpu(inputs.model, inputs.tensor_parallel_size,
-                                       DTYPE_BYTES[stored])
-        weights_source = "computed"
     else:
         raise KvbenchInputError(
             "give --weights-memory: weights cannot be computed from explicit "
@@ -494,10 +481,7 @@ def _budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths,
         gpu_memory, util, weights,
         advice="use more --gpu-memory, a higher --gpu-memory-utilization or a smaller --dtype",
     )
-    if total is None:
-        return _Budget(budget, "gpu", util, weights, weights_source)
-    return _Budget(budget, "gpu", util, total, weights_source, num_params, active_params,
-                   weights, stored)
+    return _Budget(budget, "gpu", util, weights, weights_source)
 
 
 def _vllm_budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths, per_token: int,
