@@ -123,15 +123,16 @@ def needed_bytes(groups: tuple[KVGroup, ...], tokens: int, block_size: int,
 
 def refusal(stage_group_list: list[tuple[KVGroup, ...]], available: list[int], block_size: int,
             max_model_len: int, max_num_batched_tokens: int,
-            spent: list[str] | None = None) -> str | None:
+            spent: list[str] | None = None, advice: str | None = None) -> str | None:
     """vLLM's reason not to start, in one line (None: it starts); `spent` says, per stage,
-    what the memory went to."""
+    what the memory went to, `advice` the way out when it is not the usual one."""
     for index, (groups, memory) in enumerate(zip(stage_group_list, available, strict=True)):
         if memory <= 0:
             where = f" ({spent[index]})" if spent else ""
             return (f"No available memory for the cache blocks: vLLM would not start, "
-                    f"{memory / GiB:.2f} GiB left for the KV cache{where}; raise "
-                    "--gpu-memory-utilization, use a larger GPU or more --tensor-parallel-size")
+                    f"{memory / GiB:.2f} GiB left for the KV cache{where}; " + (
+                        advice or "raise --gpu-memory-utilization, use a larger GPU, a higher "
+                        "--tensor-parallel-size or a smaller model"))
         needed = needed_bytes(groups, max_model_len, block_size, max_num_batched_tokens)
         if needed > memory:
             fits = longest_fitting_len(groups, memory, max_model_len, block_size,

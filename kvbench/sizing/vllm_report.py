@@ -67,6 +67,8 @@ def _activation_how(startup: VllmStartup, stage: StageMemory) -> str:
     text = "max(" + ", ".join(parts) + ") GiB"
     if stage.moe_workspace:
         text += f" + MoE workspace {stage.moe_workspace / GiB:.2f} GiB"
+    if stage.request_buffers >= 2**20:
+        text += f" + block tables {stage.request_buffers / GiB:.2f} GiB"
     return text
 
 

@@ -22,7 +22,9 @@ is a function of the model and the flags:
     MoE      = tokens x top-k x (max(2 x expert width, hidden) + expert width) x dtype: the
                fused-MoE workspace vLLM keeps for the largest batch (none for MXFP4 experts,
                whose triton kernels allocate per call).
-    peak     = MoE + max(forward, sampler) on the last stage, MoE + forward before it.
+    buffers  = max_num_seqs x cdiv(max_model_len, block) x 4 B per KV cache group: the
+               int32 block tables vLLM's input batch keeps for every request slot.
+    peak     = MoE + buffers + max(forward, sampler) on the last stage (+ forward before it).
 - non-torch growth: cuBLAS workspaces, and NCCL / custom all-reduce buffers under tensor
   parallelism (per era).
 - CUDA graphs: vLLM 0.21 captures the largest and one more graph of each mode and
@@ -50,7 +52,13 @@ from kvbench.models.config import ModelConfig
 from kvbench.models.sizes import DTYPE_BYTES
 from kvbench.sizing.kv_budget import parse_fraction
 from kvbench.sizing.loaded_weights import WeightQuantization, loaded_weights
-from kvbench.sizing.vllm_kv_cache import VllmKVPool, kv_pool, refusal, stage_groups
+from kvbench.sizing.vllm_kv_cache import (
+    VllmKVPool,
+    group_layout,
+    kv_pool,
+    refusal,
+    stage_groups,
+)
 from kvbench.sizing.vllm_versions import VllmRelease, vllm_release
 
 GiB = 2**30
@@ -91,6 +99,7 @@ class StageMemory:
     forward: int
     sampler: int  # 0 before the last stage
     moe_workspace: int
+    request_buffers: int  # block tables for max_num_seqs requests
     activation: int  # the peak: what vLLM logs as "torch peak memory increase"
     non_torch: int
     cuda_graphs: int  # the estimate, whether subtracted or not
@@ -201,13 +210,17 @@ def vllm_startup(model: ModelConfig, total_memory: int, flags: VllmFlags,
             stage.last) else 0
         moe = 0 if experts_mxfp4 else _moe_workspace_bytes(model, stage.layers, max_batched, d,
                                                            tp)
-        activation = moe + max(forward, sampler)
+        stage_kv = stage_groups(groups, stage.layers)
+        windows = len(group_layout(stage_kv)[1])
+        buffers = max_num_seqs * -(-max_model_len // flags.block_size) * 4 * windows
+        activation = moe + buffers + max(forward, sampler)
         graph_bytes = GRAPH_BYTES_PER_LAYER * len(stage.layers) * sum(graphs)
         subtracted = release.subtracts_cuda_graphs and graph_bytes > 0
         available = (requested - weight_bytes - activation - non_torch
                      - (graph_bytes if subtracted else 0))
         stages.append(StageMemory(index, stage.layers, total_memory, requested, weight_bytes,
-                                  forward, sampler, moe, activation, non_torch, graph_bytes,
+                                  forward, sampler, moe, buffers, activation, non_torch,
+                                  graph_bytes,
                                   subtracted, available))
     per_stage = [stage_groups(groups, stage.layers) for stage in weights]
     available = [stage.available for stage in stages]
@@ -215,7 +228,12 @@ def vllm_startup(model: ModelConfig, total_memory: int, flags: VllmFlags,
              f"activation {s.activation / GiB:.2f} GiB - non-torch {s.non_torch / GiB:.2f} GiB"
              + (f" - CUDA graphs {s.cuda_graphs / GiB:.2f} GiB" if s.cuda_graphs_subtracted
                 else "") for s in stages]
-    why = refusal(per_stage, available, flags.block_size, max_model_len, max_batched, spent)
+    largest = max(stages, key=lambda s: s.request_buffers)
+    advice = (f"use a smaller --max-num-seqs (the {max_num_seqs:,} given size "
+              f"{largest.request_buffers / GiB:.2f} GiB of per-request block tables)"
+              if largest.request_buffers > largest.weights else None)
+    why = refusal(per_stage, available, flags.block_size, max_model_len, max_batched, spent,
+                  advice)
     pool = None if why else kv_pool(per_stage, available, flags.block_size, max_model_len,
                                     max_batched)
     return VllmStartup(release, gpu_name, util, max_model_len, max_num_seqs, max_batched,

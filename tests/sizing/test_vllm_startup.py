@@ -86,7 +86,8 @@ def test_the_terms_add_up_to_the_available_memory():
     assert stage.requested == int(H100.reported_memory_bytes * Fraction(23, 25))  # 0.92
     assert stage.available == (stage.requested - stage.weights - stage.activation
                                - stage.non_torch - stage.cuda_graphs)
-    assert stage.activation == max(stage.forward, stage.sampler) + stage.moe_workspace
+    assert stage.activation == (max(stage.forward, stage.sampler) + stage.moe_workspace
+                                + stage.request_buffers)
 
 
 def test_versions_change_the_defaults_and_what_is_subtracted():
