@@ -137,7 +137,7 @@ class RunOptions:
                                     aliases=("--kv-cache-memory-bytes",))
     gpu_memory_utilization: float | None = _engine(
         "CUDA: share of device memory for the engine (as vLLM) "
-        f"[run: {float(DEFAULT_GPU_MEMORY_UTILIZATION):g}; simulate: vLLM's current, 0.92]")
+        f"[{float(DEFAULT_GPU_MEMORY_UTILIZATION):g}]")
     block_size: int = _engine()
     max_num_seqs: int = _engine()
     max_num_batched_tokens: int | None = _engine(
@@ -198,8 +198,7 @@ class RunOptions:
     # `kvbench simulate` only
     gpu: str | None = _executor(
         "GPU preset: a100-40gb, a100-80gb, h100-80gb, h200, l4, rtx-4090, b200, mi300x, h20, "
-        "l40s, a10g, t4, rtx-3090; the KV pool is the one vLLM would allocate on it "
-        "(docs/estimate.md)",
+        "l40s, a10g, t4, rtx-3090",
         kinds=("simulate",), kind_defaults={"simulate": DEFAULT_GPU})
     gpu_spec: str | None = _executor(
         "a GPU described in a TOML file (docs/simulator.md); replaces --gpu",

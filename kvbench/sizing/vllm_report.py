@@ -67,7 +67,7 @@ def _activation_how(startup: VllmStartup, stage: StageMemory) -> str:
     text = "max(" + ", ".join(parts) + ") GiB"
     if stage.moe_workspace:
         text += f" + MoE workspace {stage.moe_workspace / GiB:.2f} GiB"
-    if stage.request_buffers >= 2**20:
+    if stage.request_buffers >= GiB // 100:
         text += f" + block tables {stage.request_buffers / GiB:.2f} GiB"
     return text
 

@@ -9,6 +9,7 @@ from fractions import Fraction
 import pytest
 from click.testing import CliRunner
 
+from kvbench.cli import main
 from kvbench.cli.estimate import estimate_command
 from kvbench.errors import KvbenchInputError
 from kvbench.models.presets import get_preset
@@ -161,9 +162,8 @@ def test_cli_json_carries_every_term():
     assert vllm["kv_cache_tokens"] and vllm["refusal"] is None
 
 
-def test_cli_refusal_is_one_line_and_exit_2():
-    result = run("--model", "llama-3-70b", "--gpu", "h100-80gb")
-    assert result.exit_code == 2
-    text = result.output.strip()
-    assert text.count("\n") == 0 and "No available memory for the cache blocks" in text
-    assert "Usage" not in text and "Traceback" not in text
+def test_cli_refusal_is_one_line_and_exit_2(capsys):
+    assert main(["estimate", "--model", "llama-3-70b", "--gpu", "h100-80gb"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvbench: error: No available memory for "
+                                                  "the cache blocks")
