@@ -504,7 +504,10 @@ def _vllm_budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths, per
         pipeline_parallel_size=inputs.pipeline_parallel_size,
         weights_memory=inputs.weights_memory,
         vllm_version=inputs.vllm_version,
-    ), gpu_name=inputs.gpu.description if inputs.gpu is not None else "")
+    ), gpu_name=inputs.gpu.description if inputs.gpu is not None else "",
+        memory_source="the datasheet's: CUDA reports a little less" if (
+            inputs.gpu_memory is None and inputs.gpu is not None
+            and inputs.gpu.cuda_memory_bytes is None) else "as CUDA reports it")
     if startup.pool is None:
         raise VllmRefusal(startup.refusal or "vLLM would not start")
     per_gpu = startup.stages[0].weights
@@ -677,7 +680,7 @@ def format_estimate(est: KVEstimate) -> str:
         startup = est.vllm
         total = startup.stages[0].total
         add("GPU memory", total, format_bytes(total),
-            f"as CUDA reports it ({startup.gpu or '--gpu-memory'})")
+            f"{startup.memory_source} ({startup.gpu or '--gpu-memory'})")
         assert est.weights_bytes_per_gpu is not None
         quant = est.vllm_quantization
         add("weights per GPU", est.weights_bytes_per_gpu, format_bytes(est.weights_bytes_per_gpu),

@@ -33,7 +33,7 @@ def vllm_lines(startup: VllmStartup) -> list[str]:
 def waterfall_rows(startup: VllmStartup, stage: StageMemory) -> list[tuple[str, int, str]]:
     """(term, bytes, how) from total memory down to the KV cache, for one GPU of `stage`."""
     rows = [
-        ("total memory", stage.total, f"as CUDA reports it ({startup.gpu or '--gpu-memory'})"),
+        ("total memory", stage.total, f"{startup.memory_source} ({startup.gpu or '--gpu-memory'})"),
         ("requested", stage.requested, f"total x --gpu-memory-utilization "
                                        f"{float(startup.utilization):g}"),
         ("- weights", stage.weights, "as loaded" if startup.weights_source == "loaded"

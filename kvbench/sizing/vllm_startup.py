@@ -128,6 +128,7 @@ class VllmStartup:
     pool: VllmKVPool | None  # None when vLLM would not start
     refusal: str | None
     weights_source: str  # "loaded" | "given"
+    memory_source: str = "as CUDA reports it"  # where the total memory comes from
 
     @property
     def available(self) -> int:
@@ -178,7 +179,7 @@ def cuda_graph_counts(max_num_seqs: int, enforce_eager: bool) -> tuple[int, int]
 
 
 def vllm_startup(model: ModelConfig, total_memory: int, flags: VllmFlags,
-                 gpu_name: str = "") -> VllmStartup:
+                 gpu_name: str = "", memory_source: str = "as CUDA reports it") -> VllmStartup:
     """The start-up vLLM would make of `model` on GPUs of `total_memory` (as CUDA reports it)."""
     release = vllm_release(flags.vllm_version)
     util = parse_fraction(flags.gpu_memory_utilization if flags.gpu_memory_utilization
@@ -238,7 +239,8 @@ def vllm_startup(model: ModelConfig, total_memory: int, flags: VllmFlags,
                                     max_batched)
     return VllmStartup(release, gpu_name, util, max_model_len, max_num_seqs, max_batched,
                        flags.block_size, tp, pp, graphs, tuple(stages), pool, why,
-                       "given" if flags.weights_memory is not None else "loaded")
+                       "given" if flags.weights_memory is not None else "loaded",
+                       memory_source)
 
 
 def _forward_bytes(model: ModelConfig, layers: tuple[int, ...], tokens: int, d: int, tp: int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -167,3 +168,17 @@ def test_cli_refusal_is_one_line_and_exit_2(capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kvbench: error: No available memory for "
                                                   "the cache blocks")
+
+
+def test_cli_reads_a_quantized_checkpoint_folder(tmp_path):
+    """A w4a16 checkpoint's config.json: its weights as vLLM loaded them (5.38 GiB logged)."""
+    configs = json.loads((Path(__file__).parent / "data" / "vllm-model-configs.json").read_text())
+    config = configs["RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    result = run("--model", str(tmp_path), "--gpu", "l4", "--max-model-len", "8192", "--json")
+    assert result.exit_code == 0, result.output
+    estimate = json.loads(result.output)
+    assert estimate["dtype"] == "fp16"  # the checkpoint's torch_dtype
+    assert abs(estimate["weights_bytes_per_gpu"] / GiB / 5.38 - 1) < 0.02
+    assert "datasheet" in run("--model", str(tmp_path), "--gpu", "l4",
+                              "--max-model-len", "8192").output  # L4: CUDA's total not known
