@@ -223,8 +223,9 @@ def estimate_command(
         return
     try:
         checkpoint = resolve_checkpoint(model, quantization) if model is not None else None
-        if dtype == "auto":
+        if dtype == "auto":  # vLLM's: the checkpoint's torch_dtype, float32 served as bf16
             dtype = (checkpoint.dtype if checkpoint is not None else None) or "bf16"
+            dtype = "bf16" if dtype == "fp32" else dtype
         inputs = EstimateInputs(
             num_layers=num_layers,
             num_kv_heads=num_kv_heads,

@@ -488,7 +488,7 @@ def _vllm_budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths, per
                  gpu_memory: int) -> _Budget:
     """The pool vLLM would allocate: its tokens at `per_token` (one GPU's share, every layer)
     are the budget; vLLM's refusal to start is raised as `VllmRefusal`."""
-    model = inputs.model
+    model, quantization = inputs.model, inputs.quantization
     assert model is not None
     startup = vllm_startup(model, gpu_memory, VllmFlags(
         gpu_memory_utilization=inputs.gpu_memory_utilization,
@@ -514,8 +514,9 @@ def _vllm_budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths, per
     weights = sum(stage.weights for stage in startup.stages) * inputs.tensor_parallel_size
     return _Budget(startup.pool.tokens * per_token, "vllm", startup.utilization, weights,
                    "given" if inputs.weights_memory is not None else "computed",
-                   model.num_parameters(), model.num_active_parameters(), per_gpu, shape.dtype,
-                   startup)
+                   model.num_parameters(), model.num_active_parameters(), per_gpu,
+                   quantization.scheme if quantization and not quantization.experts_only
+                   else shape.dtype, startup)
 
 
 def _mha_equivalent(inputs: EstimateInputs, shape: _KVShape, tokens_per_request: int,

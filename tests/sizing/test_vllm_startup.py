@@ -178,7 +178,7 @@ def test_cli_reads_a_quantized_checkpoint_folder(tmp_path):
     result = run("--model", str(tmp_path), "--gpu", "l4", "--max-model-len", "8192", "--json")
     assert result.exit_code == 0, result.output
     estimate = json.loads(result.output)
-    assert estimate["dtype"] == "fp16"  # the checkpoint's torch_dtype
+    assert estimate["dtype"] == "int4"  # the linear layers as stored
     assert abs(estimate["weights_bytes_per_gpu"] / GiB / 5.38 - 1) < 0.02
     assert "datasheet" in run("--model", str(tmp_path), "--gpu", "l4",
                               "--max-model-len", "8192").output  # L4: CUDA's total not known
