@@ -13,14 +13,16 @@ import click
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.errors import KvbenchInputError
 from kvbench.models.resolve_config import resolve_model_config
-from kvbench.simulator.gpus import DEFAULT_GPU
+from kvbench.simulator.gpu_lookup import get_gpu
+from kvbench.simulator.gpus import DEFAULT_GPU, GPU_PRESETS
+from kvbench.sizing.checkpoint import resolve_checkpoint
 from kvbench.sizing.estimate import (
     EstimateInputs,
     estimate_kv,
     format_estimate,
 )
-from kvbench.sizing.kv_budget import DEFAULT_GPU_MEMORY_UTILIZATION
 from kvbench.sizing.step_estimate import estimate_steps, format_steps, parse_step
+from kvbench.sizing.vllm_versions import CURRENT
 from kvbench.units import parse_size_bytes
 
 
@@ -39,6 +41,8 @@ def _parse_pair(text: str) -> tuple[str, str]:
         "KV-cache sizing arithmetic, exact and explained: bytes per token, per request and in "
         "total, the KV budget left next to the weights, and how many requests fit per strategy "
         "(contiguous reserving the max model length vs paged at the mean length). "
+        "With a model and --gpu (or --gpu-memory) the budget is the KV pool vLLM would "
+        "allocate at the same flags, term by term as its memory profiler subtracts them. "
         "With --step: the simulator's modelled time of each step, part by part. "
         "Nothing is run."
     ),
@@ -66,10 +70,10 @@ def _parse_pair(text: str) -> tuple[str, str]:
 @click.option(
     "--dtype",
     "dtype",
-    default="bf16",
+    default="auto",
     show_default=True,
-    metavar="bf16|fp16|fp32",
-    help="Weights dtype, used to compute the weights' memory from the model's parameters.",
+    metavar="auto|bf16|fp16|fp32",
+    help="Weights and activations dtype; auto: the checkpoint's torch_dtype (a preset: bf16).",
 )
 @click.option(
     "--context",
@@ -105,20 +109,22 @@ def _parse_pair(text: str) -> tuple[str, str]:
     type=int,
     help="Mean request length (tokens) for the paged strategy. Default: --context.",
 )
-@click.option("--gpu-memory", "gpu_memory", metavar="SIZE", help="GPU memory, e.g. 80GiB or 40GB.")
+@click.option("--gpu-memory", "gpu_memory", metavar="SIZE",
+              help="GPU memory as CUDA reports it, e.g. 79.19GiB (instead of --gpu's).")
 @click.option(
     "--gpu-memory-utilization",
     "--gpu-util",
     "gpu_memory_utilization",
     metavar="F",
-    help="Share of --gpu-memory for weights + KV, e.g. 0.92 or 92%.  "
-    f"[default: {float(DEFAULT_GPU_MEMORY_UTILIZATION):g}]",
+    help="Share of the GPU memory vLLM may use, e.g. 0.92 or 92%.  "
+    f"[default: vLLM's, {CURRENT.default_utilization} from 0.21, 0.9 before; explicit "
+    "shapes: 0.9]",
 )
 @click.option(
     "--weights-memory",
     "weights_memory",
     metavar="SIZE",
-    help="Weights' memory. Default: the model's parameters x --dtype bytes.",
+    help="One GPU's weights, instead of the checkpoint's as vLLM loads them.",
 )
 @click.option(
     "--kv-memory",
@@ -141,8 +147,26 @@ def _parse_pair(text: str) -> tuple[str, str]:
     help="Print the modelled time of this step (repeatable), e.g. decode:32x1024 "
     "(32 sequences at 1,024 tokens) or prefill:2048. Needs --model.",
 )
-@click.option("--gpu", "gpu", default=DEFAULT_GPU, show_default=True,
-              help="GPU preset for --step.")
+@click.option("--gpu", "gpu", metavar="PRESET",
+              help=f"GPU preset ({', '.join(GPU_PRESETS)}): its memory as CUDA reports it "
+              f"sizes vLLM's start-up; also --step's GPU [--step default: {DEFAULT_GPU}].")
+@click.option("--max-num-seqs", "max_num_seqs", type=int,
+              help="vLLM's --max-num-seqs: rows of the profile's sampler run [default: "
+              "vLLM's for the GPU: 1024 on >= 70 GiB but A100, else 256].")
+@click.option("--max-num-batched-tokens", "max_num_batched_tokens", type=int,
+              help="vLLM's --max-num-batched-tokens: the profile run's forward [default: "
+              "vLLM's for the GPU: 8192 on >= 70 GiB but A100, else 2048].")
+@click.option("--enforce-eager", "enforce_eager", is_flag=True,
+              help="vLLM's --enforce-eager: no CUDA graphs to subtract.")
+@click.option("--pipeline-parallel-size", "-pp", "pipeline_parallel_size", type=int, default=1,
+              show_default=True, help="vLLM's pipeline stages: each sizes its own KV pool; "
+              "the smallest sets the blocks.")
+@click.option("--quantization", "quantization", metavar="fp8",
+              help="vLLM's --quantization fp8: quantize a float checkpoint as it loads "
+              "(a quantized checkpoint's config.json says its own scheme).")
+@click.option("--vllm-version", "vllm_version", metavar="X.Y",
+              help=f"The vLLM release whose memory profile to model [default: the current, "
+              f"{CURRENT.name}+]; docs/estimate.md lists what changed.")
 @click.option("--gpu-spec", "gpu_spec", metavar="FILE.toml",
               help="Your own GPU for --step (see docs/simulator.md), instead of --gpu.")
 @click.option("--tensor-parallel-size", "-tp", "tensor_parallel_size", type=int, default=1,
@@ -168,11 +192,19 @@ def estimate_command(
     kv_memory: str | None,
     compare_kv_utilization: str | None,
     steps: tuple[str, ...],
-    gpu: str,
+    gpu: str | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    enforce_eager: bool,
+    pipeline_parallel_size: int,
+    quantization: str | None,
+    vllm_version: str | None,
     gpu_spec: str | None,
     tensor_parallel_size: int,
     as_json: bool,
 ) -> None:
+    gpu_named = gpu
+    gpu = gpu or DEFAULT_GPU
     if steps:
         try:
             if model is None:
@@ -182,7 +214,7 @@ def estimate_command(
                 gpu_spec if gpu_spec is not None else gpu,
                 [parse_step(s) for s in steps],
                 tensor_parallel_size=tensor_parallel_size,
-                dtype=dtype,
+                dtype="bf16" if dtype == "auto" else dtype,
                 kv_cache_dtype=kv_cache_dtype,
             )
         except KvbenchInputError as exc:
@@ -190,6 +222,10 @@ def estimate_command(
         click.echo(json.dumps(result, indent=2) if as_json else format_steps(result))
         return
     try:
+        checkpoint = resolve_checkpoint(model, quantization) if model is not None else None
+        if dtype == "auto":  # vLLM's: the checkpoint's torch_dtype, float32 served as bf16
+            dtype = (checkpoint.dtype if checkpoint is not None else None) or "bf16"
+            dtype = "bf16" if dtype == "fp32" else dtype
         inputs = EstimateInputs(
             num_layers=num_layers,
             num_kv_heads=num_kv_heads,
@@ -209,11 +245,17 @@ def estimate_command(
             compare_utilization=(
                 _parse_pair(compare_kv_utilization) if compare_kv_utilization is not None else None
             ),
-            # Last: a malformed size is reported before an unknown model.
-            model=resolve_model_config(model) if model is not None else None,
+            gpu=get_gpu(gpu_named) if gpu_named is not None else None,
+            quantization=checkpoint.quantization if checkpoint is not None else None,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            enforce_eager=enforce_eager,
+            pipeline_parallel_size=pipeline_parallel_size,
+            vllm_version=vllm_version,
+            model=checkpoint.model if checkpoint is not None else None,
         )
         est = estimate_kv(inputs)
-    except KvbenchInputError as exc:
+    except KvbenchInputError as exc:  # vLLM's refusal to start among them: one line, exit 2
         raise click.UsageError(str(exc)) from None
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=2))

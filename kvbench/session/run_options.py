@@ -197,7 +197,8 @@ class RunOptions:
         kind_defaults={"simulate": EngineKind.SIMULATED.value})
     # `kvbench simulate` only
     gpu: str | None = _executor(
-        "GPU preset: a100-40gb, a100-80gb, h100-80gb, h200, l4, rtx-4090, b200, mi300x, h20",
+        "GPU preset: a100-40gb, a100-80gb, h100-80gb, h200, l4, rtx-4090, b200, mi300x, h20, "
+        "l40s, a10g, t4, rtx-3090",
         kinds=("simulate",), kind_defaults={"simulate": DEFAULT_GPU})
     gpu_spec: str | None = _executor(
         "a GPU described in a TOML file (docs/simulator.md); replaces --gpu",

@@ -14,6 +14,10 @@ Lovelace architecture whitepaper for the RTX 4090), *dense* (no 2:4 sparsity):
 | `b200`      | 180 GB | 2,250 TFLOP/s| 8 TB/s           | NVLink 5 (1.8 TB/s)| DGX/HGX B200 datasheets    |
 | `mi300x`    | 192 GB | 1,307.4 TFLOP/s | 5.3 TB/s      | Infinity Fabric (896 GB/s) | AMD MI300X data sheet |
 | `h20`       | 96 GB  | 148 TFLOP/s  | 4.0 TB/s         | NVLink 4           | NVIDIA H20 product brief   |
+| `l40s`      | 48 GB  | 366.5 TFLOP/s| 864 GB/s         | PCIe 4 x16         | L40S datasheet             |
+| `a10g`      | 24 GB  | 125 TFLOP/s  | 600 GB/s         | PCIe 4 x16         | A10 datasheet (AWS's A10G) |
+| `t4`        | 16 GB  | 65 TFLOP/s (fp16) | 320 GB/s    | PCIe 3 x16         | T4 datasheet               |
+| `rtx-3090`  | 24 GB  | 71 TFLOP/s   | 936 GB/s         | PCIe 4 x16         | Ampere GA102 whitepaper    |
 
 Datasheets print the sparse figure for H100/H200/L4/B200 (1,979 / 1,979 / 242 / 4,500 TFLOP/s
 "with sparsity"); the dense figure is half of it. RTX 4090: 165.2 TFLOP/s is BF16 tensor math with
@@ -21,14 +25,21 @@ FP32 accumulate. FP8 dense peaks are twice the BF16 ones on H100/H200/L4/RTX 409
 FP8). Float32 weights run on tensor cores as TF32, at half the bf16 rate.
 
 Memory: the datasheet's "GB" is read as GiB (an A100 40GB reports 40,960 MiB in nvidia-smi).
-The driver and ECC keep a little of it, which the simulator ignores; `--gpu-memory-utilization`
-below 1 leaves room for that, as on a real GPU.
+The driver and ECC keep a little of it: `cuda_memory_bytes` is the total CUDA reports
+(`torch.cuda.mem_get_info`, the "total_memory" vLLM's profiler starts from), which is what
+vLLM's `--gpu-memory-utilization` multiplies. Known for: H100 80GB 79.19 GiB (vLLM 0.19's
+"worker init memory snapshot" lines, tests/sizing/data), A100 80GB 79.15 GiB, A100 40GB 39.39
+GiB, T4 14.75 GiB, RTX 3090 23.69 GiB, RTX 4090 23.65 GiB, A10G 22.20 GiB, MI300X 191.98 GiB
+(the totals PyTorch's out-of-memory messages report on those cards; a driver or WSL can shift
+them by a few hundred MiB). Elsewhere it is None and the datasheet figure stands in
+(`reported_memory_bytes`).
 
 Step-time constants (`StepTimeConstants`, model in `kvbench.simulator.step_time`) are fitted by
 `scripts/simulator_calibration.py` on Vidur's published vLLM kernel profiles of A100-80GB and
 H100-80GB (docs/simulator.md tables each constant's source and the model's error), except the
 sustained compute fraction, fitted on published end-to-end vLLM runs. The A100-40GB
-takes the A100-80GB constants, the H200 the H100's (same chips, other memory); L4 and RTX 4090
+takes the A100-80GB constants, the H200 the H100's (same chips, other memory); L4, L40S, A10G,
+T4 and the RTX 3090 and 4090
 have no public profile here: they take the A100 constants and are marked `calibrated: False`;
 B200, MI300X and H20 have none either and take the H100's (also `calibrated: False`).
 Link bandwidths are the ring all-reduce bus bandwidths fitted on Vidur's NCCL profiles inside a
@@ -60,13 +71,15 @@ NVLINK4 = Interconnect("nvlink4", 342 * GIGA, 1.3 * US, 17 * US)  # H100/H200: 9
 # latencies: NVLink 3's call cost plus 10 us per ring step (not measured here).
 PCIE4 = Interconnect("pcie4", 25.6 * GIGA, 10 * US, 31 * US)
 PCIE5 = Interconnect("pcie5", 51.2 * GIGA, 10 * US, 31 * US)
+PCIE3 = Interconnect("pcie3", 12.8 * GIGA, 10 * US, 31 * US)
 # Not measured here: NVLink 4's fitted share of its datasheet rate (342 of 900 GB/s both ways)
 # applied to NVLink 5 (B200: 1.8 TB/s both ways) and to the MI300X's Infinity Fabric (7 peer
 # links x 128 GB/s = 896 GB/s), with NVLink 4's latencies.
 NVLINK5 = Interconnect("nvlink5", 684 * GIGA, 1.3 * US, 17 * US)
 INFINITY_FABRIC = Interconnect("infinity-fabric", 340 * GIGA, 1.3 * US, 17 * US)
 INTERCONNECTS = {link.name: link
-                 for link in (NVLINK3, NVLINK4, NVLINK5, INFINITY_FABRIC, PCIE4, PCIE5)}
+                 for link in (NVLINK3, NVLINK4, NVLINK5, INFINITY_FABRIC, PCIE3, PCIE4,
+                                 PCIE5)}
 
 # Fitted on Vidur's A100-80GB profiles (Llama-2-7B/70B matmuls and elementwise ops at TP 1-4,
 # flash-attention of Llama-2-70B at TP 2); see docs/simulator.md.
@@ -113,12 +126,19 @@ class GPUSpec:
     interconnect: Interconnect | None = None
     peak_fp8_flops: float | None = None  # dense; None: no FP8 tensor cores
     calibrated: bool = False  # constants fitted on measurements of this GPU type
+    cuda_memory_bytes: int | None = None  # the total CUDA reports; None: not known here
 
     def __post_init__(self) -> None:
         if self.memory_bytes <= 0 or self.peak_bf16_flops <= 0 or self.hbm_bandwidth_bytes_s <= 0:
             raise KvbenchInputError(f"GPU {self.name}: memory, FLOP/s and bandwidth must be > 0")
         if self.peak_fp8_flops is not None and self.peak_fp8_flops <= 0:
             raise KvbenchInputError(f"GPU {self.name}: fp8 FLOP/s must be > 0")
+
+    @property
+    def reported_memory_bytes(self) -> int:
+        """The total memory CUDA reports (what vLLM's utilization multiplies), or the
+        datasheet's where that is not known."""
+        return self.cuda_memory_bytes or self.memory_bytes
 
     @property
     def step_overhead_s(self) -> float:
@@ -135,6 +155,7 @@ class GPUSpec:
             "name": self.name,
             "description": self.description,
             "memory_bytes": self.memory_bytes,
+            "cuda_memory_bytes": self.cuda_memory_bytes,
             "peak_bf16_flops": self.peak_bf16_flops,
             "peak_fp8_flops": self.peak_fp8_flops,
             "hbm_bandwidth_bytes_s": self.hbm_bandwidth_bytes_s,
@@ -144,8 +165,11 @@ class GPUSpec:
         }
 
 
-def _gpu(name, description, memory, bf16, bandwidth, link, constants, fp8=None, calibrated=False):
-    return GPUSpec(name, description, memory, bf16, bandwidth, constants, link, fp8, calibrated)
+def _gpu(name, description, memory, bf16, bandwidth, link, constants, fp8=None, calibrated=False,
+         cuda_gib=None):
+    cuda = round(cuda_gib * GiB) if cuda_gib is not None else None
+    return GPUSpec(name, description, memory, bf16, bandwidth, constants, link, fp8, calibrated,
+                   cuda)
 
 
 GPU_PRESETS: dict[str, GPUSpec] = {
@@ -153,13 +177,13 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     for spec in (
         # NVIDIA A100 datasheet: BF16 tensor 312 TFLOPS (624 sparse); 40GB HBM2 1,555 GB/s.
         _gpu("a100-40gb", "NVIDIA A100 SXM4 40GB", 40 * GiB, 312 * TERA, 1555 * GIGA,
-             NVLINK3, A100_CONSTANTS),
+             NVLINK3, A100_CONSTANTS, cuda_gib=39.39),
         # NVIDIA A100 datasheet: 80GB HBM2e, 2,039 GB/s (SXM).
         _gpu("a100-80gb", "NVIDIA A100 SXM4 80GB", 80 * GiB, 312 * TERA, 2039 * GIGA,
-             NVLINK3, A100_CONSTANTS, calibrated=True),
+             NVLINK3, A100_CONSTANTS, calibrated=True, cuda_gib=79.15),
         # NVIDIA H100 datasheet (SXM): BF16 1,979 / FP8 3,958 TFLOPS with sparsity; 3.35 TB/s.
         _gpu("h100-80gb", "NVIDIA H100 SXM5 80GB", 80 * GiB, 989 * TERA, 3350 * GIGA,
-             NVLINK4, H100_CONSTANTS, fp8=1979 * TERA, calibrated=True),
+             NVLINK4, H100_CONSTANTS, fp8=1979 * TERA, calibrated=True, cuda_gib=79.19),
         # NVIDIA H200 datasheet (SXM): BF16 1,979 TFLOPS with sparsity; 141GB HBM3e 4.8 TB/s.
         _gpu("h200", "NVIDIA H200 SXM 141GB", 141 * GiB, 989 * TERA, 4800 * GIGA,
              NVLINK4, H100_CONSTANTS, fp8=1979 * TERA),
@@ -169,7 +193,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         # Ada Lovelace whitepaper, RTX 4090: BF16 tensor (FP32 accumulate) 165.2 TFLOPS dense,
         # FP8 (FP32 accumulate) 330.3; 24GB GDDR6X, 1,008 GB/s.
         _gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24 * GiB, 165.2 * TERA, 1008 * GIGA,
-             PCIE4, A100_CONSTANTS, fp8=330.3 * TERA),
+             PCIE4, A100_CONSTANTS, fp8=330.3 * TERA, cuda_gib=23.65),
         # NVIDIA DGX B200 datasheet, per GPU of 8: 180GB HBM3e, 8 TB/s (64 TB/s in all), FP8
         # 9 PFLOPS with sparsity; HGX B200: FP16/BF16 4.5 PFLOPS with sparsity; NVLink 5.
         _gpu("b200", "NVIDIA B200 180GB", 180 * GiB, 2250 * TERA, 8000 * GIGA,
@@ -177,11 +201,26 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         # AMD Instinct MI300X data sheet: 192GB HBM3, 5.3 TB/s, BF16 1,307.4 / FP8 2,614.9
         # TFLOPS dense (twice that with sparsity), Infinity Fabric 896 GB/s peer-to-peer.
         _gpu("mi300x", "AMD Instinct MI300X 192GB", 192 * GiB, 1307.4 * TERA, 5300 * GIGA,
-             INFINITY_FABRIC, H100_CONSTANTS, fp8=2614.9 * TERA),
+             INFINITY_FABRIC, H100_CONSTANTS, fp8=2614.9 * TERA, cuda_gib=191.98),
         # NVIDIA H20 (Hopper for the Chinese market; no datasheet on nvidia.com): 96GB HBM3,
         # 4.0 TB/s, BF16 148 / FP8 296 TFLOPS dense, NVLink 4 (900 GB/s).
         _gpu("h20", "NVIDIA H20 96GB", 96 * GiB, 148 * TERA, 4000 * GIGA,
              NVLINK4, H100_CONSTANTS, fp8=296 * TERA),
+        # NVIDIA L40S datasheet: BF16 733 / FP8 1,466 TFLOPS with sparsity; 48GB GDDR6, 864 GB/s.
+        _gpu("l40s", "NVIDIA L40S 48GB", 48 * GiB, 366.5 * TERA, 864 * GIGA,
+             PCIE4, A100_CONSTANTS, fp8=733 * TERA),
+        # NVIDIA A10 datasheet (AWS's A10G is its variant): BF16 125 TFLOPS dense; 24GB GDDR6,
+        # 600 GB/s.
+        _gpu("a10g", "NVIDIA A10G 24GB", 24 * GiB, 125 * TERA, 600 * GIGA,
+             PCIE4, A100_CONSTANTS, cuda_gib=22.20),
+        # NVIDIA T4 datasheet: FP16 tensor 65 TFLOPS (no bf16, no sparsity figure); 16GB GDDR6,
+        # 320 GB/s; PCIe 3 x16.
+        _gpu("t4", "NVIDIA T4 16GB", 16 * GiB, 65 * TERA, 320 * GIGA,
+             PCIE3, A100_CONSTANTS, cuda_gib=14.75),
+        # NVIDIA Ampere GA102 whitepaper, RTX 3090: FP16/BF16 tensor with FP32 accumulate 71
+        # TFLOPS dense; 24GB GDDR6X, 936 GB/s.
+        _gpu("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24 * GiB, 71 * TERA, 936 * GIGA,
+             PCIE4, A100_CONSTANTS, cuda_gib=23.69),
     )
 }
 

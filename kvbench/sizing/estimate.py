@@ -5,8 +5,11 @@ bytes per token   = the sum over the model's KV groups (`kvbench.core.kv_groups`
 bytes per request = bytes per token x context tokens (rounded up to whole blocks
                     when a block size is given)
 bytes total       = bytes per request x concurrency
-KV budget         = floor(GPU memory x utilization) - weights   (or a given KV size;
-                    `kvbench.sizing.kv_budget`)
+KV budget         = with a model: the pool vLLM would allocate at the same flags
+                    (`kvbench.sizing.vllm_startup`: total x utilization - weights as loaded -
+                    the profile run's peak - non-torch memory [- CUDA graphs], in whole
+                    blocks); with explicit shapes floor(GPU memory x utilization) - weights;
+                    or a given KV size (`kvbench.sizing.kv_budget`)
 max concurrency   = floor(KV budget / bytes per request)           (`kvbench.sizing.capacity`)
 
 With `tensor_parallel_size` N (`--tensor-parallel-size`), the GPU memory, the weights'
@@ -46,10 +49,9 @@ from kvbench.models.sizes import (
     DTYPE_BYTES,
     WEIGHT_DTYPES,
     canonical_dtype,
-    weights_bytes,
-    weights_dtype,
 )
-from kvbench.sizing.capacity import kv_capacity, sequence_slots, weight_bytes_per_gpu
+from kvbench.simulator.gpus import GPUSpec
+from kvbench.sizing.capacity import kv_capacity, sequence_slots
 from kvbench.sizing.group_sizes import GROUP_TABLE_HEADER, GroupSize, group_rows, group_sizes
 from kvbench.sizing.kv_budget import (
     Utilization,
@@ -57,6 +59,9 @@ from kvbench.sizing.kv_budget import (
     kv_budget_bytes,
     parse_fraction,
 )
+from kvbench.sizing.loaded_weights import WeightQuantization
+from kvbench.sizing.vllm_report import format_vllm_startup
+from kvbench.sizing.vllm_startup import VllmFlags, VllmStartup, vllm_startup
 from kvbench.strategies.window_ring import ring_slots
 from kvbench.units import format_bytes
 
@@ -176,7 +181,7 @@ class KVEstimate:
     weights_bytes: int | None
     weights_source: str | None  # "given" | "computed" | None
     kv_budget_bytes: int | None
-    kv_budget_source: str | None  # "gpu" | "given" | None
+    kv_budget_source: str | None  # "vllm" | "gpu" | "given" | None
     kv_capacity_tokens: int | None
     max_concurrency: int | None
     fits: bool | None  # kv_bytes_total <= kv_budget_bytes
@@ -193,6 +198,9 @@ class KVEstimate:
     mha_equivalent: MHAEquivalent | None = None
     # One sequence's KV at `context` per group, window layers capped at W (`group_sizes`).
     kv_group_sizes: tuple[GroupSize, ...] = ()
+    # The vLLM start-up the budget came from (a model on --gpu / --gpu-memory), term by term.
+    vllm: VllmStartup | None = None
+    vllm_quantization: str = "float weights"  # how the checkpoint stores them, in words
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (fractions as floats)."""
@@ -232,6 +240,7 @@ class KVEstimate:
                 self.kv_utilization_comparison.to_dict() if self.kv_utilization_comparison else None
             ),
             "mha_equivalent": self.mha_equivalent.to_dict() if self.mha_equivalent else None,
+            "vllm": self.vllm.to_dict() if self.vllm else None,
         }
 
 
@@ -266,6 +275,19 @@ class EstimateInputs:
     mean_len: int | None = None
     compare_utilization: tuple[Any, Any] | None = None
     tensor_parallel_size: int = 1
+    # vLLM's start-up (with a model and --gpu or --gpu-memory): the GPU preset, the
+    # checkpoint's weight storage and the flags vLLM's memory profile depends on.
+    gpu: GPUSpec | None = None
+    quantization: WeightQuantization | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool = False
+    pipeline_parallel_size: int = 1
+    vllm_version: str | None = None
+
+
+class VllmRefusal(KvbenchInputError):
+    """vLLM would not start with these flags (its reason, in one line)."""
 
 
 @dataclass(frozen=True)
@@ -290,7 +312,7 @@ class _Budget:
     """The KV budget and where it came from (all None when no budget was asked for)."""
 
     kv_budget_bytes: int | None = None
-    source: str | None = None  # "gpu" | "given"
+    source: str | None = None  # "vllm" | "gpu" | "given"
     utilization: Fraction | None = None
     weights_bytes: int | None = None
     weights_source: str | None = None  # "given" | "computed"
@@ -298,6 +320,7 @@ class _Budget:
     active_parameters: int | None = None
     weights_bytes_per_gpu: int | None = None
     weights_dtype: str | None = None
+    vllm: VllmStartup | None = None
 
 
 def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
@@ -311,7 +334,7 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
     )
     per_request = per_token * tokens_per_request
     total = per_request * inputs.concurrency
-    budget = _budget(inputs, shape.dtype)
+    budget = _budget(inputs, shape, lengths, per_token)
     kv = budget.kv_budget_bytes
     mha = _mha_equivalent(inputs, shape, tokens_per_request, kv)
     return KVEstimate(
@@ -349,6 +372,9 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
         weights_bytes_per_gpu=budget.weights_bytes_per_gpu,
         mha_equivalent=mha,
         kv_group_sizes=group_sizes(shape.groups, lengths.context),
+        vllm=budget.vllm,
+        vllm_quantization=(inputs.quantization.describe() if inputs.quantization
+                           else f"{budget.weights_dtype} weights"),
     )
 
 
@@ -415,11 +441,18 @@ def _lengths(inputs: EstimateInputs) -> _Lengths:
     return _Lengths(context, max_model_len, mean_len)
 
 
-def _budget(inputs: EstimateInputs, dtype: str) -> _Budget:
-    """`--kv-memory`, or what `--gpu-memory` leaves next to the weights, or no budget."""
+def _budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths,
+            per_token: int) -> _Budget:
+    """`--kv-memory`, or the pool vLLM would allocate on `--gpu` / `--gpu-memory` (explicit
+    shapes: what `--gpu-memory` leaves next to the weights), or no budget."""
     gpu_memory, weights_memory, kv_memory = (
         inputs.gpu_memory, inputs.weights_memory, inputs.kv_memory
     )
+    if gpu_memory is None and inputs.gpu is not None and kv_memory is None:
+        gpu_memory = inputs.gpu.reported_memory_bytes
+    if inputs.pipeline_parallel_size != 1 and (inputs.model is None or gpu_memory is None):
+        raise KvbenchInputError("--pipeline-parallel-size needs --model and --gpu (or "
+                                "--gpu-memory)")
     if gpu_memory is None and inputs.gpu_memory_utilization is not None:
         raise KvbenchInputError("--gpu-memory-utilization needs --gpu-memory")
     if kv_memory is not None:
@@ -434,19 +467,11 @@ def _budget(inputs: EstimateInputs, dtype: str) -> _Budget:
         if weights_memory is not None:
             raise KvbenchInputError("--weights-memory needs --gpu-memory")
         return _Budget()
+    if inputs.model is not None:
+        return _vllm_budget(inputs, shape, lengths, per_token, gpu_memory)
     util = gpu_memory_utilization(inputs.gpu_memory_utilization)
-    num_params = active_params = stored = None
-    total = None
     if weights_memory is not None:
         weights, weights_source = weights_memory, "given"
-    elif inputs.model is not None:
-        num_params = inputs.model.num_parameters()
-        active_params = inputs.model.num_active_parameters()
-        stored = weights_dtype(inputs.model, dtype)
-        total = weights_bytes(inputs.model, dtype)
-        weights = weight_bytes_per_gpu(inputs.model, inputs.tensor_parallel_size,
-                                       DTYPE_BYTES[stored])
-        weights_source = "computed"
     else:
         raise KvbenchInputError(
             "give --weights-memory: weights cannot be computed from explicit "
@@ -456,10 +481,42 @@ def _budget(inputs: EstimateInputs, dtype: str) -> _Budget:
         gpu_memory, util, weights,
         advice="use more --gpu-memory, a higher --gpu-memory-utilization or a smaller --dtype",
     )
-    if total is None:
-        return _Budget(budget, "gpu", util, weights, weights_source)
-    return _Budget(budget, "gpu", util, total, weights_source, num_params, active_params,
-                   weights, stored)
+    return _Budget(budget, "gpu", util, weights, weights_source)
+
+
+def _vllm_budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths, per_token: int,
+                 gpu_memory: int) -> _Budget:
+    """The pool vLLM would allocate: its tokens at `per_token` (one GPU's share, every layer)
+    are the budget; vLLM's refusal to start is raised as `VllmRefusal`."""
+    model, quantization = inputs.model, inputs.quantization
+    assert model is not None
+    startup = vllm_startup(model, gpu_memory, VllmFlags(
+        gpu_memory_utilization=inputs.gpu_memory_utilization,
+        max_model_len=lengths.max_model_len,
+        max_num_seqs=inputs.max_num_seqs,
+        max_num_batched_tokens=inputs.max_num_batched_tokens,
+        block_size=inputs.block_size or DEFAULT_BLOCK_SIZE,
+        kv_cache_dtype=shape.kv_dtype,
+        dtype=shape.dtype,
+        quantization=inputs.quantization,
+        enforce_eager=inputs.enforce_eager,
+        tensor_parallel_size=inputs.tensor_parallel_size,
+        pipeline_parallel_size=inputs.pipeline_parallel_size,
+        weights_memory=inputs.weights_memory,
+        vllm_version=inputs.vllm_version,
+    ), gpu_name=inputs.gpu.description if inputs.gpu is not None else "",
+        memory_source="the datasheet's: CUDA reports a little less" if (
+            inputs.gpu_memory is None and inputs.gpu is not None
+            and inputs.gpu.cuda_memory_bytes is None) else "as CUDA reports it")
+    if startup.pool is None:
+        raise VllmRefusal(startup.refusal or "vLLM would not start")
+    per_gpu = startup.stages[0].weights
+    weights = sum(stage.weights for stage in startup.stages) * inputs.tensor_parallel_size
+    return _Budget(startup.pool.tokens * per_token, "vllm", startup.utilization, weights,
+                   "given" if inputs.weights_memory is not None else "computed",
+                   model.num_parameters(), model.num_active_parameters(), per_gpu,
+                   quantization.scheme if quantization and not quantization.experts_only
+                   else shape.dtype, startup)
 
 
 def _mha_equivalent(inputs: EstimateInputs, shape: _KVShape, tokens_per_request: int,
@@ -620,7 +677,20 @@ def format_estimate(est: KVEstimate) -> str:
         format_bytes(est.kv_bytes_total),
         f"per request x {_plural(est.concurrency, 'concurrent request')}",
     )
-    if est.kv_budget_source == "gpu":
+    if est.vllm is not None:
+        startup = est.vllm
+        total = startup.stages[0].total
+        add("GPU memory", total, format_bytes(total),
+            f"{startup.memory_source} ({startup.gpu or '--gpu-memory'})")
+        assert est.weights_bytes_per_gpu is not None
+        quant = est.vllm_quantization
+        add("weights per GPU", est.weights_bytes_per_gpu, format_bytes(est.weights_bytes_per_gpu),
+            "--weights-memory" if est.weights_source == "given" else
+            f"as vLLM loads them ({quant})" + (
+                f", TP {est.tensor_parallel_size}" if est.tensor_parallel_size > 1 else ""))
+        budget_formula = (f"vLLM's pool: {startup.pool.tokens:,} tokens x per token"
+                          if startup.pool else "")
+    elif est.kv_budget_source == "gpu":
         assert est.gpu_memory_bytes is not None and est.gpu_memory_utilization is not None
         assert est.weights_bytes is not None
         add("GPU memory", est.gpu_memory_bytes, format_bytes(est.gpu_memory_bytes), "--gpu-memory")
@@ -718,6 +788,9 @@ def format_estimate(est: KVEstimate) -> str:
             srows,
             right=(1, 2, 4),
         )
+
+    if est.vllm is not None:
+        lines += ["", format_vllm_startup(est.vllm)]
 
     comp = est.kv_utilization_comparison
     if comp is not None:

@@ -183,7 +183,8 @@ def test_estimate_json_on_a_mixtral_config_json(tmp_path):
     assert est["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2  # K and V, bf16
     assert est["num_parameters"] == MIXTRAL_8X7B_PARAMETERS
     assert est["active_parameters"] == 12_879_925_248
-    assert est["weights_bytes"] == 2 * MIXTRAL_8X7B_PARAMETERS
+    # as vLLM loads them: the parameters and the rotary cos/sin cache (positions x head dim)
+    assert est["weights_bytes"] == 2 * MIXTRAL_8X7B_PARAMETERS + 32768 * 128 * 2
 
 
 def test_estimate_json_of_a_dense_model_has_active_equal_to_total():

@@ -211,7 +211,8 @@ def test_estimate_json_on_a_qwen3_config_json(tmp_path):
     est = json.loads(result.output)
     assert est["kv_bytes_per_token"] == 2 * 36 * 8 * 128 * 2  # K and V, bf16
     assert est["num_parameters"] == 8_190_735_360
-    assert est["weights_bytes"] == 2 * 8_190_735_360
+    # as vLLM loads them: the parameters and the rotary cos/sin cache (positions x head dim)
+    assert est["weights_bytes"] == 2 * 8_190_735_360 + 40960 * 128 * 2
 
 
 def test_simulate_paged_on_a_qwen3_config_json(tmp_path, capsys):

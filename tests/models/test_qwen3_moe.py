@@ -201,7 +201,8 @@ def test_estimate_json_on_a_qwen3_30b_a3b_config_json(tmp_path):
     assert est["kv_bytes_per_token"] == 2 * 48 * 4 * 128 * 2  # K and V, bf16
     assert est["num_parameters"] == QWEN3_30B_A3B_PARAMETERS
     assert est["active_parameters"] == 3_353_032_704
-    assert est["weights_bytes"] == 2 * QWEN3_30B_A3B_PARAMETERS
+    # as vLLM loads them: the parameters and the rotary cos/sin cache (positions x head dim)
+    assert est["weights_bytes"] == 2 * QWEN3_30B_A3B_PARAMETERS + 40960 * 128 * 2
 
 
 def test_simulate_on_a_qwen3_30b_a3b_config_json(tmp_path, capsys):

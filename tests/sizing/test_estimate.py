@@ -115,8 +115,16 @@ def test_weights_computed_from_parameters_and_dtype():
         EstimateInputs(model=model, context=2048, gpu_memory=40 * GiB, gpu_memory_utilization="0.9")
     )
     assert est.weights_source == "computed"
-    assert est.weights_bytes == model.num_parameters() * 2
-    assert est.kv_budget_bytes == (40 * GiB * 9) // 10 - est.weights_bytes
+    # as vLLM loads them: the parameters and the rotary cos/sin cache (positions x head dim)
+    rotary = model.max_position_embeddings * model.head_dim * 2
+    assert est.weights_bytes == model.num_parameters() * 2 + rotary
+    # the budget is the pool vLLM would allocate: what its profiler leaves, in whole blocks
+    stage, pool = est.vllm.stages[0], est.vllm.pool
+    assert stage.requested == (40 * GiB * 9) // 10 and stage.weights == est.weights_bytes
+    assert stage.available == (stage.requested - stage.weights - stage.activation
+                               - stage.non_torch - stage.cuda_graphs)
+    assert est.kv_budget_bytes == pool.tokens * est.kv_bytes_per_token
+    assert est.kv_budget_bytes <= stage.available < est.kv_budget_bytes + pool.block_bytes
     assert est.kv_cache_dtype == "bf16"  # auto follows the weights dtype
 
 
@@ -233,8 +241,8 @@ def test_cli_negative_budget():
     # llama-3-70b weights (~131 GiB in bf16) exceed 80 GiB x 0.9.
     assert_usage_error(
         run("--model", "llama-3-70b", "--gpu-memory", "80GiB", "--context", "2048"),
-        "no memory left for the KV cache",
-        "131.42 GiB",
+        "No available memory for the cache blocks",
+        "weights 131.42 GiB",
     )
 
 

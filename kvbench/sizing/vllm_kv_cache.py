@@ -1,0 +1,161 @@
+"""The KV pool vLLM builds from its available memory, and when it refuses to start.
+
+As vllm/v1/core/kv_cache_utils.py does it:
+
+- Pages. Every layer's page is `block_size` tokens of its K and V (latent attention: its one
+  row). One KV group (every layer full attention) gives num_blocks = available //
+  (page x layers). With sliding-window layers the hybrid allocator
+  (`kvbench.core.kv_allocation`, vLLM's equal pages across layer groups) splits the layers
+  into allocation groups of `group_size` layers; each block holds one page of `group_size`
+  layers, so num_blocks = available // (page x group_size), and a group with fewer layers than
+  `group_size` pads its page ("Add N padding layers").
+- "GPU KV cache size: N tokens" is num_blocks // groups x block_size.
+- "Maximum concurrency for L tokens per request: Y x" is num_blocks / the blocks one request
+  of L tokens needs across the groups: cdiv(L, block) for full attention, and for a window W
+  cdiv(min(W - 1 + max_num_batched_tokens, L), block) + 1 (chunked prefill keeps W - 1
+  tokens plus the step's new ones; the +1 as the window need not start on a block).
+- Pipeline stages each size their own pool; vLLM then gives every stage the smallest
+  num_blocks.
+- Refusals (`check_enough_kv_cache_memory`): no memory left for blocks ("No available memory
+  for the cache blocks"), or one request of max_model_len needing more than the pool, where
+  vLLM suggests the longest max_model_len that fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kvbench.core.kv_allocation import hybrid_allocation
+from kvbench.core.kv_groups import KVGroup
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class VllmKVPool:
+    """The pool vLLM allocates: blocks, tokens and concurrency as it logs them."""
+
+    block_size: int
+    page_bytes: int  # one layer's block
+    layers_per_block: int  # every layer, or the hybrid allocator's group_size
+    num_groups: int  # KV cache groups (1 without sliding windows)
+    padding_layers: int  # hybrid: layer positions left empty in the groups' pages
+    num_blocks: int
+    tokens: int
+    blocks_per_request: int
+    max_model_len: int
+    max_concurrency: float
+
+    @property
+    def block_bytes(self) -> int:
+        return self.page_bytes * self.layers_per_block
+
+
+def stage_groups(groups: tuple[KVGroup, ...], layers: tuple[int, ...]) -> tuple[KVGroup, ...]:
+    """The KV groups restricted to one pipeline stage's layers."""
+    keep = set(layers)
+    out = []
+    for group in groups:
+        held = tuple(i for i in group.layers if i in keep)
+        if held:
+            out.append(replace(group, layers=held))
+    return tuple(out)
+
+
+def group_layout(groups: tuple[KVGroup, ...]) -> tuple[int, list[int | None], int]:
+    """(layers per block, each KV cache group's window, padding layers) for one stage."""
+    if len(groups) == 1:
+        return groups[0].num_layers, [groups[0].window], 0
+    allocation = hybrid_allocation(groups)
+    return allocation.group_size, list(allocation.windows), allocation.padding_layers
+
+
+def blocks_per_request(windows: list[int | None], tokens: int, block_size: int,
+                       max_num_batched_tokens: int) -> int:
+    """Blocks one request of `tokens` tokens holds across the KV cache groups."""
+    total = 0
+    for window in windows:
+        if window is None:
+            total += -(-tokens // block_size)
+        else:
+            held = min(window - 1 + max_num_batched_tokens, tokens)
+            total += -(-held // block_size) + 1
+    return total
+
+
+def kv_pool(stage_group_list: list[tuple[KVGroup, ...]], available: list[int], block_size: int,
+            max_model_len: int, max_num_batched_tokens: int) -> VllmKVPool:
+    """The pool of a model whose pipeline stages hold `stage_group_list` with `available`
+    bytes each (every available > 0)."""
+    blocks, layouts = [], []
+    for groups, memory in zip(stage_group_list, available, strict=True):
+        page = block_size * groups[0].bytes_per_layer_token
+        layers_per_block, windows, padding = group_layout(groups)
+        blocks.append(memory // (page * layers_per_block))
+        layouts.append((page, layers_per_block, windows, padding))
+    num_blocks = min(blocks)
+    page, layers_per_block, windows, padding = layouts[blocks.index(num_blocks)]
+    per_request = blocks_per_request(windows, max_model_len, block_size, max_num_batched_tokens)
+    return VllmKVPool(
+        block_size=block_size,
+        page_bytes=page,
+        layers_per_block=layers_per_block,
+        num_groups=len(windows),
+        padding_layers=padding,
+        num_blocks=num_blocks,
+        tokens=num_blocks // len(windows) * block_size,
+        blocks_per_request=per_request,
+        max_model_len=max_model_len,
+        max_concurrency=num_blocks / per_request,
+    )
+
+
+def needed_bytes(groups: tuple[KVGroup, ...], tokens: int, block_size: int,
+                 max_num_batched_tokens: int) -> int:
+    """KV bytes one request of `tokens` tokens needs in one stage (every layer's pages)."""
+    total = 0
+    for group in groups:
+        page = block_size * group.bytes_per_layer_token
+        blocks = blocks_per_request([group.window], tokens, block_size, max_num_batched_tokens)
+        total += group.num_layers * blocks * page
+    return total
+
+
+def refusal(stage_group_list: list[tuple[KVGroup, ...]], available: list[int], block_size: int,
+            max_model_len: int, max_num_batched_tokens: int,
+            spent: list[str] | None = None, advice: str | None = None) -> str | None:
+    """vLLM's reason not to start, in one line (None: it starts); `spent` says, per stage,
+    what the memory went to, `advice` the way out when it is not the usual one."""
+    for index, (groups, memory) in enumerate(zip(stage_group_list, available, strict=True)):
+        if memory <= 0:
+            where = f" ({spent[index]})" if spent else ""
+            return (f"No available memory for the cache blocks: vLLM would not start, "
+                    f"{memory / GiB:.2f} GiB left for the KV cache{where}; " + (
+                        advice or "raise --gpu-memory-utilization, use a larger GPU, a higher "
+                        "--tensor-parallel-size or a smaller model"))
+        needed = needed_bytes(groups, max_model_len, block_size, max_num_batched_tokens)
+        if needed > memory:
+            fits = longest_fitting_len(groups, memory, max_model_len, block_size,
+                                       max_num_batched_tokens)
+            return (f"vLLM would not start: one request of max_model_len {max_model_len:,} "
+                    f"needs {needed / GiB:.2f} GiB of KV cache, more than the available "
+                    f"{memory / GiB:.2f} GiB; the estimated maximum model length is {fits:,} "
+                    f"(--max-model-len {fits}), or raise --gpu-memory-utilization")
+    return None
+
+
+def longest_fitting_len(groups: tuple[KVGroup, ...], memory: int, max_model_len: int,
+                        block_size: int, max_num_batched_tokens: int) -> int:
+    """The longest max_model_len whose one request fits `memory` (vLLM's binary search)."""
+    low, high = 0, max_model_len
+    while low < high:
+        mid = (low + high + 1) // 2
+        if needed_bytes(groups, mid, block_size, max_num_batched_tokens) <= memory:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+__all__ = ["VllmKVPool", "blocks_per_request", "kv_pool", "longest_fitting_len", "needed_bytes",
+           "refusal", "stage_groups"]

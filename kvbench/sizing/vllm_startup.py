@@ -1,0 +1,276 @@
+"""The memory of a vLLM start-up, term by term: what its profiler subtracts before the KV cache.
+
+vLLM's worker (vllm/v1/worker/gpu_worker.py `determine_available_memory`, with
+vllm/utils/mem_utils.py `memory_profiling`) computes, on every GPU:
+
+    requested  = total memory (as CUDA reports it) x gpu_memory_utilization
+    available  = requested - weights - peak activation - non-torch growth
+                 [- CUDA graph estimate, from 0.21]
+
+and the engine turns `available` into blocks (`kvbench.sizing.vllm_kv_cache`). Each term here
+is a function of the model and the flags:
+
+- weights: as loaded (`kvbench.sizing.loaded_weights`), or `--weights-memory`.
+- peak activation: the torch peak of `profile_run` (vllm/v1/worker/gpu_model_runner.py): a
+  forward of `max_num_batched_tokens` tokens, then `_dummy_sampler_run` over
+  min(max_num_seqs, max_num_batched_tokens) rows of logits. Modelled as
+    forward  = tokens x (3 x MLP width per GPU + 4 x hidden) x dtype bytes (the MLP's gate/up
+               output, its activation, and the residual stream around it); a stage that sends
+               to the next also holds its hidden states and residual (2 x hidden).
+    sampler  = tokens x hidden x dtype (the forward's output, still alive) + rows x vocab x
+               (dtype + the era's working set per logit, `kvbench.sizing.vllm_versions`).
+    MoE      = tokens x top-k x (max(2 x expert width, hidden) + expert width) x dtype: the
+               fused-MoE workspace vLLM keeps for the largest batch (none for MXFP4 experts,
+               whose triton kernels allocate per call).
+    buffers  = max_num_seqs x cdiv(max_model_len, block) x 4 B per KV cache group: the
+               int32 block tables vLLM's input batch keeps for every request slot.
+    peak     = MoE + buffers + max(forward, sampler) on the last stage (+ forward before it).
+- non-torch growth: cuBLAS workspaces, and NCCL / custom all-reduce buffers under tensor
+  parallelism (per era).
+- CUDA graphs: vLLM 0.21 captures the largest and one more graph of each mode and
+  extrapolates; modelled as 0.25 MiB per captured graph and decoder layer (the median of the
+  0.19 sweep's "Estimated CUDA graph memory" lines over its dense rows), for the capture
+  sizes vLLM picks: 1, 2, 4, then every 8 to 256 and every 16 to min(2 x max_num_seqs, 512)
+  piecewise, and the sizes up to min(max_num_seqs, half that) as full decode graphs. None
+  with `--enforce-eager`. Before 0.21 graphs are captured after the KV cache is sized: they
+  are reported, not subtracted.
+
+Default flags, as vLLM's engine arguments set them for `vllm serve`
+(vllm/engine/arg_utils.py): max_num_seqs 1024 and max_num_batched_tokens 8192 on a GPU of
+at least 70 GiB that is not an A100, else 256 and 2048; block size 16; max_model_len the
+model's max_position_embeddings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
+from kvbench.models.sizes import DTYPE_BYTES
+from kvbench.sizing.kv_budget import parse_fraction
+from kvbench.sizing.loaded_weights import WeightQuantization, loaded_weights
+from kvbench.sizing.vllm_kv_cache import (
+    VllmKVPool,
+    group_layout,
+    kv_pool,
+    refusal,
+    stage_groups,
+)
+from kvbench.sizing.vllm_versions import VllmRelease, vllm_release
+
+GiB = 2**30
+MiB = 2**20
+GRAPH_BYTES_PER_LAYER = MiB // 4  # one captured graph, one decoder layer
+LARGE_GPU_BYTES = 70 * GiB  # vLLM's threshold for its larger serving defaults
+DEFAULT_BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True)
+class VllmFlags:
+    """The `vllm serve` flags the memory profile depends on (None: vLLM's default)."""
+
+    gpu_memory_utilization: Fraction | float | str | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int = DEFAULT_BLOCK_SIZE
+    kv_cache_dtype: str = "auto"
+    dtype: str = "bf16"  # canonical weights / compute dtype
+    quantization: WeightQuantization | None = None
+    enforce_eager: bool = False
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    weights_memory: int | None = None  # per GPU, instead of the loaded weights
+    vllm_version: str | None = None
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """One GPU of one pipeline stage: each term vLLM's profiler subtracts, in bytes."""
+
+    stage: int
+    layers: tuple[int, ...]
+    total: int
+    requested: int
+    weights: int
+    forward: int
+    sampler: int  # 0 before the last stage
+    moe_workspace: int
+    request_buffers: int  # block tables for max_num_seqs requests
+    activation: int  # the peak: what vLLM logs as "torch peak memory increase"
+    non_torch: int
+    cuda_graphs: int  # the estimate, whether subtracted or not
+    cuda_graphs_subtracted: bool
+    available: int
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__, layers=len(self.layers))
+
+
+@dataclass(frozen=True)
+class VllmStartup:
+    """What vLLM would allocate at start-up: the terms, the pool, or why it would not start."""
+
+    release: VllmRelease
+    gpu: str
+    utilization: Fraction
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    cuda_graph_sizes: tuple[int, int]  # piecewise, full graphs captured (0, 0: eager)
+    stages: tuple[StageMemory, ...]
+    pool: VllmKVPool | None  # None when vLLM would not start
+    refusal: str | None
+    weights_source: str  # "loaded" | "given"
+    memory_source: str = "as CUDA reports it"  # where the total memory comes from
+
+    @property
+    def available(self) -> int:
+        """The smallest stage's available KV memory (what the pool is sized by)."""
+        return min(stage.available for stage in self.stages)
+
+    def to_dict(self) -> dict[str, object]:
+        pool = self.pool
+        return {
+            "vllm_version": self.release.name,
+            "gpu": self.gpu,
+            "gpu_memory_utilization": float(self.utilization),
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "block_size": self.block_size,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "cuda_graphs_captured": {"piecewise": self.cuda_graph_sizes[0],
+                                     "full": self.cuda_graph_sizes[1]},
+            "weights_source": self.weights_source,
+            "stages": [stage.to_dict() for stage in self.stages],
+            "available_kv_cache_bytes": self.available,
+            "kv_cache_blocks": pool.num_blocks if pool else None,
+            "kv_cache_tokens": pool.tokens if pool else None,
+            "kv_cache_groups": pool.num_groups if pool else None,
+            "padding_layers": pool.padding_layers if pool else None,
+            "max_concurrency": round(pool.max_concurrency, 2) if pool else None,
+            "refusal": self.refusal,
+        }
+
+
+def serving_defaults(total_memory: int, gpu_name: str) -> tuple[int, int]:
+    """vLLM's default (max_num_seqs, max_num_batched_tokens) for `vllm serve` on this GPU."""
+    if total_memory >= LARGE_GPU_BYTES and "a100" not in gpu_name.lower():
+        return 1024, 8192
+    return 256, 2048
+
+
+def cuda_graph_counts(max_num_seqs: int, enforce_eager: bool) -> tuple[int, int]:
+    """(piecewise, full decode) graphs vLLM captures by default."""
+    if enforce_eager:
+        return 0, 0
+    largest = min(2 * max_num_seqs, 512)
+    sizes = [s for s in [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)] if s <= largest]
+    full_limit = min(max_num_seqs, largest // 2)
+    return len(sizes), sum(1 for s in sizes if s <= full_limit)
+
+
+def vllm_startup(model: ModelConfig, total_memory: int, flags: VllmFlags,
+                 gpu_name: str = "", memory_source: str = "as CUDA reports it") -> VllmStartup:
+    """The start-up vLLM would make of `model` on GPUs of `total_memory` (as CUDA reports it)."""
+    release = vllm_release(flags.vllm_version)
+    util = parse_fraction(flags.gpu_memory_utilization if flags.gpu_memory_utilization
+                          is not None else release.default_utilization,
+                          "--gpu-memory-utilization")
+    seqs_default, tokens_default = serving_defaults(total_memory, gpu_name)
+    max_num_seqs = flags.max_num_seqs or seqs_default
+    max_batched = flags.max_num_batched_tokens or tokens_default
+    max_model_len = flags.max_model_len or model.max_position_embeddings
+    for name, value in (("--max-num-seqs", max_num_seqs),
+                        ("--max-num-batched-tokens", max_batched),
+                        ("--max-model-len", max_model_len), ("--block-size", flags.block_size)):
+        if value <= 0:
+            raise KvbenchInputError(f"{name} must be a positive integer, got {value}")
+    tp, pp = flags.tensor_parallel_size, flags.pipeline_parallel_size
+    d = DTYPE_BYTES[flags.dtype]
+    kv_dtype = flags.dtype if flags.kv_cache_dtype == "auto" else flags.kv_cache_dtype
+    groups = model.kv_groups(DTYPE_BYTES[kv_dtype], tp)  # checks that tp splits the heads
+    weights = loaded_weights(model, flags.dtype, flags.quantization, tp, pp)
+    graphs = cuda_graph_counts(max_num_seqs, flags.enforce_eager)
+    requested = math.floor(total_memory * util)
+    non_torch = release.non_torch_bytes_tp1 if tp == 1 else release.non_torch_bytes_tp
+    experts_mxfp4 = flags.quantization is not None and flags.quantization.scheme == "mxfp4"
+    stages = []
+    for index, stage in enumerate(weights):
+        weight_bytes = flags.weights_memory if flags.weights_memory is not None else stage.bytes
+        forward = _forward_bytes(model, stage.layers, max_batched, d, tp, sends=not stage.last)
+        sampler = _sampler_bytes(model, release, max_batched, max_num_seqs, d, tp) if (
+            stage.last) else 0
+        moe = 0 if experts_mxfp4 else _moe_workspace_bytes(model, stage.layers, max_batched, d,
+                                                           tp)
+        stage_kv = stage_groups(groups, stage.layers)
+        windows = len(group_layout(stage_kv)[1])
+        buffers = max_num_seqs * -(-max_model_len // flags.block_size) * 4 * windows
+        activation = moe + buffers + max(forward, sampler)
+        graph_bytes = GRAPH_BYTES_PER_LAYER * len(stage.layers) * sum(graphs)
+        subtracted = release.subtracts_cuda_graphs and graph_bytes > 0
+        available = (requested - weight_bytes - activation - non_torch
+                     - (graph_bytes if subtracted else 0))
+        stages.append(StageMemory(index, stage.layers, total_memory, requested, weight_bytes,
+                                  forward, sampler, moe, buffers, activation, non_torch,
+                                  graph_bytes,
+                                  subtracted, available))
+    per_stage = [stage_groups(groups, stage.layers) for stage in weights]
+    available = [stage.available for stage in stages]
+    spent = [f"requested {s.requested / GiB:.2f} GiB - weights {s.weights / GiB:.2f} GiB - "
+             f"activation {s.activation / GiB:.2f} GiB - non-torch {s.non_torch / GiB:.2f} GiB"
+             + (f" - CUDA graphs {s.cuda_graphs / GiB:.2f} GiB" if s.cuda_graphs_subtracted
+                else "") for s in stages]
+    largest = max(stages, key=lambda s: s.request_buffers)
+    advice = (f"use a smaller --max-num-seqs (the {max_num_seqs:,} given size "
+              f"{largest.request_buffers / GiB:.2f} GiB of per-request block tables)"
+              if largest.request_buffers > largest.weights else None)
+    why = refusal(per_stage, available, flags.block_size, max_model_len, max_batched, spent,
+                  advice)
+    pool = None if why else kv_pool(per_stage, available, flags.block_size, max_model_len,
+                                    max_batched)
+    return VllmStartup(release, gpu_name, util, max_model_len, max_num_seqs, max_batched,
+                       flags.block_size, tp, pp, graphs, tuple(stages), pool, why,
+                       "given" if flags.weights_memory is not None else "loaded",
+                       memory_source)
+
+
+def _forward_bytes(model: ModelConfig, layers: tuple[int, ...], tokens: int, d: int, tp: int,
+                   sends: bool) -> int:
+    """The forward's transient peak: the widest MLP's gate/up and activation outputs beside
+    the residual stream; plus the hidden states and residual a stage sends on."""
+    h = model.hidden_size
+    widths = [model.intermediate_size for i in layers if not model.is_moe_layer(i)]
+    if model.num_shared_experts and any(model.is_moe_layer(i) for i in layers):
+        widths.append(model.num_shared_experts * model.moe_intermediate_size)
+    width = max(widths, default=0) // tp
+    return tokens * (3 * width + 4 * h + (2 * h if sends else 0)) * d
+
+
+def _sampler_bytes(model: ModelConfig, release: VllmRelease, tokens: int, max_num_seqs: int,
+                   d: int, tp: int) -> int:
+    """The dummy sampler run: the forward's output, the logits and the sampler's copies."""
+    rows = min(max_num_seqs, tokens)
+    return tokens * model.hidden_size * d + rows * model.vocab_size * (
+        d + release.sampler_bytes_per_logit)
+
+
+def _moe_workspace_bytes(model: ModelConfig, layers: tuple[int, ...], tokens: int, d: int,
+                         tp: int) -> int:
+    """The fused-MoE workspace for the profile's batch (0 without expert layers)."""
+    if not any(model.is_moe_layer(i) for i in layers):
+        return 0
+    width = model.moe_intermediate_size // tp
+    return tokens * model.num_experts_per_tok * (max(2 * width, model.hidden_size) + width) * d
+
+
+__all__ = ["StageMemory", "VllmFlags", "VllmStartup", "cuda_graph_counts", "serving_defaults",
+           "vllm_startup"]
