@@ -117,7 +117,7 @@ def test_estimate_md_preset_figures(capsys):
     command = re.search(r"^(kvbench estimate [^\n]+)\n```\s+prints ", _text(ESTIMATE_MD),
                         re.M).group(1)
     m = re.search(r"prints ([\d,]+) bytes per token .*?, ([\d.]+) GiB per ([\d,]+)-token "
-                  r"request, an ([\d.]+) GiB budget after ([\d.]+) GiB of weights, so (\d+) "
+                  r"request, an? ([\d.]+) GiB budget .*?after ([\d.]+) GiB of weights, so (\d+) "
                   r"concurrent requests paged at that length against (\d+) with `--reserve max`",
                   _prose(ESTIMATE_MD))
     assert m, "docs/estimate.md: the preset example's prose changed shape"
