@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import IO
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
@@ -54,9 +56,6 @@ def write_token_file(handle: IO[bytes], requests: Iterable[Request],
                      sequences: dict[int, list[Sequence]]) -> WrittenTokens:
     """Write tokens.parquet to the binary `handle`: one row per sample of each request, in
     request order, samples in order (`request_id`, `sample`, `token_times_s`)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     ids, samples, seqs = _samples_in_order(requests, sequences)
     token_steps = list(map(_TOKEN_STEPS, seqs))
     num_steps = list(map(len, token_steps))

@@ -150,12 +150,12 @@ def read_token_arrays(folder: Path) -> TokenTimes | None:
 
 def _read_table(path: Path) -> pa.Table:
     if path.name == JSONL_TOKENS_FILE:
-        import pyarrow.json as pa_json
+        import pyarrow.json as pa_json  # (an older folder's file only)
 
         return pa_json.read_json(path, pa_json.ReadOptions(block_size=1 << 26),
                                  pa_json.ParseOptions(explicit_schema=TOKENS_SCHEMA,
                                                       unexpected_field_behavior="ignore"))
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # (only to read a folder back: a run writes, in token_file)
 
     return pq.read_table(path, schema=TOKENS_SCHEMA)
 

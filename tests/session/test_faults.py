@@ -94,14 +94,14 @@ def test_a_full_disk_mid_run_keeps_what_was_written_and_exits_1(tmp_path, monkey
     real = kvbench.results.files.atomic_write_text
 
     def write(path, text):
-        if Path(path).name == "tokens.jsonl":
+        if Path(path).name == "tokens.parquet":
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, text)
 
     real_streamed = kvbench.results.files.atomic_direct_file
 
-    def streamed(path):  # tokens.jsonl is streamed to its file, not written at once
-        if Path(path).name == "tokens.jsonl":
+    def streamed(path):  # tokens.parquet is streamed to its file, not written at once
+        if Path(path).name == "tokens.parquet":
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real_streamed(path)
 
@@ -331,7 +331,7 @@ def test_a_disk_that_stays_full_still_gets_every_marker_rewritten(tmp_path, monk
     full = []
 
     def write(path, data):
-        if Path(path).name == "tokens.jsonl" and "prefix" in str(path):
+        if Path(path).name == "tokens.parquet" and "prefix" in str(path):
             full.append(path)
         if full:  # from then on the disk takes no new file
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -339,8 +339,8 @@ def test_a_disk_that_stays_full_still_gets_every_marker_rewritten(tmp_path, monk
 
     real_streamed = kvbench.results.files.atomic_direct_file
 
-    def streamed(path):  # tokens.jsonl is streamed to its file, not written at once
-        if Path(path).name == "tokens.jsonl" and "prefix" in str(path):
+    def streamed(path):  # tokens.parquet is streamed to its file, not written at once
+        if Path(path).name == "tokens.parquet" and "prefix" in str(path):
             full.append(path)
         if full:
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
