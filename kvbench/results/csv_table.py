@@ -36,8 +36,8 @@ def csv_text(columns: Mapping[str, np.ndarray], header: bool = True,
 
 def arrow_array(values: np.ndarray, missing: np.ndarray | None = None) -> pa.Array:
     """A numpy array (int64, int32, float64 or bool) as an Arrow array, null where `missing`.
-    Made from its buffers: `pa.array` would import pandas to check what it is given, a
-    quarter of a second that `kvbench simulate` otherwise never spends."""
+    Made from its buffers: `pa.array` would import pandas to check what it is given, which
+    a run otherwise never imports (`Columns`)."""
     values = np.ascontiguousarray(values)
     data = np.packbits(values, bitorder="little") if values.dtype == np.bool_ else values
     validity = (None if missing is None or not missing.any()

@@ -92,9 +92,8 @@ class RequestWriter:
             ~np.isin(ids, done.columns["request_id"])).tolist()], samples)
         table = RequestTable.concat([done, rest])
         # Each row's request's place in `requests` (a request's rows stay in sample order).
-        place = dict(zip(ids.tolist(), range(ids.size), strict=True))
-        order = np.array([place[i] for i in table.columns["request_id"].tolist()],
-                         dtype=np.int64)
+        sorter = np.argsort(ids, kind="stable")
+        order = sorter[np.searchsorted(ids, table.columns["request_id"], sorter=sorter)]
         return table.take(np.argsort(order, kind="stable"))
 
     def _write_all(self, data: bytes) -> None:
