@@ -53,12 +53,14 @@ def _cells(values: np.ndarray, ints: bool) -> pa.Array:
         return arrow_array(values.astype(np.int64, copy=False))
     nan = np.isnan(values)
     array = arrow_array(values, nan)
-    if ints and np.array_equal(np.floor(values), values, equal_nan=True) \
-            and not np.isinf(values).any():
+    whole = np.floor(values) == values  # (False at NaN)
+    if ints and np.array_equal(whole, ~nan) and not np.isinf(values).any():
         return array.cast(pa.int64())
+    text = pc.cast(array, pa.string())
+    if not whole.any():
+        return text
     # A whole float's text gets its ".0" (pyarrow writes 1.0 as "1"; 1e+16 and inf stay).
-    return pc.replace_substring_regex(pc.cast(array, pa.string()), pattern=r"^(-?\d+)$",
-                                      replacement=r"\1.0")
+    return pc.replace_substring_regex(text, pattern=r"^(-?\d+)$", replacement=r"\1.0")
 
 
 __all__ = ["arrow_array", "csv_text"]
