@@ -20,7 +20,7 @@ from kvbench.errors import KvbenchInputError
     "sweep plot` and `plot_pareto` read; a comparison gives one configuration per "
     "strategy, a --repeat run one record per repeat. --format csv: one row per sample, "
     "with a label column, for every run of the folder. Without -o the result goes to "
-    "standard output. A folder from an older kvbench without tokens.jsonl exports what it "
+    "standard output. A folder from an older kvbench without token times exports what it "
     "can and names the keys it could not fill. A folder whose runs did not all finish is "
     "refused, naming them, unless --allow-incomplete."))
 @click.argument("run_dir", type=click.Path(path_type=Path))

@@ -8,7 +8,7 @@ import click
 
 from kvbench.cli.options import run_options, split_params
 from kvbench.cli.run import execute
-from kvbench.execution.threads import default_one_blas_thread
+from kvbench.execution.threads import default_no_arrow_thread, default_one_blas_thread
 from kvbench.session.run_options import RunOptions
 
 
@@ -24,6 +24,7 @@ def simulate_command(**params: Any) -> None:
     """
     options, output = split_params(params)
     default_one_blas_thread()  # (no BLAS-heavy work here: kvbench/execution/threads.py)
+    default_no_arrow_thread()  # (nor an allocator thread)
     execute(RunOptions.for_kind("simulate", **options), **output)
 
 

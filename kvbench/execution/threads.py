@@ -19,6 +19,11 @@ products per 65,536 steps (the KV groups' means), which a pool does not speed up
 (`default_one_blas_thread`), unless it is set or numpy is loaded already (OpenBLAS reads it
 once, at load; the process and its children keep the setting).
 
+pyarrow (which writes the results files) loads a jemalloc that starts a background thread to
+return freed memory to the system; a simulation's process is short and its few large writes
+need none, so `kvbench simulate` turns it off before pyarrow loads (`default_no_arrow_thread`,
+the same way: a setting already there is kept).
+
 This module must not import torch at module level. A run that never loaded torch
 (`kvbench simulate`) records its torch thread counts as None: no torch pool ran.
 """
@@ -33,6 +38,7 @@ from typing import Any
 WAIT_POLICY_VAR = "OMP_WAIT_POLICY"
 PASSIVE = "PASSIVE"
 BLAS_THREADS_VAR = "OPENBLAS_NUM_THREADS"
+ARROW_JEMALLOC_VAR = "JE_ARROW_MALLOC_CONF"  # (pyarrow's jemalloc reads its MALLOC_CONF here)
 
 # What kvbench found when it was imported: whether it set the policy, and whether torch (and
 # so its OpenMP runtime) was already loaded at that moment.
@@ -65,6 +71,16 @@ def default_one_blas_thread(environ: MutableMapping[str, str] | None = None) -> 
     if BLAS_THREADS_VAR in env or (environ is None and "numpy" in sys.modules):
         return False
     env[BLAS_THREADS_VAR] = "1"
+    return True
+
+
+def default_no_arrow_thread(environ: MutableMapping[str, str] | None = None) -> bool:
+    """Turn off the background thread of pyarrow's jemalloc unless its configuration is set,
+    or pyarrow is loaded already; True when it was set."""
+    env = os.environ if environ is None else environ
+    if ARROW_JEMALLOC_VAR in env or (environ is None and "pyarrow" in sys.modules):
+        return False
+    env[ARROW_JEMALLOC_VAR] = "background_thread:false"
     return True
 
 

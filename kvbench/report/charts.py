@@ -117,7 +117,7 @@ def latency_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure:
 
 def itl_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None:
     """Inter-token latency CDF over every gap between consecutive tokens of a request, from
-    `tokens.jsonl`; None when no run has per-token times."""
+    `tokens.parquet`; None when no run has per-token times."""
     fig = Figure()
     for run in runset.runs:
         if run.token_times is None:

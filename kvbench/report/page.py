@@ -157,7 +157,7 @@ def _latency_detail_sections(runset: RunSet, styles: dict[str, RunStyle],
         out.append(_section(
             "itl", "Inter-token latency",
             "Every gap between consecutive output tokens of a request, pooled over requests "
-            "(from tokens.jsonl). The tail is decode steps that waited for a prefill in the "
+            "(from tokens.parquet). The tail is decode steps that waited for a prefill in the "
             "same batch or for a preemption's recompute.", _chart(itl, "itl")))
     throughput = step_charts.throughput_timeline_figure(runset, styles)
     if throughput is not None:

@@ -56,7 +56,7 @@ class RunData:
         return self.config.get("versions") or {}
 
     def use_token_times(self, times: TokenTimes) -> None:
-        """Take the folder's `tokens.jsonl` as already read (the session that wrote it)."""
+        """Take the folder's `tokens.parquet` as already read (the session that wrote it)."""
         self.__dict__["token_times"] = times  # fills the cached property below
 
     def use_steps(self, steps: Columns) -> None:
@@ -73,7 +73,7 @@ class RunData:
 
     @cached_property
     def token_times(self) -> TokenTimes | None:
-        """`tokens.jsonl`, read when a chart first asks (several do; a 10,000-request run's
+        """`tokens.parquet`, read when a chart first asks (several do; a 10,000-request run's
         file holds millions of times); None when the folder has none readable."""
         return read_token_times(self.path)
 

@@ -141,7 +141,7 @@ def _tokens_per_s(times: np.ndarray, weights: np.ndarray | None,
 def throughput_timeline_figure(runset: RunSet,
                                styles: dict[str, RunStyle]) -> tuple[Figure, str] | None:
     """Output tokens per second in 40 equal windows spanning the longest run (the same
-    windows for every run), from `tokens.jsonl` when the folder has it, else from the steps.
+    windows for every run), from `tokens.parquet` when the folder has it, else from the steps.
     Returns the figure and where its counts came from."""
     found: list[tuple[RunData, np.ndarray, np.ndarray | None]] = []
     sources = set()
@@ -149,7 +149,7 @@ def throughput_timeline_figure(runset: RunSet,
         from_tokens = _tokens_from_times(run)
         if from_tokens is not None:
             times, weights = from_tokens
-            sources.add("tokens.jsonl")
+            sources.add("tokens.parquet")
         else:
             from_steps = _tokens_from_steps(run)
             if from_steps is None:

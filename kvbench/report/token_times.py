@@ -1,5 +1,6 @@
-"""Per-token times of a run for its report (`tokens.jsonl`, `kvbench.results.token_times`).
-Folders written before the file existed have none: the charts that need it are left out.
+"""Per-token times of a run for its report (`tokens.parquet`, or an older folder's
+`tokens.jsonl`: `kvbench.results.token_times`). Folders written before either existed have
+none: the charts that need it are left out.
 A report reads each folder's file once (`RunData.token_times`), for every chart that uses it."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from kvbench.results.token_times import TokenTimes, pooled_gaps_s, read_token_ar
 
 def token_times(folder: Path) -> TokenTimes | None:
     """The folder's output-token times (seconds, run clock); None when it has no readable
-    `tokens.jsonl`."""
+    token file."""
     try:
         return read_token_arrays(folder)
     except KvbenchInputError:

@@ -2,9 +2,9 @@
 read of `requests.csv` and `steps.csv`.
 
 A run hands its own rows over in this form, so `kvbench simulate` and `kvbench run` never
-import pandas: its import is a quarter of a second of CPU, a tenth of a 10,000-request
-simulation. pandas still reads folders from disk (its CSV parser is the fast one) and writes
-what users read with it (`kvbench export`); `from_frame` and `frame` cross over.
+import pandas: its import alone would be a large share of a short simulation's CPU. pandas
+still reads folders from disk and writes what users read with it (`kvbench export`);
+`from_frame` and `frame` cross over.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class RunFiles:
     summary: Summary
     config: dict[str, Any]
     requests: pd.DataFrame | None  # None: no requests.csv
-    token_times: dict[int, list[list[float]]] | None  # None: no tokens.jsonl (older folder)
+    token_times: dict[int, list[list[float]]] | None  # None: no token file (older folder)
 
     @classmethod
     def read(cls, folder: Path) -> RunFiles:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError, KvbenchRunError
-from kvbench.results.direct_file import DirectFile
 from kvbench.results.metrics import nan_to_none
 
 if TYPE_CHECKING:
@@ -20,25 +19,18 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def atomic_direct_file(path: Path) -> Iterator[IO[bytes]]:
-    """A binary file to write in parts (GBs of them) that appears at `path` whole, when the
-    block ends without an error, or not at all (as `atomic_write_bytes`); written past the
-    page cache where the system allows it (`DirectFile`)."""
+def atomic_file(path: Path) -> Iterator[IO[bytes]]:
+    """A binary file to write in parts that appears at `path` whole, when the block ends
+    without an error, or not at all (as `atomic_write_bytes`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        handle = DirectFile(fd)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:
-        yield handle
-        handle.close()
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
-        handle.discard()  # (its tail is not written, if it was not: the file goes)
         Path(tmp).unlink(missing_ok=True)
         raise
 

@@ -5,13 +5,10 @@ them into a `Summary`."""
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.results.columns import Columns, as_columns
 from kvbench.results.token_times import pooled_gaps_s, token_time_series
@@ -42,105 +39,6 @@ def latency_stats(values_ms: np.ndarray | list[float] | pd.Series,
                         strict=True):
         out[f"p{p}"] = float(value)
     return {key: out[key] for key in ("mean", "p50", "p90", "p99", "max")}
-
-
-def request_rows(requests: list[Request], samples: dict[int, list[Sequence]]) -> pd.DataFrame:
-    """One row per sample of each request (`n` rows for a request with `n` samples, in
-    sample order): the `requests.csv` contract, built by `sample_rows`."""
-    return request_frame(list(request_records(requests, samples)))
-
-
-def request_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """`request_rows` of rows already made by `request_records`."""
-    import pandas as pd  # (a run's own rows go through `Columns`: no pandas)
-
-    return pd.DataFrame(records, columns=REQUEST_COLUMNS)
-
-
-def requests_csv(records: list[dict[str, Any]]) -> str:
-    """The text `request_frame(records).to_csv(index=False)` gives, %-formatted a row at a
-    time (pandas formats the frame's columns in a quarter of a second per 10,000 rows).
-    Rows it would not write the same (a NaN: pandas writes an empty cell, str "nan"; an int
-    arrival) go through pandas itself."""
-    # The times a workload gives may be ints (a JSONL trace's): pandas writes a column
-    # mixing them with floats as floats ("5.0"). Every other time is the clock's float.
-    if not records or any(type(row[c]) not in (float, type(None))
-                          for c in ("arrival_s", "sent_s") for row in records):
-        return request_frame(records).to_csv(index=False)
-    # Each value as str (a float's shortest repr, as pandas writes a float64; an int;
-    # True/False), a missing one as an empty cell.
-    line = ",".join(["%s"] * len(REQUEST_COLUMNS)) + "\n"
-    values = operator.itemgetter(*REQUEST_COLUMNS)
-    body = "".join(map(line.__mod__, map(values, records)))
-    if "nan" in body:
-        return request_frame(records).to_csv(index=False)
-    header = ",".join(REQUEST_COLUMNS) + "\n"
-    return header + (body.replace("None", "") if "None" in body else body)
-
-
-def request_records(requests: list[Request],
-                    samples: dict[int, list[Sequence]]) -> Iterator[dict[str, Any]]:
-    """`request_rows`' rows one by one, as dicts in column order: the runner streams those of
-    finished requests to disk as they finish (`kvbench.results.request_writer`)."""
-    for request in requests:
-        yield from sample_rows(request, samples.get(request.request_id, []))
-
-
-REQUEST_COLUMNS = (
-    "request_id", "sample", "arrival_s", "sent_s", "client_wait_ms", "prompt_len",
-    "output_len", "n", "admitted_s", "first_token_s", "finish_s", "queue_ms", "prefill_ms",
-    "ttft_ms", "tpot_ms", "e2e_ms", "preemptions", "cached_prompt_tokens", "output_tokens",
-    "completed",
-)
-
-
-def _ms(a: float | None, b: float | None) -> float | None:
-    return (b - a) * 1e3 if a is not None and b is not None else None
-
-
-def sample_rows(request: Request, seqs: list[Sequence]) -> list[dict[str, Any]]:
-    """The `requests.csv` rows of one request: one per sample, each with vLLM's latency
-    definitions (docs/design.md, Metrics) measured from when the request was sent.
-
-    `request` is the workload's (its `arrival_s` is when the workload meant it to arrive);
-    each sequence holds the request as the runner sent it (its `arrival_s` is the send time:
-    later than the arrival when the client waited for a `--max-concurrency` slot). A sample
-    that never started (the run stopped first) gets a row with empty times."""
-    by_index = {s.sample_index: s for s in seqs}
-    arrival = request.arrival_s
-    sent = seqs[0].request.arrival_s if seqs else None
-    rows = []
-    for index in range(request.n):
-        seq = by_index.get(index)
-        admitted = seq.admitted_s if seq is not None else None
-        first = seq.first_token_s if seq is not None else None
-        finish = seq.finish_s if seq is not None else None
-        generated = seq.num_generated if seq is not None else 0
-        tpot = (finish - first) / (generated - 1) * 1e3 \
-            if finish is not None and first is not None and generated > 1 else None
-        rows.append({
-            "request_id": request.request_id,
-            "sample": index,
-            "arrival_s": arrival,
-            "sent_s": sent,
-            "client_wait_ms": _ms(arrival, sent),
-            "prompt_len": request.prompt_len,
-            "output_len": request.output_len,
-            "n": request.n,
-            "admitted_s": admitted,
-            "first_token_s": first,
-            "finish_s": finish,
-            "queue_ms": _ms(sent, admitted),
-            "prefill_ms": _ms(admitted, first),
-            "ttft_ms": _ms(sent, first),
-            "tpot_ms": tpot,
-            "e2e_ms": _ms(sent, finish),
-            "preemptions": seq.preemptions if seq is not None else 0,
-            "cached_prompt_tokens": seq.cached_prompt_tokens if seq is not None else 0,
-            "output_tokens": generated,
-            "completed": finish is not None,
-        })
-    return rows
 
 
 def per_request(requests: Columns | pd.DataFrame) -> Columns | pd.DataFrame:

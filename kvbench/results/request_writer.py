@@ -4,25 +4,19 @@ The run's `requests.csv` is written whole at its end, atomically (docs/design.md
 contract). Until then every request that finishes is appended, as one row per sample, to
 the run's working folder's `requests.csv`, so a run killed mid-replay (`kill -9`, the machine's out-of-memory
 killer) keeps the requests it had finished; `kvbench report --allow-incomplete` shows them.
-The rows are `request_table.RequestTable`'s (`metrics.request_records`' values, as the
-csv module writes them); the header is `REQUEST_COLUMNS`.
+The rows are `RequestTable`'s; the header is `REQUEST_COLUMNS`.
 
 The rows are written (one `write`, no buffer of ours) when `FLUSH_ROWS` finished requests
 wait, or by the first request to finish `FLUSH_EVERY_S` (wall time) or more after the
 previous write: a kill loses the requests finished since the last write, fewer than 256
 (a run that stops any other way writes them all to `requests.csv`), as `steps.csv`
-is written 4,096 rows at a time. Writing each request as it finished cost a system call per
-finishing step, about 900,000 of them in a million-request simulation (most of its steps end
-a request), and building the rows of one or two requests at a time cost more than the rows:
-20,000 BurstGPT-shaped requests took 0.28 s of CPU in 17,242 writes, and take 0.13 s in 76.
-A run on a GPU, whose requests finish a few a second, mostly still writes each as it
-finishes; one that finishes within a tenth of a second of the previous write waits for the
-next to finish.
+is written 4,096 rows at a time. Writing each request as it finished would cost a system
+call per finishing step (most steps of a long simulation end a request). A run on a GPU,
+whose requests finish a few a second, mostly still writes each as it finishes.
 """
 
 from __future__ import annotations
 
-import operator
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,16 +26,12 @@ import numpy as np
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
-from kvbench.results.metrics import REQUEST_COLUMNS
 from kvbench.results.request_table import RequestTable
 
-_REQUEST_ID = operator.attrgetter("request_id")
-_N = operator.attrgetter("n")
 # How long a finished request's row may wait before it is written (seconds of wall time),
 # and how many rows may wait.
 FLUSH_EVERY_S = 0.1
 FLUSH_ROWS = 256
-_HEADER = (",".join(REQUEST_COLUMNS) + "\n").encode()
 
 
 class RequestWriter:
@@ -59,9 +49,7 @@ class RequestWriter:
         self._held: list[Request] = []
         self._samples: dict[int, list[Sequence]] = {}
         self._written_at = time.monotonic()
-        # The rows written, as compact tables (None once a batch could not be: `table`
-        # then builds every row again).
-        self._tables: list[RequestTable] | None = []
+        self._tables: list[RequestTable] = []  # the rows written
 
     def write(self, requests: Iterable[Request], samples: dict[int, list[Sequence]]) -> None:
         """Take the rows of `requests` (each finished: every sample done; `samples` holds
@@ -83,52 +71,29 @@ class RequestWriter:
             return
         held, self._held = self._held, []
         table = RequestTable.build(held, self._samples)
-        text = table.csv_writer_lines()
-        self._write_all(text if self.rows_written else _HEADER + text)
+        self._write_all(table.csv_lines(header=not self.rows_written))
         self.rows_written += table.num_rows
-        self._keep(table)
-
-    def _keep(self, table: RequestTable) -> None:
-        if self._tables is not None:
-            compact = table.compact()
-            if compact is None:
-                self._tables = None
-            else:
-                self._tables.append(compact)
+        self._tables.append(table)
 
     def table(self, requests: list[Request], samples: dict[int, list[Sequence]],
               ) -> RequestTable:
         """`RequestTable.build(requests, samples)`, from the rows already built for the
         partial file where it can: the rows of the requests that finished are taken as they
         were written (a finished request's figures no longer change), the others built now,
-        and all put in the order of `requests` (each request's rows stay together, in sample
-        order). A million requests' rows built again at the end cost seconds, reading every
-        sequence from memory no cache holds any more."""
+        and all put in the order of `requests` (each request's rows together, in sample
+        order). A long run's rows built again at the end would read every sequence again."""
         if self._held:  # (the rows held: built now, kept with the others)
             held, self._held = self._held, []
-            self._keep(RequestTable.build(held, self._samples))
-        if self._tables is None:
-            return RequestTable.build(requests, samples)
-        try:
-            ids = np.fromiter(map(_REQUEST_ID, requests), dtype=np.int64, count=len(requests))
-        except (TypeError, ValueError, OverflowError):
-            return RequestTable.build(requests, samples)
-        written = [np.asarray(t.columns["request_id"], dtype=np.int64) for t in self._tables]
-        rest = RequestTable.build([requests[i] for i in np.flatnonzero(~np.isin(
-            ids, np.concatenate(written) if written else np.empty(0, dtype=np.int64))
-            ).tolist()], samples).compact()
-        if rest is None:
-            return RequestTable.build(requests, samples)
-        table = RequestTable.concat([*self._tables, rest])  # (every column copied once)
-        # Each row's request's place in `requests`; checked: ids unique there, every row's
-        # among them, a row per sample (else the rows are built again, as they would be).
+            self._tables.append(RequestTable.build(held, self._samples))
+        ids = np.array([r.request_id for r in requests], dtype=np.int64)
+        done = RequestTable.concat(self._tables)
+        rest = RequestTable.build([requests[i] for i in np.flatnonzero(
+            ~np.isin(ids, done.columns["request_id"])).tolist()], samples)
+        table = RequestTable.concat([done, rest])
+        # Each row's request's place in `requests` (a request's rows stay in sample order).
         sorter = np.argsort(ids, kind="stable")
-        row_ids = table.columns["request_id"]
-        where = sorter[np.minimum(np.searchsorted(ids, row_ids, sorter=sorter), ids.size - 1)]
-        if (table.num_rows != sum(map(_N, requests)) or np.any(ids[where] != row_ids)
-                or np.any(np.diff(ids[sorter]) == 0)):
-            return RequestTable.build(requests, samples)
-        return table.take(np.argsort(where, kind="stable"))
+        order = sorter[np.searchsorted(ids, table.columns["request_id"], sorter=sorter)]
+        return table.take(np.argsort(order, kind="stable"))
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -138,13 +103,13 @@ class RequestWriter:
     def close(self) -> None:
         """Stop writing: `requests.csv` now holds every row."""
         self._held = []
-        self._tables = None
+        self._tables = []
         if self._file is not None:
             self._file.close()
             self._file = None
 
     def abandon(self) -> None:
-        """Write the rows held, stop writing and keep the partial file: `requests.csv` could
+        """Write the rows held, stop writing and keep the streamed file: `requests.csv` could
         not be written. Rows a full disk refused stay out of it (its reader drops a last
         line cut short)."""
         if self._file is not None:

@@ -2,232 +2,118 @@
 
 A long simulation runs hundreds of thousands of steps; keeping every `StepRecord` and
 converting them at the end cost more CPU than the simulation and memory that grew with every
-step. The writer formats each row as it comes (optionally every Nth only: `--steps-every`)
-and folds every row, written or not, into `StepTotals`, so the summary is over all steps.
+step. The writer takes rows as they come, writes them in batches (optionally every Nth only:
+`--steps-every`) and folds every row, written or not, into `StepTotals`, so the summary is
+over all steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import operator
-import os
 from array import array
 from collections.abc import Callable, Sequence
-from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
-import orjson
 
 from kvbench.core.decode_run_rows import DecodeRunLog, DecodeRunRows, RunArrays
 from kvbench.core.step_record import StepRecord
 from kvbench.results.columns import Columns
-from kvbench.results.csv_rows import (
-    NOT_REPR_FLOATS,
-    REPR_FLOATS,
-    csv_lines,
-    has_small_float,
-)
-from kvbench.results.direct_file import DirectFile
+from kvbench.results.csv_table import csv_text
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(StepRecord))
-_DUMPS = orjson.dumps
-_NUMPY = orjson.OPT_SERIALIZE_NUMPY
 _ROW = operator.attrgetter(*COLUMNS)
 SPLIT_PARTS = ("token", "reserved", "internal", "external", "free", "cached")
 _MAX_COLUMNS = ("kv_prompt_blocks", "gpu_used_bytes", "torch_reserved_bytes")
-
-
-# One row's line: what `csv.writer` writes for a row of these types (it writes a float, and
-# only a float, as its repr; anything else as str; None as an empty cell, which `_lines`
-# makes of the "None" that %-formatting gives; no value of a row needs quoting), in one
-# %-format per row instead of the csv module's per-cell work, a third faster.
 _FLOAT_COLUMNS = frozenset(f.name for f in dataclasses.fields(StepRecord)
                            if "float" in str(f.type))
-_LINE = ",".join("%r" if name in _FLOAT_COLUMNS else "%s" for name in COLUMNS) + "\n"
-
-
-def _lines(rows: list[tuple]) -> str:
-    """`rows` as the lines of steps.csv: the reference, which `csv_lines` follows through
-    orjson (three times as fast) and falls back on for rows orjson writes otherwise."""
-    text = "".join(map(_LINE.__mod__, rows))
-    return text.replace("None", "") if "None" in text else text
-
-
+_INT_COLUMNS = frozenset(COLUMNS) - _FLOAT_COLUMNS
 _INDEX = {name: i for i, name in enumerate(COLUMNS)}
 _PART_COLUMNS = tuple(_INDEX[f"kv_{part}_bytes"] for part in SPLIT_PARTS)
 _FOLDED = frozenset((*_PART_COLUMNS, _INDEX["num_waiting"]))  # the columns `_fold_sums` reads
-# The columns that hold None (an empty cell) as a rule; `csv_lines` is told how many of
-# their cells are None (a None elsewhere only sends its batch the slow way).
-_OPTIONAL = tuple(i for i, f in enumerate(dataclasses.fields(StepRecord))
-                  if "None" in str(f.type))
-
-
-def _numpy_writes_as_python() -> bool:
-    """Whether this orjson writes numpy's int64 as Python's ints and float64 as Python's repr
-    in range, with an `e`, a `0.0000` or a `null` out of it (checked once, at import)."""
-    inside = [*REPR_FLOATS, 24.176133732081617]
-    outside = [*NOT_REPR_FLOATS, -1e-5, math.nan, math.inf, -math.inf]
-    try:
-        text = _DUMPS(np.array(inside).reshape(-1, 1), option=_NUMPY)
-        ints = np.array([[2**63 - 1, -(2**63), 0, -7]], dtype=np.int64)
-        return (text[2:-2].split(b"],[") == [repr(v).encode() for v in inside]
-                and _DUMPS(ints, option=_NUMPY) == str(ints.tolist()).replace(" ", "").encode()
-                and all(_flagged(_DUMPS(np.array([[v]]), option=_NUMPY)) for v in outside))
-    except (TypeError, orjson.JSONEncodeError):
-        return False
-
-
-def _flagged(text: bytes) -> bool:
-    """Whether orjson's text of floats holds one it writes otherwise than Python's repr."""
-    return b"e" in text or b"n" in text or has_small_float(text)
-
-
-_NUMPY_AS_PYTHON = _numpy_writes_as_python()
 
 
 class StepRows:
-    """A batch of `steps.csv` rows, held as columns: numpy arrays where the writer made the
-    column with numpy (`exact`: int64 or float64, holding the very values), Python values
-    for the others (`lists`). The Python lists and row tuples of the exact columns are made
-    only when asked for (`column`, `tuples`): a batch of runs' rows is written and folded
-    from its arrays alone."""
+    """A batch of `steps.csv` rows, as one numpy array per column (`COLUMNS` order) with the
+    dtype pandas reads the file's column as: int64 for ints; float64 for floats, and for an
+    int column with an empty cell (NaN there)."""
 
-    __slots__ = ("num_rows", "exact", "lists", "_as_lists", "_as_arrays", "_tuples")
+    __slots__ = ("columns",)
 
-    def __init__(self, num_rows: int, exact: dict[int, np.ndarray],
-                 lists: dict[int, list]) -> None:
-        self.num_rows = num_rows
-        self.exact = exact
-        self.lists = lists  # every column not in `exact`
-        self._as_lists: dict[int, list] = {}
-        self._as_arrays: dict[int, np.ndarray] = {}
-        self._tuples: list[tuple] | None = None
+    def __init__(self, columns: list[np.ndarray]) -> None:
+        self.columns = columns
 
     @classmethod
     def of_tuples(cls, rows: Sequence[tuple]) -> StepRows:
         """Rows given as `COLUMNS` tuples."""
-        batch = cls(len(rows), {}, dict(enumerate(map(list, zip(*rows, strict=True)))))
-        batch._tuples = list(rows)
-        return batch
+        if not rows:
+            return cls([np.empty(0) for _ in COLUMNS])
+        return cls([_column_array(list(values), name in _FLOAT_COLUMNS)
+                    for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True)])
 
     def __len__(self) -> int:
-        return self.num_rows
+        return len(self.columns[0])
 
-    def column(self, index: int) -> list:
-        """Column `index` as Python values."""
-        values = self.lists.get(index)
-        if values is None:
-            values = self._as_lists.get(index)
-            if values is None:
-                values = self._as_lists[index] = self.exact[index].tolist()
-        return values
-
-    def tuples(self) -> list[tuple]:
-        """The rows as `COLUMNS` tuples."""
-        if self._tuples is None:
-            self._tuples = list(zip(*(self.column(i) for i in range(len(COLUMNS))),
-                                    strict=True))
-        return self._tuples
-
-    def last_row(self) -> tuple:
-        return tuple(self.lists[i][-1] if i in self.lists else self.exact[i][-1].item()
-                     for i in range(len(COLUMNS)))
+    def array(self, index: int) -> np.ndarray:
+        return self.columns[index]
 
     def part(self, start: int, stop: int) -> StepRows:
         """Rows `start:stop`."""
-        rows = StepRows(len(range(self.num_rows)[start:stop]),
-                        {i: values[start:stop] for i, values in self.exact.items()},
-                        {i: values[start:stop] for i, values in self.lists.items()})
-        if self._tuples is not None:
-            rows._tuples = self._tuples[start:stop]
-        return rows
+        return StepRows([values[start:stop] for values in self.columns])
 
-    def array(self, index: int) -> np.ndarray:
-        """Column `index` as numpy: int64 where it holds ints only, else float64 (None as
-        NaN), as pandas reads the column of `steps.csv`."""
-        values = self.exact.get(index)
-        if values is None:
-            values = self._as_arrays.get(index)
-            if values is None:
-                values = self._as_arrays[index] = _column_array(
-                    self.lists[index], self.num_rows, COLUMNS[index] in _FLOAT_COLUMNS)
-        return values
+    def last_row(self) -> tuple:
+        return tuple(values[-1].item() for values in self.columns)
 
-    def lines(self) -> bytes | None:
-        """The rows' lines as `csv.writer` writes them, made from the exact columns: orjson
-        writes each stretch of int columns and of float columns in C, and each row's pieces
-        are joined. None where a column is neither exact nor empty in every row, or a float
-        is one orjson writes otherwise than Python's repr (`csv_rows`: an exponent, NaN,
-        infinity, a value below 1e-4): the caller then writes the rows' tuples."""
-        if not self.num_rows or not _NUMPY_AS_PYTHON:
-            return None
-        pieces: list[Any] = []
-        for kind, indices in self._stretches():
-            if kind == "empty":  # (the stretch's cells, and the commas between them)
-                pieces.append(repeat(b"," * (len(indices) - 1), self.num_rows))
-                continue
-            if kind == "other":
-                return None
-            text = _DUMPS(np.column_stack([self.exact[i] for i in indices]), option=_NUMPY)
-            if kind == "float" and _flagged(text):
-                return None
-            pieces.append(text[2:-2].split(b"],["))
-        return b"\n".join(map(b",".join, zip(*pieces, strict=True))) + b"\n"
+    def tuples(self) -> list[tuple]:
+        """The rows as `COLUMNS` tuples (an empty cell NaN)."""
+        return list(zip(*(values.tolist() for values in self.columns), strict=True))
 
-    def _stretches(self) -> list[tuple[str, list[int]]]:
-        """The columns in order, grouped in stretches of one kind: exact int64, exact
-        float64, empty in every row, or other."""
-        out: list[tuple[str, list[int]]] = []
-        for index in range(len(COLUMNS)):
-            values = self.exact.get(index)
-            if values is not None:
-                kind = "int" if values.dtype == np.int64 else "float"
-            else:
-                column = self.lists[index]
-                kind = "empty" if column.count(None) == len(column) else "other"
-            if out and out[-1][0] == kind:
-                out[-1][1].append(index)
-            else:
-                out.append((kind, [index]))
-        return out
+    def text(self, start: int = 0, every: int = 1) -> bytes:
+        """Rows `start::every` as lines of `steps.csv`."""
+        return csv_text({name: values[start::every]
+                         for name, values in zip(COLUMNS, self.columns, strict=True)},
+                        header=False, ints=_INT_COLUMNS)
 
 
-def _column_array(values: Sequence, count: int, is_float: bool) -> np.ndarray:
+def _column_array(values: list, is_float: bool) -> np.ndarray:
     # An int column whose cells are all ints reads as int64; with an empty cell (None) or a
     # float (a NaN where the run kept no KV books) as float64.
     if not is_float and set(map(type, values)) <= {int}:
         try:
-            return np.fromiter(values, dtype=np.int64, count=count)
+            return np.array(values, dtype=np.int64)
         except OverflowError:
             pass
     return np.array(values, dtype=np.float64)  # (None is NaN)
 
 
+def _as_read(values: np.ndarray, is_float: bool) -> np.ndarray:
+    """An int column's values as pandas reads them back: int64 unless one is missing."""
+    if not is_float and values.dtype.kind == "f" and not np.isnan(values).any():
+        return values.astype(np.int64)
+    return values
+
+
 def batch_rows(single: list[tuple], single_at: Sequence[int], arrays: RunArrays | None,
                num_rows: int) -> StepRows:
     """`num_rows` rows: the rows `single` (`COLUMNS` tuples, in the places `single_at`) and
-    the rows of runs (`DecodeRunLog.expand`), expanded together with numpy: their values
-    (and types) are those of the runs' `rows`."""
+    the rows of runs (`DecodeRunLog.expand`), expanded together with numpy."""
     if arrays is None:
         return StepRows.of_tuples(single)
     at = arrays.at
-    lists: dict[int, list] = {}
-    exact: dict[int, np.ndarray] = {}
+    alone = StepRows.of_tuples(single).columns if single else None
+    where = np.asarray(single_at, dtype=np.int64)
+    columns: list[np.ndarray] = []
     for index, values in enumerate(_run_columns(arrays)):
-        if values is None:
-            lists[index] = [None] * num_rows
-            continue
-        if single:
-            full = np.empty(num_rows, dtype=values.dtype)
-            full[at] = values
-            values = full  # (the single rows' cells set below)
-        if values.dtype in (np.int64, np.float64):
-            exact[index] = values
-        else:
-            lists[index] = values.tolist()
+        if values is None:  # a column no run fills: empty in their rows
+            values = np.full(len(at), np.nan)
+        kinds = {values.dtype.kind} | ({alone[index].dtype.kind} if alone else set())
+        full = np.empty(num_rows, dtype=np.float64 if "f" in kinds else np.int64)
+        full[at] = values
+        if alone:
+            full[where] = alone[index]
+        columns.append(full)
     # The cells a run leaves empty where a full column is not: a utilization over nothing
     # held, prompt blocks of a run that does not report them.
     for name, empty in (
@@ -235,28 +121,9 @@ def batch_rows(single: list[tuple], single_at: Sequence[int], arrays: RunArrays 
             ("kv_prompt_blocks", arrays.per_row("has_prompt_blocks") == 0)):
         if empty.any():
             index = _INDEX[name]
-            column = lists.get(index)
-            if column is None:
-                column = lists[index] = exact.pop(index).tolist()
-            for i in at[empty].tolist():
-                column[i] = None
-    if single:
-        where = np.asarray(single_at, dtype=np.int64)
-        for index, values in enumerate(zip(*single, strict=True)):
-            full = exact.get(index)
-            if full is not None:
-                # The array keeps the single rows' values only where it holds them as they
-                # are (an int in an int column, a float in a float one).
-                kind = int if full.dtype == np.int64 else float
-                if all(type(value) is kind for value in values):
-                    full[where] = values
-                    continue
-                # (the array's other cells are the runs': as a list, the singles' set in it)
-                lists[index] = exact.pop(index).tolist()
-            column = lists[index]
-            for i, value in zip(single_at, values, strict=True):
-                column[i] = value
-    return StepRows(num_rows, exact, lists)
+            columns[index] = columns[index].astype(np.float64)
+            columns[index][at[empty]] = np.nan
+    return StepRows(columns)
 
 
 def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
@@ -340,22 +207,13 @@ class StepTotals:
         most = int(batch.max())
         maxima = dict(self.maxima)
         for name in _MAX_COLUMNS:
-            index = _INDEX[name]
-            exact = rows.exact.get(index)
-            if exact is not None:  # (ints, every row)
+            values = rows.array(_INDEX[name])
+            if values.dtype.kind == "f":
+                values = values[~np.isnan(values)]
+            if values.size:
+                most_here = int(values.max())
                 old = maxima[name]
-                maxima[name] = int(exact.max()) if old is None else max(old, int(exact.max()))
-                continue
-            column = rows.column(index)
-            if None not in column:
-                values = column
-            elif column.count(None) == len(column):  # (a column no row fills: one scan)
-                continue
-            else:
-                values = [v for v in column if v is not None]
-            if values:
-                old = maxima[name]
-                maxima[name] = max(values) if old is None else max(old, *values)
+                maxima[name] = most_here if old is None else max(old, most_here)
         held = self._held_back
         sums = None
         step_ms_column = rows.array(_INDEX["step_ms"]).astype(float, copy=False)
@@ -503,12 +361,8 @@ class StepColumns:
             self._parts = None
             return
         for name, index, is_float in self._wanted:
-            exact = rows.exact.get(index)
-            if exact is not None:
-                self._parts[name].append(exact[start::every].copy())
-            else:  # (its dtype from the rows written only, as pandas reads the file)
-                self._parts[name].append(_column_array(rows.column(index)[start::every],
-                                                       count, is_float))
+            # (its dtype from the rows written only, as pandas reads the file)
+            self._parts[name].append(_as_read(rows.array(index)[start::every].copy(), is_float))
         self.num_rows += count
 
     def columns(self) -> Columns | None:
@@ -537,15 +391,8 @@ class StepWriter:
         self.kept = keep
         self.totals = StepTotals()
         self.rows_written = 0
-        self._partial = self.path  # (the working folder is what is renamed when whole)
-        # (past the page cache where it can: a long simulation's steps.csv is GBs)
-        fd = os.open(self._partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-        try:
-            self._file: DirectFile | None = DirectFile(fd)
-        except BaseException:
-            self._partial.unlink(missing_ok=True)
-            raise
-        self._file.write((",".join(COLUMNS) + "\n").encode())  # what csv.writer writes
+        self._file: IO[bytes] | None = self.path.open("wb")
+        self._file.write((",".join(COLUMNS) + "\n").encode())
         # Rows not expanded yet: single rows (with their places among them) and runs.
         self._pending: list[tuple] = []
         self._pending_at = array("q")
@@ -622,36 +469,26 @@ class StepWriter:
             self._ready_on_disk = False
 
     def _write_batch(self, rows: StepRows) -> None:
-        # The kept columns first: the batch counts as written once its text is, so nothing
-        # may stand between the write and the caller's marking it (a Ctrl-C there would
-        # write it again at `close`).
+        # The text first and the kept columns just before the write: the batch counts as
+        # written once its text is, so as little as can may stand between the two (a Ctrl-C
+        # there would keep it again at `close`).
         first = -self.totals.steps % self.every  # the first of these rows that is an Nth
+        text = rows.text(first, self.every)
         if self.kept is not None:
             self.kept.add(rows, first, self.every)
-        if self.every == 1:
-            text = rows.lines()
-            if text is None:
-                # None is an empty cell, as pandas writes a missing value.
-                text = csv_lines(rows.tuples(), _lines,
-                                 sum(rows.column(i).count(None) for i in _OPTIONAL))
-            self.rows_written += len(rows)
-        else:
-            written = rows.tuples()[first :: self.every]
-            text = csv_lines(written, _lines)
-            self.rows_written += len(written)
         self._file.write(text)
-        self._file.flush()  # (a killed run's partial file: its rows but the last few KB)
+        self._file.flush()  # (a killed run's file: every batch written so far)
+        self.rows_written += len(range(first, len(rows), self.every))
 
     def close(self) -> StepTotals:
         if self._file is not None:
             try:
                 self._flush(last=True)
             except BaseException:
-                self._file.discard()  # (the partial file keeps what was written)
+                self._file.close()  # (the file keeps what was written)
                 self._file = None
                 raise
             self._file.close()
             self._file = None
-            os.replace(self._partial, self.path)
         self.totals.finish()
         return self.totals

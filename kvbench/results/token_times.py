@@ -1,65 +1,28 @@
-"""`tokens.jsonl`: every output token's time, one line per sample of a request.
+"""The run's per-token times: `tokens.parquet` (one row per sample of a request:
+`request_id`, `sample`, `token_times_s`, a list of seconds on the run's clock), or
+`tokens.jsonl` in a folder written before it (one JSON object a line, the same fields).
 
 Kept so that per-request inter-token latencies (vLLM's `itls`, `std_itl_ms`) can be rebuilt
-from a results folder. One JSON object a line:
-`{"request_id": 3, "sample": 0, "token_times_s": [0.512301, 0.530112, ...]}`, times on the
-run's clock (the clock of `requests.csv`'s `arrival_s`), rounded to the microsecond.
-See results/README.md.
-
-A 10,000-request simulation holds ~4M token times: formatting or parsing them one Python float
-at a time costs about a second each way. Both directions therefore work on whole
-numpy arrays of integer microseconds. The text is exactly what `json.dumps` writes for
-`round(t, 6)` (a value with at most 15 significant digits prints as its own decimal digits);
-values outside the plain `123.456` form (negative, NaN, below 1e-4 s, which Python writes as
-`1e-05`, or beyond 1e9 s) go through `json` itself. A run writes its file from the engine's
-step ends, each formatted once (`kvbench.results.token_file`, through `value_text`); this
-module formats and reads files back.
+from a results folder. See results/README.md.
 """
 
 from __future__ import annotations
 
-import io
-import json
-import re
-from collections.abc import Iterable
 from collections.abc import Sequence as Seq
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import pyarrow as pa
 
-from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
 from kvbench.results.weighted import WeightedValues
 
-TOKENS_FILE = "tokens.jsonl"
-
-_US_PER_S = 1_000_000
-# Integer microseconds printed by the array path: 1e-4 s (below it `repr` switches to an
-# exponent) up to 1e9 s (15 digits: `repr` of the nearest double is those digits). 0 prints as
-# "0.0".
-_MIN_US, _MAX_US = 100, 10**15
-
-
-def token_time_lines(requests: Iterable[Request],
-                     sequences: dict[int, list[Sequence]]) -> list[str]:
-    """One compact JSON line per sample of each request, in request order; each line is
-    `json.dumps` of the sample's times rounded with `round(t, 6)` (separators `,` and `:`)."""
-    return token_times_file(requests, sequences)[0]
-
-
-def token_times_file(requests: Iterable[Request], sequences: dict[int, list[Sequence]],
-                     ) -> tuple[list[str], TokenTimes]:
-    """`token_time_lines`, and exactly what `read_token_arrays` gives for the file they make
-    (each time is `round(t, 6)`): a session hands the arrays to its report instead of
-    parsing the file back. A run writes the file itself with
-    `kvbench.results.token_file.write_token_file`, which this reads into memory."""
-    from kvbench.results.token_file import write_token_file  # (it imports this module)
-
-    buffer = io.BytesIO()
-    written = write_token_file(buffer, requests, sequences)
-    return buffer.getvalue().decode("utf-8").splitlines(), written.times
+TOKENS_FILE = "tokens.parquet"
+JSONL_TOKENS_FILE = "tokens.jsonl"  # what folders written before tokens.parquet hold
+TOKENS_SCHEMA = pa.schema([("request_id", pa.int64()), ("sample", pa.int64()),
+                           ("token_times_s", pa.list_(pa.float64()))])
 
 
 def token_time_series(seqs: Seq[Sequence]) -> list[np.ndarray]:
@@ -86,119 +49,6 @@ def token_time_series(seqs: Seq[Sequence]) -> list[np.ndarray]:
     return out
 
 
-def value_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """Each value as `json.dumps(round(t, 6))` writes it, followed by a comma, end to end;
-    where each value's text starts (and the text's length last); and each value as
-    `round(t, 6)` (`us / 1e6` is that double; a value the array path does not print is
-    Python's own). The format is per value: `json.dumps` of a list is its values' texts
-    joined by commas, so a slice of this text is the list of those values."""
-    texts: list[bytes] = []
-    pos = [np.zeros(1, dtype=np.int64)]
-    parts: list[np.ndarray] = []
-    at = 0
-    for first in range(0, values.size, _CHUNK_VALUES):
-        text, ends, part = _chunk_text(values[first : first + _CHUNK_VALUES])
-        texts.append(text)
-        pos.append(ends + at)
-        parts.append(part)
-        at += len(text)
-    return (b"".join(texts), np.concatenate(pos),
-            np.concatenate(parts) if parts else np.empty(0))
-
-
-# Values formatted at once: the arrays of a batch stay in the CPU cache and in memory the
-# allocator reuses (a 4M-value array at once spends as long in page faults).
-_CHUNK_VALUES = 1 << 16
-
-
-def _chunk_text(values: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """`value_text` of a few values: the text, where each value's text ends (after its
-    comma) and the rounded values."""
-    us, plain = round_to_us(values)
-    rounded = us / _US_PER_S
-    text, comma_at = format_us_bytes(us)
-    ends = comma_at + 1
-    odd = np.flatnonzero(~plain)
-    if odd.size:  # a value the array path does not print (NaN, negative, < 1e-4, >= 1e9 s)
-        pieces: list[bytes] = []
-        lengths = np.diff(ends, prepend=0)
-        at = 0
-        for i in odd.tolist():
-            value = round(float(values[i]), 6)
-            rounded[i] = value
-            pieces += [text[at : ends[i - 1] if i else 0], json.dumps(value).encode(), b","]
-            lengths[i] = len(pieces[-2]) + 1
-            at = int(ends[i])
-        pieces.append(text[at:])
-        text, ends = b"".join(pieces), np.cumsum(lengths)
-    return text, ends, rounded
-
-
-def round_to_us(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(`round(t, 6)` in integer microseconds, whether the array path prints the value)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        scaled = seconds * _US_PER_S
-        us = np.rint(scaled)
-        # The product is rounded: a value whose exact scaled fraction may sit on .5 is rounded
-        # by Python itself (exact halves, round half to even), as the reference does.
-        near_half = np.abs(np.abs(scaled - us) - 0.5) <= 2 * np.spacing(np.abs(scaled))
-        plain = np.isfinite(scaled) & ~np.signbit(seconds)
-    for i in np.flatnonzero(near_half & plain):
-        us[i] = np.rint(round(float(seconds[i]), 6) * _US_PER_S)
-    plain &= (us == 0) | ((us >= _MIN_US) & (us < _MAX_US))
-    return np.where(plain, us, 0).astype(np.int64), plain
-
-
-def _words(tail: str, strip: str = "") -> np.ndarray:
-    """Each number 0..999 as three digits and `tail`, packed into one little-endian uint32 (4
-    characters); `strip` "leading" or "trailing" turns those zeros into NUL (a zero keeps
-    one "0"). NUL characters are dropped when the text is packed."""
-    words = np.zeros((1000, 4), dtype=np.uint8)
-    for n in range(1000):
-        text = f"{n:03d}"
-        if strip == "leading":
-            text = text.lstrip("0") or "0"
-        elif strip == "trailing":
-            text = text.rstrip("0") or "0"
-        chars = [ord(c) for c in text + tail]
-        words[n, : len(chars)] = chars
-    return words.view("<u4").ravel()
-
-
-_GROUP, _GROUP_LEADING = _words(""), _words("", "leading")  # 3 digits of the whole part
-_UNITS, _UNITS_LEADING = _words("."), _words(".", "leading")  # its last 3 digits and "."
-_MILLI, _MILLI_LAST = _words(""), _words(",", "trailing")  # first 3 decimals
-_MICRO_LAST = _words(",", "trailing")  # last 3 decimals, when not all zero
-_MICRO_LAST[0] = 0
-
-
-def format_us_bytes(us: np.ndarray) -> tuple[bytes, np.ndarray]:
-    """Every value as `repr(us / 1e6)` followed by a comma, concatenated (ASCII bytes), and
-    the index of each value's comma in the text."""
-    n = us.size
-    if n == 0:
-        return b"", np.empty(0, dtype=np.int64)
-    whole = us // _US_PER_S
-    frac = us - whole * _US_PER_S
-    groups = max(1, -(-len(str(int(whole.max()))) // 3))  # 3-digit groups of the whole part
-    # A row of 4-character words per value; NUL characters are dropped at the end.
-    rows = np.zeros((n, groups + 2), dtype="<u4")
-    for g in range(groups - 1):  # the whole part's groups above its last 3 digits
-        power = 1000 ** (groups - 1 - g)
-        part = (whole // power) % 1000
-        rows[:, g] = np.where(whole >= power * 1000, _GROUP[part],
-                              np.where(whole >= power, _GROUP_LEADING[part], 0))
-    units = whole % 1000
-    rows[:, groups - 1] = np.where(whole >= 1000, _UNITS[units], _UNITS_LEADING[units])
-    milli = frac // 1000
-    micro = frac - milli * 1000
-    rows[:, groups] = np.where(micro == 0, _MILLI_LAST[milli], _MILLI[milli])
-    rows[:, groups + 1] = _MICRO_LAST[micro]
-    chars = rows.view(np.uint8).reshape(-1)
-    packed = chars[chars != 0]
-    return packed.tobytes(), np.flatnonzero(packed == ord(","))
-
-
 class TokenSource(Protocol):
     """Where a `TokenTimes` made in memory gets its per-token arrays, and their compact forms
     (`kvbench.results.token_file`)."""
@@ -211,7 +61,7 @@ class TokenSource(Protocol):
 
 
 class TokenTimes:
-    """A `tokens.jsonl` read into arrays: sample i's times are
+    """A token file read into arrays: sample i's times are
     `times_s[starts[i]:starts[i + 1]]`, belonging to `request_ids[i]`, sample `samples[i]`.
 
     `times_s` is given, or made by `source` when first read: a run hands its report these
@@ -269,105 +119,45 @@ class TokenTimes:
         return f"TokenTimes({len(self.request_ids)} samples, {int(self.starts[-1])} times)"
 
 
-_LINE = re.compile(rb'\{"request_id":(-?\d+),"sample":(\d+),"token_times_s":\[([0-9.,]*)\]\}')
+def tokens_path(folder: Path) -> Path | None:
+    """The folder's token file (`tokens.parquet`, or an older folder's `tokens.jsonl`); None
+    when it has neither."""
+    for name in (TOKENS_FILE, JSONL_TOKENS_FILE):
+        if (path := Path(folder) / name).is_file():
+            return path
+    return None
 
 
 def read_token_arrays(folder: Path) -> TokenTimes | None:
-    """The folder's `tokens.jsonl` as arrays; None when the folder has no file (written by an
-    older kvbench). A file that is not valid raises KvbenchInputError naming the line."""
-    path = Path(folder) / TOKENS_FILE
-    if not path.is_file():
+    """The folder's token times as arrays; None when the folder has no token file (written
+    by an older kvbench). A file that cannot be read raises KvbenchInputError."""
+    path = tokens_path(folder)
+    if path is None:
         return None
-    try:  # bytes: the numbers go to numpy as they are, without decoding 40 MB and back
-        lines = path.read_bytes().splitlines()
-    except OSError as err:
+    try:
+        table = _read_table(path)
+    except (OSError, pa.ArrowException) as err:
         raise KvbenchInputError(f"cannot read {path}: {err}") from None
-    ids: list[int] = []
-    samples: list[int] = []
-    bodies: list[bytes] = []
-    numbers: list[int] = []  # each body's line in the file, for errors
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        match = _LINE.fullmatch(line)
-        if match is not None:  # the layout kvbench writes: its numbers are parsed below
-            ids.append(int(match[1]))
-            samples.append(int(match[2]))
-            bodies.append(match[3])
-            numbers.append(number)
-            continue
-        try:  # any other valid JSON line (spaces, other key order, exponents)
-            row = json.loads(line)
-            times = [float(t) for t in row["token_times_s"]]
-            ids.append(int(row["request_id"]))
-            samples.append(int(row.get("sample", 0)))
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise KvbenchInputError(f"cannot read {path} line {number}: {err}") from None
-        bodies.append(json.dumps(times, separators=(",", ":"))[1:-1].encode("ascii"))
-        numbers.append(number)
-    counts = np.array([body.count(b",") + 1 if body else 0 for body in bodies], dtype=np.int64)
-    parts: list[np.ndarray] = []
-    first = 0
-    while first < len(bodies):  # in batches of lines, as they are written
-        last, size = first, 0
-        while last < len(bodies) and size < _CHUNK_VALUES:
-            size += int(counts[last])
-            last += 1
-        parts.append(_parse_bodies(path, bodies[first:last], numbers[first:last], size))
-        first = last
-    times_s = np.concatenate(parts) if parts else np.empty(0)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    return TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
-                      starts, times_s)
+    times = table.column("token_times_s").combine_chunks()
+    if times.null_count:
+        raise KvbenchInputError(f"cannot read {path}: a row without token_times_s")
+    offsets = times.offsets.to_numpy()
+    samples = table.column("sample").fill_null(0)
+    return TokenTimes(table.column("request_id").to_numpy(), samples.to_numpy(),
+                      (offsets - offsets[0]).astype(np.int64),
+                      times.flatten().to_numpy(zero_copy_only=False))
 
 
-def _parse_bodies(path: Path, bodies: list[bytes], numbers: list[int],
-                  count: int) -> np.ndarray:
-    """The numbers of several lines' `token_times_s`, in order."""
-    parsed = _parse_decimals(b",".join(body for body in bodies if body), count)
-    if parsed is not None:
-        return parsed
-    arrays = [np.empty(0)]  # a number outside the plain form: json parses, naming a bad line
-    for body, number in zip(bodies, numbers, strict=True):
-        try:
-            arrays.append(np.asarray(json.loads(b"[" + body + b"]"), dtype=float))
-        except (ValueError, TypeError) as err:
-            raise KvbenchInputError(f"cannot read {path} line {number}: {err}") from None
-    return np.concatenate(arrays)
+def _read_table(path: Path) -> pa.Table:
+    if path.name == JSONL_TOKENS_FILE:
+        import pyarrow.json as pa_json  # (an older folder's file only)
 
+        return pa_json.read_json(path, pa_json.ReadOptions(block_size=1 << 26),
+                                 pa_json.ParseOptions(explicit_schema=TOKENS_SCHEMA,
+                                                      unexpected_field_behavior="ignore"))
+    import pyarrow.parquet as pq  # (only to read a folder back: a run writes, in token_file)
 
-def _parse_decimals(text: bytes, count: int) -> np.ndarray | None:
-    """Comma-separated `123.456` numbers (at most 6 decimals, as kvbench writes them) as
-    float64, each exactly what `float()` gives; None when any number has another form."""
-    if count == 0:
-        return np.empty(0)
-    raw = np.frombuffer(text, dtype=np.uint8)
-    digits = raw - ord("0")  # wraps around for ',' and '.'
-    commas = np.flatnonzero(raw == ord(","))
-    dots = np.flatnonzero(raw == ord("."))
-    if commas.size + 1 != count or dots.size != count:
-        return None
-    if np.count_nonzero(digits < 10) + commas.size + dots.size != raw.size:
-        return None
-    starts = np.concatenate([[0], commas + 1])
-    ends = np.concatenate([commas, [raw.size]])
-    whole_len, frac_len = dots - starts, ends - dots - 1
-    # One dot in each number (dots are sorted, so each lies in its own number), 1-9 digits
-    # before it, no leading zero (JSON has none), 1-6 after it.
-    if (whole_len.min() < 1 or whole_len.max() > 9 or frac_len.min() < 1
-            or frac_len.max() > 6 or np.any((whole_len > 1) & (digits[starts] == 0))):
-        return None
-    us = np.zeros(count, dtype=np.int64)
-    for j in range(1, int(whole_len.max()) + 1):  # the whole part, units digit first
-        has = whole_len >= j
-        us += np.where(has, digits[np.maximum(dots - j, 0)], 0).astype(np.int64) \
-            * (_US_PER_S * 10 ** (j - 1))
-    for j in range(1, int(frac_len.max()) + 1):
-        has = frac_len >= j
-        us += np.where(has, digits[np.minimum(dots + j, raw.size - 1)], 0).astype(np.int64) \
-            * 10 ** (6 - j)
-    # An integer below 2**53 divided by 1e6 is the double nearest the decimal: float()'s value.
-    return us / _US_PER_S
+    return pq.read_table(path, schema=TOKENS_SCHEMA)
 
 
 def read_token_times(folder: Path) -> dict[int, list[list[float]]] | None:
@@ -401,6 +191,6 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return gaps[keep]
 
 
-__all__ = ["TOKENS_FILE", "TokenSource", "TokenTimes", "pooled_gaps_s", "token_time_series",
-           "read_token_arrays", "read_token_times", "token_gaps_s", "token_time_lines",
-           "token_times_file", "format_us_bytes", "round_to_us", "value_text"]
+__all__ = ["JSONL_TOKENS_FILE", "TOKENS_FILE", "TOKENS_SCHEMA", "TokenSource", "TokenTimes",
+           "pooled_gaps_s", "read_token_arrays", "read_token_times", "token_gaps_s",
+           "token_time_series", "tokens_path"]

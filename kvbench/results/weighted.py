@@ -1,16 +1,12 @@
 """`WeightedValues`: a multiset of floats held as values with counts, and the statistics of
 `metrics.latency_stats` over it without expanding it.
 
-A run's inter-token latencies are hundreds of millions of gaps at a million requests, but
-nearly all are differences of consecutive step ends, each shared by every sequence that
-decoded in both steps: the multiset is a few million (value, count) pairs
-(`kvbench.results.token_file`). Its percentiles are numpy's (`np.percentile`, method
-"linear") to the bit: the two order statistics each needs are found by the counts' running
-sum, and interpolated with numpy's own formula (`_lerp` in numpy/lib/_function_base_impl.py:
-a + (b - a) * t, or b - (b - a) * (1 - t) from t = 0.5, the same float operations as numpy
-does them); `tests/results/test_weighted.py` checks them against `np.percentile` of the
-expanded array. The mean sums the products (within 1e-12 of the expanded array's mean: the
-order of the sum differs).
+A long run's inter-token latencies are hundreds of millions of gaps, but nearly all are
+differences of consecutive step ends, each shared by every sequence that decoded in both
+steps: a few million (value, count) pairs (`kvbench.results.token_file`). The percentiles are
+numpy's linear ones: the two order statistics each needs are found by the counts' running
+sum and interpolated as `np.percentile` does (`tests/results/test_weighted.py` checks them
+against it on the expanded array).
 """
 
 from __future__ import annotations
@@ -68,19 +64,16 @@ class WeightedValues:
 def _percentile(values: np.ndarray, running: np.ndarray, n: int, q: float) -> float:
     """numpy's linear percentile `q` of the sorted multiset (`values` ascending, `running`
     the running sum of their counts, `n` in all)."""
-    virtual = (n - 1) * q  # numpy: (n - 1) * quantiles, a float64 like this product
-    if virtual >= n - 1:  # numpy takes the last element for both neighbours
-        below = above = float(values[-1])
-        gamma = virtual + 1  # numpy's gamma against its index -1
-    else:
-        previous = math.floor(virtual)
-        below, above = (float(v) for v in values[np.searchsorted(
-            running, [previous, previous + 1], side="right")])
-        gamma = virtual - previous
+    virtual = (n - 1) * q
+    if virtual >= n - 1:
+        return float(values[-1])
+    previous = math.floor(virtual)
+    below, above = (float(v) for v in values[np.searchsorted(
+        running, [previous, previous + 1], side="right")])
+    gamma = virtual - previous
+    # (numpy's interpolation, the same float operations: exact at both ends)
     diff = above - below
-    if gamma >= 0.5:
-        return above - diff * (1 - gamma)
-    return below + diff * gamma
+    return above - diff * (1 - gamma) if gamma >= 0.5 else below + diff * gamma
 
 
 __all__ = ["WeightedValues"]

@@ -35,7 +35,7 @@ from kvbench.execution.threads import thread_settings
 from kvbench.report.runs import CHART_STEP_COLUMNS
 from kvbench.results.columns import Columns
 from kvbench.results.files import (  # (atomic_write_text: tests fake a full disk through it)
-    atomic_direct_file,
+    atomic_file,
     atomic_write_text,  # noqa: F401
     write_json,
 )
@@ -86,7 +86,7 @@ class RunOutcome:
     summary: Summary  # as written to kvbench_summary.json
     config: dict[str, Any]  # as written to config.json
     requests: Columns  # as written to requests.csv
-    # What the folder's tokens.jsonl reads back as, when the caller asked to keep it
+    # What the folder's token file reads back as, when the caller asked to keep it
     # (`run_one(keep_for_report=True)`): the session's report then does not parse it again.
     token_times: TokenTimes | None = dataclasses.field(default=None, repr=False,
                                                         compare=False)
@@ -413,11 +413,11 @@ def _write_results(
         # written to the partial file.
         table = request_writer.table(added, sequences)
         requests = table.columns_table()
-        with atomic_direct_file(folder / "requests.csv") as handle:
+        with atomic_file(folder / "requests.csv") as handle:
             table.write_csv(handle)  # (bytes: ASCII)
         del table
         request_writer.close()
-        with atomic_direct_file(folder / TOKENS_FILE) as handle:  # a long run's is GBs
+        with atomic_file(folder / TOKENS_FILE) as handle:
             written = write_token_file(handle, added, sequences)
         # Its ITLs are the summary's: the file holds every sample the engine ran (warm-up's
         # were forgotten at its reset), as gaps with counts.

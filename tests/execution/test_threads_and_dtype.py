@@ -13,6 +13,7 @@ import torch
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.device import resolve_dtype
 from kvbench.execution.threads import (
+    default_no_arrow_thread,
     default_one_blas_thread,
     default_passive_wait_policy,
     thread_settings,
@@ -38,6 +39,15 @@ def test_one_blas_thread_is_the_default_and_a_users_count_is_kept():
     env = {"OPENBLAS_NUM_THREADS": "4"}
     assert default_one_blas_thread(env) is False
     assert env == {"OPENBLAS_NUM_THREADS": "4"}
+
+
+def test_no_arrow_allocator_thread_is_the_default_and_a_users_setting_is_kept():
+    env: dict[str, str] = {}
+    assert default_no_arrow_thread(env) is True
+    assert env == {"JE_ARROW_MALLOC_CONF": "background_thread:false"}
+    env = {"JE_ARROW_MALLOC_CONF": "narenas:2"}
+    assert default_no_arrow_thread(env) is False
+    assert env == {"JE_ARROW_MALLOC_CONF": "narenas:2"}
 
 
 def test_no_blas_thread_setting_once_numpy_is_loaded(monkeypatch):

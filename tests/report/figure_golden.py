@@ -48,8 +48,9 @@ def _copy(dest: Path, strategies: tuple[str, ...] | None = None) -> Path:
 
 
 def _without_token_times(folder: Path) -> Path:
-    for path in folder.rglob("tokens.jsonl"):
-        path.unlink()
+    for name in ("tokens.parquet", "tokens.jsonl"):
+        for path in folder.rglob(name):
+            path.unlink()
     return folder
 
 

@@ -67,7 +67,7 @@ def test_report_sections_and_header(comparison, tmp_path):
                 "throughput-time", "step-time", "memory", "timelines", "memory-time", "prefix"):
         assert f"<section id='{key}'>" in html, key
     charts = re.findall(r"data-chart='([\w-]+)'", html)
-    # Every run writes tokens.jsonl, so the ITL CDF is there.
+    # Every run writes its token times, so the ITL CDF is there.
     assert charts == ["throughput", "latency", "ttft-split", "itl", "throughput-time",
                       "step-time", "memory", "timelines", "memory-time", "prefix"]
     assert "single run — differences below noise are not significant" in html
@@ -173,11 +173,11 @@ def test_a_repeated_comparison_loads_as_one_group(tmp_path):
 
 
 def test_a_session_report_takes_the_token_times_from_memory(tmp_path, monkeypatch):
-    """The report written at the end of a run does not parse the tokens.jsonl the run has just
+    """The report written at the end of a run does not read the token file the run has just
     written; `kvbench report FOLDER` reads the file and draws the same charts."""
 
     def no_file_reads(folder):
-        raise AssertionError(f"tokens.jsonl of {folder} read back by the session's report")
+        raise AssertionError(f"the token file of {folder} read back by the session's report")
 
     monkeypatch.setattr("kvbench.report.runs.read_token_times", no_file_reads)
     assert main(["simulate", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--workload",

@@ -22,7 +22,7 @@ from kvbench.report.token_times import (
 )
 from kvbench.report.writer import write_report
 from kvbench.results.repeat import repeat_summary
-from kvbench.results.token_times import TokenTimes
+from kvbench.results.token_times import TOKENS_FILE, TokenTimes
 
 
 def _trace(fig, name):
@@ -51,15 +51,15 @@ def test_step_time_line_is_the_median_of_decode_steps_per_batch_size(comparison)
     assert list(line["y"]) == pytest.approx(list(expected))
 
 
-@pytest.mark.parametrize("token_times", [True, False], ids=["tokens.jsonl", "steps.csv"])
+@pytest.mark.parametrize("token_times", [True, False], ids=[TOKENS_FILE, "steps.csv"])
 def test_throughput_over_time_counts_every_output_token(comparison, tmp_path, token_times):
     if not token_times:  # a folder written before runs kept token times
         comparison = shutil.copytree(comparison, tmp_path / "old")
-        for path in comparison.rglob("tokens.jsonl"):
+        for path in comparison.rglob(TOKENS_FILE):
             path.unlink()
     runset = load_runs([comparison])
     fig, source = step_charts.throughput_timeline_figure(runset, run_styles(runset))
-    assert source == ("tokens.jsonl" if token_times else "steps.csv")
+    assert source == (TOKENS_FILE if token_times else "steps.csv")
     for run in runset.runs:
         line = _trace(fig, run.name)
         width = line["x"][1] - line["x"][0]
@@ -77,7 +77,9 @@ def test_ttft_split_adds_up_to_the_mean_ttft(comparison):
 
 
 def _with_token_times(comparison: Path, dest: Path) -> Path:
+    """A copy of a run folder with an older kvbench's tokens.jsonl for its token file."""
     shutil.copytree(comparison / "paged", dest)
+    (dest / TOKENS_FILE).unlink()
     lines = [{"request_id": 0, "sample": 0, "token_times_s": [0.5, 0.52, 0.55]},
              {"request_id": 1, "sample": 0, "token_times_s": [0.6, 0.7]},
              {"request_id": 2, "sample": 0, "token_times_s": [0.9]}]
@@ -93,7 +95,7 @@ def test_itl_cdf_from_token_times(comparison, tmp_path):
     assert list(fig.data[0]["x"]) == pytest.approx([20.0, 30.0, 100.0])
     assert list(fig.data[0]["y"]) == pytest.approx([1 / 3, 2 / 3, 1.0])
     html = write_report([folder], tmp_path / "r.html").read_text()
-    assert "<section id='itl'>" in html and "from tokens.jsonl" in html
+    assert "<section id='itl'>" in html and f"from {TOKENS_FILE}" in html
     (folder / "tokens.jsonl").write_text("not json\n")  # damaged: chart left out, report fine
     assert charts.itl_cdf_figure(load_runs([folder]), run_styles(runset)) is None
 
@@ -101,6 +103,7 @@ def test_itl_cdf_from_token_times(comparison, tmp_path):
 def test_itl_cdf_of_a_long_run_plots_exact_quantiles_from_one_read(comparison, tmp_path,
                                                                     monkeypatch):
     folder = shutil.copytree(comparison / "paged", tmp_path / "paged")
+    (folder / TOKENS_FILE).unlink()  # an older kvbench's tokens.jsonl instead
     rng = np.random.default_rng(0)
     samples = [np.round(np.cumsum(rng.exponential(0.03, int(n))), 6)
                for n in rng.integers(1, 400, 60)]

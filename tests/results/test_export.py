@@ -6,9 +6,11 @@ import json
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from kvbench.cli import main
+from kvbench.results.token_times import TOKENS_FILE
 from kvbench.session.run_options import RunOptions
 from kvbench.session.session import plan_session, run_session
 
@@ -64,7 +66,7 @@ def test_vllm_bench_export_matches_summary(comparison, tmp_path, capsys):
     assert got["ttft_mean_from_list_ms"] == pytest.approx(lat["ttft"]["mean"])
     assert got["mean_tpot_ms"] == pytest.approx(lat["tpot"]["mean"])
     assert got["median_e2el_ms"] == pytest.approx(lat["e2e"]["p50"])
-    # ITL rebuilt from tokens.jsonl (times kept to the microsecond)
+    # ITL rebuilt from the token file
     assert got["mean_itl_ms"] == pytest.approx(lat["itl"]["mean"], abs=1e-3)
     assert np.mean(got["itl_from_lists_ms"]) == pytest.approx(lat["itl"]["mean"], abs=1e-3)
     assert np.max(got["itl_from_lists_ms"]) == pytest.approx(lat["itl"]["max"], abs=1e-3)
@@ -107,8 +109,7 @@ def test_vllm_export_of_a_comparison_folder_names_its_runs(comparison, capsys):
 
 def test_tokens_file_holds_every_output_token(comparison):
     frame = pd.read_csv(comparison / "paged" / "requests.csv")
-    lines = (comparison / "paged" / "tokens.jsonl").read_text().splitlines()
-    rows = [json.loads(line) for line in lines]
+    rows = pq.read_table(comparison / "paged" / TOKENS_FILE).to_pylist()
     assert [r["request_id"] for r in rows] == list(frame["request_id"])
     assert [len(r["token_times_s"]) for r in rows] == list(frame["output_tokens"])
     first = {r["request_id"]: r["token_times_s"][0] for r in rows}
@@ -119,7 +120,7 @@ def test_tokens_file_holds_every_output_token(comparison):
 def test_an_older_folder_with_summary_json_still_reads(comparison, tmp_path, capsys):
     old = tmp_path / "old"
     old.mkdir()
-    for name in ("config.json", "requests.csv", "tokens.jsonl"):
+    for name in ("config.json", "requests.csv", TOKENS_FILE):
         (old / name).write_bytes((comparison / "paged" / name).read_bytes())
     (old / "summary.json").write_bytes((comparison / "paged" / "kvbench_summary.json")
                                        .read_bytes())

@@ -13,10 +13,14 @@ from kvbench.results.metrics import (
     goodput,
     inter_token_latencies_ms,
     latency_stats,
-    request_rows,
     throughput,
 )
+from kvbench.results.request_table import RequestTable
 from tests.results.memory_reference import memory_summary
+
+
+def request_rows(requests: list[Request], samples: dict) -> pd.DataFrame:
+    return RequestTable.build(requests, samples).frame()
 
 
 def finished(request: Request, admitted: float, times: list[float]) -> Sequence:

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvbench.results.columns import Columns
-from kvbench.results.metrics import REQUEST_COLUMNS, goodput, per_request, throughput
+from kvbench.results.metrics import goodput, per_request, throughput
+from kvbench.results.request_table import REQUEST_COLUMNS
 
 
 def _reference_per_request(frame: pd.DataFrame) -> pd.DataFrame:

@@ -1,10 +1,10 @@
-"""`request_columns` builds requests.csv's rows as columns: the values, the frame (dtypes
-too) and the bytes must be those of the dict rows `request_records` gives, whatever the
-samples hold (unstarted, one token, int times, NaN, samples out of order or missing)."""
+"""`RequestTable.build` builds requests.csv's rows from the run's sequences: each value must be
+the one results/README.md defines (vLLM's latency definitions, per sample), whatever the
+samples hold (unstarted, one token, int times, NaN, samples out of order or missing), and
+the file must read back with pandas as those values, in those dtypes."""
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import io
 import math
@@ -17,14 +17,7 @@ from hypothesis import strategies as st
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence, TokenCount
 from kvbench.results import request_table
-from kvbench.results.metrics import REQUEST_COLUMNS, request_frame, request_records, requests_csv
-from kvbench.results.request_table import (
-    RequestTable,
-    columns_frame,
-    csv_writer_lines,
-    request_columns,
-    requests_csv_bytes,
-)
+from kvbench.results.request_table import REQUEST_COLUMNS, RequestTable
 
 _time = (st.none() | st.floats(0, 1e4) | st.integers(0, 10**6)
          | st.sampled_from([0.1 + 0.2, 1e-5, 1e16 / 7, 2.5, math.nan, math.inf]))
@@ -56,69 +49,83 @@ def _run(draw):
     return requests, samples
 
 
-def _same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
-        return math.isnan(b)
-    return type(a) is type(b) and a == b
+def _ms(a, b):
+    return (b - a) * 1e3 if a is not None and b is not None else None
+
+
+def _expected_rows(requests, samples) -> list[dict]:
+    """One row per sample, as results/README.md defines its columns (None: missing)."""
+    rows = []
+    for request in requests:
+        seqs = samples.get(request.request_id, [])
+        by_index = {s.sample_index: s for s in seqs}
+        sent = seqs[0].request.arrival_s if seqs else None
+        for index in range(request.n):
+            seq = by_index.get(index)
+            admitted, first, finish = ((seq.admitted_s, seq.first_token_s, seq.finish_s)
+                                       if seq else (None, None, None))
+            generated = seq.num_generated if seq else 0
+            rows.append({
+                "request_id": request.request_id, "sample": index,
+                "arrival_s": request.arrival_s, "sent_s": sent,
+                "client_wait_ms": _ms(request.arrival_s, sent),
+                "prompt_len": request.prompt_len, "output_len": request.output_len,
+                "n": request.n, "admitted_s": admitted, "first_token_s": first,
+                "finish_s": finish, "queue_ms": _ms(sent, admitted),
+                "prefill_ms": _ms(admitted, first), "ttft_ms": _ms(sent, first),
+                "tpot_ms": ((finish - first) / (generated - 1) * 1e3
+                            if finish is not None and first is not None and generated > 1
+                            else None),
+                "e2e_ms": _ms(sent, finish),
+                "preemptions": seq.preemptions if seq else 0,
+                "cached_prompt_tokens": seq.cached_prompt_tokens if seq else 0,
+                "output_tokens": generated, "completed": finish is not None,
+            })
+    return rows
+
+
+def _same(ours, expected) -> bool:
+    if expected is None or (isinstance(expected, float) and math.isnan(expected)):
+        return isinstance(ours, float) and math.isnan(ours)
+    return ours == expected and (isinstance(expected, bool) == isinstance(ours, bool))
+
+
+def _check_values(frame: pd.DataFrame, rows: list[dict]) -> None:
+    assert list(frame.columns) == list(REQUEST_COLUMNS)
+    assert len(frame) == len(rows)
+    for name in REQUEST_COLUMNS:
+        values = frame[name].tolist()
+        expected = [row[name] for row in rows]
+        assert all(map(_same, values, expected)), (name, values, expected)
+    if rows:
+        ints = ("request_id", "sample", "prompt_len", "output_len", "n", "preemptions",
+                "cached_prompt_tokens", "output_tokens")
+        assert all(frame[name].dtype == np.int64 for name in ints)
+        assert frame["completed"].dtype == bool
+        assert all(frame[name].dtype == np.float64 for name in REQUEST_COLUMNS
+                   if name.endswith(("_s", "_ms")))
 
 
 @settings(max_examples=400, deadline=None)
 @given(_run(), st.integers(1, 4))
-def test_columns_frame_and_bytes_are_the_dict_rows(run, chunk):
+def test_rows_are_the_definitions_and_read_back_as_written(run, chunk):
     requests, samples = run
+    rows = _expected_rows(requests, samples)
+    table = RequestTable.build(requests, samples)
+    _check_values(table.frame(), rows)
     request_table._CHUNK_ROWS, saved = chunk, request_table._CHUNK_ROWS  # chunks of rows
     try:
-        _check(requests, samples)
+        written = io.BytesIO()
+        table.write_csv(written)
     finally:
         request_table._CHUNK_ROWS = saved
-
-
-def _check(requests, samples) -> None:
-    records = list(request_records(requests, samples))
-    columns = request_columns(requests, samples)
-    assert list(columns) == list(REQUEST_COLUMNS)
-    for name, values in columns.items():
-        expected = [row[name] for row in records]
-        assert len(values) == len(expected)
-        assert all(map(_same, values, expected)), (name, values, expected)
-    pd.testing.assert_frame_equal(columns_frame(columns), request_frame(records),
-                                  check_exact=True)
-    assert requests_csv_bytes(columns) == requests_csv(records).encode()
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows(row.values() for row in records)
-    assert csv_writer_lines(columns) == out.getvalue().encode()
-    # The table the runner builds: latencies kept as arrays until written.
-    table = RequestTable.build(requests, samples)
-    pd.testing.assert_frame_equal(table.frame(), request_frame(records), check_exact=True)
-    written = io.BytesIO()
-    table.write_csv(written)
-    assert written.getvalue() == requests_csv(records).encode()
-    assert table.csv_writer_lines() == out.getvalue().encode()
-    # Compact (numpy columns), where the values allow: the same rows, frame and bytes; and
-    # tables of parts, joined and put back in order, as the partial file's batches are.
-    compact = table.compact()
-    ints = all(type(row[c]) is int for row in records for c in ("request_id", "prompt_len"))
-    floats = all(type(row[c]) in (float, type(None)) for row in records
-                 for c in ("arrival_s", "sent_s", "admitted_s", "first_token_s", "finish_s"))
-    assert (compact is not None) == (ints and floats)
-    if compact is None:
-        return
-    _same_table(compact, records, out.getvalue())
+    back = pd.read_csv(io.BytesIO(written.getvalue()))
+    _check_values(back, rows)
+    # Tables of parts, joined and put back in order, as the partial file's batches are.
     half = len(requests) // 2
-    parts = [RequestTable.build(requests[half:], samples).compact(),
-             RequestTable.build(requests[:half], samples).compact()]
+    parts = [RequestTable.build(requests[half:], samples),
+             RequestTable.build(requests[:half], samples)]
     joined = RequestTable.concat(parts)
-    order = [i for i in range(joined.num_rows)]
     first = parts[0].num_rows
-    order = order[first:] + order[:first]  # the second part's rows come first
-    _same_table(joined.take(np.array(order, dtype=np.int64)), records, out.getvalue())
-
-
-def _same_table(table, records, csv_text) -> None:
-    assert all(map(_same, [v for c in table.lists().values() for v in c],
-                   [row[name] for name in REQUEST_COLUMNS for row in records]))
-    pd.testing.assert_frame_equal(table.frame(), request_frame(records), check_exact=True)
-    written = io.BytesIO()
-    table.write_csv(written)
-    assert written.getvalue() == requests_csv(records).encode()
-    assert table.csv_writer_lines() == csv_text.encode()
+    order = np.r_[np.arange(first, joined.num_rows), np.arange(first)]
+    _check_values(joined.take(order).frame(), rows)

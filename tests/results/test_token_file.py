@@ -1,18 +1,17 @@
-"""`write_token_file` formats each step end once and writes a sample's line as slices of
-that text: the file must be, byte for byte, `json.dumps` of each sample's times
-(`Sequence.token_times_s`, read one float at a time) rounded with `round(t, 6)`; the arrays
-it hands the report what reading the file gives; its ITLs, expanded, every gap the
-per-token arrays give. Here the samples share one engine's `StepTimes`, with ranges of
+"""`write_token_file` gathers each sample's times from ranges of the step ends: the file must
+hold, for each sample, its times (`Sequence.token_times_s`, read one float at a time), the
+very doubles; the arrays it hands the report what reading the file gives; its ITLs,
+expanded, every gap the per-token arrays give. Here the samples share one engine's `StepTimes`, with ranges of
 engine steps and of decode cohort steps, several per sample, as the engine records them."""
 
 from __future__ import annotations
 
 import io
-import json
 import math
 from array import array
 
 import numpy as np
+import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +20,7 @@ from kvbench.core.sequence import Sequence
 from kvbench.core.step_times import StepTimes
 from kvbench.report import charts
 from kvbench.report.token_times import sorted_inter_token_gaps_s
-from kvbench.results import token_file, token_times
+from kvbench.results import token_file
 from kvbench.results.metrics import inter_token_latencies_ms, latency_stats
 from kvbench.results.token_times import TOKENS_FILE, pooled_gaps_s, read_token_arrays
 
@@ -35,7 +34,7 @@ def _run(draw):
     steps = draw(st.integers(1, 40))
     increments = draw(st.lists(st.floats(1e-7, 5.0), min_size=steps, max_size=steps))
     ends = np.cumsum(increments)
-    if draw(st.booleans()):  # values the array path leaves to json: tiny, huge, exact halves
+    if draw(st.booleans()):  # tiny, huge, exact halves
         odd = draw(st.lists(st.sampled_from(ODD_ENDS), min_size=1, max_size=3))
         ends = np.sort(np.concatenate([ends, odd]))[: max(steps, len(odd))]
     log = StepTimes()
@@ -69,13 +68,16 @@ def _run(draw):
     return requests, sequences
 
 
-def _reference_lines(requests, sequences) -> bytes:
-    return b"".join(
-        json.dumps({"request_id": r.request_id, "sample": s.sample_index,
-                    "token_times_s": [round(t, 6) for t in s.token_times_s]},
-                   separators=(",", ":")).encode() + b"\n"
-        for r in requests for s in sorted(sequences.get(r.request_id, []),
-                                          key=lambda s: s.sample_index))
+def _expected(requests, sequences) -> list[tuple[int, int, list[float]]]:
+    """(request id, sample, times) of each row, in request order, samples in order."""
+    return [(r.request_id, s.sample_index, list(s.token_times_s))
+            for r in requests for s in sorted(sequences.get(r.request_id, []),
+                                              key=lambda s: s.sample_index)]
+
+
+def _rows(read) -> list[tuple[int, int, list[float]]]:
+    return list(zip(read.request_ids.tolist(), read.samples.tolist(),
+                    [t.tolist() for t in read.sample_times()], strict=True))
 
 
 @settings(max_examples=300, deadline=None)
@@ -83,20 +85,19 @@ def _reference_lines(requests, sequences) -> bytes:
 def test_the_file_arrays_and_itls_are_the_per_token_ones(tmp_path_factory, run, chunk):
     requests, sequences = run
     buffer = io.BytesIO()
-    saved = token_times._CHUNK_VALUES, token_file._CHUNK_TOKENS
-    # Values formatted and tokens gathered a few at a time.
-    token_times._CHUNK_VALUES = token_file._CHUNK_TOKENS = chunk
+    saved = token_file._CHUNK_TOKENS
+    token_file._CHUNK_TOKENS = chunk  # tokens gathered a few at a time
     try:
         written = token_file.write_token_file(buffer, requests, sequences)
         # What the report may read instead of every token (before `times_s` is gathered).
         counts, gaps = written.times.time_counts(), written.times.gaps_s()
         times_s = written.times.times_s
     finally:
-        token_times._CHUNK_VALUES, token_file._CHUNK_TOKENS = saved
-    assert buffer.getvalue() == _reference_lines(requests, sequences)
+        token_file._CHUNK_TOKENS = saved
     folder = tmp_path_factory.mktemp("tokens")
     (folder / TOKENS_FILE).write_bytes(buffer.getvalue())
     read = read_token_arrays(folder)
+    assert _rows(read) == _expected(requests, sequences)
     for field in ("request_ids", "samples", "starts"):
         np.testing.assert_array_equal(getattr(written.times, field), getattr(read, field))
     # The compact forms: the same multisets of doubles as every token's.
@@ -136,8 +137,9 @@ def test_a_sample_with_one_token_and_one_without_have_no_gaps():
     one.token_steps, one.step_times = [1, 2], log
     buffer = io.BytesIO()
     written = token_file.write_token_file(buffer, [request], {0: [none, one]})
-    assert buffer.getvalue() == (b'{"request_id":0,"sample":0,"token_times_s":[0.75]}\n'
-                                 b'{"request_id":0,"sample":1,"token_times_s":[]}\n')
+    assert pq.read_table(io.BytesIO(buffer.getvalue())).to_pylist() == [
+        {"request_id": 0, "sample": 0, "token_times_s": [0.75]},
+        {"request_id": 0, "sample": 1, "token_times_s": []}]
     assert len(written.itl_ms) == 0 and written.itl_ms.stats()["p50"] is None
     assert written.times.times_s.tolist() == [0.75]
     assert pooled_gaps_s(written.times.times_s, written.times.starts).size == 0

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from kvbench.cli import main
+from kvbench.results.token_times import TOKENS_FILE
 from kvbench.session.run_options import RunOptions
 from kvbench.session.session import plan_session, run_session
 
@@ -185,8 +187,7 @@ def test_export_keeps_vllm_invariants_per_request(exported):
              "queue_times", "generated_texts", "errors")
     assert all(len(result[k]) == result["num_prompts"] == frame["request_id"].nunique()
                for k in lists)  # requests.csv: a row per sample; the export: per request
-    tokens = [json.loads(line) for line in
-              (root / "paged" / "tokens.jsonl").read_text().splitlines()]
+    tokens = pq.read_table(root / "paged" / TOKENS_FILE).to_pylist()
     tokens_per_request = pd.Series([len(t["token_times_s"]) for t in tokens]).groupby(
         [t["request_id"] for t in tokens]).sum()
     assert result["output_lens"] == list(tokens_per_request)  # every sample's tokens
@@ -225,7 +226,7 @@ def test_send_times_are_start_times_and_the_wait_is_the_queue_time(exported, tmp
     root, _, _, _, _ = exported
     folder = tmp_path / "sent"
     folder.mkdir()
-    for name in ("kvbench_summary.json", "config.json", "tokens.jsonl"):
+    for name in ("kvbench_summary.json", "config.json", TOKENS_FILE):
         (folder / name).write_bytes((root / "paged" / name).read_bytes())
     frame = pd.read_csv(root / "paged" / "requests.csv")
     frame["sent_s"] = frame["arrival_s"] + 0.25 * frame["request_id"]

@@ -94,20 +94,20 @@ def test_a_full_disk_mid_run_keeps_what_was_written_and_exits_1(tmp_path, monkey
     real = kvbench.results.files.atomic_write_text
 
     def write(path, text):
-        if Path(path).name == "tokens.jsonl":
+        if Path(path).name == "tokens.parquet":
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, text)
 
-    real_streamed = kvbench.results.files.atomic_direct_file
+    real_streamed = kvbench.results.files.atomic_file
 
-    def streamed(path):  # tokens.jsonl is streamed to its file, not written at once
-        if Path(path).name == "tokens.jsonl":
+    def streamed(path):  # tokens.parquet is streamed to its file, not written at once
+        if Path(path).name == "tokens.parquet":
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real_streamed(path)
 
     monkeypatch.setattr(kvbench.results.files, "atomic_write_text", write)
     monkeypatch.setattr(kvbench.session.runner, "atomic_write_text", write)
-    monkeypatch.setattr(kvbench.session.runner, "atomic_direct_file", streamed)
+    monkeypatch.setattr(kvbench.session.runner, "atomic_file", streamed)
     code = main([*SIM, "--num-requests", "4", "--out", str(tmp_path)])
     assert code == 1
     err = capsys.readouterr().err
@@ -333,23 +333,23 @@ def test_a_disk_that_stays_full_leaves_every_unfinished_folder_named_so(tmp_path
     full = []
 
     def write(path, data):
-        if Path(path).name == "tokens.jsonl" and "prefix" in str(path):
+        if Path(path).name == "tokens.parquet" and "prefix" in str(path):
             full.append(path)
         if full:  # from then on the disk takes no new file
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, data)
 
-    real_streamed = kvbench.results.files.atomic_direct_file
+    real_streamed = kvbench.results.files.atomic_file
 
-    def streamed(path):  # tokens.jsonl is streamed to its file, not written at once
-        if Path(path).name == "tokens.jsonl" and "prefix" in str(path):
+    def streamed(path):  # tokens.parquet is streamed to its file, not written at once
+        if Path(path).name == "tokens.parquet" and "prefix" in str(path):
             full.append(path)
         if full:
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real_streamed(path)
 
     monkeypatch.setattr(kvbench.results.files, "atomic_write_bytes", write)
-    monkeypatch.setattr(kvbench.session.runner, "atomic_direct_file", streamed)
+    monkeypatch.setattr(kvbench.session.runner, "atomic_file", streamed)
     code = main([*SIM, "--num-requests", "4", "--strategy", "paged,prefix",
                  "--out", str(tmp_path)])
     assert code == 1

@@ -3,7 +3,7 @@
 Every registered strategy × batching policy × queue order is drawn (hypothesis), with
 workloads, arrival rates, closed loops, parallel sampling, `--steps-every` and KV budgets
 from roomy to so tight that sequences are preempted. Both replays of a scenario must write
-the same `requests.csv`, `steps.csv` and `tokens.jsonl` byte for byte and a
+the same `requests.csv`, `steps.csv` and `tokens.parquet` byte for byte and a
 `kvbench_summary.json` equal to 1e-9 relative (docs/simulator.md, Fast-forward). The strategy's books are
 recomputed from scratch at every step of the stepped replay and at the end of every run of
 the fast-forwarded one (`KVBENCH_CHECK_ACCOUNTING`).
@@ -28,7 +28,7 @@ from tests.scheduling.test_properties import SETTINGS
 
 MAX_MODEL_LEN = 64
 KV_BYTES_PER_TOKEN = 1024  # the tiny preset in bfloat16
-FILES = ("requests.csv", "steps.csv", "tokens.jsonl")
+FILES = ("requests.csv", "steps.csv", "tokens.parquet")
 
 
 @st.composite
