@@ -399,7 +399,7 @@ def _names_agree_with_summaries(root: Path) -> None:
 
 def test_a_full_disk_with_two_strategies_is_named_and_every_folder_says_so(
         small_disk, tmp_path, capsys):
-    disk = small_disk("48k")
+    disk = small_disk("40k")
     assert main([*SIM, "--num-requests", "40", "--strategy", "paged,prefix",
                  "--out", str(disk)]) == 1
     _one_error_line(capsys.readouterr().err)
