@@ -179,7 +179,7 @@ class RunOptions:
     defaults: str = _executor(
         "vllm: every option not given takes vLLM v1's default (prefix caching = --strategy "
         "prefix, chunked prefill, its --max-num-batched-tokens and --max-num-seqs, fp8 scale "
-        "1.0, one unmeasured request; README, Defaults that differ from vLLM's)",
+        "1.0, one unmeasured request; docs/cli.md, Defaults that differ from vLLM's)",
         choices=DEFAULTS_CHOICES)
     # `kvbench run` only
     device: str = _engine("auto, cpu, cuda, cuda:N", kinds=("run",),

@@ -129,7 +129,7 @@ def expand_runs(options: RunOptions) -> list[RunConfig]:
             for reserve in reserves:
                 runs.append(build_run_config({
                     **values, "strategy": strategy, "batching": batching, "reserve": reserve,
-                    # In a list, the scale is the fp8 runs' (README, CLI: contradictions).
+                    # In a list, the scale is the fp8 runs' (docs/cli.md, Contradictions).
                     "kv_scale": options.kv_scale if strategy in fp8_names else None,
                     "slo": dict(slo_ms),
                 }))
@@ -197,7 +197,7 @@ def check_distinct(runs: list[RunConfig]) -> None:
 
 
 def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[str]:
-    """One-line notes on options that the listed runs ignore (README, CLI: contradictions)."""
+    """One-line notes on options that the listed runs ignore (docs/cli.md, Contradictions)."""
 
     notes = []
     default_block = option_fields()["block_size"].default

@@ -1,7 +1,7 @@
 """`--defaults vllm`: the values vLLM v1 takes for the options a user did not give.
 
 Each value is what `vllm serve` (usage context OPENAI_API_SERVER) and `vllm bench serve`
-choose by default, from vLLM's sources (README, "Defaults that differ from vLLM's"):
+choose by default, from vLLM's sources (docs/cli.md, "Defaults that differ from vLLM's"):
 
 - `vllm/engine/arg_utils.py`, `EngineArgs`: chunked prefill and prefix caching on in V1 for
   generative models; `get_batch_defaults`: `max_num_batched_tokens` 2048 and `max_num_seqs`
