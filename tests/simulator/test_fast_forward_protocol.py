@@ -18,7 +18,7 @@ from kvbench.session.runner import prepare, run_one
 from kvbench.session.session import expand_runs
 from kvbench.strategies import STRATEGIES
 
-FILES = ("requests.csv", "steps.csv", "tokens.jsonl")
+FILES = ("requests.csv", "steps.csv", "tokens.parquet")
 
 # A strategy written against `CacheStrategy` alone: a slot per token, taken as it is computed.
 PER_TOKEN = '''
