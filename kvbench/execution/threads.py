@@ -2,10 +2,9 @@
 
 torch's CPU kernels run on an OpenMP pool whose idle threads, by default (GNU OpenMP's ACTIVE
 wait policy), spin between parallel regions. With `--cpu-threads 2` and another process busy
-on the second core, a spinning thread steals the time slice its peer needs, and a run measured
-on a 2-core machine fell from ~2,400 to 35-92 output tok/s; `OMP_WAIT_POLICY=PASSIVE` (idle
-threads sleep) gave ~2,050 in the same conditions. With one thread there is no pool
-and the policy changes nothing.
+on the second core, a spinning thread steals the time slice its peer needs, and a run loses
+most of its throughput; with `OMP_WAIT_POLICY=PASSIVE` (idle threads sleep) it keeps nearly
+all of it. With one thread there is no pool and the policy changes nothing.
 
 The OpenMP runtime reads OMP_WAIT_POLICY once, when torch loads it (`import torch`), so the
 default has to be in the environment before that: `kvbench/__init__.py` calls
@@ -14,7 +13,7 @@ When torch was imported first (a library user who imported torch before kvbench)
 can no longer change; `thread_settings()` records that it may not be in effect.
 
 numpy's bundled OpenBLAS starts a pool of one thread per core when numpy is imported, and the
-pool's start alone costs about 0.06 s of CPU on a 2-core machine (half of numpy's import). A
+pool's start alone is a large share of numpy's import. A
 simulation's only BLAS work is a few dot products per 65,536 steps (the KV groups' means),
 which a pool does not speed up, so `kvbench simulate` sets OPENBLAS_NUM_THREADS=1 before
 anything imports numpy (`default_one_blas_thread`), unless it is set or numpy is loaded
