@@ -8,7 +8,7 @@ Where the time goes, and what this module does about it, on any CPU:
   kernel: no `[Q, L]` score tensor), not the reference's padded batch;
 - a decode gathers sequences of similar length together (`decode_buckets`): one gather and
   one attention call a bucket, the keys padded to the bucket's longest, which at most doubles
-  a row's keys; one padded batch would cost batch x longest context;
+  the keys the bucket reads; one padded batch would cost batch x longest context;
 - an fp8 cache is gathered as bytes and decoded with integer operations (`fp8_to_float_div_256`:
   PyTorch converts float8 one element at a time), its scales applied to the query or the
   attention's scale and to the output instead of to every key and value (`_fp8_fold`).
@@ -178,16 +178,21 @@ def contiguous_attention(
 
 
 def decode_buckets(spans: list[int]) -> list[list[int]]:
-    """Rows grouped, longest first, so that padding each row to its group's longest span at
-    most doubles the keys it reads; with ragged (chat-like) lengths the groups cost about the
-    sum of the contexts, which is what the attention itself needs."""
+    """Rows grouped, longest first, so that padding each group's rows to its longest span at
+    most doubles the keys the group reads. One padded batch would cost batch x longest
+    context; with ragged (chat-like) lengths the groups cost at most twice the sum of the
+    contexts, which is what the attention itself needs, in few calls: a short row joins a
+    group of long ones while their keys outweigh its padding."""
     order = sorted(range(len(spans)), key=lambda i: -spans[i])
     buckets: list[list[int]] = []
+    keys = 0  # of the last bucket's rows
     for i in order:
-        if buckets and 2 * spans[i] >= spans[buckets[-1][0]]:
+        if buckets and (len(buckets[-1]) + 1) * spans[buckets[-1][0]] <= 2 * (keys + spans[i]):
             buckets[-1].append(i)
+            keys += spans[i]
         else:
             buckets.append([i])
+            keys = spans[i]
     return buckets
 
 
