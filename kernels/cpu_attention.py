@@ -9,6 +9,7 @@ Where the time goes, and what this module does about it, on any CPU:
 - a decode gathers sequences of similar length together (`decode_buckets`): one gather and
   one attention call a bucket, the keys padded to the bucket's longest, which at most doubles
   the keys the bucket reads; one padded batch would cost batch x longest context;
+- a step's layers share a decode's indices (`step_indices`): they read the same tables;
 - an fp8 cache is gathered as bytes and decoded with integer operations (`fp8_to_float_div_256`:
   PyTorch converts float8 one element at a time), its scales applied to the query or the
   attention's scale and to the output instead of to every key and value (`_fp8_fold`).
@@ -16,7 +17,10 @@ Where the time goes, and what this module does about it, on any CPU:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -230,48 +234,108 @@ def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=N
     return out.reshape(num_seqs, num_q_heads, vf.shape[-1]).to(q.dtype)
 
 
-# gather(rows, first, span) -> (k, v, key_pos): float32 K/V `[R, W, Hkv, D]` of sequences
-# `rows` (`[R]` long, None: all, in order) from about position `first[r]` (`[R]` long; None
-# without a window: 0) on, at least `span` positions each, with the position of each gathered
-# key (`[W]` shared by every row, or `[R, W]`); keys outside a row's `[first, seq_len)` are
-# masked, so a gather may read whole blocks around them.
-Gather = Callable[[torch.Tensor | None, torch.Tensor | None, int],
-                  tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+@dataclass(frozen=True)
+class _Bucket:
+    """One decode call's indices: `rows` of the batch (None: every row, in order), the
+    `index` of the cache rows (blocks or slots) to gather for them, `row_keys` gathered per
+    row of which the first `keys` are kept, and `valid` (`[R, keys]`, None: every key)."""
+
+    rows: torch.Tensor | None
+    index: torch.Tensor
+    row_keys: int
+    keys: int
+    valid: torch.Tensor | None
 
 
-def _bucketed_decode(q, seq_lens, gather: Gather, softmax_scale, sliding_window, softcap, sinks,
-                     head_dim_v, k_fold, v_fold) -> torch.Tensor:
-    """Decode in `decode_buckets`; a window caps each sequence's keys at W, so the cost grows
-    with W, not with the context."""
-    out_shape = (*q.shape[:-1], head_dim_v)
-    if q.shape[0] == 0:
-        return torch.empty(out_shape, dtype=q.dtype, device=q.device)
+# index_of(rows, first, span) -> (index, key_pos, row_keys, keys): the cache rows to gather
+# for sequences `rows` (`[R]` long, None: all) from about position `first[r]` (`[R]` long;
+# None without a window: 0) on, at least `span` positions each, with the position of each
+# kept key (`[keys]` shared by every row, or `[R, keys]`); keys outside a row's
+# `[first, seq_len)` are masked, so a gather may read whole blocks around them.
+IndexOf = Callable[[torch.Tensor | None, torch.Tensor | None, int],
+                   tuple[torch.Tensor, torch.Tensor, int, int]]
+
+
+def _plan(seq_lens: torch.Tensor, sliding_window: int | None,
+          index_of: IndexOf) -> list[_Bucket]:
+    """A decode's calls, one per `decode_buckets` bucket; a window caps each sequence's keys
+    at W, so the cost grows with W, not with the context."""
+    device = seq_lens.device
     lens = seq_lens.tolist()
     firsts = [first_visible(n, 1, sliding_window) for n in lens]
     spans = [max(n - f, 1) for n, f in zip(lens, firsts, strict=True)]
     buckets = decode_buckets(spans)
-
-    def attend(rows: list[int] | None) -> torch.Tensor:
-        chosen = range(len(lens)) if rows is None else rows
+    plan = []
+    for chosen in buckets:
+        rows = None if len(buckets) == 1 else torch.tensor(chosen, device=device)
+        if rows is None:
+            chosen = list(range(len(lens)))
         span = max(spans[i] for i in chosen)
-        index = None if rows is None else torch.tensor(rows, device=q.device)
         first = (None if sliding_window is None
-                 else torch.tensor([firsts[i] for i in chosen], device=q.device))
-        k, v, key_pos = gather(index, first, span)
+                 else torch.tensor([firsts[i] for i in chosen], device=device))
+        index, key_pos, row_keys, keys = index_of(rows, first, span)
         valid = None
-        if k.shape[1] != span or any(firsts[i] or spans[i] != span for i in chosen):
-            row_lens = seq_lens.long() if index is None else seq_lens.long()[index]
+        if keys != span or any(firsts[i] or spans[i] != span for i in chosen):
+            row_lens = seq_lens.long() if rows is None else seq_lens.long()[rows]
             valid = key_pos < row_lens[:, None]
             if first is not None:
                 valid &= key_pos >= first[:, None]
-        return _decode(q if index is None else q[index], k, v, valid, softmax_scale, softcap,
-                       sinks, k_fold, v_fold)
+        plan.append(_Bucket(rows, index, row_keys, keys, valid))
+    return plan
 
-    if len(buckets) == 1:
-        return attend(None)
-    out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
-    for rows in buckets:
-        out[torch.tensor(rows, device=q.device)] = attend(rows)
+
+_step = threading.local()
+
+
+@contextmanager
+def step_indices() -> Iterator[None]:
+    """Within it, the decodes over the same tables and lengths share their `_plan`: a step's
+    first layer builds it, the later layers find it (the host work of a decode is most of its
+    cost at small batches). Open one per step, around its forward, while no table changes."""
+    outer = getattr(_step, "plans", None)
+    _step.plans = {}
+    try:
+        yield
+    finally:
+        _step.plans = outer
+
+
+def _step_plan(tensors: tuple[torch.Tensor | None, ...], params: tuple,
+               build: Callable[[], list[_Bucket]]) -> list[_Bucket]:
+    """`build()`, or inside `step_indices` the plan an earlier layer built over the same
+    tensors (the same memory, shape and strides) and parameters."""
+    plans = getattr(_step, "plans", None)
+    if plans is None:
+        return build()
+    key = (*((None if t is None else (t.data_ptr(), tuple(t.shape), tuple(t.stride())))
+             for t in tensors), *params)
+    found = plans.get(key)
+    if found is None:
+        found = plans[key] = build()
+    return found
+
+
+def _run(q, plan: list[_Bucket], k_rows, v_rows, softmax_scale, softcap, sinks, head_dim_v,
+         k_fold, v_fold) -> torch.Tensor:
+    """Each bucket's K/V gathered from `k_rows`/`v_rows` at its index, as `[R, keys, Hkv, D]`,
+    and attended."""
+
+    def attend(bucket: _Bucket) -> torch.Tensor:
+        def by_row(gathered: torch.Tensor) -> torch.Tensor:
+            num_rows = q.shape[0] if bucket.rows is None else bucket.rows.shape[0]
+            return gathered.view(num_rows, bucket.row_keys,
+                                 *gathered.shape[-2:])[:, : bucket.keys]
+
+        k = by_row(_gather(k_rows, bucket.index))
+        v = by_row(_gather(v_rows, bucket.index))
+        return _decode(q if bucket.rows is None else q[bucket.rows], k, v, bucket.valid,
+                       softmax_scale, softcap, sinks, k_fold, v_fold)
+
+    if len(plan) == 1 and plan[0].rows is None:
+        return attend(plan[0])
+    out = torch.empty((*q.shape[:-1], head_dim_v), dtype=q.dtype, device=q.device)
+    for bucket in plan:
+        out[bucket.rows] = attend(bucket)
     return out
 
 
@@ -292,13 +356,15 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     """`reference.paged_decode_attention`, reading whole blocks (one index a block, not a
     token); with a window only the blocks holding positions inside it."""
+    if q.shape[0] == 0:
+        return q.new_empty((*q.shape[:-1], v_cache.shape[-1]))
     num_blocks = k_cache.shape[0] // block_size
     table_width = block_tables.shape[1]
     k_blocks, v_blocks = (cache[: num_blocks * block_size].view(num_blocks, block_size,
                                                                  *cache.shape[1:])
                           for cache in (k_cache, v_cache))
 
-    def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
+    def index_of(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
         tables = block_tables if rows is None else block_tables[rows]
         if first is None:  # every row from position 0: the table's first columns
             width = min(-(-span // block_size), table_width)
@@ -315,17 +381,12 @@ def paged_decode_attention(
             key_pos = (first_block[:, None] * block_size
                        + torch.arange(width * block_size, device=q.device)[None, :])
             keys = width * block_size
+        return blocks.long(), key_pos, width * block_size, keys
 
-        def by_row(gathered: torch.Tensor) -> torch.Tensor:
-            return gathered.view(tables.shape[0], width * block_size,
-                                 *gathered.shape[2:])[:, :keys]
-
-        blocks = blocks.long()
-        return by_row(_gather(k_blocks, blocks)), by_row(_gather(v_blocks, blocks)), key_pos
-
-    return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
-                            v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
-                            _fp8_fold(v_cache, v_scale))
+    plan = _step_plan((block_tables, seq_lens), ("paged", block_size, sliding_window),
+                      lambda: _plan(seq_lens, sliding_window, index_of))
+    return _run(q, plan, k_blocks, v_blocks, softmax_scale, softcap, sinks, v_cache.shape[-1],
+                _fp8_fold(k_cache, k_scale), _fp8_fold(v_cache, v_scale))
 
 
 def contiguous_decode_attention(
@@ -344,8 +405,10 @@ def contiguous_decode_attention(
     ring_lens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`reference.contiguous_decode_attention`, each bucket's K/V gathered by one index."""
+    if q.shape[0] == 0:
+        return q.new_empty((*q.shape[:-1], v_cache.shape[-1]))
 
-    def gather(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
+    def index_of(rows: torch.Tensor | None, first: torch.Tensor | None, span: int):
         row_starts = start_slots if rows is None else start_slots[rows]
         key_pos = torch.arange(span, device=q.device)
         if first is not None:  # a window: each row from its own first position
@@ -356,13 +419,9 @@ def contiguous_decode_attention(
             rings = (ring_lens if rows is None else ring_lens[rows]).long()[:, None]
             slots = row_starts.long()[:, None] + key_pos % rings
         # Padding positions may run past the arena's end; they are masked, so clamp the gather.
-        slots = slots.clamp(max=k_cache.shape[0] - 1).flatten()
+        return slots.clamp(max=k_cache.shape[0] - 1).flatten(), key_pos, span, span
 
-        def by_row(gathered: torch.Tensor) -> torch.Tensor:
-            return gathered.view(len(row_starts), span, *gathered.shape[1:])
-
-        return by_row(_gather(k_cache, slots)), by_row(_gather(v_cache, slots)), key_pos
-
-    return _bucketed_decode(q, seq_lens, gather, softmax_scale, sliding_window, softcap, sinks,
-                            v_cache.shape[-1], _fp8_fold(k_cache, k_scale),
-                            _fp8_fold(v_cache, v_scale))
+    plan = _step_plan((start_slots, seq_lens, ring_lens), ("contiguous", sliding_window),
+                      lambda: _plan(seq_lens, sliding_window, index_of))
+    return _run(q, plan, k_cache, v_cache, softmax_scale, softcap, sinks, v_cache.shape[-1],
+                _fp8_fold(k_cache, k_scale), _fp8_fold(v_cache, v_scale))
