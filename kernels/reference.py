@@ -64,7 +64,9 @@ def dequantize(cache_values: torch.Tensor, scale: Scale) -> torch.Tensor:
 
 
 def _as_cache(x: torch.Tensor, cache: torch.Tensor, scale: Scale) -> torch.Tensor:
-    return quantize_fp8(x, scale) if is_fp8(cache) else x.to(cache.dtype)
+    if is_fp8(cache):
+        return quantize_fp8(x, scale)
+    return x if x.dtype == cache.dtype else x.to(cache.dtype)
 
 
 def write_kv(
@@ -77,9 +79,9 @@ def write_kv(
     v_scale: Scale = None,
 ) -> None:
     """Scatter new tokens' K/V `[T, Hkv, D]` into their slots ("reshape and cache")."""
-    slots = slot_mapping.long()
-    k_cache[slots] = _as_cache(k, k_cache, k_scale)
-    v_cache[slots] = _as_cache(v, v_cache, v_scale)
+    slots = (slot_mapping.long(),)
+    k_cache.index_put_(slots, _as_cache(k, k_cache, k_scale))
+    v_cache.index_put_(slots, _as_cache(v, v_cache, v_scale))
 
 
 def write_latent(
@@ -87,7 +89,7 @@ def write_latent(
 ) -> None:
     """Scatter new tokens' latent-attention rows `[T, 1, latent + rope]` into their slots: one
     tensor, since the value is a view of it."""
-    cache[slot_mapping.long()] = _as_cache(row, cache, scale)
+    cache.index_put_((slot_mapping.long(),), _as_cache(row, cache, scale))
 
 
 def paged_slots(block_table: torch.Tensor, seq_len: int, block_size: int,
