@@ -228,7 +228,10 @@ def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=N
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         head_sinks = None if sinks is None else sinks.reshape(1, num_kv_heads, group, 1)
-        out = softmax_with_sinks(scores, head_sinks) @ vf
+        probs = softmax_with_sinks(scores, head_sinks)
+        if mask is not None:  # a sequence of no keys attends nothing, as SDPA's rows do
+            probs = probs.where(mask.any(-1, keepdim=True), 0.0)
+        out = probs @ vf
     if v_fold is not None:  # sum p (v f) = (sum p v) f
         out = out * v_fold
     return out.reshape(num_seqs, num_q_heads, vf.shape[-1]).to(q.dtype)

@@ -21,8 +21,8 @@ one per query head, that join each softmax's denominator and add no value, gpt-o
 Each call is one gather and one padded attention for the whole batch: every sequence's
 visible keys are gathered into `[S, L, Hkv, D]` (L: the most any sequence sees), its queries
 into `[S, Q, Hq, D]` (Q: the most new tokens any sequence has), and a mask keeps each query to
-its own causal (windowed) keys. A decode is the case Q = 1. All arithmetic is float32;
-outputs take `q`'s dtype.
+its own causal (windowed) keys; a query that sees no key gives zeros. A decode is the case
+Q = 1. All arithmetic is float32; outputs take `q`'s dtype.
 """
 
 from __future__ import annotations
@@ -169,7 +169,6 @@ def _attention(q, k_cache, v_cache, query_start_loc, seq_lens, slots_of: SlotsOf
     visible = in_sequence[:, None, :] & (key_pos[:, None, :] <= query_pos[:, :, None])
     if sliding_window is not None:
         visible &= key_pos[:, None, :] > query_pos[:, :, None] - sliding_window
-    visible |= ~is_query[:, :, None]  # padding queries see every key: no row without one
 
     # Query head h reads KV head h // group.
     scores = torch.einsum("sqhgd,slhd->shgql", qf, k) * softmax_scale  # [S, Hkv, G, Q, L]
@@ -177,7 +176,9 @@ def _attention(q, k_cache, v_cache, query_start_loc, seq_lens, slots_of: SlotsOf
         scores = softcap * torch.tanh(scores / softcap)
     scores = scores.masked_fill(~visible[:, None, None], float("-inf"))
     head_sinks = None if sinks is None else sinks.reshape(num_kv_heads, group, 1, 1)
-    probs = softmax_with_sinks(scores, head_sinks)
+    # A query that sees no key (a sequence of none, a padding query) attends nothing: zeros.
+    sees_a_key = visible.any(-1)[:, None, None, :, None]
+    probs = softmax_with_sinks(scores, head_sinks).where(sees_a_key, 0.0)
     attended = torch.einsum("shgql,slhd->sqhgd", probs, v)
     attended = attended.reshape(num_seqs, num_queries, num_q_heads, head_dim_v)
     out[q_rows[is_query]] = attended[is_query].to(q.dtype)

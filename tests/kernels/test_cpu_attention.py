@@ -201,3 +201,13 @@ def test_layers_of_a_step_share_indices_only_over_the_same_tables_and_variant():
         for _ in range(2):  # the second pass finds every plan the first built
             for call, want in zip(calls, alone, strict=True):
                 assert torch.equal(call(), want)
+
+
+@pytest.mark.parametrize("variant", ["plain", "softcap", "sinks"])
+@pytest.mark.parametrize("layout", ["paged", "contiguous"])
+def test_a_sequence_of_no_keys_gives_zeros(layout, variant):
+    b = Batch(10, [9, 0, 4], [1, 1, 1])
+    got = b.decode(cpu, layout, **VARIANTS[variant])
+    want = b.decode(ref, layout, **VARIANTS[variant])
+    assert torch.equal(want[1], torch.zeros_like(want[1]))
+    torch.testing.assert_close(got, want, **TOL)
