@@ -76,9 +76,10 @@ class TorchAttentionOps:
 
 class LatentAttentionOps:
     """Latent attention (MLA) on `decode_ops`' decode kernels, with prefill on the torch
-    backend's (`kvbench.kernels.cpu_attention`): the Triton decode reads the latent cache directly (one 576-wide row a token),
-    and no Triton prefill over the latent is built (an absorbed-form prefill would re-read
-    the whole latent prefix for every query token; vLLM prefills MLA decompressed)."""
+    backend's (`kvbench.kernels.cpu_attention`): the Triton decode reads the latent cache
+    directly (one 576-wide row a token), and no Triton prefill over the latent is built (an
+    absorbed-form prefill would re-read the whole latent prefix for every query token; vLLM
+    prefills MLA decompressed)."""
 
     def __init__(self, decode_ops: AttentionOps) -> None:
         self.name = decode_ops.name
