@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from . import reference
+from . import cpu_attention, reference
 from .attention_shape import AttentionShape
 from .reference import Scale
 
@@ -60,24 +60,26 @@ class AttentionOps(Protocol):
 
 
 class TorchAttentionOps:
-    """`kvbench.kernels.reference`: plain PyTorch, any device; the ground truth."""
+    """Plain PyTorch, any device: `kvbench.kernels.cpu_attention`'s attention (the reference's
+    results, faster) and the reference's KV writes."""
 
     name = "torch"
     write_kv = staticmethod(reference.write_kv)
-    paged_attention = staticmethod(reference.paged_attention)
-    contiguous_attention = staticmethod(reference.contiguous_attention)
-    paged_decode_attention = staticmethod(reference.paged_decode_attention)
-    contiguous_decode_attention = staticmethod(reference.contiguous_decode_attention)
+    paged_attention = staticmethod(cpu_attention.paged_attention)
+    contiguous_attention = staticmethod(cpu_attention.contiguous_attention)
+    paged_decode_attention = staticmethod(cpu_attention.paged_decode_attention)
+    contiguous_decode_attention = staticmethod(cpu_attention.contiguous_decode_attention)
 
     def precompile(self, shape: AttentionShape, device: torch.device) -> float:
         return 0.0  # nothing to compile
 
 
 class LatentAttentionOps:
-    """Latent attention (MLA) on `decode_ops`' decode kernels, with prefill on the PyTorch
-    reference: the Triton decode reads the latent cache directly (one 576-wide row a token),
-    and no Triton prefill over the latent is built (an absorbed-form prefill would re-read
-    the whole latent prefix for every query token; vLLM prefills MLA decompressed)."""
+    """Latent attention (MLA) on `decode_ops`' decode kernels, with prefill on the torch
+    backend's (`kvbench.kernels.cpu_attention`): the Triton decode reads the latent cache
+    directly (one 576-wide row a token), and no Triton prefill over the latent is built (an
+    absorbed-form prefill would re-read the whole latent prefix for every query token; vLLM
+    prefills MLA decompressed)."""
 
     def __init__(self, decode_ops: AttentionOps) -> None:
         self.name = decode_ops.name
@@ -89,13 +91,13 @@ class LatentAttentionOps:
     @staticmethod
     def paged_attention(*args: Any, max_query_len: int | None = None,
                         **kwargs: Any) -> torch.Tensor:
-        # max_query_len: a Triton launch's hint, which the reference does not need
-        return reference.paged_attention(*args, **kwargs)
+        # max_query_len: a Triton launch's hint, which PyTorch does not need
+        return cpu_attention.paged_attention(*args, **kwargs)
 
     @staticmethod
     def contiguous_attention(*args: Any, max_query_len: int | None = None,
                              **kwargs: Any) -> torch.Tensor:
-        return reference.contiguous_attention(*args, **kwargs)
+        return cpu_attention.contiguous_attention(*args, **kwargs)
 
     def precompile(self, shape: AttentionShape, device: torch.device) -> float:
         return self._decode_ops.precompile(shape, device)

@@ -1,6 +1,6 @@
 """Attention backend selection for ``--attention-backend auto|triton|torch``.
 
-``torch`` is `TorchAttentionOps` (`kvbench.kernels.reference`, runs anywhere); ``triton`` is
+``torch`` is `TorchAttentionOps` (`kvbench.kernels.cpu_attention`, runs anywhere); ``triton`` is
 `TritonAttentionOps` (`kvbench.kernels.triton_ops`: CUDA, or the CPU under
 ``TRITON_INTERPRET=1``). Both implement `kvbench.kernels.attention_ops.AttentionOps`; callers
 do ``ops = get_ops(resolve_backend(name, device))``. Nothing here imports triton at module

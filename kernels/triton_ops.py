@@ -560,7 +560,7 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
     if v_cache.shape[-1] != k_cache.shape[-1]:
         raise NotImplementedError(
             "the Triton prefill kernel does not implement latent attention (v_cache narrower "
-            "than k_cache); prefill through kvbench.kernels.reference")
+            "than k_cache); prefill through kvbench.kernels.cpu_attention")
     num_tokens, num_q_heads, head_dim = q.shape
     _check_cache(k_cache, v_cache, head_dim)
     _check_block("block_n", block_n)

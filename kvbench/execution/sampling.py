@@ -24,8 +24,7 @@ def sample_tokens(
     if temperature == 0:
         if logits.device.type == "cpu":
             # numpy's argmax (the first maximal index, as torch's) is vectorised over the
-            # row; torch's CPU reduction with indices is not, and a batch's rows over the
-            # vocabulary are a visible share of a small model's step.
+            # row; torch's CPU reduction with indices is not.
             return logits.numpy().argmax(axis=1).tolist()
         # max().indices: the same first maximal index as argmax, and faster.
         return logits.max(dim=-1).indices.tolist()

@@ -141,7 +141,7 @@ def _decode_indices(layout: KVLayout, arrays: BlockTableArrays,
                     seq_lens: np.ndarray) -> HostIndices:
     """`layout_indices` of a step of decodes only (one new token a sequence, at position
     seq_len - 1), in the fewest array operations: a step's host work runs with the caches
-    cold from the forward before it, where each operation costs several microseconds."""
+    cold from the forward before it, where each operation's fixed cost dominates."""
     arrays.apply(layout.table_log)
     rows = arrays.rows(layout.seq_ids)
     positions = seq_lens - 1

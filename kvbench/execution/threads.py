@@ -2,9 +2,9 @@
 
 torch's CPU kernels run on an OpenMP pool whose idle threads, by default (GNU OpenMP's ACTIVE
 wait policy), spin between parallel regions. With `--cpu-threads 2` and another process busy
-on the second core, a spinning thread steals the time slice its peer needs and the run's
-throughput collapses; with `OMP_WAIT_POLICY=PASSIVE` idle threads sleep and the run keeps
-most of its speed. With one thread there is no pool and the policy changes nothing.
+on the second core, a spinning thread steals the time slice its peer needs, and a run loses
+most of its throughput; with `OMP_WAIT_POLICY=PASSIVE` (idle threads sleep) it keeps nearly
+all of it. With one thread there is no pool and the policy changes nothing.
 
 The OpenMP runtime reads OMP_WAIT_POLICY once, when torch loads it (`import torch`), so the
 default has to be in the environment before that: `kvbench/__init__.py` calls

@@ -25,6 +25,7 @@ import math
 import pytest
 import torch
 
+from kvbench.kernels import cpu_attention
 from kvbench.kernels import reference as ref
 
 EPS = 2.0**-4  # e4m3 relative rounding error (normal range)
@@ -216,43 +217,17 @@ def test_write_kv_writes_of_one_shape_stay_apart():
         assert torch.equal(v_cache[slot : slot + 1].view(torch.uint8), v8.view(torch.uint8))
 
 
-@pytest.mark.parametrize("per_head", [False, True])
-def test_paged_decode_fp8_row_groups_give_the_one_bucket_result(per_head, monkeypatch):
-    """A large fp8 decode is attended in row groups (`FP8_GROUP_MAX_BYTES`) to keep its
-    dequantized K/V in cache: the same outputs, bit for bit, as one bucket of every row, over
-    equal lengths (one bucket) and ragged ones (length buckets, then groups)."""
-    block_size, num_kv_heads, group, head_dim = 16, 2, 4, 32
-    for seq_lens in ([64] * 9, [1, 17, 100, 48, 90, 33, 64, 7]):
-        q, _, _, k8, v8, ks, vs, tables = make_paged_case(
-            5, seq_lens, [1] * len(seq_lens), block_size, num_kv_heads, group, head_dim,
-            per_head)
-        c = head_dim**-0.5
-        lens = torch.tensor(seq_lens, dtype=torch.int32)
-        monkeypatch.setattr(ref, "FP8_GROUP_MAX_BYTES", 2**40)
-        whole = ref.paged_decode_attention(q, k8, v8, tables, lens, block_size, c, ks, vs)
-        key_bytes = num_kv_heads * 2 * head_dim * 4
-        monkeypatch.setattr(ref, "FP8_GROUP_MAX_BYTES", 2 * 64 * key_bytes)  # 2 rows of 64
-        firsts = [0] * len(seq_lens)
-        plan, _ = ref._group_plan(ref._decode_plan(seq_lens, firsts), seq_lens, firsts,
-                                  key_bytes)
-        assert plan is not None and len(plan) >= 3  # the case really is cut into groups
-        grouped = ref.paged_decode_attention(q, k8, v8, tables, lens, block_size, c, ks, vs)
-        assert torch.equal(grouped, whole)
-        deq = ref.paged_decode_attention(q, ref.dequantize(k8, ks), ref.dequantize(v8, vs),
-                                         tables, lens, block_size, c)
-        torch.testing.assert_close(grouped, deq, atol=FP32_SLACK, rtol=FP32_SLACK)
-
-
-def test_paged_decode_fp8_keeps_autograd_working():
-    """The V scale multiplies the attention's output in place only where autograd records
-    nothing: SDPA keeps that output for its backward."""
+@pytest.mark.parametrize("ops", [ref, cpu_attention], ids=["reference", "cpu_attention"])
+def test_paged_decode_fp8_keeps_autograd_working(ops):
+    """A decode over an fp8 cache has a gradient for its queries (the V scale must not be
+    applied in place to a tensor autograd keeps)."""
     gen = torch.Generator().manual_seed(6)
     q = torch.randn(2, 4, 8, generator=gen, requires_grad=True)
     k, v = torch.randn(64, 2, 8, generator=gen), torch.randn(64, 2, 8, generator=gen)
     ks, vs = per_tensor_scale(k), per_tensor_scale(v)
     tables = torch.arange(4, dtype=torch.int32).view(2, 2)
     lens = torch.tensor([20, 31])
-    out = ref.paged_decode_attention(q, ref.quantize_fp8(k, ks), ref.quantize_fp8(v, vs),
+    out = ops.paged_decode_attention(q, ref.quantize_fp8(k, ks), ref.quantize_fp8(v, vs),
                                      tables, lens, 16, 0.1, ks, vs)
     out.sum().backward()
     assert q.grad is not None and torch.isfinite(q.grad).all() and q.grad.abs().sum() > 0

@@ -1,6 +1,7 @@
 """Ring-addressed contiguous attention (`ring_lens`: a window group's ring under `contiguous`,
 position p of sequence i at `start_slots[i] + p % ring_lens[i]`), reference and Triton, against
-a naive per-query PyTorch loop over the logical positions.
+a naive per-query PyTorch loop over the logical positions; the torch backend's kernels
+(`cpu_attention`) too.
 
 The slots outside the rings hold NaN, so reading one poisons the output; the ring slots that
 hold no visible key (tokens that left the window, slots not yet written) hold large finite
@@ -18,6 +19,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # must precede the first import of triton
 
+from kvbench.kernels import cpu_attention  # noqa: E402
 from kvbench.kernels import reference as ref  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -98,29 +100,39 @@ def prefill_batch(seed: int = 1) -> RingBatch:
                      window=5)
 
 
-def test_reference_ring_decode_matches_the_naive_loop():
+TORCH_MODULES = pytest.mark.parametrize("ops", [ref, cpu_attention],
+                                        ids=["reference", "cpu_attention"])
+
+
+@TORCH_MODULES
+def test_reference_ring_decode_matches_the_naive_loop(ops):
     b = decode_batch()
     q = b.q
-    got = ref.contiguous_decode_attention(q, b.k_cache, b.v_cache, b.start_slots, b.seq_lens,
+    got = ops.contiguous_decode_attention(q, b.k_cache, b.v_cache, b.start_slots, b.seq_lens,
                                           b.scale, sliding_window=b.window,
                                           ring_lens=b.ring_lens)
     torch.testing.assert_close(got, b.naive(), **TOL)
 
 
-def test_reference_ring_prefill_matches_the_naive_loop():
+@TORCH_MODULES
+def test_reference_ring_prefill_matches_the_naive_loop(ops):
     b = prefill_batch()
-    got = ref.contiguous_attention(b.q, b.k_cache, b.v_cache, b.start_slots,
+    got = ops.contiguous_attention(b.q, b.k_cache, b.v_cache, b.start_slots,
                                    b.query_start_loc, b.seq_lens, b.scale,
                                    sliding_window=b.window, ring_lens=b.ring_lens)
     torch.testing.assert_close(got, b.naive(), **TOL)
 
 
 def test_reference_without_the_ring_reads_the_poisoned_slots():
-    """The test is not vacuous: ignoring the ring reads NaN (or another position's keys)."""
+    """The test is not vacuous: ignoring the ring reads NaN or another position's keys (the
+    torch backend, which clamps its padding's reads to the arena), or past the arena's end
+    (the reference, which refuses)."""
     b = decode_batch()
-    got = ref.contiguous_decode_attention(b.q, b.k_cache, b.v_cache, b.start_slots, b.seq_lens,
-                                          b.scale, sliding_window=b.window)
+    args = (b.q, b.k_cache, b.v_cache, b.start_slots, b.seq_lens, b.scale)
+    got = cpu_attention.contiguous_decode_attention(*args, sliding_window=b.window)
     assert not torch.allclose(got, b.naive(), equal_nan=False)
+    with pytest.raises(IndexError):
+        ref.contiguous_decode_attention(*args, sliding_window=b.window)
 
 
 @pytest.mark.parametrize("num_splits", [1, 2])
