@@ -110,14 +110,7 @@ class SimulatedExecutor(Executor):
         copied = sum(c.num_slots for c in layout.slot_copies) if layout.slot_copies else 0
         rows = len(batch.sample_rows)
         start_s = self.clock.now_s
-        cost = self._add(self.cost_model.cost(layout.query_lens, layout.seq_lens, rows, copied))
-        recorder = get_recorder()
-        if recorder is not None:  # `--trace`: the step's modelled phases
-            draw_step(recorder, start_s, cost, batch)
-        return rows
-
-    def _add(self, cost: StepTime) -> StepTime:
-        """Advance the clock by a step of `cost`, and count it."""
+        cost = self.cost_model.cost(layout.query_lens, layout.seq_lens, rows, copied)
         step_s = cost.time_s
         self.clock.advance(step_s)
         self.last_cost = cost
@@ -126,21 +119,26 @@ class SimulatedExecutor(Executor):
         self.busy_s += step_s
         self.total_flops += cost.flops
         self.total_bytes += cost.bytes
-        return cost
+        recorder = get_recorder()
+        if recorder is not None:  # `--trace`: the step's modelled phases
+            draw_step(recorder, start_s, cost, batch)
+        return rows
 
     def advance_decode_run(
         self, num_seqs: int, context_tokens: int, max_steps: int, until_s: float
     ) -> list[float]:
-        """`advance` of each of a run of decode-only steps (`decode_run_token` each), in
-        order, none after the first starting at or after `until_s`: each step's cost from
-        the number of sequences and their context alone (`StepTimeModel.decode_cost`)."""
-        clock, cost_of = self.clock, self.cost_model.decode_cost
-        ends: list[float] = []
-        for step in range(max_steps):
-            if step and clock.now_s >= until_s:
-                break
-            self._add(cost_of(num_seqs, context_tokens + step * num_seqs))
-            ends.append(clock.now_s)
+        """`advance` of each of a run of decode-only steps, in order: the same clock and
+        totals, step by step, as that many `advance` calls (no trace: the engine runs the
+        steps one at a time when one is recorded)."""
+        ends, sums, compute_bound, cost = self.cost_model.decode_run_costs(
+            num_seqs, context_tokens, max_steps, self.clock.now_s, until_s,
+            (self.busy_s, self.total_flops, self.total_bytes))
+        if ends:
+            self.clock.now_s = ends[-1]
+            self.busy_s, self.total_flops, self.total_bytes = sums
+            self.compute_bound_steps += compute_bound
+            self.num_steps += len(ends)
+            self.last_cost = cost
         return ends
 
     def sample_token_ids(self, batch: StepBatch) -> list[int]:

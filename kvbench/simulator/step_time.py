@@ -388,6 +388,7 @@ class StepTimeModel:
         )
         self._by_tokens: dict[int, tuple[float, float, float, float, float, float]] = {}
         self._by_rows: dict[int, float] = {}
+        self._decode_runs: dict[int, tuple] = {}
 
     def _latent_attention(self, mla, h: int) -> tuple[tuple[int, int], ...]:
         """Latent attention's matmuls on one GPU, the up-projections absorbed (as vLLM's MLA
@@ -487,12 +488,87 @@ class StepTimeModel:
     def decode_cost(self, num_seqs: int, context_tokens: int) -> StepTime:
         """`cost` of a step of `num_seqs` decodes, one token each, whose sequences hold
         `context_tokens` in all (new tokens included): all a decode-only step's cost reads,
-        so a run of such steps (fast-forward: `SimulatedExecutor.advance_decode_run`) needs
-        no per-sequence lists. A model with sliding windows charges each sequence
-        min(length, W): it needs the lengths (`cost`), and `has_windows` says so."""
+        so a run of such steps (the simulator's fast-forward) needs no per-sequence lists. A
+        model with sliding windows charges each sequence min(length, W): it needs the lengths
+        (`cost`), and `has_windows` says so."""
         if self.attention_groups:
             raise ValueError("a windowed model's decode cost needs each sequence's length")
         return self._cost_of_sums(num_seqs, num_seqs, context_tokens, 0, 0, 0, num_seqs, 0)
+
+    def _decode_run_terms(self, num_seqs: int) -> tuple:
+        """What `decode_run_costs` keeps fixed over a run of `num_seqs` sequences (memoized:
+        a replay runs the same sizes again and again)."""
+        cached = self._decode_runs.get(num_seqs)
+        if cached is not None:
+            return cached
+        c, hw = self.gpu.constants, self.hw
+        L = self.model.num_layers
+        tokens = rows = num_seqs
+        gemm, elt, kv_write, ar, outer, weights_read = self._token_parts(tokens)
+        # `attention_decode_s`, `_cost_of_sums`: their terms that stay fixed in the run
+        att_fixed = c.attn_decode_floor_s + c.attn_decode_per_seq_s * num_seqs
+        att_rate = hw.hbm_bandwidth_bytes_s * c.attn_decode_bandwidth_efficiency
+        fixed_flops = (2.0 * tokens * self.layer_flop_weights * L
+                       + 2.0 * rows * self.model.hidden_size * self.vocab)
+        kvb = self.kv_bytes_per_token
+        terms = (L, weights_read, att_fixed, att_rate, self.kv_layer_token_bytes,
+                 L * self.attention_flops_per_pair, kvb, c.layer_floor_s, gemm, elt, kv_write,
+                 ar, L * gemm, L * elt + outer, L * kv_write, L * ar, self._lm_head(rows),
+                 c.cpu_overhead_s, fixed_flops,
+                 tokens * kvb,  # a decode writes one token a sequence, reads no prompt
+                 tokens >= self.compute_bound_tokens)
+        if len(self._decode_runs) < 65536:
+            self._decode_runs[num_seqs] = terms
+        return terms
+
+    def decode_run_costs(
+        self, num_seqs: int, context_tokens: int, max_steps: int, start_s: float,
+        until_s: float, sums: tuple[float, float, float],
+    ) -> tuple[list[float], tuple[float, float, float], int, StepTime]:
+        """`decode_cost` of each step of a run of decode steps of `num_seqs` sequences
+        (`context_tokens` at the first, `num_seqs` more each step), the first starting at
+        `start_s`, as many as `max_steps`, none after the first starting at or after
+        `until_s`: each step's end, `sums` (of times, FLOPs and bytes) with each step's
+        added in turn, as a caller adding one `decode_cost` a step does, the compute-bound
+        steps and the last step's `StepTime`. Every figure is the one `decode_cost` gives, to the bit: the
+        same operations in the same order, with what does not change across the run (the
+        parts of its token count) looked up once."""
+        if self.attention_groups:
+            raise ValueError("a windowed model's decode cost needs each sequence's length")
+        (L, weights_read, att_fixed, att_rate, layer_bytes, L_afpp, kvb, layer_floor, gemm,
+         elt, kv_write, ar, L_gemm, L_elt_outer, L_kv_write, L_ar, lm_head, cpu, fixed_flops,
+         new_bytes, compute_bound) = self._decode_run_terms(num_seqs)
+        now_s = start_s
+        ends: list[float] = []
+        busy_s, flops_sum, bytes_sum = sums
+        flops = moved = 0.0
+        context = context_tokens
+        floor = 0.0  # no layer floor: as `max(0, floor - layer)` gives it
+        att_dec = 0.0
+        for step in range(max_steps):
+            if step and now_s >= until_s:
+                break
+            att_dec = att_fixed + context * layer_bytes / att_rate
+            if layer_floor:
+                layer = gemm + att_dec + 0.0 + elt + kv_write + ar  # 0.0: no prefill attention
+                floor = layer_floor - layer if layer_floor > layer else 0.0
+            # `sum` of the parts (`_cost_of_sums`' `values`), added in their order
+            step_s = (L_gemm + L * att_dec + 0.0 + L_elt_outer + L_kv_write + L_ar
+                      + L * floor + lm_head + 0.0 + cpu)
+            if step_s < 0:
+                raise ValueError(f"the simulated clock cannot go back ({step_s} s)")
+            flops = fixed_flops + L_afpp * context
+            moved = float(weights_read + (context * kvb + new_bytes))
+            now_s += step_s
+            ends.append(now_s)
+            busy_s += step_s
+            flops_sum += flops
+            bytes_sum += moved
+            context += num_seqs
+        values = (L_gemm, L * att_dec, 0.0, L_elt_outer, L_kv_write, L_ar, L * floor, lm_head,
+                  0.0, cpu) if ends else ()
+        last = StepTime(values, flops, moved, compute_bound)
+        return ends, (busy_s, flops_sum, bytes_sum), compute_bound * len(ends), last
 
     @property
     def has_windows(self) -> bool:

@@ -1,0 +1,59 @@
+"""`StepTimeModel.decode_run_costs` (the fast-forward's cost of a run of decode steps)
+against `decode_cost` called once a step, added up as the executor adds it: every figure
+equal to the bit, for dense, mixture-of-experts and latent-attention models, one GPU and
+tensor-parallel groups, with and without a per-layer floor."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvbench.models.presets import get_preset
+from kvbench.simulator.gpu_lookup import get_gpu
+from kvbench.simulator.step_time import StepTimeModel
+
+
+def _stepped(model: StepTimeModel, num_seqs: int, context: int, max_steps: int,
+             start_s: float, until_s: float, sums: tuple[float, float, float]):
+    now_s, (busy, flops, moved) = start_s, sums
+    ends, bound, cost = [], 0, None
+    for step in range(max_steps):
+        if step and now_s >= until_s:
+            break
+        cost = model.decode_cost(num_seqs, context)
+        now_s += cost.time_s
+        ends.append(now_s)
+        busy += cost.time_s
+        flops += cost.flops
+        moved += cost.bytes
+        bound += cost.compute_bound
+        context += num_seqs
+    return ends, (busy, flops, moved), bound, cost
+
+
+@pytest.mark.parametrize("name,gpu,tp", [("llama-2-13b", "a100-40gb", 1),
+                                         ("llama-3-8b", "h100-80gb", 1),
+                                         ("llama-2-70b", "h100-80gb", 4),
+                                         ("mixtral-8x7b", "h100-80gb", 2), ("qwen3-8b", "h100-80gb", 1),
+                                         ("deepseek-v3", "h100-80gb", 8)])
+@settings(max_examples=40, deadline=None)
+@given(num_seqs=st.integers(1, 300), context=st.integers(1, 200_000),
+       max_steps=st.integers(0, 40), start_s=st.floats(0, 1e5),
+       until=st.floats(0, 2.0), floor_us=st.sampled_from([0.0, 50.0, 400.0]))
+def test_a_decode_run_costs_what_its_steps_cost_one_by_one(
+        name, gpu, tp, num_seqs, context, max_steps, start_s, until, floor_us):
+    spec = get_gpu(gpu)
+    spec = replace(spec, constants=replace(spec.constants, layer_floor_s=floor_us * 1e-6))
+    model = StepTimeModel(get_preset(name), spec, 2, 2, tp)
+    sums = (start_s / 3, start_s * 1e12, start_s * 1e9)
+    until_s = start_s + until
+    got = model.decode_run_costs(num_seqs, context, max_steps, start_s, until_s, sums)
+    expected = _stepped(model, num_seqs, context, max_steps, start_s, until_s, sums)
+    assert got[:3] == expected[:3]
+    if expected[3] is not None:
+        last, want = got[3], expected[3]
+        assert (last.time_s, last.flops, last.bytes, last.compute_bound, last.parts) == (
+            want.time_s, want.flops, want.bytes, want.compute_bound, want.parts)
