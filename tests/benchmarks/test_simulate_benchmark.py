@@ -3,11 +3,10 @@
 a fresh process that imports kvbench, builds the workload, replays it, writes the results
 folder and its HTML report.
 
-The target: 10,000 requests in at most 2 s of CPU on the 2-core development machine (1.81,
-1.85 and 1.92 s here; the replay is about 1.4 s, imports and the workload about 0.35 s;
-docs/simulator.md, Speed and output files). That case is too long for
-every CI run: CI runs 2,000 requests against a limit that holds today, and
-`KVBENCH_BENCH_REQUESTS=10000` runs the full case against the 2 s target.
+The target (the performance contract): 10,000 requests in at most 2.5 s of CPU on the 2-core
+development machine (results/reference/cpu-simulate-speed.md holds the measured figures).
+That case is too long for every CI run: CI runs 2,000 requests against a limit that holds
+today, and `KVBENCH_BENCH_REQUESTS=10000` runs the full case against the 2.5 s target.
 The limit is checked on the command's CPU time (user + system, from the kernel's accounting
 of the child process): the simulation is single-threaded, and CPU time does not count the
 time other processes on a shared machine take from it (wall time does). `extra_info`
@@ -24,11 +23,10 @@ import sys
 import time
 
 NUM_REQUESTS = int(os.environ.get("KVBENCH_BENCH_REQUESTS", "2000"))
-# 2 s of CPU for 10,000 requests. The CI case runs fewer, emptier steps (its queue drains
-# sooner) and pays the same start-up: about 1.3 s of CPU on the development machine, and its
-# limit is about three times that, because a shared machine's contention inflates even CPU
-# time.
-TARGET_S = 2.0 if NUM_REQUESTS >= 10_000 else 4.0 * NUM_REQUESTS / 2_000
+# 2.5 s of CPU for 10,000 requests. The CI case runs fewer, emptier steps (its queue drains
+# sooner) and pays the same start-up, and its limit leaves room for a shared machine's
+# contention, which inflates even CPU time.
+TARGET_S = 2.5 if NUM_REQUESTS >= 10_000 else 4.0 * NUM_REQUESTS / 2_000
 
 
 def _simulate(out):
