@@ -105,7 +105,7 @@ class ModelExecutors(ExecutorFactory):
                         kv_scale=config.kv_scale,
                         allocation=kv_allocation(config, model_config, element))
         return ModelExecutor(model, arena, ops, device, backend,
-                             enforce_eager=config.enforce_eager,
+                             enforce_eager=config.enforce_eager is not False,
                              max_num_seqs=config.max_num_seqs)
 
     def backend(self, config: EngineConfig, device: torch.device) -> str:
