@@ -32,12 +32,13 @@ from kvbench.build.engine_build import (
     ExecutorFactory,
     engine_shape,
 )
+from kvbench.build.vllm_flags import vllm_flags
 from kvbench.config import EngineConfig
 from kvbench.core.executor import DeviceKind
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
-from kvbench.models.sizes import DTYPE_BYTES, canonical_dtype, weights_dtype
+from kvbench.models.sizes import DTYPE_BYTES, weights_dtype
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import DEFAULT_GPU, GPUSpec
 from kvbench.simulator.simulated_executor import (
@@ -46,8 +47,7 @@ from kvbench.simulator.simulated_executor import (
     SimulatedExecutor,
 )
 from kvbench.simulator.step_time import StepTimeModel
-from kvbench.sizing.checkpoint import resolve_checkpoint
-from kvbench.sizing.vllm_startup import VllmFlags, VllmStartup, vllm_startup
+from kvbench.sizing.vllm_startup import VllmStartup, vllm_startup
 
 SIMULATED_BACKEND = "simulated"
 
@@ -88,22 +88,9 @@ class SimulatedExecutors(ExecutorFactory):
                 max_batched_tokens: int) -> VllmStartup:
         """vLLM's start-up on this GPU at `config`'s flags (each GPU of the group)."""
         spec = get_gpu(self.gpu)
-        checkpoint = resolve_checkpoint(config.model, config.quantization)
-        kv_name = kv_cache_dtype_name(config)
-        return vllm_startup(model_config, spec.reported_memory_bytes, VllmFlags(
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            max_model_len=config.max_model_len,
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=max_batched_tokens,
-            block_size=config.block_size,
-            kv_cache_dtype="fp8" if element_bytes(kv_name) == 1 else canonical_dtype(kv_name),
-            dtype=canonical_dtype(model_dtype_name(config.dtype)),
-            quantization=checkpoint.quantization,
-            enforce_eager=bool(config.enforce_eager),
-            tensor_parallel_size=config.tensor_parallel_size,
-            weights_memory=config.weights_memory,
-            vllm_version=config.vllm_version,
-        ), gpu_name=spec.description)
+        flags = vllm_flags(config, max_batched_tokens, model_dtype_name(config.dtype))
+        return vllm_startup(model_config, spec.reported_memory_bytes, flags,
+                            gpu_name=spec.description)
 
     def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
         if config.kv_memory is not None:
