@@ -103,7 +103,7 @@ class ModelExecutors(ExecutorFactory):
         flags = vllm_flags(config, max_batched_tokens,
                            str(parse_dtype(config.dtype)).removeprefix("torch."))
         predicted = vllm_startup(model_config, measured.total_bytes, flags,
-                                 gpu_name=torch.cuda.get_device_name(device))
+                                 gpu_name=str(device))
         print(format_beside_measured(predicted, measured.total_bytes, measured.weight_bytes,
                                      measured.activation_bytes, budget), file=sys.stderr)
         return budget

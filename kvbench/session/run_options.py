@@ -191,7 +191,7 @@ class RunOptions:
     enforce_eager: bool = _engine(
         "CUDA: run decode steps eagerly; --no-enforce-eager captures them in CUDA graphs (not "
         "yet checked on a GPU). simulate: vLLM's flag (no CUDA graphs in its KV budget)",
-        negatable=True, kind_defaults={"run": True, "simulate": False})
+        negatable=True, default=True, kind_defaults={"simulate": False})
     engine_kind: str = _executor(
         "hf: replay through transformers' generate() instead", key="kind", flag="--engine",
         kinds=("run",), choices=(EngineKind.MODEL.value, EngineKind.TRANSFORMERS.value),
