@@ -48,12 +48,21 @@ class EngineConfig:
     # Simulation: GPUs in one tensor-parallel group (weights, KV heads and FLOPs split N ways).
     tensor_parallel_size: int = 1
     # CUDA + Triton: False captures decode steps in CUDA graphs per padded batch size (as vLLM).
-    # On by default until the graph path has been checked against eager on a GPU.
-    enforce_eager: bool = True
+    # None is each engine's default: eager on CUDA until the graph path has been checked
+    # against eager on a GPU; the simulator's budget counts vLLM's graphs (vLLM's default).
+    enforce_eager: bool | None = None
+    # Simulation: the vLLM start-up that sizes the KV budget (kvbench.sizing.vllm_startup):
+    # vLLM's --quantization of float weights, the release whose profiler it follows (None:
+    # the current one) and a per-GPU weights size instead of the loaded weights'.
+    quantization: str | None = None
+    vllm_version: str | None = None
+    weights_memory: int | str | None = None
 
     def __post_init__(self) -> None:
         if self.kv_memory is not None:
             self.kv_memory = parse_size_bytes(self.kv_memory)
+        if self.weights_memory is not None:
+            self.weights_memory = parse_size_bytes(self.weights_memory)
         check_block_size(self.block_size)
         if self.max_num_seqs < 1:
             raise KvbenchInputError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")

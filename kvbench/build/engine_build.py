@@ -56,6 +56,7 @@ class BuiltEngine:
     max_model_len: int
     # Seconds spent compiling GPU kernels before the run (kept out of TTFT/TPOT); 0 elsewhere.
     compile_s: float = 0.0
+    kv_budget_terms: dict | None = None  # `EnginePlan.kv_budget_terms`
 
 
 def effective_config(config: EngineConfig) -> EngineConfig:
@@ -204,6 +205,9 @@ class EnginePlan:
     kv_budget_bytes: int | None  # None: no budget is enforced (transformers' own cache)
     allocation: HybridAllocation | None = None
     num_slots: int = 0
+    # The terms that made the budget (vLLM's start-up, as `kvbench estimate --json` carries
+    # them) where a model sized it; None where it was given or measured.
+    kv_budget_terms: dict | None = None
 
     def strategy(self):
         """A new cache strategy over the planned arena (bookkeeping only: no tensor)."""
@@ -245,8 +249,9 @@ class ExecutorFactory(ABC):
                                     config.tensor_parallel_size)
         budget = self.kv_budget_bytes(config, device, model, model_config,
                                       shape.max_num_batched_tokens)
+        terms = self.kv_budget_terms(config, model_config, shape.max_num_batched_tokens)
         return EnginePlan(shape, device, model, kv_dtype, bytes_per_slot, budget, allocation,
-                          arena_slots(budget, bytes_per_slot))
+                          arena_slots(budget, bytes_per_slot), terms)
 
     def build(self, plan: EnginePlan, context: BuildContext) -> BuiltEngine:
         shape = plan.shape
@@ -269,7 +274,7 @@ class ExecutorFactory(ABC):
         return BuiltEngine(engine, model_config, plan.device, plan.kv_budget_bytes,
                            plan.kv_dtype, plan.bytes_per_slot,
                            self.backend(config, plan.device), shape.max_model_len,
-                           self.precompile(plan, executor, strategy))
+                           self.precompile(plan, executor, strategy), plan.kv_budget_terms)
 
     @abstractmethod
     def load(
@@ -287,6 +292,12 @@ class ExecutorFactory(ABC):
         model_config: ModelConfig, max_batched_tokens: int,
     ) -> int:
         """Bytes of the KV arena."""
+
+    def kv_budget_terms(self, config: EngineConfig, model_config: ModelConfig,
+                        max_batched_tokens: int) -> dict | None:
+        """The terms that made `kv_budget_bytes`, where a model sized it (None: given or
+        measured)."""
+        return None
 
     @abstractmethod
     def executor(

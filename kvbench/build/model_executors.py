@@ -6,6 +6,7 @@ simulation, which builds through the same wiring, never imports torch or the mod
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 
@@ -18,6 +19,7 @@ from kvbench.build.engine_build import (
     ExecutorFactory,
     kv_allocation,
 )
+from kvbench.build.vllm_flags import vllm_flags
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.device import resolve_device
@@ -37,6 +39,8 @@ from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import load_model, parse_dtype
 from kvbench.models.memory_check import memory_need
 from kvbench.sizing.kv_budget import kv_budget_bytes
+from kvbench.sizing.vllm_report import format_beside_measured
+from kvbench.sizing.vllm_startup import vllm_startup
 
 
 def prepare_device(config: EngineConfig) -> torch.device:
@@ -88,12 +92,21 @@ class ModelExecutors(ExecutorFactory):
         if config.kv_memory is not None or device.type != "cuda":
             return planned_kv_bytes(config, device)
         measured = profile_cuda_memory(model, device, max_batched_tokens)
-        return kv_budget_bytes(
+        budget = kv_budget_bytes(
             measured.total_bytes, config.gpu_memory_utilization, measured.weight_bytes,
             measured.activation_bytes, where=f" on {device}",
             advice="use a higher --gpu-memory-utilization, a lower --max-num-batched-tokens "
             "or a smaller model",
         )
+        # What vLLM's start-up model predicts for the same GPU and flags, beside it: where
+        # the two part is what the model (and `kvbench simulate`'s budget) gets wrong.
+        flags = vllm_flags(config, max_batched_tokens,
+                           str(parse_dtype(config.dtype)).removeprefix("torch."))
+        predicted = vllm_startup(model_config, measured.total_bytes, flags,
+                                 gpu_name=str(device))
+        print(format_beside_measured(predicted, measured.total_bytes, measured.weight_bytes,
+                                     measured.activation_bytes, budget), file=sys.stderr)
+        return budget
 
     def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
         backend = self.backend(config, device)
@@ -105,7 +118,7 @@ class ModelExecutors(ExecutorFactory):
                         kv_scale=config.kv_scale,
                         allocation=kv_allocation(config, model_config, element))
         return ModelExecutor(model, arena, ops, device, backend,
-                             enforce_eager=config.enforce_eager,
+                             enforce_eager=config.enforce_eager is not False,
                              max_num_seqs=config.max_num_seqs)
 
     def backend(self, config: EngineConfig, device: torch.device) -> str:

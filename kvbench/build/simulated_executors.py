@@ -4,16 +4,20 @@
 policy and checks as for the model, with the model's shape from its preset or `config.json`
 and a `SimulatedExecutor` on a `SimulatedClock` instead of the model.
 
-The KV budget is `kvbench.sizing.kv_budget.kv_budget_bytes`, as vLLM's
-`--gpu-memory-utilization` on a real GPU (docs/design.md), per GPU of the tensor-parallel
-group (`kvbench.sizing.capacity.group_kv_capacity`):
+The KV budget is the one vLLM would allocate on that GPU at the same flags
+(`kvbench.sizing.vllm_startup`, the model of `kvbench estimate`, docs/estimate.md): per GPU
+of the tensor-parallel group,
 
-    budget = floor(GPU memory x utilization) - weights - activations     (utilization 0.9)
+    budget = total memory as CUDA reports it x utilization - weights as loaded
+             - the profile run's peak activation - non-torch memory [- CUDA graphs]
 
-or `--kv-memory` when given. Weights are parameters x bytes of `--dtype`; simulate's CLI
-default is bfloat16 (`RunOptions`' `dtype`: `EngineConfig`'s float32 default is a CPU
-default; float32 is simulated as TF32). The activation peak cannot be profiled without a GPU,
-so it is estimated by `activation_bytes_estimate`.
+(utilization and the rest as `--vllm-version`'s release, the current one by default), or
+`--kv-memory` when given; `--weights-memory` replaces the loaded weights. Weights are the
+checkpoint's as vLLM loads them (quantized where its config.json or `--quantization` says
+so, gpt-oss's MXFP4 experts); simulate's CLI default dtype is bfloat16 (`RunOptions`'
+`dtype`: `EngineConfig`'s float32 default is a CPU default; float32 is simulated as TF32).
+`kv_budget_terms` are the terms of that budget, as `kvbench estimate --json` carries them
+(config.json records them).
 
 Nothing here imports torch (docs/design.md): dtypes are torch's names and their sizes
 (`kvbench.models.dtype_names`), the device is `SIMULATED_DEVICE`, a `DeviceKind("meta")`.
@@ -28,10 +32,12 @@ from kvbench.build.engine_build import (
     ExecutorFactory,
     engine_shape,
 )
+from kvbench.build.vllm_flags import vllm_flags
 from kvbench.config import EngineConfig
 from kvbench.core.executor import DeviceKind
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model_dtype_name
-from kvbench.models.memory_check import activation_bytes_estimate, activation_flag
 from kvbench.models.sizes import DTYPE_BYTES, weights_dtype
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import DEFAULT_GPU, GPUSpec
@@ -41,7 +47,7 @@ from kvbench.simulator.simulated_executor import (
     SimulatedExecutor,
 )
 from kvbench.simulator.step_time import StepTimeModel
-from kvbench.sizing.capacity import group_kv_capacity, weight_bytes_per_gpu
+from kvbench.sizing.vllm_startup import VllmStartup, vllm_startup
 
 SIMULATED_BACKEND = "simulated"
 
@@ -72,36 +78,32 @@ class SimulatedExecutors(ExecutorFactory):
 
     @staticmethod
     def _weight_bytes_per_param(config: EngineConfig, model_config) -> int:
-        """`--dtype`'s bytes, or 1 for a checkpoint of fp8 weights (`weights_dtype`)."""
+        """`--dtype`'s bytes, or 1 for fp8 weights (a checkpoint's, `weights_dtype`, or
+        `--quantization fp8`)."""
+        if config.quantization is not None:
+            return 1
         return DTYPE_BYTES[weights_dtype(model_config, model_dtype_name(config.dtype))]
+
+    def startup(self, config: EngineConfig, model_config: ModelConfig,
+                max_batched_tokens: int) -> VllmStartup:
+        """vLLM's start-up on this GPU at `config`'s flags (each GPU of the group)."""
+        spec = get_gpu(self.gpu)
+        flags = vllm_flags(config, max_batched_tokens, model_dtype_name(config.dtype))
+        return vllm_startup(model_config, spec.reported_memory_bytes, flags,
+                            gpu_name=spec.description)
 
     def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
         if config.kv_memory is not None:
             return int(config.kv_memory)
-        per_param = self._weight_bytes_per_param(config, model_config)
-        activations = activation_bytes_estimate(
-            model_config, max_batched_tokens, config.max_num_seqs, per_param
-        )
-        spec = get_gpu(self.gpu)
-        tp = config.tensor_parallel_size
-        advice = {}
-        if activations // tp > weight_bytes_per_gpu(model_config, tp, per_param):
-            # The activations are the largest part: name the option that sized them.
-            flag, value = activation_flag(model_config, max_batched_tokens,
-                                          config.max_num_seqs, per_param)
-            advice["advice"] = (f"use a smaller {flag} (the {value:,} given size most of the "
-                                "activations), a larger --gpu or a higher "
-                                "--tensor-parallel-size")
-        elif per_param <= 2:  # already 16-bit weights: a smaller --dtype is no way out
-            advice["advice"] = ("use a larger --gpu, a higher --tensor-parallel-size or a "
-                                "smaller model")
-        # Per GPU: a weight shard, activations of its head / column share (estimated as 1/N).
-        group = group_kv_capacity(
-            model_config, spec.memory_bytes, tp, config.gpu_memory_utilization, per_param,
-            element_bytes(kv_cache_dtype_name(config)), activations // tp, gpu_name=spec.name,
-            **advice,
-        )
-        return group.kv_budget_bytes
+        startup = self.startup(config, model_config, max_batched_tokens)
+        if startup.available <= 0:
+            raise KvbenchInputError(f"on {get_gpu(self.gpu).name}: {startup.refusal}")
+        return startup.available * config.tensor_parallel_size
+
+    def kv_budget_terms(self, config, model_config, max_batched_tokens):
+        if config.kv_memory is not None:
+            return None
+        return self.startup(config, model_config, max_batched_tokens).to_dict()
 
     def clock(self, context: BuildContext) -> SimulatedClock:
         return SimulatedClock(self.start_s)
@@ -130,6 +132,5 @@ def build_simulated_engine(
 
 __all__ = [
     "SimulatedExecutors",
-    "activation_bytes_estimate",
     "build_simulated_engine",
 ]

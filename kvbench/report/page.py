@@ -7,6 +7,7 @@ from html import escape
 
 import kvbench
 from kvbench.report import charts, step_charts, tables, timelines
+from kvbench.report.budget_waterfall import budget_waterfall_html
 from kvbench.report.figure import Figure
 from kvbench.report.figure_html import figure_div, plotly_js_script
 from kvbench.report.runs import RunData, RunSet
@@ -115,6 +116,12 @@ def build_page(runset: RunSet) -> bytes:
         "slots will be used by a request later, internal fragmentation never will, external "
         "fragmentation is free space in holes too small for the next waiting request.",
         _chart(charts.memory_figure(runset), "memory") + tables.kv_groups_html(runset)))
+    waterfall = budget_waterfall_html(runset)
+    if waterfall:
+        sections.append(_section(
+            "budget", "KV budget (vLLM's start-up)",
+            "How the simulated KV budget was sized: the memory vLLM would leave for its KV "
+            "cache on this GPU at the same flags (docs/estimate.md).", waterfall))
     timeline = timelines.timeline_figure(runset, styles)
     if timeline is not None:
         sections.append(_section(

@@ -190,7 +190,8 @@ class RunOptions:
     cpu_threads: int = _engine("torch threads on the CPU", kinds=("run",))
     enforce_eager: bool = _engine(
         "CUDA: run decode steps eagerly; --no-enforce-eager captures them in CUDA graphs (not "
-        "yet checked on a GPU)", kinds=("run",), negatable=True)
+        "yet checked on a GPU). simulate: vLLM's flag (no CUDA graphs in its KV budget)",
+        negatable=True, default=True, kind_defaults={"simulate": False})
     engine_kind: str = _executor(
         "hf: replay through transformers' generate() instead", key="kind", flag="--engine",
         kinds=("run",), choices=(EngineKind.MODEL.value, EngineKind.TRANSFORMERS.value),
@@ -206,6 +207,15 @@ class RunOptions:
     tensor_parallel_size: int = _engine(
         "GPUs in one tensor-parallel group (as vLLM's -tp)", kinds=("simulate",),
         aliases=("-tp",))
+    quantization: str | None = _engine(
+        "vLLM's --quantization fp8: a float checkpoint's weights quantized as vLLM loads them "
+        "(the KV budget and the step time)", kinds=("simulate",), metavar="fp8")
+    vllm_version: str | None = _engine(
+        "the vLLM release whose start-up sizes the KV budget (docs/estimate.md) "
+        "[default: the current one]", kinds=("simulate",), metavar="X.Y")
+    weights_memory: str | None = _engine(
+        "weights per GPU, e.g. 15GiB, instead of the checkpoint's as loaded (the KV budget)",
+        kinds=("simulate",))
 
     @classmethod
     def for_kind(cls, kind: str, **values: Any) -> RunOptions:

@@ -219,6 +219,8 @@ def run_one(
         "executor": run.executor.kind.value,
         "attention_backend": built.backend,
         "kv_budget_bytes": built.kv_budget_bytes,
+        # The simulator's budget as vLLM's start-up would size it: its terms (`estimate`'s).
+        "kv_budget_terms": built.kv_budget_terms,
         "kv_cache_dtype": str(built.kv_dtype).replace("torch.", ""),
         "max_model_len": built.max_model_len,
         # Triton compiles every kernel variant before the run, kept out of TTFT/TPOT.

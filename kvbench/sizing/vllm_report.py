@@ -99,4 +99,26 @@ def format_vllm_startup(startup: VllmStartup) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["format_vllm_startup", "vllm_lines", "waterfall_rows"]
+def format_beside_measured(startup: VllmStartup, total: int, weights: int, activation: int,
+                           budget: int) -> str:
+    """vLLM's start-up model beside a profile measured on the GPU (`kvbench run` on CUDA):
+    the same total, then weights, activation peak and KV budget, predicted and measured.
+    kvbench's engine captures no CUDA graphs before sizing and keeps no non-torch pool of
+    vLLM's, so those terms are the model's alone."""
+    stage = startup.stages[0]
+    rows = [("total memory", total, stage.total),
+            ("weights", weights, stage.weights),
+            ("peak activation", activation, stage.activation),
+            ("non-torch memory", None, stage.non_torch),
+            ("CUDA graphs", None, stage.cuda_graphs if stage.cuda_graphs_subtracted else 0),
+            ("KV budget", budget, stage.available)]
+    lines = [f"KV budget: measured beside vLLM {startup.release.name}'s start-up model "
+             "(per GPU, GiB):",
+             f"  {'term':<18}{'measured':>10}{'vLLM model':>12}"]
+    for term, measured, predicted in rows:
+        shown = f"{measured / GiB:10.2f}" if measured is not None else f"{'-':>10}"
+        lines.append(f"  {term:<18}{shown}{predicted / GiB:12.2f}")
+    return "\n".join(lines)
+
+
+__all__ = ["format_beside_measured", "format_vllm_startup", "vllm_lines", "waterfall_rows"]

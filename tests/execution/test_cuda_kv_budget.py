@@ -21,10 +21,15 @@ def budget(config: EngineConfig, device=CUDA) -> int:
     return ModelExecutors().kv_budget_bytes(config, device, None, get_preset("tiny"), 2048)
 
 
-def test_cuda_budget_is_the_formula_over_the_measured_profile(monkeypatch):
+def test_cuda_budget_is_the_formula_over_the_measured_profile(monkeypatch, capsys):
     measured = CudaMemoryProfile(total_bytes=80 * GiB, weight_bytes=16 * GiB, activation_bytes=GiB)
     monkeypatch.setattr(model_executors, "profile_cuda_memory", lambda *_: measured)
     assert budget(EngineConfig()) == 59_055_800_320  # floor(80 GiB x 0.9) - 17 GiB
+    # vLLM's start-up model printed beside the measured profile, on the same total
+    printed = {line[:20].strip(): line[20:].split()
+               for line in capsys.readouterr().err.splitlines()[2:]}
+    assert printed["total memory"] == ["80.00", "80.00"]
+    assert printed["weights"][0] == "16.00" and printed["KV budget"][0] == "55.00"
     assert budget(EngineConfig(gpu_memory_utilization=0.5)) == 40 * GiB - 17 * GiB
     assert budget(EngineConfig(kv_memory="1GiB")) == GiB  # given: nothing is measured
     with pytest.raises(KvbenchInputError, match="no memory left for the KV cache on"):

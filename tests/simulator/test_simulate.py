@@ -21,13 +21,12 @@ from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
-from kvbench.models.memory_check import activation_bytes_estimate
 from kvbench.models.presets import get_preset
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import GPU_PRESETS, GPUSpec
 from kvbench.simulator.simulated_executor import SimulatedClock, SimulatedExecutor
 from kvbench.simulator.step_time import StepTimeConstants, StepTimeModel
-from kvbench.sizing.capacity import group_kv_capacity
+from kvbench.sizing.vllm_startup import VllmFlags, vllm_startup
 from kvbench.workloads import load_workload
 
 GiB = 2**30
@@ -271,9 +270,14 @@ def test_clock_moves_only_forward():
 def test_budget_follows_gpu_memory_utilization():
     model = get_preset("llama-2-13b")
     built = build_simulated_engine(EngineConfig(model="llama-2-13b", dtype="bfloat16"), "a100-40gb")
-    weights = model.num_parameters() * 2
-    activations = activation_bytes_estimate(model, 4096, 256, 2)  # max(2048, 4096) tokens
-    assert built.kv_budget_bytes == math.floor(40 * GiB * 0.9) - weights - activations
+    # the budget vLLM would have on that GPU at the same flags (docs/estimate.md)
+    flags = VllmFlags(max_model_len=4096, max_num_seqs=256, max_num_batched_tokens=4096)
+    startup = vllm_startup(model, get_gpu("a100-40gb").reported_memory_bytes, flags,
+                           gpu_name="NVIDIA A100 SXM4 40GB")
+    stage = startup.stages[0]
+    assert stage.requested == math.floor(get_gpu("a100-40gb").reported_memory_bytes * 0.92)
+    assert built.kv_budget_bytes == stage.available == (
+        stage.requested - stage.weights - stage.activation - stage.non_torch - stage.cuda_graphs)
     assert built.bytes_per_slot == 2 * 40 * 40 * 128 * 2 == 819200
     assert built.backend == "simulated" and built.device.type == "meta"
     assert built.engine.strategy.capacity_tokens == built.kv_budget_bytes // 819200 // 16 * 16
@@ -282,7 +286,8 @@ def test_budget_follows_gpu_memory_utilization():
     half = build_simulated_engine(
         EngineConfig(model="llama-2-13b", dtype="bfloat16", gpu_memory_utilization=0.8), "a100-40gb"
     )
-    assert half.kv_budget_bytes == math.floor(40 * GiB * 0.8) - weights - activations
+    assert half.kv_budget_bytes == built.kv_budget_bytes - (
+        stage.requested - math.floor(get_gpu("a100-40gb").reported_memory_bytes * 0.8))
 
     fixed = build_simulated_engine(
         EngineConfig(model="llama-2-13b", dtype="bfloat16", kv_memory="2GiB", kv_cache_dtype="fp8"),
@@ -296,7 +301,7 @@ def test_budget_follows_gpu_memory_utilization():
     assert fp8.bytes_per_slot == 819200 // 2  # the fp8 strategy implies an fp8 KV cache
     assert fp8.kv_budget_bytes == built.kv_budget_bytes  # same budget, twice the tokens
 
-    with pytest.raises(KvbenchInputError, match="no memory left for the KV cache on a100-40gb"):
+    with pytest.raises(KvbenchInputError, match="on a100-40gb: No available memory for the cache"):
         # float32 weights of a 13B model (52 GB) do not fit
         build_simulated_engine(EngineConfig(model="llama-2-13b", dtype="float32"), "a100-40gb")
     with pytest.raises(KvbenchInputError, match="unknown --gpu"):
@@ -409,12 +414,15 @@ def test_tensor_parallel_engine_runs_and_kv_follows_per_gpu_memory():
         build_simulated_engine(config, "h100-80gb")
     built = build_simulated_engine(replace(config, tensor_parallel_size=4), "h100-80gb")
     model = get_preset("llama-3-70b")
-    group = group_kv_capacity(model, 80 * GiB, 4, 0.9, 2, 2,
-                              activation_bytes_estimate(model, 8192, 256, 2) // 4)
-    assert group.weight_bytes_per_gpu == pytest.approx(model.num_parameters() * 2 / 4, rel=1e-3)
-    assert group.kv_bytes_per_token_per_gpu * 4 == model.kv_bytes_per_token(2)
-    assert built.kv_budget_bytes == group.kv_budget_bytes
-    assert built.engine.strategy.capacity_tokens // 16 == group.capacity_tokens // 16
+    startup = vllm_startup(model, get_gpu("h100-80gb").reported_memory_bytes, VllmFlags(
+        max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=8192,
+        tensor_parallel_size=4), gpu_name="NVIDIA H100 SXM5 80GB")
+    stage = startup.stages[0]
+    assert stage.weights == pytest.approx(model.num_parameters() * 2 / 4, rel=1e-3)
+    assert built.kv_budget_bytes == 4 * stage.available  # each GPU's, the group's
+    per_token_per_gpu = model.kv_bytes_per_token(2) // 4
+    assert built.engine.strategy.capacity_tokens // 16 == (
+        stage.available // per_token_per_gpu // 16)
     engine = built.engine
     for request in _sharegpt(10, built):
         engine.add_request(request)

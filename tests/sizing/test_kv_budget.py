@@ -7,8 +7,7 @@ from fractions import Fraction
 import pytest
 
 from kvbench.errors import KvbenchInputError
-from kvbench.models.presets import get_preset
-from kvbench.sizing.capacity import group_kv_capacity, kv_capacity
+from kvbench.sizing.capacity import kv_capacity
 from kvbench.sizing.kv_budget import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     gpu_memory_utilization,
@@ -54,19 +53,3 @@ def test_capacity_counts_whole_tokens_then_whole_sequences():
     assert kv_capacity(59_055_800_320, 131_072, 4097) == 109
     assert kv_capacity(1000, 32) == 31 and kv_capacity(1000, 32, 10) == 3
     assert kv_capacity(31, 32) == 0
-
-
-def test_group_capacity_is_the_budget_formula_per_gpu():
-    model = get_preset("llama-3-8b")  # 8,030,261,248 parameters; 8 KV heads
-    one = group_kv_capacity(model, 80 * GiB, 1, None, 2, 2)
-    assert one.weight_bytes_per_gpu == 8_030_261_248 * 2
-    assert one.kv_budget_bytes_per_gpu == 77_309_411_328 - 16_060_522_496
-    assert one.kv_bytes_per_token_per_gpu == 131_072
-    assert one.capacity_tokens == kv_capacity(one.kv_budget_bytes_per_gpu, 131_072)
-    two = group_kv_capacity(model, 80 * GiB, 2, 0.9, 2, 2)
-    assert two.kv_bytes_per_token_per_gpu == 65_536
-    assert two.kv_budget_bytes == 2 * two.kv_budget_bytes_per_gpu
-    with pytest.raises(KvbenchInputError, match="no memory left for the KV cache on h100-80gb"):
-        group_kv_capacity(get_preset("llama-3-70b"), 80 * GiB, 1, 0.9, 2, 2, gpu_name="h100-80gb")
-    with pytest.raises(KvbenchInputError, match="does not divide"):
-        group_kv_capacity(model, 80 * GiB, 3, 0.9, 2, 2)
