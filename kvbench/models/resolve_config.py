@@ -17,6 +17,12 @@ def resolve_model_config(model: str) -> ModelConfig:
     """A preset's shape, or the `config.json` of a local folder."""
     if model in PRESETS:
         return get_preset(model)
+    return ModelConfig.from_hf_config(read_config_json(model), name=str(Path(model)))
+
+
+def read_config_json(model: str) -> dict:
+    """The `config.json` of the local folder `model` (a name that is no folder is refused as
+    an unknown preset, with what a folder would need)."""
     path = Path(model)
     if not path.exists():
         get_preset(model)  # raises: unknown preset, and says what a folder would need
@@ -26,12 +32,11 @@ def resolve_model_config(model: str) -> ModelConfig:
     if not config_file.is_file():
         raise KvbenchInputError(f"model folder {model} has no config.json")
     try:
-        hf = json.loads(config_file.read_text())
+        return json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
         raise KvbenchInputError(f"{config_file}: not valid JSON ({err.msg}, line {err.lineno})") from None
     except (OSError, UnicodeDecodeError) as err:
         raise KvbenchInputError(f"{config_file}: cannot read it ({first_line(err)})") from None
-    return ModelConfig.from_hf_config(hf, name=str(path))
 
 
 def first_line(err: Exception) -> str:

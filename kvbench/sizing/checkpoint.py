@@ -9,14 +9,13 @@ sized as published.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.presets import PRESETS, get_preset
+from kvbench.models.resolve_config import read_config_json
 from kvbench.sizing.loaded_weights import (
     WeightQuantization,
     quantization_from_config,
@@ -68,7 +67,7 @@ def resolve_checkpoint(model: str, quantization_flag: str | None = None) -> Chec
             {"quant_method": config.quantization} if config.quantization else None)
         checkpoint = Checkpoint(config, quantization_from_config(published), None)
     else:
-        checkpoint = checkpoint_from_config(_read_config(model), model)
+        checkpoint = checkpoint_from_config(read_config_json(model), model)
     flagged = quantization_from_flag(quantization_flag)
     if flagged is not None:
         if checkpoint.quantization is not None:
@@ -77,21 +76,6 @@ def resolve_checkpoint(model: str, quantization_flag: str | None = None) -> Chec
                 f"({checkpoint.quantization.scheme})")
         checkpoint = Checkpoint(checkpoint.model, flagged, checkpoint.dtype)
     return checkpoint
-
-
-def _read_config(model: str) -> dict[str, Any]:
-    path = Path(model)
-    if not path.exists():
-        get_preset(model)  # raises: an unknown preset, and what a folder would need
-    if not path.is_dir():
-        raise KvbenchInputError(f"model {model!r} is neither a preset nor a folder")
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise KvbenchInputError(f"model folder {model} has no config.json")
-    try:
-        return json.loads(config_file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise KvbenchInputError(f"{config_file}: cannot read it ({err})") from None
 
 
 __all__ = ["Checkpoint", "PUBLISHED_QUANTIZATION", "checkpoint_from_config",
