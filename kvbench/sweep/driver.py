@@ -356,7 +356,7 @@ def run_sweep(
     """
     spec.normalize().check()
     grid = expand_grid(spec)  # every point's options checked before anything runs
-    check_output_folder(Path(folder).parent if folder is not None else Path(spec.out))
+    check_output_folder(Path(folder).parent if folder is not None else spec.out)
     claim = folder is None and not spec.name  # a fresh timestamped folder
     folder = Path(folder) if folder is not None else resolve_folder(spec, resume)
     echo = echo or (lambda _message: None)

@@ -88,6 +88,12 @@ CASES: list[tuple[str, list[str], int]] = [
     ("out-under-a-file", [*RUN, "--out", "{tmp}/a-file/sub"], 2),
     ("out-in-proc", [*RUN, "--out", "/proc/kvbench-x"], 2),
     ("out-not-permitted", [*RUN, "--out", "/sys/kvbench-x"], 2),
+    # an empty --out (an unset shell variable) would be the current folder
+    ("out-empty", [*RUN, "--out", ""], 2),
+    ("simulate-out-empty", [*SIM, "--out", ""], 2),
+    ("sweep-out-empty", ["sweep", "--simulate", "--model", "llama-2-7b",
+                         "--strategy", "paged,contiguous", "--out", ""], 2),
+    ("calibrate-out-empty", ["calibrate", "--out", ""], 2),
     ("sweep-out-is-a-file", ["sweep", "--simulate", "--model", "llama-2-7b",
                              "--strategy", "paged,contiguous", "--out", "{tmp}/a-file"], 2),
     # results folders for report and compare
@@ -168,6 +174,10 @@ MESSAGES: dict[str, str] = {
     "report-output-in-proc": "-o /proc/kvbench-x.html: folder /proc cannot be written",
     "export-output-in-proc": "-o /proc/kvbench-x.json: folder /proc cannot be written",
     "sweep-toml-bad-strategy": "unknown strategy 'nope'",
+    "out-empty": "--out is empty",
+    "simulate-out-empty": "--out is empty",
+    "sweep-out-empty": "--out is empty",
+    "calibrate-out-empty": "--out is empty",
 }
 
 
