@@ -1,5 +1,5 @@
 """The `kvbench` group and `main`. Exit codes: 0 ok, 2 bad usage or input, 1 failure while
-running, 130 Ctrl-C.
+running, 130 Ctrl-C, 143 SIGTERM (stopped as Ctrl-C stops a run).
 
 Subcommands are imported when invoked or when their own help is shown: `kvbench --help`
 loads neither torch nor pandas (it lists the one-line summaries below).
@@ -8,7 +8,9 @@ loads neither torch nor pandas (it lists the one-line summaries below).
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -114,29 +116,52 @@ def _error(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM (`timeout`, a CI cancel, `docker stop`) stops a run as Ctrl-C does: summaries
+    # say "interrupted" and the folder stays resumable; only the exit code tells them apart.
+    # Installed here, the program's entry, and nowhere in the libraries.
+    terminated: list[int] = []
+
+    def on_sigterm(signum: int, _frame: object) -> None:
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        code = _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if code == 130 and terminated:
+        code = 128 + signal.SIGTERM
+    return _exit(code)
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         result = cli.main(args=argv, prog_name="kvbench", standalone_mode=False)
     except click.exceptions.UsageError as err:
         _error(err.format_message().splitlines()[0] if err.format_message() else str(err))
-        return _exit(2)
+        return 2
     except KvbenchInputError as err:
         _error(str(err).splitlines()[0])
-        return _exit(2)
+        return 2
     except RunInterrupted as err:
         _error(str(err))
-        return _exit(130)
+        return 130
     except (KeyboardInterrupt, click.exceptions.Abort):
         _error("interrupted")
-        return _exit(130)
+        return 130
     except KvbenchRunError as err:
         _error(str(err))
-        return _exit(1)
+        return 1
     except click.exceptions.Exit as err:
-        return _exit(err.exit_code)
+        return err.exit_code
     except click.exceptions.ClickException as err:
         _error(err.format_message())
-        return _exit(err.exit_code)
-    return _exit(result if isinstance(result, int) else 0)
+        return err.exit_code
+    return result if isinstance(result, int) else 0
 
 
 def _exit(code: int) -> int:

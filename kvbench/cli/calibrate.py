@@ -21,9 +21,12 @@ def calibrate_command(out: str, model: str, base: str | None, name: str | None,
                       device: str) -> None:
     """Time GEMM and attention kernels on the CUDA GPU and write a --gpu-spec TOML file."""
     # CLI: loaded when the command runs, so --help imports no pandas/torch
+    from kvbench.errors import KvbenchInputError
     from kvbench.models.presets import get_preset
     from kvbench.simulator.calibrate import base_preset, fit, measure, require_cuda
 
+    if not out.strip():  # an unset shell variable: refused before the GPU is looked at
+        raise KvbenchInputError("--out is empty: name the --gpu-spec TOML file to write")
     require_cuda()  # before anything else: no CUDA, exit 2 at once
     cfg = get_preset(model)
     measurements = measure(cfg, device, progress=lambda what: click.echo(f"timing {what} ..."))

@@ -12,7 +12,7 @@ from kvbench.errors import KvbenchInputError
 
 
 @click.command("export", help=(
-    "Write a run's results in another tool's format. --format vllm-bench: the JSON that "
+    "Write a run's results in another tool's format. --format vllm-bench (or vllm): the JSON that "
     "`vllm bench serve --save-result --save-detailed` saves (every key, in vLLM's units: "
     "latency lists in seconds, statistics in ms), for one strategy's folder. --format "
     "vllm-sweep: into the folder -o names, the layout `vllm bench sweep serve` leaves "
@@ -24,8 +24,9 @@ from kvbench.errors import KvbenchInputError
     "can and names the keys it could not fill. A folder whose runs did not all finish is "
     "refused, naming them, unless --allow-incomplete."))
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["vllm-bench", "vllm-sweep", "csv"]),
-              required=True, help="vllm-bench (JSON), vllm-sweep (a folder) or csv")
+@click.option("--format", "fmt", type=click.Choice(["vllm-bench", "vllm", "vllm-sweep", "csv"]),
+              required=True,
+              help="vllm-bench (JSON; vllm is the same), vllm-sweep (a folder) or csv")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="file to write [default: standard output]; vllm-sweep: the folder")
 @click.option("--allow-incomplete", is_flag=True,
@@ -39,6 +40,8 @@ def export_command(run_dir: Path, fmt: str, output: Path | None,
     from kvbench.results.run_folder import check_finished
     from kvbench.results.summary import summary_file
 
+    if fmt == "vllm":  # what vLLM users type: the JSON of `vllm bench serve`
+        fmt = "vllm-bench"
     if output is not None and output.is_dir() and fmt != "vllm-sweep":
         raise KvbenchInputError(f"-o {output} is a folder: name the file to write")
     if output is not None:  # before any reading: /proc, a read-only folder, ...

@@ -277,7 +277,7 @@ def sweep_command(config: str | None, simulate: bool, resume: bool, point_report
             click.echo(point.point_id + dup)
         return
     if folder is None:
-        check_output_folder(Path(spec.out))  # before the sweep's folder is named
+        check_output_folder(spec.out)  # before the sweep's folder is named
         folder = resolve_folder(spec, resume)
     command = _command_line(ctx, config)
     talk = not quiet and not as_json

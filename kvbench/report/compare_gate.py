@@ -62,6 +62,8 @@ SETTINGS = (
     Setting("workload", ("workload",), ("run", "workload")),
     Setting("workload params", (), ("run", "workload_params")),
     Setting("num_requests", ("num_requests",), ("run", "num_requests")),
+    # the seed draws the workload (lengths, arrivals): another seed is another workload
+    Setting("seed", ("seed",), ("run", "engine", "seed")),
     Setting("request_rate", (), ("run", "request_rate")),
     Setting("conversation_rate", (), ("run", "conversation_rate")),
     Setting("max_concurrency", (), ("run", "max_concurrency")),

@@ -62,10 +62,15 @@ def write_csv(path: Path, frame: pd.DataFrame) -> None:
     atomic_write_text(path, frame.to_csv(index=False))
 
 
-def check_output_folder(out: Path, flag: str = "--out") -> None:
-    """Refuse an output folder that cannot be written (a file, /proc, read-only, full), by
-    trying: create the folder, write and delete a probe file, then remove again any folder
-    the probe created, so a run refused later for another reason leaves nothing behind."""
+def check_output_folder(out: Path | str, flag: str = "--out") -> None:
+    """Refuse an output folder that cannot be written (empty, a file, /proc, read-only, full),
+    by trying: create the folder, write and delete a probe file, then remove again any folder
+    the probe created, so a run refused later for another reason leaves nothing behind.
+
+    `out` as the user typed it: `Path("")` is the current folder, so an empty `--out ''` (an
+    unset shell variable) is seen only as a string."""
+    if isinstance(out, str) and not out.strip():
+        raise KvbenchInputError(f"{flag} is empty: name the folder to write into")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise KvbenchInputError(f"{flag} {out} is a file, not a folder")

@@ -258,7 +258,7 @@ def plan_session(options: RunOptions) -> SessionPlan:
 
     runs = expand_runs(options)
     labels = [strategy_label(r) for r in runs]
-    check_output_folder(Path(options.out))  # before any model loads
+    check_output_folder(options.out)  # before any model loads
     if options.repeat < 1:
         raise KvbenchInputError("--repeat must be at least 1")
     prepared = _prepare_all(runs, {})  # one model for every run of the session

@@ -81,6 +81,11 @@ def resolve_folder(spec: SweepSpec, resume: bool) -> Path:
     timestamped folder."""
     root = Path(spec.out)
     if spec.name:
+        # one folder under `out`, never a path out of it (`../../escape`, `/tmp/x`)
+        if "/" in spec.name or "\\" in spec.name or ".." in spec.name or spec.name == ".":
+            raise KvbenchInputError(
+                f"--name {spec.name!r} must be a folder name, without a path separator or "
+                f"'..': the sweep is written under --out {spec.out}")
         folder = root / spec.name
         if (folder / SWEEP_JSON).exists() and not resume:
             raise KvbenchInputError(
@@ -356,7 +361,7 @@ def run_sweep(
     """
     spec.normalize().check()
     grid = expand_grid(spec)  # every point's options checked before anything runs
-    check_output_folder(Path(folder).parent if folder is not None else Path(spec.out))
+    check_output_folder(Path(folder).parent if folder is not None else spec.out)
     claim = folder is None and not spec.name  # a fresh timestamped folder
     folder = Path(folder) if folder is not None else resolve_folder(spec, resume)
     echo = echo or (lambda _message: None)

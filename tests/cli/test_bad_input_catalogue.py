@@ -88,6 +88,18 @@ CASES: list[tuple[str, list[str], int]] = [
     ("out-under-a-file", [*RUN, "--out", "{tmp}/a-file/sub"], 2),
     ("out-in-proc", [*RUN, "--out", "/proc/kvbench-x"], 2),
     ("out-not-permitted", [*RUN, "--out", "/sys/kvbench-x"], 2),
+    # an empty --out (an unset shell variable) would be the current folder
+    ("out-empty", [*RUN, "--out", ""], 2),
+    ("simulate-out-empty", [*SIM, "--out", ""], 2),
+    ("sweep-out-empty", ["sweep", "--simulate", "--model", "llama-2-7b",
+                         "--strategy", "paged,contiguous", "--out", ""], 2),
+    ("calibrate-out-empty", ["calibrate", "--out", ""], 2),
+    # a sweep's --name is one folder under --out, never a way out of it
+    ("sweep-name-escapes", ["sweep", "--simulate", "--model", "llama-2-7b", "--num-requests",
+                            "4", "--out", "{tmp}/out", "--name", "../../escape"], 2),
+    ("sweep-name-is-a-path", ["sweep", "--simulate", "--model", "llama-2-7b", "--num-requests",
+                              "4", "--out", "{tmp}/out", "--name", "a/b"], 2),
+    ("sweep-toml-name-escapes", ["sweep", "{tmp}/escape.toml"], 2),
     ("sweep-out-is-a-file", ["sweep", "--simulate", "--model", "llama-2-7b",
                              "--strategy", "paged,contiguous", "--out", "{tmp}/a-file"], 2),
     # results folders for report and compare
@@ -168,6 +180,13 @@ MESSAGES: dict[str, str] = {
     "report-output-in-proc": "-o /proc/kvbench-x.html: folder /proc cannot be written",
     "export-output-in-proc": "-o /proc/kvbench-x.json: folder /proc cannot be written",
     "sweep-toml-bad-strategy": "unknown strategy 'nope'",
+    "sweep-name-escapes": "--name '../../escape' must be a folder name",
+    "sweep-name-is-a-path": "--name 'a/b' must be a folder name",
+    "sweep-toml-name-escapes": "--name '../escape' must be a folder name",
+    "out-empty": "--out is empty",
+    "simulate-out-empty": "--out is empty",
+    "sweep-out-empty": "--out is empty",
+    "calibrate-out-empty": "--out is empty",
 }
 
 
@@ -204,6 +223,9 @@ def _setup(tmp: Path) -> None:
     (tmp / "bad-strategy.toml").write_text(
         f'kind = "simulate"\nout = "{tmp / "sweeps"}"\n[base]\nmodel = "llama-2-7b"\n'
         'num-requests = 4\n[axes]\nstrategy = ["paged", "nope"]\n')
+    (tmp / "escape.toml").write_text(
+        f'kind = "simulate"\nname = "../escape"\nout = "{tmp / "sweeps"}"\n[base]\n'
+        'model = "llama-2-7b"\nnum-requests = 4\n[axes]\nstrategy = ["paged"]\n')
     nan_weights = tmp / "nan-weights"
     nan_weights.mkdir()
     (nan_weights / "config.json").write_text((weights / "config.json").read_text())

@@ -198,6 +198,7 @@ def test_an_unfinished_run_is_refused(tmp_path, capsys, status_where):
     ({"model": "llama-2-7b"}, "model (tiny vs llama-2-7b)"),
     ({"num_requests": 16}, "num_requests (8 vs 16)"),
     ({"dtype": "bfloat16"}, "dtype (float32 vs bfloat16)"),
+    ({"seed": 1}, "seed (0 vs 1)"),
 ])
 def test_runs_that_differ_in_more_than_the_strategy_are_refused(tmp_path, capsys, change,
                                                                named):
@@ -211,6 +212,20 @@ def test_runs_that_differ_in_more_than_the_strategy_are_refused(tmp_path, capsys
     assert "paged" in captured.out
     warnings = [line for line in captured.err.splitlines() if named in line]
     assert len(warnings) == 1 and warnings[0].startswith("kvbench: warning: ")
+
+
+def test_two_runs_differing_only_in_seed_are_refused(tmp_path, capsys):
+    runs = []
+    for seed in ("1", "2"):
+        out = tmp_path / seed
+        assert main(["simulate", "--model", "llama-2-7b", "--num-requests", "4", "--seed", seed,
+                     "--quiet", "--out", str(out)]) == 0
+        (folder,) = out.iterdir()
+        runs.append(str(folder))
+    capsys.readouterr()
+    assert main(["compare", *runs]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "seed (1 vs 2)" in err
 
 
 def test_budget_kv_dtype_and_workload_params_are_checked(tmp_path, capsys):

@@ -101,6 +101,14 @@ def test_csv_has_a_row_per_request_of_every_strategy(comparison, tmp_path, capsy
     assert frame["itl_mean_ms"].notna().all()
 
 
+def test_format_vllm_is_vllm_bench(comparison, capsys):
+    run = comparison / "paged"
+    assert main(["export", str(run), "--format", "vllm-bench"]) == 0
+    bench = json.loads(capsys.readouterr().out)
+    assert main(["export", str(run), "--format", "vllm"]) == 0
+    assert json.loads(capsys.readouterr().out) == bench
+
+
 def test_vllm_export_of_a_comparison_folder_names_its_runs(comparison, capsys):
     assert main(["export", str(comparison), "--format", "vllm-bench"]) == 2
     err = capsys.readouterr().err
