@@ -5,51 +5,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 
 import pandas as pd
 import pytest
 
 from kvbench.cli import main
 from kvbench.results.repeat import mean_ci95
-from kvbench.results.run_folder import is_whole
+from tests.session.interrupted_run import stop_once_started
 
 SMALL = ["--warmup", "0", "--kv-memory", "8MiB", "--quiet"]
 
 
 def test_ctrl_c_keeps_a_marked_partial_result_and_exits_130(tmp_path):
-    out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from kvbench.cli import main; sys.exit(main())",
-         "run", "--workload", "sharegpt", "--num-requests", "2000", "--out", str(out),
-         *SMALL],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        # A shell's background job (`.ci/run &`, `nohup`) starts with SIGINT ignored, and a
-        # child inherits that: Python then installs no KeyboardInterrupt handler. The user
-        # this test stands for presses Ctrl-C at a terminal, where SIGINT is delivered.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    deadline = time.time() + 120
-    folder = None
-    while time.time() < deadline and folder is None:
-        time.sleep(0.5)
-        folders = list(out.glob("*.partial/config.json")) if out.exists() else []
-        folder = folders[0].parent if folders else None
-    assert folder is not None, "run never started"
-    time.sleep(2.0)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130
-    assert "interrupted" in err and "Traceback" not in err
-    assert folder.name.endswith(".partial") and not is_whole(folder)  # kept, not renamed
-    summary = json.loads((folder / "kvbench_summary.json").read_text())
-    assert summary["status"] == "interrupted"
+    code, summary = stop_once_started(
+        ["run", "--workload", "sharegpt", "--num-requests", "2000", *SMALL],
+        tmp_path / "out", signal.SIGINT)
+    assert code == 130
     assert summary["completed"] < 2000
-    requests = pd.read_csv(folder / "requests.csv")
-    assert len(requests) >= summary["completed"]
 
 
 def test_repeat_reports_mean_and_confidence_interval(tmp_path, capsys):
