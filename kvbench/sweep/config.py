@@ -50,7 +50,13 @@ from typing import Any
 
 from kvbench.errors import KvbenchInputError
 from kvbench.strategies import STRATEGIES
-from kvbench.sweep.options import canonical_name, check_kind, convert, workload_param_items
+from kvbench.sweep.options import (
+    canonical_name,
+    check_kind,
+    convert,
+    display_name,
+    workload_param_items,
+)
 from kvbench.sweep.slo import parse_slo_targets
 
 SEARCHABLE = ("request_rate", "max_concurrency")
@@ -158,6 +164,22 @@ class SweepSpec:
         """What a sweep needs on top of well-formed options."""
         if self.search is not None and not self.slo:
             raise KvbenchInputError("--search needs an --slo to meet (e.g. ttft.p99=500ms)")
+        from kvbench.sweep.table import POINT_METRICS, metric_column  # (table loads pandas)
+
+        axes = [display_name(a) for a in self.axes]
+        if self.search is not None and self.search.axis not in self.axes:
+            axes.append(self.search.axis)
+        columns = {*axes, *(metric_column(name) for name in POINT_METRICS)}
+        for flag, names in (("--pareto", self.report.pareto),
+                            ("--heatmap-metrics", self.report.heatmap_metrics)):
+            for name in names:
+                if metric_column(name) not in columns:
+                    raise KvbenchInputError(f"{flag}: unknown metric {name!r} (valid: "
+                                            f"{', '.join([*POINT_METRICS, *axes])})")
+        for name in self.report.heatmap or ():
+            if display_name(name.strip().replace("-", "_")) not in axes:
+                raise KvbenchInputError(f"--heatmap: {name!r} is not an axis of this sweep "
+                                        f"(axes: {', '.join(axes) or 'none'})")
         return self
 
     def identity(self) -> dict[str, Any]:
