@@ -186,7 +186,3 @@ def differences_with_noise(base: ComparedRun, new: ComparedRun, names: list[str]
             rows.append((Difference(m, m.value(base.summary), m.value(new.summary),
                                     beyond_noise=True if simulated else None), None))
     return rows
-
-
-__all__ = ["SETTINGS", "SINGLE_RUN_WARNING", "ComparedRun", "Noise", "Setting", "check_pairs",
-           "differences_with_noise", "incomplete_reason", "mismatches", "noise"]

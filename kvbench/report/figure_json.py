@@ -80,6 +80,3 @@ def to_json(value: Any) -> str:
 def figure_json(figure: Any) -> str:
     """A figure (`kvbench.report.figure.Figure`) as `{"data": [...], "layout": {...}}`."""
     return to_json({"data": figure.data, "layout": figure.layout})
-
-
-__all__ = ["figure_json", "to_json", "typed_array"]

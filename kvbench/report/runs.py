@@ -140,15 +140,13 @@ def _read_csv(path: Path, columns: frozenset[str] | None = None) -> Columns:
         return Columns({})
 
 
-def _repeat_stats(folder: Path) -> dict[str, Any] | None:
-    """The repeat statistics of a `rep-K` folder (in its parent's `repeat.json`)."""
-    if not folder.name.startswith("rep-"):
-        return None
+def read_repeat(folder: Path) -> dict[str, Any] | None:
+    """The `repeat.json` beside a `rep-K` folder of `--repeat N` (`repeats`, `figures`)."""
     path = folder.parent / "repeat.json"
-    if not path.is_file():
+    if not folder.name.startswith("rep-") or not path.is_file():
         return None
-    figures = _read_json(path).get("figures")
-    return figures if isinstance(figures, dict) else None
+    data = _read_json(path)
+    return data if isinstance(data.get("figures"), dict) else None
 
 
 def load_run(folder: Path, group: Path | None = None) -> RunData:
@@ -179,7 +177,7 @@ def load_run(folder: Path, group: Path | None = None) -> RunData:
                 break
     return RunData(
         path=folder, group=group, label=label, summary=summary, config=config,
-        requests=requests, status=status, repeat=_repeat_stats(folder),
+        requests=requests, status=status, repeat=(read_repeat(folder) or {}).get("figures"),
     )
 
 

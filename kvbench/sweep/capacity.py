@@ -49,9 +49,6 @@ class Bisection:
         passes = [v for v, ok in self.results.items() if ok and (hi is None or v < hi)]
         return (max(passes) if passes else None), hi
 
-    def done(self) -> bool:
-        return self.next_value() is None
-
     def next_value(self) -> float | None:
         """The next value to probe, None when the search is over."""
         lo, hi = self.bracket()
@@ -100,6 +97,3 @@ def numeric(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) and number > 0 else None
-
-
-__all__ = ["ABOVE", "BELOW", "Bisection", "EXACT", "numeric", "round_sig"]

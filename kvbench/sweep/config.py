@@ -271,14 +271,3 @@ def load_sweep_config(path: str | Path) -> SweepSpec:
             f"{path}: [executor] takes kind, address, jobs; got {', '.join(executor)}"
         ) from None
     return spec
-
-
-__all__ = [
-    "DEFAULT_RANGES",
-    "ExecutorSpec",
-    "ReportSpec",
-    "SEARCHABLE",
-    "SearchSpec",
-    "SweepSpec",
-    "load_sweep_config",
-]

@@ -86,13 +86,7 @@ def resolve_folder(spec: SweepSpec, resume: bool) -> Path:
             raise KvbenchInputError(
                 f"--name {spec.name!r} must be a folder name, without a path separator or "
                 f"'..': the sweep is written under --out {spec.out}")
-        folder = root / spec.name
-        if (folder / SWEEP_JSON).exists() and not resume:
-            raise KvbenchInputError(
-                f"{folder} already holds a sweep: add --resume to finish it, "
-                "or give another --name"
-            )
-        return folder
+        return root / spec.name  # one holding a sweep: refused without --resume (run_sweep)
     if resume:
         raise KvbenchInputError("--resume needs the sweep's --name (or its folder as CONFIG)")
     folder = root / default_name(spec)
@@ -464,12 +458,3 @@ def _point_reports(folder: Path, point_ids: list[str]) -> None:
         path = folder / point_id
         if read_point(path) is not None:
             kvbench.report.writer.write_report([path], path / REPORT_HTML)
-
-
-__all__ = [
-    "SweepInterrupted",
-    "SweepResult",
-    "default_name",
-    "resolve_folder",
-    "run_sweep",
-]

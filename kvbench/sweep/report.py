@@ -32,7 +32,6 @@ from kvbench.sweep.table import STRATEGY_AXES, higher_is_better, metric_column, 
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
-DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 TABLE_COLUMNS = ("point_id", "status", "output_tok_s", "ttft_p50_ms", "ttft_p99_ms",
                  "tpot_p50_ms", "tpot_p99_ms", "e2e_p99_ms", "utilization_mean", "preemptions",
                  "prefix_hit_rate", "meets_slo", "wall_s", "error")
@@ -364,7 +363,3 @@ def read_and_write(folder: Path, output: Path | None = None) -> Path:
     capacity_path = Path(folder) / CAPACITY_CSV
     capacity = pd.read_csv(capacity_path) if capacity_path.exists() else None
     return write_sweep_report(folder, spec, points, capacity, data.get("command", ""), output)
-
-
-__all__ = ["build_sweep_page", "load_axis", "pareto_front", "read_and_write",
-           "write_sweep_report"]

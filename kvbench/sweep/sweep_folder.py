@@ -58,7 +58,3 @@ def unfinished_points(folder: Path) -> list[str]:
     ids = [p["point_id"] for p in data.get("points", [])]
     ids += [i for i in status if i not in ids]  # search probes
     return [i for i in ids if status.get(i) not in ("complete", "failed")]
-
-
-__all__ = ["CAPACITY_CSV", "CAPACITY_JSON", "POINTS_CSV", "REPORT_HTML", "SWEEP_JSON",
-           "is_sweep_folder", "load_sweep_folder", "unfinished_points"]

@@ -114,37 +114,17 @@ def points_frame(rows: list[dict[str, Any]], axes: list[str]) -> pd.DataFrame:
 
 
 def _maybe_numeric(series: pd.Series) -> pd.Series:
-    def number(value: Any) -> float | None:
-        if isinstance(value, bool):
-            return None
-        if isinstance(value, int | float):
-            return float(value)
-        try:
-            return float(str(value))
-        except ValueError:
-            return None
-
-    converted = [number(v) for v in series]
-    if series.notna().all() and all(c is not None for c in converted):
-        if all(not math.isinf(c) and float(c).is_integer() for c in converted):
-            return pd.Series([int(c) for c in converted], index=series.index)
-        return pd.Series(converted, index=series.index, dtype="float64")
-    return series
+    """The column as numbers when every value is one (integers when all are whole)."""
+    if any(isinstance(v, bool) for v in series):
+        return series
+    numbers = pd.to_numeric(series, errors="coerce")
+    if numbers.isna().any():
+        return series
+    whole = numbers.map(lambda v: math.isfinite(v) and float(v).is_integer())
+    return numbers.astype("int64") if whole.all() else numbers.astype("float64")
 
 
 def timing_free(frame: pd.DataFrame) -> pd.DataFrame:
     """The columns that do not depend on the wall clock (compare two sweeps on these)."""
     keep = [c for c in frame.columns if c not in TIMING_COLUMNS]
     return frame[keep]
-
-
-__all__ = [
-    "STRATEGY_AXES",
-    "TIMING_COLUMNS",
-    "higher_is_better",
-    "metric_column",
-    "metric_title",
-    "points_frame",
-    "summary_row",
-    "timing_free",
-]
