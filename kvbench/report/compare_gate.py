@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.report.metrics import Difference
+from kvbench.report.runs import RunData
 from kvbench.results.metric_catalogue import METRICS, Metric
 from kvbench.results.summary import Summary
 
@@ -130,18 +130,7 @@ def noise(metric: Metric, base_repeat: Mapping[str, Any] | None,
                  (int(a.get("n") or 0), int(b.get("n") or 0)))
 
 
-class ComparedRun(Protocol):
-    """What the gate reads of a loaded run (kvbench.report.runs.RunData has it)."""
-
-    path: Path
-    label: str
-    status: str  # "complete", its summary's status, or `running` (a `.partial` folder)
-    summary: Summary
-    config: dict[str, Any]
-    repeat: dict[str, Any] | None  # repeat.json figures, for a `--repeat N` run
-
-
-def check_pairs(pairs: list[tuple[ComparedRun, ComparedRun]], allow_mismatch: bool,
+def check_pairs(pairs: list[tuple[RunData, RunData]], allow_mismatch: bool,
                 allow_incomplete: bool = False) -> list[str]:
     """Refuse unfinished runs unless `allow_incomplete`, and mismatched ones unless
     `allow_mismatch` (KvbenchInputError, one line); returns the warnings to print."""
@@ -169,7 +158,7 @@ def check_pairs(pairs: list[tuple[ComparedRun, ComparedRun]], allow_mismatch: bo
     return warnings
 
 
-def differences_with_noise(base: ComparedRun, new: ComparedRun, names: list[str]):
+def differences_with_noise(base: RunData, new: RunData, names: list[str]):
     """(Difference, Noise or None) per metric; where both sides ran with `--repeat`, the
     values compared (and held to thresholds) are the means over the repeats, and a change is
     better or worse only when their confidence intervals are apart. Between simulated runs

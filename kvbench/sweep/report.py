@@ -241,9 +241,8 @@ def _capacity(capacity: pd.DataFrame, spec: SweepSpec) -> str:
                            capacity)
     labels = [_key_text(group_cols, tuple(r[c] for c in group_cols)) or "all"
               for _, r in capacity.iterrows()]
-    values = [v if v is not None and not pd.isna(v) else 0 for v in capacity["capacity"]]
-    upper = [(h - lo) if h is not None and lo is not None and not pd.isna(h) and not pd.isna(lo)
-             else 0 for lo, h in zip(capacity["lo"], capacity["hi"], strict=True)]
+    values = pd.to_numeric(capacity["capacity"]).fillna(0).tolist()
+    upper = (pd.to_numeric(capacity["hi"]) - pd.to_numeric(capacity["lo"])).fillna(0).tolist()
     fig = go.Figure(go.Bar(
         x=labels, y=values, error_y=dict(type="data", symmetric=False, array=upper,
                                          arrayminus=[0] * len(upper)),
@@ -261,18 +260,9 @@ def _capacity(capacity: pd.DataFrame, spec: SweepSpec) -> str:
 
 
 def _table(frame: pd.DataFrame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    rows = []
-    for _, row in frame.iterrows():
-        cells = []
-        for value in row:
-            if isinstance(value, float):
-                text = "" if math.isnan(value) else _cell(value)
-            else:
-                text = "" if value is None else str(value)
-            cells.append(f"<td>{html.escape(text)}</td>")
-        rows.append(f"<tr>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    """The frame as an HTML table: numbers as `_cell` writes them, blanks for missing values."""
+    text = frame.map(lambda v: _cell(v) if isinstance(v, float) else "" if v is None else str(v))
+    return text.to_html(index=False, border=0)
 
 
 CSS = """
