@@ -1,14 +1,6 @@
-"""`report.html` of a sweep: one self-contained page (plotly.js inlined once, nothing fetched).
-
-- **Throughput vs latency**: p99 TTFT and p99 TPOT against output tokens/s, one curve per
-  series (a series is every axis but the load axis: `request_rate`, else `max_concurrency`),
-  points in load order, as serving papers draw them.
-- **Load curves**: output tokens/s, p99 TTFT and p99 TPOT against the load axis.
-- **Pareto front** of two metrics (default output tok/s against p99 TPOT): the points no other
-  point beats on both; `--pareto X,Y` picks the metrics.
-- **Heat maps** of metrics over two axes (default: the first two axes that are not the
-  strategy, one map per strategy; otherwise the first two axes), averaged over any others.
-- **SLO capacity** per group, when the sweep searched for it, and the table of every point.
+"""`report.html` of a sweep: one self-contained page (plotly.js inlined once, nothing fetched)
+with the sections docs/sweep.md lists ("The report"): throughput vs latency, load curves,
+the Pareto front, heat maps, the SLO capacity and the table of every point.
 """
 
 from __future__ import annotations
