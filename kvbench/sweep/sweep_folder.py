@@ -48,7 +48,7 @@ def unfinished_points(folder: Path) -> list[str]:
     status: dict[str, str] = {}
     path = Path(folder) / POINTS_CSV
     if path.is_file():
-        import pandas as pd
+        import pandas as pd  # heavy: only a report on a sweep folder reads the table
 
         try:
             table = pd.read_csv(path, usecols=["point_id", "status"])
