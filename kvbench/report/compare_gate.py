@@ -26,19 +26,6 @@ SINGLE_RUN_WARNING = (
 )
 
 
-def incomplete_reason(status: str, summary: Summary) -> str | None:
-    """Why a run folder is not a finished run (None when it is).
-
-    `status` is the run's as its folder says it (`RunData.status`: `running` while the folder
-    is still `.partial`); the summary's own `status` first (older folders without one pass).
-    """
-    if summary.status is not None and summary.status != "complete":
-        return f"status {summary.status} in kvbench_summary.json"
-    if status != "complete":
-        return f"status {status} (its folder is still .partial)"
-    return None
-
-
 @dataclass(frozen=True)
 class Setting:
     """One input that must be equal on both sides: its name and how to read it."""
@@ -106,7 +93,6 @@ class Noise:
     base_ci: float
     new_mean: float
     new_ci: float
-    repeats: tuple[int, int]
 
     @property
     def overlap(self) -> bool:
@@ -126,20 +112,12 @@ def noise(metric: Metric, base_repeat: Mapping[str, Any] | None,
         return None
     if None in (a.get("mean"), a.get("ci95"), b.get("mean"), b.get("ci95")):
         return None
-    return Noise(float(a["mean"]), float(a["ci95"]), float(b["mean"]), float(b["ci95"]),
-                 (int(a.get("n") or 0), int(b.get("n") or 0)))
+    return Noise(float(a["mean"]), float(a["ci95"]), float(b["mean"]), float(b["ci95"]))
 
 
-def check_pairs(pairs: list[tuple[RunData, RunData]], allow_mismatch: bool,
-                allow_incomplete: bool = False) -> list[str]:
-    """Refuse unfinished runs unless `allow_incomplete`, and mismatched ones unless
-    `allow_mismatch` (KvbenchInputError, one line); returns the warnings to print."""
-    for base, new in pairs:
-        for side, run in (("base", base), ("new", new)):
-            why = incomplete_reason(run.status, run.summary)
-            if why and not allow_incomplete:
-                raise KvbenchInputError(f"{side} run {run.path} did not finish ({why}); "
-                                        "compare finished runs only")
+def check_pairs(pairs: list[tuple[RunData, RunData]], allow_mismatch: bool) -> list[str]:
+    """Refuse mismatched runs unless `allow_mismatch` (KvbenchInputError, one line); returns
+    the warnings to print. (Unfinished folders are refused before, by `check_finished`.)"""
     warnings = []
     for base, new in pairs:
         differ = mismatches((base.summary, base.config), (new.summary, new.config))

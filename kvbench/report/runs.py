@@ -91,18 +91,17 @@ class RunSet:
 
     def pairs(self) -> list[tuple[RunData, RunData]]:
         """(base, new) pairs: each later group's runs against the first group's, by label."""
-        if not self.multi_group:
-            return []
-        base = [r for r in self.runs if r.group_index == 0]
-        by_label = {r.label: r for r in base}
-        out = []
-        for index in range(1, len(self.groups)):
-            others = [r for r in self.runs if r.group_index == index]
-            matched = [(by_label[r.label], r) for r in others if r.label in by_label]
-            if not matched and len(base) == 1 and len(others) == 1:
-                matched = [(base[0], others[0])]
-            out.extend(matched)
-        return out
+        group = [[r for r in self.runs if r.group_index == i] for i in range(len(self.groups))]
+        return [pair for new in group[1:] for pair in pair_runs(group[0], new)]
+
+
+def pair_runs(base: list[RunData], new: list[RunData]) -> list[tuple[RunData, RunData]]:
+    """(base, new) by strategy label; two single runs pair whatever their labels."""
+    by_label = {r.label: r for r in base}
+    pairs = [(by_label[r.label], r) for r in new if r.label in by_label]
+    if not pairs and len(base) == 1 and len(new) == 1:
+        pairs = [(base[0], new[0])]
+    return pairs
 
 
 def _read_json(path: Path) -> dict[str, Any]:
