@@ -95,37 +95,37 @@ def _hover(group: pd.DataFrame) -> list[str]:
     return [str(p) for p in group["point_id"]]
 
 
-def _latency_vs_throughput(series, load: str | None) -> str:
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("p99 TTFT", "p99 TPOT"),
-                        horizontal_spacing=0.08)
-    for k, (label, group) in enumerate(series):
-        g = group.sort_values(load) if load and load in group else group
-        color = PALETTE[k % len(PALETTE)]
-        for col, metric in ((1, "ttft_p99_ms"), (2, "tpot_p99_ms")):
+def _curves(series, x: str, metrics: tuple[str, ...], titles: tuple[str, ...], hover: str,
+            order: str | None) -> go.Figure:
+    """A panel per metric against `x`, a line per series, its points in `order`."""
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=titles,
+                        horizontal_spacing=0.08 if len(metrics) == 2 else 0.07)
+    for k, (label, g) in enumerate(series):
+        g = g.sort_values(order) if order and order in g else g
+        for col, metric in enumerate(metrics, start=1):
             fig.add_trace(go.Scatter(
-                x=g["output_tok_s"], y=g[metric], mode="lines+markers", name=label,
-                legendgroup=label, showlegend=col == 1, line=dict(color=color),
-                text=_hover(g), hovertemplate="%{text}<br>%{x:.1f} tok/s, %{y:.1f} ms",
+                x=g[x], y=g[metric], mode="lines+markers", name=label, legendgroup=label,
+                showlegend=col == 1, line=dict(color=PALETTE[k % len(PALETTE)]),
+                text=_hover(g), hovertemplate=hover,
             ), row=1, col=col)
+    return fig
+
+
+def _latency_vs_throughput(series, load: str | None) -> str:
+    fig = _curves(series, "output_tok_s", ("ttft_p99_ms", "tpot_p99_ms"),
+                  ("p99 TTFT", "p99 TPOT"), "%{text}<br>%{x:.1f} tok/s, %{y:.1f} ms", load)
     fig.update_xaxes(title_text="output tokens/s")
     fig.update_yaxes(title_text="ms", type="log")
     return _figure_html(fig, 430)
 
 
 def _load_curves(series, load: str) -> str:
-    titles = ("output tokens/s", "p99 TTFT (ms)", "p99 TPOT (ms)")
-    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.07)
-    span = []
-    for k, (label, group) in enumerate(series):
-        g = group[pd.to_numeric(group[load], errors="coerce").map(_finite)].sort_values(load)
-        span += list(g[load])
-        color = PALETTE[k % len(PALETTE)]
-        for col, metric in enumerate(("output_tok_s", "ttft_p99_ms", "tpot_p99_ms"), start=1):
-            fig.add_trace(go.Scatter(
-                x=g[load], y=g[metric], mode="lines+markers", name=label, legendgroup=label,
-                showlegend=col == 1, line=dict(color=color), text=_hover(g),
-                hovertemplate="%{text}<br>%{y:.1f}",
-            ), row=1, col=col)
+    series = [(label, g[pd.to_numeric(g[load], errors="coerce").map(_finite)])
+              for label, g in series]
+    fig = _curves(series, load, ("output_tok_s", "ttft_p99_ms", "tpot_p99_ms"),
+                  ("output tokens/s", "p99 TTFT (ms)", "p99 TPOT (ms)"), "%{text}<br>%{y:.1f}",
+                  load)
+    span = [v for _, g in series for v in g[load]]
     wide = span and min(span) > 0 and max(span) / min(span) > 20
     fig.update_xaxes(title_text=metric_title(load), type="log" if wide else None)
     fig.update_yaxes(type="log", row=1, col=2)
