@@ -10,7 +10,7 @@ import click
 from kvbench.errors import KvbenchInputError
 from kvbench.report.compare_gate import check_pairs, differences_with_noise
 from kvbench.report.metrics import DEFAULT_DIFF, parse_thresholds
-from kvbench.report.runs import RunData, load_runs
+from kvbench.report.runs import RunData, load_runs, pair_runs
 from kvbench.report.text_table import format_table
 from kvbench.results.metric_catalogue import METRICS
 from kvbench.results.run_folder import check_finished
@@ -75,7 +75,7 @@ def compare_command(ctx: click.Context, base_dir: Path, new_dir: Path, fail_on: 
     base_runs = load_runs([base_dir]).runs
     new_runs = load_runs([new_dir]).runs
     pairs, unmatched = match_runs(base_runs, new_runs)
-    warnings = check_pairs(pairs, allow_mismatch, allow_incomplete=allow_incomplete)
+    warnings = check_pairs(pairs, allow_mismatch)
     if unfinished:
         warnings.insert(0, f"{unfinished}; compared on what finished (--allow-incomplete)")
     failures: list[str] = []
@@ -116,10 +116,7 @@ def _metric_names(text: str | None, extra: list[str]) -> list[str]:
 
 def match_runs(base: list[RunData], new: list[RunData]):
     """Pairs by strategy label; two single runs pair whatever their labels."""
-    by_label = {r.label: r for r in base}
-    pairs = [(by_label[r.label], r) for r in new if r.label in by_label]
-    if not pairs and len(base) == 1 and len(new) == 1:
-        pairs = [(base[0], new[0])]
+    pairs = pair_runs(base, new)
     paired = {id(r) for pair in pairs for r in pair}
     unmatched = [r for r in base + new if id(r) not in paired]
     if not pairs:

@@ -19,27 +19,31 @@ from kvbench.errors import KvbenchInputError
         "the base. A sweep's folder (of `kvbench sweep`) gives the sweep's report; give it "
         "alone. `kvbench run` and `kvbench sweep` already write report.html into every "
         "results folder. A folder whose runs did not all finish (interrupted, failed, "
-        "killed, unreadable files) is refused, naming them, unless --allow-incomplete: the "
-        "report then shows what finished, marked as such."
+        "killed, unreadable files), or a sweep's folder whose points did not all finish, is "
+        "refused, naming them, unless --allow-incomplete: the report then shows what "
+        "finished, marked as such."
     ),
 )
 @click.argument("run_dirs", nargs=-1, required=True, metavar="RUN_DIR...",
                 type=click.Path(path_type=Path))
-@click.option("-o", "--output", "output", type=click.Path(path_type=Path), default=None,
+@click.option("-o", "--output", "output", type=click.Path(), default=None,
               help="HTML file to write [default: RUN_DIR/report.html for one folder, "
                    "./report.html for several]")
 @click.option("--allow-incomplete", is_flag=True,
               help="report folders whose runs did not all finish, each unfinished one marked "
                    "(a killed run shows the requests it had finished)")
-def report_command(run_dirs: tuple[Path, ...], output: Path | None,
+def report_command(run_dirs: tuple[Path, ...], output: str | Path | None,
                    allow_incomplete: bool) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.runs import run_folders
     from kvbench.report.writer import write_report
     from kvbench.results.run_folder import check_finished
-    from kvbench.sweep.sweep_folder import is_sweep_folder
+    from kvbench.sweep.sweep_folder import is_sweep_folder, unfinished_points
 
+    if output == "":
+        raise KvbenchInputError("-o is empty: give a file name such as report.html")
     if output is not None:  # a place it cannot write is refused before any folder is read
+        output = Path(output)
         _check_output(output)
     sweeps = [folder for folder in run_dirs if is_sweep_folder(folder)]
     if sweeps and len(run_dirs) > 1:
@@ -56,6 +60,15 @@ def report_command(run_dirs: tuple[Path, ...], output: Path | None,
     if sweeps:
         from kvbench.sweep.report import read_and_write  # CLI: plotly, only for this command
 
+        missing = unfinished_points(sweeps[0])
+        if missing:
+            shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+            what = (f"{sweeps[0]}: {len(missing)} point(s) not whole (interrupted, killed or "
+                    f"never run): {shown}")
+            if not allow_incomplete:
+                raise KvbenchInputError(f"{what}; `kvbench sweep {sweeps[0]}` finishes the "
+                                        "sweep, --allow-incomplete reports what finished")
+            click.echo(f"kvbench: warning: {what}; the report shows what finished", err=True)
         click.echo(str(read_and_write(sweeps[0], output)))
         return
     written = write_report(list(run_dirs), output)

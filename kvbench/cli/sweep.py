@@ -123,16 +123,19 @@ def _build_spec(config: str | None, simulate: bool, given: dict[str, Any],
         _apply_options(spec, given, extra["axis_items"])
         if extra["slo"] is not None:
             spec.slo = extra["slo"]
-        if extra["search"] is not None or extra["search_range"] or extra["tolerance"]:
+        if (extra["search"] is not None or extra["search_range"]
+                or extra["tolerance"] is not None):
             old = spec.search
             if extra["search"] is None and old is None:
                 raise KvbenchInputError("--search-range and --tolerance need --search AXIS")
             lo, hi = _range(extra["search_range"]) if extra["search_range"] else (
                 (old.lo, old.hi) if old else (None, None))
-            tolerance = extra["tolerance"] or (old.tolerance if old else None)
+            tolerance = extra["tolerance"]
+            if tolerance is None and old is not None:
+                tolerance = old.tolerance
             spec.search = SearchSpec(
                 axis=extra["search"] or old.axis, lo=lo, hi=hi,
-                **({"tolerance": tolerance} if tolerance else {}),
+                **({"tolerance": tolerance} if tolerance is not None else {}),
             )
         if extra["name"]:
             spec.name = extra["name"]

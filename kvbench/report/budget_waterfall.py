@@ -63,6 +63,3 @@ def _table(terms: dict[str, Any], labels: list[str]) -> str:
                if terms.get("refusal") else ""))
     return ("<table class='summary'><tr><th>term</th><th>bytes</th><th></th></tr>"
             + "".join(body) + f"</table><p class='note'>{note}</p>")
-
-
-__all__ = ["budget_waterfall_html", "waterfall_terms"]

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.report.metrics import Difference
+from kvbench.report.runs import RunData
 from kvbench.results.metric_catalogue import METRICS, Metric
 from kvbench.results.summary import Summary
 
@@ -24,19 +24,6 @@ SINGLE_RUN_WARNING = (
     "single-run comparison: it cannot tell noise from change; run both sides with "
     "--repeat 3 to get confidence intervals"
 )
-
-
-def incomplete_reason(status: str, summary: Summary) -> str | None:
-    """Why a run folder is not a finished run (None when it is).
-
-    `status` is the run's as its folder says it (`RunData.status`: `running` while the folder
-    is still `.partial`); the summary's own `status` first (older folders without one pass).
-    """
-    if summary.status is not None and summary.status != "complete":
-        return f"status {summary.status} in kvbench_summary.json"
-    if status != "complete":
-        return f"status {status} (its folder is still .partial)"
-    return None
 
 
 @dataclass(frozen=True)
@@ -106,7 +93,6 @@ class Noise:
     base_ci: float
     new_mean: float
     new_ci: float
-    repeats: tuple[int, int]
 
     @property
     def overlap(self) -> bool:
@@ -126,31 +112,12 @@ def noise(metric: Metric, base_repeat: Mapping[str, Any] | None,
         return None
     if None in (a.get("mean"), a.get("ci95"), b.get("mean"), b.get("ci95")):
         return None
-    return Noise(float(a["mean"]), float(a["ci95"]), float(b["mean"]), float(b["ci95"]),
-                 (int(a.get("n") or 0), int(b.get("n") or 0)))
+    return Noise(float(a["mean"]), float(a["ci95"]), float(b["mean"]), float(b["ci95"]))
 
 
-class ComparedRun(Protocol):
-    """What the gate reads of a loaded run (kvbench.report.runs.RunData has it)."""
-
-    path: Path
-    label: str
-    status: str  # "complete", its summary's status, or `running` (a `.partial` folder)
-    summary: Summary
-    config: dict[str, Any]
-    repeat: dict[str, Any] | None  # repeat.json figures, for a `--repeat N` run
-
-
-def check_pairs(pairs: list[tuple[ComparedRun, ComparedRun]], allow_mismatch: bool,
-                allow_incomplete: bool = False) -> list[str]:
-    """Refuse unfinished runs unless `allow_incomplete`, and mismatched ones unless
-    `allow_mismatch` (KvbenchInputError, one line); returns the warnings to print."""
-    for base, new in pairs:
-        for side, run in (("base", base), ("new", new)):
-            why = incomplete_reason(run.status, run.summary)
-            if why and not allow_incomplete:
-                raise KvbenchInputError(f"{side} run {run.path} did not finish ({why}); "
-                                        "compare finished runs only")
+def check_pairs(pairs: list[tuple[RunData, RunData]], allow_mismatch: bool) -> list[str]:
+    """Refuse mismatched runs unless `allow_mismatch` (KvbenchInputError, one line); returns
+    the warnings to print. (Unfinished folders are refused before, by `check_finished`.)"""
     warnings = []
     for base, new in pairs:
         differ = mismatches((base.summary, base.config), (new.summary, new.config))
@@ -169,7 +136,7 @@ def check_pairs(pairs: list[tuple[ComparedRun, ComparedRun]], allow_mismatch: bo
     return warnings
 
 
-def differences_with_noise(base: ComparedRun, new: ComparedRun, names: list[str]):
+def differences_with_noise(base: RunData, new: RunData, names: list[str]):
     """(Difference, Noise or None) per metric; where both sides ran with `--repeat`, the
     values compared (and held to thresholds) are the means over the repeats, and a change is
     better or worse only when their confidence intervals are apart. Between simulated runs
@@ -186,7 +153,3 @@ def differences_with_noise(base: ComparedRun, new: ComparedRun, names: list[str]
             rows.append((Difference(m, m.value(base.summary), m.value(new.summary),
                                     beyond_noise=True if simulated else None), None))
     return rows
-
-
-__all__ = ["SETTINGS", "SINGLE_RUN_WARNING", "ComparedRun", "Noise", "Setting", "check_pairs",
-           "differences_with_noise", "incomplete_reason", "mismatches", "noise"]

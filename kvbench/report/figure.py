@@ -110,6 +110,3 @@ def subplots(rows: int, cols: int, titles: Sequence[str] = (),
     if annotations:
         fig.layout["annotations"] = annotations
     return fig
-
-
-__all__ = ["Figure", "Trace", "merge", "subplots"]

@@ -38,6 +38,3 @@ def figure_div(fig: Figure, div_id: str, config: dict[str, Any]) -> str:
             f'<div id="{div_id}" class="plotly-graph-div" style="height:100%; width:100%;">'
             f'</div><script>if (document.getElementById("{div_id}")) {{{call}}};</script>'
             "</div>")
-
-
-__all__ = ["figure_div", "plotly_js_script"]

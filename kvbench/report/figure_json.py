@@ -67,11 +67,8 @@ def _finite(value: Any) -> Any:
 def to_json(value: Any) -> str:
     """`value` (dicts, lists, numbers, strings, numpy arrays) as compact JSON, safe to inline
     in a `<script>` element."""
-    try:
-        text = json.dumps(value, separators=(",", ":"), default=_default, allow_nan=False)
-    except ValueError:  # a NaN outside an array: plotly.js reads null as a gap
-        text = json.dumps(_finite(value), separators=(",", ":"), default=_default,
-                          allow_nan=False)
+    # a NaN outside an array as null: plotly.js reads it as a gap
+    text = json.dumps(_finite(value), separators=(",", ":"), default=_default, allow_nan=False)
     for unsafe, safe in _HTML_UNSAFE:
         text = text.replace(unsafe, safe)
     return text
@@ -80,6 +77,3 @@ def to_json(value: Any) -> str:
 def figure_json(figure: Any) -> str:
     """A figure (`kvbench.report.figure.Figure`) as `{"data": [...], "layout": {...}}`."""
     return to_json({"data": figure.data, "layout": figure.layout})
-
-
-__all__ = ["figure_json", "to_json", "typed_array"]

@@ -141,7 +141,3 @@ def parse_thresholds(text: str | None) -> list[Threshold]:
         out.append(Threshold(found, 1 if sign == "+" else -1, float(amount), suffix == "%",
                              f"{name}:{sign}{amount}{suffix}"))
     return out
-
-
-__all__ = ["DEFAULT_DIFF", "METRICS", "Difference", "Metric", "Threshold", "differences",
-           "metric", "parse_thresholds"]

@@ -18,26 +18,15 @@ _TEMPLATE = "package_data/templates/{name}.json"
 @functools.cache
 def plotly_js() -> bytes:
     """The minified plotly.js bundled with plotly.py (UTF-8), read once per process."""
-    data = pkgutil.get_data("plotly", _PLOTLY_JS)
-    if data is None:  # a loader without get_data: plotly's own reader finds the file
-        from plotly.offline import get_plotlyjs  # plotly.offline: only for an odd install
-
-        return get_plotlyjs().encode("utf-8")
-    return data
+    return pkgutil.get_data("plotly", _PLOTLY_JS)
 
 
 @functools.cache
 def _template_text(name: str) -> str:
-    data = pkgutil.get_data("plotly", _TEMPLATE.format(name=name))
-    if data is None:
-        raise FileNotFoundError(f"plotly template {name!r} not found in plotly's package data")
-    return data.decode("utf-8")
+    return pkgutil.get_data("plotly", _TEMPLATE.format(name=name)).decode("utf-8")
 
 
 def template(name: str = "plotly_white") -> dict[str, Any]:
     """A plotly template (`layout.template`) as plotly.io's `templates[name]` holds it: the
     JSON file plotly ships, parsed (a fresh copy: callers may change it)."""
     return json.loads(_template_text(name))
-
-
-__all__ = ["plotly_js", "template"]

@@ -91,18 +91,17 @@ class RunSet:
 
     def pairs(self) -> list[tuple[RunData, RunData]]:
         """(base, new) pairs: each later group's runs against the first group's, by label."""
-        if not self.multi_group:
-            return []
-        base = [r for r in self.runs if r.group_index == 0]
-        by_label = {r.label: r for r in base}
-        out = []
-        for index in range(1, len(self.groups)):
-            others = [r for r in self.runs if r.group_index == index]
-            matched = [(by_label[r.label], r) for r in others if r.label in by_label]
-            if not matched and len(base) == 1 and len(others) == 1:
-                matched = [(base[0], others[0])]
-            out.extend(matched)
-        return out
+        group = [[r for r in self.runs if r.group_index == i] for i in range(len(self.groups))]
+        return [pair for new in group[1:] for pair in pair_runs(group[0], new)]
+
+
+def pair_runs(base: list[RunData], new: list[RunData]) -> list[tuple[RunData, RunData]]:
+    """(base, new) by strategy label; two single runs pair whatever their labels."""
+    by_label = {r.label: r for r in base}
+    pairs = [(by_label[r.label], r) for r in new if r.label in by_label]
+    if not pairs and len(base) == 1 and len(new) == 1:
+        pairs = [(base[0], new[0])]
+    return pairs
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -140,15 +139,13 @@ def _read_csv(path: Path, columns: frozenset[str] | None = None) -> Columns:
         return Columns({})
 
 
-def _repeat_stats(folder: Path) -> dict[str, Any] | None:
-    """The repeat statistics of a `rep-K` folder (in its parent's `repeat.json`)."""
-    if not folder.name.startswith("rep-"):
-        return None
+def read_repeat(folder: Path) -> dict[str, Any] | None:
+    """The `repeat.json` beside a `rep-K` folder of `--repeat N` (`repeats`, `figures`)."""
     path = folder.parent / "repeat.json"
-    if not path.is_file():
+    if not folder.name.startswith("rep-") or not path.is_file():
         return None
-    figures = _read_json(path).get("figures")
-    return figures if isinstance(figures, dict) else None
+    data = _read_json(path)
+    return data if isinstance(data.get("figures"), dict) else None
 
 
 def load_run(folder: Path, group: Path | None = None) -> RunData:
@@ -179,7 +176,7 @@ def load_run(folder: Path, group: Path | None = None) -> RunData:
                 break
     return RunData(
         path=folder, group=group, label=label, summary=summary, config=config,
-        requests=requests, status=status, repeat=_repeat_stats(folder),
+        requests=requests, status=status, repeat=(read_repeat(folder) or {}).get("figures"),
     )
 
 

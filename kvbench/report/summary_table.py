@@ -1,4 +1,8 @@
-"""The comparison table `kvbench run` prints: one row per strategy."""
+"""The comparison table `kvbench run` and `kvbench simulate` print: one row per strategy.
+
+Numbers are for reading, not parsing (the results folder holds them exact): latencies in ms up
+to 10 s and in seconds past it, counts with thousands separators.
+"""
 
 from __future__ import annotations
 
@@ -14,30 +18,42 @@ HEADERS = [
     "strategy", "done", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
     "KV util", "util sat.", "held/token", "batch avg/max", "preempt", "prefix hit",
 ]
+LEGEND = (
+    "KV util: token state / KV held (util sat.: while requests wait); held/token: 1 / KV "
+    "util; batch: sequences per step; preempt: sequences evicted; prefix hit: prompt tokens "
+    "from cache"
+)
 
 
-def _held_per_token(summary: Summary) -> str:
-    util = summary.memory.utilization_mean
-    return fmt(1 / util, ".2f", "x") if util else "-"
+def duration(ms: float | None, spec: str = ".1f") -> str:
+    """`820.2 ms`; `1,527.0 s` from 10 s on."""
+    if ms is None:
+        return "-"
+    return f"{ms / 1e3:,.1f} s" if abs(ms) >= 10_000 else f"{ms:{spec}} ms"
+
+
+def count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
 
 
 def summary_rows(summaries: list[Summary]) -> list[list[str]]:
     rows = []
     for s in summaries:
         lat, mem, sch = s.latency_ms, s.memory, s.scheduler
+        util = mem.utilization_mean
         rows.append([
             str(s.label),
-            f"{s.completed}/{s.num_requests}",
-            fmt(s.throughput.output_tok_s),
-            fmt(lat.ttft.p50, ".1f", " ms"),
-            fmt(lat.ttft.p99, ".1f", " ms"),
-            fmt(lat.tpot.p50, ".2f", " ms"),
-            fmt(lat.tpot.p99, ".2f", " ms"),
+            f"{count(s.completed)}/{count(s.num_requests)}",
+            fmt(s.throughput.output_tok_s, ",.1f"),
+            duration(lat.ttft.p50),
+            duration(lat.ttft.p99),
+            duration(lat.tpot.p50, ".2f"),
+            duration(lat.tpot.p99, ".2f"),
             fmt(mem.utilization_mean, ".1%"),
             fmt(mem.utilization_saturated, ".1%"),
-            _held_per_token(s),
-            f"{fmt(sch.batch_size_mean)}/{sch.batch_size_max or '-'}",
-            str(sch.preemptions or 0),
+            fmt(1 / util, ".2f", "x") if util else "-",
+            f"{fmt(sch.batch_size_mean)}/{count(sch.batch_size_max) if sch.batch_size_max else '-'}",
+            count(sch.preemptions or 0),
             fmt(sch.prefix_hit_rate, ".1%"),
         ])
     return rows
@@ -48,15 +64,16 @@ def render_summary(summaries: list[Summary | Mapping[str, Any]]) -> str:
     first = runs[0]
     header = (
         f"model {first.model} ({first.dtype}) on {first.device}  |  workload "
-        f"{first.workload}, {first.num_requests} requests, seed {first.seed}  |  KV "
+        f"{first.workload}, {count(first.num_requests)} requests, seed {first.seed}  |  KV "
         f"budget {format_bytes(first.memory.kv_budget_bytes)}"
     )
     caps = ", ".join(
-        f"{s.label}: {s.memory.kv_capacity_tokens or 'n/a'}"
-        + (" tokens" if s.memory.kv_capacity_tokens else "")
+        f"{s.label}: " + (f"{s.memory.kv_capacity_tokens:,} tokens"
+                          if s.memory.kv_capacity_tokens else "n/a")
         for s in runs
     )
-    lines = [header, f"KV capacity: {caps}", "", format_table(HEADERS, summary_rows(runs))]
+    lines = [header, f"KV capacity: {caps}", "", format_table(HEADERS, summary_rows(runs)),
+             LEGEND]
     goodput = render_goodput(runs)
     return "\n".join([*lines, "", goodput] if goodput else lines)
 
@@ -69,7 +86,7 @@ def render_goodput(runs: list[Summary]) -> str | None:
     targets = ", ".join(f"{metric} <= {limit:g} ms"
                         for metric, limit in with_slo[0].goodput.slo_ms.items())
     rows = [[str(s.label),
-             f"{s.goodput.requests_meeting_slo}/{s.num_requests}",
+             f"{count(s.goodput.requests_meeting_slo)}/{count(s.num_requests)}",
              fmt(s.goodput.fraction_meeting_slo, ".1%"),
              fmt(s.goodput.goodput_requests_s, ".2f", " req/s")]
             for s in with_slo]

@@ -7,7 +7,7 @@ from html import escape
 from typing import Any
 
 from kvbench.report.metrics import Difference, differences
-from kvbench.report.runs import RunData, RunSet
+from kvbench.report.runs import RunData, RunSet, read_repeat
 from kvbench.results.metric_catalogue import METRICS
 from kvbench.results.repeat import format_mean_ci
 from kvbench.units import format_bytes
@@ -193,7 +193,6 @@ def kv_groups_html(runset: RunSet) -> str:
     )
 
 
-REPEAT_FILE = "repeat.json"
 # (repeat.json figure, column title, format, scale): the headline figures of `--repeat`.
 REPEAT_COLUMNS = (("output_tok_s", "out tok/s", ".1f", 1.0), ("ttft_p50_ms", "TTFT p50 ms",
                   ".1f", 1.0), ("ttft_p99_ms", "TTFT p99 ms", ".1f", 1.0),
@@ -201,22 +200,10 @@ REPEAT_COLUMNS = (("output_tok_s", "out tok/s", ".1f", 1.0), ("ttft_p50_ms", "TT
                   ("utilization_mean", "KV util %", ".1f", 100.0))
 
 
-def repeat_stats(run: RunData) -> dict[str, Any] | None:
-    """The `repeat.json` beside a run of `--repeat N` (it lives in `<label>/rep-K/`)."""
-    path = run.path.parent / REPEAT_FILE
-    if not run.path.name.startswith("rep-") or not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("figures"), dict) else None
-
-
 def noise_html(runset: RunSet, colors: dict[str, str]) -> str:
     """How far to trust a difference: mean ± 95% CI when the runs were repeated, else a
     warning that one run cannot tell a difference from noise."""
-    stats = [(r, repeat_stats(r)) for r in runset.runs]
+    stats = [(r, read_repeat(r.path)) for r in runset.runs]
     repeated = [(r, st) for r, st in stats if st is not None]
     single = [r.name for r, st in stats if st is None]
     parts = []

@@ -47,6 +47,3 @@ def peak_rows(counts: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarr
     first = np.minimum.reduceat(np.where(peak, np.arange(len(counts)), len(counts)), starts)
     marked = totals > 0
     return first[marked], totals[marked]
-
-
-__all__ = ["extreme_rows", "peak_rows"]

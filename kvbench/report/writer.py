@@ -27,6 +27,3 @@ def write_runs_report(runset: RunSet, out_path: Path) -> Path:
     out_path = Path(out_path)
     atomic_write_bytes(out_path, build_page(runset))
     return out_path
-
-
-__all__ = ["write_report", "write_runs_report"]

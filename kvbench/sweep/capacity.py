@@ -1,19 +1,9 @@
 """SLO capacity: the highest request rate (or concurrency) at which a configuration meets an SLO.
 
-For every combination of the other axes (e.g. per strategy), `Bisection` brackets the
-capacity between a value that meets the SLO (`lo`) and one that does not (`hi`):
-
-1. probe the bottom of the range; if it misses the SLO the capacity is below the range;
-2. probe the top; if it meets the SLO the capacity is at least the top of the range;
-3. probe the geometric middle of the bracket (`sqrt(lo x hi)`, rounded to 4 significant
-   digits so probe ids stay readable) and keep the half where the SLO changes, until
-   `hi / lo <= 1 + tolerance` (integer axes: until `hi - lo <= 1`).
-
-The answer is `lo`: the true capacity lies in [lo, hi), so it is within `tolerance` (relative)
-of the answer. Grid points already run at values of the axis seed the bracket, so a grid that
-straddles the capacity saves probes. The search assumes meeting the SLO is monotone in the
-axis (more load never helps); a non-monotone result (a pass above a miss) is ignored.
-Each probe is an ordinary point of the sweep, run by the sweep's executor.
+`Bisection` brackets it, per combination of the other axes, between a value that meets the
+SLO (`lo`, the answer) and one that does not (`hi`), probing the geometric middle until
+`hi / lo <= 1 + tolerance` (integer axes: `hi - lo <= 1`); docs/sweep.md, "SLO capacity
+search", gives the steps and the assumption (meeting the SLO is monotone in the axis).
 """
 
 from __future__ import annotations
@@ -48,9 +38,6 @@ class Bisection:
         hi = min(misses) if misses else None
         passes = [v for v, ok in self.results.items() if ok and (hi is None or v < hi)]
         return (max(passes) if passes else None), hi
-
-    def done(self) -> bool:
-        return self.next_value() is None
 
     def next_value(self) -> float | None:
         """The next value to probe, None when the search is over."""
@@ -100,6 +87,3 @@ def numeric(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) and number > 0 else None
-
-
-__all__ = ["ABOVE", "BELOW", "Bisection", "EXACT", "numeric", "round_sig"]

@@ -1,44 +1,9 @@
 """`SweepSpec`: what a sweep runs, from a TOML file (`tomllib`), flags, or a `sweep.json`.
 
-```toml
-kind = "simulate"            # or "run" (the default): which command runs each point
-name = "a100-13b"            # the sweep folder's name under `out` [default: the file's stem]
-out = "results"
-
-[base]                       # any option of `kvbench run` / `kvbench simulate`, one value each
-model = "llama-2-13b"
-gpu = "a100-40gb"
-workload = "sharegpt"
-num-requests = 300
-workload-param = ["prompt_len=64"]   # or a table: [base.workload_params]
-
-[axes]                       # the grid: the cartesian product of these lists, in this order
-strategy = ["contiguous", "paged", "prefix"]   # or "all"
-request-rate = [1, 2, 4, 8]
-"workload_param.output_len" = [64, 256]
-
-[slo]                        # targets in ms (or "500ms", "0.5s"); STAT defaults to p99
-"ttft.p99" = "2s"
-"tpot.p99" = "100ms"
-
-[search]                     # SLO capacity: per point of the other axes, bisect this one
-axis = "request-rate"        # or max-concurrency
-range = [0.25, 32]           # [default: 0.05..100 req/s (1..1024 for concurrency)]
-tolerance = 0.05             # relative width of the final bracket
-
-[report]
-pareto = ["output_tok_s", "tpot.p99"]          # x, y
-heatmap = ["strategy", "request_rate"]         # two axes [default: the first two]
-heatmap-metrics = ["output_tok_s", "tpot.p99"]
-
-[executor]                   # not part of the grid: a sweep may be resumed with another
-kind = "local"               # or "ray"
-address = "auto"             # ray: an existing cluster; unset: start a local Ray
-jobs = 1                     # local: parallel processes [default: 1, or one per GPU]
-```
-
-Option names take dashes or underscores. Everything but `[executor]`, `name` and `out` is the
-sweep's identity: `--resume` refuses a folder whose `sweep.json` holds another grid.
+The TOML file's tables (`[base]`, `[axes]`, `[slo]`, `[search]`, `[report]`, `[executor]`) and
+keys are those of docs/sweep.md, "Sweep files". Option names take dashes or underscores.
+Everything but `[executor]`, `name` and `out` is the sweep's identity: `--resume` refuses a
+folder whose `sweep.json` holds another grid.
 """
 
 from __future__ import annotations
@@ -50,7 +15,13 @@ from typing import Any
 
 from kvbench.errors import KvbenchInputError
 from kvbench.strategies import STRATEGIES
-from kvbench.sweep.options import canonical_name, check_kind, convert, workload_param_items
+from kvbench.sweep.options import (
+    canonical_name,
+    check_kind,
+    convert,
+    display_name,
+    workload_param_items,
+)
 from kvbench.sweep.slo import parse_slo_targets
 
 SEARCHABLE = ("request_rate", "max_concurrency")
@@ -132,9 +103,7 @@ class SweepSpec:
                 raise KvbenchInputError(
                     "sweep a workload parameter as workload_param.NAME = [values]"
                 )
-            if isinstance(values, str):
-                values = STRATEGIES.names() if name == "strategy" and values == "all" else [values]
-            values = list(values)
+            values = [values] if isinstance(values, str) else list(values)
             if name == "strategy" and values == ["all"]:
                 values = STRATEGIES.names()
             if not values:
@@ -158,6 +127,22 @@ class SweepSpec:
         """What a sweep needs on top of well-formed options."""
         if self.search is not None and not self.slo:
             raise KvbenchInputError("--search needs an --slo to meet (e.g. ttft.p99=500ms)")
+        from kvbench.sweep.table import POINT_METRICS, metric_column  # (table loads pandas)
+
+        axes = [display_name(a) for a in self.axes]
+        if self.search is not None and self.search.axis not in self.axes:
+            axes.append(self.search.axis)
+        columns = {*axes, *(metric_column(name) for name in POINT_METRICS)}
+        for flag, names in (("--pareto", self.report.pareto),
+                            ("--heatmap-metrics", self.report.heatmap_metrics)):
+            for name in names:
+                if metric_column(name) not in columns:
+                    raise KvbenchInputError(f"{flag}: unknown metric {name!r} (valid: "
+                                            f"{', '.join([*POINT_METRICS, *axes])})")
+        for name in self.report.heatmap or ():
+            if display_name(name.strip().replace("-", "_")) not in axes:
+                raise KvbenchInputError(f"--heatmap: {name!r} is not an axis of this sweep "
+                                        f"(axes: {', '.join(axes) or 'none'})")
         return self
 
     def identity(self) -> dict[str, Any]:
@@ -249,14 +234,3 @@ def load_sweep_config(path: str | Path) -> SweepSpec:
             f"{path}: [executor] takes kind, address, jobs; got {', '.join(executor)}"
         ) from None
     return spec
-
-
-__all__ = [
-    "DEFAULT_RANGES",
-    "ExecutorSpec",
-    "ReportSpec",
-    "SEARCHABLE",
-    "SearchSpec",
-    "SweepSpec",
-    "load_sweep_config",
-]

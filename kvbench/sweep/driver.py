@@ -1,12 +1,5 @@
-"""`run_sweep`: run a grid (and an SLO capacity search) into a sweep folder.
-
-```
-<sweep>/sweep.json              the grid, the command(s), the point ids
-<sweep>/points.csv              one row per point (rewritten as points finish)
-<sweep>/capacity.csv, .json     the SLO capacity per group (with --search)
-<sweep>/report.html             curves, Pareto front, heat maps, capacity
-<sweep>/<point-id>/             an ordinary results folder per point (config.json, ...)
-```
+"""`run_sweep`: run a grid (and an SLO capacity search) into a sweep folder (its files:
+`kvbench.sweep.sweep_folder`; one ordinary results folder per point).
 
 A point whose folder is complete is never run again under `--resume`: its summary is read
 back. Points that failed or were interrupted run again. Ctrl-C stops the sweep, writes what
@@ -86,13 +79,7 @@ def resolve_folder(spec: SweepSpec, resume: bool) -> Path:
             raise KvbenchInputError(
                 f"--name {spec.name!r} must be a folder name, without a path separator or "
                 f"'..': the sweep is written under --out {spec.out}")
-        folder = root / spec.name
-        if (folder / SWEEP_JSON).exists() and not resume:
-            raise KvbenchInputError(
-                f"{folder} already holds a sweep: add --resume to finish it, "
-                "or give another --name"
-            )
-        return folder
+        return root / spec.name  # one holding a sweep: refused without --resume (run_sweep)
     if resume:
         raise KvbenchInputError("--resume needs the sweep's --name (or its folder as CONFIG)")
     folder = root / default_name(spec)
@@ -446,17 +433,11 @@ def _check_existing(folder: Path, spec: SweepSpec, resume: bool) -> dict[str, An
 
 
 def _old_wall_times(folder: Path) -> dict[str, float]:
-    path = folder / POINTS_CSV
-    if not path.exists():
-        return {}
     try:
-        frame = pd.read_csv(path)
-    except (OSError, ValueError):
+        frame = pd.read_csv(folder / POINTS_CSV, usecols=["point_id", "wall_s"]).dropna()
+    except (OSError, ValueError):  # none yet, or not ours
         return {}
-    if "wall_s" not in frame or "point_id" not in frame:
-        return {}
-    return {str(k): float(v) for k, v in zip(frame["point_id"], frame["wall_s"], strict=True)
-            if pd.notna(v)}
+    return dict(zip(frame["point_id"].astype(str), frame["wall_s"].astype(float), strict=True))
 
 
 def _point_reports(folder: Path, point_ids: list[str]) -> None:
@@ -464,12 +445,3 @@ def _point_reports(folder: Path, point_ids: list[str]) -> None:
         path = folder / point_id
         if read_point(path) is not None:
             kvbench.report.writer.write_report([path], path / REPORT_HTML)
-
-
-__all__ = [
-    "SweepInterrupted",
-    "SweepResult",
-    "default_name",
-    "resolve_folder",
-    "run_sweep",
-]

@@ -45,6 +45,3 @@ def make_executor(kind: str, *, address: str | None = None, jobs: int | None = N
             raise KvbenchInputError("--jobs is for the local executor; Ray schedules by resources")
         return RayExecutor(address=address)
     raise KvbenchInputError(f"unknown --executor {kind!r} (choose local or ray)")
-
-
-__all__ = ["Executor", "make_executor"]

@@ -90,6 +90,3 @@ def _check_unique(points: list[Point]) -> None:
         seen[point.point_id] = count + 1
         if count:
             point.point_id = f"{point.point_id}~{count + 1}"
-
-
-__all__ = ["BASE_POINT_ID", "Point", "expand_grid", "group_values", "make_point", "point_id"]

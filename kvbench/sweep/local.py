@@ -83,6 +83,3 @@ class LocalExecutor:
         if self._pool is not None:
             self._pool.shutdown(wait=not cancel, cancel_futures=cancel)
             self._pool = None
-
-
-__all__ = ["LocalExecutor", "default_jobs"]

@@ -164,16 +164,3 @@ def run_config_for(kind: str, values: dict[str, Any], slo_ms: dict[str, float] |
     if slo_ms:
         run.replay.slo_ms = dict(slo_ms)
     return run
-
-
-__all__ = [
-    "KINDS",
-    "WORKLOAD_PARAM",
-    "canonical_name",
-    "catalogue",
-    "check_kind",
-    "convert",
-    "display_name",
-    "run_config_for",
-    "value_text",
-]

@@ -107,6 +107,3 @@ def read_point(folder: Path) -> Summary | None:
         return Summary.from_json(summary_file(folder) or Path(folder) / SUMMARY_FILE)
     except KvbenchInputError:
         return None
-
-
-__all__ = ["execute_point", "failed_record", "make_task", "read_point", "write_gathered"]

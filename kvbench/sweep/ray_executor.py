@@ -90,6 +90,3 @@ class RayExecutor:
         if self._owns:
             self._ray.shutdown()
             self._owns = False
-
-
-__all__ = ["RayExecutor"]

@@ -1,14 +1,6 @@
-"""`report.html` of a sweep: one self-contained page (plotly.js inlined once, nothing fetched).
-
-- **Throughput vs latency**: p99 TTFT and p99 TPOT against output tokens/s, one curve per
-  series (a series is every axis but the load axis: `request_rate`, else `max_concurrency`),
-  points in load order, as serving papers draw them.
-- **Load curves**: output tokens/s, p99 TTFT and p99 TPOT against the load axis.
-- **Pareto front** of two metrics (default output tok/s against p99 TPOT): the points no other
-  point beats on both; `--pareto X,Y` picks the metrics.
-- **Heat maps** of metrics over two axes (default: the first two axes that are not the
-  strategy, one map per strategy; otherwise the first two axes), averaged over any others.
-- **SLO capacity** per group, when the sweep searched for it, and the table of every point.
+"""`report.html` of a sweep: one self-contained page (plotly.js inlined once, nothing fetched)
+with the sections docs/sweep.md lists ("The report"): throughput vs latency, load curves,
+the Pareto front, heat maps, the SLO capacity and the table of every point.
 """
 
 from __future__ import annotations
@@ -32,7 +24,6 @@ from kvbench.sweep.table import STRATEGY_AXES, higher_is_better, metric_column, 
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
-DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 TABLE_COLUMNS = ("point_id", "status", "output_tok_s", "ttft_p50_ms", "ttft_p99_ms",
                  "tpot_p50_ms", "tpot_p99_ms", "e2e_p99_ms", "utilization_mean", "preemptions",
                  "prefix_hit_rate", "meets_slo", "wall_s", "error")
@@ -104,37 +95,37 @@ def _hover(group: pd.DataFrame) -> list[str]:
     return [str(p) for p in group["point_id"]]
 
 
-def _latency_vs_throughput(series, load: str | None) -> str:
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("p99 TTFT", "p99 TPOT"),
-                        horizontal_spacing=0.08)
-    for k, (label, group) in enumerate(series):
-        g = group.sort_values(load) if load and load in group else group
-        color = PALETTE[k % len(PALETTE)]
-        for col, metric in ((1, "ttft_p99_ms"), (2, "tpot_p99_ms")):
+def _curves(series, x: str, metrics: tuple[str, ...], titles: tuple[str, ...], hover: str,
+            order: str | None) -> go.Figure:
+    """A panel per metric against `x`, a line per series, its points in `order`."""
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=titles,
+                        horizontal_spacing=0.08 if len(metrics) == 2 else 0.07)
+    for k, (label, g) in enumerate(series):
+        g = g.sort_values(order) if order and order in g else g
+        for col, metric in enumerate(metrics, start=1):
             fig.add_trace(go.Scatter(
-                x=g["output_tok_s"], y=g[metric], mode="lines+markers", name=label,
-                legendgroup=label, showlegend=col == 1, line=dict(color=color),
-                text=_hover(g), hovertemplate="%{text}<br>%{x:.1f} tok/s, %{y:.1f} ms",
+                x=g[x], y=g[metric], mode="lines+markers", name=label, legendgroup=label,
+                showlegend=col == 1, line=dict(color=PALETTE[k % len(PALETTE)]),
+                text=_hover(g), hovertemplate=hover,
             ), row=1, col=col)
+    return fig
+
+
+def _latency_vs_throughput(series, load: str | None) -> str:
+    fig = _curves(series, "output_tok_s", ("ttft_p99_ms", "tpot_p99_ms"),
+                  ("p99 TTFT", "p99 TPOT"), "%{text}<br>%{x:.1f} tok/s, %{y:.1f} ms", load)
     fig.update_xaxes(title_text="output tokens/s")
     fig.update_yaxes(title_text="ms", type="log")
     return _figure_html(fig, 430)
 
 
 def _load_curves(series, load: str) -> str:
-    titles = ("output tokens/s", "p99 TTFT (ms)", "p99 TPOT (ms)")
-    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.07)
-    span = []
-    for k, (label, group) in enumerate(series):
-        g = group[pd.to_numeric(group[load], errors="coerce").map(_finite)].sort_values(load)
-        span += list(g[load])
-        color = PALETTE[k % len(PALETTE)]
-        for col, metric in enumerate(("output_tok_s", "ttft_p99_ms", "tpot_p99_ms"), start=1):
-            fig.add_trace(go.Scatter(
-                x=g[load], y=g[metric], mode="lines+markers", name=label, legendgroup=label,
-                showlegend=col == 1, line=dict(color=color), text=_hover(g),
-                hovertemplate="%{text}<br>%{y:.1f}",
-            ), row=1, col=col)
+    series = [(label, g[pd.to_numeric(g[load], errors="coerce").map(_finite)])
+              for label, g in series]
+    fig = _curves(series, load, ("output_tok_s", "ttft_p99_ms", "tpot_p99_ms"),
+                  ("output tokens/s", "p99 TTFT (ms)", "p99 TPOT (ms)"), "%{text}<br>%{y:.1f}",
+                  load)
+    span = [v for _, g in series for v in g[load]]
     wide = span and min(span) > 0 and max(span) / min(span) > 20
     fig.update_xaxes(title_text=metric_title(load), type="log" if wide else None)
     fig.update_yaxes(type="log", row=1, col=2)
@@ -242,9 +233,8 @@ def _capacity(capacity: pd.DataFrame, spec: SweepSpec) -> str:
                            capacity)
     labels = [_key_text(group_cols, tuple(r[c] for c in group_cols)) or "all"
               for _, r in capacity.iterrows()]
-    values = [v if v is not None and not pd.isna(v) else 0 for v in capacity["capacity"]]
-    upper = [(h - lo) if h is not None and lo is not None and not pd.isna(h) and not pd.isna(lo)
-             else 0 for lo, h in zip(capacity["lo"], capacity["hi"], strict=True)]
+    values = pd.to_numeric(capacity["capacity"]).fillna(0).tolist()
+    upper = (pd.to_numeric(capacity["hi"]) - pd.to_numeric(capacity["lo"])).fillna(0).tolist()
     fig = go.Figure(go.Bar(
         x=labels, y=values, error_y=dict(type="data", symmetric=False, array=upper,
                                          arrayminus=[0] * len(upper)),
@@ -262,18 +252,9 @@ def _capacity(capacity: pd.DataFrame, spec: SweepSpec) -> str:
 
 
 def _table(frame: pd.DataFrame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    rows = []
-    for _, row in frame.iterrows():
-        cells = []
-        for value in row:
-            if isinstance(value, float):
-                text = "" if math.isnan(value) else _cell(value)
-            else:
-                text = "" if value is None else str(value)
-            cells.append(f"<td>{html.escape(text)}</td>")
-        rows.append(f"<tr>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    """The frame as an HTML table: numbers as `_cell` writes them, blanks for missing values."""
+    text = frame.map(lambda v: _cell(v) if isinstance(v, float) else "" if v is None else str(v))
+    return text.to_html(index=False, border=0)
 
 
 CSS = """
@@ -364,7 +345,3 @@ def read_and_write(folder: Path, output: Path | None = None) -> Path:
     capacity_path = Path(folder) / CAPACITY_CSV
     capacity = pd.read_csv(capacity_path) if capacity_path.exists() else None
     return write_sweep_report(folder, spec, points, capacity, data.get("command", ""), output)
-
-
-__all__ = ["build_sweep_page", "load_axis", "pareto_front", "read_and_write",
-           "write_sweep_report"]

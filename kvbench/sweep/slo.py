@@ -91,14 +91,3 @@ def slo_violations(summary: Summary | Mapping[str, Any] | None,
 
 def meets_slo(summary: Summary | Mapping[str, Any] | None, targets: Mapping[str, float]) -> bool:
     return not slo_violations(summary, targets)
-
-
-__all__ = [
-    "METRICS",
-    "STATS",
-    "format_slo",
-    "meets_slo",
-    "parse_slo_targets",
-    "per_request_slo",
-    "slo_violations",
-]

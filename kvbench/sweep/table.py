@@ -1,18 +1,9 @@
-"""`points.csv`: one row per point, its axis values and its summary's headline metrics.
+"""`points.csv`: one row per point, its axis values and its summary's headline metrics (the
+columns: docs/sweep.md, "The sweep folder").
 
-Columns: `point_id`, one column per axis (named as in point ids), `source` (grid or search),
-`status` (complete, failed, interrupted, pending), then the flattened summary:
-`output_tok_s`, `total_tok_s`, `requests_s`, `<latency>_<stat>_ms` for ttft, tpot, itl, e2e
-(mean, p50, p90, p99, max) and queue (p50, p99), `utilization_mean`,
-`utilization_saturated`, `preemptions`, `prefix_hit_rate`, `batch_size_mean`,
-`kv_capacity_tokens`, `kv_budget_bytes`, `completed`, `failed`, `duration_s`, the goodput
-under the sweep's SLO, `meets_slo` (when there is one), `wall_s` and `error`.
-
-Metric names as `kvbench compare` spells them (`ttft.p99`, `output_tok_s`) map to columns
-with `metric_column`; names, columns, titles and directions all come from
-kvbench.results.metric_catalogue. `TIMING_COLUMNS` are the columns that depend on the wall
-clock when a real model runs (every measured latency and rate, and what the arrival
-interleaving changes); two sweeps of the same grid agree on the others (`timing_free`).
+Metric names, columns, titles and directions all come from kvbench.results.metric_catalogue
+(`metric_column` maps `ttft.p99` to `ttft_p99_ms`). `TIMING_COLUMNS` depend on the wall clock
+when a real model runs; two sweeps of the same grid agree on the others (`timing_free`).
 """
 
 from __future__ import annotations
@@ -114,37 +105,17 @@ def points_frame(rows: list[dict[str, Any]], axes: list[str]) -> pd.DataFrame:
 
 
 def _maybe_numeric(series: pd.Series) -> pd.Series:
-    def number(value: Any) -> float | None:
-        if isinstance(value, bool):
-            return None
-        if isinstance(value, int | float):
-            return float(value)
-        try:
-            return float(str(value))
-        except ValueError:
-            return None
-
-    converted = [number(v) for v in series]
-    if series.notna().all() and all(c is not None for c in converted):
-        if all(not math.isinf(c) and float(c).is_integer() for c in converted):
-            return pd.Series([int(c) for c in converted], index=series.index)
-        return pd.Series(converted, index=series.index, dtype="float64")
-    return series
+    """The column as numbers when every value is one (integers when all are whole)."""
+    if any(isinstance(v, bool) for v in series):
+        return series
+    numbers = pd.to_numeric(series, errors="coerce")
+    if numbers.isna().any():
+        return series
+    whole = numbers.map(lambda v: math.isfinite(v) and float(v).is_integer())
+    return numbers.astype("int64") if whole.all() else numbers.astype("float64")
 
 
 def timing_free(frame: pd.DataFrame) -> pd.DataFrame:
     """The columns that do not depend on the wall clock (compare two sweeps on these)."""
     keep = [c for c in frame.columns if c not in TIMING_COLUMNS]
     return frame[keep]
-
-
-__all__ = [
-    "STRATEGY_AXES",
-    "TIMING_COLUMNS",
-    "higher_is_better",
-    "metric_column",
-    "metric_title",
-    "points_frame",
-    "summary_row",
-    "timing_free",
-]

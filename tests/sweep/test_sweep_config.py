@@ -109,6 +109,16 @@ def test_flags_make_axes_and_dry_run_lists_points(capsys):
     (["--batching", "sjf"], "use --queue-order sjf"),
     (["--queue-order", "fcfs,lifo"], "unknown --queue-order 'lifo'"),
     (["--resume"], "--resume needs the sweep's --name"),
+    (["--pareto", "output_tok_s,foo"], "--pareto: unknown metric 'foo' (valid: completed,"),
+    (["--heatmap-metrics", "tpot.p99,bar"], "--heatmap-metrics: unknown metric 'bar'"),
+    (["--strategy", "paged,contiguous", "--heatmap", "strategy,colour"],
+     "--heatmap: 'colour' is not an axis of this sweep (axes: strategy)"),
+    # a bisection to a zero-width bracket never ends: 0 is refused like -1
+    (["--search", "request-rate", "--slo", "ttft.p99=1s", "--tolerance", "0"],
+     "--tolerance must be in (0, 1), got 0"),
+    (["--search", "request-rate", "--slo", "ttft.p99=1s", "--tolerance", "-1"],
+     "--tolerance must be in (0, 1), got -1"),
+    (["--tolerance", "0"], "--tolerance need --search AXIS"),
 ])
 def test_bad_grids_exit_2_with_one_line(args, message, capsys, tmp_path):
     # Every error is found before anything runs (--resume's only when the folder is chosen).

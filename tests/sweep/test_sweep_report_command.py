@@ -51,3 +51,9 @@ def test_a_sweep_folder_beside_other_folders_is_refused(sweep_folder, capsys):
     assert main(["report", str(sweep_folder), str(point)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sweep" in err
+
+
+def test_an_empty_output_name_is_refused(sweep_folder, capsys):
+    assert main(["report", str(sweep_folder), "-o", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "-o is empty" in err

@@ -78,3 +78,29 @@ def test_resume_from_the_sweep_folder_and_refuse_another_grid(tmp_path, monkeypa
     assert main([*other, "--resume"]) == 2  # another grid in the same folder
     calls = _count_replays(monkeypatch)
     assert main([*args, "--resume"]) == 0 and calls == []  # nothing left to do
+
+
+def test_report_on_an_interrupted_or_killed_sweep_names_the_points_not_whole(tmp_path,
+                                                                              monkeypatch,
+                                                                              capsys):
+    folder = tmp_path / "s"
+    _count_replays(monkeypatch, interrupt_at=4)
+    assert main([*ARGS, "--out", str(tmp_path), "--name", "s"]) == 130
+    capsys.readouterr()
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "3 point(s) not whole" in err
+    assert all(i in err for i in IDS[3:]) and not any(f"{i}," in err for i in IDS[:3])
+    assert not (folder / "report.html").exists()  # nothing written
+
+    assert main(["report", str(folder), "--allow-incomplete"]) == 0
+    assert "3 point(s) not whole" in capsys.readouterr().err
+    assert (folder / "report.html").is_file()
+
+    # killed before its first point finished: no points.csv, every point named
+    (folder / "points.csv").unlink()
+    (folder / "report.html").unlink()
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "6 point(s) not whole" in err
+    assert not (folder / "report.html").exists()
