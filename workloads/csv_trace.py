@@ -7,8 +7,8 @@ Each row's three fields are read as they come: the time (`float`, or an ISO date
 checked to be whole), into flat arrays. A row that is empty or holds nothing but spaces is
 skipped. A row with another number of fields than the header, or a field that is not what
 its column holds, is an input error naming the file and the first bad row's line
-(`file:line: what is wrong`) and counting the other bad rows read. With `num_requests`,
-reading stops at the row that completes them.
+(`file:line: what is wrong`) and counting the other bad rows read. Reading stops at the row
+that completes `num_requests`, or at the `MAX_BAD_LINES`-th bad row.
 
 Replaying a trace costs far more than reading it, so the csv module's row-by-row reading is
 enough; it names each bad row by its line and needs no library imported.
@@ -29,7 +29,7 @@ from kvbench.errors import KvbenchInputError
 from kvbench.workloads.bounds import MAX_TRACE_TOKENS
 from kvbench.workloads.csv_format import CsvFormat
 from kvbench.workloads.sampling import TokenSampler, rng_for
-from kvbench.workloads.trace_rows import check_not_empty, warn_skipped
+from kvbench.workloads.trace_rows import MAX_BAD_LINES, check_not_empty, warn_skipped
 from kvbench.workloads.trace_table import TraceColumns, TraceTable, trace_table
 
 
@@ -74,6 +74,8 @@ def read_csv_columns(path: Path, fmt: CsvFormat, num_requests: int | None
             reader = csv.reader(text, skipinitialspace=True)
             next(reader, None)  # the header
             for fields in reader:
+                if len(problems) >= MAX_BAD_LINES:
+                    break  # not a trace of this format: no need to read it all
                 if len(fields) != len(header):
                     if any(field.strip() for field in fields):
                         problems.append((reader.line_num, f"expected {len(header)} columns, "

@@ -23,7 +23,6 @@ prompt) and are left out with a `TraceRowsSkippedWarning` naming how many. Other
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from kvbench.workloads.trace_rows import (
     TraceRow,
     check_not_empty,
     count,
+    json_lines,
     prompt_lengths,
     seconds,
     to_requests,
@@ -51,9 +51,10 @@ def looks_like_mooncake(first: dict[str, Any]) -> bool:
 def _parse(obj: Any) -> tuple[TraceRow, tuple[int, ...]]:
     if not isinstance(obj, dict):
         raise RowError(f"expected a JSON object, got {type(obj).__name__}")
-    for key in ("input_length", "output_length"):
+    for key, what in (("input_length", "the prompt's tokens: hash_ids give only its blocks"),
+                      ("output_length", "the tokens to generate")):
         if key not in obj:
-            raise RowError(f"needs {key}")
+            raise RowError(f"needs {key} ({what})")
     hash_ids = obj.get("hash_ids", [])
     if not isinstance(hash_ids, list) or not all(
         isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
@@ -79,32 +80,23 @@ def load_mooncake(
     hashes: list[tuple[int, ...]] = []
     skipped = 0
     with_time: bool | None = None
-    with path.open("rb") as lines:
-        for lineno, data in enumerate(lines, start=1):
-            if num_requests is not None and len(rows) >= num_requests:
-                break
-            if not data.strip():
-                continue
-            try:
-                row, ids = _parse(json.loads(data))
-                if with_time is None:
-                    with_time = row.arrival_s is not None
-                elif with_time != (row.arrival_s is not None):
-                    raise RowError("timestamp on some lines only: give it on every line or none")
-            except json.JSONDecodeError as exc:
-                errors.add(lineno, f"not valid JSON ({exc.msg} at column {exc.colno})")
-                continue
-            except UnicodeDecodeError:
-                errors.add(lineno, "not UTF-8 text")
-                continue
-            except RowError as exc:
-                errors.add(lineno, str(exc))
-                continue
-            if row.prompt_len == 0 or row.output_len == 0:
-                skipped += 1
-                continue
-            rows.append(row)
-            hashes.append(ids)
+    for lineno, obj in json_lines(path, errors):
+        try:
+            row, ids = _parse(obj)
+            if with_time is None:
+                with_time = row.arrival_s is not None
+            elif with_time != (row.arrival_s is not None):
+                raise RowError("timestamp on some lines only: give it on every line or none")
+        except RowError as exc:
+            errors.add(lineno, str(exc))
+            continue
+        if row.prompt_len == 0 or row.output_len == 0:
+            skipped += 1
+            continue
+        rows.append(row)
+        hashes.append(ids)
+        if len(rows) == num_requests:
+            break
     errors.raise_if_any()
     check_not_empty(path, len(rows))
     warn_skipped(path, skipped, len(rows), "input_length or output_length 0")

@@ -36,10 +36,6 @@ from kvbench.errors import KvbenchInputError
 from kvbench.workloads.trace_rows import check_not_empty, warn_skipped
 
 
-def looks_like_sharegpt(first_char: str) -> bool:
-    return first_char == "["
-
-
 def load_tokenizer(folder: str | os.PathLike[str] | None, path: Path) -> Any:
     """The Hugging Face tokenizer saved in `folder` (local files only)."""
     if folder is None:
@@ -93,6 +89,8 @@ def load_sharegpt_json(
         raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise KvbenchInputError(f"{path}: not a valid JSON file ({exc})") from None
+    except RecursionError:
+        raise KvbenchInputError(f"{path}: JSON nested too deeply") from None
     if not isinstance(entries, list):
         raise KvbenchInputError(f"{path}: a ShareGPT dataset is a JSON list of conversations")
 

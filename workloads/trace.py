@@ -52,6 +52,7 @@ from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads.bounds import MAX_TRACE_TOKENS, check_workload_fits, prompt_cap
 from kvbench.workloads.sampling import TokenSampler, rng_for
+from kvbench.workloads.trace_rows import RowError, RowErrors, json_lines
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,6 @@ class _Line:
     conversation_id: str | None
 
 
-class _LineError(ValueError):
-    pass
-
-
 def _int(obj: dict[str, Any], key: str, minimum: int) -> int | None:
     value = obj.get(key)
     if value is None:
@@ -78,10 +75,10 @@ def _int(obj: dict[str, Any], key: str, minimum: int) -> int | None:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _LineError(f"{key} must be an integer >= {minimum}, got {json.dumps(value)}")
+        raise RowError(f"{key} must be an integer >= {minimum}, got {json.dumps(value)}")
     if value > MAX_TRACE_TOKENS:
         why = "samples of one prompt" if key == "n" else "tokens, longer than any model's context"
-        raise _LineError(f"{key} {value:,} is more than {MAX_TRACE_TOKENS:,} {why}")
+        raise RowError(f"{key} {value:,} is more than {MAX_TRACE_TOKENS:,} {why}")
     return value
 
 
@@ -90,57 +87,53 @@ def _name(obj: dict[str, Any], key: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise _LineError(f"{key} must be a string or an integer, got {json.dumps(value)}")
+        raise RowError(f"{key} must be a string or an integer, got {json.dumps(value)}")
     return str(value)
 
 
-def _parse_line(text: str, lineno: int, vocab_size: int) -> _Line:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _LineError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+def _parse_line(obj: Any, lineno: int, vocab_size: int) -> _Line:
     if not isinstance(obj, dict):
-        raise _LineError(f"expected a JSON object, got {type(obj).__name__}")
+        raise RowError(f"expected a JSON object, got {type(obj).__name__}")
 
     arrival = obj.get("arrival_s")
     if arrival is not None:
         if isinstance(arrival, bool) or not isinstance(arrival, int | float):
-            raise _LineError(f"arrival_s must be a number >= 0, got {json.dumps(arrival)}")
+            raise RowError(f"arrival_s must be a number >= 0, got {json.dumps(arrival)}")
         if not (math.isfinite(arrival) and arrival >= 0):
-            raise _LineError(f"arrival_s must be a finite number >= 0, got {arrival}")
+            raise RowError(f"arrival_s must be a finite number >= 0, got {arrival}")
         arrival = float(arrival)
 
     prompt_len = _int(obj, "prompt_len", 1)
     tokens = obj.get("prompt_tokens")
     if tokens is not None:
         if not isinstance(tokens, list) or not tokens:
-            raise _LineError("prompt_tokens must be a non-empty list of token ids")
+            raise RowError("prompt_tokens must be a non-empty list of token ids")
         for token in tokens:
             if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
-                raise _LineError(
+                raise RowError(
                     f"prompt_tokens holds {json.dumps(token)}, not a token id in "
                     f"[0, {vocab_size}) (the model's vocabulary)"
                 )
         if prompt_len is not None and prompt_len != len(tokens):
-            raise _LineError(
+            raise RowError(
                 f"prompt_len {prompt_len} disagrees with the {len(tokens)} prompt_tokens"
             )
         tokens = tuple(tokens)
         prompt_len = len(tokens)
     if prompt_len is None:
-        raise _LineError("needs prompt_len or prompt_tokens")
+        raise RowError("needs prompt_len or prompt_tokens")
 
     output_len = _int(obj, "output_len", 1)
     if output_len is None:
-        raise _LineError("needs output_len")
+        raise RowError("needs output_len")
     n = _int(obj, "n", 1) or 1
     prefix_id = _name(obj, "prefix_id")
     prefix_len = _int(obj, "prefix_len", 0)
     if prefix_len is not None:
         if prefix_id is None:
-            raise _LineError("prefix_len needs a prefix_id")
+            raise RowError("prefix_len needs a prefix_id")
         if prefix_len > prompt_len:
-            raise _LineError(f"prefix_len {prefix_len} is longer than the prompt ({prompt_len})")
+            raise RowError(f"prefix_len {prefix_len} is longer than the prompt ({prompt_len})")
     return _Line(
         lineno=lineno,
         arrival_s=arrival,
@@ -157,39 +150,26 @@ def _parse_line(text: str, lineno: int, vocab_size: int) -> _Line:
 def _read_lines(path: Path, vocab_size: int, num_requests: int | None) -> list[_Line]:
     """The first `num_requests` requests' lines (all: None), reading no further."""
     lines: list[_Line] = []
-    errors: list[str] = []
+    errors = RowErrors(path)
     with_arrival: bool | None = None
-    try:
-        with path.open("rb") as data:
-            for lineno, raw in enumerate(data, start=1):
-                if num_requests is not None and len(lines) >= num_requests:
-                    break
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    errors.append(f"{path}:{lineno}: not UTF-8 text")
-                    continue
-                if not text.strip():
-                    continue
-                try:
-                    line = _parse_line(text, lineno, vocab_size)
-                    if with_arrival is None:
-                        with_arrival = line.arrival_s is not None
-                    elif with_arrival != (line.arrival_s is not None):
-                        raise _LineError(
-                            "arrival_s missing while earlier lines have it"
-                            if with_arrival
-                            else "arrival_s given while earlier lines have none"
-                        )
-                except _LineError as exc:
-                    errors.append(f"{path}:{lineno}: {exc}")
-                    continue
-                lines.append(line)
-    except OSError as exc:
-        raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
-    if errors:
-        more = f" (and {len(errors) - 1} more bad lines)" if len(errors) > 1 else ""
-        raise KvbenchInputError(errors[0] + more)
+    for lineno, obj in json_lines(path, errors):
+        try:
+            line = _parse_line(obj, lineno, vocab_size)
+            if with_arrival is None:
+                with_arrival = line.arrival_s is not None
+            elif with_arrival != (line.arrival_s is not None):
+                raise RowError(
+                    "arrival_s missing while earlier lines have it"
+                    if with_arrival
+                    else "arrival_s given while earlier lines have none"
+                )
+        except RowError as exc:
+            errors.add(lineno, str(exc))
+            continue
+        lines.append(line)
+        if len(lines) == num_requests:
+            break
+    errors.raise_if_any()
     if not lines:
         raise KvbenchInputError(f"{path}: the trace holds no requests")
     return lines

@@ -19,6 +19,7 @@ fields (`trace_table.py`).
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from pathlib import Path
@@ -28,6 +29,7 @@ from kvbench.errors import KvbenchInputError
 from kvbench.workloads import azure, burstgpt, mooncake, sharegpt_json
 from kvbench.workloads.csv_trace import csv_header
 from kvbench.workloads.trace import load_trace
+from kvbench.workloads.trace_rows import MAX_LINE_BYTES, not_a_trace
 from kvbench.workloads.trace_table import TraceTable
 
 FORMATS = ("kvbench", "mooncake", "azure", "burstgpt", "sharegpt-json")
@@ -35,34 +37,51 @@ FORMATS = ("kvbench", "mooncake", "azure", "burstgpt", "sharegpt-json")
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 
 
-def _first_text(path: Path) -> str:
-    """The first non-blank line (up to 64 KiB of it), '' for an empty or unreadable file."""
+def _first_line(path: Path) -> bytes:
+    """The first non-blank line (at most `MAX_LINE_BYTES` of it, byte-order mark dropped),
+    b'' for an empty or unreadable file."""
     try:
         with path.open("rb") as data:
-            for raw in data:
-                line = raw[: 1 << 16].decode("utf-8-sig", errors="replace").strip()
-                if line:
-                    return line
+            while raw := data.readline(MAX_LINE_BYTES + 1):
+                if raw.strip():
+                    return raw.removeprefix(codecs.BOM_UTF8).strip()
     except OSError:
-        return ""
-    return ""
+        pass
+    return b""
+
+
+def _is_text(line: bytes) -> bool:
+    """No NUL byte and UTF-8 in its first 64 KiB (a multi-byte character cut there is fine)."""
+    head = line[: 1 << 16]
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return b"\0" not in head
 
 
 def detect_trace_format(path: str | os.PathLike[str]) -> str:
-    """One of `FORMATS`; a file nothing recognises is read as kvbench JSONL (which explains
+    """One of `FORMATS`; a first line that is binary, or neither JSON nor a CSV header, is
+    refused; a JSON object that is not Mooncake's is read as kvbench JSONL (which explains
     what is wrong with it)."""
     path = Path(path)
-    first = _first_text(path)
-    if first.startswith("[") and path.suffix.lower() not in JSON_LINES_SUFFIXES:
+    first = _first_line(path)
+    if not first:
+        return "kvbench"  # missing or empty: the reader says which
+    if not _is_text(first):
+        raise not_a_trace(path, "binary data")
+    if first.startswith(b"[") and path.suffix.lower() not in JSON_LINES_SUFFIXES:
         return "sharegpt-json"
-    if first.startswith("{"):
+    if first.startswith(b"{"):
         try:
-            obj = json.loads(first)
-        except json.JSONDecodeError:
+            obj = json.loads(first.decode("utf-8"))
+        except (ValueError, RecursionError):
             return "kvbench"
         return "mooncake" if isinstance(obj, dict) and mooncake.looks_like_mooncake(obj) \
             else "kvbench"
-    header = csv_header(path) if first else []
+    if first.startswith(b"["):
+        return "kvbench"
+    header = csv_header(path)
     if set(azure.COLUMNS) <= set(header):
         return "azure"
     if {"Request tokens", "Response tokens"} <= set(header):
@@ -73,7 +92,7 @@ def detect_trace_format(path: str | os.PathLike[str]) -> str:
             "inference: TIMESTAMP,ContextTokens,GeneratedTokens; BurstGPT: Timestamp,Model,"
             "Request tokens,Response tokens,...)"
         )
-    return "kvbench"
+    raise not_a_trace(path, "its first line is neither JSON nor a known CSV header")
 
 
 def read_trace(
