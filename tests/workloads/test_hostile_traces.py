@@ -77,3 +77,21 @@ def test_mooncake_line_with_many_hash_ids(tmp_path):
     del line["input_length"]
     path.write_text(json.dumps(line) + "\n")
     refused(path, r"mooncake.jsonl:1: needs input_length \(the prompt's tokens")
+
+
+@pytest.mark.parametrize("rate", [1e-300, 1e-12])
+def test_arrivals_past_the_bound_are_refused(rate):
+    with pytest.raises(KvbenchInputError, match=r"past the 10,000,000,000 s \(316.9 years\) "
+                                                r"kvbench replays: raise --request-rate"):
+        load_workload("sharegpt", 20, 0, VOCAB, request_rate=rate)
+    load_workload("sharegpt", 20, 0, VOCAB, request_rate=1e-6)  # ~231 days: replayed
+
+
+def test_a_time_scale_past_the_bound_is_refused(tmp_path):
+    path = tmp_path / "timed.jsonl"
+    path.write_text("".join(json.dumps({"arrival_s": t, "prompt_len": 4, "output_len": 2})
+                            + "\n" for t in (0.0, 1.5)))
+    assert load_workload(str(path), None, 0, VOCAB, time_scale=1e9).requests[1].arrival_s \
+        == 1.5e9
+    with pytest.raises(KvbenchInputError, match="lower --time-scale"):
+        load_workload(str(path), None, 0, VOCAB, time_scale=1e300)
