@@ -55,6 +55,7 @@ from kvbench.sizing.capacity import kv_capacity, sequence_slots
 from kvbench.sizing.group_sizes import GROUP_TABLE_HEADER, GroupSize, group_rows, group_sizes
 from kvbench.sizing.kv_budget import (
     Utilization,
+    check_kv_memory,
     gpu_memory_utilization,
     kv_budget_bytes,
     parse_fraction,
@@ -462,6 +463,9 @@ def _budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths,
                 "not both"
             )
         _positive(kv_memory=kv_memory)
+        if inputs.gpu is not None:
+            check_kv_memory(kv_memory, inputs.gpu.reported_memory_bytes, inputs.gpu.name,
+                            inputs.tensor_parallel_size * inputs.pipeline_parallel_size)
         return _Budget(kv_memory, "given")
     if gpu_memory is None:
         if weights_memory is not None:
