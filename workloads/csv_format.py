@@ -14,6 +14,3 @@ class CsvFormat:
     datetimes: bool
     tokens_stream: str  # the seeded stream the prompts' ids are drawn from
     left_out: str  # why rows are left out, for the warning
-
-
-__all__ = ["CsvFormat"]

@@ -174,6 +174,3 @@ def _whole_count(value: float) -> bool:
 def _text(value: float) -> str:
     value = float(value)
     return f"{int(value):,}" if math.isfinite(value) and value.is_integer() else repr(value)
-
-
-__all__ = ["csv_header", "load_csv_table", "read_csv_columns"]

@@ -158,6 +158,3 @@ def _read_trace(
     notes = tuple(str(w.message) for w in caught
                   if issubclass(w.category, TraceRowsSkippedWarning))
     return source, notes
-
-
-__all__ = ["TRACE_SUFFIXES", "is_trace", "load_workload", "parse_workload_params"]

@@ -92,6 +92,3 @@ def table_requests(table: TraceTable, time_scale: float, process: ArrivalProcess
     prompt_len, output_len, num_clipped = clip_lengths(prompt_len, output_len, max_model_len)
     requests = build_requests(table.rows, order, prompt_len, arrival[order], output_len)
     return requests, num_clipped
-
-
-__all__ = ["TraceColumns", "TraceTable", "table_requests", "trace_table"]

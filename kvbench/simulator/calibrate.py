@@ -421,16 +421,3 @@ def measure(cfg: ModelConfig, device: str = "cuda",
             seconds = _time_cuda(lambda dst=dst, src=src: dst.copy_(src))
             out.copies.append(CopyPoint(float(size), seconds))
     return out
-
-
-__all__ = [
-    "AttentionPoint",
-    "Calibration",
-    "CopyPoint",
-    "GemmPoint",
-    "Measurements",
-    "base_preset",
-    "fit",
-    "measure",
-    "require_cuda",
-]

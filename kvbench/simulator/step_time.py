@@ -665,19 +665,3 @@ def _window_pairs(n: int, window: int) -> int:
     if n <= window:
         return n * (n + 1) // 2
     return window * (window + 1) // 2 + (n - window) * window
-
-
-__all__ = [
-    "Hardware",
-    "Interconnect",
-    "PART_NAMES",
-    "StepTime",
-    "StepTimeConstants",
-    "StepTimeModel",
-    "attention_decode_s",
-    "attention_prefill_s",
-    "elementwise_s",
-    "expected_active_experts",
-    "gemm_s",
-    "grouped_gemm_s",
-]

@@ -654,173 +654,109 @@ def format_estimate(est: KVEstimate) -> str:
     """The plain-text table of `kvbench estimate`: exact bytes, binary units, one formula a row."""
     rows: list[tuple[str, str, str, str]] = []  # label, exact, binary, formula
 
-    def add(label: str, exact: int | str, binary: str, formula: str = "") -> None:
-        rows.append((label, f"{exact:,}" if isinstance(exact, int) else exact, binary, formula))
+    def add(label: str, value: int | str, formula: str = "") -> None:
+        """A byte count shows exact and in binary units; a text shows as it is."""
+        if isinstance(value, int):
+            rows.append((label, f"{value:,}", format_bytes(value), formula))
+        else:
+            rows.append((label, value, "", formula))
 
-    per_token_formula = " + ".join(group.formula() for group in est.kv_groups)
-    per_token_formula += f" ({est.kv_cache_dtype})"
-    add(
-        "KV per token",
-        est.kv_bytes_per_token,
-        format_bytes(est.kv_bytes_per_token),
-        per_token_formula,
-    )
+    per_token = " + ".join(group.formula() for group in est.kv_groups)
+    add("KV per token", est.kv_bytes_per_token, f"{per_token} ({est.kv_cache_dtype})")
+    tokens = f"{est.tokens_per_request:,} tokens"
     if est.block_size and est.tokens_per_request != est.context:
-        tokens = f"{est.tokens_per_request:,} tokens ({est.context:,} rounded up to blocks of {est.block_size})"
-    else:
-        tokens = f"{est.tokens_per_request:,} tokens"
-    add(
-        "KV per request",
-        est.kv_bytes_per_request,
-        format_bytes(est.kv_bytes_per_request),
-        f"per token x {tokens}",
-    )
-    add(
-        "KV total",
-        est.kv_bytes_total,
-        format_bytes(est.kv_bytes_total),
-        f"per request x {_plural(est.concurrency, 'concurrent request')}",
-    )
+        tokens += f" ({est.context:,} rounded up to blocks of {est.block_size})"
+    add("KV per request", est.kv_bytes_per_request, f"per token x {tokens}")
+    add("KV total", est.kv_bytes_total,
+        f"per request x {_plural(est.concurrency, 'concurrent request')}")
     if est.vllm is not None:
         startup = est.vllm
-        total = startup.stages[0].total
-        add("GPU memory", total, format_bytes(total),
+        add("GPU memory", startup.stages[0].total,
             f"{startup.memory_source} ({startup.gpu or '--gpu-memory'})")
         assert est.weights_bytes_per_gpu is not None
-        quant = est.vllm_quantization
-        add("weights per GPU", est.weights_bytes_per_gpu, format_bytes(est.weights_bytes_per_gpu),
-            "--weights-memory" if est.weights_source == "given" else
-            f"as vLLM loads them ({quant})" + (
-                f", TP {est.tensor_parallel_size}" if est.tensor_parallel_size > 1 else ""))
+        tp = f", TP {est.tensor_parallel_size}" if est.tensor_parallel_size > 1 else ""
+        add("weights per GPU", est.weights_bytes_per_gpu,
+            "--weights-memory" if est.weights_source == "given"
+            else f"as vLLM loads them ({est.vllm_quantization}){tp}")
         budget_formula = (f"vLLM's pool: {startup.pool.tokens:,} tokens x per token"
                           if startup.pool else "")
     elif est.kv_budget_source == "gpu":
         assert est.gpu_memory_bytes is not None and est.gpu_memory_utilization is not None
         assert est.weights_bytes is not None
-        add("GPU memory", est.gpu_memory_bytes, format_bytes(est.gpu_memory_bytes), "--gpu-memory")
+        add("GPU memory", est.gpu_memory_bytes, "--gpu-memory")
+        weights_formula = "--weights-memory"
         if est.weights_source == "computed":
-            weights_formula = f"{est.num_parameters:,} parameters x {DTYPE_BYTES[est.dtype or 'bf16']} B ({est.dtype})"
+            weights_formula = (f"{est.num_parameters:,} parameters x "
+                               f"{DTYPE_BYTES[est.dtype or 'bf16']} B ({est.dtype})")
             if est.active_parameters != est.num_parameters:
                 weights_formula += f"; {est.active_parameters:,} active per token"
-        else:
-            weights_formula = "--weights-memory"
-        add("weights", est.weights_bytes, format_bytes(est.weights_bytes), weights_formula)
-        per_gpu = est.weights_bytes_per_gpu
-        if est.tensor_parallel_size > 1 and per_gpu is not None:
-            add("weights per GPU", per_gpu, format_bytes(per_gpu),
+        add("weights", est.weights_bytes, weights_formula)
+        if est.tensor_parallel_size > 1 and est.weights_bytes_per_gpu is not None:
+            add("weights per GPU", est.weights_bytes_per_gpu,
                 f"sharded / {est.tensor_parallel_size} + replicated (norms, MLA down-projections)")
-        util = _fmt_fraction(est.gpu_memory_utilization)
-        budget_formula = f"floor(GPU memory x {util}) - weights" + (
-            " per GPU" if est.tensor_parallel_size > 1 else "")
+        budget_formula = (f"floor(GPU memory x {_fmt_fraction(est.gpu_memory_utilization)}) - "
+                          "weights" + (" per GPU" if est.tensor_parallel_size > 1 else ""))
     else:
         budget_formula = "--kv-memory"
     if est.kv_budget_bytes is not None:
         assert est.max_concurrency is not None and est.kv_capacity_tokens is not None
-        add("KV budget", est.kv_budget_bytes, format_bytes(est.kv_budget_bytes), budget_formula)
-        add("KV capacity", f"{est.kv_capacity_tokens:,} tokens", "", "floor(budget / per token)")
-        add(
-            "max concurrency",
-            _plural(est.max_concurrency, "request"),
-            "",
-            "floor(budget / per request)",
-        )
+        add("KV budget", est.kv_budget_bytes, budget_formula)
+        add("KV capacity", f"{est.kv_capacity_tokens:,} tokens", "floor(budget / per token)")
+        add("max concurrency", _plural(est.max_concurrency, "request"),
+            "floor(budget / per request)")
         mha = est.mha_equivalent
         if mha is not None and mha.max_concurrency is not None:
-            add("MHA-equivalent KV", mha.kv_bytes_per_token, format_bytes(mha.kv_bytes_per_token),
+            add("MHA-equivalent KV", mha.kv_bytes_per_token,
                 "per token if each head cached K (qk_nope + qk_rope) and V (v_head_dim)")
-            add("MHA-equivalent", _plural(mha.max_concurrency, "request"), "",
+            add("MHA-equivalent", _plural(mha.max_concurrency, "request"),
                 f"floor(budget / (MHA per token x {est.tokens_per_request:,}))")
         if est.fits:
-            add("total vs budget", "fits", "", "total <= budget")
+            add("total vs budget", "fits", "total <= budget")
         else:
             over = est.kv_bytes_total - est.kv_budget_bytes
-            add(
-                "total vs budget",
-                "too big",
-                "",
-                f"total > budget by {over:,} B ({format_bytes(over)})",
-            )
+            add("total vs budget", "too big",
+                f"total > budget by {over:,} B ({format_bytes(over)})")
 
-    title = (
-        f"KV-cache estimate: {est.model or 'explicit shapes'}, KV {est.kv_cache_dtype}, "
-        f"{est.context:,}-token context, concurrency {est.concurrency:,}"
-    )
-    lines = [title, ""]
+    lines = [f"KV-cache estimate: {est.model or 'explicit shapes'}, KV {est.kv_cache_dtype}, "
+             f"{est.context:,}-token context, concurrency {est.concurrency:,}", ""]
     lines += text_table(("quantity", "bytes", "binary", "formula"), rows, right=(1,))
     if any(size.window is not None for size in est.kv_group_sizes):
-        lines += [
-            "",
-            f"KV per sequence per layer group at {est.context:,} tokens (a window layer needs "
-            "its last W tokens only; paged and prefix hold the whole context in every layer, "
-            "contiguous a ring of about W + one step's tokens per window group):",
-        ]
+        lines += ["", f"KV per sequence per layer group at {est.context:,} tokens (a window "
+                  "layer needs its last W tokens only; paged and prefix hold the whole context "
+                  "in every layer, contiguous a ring of about W + one step's tokens per window "
+                  "group):"]
         lines += text_table(GROUP_TABLE_HEADER, group_rows(est.kv_group_sizes),
                             right=(1, 2, 3, 4))
 
     if est.kv_budget_bytes is not None:
+        names = {"contiguous": "contiguous (reserve max)",
+                 "contiguous-rings": "contiguous (max, window rings)"}
+        srows = [(names.get(fit.strategy) or (fit.strategy if fit.block_size is None else
+                                              f"{fit.strategy} (block {fit.block_size})"),
+                  f"{fit.tokens_per_request:,}", f"{fit.bytes_per_request:,}",
+                  format_bytes(fit.bytes_per_request), f"{fit.max_concurrency:,}", fit.reserve)
+                 for fit in est.strategies.values()]
         lines += ["", "max concurrency per strategy (same budget):"]
-        srows = []
-        for fit in est.strategies.values():
-            name = (
-                fit.strategy
-                if fit.block_size is None
-                else f"{fit.strategy} (block {fit.block_size})"
-            )
-            if fit.strategy == "contiguous":
-                name = "contiguous (reserve max)"
-            elif fit.strategy == "contiguous-rings":
-                name = "contiguous (max, window rings)"
-            srows.append(
-                (
-                    name,
-                    f"{fit.tokens_per_request:,}",
-                    f"{fit.bytes_per_request:,}",
-                    format_bytes(fit.bytes_per_request),
-                    f"{fit.max_concurrency:,}",
-                    fit.reserve,
-                )
-            )
-        lines += text_table(
-            (
-                "strategy",
-                "tokens/request",
-                "bytes/request",
-                "binary",
-                "max concurrency",
-                "reserves",
-            ),
-            srows,
-            right=(1, 2, 4),
-        )
+        lines += text_table(("strategy", "tokens/request", "bytes/request", "binary",
+                             "max concurrency", "reserves"), srows, right=(1, 2, 4))
 
     if est.vllm is not None:
         lines += ["", format_vllm_startup(est.vllm)]
 
     comp = est.kv_utilization_comparison
     if comp is not None:
-        lines += [
-            "",
-            f"effective capacity of {format_bytes(comp.kv_bytes)} of KV (KV utilization = token bytes / held bytes):",
-        ]
-        crows = [
-            (
-                f"{float(u) * 100:g}%",
-                f"{eff:,}",
-                format_bytes(eff),
-                f"{tokens:,}" if tokens is not None else "n/a",
-            )
-            for u, eff, tokens in (
-                (comp.utilization_from, comp.effective_bytes_from, comp.tokens_from),
-                (comp.utilization_to, comp.effective_bytes_to, comp.tokens_to),
-            )
-        ]
-        lines += text_table(
-            ("KV utilization", "token bytes", "binary", "tokens"), crows, right=(1, 3)
-        )
-        lines.append(
-            f"capacity gain: {_fmt_fraction(comp.utilization_to)} / {_fmt_fraction(comp.utilization_from)}"
-            f" = {float(comp.capacity_gain):.4g}x more KV state in the same memory"
-        )
+        lines += ["", f"effective capacity of {format_bytes(comp.kv_bytes)} of KV (KV "
+                      "utilization = token bytes / held bytes):"]
+        crows = [(f"{float(u) * 100:g}%", f"{eff:,}", format_bytes(eff),
+                  f"{tokens:,}" if tokens is not None else "n/a")
+                 for u, eff, tokens in (
+                     (comp.utilization_from, comp.effective_bytes_from, comp.tokens_from),
+                     (comp.utilization_to, comp.effective_bytes_to, comp.tokens_to))]
+        lines += text_table(("KV utilization", "token bytes", "binary", "tokens"), crows,
+                            right=(1, 3))
+        lines.append(f"capacity gain: {_fmt_fraction(comp.utilization_to)} / "
+                     f"{_fmt_fraction(comp.utilization_from)} = "
+                     f"{float(comp.capacity_gain):.4g}x more KV state in the same memory")
     return "\n".join(lines)
 
 

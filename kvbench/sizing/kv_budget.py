@@ -91,13 +91,3 @@ def check_kv_memory(kv_memory: int, memory_bytes: int, gpu_name: str, num_gpus: 
             f"{gpu_name} ({format_bytes(memory_bytes)}): give at most what the GPU holds"
         )
     return kv_memory
-
-
-__all__ = [
-    "DEFAULT_GPU_MEMORY_UTILIZATION",
-    "check_kv_memory",
-    "Utilization",
-    "gpu_memory_utilization",
-    "kv_budget_bytes",
-    "parse_fraction",
-]
