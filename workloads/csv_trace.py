@@ -1,5 +1,11 @@
-"""Reading a CSV trace (Azure LLM inference, BurstGPT) into columns of its replayed rows, with
-Python's csv module.
+"""Reading a CSV trace into columns of its replayed rows, with Python's csv module:
+
+- Azure LLM inference (Azure/AzurePublicDataset, 2023 and 2024): `TIMESTAMP` (an ISO
+  date-time), `ContextTokens`, `GeneratedTokens`;
+- BurstGPT (HPMLL/BurstGPT): `Timestamp` (seconds), `Request tokens`, `Response tokens`. Rows
+  with 0 response tokens (failed requests, kept in `BurstGPT_1.csv` and `BurstGPT_2.csv`) are
+  left out like rows with 0 prompt tokens, so the full files replay like their
+  `BurstGPT_without_fails_*.csv` counterparts.
 
 The header names the columns (stripped of spaces; a repeated name means its last column).
 Each row's three fields are read as they come: the time (`float`, or an ISO date-time by
@@ -20,6 +26,7 @@ import csv
 import math
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,10 +34,26 @@ import numpy as np
 
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads.bounds import MAX_TRACE_TOKENS
-from kvbench.workloads.csv_format import CsvFormat
 from kvbench.workloads.sampling import TokenSampler, rng_for
 from kvbench.workloads.trace_rows import MAX_BAD_LINES, check_not_empty, warn_skipped
 from kvbench.workloads.trace_table import TraceColumns, TraceTable, trace_table
+
+
+@dataclass(frozen=True)
+class CsvFormat:
+    """The columns giving arrival time, prompt and output tokens; whether the time is an ISO
+    date-time (Azure) or seconds (BurstGPT)."""
+
+    columns: tuple[str, str, str]
+    datetimes: bool
+    tokens_stream: str  # the seeded stream the prompts' ids are drawn from
+    left_out: str  # why rows are left out, for the warning
+
+
+AZURE = CsvFormat(("TIMESTAMP", "ContextTokens", "GeneratedTokens"), True, "azure.tokens",
+                  "ContextTokens or GeneratedTokens 0")
+BURSTGPT = CsvFormat(("Timestamp", "Request tokens", "Response tokens"), False,
+                     "burstgpt.tokens", "failed requests: 0 response or request tokens")
 
 
 def csv_header(path: Path) -> list[str]:

@@ -1,24 +1,12 @@
 """Mooncake traces (kvcache-ai/Mooncake, FAST'25): JSONL with block hashes of the prompt.
 
-One JSON object per line:
-
     {"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, ...]}
 
-- `timestamp`: arrival in **milliseconds** since the trace started (several lines may share
-  one); kept as the arrival time (first line at t = 0), scaled by `time_scale`;
-- `input_length`, `output_length`: prompt and output tokens;
-- `hash_ids`: one id per 512-token block of the prompt; two requests whose prompts share a
-  block id share that block's content, which is how the trace records prefix reuse.
-
-Prompts are synthesized so that reuse is real: block id h is always the same 512 seeded
-random token ids, and a prompt is its blocks' tokens in order, cut to `input_length` (the last
-block may be partial, taking the first tokens of that block). A prompt longer than its
-`hash_ids` cover gets fresh random tokens after them; extra ids beyond `input_length` are
-ignored. A prefix cache therefore finds exactly the sharing the trace describes.
-
-Lines with `output_length` 0 or `input_length` 0 cannot be replayed (nothing to decode or no
-prompt) and are left out with a `TraceRowsSkippedWarning` naming how many. Other keys
-(e.g. `session_id`) are ignored. `num_requests` keeps the first lines that are replayed.
+`timestamp` is in milliseconds; each hash id names one 512-token block of the prompt. Block id
+h is always the same 512 seeded random ids and a prompt is its blocks' tokens in order, cut to
+`input_length` (fresh random tokens past what its ids cover), so a prefix cache finds exactly
+the sharing the trace describes. Lines with 0 input or output tokens are left out with a
+`TraceRowsSkippedWarning` (docs/workloads.md, Mooncake).
 """
 
 from __future__ import annotations

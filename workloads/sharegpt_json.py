@@ -1,27 +1,13 @@
 """vLLM's ShareGPT dataset (`ShareGPT_V3_unfiltered_cleaned_split.json`), tokenized locally.
 
-The file is one JSON list of conversations:
-
-    [{"id": "QWJhYvA_0", "conversations": [{"from": "human", "value": "..."},
-                                           {"from": "gpt", "value": "..."}, ...]}, ...]
-
-As `vllm bench serve --dataset-name sharegpt` does, each entry with at least two turns gives
-one request: the first turn's text is the prompt and the second turn's token count is the
-output length; entries with fewer turns are skipped. Token counts come from the Hugging Face
-tokenizer in the folder given as `tokenizer` (`--tokenizer DIR`; it is read from disk only,
-never downloaded), called as vLLM calls it (`tokenizer(text).input_ids`, special tokens
-included).
-
-Differences from vLLM, on purpose: entries are taken in file order (vLLM shuffles them with its
-seed) so that `num_requests` is the first N; and vLLM's length filters (prompt or output under 4
-tokens, prompt over 1024, total over 2048) are not applied: long requests are clipped to the
-model's maximum length like every workload, and only entries whose prompt or output tokenizes
-to nothing are skipped (with a `TraceRowsSkippedWarning`).
-
-The prompt token ids are the tokenizer's own ids (modulo `vocab_size` where the tokenizer's
-vocabulary is larger than the model's), so identical prompt text gives identical tokens and a
-prefix cache sees the dataset's real repeats. No arrival times: every request arrives at t = 0
-unless an arrival process (`--request-rate`) is applied.
+One JSON list of `{"conversations": [{"from": ..., "value": text}, ...]}`. As `vllm bench
+serve --dataset-name sharegpt` does, each entry with at least two turns gives one request: the
+first turn's text is the prompt, the second turn's token count the output length, counted by
+the Hugging Face tokenizer in `--tokenizer DIR` (local files only) as vLLM calls it
+(`tokenizer(text).input_ids`). Unlike vLLM, entries are taken in file order (no shuffle) and
+its length filters are not applied (long requests are clipped as every workload); entries whose
+prompt or output tokenizes to nothing are skipped. Prompt ids are the tokenizer's own (modulo
+`vocab_size`), so identical text gives identical tokens (docs/workloads.md, ShareGPT JSON).
 """
 
 from __future__ import annotations

@@ -1,40 +1,13 @@
 """JSONL traces: any file of one request per line as a workload (`--workload path.jsonl`).
 
-Each non-blank line is a JSON object with:
-
-| key | required | meaning |
-|---|---|---|
-| `prompt_len` or `prompt_tokens` | one of them | prompt length (int >= 1), or the prompt's token ids (ints in [0, vocab_size)); both may be given when they agree |
-| `output_len` | yes | output tokens to generate (int >= 1; EOS is ignored) |
-| `arrival_s` | no | arrival time in seconds (>= 0); give it on every line or on none |
-| `n` | no | samples of this prompt (int >= 1, default 1) |
-| `conversation_id` | no | conversation this request belongs to (string or int) |
-| `prefix_id` | no | shared prefix it starts with (string or int) |
-| `prefix_len` | no | with `prefix_id` and `prompt_len`: how many leading tokens it shares with the others of that `prefix_id` (default 0) |
-
-Other keys are ignored (a trace may keep its text or metadata). The lines read (up to the
-`num_requests`-th request; the rest of the file is not read) are validated before anything is
-built; on a bad file `KvbenchInputError("file:line: what is wrong")` names the first bad line
-and how many more there are.
-
-Prompts given as `prompt_len` are synthesized from seeded random token ids, keeping the
-sharing the trace describes, token-for-token:
-
-- a request with a `conversation_id` seen on an earlier line begins with that earlier line's
-  prompt (the history), then new tokens up to its `prompt_len` (or the history's first
-  `prompt_len` tokens when shorter);
-- otherwise, a request with `prefix_id` and `prefix_len = p` begins with the first p tokens of
-  one random sequence per `prefix_id`, so requests of one prefix share min(p, p') tokens;
-- the rest of every synthesized prompt is fresh random tokens.
-
-Prompts given as `prompt_tokens` are used as they are. Arrivals: a trace with `arrival_s`
-keeps its times when no `--request-rate` is given; with a rate, the arrival process replaces
-them (conversations keep their internal offsets, see `arrivals.py`); without `arrival_s`
-everything arrives at t = 0 in file order. `num_requests` keeps the first requests in file order
-(None or more than the file holds: all of them), reading no further.
-
-`write_trace` writes any list of requests in this format (with `prompt_tokens`), so a built-in
-workload can be saved and replayed exactly.
+The keys (`prompt_len` or `prompt_tokens`, `output_len`, optional `arrival_s`, `n`,
+`conversation_id`, `prefix_id`, `prefix_len`) and their rules are in docs/workloads.md (JSONL
+traces). The lines read (up to the `num_requests`-th request) are validated before anything is
+built. Prompts given as `prompt_len` are seeded random ids that keep the sharing the trace
+describes, token-for-token: a conversation's later line begins with its earlier line's prompt;
+otherwise a `prefix_id` line begins with the first `prefix_len` tokens of one random sequence
+per `prefix_id`. `write_trace` writes any requests in this format (with `prompt_tokens`), so a
+built-in workload can be saved and replayed exactly.
 """
 
 from __future__ import annotations

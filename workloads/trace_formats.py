@@ -6,8 +6,8 @@
 |---|---|---|
 | kvbench JSONL | JSON lines with `prompt_len`/`prompt_tokens` | `trace.py` |
 | Mooncake JSONL | JSON lines with `hash_ids` or `input_length` | `mooncake.py` |
-| Azure LLM inference CSV | header `TIMESTAMP,ContextTokens,GeneratedTokens` | `azure.py` |
-| BurstGPT CSV | header with `Request tokens` and `Response tokens` | `burstgpt.py` |
+| Azure LLM inference CSV | header `TIMESTAMP,ContextTokens,GeneratedTokens` | `csv_trace.py` |
+| BurstGPT CSV | header with `Request tokens` and `Response tokens` | `csv_trace.py` |
 | ShareGPT JSON (vLLM's) | one JSON list (the file starts with `[`; never a `.jsonl` or `.ndjson` file) | `sharegpt_json.py` |
 
 Every reader returns requests in file order with arrival times relative to the trace's first
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads import azure, burstgpt, mooncake, sharegpt_json
-from kvbench.workloads.csv_trace import csv_header
+from kvbench.workloads import mooncake, sharegpt_json
+from kvbench.workloads.csv_trace import AZURE, BURSTGPT, csv_header, load_csv_table
 from kvbench.workloads.trace import load_trace
 from kvbench.workloads.trace_rows import MAX_LINE_BYTES, not_a_trace
 from kvbench.workloads.trace_table import TraceTable
@@ -82,9 +82,9 @@ def detect_trace_format(path: str | os.PathLike[str]) -> str:
     if first.startswith(b"["):
         return "kvbench"
     header = csv_header(path)
-    if set(azure.COLUMNS) <= set(header):
+    if set(AZURE.columns) <= set(header):
         return "azure"
-    if {"Request tokens", "Response tokens"} <= set(header):
+    if set(BURSTGPT.columns[1:]) <= set(header):
         return "burstgpt"
     if len(header) > 1 and path.suffix.lower() == ".csv":
         raise KvbenchInputError(
@@ -124,10 +124,9 @@ def read_trace_source(
     kind = detect_trace_format(path)
     if kind == "mooncake":
         return mooncake.load_mooncake(path, num_requests, seed, vocab_size, max_model_len)
-    if kind == "azure":
-        return azure.azure_table(path, num_requests, seed, vocab_size, max_model_len)
-    if kind == "burstgpt":
-        return burstgpt.burstgpt_table(path, num_requests, seed, vocab_size, max_model_len)
+    if kind in ("azure", "burstgpt"):
+        return load_csv_table(path, AZURE if kind == "azure" else BURSTGPT, num_requests, seed,
+                              vocab_size, max_model_len)
     if kind == "sharegpt-json":
         return sharegpt_json.load_sharegpt_json(path, num_requests, vocab_size, tokenizer)
     return load_trace(path, num_requests, seed, vocab_size, max_model_len)
