@@ -1,14 +1,10 @@
 """A trace of unshared prompts (BurstGPT, Azure) as columns, made into requests once.
 
-The generic path (`load._finish`, which other traces take; `tests/workloads/trace_reference.py`
-builds a CSV trace's workload through it) builds a `Request` per row, then copies it for
-`time_scale`, for the arrival process, for clipping and for its final number
-(`dataclasses.replace`): over a million rows, millions of copies and their garbage.
-A `TraceTable` keeps the trace's rows as numpy columns in file order until `load_workload`
-knows every final field, then builds each request once (`table_requests`). It gives exactly
-what the row path gives: the same arrival times (the same float operations, in numpy), the
-same stable order, the same clipping, and prompts that are `PromptTokens` of the same
-`LazyRows` (drawn from the same generator, with the same lengths, in the same order).
+The row path (`load._finish`) builds a `Request` per row, then copies it for `time_scale`,
+arrivals, clipping and numbering: over a million rows, millions of copies and their garbage. A
+`TraceTable` keeps the rows as numpy columns until `load_workload` knows every final field,
+then builds each request once (`table_requests`), with the same arrival times, order, clipping
+and lazily drawn prompts as the row path (`tests/workloads/trace_reference.py` checks it).
 """
 
 from __future__ import annotations
