@@ -83,16 +83,13 @@ def load_sharegpt_json(
     requests: list[Request] = []
     skipped = 0
     batch = 256  # tokenized together: fast tokenizers encode a list in one call
-    start = 0
-    while start < len(entries) and (num_requests is None or len(requests) < num_requests):
-        pairs = []
-        for index in range(start, min(start + batch, len(entries))):
-            pair = _first_exchange(entries[index], index, path)
-            if pair is None:
-                skipped += 1
-            else:
-                pairs.append(pair)
-        start += batch
+    for start in range(0, len(entries), batch):
+        if num_requests is not None and len(requests) >= num_requests:
+            break
+        pairs = [_first_exchange(entries[i], i, path)
+                 for i in range(start, min(start + batch, len(entries)))]
+        skipped += pairs.count(None)
+        pairs = [pair for pair in pairs if pair is not None]
         if not pairs:
             continue
         prompts = tok([p for p, _ in pairs]).input_ids
@@ -103,14 +100,8 @@ def load_sharegpt_json(
             if not prompt or not output:
                 skipped += 1
                 continue
-            requests.append(
-                Request(
-                    request_id=len(requests),
-                    arrival_s=0.0,
-                    prompt_token_ids=tuple(t % vocab_size for t in prompt),
-                    output_len=len(output),
-                )
-            )
+            requests.append(Request(len(requests), 0.0, tuple(t % vocab_size for t in prompt),
+                                    len(output)))
     check_not_empty(path, len(requests))
     warn_skipped(path, skipped, len(requests), "fewer than two turns, or empty text")
     return requests

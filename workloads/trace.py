@@ -107,17 +107,8 @@ def _parse_line(obj: Any, lineno: int, vocab_size: int) -> _Line:
             raise RowError("prefix_len needs a prefix_id")
         if prefix_len > prompt_len:
             raise RowError(f"prefix_len {prefix_len} is longer than the prompt ({prompt_len})")
-    return _Line(
-        lineno=lineno,
-        arrival_s=arrival,
-        prompt_len=prompt_len,
-        prompt_tokens=tokens,
-        output_len=output_len,
-        n=n,
-        prefix_id=prefix_id,
-        prefix_len=prefix_len or 0,
-        conversation_id=_name(obj, "conversation_id"),
-    )
+    return _Line(lineno, arrival, prompt_len, tokens, output_len, n, prefix_id, prefix_len or 0,
+                 _name(obj, "conversation_id"))
 
 
 def _read_lines(path: Path, vocab_size: int, num_requests: int | None) -> list[_Line]:
@@ -186,27 +177,16 @@ def load_trace(
             prompt = base + tuple(sampler.tokens(length - len(base)))
         if line.conversation_id is not None:
             histories[line.conversation_id] = prompt
-        requests.append(
-            Request(
-                request_id=len(requests),
-                arrival_s=line.arrival_s or 0.0,
-                prompt_token_ids=prompt,
-                output_len=line.output_len,
-                n=line.n,
-                prefix_id=line.prefix_id,
-                conversation_id=line.conversation_id,
-            )
-        )
+        requests.append(Request(len(requests), line.arrival_s or 0.0, prompt, line.output_len,
+                                n=line.n, prefix_id=line.prefix_id,
+                                conversation_id=line.conversation_id))
     return requests
 
 
 def trace_line(request: Request) -> dict[str, Any]:
     """One request as a trace line (a JSON-ready dict)."""
-    obj: dict[str, Any] = {
-        "arrival_s": request.arrival_s,
-        "prompt_len": request.prompt_len,
-        "output_len": request.output_len,
-    }
+    obj: dict[str, Any] = {"arrival_s": request.arrival_s, "prompt_len": request.prompt_len,
+                           "output_len": request.output_len}
     if request.n != 1:
         obj["n"] = request.n
     if request.prefix_id is not None:
