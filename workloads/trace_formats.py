@@ -92,7 +92,8 @@ def detect_trace_format(path: str | os.PathLike[str]) -> str:
             "inference: TIMESTAMP,ContextTokens,GeneratedTokens; BurstGPT: Timestamp,Model,"
             "Request tokens,Response tokens,...)"
         )
-    raise not_a_trace(path, "its first line is neither a JSON object or list nor a known CSV header")
+    raise not_a_trace(path, "its first line is neither a JSON object or list nor a known CSV "
+                            "header")
 
 
 def read_trace(

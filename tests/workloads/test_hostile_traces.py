@@ -39,7 +39,8 @@ def test_dev_zero_is_refused_after_a_bounded_read():
 def test_text_that_is_no_trace_names_the_formats(tmp_path):
     path = tmp_path / "notes.md"
     path.write_text("# notes\nsome text\n")
-    assert FORMATS in refused(path, "first line is neither a JSON object or list nor a known CSV header")
+    assert FORMATS in refused(path, "first line is neither a JSON object or list nor a known "
+                                    "CSV header")
 
 
 @pytest.mark.parametrize("opening", ["[", '{"a":'])
