@@ -1,34 +1,19 @@
-"""Arrival processes: when each request of a workload arrives.
+"""Arrival processes: when each request of a workload arrives (docs/workloads.md, Arrival
+processes).
 
-- **offline** (`request_rate = inf`, the default): every request arrives at t = 0 (plus any
-  offset the workload itself gives, such as chat think time, or a trace's own `arrival_s`).
-- **Poisson** (`request_rate = R`, `burstiness = 1`): exponential inter-arrival gaps, mean
-  1/R seconds.
-- **gamma** (`request_rate = R`, `burstiness = B`): gaps ~ Gamma(shape = B, scale = 1/(R·B)),
-  exactly as vLLM's `benchmark_serving.py --burstiness`: the mean gap stays 1/R, the
-  coefficient of variation of the gaps is 1/sqrt(B). B = 1 is Poisson, B < 1 burstier,
-  B > 1 more regular. Burstiness is ignored when the rate is infinite.
-- **closed loop** (`max_concurrency = C`): at most C requests in flight. That is enforced by the
-  runner, not by arrival times; `ArrivalProcess` only carries the value (vLLM's
-  `--max-concurrency`). It combines with either of the open-loop processes above: a request
-  is sent at its arrival or, when all C slots are taken then, as soon as one frees.
+- **offline** (`request_rate = inf`, the default): every request at t = 0 plus any offset the
+  workload gives (chat think time, a trace's own `arrival_s`);
+- **Poisson / gamma** (`request_rate = R`, `burstiness = B`): gaps ~ Gamma(shape = B,
+  scale = 1/(R·B)), exactly as vLLM's `benchmark_serving.py --burstiness` (B = 1 is Poisson);
+  the first arrival is at t = 0 and the i-th at the sum of the first i − 1 gaps;
+- **closed loop** (`max_concurrency = C`): enforced by the runner; `ArrivalProcess` only
+  carries the value (vLLM's `--max-concurrency`).
 
-As in vLLM, the first arrival is at t = 0 and the i-th at the sum of the first i − 1 gaps.
-
-Workloads with conversations (requests sharing a `conversation_id`, e.g. `chat`): the process
-gives the arrival time of each conversation's *first* request, and the conversation's later
-requests keep their offset from it (think time). A request outside any conversation is a
-conversation of one. The rate is given either way:
-
-- `request_rate` R (`--request-rate`, vLLM's name) is requests per second for every
-  workload: conversations start at R × conversations / requests per second, so the requests
-  arrive at R per second on average (a workload without conversations: exactly vLLM's
-  process);
-- `conversation_rate` (`--conversation-rate`) is conversations started per second.
-
-Conversations are numbered in the order their first request appears in the workload. Arrival
-times are drawn from their own seeded stream, so changing the rate never changes the
-requests' tokens or lengths.
+With conversations (requests sharing a `conversation_id`) the process gives each
+conversation's first request, numbered in order of appearance; later requests keep their
+offset from it. `request_rate` R counts requests (conversations start at R × conversations /
+requests per second); `conversation_rate` counts conversations. Arrival times come from their
+own seeded stream, so the rate never changes tokens or lengths.
 """
 
 from __future__ import annotations

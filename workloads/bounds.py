@@ -7,6 +7,11 @@ the model's maximum is clipped (`clip.py`), and readers synthesize at most `max_
 tokens of such a prompt, so clipping never builds the unclipped prompt. The requests and
 tokens a workload will hold are checked against the memory the machine has free
 (`check_workload_fits`) before they are built.
+
+Arrival times may span at most `MAX_ARRIVAL_S` (about 317 years): past it a float clock in
+seconds no longer resolves a millisecond step (a simulated run would report 0 ms latencies)
+and a real run would wait for centuries, so a rate of 1e-10 requests/s or a time scale of 1e12
+is refused rather than replayed.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ REQUEST_BYTES = 1024
 # One prompt token of a built workload, rounded up: the tuple's pointer and the engine's
 # copy of it (`TokenSampler` shares one int object per id and draws in bounded chunks).
 TOKEN_BYTES = 24
+# The widest span of arrival times replayed (ulp(1e10 s) is about 2e-6 s).
+MAX_ARRIVAL_S = 1e10
 
 
 def prompt_cap(max_model_len: int | None) -> int:
@@ -49,5 +56,13 @@ def check_workload_fits(num_requests: int, num_tokens: int, what: str,
     )
 
 
-__all__ = ["MAX_TRACE_TOKENS", "REQUEST_BYTES", "TOKEN_BYTES", "check_workload_fits",
-           "prompt_cap"]
+def check_arrival_span(last_arrival_s: float) -> None:
+    """Refuse arrivals spread wider than `MAX_ARRIVAL_S` (the first arrives at t = 0)."""
+    if not last_arrival_s <= MAX_ARRIVAL_S:
+        years = MAX_ARRIVAL_S / (365.25 * 86400)
+        span = "more than 1e300" if last_arrival_s > 1e300 else f"{last_arrival_s:.3g}"
+        raise KvbenchInputError(
+            f"the last request arrives {span} s after the first, past the {MAX_ARRIVAL_S:,.0f} "
+            f"s ({years:.1f} years) kvbench replays: raise --request-rate (or "
+            "--conversation-rate) or lower --time-scale"
+        )

@@ -51,18 +51,9 @@ DEFAULTS = {
 }
 
 
-def chat_requests(
-    num_requests: int,
-    seed: int,
-    vocab_size: int,
-    *,
-    num_system_prompts: int,
-    system_prompt_len: int,
-    turns_per_conversation: int,
-    user_len: tuple[int, int],
-    output_len: tuple[int, int],
-    think_time_s: float,
-) -> list[Request]:
+def chat_requests(num_requests: int, seed: int, vocab_size: int, *, num_system_prompts: int,
+                  system_prompt_len: int, turns_per_conversation: int, user_len: tuple[int, int],
+                  output_len: tuple[int, int], think_time_s: float) -> list[Request]:
     num_system_prompts = check_int("num_system_prompts", num_system_prompts)
     system_prompt_len = check_int("system_prompt_len", system_prompt_len, minimum=0)
     turns = check_int("turns_per_conversation", turns_per_conversation)
@@ -87,21 +78,13 @@ def chat_requests(
         users, outputs = user_lens[conversation], output_lens[conversation]
         # The conversation's whole transcript; turn k's prompt is a prefix of it.
         transcript = system_prompts[system_index] + sampler.tokens(
-            sum(users[:num_turns]) + sum(outputs[: num_turns - 1])
-        )
+            sum(users[:num_turns]) + sum(outputs[: num_turns - 1]))
         end = system_prompt_len
         for turn in range(num_turns):
             end += users[turn]
-            requests.append(
-                Request(
-                    request_id=len(requests),
-                    arrival_s=turn * think_time_s,
-                    prompt_token_ids=tuple(transcript[:end]),
-                    output_len=outputs[turn],
-                    prefix_id=f"system-{system_index}",
-                    conversation_id=f"conv-{conversation}",
-                )
-            )
+            requests.append(Request(len(requests), turn * think_time_s, tuple(transcript[:end]),
+                                    outputs[turn], prefix_id=f"system-{system_index}",
+                                    conversation_id=f"conv-{conversation}"))
             end += outputs[turn]  # the answer, resent with the next turn
     return requests
 

@@ -1,5 +1,11 @@
-"""Reading a CSV trace (Azure LLM inference, BurstGPT) into columns of its replayed rows, with
-Python's csv module.
+"""Reading a CSV trace into columns of its replayed rows, with Python's csv module:
+
+- Azure LLM inference (Azure/AzurePublicDataset, 2023 and 2024): `TIMESTAMP` (an ISO
+  date-time), `ContextTokens`, `GeneratedTokens`;
+- BurstGPT (HPMLL/BurstGPT): `Timestamp` (seconds), `Request tokens`, `Response tokens`. Rows
+  with 0 response tokens (failed requests, kept in `BurstGPT_1.csv` and `BurstGPT_2.csv`) are
+  left out like rows with 0 prompt tokens, so the full files replay like their
+  `BurstGPT_without_fails_*.csv` counterparts.
 
 The header names the columns (stripped of spaces; a repeated name means its last column).
 Each row's three fields are read as they come: the time (`float`, or an ISO date-time by
@@ -7,8 +13,8 @@ Each row's three fields are read as they come: the time (`float`, or an ISO date
 checked to be whole), into flat arrays. A row that is empty or holds nothing but spaces is
 skipped. A row with another number of fields than the header, or a field that is not what
 its column holds, is an input error naming the file and the first bad row's line
-(`file:line: what is wrong`) and counting the other bad rows read. With `num_requests`,
-reading stops at the row that completes them.
+(`file:line: what is wrong`) and counting the other bad rows read. Reading stops at the row
+that completes `num_requests`, or at the `MAX_BAD_LINES`-th bad row.
 
 Replaying a trace costs far more than reading it, so the csv module's row-by-row reading is
 enough; it names each bad row by its line and needs no library imported.
@@ -20,6 +26,7 @@ import csv
 import math
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,10 +34,26 @@ import numpy as np
 
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads.bounds import MAX_TRACE_TOKENS
-from kvbench.workloads.csv_format import CsvFormat
 from kvbench.workloads.sampling import TokenSampler, rng_for
-from kvbench.workloads.trace_rows import check_not_empty, warn_skipped
+from kvbench.workloads.trace_rows import MAX_BAD_LINES, check_not_empty, warn_skipped
 from kvbench.workloads.trace_table import TraceColumns, TraceTable, trace_table
+
+
+@dataclass(frozen=True)
+class CsvFormat:
+    """The columns giving arrival time, prompt and output tokens; whether the time is an ISO
+    date-time (Azure) or seconds (BurstGPT)."""
+
+    columns: tuple[str, str, str]
+    datetimes: bool
+    tokens_stream: str  # the seeded stream the prompts' ids are drawn from
+    left_out: str  # why rows are left out, for the warning
+
+
+AZURE = CsvFormat(("TIMESTAMP", "ContextTokens", "GeneratedTokens"), True, "azure.tokens",
+                  "ContextTokens or GeneratedTokens 0")
+BURSTGPT = CsvFormat(("Timestamp", "Request tokens", "Response tokens"), False,
+                     "burstgpt.tokens", "failed requests: 0 response or request tokens")
 
 
 def csv_header(path: Path) -> list[str]:
@@ -74,6 +97,8 @@ def read_csv_columns(path: Path, fmt: CsvFormat, num_requests: int | None
             reader = csv.reader(text, skipinitialspace=True)
             next(reader, None)  # the header
             for fields in reader:
+                if len(problems) >= MAX_BAD_LINES:
+                    break  # not a trace of this format: no need to read it all
                 if len(fields) != len(header):
                     if any(field.strip() for field in fields):
                         problems.append((reader.line_num, f"expected {len(header)} columns, "
@@ -172,6 +197,3 @@ def _whole_count(value: float) -> bool:
 def _text(value: float) -> str:
     value = float(value)
     return f"{int(value):,}" if math.isfinite(value) and value.is_integer() else repr(value)
-
-
-__all__ = ["csv_header", "load_csv_table", "read_csv_columns"]

@@ -65,6 +65,3 @@ WORKLOADS: Registry[WorkloadEntry] = Registry(
     choices_label="workloads: ",
     choices_note="; or a trace file",
 )
-
-
-__all__ = ["LIST_LAST", "WORKLOADS", "WorkloadEntry"]

@@ -1,17 +1,10 @@
-"""`lmsys`: LMSYS-Chat-1M-like lengths, lognormal on the log-token scale.
+"""`lmsys`: LMSYS-Chat-1M-like lengths (Zheng et al. 2023), lognormal on the log-token scale.
 
     prompt_len ~ round(LogNormal(μ = 6.03, σ = 1.00))   median 416, mean 685 tokens
     output_len ~ round(LogNormal(μ = 4.93, σ = 0.84))   median 138, mean 197 tokens
 
-each at least 1 token, independent of each other. μ and σ are the mean and standard deviation of
-ln(tokens); the arithmetic mean is exp(μ + σ²/2), the median exp(μ). These are the log-scale
-figures kvbench's workload spec gives for LMSYS-Chat-1M (Zheng et al., "LMSYS-Chat-1M: A
-Large-Scale Real-World LLM Conversation Dataset", 2023); they are used as given, not re-derived
-from the dataset here. Compared with `sharegpt` the prompts are longer (context-heavy
-conversations) and the answers shorter.
-
-Sharing structure: none; every prompt is distinct seeded random token ids in [0, vocab_size).
-Arrivals: offline unless an arrival process is applied (`arrivals.py`).
+The log-scale figures kvbench's workload spec gives, used as given (not re-derived from the
+dataset). Longer prompts and shorter answers than `sharegpt`; no sharing.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from typing import Any
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads.arrivals import ArrivalProcess, apply_arrivals
-from kvbench.workloads.bounds import check_workload_fits
+from kvbench.workloads.bounds import check_arrival_span, check_workload_fits
 from kvbench.workloads.clip import clip_to_max_len
 from kvbench.workloads.entry import WORKLOADS
 from kvbench.workloads.params import check_float, check_int
@@ -116,6 +116,7 @@ def load_workload(
                                                max_model_len)
     else:
         requests, num_clipped = _finish(source, time_scale, arrivals, seed, max_model_len)
+    check_arrival_span(max((r.arrival_s for r in requests), default=0.0))
     return WorkloadResult(
         name=name,
         requests=requests,
@@ -157,6 +158,3 @@ def _read_trace(
     notes = tuple(str(w.message) for w in caught
                   if issubclass(w.category, TraceRowsSkippedWarning))
     return source, notes
-
-
-__all__ = ["TRACE_SUFFIXES", "is_trace", "load_workload", "parse_workload_params"]

@@ -1,29 +1,16 @@
 """Mooncake traces (kvcache-ai/Mooncake, FAST'25): JSONL with block hashes of the prompt.
 
-One JSON object per line:
-
     {"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, ...]}
 
-- `timestamp`: arrival in **milliseconds** since the trace started (several lines may share
-  one); kept as the arrival time (first line at t = 0), scaled by `time_scale`;
-- `input_length`, `output_length`: prompt and output tokens;
-- `hash_ids`: one id per 512-token block of the prompt; two requests whose prompts share a
-  block id share that block's content, which is how the trace records prefix reuse.
-
-Prompts are synthesized so that reuse is real: block id h is always the same 512 seeded
-random token ids, and a prompt is its blocks' tokens in order, cut to `input_length` (the last
-block may be partial, taking the first tokens of that block). A prompt longer than its
-`hash_ids` cover gets fresh random tokens after them; extra ids beyond `input_length` are
-ignored. A prefix cache therefore finds exactly the sharing the trace describes.
-
-Lines with `output_length` 0 or `input_length` 0 cannot be replayed (nothing to decode or no
-prompt) and are left out with a `TraceRowsSkippedWarning` naming how many. Other keys
-(e.g. `session_id`) are ignored. `num_requests` keeps the first lines that are replayed.
+`timestamp` is in milliseconds; each hash id names one 512-token block of the prompt. Block id
+h is always the same 512 seeded random ids and a prompt is its blocks' tokens in order, cut to
+`input_length` (fresh random tokens past what its ids cover), so a prefix cache finds exactly
+the sharing the trace describes. Lines with 0 input or output tokens are left out with a
+`TraceRowsSkippedWarning` (docs/workloads.md, Mooncake).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +22,7 @@ from kvbench.workloads.trace_rows import (
     TraceRow,
     check_not_empty,
     count,
+    json_lines,
     prompt_lengths,
     seconds,
     to_requests,
@@ -51,9 +39,10 @@ def looks_like_mooncake(first: dict[str, Any]) -> bool:
 def _parse(obj: Any) -> tuple[TraceRow, tuple[int, ...]]:
     if not isinstance(obj, dict):
         raise RowError(f"expected a JSON object, got {type(obj).__name__}")
-    for key in ("input_length", "output_length"):
+    for key, what in (("input_length", "the prompt's tokens: hash_ids give only its blocks"),
+                      ("output_length", "the tokens to generate")):
         if key not in obj:
-            raise RowError(f"needs {key}")
+            raise RowError(f"needs {key} ({what})")
     hash_ids = obj.get("hash_ids", [])
     if not isinstance(hash_ids, list) or not all(
         isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
@@ -79,32 +68,23 @@ def load_mooncake(
     hashes: list[tuple[int, ...]] = []
     skipped = 0
     with_time: bool | None = None
-    with path.open("rb") as lines:
-        for lineno, data in enumerate(lines, start=1):
-            if num_requests is not None and len(rows) >= num_requests:
-                break
-            if not data.strip():
-                continue
-            try:
-                row, ids = _parse(json.loads(data))
-                if with_time is None:
-                    with_time = row.arrival_s is not None
-                elif with_time != (row.arrival_s is not None):
-                    raise RowError("timestamp on some lines only: give it on every line or none")
-            except json.JSONDecodeError as exc:
-                errors.add(lineno, f"not valid JSON ({exc.msg} at column {exc.colno})")
-                continue
-            except UnicodeDecodeError:
-                errors.add(lineno, "not UTF-8 text")
-                continue
-            except RowError as exc:
-                errors.add(lineno, str(exc))
-                continue
-            if row.prompt_len == 0 or row.output_len == 0:
-                skipped += 1
-                continue
-            rows.append(row)
-            hashes.append(ids)
+    for lineno, obj in json_lines(path, errors):
+        try:
+            row, ids = _parse(obj)
+            if with_time is None:
+                with_time = row.arrival_s is not None
+            elif with_time != (row.arrival_s is not None):
+                raise RowError("timestamp on some lines only: give it on every line or none")
+        except RowError as exc:
+            errors.add(lineno, str(exc))
+            continue
+        if row.prompt_len == 0 or row.output_len == 0:
+            skipped += 1
+            continue
+        rows.append(row)
+        hashes.append(ids)
+        if len(rows) == num_requests:
+            break
     errors.raise_if_any()
     check_not_empty(path, len(rows))
     warn_skipped(path, skipped, len(rows), "input_length or output_length 0")

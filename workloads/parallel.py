@@ -28,15 +28,8 @@ DEFAULTS = {
 }
 
 
-def parallel_requests(
-    num_requests: int,
-    seed: int,
-    vocab_size: int,
-    *,
-    n: int,
-    prompt_len: tuple[int, int],
-    output_len: tuple[int, int],
-) -> list[Request]:
+def parallel_requests(num_requests: int, seed: int, vocab_size: int, *, n: int,
+                      prompt_len: tuple[int, int], output_len: tuple[int, int]) -> list[Request]:
     n = check_int("n", n)
     prompt_len = check_range("prompt_len", prompt_len)
     output_len = check_range("output_len", output_len)

@@ -32,16 +32,9 @@ DEFAULTS = {
 }
 
 
-def prefix_repeat_requests(
-    num_requests: int,
-    seed: int,
-    vocab_size: int,
-    *,
-    num_prefixes: int,
-    prefix_len: int,
-    suffix_len: tuple[int, int],
-    output_len: tuple[int, int],
-) -> list[Request]:
+def prefix_repeat_requests(num_requests: int, seed: int, vocab_size: int, *, num_prefixes: int,
+                           prefix_len: int, suffix_len: tuple[int, int],
+                           output_len: tuple[int, int]) -> list[Request]:
     num_prefixes = check_int("num_prefixes", num_prefixes)
     prefix_len = check_int("prefix_len", prefix_len)
     suffix_len = check_range("suffix_len", suffix_len, minimum=0)
@@ -54,13 +47,8 @@ def prefix_repeat_requests(
     prefixes = sampler.rows([prefix_len] * num_prefixes)
     suffixes = sampler.rows(suffix_lens)
     return [
-        Request(
-            request_id=i,
-            arrival_s=0.0,
-            prompt_token_ids=prefixes[i % num_prefixes] + suffix,
-            output_len=out,
-            prefix_id=f"prefix-{i % num_prefixes}",
-        )
+        Request(i, 0.0, prefixes[i % num_prefixes] + suffix, out,
+                prefix_id=f"prefix-{i % num_prefixes}")
         for i, (suffix, out) in enumerate(zip(suffixes, output_lens.tolist(), strict=True))
     ]
 

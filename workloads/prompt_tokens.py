@@ -122,6 +122,3 @@ def _as_tuple(other: object) -> tuple[int, ...]:
     if isinstance(other, tuple):
         return other
     raise TypeError(f"a prompt compares with a prompt or a tuple, not {type(other).__name__}")
-
-
-__all__ = ["LazyRows", "PromptTokens"]

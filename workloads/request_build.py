@@ -52,6 +52,3 @@ def build_requests(rows: LazyRows, indexes: np.ndarray, prompt_len: np.ndarray,
             out += map(Request, range(first, first + len(index)), arrival_s[block].tolist(),
                        prompts, output_len[block].tolist())
     return out
-
-
-__all__ = ["BLOCK", "build_requests", "paused_gc"]

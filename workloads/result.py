@@ -34,6 +34,3 @@ class WorkloadResult:
         if not self.num_clipped or self.max_model_len is None:
             return None
         return clip_message(self.num_clipped, len(self.requests), self.max_model_len)
-
-
-__all__ = ["WorkloadResult"]

@@ -1,27 +1,13 @@
 """vLLM's ShareGPT dataset (`ShareGPT_V3_unfiltered_cleaned_split.json`), tokenized locally.
 
-The file is one JSON list of conversations:
-
-    [{"id": "QWJhYvA_0", "conversations": [{"from": "human", "value": "..."},
-                                           {"from": "gpt", "value": "..."}, ...]}, ...]
-
-As `vllm bench serve --dataset-name sharegpt` does, each entry with at least two turns gives
-one request: the first turn's text is the prompt and the second turn's token count is the
-output length; entries with fewer turns are skipped. Token counts come from the Hugging Face
-tokenizer in the folder given as `tokenizer` (`--tokenizer DIR`; it is read from disk only,
-never downloaded), called as vLLM calls it (`tokenizer(text).input_ids`, special tokens
-included).
-
-Differences from vLLM, on purpose: entries are taken in file order (vLLM shuffles them with its
-seed) so that `num_requests` is the first N; and vLLM's length filters (prompt or output under 4
-tokens, prompt over 1024, total over 2048) are not applied: long requests are clipped to the
-model's maximum length like every workload, and only entries whose prompt or output tokenizes
-to nothing are skipped (with a `TraceRowsSkippedWarning`).
-
-The prompt token ids are the tokenizer's own ids (modulo `vocab_size` where the tokenizer's
-vocabulary is larger than the model's), so identical prompt text gives identical tokens and a
-prefix cache sees the dataset's real repeats. No arrival times: every request arrives at t = 0
-unless an arrival process (`--request-rate`) is applied.
+One JSON list of `{"conversations": [{"from": ..., "value": text}, ...]}`. As `vllm bench
+serve --dataset-name sharegpt` does, each entry with at least two turns gives one request: the
+first turn's text is the prompt, the second turn's token count the output length, counted by
+the Hugging Face tokenizer in `--tokenizer DIR` (local files only) as vLLM calls it
+(`tokenizer(text).input_ids`). Unlike vLLM, entries are taken in file order (no shuffle) and
+its length filters are not applied (long requests are clipped as every workload); entries whose
+prompt or output tokenizes to nothing are skipped. Prompt ids are the tokenizer's own (modulo
+`vocab_size`), so identical text gives identical tokens (docs/workloads.md, ShareGPT JSON).
 """
 
 from __future__ import annotations
@@ -34,10 +20,6 @@ from typing import Any
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads.trace_rows import check_not_empty, warn_skipped
-
-
-def looks_like_sharegpt(first_char: str) -> bool:
-    return first_char == "["
 
 
 def load_tokenizer(folder: str | os.PathLike[str] | None, path: Path) -> Any:
@@ -93,22 +75,21 @@ def load_sharegpt_json(
         raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise KvbenchInputError(f"{path}: not a valid JSON file ({exc})") from None
+    except RecursionError:
+        raise KvbenchInputError(f"{path}: JSON nested too deeply") from None
     if not isinstance(entries, list):
         raise KvbenchInputError(f"{path}: a ShareGPT dataset is a JSON list of conversations")
 
     requests: list[Request] = []
     skipped = 0
     batch = 256  # tokenized together: fast tokenizers encode a list in one call
-    start = 0
-    while start < len(entries) and (num_requests is None or len(requests) < num_requests):
-        pairs = []
-        for index in range(start, min(start + batch, len(entries))):
-            pair = _first_exchange(entries[index], index, path)
-            if pair is None:
-                skipped += 1
-            else:
-                pairs.append(pair)
-        start += batch
+    for start in range(0, len(entries), batch):
+        if num_requests is not None and len(requests) >= num_requests:
+            break
+        pairs = [_first_exchange(entries[i], i, path)
+                 for i in range(start, min(start + batch, len(entries)))]
+        skipped += pairs.count(None)
+        pairs = [pair for pair in pairs if pair is not None]
         if not pairs:
             continue
         prompts = tok([p for p, _ in pairs]).input_ids
@@ -119,14 +100,8 @@ def load_sharegpt_json(
             if not prompt or not output:
                 skipped += 1
                 continue
-            requests.append(
-                Request(
-                    request_id=len(requests),
-                    arrival_s=0.0,
-                    prompt_token_ids=tuple(t % vocab_size for t in prompt),
-                    output_len=len(output),
-                )
-            )
+            requests.append(Request(len(requests), 0.0, tuple(t % vocab_size for t in prompt),
+                                    len(output)))
     check_not_empty(path, len(requests))
     warn_skipped(path, skipped, len(requests), "fewer than two turns, or empty text")
     return requests

@@ -1,40 +1,13 @@
 """JSONL traces: any file of one request per line as a workload (`--workload path.jsonl`).
 
-Each non-blank line is a JSON object with:
-
-| key | required | meaning |
-|---|---|---|
-| `prompt_len` or `prompt_tokens` | one of them | prompt length (int >= 1), or the prompt's token ids (ints in [0, vocab_size)); both may be given when they agree |
-| `output_len` | yes | output tokens to generate (int >= 1; EOS is ignored) |
-| `arrival_s` | no | arrival time in seconds (>= 0); give it on every line or on none |
-| `n` | no | samples of this prompt (int >= 1, default 1) |
-| `conversation_id` | no | conversation this request belongs to (string or int) |
-| `prefix_id` | no | shared prefix it starts with (string or int) |
-| `prefix_len` | no | with `prefix_id` and `prompt_len`: how many leading tokens it shares with the others of that `prefix_id` (default 0) |
-
-Other keys are ignored (a trace may keep its text or metadata). The lines read (up to the
-`num_requests`-th request; the rest of the file is not read) are validated before anything is
-built; on a bad file `KvbenchInputError("file:line: what is wrong")` names the first bad line
-and how many more there are.
-
-Prompts given as `prompt_len` are synthesized from seeded random token ids, keeping the
-sharing the trace describes, token-for-token:
-
-- a request with a `conversation_id` seen on an earlier line begins with that earlier line's
-  prompt (the history), then new tokens up to its `prompt_len` (or the history's first
-  `prompt_len` tokens when shorter);
-- otherwise, a request with `prefix_id` and `prefix_len = p` begins with the first p tokens of
-  one random sequence per `prefix_id`, so requests of one prefix share min(p, p') tokens;
-- the rest of every synthesized prompt is fresh random tokens.
-
-Prompts given as `prompt_tokens` are used as they are. Arrivals: a trace with `arrival_s`
-keeps its times when no `--request-rate` is given; with a rate, the arrival process replaces
-them (conversations keep their internal offsets, see `arrivals.py`); without `arrival_s`
-everything arrives at t = 0 in file order. `num_requests` keeps the first requests in file order
-(None or more than the file holds: all of them), reading no further.
-
-`write_trace` writes any list of requests in this format (with `prompt_tokens`), so a built-in
-workload can be saved and replayed exactly.
+The keys (`prompt_len` or `prompt_tokens`, `output_len`, optional `arrival_s`, `n`,
+`conversation_id`, `prefix_id`, `prefix_len`) and their rules are in docs/workloads.md (JSONL
+traces). The lines read (up to the `num_requests`-th request) are validated before anything is
+built. Prompts given as `prompt_len` are seeded random ids that keep the sharing the trace
+describes, token-for-token: a conversation's later line begins with its earlier line's prompt;
+otherwise a `prefix_id` line begins with the first `prefix_len` tokens of one random sequence
+per `prefix_id`. `write_trace` writes any requests in this format (with `prompt_tokens`), so a
+built-in workload can be saved and replayed exactly.
 """
 
 from __future__ import annotations
@@ -52,6 +25,7 @@ from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads.bounds import MAX_TRACE_TOKENS, check_workload_fits, prompt_cap
 from kvbench.workloads.sampling import TokenSampler, rng_for
+from kvbench.workloads.trace_rows import RowError, RowErrors, json_lines
 
 
 @dataclass(frozen=True)
@@ -67,10 +41,6 @@ class _Line:
     conversation_id: str | None
 
 
-class _LineError(ValueError):
-    pass
-
-
 def _int(obj: dict[str, Any], key: str, minimum: int) -> int | None:
     value = obj.get(key)
     if value is None:
@@ -78,10 +48,10 @@ def _int(obj: dict[str, Any], key: str, minimum: int) -> int | None:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _LineError(f"{key} must be an integer >= {minimum}, got {json.dumps(value)}")
+        raise RowError(f"{key} must be an integer >= {minimum}, got {json.dumps(value)}")
     if value > MAX_TRACE_TOKENS:
         why = "samples of one prompt" if key == "n" else "tokens, longer than any model's context"
-        raise _LineError(f"{key} {value:,} is more than {MAX_TRACE_TOKENS:,} {why}")
+        raise RowError(f"{key} {value:,} is more than {MAX_TRACE_TOKENS:,} {why}")
     return value
 
 
@@ -90,106 +60,80 @@ def _name(obj: dict[str, Any], key: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise _LineError(f"{key} must be a string or an integer, got {json.dumps(value)}")
+        raise RowError(f"{key} must be a string or an integer, got {json.dumps(value)}")
     return str(value)
 
 
-def _parse_line(text: str, lineno: int, vocab_size: int) -> _Line:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _LineError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+def _parse_line(obj: Any, lineno: int, vocab_size: int) -> _Line:
     if not isinstance(obj, dict):
-        raise _LineError(f"expected a JSON object, got {type(obj).__name__}")
+        raise RowError(f"expected a JSON object, got {type(obj).__name__}")
 
     arrival = obj.get("arrival_s")
     if arrival is not None:
         if isinstance(arrival, bool) or not isinstance(arrival, int | float):
-            raise _LineError(f"arrival_s must be a number >= 0, got {json.dumps(arrival)}")
+            raise RowError(f"arrival_s must be a number >= 0, got {json.dumps(arrival)}")
         if not (math.isfinite(arrival) and arrival >= 0):
-            raise _LineError(f"arrival_s must be a finite number >= 0, got {arrival}")
+            raise RowError(f"arrival_s must be a finite number >= 0, got {arrival}")
         arrival = float(arrival)
 
     prompt_len = _int(obj, "prompt_len", 1)
     tokens = obj.get("prompt_tokens")
     if tokens is not None:
         if not isinstance(tokens, list) or not tokens:
-            raise _LineError("prompt_tokens must be a non-empty list of token ids")
+            raise RowError("prompt_tokens must be a non-empty list of token ids")
         for token in tokens:
             if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
-                raise _LineError(
+                raise RowError(
                     f"prompt_tokens holds {json.dumps(token)}, not a token id in "
                     f"[0, {vocab_size}) (the model's vocabulary)"
                 )
         if prompt_len is not None and prompt_len != len(tokens):
-            raise _LineError(
+            raise RowError(
                 f"prompt_len {prompt_len} disagrees with the {len(tokens)} prompt_tokens"
             )
         tokens = tuple(tokens)
         prompt_len = len(tokens)
     if prompt_len is None:
-        raise _LineError("needs prompt_len or prompt_tokens")
+        raise RowError("needs prompt_len or prompt_tokens")
 
     output_len = _int(obj, "output_len", 1)
     if output_len is None:
-        raise _LineError("needs output_len")
+        raise RowError("needs output_len")
     n = _int(obj, "n", 1) or 1
     prefix_id = _name(obj, "prefix_id")
     prefix_len = _int(obj, "prefix_len", 0)
     if prefix_len is not None:
         if prefix_id is None:
-            raise _LineError("prefix_len needs a prefix_id")
+            raise RowError("prefix_len needs a prefix_id")
         if prefix_len > prompt_len:
-            raise _LineError(f"prefix_len {prefix_len} is longer than the prompt ({prompt_len})")
-    return _Line(
-        lineno=lineno,
-        arrival_s=arrival,
-        prompt_len=prompt_len,
-        prompt_tokens=tokens,
-        output_len=output_len,
-        n=n,
-        prefix_id=prefix_id,
-        prefix_len=prefix_len or 0,
-        conversation_id=_name(obj, "conversation_id"),
-    )
+            raise RowError(f"prefix_len {prefix_len} is longer than the prompt ({prompt_len})")
+    return _Line(lineno, arrival, prompt_len, tokens, output_len, n, prefix_id, prefix_len or 0,
+                 _name(obj, "conversation_id"))
 
 
 def _read_lines(path: Path, vocab_size: int, num_requests: int | None) -> list[_Line]:
     """The first `num_requests` requests' lines (all: None), reading no further."""
     lines: list[_Line] = []
-    errors: list[str] = []
+    errors = RowErrors(path)
     with_arrival: bool | None = None
-    try:
-        with path.open("rb") as data:
-            for lineno, raw in enumerate(data, start=1):
-                if num_requests is not None and len(lines) >= num_requests:
-                    break
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    errors.append(f"{path}:{lineno}: not UTF-8 text")
-                    continue
-                if not text.strip():
-                    continue
-                try:
-                    line = _parse_line(text, lineno, vocab_size)
-                    if with_arrival is None:
-                        with_arrival = line.arrival_s is not None
-                    elif with_arrival != (line.arrival_s is not None):
-                        raise _LineError(
-                            "arrival_s missing while earlier lines have it"
-                            if with_arrival
-                            else "arrival_s given while earlier lines have none"
-                        )
-                except _LineError as exc:
-                    errors.append(f"{path}:{lineno}: {exc}")
-                    continue
-                lines.append(line)
-    except OSError as exc:
-        raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
-    if errors:
-        more = f" (and {len(errors) - 1} more bad lines)" if len(errors) > 1 else ""
-        raise KvbenchInputError(errors[0] + more)
+    for lineno, obj in json_lines(path, errors):
+        try:
+            line = _parse_line(obj, lineno, vocab_size)
+            if with_arrival is None:
+                with_arrival = line.arrival_s is not None
+            elif with_arrival != (line.arrival_s is not None):
+                raise RowError(
+                    "arrival_s missing while earlier lines have it"
+                    if with_arrival
+                    else "arrival_s given while earlier lines have none"
+                )
+        except RowError as exc:
+            errors.add(lineno, str(exc))
+            continue
+        lines.append(line)
+        if len(lines) == num_requests:
+            break
+    errors.raise_if_any()
     if not lines:
         raise KvbenchInputError(f"{path}: the trace holds no requests")
     return lines
@@ -233,27 +177,16 @@ def load_trace(
             prompt = base + tuple(sampler.tokens(length - len(base)))
         if line.conversation_id is not None:
             histories[line.conversation_id] = prompt
-        requests.append(
-            Request(
-                request_id=len(requests),
-                arrival_s=line.arrival_s or 0.0,
-                prompt_token_ids=prompt,
-                output_len=line.output_len,
-                n=line.n,
-                prefix_id=line.prefix_id,
-                conversation_id=line.conversation_id,
-            )
-        )
+        requests.append(Request(len(requests), line.arrival_s or 0.0, prompt, line.output_len,
+                                n=line.n, prefix_id=line.prefix_id,
+                                conversation_id=line.conversation_id))
     return requests
 
 
 def trace_line(request: Request) -> dict[str, Any]:
     """One request as a trace line (a JSON-ready dict)."""
-    obj: dict[str, Any] = {
-        "arrival_s": request.arrival_s,
-        "prompt_len": request.prompt_len,
-        "output_len": request.output_len,
-    }
+    obj: dict[str, Any] = {"arrival_s": request.arrival_s, "prompt_len": request.prompt_len,
+                           "output_len": request.output_len}
     if request.n != 1:
         obj["n"] = request.n
     if request.prefix_id is not None:

@@ -6,8 +6,8 @@
 |---|---|---|
 | kvbench JSONL | JSON lines with `prompt_len`/`prompt_tokens` | `trace.py` |
 | Mooncake JSONL | JSON lines with `hash_ids` or `input_length` | `mooncake.py` |
-| Azure LLM inference CSV | header `TIMESTAMP,ContextTokens,GeneratedTokens` | `azure.py` |
-| BurstGPT CSV | header with `Request tokens` and `Response tokens` | `burstgpt.py` |
+| Azure LLM inference CSV | header `TIMESTAMP,ContextTokens,GeneratedTokens` | `csv_trace.py` |
+| BurstGPT CSV | header with `Request tokens` and `Response tokens` | `csv_trace.py` |
 | ShareGPT JSON (vLLM's) | one JSON list (the file starts with `[`; never a `.jsonl` or `.ndjson` file) | `sharegpt_json.py` |
 
 Every reader returns requests in file order with arrival times relative to the trace's first
@@ -19,15 +19,17 @@ fields (`trace_table.py`).
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from pathlib import Path
 
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads import azure, burstgpt, mooncake, sharegpt_json
-from kvbench.workloads.csv_trace import csv_header
+from kvbench.workloads import mooncake, sharegpt_json
+from kvbench.workloads.csv_trace import AZURE, BURSTGPT, csv_header, load_csv_table
 from kvbench.workloads.trace import load_trace
+from kvbench.workloads.trace_rows import MAX_LINE_BYTES, not_a_trace
 from kvbench.workloads.trace_table import TraceTable
 
 FORMATS = ("kvbench", "mooncake", "azure", "burstgpt", "sharegpt-json")
@@ -35,37 +37,54 @@ FORMATS = ("kvbench", "mooncake", "azure", "burstgpt", "sharegpt-json")
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 
 
-def _first_text(path: Path) -> str:
-    """The first non-blank line (up to 64 KiB of it), '' for an empty or unreadable file."""
+def _first_line(path: Path) -> bytes:
+    """The first non-blank line (at most `MAX_LINE_BYTES` of it, byte-order mark dropped),
+    b'' for an empty or unreadable file."""
     try:
         with path.open("rb") as data:
-            for raw in data:
-                line = raw[: 1 << 16].decode("utf-8-sig", errors="replace").strip()
-                if line:
-                    return line
+            while raw := data.readline(MAX_LINE_BYTES + 1):
+                if raw.strip():
+                    return raw.removeprefix(codecs.BOM_UTF8).strip()
     except OSError:
-        return ""
-    return ""
+        pass
+    return b""
+
+
+def _is_text(line: bytes) -> bool:
+    """No NUL byte and UTF-8 in its first 64 KiB (a multi-byte character cut there is fine)."""
+    head = line[: 1 << 16]
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return b"\0" not in head
 
 
 def detect_trace_format(path: str | os.PathLike[str]) -> str:
-    """One of `FORMATS`; a file nothing recognises is read as kvbench JSONL (which explains
+    """One of `FORMATS`; a first line that is binary, or neither JSON nor a CSV header, is
+    refused; a JSON object that is not Mooncake's is read as kvbench JSONL (which explains
     what is wrong with it)."""
     path = Path(path)
-    first = _first_text(path)
-    if first.startswith("[") and path.suffix.lower() not in JSON_LINES_SUFFIXES:
+    first = _first_line(path)
+    if not first:
+        return "kvbench"  # missing or empty: the reader says which
+    if not _is_text(first):
+        raise not_a_trace(path, "binary data")
+    if first.startswith(b"[") and path.suffix.lower() not in JSON_LINES_SUFFIXES:
         return "sharegpt-json"
-    if first.startswith("{"):
+    if first.startswith(b"{"):
         try:
-            obj = json.loads(first)
-        except json.JSONDecodeError:
+            obj = json.loads(first.decode("utf-8"))
+        except (ValueError, RecursionError):
             return "kvbench"
         return "mooncake" if isinstance(obj, dict) and mooncake.looks_like_mooncake(obj) \
             else "kvbench"
-    header = csv_header(path) if first else []
-    if set(azure.COLUMNS) <= set(header):
+    if first.startswith(b"["):
+        return "kvbench"
+    header = csv_header(path)
+    if set(AZURE.columns) <= set(header):
         return "azure"
-    if {"Request tokens", "Response tokens"} <= set(header):
+    if set(BURSTGPT.columns[1:]) <= set(header):
         return "burstgpt"
     if len(header) > 1 and path.suffix.lower() == ".csv":
         raise KvbenchInputError(
@@ -73,7 +92,8 @@ def detect_trace_format(path: str | os.PathLike[str]) -> str:
             "inference: TIMESTAMP,ContextTokens,GeneratedTokens; BurstGPT: Timestamp,Model,"
             "Request tokens,Response tokens,...)"
         )
-    return "kvbench"
+    raise not_a_trace(path, "its first line is neither a JSON object or list nor a known CSV "
+                            "header")
 
 
 def read_trace(
@@ -105,10 +125,9 @@ def read_trace_source(
     kind = detect_trace_format(path)
     if kind == "mooncake":
         return mooncake.load_mooncake(path, num_requests, seed, vocab_size, max_model_len)
-    if kind == "azure":
-        return azure.azure_table(path, num_requests, seed, vocab_size, max_model_len)
-    if kind == "burstgpt":
-        return burstgpt.burstgpt_table(path, num_requests, seed, vocab_size, max_model_len)
+    if kind in ("azure", "burstgpt"):
+        return load_csv_table(path, AZURE if kind == "azure" else BURSTGPT, num_requests, seed,
+                              vocab_size, max_model_len)
     if kind == "sharegpt-json":
         return sharegpt_json.load_sharegpt_json(path, num_requests, vocab_size, tokenizer)
     return load_trace(path, num_requests, seed, vocab_size, max_model_len)

@@ -1,14 +1,21 @@
-"""Shared by the public-trace readers: per-row validation, error collection, request building.
+"""Shared by the trace readers: bounded line reading, per-row validation, error collection,
+request building.
 
 A reader turns each row into a `TraceRow` (or skips it, or records what is wrong with it).
 Bad rows are collected and reported as one `KvbenchInputError` naming the first
-(`file:line: what is wrong`) and counting the others, before anything is built.
+(`file:line: what is wrong`) and counting the others, before anything is built; reading stops
+at the `MAX_BAD_LINES`-th bad row (a file that is not a trace is not read to its end).
+
+A line may hold at most `MAX_LINE_BYTES` (a prompt of a few million token ids), so a file
+without line ends (`/dev/zero`) is refused after reading that much, not held whole.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
+from collections.abc import Iterator
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +24,17 @@ from typing import Any
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads.bounds import MAX_TRACE_TOKENS, check_workload_fits, prompt_cap
+
+MAX_LINE_BYTES = 64 << 20
+MAX_BAD_LINES = 100
+# What `--workload FILE` reads, for the message on a file that is none of them.
+FORMATS_TEXT = ("kvbench or Mooncake JSON lines, a ShareGPT JSON list, or an Azure or "
+                "BurstGPT CSV")
+
+
+def not_a_trace(path: Path, why: str) -> KvbenchInputError:
+    return KvbenchInputError(f"{path}: not a trace kvbench can read ({why}); expected "
+                             f"{FORMATS_TEXT}")
 
 
 class TraceRowsSkippedWarning(UserWarning):
@@ -42,13 +60,44 @@ class RowErrors:
         self.messages: list[str] = []
 
     def add(self, lineno: int, message: str) -> None:
+        """Record a bad line; at the `MAX_BAD_LINES`-th, stop reading and report."""
         self.messages.append(f"{self.path}:{lineno}: {message}")
+        if len(self.messages) >= MAX_BAD_LINES:
+            self.raise_if_any(f"; reading stopped at line {lineno}")
 
-    def raise_if_any(self) -> None:
+    def raise_if_any(self, stopped: str = "") -> None:
         if self.messages:
             more = len(self.messages) - 1
-            suffix = f" (and {more} more bad lines)" if more else ""
+            suffix = f" (and {more} more bad lines{stopped})" if more else ""
             raise KvbenchInputError(self.messages[0] + suffix)
+
+
+def json_lines(path: Path, errors: RowErrors) -> Iterator[tuple[int, object]]:
+    """Each non-blank line's JSON value with its line number; a line that is not UTF-8 JSON
+    (or nests too deeply to parse) goes to `errors`; a line longer than `MAX_LINE_BYTES` is
+    refused."""
+    try:
+        with path.open("rb") as data:
+            lineno = 0
+            while raw := data.readline(MAX_LINE_BYTES + 1):
+                lineno += 1
+                if len(raw) > MAX_LINE_BYTES:
+                    raise not_a_trace(path, f"line {lineno} is longer than "
+                                            f"{MAX_LINE_BYTES >> 20} MiB")
+                if not raw.strip():
+                    continue
+                try:
+                    value = json.loads(raw.decode("utf-8"))
+                except UnicodeDecodeError:
+                    errors.add(lineno, "not UTF-8 text")
+                except json.JSONDecodeError as exc:
+                    errors.add(lineno, f"not valid JSON ({exc.msg} at column {exc.colno})")
+                except RecursionError:
+                    errors.add(lineno, "JSON nested too deeply")
+                else:
+                    yield lineno, value
+    except OSError as exc:
+        raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
 
 
 def count(value: Any, name: str) -> int:

@@ -1,14 +1,10 @@
 """A trace of unshared prompts (BurstGPT, Azure) as columns, made into requests once.
 
-The generic path (`load._finish`, which other traces take; `tests/workloads/trace_reference.py`
-builds a CSV trace's workload through it) builds a `Request` per row, then copies it for
-`time_scale`, for the arrival process, for clipping and for its final number
-(`dataclasses.replace`): over a million rows, millions of copies and their garbage.
-A `TraceTable` keeps the trace's rows as numpy columns in file order until `load_workload`
-knows every final field, then builds each request once (`table_requests`). It gives exactly
-what the row path gives: the same arrival times (the same float operations, in numpy), the
-same stable order, the same clipping, and prompts that are `PromptTokens` of the same
-`LazyRows` (drawn from the same generator, with the same lengths, in the same order).
+The row path (`load._finish`) builds a `Request` per row, then copies it for `time_scale`,
+arrivals, clipping and numbering: over a million rows, millions of copies and their garbage. A
+`TraceTable` keeps the rows as numpy columns until `load_workload` knows every final field,
+then builds each request once (`table_requests`), with the same arrival times, order, clipping
+and lazily drawn prompts as the row path (`tests/workloads/trace_reference.py` checks it).
 """
 
 from __future__ import annotations
@@ -92,6 +88,3 @@ def table_requests(table: TraceTable, time_scale: float, process: ArrivalProcess
     prompt_len, output_len, num_clipped = clip_lengths(prompt_len, output_len, max_model_len)
     requests = build_requests(table.rows, order, prompt_len, arrival[order], output_len)
     return requests, num_clipped
-
-
-__all__ = ["TraceColumns", "TraceTable", "table_requests", "trace_table"]

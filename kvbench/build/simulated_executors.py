@@ -47,6 +47,7 @@ from kvbench.simulator.simulated_executor import (
     SimulatedExecutor,
 )
 from kvbench.simulator.step_time import StepTimeModel
+from kvbench.sizing.kv_budget import check_kv_memory
 from kvbench.sizing.vllm_startup import VllmStartup, vllm_startup
 
 SIMULATED_BACKEND = "simulated"
@@ -94,7 +95,9 @@ class SimulatedExecutors(ExecutorFactory):
 
     def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
         if config.kv_memory is not None:
-            return int(config.kv_memory)
+            spec = get_gpu(self.gpu)
+            return check_kv_memory(int(config.kv_memory), spec.reported_memory_bytes,
+                                   spec.name, config.tensor_parallel_size)
         startup = self.startup(config, model_config, max_batched_tokens)
         if startup.available <= 0:
             raise KvbenchInputError(f"on {get_gpu(self.gpu).name}: {startup.refusal}")

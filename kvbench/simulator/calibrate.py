@@ -199,36 +199,33 @@ def fit_gemm(points: Sequence[GemmPoint], bandwidth_bytes_s: float) -> _GemmFit:
     return _GemmFit(float(launch), float(bw_share), float(peak_eff), float(inv_pe_h * peak_eff))
 
 
-def fit_attention_decode(points: Sequence[AttentionPoint]) -> tuple[float, float, float]:
+def _fit_rate(what: str, min_points: int, seconds: list[float],
+              *columns: list[float]) -> tuple[float, ...]:
+    """`t = floor + per-item costs x columns[:-1] + columns[-1] / rate`, fitted: the floor,
+    each per-item cost and the rate (inf when the data cannot see it)."""
+    if len(seconds) < min_points:
+        raise KvbenchInputError(f"calibrate: too few {what} sizes to fit")
+    y = np.array(seconds)
+    *costs, inv_rate = _nonnegative_lstsq(
+        [np.ones_like(y), *(np.array(c, dtype=float) for c in columns)], y)
+    return (*(float(c) for c in costs), float(1.0 / inv_rate) if inv_rate > 0 else math.inf)
+
+
+def fit_attention_decode(points: Sequence[AttentionPoint]) -> tuple[float, ...]:
     """(floor_s, per_seq_s, achieved KV read bytes/s)."""
-    if len(points) < 3:
-        raise KvbenchInputError("calibrate: too few decode attention sizes to fit")
-    y = np.array([p.seconds for p in points])
-    batch = np.array([p.batch for p in points], dtype=float)
-    kv = np.array([p.kv_bytes for p in points])
-    floor, per_seq, inv_rate = _nonnegative_lstsq([np.ones_like(y), batch, kv], y)
-    return float(floor), float(per_seq), float(1.0 / inv_rate) if inv_rate > 0 else math.inf
+    return _fit_rate("decode attention", 3, [p.seconds for p in points],
+                     [p.batch for p in points], [p.kv_bytes for p in points])
 
 
-def fit_attention_prefill(points: Sequence[AttentionPoint]) -> tuple[float, float, float]:
+def fit_attention_prefill(points: Sequence[AttentionPoint]) -> tuple[float, ...]:
     """(floor_s, per_token_s, achieved FLOP/s)."""
-    if len(points) < 3:
-        raise KvbenchInputError("calibrate: too few prefill attention sizes to fit")
-    y = np.array([p.seconds for p in points])
-    tokens = np.array([p.context * p.batch for p in points], dtype=float)
-    flops = np.array([p.flops for p in points])
-    floor, per_token, inv_rate = _nonnegative_lstsq([np.ones_like(y), tokens, flops], y)
-    return float(floor), float(per_token), float(1.0 / inv_rate) if inv_rate > 0 else math.inf
+    return _fit_rate("prefill attention", 3, [p.seconds for p in points],
+                     [p.context * p.batch for p in points], [p.flops for p in points])
 
 
-def fit_copy(points: Sequence[CopyPoint]) -> tuple[float, float]:
+def fit_copy(points: Sequence[CopyPoint]) -> tuple[float, ...]:
     """(floor_s per kernel, achieved bytes/s)."""
-    if len(points) < 2:
-        raise KvbenchInputError("calibrate: too few copy sizes to fit")
-    y = np.array([p.seconds for p in points])
-    size = np.array([p.num_bytes for p in points], dtype=float)
-    floor, inv_rate = _nonnegative_lstsq([np.ones_like(y), size], y)
-    return float(floor), float(1.0 / inv_rate) if inv_rate > 0 else math.inf
+    return _fit_rate("copy", 2, [p.seconds for p in points], [p.num_bytes for p in points])
 
 
 def base_preset(device_name: str, base: str | None = None) -> GPUSpec:
@@ -421,16 +418,3 @@ def measure(cfg: ModelConfig, device: str = "cuda",
             seconds = _time_cuda(lambda dst=dst, src=src: dst.copy_(src))
             out.copies.append(CopyPoint(float(size), seconds))
     return out
-
-
-__all__ = [
-    "AttentionPoint",
-    "Calibration",
-    "CopyPoint",
-    "GemmPoint",
-    "Measurements",
-    "base_preset",
-    "fit",
-    "measure",
-    "require_cuda",
-]

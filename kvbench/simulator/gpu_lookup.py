@@ -21,6 +21,3 @@ def get_gpu(name: str | GPUSpec) -> GPUSpec:
             f"unknown --gpu {name!r} (choose from {', '.join(GPU_PRESETS)}, "
             "or give --gpu-spec FILE.toml)"
         ) from None
-
-
-__all__ = ["get_gpu"]

@@ -138,6 +138,3 @@ def load_gpu_spec(path: str | Path) -> GPUSpec:
     except tomllib.TOMLDecodeError as err:
         raise KvbenchInputError(f"--gpu-spec {path}: not valid TOML: {err}") from None
     return gpu_spec_from_dict(data, f"--gpu-spec {path}", default_name=path.stem)
-
-
-__all__ = ["gpu_spec_from_dict", "load_gpu_spec"]

@@ -225,6 +225,3 @@ GPU_PRESETS: dict[str, GPUSpec] = {
 }
 
 DEFAULT_GPU = "a100-80gb"  # the preset of `kvbench simulate` and `kvbench estimate --step`
-
-
-__all__ = ["DEFAULT_GPU", "GPUSpec", "GPU_PRESETS", "INTERCONNECTS"]

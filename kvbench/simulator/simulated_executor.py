@@ -173,10 +173,3 @@ class SimulatedExecutor(Executor):
             "total_flops": self.total_flops,
             "total_bytes": self.total_bytes,
         }
-
-
-__all__ = [
-    "SIMULATED_DEVICE",
-    "SimulatedClock",
-    "SimulatedExecutor",
-]

@@ -43,7 +43,7 @@ keys. Layers are charged group by group (`ModelConfig.kv_groups`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 
 from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
@@ -81,19 +81,14 @@ class StepTimeConstants:
             value = getattr(self, f.name)
             if not isinstance(value, (int, float)) or value < 0:
                 raise KvbenchInputError(f"step-time constant {f.name} must be >= 0, got {value!r}")
-        for name in (
-            "gemm_peak_efficiency",
-            "gemm_bandwidth_efficiency",
-            "attn_decode_bandwidth_efficiency",
-            "attn_prefill_efficiency",
-            "elementwise_bandwidth_efficiency",
-            "sustained_compute_fraction",
-        ):
+        for name in ("gemm_peak_efficiency", "gemm_bandwidth_efficiency",
+                     "attn_decode_bandwidth_efficiency", "attn_prefill_efficiency",
+                     "elementwise_bandwidth_efficiency", "sustained_compute_fraction"):
             if not 0 < getattr(self, name) <= 1:
                 raise KvbenchInputError(f"step-time constant {name} must be in (0, 1]")
 
     def to_dict(self) -> dict[str, float]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -108,28 +103,19 @@ class Interconnect:
 
     def __post_init__(self) -> None:
         if self.bandwidth_bytes_s <= 0 or self.hop_latency_s < 0 or self.call_latency_s < 0:
-            raise KvbenchInputError(
-                f"interconnect {self.name}: bandwidth must be > 0 and latency >= 0"
-            )
+            raise KvbenchInputError(f"interconnect {self.name}: bandwidth must be > 0 and "
+                                    "latency >= 0")
 
     def all_reduce_s(self, num_bytes: float, num_gpus: int) -> float:
         """Ring all-reduce: reduce-scatter then all-gather, 2 (N-1) steps of bytes / N each."""
         if num_gpus <= 1:
             return 0.0
         steps = 2 * (num_gpus - 1)
-        return (
-            self.call_latency_s
-            + steps / num_gpus * num_bytes / self.bandwidth_bytes_s
-            + steps * self.hop_latency_s
-        )
+        return (self.call_latency_s + steps / num_gpus * num_bytes / self.bandwidth_bytes_s
+                + steps * self.hop_latency_s)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "bandwidth_bytes_s": self.bandwidth_bytes_s,
-            "hop_latency_s": self.hop_latency_s,
-            "call_latency_s": self.call_latency_s,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -185,29 +171,22 @@ def grouped_gemm_s(c: StepTimeConstants, hw: Hardware, tokens: int, k: int, n: i
 def attention_decode_s(c: StepTimeConstants, hw: Hardware, batch: int, kv_bytes_read: float) -> float:
     if batch <= 0:
         return 0.0
-    return (
-        c.attn_decode_floor_s
-        + c.attn_decode_per_seq_s * batch
-        + kv_bytes_read / (hw.hbm_bandwidth_bytes_s * c.attn_decode_bandwidth_efficiency)
-    )
+    return (c.attn_decode_floor_s + c.attn_decode_per_seq_s * batch
+            + kv_bytes_read / (hw.hbm_bandwidth_bytes_s * c.attn_decode_bandwidth_efficiency))
 
 
 def attention_prefill_s(c: StepTimeConstants, hw: Hardware, tokens: int, flops: float) -> float:
     if tokens <= 0:
         return 0.0
-    return (
-        c.attn_prefill_floor_s
-        + c.attn_prefill_per_token_s * tokens
-        + flops / (hw.peak_flops * c.attn_prefill_efficiency)
-    )
+    return (c.attn_prefill_floor_s + c.attn_prefill_per_token_s * tokens
+            + flops / (hw.peak_flops * c.attn_prefill_efficiency))
 
 
 def elementwise_s(c: StepTimeConstants, hw: Hardware, kernels: int, num_bytes: float) -> float:
     if kernels <= 0:
         return 0.0
     return kernels * c.elementwise_floor_s + num_bytes / (
-        hw.hbm_bandwidth_bytes_s * c.elementwise_bandwidth_efficiency
-    )
+        hw.hbm_bandwidth_bytes_s * c.elementwise_bandwidth_efficiency)
 
 
 # The step ---------------------------------------------------------------------------------
@@ -241,18 +220,8 @@ class StepTime:
                 f"bytes={self.bytes!r}, compute_bound={self.compute_bound!r})")
 
 
-PART_NAMES = (
-    "gemm",
-    "attention_decode",
-    "attention_prefill",
-    "elementwise",
-    "kv_write",
-    "all_reduce",
-    "layer_floor",
-    "lm_head",
-    "kv_copy",
-    "cpu_overhead",
-)
+PART_NAMES = ("gemm", "attention_decode", "attention_prefill", "elementwise", "kv_write",
+              "all_reduce", "layer_floor", "lm_head", "kv_copy", "cpu_overhead")
 
 
 class StepTimeModel:
@@ -599,24 +568,13 @@ class StepTimeModel:
             kv_read = (decode_context + prefill_context) * self.kv_bytes_per_token
         layer = gemm + att_dec + att_pf + elt + kv_write + ar
         floor = c.layer_floor_s - layer if c.layer_floor_s > layer else 0.0
-        values = (  # in PART_NAMES order
-            L * gemm,
-            L * att_dec,
-            L * att_pf,
-            L * elt + outer,
-            L * kv_write,
-            L * ar,
-            L * floor,
-            self._lm_head(num_sample_rows),
-            elementwise_s(c, hw, 1, 2 * num_copied_slots * self.kv_bytes_per_token)
-            if num_copied_slots else 0.0,
-            c.cpu_overhead_s,
-        )
-        flops = (
-            2.0 * tokens * self.layer_flop_weights * L
-            + 2.0 * num_sample_rows * self.model.hidden_size * self.vocab
-            + attention_flops
-        )
+        copies = (elementwise_s(c, hw, 1, 2 * num_copied_slots * self.kv_bytes_per_token)
+                  if num_copied_slots else 0.0)
+        # in PART_NAMES order
+        values = (L * gemm, L * att_dec, L * att_pf, L * elt + outer, L * kv_write, L * ar,
+                  L * floor, self._lm_head(num_sample_rows), copies, c.cpu_overhead_s)
+        flops = (2.0 * tokens * self.layer_flop_weights * L
+                 + 2.0 * num_sample_rows * self.model.hidden_size * self.vocab + attention_flops)
         moved = weights_read + (
             kv_read + (tokens + 2 * num_copied_slots) * self.kv_bytes_per_token)
         return StepTime(values, flops, float(moved), tokens >= self.compute_bound_tokens)
@@ -665,19 +623,3 @@ def _window_pairs(n: int, window: int) -> int:
     if n <= window:
         return n * (n + 1) // 2
     return window * (window + 1) // 2 + (n - window) * window
-
-
-__all__ = [
-    "Hardware",
-    "Interconnect",
-    "PART_NAMES",
-    "StepTime",
-    "StepTimeConstants",
-    "StepTimeModel",
-    "attention_decode_s",
-    "attention_prefill_s",
-    "elementwise_s",
-    "expected_active_experts",
-    "gemm_s",
-    "grouped_gemm_s",
-]

@@ -48,6 +48,3 @@ def sequence_slots(context: int, block_size: int,
         held = blocks if group.window is None else min(blocks, -(-group.window // block_size) + 1)
         total += held * block_size
     return total
-
-
-__all__ = ["kv_capacity", "sequence_slots"]

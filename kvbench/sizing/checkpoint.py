@@ -76,7 +76,3 @@ def resolve_checkpoint(model: str, quantization_flag: str | None = None) -> Chec
                 f"({checkpoint.quantization.scheme})")
         checkpoint = Checkpoint(checkpoint.model, flagged, checkpoint.dtype)
     return checkpoint
-
-
-__all__ = ["Checkpoint", "PUBLISHED_QUANTIZATION", "checkpoint_from_config",
-           "resolve_checkpoint"]

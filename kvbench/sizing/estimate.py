@@ -55,6 +55,7 @@ from kvbench.sizing.capacity import kv_capacity, sequence_slots
 from kvbench.sizing.group_sizes import GROUP_TABLE_HEADER, GroupSize, group_rows, group_sizes
 from kvbench.sizing.kv_budget import (
     Utilization,
+    check_kv_memory,
     gpu_memory_utilization,
     kv_budget_bytes,
     parse_fraction,
@@ -113,18 +114,12 @@ def compare_kv_utilization(
     """
     u_from = parse_fraction(utilization_from, "KV utilization")
     u_to = parse_fraction(utilization_to, "KV utilization")
-    eff_from = math.floor(kv_bytes * u_from)
-    eff_to = math.floor(kv_bytes * u_to)
+    eff_from, eff_to = math.floor(kv_bytes * u_from), math.floor(kv_bytes * u_to)
     return UtilizationComparison(
-        kv_bytes=kv_bytes,
-        utilization_from=u_from,
-        utilization_to=u_to,
-        effective_bytes_from=eff_from,
-        effective_bytes_to=eff_to,
+        kv_bytes, u_from, u_to, eff_from, eff_to,
         tokens_from=eff_from // bytes_per_token if bytes_per_token else None,
         tokens_to=eff_to // bytes_per_token if bytes_per_token else None,
-        capacity_gain=u_to / u_from,
-    )
+        capacity_gain=u_to / u_from)
 
 
 @dataclass(frozen=True)
@@ -329,9 +324,8 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
     lengths = _lengths(inputs)
     per_token = kv_bytes_per_token(shape.groups)
     block_size = inputs.block_size
-    tokens_per_request = (
-        round_up_to_blocks(lengths.context, block_size) if block_size else lengths.context
-    )
+    tokens_per_request = (round_up_to_blocks(lengths.context, block_size) if block_size
+                          else lengths.context)
     per_request = per_token * tokens_per_request
     total = per_request * inputs.concurrency
     budget = _budget(inputs, shape, lengths, per_token)
@@ -339,32 +333,21 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
     mha = _mha_equivalent(inputs, shape, tokens_per_request, kv)
     return KVEstimate(
         model=inputs.model.name if inputs.model is not None else None,
-        num_layers=shape.num_layers,
-        num_kv_heads=shape.num_kv_heads,
-        head_dim=shape.head_dim,
-        kv_cache_dtype=shape.kv_dtype,
-        kv_element_bytes=DTYPE_BYTES[shape.kv_dtype],
-        context=lengths.context,
-        concurrency=inputs.concurrency,
-        block_size=block_size,
-        tokens_per_request=tokens_per_request,
-        kv_bytes_per_token=per_token,
-        kv_bytes_per_request=per_request,
-        kv_bytes_total=total,
+        num_layers=shape.num_layers, num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,
+        kv_cache_dtype=shape.kv_dtype, kv_element_bytes=DTYPE_BYTES[shape.kv_dtype],
+        context=lengths.context, concurrency=inputs.concurrency, block_size=block_size,
+        tokens_per_request=tokens_per_request, kv_bytes_per_token=per_token,
+        kv_bytes_per_request=per_request, kv_bytes_total=total,
         gpu_memory_bytes=inputs.gpu_memory if inputs.kv_memory is None else None,
         gpu_memory_utilization=budget.utilization,
         dtype=budget.weights_dtype if budget.weights_source == "computed" else None,
-        num_parameters=budget.num_parameters,
-        active_parameters=budget.active_parameters,
-        weights_bytes=budget.weights_bytes,
-        weights_source=budget.weights_source,
-        kv_budget_bytes=kv,
-        kv_budget_source=budget.source,
+        num_parameters=budget.num_parameters, active_parameters=budget.active_parameters,
+        weights_bytes=budget.weights_bytes, weights_source=budget.weights_source,
+        kv_budget_bytes=kv, kv_budget_source=budget.source,
         kv_capacity_tokens=kv_capacity(kv, per_token) if kv is not None else None,
         max_concurrency=kv_capacity(kv, per_token, tokens_per_request) if kv is not None else None,
         fits=total <= kv if kv is not None else None,
-        max_model_len=lengths.max_model_len,
-        mean_len=lengths.mean_len,
+        max_model_len=lengths.max_model_len, mean_len=lengths.mean_len,
         strategies=_strategy_fits(per_token, lengths, block_size, kv, shape.groups),
         kv_utilization_comparison=_comparison(inputs.compare_utilization, kv, per_token),
         kv_groups=shape.groups,
@@ -384,9 +367,8 @@ def _kv_shape(inputs: EstimateInputs) -> _KVShape:
     shapes = (inputs.num_layers, inputs.num_kv_heads, inputs.head_dim)
     if model is not None:
         if any(s is not None for s in shapes):
-            raise KvbenchInputError(
-                "give either a model or --layers/--kv-heads/--head-dim, not both"
-            )
+            raise KvbenchInputError("give either a model or --layers/--kv-heads/--head-dim, "
+                                    "not both")
         num_layers, num_kv_heads, head_dim = model.num_layers, model.num_kv_heads, model.head_dim
         if model.mla is not None:  # one latent + rope 'head'
             num_kv_heads, head_dim = 1, model.mla.latent_dim
@@ -401,18 +383,14 @@ def _kv_shape(inputs: EstimateInputs) -> _KVShape:
     _positive(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim)
 
     dtype = canonical_dtype(inputs.dtype, WEIGHT_DTYPES)
-    kv_dtype = (
-        dtype if str(inputs.kv_cache_dtype).lower() == "auto"
-        else canonical_dtype(inputs.kv_cache_dtype)
-    )
+    kv_dtype = (dtype if str(inputs.kv_cache_dtype).lower() == "auto"
+                else canonical_dtype(inputs.kv_cache_dtype))
     elem = DTYPE_BYTES[kv_dtype]
     tp = inputs.tensor_parallel_size
     if tp != 1 and model is None:
         raise KvbenchInputError("--tensor-parallel-size needs --model (a preset or a folder)")
-    groups = (
-        model.kv_groups(elem, tp) if model is not None
-        else (full_attention_group(num_layers, num_kv_heads, head_dim, elem),)
-    )
+    groups = (model.kv_groups(elem, tp) if model is not None
+              else (full_attention_group(num_layers, num_kv_heads, head_dim, elem),))
     return _KVShape(num_layers, num_kv_heads, head_dim, dtype, kv_dtype, groups)
 
 
@@ -426,18 +404,14 @@ def _lengths(inputs: EstimateInputs) -> _Lengths:
     if context is None or max_model_len is None:
         raise KvbenchInputError("give --context (tokens per request) or --max-model-len")
     mean_len = context if inputs.mean_len is None else inputs.mean_len
-    _positive(
-        context=context, concurrency=inputs.concurrency, max_model_len=max_model_len,
-        mean_len=mean_len,
-    )
+    _positive(context=context, concurrency=inputs.concurrency, max_model_len=max_model_len,
+              mean_len=mean_len)
     if inputs.block_size is not None:
         check_block_size(inputs.block_size)  # as `kvbench run` refuses it
     for what, tokens in (("--context", context), ("--mean-len", mean_len)):
         if tokens > max_model_len:
-            raise KvbenchInputError(
-                f"{what} {tokens} exceeds the max model length {max_model_len} "
-                "(raise --max-model-len)"
-            )
+            raise KvbenchInputError(f"{what} {tokens} exceeds the max model length "
+                                    f"{max_model_len} (raise --max-model-len)")
     return _Lengths(context, max_model_len, mean_len)
 
 
@@ -445,9 +419,8 @@ def _budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths,
             per_token: int) -> _Budget:
     """`--kv-memory`, or the pool vLLM would allocate on `--gpu` / `--gpu-memory` (explicit
     shapes: what `--gpu-memory` leaves next to the weights), or no budget."""
-    gpu_memory, weights_memory, kv_memory = (
-        inputs.gpu_memory, inputs.weights_memory, inputs.kv_memory
-    )
+    gpu_memory, weights_memory, kv_memory = inputs.gpu_memory, inputs.weights_memory, \
+        inputs.kv_memory
     if gpu_memory is None and inputs.gpu is not None and kv_memory is None:
         gpu_memory = inputs.gpu.reported_memory_bytes
     if inputs.pipeline_parallel_size != 1 and (inputs.model is None or gpu_memory is None):
@@ -457,11 +430,12 @@ def _budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths,
         raise KvbenchInputError("--gpu-memory-utilization needs --gpu-memory")
     if kv_memory is not None:
         if gpu_memory is not None or weights_memory is not None:
-            raise KvbenchInputError(
-                "--kv-memory is the KV budget itself: give it or --gpu-memory/--weights-memory, "
-                "not both"
-            )
+            raise KvbenchInputError("--kv-memory is the KV budget itself: give it or "
+                                    "--gpu-memory/--weights-memory, not both")
         _positive(kv_memory=kv_memory)
+        if inputs.gpu is not None:
+            check_kv_memory(kv_memory, inputs.gpu.reported_memory_bytes, inputs.gpu.name,
+                            inputs.tensor_parallel_size * inputs.pipeline_parallel_size)
         return _Budget(kv_memory, "given")
     if gpu_memory is None:
         if weights_memory is not None:
@@ -470,18 +444,13 @@ def _budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths,
     if inputs.model is not None:
         return _vllm_budget(inputs, shape, lengths, per_token, gpu_memory)
     util = gpu_memory_utilization(inputs.gpu_memory_utilization)
-    if weights_memory is not None:
-        weights, weights_source = weights_memory, "given"
-    else:
-        raise KvbenchInputError(
-            "give --weights-memory: weights cannot be computed from explicit "
-            "--layers/--kv-heads/--head-dim (or give --model)"
-        )
+    if weights_memory is None:
+        raise KvbenchInputError("give --weights-memory: weights cannot be computed from "
+                                "explicit --layers/--kv-heads/--head-dim (or give --model)")
     budget = kv_budget_bytes(
-        gpu_memory, util, weights,
-        advice="use more --gpu-memory, a higher --gpu-memory-utilization or a smaller --dtype",
-    )
-    return _Budget(budget, "gpu", util, weights, weights_source)
+        gpu_memory, util, weights_memory,
+        advice="use more --gpu-memory, a higher --gpu-memory-utilization or a smaller --dtype")
+    return _Budget(budget, "gpu", util, weights_memory, "given")
 
 
 def _vllm_budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths, per_token: int,
@@ -492,18 +461,13 @@ def _vllm_budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths, per
     assert model is not None
     startup = vllm_startup(model, gpu_memory, VllmFlags(
         gpu_memory_utilization=inputs.gpu_memory_utilization,
-        max_model_len=lengths.max_model_len,
-        max_num_seqs=inputs.max_num_seqs,
+        max_model_len=lengths.max_model_len, max_num_seqs=inputs.max_num_seqs,
         max_num_batched_tokens=inputs.max_num_batched_tokens,
-        block_size=inputs.block_size or DEFAULT_BLOCK_SIZE,
-        kv_cache_dtype=shape.kv_dtype,
-        dtype=shape.dtype,
-        quantization=inputs.quantization,
-        enforce_eager=inputs.enforce_eager,
+        block_size=inputs.block_size or DEFAULT_BLOCK_SIZE, kv_cache_dtype=shape.kv_dtype,
+        dtype=shape.dtype, quantization=inputs.quantization, enforce_eager=inputs.enforce_eager,
         tensor_parallel_size=inputs.tensor_parallel_size,
         pipeline_parallel_size=inputs.pipeline_parallel_size,
-        weights_memory=inputs.weights_memory,
-        vllm_version=inputs.vllm_version,
+        weights_memory=inputs.weights_memory, vllm_version=inputs.vllm_version,
     ), gpu_name=inputs.gpu.description if inputs.gpu is not None else "",
         memory_source="the datasheet's: CUDA reports a little less" if (
             inputs.gpu_memory is None and inputs.gpu is not None
@@ -549,25 +513,13 @@ def _strategy_fits(
         return kv_capacity(budget, per_token, tokens) if budget is not None else None
 
     fits = {
-        "contiguous": StrategyFit(
-            strategy="contiguous",
-            reserve=f"max: max_model_len = {max_model_len} tokens",
-            tokens_per_request=max_model_len,
-            bytes_per_request=per_token * max_model_len,
-            max_concurrency=fit(max_model_len),
-        ),
+        "contiguous": StrategyFit("contiguous", f"max: max_model_len = {max_model_len} tokens",
+                                  max_model_len, per_token * max_model_len, fit(max_model_len)),
         "paged": StrategyFit(
-            strategy="paged",
-            reserve=(
-                f"ceil({mean_len} / {paged_block}) = {blocks_per_request} blocks at mean length"
-            ),
-            tokens_per_request=paged_tokens,
-            bytes_per_request=per_token * paged_tokens,
-            max_concurrency=fit(paged_tokens),
-            block_size=paged_block,
-            blocks_per_request=blocks_per_request,
-            num_blocks=fit(paged_block),
-        ),
+            "paged", f"ceil({mean_len} / {paged_block}) = {blocks_per_request} blocks at mean "
+            "length", paged_tokens, per_token * paged_tokens, fit(paged_tokens),
+            block_size=paged_block, blocks_per_request=blocks_per_request,
+            num_blocks=fit(paged_block)),
     }
     if any(group.attention == "sliding" for group in groups):
         fits["contiguous-rings"] = _contiguous_rings_fit(groups, max_model_len, budget)
@@ -622,15 +574,9 @@ def _grouped_fit(strategy: str, reserve: str, allocation: HybridAllocation, slot
     the groups' padding layers named."""
     if allocation.padding_layers:
         reserve += f"; {allocation.padding_layers} padding layer(s)"
-    return StrategyFit(
-        strategy=strategy,
-        reserve=reserve,
-        tokens_per_request=slots,
-        bytes_per_request=slots * allocation.slot_bytes,
-        max_concurrency=(kv_capacity(budget, allocation.slot_bytes, slots)
-                         if budget is not None else None),
-        **blocks,
-    )
+    return StrategyFit(strategy, reserve, slots, slots * allocation.slot_bytes,
+                       (kv_capacity(budget, allocation.slot_bytes, slots)
+                        if budget is not None else None), **blocks)
 
 
 def _comparison(
@@ -639,184 +585,118 @@ def _comparison(
     if compare is None:
         return None
     if budget is None:
-        raise KvbenchInputError(
-            "comparing KV utilizations needs a KV budget: give --kv-memory or --gpu-memory"
-        )
-    low, high = compare
-    return compare_kv_utilization(budget, low, high, per_token)
+        raise KvbenchInputError("comparing KV utilizations needs a KV budget: give --kv-memory "
+                                "or --gpu-memory")
+    return compare_kv_utilization(budget, *compare, per_token)
 
 
 def format_estimate(est: KVEstimate) -> str:
     """The plain-text table of `kvbench estimate`: exact bytes, binary units, one formula a row."""
     rows: list[tuple[str, str, str, str]] = []  # label, exact, binary, formula
 
-    def add(label: str, exact: int | str, binary: str, formula: str = "") -> None:
-        rows.append((label, f"{exact:,}" if isinstance(exact, int) else exact, binary, formula))
+    def add(label: str, value: int | str, formula: str = "") -> None:
+        """A byte count shows exact and in binary units; a text shows as it is."""
+        if isinstance(value, int):
+            rows.append((label, f"{value:,}", format_bytes(value), formula))
+        else:
+            rows.append((label, value, "", formula))
 
-    per_token_formula = " + ".join(group.formula() for group in est.kv_groups)
-    per_token_formula += f" ({est.kv_cache_dtype})"
-    add(
-        "KV per token",
-        est.kv_bytes_per_token,
-        format_bytes(est.kv_bytes_per_token),
-        per_token_formula,
-    )
+    per_token = " + ".join(group.formula() for group in est.kv_groups)
+    add("KV per token", est.kv_bytes_per_token, f"{per_token} ({est.kv_cache_dtype})")
+    tokens = f"{est.tokens_per_request:,} tokens"
     if est.block_size and est.tokens_per_request != est.context:
-        tokens = f"{est.tokens_per_request:,} tokens ({est.context:,} rounded up to blocks of {est.block_size})"
-    else:
-        tokens = f"{est.tokens_per_request:,} tokens"
-    add(
-        "KV per request",
-        est.kv_bytes_per_request,
-        format_bytes(est.kv_bytes_per_request),
-        f"per token x {tokens}",
-    )
-    add(
-        "KV total",
-        est.kv_bytes_total,
-        format_bytes(est.kv_bytes_total),
-        f"per request x {_plural(est.concurrency, 'concurrent request')}",
-    )
+        tokens += f" ({est.context:,} rounded up to blocks of {est.block_size})"
+    add("KV per request", est.kv_bytes_per_request, f"per token x {tokens}")
+    add("KV total", est.kv_bytes_total,
+        f"per request x {_plural(est.concurrency, 'concurrent request')}")
     if est.vllm is not None:
         startup = est.vllm
-        total = startup.stages[0].total
-        add("GPU memory", total, format_bytes(total),
+        add("GPU memory", startup.stages[0].total,
             f"{startup.memory_source} ({startup.gpu or '--gpu-memory'})")
         assert est.weights_bytes_per_gpu is not None
-        quant = est.vllm_quantization
-        add("weights per GPU", est.weights_bytes_per_gpu, format_bytes(est.weights_bytes_per_gpu),
-            "--weights-memory" if est.weights_source == "given" else
-            f"as vLLM loads them ({quant})" + (
-                f", TP {est.tensor_parallel_size}" if est.tensor_parallel_size > 1 else ""))
+        tp = f", TP {est.tensor_parallel_size}" if est.tensor_parallel_size > 1 else ""
+        add("weights per GPU", est.weights_bytes_per_gpu,
+            "--weights-memory" if est.weights_source == "given"
+            else f"as vLLM loads them ({est.vllm_quantization}){tp}")
         budget_formula = (f"vLLM's pool: {startup.pool.tokens:,} tokens x per token"
                           if startup.pool else "")
     elif est.kv_budget_source == "gpu":
         assert est.gpu_memory_bytes is not None and est.gpu_memory_utilization is not None
         assert est.weights_bytes is not None
-        add("GPU memory", est.gpu_memory_bytes, format_bytes(est.gpu_memory_bytes), "--gpu-memory")
+        add("GPU memory", est.gpu_memory_bytes, "--gpu-memory")
+        weights_formula = "--weights-memory"
         if est.weights_source == "computed":
-            weights_formula = f"{est.num_parameters:,} parameters x {DTYPE_BYTES[est.dtype or 'bf16']} B ({est.dtype})"
+            weights_formula = (f"{est.num_parameters:,} parameters x "
+                               f"{DTYPE_BYTES[est.dtype or 'bf16']} B ({est.dtype})")
             if est.active_parameters != est.num_parameters:
                 weights_formula += f"; {est.active_parameters:,} active per token"
-        else:
-            weights_formula = "--weights-memory"
-        add("weights", est.weights_bytes, format_bytes(est.weights_bytes), weights_formula)
-        per_gpu = est.weights_bytes_per_gpu
-        if est.tensor_parallel_size > 1 and per_gpu is not None:
-            add("weights per GPU", per_gpu, format_bytes(per_gpu),
+        add("weights", est.weights_bytes, weights_formula)
+        if est.tensor_parallel_size > 1 and est.weights_bytes_per_gpu is not None:
+            add("weights per GPU", est.weights_bytes_per_gpu,
                 f"sharded / {est.tensor_parallel_size} + replicated (norms, MLA down-projections)")
-        util = _fmt_fraction(est.gpu_memory_utilization)
-        budget_formula = f"floor(GPU memory x {util}) - weights" + (
-            " per GPU" if est.tensor_parallel_size > 1 else "")
+        budget_formula = (f"floor(GPU memory x {_fmt_fraction(est.gpu_memory_utilization)}) - "
+                          "weights" + (" per GPU" if est.tensor_parallel_size > 1 else ""))
     else:
         budget_formula = "--kv-memory"
     if est.kv_budget_bytes is not None:
         assert est.max_concurrency is not None and est.kv_capacity_tokens is not None
-        add("KV budget", est.kv_budget_bytes, format_bytes(est.kv_budget_bytes), budget_formula)
-        add("KV capacity", f"{est.kv_capacity_tokens:,} tokens", "", "floor(budget / per token)")
-        add(
-            "max concurrency",
-            _plural(est.max_concurrency, "request"),
-            "",
-            "floor(budget / per request)",
-        )
+        add("KV budget", est.kv_budget_bytes, budget_formula)
+        add("KV capacity", f"{est.kv_capacity_tokens:,} tokens", "floor(budget / per token)")
+        add("max concurrency", _plural(est.max_concurrency, "request"),
+            "floor(budget / per request)")
         mha = est.mha_equivalent
         if mha is not None and mha.max_concurrency is not None:
-            add("MHA-equivalent KV", mha.kv_bytes_per_token, format_bytes(mha.kv_bytes_per_token),
+            add("MHA-equivalent KV", mha.kv_bytes_per_token,
                 "per token if each head cached K (qk_nope + qk_rope) and V (v_head_dim)")
-            add("MHA-equivalent", _plural(mha.max_concurrency, "request"), "",
+            add("MHA-equivalent", _plural(mha.max_concurrency, "request"),
                 f"floor(budget / (MHA per token x {est.tokens_per_request:,}))")
         if est.fits:
-            add("total vs budget", "fits", "", "total <= budget")
+            add("total vs budget", "fits", "total <= budget")
         else:
             over = est.kv_bytes_total - est.kv_budget_bytes
-            add(
-                "total vs budget",
-                "too big",
-                "",
-                f"total > budget by {over:,} B ({format_bytes(over)})",
-            )
+            add("total vs budget", "too big",
+                f"total > budget by {over:,} B ({format_bytes(over)})")
 
-    title = (
-        f"KV-cache estimate: {est.model or 'explicit shapes'}, KV {est.kv_cache_dtype}, "
-        f"{est.context:,}-token context, concurrency {est.concurrency:,}"
-    )
-    lines = [title, ""]
+    lines = [f"KV-cache estimate: {est.model or 'explicit shapes'}, KV {est.kv_cache_dtype}, "
+             f"{est.context:,}-token context, concurrency {est.concurrency:,}", ""]
     lines += text_table(("quantity", "bytes", "binary", "formula"), rows, right=(1,))
     if any(size.window is not None for size in est.kv_group_sizes):
-        lines += [
-            "",
-            f"KV per sequence per layer group at {est.context:,} tokens (a window layer needs "
-            "its last W tokens only; paged and prefix hold the whole context in every layer, "
-            "contiguous a ring of about W + one step's tokens per window group):",
-        ]
+        lines += ["", f"KV per sequence per layer group at {est.context:,} tokens (a window "
+                  "layer needs its last W tokens only; paged and prefix hold the whole context "
+                  "in every layer, contiguous a ring of about W + one step's tokens per window "
+                  "group):"]
         lines += text_table(GROUP_TABLE_HEADER, group_rows(est.kv_group_sizes),
                             right=(1, 2, 3, 4))
 
     if est.kv_budget_bytes is not None:
+        names = {"contiguous": "contiguous (reserve max)",
+                 "contiguous-rings": "contiguous (max, window rings)"}
+        srows = [(names.get(fit.strategy) or (fit.strategy if fit.block_size is None else
+                                              f"{fit.strategy} (block {fit.block_size})"),
+                  f"{fit.tokens_per_request:,}", f"{fit.bytes_per_request:,}",
+                  format_bytes(fit.bytes_per_request), f"{fit.max_concurrency:,}", fit.reserve)
+                 for fit in est.strategies.values()]
         lines += ["", "max concurrency per strategy (same budget):"]
-        srows = []
-        for fit in est.strategies.values():
-            name = (
-                fit.strategy
-                if fit.block_size is None
-                else f"{fit.strategy} (block {fit.block_size})"
-            )
-            if fit.strategy == "contiguous":
-                name = "contiguous (reserve max)"
-            elif fit.strategy == "contiguous-rings":
-                name = "contiguous (max, window rings)"
-            srows.append(
-                (
-                    name,
-                    f"{fit.tokens_per_request:,}",
-                    f"{fit.bytes_per_request:,}",
-                    format_bytes(fit.bytes_per_request),
-                    f"{fit.max_concurrency:,}",
-                    fit.reserve,
-                )
-            )
-        lines += text_table(
-            (
-                "strategy",
-                "tokens/request",
-                "bytes/request",
-                "binary",
-                "max concurrency",
-                "reserves",
-            ),
-            srows,
-            right=(1, 2, 4),
-        )
+        lines += text_table(("strategy", "tokens/request", "bytes/request", "binary",
+                             "max concurrency", "reserves"), srows, right=(1, 2, 4))
 
     if est.vllm is not None:
         lines += ["", format_vllm_startup(est.vllm)]
 
     comp = est.kv_utilization_comparison
     if comp is not None:
-        lines += [
-            "",
-            f"effective capacity of {format_bytes(comp.kv_bytes)} of KV (KV utilization = token bytes / held bytes):",
-        ]
-        crows = [
-            (
-                f"{float(u) * 100:g}%",
-                f"{eff:,}",
-                format_bytes(eff),
-                f"{tokens:,}" if tokens is not None else "n/a",
-            )
-            for u, eff, tokens in (
-                (comp.utilization_from, comp.effective_bytes_from, comp.tokens_from),
-                (comp.utilization_to, comp.effective_bytes_to, comp.tokens_to),
-            )
-        ]
-        lines += text_table(
-            ("KV utilization", "token bytes", "binary", "tokens"), crows, right=(1, 3)
-        )
-        lines.append(
-            f"capacity gain: {_fmt_fraction(comp.utilization_to)} / {_fmt_fraction(comp.utilization_from)}"
-            f" = {float(comp.capacity_gain):.4g}x more KV state in the same memory"
-        )
+        lines += ["", f"effective capacity of {format_bytes(comp.kv_bytes)} of KV (KV "
+                      "utilization = token bytes / held bytes):"]
+        crows = [(f"{float(u) * 100:g}%", f"{eff:,}", format_bytes(eff),
+                  f"{tokens:,}" if tokens is not None else "n/a")
+                 for u, eff, tokens in (
+                     (comp.utilization_from, comp.effective_bytes_from, comp.tokens_from),
+                     (comp.utilization_to, comp.effective_bytes_to, comp.tokens_to))]
+        lines += text_table(("KV utilization", "token bytes", "binary", "tokens"), crows,
+                            right=(1, 3))
+        lines.append(f"capacity gain: {_fmt_fraction(comp.utilization_to)} / "
+                     f"{_fmt_fraction(comp.utilization_from)} = "
+                     f"{float(comp.capacity_gain):.4g}x more KV state in the same memory")
     return "\n".join(lines)
 
 
@@ -827,11 +707,8 @@ def text_table(
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
 
     def line(cells: tuple[str, ...]) -> str:
-        out = [
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(out).rstrip()
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
 
     return [line(header), line(tuple("-" * w for w in widths)), *(line(r) for r in rows)]
 

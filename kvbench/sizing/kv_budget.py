@@ -81,10 +81,13 @@ def kv_budget_bytes(
     return budget
 
 
-__all__ = [
-    "DEFAULT_GPU_MEMORY_UTILIZATION",
-    "Utilization",
-    "gpu_memory_utilization",
-    "kv_budget_bytes",
-    "parse_fraction",
-]
+def check_kv_memory(kv_memory: int, memory_bytes: int, gpu_name: str, num_gpus: int = 1) -> int:
+    """`--kv-memory` on `num_gpus` GPUs of `memory_bytes` each: a budget larger than all their
+    memory is no budget a run can have, so it is refused."""
+    if kv_memory > memory_bytes * num_gpus:
+        group = f"{num_gpus} x " if num_gpus > 1 else ""
+        raise KvbenchInputError(
+            f"--kv-memory {format_bytes(kv_memory)} is more than the memory of {group}"
+            f"{gpu_name} ({format_bytes(memory_bytes)}): give at most what the GPU holds"
+        )
+    return kv_memory

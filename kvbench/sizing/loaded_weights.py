@@ -199,7 +199,3 @@ def _rotary_dim(model: ModelConfig) -> int:
 
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
-
-
-__all__ = ["StageWeights", "WeightQuantization", "loaded_weights", "pipeline_layers",
-           "quantization_from_config", "quantization_from_flag"]

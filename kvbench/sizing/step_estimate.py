@@ -12,6 +12,14 @@ from kvbench.models.sizes import DTYPE_BYTES, WEIGHT_DTYPES, canonical_dtype, we
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.step_time import StepTimeModel
 from kvbench.sizing.estimate import text_table
+from kvbench.workloads.bounds import MAX_TRACE_TOKENS
+
+# The largest step `--step` times: more sequences than any engine batches (vLLM's
+# max_num_seqs is a few hundred) and more tokens than any model's context
+# (`kvbench.workloads.MAX_TRACE_TOKENS`) describe no real step; the bound is checked
+# before the per-sequence lists are built.
+MAX_STEP_BATCH = 1 << 16
+MAX_STEP_TOKENS = MAX_TRACE_TOKENS
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,11 @@ def parse_step(text: str) -> StepSpec:
         ) from None
     if spec.batch <= 0 or spec.context <= 0:
         raise KvbenchInputError(f"--step {text!r}: batch, context and tokens must be positive")
+    if spec.batch > MAX_STEP_BATCH or spec.context > MAX_STEP_TOKENS:
+        raise KvbenchInputError(
+            f"--step {text!r}: at most {MAX_STEP_BATCH:,} sequences of at most "
+            f"{MAX_STEP_TOKENS:,} tokens (no engine batches more, no model's context is longer)"
+        )
     return spec
 
 

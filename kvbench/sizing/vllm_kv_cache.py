@@ -155,7 +155,3 @@ def longest_fitting_len(groups: tuple[KVGroup, ...], memory: int, max_model_len:
         else:
             high = mid - 1
     return low
-
-
-__all__ = ["VllmKVPool", "blocks_per_request", "kv_pool", "longest_fitting_len", "needed_bytes",
-           "refusal", "stage_groups"]

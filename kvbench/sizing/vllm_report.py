@@ -119,6 +119,3 @@ def format_beside_measured(startup: VllmStartup, total: int, weights: int, activ
         shown = f"{measured / GiB:10.2f}" if measured is not None else f"{'-':>10}"
         lines.append(f"  {term:<18}{shown}{predicted / GiB:12.2f}")
     return "\n".join(lines)
-
-
-__all__ = ["format_beside_measured", "format_vllm_startup", "vllm_lines", "waterfall_rows"]

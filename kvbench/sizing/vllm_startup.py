@@ -270,7 +270,3 @@ def _moe_workspace_bytes(model: ModelConfig, layers: tuple[int, ...], tokens: in
         return 0
     width = model.moe_intermediate_size // tp
     return tokens * model.num_experts_per_tok * (max(2 * width, model.hidden_size) + width) * d
-
-
-__all__ = ["StageMemory", "VllmFlags", "VllmStartup", "cuda_graph_counts", "serving_defaults",
-           "vllm_startup"]

@@ -73,6 +73,3 @@ def vllm_release(version: str | None) -> VllmRelease:
         if (major, minor) >= (era_major, era_minor):
             era = release
     return era
-
-
-__all__ = ["CURRENT", "RELEASES", "VllmRelease", "vllm_release"]

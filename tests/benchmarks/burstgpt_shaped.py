@@ -1,7 +1,7 @@
 """A seeded trace in BurstGPT's CSV format with BurstGPT-like arrivals and lengths (the machine
 has no internet, and the benchmark needs a million rows).
 
-The columns and their meaning are BurstGPT's (`kvbench.workloads.burstgpt` reads them):
+The columns and their meaning are BurstGPT's (`kvbench.workloads.csv_trace` reads them):
 `Timestamp` in whole seconds from the trace's start, `Model` (ChatGPT or GPT-4),
 `Request tokens`, `Response tokens`, `Total tokens`, `Log Type` (Conversation log or API log).
 The shape follows the published `BurstGPT_1.csv` (HPMLL/BurstGPT, release v1.1: 1,429.7k rows

@@ -429,3 +429,18 @@ def test_tensor_parallel_engine_runs_and_kv_follows_per_gpu_memory():
     engine.run_to_completion()
     assert engine.clock() == pytest.approx(engine.executor.stats()["busy_s"])
     assert engine.executor.last_cost.parts["all_reduce"] > 0
+
+
+def test_a_kv_budget_beyond_the_gpus_memory_is_refused(tmp_path, capsys):
+    from kvbench.cli import main
+
+    args = ["simulate", "--model", "llama-2-13b", "--gpu", "h100-80gb", "--num-requests", "4",
+            "--quiet", "--out", str(tmp_path / "out")]
+    assert main([*args, "--kv-memory", "1TiB"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "--kv-memory 1.00 TiB is more than the memory of h100-80gb (79.19 GiB)" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    # two GPUs hold twice as much; a budget within the memory runs
+    assert main([*args, "--kv-memory", "100GiB", "--tensor-parallel-size", "2"]) == 0
+    assert main([*args, "--kv-memory", "60GiB"]) == 0

@@ -306,3 +306,23 @@ def test_step_with_a_gpu_file(tmp_path):
     l4 = json.loads(run("--model", "llama-2-7b", "--gpu", "l4",
                          "--step", "decode:1x100", "--json").output)
     assert mine["steps"][0]["ms"] == pytest.approx(l4["steps"][0]["ms"])
+
+
+@pytest.mark.parametrize("step", ["decode:1000000000x1000000000", "decode:65537x16",
+                                  "decode:1x16777217", "prefill:16777217"])
+def test_a_step_past_the_bounds_is_refused_before_any_work(step):
+    result = CliRunner().invoke(estimate_command, ["--model", "llama-2-13b", "--gpu",
+                                                   "h100-80gb", "--step", step])
+    assert result.exit_code == 2
+    assert "at most 65,536 sequences of at most 16,777,216 tokens" in result.output
+    ok = CliRunner().invoke(estimate_command, ["--model", "llama-2-13b", "--gpu", "h100-80gb",
+                                               "--step", "decode:65536x16", "--step",
+                                               "prefill:16777216"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_estimate_refuses_a_kv_budget_beyond_the_gpus_memory():
+    result = CliRunner().invoke(estimate_command, ["--model", "llama-2-13b", "--gpu",
+                                                   "h100-80gb", "--kv-memory", "1TiB"])
+    assert result.exit_code == 2
+    assert "more than the memory of h100-80gb (79.19 GiB)" in result.output

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvbench.workloads import azure, burstgpt, load_workload, read_trace
+from kvbench.workloads import load_workload, read_trace
+from kvbench.workloads.csv_trace import AZURE, BURSTGPT
 from tests.benchmarks.burstgpt_shaped import write_burstgpt_shaped_csv
 from tests.workloads.trace_reference import reference_workload, request_fields
 
@@ -39,7 +40,7 @@ def shaped(tmp_path_factory):
 ])
 def test_a_large_trace_gives_the_requests_of_the_copying_path(shaped, options):
     result = _load(shaped, **options)
-    expected, num_clipped = reference_workload(shaped, burstgpt.FORMAT, None, 0, VOCAB,
+    expected, num_clipped = reference_workload(shaped, BURSTGPT, None, 0, VOCAB,
                                                **options)
     assert result.num_clipped == num_clipped
     assert len(result.requests) == len(expected) > 97_000
@@ -55,7 +56,7 @@ def test_a_large_trace_gives_the_requests_of_the_copying_path(shaped, options):
 
 def test_the_first_requests_of_a_large_trace(shaped):
     result = _load(shaped, 5000, max_model_len=2048)
-    expected, _ = reference_workload(shaped, burstgpt.FORMAT, 5000, 0, VOCAB,
+    expected, _ = reference_workload(shaped, BURSTGPT, 5000, 0, VOCAB,
                                      max_model_len=2048)
     assert result.requests == expected  # prompts compared token by token
     assert result.notes == (f"{shaped}: 106 rows left out (failed requests: 0 response or "
@@ -64,7 +65,7 @@ def test_the_first_requests_of_a_large_trace(shaped):
 
 @pytest.mark.parametrize("name", ["azure.csv", "burstgpt.csv"])
 def test_small_traces_in_every_mode(name):
-    fmt = azure.FORMAT if name == "azure.csv" else burstgpt.FORMAT
+    fmt = AZURE if name == "azure.csv" else BURSTGPT
     for options in ({}, {"max_model_len": 512}, {"time_scale": 0.5, "max_model_len": 300},
                     {"request_rate": 2.0, "max_model_len": 64}):
         for num_requests in (None, 1, 3):

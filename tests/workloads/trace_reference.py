@@ -10,8 +10,7 @@ from pathlib import Path
 
 from kvbench.core.request import Request
 from kvbench.workloads.arrivals import ArrivalProcess
-from kvbench.workloads.csv_format import CsvFormat
-from kvbench.workloads.csv_trace import read_csv_columns
+from kvbench.workloads.csv_trace import CsvFormat, read_csv_columns
 from kvbench.workloads.load import _finish
 from kvbench.workloads.sampling import TokenSampler, rng_for
 from kvbench.workloads.trace_rows import TraceRow, prompt_lengths, to_requests
