@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench.core.decode_run_rows import BooksAfterStep
-from kvbench.core.layout import SlotCopy
+from kvbench.core.layout import DROP_TABLE, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
-from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.base import CacheStrategy, MemorySplit
 from kvbench.strategies.free_ranges import FreeRanges
 from kvbench.strategies.registry import register_strategy
 
@@ -50,7 +50,6 @@ RESERVE_MODES = ("max", "pow2", "exact")
 class ContiguousStrategy(CacheStrategy):
     name = "contiguous"
     layout_kind = "contiguous"
-    can_preempt = False
 
     def __init__(
         self,
@@ -154,7 +153,7 @@ class ContiguousStrategy(CacheStrategy):
         if held is not None:
             self.ranges.release(*held)
             self._account(seq, 0)
-            self._log_drop(seq.seq_id)
+            self._log_table(seq.seq_id, DROP_TABLE, 0)
 
     def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
         length = self.reservation(child)
@@ -193,10 +192,7 @@ class ContiguousStrategy(CacheStrategy):
             held = self.starts.get(seq.seq_id)
             if held is None:
                 continue
-            token, reserved, internal = split_held(held[1], seq.num_computed, seq.final_kv_len)
-            split.token += token
-            split.reserved += reserved
-            split.internal += internal
+            split.add_held(held[1], seq.num_computed, seq.final_kv_len)
         split.external = self._external(head_waiting)
         split.free = self.num_slots - split.held
         return split

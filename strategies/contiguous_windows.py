@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from kvbench.core.layout import DROP_TABLE, SlotCopy
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import MemorySplit, split_held
+from kvbench.strategies.base import MemorySplit
 from kvbench.strategies.contiguous import ContiguousStrategy
 from kvbench.strategies.window_ring import ring_slots
 
@@ -188,7 +188,8 @@ class WindowedContiguousStrategy(ContiguousStrategy):
             token = computed if window is None else ring_tokens[g]
             groups.append(MemorySplit(token=token, reserved=self._g_will[g] - token,
                                       internal=self._g_held[g] - self._g_will[g]))
-        return self._total(tuple(groups), computed, head_waiting)
+        return MemorySplit.of_groups(tuple(groups), self.num_slots, computed,
+                                     self._external(head_waiting))
 
     def memory_split_from_scratch(
         self, running: list[Sequence], head_waiting: Sequence | None
@@ -202,24 +203,9 @@ class WindowedContiguousStrategy(ContiguousStrategy):
             computed += seq.num_computed
             for split, (_, length), window in zip(groups, taken, self.windows, strict=True):
                 in_ring = seq.num_computed if window is None else min(seq.num_computed, length)
-                token, reserved, internal = split_held(length, in_ring, seq.final_kv_len)
-                split.token += token
-                split.reserved += reserved
-                split.internal += internal
-        return self._total(tuple(groups), computed, head_waiting)
-
-    def _total(self, groups: tuple[MemorySplit, ...], computed: int,
-               head_waiting: Sequence | None) -> MemorySplit:
-        split = MemorySplit(
-            token=sum(g.token for g in groups),
-            reserved=sum(g.reserved for g in groups),
-            internal=sum(g.internal for g in groups),
-            external=self._external(head_waiting),
-            groups=groups,
-            sequence_tokens=computed,
-        )
-        split.free = self.num_slots - split.held
-        return split
+                split.add_held(length, in_ring, seq.final_kv_len)
+        return MemorySplit.of_groups(tuple(groups), self.num_slots, computed,
+                                     self._external(head_waiting))
 
     def is_whole(self) -> bool:
         return not self.group_ranges and self.ranges.is_whole()
@@ -240,5 +226,3 @@ def ring_copies(src: int, src_len: int, dst: int, dst_len: int,
         pos += run
     return copies
 
-
-__all__ = ["WindowedContiguousStrategy", "ring_copies"]

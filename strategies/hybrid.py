@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import DROP_TABLE, SlotCopy
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.base import CacheStrategy, MemorySplit
 from kvbench.strategies.block_pool import BlockPool
 from kvbench.strategies.paged import PagedOptions
 from kvbench.strategies.registry import register_strategy
@@ -51,7 +51,6 @@ class HybridOptions(PagedOptions):
 class HybridStrategy(CacheStrategy):
     name = "hybrid"
     layout_kind = "paged"
-    can_preempt = True
     counts_prompt_blocks = True  # distinct blocks holding prompt positions, in the split
     reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
@@ -308,7 +307,7 @@ class HybridStrategy(CacheStrategy):
             groups.append(MemorySplit(
                 token=token, reserved=will - token, internal=self._g_held[g] - shared - will,
                 prompt_blocks=self._g_prompt[g] if self.counts_prompt_blocks else None))
-        return _total(tuple(groups), self.num_slots, computed)
+        return MemorySplit.of_groups(tuple(groups), self.num_slots, computed)
 
     def memory_split_from_scratch(
         self, running: list[Sequence], head_waiting: Sequence | None
@@ -329,20 +328,16 @@ class HybridStrategy(CacheStrategy):
                 if not held_ids:
                     continue
                 start = held_ids[0] * bs
-                token, reserved, internal = split_held(
-                    len(held_ids) * bs, seq.num_computed - start, seq.final_kv_len - start
-                )
                 split = groups[g]
-                split.token += token
-                split.reserved += reserved
-                split.internal += internal
+                split.add_held(len(held_ids) * bs, seq.num_computed - start,
+                               seq.final_kv_len - start)
                 if self.counts_prompt_blocks:
                     split.prompt_blocks += sum(1 for i in held_ids if i < prompt_blocks)
                 for i in held_ids:
                     holders[g][table[i]] = holders[g].get(table[i], 0) + 1
         for split, count in zip(groups, holders, strict=True):  # a shared block once
             split.token -= sum(k - 1 for k in count.values()) * bs
-        return _total(tuple(groups), self.num_slots, computed)
+        return MemorySplit.of_groups(tuple(groups), self.num_slots, computed)
 
     def is_whole(self) -> bool:
         return not self.tables and self.pool.is_whole()
@@ -363,16 +358,3 @@ class HybridStrategy(CacheStrategy):
                         owners[block] += 1
         assert owners == self.pool.ref_counts, "reference counts differ from the block tables"
 
-
-def _total(groups: tuple[MemorySplit, ...], num_slots: int, computed: int) -> MemorySplit:
-    split = MemorySplit(
-        sequence_tokens=computed,
-        token=sum(g.token for g in groups),
-        reserved=sum(g.reserved for g in groups),
-        internal=sum(g.internal for g in groups),
-        prompt_blocks=(sum(g.prompt_blocks for g in groups)
-                       if all(g.prompt_blocks is not None for g in groups) else None),
-        groups=groups,
-    )
-    split.free = num_slots - split.held
-    return split

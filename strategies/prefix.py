@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import MemorySplit, split_held
+from kvbench.strategies.base import MemorySplit
 from kvbench.strategies.paged import PagedOptions, PagedStrategy
 from kvbench.strategies.prefix_index import (
     BlockHash,
@@ -401,11 +401,7 @@ class PrefixCachingStrategy(PagedStrategy):
             if not table:
                 continue
             prompt_blocks.update(table[: self.blocks_for(seq.prompt_len)])
-            token, reserved, internal = split_held(len(table) * bs, seq.num_computed,
-                                                   seq.final_kv_len)
-            split.token += token
-            split.reserved += reserved
-            split.internal += internal
+            split.add_held(len(table) * bs, seq.num_computed, seq.final_kv_len)
             filled_blocks = min(seq.num_computed // bs, len(table))
             shared = [b for b in table[:filled_blocks] if refs[b] > 1]
             if shared:  # counted whole for this owner: take them out, add each block once
