@@ -6,7 +6,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from kvbench.core.layout import KVLayout, SlotCopy, TableOp
+from kvbench.core.layout import DROP_TABLE, KVLayout, SlotCopy, TableOp
 from kvbench.core.sequence import Sequence
 
 
@@ -46,10 +46,10 @@ class MemorySplit:
     def add_held(self, held: int, token: int, final_kv_len: int) -> None:
         """Add `held` slots of a sequence with `token` computed that will hold `final_kv_len`:
         token slots, the rest it will use (reserved), the rest never (internal)."""
-        will_use = min(held, max(final_kv_len, token))
+        token, reserved, internal = split_held(held, token, final_kv_len)
         self.token += token
-        self.reserved += will_use - token
-        self.internal += held - will_use
+        self.reserved += reserved
+        self.internal += internal
 
     @classmethod
     def of_groups(cls, groups: tuple[MemorySplit, ...], num_slots: int, computed: int,
@@ -66,6 +66,12 @@ class MemorySplit:
 
 # Set to 1 to recompute every memory split from scratch and assert it equals the running totals.
 CHECK_ACCOUNTING_ENV = "KVBENCH_CHECK_ACCOUNTING"
+
+
+def split_held(held: int, token: int, final_kv_len: int) -> tuple[int, int, int]:
+    """(token, reserved, internal) of `held` slots of a sequence that will hold `final_kv_len`."""
+    will_use = min(held, max(final_kv_len, token))
+    return token, will_use - token, held - will_use
 
 
 def declares(obj: object, flag: str) -> bool:
@@ -220,6 +226,10 @@ class CacheStrategy(ABC):
         """Entry `index` of the sequence's table is now `value` (`DROP_TABLE`: table gone)."""
         if self.keeps_table_log:
             self._table_log.append((seq_id, index, value))
+
+    def _log_drop(self, seq_id: int) -> None:
+        if self.keeps_table_log:
+            self._table_log.append((seq_id, DROP_TABLE, 0))
 
     @abstractmethod
     def is_whole(self) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench.core.decode_run_rows import BooksAfterStep
-from kvbench.core.layout import DROP_TABLE, SlotCopy
+from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
 from kvbench.strategies.base import CacheStrategy, MemorySplit
@@ -153,7 +153,7 @@ class ContiguousStrategy(CacheStrategy):
         if held is not None:
             self.ranges.release(*held)
             self._account(seq, 0)
-            self._log_table(seq.seq_id, DROP_TABLE, 0)
+            self._log_drop(seq.seq_id)
 
     def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
         length = self.reservation(child)

@@ -13,7 +13,7 @@ from itertools import repeat
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.decode_run_rows import BooksAfterStep
-from kvbench.core.layout import DROP_TABLE, SlotCopy
+from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import CacheStrategy, MemorySplit
 from kvbench.strategies.block_pool import BlockPool
@@ -309,7 +309,7 @@ class PagedStrategy(CacheStrategy):
             return []
         self.leave_decode_cohort(seq)  # a member freed leaves the cohort
         self._account(seq, 0)
-        self._log_table(seq.seq_id, DROP_TABLE, 0)
+        self._log_drop(seq.seq_id)
         return table
 
     def _account_table(self, seq: Sequence, table: list[int]) -> None:

@@ -35,5 +35,3 @@ def ring_slots(window: int, prompt_len: int, reservation: int, chunked_prefill: 
         later_write = 1
     return min(reservation, max(first_write, window - 1 + later_write))
 
-
-__all__ = ["ring_slots"]

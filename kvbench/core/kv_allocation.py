@@ -90,5 +90,3 @@ def hybrid_allocation(kv_groups: Sequence[KVGroup]) -> HybridAllocation:
     return HybridAllocation(tuple(groups), group_size, per_layer.pop(),
                             sum(counts))
 
-
-__all__ = ["AllocationGroup", "HybridAllocation", "PAD_TO_LARGEST_RATIO", "hybrid_allocation"]

@@ -128,6 +128,3 @@ def kv_bytes_per_token(groups: Iterable[KVGroup]) -> int:
     """One token's KV across every group (every layer of the model)."""
     return sum(group.bytes_per_token for group in groups)
 
-
-__all__ = ["ATTENTION_KINDS", "KVGroup", "full_attention_group", "kv_bytes_per_token",
-           "mla_group"]

@@ -62,5 +62,3 @@ def add_step_range(token_steps: list[int], first: int, stop: int) -> None:
     else:
         token_steps += (first, stop)
 
-
-__all__ = ["StepTimes", "add_step_range"]

@@ -128,5 +128,3 @@ def _settle(seq: Sequence, ordinal: int, token: int) -> None:
     seq.token_ids.extend([token] * steps)
     seq.token_steps += (~seq.decode_from, ~ordinal)
 
-
-__all__ = ["DecodeCohort"]

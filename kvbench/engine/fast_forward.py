@@ -343,5 +343,3 @@ class FastForward:
             raise AssertionError(f"{engine.strategy.name}: a decode run's last row {got} "
                                  f"differs from the books {expected}")
 
-
-__all__ = ["FastForward", "RunExecutor", "RunPolicy", "RunStrategy", "takes_part"]

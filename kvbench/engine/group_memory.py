@@ -188,5 +188,3 @@ def _run_steps(arrays: RunArrays) -> tuple[np.ndarray, ...]:
     parts = arrays.slot_parts()
     return (arrays.end_s - arrays.start_s, *parts, parts[0])
 
-
-__all__ = ["GroupMemory", "GroupShape"]

@@ -16,85 +16,66 @@ _NO_PROBE: dict[str, int] = {}  # the device memory columns of a row without a p
 
 
 class StepLog:
-    """Where an engine's step rows go: into `steps`, or to `sink` when a runner streams them
-    to disk (then `steps` stays empty, so a long run's memory does not grow with its steps).
-    Every engine keeps one; `num_steps` and `last` count and hold what it was given."""
+    """Where an engine's step rows go: into `steps`, or to a `StepWriter` when a runner
+    streams them to disk (`stream_to`; then `steps` stays empty, so a long run's memory does
+    not grow with its steps). Every engine keeps one; `num_steps` and `last` count and hold
+    what it was given."""
 
     def __init__(self, steps: list[StepRecord]) -> None:
         self.steps = steps
-        self.sink: Callable[[StepRecord], None] | None = None
-        # Where rows go as `StepRecord` field tuples, when the runner streams them: no record
-        # is built for a streamed row (a run of steps, or one simulated step, at once).
-        self.rows_sink: Callable[[list[tuple]], None] | None = None
-        # Where a run of decode steps goes undone (`DecodeRunRows`), when the runner streams
-        # (`stream_to`).
-        self._runs_sink: Callable[[DecodeRunRows], None] | None = None
+        self._writer: Any = None
         self.num_steps = 0
-        self._last: StepRecord | None = None
-        self._last_row: tuple | None = None  # the last row, where no record was built for it
-        self._last_run: DecodeRunRows | None = None  # the last run, where no row was made
+        # The latest step: a `StepRecord`, or, where none was built for it, its row (a
+        # `StepRecord` field tuple) or the run of decode steps it ends (`DecodeRunRows`).
+        self._last: StepRecord | tuple | DecodeRunRows | None = None
 
     @property
     def last(self) -> StepRecord | None:
         """The latest step's record."""
-        if self._last is None:
-            if self._last_row is not None:
-                self._last = StepRecord(*self._last_row)
-            elif self._last_run is not None:
-                self._last = StepRecord(*self._last_run.last_row())
-        return self._last
+        last = self._last
+        if isinstance(last, DecodeRunRows):  # (a named tuple: checked first)
+            last = self._last = StepRecord(*last.last_row())
+        elif isinstance(last, tuple):
+            last = self._last = StepRecord(*last)
+        return last
 
     def keep(self, record: StepRecord) -> None:
         self.num_steps += 1
-        self._last, self._last_row, self._last_run = record, None, None
-        if self.sink is None:
+        self._last = record
+        if self._writer is None:
             self.steps.append(record)
         else:
-            self.sink(record)
+            self._writer.write(record)
 
     def keep_row(self, row: tuple) -> None:
-        """One step's row as a `StepRecord` field tuple."""
-        if self.rows_sink is None:
+        """One step's row as a `StepRecord` field tuple (streamed without a record)."""
+        if self._writer is None:
             self.keep(StepRecord(*row))
             return
         self.num_steps += 1
-        self._last, self._last_row, self._last_run = None, row, None
-        self.rows_sink([row])
-
-    def keep_rows(self, rows: list[tuple]) -> None:
-        """Rows of consecutive steps, oldest first, as `StepRecord` field tuples."""
-        if not rows:
-            return
-        if self.rows_sink is not None:
-            self.num_steps += len(rows)
-            self._last, self._last_row, self._last_run = None, rows[-1], None
-            self.rows_sink(rows)
-        else:
-            for row in rows:
-                self.keep(StepRecord(*row))
+        self._last = row
+        self._writer.write_rows([row])
 
     def keep_run(self, run: DecodeRunRows) -> None:
-        """The rows of a run of decode steps, given by what they follow from."""
-        if self._runs_sink is None:
-            self.keep_rows(run.rows())
+        """The rows of a run of decode steps, given by what they follow from (streamed as
+        that description, expanded by the writer)."""
+        if self._writer is None:
+            for row in run.rows():
+                self.keep(StepRecord(*row))
             return
         self.num_steps += len(run.ends_s)
-        self._last = self._last_row = None
-        self._last_run = run
-        self._runs_sink(run)
+        self._last = run
+        self._writer.write_run(run)
 
     def stream_to(self, writer: Any) -> None:
-        """Stream every row to `writer` (a `StepWriter`) instead of keeping it: a record
-        (`write`), rows (`write_rows`), and a run of decode steps as it is described
-        (`write_run`). None: stop, and keep what comes after in `steps`."""
-        self.sink = None if writer is None else writer.write
-        self.rows_sink = None if writer is None else writer.write_rows
-        self._runs_sink = None if writer is None else writer.write_run
+        """Stream every row to `writer` (a `StepWriter`: `write`, `write_rows`, `write_run`)
+        instead of keeping it; None: stop, and keep what comes after in `steps`."""
+        self._writer = writer
 
     def reset(self) -> None:
         """Start counting steps again (after warm-up; the engine clears `steps`)."""
         self.num_steps = 0
-        self._last = self._last_row = self._last_run = None
+        self._last = None
 
 
 class StepRecorder(StepLog):
@@ -197,6 +178,6 @@ class StepRecorder(StepLog):
             self.num_steps, t_start_s, ends_s, num_seqs, num_waiting, token_slots, books,
             totals_before, external, cached, has_prompt_blocks, num_slots, self.bytes_per_slot,
             unrecorded, num_seqs if num_running is None else num_running)
-        if self.group_memory is not None and self._runs_sink is None:  # (else: `stream_to`)
+        if self.group_memory is not None and self._writer is None:  # (else: `stream_to`)
             self.group_memory.add_decode_run(run)
         self.keep_run(run)
