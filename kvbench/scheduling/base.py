@@ -161,6 +161,18 @@ class BatchingPolicy(ABC):
             out.scheduled.append((seq, seq.num_uncomputed))
             budget -= seq.num_uncomputed
 
+    def _admit_chunks(self, now_s: float, out: ScheduleOutput, budget: int) -> None:
+        """Admit from the queue head while `budget` tokens are left, each with as many of its
+        uncomputed tokens as fit (a prompt cut into chunks)."""
+
+        def budget_left(_: Sequence) -> bool:
+            return budget > 0
+
+        for seq in self._admit_from_queue(now_s, out, budget_left):
+            n = min(seq.num_uncomputed, budget)
+            out.scheduled.append((seq, n))
+            budget -= n
+
     def _admit_from_queue(
         self,
         now_s: float,
