@@ -1,12 +1,11 @@
 """`DecodeRunRows`: the `steps.csv` rows of a run of decode steps, described by a few numbers.
 
-A fast-forwarded run (docs/simulator.md, Fast-forward) changes only what a decode step
-changes: the clock, one token per sequence, and the books where a block fills. Its rows
-follow from the step ends, the sequences' tokens before it and the books' totals after each
-step that allocated, so the engine hands over that description and whoever keeps the rows
-expands it: one at a time in Python (`rows`, the reference), or many runs at once with numpy
-(`DecodeRunLog`) when a writer streams millions of them. Both give the same values, to the
-bit and the type: a value is computed by the same float operations either way.
+A fast-forwarded run (docs/simulator.md, Fast-forward) changes only the clock, one token per
+sequence, and the books where a block fills, so its rows follow from the step ends, the
+tokens before it and the books' totals after each step that allocated. Whoever keeps the
+rows expands that description: one run in Python (`rows`, the reference), or many at once
+with numpy (`DecodeRunLog`) when a writer streams millions; both compute each value by the
+same float operations, so they agree to the bit and the type.
 """
 
 from __future__ import annotations

@@ -79,9 +79,9 @@ class StepLog:
 
 
 class StepRecorder(StepLog):
-    """kvbench's engine's `StepLog`: turns a step's batch, timings and memory split into its
-    `StepRecord`. `memory_probe` adds the device's memory figures (CUDA) to every row;
-    `group_memory` sums each KV group's part of the split."""
+    """kvbench's engine's `StepLog`: a step's batch, timings and memory split as its row.
+    `memory_probe` adds the device's memory figures (CUDA); `group_memory` sums each KV
+    group's part of the split."""
 
     def __init__(
         self,
@@ -98,9 +98,8 @@ class StepRecorder(StepLog):
         self._unrecorded_preemptions = 0
 
     def stream_to(self, writer: Any) -> None:
-        """`StepLog.stream_to`, and the group sums taken from the rows the writer expands
-        (`run_arrays_sink`), so that a run is expanded once for both. (Stopping leaves the
-        writer feeding the sums the runs it still holds, until it closes.)"""
+        """`StepLog.stream_to`; the group sums take the runs' rows the writer expands
+        (`run_arrays_sink`), so a run is expanded once for both."""
         super().stream_to(writer)
         if writer is not None and self.group_memory is not None:
             writer.run_arrays_sink = self.group_memory.add_run_arrays
@@ -119,9 +118,8 @@ class StepRecorder(StepLog):
         split: MemorySplit, num_preempted: int, num_running: int, num_waiting: int,
         traced: bool,
     ) -> None:
-        """The row of a step that ran `batch` from `t_start` to `t_end`, `forward_s` of it
-        in the model forward, and left memory as `split` and the queues with `num_running`
-        and `num_waiting` sequences; `traced`: emit the trace counters too."""
+        """The row of a step that ran `batch` from `t_start` to `t_end` (`forward_s` of it in
+        the model forward) and left memory as `split`; `traced`: the trace counters too."""
         num_decode_seqs, num_tokens = batch.num_decode_seqs, batch.num_tokens
         b = self.bytes_per_slot
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
@@ -162,14 +160,9 @@ class StepRecorder(StepLog):
         token_slots: int, books: list[BooksAfterStep], totals_before: tuple[int, int, int],
         split_parts: tuple[int, int, bool], num_slots: int, num_running: int | None = None,
     ) -> None:
-        """The rows of a run of decode steps of `num_seqs` sequences each (`len(ends_s)`
-        steps, the first starting at `t_start_s`): the same rows, to the bit, that `record`
-        gives them one at a time. The memory split of each step follows the books' totals
-        after it (`books`: the steps that allocated; `totals_before` before the first), the
-        computed tokens of the holders (`token_slots` before the run, `num_seqs` more each
-        step) and what the run keeps fixed (`split_parts`: external, cached, whether prompt
-        blocks are reported); `num_running`: the running sequences after the last step, where
-        some finished in it (else `num_seqs`)."""
+        """The rows of `len(ends_s)` decode steps of `num_seqs` sequences each, the first
+        starting at `t_start_s`: the rows `record` gives them one at a time, to the bit (the
+        fields: `DecodeRunRows`; `num_running`: after the last step, where some finished)."""
         if not ends_s:  # (a run cut to nothing by the next arrival: no row)
             return
         external, cached, has_prompt_blocks = split_parts
