@@ -341,20 +341,3 @@ class HybridStrategy(CacheStrategy):
 
     def is_whole(self) -> bool:
         return not self.tables and self.pool.is_whole()
-
-    # Tests ------------------------------------------------------------------------------
-
-    def held_blocks(self, seq: Sequence) -> list[int]:
-        """Blocks the sequence holds in each allocation group."""
-        return [sum(1 for b in t if b != FREED) for t in self.tables.get(seq.seq_id, [])]
-
-    def check_consistency(self) -> None:
-        """Assert every held block is held once and the pool agrees with the tables."""
-        owners = [0] * self.pool.num_blocks
-        for tables in self.tables.values():
-            for table in tables:
-                for block in table:
-                    if block != FREED:
-                        owners[block] += 1
-        assert owners == self.pool.ref_counts, "reference counts differ from the block tables"
-

@@ -220,7 +220,3 @@ class HybridPrefixStrategy(HybridStrategy):
             "cache_hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
             "cached_blocks": self.pool.num_evictable,
         }
-
-    def check_consistency(self) -> None:
-        super().check_consistency()
-        self.pool.check()

@@ -450,27 +450,3 @@ class PrefixCachingStrategy(PagedStrategy):
             "cow_copies": self.cow_copies,
             "forks": self.forks,
         }
-
-    # Tests ------------------------------------------------------------------------------
-
-    def check_consistency(self) -> None:
-        """Assert reference counts and the hash index agree with the block tables."""
-        self.pool.check()
-        owners = [0] * self.pool.num_blocks
-        for seq_id, table in self.tables.items():
-            assert len(set(table)) == len(table), f"sequence {seq_id} holds a block twice"
-            for block in table:
-                owners[block] += 1
-            hashes = self.hashes[seq_id]
-            assert len(hashes) <= len(table)
-            for block, h in zip(table, hashes, strict=False):
-                named = self.pool.hash_of.get(block)
-                assert named is None or named == h, f"block {block} is named by another prefix"
-        assert owners == self.pool.ref_counts, "reference counts differ from the block tables"
-        assert set(self.tables) == set(self.hashes) == set(self.live)
-        assert len(self._pending) == len(self._pending_hash)
-        for h, (block, owner, index) in self._pending.items():
-            assert self._pending_hash[block] == h and block not in self.pool.hash_of
-            assert self.pool.ref_counts[block] > 0, "a pending block is not held"
-            if owner >= 0:
-                assert self.tables[owner][index] == block
