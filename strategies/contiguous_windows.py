@@ -1,17 +1,16 @@
 """`WindowedContiguousStrategy`: `contiguous` on a model with sliding-window layers.
 
-`ContiguousStrategy` builds this class when its `allocation_windows` name a window. The
-layers are in allocation groups (`kvbench.core.kv_allocation`, as for `hybrid`: one arena
-slot is one token of `group_size` layers), and a sequence holds one range per group, every
-range carved first-fit from the one arena (`FreeRanges`) at admission and kept to the end:
-a full-attention group holds the whole reservation (`--reserve`), a window group a ring of
-`ring_slots` slots (`kvbench.strategies.window_ring`), its token p at `start + p % ring`.
-A ring no longer than the reservation never wraps, so the same addressing serves both.
+The layers are in allocation groups as for `hybrid` (`kvbench.core.kv_allocation`: one arena
+slot is one token of `group_size` layers), and a sequence holds one range per group, each
+carved first-fit from the one arena at admission and kept to the end: a full-attention group
+its whole reservation (`--reserve`), a window group a ring of `ring_slots` slots
+(`window_ring.py`), token p at `start + p % ring` (a ring no longer than the reservation
+never wraps, so one addressing serves both). This is what a contiguous allocator that knows
+windows would do; vLLM has no contiguous mode to compare with.
 
-The executor receives one table per group, each a sequence's (start slot, ring length; 0
-for a full-attention group), and the kernels address a ring group through both. The memory
-split has a part per group (`MemorySplit.groups`); a ring's token slots are the computed
-positions it still holds, min(computed, ring), its reserved slots the ones it will fill.
+The executor receives one table per group, each a sequence's (start slot, ring length; 0 for
+a full-attention group). The memory split has a part per group (`MemorySplit.groups`); a
+ring's token slots are the computed positions it still holds, min(computed, ring).
 """
 
 from __future__ import annotations

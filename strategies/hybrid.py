@@ -1,24 +1,20 @@
 """`hybrid`: paged allocation with one block table per allocation group (vLLM's hybrid KV
 cache manager).
 
-The model's layers are split into allocation groups of equal layer count
-(`kvbench.core.kv_allocation`), each with its own block table per sequence, all drawing from
-one pool of equal-sized pages. A full-attention group grows exactly as `paged` does. A
-sliding-window group of window W frees every block that lies wholly before the window of the
-next query: a query at position p reads keys from p - W + 1 on, so before the sequence
-computes from position p the group releases its blocks below `(p - W + 1) // block_size`
-(vLLM's `SlidingWindowManager.remove_skipped_blocks`). A decoding sequence therefore holds at
-most ceil(W / block_size) + 1 blocks in a window group; a prefill of n tokens holds the
-window and the n tokens. The engine admits a sequence with memory for all its uncomputed
-tokens (as for every strategy), so a window group holds a whole prompt's blocks until its
-prefill is done, and a recompute after preemption its whole sequence's (vLLM allocates each
-prefill chunk as it is scheduled). A freed entry stays in the executor's table with its old block id: the
-kernels read only the window's blocks.
+The layers are split into allocation groups of equal layer count (`kvbench.core.kv_allocation`),
+each with its own block table per sequence, all drawing from one pool of equal pages. A
+full-attention group grows as `paged` does. A sliding-window group of window W frees every
+block wholly before the window of the next query: a query at p reads keys from p - W + 1 on,
+so before computing from p the group releases its blocks below `(p - W + 1) // block_size`
+(vLLM's `SlidingWindowManager.remove_skipped_blocks`); a decoding sequence holds at most
+ceil(W / block_size) + 1 blocks there. The engine admits a sequence with memory for all its
+uncomputed tokens, so a window group holds a whole prompt's blocks until its prefill is done
+(vLLM allocates each prefill chunk as it is scheduled). A freed entry stays in the
+executor's table with its old block id: the kernels read only the window's blocks.
 
-The memory split (docs/design.md, Memory split) counts pool slots, one slot being one token
-of one allocation group; `MemorySplit.groups` holds each group's part (free slots belong to
-the pool, not to a group, and appear in the total only). A window group's *token* slots are
-the computed positions in the blocks it still holds.
+The memory split counts pool slots (one token of one allocation group); `MemorySplit.groups`
+holds each group's part (free slots are the pool's, in the total only), a window group's
+token slots being the computed positions in the blocks it still holds.
 """
 
 from __future__ import annotations

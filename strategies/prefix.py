@@ -1,29 +1,23 @@
 """`prefix`: paged allocation plus block-level prefix sharing (vLLM's automatic prefix caching).
 
-- A block is *full* when all `block_size` slots hold computed tokens; it is then named by a
-  hash chained from its parent block's hash and its token ids (`prefix_index.py`), in a
-  namespace of model, dtype and KV-cache dtype. Hashes are registered lazily: whenever the
-  strategy is called it first names the blocks that sequences completed since.
+- A *full* block (all `block_size` slots computed) is named by a hash chained from its
+  parent's and its token ids (`prefix_index.py`), in a namespace of model, dtype and KV-cache
+  dtype; the strategy names the blocks sequences completed whenever it is called.
 - Admission reuses the longest run of cached full blocks at the start of the sequence
-  (reference count + 1) and allocates only the rest; `admit` returns the number of tokens
-  served from cache, which the engine marks computed, so the prefill attends to cached blocks
-  it did not compute. At least one token is always left to compute (the engine needs its
-  logits): a hit never covers the block holding the last token.
-- Freed blocks that hold a hash stay as evictable cache (counted free, reported `cached`),
-  revived by a later hit, evicted least recently used first when a fresh block is needed;
-  a sequence's blocks are released tail first, so a prefix outlives its continuations.
-- Blocks not yet computed are shareable too (*pending*): a sequence admitted while an earlier
-  one that will compute the same prefix has not computed it yet (both in one admission round,
-  or the earlier one's prompt still in chunks) reuses the earlier one's blocks instead of
-  computing them a second time. Its first step then reads blocks its owner writes in the same
-  step, which works because the executor writes every layer's K/V for the whole step before
-  that layer's attention reads any of it, and because both batching policies schedule
-  sequences in admission order (the owner's tokens are never scheduled after a sharer's, and
-  preemption takes the most recently admitted first). `build_layout` checks it at every step
-  that has pending blocks and raises rather than let a sequence read KV nobody wrote.
+  (reference count + 1) and allocates the rest; `admit` returns the tokens served from cache,
+  which the engine marks computed. A hit never covers the block holding the last token (the
+  engine needs its logits).
+- Freed named blocks stay as evictable cache (counted free, reported `cached`), revived by
+  a later hit, evicted least recently used first; a table is released tail first, so a
+  prefix outlives its continuations.
+- Blocks not computed yet are shareable too (*pending*): a sequence admitted while an earlier
+  one will compute the same prefix reuses its blocks. Its first step then reads blocks the
+  owner writes in the same step, which works because the executor writes every layer's K/V
+  for the whole step before that layer's attention reads any, and because every policy
+  schedules in admission order (preemption takes the most recently admitted first).
+  `build_layout` checks it and raises rather than let a sequence read KV nobody wrote.
 - `fork` (parallel sampling) shares every block of the parent, the partial last one
-  included, and copies nothing. The first write into a block with more than one owner
-  copies it (copy-on-write, a `SlotCopy` run before the step).
+  included; the first write into a block with more than one owner copies it (copy-on-write).
 """
 
 from __future__ import annotations
