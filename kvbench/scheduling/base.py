@@ -62,8 +62,8 @@ class BatchingPolicy(ABC):
         self.limits = limits
         self.running: list[Sequence] = []  # in admission order
         self.waiting = WaitingQueue(queue_order)
-        # Whether any request with n > 1 was added: until one is, every sequence takes one
-        # place and `occupied_seats` is the running count (no walk over the running set).
+        # Whether any request with n > 1 was added (`add`: its samples, requeued or forked,
+        # come from it): until then `occupied_seats` is the running count, without a walk.
         self._multi_sample = False
 
     def add(self, seq: Sequence) -> None:
@@ -74,7 +74,6 @@ class BatchingPolicy(ABC):
     def requeue(self, seq: Sequence) -> None:
         """A sequence that could not run goes back to the front of the queue."""
         seq.status = SequenceStatus.WAITING
-        self._multi_sample = self._multi_sample or seq.request.n > 1
         self.waiting.push_front(seq)
 
     @abstractmethod
@@ -89,7 +88,6 @@ class BatchingPolicy(ABC):
     def add_running(self, seq: Sequence) -> None:
         """A forked child joins the running set directly."""
         seq.status = SequenceStatus.RUNNING
-        self._multi_sample = self._multi_sample or seq.request.n > 1
         self.running.append(seq)
 
     def holders(self) -> list[Sequence]:
