@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import torch  # only on CUDA
+    import torch
 
     from kvbench.core.executor import DeviceKind
 
@@ -32,12 +32,12 @@ def peak_allocated_bytes(device: torch.device | DeviceKind) -> int | None:
 
 
 class GpuMemoryProbe:
+    """A step's device memory figures on a CUDA device."""
+
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self._handle = None
         self._nvml = None
-        if device.type != "cuda":
-            return
         import torch  # only on CUDA
 
         try:
@@ -51,9 +51,6 @@ class GpuMemoryProbe:
             self._handle = None
 
     def sample(self) -> dict[str, int | None]:
-        if self.device.type != "cuda":
-            return {"gpu_used_bytes": None, "torch_allocated_bytes": None,
-                    "torch_reserved_bytes": None}
         import torch  # only on CUDA
 
         used = None
