@@ -1,11 +1,10 @@
 """Persistent host arrays for a step's index inputs, and their one transfer to the device.
 
-The strategies log every change to a sequence's table (a block id appended or replaced, a
-contiguous start slot set, a table dropped); `BlockTableArrays` applies the log to one
-preallocated integer array with a row per live sequence, so a step's block tables are a
-row gather and its slot mapping a vectorised lookup, whatever the strategy. `StepInputs`
-packs every index a step needs into one staging buffer (pinned on CUDA) and copies it to the
-device in a single transfer.
+`BlockTableArrays` applies the strategies' table logs (a block id set, a contiguous start
+slot, a table dropped) to one preallocated array with a row per live sequence, so a step's
+block tables are a row gather and its slot mapping a vectorised lookup, whatever the
+strategy. `StepInputs` packs every index a step needs into one staging buffer (pinned on
+CUDA) and copies it to the device in a single transfer.
 """
 
 from __future__ import annotations
