@@ -43,9 +43,35 @@ class MemorySplit:
     def utilization(self) -> float | None:
         return self.token / self.held if self.held else None
 
+    def add_held(self, held: int, token: int, final_kv_len: int) -> None:
+        """Add `held` slots of a sequence with `token` computed that will hold `final_kv_len`:
+        token slots, the rest it will use (reserved), the rest never (internal)."""
+        token, reserved, internal = split_held(held, token, final_kv_len)
+        self.token += token
+        self.reserved += reserved
+        self.internal += internal
+
+    @classmethod
+    def of_groups(cls, groups: tuple[MemorySplit, ...], num_slots: int, computed: int,
+                  external: int = 0) -> MemorySplit:
+        """The whole split of per-group splits; `computed`: the holders' computed tokens."""
+        prompts = [g.prompt_blocks for g in groups]
+        split = cls(token=sum(g.token for g in groups), reserved=sum(g.reserved for g in groups),
+                    internal=sum(g.internal for g in groups), external=external,
+                    prompt_blocks=None if None in prompts else sum(prompts), groups=groups,
+                    sequence_tokens=computed)
+        split.free = num_slots - split.held
+        return split
+
 
 # Set to 1 to recompute every memory split from scratch and assert it equals the running totals.
 CHECK_ACCOUNTING_ENV = "KVBENCH_CHECK_ACCOUNTING"
+
+
+def split_held(held: int, token: int, final_kv_len: int) -> tuple[int, int, int]:
+    """(token, reserved, internal) of `held` slots of a sequence that will hold `final_kv_len`."""
+    will_use = min(held, max(final_kv_len, token))
+    return token, will_use - token, held - will_use
 
 
 def declares(obj: object, flag: str) -> bool:
@@ -53,12 +79,6 @@ def declares(obj: object, flag: str) -> bool:
     is not inherited, so a subclass that changes what the path assumes stays on the general
     one until it declares the path itself."""
     return bool(type(obj).__dict__.get(flag, False))
-
-
-def split_held(held: int, token: int, final_kv_len: int) -> tuple[int, int, int]:
-    """(token, reserved, internal) of `held` slots of a sequence that will hold `final_kv_len`."""
-    will_use = min(held, max(final_kv_len, token))
-    return token, will_use - token, held - will_use
 
 
 class CacheStrategy(ABC):
@@ -79,7 +99,6 @@ class CacheStrategy(ABC):
 
     name: str = "?"
     layout_kind: str = "paged"
-    can_preempt: bool = True  # whether a running sequence's allocation may fail mid-run
     table_block_size: int = 1  # token positions per table entry (contiguous: one start slot)
     # Set true in a strategy's own class body (`declares`) when it reads sequences' lengths
     # only, never their token ids: under an executor that reads none either (`kvbench
@@ -96,8 +115,7 @@ class CacheStrategy(ABC):
         self.check_accounting = check_accounting
         self._table_log: list[TableOp] = []
         # False under an executor that reads no KV tables (`Executor.reads_kv_tables`): the
-        # changes are not logged (a long simulation changes tables hundreds of millions of
-        # times), and `build_layout` hands over an empty log.
+        # changes are not logged, and `build_layout` hands over an empty log.
         self.keeps_table_log = True
         # One table log per allocation group (`hybrid`, windowed `contiguous`); None: one table
         self._group_logs: list[list[TableOp]] | None = None
@@ -119,8 +137,7 @@ class CacheStrategy(ABC):
 
     @property
     def capacity_slots(self) -> int:
-        """Slots that can hold KV, in `required_slots`' unit; `capacity_tokens` unless a slot
-        is not one token of every layer (`hybrid`)."""
+        """`capacity_tokens` in `required_slots`' unit (`hybrid`: pool slots)."""
         return self.capacity_tokens
 
     @abstractmethod
@@ -134,18 +151,14 @@ class CacheStrategy(ABC):
 
     @abstractmethod
     def admit(self, seq: Sequence) -> int:
-        """Take the memory to (re)compute the sequence's uncomputed tokens.
-
-        Returns how many leading tokens are already in the cache (prefix hits); the engine
-        marks them computed.
-        """
+        """Take the memory to (re)compute the sequence's uncomputed tokens; returns how many
+        leading tokens are already cached (prefix hits), which the engine marks computed."""
 
     @abstractmethod
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Make room for `num_new_tokens` more tokens; False when the arena cannot."""
 
     def has_pending_copies(self) -> bool:
-        """Whether copies are decided that the next step's layout must carry."""
         return bool(self._copies)
 
     def books_totals(self) -> tuple[int, int, int]:
@@ -173,10 +186,8 @@ class CacheStrategy(ABC):
         if self.check_accounting:
             expected = self.memory_split_from_scratch(running, head_waiting)
             if split != expected:
-                raise AssertionError(
-                    f"{self.name}: running memory totals {split} differ from the "
-                    f"from-scratch split {expected}"
-                )
+                raise AssertionError(f"{self.name}: running memory totals {split} differ from "
+                                     f"the from-scratch split {expected}")
         return split
 
     @abstractmethod

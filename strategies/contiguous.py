@@ -4,17 +4,8 @@ How much is reserved is the `--reserve` mode: `max` (the model's maximum length,
 FasterTransformer-style servers do), `pow2` (the final length rounded up to a power of two,
 capped at the maximum length) or `exact` (the oracle final length). A reservation never grows,
 so a running sequence never runs out and is never preempted; admission waits for a hole
-that fits (first-fit), and free slots in smaller holes are external fragmentation.
-
-On a model with sliding-window layers (`allocation_windows` names a window), the layers are
-split into allocation groups as for `hybrid` (`kvbench.core.kv_allocation`: one arena slot is
-one token of `group_size` layers) and a sequence holds one range per group, all carved from
-the one arena: a full-attention group its whole reservation, a window group only a ring of
-`ring_slots` (about W plus the longest write of one step, `kvbench.strategies.window_ring`),
-token p of that group living at `ring_start + p % ring`. This is what a contiguous allocator
-that knows windows would do; vLLM has no contiguous mode to compare with. The memory split
-then has one part per group (`MemorySplit.groups`), a ring's token slots being the computed
-positions it still holds.
+that fits (first-fit), and free slots in smaller holes are external fragmentation. On a
+model with sliding-window layers it is `WindowedContiguousStrategy` (`contiguous_windows.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +16,7 @@ from kvbench.core.decode_run_rows import BooksAfterStep
 from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
-from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.base import CacheStrategy, MemorySplit
 from kvbench.strategies.free_ranges import FreeRanges
 from kvbench.strategies.registry import register_strategy
 
@@ -50,7 +41,6 @@ RESERVE_MODES = ("max", "pow2", "exact")
 class ContiguousStrategy(CacheStrategy):
     name = "contiguous"
     layout_kind = "contiguous"
-    can_preempt = False
 
     def __init__(
         self,
@@ -121,8 +111,7 @@ class ContiguousStrategy(CacheStrategy):
         return True
 
     # Decode runs (`kvbench.engine.fast_forward.RunStrategy`): a reservation covers the
-    # final length, so growing never allocates and nothing about the members is followed,
-    # and admission waits for a hole that growing cannot open.
+    # final length, so growing never allocates and never opens a hole for admission.
 
     decode_runs = True
     reads_no_token_ids = True  # lengths only, never ids (`declares`)
@@ -193,10 +182,7 @@ class ContiguousStrategy(CacheStrategy):
             held = self.starts.get(seq.seq_id)
             if held is None:
                 continue
-            token, reserved, internal = split_held(held[1], seq.num_computed, seq.final_kv_len)
-            split.token += token
-            split.reserved += reserved
-            split.internal += internal
+            split.add_held(held[1], seq.num_computed, seq.final_kv_len)
         split.external = self._external(head_waiting)
         split.free = self.num_slots - split.held
         return split

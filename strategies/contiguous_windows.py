@@ -1,24 +1,23 @@
 """`WindowedContiguousStrategy`: `contiguous` on a model with sliding-window layers.
 
-`ContiguousStrategy` builds this class when its `allocation_windows` name a window. The
-layers are in allocation groups (`kvbench.core.kv_allocation`, as for `hybrid`: one arena
-slot is one token of `group_size` layers), and a sequence holds one range per group, every
-range carved first-fit from the one arena (`FreeRanges`) at admission and kept to the end:
-a full-attention group holds the whole reservation (`--reserve`), a window group a ring of
-`ring_slots` slots (`kvbench.strategies.window_ring`), its token p at `start + p % ring`.
-A ring no longer than the reservation never wraps, so the same addressing serves both.
+The layers are in allocation groups as for `hybrid` (`kvbench.core.kv_allocation`: one arena
+slot is one token of `group_size` layers), and a sequence holds one range per group, each
+carved first-fit from the one arena at admission and kept to the end: a full-attention group
+its whole reservation (`--reserve`), a window group a ring of `ring_slots` slots
+(`window_ring.py`), token p at `start + p % ring` (a ring no longer than the reservation
+never wraps, so one addressing serves both). This is what a contiguous allocator that knows
+windows would do; vLLM has no contiguous mode to compare with.
 
-The executor receives one table per group, each a sequence's (start slot, ring length; 0
-for a full-attention group), and the kernels address a ring group through both. The memory
-split has a part per group (`MemorySplit.groups`); a ring's token slots are the computed
-positions it still holds, min(computed, ring), its reserved slots the ones it will fill.
+The executor receives one table per group, each a sequence's (start slot, ring length; 0 for
+a full-attention group). The memory split has a part per group (`MemorySplit.groups`); a
+ring's token slots are the computed positions it still holds, min(computed, ring).
 """
 
 from __future__ import annotations
 
 from kvbench.core.layout import DROP_TABLE, SlotCopy
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import MemorySplit, split_held
+from kvbench.strategies.base import MemorySplit
 from kvbench.strategies.contiguous import ContiguousStrategy
 from kvbench.strategies.window_ring import ring_slots
 
@@ -188,7 +187,8 @@ class WindowedContiguousStrategy(ContiguousStrategy):
             token = computed if window is None else ring_tokens[g]
             groups.append(MemorySplit(token=token, reserved=self._g_will[g] - token,
                                       internal=self._g_held[g] - self._g_will[g]))
-        return self._total(tuple(groups), computed, head_waiting)
+        return MemorySplit.of_groups(tuple(groups), self.num_slots, computed,
+                                     self._external(head_waiting))
 
     def memory_split_from_scratch(
         self, running: list[Sequence], head_waiting: Sequence | None
@@ -202,24 +202,9 @@ class WindowedContiguousStrategy(ContiguousStrategy):
             computed += seq.num_computed
             for split, (_, length), window in zip(groups, taken, self.windows, strict=True):
                 in_ring = seq.num_computed if window is None else min(seq.num_computed, length)
-                token, reserved, internal = split_held(length, in_ring, seq.final_kv_len)
-                split.token += token
-                split.reserved += reserved
-                split.internal += internal
-        return self._total(tuple(groups), computed, head_waiting)
-
-    def _total(self, groups: tuple[MemorySplit, ...], computed: int,
-               head_waiting: Sequence | None) -> MemorySplit:
-        split = MemorySplit(
-            token=sum(g.token for g in groups),
-            reserved=sum(g.reserved for g in groups),
-            internal=sum(g.internal for g in groups),
-            external=self._external(head_waiting),
-            groups=groups,
-            sequence_tokens=computed,
-        )
-        split.free = self.num_slots - split.held
-        return split
+                split.add_held(length, in_ring, seq.final_kv_len)
+        return MemorySplit.of_groups(tuple(groups), self.num_slots, computed,
+                                     self._external(head_waiting))
 
     def is_whole(self) -> bool:
         return not self.group_ranges and self.ranges.is_whole()
@@ -240,5 +225,3 @@ def ring_copies(src: int, src_len: int, dst: int, dst_len: int,
         pos += run
     return copies
 
-
-__all__ = ["WindowedContiguousStrategy", "ring_copies"]

@@ -1,24 +1,20 @@
 """`hybrid`: paged allocation with one block table per allocation group (vLLM's hybrid KV
 cache manager).
 
-The model's layers are split into allocation groups of equal layer count
-(`kvbench.core.kv_allocation`), each with its own block table per sequence, all drawing from
-one pool of equal-sized pages. A full-attention group grows exactly as `paged` does. A
-sliding-window group of window W frees every block that lies wholly before the window of the
-next query: a query at position p reads keys from p - W + 1 on, so before the sequence
-computes from position p the group releases its blocks below `(p - W + 1) // block_size`
-(vLLM's `SlidingWindowManager.remove_skipped_blocks`). A decoding sequence therefore holds at
-most ceil(W / block_size) + 1 blocks in a window group; a prefill of n tokens holds the
-window and the n tokens. The engine admits a sequence with memory for all its uncomputed
-tokens (as for every strategy), so a window group holds a whole prompt's blocks until its
-prefill is done, and a recompute after preemption its whole sequence's (vLLM allocates each
-prefill chunk as it is scheduled). A freed entry stays in the executor's table with its old block id: the
-kernels read only the window's blocks.
+The layers are split into allocation groups of equal layer count (`kvbench.core.kv_allocation`),
+each with its own block table per sequence, all drawing from one pool of equal pages. A
+full-attention group grows as `paged` does. A sliding-window group of window W frees every
+block wholly before the window of the next query: a query at p reads keys from p - W + 1 on,
+so before computing from p the group releases its blocks below `(p - W + 1) // block_size`
+(vLLM's `SlidingWindowManager.remove_skipped_blocks`); a decoding sequence holds at most
+ceil(W / block_size) + 1 blocks there. The engine admits a sequence with memory for all its
+uncomputed tokens, so a window group holds a whole prompt's blocks until its prefill is done
+(vLLM allocates each prefill chunk as it is scheduled). A freed entry stays in the
+executor's table with its old block id: the kernels read only the window's blocks.
 
-The memory split (docs/design.md, Memory split) counts pool slots, one slot being one token
-of one allocation group; `MemorySplit.groups` holds each group's part (free slots belong to
-the pool, not to a group, and appear in the total only). A window group's *token* slots are
-the computed positions in the blocks it still holds.
+The memory split counts pool slots (one token of one allocation group); `MemorySplit.groups`
+holds each group's part (free slots are the pool's, in the total only), a window group's
+token slots being the computed positions in the blocks it still holds.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from dataclasses import dataclass
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import DROP_TABLE, SlotCopy
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.base import CacheStrategy, MemorySplit
 from kvbench.strategies.block_pool import BlockPool
 from kvbench.strategies.paged import PagedOptions
 from kvbench.strategies.registry import register_strategy
@@ -51,7 +47,6 @@ class HybridOptions(PagedOptions):
 class HybridStrategy(CacheStrategy):
     name = "hybrid"
     layout_kind = "paged"
-    can_preempt = True
     counts_prompt_blocks = True  # distinct blocks holding prompt positions, in the split
     reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
@@ -308,7 +303,7 @@ class HybridStrategy(CacheStrategy):
             groups.append(MemorySplit(
                 token=token, reserved=will - token, internal=self._g_held[g] - shared - will,
                 prompt_blocks=self._g_prompt[g] if self.counts_prompt_blocks else None))
-        return _total(tuple(groups), self.num_slots, computed)
+        return MemorySplit.of_groups(tuple(groups), self.num_slots, computed)
 
     def memory_split_from_scratch(
         self, running: list[Sequence], head_waiting: Sequence | None
@@ -329,50 +324,16 @@ class HybridStrategy(CacheStrategy):
                 if not held_ids:
                     continue
                 start = held_ids[0] * bs
-                token, reserved, internal = split_held(
-                    len(held_ids) * bs, seq.num_computed - start, seq.final_kv_len - start
-                )
                 split = groups[g]
-                split.token += token
-                split.reserved += reserved
-                split.internal += internal
+                split.add_held(len(held_ids) * bs, seq.num_computed - start,
+                               seq.final_kv_len - start)
                 if self.counts_prompt_blocks:
                     split.prompt_blocks += sum(1 for i in held_ids if i < prompt_blocks)
                 for i in held_ids:
                     holders[g][table[i]] = holders[g].get(table[i], 0) + 1
         for split, count in zip(groups, holders, strict=True):  # a shared block once
             split.token -= sum(k - 1 for k in count.values()) * bs
-        return _total(tuple(groups), self.num_slots, computed)
+        return MemorySplit.of_groups(tuple(groups), self.num_slots, computed)
 
     def is_whole(self) -> bool:
         return not self.tables and self.pool.is_whole()
-
-    # Tests ------------------------------------------------------------------------------
-
-    def held_blocks(self, seq: Sequence) -> list[int]:
-        """Blocks the sequence holds in each allocation group."""
-        return [sum(1 for b in t if b != FREED) for t in self.tables.get(seq.seq_id, [])]
-
-    def check_consistency(self) -> None:
-        """Assert every held block is held once and the pool agrees with the tables."""
-        owners = [0] * self.pool.num_blocks
-        for tables in self.tables.values():
-            for table in tables:
-                for block in table:
-                    if block != FREED:
-                        owners[block] += 1
-        assert owners == self.pool.ref_counts, "reference counts differ from the block tables"
-
-
-def _total(groups: tuple[MemorySplit, ...], num_slots: int, computed: int) -> MemorySplit:
-    split = MemorySplit(
-        sequence_tokens=computed,
-        token=sum(g.token for g in groups),
-        reserved=sum(g.reserved for g in groups),
-        internal=sum(g.internal for g in groups),
-        prompt_blocks=(sum(g.prompt_blocks for g in groups)
-                       if all(g.prompt_blocks is not None for g in groups) else None),
-        groups=groups,
-    )
-    split.free = num_slots - split.held
-    return split

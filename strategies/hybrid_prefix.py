@@ -2,22 +2,15 @@
 with `--enable-prefix-caching`).
 
 A full block is named, in each allocation group, by the chained hash of its tokens
-(`prefix_index.py`) and the group's index: equal tokens give equal KV in every group, but
-each group caches its own blocks. Freed named blocks, including a window group's blocks freed
-behind the window, stay as evictable cache (counted free, reported `cached`).
+(`prefix_index.py`) and the group's index; freed named blocks, a window group's freed behind
+the window included, stay as evictable cache.
 
-At admission the longest hit is found as vLLM's coordinator does: a full-attention group
-needs every block of the prefix cached (the longest leading run), a sliding-window group of
-window W only the ceil((W - 1) / block) blocks before the hit's end (vLLM's
-`SlidingWindowManager.find_longest_cache_hit`): the next query, at the hit's end, reads
-nothing earlier. The hit is the longest length, at most the full groups' run, at which every
-window group has those blocks; its earlier window-group entries stay empty. At least one
-token is always left to compute (a hit never covers the block holding the last token).
-
-Shared blocks are always full and computed by each of their holders, so the memory split
-counts each once (`HybridStrategy._g_shared`); distinct prompt blocks are not counted.
-Blocks not yet computed are not shared (no pending hits), and a fork copies its parent's
-blocks as `hybrid` does.
+The longest hit is found as vLLM's coordinator does: a full-attention group needs every block
+of the prefix cached, a window group of window W only the ceil((W - 1) / block) blocks before
+the hit's end (`SlidingWindowManager.find_longest_cache_hit`), its earlier entries left
+empty. A hit never covers the block holding the last token. Shared blocks are full and
+computed by every holder, so the split counts each once (`HybridStrategy._g_shared`);
+distinct prompt blocks are not counted. No pending hits; a fork copies as `hybrid` does.
 """
 
 from __future__ import annotations
@@ -220,7 +213,3 @@ class HybridPrefixStrategy(HybridStrategy):
             "cache_hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
             "cached_blocks": self.pool.num_evictable,
         }
-
-    def check_consistency(self) -> None:
-        super().check_consistency()
-        self.pool.check()

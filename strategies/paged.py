@@ -15,7 +15,7 @@ from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.decode_run_rows import BooksAfterStep
 from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import CacheStrategy, MemorySplit, split_held
+from kvbench.strategies.base import CacheStrategy, MemorySplit
 from kvbench.strategies.block_pool import BlockPool
 from kvbench.strategies.registry import register_strategy
 
@@ -36,7 +36,6 @@ class PagedOptions:
 class PagedStrategy(CacheStrategy):
     name = "paged"
     layout_kind = "paged"
-    can_preempt = True
 
     def __init__(
         self,
@@ -356,12 +355,7 @@ class PagedStrategy(CacheStrategy):
             if not table:
                 continue
             split.prompt_blocks += min(len(table), self.blocks_for(seq.prompt_len))
-            token, reserved, internal = split_held(
-                len(table) * self.block_size, seq.num_computed, seq.final_kv_len
-            )
-            split.token += token
-            split.reserved += reserved
-            split.internal += internal
+            split.add_held(len(table) * self.block_size, seq.num_computed, seq.final_kv_len)
         split.free = self.num_slots - split.held  # includes the sub-block remainder of the arena
         return split
 

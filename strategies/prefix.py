@@ -1,29 +1,23 @@
 """`prefix`: paged allocation plus block-level prefix sharing (vLLM's automatic prefix caching).
 
-- A block is *full* when all `block_size` slots hold computed tokens; it is then named by a
-  hash chained from its parent block's hash and its token ids (`prefix_index.py`), in a
-  namespace of model, dtype and KV-cache dtype. Hashes are registered lazily: whenever the
-  strategy is called it first names the blocks that sequences completed since.
+- A *full* block (all `block_size` slots computed) is named by a hash chained from its
+  parent's and its token ids (`prefix_index.py`), in a namespace of model, dtype and KV-cache
+  dtype; the strategy names the blocks sequences completed whenever it is called.
 - Admission reuses the longest run of cached full blocks at the start of the sequence
-  (reference count + 1) and allocates only the rest; `admit` returns the number of tokens
-  served from cache, which the engine marks computed, so the prefill attends to cached blocks
-  it did not compute. At least one token is always left to compute (the engine needs its
-  logits): a hit never covers the block holding the last token.
-- Freed blocks that hold a hash stay as evictable cache (counted free, reported `cached`),
-  revived by a later hit, evicted least recently used first when a fresh block is needed;
-  a sequence's blocks are released tail first, so a prefix outlives its continuations.
-- Blocks not yet computed are shareable too (*pending*): a sequence admitted while an earlier
-  one that will compute the same prefix has not computed it yet (both in one admission round,
-  or the earlier one's prompt still in chunks) reuses the earlier one's blocks instead of
-  computing them a second time. Its first step then reads blocks its owner writes in the same
-  step, which works because the executor writes every layer's K/V for the whole step before
-  that layer's attention reads any of it, and because both batching policies schedule
-  sequences in admission order (the owner's tokens are never scheduled after a sharer's, and
-  preemption takes the most recently admitted first). `build_layout` checks it at every step
-  that has pending blocks and raises rather than let a sequence read KV nobody wrote.
+  (reference count + 1) and allocates the rest; `admit` returns the tokens served from cache,
+  which the engine marks computed. A hit never covers the block holding the last token (the
+  engine needs its logits).
+- Freed named blocks stay as evictable cache (counted free, reported `cached`), revived by
+  a later hit, evicted least recently used first; a table is released tail first, so a
+  prefix outlives its continuations.
+- Blocks not computed yet are shareable too (*pending*): a sequence admitted while an earlier
+  one will compute the same prefix reuses its blocks. Its first step then reads blocks the
+  owner writes in the same step, which works because the executor writes every layer's K/V
+  for the whole step before that layer's attention reads any, and because every policy
+  schedules in admission order (preemption takes the most recently admitted first).
+  `build_layout` checks it and raises rather than let a sequence read KV nobody wrote.
 - `fork` (parallel sampling) shares every block of the parent, the partial last one
-  included, and copies nothing. The first write into a block with more than one owner
-  copies it (copy-on-write, a `SlotCopy` run before the step).
+  included; the first write into a block with more than one owner copies it (copy-on-write).
 """
 
 from __future__ import annotations
@@ -33,7 +27,7 @@ from dataclasses import dataclass
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.base import MemorySplit, split_held
+from kvbench.strategies.base import MemorySplit
 from kvbench.strategies.paged import PagedOptions, PagedStrategy
 from kvbench.strategies.prefix_index import (
     BlockHash,
@@ -401,11 +395,7 @@ class PrefixCachingStrategy(PagedStrategy):
             if not table:
                 continue
             prompt_blocks.update(table[: self.blocks_for(seq.prompt_len)])
-            token, reserved, internal = split_held(len(table) * bs, seq.num_computed,
-                                                   seq.final_kv_len)
-            split.token += token
-            split.reserved += reserved
-            split.internal += internal
+            split.add_held(len(table) * bs, seq.num_computed, seq.final_kv_len)
             filled_blocks = min(seq.num_computed // bs, len(table))
             shared = [b for b in table[:filled_blocks] if refs[b] > 1]
             if shared:  # counted whole for this owner: take them out, add each block once
@@ -454,27 +444,3 @@ class PrefixCachingStrategy(PagedStrategy):
             "cow_copies": self.cow_copies,
             "forks": self.forks,
         }
-
-    # Tests ------------------------------------------------------------------------------
-
-    def check_consistency(self) -> None:
-        """Assert reference counts and the hash index agree with the block tables."""
-        self.pool.check()
-        owners = [0] * self.pool.num_blocks
-        for seq_id, table in self.tables.items():
-            assert len(set(table)) == len(table), f"sequence {seq_id} holds a block twice"
-            for block in table:
-                owners[block] += 1
-            hashes = self.hashes[seq_id]
-            assert len(hashes) <= len(table)
-            for block, h in zip(table, hashes, strict=False):
-                named = self.pool.hash_of.get(block)
-                assert named is None or named == h, f"block {block} is named by another prefix"
-        assert owners == self.pool.ref_counts, "reference counts differ from the block tables"
-        assert set(self.tables) == set(self.hashes) == set(self.live)
-        assert len(self._pending) == len(self._pending_hash)
-        for h, (block, owner, index) in self._pending.items():
-            assert self._pending_hash[block] == h and block not in self.pool.hash_of
-            assert self.pool.ref_counts[block] > 0, "a pending block is not held"
-            if owner >= 0:
-                assert self.tables[owner][index] == block

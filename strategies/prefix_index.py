@@ -125,19 +125,3 @@ class CachingBlockPool(BlockPool):
             not any(self.ref_counts)
             and self.num_free == self.num_blocks
         )
-
-    def check(self) -> None:
-        """Assert the pool's internal consistency (tests)."""
-        free_list = self.free_blocks()
-        free = set(free_list)
-        evictable = set(self.evictable)
-        held = {b for b in range(self.num_blocks) if self.ref_counts[b] > 0}
-        assert len(free) == len(free_list), "a block is on the free list twice"
-        assert not (free & evictable) and not (free & held) and not (evictable & held)
-        assert free | evictable | held == set(range(self.num_blocks)), "a block is lost"
-        assert all(c >= 0 for c in self.ref_counts)
-        assert self.shared == {b for b, c in enumerate(self.ref_counts) if c > 1}, "shared set"
-        assert not (free & set(self.hash_of)), "a free block keeps a hash"
-        assert evictable <= set(self.hash_of), "an evictable block has no hash"
-        assert len(self.hash_of) == len(self.block_of)
-        assert all(self.block_of[h] == b for b, h in self.hash_of.items())

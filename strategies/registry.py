@@ -14,7 +14,8 @@ tests all iterate it (strategies in module order, then variants).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
+from functools import partial
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -48,11 +49,6 @@ class StrategyEntry:
         """The KV-cache dtype the name forces (None: the run's `--kv-cache-dtype`)."""
         return self.engine_overrides.get("kv_cache_dtype")
 
-    def make_options(self, values: Mapping[str, Any]) -> Any:
-        """This strategy's options from `values`; names it does not read are ignored."""
-        names = {f.name for f in fields(self.options)}
-        return self.options(**{k: v for k, v in values.items() if k in names})
-
 
 STRATEGIES: Registry[StrategyEntry] = Registry(
     "strategy", "kvbench.strategies", identity=lambda entry: entry.factory,
@@ -72,16 +68,8 @@ def register_strategy(name: str, summary: str, options: type = NoOptions) -> Cal
 
 def register_variant(name: str, summary: str, base: str, **engine_overrides: Any) -> None:
     """`name` runs strategy `base` with `engine_overrides` applied to the engine's config."""
-    STRATEGIES.add(StrategyEntry(name, summary, _variant_factory(base), NoOptions,
+    STRATEGIES.add(StrategyEntry(name, summary, partial(make_strategy, base), NoOptions,
                                  MappingProxyType(dict(engine_overrides)), base))
-
-
-def _variant_factory(base: str) -> Callable[..., Any]:
-    def build(num_slots: int, max_model_len: int, **options: Any) -> Any:
-        return make_strategy(base, num_slots, max_model_len, **options)
-
-    build.__qualname__ = f"variant_of_{base}"
-    return build
 
 
 def reads_option(strategy: str, option: str) -> bool:
@@ -100,6 +88,6 @@ def make_strategy(name: str, num_slots: int, max_model_len: int, **values: Any) 
     entry = STRATEGIES.get(name)
     if entry.base is not None:
         return entry.factory(num_slots, max_model_len, **values)
-    options = entry.make_options(values)
-    return entry.factory(num_slots, max_model_len,
-                         **{f.name: getattr(options, f.name) for f in fields(options)})
+    names = {f.name for f in fields(entry.options)}
+    options = entry.options(**{k: v for k, v in values.items() if k in names})
+    return entry.factory(num_slots, max_model_len, **asdict(options))

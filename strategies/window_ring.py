@@ -15,9 +15,7 @@ C_max is what the scheduler lets one step write for one sequence (`kvbench.sched
   `max_num_batched_tokens` tokens: the first chunk min(P, B) with nothing before it, a later
   one at most min(P - 1, B) after at most W - 1 visible tokens, a decode one.
 
-The ring is never longer than the reservation itself (a short sequence never wraps), and a
-contiguous reservation is never grown or preempted (`contiguous` cannot preempt), so these
-bounds hold for the sequence's whole life.
+A reservation is never grown or preempted, so these bounds hold for the sequence's life.
 """
 
 from __future__ import annotations
@@ -35,5 +33,3 @@ def ring_slots(window: int, prompt_len: int, reservation: int, chunked_prefill: 
         later_write = 1
     return min(reservation, max(first_write, window - 1 + later_write))
 
-
-__all__ = ["ring_slots"]

@@ -14,5 +14,3 @@ def check_block_size(block_size: int) -> None:
             or block_size & (block_size - 1):
         raise KvbenchInputError(f"--block-size must be a power of two, got {block_size}")
 
-
-__all__ = ["DEFAULT_BLOCK_SIZE", "check_block_size"]

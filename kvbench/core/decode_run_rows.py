@@ -1,12 +1,11 @@
 """`DecodeRunRows`: the `steps.csv` rows of a run of decode steps, described by a few numbers.
 
-A fast-forwarded run (docs/simulator.md, Fast-forward) changes only what a decode step
-changes: the clock, one token per sequence, and the books where a block fills. Its rows
-follow from the step ends, the sequences' tokens before it and the books' totals after each
-step that allocated, so the engine hands over that description and whoever keeps the rows
-expands it: one at a time in Python (`rows`, the reference), or many runs at once with numpy
-(`DecodeRunLog`) when a writer streams millions of them. Both give the same values, to the
-bit and the type: a value is computed by the same float operations either way.
+A fast-forwarded run (docs/simulator.md, Fast-forward) changes only the clock, one token per
+sequence, and the books where a block fills, so its rows follow from the step ends, the
+tokens before it and the books' totals after each step that allocated. Whoever keeps the
+rows expands that description: one run in Python (`rows`, the reference), or many at once
+with numpy (`DecodeRunLog`) when a writer streams millions; both compute each value by the
+same float operations, so they agree to the bit and the type.
 """
 
 from __future__ import annotations
@@ -53,10 +52,15 @@ class DecodeRunRows(NamedTuple):
 
     def rows(self) -> list[tuple]:
         """The rows as `StepRecord` field tuples, oldest first."""
-        held, will, prompt = _expand_books(self.books, self.totals_before, len(self.ends_s))
-        starts = [self.t_start_s, *self.ends_s[:-1]]
-        return [self._row(k, start, end, h, w, p) for k, (start, end, h, w, p) in enumerate(
-            zip(starts, self.ends_s, held, will, prompt, strict=True))]
+        rows: list[tuple] = []
+        h, w, p = self.totals_before
+        books, i = self.books, 0
+        for k in range(len(self.ends_s)):
+            while i < len(books) and books[i][0] <= k:  # the books' totals after step k
+                _, h, w, p = books[i]
+                i += 1
+            rows.append(self._row(k, h, w, p))
+        return rows
 
     def last_row(self) -> tuple:
         """The last of `rows`, without the others."""
@@ -66,11 +70,12 @@ class DecodeRunRows(NamedTuple):
             if step > last:
                 break
             h, w, p = after_h, after_w, after_p
-        start = self.ends_s[-2] if last else self.t_start_s
-        return self._row(last, start, self.ends_s[-1], h, w, p)
+        return self._row(last, h, w, p)
 
-    def _row(self, k: int, start: float, end: float, h: int, w: int, p: int) -> tuple:
+    def _row(self, k: int, h: int, w: int, p: int) -> tuple:
         """Step `k`'s row (from 0), its books' totals after it `h`, `w`, `p`."""
+        start = self.ends_s[k - 1] if k else self.t_start_s
+        end = self.ends_s[k]
         n, b, external = self.num_seqs, self.bytes_per_slot, self.external
         token = self.token_slots + n * (k + 1)
         return (
@@ -81,29 +86,6 @@ class DecodeRunRows(NamedTuple):
             self.preemptions if k == 0 else 0,
             token / (h + external) if h + external else None,
             p if self.has_prompt_blocks else None, None, None, None)
-
-
-def _expand_books(
-    books: list[BooksAfterStep], before: tuple[int, int, int], num_steps: int
-) -> tuple[list[int], list[int], list[int]]:
-    """Held, will-use and prompt-block totals after each of `num_steps` steps, from the
-    totals before the first and after each step that changed them."""
-    h, w, p = before
-    held: list[int] = []
-    will: list[int] = []
-    prompt: list[int] = []
-    done = 0
-    for step, after_h, after_w, after_p in books:
-        repeat = step - done
-        held += [h] * repeat
-        will += [w] * repeat
-        prompt += [p] * repeat
-        h, w, p, done = after_h, after_w, after_p, step
-    repeat = num_steps - done
-    held += [h] * repeat
-    will += [w] * repeat
-    prompt += [p] * repeat
-    return held, will, prompt
 
 
 # A run's fixed numbers in `DecodeRunLog`, in this order; `at`: its first row's place among

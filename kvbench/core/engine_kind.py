@@ -24,5 +24,3 @@ class EngineKind(StrEnum):
                 f"unknown engine {text!r} (choose from {', '.join(cls)})"
             ) from None
 
-
-__all__ = ["EngineKind"]

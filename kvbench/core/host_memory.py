@@ -23,5 +23,3 @@ def cpu_available_bytes(meminfo: Path = MEMINFO) -> int | None:
     except (ValueError, OSError, AttributeError):
         return None
 
-
-__all__ = ["MEMINFO", "cpu_available_bytes"]

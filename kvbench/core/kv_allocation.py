@@ -1,17 +1,13 @@
 """`HybridAllocation`: how `hybrid` lays every KV group's pages into one pool of equal pages.
 
-vLLM's hybrid KV cache manager (`_get_kv_cache_groups_uniform_page_size`), transcribed: the
-layers of each KV group (one attention kind and window) are split into *allocation groups*
-of `group_size` layers, `group_size` being the smallest group's layer count (or the largest's
-when every group is within 1.25x of it, to pad less). A group of n layers becomes
-`ceil(n / group_size)` allocation groups, layers dealt round-robin (`layers[i::k]`). The arena
-holds `group_size` K tensors and `group_size` V tensors of `[slots, KV heads, head dim]`; the
-layer at position j of any allocation group reads and writes tensor j through its own
-allocation group's block table. So a page (one block of one allocation group) is always
-`block_size x group_size` layer-token KVs, whatever the group, and one free list serves all.
-
-An allocation group with fewer than `group_size` layers leaves the tensors at its missing
-positions unused in its blocks: `padding_layers` layer-token KVs per slot of such a group.
+vLLM's hybrid KV cache manager (`_get_kv_cache_groups_uniform_page_size`), transcribed: each
+KV group's layers are split into *allocation groups* of `group_size` layers (the smallest
+group's layer count, or the largest's when every group is within 1.25x of it, to pad less),
+`ceil(n / group_size)` of them for a group of n layers, dealt round-robin (`layers[i::k]`).
+The arena holds `group_size` K and V tensors of `[slots, KV heads, head dim]`; the layer at
+position j of any allocation group uses tensor j through its allocation group's block table,
+so a page is always `block_size x group_size` layer-token KVs and one free list serves all.
+A group with fewer layers leaves its missing positions unused (`padding_layers`).
 """
 
 from __future__ import annotations
@@ -90,5 +86,3 @@ def hybrid_allocation(kv_groups: Sequence[KVGroup]) -> HybridAllocation:
     return HybridAllocation(tuple(groups), group_size, per_layer.pop(),
                             sum(counts))
 
-
-__all__ = ["AllocationGroup", "HybridAllocation", "PAD_TO_LARGEST_RATIO", "hybrid_allocation"]

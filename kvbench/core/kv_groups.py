@@ -1,17 +1,12 @@
 """`KVGroup`: layers whose KV cache has one shape, the unit every KV size is counted in.
 
 A model's KV cache is a tuple of groups (`ModelConfig.kv_groups`): one full-attention group,
-one sliding-window group per window length where the model has windowed layers, or for
-multi-head latent attention (DeepSeek-V2/V3) one "mla" group. KV bytes per token are the sum
-over groups (`kv_bytes_per_token`);
-`kvbench estimate`, the tensor-parallel capacity, the engine's bytes per slot and the KV
-arena's tensors are all sized from the groups, never from the model's fields directly.
-
-Adding a group kind (a sliding window, an MLA latent cache) is one place: its name in
-`ATTENTION_KINDS` and its branch of `KVGroup.bytes_per_layer_token` (and, for a layout that is
-not one K and one V tensor of `[slots, KV heads, head dim]` per layer, of `slot_shape`).
-Everything that sizes KV reads `bytes_per_token` and so follows. Running a new kind also
-needs its attention kernels; sizing it does not.
+one sliding-window group per window length, or one "mla" group (multi-head latent attention,
+DeepSeek-V2/V3). `kvbench estimate`, the tensor-parallel capacity, the engine's bytes per
+slot and the KV arena's tensors are all sized from the groups. A new group kind is its name
+in `ATTENTION_KINDS` and its branch of `bytes_per_layer_token` (and of `slot_shape` for a
+layout other than one K and one V `[slots, KV heads, head dim]` tensor per layer); running
+it also needs its attention kernels.
 """
 
 from __future__ import annotations
@@ -128,6 +123,3 @@ def kv_bytes_per_token(groups: Iterable[KVGroup]) -> int:
     """One token's KV across every group (every layer of the model)."""
     return sum(group.bytes_per_token for group in groups)
 
-
-__all__ = ["ATTENTION_KINDS", "KVGroup", "full_attention_group", "kv_bytes_per_token",
-           "mla_group"]

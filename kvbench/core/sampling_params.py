@@ -18,8 +18,7 @@ class SamplingParams:
 
     The engine passes the sampled sequences (`rows`) and the keys of the rare forking rows
     (`forks`); the plain keys are built only when an executor reads `keys`, during the step
-    (a sequence's key position is its computed length, which holds until the next step).
-    A simulated executor never reads them: that saves building millions of tuples.
+    (a key's position is the sequence's computed length): a simulated executor never does.
     """
 
     __slots__ = ("_keys", "_rows", "forks", "seed", "temperature")

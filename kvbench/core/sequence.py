@@ -18,9 +18,8 @@ class SequenceStatus(enum.Enum):
 class TokenCount:
     """A sequence's token ids where nothing reads them, kept as how many there are: a
     simulated sequence under a strategy that reads no ids (`Engine.holds_token_ids`), or a
-    finished one whose memory is back (`Engine.keep_finished_token_ids`). A long
-    simulation's sequences would otherwise hold a pointer per prompt and output token, and
-    its workload draw every prompt's ids only to copy them here."""
+    finished one whose memory is back (`Engine.keep_finished_token_ids`), so that a long
+    simulation holds no pointer per token and draws no prompt's ids."""
 
     __slots__ = ("_count",)
 
@@ -68,9 +67,7 @@ class Sequence:
     decode_from: int = -1
     decode_base: int = 0
     cached_prompt_tokens: int = 0  # prompt tokens served from a prefix cache at first admission
-    prefill_computed_tokens: int = 0  # tokens computed by prefills (recomputation included)
-    # The request's lengths, read in the engine's per-sequence loops of every step: kept as
-    # plain attributes (an attribute, not a property over the request's prompt).
+    # The request's lengths as plain attributes: read in the engine's per-sequence loops.
     prompt_len: int = field(init=False)
     end_len: int = field(init=False)  # how many tokens the sequence holds once finished
 

@@ -1,18 +1,14 @@
 """`StepTimes`: the end time of every step an engine ran; a sequence's token times point into it.
 
-A token is sampled at the end of a step, so every output token's time is the end of some
-step. An engine keeps one `StepTimes` (8 bytes a step) and each sequence keeps the steps it
-sampled in as ranges (`Sequence.token_steps`), not a float per token: a million-request
-simulation samples hundreds of millions of tokens in a few million steps, and holding each
-token's time would hold gigabytes that the results gather in one vectorized pass instead
-(`kvbench.results.token_times`).
+A token is sampled at the end of a step. An engine keeps one `StepTimes` (8 bytes a step) and
+each sequence the steps it sampled in as ranges (`Sequence.token_steps`), not a float per
+token: a million-request simulation samples hundreds of millions of tokens in a few million
+steps (`kvbench.results.token_times` gathers them in one vectorized pass).
 
-A range is either of engine steps, `(start, stop)`, or of the steps of the engine's decode
-cohort (`kvbench.engine.decode_cohort`): the
-running sequences that decode together take their tokens in the same steps, which need not
-be consecutive engine steps (a step that only admits new prompts runs between them), so a
-sequence's stretch in the cohort is one range of `cohort_steps`, whatever ran in between,
-written `(~start, ~stop)` (both negative: it never extends an engine range).
+A range is of engine steps, `(start, stop)`, or of the steps of the engine's decode cohort
+(`kvbench.engine.decode_cohort`), written `(~start, ~stop)` (negative: it never extends an
+engine range): a cohort's steps need not be consecutive engine steps (a step that only
+admits prompts runs between them), so a member's stretch is one range of `cohort_steps`.
 """
 
 from __future__ import annotations
@@ -62,5 +58,3 @@ def add_step_range(token_steps: list[int], first: int, stop: int) -> None:
     else:
         token_steps += (first, stop)
 
-
-__all__ = ["StepTimes", "add_step_range"]

@@ -29,8 +29,7 @@ class BaseEngine(ABC):
 
     Subclasses set `policy` and `strategy`, add requests and run steps. `clock()` returns
     seconds on the run's clock (wall time since the engine was built unless given one). Each
-    step's `StepRecord` goes through `step_recorder` (a `StepLog`): into `steps`, or to its
-    `sink` when a runner streams rows to disk.
+    step's `StepRecord` goes through `step_recorder` (a `StepLog`).
     """
 
     policy: RequestQueues  # owns the queues (a `BatchingPolicy` for kvbench's engine)
@@ -51,24 +50,19 @@ class BaseEngine(ABC):
         self.step_recorder = StepLog(self.steps)
         self.prefill_tokens_computed = 0
         self._seq_ids = itertools.count()
-        # Every step's end: the token times of the sequences (`Sequence.token_steps`).
-        self.step_times = StepTimes()
-        # False where neither the executor nor the strategy reads a sequence's token ids (a
-        # simulation under paged or contiguous): sequences then count their tokens
-        # (`TokenCount`), and a workload's prompts are never drawn (`PromptTokens`).
+        self.step_times = StepTimes()  # every step's end: the sequences' token times
+        # False where neither the executor nor the strategy reads a sequence's token ids:
+        # sequences then count their tokens (`TokenCount`), and prompts are never drawn.
         self.holds_token_ids = True
         self._unfinished = 0
 
     def _new_sequence(self, request: Request, sample_index: int) -> Sequence:
-        """Sample `sample_index` of `request`, holding its prompt so far (its length only
-        where nothing reads the ids: `holds_token_ids`)."""
-        return Sequence(next(self._seq_ids), request, sample_index, self._prompt_tokens(request),
-                        step_times=self.step_times)
-
-    def _prompt_tokens(self, request: Request) -> list[int] | TokenCount:
-        """A new sequence's tokens: a copy of the prompt's ids, or their count."""
+        """Sample `sample_index` of `request`, holding a copy of its prompt's ids (their
+        count only where nothing reads them: `holds_token_ids`)."""
         prompt = request.prompt_token_ids
-        return list(prompt) if self.holds_token_ids else TokenCount(len(prompt))
+        tokens = list(prompt) if self.holds_token_ids else TokenCount(len(prompt))
+        return Sequence(next(self._seq_ids), request, sample_index, tokens,
+                        step_times=self.step_times)
 
     @abstractmethod
     def check_request(self, request: Request) -> None:
@@ -76,8 +70,7 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def add_request(self, request: Request, checked: bool = False) -> None:
-        """Queue the request (raises `KvbenchInputError` for one that could never run;
-        `checked`: the caller has had it through `check_request` already)."""
+        """Queue the request (`checked`: it went through `check_request` already)."""
 
     @abstractmethod
     def step(self) -> list[Sequence]:
@@ -85,15 +78,12 @@ class BaseEngine(ABC):
 
     def fast_forward(self, until_s: float,
                      through_finishes: bool = False) -> tuple[int, list[Sequence]]:
-        """Run the next steps in one move where they are a run nothing can change, none
-        starting at or after `until_s` (`through_finishes`: nor stopping at a step in which
-        sequences finish); how many ran (none by default: `step` runs each) and the
-        sequences that finished in them."""
+        """Steps run in one move and the sequences finished in them (`Engine.fast_forward`;
+        none by default: `step` runs each)."""
         return 0, []
 
     def settle(self) -> None:
-        """Bring the running sequences' counts and token times up to date, where the engine
-        advances some of them by counting (none by default)."""
+        """Bring sequences advanced by counting up to date (none by default)."""
         return None
 
     def has_unfinished(self) -> bool:

@@ -1,19 +1,14 @@
 """`DecodeCohort`: running sequences that decode together, advanced without touching each one.
 
-In a stretch of decode steps every running sequence computes one token and samples the next:
-its `num_computed`, its token count and its token times move in lock-step with every other's.
-The engine's fast-forward (docs/simulator.md, Fast-forward) keeps such sequences in a cohort:
-each member holds the cohort step it joined at (`Sequence.decode_from`) and its
-`num_computed` then (`decode_base`), and a cohort step advances them all by counting
-(`ordinal`), so a run of steps costs the same whether ten or a thousand sequences run. A
+In a stretch of decode steps every running sequence computes one token and samples the next,
+in lock-step with every other. A member holds the cohort step it joined at
+(`Sequence.decode_from`) and its `num_computed` then (`decode_base`); a cohort step advances
+them all by counting (`ordinal`), so a run costs the same for ten or a thousand sequences. A
 member's `num_computed`, `token_ids` and `token_steps` are those of when it joined until the
-cohort settles it: the engine settles a member that leaves (it finishes or is preempted), and all of them
-(`dissolve`) before any step that reads or changes a running sequence.
-
-What the run needs of the members as a whole is kept as it changes: how many there are, the
-sum of their `num_computed` (`computed_tokens`) and, in a heap, the cohort step in which each
-samples its last token. The strategy keeps its own view of the members (the step at which
-each takes its next block: `RunStrategy.join_decode_cohort`, `kvbench.engine.fast_forward`).
+cohort settles it: when it leaves (finishes, is preempted), or all of them (`dissolve`)
+before any step that reads or changes a running sequence. The count of members, the sum of
+their `num_computed` and a heap of the cohort step each samples its last token in are kept
+as they change.
 """
 
 from __future__ import annotations
@@ -128,5 +123,3 @@ def _settle(seq: Sequence, ordinal: int, token: int) -> None:
     seq.token_ids.extend([token] * steps)
     seq.token_steps += (~seq.decode_from, ~ordinal)
 
-
-__all__ = ["DecodeCohort"]

@@ -17,7 +17,7 @@ from kvbench.engine.fast_forward import FastForward
 from kvbench.engine.group_memory import GroupMemory
 from kvbench.engine.step_recorder import StepRecorder
 from kvbench.errors import KvbenchInputError, KvbenchRunError
-from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput
+from kvbench.scheduling.base import BatchingPolicy
 from kvbench.strategies.base import CacheStrategy, MemorySplit, declares
 from kvbench.tracing import NO_RANGE, trace_range, tracing_active
 
@@ -137,7 +137,6 @@ class Engine(BaseEngine):
     # Requests ---------------------------------------------------------------------------
 
     def check_request(self, request: Request) -> None:
-        """Raise `KvbenchInputError` for a request that could never run on this engine."""
         self._check_request(request)
 
     def add_request(self, request: Request, checked: bool = False) -> None:
@@ -160,11 +159,17 @@ class Engine(BaseEngine):
         # not built at all.
         traced = self._traced = tracing_active()
         with trace_range("step", step=self.step_recorder.num_steps) if traced else NO_RANGE:
-            out = self._schedule(t_start)
+            with (trace_range("schedule", waiting=len(self.waiting), running=self.num_running)
+                  if traced else NO_RANGE):
+                out = self.policy.schedule(t_start)
             if not out.scheduled:
                 return self._schedule_nothing(len(out.preempted))
             batch, to_sample, forks = self._build_batch(out.scheduled)
-            tokens, forward_s, now_s = self._execute(batch, to_sample, forks)
+            sampling = SamplingParams(self.temperature, self.seed, rows=to_sample, forks=forks)
+            t_forward = self.clock()
+            tokens = self.executor.execute_and_sample(batch, sampling)
+            now_s = self.clock()
+            forward_s = now_s - t_forward
             finished = self._commit(to_sample, tokens, now_s, bool(forks))
             if runs is not None:  # the prompts this step admitted join at the next run
                 runs.admitted(out.admitted)
@@ -194,11 +199,6 @@ class Engine(BaseEngine):
         if self._runs is not None:
             return self._runs.memory_split(holders, head)
         return self.strategy.memory_split(holders, head)
-
-    def _schedule(self, now_s: float) -> ScheduleOutput:
-        with (trace_range("schedule", waiting=len(self.waiting), running=self.num_running)
-              if self._traced else NO_RANGE):
-            return self.policy.schedule(now_s)
 
     def _schedule_nothing(self, num_preempted: int) -> list[Sequence]:
         """A step with nothing to run: no row (the preemptions go in the next), no
@@ -257,17 +257,6 @@ class Engine(BaseEngine):
         batch = StepBatch(input_ids, positions, layout, len(prefills), sample_rows,
                           num_tokens=num_tokens)
         return batch, to_sample, forks
-
-    def _execute(
-        self, batch: StepBatch, to_sample: list[Sequence],
-        forks: dict[int, tuple[SampleKey, ...]],
-    ) -> tuple[list[list[int]], float, float]:
-        """Each sampling row's tokens, the seconds the forward took, and the clock after it."""
-        sampling = SamplingParams(self.temperature, self.seed, rows=to_sample, forks=forks)
-        t_forward = self.clock()
-        tokens = self.executor.execute_and_sample(batch, sampling)
-        t_forward_end = self.clock()
-        return tokens, t_forward_end - t_forward, t_forward_end
 
     @staticmethod
     def _fork_keys(seq: Sequence) -> tuple[SampleKey, ...]:

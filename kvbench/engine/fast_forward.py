@@ -1,30 +1,20 @@
 """Fast-forward: runs of decode-only steps taken in one move, with the results of stepping.
 
 Between the events that can change a schedule, a step is a pure function of the one before
-it: every running sequence decodes one token, its context grows by one, and it takes a block
-when its last one fills. `FastForward.run` (`Engine.fast_forward`, called by the runner
-before each step) takes such a stretch at once and ends it before the first step that could
-go differently (the next arrival, a schedule that is not every running sequence's one
-token); the step in which the first sequences finish, and one in which the pool runs dry and
-the most recently admitted sequences are preempted, are still every running sequence's
-decode, and the run takes them too, as it runs a step that only admits prompts through
-`Engine.step` and goes on with them. The running sequences decode as the members of a `DecodeCohort`,
-advanced by counting, so a run costs the blocks it takes and the sequences that finish, not
-a pass over every member; its `steps.csv` rows go to the step recorder as a description
-(`DecodeRunRows`). The state after a run, the rows and the token times are those of stepping
-the same steps one at a time (docs/simulator.md, Fast-forward;
-tests/simulator/test_fast_forward.py).
+it. `FastForward.run` (`Engine.fast_forward`, called by the runner before each step) takes
+such a stretch at once, ending it before the first step that could go differently, and
+takes the step in which the first sequences finish or the pool runs dry too. The running
+sequences decode as a `DecodeCohort`, advanced by counting, and the run's `steps.csv` rows go
+to the step recorder as a description (`DecodeRunRows`); state, rows and token times are
+those of stepping (docs/simulator.md, Fast-forward; tests/simulator/test_fast_forward.py).
 
 The protocol. An engine fast-forwards only where its batching policy, cache strategy and
 executor each take part (`takes_part`): the object's own class sets `decode_runs = True` in
-its body, and the object has not turned it off. The flag is not inherited: a subclass that
-changes what a run assumes (`prefix` is `paged`, but a decode may fill a block that must be
-hashed) steps until it declares runs itself; an instance turns it off where it cannot take
-a run (the simulated executor of a model with sliding windows, whose step cost reads every
-length). What each must then offer is `RunPolicy`, `RunStrategy` and `RunExecutor` below,
-on top of its seam's own methods. Nothing else in the engine, the policies, the strategies
-or the executors knows about runs: a strategy or policy that does not declare them runs by
-stepping, with the same results.
+its body (not inherited: `prefix` is `paged`, but a decode may fill a block that must be
+hashed) and the object has not turned it off (the simulated executor of a windowed model).
+Each must then offer `RunPolicy`, `RunStrategy` or `RunExecutor` below; nothing else in the
+engine, policies, strategies or executors knows about runs, and a part that does not declare
+them runs by stepping, with the same results.
 """
 
 from __future__ import annotations
@@ -343,5 +333,3 @@ class FastForward:
             raise AssertionError(f"{engine.strategy.name}: a decode run's last row {got} "
                                  f"differs from the books {expected}")
 
-
-__all__ = ["FastForward", "RunExecutor", "RunPolicy", "RunStrategy", "takes_part"]

@@ -1,15 +1,11 @@
 """`GroupMemory`: each KV group's part of the memory split over a run, and KV held per token.
 
-A strategy with one table for every layer (`paged`, `prefix`, `contiguous` without windows)
-holds the same slots in every model KV group, so a group's bytes are the split's slots x the
-group's bytes per token, derived once at the end. `hybrid` (and `contiguous` on a windowed
-model, a ring per window group) keeps a split per allocation group (`MemorySplit.groups`),
-each slot `group_size` layers' bytes; its free slots are the shared pool's and belong to no
-group. Means are weighted by step duration (docs/design.md, Memory
-split).
-
-*KV held per token* is the mean held bytes over the mean computed tokens of the sequences
-holding memory: what one token of context costs under the strategy.
+A strategy with one table for every layer holds the same slots in every model KV group, so a
+group's bytes are the split's slots x the group's bytes per token, derived at the end.
+`hybrid` (and windowed `contiguous`) keeps a split per allocation group (`MemorySplit.groups`),
+each slot `group_size` layers' bytes, its free slots the shared pool's. Means are weighted by
+step duration (docs/design.md, Memory split). *KV held per token* is the mean held bytes over
+the mean computed tokens of the sequences holding memory.
 """
 
 from __future__ import annotations
@@ -40,10 +36,9 @@ class GroupShape:
 class GroupMemory:
     """Step-duration-weighted sums of the split, total and per group; `add` once a step.
 
-    The whole split's parts are kept per step in flat arrays and summed with numpy a batch at
-    a time (`_fold`): a long simulation adds millions of steps, most of them a fast-forwarded
-    run's at once (`add_decode_run`), and a float sum a step in Python would cost more than the
-    step. The sums are the same as a step-by-step accumulation's up to rounding."""
+    The parts are kept per step in flat arrays and summed with numpy a batch at a time
+    (`_fold`): a long simulation adds millions of steps (most a fast-forwarded run's at once,
+    `add_decode_run`), where a float sum a step in Python would cost more than the step."""
 
     def __init__(self, shapes: tuple[GroupShape, ...], bytes_per_slot: int,
                  per_group_splits: bool) -> None:
@@ -188,5 +183,3 @@ def _run_steps(arrays: RunArrays) -> tuple[np.ndarray, ...]:
     parts = arrays.slot_parts()
     return (arrays.end_s - arrays.start_s, *parts, parts[0])
 
-
-__all__ = ["GroupMemory", "GroupShape"]

@@ -16,91 +16,72 @@ _NO_PROBE: dict[str, int] = {}  # the device memory columns of a row without a p
 
 
 class StepLog:
-    """Where an engine's step rows go: into `steps`, or to `sink` when a runner streams them
-    to disk (then `steps` stays empty, so a long run's memory does not grow with its steps).
-    Every engine keeps one; `num_steps` and `last` count and hold what it was given."""
+    """Where an engine's step rows go: into `steps`, or to a `StepWriter` when a runner
+    streams them to disk (`stream_to`; then `steps` stays empty, so a long run's memory does
+    not grow with its steps). Every engine keeps one; `num_steps` and `last` count and hold
+    what it was given."""
 
     def __init__(self, steps: list[StepRecord]) -> None:
         self.steps = steps
-        self.sink: Callable[[StepRecord], None] | None = None
-        # Where rows go as `StepRecord` field tuples, when the runner streams them: no record
-        # is built for a streamed row (a run of steps, or one simulated step, at once).
-        self.rows_sink: Callable[[list[tuple]], None] | None = None
-        # Where a run of decode steps goes undone (`DecodeRunRows`), when the runner streams
-        # (`stream_to`).
-        self._runs_sink: Callable[[DecodeRunRows], None] | None = None
+        self._writer: Any = None
         self.num_steps = 0
-        self._last: StepRecord | None = None
-        self._last_row: tuple | None = None  # the last row, where no record was built for it
-        self._last_run: DecodeRunRows | None = None  # the last run, where no row was made
+        # The latest step: a `StepRecord`, or, where none was built for it, its row (a
+        # `StepRecord` field tuple) or the run of decode steps it ends (`DecodeRunRows`).
+        self._last: StepRecord | tuple | DecodeRunRows | None = None
 
     @property
     def last(self) -> StepRecord | None:
         """The latest step's record."""
-        if self._last is None:
-            if self._last_row is not None:
-                self._last = StepRecord(*self._last_row)
-            elif self._last_run is not None:
-                self._last = StepRecord(*self._last_run.last_row())
-        return self._last
+        last = self._last
+        if isinstance(last, DecodeRunRows):  # (a named tuple: checked first)
+            last = self._last = StepRecord(*last.last_row())
+        elif isinstance(last, tuple):
+            last = self._last = StepRecord(*last)
+        return last
 
     def keep(self, record: StepRecord) -> None:
         self.num_steps += 1
-        self._last, self._last_row, self._last_run = record, None, None
-        if self.sink is None:
+        self._last = record
+        if self._writer is None:
             self.steps.append(record)
         else:
-            self.sink(record)
+            self._writer.write(record)
 
     def keep_row(self, row: tuple) -> None:
-        """One step's row as a `StepRecord` field tuple."""
-        if self.rows_sink is None:
+        """One step's row as a `StepRecord` field tuple (streamed without a record)."""
+        if self._writer is None:
             self.keep(StepRecord(*row))
             return
         self.num_steps += 1
-        self._last, self._last_row, self._last_run = None, row, None
-        self.rows_sink([row])
-
-    def keep_rows(self, rows: list[tuple]) -> None:
-        """Rows of consecutive steps, oldest first, as `StepRecord` field tuples."""
-        if not rows:
-            return
-        if self.rows_sink is not None:
-            self.num_steps += len(rows)
-            self._last, self._last_row, self._last_run = None, rows[-1], None
-            self.rows_sink(rows)
-        else:
-            for row in rows:
-                self.keep(StepRecord(*row))
+        self._last = row
+        self._writer.write_rows([row])
 
     def keep_run(self, run: DecodeRunRows) -> None:
-        """The rows of a run of decode steps, given by what they follow from."""
-        if self._runs_sink is None:
-            self.keep_rows(run.rows())
+        """The rows of a run of decode steps, given by what they follow from (streamed as
+        that description, expanded by the writer)."""
+        if self._writer is None:
+            for row in run.rows():
+                self.keep(StepRecord(*row))
             return
         self.num_steps += len(run.ends_s)
-        self._last = self._last_row = None
-        self._last_run = run
-        self._runs_sink(run)
+        self._last = run
+        self._writer.write_run(run)
 
     def stream_to(self, writer: Any) -> None:
-        """Stream every row to `writer` (a `StepWriter`) instead of keeping it: a record
-        (`write`), rows (`write_rows`), and a run of decode steps as it is described
-        (`write_run`). None: stop, and keep what comes after in `steps`."""
-        self.sink = None if writer is None else writer.write
-        self.rows_sink = None if writer is None else writer.write_rows
-        self._runs_sink = None if writer is None else writer.write_run
+        """Stream every row to `writer` (a `StepWriter`: `write`, `write_rows`, `write_run`)
+        instead of keeping it; None: stop, and keep what comes after in `steps`."""
+        self._writer = writer
 
     def reset(self) -> None:
         """Start counting steps again (after warm-up; the engine clears `steps`)."""
         self.num_steps = 0
-        self._last = self._last_row = self._last_run = None
+        self._last = None
 
 
 class StepRecorder(StepLog):
-    """kvbench's engine's `StepLog`: turns a step's batch, timings and memory split into its
-    `StepRecord`. `memory_probe` adds the device's memory figures (CUDA) to every row;
-    `group_memory` sums each KV group's part of the split."""
+    """kvbench's engine's `StepLog`: a step's batch, timings and memory split as its row.
+    `memory_probe` adds the device's memory figures (CUDA); `group_memory` sums each KV
+    group's part of the split."""
 
     def __init__(
         self,
@@ -117,9 +98,8 @@ class StepRecorder(StepLog):
         self._unrecorded_preemptions = 0
 
     def stream_to(self, writer: Any) -> None:
-        """`StepLog.stream_to`, and the group sums taken from the rows the writer expands
-        (`run_arrays_sink`), so that a run is expanded once for both. (Stopping leaves the
-        writer feeding the sums the runs it still holds, until it closes.)"""
+        """`StepLog.stream_to`; the group sums take the runs' rows the writer expands
+        (`run_arrays_sink`), so a run is expanded once for both."""
         super().stream_to(writer)
         if writer is not None and self.group_memory is not None:
             writer.run_arrays_sink = self.group_memory.add_run_arrays
@@ -138,9 +118,8 @@ class StepRecorder(StepLog):
         split: MemorySplit, num_preempted: int, num_running: int, num_waiting: int,
         traced: bool,
     ) -> None:
-        """The row of a step that ran `batch` from `t_start` to `t_end`, `forward_s` of it
-        in the model forward, and left memory as `split` and the queues with `num_running`
-        and `num_waiting` sequences; `traced`: emit the trace counters too."""
+        """The row of a step that ran `batch` from `t_start` to `t_end` (`forward_s` of it in
+        the model forward) and left memory as `split`; `traced`: the trace counters too."""
         num_decode_seqs, num_tokens = batch.num_decode_seqs, batch.num_tokens
         b = self.bytes_per_slot
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
@@ -181,14 +160,9 @@ class StepRecorder(StepLog):
         token_slots: int, books: list[BooksAfterStep], totals_before: tuple[int, int, int],
         split_parts: tuple[int, int, bool], num_slots: int, num_running: int | None = None,
     ) -> None:
-        """The rows of a run of decode steps of `num_seqs` sequences each (`len(ends_s)`
-        steps, the first starting at `t_start_s`): the same rows, to the bit, that `record`
-        gives them one at a time. The memory split of each step follows the books' totals
-        after it (`books`: the steps that allocated; `totals_before` before the first), the
-        computed tokens of the holders (`token_slots` before the run, `num_seqs` more each
-        step) and what the run keeps fixed (`split_parts`: external, cached, whether prompt
-        blocks are reported); `num_running`: the running sequences after the last step, where
-        some finished in it (else `num_seqs`)."""
+        """The rows of `len(ends_s)` decode steps of `num_seqs` sequences each, the first
+        starting at `t_start_s`: the rows `record` gives them one at a time, to the bit (the
+        fields: `DecodeRunRows`; `num_running`: after the last step, where some finished)."""
         if not ends_s:  # (a run cut to nothing by the next arrival: no row)
             return
         external, cached, has_prompt_blocks = split_parts
@@ -197,6 +171,6 @@ class StepRecorder(StepLog):
             self.num_steps, t_start_s, ends_s, num_seqs, num_waiting, token_slots, books,
             totals_before, external, cached, has_prompt_blocks, num_slots, self.bytes_per_slot,
             unrecorded, num_seqs if num_running is None else num_running)
-        if self.group_memory is not None and self._runs_sink is None:  # (else: `stream_to`)
+        if self.group_memory is not None and self._writer is None:  # (else: `stream_to`)
             self.group_memory.add_decode_run(run)
         self.keep_run(run)

@@ -1,23 +1,18 @@
 """CUDA graphs for decode steps, one per padded batch size (vLLM's scheme).
 
 A decode-only step of `n` sequences replays the graph captured for the smallest capture size
-`>= n` over static input buffers: the same kernels with the same arguments as the eager
-forward, so each real row computes what eager mode computes; padding rows write their K/V to
-slot -1 (the KV write skips it) and read one slot. The split-K factor of the decode kernel is
-chosen from the real batch as eager mode chooses it and is part of the graph's key, so every
-row is reduced in the same order as in eager mode. Used only on CUDA with the Triton backend
-(the torch reference ops read lengths on the host); everything else runs eagerly.
+`>= n` over static input buffers: the eager forward's kernels and arguments, so each real row
+computes what eager mode computes; padding rows write their K/V to slot -1 (the KV write skips
+it) and read one slot. The decode kernel's split-K factor is chosen from the real batch as in
+eager mode and is part of the graph's key, so every row is reduced in eager mode's order.
+CUDA with the Triton backend only (the torch reference ops read lengths on the host).
 
-Every graph is captured before the run is measured (`capture_all`, at engine build, as vLLM
-captures its sizes at startup): torch's capture synchronizes and empties caches, which inside
-a measured step would inflate its latency. `capture_plan` lists the keys a run can meet: every
-capture size with every split count the split heuristic gives for a batch padded to it, at any
-context up to `max_model_len` (a finite set: split counts are bounded by the decode kernel's
-maximum). An fp8 cache whose scales come from its first write cannot be captured before that
-write; its whole plan is captured at the first decode step after that write, and
-`late_captures` counts what was captured during the run.
-
-Unverified without a GPU: `scripts/gpu_check.sh` is where eager and graph tokens are compared.
+Every graph is captured before the run is measured (`capture_all`, as vLLM captures at
+startup): a capture synchronizes and empties caches, which would inflate a measured step.
+`capture_plan` lists the keys a run can meet (every capture size with every split count the
+heuristic gives for it at any context up to `max_model_len`). An fp8 cache whose scales come
+from its first write is captured at the first decode step after it (`late_captures`).
+Eager and graph tokens are compared on a GPU by `scripts/gpu_check.sh`.
 """
 
 from __future__ import annotations

@@ -17,8 +17,7 @@ if TYPE_CHECKING:
 def reset_peak_memory(device: torch.device | DeviceKind) -> None:
     """Start a new peak of torch's allocator on CUDA, so the next peak is this run's."""
     if device.type == "cuda":
-        # torch/pynvml: only on CUDA
-        import torch
+        import torch  # only on CUDA
 
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -27,25 +26,22 @@ def peak_allocated_bytes(device: torch.device | DeviceKind) -> int | None:
     """torch's allocator peak on CUDA since the last reset; None elsewhere."""
     if device.type != "cuda":
         return None
-    # torch/pynvml: only on CUDA
-    import torch
+    import torch  # only on CUDA
 
     return torch.cuda.max_memory_allocated(device)
 
 
 class GpuMemoryProbe:
+    """A step's device memory figures on a CUDA device."""
+
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self._handle = None
         self._nvml = None
-        if device.type != "cuda":
-            return
-        # torch/pynvml: only on CUDA
-        import torch
+        import torch  # only on CUDA
 
         try:
-            # torch/pynvml: only on CUDA
-            import pynvml
+            import pynvml  # only on CUDA
 
             pynvml.nvmlInit()
             index = device.index if device.index is not None else torch.cuda.current_device()
@@ -55,11 +51,7 @@ class GpuMemoryProbe:
             self._handle = None
 
     def sample(self) -> dict[str, int | None]:
-        if self.device.type != "cuda":
-            return {"gpu_used_bytes": None, "torch_allocated_bytes": None,
-                    "torch_reserved_bytes": None}
-        # torch/pynvml: only on CUDA
-        import torch
+        import torch  # only on CUDA
 
         used = None
         if self._handle is not None:

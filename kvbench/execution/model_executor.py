@@ -29,15 +29,12 @@ FP8_SCALE_FLOOR = 1e-6
 
 
 class KVArena:
-    """One `[num_slots, Hkv, D]` K tensor and one V tensor per layer, allocated once; a
-    latent-attention ("mla") layer has one `[num_slots, 1, latent + rope]` tensor, its V a
-    view of the latent (`v[layer] = k[layer][..., :kv_lora_rank]`) and its scale K's.
-
-    The tensors of each layer take their shape from the layer's `KVGroup`
-    (`ModelConfig.kv_groups`), so `nbytes` is `num_slots` x the groups' KV bytes per token.
-    An fp8 (`float8_e4m3fn`) arena holds `value / scale` with one 0-d float32 scale for K and
-    one for V per layer: `kv_scale` when given, otherwise set by `init_scales` from the
-    layer's first write and never changed afterwards, so every sequence sees the same scales.
+    """One K and one V tensor per layer, shaped by its `KVGroup` (`[num_slots, Hkv, D]`),
+    allocated once; a latent-attention ("mla") layer has one `[num_slots, 1, latent + rope]`
+    tensor, its V a view of the latent and its scale K's. An fp8 (`float8_e4m3fn`) arena
+    holds `value / scale` with one 0-d float32 scale for K and one for V per layer:
+    `kv_scale` when given, else set from the layer's first write and never changed, so every
+    sequence sees the same scales.
 
     With an `allocation` (`hybrid`, `kvbench.core.kv_allocation`) the arena holds one K and
     one V tensor per position in an allocation group, shared by every group: layer l reads

@@ -1,11 +1,10 @@
 """Persistent host arrays for a step's index inputs, and their one transfer to the device.
 
-The strategies log every change to a sequence's table (a block id appended or replaced, a
-contiguous start slot set, a table dropped); `BlockTableArrays` applies the log to one
-preallocated integer array with a row per live sequence, so a step's block tables are a
-row gather and its slot mapping a vectorised lookup, whatever the strategy. `StepInputs`
-packs every index a step needs into one staging buffer (pinned on CUDA) and copies it to the
-device in a single transfer.
+`BlockTableArrays` applies the strategies' table logs (a block id set, a contiguous start
+slot, a table dropped) to one preallocated array with a row per live sequence, so a step's
+block tables are a row gather and its slot mapping a vectorised lookup, whatever the
+strategy. `StepInputs` packs every index a step needs into one staging buffer (pinned on
+CUDA) and copies it to the device in a single transfer.
 """
 
 from __future__ import annotations
@@ -101,9 +100,6 @@ def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int,
     layout with a table per allocation group (`group_table_logs`) applies each group's log
     to its own entry of `group_arrays` (grown as needed)."""
     seq_lens = np.asarray(layout.seq_lens, dtype=np.int64)
-    if (num_prefill == 0 and layout.seq_ids is not None and layout.group_table_logs is None
-            and len(layout.query_lens) == len(seq_lens) and all(n == 1 for n in layout.query_lens)):
-        return _decode_indices(layout, arrays, seq_lens)
     query_lens = np.asarray(layout.query_lens, dtype=np.int64)
     qsl = np.zeros(num_prefill + 1, dtype=np.int64)
     np.cumsum(query_lens[:num_prefill], out=qsl[1:])
@@ -131,30 +127,6 @@ def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int,
         tables = arrays.table[rows, :1]
         slots = tables[seq_of, 0] + positions
     return HostIndices(slots, seq_lens, qsl, tables)
-
-
-# A decode step's `query_start_loc`: no prefill, so only its leading 0 (never written to).
-_NO_PREFILL = np.zeros(1, dtype=np.int64)
-
-
-def _decode_indices(layout: KVLayout, arrays: BlockTableArrays,
-                    seq_lens: np.ndarray) -> HostIndices:
-    """`layout_indices` of a step of decodes only (one new token a sequence, at position
-    seq_len - 1), in the fewest array operations: a step's host work runs with the caches
-    cold from the forward before it, where each operation's fixed cost dominates."""
-    arrays.apply(layout.table_log)
-    rows = arrays.rows(layout.seq_ids)
-    positions = seq_lens - 1
-    if layout.kind == "paged":
-        width = max(int(arrays.lengths[rows].max(initial=1)), 1)
-        tables = arrays.table[rows, :width]
-        bs = layout.block_size
-        blocks = tables[np.arange(len(rows)), positions // bs]
-        slots = blocks * bs + positions % bs
-    else:
-        tables = arrays.table[rows, :1]
-        slots = tables[:, 0] + positions
-    return HostIndices(slots, seq_lens, _NO_PREFILL, tables)
 
 
 def _group_indices(layout: KVLayout, group_arrays: list[BlockTableArrays] | None,
@@ -207,10 +179,6 @@ class DeviceIndices:
     # `tables` serve every layer.
     group_slot_mappings: torch.Tensor | None = None  # long [groups, tokens]
     group_tables: torch.Tensor | None = None  # int32 [groups, seqs, width]
-
-    @property
-    def block_tables(self) -> torch.Tensor:
-        return self.tables
 
     @property
     def start_slots(self) -> torch.Tensor:

@@ -1,31 +1,20 @@
 """CPU thread settings that do not collapse under contention, and their record for config.json.
 
-torch's CPU kernels run on an OpenMP pool whose idle threads, by default (GNU OpenMP's ACTIVE
-wait policy), spin between parallel regions. With `--cpu-threads 2` and another process busy
-on the second core, a spinning thread steals the time slice its peer needs, and a run loses
-most of its throughput; with `OMP_WAIT_POLICY=PASSIVE` (idle threads sleep) it keeps nearly
-all of it. With one thread there is no pool and the policy changes nothing.
+torch's CPU kernels run on an OpenMP pool whose idle threads spin by default (GNU OpenMP's
+ACTIVE wait policy): with `--cpu-threads 2` and another process busy on the second core, a
+spinning thread steals its peer's time slice and a run loses most of its throughput.
+`OMP_WAIT_POLICY=PASSIVE` (idle threads sleep) keeps nearly all of it. The runtime reads the
+variable once, when torch loads, so `kvbench/__init__.py` calls
+`default_passive_wait_policy()` before anything imports torch (a value the user set is kept;
+`thread_settings()` records when torch was loaded first and the policy may not apply).
 
-The OpenMP runtime reads OMP_WAIT_POLICY once, when torch loads it (`import torch`), so the
-default has to be in the environment before that: `kvbench/__init__.py` calls
-`default_passive_wait_policy()` before anything imports torch. A value the user set is kept.
-When torch was imported first (a library user who imported torch before kvbench) the policy
-can no longer change; `thread_settings()` records that it may not be in effect.
+`kvbench simulate` needs no BLAS pool (a few dot products per 65,536 steps) and no
+background thread of pyarrow's jemalloc (a short process, a few large writes), so it sets
+OPENBLAS_NUM_THREADS=1 and turns that thread off before numpy and pyarrow load
+(`default_one_blas_thread`, `default_no_arrow_thread`; a setting already there is kept).
 
-numpy's bundled OpenBLAS starts a pool of one thread per core when numpy is imported, and the
-pool's start is a large share of numpy's import. A simulation's only BLAS work is a few dot
-products per 65,536 steps (the KV groups' means), which a pool does not speed up, so
-`kvbench simulate` sets OPENBLAS_NUM_THREADS=1 before anything imports numpy
-(`default_one_blas_thread`), unless it is set or numpy is loaded already (OpenBLAS reads it
-once, at load; the process and its children keep the setting).
-
-pyarrow (which writes the results files) loads a jemalloc that starts a background thread to
-return freed memory to the system; a simulation's process is short and its few large writes
-need none, so `kvbench simulate` turns it off before pyarrow loads (`default_no_arrow_thread`,
-the same way: a setting already there is kept).
-
-This module must not import torch at module level. A run that never loaded torch
-(`kvbench simulate`) records its torch thread counts as None: no torch pool ran.
+This module must not import torch: a run that never loaded it (`kvbench simulate`) records
+its torch thread counts as None.
 """
 
 from __future__ import annotations

@@ -1,36 +1,22 @@
 """`--engine hf`: the same workload replayed through Hugging Face transformers' `generate()`.
 
-This is the baseline a user would pick instead of a serving engine: static batches of up to
-`--max-num-seqs` requests, taken first come first served from the queue, each run by one
-`model.generate()` call with left padding and transformers' own KV cache (`DynamicCache`),
-on the same model weights, device and dtype as kvbench. Like `Engine` it is a `BaseEngine`
-(the request book, step records and run control the runner drives), so the results folder
-has the same files and metrics.
+The baseline a user would pick instead of a serving engine: static batches of up to
+`--max-num-seqs` requests, first come first served, each one left-padded `model.generate()`
+call with transformers' own KV cache (`DynamicCache`), on kvbench's weights, device and dtype.
+As a `BaseEngine` it gives the runner the same results files and metrics:
 
-How a batch runs and what is measured:
-
-- Every member generates exactly `max(output_len)` tokens of its batch (EOS is disabled:
-  `eos_token_id=None`), and a member's output is its first `output_len` tokens, so each
-  request gets exactly its requested length. Greedy by default; `--temperature` samples
-  with transformers' sampler (seeded per batch, so sampled tokens differ from kvbench's).
-- Per-token times come from a streamer (`generate(streamer=...)`), which transformers calls
-  with each step's new tokens: TTFT, TPOT and ITL are measured. A request finishes at its
-  own last token, as a finished member of kvbench's `static` batch does; its row keeps
-  computing (and holding cache) until the batch ends, which is what the throughput sees.
-- `steps.csv` has one row per model forward of `generate()` (the prefill, then one per
-  decode step); `overhead_ms` is the time in the step outside the model's forward (the
-  generate loop: input preparation, logits processing, stopping checks, cache updates),
-  timed by forward hooks. Every row of the batch is computed in every step, so
-  `num_decode_seqs` is the batch size; `num_running` counts members not yet finished.
-- The memory split is unavailable (transformers' cache has no arena to split): the
-  `kv_*_bytes` columns are empty (NaN), `kv_utilization` is None, and the summary's
-  `kv_budget_bytes` and `kv_capacity_tokens` are null (no budget is enforced). On CUDA the
-  peak allocated bytes (`peak_gpu_bytes`) still show what the run held.
-- A batch never pads a row past the model's positions: one row holds the batch's longest
-  prompt plus its longest output, so a batch ends (early, before `--max-num-seqs`) at the
-  first queued request that would make it longer; that request starts the next batch.
-- `prefill_tokens_computed` counts padded prompt tokens (batch size x longest prompt):
-  the tokens the prefill really computes.
+- Every member generates `max(output_len)` tokens of its batch (`eos_token_id=None`) and
+  keeps its first `output_len`; greedy by default, `--temperature` samples with
+  transformers' sampler (seeded per batch, so its tokens differ from kvbench's).
+- Token times come from a streamer (TTFT, TPOT, ITL); a request finishes at its own last
+  token, but its row computes (and holds cache) until the batch ends.
+- `steps.csv` has a row per model forward (the prefill, then each decode step);
+  `overhead_ms` is the step's time outside the forward (timed by forward hooks).
+- No memory split (transformers' cache has no arena): the `kv_*_bytes` columns are NaN and
+  `kv_budget_bytes` / `kv_capacity_tokens` null; on CUDA `peak_gpu_bytes` still shows it.
+- A batch ends before the first queued request that would pad a row past the model's
+  positions (longest prompt + longest output); `prefill_tokens_computed` counts the padded
+  prompt tokens the prefill really computes.
 """
 
 from __future__ import annotations

@@ -25,23 +25,15 @@ class ScheduleOutput:
 
 
 def in_prefill(seq: Sequence) -> bool:
-    """Whether the sequence still has tokens to (re)compute before it samples again.
-
-    A decoding sequence has sampled at least one token and has exactly that one left to
-    compute. Anything else is a prefill: a new prompt (also one whose prefix-cache hit left
-    a single token), a prompt cut into chunks, a preempted sequence recomputing its prompt
-    and generated tokens.
-    """
+    """Whether the sequence has more than its last sampled token to (re)compute: a new
+    prompt (a prefix hit that left one token too), a chunked one, a preempted recompute."""
     return not seq.is_decoding
 
 
 def seats(seq: Sequence, max_num_seqs: int) -> int:
-    """Running-set places a sequence takes at admission (toward `max_num_seqs`).
-
-    A request's first sample that has not produced its first token yet will fork its
-    `n - 1` siblings then, so it takes `n` places (as vLLM counts a sequence group), capped
-    at `max_num_seqs` so that a request with more samples than places can still run.
-    """
+    """Running-set places a sequence takes at admission (toward `max_num_seqs`): a
+    request's first sample forks its `n - 1` siblings at its first token, so it takes `n`
+    (as vLLM counts a sequence group), capped so that such a request can still run."""
     request = seq.request
     if request.n > 1 and seq.sample_index == 0 and len(seq.token_ids) == request.prompt_len:
         return min(request.n, max_num_seqs)
@@ -70,12 +62,11 @@ class BatchingPolicy(ABC):
         self.limits = limits
         self.running: list[Sequence] = []  # in admission order
         self.waiting = WaitingQueue(queue_order)
-        # Whether any request with n > 1 was added: until one is, every sequence takes one
-        # place and `occupied_seats` is the running count (no walk over the running set).
+        # Whether any request with n > 1 was added (`add`: its samples, requeued or forked,
+        # come from it): until then `occupied_seats` is the running count, without a walk.
         self._multi_sample = False
 
     def add(self, seq: Sequence) -> None:
-        """A new sequence waits for admission."""
         seq.status = SequenceStatus.WAITING
         self._multi_sample = self._multi_sample or seq.request.n > 1
         self.waiting.push(seq)
@@ -83,7 +74,6 @@ class BatchingPolicy(ABC):
     def requeue(self, seq: Sequence) -> None:
         """A sequence that could not run goes back to the front of the queue."""
         seq.status = SequenceStatus.WAITING
-        self._multi_sample = self._multi_sample or seq.request.n > 1
         self.waiting.push_front(seq)
 
     @abstractmethod
@@ -98,7 +88,6 @@ class BatchingPolicy(ABC):
     def add_running(self, seq: Sequence) -> None:
         """A forked child joins the running set directly."""
         seq.status = SequenceStatus.RUNNING
-        self._multi_sample = self._multi_sample or seq.request.n > 1
         self.running.append(seq)
 
     def holders(self) -> list[Sequence]:
@@ -145,13 +134,9 @@ class BatchingPolicy(ABC):
         self.running.append(seq)
 
     def _admit_whole_prompts(self, now_s: float, out: ScheduleOutput) -> None:
-        """Admit from the queue head, each with all its uncomputed tokens, in one step.
-
-        Stops at `max_num_seqs` running, at the first sequence the cache cannot take now
-        (no overtaking within the queue order), and when the next prompt would exceed
-        the token budget (the first one always goes: the builder keeps the budget at least
-        `max_model_len` without chunked prefill).
-        """
+        """Admit from the queue head, each with all its uncomputed tokens, until the next
+        prompt would exceed the token budget (the first always goes: without chunked prefill
+        the builder keeps the budget at least `max_model_len`)."""
         budget = self.limits.max_num_batched_tokens - out.num_tokens
 
         def prompt_fits(seq: Sequence) -> bool:
@@ -161,18 +146,27 @@ class BatchingPolicy(ABC):
             out.scheduled.append((seq, seq.num_uncomputed))
             budget -= seq.num_uncomputed
 
+    def _admit_chunks(self, now_s: float, out: ScheduleOutput, budget: int) -> None:
+        """Admit from the queue head while `budget` tokens are left, each with as many of its
+        uncomputed tokens as fit (a prompt cut into chunks)."""
+
+        def budget_left(_: Sequence) -> bool:
+            return budget > 0
+
+        for seq in self._admit_from_queue(now_s, out, budget_left):
+            n = min(seq.num_uncomputed, budget)
+            out.scheduled.append((seq, n))
+            budget -= n
+
     def _admit_from_queue(
         self,
         now_s: float,
         out: ScheduleOutput,
         may_admit: Callable[[Sequence], bool] = lambda seq: True,
     ) -> Iterator[Sequence]:
-        """Admit from the queue head, in queue order; yields each admitted sequence.
-
-        Stops at the first sequence that would exceed `max_num_seqs` places, that
-        `may_admit` refuses (checked again after the caller's work on each yield) or that the
-        cache cannot take now: no overtaking.
-        """
+        """Admit from the queue head, in queue order, yielding each; stops at the first
+        sequence that would exceed `max_num_seqs` places, that `may_admit` refuses (asked
+        after the caller's work on each yield) or that the cache cannot take: no overtaking."""
         waiting = self.waiting
         if not waiting:
             return
@@ -192,11 +186,8 @@ class BatchingPolicy(ABC):
             yield seq
 
     def _schedule_decodes(self, seqs: list[Sequence], out: ScheduleOutput) -> None:
-        """Every sequence of `seqs` (admission order) computes its next token, within the budget.
-
-        Memory for the new token is allocated oldest first; when the pool is dry the most
-        recently admitted sequences of `seqs` not yet scheduled are preempted.
-        """
+        """Every sequence of `seqs` (admission order) computes its next token within the
+        budget, memory allocated oldest first (`_grow_or_preempt`)."""
         budget = self.limits.max_num_batched_tokens - out.num_tokens
         pending = deque(seqs)
         while pending and budget > 0:
@@ -221,11 +212,8 @@ class BatchingPolicy(ABC):
         self, seq: Sequence, num_tokens: int, candidates: deque[Sequence] | list[Sequence],
         out: ScheduleOutput,
     ) -> bool:
-        """Allocate for `seq`, preempting the most recently admitted candidates until it fits.
-
-        `candidates` are the sequences not yet scheduled in this step, in admission order;
-        victims are taken from its end. Returns False when `seq` itself had to be preempted.
-        """
+        """Allocate for `seq`, preempting the last of `candidates` (those not yet scheduled
+        this step, in admission order) until it fits; False when `seq` itself went."""
         while not self.cache.allocate(seq, num_tokens):
             victim = candidates.pop() if candidates else seq
             self.preempt(victim, out)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections import deque
 
-from kvbench.core.sequence import Sequence
 from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput, in_prefill
 from kvbench.scheduling.registry import register_policy
 
@@ -78,14 +77,6 @@ class ContinuousBatching(BatchingPolicy):
                 budget -= n
             if len(out.preempted) != preempted:
                 decodes_left = sum(1 for s in pending if not in_prefill(s))
-        if out.preempted and out.scheduled:
-            return out
-
-        def budget_left(_: Sequence) -> bool:
-            return budget > 0
-
-        for seq in self._admit_from_queue(now_s, out, budget_left):
-            n = min(seq.num_uncomputed, budget)
-            out.scheduled.append((seq, n))
-            budget -= n
+        if not (out.preempted and out.scheduled):
+            self._admit_chunks(now_s, out, budget)
         return out

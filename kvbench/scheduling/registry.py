@@ -2,9 +2,8 @@
 itself here.
 
 A policy module decorates its `BatchingPolicy` subclass with `register_policy(name, summary)`;
-its options dataclass is `SchedulerLimits` unless it declares its own (built from the same
-engine options); `engine_overrides` are `EngineConfig` values the policy implies (`vllm-v1`
-always chunks prefills). A queue order module decorates its `QueueOrder` subclass with
+`engine_overrides` are `EngineConfig` values the policy implies (`vllm-v1` always chunks
+prefills). A queue order module decorates its `QueueOrder` subclass with
 `register_queue_order(name, summary)`. `POLICIES` and `QUEUE_ORDERS` import every module of
 `kvbench.scheduling` on the first lookup, so `kvbench list`, `--batching`, `--queue-order` and
 the property tests see a new one without other edits. Every policy runs with every queue
@@ -14,7 +13,7 @@ order: `make_policy(name, cache, limits, queue_order)`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kvbench.registry import Registry
@@ -30,7 +29,7 @@ T = TypeVar("T", bound=type)
 
 @dataclass(frozen=True)
 class PolicyEntry:
-    """One name of `--batching`: `cls(cache, options, queue_order)` builds it.
+    """One name of `--batching`: `cls(cache, limits, queue_order)` builds it.
 
     `engine_overrides` are `EngineConfig` values the policy implies, applied over the user's.
     """
@@ -38,7 +37,6 @@ class PolicyEntry:
     name: str
     summary: str
     cls: type[BatchingPolicy]
-    options: type = SchedulerLimits
     engine_overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -74,14 +72,13 @@ POLICIES: Registry[PolicyEntry] = Registry(
 
 
 def register_policy(
-    name: str, summary: str, options: type = SchedulerLimits,
-    engine_overrides: Mapping[str, Any] | None = None,
+    name: str, summary: str, engine_overrides: Mapping[str, Any] | None = None,
 ) -> Callable[[T], T]:
     """Class decorator: `--batching name` runs the class, built as
-    `cls(cache, options, queue_order)`, over an engine config with `engine_overrides`."""
+    `cls(cache, limits, queue_order)`, over an engine config with `engine_overrides`."""
 
     def decorate(cls: T) -> T:
-        POLICIES.add(PolicyEntry(name, summary, cls, options, dict(engine_overrides or {})))
+        POLICIES.add(PolicyEntry(name, summary, cls, dict(engine_overrides or {})))
         cls.name = name
         return cls
 
@@ -103,8 +100,4 @@ def make_policy(
     name: str, cache: CacheStrategy, limits: SchedulerLimits, queue_order: str = "fcfs"
 ) -> BatchingPolicy:
     """Policy `name` over `cache`, its waiting queue in the order `queue_order` names."""
-    entry = POLICIES.get(name)
-    order = QUEUE_ORDERS.get(queue_order).cls()
-    if entry.options is not SchedulerLimits:  # a policy's own options extend the limits
-        limits = entry.options(**asdict(limits))
-    return entry.cls(cache, limits, order)
+    return POLICIES.get(name).cls(cache, limits, QUEUE_ORDERS.get(queue_order).cls())

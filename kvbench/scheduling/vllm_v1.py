@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections import deque
 
-from kvbench.core.sequence import Sequence
 from kvbench.scheduling.base import BatchingPolicy, ScheduleOutput
 from kvbench.scheduling.registry import register_policy
 
@@ -50,16 +49,8 @@ class VllmV1Batching(BatchingPolicy):
     def schedule(self, now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()
         budget = self._schedule_running(out)
-        if out.preempted and out.scheduled:
-            return out
-
-        def budget_left(_: Sequence) -> bool:
-            return budget > 0
-
-        for seq in self._admit_from_queue(now_s, out, budget_left):
-            n = min(len(seq.token_ids) - seq.num_computed, budget)
-            out.scheduled.append((seq, n))
-            budget -= n
+        if not (out.preempted and out.scheduled):
+            self._admit_chunks(now_s, out, budget)
         return out
 
     def _schedule_running(self, out: ScheduleOutput) -> int:

@@ -23,6 +23,8 @@ from kvbench.engine.engine import Engine
 from kvbench.models.loader import load_model
 from kvbench.strategies.contiguous import ContiguousStrategy
 from kvbench.strategies.paged import PagedStrategy
+from kvbench.strategies.prefix import PrefixCachingStrategy
+from tests.strategies.consistency import check_consistency
 
 WIDE_INIT_STD = 0.1
 MODEL = "tiny"
@@ -103,8 +105,8 @@ def check_invariants(engine: Engine) -> None:
     assert len(set(holder_ids)) == len(holder_ids), "a sequence is listed twice"
     for seq in engine.waiting:
         assert seq.num_computed == 0, f"waiting sequence {seq.seq_id} keeps computed tokens"
-    if isinstance(strategy, PagedStrategy) and hasattr(strategy, "check_consistency"):
-        strategy.check_consistency()  # prefix caching: shares blocks by design, checks itself
+    if isinstance(strategy, PrefixCachingStrategy):
+        check_consistency(strategy)  # prefix caching: shares blocks by design
         assert set(strategy.tables) == set(holder_ids)
         assert min(strategy.pool.ref_counts, default=0) >= 0
     elif isinstance(strategy, PagedStrategy):

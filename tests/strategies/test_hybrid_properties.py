@@ -17,6 +17,7 @@ from kvbench.execution.step_inputs import BlockTableArrays, layout_indices
 from kvbench.scheduling.base import in_prefill
 from kvbench.strategies.hybrid import FREED, HybridStrategy
 from kvbench.strategies.hybrid_prefix import HybridPrefixStrategy
+from tests.strategies.consistency import check_consistency, held_blocks
 from tests.strategies.test_accounting_properties import MAX_LEN, Driver, op_st
 
 
@@ -83,7 +84,7 @@ class HybridDriver(Driver):
             n = self.last_tokens.get(seq.seq_id)
             if n is None or seq.seq_id not in strategy.tables:
                 continue
-            for window, held in zip(strategy.windows, strategy.held_blocks(seq), strict=True):
+            for window, held in zip(strategy.windows, held_blocks(strategy, seq), strict=True):
                 if window is None:
                     continue
                 if n == 1:  # a decode: the bound the issue names
@@ -92,7 +93,7 @@ class HybridDriver(Driver):
 
     def check(self) -> None:
         super().check()
-        self.strategy.check_consistency()
+        check_consistency(self.strategy)
         self.check_windows()
         head = self.waiting[0] if self.waiting else None
         split = self.strategy.memory_split(self.live, head)
@@ -184,7 +185,7 @@ def test_a_window_group_hits_with_only_its_windows_blocks_cached():
     strategy.admit(first)
     first.num_computed = 21
     strategy.allocate(first, 1)  # names the five full blocks, frees the window's behind
-    assert strategy.held_blocks(first) == [6, 1]
+    assert held_blocks(strategy, first) == [6, 1]
     strategy.free(first)
     filler_prompt = tuple(range(1000, 1184))  # 46 blocks a group: evicts the two oldest,
     filler = Sequence(1, Request(1, 0.0, filler_prompt, 1), 0, list(filler_prompt))
@@ -193,4 +194,4 @@ def test_a_window_group_hits_with_only_its_windows_blocks_cached():
     strategy.free(filler)
     second = Sequence(2, Request(2, 0.0, prompt, 2), 0, list(prompt))
     assert strategy.admit(second) == 20  # five blocks: all but the one with the last token
-    assert strategy.held_blocks(second) == [6, 1]
+    assert held_blocks(strategy, second) == [6, 1]

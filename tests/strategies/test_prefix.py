@@ -16,6 +16,7 @@ from kvbench.core.sequence import Sequence
 from kvbench.strategies import make_strategy
 from kvbench.strategies.paged import PagedStrategy
 from kvbench.strategies.prefix import PrefixCachingStrategy
+from tests.strategies.consistency import check_consistency
 
 VOCAB = 2048
 MODELS: dict = {}  # one tiny model for the whole module
@@ -195,7 +196,7 @@ def test_hit_leaves_last_token_and_namespaces_do_not_mix():
     other = PrefixCachingStrategy(64, 64, block_size=4, namespace="b")
     assert hits(cache, list(range(9))) == 2
     assert hits(other, list(range(9))) == 0
-    cache.check_consistency()
+    check_consistency(cache)
     assert cache.is_whole()
 
 
@@ -217,7 +218,7 @@ def test_eviction_is_lru_and_tail_first():
     assert not hits(cache, [1, 2, 3, 4, 5])
     assert hits(cache, [9, 8, 7, 6, 5]) == 2
     cache.free(b)
-    cache.check_consistency()
+    check_consistency(cache)
     assert cache.is_whole()
 
 

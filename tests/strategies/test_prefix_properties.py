@@ -16,6 +16,7 @@ from kvbench.core.sequence import Sequence
 from kvbench.execution.step_inputs import BlockTableArrays, layout_indices
 from kvbench.scheduling.base import in_prefill
 from kvbench.strategies.prefix import PrefixCachingStrategy
+from tests.strategies.consistency import check_consistency
 
 VOCAB = 3  # a tiny vocabulary so that random prompts share prefixes often
 
@@ -158,7 +159,7 @@ class Simulator:
         self.live.remove(seq)
 
     def check(self) -> None:
-        self.cache.check_consistency()
+        check_consistency(self.cache)
         bs = self.cache.block_size
         for seq in self.live:
             # positions in blocks still pending hold nothing yet: their owner writes them at
