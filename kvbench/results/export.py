@@ -373,8 +373,3 @@ def request_table(folders: list[Path]) -> Export:
             missing.append(f"itl_mean_ms, itl_max_ms of {folder} (no {TOKENS_FILE})")
         frames.append(frame)
     return Export({"frame": pd.concat(frames, ignore_index=True)}, missing)
-
-
-__all__ = ["VLLM_SWEEP_SUMMARY", "Export", "RunFiles", "peak_concurrent_requests",
-           "peak_output_tokens_per_s", "request_table", "vllm_bench_result",
-           "vllm_sweep_files"]

@@ -123,6 +123,3 @@ class RequestWriter:
                 file.close()
             except OSError:
                 pass
-
-
-__all__ = ["FLUSH_EVERY_S", "RequestWriter"]

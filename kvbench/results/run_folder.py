@@ -328,8 +328,3 @@ def check_finished(folders: list[Path], *, allow_incomplete: bool, refusal: str)
     if not allow_incomplete:
         raise KvbenchInputError(f"{text}; {refusal}")
     return text
-
-
-__all__ = ["PARTIAL", "REQUEST_COLUMNS", "RunProblem", "check_finished", "claim_working_folder",
-           "describe", "finish", "folder_problems", "is_whole", "is_working", "planned_runs",
-           "read_partial_requests", "run_name", "run_problem", "working"]

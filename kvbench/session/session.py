@@ -416,14 +416,3 @@ def _report_run(outcome: RunOutcome, group: Path, repeat: dict[str, Any] | None)
     if outcome.steps is not None:
         run.use_steps(outcome.steps)
     return run
-
-
-__all__ = [
-    "SessionPlan",
-    "SessionResult",
-    "expand_runs",
-    "parse_slo",
-    "plan_session",
-    "run_session",
-    "write_reports",
-]
