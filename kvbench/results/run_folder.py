@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 from kvbench.errors import KvbenchInputError
 from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
-from kvbench.results.token_times import JSONL_TOKENS_FILE, tokens_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -175,6 +174,8 @@ def _tokens_problem(path: Path, rows: int | None) -> str | None:
     `rows` rows of requests.csv (every sample of a whole run ran)."""
     import pyarrow as pa  # (only to read a folder back)
 
+    from kvbench.results.token_times import JSONL_TOKENS_FILE  # (as tokens_path)
+
     try:
         if path.name == JSONL_TOKENS_FILE:
             if _cut_short(path):
@@ -196,6 +197,8 @@ def _files_problems(folder: Path, summary: Summary) -> list[str]:
     """What is wrong with a finished run's files: each missing, unreadable or cut short. A
     folder kept to its summary (a CI's baseline: no results file beside it) misreads
     nothing; one written before the token file existed has none."""
+    from kvbench.results.token_times import tokens_path  # pyarrow: a folder with files only
+
     tokens = tokens_path(folder)
     present = [name for name in ("requests.csv", "steps.csv") if (folder / name).is_file()]
     if not present and tokens is None:

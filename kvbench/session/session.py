@@ -281,16 +281,11 @@ def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
         plan, workload = check_run(run, model_cache)
         run = runs[i] = as_planned(run, plan)
         if (budget is None and len(runs) > 1 and run.engine.kv_memory is None
-                and measures_budget(plan.device)):
+                and plan.device.type == "cuda"):  # a GPU's budget is measured, not fixed
             budget = plan.kv_budget_bytes
             runs[i] = _pinned(run, budget)
         prepared.append((plan, workload))
     return prepared
-
-
-def measures_budget(device) -> bool:
-    """A GPU's budget is measured (its free memory beside the model), not a fixed size."""
-    return device.type == "cuda"
 
 
 def _pinned(run: RunConfig, kv_budget_bytes: int) -> RunConfig:
