@@ -57,6 +57,3 @@ def build_engine(
     factory = executor or _model()
     context = BuildContext(clock=clock, model_cache=model_cache)
     return factory.build(factory.plan(engine_shape(config), context), context)
-
-
-__all__ = ["EXECUTOR_FACTORIES", "build_engine", "executor_factory"]

@@ -153,6 +153,3 @@ class ModelExecutors(ExecutorFactory):
                                           plan.shape.max_model_len):
             seconds += time.perf_counter() - start
         return seconds
-
-
-__all__ = ["ModelExecutors", "load_cached_model", "prepare_device"]

@@ -131,9 +131,3 @@ def build_simulated_engine(
     `SimulatedExecutors(gpu, start_s)`)."""
     factory, context = SimulatedExecutors(gpu, start_s), BuildContext()
     return factory.build(factory.plan(engine_shape(config), context), context)
-
-
-__all__ = [
-    "SimulatedExecutors",
-    "build_simulated_engine",
-]

@@ -32,6 +32,3 @@ def vllm_flags(config: EngineConfig, max_batched_tokens: int, dtype: str) -> Vll
         weights_memory=config.weights_memory,
         vllm_version=config.vllm_version,
     )
-
-
-__all__ = ["vllm_flags"]

@@ -1,3 +1,4 @@
-"""The results schema: the `Summary` and its metric catalogue, per-request metrics, token
-times, `steps.csv` writing, repeats' statistics, the vLLM export and atomic folder writes.
-The session writes it, the report and `kvbench compare` read it."""
+"""The results folder and its schema. A session enters through `SessionFolder` (its folder,
+renamed whole last) and each run's `RunWriter` (streaming, summarizing and writing the run's
+files); the report and `kvbench compare` read folders back (`run_folder`: whether they are
+whole), and `export` writes them in vLLM's formats."""

@@ -79,6 +79,3 @@ class Columns:
 def as_columns(table: Columns | pd.DataFrame) -> Columns:
     """`table` as `Columns` (a pandas frame's columns; `Columns` as it is)."""
     return table if isinstance(table, Columns) else Columns.from_frame(table)
-
-
-__all__ = ["Columns", "as_columns"]

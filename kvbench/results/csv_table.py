@@ -61,6 +61,3 @@ def _cells(values: np.ndarray, ints: bool) -> pa.Array:
         return text
     # A whole float's text gets its ".0" (pyarrow writes 1.0 as "1"; 1e+16 and inf stay).
     return pc.replace_substring_regex(text, pattern=r"^(-?\d+)$", replacement=r"\1.0")
-
-
-__all__ = ["arrow_array", "csv_text"]

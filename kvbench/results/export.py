@@ -7,7 +7,9 @@ vLLM's types, units and formulas: per-request lists in seconds (`ttfts`, `latenc
 `start_times`, `queue_times`, `itls` a list of gaps per request), summary figures in
 milliseconds as mean, median, std (population, as numpy's default) and p99 over completed
 requests, TPOT per request as (E2E − TTFT) / (output tokens − 1), `max_output_tokens_per_s`
-and `max_concurrent_requests` from vLLM's one-second buckets and sweep line. A request with
+from vLLM's one-second buckets and `max_concurrent_requests` as vLLM's `calculate_concurrency`
+(`vllm/benchmarks/lib/utils.py`: the exact peak over half-open intervals; releases before it
+counted every request active during a one-second bucket, which overcounts). A request with
 n > 1 samples is one request whose response streams every sample's tokens, as vLLM's client
 counts it: `output_lens` is the tokens of all samples and `itls` the gaps of their merged
 stream, so TTFT + Σ ITL is the request's E2E. Throughputs and duration are kvbench's own
@@ -147,8 +149,9 @@ def peak_output_tokens_per_s(token_times_s: list[np.ndarray], start_s: float) ->
 
 
 def peak_concurrent_requests(start_s: np.ndarray, end_s: np.ndarray) -> int:
-    """vLLM's `max_concurrent_requests`: the most requests in flight at once over half-open
-    intervals [start, end) (a request that ends as another starts does not overlap it)."""
+    """vLLM's `max_concurrent_requests` (`calculate_concurrency`): the most requests in flight
+    at once over half-open intervals [start, end) (a request that ends as another starts does
+    not overlap it; a zero-latency one is empty)."""
     if start_s.size == 0:
         return 0
     times = np.concatenate([start_s, end_s])
@@ -370,8 +373,3 @@ def request_table(folders: list[Path]) -> Export:
             missing.append(f"itl_mean_ms, itl_max_ms of {folder} (no {TOKENS_FILE})")
         frames.append(frame)
     return Export({"frame": pd.concat(frames, ignore_index=True)}, missing)
-
-
-__all__ = ["VLLM_SWEEP_SUMMARY", "Export", "RunFiles", "peak_concurrent_requests",
-           "peak_output_tokens_per_s", "request_table", "vllm_bench_result",
-           "vllm_sweep_files"]

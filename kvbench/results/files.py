@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 @contextlib.contextmanager
 def atomic_file(path: Path) -> Iterator[IO[bytes]]:
     """A binary file to write in parts that appears at `path` whole, when the block ends
-    without an error, or not at all (as `atomic_write_bytes`)."""
+    without an error, or not at all: a temporary file, then a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -41,17 +41,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """`path` holds `data` whole or is as it was: a temporary file, then a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as handle:
+        handle.write(data)
 
 
 def write_json(path: Path, data: Any) -> None:

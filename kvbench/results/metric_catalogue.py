@@ -142,7 +142,3 @@ def metric(name: str) -> Metric:
 def find(name_or_column: str) -> Metric | None:
     """A metric by its name (`ttft.p99`) or its column (`ttft_p99_ms`); None if neither."""
     return METRICS.get(name_or_column) or BY_COLUMN.get(name_or_column)
-
-
-__all__ = ["BY_COLUMN", "LATENCY_METRICS", "LATENCY_STATS", "METRICS", "Metric", "find",
-           "metric"]

@@ -1,5 +1,5 @@
 """The metrics of docs/design.md computed from what ran: per-request rows (`Columns`, or a
-pandas frame of `requests.csv`), per-step rows. `kvbench.session.runner.summarize` assembles
+pandas frame of `requests.csv`), per-step rows. `RunWriter.summarize` assembles
 them into a `Summary`."""
 
 from __future__ import annotations

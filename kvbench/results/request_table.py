@@ -168,6 +168,3 @@ class RequestTable:
         handle.write(self.take(slice(0, _CHUNK_ROWS)).csv_lines())
         for start in range(_CHUNK_ROWS, self.num_rows, _CHUNK_ROWS):
             handle.write(self.take(slice(start, start + _CHUNK_ROWS)).csv_lines(header=False))
-
-
-__all__ = ["REQUEST_COLUMNS", "RequestTable"]

@@ -1,18 +1,11 @@
-"""`RequestWriter`: streams finished requests' `requests.csv` rows as they finish.
+"""`RequestWriter`: streams finished requests' `requests.csv` rows as they finish, so a run
+killed mid-replay (`kill -9`, the out-of-memory killer) keeps them; the whole file is written
+over them at the run's end (docs/design.md, Results contract).
 
-The run's `requests.csv` is written whole at its end, atomically (docs/design.md, Results
-contract). Until then every request that finishes is appended, as one row per sample, to
-the run's working folder's `requests.csv`, so a run killed mid-replay (`kill -9`, the machine's out-of-memory
-killer) keeps the requests it had finished; `kvbench report --allow-incomplete` shows them.
-The rows are `RequestTable`'s; the header is `REQUEST_COLUMNS`.
-
-The rows are written (one `write`, no buffer of ours) when `FLUSH_ROWS` finished requests
-wait, or by the first request to finish `FLUSH_EVERY_S` (wall time) or more after the
-previous write: a kill loses the requests finished since the last write, fewer than 256
-(a run that stops any other way writes them all to `requests.csv`), as `steps.csv`
-is written 4,096 rows at a time. Writing each request as it finished would cost a system
-call per finishing step (most steps of a long simulation end a request). A run on a GPU,
-whose requests finish a few a second, mostly still writes each as it finishes.
+Rows are written (one unbuffered `write`) when `FLUSH_ROWS` finished requests wait, or by the
+first request to finish `FLUSH_EVERY_S` (wall time) after the previous write: a kill loses
+fewer than 256 requests, while a system call per finishing step would cost a long simulation
+(most of its steps end a request).
 """
 
 from __future__ import annotations
@@ -123,6 +116,3 @@ class RequestWriter:
                 file.close()
             except OSError:
                 pass
-
-
-__all__ = ["FLUSH_EVERY_S", "RequestWriter"]

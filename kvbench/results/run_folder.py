@@ -10,8 +10,11 @@ started is an empty one) inside its own, and is renamed last, once its compariso
 written.
 
 A run folder is whole when its name does not end in `.partial`, its `kvbench_summary.json`
-reads and says `complete`, and its `requests.csv` and `steps.csv`, where present, read with
-their columns (a folder kept to its summary, as a CI baseline may be, is whole). A folder of
+reads and says `complete`, and its results files are there and whole: `requests.csv` (a row
+for each request) and `steps.csv` (its columns), and the token file (`tokens.parquet`, or an
+older folder's `tokens.jsonl`: a row for each row of `requests.csv`) unless the folder was
+written before it existed; none cut short. A folder kept to its summary alone, as a CI
+baseline may be, is whole. A folder of
 several runs (a comparison, `--repeat`) is whole when it is not `.partial` and each of its runs
 is. Each problem is one phrase named by the run (`contiguous-max`, `paged/rep-2`), so that a
 command can refuse or warn in one line.
@@ -120,38 +123,97 @@ def read_partial_requests(folder: Path) -> pd.DataFrame:
     return frame if all(c in frame.columns for c in REQUEST_COLUMNS) else pd.DataFrame()
 
 
-def _requests_problem(folder: Path, summary: Summary) -> str | None:
-    path = Path(folder) / "requests.csv"
-    if not path.is_file():
-        return None  # a folder kept to its summary (a CI's baseline): nothing misread
+def _cut_short(path: Path) -> bool:
+    """Whether a text file's last line is cut short (every line a whole file writes ends
+    in a newline)."""
+    with path.open("rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return False
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) != b"\n"
+
+
+def _requests_problem(folder: Path, summary: Summary) -> tuple[str | None, int | None]:
+    """What is wrong with the folder's requests.csv (None when nothing), and its rows."""
     import pandas as pd  # (only to read a folder back)
 
+    path = Path(folder) / "requests.csv"
     try:
         frame = pd.read_csv(path)
+        if _cut_short(path):
+            return "has a truncated requests.csv", None
     except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
-        return f"has an unreadable requests.csv ({str(err).splitlines()[0][:80]})"
+        return f"has an unreadable requests.csv ({str(err).splitlines()[0][:80]})", None
     missing = [c for c in REQUEST_COLUMNS if c not in frame.columns]
     if missing:
-        return f"has an unreadable requests.csv (no {', '.join(missing)} column)"
+        return f"has an unreadable requests.csv (no {', '.join(missing)} column)", None
     expected = summary.num_requests
     requests = frame["request_id"].nunique()  # a row per sample: n rows for n samples
     if summary.status == "complete" and expected is not None and requests != expected:
-        return f"has {requests} requests in requests.csv for {expected}"
-    return None
+        return f"has {requests} requests in requests.csv for {expected}", None
+    return None, len(frame)
 
 
 def _steps_problem(folder: Path) -> str | None:
     path = Path(folder) / "steps.csv"
-    if not path.is_file():
-        return None
     try:
         with path.open(encoding="utf-8") as handle:
             header = handle.readline().strip().split(",")
+        if _cut_short(path):
+            return "has a truncated steps.csv"
     except (OSError, ValueError):
         return "has an unreadable steps.csv"
     if not all(c in header for c in STEP_COLUMNS):
         return "has an unreadable steps.csv (not its columns)"
     return None
+
+
+def _tokens_problem(path: Path, rows: int | None) -> str | None:
+    """What is wrong with the token file: unreadable, cut short, or not a row for each of
+    `rows` rows of requests.csv (every sample of a whole run ran)."""
+    import pyarrow as pa  # (only to read a folder back)
+
+    from kvbench.results.token_times import JSONL_TOKENS_FILE  # (as tokens_path)
+
+    try:
+        if path.name == JSONL_TOKENS_FILE:
+            if _cut_short(path):
+                return f"has a truncated {path.name}"
+            with path.open("rb") as handle:
+                count = sum(1 for line in handle if line.strip())
+        else:
+            import pyarrow.parquet as pq  # (only to read a folder back)
+
+            count = pq.ParquetFile(path).metadata.num_rows
+    except (OSError, pa.ArrowException) as err:
+        return f"has an unreadable {path.name} ({str(err).splitlines()[0][:80]})"
+    if rows is not None and count != rows:
+        return f"has {count} rows in {path.name} for {rows} in requests.csv (truncated)"
+    return None
+
+
+def _files_problems(folder: Path, summary: Summary) -> list[str]:
+    """What is wrong with a finished run's files: each missing, unreadable or cut short. A
+    folder kept to its summary (a CI's baseline: no results file beside it) misreads
+    nothing; one written before the token file existed has none."""
+    from kvbench.results.token_times import tokens_path  # pyarrow: a folder with files only
+
+    tokens = tokens_path(folder)
+    present = [name for name in ("requests.csv", "steps.csv") if (folder / name).is_file()]
+    if not present and tokens is None:
+        return []
+    problems = [f"has no {name}" for name in ("requests.csv", "steps.csv")
+                if name not in present]
+    rows = None
+    if "requests.csv" in present:
+        problem, rows = _requests_problem(folder, summary)
+        problems.append(problem)
+    if "steps.csv" in present:
+        problems.append(_steps_problem(folder))
+    if tokens is not None:
+        problems.append(_tokens_problem(tokens, rows if summary.status == "complete" else None))
+    return [p for p in problems if p]
 
 
 def _stopped_parts(folder: Path) -> list[str]:
@@ -189,7 +251,7 @@ def run_problem(folder: Path, name: str | None = None) -> RunProblem | None:
         parts.append(str(summary.status))
     elif is_working(folder):
         parts.append("running or killed after its run")
-    parts.extend(p for p in (_requests_problem(folder, summary), _steps_problem(folder)) if p)
+    parts.extend(_files_problems(folder, summary))
     return RunProblem(name, folder, f"({'; '.join(parts)})") if parts else None
 
 
@@ -269,8 +331,3 @@ def check_finished(folders: list[Path], *, allow_incomplete: bool, refusal: str)
     if not allow_incomplete:
         raise KvbenchInputError(f"{text}; {refusal}")
     return text
-
-
-__all__ = ["PARTIAL", "REQUEST_COLUMNS", "RunProblem", "check_finished", "claim_working_folder",
-           "describe", "finish", "folder_problems", "is_whole", "is_working", "planned_runs",
-           "read_partial_requests", "run_name", "run_problem", "working"]

@@ -167,7 +167,7 @@ def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
 
 @dataclasses.dataclass
 class StepTotals:
-    """What `kvbench.session.runner.summarize` reads from the steps, over every step.
+    """What `RunWriter.summarize` reads from the steps, over every step.
 
     The memory means are time-weighted (docs/design.md, Memory split): a step's
     memory state lasts until the next step starts (the last one: its own length), which is

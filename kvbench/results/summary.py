@@ -297,21 +297,3 @@ def as_summary(summary: Summary | Mapping[str, Any] | None) -> Summary | None:
     if summary is None or isinstance(summary, Summary):
         return summary
     return Summary.from_dict(summary)
-
-
-__all__ = [
-    "LEGACY_SUMMARY_FILE",
-    "SUMMARY_FILE",
-    "summary_file",
-    "Goodput",
-    "Latencies",
-    "LatencyStats",
-    "Load",
-    "Memory",
-    "MemoryBreakdown",
-    "Scheduler",
-    "Section",
-    "Summary",
-    "Throughput",
-    "as_summary",
-]

@@ -276,6 +276,3 @@ def chunk_bounds(lengths: np.ndarray, size: int) -> list[tuple[int, int]]:
     cuts = np.searchsorted(done, np.arange(size, total, size), side="right").tolist()
     return [(first, stop) for first, stop in zip([0, *cuts], [*cuts, len(lengths)],
                                                  strict=True) if stop > first]
-
-
-__all__ = ["WrittenTokens", "chunk_bounds", "write_token_file"]

@@ -189,8 +189,3 @@ def pooled_gaps_s(times_s: np.ndarray, starts: np.ndarray) -> np.ndarray:
     keep = np.ones(gaps.size, dtype=bool)
     keep[across[(across >= 0) & (across < gaps.size)]] = False
     return gaps[keep]
-
-
-__all__ = ["JSONL_TOKENS_FILE", "TOKENS_FILE", "TOKENS_SCHEMA", "TokenSource", "TokenTimes",
-           "pooled_gaps_s", "read_token_arrays", "read_token_times", "token_gaps_s",
-           "token_time_series", "tokens_path"]

@@ -74,6 +74,3 @@ def _percentile(values: np.ndarray, running: np.ndarray, n: int, q: float) -> fl
     # (numpy's interpolation, the same float operations: exact at both ends)
     diff = above - below
     return above - diff * (1 - gamma) if gamma >= 0.5 else below + diff * gamma
-
-
-__all__ = ["WeightedValues"]

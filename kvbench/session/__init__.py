@@ -1,2 +1,3 @@
-"""A benchmark session: options expanded into runs, each run replayed through its engine by
-the runner, repeats interleaved, the fp8 accuracy section, and the results folder."""
+"""A benchmark session: options expanded into runs, each run's engine built and its workload
+replayed by the runner, repeats interleaved, the fp8 accuracy section; the results go to
+`kvbench.results` through its `SessionFolder` and `RunWriter`."""

@@ -24,6 +24,3 @@ class ExecutorConfig:
     def simulated_gpu(self) -> str | None:
         """The preset name or TOML file of the GPU a simulated run models."""
         return self.gpu_spec or self.gpu
-
-
-__all__ = ["ExecutorConfig"]

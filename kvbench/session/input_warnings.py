@@ -71,6 +71,3 @@ def input_warnings(options: RunOptions, runs: Sequence[RunConfig],
         notes.append(f"the last request arrives {_long_duration(span_s)} after the "
                      f"first{scale}: the run replays arrivals in real time")
     return notes
-
-
-__all__ = ["LONG_REPLAY_S", "input_warnings", "usable_cores"]

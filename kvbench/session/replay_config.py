@@ -28,6 +28,3 @@ class ReplayConfig:
             raise KvbenchInputError(f"--warmup must be 0 or more, got {self.warmup}")
         if self.steps_every < 1:
             raise KvbenchInputError(f"--steps-every must be at least 1, got {self.steps_every}")
-
-
-__all__ = ["ReplayConfig"]

@@ -77,6 +77,3 @@ def section_classes() -> dict[str, type]:
 def json_key(f: dataclasses.Field) -> str:
     """A section field's name in `config.json`."""
     return f.metadata.get("json", f.name)
-
-
-__all__ = ["FLAT_SECTIONS", "RunConfig", "json_key", "section_classes"]

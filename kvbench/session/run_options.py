@@ -307,15 +307,3 @@ def _unpack(hint: Any) -> tuple[type, bool, bool]:
 def check_kind_name(kind: str) -> None:
     if kind not in KINDS:
         raise KvbenchInputError(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})")
-
-
-__all__ = [
-    "KINDS",
-    "OptionField",
-    "OptionSpec",
-    "RunOptions",
-    "build_run_config",
-    "option_fields",
-    "option_value",
-    "per_run_fields",
-]

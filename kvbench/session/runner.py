@@ -6,15 +6,10 @@ import contextlib
 import dataclasses
 import gc
 import math
-import operator
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from kvbench.build.engine_build import (
     BuildContext,
@@ -30,69 +25,18 @@ from kvbench.core.request import Request
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.engine import Engine
 from kvbench.errors import KvbenchRunError, RunInterrupted
-from kvbench.execution.gpu_memory import peak_allocated_bytes, reset_peak_memory
+from kvbench.execution.gpu_memory import reset_peak_memory
 from kvbench.execution.threads import thread_settings
 from kvbench.report.runs import CHART_STEP_COLUMNS
-from kvbench.results.columns import Columns
-from kvbench.results.files import (  # (atomic_write_text: tests fake a full disk through it)
-    atomic_file,
-    atomic_write_text,  # noqa: F401
-    write_json,
-)
-from kvbench.results.metrics import (
-    goodput,
-    inter_token_latencies_ms,
-    latency_stats,
-    nan_to_none,
-    per_request,
-    send_rate,
-    throughput,
-)
-from kvbench.results.request_writer import RequestWriter
-from kvbench.results.step_writer import StepColumns, StepTotals, StepWriter
-from kvbench.results.summary import (
-    SUMMARY_FILE,
-    Goodput,
-    Latencies,
-    LatencyStats,
-    Load,
-    Memory,
-    MemoryBreakdown,
-    Scheduler,
-    Summary,
-    Throughput,
-)
-from kvbench.results.token_file import write_token_file
-from kvbench.results.token_times import TOKENS_FILE, TokenTimes
-from kvbench.results.weighted import WeightedValues
+from kvbench.results.run_writer import RunOutcome, RunWriter
 from kvbench.session.progress import Progress
 from kvbench.session.run_config import RunConfig
 from kvbench.strategies import STRATEGIES, reads_option
 from kvbench.tracing import TraceRecorder, set_recorder, trace_range
 from kvbench.versions import versions
 from kvbench.workloads import WorkloadResult, check_workload_fits, is_trace, load_workload
-from kvbench.workloads.arrivals import conversation_groups, each_alone
 
 DEFAULT_NUM_REQUESTS = 64
-
-
-@dataclass
-class RunOutcome:
-    """What a finished run holds of its results folder: everything but `steps.csv` (which
-    streams to disk) and, unless kept, the token times."""
-
-    label: str
-    folder: Path
-    summary: Summary  # as written to kvbench_summary.json
-    config: dict[str, Any]  # as written to config.json
-    requests: Columns  # as written to requests.csv
-    # What the folder's token file reads back as, when the caller asked to keep it
-    # (`run_one(keep_for_report=True)`): the session's report then does not parse it again.
-    token_times: TokenTimes | None = dataclasses.field(default=None, repr=False,
-                                                        compare=False)
-    # `steps.csv`'s columns that the report draws, kept as the file was written (with the
-    # token times; None when not, or the run was too long to hold them).
-    steps: Columns | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 def strategy_label(run: RunConfig) -> str:
@@ -210,8 +154,7 @@ def run_one(
     reset_peak_memory(built.device)  # the peak is this run's: weights, arena and activations
     with trace_range("warmup", requests=run.replay.warmup):
         warmup_done = _warm_up(built, run)
-    folder.mkdir(parents=True, exist_ok=True)
-    config_json = {
+    config = {
         "run": run.to_dict(),
         "label": label,
         "command": command,
@@ -232,31 +175,29 @@ def run_one(
         "threads": thread_settings(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    config_json = nan_to_none(config_json)  # what the file holds: the outcome keeps it
-    write_json(folder / "config.json", config_json)
+    # The session's report draws the steps kept here rather than reading the file back.
+    writer = RunWriter(folder, config, run.engine, slo_ms=run.replay.slo_ms,
+                       steps_every=run.replay.steps_every,
+                       keep_steps=CHART_STEP_COLUMNS if keep_for_report else None)
     clock = engine.clock
     clock.reset()
     # The trace runs on the engine's clock: simulated under `kvbench simulate`, as the summary.
+    simulated = run.executor.kind is EngineKind.SIMULATED
     recorder = TraceRecorder(
-        f"kvbench {label}{' (simulated)' if run.executor.kind is EngineKind.SIMULATED else ''}",
+        f"kvbench {label}{' (simulated)' if simulated else ''}",
         clock=clock, drawn_by_executor=engine.drawn_trace_ranges,
     ) if run.replay.trace else None
     set_recorder(recorder)
-    # The session's report draws the steps kept here rather than reading the file back.
-    step_writer = StepWriter(folder / "steps.csv", run.replay.steps_every,
-                             StepColumns(CHART_STEP_COLUMNS) if keep_for_report else None)
     # Rows stream to disk as the engine makes them (a fast-forwarded run's described, and
     # expanded in batches).
-    engine.step_recorder.stream_to(step_writer)
-    request_writer = RequestWriter(folder)  # and each request's row as it finishes
+    engine.step_recorder.stream_to(writer.steps)
     status = "complete"
-    simulated = run.executor.kind is EngineKind.SIMULATED
     if isinstance(engine, Engine) and not engine.executor.reads_token_inputs:
         engine.keep_finished_token_ids = False  # the results count a sequence's tokens only
     with _gc_frozen(young_every=50_000 if simulated else None):
         try:
             _replay(engine, workload, run, Progress(len(workload.requests), label, show_progress),
-                    request_writer)
+                    writer)
             if engine.strategy is not None and not engine.strategy.is_whole():
                 status = "failed"  # before the summary is written, so that it says so
                 failure = "KV memory leaked: the pool is not whole after the run"
@@ -269,14 +210,11 @@ def run_one(
             engine.settle()  # a run that stopped early: its sequences as far as they got
             set_recorder(None)
             engine.step_recorder.stream_to(None)
-        try:
-            outcome = _write_results(
-                built, workload, run, folder, label, status, warmup_done, recorder,
-                config_json, step_writer, request_writer, keep_for_report,
-            )
-        except BaseException:
-            request_writer.abandon()  # its rows are what is left of requests.csv
-            raise
+        outcome = writer.close(
+            built, workload, status, warmup_done=warmup_done, recorder=recorder,
+            accuracy=(lambda: _fp8_accuracy(built, run, workload))
+            if measures_fp8_accuracy(run) else None,
+            keep_for_report=keep_for_report)
     if status == "interrupted":
         raise RunInterrupted(folder)
     if status == "failed":
@@ -314,7 +252,7 @@ def _device_name(built: BuiltEngine, run: RunConfig) -> str:
 
 
 def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
-            progress: Progress, request_writer: RequestWriter | None = None) -> None:
+            progress: Progress, writer: RunWriter | None = None) -> None:
     """Send each request at its arrival time; with `max_concurrency` C (closed loop), also
     not before one of C slots is free, as `vllm bench serve` does.
 
@@ -322,7 +260,7 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
     request that held it). The engine gets it with `arrival_s` set to that send time, so
     every latency is measured from when the request was sent (`results.metrics.request_rows`
     reads the workload's arrival beside it: the difference is the client's wait). Each
-    request's rows go to `request_writer` as it ends."""
+    request's rows go to `writer` as it ends."""
     pending: deque[Request] = deque(workload.requests)
     workload_request = {request.request_id: request for request in workload.requests}
     limit = workload.max_concurrency
@@ -377,8 +315,8 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
                     if free_slots is not None:
                         free_slots.append(max(s.finish_s for s in group))
                     finished_requests.append(workload_request[request_id])
-            if finished_requests and request_writer is not None:
-                request_writer.write(finished_requests, engine.sequences)
+            if finished_requests and writer is not None:
+                writer.requests_finished(finished_requests, engine.sequences)
             steps += 1
             # The bar's figures: when a request ends, after a run, and every 64 steps (a
             # long simulation runs hundreds of thousands of steps of microseconds each),
@@ -400,47 +338,6 @@ def _held_share(engine: BaseEngine) -> float | None:
     return (arena - last.kv_free_bytes) / arena if arena else None
 
 
-def _write_results(
-    built: BuiltEngine, workload: WorkloadResult, run: RunConfig, folder: Path, label: str,
-    status: str, warmup_done: int, recorder: TraceRecorder | None,
-    config_json: dict[str, Any], step_writer: StepWriter, request_writer: RequestWriter,
-    keep_for_report: bool = False,
-) -> RunOutcome:
-    engine = built.engine
-    with trace_range("metrics"), _no_collection():
-        step_totals = step_writer.close()
-        sequences = engine.sequences
-        added = [r for r in workload.requests if r.request_id in sequences]
-        # Each row built once, as columns: those of the requests that finished as they were
-        # written to the partial file.
-        table = request_writer.table(added, sequences)
-        requests = table.columns_table()
-        with atomic_file(folder / "requests.csv") as handle:
-            table.write_csv(handle)  # (bytes: ASCII)
-        del table
-        request_writer.close()
-        with atomic_file(folder / TOKENS_FILE) as handle:
-            written = write_token_file(handle, added, sequences)
-        # Its ITLs are the summary's: the file holds every sample the engine ran (warm-up's
-        # were forgotten at its reset), as gaps with counts.
-        summary = summarize(built, workload, run, label, status, warmup_done, requests,
-                            step_totals, engine, written.itl_ms)
-    token_times = written.times
-    del written
-    if status == "complete" and measures_fp8_accuracy(run):
-        with trace_range("fp8_accuracy"):
-            summary.accuracy = _fp8_accuracy(built, run, workload)
-    if recorder is not None:
-        recorder.request_tracks(engine.sequences)
-        write_json(folder / "trace.json", recorder.to_json())
-    summary.write(folder / SUMMARY_FILE)
-    # (an unfinished run writes no report: nothing to keep)
-    kept = token_times if keep_for_report and status == "complete" else None
-    steps = (step_writer.kept.columns() if step_writer.kept is not None and status == "complete"
-             else None)
-    return RunOutcome(label, folder, summary, config_json, requests, kept, steps)
-
-
 def measures_fp8_accuracy(run: RunConfig) -> bool:
     """A run of the model with an fp8 cache: its summary carries an `accuracy` section."""
     return run.executor.kind is EngineKind.MODEL and keeps_fp8_cache(run.engine)
@@ -449,156 +346,6 @@ def measures_fp8_accuracy(run: RunConfig) -> bool:
 def _fp8_accuracy(built: BuiltEngine, run: RunConfig, workload: WorkloadResult) -> dict:
     from kvbench.session.fp8_accuracy import measure_fp8_accuracy  # torch: a model run only
 
-    return nan_to_none(measure_fp8_accuracy(built, run.engine, workload.requests))
+    return measure_fp8_accuracy(built, run.engine, workload.requests)
 
 
-@contextlib.contextmanager
-def _no_collection() -> Iterator[None]:
-    """No garbage collection while the results are made: they build millions of short-lived
-    containers (rows, pieces of lines) in no cycle, and each collection would walk the run's
-    sequences again (a tenth of the results' CPU at 100,000 requests). What cycles they make
-    are collected after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def group_figures(engine) -> dict[str, Any]:
-    """KV held per token and each KV group's split, where the engine keeps them."""
-    recorder = getattr(engine, "step_recorder", None)
-    sums = getattr(recorder, "group_memory", None)
-    return sums.summary() if sums is not None else {}
-
-
-def summarize(built, workload, run, label, status, warmup_done, requests: Columns,
-              steps: StepTotals, engine,
-              itl_ms: WeightedValues | np.ndarray | None = None) -> Summary:
-    """The run's `Summary` from its per-request rows and the totals over its steps;
-    `itl_ms`: the engine's `inter_token_latencies_ms` (or those gaps with counts) when the
-    caller has them."""
-    if itl_ms is None:
-        itl_ms = inter_token_latencies_ms(engine.sequences)
-    itl = (itl_ms.stats() if isinstance(itl_ms, WeightedValues)
-           else latency_stats(itl_ms, consume=True))  # read by nothing else
-    by_request = per_request(requests)  # a request's prompt counts once, not per sample
-    completed = int(by_request["completed"].sum()) if not requests.empty else 0
-    tput, makespan = throughput(requests) if not requests.empty else ({}, 0.0)
-    cfg = run.engine
-    prompt_tokens = int(by_request["prompt_len"].sum()) if not requests.empty else 0
-    cached = int(by_request["cached_prompt_tokens"].sum()) if not requests.empty else 0
-    use = steps.memory()
-    memory = Memory(
-        kv_budget_bytes=built.kv_budget_bytes,
-        kv_capacity_tokens=engine.strategy.capacity_tokens if engine.strategy else None,
-        kv_bytes_per_token=built.bytes_per_slot,
-        kv_cache_dtype=str(built.kv_dtype).replace("torch.", ""),
-        utilization_mean=use["utilization_mean"],
-        utilization_saturated=use["utilization_saturated"],
-        breakdown_mean=MemoryBreakdown(**use["breakdown_mean"]),
-        **group_figures(engine),
-        peak_gpu_bytes=peak_allocated_bytes(built.device),
-        prompt_blocks_max=steps.maxima["kv_prompt_blocks"],
-        gpu_used_bytes_max=steps.maxima["gpu_used_bytes"],
-        torch_reserved_bytes_max=steps.maxima["torch_reserved_bytes"],
-    )
-    overhead = steps.overhead_ms
-    step_total = steps.step_ms
-    # Sequences each step ran (prefill + decode): batch_size_mean is their plain mean over
-    # steps (see kvbench.results.summary.Scheduler).
-    scheduler = Scheduler(
-        steps=steps.steps,
-        preemptions=steps.preemptions,
-        prefix_hit_rate=cached / prompt_tokens if prompt_tokens else None,
-        prompt_tokens=prompt_tokens,
-        cached_prompt_tokens=cached,
-        batch_size_mean=steps.batch_sum / steps.steps if steps.steps else None,
-        batch_size_max=steps.batch_max,
-        waiting_mean=steps.waiting_sum / steps.steps if steps.steps else None,
-        prefill_tokens_computed=engine.prefill_tokens_computed,
-        overhead_ms_total=float(overhead),
-        overhead_fraction=float(overhead / step_total) if step_total else None,
-        extra=dict(engine.strategy.stats()) if engine.strategy else {},
-    )
-    latency = Latencies(
-        ttft=LatencyStats(**latency_stats(requests.get("ttft_ms", []))),
-        tpot=LatencyStats(**latency_stats(requests.get("tpot_ms", []))),
-        itl=LatencyStats(**itl),
-        e2e=LatencyStats(**latency_stats(requests.get("e2e_ms", []))),
-        queue=LatencyStats(**latency_stats(requests.get("queue_ms", []))),
-        prefill=LatencyStats(**latency_stats(requests.get("prefill_ms", []))),
-        client_wait=LatencyStats(**latency_stats(by_request.get("client_wait_ms", []))),
-    )
-    return Summary(
-        label=label,
-        status=status,
-        strategy=cfg.strategy,
-        batching=cfg.batching,
-        reserve=cfg.reserve if reads_option(cfg.strategy, "reserve") else None,
-        block_size=cfg.block_size if reads_option(cfg.strategy, "block_size") else None,
-        workload=workload.name,
-        model=cfg.model,
-        dtype=cfg.dtype,
-        device=_device_name(built, run),
-        executor=run.executor.kind.value,
-        seed=cfg.seed,
-        num_requests=len(workload.requests),
-        completed=completed,
-        failed=len(workload.requests) - completed,
-        warmup_requests_excluded=warmup_done,
-        clipped_requests=workload.num_clipped,
-        duration_s=makespan,
-        throughput=Throughput(**tput),
-        latency_ms=latency,
-        memory=memory,
-        scheduler=scheduler,
-        load=_load(workload, requests),
-        goodput=(Goodput(**goodput(requests, run.replay.slo_ms, makespan))
-                 if run.replay.slo_ms and not requests.empty else None),
-    )
-
-
-_REQUEST_ID = operator.attrgetter("request_id")
-
-
-def _load(workload: WorkloadResult, rows: Columns) -> Load:
-    """The offered rates (`Load`: both, whichever was given) and those the client achieved,
-    from the send times of the requests sent: `requests.csv`'s `sent_s` (a request's first
-    sequence's arrival, the engine's copy of it; its first row holds it), read from the
-    rows rather than from every sequence again."""
-    requests = workload.requests
-    sent: dict[Any, float] = {}
-    if not rows.empty:
-        sent_s = rows.floats("sent_s")
-        first = (rows["sample"] == 0) & ~np.isnan(sent_s)
-        sent = dict(zip(rows["request_id"][first].tolist(), sent_s[first].tolist(),
-                        strict=True))
-    if each_alone(requests):
-        # Every request a conversation of its own (a trace, most workloads): the groups
-        # and their starts need no pass over groups of one (a million requests' is seconds).
-        conversations = len(requests)
-        starts = [sent[rid] for rid in map(_REQUEST_ID, requests) if rid in sent]
-    else:
-        groups = conversation_groups(requests)
-        conversations = len(groups)
-        starts = [min(sent[requests[i].request_id] for i in members
-                      if requests[i].request_id in sent)
-                  for members in groups
-                  if any(requests[i].request_id in sent for i in members)]
-    process = workload.arrivals
-    conversation_rate = process.conversation_start_rate(conversations, len(requests))
-    request_rate = process.request_rate
-    if not math.isinf(process.conversation_rate):
-        request_rate = (conversation_rate * len(requests) / conversations if conversations
-                        else math.inf)
-    return Load(
-        request_rate=None if math.isinf(request_rate) else request_rate,
-        conversation_rate=None if math.isinf(conversation_rate) else conversation_rate,
-        max_concurrency=process.max_concurrency,
-        conversations=conversations,
-        achieved_request_rate=send_rate(list(sent.values())),
-        achieved_conversation_rate=send_rate(starts),
-    )

@@ -22,15 +22,8 @@ from kvbench.config import EngineConfig
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.report.runs import RunData, collect_runs
-from kvbench.results.files import (
-    check_output_folder,
-    disk_full_error,
-    out_of_space,
-    write_csv,
-    write_json,
-)
-from kvbench.results.repeat import repeat_summary
-from kvbench.results.run_folder import claim_working_folder, finish, working
+from kvbench.results.files import check_output_folder, disk_full_error, out_of_space
+from kvbench.results.session_folder import SessionFolder
 from kvbench.scheduling import POLICIES, QUEUE_ORDERS
 from kvbench.session.input_warnings import input_warnings
 from kvbench.session.run_config import RunConfig
@@ -288,16 +281,11 @@ def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
         plan, workload = check_run(run, model_cache)
         run = runs[i] = as_planned(run, plan)
         if (budget is None and len(runs) > 1 and run.engine.kv_memory is None
-                and measures_budget(plan.device)):
+                and plan.device.type == "cuda"):  # a GPU's budget is measured, not fixed
             budget = plan.kv_budget_bytes
             runs[i] = _pinned(run, budget)
         prepared.append((plan, workload))
     return prepared
-
-
-def measures_budget(device) -> bool:
-    """A GPU's budget is measured (its free memory beside the model), not a fixed size."""
-    return device.type == "cuda"
 
 
 def _pinned(run: RunConfig, kv_budget_bytes: int) -> RunConfig:
@@ -324,21 +312,19 @@ def run_session(
     """
 
     try:
-        work = claim_working_folder(plan.root.parent, plan.root.name)
-        folders = [_claim_run_folders(work, plan, label) for label in plan.labels]
+        folder = SessionFolder(plan.root.parent, plan.root.name, plan.labels, plan.repeat)
     except OSError as err:  # checked writable at planning; full or gone since
         raise KvbenchRunError(
             f"cannot create a results folder in {plan.root.parent}: {err.strerror or err}"
         ) from None
-    plan.root = work
-    done: list[str] = []  # one label per run whose folder is whole, in order (repeats too)
+    plan.root = folder.work
     try:
-        outcomes, repeats = _run_all(plan, folders, command=command,
-                                     show_progress=show_progress, on_run_start=on_run_start,
-                                     on_run_done=done.append)
-        plan.root = finish(work)
+        _run_all(plan, folder, command=command, show_progress=show_progress,
+                 on_run_start=on_run_start)
+        outcomes, repeats = folder.finish()
+        plan.root = folder.root
     except (KeyboardInterrupt, RunInterrupted):
-        finished = _finished(plan, done)
+        finished = folder.finished_labels()
         raise RunInterrupted(plan.root, None if len(plan.runs) == 1 else finished) from None
     except OSError as err:
         if not out_of_space(err) and err.filename is None:
@@ -348,8 +334,6 @@ def run_session(
         raise KvbenchRunError(
             f"cannot write {err.filename}: {err.strerror or err}; {plan.root} keeps what was "
             "written (unfinished)") from None
-    for outcome in outcomes:
-        outcome.folder = plan.root / outcome.folder.relative_to(work)
     try:
         write_reports(plan.root, outcomes, per_strategy=plan.per_strategy_reports,
                       repeats=repeats)
@@ -364,51 +348,16 @@ def run_session(
     return SessionResult(plan.root, outcomes, repeats, measured)
 
 
-def _claim_run_folders(root: Path, plan: SessionPlan, label: str) -> list[Path]:
-    """The working folder of each repeat of `label` (the session's own for a single run),
-    made before the first run: a stopped session's folder names each run that did not
-    finish, one never started as an empty folder."""
-    base = root if len(plan.runs) == 1 else root / label
-    if plan.repeat == 1:
-        if base == root:
-            return [root]
-        return [_mkdir(working(base))]
-    base.mkdir(exist_ok=True)
-    return [_mkdir(working(base / f"rep-{k}")) for k in range(1, plan.repeat + 1)]
-
-
-def _mkdir(folder: Path) -> Path:
-    folder.mkdir()
-    return folder
-
-
-def _finished(plan: SessionPlan, done: list[str]) -> list[str]:
-    """The strategies whose runs all finished, in the plan's order; one with only some of its
-    repeats done is named with the count (`paged (2/3 repeats)`)."""
-    names = []
-    for label in plan.labels:
-        count = done.count(label)
-        if count == plan.repeat:
-            names.append(label)
-        elif count:
-            names.append(f"{label} ({count}/{plan.repeat} repeats)")
-    return names
-
-
 def _run_all(
     plan: SessionPlan,
-    folders: list[list[Path]],
+    folder: SessionFolder,
     *,
     command: str = "",
     show_progress: bool = False,
     on_run_start: Callable[[str, int, int], None] | None = None,
-    on_run_done: Callable[[str], None] = lambda label: None,
-) -> tuple[list[RunOutcome], list[dict[str, Any]]]:
-    """Every run into its working folder, each renamed once whole, then the comparison's
-    files: the outcomes of the first round, and each configuration's repeat statistics."""
-    root, repeat = plan.root, plan.repeat
-    single = len(plan.runs) == 1
-    per_label: list[list[RunOutcome]] = [[] for _ in plan.runs]
+) -> None:
+    """Every run into its working folder, each renamed once whole."""
+    repeat = plan.repeat
     # Repeats go round the configurations (A B A B, not A A B B), so a slow spell of a
     # shared machine lands on every strategy instead of on one of them.
     for k in range(repeat):
@@ -421,57 +370,10 @@ def _run_all(
             # Each run's engine is built as it starts, from its plan, and let go when it
             # ends (a GPU holds one arena at a time). The first round's runs are the ones
             # reported: their token times go to the report from memory.
-            outcome = run_one(run, folders[i][k], show_progress=show_progress,
+            outcome = run_one(run, folder.run_folder(i, k), show_progress=show_progress,
                               command=command, prepared=(build(run, engine_plan), workload),
                               keep_for_report=k == 0)
-            per_label[i].append(outcome)
-            _finish_run(outcome, root)
-            on_run_done(label)
-    outcomes: list[RunOutcome] = []
-    repeats: list[dict[str, Any]] = []
-    for i in range(len(plan.runs)):
-        outcomes.append(per_label[i][0])
-        if repeat > 1:
-            stats = repeat_summary([o.summary for o in per_label[i]])
-            write_json(per_label[i][0].folder.parent / "repeat.json", stats)
-            repeats.append(stats)
-    if not single:
-        write_comparison(root, outcomes)
-    return outcomes, repeats
-
-
-def _finish_run(outcome: RunOutcome, root: Path) -> None:
-    """A run's folder renamed whole (a single run's is the session's: renamed last)."""
-    if outcome.folder != root:
-        outcome.folder = finish(outcome.folder)
-
-
-def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
-    """`comparison.json` (every summary) and `comparison.csv` (headline figures)."""
-
-
-    # Folders relative to `root`: with --repeat they are `<label>/rep-1`, not just a name.
-    write_json(root / "comparison.json", {
-        "runs": [{"label": o.label, "folder": o.folder.relative_to(root).as_posix()}
-                 for o in outcomes],
-        "summaries": [o.summary.to_dict() for o in outcomes],
-    })
-    rows = []
-    for o in outcomes:
-        s = o.summary
-        rows.append({
-            "label": o.label, "output_tok_s": s.throughput.output_tok_s,
-            "ttft_p50_ms": s.latency_ms.ttft.p50,
-            "ttft_p99_ms": s.latency_ms.ttft.p99,
-            "tpot_p50_ms": s.latency_ms.tpot.p50,
-            "tpot_p99_ms": s.latency_ms.tpot.p99,
-            "utilization_mean": s.memory.utilization_mean,
-            "preemptions": s.scheduler.preemptions,
-            "prefix_hit_rate": s.scheduler.prefix_hit_rate,
-        })
-    import pandas as pd  # (only a comparison writes a table of runs)
-
-    write_csv(root / "comparison.csv", pd.DataFrame(rows))
+            folder.run_done(outcome)
 
 
 def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = False,
@@ -509,15 +411,3 @@ def _report_run(outcome: RunOutcome, group: Path, repeat: dict[str, Any] | None)
     if outcome.steps is not None:
         run.use_steps(outcome.steps)
     return run
-
-
-__all__ = [
-    "SessionPlan",
-    "SessionResult",
-    "expand_runs",
-    "parse_slo",
-    "plan_session",
-    "run_session",
-    "write_comparison",
-    "write_reports",
-]

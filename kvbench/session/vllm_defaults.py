@@ -64,6 +64,3 @@ def vllm_defaults(kind: str, values: dict[str, Any]) -> dict[str, Any]:
            for name in names):
         out["kv_scale"] = VLLM_KV_SCALE  # a scale only an fp8 cache reads
     return out
-
-
-__all__ = ["DEFAULTS_CHOICES", "vllm_defaults"]

@@ -22,6 +22,3 @@ class WorkloadConfig:
             raise KvbenchInputError(
                 f"--num-requests must be an integer >= 1, got {self.num_requests}"
             )
-
-
-__all__ = ["WorkloadConfig"]

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kvbench.cli import main
+from kvbench.results.export import peak_concurrent_requests
 from kvbench.results.token_times import TOKENS_FILE
 from kvbench.session.run_options import RunOptions
 from kvbench.session.session import plan_session, run_session
@@ -77,7 +78,7 @@ def test_vllm_bench_export_matches_summary(comparison, tmp_path, capsys):
 def test_a_folder_without_token_times_exports_what_it_can(comparison, tmp_path, capsys):
     old = tmp_path / "old"
     old.mkdir()
-    for name in ("kvbench_summary.json", "config.json", "requests.csv"):
+    for name in ("kvbench_summary.json", "config.json", "requests.csv", "steps.csv"):
         (old / name).write_bytes((comparison / "prefix" / name).read_bytes())
     assert main(["export", str(old), "--format", "vllm-bench"]) == 0
     captured = capsys.readouterr()
@@ -128,7 +129,7 @@ def test_tokens_file_holds_every_output_token(comparison):
 def test_an_older_folder_with_summary_json_still_reads(comparison, tmp_path, capsys):
     old = tmp_path / "old"
     old.mkdir()
-    for name in ("config.json", "requests.csv", TOKENS_FILE):
+    for name in ("config.json", "requests.csv", "steps.csv", TOKENS_FILE):
         (old / name).write_bytes((comparison / "paged" / name).read_bytes())
     (old / "summary.json").write_bytes((comparison / "paged" / "kvbench_summary.json")
                                        .read_bytes())
@@ -142,3 +143,21 @@ def test_a_vllm_sweep_summary_is_not_a_kvbench_run(comparison, tmp_path, capsys)
     capsys.readouterr()
     assert main(["export", str(sweep / "paged"), "--format", "vllm-bench"]) == 2
     assert "not a kvbench results folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("intervals", "peak"), [
+    ([(0.0, 1.0), (1.0, 2.0)], 1),  # half-open: one ends as the other starts
+    ([(0.0, 1.5), (1.0, 2.0)], 2),
+    ([(0.0, 0.1), (0.2, 0.3), (0.4, 0.5), (0.6, 0.7), (0.8, 0.9)], 1),  # no second buckets
+    ([(0.0, 1.0), (0.0, 1.0), (1.0, 2.0), (1.0, 2.0), (1.0, 2.0)], 3),
+    ([(0.0, 0.0)], 0),  # a zero-latency request is an empty interval
+    ([], 0),
+])
+def test_max_concurrent_requests_is_vllms_exact_peak(intervals, peak):
+    """vLLM's `max_concurrent_requests` (`calculate_concurrency` in
+    vllm/benchmarks/lib/utils.py, the cases of its tests/benchmarks/test_serve_metrics.py):
+    the exact peak over half-open [start, end) intervals. Releases before it counted every
+    request active during each one-second bucket, which overcounts (5 for the third case)."""
+    start = np.array([a for a, _ in intervals], dtype=float)
+    end = np.array([b for _, b in intervals], dtype=float)
+    assert peak_concurrent_requests(start, end) == peak

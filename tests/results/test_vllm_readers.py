@@ -226,7 +226,7 @@ def test_send_times_are_start_times_and_the_wait_is_the_queue_time(exported, tmp
     root, _, _, _, _ = exported
     folder = tmp_path / "sent"
     folder.mkdir()
-    for name in ("kvbench_summary.json", "config.json", TOKENS_FILE):
+    for name in ("kvbench_summary.json", "config.json", "steps.csv", TOKENS_FILE):
         (folder / name).write_bytes((root / "paged" / name).read_bytes())
     frame = pd.read_csv(root / "paged" / "requests.csv")
     frame["sent_s"] = frame["arrival_s"] + 0.25 * frame["request_id"]

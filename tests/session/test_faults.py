@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 import kvbench.results.files
+import kvbench.results.run_writer
 import kvbench.session.runner
 from kvbench.cli import main
 from kvbench.report.runs import load_runs
@@ -106,8 +107,7 @@ def test_a_full_disk_mid_run_keeps_what_was_written_and_exits_1(tmp_path, monkey
         return real_streamed(path)
 
     monkeypatch.setattr(kvbench.results.files, "atomic_write_text", write)
-    monkeypatch.setattr(kvbench.session.runner, "atomic_write_text", write)
-    monkeypatch.setattr(kvbench.session.runner, "atomic_file", streamed)
+    monkeypatch.setattr(kvbench.results.run_writer, "atomic_file", streamed)
     code = main([*SIM, "--num-requests", "4", "--out", str(tmp_path)])
     assert code == 1
     err = capsys.readouterr().err
@@ -349,7 +349,7 @@ def test_a_disk_that_stays_full_leaves_every_unfinished_folder_named_so(tmp_path
         return real_streamed(path)
 
     monkeypatch.setattr(kvbench.results.files, "atomic_write_bytes", write)
-    monkeypatch.setattr(kvbench.session.runner, "atomic_file", streamed)
+    monkeypatch.setattr(kvbench.results.run_writer, "atomic_file", streamed)
     code = main([*SIM, "--num-requests", "4", "--strategy", "paged,prefix",
                  "--out", str(tmp_path)])
     assert code == 1
