@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 from functools import cache
 
 from kvbench.errors import KvbenchInputError
-
 from tests.vllm_oracle import kvbench_side, vllm_side
 from tests.vllm_oracle.step_log import StepLog, first_difference, summary
 from tests.vllm_oracle.traces import TRACES, strategies_of

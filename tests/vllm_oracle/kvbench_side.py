@@ -15,7 +15,6 @@ from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from kvbench.core.sequence import SequenceStatus
-
 from tests.vllm_oracle.step_log import StepLog
 from tests.vllm_oracle.traces import Trace
 
