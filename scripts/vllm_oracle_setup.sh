@@ -34,7 +34,7 @@ constraints="$VENV/torch-cpu-constraints.txt"
 echo "torch==$TORCH_VERSION" > "$constraints"
 pip=("$VENV/bin/python" -m pip install -q -c "$constraints")
 
-"${pip[@]}" "torch==$TORCH_VERSION"
+"${pip[@]}" "torch==$TORCH_VERSION" numpy
 "$VENV/bin/python" - <<'EOF'
 import torch
 if torch.version.cuda is not None:

@@ -69,8 +69,13 @@ def table() -> str:
         cells = []
         for aspect in ASPECTS:
             diff = difference(name, strategy, aspect)
-            cells.append("identical" if diff is None else
-                         "differs: " + diff.splitlines()[0].replace("|", "/"))
+            if diff is None:
+                cells.append("identical")
+                continue
+            lines = diff.splitlines()
+            if aspect == BLOCKS and len(lines) > 1:  # the two counts are short: show them
+                lines[0] = f"{lines[0].split(':')[0]}: {lines[1].split(': ', 1)[1]}"
+            cells.append("differs, " + lines[0].replace("|", "/"))
         theirs = summary(list(result.vllm))
         ours = summary(list(result.kvbench)) if result.kvbench else None
         fmt = ("{preemptions} / {hit_tokens} / {peak_blocks} / {last_finish}").format
