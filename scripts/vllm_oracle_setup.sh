@@ -24,7 +24,10 @@ start=$SECONDS
 # bare environment until nothing was missing); their versions come from vLLM's metadata.
 VLLM_IMPORTS=(packaging pydantic regex numpy psutil pyzmq urllib3 transformers aiohttp requests
               pillow pybase64 cachetools cbor2 msgspec cloudpickle uvloop py-cpuinfo
-              prometheus_client llguidance xgrammar einops)
+              prometheus_client llguidance xgrammar apache-tvm-ffi einops)
+# Installed without their dependencies: xgrammar's pull Triton (a gigabyte the scheduler
+# never loads); the rest of what it needs is in the list above.
+NO_DEPS=(xgrammar)
 # kvbench's simulator path and the test runner (pytest-benchmark: pyproject's addopts).
 KVBENCH_DEPS=(numpy pandas pyarrow plotly click tqdm tabulate scipy safetensors pytest
               pytest-benchmark)
@@ -59,7 +62,13 @@ for line in requires("vllm") or []:
 print(*wanted.values(), sep="\n")  # imported but undeclared: any version
 EOF
 )
-"${pip[@]}" "${pinned[@]}"
+with_deps=() without_deps=()
+for req in "${pinned[@]}"; do
+  name="${req%%[<>=!~;]*}"
+  if [[ " ${NO_DEPS[*]} " == *" $name "* ]]; then without_deps+=("$req"); else with_deps+=("$req"); fi
+done
+"${pip[@]}" "${with_deps[@]}"
+"${pip[@]}" --no-deps "${without_deps[@]}"
 "${pip[@]}" "${KVBENCH_DEPS[@]}"
 "${pip[@]}" --no-deps -e "$REPO"
 
