@@ -50,7 +50,7 @@ def difference(trace_name: str, strategy: str, aspect: str) -> str | None:
     differ and how."""
     result = outcome(trace_name, strategy)
     if result.kvbench is None:
-        return f"kvbench refuses the trace (vLLM serves it): {result.refusal}"
+        return f"kvbench refuses it ({result.refusal.split(';')[0]}); vLLM serves it"
     pick = _without_blocks if aspect == SCHEDULE else _blocks_only
     return first_difference(pick(result.kvbench), pick(result.vllm))
 
