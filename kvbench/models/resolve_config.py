@@ -35,6 +35,8 @@ def read_config_json(model: str) -> dict:
         return json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
         raise KvbenchInputError(f"{config_file}: not valid JSON ({err.msg}, line {err.lineno})") from None
+    except RecursionError:
+        raise KvbenchInputError(f"{config_file}: nested too deeply to be a model config") from None
     except (OSError, UnicodeDecodeError) as err:
         raise KvbenchInputError(f"{config_file}: cannot read it ({first_line(err)})") from None
 
