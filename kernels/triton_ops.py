@@ -46,18 +46,6 @@ from .triton_kv_write import _write_kv_kernel
 from .triton_mla_decode import _mla_decode_kernel
 from .triton_prefill import _prefill_kernel
 
-__all__ = [
-    "write_kv",
-    "paged_attention",
-    "contiguous_attention",
-    "paged_decode_attention",
-    "contiguous_decode_attention",
-    "choose_num_splits",
-    "SPLIT_COUNTS",
-    "Launch",
-    "Target",
-]
-
 # Flash-decoding heuristic (see choose_num_splits).
 SPLIT_MIN_CONTEXT = 512  # never split contexts shorter than this
 SPLIT_MIN_TOKENS = 256  # each split gets at least this many tokens

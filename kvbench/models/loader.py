@@ -13,6 +13,7 @@ import torch
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.deepseek import DeepseekDecoder
+from kvbench.models.dtype_names import model_dtype_name
 from kvbench.models.gemma import GemmaDecoder
 from kvbench.models.gpt_oss import GptOssDecoder
 from kvbench.models.llama import LlamaDecoder
@@ -20,24 +21,9 @@ from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, m
 from kvbench.models.presets import PRESETS
 from kvbench.models.resolve_config import first_line, resolve_model_config
 
-DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-}
-
 
 def parse_dtype(name: str) -> torch.dtype:
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise KvbenchInputError(
-            f"unknown --dtype {name!r} (choose from float32, bfloat16, float16)"
-        ) from None
+    return getattr(torch, model_dtype_name(name))
 
 
 # Elements drawn per call on an accelerator: bounds the float32 staging buffer (256 MiB).
