@@ -19,7 +19,7 @@ from kvbench.models.gpt_oss import GptOssDecoder
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.presets import PRESETS
-from kvbench.models.resolve_config import first_line, resolve_model_config
+from kvbench.models.resolve_config import first_line, model_folder, resolve_model_config
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -98,7 +98,7 @@ def load_model(
     `available` tells the device's free bytes (see `check_memory`).
     """
     config = resolve_model_config(model)
-    folder = None if model in PRESETS else Path(model)
+    folder = None if model in PRESETS else model_folder(model, weights=True)
     if config.quantization is not None:
         raise KvbenchInputError(
             f"model {model}: config.json has quantization_config ({config.quantization}); "
