@@ -371,17 +371,7 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
     options = _options(cfg)
     stride_table = table.stride(0) if paged or ring_lens is not None else 0
     grid = (num_seqs, num_kv_heads, num_splits)
-    if split:
-        padded = triton.cdiv(num_splits, SPLIT_PAD) * SPLIT_PAD
-        partial = torch.empty((num_seqs, num_q_heads, padded, head_dim), dtype=torch.float32,
-                              device=q.device)
-        m = torch.empty((num_seqs, num_q_heads, padded), dtype=torch.float32, device=q.device)
-        sums = torch.empty_like(m)
-        dest = (partial, m, sums)
-        dest_strides = (*partial.stride()[:3], m.stride(0), m.stride(1))
-    else:  # the output itself, normalised in the kernel
-        dest = (out, out, out)
-        dest_strides = (out.stride(0), out.stride(1), 0, 0, 0)
+    dest, dest_strides = _decode_outputs(out, num_splits)
     args = (
         q, kc, vc, ks, vs, table, seq_lens, *dest, var.sinks,
         softmax_scale, num_splits, var.window, var.softcap,
@@ -391,8 +381,23 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
     )
     launches = [Launch(_decode_kernel, grid, args, constexprs, options)]
     if split:
-        launches.append(_merge_launch(partial, m, sums, out, var, num_splits))
+        launches.append(_merge_launch(*dest, out, var, num_splits))
     return out, launches
+
+
+def _decode_outputs(out: torch.Tensor, num_splits: int) -> tuple[tuple, tuple]:
+    """Where a decode kernel writes, and the strides it takes: `out` itself without split-K,
+    else float32 partial outputs `[S, H, splits, D]` with their running max and sum
+    `[S, H, splits]` (splits padded to SPLIT_PAD) for `_merge_launch`."""
+    if num_splits == 1:
+        return (out, out, out), (out.stride(0), out.stride(1), 0, 0, 0)
+    num_seqs, num_heads, head_dim = out.shape
+    padded = triton.cdiv(num_splits, SPLIT_PAD) * SPLIT_PAD
+    partial = torch.empty((num_seqs, num_heads, padded, head_dim), dtype=torch.float32,
+                          device=out.device)
+    m = torch.empty((num_seqs, num_heads, padded), dtype=torch.float32, device=out.device)
+    sums = torch.empty_like(m)
+    return (partial, m, sums), (*partial.stride()[:3], m.stride(0), m.stride(1))
 
 
 def _check_latent_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, head_dim: int) -> int:
@@ -453,22 +458,14 @@ def mla_decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
     options = _options(cfg)
     stride_table = table.stride(0) if paged else 0
     grid = (num_seqs, head_blocks, num_splits)
-    common = (q.stride(0), q.stride(1), cache.stride(0), stride_table)
-    if not split:
-        args = (q, cache, ks, vs, table, seq_lens, out, out, out, softmax_scale, 1, *common,
-                out.stride(0), out.stride(1), 0, 0, 0)
-        return out, [Launch(_mla_decode_kernel, grid, args, constexprs, options)]
-    padded = triton.cdiv(num_splits, SPLIT_PAD) * SPLIT_PAD
-    partial = torch.empty((num_seqs, num_heads, padded, lora_dim), dtype=torch.float32,
-                          device=q.device)
-    m = torch.empty((num_seqs, num_heads, padded), dtype=torch.float32, device=q.device)
-    sums = torch.empty_like(m)
-    args = (q, cache, ks, vs, table, seq_lens, partial, m, sums, softmax_scale, num_splits,
-            *common, partial.stride(0), partial.stride(1), partial.stride(2),
-            m.stride(0), m.stride(1))
-    var = _variant_args(None, None, None, num_heads, q.device)
-    return out, [Launch(_mla_decode_kernel, grid, args, constexprs, options),
-                 _merge_launch(partial, m, sums, out, var, num_splits)]
+    dest, dest_strides = _decode_outputs(out, num_splits)
+    args = (q, cache, ks, vs, table, seq_lens, *dest, softmax_scale, num_splits,
+            q.stride(0), q.stride(1), cache.stride(0), stride_table, *dest_strides)
+    launches = [Launch(_mla_decode_kernel, grid, args, constexprs, options)]
+    if split:
+        var = _variant_args(None, None, None, num_heads, q.device)
+        launches.append(_merge_launch(*dest, out, var, num_splits))
+    return out, launches
 
 
 def _split_count(num_splits, num_seqs, num_kv_heads, seq_lens, max_seq_len, sliding_window,
