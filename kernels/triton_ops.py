@@ -46,18 +46,6 @@ from .triton_kv_write import _write_kv_kernel
 from .triton_mla_decode import _mla_decode_kernel
 from .triton_prefill import _prefill_kernel
 
-__all__ = [
-    "write_kv",
-    "paged_attention",
-    "contiguous_attention",
-    "paged_decode_attention",
-    "contiguous_decode_attention",
-    "choose_num_splits",
-    "SPLIT_COUNTS",
-    "Launch",
-    "Target",
-]
-
 # Flash-decoding heuristic (see choose_num_splits).
 SPLIT_MIN_CONTEXT = 512  # never split contexts shorter than this
 SPLIT_MIN_TOKENS = 256  # each split gets at least this many tokens
@@ -383,35 +371,33 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
     options = _options(cfg)
     stride_table = table.stride(0) if paged or ring_lens is not None else 0
     grid = (num_seqs, num_kv_heads, num_splits)
-    if not split:
-        args = (
-            q, kc, vc, ks, vs, table, seq_lens,
-            out, out, out, var.sinks,
-            softmax_scale, 1, var.window, var.softcap,
-            q.stride(0), q.stride(1),
-            kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
-            stride_table,
-            out.stride(0), out.stride(1), 0,
-            0, 0,
-        )
-        return out, [Launch(_decode_kernel, grid, args, constexprs, options)]
-    padded = triton.cdiv(num_splits, SPLIT_PAD) * SPLIT_PAD
-    partial = torch.empty((num_seqs, num_q_heads, padded, head_dim), dtype=torch.float32,
-                          device=q.device)
-    m = torch.empty((num_seqs, num_q_heads, padded), dtype=torch.float32, device=q.device)
-    sums = torch.empty_like(m)
+    dest, dest_strides = _decode_outputs(out, num_splits)
     args = (
-        q, kc, vc, ks, vs, table, seq_lens,
-        partial, m, sums, var.sinks,
+        q, kc, vc, ks, vs, table, seq_lens, *dest, var.sinks,
         softmax_scale, num_splits, var.window, var.softcap,
         q.stride(0), q.stride(1),
         kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
-        stride_table,
-        partial.stride(0), partial.stride(1), partial.stride(2),
-        m.stride(0), m.stride(1),
+        stride_table, *dest_strides,
     )
-    return out, [Launch(_decode_kernel, grid, args, constexprs, options),
-                 _merge_launch(partial, m, sums, out, var, num_splits)]
+    launches = [Launch(_decode_kernel, grid, args, constexprs, options)]
+    if split:
+        launches.append(_merge_launch(*dest, out, var, num_splits))
+    return out, launches
+
+
+def _decode_outputs(out: torch.Tensor, num_splits: int) -> tuple[tuple, tuple]:
+    """Where a decode kernel writes, and the strides it takes: `out` itself without split-K,
+    else float32 partial outputs `[S, H, splits, D]` with their running max and sum
+    `[S, H, splits]` (splits padded to SPLIT_PAD) for `_merge_launch`."""
+    if num_splits == 1:
+        return (out, out, out), (out.stride(0), out.stride(1), 0, 0, 0)
+    num_seqs, num_heads, head_dim = out.shape
+    padded = triton.cdiv(num_splits, SPLIT_PAD) * SPLIT_PAD
+    partial = torch.empty((num_seqs, num_heads, padded, head_dim), dtype=torch.float32,
+                          device=out.device)
+    m = torch.empty((num_seqs, num_heads, padded), dtype=torch.float32, device=out.device)
+    sums = torch.empty_like(m)
+    return (partial, m, sums), (*partial.stride()[:3], m.stride(0), m.stride(1))
 
 
 def _check_latent_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, head_dim: int) -> int:
@@ -472,22 +458,14 @@ def mla_decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
     options = _options(cfg)
     stride_table = table.stride(0) if paged else 0
     grid = (num_seqs, head_blocks, num_splits)
-    common = (q.stride(0), q.stride(1), cache.stride(0), stride_table)
-    if not split:
-        args = (q, cache, ks, vs, table, seq_lens, out, out, out, softmax_scale, 1, *common,
-                out.stride(0), out.stride(1), 0, 0, 0)
-        return out, [Launch(_mla_decode_kernel, grid, args, constexprs, options)]
-    padded = triton.cdiv(num_splits, SPLIT_PAD) * SPLIT_PAD
-    partial = torch.empty((num_seqs, num_heads, padded, lora_dim), dtype=torch.float32,
-                          device=q.device)
-    m = torch.empty((num_seqs, num_heads, padded), dtype=torch.float32, device=q.device)
-    sums = torch.empty_like(m)
-    args = (q, cache, ks, vs, table, seq_lens, partial, m, sums, softmax_scale, num_splits,
-            *common, partial.stride(0), partial.stride(1), partial.stride(2),
-            m.stride(0), m.stride(1))
-    var = _variant_args(None, None, None, num_heads, q.device)
-    return out, [Launch(_mla_decode_kernel, grid, args, constexprs, options),
-                 _merge_launch(partial, m, sums, out, var, num_splits)]
+    dest, dest_strides = _decode_outputs(out, num_splits)
+    args = (q, cache, ks, vs, table, seq_lens, *dest, softmax_scale, num_splits,
+            q.stride(0), q.stride(1), cache.stride(0), stride_table, *dest_strides)
+    launches = [Launch(_mla_decode_kernel, grid, args, constexprs, options)]
+    if split:
+        var = _variant_args(None, None, None, num_heads, q.device)
+        launches.append(_merge_launch(*dest, out, var, num_splits))
+    return out, launches
 
 
 def _split_count(num_splits, num_seqs, num_kv_heads, seq_lens, max_seq_len, sliding_window,
@@ -535,15 +513,11 @@ def _ring_table(start_slots: torch.Tensor, ring_lens: torch.Tensor,
     return torch.stack((start_slots, ring_lens.to(start_slots.dtype)), dim=1)
 
 
-def _decode(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_scale,
-            k_scale, v_scale, num_splits, max_seq_len, block_n, sliding_window, softcap, sinks,
-            ring_lens=None):
-    if q.shape[0]:
+def _run(q: torch.Tensor, result: tuple[torch.Tensor, list[Launch]]) -> torch.Tensor:
+    """Runs the launches of `result` (an output and its launches); returns the output."""
+    out, launches = result
+    if launches:
         _check_device(q)
-    out, launches = decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
-                                    softmax_scale, k_scale, v_scale, num_splits, max_seq_len,
-                                    block_n, sliding_window=sliding_window, softcap=softcap,
-                                    sinks=sinks, ring_lens=ring_lens)
     for launch in launches:
         launch.run()
     return out
@@ -605,21 +579,6 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
     return out, [Launch(_prefill_kernel, grid, args, constexprs, _options(cfg))]
 
 
-def _prefill(q, k_cache, v_cache, table, paged, query_start_loc, seq_lens, block_size,
-             softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n, sliding_window,
-             softcap, sinks, ring_lens=None):
-    if q.shape[0] and seq_lens.shape[0]:
-        _check_device(q)
-    out, launches = prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc,
-                                     seq_lens, block_size, softmax_scale, k_scale, v_scale,
-                                     max_query_len, block_m, block_n,
-                                     sliding_window=sliding_window, softcap=softcap, sinks=sinks,
-                                     ring_lens=ring_lens)
-    for launch in launches:
-        launch.run()
-    return out
-
-
 # ----------------------------------------------------------------------------------------------
 # Public API (signatures of kvbench.kernels.reference; extras are keyword-only, at the end)
 
@@ -647,9 +606,10 @@ def paged_attention(
 
     `max_query_len` (longest `q_len` in the batch) avoids a device sync when given.
     """
-    return _prefill(q, k_cache, v_cache, block_tables, True, query_start_loc, seq_lens,
-                    block_size, softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n,
-                    sliding_window, softcap, sinks)
+    return _run(q, prefill_launches(
+        q, k_cache, v_cache, block_tables, True, query_start_loc, seq_lens, block_size,
+        softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n,
+        sliding_window=sliding_window, softcap=softcap, sinks=sinks))
 
 
 def contiguous_attention(
@@ -673,9 +633,10 @@ def contiguous_attention(
 ) -> torch.Tensor:
     """Varlen causal attention reading each sequence from `[start_slot, start_slot + len)`;
     with `ring_lens` position p of sequence i from `start_slots[i] + p % ring_lens[i]`."""
-    return _prefill(q, k_cache, v_cache, start_slots, False, query_start_loc, seq_lens,
-                    1, softmax_scale, k_scale, v_scale, max_query_len, block_m, block_n,
-                    sliding_window, softcap, sinks, ring_lens)
+    return _run(q, prefill_launches(
+        q, k_cache, v_cache, start_slots, False, query_start_loc, seq_lens, 1, softmax_scale,
+        k_scale, v_scale, max_query_len, block_m, block_n, sliding_window=sliding_window,
+        softcap=softcap, sinks=sinks, ring_lens=ring_lens))
 
 
 def paged_decode_attention(
@@ -704,9 +665,10 @@ def paged_decode_attention(
     Latent attention: `q` `[S, H, kv_lora_rank + rope_dim]`, `v_cache` =
     `k_cache[..., :kv_lora_rank]`, output `[S, H, kv_lora_rank]` (`mla_decode_launches`).
     """
-    return _decode(q, k_cache, v_cache, block_tables, True, seq_lens, block_size, softmax_scale,
-                   k_scale, v_scale, num_splits, max_seq_len, block_n, sliding_window, softcap,
-                   sinks)
+    return _run(q, decode_launches(
+        q, k_cache, v_cache, block_tables, True, seq_lens, block_size, softmax_scale, k_scale,
+        v_scale, num_splits, max_seq_len, block_n, sliding_window=sliding_window,
+        softcap=softcap, sinks=sinks))
 
 
 def contiguous_decode_attention(
@@ -729,6 +691,7 @@ def contiguous_decode_attention(
 ) -> torch.Tensor:
     """Decode reading each sequence's K/V from `[start_slot, start_slot + seq_len)`; with
     `ring_lens` position p of sequence i from `start_slots[i] + p % ring_lens[i]`."""
-    return _decode(q, k_cache, v_cache, start_slots, False, seq_lens, 1, softmax_scale,
-                   k_scale, v_scale, num_splits, max_seq_len, block_n, sliding_window, softcap,
-                   sinks, ring_lens)
+    return _run(q, decode_launches(
+        q, k_cache, v_cache, start_slots, False, seq_lens, 1, softmax_scale, k_scale, v_scale,
+        num_splits, max_seq_len, block_n, sliding_window=sliding_window, softcap=softcap,
+        sinks=sinks, ring_lens=ring_lens))

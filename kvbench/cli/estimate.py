@@ -12,6 +12,7 @@ import click
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.errors import KvbenchInputError
+from kvbench.models.hub import with_revision
 from kvbench.models.resolve_config import resolve_model_config
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import DEFAULT_GPU, GPU_PRESETS
@@ -50,9 +51,11 @@ def _parse_pair(text: str) -> tuple[str, str]:
 @click.option(
     "--model",
     "model",
-    metavar="PRESET|FOLDER",
-    help="A preset (e.g. llama-2-13b) or a local folder with a Hugging Face config.json.",
+    metavar="PRESET|FOLDER|ORG/NAME",
+    help="A preset (e.g. llama-2-13b), a local folder with a Hugging Face config.json, or a "
+    "Hugging Face model id (its config.json from the hub cache, fetched unless there).",
 )
+@click.option("--revision", help="The hub revision of a model id (branch, tag or commit).")
 @click.option("--layers", "num_layers", type=int, help="Number of layers (instead of --model).")
 @click.option(
     "--kv-heads", "num_kv_heads", type=int, help="Number of KV heads (instead of --model)."
@@ -176,6 +179,7 @@ def _parse_pair(text: str) -> tuple[str, str]:
 @click.option("--json", "as_json", is_flag=True, help="Print only JSON (for scripts).")
 def estimate_command(
     model: str | None,
+    revision: str | None,
     num_layers: int | None,
     num_kv_heads: int | None,
     head_dim: int | None,
@@ -203,6 +207,8 @@ def estimate_command(
     tensor_parallel_size: int,
     as_json: bool,
 ) -> None:
+    if revision is not None:
+        model = with_revision(model or "", revision)
     gpu_named = gpu
     gpu = gpu or DEFAULT_GPU
     if steps:

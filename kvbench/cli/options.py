@@ -8,10 +8,17 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from kvbench.models.hub import with_revision
 from kvbench.session.run_options import OptionField, option_fields
 
-# Options of the command line only: how results are printed, not what is run.
-OUTPUT_OPTIONS = ("quiet", "as_json")
+# Options of the command line only, not RunOptions fields: how results are printed, and
+# vLLM's --revision, which split_params folds into --model as `org/name@revision`
+# (kvbench.models.hub) and which click keeps out of the parameters (ctx.meta holds it).
+OUTPUT_OPTIONS = ("quiet", "as_json", "revision")
+REVISION_OPTION = click.Option(
+    ["--revision"], expose_value=False,
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__("kvbench.revision", value),
+    help="the hub revision of a Hugging Face model id given as --model (branch, tag or commit)")
 
 
 def output_options() -> list[click.Option]:
@@ -61,7 +68,7 @@ def run_options(kind: str) -> Callable[[click.Command], click.Command]:
     def decorate(command: click.Command) -> click.Command:
         options = [click_option(info, kind) for info in option_fields().values()
                    if kind in info.spec.kinds]
-        command.params[:0] = [*options, *output_options()]
+        command.params[:0] = [*options, REVISION_OPTION, *output_options()]
         return command
 
     return decorate
@@ -73,8 +80,11 @@ def split_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     An option left at its default is left out, so that `RunOptions.for_kind` can tell it from
     one given (`--defaults vllm` changes only the options not given)."""
     ctx = click.get_current_context()
+    revision = ctx.meta.get("kvbench.revision")
     given = {k: v for k, v in params.items() if k not in OUTPUT_OPTIONS
              and ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
+    if revision is not None:
+        given["model"] = with_revision(params.get("model") or "", revision)
     return given, {k: v for k, v in params.items() if k in OUTPUT_OPTIONS}
 
 

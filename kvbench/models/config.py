@@ -17,6 +17,7 @@ from typing import Any
 
 from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token, mla_group
 from kvbench.errors import KvbenchInputError
+from kvbench.models.bounds import check_model_bounds, derived_head_dim
 from kvbench.models.config_values import (
     positive_int,
     positive_number,
@@ -115,7 +116,9 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
-            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+            object.__setattr__(self, "head_dim",
+                               derived_head_dim(self.hidden_size, self.num_heads, self.name))
+        check_model_bounds(self)
         if self.moe_intermediate_size == 0:
             object.__setattr__(self, "moe_intermediate_size", self.intermediate_size)
         if self.layer_types and (len(self.layer_types) != self.num_layers or any(
@@ -325,8 +328,9 @@ class ModelConfig:
             qwen3_like = model_type in ("qwen3", "qwen3_moe")
             llama_bias = (model_type == "llama" or qwen3_like) and bool(
                 hf.get("attention_bias", False))
-            # transformers' Qwen3Config defaults head_dim to 128, not hidden // heads
-            default_head_dim = 128 if model_type == "qwen3" else hidden // num_heads
+            # transformers' Qwen3Config defaults head_dim to 128, not hidden // heads (0:
+            # derived, and checked, by __post_init__)
+            default_head_dim = 128 if model_type == "qwen3" else 0
             return cls(
                 name=name,
                 vocab_size=positive_int(hf, "vocab_size", name),
@@ -355,6 +359,8 @@ class ModelConfig:
                 **_windows(hf, name, model_type),
                 **_experts(hf, name, model_type),
             )
+        except KvbenchInputError:
+            raise
         except (TypeError, ValueError) as err:
             raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
 
@@ -601,6 +607,8 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
             quantization=_gpt_oss_quantization(hf, name),
             architecture="gpt_oss",
         )
+    except KvbenchInputError:
+        raise
     except (TypeError, ValueError) as err:
         raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
 

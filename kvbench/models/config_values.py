@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.models.bounds import check_limit
 
 
 def positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = None, *,
                  null_reads_default: bool = True) -> int:
-    """`hf[key]`, a positive integer; `default` when the key is absent (or null, unless
-    `null_reads_default` is false); refused as lacking when there is no default."""
+    """`hf[key]`, a positive integer within bounds.LIMITS; `default` when the key is absent
+    (or null, unless `null_reads_default` is false); refused as lacking when there is no
+    default."""
     value = hf.get(key) if null_reads_default else hf.get(key, default)
     if value is None:
         if default is None or not null_reads_default:
@@ -20,7 +22,7 @@ def positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = 
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise KvbenchInputError(
             f"model {name}: config.json {key} must be a positive integer, got {value!r}")
-    return value
+    return check_limit(key, value, name)
 
 
 def positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:

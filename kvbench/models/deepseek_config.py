@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.models.bounds import check_limit
 from kvbench.models.config_values import (
     read_rope_theta,
     refuse_partial_rotary,
@@ -148,6 +149,8 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
             routing=_routing(hf, name, v3, experts),
             quantization=_quantization(hf, name),
         )
+    except KvbenchInputError:
+        raise
     except (TypeError, ValueError) as err:
         raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
 
@@ -170,7 +173,7 @@ def _int(hf: dict[str, Any], key: str, name: str, default: int | None, *,
         raise KvbenchInputError(
             f"model {name}: config.json {key} must be {kind} integer"
             f"{' or null' if nullable else ''}, got {value!r}")
-    return value
+    return check_limit(key, value, name)
 
 
 def _quantization(hf: dict[str, Any], name: str) -> str | None:

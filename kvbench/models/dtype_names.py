@@ -53,13 +53,3 @@ def kv_cache_dtype_name(config: EngineConfig) -> str:
 def element_bytes(dtype: object) -> int:
     """Bytes per element of a dtype given by torch's name or as a torch dtype."""
     return ELEMENT_BYTES[str(dtype).removeprefix("torch.")]
-
-
-__all__ = [
-    "ELEMENT_BYTES",
-    "FP8_NAME",
-    "MODEL_DTYPE_NAMES",
-    "element_bytes",
-    "kv_cache_dtype_name",
-    "model_dtype_name",
-]

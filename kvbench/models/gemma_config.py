@@ -78,6 +78,8 @@ def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
             final_logit_softcapping=_cap(hf, "final_logit_softcapping", name,
                                          None if gemma3 else 30.0),
         )
+    except KvbenchInputError:
+        raise
     except (TypeError, ValueError) as err:
         raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
 

@@ -13,31 +13,17 @@ import torch
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.deepseek import DeepseekDecoder
+from kvbench.models.dtype_names import model_dtype_name
 from kvbench.models.gemma import GemmaDecoder
 from kvbench.models.gpt_oss import GptOssDecoder
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.presets import PRESETS
-from kvbench.models.resolve_config import first_line, resolve_model_config
-
-DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-}
+from kvbench.models.resolve_config import first_line, model_folder, resolve_model_config
 
 
 def parse_dtype(name: str) -> torch.dtype:
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise KvbenchInputError(
-            f"unknown --dtype {name!r} (choose from float32, bfloat16, float16)"
-        ) from None
+    return getattr(torch, model_dtype_name(name))
 
 
 # Elements drawn per call on an accelerator: bounds the float32 staging buffer (256 MiB).
@@ -112,7 +98,7 @@ def load_model(
     `available` tells the device's free bytes (see `check_memory`).
     """
     config = resolve_model_config(model)
-    folder = None if model in PRESETS else Path(model)
+    folder = None if model in PRESETS else model_folder(model, weights=True)
     if config.quantization is not None:
         raise KvbenchInputError(
             f"model {model}: config.json has quantization_config ({config.quantization}); "

@@ -63,18 +63,6 @@ def profile_attention_bytes(model: ModelConfig, num_tokens: int, element_bytes: 
     return num_tokens * 4 * model.num_heads * model.head_dim * element_bytes
 
 
-def activation_flag(model: ModelConfig, max_num_batched_tokens: int, max_num_seqs: int,
-                    element_bytes: int) -> tuple[str, int]:
-    """The option whose value sizes most of `activation_bytes_estimate`, and that value:
-    `--max-num-seqs` (the logits) or `--max-num-batched-tokens` (a prefill's width)."""
-    logits = max_num_seqs * model.vocab_size * LOGITS_BYTES
-    tokens = activation_bytes_estimate(model, max_num_batched_tokens, max_num_seqs,
-                                       element_bytes) - logits
-    if logits >= tokens:
-        return "--max-num-seqs", max_num_seqs
-    return "--max-num-batched-tokens", max_num_batched_tokens
-
-
 @dataclass(frozen=True)
 class MemoryNeed:
     """The bytes one run takes on its device, by part."""

@@ -129,7 +129,7 @@ class RunOptions:
     )
     num_requests: int | None = _workload("requests to replay [default: 64; a trace: all of it]",
                                          aliases=("--num-prompts",))
-    model: str = _engine("preset name or local Hugging Face folder")
+    model: str = _engine("preset name, local Hugging Face folder or hub model id (org/name)")
     dtype: str = _engine("auto (bfloat16 on CUDA, float32 on the CPU), float32, bfloat16, "
                          "float16", default="auto", kind_defaults={"simulate": "bfloat16"})
     kv_cache_dtype: str = _engine("auto (= --dtype) or fp8")
