@@ -1,4 +1,4 @@
-"""Errors the CLI turns into exit codes (docs/design.md, CLI conventions)."""
+"""Errors the CLI turns into exit codes (`kvbench.cli.app.failure`, docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -22,3 +22,19 @@ class RunInterrupted(Exception):
         super().__init__(f"interrupted{done}; partial results in {folder}")
         self.folder = folder
         self.finished = finished
+
+
+def os_error_line(err: OSError) -> str:
+    """An I/O error in one line, naming its path: `PATH: No space left on device`."""
+    reason = err.strerror or str(err) or type(err).__name__
+    if err.filename is None:
+        return reason
+    where = f"{err.filename} -> {err.filename2}" if err.filename2 else str(err.filename)
+    return f"{where}: {reason}"
+
+
+def missing_extra(module: str, extra: str, feature: str) -> KvbenchInputError:
+    """The error for an optional dependency that is not installed: what needs it and which
+    extra installs it (never that the user's input is wrong)."""
+    return KvbenchInputError(f"{feature} needs {module}, which is not installed: "
+                             f"pip install 'kvbench[{extra}]'")

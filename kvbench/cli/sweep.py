@@ -11,7 +11,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from kvbench.errors import KvbenchInputError, KvbenchRunError
+from kvbench.errors import KvbenchInputError, KvbenchRunError, os_error_line
 
 HELP = """Run a grid of `kvbench run` (or, with --simulate, `kvbench simulate`) points.
 
@@ -282,8 +282,12 @@ def sweep_command(config: str | None, simulate: bool, resume: bool, point_report
     command = _command_line(ctx, config)
     talk = not quiet and not as_json
     echo = (lambda message: click.echo(message, err=True)) if talk else None
-    result = run_sweep(spec, folder, resume=resume, command=command, echo=echo,
-                       point_reports=point_reports)
+    try:
+        result = run_sweep(spec, folder, resume=resume, command=command, echo=echo,
+                           point_reports=point_reports)
+    except OSError as err:  # the sweep had started: a failed run, exit 1 (kvbench.cli.app)
+        raise KvbenchRunError(f"{os_error_line(err)}; {folder} keeps what was written "
+                              "(unfinished: --resume continues it)") from None
     if as_json:
         data = {
             "folder": str(folder),
