@@ -30,11 +30,11 @@ from kvbench.errors import KvbenchInputError
 @click.option("--format", "fmt", type=click.Choice(["vllm-bench", "vllm", "vllm-sweep", "csv"]),
               required=True,
               help="vllm-bench (JSON; vllm is the same), vllm-sweep (a folder) or csv")
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+@click.option("-o", "--output", default=None,
               help="file to write [default: standard output]; vllm-sweep: the folder")
 @click.option("--allow-incomplete", is_flag=True,
               help="export runs that did not finish (their files hold what finished; warns)")
-def export_command(run_dir: Path, fmt: str, output: Path | None,
+def export_command(run_dir: Path, fmt: str, output: str | None,
                    allow_incomplete: bool) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.runs import run_folders
@@ -45,6 +45,9 @@ def export_command(run_dir: Path, fmt: str, output: Path | None,
 
     if fmt == "vllm":  # what vLLM users type: the JSON of `vllm bench serve`
         fmt = "vllm-bench"
+    if output is not None and not output.strip():  # an unset shell variable, not "."
+        raise KvbenchInputError("-o is empty: name the file (vllm-sweep: the folder) to write")
+    output = Path(output) if output is not None else None
     if output is not None and output.is_dir() and fmt != "vllm-sweep":
         raise KvbenchInputError(f"-o {output} is a folder: name the file to write")
     if output is not None:  # before any reading: /proc, a read-only folder, ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -285,7 +286,9 @@ def sweep_command(config: str | None, simulate: bool, resume: bool, point_report
     try:
         result = run_sweep(spec, folder, resume=resume, command=command, echo=echo,
                            point_reports=point_reports)
-    except OSError as err:  # the sweep had started: a failed run, exit 1 (kvbench.cli.app)
+    except OSError as err:  # once the sweep's folder exists: a failed run, exit 1
+        if not os.path.isdir(folder):
+            raise  # never started (a name too long, say): exit 2 (kvbench.cli.app)
         raise KvbenchRunError(f"{os_error_line(err)}; {folder} keeps what was written "
                               "(unfinished: --resume continues it)") from None
     if as_json:
