@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import Any
 
 
 class KvbenchInputError(ValueError):
@@ -33,8 +35,29 @@ def os_error_line(err: OSError) -> str:
     return f"{where}: {reason}"
 
 
-def missing_extra(module: str, extra: str, feature: str) -> KvbenchInputError:
-    """The error for an optional dependency that is not installed: what needs it and which
-    extra installs it (never that the user's input is wrong)."""
-    return KvbenchInputError(f"{feature} needs {module}, which is not installed: "
-                             f"pip install 'kvbench[{extra}]'")
+# Optional dependencies: the name users know and what installs it (pyproject.toml's extras;
+# triton is a dependency on Linux x86-64 only).
+OPTIONAL = {
+    "transformers": ("transformers", "pip install 'kvbench[hf]'"),
+    "ray": ("Ray", "pip install 'kvbench[ray]'"),
+    "triton": ("Triton", "pip install 'triton>=3.0'"),
+}
+
+
+def missing_dependency(module: str, feature: str, err: ImportError | None = None) -> \
+        KvbenchInputError:
+    """The one line for `feature` without the optional `module`: which extra installs it,
+    never that the user's input is wrong."""
+    name, install = OPTIONAL[module]
+    absent = err is None or (isinstance(err, ModuleNotFoundError)
+                             and (err.name or module).partition(".")[0] == module)
+    why = "which is not installed" if absent else f"which cannot be imported ({err})"
+    return KvbenchInputError(f"{feature} needs {name}, {why}: {install}")
+
+
+def optional_import(module: str, feature: str) -> Any:
+    """`import module`, an optional dependency (a key of `OPTIONAL`), for `feature`."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise missing_dependency(module, feature, err) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import shlex
 import sys
@@ -11,7 +12,7 @@ from typing import Any
 import click
 
 from kvbench.cli.options import run_options, split_params
-from kvbench.errors import KvbenchInputError
+from kvbench.errors import KvbenchInputError, KvbenchRunError
 from kvbench.session.run_options import RunOptions
 
 # More repeats than this only make folders (each is made before the first run starts):
@@ -75,6 +76,16 @@ def execute(options: RunOptions, *, quiet: bool, as_json: bool) -> None:
         plan, command="kvbench " + shlex.join(sys.argv[1:]), show_progress=not quiet,
         on_run_start=None if quiet or as_json else announce,
     )
+    try:
+        _print(result, quiet=quiet, as_json=as_json)
+    except OSError as err:  # stdout on a full disk: the run is done, its folder whole
+        if err.errno == errno.EPIPE:
+            raise  # the reader left (`| head`): nothing to say (kvbench.cli.app)
+        raise KvbenchRunError(f"standard output: {err.strerror or err}; the results are "
+                              f"whole in {result.root}") from None
+
+
+def _print(result: Any, *, quiet: bool, as_json: bool) -> None:
     summaries = result.summaries
     if as_json:
         data: Any = summaries[0] if len(summaries) == 1 else summaries

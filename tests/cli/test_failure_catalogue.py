@@ -10,6 +10,7 @@ Each case is one row of `CASES`; a new fault or command is a new row. Faults:
   writing under `{full}` failing with ENOSPC past the budget (Python's files, and so pandas'
   and pyarrow's writes through them).
 - `stdout-full`: standard output is /dev/full (`kvbench ... > /dev/full`), as a process.
+- `missing:MODULE`: the optional dependency MODULE is not installed.
 - None: the arguments alone are the fault (hostile counts, names, paths).
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import builtins
 import errno
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -44,7 +46,7 @@ class Case:
     argv: list[str]
     code: int
     says: str = ""  # a fragment of the error line
-    fault: str | None = None  # "full", "stdout-full" or None
+    fault: str | None = None  # "full", "stdout-full", "missing:MODULE" or None
     budget: int = 0  # bytes the full disk takes before it refuses
 
 
@@ -76,8 +78,8 @@ CASES: list[Case] = [
          f"standard output: {NOSPACE}", "stdout-full"),
     Case("export-stdout-full", ["export", "{results}", "--format", "csv"], 2,
          f"standard output: {NOSPACE}", "stdout-full"),
-    Case("simulate-json-stdout-full", [*SIM, "--json", "--quiet", "--out", "{tmp}/out"], 2,
-         f"standard output: {NOSPACE}", "stdout-full"),
+    Case("simulate-json-stdout-full", [*SIM, "--json", "--out", "{tmp}/out"], 1,
+         f"standard output: {NOSPACE}; the results are whole", "stdout-full"),
     # hostile counts: refused before any work
     Case("repeat-a-billion", [*RUN, "--repeat", "1000000000", "--out", "{tmp}/out"], 2,
          "--repeat 1,000,000,000 is more than 1,000"),
@@ -105,6 +107,19 @@ CASES: list[Case] = [
     Case("export-output-empty", ["export", "{results}", "--format", "csv", "-o", ""], 2),
     Case("export-vllm-sweep-output-empty", ["export", "{results}", "--format", "vllm-sweep",
                                             "-o", ""], 2),
+    # optional dependencies: the extra that installs them is named, the input is not blamed
+    Case("tokenizer-without-transformers",
+         [*RUN, "--workload", "{tmp}/sharegpt.json", "--tokenizer", "{tmp}", "--out",
+          "{tmp}/out"], 2, "needs transformers, which is not installed: pip install "
+         "'kvbench[hf]'", "missing:transformers"),
+    Case("engine-hf-without-transformers", [*RUN, "--engine", "hf", "--out", "{tmp}/out"], 2,
+         "--engine hf needs transformers, which is not installed: pip install 'kvbench[hf]'",
+         "missing:transformers"),
+    Case("sweep-ray-without-ray", ["sweep", "--simulate", "--model", "llama-2-7b",
+                                   "--num-requests", "2", "--executor", "ray", "--out",
+                                   "{tmp}/out"], 2,
+         "--executor ray needs Ray, which is not installed: pip install 'kvbench[ray]'",
+         "missing:ray"),
     # a file that is not text where text is read
     Case("sweep-config-binary", ["sweep", "{tmp}/binary.toml"], 2, "binary.toml"),
 ]
@@ -237,6 +252,8 @@ def _check_nothing_half_written(full: Path) -> None:
 
 def _setup(tmp: Path) -> Path:
     (tmp / "binary.toml").write_bytes(bytes(range(128, 256)) * 4)
+    (tmp / "sharegpt.json").write_text(json.dumps([{"conversations": [
+        {"from": "human", "value": "hello"}, {"from": "gpt", "value": "hi there"}]}]))
     full = tmp / "full"
     full.mkdir()
     return full
@@ -253,11 +270,13 @@ def test_each_failure_is_one_line_with_the_contracts_exit_code(case, tmp_path, r
     else:
         if case.fault == "full":
             FullDisk(full, case.budget).install(monkeypatch)
+        elif case.fault is not None:  # `import MODULE` raises ModuleNotFoundError
+            monkeypatch.setitem(sys.modules, case.fault.removeprefix("missing:"), None)
         code, out, err = _in_process(argv, capsys)
         monkeypatch.undo()
     _check_one_line(case, code, out, err, full)
     _check_nothing_half_written(full)
-    if case.fault is None:  # refused before any work: not a file written
+    if case.fault is None or case.fault.startswith("missing:"):  # refused before any work
         assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
 
 
@@ -275,5 +294,5 @@ def test_the_catalogue_names_each_case_once_and_covers_every_command():
     assert len(ids) == len(set(ids))
     from kvbench.cli.app import COMMANDS
 
-    written = {c.argv[0] for c in CASES if c.fault is not None}
+    written = {c.argv[0] for c in CASES if c.fault in ("full", "stdout-full")}
     assert set(COMMANDS) - written == {"calibrate"}  # needs CUDA to write anything
