@@ -40,25 +40,21 @@ _DEFAULT_COLOR = 0xFF7F7F7F
 
 # NVTX categories: a handful of groups, so that Nsight can filter runner, engine, model and
 # kernel ranges apart without the names carrying it.
-_CATEGORIES = {
-    "replay": "runner", "idle": "runner", "warmup": "runner", "metrics": "runner",
-    "step": "engine", "schedule": "engine", "layout": "engine", "sample": "engine",
-    "prepare": "model", "prefill": "model", "decode": "model", "generate": "model",
-    "write_kv": "kernel", "prefill_attention": "kernel", "decode_attention": "kernel",
-    # the simulator's modelled forward parts (kvbench/simulator/step_trace.py)
-    "gemm": "kernel", "elementwise": "kernel", "all_reduce": "kernel", "layer_floor": "kernel",
-    "lm_head": "kernel",
-}
+_CATEGORIES = {name: category for category, names in {
+    "runner": "replay idle warmup metrics",
+    "engine": "step schedule layout sample",
+    "model": "prepare prefill decode generate",
+    # with the simulator's modelled forward parts (kvbench/simulator/step_trace.py)
+    "kernel": "write_kv prefill_attention decode_attention gemm elementwise all_reduce "
+              "layer_floor lm_head",
+}.items() for name in names.split()}
 _DEFAULT_CATEGORY = "other"
 
 
 def _payload(args: dict[str, Any]) -> int | None:
-    """The one number NVTX carries with a range: its `tokens` argument (the tokens the phase
-    works on), the same meaning on every range; a range without one carries none."""
+    """The one number NVTX carries with a range: its `tokens` argument, if any."""
     value = args.get("tokens")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # The lowest `nvtx` with everything used here: keyword `push_range` (0.2.15) and counters
@@ -134,9 +130,8 @@ class TraceRecorder:
     ) -> None:
         # (start, -duration, depth, event): the sort key of `events` beside each event
         self._events: list[tuple[int, int, int, dict[str, Any]]] = []
-        # The clock every timestamp is read from: the runner passes the engine's run clock,
-        # so a simulated run's trace is on the simulated clock like its kvbench_summary.json (the
-        # default, the wall clock, serves library users who trace their own code).
+        # The runner passes the engine's run clock (a simulated run's trace is on the simulated
+        # clock, as its summary); the wall clock serves library users tracing their own code.
         self.clock: Callable[[], float] = clock or time.perf_counter
         self.origin_s = self.clock()
         self.pid = _unique_pid(process_name)
@@ -191,12 +186,8 @@ class TraceRecorder:
                     len(self._open.get(tid, ())) + nested, args)
 
     def counter(self, name: str, t_s: float | None, values: dict[str, float]) -> None:
-        """A counter track sample (Perfetto draws one track per series), stamped now.
-
-        `t_s` is the caller's run-clock time; the sample is placed at the recorder's clock's
-        now, which is the same moment when the recorder runs on the engine's clock (as the
-        runner sets it up) and where the engine records it otherwise.
-        """
+        """A counter track sample (one track per series), stamped at the recorder's clock's
+        now: `t_s`, the caller's run-clock time, is that moment on the engine's clock."""
         del t_s
         ts = self._us(self.clock())
         self._events.append((ts, 0, 0, {"name": name, "ph": "C", "ts": ts, "pid": self.pid,
@@ -204,12 +195,8 @@ class TraceRecorder:
 
     def request_tracks(self, sequences: Mapping[int, Sequence[Any]]) -> None:
         """One track per request beside the step track: its `queue` (arrival to admission),
-        `prefill` (admission to first token) and `decode` (first token to last) phases.
-
-        `sequences` is the engine's request id -> samples map; times are on the run clock,
-        whose zero is the recorder's `origin_s` (the runner starts both together). A request that never
-        reached a phase has no range for it.
-        """
+        `prefill` (admission to first token) and `decode` (first token to last) phases, from
+        the engine's request id -> samples map (run-clock times, zero at `origin_s`)."""
         for request_id, group in sorted(sequences.items()):
             if not group or request_id < 0:
                 continue
