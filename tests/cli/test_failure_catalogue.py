@@ -296,3 +296,31 @@ def test_the_catalogue_names_each_case_once_and_covers_every_command():
 
     written = {c.argv[0] for c in CASES if c.fault in ("full", "stdout-full")}
     assert set(COMMANDS) - written == {"calibrate"}  # needs CUDA to write anything
+
+
+@pytest.mark.parametrize(("error", "says"), [
+    (MemoryError("Unable to allocate 7.28 TiB for an array"), "out of memory: the input asks"),
+    (RecursionError("maximum recursion depth exceeded"), "the input is nested too deeply"),
+    (OverflowError("cannot convert float infinity to integer"), "a number in the input is out"),
+    (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), "is not UTF-8 text"),
+], ids=["memory", "recursion", "overflow", "not-utf8"])
+def test_exhaustion_by_an_input_is_one_line_and_exit_2(error, says, monkeypatch, capsys):
+    """Whatever reader meets an input too large or too deep, the error reaching the top is
+    one line: here a model config's reader raises it."""
+    def read(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr("kvbench.cli.estimate.resolve_checkpoint", read)
+    assert main(["estimate", "--model", "llama-2-7b"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("kvbench: error: ") and says in err
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    """Only the contract's kinds become one line: anything else is a bug to report, raised."""
+    def read(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr("kvbench.cli.estimate.resolve_checkpoint", read)
+    with pytest.raises(ZeroDivisionError):
+        main(["estimate", "--model", "llama-2-7b"])
