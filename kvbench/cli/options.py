@@ -27,7 +27,6 @@ SIMULATE_HELP = {
 }
 
 
-
 class Count(click.types.IntParamType):
     """An integer of at most 2**63 - 1, refused by click in one line before any work: numpy
     and torch hold no larger one (a closed loop of 10**21 requests overflowed mid-run)."""
