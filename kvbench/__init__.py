@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    # The engine imports torch (seconds): `import kvbench` stays cheap until it is used.
     if name == "generate":
+        # the engine imports torch (seconds): `import kvbench` stays cheap until it is used
         from kvbench.api import generate
 
         return generate
