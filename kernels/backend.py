@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from kvbench.errors import KvbenchInputError
+from kvbench.errors import KvbenchInputError, missing_dependency
 
 from .attention_ops import IMPLEMENTATIONS, AttentionOps
 
@@ -59,11 +59,8 @@ def resolve_backend(name: str, device: torch.device) -> str:
     has_triton = triton_importable()
     if name == "auto":
         return "triton" if device.type == "cuda" and has_triton else "torch"
-    if not has_triton:
-        raise KvbenchInputError(
-            "attention backend 'triton' requested but triton is not installed; "
-            "use --attention-backend torch"
-        )
+    if not has_triton:  # (or --attention-backend torch)
+        raise missing_dependency("triton", "--attention-backend triton")
     if device.type == "cuda":
         return "triton"
     if device.type == "cpu" and _interpreting():
@@ -78,11 +75,14 @@ def resolve_backend(name: str, device: torch.device) -> str:
 def get_ops(name: str) -> AttentionOps:
     """The `AttentionOps` of a concrete backend (``"torch"`` or ``"triton"``), one per process.
 
-    Raises ImportError for ``"triton"`` when triton cannot be imported.
+    Raises `KvbenchInputError` naming what installs triton when it cannot be imported.
     """
     if name not in IMPLEMENTATIONS:
         raise KvbenchInputError(
             f"unknown concrete attention backend {name!r}; expected 'torch' or 'triton' "
             "(resolve 'auto' with resolve_backend first)"
         )
-    return IMPLEMENTATIONS[name]()
+    try:
+        return IMPLEMENTATIONS[name]()
+    except ImportError as err:  # found, but not loadable here (its compiler, a driver)
+        raise missing_dependency("triton", "the triton attention backend", err) from None

@@ -16,9 +16,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    # Importing torch takes seconds: `import kvbench` stays cheap until the engine is used.
     if name == "generate":
-        # the engine imports torch: `import kvbench` stays cheap
+        # the engine imports torch (seconds): `import kvbench` stays cheap until it is used
         from kvbench.api import generate
 
         return generate

@@ -64,30 +64,21 @@ class EngineConfig:
         if self.weights_memory is not None:
             self.weights_memory = parse_size_bytes(self.weights_memory)
         check_block_size(self.block_size)
-        if self.max_num_seqs < 1:
-            raise KvbenchInputError(f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
         # None is "the default"; 0 would read as a length, so it is refused like -1.
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise KvbenchInputError(
-                "--max-model-len must be an integer >= 2 (one prompt and one output token), "
-                f"got {self.max_model_len}"
-            )
-        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
-            raise KvbenchInputError(
-                f"--max-num-batched-tokens must be at least 1, got {self.max_num_batched_tokens}"
-            )
+        for flag, value, least in (("--max-num-seqs", self.max_num_seqs, 1),
+                                   ("--max-num-batched-tokens", self.max_num_batched_tokens, 1),
+                                   ("--max-model-len", self.max_model_len, 2),
+                                   ("--tensor-parallel-size", self.tensor_parallel_size, 1),
+                                   ("--cpu-threads", self.cpu_threads, 1)):
+            if value is not None and value < least:
+                why = " (one prompt and one output token)" if least == 2 else ""
+                raise KvbenchInputError(f"{flag} must be at least {least}{why}, got {value}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise KvbenchInputError("--gpu-memory-utilization must be in (0, 1]")
         if self.gpu_memory_utilization is not None and self.kv_memory is not None:
             # Two answers to one question (the KV budget): which one wins would be a guess.
-            raise KvbenchInputError(
-                "--kv-memory sets the KV budget itself; --gpu-memory-utilization would be "
-                "ignored: give one of them"
-            )
-        if self.tensor_parallel_size < 1:
-            raise KvbenchInputError("--tensor-parallel-size must be at least 1")
-        if self.cpu_threads < 1:
-            raise KvbenchInputError("--cpu-threads must be at least 1")
+            raise KvbenchInputError("--kv-memory sets the KV budget itself; "
+                                    "--gpu-memory-utilization would be ignored: give one of them")
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise KvbenchInputError(
                 f"--temperature must be a finite number >= 0, got {self.temperature}")
@@ -101,8 +92,7 @@ class EngineConfig:
                 f"got {self.seed}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise KvbenchInputError(
-                f"unknown --kv-cache-dtype {self.kv_cache_dtype!r} (choose from auto, fp8)"
-            )
+                f"unknown --kv-cache-dtype {self.kv_cache_dtype!r} (choose from auto, fp8)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

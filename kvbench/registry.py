@@ -31,13 +31,11 @@ E = TypeVar("E", bound=Named)
 class Registry(Generic[E]):
     """Entries of one kind, by name, in registration order.
 
-    `kind` is how a user names the choice in messages ("strategy", "--batching");
-    `package` is imported module by module before the first lookup; `identity` says whether
-    two registrations under one name are the same extension (a module imported twice), which
-    is allowed, or a clash, which is refused; `order` sorts the listing (default: registration
-    order; the sort is stable). An unknown name's message lists the choices after
-    `choices_label` and ends with `choices_note` (other accepted spellings, say); `hint` may
-    add a pointer after it (for a name that belongs to another registry, say).
+    `kind` names the choice in messages ("strategy", "--batching"); `package` is imported
+    module by module before the first lookup; `identity` tells a module imported twice (the
+    same extension: allowed) from a clash; `order` sorts the listing (stable). An unknown
+    name's message lists the choices after `choices_label`, then `choices_note` (other
+    spellings, say) and `hint(name)`'s pointer (a name of another registry, say).
     """
 
     def __init__(self, kind: str, package: str | None = None, *,

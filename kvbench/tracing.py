@@ -1,31 +1,22 @@
 """NVTX ranges around engine phases, mirrored into an optional Chrome-trace recorder.
 
 `with trace_range("decode", decode_seqs=12, tokens=12): ...` is
-
-- an NVTX push/pop range in the `kvbench` domain whose message is the phase name alone
-  (`decode`): `nsys stats --report nvtx_sum` lists one row per phase, and NVTX registers each
-  name once. The arguments travel beside the name: the range's *payload* is its `tokens`
-  argument, the number of tokens the phase works on, one meaning on every range (shown in
-  Nsight's tooltip and usable in `nsys` queries; a range without a token count carries
-  none), and its *category* groups phases (`runner`, `engine`, `model`, `kernel`).
-  Pushed only when a tool that consumes NVTX (Nsight Systems, Nsight Compute) is attached to
-  the process: NVTX reports the domain enabled only then. Without a profiler, without the
-  `nvtx` package or without the NVTX library, nothing is pushed;
+- an NVTX push/pop range in the `kvbench` domain named by the phase alone (`nsys stats
+  --report nvtx_sum` lists one row per phase): its payload is its `tokens` argument (the
+  tokens the phase works on, one meaning on every range) and its category groups phases
+  (`runner`, `engine`, `model`, `kernel`). Pushed only while a tool that consumes NVTX
+  (Nsight Systems or Compute) is attached; `KVBENCH_NVTX=0` switches it off even then;
 - a complete ("X") event in the `TraceRecorder` set with `set_recorder` (`kvbench run
-  --trace`), written as `trace.json` in Chrome trace format (Chrome DevTools, Perfetto),
-  with all the arguments.
+  --trace`), written as `trace.json` in Chrome trace format, with all the arguments.
 
-`trace_counter("kv_bytes", t, {"token": n, ...})` samples one NVTX counter per series
-(`kv_bytes.token`, an NVTX 64-bit integer counter, drawn as a track in Nsight Systems) and a
-Chrome-trace counter track.
-
-When neither is active `trace_range` returns one shared no-op context manager: a function
-call and a global lookup, cheap enough to sit around every kernel call.
-`KVBENCH_NVTX=0` switches NVTX off even under a profiler.
+`trace_counter("kv_bytes", t, {"token": n, ...})` samples one NVTX 64-bit counter per series
+(`kv_bytes.token`) and a Chrome-trace counter track. When neither is active `trace_range`
+returns one shared no-op context manager, cheap enough to sit around every kernel call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -49,25 +40,21 @@ _DEFAULT_COLOR = 0xFF7F7F7F
 
 # NVTX categories: a handful of groups, so that Nsight can filter runner, engine, model and
 # kernel ranges apart without the names carrying it.
-_CATEGORIES = {
-    "replay": "runner", "idle": "runner", "warmup": "runner", "metrics": "runner",
-    "step": "engine", "schedule": "engine", "layout": "engine", "sample": "engine",
-    "prepare": "model", "prefill": "model", "decode": "model", "generate": "model",
-    "write_kv": "kernel", "prefill_attention": "kernel", "decode_attention": "kernel",
-    # the simulator's modelled forward parts (kvbench/simulator/step_trace.py)
-    "gemm": "kernel", "elementwise": "kernel", "all_reduce": "kernel", "layer_floor": "kernel",
-    "lm_head": "kernel",
-}
+_CATEGORIES = {name: category for category, names in {
+    "runner": "replay idle warmup metrics",
+    "engine": "step schedule layout sample",
+    "model": "prepare prefill decode generate",
+    # with the simulator's modelled forward parts (kvbench/simulator/step_trace.py)
+    "kernel": "write_kv prefill_attention decode_attention gemm elementwise all_reduce "
+              "layer_floor lm_head",
+}.items() for name in names.split()}
 _DEFAULT_CATEGORY = "other"
 
 
 def _payload(args: dict[str, Any]) -> int | None:
-    """The one number NVTX carries with a range: its `tokens` argument (the tokens the phase
-    works on), the same meaning on every range; a range without one carries none."""
+    """The one number NVTX carries with a range: its `tokens` argument, if any."""
     value = args.get("tokens")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # The lowest `nvtx` with everything used here: keyword `push_range` (0.2.15) and counters
@@ -124,15 +111,13 @@ def _unique_pid(process_name: str) -> int:
 
 
 class TraceRecorder:
-    """Chrome trace events (timestamps in whole microseconds since `origin_s`).
+    """Chrome trace events, timestamps in whole microseconds since `origin_s` (so a child's
+    end never passes its parent's in a viewer's floating-point sums).
 
-    Ranges are complete ("X") events: DevTools pairs begin/end ("B"/"E") events with one
-    stack for the whole file, so pairs of different threads that interleave lose their
-    slices. Timestamps are whole microseconds, so that a child's end never passes its
-    parent's in a viewer's floating-point sums. Counters are "C" events. `events` returns
-    them ready to write: process and thread names first, then by start, longer (outer)
-    ranges first, with any range still open (an interrupted run) closed at the last
-    timestamp.
+    Ranges are complete ("X") events: DevTools pairs begin/end events with one stack for the
+    whole file, so interleaving threads would lose slices. Counters are "C" events. `events`
+    lists them ready to write: names first, then by start, outer ranges first, a range still
+    open (an interrupted run) closed at the last timestamp.
 
     `drawn_by_executor`: range names the engine's executor draws itself on its clock (a
     simulated one, whose clock moves only by modelled time, draws its modelled host phases):
@@ -145,9 +130,8 @@ class TraceRecorder:
     ) -> None:
         # (start, -duration, depth, event): the sort key of `events` beside each event
         self._events: list[tuple[int, int, int, dict[str, Any]]] = []
-        # The clock every timestamp is read from: the runner passes the engine's run clock,
-        # so a simulated run's trace is on the simulated clock like its kvbench_summary.json (the
-        # default, the wall clock, serves library users who trace their own code).
+        # The runner passes the engine's run clock (a simulated run's trace is on the simulated
+        # clock, as its summary); the wall clock serves library users tracing their own code.
         self.clock: Callable[[], float] = clock or time.perf_counter
         self.origin_s = self.clock()
         self.pid = _unique_pid(process_name)
@@ -202,33 +186,17 @@ class TraceRecorder:
                     len(self._open.get(tid, ())) + nested, args)
 
     def counter(self, name: str, t_s: float | None, values: dict[str, float]) -> None:
-        """A counter track sample (Perfetto draws one track per series), stamped now.
-
-        `t_s` is the caller's run-clock time; the sample is placed at the recorder's clock's
-        now, which is the same moment when the recorder runs on the engine's clock (as the
-        runner sets it up) and where the engine records it otherwise.
-        """
+        """A counter track sample (one track per series), stamped at the recorder's clock's
+        now: `t_s`, the caller's run-clock time, is that moment on the engine's clock."""
         del t_s
         ts = self._us(self.clock())
         self._events.append((ts, 0, 0, {"name": name, "ph": "C", "ts": ts, "pid": self.pid,
                                         "tid": self._tid(), "args": dict(values)}))
 
-    def instant(self, name: str, t_s: float | None = None, args: dict[str, Any] | None = None):
-        ts = self._us(self.clock() if t_s is None else t_s)
-        event = {"name": name, "ph": "i", "s": "t", "ts": ts, "pid": self.pid,
-                 "tid": self._tid()}
-        if args:
-            event["args"] = args
-        self._events.append((ts, 0, 1 << 30, event))
-
     def request_tracks(self, sequences: Mapping[int, Sequence[Any]]) -> None:
         """One track per request beside the step track: its `queue` (arrival to admission),
-        `prefill` (admission to first token) and `decode` (first token to last) phases.
-
-        `sequences` is the engine's request id -> samples map; times are on the run clock,
-        whose zero is the recorder's `origin_s` (the runner starts both together). A request that never
-        reached a phase has no range for it.
-        """
+        `prefill` (admission to first token) and `decode` (first token to last) phases, from
+        the engine's request id -> samples map (run-clock times, zero at `origin_s`)."""
         for request_id, group in sorted(sequences.items()):
             if not group or request_id < 0:
                 continue
@@ -302,20 +270,9 @@ def tracing_active() -> bool:
     return _recorder is not None or _domain() is not None
 
 
-class _NoRange:
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return False
-
-
-_NO_RANGE = _NoRange()
 # What `trace_range` returns when nothing records: a caller on a hot path that checked
 # `tracing_active()` once uses it directly, without building the range's arguments.
-NO_RANGE = _NO_RANGE
+NO_RANGE = contextlib.nullcontext()
 
 
 class _Range:
@@ -347,7 +304,7 @@ class _Range:
         return False
 
 
-def trace_range(name: str, **args: Any) -> _Range | _NoRange:
+def trace_range(name: str, **args: Any) -> contextlib.AbstractContextManager[None]:
     """An NVTX range and, when recording, a Chrome-trace range.
 
     `name` must be a fixed phase name (never formatted with values): NVTX and Nsight group
@@ -357,7 +314,7 @@ def trace_range(name: str, **args: Any) -> _Range | _NoRange:
     if recorder is not None and name in recorder.drawn_by_executor:
         recorder = None
     if recorder is None and _domain() is None:
-        return _NO_RANGE
+        return NO_RANGE
     return _Range(name, args, recorder)
 
 

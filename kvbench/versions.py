@@ -7,10 +7,10 @@ never loads torch: its import alone costs seconds); both name the same installed
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import importlib.util
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,37 +42,13 @@ def torch_versions() -> tuple[str | None, str | None]:
     torch = sys.modules.get("torch")
     if torch is not None:
         return str(torch.__version__), torch.version.cuda
-    try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        return None, None
-    fields = _constants(Path(spec.submodule_search_locations[0]) / "version.py")
-    version = fields.get("__version__") or _version("torch")
-    return version, fields.get("cuda")
-
-
-def _constants(path: Path) -> dict[str, str | None]:
-    """The constant string (or None) assignments of a Python file, read without running it."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return {}
-    found: dict[str, str | None] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-        elif isinstance(node, ast.AnnAssign):  # `cuda: Optional[str] = '12.4'`
-            target = node.target
-        else:
-            continue
-        value = node.value
-        if isinstance(target, ast.Name) and isinstance(value, ast.Constant) and (
-            value.value is None or isinstance(value.value, str)
-        ):
-            found[target.id] = value.value
-    return found
+    try:  # torch/version.py's `cuda = '12.4'` (or None), read without running it
+        folder = importlib.util.find_spec("torch").submodule_search_locations[0]
+        text = (Path(folder) / "version.py").read_text(encoding="utf-8")
+    except (ImportError, ValueError, AttributeError, TypeError, OSError):
+        return _version("torch"), None
+    cuda = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return _version("torch"), cuda.group(1) if cuda else None
 
 
 def versions() -> dict[str, str | None]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.core.request import Request
-from kvbench.errors import KvbenchInputError
+from kvbench.errors import KvbenchInputError, optional_import
 from kvbench.workloads.trace_rows import check_not_empty, warn_skipped
 
 
@@ -32,11 +32,9 @@ def load_tokenizer(folder: str | os.PathLike[str] | None, path: Path) -> Any:
     folder = Path(folder)
     if not folder.is_dir():
         raise KvbenchInputError(f"--tokenizer {folder}: not a folder")
+    transformers = optional_import("transformers", f"--tokenizer {folder}")
     try:
-        # transformers: optional, only with --tokenizer
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        return transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure to load is the user's folder
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise KvbenchInputError(

@@ -1,5 +1,5 @@
-"""The `kvbench` group and `main`. Exit codes: 0 ok, 2 bad usage or input, 1 failure while
-running, 130 Ctrl-C, 143 SIGTERM (stopped as Ctrl-C stops a run).
+"""The `kvbench` group and `main`, where every failure becomes one line and an exit code
+(`failure`: the contract, one place per kind; docs/cli.md, Exit codes).
 
 Subcommands are imported when invoked or when their own help is shown: `kvbench --help`
 loads neither torch nor pandas (it lists the one-line summaries below).
@@ -7,7 +7,9 @@ loads neither torch nor pandas (it lists the one-line summaries below).
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -15,104 +17,67 @@ from pathlib import Path
 
 import click
 
-from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
+from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted, os_error_line
 
-
-class LazyCommand:
-    """A subcommand by where it lives, and its summary for the group's help."""
-
-    def __init__(self, module: str, attr: str, summary: str) -> None:
-        self.module, self.attr, self.summary = module, attr, summary
-
-    def load(self) -> click.Command:
-        command = getattr(importlib.import_module(self.module), self.attr)
-        if not isinstance(command, click.Command):
-            raise TypeError(f"{self.module}.{self.attr} is not a click command")
-        return command
-
-
-# Each command's first sentence, shown by `kvbench --help` without importing the command
-# (tests/cli/test_lazy_cli.py checks they agree with the commands).
-COMMANDS: dict[str, LazyCommand] = {
-    "calibrate": LazyCommand(
-        "kvbench.cli.calibrate", "calibrate_command",
-        "Time GEMM and attention kernels on the CUDA GPU and write a --gpu-spec TOML file."),
-    "compare": LazyCommand(
-        "kvbench.cli.compare", "compare_command",
-        "Compare two results folders of `kvbench run` (one strategy's folder or a comparison "
-        "folder; strategies are matched by label) and print the differences."),
-    "estimate": LazyCommand(
-        "kvbench.cli.estimate", "estimate_command",
-        "KV-cache sizing arithmetic, exact and explained: bytes per token, per request and in "
-        "total, the KV budget left next to the weights, and how many requests fit per strategy "
-        "(contiguous reserving the max model length vs paged at the mean length)."),
-    "export": LazyCommand(
-        "kvbench.cli.export", "export_command",
-        "Write a run's results in another tool's format."),
-    "list": LazyCommand(
-        "kvbench.cli.list", "list_command",
-        "Strategies, batching policies, queue orders, workloads and model presets."),
-    "report": LazyCommand(
-        "kvbench.cli.report", "report_command",
-        "Write a self-contained HTML report (opens offline) for RUN_DIR..."),
-    "run": LazyCommand(
-        "kvbench.cli.run", "run_command",
-        "Replay a workload through the engine with one or more strategies."),
-    "simulate": LazyCommand(
-        "kvbench.cli.simulate", "simulate_command",
-        "Replay a workload with a modelled GPU step time instead of the model (no GPU needed)."),
-    "sweep": LazyCommand(
-        "kvbench.cli.sweep", "sweep_command",
-        "Run a grid of `kvbench run` (or, with --simulate, `kvbench simulate`) points."),
+# Each command's module and first sentence, shown by `kvbench --help` without importing the
+# command (tests/cli/test_lazy_cli.py checks they agree with the commands).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "calibrate": ("kvbench.cli.calibrate",
+                  "Time GEMM and attention kernels on the CUDA GPU and write a --gpu-spec TOML "
+                  "file."),
+    "compare": ("kvbench.cli.compare",
+                "Compare two results folders of `kvbench run` (one strategy's folder or a "
+                "comparison folder; strategies are matched by label) and print the differences."),
+    "estimate": ("kvbench.cli.estimate",
+                 "KV-cache sizing arithmetic, exact and explained: bytes per token, per request "
+                 "and in total, the KV budget left next to the weights, and how many requests "
+                 "fit per strategy (contiguous reserving the max model length vs paged at the "
+                 "mean length)."),
+    "export": ("kvbench.cli.export", "Write a run's results in another tool's format."),
+    "list": ("kvbench.cli.list",
+             "Strategies, batching policies, queue orders, workloads and model presets."),
+    "report": ("kvbench.cli.report",
+               "Write a self-contained HTML report (opens offline) for RUN_DIR..."),
+    "run": ("kvbench.cli.run", "Replay a workload through the engine with one or more strategies."),
+    "simulate": ("kvbench.cli.simulate",
+                 "Replay a workload with a modelled GPU step time instead of the model (no GPU "
+                 "needed)."),
+    "sweep": ("kvbench.cli.sweep",
+              "Run a grid of `kvbench run` (or, with --simulate, `kvbench simulate`) points."),
 }
+
+
+def load_command(name: str) -> click.Command:
+    """The command `name`, importing its module (`<name>_command` in it)."""
+    return getattr(importlib.import_module(COMMANDS[name][0]), f"{name}_command")
 
 
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
 
-    def __init__(self, *args, lazy: dict[str, LazyCommand], **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy = dict(lazy)
-
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy})
+        return sorted({*super().list_commands(ctx), *COMMANDS})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
-        if command is None and cmd_name in self.lazy:
-            command = self.lazy[cmd_name].load()
+        if command is None and cmd_name in COMMANDS:
+            command = load_command(cmd_name)
             self.add_command(command, cmd_name)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)
-        if not names:
-            return
         limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = []
-        for name in names:
-            if name in self.commands:
-                command = self.commands[name]
-                if command.hidden:
-                    continue
-                text = command.get_short_help_str(limit)
-            else:
-                summary = self.lazy[name].summary
-                text = click.Command(name, help=summary).get_short_help_str(limit)
-            rows.append((name, text))
+        rows = [(name, (self.commands.get(name) or click.Command(name, help=COMMANDS[name][1]))
+                 .get_short_help_str(limit)) for name in names]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS,
-             context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kvbench")
 def cli() -> None:
     """kvbench: measure what KV-cache strategies buy on your model, budget and traffic."""
-
-
-def _error(message: str) -> None:
-    click.echo(f"kvbench: error: {message}", err=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,46 +94,93 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        code = _run(argv)
+        try:
+            result = cli.main(args=argv, prog_name="kvbench", standalone_mode=False)
+            sys.stdout.flush()  # a redirected stdout on a full disk fails here, not at exit
+            code = result if isinstance(result, int) else 0
+        except click.exceptions.Exit as err:
+            code = err.exit_code
+        except SystemExit as err:  # click's own exit when a pipe's reader left (`| head`)
+            code = err.code if isinstance(err.code, int) else 1
+        except BaseException as err:  # noqa: BLE001 - `failure` re-raises what is not ours
+            message, code = failure(err)
+            if message:
+                click.echo(f"kvbench: error: {message}", err=True)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     if code == 130 and terminated:
         code = 128 + signal.SIGTERM
-    return _exit(code)
-
-
-def _run(argv: list[str] | None) -> int:
-    try:
-        result = cli.main(args=argv, prog_name="kvbench", standalone_mode=False)
-    except click.exceptions.UsageError as err:
-        _error(err.format_message().splitlines()[0] if err.format_message() else str(err))
-        return 2
-    except KvbenchInputError as err:
-        _error(str(err).splitlines()[0])
-        return 2
-    except RunInterrupted as err:
-        _error(str(err))
-        return 130
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        _error("interrupted")
-        return 130
-    except KvbenchRunError as err:
-        _error(str(err))
-        return 1
-    except click.exceptions.Exit as err:
-        return err.exit_code
-    except click.exceptions.ClickException as err:
-        _error(err.format_message())
-        return err.exit_code
-    return result if isinstance(result, int) else 0
-
-
-def _exit(code: int) -> int:
     # The console script exits with the code; called from Python, main returns it.
     if sys.argv and Path(sys.argv[0]).name == "kvbench":
+        _detach_broken_stdout()
         sys.exit(code)
     return code
 
 
-__all__ = ["COMMANDS", "LazyGroup", "cli", "main"]
+def failure(err: BaseException) -> tuple[str | None, int]:
+    """The failure contract: (the one line to print, the exit code) for `err`; anything
+    else (a bug) is raised again, with its traceback.
+
+    2: bad usage or input, and an I/O error (naming the path) before any run started; 1: a
+    failure while running (a run that started turns its I/O errors into `KvbenchRunError`,
+    its folder left `.partial`), or nothing printed when the reader of the output went away
+    (`| head`, as click does); 130: Ctrl-C (143 for SIGTERM, set by `main`). Memory,
+    recursion and overflow errors come from sizes or nesting in the input: one line, 2.
+    """
+    if isinstance(err, click.exceptions.UsageError):
+        return (err.format_message().splitlines() or [str(err)])[0], 2
+    if isinstance(err, click.exceptions.ClickException):
+        return err.format_message(), err.exit_code
+    if isinstance(err, KvbenchInputError):
+        return (str(err).splitlines() or [""])[0], 2
+    if isinstance(err, RunInterrupted):
+        return str(err), 130
+    if isinstance(err, KeyboardInterrupt | click.exceptions.Abort):
+        return "interrupted", 130
+    if isinstance(err, KvbenchRunError):
+        return str(err), 1
+    if isinstance(err, OSError) and err.errno == errno.EPIPE:
+        return None, 1
+    if isinstance(err, OSError):
+        if err.filename is None and _on_stdout(err):
+            err.filename = "standard output"
+        return os_error_line(err), 2
+    if isinstance(err, MemoryError):
+        detail = str(err).splitlines()[0] if str(err) else "MemoryError"
+        return f"out of memory: the input asks for more than this machine has ({detail})", 2
+    if isinstance(err, RecursionError):
+        return "the input is nested too deeply to read (RecursionError)", 2
+    if isinstance(err, OverflowError):
+        return f"a number in the input is out of range ({err})", 2
+    if isinstance(err, UnicodeDecodeError):
+        return f"a file given is not UTF-8 text ({err.reason} at byte {err.start})", 2
+    raise err
+
+
+def _on_stdout(err: BaseException) -> bool:
+    """Whether `err` came from a write to standard output (`click.echo`'s `file`)."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    values = tb.tb_frame.f_locals.values() if tb is not None else ()
+    return any(value is sys.stdout for value in values)
+
+
+def _stdout_broken() -> bool:
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        return True
+    return False
+
+
+def _detach_broken_stdout() -> None:
+    # What could not be written would fail again when the interpreter flushes it on exit.
+    if _stdout_broken():
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+
+
+__all__ = ["COMMANDS", "LazyGroup", "cli", "failure", "main"]

@@ -7,6 +7,7 @@ Nothing is run."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -17,253 +18,135 @@ from kvbench.models.resolve_config import resolve_model_config
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import DEFAULT_GPU, GPU_PRESETS
 from kvbench.sizing.checkpoint import resolve_checkpoint
-from kvbench.sizing.estimate import (
-    EstimateInputs,
-    estimate_kv,
-    format_estimate,
-)
+from kvbench.sizing.estimate import EstimateInputs, estimate_kv, format_estimate
 from kvbench.sizing.step_estimate import estimate_steps, format_steps, parse_step
 from kvbench.sizing.vllm_versions import CURRENT
 from kvbench.units import parse_size_bytes
 
+HELP = (
+    "KV-cache sizing arithmetic, exact and explained: bytes per token, per request and in "
+    "total, the KV budget left next to the weights, and how many requests fit per strategy "
+    "(contiguous reserving the max model length vs paged at the mean length). "
+    "With a model and --gpu (or --gpu-memory) the budget is the KV pool vLLM would "
+    "allocate at the same flags, term by term as its memory profiler subtracts them. "
+    "With --step: the simulator's modelled time of each step, part by part. "
+    "Nothing is run."
+)
 
-def _parse_pair(text: str) -> tuple[str, str]:
+
+def _pair(text: str | None) -> tuple[str, str] | None:
+    if text is None:
+        return None
     parts = [p.strip() for p in text.split(",")]
     if len(parts) != 2 or not all(parts):
-        raise KvbenchInputError(
-            f"--compare-kv-utilization takes two utilizations FROM,TO such as 0.4,0.9 or 40%,90%, got {text!r}"
-        )
+        raise KvbenchInputError("--compare-kv-utilization takes two utilizations FROM,TO such "
+                                f"as 0.4,0.9 or 40%,90%, got {text!r}")
     return parts[0], parts[1]
 
 
-@click.command(
-    "estimate",
-    help=(
-        "KV-cache sizing arithmetic, exact and explained: bytes per token, per request and in "
-        "total, the KV budget left next to the weights, and how many requests fit per strategy "
-        "(contiguous reserving the max model length vs paged at the mean length). "
-        "With a model and --gpu (or --gpu-memory) the budget is the KV pool vLLM would "
-        "allocate at the same flags, term by term as its memory profiler subtracts them. "
-        "With --step: the simulator's modelled time of each step, part by part. "
-        "Nothing is run."
-    ),
-)
-@click.option(
-    "--model",
-    "model",
-    metavar="PRESET|FOLDER|ORG/NAME",
-    help="A preset (e.g. llama-2-13b), a local folder with a Hugging Face config.json, or a "
-    "Hugging Face model id (its config.json from the hub cache, fetched unless there).",
-)
+def _size(text: str | None) -> int | None:
+    return parse_size_bytes(text) if text is not None else None
+
+
+@click.command("estimate", help=HELP)
+@click.option("--model", metavar="PRESET|FOLDER|ORG/NAME",
+              help="A preset (e.g. llama-2-13b), a local folder with a Hugging Face config.json, "
+                   "or a Hugging Face model id (its config.json from the hub cache, fetched "
+                   "unless there).")
 @click.option("--revision", help="The hub revision of a model id (branch, tag or commit).")
 @click.option("--layers", "num_layers", type=int, help="Number of layers (instead of --model).")
-@click.option(
-    "--kv-heads", "num_kv_heads", type=int, help="Number of KV heads (instead of --model)."
-)
-@click.option("--head-dim", "head_dim", type=int, help="Head dimension (instead of --model).")
-@click.option(
-    "--kv-cache-dtype",
-    "--kv-dtype",
-    "kv_cache_dtype",
-    default="auto",
-    show_default=True,
-    metavar="auto|fp32|bf16|fp16|fp8",
-    help="KV element type; auto stores K/V in the weights --dtype (as vLLM does).",
-)
-@click.option(
-    "--dtype",
-    "dtype",
-    default="auto",
-    show_default=True,
-    metavar="auto|bf16|fp16|fp32",
-    help="Weights and activations dtype; auto: the checkpoint's torch_dtype (a preset: bf16).",
-)
-@click.option(
-    "--context",
-    "context",
-    type=int,
-    help="Tokens per request (prompt + output). Default: --max-model-len.",
-)
-@click.option(
-    "--concurrency",
-    "concurrency",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Concurrent requests for the total.",
-)
-@click.option(
-    "--block-size",
-    "block_size",
-    type=int,
-    help=f"Round each request up to blocks of this many tokens; the paged strategy uses "
-    f"it (default {DEFAULT_BLOCK_SIZE} there).",
-)
-@click.option(
-    "--max-model-len",
-    "max_model_len",
-    type=int,
-    help="Tokens reserved per request by contiguous (reserve max). "
-    "Default: the model's max_position_embeddings, or --context.",
-)
-@click.option(
-    "--mean-len",
-    "mean_len",
-    type=int,
-    help="Mean request length (tokens) for the paged strategy. Default: --context.",
-)
-@click.option("--gpu-memory", "gpu_memory", metavar="SIZE",
+@click.option("--kv-heads", "num_kv_heads", type=int,
+              help="Number of KV heads (instead of --model).")
+@click.option("--head-dim", type=int, help="Head dimension (instead of --model).")
+@click.option("--kv-cache-dtype", "--kv-dtype", "kv_cache_dtype", default="auto",
+              show_default=True, metavar="auto|fp32|bf16|fp16|fp8",
+              help="KV element type; auto stores K/V in the weights --dtype (as vLLM does).")
+@click.option("--dtype", default="auto", show_default=True, metavar="auto|bf16|fp16|fp32",
+              help="Weights and activations dtype; auto: the checkpoint's torch_dtype (a "
+                   "preset: bf16).")
+@click.option("--context", type=int,
+              help="Tokens per request (prompt + output). Default: --max-model-len.")
+@click.option("--concurrency", type=int, default=1, show_default=True,
+              help="Concurrent requests for the total.")
+@click.option("--block-size", type=int,
+              help="Round each request up to blocks of this many tokens; the paged strategy "
+                   f"uses it (default {DEFAULT_BLOCK_SIZE} there).")
+@click.option("--max-model-len", type=int,
+              help="Tokens reserved per request by contiguous (reserve max). Default: the "
+                   "model's max_position_embeddings, or --context.")
+@click.option("--mean-len", type=int,
+              help="Mean request length (tokens) for the paged strategy. Default: --context.")
+@click.option("--gpu-memory", metavar="SIZE",
               help="GPU memory as CUDA reports it, e.g. 79.19GiB (instead of --gpu's).")
-@click.option(
-    "--gpu-memory-utilization",
-    "--gpu-util",
-    "gpu_memory_utilization",
-    metavar="F",
-    help="Share of the GPU memory vLLM may use, e.g. 0.92 or 92%.  "
-    f"[default: vLLM's, {CURRENT.default_utilization} from 0.21, 0.9 before; explicit "
-    "shapes: 0.9]",
-)
-@click.option(
-    "--weights-memory",
-    "weights_memory",
-    metavar="SIZE",
-    help="One GPU's weights, instead of the checkpoint's as vLLM loads them.",
-)
-@click.option(
-    "--kv-memory",
-    "kv_memory",
-    metavar="SIZE",
-    help="The KV budget itself (instead of --gpu-memory and weights).",
-)
-@click.option(
-    "--compare-kv-utilization",
-    "compare_kv_utilization",
-    metavar="FROM,TO",
-    help="Effective capacity of the KV budget at two KV utilizations "
-    "(token bytes / held bytes), e.g. 0.4,0.9: how many times more KV fits.",
-)
-@click.option(
-    "--step",
-    "steps",
-    multiple=True,
-    metavar="decode:BxCTX|prefill:TOKENS",
-    help="Print the modelled time of this step (repeatable), e.g. decode:32x1024 "
-    "(32 sequences at 1,024 tokens) or prefill:2048. Needs --model.",
-)
-@click.option("--gpu", "gpu", metavar="PRESET",
+@click.option("--gpu-memory-utilization", "--gpu-util", "gpu_memory_utilization", metavar="F",
+              help="Share of the GPU memory vLLM may use, e.g. 0.92 or 92%.  [default: "
+                   f"vLLM's, {CURRENT.default_utilization} from 0.21, 0.9 before; explicit "
+                   "shapes: 0.9]")
+@click.option("--weights-memory", metavar="SIZE",
+              help="One GPU's weights, instead of the checkpoint's as vLLM loads them.")
+@click.option("--kv-memory", metavar="SIZE",
+              help="The KV budget itself (instead of --gpu-memory and weights).")
+@click.option("--compare-kv-utilization", metavar="FROM,TO",
+              help="Effective capacity of the KV budget at two KV utilizations (token bytes / "
+                   "held bytes), e.g. 0.4,0.9: how many times more KV fits.")
+@click.option("--step", "steps", multiple=True, metavar="decode:BxCTX|prefill:TOKENS",
+              help="Print the modelled time of this step (repeatable), e.g. decode:32x1024 (32 "
+                   "sequences at 1,024 tokens) or prefill:2048. Needs --model.")
+@click.option("--gpu", metavar="PRESET",
               help=f"GPU preset ({', '.join(GPU_PRESETS)}): its memory as CUDA reports it "
-              f"sizes vLLM's start-up; also --step's GPU [--step default: {DEFAULT_GPU}].")
-@click.option("--max-num-seqs", "max_num_seqs", type=int,
-              help="vLLM's --max-num-seqs: rows of the profile's sampler run [default: "
-              "vLLM's for the GPU: 1024 on >= 70 GiB but A100, else 256].")
-@click.option("--max-num-batched-tokens", "max_num_batched_tokens", type=int,
+                   f"sizes vLLM's start-up; also --step's GPU [--step default: {DEFAULT_GPU}].")
+@click.option("--max-num-seqs", type=int,
+              help="vLLM's --max-num-seqs: rows of the profile's sampler run [default: vLLM's "
+                   "for the GPU: 1024 on >= 70 GiB but A100, else 256].")
+@click.option("--max-num-batched-tokens", type=int,
               help="vLLM's --max-num-batched-tokens: the profile run's forward [default: "
-              "vLLM's for the GPU: 8192 on >= 70 GiB but A100, else 2048].")
-@click.option("--enforce-eager", "enforce_eager", is_flag=True,
+                   "vLLM's for the GPU: 8192 on >= 70 GiB but A100, else 2048].")
+@click.option("--enforce-eager", is_flag=True,
               help="vLLM's --enforce-eager: no CUDA graphs to subtract.")
-@click.option("--pipeline-parallel-size", "-pp", "pipeline_parallel_size", type=int, default=1,
-              show_default=True, help="vLLM's pipeline stages: each sizes its own KV pool; "
-              "the smallest sets the blocks.")
-@click.option("--quantization", "quantization", metavar="fp8",
-              help="vLLM's --quantization fp8: quantize a float checkpoint as it loads "
-              "(a quantized checkpoint's config.json says its own scheme).")
-@click.option("--vllm-version", "vllm_version", metavar="X.Y",
-              help=f"The vLLM release whose memory profile to model [default: the current, "
-              f"{CURRENT.name}+]; docs/estimate.md lists what changed.")
-@click.option("--gpu-spec", "gpu_spec", metavar="FILE.toml",
+@click.option("--pipeline-parallel-size", "-pp", type=int, default=1, show_default=True,
+              help="vLLM's pipeline stages: each sizes its own KV pool; the smallest sets the "
+                   "blocks.")
+@click.option("--quantization", metavar="fp8",
+              help="vLLM's --quantization fp8: quantize a float checkpoint as it loads (a "
+                   "quantized checkpoint's config.json says its own scheme).")
+@click.option("--vllm-version", metavar="X.Y",
+              help="The vLLM release whose memory profile to model [default: the current, "
+                   f"{CURRENT.name}+]; docs/estimate.md lists what changed.")
+@click.option("--gpu-spec", metavar="FILE.toml",
               help="Your own GPU for --step (see docs/simulator.md), instead of --gpu.")
-@click.option("--tensor-parallel-size", "-tp", "tensor_parallel_size", type=int, default=1,
-              show_default=True,
+@click.option("--tensor-parallel-size", "-tp", type=int, default=1, show_default=True,
               help="GPUs the model is split over: --gpu-memory, the weights' share, the budget "
-              "and KV per token are then one GPU's, capacities the group's; and for --step.")
+                   "and KV per token are then one GPU's, capacities the group's; and for --step.")
 @click.option("--json", "as_json", is_flag=True, help="Print only JSON (for scripts).")
-def estimate_command(
-    model: str | None,
-    revision: str | None,
-    num_layers: int | None,
-    num_kv_heads: int | None,
-    head_dim: int | None,
-    kv_cache_dtype: str,
-    dtype: str,
-    context: int | None,
-    concurrency: int,
-    block_size: int | None,
-    max_model_len: int | None,
-    mean_len: int | None,
-    gpu_memory: str | None,
-    gpu_memory_utilization: str | None,
-    weights_memory: str | None,
-    kv_memory: str | None,
-    compare_kv_utilization: str | None,
-    steps: tuple[str, ...],
-    gpu: str | None,
-    max_num_seqs: int | None,
-    max_num_batched_tokens: int | None,
-    enforce_eager: bool,
-    pipeline_parallel_size: int,
-    quantization: str | None,
-    vllm_version: str | None,
-    gpu_spec: str | None,
-    tensor_parallel_size: int,
-    as_json: bool,
-) -> None:
+def estimate_command(model: str | None, revision: str | None, dtype: str,
+                     steps: tuple[str, ...], gpu: str | None, gpu_spec: str | None,
+                     as_json: bool, **asked: Any) -> None:
     if revision is not None:
         model = with_revision(model or "", revision)
-    gpu_named = gpu
-    gpu = gpu or DEFAULT_GPU
-    if steps:
-        try:
+    try:  # vLLM's refusal to start among the input errors: one line, exit 2
+        if steps:
             if model is None:
                 raise KvbenchInputError("--step needs --model (a preset or a folder)")
             result = estimate_steps(
-                resolve_model_config(model),
-                gpu_spec if gpu_spec is not None else gpu,
+                resolve_model_config(model), gpu_spec or gpu or DEFAULT_GPU,
                 [parse_step(s) for s in steps],
-                tensor_parallel_size=tensor_parallel_size,
+                tensor_parallel_size=asked["tensor_parallel_size"],
                 dtype="bf16" if dtype == "auto" else dtype,
-                kv_cache_dtype=kv_cache_dtype,
-            )
-        except KvbenchInputError as exc:
-            raise click.UsageError(str(exc)) from None
-        click.echo(json.dumps(result, indent=2) if as_json else format_steps(result))
-        return
-    try:
+                kv_cache_dtype=asked["kv_cache_dtype"])
+            click.echo(json.dumps(result, indent=2) if as_json else format_steps(result))
+            return
+        quantization = asked.pop("quantization")
         checkpoint = resolve_checkpoint(model, quantization) if model is not None else None
         if dtype == "auto":  # vLLM's: the checkpoint's torch_dtype, float32 served as bf16
             dtype = (checkpoint.dtype if checkpoint is not None else None) or "bf16"
             dtype = "bf16" if dtype == "fp32" else dtype
-        inputs = EstimateInputs(
-            num_layers=num_layers,
-            num_kv_heads=num_kv_heads,
-            head_dim=head_dim,
-            kv_cache_dtype=kv_cache_dtype,
-            dtype=dtype,
-            context=context,
-            concurrency=concurrency,
-            block_size=block_size,
-            gpu_memory=parse_size_bytes(gpu_memory) if gpu_memory is not None else None,
-            gpu_memory_utilization=gpu_memory_utilization,
-            weights_memory=parse_size_bytes(weights_memory) if weights_memory is not None else None,
-            kv_memory=parse_size_bytes(kv_memory) if kv_memory is not None else None,
-            max_model_len=max_model_len,
-            mean_len=mean_len,
-            tensor_parallel_size=tensor_parallel_size,
-            compare_utilization=(
-                _parse_pair(compare_kv_utilization) if compare_kv_utilization is not None else None
-            ),
-            gpu=get_gpu(gpu_named) if gpu_named is not None else None,
+        sizes = {k: _size(asked.pop(k)) for k in ("gpu_memory", "weights_memory", "kv_memory")}
+        compare = _pair(asked.pop("compare_kv_utilization"))
+        est = estimate_kv(EstimateInputs(
+            **asked, **sizes, dtype=dtype, compare_utilization=compare,
+            gpu=get_gpu(gpu) if gpu is not None else None,
             quantization=checkpoint.quantization if checkpoint is not None else None,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            enforce_eager=enforce_eager,
-            pipeline_parallel_size=pipeline_parallel_size,
-            vllm_version=vllm_version,
-            model=checkpoint.model if checkpoint is not None else None,
-        )
-        est = estimate_kv(inputs)
-    except KvbenchInputError as exc:  # vLLM's refusal to start among them: one line, exit 2
+            model=checkpoint.model if checkpoint is not None else None))
+    except KvbenchInputError as exc:
         raise click.UsageError(str(exc)) from None
-    if as_json:
-        click.echo(json.dumps(est.to_dict(), indent=2))
-    else:
-        click.echo(format_estimate(est))
+    click.echo(json.dumps(est.to_dict(), indent=2) if as_json else format_estimate(est))

@@ -4,6 +4,9 @@ for other tools."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import click
@@ -27,11 +30,11 @@ from kvbench.errors import KvbenchInputError
 @click.option("--format", "fmt", type=click.Choice(["vllm-bench", "vllm", "vllm-sweep", "csv"]),
               required=True,
               help="vllm-bench (JSON; vllm is the same), vllm-sweep (a folder) or csv")
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+@click.option("-o", "--output", default=None,
               help="file to write [default: standard output]; vllm-sweep: the folder")
 @click.option("--allow-incomplete", is_flag=True,
               help="export runs that did not finish (their files hold what finished; warns)")
-def export_command(run_dir: Path, fmt: str, output: Path | None,
+def export_command(run_dir: Path, fmt: str, output: str | None,
                    allow_incomplete: bool) -> None:
     # CLI: loaded when the command runs, so --help imports no pandas/torch
     from kvbench.report.runs import run_folders
@@ -42,6 +45,9 @@ def export_command(run_dir: Path, fmt: str, output: Path | None,
 
     if fmt == "vllm":  # what vLLM users type: the JSON of `vllm bench serve`
         fmt = "vllm-bench"
+    if output is not None and not output.strip():  # an unset shell variable, not "."
+        raise KvbenchInputError("-o is empty: name the file (vllm-sweep: the folder) to write")
+    output = Path(output) if output is not None else None
     if output is not None and output.is_dir() and fmt != "vllm-sweep":
         raise KvbenchInputError(f"-o {output} is a folder: name the file to write")
     if output is not None:  # before any reading: /proc, a read-only folder, ...
@@ -61,10 +67,7 @@ def export_command(run_dir: Path, fmt: str, output: Path | None,
         files, missing = vllm_sweep_files(folders)
         _warn_unfinished(unfinished)
         _warn_missing(missing)
-        for relative, text in files.items():
-            path = output / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, text)
+        _write_all(output, files)
         click.echo(f"wrote {len(files)} files under {output}", err=True)
         return
     if fmt == "vllm-bench":
@@ -85,6 +88,31 @@ def export_command(run_dir: Path, fmt: str, output: Path | None,
     else:
         atomic_write_text(output, text)
         click.echo(f"wrote {output}", err=True)
+
+
+def _write_all(output: Path, files: dict[str, str]) -> None:
+    """Every file under `output`, or none: written into a hidden folder there first, then
+    each renamed into place (a disk that fills leaves no configuration half exported)."""
+    created = not output.exists()
+    output.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".kvbench-export-", dir=output))
+    try:
+        for relative, text in files.items():
+            try:
+                (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+                (staging / relative).write_text(text, encoding="utf-8")
+            except OSError as err:
+                err.filename = str(output / relative)
+                raise
+        for relative in files:
+            (output / relative).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging / relative, output / relative)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            shutil.rmtree(output, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def _warn_unfinished(unfinished: str | None) -> None:

@@ -10,6 +10,7 @@ from click.core import ParameterSource
 
 from kvbench.models.hub import with_revision
 from kvbench.session.run_options import OptionField, option_fields
+from kvbench.sizing.vllm_versions import CURRENT
 
 # Options of the command line only, not RunOptions fields: how results are printed, and
 # vLLM's --revision, which split_params folds into --model as `org/name@revision`
@@ -20,16 +21,36 @@ REVISION_OPTION = click.Option(
     callback=lambda ctx, _param, value: ctx.meta.__setitem__("kvbench.revision", value),
     help="the hub revision of a Hugging Face model id given as --model (branch, tag or commit)")
 
+# `kvbench simulate`'s own text where `run`'s would mislead: simulate sizes a modelled GPU
+# (vLLM's start-up on --gpu), not this machine's device.
+SIMULATE_HELP = {
+    "dtype": "weights and activations dtype of the modelled GPU: bfloat16 (= auto), float16, "
+             "float32 (costed as TF32)",
+    "kv_memory": "the KV budget itself, e.g. 20GiB, instead of the pool vLLM's start-up "
+                 "leaves on --gpu [default: that pool]",
+    "gpu_memory_utilization": "share of --gpu's memory vLLM may use, from which its start-up "
+                              f"leaves the KV budget [default: vLLM's, {CURRENT.default_utilization} "
+                              "from 0.21, 0.9 before]",
+}
 
-def output_options() -> list[click.Option]:
-    return [
-        click.Option(["--quiet"], is_flag=True,
-                     help="no progress or table (warnings still print); print the folder"),
-        click.Option(["--json", "as_json"], is_flag=True,
-                     help="print kvbench_summary.json to stdout"),
-    ]
 
-_TYPES: dict[type, click.ParamType] = {int: click.INT, float: click.FLOAT, str: click.STRING}
+class Count(click.types.IntParamType):
+    """An integer of at most 2**63 - 1, refused by click in one line before any work: numpy
+    and torch hold no larger one (a closed loop of 10**21 requests overflowed mid-run)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        number = super().convert(value, param, ctx)
+        if number >= 1 << 63:
+            self.fail(f"{number} is more than 2**63 - 1, the largest count a run holds",
+                      param, ctx)
+        return number
+
+
+def help_for(info: OptionField, kind: str) -> str | None:
+    """The option's help under `kvbench <kind>`."""
+    text = SIMULATE_HELP.get(info.name, info.spec.help) if kind == "simulate" else info.spec.help
+    return text or None
 
 
 def declarations(info: OptionField) -> list[str]:
@@ -40,25 +61,32 @@ def declarations(info: OptionField) -> list[str]:
     return [*info.flags, info.name]
 
 
+def _type(info: OptionField) -> click.ParamType:
+    if info.spec.choices:
+        return click.Choice(info.spec.choices)
+    if info.base_type is int and info.name != "seed":  # (the seed states its own range)
+        return Count()
+    return {int: click.INT, float: click.FLOAT, str: click.STRING}[info.base_type]
+
+
 def click_option(info: OptionField, kind: str, *, comma_list: bool = False) -> click.Option:
     """The option of `info` for `kvbench <kind>`; `comma_list`: text that may list values
     (a sweep axis), with no default of its own."""
     spec = info.spec
-    kwargs: dict[str, Any] = {"help": spec.help or None, "metavar": spec.metavar}
+    kwargs: dict[str, Any] = {"help": help_for(info, kind), "metavar": spec.metavar}
     if info.is_flag:
-        kwargs.update(is_flag=True, default=bool(info.default_for(kind)))
-        kwargs["show_default"] = spec.negatable and not comma_list
+        kwargs.update(is_flag=True, default=bool(info.default_for(kind)),
+                      show_default=spec.negatable and not comma_list)
     elif info.multiple:
-        kwargs.update(multiple=True, type=_TYPES[info.base_type])
+        kwargs.update(multiple=True, type=_type(info))
     elif comma_list:
         kwargs.update(type=click.STRING, default=None)
+        if len(spec.kinds) == 1:
+            kwargs["help"] = (spec.help + " " if spec.help else "") + f"[{spec.kinds[0]} only]"
     else:
         default = info.default_for(kind)
-        param_type = click.Choice(spec.choices) if spec.choices else _TYPES[info.base_type]
-        kwargs.update(type=param_type, default=default,
+        kwargs.update(type=_type(info), default=default,
                       show_default=spec.show_default and default is not None)
-    if comma_list and len(spec.kinds) == 1:
-        kwargs["help"] = (spec.help + " " if spec.help else "") + f"[{spec.kinds[0]} only]"
     return click.Option(declarations(info), **kwargs)
 
 
@@ -66,9 +94,15 @@ def run_options(kind: str) -> Callable[[click.Command], click.Command]:
     """Decorator for a command (above `@click.command`): every option of `kvbench <kind>`."""
 
     def decorate(command: click.Command) -> click.Command:
-        options = [click_option(info, kind) for info in option_fields().values()
-                   if kind in info.spec.kinds]
-        command.params[:0] = [*options, REVISION_OPTION, *output_options()]
+        command.params[:0] = [
+            *(click_option(info, kind) for info in option_fields().values()
+              if kind in info.spec.kinds),
+            REVISION_OPTION,
+            click.Option(["--quiet"], is_flag=True,
+                         help="no progress or table (warnings still print); print the folder"),
+            click.Option(["--json", "as_json"], is_flag=True,
+                         help="print kvbench_summary.json to stdout"),
+        ]
         return command
 
     return decorate
@@ -86,6 +120,3 @@ def split_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     if revision is not None:
         given["model"] = with_revision(params.get("model") or "", revision)
     return given, {k: v for k, v in params.items() if k in OUTPUT_OPTIONS}
-
-
-__all__ = ["OUTPUT_OPTIONS", "click_option", "output_options", "run_options", "split_params"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from kvbench.errors import KvbenchInputError, KvbenchRunError
+from kvbench.errors import KvbenchInputError, KvbenchRunError, os_error_line
 
 HELP = """Run a grid of `kvbench run` (or, with --simulate, `kvbench simulate`) points.
 
@@ -285,8 +286,14 @@ def sweep_command(config: str | None, simulate: bool, resume: bool, point_report
     command = _command_line(ctx, config)
     talk = not quiet and not as_json
     echo = (lambda message: click.echo(message, err=True)) if talk else None
-    result = run_sweep(spec, folder, resume=resume, command=command, echo=echo,
-                       point_reports=point_reports)
+    try:
+        result = run_sweep(spec, folder, resume=resume, command=command, echo=echo,
+                           point_reports=point_reports)
+    except OSError as err:  # once the sweep's folder exists: a failed run, exit 1
+        if not os.path.isdir(folder):
+            raise  # never started (a name too long, say): exit 2 (kvbench.cli.app)
+        raise KvbenchRunError(f"{os_error_line(err)}; {folder} keeps what was written "
+                              "(unfinished: --resume continues it)") from None
     if as_json:
         data = {
             "folder": str(folder),

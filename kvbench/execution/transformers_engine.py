@@ -34,7 +34,7 @@ from kvbench.core.step_record import StepRecord
 from kvbench.core.step_times import add_step_range
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.engine import check_request_lengths
-from kvbench.errors import KvbenchInputError
+from kvbench.errors import KvbenchInputError, optional_import
 from kvbench.models.config import ModelConfig
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.presets import PRESETS
@@ -42,17 +42,11 @@ from kvbench.scheduling.queue_order import WaitingQueue
 from kvbench.tracing import trace_range
 
 PAD_TOKEN_ID = 0  # any valid id: padded positions are masked and their outputs dropped
-MISSING_TRANSFORMERS = "--engine hf needs transformers: pip install transformers"
 NAN = math.nan
 
 
 def import_transformers():
-    try:
-        # transformers: optional, only for --engine hf
-        import transformers
-    except ImportError:
-        raise KvbenchInputError(MISSING_TRANSFORMERS) from None
-    return transformers
+    return optional_import("transformers", "--engine hf")  # (only for --engine hf)
 
 
 class _TokenTimes:

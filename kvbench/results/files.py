@@ -30,8 +30,10 @@ def atomic_file(path: Path) -> Iterator[IO[bytes]]:
             yield handle
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.filename is None:
+            err.filename = str(path)  # a full disk's write names no file: the one meant
         raise
 
 

@@ -191,6 +191,8 @@ def load_sweep_config(path: str | Path) -> SweepSpec:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise KvbenchInputError(f"cannot read sweep file {path}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise KvbenchInputError(f"{path}: not a TOML sweep file (not UTF-8 text)") from None
     except tomllib.TOMLDecodeError as err:
         raise KvbenchInputError(f"{path}: not valid TOML: {err}") from None
     unknown = set(data) - _TOP_KEYS

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.core.engine_kind import EngineKind
-from kvbench.errors import KvbenchInputError
+from kvbench.errors import optional_import
 from kvbench.sweep.point import execute_point, failed_record, write_gathered
 
 
@@ -27,13 +27,7 @@ def _ray_point(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _import_ray():
-    try:
-        import ray  # heavy and optional (kvbench[ray]): imported only for --executor ray
-    except ImportError:
-        raise KvbenchInputError(
-            "--executor ray needs Ray: pip install 'kvbench[ray]' (or pip install ray)"
-        ) from None
-    return ray
+    return optional_import("ray", "--executor ray")  # heavy: only for --executor ray
 
 
 class RayExecutor:

@@ -8,7 +8,7 @@ import dataclasses
 import click
 import pytest
 
-from kvbench.cli.options import OUTPUT_OPTIONS
+from kvbench.cli.options import OUTPUT_OPTIONS, help_for
 from kvbench.cli.run import run_command
 from kvbench.cli.simulate import simulate_command
 from kvbench.cli.sweep import sweep_command
@@ -33,7 +33,7 @@ def test_every_field_is_an_option_and_every_option_a_field(kind):
     for name in fields:
         info = option_fields()[name]
         assert info.flag in options[name].opts
-        assert options[name].help == (info.spec.help or None)
+        assert options[name].help == help_for(info, kind)
     # No option given: the command's values are the schema's defaults for that command.
     params = COMMANDS[kind].make_context(kind, []).params
     given = {k: v for k, v in params.items() if k not in OUTPUT_OPTIONS}

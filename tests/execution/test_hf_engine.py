@@ -132,7 +132,7 @@ def test_engine_hf_runs_on_the_same_cpu_threads_as_kvbench():
 
 def test_missing_transformers_is_an_input_error(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "transformers", None)
-    with pytest.raises(KvbenchInputError, match="pip install transformers"):
+    with pytest.raises(KvbenchInputError, match=r"pip install 'kvbench\[hf\]'"):
         build_hf_engine(EngineConfig())
     assert main(["run", "--engine", "hf", "--num-requests", "2", "--quiet"]) == 2
     assert "--engine hf needs transformers" in capsys.readouterr().err
