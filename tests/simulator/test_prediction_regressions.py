@@ -180,12 +180,8 @@ def test_published_runs_within_the_aims_stay_there():
         ("mistral-7b-v0.3 rtx-4090 random 256/128 concurrency 16", "ttft_p50_ms"),
         ("qwen2.5-0.5b l4 random 256/128 concurrency 1", "ttft_p50_ms"),
         ("qwen2.5-0.5b l4 random 256/128 concurrency 4", "ttft_p50_ms"),
-        # the decode step's fixed costs on a 24-layer 0.5B model
+        # the per-step CPU time that vLLM 0.23's async scheduling overlaps
         ("qwen2.5-0.5b l4 random 256/128 concurrency 1", "itl_p50_ms"),
-        ("qwen2.5-0.5b l4 random 256/128 concurrency 1", "e2e_p50_ms"),
-        ("qwen2.5-0.5b l4 random 256/128 concurrency 4", "itl_p50_ms"),
-        ("qwen2.5-0.5b l4 random 256/128 concurrency 4", "e2e_p50_ms"),
-        ("qwen2.5-0.5b l4 random 256/128 concurrency 8", "itl_p50_ms"),
     }
     predictions = published_run_predictions()
     misses = {(run.name, figure) for run in PUBLISHED_RUNS
