@@ -197,6 +197,19 @@ def test_published_runs_within_the_aims_stay_there():
     assert low == {True, False} and len(gpus) >= 2 and len(PUBLISHED_RUNS) >= 6
 
 
+
+def test_the_rtx_4090_trace_keeps_what_its_source_prints():
+    """300 prompts of 256 tokens whose outputs, capped at `--random-output-len 128`, average
+    the page's output tok/s over req/s: 100 tokens a request."""
+    from tests.simulator.published_runs import DATA
+
+    rows = [json.loads(line) for line in
+            (REPOSITORY / DATA / "rtx4090-mistral-256-in.jsonl").read_text().splitlines()]
+    outputs = [row["output_len"] for row in rows]
+    assert len(rows) == 300 and {row["prompt_len"] for row in rows} == {256}
+    assert max(outputs) == 128 and abs(sum(outputs) / len(outputs) - 100) < 0.5
+    assert outputs != sorted(outputs)  # mixed, so the requests in flight end at different steps
+
 def test_a_move_beyond_the_tolerance_is_named_with_its_size():
     pinned = {"simulate": {"case": {"ttft_p50_ms": 100.0, "tpot_p50_ms": 10.0}}}
     current = {"simulate": {"case": {"ttft_p50_ms": 106.0, "tpot_p50_ms": 10.4}}}
