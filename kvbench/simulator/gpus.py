@@ -39,8 +39,9 @@ Step-time constants (`StepTimeConstants`, model in `kvbench.simulator.step_time`
 H100-80GB (docs/simulator.md tables each constant's source and the model's error), except the
 sustained compute fraction, fitted on published end-to-end vLLM runs. The A100-40GB
 takes the A100-80GB constants, the H200 the H100's (same chips, other memory); L4, L40S, A10G,
-T4 and the RTX 3090 and 4090
-have no public profile here: they take the A100 constants and are marked `calibrated: False`;
+T4 and the RTX 3090 and 4090 have no public profile here: they take the A100's kernel constants
+with the weight-read rate of GDDR memory fitted on published serving runs of an L4 and an RTX
+4090 (`GDDR_CONSTANTS`), and are marked `calibrated: False`;
 B200, MI300X and H20 have none either and take the H100's (also `calibrated: False`).
 Link bandwidths are the ring all-reduce bus bandwidths fitted on Vidur's NCCL profiles inside a
 DGX node (NVLink), and for PCIe ~80% of the link's one-direction rate (unmeasured).
@@ -111,6 +112,13 @@ H100_CONSTANTS = replace(
     elementwise_floor_s=3.2 * US,
     sustained_compute_fraction=0.55,
 )
+# GDDR cards (L4, L40S, A10G, T4, RTX 3090 and 4090): no kernel profile of their own, so the
+# A100's kernel fit (the same generations of tensor-core instructions on the Ampere and Ada
+# cards) but their own weight-read rate: published decode-bound serving runs of an RTX 4090
+# (Mistral-7B) and an L4 (Qwen2.5-0.5B) stream the weights at 0.9 of the datasheet bandwidth,
+# not the 0.80 of the A100's HBM2e profile (docs/simulator.md, runs 12-17). Fitted on those two
+# cards; the other GDDR cards take it unmeasured.
+GDDR_CONSTANTS = replace(A100_CONSTANTS, gemm_bandwidth_efficiency=0.90)
 
 
 @dataclass(frozen=True)
@@ -189,11 +197,11 @@ GPU_PRESETS: dict[str, GPUSpec] = {
              NVLINK4, H100_CONSTANTS, fp8=1979 * TERA),
         # NVIDIA L4 datasheet: BF16 242 / FP8 485 TFLOPS with sparsity; 24GB GDDR6, 300 GB/s.
         _gpu("l4", "NVIDIA L4 24GB", 24 * GiB, 121 * TERA, 300 * GIGA,
-             PCIE4, A100_CONSTANTS, fp8=242 * TERA),
+             PCIE4, GDDR_CONSTANTS, fp8=242 * TERA),
         # Ada Lovelace whitepaper, RTX 4090: BF16 tensor (FP32 accumulate) 165.2 TFLOPS dense,
         # FP8 (FP32 accumulate) 330.3; 24GB GDDR6X, 1,008 GB/s.
         _gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24 * GiB, 165.2 * TERA, 1008 * GIGA,
-             PCIE4, A100_CONSTANTS, fp8=330.3 * TERA, cuda_gib=23.65),
+             PCIE4, GDDR_CONSTANTS, fp8=330.3 * TERA, cuda_gib=23.65),
         # NVIDIA DGX B200 datasheet, per GPU of 8: 180GB HBM3e, 8 TB/s (64 TB/s in all), FP8
         # 9 PFLOPS with sparsity; HGX B200: FP16/BF16 4.5 PFLOPS with sparsity; NVLink 5.
         _gpu("b200", "NVIDIA B200 180GB", 180 * GiB, 2250 * TERA, 8000 * GIGA,
@@ -208,19 +216,19 @@ GPU_PRESETS: dict[str, GPUSpec] = {
              NVLINK4, H100_CONSTANTS, fp8=296 * TERA),
         # NVIDIA L40S datasheet: BF16 733 / FP8 1,466 TFLOPS with sparsity; 48GB GDDR6, 864 GB/s.
         _gpu("l40s", "NVIDIA L40S 48GB", 48 * GiB, 366.5 * TERA, 864 * GIGA,
-             PCIE4, A100_CONSTANTS, fp8=733 * TERA),
+             PCIE4, GDDR_CONSTANTS, fp8=733 * TERA),
         # NVIDIA A10 datasheet (AWS's A10G is its variant): BF16 125 TFLOPS dense; 24GB GDDR6,
         # 600 GB/s.
         _gpu("a10g", "NVIDIA A10G 24GB", 24 * GiB, 125 * TERA, 600 * GIGA,
-             PCIE4, A100_CONSTANTS, cuda_gib=22.20),
+             PCIE4, GDDR_CONSTANTS, cuda_gib=22.20),
         # NVIDIA T4 datasheet: FP16 tensor 65 TFLOPS (no bf16, no sparsity figure); 16GB GDDR6,
         # 320 GB/s; PCIe 3 x16.
         _gpu("t4", "NVIDIA T4 16GB", 16 * GiB, 65 * TERA, 320 * GIGA,
-             PCIE3, A100_CONSTANTS, cuda_gib=14.75),
+             PCIE3, GDDR_CONSTANTS, cuda_gib=14.75),
         # NVIDIA Ampere GA102 whitepaper, RTX 3090: FP16/BF16 tensor with FP32 accumulate 71
         # TFLOPS dense; 24GB GDDR6X, 936 GB/s.
         _gpu("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24 * GiB, 71 * TERA, 936 * GIGA,
-             PCIE4, A100_CONSTANTS, cuda_gib=23.69),
+             PCIE4, GDDR_CONSTANTS, cuda_gib=23.69),
     )
 }
 

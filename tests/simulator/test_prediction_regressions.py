@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tests.simulator.published_runs import PUBLISHED_RUNS, table, within_aims
+from tests.simulator.published_runs import PUBLISHED_RUNS, REPOSITORY, table, within_aims
 
 PINNED_FILE = Path(__file__).with_name("test_prediction_regressions.json")
 SCRIPT = Path(__file__).parents[2] / "scripts" / "simulator_calibration.py"
@@ -78,7 +78,7 @@ def simulate_summary(args: list[str]) -> dict[str, Any]:
     from kvbench.cli import main
 
     with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
+            contextlib.redirect_stderr(io.StringIO()), contextlib.chdir(REPOSITORY):
         code = main([*args, "--quiet", "--out", out])
         if code != 0:
             raise RuntimeError(f"kvbench {' '.join(args)} exited {code}")
@@ -105,6 +105,7 @@ def _published_run_predictions() -> tuple[tuple[str, tuple[tuple[str, float], ..
             "output_tok_s": summary["throughput"]["output_tok_s"],
             "ttft_mean_ms": latency["ttft"]["mean"], "ttft_p50_ms": latency["ttft"]["p50"],
             "tpot_mean_ms": latency["tpot"]["mean"], "tpot_p50_ms": latency["tpot"]["p50"],
+            "itl_p50_ms": latency["itl"]["p50"], "e2e_p50_ms": latency["e2e"]["p50"],
             "e2e_mean_ms": latency["e2e"]["mean"],
         }
         out.append((run.name, tuple(figures.items())))
@@ -174,6 +175,13 @@ def test_published_runs_within_the_aims_stay_there():
         ("qwen3-32b h100-80gb random 4000/200 x 500", "output_tok_s"),
         ("qwen3-32b h100-80gb random 4000/200 x 500", "tpot_mean_ms"),
         ("qwen3-32b h100-80gb random 4000/200 x 500", "tpot_p50_ms"),
+        # per-request time of vLLM's API server (docs/simulator.md, Low load)
+        ("mistral-7b-v0.3 rtx-4090 random 256/128 concurrency 16", "ttft_mean_ms"),
+        ("mistral-7b-v0.3 rtx-4090 random 256/128 concurrency 16", "ttft_p50_ms"),
+        ("qwen2.5-0.5b l4 random 256/128 concurrency 1", "ttft_p50_ms"),
+        ("qwen2.5-0.5b l4 random 256/128 concurrency 4", "ttft_p50_ms"),
+        # the per-step CPU time that vLLM 0.23's async scheduling overlaps
+        ("qwen2.5-0.5b l4 random 256/128 concurrency 1", "itl_p50_ms"),
     }
     predictions = published_run_predictions()
     misses = {(run.name, figure) for run in PUBLISHED_RUNS
@@ -188,6 +196,19 @@ def test_published_runs_within_the_aims_stay_there():
     gpus = {run.args[run.args.index("--gpu") + 1] for run in PUBLISHED_RUNS}
     assert low == {True, False} and len(gpus) >= 2 and len(PUBLISHED_RUNS) >= 6
 
+
+
+def test_the_rtx_4090_trace_keeps_what_its_source_prints():
+    """300 prompts of 256 tokens whose outputs, capped at `--random-output-len 128`, average
+    the page's output tok/s over req/s: 100 tokens a request."""
+    from tests.simulator.published_runs import DATA
+
+    rows = [json.loads(line) for line in
+            (REPOSITORY / DATA / "rtx4090-mistral-256-in.jsonl").read_text().splitlines()]
+    outputs = [row["output_len"] for row in rows]
+    assert len(rows) == 300 and {row["prompt_len"] for row in rows} == {256}
+    assert max(outputs) == 128 and abs(sum(outputs) / len(outputs) - 100) < 0.5
+    assert outputs != sorted(outputs)  # mixed, so the requests in flight end at different steps
 
 def test_a_move_beyond_the_tolerance_is_named_with_its_size():
     pinned = {"simulate": {"case": {"ttft_p50_ms": 100.0, "tpot_p50_ms": 10.0}}}

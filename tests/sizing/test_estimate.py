@@ -300,7 +300,9 @@ def test_step_table_and_bad_steps():
 
 def test_step_with_a_gpu_file(tmp_path):
     path = tmp_path / "gpu.toml"
-    path.write_text("memory = '24GiB'\nbandwidth_gb_s = 300\n[peak_tflops]\nbf16 = 121\n")
+    # the L4 preset's figures: the A100's constants but its GDDR weight-read rate
+    path.write_text("memory = '24GiB'\nbandwidth_gb_s = 300\n[peak_tflops]\nbf16 = 121\n"
+                    "[efficiency]\ngemm_bandwidth_efficiency = 0.9\n")
     mine = json.loads(run("--model", "llama-2-7b", "--gpu-spec", str(path),
                            "--step", "decode:1x100", "--json").output)
     l4 = json.loads(run("--model", "llama-2-7b", "--gpu", "l4",
