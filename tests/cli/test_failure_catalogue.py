@@ -38,6 +38,10 @@ SIM = ["simulate", "--model", "llama-2-7b", "--num-requests", "20", "--warmup", 
 RUN = ["run", "--num-requests", "4", "--warmup", "0", "--quiet"]
 NOSPACE = "No space left on device"
 LONG = "n" * 300  # past any file system's 255-byte name
+LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000,
+         "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 32, "rms_norm_eps": 1e-5,
+         "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,28 @@ CASES: list[Case] = [
          "missing:ray"),
     # a file that is not text where text is read
     Case("sweep-config-binary", ["sweep", "{tmp}/binary.toml"], 2, "binary.toml"),
+    # hostile model configs: refused before anything is allocated
+    Case("simulate-a-trillion-layers", [*SIM[:1], "--model", "{tmp}/huge-layers", *SIM[3:],
+                                        "--out", "{tmp}/out"], 2, "num_hidden_layers"),
+    Case("estimate-nan-norm-eps", ["estimate", "--model", "{tmp}/nan-eps"], 2, "rms_norm_eps"),
+    # hostile traces: bounded in memory and nesting, named for what they are
+    Case("simulate-binary-trace", [*SIM, "--workload", "{tmp}/binary.toml", "--out",
+                                   "{tmp}/out"], 2, "not a trace kvbench can read"),
+    Case("simulate-nested-trace", [*SIM, "--workload", "{tmp}/nested.jsonl", "--out",
+                                   "{tmp}/out"], 2, "nested too deeply"),
+    # paths stay inside --out; an empty --out is refused
+    Case("sweep-name-escapes-out", ["sweep", "--simulate", "--model", "llama-2-7b",
+                                    "--num-requests", "2", "--name", "../../escape", "--out",
+                                    "{tmp}/out"], 2, "--name"),
+    Case("simulate-out-empty", [*SIM, "--out", ""], 2, "--out"),
+    # (signals: Ctrl-C and SIGTERM on run, simulate and sweep are driven for real in
+    # tests/session/test_runner.py and tests/cli/test_sigterm.py, through
+    # tests/session/interrupted_run.py)
+    # folders that are not whole, and runs of another workload
+    Case("report-folder-without-steps", ["report", "{tmp}/incomplete"], 2, "steps.csv"),
+    Case("export-folder-without-steps", ["export", "{tmp}/incomplete", "--format", "csv"], 2,
+         "steps.csv"),
+    Case("compare-another-seed", ["compare", "{results}", "{tmp}/seed-7"], 2, "seed"),
 ]
 
 
@@ -250,8 +276,22 @@ def _check_nothing_half_written(full: Path) -> None:
                for p in unfinished), unfinished
 
 
-def _setup(tmp: Path) -> Path:
+def _setup(tmp: Path, results: Path) -> Path:
     (tmp / "binary.toml").write_bytes(bytes(range(128, 256)) * 4)
+    (tmp / "nested.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    for name, change in (("huge-layers", {"num_hidden_layers": 10**12}),
+                         ("nan-eps", {"rms_norm_eps": float("nan")})):
+        (tmp / name).mkdir()
+        (tmp / name / "config.json").write_text(json.dumps({**LLAMA, **change}))
+    shutil.copytree(results, tmp / "incomplete")
+    (tmp / "incomplete" / "steps.csv").unlink()
+    shutil.copytree(results, tmp / "seed-7")
+    config = json.loads((tmp / "seed-7" / "config.json").read_text())
+    config["run"]["engine"]["seed"] = 7
+    (tmp / "seed-7" / "config.json").write_text(json.dumps(config))
+    summary = json.loads((tmp / "seed-7" / "kvbench_summary.json").read_text())
+    summary["seed"] = 7
+    (tmp / "seed-7" / "kvbench_summary.json").write_text(json.dumps(summary))
     (tmp / "sharegpt.json").write_text(json.dumps([{"conversations": [
         {"from": "human", "value": "hello"}, {"from": "gpt", "value": "hi there"}]}]))
     full = tmp / "full"
@@ -262,7 +302,7 @@ def _setup(tmp: Path) -> Path:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_each_failure_is_one_line_with_the_contracts_exit_code(case, tmp_path, results,
                                                                capsys, monkeypatch):
-    full = _setup(tmp_path)
+    full = _setup(tmp_path, results)
     argv = _argv(case, tmp_path, full, results)
     if case.fault == "stdout-full":
         with open("/dev/full", "w") as stdout:
@@ -284,7 +324,7 @@ def test_each_failure_is_one_line_with_the_contracts_exit_code(case, tmp_path, r
 @pytest.mark.parametrize("case", [c for c in CASES if c.fault == "full"],
                          ids=[c.id for c in CASES if c.fault == "full"])
 def test_a_real_full_disk_gives_the_same_answer(case, tmp_path, results):
-    full = _setup(tmp_path)
+    full = _setup(tmp_path, results)
     code, out, err = _process(_argv(case, tmp_path, full, results), tmpfs=(full, case.budget))
     _check_one_line(case, code, out, err, full)
 
