@@ -14,8 +14,9 @@ from kvbench.session.vllm_flags import IGNORED_FLAGS, UNMODELLED_FLAGS, prefix_c
 from kvbench.sizing.vllm_versions import CURRENT
 
 # Options of the command line only, not RunOptions fields: how results are printed, and
-# vLLM's --revision, which split_params folds into --model as `org/name@revision`
-# (kvbench.models.hub) and which click keeps out of the parameters (ctx.meta holds it).
+# vLLM's --revision and --enable-prefix-caching, which split_params folds into --model as
+# `org/name@revision` (kvbench.models.hub) and into --strategy, and which click keeps out of
+# the parameters (ctx.meta holds them).
 OUTPUT_OPTIONS = ("quiet", "as_json", "revision", "prefix_caching")
 REVISION_OPTION = click.Option(
     ["--revision"], expose_value=False,
@@ -26,6 +27,9 @@ REVISION_OPTION = click.Option(
 # (kvbench.session.vllm_flags.prefix_caching_strategy).
 PREFIX_CACHING_OPTION = click.Option(
     ["--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching"], default=None,
+    expose_value=False, callback=lambda ctx, param, value: ctx.meta.__setitem__(
+        "kvbench.prefix_caching", None if ctx.get_parameter_source(param.name or "")
+        is ParameterSource.DEFAULT else value),
     help="vLLM's prefix caching: each listed strategy in its prefix-caching form (paged -> "
          "prefix, hybrid -> hybrid-prefix, fp8 -> prefix with an fp8 cache); --no-... the "
          "reverse [default: as --strategy says]")
@@ -166,9 +170,10 @@ def split_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
              and ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
     if revision is not None:
         given["model"] = with_revision(params.get("model") or "", revision)
-    if params.get("prefix_caching") is not None:
+    if ctx.meta.get("kvbench.prefix_caching") is not None:
         given["strategy"], kv_cache_dtype = prefix_caching_strategy(
-            given.get("strategy"), params["prefix_caching"], given.get("kv_cache_dtype"))
+            given.get("strategy"), ctx.meta["kvbench.prefix_caching"],
+            given.get("kv_cache_dtype"))
         if kv_cache_dtype is not None:
             given["kv_cache_dtype"] = kv_cache_dtype
     return given, {k: v for k, v in params.items() if k in ("quiet", "as_json")}
