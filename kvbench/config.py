@@ -92,7 +92,9 @@ class EngineConfig:
                 f"got {self.seed}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise KvbenchInputError(
-                f"unknown --kv-cache-dtype {self.kv_cache_dtype!r} (choose from auto, fp8)")
+                f"--kv-cache-dtype {self.kv_cache_dtype!r} is not one kvbench models (choose "
+                f"from {', '.join(KV_CACHE_DTYPES)}: its fp8 cache is e4m3; vLLM's others, "
+                "fp8_e5m2, bfloat16, int8, ..., are refused)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -10,16 +10,65 @@ from click.core import ParameterSource
 
 from kvbench.models.hub import with_revision
 from kvbench.session.run_options import OptionField, option_fields
+from kvbench.session.vllm_flags import IGNORED_FLAGS, UNMODELLED_FLAGS, prefix_caching_strategy
 from kvbench.sizing.vllm_versions import CURRENT
 
 # Options of the command line only, not RunOptions fields: how results are printed, and
-# vLLM's --revision, which split_params folds into --model as `org/name@revision`
-# (kvbench.models.hub) and which click keeps out of the parameters (ctx.meta holds it).
-OUTPUT_OPTIONS = ("quiet", "as_json", "revision")
+# vLLM's --revision and --enable-prefix-caching, which split_params folds into --model as
+# `org/name@revision` (kvbench.models.hub) and into --strategy, and which click keeps out of
+# the parameters (ctx.meta holds them).
+OUTPUT_OPTIONS = ("quiet", "as_json", "revision", "prefix_caching")
 REVISION_OPTION = click.Option(
     ["--revision"], expose_value=False,
     callback=lambda ctx, _param, value: ctx.meta.__setitem__("kvbench.revision", value),
     help="the hub revision of a Hugging Face model id given as --model (branch, tag or commit)")
+
+# vLLM's prefix caching switch, which split_params folds into --strategy
+# (kvbench.session.vllm_flags.prefix_caching_strategy).
+PREFIX_CACHING_OPTION = click.Option(
+    ["--enable-prefix-caching/--no-enable-prefix-caching", "prefix_caching"], default=None,
+    expose_value=False, callback=lambda ctx, param, value: ctx.meta.__setitem__(
+        "kvbench.prefix_caching", None if ctx.get_parameter_source(param.name or "")
+        is ParameterSource.DEFAULT else value),
+    help="vLLM's prefix caching: each listed strategy in its prefix-caching form (paged -> "
+         "prefix, hybrid -> hybrid-prefix, fp8 -> prefix with an fp8 cache); --no-... the "
+         "reverse [default: as --strategy says]")
+
+# vLLM's flags that simulate alone models: under `kvbench run`, one line that says so.
+SIMULATE_ONLY_VLLM_FLAGS = ("tensor_parallel_size", "quantization")
+
+
+def _warn_ignored(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if ctx.get_parameter_source(param.name or "") is not ParameterSource.DEFAULT:
+        click.echo(f"kvbench: warning: vLLM's {param.opts[0]} ignored: it changes neither "
+                   "memory nor scheduling (docs/cli.md, vLLM's flags)", err=True)
+
+
+def _refuse(why: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if ctx.get_parameter_source(param.name or "") is not ParameterSource.DEFAULT:
+            raise click.UsageError(f"vLLM's {param.opts[0]} {why}", ctx)
+
+    return callback
+
+
+def vllm_only_options(kind: str) -> list[click.Option]:
+    """vLLM's flags that are no kvbench option (docs/cli.md, vLLM's flags), hidden from
+    --help: the server's, taken and ignored with a warning; the unmodelled, refused."""
+    options = [click.Option([flag], is_flag=not takes_value, expose_value=False, hidden=True,
+                            callback=_warn_ignored) for flag, takes_value in IGNORED_FLAGS]
+    options += [click.Option([flag], expose_value=False, hidden=True, is_flag=False,
+                             flag_value="", callback=_refuse("is not modelled by kvbench "
+                                                             "(docs/cli.md, vLLM's flags)"))
+                for flag in UNMODELLED_FLAGS]
+    if kind == "run":
+        options += [click.Option(list(info.flags), expose_value=False, hidden=True,
+                                 callback=_refuse("is modelled by kvbench simulate; kvbench "
+                                                  "run drives one device as loaded"))
+                    for name, info in option_fields().items()
+                    if name in SIMULATE_ONLY_VLLM_FLAGS]
+    return options
+
 
 # `kvbench simulate`'s own text where `run`'s would mislead: simulate sizes a modelled GPU
 # (vLLM's start-up on --gpu), not this machine's device.
@@ -98,6 +147,8 @@ def run_options(kind: str) -> Callable[[click.Command], click.Command]:
             *(click_option(info, kind) for info in option_fields().values()
               if kind in info.spec.kinds),
             REVISION_OPTION,
+            PREFIX_CACHING_OPTION,
+            *vllm_only_options(kind),
             click.Option(["--quiet"], is_flag=True,
                          help="no progress or table (warnings still print); print the folder"),
             click.Option(["--json", "as_json"], is_flag=True,
@@ -119,4 +170,10 @@ def split_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
              and ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
     if revision is not None:
         given["model"] = with_revision(params.get("model") or "", revision)
-    return given, {k: v for k, v in params.items() if k in OUTPUT_OPTIONS}
+    if ctx.meta.get("kvbench.prefix_caching") is not None:
+        given["strategy"], kv_cache_dtype = prefix_caching_strategy(
+            given.get("strategy"), ctx.meta["kvbench.prefix_caching"],
+            given.get("kv_cache_dtype"))
+        if kv_cache_dtype is not None:
+            given["kv_cache_dtype"] = kv_cache_dtype
+    return given, {k: v for k, v in params.items() if k in ("quiet", "as_json")}

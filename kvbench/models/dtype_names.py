@@ -19,6 +19,7 @@ FP8_NAME = "float8_e4m3fn"  # the fp8 KV cache's format (e4m3, finite: no infini
 MODEL_DTYPE_NAMES: dict[str, str] = {
     "float32": "float32",
     "fp32": "float32",
+    "float": "float32",  # vLLM's --dtype float
     "bfloat16": "bfloat16",
     "bf16": "bfloat16",
     "float16": "float16",
@@ -41,7 +42,8 @@ def model_dtype_name(name: str) -> str:
         return MODEL_DTYPE_NAMES[name]
     except KeyError:
         raise KvbenchInputError(
-            f"unknown --dtype {name!r} (choose from float32, bfloat16, float16)"
+            f"unknown --dtype {name!r} (choose from auto, float32 (float), bfloat16, float16 "
+            "(half))"
         ) from None
 
 

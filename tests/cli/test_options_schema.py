@@ -8,7 +8,7 @@ import dataclasses
 import click
 import pytest
 
-from kvbench.cli.options import OUTPUT_OPTIONS, help_for
+from kvbench.cli.options import OUTPUT_OPTIONS, help_for, vllm_only_options
 from kvbench.cli.run import run_command
 from kvbench.cli.simulate import simulate_command
 from kvbench.cli.sweep import sweep_command
@@ -20,8 +20,17 @@ COMMANDS = {"run": run_command, "simulate": simulate_command}
 
 
 def options_of(command: click.Command) -> dict[str, click.Option]:
+    """The command's options, without vLLM's hidden flags that carry no value into a run
+    (ignored or refused: docs/cli.md, vLLM's flags)."""
     return {p.name: p for p in command.params if isinstance(p, click.Option)
-            and p.name != "help"}
+            and p.name != "help" and not (p.hidden and not p.expose_value)}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_hidden_options_are_vllms_flags_that_give_no_value(kind):
+    hidden = [p.opts for p in COMMANDS[kind].params
+              if isinstance(p, click.Option) and p.hidden and not p.expose_value]
+    assert hidden == [p.opts for p in vllm_only_options(kind)]
 
 
 @pytest.mark.parametrize("kind", KINDS)
