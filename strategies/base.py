@@ -150,9 +150,12 @@ class CacheStrategy(ABC):
         """Whether `admit` would succeed now (without changing anything)."""
 
     @abstractmethod
-    def admit(self, seq: Sequence) -> int:
-        """Take the memory to (re)compute the sequence's uncomputed tokens; returns how many
-        leading tokens are already cached (prefix hits), which the engine marks computed."""
+    def admit(self, seq: Sequence, max_new_tokens: int | None = None) -> int:
+        """Take the memory to (re)compute the sequence's uncomputed tokens, or (block
+        strategies) the first `max_new_tokens` of those left after its prefix hits, the
+        chunk the step computes (`can_admit` checked that the whole sequence fits); returns
+        how many leading tokens are already cached (prefix hits), which the engine marks
+        computed."""
 
     @abstractmethod
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
