@@ -104,6 +104,7 @@ class CacheStrategy(ABC):
     # only, never their token ids: under an executor that reads none either (`kvbench
     # simulate`), sequences then count their tokens and the workload's prompts stay undrawn.
     reads_no_token_ids: bool = False
+    admits_chunks: bool = False  # `admit` takes the step's chunk (`admit`)
 
     def __init__(
         self, num_slots: int, max_model_len: int, check_accounting: bool | None = None
@@ -150,12 +151,14 @@ class CacheStrategy(ABC):
         """Whether `admit` would succeed now (without changing anything)."""
 
     @abstractmethod
-    def admit(self, seq: Sequence, max_new_tokens: int | None = None) -> int:
-        """Take the memory to (re)compute the sequence's uncomputed tokens, or (block
-        strategies) the first `max_new_tokens` of those left after its prefix hits, the
-        chunk the step computes (`can_admit` checked that the whole sequence fits); returns
-        how many leading tokens are already cached (prefix hits), which the engine marks
-        computed."""
+    def admit(self, seq: Sequence) -> int:
+        """Take the memory to (re)compute the sequence's uncomputed tokens; returns how many
+        leading tokens are already cached (prefix hits), which the engine marks computed.
+
+        A strategy that sets `admits_chunks` takes `admit(seq, max_new_tokens)`: memory for
+        the first `max_new_tokens` of the tokens left after its prefix hits (the chunk the
+        step computes; None: all), later chunks taking theirs through `allocate`, as vLLM's
+        `allocate_slots`; `can_admit` still checks that the whole sequence fits."""
 
     @abstractmethod
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:

@@ -89,8 +89,7 @@ class ContiguousStrategy(CacheStrategy):
             return True
         return self.ranges.find(self.reservation(seq)) is not None
 
-    def admit(self, seq: Sequence, max_new_tokens: int | None = None) -> int:
-        # The whole reservation, whatever the chunk: a range is never grown.
+    def admit(self, seq: Sequence) -> int:
         if seq.seq_id not in self.starts:
             length = self.reservation(seq)
             start = self.ranges.allocate(length)

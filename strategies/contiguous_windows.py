@@ -89,8 +89,7 @@ class WindowedContiguousStrategy(ContiguousStrategy):
             self.ranges.release(*held)
         return True
 
-    def admit(self, seq: Sequence, max_new_tokens: int | None = None) -> int:
-        # The whole reservation, whatever the chunk: a range is never grown.
+    def admit(self, seq: Sequence) -> int:
         if seq.seq_id not in self.group_ranges:
             taken = self._take(self.group_lengths(seq))
             if taken is None:

@@ -52,6 +52,7 @@ class HybridStrategy(CacheStrategy):
     name = "hybrid"
     layout_kind = "paged"
     counts_prompt_blocks = True  # distinct blocks holding prompt positions, in the split
+    admits_chunks = True  # memory per scheduled chunk (`CacheStrategy.admit`)
     reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
     def __init__(

@@ -36,6 +36,7 @@ class PagedOptions:
 class PagedStrategy(CacheStrategy):
     name = "paged"
     layout_kind = "paged"
+    admits_chunks = True  # memory per scheduled chunk (`CacheStrategy.admit`)
 
     def __init__(
         self,

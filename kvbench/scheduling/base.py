@@ -127,7 +127,9 @@ class BatchingPolicy(ABC):
     def _admit(self, seq: Sequence, now_s: float, max_new_tokens: int | None = None) -> int:
         """Admit `seq` with memory for its first `max_new_tokens` uncomputed tokens (None:
         all of them); returns the tokens it computes now (its prefix hits marked computed)."""
-        cached = self.cache.admit(seq, max_new_tokens)
+        cache = self.cache
+        cached = (cache.admit(seq, max_new_tokens)
+                  if max_new_tokens is not None and cache.admits_chunks else cache.admit(seq))
         seq.num_computed += cached
         if seq.admitted_s is None:
             seq.admitted_s = now_s
@@ -158,7 +160,10 @@ class BatchingPolicy(ABC):
         def budget_left(_: Sequence) -> bool:
             return budget > 0
 
-        for seq, n in self._admit_from_queue(now_s, out, budget_left, lambda: budget):
+        def chunk() -> int:
+            return budget
+
+        for seq, n in self._admit_from_queue(now_s, out, budget_left, chunk):
             out.scheduled.append((seq, n))
             budget -= n
 
