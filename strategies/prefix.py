@@ -4,14 +4,15 @@
   parent's and its token ids (`prefix_index.py`), in a namespace of model, dtype and KV-cache
   dtype; the strategy names the blocks sequences completed whenever it is called.
 - Admission reuses the longest run of cached full blocks at the start of the sequence
-  (reference count + 1) and allocates the rest; `admit` returns the tokens served from cache,
+  (reference count + 1) and allocates the rest, or the step's chunk of it (`admits_chunks`); `admit` returns the tokens served from cache,
   which the engine marks computed. A hit never covers the block holding the last token (the
   engine needs its logits).
 - Freed named blocks stay as evictable cache (counted free, reported `cached`), revived by
   a later hit, evicted least recently used first; a table is released tail first, so a
   prefix outlives its continuations.
-- Blocks not computed yet are shareable too (*pending*): a sequence admitted while an earlier
-  one will compute the same prefix reuses its blocks. Its first step then reads blocks the
+- Blocks not computed yet are shareable too (*pending*): as vLLM caches a chunk's full
+  blocks when it is scheduled, a sequence admitted after one whose scheduled chunk computes
+  the same prefix reuses its blocks. Its first step then reads blocks the
   owner writes in the same step, which works because the executor writes every layer's K/V
   for the whole step before that layer's attention reads any, and because every policy
   schedules in admission order (preemption takes the most recently admitted first).
