@@ -104,6 +104,7 @@ class CacheStrategy(ABC):
     # only, never their token ids: under an executor that reads none either (`kvbench
     # simulate`), sequences then count their tokens and the workload's prompts stay undrawn.
     reads_no_token_ids: bool = False
+    admits_chunks: bool = False  # `admit` takes the step's chunk (`admit`)
 
     def __init__(
         self, num_slots: int, max_model_len: int, check_accounting: bool | None = None
@@ -152,7 +153,12 @@ class CacheStrategy(ABC):
     @abstractmethod
     def admit(self, seq: Sequence) -> int:
         """Take the memory to (re)compute the sequence's uncomputed tokens; returns how many
-        leading tokens are already cached (prefix hits), which the engine marks computed."""
+        leading tokens are already cached (prefix hits), which the engine marks computed.
+
+        A strategy that sets `admits_chunks` takes `admit(seq, max_new_tokens)`: memory for
+        the first `max_new_tokens` of the tokens left after its prefix hits (the chunk the
+        step computes; None: all), later chunks taking theirs through `allocate`, as vLLM's
+        `allocate_slots`; `can_admit` still checks that the whole sequence fits."""
 
     @abstractmethod
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:

@@ -7,10 +7,11 @@ full-attention group grows as `paged` does. A sliding-window group of window W f
 block wholly before the window of the next query: a query at p reads keys from p - W + 1 on,
 so before computing from p the group releases its blocks below `(p - W + 1) // block_size`
 (vLLM's `SlidingWindowManager.remove_skipped_blocks`); a decoding sequence holds at most
-ceil(W / block_size) + 1 blocks there. The engine admits a sequence with memory for all its
-uncomputed tokens, so a window group holds a whole prompt's blocks until its prefill is done
-(vLLM allocates each prefill chunk as it is scheduled). A freed entry stays in the
-executor's table with its old block id: the kernels read only the window's blocks.
+ceil(W / block_size) + 1 blocks there. Blocks are taken for the tokens a step computes (a
+prefill chunk), after freeing behind the window; admission checks that the whole sequence
+would fit, a window group's need capped at what it holds at most (`admission_caps`), as
+vLLM's `allocate_slots` does. A freed entry stays in the executor's table with its old block
+id: the kernels read only the window's blocks.
 
 The memory split counts pool slots (one token of one allocation group); `MemorySplit.groups`
 holds each group's part (free slots are the pool's, in the total only), a window group's
@@ -38,6 +39,9 @@ class HybridOptions(PagedOptions):
     # One entry per allocation group: its window (None: full attention). The engine build
     # fills it from the model (`kvbench.core.kv_allocation`).
     allocation_windows: tuple[int | None, ...] = (None,)
+    # Tokens one step computes at most (the scheduler's budget): with the window, what a
+    # window group holds of a sequence at most, hence its admission cap.
+    max_num_batched_tokens: int = 2048
 
 
 @register_strategy(
@@ -48,6 +52,7 @@ class HybridStrategy(CacheStrategy):
     name = "hybrid"
     layout_kind = "paged"
     counts_prompt_blocks = True  # distinct blocks holding prompt positions, in the split
+    admits_chunks = True  # memory per scheduled chunk (`CacheStrategy.admit`)
     reads_no_token_ids = True  # lengths only, never ids (`declares`)
 
     def __init__(
@@ -57,6 +62,7 @@ class HybridStrategy(CacheStrategy):
         block_size: int = DEFAULT_BLOCK_SIZE,
         watermark: float = 0.01,
         allocation_windows: tuple[int | None, ...] = (None,),
+        max_num_batched_tokens: int = 2048,
         check_accounting: bool | None = None,
     ) -> None:
         super().__init__(num_slots, max_model_len, check_accounting)
@@ -68,6 +74,14 @@ class HybridStrategy(CacheStrategy):
         self.num_groups = len(self.windows)
         self.pool = BlockPool(num_slots // block_size)
         self.watermark_blocks = math.ceil(watermark * self.pool.num_blocks)
+        # Per group, the most blocks admission asks of it for one sequence (None: no cap).
+        # A window group frees behind the window before each chunk, so it holds at most the
+        # W - 1 positions before a chunk and the chunk, one block more for the window's
+        # start inside a block (vLLM's `SlidingWindowSpec.max_admission_blocks_per_request`).
+        self.admission_caps = tuple(
+            None if w is None
+            else -(-min(w - 1 + max_num_batched_tokens, max_model_len) // block_size) + 1
+            for w in self.windows)
         # seq_id -> per group: its table (FREED before the window) and its first held index
         self.tables: dict[int, list[list[int]]] = {}
         self.first: dict[int, list[int]] = {}
@@ -113,9 +127,19 @@ class HybridStrategy(CacheStrategy):
         return (position - window + 1) // self.block_size
 
     def required_slots(self, seq: Sequence) -> int:
-        """Every group's blocks for the final length: a sequence preempted late is recomputed
-        in one prefill, which writes (so holds) all its positions in every group."""
-        return self.num_groups * self.blocks_for(seq.final_kv_len) * self.block_size
+        """What admission asks for the final length (a sequence preempted late is admitted
+        again with all its tokens): a full-attention group's blocks for all of them, a
+        window group's up to its cap (`_admission_need`)."""
+        return self._admission_need(self.blocks_for(seq.final_kv_len), 0) * self.block_size
+
+    def _admission_need(self, blocks: int, hit: int) -> int:
+        """Blocks admission asks for a sequence of `blocks` blocks, `hit` of them cached
+        (vLLM's `allocate_slots` with `full_sequence_must_fit`, its default): each group's
+        blocks, a window group's capped, less the hits."""
+        need = 0
+        for cap in self.admission_caps:
+            need += max(0, (blocks if cap is None or blocks < cap else cap) - hit)
+        return need
 
     def _plan(self, seq: Sequence, num_new_tokens: int) -> tuple[int, int]:
         """(blocks to allocate, blocks that go back first) to compute `num_new_tokens`."""
@@ -136,12 +160,14 @@ class HybridStrategy(CacheStrategy):
     # CacheStrategy ----------------------------------------------------------------------
 
     def can_admit(self, seq: Sequence, num_running: int) -> bool:
-        needed, freed = self._plan(seq, seq.num_uncomputed)
+        """Whether the whole sequence would fit (its blocks taken chunk by chunk later)."""
+        needed = self._admission_need(self.blocks_for(seq.num_computed + seq.num_uncomputed), 0)
         keep = self.watermark_blocks if num_running else 0
-        return self.pool.num_free + freed - needed >= keep
+        return self.pool.num_free - needed >= keep
 
-    def admit(self, seq: Sequence) -> int:
-        if not self.allocate(seq, seq.num_uncomputed):
+    def admit(self, seq: Sequence, max_new_tokens: int | None = None) -> int:
+        n = seq.num_uncomputed
+        if not self.allocate(seq, n if max_new_tokens is None else min(n, max_new_tokens)):
             raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
         return 0
 

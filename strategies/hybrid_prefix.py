@@ -10,7 +10,9 @@ of the prefix cached, a window group of window W only the ceil((W - 1) / block) 
 the hit's end (`SlidingWindowManager.find_longest_cache_hit`), its earlier entries left
 empty. A hit never covers the block holding the last token. Shared blocks are full and
 computed by every holder, so the split counts each once (`HybridStrategy._g_shared`);
-distinct prompt blocks are not counted. No pending hits; a fork copies as `hybrid` does.
+distinct prompt blocks are not counted. A step's full blocks are named when it is
+scheduled (`_sync`), so a sequence admitted later in the step hits them; a fork copies as
+`hybrid` does.
 """
 
 from __future__ import annotations
@@ -44,11 +46,13 @@ class HybridPrefixStrategy(HybridStrategy):
         block_size: int = DEFAULT_BLOCK_SIZE,
         watermark: float = 0.01,
         allocation_windows: tuple[int | None, ...] = (None,),
+        max_num_batched_tokens: int = 2048,
         namespace: str = "",
         check_accounting: bool | None = None,
     ) -> None:
         super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
                          allocation_windows=allocation_windows,
+                         max_num_batched_tokens=max_num_batched_tokens,
                          check_accounting=check_accounting)
         self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
         self._root = root_hash(namespace)
@@ -67,12 +71,17 @@ class HybridPrefixStrategy(HybridStrategy):
         return extend_chain(self._chains.setdefault(seq.seq_id, []), self._root, seq.token_ids,
                             self.block_size)
 
-    def _sync(self, seq: Sequence) -> None:
-        """Name the blocks the sequence filled since the last call, in every group."""
+    def _sync(self, seq: Sequence, end: int | None = None) -> None:
+        """Name the blocks the sequence filled since the last call, in every group, or (at
+        allocation) those it fills below position `end` in the step being scheduled: as vLLM
+        caches a scheduled chunk's blocks, a sequence admitted later in the same step hits
+        them (it reads them in the step that writes them, after their owner: every policy
+        schedules in admission order)."""
         tables = self.tables.get(seq.seq_id)
         if tables is None:
             return
-        full = min(seq.num_computed, len(seq.token_ids)) // self.block_size
+        full = min(seq.num_computed if end is None else end,
+                   len(seq.token_ids)) // self.block_size
         named = self._named.get(seq.seq_id, 0)
         if full <= named:
             return
@@ -137,18 +146,20 @@ class HybridPrefixStrategy(HybridStrategy):
         hit, tables = self._match(seq)
         if not hit:
             return super().can_admit(seq, num_running)
-        fresh = self.num_groups * (self.blocks_for(len(seq.token_ids)) - hit)
+        fresh = self._admission_need(self.blocks_for(len(seq.token_ids)), hit)
         keep = self.watermark_blocks if num_running else 0
         return self.pool.num_free - self._blocks_to_revive(tables) - fresh >= keep
 
-    def admit(self, seq: Sequence) -> int:
+    def admit(self, seq: Sequence, max_new_tokens: int | None = None) -> int:
         self._sync_all()
         hit, hit_tables = self._match(seq)
         self.live[seq.seq_id] = seq
         self.query_tokens += seq.num_uncomputed
         if not hit:
-            return super().admit(seq)
-        fresh = self.num_groups * (self.blocks_for(len(seq.token_ids)) - hit)
+            return super().admit(seq, max_new_tokens)  # (its `allocate` names the chunk)
+        cached = hit * self.block_size
+        end = self.blocks_for(cached + self._scheduled(seq, cached, max_new_tokens))
+        fresh = self.num_groups * (end - hit)
         if fresh > self.pool.num_free - self._blocks_to_revive(hit_tables):
             raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
         sid = seq.seq_id
@@ -163,7 +174,6 @@ class HybridPrefixStrategy(HybridStrategy):
                     self._g_shared[g] += 1
                 self.pool.acquire(block)
                 log.append((sid, i, block))
-        end = self.blocks_for(len(seq.token_ids))
         for g, table in enumerate(hit_tables):
             log = self._group_logs[g]
             for i in range(hit, end):
@@ -171,17 +181,26 @@ class HybridPrefixStrategy(HybridStrategy):
                 table.append(block)
                 log.append((sid, i, block))
         self._named[sid] = hit
-        cached = hit * self.block_size
         self.hit_tokens += cached
         self._account_seq(seq)
         self._set_room(seq)
+        self._sync(seq, cached + self._scheduled(seq, cached, max_new_tokens))
         return cached
+
+    @staticmethod
+    def _scheduled(seq: Sequence, cached: int, max_new_tokens: int | None) -> int:
+        """Tokens an admission computes now, `cached` of its uncomputed ones hit."""
+        n = seq.num_uncomputed - cached
+        return n if max_new_tokens is None or n <= max_new_tokens else max_new_tokens
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         if seq.seq_id in self.tables:
             self._sync(seq)
         self.live[seq.seq_id] = seq
-        return super().allocate(seq, num_new_tokens)
+        if not super().allocate(seq, num_new_tokens):
+            return False
+        self._sync(seq, seq.num_computed + num_new_tokens)
+        return True
 
     def free(self, seq: Sequence) -> None:
         self._sync(seq)

@@ -36,6 +36,7 @@ class PagedOptions:
 class PagedStrategy(CacheStrategy):
     name = "paged"
     layout_kind = "paged"
+    admits_chunks = True  # memory per scheduled chunk (`CacheStrategy.admit`)
 
     def __init__(
         self,
@@ -89,9 +90,10 @@ class PagedStrategy(CacheStrategy):
         keep = self.watermark_blocks if num_running else 0
         return self.pool.num_free - needed >= keep
 
-    def admit(self, seq: Sequence) -> int:
+    def admit(self, seq: Sequence, max_new_tokens: int | None = None) -> int:
         self.tables.setdefault(seq.seq_id, [])
-        if not self.allocate(seq, seq.num_uncomputed):
+        n = seq.num_uncomputed
+        if not self.allocate(seq, n if max_new_tokens is None else min(n, max_new_tokens)):
             raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
         return 0
 

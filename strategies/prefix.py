@@ -4,14 +4,15 @@
   parent's and its token ids (`prefix_index.py`), in a namespace of model, dtype and KV-cache
   dtype; the strategy names the blocks sequences completed whenever it is called.
 - Admission reuses the longest run of cached full blocks at the start of the sequence
-  (reference count + 1) and allocates the rest; `admit` returns the tokens served from cache,
+  (reference count + 1) and allocates the rest, or the step's chunk of it (`admits_chunks`); `admit` returns the tokens served from cache,
   which the engine marks computed. A hit never covers the block holding the last token (the
   engine needs its logits).
 - Freed named blocks stay as evictable cache (counted free, reported `cached`), revived by
   a later hit, evicted least recently used first; a table is released tail first, so a
   prefix outlives its continuations.
-- Blocks not computed yet are shareable too (*pending*): a sequence admitted while an earlier
-  one will compute the same prefix reuses its blocks. Its first step then reads blocks the
+- Blocks not computed yet are shareable too (*pending*): as vLLM caches a chunk's full
+  blocks when it is scheduled, a sequence admitted after one whose scheduled chunk computes
+  the same prefix reuses its blocks. Its first step then reads blocks the
   owner writes in the same step, which works because the executor writes every layer's K/V
   for the whole step before that layer's attention reads any, and because every policy
   schedules in admission order (preemption takes the most recently admitted first).
@@ -74,6 +75,9 @@ class PrefixCachingStrategy(PagedStrategy):
         # Hashes of the full blocks of waiting sequences' tokens, kept between admission
         # checks (a queue head is checked every step until it fits).
         self._chains: dict[int, list[BlockHash]] = {}
+        # Sequences whose prompt is computed chunk by chunk: the blocks of it shared so far
+        # (`_share_scheduled`); its chain stays in `_chains` until all are.
+        self._shared_upto: dict[int, int] = {}
         self.hit_blocks = 0
         self.pending_hit_blocks = 0
         self.hit_tokens = 0
@@ -145,15 +149,21 @@ class PrefixCachingStrategy(PagedStrategy):
         keep = self.watermark_blocks if num_running else 0
         return self.pool.num_free - revived - needed >= keep
 
-    def admit(self, seq: Sequence) -> int:
+    def admit(self, seq: Sequence, max_new_tokens: int | None = None) -> int:
         self._sync_all()
+        uncomputed = seq.num_uncomputed
         if seq.seq_id in self.tables:  # already holds memory: only grow
-            if not self.allocate(seq, seq.num_uncomputed):
+            n = uncomputed if max_new_tokens is None else min(uncomputed, max_new_tokens)
+            if not self.allocate(seq, n):
                 raise MemoryError(f"admit of sequence {seq.seq_id} without room")
             return 0
         blocks, hashes = self._match(seq)
+        cached = len(blocks) * self.block_size
+        n = uncomputed - cached
+        if max_new_tokens is not None and max_new_tokens < n:
+            n = max_new_tokens
         revived = sum(1 for b in blocks if self.pool.ref_counts[b] == 0)
-        needed = self.blocks_for(len(seq.token_ids)) - len(blocks)
+        needed = self.blocks_for(seq.num_computed + cached + n) - len(blocks)
         if needed > self.pool.num_free - revived:
             raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
         self.pending_hit_blocks += sum(1 for b in blocks if b in self._pending_hash)
@@ -163,13 +173,8 @@ class PrefixCachingStrategy(PagedStrategy):
         self._extend_table(seq, table, blocks + [self.pool.allocate() for _ in range(needed)])
         self.hashes[seq.seq_id] = hashes
         self.live[seq.seq_id] = seq
-        chain = self._chains.pop(seq.seq_id, []) if not seq.num_computed else []
-        for i in range(len(blocks), len(chain)):  # full blocks it will compute: shareable now
-            h = chain[i]
-            if h not in self._pending and self.pool.lookup(h) is None:
-                self._pending[h] = (table[i], seq.seq_id, i)
-                self._pending_hash[table[i]] = h
-        cached = len(blocks) * self.block_size
+        if seq.seq_id in self._chains:
+            self._share_scheduled(seq, table, seq.num_computed + cached + n)
         self.hit_blocks += len(blocks)
         self.hit_tokens += cached
         self.query_tokens += seq.num_uncomputed
@@ -184,6 +189,7 @@ class PrefixCachingStrategy(PagedStrategy):
             table
             and len(table) * bs >= computed + num_new_tokens
             and computed // bs <= len(self.hashes[sid])
+            and sid not in self._chains  # (a chunk of a prompt: its blocks to share)
         ):
             if not self.pool.num_shared:
                 return True
@@ -200,8 +206,6 @@ class PrefixCachingStrategy(PagedStrategy):
         end = -(-(computed + num_new_tokens) // bs)
         fresh = max(0, end - len(table))
         if not self.pool.num_shared:  # the common case: no block has two owners
-            if not fresh:
-                return True
             shared: list[int] = []
         else:
             shared = [i for i in range(computed // bs, min(end, len(table)))
@@ -217,7 +221,27 @@ class PrefixCachingStrategy(PagedStrategy):
             self.cow_copies += 1
         if fresh:
             self._extend_table(seq, table, [self.pool.allocate() for _ in range(fresh)])
+        if sid in self._chains:
+            self._share_scheduled(seq, table, computed + num_new_tokens)
         return True
+
+    def _share_scheduled(self, seq: Sequence, table: list[int], end: int) -> None:
+        """Make the full blocks of the sequence's prompt (tokens it had when admitted) below
+        position `end`, scheduled now, shareable by later admissions (vLLM caches a
+        scheduled chunk's blocks at allocation): pending until computed."""
+        chain = self._chains[seq.seq_id]
+        start = self._shared_upto.get(seq.seq_id, len(self.hashes[seq.seq_id]))
+        stop = min(end // self.block_size, len(chain))
+        for i in range(start, stop):
+            h = chain[i]
+            if h not in self._pending and self.pool.lookup(h) is None:
+                self._pending[h] = (table[i], seq.seq_id, i)
+                self._pending_hash[table[i]] = h
+        if stop >= len(chain):  # every full block of its admission's tokens is shared
+            del self._chains[seq.seq_id]
+            self._shared_upto.pop(seq.seq_id, None)
+        else:
+            self._shared_upto[seq.seq_id] = max(start, stop)
 
     def _owns_pending(self, seq: Sequence, block: int) -> bool:
         """Whether `block` is pending and `seq` is the one to compute it (others share it
@@ -228,6 +252,7 @@ class PrefixCachingStrategy(PagedStrategy):
     def free(self, seq: Sequence) -> None:
         self._sync(seq)
         self._chains.pop(seq.seq_id, None)
+        self._shared_upto.pop(seq.seq_id, None)
         table = self._drop_table(seq)
         self.hashes.pop(seq.seq_id, None)
         self.live.pop(seq.seq_id, None)

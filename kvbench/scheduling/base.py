@@ -124,14 +124,20 @@ class BatchingPolicy(ABC):
 
     # Shared mechanics -------------------------------------------------------------------
 
-    def _admit(self, seq: Sequence, now_s: float) -> None:
-        cached = self.cache.admit(seq)
+    def _admit(self, seq: Sequence, now_s: float, max_new_tokens: int | None = None) -> int:
+        """Admit `seq` with memory for its first `max_new_tokens` uncomputed tokens (None:
+        all of them); returns the tokens it computes now (its prefix hits marked computed)."""
+        cache = self.cache
+        cached = (cache.admit(seq, max_new_tokens)
+                  if max_new_tokens is not None and cache.admits_chunks else cache.admit(seq))
         seq.num_computed += cached
         if seq.admitted_s is None:
             seq.admitted_s = now_s
             seq.cached_prompt_tokens = cached
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
+        n = seq.num_uncomputed
+        return n if max_new_tokens is None or n <= max_new_tokens else max_new_tokens
 
     def _admit_whole_prompts(self, now_s: float, out: ScheduleOutput) -> None:
         """Admit from the queue head, each with all its uncomputed tokens, until the next
@@ -142,19 +148,22 @@ class BatchingPolicy(ABC):
         def prompt_fits(seq: Sequence) -> bool:
             return seq.num_uncomputed <= budget or not out.scheduled
 
-        for seq in self._admit_from_queue(now_s, out, prompt_fits):
-            out.scheduled.append((seq, seq.num_uncomputed))
-            budget -= seq.num_uncomputed
+        for seq, n in self._admit_from_queue(now_s, out, prompt_fits):
+            out.scheduled.append((seq, n))
+            budget -= n
 
     def _admit_chunks(self, now_s: float, out: ScheduleOutput, budget: int) -> None:
         """Admit from the queue head while `budget` tokens are left, each with as many of its
-        uncomputed tokens as fit (a prompt cut into chunks)."""
+        uncomputed tokens as fit (a prompt cut into chunks), memory taken for those only
+        (vLLM's `allocate_slots`; `can_admit` checked that the whole sequence fits)."""
 
         def budget_left(_: Sequence) -> bool:
             return budget > 0
 
-        for seq in self._admit_from_queue(now_s, out, budget_left):
-            n = min(seq.num_uncomputed, budget)
+        def chunk() -> int:
+            return budget
+
+        for seq, n in self._admit_from_queue(now_s, out, budget_left, chunk):
             out.scheduled.append((seq, n))
             budget -= n
 
@@ -163,10 +172,13 @@ class BatchingPolicy(ABC):
         now_s: float,
         out: ScheduleOutput,
         may_admit: Callable[[Sequence], bool] = lambda seq: True,
-    ) -> Iterator[Sequence]:
-        """Admit from the queue head, in queue order, yielding each; stops at the first
-        sequence that would exceed `max_num_seqs` places, that `may_admit` refuses (asked
-        after the caller's work on each yield) or that the cache cannot take: no overtaking."""
+        chunk: Callable[[], int] | None = None,
+    ) -> Iterator[tuple[Sequence, int]]:
+        """Admit from the queue head, in queue order, yielding each with the tokens it
+        computes now: at most `chunk()` (asked at each admission), all without `chunk`. Stops
+        at the first sequence that would exceed `max_num_seqs` places, that `may_admit`
+        refuses (asked after the caller's work on each yield) or that the cache cannot take:
+        no overtaking."""
         waiting = self.waiting
         if not waiting:
             return
@@ -181,9 +193,9 @@ class BatchingPolicy(ABC):
                 return
             waiting.pop()
             occupied += places
-            self._admit(seq, now_s)
+            n = self._admit(seq, now_s, None if chunk is None else chunk())
             out.admitted.append(seq)
-            yield seq
+            yield seq, n
 
     def _schedule_decodes(self, seqs: list[Sequence], out: ScheduleOutput) -> None:
         """Every sequence of `seqs` (admission order) computes its next token within the

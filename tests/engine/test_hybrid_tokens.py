@@ -84,8 +84,23 @@ def test_prefix_hits_past_the_window(windowed_checkpoint):
     prompts = [shared + tail for tail in random_prompts(3, 512, seed=4, min_len=10, max_len=40)]
     paged, _ = engine_tokens(windowed_checkpoint, prompts, 24, strategy="paged",
                              kv_memory="4MiB", block_size=4)
-    # one at a time: a prefix is shared once computed (hybrid-prefix has no pending hits)
+    # one at a time: each hits the prefix as computed blocks
     hits, seqs = engine_tokens(windowed_checkpoint, prompts, 24, strategy="hybrid-prefix",
                                kv_memory="4MiB", block_size=4, max_num_seqs=1)
     assert [s.cached_prompt_tokens for s in seqs] == [0, 200, 200]
+    assert hits == paged
+
+
+def test_prefix_hits_in_the_step_that_computes_the_prefix(windowed_checkpoint):
+    """Admitted in the step that computes the shared prefix, later requests hit its blocks
+    (named when scheduled, as vLLM caches a scheduled chunk's blocks) and read them in that
+    step, after the first request wrote them: paged's tokens."""
+    shared = random_prompts(1, 512, seed=3, min_len=200, max_len=200)[0]
+    prompts = [shared + tail for tail in random_prompts(3, 512, seed=4, min_len=10, max_len=40)]
+    paged, _ = engine_tokens(windowed_checkpoint, prompts, 24, strategy="paged",
+                             kv_memory="4MiB", block_size=4)
+    hits, seqs = engine_tokens(windowed_checkpoint, prompts, 24, strategy="hybrid-prefix",
+                               kv_memory="4MiB", block_size=4)
+    assert [s.cached_prompt_tokens for s in seqs] == [0, 200, 200]
+    assert [s.admitted_s for s in seqs] == [seqs[0].admitted_s] * 3  # one step
     assert hits == paged

@@ -113,3 +113,21 @@ def test_the_real_engine_and_the_simulator_mix_decodes_and_chunks_in_one_budget(
     assert steps["num_batched_tokens"].max() == 32
     mixed = steps[(steps["num_prefill_seqs"] > 0) & (steps["num_decode_seqs"] > 0)]
     assert len(mixed) > 0, "no step ran decodes and a prompt chunk together"
+
+
+def test_blocks_are_taken_per_scheduled_chunk_after_a_whole_prompt_check():
+    """As vLLM's `allocate_slots`: admission checks that the whole prompt fits, then takes
+    the blocks of the chunk the step computes; later chunks take theirs."""
+    engine = v1_engine(strategy="paged", block_size=4, watermark=0.0, max_num_batched_tokens=8,
+                       kv_memory=24 * TINY_BYTES_PER_SLOT)
+    pool = engine.policy.cache.pool
+    engine.add_request(request(0, prompt_of(0, 20), 2))
+    held = []
+    for _ in range(3):
+        engine.step()
+        held.append(pool.num_blocks - pool.num_free)
+    assert held == [2, 4, 5]  # 8, 16, then all 20 prompt tokens
+    # 6 blocks: a 12-token prompt's first chunk (2 blocks) would fit, the whole (3) does not
+    engine.add_request(request(1, prompt_of(1, 12), 2))
+    engine.step()
+    assert engine.sequences[1][0].num_computed == 0

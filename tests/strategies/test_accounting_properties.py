@@ -51,10 +51,15 @@ class Driver:
         self.waiting.append(Sequence(self.next_id, request, 0, list(prompt)))
         self.next_id += 1
 
-    def admit(self) -> None:
+    def admit(self, whole: bool = True) -> None:
+        """Admit from the queue while the strategy takes the head: with memory for all its
+        uncomputed tokens (`whole`), or for none, its chunks taking theirs in `step` (as the
+        engine's chunked admissions do)."""
         while self.waiting and self.strategy.can_admit(self.waiting[0], len(self.live)):
             seq = self.waiting.pop(0)
-            seq.num_computed += self.strategy.admit(seq)
+            chunked = not whole and self.strategy.admits_chunks
+            seq.num_computed += (self.strategy.admit(seq, 0) if chunked
+                                 else self.strategy.admit(seq))
             self.live.append(seq)
 
     def step(self, budget: int, token: int) -> None:
@@ -136,7 +141,7 @@ class Driver:
 
 op_st = st.one_of(
     st.tuples(st.just("new"), st.integers(1, 20), st.integers(1, 12), st.integers(0, 2)),
-    st.tuples(st.just("admit")),
+    st.tuples(st.just("admit"), st.booleans()),
     st.tuples(st.just("step"), st.sampled_from([3, 16, 1000]), st.integers(0, 2)),
     st.tuples(st.just("step"), st.sampled_from([3, 16, 1000]), st.integers(0, 2)),
     st.tuples(st.just("fork"), st.integers(0, 9), st.integers(0, 2)),
@@ -159,7 +164,7 @@ def test_running_totals_equal_the_from_scratch_split_after_every_operation(
         if op[0] == "new":
             driver.new(op[1], op[2], op[3])
         elif op[0] == "admit":
-            driver.admit()
+            driver.admit(op[1])
         elif op[0] == "step":
             driver.step(op[1], op[2])
         elif op[0] == "fork":

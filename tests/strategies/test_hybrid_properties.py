@@ -25,7 +25,16 @@ class HybridDriver(Driver):
     def __init__(self, strategy: HybridStrategy) -> None:
         super().__init__(strategy)
         self.group_arrays: list[BlockTableArrays] = []
-        self.last_tokens: dict[int, int] = {}  # seq_id -> uncomputed tokens at its last step
+        self.last_tokens: dict[int, int] = {}  # seq_id -> tokens it held memory for at its last step
+        self.chunked: set[int] = set()  # sequences admitted with memory for no token
+
+    def admit(self, whole: bool = True) -> None:
+        before = {seq.seq_id for seq in self.live}
+        super().admit(whole)
+        for seq in self.live:
+            if seq.seq_id not in before:  # (re)admitted: bounded by its next step's tokens
+                (self.chunked.discard if whole else self.chunked.add)(seq.seq_id)
+                self.last_tokens.pop(seq.seq_id, None)
 
     def step(self, budget: int, token: int) -> None:
         strategy = self.strategy
@@ -60,8 +69,8 @@ class HybridDriver(Driver):
             got = host.slot_mapping[g * num_tokens : (g + 1) * num_tokens].tolist()
             assert got == expected, f"group {g}: slots from the table arrays differ"
         self.check_arrays()  # every log so far is applied now
-        for seq, n in scheduled:  # admission took memory for every uncomputed token
-            self.last_tokens[seq.seq_id] = seq.num_uncomputed
+        for seq, n in scheduled:  # memory for the chunk, or (admitted whole) the rest
+            self.last_tokens[seq.seq_id] = n if seq.seq_id in self.chunked else seq.num_uncomputed
             seq.num_computed += n
             if seq.num_computed == len(seq.token_ids):
                 seq.token_ids.append(token)
@@ -71,6 +80,8 @@ class HybridDriver(Driver):
     def check_arrays(self) -> None:
         for seq in self.live:
             for g, table in enumerate(self.strategy.tables.get(seq.seq_id, [])):
+                if not table:  # admitted, no chunk scheduled yet: nothing logged
+                    continue
                 arrays = self.group_arrays[g]
                 row = arrays.row_of[seq.seq_id]
                 for i, block in enumerate(table):
@@ -116,7 +127,7 @@ def run_ops(driver: HybridDriver, ops, check_admitted: bool = False):
             driver.new(op[1], op[2], op[3])
         elif op[0] == "admit":
             before = {s.seq_id for s in driver.live}
-            driver.admit()
+            driver.admit(op[1])
             if check_admitted:
                 for seq in driver.live:
                     if seq.seq_id not in before:

@@ -28,39 +28,15 @@ pytest.importorskip("vllm.v1.core.sched.scheduler", reason="vLLM is not installe
 from tests.vllm_oracle.agreement import BLOCKS, SCHEDULE, cases, difference, outcome  # noqa: E402
 
 # Each reason names the kvbench code that differs from vLLM (docs/vllm_oracle.md, Differences).
-CHUNK_BLOCKS = ("kvbench takes a prompt's blocks at admission for all its uncomputed tokens "
-                "(PagedStrategy.admit, PrefixCachingStrategy.admit); vLLM per scheduled chunk "
-                "(KVCacheManager.allocate_slots)")
 WATERMARK_ROUNDING = ("kvbench keeps ceil(watermark x usable blocks) free at admission "
                       "(PagedStrategy.__init__); vLLM int(watermark x num_blocks), its null "
                       "block counted")
-WINDOW_BLOCKS = ("hybrid holds a prompt's blocks in every sliding-window group until its "
-                 "prefill ends and admits on that (HybridStrategy.admit/_plan/can_admit); vLLM "
-                 "allocates per chunk and frees behind the window before each "
-                 "(SlidingWindowManager.remove_skipped_blocks)")
-WINDOW_REFUSAL = ("kvbench refuses a request whose whole length does not fit in every window "
-                  "group (RequestCheck with HybridStrategy.required_slots); vLLM serves it, a "
-                  "window group holding at most its admission cap")
-SAME_STEP_HITS = ("hybrid-prefix matches computed blocks only (HybridPrefixStrategy._match); "
-                  "vLLM caches a scheduled chunk's full blocks at allocation, so requests "
-                  "admitted later in the same step hit them")
 ASYNC = ("kvbench does not model async scheduling: vLLM schedules step n + 1 before it "
          "processes step n's output (tokens, finishes and freed blocks a step later)")
 
 KNOWN: dict[tuple[str, str, str], str] = {
-    **{(t, s, BLOCKS): CHUNK_BLOCKS for t in ("sharegpt", "tight-preempt", "long-prompts-chunked",
-                                              "watermark-1pct")
-       for s in ("paged", "prefix")},
-    ("tight-shared-evict", "paged", BLOCKS): CHUNK_BLOCKS,
-    ("watermark-1pct", "paged", SCHEDULE): WATERMARK_ROUNDING,
-    ("watermark-1pct", "prefix", SCHEDULE): WATERMARK_ROUNDING,
-    **{("sliding-window", s, a): WINDOW_BLOCKS
-       for s in ("hybrid", "hybrid-prefix") for a in (SCHEDULE, BLOCKS)},
-    **{("sliding-window-tight", s, a): WINDOW_REFUSAL
-       for s in ("hybrid", "hybrid-prefix") for a in (SCHEDULE, BLOCKS)},
-    ("hybrid-shared-prefix", "hybrid", BLOCKS): WINDOW_BLOCKS,
-    ("hybrid-shared-prefix", "hybrid-prefix", BLOCKS): WINDOW_BLOCKS,
-    ("hybrid-shared-prefix", "hybrid-prefix", SCHEDULE): SAME_STEP_HITS,
+    **{("watermark-1pct", s, a): WATERMARK_ROUNDING
+       for s in ("paged", "prefix") for a in (SCHEDULE, BLOCKS)},
     **{(t, s, a): ASYNC for t in ("async-uniform", "async-tight")
        for s in ("paged", "prefix") for a in (SCHEDULE, BLOCKS)},
 }
