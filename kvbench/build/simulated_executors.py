@@ -27,10 +27,8 @@ from __future__ import annotations
 
 from kvbench.build.engine_build import (
     BuildContext,
-    BuiltEngine,
     EngineShape,
     ExecutorFactory,
-    engine_shape,
 )
 from kvbench.build.vllm_flags import vllm_flags
 from kvbench.config import EngineConfig
@@ -123,11 +121,3 @@ class SimulatedExecutors(ExecutorFactory):
     def temperature(self, config: EngineConfig) -> float:
         return 0.0
 
-
-def build_simulated_engine(
-    config: EngineConfig, gpu: str | GPUSpec, start_s: float = 0.0
-) -> BuiltEngine:
-    """The simulated engine of `config` on `gpu` (`kvbench.build.engines.build_engine` with
-    `SimulatedExecutors(gpu, start_s)`)."""
-    factory, context = SimulatedExecutors(gpu, start_s), BuildContext()
-    return factory.build(factory.plan(engine_shape(config), context), context)

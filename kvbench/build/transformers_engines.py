@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from kvbench.build.engine_build import (
-    BuildContext,
-    BuiltEngine,
-    EnginePlan,
-    EngineShape,
-    engine_shape,
-)
+from kvbench.build.engine_build import BuildContext, BuiltEngine, EnginePlan, EngineShape
 from kvbench.build.model_executors import ModelExecutors
-from kvbench.config import EngineConfig
-from kvbench.core.clock import RunClock
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.transformers_engine import (
     HFGenerateEngine,
@@ -70,14 +62,3 @@ class TransformersEngines(ModelExecutors):
             max_model_len=plan.shape.max_model_len,
         )
 
-
-def build_hf_engine(
-    config: EngineConfig,
-    clock: RunClock | None = None,
-    model_cache: dict | None = None,
-) -> BuiltEngine:
-    """The transformers baseline engine of `config` (`kvbench.build.engines.build_engine` with
-    `TransformersEngines()`)."""
-    factory = TransformersEngines()
-    context = BuildContext(clock=clock, model_cache=model_cache)
-    return factory.build(factory.plan(engine_shape(config), context), context)

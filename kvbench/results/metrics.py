@@ -9,9 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvbench.core.sequence import Sequence
 from kvbench.results.columns import Columns, as_columns
-from kvbench.results.token_times import pooled_gaps_s, token_time_series
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,18 +77,6 @@ def send_rate(times_s: np.ndarray | list[float | None]) -> float | None:
         return None
     span = float(arr.max() - arr.min())
     return (arr.size - 1) / span if span > 0 else None
-
-
-def inter_token_latencies_ms(samples: dict[int, list[Sequence]]) -> np.ndarray:
-    """Every gap between consecutive output tokens of each sample, pooled (docs/design.md,
-    ITL), in milliseconds: `pooled_gaps_s`, as the report's, over the samples laid end to end (a
-    10,000-request run has millions of gaps)."""
-    series = token_time_series([seq for seqs in samples.values() for seq in seqs])
-    counts = np.array([len(times) for times in series], dtype=np.int64)
-    if not counts.sum():
-        return np.empty(0)
-    times_s = np.concatenate(series)
-    return pooled_gaps_s(times_s, np.concatenate([[0], np.cumsum(counts)])) * 1e3
 
 
 def throughput(requests: Columns | pd.DataFrame) -> tuple[dict[str, float | None], float]:

@@ -185,14 +185,9 @@ class StepTotals:
     step_ms: float = 0.0
     maxima: dict[str, int | None] = dataclasses.field(
         default_factory=lambda: dict.fromkeys(_MAX_COLUMNS))
-    _util_total: float = 0.0
-    _util_weight: float = 0.0
-    _saturated_total: float = 0.0
-    _saturated_weight: float = 0.0
+    # The time-weighted sums (`_SUMS` order) and whether any step had a waiting queue.
+    _sums: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(len(_SUMS)))
     _any_saturated: bool = False
-    # Time-weighted sums of each split part's share of the arena, and their weight.
-    _part_sums: list[float] = dataclasses.field(default_factory=lambda: [0.0] * 6)
-    _part_weight: float = 0.0
     _held_back: tuple | None = None
 
     def add_rows(self, rows: StepRows | Sequence[tuple]) -> None:
@@ -259,14 +254,9 @@ class StepTotals:
                                     for i, value in enumerate(last)],
                                    np.array([last[_INDEX["step_ms"]] / 1e3], dtype=float)))
 
-    def _apply(self, sums: _FoldSums) -> None:
-        self._util_total += sums.util_total
-        self._util_weight += sums.util_weight
-        self._saturated_total += sums.saturated_total
-        self._saturated_weight += sums.saturated_weight
-        self._any_saturated = self._any_saturated or sums.any_saturated
-        self._part_weight += sums.part_weight
-        self._part_sums = [a + b for a, b in zip(self._part_sums, sums.part_sums, strict=True)]
+    def _apply(self, sums: tuple[np.ndarray, bool]) -> None:
+        self._sums = self._sums + sums[0]
+        self._any_saturated = self._any_saturated or sums[1]
 
     def memory(self) -> dict[str, Any]:
         """`kvbench_summary.json`'s memory means: utilization (all and saturated steps) and the
@@ -274,57 +264,50 @@ class StepTotals:
         if self.steps == 0:
             return {"utilization_mean": None, "utilization_saturated": None,
                     "breakdown_mean": {p: None for p in SPLIT_PARTS}}
-        weight = self._part_weight
-        saturated = (self._saturated_total / self._saturated_weight
-                     if self._any_saturated and self._saturated_weight > 0 else None)
+        util_total, util_weight, saturated_total, saturated_weight, weight, *parts = (
+            self._sums.tolist())
+        saturated = (saturated_total / saturated_weight
+                     if self._any_saturated and saturated_weight > 0 else None)
         return {
-            "utilization_mean": (self._util_total / self._util_weight
-                                 if self._util_weight > 0 else None),
+            "utilization_mean": util_total / util_weight if util_weight > 0 else None,
             "utilization_saturated": saturated,
             "breakdown_mean": {p: (total / weight if weight > 0 else None)
-                               for p, total in zip(SPLIT_PARTS, self._part_sums, strict=True)},
+                               for p, total in zip(SPLIT_PARTS, parts, strict=True)},
         }
 
 
-@dataclasses.dataclass(frozen=True)
-class _FoldSums:
-    """One batch's contributions to `StepTotals`' time-weighted sums."""
-
-    util_total: float = 0.0
-    util_weight: float = 0.0
-    saturated_total: float = 0.0
-    saturated_weight: float = 0.0
-    any_saturated: bool = False
-    part_weight: float = 0.0
-    part_sums: tuple[float, ...] = (0.0,) * 6
+# `StepTotals`' time-weighted sums: the utilization's (all steps, saturated steps) with their
+# weights, then the split's weight and each split part's share of the arena.
+_SUMS = ("util_total", "util_weight", "saturated_total", "saturated_weight", "part_weight",
+         *SPLIT_PARTS)
 
 
-def _fold_sums(columns: list[np.ndarray | None], weight_s: np.ndarray) -> _FoldSums:
-    """The sums of rows given as one array per column (`COLUMNS` order; those of `_FOLDED`),
-    each row weighted by how long its memory state lasted."""
+def _fold_sums(columns: list[np.ndarray | None], weight_s: np.ndarray,
+               ) -> tuple[np.ndarray, bool]:
+    """The sums (`_SUMS`) of rows given as one array per column (`COLUMNS` order; those of
+    `_FOLDED`), each row weighted by how long its memory state lasted, and whether a row
+    had a waiting queue."""
     parts = np.stack([columns[i] for i in _PART_COLUMNS], axis=1)
     token = parts[:, 0]
     held = parts[:, 0] + parts[:, 1] + parts[:, 2] + parts[:, 3]
     arena = held + parts[:, 4]
-    out: dict[str, Any] = {}
+    sums = np.zeros(len(_SUMS))
+    any_saturated = False
     has_held = held > 0  # NaN (no KV books: hf-generate) is neither held nor an arena
     if has_held.any():
         w = weight_s[has_held]
         util = token[has_held] / held[has_held]
-        out["util_total"] = float(np.sum(util * w))
-        out["util_weight"] = float(np.sum(w))
+        sums[0:2] = np.sum(util * w), np.sum(w)
         waiting = columns[_INDEX["num_waiting"]][has_held] > 0
         if waiting.any():
-            out["any_saturated"] = True
-            out["saturated_total"] = float(np.sum(util[waiting] * w[waiting]))
-            out["saturated_weight"] = float(np.sum(w[waiting]))
+            any_saturated = True
+            sums[2:4] = np.sum(util[waiting] * w[waiting]), np.sum(w[waiting])
     has_arena = arena > 0
     if has_arena.any():
         w = weight_s[has_arena]
-        out["part_weight"] = float(np.sum(w))
-        shares = parts[has_arena] / arena[has_arena, None] * w[:, None]
-        out["part_sums"] = tuple(shares.sum(axis=0).tolist())
-    return _FoldSums(**out)
+        sums[4] = np.sum(w)
+        sums[5:] = (parts[has_arena] / arena[has_arena, None] * w[:, None]).sum(axis=0)
+    return sums, any_saturated
 
 
 # Rows a writer holds before it formats them and folds them into its totals at once.

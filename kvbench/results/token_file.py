@@ -46,7 +46,7 @@ _CHUNK_TOKENS = 1 << 20
 class WrittenTokens:
     """What writing tokens.parquet hands back: the arrays the file reads back as (`times_s`
     gathered when first read) and every inter-token gap, ms, as
-    `metrics.inter_token_latencies_ms` gives them (in another order)."""
+    `pooled_gaps_s` of the file read back gives them (in another order)."""
 
     times: TokenTimes
     itl_ms: WeightedValues

@@ -8,14 +8,12 @@ from a results folder. See results/README.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence as Seq
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
 from kvbench.results.weighted import WeightedValues
 
@@ -23,30 +21,6 @@ TOKENS_FILE = "tokens.parquet"
 JSONL_TOKENS_FILE = "tokens.jsonl"  # what folders written before tokens.parquet hold
 TOKENS_SCHEMA = pa.schema([("request_id", pa.int64()), ("sample", pa.int64()),
                            ("token_times_s", pa.list_(pa.float64()))])
-
-
-def token_time_series(seqs: Seq[Sequence]) -> list[np.ndarray]:
-    """Each sequence's token times (`Sequence.token_times_s`) as a float64 array, read from
-    its engine's step ends in one copy per engine rather than a Python float per token: a
-    sequence sampled in one stretch of steps gets a view of that stretch."""
-    copies: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    out: list[np.ndarray] = []
-    empty = np.empty(0)
-    for seq in seqs:
-        steps = seq.token_steps
-        if not steps:
-            out.append(empty)
-            continue
-        log = seq.step_times
-        arrays = copies.get(id(log))
-        if arrays is None:  # copies, not views: a view would pin the engine's growing arrays
-            arrays = copies[id(log)] = (np.array(log.ends, dtype=np.float64),
-                                        np.array(log.cohort_steps, dtype=np.int64))
-        ends, cohort = arrays
-        pieces = [ends[start:stop] if start >= 0 else ends[cohort[~start : ~stop]]
-                  for start, stop in zip(steps[::2], steps[1::2], strict=True)]
-        out.append(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
-    return out
 
 
 class TokenSource(Protocol):

@@ -19,14 +19,15 @@ from tests.conftest import random_prompts
 
 pytest.importorskip("transformers")
 
-from kvbench.build.transformers_engines import build_hf_engine  # noqa: E402
+from kvbench.build.engines import build_engine  # noqa: E402
+from kvbench.build.transformers_engines import TransformersEngines  # noqa: E402
 
 NEW_TOKENS = 24
 
 
 def hf_outputs(model: str, prompts, output_lens, max_num_seqs: int, model_cache=None):
-    built = build_hf_engine(EngineConfig(model=model, max_num_seqs=max_num_seqs, device="cpu"),
-                            model_cache=model_cache)
+    built = build_engine(EngineConfig(model=model, max_num_seqs=max_num_seqs, device="cpu"),
+                         TransformersEngines(), model_cache=model_cache)
     engine = built.engine
     for i, (prompt, n) in enumerate(zip(prompts, output_lens, strict=True)):
         engine.add_request(Request(i, 0.0, tuple(prompt), n))
@@ -123,8 +124,8 @@ def test_engine_hf_runs_on_the_same_cpu_threads_as_kvbench():
     before = torch.get_num_threads()
     try:
         for threads in (2, 1):
-            build_hf_engine(EngineConfig(model="tiny", cpu_threads=threads),
-                            model_cache=model_cache())
+            build_engine(EngineConfig(model="tiny", cpu_threads=threads), TransformersEngines(),
+                         model_cache=model_cache())
             assert torch.get_num_threads() == threads
     finally:
         torch.set_num_threads(before)
@@ -133,7 +134,7 @@ def test_engine_hf_runs_on_the_same_cpu_threads_as_kvbench():
 def test_missing_transformers_is_an_input_error(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "transformers", None)
     with pytest.raises(KvbenchInputError, match=r"pip install 'kvbench\[hf\]'"):
-        build_hf_engine(EngineConfig())
+        build_engine(EngineConfig(), TransformersEngines())
     assert main(["run", "--engine", "hf", "--num-requests", "2", "--quiet"]) == 2
     assert "--engine hf needs transformers" in capsys.readouterr().err
 
@@ -144,7 +145,8 @@ def test_a_batch_never_pads_a_row_past_the_models_positions():
     from kvbench.execution.transformers_engine import HFGenerateEngine
     from tests.scheduling.helpers import model_cache
 
-    built = build_hf_engine(EngineConfig(model="tiny", device="cpu"), model_cache=model_cache())
+    built = build_engine(EngineConfig(model="tiny", device="cpu"), TransformersEngines(),
+                         model_cache=model_cache())
     assert built.engine.max_padded_len == 2048  # tiny's positions
     engine = HFGenerateEngine(built.engine.model, device=built.device, max_num_seqs=4,
                               max_model_len=64, max_padded_len=64)

@@ -145,12 +145,13 @@ def test_simulate_on_the_published_config_json(tmp_path, capsys):
 
 def test_simulated_capacity_holds_one_latent_per_gpu():
     """Under TP the group holds what one GPU's budget holds of whole latent rows (not 8 x)."""
-    from kvbench.build.simulated_executors import build_simulated_engine
+    from kvbench.build.engines import build_engine
+    from kvbench.build.simulated_executors import SimulatedExecutors
     from kvbench.config import EngineConfig
 
-    built = build_simulated_engine(EngineConfig(
+    built = build_engine(EngineConfig(
         model="deepseek-v3", tensor_parallel_size=8, dtype="bfloat16",
-        kv_memory=8 * 70_272 * 1000), "h200")
+        kv_memory=8 * 70_272 * 1000), SimulatedExecutors("h200"))
     assert built.engine.strategy.num_slots == 1000
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -9,18 +11,19 @@ from hypothesis import strategies as st
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
-from kvbench.results.metrics import (
-    goodput,
-    inter_token_latencies_ms,
-    latency_stats,
-    throughput,
-)
+from kvbench.results.metrics import goodput, latency_stats, throughput
 from kvbench.results.request_table import RequestTable
+from kvbench.results.token_file import write_token_file
 from tests.results.memory_reference import memory_summary
 
 
 def request_rows(requests: list[Request], samples: dict) -> pd.DataFrame:
     return RequestTable.build(requests, samples).frame()
+
+
+def inter_token_latencies_ms(requests: list[Request], samples: dict) -> list[float]:
+    """The summary's ITLs (ms) of the run, from the pass that writes its token file, sorted."""
+    return sorted(write_token_file(io.BytesIO(), requests, samples).itl_ms.expand().tolist())
 
 
 def finished(request: Request, admitted: float, times: list[float]) -> Sequence:
@@ -48,7 +51,7 @@ def test_ttft_tpot_itl_e2e_from_token_times():
     assert rows.loc[0, "tpot_ms"] == pytest.approx(200)  # (2.6 - 2.0) / 3
     assert rows.loc[0, "e2e_ms"] == pytest.approx(1600)
     assert rows.loc[1, "tpot_ms"] == pytest.approx(1000)
-    assert sorted(inter_token_latencies_ms(samples)) == pytest.approx([100, 200, 300, 1000])
+    assert inter_token_latencies_ms([r0, r1], samples) == pytest.approx([100, 200, 300, 1000])
     tput, makespan = throughput(rows.reset_index())
     assert makespan == pytest.approx(2.5)  # first arrival 1.0 to last finish 3.5
     assert tput["output_tok_s"] == pytest.approx(6 / 2.5)
@@ -113,10 +116,11 @@ def test_makespan_times_throughput_is_tokens(specs):
                 max_size=5))
 def test_itl_pools_each_samples_gaps_in_order(times_per_request):
     """Exactly the per-token gaps in ms, sample by sample; none across samples or requests."""
-    samples = {}
+    samples, requests = {}, []
     for i, sample_times in enumerate(times_per_request):
         request = Request(i, arrival_s=0.0, prompt_token_ids=(1,), output_len=6,
                           n=len(sample_times))
+        requests.append(request)
         samples[i] = []
         for k, times in enumerate(sample_times):
             seq = Sequence(i * 10 + k, request, k, [1])
@@ -124,7 +128,7 @@ def test_itl_pools_each_samples_gaps_in_order(times_per_request):
             samples[i].append(seq)
     expected = [(b - a) * 1e3 for sample_times in times_per_request for times in sample_times
                 for a, b in zip(times, times[1:], strict=False)]
-    assert list(inter_token_latencies_ms(samples)) == expected
+    assert inter_token_latencies_ms(requests, samples) == sorted(expected)
 
 
 def test_latency_stats_consuming_its_array_gives_the_same_figures():

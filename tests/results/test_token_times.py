@@ -5,6 +5,7 @@ refused with the file named."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 
 import numpy as np
@@ -105,14 +106,14 @@ def test_pooled_gaps_leave_out_the_gap_between_samples():
 
 def test_written_itls_are_the_engines(tmp_path):
     """The summary takes its ITLs from the pass that writes the token file, as gaps with
-    counts: expanded, they must be the very doubles `inter_token_latencies_ms` gives."""
-    from kvbench.results.metrics import inter_token_latencies_ms
-
+    counts: expanded, they must be the very doubles of each sample's consecutive token times'
+    differences, in milliseconds."""
     rng = np.random.default_rng(5)
     requests = [Request(i, arrival_s=0.0, prompt_token_ids=(1,), output_len=3, n=2)
                 for i in range(30)]
     sequences = {i: [_sequence(requests[i], s, (i + np.cumsum(rng.random(
         int(rng.integers(0, 12))))).tolist()) for s in range(2)] for i in range(30)}
     written = write_token_file(io.BytesIO(), requests, sequences)
-    expected = inter_token_latencies_ms(sequences)
+    expected = np.array([b - a for seqs in sequences.values() for seq in seqs
+                         for a, b in itertools.pairwise(seq.token_times_s)]) * 1e3
     assert np.sort(written.itl_ms.expand()).tobytes() == np.sort(expected).tobytes()

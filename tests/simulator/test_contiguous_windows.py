@@ -5,7 +5,8 @@ holding far less than the full-attention group."""
 
 from __future__ import annotations
 
-from kvbench.build.simulated_executors import build_simulated_engine
+from kvbench.build.engines import build_engine
+from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 
@@ -16,7 +17,7 @@ def run(strategy: str, **options):
     config = EngineConfig(model="gemma-3-27b", strategy=strategy, dtype="bfloat16",
                           max_model_len=MAX_MODEL_LEN, chunked_prefill=True,
                           max_num_batched_tokens=512, **options)
-    built = build_simulated_engine(config, "h100-80gb")
+    built = build_engine(config, SimulatedExecutors("h100-80gb"))
     engine = built.engine
     for i in range(24):
         engine.add_request(Request(i, 0.0, tuple(range(3000)), 200))

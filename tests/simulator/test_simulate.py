@@ -14,7 +14,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kvbench.build.simulated_executors import build_simulated_engine
+from kvbench.build.engines import build_engine
+from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.config import EngineConfig
 from kvbench.core.layout import KVLayout
 from kvbench.core.sampling_params import SamplingParams
@@ -230,9 +231,7 @@ def test_simulated_sampling_needs_no_token_inputs_and_answers_every_key():
 
 
 def test_engine_steps_without_token_inputs_count_their_tokens():
-    built = build_simulated_engine(
-        EngineConfig(model="llama-2-7b", dtype="bfloat16", kv_memory="4GiB"), "h100-80gb"
-    )
+    built = build_engine(EngineConfig(model="llama-2-7b", dtype="bfloat16", kv_memory="4GiB"), SimulatedExecutors("h100-80gb"))
     engine = built.engine
     seen = []
     advance = engine.executor.advance
@@ -269,7 +268,7 @@ def test_clock_moves_only_forward():
 
 def test_budget_follows_gpu_memory_utilization():
     model = get_preset("llama-2-13b")
-    built = build_simulated_engine(EngineConfig(model="llama-2-13b", dtype="bfloat16"), "a100-40gb")
+    built = build_engine(EngineConfig(model="llama-2-13b", dtype="bfloat16"), SimulatedExecutors("a100-40gb"))
     # the budget vLLM would have on that GPU at the same flags (docs/estimate.md)
     flags = VllmFlags(max_model_len=4096, max_num_seqs=256, max_num_batched_tokens=4096)
     startup = vllm_startup(model, get_gpu("a100-40gb").reported_memory_bytes, flags,
@@ -283,35 +282,26 @@ def test_budget_follows_gpu_memory_utilization():
     assert built.engine.strategy.capacity_tokens == built.kv_budget_bytes // 819200 // 16 * 16
     assert isinstance(built.engine.clock, SimulatedClock)
 
-    half = build_simulated_engine(
-        EngineConfig(model="llama-2-13b", dtype="bfloat16", gpu_memory_utilization=0.8), "a100-40gb"
-    )
+    half = build_engine(EngineConfig(model="llama-2-13b", dtype="bfloat16", gpu_memory_utilization=0.8), SimulatedExecutors("a100-40gb"))
     assert half.kv_budget_bytes == built.kv_budget_bytes - (
         stage.requested - math.floor(get_gpu("a100-40gb").reported_memory_bytes * 0.8))
 
-    fixed = build_simulated_engine(
-        EngineConfig(model="llama-2-13b", dtype="bfloat16", kv_memory="2GiB", kv_cache_dtype="fp8"),
-        "h100-80gb",
-    )
+    fixed = build_engine(EngineConfig(model="llama-2-13b", dtype="bfloat16", kv_memory="2GiB", kv_cache_dtype="fp8"), SimulatedExecutors("h100-80gb"))
     assert fixed.kv_budget_bytes == 2 * GiB
     assert fixed.bytes_per_slot == 819200 // 2
-    fp8 = build_simulated_engine(
-        EngineConfig(model="llama-2-13b", dtype="bfloat16", strategy="fp8"), "a100-40gb"
-    )
+    fp8 = build_engine(EngineConfig(model="llama-2-13b", dtype="bfloat16", strategy="fp8"), SimulatedExecutors("a100-40gb"))
     assert fp8.bytes_per_slot == 819200 // 2  # the fp8 strategy implies an fp8 KV cache
     assert fp8.kv_budget_bytes == built.kv_budget_bytes  # same budget, twice the tokens
 
     with pytest.raises(KvbenchInputError, match="on a100-40gb: No available memory for the cache"):
         # float32 weights of a 13B model (52 GB) do not fit
-        build_simulated_engine(EngineConfig(model="llama-2-13b", dtype="float32"), "a100-40gb")
+        build_engine(EngineConfig(model="llama-2-13b", dtype="float32"), SimulatedExecutors("a100-40gb"))
     with pytest.raises(KvbenchInputError, match="unknown --gpu"):
-        build_simulated_engine(EngineConfig(model="llama-2-13b"), "tpu")
+        build_engine(EngineConfig(model="llama-2-13b"), SimulatedExecutors("tpu"))
 
 
 def test_simulated_steps_take_modelled_time_only():
-    built = build_simulated_engine(
-        EngineConfig(model="llama-2-7b", dtype="bfloat16", kv_memory="4GiB"), "h100-80gb"
-    )
+    built = build_engine(EngineConfig(model="llama-2-7b", dtype="bfloat16", kv_memory="4GiB"), SimulatedExecutors("h100-80gb"))
     engine = built.engine
     for request in _sharegpt(20, built):
         engine.add_request(request)
@@ -337,7 +327,7 @@ def test_simulated_steps_take_modelled_time_only():
 )
 def test_every_policy_runs_on_the_simulated_clock(options):
     config = EngineConfig(model="llama-2-7b", dtype="bfloat16", kv_memory="4GiB", **options)
-    built = build_simulated_engine(config, "l4")
+    built = build_engine(config, SimulatedExecutors("l4"))
     engine = built.engine
     for request in _sharegpt(20, built):
         engine.add_request(request)
@@ -364,7 +354,7 @@ def _sharegpt(n, built, rate=math.inf):
 def simulate(strategy, n, rate=math.inf, gpu="a100-40gb", **options):
     """Drive the engine on the simulated clock: arrivals join as the clock passes them."""
     config = EngineConfig(model="llama-2-13b", strategy=strategy, dtype="bfloat16", **options)
-    built = build_simulated_engine(config, gpu)
+    built = build_engine(config, SimulatedExecutors(gpu))
     engine, clock = built.engine, built.engine.clock
     pending = deque(_sharegpt(n, built, rate))
     requests = list(pending)
@@ -411,8 +401,8 @@ def test_tensor_parallel_engine_runs_and_kv_follows_per_gpu_memory():
     """llama-3-70b does not fit one H100 in bf16; four hold a weight shard and KV each."""
     config = EngineConfig(model="llama-3-70b", dtype="bfloat16")
     with pytest.raises(KvbenchInputError):
-        build_simulated_engine(config, "h100-80gb")
-    built = build_simulated_engine(replace(config, tensor_parallel_size=4), "h100-80gb")
+        build_engine(config, SimulatedExecutors("h100-80gb"))
+    built = build_engine(replace(config, tensor_parallel_size=4), SimulatedExecutors("h100-80gb"))
     model = get_preset("llama-3-70b")
     startup = vllm_startup(model, get_gpu("h100-80gb").reported_memory_bytes, VllmFlags(
         max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=8192,

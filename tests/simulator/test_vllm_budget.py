@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from kvbench.build.simulated_executors import build_simulated_engine
+from kvbench.build.engines import build_engine
+from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.cli import main
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
@@ -16,11 +17,11 @@ BASE = EngineConfig(model="llama-3-8b", dtype="bfloat16", max_model_len=8192)
 
 
 def _budget(**changes) -> int:
-    return build_simulated_engine(replace(BASE, **changes), "h100-80gb").kv_budget_bytes
+    return build_engine(replace(BASE, **changes), SimulatedExecutors("h100-80gb")).kv_budget_bytes
 
 
 def _terms(**changes) -> dict:
-    return build_simulated_engine(replace(BASE, **changes), "h100-80gb").kv_budget_terms
+    return build_engine(replace(BASE, **changes), SimulatedExecutors("h100-80gb")).kv_budget_terms
 
 
 def test_enforce_eager_leaves_the_cuda_graphs_to_kv():

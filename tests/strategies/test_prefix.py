@@ -253,14 +253,15 @@ def test_memory_split_counts_shared_blocks_once():
 
 
 def simulated_run(strategy: str, workload: str, num_requests: int, kv_memory: str, probe=None):
-    from kvbench.build.simulated_executors import build_simulated_engine
+    from kvbench.build.engines import build_engine
+    from kvbench.build.simulated_executors import SimulatedExecutors
     from kvbench.workloads import load_workload
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         requests = load_workload(workload, num_requests, 0, VOCAB, max_model_len=2048).requests
     config = EngineConfig(model="tiny", strategy=strategy, kv_memory=kv_memory)
-    engine = build_simulated_engine(config, "a100-80gb").engine
+    engine = build_engine(config, SimulatedExecutors("a100-80gb")).engine
     for request in requests:
         engine.add_request(request)
     samples = []
