@@ -37,6 +37,8 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None  # default: max(2048, max_model_len)
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     chunked_prefill: bool = False
+    # Share of the KV blocks admission keeps free for running sequences to grow into. 0.01
+    # (vLLM v0's, whose scheduler `continuous` models) unless `--defaults vllm` (vLLM v1's 0).
     watermark: float = 0.01
     temperature: float = 0.0  # 0: greedy
     seed: int = 0
@@ -84,6 +86,8 @@ class EngineConfig:
                 "--kv-memory sets the KV budget itself; --gpu-memory-utilization would be "
                 "ignored: give one of them"
             )
+        if not 0 <= self.watermark < 1:  # vLLM's range
+            raise KvbenchInputError(f"--watermark must be in [0, 1), got {self.watermark}")
         if self.tensor_parallel_size < 1:
             raise KvbenchInputError("--tensor-parallel-size must be at least 1")
         if self.cpu_threads < 1:

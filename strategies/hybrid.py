@@ -19,7 +19,6 @@ token slots being the computed positions in the blocks it still holds.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
@@ -67,7 +66,9 @@ class HybridStrategy(CacheStrategy):
         self.windows = tuple(allocation_windows)
         self.num_groups = len(self.windows)
         self.pool = BlockPool(num_slots // block_size)
-        self.watermark_blocks = math.ceil(watermark * self.pool.num_blocks)
+        # Free blocks kept back at admission so running sequences can grow: vLLM v1's
+        # rounding (`KVCacheManager`: int(watermark x its blocks), its null block counted).
+        self.watermark_blocks = int(watermark * (self.pool.num_blocks + 1))
         # seq_id -> per group: its table (FREED before the window) and its first held index
         self.tables: dict[int, list[list[int]]] = {}
         self.first: dict[int, list[int]] = {}

@@ -31,9 +31,6 @@ from tests.vllm_oracle.agreement import BLOCKS, SCHEDULE, cases, difference, out
 CHUNK_BLOCKS = ("kvbench takes a prompt's blocks at admission for all its uncomputed tokens "
                 "(PagedStrategy.admit, PrefixCachingStrategy.admit); vLLM per scheduled chunk "
                 "(KVCacheManager.allocate_slots)")
-WATERMARK_ROUNDING = ("kvbench keeps ceil(watermark x usable blocks) free at admission "
-                      "(PagedStrategy.__init__); vLLM int(watermark x num_blocks), its null "
-                      "block counted")
 WINDOW_BLOCKS = ("hybrid holds a prompt's blocks in every sliding-window group until its "
                  "prefill ends and admits on that (HybridStrategy.admit/_plan/can_admit); vLLM "
                  "allocates per chunk and frees behind the window before each "
@@ -52,8 +49,6 @@ KNOWN: dict[tuple[str, str, str], str] = {
                                               "watermark-1pct")
        for s in ("paged", "prefix")},
     ("tight-shared-evict", "paged", BLOCKS): CHUNK_BLOCKS,
-    ("watermark-1pct", "paged", SCHEDULE): WATERMARK_ROUNDING,
-    ("watermark-1pct", "prefix", SCHEDULE): WATERMARK_ROUNDING,
     **{("sliding-window", s, a): WINDOW_BLOCKS
        for s in ("hybrid", "hybrid-prefix") for a in (SCHEDULE, BLOCKS)},
     **{("sliding-window-tight", s, a): WINDOW_REFUSAL
