@@ -202,9 +202,10 @@ class Engine(BaseEngine):
 
     def _schedule_nothing(self, num_preempted: int) -> list[Sequence]:
         """A step with nothing to run: no row (the preemptions go in the next), no
-        finished sequences; raises when the queue head can never be admitted."""
+        finished sequences; raises when the queue head can never be admitted (after a step
+        that preempted everyone, the next one admits: `vllm-v1` admits nothing in it)."""
         self.step_recorder.skip(num_preempted)
-        if self.waiting and not self.policy.has_work():
+        if self.waiting and not self.policy.has_work() and not num_preempted:
             raise KvbenchRunError(
                 f"scheduler stalled: request {self.waiting.head().request.request_id} "
                 "cannot be admitted into an empty cache"

@@ -12,7 +12,8 @@ below `--max-model-len`.
 2. When the cache cannot give a running request the memory for its tokens, the most
    recently admitted running request is preempted (recompute), the request itself last;
    the requests before it keep their tokens.
-3. Only when nothing was preempted: waiting requests, in queue order, while budget is left
+3. Only when nothing was preempted (a step that preempted every running request is empty):
+   waiting requests, in queue order, while budget is left
    and fewer than `max_num_seqs` run, each with `min(uncomputed tokens, budget left)`. A
    prefix-cache hit is marked computed at admission, so only the tokens left to compute
    count against the budget (vLLM's `num_new_tokens = num_tokens - num_computed_tokens`; a
@@ -49,7 +50,9 @@ class VllmV1Batching(BatchingPolicy):
     def schedule(self, now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()
         budget = self._schedule_running(out)
-        if not (out.preempted and out.scheduled):
+        # As vLLM (`if not preempted_reqs`): a step that preempted admits nothing, even one
+        # that preempted every running request (an empty step: the next one admits).
+        if not out.preempted:
             self._admit_chunks(now_s, out, budget)
         return out
 

@@ -113,3 +113,32 @@ def test_the_real_engine_and_the_simulator_mix_decodes_and_chunks_in_one_budget(
     assert steps["num_batched_tokens"].max() == 32
     mixed = steps[(steps["num_prefill_seqs"] > 0) & (steps["num_decode_seqs"] > 0)]
     assert len(mixed) > 0, "no step ran decodes and a prompt chunk together"
+
+
+def test_a_step_that_preempts_every_running_request_admits_nothing(monkeypatch):
+    """vLLM admits from the queue only in a step that preempted no one: when the only
+    running request cannot grow and preempts itself, the step is empty (no error, no
+    admission) and the next step admits it again, with the request behind it."""
+    engine = v1_engine(strategy="paged", block_size=4, watermark=0.0)
+    steps = record_schedules(engine)
+    engine.add_request(request(0, prompt_of(0, 4), 6))
+    engine.step()  # the prompt; its first token
+    engine.add_request(request(1, prompt_of(1, 4), 2))
+    allocate = engine.strategy.allocate
+    refused = []
+
+    def refuse_request_0_once(seq, num_new_tokens):
+        if seq.request.request_id == 0 and not refused:
+            refused.append(seq)
+            return False  # as if its next block were taken
+        return allocate(seq, num_new_tokens)
+
+    monkeypatch.setattr(engine.strategy, "allocate", refuse_request_0_once)
+    assert engine.step() == []
+    assert steps[-1] == [] and engine.num_running == 0
+    assert [s.request.request_id for s in engine.waiting] == [0, 1]
+    assert engine.sequences[0][0].preemptions == 1
+    engine.step()
+    assert steps[-1] == [(0, 5), (1, 4)]  # recomputes its prompt and token; then request 1
+    drive(engine)
+    assert generated(engine, 0) == [shared_reference().tokens(prompt_of(0, 4), 6)]
