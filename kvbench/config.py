@@ -40,6 +40,9 @@ class EngineConfig:
     # Share of the KV blocks admission keeps free for running sequences to grow into. 0.01
     # (vLLM v0's, whose scheduler `continuous` models) unless `--defaults vllm` (vLLM v1's 0).
     watermark: float = 0.01
+    # vLLM's async scheduling: step n + 1 is scheduled before step n's output is seen.
+    # None: on where the batching policy models it (`vllm-v1`, as vLLM since 0.14).
+    async_scheduling: bool | None = None
     temperature: float = 0.0  # 0: greedy
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N

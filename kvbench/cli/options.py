@@ -40,7 +40,7 @@ def click_option(info: OptionField, kind: str, *, comma_list: bool = False) -> c
     kwargs: dict[str, Any] = {"help": spec.help or None, "metavar": spec.metavar}
     if info.is_flag:
         kwargs.update(is_flag=True, default=bool(info.default_for(kind)))
-        kwargs["show_default"] = spec.negatable and not comma_list
+        kwargs["show_default"] = spec.negatable and spec.show_default and not comma_list
     elif info.multiple:
         kwargs.update(multiple=True, type=_TYPES[info.base_type])
     elif comma_list:

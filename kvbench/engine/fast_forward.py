@@ -14,7 +14,8 @@ its body (not inherited: `prefix` is `paged`, but a decode may fill a block that
 hashed) and the object has not turned it off (the simulated executor of a windowed model).
 Each must then offer `RunPolicy`, `RunStrategy` or `RunExecutor` below; nothing else in the
 engine, policies, strategies or executors knows about runs, and a part that does not declare
-them runs by stepping, with the same results.
+them runs by stepping, with the same results. Nor does an engine under async scheduling
+(`Engine.async_scheduling`): it steps.
 """
 
 from __future__ import annotations
@@ -118,7 +119,11 @@ class FastForward:
 
     @classmethod
     def of(cls, engine: Engine) -> FastForward | None:
-        """The engine's fast-forward, or None where one of its parts does not take part."""
+        """The engine's fast-forward, or None where one of its parts does not take part, or
+        under async scheduling (a decode run would end members a step late: not modelled,
+        so the engine steps)."""
+        if engine.async_scheduling:
+            return None
         parts = ((engine.policy, RunPolicy), (engine.strategy, RunStrategy),
                  (engine.executor, RunExecutor))
         if not all(takes_part(part) for part, _ in parts):

@@ -19,6 +19,12 @@ below `--max-model-len`.
    count against the budget (vLLM's `num_new_tokens = num_tokens - num_computed_tokens`; a
    full hit still computes its last token). The first request the cache cannot take stops
    admission: no overtaking.
+
+Async scheduling (vLLM's default since 0.14; `Engine`, `async_scheduling`): step n + 1 is
+scheduled before step n's output is seen. A token is counted as it is scheduled (vLLM's
+output placeholders), so decodes go on without a gap; a request whose last token is in flight
+is not scheduled again, and keeps its seat and blocks until the engine sees that token at
+the next step.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from kvbench.scheduling.registry import register_policy
 )
 class VllmV1Batching(BatchingPolicy):
     decode_runs = True  # `kvbench.engine.fast_forward`
+    models_async_scheduling = True
 
     def decode_run_ready(self) -> bool:
         # Running first, one token each within the budget; what is left admits the head.
@@ -62,6 +69,10 @@ class VllmV1Batching(BatchingPolicy):
         pending = deque(self.running)
         while pending and budget > 0:
             seq = pending.popleft()
+            if len(seq.token_ids) >= seq.end_len:
+                # Async scheduling: its last token is in flight (vLLM's check on
+                # `num_output_placeholders`); it ends when the engine sees that token.
+                continue
             n = min(seq.num_uncomputed, budget)
             if self._grow_or_preempt(seq, n, pending, out):
                 out.scheduled.append((seq, n))

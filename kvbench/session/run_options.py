@@ -144,6 +144,10 @@ class RunOptions:
         "token budget per step [default: max(2048, max-model-len)]")
     max_model_len: int | None = _engine("[default: the model's maximum positions]")
     chunked_prefill: bool = _engine(negatable=True, aliases=("--enable-chunked-prefill",))
+    async_scheduling: bool | None = _engine(
+        "vLLM's async scheduling: step n + 1 is scheduled before step n's output is seen, so "
+        "a finished request's seat and blocks come back a step later [default: on under "
+        "--batching vllm-v1, which alone models it]", negatable=True, show_default=False)
     watermark: float = _engine(
         "share of the KV blocks admission keeps free for running sequences to grow into "
         "(vLLM's --watermark; vLLM v1 keeps none: --defaults vllm sets 0)", metavar="FRACTION")

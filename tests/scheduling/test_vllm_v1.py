@@ -39,6 +39,8 @@ def record_schedules(engine: Engine) -> list[list[tuple[int, int]]]:
 def v1_engine(**options) -> Engine:
     options.setdefault("max_model_len", 64)
     options.setdefault("kv_memory", "1MiB")
+    # The synchronous scheduler unless a test asks for async scheduling (`vllm-v1`'s default).
+    options.setdefault("async_scheduling", False)
     return make_engine(batching="vllm-v1", **options)
 
 

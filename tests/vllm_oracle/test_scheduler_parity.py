@@ -41,12 +41,10 @@ WINDOW_REFUSAL = ("kvbench refuses a request whose whole length does not fit in 
 SAME_STEP_HITS = ("hybrid-prefix matches computed blocks only (HybridPrefixStrategy._match); "
                   "vLLM caches a scheduled chunk's full blocks at allocation, so requests "
                   "admitted later in the same step hit them")
-ASYNC = ("kvbench does not model async scheduling: vLLM schedules step n + 1 before it "
-         "processes step n's output (tokens, finishes and freed blocks a step later)")
 
 KNOWN: dict[tuple[str, str, str], str] = {
     **{(t, s, BLOCKS): CHUNK_BLOCKS for t in ("sharegpt", "tight-preempt", "long-prompts-chunked",
-                                              "watermark-1pct")
+                                              "watermark-1pct", "async-tight")
        for s in ("paged", "prefix")},
     ("tight-shared-evict", "paged", BLOCKS): CHUNK_BLOCKS,
     **{("sliding-window", s, a): WINDOW_BLOCKS
@@ -56,8 +54,6 @@ KNOWN: dict[tuple[str, str, str], str] = {
     ("hybrid-shared-prefix", "hybrid", BLOCKS): WINDOW_BLOCKS,
     ("hybrid-shared-prefix", "hybrid-prefix", BLOCKS): WINDOW_BLOCKS,
     ("hybrid-shared-prefix", "hybrid-prefix", SCHEDULE): SAME_STEP_HITS,
-    **{(t, s, a): ASYNC for t in ("async-uniform", "async-tight")
-       for s in ("paged", "prefix") for a in (SCHEDULE, BLOCKS)},
 }
 
 
