@@ -184,8 +184,8 @@ class RunOptions:
         "a multi-strategy run also writes report.html into each strategy's folder (each "
         "inlines plotly.js, ~5 MB)", default=False, per_run=False, show_default=False)
     defaults: str = _executor(
-        "vllm: every option not given takes vLLM v1's default (prefix caching = --strategy "
-        "prefix, chunked prefill, its --max-num-batched-tokens and --max-num-seqs, watermark "
+        "vllm: every option not given takes vLLM v1's default (its scheduler = --batching "
+        "vllm-v1, with async scheduling; prefix caching = --strategy prefix, chunked prefill, its --max-num-batched-tokens and --max-num-seqs, watermark "
         "0, fp8 scale 1.0, one unmeasured request; docs/cli.md, Defaults that differ from vLLM's)",
         choices=DEFAULTS_CHOICES)
     # `kvbench run` only

@@ -15,7 +15,9 @@ choose by default, from vLLM's sources (docs/cli.md, "Defaults that differ from 
   measured run (`--ready-check-timeout-sec` 600 > 0) and `--num-warmups` is 0: one request
   unmeasured.
 
-Prefix caching over paged blocks is kvbench's `prefix` strategy. CUDA graphs
+vLLM v1's scheduler is kvbench's `--batching vllm-v1`, which models its async scheduling
+(`vllm/config/scheduler.py`, `async_scheduling`: on since 0.14) and keeps no watermark
+(`watermark` 0.0). Prefix caching over paged blocks is kvbench's `prefix` strategy. CUDA graphs
 (`--enforce-eager` off in vLLM) are left to `--no-enforce-eager`: kvbench's graph path has not
 yet been checked against eager on a GPU (docs/design.md, Kernels).
 """
@@ -50,6 +52,7 @@ def vllm_defaults(kind: str, values: dict[str, Any]) -> dict[str, Any]:
         if gpu.memory_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in named:
             batched, seqs = VLLM_LARGE_GPU_BATCH_DEFAULTS
     out: dict[str, Any] = {
+        "batching": "vllm-v1",
         "strategy": "prefix",
         "chunked_prefill": True,
         "max_num_batched_tokens": batched,
@@ -58,8 +61,10 @@ def vllm_defaults(kind: str, values: dict[str, Any]) -> dict[str, Any]:
         "warmup": VLLM_UNMEASURED_REQUESTS,
     }
     if values.get("chunked_prefill") is False:
-        # vLLM without chunked prefill: max(max_model_len, 2048), kvbench's own default
+        # vLLM without chunked prefill: max(max_model_len, 2048), kvbench's own default; and
+        # kvbench's `continuous`, since `vllm-v1` always chunks
         del out["max_num_batched_tokens"]
+        del out["batching"]
     strategy = values.get("strategy") or out["strategy"]
     names = STRATEGIES.names() if strategy == "all" else [
         s.strip() for s in str(strategy).split(",") if s.strip()]

@@ -101,3 +101,15 @@ def test_fast_forward_declines_and_writes_what_stepping_writes(tmp_path):
     engine.add_request(request(0, prompt_of(0, 4), 30))
     engine.step()
     assert engine.fast_forward() == (0, [])  # declined: the engine steps
+
+
+def test_defaults_vllm_takes_vllm_v1s_scheduler_and_its_async_scheduling():
+    vllm = RunOptions.for_kind("simulate", defaults="vllm")
+    assert (vllm.batching, vllm.async_scheduling) == ("vllm-v1", None)  # None: on under it
+    (run,) = expand_runs(vllm)
+    assert effective_config(run.engine).async_scheduling is True
+    # without chunked prefill vLLM v1 is not what `vllm-v1` models: kvbench's continuous
+    assert RunOptions.for_kind("simulate", defaults="vllm",
+                               chunked_prefill=False).batching == "continuous"
+    assert RunOptions.for_kind("simulate", defaults="vllm",
+                               async_scheduling=False).async_scheduling is False

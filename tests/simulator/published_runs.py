@@ -29,8 +29,10 @@ GPUSTACK_QWEN3_14B_H100 = SOURCES["gpustack-qwen3-14b-h100"]
 GPUSTACK_QWEN3_32B_H100 = SOURCES["gpustack-qwen3-32b-h100"]
 GPUSTACK_QWEN3_8B_H100_LATENCY = SOURCES["gpustack-qwen3-8b-h100-latency"]
 BUILDKITE = SOURCES["vllm-ci-build-9515"]
+# These runs are of vLLM v0.11, which scheduled synchronously (async scheduling became
+# vLLM's default in 0.14, and is `vllm-v1`'s default here).
 VLLM_DEFAULTS = ["simulate", "--defaults", "vllm", "--batching", "vllm-v1",
-                 "--workload", "uniform"]
+                 "--no-async-scheduling", "--workload", "uniform"]
 
 
 @dataclass(frozen=True)
