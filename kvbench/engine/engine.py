@@ -101,7 +101,8 @@ class Engine(BaseEngine):
     next step), but a sequence that sampled its last token ends only after the next step is
     scheduled: its seat and memory come back a step later, and `step` returns it then. The
     policy leaves it unscheduled meanwhile (`BatchingPolicy.models_async_scheduling`).
-    Fast-forward declines (`FastForward.of`): the engine steps.
+    Fast-forward takes part (`kvbench.engine.fast_forward`): the step that sees last tokens
+    is always this engine's.
     """
 
     policy: BatchingPolicy
@@ -238,11 +239,22 @@ class Engine(BaseEngine):
         step before sampled end now (at that token's time); this step's `sampled` tokens are
         in flight, `last` of them the last of their sequence. Returns those that ended."""
         ended = self._ending
-        self.in_flight = sampled
-        self._ending = [(seq, now_s) for seq in last]
+        self.sampled_in_flight(sampled, last, now_s)
         for seq, at_s in ended:
             self.finish(seq, at_s)
         return [seq for seq, _ in ended]
+
+    def sampled_in_flight(self, sampled: list[Sequence], last: list[Sequence],
+                          now_s: float) -> None:
+        """Async scheduling: the last step's `sampled` sequences have their tokens in flight,
+        `last` of them (sampled at `now_s`) their sequence's last."""
+        self.in_flight = sampled
+        self._ending = [(seq, now_s) for seq in last]
+
+    def ending_unseen(self) -> bool:
+        """Async scheduling: whether sequences sampled their last token in the last step,
+        not yet seen (they end at the next step, after it is scheduled)."""
+        return bool(self._ending)
 
     def _build_batch(
         self, scheduled: list[tuple[Sequence, int]]

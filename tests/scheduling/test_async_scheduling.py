@@ -1,7 +1,7 @@
 """Async scheduling (vLLM's default since 0.14) under `vllm-v1`: step n + 1 is scheduled
 before step n's output is seen, so a request that sampled its last token keeps its seat and
 blocks for one more step; the tokens and their times are those of the synchronous engine.
-Fast-forward declines (the engine steps), with the results of stepping."""
+Fast-forward keeps the results of stepping (files byte for byte, the summary to 1e-9)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kvbench.build.engine_build import effective_config
 from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
 from kvbench.session.run_options import RunOptions
-from kvbench.session.runner import run_one
+from kvbench.session.runner import prepare, run_one
 from kvbench.session.session import expand_runs
 from tests.scheduling.helpers import (
     TINY_BYTES_PER_SLOT,
@@ -24,6 +24,7 @@ from tests.scheduling.helpers import (
     request,
 )
 from tests.scheduling.test_vllm_v1 import record_schedules
+from tests.simulator.test_fast_forward import _assert_close
 
 
 def test_on_by_default_where_the_policy_models_it():
@@ -82,25 +83,39 @@ def test_tight_pool_under_async_scheduling_keeps_the_books():
         assert len(generated(engine, i)[0]) == 4 + i % 7
 
 
-def test_fast_forward_declines_and_writes_what_stepping_writes(tmp_path):
-    values = dict(model="tiny", gpu="a100-40gb", workload="uniform", batching="vllm-v1",
-                  workload_params=("prompt_len=8", "output_len=40"), num_requests=6,
+def test_fast_forward_writes_what_stepping_writes(tmp_path):
+    """Decode runs fast-forward under async scheduling too; the step that sees the last
+    tokens is the engine's own: the files are those of stepping, byte for byte."""
+    values = dict(model="tiny", gpu="a100-40gb", workload="sharegpt", batching="vllm-v1",
+                  workload_params=("input_mean=12", "output_mean=30"), num_requests=12,
                   request_rate="400", strategy="paged", max_model_len=64, warmup=0,
-                  kv_memory=str(1024 * 1024))
+                  kv_memory=str(200 * 1024), max_num_seqs=5)
     files = {}
     for ff in (True, False):
         (run,) = expand_runs(RunOptions.for_kind("simulate", fast_forward=ff, **values))
-        assert run.engine.async_scheduling is not False  # vllm-v1's default: on
+        assert effective_config(run.engine).async_scheduling  # vllm-v1's default
+        prepared = prepare(run)
+        engine = prepared[0].engine
+        forwarded = []
+        forward = engine.fast_forward
+
+        def counting(*args, forward=forward, forwarded=forwarded):
+            advanced, finished = forward(*args)
+            forwarded.append(advanced)
+            return advanced, finished
+
+        engine.fast_forward = counting
         folder = tmp_path / str(ff)
-        run_one(run, folder, show_progress=False)
+        run_one(run, folder, show_progress=False, prepared=prepared)
         files[ff] = {name: (folder / name).read_bytes()
                      for name in ("requests.csv", "steps.csv", "tokens.parquet")}
         files[ff]["summary"] = json.loads((folder / "kvbench_summary.json").read_text())
+        if ff:
+            steps = files[ff]["summary"]["scheduler"]["steps"]
+            assert sum(forwarded) > steps / 2  # most steps ran in runs
+    summaries = {ff: files[ff].pop("summary") for ff in files}
     assert files[True] == files[False]
-    engine = make_engine(batching="vllm-v1", max_model_len=64)
-    engine.add_request(request(0, prompt_of(0, 4), 30))
-    engine.step()
-    assert engine.fast_forward() == (0, [])  # declined: the engine steps
+    _assert_close(summaries[True], summaries[False])  # sums in another order: 1e-9
 
 
 def test_defaults_vllm_takes_vllm_v1s_scheduler_and_its_async_scheduling():
