@@ -145,7 +145,8 @@ class Engine(BaseEngine):
             raise ValueError(f"{policy.name} batching does not model async scheduling")
         self.async_scheduling = async_scheduling
         # Async scheduling: the sequences that sampled in the last step (their tokens in
-        # flight), and those of them that sampled their last token, with its time.
+        # flight; kept by `step` and a run's last step, for callers that log what a step
+        # sees), and those of them that sampled their last token, with its time.
         self.in_flight: list[Sequence] = []
         self._ending: list[tuple[Sequence, float]] = []
         # Runs of decode steps taken at once, where the policy, strategy and executor take
