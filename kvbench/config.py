@@ -37,7 +37,12 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None  # default: max(2048, max_model_len)
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     chunked_prefill: bool = False
+    # Share of the KV blocks admission keeps free for running sequences to grow into. 0.01
+    # (vLLM v0's, whose scheduler `continuous` models) unless `--defaults vllm` (vLLM v1's 0).
     watermark: float = 0.01
+    # vLLM's async scheduling: step n + 1 is scheduled before step n's output is seen.
+    # None: on where the batching policy models it (`vllm-v1`, as vLLM since 0.14).
+    async_scheduling: bool | None = None
     temperature: float = 0.0  # 0: greedy
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
@@ -79,6 +84,8 @@ class EngineConfig:
             # Two answers to one question (the KV budget): which one wins would be a guess.
             raise KvbenchInputError("--kv-memory sets the KV budget itself; "
                                     "--gpu-memory-utilization would be ignored: give one of them")
+        if not 0 <= self.watermark < 1:  # vLLM's range
+            raise KvbenchInputError(f"--watermark must be in [0, 1), got {self.watermark}")
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise KvbenchInputError(
                 f"--temperature must be a finite number >= 0, got {self.temperature}")

@@ -20,7 +20,6 @@ token slots being the computed positions in the blocks it still holds.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
@@ -42,6 +41,9 @@ class HybridOptions(PagedOptions):
     # Tokens one step computes at most (the scheduler's budget): with the window, what a
     # window group holds of a sequence at most, hence its admission cap.
     max_num_batched_tokens: int = 2048
+    # Steps scheduled but not yet settled: 2 under async scheduling, whose next step is
+    # scheduled before the blocks behind the window are freed (vLLM's max_in_flight_tokens).
+    concurrent_batches: int = 1
 
 
 @register_strategy(
@@ -63,6 +65,7 @@ class HybridStrategy(CacheStrategy):
         watermark: float = 0.01,
         allocation_windows: tuple[int | None, ...] = (None,),
         max_num_batched_tokens: int = 2048,
+        concurrent_batches: int = 1,
         check_accounting: bool | None = None,
     ) -> None:
         super().__init__(num_slots, max_model_len, check_accounting)
@@ -73,14 +76,17 @@ class HybridStrategy(CacheStrategy):
         self.windows = tuple(allocation_windows)
         self.num_groups = len(self.windows)
         self.pool = BlockPool(num_slots // block_size)
-        self.watermark_blocks = math.ceil(watermark * self.pool.num_blocks)
+        # Free blocks kept back at admission so running sequences can grow: vLLM v1's
+        # rounding (`KVCacheManager`: int(watermark x its blocks), its null block counted).
+        self.watermark_blocks = int(watermark * (self.pool.num_blocks + 1))
         # Per group, the most blocks admission asks of it for one sequence (None: no cap).
         # A window group frees behind the window before each chunk, so it holds at most the
         # W - 1 positions before a chunk and the chunk, one block more for the window's
         # start inside a block (vLLM's `SlidingWindowSpec.max_admission_blocks_per_request`).
         self.admission_caps = tuple(
             None if w is None
-            else -(-min(w - 1 + max_num_batched_tokens, max_model_len) // block_size) + 1
+            else -(-min(w - 1 + concurrent_batches * max_num_batched_tokens, max_model_len)
+                   // block_size) + 1
             for w in self.windows)
         # seq_id -> per group: its table (FREED before the window) and its first held index
         self.tables: dict[int, list[list[int]]] = {}

@@ -47,12 +47,14 @@ class HybridPrefixStrategy(HybridStrategy):
         watermark: float = 0.01,
         allocation_windows: tuple[int | None, ...] = (None,),
         max_num_batched_tokens: int = 2048,
+        concurrent_batches: int = 1,
         namespace: str = "",
         check_accounting: bool | None = None,
     ) -> None:
         super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
                          allocation_windows=allocation_windows,
                          max_num_batched_tokens=max_num_batched_tokens,
+                         concurrent_batches=concurrent_batches,
                          check_accounting=check_accounting)
         self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
         self._root = root_hash(namespace)

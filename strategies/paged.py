@@ -7,7 +7,6 @@ sequence are ever held ahead of use.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -51,8 +50,9 @@ class PagedStrategy(CacheStrategy):
         self.table_block_size = block_size
         # A table's blocks are each held once: no reference counts but to check the books.
         self.pool = BlockPool(num_slots // block_size, counts_references=self.check_accounting)
-        # Free blocks kept back at admission so running sequences can grow (vLLM's watermark).
-        self.watermark_blocks = math.ceil(watermark * self.pool.num_blocks)
+        # Free blocks kept back at admission so running sequences can grow: vLLM v1's
+        # rounding (`KVCacheManager`: int(watermark x its blocks), its null block counted).
+        self.watermark_blocks = int(watermark * (self.pool.num_blocks + 1))
         self.tables: dict[int, list[int]] = {}
         # The decode cohort's members by phase (`join_decode_cohort`), each seq_id -> member
         # in admission order, and each member's phase.

@@ -67,7 +67,15 @@ def effective_config(config: EngineConfig) -> EngineConfig:
     implied = {name: value
                for name, value in STRATEGIES.get(config.strategy).engine_overrides.items()
                if getattr(config, name) == getattr(defaults, name)}  # an explicit choice stays
-    implied.update(POLICIES.get(config.batching).engine_overrides)
+    policy = POLICIES.get(config.batching)
+    implied.update(policy.engine_overrides)
+    models_async = policy.cls.models_async_scheduling
+    if config.async_scheduling is None:
+        implied["async_scheduling"] = models_async
+    elif config.async_scheduling and not models_async:
+        raise KvbenchInputError(
+            f"--async-scheduling is modelled for --batching vllm-v1 (vLLM v1's scheduler), "
+            f"not {config.batching}; give --no-async-scheduling or leave it out")
     return dataclasses.replace(config, **implied)
 
 
@@ -169,6 +177,7 @@ def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
         namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
         allocation_windows=windows, chunked_prefill=config.chunked_prefill,
         max_num_batched_tokens=max_num_batched_tokens or max(2048, max_model_len),
+        concurrent_batches=2 if config.async_scheduling else 1,
     )
 
 
@@ -268,6 +277,7 @@ class ExecutorFactory(ABC):
             strategy, policy, executor, bytes_per_slot=plan.bytes_per_slot,
             max_model_len=shape.max_model_len, temperature=self.temperature(config),
             seed=config.seed, clock=clock, memory_probe=self.memory_probe(plan.device),
+            async_scheduling=bool(config.async_scheduling),
             group_memory=group_memory(model_config, kv_element, plan.allocation,
                                       plan.bytes_per_slot),
         )

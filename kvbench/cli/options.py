@@ -124,8 +124,9 @@ def click_option(info: OptionField, kind: str, *, comma_list: bool = False) -> c
     spec = info.spec
     kwargs: dict[str, Any] = {"help": help_for(info, kind), "metavar": spec.metavar}
     if info.is_flag:
-        kwargs.update(is_flag=True, default=bool(info.default_for(kind)),
-                      show_default=spec.negatable and not comma_list)
+        default = info.default_for(kind)  # None: not given (the engine decides)
+        kwargs.update(is_flag=True, default=None if default is None else bool(default))
+        kwargs["show_default"] = spec.negatable and spec.show_default and not comma_list
     elif info.multiple:
         kwargs.update(multiple=True, type=_type(info))
     elif comma_list:

@@ -93,6 +93,16 @@ class Engine(BaseEngine):
     """Drives a `BatchingPolicy`, a `CacheStrategy` and an `Executor` over added requests.
 
     `clock()` returns seconds on the run's clock (wall time by default).
+
+    `async_scheduling` models vLLM's (`AsyncScheduler` under `EngineCore`'s batch queue):
+    step n + 1 is scheduled before step n's output is seen. A sampled token is appended at
+    once (vLLM's output placeholder: the next step schedules it), and keeps the time of the
+    step that computed it (vLLM's GPU produced it then; its output processing overlaps the
+    next step), but a sequence that sampled its last token ends only after the next step is
+    scheduled: its seat and memory come back a step later, and `step` returns it then. The
+    policy leaves it unscheduled meanwhile (`BatchingPolicy.models_async_scheduling`).
+    Fast-forward takes part (`kvbench.engine.fast_forward`): the step that sees last tokens
+    is always this engine's.
     """
 
     policy: BatchingPolicy
@@ -111,6 +121,7 @@ class Engine(BaseEngine):
         clock: RunClock | None = None,
         memory_probe: Callable[[], dict] | None = None,
         group_memory: GroupMemory | None = None,
+        async_scheduling: bool = False,
     ) -> None:
         super().__init__(max_model_len=max_model_len, temperature=temperature, seed=seed,
                          clock=clock)
@@ -130,6 +141,14 @@ class Engine(BaseEngine):
                                 or not declares(strategy, "reads_no_token_ids"))
         strategy.keeps_table_log = executor.reads_kv_tables
         self._check_request = RequestCheck(strategy, bytes_per_slot, max_model_len)
+        if async_scheduling and not policy.models_async_scheduling:
+            raise ValueError(f"{policy.name} batching does not model async scheduling")
+        self.async_scheduling = async_scheduling
+        # Async scheduling: the sequences that sampled in the last step (their tokens in
+        # flight; kept by `step` and a run's last step, for callers that log what a step
+        # sees), and those of them that sampled their last token, with its time.
+        self.in_flight: list[Sequence] = []
+        self._ending: list[tuple[Sequence, float]] = []
         # Runs of decode steps taken at once, where the policy, strategy and executor take
         # part and no probe reads the device after every step.
         self._runs = FastForward.of(self) if memory_probe is None else None
@@ -171,6 +190,8 @@ class Engine(BaseEngine):
             now_s = self.clock()
             forward_s = now_s - t_forward
             finished = self._commit(to_sample, tokens, now_s, bool(forks))
+            if self.async_scheduling:  # the last step's output, seen now
+                finished = self._see_in_flight(to_sample, finished, now_s)
             if runs is not None:  # the prompts this step admitted join at the next run
                 runs.admitted(out.admitted)
             split = self._memory_split()
@@ -202,14 +223,39 @@ class Engine(BaseEngine):
 
     def _schedule_nothing(self, num_preempted: int) -> list[Sequence]:
         """A step with nothing to run: no row (the preemptions go in the next), no
-        finished sequences; raises when the queue head can never be admitted."""
+        finished sequences; raises when the queue head can never be admitted (after a step
+        that preempted everyone, the next one admits: `vllm-v1` admits nothing in it)."""
         self.step_recorder.skip(num_preempted)
-        if self.waiting and not self.policy.has_work():
+        ended = self._see_in_flight([], [], 0.0) if self.async_scheduling else []
+        if self.waiting and not self.policy.has_work() and not num_preempted and not ended:
             raise KvbenchRunError(
                 f"scheduler stalled: request {self.waiting.head().request.request_id} "
                 "cannot be admitted into an empty cache"
             )
-        return []
+        return ended
+
+    def _see_in_flight(self, sampled: list[Sequence], last: list[Sequence],
+                       now_s: float) -> list[Sequence]:
+        """Async scheduling, after a step was scheduled: the sequences whose last token the
+        step before sampled end now (at that token's time); this step's `sampled` tokens are
+        in flight, `last` of them the last of their sequence. Returns those that ended."""
+        ended = self._ending
+        self.sampled_in_flight(sampled, last, now_s)
+        for seq, at_s in ended:
+            self.finish(seq, at_s)
+        return [seq for seq, _ in ended]
+
+    def sampled_in_flight(self, sampled: list[Sequence], last: list[Sequence],
+                          now_s: float) -> None:
+        """Async scheduling: the last step's `sampled` sequences have their tokens in flight,
+        `last` of them (sampled at `now_s`) their sequence's last."""
+        self.in_flight = sampled
+        self._ending = [(seq, now_s) for seq in last]
+
+    def ending_unseen(self) -> bool:
+        """Async scheduling: whether sequences sampled their last token in the last step,
+        not yet seen (they end at the next step, after it is scheduled)."""
+        return bool(self._ending)
 
     def _build_batch(
         self, scheduled: list[tuple[Sequence, int]]
@@ -279,8 +325,9 @@ class Engine(BaseEngine):
                 for seq, row_tokens in zip(to_sample, tokens, strict=True):
                     if len(row_tokens) > 1:  # a forking parent's siblings' tokens
                         self._fork_children(seq, row_tokens[1:], now_s, step)
-            for seq in finished:
-                self.finish(seq, now_s)
+            if not self.async_scheduling:  # else they end when seen (`_see_in_flight`)
+                for seq in finished:
+                    self.finish(seq, now_s)
         return finished
 
     @staticmethod
@@ -331,9 +378,13 @@ class Engine(BaseEngine):
 
     def finish(self, seq: Sequence, now_s: float) -> None:
         """`seq` sampled its last token at `now_s`."""
+        preempted = seq.status is SequenceStatus.WAITING
         seq.status = SequenceStatus.FINISHED
         seq.finish_s = now_s
-        self.policy.on_finished(seq)
+        if preempted:  # async: preempted with its last token in flight; its memory is back
+            self.policy.waiting.remove(seq)
+        else:
+            self.policy.on_finished(seq)
         self._unfinished -= 1
         if (not self.keep_finished_token_ids and self.holds_token_ids
                 and self.policy.frees_at_finish):

@@ -15,6 +15,11 @@ hashed) and the object has not turned it off (the simulated executor of a window
 Each must then offer `RunPolicy`, `RunStrategy` or `RunExecutor` below; nothing else in the
 engine, policies, strategies or executors knows about runs, and a part that does not declare
 them runs by stepping, with the same results.
+
+Under async scheduling (`Engine.async_scheduling`) a decode run is the same as synchronously
+until its last step: the members that sample their last token there are left running, holding
+their memory and seat, for the engine to see at its next step (`Engine.step`, which runs that
+step itself: a run does not start while such sequences wait, nor go on past them).
 """
 
 from __future__ import annotations
@@ -184,8 +189,8 @@ class FastForward:
         finished in them, in order."""
         engine, policy, strategy, cohort = self.engine, self.policy, self.strategy, self.cohort
         running = engine.policy.running
-        if not running or not self._join(running):
-            return 0, []
+        if engine.ending_unseen() or not running or not self._join(running):
+            return 0, []  # (async: the step that sees last tokens is the engine's)
         total = 0
         finished: list[Sequence] = []
         while True:
@@ -218,7 +223,7 @@ class FastForward:
             now_finished = self._last_step(victims)
             finished += now_finished
             total += 1
-            if ((now_finished and not through_finishes) or not running
+            if ((now_finished and not through_finishes) or engine.ending_unseen() or not running
                     or engine.clock() >= until_s):
                 return total, finished
 
@@ -303,7 +308,13 @@ class FastForward:
         finished = cohort.pop_finished()
         for seq in finished:
             strategy.leave_decode_cohort(seq)
-            engine.finish(seq, t_end)
+        if engine.async_scheduling:  # seen at the engine's next step; running till then
+            engine.sampled_in_flight(list(engine.policy.running), finished, t_end)
+            self._joiners = finished  # running outside the cohort (`_computed_tokens`)
+            finished = []
+        else:
+            for seq in finished:
+                engine.finish(seq, t_end)
         # The row from the books after the finishes, as `Engine.step` makes it.
         holders, head = engine.policy.holders(), engine.waiting.head()
         recorder = engine.step_recorder

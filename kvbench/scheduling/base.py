@@ -55,6 +55,9 @@ class BatchingPolicy(ABC):
     # Whether `on_finished` gives a sequence's memory back (the strategy reads its tokens
     # no more); false for a policy that keeps finished members' memory (static batching).
     frees_at_finish = True
+    # Whether the policy models vLLM's async scheduling (`Engine`, `async_scheduling`):
+    # it leaves a running sequence whose last token is in flight unscheduled.
+    models_async_scheduling = False
 
     def __init__(self, cache: CacheStrategy, limits: SchedulerLimits,
                  queue_order: QueueOrder | None = None) -> None:

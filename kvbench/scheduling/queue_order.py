@@ -70,6 +70,17 @@ class WaitingQueue:
             return heapq.heappop(self._ranked)[2]
         return self._arrivals.popleft()
 
+    def remove(self, seq: Sequence) -> None:
+        """Take `seq` out of the queue (a preempted sequence that ended after all: under
+        async scheduling its last token was in flight)."""
+        if seq in self._front:
+            self._front.remove(seq)
+        elif seq in self._arrivals:
+            self._arrivals.remove(seq)
+        else:
+            self._ranked = [item for item in self._ranked if item[2] is not seq]
+            heapq.heapify(self._ranked)
+
     def __len__(self) -> int:
         return len(self._front) + len(self._ranked) + len(self._arrivals)
 

@@ -12,12 +12,19 @@ below `--max-model-len`.
 2. When the cache cannot give a running request the memory for its tokens, the most
    recently admitted running request is preempted (recompute), the request itself last;
    the requests before it keep their tokens.
-3. Only when nothing was preempted: waiting requests, in queue order, while budget is left
+3. Only when nothing was preempted (a step that preempted every running request is empty):
+   waiting requests, in queue order, while budget is left
    and fewer than `max_num_seqs` run, each with `min(uncomputed tokens, budget left)`. A
    prefix-cache hit is marked computed at admission, so only the tokens left to compute
    count against the budget (vLLM's `num_new_tokens = num_tokens - num_computed_tokens`; a
    full hit still computes its last token). The first request the cache cannot take stops
    admission: no overtaking.
+
+Async scheduling (vLLM's default since 0.14; `Engine`, `async_scheduling`): step n + 1 is
+scheduled before step n's output is seen. A token is counted as it is scheduled (vLLM's
+output placeholders), so decodes go on without a gap; a request whose last token is in flight
+is not scheduled again, and keeps its seat and blocks until the engine sees that token at
+the next step.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from kvbench.scheduling.registry import register_policy
 )
 class VllmV1Batching(BatchingPolicy):
     decode_runs = True  # `kvbench.engine.fast_forward`
+    models_async_scheduling = True
 
     def decode_run_ready(self) -> bool:
         # Running first, one token each within the budget; what is left admits the head.
@@ -49,7 +57,9 @@ class VllmV1Batching(BatchingPolicy):
     def schedule(self, now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()
         budget = self._schedule_running(out)
-        if not (out.preempted and out.scheduled):
+        # As vLLM (`if not preempted_reqs`): a step that preempted admits nothing, even one
+        # that preempted every running request (an empty step: the next one admits).
+        if not out.preempted:
             self._admit_chunks(now_s, out, budget)
         return out
 
@@ -59,6 +69,10 @@ class VllmV1Batching(BatchingPolicy):
         pending = deque(self.running)
         while pending and budget > 0:
             seq = pending.popleft()
+            if len(seq.token_ids) >= seq.end_len:
+                # Async scheduling: its last token is in flight (vLLM's check on
+                # `num_output_placeholders`); it ends when the engine sees that token.
+                continue
             n = min(seq.num_uncomputed, budget)
             if self._grow_or_preempt(seq, n, pending, out):
                 out.scheduled.append((seq, n))

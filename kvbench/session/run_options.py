@@ -144,6 +144,13 @@ class RunOptions:
         "token budget per step [default: max(2048, max-model-len)]")
     max_model_len: int | None = _engine("[default: the model's maximum positions]")
     chunked_prefill: bool = _engine(negatable=True, aliases=("--enable-chunked-prefill",))
+    async_scheduling: bool | None = _engine(
+        "vLLM's async scheduling: step n + 1 is scheduled before step n's output is seen, so "
+        "a finished request's seat and blocks come back a step later [default: on under "
+        "--batching vllm-v1, which alone models it]", negatable=True, show_default=False)
+    watermark: float = _engine(
+        "share of the KV blocks admission keeps free for running sequences to grow into "
+        "(vLLM's --watermark; vLLM v1 keeps none: --defaults vllm sets 0)", metavar="FRACTION")
     temperature: float = _engine("0 = greedy")
     kv_scale: float | None = _engine(
         "fp8 KV: fixed scale for every layer [default: amax/224 of the first write per layer]")
@@ -177,9 +184,9 @@ class RunOptions:
         "a multi-strategy run also writes report.html into each strategy's folder (each "
         "inlines plotly.js, ~5 MB)", default=False, per_run=False, show_default=False)
     defaults: str = _executor(
-        "vllm: every option not given takes vLLM v1's default (prefix caching = --strategy "
-        "prefix, chunked prefill, its --max-num-batched-tokens and --max-num-seqs, fp8 scale "
-        "1.0, one unmeasured request; docs/cli.md, Defaults that differ from vLLM's)",
+        "vllm: every option not given takes vLLM v1's default (its scheduler = --batching "
+        "vllm-v1, with async scheduling; prefix caching = --strategy prefix, chunked prefill, its --max-num-batched-tokens and --max-num-seqs, watermark "
+        "0, fp8 scale 1.0, one unmeasured request; docs/cli.md, Defaults that differ from vLLM's)",
         choices=DEFAULTS_CHOICES)
     # `kvbench run` only
     device: str = _engine("auto, cpu, cuda, cuda:N", kinds=("run",),

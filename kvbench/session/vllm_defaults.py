@@ -7,13 +7,17 @@ choose by default, from vLLM's sources (docs/cli.md, "Defaults that differ from 
   generative models; `get_batch_defaults`: `max_num_batched_tokens` 2048 and `max_num_seqs`
   256, or 8192 and 1024 on a GPU with at least 70 GiB that is not an A100 (without chunked
   prefill the token budget is max(max_model_len, 2048), as kvbench's);
+- `vllm/config/scheduler.py`, `SchedulerConfig`: `watermark` 0.0 (v1 keeps no free blocks
+  back at admission; kvbench's own default is vLLM v0's 0.01);
 - `vllm/config/cache.py`, `CacheConfig`: `gpu_memory_utilization` 0.9 (kvbench's default
   too), `calculate_kv_scales` False, so an fp8 cache reads with scale 1.0;
 - `vllm/benchmarks/serve.py`: the ready check sends the first prompt once before the
   measured run (`--ready-check-timeout-sec` 600 > 0) and `--num-warmups` is 0: one request
   unmeasured.
 
-Prefix caching over paged blocks is kvbench's `prefix` strategy. CUDA graphs
+vLLM v1's scheduler is kvbench's `--batching vllm-v1`, which models its async scheduling
+(`vllm/config/scheduler.py`, `async_scheduling`: on since 0.14) and keeps no watermark
+(`watermark` 0.0). Prefix caching over paged blocks is kvbench's `prefix` strategy. CUDA graphs
 (`--enforce-eager` off in vLLM) are left to `--no-enforce-eager`: kvbench's graph path has not
 yet been checked against eager on a GPU (docs/design.md, Kernels).
 """
@@ -33,6 +37,7 @@ DEFAULTS_CHOICES = ("kvbench", "vllm")
 VLLM_BATCH_DEFAULTS = (2048, 256)
 VLLM_LARGE_GPU_BATCH_DEFAULTS = (8192, 1024)  # >= 70 GiB and not an A100 (H100, H200, ...)
 VLLM_LARGE_GPU_BYTES = 70 * 2**30
+VLLM_WATERMARK = 0.0  # `SchedulerConfig.watermark`: no blocks kept back at admission
 VLLM_KV_SCALE = 1.0  # `calculate_kv_scales` off: k_scale = v_scale = 1.0
 VLLM_UNMEASURED_REQUESTS = 1  # the ready check's one request; `--num-warmups` 0
 
@@ -47,15 +52,19 @@ def vllm_defaults(kind: str, values: dict[str, Any]) -> dict[str, Any]:
         if gpu.memory_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in named:
             batched, seqs = VLLM_LARGE_GPU_BATCH_DEFAULTS
     out: dict[str, Any] = {
+        "batching": "vllm-v1",
         "strategy": "prefix",
         "chunked_prefill": True,
         "max_num_batched_tokens": batched,
         "max_num_seqs": seqs,
+        "watermark": VLLM_WATERMARK,
         "warmup": VLLM_UNMEASURED_REQUESTS,
     }
     if values.get("chunked_prefill") is False:
-        # vLLM without chunked prefill: max(max_model_len, 2048), kvbench's own default
+        # vLLM without chunked prefill: max(max_model_len, 2048), kvbench's own default; and
+        # kvbench's `continuous`, since `vllm-v1` always chunks
         del out["max_num_batched_tokens"]
+        del out["batching"]
     strategy = values.get("strategy") or out["strategy"]
     names = STRATEGIES.names() if strategy == "all" else [
         s.strip() for s in str(strategy).split(",") if s.strip()]

@@ -39,6 +39,8 @@ def record_schedules(engine: Engine) -> list[list[tuple[int, int]]]:
 def v1_engine(**options) -> Engine:
     options.setdefault("max_model_len", 64)
     options.setdefault("kv_memory", "1MiB")
+    # The synchronous scheduler unless a test asks for async scheduling (`vllm-v1`'s default).
+    options.setdefault("async_scheduling", False)
     return make_engine(batching="vllm-v1", **options)
 
 
@@ -131,3 +133,32 @@ def test_blocks_are_taken_per_scheduled_chunk_after_a_whole_prompt_check():
     engine.add_request(request(1, prompt_of(1, 12), 2))
     engine.step()
     assert engine.sequences[1][0].num_computed == 0
+
+
+def test_a_step_that_preempts_every_running_request_admits_nothing(monkeypatch):
+    """vLLM admits from the queue only in a step that preempted no one: when the only
+    running request cannot grow and preempts itself, the step is empty (no error, no
+    admission) and the next step admits it again, with the request behind it."""
+    engine = v1_engine(strategy="paged", block_size=4, watermark=0.0)
+    steps = record_schedules(engine)
+    engine.add_request(request(0, prompt_of(0, 4), 6))
+    engine.step()  # the prompt; its first token
+    engine.add_request(request(1, prompt_of(1, 4), 2))
+    allocate = engine.strategy.allocate
+    refused = []
+
+    def refuse_request_0_once(seq, num_new_tokens):
+        if seq.request.request_id == 0 and not refused:
+            refused.append(seq)
+            return False  # as if its next block were taken
+        return allocate(seq, num_new_tokens)
+
+    monkeypatch.setattr(engine.strategy, "allocate", refuse_request_0_once)
+    assert engine.step() == []
+    assert steps[-1] == [] and engine.num_running == 0
+    assert [s.request.request_id for s in engine.waiting] == [0, 1]
+    assert engine.sequences[0][0].preemptions == 1
+    engine.step()
+    assert steps[-1] == [(0, 5), (1, 4)]  # recomputes its prompt and token; then request 1
+    drive(engine)
+    assert generated(engine, 0) == [shared_reference().tokens(prompt_of(0, 4), 6)]

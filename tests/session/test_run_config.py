@@ -17,7 +17,7 @@ from kvbench.session.run_options import RunOptions, build_run_config, option_fie
 from kvbench.session.session import expand_runs
 
 # Section fields that no option sets: the engine's own defaults.
-NOT_OPTIONS = {("engine", "watermark")}
+NOT_OPTIONS: set[tuple[str, str]] = set()
 
 
 def _landing(name: str) -> tuple[str, str]:

@@ -35,8 +35,12 @@ L4_QWEN = SOURCES["wmx-qwen-0-5b-l4"]
 # (where the replays run).
 REPOSITORY = Path(__file__).parents[2]
 DATA = Path("tests/simulator/published_data")
+# Most runs are of vLLM v0.11, which scheduled synchronously (async scheduling became
+# vLLM's default in 0.14, and is `vllm-v1`'s default here); the RTX 4090 page names no
+# version and is replayed as they are; the L4's v0.23 scheduled asynchronously.
 VLLM_DEFAULTS = ["simulate", "--defaults", "vllm", "--batching", "vllm-v1",
-                 "--workload", "uniform"]
+                 "--no-async-scheduling", "--workload", "uniform"]
+ASYNC_VLLM_DEFAULTS = [a for a in VLLM_DEFAULTS if a != "--no-async-scheduling"]
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,7 @@ def _l4_qwen(concurrency: int, published: dict[str, float]) -> PublishedRun:
                  "`--gpu-memory-utilization 0.6 --max-model-len 8192`, `vllm bench serve`, 256 "
                  "input / 128 output tokens, `--ignore-eos`, `--request-rate inf "
                  f"--max-concurrency {concurrency}`"),
-        args=[*VLLM_DEFAULTS, "--model", str(DATA / "qwen2.5-0.5b-instruct"), "--gpu", "l4",
+        args=[*ASYNC_VLLM_DEFAULTS, "--model", str(DATA / "qwen2.5-0.5b-instruct"), "--gpu", "l4",
               "--gpu-memory-utilization", "0.6", "--max-model-len", "8192",
               "--workload-param", "prompt_len=256", "--workload-param", "output_len=128",
               "--num-requests", "100", "--max-concurrency", str(concurrency)],

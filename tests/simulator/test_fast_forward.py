@@ -61,6 +61,9 @@ def scenarios(draw) -> dict:
                                     else st.sampled_from([64, 128])),
         kv_memory=str(draw(st.integers(MAX_MODEL_LEN, 6 * MAX_MODEL_LEN)) * KV_BYTES_PER_TOKEN),
         seed=draw(st.integers(0, 3)), steps_every=draw(st.sampled_from([1, 1, 3])),
+        # None: the policy's default (async under vllm-v1, where fast-forward declines and
+        # both replays step); False keeps vllm-v1's fast-forward in the draw.
+        async_scheduling=draw(st.sampled_from([None, False])),
     )
 
 
@@ -183,7 +186,7 @@ def test_fast_forward_takes_the_same_blocks_and_admits_arrivals_as_stepping(
                   workload_params=("prompt_len=5", "output_len=40"), num_requests=8,
                   request_rate="300", strategy=strategy, batching=batching, block_size=4,
                   max_model_len=MAX_MODEL_LEN, kv_memory=str(400 * KV_BYTES_PER_TOKEN),
-                  max_num_seqs=6, warmup=0)
+                  max_num_seqs=6, warmup=0, async_scheduling=False)  # fast-forwards
     forwarded = _tables_by_step(values, True, tmp_path / "forwarded")
     stepped = _tables_by_step(values, False, tmp_path / "stepped")
     assert len(forwarded) < len(stepped) / 2  # most steps ran inside runs
@@ -205,7 +208,7 @@ def test_fast_forward_preempts_the_sequences_stepping_preempts_and_gives_the_sam
                   workload_params=("prompt_len=6", "output_len=50"), num_requests=10,
                   request_rate="inf", strategy="paged", batching=batching, block_size=4,
                   max_model_len=MAX_MODEL_LEN, kv_memory=str(160 * KV_BYTES_PER_TOKEN),
-                  max_num_seqs=8, warmup=0)
+                  max_num_seqs=8, warmup=0, async_scheduling=False)  # fast-forwards
     (run,) = expand_runs(RunOptions.for_kind("simulate", **values))
     prepared = prepare(run)
     engine = prepared[0].engine

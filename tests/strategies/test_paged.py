@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -153,3 +154,18 @@ def test_cohort_run_steps_and_growth_are_step_by_step_allocation(
         fast.grow_cohort_run(joined_at, fits)
         assert ({k: list(v) for k, v in fast.tables.items()}, fast.pool.free_blocks(),
                 fast.books_totals()) == snapshot
+
+
+@pytest.mark.parametrize(("usable", "watermark", "kept"), [
+    (120, 0.01, 1),  # vLLM: int(0.01 x 121); a ceil of 0.01 x 120 would keep 2
+    (99, 0.01, 1), (199, 0.01, 2), (100, 0.1, 10), (50, 0.0, 0),
+])
+def test_watermark_rounds_as_vllm(usable, watermark, kept):
+    """vLLM v1 keeps int(watermark x num_blocks) free, its pool counting one null block."""
+    strategy = PagedStrategy(num_slots=usable * 4, max_model_len=usable * 4, block_size=4,
+                             watermark=watermark)
+    assert strategy.watermark_blocks == kept
+    fits = usable - kept
+    assert strategy.can_admit(seq(0, 4 * fits, 1), num_running=1)
+    assert not strategy.can_admit(seq(1, 4 * (fits + 1), 1), num_running=1)
+    assert strategy.can_admit(seq(2, 4 * usable, 1), num_running=0)  # nobody to grow

@@ -26,7 +26,7 @@ def engine_config(trace: Trace, strategy: str, kv_memory: int) -> EngineConfig:
         model=trace.model, strategy=strategy, batching="vllm-v1", block_size=trace.block_size,
         max_num_seqs=trace.max_num_seqs, max_num_batched_tokens=trace.max_num_batched_tokens,
         max_model_len=trace.max_model_len, watermark=trace.watermark, kv_memory=kv_memory,
-        dtype="bfloat16",
+        dtype="bfloat16", async_scheduling=trace.async_scheduling,
     )
 
 
@@ -82,8 +82,12 @@ def run(trace: Trace, strategy: str) -> list[StepLog]:
         engine.step()
         scheduled, preempted, admitted = captured[-1]
         split = cache.memory_split(policy.holders(), engine.waiting.head())
+        # Under async scheduling a token is seen a step after the step that sampled it
+        # (`Engine.in_flight`), as vLLM processes it.
+        unseen = {id(s) for s in engine.in_flight}
         first = tuple(sorted(rid for rid, s in seqs.items()
-                            if rid not in had_token and len(s.token_ids) > s.prompt_len))
+                            if rid not in had_token and len(s.token_ids) > s.prompt_len
+                            and not (id(s) in unseen and len(s.token_ids) == s.prompt_len + 1)))
         had_token.update(first)
         finished = tuple(sorted(rid for rid, s in seqs.items()
                                if rid not in done and s.status is SequenceStatus.FINISHED))

@@ -28,17 +28,7 @@ pytest.importorskip("vllm.v1.core.sched.scheduler", reason="vLLM is not installe
 from tests.vllm_oracle.agreement import BLOCKS, SCHEDULE, cases, difference, outcome  # noqa: E402
 
 # Each reason names the kvbench code that differs from vLLM (docs/vllm_oracle.md, Differences).
-WATERMARK_ROUNDING = ("kvbench keeps ceil(watermark x usable blocks) free at admission "
-                      "(PagedStrategy.__init__); vLLM int(watermark x num_blocks), its null "
-                      "block counted")
-ASYNC = ("kvbench does not model async scheduling: vLLM schedules step n + 1 before it "
-         "processes step n's output (tokens, finishes and freed blocks a step later)")
-
 KNOWN: dict[tuple[str, str, str], str] = {
-    **{("watermark-1pct", s, a): WATERMARK_ROUNDING
-       for s in ("paged", "prefix") for a in (SCHEDULE, BLOCKS)},
-    **{(t, s, a): ASYNC for t in ("async-uniform", "async-tight")
-       for s in ("paged", "prefix") for a in (SCHEDULE, BLOCKS)},
 }
 
 
