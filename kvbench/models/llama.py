@@ -49,7 +49,6 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     inv_freq = 1.0 / (
         config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
     )
-    scaling = config.rope_scaling
     if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
         # Llama 3.1 long-context scaling: low frequencies divided by `factor`, high ones kept,
         # a smooth blend between.

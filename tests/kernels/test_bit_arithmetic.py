@@ -184,7 +184,7 @@ SPECIALIZATION_SCRIPT = textwrap.dedent("""
         tokens = batch.num_tokens
         q = torch.zeros(tokens, shape.num_q_heads, shape.head_dim, dtype=shape.dtype)
         kv = torch.zeros(tokens, shape.num_kv_heads, shape.head_dim, dtype=shape.dtype)
-        table = idx.block_tables if paged else idx.start_slots
+        table = idx.tables if paged else idx.start_slots
         launches = write_kv_launches(kv, kv, k_cache, k_cache, idx.slot_mapping, *scales,
                                      target=target)
         if p:
