@@ -7,7 +7,6 @@ decided once (`kvbench.kernels.backend.get_ops`). Both take the signatures of
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -102,15 +101,3 @@ class LatentAttentionOps:
     def precompile(self, shape: AttentionShape, device: torch.device) -> float:
         return self._decode_ops.precompile(shape, device)
 
-
-def _triton_ops() -> AttentionOps:
-    # Imports triton: ImportError where it is missing.
-    from .triton_attention_ops import TritonAttentionOps
-
-    return TritonAttentionOps()
-
-
-IMPLEMENTATIONS: dict[str, Callable[[], AttentionOps]] = {
-    "torch": TorchAttentionOps,
-    "triton": _triton_ops,
-}
