@@ -75,8 +75,8 @@ def get_ops(name: str) -> AttentionOps:
             f"unknown concrete attention backend {name!r}; expected 'torch' or 'triton' "
             "(resolve 'auto' with resolve_backend first)"
         )
-    try:  # imports triton
-        from .triton_attention_ops import TritonAttentionOps
+    try:
+        from .triton_attention_ops import TritonAttentionOps  # imports triton
     except ImportError as err:  # found, but not loadable here (its compiler, a driver)
         raise missing_dependency("triton", "the triton attention backend", err) from None
     return TritonAttentionOps()
