@@ -14,45 +14,21 @@ import torch
 
 from . import cpu_attention, reference
 from .attention_shape import AttentionShape
-from .reference import Scale
 
 
 @runtime_checkable
 class AttentionOps(Protocol):
-    """KV write and attention over one layer's cache (see `kvbench.kernels` for the layout).
-
-    Each attention method also takes the keyword-only score variants of
-    `kvbench.kernels.reference` (`sliding_window`, `softcap`, `sinks`) through `extra`.
-    """
+    """KV write and attention over one layer's cache (see `kvbench.kernels` for the layout),
+    each with the signature of its namesake in `kvbench.kernels.reference`, score variants
+    (`sliding_window`, `softcap`, `sinks`) included; an implementation may add keyword-only
+    extras after them (tests/kernels/test_reference.py checks the Triton ones)."""
 
     name: str
-
-    def write_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: Scale = None,
-                 v_scale: Scale = None) -> None: ...
-
-    def paged_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                        block_tables: torch.Tensor, query_start_loc: torch.Tensor,
-                        seq_lens: torch.Tensor, block_size: int, softmax_scale: float,
-                        k_scale: Scale = None, v_scale: Scale = None,
-                        **extra: Any) -> torch.Tensor: ...
-
-    def contiguous_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                             start_slots: torch.Tensor, query_start_loc: torch.Tensor,
-                             seq_lens: torch.Tensor, softmax_scale: float, k_scale: Scale = None,
-                             v_scale: Scale = None, **extra: Any) -> torch.Tensor: ...
-
-    def paged_decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor,
-                               v_cache: torch.Tensor, block_tables: torch.Tensor,
-                               seq_lens: torch.Tensor, block_size: int, softmax_scale: float,
-                               k_scale: Scale = None, v_scale: Scale = None,
-                               **extra: Any) -> torch.Tensor: ...
-
-    def contiguous_decode_attention(self, q: torch.Tensor, k_cache: torch.Tensor,
-                                    v_cache: torch.Tensor, start_slots: torch.Tensor,
-                                    seq_lens: torch.Tensor, softmax_scale: float,
-                                    k_scale: Scale = None, v_scale: Scale = None,
-                                    **extra: Any) -> torch.Tensor: ...
+    write_kv: Callable[..., None]
+    paged_attention: Callable[..., torch.Tensor]
+    contiguous_attention: Callable[..., torch.Tensor]
+    paged_decode_attention: Callable[..., torch.Tensor]
+    contiguous_decode_attention: Callable[..., torch.Tensor]
 
     def precompile(self, shape: AttentionShape, device: torch.device) -> float:
         """Build every kernel variant `shape` meets before anything is timed; seconds spent."""
@@ -102,15 +78,3 @@ class LatentAttentionOps:
     def precompile(self, shape: AttentionShape, device: torch.device) -> float:
         return self._decode_ops.precompile(shape, device)
 
-
-def _triton_ops() -> AttentionOps:
-    # Imports triton: ImportError where it is missing.
-    from .triton_attention_ops import TritonAttentionOps
-
-    return TritonAttentionOps()
-
-
-IMPLEMENTATIONS: dict[str, Callable[[], AttentionOps]] = {
-    "torch": TorchAttentionOps,
-    "triton": _triton_ops,
-}

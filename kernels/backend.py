@@ -17,7 +17,7 @@ import torch
 
 from kvbench.errors import KvbenchInputError, missing_dependency
 
-from .attention_ops import IMPLEMENTATIONS, AttentionOps
+from .attention_ops import AttentionOps, TorchAttentionOps
 
 BACKENDS = ("auto", "triton", "torch")
 
@@ -32,15 +32,6 @@ def triton_importable() -> bool:
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def available_backends() -> list[str]:
-    """Concrete backends usable in this process: always ``torch``; ``triton`` when triton is
-    installed and either a CUDA device is present or ``TRITON_INTERPRET=1``."""
-    names = ["torch"]
-    if triton_importable() and (torch.cuda.is_available() or _interpreting()):
-        names.append("triton")
-    return names
 
 
 def resolve_backend(name: str, device: torch.device) -> str:
@@ -77,12 +68,15 @@ def get_ops(name: str) -> AttentionOps:
 
     Raises `KvbenchInputError` naming what installs triton when it cannot be imported.
     """
-    if name not in IMPLEMENTATIONS:
+    if name == "torch":
+        return TorchAttentionOps()
+    if name != "triton":
         raise KvbenchInputError(
             f"unknown concrete attention backend {name!r}; expected 'torch' or 'triton' "
             "(resolve 'auto' with resolve_backend first)"
         )
     try:
-        return IMPLEMENTATIONS[name]()
+        from .triton_attention_ops import TritonAttentionOps  # imports triton
     except ImportError as err:  # found, but not loadable here (its compiler, a driver)
         raise missing_dependency("triton", "the triton attention backend", err) from None
+    return TritonAttentionOps()

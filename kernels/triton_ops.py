@@ -204,14 +204,7 @@ def write_kv_launches(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scal
         return []
     k = _unit_last_stride(k)
     v = _unit_last_stride(v)
-    fp8 = is_fp8(k_cache)
-    ks, per_head = _scale_arg(k_scale if fp8 else None, num_kv_heads, k.device)
-    vs, _ = _scale_arg(v_scale if fp8 else None, num_kv_heads, k.device)
-    if fp8 and (ks.numel() == 1) != (vs.numel() == 1):
-        # Mixed granularity: give both per-head scales.
-        ks = ks.expand(num_kv_heads).contiguous()
-        vs = vs.expand(num_kv_heads).contiguous()
-        per_head = True
+    ks, vs, fp8, per_head = _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, k.device)
     slot_mapping = slot_mapping.contiguous()
     kc = k_cache.view(torch.uint8) if fp8 else k_cache
     vc = v_cache.view(torch.uint8) if fp8 else v_cache

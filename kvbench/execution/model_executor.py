@@ -174,7 +174,6 @@ class ModelExecutor(TensorExecutor):
         if (cap := self.config.attn_logit_softcapping) is not None:
             for variant in self.layer_variants:
                 variant["softcap"] = cap
-        self.forward_s = 0.0  # time of the last model forward (excluded from step overhead)
         self.inputs = StepInputs(device)
         self._layout_kind, self._block_size = "paged", 1  # of the step being run
         self.graphs: DecodeGraphs | None = None

@@ -19,6 +19,7 @@ from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token, mla_group
 from kvbench.errors import KvbenchInputError
 from kvbench.models.bounds import check_model_bounds, derived_head_dim
 from kvbench.models.config_values import (
+    bad_values_refused,
     positive_int,
     positive_number,
     read_rope_theta,
@@ -178,10 +179,6 @@ class ModelConfig:
         bites = [w for w in windows if w is not None and w < max_model_len]
         return min(bites) if bites else None
 
-    @property
-    def gqa_ratio(self) -> int:
-        return self.num_heads // self.num_kv_heads
-
     def kv_groups(
         self, kv_element_bytes: int, tensor_parallel_size: int = 1
     ) -> tuple[KVGroup, ...]:
@@ -319,7 +316,7 @@ class ModelConfig:
         if model_type in DEEPSEEK_MODEL_TYPES:  # its fp8 checkpoints are read, for sizing
             return read_deepseek_config(cls, hf, name)
         _refuse_unimplemented(hf, name, model_type)
-        try:
+        with bad_values_refused(name):
             num_heads = positive_int(hf, "num_attention_heads", name)
             hidden = positive_int(hf, "hidden_size", name)
             num_kv_heads = positive_int(hf, "num_key_value_heads", name, default=num_heads)
@@ -359,10 +356,6 @@ class ModelConfig:
                 **_windows(hf, name, model_type),
                 **_experts(hf, name, model_type),
             )
-        except KvbenchInputError:
-            raise
-        except (TypeError, ValueError) as err:
-            raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
 
 
 def _mla_parameters(mla: MLAShape, hidden: int, heads: int, bias: bool) -> int:
@@ -571,7 +564,7 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
     output_router_logits and attention_dropout. The published checkpoints' mxfp4
     quantization_config is kept in `quantization`: sizing needs the shape only.
     """
-    try:
+    with bad_values_refused(name):
         num_layers = positive_int(hf, "num_hidden_layers", name, default=36)
         experts_key = "num_experts" if "num_experts" in hf else "num_local_experts"
         experts, top_k = _expert_counts(hf, name, experts_key, 128, 4)
@@ -607,10 +600,6 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
             quantization=_gpt_oss_quantization(hf, name),
             architecture="gpt_oss",
         )
-    except KvbenchInputError:
-        raise
-    except (TypeError, ValueError) as err:
-        raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
 
 
 def _gpt_oss_windows(hf: dict[str, Any], name: str, num_layers: int) -> dict[str, Any]:

@@ -3,6 +3,8 @@ cannot compute with them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
@@ -71,3 +73,14 @@ def rope_scaling_dict(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
     if not isinstance(scaling, dict):
         raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
     return scaling
+
+
+@contextmanager
+def bad_values_refused(name: str) -> Iterator[None]:
+    """Within it, a value of the wrong type or form in `config.json` is refused in one line."""
+    try:
+        yield
+    except KvbenchInputError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None

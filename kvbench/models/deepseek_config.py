@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kvbench.errors import KvbenchInputError
 from kvbench.models.bounds import check_limit
 from kvbench.models.config_values import (
+    bad_values_refused,
     read_rope_theta,
     refuse_partial_rotary,
     rope_scaling_dict,
@@ -119,7 +120,7 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
         raise KvbenchInputError(
             f"model {name}: config.json norm_topk_prob true is not implemented for "
             "deepseek_v2 (transformers' DeepseekV2 router never renormalises)")
-    try:
+    with bad_values_refused(name):
         return cls(
             name=name,
             vocab_size=_int(hf, "vocab_size", name, 129280 if v3 else 102400),
@@ -149,10 +150,6 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
             routing=_routing(hf, name, v3, experts),
             quantization=_quantization(hf, name),
         )
-    except KvbenchInputError:
-        raise
-    except (TypeError, ValueError) as err:
-        raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
 
 
 def _int(hf: dict[str, Any], key: str, name: str, default: int | None, *,

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
-from kvbench.models.direct_call import DirectCall, Embedding, Linear
-from kvbench.models.llama import Attention, AttentionFn, signed_sin
+from kvbench.models.direct_call import DirectCall, Linear
+from kvbench.models.llama import Attention, AttentionFn, Backbone, FlatBatchDecoder, signed_sin
 
 
 class GemmaRMSNorm(DirectCall):
@@ -69,15 +69,6 @@ class GemmaDecoderLayer(DirectCall):
         return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
 
 
-class _GemmaBackbone(DirectCall):
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(
-            GemmaDecoderLayer(config, i) for i in range(config.num_layers))
-        self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
-
-
 def gemma_inv_freq(config: ModelConfig, sliding: bool) -> torch.Tensor:
     """RoPE inverse frequencies of a sliding-window layer (Gemma 3's local base) or of a
     full-attention one (divided by the linear `rope_scaling` factor, if any)."""
@@ -89,21 +80,16 @@ def gemma_inv_freq(config: ModelConfig, sliding: bool) -> torch.Tensor:
     return inv_freq
 
 
-class GemmaDecoder(DirectCall):
-    """`forward` runs the flattened tokens of a batch (prefills and decodes together), as
-    `LlamaDecoder`'s."""
+class GemmaDecoder(FlatBatchDecoder):
+    """Gemma's flat-batch decoder: sliding-window layers rotate with their own rope, the
+    embeddings are scaled and the logits may be soft-capped."""
 
     # the value of a norm weight that leaves its input as it is ((1 + w) norms: 0)
     identity_norm_weight = 0.0
 
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config, Backbone(config, GemmaDecoderLayer, GemmaRMSNorm))
         self.softmax_scale = config.softmax_scale
-        self.model = _GemmaBackbone(config)
-        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
         self.sliding_layers = [config.layer_window(i) is not None
                                for i in range(config.num_layers)]
         # sliding layers' own rope: Gemma 3's local base, or full layers' scaling to skip

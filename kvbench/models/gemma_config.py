@@ -14,6 +14,7 @@ from typing import Any
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config_values import (
+    bad_values_refused,
     positive_int,
     positive_number,
     refuse_partial_rotary,
@@ -37,7 +38,7 @@ def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
         return _multimodal_gemma3(hf, name)
     gemma3 = model_type == "gemma3_text"
     _refuse_unimplemented(hf, name, gemma3)
-    try:
+    with bad_values_refused(name):
         num_layers = _positive_int(hf, "num_hidden_layers", name, default=26)
         num_heads = _positive_int(hf, "num_attention_heads", name, default=8)
         bias = true_or_false(hf, "attention_bias", name, False)
@@ -78,10 +79,6 @@ def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
             final_logit_softcapping=_cap(hf, "final_logit_softcapping", name,
                                          None if gemma3 else 30.0),
         )
-    except KvbenchInputError:
-        raise
-    except (TypeError, ValueError) as err:
-        raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
 
 
 def _multimodal_gemma3(hf: dict[str, Any], name: str) -> dict[str, Any]:

@@ -49,7 +49,6 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     inv_freq = 1.0 / (
         config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
     )
-    scaling = config.rope_scaling
     if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
         # Llama 3.1 long-context scaling: low frequencies divided by `factor`, high ones kept,
         # a smooth blend between.
@@ -209,11 +208,12 @@ class DecoderLayer(DirectCall):
 
 
 class Backbone(DirectCall):
-    def __init__(self, config: ModelConfig, layer_class: type[nn.Module]) -> None:
+    def __init__(self, config: ModelConfig, layer_class: type[nn.Module],
+                 norm_class: type[nn.Module] = RMSNorm) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(layer_class(config, i) for i in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm = norm_class(config.hidden_size, config.rms_norm_eps)
 
 
 class FlatBatchDecoder(DirectCall):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvbench.errors import KvbenchInputError
-from kvbench.models.config import ModelConfig
+from kvbench.models.config import GPT_OSS_DEFAULT_ROPE, ModelConfig
 from kvbench.models.deepseek_config import DeepseekRouting, MLAShape
 from kvbench.models.layer_types import periodic_layer_types
 
@@ -28,8 +28,7 @@ def _gpt_oss(name: str, num_layers: int, num_local_experts: int) -> ModelConfig:
     return _model(
         name, 201088, 2880, 2880, num_layers, 64, 8, 131072,
         head_dim=64, rope_theta=150000.0, attention_bias=True, o_proj_bias=True,
-        rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
-                      "truncate": False, "original_max_position_embeddings": 4096},
+        rope_scaling=dict(GPT_OSS_DEFAULT_ROPE),
         sliding_window=128, layer_types=periodic_layer_types(num_layers, 2),
         num_local_experts=num_local_experts, num_experts_per_tok=4, attention_sinks=True,
         moe_bias=True, swiglu_limit=7.0, architecture="gpt_oss",
