@@ -165,7 +165,15 @@ def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
     ]
 
 
-@dataclasses.dataclass
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(a, b, equal_nan=True)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
+
+
+@dataclasses.dataclass(eq=False)
 class StepTotals:
     """What `RunWriter.summarize` reads from the steps, over every step.
 
@@ -189,6 +197,13 @@ class StepTotals:
     _sums: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(len(_SUMS)))
     _any_saturated: bool = False
     _held_back: tuple | None = None
+
+    def __eq__(self, other: object) -> bool:
+        # field by field, arrays as wholes (dataclass equality would compare them element-wise
+        # and ask for the result's truth)
+        return isinstance(other, StepTotals) and all(
+            _same(getattr(self, f.name), getattr(other, f.name))
+            for f in dataclasses.fields(self))
 
     def add_rows(self, rows: StepRows | Sequence[tuple]) -> None:
         """Fold in rows (a `StepRows` batch, or `COLUMNS` tuples), oldest first. Everything

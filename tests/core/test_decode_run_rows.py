@@ -82,8 +82,8 @@ def _write(path, items: list, every: int) -> tuple[str, dict]:
     return path.read_text(), _totals(totals)
 
 
-def _totals(totals: StepTotals) -> dict:
-    return {**vars(totals), "memory": totals.memory()}
+def _totals(totals: StepTotals) -> tuple:
+    return totals, totals.memory()
 
 
 def _reference(rows: list[tuple], every: int, chunk_rows: int) -> tuple[str, dict]:
