@@ -293,7 +293,8 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
     with trace_range("replay", requests=len(workload.requests)):
         while pending or engine.has_unfinished():
             now = clock()
-            while (sent_s := next_send_s()) + delay_s <= now:
+            # (the next request's hand-off to the engine)
+            while (reaches_s := (sent_s := next_send_s()) + delay_s) <= now:
                 request = pending.popleft()
                 if free_slots is not None:
                     free_slots.popleft()
@@ -302,7 +303,6 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
                 engine.add_request(request, checked=True)  # `check_run` checked every one
             if not engine.has_unfinished():
                 if pending:
-                    reaches_s = next_send_s() + delay_s
                     with trace_range("idle", until_s=reaches_s):
                         clock.sleep_until(reaches_s)
                 continue
@@ -310,8 +310,7 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
             if fast_forward:
                 # Until the next request reaches the engine (never, while every slot is
                 # taken: only a finish frees one, and in a closed loop a finish ends the run).
-                advanced, finished = engine.fast_forward(next_send_s() + delay_s,
-                                                         free_slots is None)
+                advanced, finished = engine.fast_forward(reaches_s, free_slots is None)
                 if advanced:
                     steps += advanced - 1  # the last is counted with `step`'s below
             if not advanced:
