@@ -24,6 +24,7 @@ from typing import Any
 
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
+from kvbench.session.replay_config import SERVER_FRONTEND_LATENCY_MS
 from kvbench.session.run_config import RunConfig, section_classes
 from kvbench.session.vllm_defaults import DEFAULTS_CHOICES, vllm_defaults
 from kvbench.simulator.gpus import DEFAULT_GPU
@@ -173,6 +174,11 @@ class RunOptions:
         "run each stretch of decode-only steps that nothing can change in one move (the "
         "same results to the bit; --no-fast-forward steps one at a time)", kinds=("simulate",),
         negatable=True)
+    frontend_latency_ms: float = _replay(
+        "milliseconds from a request's send to the scheduler: vLLM's API server (HTTP, "
+        "tokenization, the hand-off to the engine core and back), counted in TTFT and E2E; "
+        "0 = none, as `vllm bench latency` (docs/simulator.md)", kinds=("simulate",),
+        kind_defaults={"simulate": SERVER_FRONTEND_LATENCY_MS}, metavar="MS")
     slo: str | None = _replay(
         "goodput targets, e.g. ttft=500ms,tpot=50ms (or vLLM's --goodput 'ttft:500 tpot:50', "
         "milliseconds)", default=None, key="slo_ms", per_run=False, aliases=("--goodput",))

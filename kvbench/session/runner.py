@@ -260,7 +260,13 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
     request that held it). The engine gets it with `arrival_s` set to that send time, so
     every latency is measured from when the request was sent (`results.metrics.request_rows`
     reads the workload's arrival beside it: the difference is the client's wait). Each
-    request's rows go to `writer` as it ends."""
+    request's rows go to `writer` as it ends.
+
+    With a front-end latency d (`--frontend-latency-ms`, the time vLLM's API server spends on
+    a request outside the engine's steps: HTTP, tokenization, the hand-off to the engine core
+    and back, detokenization and streaming), a request reaches the engine d after it is sent,
+    its `arrival_s` still the send time: TTFT and E2E count d, the scheduler sees the
+    request only from then, and the closed loop's next send waits for the finish as before."""
     pending: deque[Request] = deque(workload.requests)
     workload_request = {request.request_id: request for request in workload.requests}
     limit = workload.max_concurrency
@@ -268,6 +274,17 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
     # When each free slot freed, earliest first (finishes come in time order).
     free_slots: deque[float] | None = (deque([-math.inf] * limit) if limit is not None
                                        else None)
+    delay_s = run.replay.frontend_latency_ms / 1e3
+
+    def next_send_s() -> float:
+        """When the next request is sent: at its arrival, and in a closed loop not before
+        a slot frees (inf: none is free, only a finish frees one)."""
+        if not pending:
+            return math.inf
+        if free_slots is None:
+            return pending[0].arrival_s
+        return max(pending[0].arrival_s, free_slots[0]) if free_slots else math.inf
+
     ended: set[int] = set()
     done = 0
     tokens = 0
@@ -276,28 +293,24 @@ def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
     with trace_range("replay", requests=len(workload.requests)):
         while pending or engine.has_unfinished():
             now = clock()
-            while pending and pending[0].arrival_s <= now:
-                request = pending[0]
+            # (the next request's hand-off to the engine)
+            while (reaches_s := (sent_s := next_send_s()) + delay_s) <= now:
+                request = pending.popleft()
                 if free_slots is not None:
-                    if not free_slots:
-                        break
-                    sent_s = max(request.arrival_s, free_slots.popleft())
-                    if sent_s != request.arrival_s:
-                        request = dataclasses.replace(request, arrival_s=sent_s)
-                pending.popleft()
+                    free_slots.popleft()
+                if sent_s != request.arrival_s:
+                    request = dataclasses.replace(request, arrival_s=sent_s)
                 engine.add_request(request, checked=True)  # `check_run` checked every one
             if not engine.has_unfinished():
                 if pending:
-                    with trace_range("idle", until_s=pending[0].arrival_s):
-                        clock.sleep_until(pending[0].arrival_s)
+                    with trace_range("idle", until_s=reaches_s):
+                        clock.sleep_until(reaches_s)
                 continue
             advanced = 0
             if fast_forward:
-                # Until the next request is sent: at its arrival, unless every slot is taken
-                # (then only a finish frees one: in a closed loop a finish ends the run).
-                sendable = pending and (free_slots is None or free_slots)
-                advanced, finished = engine.fast_forward(
-                    pending[0].arrival_s if sendable else math.inf, free_slots is None)
+                # Until the next request reaches the engine (never, while every slot is
+                # taken: only a finish frees one, and in a closed loop a finish ends the run).
+                advanced, finished = engine.fast_forward(reaches_s, free_slots is None)
                 if advanced:
                     steps += advanced - 1  # the last is counted with `step`'s below
             if not advanced:

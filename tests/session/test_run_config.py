@@ -77,8 +77,8 @@ def test_config_json_layout_is_flat_and_reads_back():
     assert set(data) == {
         "engine", "workload", "num_requests", "workload_params", "time_scale", "tokenizer",
         "request_rate", "conversation_rate", "burstiness", "max_concurrency", "warmup",
-        "slo_ms", "trace", "steps_every", "fast_forward", "engine_kind", "gpu", "gpu_spec",
-        "defaults"}
+        "slo_ms", "trace", "steps_every", "fast_forward", "frontend_latency_ms", "engine_kind",
+        "gpu", "gpu_spec", "defaults"}
     assert (data["workload"], data["engine_kind"], data["gpu"]) == ("uniform", "simulated", "l4")
     assert data["slo_ms"] == {"ttft": 1000.0} and data["request_rate"] == 2.0
     assert RunConfig.from_dict(data) == run

@@ -4,7 +4,9 @@ Each run states its model, GPU, vLLM version, input/output lengths and load; its
 copied from the source as printed (`vllm bench serve` or `vllm bench latency` output). The
 replays use the `uniform` workload (fixed lengths, no shared prefixes: vLLM's `random` dataset
 with its default `--random-range-ratio 0`), `--defaults vllm` (vLLM v1's engine defaults) and
-`--batching vllm-v1`; all requests arrive at once (`--request-rate inf`, the default of both
+`--batching vllm-v1` (with `simulate`'s default front-end latency, vLLM's API server's, but
+for the `vllm bench latency` runs, which have no server: `--frontend-latency-ms 0`); all
+requests arrive at once (`--request-rate inf`, the default of both
 tools) unless `--max-concurrency` caps them, as vLLM's client does.
 
 `docs/simulator.md` ("Checked against published serving runs") tables predicted against
@@ -165,7 +167,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
                  "`vllm bench latency`, batch 8, 32 in / 128 out"),
         args=[*VLLM_DEFAULTS, "--model", "llama-3-8b", "--gpu", "h200",
               "--workload-param", "prompt_len=32", "--workload-param", "output_len=128",
-              "--num-requests", "8", "--warmup", "0"],
+              "--num-requests", "8", "--warmup", "0", "--frontend-latency-ms", "0"],
         published={"e2e_mean_ms": 833.421},
         notes="Llama-3.1-8B has llama-3-8b's shapes",
         low_concurrency=True),
@@ -177,7 +179,7 @@ PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
         args=[*VLLM_DEFAULTS, "--model", "llama-3-70b", "--gpu", "h200",
               "--tensor-parallel-size", "4",
               "--workload-param", "prompt_len=32", "--workload-param", "output_len=128",
-              "--num-requests", "8", "--warmup", "0"],
+              "--num-requests", "8", "--warmup", "0", "--frontend-latency-ms", "0"],
         published={"e2e_mean_ms": 2077.53},
         low_concurrency=True),
     _rtx4090_mistral(4, {"output_tok_s": 210, "ttft_mean_ms": 63, "ttft_p50_ms": 53}),

@@ -51,6 +51,7 @@ def scenarios(draw) -> dict:
         num_requests=draw(st.integers(1, 12)), warmup=draw(st.sampled_from([0, 1])),
         request_rate=draw(st.sampled_from(["inf", "40", "400", "4000"])),
         max_concurrency=draw(st.sampled_from([None, None, 1, 3])),
+        frontend_latency_ms=draw(st.sampled_from([0.0, 0.5, 17.0])),
         strategy=strategy, batching=draw(st.sampled_from(POLICIES.names())),
         queue_order=draw(st.sampled_from(QUEUE_ORDERS.names())),
         reserve=draw(st.sampled_from(["max", "pow2", "exact"])),
