@@ -165,14 +165,6 @@ def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
     ]
 
 
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.array_equal(a, b, equal_nan=True)
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(map(_same, a, b))
-    return bool(a == b)
-
-
 @dataclasses.dataclass(eq=False)
 class StepTotals:
     """What `RunWriter.summarize` reads from the steps, over every step.
@@ -199,11 +191,12 @@ class StepTotals:
     _held_back: tuple | None = None
 
     def __eq__(self, other: object) -> bool:
-        # field by field, arrays as wholes (dataclass equality would compare them element-wise
-        # and ask for the result's truth)
-        return isinstance(other, StepTotals) and all(
-            _same(getattr(self, f.name), getattr(other, f.name))
-            for f in dataclasses.fields(self))
+        # The sums array as a whole (dataclass equality would compare it element-wise and ask
+        # the result for its truth); every other field holds plain Python values.
+        if not isinstance(other, StepTotals):
+            return NotImplemented
+        mine, theirs = dict(vars(self)), dict(vars(other))
+        return (np.array_equal(mine.pop("_sums"), theirs.pop("_sums"))) and mine == theirs
 
     def add_rows(self, rows: StepRows | Sequence[tuple]) -> None:
         """Fold in rows (a `StepRows` batch, or `COLUMNS` tuples), oldest first. Everything
