@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import errno
+import functools
 import io
 import json
 import os
@@ -113,7 +114,7 @@ CASES: list[Case] = [
                                             "-o", ""], 2),
     # optional dependencies: the extra that installs them is named, the input is not blamed
     Case("tokenizer-without-transformers",
-         [*RUN, "--workload", "{tmp}/sharegpt.json", "--tokenizer", "{tmp}", "--out",
+         [*RUN, "--workload", "{inputs}/sharegpt.json", "--tokenizer", "{inputs}", "--out",
           "{tmp}/out"], 2, "needs transformers, which is not installed: pip install "
          "'kvbench[hf]'", "missing:transformers"),
     Case("engine-hf-without-transformers", [*RUN, "--engine", "hf", "--out", "{tmp}/out"], 2,
@@ -125,15 +126,15 @@ CASES: list[Case] = [
          "--executor ray needs Ray, which is not installed: pip install 'kvbench[ray]'",
          "missing:ray"),
     # a file that is not text where text is read
-    Case("sweep-config-binary", ["sweep", "{tmp}/binary.toml"], 2, "binary.toml"),
+    Case("sweep-config-binary", ["sweep", "{inputs}/binary.toml"], 2, "binary.toml"),
     # hostile model configs: refused before anything is allocated
-    Case("simulate-a-trillion-layers", [*SIM[:1], "--model", "{tmp}/huge-layers", *SIM[3:],
+    Case("simulate-a-trillion-layers", [*SIM[:1], "--model", "{inputs}/huge-layers", *SIM[3:],
                                         "--out", "{tmp}/out"], 2, "num_hidden_layers"),
-    Case("estimate-nan-norm-eps", ["estimate", "--model", "{tmp}/nan-eps"], 2, "rms_norm_eps"),
+    Case("estimate-nan-norm-eps", ["estimate", "--model", "{inputs}/nan-eps"], 2, "rms_norm_eps"),
     # hostile traces: bounded in memory and nesting, named for what they are
-    Case("simulate-binary-trace", [*SIM, "--workload", "{tmp}/binary.toml", "--out",
+    Case("simulate-binary-trace", [*SIM, "--workload", "{inputs}/binary.toml", "--out",
                                    "{tmp}/out"], 2, "not a trace kvbench can read"),
-    Case("simulate-nested-trace", [*SIM, "--workload", "{tmp}/nested.jsonl", "--out",
+    Case("simulate-nested-trace", [*SIM, "--workload", "{inputs}/nested.jsonl", "--out",
                                    "{tmp}/out"], 2, "nested too deeply"),
     # paths stay inside --out; an empty --out is refused
     Case("sweep-name-escapes-out", ["sweep", "--simulate", "--model", "llama-2-7b",
@@ -144,10 +145,10 @@ CASES: list[Case] = [
     # tests/session/test_runner.py and tests/cli/test_sigterm.py, through
     # tests/session/interrupted_run.py)
     # folders that are not whole, and runs of another workload
-    Case("report-folder-without-steps", ["report", "{tmp}/incomplete"], 2, "steps.csv"),
-    Case("export-folder-without-steps", ["export", "{tmp}/incomplete", "--format", "csv"], 2,
+    Case("report-folder-without-steps", ["report", "{inputs}/incomplete"], 2, "steps.csv"),
+    Case("export-folder-without-steps", ["export", "{inputs}/incomplete", "--format", "csv"], 2,
          "steps.csv"),
-    Case("compare-another-seed", ["compare", "{results}", "{tmp}/seed-7"], 2, "seed"),
+    Case("compare-another-seed", ["compare", "{results}", "{inputs}/seed-7"], 2, "seed"),
 ]
 
 
@@ -226,9 +227,10 @@ def results(tmp_path_factory) -> Path:
     return folder
 
 
-def _argv(case: Case, tmp: Path, full: Path, results: Path) -> list[str]:
+def _argv(case: Case, tmp: Path, full: Path, results: Path, inputs: Path) -> list[str]:
     return [a.replace("{tmp}", str(tmp)).replace("{full}", str(full))
-            .replace("{results}", str(results)) for a in case.argv]
+            .replace("{results}", str(results)).replace("{inputs}", str(inputs))
+            for a in case.argv]
 
 
 def _in_process(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -276,34 +278,39 @@ def _check_nothing_half_written(full: Path) -> None:
                for p in unfinished), unfinished
 
 
-def _setup(tmp: Path, results: Path) -> Path:
-    (tmp / "binary.toml").write_bytes(bytes(range(128, 256)) * 4)
-    (tmp / "nested.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, results) -> Path:
+    """The hostile and damaged inputs the cases read, made once: none is written to."""
+    folder = tmp_path_factory.mktemp("inputs")
+    (folder / "binary.toml").write_bytes(bytes(range(128, 256)) * 4)
+    (folder / "nested.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    (folder / "sharegpt.json").write_text(json.dumps([{"conversations": [
+        {"from": "human", "value": "hello"}, {"from": "gpt", "value": "hi there"}]}]))
     for name, change in (("huge-layers", {"num_hidden_layers": 10**12}),
                          ("nan-eps", {"rms_norm_eps": float("nan")})):
-        (tmp / name).mkdir()
-        (tmp / name / "config.json").write_text(json.dumps({**LLAMA, **change}))
-    shutil.copytree(results, tmp / "incomplete")
-    (tmp / "incomplete" / "steps.csv").unlink()
-    shutil.copytree(results, tmp / "seed-7")
-    config = json.loads((tmp / "seed-7" / "config.json").read_text())
-    config["run"]["engine"]["seed"] = 7
-    (tmp / "seed-7" / "config.json").write_text(json.dumps(config))
-    summary = json.loads((tmp / "seed-7" / "kvbench_summary.json").read_text())
-    summary["seed"] = 7
-    (tmp / "seed-7" / "kvbench_summary.json").write_text(json.dumps(summary))
-    (tmp / "sharegpt.json").write_text(json.dumps([{"conversations": [
-        {"from": "human", "value": "hello"}, {"from": "gpt", "value": "hi there"}]}]))
+        (folder / name).mkdir()
+        (folder / name / "config.json").write_text(json.dumps({**LLAMA, **change}))
+    shutil.copytree(results, folder / "incomplete")
+    (folder / "incomplete" / "steps.csv").unlink()
+    shutil.copytree(results, folder / "seed-7")
+    for file, path in (("config.json", ("run", "engine")), ("kvbench_summary.json", ())):
+        data = json.loads((folder / "seed-7" / file).read_text())
+        functools.reduce(dict.__getitem__, path, data)["seed"] = 7
+        (folder / "seed-7" / file).write_text(json.dumps(data))
+    return folder
+
+
+def _full(tmp: Path) -> Path:
     full = tmp / "full"
     full.mkdir()
     return full
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_each_failure_is_one_line_with_the_contracts_exit_code(case, tmp_path, results,
+def test_each_failure_is_one_line_with_the_contracts_exit_code(case, tmp_path, results, inputs,
                                                                capsys, monkeypatch):
-    full = _setup(tmp_path, results)
-    argv = _argv(case, tmp_path, full, results)
+    full = _full(tmp_path)
+    argv = _argv(case, tmp_path, full, results, inputs)
     if case.fault == "stdout-full":
         with open("/dev/full", "w") as stdout:
             code, out, err = _process(argv, stdout=stdout)
@@ -323,9 +330,10 @@ def test_each_failure_is_one_line_with_the_contracts_exit_code(case, tmp_path, r
 @pytest.mark.skipif(not TMPFS, reason="no user namespaces to mount a tmpfs in")
 @pytest.mark.parametrize("case", [c for c in CASES if c.fault == "full"],
                          ids=[c.id for c in CASES if c.fault == "full"])
-def test_a_real_full_disk_gives_the_same_answer(case, tmp_path, results):
-    full = _setup(tmp_path, results)
-    code, out, err = _process(_argv(case, tmp_path, full, results), tmpfs=(full, case.budget))
+def test_a_real_full_disk_gives_the_same_answer(case, tmp_path, results, inputs):
+    full = _full(tmp_path)
+    code, out, err = _process(_argv(case, tmp_path, full, results, inputs),
+                              tmpfs=(full, case.budget))
     _check_one_line(case, code, out, err, full)
 
 
