@@ -21,7 +21,6 @@ from kvbench.sweep.ray_executor import RayExecutor
 
 
 class Executor(Protocol):
-    name: str
     capacity: int
 
     def submit(self, task: dict[str, Any]) -> None: ...
@@ -35,10 +34,7 @@ def make_executor(kind: str, *, address: str | None = None, jobs: int | None = N
                   sweep_kind: str = "run", device: str = "auto") -> Executor:
     """`local` (sequential, or `jobs` processes; one per GPU when several are visible) or `ray`."""
     if kind == "local":
-        if jobs is None:
-            jobs, gpus = default_jobs(sweep_kind, device)
-        else:
-            gpus = None
+        jobs, gpus = default_jobs(sweep_kind, device) if jobs is None else (jobs, None)
         return LocalExecutor(jobs, gpus=gpus)
     if kind == "ray":
         if jobs is not None:

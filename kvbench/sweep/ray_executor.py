@@ -26,16 +26,11 @@ def _ray_point(task: dict[str, Any]) -> dict[str, Any]:
     return execute_point(task, gather=True)
 
 
-def _import_ray():
-    return optional_import("ray", "--executor ray")  # heavy: only for --executor ray
-
-
 class RayExecutor:
-    name = "ray"
     capacity = 1 << 20  # Ray queues what the cluster cannot place yet
 
     def __init__(self, address: str | None = None) -> None:
-        ray = self._ray = _import_ray()
+        ray = self._ray = optional_import("ray", "--executor ray")
         self._owns = False
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False,

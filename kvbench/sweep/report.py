@@ -15,6 +15,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from kvbench.errors import KvbenchInputError
+from kvbench.report.style import PALETTE
 from kvbench.results.files import atomic_write_text
 from kvbench.sweep.config import SweepSpec
 from kvbench.sweep.options import display_name, value_text
@@ -22,36 +23,24 @@ from kvbench.sweep.slo import format_slo
 from kvbench.sweep.sweep_folder import CAPACITY_CSV, POINTS_CSV, REPORT_HTML, load_sweep_folder
 from kvbench.sweep.table import STRATEGY_AXES, higher_is_better, metric_column, metric_title
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf")
 TABLE_COLUMNS = ("point_id", "status", "output_tok_s", "ttft_p50_ms", "ttft_p99_ms",
                  "tpot_p50_ms", "tpot_p99_ms", "e2e_p99_ms", "utilization_mean", "preemptions",
                  "prefix_hit_rate", "meets_slo", "wall_s", "error")
 
 
 def load_axis(spec: SweepSpec) -> str | None:
-    names = [display_name(a) for a in spec.axes]
     if spec.search is not None:
         return display_name(spec.search.axis)
-    for candidate in ("request_rate", "max_concurrency"):
-        if candidate in names:
-            return candidate
-    return None
+    return next((a for a in ("request_rate", "max_concurrency") if a in spec.axes), None)
 
 
 def pareto_front(frame: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     """The rows that no other row beats (or equals) on both `x` and `y`, sorted by `x`."""
     data = frame.dropna(subset=[x, y])
-    sx = 1 if higher_is_better(x) else -1
-    sy = 1 if higher_is_better(y) else -1
-    keep = []
-    values = list(zip(data[x] * sx, data[y] * sy, strict=True))
-    for i, (a, b) in enumerate(values):
-        dominated = any(
-            (c >= a and d >= b) and (c > a or d > b) for j, (c, d) in enumerate(values) if j != i
-        )
-        if not dominated:
-            keep.append(data.index[i])
+    values = list(zip(data[x] * (1 if higher_is_better(x) else -1),
+                      data[y] * (1 if higher_is_better(y) else -1), strict=True))
+    keep = [data.index[i] for i, (a, b) in enumerate(values)
+            if not any(c >= a and d >= b and (c > a or d > b) for c, d in values)]
     return data.loc[keep].sort_values(x)
 
 
@@ -78,10 +67,8 @@ def _series(frame: pd.DataFrame, spec: SweepSpec, load: str | None) -> list[tupl
     others = _collapse([a for a in _multi_axes(spec) if a != load], frame)
     if not others:
         return [("all points", frame)]
-    out = []
-    for key, group in frame.groupby(others, sort=False, dropna=False):
-        out.append((_key_text(others, key if isinstance(key, tuple) else (key,)), group))
-    return out
+    return [(_key_text(others, key if isinstance(key, tuple) else (key,)), group)
+            for key, group in frame.groupby(others, sort=False, dropna=False)]
 
 
 def _figure_html(fig: go.Figure, height: int) -> str:
@@ -89,10 +76,6 @@ def _figure_html(fig: go.Figure, height: int) -> str:
                       legend=dict(orientation="h", y=-0.18), font=dict(size=12))
     return fig.to_html(full_html=False, include_plotlyjs=False,
                        config={"displaylogo": False, "responsive": True})
-
-
-def _hover(group: pd.DataFrame) -> list[str]:
-    return [str(p) for p in group["point_id"]]
 
 
 def _curves(series, x: str, metrics: tuple[str, ...], titles: tuple[str, ...], hover: str,
@@ -106,7 +89,7 @@ def _curves(series, x: str, metrics: tuple[str, ...], titles: tuple[str, ...], h
             fig.add_trace(go.Scatter(
                 x=g[x], y=g[metric], mode="lines+markers", name=label, legendgroup=label,
                 showlegend=col == 1, line=dict(color=PALETTE[k % len(PALETTE)]),
-                text=_hover(g), hovertemplate=hover,
+                text=g["point_id"].astype(str), hovertemplate=hover,
             ), row=1, col=col)
     return fig
 
@@ -140,14 +123,14 @@ def _pareto(frame: pd.DataFrame, series, x: str, y: str) -> tuple[str, pd.DataFr
         fig.add_trace(go.Scatter(
             x=group[x], y=group[y], mode="markers", name=label,
             marker=dict(color=PALETTE[k % len(PALETTE)], size=9, opacity=0.8),
-            text=_hover(group), hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}",
+            text=group["point_id"].astype(str), hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}",
         ))
     if len(front):
         fig.add_trace(go.Scatter(
             x=front[x], y=front[y], mode="lines+markers", name="Pareto front",
             line=dict(color="black", width=2, shape="hv" if not higher_is_better(y) else "vh"),
             marker=dict(symbol="circle-open", size=14, color="black"),
-            text=_hover(front), hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}",
+            text=front["point_id"].astype(str), hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}",
         ))
     fig.update_xaxes(title_text=metric_title(x))
     fig.update_yaxes(title_text=metric_title(y))
