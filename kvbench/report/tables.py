@@ -8,6 +8,7 @@ from typing import Any
 
 from kvbench.report.metrics import Difference, differences
 from kvbench.report.runs import RunData, RunSet, read_repeat
+from kvbench.report.style import RunStyle
 from kvbench.results.metric_catalogue import METRICS
 from kvbench.results.repeat import format_mean_ci
 from kvbench.units import format_bytes
@@ -118,7 +119,7 @@ def status_html(runset: RunSet) -> str:
             f"<ul>{items}</ul></div>")
 
 
-def summary_html(runset: RunSet, colors: dict[str, str]) -> str:
+def summary_html(runset: RunSet, styles: dict[str, RunStyle]) -> str:
     runs = runset.runs
     best: dict[str, float] = {}
     for name, _ in SUMMARY_COLUMNS:
@@ -135,7 +136,7 @@ def summary_html(runset: RunSet, colors: dict[str, str]) -> str:
     for run in runs:
         s = run.summary
         done = f"{_or_dash(s.completed)}/{_or_dash(s.num_requests)}"
-        cells = [f"<th class='name'>{_swatch(run, colors)}{escape(run.name)}</th>"
+        cells = [f"<th class='name'>{_swatch(run, styles)}{escape(run.name)}</th>"
                  f"<td>{escape(done)}</td>"]
         for name, _ in SUMMARY_COLUMNS:
             m = METRICS[name]
@@ -200,7 +201,7 @@ REPEAT_COLUMNS = (("output_tok_s", "out tok/s", ".1f", 1.0), ("ttft_p50_ms", "TT
                   ("utilization_mean", "KV util %", ".1f", 100.0))
 
 
-def noise_html(runset: RunSet, colors: dict[str, str]) -> str:
+def noise_html(runset: RunSet, styles: dict[str, RunStyle]) -> str:
     """How far to trust a difference: mean ± 95% CI when the runs were repeated, else a
     warning that one run cannot tell a difference from noise."""
     stats = [(r, read_repeat(r.path)) for r in runset.runs]
@@ -221,7 +222,7 @@ def noise_html(runset: RunSet, colors: dict[str, str]) -> str:
             cells = "".join(
                 f"<td>{escape(_mean_ci(st['figures'].get(key), spec, scale))}"
                 "</td>" for key, _, spec, scale in REPEAT_COLUMNS)
-            rows.append(f"<tr><th class='name'>{_swatch(run, colors)}{escape(run.name)}</th>"
+            rows.append(f"<tr><th class='name'>{_swatch(run, styles)}{escape(run.name)}</th>"
                         f"<td>{escape(str(st.get('repeats', '-')))}</td>{cells}</tr>")
         parts.append(
             "<p class='badge repeat'>mean ± 95% confidence interval over repeated runs: "
@@ -237,10 +238,10 @@ def _mean_ci(stat: Any, spec: str, scale: float) -> str:
     return format_mean_ci(stat, spec, scale)
 
 
-def _swatch(run: RunData, colors: dict[str, str]) -> str:
+def _swatch(run: RunData, styles: dict[str, RunStyle]) -> str:
     """A colour chip matching the run's colour in the charts."""
-    color = colors.get(run.name)
-    return f"<span class='swatch' style='background:{color}'></span>" if color else ""
+    style = styles.get(run.name)
+    return f"<span class='swatch' style='background:{style.color}'></span>" if style else ""
 
 
 def differences_html(runset: RunSet) -> str:
@@ -270,7 +271,7 @@ def _diff_row(d: Difference) -> str:
             f"<td class='delta'>{escape(d.format_delta())}</td></tr>")
 
 
-def accuracy_html(run: RunData, colors: dict[str, str]) -> str:
+def accuracy_html(run: RunData, styles: dict[str, RunStyle]) -> str:
     """`summary.accuracy` (fp8 runs) as a table of its scalar entries, flattened."""
     accuracy = run.summary.accuracy
     if not accuracy:
@@ -289,7 +290,7 @@ def accuracy_html(run: RunData, colors: dict[str, str]) -> str:
         else:
             text = str(value)
         rows.append(f"<tr><th>{escape(key)}</th><td>{escape(text)}</td></tr>")
-    return (f"<h3>{_swatch(run, colors)}{escape(run.name)}</h3>"
+    return (f"<h3>{_swatch(run, styles)}{escape(run.name)}</h3>"
             f"<table class='facts'>{''.join(rows)}</table>")
 
 
