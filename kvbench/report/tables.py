@@ -9,6 +9,7 @@ from typing import Any
 from kvbench.report.metrics import Difference, differences
 from kvbench.report.runs import RunData, RunSet, read_repeat
 from kvbench.report.style import RunStyle
+from kvbench.report.summary_table import REPEAT_COLUMNS
 from kvbench.results.metric_catalogue import METRICS
 from kvbench.results.repeat import format_mean_ci
 from kvbench.units import format_bytes
@@ -192,13 +193,6 @@ def kv_groups_html(runset: RunSet) -> str:
         "/ token = mean held bytes / mean computed tokens of the sequences holding memory."
         "</p>"
     )
-
-
-# (repeat.json figure, column title, format, scale): the headline figures of `--repeat`.
-REPEAT_COLUMNS = (("output_tok_s", "out tok/s", ".1f", 1.0), ("ttft_p50_ms", "TTFT p50 ms",
-                  ".1f", 1.0), ("ttft_p99_ms", "TTFT p99 ms", ".1f", 1.0),
-                  ("tpot_p50_ms", "TPOT p50 ms", ".2f", 1.0),
-                  ("utilization_mean", "KV util %", ".1f", 100.0))
 
 
 def noise_html(runset: RunSet, styles: dict[str, RunStyle]) -> str:
