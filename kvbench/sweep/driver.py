@@ -37,6 +37,7 @@ from kvbench.sweep.sweep_folder import (
     REPORT_HTML,
     SWEEP_JSON,
     load_sweep_folder,
+    read_points,
 )
 from kvbench.sweep.table import points_frame, summary_row
 
@@ -413,8 +414,8 @@ def _check_existing(folder: Path, spec: SweepSpec, resume: bool) -> dict[str, An
 
 def _old_wall_times(folder: Path) -> dict[str, float]:
     try:
-        frame = pd.read_csv(folder / POINTS_CSV, usecols=["point_id", "wall_s"]).dropna()
-    except (OSError, ValueError):  # none yet, or not ours
+        frame = read_points(folder, ["point_id", "wall_s"]).dropna()
+    except KvbenchInputError:  # none yet, or not ours
         return {}
     return dict(zip(frame["point_id"].astype(str), frame["wall_s"].astype(float), strict=True))
 

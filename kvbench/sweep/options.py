@@ -4,10 +4,6 @@ An option added to `RunOptions` is a sweep axis at once, under the same name (`-
 on the command line, `block-size` or `block_size` in a sweep file, `block_size` in
 `config.json`). Workload parameters are axes too, named `workload_param.NAME` (e.g.
 `workload_param.prompt_len`).
-
-`run_config_for(kind, values)` turns one point's option values into the `RunConfig` that
-`kvbench run` or `kvbench simulate` would build for the same options (through
-`kvbench.session.session.expand_runs`, so defaults and checks are the commands' own).
 """
 
 from __future__ import annotations
@@ -130,7 +126,8 @@ def workload_param_items(value: Any) -> tuple[str, ...]:
 
 
 def run_config_for(kind: str, values: dict[str, Any], slo_ms: dict[str, float] | None = None):
-    """The `RunConfig` of one point: the command's defaults, then `values`."""
+    """The `RunConfig` that `kvbench run` or `kvbench simulate` builds for one point's option
+    `values` (through `expand_runs`: the defaults and checks are the commands' own)."""
     params: dict[str, Any] = {}
     extra_items: list[str] = []
     for name, value in values.items():

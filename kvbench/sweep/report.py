@@ -14,13 +14,12 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from kvbench.errors import KvbenchInputError
 from kvbench.report.style import PALETTE
 from kvbench.results.files import atomic_write_text
 from kvbench.sweep.config import SweepSpec
 from kvbench.sweep.options import display_name, value_text
 from kvbench.sweep.slo import format_slo
-from kvbench.sweep.sweep_folder import CAPACITY_CSV, POINTS_CSV, REPORT_HTML, load_sweep_folder
+from kvbench.sweep.sweep_folder import CAPACITY_CSV, REPORT_HTML, load_sweep_folder, read_points
 from kvbench.sweep.table import STRATEGY_AXES, higher_is_better, metric_column, metric_title
 
 TABLE_COLUMNS = ("point_id", "status", "output_tok_s", "ttft_p50_ms", "ttft_p99_ms",
@@ -321,10 +320,7 @@ def write_sweep_report(folder: Path, spec: SweepSpec, points: pd.DataFrame,
 def read_and_write(folder: Path, output: Path | None = None) -> Path:
     """Rebuild the report from a sweep folder's files (`sweep.json`, `points.csv`, ...)."""
     spec, data = load_sweep_folder(folder)
-    try:
-        points = pd.read_csv(Path(folder) / POINTS_CSV)
-    except (OSError, ValueError) as err:
-        raise KvbenchInputError(f"cannot read {Path(folder) / POINTS_CSV}: {err}") from None
+    points = read_points(folder)
     capacity_path = Path(folder) / CAPACITY_CSV
     capacity = pd.read_csv(capacity_path) if capacity_path.exists() else None
     return write_sweep_report(folder, spec, points, capacity, data.get("command", ""), output)
