@@ -7,7 +7,7 @@ from html import escape
 from typing import Any
 
 from kvbench.report.metrics import Difference, differences
-from kvbench.report.runs import RunData, RunSet, read_repeat
+from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import RunStyle
 from kvbench.report.summary_table import REPEAT_COLUMNS
 from kvbench.results.metric_catalogue import METRICS
@@ -198,9 +198,8 @@ def kv_groups_html(runset: RunSet) -> str:
 def noise_html(runset: RunSet, styles: dict[str, RunStyle]) -> str:
     """How far to trust a difference: mean ± 95% CI when the runs were repeated, else a
     warning that one run cannot tell a difference from noise."""
-    stats = [(r, read_repeat(r.path)) for r in runset.runs]
-    repeated = [(r, st) for r, st in stats if st is not None]
-    single = [r.name for r, st in stats if st is None]
+    repeated = [r for r in runset.runs if r.repeat is not None]
+    single = [r.name for r in runset.runs if r.repeat is None]
     parts = []
     if single:
         who = "" if not repeated else f" ({', '.join(single)})"
@@ -212,12 +211,14 @@ def noise_html(runset: RunSet, styles: dict[str, RunStyle]) -> str:
     if repeated:
         head = "".join(f"<th>{escape(t)}</th>" for _, t, _, _ in REPEAT_COLUMNS)
         rows = []
-        for run, st in repeated:
-            cells = "".join(
-                f"<td>{escape(_mean_ci(st['figures'].get(key), spec, scale))}"
-                "</td>" for key, _, spec, scale in REPEAT_COLUMNS)
+        for run in repeated:
+            cells = "".join(f"<td>{escape(_mean_ci(run.repeat.get(key), spec, scale))}</td>"
+                            for key, _, spec, scale in REPEAT_COLUMNS)
+            # (the runs behind a figure: every run has a throughput)
+            count = max((f.get("n") or 0 for f in run.repeat.values() if isinstance(f, dict)),
+                        default=0)
             rows.append(f"<tr><th class='name'>{_swatch(run, styles)}{escape(run.name)}</th>"
-                        f"<td>{escape(str(st.get('repeats', '-')))}</td>{cells}</tr>")
+                        f"<td>{count or '-'}</td>{cells}</tr>")
         parts.append(
             "<p class='badge repeat'>mean ± 95% confidence interval over repeated runs: "
             "differences inside the intervals are noise</p><div class='scroll'>"

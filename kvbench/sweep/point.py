@@ -32,8 +32,7 @@ def make_task(point_id: str, folder: Path, run: RunConfig, command: str) -> dict
             "command": command}
 
 
-def execute_point(task: dict[str, Any], *, gather: bool = False,
-                  model_cache: dict | None = None) -> dict[str, Any]:
+def execute_point(task: dict[str, Any], *, gather: bool = False) -> dict[str, Any]:
     """The point's record: point_id, status (complete or failed), summary, error, wall_s."""
     folder = Path(task["folder"])
     target = Path(tempfile.mkdtemp(prefix="kvbench-point-")) / "run" if gather else folder
@@ -46,8 +45,7 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
     start = time.perf_counter()
     try:
         run = RunConfig.from_dict(task["run"])
-        cache = _MODEL_CACHE if model_cache is None else model_cache
-        plan, workload = check_run(run, cache)
+        plan, workload = check_run(run, _MODEL_CACHE)
         run = as_planned(run, plan)
         outcome = run_one(run, work, show_progress=False, command=task["command"],
                           prepared=(build(run, plan), workload))
