@@ -165,7 +165,7 @@ def _heatmaps(frame: pd.DataFrame, spec: SweepSpec) -> str:
     grid = frame[frame["source"] == "grid"]
     facets = [(None, grid)] if facet is None else list(grid.groupby(facet, sort=False))
     blocks = []
-    for k, metric_name in enumerate(spec.report.heatmap_metrics):
+    for n, metric_name in enumerate(spec.report.heatmap_metrics):
         metric = metric_column(metric_name)
         if metric not in grid:
             continue
@@ -187,7 +187,7 @@ def _heatmaps(frame: pd.DataFrame, spec: SweepSpec) -> str:
             fig.update_axes("x", {"title": {"text": a}, "type": "category"}, row=1, col=i)
             fig.update_axes("y", {"type": "category", **({"title": {"text": b}} if i == 1 else {})},
                             row=1, col=i)
-        blocks.append(_chart(fig, f"heatmap-{k}", f"{metric_title(metric)}{note}", 380))
+        blocks.append(_chart(fig, f"heatmap-{n}", f"{metric_title(metric)}{note}", 380))
     return "\n".join(blocks) or "<p>No heat-map metric is in the table.</p>"
 
 
