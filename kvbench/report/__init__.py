@@ -6,5 +6,6 @@
 - `style`, `tables`, `charts`, `step_charts`, `timelines`: the pieces of a report;
 - `figure`, `figure_json`, `figure_html`, `plotly_assets`: charts as plain plotly.js JSON
   (no `plotly.graph_objects`), on the page with plotly.js inlined once (docs/reports.md);
-- `page`: the self-contained HTML page (`kvbench.report.writer` writes it).
+- `page`: the self-contained HTML page (`kvbench.report.writer` writes it; its shell also
+  holds a sweep's report), its sections one table (`SECTIONS`).
 """

@@ -1,10 +1,6 @@
-"""The KV budget of a simulated run as vLLM's start-up sized it: total memory down to KV.
-
-`config.json`'s `kv_budget_terms` (`kvbench.sizing.vllm_startup`'s terms, as `kvbench
-estimate --json` carries them) become one table per distinct budget, each term with a bar
-scaled to the GPU's total memory; runs without those terms (a given `--kv-memory`, a measured
-CUDA budget) add nothing.
-"""
+"""The KV budget of a simulated run as vLLM's start-up sized it, from total memory down to KV
+(`config.json`'s `kv_budget_terms`: `kvbench.sizing.vllm_startup`'s); runs without those terms
+(a given `--kv-memory`, a measured CUDA budget) add nothing."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from kvbench.report.figure import Figure, subplots
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
 from kvbench.report.tables import flatten, is_long_series
+from kvbench.report.thinning import even_rows
 from kvbench.report.token_times import sorted_inter_token_gaps_s
 from kvbench.results.metric_catalogue import METRICS
 from kvbench.results.weighted import WeightedValues
@@ -70,22 +71,15 @@ def _weighted_cdf(values: WeightedValues) -> tuple[np.ndarray, np.ndarray]:
     hundreds of millions of gaps are a few million (gap, count) pairs."""
     ascending, running = values.ascending()
     n = int(running[-1]) if running.size else 0
-    ranks = _cdf_ranks(n)
+    ranks = even_rows(n, CDF_POINTS)
     return ascending[np.searchsorted(running, ranks, side="right")], (ranks + 1) / max(n, 1)
-
-
-def _cdf_ranks(n: int) -> np.ndarray:
-    """The 0-based ranks a CDF of n sorted values draws: all, or CDF_POINTS spread evenly."""
-    if n <= CDF_POINTS:
-        return np.arange(n)
-    return np.unique(np.linspace(0, n - 1, CDF_POINTS).round().astype(int))
 
 
 def _sorted_cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`_cdf` of values already sorted, without NaN."""
     # A sort, not a partition at the kept ranks: numpy's sort of a long run's millions of ITLs
     # is vectorised (SIMD), a partition at hundreds of ranks is not, and costs more.
-    keep = _cdf_ranks(values.size)
+    keep = even_rows(values.size, CDF_POINTS)
     return values[keep], (keep + 1) / max(values.size, 1)
 
 
@@ -204,28 +198,20 @@ def memory_figure(runset: RunSet) -> Figure:
                    titles=("share of the KV arena", "share of memory held "
                            "for requests (PagedAttention Fig. 2)"))
     names = [r.name for r in runs]
+    parts = [_parts(r) for r in runs]
+    held = [sum(p[k] for k in ("token", "reserved", "internal", "external")) for p in parts]
     for part, color in PART_COLORS.items():
-        arena = [_parts(r)[part] for r in runs]
-        fig.add({"type": "bar", "y": names, "x": arena, "orientation": "h",
-                 "name": PART_TITLES[part], "marker": {"color": color}, "legendgroup": part,
-                 "text": [f"{v:.0%}" if v >= 0.05 else "" for v in arena],
-                 "textposition": "inside", "insidetextanchor": "middle",
-                 "hovertemplate": f"{PART_TITLES[part]}: %{{x:.1%}}<extra>%{{y}}</extra>"},
-                row=1, col=1)
-        if part in ("cached", "free"):
-            continue
-        held = []
-        for run in runs:
-            p = _parts(run)
-            total = sum(p[k] for k in ("token", "reserved", "internal", "external"))
-            held.append(p[part] / total if total else 0.0)
-        fig.add({"type": "bar", "y": names, "x": held, "orientation": "h",
-                 "name": PART_TITLES[part], "marker": {"color": color}, "legendgroup": part,
-                 "showlegend": False,
-                 "text": [f"{v:.0%}" if v >= 0.05 else "" for v in held],
-                 "textposition": "inside", "insidetextanchor": "middle",
-                 "hovertemplate": f"{PART_TITLES[part]}: %{{x:.1%}} of held<extra>%{{y}}"
-                                  "</extra>"}, row=1, col=2)
+        panels = [(1, [p[part] for p in parts], "", {})]
+        if part not in ("cached", "free"):  # (not held for requests)
+            panels.append((2, [p[part] / h if h else 0.0 for p, h in zip(parts, held, strict=True)],
+                           " of held", {"showlegend": False}))
+        for col, shares, of, legend in panels:
+            fig.add({"type": "bar", "y": names, "x": shares, "orientation": "h",
+                     "name": PART_TITLES[part], "marker": {"color": color}, "legendgroup": part,
+                     **legend, "text": [f"{v:.0%}" if v >= 0.05 else "" for v in shares],
+                     "textposition": "inside", "insidetextanchor": "middle",
+                     "hovertemplate": f"{PART_TITLES[part]}: %{{x:.1%}}{of}<extra>%{{y}}</extra>"},
+                    row=1, col=col)
     fig.update_axes("x", {"range": [0, 1], "tickformat": ".0%"})
     fig.update_layout(**base_layout("KV memory split (time-weighted mean over steps)",
                                     150 + 46 * max(len(runs), 1), barmode="stack",

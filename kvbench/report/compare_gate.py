@@ -26,39 +26,33 @@ SINGLE_RUN_WARNING = (
 )
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One input that must be equal on both sides: its name and how to read it."""
-
-    name: str
-    summary_path: tuple[str, ...] = ()
-    config_path: tuple[str, ...] = ()
-
-    def value(self, summary: Summary, config: Mapping[str, Any]) -> Any:
-        value = summary.lookup(self.summary_path) if self.summary_path else None
-        if value is None and self.config_path:
-            value = config
-            for key in self.config_path:
-                value = value.get(key) if isinstance(value, Mapping) else None
-        return value
-
-
-# The inputs two compared runs must share; the strategy (and what comes with it: reserve,
-# block size, batching) is what a comparison is about and may differ.
+# The inputs two compared runs must share: (name, where the summary holds it, where
+# config.json does, read when the summary does not); the strategy (and what comes with it:
+# reserve, block size, batching) is what a comparison is about and may differ.
 SETTINGS = (
-    Setting("workload", ("workload",), ("run", "workload")),
-    Setting("workload params", (), ("run", "workload_params")),
-    Setting("num_requests", ("num_requests",), ("run", "num_requests")),
+    ("workload", ("workload",), ("run", "workload")),
+    ("workload params", (), ("run", "workload_params")),
+    ("num_requests", ("num_requests",), ("run", "num_requests")),
     # the seed draws the workload (lengths, arrivals): another seed is another workload
-    Setting("seed", ("seed",), ("run", "engine", "seed")),
-    Setting("request_rate", (), ("run", "request_rate")),
-    Setting("conversation_rate", (), ("run", "conversation_rate")),
-    Setting("max_concurrency", (), ("run", "max_concurrency")),
-    Setting("model", ("model",), ("run", "engine", "model")),
-    Setting("dtype", ("dtype",), ("run", "engine", "dtype")),
-    Setting("kv_cache_dtype", ("memory", "kv_cache_dtype"), ("kv_cache_dtype",)),
-    Setting("KV budget", ("memory", "kv_budget_bytes"), ("kv_budget_bytes",)),
+    ("seed", ("seed",), ("run", "engine", "seed")),
+    ("request_rate", (), ("run", "request_rate")),
+    ("conversation_rate", (), ("run", "conversation_rate")),
+    ("max_concurrency", (), ("run", "max_concurrency")),
+    ("model", ("model",), ("run", "engine", "model")),
+    ("dtype", ("dtype",), ("run", "engine", "dtype")),
+    ("kv_cache_dtype", ("memory", "kv_cache_dtype"), ("kv_cache_dtype",)),
+    ("KV budget", ("memory", "kv_budget_bytes"), ("kv_budget_bytes",)),
 )
+
+
+def _setting(summary: Summary, config: Mapping[str, Any], in_summary: tuple[str, ...],
+             in_config: tuple[str, ...]) -> Any:
+    value = summary.lookup(in_summary) if in_summary else None
+    if value is None:
+        value = config
+        for key in in_config:
+            value = value.get(key) if isinstance(value, Mapping) else None
+    return value
 
 
 def _show(value: Any) -> str:
@@ -74,14 +68,14 @@ def mismatches(base: tuple[Summary, Mapping[str, Any]],
     A setting an older folder does not record is not held against it.
     """
     out = []
-    for setting in SETTINGS:
-        a, b = setting.value(*base), setting.value(*new)
-        if setting.name == "workload params":
+    for name, *where in SETTINGS:
+        a, b = _setting(*base, *where), _setting(*new, *where)
+        if name == "workload params":
             a, b = a or {}, b or {}  # no params and empty params are the same input
         elif a is None or b is None:
             continue
         if a != b:
-            out.append(f"{setting.name} ({_show(a)} vs {_show(b)})")
+            out.append(f"{name} ({_show(a)} vs {_show(b)})")
     return out
 
 

@@ -1,11 +1,7 @@
-"""A plotly figure as plain data: its traces and layout are the dicts of plotly.js's JSON
-schema, built directly rather than through `plotly.graph_objects` (whose validation and
-copying cost most of a report's time; docs/reports.md). `subplots` lays out a grid of axes
-as `plotly.subplots.make_subplots` does.
-
-Property names are plotly.js's own (`line: {"shape": "hv"}`, `title: {"text": ...}`): nothing
-checks them here; `tests/report/test_figure_json.py` validates every chart against plotly's
-schema.
+"""A plotly figure as plain data: traces and layout are dicts of plotly.js's JSON schema, built
+directly rather than through `plotly.graph_objects` (whose validation and copying cost most of
+a report's time; docs/reports.md); `tests/report/test_figure_json.py` checks every chart
+against plotly's schema. `subplots` lays out axes as `plotly.subplots.make_subplots` does.
 """
 
 from __future__ import annotations

@@ -21,20 +21,13 @@ def plotly_js_script() -> bytes:
                      b"</script>"))
 
 
-def _css_size(value: Any, default: str) -> str:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return f"{value}px"
-    return str(value) if value is not None else default
-
-
 def figure_div(fig: Figure, div_id: str, config: dict[str, Any]) -> str:
     """`fig` drawn into a div `div_id` sized by its layout's height (full width), with the
     plotly.js `config`."""
-    height = _css_size(fig.layout.get("height"), "100%")
-    width = _css_size(fig.layout.get("width"), "100%")
+    height = f"{fig.layout['height']}px" if fig.layout.get("height") else "100%"
     call = (f'Plotly.newPlot("{div_id}", {to_json(fig.data)}, {to_json(fig.layout)}, '
             f"{to_json(config)})")
-    return (f'<div style="height:{height}; width:{width};">'
+    return (f'<div style="height:{height}; width:100%;">'
             f'<div id="{div_id}" class="plotly-graph-div" style="height:100%; width:100%;">'
             f'</div><script>if (document.getElementById("{div_id}")) {{{call}}};</script>'
             "</div>")

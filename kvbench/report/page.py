@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from html import escape
 
 import kvbench
@@ -10,7 +12,7 @@ from kvbench.report import charts, step_charts, tables, timelines
 from kvbench.report.budget_waterfall import budget_waterfall_html
 from kvbench.report.figure import Figure
 from kvbench.report.figure_html import figure_div, plotly_js_script
-from kvbench.report.runs import RunData, RunSet
+from kvbench.report.runs import RunSet
 from kvbench.report.style import RunStyle, run_styles
 
 PLOT_CONFIG = {
@@ -64,16 +66,123 @@ code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 1
 """
 
 
-def _chart(fig: Figure, name: str) -> str:
-    """A chart of the page (plotly.js is inlined once, in its head: `_page`)."""
+def chart_html(fig: Figure, name: str) -> str:
+    """A chart of a page (plotly.js is inlined once, in its head: `html_page`)."""
     div = figure_div(fig, f"chart-{name}", PLOT_CONFIG)
     return f"<div class='chart' data-chart='{name}'>{div}</div>"
 
 
-def _section(key: str, title: str, explain: str, body: str) -> tuple[str, str, str]:
-    html = (f"<section id='{key}'><h2>{escape(title)}</h2>"
-            f"{f'<p class=explain>{explain}</p>' if explain else ''}{body}</section>")
-    return key, title, html
+Styles = dict[str, RunStyle]
+
+
+@dataclass(frozen=True)
+class Section:
+    """A section of the page: `draw` gives its body, a figure (drawn as the chart named
+    `key`) or HTML; None or "" when the runs hold nothing it shows (then it is left out)."""
+
+    key: str
+    title: str
+    explain: str
+    draw: Callable[[RunSet, Styles], Figure | str | None]
+
+
+def _throughput_time(runset: RunSet, styles: Styles) -> str | None:
+    found = step_charts.throughput_timeline_figure(runset, styles)
+    if found is None:
+        return None
+    fig, source = found
+    estimate = (" There each decode, and each prefill that completes a prompt, samples one "
+                "token (with chunked prefill a prompt's earlier chunks count too)."
+                if "steps.csv" in source else "")
+    return f"<p class='note'>From {escape(source)}.{estimate}</p>" + chart_html(fig, "throughput-time")
+
+
+def _accuracy(runset: RunSet, styles: Styles) -> str:
+    runs = [r for r in runset.runs if r.summary.accuracy]
+    fig = charts.accuracy_figure(runs, styles) if runs else None
+    return ("".join(tables.accuracy_html(r, styles) for r in runs)
+            + (chart_html(fig, "accuracy") if fig is not None else ""))
+
+
+# The page's sections, in order; a new section is one more entry.
+SECTIONS = (
+    Section("runs", "What ran", "",
+            lambda runset, _: tables.status_html(runset) + tables.header_html(runset)),
+    Section("summary", "Summary per strategy", "",
+            lambda runset, styles: tables.noise_html(runset, styles)
+            + tables.summary_html(runset, styles)),
+    Section("differences", "Differences between runs",
+            "Each strategy of a later folder against the same strategy of the first.",
+            lambda runset, _: tables.differences_html(runset)),
+    Section("throughput", "Throughput",
+            "Output tokens generated per second of makespan (first arrival to last finish).",
+            charts.throughput_figure),
+    Section("latency", "Latency distributions",
+            "Cumulative distributions over requests: the height at x is the share of requests "
+            "at or below x ms. TTFT: arrival to first token (queueing + prefill); TPOT: time "
+            "per output token after the first; E2E: arrival to last token.",
+            charts.latency_cdf_figure),
+    Section("ttft-split", "Time to first token: queueing and prefill",
+            "Queue: arrival to admission (waiting for memory or a batch slot). Prefill: "
+            "admission to first token (the prompt's forward pass, plus the steps it shared). "
+            "Memory-bound strategies lose time in the queue; hover for p99.",
+            charts.ttft_split_figure),
+    Section("itl", "Inter-token latency",
+            "Every gap between consecutive output tokens of a request, pooled over requests "
+            "(from tokens.parquet). The tail is decode steps that waited for a prefill in the "
+            "same batch or for a preemption's recompute.", charts.itl_cdf_figure),
+    Section("throughput-time", "Throughput over time",
+            "Output tokens per second in 40 equal windows of the run. A ramp at the start is "
+            "admission; a long low tail is the last long requests running in a small batch.",
+            _throughput_time),
+    Section("step-time", "Step time vs batch size",
+            "Each engine step's duration (steps.csv). Left, decode-only steps against the "
+            "sequences they ran: the slope of the median line is what one more sequence in "
+            "the batch costs; where it is flat, a larger batch is free throughput. Right, "
+            "steps holding a prefill against the tokens they ran: their cost follows prompt "
+            "tokens.", step_charts.step_time_figure),
+    Section("memory", "Where the KV memory goes",
+            "Left: the whole arena. Right: only memory held on behalf of requests, the view "
+            "of the PagedAttention paper's Figure 2; the green share is the KV utilization. "
+            "Reserved slots will be used by a request later, internal fragmentation never "
+            "will, external fragmentation is free space in holes too small for the next "
+            "waiting request.",
+            lambda runset, _: chart_html(charts.memory_figure(runset), "memory")
+            + tables.kv_groups_html(runset)),
+    Section("budget", "KV budget (vLLM's start-up)",
+            "How the simulated KV budget was sized: the memory vLLM would leave for its KV "
+            "cache on this GPU at the same flags (docs/estimate.md).",
+            lambda runset, _: budget_waterfall_html(runset)),
+    Section("timelines", "Over time",
+            "One point per engine step (past 1,500 steps, each stretch's lowest and highest). "
+            "Utilization drops show reservations and fragmentation; a long waiting queue next "
+            "to low utilization is memory a better strategy would turn into batch size.",
+            timelines.timeline_figure),
+    Section("memory-time", "KV memory split over time", "Share of the arena per step and run.",
+            lambda runset, _: timelines.memory_timeline_figure(runset)),
+    Section("prefix", "Prefix cache",
+            "Prompt tokens served from the prefix cache so far over prompt tokens so far, by "
+            "admission time. It rises as shared prefixes (system prompts, earlier turns) fill "
+            "the cache.", timelines.hit_rate_figure),
+    Section("accuracy", "fp8 KV cache accuracy",
+            "How far the fp8 cache moves the model's outputs from the unquantized cache on "
+            "this workload (kvbench_summary.json, key accuracy).", _accuracy),
+)
+
+
+def build_page(runset: RunSet) -> bytes:
+    """The report over `runset`: one self-contained HTML page, UTF-8."""
+    styles = run_styles(runset)
+    shown = []
+    for section in SECTIONS:
+        body = section.draw(runset, styles)
+        if isinstance(body, Figure):
+            body = chart_html(body, section.key)
+        if body:
+            shown.append((section.key, section.title,
+                          section_html(section.key, section.title, section.explain, body)))
+    title = _title(runset)
+    return html_page(f"kvbench report: {title}", "kvbench report", escape(title), shown)
 
 
 def _title(runset: RunSet) -> str:
@@ -83,141 +192,26 @@ def _title(runset: RunSet) -> str:
     return f"{what} — {', '.join(workloads)} on {', '.join(models)}"
 
 
-def build_page(runset: RunSet) -> bytes:
-    """The report over `runset`: one self-contained HTML page, UTF-8."""
-    styles = run_styles(runset)
-    colors = {name: s.color for name, s in styles.items()}
-    sections: list[tuple[str, str, str]] = []
-    sections.append(_section("runs", "What ran", "", tables.status_html(runset)
-                             + tables.header_html(runset)))
-    sections.append(_section("summary", "Summary per strategy", "",
-                             tables.noise_html(runset, colors)
-                             + tables.summary_html(runset, colors)))
-    diff = tables.differences_html(runset)
-    if diff:
-        sections.append(_section(
-            "differences", "Differences between runs",
-            "Each strategy of a later folder against the same strategy of the first.", diff))
-    sections.append(_section(
-        "throughput", "Throughput",
-        "Output tokens generated per second of makespan (first arrival to last finish).",
-        _chart(charts.throughput_figure(runset, styles), "throughput")))
-    sections.append(_section(
-        "latency", "Latency distributions",
-        "Cumulative distributions over requests: the height at x is the share of requests "
-        "at or below x ms. TTFT: arrival to first token (queueing + prefill); TPOT: time per "
-        "output token after the first; E2E: arrival to last token.",
-        _chart(charts.latency_cdf_figure(runset, styles), "latency")))
-    sections.extend(_latency_detail_sections(runset, styles))
-    sections.append(_section(
-        "memory", "Where the KV memory goes",
-        "Left: the whole arena. Right: only memory held on behalf of requests, the view of "
-        "the PagedAttention paper's Figure 2; the green share is the KV utilization. Reserved "
-        "slots will be used by a request later, internal fragmentation never will, external "
-        "fragmentation is free space in holes too small for the next waiting request.",
-        _chart(charts.memory_figure(runset), "memory") + tables.kv_groups_html(runset)))
-    waterfall = budget_waterfall_html(runset)
-    if waterfall:
-        sections.append(_section(
-            "budget", "KV budget (vLLM's start-up)",
-            "How the simulated KV budget was sized: the memory vLLM would leave for its KV "
-            "cache on this GPU at the same flags (docs/estimate.md).", waterfall))
-    timeline = timelines.timeline_figure(runset, styles)
-    if timeline is not None:
-        sections.append(_section(
-            "timelines", "Over time",
-            "One point per engine step (past 1,500 steps, each stretch's lowest and highest). "
-            "Utilization drops show reservations and fragmentation; "
-            "a long waiting queue next to low utilization is memory a better strategy would "
-            "turn into batch size.", _chart(timeline, "timelines")))
-    split = timelines.memory_timeline_figure(runset)
-    if split is not None:
-        sections.append(_section(
-            "memory-time", "KV memory split over time", "Share of the arena per step and run.",
-            _chart(split, "memory-time")))
-    hits = timelines.hit_rate_figure(runset, styles)
-    if hits is not None:
-        sections.append(_section(
-            "prefix", "Prefix cache",
-            "Prompt tokens served from the prefix cache so far over prompt tokens so far, by "
-            "admission time. It rises as shared prefixes (system prompts, earlier turns) fill "
-            "the cache.", _chart(hits, "prefix")))
-    sections.extend(_accuracy_sections(runset, styles, colors))
-    return _page(runset, sections)
+def section_html(key: str, title: str, explain: str, body: str) -> str:
+    explain = f"<p class=explain>{explain}</p>" if explain else ""
+    return f"<section id='{key}'><h2>{escape(title)}</h2>{explain}{body}</section>"
 
 
-def _latency_detail_sections(runset: RunSet, styles: dict[str, RunStyle],
-                             ) -> list[tuple[str, str, str]]:
-    """TTFT split, ITL CDF, throughput over time, step time vs batch size (each when the
-    folders hold what it needs)."""
-    out = []
-    split = charts.ttft_split_figure(runset, styles)
-    if split is not None:
-        out.append(_section(
-            "ttft-split", "Time to first token: queueing and prefill",
-            "Queue: arrival to admission (waiting for memory or a batch slot). Prefill: "
-            "admission to first token (the prompt's forward pass, plus the steps it shared). "
-            "Memory-bound strategies lose time in the queue; hover for p99.",
-            _chart(split, "ttft-split")))
-    itl = charts.itl_cdf_figure(runset, styles)
-    if itl is not None:
-        out.append(_section(
-            "itl", "Inter-token latency",
-            "Every gap between consecutive output tokens of a request, pooled over requests "
-            "(from tokens.parquet). The tail is decode steps that waited for a prefill in the "
-            "same batch or for a preemption's recompute.", _chart(itl, "itl")))
-    throughput = step_charts.throughput_timeline_figure(runset, styles)
-    if throughput is not None:
-        fig, source = throughput
-        estimate = (" There each decode, and each prefill that completes "
-                    "a prompt, samples one token (with chunked prefill a prompt's earlier "
-                    "chunks count too)." if "steps.csv" in source else "")
-        out.append(_section(
-            "throughput-time", "Throughput over time",
-            "Output tokens per second in 40 equal windows of the run, from "
-            f"{escape(source)}. A ramp at the start is admission; a long low tail is the last "
-            f"long requests running in a small batch.{estimate}",
-            _chart(fig, "throughput-time")))
-    steps = step_charts.step_time_figure(runset, styles)
-    if steps is not None:
-        out.append(_section(
-            "step-time", "Step time vs batch size",
-            "Each engine step's duration (steps.csv). Left, decode-only steps against the "
-            "sequences they ran: the slope of the median line is what one more sequence in "
-            "the batch costs; where it is flat, a larger batch is free throughput. Right, "
-            "steps holding a prefill against the tokens they ran: their cost follows prompt "
-            "tokens.", _chart(steps, "step-time")))
-    return out
-
-
-def _accuracy_sections(runset: RunSet, styles: dict[str, RunStyle], colors: dict[str, str],
-                       ) -> list[tuple[str, str, str]]:
-    runs: list[RunData] = [r for r in runset.runs if r.summary.accuracy]
-    if not runs:
-        return []
-    body = "".join(tables.accuracy_html(r, colors) for r in runs)
-    fig = charts.accuracy_figure(runs, styles)
-    if fig is not None:
-        body += _chart(fig, "accuracy")
-    return [_section("accuracy", "fp8 KV cache accuracy",
-                     "How far the fp8 cache moves the model's outputs from the unquantized "
-                     "cache on this workload (kvbench_summary.json, key accuracy).", body)]
-
-
-def _page(runset: RunSet, sections: list[tuple[str, str, str]]) -> bytes:
-    nav = "".join(f"<a href='#{key}'>{escape(title)}</a>" for key, title, _ in sections)
-    created = time.strftime("%Y-%m-%d %H:%M:%S")
+def html_page(title: str, heading: str, sub: str, sections: list[tuple[str, str, str]],
+              stamp: bool = True) -> bytes:
+    """A self-contained page (UTF-8): `sections` as (key, title, HTML) after a nav to them;
+    `title` is text, `sub` (under the heading) HTML; `stamp`: the footer says when."""
+    nav = "".join(f"<a href='#{key}'>{escape(name)}</a>" for key, name, _ in sections)
+    created = f" on {time.strftime('%Y-%m-%d %H:%M:%S')}" if stamp else ""
     head = (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>kvbench report: {escape(_title(runset))}</title>"
-        f"<style>{CSS}</style>"
+        f"<title>{escape(title)}</title><style>{CSS}</style>"
     )
     body = (
-        f"</head><body><main><h1>kvbench report</h1><p class='sub'>{escape(_title(runset))}</p>"
-        f"<nav>{nav}</nav>"
+        f"</head><body><main><h1>{escape(heading)}</h1><p class='sub'>{sub}</p><nav>{nav}</nav>"
         + "".join(html for _, _, html in sections)
-        + f"<footer>Generated by kvbench {escape(kvbench.__version__)} on {created}. "
+        + f"<footer>Generated by kvbench {escape(kvbench.__version__)}{created}. "
         "Self-contained: opens offline.</footer></main></body></html>\n"
     )
     # Bytes around plotly.js's bytes: as one str the page would be widened to two bytes a

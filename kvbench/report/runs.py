@@ -65,16 +65,13 @@ class RunData:
 
     @cached_property
     def steps(self) -> Columns:
-        """`steps.csv`'s columns that charts draw (`CHART_STEP_COLUMNS`), read when a chart
-        first asks (unless the session that wrote the file handed them over: `use_steps`; a
-        long simulation's file is GBs); a killed run's steps so far; empty when there is
-        none."""
+        """`steps.csv`'s `CHART_STEP_COLUMNS`, read when a chart first asks (a long
+        simulation's file is GBs); empty when there is none."""
         return _read_csv(self.path / "steps.csv", columns=CHART_STEP_COLUMNS)
 
     @cached_property
     def token_times(self) -> TokenTimes | None:
-        """`tokens.parquet`, read when a chart first asks (several do; a 10,000-request run's
-        file holds millions of times); None when the folder has none readable."""
+        """`tokens.parquet`, read once when a chart first asks; None when there is none."""
         return read_token_times(self.path)
 
 
@@ -132,9 +129,8 @@ def _read_csv(path: Path, columns: frozenset[str] | None = None) -> Columns:
     import pandas as pd  # (its C parser: a long run's steps.csv is millions of rows)
 
     try:
-        if columns is not None:
-            return Columns.from_frame(pd.read_csv(path, usecols=lambda name: name in columns))
-        return Columns.from_frame(pd.read_csv(path))
+        return Columns.from_frame(pd.read_csv(
+            path, usecols=None if columns is None else columns.__contains__))
     except (OSError, ValueError, pd.errors.EmptyDataError):
         return Columns({})
 
@@ -267,11 +263,10 @@ def collect_runs(runs: list[RunData]) -> RunSet:
     """The runs as one report's set: groups in order of first appearance; sets each run's
     `group_index`, `group_tag` and display `name` (a run shown again in another report gets
     that report's)."""
-    groups: list[Path] = []
+    first_of: dict[Path, Path] = {}  # resolved group -> as its first run gave it
     for run in runs:
-        if run.group.resolve() not in [g.resolve() for g in groups]:
-            groups.append(run.group)
-    resolved = [g.resolve() for g in groups]
+        first_of.setdefault(run.group.resolve(), run.group)
+    resolved, groups = list(first_of), list(first_of.values())
     for run in runs:
         run.group_index = resolved.index(run.group.resolve())
     _name_runs(runs, groups)
@@ -289,10 +284,8 @@ def _name_runs(runs: list[RunData], groups: list[Path]) -> None:
 
 def _group_tags(runs: list[RunData], groups: list[Path]) -> list[str]:
     """Short names for groups: git revisions when they tell the groups apart, else folders."""
-    revs = []
-    for index in range(len(groups)):
-        first = next(r for r in runs if r.group_index == index)
-        revs.append(first.versions.get("git"))
+    revs = [next(r for r in runs if r.group_index == i).versions.get("git")
+            for i in range(len(groups))]
     if len(groups) > 1 and all(revs) and len(set(revs)) == len(revs):
         return [str(r) for r in revs]
     tags = _drop_common_suffix([g.name for g in groups])

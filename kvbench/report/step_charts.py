@@ -8,9 +8,9 @@ import numpy as np
 from kvbench.report.figure import Figure, subplots
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import RunStyle, base_layout
-from kvbench.report.timelines import scheduled_seqs
+from kvbench.report.thinning import even_rows
+from kvbench.report.timelines import MAX_POINTS, scheduled_seqs
 
-MAX_POINTS = 1500  # per run: keeps the page light on long runs
 THROUGHPUT_BINS = 40
 
 
@@ -21,10 +21,7 @@ def _step_columns(run: RunData) -> bool:
 
 def _sample(rows: np.ndarray) -> np.ndarray:
     """At most MAX_POINTS of the step indices `rows`, evenly spread."""
-    if rows.size <= MAX_POINTS:
-        return rows
-    keep = np.linspace(0, rows.size - 1, MAX_POINTS).round().astype(int)
-    return rows[np.unique(keep)]
+    return rows[even_rows(rows.size, MAX_POINTS)]
 
 
 def _medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -94,17 +94,18 @@ def render_goodput(runs: list[Summary]) -> str | None:
             + format_table(["strategy", "meet SLO", "share", "goodput"], rows))
 
 
+# (repeat.json figure, column title, format, scale): the headline figures of `--repeat`.
+REPEAT_COLUMNS = (("output_tok_s", "out tok/s", ".1f", 1.0),
+                  ("ttft_p50_ms", "TTFT p50 ms", ".1f", 1.0),
+                  ("ttft_p99_ms", "TTFT p99 ms", ".1f", 1.0),
+                  ("tpot_p50_ms", "TPOT p50 ms", ".2f", 1.0),
+                  ("utilization_mean", "KV util %", ".1f", 100.0))
+
+
 def render_repeats(repeats: list[dict[str, Any]]) -> str:
     """Headline figures of `--repeat N` runs as mean ± 95% CI half-width."""
-    headers = ["strategy", "runs", "out tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms",
-               "KV util %"]
-    rows = []
-    for r in repeats:
-        f = r["figures"]
-        rows.append([
-            r["label"], r["repeats"], format_mean_ci(f["output_tok_s"]),
-            format_mean_ci(f["ttft_p50_ms"]), format_mean_ci(f["ttft_p99_ms"]),
-            format_mean_ci(f["tpot_p50_ms"], ".2f"),
-            format_mean_ci(f["utilization_mean"], ".1f", 100.0),
-        ])
+    headers = ["strategy", "runs", *(title for _, title, _, _ in REPEAT_COLUMNS)]
+    rows = [[r["label"], r["repeats"], *(format_mean_ci(r["figures"][key], spec, scale)
+                                         for key, _, spec, scale in REPEAT_COLUMNS)]
+            for r in repeats]
     return "mean ± 95% confidence interval over repeated runs\n" + format_table(headers, rows)

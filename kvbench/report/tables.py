@@ -7,7 +7,9 @@ from html import escape
 from typing import Any
 
 from kvbench.report.metrics import Difference, differences
-from kvbench.report.runs import RunData, RunSet, read_repeat
+from kvbench.report.runs import RunData, RunSet
+from kvbench.report.style import RunStyle
+from kvbench.report.summary_table import REPEAT_COLUMNS
 from kvbench.results.metric_catalogue import METRICS
 from kvbench.results.repeat import format_mean_ci
 from kvbench.units import format_bytes
@@ -118,7 +120,7 @@ def status_html(runset: RunSet) -> str:
             f"<ul>{items}</ul></div>")
 
 
-def summary_html(runset: RunSet, colors: dict[str, str]) -> str:
+def summary_html(runset: RunSet, styles: dict[str, RunStyle]) -> str:
     runs = runset.runs
     best: dict[str, float] = {}
     for name, _ in SUMMARY_COLUMNS:
@@ -135,7 +137,7 @@ def summary_html(runset: RunSet, colors: dict[str, str]) -> str:
     for run in runs:
         s = run.summary
         done = f"{_or_dash(s.completed)}/{_or_dash(s.num_requests)}"
-        cells = [f"<th class='name'>{_swatch(run, colors)}{escape(run.name)}</th>"
+        cells = [f"<th class='name'>{_swatch(run, styles)}{escape(run.name)}</th>"
                  f"<td>{escape(done)}</td>"]
         for name, _ in SUMMARY_COLUMNS:
             m = METRICS[name]
@@ -193,19 +195,11 @@ def kv_groups_html(runset: RunSet) -> str:
     )
 
 
-# (repeat.json figure, column title, format, scale): the headline figures of `--repeat`.
-REPEAT_COLUMNS = (("output_tok_s", "out tok/s", ".1f", 1.0), ("ttft_p50_ms", "TTFT p50 ms",
-                  ".1f", 1.0), ("ttft_p99_ms", "TTFT p99 ms", ".1f", 1.0),
-                  ("tpot_p50_ms", "TPOT p50 ms", ".2f", 1.0),
-                  ("utilization_mean", "KV util %", ".1f", 100.0))
-
-
-def noise_html(runset: RunSet, colors: dict[str, str]) -> str:
+def noise_html(runset: RunSet, styles: dict[str, RunStyle]) -> str:
     """How far to trust a difference: mean ± 95% CI when the runs were repeated, else a
     warning that one run cannot tell a difference from noise."""
-    stats = [(r, read_repeat(r.path)) for r in runset.runs]
-    repeated = [(r, st) for r, st in stats if st is not None]
-    single = [r.name for r, st in stats if st is None]
+    repeated = [r for r in runset.runs if r.repeat is not None]
+    single = [r.name for r in runset.runs if r.repeat is None]
     parts = []
     if single:
         who = "" if not repeated else f" ({', '.join(single)})"
@@ -217,12 +211,14 @@ def noise_html(runset: RunSet, colors: dict[str, str]) -> str:
     if repeated:
         head = "".join(f"<th>{escape(t)}</th>" for _, t, _, _ in REPEAT_COLUMNS)
         rows = []
-        for run, st in repeated:
-            cells = "".join(
-                f"<td>{escape(_mean_ci(st['figures'].get(key), spec, scale))}"
-                "</td>" for key, _, spec, scale in REPEAT_COLUMNS)
-            rows.append(f"<tr><th class='name'>{_swatch(run, colors)}{escape(run.name)}</th>"
-                        f"<td>{escape(str(st.get('repeats', '-')))}</td>{cells}</tr>")
+        for run in repeated:
+            cells = "".join(f"<td>{escape(_mean_ci(run.repeat.get(key), spec, scale))}</td>"
+                            for key, _, spec, scale in REPEAT_COLUMNS)
+            # (the runs behind a figure: every run has a throughput)
+            count = max((f.get("n") or 0 for f in run.repeat.values() if isinstance(f, dict)),
+                        default=0)
+            rows.append(f"<tr><th class='name'>{_swatch(run, styles)}{escape(run.name)}</th>"
+                        f"<td>{count or '-'}</td>{cells}</tr>")
         parts.append(
             "<p class='badge repeat'>mean ± 95% confidence interval over repeated runs: "
             "differences inside the intervals are noise</p><div class='scroll'>"
@@ -237,10 +233,10 @@ def _mean_ci(stat: Any, spec: str, scale: float) -> str:
     return format_mean_ci(stat, spec, scale)
 
 
-def _swatch(run: RunData, colors: dict[str, str]) -> str:
+def _swatch(run: RunData, styles: dict[str, RunStyle]) -> str:
     """A colour chip matching the run's colour in the charts."""
-    color = colors.get(run.name)
-    return f"<span class='swatch' style='background:{color}'></span>" if color else ""
+    style = styles.get(run.name)
+    return f"<span class='swatch' style='background:{style.color}'></span>" if style else ""
 
 
 def differences_html(runset: RunSet) -> str:
@@ -270,7 +266,7 @@ def _diff_row(d: Difference) -> str:
             f"<td class='delta'>{escape(d.format_delta())}</td></tr>")
 
 
-def accuracy_html(run: RunData, colors: dict[str, str]) -> str:
+def accuracy_html(run: RunData, styles: dict[str, RunStyle]) -> str:
     """`summary.accuracy` (fp8 runs) as a table of its scalar entries, flattened."""
     accuracy = run.summary.accuracy
     if not accuracy:
@@ -289,7 +285,7 @@ def accuracy_html(run: RunData, colors: dict[str, str]) -> str:
         else:
             text = str(value)
         rows.append(f"<tr><th>{escape(key)}</th><td>{escape(text)}</td></tr>")
-    return (f"<h3>{_swatch(run, colors)}{escape(run.name)}</h3>"
+    return (f"<h3>{_swatch(run, styles)}{escape(run.name)}</h3>"
             f"<table class='facts'>{''.join(rows)}</table>")
 
 

@@ -9,6 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 
+def even_rows(n: int, max_points: int) -> np.ndarray:
+    """Indices of n rows: all of them, or `max_points` spread evenly, the first and last kept."""
+    if n <= max_points:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, max_points).round().astype(int))
+
+
 def extreme_rows(series: list[np.ndarray], max_points: int) -> np.ndarray:
     """Indices (ascending) of the rows to draw of series of equal length: all of them when
     they have at most `max_points` rows; else, per bucket, the first row holding each

@@ -71,20 +71,16 @@ def timeline_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | Non
         t = steps.floats("t_s")
         line = {"color": style.color, "dash": style.dash, "width": 1.6}
         stepped = {**line, "shape": "hv"}
-        fig.add({"type": "scatter", "x": t, "y": util_all[rows], "mode": "lines",
-                 "name": run.name, "legendgroup": run.name, "line": line,
-                 "hovertemplate": "t=%{x:.2f}s util %{y:.1%}<extra>%{fullData.name}"
-                                  "</extra>"}, row=1, col=1)
-        fig.add({"type": "scatter", "x": t, "y": batch_all[rows], "mode": "lines",
-                 "name": run.name, "legendgroup": run.name, "showlegend": False,
-                 "line": stepped, "customdata": steps["num_running"],
-                 "hovertemplate": "t=%{x:.2f}s scheduled %{y} of %{customdata} running"
-                                  "<extra>%{fullData.name}</extra>"}, row=2, col=1)
-        fig.add({"type": "scatter", "x": t, "y": steps["num_waiting"],
-                 "mode": "lines", "name": run.name, "legendgroup": run.name,
-                 "showlegend": False, "line": stepped,
-                 "hovertemplate": "t=%{x:.2f}s waiting %{y}<extra>%{fullData.name}</extra>"},
-                row=3, col=1)
+        panels = ((util_all[rows], {"line": line}, "util %{y:.1%}"),
+                  (batch_all[rows], {"showlegend": False, "line": stepped,
+                                     "customdata": steps["num_running"]},
+                   "scheduled %{y} of %{customdata} running"),
+                  (steps["num_waiting"], {"showlegend": False, "line": stepped}, "waiting %{y}"))
+        for row, (y, extra, hover) in enumerate(panels, start=1):
+            fig.add({"type": "scatter", "x": t, "y": y, "mode": "lines", "name": run.name,
+                     "legendgroup": run.name, **extra,
+                     "hovertemplate": f"t=%{{x:.2f}}s {hover}<extra>%{{fullData.name}}</extra>"},
+                    row=row, col=1)
     marks = 0
     for run in runs:  # after the lines, so the legend lists runs first
         if "preemptions" not in run.steps:

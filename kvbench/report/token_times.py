@@ -1,7 +1,6 @@
 """Per-token times of a run for its report (`tokens.parquet`, or an older folder's
-`tokens.jsonl`: `kvbench.results.token_times`). Folders written before either existed have
-none: the charts that need it are left out.
-A report reads each folder's file once (`RunData.token_times`), for every chart that uses it."""
+`tokens.jsonl`), read once per folder (`RunData.token_times`); without them the charts that
+need them are left out."""
 
 from __future__ import annotations
 

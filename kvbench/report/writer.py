@@ -1,11 +1,5 @@
-"""HTML reports: `write_report(run_dirs, out_path)` over results folders (`kvbench report`),
-`write_runs_report(runset, out_path)` over runs already in memory (the session that ran them).
-
-A run folder is one strategy's results (`kvbench_summary.json`, `requests.csv`, `steps.csv`) or a
-comparison folder (`comparison.json` and a subfolder per strategy), which expands into its
-strategies. Folders of different runs (e.g. two git revisions) are shown side by side with
-their differences. The page is self-contained: plotly.js is inlined once, nothing is fetched.
-"""
+"""HTML reports: `write_report` over results folders (`kvbench report`), `write_runs_report`
+over runs already in memory (the session that ran them); the folders: `kvbench.report.runs`."""
 
 from __future__ import annotations
 

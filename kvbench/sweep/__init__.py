@@ -30,5 +30,3 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'kvbench.sweep' has no attribute {name!r}")
     return getattr(importlib.import_module(f"kvbench.sweep.{module}"), name)
 
-
-__all__ = sorted(_EXPORTS)

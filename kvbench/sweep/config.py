@@ -61,6 +61,14 @@ class ReportSpec:
     heatmap: tuple[str, str] | None = None  # two axis names; None: the first two axes
     heatmap_metrics: tuple[str, ...] = DEFAULT_HEATMAP_METRICS
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "") -> ReportSpec:
+        """From `sweep.json` or a sweep file's `[report]` (`where` names it in errors)."""
+        heatmap = data.get("heatmap")
+        return cls(_pair(data.get("pareto", DEFAULT_PARETO), f"{where}pareto"),
+                   _pair(heatmap, f"{where}heatmap") if heatmap else None,
+                   tuple(data.get("heatmap_metrics", DEFAULT_HEATMAP_METRICS)))
+
 
 @dataclass
 class ExecutorSpec:
@@ -129,9 +137,7 @@ class SweepSpec:
             raise KvbenchInputError("--search needs an --slo to meet (e.g. ttft.p99=500ms)")
         from kvbench.sweep.table import POINT_METRICS, metric_column  # (table loads pandas)
 
-        axes = [display_name(a) for a in self.axes]
-        if self.search is not None and self.search.axis not in self.axes:
-            axes.append(self.search.axis)
+        axes = [display_name(a) for a in self.axis_names()]
         columns = {*axes, *(metric_column(name) for name in POINT_METRICS)}
         for flag, names in (("--pareto", self.report.pareto),
                             ("--heatmap-metrics", self.report.heatmap_metrics)):
@@ -145,6 +151,11 @@ class SweepSpec:
                                         f"(axes: {', '.join(axes) or 'none'})")
         return self
 
+    def axis_names(self) -> list[str]:
+        """The grid's axes, then the searched option when it is not one of them."""
+        searched = [self.search.axis] if self.search and self.search.axis not in self.axes else []
+        return [*self.axes, *searched]
+
     def identity(self) -> dict[str, Any]:
         """What makes two sweeps the same sweep (resume compares this)."""
         data = self.to_dict()
@@ -153,24 +164,16 @@ class SweepSpec:
         return data
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["search"] = asdict(self.search) if self.search else None
-        return data
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepSpec:
         data = dict(data)
         search = data.pop("search", None)
-        report = data.pop("report", None) or {}
-        executor = data.pop("executor", None) or {}
-        spec = cls(**data)
+        spec = cls(**{k: v for k, v in data.items() if k not in ("report", "executor")})
         spec.search = SearchSpec(**search) if search else None
-        spec.report = ReportSpec(
-            tuple(report.get("pareto", DEFAULT_PARETO)),
-            tuple(report["heatmap"]) if report.get("heatmap") else None,
-            tuple(report.get("heatmap_metrics", DEFAULT_HEATMAP_METRICS)),
-        )
-        spec.executor = ExecutorSpec(**executor)
+        spec.report = ReportSpec.from_dict(data.get("report") or {})
+        spec.executor = ExecutorSpec(**(data.get("executor") or {}))
         return spec
 
 
@@ -182,6 +185,16 @@ def _pair(value: Any, what: str) -> tuple[str, str]:
     if len(items) != 2:
         raise KvbenchInputError(f"{what} takes two names, got {value!r}")
     return str(items[0]), str(items[1])
+
+
+def _table(data: dict[str, Any], key: str, path: Path, known: tuple[str, ...]) -> dict[str, Any]:
+    """The TOML table `[key]` (dashes in its keys as underscores), refused with unknown keys."""
+    table = {k.replace("-", "_"): v for k, v in dict(data.get(key) or {}).items()}
+    unknown = [k for k in table if k not in known]
+    if unknown:
+        raise KvbenchInputError(f"{path}: unknown [{key}] key(s) {', '.join(unknown)} "
+                                f"(known: {', '.join(known)})")
+    return table
 
 
 def load_sweep_config(path: str | Path) -> SweepSpec:
@@ -202,37 +215,16 @@ def load_sweep_config(path: str | Path) -> SweepSpec:
             f"(known: {', '.join(sorted(_TOP_KEYS))})"
         )
     spec = SweepSpec(
-        kind=str(data.get("kind", "run")),
-        base=dict(data.get("base", {})),
-        axes=dict(data.get("axes", {})),
-        slo=dict(data.get("slo", {})),
-        name=data.get("name") or path.stem,
-        out=str(data.get("out", "results")),
+        kind=str(data.get("kind", "run")), base=dict(data.get("base", {})),
+        axes=dict(data.get("axes", {})), slo=dict(data.get("slo", {})),
+        name=data.get("name") or path.stem, out=str(data.get("out", "results")),
+        report=ReportSpec.from_dict(
+            _table(data, "report", path, ("pareto", "heatmap", "heatmap_metrics")), "[report] "),
+        executor=ExecutorSpec(**_table(data, "executor", path, ("kind", "address", "jobs"))),
     )
-    search = data.get("search")
-    if search is not None:
-        search = dict(search)
+    if "search" in data:
+        search = _table(data, "search", path, ("axis", "range", "tolerance"))
         lo, hi = search.pop("range", (None, None))
-        spec.search = SearchSpec(
-            axis=str(search.pop("axis", "request_rate")), lo=lo, hi=hi,
-            tolerance=float(search.pop("tolerance", DEFAULT_TOLERANCE)),
-        )
-        if search:
-            raise KvbenchInputError(f"{path}: unknown [search] key(s) {', '.join(search)}")
-    report = {k.replace("-", "_"): v for k, v in dict(data.get("report", {})).items()}
-    spec.report = ReportSpec(
-        _pair(report.pop("pareto", DEFAULT_PARETO), "[report] pareto"),
-        _pair(report["heatmap"], "[report] heatmap") if report.get("heatmap") else None,
-        tuple(report.pop("heatmap_metrics", DEFAULT_HEATMAP_METRICS)),
-    )
-    report.pop("heatmap", None)
-    if report:
-        raise KvbenchInputError(f"{path}: unknown [report] key(s) {', '.join(report)}")
-    executor = {k.replace("-", "_"): v for k, v in dict(data.get("executor", {})).items()}
-    try:
-        spec.executor = ExecutorSpec(**executor)
-    except TypeError:
-        raise KvbenchInputError(
-            f"{path}: [executor] takes kind, address, jobs; got {', '.join(executor)}"
-        ) from None
+        spec.search = SearchSpec(str(search.get("axis", "request_rate")), lo, hi,
+                                 float(search.get("tolerance", DEFAULT_TOLERANCE)))
     return spec

@@ -37,6 +37,7 @@ from kvbench.sweep.sweep_folder import (
     REPORT_HTML,
     SWEEP_JSON,
     load_sweep_folder,
+    read_points,
 )
 from kvbench.sweep.table import points_frame, summary_row
 
@@ -180,30 +181,23 @@ class _Sweep:
             rows = [row if searched in row["values"] else
                     {**row, "values": {**row["values"], searched: option_value(
                         self.points[row["point_id"]].run, searched)}} for row in rows]
-        return points_frame(rows, self.axis_names())
+        return points_frame(rows, self.spec.axis_names())
 
     def _order(self, row: dict[str, Any]) -> list[tuple[int, float]]:
+        """Grid order: each axis by its values' place in the axis, the searched one by value;
+        values from elsewhere last."""
         key = []
         searched = self.spec.search.axis if self.spec.search else None
-        for axis in self.axis_names():
-            value = row["values"].get(axis)
-            listed = self.spec.axes.get(axis, [])
+        for axis in self.spec.axis_names():
+            value, listed = row["values"].get(axis), self.spec.axes.get(axis, [])
             if axis == searched:
                 try:
                     key.append((0, float(value)))
                 except (TypeError, ValueError):
                     key.append((1, 0.0))
-            elif value in listed:
-                key.append((0, float(listed.index(value))))
             else:
-                key.append((1, 0.0))
+                key.append((0, float(listed.index(value))) if value in listed else (1, 0.0))
         return key
-
-    def axis_names(self) -> list[str]:
-        names = list(self.spec.axes)
-        if self.spec.search and self.spec.search.axis not in names:
-            names.append(self.spec.search.axis)
-        return names
 
     def write_table(self) -> pd.DataFrame:
         frame = self.frame()
@@ -230,18 +224,16 @@ class _Sweep:
         search = self.spec.search
         assert search is not None
         axis = search.axis
-        integer = axis == "max_concurrency"
-        groups = group_values(self.spec, axis)
-        lo = search.lo if search.lo is not None else DEFAULT_RANGES[axis][0]
-        hi = search.hi if search.hi is not None else DEFAULT_RANGES[axis][1]
+        lo, hi = (given if given is not None else default
+                  for given, default in zip((search.lo, search.hi), DEFAULT_RANGES[axis], strict=True))
         if not lo < hi:
             raise KvbenchInputError(f"--search-range needs LO < HI, got {lo:g},{hi:g}")
         by_group: dict[str, dict[str, Any]] = {}
-        for values in groups:  # groups that differ only in what their runs ignore are one
-            key = _group_key(self._probe(values, axis, lo).run, axis)
-            if key not in by_group:
-                bisection = Bisection(float(lo), float(hi), search.tolerance, integer)
-                by_group[key] = {"values": values, "bisection": bisection, "busy": None}
+        for values in group_values(self.spec, axis):  # groups whose runs are the same are one
+            by_group.setdefault(_group_key(self._probe(values, axis, lo).run, axis), {
+                "values": values, "busy": None,  # busy: (point id, value) of its probe running
+                "bisection": Bisection(float(lo), float(hi), search.tolerance,
+                                       axis == "max_concurrency")})
         for row in self.rows.values():  # points already run seed the brackets
             value = numeric(row["values"].get(axis))
             if value is None or row["status"] not in ("complete", "failed"):
@@ -255,24 +247,19 @@ class _Sweep:
                   f"({format_slo(self.spec.slo)}), {len(searches)} group(s), "
                   f"range {lo:g}..{hi:g}, tolerance {search.tolerance:.0%}")
         while True:
-            progressed = True
-            while progressed:
-                progressed = False
-                for s in searches:
-                    if s["busy"] is not None or len(self.in_flight) >= self.executor.capacity:
-                        continue
+            for s in searches:
+                while s["busy"] is None and len(self.in_flight) < self.executor.capacity:
                     value = s["bisection"].next_value()
                     if value is None:
-                        continue
+                        break
                     point = self._probe(s["values"], axis, value)
                     row = self.rows.get(point.point_id)
                     if (row is not None and row["status"] == "complete") or self.reuse(point):
                         s["bisection"].record(value, bool(self.rows[point.point_id]
                                                           .get("meets_slo")))
-                        progressed = True
-                        continue
-                    s["busy"] = (point.point_id, value)
-                    self.submit(point)
+                    else:
+                        s["busy"] = (point.point_id, value)
+                        self.submit(point)
             if not self.in_flight:
                 break
             row = self.wait()
@@ -295,26 +282,19 @@ class _Sweep:
     def _capacity_row(self, values: dict[str, Any], bisection: Bisection,
                       axis: str) -> dict[str, Any]:
         outcome = bisection.outcome()
-        row: dict[str, Any] = {display_name(k): v for k, v in values.items()}
-        row["label"] = strategy_label(self._probe(values, axis, bisection.lo).run)
-        row["axis"] = display_name(axis)
-        row.update(outcome)
-        at = None
-        if outcome["lo"] is not None:
-            at = self._probe(values, axis, outcome["lo"]).point_id
-        row["point_id"] = at
-        summary = self.rows[at]["summary"] if at in self.rows else None
-        metrics = summary_row(summary)
-        for key in ("output_tok_s", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms"):
-            row[f"{key}_at_capacity"] = metrics.get(key)
-        miss = None
-        if outcome["hi"] is not None:
-            miss_id = self._probe(values, axis, outcome["hi"]).point_id
-            if miss_id in self.rows:
-                miss = "; ".join(slo_violations(self.rows[miss_id]["summary"], self.spec.slo))
-        row["miss_above"] = miss
-        row["slo"] = format_slo(self.spec.slo)
-        return row
+        at, miss = (self._probe(values, axis, outcome[end]).point_id
+                    if outcome[end] is not None else None for end in ("lo", "hi"))
+        metrics = summary_row(self.rows[at]["summary"] if at in self.rows else None)
+        return {
+            **{display_name(k): v for k, v in values.items()},
+            "label": strategy_label(self._probe(values, axis, bisection.lo).run),
+            "axis": display_name(axis), **outcome, "point_id": at,
+            **{f"{key}_at_capacity": metrics.get(key)
+               for key in ("output_tok_s", "ttft_p99_ms", "tpot_p99_ms", "e2e_p99_ms")},
+            "miss_above": "; ".join(slo_violations(self.rows[miss]["summary"], self.spec.slo))
+            if miss in self.rows else None,
+            "slo": format_slo(self.spec.slo),
+        }
 
 
 def _group_key(run, axis: str) -> str:
@@ -434,8 +414,8 @@ def _check_existing(folder: Path, spec: SweepSpec, resume: bool) -> dict[str, An
 
 def _old_wall_times(folder: Path) -> dict[str, float]:
     try:
-        frame = pd.read_csv(folder / POINTS_CSV, usecols=["point_id", "wall_s"]).dropna()
-    except (OSError, ValueError):  # none yet, or not ours
+        frame = read_points(folder, ["point_id", "wall_s"]).dropna()
+    except KvbenchInputError:  # none yet, or not ours
         return {}
     return dict(zip(frame["point_id"].astype(str), frame["wall_s"].astype(float), strict=True))
 

@@ -1,13 +1,7 @@
-"""Executors: where sweep points run. `local` (this machine) or `ray` (a Ray cluster).
+"""Executors: where sweep points run, `local` (this machine) or `ray` (a Ray cluster).
 
-An executor takes point tasks (`kvbench.sweep.point.make_task`) and hands back their records
-one at a time, in the order they finish:
-
-    executor.submit(task)        # at most `executor.capacity` in flight
-    record = executor.wait_one() # blocks; the point's folder is on this machine's disk
-    executor.close(cancel=...)
-
-The driver (`kvbench.sweep.driver`) keeps up to `capacity` tasks in flight, so a capacity
+The driver keeps up to `capacity` tasks in flight (`submit`) and takes their records back in
+the order they finish (`wait_one`, the point's folder then on this machine's disk): a capacity
 search bisects every group at once on Ray and one point at a time locally.
 """
 
@@ -21,7 +15,6 @@ from kvbench.sweep.ray_executor import RayExecutor
 
 
 class Executor(Protocol):
-    name: str
     capacity: int
 
     def submit(self, task: dict[str, Any]) -> None: ...
@@ -35,10 +28,7 @@ def make_executor(kind: str, *, address: str | None = None, jobs: int | None = N
                   sweep_kind: str = "run", device: str = "auto") -> Executor:
     """`local` (sequential, or `jobs` processes; one per GPU when several are visible) or `ray`."""
     if kind == "local":
-        if jobs is None:
-            jobs, gpus = default_jobs(sweep_kind, device)
-        else:
-            gpus = None
+        jobs, gpus = default_jobs(sweep_kind, device) if jobs is None else (jobs, None)
         return LocalExecutor(jobs, gpus=gpus)
     if kind == "ray":
         if jobs is not None:

@@ -38,13 +38,7 @@ def _pin_worker(gpu_queue) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_queue.get()
 
 
-def _execute(task: dict[str, Any]) -> dict[str, Any]:
-    return execute_point(task)
-
-
 class LocalExecutor:
-    name = "local"
-
     def __init__(self, jobs: int = 1, gpus: list[str] | None = None) -> None:
         self.capacity = max(1, jobs)
         self.gpus = gpus
@@ -65,7 +59,7 @@ class LocalExecutor:
         if self._pool is None:
             self._queue.append(task)
         else:
-            self._futures[self._pool.submit(_execute, task)] = task
+            self._futures[self._pool.submit(execute_point, task)] = task
 
     def wait_one(self) -> dict[str, Any]:
         if self._pool is None:

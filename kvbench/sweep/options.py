@@ -4,10 +4,6 @@ An option added to `RunOptions` is a sweep axis at once, under the same name (`-
 on the command line, `block-size` or `block_size` in a sweep file, `block_size` in
 `config.json`). Workload parameters are axes too, named `workload_param.NAME` (e.g.
 `workload_param.prompt_len`).
-
-`run_config_for(kind, values)` turns one point's option values into the `RunConfig` that
-`kvbench run` or `kvbench simulate` would build for the same options (through
-`kvbench.session.session.expand_runs`, so defaults and checks are the commands' own).
 """
 
 from __future__ import annotations
@@ -15,20 +11,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import click
+
 from kvbench.errors import KvbenchInputError
-from kvbench.session.run_options import KINDS, OptionField, RunOptions, per_run_fields
+from kvbench.session.run_options import KINDS, RunOptions, per_run_fields
 from kvbench.session.session import expand_runs
 from kvbench.units import parse_rate
 
 WORKLOAD_PARAM = "workload_param."
-_TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
-_FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 
 
-def catalogue() -> dict[str, OptionField]:
-    """Every option a sweep point takes, by python name (`repeat`, `out`, `slo` belong to the
-    sweep as a whole: sweep a `seed` axis instead of repeating)."""
-    return per_run_fields()
+# Every option a sweep point takes, by python name (`repeat`, `out`, `slo` belong to the
+# sweep as a whole: sweep a `seed` axis instead of repeating).
+catalogue = per_run_fields
 
 
 def canonical_name(text: str) -> str:
@@ -84,8 +79,6 @@ def convert(name: str, value: Any) -> Any:
     if info.optional and value is None:
         return None
     kind = info.base_type
-    if kind is bool:
-        return _bool(info, value)
     if kind is str:
         text = value_text(value)
         if info.spec.choices is not None and text not in info.spec.choices:
@@ -93,28 +86,16 @@ def convert(name: str, value: Any) -> Any:
                 f"{info.flag}: {text!r} is not one of {', '.join(info.spec.choices)}"
             )
         return text
-    if isinstance(value, bool):  # TOML true is not a number of requests
-        raise KvbenchInputError(f"{info.flag}: {value_text(value)!r} is not a valid {kind.__name__}")
+    noun = {bool: "boolean (true or false)", int: "integer", float: "number"}[kind]
+    # TOML true is not a number of requests, nor 2.5 a whole one
+    if (kind is not bool and isinstance(value, bool)) or (
+            kind is int and isinstance(value, float) and not value.is_integer()):
+        raise KvbenchInputError(f"{info.flag}: {value!r} is not a valid {noun}")
     try:
-        if kind is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            return int(value) if not isinstance(value, str) else int(value.strip())
-        return float(value)
-    except (TypeError, ValueError):
-        noun = "integer" if kind is int else "number"
+        return {bool: click.BOOL, int: click.INT, float: click.FLOAT}[kind].convert(
+            value, None, None)
+    except click.BadParameter:
         raise KvbenchInputError(f"{info.flag}: {value!r} is not a valid {noun}") from None
-
-
-def _bool(info: OptionField, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise KvbenchInputError(f"{info.flag}: {value!r} is not a valid boolean (true or false)")
 
 
 def check_kind(kind: str, names: list[str]) -> None:
@@ -145,7 +126,8 @@ def workload_param_items(value: Any) -> tuple[str, ...]:
 
 
 def run_config_for(kind: str, values: dict[str, Any], slo_ms: dict[str, float] | None = None):
-    """The `RunConfig` of one point: the command's defaults, then `values`."""
+    """The `RunConfig` that `kvbench run` or `kvbench simulate` builds for one point's option
+    `values` (through `expand_runs`: the defaults and checks are the commands' own)."""
     params: dict[str, Any] = {}
     extra_items: list[str] = []
     for name, value in values.items():

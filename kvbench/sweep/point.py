@@ -1,18 +1,11 @@
-"""Running one sweep point: checked, built and run (`run_one`) into the point's folder, as
-`kvbench run` runs each of its configurations (an fp8 point's summary carries the same
-`accuracy` section).
+"""Running one sweep point into its folder as `kvbench run` runs each of its configurations
+(`<point-id>.partial/`, renamed `<point-id>/` once whole).
 
-A task is a plain dict (it travels to Ray workers and spawned processes):
-`{"point_id", "folder", "run": RunConfig.to_dict(), "command"}`. `execute_point` returns a
-record: `{"point_id", "status", "summary" (the run's `Summary`), "error", "wall_s"}` (status
-`complete` or `failed`); a failure of the point (bad input, a failed run) is in the record, never raised,
-so one bad point does not stop a sweep. Ctrl-C is raised (`RunInterrupted`).
-
-A point runs into `<point-id>.partial/`, renamed `<point-id>/` once whole (its accuracy
-section written), as a session's runs do. `gather=True` (Ray) runs into a scratch folder on
-the worker and returns the folder's files in `record["files"]` (and `record["whole"]`); the
-driver writes them into the sweep folder (`write_gathered`), so a cluster needs no shared
-filesystem.
+A task is a plain dict, as it travels to Ray workers and spawned processes. A failure of the
+point is in its record (`status` failed, `error`), never raised, so one bad point does not stop
+a sweep; Ctrl-C is raised. `gather=True` (Ray) runs into a scratch folder on the worker and
+returns its files in the record, which the driver writes (`write_gathered`): a cluster needs
+no shared filesystem.
 """
 
 from __future__ import annotations
@@ -34,12 +27,13 @@ _MODEL_CACHE: dict = {}  # per process: points of one model share its weights
 
 
 def make_task(point_id: str, folder: Path, run: RunConfig, command: str) -> dict[str, Any]:
+    """What a worker needs to run one point."""
     return {"point_id": point_id, "folder": str(folder), "run": run.to_dict(),
             "command": command}
 
 
-def execute_point(task: dict[str, Any], *, gather: bool = False,
-                  model_cache: dict | None = None) -> dict[str, Any]:
+def execute_point(task: dict[str, Any], *, gather: bool = False) -> dict[str, Any]:
+    """The point's record: point_id, status (complete or failed), summary, error, wall_s."""
     folder = Path(task["folder"])
     target = Path(tempfile.mkdtemp(prefix="kvbench-point-")) / "run" if gather else folder
     for stale in (target, working(target)):
@@ -51,8 +45,7 @@ def execute_point(task: dict[str, Any], *, gather: bool = False,
     start = time.perf_counter()
     try:
         run = RunConfig.from_dict(task["run"])
-        cache = _MODEL_CACHE if model_cache is None else model_cache
-        plan, workload = check_run(run, cache)
+        plan, workload = check_run(run, _MODEL_CACHE)
         run = as_planned(run, plan)
         outcome = run_one(run, work, show_progress=False, command=task["command"],
                           prepared=(build(run, plan), workload))

@@ -1,15 +1,9 @@
-"""The Ray executor (`--executor ray [--address auto]`): each point a Ray task.
+"""The Ray executor (`--executor ray [--address auto]`): each point a Ray task, its folder's
+files returned with its record. A task that raises or whose worker dies fails its point only.
 
-A point of `kvbench run` asks for one GPU (or `cpu_threads` CPUs when it runs on the CPU or
-the cluster has no GPU); a point of `kvbench simulate` asks for one CPU. The task runs the
-point on its worker into a scratch folder and returns the folder's files with the record; the
-driver writes them into the sweep folder, so workers need no shared filesystem (in local mode
-they share the disk anyway). A task that raises or whose worker dies fails its point only.
-
-Ray is optional (`pip install 'kvbench[ray]'`); nothing else in kvbench imports it.
-Without `--address`, a local Ray instance is started (and shut down at the end); with
-`--address auto` (or `ray://...`) the driver joins that cluster. An already initialised Ray
-(`ray.init(...)` in your script) is used as it is and left running.
+Ray is optional (`pip install 'kvbench[ray]'`). Without `--address` a local Ray is started
+and shut down at the end; `--address auto` (or `ray://...`) joins that cluster; a Ray already
+initialised by the caller is used as it is and left running.
 """
 
 from __future__ import annotations
@@ -26,16 +20,11 @@ def _ray_point(task: dict[str, Any]) -> dict[str, Any]:
     return execute_point(task, gather=True)
 
 
-def _import_ray():
-    return optional_import("ray", "--executor ray")  # heavy: only for --executor ray
-
-
 class RayExecutor:
-    name = "ray"
     capacity = 1 << 20  # Ray queues what the cluster cannot place yet
 
     def __init__(self, address: str | None = None) -> None:
-        ray = self._ray = _import_ray()
+        ray = self._ray = optional_import("ray", "--executor ray")
         self._owns = False
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False,
@@ -46,6 +35,8 @@ class RayExecutor:
         self._refs: dict[Any, dict[str, Any]] = {}
 
     def resources(self, task: dict[str, Any]) -> dict[str, Any]:
+        """A real run: one GPU, or `cpu_threads` CPUs on the CPU or a cluster without GPUs;
+        a simulated one: one CPU."""
         run = task["run"]
         engine = run["engine"]
         if run.get("engine_kind") == EngineKind.SIMULATED:

@@ -10,48 +10,35 @@ import math
 from pathlib import Path
 
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
-from plotly.subplots import make_subplots
 
-from kvbench.errors import KvbenchInputError
-from kvbench.results.files import atomic_write_text
+from kvbench.report.figure import Figure, subplots
+from kvbench.report.page import chart_html, html_page, section_html
+from kvbench.report.style import PALETTE, base_layout
+from kvbench.results.files import atomic_write_bytes
 from kvbench.sweep.config import SweepSpec
 from kvbench.sweep.options import display_name, value_text
 from kvbench.sweep.slo import format_slo
-from kvbench.sweep.sweep_folder import CAPACITY_CSV, POINTS_CSV, REPORT_HTML, load_sweep_folder
+from kvbench.sweep.sweep_folder import CAPACITY_CSV, REPORT_HTML, load_sweep_folder, read_points
 from kvbench.sweep.table import STRATEGY_AXES, higher_is_better, metric_column, metric_title
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf")
 TABLE_COLUMNS = ("point_id", "status", "output_tok_s", "ttft_p50_ms", "ttft_p99_ms",
                  "tpot_p50_ms", "tpot_p99_ms", "e2e_p99_ms", "utilization_mean", "preemptions",
                  "prefix_hit_rate", "meets_slo", "wall_s", "error")
 
 
 def load_axis(spec: SweepSpec) -> str | None:
-    names = [display_name(a) for a in spec.axes]
     if spec.search is not None:
         return display_name(spec.search.axis)
-    for candidate in ("request_rate", "max_concurrency"):
-        if candidate in names:
-            return candidate
-    return None
+    return next((a for a in ("request_rate", "max_concurrency") if a in spec.axes), None)
 
 
 def pareto_front(frame: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     """The rows that no other row beats (or equals) on both `x` and `y`, sorted by `x`."""
     data = frame.dropna(subset=[x, y])
-    sx = 1 if higher_is_better(x) else -1
-    sy = 1 if higher_is_better(y) else -1
-    keep = []
-    values = list(zip(data[x] * sx, data[y] * sy, strict=True))
-    for i, (a, b) in enumerate(values):
-        dominated = any(
-            (c >= a and d >= b) and (c > a or d > b) for j, (c, d) in enumerate(values) if j != i
-        )
-        if not dominated:
-            keep.append(data.index[i])
+    values = list(zip(data[x] * (1 if higher_is_better(x) else -1),
+                      data[y] * (1 if higher_is_better(y) else -1), strict=True))
+    keep = [data.index[i] for i, (a, b) in enumerate(values)
+            if not any(c >= a and d >= b and (c > a or d > b) for c, d in values)]
     return data.loc[keep].sort_values(x)
 
 
@@ -78,45 +65,37 @@ def _series(frame: pd.DataFrame, spec: SweepSpec, load: str | None) -> list[tupl
     others = _collapse([a for a in _multi_axes(spec) if a != load], frame)
     if not others:
         return [("all points", frame)]
-    out = []
-    for key, group in frame.groupby(others, sort=False, dropna=False):
-        out.append((_key_text(others, key if isinstance(key, tuple) else (key,)), group))
-    return out
+    return [(_key_text(others, key if isinstance(key, tuple) else (key,)), group)
+            for key, group in frame.groupby(others, sort=False, dropna=False)]
 
 
-def _figure_html(fig: go.Figure, height: int) -> str:
-    fig.update_layout(height=height, template="plotly_white", margin=dict(l=60, r=20, t=50, b=50),
-                      legend=dict(orientation="h", y=-0.18), font=dict(size=12))
-    return fig.to_html(full_html=False, include_plotlyjs=False,
-                       config={"displaylogo": False, "responsive": True})
-
-
-def _hover(group: pd.DataFrame) -> list[str]:
-    return [str(p) for p in group["point_id"]]
+def _chart(fig: Figure, name: str, title: str, height: int) -> str:
+    fig.update_layout(**base_layout(title, height))
+    return chart_html(fig, name)
 
 
 def _curves(series, x: str, metrics: tuple[str, ...], titles: tuple[str, ...], hover: str,
-            order: str | None) -> go.Figure:
+            order: str | None) -> Figure:
     """A panel per metric against `x`, a line per series, its points in `order`."""
-    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=titles,
-                        horizontal_spacing=0.08 if len(metrics) == 2 else 0.07)
+    fig = subplots(rows=1, cols=len(metrics), titles=titles,
+                   horizontal_spacing=0.08 if len(metrics) == 2 else 0.07)
     for k, (label, g) in enumerate(series):
         g = g.sort_values(order) if order and order in g else g
         for col, metric in enumerate(metrics, start=1):
-            fig.add_trace(go.Scatter(
-                x=g[x], y=g[metric], mode="lines+markers", name=label, legendgroup=label,
-                showlegend=col == 1, line=dict(color=PALETTE[k % len(PALETTE)]),
-                text=_hover(g), hovertemplate=hover,
-            ), row=1, col=col)
+            fig.add({"type": "scatter", "x": g[x].tolist(), "y": g[metric].tolist(),
+                     "mode": "lines+markers", "name": label, "legendgroup": label,
+                     "showlegend": col == 1, "line": {"color": PALETTE[k % len(PALETTE)]},
+                     "text": g["point_id"].astype(str).tolist(), "hovertemplate": hover},
+                    row=1, col=col)
     return fig
 
 
 def _latency_vs_throughput(series, load: str | None) -> str:
     fig = _curves(series, "output_tok_s", ("ttft_p99_ms", "tpot_p99_ms"),
                   ("p99 TTFT", "p99 TPOT"), "%{text}<br>%{x:.1f} tok/s, %{y:.1f} ms", load)
-    fig.update_xaxes(title_text="output tokens/s")
-    fig.update_yaxes(title_text="ms", type="log")
-    return _figure_html(fig, 430)
+    fig.update_axes("x", {"title": {"text": "output tokens/s"}})
+    fig.update_axes("y", {"title": {"text": "ms"}, "type": "log"})
+    return _chart(fig, "latency", "", 430)
 
 
 def _load_curves(series, load: str) -> str:
@@ -127,31 +106,31 @@ def _load_curves(series, load: str) -> str:
                   load)
     span = [v for _, g in series for v in g[load]]
     wide = span and min(span) > 0 and max(span) / min(span) > 20
-    fig.update_xaxes(title_text=metric_title(load), type="log" if wide else None)
-    fig.update_yaxes(type="log", row=1, col=2)
-    fig.update_yaxes(type="log", row=1, col=3)
-    return _figure_html(fig, 400)
+    fig.update_axes("x", {"title": {"text": metric_title(load)}, **({"type": "log"} if wide else {})})
+    for col in (2, 3):
+        fig.update_axes("y", {"type": "log"}, row=1, col=col)
+    return _chart(fig, "load", "", 400)
 
 
 def _pareto(frame: pd.DataFrame, series, x: str, y: str) -> tuple[str, pd.DataFrame]:
     front = pareto_front(frame, x, y)
-    fig = go.Figure()
+    fig = Figure()
+    hover = "%{text}<br>%{x:.4g}, %{y:.4g}"
     for k, (label, group) in enumerate(series):
-        fig.add_trace(go.Scatter(
-            x=group[x], y=group[y], mode="markers", name=label,
-            marker=dict(color=PALETTE[k % len(PALETTE)], size=9, opacity=0.8),
-            text=_hover(group), hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}",
-        ))
+        fig.add({"type": "scatter", "x": group[x].tolist(), "y": group[y].tolist(),
+                 "mode": "markers", "name": label, "text": group["point_id"].astype(str).tolist(),
+                 "marker": {"color": PALETTE[k % len(PALETTE)], "size": 9, "opacity": 0.8},
+                 "hovertemplate": hover})
     if len(front):
-        fig.add_trace(go.Scatter(
-            x=front[x], y=front[y], mode="lines+markers", name="Pareto front",
-            line=dict(color="black", width=2, shape="hv" if not higher_is_better(y) else "vh"),
-            marker=dict(symbol="circle-open", size=14, color="black"),
-            text=_hover(front), hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}",
-        ))
-    fig.update_xaxes(title_text=metric_title(x))
-    fig.update_yaxes(title_text=metric_title(y))
-    return _figure_html(fig, 460), front
+        fig.add({"type": "scatter", "x": front[x].tolist(), "y": front[y].tolist(),
+                 "mode": "lines+markers", "name": "Pareto front",
+                 "line": {"color": "black", "width": 2,
+                          "shape": "hv" if not higher_is_better(y) else "vh"},
+                 "marker": {"symbol": "circle-open", "size": 14, "color": "black"},
+                 "text": front["point_id"].astype(str).tolist(), "hovertemplate": hover})
+    fig.update_layout(xaxis={"title": {"text": metric_title(x)}},
+                      yaxis={"title": {"text": metric_title(y)}})
+    return _chart(fig, "pareto", "", 460), front
 
 
 def _heat_axes(spec: SweepSpec, frame: pd.DataFrame) -> tuple[tuple[str, str] | None,
@@ -186,31 +165,29 @@ def _heatmaps(frame: pd.DataFrame, spec: SweepSpec) -> str:
     grid = frame[frame["source"] == "grid"]
     facets = [(None, grid)] if facet is None else list(grid.groupby(facet, sort=False))
     blocks = []
-    for metric_name in spec.report.heatmap_metrics:
+    for n, metric_name in enumerate(spec.report.heatmap_metrics):
         metric = metric_column(metric_name)
         if metric not in grid:
             continue
         note = f" (mean over {', '.join(others)})" if others else ""
         titles = [_key_text([facet], k if isinstance(k, tuple) else (k,)) if facet else ""
                   for k, _ in facets]
-        fig = make_subplots(rows=1, cols=len(facets), subplot_titles=titles,
-                            horizontal_spacing=0.06)
+        fig = subplots(rows=1, cols=len(facets), titles=titles, horizontal_spacing=0.06)
         colorscale = "Viridis" if higher_is_better(metric) else "Viridis_r"
         for i, (_, data) in enumerate(facets, start=1):
             table = data.pivot_table(index=b, columns=a, values=metric, aggfunc="mean",
                                      sort=False)
             z = table.to_numpy()
             text = [[_cell(v) for v in row] for row in z]
-            fig.add_trace(go.Heatmap(
-                z=z, x=[value_text(c) for c in table.columns],
-                y=[value_text(r) for r in table.index], text=text,
-                texttemplate="%{text}", colorscale=colorscale, showscale=i == len(facets),
-                coloraxis=None, hovertemplate=f"{a}=%{{x}}<br>{b}=%{{y}}<br>%{{z:.4g}}",
-            ), row=1, col=i)
-            fig.update_xaxes(title_text=a, type="category", row=1, col=i)
-            fig.update_yaxes(title_text=b if i == 1 else None, type="category", row=1, col=i)
-        fig.update_layout(title_text=f"{metric_title(metric)}{note}")
-        blocks.append(_figure_html(fig, 380))
+            fig.add({"type": "heatmap", "z": z.tolist(), "text": text,
+                     "x": [value_text(c) for c in table.columns],
+                     "y": [value_text(r) for r in table.index], "texttemplate": "%{text}",
+                     "colorscale": colorscale, "showscale": i == len(facets),
+                     "hovertemplate": f"{a}=%{{x}}<br>{b}=%{{y}}<br>%{{z:.4g}}"}, row=1, col=i)
+            fig.update_axes("x", {"title": {"text": a}, "type": "category"}, row=1, col=i)
+            fig.update_axes("y", {"type": "category", **({"title": {"text": b}} if i == 1 else {})},
+                            row=1, col=i)
+        blocks.append(_chart(fig, f"heatmap-{n}", f"{metric_title(metric)}{note}", 380))
     return "\n".join(blocks) or "<p>No heat-map metric is in the table.</p>"
 
 
@@ -235,17 +212,16 @@ def _capacity(capacity: pd.DataFrame, spec: SweepSpec) -> str:
               for _, r in capacity.iterrows()]
     values = pd.to_numeric(capacity["capacity"]).fillna(0).tolist()
     upper = (pd.to_numeric(capacity["hi"]) - pd.to_numeric(capacity["lo"])).fillna(0).tolist()
-    fig = go.Figure(go.Bar(
-        x=labels, y=values, error_y=dict(type="data", symmetric=False, array=upper,
-                                         arrayminus=[0] * len(upper)),
-        marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(labels))],
-        text=[_cell(v) for v in values], textposition="inside", insidetextanchor="end",
-        textfont=dict(color="white"),
-    ))
-    fig.update_yaxes(title_text=metric_title(axis))
-    fig.update_layout(title_text=f"highest {axis} meeting {format_slo(spec.slo)} "
-                                 "(bar: met; whisker: first miss)")
-    body = _figure_html(fig, 400)
+    fig = Figure()
+    fig.add({"type": "bar", "x": labels, "y": values,
+             "error_y": {"type": "data", "symmetric": False, "array": upper,
+                         "arrayminus": [0] * len(upper)},
+             "marker": {"color": [PALETTE[i % len(PALETTE)] for i in range(len(labels))]},
+             "text": [_cell(v) for v in values], "textposition": "inside",
+             "insidetextanchor": "end", "textfont": {"color": "white"}})
+    fig.update_layout(yaxis={"title": {"text": metric_title(axis)}}, showlegend=False)
+    body = _chart(fig, "capacity", f"highest {axis} meeting {format_slo(spec.slo)} "
+                  "(bar: met; whisker: first miss)", 400)
     shown = [*group_cols, "capacity", "status", "lo", "hi", "probes",
              "output_tok_s_at_capacity", "miss_above"]
     return body + _table(capacity[[c for c in shown if c in capacity]])
@@ -257,73 +233,54 @@ def _table(frame: pd.DataFrame) -> str:
     return text.to_html(index=False, border=0)
 
 
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
-h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
-.meta{color:#555;font-size:13px}code{background:#f4f4f4;padding:1px 4px;border-radius:3px}
-table{border-collapse:collapse;font-size:12px;margin:8px 0}
-th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f6f6f6}
-td:first-child,th:first-child{text-align:left}
-p.explain{color:#444;font-size:13px;max-width:70em}
-"""
-
-
 def build_sweep_page(spec: SweepSpec, points: pd.DataFrame, capacity: pd.DataFrame | None,
-                     command: str, title: str) -> str:
+                     command: str, title: str) -> bytes:
     done = points[points["status"] == "complete"] if "status" in points else points
     load = load_axis(spec)
     series = _series(done, spec, load) if len(done) else []
-    sections: list[tuple[str, str, str]] = []
+    sections: list[tuple[str, str, str, str]] = []  # (key, title, explanation, body)
     if capacity is not None and spec.search is not None and len(capacity):
-        sections.append(("SLO capacity", (
+        sections.append(("capacity", "SLO capacity", (
             f"Bisection over {display_name(spec.search.axis)} (tolerance "
             f"{spec.search.tolerance:.0%}): the highest value whose run meets every target "
             f"({html.escape(format_slo(spec.slo))}) and serves every request."),
             _capacity(capacity, spec)))
     if len(done) and "output_tok_s" in done:
-        sections.append(("Throughput vs latency", (
+        sections.append(("latency", "Throughput vs latency", (
             "p99 time to first token and p99 time per output token against output throughput,"
             " one curve per configuration, points in order of load. Down and to the right is "
             "better."), _latency_vs_throughput(series, load)))
         if load and load in done:
-            sections.append((f"Load curves ({load})", (
-                "How throughput and tail latency respond to the offered load."),
-                _load_curves(series, load)))
+            sections.append(("load", f"Load curves ({load})",
+                             "How throughput and tail latency respond to the offered load.",
+                             _load_curves(series, load)))
         x, y = (metric_column(m) for m in spec.report.pareto)
         if x in done and y in done:
             body, front = _pareto(done, series, x, y)
             front_cols = [c for c in ("point_id", x, y) if c in front]
             table = (f"<details><summary>the {len(front)} points on the front</summary>"
                      f"{_table(front[front_cols])}</details>")
-            sections.append((f"Pareto front: {metric_title(x)} vs {metric_title(y)}", (
-                "Each point is a run; the front joins the points that no other run beats on "
-                "both metrics."), body + table))
-        sections.append(("Heat maps", "Metrics over two axes of the grid (grid points only).",
+            sections.append(("pareto", f"Pareto front: {metric_title(x)} vs {metric_title(y)}",
+                             "Each point is a run; the front joins the points that no other "
+                             "run beats on both metrics.", body + table))
+        sections.append(("heatmaps", "Heat maps",
+                         "Metrics over two axes of the grid (grid points only).",
                          _heatmaps(done, spec)))
     cols = [c for c in points.columns
-            if c in TABLE_COLUMNS or c in {display_name(a) for a in spec.axes}
-            or (spec.search and c == display_name(spec.search.axis))]
+            if c in TABLE_COLUMNS or c in {display_name(a) for a in spec.axis_names()}]
     cols = ["point_id", *[c for c in cols if c != "point_id"]]
-    sections.append(("Points", "Every point of the sweep (all columns are in points.csv).",
-                     _table(points[cols])))
+    sections.append(("points", "Points", "Every point of the sweep (all columns are in "
+                     "points.csv).", f"<div class='scroll'>{_table(points[cols])}</div>"))
     base = ", ".join(f"{display_name(k)}={value_text(v)}" for k, v in spec.base.items())
     counts = points["status"].value_counts().to_dict() if "status" in points else {}
-    meta = (f"<div class='meta'>kvbench {html.escape(spec.kind)}; base: "
-            f"{html.escape(base) or 'defaults'}<br>axes: "
+    meta = (f"kvbench {html.escape(spec.kind)}; base: {html.escape(base) or 'defaults'}<br>axes: "
             + html.escape("; ".join(f"{display_name(a)} = {', '.join(value_text(x) for x in v)}"
                                     for a, v in spec.axes.items()) or "none")
             + f"<br>points: {html.escape(', '.join(f'{n} {k}' for k, n in counts.items()))}"
-            + (f"<br>command: <code>{html.escape(command)}</code>" if command else "")
-            + "</div>")
-    body = "\n".join(
-        f"<h2>{html.escape(t)}</h2><p class='explain'>{e}</p>{b}" for t, e, b in sections
-    )
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title><style>{CSS}</style>"
-        f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
-        f"<h1>sweep {html.escape(title)}</h1>{meta}{body}</body></html>"
-    )
+            + (f"<br>command: <code>{html.escape(command)}</code>" if command else ""))
+    return html_page(f"sweep {title}", f"sweep {title}", meta,
+                     [(key, name, section_html(key, name, explain, body))
+                      for key, name, explain, body in sections], stamp=False)
 
 
 def write_sweep_report(folder: Path, spec: SweepSpec, points: pd.DataFrame,
@@ -331,17 +288,14 @@ def write_sweep_report(folder: Path, spec: SweepSpec, points: pd.DataFrame,
                        output: Path | None = None) -> Path:
     """Write the sweep's report to `output` (default: `folder/report.html`)."""
     path = Path(output) if output is not None else Path(folder) / REPORT_HTML
-    atomic_write_text(path, build_sweep_page(spec, points, capacity, command, Path(folder).name))
+    atomic_write_bytes(path, build_sweep_page(spec, points, capacity, command, Path(folder).name))
     return path
 
 
 def read_and_write(folder: Path, output: Path | None = None) -> Path:
     """Rebuild the report from a sweep folder's files (`sweep.json`, `points.csv`, ...)."""
     spec, data = load_sweep_folder(folder)
-    try:
-        points = pd.read_csv(Path(folder) / POINTS_CSV)
-    except (OSError, ValueError) as err:
-        raise KvbenchInputError(f"cannot read {Path(folder) / POINTS_CSV}: {err}") from None
+    points = read_points(folder)
     capacity_path = Path(folder) / CAPACITY_CSV
     capacity = pd.read_csv(capacity_path) if capacity_path.exists() else None
     return write_sweep_report(folder, spec, points, capacity, data.get("command", ""), output)

@@ -41,19 +41,24 @@ def load_sweep_folder(folder: Path) -> tuple[SweepSpec, dict[str, Any]]:
     return spec, data
 
 
+def read_points(folder: Path, columns: list[str] | None = None):
+    """`points.csv` (given `columns`, only those) as a DataFrame."""
+    import pandas as pd  # heavy: only what reads a sweep's table loads it
+
+    path = Path(folder) / POINTS_CSV
+    try:
+        return pd.read_csv(path, usecols=columns)
+    except (OSError, ValueError) as err:
+        raise KvbenchInputError(f"cannot read {path}: {err}") from None
+
+
 def unfinished_points(folder: Path) -> list[str]:
     """The points of a sweep folder that are not whole: interrupted, killed while running, or
     never run (a failed point is a result: it is in the table with its error)."""
     _, data = load_sweep_folder(folder)
     status: dict[str, str] = {}
-    path = Path(folder) / POINTS_CSV
-    if path.is_file():
-        import pandas as pd  # heavy: only a report on a sweep folder reads the table
-
-        try:
-            table = pd.read_csv(path, usecols=["point_id", "status"])
-        except (OSError, ValueError) as err:
-            raise KvbenchInputError(f"cannot read {path}: {err}") from None
+    if (Path(folder) / POINTS_CSV).is_file():
+        table = read_points(folder, ["point_id", "status"])
         status = dict(zip(table["point_id"], table["status"], strict=True))
     ids = [p["point_id"] for p in data.get("points", [])]
     ids += [i for i in status if i not in ids]  # search probes

@@ -82,21 +82,12 @@ TIMING_COLUMNS = frozenset({
 def points_frame(rows: list[dict[str, Any]], axes: list[str]) -> pd.DataFrame:
     """The table from rows of {point_id, values, source, status, summary, error, wall_s,
     meets_slo}; axis columns numeric where every value is a number."""
-    records = []
-    for row in rows:
-        record: dict[str, Any] = {"point_id": row["point_id"]}
-        for axis in axes:
-            record[display_name(axis)] = row["values"].get(axis)
-        record["source"] = row.get("source", "grid")
-        record["label"] = row.get("label")
-        record["status"] = row.get("status", "pending")
-        record.update(summary_row(row.get("summary")))
-        if "meets_slo" in row:
-            record["meets_slo"] = row["meets_slo"]
-        record["wall_s"] = row.get("wall_s")
-        record["error"] = row.get("error")
-        records.append(record)
-    frame = pd.DataFrame.from_records(records)
+    frame = pd.DataFrame.from_records([{
+        "point_id": row["point_id"], **{display_name(a): row["values"].get(a) for a in axes},
+        "source": row.get("source", "grid"), "label": row.get("label"),
+        "status": row.get("status", "pending"), **summary_row(row.get("summary")),
+        **({"meets_slo": row["meets_slo"]} if "meets_slo" in row else {}),
+        "wall_s": row.get("wall_s"), "error": row.get("error")} for row in rows])
     for axis in axes:
         column = display_name(axis)
         if column in frame:
