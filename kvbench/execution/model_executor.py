@@ -15,7 +15,6 @@ from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.execution.tensor_executor import TensorExecutor
 from kvbench.kernels.attention_ops import AttentionOps
-from kvbench.kernels.cpu_attention import step_indices
 from kvbench.kernels.reference import write_latent
 from kvbench.models.llama import LlamaDecoder
 from kvbench.tracing import trace_range
@@ -314,8 +313,7 @@ class ModelExecutor(TensorExecutor):
             if self.graphs is not None and self.graphs.can_run(batch, idx):
                 hidden = self.graphs.run(batch, idx)
             else:
-                with step_indices():  # a decode's indices built by the first layer
-                    hidden = self.model(input_ids, positions, self._eager_attention(layout, idx))
+                hidden = self.model(input_ids, positions, self._eager_attention(layout, idx))
             # a decode-only step samples every row in order: no gather of the hidden states
             every_row = batch.sample_rows == list(range(batch.num_tokens))
             logits = self.model.logits(hidden if every_row else hidden[rows])
