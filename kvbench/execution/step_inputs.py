@@ -98,7 +98,9 @@ def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int,
                    group_arrays: list[BlockTableArrays] | None = None) -> HostIndices:
     """Apply the layout's table log to `arrays` and derive the step's indices from them; a
     layout with a table per allocation group (`group_table_logs`) applies each group's log
-    to its own entry of `group_arrays` (grown as needed)."""
+    to its own entry of `group_arrays` (grown as needed) and stacks the groups' indices:
+    block tables (`hybrid`), or each sequence's start slot and ring length (`contiguous` with
+    windows: token p of a ring group at `start + p % ring`)."""
     seq_lens = np.asarray(layout.seq_lens, dtype=np.int64)
     query_lens = np.asarray(layout.query_lens, dtype=np.int64)
     qsl = np.zeros(num_prefill + 1, dtype=np.int64)
@@ -113,49 +115,31 @@ def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int,
             tables = np.asarray(layout.start_slots, dtype=np.int64).reshape(-1, 1)
         slots = np.asarray(layout.slot_mapping, dtype=np.int64)
         return HostIndices(slots, seq_lens, qsl, tables)
-    if layout.group_table_logs is not None:
-        return _group_indices(layout, group_arrays, query_lens, seq_lens, qsl)
-    arrays.apply(layout.table_log)
-    rows = arrays.rows(layout.seq_ids)
-    seq_of, positions = token_positions(query_lens, seq_lens)
-    if layout.kind == "paged":
-        width = max(int(arrays.lengths[rows].max(initial=1)), 1)
-        tables = arrays.table[rows, :width]
-        bs = layout.block_size
-        slots = tables[seq_of, positions // bs] * bs + positions % bs
-    else:
-        tables = arrays.table[rows, :1]
-        slots = tables[seq_of, 0] + positions
-    return HostIndices(slots, seq_lens, qsl, tables)
-
-
-def _group_indices(layout: KVLayout, group_arrays: list[BlockTableArrays] | None,
-                   query_lens: np.ndarray, seq_lens: np.ndarray, qsl: np.ndarray) -> HostIndices:
-    """A step's indices with one table per allocation group, stacked: block tables
-    (`hybrid`), or each sequence's start slot and ring length (`contiguous` with windows:
-    token p of a ring group at `start + p % ring`)."""
     logs = layout.group_table_logs
-    assert logs is not None and group_arrays is not None
+    if logs is None:
+        logs, group_arrays = [layout.table_log], [arrays]
+    assert group_arrays is not None
     while len(group_arrays) < len(logs):
         group_arrays.append(BlockTableArrays())
-    seq_of, positions = token_positions(query_lens, seq_lens)
-    bs = layout.block_size
     per_group = []
-    for arrays, log in zip(group_arrays, logs, strict=False):
-        arrays.apply(log)
-        rows = arrays.rows(layout.seq_ids)
-        per_group.append((arrays, rows))
+    for group, log in zip(group_arrays, logs, strict=False):
+        group.apply(log)
+        per_group.append((group, group.rows(layout.seq_ids)))
     width = max(max(int(a.lengths[r].max(initial=1)), 1) for a, r in per_group)
-    tables = np.zeros((len(logs) * len(seq_lens), width), dtype=np.int64)
-    slots = np.empty(len(logs) * len(positions), dtype=np.int64)
-    for g, (arrays, rows) in enumerate(per_group):
-        t = tables[g * len(seq_lens) : (g + 1) * len(seq_lens)]
-        w = min(width, arrays.table.shape[1])
-        t[:, :w] = arrays.table[rows, :w]
-        part = slots[g * len(positions) : (g + 1) * len(positions)]
+    seq_of, positions = token_positions(query_lens, seq_lens)
+    num_seqs, num_tokens, bs = len(seq_lens), len(positions), layout.block_size
+    tables = np.zeros((len(logs) * num_seqs, width), dtype=np.int64)
+    slots = np.empty(len(logs) * num_tokens, dtype=np.int64)
+    for g, (group, rows) in enumerate(per_group):
+        t = tables[g * num_seqs : (g + 1) * num_seqs]
+        w = min(width, group.table.shape[1])
+        t[:, :w] = group.table[rows, :w]
+        part = slots[g * num_tokens : (g + 1) * num_tokens]
         if layout.kind == "paged":
             part[:] = t[seq_of, positions // bs] * bs + positions % bs
-        else:  # (start slot, ring length; 0: no ring) per sequence: `contiguous` with windows
+        elif width == 1:  # a start slot per sequence
+            part[:] = t[seq_of, 0] + positions
+        else:  # (start slot, ring length; 0: no ring) per sequence
             ring = t[seq_of, 1]
             part[:] = t[seq_of, 0] + np.where(ring > 0, positions % np.maximum(ring, 1),
                                               positions)
