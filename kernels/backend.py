@@ -30,7 +30,8 @@ def triton_importable() -> bool:
         return False
 
 
-def _interpreting() -> bool:
+def interpreting() -> bool:
+    """Whether Triton runs its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -54,7 +55,7 @@ def resolve_backend(name: str, device: torch.device) -> str:
         raise missing_dependency("triton", "--attention-backend triton")
     if device.type == "cuda":
         return "triton"
-    if device.type == "cpu" and _interpreting():
+    if device.type == "cpu" and interpreting():
         return "triton"
     raise KvbenchInputError(
         f"attention backend 'triton' needs a CUDA device (got {device.type}); on the CPU it "
