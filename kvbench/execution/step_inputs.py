@@ -193,41 +193,34 @@ class StepInputs:
         self.arrays = BlockTableArrays()
         self.group_arrays: list[BlockTableArrays] = []  # one per allocation group (`hybrid`)
         self._pin = device.type == "cuda"
-        self._staging = self._host_buffer(1 << 12)
+        self._staging = self._host_buffer(1 << 12)  # (reused off the CPU: pinned on CUDA)
         self._copied: torch.cuda.Event | None = None  # the last transfer out of `_staging`
 
     def _host_buffer(self, n: int) -> torch.Tensor:
         return torch.empty(n, dtype=torch.int64, pin_memory=self._pin)
 
-    @staticmethod
-    def _cpu_parts(long_parts: list, int_parts: list, starts: list[int],
-                   sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The long and the int32 parts in fresh arrays their tensors own: nothing to
-        transfer, and each written in its final dtype (no copy, no conversion)."""
-        longs = np.empty(starts[4], dtype=np.int64)
-        ints = np.empty(starts[-1] - starts[4], dtype=np.int32)
-        for part, at, n in zip(long_parts, starts[:4], sizes[:4], strict=True):
-            longs[at : at + n] = part
-        for part, at, n in zip(int_parts, starts[4:-1], sizes[4:], strict=True):
-            ints[at - starts[4] : at - starts[4] + n] = part
-        return torch.from_numpy(longs), torch.from_numpy(ints)
-
-    def _transferred_parts(self, parts: list, starts: list[int],
-                           sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every part packed into the staging buffer and copied to the device at once; the
-        int32 parts converted there, keeping their element offsets in their own (aligned)
-        tensor."""
+    def _packed(self, parts: list, starts: list[int],
+                sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every part packed into one int64 buffer and, off the CPU, copied to the device at
+        once; the int32 parts converted there, keeping their element offsets in their own
+        (aligned) tensor. On the CPU the buffer is fresh: the step's tensors own it."""
         total = starts[-1]
-        if self._copied is not None:  # the previous step's transfer must have read the buffer
-            self._copied.synchronize()
-        if total > self._staging.numel():
-            self._staging = self._host_buffer(max(total, 2 * self._staging.numel()))
-        staging = self._staging.numpy()
+        if self.device.type == "cpu":
+            staging = np.empty(total, dtype=np.int64)
+        else:
+            if self._copied is not None:  # the previous transfer must have read the buffer
+                self._copied.synchronize()
+            if total > self._staging.numel():
+                self._staging = self._host_buffer(max(total, 2 * self._staging.numel()))
+            staging = self._staging.numpy()
         for part, at, n in zip(parts, starts[:-1], sizes, strict=True):
             staging[at : at + n] = part
-        flat = self._staging[:total].to(self.device, non_blocking=True)
-        self._copied = torch.cuda.Event()
-        self._copied.record()
+        if self.device.type == "cpu":
+            flat = torch.from_numpy(staging)
+        else:
+            flat = self._staging[:total].to(self.device, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
         return flat, flat[starts[4] :].to(torch.int32)
 
     def build(self, batch: StepBatch) -> DeviceIndices:
@@ -240,10 +233,7 @@ class StepInputs:
         sizes += [len(p) for p in int_parts]
         starts = aligned_starts(sizes)
         int_at = [at - starts[4] for at in starts[4:-1]]
-        if self.device.type == "cpu":
-            flat, int_flat = self._cpu_parts(long_parts, int_parts, starts, sizes)
-        else:
-            flat, int_flat = self._transferred_parts(long_parts + int_parts, starts, sizes)
+        flat, int_flat = self._packed(long_parts + int_parts, starts, sizes)
         part = [flat[at : at + n] for at, n in zip(starts[:4], sizes[:4], strict=True)]
         part += [int_flat[at : at + n] for at, n in zip(int_at, sizes[4:], strict=True)]
         p = batch.num_prefill_seqs
