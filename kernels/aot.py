@@ -45,10 +45,6 @@ class Build:
     compile_s: float
 
     @property
-    def spills(self) -> bool:
-        return self.local_bytes > 0
-
-    @property
     def shared_limit_bytes(self) -> int:
         return launch_config.max_shared_bytes(self.arch)
 

@@ -1,9 +1,5 @@
-"""The attention-ops protocol and its two implementations (PyTorch reference, Triton).
-
-An executor holds one `AttentionOps` and calls its methods; which implementation it holds is
-decided once (`kvbench.kernels.backend.get_ops`). Both take the signatures of
-`kvbench.kernels.reference` (the Triton one accepts keyword-only tuning extras).
-"""
+"""The attention-ops protocol an executor calls, its torch implementation and the latent-
+attention adapter (the Triton one, which imports triton, is `triton_attention_ops`)."""
 
 from __future__ import annotations
 

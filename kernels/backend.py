@@ -1,10 +1,5 @@
-"""Attention backend selection for ``--attention-backend auto|triton|torch``.
-
-``torch`` is `TorchAttentionOps` (`kvbench.kernels.cpu_attention`, runs anywhere); ``triton`` is
-`TritonAttentionOps` (`kvbench.kernels.triton_ops`: CUDA, or the CPU under
-``TRITON_INTERPRET=1``). Both implement `kvbench.kernels.attention_ops.AttentionOps`; callers
-do ``ops = get_ops(resolve_backend(name, device))``. Nothing here imports triton at module
-import time.
+"""Attention backend selection for ``--attention-backend auto|triton|torch``:
+``ops = get_ops(resolve_backend(name, device))``. Nothing here imports triton at import time.
 """
 
 from __future__ import annotations
@@ -30,7 +25,8 @@ def triton_importable() -> bool:
         return False
 
 
-def _interpreting() -> bool:
+def interpreting() -> bool:
+    """Whether Triton runs its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -50,11 +46,9 @@ def resolve_backend(name: str, device: torch.device) -> str:
     has_triton = triton_importable()
     if name == "auto":
         return "triton" if device.type == "cuda" and has_triton else "torch"
-    if not has_triton:  # (or --attention-backend torch)
+    if not has_triton:
         raise missing_dependency("triton", "--attention-backend triton")
-    if device.type == "cuda":
-        return "triton"
-    if device.type == "cpu" and _interpreting():
+    if device.type == "cuda" or (device.type == "cpu" and interpreting()):
         return "triton"
     raise KvbenchInputError(
         f"attention backend 'triton' needs a CUDA device (got {device.type}); on the CPU it "

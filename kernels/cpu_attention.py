@@ -9,7 +9,6 @@ Where the time goes, and what this module does about it, on any CPU:
 - a decode gathers sequences of similar length together (`decode_buckets`): one gather and
   one attention call a bucket, the keys padded to the bucket's longest, which at most doubles
   the keys the bucket reads; one padded batch would cost batch x longest context;
-- a step's layers share a decode's indices (`step_indices`): they read the same tables;
 - an fp8 cache is gathered as bytes and decoded with integer operations (`fp8_to_float_div_256`:
   PyTorch converts float8 one element at a time), its scales applied to the query or the
   attention's scale and to the output instead of to every key and value (`_fp8_fold`).
@@ -17,10 +16,7 @@ Where the time goes, and what this module does about it, on any CPU:
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -237,42 +233,31 @@ def _decode(q, k, v, valid, softmax_scale, softcap, sinks, k_fold=None, v_fold=N
     return out.reshape(num_seqs, num_q_heads, vf.shape[-1]).to(q.dtype)
 
 
-@dataclass(frozen=True)
-class _Bucket:
-    """One decode call's indices: `rows` of the batch (None: every row, in order), the
-    `index` of the cache rows (blocks or slots) to gather for them, `row_keys` gathered per
-    row of which the first `keys` are kept, and `valid` (`[R, keys]`, None: every key)."""
-
-    rows: torch.Tensor | None
-    index: torch.Tensor
-    row_keys: int
-    keys: int
-    valid: torch.Tensor | None
-
-
 # index_of(rows, first, span) -> (index, key_pos, row_keys, keys): the cache rows to gather
 # for sequences `rows` (`[R]` long, None: all) from about position `first[r]` (`[R]` long;
-# None without a window: 0) on, at least `span` positions each, with the position of each
-# kept key (`[keys]` shared by every row, or `[R, keys]`); keys outside a row's
-# `[first, seq_len)` are masked, so a gather may read whole blocks around them.
+# None without a window: 0) on, at least `span` positions each, `row_keys` gathered per row
+# of which the first `keys` are kept, with the position of each kept key (`[keys]` shared by
+# every row, or `[R, keys]`); keys outside a row's `[first, seq_len)` are masked, so a gather
+# may read whole blocks around them.
 IndexOf = Callable[[torch.Tensor | None, torch.Tensor | None, int],
                    tuple[torch.Tensor, torch.Tensor, int, int]]
 
 
-def _plan(seq_lens: torch.Tensor, sliding_window: int | None,
-          index_of: IndexOf) -> list[_Bucket]:
-    """A decode's calls, one per `decode_buckets` bucket; a window caps each sequence's keys
-    at W, so the cost grows with W, not with the context."""
-    device = seq_lens.device
+def _bucketed_decode(q, seq_lens, sliding_window, index_of: IndexOf, k_rows, v_rows,
+                     softmax_scale, softcap, sinks, k_fold, v_fold) -> torch.Tensor:
+    """One gather from `k_rows`/`v_rows` and one attention per `decode_buckets` bucket; a
+    window caps each sequence's keys at W, so the cost grows with W, not with the context."""
+    device = q.device
     lens = seq_lens.tolist()
     firsts = [first_visible(n, 1, sliding_window) for n in lens]
     spans = [max(n - f, 1) for n, f in zip(lens, firsts, strict=True)]
     buckets = decode_buckets(spans)
-    plan = []
+    if len(buckets) == 1:
+        buckets = [list(range(len(lens)))]  # every row, in order: no gather of q or out
+    else:
+        out = torch.empty((*q.shape[:-1], v_rows.shape[-1]), dtype=q.dtype, device=device)
     for chosen in buckets:
         rows = None if len(buckets) == 1 else torch.tensor(chosen, device=device)
-        if rows is None:
-            chosen = list(range(len(lens)))
         span = max(spans[i] for i in chosen)
         first = (None if sliding_window is None
                  else torch.tensor([firsts[i] for i in chosen], device=device))
@@ -283,62 +268,14 @@ def _plan(seq_lens: torch.Tensor, sliding_window: int | None,
             valid = key_pos < row_lens[:, None]
             if first is not None:
                 valid &= key_pos >= first[:, None]
-        plan.append(_Bucket(rows, index, row_keys, keys, valid))
-    return plan
-
-
-_step = threading.local()
-
-
-@contextmanager
-def step_indices() -> Iterator[None]:
-    """Within it, the decodes over the same tables and lengths share their `_plan`: a step's
-    first layer builds it, the later layers find it (the host work of a decode is most of its
-    cost at small batches). Open one per step, around its forward, while no table changes."""
-    outer = getattr(_step, "plans", None)
-    _step.plans = {}
-    try:
-        yield
-    finally:
-        _step.plans = outer
-
-
-def _step_plan(tensors: tuple[torch.Tensor | None, ...], params: tuple,
-               build: Callable[[], list[_Bucket]]) -> list[_Bucket]:
-    """`build()`, or inside `step_indices` the plan an earlier layer built over the same
-    tensors (the same memory, shape and strides) and parameters."""
-    plans = getattr(_step, "plans", None)
-    if plans is None:
-        return build()
-    key = (*((None if t is None else (t.data_ptr(), tuple(t.shape), tuple(t.stride())))
-             for t in tensors), *params)
-    found = plans.get(key)
-    if found is None:
-        found = plans[key] = build()
-    return found
-
-
-def _run(q, plan: list[_Bucket], k_rows, v_rows, softmax_scale, softcap, sinks, head_dim_v,
-         k_fold, v_fold) -> torch.Tensor:
-    """Each bucket's K/V gathered from `k_rows`/`v_rows` at its index, as `[R, keys, Hkv, D]`,
-    and attended."""
-
-    def attend(bucket: _Bucket) -> torch.Tensor:
-        def by_row(gathered: torch.Tensor) -> torch.Tensor:
-            num_rows = q.shape[0] if bucket.rows is None else bucket.rows.shape[0]
-            return gathered.view(num_rows, bucket.row_keys,
-                                 *gathered.shape[-2:])[:, : bucket.keys]
-
-        k = by_row(_gather(k_rows, bucket.index))
-        v = by_row(_gather(v_rows, bucket.index))
-        return _decode(q if bucket.rows is None else q[bucket.rows], k, v, bucket.valid,
-                       softmax_scale, softcap, sinks, k_fold, v_fold)
-
-    if len(plan) == 1 and plan[0].rows is None:
-        return attend(plan[0])
-    out = torch.empty((*q.shape[:-1], head_dim_v), dtype=q.dtype, device=q.device)
-    for bucket in plan:
-        out[bucket.rows] = attend(bucket)
+        k, v = (_gather(cache_rows, index).view(len(chosen), row_keys,
+                                                *cache_rows.shape[-2:])[:, :keys]
+                for cache_rows in (k_rows, v_rows))
+        attended = _decode(q if rows is None else q[rows], k, v, valid, softmax_scale, softcap,
+                           sinks, k_fold, v_fold)
+        if rows is None:
+            return attended
+        out[rows] = attended
     return out
 
 
@@ -386,10 +323,9 @@ def paged_decode_attention(
             keys = width * block_size
         return blocks.long(), key_pos, width * block_size, keys
 
-    plan = _step_plan((block_tables, seq_lens), ("paged", block_size, sliding_window),
-                      lambda: _plan(seq_lens, sliding_window, index_of))
-    return _run(q, plan, k_blocks, v_blocks, softmax_scale, softcap, sinks, v_cache.shape[-1],
-                _fp8_fold(k_cache, k_scale), _fp8_fold(v_cache, v_scale))
+    return _bucketed_decode(q, seq_lens, sliding_window, index_of, k_blocks, v_blocks,
+                            softmax_scale, softcap, sinks, _fp8_fold(k_cache, k_scale),
+                            _fp8_fold(v_cache, v_scale))
 
 
 def contiguous_decode_attention(
@@ -424,7 +360,6 @@ def contiguous_decode_attention(
         # Padding positions may run past the arena's end; they are masked, so clamp the gather.
         return slots.clamp(max=k_cache.shape[0] - 1).flatten(), key_pos, span, span
 
-    plan = _step_plan((start_slots, seq_lens, ring_lens), ("contiguous", sliding_window),
-                      lambda: _plan(seq_lens, sliding_window, index_of))
-    return _run(q, plan, k_cache, v_cache, softmax_scale, softcap, sinks, v_cache.shape[-1],
-                _fp8_fold(k_cache, k_scale), _fp8_fold(v_cache, v_scale))
+    return _bucketed_decode(q, seq_lens, sliding_window, index_of, k_cache, v_cache,
+                            softmax_scale, softcap, sinks, _fp8_fold(k_cache, k_scale),
+                            _fp8_fold(v_cache, v_scale))

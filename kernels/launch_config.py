@@ -24,6 +24,11 @@ class LaunchConfig:
     num_warps: int
     num_stages: int
 
+    @property
+    def options(self) -> dict[str, int]:
+        """The launch options Triton takes."""
+        return {"num_warps": self.num_warps, "num_stages": self.num_stages}
+
 
 # Used under TRITON_INTERPRET=1: small tiles so even tiny test contexts loop several times.
 INTERPRETER = LaunchConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)
@@ -49,16 +54,9 @@ _TABLE: dict[tuple[str, str, bool], LaunchConfig] = {
 # Latent-attention decode (`triton_mla_decode`): block_m is the query heads per program; the
 # rows are 512 + 64 wide whatever the model, so one entry per family and operand width. Eight
 # warps: with four, the fp8 tile decode spills on sm_80 and sm_90.
-_TABLE.update({
-    (fam, "mla_decode", False): LaunchConfig(block_m=16, block_n=32, num_warps=8,
-                                             num_stages=2)
-    for fam in ("sm80", "sm86", "sm90")
-})
-_TABLE.update({
-    (fam, "mla_decode", True): LaunchConfig(block_m=16, block_n=16, num_warps=8,
-                                            num_stages=1)
-    for fam in ("sm80", "sm86", "sm90")
-})
+for fam in ("sm80", "sm86", "sm90"):
+    _TABLE[(fam, "mla_decode", False)] = LaunchConfig(16, 32, num_warps=8, num_stages=2)
+    _TABLE[(fam, "mla_decode", True)] = LaunchConfig(16, 16, num_warps=8, num_stages=1)
 
 # float32 operands at head_dim > 128, where a wide entry's tiles are largest: sm_80's prefill
 # tile of 32 x 32 in two stages needs 139,264 B of its 166,912 under Triton 3.9 and 172,032 B

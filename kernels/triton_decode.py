@@ -125,9 +125,7 @@ def load_kv_tile(cache_ptr, slots, stride_slot, head_off, offs_d, mask_2d,
 def sequence_row(table_ptr, seq, stride_table, PAGED: tl.constexpr, RING: tl.constexpr):
     """What ``token_slots`` reads for sequence ``seq``: its block-table row, its (start slot,
     ring length) row (``RING``) or its start slot."""
-    if PAGED:
-        return table_ptr + seq.to(tl.int64) * stride_table
-    elif RING:
+    if PAGED or RING:
         return table_ptr + seq.to(tl.int64) * stride_table
     else:
         return table_ptr + seq

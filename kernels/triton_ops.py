@@ -1,11 +1,9 @@
 """Triton kernels behind the same API as `kvbench.kernels.reference` (the GPU attention backend).
 
-``ops = importlib.import_module("kvbench.kernels.triton_ops")`` exposes ``write_kv``,
-``paged_attention``, ``contiguous_attention``, ``paged_decode_attention`` and
-``contiguous_decode_attention`` with the reference signatures (plus keyword-only tuning
-extras at the end), score variants included, and re-exports the reference's fp8 helpers. The
-decodes also take a latent-attention (MLA) cache; the prefills refuse one (MLA prefills
-through the reference). Importing this module
+``write_kv``, ``paged_attention``, ``contiguous_attention``, ``paged_decode_attention`` and
+``contiguous_decode_attention`` take the reference signatures (plus keyword-only tuning extras
+at the end), score variants included. The decodes also take a latent-attention (MLA) cache;
+the prefills refuse one (MLA prefills through the torch backend). Importing this module
 imports triton and raises ``ImportError`` where it is not installed.
 
 Tensors must be on a CUDA device, or on the CPU when ``TRITON_INTERPRET=1`` was set before
@@ -21,7 +19,6 @@ and ``tl.dot`` runs in IEEE float32. Sequences of length 0 give zeros.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,16 +28,8 @@ import triton
 from kvbench.errors import KvbenchInputError
 
 from . import launch_config
-from .reference import (  # noqa: F401  (re-exported: this module mirrors reference.py)
-    FP8_DTYPE,
-    FP8_MAX,
-    Scale,
-    contiguous_slots,
-    dequantize,
-    is_fp8,
-    paged_slots,
-    quantize_fp8,
-)
+from .backend import interpreting
+from .reference import Scale, is_fp8
 from .triton_decode import _decode_kernel, _merge_splits_kernel
 from .triton_kv_write import _write_kv_kernel
 from .triton_mla_decode import _mla_decode_kernel
@@ -92,10 +81,6 @@ class Launch:
         self.kernel.warmup(*self.args, grid=self.grid, **self.constexprs, **self.options)
 
 
-def _options(cfg: launch_config.LaunchConfig) -> dict[str, int]:
-    return {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
-
-
 @functools.lru_cache(maxsize=16)
 def device_target(device: torch.device) -> Target:
     """The `Target` of a CUDA device, or of the CPU interpreter."""
@@ -106,14 +91,8 @@ def device_target(device: torch.device) -> Target:
     return Target(arch=None, sms=INTERPRETER_SMS)
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 def _check_device(t: torch.Tensor) -> None:
-    if t.device.type == "cuda":
-        return
-    if t.device.type == "cpu" and _interpreting():
+    if t.device.type == "cuda" or (t.device.type == "cpu" and interpreting()):
         return
     raise KvbenchInputError(
         f"Triton kernels need CUDA tensors (got {t.device}); on the CPU set TRITON_INTERPRET=1 "
@@ -158,12 +137,16 @@ def _unit_last_stride(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _kernel_inputs(q: torch.Tensor, table: torch.Tensor, seq_lens: torch.Tensor,
-                   target: Target | None):
-    """The launch target and the views the kernels index: unit-stride rows of q and of the
-    table, contiguous lengths."""
-    return (target or device_target(q.device), _unit_last_stride(q), _unit_last_stride(table),
-            seq_lens.contiguous())
+def _kernel_inputs(kind: str, q: torch.Tensor, cache: torch.Tensor, table: torch.Tensor,
+                   seq_lens: torch.Tensor, target: Target | None):
+    """The launch target, the views the kernels index (unit-stride rows of q and of the table,
+    contiguous lengths), whether ``tl.dot`` takes float32 operands (float32 queries or caches,
+    and always in the interpreter) and the launch configuration of a `kind` kernel."""
+    target = target or device_target(q.device)
+    dot_fp32 = target.arch is None or q.dtype == torch.float32 or cache.dtype == torch.float32
+    cfg = launch_config.choose(target.arch, kind, q.shape[-1], dot_fp32)
+    return (target, _unit_last_stride(q), _unit_last_stride(table), seq_lens.contiguous(),
+            dot_fp32, cfg)
 
 
 def _num_kv_heads(k_cache: torch.Tensor, num_q_heads: int) -> int:
@@ -172,11 +155,6 @@ def _num_kv_heads(k_cache: torch.Tensor, num_q_heads: int) -> int:
     if num_q_heads % num_kv_heads:
         raise ValueError(f"{num_q_heads} query heads are not a multiple of {num_kv_heads} KV heads")
     return num_kv_heads
-
-
-def _dot_fp32(q: torch.Tensor, cache: torch.Tensor, target: Target) -> bool:
-    """float32 ``tl.dot`` operands: float32 queries or caches, and always in the interpreter."""
-    return target.arch is None or q.dtype == torch.float32 or cache.dtype == torch.float32
 
 
 def _check_block(name: str, value: int | None) -> None:
@@ -206,8 +184,7 @@ def write_kv_launches(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scal
     v = _unit_last_stride(v)
     ks, vs, fp8, per_head = _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, k.device)
     slot_mapping = slot_mapping.contiguous()
-    kc = k_cache.view(torch.uint8) if fp8 else k_cache
-    vc = v_cache.view(torch.uint8) if fp8 else v_cache
+    kc, vc = _cache_views(k_cache, v_cache)
     block_d = _next_pow2(head_dim)
     block_h = min(_next_pow2(num_kv_heads), max(1, 4096 // block_d))
     grid = (num_tokens, triton.cdiv(num_kv_heads, block_h))
@@ -341,12 +318,11 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if num_seqs == 0:
         return out, []
-    target, q, table, seq_lens = _kernel_inputs(q, table, seq_lens, target)
+    target, q, table, seq_lens, dot_fp32, cfg = _kernel_inputs("decode", q, k_cache, table,
+                                                               seq_lens, target)
     group = num_q_heads // num_kv_heads
     ks, vs, fp8, per_head = _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, q.device)
     var = _variant_args(sliding_window, softcap, sinks, num_q_heads, q.device)
-    dot_fp32 = _dot_fp32(q, k_cache, target)
-    cfg = launch_config.choose(target.arch, "decode", head_dim, dot_fp32)
     bn = block_n or cfg.block_n
     num_splits = _split_count(num_splits, num_seqs, num_kv_heads, seq_lens, max_seq_len,
                               sliding_window, target)
@@ -361,7 +337,7 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
         FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32, RING=ring_lens is not None,
         **var.constexprs,
     )
-    options = _options(cfg)
+    options = cfg.options
     stride_table = table.stride(0) if paged or ring_lens is not None else 0
     grid = (num_seqs, num_kv_heads, num_splits)
     dest, dest_strides = _decode_outputs(out, num_splits)
@@ -430,10 +406,9 @@ def mla_decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
         out = torch.empty((num_seqs, num_heads, lora_dim), dtype=q.dtype, device=q.device)
     if num_seqs == 0:
         return out, []
-    target, q, table, seq_lens = _kernel_inputs(q, table, seq_lens, target)
+    target, q, table, seq_lens, dot_fp32, cfg = _kernel_inputs("mla_decode", q, k_cache, table,
+                                                               seq_lens, target)
     ks, vs, fp8, _ = _attention_scales(k_cache, k_scale, v_scale, 1, q.device)
-    dot_fp32 = _dot_fp32(q, k_cache, target)
-    cfg = launch_config.choose(target.arch, "mla_decode", head_dim, dot_fp32)
     block_h = min(cfg.block_m, max(16, _next_pow2(num_heads)))
     head_blocks = triton.cdiv(num_heads, block_h)
     num_splits = _split_count(num_splits, num_seqs, head_blocks, seq_lens, max_seq_len, None,
@@ -448,7 +423,7 @@ def mla_decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
         BLOCK_N=block_n or cfg.block_n, BLOCK_SIZE=block_size if paged else 1,
         PAGED=paged, SPLIT=split, FP8=fp8, DOT_FP32=dot_fp32,
     )
-    options = _options(cfg)
+    options = cfg.options
     stride_table = table.stride(0) if paged else 0
     grid = (num_seqs, head_blocks, num_splits)
     dest, dest_strides = _decode_outputs(out, num_splits)
@@ -537,13 +512,12 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
     num_seqs = seq_lens.shape[0]
     if num_tokens == 0 or num_seqs == 0:
         return out, []
-    target, q, table, seq_lens = _kernel_inputs(q, table, seq_lens, target)
+    target, q, table, seq_lens, dot_fp32, cfg = _kernel_inputs("prefill", q, k_cache, table,
+                                                               seq_lens, target)
     query_start_loc = query_start_loc.contiguous()
     group = num_q_heads // num_kv_heads
     ks, vs, fp8, per_head = _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, q.device)
     var = _variant_args(sliding_window, softcap, sinks, num_q_heads, q.device)
-    dot_fp32 = _dot_fp32(q, k_cache, target)
-    cfg = launch_config.choose(target.arch, "prefill", head_dim, dot_fp32)
     bn = block_n or cfg.block_n
     bm = block_m or cfg.block_m
     block_g = _next_pow2(group)
@@ -569,7 +543,7 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
         PAGED=paged, FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32,
         RING=ring_lens is not None, **var.constexprs,
     )
-    return out, [Launch(_prefill_kernel, grid, args, constexprs, _options(cfg))]
+    return out, [Launch(_prefill_kernel, grid, args, constexprs, cfg.options)]
 
 
 # ----------------------------------------------------------------------------------------------

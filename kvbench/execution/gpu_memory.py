@@ -36,7 +36,6 @@ class GpuMemoryProbe:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self._handle = None
         self._nvml = None
         import torch  # only on CUDA
 

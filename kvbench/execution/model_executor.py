@@ -15,7 +15,6 @@ from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.execution.tensor_executor import TensorExecutor
 from kvbench.kernels.attention_ops import AttentionOps
-from kvbench.kernels.cpu_attention import step_indices
 from kvbench.kernels.reference import write_latent
 from kvbench.models.llama import LlamaDecoder
 from kvbench.tracing import trace_range
@@ -64,30 +63,24 @@ class KVArena:
         self.dtype = dtype
         self.layer_group = [0] * num_layers
         self.num_table_groups = 1
-        if allocation is None:
-            self.k = [torch.zeros(shapes[i], dtype=dtype, device=device)
-                      for i in range(num_layers)]
-            self.v = [
-                self.k[i][..., : latent_values[i]] if i in latent_values
-                else torch.zeros(shapes[i], dtype=dtype, device=device)
-                for i in range(num_layers)
-            ]
-            # the tensors the arena allocated (an mla layer's V is a view of its K)
-            self._tensors = self.k + [v for i, v in enumerate(self.v) if i not in latent_values]
-        else:
-            shape = shapes[0]  # one slot shape: `hybrid_allocation` checks it
-            ks = [torch.zeros(shape, dtype=dtype, device=device)
-                  for _ in range(allocation.group_size)]
-            latent = latent_values.get(0)  # every layer latent, or none (one slot shape)
-            vs = ([k[..., :latent] for k in ks] if latent is not None
-                  else [torch.zeros(shape, dtype=dtype, device=device)
-                        for _ in range(allocation.group_size)])
-            tensor = allocation.tensor_of_layer()
-            self.k = [ks[tensor[i]] for i in range(num_layers)]
-            self.v = [vs[tensor[i]] for i in range(num_layers)]
-            self._tensors = ks if latent is not None else ks + vs
+        if allocation is None:  # a tensor per layer, shaped by its group
+            tensor_of_layer = list(range(num_layers))
+            tensor_shapes = [shapes[i] for i in tensor_of_layer]
+            tensor_latent = [latent_values.get(i) for i in tensor_of_layer]
+        else:  # one slot shape (`hybrid_allocation` checks it); every layer latent, or none
+            tensor_of_layer = allocation.tensor_of_layer()
+            tensor_shapes = [shapes[0]] * allocation.group_size
+            tensor_latent = [latent_values.get(0)] * allocation.group_size
             self.layer_group = allocation.group_of_layer()
             self.num_table_groups = len(allocation.groups)
+        ks = [torch.zeros(shape, dtype=dtype, device=device) for shape in tensor_shapes]
+        vs = [torch.zeros_like(k) if latent is None else k[..., :latent]
+              for k, latent in zip(ks, tensor_latent, strict=True)]
+        self.k = [ks[t] for t in tensor_of_layer]
+        self.v = [vs[t] for t in tensor_of_layer]
+        # the tensors the arena allocated (a latent V is a view of its K)
+        self._tensors = ks + [v for v, latent in zip(vs, tensor_latent, strict=True)
+                              if latent is None]
         self.latent_layers = frozenset(latent_values)
         # Per-layer fp8 scales (None: unquantized cache, or not yet written).
         self.k_scales: list[torch.Tensor | None] = [None] * num_layers
@@ -314,8 +307,7 @@ class ModelExecutor(TensorExecutor):
             if self.graphs is not None and self.graphs.can_run(batch, idx):
                 hidden = self.graphs.run(batch, idx)
             else:
-                with step_indices():  # a decode's indices built by the first layer
-                    hidden = self.model(input_ids, positions, self._eager_attention(layout, idx))
+                hidden = self.model(input_ids, positions, self._eager_attention(layout, idx))
             # a decode-only step samples every row in order: no gather of the hidden states
             every_row = batch.sample_rows == list(range(batch.num_tokens))
             logits = self.model.logits(hidden if every_row else hidden[rows])

@@ -48,14 +48,9 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams) -> list[list[int]]
     tokens = sample_tokens(logits, params.temperature, params.seed, [] if greedy else firsts)
     out = []
     for row, (token, keys) in enumerate(zip(tokens, params.keys, strict=True)):
-        more = keys[1:]
-        if more and greedy:
-            extra = [token] * len(more)
-        elif more:
-            row_logits = logits[row : row + 1]
-            extra = [sample_tokens(row_logits, params.temperature, params.seed, [key])[0]
-                     for key in more]
+        if greedy:
+            out.append([token] * len(keys))
         else:
-            extra = []
-        out.append([token, *extra])
+            out.append([token, *(sample_tokens(logits[row : row + 1], params.temperature,
+                                               params.seed, [key])[0] for key in keys[1:])])
     return out

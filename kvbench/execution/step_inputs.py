@@ -98,7 +98,9 @@ def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int,
                    group_arrays: list[BlockTableArrays] | None = None) -> HostIndices:
     """Apply the layout's table log to `arrays` and derive the step's indices from them; a
     layout with a table per allocation group (`group_table_logs`) applies each group's log
-    to its own entry of `group_arrays` (grown as needed)."""
+    to its own entry of `group_arrays` (grown as needed) and stacks the groups' indices:
+    block tables (`hybrid`), or each sequence's start slot and ring length (`contiguous` with
+    windows: token p of a ring group at `start + p % ring`)."""
     seq_lens = np.asarray(layout.seq_lens, dtype=np.int64)
     query_lens = np.asarray(layout.query_lens, dtype=np.int64)
     qsl = np.zeros(num_prefill + 1, dtype=np.int64)
@@ -113,49 +115,31 @@ def layout_indices(layout: KVLayout, arrays: BlockTableArrays, num_prefill: int,
             tables = np.asarray(layout.start_slots, dtype=np.int64).reshape(-1, 1)
         slots = np.asarray(layout.slot_mapping, dtype=np.int64)
         return HostIndices(slots, seq_lens, qsl, tables)
-    if layout.group_table_logs is not None:
-        return _group_indices(layout, group_arrays, query_lens, seq_lens, qsl)
-    arrays.apply(layout.table_log)
-    rows = arrays.rows(layout.seq_ids)
-    seq_of, positions = token_positions(query_lens, seq_lens)
-    if layout.kind == "paged":
-        width = max(int(arrays.lengths[rows].max(initial=1)), 1)
-        tables = arrays.table[rows, :width]
-        bs = layout.block_size
-        slots = tables[seq_of, positions // bs] * bs + positions % bs
-    else:
-        tables = arrays.table[rows, :1]
-        slots = tables[seq_of, 0] + positions
-    return HostIndices(slots, seq_lens, qsl, tables)
-
-
-def _group_indices(layout: KVLayout, group_arrays: list[BlockTableArrays] | None,
-                   query_lens: np.ndarray, seq_lens: np.ndarray, qsl: np.ndarray) -> HostIndices:
-    """A step's indices with one table per allocation group, stacked: block tables
-    (`hybrid`), or each sequence's start slot and ring length (`contiguous` with windows:
-    token p of a ring group at `start + p % ring`)."""
     logs = layout.group_table_logs
-    assert logs is not None and group_arrays is not None
+    if logs is None:
+        logs, group_arrays = [layout.table_log], [arrays]
+    assert group_arrays is not None
     while len(group_arrays) < len(logs):
         group_arrays.append(BlockTableArrays())
-    seq_of, positions = token_positions(query_lens, seq_lens)
-    bs = layout.block_size
     per_group = []
-    for arrays, log in zip(group_arrays, logs, strict=False):
-        arrays.apply(log)
-        rows = arrays.rows(layout.seq_ids)
-        per_group.append((arrays, rows))
+    for group, log in zip(group_arrays, logs, strict=False):
+        group.apply(log)
+        per_group.append((group, group.rows(layout.seq_ids)))
     width = max(max(int(a.lengths[r].max(initial=1)), 1) for a, r in per_group)
-    tables = np.zeros((len(logs) * len(seq_lens), width), dtype=np.int64)
-    slots = np.empty(len(logs) * len(positions), dtype=np.int64)
-    for g, (arrays, rows) in enumerate(per_group):
-        t = tables[g * len(seq_lens) : (g + 1) * len(seq_lens)]
-        w = min(width, arrays.table.shape[1])
-        t[:, :w] = arrays.table[rows, :w]
-        part = slots[g * len(positions) : (g + 1) * len(positions)]
+    seq_of, positions = token_positions(query_lens, seq_lens)
+    num_seqs, num_tokens, bs = len(seq_lens), len(positions), layout.block_size
+    tables = np.zeros((len(logs) * num_seqs, width), dtype=np.int64)
+    slots = np.empty(len(logs) * num_tokens, dtype=np.int64)
+    for g, (group, rows) in enumerate(per_group):
+        t = tables[g * num_seqs : (g + 1) * num_seqs]
+        w = min(width, group.table.shape[1])
+        t[:, :w] = group.table[rows, :w]
+        part = slots[g * num_tokens : (g + 1) * num_tokens]
         if layout.kind == "paged":
             part[:] = t[seq_of, positions // bs] * bs + positions % bs
-        else:  # (start slot, ring length; 0: no ring) per sequence: `contiguous` with windows
+        elif width == 1:  # a start slot per sequence
+            part[:] = t[seq_of, 0] + positions
+        else:  # (start slot, ring length; 0: no ring) per sequence
             ring = t[seq_of, 1]
             part[:] = t[seq_of, 0] + np.where(ring > 0, positions % np.maximum(ring, 1),
                                               positions)
@@ -209,41 +193,34 @@ class StepInputs:
         self.arrays = BlockTableArrays()
         self.group_arrays: list[BlockTableArrays] = []  # one per allocation group (`hybrid`)
         self._pin = device.type == "cuda"
-        self._staging = self._host_buffer(1 << 12)
+        self._staging = self._host_buffer(1 << 12)  # (reused off the CPU: pinned on CUDA)
         self._copied: torch.cuda.Event | None = None  # the last transfer out of `_staging`
 
     def _host_buffer(self, n: int) -> torch.Tensor:
         return torch.empty(n, dtype=torch.int64, pin_memory=self._pin)
 
-    @staticmethod
-    def _cpu_parts(long_parts: list, int_parts: list, starts: list[int],
-                   sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The long and the int32 parts in fresh arrays their tensors own: nothing to
-        transfer, and each written in its final dtype (no copy, no conversion)."""
-        longs = np.empty(starts[4], dtype=np.int64)
-        ints = np.empty(starts[-1] - starts[4], dtype=np.int32)
-        for part, at, n in zip(long_parts, starts[:4], sizes[:4], strict=True):
-            longs[at : at + n] = part
-        for part, at, n in zip(int_parts, starts[4:-1], sizes[4:], strict=True):
-            ints[at - starts[4] : at - starts[4] + n] = part
-        return torch.from_numpy(longs), torch.from_numpy(ints)
-
-    def _transferred_parts(self, parts: list, starts: list[int],
-                           sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every part packed into the staging buffer and copied to the device at once; the
-        int32 parts converted there, keeping their element offsets in their own (aligned)
-        tensor."""
+    def _packed(self, parts: list, starts: list[int],
+                sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every part packed into one int64 buffer and, off the CPU, copied to the device at
+        once; the int32 parts converted there, keeping their element offsets in their own
+        (aligned) tensor. On the CPU the buffer is fresh: the step's tensors own it."""
         total = starts[-1]
-        if self._copied is not None:  # the previous step's transfer must have read the buffer
-            self._copied.synchronize()
-        if total > self._staging.numel():
-            self._staging = self._host_buffer(max(total, 2 * self._staging.numel()))
-        staging = self._staging.numpy()
+        if self.device.type == "cpu":
+            staging = np.empty(total, dtype=np.int64)
+        else:
+            if self._copied is not None:  # the previous transfer must have read the buffer
+                self._copied.synchronize()
+            if total > self._staging.numel():
+                self._staging = self._host_buffer(max(total, 2 * self._staging.numel()))
+            staging = self._staging.numpy()
         for part, at, n in zip(parts, starts[:-1], sizes, strict=True):
             staging[at : at + n] = part
-        flat = self._staging[:total].to(self.device, non_blocking=True)
-        self._copied = torch.cuda.Event()
-        self._copied.record()
+        if self.device.type == "cpu":
+            flat = torch.from_numpy(staging)
+        else:
+            flat = self._staging[:total].to(self.device, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
         return flat, flat[starts[4] :].to(torch.int32)
 
     def build(self, batch: StepBatch) -> DeviceIndices:
@@ -256,10 +233,7 @@ class StepInputs:
         sizes += [len(p) for p in int_parts]
         starts = aligned_starts(sizes)
         int_at = [at - starts[4] for at in starts[4:-1]]
-        if self.device.type == "cpu":
-            flat, int_flat = self._cpu_parts(long_parts, int_parts, starts, sizes)
-        else:
-            flat, int_flat = self._transferred_parts(long_parts + int_parts, starts, sizes)
+        flat, int_flat = self._packed(long_parts + int_parts, starts, sizes)
         part = [flat[at : at + n] for at, n in zip(starts[:4], sizes[:4], strict=True)]
         part += [int_flat[at : at + n] for at, n in zip(int_at, sizes[4:], strict=True)]
         p = batch.num_prefill_seqs

@@ -42,7 +42,9 @@ from kvbench.scheduling.queue_order import WaitingQueue
 from kvbench.tracing import trace_range
 
 PAD_TOKEN_ID = 0  # any valid id: padded positions are masked and their outputs dropped
-NAN = math.nan
+# The step columns of a KV arena, which transformers' cache does not have.
+NO_ARENA = dict.fromkeys(("kv_token_bytes", "kv_reserved_bytes", "kv_internal_bytes",
+                          "kv_external_bytes", "kv_free_bytes", "kv_cached_bytes"), math.nan)
 
 
 def import_transformers():
@@ -80,17 +82,16 @@ class _ForwardTimer:
             model.register_forward_hook(self._after),
         ]
 
-    def _sync(self) -> None:
+    def _now(self) -> float:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        return self.clock()
 
     def _before(self, *_args) -> None:
-        self._sync()
-        self._start = self.clock()
+        self._start = self._now()
 
     def _after(self, *_args) -> None:
-        self._sync()
-        self.spans.append((self._start, self.clock()))
+        self.spans.append((self._start, self._now()))
 
     def remove(self) -> None:
         for handle in self._handles:
@@ -272,14 +273,9 @@ class HFGenerateEngine(BaseEngine):
                 num_prefill_tokens=size * width if prefill else 0,
                 num_running=sum(1 for n in lengths if n > i),
                 num_waiting=len(self.waiting),
-                kv_token_bytes=NAN,
-                kv_reserved_bytes=NAN,
-                kv_internal_bytes=NAN,
-                kv_external_bytes=NAN,
-                kv_free_bytes=NAN,
-                kv_cached_bytes=NAN,
                 preemptions=0,
                 kv_utilization=None,
+                **NO_ARENA,
             ))
 
 

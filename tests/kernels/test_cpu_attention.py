@@ -180,29 +180,6 @@ def test_an_empty_decode_batch():
     assert got.shape == (0, 8, 16)
 
 
-def test_layers_of_a_step_share_indices_only_over_the_same_tables_and_variant():
-    """Inside `step_indices` each decode gives what it gives alone, over tables, lengths and
-    windows that differ between calls (a hybrid model's layer groups) or repeat (its layers)."""
-    b = Batch(8, DECODE_LENS, [1] * len(DECODE_LENS))
-    short = Batch(9, [3, 40, 7], [1, 1, 1])
-    rings = torch.full((len(DECODE_LENS),), 6)  # (what they read is not laid out in rings:
-    # only the equality with the same call alone matters here)
-    calls = [
-        lambda: b.decode(cpu, "paged"),
-        lambda: b.decode(cpu, "paged", sliding_window=5),
-        lambda: short.decode(cpu, "paged"),
-        lambda: b.decode(cpu, "contiguous", sliding_window=5),
-        lambda: b.decode(cpu, "contiguous", sliding_window=5, ring_lens=rings),
-        lambda: short.decode(cpu, "contiguous", sliding_window=2),
-    ]
-    assert not torch.equal(calls[3](), calls[4]())
-    alone = [call() for call in calls]
-    with cpu.step_indices():
-        for _ in range(2):  # the second pass finds every plan the first built
-            for call, want in zip(calls, alone, strict=True):
-                assert torch.equal(call(), want)
-
-
 @pytest.mark.parametrize("variant", ["plain", "softcap", "sinks"])
 @pytest.mark.parametrize("layout", ["paged", "contiguous"])
 def test_a_sequence_of_no_keys_gives_zeros(layout, variant):
