@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvbench.core.host_transfers import HostTransfers
+
 # One change to a sequence's table: (seq_id, index, value). The value is a block id (paged) or
 # the start slot (contiguous, index 0); index `DROP_TABLE` drops the sequence's whole table.
 TableOp = tuple[int, int, int]
@@ -49,3 +51,6 @@ class KVLayout:
     seq_ids: list[int] | None = None
     table_log: list[TableOp] = field(default_factory=list)
     group_table_logs: list[list[TableOp]] | None = None
+    # Copies to and from a host tier decided since the previous layout (`HostTransfers`);
+    # None: none (no host tier, or nothing to copy).
+    host_transfers: HostTransfers | None = None
