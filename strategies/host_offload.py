@@ -44,6 +44,10 @@ class HostOffload:
         self._next_job = 0
         self._store_jobs: dict[int, list[int]] = {}  # job -> host blocks
         self._load_jobs: dict[int, tuple[list[int], list[int]]] = {}  # job -> (host, seqs)
+        # GPU blocks a load still writes whose sequence let them go: the strategy keeps a
+        # reference on each until the job ends (`finished` hands them back), so no other
+        # sequence takes a block a copy is landing in. job (-1: not taken yet) -> blocks
+        self.pinned: dict[int, list[int]] = {}
         self.loading: dict[int, list[Landing]] = {}  # waiting seq_id -> its blocks to name
         self.hit_blocks = 0  # host blocks a prefix hit loaded
         self.hit_tokens = 0
@@ -60,6 +64,8 @@ class HostOffload:
     def load(self, seq_id: int, group: int, gpu_blocks: Sequence[int],
              host_blocks: Sequence[int], keys: Sequence[BlockHash]) -> None:
         """Copy `host_blocks` into the sequence's fresh `gpu_blocks`; it waits until done."""
+        if len(host_blocks) != len(gpu_blocks):
+            raise ValueError("a load needs one GPU block for each host block")
         self.tier.begin_load(host_blocks)
         self._loads.extend(zip([group] * len(host_blocks), gpu_blocks, host_blocks,
                                strict=False))
@@ -87,15 +93,20 @@ class HostOffload:
             self._next_job += 1
             self._load_jobs[load_job] = ([h for _, _, h in self._loads], list(self._landing))
             self._landing = {}
+            if -1 in self.pinned:
+                self.pinned[load_job] = self.pinned.pop(-1)
         out = HostTransfers(store_job, tuple(self._stores), load_job, tuple(self._loads))
         self._stores, self._loads = [], []
         return out
 
-    def finished(self, jobs: Iterable[int]) -> list[tuple[int, list[Landing]]]:
+    def finished(self, jobs: Iterable[int]) -> tuple[list[tuple[int, list[Landing]]], list[int]]:
         """Jobs done: stored blocks become readable, loaded ones evictable again. Returns
-        each sequence that waited on them (and still does) with the blocks it may name."""
+        each sequence that waited on them (and still does) with the blocks it may name, and
+        the GPU blocks pinned for them (`drop`) to release."""
         landed = []
+        unpinned: list[int] = []
         for job in jobs:
+            unpinned.extend(self.pinned.pop(job, ()))
             stored = self._store_jobs.pop(job, None)
             if stored is not None:
                 self.tier.stored(stored)
@@ -106,12 +117,16 @@ class HostOffload:
                 blocks = self.loading.pop(seq_id, None)
                 if blocks is not None:
                     landed.append((seq_id, blocks))
-        return landed
+        return landed, unpinned
 
-    def drop(self, seq_id: int) -> None:
-        """The sequence gave its blocks back while it waited: nothing to name for it."""
-        self.loading.pop(seq_id, None)
-        self._landing.pop(seq_id, None)  # (copies not taken yet still go: the host books)
+    def drop(self, seq_id: int) -> list[int]:
+        """The sequence gives its blocks back while it waits: nothing is named for it, and
+        the GPU blocks its load writes are returned, for the strategy to pin (`pinned`)."""
+        blocks = [block for _, block, _ in self.loading.pop(seq_id)]
+        job = -1 if self._landing.pop(seq_id, None) is not None else next(
+            j for j, (_, seqs) in self._load_jobs.items() if seq_id in seqs)
+        self.pinned.setdefault(job, []).extend(blocks)
+        return blocks
 
     @property
     def jobs_in_flight(self) -> int:
@@ -121,7 +136,7 @@ class HostOffload:
         """No sequence waits and no load is left (stores may still be in flight at a run's
         end: their blocks are the tier's, in the `storing` state)."""
         return (not self.loading and not self._loads and not self._load_jobs
-                and not self.tier.readers)
+                and not self.tier.readers and not self.pinned)
 
     def stats(self) -> dict[str, float]:
         return {**self.tier.stats(), "host_hit_blocks": self.hit_blocks,

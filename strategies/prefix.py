@@ -208,22 +208,26 @@ class PrefixCachingStrategy(PagedStrategy):
         """Offer the GPU hit's blocks (vLLM offers a request's every full block), and load
         the host tier's hit into the fresh blocks after it: the sequence waits for them."""
         host = self.host_tier
-        if gpu_hits:
-            host.offer(0, gpu_hits, hashes[: len(gpu_hits)])
         loaded = hashes[len(gpu_hits):]
-        if loaded:
+        if loaded:  # first: a load's host blocks cannot be evicted by the offer below
             host_blocks = host.lookup(loaded)
             host.load(seq.seq_id, 0, table[len(gpu_hits): len(hashes)], host_blocks, loaded)
             host.hit_tokens += len(loaded) * self.block_size
+        computed = [i for i, b in enumerate(gpu_hits) if b not in self._pending_hash]
+        if computed:  # (a pending block is not written yet: its owner offers it when it is)
+            host.offer(0, [gpu_hits[i] for i in computed], [hashes[i] for i in computed])
 
     def host_jobs_done(self, jobs: list[int]) -> list[Sequence]:
         """Host copies done (`Executor.finished_host_jobs`): loaded blocks join the GPU
         prefix cache under their hashes; returns the sequences that stop waiting."""
         ready = []
-        for seq_id, landed in self.host_tier.finished(jobs):
+        landed_all, unpinned = self.host_tier.finished(jobs)
+        for seq_id, landed in landed_all:
             for _, block, h in landed:
                 self.pool.register(block, h)
             ready.append(self.live[seq_id])
+        for block in unpinned:
+            self.pool.release(block)
         return ready
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
@@ -297,8 +301,9 @@ class PrefixCachingStrategy(PagedStrategy):
 
     def free(self, seq: Sequence) -> None:
         if self.host_tier is not None and seq.seq_id in self.host_tier.loading:
-            # freed while its blocks load: they are not named (the copies still end)
-            self.host_tier.drop(seq.seq_id)
+            # freed while its blocks load: not named, and held until the copies end
+            for block in self.host_tier.drop(seq.seq_id):
+                self.pool.acquire(block)
         self._sync(seq)
         self._chains.pop(seq.seq_id, None)
         self._shared_upto.pop(seq.seq_id, None)
