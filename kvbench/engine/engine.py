@@ -429,5 +429,6 @@ class Engine(BaseEngine):
     def reset_stats(self) -> None:
         super().reset_stats()
         self.strategy.reset_stats()
+        self.host_load_waits_s.clear()
         if self._runs is not None:
             self._runs.settle()
