@@ -14,7 +14,8 @@ CUDA the host pool is pinned and the copies go on a side stream, after the work 
 on the compute stream (a store reads KV the model wrote); `wait()` makes the compute stream
 wait for them: the model executor calls it before the step's forward, so a load is in place
 before any layer reads it and a store has read a block before the forward can overwrite it.
-On the CPU the copies are plain and done when the call returns.
+On the CPU the copies are plain and done when the call returns. Either way a transfer is one
+copy per arena tensor and run of blocks consecutive in both pools (`block_runs`).
 
 Every store and load is an NVTX range (`kv_store`, `kv_load`, payload: tokens moved) and its
 seconds are measured: CUDA events on the side stream, wall time on the CPU.
@@ -125,7 +126,7 @@ class HostKVTier:
         with trace_range(name, blocks=n, tokens=n * self.block_size):
             if self._stream is None:
                 start = time.perf_counter()
-                self._copy_cpu(direction, gpu, host)
+                self._copy_runs(direction, gpu, host, non_blocking=False)
                 seconds = time.perf_counter() - start
             else:
                 self._copy_cuda(direction, gpu, host)
@@ -146,14 +147,19 @@ class HostKVTier:
         if low < 0 or high >= limit:
             raise IndexError(f"{pool} block {low if low < 0 else high} outside 0..{limit - 1}")
 
-    def _copy_cpu(self, direction: str, gpu: Sequence[int], host: Sequence[int]) -> None:
-        gpu_ids = torch.as_tensor(gpu, dtype=torch.long)
-        host_ids = torch.as_tensor(host, dtype=torch.long)
+    def _copy_runs(self, direction: str, gpu: Sequence[int], host: Sequence[int],
+                   non_blocking: bool) -> None:
+        """One copy per run of blocks consecutive on both sides, per arena tensor: the
+        granularity of the copy engines' descriptors (and of vLLM's, one per block and page
+        tensor), which `kvbench.simulator.host_transfer` models."""
+        runs = block_runs(gpu, host) if direction == "store" else block_runs(host, gpu)
         for g, h in zip(self.gpu_blocks, self.host_blocks, strict=True):
             if direction == "store":
-                h.index_copy_(0, host_ids, g.index_select(0, gpu_ids))
+                for s, d, n in runs:
+                    h[d : d + n].copy_(g[s : s + n], non_blocking=non_blocking)
             else:
-                g.index_copy_(0, gpu_ids, h.index_select(0, host_ids))
+                for s, d, n in runs:
+                    g[d : d + n].copy_(h[s : s + n], non_blocking=non_blocking)
 
     def _copy_cuda(self, direction: str, gpu: Sequence[int], host: Sequence[int]) -> None:
         stream = self._stream
@@ -162,16 +168,9 @@ class HostKVTier:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
-        runs = block_runs(gpu, host) if direction == "store" else block_runs(host, gpu)
         with torch.cuda.stream(stream):
             start.record(stream)
-            for g, h in zip(self.gpu_blocks, self.host_blocks, strict=True):
-                if direction == "store":
-                    for s, d, n in runs:
-                        h[d : d + n].copy_(g[s : s + n], non_blocking=True)
-                else:
-                    for s, d, n in runs:
-                        g[d : d + n].copy_(h[s : s + n], non_blocking=True)
+            self._copy_runs(direction, gpu, host, non_blocking=True)
             end.record(stream)
         self._events.append((direction, start, end))
 
