@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # One change to a sequence's table: (seq_id, index, value). The value is a block id (paged) or
@@ -69,4 +70,4 @@ class KVLayout:
     seq_ids: list[int] | None = None
     table_log: list[TableOp] = field(default_factory=list)
     group_table_logs: list[list[TableOp]] | None = None
-    host_copies: list[HostCopy] = field(default_factory=list)
+    host_copies: Sequence[HostCopy] = ()  # a tuple by default: no list made per step
