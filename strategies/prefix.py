@@ -29,7 +29,7 @@ from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import MemorySplit
-from kvbench.strategies.host_offload import HostOffload
+from kvbench.strategies.host_offload import HostOffload, host_copies
 from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.paged import PagedOptions, PagedStrategy
 from kvbench.strategies.prefix_index import (
@@ -340,7 +340,9 @@ class PrefixCachingStrategy(PagedStrategy):
             self._check_pending(scheduled)
         layout = super().build_layout(scheduled)
         if self.host_tier is not None:
-            layout.host_transfers = self.host_tier.take()
+            transfers = layout.host_transfers = self.host_tier.take()
+            if transfers is not None:
+                layout.host_copies = host_copies(transfers)
         return layout
 
     def _check_pending(self, scheduled: list[tuple[Sequence, int]]) -> None:

@@ -12,6 +12,7 @@ from kvbench.core.kv_groups import KVGroup
 from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
 from kvbench.execution.decode_graphs import DecodeGraphs
+from kvbench.execution.host_kv_tier import HostCopyStats, HostKVTier
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.execution.tensor_executor import TensorExecutor
 from kvbench.kernels.attention_ops import AttentionOps
@@ -123,6 +124,12 @@ class KVArena:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self._tensors)
 
+    @property
+    def pool_tensors(self) -> tuple[torch.Tensor, ...]:
+        """The tensors the arena allocated, `[num_slots, ...]` each (a latent layer's V, a view
+        of its K, is not one): what a copy of whole slots must move."""
+        return tuple(self._tensors)
+
     def copy_slots(self, src: int, dst: int, n: int) -> None:
         for cache in self._tensors:
             cache[dst : dst + n] = cache[src : src + n]
@@ -177,6 +184,8 @@ class ModelExecutor(TensorExecutor):
         self.inputs = StepInputs(device)
         self._layout_kind, self._block_size = "paged", 1  # of the step being run
         self.graphs: DecodeGraphs | None = None
+        self.host_tier: HostKVTier | None = None
+        self.last_host_copies: HostCopyStats | None = None  # the last step's, with a tier
         if not enforce_eager:
             self.enable_cuda_graphs(max_num_seqs)
 
@@ -198,6 +207,23 @@ class ModelExecutor(TensorExecutor):
             fp8_ready=lambda: not arena.is_fp8 or None not in arena.k_scales,
         )
         return True
+
+    def attach_host_tier(self, tier: HostKVTier) -> None:
+        """Copy each step's `KVLayout.host_copies` between the arena and `tier`."""
+        self.host_tier = tier
+
+    def _host_copies(self, layout: KVLayout) -> None:
+        """The layout's stores and loads, in order; the forward waits for them (`wait`)."""
+        tier = self.host_tier
+        if tier is None:
+            raise RuntimeError("the layout moves blocks to or from a host tier, but the "
+                               "executor has none (attach_host_tier)")
+        for copy in layout.host_copies:
+            if copy.direction == "store":
+                tier.store(copy.gpu_blocks, copy.host_blocks)
+            else:
+                tier.load(copy.host_blocks, copy.gpu_blocks)
+        tier.wait()
 
     def capture_decode_graphs(self, layout_kind: str, block_size: int, max_model_len: int) -> int:
         """Capture every decode graph a run of this layout can replay, before it is measured;
@@ -301,6 +327,8 @@ class ModelExecutor(TensorExecutor):
         with trace_range("prepare", tokens=batch.num_tokens):
             for copy in layout.slot_copies:
                 self.arena.copy_slots(copy.src_slot, copy.dst_slot, copy.num_slots)
+            if layout.host_copies:
+                self._host_copies(layout)
             idx = self.inputs.build(batch)
             input_ids, positions, rows = idx.input_ids, idx.positions, idx.sample_rows
         phase = "prefill" if batch.num_prefill_seqs else "decode"
@@ -320,4 +348,6 @@ class ModelExecutor(TensorExecutor):
             every_row = batch.sample_rows == list(range(batch.num_tokens))
             logits = self.model.logits(hidden if every_row else hidden[rows])
             self.synchronize()
+        if self.host_tier is not None:
+            self.last_host_copies = self.host_tier.take_step_stats()
         return logits
