@@ -26,23 +26,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from kvbench.core.host_transfers import BlockCopy, HostTransfers
-from kvbench.core.layout import HostCopy
 from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.prefix_index import BlockHash
 
 # (allocation group, GPU block, its key): a block loaded for a sequence, named when it lands
 Landing = tuple[int, int, BlockHash]
-
-
-def host_copies(transfers: HostTransfers) -> tuple[HostCopy, ...]:
-    """The jobs' copies as the model executor takes them (`KVLayout.host_copies`): the
-    stores first (they read blocks a load may not overwrite before), then the loads."""
-    out = []
-    for direction, copies in (("store", transfers.stores), ("load", transfers.loads)):
-        if copies:
-            out.append(HostCopy(direction, tuple(g for _, g, _ in copies),
-                                tuple(h for _, _, h in copies)))
-    return tuple(out)
 
 
 class HostOffload:

@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
-from kvbench.core.layout import KVLayout, SlotCopy
+from kvbench.core.layout import KVLayout, SlotCopy, host_copies
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import MemorySplit
-from kvbench.strategies.host_offload import HostOffload, host_copies
+from kvbench.strategies.host_offload import HostOffload
 from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.paged import PagedOptions, PagedStrategy
 from kvbench.strategies.prefix_index import (

@@ -183,7 +183,7 @@ def check_offload(config: EngineConfig) -> None:
     if config.kv_offload is not None and not reads_option(config.strategy, "kv_offload_blocks"):
         raise KvbenchInputError(
             f"--kv-offload puts a host tier under a prefix cache: --strategy "
-            f"{config.strategy} has none (use prefix or hybrid-prefix)")
+            f"{config.strategy} has none it takes one under (use prefix)")
 
 
 def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
@@ -295,6 +295,8 @@ class ExecutorFactory(ABC):
         clock = self.clock(context)
         executor = self.executor(config, plan.model, model_config, plan.device, plan.num_slots,
                                  plan.kv_dtype, clock)
+        if strategy.host_tier is not None:  # the tier's blocks, for the executor to copy
+            executor.keep_host_tier(strategy.host_tier.tier.num_blocks, config.block_size)
         limits = SchedulerLimits(config.max_num_seqs, shape.max_num_batched_tokens,
                                  config.chunked_prefill)
         policy = make_policy(config.batching, strategy, limits, config.queue_order)

@@ -39,7 +39,6 @@ from kvbench.models.dtype_names import element_bytes, kv_cache_dtype_name, model
 from kvbench.models.sizes import DTYPE_BYTES, weights_dtype
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import DEFAULT_GPU, GPUSpec
-from kvbench.simulator.host_link_model import HostLinkModel
 from kvbench.simulator.simulated_executor import (
     SIMULATED_DEVICE,
     SimulatedClock,
@@ -115,15 +114,7 @@ class SimulatedExecutors(ExecutorFactory):
         cost_model = StepTimeModel(model_config, spec,
                                    self._weight_bytes_per_param(config, model_config),
                                    element_bytes(kv_dtype), config.tensor_parallel_size)
-        executor = SimulatedExecutor(cost_model, clock)
-        if config.kv_offload is not None:  # one GPU's share of a block over its own link
-            if spec.host_link is None:
-                raise KvbenchInputError(
-                    f"--kv-offload: GPU {spec.name} has no host link to time copies on; give "
-                    "a --gpu-spec file with a [host_link] table (docs/simulator.md)")
-            executor.host = HostLinkModel(spec.host_link,
-                                          config.block_size * cost_model.kv_bytes_per_token)
-        return executor
+        return SimulatedExecutor(cost_model, clock)
 
     def backend(self, config: EngineConfig, device: DeviceKind) -> str:
         return SIMULATED_BACKEND

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from kvbench.core.host_transfers import HostTransfers
 from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
+from kvbench.errors import KvbenchInputError
 
 if TYPE_CHECKING:
     import torch
@@ -56,6 +57,10 @@ class Executor(ABC):
 
     # A host tier (`HostTransfers`): an executor that keeps one performs a step's copies as
     # `execute` reads them from the layout, or here for a step that computes nothing.
+    def keep_host_tier(self, num_blocks: int, block_size: int) -> None:
+        """Hold a host tier of `num_blocks` blocks of `block_size` slots (`--kv-offload`)."""
+        raise KvbenchInputError(f"--kv-offload: {type(self).__name__} keeps no host KV tier")
+
     def transfer_host(self, transfers: HostTransfers) -> None:
         """Start `transfers` now (before any KV the step writes)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no host KV tier")

@@ -76,3 +76,14 @@ class KVLayout:
     # The same copies as jobs (`HostTransfers`: what the executor reports done, for a
     # strategy that waits on them); None: none (no host tier, or nothing to copy).
     host_transfers: HostTransfers | None = None
+
+
+def host_copies(transfers: HostTransfers) -> tuple[HostCopy, ...]:
+    """The jobs' copies as the model executor takes them (`KVLayout.host_copies`): the
+    stores first (they read blocks a load may not overwrite before), then the loads."""
+    out = []
+    for direction, copies in (("store", transfers.stores), ("load", transfers.loads)):
+        if copies:
+            out.append(HostCopy(direction, tuple(g for _, g, _ in copies),
+                                tuple(h for _, _, h in copies)))
+    return tuple(out)

@@ -7,10 +7,12 @@ from collections.abc import Sequence
 
 import torch
 
+from kvbench.core.host_transfers import HostTransfers
 from kvbench.core.kv_allocation import HybridAllocation
 from kvbench.core.kv_groups import KVGroup
-from kvbench.core.layout import KVLayout
+from kvbench.core.layout import KVLayout, host_copies
 from kvbench.core.step_batch import StepBatch
+from kvbench.errors import KvbenchInputError
 from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.host_kv_tier import HostCopyStats, HostKVTier
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
@@ -19,6 +21,7 @@ from kvbench.kernels.attention_ops import AttentionOps
 from kvbench.kernels.cpu_attention import step_indices
 from kvbench.kernels.reference import write_latent
 from kvbench.models.llama import LlamaDecoder
+from kvbench.models.memory_check import available_bytes
 from kvbench.tracing import trace_range
 
 # fp8 scales from a layer's first write: amax / FP8_SCALE_TARGET, so that the first write's
@@ -185,6 +188,7 @@ class ModelExecutor(TensorExecutor):
         self._layout_kind, self._block_size = "paged", 1  # of the step being run
         self.graphs: DecodeGraphs | None = None
         self.host_tier: HostKVTier | None = None
+        self._host_jobs_done: list[int] = []  # copied, not yet reported (`finished_host_jobs`)
         self.last_host_copies: HostCopyStats | None = None  # the last step's, with a tier
         if not enforce_eager:
             self.enable_cuda_graphs(max_num_seqs)
@@ -224,6 +228,28 @@ class ModelExecutor(TensorExecutor):
             else:
                 tier.load(copy.host_blocks, copy.gpu_blocks)
         tier.wait()
+        if layout.host_transfers is not None:  # done before the forward: report them after
+            self._host_jobs_done.extend(layout.host_transfers.jobs)
+
+    def keep_host_tier(self, num_blocks: int, block_size: int) -> None:
+        """`--kv-offload` in host memory, refused before it is taken when the host has not
+        that much available."""
+        need = num_blocks * block_size * self.arena.nbytes // self.arena.num_slots
+        have = available_bytes(torch.device("cpu"))
+        if have is not None and need > have:
+            raise KvbenchInputError(
+                f"--kv-offload: {need / 2**30:.2f} GiB of host memory for the tier, the host "
+                f"has {have / 2**30:.2f} GiB available; give a smaller --kv-offload")
+        self.attach_host_tier(HostKVTier(self.arena.pool_tensors, num_blocks, block_size))
+
+    def transfer_host(self, transfers: HostTransfers) -> None:
+        """A step that computes nothing still moves the copies decided (`Engine`)."""
+        self._host_copies(KVLayout("paged", host_copies=host_copies(transfers),
+                                   host_transfers=transfers))
+
+    def finished_host_jobs(self) -> list[int]:
+        done, self._host_jobs_done = self._host_jobs_done, []
+        return done
 
     def capture_decode_graphs(self, layout_kind: str, block_size: int, max_model_len: int) -> int:
         """Capture every decode graph a run of this layout can replay, before it is measured;

@@ -29,6 +29,7 @@ from kvbench.core.executor import DeviceKind, Executor
 from kvbench.core.host_transfers import HostTransfers
 from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
+from kvbench.errors import KvbenchInputError
 from kvbench.simulator.gpus import GPUSpec
 from kvbench.simulator.host_link_model import HostLinkModel
 from kvbench.simulator.step_time import StepTime, StepTimeModel
@@ -169,6 +170,16 @@ class SimulatedExecutor(Executor):
 
     def synchronize(self) -> None:
         pass
+
+    def keep_host_tier(self, num_blocks: int, block_size: int) -> None:
+        """Time the tier's copies on the GPU's host link: one GPU's share of a block (each
+        GPU of a tensor-parallel group moves its own over its own link)."""
+        link = self.gpu.host_link
+        if link is None:
+            raise KvbenchInputError(
+                f"--kv-offload: GPU {self.gpu.name} has no host link to time copies on; give a "
+                "--gpu-spec file with a [host_link] table (docs/simulator.md)")
+        self.host = HostLinkModel(link, block_size * self.cost_model.kv_bytes_per_token)
 
     def transfer_host(self, transfers: HostTransfers) -> None:
         self.host.start(transfers, self.clock.now_s)
