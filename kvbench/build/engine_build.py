@@ -182,8 +182,8 @@ def check_offload(config: EngineConfig) -> None:
     """`--kv-offload` needs a strategy with a prefix cache to put its tier under."""
     if config.kv_offload is not None and not reads_option(config.strategy, "kv_offload_blocks"):
         raise KvbenchInputError(
-            f"--kv-offload puts a host tier under a prefix cache: --strategy "
-            f"{config.strategy} has none it takes one under (use prefix)")
+            f"--kv-offload puts a host tier under prefix's cache (and its fp8 form); --strategy "
+            f"{config.strategy} takes none")
 
 
 def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,

@@ -12,6 +12,7 @@ from kvbench.report.figure import Figure
 from kvbench.report.figure_html import figure_div, plotly_js_script
 from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import RunStyle, run_styles
+from kvbench.report.tier_section import tier_section_html
 
 PLOT_CONFIG = {
     "displaylogo": False,  # the logo links to plot.ly
@@ -142,6 +143,14 @@ def build_page(runset: RunSet) -> bytes:
             "Prompt tokens served from the prefix cache so far over prompt tokens so far, by "
             "admission time. It rises as shared prefixes (system prompts, earlier turns) fill "
             "the cache.", _chart(hits, "prefix")))
+    tier = tier_section_html(runset)
+    if tier:
+        sections.append(_section(
+            "host-tier", "Host KV tier",
+            "Prefix hits served by the GPU cache and by the host tier (--kv-offload), the bytes "
+            "that crossed the host link, and the wait of requests whose KV was loaded back "
+            "(admission to the load's end, part of their prefill time; docs/offload.md).",
+            tier))
     sections.extend(_accuracy_sections(runset, styles, colors))
     return _page(runset, sections)
 

@@ -27,7 +27,9 @@ def _summary(tmp_path, name: str, args: list[str]) -> dict:
     assert main(["simulate", "--defaults", "vllm", "--strategy", "prefix", "--quiet",
                  "--out", str(out), *args]) == 0
     (folder,) = out.iterdir()
-    return json.loads((folder / "kvbench_summary.json").read_text())
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
+    summary["report"] = (folder / "report.html").read_text()
+    return summary
 
 
 def _figures(summary: dict) -> tuple[float, float]:
@@ -48,3 +50,6 @@ def test_a_host_tier_pays_on_long_returning_histories_only(tmp_path, case, args,
     assert scheduler["host_hit_rate"] > 0 and scheduler["host_loaded_bytes"] > 0
     assert hit_tiered > hit_alone + 0.1  # the host tier serves returning histories either way
     assert (ttft_tiered < ttft_alone) is pays, (case, ttft_alone, ttft_tiered)
+    # the report's section shows the tier's figures; a run without a tier has none
+    assert "Host KV tier" in tiered["report"] and "Host KV tier" not in alone["report"]
+    assert f"{100 * scheduler['host_hit_rate']:.1f}%" in tiered["report"]
