@@ -182,7 +182,7 @@ def check_offload(config: EngineConfig) -> None:
     """`--kv-offload` needs a strategy with a prefix cache to put its tier under."""
     if config.kv_offload is not None and not reads_option(config.strategy, "kv_offload_blocks"):
         raise KvbenchInputError(
-            f"--kv-offload puts a host tier under prefix's cache (and its fp8 form); --strategy "
+            f"--kv-offload puts a host tier under a prefix cache (prefix, hybrid-prefix); --strategy "
             f"{config.strategy} takes none")
 
 
@@ -296,7 +296,8 @@ class ExecutorFactory(ABC):
         executor = self.executor(config, plan.model, model_config, plan.device, plan.num_slots,
                                  plan.kv_dtype, clock)
         if strategy.host_tier is not None:  # the tier's blocks, for the executor to copy
-            executor.keep_host_tier(strategy.host_tier.tier.num_blocks, config.block_size)
+            executor.keep_host_tier(strategy.host_tier.tier.num_blocks, config.block_size,
+                                    plan.bytes_per_slot * config.block_size)
         limits = SchedulerLimits(config.max_num_seqs, shape.max_num_batched_tokens,
                                  config.chunked_prefill)
         policy = make_policy(config.batching, strategy, limits, config.queue_order)

@@ -57,8 +57,9 @@ class Executor(ABC):
 
     # A host tier (`HostTransfers`): an executor that keeps one performs a step's copies as
     # `execute` reads them from the layout, or here for a step that computes nothing.
-    def keep_host_tier(self, num_blocks: int, block_size: int) -> None:
-        """Hold a host tier of `num_blocks` blocks of `block_size` slots (`--kv-offload`)."""
+    def keep_host_tier(self, num_blocks: int, block_size: int, block_bytes: int) -> None:
+        """Hold a host tier of `num_blocks` blocks of `block_size` slots, `block_bytes` each
+        across the tensor-parallel group (`--kv-offload`)."""
         raise KvbenchInputError(f"--kv-offload: {type(self).__name__} keeps no host KV tier")
 
     def transfer_host(self, transfers: HostTransfers) -> None:

@@ -231,7 +231,7 @@ class ModelExecutor(TensorExecutor):
         if layout.host_transfers is not None:  # done before the forward: report them after
             self._host_jobs_done.extend(layout.host_transfers.jobs)
 
-    def keep_host_tier(self, num_blocks: int, block_size: int) -> None:
+    def keep_host_tier(self, num_blocks: int, block_size: int, block_bytes: int) -> None:
         """`--kv-offload` in host memory, refused before it is taken when the host has not
         that much available."""
         need = num_blocks * block_size * self.arena.nbytes // self.arena.num_slots

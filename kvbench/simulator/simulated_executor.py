@@ -171,7 +171,7 @@ class SimulatedExecutor(Executor):
     def synchronize(self) -> None:
         pass
 
-    def keep_host_tier(self, num_blocks: int, block_size: int) -> None:
+    def keep_host_tier(self, num_blocks: int, block_size: int, block_bytes: int) -> None:
         """Time the tier's copies on the GPU's host link: one GPU's share of a block (each
         GPU of a tensor-parallel group moves its own over its own link)."""
         link = self.gpu.host_link
@@ -179,7 +179,7 @@ class SimulatedExecutor(Executor):
             raise KvbenchInputError(
                 f"--kv-offload: GPU {self.gpu.name} has no host link to time copies on; give a "
                 "--gpu-spec file with a [host_link] table (docs/simulator.md)")
-        self.host = HostLinkModel(link, block_size * self.cost_model.kv_bytes_per_token)
+        self.host = HostLinkModel(link, block_bytes // self.cost_model.tensor_parallel_size)
 
     def transfer_host(self, transfers: HostTransfers) -> None:
         self.host.start(transfers, self.clock.now_s)

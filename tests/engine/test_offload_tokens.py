@@ -48,3 +48,27 @@ def test_a_host_tier_returns_the_same_tokens(turns, model_cache, batching):
     assert stats["host_loaded_blocks"] > 0 and stats["host_hit_tokens"] > 0
     assert engine.executor.host_tier.totals.load_blocks == stats["host_loaded_blocks"]
     assert tiered == alone
+
+
+def test_hybrid_prefix_with_a_host_tier_returns_the_same_tokens(model_cache):
+    """`hybrid-prefix` (a sliding-window model): every allocation group's blocks are stored
+    and loaded back; the tokens are those of `hybrid-prefix` alone."""
+    requests = load_workload("chat", 24, seed=7, vocab_size=2048, num_system_prompts=6,
+                             turns_per_conversation=4).requests
+    requests = sorted([r.__class__(**{**r.__dict__, "output_len": min(r.output_len, 12)})
+                       for r in requests], key=lambda r: (len(r.prompt_token_ids), r.request_id))
+    options = dict(model="tiny-hybrid", strategy="hybrid-prefix", kv_memory="2MiB",
+                   max_model_len=1024)
+
+    def run(**more):
+        engine = build_engine(EngineConfig(**options, **more), model_cache=model_cache).engine
+        for request in requests:
+            engine.add_request(request)
+            engine.run_to_completion()
+        assert engine.strategy.is_whole(), "leaked KV memory"
+        return {rid: s[0].token_ids for rid, s in engine.sequences.items()}, engine
+
+    alone, _ = run()
+    tiered, engine = run(kv_offload="4MiB")
+    assert engine.strategy.stats()["host_loaded_blocks"] > 0
+    assert tiered == alone
