@@ -7,11 +7,27 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE, check_block_size
+from kvbench.core.host_transfers import HOST_POLICIES
 from kvbench.core.kv_cache_dtype import KV_CACHE_DTYPES
 from kvbench.errors import KvbenchInputError
 from kvbench.units import parse_size_bytes
 
 DEFAULT_CPU_KV_MEMORY = "64MiB"
+MAX_OFFLOAD_BYTES = 1 << 46  # 64 TiB: no host holds more
+
+
+def parse_offload_size(text: str | int) -> int:
+    """`--kv-offload`: a size (`64GiB`, `500MB`), or a plain number of GiB as vLLM's
+    --kv-offloading-size takes it; more than 0 and at most 64 TiB."""
+    plain = str(text).strip()
+    try:
+        size = int(float(plain) * (1 << 30)) if not isinstance(text, int) else text
+    except (ValueError, OverflowError):
+        size = parse_size_bytes(plain)
+    if not 0 < size <= MAX_OFFLOAD_BYTES:
+        raise KvbenchInputError(
+            f"--kv-offload must be more than 0 and at most 64TiB of host memory, got {text!r}")
+    return size
 
 # Seeds reach numpy and torch generators, which take a 64-bit integer.
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1
@@ -62,6 +78,11 @@ class EngineConfig:
     quantization: str | None = None
     vllm_version: str | None = None
     weights_memory: int | str | None = None
+    # A host-memory tier under a prefix cache (docs/offload.md): its bytes across the
+    # tensor-parallel group (vLLM's --kv-offloading-size, GiB where no unit is given) and
+    # its eviction policy (vLLM's `eviction_policy`).
+    kv_offload: int | str | None = None
+    kv_offload_policy: str = "lru"
 
     def __post_init__(self) -> None:
         if self.kv_memory is not None:
@@ -69,6 +90,11 @@ class EngineConfig:
         if self.weights_memory is not None:
             self.weights_memory = parse_size_bytes(self.weights_memory)
         check_block_size(self.block_size)
+        if self.kv_offload is not None:
+            self.kv_offload = parse_offload_size(self.kv_offload)
+        if self.kv_offload_policy not in HOST_POLICIES:
+            raise KvbenchInputError(f"--kv-offload-policy {self.kv_offload_policy!r}: choose "
+                                    f"from {', '.join(HOST_POLICIES)}")
         # None is "the default"; 0 would read as a length, so it is refused like -1.
         for flag, value, least in (("--max-num-seqs", self.max_num_seqs, 1),
                                    ("--max-num-batched-tokens", self.max_num_batched_tokens, 1),

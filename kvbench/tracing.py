@@ -34,7 +34,7 @@ _COLORS = {
     "replay": 0xFF9E9E9E, "idle": 0xFFE0E0E0, "step": 0xFF1F77B4, "schedule": 0xFFFF7F0E,
     "layout": 0xFFBCBD22, "prepare": 0xFF8C564B, "prefill": 0xFFD62728, "decode": 0xFF2CA02C,
     "sample": 0xFF9467BD, "write_kv": 0xFF17BECF, "prefill_attention": 0xFFFF9896,
-    "decode_attention": 0xFF98DF8A,
+    "decode_attention": 0xFF98DF8A, "kv_store": 0xFFF7B6D2, "kv_load": 0xFFC49C94,
 }
 _DEFAULT_COLOR = 0xFF7F7F7F
 
@@ -44,6 +44,8 @@ _CATEGORIES = {name: category for category, names in {
     "runner": "replay idle warmup metrics",
     "engine": "step schedule layout sample",
     "model": "prepare prefill decode generate",
+    # copies between the KV arena and a host tier (kvbench/execution/host_kv_tier.py)
+    "transfer": "kv_store kv_load",
     # with the simulator's modelled forward parts (kvbench/simulator/step_trace.py)
     "kernel": "write_kv prefill_attention decode_attention gemm elementwise all_reduce "
               "layer_floor lm_head",

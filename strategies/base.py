@@ -105,6 +105,10 @@ class CacheStrategy(ABC):
     # simulate`), sequences then count their tokens and the workload's prompts stay undrawn.
     reads_no_token_ids: bool = False
     admits_chunks: bool = False  # `admit` takes the step's chunk (`admit`)
+    # A host tier under the prefix cache (`host_offload.HostOffload`: its `loading` maps the
+    # sequences that wait for their KV to arrive; the engine leaves them out of steps and
+    # hands its executor's finished copies to `host_jobs_done`); None: none.
+    host_tier = None
 
     def __init__(
         self, num_slots: int, max_model_len: int, check_accounting: bool | None = None

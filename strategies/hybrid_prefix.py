@@ -20,15 +20,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
+from kvbench.core.layout import host_copies
 from kvbench.core.sequence import Sequence
+from kvbench.strategies.host_offload import HostOffload
+from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.hybrid import FREED, HybridOptions, HybridStrategy
 from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool, extend_chain, root_hash
 from kvbench.strategies.registry import register_strategy
+
+HOST = -2  # a hit's table entry the host tier serves (a fresh block, loaded, at admission)
 
 
 @dataclass(frozen=True)
 class HybridPrefixOptions(HybridOptions):
     namespace: str = ""  # keys the hashes (model, dtypes): other configurations never match
+    kv_offload_blocks: int = 0  # host tier blocks (pool pages); 0: none
+    kv_offload_policy: str = "lru"
 
 
 @register_strategy(
@@ -50,6 +57,8 @@ class HybridPrefixStrategy(HybridStrategy):
         concurrent_batches: int = 1,
         namespace: str = "",
         check_accounting: bool | None = None,
+        kv_offload_blocks: int = 0,
+        kv_offload_policy: str = "lru",
     ) -> None:
         super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
                          allocation_windows=allocation_windows,
@@ -63,6 +72,11 @@ class HybridPrefixStrategy(HybridStrategy):
         self.live: dict[int, Sequence] = {}
         self.hit_tokens = 0
         self.query_tokens = 0
+        # A host tier of pool pages keyed by (hash, group) (`host_offload.py`): every group's
+        # named blocks are stored; a GPU hit goes on while every group's next block is there.
+        self.host_tier = (HostOffload(HostTier(kv_offload_blocks, kv_offload_policy))
+                          if kv_offload_blocks else None)
+        self._offered: dict[int, int] = {}  # seq_id -> blocks offered to the host tier
 
     # Names ------------------------------------------------------------------------------
 
@@ -94,9 +108,29 @@ class HybridPrefixStrategy(HybridStrategy):
                     self.pool.register(table[i], self._key(chain[i], g))
         self._named[seq.seq_id] = full
 
+    def _offer_computed(self, seq: Sequence) -> None:
+        """Offer the host tier every group's blocks the sequence computed since the last
+        call (named earlier, when scheduled: stored only once written)."""
+        tables = self.tables.get(seq.seq_id)
+        if tables is None:
+            return
+        done = min(seq.num_computed, len(seq.token_ids)) // self.block_size
+        start = self._offered.get(seq.seq_id, 0)
+        if done <= start:
+            return
+        chain = self._chain(seq)
+        for g, table in enumerate(tables):
+            index = [i for i in range(start, min(done, len(table))) if table[i] >= 0]
+            if index:
+                self.host_tier.offer(g, [table[i] for i in index],
+                                     [self._key(chain[i], g) for i in index])
+        self._offered[seq.seq_id] = done
+
     def _sync_all(self) -> None:
         for seq in self.live.values():
             self._sync(seq)
+            if self.host_tier is not None:
+                self._offer_computed(seq)
 
     # Hits -------------------------------------------------------------------------------
 
@@ -129,17 +163,29 @@ class HybridPrefixStrategy(HybridStrategy):
                 if run < hit - self._first_needed(window, hit * self.block_size):
                     ok[hit] = False
         hit = next((h for h in range(longest, 0, -1) if ok[h]), 0)
+        gpu_hit = hit
+        if self.host_tier is not None:  # on while every group's next block is in the host tier
+            ready = self.host_tier.tier.ready
+            while hit < len(chain) and all(ready(self._key(chain[hit], g)) is not None
+                                           for g in range(self.num_groups)):
+                hit += 1
         if not hit:
             return 0, []
         tables = []
         for g, window in enumerate(self.windows):
             start = self._first_needed(window, hit * self.block_size)
-            tables.append([FREED] * start + cached_of[g][start:hit])
+            tables.append([FREED] * start + cached_of[g][start:gpu_hit]
+                          + [HOST] * (hit - max(start, gpu_hit)))
         return hit, tables
 
     def _blocks_to_revive(self, tables: list[list[int]]) -> int:
         refs = self.pool.ref_counts
-        return sum(1 for t in tables for b in t if b != FREED and refs[b] == 0)
+        return sum(1 for t in tables for b in t if b >= 0 and refs[b] == 0)
+
+    @staticmethod
+    def _host_hits(tables: list[list[int]]) -> int:
+        """Entries of a hit the host tier serves (fresh blocks, loaded)."""
+        return sum(1 for t in tables for b in t if b == HOST)
 
     # CacheStrategy ----------------------------------------------------------------------
 
@@ -148,7 +194,8 @@ class HybridPrefixStrategy(HybridStrategy):
         hit, tables = self._match(seq)
         if not hit:
             return super().can_admit(seq, num_running)
-        fresh = self._admission_need(self.blocks_for(len(seq.token_ids)), hit)
+        fresh = (self._admission_need(self.blocks_for(len(seq.token_ids)), hit)
+                 + self._host_hits(tables))
         keep = self.watermark_blocks if num_running else 0
         return self.pool.num_free - self._blocks_to_revive(tables) - fresh >= keep
 
@@ -161,7 +208,7 @@ class HybridPrefixStrategy(HybridStrategy):
             return super().admit(seq, max_new_tokens)  # (its `allocate` names the chunk)
         cached = hit * self.block_size
         end = self.blocks_for(cached + self._scheduled(seq, cached, max_new_tokens))
-        fresh = self.num_groups * (end - hit)
+        fresh = self.num_groups * (end - hit) + self._host_hits(hit_tables)
         if fresh > self.pool.num_free - self._blocks_to_revive(hit_tables):
             raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
         sid = seq.seq_id
@@ -170,12 +217,14 @@ class HybridPrefixStrategy(HybridStrategy):
         for g, table in enumerate(hit_tables):  # take the hits first: fresh blocks may evict
             log = self._group_logs[g]
             for i, block in enumerate(table):
-                if block == FREED:
+                if block < 0:  # FREED, or HOST: taken below
                     continue
                 if self.pool.ref_counts[block] > 0:
                     self._g_shared[g] += 1
                 self.pool.acquire(block)
                 log.append((sid, i, block))
+        if self.host_tier is not None:
+            self._host_admit(seq, hit_tables)
         for g, table in enumerate(hit_tables):
             log = self._group_logs[g]
             for i in range(hit, end):
@@ -183,11 +232,51 @@ class HybridPrefixStrategy(HybridStrategy):
                 table.append(block)
                 log.append((sid, i, block))
         self._named[sid] = hit
+        self._offered[sid] = hit  # (its hits: in the host tier already, or the GPU's)
         self.hit_tokens += cached
         self._account_seq(seq)
         self._set_room(seq)
         self._sync(seq, cached + self._scheduled(seq, cached, max_new_tokens))
         return cached
+
+    def _host_admit(self, seq: Sequence, tables: list[list[int]]) -> None:
+        """Fresh blocks for the host tier's part of the hit, loaded; the sequence waits."""
+        chain = self._chain(seq)
+        host = self.host_tier
+        loaded = 0
+        for g, table in enumerate(tables):
+            index = [i for i, b in enumerate(table) if b == HOST]
+            if not index:
+                continue
+            keys = [self._key(chain[i], g) for i in index]
+            host_blocks = host.lookup(keys)
+            log = self._group_logs[g]
+            for i in index:
+                table[i] = self.pool.allocate()
+                log.append((seq.seq_id, i, table[i]))
+            host.load(seq.seq_id, g, [table[i] for i in index], host_blocks, keys)
+            loaded = max(loaded, len(index))
+        host.hit_tokens += loaded * self.block_size  # (a full group loads all past the GPU's)
+
+    def host_jobs_done(self, jobs: list[int]) -> list[Sequence]:
+        """Loaded blocks join the GPU prefix cache under their keys (`PrefixCachingStrategy`)."""
+        ready = []
+        landed_all, unpinned = self.host_tier.finished(jobs)
+        for seq_id, landed in landed_all:
+            for _, block, key in landed:
+                self.pool.register(block, key)
+            ready.append(self.live[seq_id])
+        for block in unpinned:
+            self.pool.release(block)
+        return ready
+
+    def build_layout(self, scheduled):
+        layout = super().build_layout(scheduled)
+        if self.host_tier is not None:
+            transfers = layout.host_transfers = self.host_tier.take()
+            if transfers is not None:
+                layout.host_copies = host_copies(transfers)
+        return layout
 
     @staticmethod
     def _scheduled(seq: Sequence, cached: int, max_new_tokens: int | None) -> int:
@@ -198,6 +287,8 @@ class HybridPrefixStrategy(HybridStrategy):
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         if seq.seq_id in self.tables:
             self._sync(seq)
+            if self.host_tier is not None:
+                self._offer_computed(seq)
         self.live[seq.seq_id] = seq
         if not super().allocate(seq, num_new_tokens):
             return False
@@ -205,7 +296,16 @@ class HybridPrefixStrategy(HybridStrategy):
         return True
 
     def free(self, seq: Sequence) -> None:
+        host = self.host_tier
+        if host is not None and seq.seq_id in host.loading:
+            groups = [g for g, _, _ in host.loading[seq.seq_id]]
+            for g, block in zip(groups, host.drop(seq.seq_id), strict=True):
+                self.pool.acquire(block)  # held until the copy ends (a second holder)
+                self._g_shared[g] += 1
         self._sync(seq)
+        if host is not None:
+            self._offer_computed(seq)
+            self._offered.pop(seq.seq_id, None)
         self._chains.pop(seq.seq_id, None)
         self._named.pop(seq.seq_id, None)
         self.live.pop(seq.seq_id, None)
@@ -225,6 +325,11 @@ class HybridPrefixStrategy(HybridStrategy):
     def reset_stats(self) -> None:
         self.pool.evictions = 0
         self.hit_tokens = self.query_tokens = 0
+        if self.host_tier is not None:
+            self.host_tier.reset_stats()
+
+    def is_whole(self) -> bool:
+        return super().is_whole() and (self.host_tier is None or self.host_tier.is_whole())
 
     def stats(self) -> dict[str, float]:
         return {
@@ -233,4 +338,5 @@ class HybridPrefixStrategy(HybridStrategy):
             "cache_query_tokens": self.query_tokens,
             "cache_hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
             "cached_blocks": self.pool.num_evictable,
+            **(self.host_tier.stats() if self.host_tier is not None else {}),
         }

@@ -26,9 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
-from kvbench.core.layout import KVLayout, SlotCopy
+from kvbench.core.layout import KVLayout, SlotCopy, host_copies
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import MemorySplit
+from kvbench.strategies.host_offload import HostOffload
+from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.paged import PagedOptions, PagedStrategy
 from kvbench.strategies.prefix_index import (
     BlockHash,
@@ -43,6 +45,8 @@ from kvbench.strategies.registry import register_strategy
 @dataclass(frozen=True)
 class PrefixOptions(PagedOptions):
     namespace: str = ""  # keys the hashes (model, dtypes): other configurations never match
+    kv_offload_blocks: int = 0  # host tier blocks (`--kv-offload` in blocks); 0: none
+    kv_offload_policy: str = "lru"  # the host tier's eviction: lru | arc
 
 
 @register_strategy(
@@ -60,10 +64,15 @@ class PrefixCachingStrategy(PagedStrategy):
         watermark: float = 0.01,
         namespace: str = "",
         check_accounting: bool | None = None,
+        kv_offload_blocks: int = 0,
+        kv_offload_policy: str = "lru",
     ) -> None:
         super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
                          check_accounting=check_accounting)
         self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
+        # The host tier (`host_offload.py`); None: the GPU cache alone.
+        self.host_tier = (HostOffload(HostTier(kv_offload_blocks, kv_offload_policy))
+                          if kv_offload_blocks else None)
         self.namespace = namespace
         self._root = root_hash(namespace)
         self.hashes: dict[int, list[BlockHash]] = {}  # seq_id -> hash of each full block
@@ -103,6 +112,7 @@ class PrefixCachingStrategy(PagedStrategy):
         bs = self.block_size
         full = min(seq.num_computed, len(seq.token_ids)) // bs
         full = min(full, len(table))
+        start = len(hashes)
         while len(hashes) < full:
             i = len(hashes)
             parent = hashes[-1] if hashes else self._root
@@ -111,6 +121,8 @@ class PrefixCachingStrategy(PagedStrategy):
             if self._pending_hash.get(table[i]) == h:  # computed now: from pending to named
                 del self._pending[h], self._pending_hash[table[i]]
             self.pool.register(table[i], h)
+        if self.host_tier is not None and full > start:  # every computed full block
+            self.host_tier.offer(0, table[start:full], hashes[start:full])
 
     def _sync_all(self) -> None:
         for seq in self.live.values():
@@ -122,7 +134,9 @@ class PrefixCachingStrategy(PagedStrategy):
                             self.block_size)
 
     def _match(self, seq: Sequence) -> tuple[list[int], list[BlockHash]]:
-        """Cached blocks of the sequence's longest cached leading run, and their hashes.
+        """Cached blocks of the sequence's longest cached leading run, and their hashes
+        (with a host tier: the hashes go on over the blocks the host tier holds after the
+        GPU run, `_host_hits`).
 
         Stops before the block holding the last token, so at least one token is computed.
         """
@@ -130,14 +144,21 @@ class PrefixCachingStrategy(PagedStrategy):
             return [], []
         chain = self._chain(seq)
         blocks: list[int] = []
-        for h in chain[: (len(seq.token_ids) - 1) // self.block_size]:
+        limit = (len(seq.token_ids) - 1) // self.block_size
+        for h in chain[:limit]:
             block = self.pool.lookup(h)
             if block is None and h in self._pending and self._pending[h][1] >= 0:
                 block = self._pending[h][0]
             if block is None:
                 break
             blocks.append(block)
+        if self.host_tier is not None:
+            return blocks, chain[: len(blocks) + len(self._host_hits(chain, len(blocks), limit))]
         return blocks, chain[: len(blocks)]
+
+    def _host_hits(self, chain: list[BlockHash], start: int, limit: int) -> list[int]:
+        """Host blocks holding the chain's blocks from `start` (the GPU hit's end) on."""
+        return self.host_tier.lookup(chain[start:limit])
 
     # CacheStrategy ----------------------------------------------------------------------
 
@@ -158,7 +179,7 @@ class PrefixCachingStrategy(PagedStrategy):
                 raise MemoryError(f"admit of sequence {seq.seq_id} without room")
             return 0
         blocks, hashes = self._match(seq)
-        cached = len(blocks) * self.block_size
+        cached = len(hashes) * self.block_size  # GPU hits, then the host tier's
         n = uncomputed - cached
         if max_new_tokens is not None and max_new_tokens < n:
             n = max_new_tokens
@@ -171,14 +192,43 @@ class PrefixCachingStrategy(PagedStrategy):
             self.pool.acquire(block)
         table = self.tables[seq.seq_id] = []
         self._extend_table(seq, table, blocks + [self.pool.allocate() for _ in range(needed)])
+        if self.host_tier is not None:
+            self._host_admit(seq, table, blocks, hashes)
         self.hashes[seq.seq_id] = hashes
         self.live[seq.seq_id] = seq
         if seq.seq_id in self._chains:
             self._share_scheduled(seq, table, seq.num_computed + cached + n)
         self.hit_blocks += len(blocks)
-        self.hit_tokens += cached
+        self.hit_tokens += cached  # both tiers' (`host_hit_tokens`: the host tier's)
         self.query_tokens += seq.num_uncomputed
         return cached
+
+    def _host_admit(self, seq: Sequence, table: list[int], gpu_hits: list[int],
+                    hashes: list[BlockHash]) -> None:
+        """Offer the GPU hit's blocks (vLLM offers a request's every full block), and load
+        the host tier's hit into the fresh blocks after it: the sequence waits for them."""
+        host = self.host_tier
+        loaded = hashes[len(gpu_hits):]
+        if loaded:  # first: a load's host blocks cannot be evicted by the offer below
+            host_blocks = host.lookup(loaded)
+            host.load(seq.seq_id, 0, table[len(gpu_hits): len(hashes)], host_blocks, loaded)
+            host.hit_tokens += len(loaded) * self.block_size
+        computed = [i for i, b in enumerate(gpu_hits) if b not in self._pending_hash]
+        if computed:  # (a pending block is not written yet: its owner offers it when it is)
+            host.offer(0, [gpu_hits[i] for i in computed], [hashes[i] for i in computed])
+
+    def host_jobs_done(self, jobs: list[int]) -> list[Sequence]:
+        """Host copies done (`Executor.finished_host_jobs`): loaded blocks join the GPU
+        prefix cache under their hashes; returns the sequences that stop waiting."""
+        ready = []
+        landed_all, unpinned = self.host_tier.finished(jobs)
+        for seq_id, landed in landed_all:
+            for _, block, h in landed:
+                self.pool.register(block, h)
+            ready.append(self.live[seq_id])
+        for block in unpinned:
+            self.pool.release(block)
+        return ready
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         sid = seq.seq_id
@@ -250,6 +300,10 @@ class PrefixCachingStrategy(PagedStrategy):
         return h is not None and self._pending[h][1] == seq.seq_id
 
     def free(self, seq: Sequence) -> None:
+        if self.host_tier is not None and seq.seq_id in self.host_tier.loading:
+            # freed while its blocks load: not named, and held until the copies end
+            for block in self.host_tier.drop(seq.seq_id):
+                self.pool.acquire(block)
         self._sync(seq)
         self._chains.pop(seq.seq_id, None)
         self._shared_upto.pop(seq.seq_id, None)
@@ -284,7 +338,12 @@ class PrefixCachingStrategy(PagedStrategy):
     def build_layout(self, scheduled: list[tuple[Sequence, int]]) -> KVLayout:
         if self._pending:
             self._check_pending(scheduled)
-        return super().build_layout(scheduled)
+        layout = super().build_layout(scheduled)
+        if self.host_tier is not None:
+            transfers = layout.host_transfers = self.host_tier.take()
+            if transfers is not None:
+                layout.host_copies = host_copies(transfers)
+        return layout
 
     def _check_pending(self, scheduled: list[tuple[Sequence, int]]) -> None:
         """A sequence may read a pending block only in a step that writes it."""
@@ -449,13 +508,16 @@ class PrefixCachingStrategy(PagedStrategy):
         return split
 
     def is_whole(self) -> bool:
-        return not self.tables and not self.live and not self._pending and self.pool.is_whole()
+        return (not self.tables and not self.live and not self._pending and self.pool.is_whole()
+                and (self.host_tier is None or self.host_tier.is_whole()))
 
     def reset_stats(self) -> None:
         """Zero the counters (after a warm-up); the cache itself stays."""
         self.pool.evictions = 0
         self.hit_blocks = self.pending_hit_blocks = self.hit_tokens = self.query_tokens = 0
         self.cow_copies = self.forks = 0
+        if self.host_tier is not None:
+            self.host_tier.reset_stats()
 
     def stats(self) -> dict[str, float]:
         return {
@@ -468,4 +530,5 @@ class PrefixCachingStrategy(PagedStrategy):
             "cached_blocks": self.pool.num_evictable,
             "cow_copies": self.cow_copies,
             "forks": self.forks,
+            **(self.host_tier.stats() if self.host_tier is not None else {}),
         }

@@ -164,12 +164,35 @@ def group_memory(model_config: ModelConfig, kv_element_bytes: int,
     return GroupMemory(shapes, bytes_per_slot, per_group_splits=False)
 
 
+def offload_blocks(config: EngineConfig, bytes_per_slot: int) -> int:
+    """`--kv-offload`'s bytes in host blocks of the arena's layout (vLLM's `num_chunks`:
+    bytes // bytes of one block across the group); 0 without a host tier."""
+    if config.kv_offload is None:
+        return 0
+    block_bytes = bytes_per_slot * config.block_size
+    blocks = int(config.kv_offload) // block_bytes
+    if blocks < 1:
+        raise KvbenchInputError(
+            f"--kv-offload {int(config.kv_offload)} bytes holds no block of "
+            f"{block_bytes} bytes ({config.block_size} tokens); give at least {block_bytes}")
+    return blocks
+
+
+def check_offload(config: EngineConfig) -> None:
+    """`--kv-offload` needs a strategy with a prefix cache to put its tier under."""
+    if config.kv_offload is not None and not reads_option(config.strategy, "kv_offload_blocks"):
+        raise KvbenchInputError(
+            f"--kv-offload puts a host tier under a prefix cache (prefix, hybrid-prefix); --strategy "
+            f"{config.strategy} takes none")
+
+
 def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
                  allocation: HybridAllocation | None = None,
-                 max_num_batched_tokens: int | None = None):
+                 max_num_batched_tokens: int | None = None, bytes_per_slot: int = 0):
     """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes.
     `max_num_batched_tokens` (resolved, `resolve_lengths`) bounds one step's write of a
-    sequence under chunked prefill, hence `contiguous`'s window rings."""
+    sequence under chunked prefill, hence `contiguous`'s window rings; `bytes_per_slot`
+    sizes a host tier (`--kv-offload`) in blocks."""
     windows = allocation.windows if allocation is not None else (None,)
     return make_strategy(
         config.strategy, num_slots, max_model_len, block_size=config.block_size,
@@ -178,6 +201,8 @@ def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
         allocation_windows=windows, chunked_prefill=config.chunked_prefill,
         max_num_batched_tokens=max_num_batched_tokens or max(2048, max_model_len),
         concurrent_batches=2 if config.async_scheduling else 1,
+        kv_offload_blocks=offload_blocks(config, bytes_per_slot),
+        kv_offload_policy=config.kv_offload_policy,
     )
 
 
@@ -197,6 +222,7 @@ def engine_shape(config: EngineConfig) -> EngineShape:
     model_config = resolve_model_config(config.model)
     max_model_len, max_batched = resolve_lengths(config, model_config)
     check_block_fits_window(config, model_config, max_model_len)
+    check_offload(config)
     return EngineShape(config, model_config, max_model_len, max_batched)
 
 
@@ -222,7 +248,7 @@ class EnginePlan:
         """A new cache strategy over the planned arena (bookkeeping only: no tensor)."""
         shape = self.shape
         return strategy_for(shape.config, self.num_slots, shape.max_model_len,
-                            self.allocation, shape.max_num_batched_tokens)
+                            self.allocation, shape.max_num_batched_tokens, self.bytes_per_slot)
 
     def request_check(self) -> Callable[[Request], None]:
         """What the built engine's `check_request` will say of a request, from the plan."""
@@ -269,6 +295,9 @@ class ExecutorFactory(ABC):
         clock = self.clock(context)
         executor = self.executor(config, plan.model, model_config, plan.device, plan.num_slots,
                                  plan.kv_dtype, clock)
+        if strategy.host_tier is not None:  # the tier's blocks, for the executor to copy
+            executor.keep_host_tier(strategy.host_tier.tier.num_blocks, config.block_size,
+                                    plan.bytes_per_slot * config.block_size)
         limits = SchedulerLimits(config.max_num_seqs, shape.max_num_batched_tokens,
                                  config.chunked_prefill)
         policy = make_policy(config.batching, strategy, limits, config.queue_order)

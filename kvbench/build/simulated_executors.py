@@ -110,7 +110,8 @@ class SimulatedExecutors(ExecutorFactory):
         return SimulatedClock(self.start_s)
 
     def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
-        cost_model = StepTimeModel(model_config, get_gpu(self.gpu),
+        spec = get_gpu(self.gpu)
+        cost_model = StepTimeModel(model_config, spec,
                                    self._weight_bytes_per_param(config, model_config),
                                    element_bytes(kv_dtype), config.tensor_parallel_size)
         return SimulatedExecutor(cost_model, clock)

@@ -31,6 +31,9 @@ class TransformersEngines(ModelExecutors):
         # by --kv-cache-dtype is refused, not one a strategy's name implies.
         if config.kv_cache_dtype != "auto" and STRATEGIES.get(config.strategy).kv_cache_dtype is None:
             raise KvbenchInputError("--engine hf has no fp8 KV cache: use --kv-cache-dtype auto")
+        if config.kv_offload is not None:
+            raise KvbenchInputError("--engine hf keeps transformers' own cache: it has no "
+                                    "prefix cache to put a --kv-offload tier under")
         device, decoder = self.load(shape, context)
         # transformers' model over kvbench's tensors (what it cannot run is refused here)
         hf_model = to_transformers(decoder, config.model, device)

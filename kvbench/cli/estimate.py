@@ -19,6 +19,7 @@ from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.simulator.gpus import DEFAULT_GPU, GPU_PRESETS
 from kvbench.sizing.checkpoint import resolve_checkpoint
 from kvbench.sizing.estimate import EstimateInputs, estimate_kv, format_estimate
+from kvbench.sizing.host_tier_estimate import estimate_host_tier, format_host_tier
 from kvbench.sizing.step_estimate import estimate_steps, format_steps, parse_step
 from kvbench.sizing.vllm_versions import CURRENT
 from kvbench.units import parse_size_bytes
@@ -117,10 +118,15 @@ def _size(text: str | None) -> int | None:
 @click.option("--tensor-parallel-size", "-tp", type=int, default=1, show_default=True,
               help="GPUs the model is split over: --gpu-memory, the weights' share, the budget "
                    "and KV per token are then one GPU's, capacities the group's; and for --step.")
+@click.option("--kv-offload", metavar="SIZE",
+              help="A host KV tier of SIZE (the TP group's host memory, as vLLM's "
+                   "--kv-offloading-size): tokens per tier, the cache's capacity, and one "
+                   "full-context request's load time over the GPU's host link against "
+                   "recomputing it (with --model and --gpu or --gpu-spec).")
 @click.option("--json", "as_json", is_flag=True, help="Print only JSON (for scripts).")
 def estimate_command(model: str | None, revision: str | None, dtype: str,
                      steps: tuple[str, ...], gpu: str | None, gpu_spec: str | None,
-                     as_json: bool, **asked: Any) -> None:
+                     kv_offload: str | None, as_json: bool, **asked: Any) -> None:
     if revision is not None:
         model = with_revision(model or "", revision)
     try:  # vLLM's refusal to start among the input errors: one line, exit 2
@@ -147,6 +153,21 @@ def estimate_command(model: str | None, revision: str | None, dtype: str,
             gpu=get_gpu(gpu) if gpu is not None else None,
             quantization=checkpoint.quantization if checkpoint is not None else None,
             model=checkpoint.model if checkpoint is not None else None))
+        host = None
+        if kv_offload is not None:
+            host = estimate_host_tier(
+                est, parse_size_bytes(kv_offload),
+                checkpoint.model if checkpoint is not None else None,
+                get_gpu(gpu_spec or gpu) if (gpu_spec or gpu) else None, dtype,
+                asked["max_num_batched_tokens"])
     except KvbenchInputError as exc:
         raise click.UsageError(str(exc)) from None
-    click.echo(json.dumps(est.to_dict(), indent=2) if as_json else format_estimate(est))
+    if as_json:
+        out = est.to_dict()
+        if host is not None:
+            out["host_tier"] = host.to_dict()
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(format_estimate(est))
+    if host is not None:
+        click.echo("\n" + format_host_tier(host))

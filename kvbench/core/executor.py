@@ -10,8 +10,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvbench.core.host_transfers import HostTransfers
 from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
+from kvbench.errors import KvbenchInputError
 
 if TYPE_CHECKING:
     import torch
@@ -52,3 +54,22 @@ class Executor(ABC):
 
     def synchronize(self) -> None:  # noqa: B027 (a hook with nothing to do by default)
         """Wait for the device's queued work (nothing to wait for by default)."""
+
+    # A host tier (`HostTransfers`): an executor that keeps one performs a step's copies as
+    # `execute` reads them from the layout, or here for a step that computes nothing.
+    def keep_host_tier(self, num_blocks: int, block_size: int, block_bytes: int) -> None:
+        """Hold a host tier of `num_blocks` blocks of `block_size` slots, `block_bytes` each
+        across the tensor-parallel group (`--kv-offload`)."""
+        raise KvbenchInputError(f"--kv-offload: {type(self).__name__} keeps no host KV tier")
+
+    def transfer_host(self, transfers: HostTransfers) -> None:
+        """Start `transfers` now (before any KV the step writes)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no host KV tier")
+
+    def finished_host_jobs(self) -> list[int]:
+        """Host-tier jobs done since the last call (none without a host tier)."""
+        return []
+
+    def wait_host_jobs(self) -> None:  # noqa: B027 (nothing is ever in flight by default)
+        """Wait until some host-tier job in flight is done (an idle engine whose sequences
+        wait for their KV)."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from kvbench.core.host_transfers import HostTransfers
 
 # One change to a sequence's table: (seq_id, index, value). The value is a block id (paged) or
 # the start slot (contiguous, index 0); index `DROP_TABLE` drops the sequence's whole table.
@@ -19,6 +22,23 @@ class SlotCopy:
     num_slots: int
 
 
+@dataclass(frozen=True)
+class HostCopy:
+    """Whole blocks copied between the KV arena and a host tier before the step's forward, in
+    the order the layout lists them: a "store" copies arena block `gpu_blocks[i]` to host block
+    `host_blocks[i]`, a "load" host block `host_blocks[i]` to arena block `gpu_blocks[i]`."""
+
+    direction: str  # "store" | "load"
+    gpu_blocks: tuple[int, ...]
+    host_blocks: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("store", "load"):
+            raise ValueError(f"a host copy is a 'store' or a 'load', not {self.direction!r}")
+        if len(self.gpu_blocks) != len(self.host_blocks):
+            raise ValueError("a host copy pairs each arena block with one host block")
+
+
 @dataclass
 class KVLayout:
     """Per scheduled sequence (in batch order): its new tokens' slots and how to find its past.
@@ -32,6 +52,9 @@ class KVLayout:
     arrays and derives slot mappings from them, so no per-token or per-block list is rebuilt
     each step. A layout built by hand (no `seq_ids`) spells out `slot_mapping` and
     `block_tables` or `start_slots` instead.
+
+    `host_copies`: blocks moved between the arena and a host tier before the step's forward
+    (a strategy with a host tier: its stores and loads; the executor copies, never chooses).
 
     `group_table_logs` (`hybrid`): one table log per allocation group
     (`kvbench.core.kv_allocation`), each layer reading its group's tables; None: one table
@@ -49,3 +72,18 @@ class KVLayout:
     seq_ids: list[int] | None = None
     table_log: list[TableOp] = field(default_factory=list)
     group_table_logs: list[list[TableOp]] | None = None
+    host_copies: Sequence[HostCopy] = ()  # a tuple by default: no list made per step
+    # The same copies as jobs (`HostTransfers`: what the executor reports done, for a
+    # strategy that waits on them); None: none (no host tier, or nothing to copy).
+    host_transfers: HostTransfers | None = None
+
+
+def host_copies(transfers: HostTransfers) -> tuple[HostCopy, ...]:
+    """The jobs' copies as the model executor takes them (`KVLayout.host_copies`): the
+    stores first (they read blocks a load may not overwrite before), then the loads."""
+    out = []
+    for direction, copies in (("store", transfers.stores), ("load", transfers.loads)):
+        if copies:
+            out.append(HostCopy(direction, tuple(g for _, g, _ in copies),
+                                tuple(h for _, _, h in copies)))
+    return tuple(out)

@@ -152,6 +152,12 @@ class Engine(BaseEngine):
         # Runs of decode steps taken at once, where the policy, strategy and executor take
         # part and no probe reads the device after every step.
         self._runs = FastForward.of(self) if memory_probe is None else None
+        # A host tier under the prefix cache: sequences that wait for their KV to load sit
+        # steps out, as vLLM's `WAITING_FOR_REMOTE_KVS` requests (`_host_step`).
+        self._host = strategy.host_tier
+        # Per sequence that waited for a host load before its first token: admission to the
+        # load's end, seconds (the TTFT's loading part; `host_load_wait_s`).
+        self.host_load_waits_s: list[float] = []
 
     # Requests ---------------------------------------------------------------------------
 
@@ -181,7 +187,12 @@ class Engine(BaseEngine):
             with (trace_range("schedule", waiting=len(self.waiting), running=self.num_running)
                   if traced else NO_RANGE):
                 out = self.policy.schedule(t_start)
+            if self._host is not None and self._host.loading:
+                out.scheduled = [item for item in out.scheduled
+                                 if item[0].seq_id not in self._host.loading]
             if not out.scheduled:
+                if self._host is not None:
+                    self._host_idle()
                 return self._schedule_nothing(len(out.preempted))
             batch, to_sample, forks = self._build_batch(out.scheduled)
             sampling = SamplingParams(self.temperature, self.seed, rows=to_sample, forks=forks)
@@ -190,6 +201,8 @@ class Engine(BaseEngine):
             now_s = self.clock()
             forward_s = now_s - t_forward
             finished = self._commit(to_sample, tokens, now_s, bool(forks))
+            if self._host is not None:
+                self._host_done(now_s)
             if self.async_scheduling:  # the last step's output, seen now
                 finished = self._see_in_flight(to_sample, finished, now_s)
             if runs is not None:  # the prompts this step admitted join at the next run
@@ -198,6 +211,25 @@ class Engine(BaseEngine):
         self.step_recorder.record(t_start, self.clock(), forward_s, batch, split,
                                   len(out.preempted), self.num_running, len(self.waiting), traced)
         return finished
+
+    def _host_idle(self) -> None:
+        """Nothing to compute: start the host copies decided anyway, and where sequences
+        wait for loads, wait for the next job to end."""
+        transfers = self._host.take()
+        if transfers is not None:
+            self.executor.transfer_host(transfers)
+        if self._host.loading:
+            self.executor.wait_host_jobs()
+            self._host_done(self.clock())
+
+    def _host_done(self, now_s: float) -> None:
+        """The executor's finished host jobs back to the strategy; the sequences whose KV
+        arrived before their first token record how long it took."""
+        done = self.executor.finished_host_jobs()
+        if done:
+            for seq in self.strategy.host_jobs_done(done):
+                if seq.first_token_s is None and seq.admitted_s is not None:
+                    self.host_load_waits_s.append(now_s - seq.admitted_s)
 
     def settle(self) -> None:
         """Bring every running sequence's counts and token times up to date (the decode
@@ -397,5 +429,6 @@ class Engine(BaseEngine):
     def reset_stats(self) -> None:
         super().reset_stats()
         self.strategy.reset_stats()
+        self.host_load_waits_s.clear()
         if self._runs is not None:
             self._runs.settle()

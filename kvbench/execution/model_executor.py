@@ -7,16 +7,20 @@ from collections.abc import Sequence
 
 import torch
 
+from kvbench.core.host_transfers import HostTransfers
 from kvbench.core.kv_allocation import HybridAllocation
 from kvbench.core.kv_groups import KVGroup
-from kvbench.core.layout import KVLayout
+from kvbench.core.layout import KVLayout, host_copies
 from kvbench.core.step_batch import StepBatch
+from kvbench.errors import KvbenchInputError
 from kvbench.execution.decode_graphs import DecodeGraphs
+from kvbench.execution.host_kv_tier import HostCopyStats, HostKVTier
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.execution.tensor_executor import TensorExecutor
 from kvbench.kernels.attention_ops import AttentionOps
 from kvbench.kernels.reference import write_latent
 from kvbench.models.llama import LlamaDecoder
+from kvbench.models.memory_check import available_bytes
 from kvbench.tracing import trace_range
 
 # fp8 scales from a layer's first write: amax / FP8_SCALE_TARGET, so that the first write's
@@ -116,6 +120,12 @@ class KVArena:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self._tensors)
 
+    @property
+    def pool_tensors(self) -> tuple[torch.Tensor, ...]:
+        """The tensors the arena allocated, `[num_slots, ...]` each (a latent layer's V, a view
+        of its K, is not one): what a copy of whole slots must move."""
+        return tuple(self._tensors)
+
     def copy_slots(self, src: int, dst: int, n: int) -> None:
         for cache in self._tensors:
             cache[dst : dst + n] = cache[src : src + n]
@@ -170,6 +180,9 @@ class ModelExecutor(TensorExecutor):
         self.inputs = StepInputs(device)
         self._layout_kind, self._block_size = "paged", 1  # of the step being run
         self.graphs: DecodeGraphs | None = None
+        self.host_tier: HostKVTier | None = None
+        self._host_jobs_done: list[int] = []  # copied, not yet reported (`finished_host_jobs`)
+        self.last_host_copies: HostCopyStats | None = None  # the last step's, with a tier
         if not enforce_eager:
             self.enable_cuda_graphs(max_num_seqs)
 
@@ -191,6 +204,45 @@ class ModelExecutor(TensorExecutor):
             fp8_ready=lambda: not arena.is_fp8 or None not in arena.k_scales,
         )
         return True
+
+    def attach_host_tier(self, tier: HostKVTier) -> None:
+        """Copy each step's `KVLayout.host_copies` between the arena and `tier`."""
+        self.host_tier = tier
+
+    def _host_copies(self, layout: KVLayout) -> None:
+        """The layout's stores and loads, in order; the forward waits for them (`wait`)."""
+        tier = self.host_tier
+        if tier is None:
+            raise RuntimeError("the layout moves blocks to or from a host tier, but the "
+                               "executor has none (attach_host_tier)")
+        for copy in layout.host_copies:
+            if copy.direction == "store":
+                tier.store(copy.gpu_blocks, copy.host_blocks)
+            else:
+                tier.load(copy.host_blocks, copy.gpu_blocks)
+        tier.wait()
+        if layout.host_transfers is not None:  # done before the forward: report them after
+            self._host_jobs_done.extend(layout.host_transfers.jobs)
+
+    def keep_host_tier(self, num_blocks: int, block_size: int, block_bytes: int) -> None:
+        """`--kv-offload` in host memory, refused before it is taken when the host has not
+        that much available."""
+        need = num_blocks * block_size * self.arena.nbytes // self.arena.num_slots
+        have = available_bytes(torch.device("cpu"))
+        if have is not None and need > have:
+            raise KvbenchInputError(
+                f"--kv-offload: {need / 2**30:.2f} GiB of host memory for the tier, the host "
+                f"has {have / 2**30:.2f} GiB available; give a smaller --kv-offload")
+        self.attach_host_tier(HostKVTier(self.arena.pool_tensors, num_blocks, block_size))
+
+    def transfer_host(self, transfers: HostTransfers) -> None:
+        """A step that computes nothing still moves the copies decided (`Engine`)."""
+        self._host_copies(KVLayout("paged", host_copies=host_copies(transfers),
+                                   host_transfers=transfers))
+
+    def finished_host_jobs(self) -> list[int]:
+        done, self._host_jobs_done = self._host_jobs_done, []
+        return done
 
     def capture_decode_graphs(self, layout_kind: str, block_size: int, max_model_len: int) -> int:
         """Capture every decode graph a run of this layout can replay, before it is measured;
@@ -294,6 +346,8 @@ class ModelExecutor(TensorExecutor):
         with trace_range("prepare", tokens=batch.num_tokens):
             for copy in layout.slot_copies:
                 self.arena.copy_slots(copy.src_slot, copy.dst_slot, copy.num_slots)
+            if layout.host_copies:
+                self._host_copies(layout)
             idx = self.inputs.build(batch)
             input_ids, positions, rows = idx.input_ids, idx.positions, idx.sample_rows
         phase = "prefill" if batch.num_prefill_seqs else "decode"
@@ -312,4 +366,6 @@ class ModelExecutor(TensorExecutor):
             every_row = batch.sample_rows == list(range(batch.num_tokens))
             logits = self.model.logits(hidden if every_row else hidden[rows])
             self.synchronize()
+        if self.host_tier is not None:
+            self.last_host_copies = self.host_tier.take_step_stats()
         return logits

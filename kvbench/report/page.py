@@ -14,6 +14,7 @@ from kvbench.report.figure import Figure
 from kvbench.report.figure_html import figure_div, plotly_js_script
 from kvbench.report.runs import RunSet
 from kvbench.report.style import RunStyle, run_styles
+from kvbench.report.tier_section import tier_section_html
 
 PLOT_CONFIG = {
     "displaylogo": False,  # the logo links to plot.ly
@@ -164,6 +165,11 @@ SECTIONS = (
             "Prompt tokens served from the prefix cache so far over prompt tokens so far, by "
             "admission time. It rises as shared prefixes (system prompts, earlier turns) fill "
             "the cache.", timelines.hit_rate_figure),
+    Section("host-tier", "Host KV tier",
+            "Prefix hits served by the GPU cache and by the host tier (--kv-offload), the "
+            "bytes that crossed the host link, and the wait of requests whose KV was loaded "
+            "back (admission to the load's end, part of their prefill time; docs/offload.md).",
+            lambda runset, _: tier_section_html(runset)),
     Section("accuracy", "fp8 KV cache accuracy",
             "How far the fp8 cache moves the model's outputs from the unquantized cache on "
             "this workload (kvbench_summary.json, key accuracy).", _accuracy),

@@ -51,6 +51,7 @@ from kvbench.results.summary import (
     Summary,
     Throughput,
 )
+from kvbench.results.tier_figures import tier_figures
 from kvbench.results.token_file import write_token_file
 from kvbench.results.token_times import TOKENS_FILE, TokenTimes
 from kvbench.strategies import reads_option
@@ -193,7 +194,7 @@ class RunWriter:
             prefill_tokens_computed=engine.prefill_tokens_computed,
             overhead_ms_total=float(overhead),
             overhead_fraction=float(overhead / step_total) if step_total else None,
-            extra=dict(engine.strategy.stats()) if engine.strategy else {},
+            extra={**engine.strategy.stats(), **tier_figures(engine)} if engine.strategy else {},
         )
 
         def stats(rows: Any, name: str) -> LatencyStats:

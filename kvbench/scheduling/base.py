@@ -139,6 +139,9 @@ class BatchingPolicy(ABC):
             seq.cached_prompt_tokens = cached
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
+        host = cache.host_tier
+        if host is not None and seq.seq_id in host.loading:
+            return 0  # it waits for its KV from the host tier: no tokens this step
         n = seq.num_uncomputed
         return n if max_new_tokens is None or n <= max_new_tokens else max_new_tokens
 

@@ -67,11 +67,15 @@ class VllmV1Batching(BatchingPolicy):
         """Step 1 and 2 of the module's list; returns the budget left."""
         budget = self.limits.max_num_batched_tokens
         pending = deque(self.running)
+        host = self.cache.host_tier
+        loading = host.loading if host is not None else None  # waiting for their KV
         while pending and budget > 0:
             seq = pending.popleft()
             if len(seq.token_ids) >= seq.end_len:
                 # Async scheduling: its last token is in flight (vLLM's check on
                 # `num_output_placeholders`); it ends when the engine sees that token.
+                continue
+            if loading and seq.seq_id in loading:
                 continue
             n = min(seq.num_uncomputed, budget)
             if self._grow_or_preempt(seq, n, pending, out):

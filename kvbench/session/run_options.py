@@ -136,6 +136,11 @@ class RunOptions:
     kv_cache_dtype: str = _engine("auto (= --dtype) or fp8")
     kv_memory: str | None = _engine("KV arena budget, e.g. 64MiB, 2GB [default: 64MiB off CUDA]",
                                     aliases=("--kv-cache-memory-bytes",))
+    # A host-memory KV tier (docs/offload.md)
+    kv_offload: str | None = _engine(
+        "host-memory KV tier under the prefix cache (prefix, hybrid-prefix), e.g. 64GiB; a "
+        "plain number is GiB, as vLLM's --kv-offloading-size", aliases=("--kv-offloading-size",))
+    kv_offload_policy: str = _engine("the host tier's eviction: lru or arc (vLLM's)")
     gpu_memory_utilization: float | None = _engine(
         "CUDA: share of device memory for the engine (as vLLM) "
         f"[{float(DEFAULT_GPU_MEMORY_UTILIZATION):g}]")

@@ -31,7 +31,6 @@ IGNORED_FLAGS: tuple[tuple[str, bool], ...] = (
 UNMODELLED_FLAGS: tuple[str, ...] = (
     "--swap-space",
     "--cpu-offload-gb",
-    "--kv-offloading-size",
     "--pipeline-parallel-size",
     "--data-parallel-size",
     "--enable-expert-parallel",

@@ -13,10 +13,18 @@ preset = "nvlink3"                # nvlink3 | nvlink4 | nvlink5 | infinity-fabri
 bandwidth_gb_s = 139              # ring all-reduce bus bandwidth
 hop_latency_us = 0.0              # per ring step
 call_latency_us = 31              # per all-reduce
+[host_link]                       # optional: GPU <-> host memory, for a host KV tier
+preset = "pcie4"                  # pcie3 | pcie4 | pcie5 | nvlink-c2c, or (each overrides it):
+load_gb_s = 25                    # host -> GPU, effective pinned-copy GB/s
+store_gb_s = 25                   # GPU -> host
+latency_us = 10                   # per transfer
+fragment_overhead_us = 2          # per contiguous piece a transfer copies
 [efficiency]                      # optional: any StepTimeConstants field (seconds, fractions)
 gemm_peak_efficiency = 0.75
 cpu_overhead_s = 0.001
 ```
+
+Without `[host_link]` the GPU's host link is unknown (None).
 
 Unknown keys, wrong types and impossible values raise `KvbenchInputError` with the file's name.
 `kvbench calibrate --out FILE.toml` (on a GPU) is meant to write such a file.
@@ -31,11 +39,13 @@ from typing import Any
 
 from kvbench.errors import KvbenchInputError
 from kvbench.simulator.gpus import GPU_PRESETS, INTERCONNECTS, GPUSpec
+from kvbench.simulator.host_link import HOST_LINKS, HostLink
 from kvbench.simulator.step_time import Interconnect, StepTimeConstants
 from kvbench.units import parse_size_bytes
 
 TOP_KEYS = {"name", "description", "memory", "memory_bytes", "bandwidth_gb_s", "peak_tflops",
-            "interconnect", "efficiency", "calibrated"}
+            "interconnect", "efficiency", "calibrated", "host_link"}
+HOST_LINK_KEYS = {"preset", "load_gb_s", "store_gb_s", "latency_us", "fragment_overhead_us"}
 CONSTANT_KEYS = {f.name for f in fields(StepTimeConstants)}
 
 
@@ -52,6 +62,42 @@ def _unknown(keys: set[str], allowed: set[str], section: str, where: str) -> Non
             f"{where}: unknown key(s) {', '.join(extra)} in {section} "
             f"(allowed: {', '.join(sorted(allowed))})"
         )
+
+
+def _host_link(spec: Any, where: str) -> HostLink:
+    """`[host_link]`: a preset, and any of its figures replaced."""
+    if not isinstance(spec, dict):
+        raise KvbenchInputError(f"{where}: [host_link] must be a table")
+    _unknown(set(spec), HOST_LINK_KEYS, "[host_link]", where)
+    base = None
+    if "preset" in spec:
+        if spec["preset"] not in HOST_LINKS:
+            raise KvbenchInputError(f"{where}: unknown host_link preset {spec['preset']!r} "
+                                    f"(choose from {', '.join(HOST_LINKS)})")
+        base = HOST_LINKS[spec["preset"]]
+    elif not {"load_gb_s", "store_gb_s"} <= set(spec):
+        raise KvbenchInputError(f"{where}: [host_link] needs a preset or load_gb_s and store_gb_s")
+
+    def figure(key: str, scale: float, default: float | None) -> float | None:
+        if key not in spec:
+            return default
+        value = spec[key]
+        if key.endswith("_us"):  # a latency may be 0
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise KvbenchInputError(f"{where}: host_link.{key} must be a number >= 0, "
+                                        f"got {value!r}")
+            return float(value) * scale
+        return _number(value, f"host_link.{key}", where) * scale
+
+    return HostLink(
+        base.name if base and set(spec) == {"preset"} else "custom",
+        base.description if base else "user host link",
+        figure("load_gb_s", 1e9, base.load_bytes_s if base else None),
+        figure("store_gb_s", 1e9, base.store_bytes_s if base else None),
+        figure("latency_us", 1e-6, base.latency_s if base else HostLink.latency_s),
+        figure("fragment_overhead_us", 1e-6,
+               base.fragment_overhead_s if base else HostLink.fragment_overhead_s),
+    )
 
 
 def gpu_spec_from_dict(data: dict[str, Any], where: str, default_name: str = "custom") -> GPUSpec:
@@ -100,6 +146,7 @@ def gpu_spec_from_dict(data: dict[str, Any], where: str, default_name: str = "cu
             )
             if bw is None and link.bandwidth_bytes_s == 1.0:
                 raise KvbenchInputError(f"{where}: [interconnect] needs bandwidth_gb_s or preset")
+    host_link = _host_link(data["host_link"], where) if "host_link" in data else None
     eff = data.get("efficiency", {})
     if not isinstance(eff, dict):
         raise KvbenchInputError(f"{where}: [efficiency] must be a table")
@@ -121,6 +168,7 @@ def gpu_spec_from_dict(data: dict[str, Any], where: str, default_name: str = "cu
             link,
             fp8,
             bool(data.get("calibrated", bool(eff))),
+            host_link=host_link,
         )
     except KvbenchInputError as err:
         raise KvbenchInputError(f"{where}: {err}") from None

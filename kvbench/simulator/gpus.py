@@ -13,6 +13,7 @@ Lovelace architecture whitepaper for the RTX 4090), *dense* (no 2:4 sparsity):
 | `rtx-4090`  | 24 GB  | 165.2 TFLOP/s| 1,008 GB/s       | PCIe 4 x16         | Ada whitepaper             |
 | `b200`      | 180 GB | 2,250 TFLOP/s| 8 TB/s           | NVLink 5 (1.8 TB/s)| DGX/HGX B200 datasheets    |
 | `mi300x`    | 192 GB | 1,307.4 TFLOP/s | 5.3 TB/s      | Infinity Fabric (896 GB/s) | AMD MI300X data sheet |
+| `gh200`     | 96 GB  | 989 TFLOP/s  | 4.0 TB/s         | NVLink 4           | GH200 datasheet            |
 | `h20`       | 96 GB  | 148 TFLOP/s  | 4.0 TB/s         | NVLink 4           | NVIDIA H20 product brief   |
 | `l40s`      | 48 GB  | 366.5 TFLOP/s| 864 GB/s         | PCIe 4 x16         | L40S datasheet             |
 | `a10g`      | 24 GB  | 125 TFLOP/s  | 600 GB/s         | PCIe 4 x16         | A10 datasheet (AWS's A10G) |
@@ -42,9 +43,15 @@ takes the A100-80GB constants, the H200 the H100's (same chips, other memory); L
 T4 and the RTX 3090 and 4090 have no public profile here: they take the A100's kernel constants
 with the weight-read rate of GDDR memory fitted on published serving runs of an L4 and an RTX
 4090 (`GDDR_CONSTANTS`), and are marked `calibrated: False`;
-B200, MI300X and H20 have none either and take the H100's (also `calibrated: False`).
+B200, MI300X, GH200 and H20 have none either and take the H100's (also `calibrated: False`).
 Link bandwidths are the ring all-reduce bus bandwidths fitted on Vidur's NCCL profiles inside a
 DGX node (NVLink), and for PCIe ~80% of the link's one-direction rate (unmeasured).
+
+Host links (`host_link`, `kvbench.simulator.host_link`: the GPU's path to host memory, which a
+host KV tier's loads and stores cross): PCIe 4.0 x16 on the A100 SXM4, L4, L40S, A10G and the
+RTX 3090 and 4090; PCIe 5.0 x16 on the H100 SXM5, H200, H20, B200 (HGX) and MI300X; PCIe 3.0
+x16 on the T4; NVLink-C2C on the GH200. Each at its measured effective rate (docs/simulator.md,
+"Host link").
 
 A user can give a calibrated GPU of their own as TOML: see `kvbench.simulator.gpu_spec_file`;
 `kvbench.simulator.gpu_lookup.get_gpu` finds a GPU by either name.
@@ -55,6 +62,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from kvbench.errors import KvbenchInputError
+from kvbench.simulator.host_link import (
+    NVLINK_C2C_HOST,
+    PCIE3_HOST,
+    PCIE4_HOST,
+    PCIE5_HOST,
+    HostLink,
+)
 from kvbench.simulator.step_time import Interconnect, StepTimeConstants
 
 GiB = 2**30
@@ -135,6 +149,7 @@ class GPUSpec:
     peak_fp8_flops: float | None = None  # dense; None: no FP8 tensor cores
     calibrated: bool = False  # constants fitted on measurements of this GPU type
     cuda_memory_bytes: int | None = None  # the total CUDA reports; None: not known here
+    host_link: HostLink | None = None  # to host memory (a host KV tier); None: not known
 
     def __post_init__(self) -> None:
         if self.memory_bytes <= 0 or self.peak_bf16_flops <= 0 or self.hbm_bandwidth_bytes_s <= 0:
@@ -168,16 +183,17 @@ class GPUSpec:
             "peak_fp8_flops": self.peak_fp8_flops,
             "hbm_bandwidth_bytes_s": self.hbm_bandwidth_bytes_s,
             "interconnect": self.interconnect.to_dict() if self.interconnect else None,
+            "host_link": self.host_link.to_dict() if self.host_link else None,
             "constants": self.constants.to_dict(),
             "validated": self.calibrated,
         }
 
 
 def _gpu(name, description, memory, bf16, bandwidth, link, constants, fp8=None, calibrated=False,
-         cuda_gib=None):
+         cuda_gib=None, host=None):
     cuda = round(cuda_gib * GiB) if cuda_gib is not None else None
     return GPUSpec(name, description, memory, bf16, bandwidth, constants, link, fp8, calibrated,
-                   cuda)
+                   cuda, host)
 
 
 GPU_PRESETS: dict[str, GPUSpec] = {
@@ -185,50 +201,57 @@ GPU_PRESETS: dict[str, GPUSpec] = {
     for spec in (
         # NVIDIA A100 datasheet: BF16 tensor 312 TFLOPS (624 sparse); 40GB HBM2 1,555 GB/s.
         _gpu("a100-40gb", "NVIDIA A100 SXM4 40GB", 40 * GiB, 312 * TERA, 1555 * GIGA,
-             NVLINK3, A100_CONSTANTS, cuda_gib=39.39),
+             NVLINK3, A100_CONSTANTS, cuda_gib=39.39, host=PCIE4_HOST),
         # NVIDIA A100 datasheet: 80GB HBM2e, 2,039 GB/s (SXM).
         _gpu("a100-80gb", "NVIDIA A100 SXM4 80GB", 80 * GiB, 312 * TERA, 2039 * GIGA,
-             NVLINK3, A100_CONSTANTS, calibrated=True, cuda_gib=79.15),
+             NVLINK3, A100_CONSTANTS, calibrated=True, cuda_gib=79.15, host=PCIE4_HOST),
         # NVIDIA H100 datasheet (SXM): BF16 1,979 / FP8 3,958 TFLOPS with sparsity; 3.35 TB/s.
         _gpu("h100-80gb", "NVIDIA H100 SXM5 80GB", 80 * GiB, 989 * TERA, 3350 * GIGA,
-             NVLINK4, H100_CONSTANTS, fp8=1979 * TERA, calibrated=True, cuda_gib=79.19),
+             NVLINK4, H100_CONSTANTS, fp8=1979 * TERA, calibrated=True, cuda_gib=79.19,
+             host=PCIE5_HOST),
+        # Before h200: calibrate's name match would take "GH200" for an H200.
+        # NVIDIA GH200 Grace Hopper datasheet: H100 with 96GB HBM3, 4 TB/s; BF16 1,979 / FP8
+        # 3,958 TFLOPS with sparsity; NVLink-C2C to the Grace CPU, 900 GB/s both ways.
+        _gpu("gh200", "NVIDIA GH200 Grace Hopper 96GB", 96 * GiB, 989 * TERA, 4000 * GIGA,
+             NVLINK4, H100_CONSTANTS, fp8=1979 * TERA, host=NVLINK_C2C_HOST),
         # NVIDIA H200 datasheet (SXM): BF16 1,979 TFLOPS with sparsity; 141GB HBM3e 4.8 TB/s.
         _gpu("h200", "NVIDIA H200 SXM 141GB", 141 * GiB, 989 * TERA, 4800 * GIGA,
-             NVLINK4, H100_CONSTANTS, fp8=1979 * TERA),
+             NVLINK4, H100_CONSTANTS, fp8=1979 * TERA, host=PCIE5_HOST),
         # NVIDIA L4 datasheet: BF16 242 / FP8 485 TFLOPS with sparsity; 24GB GDDR6, 300 GB/s.
         _gpu("l4", "NVIDIA L4 24GB", 24 * GiB, 121 * TERA, 300 * GIGA,
-             PCIE4, GDDR_CONSTANTS, fp8=242 * TERA),
+             PCIE4, GDDR_CONSTANTS, fp8=242 * TERA, host=PCIE4_HOST),
         # Ada Lovelace whitepaper, RTX 4090: BF16 tensor (FP32 accumulate) 165.2 TFLOPS dense,
         # FP8 (FP32 accumulate) 330.3; 24GB GDDR6X, 1,008 GB/s.
         _gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24 * GiB, 165.2 * TERA, 1008 * GIGA,
-             PCIE4, GDDR_CONSTANTS, fp8=330.3 * TERA, cuda_gib=23.65),
+             PCIE4, GDDR_CONSTANTS, fp8=330.3 * TERA, cuda_gib=23.65, host=PCIE4_HOST),
         # NVIDIA DGX B200 datasheet, per GPU of 8: 180GB HBM3e, 8 TB/s (64 TB/s in all), FP8
         # 9 PFLOPS with sparsity; HGX B200: FP16/BF16 4.5 PFLOPS with sparsity; NVLink 5.
         _gpu("b200", "NVIDIA B200 180GB", 180 * GiB, 2250 * TERA, 8000 * GIGA,
-             NVLINK5, H100_CONSTANTS, fp8=4500 * TERA),
+             NVLINK5, H100_CONSTANTS, fp8=4500 * TERA, host=PCIE5_HOST),
         # AMD Instinct MI300X data sheet: 192GB HBM3, 5.3 TB/s, BF16 1,307.4 / FP8 2,614.9
         # TFLOPS dense (twice that with sparsity), Infinity Fabric 896 GB/s peer-to-peer.
         _gpu("mi300x", "AMD Instinct MI300X 192GB", 192 * GiB, 1307.4 * TERA, 5300 * GIGA,
-             INFINITY_FABRIC, H100_CONSTANTS, fp8=2614.9 * TERA, cuda_gib=191.98),
+             INFINITY_FABRIC, H100_CONSTANTS, fp8=2614.9 * TERA, cuda_gib=191.98,
+             host=PCIE5_HOST),
         # NVIDIA H20 (Hopper for the Chinese market; no datasheet on nvidia.com): 96GB HBM3,
         # 4.0 TB/s, BF16 148 / FP8 296 TFLOPS dense, NVLink 4 (900 GB/s).
         _gpu("h20", "NVIDIA H20 96GB", 96 * GiB, 148 * TERA, 4000 * GIGA,
-             NVLINK4, H100_CONSTANTS, fp8=296 * TERA),
+             NVLINK4, H100_CONSTANTS, fp8=296 * TERA, host=PCIE5_HOST),
         # NVIDIA L40S datasheet: BF16 733 / FP8 1,466 TFLOPS with sparsity; 48GB GDDR6, 864 GB/s.
         _gpu("l40s", "NVIDIA L40S 48GB", 48 * GiB, 366.5 * TERA, 864 * GIGA,
-             PCIE4, GDDR_CONSTANTS, fp8=733 * TERA),
+             PCIE4, GDDR_CONSTANTS, fp8=733 * TERA, host=PCIE4_HOST),
         # NVIDIA A10 datasheet (AWS's A10G is its variant): BF16 125 TFLOPS dense; 24GB GDDR6,
         # 600 GB/s.
         _gpu("a10g", "NVIDIA A10G 24GB", 24 * GiB, 125 * TERA, 600 * GIGA,
-             PCIE4, GDDR_CONSTANTS, cuda_gib=22.20),
+             PCIE4, GDDR_CONSTANTS, cuda_gib=22.20, host=PCIE4_HOST),
         # NVIDIA T4 datasheet: FP16 tensor 65 TFLOPS (no bf16, no sparsity figure); 16GB GDDR6,
         # 320 GB/s; PCIe 3 x16.
         _gpu("t4", "NVIDIA T4 16GB", 16 * GiB, 65 * TERA, 320 * GIGA,
-             PCIE3, GDDR_CONSTANTS, cuda_gib=14.75),
+             PCIE3, GDDR_CONSTANTS, cuda_gib=14.75, host=PCIE3_HOST),
         # NVIDIA Ampere GA102 whitepaper, RTX 3090: FP16/BF16 tensor with FP32 accumulate 71
         # TFLOPS dense; 24GB GDDR6X, 936 GB/s.
         _gpu("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24 * GiB, 71 * TERA, 936 * GIGA,
-             PCIE4, GDDR_CONSTANTS, cuda_gib=23.69),
+             PCIE4, GDDR_CONSTANTS, cuda_gib=23.69, host=PCIE4_HOST),
     )
 }
 

@@ -26,9 +26,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvbench.core.executor import DeviceKind, Executor
+from kvbench.core.host_transfers import HostTransfers
 from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.step_batch import StepBatch
+from kvbench.errors import KvbenchInputError
 from kvbench.simulator.gpus import GPUSpec
+from kvbench.simulator.host_link_model import HostLinkModel
 from kvbench.simulator.step_time import StepTime, StepTimeModel
 from kvbench.simulator.step_trace import DRAWN_RANGES, draw_step
 from kvbench.tracing import get_recorder
@@ -99,6 +102,8 @@ class SimulatedExecutor(Executor):
         self.total_flops = 0.0
         self.total_bytes = 0.0
         self._zeros: torch.Tensor | None = None  # built at the first `execute`
+        # A host tier's copies (`host_link`, set by the factory with `--kv-offload`)
+        self.host: HostLinkModel | None = None
 
     @property
     def gpu(self) -> GPUSpec:
@@ -112,6 +117,8 @@ class SimulatedExecutor(Executor):
         start_s = self.clock.now_s
         cost = self.cost_model.cost(layout.query_lens, layout.seq_lens, rows, copied)
         step_s = cost.time_s
+        if layout.host_transfers is not None:  # stores the step cannot hide lengthen it
+            step_s = max(step_s, self.host.start(layout.host_transfers, start_s) - start_s)
         self.clock.advance(step_s)
         self.last_cost = cost
         self.num_steps += 1
@@ -164,6 +171,26 @@ class SimulatedExecutor(Executor):
     def synchronize(self) -> None:
         pass
 
+    def keep_host_tier(self, num_blocks: int, block_size: int, block_bytes: int) -> None:
+        """Time the tier's copies on the GPU's host link: one GPU's share of a block (each
+        GPU of a tensor-parallel group moves its own over its own link)."""
+        link = self.gpu.host_link
+        if link is None:
+            raise KvbenchInputError(
+                f"--kv-offload: GPU {self.gpu.name} has no host link to time copies on; give a "
+                "--gpu-spec file with a [host_link] table (docs/simulator.md)")
+        self.host = HostLinkModel(link, block_bytes // self.cost_model.tensor_parallel_size)
+
+    def transfer_host(self, transfers: HostTransfers) -> None:
+        self.host.start(transfers, self.clock.now_s)
+
+    def finished_host_jobs(self) -> list[int]:
+        return self.host.finished(self.clock.now_s) if self.host is not None else []
+
+    def wait_host_jobs(self) -> None:
+        if self.host is not None:
+            self.clock.sleep_until(self.host.next_end_s())
+
     def stats(self) -> dict[str, float]:
         """Totals for a summary: modelled busy time, FLOPs and bytes, compute-bound steps."""
         return {
@@ -172,4 +199,5 @@ class SimulatedExecutor(Executor):
             "busy_s": self.busy_s,
             "total_flops": self.total_flops,
             "total_bytes": self.total_bytes,
+            **(self.host.stats() if self.host is not None else {}),
         }

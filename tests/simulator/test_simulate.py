@@ -67,7 +67,8 @@ ROUND_GPU = GPUSpec("round", "hand-computable", 10 * GiB, 1e4, 1e3, ROUND_CONSTA
 
 def test_gpu_presets_hold_datasheet_figures():
     assert set(GPU_PRESETS) == {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "l4", "rtx-4090",
-                                "b200", "mi300x", "h20", "l40s", "a10g", "t4", "rtx-3090"}
+                                "b200", "mi300x", "h20", "l40s", "a10g", "t4", "rtx-3090",
+                                "gh200"}
     a100 = get_gpu("a100-40gb")
     assert (a100.memory_bytes, a100.peak_bf16_flops, a100.hbm_bandwidth_bytes_s) == (
         40 * GiB,

@@ -1,0 +1,63 @@
+"""The report's "Host KV tier" section: each run's host-tier figures (docs/offload.md).
+
+One row per run that kept a host tier (`--kv-offload`), from its summary's `scheduler` keys
+(`kvbench/results/tier_figures.py`): the prefix hit rate per tier, the bytes stored and
+loaded, loads per step, how many requests waited for a load and how long, and the latency
+split a user weighs a tier by (TTFT's queue, load wait and the prefill after it). Empty when
+no run kept one.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from kvbench.report.runs import RunSet
+from kvbench.units import format_bytes
+
+HEADERS = ("run", "hit rate: GPU", "host", "total", "stored", "loaded", "loads / step",
+           "requests that loaded", "load wait mean", "load wait p90", "TTFT mean",
+           "queue mean", "prefill mean (load wait inside)", "host blocks", "evictions")
+
+
+def _rate(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value:,.1f} ms"
+
+
+def tier_rows(runset: RunSet) -> list[list[str]]:
+    """The section's cells, one row per run with a host tier."""
+    rows = []
+    for run in runset.runs:
+        sched = run.summary.scheduler
+        if sched is None or sched.get("host_blocks") is None:
+            continue
+        wait = sched.get("host_load_wait_ms") or {}
+        latency = run.summary.latency_ms
+        rows.append([
+            run.name, _rate(sched.get("gpu_hit_rate")), _rate(sched.get("host_hit_rate")),
+            _rate(sched.get("prefix_hit_rate")),
+            format_bytes(sched.get("host_stored_bytes")),
+            format_bytes(sched.get("host_loaded_bytes")),
+            "-" if sched.get("host_loaded_blocks_per_step") is None
+            else f"{sched.get('host_loaded_blocks_per_step'):.2f}",
+            str(sched.get("host_load_requests") or 0), _ms(wait.get("mean")), _ms(wait.get("p90")),
+            _ms(latency.ttft.mean if latency else None),
+            _ms(latency.queue.mean if latency else None),
+            _ms(latency.prefill.mean if latency else None),
+            f"{sched.get('host_blocks'):,}", f"{sched.get('host_evictions') or 0:,}",
+        ])
+    return rows
+
+
+def tier_section_html(runset: RunSet) -> str:
+    rows = tier_rows(runset)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in HEADERS)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return (f"<div class='scroll'><table class='summary'><tr>{head}</tr>{body}</table></div>")

@@ -1,0 +1,147 @@
+"""`HostOffload`: what a prefix-caching strategy does with a host tier, between steps.
+
+The strategy calls it at three points, as vLLM's OffloadingConnector scheduler does
+(`distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`):
+
+- `offer`, whenever the strategy names full computed blocks (and at admission, for the
+  blocks a prefix hit reuses): every computed full block is offered for a store, vLLM's
+  default (`_build_store_jobs`: each step, the full blocks of the tokens computed so far; a
+  key the host tier holds is not stored twice). The copies join the next step's store job;
+- `load`, at an admission whose GPU prefix hit continues in the host tier
+  (`get_num_new_matched_tokens`): the hit's host blocks are copied into freshly allocated
+  GPU blocks, and the sequence waits (`loading`) until its load job is done (vLLM's
+  `WAITING_FOR_REMOTE_KVS`: the request holds its blocks and is not scheduled; others are).
+  Its blocks are named in the GPU prefix cache only then (vLLM delays caching them too);
+- `take`, when the step's layout is built: the copies decided since the last one, as one
+  store job and one load job (`HostTransfers`); `finished` when the executor reports jobs
+  done.
+
+Blocks in flight are the tier's books: a stored block stays unreadable until its job is
+done, a loaded one unevictable. A sequence freed while it waits (preempted) drops its claim;
+its job still ends and releases the host blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from kvbench.core.host_transfers import BlockCopy, HostTransfers
+from kvbench.strategies.host_tier import HostTier
+from kvbench.strategies.prefix_index import BlockHash
+
+# (allocation group, GPU block, its key): a block loaded for a sequence, named when it lands
+Landing = tuple[int, int, BlockHash]
+
+
+class HostOffload:
+    """The host tier's transfers and the sequences that wait on loads."""
+
+    def __init__(self, tier: HostTier) -> None:
+        self.tier = tier
+        self._stores: list[BlockCopy] = []
+        self._loads: list[BlockCopy] = []
+        self._landing: dict[int, list[Landing]] = {}  # seq_id -> blocks its next job loads
+        self._next_job = 0
+        self._store_jobs: dict[int, list[int]] = {}  # job -> host blocks
+        self._load_jobs: dict[int, tuple[list[int], list[int]]] = {}  # job -> (host, seqs)
+        # GPU blocks a load still writes whose sequence let them go: the strategy keeps a
+        # reference on each until the job ends (`finished` hands them back), so no other
+        # sequence takes a block a copy is landing in. job (-1: not taken yet) -> blocks
+        self.pinned: dict[int, list[int]] = {}
+        self.loading: dict[int, list[Landing]] = {}  # waiting seq_id -> its blocks to name
+        self.hit_blocks = 0  # host blocks a prefix hit loaded
+        self.hit_tokens = 0
+
+    def offer(self, group: int, blocks: Sequence[int], keys: Sequence[BlockHash]) -> None:
+        """Full computed GPU `blocks` named `keys`: store the ones the host tier lacks."""
+        for gpu, host in zip(blocks, self.tier.offer(keys), strict=True):
+            if host is not None:
+                self._stores.append((group, gpu, host))
+
+    def lookup(self, keys: Iterable[BlockHash]) -> list[int]:
+        return self.tier.lookup(keys)
+
+    def load(self, seq_id: int, group: int, gpu_blocks: Sequence[int],
+             host_blocks: Sequence[int], keys: Sequence[BlockHash]) -> None:
+        """Copy `host_blocks` into the sequence's fresh `gpu_blocks`; it waits until done."""
+        if len(host_blocks) != len(gpu_blocks):
+            raise ValueError("a load needs one GPU block for each host block")
+        self.tier.begin_load(host_blocks)
+        self._loads.extend(zip([group] * len(host_blocks), gpu_blocks, host_blocks,
+                               strict=False))
+        landing = self._landing.setdefault(seq_id, [])
+        landing.extend((group, g, k) for g, k in zip(gpu_blocks, keys, strict=True))
+        self.loading[seq_id] = landing
+        self.hit_blocks += len(host_blocks)
+
+    @property
+    def busy(self) -> bool:
+        """Copies decided and not taken, or jobs in flight."""
+        return bool(self._stores or self._loads or self._store_jobs or self._load_jobs)
+
+    def take(self) -> HostTransfers | None:
+        """The copies decided since the last call, as this step's jobs."""
+        if not self._stores and not self._loads:
+            return None
+        store_job = load_job = -1
+        if self._stores:
+            store_job = self._next_job
+            self._next_job += 1
+            self._store_jobs[store_job] = [h for _, _, h in self._stores]
+        if self._loads:
+            load_job = self._next_job
+            self._next_job += 1
+            self._load_jobs[load_job] = ([h for _, _, h in self._loads], list(self._landing))
+            self._landing = {}
+            if -1 in self.pinned:
+                self.pinned[load_job] = self.pinned.pop(-1)
+        out = HostTransfers(store_job, tuple(self._stores), load_job, tuple(self._loads))
+        self._stores, self._loads = [], []
+        return out
+
+    def finished(self, jobs: Iterable[int]) -> tuple[list[tuple[int, list[Landing]]], list[int]]:
+        """Jobs done: stored blocks become readable, loaded ones evictable again. Returns
+        each sequence that waited on them (and still does) with the blocks it may name, and
+        the GPU blocks pinned for them (`drop`) to release."""
+        landed = []
+        unpinned: list[int] = []
+        for job in jobs:
+            unpinned.extend(self.pinned.pop(job, ()))
+            stored = self._store_jobs.pop(job, None)
+            if stored is not None:
+                self.tier.stored(stored)
+                continue
+            host, seqs = self._load_jobs.pop(job)
+            self.tier.loaded(host)
+            for seq_id in seqs:
+                blocks = self.loading.pop(seq_id, None)
+                if blocks is not None:
+                    landed.append((seq_id, blocks))
+        return landed, unpinned
+
+    def drop(self, seq_id: int) -> list[int]:
+        """The sequence gives its blocks back while it waits: nothing is named for it, and
+        the GPU blocks its load writes are returned, for the strategy to pin (`pinned`)."""
+        blocks = [block for _, block, _ in self.loading.pop(seq_id)]
+        job = -1 if self._landing.pop(seq_id, None) is not None else next(
+            j for j, (_, seqs) in self._load_jobs.items() if seq_id in seqs)
+        self.pinned.setdefault(job, []).extend(blocks)
+        return blocks
+
+    @property
+    def jobs_in_flight(self) -> int:
+        return len(self._store_jobs) + len(self._load_jobs)
+
+    def is_whole(self) -> bool:
+        """No sequence waits and no load is left (stores may still be in flight at a run's
+        end: their blocks are the tier's, in the `storing` state)."""
+        return (not self.loading and not self._loads and not self._load_jobs
+                and not self.tier.readers and not self.pinned)
+
+    def stats(self) -> dict[str, float]:
+        return {**self.tier.stats(), "host_hit_blocks": self.hit_blocks,
+                "host_hit_tokens": self.hit_tokens}
+
+    def reset_stats(self) -> None:
+        self.tier.reset_stats()
+        self.hit_blocks = self.hit_tokens = 0

@@ -1,0 +1,340 @@
+"""`HostTier`: the books of a host-memory (CPU) tier under a prefix cache, in blocks.
+
+A host block holds one GPU block's KV (every layer, the same layout), named by the same
+chained block hash as the GPU prefix cache (`prefix_index.py`; `hybrid-prefix`: the hash and
+the allocation group). vLLM's OffloadingConnector keeps the same books
+(`vllm/v1/kv_offload/cpu/manager.py`, `CPUOffloadingManager`): every host block is in
+exactly one state,
+
+- *free*: on the free list, no key;
+- *storing*: a GPU -> host copy is in flight (vLLM's `ref_cnt == -1`, not `is_ready`): the
+  key is known but not readable, and the block cannot be evicted;
+- *ready*: readable; *idle* (evictable) while no load reads it, *loading* while `readers` of
+  host -> GPU copies are in flight (vLLM's `ref_cnt > 0`).
+
+`offer` is vLLM's `prepare_store`: keys already held are skipped, the rest take free blocks,
+else the eviction policy's victims among idle ready blocks (never one the same offer holds);
+when there are not enough victims the whole offer is refused (vLLM returns None and the
+request's blocks are not stored). `store_threshold` >= 2 admits a key only at its n-th offer
+(vLLM's `store_threshold`; 0 and 1 store everything, vLLM's default). `lookup` of a storing
+key is a miss (vLLM's `HIT_PENDING` also stops the prefix).
+
+Eviction policies (`--kv-offload-policy`, vLLM's `eviction_policy`): `lru` evicts the idle
+block used longest ago (a store or a load is a use); `arc` (`policies/arc.py`) keeps blocks
+seen once (T1) apart from blocks loaded again (T2), evicts from T1 while it is above an
+adaptive target, and moves the target by hits on the ghosts of evicted keys (B1, B2, each
+bounded by the capacity).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+from kvbench.core.host_transfers import HOST_POLICIES
+from kvbench.strategies.prefix_index import BlockHash
+
+
+class _LRU:
+    """Idle ready keys, least recently used first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.idle: OrderedDict[BlockHash, None] = OrderedDict()
+
+    def inserted(self, key: BlockHash) -> None:
+        """A store completed: the key is idle and most recently used."""
+        self.idle[key] = None
+
+    def used(self, key: BlockHash) -> None:
+        """A load began: the key is busy (not evictable)."""
+        self.idle.pop(key, None)
+
+    def released(self, key: BlockHash) -> None:
+        """The last load of the key completed: idle again, most recently used."""
+        self.idle[key] = None
+
+    def missed(self, key: BlockHash) -> None:
+        return None
+
+    def touch(self, key: BlockHash) -> None:
+        """Offered again while held (a request used its prefix): most recently used."""
+        if key in self.idle:
+            self.idle.move_to_end(key)
+
+    def victims(self, n: int, protected: set[BlockHash]) -> list[BlockHash] | None:
+        out = []
+        for key in self.idle:
+            if len(out) == n:
+                break
+            if key not in protected:
+                out.append(key)
+        if len(out) < n:
+            return None
+        for key in out:
+            del self.idle[key]
+        return out
+
+    def forget(self, key: BlockHash) -> None:
+        self.idle.pop(key, None)
+
+
+class _ARC:
+    """Adaptive replacement (vLLM's `ARCCachePolicy`): T1 keys stored and not yet loaded
+    again, T2 keys loaded again; B1, B2 the ghosts of keys evicted from each."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.target_t1 = 0.0
+        self.t1: OrderedDict[BlockHash, None] = OrderedDict()
+        self.t2: OrderedDict[BlockHash, None] = OrderedDict()
+        self.b1: OrderedDict[BlockHash, None] = OrderedDict()
+        self.b2: OrderedDict[BlockHash, None] = OrderedDict()
+        self.busy: set[BlockHash] = set()  # keys being loaded (in T1 or T2, not evictable)
+
+    def missed(self, key: BlockHash) -> None:
+        """A store of a key not held: a ghost hit moves the target (vLLM's `on_store_miss`)."""
+        if key in self.b1:
+            self.target_t1 = min(self.target_t1 + max(1.0, len(self.b2) / len(self.b1)),
+                                 float(self.capacity))
+        elif key in self.b2:
+            self.target_t1 = max(self.target_t1 - max(1.0, len(self.b1) / len(self.b2)), 0.0)
+
+    def inserted(self, key: BlockHash) -> None:
+        self.t1[key] = None
+        self.b1.pop(key, None)
+        self.b2.pop(key, None)
+
+    def touch(self, key: BlockHash) -> None:
+        """Used again (offered while held, or loaded): to T2's most recent end (vLLM moves a
+        request's reused keys there when it finishes)."""
+        if self.t1.pop(key, 0) is None:
+            self.t2[key] = None
+        elif key in self.t2:
+            self.t2.move_to_end(key)
+
+    def used(self, key: BlockHash) -> None:
+        """A load begins: the key is used again and busy until it ends."""
+        self.busy.add(key)
+        self.touch(key)
+
+    def released(self, key: BlockHash) -> None:
+        self.busy.discard(key)
+
+    def victims(self, n: int, protected: set[BlockHash]) -> list[BlockHash] | None:
+        def candidates(entries: OrderedDict[BlockHash, None]):
+            return (k for k in entries if k not in self.busy and k not in protected)
+
+        t1_left = len(self.t1)
+        it1, it2 = candidates(self.t1), candidates(self.t2)
+        chosen: list[tuple[BlockHash, bool]] = []
+        for _ in range(n):
+            key = None
+            if t1_left >= int(self.target_t1):
+                key = next(it1, None)
+                if key is not None:
+                    chosen.append((key, True))
+                    t1_left -= 1
+                    continue
+            key = next(it2, None)
+            if key is not None:
+                chosen.append((key, False))
+                continue
+            key = next(it1, None)
+            if key is None:
+                return None
+            chosen.append((key, True))
+            t1_left -= 1
+        for key, from_t1 in chosen:
+            if from_t1:
+                del self.t1[key]
+                self.b1[key] = None
+            else:
+                del self.t2[key]
+                self.b2[key] = None
+        for ghost in (self.b1, self.b2):
+            while len(ghost) > self.capacity:
+                ghost.popitem(last=False)
+        return [key for key, _ in chosen]
+
+    def forget(self, key: BlockHash) -> None:
+        self.t1.pop(key, None)
+        self.t2.pop(key, None)
+        self.busy.discard(key)
+
+
+class HostTier:
+    """`num_blocks` host blocks keyed by block hash; see the module docstring."""
+
+    def __init__(self, num_blocks: int, policy: str = "lru", store_threshold: int = 0) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"a host tier needs at least one block, got {num_blocks}")
+        if policy not in HOST_POLICIES:
+            raise ValueError(f"host tier policy {policy!r}: choose from {HOST_POLICIES}")
+        self.num_blocks = num_blocks
+        self.policy_name = policy
+        self.policy = _LRU(num_blocks) if policy == "lru" else _ARC(num_blocks)
+        self.store_threshold = store_threshold
+        self._offers: dict[BlockHash, int] = {}  # offers of keys below the threshold
+        self._free = list(range(num_blocks - 1, -1, -1))  # popped from the end: 0 first
+        self.block_of: dict[BlockHash, int] = {}
+        self.key_of: dict[int, BlockHash] = {}
+        self.storing: set[int] = set()  # blocks with a store in flight
+        self.readers: dict[int, int] = {}  # ready blocks being loaded -> loads in flight
+        # counters (`stats`)
+        self.stored_blocks = 0
+        self.loaded_blocks = 0
+        self.evictions = 0
+        self.refused_blocks = 0  # offered, not stored: no block could be freed
+        self.skipped_blocks = 0  # offered below the store threshold
+
+    # State ------------------------------------------------------------------------------
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_storing(self) -> int:
+        return len(self.storing)
+
+    @property
+    def num_loading(self) -> int:
+        return len(self.readers)
+
+    @property
+    def num_ready(self) -> int:
+        return len(self.block_of) - len(self.storing)
+
+    def ready(self, key: BlockHash) -> int | None:
+        """The host block holding `key`, readable now; None: absent or still being stored."""
+        block = self.block_of.get(key)
+        if block is None or block in self.storing:
+            return None
+        return block
+
+    def lookup(self, keys: Iterable[BlockHash]) -> list[int]:
+        """Host blocks of the leading run of `keys` that are readable now."""
+        out = []
+        for key in keys:
+            block = self.ready(key)
+            if block is None:
+                break
+            out.append(block)
+        return out
+
+    # Stores -----------------------------------------------------------------------------
+
+    def offer(self, keys: Sequence[BlockHash]) -> list[int | None]:
+        """Store `keys` (vLLM's `prepare_store`): the host block each new key takes (its copy
+        now in flight), None for a key held already or not stored."""
+        out: list[int | None] = [None] * len(keys)
+        new: list[int] = []
+        for i, key in enumerate(keys):
+            block = self.block_of.get(key)
+            if block is not None:
+                if block not in self.storing:
+                    self.policy.touch(key)
+                continue
+            if self.store_threshold >= 2:
+                seen = self._offers.get(key, 0) + 1
+                if seen < self.store_threshold:
+                    self._offers[key] = seen
+                    self.skipped_blocks += 1
+                    continue
+                self._offers.pop(key, None)
+            self.policy.missed(key)
+            new.append(i)
+        if not new:
+            return out
+        short = len(new) - len(self._free)
+        if short > 0:
+            victims = self.policy.victims(short, set(keys))
+            if victims is None:
+                self.refused_blocks += len(new)
+                return out
+            for key in victims:
+                block = self.block_of.pop(key)
+                del self.key_of[block]
+                self._free.append(block)
+            self.evictions += len(victims)
+        for i in new:
+            block = self._free.pop()
+            key = keys[i]
+            self.block_of[key] = block
+            self.key_of[block] = key
+            self.storing.add(block)
+            out[i] = block
+        return out
+
+    def stored(self, blocks: Iterable[int]) -> None:
+        """Stores into `blocks` completed: they are ready (and idle)."""
+        for block in blocks:
+            self.storing.remove(block)
+            self.policy.inserted(self.key_of[block])
+            self.stored_blocks += 1
+
+    # Loads ------------------------------------------------------------------------------
+
+    def begin_load(self, blocks: Iterable[int]) -> None:
+        """Host -> GPU copies of `blocks` begin: none may be evicted until `loaded`."""
+        for block in blocks:
+            if block in self.storing or block not in self.key_of:
+                raise ValueError(f"host block {block} is not ready to load")
+            n = self.readers.get(block, 0)
+            if not n:
+                self.policy.used(self.key_of[block])
+            self.readers[block] = n + 1
+
+    def loaded(self, blocks: Iterable[int]) -> None:
+        for block in blocks:
+            n = self.readers[block] - 1
+            if n:
+                self.readers[block] = n
+            else:
+                del self.readers[block]
+                self.policy.released(self.key_of[block])
+            self.loaded_blocks += 1
+
+    def is_idle(self) -> bool:
+        """No copy in flight."""
+        return not self.storing and not self.readers
+
+    def check(self) -> None:
+        """Every block in exactly one state, the index and the policy agree (for tests and
+        `KVBENCH_CHECK_ACCOUNTING`)."""
+        free = set(self._free)
+        named = set(self.key_of)
+        assert len(free) == len(self._free), "a host block is free twice"
+        assert not free & named and free | named == set(range(self.num_blocks)), \
+            "a host block is lost or both free and named"
+        assert all(self.block_of[k] == b for b, k in self.key_of.items())
+        assert len(self.block_of) == len(self.key_of)
+        assert self.storing <= named and set(self.readers) <= named
+        assert not self.storing & set(self.readers), "a block is loaded while being stored"
+        assert all(n > 0 for n in self.readers.values())
+        idle = {self.key_of[b] for b in named - self.storing - set(self.readers)}
+        if isinstance(self.policy, _LRU):
+            assert set(self.policy.idle) == idle, "the LRU's idle keys differ"
+        else:
+            p = self.policy
+            ready = {self.key_of[b] for b in named - self.storing}
+            assert set(p.t1) | set(p.t2) == ready and not set(p.t1) & set(p.t2)
+            assert p.busy == {self.key_of[b] for b in self.readers}
+            assert len(p.b1) <= self.num_blocks and len(p.b2) <= self.num_blocks
+            assert not (set(p.b1) | set(p.b2)) & set(self.block_of) - {
+                self.key_of[b] for b in self.storing}
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "host_blocks": self.num_blocks,
+            "host_stored_blocks": self.stored_blocks,
+            "host_loaded_blocks": self.loaded_blocks,
+            "host_evictions": self.evictions,
+            "host_refused_blocks": self.refused_blocks,
+            "host_threshold_skipped_blocks": self.skipped_blocks,
+            "host_resident_blocks": len(self.block_of),
+        }
+
+    def reset_stats(self) -> None:
+        self.stored_blocks = self.loaded_blocks = self.evictions = 0
+        self.refused_blocks = self.skipped_blocks = 0
