@@ -20,22 +20,8 @@ from kvbench.workloads.trace_formats import detect_trace_format, read_trace
 from kvbench.workloads.trace_rows import TraceRowsSkippedWarning
 
 __all__ = [
-    "MAX_TRACE_TOKENS",
-    "ArrivalProcess",
-    "Request",
-    "TraceRowsSkippedWarning",
-    "WORKLOADS",
-    "WorkloadEntry",
-    "WorkloadResult",
-    "apply_arrivals",
-    "arrival_times",
-    "check_workload_fits",
-    "clip_to_max_len",
-    "detect_trace_format",
-    "is_trace",
-    "load_trace",
-    "load_workload",
-    "parse_workload_params",
-    "read_trace",
-    "write_trace",
+    "MAX_TRACE_TOKENS", "WORKLOADS", "ArrivalProcess", "Request", "TraceRowsSkippedWarning",
+    "WorkloadEntry", "WorkloadResult", "apply_arrivals", "arrival_times", "check_workload_fits",
+    "clip_to_max_len", "detect_trace_format", "is_trace", "load_trace", "load_workload",
+    "parse_workload_params", "read_trace", "write_trace",
 ]

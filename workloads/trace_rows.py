@@ -83,9 +83,9 @@ def json_lines(path: Path, errors: RowErrors) -> Iterator[tuple[int, object]]:
         raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
 
 
-def _number(value: Any, name: str, what: str) -> float | int:
-    """A JSON number, or a number written as text (CSV fields, quoted JSON values)."""
-    if isinstance(value, str):
+def _number(value: Any, name: str, what: str, text_ok: bool) -> float | int:
+    """A JSON number, or (`text_ok`) a number written as text (CSV fields)."""
+    if isinstance(value, str) and text_ok:
         text = value.strip()
         if not text:
             raise RowError(f"{name} is empty")
@@ -98,22 +98,24 @@ def _number(value: Any, name: str, what: str) -> float | int:
     return value
 
 
-def count(value: Any, name: str) -> int:
-    """A token count from a trace field: an integer >= 0 (integral floats and strings ok)."""
-    value = _number(value, name, "an integer >= 0")
+def count(value: Any, name: str, minimum: int = 0, text_ok: bool = True) -> int:
+    """A token count (or `n`) from a trace field: an integer >= `minimum`, integral floats
+    and (`text_ok`) strings accepted, at most `MAX_TRACE_TOKENS`."""
+    what = f"an integer >= {minimum}"
+    value = _number(value, name, what, text_ok)
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    if not isinstance(value, int) or value < 0:
-        raise RowError(f"{name} must be an integer >= 0, got {value!r}")
+    if not isinstance(value, int) or value < minimum:
+        raise RowError(f"{name} must be {what}, got {value!r}")
     if value > MAX_TRACE_TOKENS:
-        raise RowError(f"{name} {value:,} is more than {MAX_TRACE_TOKENS:,} tokens, longer "
-                       "than any model's context")
+        why = "samples of one prompt" if name == "n" else "tokens, longer than any model's context"
+        raise RowError(f"{name} {value:,} is more than {MAX_TRACE_TOKENS:,} {why}")
     return value
 
 
-def seconds(value: Any, name: str, unit_s: float = 1.0) -> float:
+def seconds(value: Any, name: str, unit_s: float = 1.0, text_ok: bool = True) -> float:
     """A finite time >= 0 in the trace's unit, as seconds."""
-    value = _number(value, name, "a number >= 0")
+    value = _number(value, name, "a number >= 0", text_ok)
     if not (math.isfinite(value) and value >= 0):
         raise RowError(f"{name} must be a finite number >= 0, got {value:g}")
     return float(value) * unit_s
