@@ -1,12 +1,7 @@
 """Workloads: deterministic (seeded) lists of requests.
 
-`load_workload` (`load.py`) is the one entry point: it builds a built-in workload or reads a
-trace file, applies the arrival process (`arrivals.py`) and clipping to the model (`clip.py`)
-and returns a `WorkloadResult` (`result.py`). The built-in workloads are the table `WORKLOADS`
-of `WorkloadEntry`s (`entry.py`); each workload's module (`chat.py`, `sharegpt.py`, ...)
-registers itself there, so a new workload is one new file. The trace formats are in
-`trace_formats.py`.
-"""
+`load_workload` (`load.py`) builds a built-in workload (`WORKLOADS`, `entry.py`: one module
+each) or reads a trace file (`trace_formats.py`) into a `WorkloadResult`."""
 
 from kvbench.core.request import Request
 from kvbench.workloads.arrivals import ArrivalProcess, apply_arrivals, arrival_times

@@ -1,10 +1,5 @@
-"""Workload parameters: validation of values and parsing of `key=value` strings.
-
-Every workload declares its parameters as a dict of defaults (`WorkloadEntry.params`); the
-type of each default is the type of the parameter (`int`, `float`, or an inclusive
-`(low, high)` integer range written `low,high` on the command line). Bad values raise
-`KvbenchInputError` (the CLI exits 2).
-"""
+"""Workload parameters: each default's type is its parameter's (`int`, `float`, or an
+inclusive `(low, high)` integer range written `low,high`); bad values are input errors."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
-"""`PromptTokens`: a prompt of random token ids that are drawn only when something reads them.
+"""`PromptTokens`: a prompt of random token ids drawn only when something reads them.
 
-A simulation under a strategy that reads no token ids (paged, contiguous, fp8) needs only a
-prompt's length; drawing and holding the ids of every prompt of a long trace would cost a
-draw and a pointer per token (gigabytes for a million BurstGPT requests). So a workload with
-no sharing hands out `PromptTokens`: each knows its length, and the first read of any id
-draws the ids of all the workload's prompts at once (`LazyRows`), from the same generator
-and in the same order as an eager draw, so the ids are the same whether or not, and
-whenever, they are read.
-"""
+A strategy that reads no ids (paged, contiguous, fp8) needs only a prompt's length; holding
+the ids of a million-request trace would cost gigabytes. The first read of any id draws all of
+the workload's prompts at once (`LazyRows`), as an eager draw would, so the ids are the same
+whether or not, and whenever, they are read."""
 
 from __future__ import annotations
 

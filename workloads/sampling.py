@@ -1,11 +1,7 @@
 """Seeded random streams, length distributions and random token ids shared by the workloads.
 
-Every workload draws from numpy `Generator`s derived from `(seed, stream name)`, so that one
-seed always gives the same requests, and so that, for example, the arrival process or the
-vocabulary size never changes the sampled lengths. Prompts are random token ids in
-`[0, vocab_size)`: the models are random-weight, so token content carries no meaning, only
-lengths and the sharing of identical token ids between requests do.
-"""
+Every draw comes from a numpy `Generator` of `(seed, stream name)`, so one seed always gives the
+same requests and, say, the arrival process never changes the lengths."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""JSONL traces: any file of one request per line as a workload (`--workload path.jsonl`).
+"""kvbench JSONL traces: one request per line (keys and rules: docs/workloads.md, JSONL traces).
 
-The keys (`prompt_len` or `prompt_tokens`, `output_len`, optional `arrival_s`, `n`,
-`conversation_id`, `prefix_id`, `prefix_len`) and their rules are in docs/workloads.md (JSONL
-traces). The lines read (up to the `num_requests`-th request) are validated before anything is
-built. Prompts given as `prompt_len` are seeded random ids that keep the sharing the trace
-describes, token-for-token: a conversation's later line begins with its earlier line's prompt;
-otherwise a `prefix_id` line begins with the first `prefix_len` tokens of one random sequence
-per `prefix_id`. `write_trace` writes any requests in this format (with `prompt_tokens`), so a
-built-in workload can be saved and replayed exactly.
-"""
+Every line read is validated before anything is built. Prompts given as `prompt_len` are
+seeded random ids keeping the sharing the trace describes: a conversation's later line begins
+with its earlier line's prompt, otherwise a `prefix_id` line with the first `prefix_len`
+tokens of one sequence per `prefix_id`. `write_trace` saves any requests so, to replay exactly."""
 
 from __future__ import annotations
 
