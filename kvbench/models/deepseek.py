@@ -27,6 +27,7 @@ from kvbench.models.llama import (
     FlatBatchDecoder,
     RMSNorm,
     mix_experts,
+    plain_inv_freq,
 )
 from kvbench.models.rope_yarn import yarn_attention_factor, yarn_inv_freq, yarn_mscale
 
@@ -42,7 +43,7 @@ def deepseek_rope(config: ModelConfig) -> tuple[torch.Tensor, float]:
     dim, base = config.mla.qk_rope_head_dim, config.rope_theta
     scaling = config.rope_scaling
     if not scaling:
-        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)), 1.0
+        return plain_inv_freq(dim, base), 1.0
     return yarn_inv_freq(dim, base, scaling), yarn_attention_factor(scaling)
 
 

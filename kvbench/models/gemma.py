@@ -20,7 +20,14 @@ from torch import nn
 
 from kvbench.models.config import ModelConfig
 from kvbench.models.direct_call import DirectCall, Linear
-from kvbench.models.llama import Attention, AttentionFn, Backbone, FlatBatchDecoder, signed_sin
+from kvbench.models.llama import (
+    Attention,
+    AttentionFn,
+    Backbone,
+    FlatBatchDecoder,
+    plain_inv_freq,
+    rope_cos_sin,
+)
 
 
 class GemmaRMSNorm(DirectCall):
@@ -74,7 +81,7 @@ def gemma_inv_freq(config: ModelConfig, sliding: bool) -> torch.Tensor:
     full-attention one (divided by the linear `rope_scaling` factor, if any)."""
     dim = config.head_dim
     base = config.rope_local_theta if sliding and config.rope_local_theta else config.rope_theta
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    inv_freq = plain_inv_freq(dim, base)
     if not sliding and config.rope_scaling:
         inv_freq = inv_freq / config.rope_scaling["factor"]
     return inv_freq
@@ -108,21 +115,13 @@ class GemmaDecoder(FlatBatchDecoder):
         self.inv_freq = gemma_inv_freq(self.config, False).to(device)
         self.local_inv_freq = gemma_inv_freq(self.config, True).to(device)
 
-    @staticmethod
-    def _rope(positions: torch.Tensor, inv_freq: torch.Tensor,
-              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[:, None] * inv_freq.float()[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        # sin signed for llama's `apply_rope`
-        return emb.cos().to(dtype)[:, None, :], signed_sin(emb.sin().to(dtype))[:, None, :]
-
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
     ) -> torch.Tensor:
         """Hidden states `[T, hidden]` after the final norm."""
         x = self.model.embed_tokens(input_ids) * self.embed_scale
-        full = self._rope(positions, self.inv_freq, x.dtype)
-        local = self._rope(positions, self.local_inv_freq, x.dtype) if self.local_rope else full
+        full = rope_cos_sin(positions, self.inv_freq, x.dtype)
+        local = rope_cos_sin(positions, self.local_inv_freq, x.dtype) if self.local_rope else full
         for layer, sliding in zip(self.model.layers, self.sliding_layers, strict=True):
             cos, sin = local if sliding else full
             x = layer(x, cos, sin, attention)

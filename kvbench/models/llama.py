@@ -41,14 +41,31 @@ class RMSNorm(DirectCall):
         return out.mul_(self.weight) if self.weight.dtype == out.dtype else self.weight * out
 
 
+def plain_inv_freq(dim: int, base: float) -> torch.Tensor:
+    """RoPE's `[dim / 2]` inverse frequencies, base**(-2i / dim), in float32."""
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+
+def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype,
+                 factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) `[T, 1, D]` of `positions` (broadcast over heads), times `factor`, in
+    `dtype`; sin signed for `apply_rope`."""
+    freqs = positions.float()[:, None] * inv_freq.float()[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
+    if cos.dtype != dtype:
+        cos, sin = cos.to(dtype), sin.to(dtype)
+    return cos[:, None, :], signed_sin(sin)[:, None, :]
+
+
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     dim = config.head_dim
     scaling = config.rope_scaling
     if scaling and scaling.get("rope_type") == "yarn":
         return yarn_inv_freq(dim, config.rope_theta, scaling)
-    inv_freq = 1.0 / (
-        config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
-    )
+    inv_freq = plain_inv_freq(dim, config.rope_theta)
     if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
         # Llama 3.1 long-context scaling: low frequencies divided by `factor`, high ones kept,
         # a smooth blend between.
@@ -276,12 +293,4 @@ class LlamaDecoder(FlatBatchDecoder):
         return rope_inv_freq(self.config)
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos(), emb.sin()
-        if self.rope_attention_factor != 1.0:
-            cos, sin = cos * self.rope_attention_factor, sin * self.rope_attention_factor
-        # [T, 1, D]: broadcast over heads; sin signed for `apply_rope`
-        if cos.dtype != dtype:
-            cos, sin = cos.to(dtype), sin.to(dtype)
-        return cos[:, None, :], signed_sin(sin)[:, None, :]
+        return rope_cos_sin(positions, self.inv_freq, dtype, self.rope_attention_factor)
