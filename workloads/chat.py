@@ -1,11 +1,14 @@
-"""`chat`: multi-turn conversations under a few shared system prompts (docs/workloads.md).
+"""`chat`: multi-turn conversations under a few shared system prompts.
 
-Conversation c runs under system prompt c mod `num_system_prompts` (`prefix_id` `system-<i>`)
-for `turns_per_conversation` turns. Every turn resends the whole history: turn k+1's prompt is
-turn k's prompt, its answer (seeded random tokens of its output length, not the model's
-output, so every strategy sees identical prompts) and the new user message. Turn k arrives
-`k * think_time_s` after its conversation starts: a fixed offset, since a workload is a fixed
-list and a turn never waits for the previous answer."""
+    num_system_prompts = 2 of system_prompt_len = 96 tokens; turns_per_conversation = 4
+    user_len ~ Uniform{16, …, 64}, output_len ~ Uniform{16, …, 96} tokens a turn
+
+Conversation c runs under system prompt c mod `num_system_prompts` (`prefix_id` `system-<i>`).
+Every turn resends the whole history: turn k+1's prompt is turn k's prompt, its answer (seeded
+random tokens of its output length, not the model's output, so every strategy sees identical
+prompts) and the new user message; the mean prompt is 96 + 40 + 1.5 x 96 = 280 tokens. Turn k
+arrives `k * think_time_s` after its conversation starts: a fixed offset, since a workload is
+a fixed list and a turn never waits for the previous answer."""
 
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
-"""`lmsys`: LMSYS-Chat-1M-like lengths (Zheng et al. 2023), lognormal on the log-token scale:
-μ/σ 6.03/1.00 in (median 416), 4.93/0.84 out (median 138), as kvbench's workload spec gives
-them. Longer prompts and shorter answers than `sharegpt`; no sharing."""
+"""`lmsys`: LMSYS-Chat-1M-like lengths (Zheng et al. 2023), lognormal on the log-token scale.
+
+    prompt_len ~ round(LogNormal(μ = 6.03, σ = 1.00))   median 416, mean 685 tokens
+    output_len ~ round(LogNormal(μ = 4.93, σ = 0.84))   median 138, mean 197 tokens
+
+The log-scale figures kvbench's workload spec gives, used as given (not re-derived from the
+dataset). Longer prompts and shorter answers than `sharegpt`; no sharing."""
 
 from __future__ import annotations
 

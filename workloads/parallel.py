@@ -1,5 +1,8 @@
 """`parallel`: n samples per prompt (parallel sampling, as for best-of-n or pass@k).
 
+    prompt_len ~ Uniform{64, …, 256}, output_len ~ Uniform{64, …, 256} (the same for all n)
+    n = 4 samples per request
+
 `num_requests` counts prompts; the engine generates `n * num_requests` sequences, the n of a
 request sharing its whole prompt (a forking strategy stores it once, the others n times)."""
 

@@ -12,11 +12,8 @@ from kvbench.errors import KvbenchInputError
 
 def check_int(name: str, value: Any, minimum: int = 1) -> int:
     """`value` as an int >= `minimum` (integral floats such as 12.0 are accepted)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise KvbenchInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise KvbenchInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
+    if (isinstance(value, bool) or not isinstance(value, int | float) or value < minimum
+            or (isinstance(value, float) and not (math.isfinite(value) and value.is_integer()))):
         raise KvbenchInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 

@@ -1,4 +1,7 @@
-"""`prefix-repeat`: K long shared prefixes x distinct suffixes (docs/workloads.md).
+"""`prefix-repeat`: K long shared prefixes x distinct suffixes.
+
+    K = num_prefixes = 4 prefixes of prefix_len = 512 tokens each
+    suffix_len ~ Uniform{16, …, 64}, output_len ~ Uniform{16, …, 64} tokens
 
 Request i uses prefix i mod K (round-robin) followed by its own random suffix: requests with
 the same `prefix_id` share their first `prefix_len` tokens token-for-token and nothing after;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from collections.abc import Sequence as SequenceABC
+from functools import total_ordering
 from typing import overload
 
 
@@ -38,6 +39,7 @@ class LazyRows:
         return [PromptTokens(self, i, n) for i, n in enumerate(lengths)]
 
 
+@total_ordering
 class PromptTokens(SequenceABC[int]):
     """The first `length` token ids of row `index` of `rows`, a tuple-like read-only
     sequence (equal to, and hashing as, the tuple of its ids)."""
@@ -89,18 +91,12 @@ class PromptTokens(SequenceABC[int]):
             return len(other) == self._len and self.ids() == other
         return NotImplemented
 
-    # Ordered as the tuple of its ids (sorting requests by their prompts).
-    def __lt__(self, other: object) -> bool:
-        return self.ids() < _as_tuple(other)
-
-    def __le__(self, other: object) -> bool:
-        return self.ids() <= _as_tuple(other)
-
-    def __gt__(self, other: object) -> bool:
-        return self.ids() > _as_tuple(other)
-
-    def __ge__(self, other: object) -> bool:
-        return self.ids() >= _as_tuple(other)
+    def __lt__(self, other: object) -> bool:  # ordered as the tuple of its ids
+        if isinstance(other, PromptTokens):
+            return self.ids() < other.ids()
+        if isinstance(other, tuple):
+            return self.ids() < other
+        raise TypeError(f"a prompt compares with a prompt or a tuple, not {type(other).__name__}")
 
     def __hash__(self) -> int:
         return hash(self.ids())
@@ -110,11 +106,3 @@ class PromptTokens(SequenceABC[int]):
 
     def __repr__(self) -> str:
         return f"PromptTokens(len={self._len}, drawn={self.is_drawn})"
-
-
-def _as_tuple(other: object) -> tuple[int, ...]:
-    if isinstance(other, PromptTokens):
-        return other.ids()
-    if isinstance(other, tuple):
-        return other
-    raise TypeError(f"a prompt compares with a prompt or a tuple, not {type(other).__name__}")
