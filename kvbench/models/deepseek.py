@@ -200,12 +200,11 @@ class DeepseekDecoder(FlatBatchDecoder):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, Backbone(config, DeepseekLayer))
-        inv_freq, self.rope_attention_factor = deepseek_rope(config)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.rope_attention_factor = deepseek_rope(config)[1]
         self.softmax_scale = deepseek_softmax_scale(config)
 
-    def rope_frequencies(self) -> torch.Tensor:
-        return deepseek_rope(self.config)[0]
+    def config_buffers(self) -> dict[str, torch.Tensor]:
+        return {"inv_freq": deepseek_rope(self.config)[0]}
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]

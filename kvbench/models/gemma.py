@@ -102,18 +102,14 @@ class GemmaDecoder(FlatBatchDecoder):
         # sliding layers' own rope: Gemma 3's local base, or full layers' scaling to skip
         self.local_rope = any(self.sliding_layers) and (
             config.rope_local_theta is not None or config.rope_scaling is not None)
-        self.register_buffer("embed_scale", torch.tensor(config.hidden_size**0.5),
-                             persistent=False)
-        self.register_buffer("inv_freq", gemma_inv_freq(config, False), persistent=False)
-        self.register_buffer("local_inv_freq", gemma_inv_freq(config, True), persistent=False)
 
-    def reset_buffers(self, device: torch.device) -> None:
-        """The buffers no checkpoint holds, on `device`: RoPE frequencies in float32, and
-        sqrt(hidden) rounded to the embeddings' dtype (transformers scales in that dtype)."""
+    def config_buffers(self) -> dict[str, torch.Tensor]:
+        """RoPE frequencies in float32, and sqrt(hidden) rounded to the embeddings' dtype
+        (transformers scales in that dtype)."""
         dtype = self.model.embed_tokens.weight.dtype
-        self.embed_scale = torch.tensor(self.config.hidden_size**0.5).to(dtype).to(device)
-        self.inv_freq = gemma_inv_freq(self.config, False).to(device)
-        self.local_inv_freq = gemma_inv_freq(self.config, True).to(device)
+        return {"embed_scale": torch.tensor(self.config.hidden_size**0.5).to(dtype),
+                "inv_freq": gemma_inv_freq(self.config, False),
+                "local_inv_freq": gemma_inv_freq(self.config, True)}
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn

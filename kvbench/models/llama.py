@@ -236,7 +236,7 @@ class Backbone(DirectCall):
 class FlatBatchDecoder(DirectCall):
     """A decoder whose `forward` runs the flattened tokens of a batch (prefills and decodes
     together), every layer under the same rope: a family gives its backbone (`embed_tokens`,
-    `layers`, `norm`), `rope` and `rope_frequencies`."""
+    `layers`, `norm`), `rope` and `config_buffers`."""
 
     def __init__(self, config: ModelConfig, backbone: nn.Module) -> None:
         super().__init__()
@@ -245,18 +245,23 @@ class FlatBatchDecoder(DirectCall):
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        for name, value in self.config_buffers().items():
+            self.register_buffer(name, value, persistent=False)
 
-    def rope_frequencies(self) -> torch.Tensor:
+    def config_buffers(self) -> dict[str, torch.Tensor]:
+        """The buffers no checkpoint holds, computed from the config (RoPE frequencies, in
+        float32)."""
         raise NotImplementedError
+
+    def reset_buffers(self, device: torch.device) -> None:
+        """`config_buffers` on `device` (`to_empty` leaves buffers uninitialised)."""
+        for name, value in self.config_buffers().items():
+            setattr(self, name, value.to(device))
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) of `positions` as the family's layers take them (llama's `Attention`:
         `[T, 1, D]`, sin signed by `signed_sin`)."""
         raise NotImplementedError
-
-    def reset_buffers(self, device: torch.device) -> None:
-        """The buffers no checkpoint holds, on `device`: RoPE frequencies, in float32."""
-        self.inv_freq = self.rope_frequencies().to(device)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
@@ -285,12 +290,11 @@ class LlamaDecoder(FlatBatchDecoder):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, Backbone(config, self.layer_class))
-        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
         self.rope_attention_factor = rope_attention_factor(config)
         self.softmax_scale = config.softmax_scale
 
-    def rope_frequencies(self) -> torch.Tensor:
-        return rope_inv_freq(self.config)
+    def config_buffers(self) -> dict[str, torch.Tensor]:
+        return {"inv_freq": rope_inv_freq(self.config)}
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         return rope_cos_sin(positions, self.inv_freq, dtype, self.rope_attention_factor)
