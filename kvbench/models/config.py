@@ -1,14 +1,10 @@
-"""Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it; Mixtral and
-Qwen3-MoE swap the MLP for a mixture of SwiGLU experts; gpt-oss adds attention sinks, biased
-experts and a clamped SwiGLU: `gpt_oss.py`), of DeepSeek-V2/V3 (latent attention and routed
-plus shared experts: `mla`, `routing`, kvbench/models/deepseek_config.py), and of Gemma 2 / 3
-(`architecture` "gemma": `gemma.py`'s decoder, its config.json read by `gemma_config.py`).
+"""`ModelConfig`: the shape of a Llama-architecture decoder (Llama, Qwen2/3, Mistral; Mixtral and
+Qwen3-MoE's experts; gpt-oss's sinks and biased experts), of DeepSeek-V2/V3 (`mla`, `routing`:
+deepseek_config.py) and of Gemma 2 / 3 (gemma_config.py).
 
-`from_hf_config` reads a Hugging Face `config.json`. Every field that changes the model's
-arithmetic is either implemented here and in `llama.py` (each with a parity test against
-transformers in tests/models/) or refused with one line naming the config key: a model that
-runs must compute what transformers computes.
-"""
+`from_hf_config` reads a Hugging Face `config.json`: every field that changes the arithmetic is
+implemented (with a parity test against transformers in tests/models/) or refused in one line
+naming the key, so a model that runs computes what transformers computes."""
 
 from __future__ import annotations
 

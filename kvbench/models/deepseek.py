@@ -24,6 +24,7 @@ from kvbench.models.llama import (
     MLP,
     AttentionFn,
     Backbone,
+    DecoderLayer,
     FlatBatchDecoder,
     RMSNorm,
     mix_experts,
@@ -175,17 +176,9 @@ class DeepseekMoE(DirectCall):
         return out
 
 
-class DeepseekLayer(DirectCall):
-    def __init__(self, config: ModelConfig, layer_index: int) -> None:
-        super().__init__()
-        self.self_attn = LatentAttention(config, layer_index)
-        self.mlp = DeepseekMoE(config) if config.is_moe_layer(layer_index) else MLP(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-
-    def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attention)
-        return x + self.mlp(self.post_attention_layernorm(x))
+def deepseek_layer(config: ModelConfig, layer_index: int) -> DecoderLayer:
+    feed_forward = DeepseekMoE(config) if config.is_moe_layer(layer_index) else MLP(config)
+    return DecoderLayer(config, layer_index, LatentAttention(config, layer_index), feed_forward)
 
 
 class DeepseekDecoder(FlatBatchDecoder):
@@ -199,7 +192,7 @@ class DeepseekDecoder(FlatBatchDecoder):
     ROUTER_WEIGHT = "mlp.gate.weight"
 
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__(config, Backbone(config, DeepseekLayer))
+        super().__init__(config, Backbone(config, deepseek_layer))
         self.rope_attention_factor = deepseek_rope(config)[1]
         self.softmax_scale = deepseek_softmax_scale(config)
 

@@ -1,13 +1,9 @@
-"""DeepSeek-V2/V3's shape: multi-head latent attention (`MLAShape`) and its expert routing
-(`DeepseekRouting`), read from a Hugging Face `config.json` as transformers'
-DeepseekV2Config / DeepseekV3Config default them (`read_deepseek_config`).
+"""DeepSeek-V2/V3's shape, latent attention (`MLAShape`) and expert routing (`DeepseekRouting`),
+read from a `config.json` as transformers' DeepseekV2Config / DeepseekV3Config default them.
 
-Every key that changes the arithmetic is implemented (kvbench/models/deepseek.py, with parity
-tests against transformers in tests/models/test_deepseek_v3.py) or refused naming the key.
 Keys that only matter to training (aux_loss_alpha, seq_aux, output_router_logits) or to
-parallel layout (ep_size) are accepted; the multi-token-prediction layer
-(num_nextn_predict_layers) is left out, as transformers leaves it out.
-"""
+parallel layout (ep_size) are accepted; the multi-token-prediction layer is left out, as
+transformers leaves it out; any other key that changes the arithmetic is refused naming it."""
 
 from __future__ import annotations
 

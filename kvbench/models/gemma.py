@@ -1,16 +1,9 @@
-"""Gemma 2 and Gemma 3 (text) decoders on `llama.py`'s attention and rope.
-
-What differs from Llama, as transformers' Gemma2ForCausalLM / Gemma3ForCausalLM compute it:
-the RMSNorm scales by (1 + w) in float32; each layer normalises the attention and MLP outputs
-too (post-attention, pre- and post-feed-forward norms); embeddings are multiplied by
-sqrt(hidden) in the embedding dtype; the MLP is GeGLU with tanh-approximated gelu; the logits
-may be soft-capped (c tanh(x / c)). Gemma 3 adds per-head q/k norms (also (1 + w)) and gives
-sliding-window layers their own rope base, the linear `rope_scaling` applying to full-attention
-layers only. The softmax scale (query_pre_attn_scalar) and the attention soft-cap are the
-executor's (`ModelConfig.softmax_scale`, `ModelExecutor.layer_variants`).
-
-Parameter names are transformers' so a local checkpoint's state dict loads as it is.
-"""
+"""Gemma 2 and Gemma 3 (text) decoders on `llama.py`'s attention and rope, as transformers'
+Gemma2ForCausalLM / Gemma3ForCausalLM compute them: (1 + w) RMSNorms in float32, post-attention
+and pre/post feed-forward norms, embeddings times sqrt(hidden) in their dtype, GeGLU with
+tanh-approximated gelu, soft-capped logits; Gemma 3's per-head q/k norms and sliding layers'
+own rope base (its linear `rope_scaling` on full-attention layers only). The softmax scale and
+the attention soft-cap are the executor's (`ModelConfig.softmax_scale`)."""
 
 from __future__ import annotations
 

@@ -205,15 +205,19 @@ class SparseMoE(DirectCall):
 
 
 class DecoderLayer(DirectCall):
-    def __init__(self, config: ModelConfig, layer_index: int) -> None:
+    """Pre-norm attention and feed-forward with residuals: Llama's attention and its dense MLP
+    or (Mixtral, Qwen3-MoE) `block_sparse_moe`, or a family's own (gpt_oss.py, deepseek.py),
+    named as in the checkpoint so its state dict loads as it is."""
+
+    def __init__(self, config: ModelConfig, layer_index: int, self_attn: nn.Module | None = None,
+                 feed_forward: nn.Module | None = None) -> None:
         super().__init__()
-        self.self_attn = Attention(config, layer_index)
-        # Named as in the checkpoint, so its state dict loads as it is.
-        self.is_moe = config.is_moe_layer(layer_index)
+        self.self_attn = self_attn or Attention(config, layer_index)
+        self.is_moe = feed_forward is None and config.is_moe_layer(layer_index)
         if self.is_moe:
             self.block_sparse_moe = SparseMoE(config)
         else:
-            self.mlp = MLP(config)
+            self.mlp = feed_forward or MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -225,7 +229,7 @@ class DecoderLayer(DirectCall):
 
 
 class Backbone(DirectCall):
-    def __init__(self, config: ModelConfig, layer_class: type[nn.Module],
+    def __init__(self, config: ModelConfig, layer_class: Callable[[ModelConfig, int], nn.Module],
                  norm_class: type[nn.Module] = RMSNorm) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
@@ -281,7 +285,7 @@ class LlamaDecoder(FlatBatchDecoder):
     """Llama's decoder (and Qwen's, Mistral's, Mixtral's): one rope, YaRN or Llama 3's scaling."""
 
     # The decoder layer; a family with other layers (gpt_oss.py) swaps its own in.
-    layer_class: type[nn.Module] = DecoderLayer
+    layer_class: Callable[[ModelConfig, int], nn.Module] = DecoderLayer
     # Names of expert E's projections and of the router (kvbench.models.loader maps a
     # checkpoint's per-expert or fused expert tensors onto them).
     EXPERT_WEIGHT = "block_sparse_moe.experts.{expert}.{proj}.weight"

@@ -1,14 +1,8 @@
-"""YaRN rope scaling (rope_type "yarn"), as transformers' `_compute_yarn_parameters` computes it.
-
-Low rotary frequencies (wavelengths longer than the pretraining context) are divided by
-`factor`, high ones kept, with a linear ramp between the dimensions that `beta_fast` and
-`beta_slow` rotations bound over `original_max_position_embeddings` (floored and ceiled
-unless `truncate` is false, as gpt-oss sets it). cos and sin are then multiplied by an
-attention factor: `attention_factor` when given, else 0.1 ln(factor) + 1, or the ratio of
-the two mscale terms when `mscale` and `mscale_all_dim` are both set.
-
-`yarn_scaling` checks a config's dict without torch (sizing reads configs torch-free).
-"""
+"""YaRN rope scaling (rope_type "yarn"), as transformers' `_compute_yarn_parameters` computes it:
+low rotary frequencies divided by `factor`, high ones kept, a linear ramp between the
+dimensions `beta_fast` and `beta_slow` bound (floored and ceiled unless `truncate` is false, as
+gpt-oss sets it); cos and sin times an attention factor. `yarn_scaling` checks a config's dict
+without torch (sizing reads configs torch-free)."""
 
 from __future__ import annotations
 
