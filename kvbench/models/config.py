@@ -22,7 +22,6 @@ from kvbench.models.config_values import (
     quantization,
     read_rope_theta,
     refuse_unimplemented,
-    rope_scaling_dict,
     true_or_false,
 )
 from kvbench.models.deepseek_config import (
@@ -33,12 +32,11 @@ from kvbench.models.deepseek_config import (
 )
 from kvbench.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
 from kvbench.models.layer_types import LAYER_TYPES, checked_layer_types, periodic_layer_types
-from kvbench.models.rope_yarn import yarn_scaling
+from kvbench.models.rope_yarn import read_rope_scaling
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
                          "gpt_oss", *DEEPSEEK_MODEL_TYPES, *GEMMA_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
-SUPPORTED_ROPE_TYPES = ("default", "llama3", "yarn")
 ARCHITECTURES = ("llama", "gpt_oss", "gemma")
 
 
@@ -348,7 +346,7 @@ class ModelConfig:
                 o_proj_bias=llama_bias,
                 mlp_bias=model_type == "llama" and bool(hf.get("mlp_bias", False)),
                 qk_norm=qwen3_like,
-                rope_scaling=_rope_scaling(hf, name),
+                rope_scaling=read_rope_scaling(hf, name),
                 **_windows(hf, name, model_type),
                 **_experts(hf, name, model_type),
             )
@@ -417,33 +415,6 @@ def _expert_counts(hf: dict[str, Any], name: str, experts_key: str, default_expe
             f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
             f"{experts}")
     return experts, top_k
-
-
-def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
-    scaling = rope_scaling_dict(hf, name)
-    kind = scaling and (scaling.get("rope_type") or scaling.get("type"))
-    if kind in (None, "default"):
-        return None
-    if kind == "yarn":
-        # As transformers standardises the dict: a top-level original_max_position_embeddings
-        # wins, and without one the pretraining length is max_position_embeddings.
-        original = hf.get("original_max_position_embeddings") or scaling.get(
-            "original_max_position_embeddings", hf.get("max_position_embeddings"))
-        if original is not None:
-            scaling = {**scaling, "original_max_position_embeddings": original}
-        return yarn_scaling(scaling, name)
-    if kind != "llama3":
-        raise KvbenchInputError(
-            f"model {name}: config.json rope_scaling type {kind!r} is not implemented "
-            f"(supported: {', '.join(SUPPORTED_ROPE_TYPES)})"
-        )
-    needed = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-    lacking = [key for key in needed if key not in scaling]
-    if lacking:
-        raise KvbenchInputError(
-            f"model {name}: config.json rope_scaling (llama3) lacks {', '.join(lacking)}"
-        )
-    return dict(scaling)
 
 
 def _windows(hf: dict[str, Any], name: str, model_type: str) -> dict[str, Any]:
@@ -516,7 +487,7 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
             attention_bias=bias,
             o_proj_bias=bias,
-            rope_scaling=_rope_scaling(rope_hf, name),
+            rope_scaling=read_rope_scaling(rope_hf, name),
             **_gpt_oss_windows(hf, name, num_layers),
             num_local_experts=experts,
             num_experts_per_tok=top_k,

@@ -17,16 +17,14 @@ from kvbench.models.config_values import (
     quantization,
     read_rope_theta,
     refuse_unimplemented,
-    rope_scaling_dict,
     true_or_false,
 )
-from kvbench.models.rope_yarn import YARN_FIELDS
+from kvbench.models.rope_yarn import read_rope_scaling
 
 if TYPE_CHECKING:
     from kvbench.models.config import ModelConfig
 
 DEEPSEEK_MODEL_TYPES = ("deepseek_v2", "deepseek_v3")
-DEEPSEEK_ROPE_TYPES = ("default", "yarn")
 
 
 @dataclass(frozen=True)
@@ -107,12 +105,16 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
         raise KvbenchInputError(
             f"model {name}: config.json norm_topk_prob true is not implemented for "
             "deepseek_v2 (transformers' DeepseekV2 router never renormalises)")
+    max_len = positive_int(hf, "max_position_embeddings", name, 4096 if v3 else 2048)
+    rope_scaling = read_rope_scaling({**hf, "max_position_embeddings": max_len}, name,
+                                     ("default", "yarn"))
     with bad_values_refused(name):
         return cls(
             name=name,
             vocab_size=positive_int(hf, "vocab_size", name, 129280 if v3 else 102400),
             hidden_size=positive_int(hf, "hidden_size", name, 7168 if v3 else 4096),
-            intermediate_size=positive_int(hf, "intermediate_size", name, 18432 if v3 else 11008),
+            intermediate_size=positive_int(hf, "intermediate_size", name,
+                                           18432 if v3 else 11008),
             num_layers=num_layers,
             num_heads=heads,
             # MLA has no KV heads: every query head reads the one latent. The count is kept
@@ -120,19 +122,20 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
             # shape comes from `mla` (`ModelConfig.kv_groups`).
             num_kv_heads=heads,
             head_dim=mla.qk_head_dim,
-            max_position_embeddings=positive_int(hf, "max_position_embeddings", name,
-                                         4096 if v3 else 2048),
+            max_position_embeddings=max_len,
             rope_theta=read_rope_theta(hf, 10000.0),
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
             attention_bias=bool(hf.get("attention_bias", False)),
-            rope_scaling=_rope_scaling(hf, name),
+            rope_scaling=rope_scaling,
             num_local_experts=experts,
             num_experts_per_tok=top_k,
-            moe_intermediate_size=positive_int(hf, "moe_intermediate_size", name, 2048 if v3 else 1407),
+            moe_intermediate_size=positive_int(hf, "moe_intermediate_size", name,
+                                               2048 if v3 else 1407),
             norm_topk_prob=norm,
             dense_layers=tuple(range(min(first_dense, num_layers))),
-            num_shared_experts=positive_int(hf, "n_shared_experts", name, 1 if v3 else 2, minimum=0),
+            num_shared_experts=positive_int(hf, "n_shared_experts", name, 1 if v3 else 2,
+                                            minimum=0),
             mla=mla,
             routing=_routing(hf, name, v3, experts),
             quantization=_quantization(hf, name),
@@ -198,27 +201,3 @@ def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekR
             f"got {scale!r}")
     return DeepseekRouting(scoring, method, n_group if grouped else 1,
                            topk_group if grouped else 1, float(scale))
-
-
-def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
-    """None (plain rope) or YaRN's parameters, with transformers' defaults filled in."""
-    scaling = rope_scaling_dict(hf, name)
-    if scaling is None:
-        return None
-    kind = scaling.get("rope_type") or scaling.get("type") or "default"
-    if kind not in DEEPSEEK_ROPE_TYPES:
-        raise KvbenchInputError(
-            f"model {name}: config.json rope_scaling type {kind!r} is not implemented for "
-            f"DeepSeek (supported: {', '.join(DEEPSEEK_ROPE_TYPES)})")
-    if kind == "default":
-        return None
-    yarn = {key: scaling[key] for key in YARN_FIELDS if scaling.get(key) is not None}
-    yarn["rope_type"] = "yarn"
-    max_len = hf.get("max_position_embeddings", 4096)
-    yarn.setdefault("original_max_position_embeddings", max_len)
-    yarn.setdefault("factor", max_len / yarn["original_max_position_embeddings"])
-    if not isinstance(yarn["factor"], (int, float)) or yarn["factor"] <= 0:
-        raise KvbenchInputError(
-            f"model {name}: config.json rope_scaling factor must be a positive number, "
-            f"got {yarn['factor']!r}")
-    return yarn

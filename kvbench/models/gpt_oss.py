@@ -78,4 +78,4 @@ def gpt_oss_layer(config: ModelConfig, layer_index: int) -> DecoderLayer:
 
 
 class GptOssDecoder(LlamaDecoder):
-    layer_class = gpt_oss_layer
+    layer_class = staticmethod(gpt_oss_layer)
