@@ -19,10 +19,9 @@ from kvbench.workloads.bounds import check_workload_fits, prompt_cap
 from kvbench.workloads.sampling import TokenSampler, rng_for
 from kvbench.workloads.trace_rows import (
     RowError,
-    RowErrors,
     check_not_empty,
     count,
-    json_lines,
+    read_rows,
     seconds,
     warn_skipped,
 )
@@ -57,32 +56,15 @@ def load_mooncake(
     path: Path, num_requests: int | None, seed: int, vocab_size: int,
     max_model_len: int | None = None,
 ) -> list[Request]:
-    errors = RowErrors(path)
-    rows: list[tuple[float | None, int, int, list[int]]] = []
-    skipped = 0
-    timed: bool | None = None  # as the first line read: every line has a timestamp or none
-    for lineno, obj in json_lines(path, errors):
-        try:
-            row = _parse(obj)
-            timed = row[0] is not None if timed is None else timed
-            if timed != (row[0] is not None):
-                raise RowError("timestamp on some lines only: give it on every line or none")
-        except RowError as exc:
-            errors.add(lineno, str(exc))
-            continue
-        if row[1] == 0 or row[2] == 0:
-            skipped += 1
-            continue
-        rows.append(row)
-        if len(rows) == num_requests:
-            break
-    errors.raise_if_any()
+    rows, skipped = read_rows(
+        path, _parse, num_requests, lambda timed: "timestamp on some lines only: give it on "
+        "every line or none", keep=lambda row: row[1] > 0 and row[2] > 0)
     check_not_empty(path, len(rows))
     warn_skipped(path, skipped, len(rows), "input_length or output_length 0")
 
     cap = prompt_cap(max_model_len)
     check_workload_fits(len(rows), sum(min(row[1], cap) for row in rows), str(path))
-    origin = min(row[0] for row in rows) if timed else 0.0
+    origin = min(row[0] for row in rows) if rows[0][0] is not None else 0.0
     sampler = TokenSampler(rng_for(seed, "mooncake.blocks"), vocab_size)
     blocks: dict[int, list[int]] = {}
     requests: list[Request] = []

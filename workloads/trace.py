@@ -11,19 +11,17 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.workloads.bounds import check_workload_fits, prompt_cap
 from kvbench.workloads.sampling import TokenSampler, rng_for
-from kvbench.workloads.trace_rows import RowError, RowErrors, count, json_lines, seconds
+from kvbench.workloads.trace_rows import RowError, count, read_rows, seconds
 
 
-@dataclass(frozen=True)
-class _Line:
+class _Line(NamedTuple):
     arrival_s: float | None
     prompt_len: int
     prompt_tokens: tuple[int, ...] | None
@@ -78,29 +76,6 @@ def _parse_line(obj: Any, vocab_size: int) -> _Line:
                  prefix_len or 0, _name(obj, "conversation_id"))
 
 
-def _read_lines(path: Path, vocab_size: int, num_requests: int | None) -> list[_Line]:
-    """The first `num_requests` requests' lines (all: None), reading no further."""
-    lines: list[_Line] = []
-    errors = RowErrors(path)
-    for lineno, obj in json_lines(path, errors):
-        try:
-            line = _parse_line(obj, vocab_size)
-            timed = lines[0].arrival_s is not None if lines else line.arrival_s is not None
-            if timed != (line.arrival_s is not None):
-                raise RowError("arrival_s missing while earlier lines have it" if timed
-                               else "arrival_s given while earlier lines have none")
-        except RowError as exc:
-            errors.add(lineno, str(exc))
-            continue
-        lines.append(line)
-        if len(lines) == num_requests:
-            break
-    errors.raise_if_any()
-    if not lines:
-        raise KvbenchInputError(f"{path}: the trace holds no requests")
-    return lines
-
-
 def load_trace(
     path: str | os.PathLike[str], num_requests: int | None, seed: int, vocab_size: int,
     max_model_len: int | None = None,
@@ -111,7 +86,11 @@ def load_trace(
     A prompt given by length is built to at most `max_model_len` tokens (clipping keeps only
     its head), so a trace of long prompts never holds their unclipped tokens."""
     path = Path(path)
-    lines = _read_lines(path, vocab_size, num_requests)
+    lines, _ = read_rows(path, lambda obj: _parse_line(obj, vocab_size), num_requests,
+                         lambda timed: "arrival_s missing while earlier lines have it" if timed
+                         else "arrival_s given while earlier lines have none")
+    if not lines:
+        raise KvbenchInputError(f"{path}: the trace holds no requests")
     cap = prompt_cap(max_model_len)
     check_workload_fits(sum(line.n for line in lines),
                         sum(min(line.prompt_len, cap) for line in lines), str(path))

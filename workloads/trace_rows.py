@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,36 @@ def json_lines(path: Path, errors: RowErrors) -> Iterator[tuple[int, object]]:
                     errors.add(lineno, "JSON nested too deeply")
     except OSError as exc:
         raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+
+
+def read_rows(path: Path, parse: Callable[[Any], Any], num_requests: int | None,
+              mixed_times: Callable[[bool], str], keep: Callable[[Any], bool] = bool,
+              ) -> tuple[list[Any], int]:
+    """The rows `parse` makes of a JSONL trace's lines (a row's first field its arrival time
+    or None), up to the `num_requests`-th row kept, and how many were left out (`keep`
+    false). A line whose arrival is given unlike the first line's is bad (`mixed_times`
+    of whether the first line's was given says why)."""
+    errors = RowErrors(path)
+    rows: list[Any] = []
+    skipped = 0
+    timed: bool | None = None
+    for lineno, obj in json_lines(path, errors):
+        try:
+            row = parse(obj)
+            timed = row[0] is not None if timed is None else timed
+            if timed != (row[0] is not None):
+                raise RowError(mixed_times(timed))
+        except RowError as exc:
+            errors.add(lineno, str(exc))
+            continue
+        if not keep(row):
+            skipped += 1
+            continue
+        rows.append(row)
+        if len(rows) == num_requests:
+            break
+    errors.raise_if_any()
+    return rows, skipped
 
 
 def _number(value: Any, name: str, what: str, text_ok: bool) -> float | int:
