@@ -61,18 +61,6 @@ class ArrivalProcess:
             return self.request_rate
         return self.request_rate * num_conversations / num_requests
 
-    def describe(self) -> str:
-        if self.offline:
-            text = "offline (all at t=0)"
-        else:
-            rate = (f"{self.request_rate:g} req/s" if math.isinf(self.conversation_rate)
-                    else f"{self.conversation_rate:g} conversations/s")
-            text = (f"Poisson {rate}" if self.burstiness == 1.0
-                    else f"gamma {rate}, burstiness {self.burstiness:g}")
-        if self.max_concurrency is not None:
-            text += f", at most {self.max_concurrency} in flight"
-        return text
-
 
 def arrival_times(
     num: int, request_rate: float = math.inf, burstiness: float = 1.0, seed: int = 0
