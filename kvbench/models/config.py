@@ -31,7 +31,7 @@ from kvbench.models.deepseek_config import (
     read_deepseek_config,
 )
 from kvbench.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
-from kvbench.models.layer_types import LAYER_TYPES, checked_layer_types, periodic_layer_types
+from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
 from kvbench.models.rope_yarn import read_rope_scaling
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
@@ -118,12 +118,8 @@ class ModelConfig:
         check_model_bounds(self)
         if self.moe_intermediate_size == 0:
             object.__setattr__(self, "moe_intermediate_size", self.intermediate_size)
-        if self.layer_types and (len(self.layer_types) != self.num_layers or any(
-                t not in LAYER_TYPES for t in self.layer_types)):
-            raise KvbenchInputError(
-                f"model {self.name}: layer_types must give one of {', '.join(LAYER_TYPES)} for "
-                f"each of its {self.num_layers} layers"
-            )
+        if self.layer_types:
+            checked_layer_types(list(self.layer_types), self.name, self.num_layers)
         if "sliding_attention" in self.layer_types and self.sliding_window is None:
             raise KvbenchInputError(
                 f"model {self.name}: layer_types lists sliding_attention layers but no "
