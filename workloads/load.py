@@ -4,7 +4,8 @@ A built-in workload's generator (`entry.py`) or a trace reader (`trace_formats.p
 requests, arrivals are scaled (`time_scale`) or set by the arrival process (`arrivals.py`), the
 requests are clipped to the model (`clip.py`), sorted by arrival (ties keep generation order)
 and numbered in that order. A CSV trace comes as a `TraceTable` and does the same on its
-columns (`trace_table.py`). What to tell the user comes back in the `WorkloadResult`."""
+columns (`trace_table.py`). What to tell the user (clipped requests, trace rows left out)
+comes back in the `WorkloadResult`, not as Python warnings."""
 
 from __future__ import annotations
 
@@ -67,8 +68,8 @@ def load_workload(
     `num_requests` may be None only for a trace (then the whole file is used). `time_scale`
     multiplies every arrival time the workload gives (a trace's timestamps, chat think time):
     0.5 replays a trace twice as fast. `request_rate` (requests/s) or `conversation_rate`
-    (conversations/s) sets when each conversation starts (`arrivals.py`). `tokenizer` is a Hugging Face tokenizer folder, needed
-    by ShareGPT JSON datasets (ignored otherwise). `params` are the built-in workload's
+    (conversations/s) sets when each conversation starts (`arrivals.py`). `tokenizer` is a
+    Hugging Face tokenizer folder, needed by ShareGPT JSON datasets (ignored otherwise). `params` are the built-in workload's
     parameters (a trace takes none).
     """
     arrivals = ArrivalProcess(request_rate, burstiness, max_concurrency, conversation_rate)

@@ -58,7 +58,8 @@ def _parse_line(obj: Any, vocab_size: int) -> _Line:
                 raise RowError(f"prompt_tokens holds {json.dumps(token)}, not a token id in "
                                f"[0, {vocab_size}) (the model's vocabulary)")
         if prompt_len is not None and prompt_len != len(tokens):
-            raise RowError(f"prompt_len {prompt_len} disagrees with the {len(tokens)} prompt_tokens")
+            raise RowError(f"prompt_len {prompt_len} disagrees with the {len(tokens)} "
+                           "prompt_tokens")
         tokens, prompt_len = tuple(tokens), len(tokens)
     if prompt_len is None:
         raise RowError("needs prompt_len or prompt_tokens")

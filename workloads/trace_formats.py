@@ -57,9 +57,9 @@ def _is_text(line: bytes) -> bool:
 
 
 def detect_trace_format(path: str | os.PathLike[str]) -> str:
-    """kvbench, mooncake, azure, burstgpt or sharegpt-json; a first line that is binary, or neither JSON nor a CSV header, is
-    refused; a JSON object that is not Mooncake's is read as kvbench JSONL (which explains
-    what is wrong with it)."""
+    """kvbench, mooncake, azure, burstgpt or sharegpt-json; a first line that is binary, or
+    neither JSON nor a CSV header, is refused; a JSON object that is not Mooncake's is read as
+    kvbench JSONL (which explains what is wrong with it)."""
     path = Path(path)
     first = _first_line(path)
     if not first:

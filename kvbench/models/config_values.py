@@ -54,7 +54,7 @@ def checked_window(window: Any, name: str) -> int:
     """A `sliding_window`: a positive integer."""
     if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
         raise KvbenchInputError(
-            f"model {name}: config.json sliding_window must be a positive integer or null, "
+            f"model {name}: config.json sliding_window must be a positive integer, "
             f"got {window!r}")
     return window
 

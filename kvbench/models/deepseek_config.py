@@ -106,9 +106,9 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
             f"model {name}: config.json norm_topk_prob true is not implemented for "
             "deepseek_v2 (transformers' DeepseekV2 router never renormalises)")
     max_len = positive_int(hf, "max_position_embeddings", name, 4096 if v3 else 2048)
-    rope_scaling = read_rope_scaling({**hf, "max_position_embeddings": max_len}, name,
-                                     ("default", "yarn"))
     with bad_values_refused(name):
+        rope_scaling = read_rope_scaling({**hf, "max_position_embeddings": max_len}, name,
+                                         ("default", "yarn"))
         return cls(
             name=name,
             vocab_size=positive_int(hf, "vocab_size", name, 129280 if v3 else 102400),
