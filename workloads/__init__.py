@@ -1,12 +1,7 @@
 """Workloads: deterministic (seeded) lists of requests.
 
-`load_workload` (`load.py`) is the one entry point: it builds a built-in workload or reads a
-trace file, applies the arrival process (`arrivals.py`) and clipping to the model (`clip.py`)
-and returns a `WorkloadResult` (`result.py`). The built-in workloads are the table `WORKLOADS`
-of `WorkloadEntry`s (`entry.py`); each workload's module (`chat.py`, `sharegpt.py`, ...)
-registers itself there, so a new workload is one new file. The trace formats are in
-`trace_formats.py`.
-"""
+`load_workload` (`load.py`) builds a built-in workload (`WORKLOADS`, `entry.py`: one module
+each) or reads a trace file (`trace_formats.py`) into a `WorkloadResult`."""
 
 from kvbench.core.request import Request
 from kvbench.workloads.arrivals import ArrivalProcess, apply_arrivals, arrival_times
@@ -20,22 +15,8 @@ from kvbench.workloads.trace_formats import detect_trace_format, read_trace
 from kvbench.workloads.trace_rows import TraceRowsSkippedWarning
 
 __all__ = [
-    "MAX_TRACE_TOKENS",
-    "ArrivalProcess",
-    "Request",
-    "TraceRowsSkippedWarning",
-    "WORKLOADS",
-    "WorkloadEntry",
-    "WorkloadResult",
-    "apply_arrivals",
-    "arrival_times",
-    "check_workload_fits",
-    "clip_to_max_len",
-    "detect_trace_format",
-    "is_trace",
-    "load_trace",
-    "load_workload",
-    "parse_workload_params",
-    "read_trace",
-    "write_trace",
+    "MAX_TRACE_TOKENS", "WORKLOADS", "ArrivalProcess", "Request", "TraceRowsSkippedWarning",
+    "WorkloadEntry", "WorkloadResult", "apply_arrivals", "arrival_times", "check_workload_fits",
+    "clip_to_max_len", "detect_trace_format", "is_trace", "load_trace", "load_workload",
+    "parse_workload_params", "read_trace", "write_trace",
 ]

@@ -1,20 +1,11 @@
 """Arrival processes: when each request of a workload arrives (docs/workloads.md, Arrival
 processes).
 
-- **offline** (`request_rate = inf`, the default): every request at t = 0 plus any offset the
-  workload gives (chat think time, a trace's own `arrival_s`);
-- **Poisson / gamma** (`request_rate = R`, `burstiness = B`): gaps ~ Gamma(shape = B,
-  scale = 1/(R·B)), exactly as vLLM's `benchmark_serving.py --burstiness` (B = 1 is Poisson);
-  the first arrival is at t = 0 and the i-th at the sum of the first i − 1 gaps;
-- **closed loop** (`max_concurrency = C`): enforced by the runner; `ArrivalProcess` only
-  carries the value (vLLM's `--max-concurrency`).
-
-With conversations (requests sharing a `conversation_id`) the process gives each
-conversation's first request, numbered in order of appearance; later requests keep their
-offset from it. `request_rate` R counts requests (conversations start at R × conversations /
-requests per second); `conversation_rate` counts conversations. Arrival times come from their
-own seeded stream, so the rate never changes tokens or lengths.
-"""
+Offline (`request_rate = inf`) keeps the workload's own offsets; a rate R with burstiness B
+draws gaps ~ Gamma(shape = B, scale = 1/(R·B)) as vLLM's `benchmark_serving.py --burstiness`
+(B = 1 is Poisson); `max_concurrency` is enforced by the runner. With conversations the process
+gives each conversation's start and later requests keep their offset from it. Arrival times
+come from their own seeded stream, so the rate never changes tokens or lengths."""
 
 from __future__ import annotations
 
@@ -69,18 +60,6 @@ class ArrivalProcess:
         if num_conversations == num_requests or not num_requests:
             return self.request_rate
         return self.request_rate * num_conversations / num_requests
-
-    def describe(self) -> str:
-        if self.offline:
-            text = "offline (all at t=0)"
-        else:
-            rate = (f"{self.request_rate:g} req/s" if math.isinf(self.conversation_rate)
-                    else f"{self.conversation_rate:g} conversations/s")
-            text = (f"Poisson {rate}" if self.burstiness == 1.0
-                    else f"gamma {rate}, burstiness {self.burstiness:g}")
-        if self.max_concurrency is not None:
-            text += f", at most {self.max_concurrency} in flight"
-        return text
 
 
 def arrival_times(

@@ -1,18 +1,9 @@
-"""Sizes checked before they are allocated: request counts and token counts of a workload
-against the types and the machine's memory.
+"""Sizes checked before they are allocated (docs/workloads.md, Limits).
 
-A trace field that counts tokens may not exceed `MAX_TRACE_TOKENS` (no model has a context
-that long: such a value is a corrupt trace, not a long prompt). A length within it but past
-the model's maximum is clipped (`clip.py`), and readers synthesize at most `max_model_len`
-tokens of such a prompt, so clipping never builds the unclipped prompt. The requests and
-tokens a workload will hold are checked against the memory the machine has free
-(`check_workload_fits`) before they are built.
-
-Arrival times may span at most `MAX_ARRIVAL_S` (about 317 years): past it a float clock in
-seconds no longer resolves a millisecond step (a simulated run would report 0 ms latencies)
-and a real run would wait for centuries, so a rate of 1e-10 requests/s or a time scale of 1e12
-is refused rather than replayed.
-"""
+A trace field may count at most `MAX_TRACE_TOKENS` tokens (a longer one is a corrupt trace);
+readers build at most `max_model_len` tokens of a prompt; a workload's requests and tokens are
+checked against the machine's free memory. Arrival times may span at most `MAX_ARRIVAL_S`:
+past it a float clock in seconds no longer resolves a millisecond step."""
 
 from __future__ import annotations
 

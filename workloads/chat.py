@@ -1,34 +1,14 @@
 """`chat`: multi-turn conversations under a few shared system prompts.
 
-Structure (defaults in brackets):
+    num_system_prompts = 2 of system_prompt_len = 96 tokens; turns_per_conversation = 4
+    user_len ~ Uniform{16, …, 64}, output_len ~ Uniform{16, …, 96} tokens a turn
 
-- `num_system_prompts` [2] system prompts of `system_prompt_len` [96] seeded random tokens;
-  conversation c runs under system prompt c mod num_system_prompts (`prefix_id`
-  `system-<i>`).
-- Each conversation has `turns_per_conversation` [4] turns (the last conversation is cut short
-  when `num_requests` is not a multiple). Turn k's user message is
-  user_len ~ Uniform{16, …, 64} [mean 40] new tokens and its answer is
-  output_len ~ Uniform{16, …, 96} [mean 56] tokens.
-- Every turn resends the whole history: turn k's prompt is the system prompt, then for each
-  earlier turn j < k its user message and its answer, then turn k's user message. So turn
-  k+1's prompt begins with turn k's prompt token-for-token, followed by turn k's answer
-  (output_len_k tokens) and the new user message: prompt_len_{k+1} = prompt_len_k +
-  output_len_k + user_len_{k+1}. Mean prompt length over turns k = 0..T−1 is
-  S + E[user] + (T−1)/2 · (E[user] + E[output]) = 96 + 40 + 1.5 · 96 = 280 tokens by default.
-- Answers in the history are seeded random tokens of the earlier turn's output length, not the
-  model's own output: the workload is independent of the model, so every strategy sees
-  identical prompts (with random-weight models the generated text carries no meaning anyway).
-  A prefix cache therefore reuses each earlier turn's *prompt*; the answer positions are
-  recomputed once, at the next turn's prefill.
-
-Timing: turn k of a conversation arrives `k * think_time_s` [0.0] after the conversation
-starts. Conversations start together at t=0 (offline) unless an arrival process is applied,
-in which case the process gives the conversation *starts* and later turns keep their
-think-time offsets (`arrivals.py`). With equal arrival times the list keeps generation order,
-so turn k always comes before turn k+1 of the same conversation. The think time is a fixed
-offset from the conversation start, not from the previous turn's completion: a workload is a
-fixed list, so a turn never waits for the previous answer.
-"""
+Conversation c runs under system prompt c mod `num_system_prompts` (`prefix_id` `system-<i>`).
+Every turn resends the whole history: turn k+1's prompt is turn k's prompt, its answer (seeded
+random tokens of its output length, not the model's output, so every strategy sees identical
+prompts) and the new user message; the mean prompt is 96 + 40 + 1.5 x 96 = 280 tokens. Turn k
+arrives `k * think_time_s` after its conversation starts: a fixed offset, since a workload is
+a fixed list and a turn never waits for the previous answer."""
 
 from __future__ import annotations
 

@@ -1,18 +1,8 @@
-"""Clipping requests to the model's maximum length.
+"""Clipping requests to the model's maximum length (prompt_len + output_len <= max_model_len).
 
-A request fits when prompt_len + output_len <= max_model_len (the engine then never needs more
-positions than the model has). A request that does not fit is shortened in this order:
-
-1. the output, to max_model_len − prompt_len tokens (at least 1);
-2. if the prompt alone leaves no room for one output token, the prompt, to max_model_len − 1
-   tokens, keeping its *first* tokens (dropping the end). Keeping the head preserves the
-   prefix-sharing structure (system prompts, shared prefixes, earlier chat turns stay
-   identical across requests); which tokens are dropped does not matter to a random-weight
-   model.
-
-Every clipped request is counted; the loader reports the count (`WorkloadResult.num_clipped`
-and `clip_message`) so that the runner can print it.
-"""
+A request that does not fit loses output tokens first (to at least 1), then its prompt's end:
+keeping the head preserves the sharing of system prompts, prefixes and earlier chat turns.
+Clipped requests are counted (`WorkloadResult.num_clipped`, `clip_message`)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """`WorkloadEntry` and `WORKLOADS`: the table of built-in workloads.
 
-A workload is one module of this package that registers itself at import time:
-
-    DEFAULTS = {"prompt_len": 128, "output_len": 128}
-
-    def uniform_requests(num_requests, seed, vocab_size, *, prompt_len, output_len): ...
-
-    WORKLOADS.add(WorkloadEntry("uniform", uniform_requests, DEFAULTS, SUMMARY, list_order=70))
-
-`WORKLOADS` imports every module of `kvbench.workloads` on its first lookup, so `kvbench list`,
-`--workload`, `--workload-param` and sweeps see a new file without an edit anywhere else.
-"""
+A workload is one module of this package that registers itself at import time,
+`WORKLOADS.add(WorkloadEntry("uniform", uniform_requests, DEFAULTS, SUMMARY, list_order=70))`;
+`WORKLOADS` imports every module of the package on its first lookup, so a new file needs no
+edit anywhere else."""
 
 from __future__ import annotations
 

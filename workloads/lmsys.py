@@ -4,8 +4,7 @@
     output_len ~ round(LogNormal(μ = 4.93, σ = 0.84))   median 138, mean 197 tokens
 
 The log-scale figures kvbench's workload spec gives, used as given (not re-derived from the
-dataset). Longer prompts and shorter answers than `sharegpt`; no sharing.
-"""
+dataset). Longer prompts and shorter answers than `sharegpt`; no sharing."""
 
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """`load_workload`: the one way to get a workload, built-in or trace file.
 
-A workload is loaded in four steps:
-
-1. the generator of a built-in workload (`entry.py`'s `WORKLOADS`) or a trace file
-   (`trace_formats.py`: kvbench JSONL, Mooncake, Azure, BurstGPT, ShareGPT JSON) gives the
-   requests, with `arrival_s` as an offset inside their conversation (0 for single requests)
-   or the trace's own time, multiplied by `time_scale`;
-2. the arrival process (`arrivals.py`) sets when each request (conversation) starts;
-3. clipping (`clip.py`) fits every request into the model's maximum length and counts the
-   clipped ones;
-4. the requests are sorted by arrival (ties keep generation order) and renumbered, so that
-   `request_id` is the position in arrival order.
-
-A CSV trace (Azure, BurstGPT) comes as a `TraceTable` of numpy columns: steps 1 to 4 are
-done on the columns and each request is built once, with its final fields (`trace_table.py`).
-
-What a caller may want to tell the user (clipped requests, trace rows left out) comes back in
-the `WorkloadResult` (`clip_message`, `notes`), not as Python warnings.
-"""
+A built-in workload's generator (`entry.py`) or a trace reader (`trace_formats.py`) gives the
+requests, arrivals are scaled (`time_scale`) or set by the arrival process (`arrivals.py`), the
+requests are clipped to the model (`clip.py`), sorted by arrival (ties keep generation order)
+and numbered in that order. A CSV trace comes as a `TraceTable` and does the same on its
+columns (`trace_table.py`). What to tell the user (clipped requests, trace rows left out)
+comes back in the `WorkloadResult`, not as Python warnings."""
 
 from __future__ import annotations
 
@@ -80,8 +68,8 @@ def load_workload(
     `num_requests` may be None only for a trace (then the whole file is used). `time_scale`
     multiplies every arrival time the workload gives (a trace's timestamps, chat think time):
     0.5 replays a trace twice as fast. `request_rate` (requests/s) or `conversation_rate`
-    (conversations/s) sets when each conversation starts (`arrivals.py`). `tokenizer` is a Hugging Face tokenizer folder, needed
-    by ShareGPT JSON datasets (ignored otherwise). `params` are the built-in workload's
+    (conversations/s) sets when each conversation starts (`arrivals.py`). `tokenizer` is a
+    Hugging Face tokenizer folder, needed by ShareGPT JSON datasets (ignored otherwise). `params` are the built-in workload's
     parameters (a trace takes none).
     """
     arrivals = ArrivalProcess(request_rate, burstiness, max_concurrency, conversation_rate)

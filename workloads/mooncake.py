@@ -15,17 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.core.request import Request
+from kvbench.workloads.bounds import check_workload_fits, prompt_cap
 from kvbench.workloads.sampling import TokenSampler, rng_for
 from kvbench.workloads.trace_rows import (
     RowError,
-    RowErrors,
-    TraceRow,
     check_not_empty,
     count,
-    json_lines,
-    prompt_lengths,
+    read_rows,
     seconds,
-    to_requests,
     warn_skipped,
 )
 
@@ -36,7 +33,8 @@ def looks_like_mooncake(first: dict[str, Any]) -> bool:
     return "hash_ids" in first or ("input_length" in first and "output_length" in first)
 
 
-def _parse(obj: Any) -> tuple[TraceRow, tuple[int, ...]]:
+def _parse(obj: Any) -> tuple[float | None, int, int, list[int]]:
+    """(arrival in seconds or None, prompt and output tokens, hash ids) of one line."""
     if not isinstance(obj, dict):
         raise RowError(f"expected a JSON object, got {type(obj).__name__}")
     for key, what in (("input_length", "the prompt's tokens: hash_ids give only its blocks"),
@@ -49,58 +47,36 @@ def _parse(obj: Any) -> tuple[TraceRow, tuple[int, ...]]:
     ):
         raise RowError("hash_ids must be a list of integers")
     arrival = obj.get("timestamp")
-    return (
-        TraceRow(
-            arrival_s=None if arrival is None else seconds(arrival, "timestamp", 1e-3),
-            prompt_len=count(obj["input_length"], "input_length"),
-            output_len=count(obj["output_length"], "output_length"),
-        ),
-        tuple(hash_ids),
-    )
+    return (None if arrival is None else seconds(arrival, "timestamp", 1e-3),
+            count(obj["input_length"], "input_length"),
+            count(obj["output_length"], "output_length"), hash_ids)
 
 
 def load_mooncake(
     path: Path, num_requests: int | None, seed: int, vocab_size: int,
     max_model_len: int | None = None,
 ) -> list[Request]:
-    errors = RowErrors(path)
-    rows: list[TraceRow] = []
-    hashes: list[tuple[int, ...]] = []
-    skipped = 0
-    with_time: bool | None = None
-    for lineno, obj in json_lines(path, errors):
-        try:
-            row, ids = _parse(obj)
-            if with_time is None:
-                with_time = row.arrival_s is not None
-            elif with_time != (row.arrival_s is not None):
-                raise RowError("timestamp on some lines only: give it on every line or none")
-        except RowError as exc:
-            errors.add(lineno, str(exc))
-            continue
-        if row.prompt_len == 0 or row.output_len == 0:
-            skipped += 1
-            continue
-        rows.append(row)
-        hashes.append(ids)
-        if len(rows) == num_requests:
-            break
-    errors.raise_if_any()
+    rows, skipped = read_rows(
+        path, _parse, num_requests, lambda timed: "timestamp on some lines only: give it on "
+        "every line or none", keep=lambda row: row[1] > 0 and row[2] > 0)
     check_not_empty(path, len(rows))
     warn_skipped(path, skipped, len(rows), "input_length or output_length 0")
 
+    cap = prompt_cap(max_model_len)
+    check_workload_fits(len(rows), sum(min(row[1], cap) for row in rows), str(path))
+    origin = min(row[0] for row in rows) if rows[0][0] is not None else 0.0
     sampler = TokenSampler(rng_for(seed, "mooncake.blocks"), vocab_size)
     blocks: dict[int, list[int]] = {}
-    prompts: list[tuple[int, ...]] = []
-    for ids, length in zip(hashes, prompt_lengths(path, rows, max_model_len), strict=True):
-        num_blocks = -(-length // BLOCK_TOKENS)
+    requests: list[Request] = []
+    for arrival, prompt_len, output_len, ids in rows:
+        length = min(prompt_len, cap)
         tokens: list[int] = []
-        for h in ids[:num_blocks]:
-            block = blocks.get(h)
-            if block is None:
-                block = blocks[h] = sampler.tokens(BLOCK_TOKENS)
-            tokens += block
+        for h in ids[: -(-length // BLOCK_TOKENS)]:
+            if h not in blocks:
+                blocks[h] = sampler.tokens(BLOCK_TOKENS)
+            tokens += blocks[h]
         if len(tokens) < length:
             tokens += sampler.tokens(length - len(tokens))
-        prompts.append(tuple(tokens[:length]))
-    return to_requests(rows, prompts)
+        requests.append(Request(len(requests), 0.0 if arrival is None else arrival - origin,
+                                tuple(tokens[:length]), output_len))
+    return requests

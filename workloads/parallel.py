@@ -1,16 +1,10 @@
 """`parallel`: n samples per prompt (parallel sampling, as for best-of-n or pass@k).
 
-    prompt_len ~ Uniform{64, …, 256} tokens   (mean 160)
-    output_len ~ Uniform{64, …, 256} tokens   (mean 160), the same for all n samples
+    prompt_len ~ Uniform{64, …, 256}, output_len ~ Uniform{64, …, 256} (the same for all n)
     n = 4 samples per request
 
-`num_requests` counts prompts; the engine generates `n * num_requests` sequences. Every
-request has `n > 1`, so the n sequences of one request share the whole prompt token-for-token:
-a strategy that forks sequences (prefix sharing with copy-on-write) stores the prompt's KV once
-instead of n times; the others store it n times. Different requests share nothing (distinct
-seeded random token ids in [0, vocab_size)). Arrivals: offline unless an arrival process is
-applied (`arrivals.py`).
-"""
+`num_requests` counts prompts; the engine generates `n * num_requests` sequences, the n of a
+request sharing its whole prompt (a forking strategy stores it once, the others n times)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Workload parameters: validation of values and parsing of `key=value` strings.
-
-Every workload declares its parameters as a dict of defaults (`WorkloadEntry.params`); the
-type of each default is the type of the parameter (`int`, `float`, or an inclusive
-`(low, high)` integer range written `low,high` on the command line). Bad values raise
-`KvbenchInputError` (the CLI exits 2).
-"""
+"""Workload parameters: each default's type is its parameter's (`int`, `float`, or an
+inclusive `(low, high)` integer range written `low,high`); bad values are input errors."""
 
 from __future__ import annotations
 
@@ -17,11 +12,8 @@ from kvbench.errors import KvbenchInputError
 
 def check_int(name: str, value: Any, minimum: int = 1) -> int:
     """`value` as an int >= `minimum` (integral floats such as 12.0 are accepted)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise KvbenchInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise KvbenchInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
+    if (isinstance(value, bool) or not isinstance(value, int | float) or value < minimum
+            or (isinstance(value, float) and not (math.isfinite(value) and value.is_integer()))):
         raise KvbenchInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 

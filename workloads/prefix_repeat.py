@@ -1,19 +1,11 @@
-"""`prefix-repeat`: K long shared prefixes × M distinct suffixes.
+"""`prefix-repeat`: K long shared prefixes x distinct suffixes.
 
     K = num_prefixes = 4 prefixes of prefix_len = 512 tokens each
-    suffix_len ~ Uniform{16, …, 64} tokens (mean 40), distinct per request
-    output_len ~ Uniform{16, …, 64} tokens (mean 40)
-    prompt_len = prefix_len + suffix_len  (mean 552)
+    suffix_len ~ Uniform{16, …, 64}, output_len ~ Uniform{16, …, 64} tokens
 
-Request i uses prefix i mod K (round-robin), so the K prefixes are interleaved in arrival order
-and each is reused M = ceil(num_requests / K) times (or one fewer). Its prompt is the prefix's
-token ids followed by its own random suffix: requests with the same `prefix_id` share their
-first `prefix_len` tokens token-for-token and nothing after that; different prefixes share
-nothing. This is the few-shot / long-instructions / document-QA pattern: a prefix cache
-computes and stores each prefix once (hit rate → prefix_len / prompt_len after the first use),
-other strategies store it once per request. Token ids are seeded random in [0, vocab_size).
-Arrivals: offline unless an arrival process is applied (`arrivals.py`).
-"""
+Request i uses prefix i mod K (round-robin) followed by its own random suffix: requests with
+the same `prefix_id` share their first `prefix_len` tokens token-for-token and nothing after;
+the few-shot / long-instructions / document-QA pattern a prefix cache stores once."""
 
 from __future__ import annotations
 

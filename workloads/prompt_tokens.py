@@ -1,18 +1,15 @@
-"""`PromptTokens`: a prompt of random token ids that are drawn only when something reads them.
+"""`PromptTokens`: a prompt of random token ids drawn only when something reads them.
 
-A simulation under a strategy that reads no token ids (paged, contiguous, fp8) needs only a
-prompt's length; drawing and holding the ids of every prompt of a long trace would cost a
-draw and a pointer per token (gigabytes for a million BurstGPT requests). So a workload with
-no sharing hands out `PromptTokens`: each knows its length, and the first read of any id
-draws the ids of all the workload's prompts at once (`LazyRows`), from the same generator
-and in the same order as an eager draw, so the ids are the same whether or not, and
-whenever, they are read.
-"""
+A strategy that reads no ids (paged, contiguous, fp8) needs only a prompt's length; holding
+the ids of a million-request trace would cost gigabytes. The first read of any id draws all of
+the workload's prompts at once (`LazyRows`), as an eager draw would, so the ids are the same
+whether or not, and whenever, they are read."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from collections.abc import Sequence as SequenceABC
+from functools import total_ordering
 from typing import overload
 
 
@@ -42,6 +39,7 @@ class LazyRows:
         return [PromptTokens(self, i, n) for i, n in enumerate(lengths)]
 
 
+@total_ordering
 class PromptTokens(SequenceABC[int]):
     """The first `length` token ids of row `index` of `rows`, a tuple-like read-only
     sequence (equal to, and hashing as, the tuple of its ids)."""
@@ -93,18 +91,12 @@ class PromptTokens(SequenceABC[int]):
             return len(other) == self._len and self.ids() == other
         return NotImplemented
 
-    # Ordered as the tuple of its ids (sorting requests by their prompts).
-    def __lt__(self, other: object) -> bool:
-        return self.ids() < _as_tuple(other)
-
-    def __le__(self, other: object) -> bool:
-        return self.ids() <= _as_tuple(other)
-
-    def __gt__(self, other: object) -> bool:
-        return self.ids() > _as_tuple(other)
-
-    def __ge__(self, other: object) -> bool:
-        return self.ids() >= _as_tuple(other)
+    def __lt__(self, other: object) -> bool:  # ordered as the tuple of its ids
+        if isinstance(other, PromptTokens):
+            return self.ids() < other.ids()
+        if isinstance(other, tuple):
+            return self.ids() < other
+        raise TypeError(f"a prompt compares with a prompt or a tuple, not {type(other).__name__}")
 
     def __hash__(self) -> int:
         return hash(self.ids())
@@ -114,11 +106,3 @@ class PromptTokens(SequenceABC[int]):
 
     def __repr__(self) -> str:
         return f"PromptTokens(len={self._len}, drawn={self.is_drawn})"
-
-
-def _as_tuple(other: object) -> tuple[int, ...]:
-    if isinstance(other, PromptTokens):
-        return other.ids()
-    if isinstance(other, tuple):
-        return other
-    raise TypeError(f"a prompt compares with a prompt or a tuple, not {type(other).__name__}")

@@ -1,11 +1,7 @@
 """Seeded random streams, length distributions and random token ids shared by the workloads.
 
-Every workload draws from numpy `Generator`s derived from `(seed, stream name)`, so that one
-seed always gives the same requests, and so that, for example, the arrival process or the
-vocabulary size never changes the sampled lengths. Prompts are random token ids in
-`[0, vocab_size)`: the models are random-weight, so token content carries no meaning, only
-lengths and the sharing of identical token ids between requests do.
-"""
+Every draw comes from a numpy `Generator` of `(seed, stream name)`, so one seed always gives the
+same requests and, say, the arrival process never changes the lengths."""
 
 from __future__ import annotations
 
@@ -99,23 +95,18 @@ class TokenSampler:
 
     def lazy_source(self, lengths: Sequence[int] | np.ndarray) -> LazyRows:
         """The rows `lazy_rows(lengths)` reads from, for a caller that makes the prompts
-        itself (row `i` of `lengths`, or a head of it: `PromptTokens(source, i, n)`)."""
-        return LazyRows(partial(self._checked_rows, np.asarray(lengths, dtype=np.int64)))
+        itself (row `i` of `lengths`, or a head of it: `PromptTokens(source, i, n)`); their
+        draw is checked to fit in memory however few tokens (a lazy workload's loader checked
+        only its requests)."""
+        return LazyRows(partial(self.rows, np.asarray(lengths, dtype=np.int64), True))
 
-    def _checked_rows(self, lengths: np.ndarray) -> list[tuple[int, ...]]:
-        """`rows`, checked to fit in memory however few tokens (a lazy workload's loader
-        checked only its requests); `rows` checks a draw past `CHECKED_DRAW_TOKENS` itself."""
-        total = int(lengths.sum())
-        if total <= CHECKED_DRAW_TOKENS:
-            _check_prompts_fit(total)
-        return self.rows(lengths)
-
-    def rows(self, lengths: Sequence[int] | np.ndarray) -> list[tuple[int, ...]]:
+    def rows(self, lengths: Sequence[int] | np.ndarray,
+             always_check: bool = False) -> list[tuple[int, ...]]:
         """One tuple of random token ids per entry of `lengths` (the ids `tokens` would give
         for their total, cut in order)."""
         lengths = np.asarray(lengths, dtype=np.int64)
         total = int(lengths.sum())
-        if total > CHECKED_DRAW_TOKENS:
+        if always_check or total > CHECKED_DRAW_TOKENS:
             _check_prompts_fit(total)
         ends = np.cumsum(lengths)
         out: list[tuple[int, ...]] = []

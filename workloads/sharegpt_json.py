@@ -1,14 +1,10 @@
 """vLLM's ShareGPT dataset (`ShareGPT_V3_unfiltered_cleaned_split.json`), tokenized locally.
 
-One JSON list of `{"conversations": [{"from": ..., "value": text}, ...]}`. As `vllm bench
-serve --dataset-name sharegpt` does, each entry with at least two turns gives one request: the
-first turn's text is the prompt, the second turn's token count the output length, counted by
-the Hugging Face tokenizer in `--tokenizer DIR` (local files only) as vLLM calls it
-(`tokenizer(text).input_ids`). Unlike vLLM, entries are taken in file order (no shuffle) and
-its length filters are not applied (long requests are clipped as every workload); entries whose
-prompt or output tokenizes to nothing are skipped. Prompt ids are the tokenizer's own (modulo
-`vocab_size`), so identical text gives identical tokens (docs/workloads.md, ShareGPT JSON).
-"""
+As `vllm bench serve --dataset-name sharegpt`: each entry of two turns or more is a request,
+the first turn's text the prompt, the second's token count the output length, counted by the
+tokenizer in `--tokenizer DIR` (local files). Unlike vLLM, entries are taken in file order and
+its length filters are not applied; entries that tokenize to nothing are skipped
+(docs/workloads.md, ShareGPT JSON)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""`summarize`: long prompts, short outputs (prefill-heavy traffic).
+"""`summarize`: long prompts, short outputs (prefill-heavy traffic), no sharing.
 
     prompt_len ~ round(LogNormal(mean 1024, σ = 0.4))   median 945
     output_len ~ round(LogNormal(mean 64,   σ = 0.5))   median 56
 
 Round numbers in the range of news summarization (CNN/DailyMail, See et al. 2017), not a fit:
-each request holds a large prompt for few decode steps, so prefill dominates and reserving
-allocators waste little on unknown output lengths. σ 0.4 keeps most prompts within a
-2,048-token model. No sharing.
-"""
+prefill dominates, and reserving allocators waste little on unknown output lengths."""
 
 from __future__ import annotations
 

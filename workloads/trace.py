@@ -1,36 +1,27 @@
-"""JSONL traces: any file of one request per line as a workload (`--workload path.jsonl`).
+"""kvbench JSONL traces: one request per line (keys and rules: docs/workloads.md, JSONL traces).
 
-The keys (`prompt_len` or `prompt_tokens`, `output_len`, optional `arrival_s`, `n`,
-`conversation_id`, `prefix_id`, `prefix_len`) and their rules are in docs/workloads.md (JSONL
-traces). The lines read (up to the `num_requests`-th request) are validated before anything is
-built. Prompts given as `prompt_len` are seeded random ids that keep the sharing the trace
-describes, token-for-token: a conversation's later line begins with its earlier line's prompt;
-otherwise a `prefix_id` line begins with the first `prefix_len` tokens of one random sequence
-per `prefix_id`. `write_trace` writes any requests in this format (with `prompt_tokens`), so a
-built-in workload can be saved and replayed exactly.
-"""
+Every line read is validated before anything is built. Prompts given as `prompt_len` are
+seeded random ids keeping the sharing the trace describes: a conversation's later line begins
+with its earlier line's prompt, otherwise a `prefix_id` line with the first `prefix_len`
+tokens of one sequence per `prefix_id`. `write_trace` saves any requests so, to replay exactly."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads.bounds import MAX_TRACE_TOKENS, check_workload_fits, prompt_cap
+from kvbench.workloads.bounds import check_workload_fits, prompt_cap
 from kvbench.workloads.sampling import TokenSampler, rng_for
-from kvbench.workloads.trace_rows import RowError, RowErrors, json_lines
+from kvbench.workloads.trace_rows import RowError, count, read_rows, seconds
 
 
-@dataclass(frozen=True)
-class _Line:
-    lineno: int
+class _Line(NamedTuple):
     arrival_s: float | None
     prompt_len: int
     prompt_tokens: tuple[int, ...] | None
@@ -42,40 +33,21 @@ class _Line:
 
 
 def _int(obj: dict[str, Any], key: str, minimum: int) -> int | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise RowError(f"{key} must be an integer >= {minimum}, got {json.dumps(value)}")
-    if value > MAX_TRACE_TOKENS:
-        why = "samples of one prompt" if key == "n" else "tokens, longer than any model's context"
-        raise RowError(f"{key} {value:,} is more than {MAX_TRACE_TOKENS:,} {why}")
-    return value
+    return None if obj.get(key) is None else count(obj[key], key, minimum, text_ok=False)
 
 
 def _name(obj: dict[str, Any], key: str) -> str | None:
     value = obj.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, str | int):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, str | int)):
         raise RowError(f"{key} must be a string or an integer, got {json.dumps(value)}")
-    return str(value)
+    return None if value is None else str(value)
 
 
-def _parse_line(obj: Any, lineno: int, vocab_size: int) -> _Line:
+def _parse_line(obj: Any, vocab_size: int) -> _Line:
     if not isinstance(obj, dict):
         raise RowError(f"expected a JSON object, got {type(obj).__name__}")
-
     arrival = obj.get("arrival_s")
-    if arrival is not None:
-        if isinstance(arrival, bool) or not isinstance(arrival, int | float):
-            raise RowError(f"arrival_s must be a number >= 0, got {json.dumps(arrival)}")
-        if not (math.isfinite(arrival) and arrival >= 0):
-            raise RowError(f"arrival_s must be a finite number >= 0, got {arrival}")
-        arrival = float(arrival)
-
+    arrival = None if arrival is None else seconds(arrival, "arrival_s", text_ok=False)
     prompt_len = _int(obj, "prompt_len", 1)
     tokens = obj.get("prompt_tokens")
     if tokens is not None:
@@ -83,23 +55,17 @@ def _parse_line(obj: Any, lineno: int, vocab_size: int) -> _Line:
             raise RowError("prompt_tokens must be a non-empty list of token ids")
         for token in tokens:
             if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
-                raise RowError(
-                    f"prompt_tokens holds {json.dumps(token)}, not a token id in "
-                    f"[0, {vocab_size}) (the model's vocabulary)"
-                )
+                raise RowError(f"prompt_tokens holds {json.dumps(token)}, not a token id in "
+                               f"[0, {vocab_size}) (the model's vocabulary)")
         if prompt_len is not None and prompt_len != len(tokens):
-            raise RowError(
-                f"prompt_len {prompt_len} disagrees with the {len(tokens)} prompt_tokens"
-            )
-        tokens = tuple(tokens)
-        prompt_len = len(tokens)
+            raise RowError(f"prompt_len {prompt_len} disagrees with the {len(tokens)} "
+                           "prompt_tokens")
+        tokens, prompt_len = tuple(tokens), len(tokens)
     if prompt_len is None:
         raise RowError("needs prompt_len or prompt_tokens")
-
     output_len = _int(obj, "output_len", 1)
     if output_len is None:
         raise RowError("needs output_len")
-    n = _int(obj, "n", 1) or 1
     prefix_id = _name(obj, "prefix_id")
     prefix_len = _int(obj, "prefix_len", 0)
     if prefix_len is not None:
@@ -107,36 +73,8 @@ def _parse_line(obj: Any, lineno: int, vocab_size: int) -> _Line:
             raise RowError("prefix_len needs a prefix_id")
         if prefix_len > prompt_len:
             raise RowError(f"prefix_len {prefix_len} is longer than the prompt ({prompt_len})")
-    return _Line(lineno, arrival, prompt_len, tokens, output_len, n, prefix_id, prefix_len or 0,
-                 _name(obj, "conversation_id"))
-
-
-def _read_lines(path: Path, vocab_size: int, num_requests: int | None) -> list[_Line]:
-    """The first `num_requests` requests' lines (all: None), reading no further."""
-    lines: list[_Line] = []
-    errors = RowErrors(path)
-    with_arrival: bool | None = None
-    for lineno, obj in json_lines(path, errors):
-        try:
-            line = _parse_line(obj, lineno, vocab_size)
-            if with_arrival is None:
-                with_arrival = line.arrival_s is not None
-            elif with_arrival != (line.arrival_s is not None):
-                raise RowError(
-                    "arrival_s missing while earlier lines have it"
-                    if with_arrival
-                    else "arrival_s given while earlier lines have none"
-                )
-        except RowError as exc:
-            errors.add(lineno, str(exc))
-            continue
-        lines.append(line)
-        if len(lines) == num_requests:
-            break
-    errors.raise_if_any()
-    if not lines:
-        raise KvbenchInputError(f"{path}: the trace holds no requests")
-    return lines
+    return _Line(arrival, prompt_len, tokens, output_len, _int(obj, "n", 1) or 1, prefix_id,
+                 prefix_len or 0, _name(obj, "conversation_id"))
 
 
 def load_trace(
@@ -149,7 +87,11 @@ def load_trace(
     A prompt given by length is built to at most `max_model_len` tokens (clipping keeps only
     its head), so a trace of long prompts never holds their unclipped tokens."""
     path = Path(path)
-    lines = _read_lines(path, vocab_size, num_requests)
+    lines, _ = read_rows(path, lambda obj: _parse_line(obj, vocab_size), num_requests,
+                         lambda timed: "arrival_s missing while earlier lines have it" if timed
+                         else "arrival_s given while earlier lines have none")
+    if not lines:
+        raise KvbenchInputError(f"{path}: the trace holds no requests")
     cap = prompt_cap(max_model_len)
     check_workload_fits(sum(line.n for line in lines),
                         sum(min(line.prompt_len, cap) for line in lines), str(path))

@@ -11,10 +11,7 @@
 | ShareGPT JSON (vLLM's) | one JSON list (the file starts with `[`; never a `.jsonl` or `.ndjson` file) | `sharegpt_json.py` |
 
 Every reader returns requests in file order with arrival times relative to the trace's first
-request; `load_workload` then scales them (`time_scale`), applies any arrival process and
-clips lengths to the model. The CSV readers (millions of rows) return a `TraceTable` instead,
-their rows as numpy columns, and `load_workload` builds each request once with its final
-fields (`trace_table.py`).
+request; the CSV readers (millions of rows) a `TraceTable` of them (`trace_table.py`).
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ from kvbench.workloads.trace import load_trace
 from kvbench.workloads.trace_rows import MAX_LINE_BYTES, not_a_trace
 from kvbench.workloads.trace_table import TraceTable
 
-FORMATS = ("kvbench", "mooncake", "azure", "burstgpt", "sharegpt-json")
 # A file named so holds JSON lines: a line that is a list is a bad line, not a ShareGPT dataset.
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 
@@ -61,9 +57,9 @@ def _is_text(line: bytes) -> bool:
 
 
 def detect_trace_format(path: str | os.PathLike[str]) -> str:
-    """One of `FORMATS`; a first line that is binary, or neither JSON nor a CSV header, is
-    refused; a JSON object that is not Mooncake's is read as kvbench JSONL (which explains
-    what is wrong with it)."""
+    """kvbench, mooncake, azure, burstgpt or sharegpt-json; a first line that is binary, or
+    neither JSON nor a CSV header, is refused; a JSON object that is not Mooncake's is read as
+    kvbench JSONL (which explains what is wrong with it)."""
     path = Path(path)
     first = _first_line(path)
     if not first:
@@ -96,28 +92,18 @@ def detect_trace_format(path: str | os.PathLike[str]) -> str:
                             "header")
 
 
-def read_trace(
-    path: str | os.PathLike[str],
-    num_requests: int | None,
-    seed: int,
-    vocab_size: int,
-    tokenizer: str | os.PathLike[str] | None = None,
-    max_model_len: int | None = None,
-) -> list[Request]:
+def read_trace(path: str | os.PathLike[str], num_requests: int | None, seed: int,
+               vocab_size: int, tokenizer: str | os.PathLike[str] | None = None,
+               max_model_len: int | None = None) -> list[Request]:
     """The trace's requests in file order, whatever its format; prompts given by length are
     built to at most `max_model_len` tokens (`bounds.py`)."""
     source = read_trace_source(path, num_requests, seed, vocab_size, tokenizer, max_model_len)
     return source.requests() if isinstance(source, TraceTable) else source
 
 
-def read_trace_source(
-    path: str | os.PathLike[str],
-    num_requests: int | None,
-    seed: int,
-    vocab_size: int,
-    tokenizer: str | os.PathLike[str] | None = None,
-    max_model_len: int | None = None,
-) -> list[Request] | TraceTable:
+def read_trace_source(path: str | os.PathLike[str], num_requests: int | None, seed: int,
+                      vocab_size: int, tokenizer: str | os.PathLike[str] | None = None,
+                      max_model_len: int | None = None) -> list[Request] | TraceTable:
     """What `read_trace` gives, except that a CSV trace (Azure, BurstGPT: millions of rows,
     no sharing) comes as a `TraceTable`, whose requests `load_workload` builds once it
     knows their final fields."""

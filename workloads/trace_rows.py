@@ -1,13 +1,10 @@
-"""Shared by the trace readers: bounded line reading, per-row validation, error collection,
-request building.
+"""Shared by the trace readers: bounded line reading, per-field validation, error collection.
 
-A reader turns each row into a `TraceRow` (or skips it, or records what is wrong with it).
 Bad rows are collected and reported as one `KvbenchInputError` naming the first
 (`file:line: what is wrong`) and counting the others, before anything is built; reading stops
-at the `MAX_BAD_LINES`-th bad row (a file that is not a trace is not read to its end).
-
-A line may hold at most `MAX_LINE_BYTES` (a prompt of a few million token ids), so a file
-without line ends (`/dev/zero`) is refused after reading that much, not held whole.
+at the `MAX_BAD_LINES`-th bad row (a file that is not a trace is not read to its end). A line
+may hold at most `MAX_LINE_BYTES` (a prompt of a few million token ids), so a file without
+line ends (`/dev/zero`) is refused after reading that much, not held whole.
 """
 
 from __future__ import annotations
@@ -15,15 +12,12 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Iterator
-from collections.abc import Sequence as SequenceABC
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
-from kvbench.workloads.bounds import MAX_TRACE_TOKENS, check_workload_fits, prompt_cap
+from kvbench.workloads.bounds import MAX_TRACE_TOKENS
 
 MAX_LINE_BYTES = 64 << 20
 MAX_BAD_LINES = 100
@@ -43,13 +37,6 @@ class TraceRowsSkippedWarning(UserWarning):
 
 class RowError(ValueError):
     """What is wrong with one row (the reader adds the file and line)."""
-
-
-@dataclass(frozen=True)
-class TraceRow:
-    arrival_s: float | None  # seconds on the trace's own clock (shifted to 0 later)
-    prompt_len: int
-    output_len: int
 
 
 class RowErrors:
@@ -78,98 +65,98 @@ def json_lines(path: Path, errors: RowErrors) -> Iterator[tuple[int, object]]:
     refused."""
     try:
         with path.open("rb") as data:
-            lineno = 0
-            while raw := data.readline(MAX_LINE_BYTES + 1):
-                lineno += 1
+            for lineno, raw in enumerate(iter(lambda: data.readline(MAX_LINE_BYTES + 1), b""), 1):
                 if len(raw) > MAX_LINE_BYTES:
                     raise not_a_trace(path, f"line {lineno} is longer than "
                                             f"{MAX_LINE_BYTES >> 20} MiB")
                 if not raw.strip():
                     continue
                 try:
-                    value = json.loads(raw.decode("utf-8"))
+                    yield lineno, json.loads(raw.decode("utf-8"))
                 except UnicodeDecodeError:
                     errors.add(lineno, "not UTF-8 text")
                 except json.JSONDecodeError as exc:
                     errors.add(lineno, f"not valid JSON ({exc.msg} at column {exc.colno})")
                 except RecursionError:
                     errors.add(lineno, "JSON nested too deeply")
-                else:
-                    yield lineno, value
     except OSError as exc:
         raise KvbenchInputError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
 
 
-def count(value: Any, name: str) -> int:
-    """A token count from a trace field: an integer >= 0 (integral floats and strings ok)."""
-    if isinstance(value, str):
-        text = value.strip()
+def read_rows(path: Path, parse: Callable[[Any], Any], num_requests: int | None,
+              mixed_times: Callable[[bool], str], keep: Callable[[Any], bool] = bool,
+              ) -> tuple[list[Any], int]:
+    """The rows `parse` makes of a JSONL trace's lines (a row's first field its arrival time
+    or None), up to the `num_requests`-th row kept, and how many were left out (`keep`
+    false). A line whose arrival is given unlike the first line's is bad (`mixed_times`
+    of whether the first line's was given says why)."""
+    errors = RowErrors(path)
+    rows: list[Any] = []
+    skipped = 0
+    timed: bool | None = None
+    for lineno, obj in json_lines(path, errors):
         try:
-            value = float(text) if text else None
+            row = parse(obj)
+            timed = row[0] is not None if timed is None else timed
+            if timed != (row[0] is not None):
+                raise RowError(mixed_times(timed))
+        except RowError as exc:
+            errors.add(lineno, str(exc))
+            continue
+        if not keep(row):
+            skipped += 1
+            continue
+        rows.append(row)
+        if len(rows) == num_requests:
+            break
+    errors.raise_if_any()
+    return rows, skipped
+
+
+def _number(value: Any, name: str, what: str, text_ok: bool) -> float | int:
+    """A JSON number, or (`text_ok`) a number written as text (CSV fields)."""
+    if isinstance(value, str) and text_ok:
+        text = value.strip()
+        if not text:
+            raise RowError(f"{name} is empty")
+        try:
+            value = float(text)
         except ValueError:
-            raise RowError(f"{name} must be an integer >= 0, got {text!r}") from None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise RowError(f"{name} must be an integer >= 0, got {value!r}")
-    if value > MAX_TRACE_TOKENS:
-        raise RowError(f"{name} {value:,} is more than {MAX_TRACE_TOKENS:,} tokens, longer "
-                       "than any model's context")
+            raise RowError(f"{name} must be {what}, got {text!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RowError(f"{name} must be {what}, got {value!r}")
     return value
 
 
-def seconds(value: Any, name: str, unit_s: float = 1.0) -> float:
+def count(value: Any, name: str, minimum: int = 0, text_ok: bool = True) -> int:
+    """A token count (or `n`) from a trace field: an integer >= `minimum`, integral floats
+    and (`text_ok`) strings accepted, at most `MAX_TRACE_TOKENS`."""
+    what = f"an integer >= {minimum}"
+    value = _number(value, name, what, text_ok)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or value < minimum:
+        raise RowError(f"{name} must be {what}, got {value!r}")
+    if value > MAX_TRACE_TOKENS:
+        why = "samples of one prompt" if name == "n" else "tokens, longer than any model's context"
+        raise RowError(f"{name} {value:,} is more than {MAX_TRACE_TOKENS:,} {why}")
+    return value
+
+
+def seconds(value: Any, name: str, unit_s: float = 1.0, text_ok: bool = True) -> float:
     """A finite time >= 0 in the trace's unit, as seconds."""
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise RowError(f"{name} must be a number >= 0, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RowError(f"{name} must be a number >= 0, got {value!r}")
+    value = _number(value, name, "a number >= 0", text_ok)
     if not (math.isfinite(value) and value >= 0):
-        raise RowError(f"{name} must be a finite number >= 0, got {value!r}")
+        raise RowError(f"{name} must be a finite number >= 0, got {value:g}")
     return float(value) * unit_s
 
 
 def warn_skipped(path: Path, num_skipped: int, num_kept: int, why: str) -> None:
     if num_skipped:
-        warnings.warn(
-            f"{path}: {num_skipped} rows left out ({why}); {num_kept} replayed",
-            TraceRowsSkippedWarning,
-            stacklevel=3,
-        )
+        warnings.warn(f"{path}: {num_skipped} rows left out ({why}); {num_kept} replayed",
+                      TraceRowsSkippedWarning, stacklevel=3)
 
 
 def check_not_empty(path: Path, num_kept: int) -> None:
     if not num_kept:
         raise KvbenchInputError(f"{path}: the trace holds no requests to replay")
-
-
-def prompt_lengths(path: Path, rows: list[TraceRow], max_model_len: int | None,
-                   drawn_now: bool = True) -> list[int]:
-    """How many tokens of each row's prompt to build (clipping keeps only the first
-    `max_model_len`), checked to fit in memory before one is built. `drawn_now=False`: the
-    prompts are drawn only if something reads them (`TokenSampler.lazy_rows`, whose draw
-    checks its tokens then), so only the requests are checked here."""
-    cap = prompt_cap(max_model_len)
-    lengths = [min(row.prompt_len, cap) for row in rows]
-    check_workload_fits(len(rows), sum(lengths) if drawn_now else 0, str(path))
-    return lengths
-
-
-def to_requests(
-    rows: list[TraceRow], prompts: SequenceABC[SequenceABC[int]]
-) -> list[Request]:
-    """Requests in row order; arrivals shifted so the earliest row arrives at t = 0."""
-    times = [r.arrival_s for r in rows if r.arrival_s is not None]
-    origin = min(times) if times else 0.0
-    return [
-        Request(
-            request_id=i,
-            arrival_s=0.0 if row.arrival_s is None else row.arrival_s - origin,
-            prompt_token_ids=prompt,
-            output_len=row.output_len,
-        )
-        for i, (row, prompt) in enumerate(zip(rows, prompts, strict=True))
-    ]

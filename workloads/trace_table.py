@@ -1,39 +1,27 @@
 """A trace of unshared prompts (BurstGPT, Azure) as columns, made into requests once.
 
-The row path (`load._finish`) builds a `Request` per row, then copies it for `time_scale`,
-arrivals, clipping and numbering: over a million rows, millions of copies and their garbage. A
-`TraceTable` keeps the rows as numpy columns until `load_workload` knows every final field,
-then builds each request once (`table_requests`), with the same arrival times, order, clipping
-and lazily drawn prompts as the row path (`tests/workloads/trace_reference.py` checks it).
+The row path (`load._finish`) copies each `Request` for `time_scale`, arrivals, clipping and
+numbering: over a million rows, millions of copies and their garbage. A `TraceTable` keeps the
+rows as numpy columns until `load_workload` knows every final field, then builds each request
+once (`table_requests`), with the arrival times, order and clipping `apply_arrivals` and
+`clip_to_max_len` give.
 """
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
-from pathlib import Path
+from itertools import repeat
 
 import numpy as np
 
 from kvbench.core.request import Request
 from kvbench.workloads.arrivals import ArrivalProcess, arrival_times
-from kvbench.workloads.bounds import check_workload_fits, prompt_cap
 from kvbench.workloads.clip import clip_lengths
-from kvbench.workloads.prompt_tokens import LazyRows
-from kvbench.workloads.request_build import build_requests
-from kvbench.workloads.sampling import TokenSampler
+from kvbench.workloads.prompt_tokens import LazyRows, PromptTokens
 
-
-@dataclass(frozen=True)
-class TraceColumns:
-    """A trace's replayed rows in file order: seconds on the trace's own clock, prompt and
-    output token counts (float64, int64, int64)."""
-
-    arrival_s: np.ndarray
-    prompt_len: np.ndarray
-    output_len: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.prompt_len)
+# Requests built at a time: the lists of plain values they are built from stay this short.
+BLOCK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -52,20 +40,31 @@ class TraceTable:
 
     def requests(self) -> list[Request]:
         """The requests in file order, numbered so, arriving at `arrival_s`."""
-        return build_requests(self.rows, np.arange(len(self)), self.prompt_len,
-                              self.arrival_s, self.output_len)
+        return self.build(np.arange(len(self)), self.prompt_len, self.arrival_s,
+                          self.output_len)
 
+    def build(self, rows: np.ndarray, prompt_len: np.ndarray, arrival_s: np.ndarray,
+              output_len: np.ndarray) -> list[Request]:
+        """Requests numbered 0, 1, ...: request k's prompt is the head of `prompt_len[k]` ids
+        of row `rows[k]`, arriving at `arrival_s[k]` with `output_len[k]` output tokens.
 
-def trace_table(path: Path, columns: TraceColumns, sampler: TokenSampler,
-                max_model_len: int | None) -> TraceTable:
-    """What `trace_rows.to_requests(rows, sampler.lazy_rows(prompt_lengths(...)))` gives, as
-    a table: prompts capped to the model's length, the requests checked to fit in memory
-    (the prompts' ids are checked when they are drawn)."""
-    lengths = np.minimum(columns.prompt_len, prompt_cap(max_model_len))
-    check_workload_fits(len(columns), 0, str(path))
-    times = columns.arrival_s
-    origin = times.min() if len(times) else 0.0
-    return TraceTable(times - origin, lengths, columns.output_len, sampler.lazy_source(lengths))
+        The cyclic garbage collector is paused meanwhile: the new objects hold no cycles, yet
+        every few hundred allocations a collection would walk the young ones again."""
+        out: list[Request] = []
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for first in range(0, len(rows), BLOCK):
+                block = slice(first, first + BLOCK)
+                index = rows[block].tolist()
+                prompts = list(map(PromptTokens, repeat(self.rows, len(index)), index,
+                                   prompt_len[block].tolist()))
+                out += map(Request, range(first, first + len(index)),
+                           arrival_s[block].tolist(), prompts, output_len[block].tolist())
+        finally:
+            if was_enabled:
+                gc.enable()
+        return out
 
 
 def table_requests(table: TraceTable, time_scale: float, process: ArrivalProcess, seed: int,
@@ -83,8 +82,6 @@ def table_requests(table: TraceTable, time_scale: float, process: ArrivalProcess
     elif time_scale != 1.0:
         arrival = arrival * time_scale
     order = np.argsort(arrival, kind="stable")
-    prompt_len = table.prompt_len[order]
-    output_len = table.output_len[order]
-    prompt_len, output_len, num_clipped = clip_lengths(prompt_len, output_len, max_model_len)
-    requests = build_requests(table.rows, order, prompt_len, arrival[order], output_len)
-    return requests, num_clipped
+    prompt_len, output_len, num_clipped = clip_lengths(table.prompt_len[order],
+                                                       table.output_len[order], max_model_len)
+    return table.build(order, prompt_len, arrival[order], output_len), num_clipped

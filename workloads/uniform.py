@@ -1,14 +1,10 @@
-"""`uniform`: every request has the same fixed prompt and output length.
+"""`uniform`: every request has the same fixed prompt and output length, no sharing.
 
     prompt_len = 128 tokens, output_len = 128 tokens (exactly; no spread)
 
-The control workload: with no length variance, differences between allocators come only from
-how they place and free memory, not from guessing unknown output lengths. Set `prompt_len` and
-`output_len` to sweep sizes.
-
-Sharing structure: none; every prompt is distinct seeded random token ids in [0, vocab_size).
-Arrivals: offline unless an arrival process is applied (`arrivals.py`).
-"""
+The control workload: with no length variance, allocators differ only in how they place and
+free memory, not in guessing unknown output lengths. Set `prompt_len` and `output_len` to
+sweep sizes."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
-"""Shape of a Llama-architecture decoder (Llama, Qwen2, Qwen3, Mistral share it; Mixtral and
-Qwen3-MoE swap the MLP for a mixture of SwiGLU experts; gpt-oss adds attention sinks, biased
-experts and a clamped SwiGLU: `gpt_oss.py`), of DeepSeek-V2/V3 (latent attention and routed
-plus shared experts: `mla`, `routing`, kvbench/models/deepseek_config.py), and of Gemma 2 / 3
-(`architecture` "gemma": `gemma.py`'s decoder, its config.json read by `gemma_config.py`).
+"""`ModelConfig`: the shape of a Llama-architecture decoder (Llama, Qwen2/3, Mistral; Mixtral and
+Qwen3-MoE's experts; gpt-oss's sinks and biased experts), of DeepSeek-V2/V3 (`mla`, `routing`:
+deepseek_config.py) and of Gemma 2 / 3 (gemma_config.py).
 
-`from_hf_config` reads a Hugging Face `config.json`. Every field that changes the model's
-arithmetic is either implemented here and in `llama.py` (each with a parity test against
-transformers in tests/models/) or refused with one line naming the config key: a model that
-runs must compute what transformers computes.
-"""
+`from_hf_config` reads a Hugging Face `config.json`: every field that changes the arithmetic is
+implemented (with a parity test against transformers in tests/models/) or refused in one line
+naming the key, so a model that runs computes what transformers computes."""
 
 from __future__ import annotations
 
@@ -20,11 +16,12 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.bounds import check_model_bounds, derived_head_dim
 from kvbench.models.config_values import (
     bad_values_refused,
+    checked_window,
     positive_int,
     positive_number,
+    quantization,
     read_rope_theta,
-    refuse_partial_rotary,
-    rope_scaling_dict,
+    refuse_unimplemented,
     true_or_false,
 )
 from kvbench.models.deepseek_config import (
@@ -34,13 +31,12 @@ from kvbench.models.deepseek_config import (
     read_deepseek_config,
 )
 from kvbench.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
-from kvbench.models.layer_types import LAYER_TYPES, checked_layer_types, periodic_layer_types
-from kvbench.models.rope_yarn import yarn_scaling
+from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
+from kvbench.models.rope_yarn import read_rope_scaling
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
                          "gpt_oss", *DEEPSEEK_MODEL_TYPES, *GEMMA_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
-SUPPORTED_ROPE_TYPES = ("default", "llama3", "yarn")
 ARCHITECTURES = ("llama", "gpt_oss", "gemma")
 
 
@@ -122,12 +118,8 @@ class ModelConfig:
         check_model_bounds(self)
         if self.moe_intermediate_size == 0:
             object.__setattr__(self, "moe_intermediate_size", self.intermediate_size)
-        if self.layer_types and (len(self.layer_types) != self.num_layers or any(
-                t not in LAYER_TYPES for t in self.layer_types)):
-            raise KvbenchInputError(
-                f"model {self.name}: layer_types must give one of {', '.join(LAYER_TYPES)} for "
-                f"each of its {self.num_layers} layers"
-            )
+        if self.layer_types:
+            checked_layer_types(list(self.layer_types), self.name, self.num_layers)
         if "sliding_attention" in self.layer_types and self.sliding_window is None:
             raise KvbenchInputError(
                 f"model {self.name}: layer_types lists sliding_attention layers but no "
@@ -315,44 +307,42 @@ class ModelConfig:
             return _gpt_oss_config(hf, name)
         if model_type in DEEPSEEK_MODEL_TYPES:  # its fp8 checkpoints are read, for sizing
             return read_deepseek_config(cls, hf, name)
-        _refuse_unimplemented(hf, name, model_type)
+        refuse_unimplemented(hf, name, "hidden_act", SUPPORTED_ACTIVATIONS,
+                             "kvbench's MLP is SwiGLU: hidden_act 'silu'", "silu")
+        quantization(hf, name)
+        qwen3_like = model_type in ("qwen3", "qwen3_moe")
         with bad_values_refused(name):
             num_heads = positive_int(hf, "num_attention_heads", name)
-            hidden = positive_int(hf, "hidden_size", name)
-            num_kv_heads = positive_int(hf, "num_key_value_heads", name, default=num_heads)
             # Llama's and Qwen3's attention_bias covers q, k, v and o_proj; Qwen2 always has
             # q/k/v biases and no o_proj bias (its config has no such key); Mistral has none.
-            qwen3_like = model_type in ("qwen3", "qwen3_moe")
             llama_bias = (model_type == "llama" or qwen3_like) and bool(
                 hf.get("attention_bias", False))
-            # transformers' Qwen3Config defaults head_dim to 128, not hidden // heads (0:
-            # derived, and checked, by __post_init__)
-            default_head_dim = 128 if model_type == "qwen3" else 0
             return cls(
                 name=name,
                 vocab_size=positive_int(hf, "vocab_size", name),
-                hidden_size=hidden,
+                hidden_size=positive_int(hf, "hidden_size", name),
                 intermediate_size=positive_int(
                     hf, "intermediate_size", name,
                     default=6144 if model_type == "qwen3_moe" else None),
                 num_layers=positive_int(hf, "num_hidden_layers", name),
                 num_heads=num_heads,
-                num_kv_heads=num_kv_heads,
-                head_dim=positive_int(hf, "head_dim", name, default=default_head_dim),
+                num_kv_heads=positive_int(hf, "num_key_value_heads", name, default=num_heads),
+                # transformers' Qwen3Config defaults head_dim to 128, not hidden // heads (0:
+                # derived, and checked, by __post_init__)
+                head_dim=positive_int(hf, "head_dim", name,
+                                      default=128 if model_type == "qwen3" else 0),
                 max_position_embeddings=positive_int(
                     hf, "max_position_embeddings", name,
                     default={"qwen3": 32768, "qwen3_moe": 32768,
-                             "mixtral": 131072}.get(model_type, 2048),
-                ),
+                             "mixtral": 131072}.get(model_type, 2048)),
                 rope_theta=read_rope_theta(hf, 1e6 if model_type == "mixtral" else 10000.0),
-                rms_norm_eps=float(
-                    hf.get("rms_norm_eps", 1e-6 if qwen3_like else 1e-5)),
+                rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6 if qwen3_like else 1e-5)),
                 tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
                 attention_bias=llama_bias or model_type == "qwen2",
                 o_proj_bias=llama_bias,
                 mlp_bias=model_type == "llama" and bool(hf.get("mlp_bias", False)),
                 qk_norm=qwen3_like,
-                rope_scaling=_rope_scaling(hf, name),
+                rope_scaling=read_rope_scaling(hf, name),
                 **_windows(hf, name, model_type),
                 **_experts(hf, name, model_type),
             )
@@ -374,39 +364,40 @@ def _mla_parameters(mla: MLAShape, hidden: int, heads: int, bias: bool) -> int:
     return q + kv_a + kv_b + o
 
 
-def _refuse_unimplemented(hf: dict[str, Any], name: str, model_type: str) -> None:
-    """Config keys whose arithmetic kvbench does not implement: one line naming the key."""
-    act = hf.get("hidden_act", "silu")
-    if act not in SUPPORTED_ACTIVATIONS:
-        raise KvbenchInputError(
-            f"model {name}: config.json hidden_act {act!r} is not implemented "
-            f"(kvbench's MLP is SwiGLU: hidden_act 'silu')"
-        )
-    quantization = hf.get("quantization_config")
-    if quantization:
-        method = quantization.get("quant_method", "?") if isinstance(quantization, dict) else "?"
-        raise KvbenchInputError(
-            f"model {name}: config.json has quantization_config ({method}); kvbench loads "
-            "float32/bfloat16/float16 weights only"
-        )
-
-
 def _experts(hf: dict[str, Any], name: str, model_type: str) -> dict[str, Any]:
-    """Mixtral's expert count and top-k, as transformers' MixtralConfig defaults them."""
-    if model_type == "qwen3_moe":
-        return _qwen3_moe_experts(hf, name)
-    if model_type != "mixtral":
+    """Mixtral's or Qwen3-MoE's experts as transformers' MixtralConfig and Qwen3MoeConfig
+    default them. A Qwen3-MoE layer is a mixture unless mlp_only_layers names it or
+    decoder_sparse_step skips it ((i + 1) % step != 0); its output_router_logits and
+    router_aux_loss_coef only add a training loss: accepted."""
+    if model_type == "mixtral":
+        # Router jitter multiplies the MoE input by noise in training only; any other value
+        # means a config meant for training, refused rather than silently run as inference.
+        refuse_unimplemented(hf, name, "router_jitter_noise", (0, None),
+                             "kvbench runs inference: router_jitter_noise 0")
+        experts, top_k = _expert_counts(hf, name, "num_local_experts", 8, 2)
+        return {"num_local_experts": experts, "num_experts_per_tok": top_k}
+    if model_type != "qwen3_moe":
         return {}
-    # Router jitter multiplies the MoE input by noise in training only; any other value
-    # means a config meant for training, refused rather than silently run as inference.
-    jitter = hf.get("router_jitter_noise", 0.0)
-    if jitter not in (0, 0.0, None):
+    # Published configs say num_experts; transformers 5 saves it as num_local_experts.
+    experts_key = "num_local_experts" if "num_local_experts" in hf else "num_experts"
+    experts, top_k = _expert_counts(hf, name, experts_key, 128, 8)
+    step = positive_int(hf, "decoder_sparse_step", name, default=1)
+    num_layers = positive_int(hf, "num_hidden_layers", name)
+    mlp_only = hf.get("mlp_only_layers") or []
+    if not isinstance(mlp_only, list) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
+            for i in mlp_only):
         raise KvbenchInputError(
-            f"model {name}: config.json router_jitter_noise {jitter!r} is not implemented "
-            "(kvbench runs inference: router_jitter_noise 0)"
+            f"model {name}: config.json mlp_only_layers must list layer indices below "
+            f"num_hidden_layers {num_layers}, got {mlp_only!r:.80}"
         )
-    experts, top_k = _expert_counts(hf, name, "num_local_experts", 8, 2)
-    return {"num_local_experts": experts, "num_experts_per_tok": top_k}
+    return {
+        "num_local_experts": experts,
+        "num_experts_per_tok": top_k,
+        "moe_intermediate_size": positive_int(hf, "moe_intermediate_size", name, default=768),
+        "norm_topk_prob": true_or_false(hf, "norm_topk_prob", name, False),
+        "dense_layers": tuple(i for i in range(num_layers) if i in mlp_only or (i + 1) % step),
+    }
 
 
 def _expert_counts(hf: dict[str, Any], name: str, experts_key: str, default_experts: int,
@@ -422,131 +413,35 @@ def _expert_counts(hf: dict[str, Any], name: str, experts_key: str, default_expe
     return experts, top_k
 
 
-def _qwen3_moe_experts(hf: dict[str, Any], name: str) -> dict[str, Any]:
-    """Qwen3-MoE's experts as transformers' Qwen3MoeConfig defaults them: a layer is a mixture
-    unless mlp_only_layers names it or decoder_sparse_step skips it ((i + 1) % step != 0).
-
-    output_router_logits and router_aux_loss_coef only add a training loss: accepted.
-    """
-    # Published configs say num_experts; transformers 5 saves it as num_local_experts.
-    experts_key = "num_local_experts" if "num_local_experts" in hf else "num_experts"
-    experts, top_k = _expert_counts(hf, name, experts_key, 128, 8)
-    step = positive_int(hf, "decoder_sparse_step", name, default=1)
-    num_layers = positive_int(hf, "num_hidden_layers", name)
-    mlp_only = hf.get("mlp_only_layers") or []
-    if not isinstance(mlp_only, list) or any(
-            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
-            for i in mlp_only):
-        raise KvbenchInputError(
-            f"model {name}: config.json mlp_only_layers must list layer indices below "
-            f"num_hidden_layers {num_layers}, got {mlp_only!r:.80}"
-        )
-    norm = true_or_false(hf, "norm_topk_prob", name, False)
-    dense = tuple(i for i in range(num_layers) if i in mlp_only or (i + 1) % step)
-    return {
-        "num_local_experts": experts,
-        "num_experts_per_tok": top_k,
-        "moe_intermediate_size": positive_int(hf, "moe_intermediate_size", name, default=768),
-        "norm_topk_prob": norm,
-        "dense_layers": dense,
-    }
-
-
-def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
-    scaling = rope_scaling_dict(hf, name)
-    if scaling is None:
-        return None
-    kind = scaling.get("rope_type") or scaling.get("type")
-    refuse_partial_rotary(scaling, name)
-    if kind in (None, "default"):
-        return None
-    if kind == "yarn":
-        # As transformers standardises the dict: a top-level original_max_position_embeddings
-        # wins, and without one the pretraining length is max_position_embeddings.
-        original = hf.get("original_max_position_embeddings") or scaling.get(
-            "original_max_position_embeddings", hf.get("max_position_embeddings"))
-        if original is not None:
-            scaling = {**scaling, "original_max_position_embeddings": original}
-        return yarn_scaling(scaling, name)
-    if kind != "llama3":
-        raise KvbenchInputError(
-            f"model {name}: config.json rope_scaling type {kind!r} is not implemented "
-            f"(supported: {', '.join(SUPPORTED_ROPE_TYPES)})"
-        )
-    needed = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-    lacking = [key for key in needed if key not in scaling]
-    if lacking:
-        raise KvbenchInputError(
-            f"model {name}: config.json rope_scaling (llama3) lacks {', '.join(lacking)}"
-        )
-    return dict(scaling)
-
-
 def _windows(hf: dict[str, Any], name: str, model_type: str) -> dict[str, Any]:
-    """`sliding_window` and `layer_types` as transformers applies them to the model type."""
-    window = _sliding_window(hf, name, model_type)
+    """`sliding_window` and `layer_types` as transformers applies them to the model type.
+
+    Llama has no window (its config's key is ignored); Mistral's defaults to 4096. Qwen2,
+    Qwen3 and Qwen3-MoE window only with `use_sliding_window` (Qwen3-MoE every layer, 4096 by
+    default); Qwen2's and Qwen3's windowed layers are those `layer_types` names
+    `sliding_attention`, or without that key those from `max_window_layers` on (Qwen3: no
+    window when that is none).
+    """
+    windowed = hf.get("use_sliding_window", False) or not model_type.startswith("qwen")
+    window = hf.get("sliding_window", 4096 if model_type in ("mistral", "qwen3_moe") else None)
+    if model_type == "llama" or not windowed:
+        window = None
+    layer_types = hf.get("layer_types")
+    if model_type == "qwen3" and layer_types is not None:
+        layer_types = checked_layer_types(layer_types, name, hf.get("num_hidden_layers"))
+        if "sliding_attention" in layer_types and window is None:
+            raise KvbenchInputError(
+                f"model {name}: config.json layer_types lists sliding_attention layers but no "
+                "window is set (sliding_window with use_sliding_window true)")
     if window is None:
         return {"sliding_window": None, "layer_types": ()}
-    layer_types = hf.get("layer_types")
     if layer_types is None and model_type in ("qwen2", "qwen3"):
-        # transformers' Qwen2/Qwen3 configs window the layers from max_window_layers on
         first = hf.get("max_window_layers", 28)
         layer_types = ["full_attention" if i < first else "sliding_attention"
                        for i in range(hf["num_hidden_layers"])]
-    return {"sliding_window": window, "layer_types": tuple(layer_types or ())}
-
-
-def _sliding_window(hf: dict[str, Any], name: str, model_type: str) -> int | None:
-    """The attention window, or None; Qwen2 only uses it when `use_sliding_window` is set
-    (its layers from `max_window_layers` on: `_windows`), and Mistral's defaults to 4096 as
-    transformers' MistralConfig does."""
-    if model_type == "qwen3":
-        return _qwen3_sliding_window(hf, name)
-    if model_type == "qwen3_moe":  # transformers windows every layer, with use_sliding_window
-        window = hf.get("sliding_window", 4096) if hf.get("use_sliding_window", False) else None
-        return None if window is None else _checked_window(window, name)
-    window = hf.get("sliding_window", 4096 if model_type == "mistral" else None)
-    if window is None:
-        return None
-    if model_type == "qwen2" and not hf.get("use_sliding_window", False):
-        return None
-    if model_type == "llama":
-        return None  # transformers' Llama has no window and ignores the key: so does kvbench
-    return _checked_window(window, name)
-
-
-def _checked_window(window: Any, name: str) -> int:
-    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
-        raise KvbenchInputError(
-            f"model {name}: config.json sliding_window must be a positive integer or null, "
-            f"got {window!r}"
-        )
-    return window
-
-
-def _qwen3_sliding_window(hf: dict[str, Any], name: str) -> int | None:
-    """Qwen3's window, or None when no layer is a sliding-window layer.
-
-    As transformers' Qwen3Config: the window exists only with `use_sliding_window`, and the
-    layers it applies to are those `layer_types` names `sliding_attention`, or without that
-    key those from `max_window_layers` on.
-    """
-    window = hf.get("sliding_window") if hf.get("use_sliding_window", False) else None
-    layer_types = hf.get("layer_types")
-    if layer_types is None:
-        num_layers = hf.get("num_hidden_layers")
-        first_windowed = hf.get("max_window_layers", 28)
-        windowed = (window is not None and isinstance(num_layers, int)
-                    and isinstance(first_windowed, int) and first_windowed < num_layers)
-    else:
-        layer_types = checked_layer_types(layer_types, name, hf.get("num_hidden_layers"))
-        windowed = "sliding_attention" in layer_types
-        if windowed and window is None:
-            raise KvbenchInputError(
-                f"model {name}: config.json layer_types lists sliding_attention layers but no "
-                "window is set (sliding_window with use_sliding_window true)"
-            )
-    return _checked_window(window, name) if windowed else None
+    if model_type == "qwen3" and "sliding_attention" not in layer_types:
+        return {"sliding_window": None, "layer_types": ()}
+    return {"sliding_window": checked_window(window, name), "layer_types": tuple(layer_types or ())}
 
 
 # transformers' GptOssConfig rope when config.json gives none (truncate false, unlike YaRN's).
@@ -588,7 +483,7 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
             attention_bias=bias,
             o_proj_bias=bias,
-            rope_scaling=_rope_scaling(rope_hf, name),
+            rope_scaling=read_rope_scaling(rope_hf, name),
             **_gpt_oss_windows(hf, name, num_layers),
             num_local_experts=experts,
             num_experts_per_tok=top_k,
@@ -597,7 +492,7 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
             moe_bias=True,
             swiglu_limit=positive_number(hf, "swiglu_limit", name, 7.0),
             swiglu_alpha=positive_number(hf, "swiglu_alpha", name, 1.702),
-            quantization=_gpt_oss_quantization(hf, name),
+            quantization=quantization(hf, name, "mxfp4"),
             architecture="gpt_oss",
         )
 
@@ -610,16 +505,4 @@ def _gpt_oss_windows(hf: dict[str, Any], name: str, num_layers: int) -> dict[str
                    else checked_layer_types(given, name, num_layers))
     if window is None:  # transformers' sliding layers attend to everything without a window
         return {"sliding_window": None, "layer_types": ()}
-    return {"sliding_window": _checked_window(window, name), "layer_types": layer_types}
-
-
-def _gpt_oss_quantization(hf: dict[str, Any], name: str) -> str | None:
-    quantization = hf.get("quantization_config")
-    if not quantization:
-        return None
-    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
-    if method != "mxfp4":
-        raise KvbenchInputError(
-            f"model {name}: config.json quantization_config ({method or '?'}) is not "
-            "implemented (gpt-oss: mxfp4 experts, for sizing only)")
-    return method
+    return {"sliding_window": checked_window(window, name), "layer_types": layer_types}

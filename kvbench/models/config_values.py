@@ -1,5 +1,5 @@
-"""Numbers read from a `config.json`, refused with one line naming the key where kvbench
-cannot compute with them."""
+"""Values read from a `config.json`, refused with one line naming the key where kvbench cannot
+compute with them."""
 
 from __future__ import annotations
 
@@ -12,18 +12,21 @@ from kvbench.models.bounds import check_limit
 
 
 def positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = None, *,
-                 null_reads_default: bool = True) -> int:
-    """`hf[key]`, a positive integer within bounds.LIMITS; `default` when the key is absent
-    (or null, unless `null_reads_default` is false); refused as lacking when there is no
-    default."""
-    value = hf.get(key) if null_reads_default else hf.get(key, default)
+                 minimum: int = 1, nullable: bool = False) -> Any:
+    """`hf[key]`, an integer >= `minimum` within bounds.LIMITS; `default` when the key is
+    absent or null (None for a null where `nullable`); refused as lacking without a default."""
+    value = hf.get(key)
     if value is None:
-        if default is None or not null_reads_default:
+        if nullable and key in hf:
+            return None
+        if default is None:
             raise KvbenchInputError(f"model {name}: config.json lacks '{key}'")
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive" if minimum else "a non-negative"
         raise KvbenchInputError(
-            f"model {name}: config.json {key} must be a positive integer, got {value!r}")
+            f"model {name}: config.json {key} must be {kind} integer"
+            f"{' or null' if nullable else ''}, got {value!r}")
     return check_limit(key, value, name)
 
 
@@ -45,6 +48,40 @@ def true_or_false(fields: dict[str, Any], key: str, name: str, default: bool, *,
         raise KvbenchInputError(
             f"model {name}: config.json {where}{key} must be true or false, got {value!r}")
     return value
+
+
+def checked_window(window: Any, name: str) -> int:
+    """A `sliding_window`: a positive integer."""
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise KvbenchInputError(
+            f"model {name}: config.json sliding_window must be a positive integer, "
+            f"got {window!r}")
+    return window
+
+
+def refuse_unimplemented(hf: dict[str, Any], name: str, key: str, supported: tuple, why: str,
+                         default: Any = None) -> None:
+    """Refuses `hf[key]` (`default` when absent) unless one of `supported`; `why` says what
+    kvbench computes instead."""
+    value = hf.get(key, default)
+    if value not in supported:
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} {value!r} is not implemented ({why})")
+
+
+def quantization(hf: dict[str, Any], name: str, accepted: str | None = None) -> str | None:
+    """The checkpoint's quantization method (its `quantization_config`), None for float
+    weights; refused unless `accepted` (a method kvbench sizes from the shape)."""
+    config = hf.get("quantization_config")
+    if not config:
+        return None
+    method = config.get("quant_method") if isinstance(config, dict) else None
+    if method != accepted or accepted is None:
+        sized = f"sizes {accepted} checkpoints and " if accepted else ""
+        raise KvbenchInputError(
+            f"model {name}: config.json has quantization_config ({method or '?'}); kvbench "
+            f"{sized}loads float32/bfloat16/float16 weights only")
+    return method
 
 
 def read_rope_theta(hf: dict[str, Any], default: float) -> float:
@@ -72,6 +109,7 @@ def rope_scaling_dict(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
         return None
     if not isinstance(scaling, dict):
         raise KvbenchInputError(f"model {name}: config.json rope_scaling is not a JSON object")
+    refuse_partial_rotary(scaling, name)
     return scaling
 
 

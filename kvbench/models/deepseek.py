@@ -24,9 +24,11 @@ from kvbench.models.llama import (
     MLP,
     AttentionFn,
     Backbone,
+    DecoderLayer,
     FlatBatchDecoder,
     RMSNorm,
     mix_experts,
+    plain_inv_freq,
 )
 from kvbench.models.rope_yarn import yarn_attention_factor, yarn_inv_freq, yarn_mscale
 
@@ -42,7 +44,7 @@ def deepseek_rope(config: ModelConfig) -> tuple[torch.Tensor, float]:
     dim, base = config.mla.qk_rope_head_dim, config.rope_theta
     scaling = config.rope_scaling
     if not scaling:
-        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)), 1.0
+        return plain_inv_freq(dim, base), 1.0
     return yarn_inv_freq(dim, base, scaling), yarn_attention_factor(scaling)
 
 
@@ -174,17 +176,9 @@ class DeepseekMoE(DirectCall):
         return out
 
 
-class DeepseekLayer(DirectCall):
-    def __init__(self, config: ModelConfig, layer_index: int) -> None:
-        super().__init__()
-        self.self_attn = LatentAttention(config, layer_index)
-        self.mlp = DeepseekMoE(config) if config.is_moe_layer(layer_index) else MLP(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-
-    def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attention)
-        return x + self.mlp(self.post_attention_layernorm(x))
+def deepseek_layer(config: ModelConfig, layer_index: int) -> DecoderLayer:
+    feed_forward = DeepseekMoE(config) if config.is_moe_layer(layer_index) else MLP(config)
+    return DecoderLayer(config, layer_index, LatentAttention(config, layer_index), feed_forward)
 
 
 class DeepseekDecoder(FlatBatchDecoder):
@@ -198,13 +192,12 @@ class DeepseekDecoder(FlatBatchDecoder):
     ROUTER_WEIGHT = "mlp.gate.weight"
 
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__(config, Backbone(config, DeepseekLayer))
-        inv_freq, self.rope_attention_factor = deepseek_rope(config)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        super().__init__(config, Backbone(config, deepseek_layer))
+        self.rope_attention_factor = deepseek_rope(config)[1]
         self.softmax_scale = deepseek_softmax_scale(config)
 
-    def rope_frequencies(self) -> torch.Tensor:
-        return deepseek_rope(self.config)[0]
+    def config_buffers(self) -> dict[str, torch.Tensor]:
+        return {"inv_freq": deepseek_rope(self.config)[0]}
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]

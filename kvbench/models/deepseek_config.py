@@ -1,13 +1,9 @@
-"""DeepSeek-V2/V3's shape: multi-head latent attention (`MLAShape`) and its expert routing
-(`DeepseekRouting`), read from a Hugging Face `config.json` as transformers'
-DeepseekV2Config / DeepseekV3Config default them (`read_deepseek_config`).
+"""DeepSeek-V2/V3's shape, latent attention (`MLAShape`) and expert routing (`DeepseekRouting`),
+read from a `config.json` as transformers' DeepseekV2Config / DeepseekV3Config default them.
 
-Every key that changes the arithmetic is implemented (kvbench/models/deepseek.py, with parity
-tests against transformers in tests/models/test_deepseek_v3.py) or refused naming the key.
 Keys that only matter to training (aux_loss_alpha, seq_aux, output_router_logits) or to
-parallel layout (ep_size) are accepted; the multi-token-prediction layer
-(num_nextn_predict_layers) is left out, as transformers leaves it out.
-"""
+parallel layout (ep_size) are accepted; the multi-token-prediction layer is left out, as
+transformers leaves it out; any other key that changes the arithmetic is refused naming it."""
 
 from __future__ import annotations
 
@@ -15,21 +11,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.models.bounds import check_limit
 from kvbench.models.config_values import (
     bad_values_refused,
+    positive_int,
+    quantization,
     read_rope_theta,
-    refuse_partial_rotary,
-    rope_scaling_dict,
+    refuse_unimplemented,
     true_or_false,
 )
-from kvbench.models.rope_yarn import YARN_FIELDS
+from kvbench.models.rope_yarn import read_rope_scaling
 
 if TYPE_CHECKING:
     from kvbench.models.config import ModelConfig
 
 DEEPSEEK_MODEL_TYPES = ("deepseek_v2", "deepseek_v3")
-DEEPSEEK_ROPE_TYPES = ("default", "yarn")
 
 
 @dataclass(frozen=True)
@@ -83,49 +78,43 @@ class DeepseekRouting:
 def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) -> ModelConfig:
     """A `ModelConfig` of a deepseek_v2 or deepseek_v3 `config.json`."""
     v3 = hf["model_type"] == "deepseek_v3"
-    act = hf.get("hidden_act", "silu")
-    if act not in ("silu", "swish"):
-        raise KvbenchInputError(
-            f"model {name}: config.json hidden_act {act!r} is not implemented "
-            f"(kvbench's MLP is SwiGLU: hidden_act 'silu')")
-    num_layers = _int(hf, "num_hidden_layers", name, 61 if v3 else 32)
-    heads = _int(hf, "num_attention_heads", name, 128 if v3 else 32)
+    refuse_unimplemented(hf, name, "hidden_act", ("silu", "swish"),
+                         "kvbench's MLP is SwiGLU: hidden_act 'silu'", "silu")
+    num_layers = positive_int(hf, "num_hidden_layers", name, 61 if v3 else 32)
+    heads = positive_int(hf, "num_attention_heads", name, 128 if v3 else 32)
     mla = MLAShape(
-        kv_lora_rank=_int(hf, "kv_lora_rank", name, 512),
-        qk_nope_head_dim=_int(hf, "qk_nope_head_dim", name, 128),
-        qk_rope_head_dim=_int(hf, "qk_rope_head_dim", name, 64),
-        v_head_dim=_int(hf, "v_head_dim", name, 128),
-        q_lora_rank=_int(hf, "q_lora_rank", name, 1536, nullable=True),
+        kv_lora_rank=positive_int(hf, "kv_lora_rank", name, 512),
+        qk_nope_head_dim=positive_int(hf, "qk_nope_head_dim", name, 128),
+        qk_rope_head_dim=positive_int(hf, "qk_rope_head_dim", name, 64),
+        v_head_dim=positive_int(hf, "v_head_dim", name, 128),
+        q_lora_rank=positive_int(hf, "q_lora_rank", name, 1536, nullable=True),
         rope_interleave=_rope_interleave(hf, name, v3),
     )
-    experts = _int(hf, "n_routed_experts", name, 256 if v3 else 64)
-    top_k = _int(hf, "num_experts_per_tok", name, 8 if v3 else None)
+    experts = positive_int(hf, "n_routed_experts", name, 256 if v3 else 64)
+    top_k = positive_int(hf, "num_experts_per_tok", name, 8 if v3 else None)
     if top_k > experts:
         raise KvbenchInputError(
             f"model {name}: config.json num_experts_per_tok {top_k} exceeds n_routed_experts "
             f"{experts}")
-    moe_layer_freq = hf.get("moe_layer_freq", 1)
-    if moe_layer_freq != 1:
-        raise KvbenchInputError(
-            f"model {name}: config.json moe_layer_freq {moe_layer_freq!r} is not implemented "
-            "(kvbench, as transformers, makes every layer from first_k_dense_replace on a "
-            "mixture: moe_layer_freq 1)")
-    if hf.get("mlp_bias", False):
-        raise KvbenchInputError(
-            f"model {name}: config.json mlp_bias true is not implemented (DeepSeek MLPs "
-            "without biases)")
-    first_dense = _int(hf, "first_k_dense_replace", name, 3 if v3 else 0, zero_ok=True)
+    refuse_unimplemented(hf, name, "moe_layer_freq", (1,), "kvbench, as transformers, makes "
+                         "every layer from first_k_dense_replace on a mixture: moe_layer_freq 1", 1)
+    refuse_unimplemented(hf, name, "mlp_bias", (False, None), "DeepSeek MLPs without biases")
+    first_dense = positive_int(hf, "first_k_dense_replace", name, 3 if v3 else 0, minimum=0)
     norm = true_or_false(hf, "norm_topk_prob", name, v3)
     if norm and not v3:
         raise KvbenchInputError(
             f"model {name}: config.json norm_topk_prob true is not implemented for "
             "deepseek_v2 (transformers' DeepseekV2 router never renormalises)")
+    max_len = positive_int(hf, "max_position_embeddings", name, 4096 if v3 else 2048)
     with bad_values_refused(name):
+        rope_scaling = read_rope_scaling({**hf, "max_position_embeddings": max_len}, name,
+                                         ("default", "yarn"))
         return cls(
             name=name,
-            vocab_size=_int(hf, "vocab_size", name, 129280 if v3 else 102400),
-            hidden_size=_int(hf, "hidden_size", name, 7168 if v3 else 4096),
-            intermediate_size=_int(hf, "intermediate_size", name, 18432 if v3 else 11008),
+            vocab_size=positive_int(hf, "vocab_size", name, 129280 if v3 else 102400),
+            hidden_size=positive_int(hf, "hidden_size", name, 7168 if v3 else 4096),
+            intermediate_size=positive_int(hf, "intermediate_size", name,
+                                           18432 if v3 else 11008),
             num_layers=num_layers,
             num_heads=heads,
             # MLA has no KV heads: every query head reads the one latent. The count is kept
@@ -133,59 +122,35 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
             # shape comes from `mla` (`ModelConfig.kv_groups`).
             num_kv_heads=heads,
             head_dim=mla.qk_head_dim,
-            max_position_embeddings=_int(hf, "max_position_embeddings", name,
-                                         4096 if v3 else 2048),
+            max_position_embeddings=max_len,
             rope_theta=read_rope_theta(hf, 10000.0),
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
             attention_bias=bool(hf.get("attention_bias", False)),
-            rope_scaling=_rope_scaling(hf, name),
+            rope_scaling=rope_scaling,
             num_local_experts=experts,
             num_experts_per_tok=top_k,
-            moe_intermediate_size=_int(hf, "moe_intermediate_size", name, 2048 if v3 else 1407),
+            moe_intermediate_size=positive_int(hf, "moe_intermediate_size", name,
+                                               2048 if v3 else 1407),
             norm_topk_prob=norm,
             dense_layers=tuple(range(min(first_dense, num_layers))),
-            num_shared_experts=_int(hf, "n_shared_experts", name, 1 if v3 else 2, zero_ok=True),
+            num_shared_experts=positive_int(hf, "n_shared_experts", name, 1 if v3 else 2,
+                                            minimum=0),
             mla=mla,
             routing=_routing(hf, name, v3, experts),
             quantization=_quantization(hf, name),
         )
 
 
-def _int(hf: dict[str, Any], key: str, name: str, default: int | None, *,
-         nullable: bool = False, zero_ok: bool = False) -> Any:
-    """A positive integer (or 0 where `zero_ok`; None where `nullable` and the file says null)."""
-    if key not in hf:
-        if default is None:
-            raise KvbenchInputError(f"model {name}: config.json lacks '{key}'")
-        return default
-    value = hf[key]
-    if value is None and nullable:
-        return None
-    if value is None and default is not None:
-        return default
-    low = 0 if zero_ok else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        kind = "a non-negative" if zero_ok else "a positive"
-        raise KvbenchInputError(
-            f"model {name}: config.json {key} must be {kind} integer"
-            f"{' or null' if nullable else ''}, got {value!r}")
-    return check_limit(key, value, name)
-
-
 def _quantization(hf: dict[str, Any], name: str) -> str | None:
     """"fp8" for DeepSeek's published fp8 checkpoints (e4m3 weights, 128 x 128 block scales:
     quant_method fp8), None for float weights; any other scheme is refused."""
-    quantization = hf.get("quantization_config")
-    if not quantization:
-        return None
-    method = quantization.get("quant_method") if isinstance(quantization, dict) else None
-    fmt = quantization.get("fmt", "e4m3") if isinstance(quantization, dict) else None
-    if method != "fp8" or fmt != "e4m3":
-        raise KvbenchInputError(
-            f"model {name}: config.json quantization_config ({method or '?'}, {fmt or '?'}) is "
-            "not implemented (kvbench sizes float weights, or fp8 e4m3 ones)")
-    return "fp8"
+    method = quantization(hf, name, "fp8")
+    fmt = hf["quantization_config"].get("fmt", "e4m3") if method else None
+    if method and fmt != "e4m3":
+        raise KvbenchInputError(f"model {name}: config.json quantization_config (fp8, {fmt}) "
+                                "is not implemented (kvbench sizes fp8 e4m3 weights)")
+    return method
 
 
 def _rope_interleave(hf: dict[str, Any], name: str, v3: bool) -> bool:
@@ -210,8 +175,8 @@ def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekR
             f"model {name}: config.json topk_method {method!r} is not implemented for "
             f"{hf['model_type']} (supported: {', '.join(methods)})")
     grouped = method != "greedy"
-    n_group = _int(hf, "n_group", name, 8 if v3 else (None if grouped else 1))
-    topk_group = _int(hf, "topk_group", name, 4 if v3 else (None if grouped else 1))
+    n_group = positive_int(hf, "n_group", name, 8 if v3 else (None if grouped else 1))
+    topk_group = positive_int(hf, "topk_group", name, 4 if v3 else (None if grouped else 1))
     if grouped:
         if experts % n_group:
             raise KvbenchInputError(
@@ -236,28 +201,3 @@ def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekR
             f"got {scale!r}")
     return DeepseekRouting(scoring, method, n_group if grouped else 1,
                            topk_group if grouped else 1, float(scale))
-
-
-def _rope_scaling(hf: dict[str, Any], name: str) -> dict[str, Any] | None:
-    """None (plain rope) or YaRN's parameters, with transformers' defaults filled in."""
-    scaling = rope_scaling_dict(hf, name)
-    if scaling is None:
-        return None
-    kind = scaling.get("rope_type") or scaling.get("type") or "default"
-    if kind not in DEEPSEEK_ROPE_TYPES:
-        raise KvbenchInputError(
-            f"model {name}: config.json rope_scaling type {kind!r} is not implemented for "
-            f"DeepSeek (supported: {', '.join(DEEPSEEK_ROPE_TYPES)})")
-    refuse_partial_rotary(scaling, name)
-    if kind == "default":
-        return None
-    yarn = {key: scaling[key] for key in YARN_FIELDS if scaling.get(key) is not None}
-    yarn["rope_type"] = "yarn"
-    max_len = hf.get("max_position_embeddings", 4096)
-    yarn.setdefault("original_max_position_embeddings", max_len)
-    yarn.setdefault("factor", max_len / yarn["original_max_position_embeddings"])
-    if not isinstance(yarn["factor"], (int, float)) or yarn["factor"] <= 0:
-        raise KvbenchInputError(
-            f"model {name}: config.json rope_scaling factor must be a positive number, "
-            f"got {yarn['factor']!r}")
-    return yarn

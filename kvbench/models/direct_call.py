@@ -1,12 +1,6 @@
-"""Modules whose call is their `forward`, without `nn.Module.__call__`'s hook machinery.
-
-A decode step of a small model on the CPU runs a few dozen module calls a layer, and
-`nn.Module.__call__` (hook checks, then `forward`) is fixed work on every call, comparable to
-the small tensor op it wraps at batch 1. kvbench's decoders register no hooks and never need
-them (the transformers engine hooks transformers' own model, not these), so their modules call
-`forward` directly. Parameters, buffers, submodules and state-dict names are `nn.Module`'s,
-unchanged.
-"""
+"""Modules whose call is their `forward`, without `nn.Module.__call__`'s hook checks: fixed work
+on every call, comparable at batch 1 to the small tensor op a module wraps. kvbench's decoders
+register no hooks and need none."""
 
 from __future__ import annotations
 

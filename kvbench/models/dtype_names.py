@@ -1,10 +1,5 @@
-"""dtypes by the name torch gives them, and their bytes per element, without importing torch.
-
-`kvbench simulate` sizes weights and the KV cache from these names and never loads torch (its
-import alone would outweigh a small simulation); the real engine's torch dtypes print as the
-same names, so results record one spelling either way. tests/models/test_dtype_names.py
-checks every entry against torch.
-"""
+"""dtypes by the name torch gives them, and their bytes per element, without importing torch
+(`kvbench simulate` never loads it); the engine's torch dtypes print as the same names."""
 
 from __future__ import annotations
 

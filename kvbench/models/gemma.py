@@ -1,16 +1,9 @@
-"""Gemma 2 and Gemma 3 (text) decoders on `llama.py`'s attention and rope.
-
-What differs from Llama, as transformers' Gemma2ForCausalLM / Gemma3ForCausalLM compute it:
-the RMSNorm scales by (1 + w) in float32; each layer normalises the attention and MLP outputs
-too (post-attention, pre- and post-feed-forward norms); embeddings are multiplied by
-sqrt(hidden) in the embedding dtype; the MLP is GeGLU with tanh-approximated gelu; the logits
-may be soft-capped (c tanh(x / c)). Gemma 3 adds per-head q/k norms (also (1 + w)) and gives
-sliding-window layers their own rope base, the linear `rope_scaling` applying to full-attention
-layers only. The softmax scale (query_pre_attn_scalar) and the attention soft-cap are the
-executor's (`ModelConfig.softmax_scale`, `ModelExecutor.layer_variants`).
-
-Parameter names are transformers' so a local checkpoint's state dict loads as it is.
-"""
+"""Gemma 2 and Gemma 3 (text) decoders on `llama.py`'s attention and rope, as transformers'
+Gemma2ForCausalLM / Gemma3ForCausalLM compute them: (1 + w) RMSNorms in float32, post-attention
+and pre/post feed-forward norms, embeddings times sqrt(hidden) in their dtype, GeGLU with
+tanh-approximated gelu, soft-capped logits; Gemma 3's per-head q/k norms and sliding layers'
+own rope base (its linear `rope_scaling` on full-attention layers only). The softmax scale and
+the attention soft-cap are the executor's (`ModelConfig.softmax_scale`)."""
 
 from __future__ import annotations
 
@@ -20,7 +13,14 @@ from torch import nn
 
 from kvbench.models.config import ModelConfig
 from kvbench.models.direct_call import DirectCall, Linear
-from kvbench.models.llama import Attention, AttentionFn, Backbone, FlatBatchDecoder, signed_sin
+from kvbench.models.llama import (
+    Attention,
+    AttentionFn,
+    Backbone,
+    FlatBatchDecoder,
+    plain_inv_freq,
+    rope_cos_sin,
+)
 
 
 class GemmaRMSNorm(DirectCall):
@@ -74,7 +74,7 @@ def gemma_inv_freq(config: ModelConfig, sliding: bool) -> torch.Tensor:
     full-attention one (divided by the linear `rope_scaling` factor, if any)."""
     dim = config.head_dim
     base = config.rope_local_theta if sliding and config.rope_local_theta else config.rope_theta
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    inv_freq = plain_inv_freq(dim, base)
     if not sliding and config.rope_scaling:
         inv_freq = inv_freq / config.rope_scaling["factor"]
     return inv_freq
@@ -95,34 +95,22 @@ class GemmaDecoder(FlatBatchDecoder):
         # sliding layers' own rope: Gemma 3's local base, or full layers' scaling to skip
         self.local_rope = any(self.sliding_layers) and (
             config.rope_local_theta is not None or config.rope_scaling is not None)
-        self.register_buffer("embed_scale", torch.tensor(config.hidden_size**0.5),
-                             persistent=False)
-        self.register_buffer("inv_freq", gemma_inv_freq(config, False), persistent=False)
-        self.register_buffer("local_inv_freq", gemma_inv_freq(config, True), persistent=False)
 
-    def reset_buffers(self, device: torch.device) -> None:
-        """The buffers no checkpoint holds, on `device`: RoPE frequencies in float32, and
-        sqrt(hidden) rounded to the embeddings' dtype (transformers scales in that dtype)."""
+    def config_buffers(self) -> dict[str, torch.Tensor]:
+        """RoPE frequencies in float32, and sqrt(hidden) rounded to the embeddings' dtype
+        (transformers scales in that dtype)."""
         dtype = self.model.embed_tokens.weight.dtype
-        self.embed_scale = torch.tensor(self.config.hidden_size**0.5).to(dtype).to(device)
-        self.inv_freq = gemma_inv_freq(self.config, False).to(device)
-        self.local_inv_freq = gemma_inv_freq(self.config, True).to(device)
-
-    @staticmethod
-    def _rope(positions: torch.Tensor, inv_freq: torch.Tensor,
-              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[:, None] * inv_freq.float()[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        # sin signed for llama's `apply_rope`
-        return emb.cos().to(dtype)[:, None, :], signed_sin(emb.sin().to(dtype))[:, None, :]
+        return {"embed_scale": torch.tensor(self.config.hidden_size**0.5).to(dtype),
+                "inv_freq": gemma_inv_freq(self.config, False),
+                "local_inv_freq": gemma_inv_freq(self.config, True)}
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
     ) -> torch.Tensor:
         """Hidden states `[T, hidden]` after the final norm."""
         x = self.model.embed_tokens(input_ids) * self.embed_scale
-        full = self._rope(positions, self.inv_freq, x.dtype)
-        local = self._rope(positions, self.local_inv_freq, x.dtype) if self.local_rope else full
+        full = rope_cos_sin(positions, self.inv_freq, x.dtype)
+        local = rope_cos_sin(positions, self.local_inv_freq, x.dtype) if self.local_rope else full
         for layer, sliding in zip(self.model.layers, self.sliding_layers, strict=True):
             cos, sin = local if sliding else full
             x = layer(x, cos, sin, attention)

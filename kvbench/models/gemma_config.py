@@ -9,15 +9,17 @@ refused with one line naming the key.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config_values import (
     bad_values_refused,
+    checked_window,
     positive_int,
     positive_number,
+    quantization,
     refuse_partial_rotary,
+    refuse_unimplemented,
     true_or_false,
 )
 from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
@@ -26,9 +28,6 @@ from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
 # tower is counted in the weights (`vision_parameters`) but never run.
 GEMMA_MODEL_TYPES = ("gemma2", "gemma3_text", "gemma3")
 GEMMA_ACTIVATION = "gelu_pytorch_tanh"  # gelu with the tanh approximation
-
-# Gemma's reader refuses an explicit null as lacking the key, rather than reading the default.
-_positive_int = partial(positive_int, null_reads_default=False)
 
 
 def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
@@ -39,29 +38,24 @@ def gemma_fields(hf: dict[str, Any], name: str) -> dict[str, Any]:
     gemma3 = model_type == "gemma3_text"
     _refuse_unimplemented(hf, name, gemma3)
     with bad_values_refused(name):
-        num_layers = _positive_int(hf, "num_hidden_layers", name, default=26)
-        num_heads = _positive_int(hf, "num_attention_heads", name, default=8)
+        num_layers = positive_int(hf, "num_hidden_layers", name, default=26)
+        num_heads = positive_int(hf, "num_attention_heads", name, default=8)
         bias = true_or_false(hf, "attention_bias", name, False)
         window = hf.get("sliding_window", 4096)
         layer_types = _layer_types(hf, name, num_layers, gemma3)
-        if "sliding_attention" not in layer_types:
-            window = None
-        elif isinstance(window, bool) or not isinstance(window, int) or window <= 0:
-            raise KvbenchInputError(
-                f"model {name}: config.json sliding_window must be a positive integer, "
-                f"got {window!r}")
+        window = checked_window(window, name) if "sliding_attention" in layer_types else None
         theta, local_theta, scaling = _rope(hf, name, gemma3)
         return dict(
             architecture="gemma",
-            vocab_size=_positive_int(hf, "vocab_size", name,
+            vocab_size=positive_int(hf, "vocab_size", name,
                                      default=262_208 if gemma3 else 256_000),
-            hidden_size=_positive_int(hf, "hidden_size", name, default=2304),
-            intermediate_size=_positive_int(hf, "intermediate_size", name, default=9216),
+            hidden_size=positive_int(hf, "hidden_size", name, default=2304),
+            intermediate_size=positive_int(hf, "intermediate_size", name, default=9216),
             num_layers=num_layers,
             num_heads=num_heads,
-            num_kv_heads=_positive_int(hf, "num_key_value_heads", name, default=4),
-            head_dim=_positive_int(hf, "head_dim", name, default=256),
-            max_position_embeddings=_positive_int(
+            num_kv_heads=positive_int(hf, "num_key_value_heads", name, default=4),
+            head_dim=positive_int(hf, "head_dim", name, default=256),
+            max_position_embeddings=positive_int(
                 hf, "max_position_embeddings", name, default=131_072 if gemma3 else 8192),
             rope_theta=theta,
             rope_local_theta=local_theta,
@@ -104,39 +98,27 @@ def _siglip_parameters(vision: dict[str, Any], name: str, text_hidden: int) -> i
         raise KvbenchInputError(
             f"model {name}: config.json vision_config.vision_use_head is not counted "
             "(Gemma 3's vision tower has no pooling head)")
-    h = _positive_int(vision, "hidden_size", name, default=768)
-    i = _positive_int(vision, "intermediate_size", name, default=3072)
-    layers = _positive_int(vision, "num_hidden_layers", name, default=12)
-    channels = _positive_int(vision, "num_channels", name, default=3)
-    image = _positive_int(vision, "image_size", name, default=224)
-    patch = _positive_int(vision, "patch_size", name, default=16)
+    h = positive_int(vision, "hidden_size", name, default=768)
+    i = positive_int(vision, "intermediate_size", name, default=3072)
+    layers = positive_int(vision, "num_hidden_layers", name, default=12)
+    channels = positive_int(vision, "num_channels", name, default=3)
+    image = positive_int(vision, "image_size", name, default=224)
+    patch = positive_int(vision, "patch_size", name, default=16)
     embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
     layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 4 * h
     return embeddings + layers * layer + 2 * h + h * text_hidden + h
 
 
 def _refuse_unimplemented(hf: dict[str, Any], name: str, gemma3: bool) -> None:
-    act = hf.get("hidden_activation", GEMMA_ACTIVATION)
-    if act != GEMMA_ACTIVATION:
-        raise KvbenchInputError(
-            f"model {name}: config.json hidden_activation {act!r} is not implemented "
-            f"(kvbench's Gemma MLP is GeGLU: hidden_activation {GEMMA_ACTIVATION!r})")
-    if hf.get("use_bidirectional_attention"):
-        raise KvbenchInputError(
-            f"model {name}: config.json use_bidirectional_attention is not implemented "
-            "(kvbench's attention is causal)")
-    if gemma3 and hf.get("attn_logit_softcapping") is not None:
-        # transformers' Gemma 3 never applies it: which arithmetic was meant is unclear
-        raise KvbenchInputError(
-            f"model {name}: config.json attn_logit_softcapping is not implemented for "
-            "gemma3_text (transformers' Gemma 3 ignores it; published configs set null)")
+    refuse_unimplemented(hf, name, "hidden_activation", (GEMMA_ACTIVATION,), "kvbench's Gemma "
+                         f"MLP is GeGLU: hidden_activation {GEMMA_ACTIVATION!r}", GEMMA_ACTIVATION)
+    refuse_unimplemented(hf, name, "use_bidirectional_attention", (None, False),
+                         "kvbench's attention is causal")
+    if gemma3:  # transformers' Gemma 3 never applies it: which arithmetic was meant is unclear
+        refuse_unimplemented(hf, name, "attn_logit_softcapping", (None,),
+                             "transformers' Gemma 3 ignores it; published configs set null")
     refuse_partial_rotary(hf, name)
-    quantization = hf.get("quantization_config")
-    if quantization:
-        method = quantization.get("quant_method", "?") if isinstance(quantization, dict) else "?"
-        raise KvbenchInputError(
-            f"model {name}: config.json has quantization_config ({method}); kvbench loads "
-            "float32/bfloat16/float16 weights only")
+    quantization(hf, name)
 
 
 def _layer_types(hf: dict[str, Any], name: str, num_layers: int,
@@ -145,7 +127,7 @@ def _layer_types(hf: dict[str, Any], name: str, num_layers: int,
     Gemma 3 makes every `sliding_window_pattern`-th layer full (default 6: 5 local, 1 global)."""
     layer_types = hf.get("layer_types")
     if layer_types is None:
-        pattern = _positive_int(hf, "sliding_window_pattern", name, default=6) if gemma3 else 2
+        pattern = positive_int(hf, "sliding_window_pattern", name, default=6) if gemma3 else 2
         return periodic_layer_types(num_layers, pattern)
     return checked_layer_types(layer_types, name, num_layers)
 

@@ -1,13 +1,7 @@
-"""gpt-oss: Llama's decoder with learned attention sinks and a mixture of biased experts.
-
-As transformers' GptOssForCausalLM computes it: attention with biases on q, k, v and o and
-one sink logit per query head (`self_attn.sinks`, which the executor passes to the attention
-ops with the layer's window); a router with a bias whose top-k logits are softmaxed over the
-chosen k; experts held fused as the checkpoint stores them (`gate_up_proj` `[E, hidden,
-2 x I]` with gate and up in interleaved columns, `down_proj` `[E, I, hidden]`, each with a
-bias), applying the clamped SwiGLU. Parameter names are the checkpoint's, so its state dict
-loads as it is.
-"""
+"""gpt-oss, as transformers' GptOssForCausalLM computes it: Llama's decoder with biases on q, k,
+v and o, one learned sink logit per query head (`self_attn.sinks`, passed by the executor to
+the attention ops), a biased router softmaxed over its top-k logits, and experts held fused as
+the checkpoint stores them (gate and up in interleaved columns) with the clamped SwiGLU."""
 
 from __future__ import annotations
 
@@ -17,7 +11,7 @@ from torch import nn
 
 from kvbench.models.config import ModelConfig
 from kvbench.models.direct_call import DirectCall
-from kvbench.models.llama import Attention, AttentionFn, LlamaDecoder, RMSNorm, mix_experts
+from kvbench.models.llama import Attention, DecoderLayer, LlamaDecoder, mix_experts
 
 
 class SinkAttention(Attention):
@@ -79,18 +73,9 @@ class GptOssMLP(DirectCall):
         return self.experts(x, weights, chosen)
 
 
-class GptOssDecoderLayer(DirectCall):
-    def __init__(self, config: ModelConfig, layer_index: int) -> None:
-        super().__init__()
-        self.self_attn = SinkAttention(config, layer_index)
-        self.mlp = GptOssMLP(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-
-    def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attention)
-        return x + self.mlp(self.post_attention_layernorm(x))
+def gpt_oss_layer(config: ModelConfig, layer_index: int) -> DecoderLayer:
+    return DecoderLayer(config, layer_index, SinkAttention(config, layer_index), GptOssMLP(config))
 
 
 class GptOssDecoder(LlamaDecoder):
-    layer_class = GptOssDecoderLayer
+    layer_class = staticmethod(gpt_oss_layer)

@@ -41,14 +41,31 @@ class RMSNorm(DirectCall):
         return out.mul_(self.weight) if self.weight.dtype == out.dtype else self.weight * out
 
 
+def plain_inv_freq(dim: int, base: float) -> torch.Tensor:
+    """RoPE's `[dim / 2]` inverse frequencies, base**(-2i / dim), in float32."""
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+
+def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype,
+                 factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) `[T, 1, D]` of `positions` (broadcast over heads), times `factor`, in
+    `dtype`; sin signed for `apply_rope`."""
+    freqs = positions.float()[:, None] * inv_freq.float()[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
+    if cos.dtype != dtype:
+        cos, sin = cos.to(dtype), sin.to(dtype)
+    return cos[:, None, :], signed_sin(sin)[:, None, :]
+
+
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     dim = config.head_dim
     scaling = config.rope_scaling
     if scaling and scaling.get("rope_type") == "yarn":
         return yarn_inv_freq(dim, config.rope_theta, scaling)
-    inv_freq = 1.0 / (
-        config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
-    )
+    inv_freq = plain_inv_freq(dim, config.rope_theta)
     if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
         # Llama 3.1 long-context scaling: low frequencies divided by `factor`, high ones kept,
         # a smooth blend between.
@@ -188,15 +205,19 @@ class SparseMoE(DirectCall):
 
 
 class DecoderLayer(DirectCall):
-    def __init__(self, config: ModelConfig, layer_index: int) -> None:
+    """Pre-norm attention and feed-forward with residuals: Llama's attention and its dense MLP
+    or (Mixtral, Qwen3-MoE) `block_sparse_moe`, or a family's own (gpt_oss.py, deepseek.py),
+    named as in the checkpoint so its state dict loads as it is."""
+
+    def __init__(self, config: ModelConfig, layer_index: int, self_attn: nn.Module | None = None,
+                 feed_forward: nn.Module | None = None) -> None:
         super().__init__()
-        self.self_attn = Attention(config, layer_index)
-        # Named as in the checkpoint, so its state dict loads as it is.
-        self.is_moe = config.is_moe_layer(layer_index)
+        self.self_attn = self_attn or Attention(config, layer_index)
+        self.is_moe = feed_forward is None and config.is_moe_layer(layer_index)
         if self.is_moe:
             self.block_sparse_moe = SparseMoE(config)
         else:
-            self.mlp = MLP(config)
+            self.mlp = feed_forward or MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -208,7 +229,7 @@ class DecoderLayer(DirectCall):
 
 
 class Backbone(DirectCall):
-    def __init__(self, config: ModelConfig, layer_class: type[nn.Module],
+    def __init__(self, config: ModelConfig, layer_class: Callable[[ModelConfig, int], nn.Module],
                  norm_class: type[nn.Module] = RMSNorm) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
@@ -219,7 +240,7 @@ class Backbone(DirectCall):
 class FlatBatchDecoder(DirectCall):
     """A decoder whose `forward` runs the flattened tokens of a batch (prefills and decodes
     together), every layer under the same rope: a family gives its backbone (`embed_tokens`,
-    `layers`, `norm`), `rope` and `rope_frequencies`."""
+    `layers`, `norm`), `rope` and `config_buffers`."""
 
     def __init__(self, config: ModelConfig, backbone: nn.Module) -> None:
         super().__init__()
@@ -228,18 +249,23 @@ class FlatBatchDecoder(DirectCall):
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        for name, value in self.config_buffers().items():
+            self.register_buffer(name, value, persistent=False)
 
-    def rope_frequencies(self) -> torch.Tensor:
+    def config_buffers(self) -> dict[str, torch.Tensor]:
+        """The buffers no checkpoint holds, computed from the config (RoPE frequencies, in
+        float32)."""
         raise NotImplementedError
+
+    def reset_buffers(self, device: torch.device) -> None:
+        """`config_buffers` on `device` (`to_empty` leaves buffers uninitialised)."""
+        for name, value in self.config_buffers().items():
+            setattr(self, name, value.to(device))
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) of `positions` as the family's layers take them (llama's `Attention`:
         `[T, 1, D]`, sin signed by `signed_sin`)."""
         raise NotImplementedError
-
-    def reset_buffers(self, device: torch.device) -> None:
-        """The buffers no checkpoint holds, on `device`: RoPE frequencies, in float32."""
-        self.inv_freq = self.rope_frequencies().to(device)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
@@ -259,7 +285,7 @@ class LlamaDecoder(FlatBatchDecoder):
     """Llama's decoder (and Qwen's, Mistral's, Mixtral's): one rope, YaRN or Llama 3's scaling."""
 
     # The decoder layer; a family with other layers (gpt_oss.py) swaps its own in.
-    layer_class: type[nn.Module] = DecoderLayer
+    layer_class: Callable[[ModelConfig, int], nn.Module] = DecoderLayer
     # Names of expert E's projections and of the router (kvbench.models.loader maps a
     # checkpoint's per-expert or fused expert tensors onto them).
     EXPERT_WEIGHT = "block_sparse_moe.experts.{expert}.{proj}.weight"
@@ -268,20 +294,11 @@ class LlamaDecoder(FlatBatchDecoder):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, Backbone(config, self.layer_class))
-        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
         self.rope_attention_factor = rope_attention_factor(config)
         self.softmax_scale = config.softmax_scale
 
-    def rope_frequencies(self) -> torch.Tensor:
-        return rope_inv_freq(self.config)
+    def config_buffers(self) -> dict[str, torch.Tensor]:
+        return {"inv_freq": rope_inv_freq(self.config)}
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos(), emb.sin()
-        if self.rope_attention_factor != 1.0:
-            cos, sin = cos * self.rope_attention_factor, sin * self.rope_attention_factor
-        # [T, 1, D]: broadcast over heads; sin signed for `apply_rope`
-        if cos.dtype != dtype:
-            cos, sin = cos.to(dtype), sin.to(dtype)
-        return cos[:, None, :], signed_sin(sin)[:, None, :]
+        return rope_cos_sin(positions, self.inv_freq, dtype, self.rope_attention_factor)

@@ -159,15 +159,17 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
             try:
                 with safe_open(str(file), framework="pt") as reader:
                     for name in reader.keys():
-                        if name in expected:  # held under the checkpoint's own name
-                            _copy_tensor(reader, file, name, expected, loaded)
-                        elif FUSED_EXPERTS.search(name):
-                            _copy_fused_experts(decoder, reader, file, name, expected, loaded)
-                        elif expert := NAMED_EXPERT.search(name):
-                            _copy_tensor(_OneTensor(reader.get_tensor(name)), file,
-                                         _expert_name(decoder, expert), expected, loaded)
-                        else:
-                            _copy_tensor(reader, file, name, expected, loaded)
+                        if name not in expected and FUSED_EXPERTS.search(name):
+                            for target, tensor in _split_fused_experts(decoder, reader, file, name):
+                                _copy_tensor(file, target, tensor.shape, lambda t=tensor: t,
+                                             expected, loaded)
+                            continue
+                        target = name
+                        if name not in expected and (expert := NAMED_EXPERT.search(name)):
+                            layer, index, proj = expert.groups()
+                            target = _expert_weight(decoder, layer, int(index), proj)
+                        _copy_tensor(file, target, reader.get_slice(name).get_shape(),
+                                     lambda name=name: reader.get_tensor(name), expected, loaded)
             except (SafetensorError, OSError) as err:
                 raise KvbenchInputError(
                     f"{file}: not a readable safetensors file ({first_line(err)})"
@@ -195,55 +197,31 @@ FUSED_EXPERTS = re.compile(
 NAMED_EXPERT = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
 
 
-def _expert_name(decoder, expert: re.Match) -> str:
-    layer, index, proj = expert.groups()
-    return _expert_weight(decoder, layer, int(index), proj)
-
-
 def _expert_weight(decoder, layer: str, expert: int, proj: str) -> str:
     return layer + decoder.EXPERT_WEIGHT.format(expert=expert, proj=decoder.EXPERT_PROJ[proj])
 
 
-def _copy_fused_experts(decoder, reader, file: Path, name: str, expected: dict,
-                        loaded: dict[str, str]) -> None:
-    """Split a fused expert tensor into the decoder's per-expert weights."""
+def _split_fused_experts(decoder, reader, file: Path, name: str) -> list[tuple[str, torch.Tensor]]:
+    """A fused expert tensor as the decoder's per-expert weights (name, tensor)."""
     layer, kind = FUSED_EXPERTS.search(name).group(1, 3)
     experts = decoder.config.num_local_experts
-    if kind is None:  # the router
-        parts = {layer + decoder.ROUTER_WEIGHT: lambda t: t}
-    elif kind == "down":
-        parts = {_expert_weight(decoder, layer, e, "down"): lambda t, e=e: t[e]
-                 for e in range(experts)}
-    else:
-        parts = {_expert_weight(decoder, layer, e, proj):
-                 (lambda t, e=e, which=which: t[e].chunk(2, dim=0)[which])
-                 for e in range(experts) for which, proj in enumerate(("gate", "up"))}
     tensor = reader.get_tensor(name)
-    if kind is not None and (tensor.dim() != 3 or tensor.shape[0] != experts):
+    if kind is None:  # the router
+        return [(layer + decoder.ROUTER_WEIGHT, tensor)]
+    if tensor.dim() != 3 or tensor.shape[0] != experts:
         raise KvbenchInputError(
             f"{file}: tensor {name} has shape {tuple(tensor.shape)}, config.json implies "
             f"{experts} experts")
-    for target, take in parts.items():
-        _copy_tensor(_OneTensor(take(tensor)), file, target, expected, loaded)
+    if kind == "down":
+        return [(_expert_weight(decoder, layer, e, "down"), tensor[e]) for e in range(experts)]
+    return [(_expert_weight(decoder, layer, e, proj), tensor[e].chunk(2, dim=0)[which])
+            for e in range(experts) for which, proj in enumerate(("gate", "up"))]
 
 
-class _OneTensor:
-    """A safetensors reader over one in-memory tensor, for `_copy_tensor`."""
-
-    def __init__(self, tensor) -> None:
-        self.tensor = tensor
-
-    def get_slice(self, _name: str):
-        return self
-
-    def get_shape(self) -> list[int]:
-        return list(self.tensor.shape)
-
-    def get_tensor(self, _name: str):
-        return self.tensor
-
-
-def _copy_tensor(reader, file: Path, name: str, expected: dict, loaded: dict[str, str]) -> None:
+def _copy_tensor(file: Path, name: str, shape, read, expected: dict,
+                 loaded: dict[str, str]) -> None:
+    """Copy the tensor `read()` gives into parameter `name`, its name and `shape` checked
+    before its bytes are read."""
     if name not in expected:
         if "rotary_emb" in name:
             return
@@ -251,13 +229,11 @@ def _copy_tensor(reader, file: Path, name: str, expected: dict, loaded: dict[str
     if name in loaded:
         raise KvbenchInputError(f"{file}: tensor {name} is also in {loaded[name]}")
     param = expected[name]
-    sliced = reader.get_slice(name)
-    shape = tuple(sliced.get_shape())
-    if shape != tuple(param.shape):
+    if tuple(shape) != tuple(param.shape):
         raise KvbenchInputError(
-            f"{file}: tensor {name} has shape {shape}, config.json implies {tuple(param.shape)}"
-        )
-    tensor = reader.get_tensor(name)
+            f"{file}: tensor {name} has shape {tuple(shape)}, config.json implies "
+            f"{tuple(param.shape)}")
+    tensor = read()
     if tensor.dtype not in WEIGHT_DTYPES:
         raise KvbenchInputError(
             f"{file}: tensor {name} is {str(tensor.dtype).removeprefix('torch.')}; kvbench "

@@ -1,21 +1,10 @@
-"""Memory checked before it is taken: what a run needs against what the device has free.
+"""Memory checked before it is taken: weights + activation peak + KV budget against what the
+device has free (CPU: MemAvailable; CUDA: torch.cuda.mem_get_info).
 
-need = weights + activation peak + KV budget
-
-weights:      parameters x bytes of the dtype (`kvbench estimate`'s `weights_bytes`: one
-              formula for both, so the estimate and the refusal never disagree)
-activations:  `activation_bytes_estimate`, the widest point of one full-size prefill, plus
-              `profile_attention_bytes`, what the CUDA memory profile's attention adds
-KV budget:    the arena's bytes (`--kv-memory`, or the CPU default)
-
-available:    CPU: MemAvailable of /proc/meminfo (what the kernel can hand out without
-              swapping, page cache included); elsewhere free physical pages (os.sysconf).
-              CUDA: free bytes of torch.cuda.mem_get_info.
-
-A run that does not fit is refused with one line naming the figures and a way out, before a
-byte of the model is allocated: the alternative is the allocator failing half-way through
-building the model, or the kernel's OOM killer.
-"""
+Weights use `kvbench estimate`'s formula (`sizes.weights_bytes`), so the estimate and the
+refusal never disagree. A run that does not fit is refused in one line naming the figures and
+a way out before a byte of the model is allocated, rather than failing half-way through
+building it or meeting the kernel's OOM killer."""
 
 from __future__ import annotations
 

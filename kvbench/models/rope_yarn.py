@@ -1,14 +1,8 @@
-"""YaRN rope scaling (rope_type "yarn"), as transformers' `_compute_yarn_parameters` computes it.
-
-Low rotary frequencies (wavelengths longer than the pretraining context) are divided by
-`factor`, high ones kept, with a linear ramp between the dimensions that `beta_fast` and
-`beta_slow` rotations bound over `original_max_position_embeddings` (floored and ceiled
-unless `truncate` is false, as gpt-oss sets it). cos and sin are then multiplied by an
-attention factor: `attention_factor` when given, else 0.1 ln(factor) + 1, or the ratio of
-the two mscale terms when `mscale` and `mscale_all_dim` are both set.
-
-`yarn_scaling` checks a config's dict without torch (sizing reads configs torch-free).
-"""
+"""YaRN rope scaling (rope_type "yarn"), as transformers' `_compute_yarn_parameters` computes it:
+low rotary frequencies divided by `factor`, high ones kept, a linear ramp between the
+dimensions `beta_fast` and `beta_slow` bound (floored and ceiled unless `truncate` is false, as
+gpt-oss sets it); cos and sin times an attention factor. `yarn_scaling` checks a config's dict
+without torch (sizing reads configs torch-free)."""
 
 from __future__ import annotations
 
@@ -16,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.models.config_values import true_or_false
+from kvbench.models.config_values import rope_scaling_dict, true_or_false
 
 if TYPE_CHECKING:  # torch only where frequencies are computed: sizing checks configs without it
     import torch
@@ -53,6 +47,35 @@ def yarn_scaling(scaling: dict[str, Any], name: str) -> dict[str, Any]:
         raise KvbenchInputError(f"model {name}: config.json rope_scaling (yarn) lacks factor")
     true_or_false(scaling, "truncate", name, True, where="rope_scaling ")
     return {key: scaling[key] for key in YARN_FIELDS if key in scaling} | {"rope_type": "yarn"}
+
+
+def read_rope_scaling(hf: dict[str, Any], name: str,
+                      supported: tuple[str, ...] = ("default", "llama3", "yarn"),
+                      ) -> dict[str, Any] | None:
+    """config.json's rope scaling, checked: None (plain rope), YaRN's fields or Llama 3's;
+    any kind not in `supported` refused naming it."""
+    scaling = rope_scaling_dict(hf, name)
+    kind = scaling and (scaling.get("rope_type") or scaling.get("type")) or "default"
+    if kind not in supported:
+        raise KvbenchInputError(
+            f"model {name}: config.json rope_scaling type {kind!r} is not implemented "
+            f"(supported: {', '.join(supported)})")
+    if kind == "default":
+        return None
+    if kind == "yarn":
+        # As transformers standardises the dict: a top-level original_max_position_embeddings
+        # wins, and without one the pretraining length is max_position_embeddings.
+        original = hf.get("original_max_position_embeddings") or scaling.get(
+            "original_max_position_embeddings", hf.get("max_position_embeddings"))
+        if original is not None:
+            scaling = {**scaling, "original_max_position_embeddings": original}
+        return yarn_scaling(scaling, name)
+    needed = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    lacking = [key for key in needed if key not in scaling]
+    if lacking:
+        raise KvbenchInputError(
+            f"model {name}: config.json rope_scaling (llama3) lacks {', '.join(lacking)}")
+    return dict(scaling)
 
 
 def yarn_mscale(scale: float, mscale: float = 1.0) -> float:

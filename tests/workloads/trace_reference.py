@@ -1,19 +1,22 @@
-"""The workload of a CSV trace built through the generic path: its rows read, a `Request` per
-row, then `load._finish`'s copies of each (the time scale, the arrival process, clipping and
-its number). Tests compare the one-build path (`trace_table.py`) with it, field by field."""
+"""The workload of a CSV trace built the generic way: its rows read, a `Request` per row, then
+copies of each for the time scale, the arrival process (`apply_arrivals`), clipping
+(`clip_to_max_len`) and numbering. Tests compare the one-build path (`trace_table.py`) with
+it, field by field."""
 
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from kvbench.core.request import Request
-from kvbench.workloads.arrivals import ArrivalProcess
+from kvbench.workloads import apply_arrivals, clip_to_max_len
+from kvbench.workloads.bounds import prompt_cap
 from kvbench.workloads.csv_trace import CsvFormat, read_csv_columns
-from kvbench.workloads.load import _finish
 from kvbench.workloads.sampling import TokenSampler, rng_for
-from kvbench.workloads.trace_rows import TraceRow, prompt_lengths, to_requests
 
 
 def reference_workload(path: Path, fmt: CsvFormat, num_requests: int | None, seed: int,
@@ -23,15 +26,17 @@ def reference_workload(path: Path, fmt: CsvFormat, num_requests: int | None, see
     """The requests and the count of clipped ones, the old way."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        columns, _ = read_csv_columns(path, fmt, num_requests)
-    rows = [TraceRow(a, p, o) for a, p, o in zip(columns.arrival_s.tolist(),
-                                                 columns.prompt_len.tolist(),
-                                                 columns.output_len.tolist(), strict=True)]
+        (times, prompt_len, output_len), _ = read_csv_columns(path, fmt, num_requests)
     sampler = TokenSampler(rng_for(seed, fmt.tokens_stream), vocab_size)
-    requests = to_requests(rows, sampler.lazy_rows(
-        prompt_lengths(path, rows, max_model_len, drawn_now=False)))
-    return _finish(requests, time_scale, ArrivalProcess(request_rate, burstiness), seed,
-                   max_model_len)
+    prompts = sampler.lazy_rows(np.minimum(prompt_len, prompt_cap(max_model_len)))
+    origin = min(times.tolist())
+    requests = [Request(i, t - origin, prompt, out) for i, (t, prompt, out) in
+                enumerate(zip(times.tolist(), prompts, output_len.tolist(), strict=True))]
+    if time_scale != 1.0:
+        requests = [replace(r, arrival_s=r.arrival_s * time_scale) for r in requests]
+    requests = apply_arrivals(requests, request_rate, burstiness, seed)
+    requests, num_clipped = clip_to_max_len(requests, max_model_len)
+    return [replace(r, request_id=i) for i, r in enumerate(requests)], num_clipped
 
 
 def request_fields(request: Request) -> tuple:
