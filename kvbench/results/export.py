@@ -185,8 +185,7 @@ def _bench_result(run: RunFiles) -> Export:
         lists, stats, extra = _per_request(run, requests, max_concurrency, request_rate,
                                                  missing)
         data["total_input_tokens"] = sum(
-            n for n, ok in zip(lists["input_lens"], map(bool, requests["completed"]), strict=True)
-            if ok)
+            n for n, ok in zip(lists["input_lens"], requests["completed"], strict=True) if ok)
         data["total_output_tokens"] = sum(lists["output_lens"])
     else:
         missing += ["total_input_tokens", "total_output_tokens", "input_lens", "output_lens",
@@ -228,10 +227,9 @@ def _per_request(run: RunFiles, frame: pd.DataFrame, max_concurrency: int | None
     # A request never sent (an interrupted run) has vLLM's default start, 0.0.
     sent = np.where(np.isfinite(sent), sent, 0.0)
     arrival = np.where(np.isfinite(arrival), arrival, sent)
-    ttft_s = [float(v) / 1e3 if good and not pd.isna(v) else 0.0
-              for v, good in zip(frame["ttft_ms"], ok, strict=True)]
-    latency_s = [float(v) / 1e3 if good and not pd.isna(v) else 0.0
-                 for v, good in zip(frame["e2e_ms"], ok, strict=True)]
+    ttft_s, latency_s = ([float(v) / 1e3 if good and not pd.isna(v) else 0.0
+                          for v, good in zip(frame[name], ok, strict=True)]
+                         for name in ("ttft_ms", "e2e_ms"))
     output_lens = [int(v) if good else 0 for v, good in zip(frame["output_tokens"], ok,
                                                               strict=True)]
     queue_s = [float(b - a) for a, b in zip(arrival, sent, strict=True)]

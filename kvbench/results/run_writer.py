@@ -123,7 +123,7 @@ class RunWriter:
             added = [r for r in workload.requests if r.request_id in sequences]
             # Each row built once: the finished requests' as they were streamed.
             table = self._requests.table(added, sequences)
-            requests = table.columns_table()
+            requests = Columns(table.columns)
             with atomic_file(self.folder / "requests.csv") as handle:
                 table.write_csv(handle)
             del table
