@@ -1,20 +1,13 @@
 """The run's token times: `tokens.parquet` written from the engines' step ends, and the
 inter-token latencies of the summary.
 
-A sequence's token times are the ends of the steps it sampled in, held as ranges of its
-engine's `StepTimes` (`Sequence.token_steps`; kvbench/core/step_times.py): a range of engine
-steps `(start, stop)`, or of the engine's decode cohort steps `(~start, ~stop)`. Every end is
-laid in one array per engine (its step ends, then its decode cohort's, `ends[cohort_steps]`),
-and each sample's tokens are ranges of it. The file's rows are gathered from those ranges a
-batch at a time (a million requests hold hundreds of millions of tokens), and the same
-ranges give, per step rather than per token:
-
-- the inter-token latencies: within a range, the gaps are differences of consecutive values,
-  each counted once per range that spans it; between two ranges of one sample, one gap
-  each. `WeightedValues` holds them as (gap, count), from which the summary's figures come
-  without expanding them;
-- the report's times (`TokenTimes.times_s`, what reading the file back gives), gathered only
-  if something reads them, and their compact forms (`time_counts`, `gaps_s`).
+A sample's token times are ranges of its engine's step ends (`Sequence.token_steps`;
+kvbench/core/step_times.py), laid in one array per engine (its step ends, then its decode
+cohort's). The file's rows are gathered from those ranges a batch at a time (a million
+requests hold hundreds of millions of tokens), and the same ranges give, per step rather
+than per token, the inter-token gaps as (gap, count) (`WeightedValues`: within a range, each
+difference of consecutive values once per range that spans it; between two ranges of one
+sample, one gap each) and the report's times, gathered only if something reads them.
 """
 
 from __future__ import annotations
@@ -71,7 +64,7 @@ def write_token_file(handle: IO[bytes], requests: Iterable[Request],
     values = np.concatenate([log.values for log in logs]) if logs else np.empty(0)
     counts = np.bincount(ranges.owner, weights=ranges.stop - ranges.start,
                          minlength=len(ids)).astype(np.int64)
-    source = _RangeTimes(ranges, values)
+    source = RangeTimes(ranges, values)
     times = TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
                        np.concatenate([[0], np.cumsum(counts)]), source=source)
     # Row groups of samples near in time share step ends: zstd packs them, where a
@@ -208,7 +201,7 @@ def _merged(logs: list[_LogValues], start: np.ndarray, stop: np.ndarray,
     return start[new], stop[ends], owner[new]
 
 
-class _RangeTimes:
+class RangeTimes:
     """The tokens' times as ranges of the run's values (the report's `TokenTimes` source):
     per token only when `times_s` is asked for."""
 
