@@ -2,10 +2,9 @@
 
 A fast-forwarded run (docs/simulator.md, Fast-forward) changes only the clock, one token per
 sequence, and the books where a block fills, so its rows follow from the step ends, the
-tokens before it and the books' totals after each step that allocated. Whoever keeps the
-rows expands that description: one run in Python (`rows`, the reference), or many at once
-with numpy (`DecodeRunLog`) when a writer streams millions; both compute each value by the
-same float operations, so they agree to the bit and the type.
+tokens before it and the books' totals after each step that allocated: one run's in Python
+(`rows`), or many runs' at once with numpy (`DecodeRunLog`) when a writer streams millions,
+by the same float operations.
 """
 
 from __future__ import annotations
