@@ -307,7 +307,7 @@ class StepColumns:
     """Some columns of the rows a writer writes to `steps.csv`, kept in memory as numpy
     arrays with the dtypes pandas reads the file's columns as (int64; float64, and an int
     column with an empty cell float64 with NaN there): what the session's report draws,
-    without reading the file back. Beyond `max_rows` rows it lets them go."""
+    without reading the file back. Beyond `max_rows` rows it lets them go (`dropped`)."""
 
     def __init__(self, names: frozenset[str] | set[str], max_rows: int | None = None) -> None:
         self._wanted = [(name, _INDEX[name], name in _FLOAT_COLUMNS)
@@ -316,6 +316,10 @@ class StepColumns:
             name: [] for name, _, _ in self._wanted}
         self.max_rows = KEEP_MAX_ROWS if max_rows is None else max_rows
         self.num_rows = 0
+
+    @property
+    def dropped(self) -> bool:
+        return self._parts is None
 
     def add(self, rows: StepRows, start: int = 0, every: int = 1) -> None:
         """Rows `start::every` of a batch."""

@@ -52,16 +52,16 @@ def write_token_file(handle: IO[bytes], requests: Iterable[Request],
     ids, samples, seqs = _samples_in_order(requests, sequences)
     token_steps = list(map(_TOKEN_STEPS, seqs))
     num_steps = list(map(len, token_steps))
-    # Each sample's StepTimes (an engine's: one for all; a sequence's own where its tokens'
-    # times are not step ends, `generate()`'s), as an index.
-    step_logs, sample_log = _logs_of(list(map(_STEP_TIMES, seqs)), num_steps)
+    logs = set(map(_STEP_TIMES, seqs)) - {None}  # (by identity)
+    if len(logs) > 1:
+        raise ValueError("a run's token times are the ends of one engine's steps")
     del seqs
-    logs = [_LogValues.of(log) for log in step_logs]
+    log = _LogValues.of(logs.pop() if logs else StepTimes())
     steps = np.fromiter(itertools.chain.from_iterable(token_steps), dtype=np.int64,
                         count=sum(num_steps)).reshape(-1, 2)
     del token_steps
-    ranges = _Ranges.of(logs, steps, np.array(num_steps, dtype=np.int64) // 2, sample_log)
-    values = np.concatenate([log.values for log in logs]) if logs else np.empty(0)
+    ranges = _Ranges.of(log, steps, np.array(num_steps, dtype=np.int64) // 2)
+    values = log.values
     counts = np.bincount(ranges.owner, weights=ranges.stop - ranges.start,
                          minlength=len(ids)).astype(np.int64)
     source = RangeTimes(ranges, values)
@@ -112,25 +112,10 @@ def _samples_in_order(requests: Iterable[Request], sequences: dict[int, list[Seq
     return ids, samples, ordered
 
 
-def _logs_of(logs: list[StepTimes | None], num_steps: list[int],
-             ) -> tuple[list[StepTimes], np.ndarray]:
-    """The distinct StepTimes of the samples with tokens, and each sample's index into them
-    (0 for a sample without tokens)."""
-    one = set(logs)  # (by identity, in C)
-    one.discard(None)
-    if len(one) <= 1:  # an engine's, or none
-        return list(one), np.zeros(len(logs), dtype=np.int64)
-    distinct_by_id = {id(log): log for log, n in zip(logs, num_steps, strict=True) if n}
-    index = {key: i for i, key in enumerate(distinct_by_id)}
-    distinct = list(distinct_by_id.values())
-    return (distinct,
-            np.array([index[id(log)] if n else 0 for log, n in zip(logs, num_steps, strict=True)],
-                     dtype=np.int64))
-
-
 @dataclass(frozen=True)
 class _LogValues:
-    """One `StepTimes`' values: its step ends, then its decode cohort's."""
+    """The engine's `StepTimes` as the run's values: its step ends, then its decode
+    cohort's."""
 
     steps: int  # the cohort's values start here
     cohort: np.ndarray  # the engine step of each cohort step
@@ -145,50 +130,39 @@ class _LogValues:
 
 @dataclass(frozen=True)
 class _Ranges:
-    """Every sample's non-empty ranges, in file order, as `[start, stop)` of the run's values
-    (each log's laid end to end), and the sample each belongs to."""
+    """Every sample's non-empty ranges, in file order, as `[start, stop)` of the run's values,
+    and the sample each belongs to."""
 
     start: np.ndarray
     stop: np.ndarray
     owner: np.ndarray
-    num_samples: int
 
     @classmethod
-    def of(cls, logs: list[_LogValues], steps: np.ndarray, num_ranges: np.ndarray,
-           sample_log: np.ndarray) -> _Ranges:
-        """From `token_steps` pairs (`steps`; sample i has the next `num_ranges[i]`, of log
-        `sample_log[i]`): a cohort range `(~a, ~b)` is values `cohort_at + a ...`."""
+    def of(cls, log: _LogValues, steps: np.ndarray, num_ranges: np.ndarray) -> _Ranges:
+        """From `token_steps` pairs (`steps`; sample i has the next `num_ranges[i]`): a
+        cohort range `(~a, ~b)` is values `log.steps + a ...`."""
         owner = np.repeat(np.arange(num_ranges.size), num_ranges)
-        log = sample_log[owner]
-        bases = np.cumsum([0] + [t.values.size for t in logs])[:-1]
-        cohort_at = np.array([t.steps for t in logs], dtype=np.int64)
         start, stop = steps[:, 0], steps[:, 1]
         in_cohort = start < 0
-        offset = bases[log] if len(logs) > 1 else 0
         if in_cohort.any():
-            shift = cohort_at[log] if len(logs) > 1 else cohort_at[0]
-            start = np.where(in_cohort, shift + ~start, start)
-            stop = np.where(in_cohort, shift + ~stop, stop)
-        start, stop = start + offset, stop + offset
+            start = np.where(in_cohort, log.steps + ~start, start)
+            stop = np.where(in_cohort, log.steps + ~stop, stop)
         keep = stop > start  # an empty range holds no token and no gap
         if not keep.all():
             start, stop, owner = start[keep], stop[keep], owner[keep]
         if in_cohort.any():
-            start, stop, owner = _merged(logs, start, stop, owner)
-        return cls(start, stop, owner, num_ranges.size)
+            start, stop, owner = _merged(log, start, stop, owner)
+        return cls(start, stop, owner)
 
 
-def _merged(logs: list[_LogValues], start: np.ndarray, stop: np.ndarray,
+def _merged(log: _LogValues, start: np.ndarray, stop: np.ndarray,
             owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The same ranges, fewer: a cohort range whose steps are consecutive engine steps as
     that range of engine steps, and ranges of one sample that meet as one. A sample decoding
     while requests arrive leaves the cohort at every step that admits one and comes back, and
     each range is a gather of its own; the values (and so the times and the gaps)
     are the same either way."""
-    # Each value's engine step, as an index of the run's values.
-    engine = np.concatenate([np.concatenate([np.arange(t.steps), t.cohort]) + base
-                             for t, base in zip(logs, np.cumsum(
-                                 [0] + [t.values.size for t in logs]), strict=False)])
+    engine = np.concatenate([np.arange(log.steps), log.cohort])  # each value's engine step
     first, last = engine[start], engine[stop - 1]
     steps = last - first == stop - 1 - start  # (cohort steps only grow)
     start = np.where(steps, first, start)
