@@ -85,27 +85,17 @@ def write_token_file(handle: IO[bytes], requests: Iterable[Request],
 
 _TOKEN_STEPS = operator.attrgetter("token_steps")
 _STEP_TIMES = operator.attrgetter("step_times")
-_REQUEST_ID = operator.attrgetter("request_id")
-_FIRST = operator.itemgetter(0)
 
 
 def _samples_in_order(requests: Iterable[Request], sequences: dict[int, list[Sequence]],
                       ) -> tuple[list[int], list[int], list[Sequence]]:
     """The (request id, sample index, sequence) of each line, in request order, samples in
-    order. When every request sent has one sample (nearly always), by maps that run in C."""
-    requests = list(requests)
-    found = list(map(sequences.get, map(_REQUEST_ID, requests)))
-    sent = list(itertools.compress(requests, found))  # (those with sequences)
-    found = list(filter(None, found))
-    if found and set(map(len, found)) == {1}:
-        seqs = list(map(_FIRST, found))
-        return (list(map(int, map(_REQUEST_ID, sent))), list(map(int, map(_SAMPLE, seqs))),
-                seqs)
+    order."""
     ids: list[int] = []
     samples: list[int] = []
     ordered: list[Sequence] = []
-    for request, seqs in zip(sent, found, strict=True):
-        for seq in (seqs if len(seqs) == 1 else sorted(seqs, key=_SAMPLE)):
+    for request in requests:
+        for seq in sorted(sequences.get(request.request_id) or (), key=_SAMPLE):
             ids.append(int(request.request_id))
             samples.append(int(seq.sample_index))
             ordered.append(seq)
