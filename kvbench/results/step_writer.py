@@ -374,8 +374,12 @@ class StepWriter:
     def write_rows(self, rows: list[tuple]) -> None:
         """Rows of consecutive steps (`COLUMNS` tuples)."""
         n = self._pending_rows
-        self._pending += rows
-        self._pending_at.extend(range(n, n + len(rows)))
+        if len(rows) == 1:  # (a step stepped alone: most calls)
+            self._pending.append(rows[0])
+            self._pending_at.append(n)
+        else:
+            self._pending += rows
+            self._pending_at.extend(range(n, n + len(rows)))
         self._pending_rows = n + len(rows)
         if self._pending_rows >= _CHUNK_ROWS:
             self._flush()
