@@ -2,10 +2,9 @@
 
 A fast-forwarded run (docs/simulator.md, Fast-forward) changes only the clock, one token per
 sequence, and the books where a block fills, so its rows follow from the step ends, the
-tokens before it and the books' totals after each step that allocated. Whoever keeps the
-rows expands that description: one run in Python (`rows`, the reference), or many at once
-with numpy (`DecodeRunLog`) when a writer streams millions; both compute each value by the
-same float operations, so they agree to the bit and the type.
+tokens before it and the books' totals after each step that allocated: one run's in Python
+(`rows`), or many runs' at once with numpy (`DecodeRunLog`) when a writer streams millions,
+by the same float operations.
 """
 
 from __future__ import annotations
@@ -55,37 +54,27 @@ class DecodeRunRows(NamedTuple):
         rows: list[tuple] = []
         h, w, p = self.totals_before
         books, i = self.books, 0
-        for k in range(len(self.ends_s)):
+        n, b, external = self.num_seqs, self.bytes_per_slot, self.external
+        last = len(self.ends_s) - 1
+        for k, end in enumerate(self.ends_s):
             while i < len(books) and books[i][0] <= k:  # the books' totals after step k
                 _, h, w, p = books[i]
                 i += 1
-            rows.append(self._row(k, h, w, p))
+            start = self.ends_s[k - 1] if k else self.t_start_s
+            token = self.token_slots + n * (k + 1)
+            rows.append((
+                self.first_step + k, start, (end - start) * 1e3, 0.0, 0, n, n, 0,
+                self.num_running_last if k == last else n, self.num_waiting,
+                token * b, (w - token) * b, (h - w) * b, external * b,
+                (self.num_slots - h - external) * b, self.cached * b,
+                self.preemptions if k == 0 else 0,
+                token / (h + external) if h + external else None,
+                p if self.has_prompt_blocks else None, None, None, None))
         return rows
 
     def last_row(self) -> tuple:
-        """The last of `rows`, without the others."""
-        last = len(self.ends_s) - 1
-        h, w, p = self.totals_before
-        for step, after_h, after_w, after_p in self.books:
-            if step > last:
-                break
-            h, w, p = after_h, after_w, after_p
-        return self._row(last, h, w, p)
-
-    def _row(self, k: int, h: int, w: int, p: int) -> tuple:
-        """Step `k`'s row (from 0), its books' totals after it `h`, `w`, `p`."""
-        start = self.ends_s[k - 1] if k else self.t_start_s
-        end = self.ends_s[k]
-        n, b, external = self.num_seqs, self.bytes_per_slot, self.external
-        token = self.token_slots + n * (k + 1)
-        return (
-            self.first_step + k, start, (end - start) * 1e3, 0.0, 0, n, n, 0,
-            self.num_running_last if k == len(self.ends_s) - 1 else n, self.num_waiting,
-            token * b, (w - token) * b, (h - w) * b, external * b,
-            (self.num_slots - h - external) * b, self.cached * b,
-            self.preemptions if k == 0 else 0,
-            token / (h + external) if h + external else None,
-            p if self.has_prompt_blocks else None, None, None, None)
+        """The last of `rows` (read rarely: a progress bar's, a check's)."""
+        return self.rows()[-1]
 
 
 # A run's fixed numbers in `DecodeRunLog`, in this order; `at`: its first row's place among

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from kvbench.core.request import Request
-from kvbench.core.step_times import StepTimes, add_step_range
+from kvbench.core.step_times import StepTimes
 
 
 class SequenceStatus(enum.Enum):
@@ -79,22 +79,9 @@ class Sequence:
     @property
     def token_times_s(self) -> list[float]:
         """Each output token's time (seconds on the run's clock), in order: the ends of the
-        steps it was sampled in. A new list each call: add times with `add_token_times`."""
+        steps it was sampled in."""
         steps = self.token_steps
         return self.step_times.times(steps) if steps else []
-
-    def add_token_times(self, times_s: list[float], step_times: StepTimes | None = None) -> None:
-        """Record tokens sampled at `times_s`, each as a step of its own in `step_times` (the
-        engine's, or else the sequence's own): for an engine whose token times are not the
-        ends of its steps (`generate()`'s streamer) and for tests."""
-        log = self.step_times
-        if log is None:
-            log = self.step_times = step_times if step_times is not None else StepTimes()
-        elif step_times is not None and step_times is not log:
-            raise ValueError("a sequence's token times live in one StepTimes")
-        for t in times_s:
-            k = log.add(t)
-            add_step_range(self.token_steps, k, k + 1)
 
     @property
     def num_generated(self) -> int:

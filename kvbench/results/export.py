@@ -8,8 +8,7 @@ vLLM's types, units and formulas: per-request lists in seconds (`ttfts`, `latenc
 milliseconds as mean, median, std (population, as numpy's default) and p99 over completed
 requests, TPOT per request as (E2E − TTFT) / (output tokens − 1), `max_output_tokens_per_s`
 from vLLM's one-second buckets and `max_concurrent_requests` as vLLM's `calculate_concurrency`
-(`vllm/benchmarks/lib/utils.py`: the exact peak over half-open intervals; releases before it
-counted every request active during a one-second bucket, which overcounts). A request with
+(`vllm/benchmarks/lib/utils.py`: the exact peak over half-open intervals). A request with
 n > 1 samples is one request whose response streams every sample's tokens, as vLLM's client
 counts it: `output_lens` is the tokens of all samples and `itls` the gaps of their merged
 stream, so TTFT + Σ ITL is the request's E2E. Throughputs and duration are kvbench's own
@@ -80,20 +79,12 @@ class RunFiles:
         return cls(folder, summary, config if isinstance(config, dict) else {}, requests,
                    read_token_times(folder))
 
-    def itls_s(self, request_id: int, sample: int | None = None) -> list[float]:
-        """Every gap between consecutive tokens of one request's samples (or of one sample,
-        a `requests.csv` row), in seconds."""
-        gaps: list[float] = []
-        for index, times in enumerate((self.token_times or {}).get(request_id, [])):
-            if sample is None or index == sample:
-                gaps.extend(token_gaps_s(times))
-        return gaps
-
     def row_itls_s(self, frame: pd.DataFrame) -> list[list[float]]:
-        """`itls_s` of each row of a `requests.csv` frame: its sample's (one row per sample),
-        or its request's in a folder from before the `sample` column."""
+        """The gaps between consecutive tokens (seconds) of each row of a `requests.csv`
+        frame: its sample's, or its request's in a folder from before the `sample` column."""
         samples = frame["sample"] if "sample" in frame else [None] * len(frame)
-        return [self.itls_s(int(r), None if s is None else int(s))
+        return [[gap for index, times in enumerate(self.token_times.get(int(r), []))
+                 if s is None or index == int(s) for gap in token_gaps_s(times)]
                 for r, s in zip(frame["request_id"], samples, strict=True)]
 
     def stream_itls_s(self, request_id: int) -> list[float]:
@@ -194,8 +185,7 @@ def _bench_result(run: RunFiles) -> Export:
         lists, stats, extra = _per_request(run, requests, max_concurrency, request_rate,
                                                  missing)
         data["total_input_tokens"] = sum(
-            n for n, ok in zip(lists["input_lens"], _completed(requests), strict=True)
-            if ok)
+            n for n, ok in zip(lists["input_lens"], requests["completed"], strict=True) if ok)
         data["total_output_tokens"] = sum(lists["output_lens"])
     else:
         missing += ["total_input_tokens", "total_output_tokens", "input_lens", "output_lens",
@@ -222,17 +212,13 @@ def _bench_result(run: RunFiles) -> Export:
     return Export({k: data[k] for k in order}, missing)
 
 
-def _completed(frame: pd.DataFrame) -> list[bool]:
-    return [bool(v) for v in frame["completed"]]
-
-
 def _per_request(run: RunFiles, frame: pd.DataFrame, max_concurrency: int | None,
                  request_rate: float | str,
                  missing: list[str]) -> tuple[dict[str, Any], dict, dict[str, Any]]:
     """vLLM's per-request lists (from `frame`, one row per request), its latency statistics and
     its peak figures (and, under a concurrency limit, the client-side queue statistics it
     adds)."""
-    ok = _completed(frame)
+    ok = [bool(v) for v in frame["completed"]]
     ids = [int(i) for i in frame["request_id"]]
     arrival = frame["arrival_s"].to_numpy(dtype=float)
     # The clock of a request starts when it is sent (a slot free under --max-concurrency);
@@ -241,10 +227,9 @@ def _per_request(run: RunFiles, frame: pd.DataFrame, max_concurrency: int | None
     # A request never sent (an interrupted run) has vLLM's default start, 0.0.
     sent = np.where(np.isfinite(sent), sent, 0.0)
     arrival = np.where(np.isfinite(arrival), arrival, sent)
-    ttft_s = [float(v) / 1e3 if good and not pd.isna(v) else 0.0
-              for v, good in zip(frame["ttft_ms"], ok, strict=True)]
-    latency_s = [float(v) / 1e3 if good and not pd.isna(v) else 0.0
-                 for v, good in zip(frame["e2e_ms"], ok, strict=True)]
+    ttft_s, latency_s = ([float(v) / 1e3 if good and not pd.isna(v) else 0.0
+                          for v, good in zip(frame[name], ok, strict=True)]
+                         for name in ("ttft_ms", "e2e_ms"))
     output_lens = [int(v) if good else 0 for v, good in zip(frame["output_tokens"], ok,
                                                               strict=True)]
     queue_s = [float(b - a) for a, b in zip(arrival, sent, strict=True)]

@@ -87,20 +87,24 @@ def check_output_folder(out: Path | str, flag: str = "--out") -> None:
                 pass
 
 
-def claim_folder(root: Path, name: str) -> Path:
-    """Create `root/name` (or `name-2`, `-3`, ... when taken) and return it. `mkdir` without
-    exist_ok is the lock: two started in the same second never share a folder."""
+def claim_folder(root: Path, name: str, suffix: str = "") -> Path:
+    """Create `root/<name><suffix>` (or of `<name>-2`, `-3`, ... when either that or
+    `root/<name>` is taken) and return it. `mkdir` without exist_ok is the lock: two started
+    in the same second into one folder never share one."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    k = 1
+    k = 0
     while True:
-        folder = root / (name if k == 1 else f"{name}-{k}")
+        k += 1
+        final = root / (name if k == 1 else f"{name}-{k}")
+        claimed = final.with_name(final.name + suffix)
         try:
-            folder.mkdir()
+            claimed.mkdir()
         except FileExistsError:
-            k += 1
             continue
-        return folder
+        if not suffix or not final.exists():
+            return claimed
+        claimed.rmdir()  # finished and renamed by another session already
 
 
 def out_of_space(err: OSError) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.results.summary import Summary
+from kvbench.results.summary import Summary, as_summary
 from kvbench.units import format_bytes
 
 LATENCY_METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E",
@@ -39,17 +39,9 @@ class Metric:
         """The metric of one run as a float (None when missing or not a number)."""
         if summary is None:
             return None
-        if isinstance(summary, Summary):
-            value = summary.lookup(self.path)
-        else:
-            value: Any = summary
-            for key in self.path:
-                value = value.get(key) if isinstance(value, Mapping) else None
-        if value is None or isinstance(value, bool):
-            return None if value is None else float(value)
         try:
-            value = float(value)
-        except (TypeError, ValueError):
+            value = float(as_summary(summary).lookup(self.path))
+        except (TypeError, ValueError):  # (None too)
             return None
         return None if math.isnan(value) else value
 

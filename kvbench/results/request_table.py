@@ -1,11 +1,6 @@
-"""`RequestTable`: `requests.csv`'s rows as numpy columns, built from the run's sequences.
-
-The one builder of the file's rows: the runner builds a batch of finished requests' rows at
-a time for the working folder's streamed `requests.csv`, and the whole table at the end from those batches and
-the rest (`request_writer`). Columns are gathered in one pass over the samples and the
-latencies computed with numpy over whole columns, with vLLM's definitions (docs/design.md,
-Metrics): results/README.md documents each column.
-"""
+"""`RequestTable`: `requests.csv`'s rows as numpy columns, built from the run's sequences,
+the latencies with vLLM's definitions (docs/design.md, Metrics; results/README.md documents
+each column)."""
 
 from __future__ import annotations
 
@@ -17,7 +12,6 @@ import numpy as np
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
-from kvbench.results.columns import Columns
 from kvbench.results.csv_table import csv_text
 
 if TYPE_CHECKING:
@@ -151,9 +145,6 @@ class RequestTable:
         """Rows `order`."""
         return RequestTable({name: values[order] for name, values in self.columns.items()})
 
-    def columns_table(self) -> Columns:
-        return Columns(self.columns)
-
     def frame(self) -> pd.DataFrame:
         import pandas as pd  # (a run's own summary and report read `columns_table`)
 
@@ -165,6 +156,5 @@ class RequestTable:
 
     def write_csv(self, handle: IO[bytes]) -> None:
         """Write `requests.csv` to the binary `handle`, `_CHUNK_ROWS` rows at a time."""
-        handle.write(self.take(slice(0, _CHUNK_ROWS)).csv_lines())
-        for start in range(_CHUNK_ROWS, self.num_rows, _CHUNK_ROWS):
-            handle.write(self.take(slice(start, start + _CHUNK_ROWS)).csv_lines(header=False))
+        for start in range(0, max(self.num_rows, 1), _CHUNK_ROWS):
+            handle.write(self.take(slice(start, start + _CHUNK_ROWS)).csv_lines(start == 0))

@@ -2,10 +2,9 @@
 killed mid-replay (`kill -9`, the out-of-memory killer) keeps them; the whole file is written
 over them at the run's end (docs/design.md, Results contract).
 
-Rows are written (one unbuffered `write`) when `FLUSH_ROWS` finished requests wait, or by the
-first request to finish `FLUSH_EVERY_S` (wall time) after the previous write: a kill loses
-fewer than 256 requests, while a system call per finishing step would cost a long simulation
-(most of its steps end a request).
+Rows are written when `FLUSH_ROWS` finished requests wait, or by the first request to finish
+`FLUSH_EVERY_S` (wall time) after the previous write: a system call per finishing step would
+cost a long simulation (most of its steps end a request).
 """
 
 from __future__ import annotations
@@ -37,8 +36,7 @@ class RequestWriter:
         self.rows_written = 0
         self.flush_every_s = flush_every_s
         self.flush_rows = flush_rows
-        # Unbuffered: each batch is one system call, and on disk when `write` returns.
-        self._file: IO[bytes] | None = self.path.open("wb", buffering=0)
+        self._file: IO[bytes] | None = self.path.open("wb")
         self._held: list[Request] = []
         self._samples: dict[int, list[Sequence]] = {}
         self._written_at = time.monotonic()
@@ -64,7 +62,8 @@ class RequestWriter:
             return
         held, self._held = self._held, []
         table = RequestTable.build(held, self._samples)
-        self._write_all(table.csv_lines(header=not self.rows_written))
+        self._file.write(table.csv_lines(header=not self.rows_written))
+        self._file.flush()  # (a killed run's file: every batch written so far)
         self.rows_written += table.num_rows
         self._tables.append(table)
 
@@ -87,11 +86,6 @@ class RequestWriter:
         sorter = np.argsort(ids, kind="stable")
         order = sorter[np.searchsorted(ids, table.columns["request_id"], sorter=sorter)]
         return table.take(np.argsort(order, kind="stable"))
-
-    def _write_all(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:  # an unbuffered write may take part of it
-            view = view[self._file.write(view) :]
 
     def close(self) -> None:
         """Stop writing: `requests.csv` now holds every row."""

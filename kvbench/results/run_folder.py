@@ -2,21 +2,12 @@
 the one check every reader of results makes before it trusts them (docs/design.md, Results
 contract).
 
-A run writes into its working folder `<name>.partial/` with every file under its final name
-(`steps.csv` and `requests.csv` stream there as the run goes, so a killed run keeps the
-requests it finished); the rename to `<name>/` is the one step that says the folder is whole.
-A session of several runs holds one working folder per run from its start (a run that never
-started is an empty one) inside its own, and is renamed last, once its comparison files are
-written.
-
 A run folder is whole when its name does not end in `.partial`, its `kvbench_summary.json`
-reads and says `complete`, and its results files are there and whole: `requests.csv` (a row
-for each request) and `steps.csv` (its columns), and the token file (`tokens.parquet`, or an
-older folder's `tokens.jsonl`: a row for each row of `requests.csv`) unless the folder was
-written before it existed; none cut short. A folder kept to its summary alone, as a CI
-baseline may be, is whole. A folder of
-several runs (a comparison, `--repeat`) is whole when it is not `.partial` and each of its runs
-is. Each problem is one phrase named by the run (`contiguous-max`, `paged/rep-2`), so that a
+says `complete`, and its results files are whole: `requests.csv` (a row for each request),
+`steps.csv` and the token file (a row for each row of `requests.csv`) unless the folder
+predates it. A folder kept to its summary alone (a CI baseline) is whole. A folder of several
+runs (a comparison, `--repeat`) is whole when it is not `.partial` and each of its runs is.
+Each problem is one phrase named by the run (`contiguous-max`, `paged/rep-2`), so that a
 command can refuse or warn in one line.
 """
 
@@ -30,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvbench.errors import KvbenchInputError
+from kvbench.results.files import claim_folder
 from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 
 if TYPE_CHECKING:
@@ -57,23 +49,8 @@ def run_name(folder: Path) -> str:
 
 
 def claim_working_folder(root: Path, name: str) -> Path:
-    """Create the working folder `root/<name>.partial` (or of `<name>-2`, `-3`, ... when either
-    name is taken) and return it. `mkdir` without exist_ok is the lock: two sessions started
-    in the same second into one `--out` get two folders, never one shared."""
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    k = 1
-    while True:
-        final = root / (name if k == 1 else f"{name}-{k}")
-        k += 1
-        try:
-            working(final).mkdir()
-        except FileExistsError:
-            continue
-        if final.exists():  # finished and renamed by another session already
-            working(final).rmdir()
-            continue
-        return working(final)
+    """`claim_folder` of the working folder `root/<name>.partial`."""
+    return claim_folder(root, name, PARTIAL)
 
 
 def finish(folder: Path) -> Path:
@@ -124,8 +101,7 @@ def read_partial_requests(folder: Path) -> pd.DataFrame:
 
 
 def _cut_short(path: Path) -> bool:
-    """Whether a text file's last line is cut short (every line a whole file writes ends
-    in a newline)."""
+    """Whether a text file's last line is cut short (lacks its newline)."""
     with path.open("rb") as handle:
         handle.seek(0, os.SEEK_END)
         if handle.tell() == 0:

@@ -1,11 +1,6 @@
-"""`RunWriter`: the one door from a run to its results folder.
-
-The runner opens it when the run starts (`config.json` written, `steps.csv` and
-`requests.csv` opened in the working folder), streams to it what the engine finishes (steps
-through the engine's recorder, each request as it ends, so a killed run keeps them), and
-closes it once: the summary is made from the rows and the step totals, then `requests.csv`
-whole, the token file and `kvbench_summary.json` are written (docs/design.md, Results
-contract).
+"""`RunWriter`: the one door from a run to its results folder (docs/design.md, Results
+contract): opened when the run starts, streamed to as steps and requests finish (so a killed
+run keeps them), closed once to write the summary, `requests.csv` whole and the token file.
 """
 
 from __future__ import annotations
@@ -124,7 +119,7 @@ class RunWriter:
             added = [r for r in workload.requests if r.request_id in sequences]
             # Each row built once: the finished requests' as they were streamed.
             table = self._requests.table(added, sequences)
-            requests = table.columns_table()
+            requests = Columns(table.columns)
             with atomic_file(self.folder / "requests.csv") as handle:
                 table.write_csv(handle)
             del table
@@ -163,15 +158,14 @@ class RunWriter:
         prompt_tokens = int(by_request["prompt_len"].sum()) if any_rows else 0
         cached = int(by_request["cached_prompt_tokens"].sum()) if any_rows else 0
         use = steps.memory()
+        breakdown = MemoryBreakdown(**use.pop("breakdown_mean"))
         sums = getattr(getattr(engine, "step_recorder", None), "group_memory", None)
         memory = Memory(
             kv_budget_bytes=built.kv_budget_bytes,
             kv_capacity_tokens=engine.strategy.capacity_tokens if engine.strategy else None,
             kv_bytes_per_token=built.bytes_per_slot,
             kv_cache_dtype=str(built.kv_dtype).replace("torch.", ""),
-            utilization_mean=use["utilization_mean"],
-            utilization_saturated=use["utilization_saturated"],
-            breakdown_mean=MemoryBreakdown(**use["breakdown_mean"]),
+            **use, breakdown_mean=breakdown,
             # KV held per token and each KV group's split, where the engine keeps them.
             **(sums.summary() if sums is not None else {}),
             peak_gpu_bytes=peak_allocated_bytes(built.device),
@@ -197,15 +191,11 @@ class RunWriter:
             extra={**engine.strategy.stats(), **tier_figures(engine)} if engine.strategy else {},
         )
 
-        def stats(rows: Any, name: str) -> LatencyStats:
-            return LatencyStats(**latency_stats(rows.get(name, [])))
-
         latency = Latencies(
-            ttft=stats(requests, "ttft_ms"), tpot=stats(requests, "tpot_ms"),
-            itl=LatencyStats(**itl), e2e=stats(requests, "e2e_ms"),
-            queue=stats(requests, "queue_ms"), prefill=stats(requests, "prefill_ms"),
-            client_wait=stats(by_request, "client_wait_ms"),
-        )
+            **{name: LatencyStats(**latency_stats(requests.get(f"{name}_ms", [])))
+               for name in ("ttft", "tpot", "e2e", "queue", "prefill")},
+            itl=LatencyStats(**itl),
+            client_wait=LatencyStats(**latency_stats(by_request.get("client_wait_ms", []))))
         return Summary(
             label=self.config["label"],
             status=status,

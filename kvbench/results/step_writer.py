@@ -1,10 +1,8 @@
 """`StepWriter`: streams `steps.csv` to disk and keeps the per-step totals a summary needs.
 
-A long simulation runs hundreds of thousands of steps; keeping every `StepRecord` and
-converting them at the end cost more CPU than the simulation and memory that grew with every
-step. The writer takes rows as they come, writes them in batches (optionally every Nth only:
-`--steps-every`) and folds every row, written or not, into `StepTotals`, so the summary is
-over all steps.
+A long simulation runs millions of steps: the writer takes rows as they come (no
+`StepRecord` kept), writes them in batches (every Nth only with `--steps-every`) and folds
+every row, written or not, into `StepTotals`, so the summary is over all steps.
 """
 
 from __future__ import annotations
@@ -33,6 +31,10 @@ _INT_COLUMNS = frozenset(COLUMNS) - _FLOAT_COLUMNS
 _INDEX = {name: i for i, name in enumerate(COLUMNS)}
 _PART_COLUMNS = tuple(_INDEX[f"kv_{part}_bytes"] for part in SPLIT_PARTS)
 _FOLDED = frozenset((*_PART_COLUMNS, _INDEX["num_waiting"]))  # the columns `_fold_sums` reads
+# `StepTotals`' time-weighted sums: the utilization's (all steps, saturated steps) with their
+# weights, then the split's weight and each split part's share of the arena.
+_SUMS = ("util_total", "util_weight", "saturated_total", "saturated_weight", "part_weight",
+         *SPLIT_PARTS)
 
 
 class StepRows:
@@ -165,7 +167,7 @@ def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
     ]
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass
 class StepTotals:
     """What `RunWriter.summarize` reads from the steps, over every step.
 
@@ -186,17 +188,9 @@ class StepTotals:
     maxima: dict[str, int | None] = dataclasses.field(
         default_factory=lambda: dict.fromkeys(_MAX_COLUMNS))
     # The time-weighted sums (`_SUMS` order) and whether any step had a waiting queue.
-    _sums: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(len(_SUMS)))
+    _sums: tuple[float, ...] = (0.0,) * len(_SUMS)
     _any_saturated: bool = False
     _held_back: tuple | None = None
-
-    def __eq__(self, other: object) -> bool:
-        # The sums array as a whole (dataclass equality would compare it element-wise and ask
-        # the result for its truth); every other field holds plain Python values.
-        if not isinstance(other, StepTotals):
-            return NotImplemented
-        mine, theirs = dict(vars(self)), dict(vars(other))
-        return (np.array_equal(mine.pop("_sums"), theirs.pop("_sums"))) and mine == theirs
 
     def add_rows(self, rows: StepRows | Sequence[tuple]) -> None:
         """Fold in rows (a `StepRows` batch, or `COLUMNS` tuples), oldest first. Everything
@@ -206,45 +200,37 @@ class StepTotals:
             return
         if not isinstance(rows, StepRows):
             rows = StepRows.of_tuples(rows)
-        batch = rows.array(_INDEX["num_prefill_seqs"]) + rows.array(_INDEX["num_decode_seqs"])
-        most = int(batch.max())
+        column = rows.array
+        batch = column(_INDEX["num_prefill_seqs"]) + column(_INDEX["num_decode_seqs"])
         maxima = dict(self.maxima)
         for name in _MAX_COLUMNS:
-            values = rows.array(_INDEX[name])
-            if values.dtype.kind == "f":
-                values = values[~np.isnan(values)]
+            values = column(_INDEX[name])
+            values = values[~np.isnan(values)] if values.dtype.kind == "f" else values
             if values.size:
-                most_here = int(values.max())
-                old = maxima[name]
-                maxima[name] = most_here if old is None else max(old, most_here)
+                old, most = maxima[name], int(values.max())
+                maxima[name] = most if old is None else max(old, most)
         held = self._held_back
         sums = None
-        step_ms_column = rows.array(_INDEX["step_ms"]).astype(float, copy=False)
         if held is not None or len(rows) > 1:
-            # The rows' memory states, each weighted by how long it lasted: until the next
-            # row's start (the held-back row of the last batch first, this batch's last row
-            # held back in turn). Each column is converted once, whole.
-            def with_held(i: int, column: np.ndarray) -> np.ndarray:
-                return column if held is None else np.concatenate(
-                    [np.array([held[i]], dtype=float), column])
+            # Each row's memory state lasts until the next row starts: the row held back from
+            # the last batch first, this batch's last held back in turn.
+            def with_held(i: int) -> np.ndarray:
+                values = column(i).astype(float)
+                return values if held is None else np.concatenate(
+                    [np.array([held[i]], dtype=float), values])
 
-            def folded(i: int) -> np.ndarray:
-                return with_held(i, rows.array(i)[:-1].astype(float))
-
-            starts = with_held(_INDEX["t_s"], rows.array(_INDEX["t_s"]).astype(float))
-            durations = with_held(_INDEX["step_ms"], step_ms_column[:-1]) / 1e3
-            sums = _fold_sums([folded(i) if i in _FOLDED else None
-                               for i in range(len(COLUMNS))],
-                              np.maximum(starts[1:] - starts[:-1], durations))
-        step_ms = float(np.sum(step_ms_column))
-        overhead_ms = float(np.sum(rows.array(_INDEX["overhead_ms"]), dtype=float))
-        preemptions = int(rows.array(_INDEX["preemptions"]).sum())
-        waiting = int(rows.array(_INDEX["num_waiting"]).sum())
-        batch_sum = int(batch.sum())
+            lasted_s = np.maximum(np.diff(with_held(_INDEX["t_s"])),
+                                  with_held(_INDEX["step_ms"])[:-1] / 1e3)
+            sums = _fold_sums({i: with_held(i)[:-1] for i in _FOLDED}, lasted_s)
+        step_ms = float(np.sum(column(_INDEX["step_ms"]).astype(float, copy=False)))
+        overhead_ms = float(np.sum(column(_INDEX["overhead_ms"]), dtype=float))
+        preemptions = int(column(_INDEX["preemptions"]).sum())
+        waiting = int(column(_INDEX["num_waiting"]).sum())
         # then every total at once
         self.steps += len(rows)
         self.preemptions += preemptions
-        self.batch_sum += batch_sum
+        self.batch_sum += int(batch.sum())
+        most = int(batch.max())
         self.batch_max = most if self.batch_max is None else max(self.batch_max, most)
         self.waiting_sum += waiting
         self.overhead_ms += overhead_ms
@@ -258,12 +244,11 @@ class StepTotals:
         """Fold in the last row (weighted by its own length)."""
         last, self._held_back = self._held_back, None
         if last is not None:
-            self._apply(_fold_sums([np.array([value], dtype=float) if i in _FOLDED else None
-                                    for i, value in enumerate(last)],
+            self._apply(_fold_sums({i: np.array([last[i]], dtype=float) for i in _FOLDED},
                                    np.array([last[_INDEX["step_ms"]] / 1e3], dtype=float)))
 
     def _apply(self, sums: tuple[np.ndarray, bool]) -> None:
-        self._sums = self._sums + sums[0]
+        self._sums = tuple((np.array(self._sums) + sums[0]).tolist())
         self._any_saturated = self._any_saturated or sums[1]
 
     def memory(self) -> dict[str, Any]:
@@ -273,7 +258,7 @@ class StepTotals:
             return {"utilization_mean": None, "utilization_saturated": None,
                     "breakdown_mean": {p: None for p in SPLIT_PARTS}}
         util_total, util_weight, saturated_total, saturated_weight, weight, *parts = (
-            self._sums.tolist())
+            self._sums)
         saturated = (saturated_total / saturated_weight
                      if self._any_saturated and saturated_weight > 0 else None)
         return {
@@ -284,17 +269,10 @@ class StepTotals:
         }
 
 
-# `StepTotals`' time-weighted sums: the utilization's (all steps, saturated steps) with their
-# weights, then the split's weight and each split part's share of the arena.
-_SUMS = ("util_total", "util_weight", "saturated_total", "saturated_weight", "part_weight",
-         *SPLIT_PARTS)
-
-
-def _fold_sums(columns: list[np.ndarray | None], weight_s: np.ndarray,
+def _fold_sums(columns: dict[int, np.ndarray], weight_s: np.ndarray,
                ) -> tuple[np.ndarray, bool]:
-    """The sums (`_SUMS`) of rows given as one array per column (`COLUMNS` order; those of
-    `_FOLDED`), each row weighted by how long its memory state lasted, and whether a row
-    had a waiting queue."""
+    """The sums (`_SUMS`) of rows given as the columns of `_FOLDED` (by index), each row
+    weighted by how long its memory state lasted, and whether a row had a waiting queue."""
     parts = np.stack([columns[i] for i in _PART_COLUMNS], axis=1)
     token = parts[:, 0]
     held = parts[:, 0] + parts[:, 1] + parts[:, 2] + parts[:, 3]
@@ -320,8 +298,8 @@ def _fold_sums(columns: list[np.ndarray | None], weight_s: np.ndarray,
 
 # Rows a writer holds before it formats them and folds them into its totals at once.
 _CHUNK_ROWS = 4096
-# The most rows `StepColumns` holds (of those written; 15 columns: 120 MB): a longer run's report reads
-# its steps back from the file.
+# The most rows `StepColumns` holds (15 columns: 120 MB); a longer run's report reads its
+# steps back from the file.
 KEEP_MAX_ROWS = 1_000_000
 
 
@@ -364,14 +342,9 @@ class StepColumns:
                         for name, parts in self._parts.items()})
 
 
-
 class StepWriter:
     """Writes `steps.csv` in batches of rows; every row goes into `totals`, every Nth to the
-    file.
-
-    Rows go to `path` as they are made: the run's working folder says the file is whole
-    only once it is renamed (docs/design.md, Results contract).
-    """
+    file (in the run's working folder: docs/design.md, Results contract)."""
 
     def __init__(self, path: Path, every: int = 1, keep: StepColumns | None = None) -> None:
         if every < 1:
@@ -396,25 +369,18 @@ class StepWriter:
         self._ready_on_disk = False  # the first ready batch is written, not yet folded
 
     def write(self, record: StepRecord) -> None:
-        self._write_row(_ROW(record))
+        self.write_rows([_ROW(record)])
 
     def write_rows(self, rows: list[tuple]) -> None:
-        """Rows of consecutive steps (`COLUMNS` tuples), folded in the same batches as
-        `write` one at a time would fold them, so the totals come out the same to the bit."""
-        if len(rows) == 1:  # (a step stepped alone: most calls)
-            self._write_row(rows[0])
-            return
+        """Rows of consecutive steps (`COLUMNS` tuples)."""
         n = self._pending_rows
-        self._pending.extend(rows)
-        self._pending_at.extend(range(n, n + len(rows)))
+        if len(rows) == 1:  # (a step stepped alone: most calls)
+            self._pending.append(rows[0])
+            self._pending_at.append(n)
+        else:
+            self._pending += rows
+            self._pending_at.extend(range(n, n + len(rows)))
         self._pending_rows = n + len(rows)
-        if self._pending_rows >= _CHUNK_ROWS:
-            self._flush()
-
-    def _write_row(self, row: tuple) -> None:
-        self._pending.append(row)
-        self._pending_at.append(self._pending_rows)
-        self._pending_rows += 1
         if self._pending_rows >= _CHUNK_ROWS:
             self._flush()
 
@@ -435,9 +401,6 @@ class StepWriter:
         if self._pending_rows >= _CHUNK_ROWS or (last and self._pending_rows):
             arrays = self._runs.expand() if self._runs else None
             rows = batch_rows(self._pending, self._pending_at, arrays, self._pending_rows)
-            if len(rows) != self._pending_rows:
-                raise AssertionError(f"steps.csv: {len(rows)} rows made of "
-                                     f"{self._pending_rows} held")
             full = len(rows) - len(rows) % _CHUNK_ROWS
             ready = [rows.part(start, start + _CHUNK_ROWS)
                      for start in range(0, full, _CHUNK_ROWS)]
@@ -460,9 +423,8 @@ class StepWriter:
             self._ready_on_disk = False
 
     def _write_batch(self, rows: StepRows) -> None:
-        # The text first and the kept columns just before the write: the batch counts as
-        # written once its text is, so as little as can may stand between the two (a Ctrl-C
-        # there would keep it again at `close`).
+        # The kept columns just before the write: little may stand between the two (a Ctrl-C
+        # there would keep them again at `close`).
         first = -self.totals.steps % self.every  # the first of these rows that is an Nth
         text = rows.text(first, self.every)
         if self.kept is not None:

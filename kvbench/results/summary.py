@@ -1,17 +1,11 @@
 """`kvbench_summary.json` as typed objects: a `Summary` and its sections, written and read back.
 
-The JSON keys are the field names, in field order, exactly as `kvbench_summary.json` has always had
-them (results folders written before this module load unchanged). Rules of the round trip:
-
-- A key this version does not know is kept: each section collects such keys in `extra` and
-  writes them back after its known keys, so `from_dict(d).to_dict() == d` for a file of this
-  version or a newer one. The scheduler's `extra` is also where the cache strategy's own
-  counters live (`evictions`, `cache_hit_rate`, ... of the prefix cache).
-- A known key missing from an older file loads as None (a missing section loads as an empty
-  one) and is written back as null; `goodput` and `accuracy`, which only some runs have,
-  stay out of the file when they are None.
-
-See docs/design.md (the results contract) for what each figure means.
+The JSON keys are the field names, in field order. A key this version does not know is kept
+in its section's `extra` and written back after the known keys, so `from_dict(d).to_dict() ==
+d` for a file of this version or a newer one (the scheduler's `extra` also holds the cache
+strategy's own counters). A known key missing from an older file loads as None (a missing
+section as an empty one); `goodput` and `accuracy` stay out of the file when None. See
+docs/design.md (the results contract) for what each figure means.
 """
 
 from __future__ import annotations
@@ -25,13 +19,11 @@ from typing import Any, ClassVar, Self
 
 from kvbench.errors import KvbenchInputError
 
-# A run's summary file. Its name marks a kvbench results folder: vLLM's sweep plotters
-# (`vllm bench sweep plot`, `plot_pareto`) read every `summary.json` under the folder they are
-# given as a JSON list of their own run records, so kvbench writes none of its own
-# (results/README.md, File names); `kvbench export --format vllm-sweep` writes theirs.
+# Not `summary.json`: vLLM's sweep plotters read every such file under a folder as a list of
+# their own run records (results/README.md, File names).
 SUMMARY_FILE = "kvbench_summary.json"
-# What older kvbench versions named it; read back when it holds a JSON object (the
-# `summary.json` of a vLLM sweep holds a list).
+# What older kvbench versions named it; read back when it holds a JSON object (a vLLM sweep's
+# holds a list).
 LEGACY_SUMMARY_FILE = "summary.json"
 
 
@@ -165,8 +157,8 @@ class Memory(Section):
     # Mean held bytes / mean computed tokens of the sequences holding memory.
     kv_held_bytes_per_token: float | None = None
     # Per KV group (allocation group under `hybrid`, and `contiguous` on a windowed model):
-    # its layers, window, slot bytes and
-    # step-weighted mean bytes of each part of the split (`kvbench.engine.group_memory`).
+    # its layers, window, slot bytes and step-weighted mean bytes of each part of the split
+    # (`kvbench.engine.group_memory`).
     kv_groups: list[dict[str, Any]] | None = None
     peak_gpu_bytes: int | None = None
     prompt_blocks_max: int | None = None
@@ -286,8 +278,7 @@ class Summary(Section):
 
     def write(self, path: Path | str) -> None:
         """Write atomically (NaN and infinity as null)."""
-        # Imported here so that reading summaries and the metric catalogue need no pandas.
-        from kvbench.results.files import write_json
+        from kvbench.results.files import write_json  # (reading summaries needs no numpy)
 
         write_json(Path(path), self.to_dict())
 

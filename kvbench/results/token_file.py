@@ -1,20 +1,13 @@
 """The run's token times: `tokens.parquet` written from the engines' step ends, and the
 inter-token latencies of the summary.
 
-A sequence's token times are the ends of the steps it sampled in, held as ranges of its
-engine's `StepTimes` (`Sequence.token_steps`; kvbench/core/step_times.py): a range of engine
-steps `(start, stop)`, or of the engine's decode cohort steps `(~start, ~stop)`. Every end is
-laid in one array per engine (its step ends, then its decode cohort's, `ends[cohort_steps]`),
-and each sample's tokens are ranges of it. The file's rows are gathered from those ranges a
-batch at a time (a million requests hold hundreds of millions of tokens), and the same
-ranges give, per step rather than per token:
-
-- the inter-token latencies: within a range, the gaps are differences of consecutive values,
-  each counted once per range that spans it; between two ranges of one sample, one gap
-  each. `WeightedValues` holds them as (gap, count), from which the summary's figures come
-  without expanding them;
-- the report's times (`TokenTimes.times_s`, what reading the file back gives), gathered only
-  if something reads them, and their compact forms (`time_counts`, `gaps_s`).
+A sample's token times are ranges of its engine's step ends (`Sequence.token_steps`;
+kvbench/core/step_times.py), laid in one array per engine (its step ends, then its decode
+cohort's). The file's rows are gathered from those ranges a batch at a time (a million
+requests hold hundreds of millions of tokens), and the same ranges give, per step rather
+than per token, the inter-token gaps as (gap, count) (`WeightedValues`: within a range, each
+difference of consecutive values once per range that spans it; between two ranges of one
+sample, one gap each) and the report's times, gathered only if something reads them.
 """
 
 from __future__ import annotations
@@ -59,19 +52,19 @@ def write_token_file(handle: IO[bytes], requests: Iterable[Request],
     ids, samples, seqs = _samples_in_order(requests, sequences)
     token_steps = list(map(_TOKEN_STEPS, seqs))
     num_steps = list(map(len, token_steps))
-    # Each sample's StepTimes (an engine's: one for all; a sequence's own where its tokens'
-    # times are not step ends, `generate()`'s), as an index.
-    step_logs, sample_log = _logs_of(list(map(_STEP_TIMES, seqs)), num_steps)
+    logs = set(map(_STEP_TIMES, seqs)) - {None}  # (by identity)
+    if len(logs) > 1:
+        raise ValueError("a run's token times are the ends of one engine's steps")
     del seqs
-    logs = [_LogValues.of(log) for log in step_logs]
+    log = _LogValues.of(logs.pop() if logs else StepTimes())
     steps = np.fromiter(itertools.chain.from_iterable(token_steps), dtype=np.int64,
                         count=sum(num_steps)).reshape(-1, 2)
     del token_steps
-    ranges = _Ranges.of(logs, steps, np.array(num_steps, dtype=np.int64) // 2, sample_log)
-    values = np.concatenate([log.values for log in logs]) if logs else np.empty(0)
+    ranges = _Ranges.of(log, steps, np.array(num_steps, dtype=np.int64) // 2)
+    values = log.values
     counts = np.bincount(ranges.owner, weights=ranges.stop - ranges.start,
                          minlength=len(ids)).astype(np.int64)
-    source = _RangeTimes(ranges, values)
+    source = RangeTimes(ranges, values)
     times = TokenTimes(np.array(ids, dtype=np.int64), np.array(samples, dtype=np.int64),
                        np.concatenate([[0], np.cumsum(counts)]), source=source)
     # Row groups of samples near in time share step ends: zstd packs them, where a
@@ -92,52 +85,27 @@ def write_token_file(handle: IO[bytes], requests: Iterable[Request],
 
 _TOKEN_STEPS = operator.attrgetter("token_steps")
 _STEP_TIMES = operator.attrgetter("step_times")
-_REQUEST_ID = operator.attrgetter("request_id")
-_FIRST = operator.itemgetter(0)
 
 
 def _samples_in_order(requests: Iterable[Request], sequences: dict[int, list[Sequence]],
                       ) -> tuple[list[int], list[int], list[Sequence]]:
     """The (request id, sample index, sequence) of each line, in request order, samples in
-    order. When every request sent has one sample (nearly always), by maps that run in C."""
-    requests = list(requests)
-    found = list(map(sequences.get, map(_REQUEST_ID, requests)))
-    sent = list(itertools.compress(requests, found))  # (those with sequences)
-    found = list(filter(None, found))
-    if found and set(map(len, found)) == {1}:
-        seqs = list(map(_FIRST, found))
-        return (list(map(int, map(_REQUEST_ID, sent))), list(map(int, map(_SAMPLE, seqs))),
-                seqs)
+    order."""
     ids: list[int] = []
     samples: list[int] = []
     ordered: list[Sequence] = []
-    for request, seqs in zip(sent, found, strict=True):
-        for seq in (seqs if len(seqs) == 1 else sorted(seqs, key=_SAMPLE)):
+    for request in requests:
+        for seq in sorted(sequences.get(request.request_id) or (), key=_SAMPLE):
             ids.append(int(request.request_id))
             samples.append(int(seq.sample_index))
             ordered.append(seq)
     return ids, samples, ordered
 
 
-def _logs_of(logs: list[StepTimes | None], num_steps: list[int],
-             ) -> tuple[list[StepTimes], np.ndarray]:
-    """The distinct StepTimes of the samples with tokens, and each sample's index into them
-    (0 for a sample without tokens)."""
-    one = set(logs)  # (by identity, in C)
-    one.discard(None)
-    if len(one) <= 1:  # an engine's, or none
-        return list(one), np.zeros(len(logs), dtype=np.int64)
-    distinct_by_id = {id(log): log for log, n in zip(logs, num_steps, strict=True) if n}
-    index = {key: i for i, key in enumerate(distinct_by_id)}
-    distinct = list(distinct_by_id.values())
-    return (distinct,
-            np.array([index[id(log)] if n else 0 for log, n in zip(logs, num_steps, strict=True)],
-                     dtype=np.int64))
-
-
 @dataclass(frozen=True)
 class _LogValues:
-    """One `StepTimes`' values: its step ends, then its decode cohort's."""
+    """The engine's `StepTimes` as the run's values: its step ends, then its decode
+    cohort's."""
 
     steps: int  # the cohort's values start here
     cohort: np.ndarray  # the engine step of each cohort step
@@ -152,50 +120,39 @@ class _LogValues:
 
 @dataclass(frozen=True)
 class _Ranges:
-    """Every sample's non-empty ranges, in file order, as `[start, stop)` of the run's values
-    (each log's laid end to end), and the sample each belongs to."""
+    """Every sample's non-empty ranges, in file order, as `[start, stop)` of the run's values,
+    and the sample each belongs to."""
 
     start: np.ndarray
     stop: np.ndarray
     owner: np.ndarray
-    num_samples: int
 
     @classmethod
-    def of(cls, logs: list[_LogValues], steps: np.ndarray, num_ranges: np.ndarray,
-           sample_log: np.ndarray) -> _Ranges:
-        """From `token_steps` pairs (`steps`; sample i has the next `num_ranges[i]`, of log
-        `sample_log[i]`): a cohort range `(~a, ~b)` is values `cohort_at + a ...`."""
+    def of(cls, log: _LogValues, steps: np.ndarray, num_ranges: np.ndarray) -> _Ranges:
+        """From `token_steps` pairs (`steps`; sample i has the next `num_ranges[i]`): a
+        cohort range `(~a, ~b)` is values `log.steps + a ...`."""
         owner = np.repeat(np.arange(num_ranges.size), num_ranges)
-        log = sample_log[owner]
-        bases = np.cumsum([0] + [t.values.size for t in logs])[:-1]
-        cohort_at = np.array([t.steps for t in logs], dtype=np.int64)
         start, stop = steps[:, 0], steps[:, 1]
         in_cohort = start < 0
-        offset = bases[log] if len(logs) > 1 else 0
         if in_cohort.any():
-            shift = cohort_at[log] if len(logs) > 1 else cohort_at[0]
-            start = np.where(in_cohort, shift + ~start, start)
-            stop = np.where(in_cohort, shift + ~stop, stop)
-        start, stop = start + offset, stop + offset
+            start = np.where(in_cohort, log.steps + ~start, start)
+            stop = np.where(in_cohort, log.steps + ~stop, stop)
         keep = stop > start  # an empty range holds no token and no gap
         if not keep.all():
             start, stop, owner = start[keep], stop[keep], owner[keep]
         if in_cohort.any():
-            start, stop, owner = _merged(logs, start, stop, owner)
-        return cls(start, stop, owner, num_ranges.size)
+            start, stop, owner = _merged(log, start, stop, owner)
+        return cls(start, stop, owner)
 
 
-def _merged(logs: list[_LogValues], start: np.ndarray, stop: np.ndarray,
+def _merged(log: _LogValues, start: np.ndarray, stop: np.ndarray,
             owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The same ranges, fewer: a cohort range whose steps are consecutive engine steps as
     that range of engine steps, and ranges of one sample that meet as one. A sample decoding
     while requests arrive leaves the cohort at every step that admits one and comes back, and
     each range is a gather of its own; the values (and so the times and the gaps)
     are the same either way."""
-    # Each value's engine step, as an index of the run's values.
-    engine = np.concatenate([np.concatenate([np.arange(t.steps), t.cohort]) + base
-                             for t, base in zip(logs, np.cumsum(
-                                 [0] + [t.values.size for t in logs]), strict=False)])
+    engine = np.concatenate([np.arange(log.steps), log.cohort])  # each value's engine step
     first, last = engine[start], engine[stop - 1]
     steps = last - first == stop - 1 - start  # (cohort steps only grow)
     start = np.where(steps, first, start)
@@ -208,7 +165,7 @@ def _merged(logs: list[_LogValues], start: np.ndarray, stop: np.ndarray,
     return start[new], stop[ends], owner[new]
 
 
-class _RangeTimes:
+class RangeTimes:
     """The tokens' times as ranges of the run's values (the report's `TokenTimes` source):
     per token only when `times_s` is asked for."""
 

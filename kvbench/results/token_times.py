@@ -9,7 +9,7 @@ from a results folder. See results/README.md.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -17,21 +17,13 @@ import pyarrow as pa
 from kvbench.errors import KvbenchInputError
 from kvbench.results.weighted import WeightedValues
 
+if TYPE_CHECKING:
+    from kvbench.results.token_file import RangeTimes
+
 TOKENS_FILE = "tokens.parquet"
 JSONL_TOKENS_FILE = "tokens.jsonl"  # what folders written before tokens.parquet hold
 TOKENS_SCHEMA = pa.schema([("request_id", pa.int64()), ("sample", pa.int64()),
                            ("token_times_s", pa.list_(pa.float64()))])
-
-
-class TokenSource(Protocol):
-    """Where a `TokenTimes` made in memory gets its per-token arrays, and their compact forms
-    (`kvbench.results.token_file`)."""
-
-    def times_s(self) -> np.ndarray: ...
-
-    def time_counts(self) -> WeightedValues: ...
-
-    def gaps_s(self) -> WeightedValues: ...
 
 
 class TokenTimes:
@@ -47,7 +39,7 @@ class TokenTimes:
     __slots__ = ("request_ids", "samples", "starts", "_times_s", "_source")
 
     def __init__(self, request_ids: np.ndarray, samples: np.ndarray, starts: np.ndarray,
-                 times_s: np.ndarray | None = None, *, source: TokenSource | None = None,
+                 times_s: np.ndarray | None = None, *, source: RangeTimes | None = None,
                  ) -> None:
         if (times_s is None) == (source is None):
             raise ValueError("TokenTimes takes its times or a source of them, not both")

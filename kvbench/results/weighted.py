@@ -52,13 +52,9 @@ class WeightedValues:
         if values.size == 0:
             return dict.fromkeys(("mean", "p50", "p90", "p99", "max"))
         n = int(running[-1])
-        out: dict[str, float | None] = {
-            "mean": float(np.sum(values * np.diff(running, prepend=0))) / n,
-        }
-        for p in PERCENTILES:
-            out[f"p{p}"] = _percentile(values, running, n, p / 100)
-        out["max"] = float(values[-1])
-        return {key: out[key] for key in ("mean", "p50", "p90", "p99", "max")}
+        p50, p90, p99 = (_percentile(values, running, n, p / 100) for p in PERCENTILES)
+        return {"mean": float(np.sum(values * np.diff(running, prepend=0))) / n,
+                "p50": p50, "p90": p90, "p99": p99, "max": float(values[-1])}
 
 
 def _percentile(values: np.ndarray, running: np.ndarray, n: int, q: float) -> float:

@@ -15,6 +15,7 @@ from kvbench.results.metrics import goodput, latency_stats, throughput
 from kvbench.results.request_table import RequestTable
 from kvbench.results.token_file import write_token_file
 from tests.results.memory_reference import memory_summary
+from tests.results.token_steps import add_token_times
 
 
 def request_rows(requests: list[Request], samples: dict) -> pd.DataFrame:
@@ -31,7 +32,7 @@ def finished(request: Request, admitted: float, times: list[float]) -> Sequence:
     seq.admitted_s = admitted
     for _ in times:
         seq.token_ids.append(0)
-    seq.add_token_times(times)
+    add_token_times(seq, times)
     seq.first_token_s = times[0]
     seq.finish_s = times[-1]
     return seq
@@ -124,7 +125,7 @@ def test_itl_pools_each_samples_gaps_in_order(times_per_request):
         samples[i] = []
         for k, times in enumerate(sample_times):
             seq = Sequence(i * 10 + k, request, k, [1])
-            seq.add_token_times(times)
+            add_token_times(seq, times)
             samples[i].append(seq)
     expected = [(b - a) * 1e3 for sample_times in times_per_request for times in sample_times
                 for a, b in zip(times, times[1:], strict=False)]

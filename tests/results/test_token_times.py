@@ -24,6 +24,7 @@ from kvbench.results.token_times import (
     read_token_arrays,
     read_token_times,
 )
+from tests.results.token_steps import add_token_times
 
 TIMES = [0.1 + 0.2, 1e-7, 5e-7, 0.0078125, 1.0000005, 12.0, 0.0, 3600.000001,
          123_456_789.123456, 1e16, 5e-324]
@@ -32,7 +33,7 @@ TIMES = [0.1 + 0.2, 1e-7, 5e-7, 0.0078125, 1.0000005, 12.0, 0.0, 3600.000001,
 def _sequence(request: Request, sample: int, times: list[float]) -> Sequence:
     seq = Sequence(request.request_id * 10 + sample, request, sample,
                    list(request.prompt_token_ids))
-    seq.add_token_times(times)
+    add_token_times(seq, times)
     return seq
 
 
