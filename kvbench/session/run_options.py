@@ -201,7 +201,7 @@ class RunOptions:
         "a multi-strategy run also writes report.html into each strategy's folder (each "
         "inlines plotly.js, ~5 MB)", default=False, per_run=False, show_default=False)
     defaults: str = _executor(
-        "whose defaults the options not given take. vllm: vLLM v1's (its scheduler = "
+        "whose defaults the options not given take. vllm (the default): vLLM v1's (its scheduler = "
         "--batching vllm-v1 with chunked prefill and async scheduling, prefix caching = "
         "--strategy prefix, its --max-num-batched-tokens and --max-num-seqs, watermark 0, fp8 "
         "scale 1.0, one unmeasured request). classic: kvbench's earlier ones (--batching "
