@@ -54,7 +54,8 @@ class EngineConfig:
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     chunked_prefill: bool = False
     # Share of the KV blocks admission keeps free for running sequences to grow into. 0.01
-    # (vLLM v0's, whose scheduler `continuous` models) unless `--defaults vllm` (vLLM v1's 0).
+    # (vLLM v0's, whose scheduler `continuous` models); the commands take vLLM v1's 0 unless
+    # given `--defaults classic` (kvbench.session.vllm_defaults).
     watermark: float = 0.01
     # vLLM's async scheduling: step n + 1 is scheduled before step n's output is seen.
     # None: on where the batching policy models it (`vllm-v1`, as vLLM since 0.14).

@@ -141,7 +141,8 @@ class TraceRecorder:
         self.drawn_by_executor = drawn_by_executor
         self._threads: dict[int, str] = {}
         self._sort: dict[int, int] = {}
-        self._open: dict[int, list[tuple[str, dict[str, Any] | None, int]]] = {}
+        # per thread: (name, args, start, how many slices had been recorded at its start)
+        self._open: dict[int, list[tuple[str, dict[str, Any] | None, int, int]]] = {}
 
     def _us(self, t_s: float) -> int:
         return round((t_s - self.origin_s) * 1e6)
@@ -167,17 +168,27 @@ class TraceRecorder:
 
     def begin(self, name: str, args: dict[str, Any] | None = None, t_s: float | None = None):
         self._open.setdefault(self._tid(), []).append(
-            (name, args, self._us(self.clock() if t_s is None else t_s)))
+            (name, args, self._us(self.clock() if t_s is None else t_s), len(self._events)))
 
     def end(self, name: str, t_s: float | None = None) -> None:
         """Close the innermost open range of this thread (`name`: the one it must be)."""
         tid = self._tid()
         stack = self._open[tid]
-        begun, args, start_us = stack.pop()
+        begun, args, start_us, _ = stack.pop()
         if begun != name:
             raise RuntimeError(f"trace range {name!r} ended while {begun!r} is open")
         self._slice(name, start_us, self._us(self.clock() if t_s is None else t_s), tid,
                     len(stack), args)
+
+    def discard(self, name: str) -> None:
+        """Drop the innermost open range of this thread (`name`) and what this thread recorded
+        inside it, as if it had not begun: a step that turned out empty (nothing scheduled)
+        has no row in steps.csv either."""
+        tid = self._tid()
+        begun, _, _, recorded = self._open[tid].pop()
+        if begun != name:
+            raise RuntimeError(f"trace range {name!r} discarded while {begun!r} is open")
+        self._events[recorded:] = [e for e in self._events[recorded:] if e[3]["tid"] != tid]
 
     def complete(self, name: str, start_s: float, end_s: float, args: dict[str, Any],
                  nested: int = 0) -> None:
@@ -227,7 +238,7 @@ class TraceRecorder:
         last = max((ts - neg_dur for ts, neg_dur, _, _ in ordered), default=0)
         events = [event for *_, event in ordered]
         for tid, stack in self._open.items():
-            for name, args, start_us in stack:
+            for name, args, start_us, _ in stack:
                 closed = {**(args or {}), "closed": "at end of trace"}
                 events.append({"name": name, "cat": _CATEGORIES.get(name, _DEFAULT_CATEGORY),
                                "ph": "X", "ts": start_us, "dur": max(0, last - start_us),
@@ -278,12 +289,13 @@ NO_RANGE = contextlib.nullcontext()
 
 
 class _Range:
-    __slots__ = ("name", "args", "recorder")
+    __slots__ = ("name", "args", "recorder", "discarded")
 
     def __init__(self, name: str, args: dict[str, Any], recorder: TraceRecorder | None):
         self.name = name
         self.args = args
         self.recorder = recorder
+        self.discarded = False
 
     def __enter__(self) -> None:
         domain = _domain()
@@ -299,7 +311,10 @@ class _Range:
 
     def __exit__(self, *exc: object) -> bool:
         if self.recorder is not None:
-            self.recorder.end(self.name)
+            if self.discarded:
+                self.recorder.discard(self.name)
+            else:
+                self.recorder.end(self.name)
         domain = _domain()
         if domain is not None:
             domain.pop_range()
@@ -318,6 +333,13 @@ def trace_range(name: str, **args: Any) -> contextlib.AbstractContextManager[Non
     if recorder is None and _domain() is None:
         return NO_RANGE
     return _Range(name, args, recorder)
+
+
+def discard_range(entered: contextlib.AbstractContextManager[None]) -> None:
+    """Leave the Chrome-trace range `entered` (from `trace_range`, still open) out of the
+    trace when it closes, with what was recorded inside it; NVTX still shows it."""
+    if isinstance(entered, _Range):
+        entered.discarded = True
 
 
 def trace_counter(name: str, t_s: float | None, values: dict[str, int | float]) -> None:

@@ -32,28 +32,31 @@ repeats=${repeats:-$([ "$quick" = 1 ] && echo 2 || echo 3)}
 command -v kvbench >/dev/null || { echo "readme_figures.sh: kvbench is not on PATH" >&2; exit 2; }
 mkdir -p "$out"
 
-# id | command (as in docs/findings.md; --out and --quiet are added, --repeat is this script's)
+# id | command (as in docs/findings.md; --out and --quiet are added, --repeat is this script's).
+# A command runs under vLLM's defaults (the commands' own) unless it says --defaults classic:
+# the comparisons of classic batching policies do.
 figures=(
-  "memory-32mib|kvbench run --strategy contiguous,paged --workload sharegpt --kv-memory 32MiB --max-model-len 2048"
-  "continuous-paged-8mib|kvbench run --workload sharegpt --strategy paged --batching continuous --kv-memory 8MiB --max-model-len 2048 --max-num-seqs 64"
-  "static-contiguous-8mib|kvbench run --workload sharegpt --strategy contiguous --reserve max --batching static --kv-memory 8MiB --max-model-len 2048 --max-num-seqs 64"
-  "policies-16mib|kvbench run --workload sharegpt --strategy paged,contiguous --batching continuous,static --kv-memory 16MiB --max-model-len 2048 --max-num-seqs 64"
-  "generate-1-thread|kvbench run --workload sharegpt --engine hf --max-model-len 2048 --max-num-seqs 64"
-  "generate-2-threads|kvbench run --workload sharegpt --engine hf --max-model-len 2048 --max-num-seqs 64 --cpu-threads 2"
-  "prefix-chat|kvbench run --strategy paged,prefix --workload chat"
-  "parallel-sampling|kvbench run --strategy paged,prefix --workload parallel --num-requests 16"
-  "fp8-4mib|kvbench run --strategy paged,fp8 --dtype bfloat16 --workload sharegpt --kv-memory 4MiB --max-model-len 2048"
-  "moe-chat-16mib|kvbench run --model tiny-moe --strategy contiguous,paged,prefix,fp8 --workload chat --kv-memory 16MiB"
-  "dense-chat-16mib|kvbench run --model tiny --strategy contiguous,paged,prefix,fp8 --workload chat --kv-memory 16MiB"
+  "memory-32mib|kvbench run --strategy contiguous,paged --workload sharegpt --kv-memory 32MiB --max-model-len 2048 --defaults classic"
+  "continuous-paged-8mib|kvbench run --workload sharegpt --strategy paged --batching continuous --kv-memory 8MiB --max-model-len 2048 --max-num-seqs 64 --defaults classic"
+  "static-contiguous-8mib|kvbench run --workload sharegpt --strategy contiguous --reserve max --batching static --kv-memory 8MiB --max-model-len 2048 --max-num-seqs 64 --defaults classic"
+  "policies-16mib|kvbench run --workload sharegpt --strategy paged,contiguous --batching continuous,static --kv-memory 16MiB --max-model-len 2048 --max-num-seqs 64 --defaults classic"
+  "generate-1-thread|kvbench run --workload sharegpt --engine hf --max-model-len 2048 --max-num-seqs 64 --defaults classic"
+  "generate-2-threads|kvbench run --workload sharegpt --engine hf --max-model-len 2048 --max-num-seqs 64 --cpu-threads 2 --defaults classic"
+  "prefix-chat|kvbench run --strategy paged,prefix --workload chat --defaults classic"
+  "parallel-sampling|kvbench run --strategy paged,prefix --workload parallel --num-requests 16 --defaults classic"
+  "fp8-4mib|kvbench run --strategy paged,fp8 --dtype bfloat16 --workload sharegpt --kv-memory 4MiB --max-model-len 2048 --defaults classic"
+  "moe-chat-16mib|kvbench run --model tiny-moe --strategy contiguous,paged,prefix,fp8 --workload chat --kv-memory 16MiB --defaults classic"
+  "dense-chat-16mib|kvbench run --model tiny --strategy contiguous,paged,prefix,fp8 --workload chat --kv-memory 16MiB --defaults classic"
   "simulate-13b|kvbench simulate --model llama-2-13b --gpu a100-40gb --workload sharegpt --strategy contiguous,paged --num-requests 1000"
   "simulate-13b-rate-1|kvbench simulate --model llama-2-13b --gpu a100-40gb --workload sharegpt --strategy contiguous,paged --num-requests 1000 --request-rate 1"
   "simulate-13b-2048|kvbench simulate --model llama-2-13b --gpu a100-40gb --workload sharegpt --strategy contiguous,paged --num-requests 1000 --max-model-len 2048"
-  "hybrid-cpu-summarize|kvbench run --model tiny-hybrid --strategy paged,hybrid --workload summarize --workload-param input_mean=2048 --num-requests 12 --kv-memory 16MiB --max-model-len 8192"
-  "hybrid-cpu-prefix|kvbench run --model tiny-hybrid --strategy paged,prefix,hybrid --workload prefix-repeat --workload-param prefix_len=2048 --num-requests 12 --kv-memory 16MiB --max-model-len 8192"
+  "hybrid-cpu-summarize|kvbench run --model tiny-hybrid --strategy paged,hybrid --workload summarize --workload-param input_mean=2048 --num-requests 12 --kv-memory 16MiB --max-model-len 8192 --defaults classic"
+  "hybrid-cpu-prefix|kvbench run --model tiny-hybrid --strategy paged,prefix,hybrid --workload prefix-repeat --workload-param prefix_len=2048 --num-requests 12 --kv-memory 16MiB --max-model-len 8192 --defaults classic"
   "simulate-gemma3-summarize|kvbench simulate --model gemma-3-27b --gpu h100-80gb --strategy paged,prefix,hybrid,hybrid-prefix --workload summarize --workload-param input_mean=8192 --workload-param output_mean=256 --num-requests 200 --request-rate 1 --max-model-len 32768"
+  "simulate-gemma3-16k|kvbench simulate --model gemma-3-27b --gpu h100-80gb --strategy paged,hybrid --workload uniform --workload-param prompt_len=16384 --workload-param output_len=256 --num-requests 32"
   "simulate-gemma3-prefix|kvbench simulate --model gemma-3-27b --gpu h100-80gb --strategy paged,prefix,hybrid,hybrid-prefix --workload prefix-repeat --workload-param prefix_len=8192 --workload-param output_len=256,512 --num-requests 200 --request-rate 1 --max-model-len 32768"
 )
-sweep="kvbench sweep --simulate --model llama-2-13b --gpu a100-40gb --workload sharegpt --num-requests 300 --strategy contiguous,paged,prefix --reserve max,pow2,exact --request-rate 0.5,1,2,3,4,6 --slo ttft.p99=2s,tpot.p99=100ms --search request-rate --jobs 2 --name llama13b-a100-sharegpt"
+sweep="kvbench sweep --simulate --model llama-2-13b --gpu a100-40gb --workload sharegpt --num-requests 300 --strategy contiguous,paged,prefix --reserve max,pow2,exact --request-rate 0.5,1,2,3,4,6 --slo ttft.p99=2s,tpot.p99=100ms --search request-rate --jobs 2 --name llama13b-a100-sharegpt --defaults classic"
 quick_run=(--num-requests 8 --warmup 1)
 quick_sweep=(--num-requests 12 --reserve max --request-rate 1,4 --search-range 0.5,4 --tolerance 0.5 --jobs 1)
 
@@ -210,7 +213,10 @@ ratio("continuous+paged (16 MiB) / generate() 2 threads",
 ratio("generate() 2 threads / 1 thread",
       ("generate-2-threads", "hf-generate"), ("generate-1-thread", "hf-generate"))
 ratio("simulated paged / contiguous-max out tok/s",
-      ("simulate-13b", "paged"), ("simulate-13b", "contiguous-max"))
+      ("simulate-13b", "paged-vllm-v1"), ("simulate-13b", "contiguous-max-vllm-v1"))
+ratio("gemma-3-27b 16k prompts: hybrid / paged KV capacity",
+      ("simulate-gemma3-16k", "hybrid-vllm-v1"), ("simulate-gemma3-16k", "paged-vllm-v1"),
+      ("memory", "kv_capacity_tokens"))
 for model, figure in (("tiny-moe", "moe-chat-16mib"), ("tiny", "dense-chat-16mib")):
     for label, base in (("paged", "contiguous-max"), ("prefix", "paged"), ("fp8", "paged")):
         ratio(f"{model}, chat 16 MiB: {label} / {base} out tok/s",

@@ -13,14 +13,18 @@ def list_command() -> None:
     from kvbench.models.presets import PRESETS
     from kvbench.report.text_table import format_table
     from kvbench.scheduling import POLICIES, QUEUE_ORDERS
+    from kvbench.session.run_options import RunOptions
     from kvbench.strategies import STRATEGIES
     from kvbench.units import format_bytes
     from kvbench.workloads import WORKLOADS
 
-    click.echo("strategies:")
+    vllm, classic = RunOptions.for_kind("run"), RunOptions.for_kind("run", defaults="classic")
+    click.echo(f"strategies (default {vllm.strategy}; {classic.strategy} under --defaults "
+               "classic):")
     for name, summary in STRATEGIES.describe():
         click.echo(f"  {name:<13} {summary}")
-    click.echo("\nbatching policies:")
+    click.echo(f"\nbatching policies (default {vllm.batching}; {classic.batching} under "
+               "--defaults classic):")
     for name, summary in POLICIES.describe():
         click.echo(f"  {name:<12} {summary}")
     click.echo("\nqueue orders (--queue-order, with any batching policy):")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -9,7 +10,7 @@ import click
 from click.core import ParameterSource
 
 from kvbench.models.hub import with_revision
-from kvbench.session.run_options import OptionField, option_fields
+from kvbench.session.run_options import OptionField, RunOptions, option_fields
 from kvbench.session.vllm_flags import IGNORED_FLAGS, UNMODELLED_FLAGS, prefix_caching_strategy
 from kvbench.sizing.vllm_versions import CURRENT
 
@@ -118,13 +119,21 @@ def _type(info: OptionField) -> click.ParamType:
     return {int: click.INT, float: click.FLOAT, str: click.STRING}[info.base_type]
 
 
+@functools.cache
+def command_defaults(kind: str) -> RunOptions:
+    """What `kvbench <kind>` takes for the options not given (vLLM's, unless --defaults
+    classic), which --help shows; `split_params` still leaves an option at its default out,
+    so that `RunOptions.for_kind` resolves it under the --defaults given."""
+    return RunOptions.for_kind(kind)
+
+
 def click_option(info: OptionField, kind: str, *, comma_list: bool = False) -> click.Option:
     """The option of `info` for `kvbench <kind>`; `comma_list`: text that may list values
     (a sweep axis), with no default of its own."""
     spec = info.spec
     kwargs: dict[str, Any] = {"help": help_for(info, kind), "metavar": spec.metavar}
     if info.is_flag:
-        default = info.default_for(kind)  # None: not given (the engine decides)
+        default = getattr(command_defaults(kind), info.name)  # None: the engine decides
         kwargs.update(is_flag=True, default=None if default is None else bool(default))
         kwargs["show_default"] = spec.negatable and spec.show_default and not comma_list
     elif info.multiple:
@@ -134,7 +143,7 @@ def click_option(info: OptionField, kind: str, *, comma_list: bool = False) -> c
         if len(spec.kinds) == 1:
             kwargs["help"] = (spec.help + " " if spec.help else "") + f"[{spec.kinds[0]} only]"
     else:
-        default = info.default_for(kind)
+        default = getattr(command_defaults(kind), info.name)
         kwargs.update(type=_type(info), default=default,
                       show_default=spec.show_default and default is not None)
     return click.Option(declarations(info), **kwargs)
@@ -164,7 +173,7 @@ def split_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     """Click's parameters -> (the `RunOptions` fields the command line gave, output options).
 
     An option left at its default is left out, so that `RunOptions.for_kind` can tell it from
-    one given (`--defaults vllm` changes only the options not given)."""
+    one given (--defaults changes only the options not given)."""
     ctx = click.get_current_context()
     revision = ctx.meta.get("kvbench.revision")
     given = {k: v for k, v in params.items() if k not in OUTPUT_OPTIONS

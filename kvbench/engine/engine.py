@@ -19,7 +19,7 @@ from kvbench.engine.step_recorder import StepRecorder
 from kvbench.errors import KvbenchInputError, KvbenchRunError
 from kvbench.scheduling.base import BatchingPolicy
 from kvbench.strategies.base import CacheStrategy, MemorySplit, declares
-from kvbench.tracing import NO_RANGE, trace_range, tracing_active
+from kvbench.tracing import NO_RANGE, discard_range, trace_range, tracing_active
 
 if TYPE_CHECKING:  # the executor owns torch: the core never imports it
     from kvbench.core.executor import Executor
@@ -183,14 +183,16 @@ class Engine(BaseEngine):
         # Checked once a step: with nobody recording, the ranges and their arguments are
         # not built at all.
         traced = self._traced = tracing_active()
-        with trace_range("step", step=self.step_recorder.num_steps) if traced else NO_RANGE:
+        step_range = trace_range("step", step=self.step_recorder.num_steps) if traced else NO_RANGE
+        with step_range:
             with (trace_range("schedule", waiting=len(self.waiting), running=self.num_running)
                   if traced else NO_RANGE):
                 out = self.policy.schedule(t_start)
             if self._host is not None and self._host.loading:
                 out.scheduled = [item for item in out.scheduled
                                  if item[0].seq_id not in self._host.loading]
-            if not out.scheduled:
+            if not out.scheduled:  # no row in steps.csv: none in the trace either
+                discard_range(step_range)
                 if self._host is not None:
                     self._host_idle()
                 return self._schedule_nothing(len(out.preempted))

@@ -26,7 +26,13 @@ from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
 from kvbench.session.replay_config import SERVER_FRONTEND_LATENCY_MS
 from kvbench.session.run_config import RunConfig, section_classes
-from kvbench.session.vllm_defaults import DEFAULTS_CHOICES, vllm_defaults
+from kvbench.session.vllm_defaults import (
+    DEFAULT_DEFAULTS,
+    DEFAULTS_CHOICES,
+    VLLM,
+    defaults_name,
+    vllm_defaults,
+)
 from kvbench.simulator.gpus import DEFAULT_GPU
 from kvbench.sizing.kv_budget import DEFAULT_GPU_MEMORY_UTILIZATION
 
@@ -145,9 +151,13 @@ class RunOptions:
         "CUDA: share of device memory for the engine (as vLLM) "
         f"[{float(DEFAULT_GPU_MEMORY_UTILIZATION):g}]")
     block_size: int = _engine()
-    max_num_seqs: int = _engine()
+    max_num_seqs: int = _engine(
+        "[default: vLLM's, 256; simulate: 1024 on a --gpu of at least 70 GiB that is not an "
+        "A100; 256 under --defaults classic]", show_default=False)
     max_num_batched_tokens: int | None = _engine(
-        "token budget per step [default: max(2048, max-model-len)]")
+        "token budget per step [default: vLLM's, 2048; simulate: 8192 on a --gpu of at least "
+        "70 GiB that is not an A100; max(2048, max-model-len) without chunked prefill or under "
+        "--defaults classic]", show_default=False)
     max_model_len: int | None = _engine("[default: the model's maximum positions]")
     chunked_prefill: bool = _engine(negatable=True, aliases=("--enable-chunked-prefill",))
     async_scheduling: bool | None = _engine(
@@ -156,7 +166,8 @@ class RunOptions:
         "--batching vllm-v1, which alone models it]", negatable=True, show_default=False)
     watermark: float = _engine(
         "share of the KV blocks admission keeps free for running sequences to grow into "
-        "(vLLM's --watermark; vLLM v1 keeps none: --defaults vllm sets 0)", metavar="FRACTION")
+        "(vLLM's --watermark) [default: 0 as vLLM v1; 0.01 under --defaults classic]",
+        metavar="FRACTION", show_default=False)
     temperature: float = _engine("0 = greedy")
     kv_scale: float | None = _engine(
         "fp8 KV: fixed scale for every layer [default: amax/224 of the first write per layer]")
@@ -195,10 +206,17 @@ class RunOptions:
         "a multi-strategy run also writes report.html into each strategy's folder (each "
         "inlines plotly.js, ~5 MB)", default=False, per_run=False, show_default=False)
     defaults: str = _executor(
-        "vllm: every option not given takes vLLM v1's default (its scheduler = --batching "
-        "vllm-v1, with async scheduling; prefix caching = --strategy prefix, chunked prefill, its --max-num-batched-tokens and --max-num-seqs, watermark "
-        "0, fp8 scale 1.0, one unmeasured request; docs/cli.md, Defaults that differ from vLLM's)",
-        choices=DEFAULTS_CHOICES)
+        "whose defaults the options not given take. vllm (the default): vLLM v1's (its scheduler = "
+        "--batching vllm-v1 with chunked prefill and async scheduling, prefix caching = "
+        "--strategy prefix, its --max-num-batched-tokens and --max-num-seqs, watermark 0, fp8 "
+        "scale 1.0, one unmeasured request). classic: kvbench's earlier ones (--batching "
+        "continuous without chunking, --strategy paged, watermark 0.01, two warm-up requests; "
+        "'kvbench' is its former name). docs/cli.md, Defaults that differ from vLLM's",
+        choices=DEFAULTS_CHOICES,
+        # The commands take vLLM's; the field (a `RunOptions` or `RunConfig` built in Python,
+        # or a config.json that predates the option) keeps the sections' classic values,
+        # which are what such a configuration holds.
+        kind_defaults={kind: DEFAULT_DEFAULTS for kind in KINDS})
     # `kvbench run` only
     device: str = _engine("auto, cpu, cuda, cuda:N", kinds=("run",),
                           kind_defaults={"simulate": "cpu"})
@@ -237,12 +255,14 @@ class RunOptions:
 
     @classmethod
     def for_kind(cls, kind: str, **values: Any) -> RunOptions:
-        """The options of `kvbench <kind>`: that command's defaults (vLLM's, for the options
-        `values` does not give, with `defaults="vllm"`), then `values`."""
+        """The options of `kvbench <kind>`: that command's defaults (vLLM's for the options
+        `values` does not give, unless `defaults="classic"`), then `values`."""
         check_kind_name(kind)
         defaults = {f.name: _spec(f).kind_defaults[kind] for f in dataclasses.fields(cls)
                     if kind in _spec(f).kind_defaults}
-        if values.get("defaults") == "vllm":
+        if "defaults" in values:
+            values = {**values, "defaults": defaults_name(values["defaults"])}
+        if {**defaults, **values}["defaults"] == VLLM:
             defaults.update(vllm_defaults(kind, {**defaults, **values}))
         return cls(**{**defaults, **values})
 

@@ -1,4 +1,8 @@
-"""`--defaults vllm`: the values vLLM v1 takes for the options a user did not give.
+"""`--defaults vllm` (the commands' default): the values vLLM v1 takes for the options a user
+did not give. `--defaults classic` keeps kvbench's earlier defaults instead, the values the
+`RunConfig` sections state (continuous batching without chunked prefill, `paged`, watermark
+0.01, two warm-up requests): a comparison of classic policies (static against continuous
+batching) states its batching, and old scripts and results folders keep their meaning.
 
 Each value is what `vllm serve` (usage context OPENAI_API_SERVER) and `vllm bench serve`
 choose by default, from vLLM's sources (docs/cli.md, "Defaults that differ from vLLM's"):
@@ -31,7 +35,20 @@ from kvbench.config import EngineConfig
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.strategies import STRATEGIES
 
-DEFAULTS_CHOICES = ("kvbench", "vllm")
+VLLM = "vllm"
+CLASSIC = "classic"
+# "kvbench" is the name `classic` had while it was the default. It stays accepted, meaning
+# classic: scripts and sweep files that spelled it asked for exactly those values, and results
+# folders written then record it; nothing else could be meant by it, since no later default
+# will take that name.
+FORMER_CLASSIC = "kvbench"
+DEFAULTS_CHOICES = (VLLM, CLASSIC, FORMER_CLASSIC)
+DEFAULT_DEFAULTS = VLLM  # what `kvbench run`, `simulate` and `sweep` take
+
+
+def defaults_name(name: str) -> str:
+    """`name` as a run records it: the former name of `classic` read as `classic`."""
+    return CLASSIC if name == FORMER_CLASSIC else name
 
 # vLLM's `get_batch_defaults` for `vllm serve`: (max_num_batched_tokens, max_num_seqs)
 VLLM_BATCH_DEFAULTS = (2048, 256)

@@ -34,7 +34,8 @@ def test_chunked_prefill_lets_static_batching_run_prompts_longer_than_a_step(tmp
             "--workload-param", "prompt_len=512", "--workload-param", "output_len=4",
             "--max-model-len", "1024", "--max-num-batched-tokens", "256",
             "--out", str(tmp_path)]
-    assert main(args) == 2  # without chunking a 512-token prompt never fits a 256-token step
+    # without chunking a 512-token prompt never fits a 256-token step
+    assert main([*args, "--no-chunked-prefill"]) == 2
     assert main([*args, "--chunked-prefill"]) == 0
     summary = json.loads((_folder(tmp_path) / "kvbench_summary.json").read_text())
     assert summary["completed"] == 4 and summary["batching"] == "static"
@@ -44,7 +45,7 @@ def test_strategy_fp8_with_kv_cache_dtype_auto_is_paged_with_an_fp8_cache(tmp_pa
     assert main([*SIM, "--num-requests", "4", "--strategy", "fp8", "--kv-cache-dtype", "auto",
                  "--out", str(tmp_path)]) == 0
     config = json.loads((_folder(tmp_path) / "config.json").read_text())
-    assert config["kv_cache_dtype"] == "float8_e4m3fn" and config["label"] == "fp8"
+    assert config["kv_cache_dtype"] == "float8_e4m3fn" and config["label"] == "fp8-vllm-v1"
 
 
 def test_kv_scale_in_a_list_belongs_to_the_fp8_runs(tmp_path):
@@ -52,8 +53,8 @@ def test_kv_scale_in_a_list_belongs_to_the_fp8_runs(tmp_path):
                  "--out", str(tmp_path)]) == 0
     root = _folder(tmp_path)
     scales = {label: json.loads((root / label / "config.json").read_text())["run"]["engine"]
-              ["kv_scale"] for label in ("paged", "fp8")}
-    assert scales == {"paged": None, "fp8": 0.05}
+              ["kv_scale"] for label in ("paged-vllm-v1", "fp8-vllm-v1")}
+    assert scales == {"paged-vllm-v1": None, "fp8-vllm-v1": 0.05}
 
 
 def test_strategy_all_on_an_fp8_cache_runs_paged_fp8_once(tmp_path):
@@ -63,5 +64,5 @@ def test_strategy_all_on_an_fp8_cache_runs_paged_fp8_once(tmp_path):
 
     runs = expand_runs(RunOptions.for_kind("simulate", strategy="all", kv_cache_dtype="fp8"))
     labels = [strategy_label(r) for r in runs]
-    assert "paged-fp8" in labels and "fp8" not in labels
+    assert "paged-fp8-vllm-v1" in labels and "fp8-vllm-v1" not in labels
     assert len(labels) == len(set(labels))

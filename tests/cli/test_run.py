@@ -69,11 +69,11 @@ def test_static_batching_with_sjf_runs_and_config_records_the_queue_order(tmp_pa
                  "--out", str(tmp_path), "--quiet"]) == 0
     (folder,) = run_dirs(tmp_path)
     assert capsys.readouterr().out.strip() == str(folder)
-    assert folder.name.endswith("-paged-static-sjf-chat")
+    assert folder.name.endswith("-prefix-static-sjf-chat")  # vLLM's prefix caching: the default
     engine = json.loads((folder / "config.json").read_text())["run"]["engine"]
     assert engine["batching"] == "static" and engine["queue_order"] == "sjf"
     summary = json.loads((folder / "kvbench_summary.json").read_text())
-    assert summary["completed"] == 6 and summary["label"] == "paged-static-sjf"
+    assert summary["completed"] == 6 and summary["label"] == "prefix-static-sjf"
 
 
 def test_contiguous_max_holds_far_more_memory_per_token_than_paged(tmp_path, capsys):
@@ -81,12 +81,12 @@ def test_contiguous_max_holds_far_more_memory_per_token_than_paged(tmp_path, cap
                  "--out", str(tmp_path), *SMALL, "--json"]) == 0
     summaries = json.loads(capsys.readouterr().out)
     by_label = {s["label"]: s for s in summaries}
-    contiguous = by_label["contiguous-max"]["memory"]["utilization_mean"]
-    paged = by_label["paged"]["memory"]["utilization_mean"]
+    contiguous = by_label["contiguous-max-vllm-v1"]["memory"]["utilization_mean"]
+    paged = by_label["paged-vllm-v1"]["memory"]["utilization_mean"]
     assert contiguous < 0.4 and paged > 0.9
     (root,) = run_dirs(tmp_path)
     assert (root / "comparison.csv").is_file()
-    assert {p.name for p in run_dirs(root)} == {"contiguous-max", "paged"}
+    assert {p.name for p in run_dirs(root)} == {"contiguous-max-vllm-v1", "paged-vllm-v1"}
 
 
 @pytest.mark.parametrize(

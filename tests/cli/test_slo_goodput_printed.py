@@ -19,7 +19,7 @@ def test_slo_goodput_is_printed_from_summary_json(tmp_path, capsys):
     head = lines.index("goodput under the SLO (ttft <= 300 ms, tpot <= 50 ms):")
     rows = {line.split()[0]: line.split()[1:] for line in lines[head + 3:head + 5]}
     (folder,) = tmp_path.iterdir()
-    for label in ("contiguous-max", "paged"):
+    for label in ("contiguous-max-vllm-v1", "paged-vllm-v1"):
         goodput = json.loads((folder / label / "kvbench_summary.json").read_text())["goodput"]
         met, share, rate, unit = rows[label]
         assert met == f"{goodput['requests_meeting_slo']}/20"

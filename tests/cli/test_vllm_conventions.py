@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import click
 import pytest
 
 from kvbench.cli import main
@@ -42,8 +43,11 @@ def test_an_alias_parses_as_its_option(command):
         if command.name not in info.spec.kinds:
             continue
         for alias in info.spec.aliases:
-            if info.is_flag:
-                args = [[alias], [info.flag]]
+            if info.is_flag:  # the spelling that is not the command's default
+                negated = command.make_context(command.name, []).params[name]
+                given = "--no-" if negated else "--"
+                args = [[given + alias.removeprefix("--")],
+                        [given + info.flag.removeprefix("--")]]
             else:
                 value = "ttft:500" if name == "slo" else SAMPLE_VALUES[info.base_type]
                 args = [[alias, value], [info.flag, value]]
@@ -53,6 +57,8 @@ def test_an_alias_parses_as_its_option(command):
             assert via_alias[name] != command.make_context(command.name, []).params[name]
     negated = command.make_context(command.name, ["--no-enable-chunked-prefill"]).params
     assert negated["chunked_prefill"] is False
+    given = command.make_context(command.name, ["--enable-chunked-prefill"]).params
+    assert given["chunked_prefill"] is True
 
 
 def test_vllm_goodput_pairs_are_milliseconds():
@@ -62,10 +68,14 @@ def test_vllm_goodput_pairs_are_milliseconds():
 
 
 def test_defaults_vllm_takes_vllm_v1_values_and_an_explicit_option_wins():
-    kvbench = RunOptions.for_kind("simulate")
-    vllm = RunOptions.for_kind("simulate", defaults="vllm")  # on an A100 (the default GPU)
-    assert (kvbench.strategy, kvbench.chunked_prefill, kvbench.max_num_batched_tokens,
-            kvbench.max_num_seqs, kvbench.warmup) == ("paged", False, None, 256, 2)
+    classic = RunOptions.for_kind("simulate", defaults="classic")
+    vllm = RunOptions.for_kind("simulate")  # on an A100 (the default GPU)
+    assert vllm == RunOptions.for_kind("simulate", defaults="vllm")  # vLLM's: the default
+    assert (classic.batching, classic.strategy, classic.chunked_prefill,
+            classic.max_num_batched_tokens, classic.max_num_seqs, classic.warmup) == (
+        "continuous", "paged", False, None, 256, 2)
+    assert RunOptions.for_kind("simulate", defaults="kvbench") == classic  # its former name
+    assert vllm.batching == "vllm-v1"
     assert (vllm.strategy, vllm.chunked_prefill, vllm.max_num_batched_tokens,
             vllm.max_num_seqs, vllm.warmup, vllm.kv_scale) == ("prefix", True, 2048, 256, 1,
                                                                None)
@@ -91,6 +101,31 @@ def test_command_line_defaults_vllm_keeps_explicit_options(tmp_path, capsys):
     engine = run["engine"]
     assert (engine["strategy"], engine["chunked_prefill"], engine["max_num_batched_tokens"],
             engine["max_num_seqs"]) == ("prefix", True, 8192, 256)  # 256: given, kept
+
+
+def test_defaults_classic_is_recorded_by_that_name_also_when_spelled_kvbench(tmp_path):
+    for name in ("classic", "kvbench"):
+        args = ["simulate", "--model", "llama-2-7b", "--num-prompts", "4", "--defaults", name,
+                "--out", str(tmp_path / name), "--quiet"]
+        assert main(args) == 0
+        (config_path,) = (tmp_path / name).glob("*/config.json")
+        run = json.loads(config_path.read_text())["run"]
+        assert run["defaults"] == "classic"
+        assert (run["engine"]["batching"], run["engine"]["strategy"], run["warmup"]) == (
+            "continuous", "paged", 2)
+
+
+def test_help_shows_the_defaults_a_command_takes():
+    for command in (run_command, simulate_command):
+        text = " ".join(command.get_help(click.Context(command)).split())
+        assert "[default: vllm]" in text and "[default: vllm-v1]" in text
+        assert "[default: prefix]" in text
+
+
+def test_a_sweep_point_takes_vllm_defaults_unless_classic():
+    assert run_config_for("simulate", {}).executor.defaults == "vllm"
+    classic = run_config_for("simulate", {"defaults": "classic"})
+    assert (classic.executor.defaults, classic.engine.batching) == ("classic", "continuous")
 
 
 def test_a_sweep_point_takes_defaults_vllm():

@@ -313,8 +313,9 @@ def test_findings_simulate_figures(tmp_path, capsys):
                   r"keeps up with the arrivals at ([\d.]+) tok/s and a (\d+) ms median TTFT",
                   prose)
     assert m, "docs/findings.md: the 1 request/s sentence changed shape"
-    at_one = {s["label"]: s for s in _simulate([*argv, "--request-rate", "1"], tmp_path, capsys)}
-    contiguous, paged = at_one["contiguous-max"], at_one["paged"]
+    at_one = {s["strategy"]: s for s in _simulate([*argv, "--request-rate", "1"], tmp_path,
+                                                  capsys)}
+    contiguous, paged = at_one["contiguous"], at_one["paged"]
     assert f"{contiguous['throughput']['output_tok_s']:.1f}" == m.group(1)
     assert f"{contiguous['latency_ms']['ttft']['p50'] / 1e3:,.0f}" == m.group(2)
     assert f"{paged['throughput']['output_tok_s']:.1f}" == m.group(3)
@@ -393,8 +394,8 @@ def test_workloads_md_mooncake_sample_prefix_hit_rate(tmp_path, capsys):
     m = re.search(r"Replaying this sample with `--strategy paged,prefix` gives the prefix "
                   r"strategy a ([\d.]+)% prefix hit rate", _prose(ROOT / "docs" / "workloads.md"))
     assert m, "docs/workloads.md: the Mooncake sample's sentence changed shape"
-    runs = {s["label"]: s for s in _simulate(["--workload", str(trace), "--strategy",
-                                              "paged,prefix"], tmp_path / "runs", capsys)}
+    runs = {s["strategy"]: s for s in _simulate(["--workload", str(trace), "--strategy",
+                                                 "paged,prefix"], tmp_path / "runs", capsys)}
     assert f"{runs['prefix']['scheduler']['prefix_hit_rate']:.1%}" == m.group(1) + "%"
 
 
@@ -418,10 +419,10 @@ def test_simulate_help_describes_the_documented_step_time_model():
 def test_findings_hybrid_figures(tmp_path, capsys):
     commands = re.findall(r"^kvbench simulate --model gemma-3-27b [^\n]+$",
                           _text(FINDINGS), re.M)
-    assert len(commands) == 2, "docs/findings.md: the hybrid commands changed shape"
+    assert len(commands) == 3, "docs/findings.md: the hybrid commands changed shape"
     rows = _table(FINDINGS, "| workload | strategy | KV held / token | capacity")
     runs = {}
-    for command, workload in zip(commands, ("summarize (8k in)", "4 shared 8k prefixes"),
+    for command, workload in zip(commands[:2], ("summarize (8k in)", "4 shared 8k prefixes"),
                                  strict=True):
         argv = shlex.split(command)[2:]
         runs[workload] = {s["label"]: s for s in _simulate(argv, tmp_path, capsys)}
@@ -437,3 +438,25 @@ def test_findings_hybrid_figures(tmp_path, capsys):
         assert f"{sch['batch_size_mean']:.1f}" == cells[5], (workload, label)
         assert f"{s['throughput']['output_tok_s']:.1f}" == cells[6], (workload, label)
         assert f"{s['latency_ms']['ttft']['p50'] / 1e3:.1f} s" == cells[7], (workload, label)
+
+
+@pytest.mark.slow  # two runs of 32 prompts of 16k tokens: about 4 s on a quiet core
+def test_findings_gemma3_16k_hybrid_capacity(tmp_path, capsys):
+    """The Gemma-3 16k-token table (under the commands' defaults) and its capacity ratio."""
+    command = re.findall(r"^kvbench simulate --model gemma-3-27b [^\n]+$", _text(FINDINGS),
+                         re.M)[2]
+    assert "prompt_len=16384" in command and "--defaults" not in command
+    runs = {s["label"]: s for s in _simulate(shlex.split(command)[2:], tmp_path, capsys)}
+    rows = _table(FINDINGS, "| strategy | KV capacity | KV held / token | max running")
+    assert [row[0] for row in rows] == list(runs)
+    for label, capacity, held, running, tok_s, ttft in rows:
+        s = runs[label]
+        assert f"{s['memory']['kv_capacity_tokens']:,} tokens" == capacity, label
+        assert f"{s['memory']['kv_held_bytes_per_token'] / 1024:.1f} KiB" == held, label
+        assert str(s["scheduler"]["batch_size_max"]) == running, label
+        assert f"{s['throughput']['output_tok_s']:.1f}" == tok_s, label
+        assert f"{s['latency_ms']['ttft']['p50'] / 1e3:.1f} s" == ttft, label
+    m = re.search(r"`hybrid` holds ([\d.]+)x `paged`'s tokens in the same", _prose(FINDINGS))
+    assert m, "docs/findings.md: the 16k capacity sentence changed shape"
+    capacity = {s["strategy"]: s["memory"]["kv_capacity_tokens"] for s in runs.values()}
+    assert f"{capacity['hybrid'] / capacity['paged']:.1f}" == m.group(1)

@@ -54,7 +54,7 @@ def test_every_strategy_runs_on_it(tmp_path, capsys):
     code = main(["run", "--model", "tiny-moe", "--strategy", "contiguous,paged,prefix,fp8",
                  "--workload", "chat", "--workload-param", "output_len=4,8",
                  "--num-requests", "4", "--warmup", "0", "--max-model-len", "512",
-                 "--kv-memory", "1MiB", "--json", "--out", str(out)])
+                 "--kv-memory", "1MiB", "--json", "--out", str(out), "--defaults", "classic"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     runs = {s["label"]: s for s in json.loads(captured.out)}

@@ -9,7 +9,8 @@ import pytest
 from kvbench.cli import main
 
 # Tight memory so that paged preempts and prefix shares: every section has something to show.
-TINY = ["--num-requests", "12", "--warmup", "0", "--kv-memory", "2MiB", "--quiet"]
+TINY = ["--num-requests", "12", "--warmup", "0", "--kv-memory", "2MiB", "--quiet", "--defaults",
+        "classic"]
 
 
 @pytest.fixture(scope="session")

@@ -168,7 +168,7 @@ def test_a_repeated_comparison_loads_as_one_group(tmp_path):
                  "--num-requests", "6", "--repeat", "2", "--quiet", "--out", str(out)]) == 0
     (root,) = out.iterdir()
     runset = load_runs([root])
-    assert sorted(r.label for r in runset.runs) == ["paged", "prefix"]
+    assert sorted(r.label for r in runset.runs) == ["paged-vllm-v1", "prefix-vllm-v1"]
     assert {r.group for r in runset.runs} == {root}
 
 

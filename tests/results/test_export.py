@@ -21,7 +21,8 @@ def comparison(tmp_path_factory):
     """A simulated two-strategy run (fast, and written by the same runner as `kvbench run`)."""
     out = tmp_path_factory.mktemp("export")
     options = RunOptions.for_kind("simulate", strategy="paged,prefix", model="llama-2-7b",
-                                  workload="chat", num_requests=8, warmup=0, out=str(out))
+                                  workload="chat", num_requests=8, warmup=0, out=str(out),
+                                  defaults="classic")
     return run_session(plan_session(options)).root
 
 

@@ -133,7 +133,7 @@ def exported(request, tmp_path_factory):
     options = RunOptions.for_kind(
         "simulate", strategy="paged,prefix", model="llama-2-7b", workload=workload,
         num_requests=6, warmup=0, max_concurrency=concurrency, request_rate="8",
-        out=str(out / "kvbench"))
+        out=str(out / "kvbench"), defaults="classic")
     root = run_session(plan_session(options)).root
     sweep = out / "vllm"
     assert main(["export", str(root), "--format", "vllm-sweep", "-o", str(sweep)]) == 0
@@ -252,7 +252,7 @@ def test_peak_concurrency_counts_half_open_intervals():
 def test_repeats_are_one_configuration_s_runs(tmp_path):
     options = RunOptions.for_kind("simulate", strategy="paged,prefix", model="llama-2-7b",
                                   workload="uniform", num_requests=4, warmup=0, repeat=2,
-                                  out=str(tmp_path / "kvbench"))
+                                  out=str(tmp_path / "kvbench"), defaults="classic")
     root = run_session(plan_session(options)).root
     sweep = tmp_path / "vllm"
     assert main(["export", str(root), "--format", "vllm-sweep", "-o", str(sweep)]) == 0

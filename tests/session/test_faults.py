@@ -31,7 +31,7 @@ from kvbench.sweep.point import read_point
 
 SIM = ["simulate", "--model", "llama-2-7b", "--workload", "uniform",
        "--workload-param", "prompt_len=64", "--workload-param", "output_len=16",
-       "--warmup", "0", "--quiet"]
+       "--warmup", "0", "--quiet", "--defaults", "classic"]
 
 
 def _status(folder: Path) -> str:

@@ -52,7 +52,7 @@ def test_a_claimed_folder_never_reuses_a_name(tmp_path):
 def test_a_session_returns_its_results_and_prints_nothing(tmp_path, capsys):
     options = RunOptions.for_kind(
         "simulate", strategy="contiguous,paged", model="llama-2-7b", workload="sharegpt",
-        num_requests=12, warmup=0, repeat=2, out=str(tmp_path))
+        num_requests=12, warmup=0, repeat=2, out=str(tmp_path), defaults="classic")
     plan = plan_session(options)
     assert not tmp_path.exists() or not any(tmp_path.iterdir())  # planning writes nothing
     started = []
@@ -86,7 +86,8 @@ def test_repeats_run_interleaved_and_single_runs_warn_about_noise(tmp_path):
     --repeat."""
     options = RunOptions.for_kind(
         "simulate", strategy="contiguous,paged,prefix", model="llama-2-7b",
-        workload="sharegpt", num_requests=4, warmup=0, repeat=2, out=str(tmp_path / "r"))
+        workload="sharegpt", num_requests=4, warmup=0, repeat=2, out=str(tmp_path / "r"),
+        defaults="classic")
     result = run_session(plan_session(options))
     folders = [result.root / label / f"rep-{k}" for k in (1, 2)
                for label in ("contiguous-max", "paged", "prefix")]

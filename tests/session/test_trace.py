@@ -74,7 +74,7 @@ def test_the_rules_catch_a_slice_that_overlaps_its_parent():
     assert trace_problems({"traceEvents": [{**event, "name": "step", "ts": 0}]})  # no dur
 
 
-@pytest.mark.parametrize("label", ["paged", "contiguous-max"])
+@pytest.mark.parametrize("label", ["paged-vllm-v1", "contiguous-max-vllm-v1"])
 def test_trace_json_loads_clean_and_covers_the_run(traced, label):
     folder = traced / label
     data = _trace(folder)
@@ -153,14 +153,14 @@ def test_a_simulated_trace_loads_clean_with_each_steps_modelled_phases(simulated
 def test_every_run_has_its_own_process_and_merged_traces_load_clean(traced, simulated):
     merged: list[dict] = []
     processes = {}
-    for folder in (traced / "paged", traced / "contiguous-max", simulated):
+    for folder in (traced / "paged-vllm-v1", traced / "contiguous-max-vllm-v1", simulated):
         data = _trace(folder)
         (meta,) = [e for e in data["traceEvents"] if e["name"] == "process_name"]
         assert {e["pid"] for e in data["traceEvents"]} == {meta["pid"]}
         processes[meta["args"]["name"]] = meta["pid"]
         merged += data["traceEvents"]
-    assert set(processes) == {"kvbench paged", "kvbench contiguous-max",
-                              "kvbench paged (simulated)"}
+    assert set(processes) == {"kvbench paged-vllm-v1", "kvbench contiguous-max-vllm-v1",
+                              "kvbench paged-vllm-v1 (simulated)"}
     assert len(set(processes.values())) == 3  # a real and a simulated paged run stay apart
     assert trace_problems({"traceEvents": merged}) == []
 

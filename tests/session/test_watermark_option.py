@@ -1,5 +1,5 @@
-"""`--watermark`: kvbench's default 0.01 (vLLM v0's), vLLM v1's 0 under `--defaults vllm`, an
-explicit value winning, in `config.json` and as a sweep axis."""
+"""`--watermark`: vLLM v1's 0 by default, kvbench's classic 0.01 (vLLM v0's) under `--defaults
+classic`, an explicit value winning, in `config.json` and as a sweep axis."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from kvbench.sweep.options import run_config_for
 
 
 def test_watermark_defaults():
-    assert RunOptions.for_kind("simulate").watermark == 0.01
-    assert RunOptions.for_kind("run").watermark == 0.01
-    assert RunOptions.for_kind("simulate", defaults="vllm").watermark == 0.0
-    assert RunOptions.for_kind("simulate", defaults="vllm", watermark=0.05).watermark == 0.05
+    for kind in ("simulate", "run"):
+        assert RunOptions.for_kind(kind).watermark == 0.0
+        assert RunOptions.for_kind(kind, defaults="vllm").watermark == 0.0
+        assert RunOptions.for_kind(kind, defaults="classic").watermark == 0.01
+        assert RunOptions.for_kind(kind, defaults="kvbench").watermark == 0.01  # former name
+    assert RunOptions.for_kind("simulate", watermark=0.05).watermark == 0.05
+    assert RunOptions.for_kind("simulate", defaults="classic", watermark=0.05).watermark == 0.05
 
 
 def test_command_line_watermark_lands_in_the_engine_config(tmp_path):
@@ -35,4 +38,5 @@ def test_watermark_out_of_range_is_refused(tmp_path, capsys):
 
 def test_a_sweep_point_takes_a_watermark():
     assert run_config_for("simulate", {"watermark": 0.1}).engine.watermark == 0.1
-    assert run_config_for("simulate", {"defaults": "vllm"}).engine.watermark == 0.0
+    assert run_config_for("simulate", {}).engine.watermark == 0.0
+    assert run_config_for("simulate", {"defaults": "classic"}).engine.watermark == 0.01

@@ -30,18 +30,20 @@ SCRIPT = Path(__file__).parents[2] / "scripts" / "simulator_calibration.py"
 RELATIVE_TOLERANCE = 0.05
 
 # Small commands after docs/simulator.md's and the README's examples: a queueing ShareGPT
-# replay, an unpaced burst, and tensor parallelism under vLLM v1's scheduler.
+# replay, an unpaced burst, and tensor parallelism under vLLM v1's scheduler; under kvbench's
+# classic defaults, stated, so that the pins do not move with the commands' defaults.
 SIMULATE_CASES: dict[str, list[str]] = {
     "llama-2-13b a100-40gb sharegpt rate 2": [
         "simulate", "--model", "llama-2-13b", "--gpu", "a100-40gb", "--workload", "sharegpt",
-        "--request-rate", "2", "--strategy", "paged", "--num-requests", "200"],
+        "--request-rate", "2", "--strategy", "paged", "--num-requests", "200",
+        "--defaults", "classic"],
     "llama-2-13b a100-40gb sharegpt burst": [
         "simulate", "--model", "llama-2-13b", "--gpu", "a100-40gb", "--workload", "sharegpt",
-        "--strategy", "paged", "--num-requests", "200"],
+        "--strategy", "paged", "--num-requests", "200", "--defaults", "classic"],
     "llama-3-70b h100-80gb tp 4 vllm-v1": [
         "simulate", "--model", "llama-3-70b", "--gpu", "h100-80gb", "--tensor-parallel-size", "4",
         "--batching", "vllm-v1", "--max-num-batched-tokens", "512", "--workload", "sharegpt",
-        "--num-requests", "100", "--request-rate", "8"],
+        "--num-requests", "100", "--request-rate", "8", "--defaults", "classic"],
 }
 
 

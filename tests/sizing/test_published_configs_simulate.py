@@ -53,7 +53,7 @@ def test_simulate_paged_and_hybrid_on_the_published_config(family, tmp_path, cap
                  "--num-requests", "8", "--max-model-len", "8192", *options,
                  "--json", "--out", str(tmp_path / "out")])
     assert code == 0, capsys.readouterr().err
-    runs = {s["label"]: s for s in json.loads(capsys.readouterr().out)}
+    runs = {s["strategy"]: s for s in json.loads(capsys.readouterr().out)}
     assert [runs[s]["completed"] for s in ("paged", "hybrid")] == [8, 8]
     paged = runs["paged"]["memory"]["kv_held_bytes_per_token"]
     hybrid = runs["hybrid"]["memory"]["kv_held_bytes_per_token"]
