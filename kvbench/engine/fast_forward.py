@@ -189,16 +189,20 @@ class FastForward:
         finished in them, in order."""
         engine, policy, strategy, cohort = self.engine, self.policy, self.strategy, self.cohort
         running = engine.policy.running
-        if engine.ending_unseen() or not running or not self._join(running):
-            return 0, []  # (async: the step that sees last tokens is the engine's)
+        if not running or not self._join(running):
+            return 0, []
         total = 0
         finished: list[Sequence] = []
         while True:
             if engine.strategy.has_pending_copies() or tracing_active():
                 return total, finished
+            # Async: sequences whose last token is in flight are held until the next step
+            # is scheduled; that step runs here as a run's last step, which then ends them.
+            held = engine.ending_unseen()
             if not policy.decode_run_ready():
                 # A step of prompts alone keeps the members: its prompts join after it.
-                if not policy.next_schedule_admits_only() or engine.clock() >= until_s:
+                if (held or not policy.next_schedule_admits_only()
+                        or engine.clock() >= until_s):
                     return total, finished
                 now_finished = engine.step()
                 finished += now_finished
@@ -207,23 +211,27 @@ class FastForward:
                         or not self._join(running)):
                     return total, finished
                 continue
+            if held and not cohort.members:
+                return total, finished  # (a step that schedules nothing: the engine's)
             # The step in which the first member samples its last token: the run's last.
             to_finish = cohort.steps_to_first_finish()
             fit = strategy.cohort_run_steps(cohort.ordinal, len(cohort), to_finish)
-            run = min(fit, to_finish - 1)
+            if held and (fit == 0 or engine.clock() >= until_s):
+                return total, finished  # (the held give memory back only after it)
+            run = min(fit, to_finish - 1) if not held else 0
             num_steps = self._decode_run(run, until_s) if run > 0 else 0
             total += num_steps
             if num_steps < run or (num_steps and engine.clock() >= until_s):
                 return total, finished  # the next arrival comes first
             victims: list[Sequence] = []
-            if fit < to_finish:  # the pool runs dry in the next step: some members go
+            if fit <= run:  # the pool runs dry in the next step: some members go
                 victims = strategy.cohort_step_victims(cohort.ordinal, running)
                 if victims is None:  # all of them: `Engine.step`'s (it admits in the step)
                     return total, finished
             now_finished = self._last_step(victims)
             finished += now_finished
             total += 1
-            if ((now_finished and not through_finishes) or engine.ending_unseen() or not running
+            if ((now_finished and not through_finishes) or not running
                     or engine.clock() >= until_s):
                 return total, finished
 
@@ -238,16 +246,20 @@ class FastForward:
         joiners = running if not cohort.members else self._joiners
         fresh = [seq for seq in joiners
                  if seq.decode_from < 0 and seq.status is SequenceStatus.RUNNING]
+        # Async: those whose last token is in flight stay outside, held until seen.
+        held = [seq for seq in fresh if len(seq.token_ids) >= seq.end_len]
+        if held:
+            fresh = [seq for seq in fresh if len(seq.token_ids) < seq.end_len]
         # `Sequence.is_decoding` of each, inlined
         if not all([0 < seq.num_computed == len(seq.token_ids) - 1
                     and len(seq.token_ids) > seq.prompt_len for seq in fresh]):
             return False
-        if len(cohort) + len(fresh) != len(running):
+        if len(cohort) + len(fresh) + len(held) != len(running):
             raise AssertionError("decode cohort: a running sequence neither member nor joiner")
         join, ordinal = self.strategy.join_decode_cohort, cohort.ordinal
         for seq in fresh:
             join(seq, ordinal, cohort.join(seq))
-        self._joiners = []
+        self._joiners = held  # running outside the cohort (`_computed_tokens`)
         return True
 
     def _computed_tokens(self, holders: list[Sequence]) -> int:
@@ -308,10 +320,11 @@ class FastForward:
         finished = cohort.pop_finished()
         for seq in finished:
             strategy.leave_decode_cohort(seq)
-        if engine.async_scheduling:  # seen at the engine's next step; running till then
-            engine.sampled_in_flight(list(engine.policy.running), finished, t_end)
+        if engine.async_scheduling:  # seen at the next step; running till then
+            ended = engine.see_ending()  # those held since the step before, after this one's
+            engine.sampled_in_flight(list(engine.policy.running), finished, t_end)  # schedule
             self._joiners = finished  # running outside the cohort (`_computed_tokens`)
-            finished = []
+            finished = ended
         else:
             for seq in finished:
                 engine.finish(seq, t_end)

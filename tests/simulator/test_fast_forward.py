@@ -62,8 +62,7 @@ def scenarios(draw) -> dict:
                                     else st.sampled_from([64, 128])),
         kv_memory=str(draw(st.integers(MAX_MODEL_LEN, 6 * MAX_MODEL_LEN)) * KV_BYTES_PER_TOKEN),
         seed=draw(st.integers(0, 3)), steps_every=draw(st.sampled_from([1, 1, 3])),
-        # None: the policy's default (async under vllm-v1, where fast-forward declines and
-        # both replays step); False keeps vllm-v1's fast-forward in the draw.
+        # None: the policy's default (async under vllm-v1); False: synchronous.
         async_scheduling=draw(st.sampled_from([None, False])),
     )
 
@@ -109,6 +108,18 @@ def test_fast_forward_writes_the_same_results_as_stepping(scenario, tmp_path_fac
         assert forwarded[1][name] == stepped[1][name], name
 
 
+@SETTINGS
+@given(scenario=scenarios(), async_scheduling=st.booleans())
+def test_fast_forward_under_vllm_v1_writes_the_same_results_as_stepping(
+        scenario, async_scheduling, tmp_path_factory):
+    """vLLM v1's scheduler, drawn every time: mixed steps (decodes and prompts in one
+    budget), and under async scheduling the sequences held while their last token is in
+    flight, at every point of a run."""
+    scenario = dict(scenario, batching="vllm-v1", async_scheduling=async_scheduling)
+    test_fast_forward_writes_the_same_results_as_stepping.hypothesis.inner_test(
+        scenario=scenario, tmp_path_factory=tmp_path_factory)
+
+
 def test_fast_forward_runs_most_steps_of_a_decode_heavy_replay(tmp_path):
     """The equality above would hold for a fast-forward that never runs: here it must cover
     most steps of a replay whose requests decode for long, and still write the same files."""
@@ -122,9 +133,11 @@ def test_fast_forward_runs_most_steps_of_a_decode_heavy_replay(tmp_path):
     calls = {"step": 0, "forwarded": 0}
     step, forward = engine.step, engine.fast_forward
 
-    def counting_step():
-        calls["step"] += 1
-        return step()
+    def counting_step():  # the steps that ran something (under async, the one that sees
+        before = engine.step_recorder.num_steps  # the last tokens schedules nothing: no row)
+        finished = step()
+        calls["step"] += engine.step_recorder.num_steps - before
+        return finished
 
     def counting_forward(*args):
         advanced, finished = forward(*args)
