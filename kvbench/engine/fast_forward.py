@@ -28,6 +28,7 @@ import math
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from kvbench.core.decode_run_rows import BooksAfterStep
+from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.engine.decode_cohort import DecodeCohort
 from kvbench.scheduling.base import ScheduleOutput
@@ -52,6 +53,17 @@ class RunPolicy(Protocol):
         """Whether the next `schedule` only admits prompts from the queue, reading and
         changing no running sequence (the cohort then keeps its members through the step,
         and the prompts join at the next run)."""
+
+    def decodes_first_budget(self) -> int | None:
+        """Where the next `schedule` gives every running sequence (all decoding, none with
+        its last token in flight) its one token first, preempting none while their memory
+        fits, and then only admits prompts from the queue: the token budget it admits in
+        (a mixed step: the members decode as a cohort step, the prompts are stepped). None
+        where it does not."""
+
+    def admit_in_budget(self, now_s: float, budget: int) -> ScheduleOutput:
+        """The admissions of such a schedule, the running sequences' tokens (and memory)
+        taken: the prompts it admits, with their tokens, as `schedule` gives them."""
 
 
 @runtime_checkable
@@ -200,11 +212,18 @@ class FastForward:
             # is scheduled; that step runs here as a run's last step, which then ends them.
             held = engine.ending_unseen()
             if not policy.decode_run_ready():
-                # A step of prompts alone keeps the members: its prompts join after it.
-                if (held or not policy.next_schedule_admits_only()
-                        or engine.clock() >= until_s):
+                if held or engine.clock() >= until_s:
                     return total, finished
-                now_finished = engine.step()
+                # A step of prompts alone keeps the members: its prompts join after it; so
+                # does a mixed step, its members decoding as one cohort step.
+                if policy.next_schedule_admits_only():
+                    now_finished = engine.step()
+                else:
+                    budget = policy.decodes_first_budget()
+                    if (budget is None or engine.executor.reads_token_inputs
+                            or strategy.cohort_run_steps(cohort.ordinal, len(cohort), 1) < 1):
+                        return total, finished
+                    now_finished = self._mixed_step(budget)
                 finished += now_finished
                 total += 1
                 if ((now_finished and not through_finishes) or engine.clock() >= until_s
@@ -339,6 +358,58 @@ class FastForward:
             engine.num_running)
         if engine.strategy.check_accounting:
             self._check_books(holders, head)
+        return finished
+
+    def _mixed_step(self, budget: int) -> list[Sequence]:
+        """A step in which every member decodes (their memory known to fit) and then the
+        queue's prompts are admitted in `budget` tokens, as `Engine.step` runs it: the
+        members as one cohort step, the prompts stepped; the batch is the step's, prefills
+        first, then the decodes in admission order. The sequences that finished in it."""
+        engine, strategy, cohort = self.engine, self.strategy, self.cohort
+        t_start = engine.clock()
+        strategy.grow_cohort_run(cohort.ordinal, 1)  # the running pass of the schedule
+        out = self.policy.admit_in_budget(t_start, budget)
+        batch, to_sample, forks = engine._build_batch(out.scheduled)
+        members = list(cohort.members.values())
+        num_members = len(members)
+        # The members' rows after the prompts' prefills, before any prompt that decodes.
+        layout, p = batch.layout, batch.num_prefill_seqs
+        ordinal = cohort.ordinal
+        layout.query_lens[p:p] = [1] * num_members
+        layout.seq_lens[p:p] = [seq.decode_base + ordinal - seq.decode_from + 1
+                                for seq in members]
+        if layout.seq_ids is not None:
+            layout.seq_ids[p:p] = [seq.seq_id for seq in members]
+        prefill_tokens = batch.num_tokens - (len(layout.query_lens) - num_members - p)
+        rows = batch.sample_rows
+        k = sum(1 for row in rows if row < prefill_tokens)  # the prefills that sample
+        rows[k:] = [*range(prefill_tokens, prefill_tokens + num_members),
+                    *(row + num_members for row in rows[k:])]
+        batch.num_tokens += num_members
+        sampled = [*to_sample[:k], *members, *to_sample[k:]]
+        sampling = SamplingParams(engine.temperature, engine.seed, rows=sampled, forks=forks)
+        t_forward = engine.clock()
+        tokens = self.executor.execute_and_sample(batch, sampling)
+        now_s = engine.clock()
+        finished = engine._commit(to_sample, [*tokens[:k], *tokens[k + num_members:]], now_s,
+                                  bool(forks))
+        cohort.advance(len(engine.step_times.ends) - 1, 1)  # (the step `_commit` added)
+        ended = cohort.pop_finished()
+        for seq in ended:
+            strategy.leave_decode_cohort(seq)
+        if engine.async_scheduling:  # seen at the next step; running till then
+            finished = engine._see_in_flight(sampled, finished + ended, now_s)
+            self._joiners += ended  # running outside the cohort (`_computed_tokens`)
+        else:
+            for seq in ended:
+                engine.finish(seq, now_s)
+            finished += ended
+        self.admitted(out.admitted)
+        split = engine._memory_split()
+        engine.step_recorder.record(t_start, engine.clock(), now_s - t_forward, batch, split,
+                                    0, engine.num_running, len(engine.waiting), False)
+        if strategy.check_accounting:
+            self._check_books(engine.policy.holders(), engine.waiting.head())
         return finished
 
     def _check_books(self, holders: list[Sequence], head: Sequence | None) -> None:

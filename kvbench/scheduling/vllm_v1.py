@@ -53,6 +53,17 @@ class VllmV1Batching(BatchingPolicy):
     def next_schedule_admits_only(self) -> bool:
         return False  # the running requests are scheduled first
 
+    def decodes_first_budget(self) -> int | None:
+        # Every running request its one token (a preemption admits nothing), then the queue.
+        left = self.limits.max_num_batched_tokens - len(self.running)
+        return left if left >= 0 else None
+
+    def admit_in_budget(self, now_s: float, budget: int) -> ScheduleOutput:
+        out = ScheduleOutput()
+        if budget > 0:
+            self._admit_chunks(now_s, out, budget)
+        return out
+
     def schedule(self, now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()
         budget = self._schedule_running(out)
