@@ -16,10 +16,19 @@ Each must then offer `RunPolicy`, `RunStrategy` or `RunExecutor` below; nothing 
 engine, policies, strategies or executors knows about runs, and a part that does not declare
 them runs by stepping, with the same results.
 
+A mixed step (`RunPolicy.decodes_first_budget`: `vllm-v1`, whose schedule gives every
+running sequence its token and then admits prompts in the budget left) keeps the cohort too:
+its members decode as one cohort step, their memory taken first as the schedule's running pass
+takes it, and only the prompts admitted (`RunPolicy.admit_in_budget`) are stepped, the batch
+being the step's own (prefills, then the decodes in admission order); the prompts join at the
+next run.
+
 Under async scheduling (`Engine.async_scheduling`) a decode run is the same as synchronously
 until its last step: the members that sample their last token there are left running, holding
-their memory and seat, for the engine to see at its next step (`Engine.step`, which runs that
-step itself: a run does not start while such sequences wait, nor go on past them).
+their memory and seat, outside the cohort, and end after the next step is scheduled. A run
+goes on (or starts) with them held where that next step is a decode step whose memory fits:
+it is a run's last step of its own, which ends them after its allocation (`Engine.see_ending`)
+as `Engine.step` does; any other step that follows them is `Engine.step`'s.
 """
 
 from __future__ import annotations

@@ -109,13 +109,17 @@ def test_fast_forward_writes_the_same_results_as_stepping(scenario, tmp_path_fac
 
 
 @SETTINGS
-@given(scenario=scenarios(), async_scheduling=st.booleans())
+@given(scenario=scenarios(), async_scheduling=st.booleans(), num_requests=st.integers(8, 30),
+       request_rate=st.sampled_from(["400", "4000", "40000"]), max_num_seqs=st.integers(3, 8))
 def test_fast_forward_under_vllm_v1_writes_the_same_results_as_stepping(
-        scenario, async_scheduling, tmp_path_factory):
-    """vLLM v1's scheduler, drawn every time: mixed steps (decodes and prompts in one
-    budget), and under async scheduling the sequences held while their last token is in
-    flight, at every point of a run."""
-    scenario = dict(scenario, batching="vllm-v1", async_scheduling=async_scheduling)
+        scenario, async_scheduling, num_requests, request_rate, max_num_seqs,
+        tmp_path_factory):
+    """vLLM v1's scheduler, drawn every time, with arrivals while requests decode: mixed
+    steps (decodes and prompts in one budget), and under async scheduling the sequences held
+    while their last token is in flight, at every point of a run."""
+    scenario = dict(scenario, batching="vllm-v1", async_scheduling=async_scheduling,
+                    num_requests=num_requests, request_rate=request_rate,
+                    max_num_seqs=max_num_seqs, max_concurrency=None)
     test_fast_forward_writes_the_same_results_as_stepping.hypothesis.inner_test(
         scenario=scenario, tmp_path_factory=tmp_path_factory)
 
