@@ -286,6 +286,15 @@ class Engine(BaseEngine):
         self.in_flight = sampled
         self._ending = [(seq, now_s) for seq in last]
 
+    def see_ending(self) -> list[Sequence]:
+        """Async scheduling, after a step was scheduled (a decode run's, which keeps
+        `in_flight` itself): end the sequences whose last token the step before sampled, at
+        that token's time; returns them."""
+        ended, self._ending = self._ending, []
+        for seq, at_s in ended:
+            self.finish(seq, at_s)
+        return [seq for seq, _ in ended]
+
     def ending_unseen(self) -> bool:
         """Async scheduling: whether sequences sampled their last token in the last step,
         not yet seen (they end at the next step, after it is scheduled)."""

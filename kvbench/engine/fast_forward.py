@@ -16,10 +16,19 @@ Each must then offer `RunPolicy`, `RunStrategy` or `RunExecutor` below; nothing 
 engine, policies, strategies or executors knows about runs, and a part that does not declare
 them runs by stepping, with the same results.
 
+A mixed step (`RunPolicy.decodes_first_budget`: `vllm-v1`, whose schedule gives every
+running sequence its token and then admits prompts in the budget left) keeps the cohort too:
+its members decode as one cohort step, their memory taken first as the schedule's running pass
+takes it, and only the prompts admitted (`RunPolicy.admit_in_budget`) are stepped, the batch
+being the step's own (prefills, then the decodes in admission order); the prompts join at the
+next run.
+
 Under async scheduling (`Engine.async_scheduling`) a decode run is the same as synchronously
 until its last step: the members that sample their last token there are left running, holding
-their memory and seat, for the engine to see at its next step (`Engine.step`, which runs that
-step itself: a run does not start while such sequences wait, nor go on past them).
+their memory and seat, outside the cohort, and end after the next step is scheduled. A run
+goes on (or starts) with them held where that next step is a decode step whose memory fits:
+it is a run's last step of its own, which ends them after its allocation (`Engine.see_ending`)
+as `Engine.step` does; any other step that follows them is `Engine.step`'s.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import math
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from kvbench.core.decode_run_rows import BooksAfterStep
+from kvbench.core.sampling_params import SamplingParams
 from kvbench.core.sequence import Sequence, SequenceStatus
 from kvbench.engine.decode_cohort import DecodeCohort
 from kvbench.scheduling.base import ScheduleOutput
@@ -52,6 +62,17 @@ class RunPolicy(Protocol):
         """Whether the next `schedule` only admits prompts from the queue, reading and
         changing no running sequence (the cohort then keeps its members through the step,
         and the prompts join at the next run)."""
+
+    def decodes_first_budget(self) -> int | None:
+        """Where the next `schedule` gives every running sequence (all decoding, none with
+        its last token in flight) its one token first, preempting none while their memory
+        fits, and then only admits prompts from the queue: the token budget it admits in
+        (a mixed step: the members decode as a cohort step, the prompts are stepped). None
+        where it does not."""
+
+    def admit_in_budget(self, now_s: float, budget: int) -> ScheduleOutput:
+        """The admissions of such a schedule, the running sequences' tokens (and memory)
+        taken: the prompts it admits, with their tokens, as `schedule` gives them."""
 
 
 @runtime_checkable
@@ -189,41 +210,56 @@ class FastForward:
         finished in them, in order."""
         engine, policy, strategy, cohort = self.engine, self.policy, self.strategy, self.cohort
         running = engine.policy.running
-        if engine.ending_unseen() or not running or not self._join(running):
-            return 0, []  # (async: the step that sees last tokens is the engine's)
+        if not running or not self._join(running):
+            return 0, []
         total = 0
         finished: list[Sequence] = []
         while True:
             if engine.strategy.has_pending_copies() or tracing_active():
                 return total, finished
+            # Async: sequences whose last token is in flight are held until the next step
+            # is scheduled; that step runs here as a run's last step, which then ends them.
+            held = engine.ending_unseen()
             if not policy.decode_run_ready():
-                # A step of prompts alone keeps the members: its prompts join after it.
-                if not policy.next_schedule_admits_only() or engine.clock() >= until_s:
+                if held or engine.clock() >= until_s:
                     return total, finished
-                now_finished = engine.step()
+                # A step of prompts alone keeps the members: its prompts join after it; so
+                # does a mixed step, its members decoding as one cohort step.
+                if policy.next_schedule_admits_only():
+                    now_finished = engine.step()
+                else:
+                    budget = policy.decodes_first_budget()
+                    if (budget is None or engine.executor.reads_token_inputs
+                            or strategy.cohort_run_steps(cohort.ordinal, len(cohort), 1) < 1):
+                        return total, finished
+                    now_finished = self._mixed_step(budget)
                 finished += now_finished
                 total += 1
                 if ((now_finished and not through_finishes) or engine.clock() >= until_s
                         or not self._join(running)):
                     return total, finished
                 continue
+            if held and not cohort.members:
+                return total, finished  # (a step that schedules nothing: the engine's)
             # The step in which the first member samples its last token: the run's last.
             to_finish = cohort.steps_to_first_finish()
             fit = strategy.cohort_run_steps(cohort.ordinal, len(cohort), to_finish)
-            run = min(fit, to_finish - 1)
+            if held and (fit == 0 or engine.clock() >= until_s):
+                return total, finished  # (the held give memory back only after it)
+            run = min(fit, to_finish - 1) if not held else 0
             num_steps = self._decode_run(run, until_s) if run > 0 else 0
             total += num_steps
             if num_steps < run or (num_steps and engine.clock() >= until_s):
                 return total, finished  # the next arrival comes first
             victims: list[Sequence] = []
-            if fit < to_finish:  # the pool runs dry in the next step: some members go
+            if fit <= run:  # the pool runs dry in the next step: some members go
                 victims = strategy.cohort_step_victims(cohort.ordinal, running)
                 if victims is None:  # all of them: `Engine.step`'s (it admits in the step)
                     return total, finished
             now_finished = self._last_step(victims)
             finished += now_finished
             total += 1
-            if ((now_finished and not through_finishes) or engine.ending_unseen() or not running
+            if ((now_finished and not through_finishes) or not running
                     or engine.clock() >= until_s):
                 return total, finished
 
@@ -238,16 +274,20 @@ class FastForward:
         joiners = running if not cohort.members else self._joiners
         fresh = [seq for seq in joiners
                  if seq.decode_from < 0 and seq.status is SequenceStatus.RUNNING]
+        # Async: those whose last token is in flight stay outside, held until seen.
+        held = [seq for seq in fresh if len(seq.token_ids) >= seq.end_len]
+        if held:
+            fresh = [seq for seq in fresh if len(seq.token_ids) < seq.end_len]
         # `Sequence.is_decoding` of each, inlined
         if not all([0 < seq.num_computed == len(seq.token_ids) - 1
                     and len(seq.token_ids) > seq.prompt_len for seq in fresh]):
             return False
-        if len(cohort) + len(fresh) != len(running):
+        if len(cohort) + len(fresh) + len(held) != len(running):
             raise AssertionError("decode cohort: a running sequence neither member nor joiner")
         join, ordinal = self.strategy.join_decode_cohort, cohort.ordinal
         for seq in fresh:
             join(seq, ordinal, cohort.join(seq))
-        self._joiners = []
+        self._joiners = held  # running outside the cohort (`_computed_tokens`)
         return True
 
     def _computed_tokens(self, holders: list[Sequence]) -> int:
@@ -308,10 +348,11 @@ class FastForward:
         finished = cohort.pop_finished()
         for seq in finished:
             strategy.leave_decode_cohort(seq)
-        if engine.async_scheduling:  # seen at the engine's next step; running till then
-            engine.sampled_in_flight(list(engine.policy.running), finished, t_end)
+        if engine.async_scheduling:  # seen at the next step; running till then
+            ended = engine.see_ending()  # those held since the step before, after this one's
+            engine.sampled_in_flight(list(engine.policy.running), finished, t_end)  # schedule
             self._joiners = finished  # running outside the cohort (`_computed_tokens`)
-            finished = []
+            finished = ended
         else:
             for seq in finished:
                 engine.finish(seq, t_end)
@@ -326,6 +367,58 @@ class FastForward:
             engine.num_running)
         if engine.strategy.check_accounting:
             self._check_books(holders, head)
+        return finished
+
+    def _mixed_step(self, budget: int) -> list[Sequence]:
+        """A step in which every member decodes (their memory known to fit) and then the
+        queue's prompts are admitted in `budget` tokens, as `Engine.step` runs it: the
+        members as one cohort step, the prompts stepped; the batch is the step's, prefills
+        first, then the decodes in admission order. The sequences that finished in it."""
+        engine, strategy, cohort = self.engine, self.strategy, self.cohort
+        t_start = engine.clock()
+        strategy.grow_cohort_run(cohort.ordinal, 1)  # the running pass of the schedule
+        out = self.policy.admit_in_budget(t_start, budget)
+        batch, to_sample, forks = engine._build_batch(out.scheduled)
+        members = list(cohort.members.values())
+        num_members = len(members)
+        # The members' rows after the prompts' prefills, before any prompt that decodes.
+        layout, p = batch.layout, batch.num_prefill_seqs
+        ordinal = cohort.ordinal
+        layout.query_lens[p:p] = [1] * num_members
+        layout.seq_lens[p:p] = [seq.decode_base + ordinal - seq.decode_from + 1
+                                for seq in members]
+        if layout.seq_ids is not None:
+            layout.seq_ids[p:p] = [seq.seq_id for seq in members]
+        prefill_tokens = batch.num_tokens - (len(layout.query_lens) - num_members - p)
+        rows = batch.sample_rows
+        k = sum(1 for row in rows if row < prefill_tokens)  # the prefills that sample
+        rows[k:] = [*range(prefill_tokens, prefill_tokens + num_members),
+                    *(row + num_members for row in rows[k:])]
+        batch.num_tokens += num_members
+        sampled = [*to_sample[:k], *members, *to_sample[k:]]
+        sampling = SamplingParams(engine.temperature, engine.seed, rows=sampled, forks=forks)
+        t_forward = engine.clock()
+        tokens = self.executor.execute_and_sample(batch, sampling)
+        now_s = engine.clock()
+        finished = engine._commit(to_sample, [*tokens[:k], *tokens[k + num_members:]], now_s,
+                                  bool(forks))
+        cohort.advance(len(engine.step_times.ends) - 1, 1)  # (the step `_commit` added)
+        ended = cohort.pop_finished()
+        for seq in ended:
+            strategy.leave_decode_cohort(seq)
+        if engine.async_scheduling:  # seen at the next step; running till then
+            finished = engine._see_in_flight(sampled, finished + ended, now_s)
+            self._joiners += ended  # running outside the cohort (`_computed_tokens`)
+        else:
+            for seq in ended:
+                engine.finish(seq, now_s)
+            finished += ended
+        self.admitted(out.admitted)
+        split = engine._memory_split()
+        engine.step_recorder.record(t_start, engine.clock(), now_s - t_forward, batch, split,
+                                    0, engine.num_running, len(engine.waiting), False)
+        if strategy.check_accounting:
+            self._check_books(engine.policy.holders(), engine.waiting.head())
         return finished
 
     def _check_books(self, holders: list[Sequence], head: Sequence | None) -> None:

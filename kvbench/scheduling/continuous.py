@@ -44,6 +44,12 @@ class ContinuousBatching(BatchingPolicy):
         return (not self.limits.chunked_prefill and not self._multi_sample
                 and self._head_admissible())
 
+    def decodes_first_budget(self) -> int | None:
+        return None  # (`kvbench.engine.fast_forward.RunPolicy`: no mixed steps taken)
+
+    def admit_in_budget(self, now_s: float, budget: int) -> ScheduleOutput:
+        raise NotImplementedError("no mixed steps")
+
     def schedule(self, now_s: float) -> ScheduleOutput:
         if self.limits.chunked_prefill:
             return self._schedule_chunked(now_s)

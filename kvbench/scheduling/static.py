@@ -43,6 +43,12 @@ class StaticBatching(BatchingPolicy):
     def next_schedule_admits_only(self) -> bool:
         return False  # a batch is formed when nothing runs
 
+    def decodes_first_budget(self) -> int | None:
+        return None  # (`kvbench.engine.fast_forward.RunPolicy`: no mixed steps taken)
+
+    def admit_in_budget(self, now_s: float, budget: int) -> ScheduleOutput:
+        raise NotImplementedError("no mixed steps")
+
     def on_finished(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.finished_members.append(seq)

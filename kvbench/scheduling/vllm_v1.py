@@ -44,15 +44,25 @@ class VllmV1Batching(BatchingPolicy):
     models_async_scheduling = True
 
     def decode_run_ready(self) -> bool:
-        # Running first, one token each within the budget; what is left admits the head.
-        num_running = len(self.running)
-        budget = self.limits.max_num_batched_tokens
-        if num_running > budget:
+        # Running first, one token each within the budget; what is left admits the head
+        # (under async, the budget of those whose last token is in flight is left too).
+        if len(self.running) > self.limits.max_num_batched_tokens:
             return False
-        return num_running == budget or not self._head_admissible()
+        return not self._head_admissible()
 
     def next_schedule_admits_only(self) -> bool:
         return False  # the running requests are scheduled first
+
+    def decodes_first_budget(self) -> int | None:
+        # Every running request its one token (a preemption admits nothing), then the queue.
+        left = self.limits.max_num_batched_tokens - len(self.running)
+        return left if left >= 0 else None
+
+    def admit_in_budget(self, now_s: float, budget: int) -> ScheduleOutput:
+        out = ScheduleOutput()
+        if budget > 0:
+            self._admit_chunks(now_s, out, budget)
+        return out
 
     def schedule(self, now_s: float) -> ScheduleOutput:
         out = ScheduleOutput()

@@ -62,8 +62,7 @@ def scenarios(draw) -> dict:
                                     else st.sampled_from([64, 128])),
         kv_memory=str(draw(st.integers(MAX_MODEL_LEN, 6 * MAX_MODEL_LEN)) * KV_BYTES_PER_TOKEN),
         seed=draw(st.integers(0, 3)), steps_every=draw(st.sampled_from([1, 1, 3])),
-        # None: the policy's default (async under vllm-v1, where fast-forward declines and
-        # both replays step); False keeps vllm-v1's fast-forward in the draw.
+        # None: the policy's default (async under vllm-v1); False: synchronous.
         async_scheduling=draw(st.sampled_from([None, False])),
     )
 
@@ -107,6 +106,22 @@ def test_fast_forward_writes_the_same_results_as_stepping(scenario, tmp_path_fac
     _assert_close(forwarded[0], stepped[0])
     for name in FILES:
         assert forwarded[1][name] == stepped[1][name], name
+
+
+@SETTINGS
+@given(scenario=scenarios(), async_scheduling=st.booleans(), num_requests=st.integers(8, 30),
+       request_rate=st.sampled_from(["400", "4000", "40000"]), max_num_seqs=st.integers(3, 8))
+def test_fast_forward_under_vllm_v1_writes_the_same_results_as_stepping(
+        scenario, async_scheduling, num_requests, request_rate, max_num_seqs,
+        tmp_path_factory):
+    """vLLM v1's scheduler, drawn every time, with arrivals while requests decode: mixed
+    steps (decodes and prompts in one budget), and under async scheduling the sequences held
+    while their last token is in flight, at every point of a run."""
+    scenario = dict(scenario, batching="vllm-v1", async_scheduling=async_scheduling,
+                    num_requests=num_requests, request_rate=request_rate,
+                    max_num_seqs=max_num_seqs, max_concurrency=None)
+    test_fast_forward_writes_the_same_results_as_stepping.hypothesis.inner_test(
+        scenario=scenario, tmp_path_factory=tmp_path_factory)
 
 
 def test_fast_forward_runs_most_steps_of_a_decode_heavy_replay(tmp_path):
