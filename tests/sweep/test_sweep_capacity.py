@@ -135,7 +135,8 @@ def test_groups_that_build_the_same_runs_are_searched_once(tmp_path):
         out=str(tmp_path), name="g",
     )
     result = run_sweep(spec, write_report=False)
-    assert list(result.capacity["label"]) == ["contiguous-max", "contiguous-exact", "paged"]
+    assert list(result.capacity["label"]) == [
+        "contiguous-max-vllm-v1", "contiguous-exact-vllm-v1", "paged-vllm-v1"]
     points = result.points
     assert len(points) == len(set(points["point_id"]))
     assert not any("reserve=exact" in p for p in points[points["label"] == "paged"]["point_id"])
