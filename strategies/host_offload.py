@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 
 from kvbench.core.host_transfers import BlockCopy, HostTransfers
 from kvbench.strategies.host_tier import HostTier
-from kvbench.strategies.prefix_index import BlockHash
+from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool
 
 # (allocation group, GPU block, its key): a block loaded for a sequence, named when it lands
 Landing = tuple[int, int, BlockHash]
@@ -118,6 +118,17 @@ class HostOffload:
                 if blocks is not None:
                     landed.append((seq_id, blocks))
         return landed, unpinned
+
+    def land(self, jobs: Iterable[int], pool: CachingBlockPool) -> list[int]:
+        """Jobs done (`finished`): loaded blocks join `pool`'s prefix cache under their keys
+        and the GPU blocks pinned for them go back to it; the sequences that stop waiting."""
+        landed_all, unpinned = self.finished(jobs)
+        for _, landed in landed_all:
+            for _, block, key in landed:
+                pool.register(block, key)
+        for block in unpinned:
+            pool.release(block)
+        return [seq_id for seq_id, _ in landed_all]
 
     def drop(self, seq_id: int) -> list[int]:
         """The sequence gives its blocks back while it waits: nothing is named for it, and

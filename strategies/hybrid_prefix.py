@@ -260,15 +260,7 @@ class HybridPrefixStrategy(HybridStrategy):
 
     def host_jobs_done(self, jobs: list[int]) -> list[Sequence]:
         """Loaded blocks join the GPU prefix cache under their keys (`PrefixCachingStrategy`)."""
-        ready = []
-        landed_all, unpinned = self.host_tier.finished(jobs)
-        for seq_id, landed in landed_all:
-            for _, block, key in landed:
-                self.pool.register(block, key)
-            ready.append(self.live[seq_id])
-        for block in unpinned:
-            self.pool.release(block)
-        return ready
+        return [self.live[seq_id] for seq_id in self.host_tier.land(jobs, self.pool)]
 
     def build_layout(self, scheduled):
         layout = super().build_layout(scheduled)

@@ -220,15 +220,7 @@ class PrefixCachingStrategy(PagedStrategy):
     def host_jobs_done(self, jobs: list[int]) -> list[Sequence]:
         """Host copies done (`Executor.finished_host_jobs`): loaded blocks join the GPU
         prefix cache under their hashes; returns the sequences that stop waiting."""
-        ready = []
-        landed_all, unpinned = self.host_tier.finished(jobs)
-        for seq_id, landed in landed_all:
-            for _, block, h in landed:
-                self.pool.register(block, h)
-            ready.append(self.live[seq_id])
-        for block in unpinned:
-            self.pool.release(block)
-        return ready
+        return [self.live[seq_id] for seq_id in self.host_tier.land(jobs, self.pool)]
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         sid = seq.seq_id
