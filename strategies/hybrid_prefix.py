@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
-from kvbench.core.layout import host_copies
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.host_offload import HostOffload
 from kvbench.strategies.host_tier import HostTier
@@ -265,9 +264,7 @@ class HybridPrefixStrategy(HybridStrategy):
     def build_layout(self, scheduled):
         layout = super().build_layout(scheduled)
         if self.host_tier is not None:
-            transfers = layout.host_transfers = self.host_tier.take()
-            if transfers is not None:
-                layout.host_copies = host_copies(transfers)
+            self.host_tier.attach(layout)
         return layout
 
     @staticmethod

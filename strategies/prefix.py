@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
-from kvbench.core.layout import KVLayout, SlotCopy, host_copies
+from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import MemorySplit
 from kvbench.strategies.host_offload import HostOffload
@@ -332,9 +332,7 @@ class PrefixCachingStrategy(PagedStrategy):
             self._check_pending(scheduled)
         layout = super().build_layout(scheduled)
         if self.host_tier is not None:
-            transfers = layout.host_transfers = self.host_tier.take()
-            if transfers is not None:
-                layout.host_copies = host_copies(transfers)
+            self.host_tier.attach(layout)
         return layout
 
     def _check_pending(self, scheduled: list[tuple[Sequence, int]]) -> None:
