@@ -284,9 +284,17 @@ class ExecutorFactory(ABC):
                                     config.tensor_parallel_size)
         budget = self.kv_budget_bytes(config, device, model, model_config,
                                       shape.max_num_batched_tokens)
+        if config.kv_offload is not None:
+            self.check_host_tier_bytes(
+                offload_blocks(config, bytes_per_slot) * bytes_per_slot * config.block_size)
         terms = self.kv_budget_terms(config, model_config, shape.max_num_batched_tokens)
         return EnginePlan(shape, device, model, kv_dtype, bytes_per_slot, budget, allocation,
                           arena_slots(budget, bytes_per_slot), terms)
+
+    def check_host_tier_bytes(self, tier_bytes: int) -> None:
+        """Refuse, at planning (before any results folder exists), a `--kv-offload` tier of
+        `tier_bytes` the host cannot hold; a modelled tier takes no memory: nothing to check."""
+        return None
 
     def build(self, plan: EnginePlan, context: BuildContext) -> BuiltEngine:
         shape = plan.shape

@@ -37,7 +37,7 @@ from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import load_model, parse_dtype
-from kvbench.models.memory_check import memory_need
+from kvbench.models.memory_check import available_bytes, memory_need
 from kvbench.sizing.kv_budget import kv_budget_bytes
 from kvbench.sizing.vllm_report import format_beside_measured
 from kvbench.sizing.vllm_startup import vllm_startup
@@ -120,6 +120,13 @@ class ModelExecutors(ExecutorFactory):
         return ModelExecutor(model, arena, ops, device, backend,
                              enforce_eager=config.enforce_eager is not False,
                              max_num_seqs=config.max_num_seqs)
+
+    def check_host_tier_bytes(self, tier_bytes: int) -> None:
+        have = available_bytes(torch.device("cpu"))
+        if have is not None and tier_bytes > have:
+            raise KvbenchInputError(
+                f"--kv-offload: {tier_bytes / 2**30:.2f} GiB of host memory for the tier, the "
+                f"host has {have / 2**30:.2f} GiB available; give a smaller --kv-offload")
 
     def backend(self, config: EngineConfig, device: torch.device) -> str:
         return resolve_backend(config.attention_backend, device)

@@ -114,7 +114,8 @@ class SimulatedExecutors(ExecutorFactory):
         cost_model = StepTimeModel(model_config, spec,
                                    self._weight_bytes_per_param(config, model_config),
                                    element_bytes(kv_dtype), config.tensor_parallel_size)
-        return SimulatedExecutor(cost_model, clock)
+        return SimulatedExecutor(cost_model, clock,
+                                 overlap_cpu_overhead=bool(config.async_scheduling))
 
     def backend(self, config: EngineConfig, device: DeviceKind) -> str:
         return SIMULATED_BACKEND

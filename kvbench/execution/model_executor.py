@@ -12,7 +12,6 @@ from kvbench.core.kv_allocation import HybridAllocation
 from kvbench.core.kv_groups import KVGroup
 from kvbench.core.layout import KVLayout, host_copies
 from kvbench.core.step_batch import StepBatch
-from kvbench.errors import KvbenchInputError
 from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.host_kv_tier import HostCopyStats, HostKVTier
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
@@ -20,7 +19,6 @@ from kvbench.execution.tensor_executor import TensorExecutor
 from kvbench.kernels.attention_ops import AttentionOps
 from kvbench.kernels.reference import write_latent
 from kvbench.models.llama import LlamaDecoder
-from kvbench.models.memory_check import available_bytes
 from kvbench.tracing import trace_range
 
 # fp8 scales from a layer's first write: amax / FP8_SCALE_TARGET, so that the first write's
@@ -225,14 +223,8 @@ class ModelExecutor(TensorExecutor):
             self._host_jobs_done.extend(layout.host_transfers.jobs)
 
     def keep_host_tier(self, num_blocks: int, block_size: int, block_bytes: int) -> None:
-        """`--kv-offload` in host memory, refused before it is taken when the host has not
-        that much available."""
-        need = num_blocks * block_size * self.arena.nbytes // self.arena.num_slots
-        have = available_bytes(torch.device("cpu"))
-        if have is not None and need > have:
-            raise KvbenchInputError(
-                f"--kv-offload: {need / 2**30:.2f} GiB of host memory for the tier, the host "
-                f"has {have / 2**30:.2f} GiB available; give a smaller --kv-offload")
+        """`--kv-offload` in host memory (checked against what the host has when the run
+        was planned: `ModelExecutors.check_host_tier_bytes`)."""
         self.attach_host_tier(HostKVTier(self.arena.pool_tensors, num_blocks, block_size))
 
     def transfer_host(self, transfers: HostTransfers) -> None:

@@ -17,7 +17,10 @@ engine's own work (scheduling, layout, memory split) takes wall time that is *no
 that wall time is the simulator's cost, not the GPU's. The modelled per-step overhead
 (`cpu_overhead_s` of the GPU's constants) stands for a real server's scheduling and launch
 cost and is part of the advance in `execute`, so in `steps.csv` a simulated step's `step_ms`
-equals its modelled time and `overhead_ms` is 0. With `--trace` a step's modelled parts are
+equals its modelled time and `overhead_ms` is 0. Under async scheduling
+(`overlap_cpu_overhead`) a step that starts as the previous one ends is charged only the
+part of that overhead longer than the previous step's GPU time: vLLM prepares step n+1 while
+step n runs (`step_time.overlapped_cpu_overhead_s`); after an idle gap it is charged whole. With `--trace` a step's modelled parts are
 drawn on the simulated clock as its phases (`step_trace.draw_step`).
 """
 
@@ -32,7 +35,7 @@ from kvbench.core.step_batch import StepBatch
 from kvbench.errors import KvbenchInputError
 from kvbench.simulator.gpus import GPUSpec
 from kvbench.simulator.host_link_model import HostLinkModel
-from kvbench.simulator.step_time import StepTime, StepTimeModel
+from kvbench.simulator.step_time import StepTime, StepTimeModel, overlapped_cpu_overhead_s
 from kvbench.simulator.step_trace import DRAWN_RANGES, draw_step
 from kvbench.tracing import get_recorder
 
@@ -91,7 +94,8 @@ class SimulatedExecutor(Executor):
     decode_runs = True
     decode_run_token = 0
 
-    def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock) -> None:
+    def __init__(self, cost_model: StepTimeModel, clock: SimulatedClock,
+                 overlap_cpu_overhead: bool = False) -> None:
         self.decode_runs = not cost_model.has_windows
         self.cost_model = cost_model
         self.clock = clock
@@ -104,6 +108,16 @@ class SimulatedExecutor(Executor):
         self._zeros: torch.Tensor | None = None  # built at the first `execute`
         # A host tier's copies (`host_link`, set by the factory with `--kv-offload`)
         self.host: HostLinkModel | None = None
+        self.overlap_cpu_overhead = overlap_cpu_overhead
+        self._last_end_s = -1.0  # when the last step ended, and its time on the GPU
+        self._last_gpu_s = 0.0
+
+    def _overlap_after_gpu_s(self, start_s: float) -> float | None:
+        """The previous step's GPU time where this step's host work overlaps it (async
+        scheduling, steps back to back), else None: the overhead is charged whole."""
+        if self.overlap_cpu_overhead and start_s == self._last_end_s:
+            return self._last_gpu_s
+        return None
 
     @property
     def gpu(self) -> GPUSpec:
@@ -116,10 +130,16 @@ class SimulatedExecutor(Executor):
         rows = len(batch.sample_rows)
         start_s = self.clock.now_s
         cost = self.cost_model.cost(layout.query_lens, layout.seq_lens, rows, copied)
+        previous_gpu_s = self._overlap_after_gpu_s(start_s)
+        if previous_gpu_s is not None:
+            cost = cost.with_cpu_overhead(overlapped_cpu_overhead_s(
+                self.cost_model.gpu.constants.cpu_overhead_s, previous_gpu_s))
         step_s = cost.time_s
         if layout.host_transfers is not None:  # stores the step cannot hide lengthen it
             step_s = max(step_s, self.host.start(layout.host_transfers, start_s) - start_s)
         self.clock.advance(step_s)
+        self._last_end_s = self.clock.now_s
+        self._last_gpu_s = cost.gpu_s
         self.last_cost = cost
         self.num_steps += 1
         self.compute_bound_steps += cost.compute_bound
@@ -139,9 +159,11 @@ class SimulatedExecutor(Executor):
         steps one at a time when one is recorded)."""
         ends, sums, compute_bound, cost = self.cost_model.decode_run_costs(
             num_seqs, context_tokens, max_steps, self.clock.now_s, until_s,
-            (self.busy_s, self.total_flops, self.total_bytes))
+            (self.busy_s, self.total_flops, self.total_bytes),
+            self._overlap_after_gpu_s(self.clock.now_s))
         if ends:
-            self.clock.now_s = ends[-1]
+            self.clock.now_s = self._last_end_s = ends[-1]
+            self._last_gpu_s = cost.gpu_s
             self.busy_s, self.total_flops, self.total_bytes = sums
             self.compute_bound_steps += compute_bound
             self.num_steps += len(ends)

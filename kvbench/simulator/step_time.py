@@ -7,6 +7,9 @@ columns split N ways) each GPU holds 1/N of the matmul weights and 1/N of the KV
 
     step = cpu_overhead + embed + layers x max(layer_floor, layer) + final norm + LM head
 
+(under async scheduling the executor charges only the part of `cpu_overhead` longer than
+the previous step's GPU time, when the steps follow each other: `overlapped_cpu_overhead_s`)
+
     layer = gemm(QKV) + gemm(O) + gemm(gate+up) + gemm(down)          matmuls, 1/N each
           + attention_decode(decode seqs) + attention_prefill(prefill seqs)
           + elementwise(2 norms (Gemma: 4), q/k norms where the model has them (Qwen3,
@@ -215,9 +218,28 @@ class StepTime:
     def parts_ms(self) -> dict[str, float]:
         return {name: s * 1e3 for name, s in self.parts.items()}
 
+    @property
+    def gpu_s(self) -> float:
+        """The step's time on the GPU: every part but `cpu_overhead` (the last), summed in
+        the order `time_s` sums them."""
+        return sum(self._values[:-1])
+
+    def with_cpu_overhead(self, cpu_overhead_s: float) -> StepTime:
+        """The same step charged `cpu_overhead_s` of host time instead of its own."""
+        return StepTime((*self._values[:-1], cpu_overhead_s), self.flops, self.bytes,
+                        self.compute_bound)
+
     def __repr__(self) -> str:
         return (f"StepTime(time_s={self.time_s!r}, parts={self.parts!r}, flops={self.flops!r}, "
                 f"bytes={self.bytes!r}, compute_bound={self.compute_bound!r})")
+
+
+def overlapped_cpu_overhead_s(cpu_overhead_s: float, previous_gpu_s: float) -> float:
+    """A step's host overhead left showing under async scheduling: vLLM schedules and
+    prepares step n+1 while step n runs on the GPU, so step n+1 starts on the GPU
+    `max(previous_gpu_s, cpu_overhead_s)` after step n did, and only the part of the host's
+    work longer than step n's GPU time adds to the clock."""
+    return cpu_overhead_s - previous_gpu_s if cpu_overhead_s > previous_gpu_s else 0.0
 
 
 PART_NAMES = ("gemm", "attention_decode", "attention_prefill", "elementwise", "kv_write",
@@ -492,7 +514,7 @@ class StepTimeModel:
 
     def decode_run_costs(
         self, num_seqs: int, context_tokens: int, max_steps: int, start_s: float,
-        until_s: float, sums: tuple[float, float, float],
+        until_s: float, sums: tuple[float, float, float], overlap_after_gpu_s: float | None = None,
     ) -> tuple[list[float], tuple[float, float, float], int, StepTime]:
         """`decode_cost` of each step of a run of decode steps of `num_seqs` sequences
         (`context_tokens` at the first, `num_seqs` more each step), the first starting at
@@ -501,12 +523,15 @@ class StepTimeModel:
         added in turn, as a caller adding one `decode_cost` a step does, the compute-bound
         steps and the last step's `StepTime`. Every figure is the one `decode_cost` gives, to the bit: the
         same operations in the same order, with what does not change across the run (the
-        parts of its token count) looked up once."""
+        parts of its token count) looked up once. With `overlap_after_gpu_s` (the GPU time of
+        the step before the run, async scheduling: `overlapped_cpu_overhead_s`) each step's
+        host overhead is what the step before it leaves showing."""
         if self.attention_groups:
             raise ValueError("a windowed model's decode cost needs each sequence's length")
         (L, weights_read, att_fixed, att_rate, layer_bytes, L_afpp, kvb, layer_floor, gemm,
-         elt, kv_write, ar, L_gemm, L_elt_outer, L_kv_write, L_ar, lm_head, cpu, fixed_flops,
+         elt, kv_write, ar, L_gemm, L_elt_outer, L_kv_write, L_ar, lm_head, cpu_full, fixed_flops,
          new_bytes, compute_bound) = self._decode_run_terms(num_seqs)
+        cpu = cpu_full
         now_s = start_s
         ends: list[float] = []
         busy_s, flops_sum, bytes_sum = sums
@@ -522,8 +547,12 @@ class StepTimeModel:
                 layer = gemm + att_dec + 0.0 + elt + kv_write + ar  # 0.0: no prefill attention
                 floor = layer_floor - layer if layer_floor > layer else 0.0
             # `sum` of the parts (`_cost_of_sums`' `values`), added in their order
-            step_s = (L_gemm + L * att_dec + 0.0 + L_elt_outer + L_kv_write + L_ar
-                      + L * floor + lm_head + 0.0 + cpu)
+            gpu_s = (L_gemm + L * att_dec + 0.0 + L_elt_outer + L_kv_write + L_ar
+                     + L * floor + lm_head + 0.0)
+            if overlap_after_gpu_s is not None:
+                cpu = overlapped_cpu_overhead_s(cpu_full, overlap_after_gpu_s)
+                overlap_after_gpu_s = gpu_s
+            step_s = gpu_s + cpu
             if step_s < 0:
                 raise ValueError(f"the simulated clock cannot go back ({step_s} s)")
             flops = fixed_flops + L_afpp * context

@@ -45,3 +45,17 @@ def test_vllm_alias_in_gib(tmp_path):
     summary = json.loads((folder / "kvbench_summary.json").read_text())
     block_bytes = 512 * 1024 * 16  # llama-2-7b bf16: 512 KiB a token, 16-token blocks
     assert summary["scheduler"]["host_blocks"] == (2 << 30) // block_bytes
+
+
+def test_run_refuses_a_tier_the_host_cannot_hold_before_writing_anything(
+        tmp_path, capsys, monkeypatch):
+    """Planned, not built: one line, exit 2, and no results folder (not even `.partial`)."""
+    import kvbench.build.model_executors as model_executors
+
+    monkeypatch.setattr(model_executors, "available_bytes", lambda device: 1 << 30)
+    out = tmp_path / "out"
+    assert main(["run", "--model", "tiny", "--strategy", "prefix", "--kv-offload", "2GiB",
+                 "--num-requests", "2", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "GiB available; give a smaller --kv-offload" in err[0]
+    assert not out.exists() or not any(out.iterdir())

@@ -1,7 +1,8 @@
 """`StepTimeModel.decode_run_costs` (the fast-forward's cost of a run of decode steps)
 against `decode_cost` called once a step, added up as the executor adds it: every figure
 equal to the bit, for dense, mixture-of-experts and latent-attention models, one GPU and
-tensor-parallel groups, with and without a per-layer floor."""
+tensor-parallel groups, with and without a per-layer floor, with the CPU overhead charged
+whole and overlapped with the previous step's GPU time (async scheduling)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,23 @@ from hypothesis import strategies as st
 
 from kvbench.models.presets import get_preset
 from kvbench.simulator.gpu_lookup import get_gpu
-from kvbench.simulator.step_time import StepTimeModel
+from kvbench.simulator.step_time import StepTimeModel, overlapped_cpu_overhead_s
 
 
 def _stepped(model: StepTimeModel, num_seqs: int, context: int, max_steps: int,
-             start_s: float, until_s: float, sums: tuple[float, float, float]):
+             start_s: float, until_s: float, sums: tuple[float, float, float],
+             overlap_after_gpu_s: float | None = None):
     now_s, (busy, flops, moved) = start_s, sums
     ends, bound, cost = [], 0, None
     for step in range(max_steps):
         if step and now_s >= until_s:
             break
         cost = model.decode_cost(num_seqs, context)
+        if overlap_after_gpu_s is not None:
+            cpu = overlapped_cpu_overhead_s(model.gpu.constants.cpu_overhead_s,
+                                            overlap_after_gpu_s)
+            overlap_after_gpu_s = cost.gpu_s
+            cost = cost.with_cpu_overhead(cpu)
         now_s += cost.time_s
         ends.append(now_s)
         busy += cost.time_s
@@ -42,16 +49,22 @@ def _stepped(model: StepTimeModel, num_seqs: int, context: int, max_steps: int,
 @settings(max_examples=40, deadline=None)
 @given(num_seqs=st.integers(1, 300), context=st.integers(1, 200_000),
        max_steps=st.integers(0, 40), start_s=st.floats(0, 1e5),
-       until=st.floats(0, 2.0), floor_us=st.sampled_from([0.0, 50.0, 400.0]))
+       until=st.floats(0, 2.0), floor_us=st.sampled_from([0.0, 50.0, 400.0]),
+       cpu_ms=st.sampled_from([1.0, 30.0]),
+       overlap_after_gpu_s=st.one_of(st.none(), st.floats(0, 0.05)))
 def test_a_decode_run_costs_what_its_steps_cost_one_by_one(
-        name, gpu, tp, num_seqs, context, max_steps, start_s, until, floor_us):
+        name, gpu, tp, num_seqs, context, max_steps, start_s, until, floor_us, cpu_ms,
+        overlap_after_gpu_s):
     spec = get_gpu(gpu)
-    spec = replace(spec, constants=replace(spec.constants, layer_floor_s=floor_us * 1e-6))
+    spec = replace(spec, constants=replace(spec.constants, layer_floor_s=floor_us * 1e-6,
+                                           cpu_overhead_s=cpu_ms * 1e-3))
     model = StepTimeModel(get_preset(name), spec, 2, 2, tp)
     sums = (start_s / 3, start_s * 1e12, start_s * 1e9)
     until_s = start_s + until
-    got = model.decode_run_costs(num_seqs, context, max_steps, start_s, until_s, sums)
-    expected = _stepped(model, num_seqs, context, max_steps, start_s, until_s, sums)
+    got = model.decode_run_costs(num_seqs, context, max_steps, start_s, until_s, sums,
+                                 overlap_after_gpu_s)
+    expected = _stepped(model, num_seqs, context, max_steps, start_s, until_s, sums,
+                        overlap_after_gpu_s)
     assert got[:3] == expected[:3]
     if expected[3] is not None:
         last, want = got[3], expected[3]

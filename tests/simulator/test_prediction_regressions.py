@@ -176,10 +176,6 @@ def test_published_runs_within_the_aims_stay_there():
     known_misses = {
         ("qwen3-32b h100-80gb random 4000/200 x 500", "output_tok_s"),
         ("qwen3-32b h100-80gb random 4000/200 x 500", "tpot_p50_ms"),
-        # the per-step CPU time that vLLM 0.23's async scheduling overlaps, and the E2E it
-        # lengthens
-        ("qwen2.5-0.5b l4 random 256/128 concurrency 1", "itl_p50_ms"),
-        ("qwen2.5-0.5b l4 random 256/128 concurrency 1", "e2e_p50_ms"),
     }
     predictions = published_run_predictions()
     misses = {(run.name, figure) for run in PUBLISHED_RUNS

@@ -7,6 +7,7 @@ continuous batching serves more at a request rate where contiguous saturates.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
 from dataclasses import replace
@@ -435,3 +436,25 @@ def test_a_kv_budget_beyond_the_gpus_memory_is_refused(tmp_path, capsys):
     # two GPUs hold twice as much; a budget within the memory runs
     assert main([*args, "--kv-memory", "100GiB", "--tensor-parallel-size", "2"]) == 0
     assert main([*args, "--kv-memory", "60GiB"]) == 0
+
+
+def test_async_scheduling_hides_the_cpu_overhead_behind_the_previous_step(tmp_path):
+    """vLLM prepares step n+1 while step n runs: under async scheduling a lone request's
+    decode steps (each longer on the GPU than the 1 ms overhead) are charged no CPU time,
+    while its first step, after an idle GPU, is charged it whole; without async every step
+    pays it."""
+    from kvbench.cli import main
+
+    base = ["simulate", "--workload", "uniform", "--model", "tests/simulator/published_data/"
+            "qwen2.5-0.5b-instruct", "--gpu", "l4", "--workload-param", "prompt_len=256",
+            "--workload-param", "output_len=32", "--num-requests", "3", "--max-concurrency",
+            "1", "--quiet", "--warmup", "0"]
+    summaries = {}
+    for flag in ("--async-scheduling", "--no-async-scheduling"):
+        out = tmp_path / flag
+        assert main([*base, flag, "--out", str(out)]) == 0
+        summaries[flag] = json.loads(next(out.rglob("kvbench_summary.json")).read_text())
+    on, off = (summaries[f]["latency_ms"] for f in ("--async-scheduling",
+                                                    "--no-async-scheduling"))
+    assert off["tpot"]["p50"] - on["tpot"]["p50"] == pytest.approx(1.0, abs=1e-6)
+    assert on["ttft"]["p50"] == pytest.approx(off["ttft"]["p50"], abs=1e-6)

@@ -64,7 +64,9 @@ def test_capacity_search_finds_the_closed_form_saturation_rate(tmp_path):
         base={"model": "llama-2-7b", "gpu": "a100-80gb", "workload": "uniform",
               "workload-param": [f"prompt_len={PROMPT}", f"output_len={OUTPUT}"],
               "num-requests": N, "warmup": 0, "max-num-seqs": 1, "burstiness": 1e6,
-              "frontend-latency-ms": 0},  # the closed form is the engine's: no server
+              "frontend-latency-ms": 0,  # the closed form is the engine's: no server
+              # and every step pays its CPU overhead (async scheduling would hide it)
+              "async-scheduling": False},
         axes={"strategy": ["paged"]},
         slo={"e2e.p99": K * s * 1e3},
         search=SearchSpec("request-rate", lo=_sig(0.25 / s), hi=_sig(4.0 / s),
@@ -158,7 +160,9 @@ def test_max_concurrency_search_under_a_ttft_slo_finds_the_closed_form_limit(tmp
         base={"model": "llama-2-7b", "gpu": "a100-80gb", "workload": "uniform",
               "workload-param": [f"prompt_len={PROMPT}", f"output_len={OUTPUT}"],
               "num-requests": 24, "warmup": 0, "max-num-seqs": 1,
-              "frontend-latency-ms": 0},  # the closed form is the engine's: no server
+              "frontend-latency-ms": 0,  # the closed form is the engine's: no server
+              # and every step pays its CPU overhead (async scheduling would hide it)
+              "async-scheduling": False},
         axes={"strategy": ["paged"]},
         slo={"ttft.p99": (3.5 * s + prefill_s) * 1e3},
         search=SearchSpec("max-concurrency", lo=1, hi=16, tolerance=0.01),
