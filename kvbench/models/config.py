@@ -1,6 +1,7 @@
 """`ModelConfig`: the shape of a Llama-architecture decoder (Llama, Qwen2/3, Mistral; Mixtral and
 Qwen3-MoE's experts; gpt-oss's sinks and biased experts), of DeepSeek-V2/V3 (`mla`, `routing`:
-deepseek_config.py) and of Gemma 2 / 3 (gemma_config.py).
+deepseek_config.py), of Gemma 2 / 3 (gemma_config.py) and of the state-space hybrids
+Qwen3-Next, Granite-4.0-H and Nemotron-H (`hybrid`: hybrid_config.py; sized and simulated).
 
 `from_hf_config` reads a Hugging Face `config.json`: every field that changes the arithmetic is
 implemented (with a parity test against transformers in tests/models/) or refused in one line
