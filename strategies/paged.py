@@ -3,6 +3,11 @@
 KV lives in fixed-size blocks taken from a free pool; each sequence has a block table and
 gets one more block only when its last block is full, so at most `block_size - 1` slots per
 sequence are ever held ahead of use.
+
+A state-space hybrid's sequence also holds `state_blocks` blocks from admission to finish,
+whatever its length: its recurrent layers' state, as vLLM's hybrid allocator holds one page
+per state group (`kvbench.sizing.state_pages`). They are counted as held without tokens (the
+split's `internal`), and a strategy holding them takes no part in decode runs.
 """
 
 from __future__ import annotations
@@ -29,8 +34,17 @@ class PagedOptions:
     watermark: float = 0.01  # share of blocks admission keeps free for running sequences
 
 
+@dataclass(frozen=True)
+class PagedStateOptions(PagedOptions):
+    """`paged`'s own options: also a hybrid's state (its derived strategies take none:
+    caching prefixes of a recurrent state needs a state checkpoint per block, vLLM's
+    `mamba_cache_mode` "align", not modelled)."""
+
+    state_blocks: int = 0  # blocks a sequence's recurrent state holds (a hybrid's)
+
+
 @register_strategy(
-    "paged", "fixed-size blocks from a pool, per-sequence block tables", PagedOptions
+    "paged", "fixed-size blocks from a pool, per-sequence block tables", PagedStateOptions
 )
 class PagedStrategy(CacheStrategy):
     name = "paged"
@@ -43,10 +57,16 @@ class PagedStrategy(CacheStrategy):
         max_model_len: int,
         block_size: int = DEFAULT_BLOCK_SIZE,
         watermark: float = 0.01,
+        state_blocks: int = 0,
         check_accounting: bool | None = None,
     ) -> None:
         super().__init__(num_slots, max_model_len, check_accounting)
         self.block_size = block_size
+        # Each admitted sequence's state blocks, by seq_id (none without recurrent layers).
+        self.state_blocks = state_blocks
+        self.states: dict[int, list[int]] = {}
+        if state_blocks:
+            self.decode_runs = False  # runs count table blocks only
         self.table_block_size = block_size
         # A table's blocks are each held once: no reference counts but to check the books.
         self.pool = BlockPool(num_slots // block_size, counts_references=self.check_accounting)
@@ -75,7 +95,7 @@ class PagedStrategy(CacheStrategy):
         return -(-num_tokens // self.block_size)
 
     def required_slots(self, seq: Sequence) -> int:
-        return self.blocks_for(seq.final_kv_len) * self.block_size
+        return (self.blocks_for(seq.final_kv_len) + self.state_blocks) * self.block_size
 
     def _blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
         table = self.tables.get(seq.seq_id)
@@ -87,10 +107,16 @@ class PagedStrategy(CacheStrategy):
 
     def can_admit(self, seq: Sequence, num_running: int) -> bool:
         needed = self._blocks_needed(seq, seq.num_uncomputed)
+        if self.state_blocks and seq.seq_id not in self.states:
+            needed += self.state_blocks
         keep = self.watermark_blocks if num_running else 0
         return self.pool.num_free - needed >= keep
 
     def admit(self, seq: Sequence, max_new_tokens: int | None = None) -> int:
+        if self.state_blocks and seq.seq_id not in self.states:
+            if self.state_blocks > self.pool.num_free:
+                raise MemoryError(f"admit of sequence {seq.seq_id} without room for its state")
+            self.states[seq.seq_id] = self.pool.allocate_many(self.state_blocks)
         self.tables.setdefault(seq.seq_id, [])
         n = seq.num_uncomputed
         if not self.allocate(seq, n if max_new_tokens is None else min(n, max_new_tokens)):
@@ -320,12 +346,16 @@ class PagedStrategy(CacheStrategy):
 
     def free(self, seq: Sequence) -> None:
         self.pool.release_many(self._drop_table(seq))
+        if self.state_blocks:
+            self.pool.release_many(self.states.pop(seq.seq_id, []))
 
     def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
         """Plain paging shares nothing: the child gets its own copy of every block."""
         parent_table = self.tables[parent.seq_id]
-        if len(parent_table) > self.pool.num_free:
+        if len(parent_table) + self.state_blocks > self.pool.num_free:
             return None
+        if self.state_blocks:  # the child's own state (a copy of the parent's, not modelled)
+            self.states[child.seq_id] = self.pool.allocate_many(self.state_blocks)
         child_table = [self.pool.allocate() for _ in parent_table]
         self.tables[child.seq_id] = []
         self._extend_table(child, self.tables[child.seq_id], child_table)
@@ -346,6 +376,10 @@ class PagedStrategy(CacheStrategy):
     ) -> MemorySplit:
         split = super()._split_from_totals(running, head_waiting, computed_tokens)
         split.prompt_blocks = self._prompt_blocks
+        if self.states:  # held, holding no token
+            state = len(self.states) * self.state_blocks * self.block_size
+            split.internal += state
+            split.free -= state
         return split
 
     def memory_split_from_scratch(
@@ -358,8 +392,9 @@ class PagedStrategy(CacheStrategy):
                 continue
             split.prompt_blocks += min(len(table), self.blocks_for(seq.prompt_len))
             split.add_held(len(table) * self.block_size, seq.num_computed, seq.final_kv_len)
+        split.internal += sum(len(blocks) for blocks in self.states.values()) * self.block_size
         split.free = self.num_slots - split.held  # includes the sub-block remainder of the arena
         return split
 
     def is_whole(self) -> bool:
-        return not self.tables and self.pool.is_whole()
+        return not self.tables and not self.states and self.pool.is_whole()

@@ -34,10 +34,11 @@ from kvbench.engine.engine import Engine, RequestCheck, check_request_lengths
 from kvbench.engine.group_memory import GroupMemory, GroupShape
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
-from kvbench.models.dtype_names import element_bytes
+from kvbench.models.dtype_names import element_bytes, model_dtype_name
 from kvbench.models.resolve_config import resolve_model_config
 from kvbench.scheduling import POLICIES, SchedulerLimits, make_policy
 from kvbench.sizing.capacity import kv_capacity
+from kvbench.sizing.state_pages import state_pages
 from kvbench.strategies import STRATEGIES, make_strategy, reads_option
 
 if TYPE_CHECKING:
@@ -117,6 +118,30 @@ def check_block_fits_window(config: EngineConfig, model_config: ModelConfig,
         )
 
 
+def check_state_strategy(config: EngineConfig, model_config: ModelConfig) -> None:
+    """A state-space hybrid runs under a strategy that holds its recurrent state (`paged`)."""
+    if model_config.hybrid is not None and not reads_option(config.strategy, "state_blocks"):
+        raise KvbenchInputError(
+            f"--strategy {config.strategy} does not hold {model_config.name}'s recurrent "
+            "state: a state-space hybrid runs under --strategy paged (prefix caching of a "
+            "state is not modelled)")
+
+
+def state_paging(config: EngineConfig, model_config: ModelConfig,
+                 kv_element_bytes: int) -> tuple[int, int]:
+    """(block size, state blocks a sequence) of a state-space hybrid, as vLLM pages it
+    (`kvbench.sizing.state_pages`): the attention block raised until a page holds a state,
+    and the blocks of that many slots (a token of every attention layer) its state groups'
+    pages fill; (0, 0) for a model without recurrent layers."""
+    if model_config.hybrid is None:
+        return 0, 0
+    pages = state_pages(model_config, kv_element_bytes,
+                        element_bytes(model_dtype_name(config.dtype)),
+                        config.tensor_parallel_size, config.block_size)
+    block_bytes = pages.block_size * pages.kv_bytes_per_token  # one GPU's, as the pages
+    return pages.block_size, -(-pages.state_bytes_held // block_bytes)
+
+
 def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
     num_slots = kv_capacity(budget_bytes, bytes_per_slot)
     if num_slots < 1:
@@ -188,14 +213,18 @@ def check_offload(config: EngineConfig) -> None:
 
 def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
                  allocation: HybridAllocation | None = None,
-                 max_num_batched_tokens: int | None = None, bytes_per_slot: int = 0):
+                 max_num_batched_tokens: int | None = None, bytes_per_slot: int = 0,
+                 state: tuple[int, int] = (0, 0)):
     """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes.
     `max_num_batched_tokens` (resolved, `resolve_lengths`) bounds one step's write of a
     sequence under chunked prefill, hence `contiguous`'s window rings; `bytes_per_slot`
-    sizes a host tier (`--kv-offload`) in blocks."""
+    sizes a host tier (`--kv-offload`) in blocks; `state` is a hybrid's (block size, state
+    blocks a sequence) (`state_paging`)."""
     windows = allocation.windows if allocation is not None else (None,)
+    block_size, state_blocks = state
     return make_strategy(
-        config.strategy, num_slots, max_model_len, block_size=config.block_size,
+        config.strategy, num_slots, max_model_len, block_size=block_size or config.block_size,
+        state_blocks=state_blocks,
         reserve=config.reserve, watermark=config.watermark,
         namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
         allocation_windows=windows, chunked_prefill=config.chunked_prefill,
@@ -223,6 +252,7 @@ def engine_shape(config: EngineConfig) -> EngineShape:
     max_model_len, max_batched = resolve_lengths(config, model_config)
     check_block_fits_window(config, model_config, max_model_len)
     check_offload(config)
+    check_state_strategy(config, model_config)
     return EngineShape(config, model_config, max_model_len, max_batched)
 
 
@@ -243,12 +273,15 @@ class EnginePlan:
     # The terms that made the budget (vLLM's start-up, as `kvbench estimate --json` carries
     # them) where a model sized it; None where it was given or measured.
     kv_budget_terms: dict | None = None
+    # A state-space hybrid's (block size, state blocks a sequence): `state_paging`.
+    state: tuple[int, int] = (0, 0)
 
     def strategy(self):
         """A new cache strategy over the planned arena (bookkeeping only: no tensor)."""
         shape = self.shape
         return strategy_for(shape.config, self.num_slots, shape.max_model_len,
-                            self.allocation, shape.max_num_batched_tokens, self.bytes_per_slot)
+                            self.allocation, shape.max_num_batched_tokens, self.bytes_per_slot,
+                            self.state)
 
     def request_check(self) -> Callable[[Request], None]:
         """What the built engine's `check_request` will say of a request, from the plan."""
@@ -289,7 +322,8 @@ class ExecutorFactory(ABC):
                 offload_blocks(config, bytes_per_slot) * bytes_per_slot * config.block_size)
         terms = self.kv_budget_terms(config, model_config, shape.max_num_batched_tokens)
         return EnginePlan(shape, device, model, kv_dtype, bytes_per_slot, budget, allocation,
-                          arena_slots(budget, bytes_per_slot), terms)
+                          arena_slots(budget, bytes_per_slot), terms,
+                          state_paging(config, model_config, element_bytes(kv_dtype)))
 
     def check_host_tier_bytes(self, tier_bytes: int) -> None:
         """Refuse, at planning (before any results folder exists), a `--kv-offload` tier of

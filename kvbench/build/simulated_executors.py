@@ -113,7 +113,8 @@ class SimulatedExecutors(ExecutorFactory):
         spec = get_gpu(self.gpu)
         cost_model = StepTimeModel(model_config, spec,
                                    self._weight_bytes_per_param(config, model_config),
-                                   element_bytes(kv_dtype), config.tensor_parallel_size)
+                                   element_bytes(kv_dtype), config.tensor_parallel_size,
+                                   element_bytes(model_dtype_name(config.dtype)))
         return SimulatedExecutor(cost_model, clock,
                                  overlap_cpu_overhead=bool(config.async_scheduling))
 

@@ -154,6 +154,10 @@ def estimate_command(model: str | None, revision: str | None, dtype: str,
             quantization=checkpoint.quantization if checkpoint is not None else None,
             model=checkpoint.model if checkpoint is not None else None))
         host = None
+        if kv_offload is not None and est.state_pages is not None:
+            raise KvbenchInputError(
+                "--kv-offload sizes a host tier of KV blocks; a state-space hybrid's states "
+                "are not offloaded (not modelled)")
         if kv_offload is not None:
             host = estimate_host_tier(
                 est, parse_size_bytes(kv_offload),

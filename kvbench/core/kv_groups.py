@@ -7,6 +7,11 @@ slot and the KV arena's tensors are all sized from the groups. A new group kind 
 in `ATTENTION_KINDS` and its branch of `bytes_per_layer_token` (and of `slot_shape` for a
 layout other than one K and one V `[slots, KV heads, head dim]` tensor per layer); running
 it also needs its attention kernels.
+
+A state-space hybrid's recurrent layers are a "state" group (`kind`, `state_group`,
+`ModelConfig.state_groups`): constant bytes per sequence, none per token. They are kept out of
+`ModelConfig.kv_groups` (whose sum is KV per token), and sized beside them by
+`kvbench.sizing.state_pages`.
 """
 
 from __future__ import annotations
@@ -21,6 +26,11 @@ from dataclasses import dataclass, replace
 # + qk_rope_head_dim (576 for DeepSeek-V3). Its value is the latent itself (the first
 # `value_dim` elements), so there is no separate V.
 ATTENTION_KINDS = ("full", "sliding", "mla")
+# A "state" group (`kind`) holds a recurrent layer's state: constant bytes per sequence
+# (`state_bytes_per_layer`), none per token; its `attention` names the mixer, one of
+# STATE_MIXERS (kvbench.models.recurrent: Gated DeltaNet, Mamba-2).
+GROUP_KINDS = ("attention", "state")
+STATE_MIXERS = ("gated_deltanet", "mamba2")
 
 
 @dataclass(frozen=True)
@@ -30,6 +40,10 @@ class KVGroup:
     `window` is the tokens a layer attends back (None: the whole context, as for "full").
     `value_dim` is an "mla" group's latent width, the part of its one tensor read as the
     value (0 for "full": V is its own tensor).
+
+    A `kind` "state" group is a hybrid's recurrent layers: no KV heads, no bytes per token,
+    `state_bytes_per_layer` per sequence and layer (conv state + recurrent state, as vLLM's
+    `MambaSpec` sizes them), whatever the sequence's length.
     """
 
     layers: tuple[int, ...]
@@ -39,8 +53,20 @@ class KVGroup:
     attention: str = "full"
     window: int | None = None
     value_dim: int = 0
+    kind: str = "attention"
+    state_bytes_per_layer: int = 0
 
     def __post_init__(self) -> None:
+        if self.kind not in GROUP_KINDS:
+            raise ValueError(f"unknown KV group kind {self.kind!r} (known: {GROUP_KINDS})")
+        if self.kind == "state":
+            if self.attention not in STATE_MIXERS or self.state_bytes_per_layer < 1 or (
+                    self.num_kv_heads or self.head_dim):
+                raise ValueError("a state group names its mixer and holds bytes per sequence, "
+                                 "no KV heads")
+            return
+        if self.state_bytes_per_layer:
+            raise ValueError("an attention group holds no state")
         if self.attention not in ATTENTION_KINDS:
             raise ValueError(
                 f"unknown KV group kind {self.attention!r} (known: {', '.join(ATTENTION_KINDS)})"
@@ -54,6 +80,15 @@ class KVGroup:
             raise ValueError("an mla KV group has one head whose value is a prefix of it")
 
     @property
+    def is_state(self) -> bool:
+        return self.kind == "state"
+
+    @property
+    def state_bytes_per_sequence(self) -> int:
+        """One sequence's state across the group's layers (0 for an attention group)."""
+        return self.num_layers * self.state_bytes_per_layer
+
+    @property
     def separate_v(self) -> bool:
         """Whether a layer holds a V tensor beside K ("full"), or reads V off K ("mla")."""
         return self.attention != "mla"
@@ -65,7 +100,9 @@ class KVGroup:
     @property
     def bytes_per_layer_token(self) -> int:
         """One token's KV in one layer of the group: K and V, each KV heads x head dim; for
-        "mla" the one latent-and-rope row."""
+        "mla" the one latent-and-rope row; none for a state group."""
+        if self.is_state:
+            return 0
         tensors = 2 if self.separate_v else 1
         return tensors * self.num_kv_heads * self.head_dim * self.element_bytes
 
@@ -84,14 +121,21 @@ class KVGroup:
         """The group as one GPU of a tensor-parallel group holds it: 1/N of the KV heads.
 
         An "mla" group is whole on every GPU: its one latent serves every query head, and
-        each GPU's share of the heads reads all of it (as vLLM holds it under TP).
+        each GPU's share of the heads reads all of it (as vLLM holds it under TP). A state
+        group's shape under TP is its model's to say (`ModelConfig.state_groups`).
         """
+        if self.is_state:
+            raise ValueError("a state group is built per tensor-parallel size, not sharded")
         if not self.separate_v:
             return self
         return replace(self, num_kv_heads=self.num_kv_heads // tensor_parallel_size)
 
     def formula(self) -> str:
-        """`bytes_per_token` in words, as `kvbench estimate` prints it."""
+        """`bytes_per_token` in words, as `kvbench estimate` prints it (a state group: its
+        bytes per sequence)."""
+        if self.is_state:
+            return (f"{self.num_layers} {self.attention} layers x "
+                    f"{self.state_bytes_per_layer:,} B state a sequence")
         if not self.separate_v:
             return (
                 f"{self.num_layers} layers x ({self.value_dim} latent + "
@@ -117,6 +161,17 @@ def mla_group(
     rope_dim elements per token and layer."""
     return KVGroup(tuple(range(num_layers)), 1, kv_lora_rank + rope_dim, element_bytes,
                    attention="mla", value_dim=kv_lora_rank)
+
+
+def state_group(layers: tuple[int, ...], mixer: str, state_bytes_per_layer: int) -> KVGroup:
+    """The recurrent `layers` of a hybrid, `state_bytes_per_layer` each a sequence."""
+    return KVGroup(layers, 0, 0, 0, attention=mixer, kind="state",
+                   state_bytes_per_layer=state_bytes_per_layer)
+
+
+def state_bytes_per_sequence(groups: Iterable[KVGroup]) -> int:
+    """One sequence's recurrent state across every state group."""
+    return sum(group.state_bytes_per_sequence for group in groups)
 
 
 def kv_bytes_per_token(groups: Iterable[KVGroup]) -> int:

@@ -1,6 +1,7 @@
 """`ModelConfig`: the shape of a Llama-architecture decoder (Llama, Qwen2/3, Mistral; Mixtral and
 Qwen3-MoE's experts; gpt-oss's sinks and biased experts), of DeepSeek-V2/V3 (`mla`, `routing`:
-deepseek_config.py) and of Gemma 2 / 3 (gemma_config.py).
+deepseek_config.py), of Gemma 2 / 3 (gemma_config.py) and of the state-space hybrids
+Qwen3-Next, Granite-4.0-H and Nemotron-H (`hybrid`: hybrid_config.py; sized and simulated).
 
 `from_hf_config` reads a Hugging Face `config.json`: every field that changes the arithmetic is
 implemented (with a parity test against transformers in tests/models/) or refused in one line
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token, mla_group
+from kvbench.core.kv_groups import KVGroup, kv_bytes_per_token, mla_group, state_group
 from kvbench.errors import KvbenchInputError
 from kvbench.models.bounds import check_model_bounds, derived_head_dim
 from kvbench.models.config_values import (
@@ -31,11 +32,15 @@ from kvbench.models.deepseek_config import (
     read_deepseek_config,
 )
 from kvbench.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
+from kvbench.models.hybrid_config import HYBRID_MODEL_TYPES, read_hybrid_config
+from kvbench.models.hybrid_params import hybrid_norm_parameters, hybrid_parameters
 from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
+from kvbench.models.recurrent import HybridLayers
 from kvbench.models.rope_yarn import read_rope_scaling
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral",
-                         "gpt_oss", *DEEPSEEK_MODEL_TYPES, *GEMMA_MODEL_TYPES)
+                         "gpt_oss", *DEEPSEEK_MODEL_TYPES, *GEMMA_MODEL_TYPES,
+                         *HYBRID_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
 ARCHITECTURES = ("llama", "gpt_oss", "gemma")
 
@@ -110,6 +115,11 @@ class ModelConfig:
     # Parameters a multimodal checkpoint holds beside the text model (Gemma 3's vision tower
     # and projector): counted in the weights' memory, never run (kvbench runs text only).
     vision_parameters: int = 0
+    # A state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H; hybrid_config.py): which
+    # layers attend (a KV cache), which run a recurrent mixer (a constant state per
+    # sequence: `state_groups`) and which have a feed-forward block. None: every layer
+    # attends and has one. Sized and simulated; the engine does not run it yet.
+    hybrid: HybridLayers | None = None
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -135,6 +145,10 @@ class ModelConfig:
                 f"model {self.name}: num_heads={self.num_heads} is not a multiple of "
                 f"num_kv_heads={self.num_kv_heads}"
             )
+        if self.hybrid is not None and len(self.hybrid.mixers) != self.num_layers:
+            raise KvbenchInputError(
+                f"model {self.name}: {len(self.hybrid.mixers)} layer mixers for "
+                f"{self.num_layers} layers")
 
     @property
     def softmax_scale(self) -> float:
@@ -144,7 +158,16 @@ class ModelConfig:
     @property
     def norms_per_layer(self) -> int:
         """Hidden-size RMSNorms a layer holds (Gemma adds pre/post feed-forward norms)."""
+        if self.hybrid is not None:
+            return self.hybrid.norms_per_layer
         return 4 if self.architecture == "gemma" else 2
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """The layers that attend (hold a KV cache): every layer but a hybrid's others."""
+        if self.hybrid is not None:
+            return self.hybrid.attention_layers
+        return tuple(range(self.num_layers))
 
     @property
     def is_moe(self) -> bool:
@@ -187,9 +210,22 @@ class ModelConfig:
             groups = [group.sharded(tensor_parallel_size) for group in groups]
         return tuple(groups)
 
+    def state_groups(
+        self, model_element_bytes: int, tensor_parallel_size: int = 1
+    ) -> tuple[KVGroup, ...]:
+        """A hybrid's recurrent layers as one "state" group (constant bytes per sequence, as
+        one GPU of `tensor_parallel_size` holds them; `model_element_bytes` is the model's
+        dtype, which vLLM keeps the state in whatever the KV-cache dtype); () otherwise."""
+        if self.hybrid is None:
+            return ()
+        recurrent = self.hybrid.recurrent
+        recurrent.check_tensor_parallel(tensor_parallel_size)
+        return (state_group(self.hybrid.recurrent_layers, recurrent.kind,
+                            recurrent.state_bytes(model_element_bytes, tensor_parallel_size)),)
+
     def _attention_groups(self, kv_element_bytes: int) -> list[KVGroup]:
         by_window: dict[int | None, list[int]] = {}
-        for i in range(self.num_layers):
+        for i in self.attention_layers:
             by_window.setdefault(self.layer_window(i), []).append(i)
         return [
             KVGroup(tuple(by_window[window]), self.num_kv_heads, self.head_dim,
@@ -216,6 +252,8 @@ class ModelConfig:
         return attn
 
     def num_parameters(self) -> int:
+        if self.hybrid is not None:
+            return hybrid_parameters(self)
         h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
         attn = self._attention_parameters()
         dense_mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
@@ -236,6 +274,8 @@ class ModelConfig:
 
     def num_active_parameters(self) -> int:
         """Parameters one token computes with: the router's top-k experts, not all of them."""
+        if self.hybrid is not None:
+            return hybrid_parameters(self, active=True)
         text = self.num_parameters() - self.vision_parameters  # a text token skips the vision tower
         if not self.is_moe:
             return text
@@ -250,6 +290,8 @@ class ModelConfig:
 
     def num_norm_parameters(self) -> int:
         """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them."""
+        if self.hybrid is not None:
+            return hybrid_norm_parameters(self)
         per_layer = self.norms_per_layer * self.hidden_size + (
             2 * self.head_dim if self.qk_norm else 0)
         if self.mla is not None:  # q_a_layernorm and kv_a_layernorm
@@ -273,6 +315,8 @@ class ModelConfig:
         tp = tensor_parallel_size
         if tp < 1:
             raise KvbenchInputError(f"--tensor-parallel-size must be >= 1, got {tp}")
+        if self.hybrid is not None:
+            self.hybrid.recurrent.check_tensor_parallel(tp)
         if self.mla is not None:
             if self.num_heads % tp:
                 raise KvbenchInputError(
@@ -292,12 +336,15 @@ class ModelConfig:
     @classmethod
     def from_hf_config(cls, hf: Any, name: str) -> ModelConfig:
         """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral,
-        Mixtral, gpt-oss, DeepSeek-V2/V3, Gemma 2 or Gemma 3 model."""
+        Mixtral, gpt-oss, DeepSeek-V2/V3, Gemma 2 or Gemma 3 model, or of a state-space hybrid
+        (Qwen3-Next, Granite-4.0-H, Nemotron-H: sized and simulated only)."""
         if not isinstance(hf, dict):
             raise KvbenchInputError(f"model {name}: config.json is not a JSON object")
         model_type = hf.get("model_type")
         if model_type in GEMMA_MODEL_TYPES:
             return cls(name=name, **gemma_fields(hf, name))
+        if model_type in HYBRID_MODEL_TYPES:
+            return cls(**read_hybrid_config(hf, name))
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise KvbenchInputError(
                 f"model {name}: model_type {model_type!r} is not supported "

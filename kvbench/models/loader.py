@@ -98,6 +98,10 @@ def load_model(
     `available` tells the device's free bytes (see `check_memory`).
     """
     config = resolve_model_config(model)
+    if config.hybrid is not None:
+        raise KvbenchInputError(
+            f"model {model}: its {config.hybrid.recurrent.kind} layers keep a recurrent state "
+            "kvbench's engine does not compute yet (kvbench estimate and simulate size it)")
     folder = None if model in PRESETS else model_folder(model, weights=True)
     if config.quantization is not None:
         raise KvbenchInputError(

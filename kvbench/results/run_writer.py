@@ -202,7 +202,9 @@ class RunWriter:
             strategy=cfg.strategy,
             batching=cfg.batching,
             reserve=cfg.reserve if reads_option(cfg.strategy, "reserve") else None,
-            block_size=cfg.block_size if reads_option(cfg.strategy, "block_size") else None,
+            # the strategy's: a state-space hybrid pages in vLLM's raised block, not --block-size
+            block_size=(getattr(engine.strategy, "block_size", cfg.block_size)
+                        if reads_option(cfg.strategy, "block_size") else None),
             workload=workload.name,
             model=cfg.model,
             dtype=cfg.dtype,

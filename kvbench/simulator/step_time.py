@@ -41,6 +41,11 @@ each, at the elementwise bandwidth.
 A sliding-window layer's attention reads and scores only the tokens its window W reaches: a
 decode at context s reads min(s, W) tokens; a prefill query at position i scores min(i + 1, W)
 keys. Layers are charged group by group (`ModelConfig.kv_groups`).
+
+A state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H) charges attention to its
+attention layers only, its recurrent layers' state update and chunked scan beside it (in the
+attention parts), and each kind of layer's matmuls by its share of the mean layer
+(`kvbench.simulator.recurrent_cost`, which cites the scan's FLOPs).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from dataclasses import asdict, dataclass, fields
 from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
+from kvbench.simulator.recurrent_cost import RecurrentCost
 
 MS = 1e-3
 US = 1e-6
@@ -260,6 +266,7 @@ class StepTimeModel:
         weight_element_bytes: int,
         kv_element_bytes: int,
         tensor_parallel_size: int = 1,
+        state_element_bytes: int = 2,
     ) -> None:
         tp = int(tensor_parallel_size)
         model.check_tensor_parallel(tp)
@@ -306,6 +313,8 @@ class StepTimeModel:
         )
         if model.mla is not None:
             attention_gemms = self._latent_attention(model.mla, h)
+        if model.hybrid is not None and model.hybrid.attention_output_gate:  # q and its gate
+            attention_gemms = ((h, 2 * self.q_dim + 2 * self.kv_dim), (self.q_dim, h))
         self.layer_gemms = (
             *attention_gemms,
             (h, 2 * self.inter),  # gate + up
@@ -346,6 +355,9 @@ class StepTimeModel:
                                       + num_dense * dense_weights) / L
                 self.layer_flop_weights = (self.num_moe_layers * self.layer_flop_weights
                                            + num_dense * dense_weights) / L
+        self.recurrent: RecurrentCost | None = None
+        if model.hybrid is not None:
+            self._hybrid_layers(model, tp, attention_gemms, state_element_bytes, groups)
         # Elementwise kernels per layer and the bytes they move per token (activations): two
         # RMS norms (read + write h), rope on q and k, the gated activation (read 2I, write I),
         # the residual add (read 2h, write h); per-head q/k norms are two more kernels, each
@@ -381,6 +393,50 @@ class StepTimeModel:
         self._by_rows: dict[int, float] = {}
         self._decode_runs: dict[int, tuple] = {}
 
+    def _hybrid_layers(self, model: ModelConfig, tp: int, attention_gemms, state_bytes: int,
+                       groups) -> None:
+        """A hybrid's mean layer: each kind of layer's matmuls and weights by its count, its
+        attention charged by group (the attention layers only)."""
+        hybrid = model.hybrid
+        assert hybrid is not None
+        h = model.hidden_size
+        rec = self.recurrent = RecurrentCost(model, tp, state_bytes)
+        self.attention_gemms = attention_gemms
+        shared = rec.shared_expert
+        self.moe_gemms: tuple[tuple[int, int], ...] = ()
+        if model.is_moe:
+            self.moe_gemms = ((h, model.num_local_experts),
+                              *(((h, 2 * shared), (shared, h)) if shared else ()))
+        width = -(-model.intermediate_size // tp)
+        self.dense_gemms = ((h, (rec.mlp_matrices - 1) * width), (width, h))
+        attention = sum(k * n for k, n in attention_gemms)
+        moe = sum(k * n for k, n in self.moe_gemms)
+        experts = sum(k * n for k, n in self.expert_gemms)
+        dense = sum(k * n for k, n in self.dense_gemms)
+        self.layer_weights = rec.mean(attention, rec.weights,
+                                      moe + model.num_local_experts * experts, dense)
+        self.layer_flop_weights = rec.mean(attention, rec.weights,
+                                           moe + model.num_experts_per_tok * experts, dense)
+        self.num_moe_layers = rec.moe_layers
+        # every attention group charged by its layers: the windowed path of `cost`
+        self.attention_groups = tuple(
+            (group.window, group.num_layers, group.bytes_per_layer_token) for group in groups)
+
+    def _hybrid_gemm_s(self, tokens: int, wb: int) -> float:
+        c, hw, m = self.gpu.constants, self.hw, self.model
+        rec = self.recurrent
+        assert rec is not None
+
+        def gemms(shapes) -> float:
+            return sum(gemm_s(c, hw, tokens, k, n, wb, wb) for k, n in shapes)
+
+        moe = gemms(self.moe_gemms)
+        if self.expert_gemms:
+            moe += sum(grouped_gemm_s(c, hw, tokens, k, n, wb, wb, m.num_local_experts,
+                                      m.num_experts_per_tok) for k, n in self.expert_gemms)
+        return rec.mean(gemms(self.attention_gemms), gemms(rec.gemms), moe,
+                        gemms(self.dense_gemms))
+
     def _latent_attention(self, mla, h: int) -> tuple[tuple[int, int], ...]:
         """Latent attention's matmuls on one GPU, the up-projections absorbed (as vLLM's MLA
         decode runs them; its prefill expands the latent instead, not modelled): the query
@@ -411,9 +467,17 @@ class StepTimeModel:
         c, hw, m = self.gpu.constants, self.hw, self.model
         ab = wb = self.weight_element_bytes
         h = m.hidden_size
-        gemm = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.layer_gemms)
+        if self.recurrent is not None:
+            gemm = self._hybrid_gemm_s(tokens, wb)
+        else:
+            gemm = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.layer_gemms)
         weights_read = float(self.weight_bytes)
-        if self.expert_gemms:
+        if self.recurrent is not None:
+            if self.expert_gemms:
+                experts, top_k = m.num_local_experts, m.num_experts_per_tok
+                idle = experts - expected_active_experts(tokens, experts, top_k)
+                weights_read -= wb * self.num_moe_layers * idle * self.expert_weights
+        elif self.expert_gemms:
             experts, top_k = m.num_local_experts, m.num_experts_per_tok
             gemm += sum(grouped_gemm_s(c, hw, tokens, k, n, wb, ab, experts, top_k)
                         for k, n in self.expert_gemms)
@@ -643,6 +707,19 @@ class StepTimeModel:
                                     + read * layer_bytes / hw.hbm_bandwidth_bytes_s)
             flops += layers * per_pair * (pairs + context)
             kv_read += layers * layer_bytes * (context + read)
+        rec = self.recurrent
+        if rec is not None:  # each recurrent layer: the state streamed, the prompt scanned
+            layers, state = rec.recurrent_layers, rec.state_bytes
+            if decode_batch:
+                att_dec += layers * elementwise_s(c, hw, 1, 2 * state * decode_batch)
+            if prefill_tokens:
+                att_pf += layers * (
+                    attention_prefill_s(c, hw, prefill_tokens,
+                                        rec.scan_flops_per_token * prefill_tokens)
+                    + 2 * state * len(prefills) / hw.hbm_bandwidth_bytes_s)
+            flops += layers * (rec.scan_flops_per_token * prefill_tokens
+                               + rec.step_flops_per_token * decode_batch)
+            kv_read += layers * state * (decode_batch + len(prefills))
         return att_dec, att_pf, flops, kv_read
 
 

@@ -17,6 +17,15 @@ share (`weights_bytes_per_gpu`), the budget and the KV bytes per token are one G
 (`kvbench.sizing.capacity`: 1/N of the KV heads, a latent-attention row whole); the token
 and request capacities are the group's, as every GPU holds a share of the same tokens.
 
+A state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H) also gets `state_pages`
+(`kvbench.sizing.state_pages`): its recurrent layers' state per sequence, the attention block
+size vLLM raises so that one attention page holds one state, the unified page and the KV
+cache groups. A request then holds cdiv(tokens, block) attention blocks and one block per
+state group; its KV per request adds the state per sequence; the budget is vLLM's pool of
+blocks; max concurrency = floor(blocks / blocks per request) (vLLM's), and the KV capacity
+is the tokens the pool's blocks would hold as attention blocks alone. Only `paged` is fitted:
+the one strategy that holds a state group (the others are refused by `kvbench simulate`).
+
 A latent-attention (MLA) model also gets `mha_equivalent`: the same budget if the cache held
 each head's full K (qk_nope + qk_rope) and V (v_head_dim), split over the GPUs by heads as
 multi-head attention is; what the latent saves.
@@ -61,6 +70,7 @@ from kvbench.sizing.kv_budget import (
     parse_fraction,
 )
 from kvbench.sizing.loaded_weights import WeightQuantization
+from kvbench.sizing.state_pages import StatePages, state_pages, state_pages_rows
 from kvbench.sizing.vllm_report import format_vllm_startup
 from kvbench.sizing.vllm_startup import VllmFlags, VllmStartup, vllm_startup
 from kvbench.strategies.window_ring import ring_slots
@@ -196,6 +206,8 @@ class KVEstimate:
     # The vLLM start-up the budget came from (a model on --gpu / --gpu-memory), term by term.
     vllm: VllmStartup | None = None
     vllm_quantization: str = "float weights"  # how the checkpoint stores them, in words
+    # A state-space hybrid's unified pages (None for a model without recurrent layers).
+    state_pages: StatePages | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (fractions as floats)."""
@@ -236,6 +248,7 @@ class KVEstimate:
             ),
             "mha_equivalent": self.mha_equivalent.to_dict() if self.mha_equivalent else None,
             "vllm": self.vllm.to_dict() if self.vllm else None,
+            "state_pages": self.state_pages.to_dict() if self.state_pages else None,
         }
 
 
@@ -293,6 +306,7 @@ class _KVShape:
     dtype: str  # the weights', canonical
     kv_dtype: str  # canonical
     groups: tuple[KVGroup, ...]
+    pages: StatePages | None = None  # a hybrid's
 
 
 @dataclass(frozen=True)
@@ -326,11 +340,20 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
     block_size = inputs.block_size
     tokens_per_request = (round_up_to_blocks(lengths.context, block_size) if block_size
                           else lengths.context)
-    per_request = per_token * tokens_per_request
+    pages = shape.pages
+    per_request = per_token * tokens_per_request + (
+        pages.state_bytes_per_sequence if pages else 0)
     total = per_request * inputs.concurrency
     budget = _budget(inputs, shape, lengths, per_token)
     kv = budget.kv_budget_bytes
     mha = _mha_equivalent(inputs, shape, tokens_per_request, kv)
+    capacity = concurrency = None
+    if kv is not None:
+        capacity, concurrency = kv_capacity(kv, per_token), kv_capacity(
+            kv, per_token, tokens_per_request)
+        if pages is not None:  # vLLM's blocks: attention blocks alone, and whole requests
+            capacity = kv // pages.block_bytes // pages.attention_groups * pages.block_size
+            concurrency = pages.max_requests(kv, tokens_per_request)
     return KVEstimate(
         model=inputs.model.name if inputs.model is not None else None,
         num_layers=shape.num_layers, num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,
@@ -344,11 +367,11 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
         num_parameters=budget.num_parameters, active_parameters=budget.active_parameters,
         weights_bytes=budget.weights_bytes, weights_source=budget.weights_source,
         kv_budget_bytes=kv, kv_budget_source=budget.source,
-        kv_capacity_tokens=kv_capacity(kv, per_token) if kv is not None else None,
-        max_concurrency=kv_capacity(kv, per_token, tokens_per_request) if kv is not None else None,
+        kv_capacity_tokens=capacity, max_concurrency=concurrency,
         fits=total <= kv if kv is not None else None,
         max_model_len=lengths.max_model_len, mean_len=lengths.mean_len,
-        strategies=_strategy_fits(per_token, lengths, block_size, kv, shape.groups),
+        strategies=(_state_fits(pages, lengths.mean_len, kv) if pages is not None
+                    else _strategy_fits(per_token, lengths, block_size, kv, shape.groups)),
         kv_utilization_comparison=_comparison(inputs.compare_utilization, kv, per_token),
         kv_groups=shape.groups,
         tensor_parallel_size=inputs.tensor_parallel_size,
@@ -358,6 +381,7 @@ def estimate_kv(inputs: EstimateInputs) -> KVEstimate:
         vllm=budget.vllm,
         vllm_quantization=(inputs.quantization.describe() if inputs.quantization
                            else f"{budget.weights_dtype} weights"),
+        state_pages=pages,
     )
 
 
@@ -391,7 +415,11 @@ def _kv_shape(inputs: EstimateInputs) -> _KVShape:
         raise KvbenchInputError("--tensor-parallel-size needs --model (a preset or a folder)")
     groups = (model.kv_groups(elem, tp) if model is not None
               else (full_attention_group(num_layers, num_kv_heads, head_dim, elem),))
-    return _KVShape(num_layers, num_kv_heads, head_dim, dtype, kv_dtype, groups)
+    pages = None
+    if model is not None and model.hybrid is not None:  # the state in the model's dtype
+        pages = state_pages(model, elem, DTYPE_BYTES[dtype], tp,
+                            inputs.block_size or DEFAULT_BLOCK_SIZE)
+    return _KVShape(num_layers, num_kv_heads, head_dim, dtype, kv_dtype, groups, pages)
 
 
 def _lengths(inputs: EstimateInputs) -> _Lengths:
@@ -476,7 +504,10 @@ def _vllm_budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths, per
         raise VllmRefusal(startup.refusal or "vLLM would not start")
     per_gpu = startup.stages[0].weights
     weights = sum(stage.weights for stage in startup.stages) * inputs.tensor_parallel_size
-    return _Budget(startup.pool.tokens * per_token, "vllm", startup.utilization, weights,
+    pool = startup.pool
+    kv = (pool.num_blocks * pool.block_bytes if shape.pages is not None
+          else pool.tokens * per_token)
+    return _Budget(kv, "vllm", startup.utilization, weights,
                    "given" if inputs.weights_memory is not None else "computed",
                    model.num_parameters(), model.num_active_parameters(), per_gpu,
                    quantization.scheme if quantization and not quantization.experts_only
@@ -525,6 +556,20 @@ def _strategy_fits(
         fits["contiguous-rings"] = _contiguous_rings_fit(groups, max_model_len, budget)
         fits["hybrid"] = _hybrid_fit(groups, mean_len, paged_block, budget)
     return fits
+
+
+def _state_fits(pages: StatePages, mean_len: int, budget: int | None) -> dict[str, StrategyFit]:
+    """A hybrid's `paged`, as vLLM holds a request: its attention blocks of the raised block
+    size and one block per state group, from admission to finish."""
+    blocks = pages.blocks_per_request(mean_len)
+    attention = pages.attention_groups * -(-mean_len // pages.block_size)
+    reserve = (f"{attention} attention block(s) at mean length + {pages.state_groups} state "
+               f"block(s), blocks of {pages.block_bytes:,} B")
+    return {"paged": StrategyFit(
+        "paged", reserve, attention * pages.block_size, blocks * pages.block_bytes,
+        pages.max_requests(budget, mean_len) if budget is not None else None,
+        block_size=pages.block_size, blocks_per_request=blocks,
+        num_blocks=budget // pages.block_bytes if budget is not None else None)}
 
 
 # The chunk bound the ring row assumes: the floor of kvbench's step budget (its default is
@@ -606,7 +651,9 @@ def format_estimate(est: KVEstimate) -> str:
     tokens = f"{est.tokens_per_request:,} tokens"
     if est.block_size and est.tokens_per_request != est.context:
         tokens += f" ({est.context:,} rounded up to blocks of {est.block_size})"
-    add("KV per request", est.kv_bytes_per_request, f"per token x {tokens}")
+    pages = est.state_pages
+    add("KV per request", est.kv_bytes_per_request, f"per token x {tokens}" + (
+        f" + state per sequence {pages.state_bytes_per_sequence:,} B" if pages else ""))
     add("KV total", est.kv_bytes_total,
         f"per request x {_plural(est.concurrency, 'concurrent request')}")
     if est.vllm is not None:
@@ -620,6 +667,9 @@ def format_estimate(est: KVEstimate) -> str:
             else f"as vLLM loads them ({est.vllm_quantization}){tp}")
         budget_formula = (f"vLLM's pool: {startup.pool.tokens:,} tokens x per token"
                           if startup.pool else "")
+        if startup.pool and est.state_pages is not None:
+            budget_formula = (f"vLLM's pool: {startup.pool.num_blocks:,} blocks x "
+                              f"{startup.pool.block_bytes:,} B (attention and state)")
     elif est.kv_budget_source == "gpu":
         assert est.gpu_memory_bytes is not None and est.gpu_memory_utilization is not None
         assert est.weights_bytes is not None
@@ -641,9 +691,18 @@ def format_estimate(est: KVEstimate) -> str:
     if est.kv_budget_bytes is not None:
         assert est.max_concurrency is not None and est.kv_capacity_tokens is not None
         add("KV budget", est.kv_budget_bytes, budget_formula)
-        add("KV capacity", f"{est.kv_capacity_tokens:,} tokens", "floor(budget / per token)")
-        add("max concurrency", _plural(est.max_concurrency, "request"),
-            "floor(budget / per request)")
+        if pages is not None:
+            add("KV capacity", f"{est.kv_capacity_tokens:,} tokens",
+                f"floor(budget / block / {pages.attention_groups} attention group(s)) x "
+                f"{pages.block_size} (no state held)")
+            add("max concurrency", _plural(est.max_concurrency, "request"),
+                f"floor(budget / block / ({pages.attention_groups} x cdiv(tokens, "
+                f"{pages.block_size}) + {pages.state_groups} state blocks)), as vLLM")
+        else:
+            add("KV capacity", f"{est.kv_capacity_tokens:,} tokens",
+                "floor(budget / per token)")
+            add("max concurrency", _plural(est.max_concurrency, "request"),
+                "floor(budget / per request)")
         mha = est.mha_equivalent
         if mha is not None and mha.max_concurrency is not None:
             add("MHA-equivalent KV", mha.kv_bytes_per_token,
@@ -660,6 +719,11 @@ def format_estimate(est: KVEstimate) -> str:
     lines = [f"KV-cache estimate: {est.model or 'explicit shapes'}, KV {est.kv_cache_dtype}, "
              f"{est.context:,}-token context, concurrency {est.concurrency:,}", ""]
     lines += text_table(("quantity", "bytes", "binary", "formula"), rows, right=(1,))
+    if pages is not None:
+        lines += ["", "state-space hybrid: recurrent state and attention KV in one pool of "
+                  "equal pages (vLLM's hybrid allocator):"]
+        lines += text_table(("quantity", "value", "formula"), state_pages_rows(pages),
+                            right=(1,))
     if any(size.window is not None for size in est.kv_group_sizes):
         lines += ["", f"KV per sequence per layer group at {est.context:,} tokens (a window "
                   "layer needs its last W tokens only; paged and prefix hold the whole context "

@@ -75,7 +75,8 @@ def estimate_steps(
     kv_dtype = dtype if str(kv_cache_dtype).lower() == "auto" else canonical_dtype(kv_cache_dtype)
     stored = weights_dtype(model, dtype)  # fp8 where the checkpoint is
     time_model = StepTimeModel(
-        model, spec, DTYPE_BYTES[stored], DTYPE_BYTES[kv_dtype], tensor_parallel_size
+        model, spec, DTYPE_BYTES[stored], DTYPE_BYTES[kv_dtype], tensor_parallel_size,
+        DTYPE_BYTES[dtype],  # a hybrid's recurrent state: the model's dtype
     )
     out = []
     for step in steps:

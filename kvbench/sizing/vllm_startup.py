@@ -7,7 +7,9 @@ vllm/utils/mem_utils.py `memory_profiling`) computes, on every GPU:
     available  = requested - weights - peak activation - non-torch growth
                  [- CUDA graph estimate, from 0.21]
 
-and the engine turns `available` into blocks (`kvbench.sizing.vllm_kv_cache`). Each term here
+and the engine turns `available` into blocks (`kvbench.sizing.vllm_kv_cache`; a state-space
+hybrid's unified pages of attention and state, its block size raised: `kvbench.sizing.
+state_pages`, one pipeline stage only). Each term here
 is a function of the model and the flags:
 
 - weights: as loaded (`kvbench.sizing.loaded_weights`), or `--weights-memory`.
@@ -23,7 +25,8 @@ is a function of the model and the flags:
                fused-MoE workspace vLLM keeps for the largest batch (none for MXFP4 experts,
                whose triton kernels allocate per call).
     buffers  = max_num_seqs x cdiv(max_model_len, block) x 4 B per KV cache group: the
-               int32 block tables vLLM's input batch keeps for every request slot.
+               int32 block tables vLLM's input batch keeps for every request slot (a
+               hybrid's state group: one block).
     peak     = MoE + buffers + max(forward, sampler) on the last stage (+ forward before it).
 - non-torch growth: cuBLAS workspaces, and NCCL / custom all-reduce buffers under tensor
   parallelism (per era).
@@ -52,6 +55,7 @@ from kvbench.models.config import ModelConfig
 from kvbench.models.sizes import DTYPE_BYTES
 from kvbench.sizing.kv_budget import parse_fraction
 from kvbench.sizing.loaded_weights import WeightQuantization, loaded_weights
+from kvbench.sizing.state_pages import state_pages, state_pool, state_refusal
 from kvbench.sizing.vllm_kv_cache import (
     VllmKVPool,
     group_layout,
@@ -198,6 +202,14 @@ def vllm_startup(model: ModelConfig, total_memory: int, flags: VllmFlags,
     d = DTYPE_BYTES[flags.dtype]
     kv_dtype = flags.dtype if flags.kv_cache_dtype == "auto" else flags.kv_cache_dtype
     groups = model.kv_groups(DTYPE_BYTES[kv_dtype], tp)  # checks that tp splits the heads
+    pages = None
+    if model.hybrid is not None:  # one page for attention and state, the block raised
+        if pp != 1:
+            raise KvbenchInputError(
+                f"model {model.name}: --pipeline-parallel-size {pp} is not modelled for a "
+                "state-space hybrid")
+        pages = state_pages(model, DTYPE_BYTES[kv_dtype], d, tp, flags.block_size)
+    block_size = pages.block_size if pages is not None else flags.block_size
     weights = loaded_weights(model, flags.dtype, flags.quantization, tp, pp)
     graphs = cuda_graph_counts(max_num_seqs, flags.enforce_eager)
     requested = math.floor(total_memory * util)
@@ -212,8 +224,11 @@ def vllm_startup(model: ModelConfig, total_memory: int, flags: VllmFlags,
         moe = 0 if experts_mxfp4 else _moe_workspace_bytes(model, stage.layers, max_batched, d,
                                                            tp)
         stage_kv = stage_groups(groups, stage.layers)
-        windows = len(group_layout(stage_kv)[1])
-        buffers = max_num_seqs * -(-max_model_len // flags.block_size) * 4 * windows
+        if pages is not None:  # a state group's table is one block a request
+            table = pages.blocks_per_request(max_model_len)
+        else:
+            table = -(-max_model_len // block_size) * len(group_layout(stage_kv)[1])
+        buffers = max_num_seqs * table * 4
         activation = moe + buffers + max(forward, sampler)
         graph_bytes = GRAPH_BYTES_PER_LAYER * len(stage.layers) * sum(graphs)
         subtracted = release.subtracts_cuda_graphs and graph_bytes > 0
@@ -233,12 +248,16 @@ def vllm_startup(model: ModelConfig, total_memory: int, flags: VllmFlags,
     advice = (f"use a smaller --max-num-seqs (the {max_num_seqs:,} given size "
               f"{largest.request_buffers / GiB:.2f} GiB of per-request block tables)"
               if largest.request_buffers > largest.weights else None)
-    why = refusal(per_stage, available, flags.block_size, max_model_len, max_batched, spent,
-                  advice)
-    pool = None if why else kv_pool(per_stage, available, flags.block_size, max_model_len,
-                                    max_batched)
+    if pages is not None:
+        why = state_refusal(pages, available[0], max_model_len, spent[0])
+        pool = None if why else state_pool(pages, available[0], max_model_len)
+    else:
+        why = refusal(per_stage, available, block_size, max_model_len, max_batched, spent,
+                      advice)
+        pool = None if why else kv_pool(per_stage, available, block_size, max_model_len,
+                                        max_batched)
     return VllmStartup(release, gpu_name, util, max_model_len, max_num_seqs, max_batched,
-                       flags.block_size, tp, pp, graphs, tuple(stages), pool, why,
+                       block_size, tp, pp, graphs, tuple(stages), pool, why,
                        "given" if flags.weights_memory is not None else "loaded",
                        memory_source)
 
@@ -248,11 +267,18 @@ def _forward_bytes(model: ModelConfig, layers: tuple[int, ...], tokens: int, d: 
     """The forward's transient peak: the widest MLP's gate/up and activation outputs beside
     the residual stream; plus the hidden states and residual a stage sends on."""
     h = model.hidden_size
-    widths = [model.intermediate_size for i in layers if not model.is_moe_layer(i)]
+    hybrid = model.hybrid
+    widths = [model.intermediate_size for i in layers if not model.is_moe_layer(i)
+              and (hybrid is None or hybrid.ffn[i])]
     if model.num_shared_experts and any(model.is_moe_layer(i) for i in layers):
         widths.append(model.num_shared_experts * model.moe_intermediate_size)
+    mixer = 0
+    if hybrid is not None:  # a hybrid's shared expert; its recurrent in_proj's output
+        if hybrid.shared_expert_intermediate_size:
+            widths.append(hybrid.shared_expert_intermediate_size)
+        mixer = hybrid.recurrent.projections(h)[0][1] // tp
     width = max(widths, default=0) // tp
-    return tokens * (3 * width + 4 * h + (2 * h if sends else 0)) * d
+    return tokens * (max(3 * width, mixer) + 4 * h + (2 * h if sends else 0)) * d
 
 
 def _sampler_bytes(model: ModelConfig, release: VllmRelease, tokens: int, max_num_seqs: int,

@@ -1,0 +1,258 @@
+"""The `config.json` of a state-space hybrid: Qwen3-Next (`qwen3_next`: Gated DeltaNet and
+gated full attention, 3:1), Granite-4.0-H (`granitemoehybrid`: Mamba-2 and attention by
+`layer_types`) and Nemotron-H (`nemotron_h`: Mamba-2, attention and MLP layers by
+`hybrid_override_pattern`), read as transformers' Qwen3NextConfig, GraniteMoeHybridConfig and
+NemotronHConfig read them.
+
+kvbench sizes and simulates these models (`kvbench estimate`, `kvbench simulate`); its engine
+does not run them yet. A key whose value would change the sizes and that kvbench does not
+model is refused in one line naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config_values import (
+    bad_values_refused,
+    positive_int,
+    quantization,
+    read_rope_theta,
+    refuse_unimplemented,
+    true_or_false,
+)
+from kvbench.models.recurrent import HybridLayers, RecurrentMixer
+
+HYBRID_MODEL_TYPES = ("qwen3_next", "granitemoehybrid", "nemotron_h")
+# FLA's chunk length for the gated delta rule (fla/ops/gated_delta_rule/chunk.py, BT = 64),
+# the prefill scan's chunk of a Gated DeltaNet layer (its config.json names none).
+GDN_CHUNK_SIZE = 64
+# vLLM's float32 default for Nemotron-H's SSM state (`NemotronHForCausalLMConfig`).
+NEMOTRON_SSM_DTYPES = {"float32": "fp32", "bfloat16": None, "float16": None, "auto": None}
+
+
+def read_hybrid_config(hf: dict[str, Any], name: str) -> dict[str, Any]:
+    """`ModelConfig` fields of a hybrid's config.json (its model_type in HYBRID_MODEL_TYPES)."""
+    quantization(hf, name)
+    with bad_values_refused(name):
+        fields = {"qwen3_next": _qwen3_next, "granitemoehybrid": _granite,
+                  "nemotron_h": _nemotron_h}[hf["model_type"]](hf, name)
+    return {"name": name, "rope_theta": read_rope_theta(hf, 10000.0),
+            "tie_word_embeddings": bool(hf.get("tie_word_embeddings", False)), **fields}
+
+
+def _layers(hf: dict[str, Any], name: str) -> int:
+    return positive_int(hf, "num_hidden_layers", name)
+
+
+def _qwen3_next(hf: dict[str, Any], name: str) -> dict[str, Any]:
+    """Qwen3NextForCausalLM: `layer_types` ("linear_attention" / "full_attention") or every
+    `full_attention_interval`-th layer full; every layer a mixture of experts (but
+    `mlp_only_layers` and those `decoder_sparse_step` skips) with one gated shared expert."""
+    num_layers = _layers(hf, name)
+    refuse_unimplemented(hf, name, "hidden_act", ("silu",), "the experts are SwiGLU", "silu")
+    refuse_unimplemented(hf, name, "use_sliding_window", (False, None),
+                         "Qwen3-Next's attention layers attend to the whole context")
+    given = hf.get("layer_types")
+    if given is not None:
+        kinds = {"linear_attention": "recurrent", "full_attention": "attention"}
+        _check_list(given, name, "layer_types", num_layers, tuple(kinds))
+        mixers = tuple(kinds[t] for t in given)
+    else:
+        interval = positive_int(hf, "full_attention_interval", name, default=4)
+        mixers = tuple("attention" if (i + 1) % interval == 0 else "recurrent"
+                       for i in range(num_layers))
+    _need_both(mixers, name, "layer_types")
+    key_heads = positive_int(hf, "linear_num_key_heads", name)
+    value_heads = positive_int(hf, "linear_num_value_heads", name)
+    value_dim = positive_int(hf, "linear_value_head_dim", name)
+    _check_heads(value_heads, key_heads, name, "linear_num_value_heads", "linear_num_key_heads")
+    recurrent = RecurrentMixer(
+        "gated_deltanet", num_heads=value_heads, head_dim=value_dim,
+        state_size=positive_int(hf, "linear_key_head_dim", name), num_groups=key_heads,
+        conv_kernel=positive_int(hf, "linear_conv_kernel_dim", name),
+        inner_size=value_heads * value_dim, chunk_size=GDN_CHUNK_SIZE)
+    experts = positive_int(hf, "num_experts", name, default=512, minimum=0)
+    top_k = positive_int(hf, "num_experts_per_tok", name, default=10)
+    if experts and top_k > experts:
+        raise KvbenchInputError(
+            f"model {name}: config.json num_experts_per_tok {top_k} exceeds num_experts {experts}")
+    step = positive_int(hf, "decoder_sparse_step", name, default=1)
+    mlp_only = hf.get("mlp_only_layers") or []
+    if not isinstance(mlp_only, list) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
+            for i in mlp_only):
+        raise KvbenchInputError(
+            f"model {name}: config.json mlp_only_layers must list layer indices below "
+            f"num_hidden_layers {num_layers}, got {mlp_only!r:.80}")
+    shared = positive_int(hf, "shared_expert_intermediate_size", name, default=512, minimum=0)
+    num_heads = positive_int(hf, "num_attention_heads", name, default=16)
+    return {
+        "vocab_size": positive_int(hf, "vocab_size", name, default=151936),
+        "hidden_size": positive_int(hf, "hidden_size", name, default=2048),
+        "intermediate_size": positive_int(hf, "intermediate_size", name, default=5632),
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "num_kv_heads": positive_int(hf, "num_key_value_heads", name, default=2),
+        "head_dim": positive_int(hf, "head_dim", name, default=256),
+        "max_position_embeddings": positive_int(hf, "max_position_embeddings", name,
+                                                default=32768),
+        "rms_norm_eps": float(hf.get("rms_norm_eps", 1e-6)),
+        "attention_bias": _no_bias(hf, name, "attention_bias"),
+        "qk_norm": True,
+        "num_local_experts": experts,
+        "num_experts_per_tok": top_k if experts else 0,
+        "moe_intermediate_size": positive_int(hf, "moe_intermediate_size", name, default=512),
+        "norm_topk_prob": true_or_false(hf, "norm_topk_prob", name, True),
+        "dense_layers": tuple(i for i in range(num_layers)
+                              if i in mlp_only or (i + 1) % step) if experts else (),
+        "hybrid": HybridLayers(mixers, (True,) * num_layers, recurrent,
+                               attention_output_gate=True,
+                               shared_expert_intermediate_size=shared if experts else 0,
+                               shared_expert_gate=bool(experts and shared)),
+    }
+
+
+def _granite(hf: dict[str, Any], name: str) -> dict[str, Any]:
+    """GraniteMoeHybridForCausalLM: `layer_types` ("mamba" / "attention"); every layer a
+    mixture of experts (none where num_local_experts is 0) beside a shared MLP of
+    shared_intermediate_size. Its mu-P multipliers scale activations only."""
+    num_layers = _layers(hf, name)
+    refuse_unimplemented(hf, name, "hidden_act", ("silu",), "the MLPs are SwiGLU", "silu")
+    given = hf.get("layer_types")
+    if given is None:
+        raise KvbenchInputError(f"model {name}: config.json lacks 'layer_types'")
+    _check_list(given, name, "layer_types", num_layers, ("mamba", "attention"))
+    mixers = tuple("recurrent" if t == "mamba" else "attention" for t in given)
+    _need_both(mixers, name, "layer_types")
+    hidden = positive_int(hf, "hidden_size", name)
+    heads = positive_int(hf, "mamba_n_heads", name)
+    head_dim = positive_int(hf, "mamba_d_head", name)
+    inner = positive_int(hf, "mamba_expand", name) * hidden
+    if heads * head_dim != inner:
+        raise KvbenchInputError(
+            f"model {name}: config.json mamba_d_head {head_dim} x mamba_n_heads {heads} must "
+            f"equal mamba_expand x hidden_size {inner}")
+    groups = positive_int(hf, "mamba_n_groups", name)
+    _check_heads(heads, groups, name, "mamba_n_heads", "mamba_n_groups")
+    recurrent = RecurrentMixer(
+        "mamba2", num_heads=heads, head_dim=head_dim,
+        state_size=positive_int(hf, "mamba_d_state", name), num_groups=groups,
+        conv_kernel=positive_int(hf, "mamba_d_conv", name), inner_size=inner,
+        chunk_size=positive_int(hf, "mamba_chunk_size", name, default=256),
+        conv_bias=true_or_false(hf, "mamba_conv_bias", name, True),
+        proj_bias=true_or_false(hf, "mamba_proj_bias", name, False))
+    experts = positive_int(hf, "num_local_experts", name, default=0, minimum=0)
+    top_k = positive_int(hf, "num_experts_per_tok", name, default=2, minimum=0) if experts else 0
+    if experts and not 0 < top_k <= experts:
+        raise KvbenchInputError(
+            f"model {name}: config.json num_experts_per_tok {top_k} must be 1 to "
+            f"num_local_experts {experts}")
+    shared = positive_int(hf, "shared_intermediate_size", name)
+    return {
+        "vocab_size": positive_int(hf, "vocab_size", name),
+        "hidden_size": hidden,
+        "intermediate_size": shared,  # the dense MLP: the shared one
+        "num_layers": num_layers,
+        "num_heads": positive_int(hf, "num_attention_heads", name),
+        "num_kv_heads": positive_int(hf, "num_key_value_heads", name),
+        "max_position_embeddings": positive_int(hf, "max_position_embeddings", name),
+        "rms_norm_eps": float(hf.get("rms_norm_eps", 1e-6)),
+        "attention_bias": _no_bias(hf, name, "attention_bias"),
+        "num_local_experts": experts,
+        "num_experts_per_tok": top_k,
+        "moe_intermediate_size": (positive_int(hf, "intermediate_size", name) if experts
+                                  else 0),
+        "hybrid": HybridLayers(mixers, (True,) * num_layers, recurrent,
+                               shared_expert_intermediate_size=shared if experts else 0),
+    }
+
+
+def _nemotron_h(hf: dict[str, Any], name: str) -> dict[str, Any]:
+    """NemotronHForCausalLM: one block a layer, by `hybrid_override_pattern`: 'M' Mamba-2,
+    '*' attention, '-' a relu^2 MLP (two matmuls). Its SSM state is float32 in vLLM unless
+    config.json's `mamba_ssm_cache_dtype` says otherwise."""
+    num_layers = _layers(hf, name)
+    pattern = hf.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or len(pattern) != num_layers:
+        raise KvbenchInputError(
+            f"model {name}: config.json hybrid_override_pattern must be a string of one "
+            f"character per layer (num_hidden_layers {num_layers}), got {pattern!r:.80}")
+    unknown = sorted(set(pattern) - set("M*-"))
+    if unknown:
+        raise KvbenchInputError(
+            f"model {name}: config.json hybrid_override_pattern {''.join(unknown)!r} is not "
+            "implemented (supported: 'M' Mamba-2, '*' attention, '-' MLP)")
+    mixers = tuple({"M": "recurrent", "*": "attention", "-": "none"}[c] for c in pattern)
+    _need_both(mixers, name, "hybrid_override_pattern")
+    refuse_unimplemented(hf, name, "mlp_bias", (False, None), "the MLP has no biases")
+    ssm_dtype = hf.get("mamba_ssm_cache_dtype", "float32")
+    if ssm_dtype not in NEMOTRON_SSM_DTYPES:
+        raise KvbenchInputError(
+            f"model {name}: config.json mamba_ssm_cache_dtype {ssm_dtype!r} is not one of "
+            f"{', '.join(NEMOTRON_SSM_DTYPES)}")
+    heads = positive_int(hf, "mamba_num_heads", name)
+    head_dim = positive_int(hf, "mamba_head_dim", name)
+    groups = positive_int(hf, "n_groups", name)
+    _check_heads(heads, groups, name, "mamba_num_heads", "n_groups")
+    recurrent = RecurrentMixer(
+        "mamba2", num_heads=heads, head_dim=head_dim,
+        state_size=positive_int(hf, "ssm_state_size", name), num_groups=groups,
+        conv_kernel=positive_int(hf, "conv_kernel", name), inner_size=heads * head_dim,
+        chunk_size=positive_int(hf, "chunk_size", name, default=128),
+        conv_bias=true_or_false(hf, "use_conv_bias", name, True),
+        proj_bias=true_or_false(hf, "mamba_proj_bias", name, False),
+        ssm_state_dtype=NEMOTRON_SSM_DTYPES[ssm_dtype])
+    num_heads = positive_int(hf, "num_attention_heads", name)
+    hidden = positive_int(hf, "hidden_size", name)
+    return {
+        "vocab_size": positive_int(hf, "vocab_size", name),
+        "hidden_size": hidden,
+        "intermediate_size": positive_int(hf, "intermediate_size", name),
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "num_kv_heads": positive_int(hf, "num_key_value_heads", name),
+        "head_dim": positive_int(hf, "attention_head_dim", name, default=hidden // num_heads),
+        "max_position_embeddings": positive_int(hf, "max_position_embeddings", name),
+        "rms_norm_eps": float(hf.get("layer_norm_epsilon", hf.get("rms_norm_eps", 1e-5))),
+        "attention_bias": _no_bias(hf, name, "attention_bias"),
+        "hybrid": HybridLayers(mixers, tuple(m == "none" for m in mixers), recurrent,
+                               mlp_ungated=True, norms_per_layer=1),
+    }
+
+
+def _check_list(values: Any, name: str, key: str, num_layers: int,
+                allowed: tuple[str, ...]) -> None:
+    if not isinstance(values, list) or len(values) != num_layers:
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} must list one type per layer "
+            f"(num_hidden_layers {num_layers}), got {values!r:.80}")
+    unknown = sorted({str(v) for v in values if v not in allowed})
+    if unknown:
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} {', '.join(unknown)} is not implemented "
+            f"(supported: {', '.join(allowed)})")
+
+
+def _need_both(mixers: tuple[str, ...], name: str, key: str) -> None:
+    """A hybrid here has attention and recurrent layers both (vLLM's page unification
+    needs an attention page to raise; a pure state-space model is another slice)."""
+    for mixer in ("attention", "recurrent"):
+        if mixer not in mixers:
+            raise KvbenchInputError(
+                f"model {name}: config.json {key} has no {mixer} layer (kvbench sizes hybrids "
+                "of attention and recurrent layers)")
+
+
+def _check_heads(value_heads: int, key_heads: int, name: str, value_key: str,
+                 key_key: str) -> None:
+    if value_heads % key_heads:
+        raise KvbenchInputError(
+            f"model {name}: config.json {value_key} {value_heads} is not a multiple of "
+            f"{key_key} {key_heads}")
+
+
+def _no_bias(hf: dict[str, Any], name: str, key: str) -> bool:
+    refuse_unimplemented(hf, name, key, (False, None), "these attention layers have no biases")
+    return False

@@ -1,0 +1,209 @@
+"""A state-space hybrid's KV pool as vLLM lays it out: one page size for attention and state.
+
+vLLM's hybrid KV cache manager needs every layer's page to be the same size. A recurrent
+layer's page is its whole state for one sequence (conv + recurrent state: `MambaSpec`
+`page_size_bytes`, vllm/v1/kv_cache_interface.py; `ModelConfig.state_groups`), so vLLM raises
+the attention block size until one attention layer's block is at least that large, and pads
+the state page up to it (vllm/platforms/interface.py `Platform._align_hybrid_block_size`):
+
+    align       = max(the backend's smallest kernel block, --block-size)   (FlashAttention,
+                  vLLM's CUDA default: multiples of 16, so 16 at the default --block-size)
+    block_size  = align x cdiv(state page, align x attention page of one token)
+                  rounded up to a multiple of 16 (every backend's kernel block)
+    page        = block_size x attention page of one token  (>= state page; the state padded)
+
+(a --block-size already that large is kept). Qwen3-Next-80B's 1,097,728-byte state over a
+2,048-byte attention token (2 KV heads of 256, bf16) gives 544 tokens; Granite-4.0-H-Small's
+2,147,840 B over 4,096 B, 528; Nemotron-H-8B's 4,255,744 B (its SSM state float32) over
+4,096 B, 1,040 (tests/vllm_oracle/test_state_block_size.py calls vLLM's own function on
+the same configs).
+
+The layers are then grouped as for sliding windows (`_get_kv_cache_groups_uniform_page_size`,
+`kvbench.core.kv_allocation`): `group_size` = the smaller layer count of the two kinds (the
+larger where both are within `PAD_TO_LARGEST_RATIO`), cdiv(n / group_size) KV cache groups of
+each kind. One block of the shared pool is a page of `group_size` layers:
+
+    num_blocks           = available // (page x group_size)
+    blocks per request   = attention groups x cdiv(tokens, block_size) + state groups
+                           (a state group holds one block a request, whatever its length:
+                           vLLM's `mamba_cache_mode` "none", no prefix caching)
+    max concurrency      = num_blocks / blocks per request
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kvbench.core.kv_allocation import PAD_TO_LARGEST_RATIO
+from kvbench.core.kv_groups import KVGroup
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
+from kvbench.sizing.vllm_kv_cache import GiB, VllmKVPool
+
+# FlashAttention's kernel block sizes, MultipleOf(16) (vllm/v1/attention/backends/flash_attn.py
+# `get_supported_kernel_block_sizes`): the alignment of the raised block on CUDA.
+KERNEL_BLOCK_ALIGNMENT = 16
+
+
+@dataclass(frozen=True)
+class StatePages:
+    """A hybrid's unified pages on one GPU (every byte count exact)."""
+
+    attention_layers: int
+    state_layers: int
+    mixer: str  # the recurrent layers' kind ("gated_deltanet", "mamba2")
+    attention_bytes_per_layer_token: int  # one attention layer's K and V for one token
+    kv_bytes_per_token: int  # every attention layer's
+    state_bytes_per_layer: int  # one recurrent layer's state for one sequence, unpadded
+    state_bytes_per_sequence: int  # every recurrent layer's
+    block_size: int  # the attention block size, as vLLM raises it
+    given_block_size: int  # --block-size before the raise
+    page_bytes: int  # one layer's page: block_size x attention bytes of a token
+    group_size: int  # layers per KV cache group (layers per block)
+    attention_groups: int
+    state_groups: int
+
+    @property
+    def block_bytes(self) -> int:
+        """One block of the shared pool: a page of every layer of one group."""
+        return self.page_bytes * self.group_size
+
+    @property
+    def num_groups(self) -> int:
+        return self.attention_groups + self.state_groups
+
+    @property
+    def padding_layers(self) -> int:
+        return (self.num_groups * self.group_size - self.attention_layers
+                - self.state_layers)
+
+    @property
+    def state_padding_bytes(self) -> int:
+        """What padding one layer's state to a page wastes."""
+        return self.page_bytes - self.state_bytes_per_layer
+
+    @property
+    def state_bytes_held(self) -> int:
+        """The pool's bytes one request's states hold: its state groups' blocks."""
+        return self.state_groups * self.block_bytes
+
+    def blocks_per_request(self, tokens: int) -> int:
+        return self.attention_groups * -(-tokens // self.block_size) + self.state_groups
+
+    def bytes_per_request(self, tokens: int) -> int:
+        return self.blocks_per_request(tokens) * self.block_bytes
+
+    def max_requests(self, budget_bytes: int, tokens: int) -> int:
+        """Whole requests of `tokens` tokens the pool of `budget_bytes` holds at once."""
+        return budget_bytes // self.block_bytes // self.blocks_per_request(tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "block_bytes": self.block_bytes,
+                "padding_layers": self.padding_layers,
+                "state_padding_bytes": self.state_padding_bytes}
+
+
+def raised_block_size(state_page: int, attention_page_per_token: int,
+                      block_size: int) -> int:
+    """vLLM's `_align_hybrid_block_size`: the smallest aligned block whose attention page
+    holds a state page (`block_size` itself where it already does)."""
+    align = max(KERNEL_BLOCK_ALIGNMENT, block_size)
+    raised = align * -(-state_page // (align * attention_page_per_token))
+    raised = KERNEL_BLOCK_ALIGNMENT * -(-raised // KERNEL_BLOCK_ALIGNMENT)
+    return max(block_size, raised)
+
+
+def state_pages(model: ModelConfig, kv_element_bytes: int, model_element_bytes: int,
+                tensor_parallel_size: int = 1, block_size: int = 16) -> StatePages:
+    """`model`'s unified pages (a hybrid: `ModelConfig.hybrid`) at these dtypes: the KV
+    cache's for attention, the model's for the states (vLLM's `mamba_cache_dtype` auto)."""
+    attention = model.kv_groups(kv_element_bytes, tensor_parallel_size)
+    states = model.state_groups(model_element_bytes, tensor_parallel_size)
+    if not states:
+        raise ValueError(f"model {model.name} keeps no recurrent state")
+    if len(attention) != 1 or attention[0].attention != "full":
+        raise KvbenchInputError(
+            f"model {model.name}: a hybrid whose attention layers are not all full attention "
+            "is not sized (vLLM would need one page for windows, latents and states)")
+    return _pages(attention[0], states[0], block_size)
+
+
+def _pages(attention: KVGroup, state: KVGroup, block_size: int) -> StatePages:
+    per_token = attention.bytes_per_layer_token
+    block = raised_block_size(state.state_bytes_per_layer, per_token, block_size)
+    counts = (attention.num_layers, state.num_layers)
+    group_size = min(counts)
+    if max(counts) < min(counts) * PAD_TO_LARGEST_RATIO:
+        group_size = max(counts)
+    return StatePages(
+        attention_layers=attention.num_layers, state_layers=state.num_layers,
+        mixer=state.attention, attention_bytes_per_layer_token=per_token,
+        kv_bytes_per_token=attention.bytes_per_token,
+        state_bytes_per_layer=state.state_bytes_per_layer,
+        state_bytes_per_sequence=state.state_bytes_per_sequence,
+        block_size=block, given_block_size=block_size, page_bytes=block * per_token,
+        group_size=group_size, attention_groups=-(-attention.num_layers // group_size),
+        state_groups=-(-state.num_layers // group_size))
+
+
+def state_pages_rows(pages: StatePages) -> list[tuple[str, str, str]]:
+    """`kvbench estimate`'s rows for the pages: (quantity, value, formula)."""
+    raised = ("raised from --block-size " f"{pages.given_block_size}"
+              if pages.block_size != pages.given_block_size else "as given")
+    return [
+        ("state per sequence", f"{pages.state_bytes_per_sequence:,} B",
+         f"{pages.state_layers} {pages.mixer} layers x {pages.state_bytes_per_layer:,} B "
+         "(conv + recurrent state)"),
+        ("KV per token", f"{pages.kv_bytes_per_token:,} B",
+         f"{pages.attention_layers} attention layers x "
+         f"{pages.attention_bytes_per_layer_token:,} B"),
+        ("attention block size", f"{pages.block_size:,} tokens",
+         f"{raised}: align x cdiv(state page, align x attention page of a token), "
+         f"align = max({KERNEL_BLOCK_ALIGNMENT}, --block-size)"),
+        ("unified page size", f"{pages.page_bytes:,} B",
+         f"block size x {pages.attention_bytes_per_layer_token:,} B; the state padded by "
+         f"{pages.state_padding_bytes:,} B"),
+        ("KV cache groups", f"{pages.attention_groups} attention + {pages.state_groups} state",
+         f"groups of {pages.group_size} layers"
+         + (f", {pages.padding_layers} padding layer(s)" if pages.padding_layers else "")),
+        ("block of the pool", f"{pages.block_bytes:,} B", f"page x {pages.group_size} layers"),
+    ]
+
+
+def state_pool(pages: StatePages, available: int, max_model_len: int) -> VllmKVPool:
+    """vLLM's pool of a hybrid on one GPU with `available` bytes (> 0)."""
+    num_blocks = available // pages.block_bytes
+    per_request = pages.blocks_per_request(max_model_len)
+    return VllmKVPool(
+        block_size=pages.block_size, page_bytes=pages.page_bytes,
+        layers_per_block=pages.group_size, num_groups=pages.num_groups,
+        padding_layers=pages.padding_layers, num_blocks=num_blocks,
+        tokens=num_blocks // pages.num_groups * pages.block_size,
+        blocks_per_request=per_request, max_model_len=max_model_len,
+        max_concurrency=num_blocks / per_request)
+
+
+def state_refusal(pages: StatePages, available: int, max_model_len: int,
+                  spent: str = "") -> str | None:
+    """vLLM's reason not to start a hybrid (None: it starts), as `refusal` words it."""
+    if available <= 0:
+        where = f" ({spent})" if spent else ""
+        return (f"No available memory for the cache blocks: vLLM would not start, "
+                f"{available / GiB:.2f} GiB left for the KV cache{where}; raise "
+                "--gpu-memory-utilization, use a larger GPU, a higher --tensor-parallel-size "
+                "or a smaller model")
+    needed = pages.bytes_per_request(max_model_len)
+    if needed <= available:
+        return None
+    low, high = 0, max_model_len  # vLLM's binary search for the longest that fits
+    while low < high:
+        mid = (low + high + 1) // 2
+        if pages.bytes_per_request(mid) <= available:
+            low = mid
+        else:
+            high = mid - 1
+    return (f"vLLM would not start: one request of max_model_len {max_model_len:,} needs "
+            f"{needed / GiB:.2f} GiB of KV cache and state, more than the available "
+            f"{available / GiB:.2f} GiB; the estimated maximum model length is {low:,} "
+            f"(--max-model-len {low}), or raise --gpu-memory-utilization")
