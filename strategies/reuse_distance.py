@@ -40,8 +40,11 @@ class ReuseDistance:
         self.distances = array("q")  # per looked-up block: its lookup's distance, -1: cold
         self.lookup_tokens = 0  # tokens the lookups were made for (the hit rate's base)
 
-    def _grow(self) -> None:
-        size = 2 * len(self._marked)
+    def _grow(self, past: int) -> None:
+        """A tree over times up to `past` at least (doubling), rebuilt from the marks."""
+        size = len(self._marked)
+        while size <= past:
+            size *= 2
         self._marked.extend(bytes(size - len(self._marked)))
         tree = [0] * (size + 1)
         for i, m in enumerate(self._marked, start=1):
@@ -57,13 +60,17 @@ class ReuseDistance:
         """Use `key` now; its distance, -1 for a first use."""
         t = self._time
         self._time = t + 1
-        if t >= len(self._marked):
-            self._grow()
         last = self._last
         p = last.get(key)
         last[key] = t
         if p is None:
             return -1
+        return self._reused(p, t)
+
+    def _reused(self, p: int, t: int) -> int:
+        """The distance of a use at `t` of a block last used at `p`; marks `p`."""
+        if p >= len(self._marked):  # (only re-uses read or mark the tree)
+            self._grow(p)
         tree = self._tree
         i, below = p + 1, 0  # re-accesses j with prev(j) <= p
         while i:
@@ -79,21 +86,38 @@ class ReuseDistance:
         return distance
 
     def use(self, keys: Iterable[Hashable]) -> None:
-        """Blocks used outside a lookup (computed and named)."""
+        """Blocks used outside a lookup (computed and named: mostly first uses)."""
+        last = self._last
+        t = self._time
         for key in keys:
-            self.access(key)
+            p = last.get(key)
+            last[key] = t
+            if p is not None:
+                self._reused(p, t)
+            t += 1
+        self._time = t
 
     def lookup(self, keys: Iterable[Hashable], tokens: int) -> None:
         """A lookup of `keys` (a chain, in order) for `tokens` prompt tokens: each block's
         distance is the largest of its chain so far (-1 from the first cold block on)."""
         worst = 0
         out = self.distances
-        access = self.access
+        last = self._last
+        t = self._time
         for key in keys:
-            d = access(key)
-            if worst >= 0:
-                worst = -1 if d < 0 else max(worst, d)
+            p = last.get(key)
+            last[key] = t
+            if p is None:
+                worst = -1
+            elif worst >= 0:
+                d = self._reused(p, t)
+                if d > worst:
+                    worst = d
+            else:
+                self._reused(p, t)
             out.append(worst)
+            t += 1
+        self._time = t
         self.lookup_tokens += tokens
 
     def reset(self) -> None:
