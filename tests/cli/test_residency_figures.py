@@ -94,3 +94,19 @@ def test_without_a_prefix_cache_nothing(tmp_path):
     assert not any("residency" in key or "reuse" in key or key in GPU_KEYS
                    for key in summary["scheduler"])
     assert "id='residency'" not in _report(folder)
+
+
+def test_hybrid_prefix_times_both_tiers_without_reuse_distances(tmp_path):
+    out = tmp_path / "out"
+    assert main(["simulate", "--model", "gemma-2-27b", "--gpu", "a100-80gb", "--workload",
+                 "chat", "--workload-param", "num_system_prompts=8", "--workload-param",
+                 "think_time_s=5", "--num-requests", "300", "--request-rate", "8",
+                 "--strategy", "hybrid-prefix", "--kv-offload", "8GiB", "--kv-memory", "2GiB",
+                 "--quiet", "--out", str(out)]) == 0
+    (folder,) = out.iterdir()
+    summary = json.loads((folder / "kvbench_summary.json").read_text())
+    sched = summary["scheduler"]
+    for key in GPU_KEYS[:2] + HOST_KEYS[:2]:
+        _check_distribution(sched[key], 1000 * summary["duration_s"] + 1)
+    assert sched["kv_block_lifetime_ms"]["count"] == sched["evictions"]
+    assert "kv_reuse_curve" not in sched and "kv_block_reuse_distance" not in sched
