@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvbench.core.layout import DROP_TABLE, KVLayout, SlotCopy, TableOp
 from kvbench.core.sequence import Sequence
+from kvbench.strategies.residency_books import ResidencyBooks
 
 
 @dataclass
@@ -134,6 +136,16 @@ class CacheStrategy(ABC):
     def reset_stats(self) -> None:
         """Zero the strategy's own counters after a warm-up (none by default)."""
         return None
+
+    def residency_books(self) -> ResidencyBooks | None:
+        """The residency of its cached blocks, for a strategy with a prefix cache."""
+        return None
+
+    def set_clock(self, clock: Callable[[], float]) -> None:
+        """The engine's run clock, read by the books that time blocks (`residency_books`)."""
+        books = self.residency_books()
+        if books is not None:
+            books.set_clock(clock)
 
     @property
     def capacity_tokens(self) -> int:

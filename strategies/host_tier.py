@@ -32,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 from kvbench.core.host_transfers import HOST_POLICIES
+from kvbench.strategies.block_residency import BlockResidency
 from kvbench.strategies.prefix_index import BlockHash
 
 
@@ -186,6 +187,9 @@ class HostTier:
         self.evictions = 0
         self.refused_blocks = 0  # offered, not stored: no block could be freed
         self.skipped_blocks = 0  # offered below the store threshold
+        # A host block is allocated when its store begins, accessed when a load of it
+        # begins (a host hit), evicted by a store that needs it.
+        self.residency = BlockResidency(num_blocks)
 
     # State ------------------------------------------------------------------------------
 
@@ -256,6 +260,7 @@ class HostTier:
                 block = self.block_of.pop(key)
                 del self.key_of[block]
                 self._free.append(block)
+                self.residency.evicted(block)
             self.evictions += len(victims)
         for i in new:
             block = self._free.pop()
@@ -263,6 +268,7 @@ class HostTier:
             self.block_of[key] = block
             self.key_of[block] = key
             self.storing.add(block)
+            self.residency.allocated(block)
             out[i] = block
         return out
 
@@ -275,7 +281,7 @@ class HostTier:
 
     # Loads ------------------------------------------------------------------------------
 
-    def begin_load(self, blocks: Iterable[int]) -> None:
+    def begin_load(self, blocks: Sequence[int]) -> None:
         """Host -> GPU copies of `blocks` begin: none may be evicted until `loaded`."""
         for block in blocks:
             if block in self.storing or block not in self.key_of:
@@ -284,6 +290,7 @@ class HostTier:
             if not n:
                 self.policy.used(self.key_of[block])
             self.readers[block] = n + 1
+        self.residency.accessed(blocks)
 
     def loaded(self, blocks: Iterable[int]) -> None:
         for block in blocks:

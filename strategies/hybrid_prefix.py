@@ -26,6 +26,7 @@ from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.hybrid import FREED, HybridOptions, HybridStrategy
 from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool, extend_chain, root_hash
 from kvbench.strategies.registry import register_strategy
+from kvbench.strategies.residency_books import ResidencyBooks
 
 HOST = -2  # a hit's table entry the host tier serves (a fresh block, loaded, at admission)
 
@@ -220,7 +221,7 @@ class HybridPrefixStrategy(HybridStrategy):
                     continue
                 if self.pool.ref_counts[block] > 0:
                     self._g_shared[g] += 1
-                self.pool.acquire(block)
+                self.pool.touch([block])
                 log.append((sid, i, block))
         if self.host_tier is not None:
             self._host_admit(seq, hit_tables)
@@ -316,6 +317,17 @@ class HybridPrefixStrategy(HybridStrategy):
         self.hit_tokens = self.query_tokens = 0
         if self.host_tier is not None:
             self.host_tier.reset_stats()
+        self.residency_books().restart()
+
+    def residency_books(self) -> ResidencyBooks:
+        """The GPU pool's and the host tier's residency (pool pages of every group); no
+        reuse distances (a window group needs only part of a chain's blocks)."""
+        host = self.host_tier
+        return ResidencyBooks(
+            gpu=self.pool.residency, host=host.tier.residency if host is not None else None,
+            reuse=None, gpu_blocks=self.pool.num_blocks,
+            host_blocks=host.tier.num_blocks if host is not None else None,
+            block_size=self.block_size)
 
     def is_whole(self) -> bool:
         return super().is_whole() and (self.host_tier is None or self.host_tier.is_whole())

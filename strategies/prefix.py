@@ -40,6 +40,8 @@ from kvbench.strategies.prefix_index import (
     root_hash,
 )
 from kvbench.strategies.registry import register_strategy
+from kvbench.strategies.residency_books import ResidencyBooks
+from kvbench.strategies.reuse_distance import ReuseDistance
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,10 @@ class PrefixCachingStrategy(PagedStrategy):
         self.query_tokens = 0  # tokens of admitted sequences (what a prefill would compute)
         self.cow_copies = 0
         self.forks = 0
+        # The lookups' and named blocks' reuse distances (`residency_books`); per sequence,
+        # the blocks its admission's lookup used (its later named blocks are used then).
+        self.reuse = ReuseDistance()
+        self._looked: dict[int, int] = {}
         # Accounting of shared blocks (see `_shared_adjustment`): who holds each block, at
         # which table index (the same in every holder's table), and the cached adjustment of
         # each shared block every holder has filled (valid until its holders change).
@@ -121,8 +127,12 @@ class PrefixCachingStrategy(PagedStrategy):
             if self._pending_hash.get(table[i]) == h:  # computed now: from pending to named
                 del self._pending[h], self._pending_hash[table[i]]
             self.pool.register(table[i], h)
-        if self.host_tier is not None and full > start:  # every computed full block
-            self.host_tier.offer(0, table[start:full], hashes[start:full])
+        if full > start:
+            looked = max(start, self._looked.get(seq.seq_id, 0))
+            if looked < full:
+                self.reuse.use(hashes[looked:full])
+            if self.host_tier is not None:  # every computed full block
+                self.host_tier.offer(0, table[start:full], hashes[start:full])
 
     def _sync_all(self) -> None:
         for seq in self.live.values():
@@ -179,6 +189,10 @@ class PrefixCachingStrategy(PagedStrategy):
                 raise MemoryError(f"admit of sequence {seq.seq_id} without room")
             return 0
         blocks, hashes = self._match(seq)
+        if not seq.num_computed:  # a lookup: every full block before the last token's
+            looked = (len(seq.token_ids) - 1) // self.block_size
+            self.reuse.lookup(self._chain(seq)[:looked], uncomputed)
+            self._looked[seq.seq_id] = looked
         cached = len(hashes) * self.block_size  # GPU hits, then the host tier's
         n = uncomputed - cached
         if max_new_tokens is not None and max_new_tokens < n:
@@ -188,8 +202,7 @@ class PrefixCachingStrategy(PagedStrategy):
         if needed > self.pool.num_free - revived:
             raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
         self.pending_hit_blocks += sum(1 for b in blocks if b in self._pending_hash)
-        for block in blocks:  # take the hits first: fresh allocations may evict
-            self.pool.acquire(block)
+        self.pool.touch(blocks)  # take the hits first: fresh allocations may evict
         table = self.tables[seq.seq_id] = []
         self._extend_table(seq, table, blocks + [self.pool.allocate() for _ in range(needed)])
         if self.host_tier is not None:
@@ -297,6 +310,7 @@ class PrefixCachingStrategy(PagedStrategy):
             for block in self.host_tier.drop(seq.seq_id):
                 self.pool.acquire(block)
         self._sync(seq)
+        self._looked.pop(seq.seq_id, None)
         self._chains.pop(seq.seq_id, None)
         self._shared_upto.pop(seq.seq_id, None)
         table = self._drop_table(seq)
@@ -508,6 +522,15 @@ class PrefixCachingStrategy(PagedStrategy):
         self.cow_copies = self.forks = 0
         if self.host_tier is not None:
             self.host_tier.reset_stats()
+        self.residency_books().restart()
+
+    def residency_books(self) -> ResidencyBooks:
+        host = self.host_tier
+        return ResidencyBooks(
+            gpu=self.pool.residency, host=host.tier.residency if host is not None else None,
+            reuse=self.reuse, gpu_blocks=self.pool.num_blocks,
+            host_blocks=host.tier.num_blocks if host is not None else None,
+            block_size=self.block_size)
 
     def stats(self) -> dict[str, float]:
         return {

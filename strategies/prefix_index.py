@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from kvbench.strategies.block_pool import BlockPool
+from kvbench.strategies.block_residency import BlockResidency
 
 BlockHash = bytes
 
@@ -53,6 +54,7 @@ class CachingBlockPool(BlockPool):
     Every block is in exactly one state: *free* (on the free list, no hash), *held*
     (reference count > 0, with or without a hash) or *evictable* (count 0, with a hash).
     `num_free` counts free and evictable blocks: both can serve a fresh allocation.
+    `residency` times each block's allocation, prefix hits (`touch`) and eviction.
     """
 
     def __init__(self, num_blocks: int) -> None:
@@ -61,6 +63,7 @@ class CachingBlockPool(BlockPool):
         self.block_of: dict[BlockHash, int] = {}  # hash -> block
         self.evictable: OrderedDict[int, None] = OrderedDict()  # count 0, hashed; LRU first
         self.evictions = 0
+        self.residency = BlockResidency(num_blocks)
 
     @property
     def num_free(self) -> int:
@@ -77,9 +80,11 @@ class CachingBlockPool(BlockPool):
             block, _ = self.evictable.popitem(last=False)
             del self.block_of[self.hash_of.pop(block)]
             self.evictions += 1
+            self.residency.evicted(block)
         elif block is None:
             raise MemoryError("block pool is empty")
         self.ref_counts[block] = 1
+        self.residency.allocated(block)
         return block
 
     def release(self, block: int) -> bool:
@@ -107,6 +112,13 @@ class CachingBlockPool(BlockPool):
         self.ref_counts[block] += 1
         if self.ref_counts[block] == 2:
             self.shared.add(block)
+
+    def touch(self, blocks: list[int]) -> None:
+        """Take a reference on each of a prefix hit's cached blocks (vLLM's `touch`): an
+        access of each for `residency`."""
+        for block in blocks:
+            self.acquire(block)
+        self.residency.accessed(blocks)
 
     def register(self, block: int, h: BlockHash) -> bool:
         """Name a held full block by its hash; False when the hash (or block) is already named

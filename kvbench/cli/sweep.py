@@ -196,17 +196,23 @@ def _print_tables(result) -> None:
     from kvbench.report.text_table import format_table
     from kvbench.sweep.table import STRATEGY_AXES
 
+    # With a prefix cache in the grid, its hit rate (a cache-size axis's knee shows there)
+    hits = "prefix_hit_rate" in result.points and bool(
+        (result.points["prefix_hit_rate"].fillna(0) > 0).any())
     rows = []
     for _, r in result.points.iterrows():
         met = r.get("meets_slo")
         rows.append([
             r["point_id"], r["status"], _cell(r, "output_tok_s"),
+            *([_cell(r, "prefix_hit_rate", ".1%")] if hits else []),
+            _cell(r, "ttft_p50_ms", ".1f", " ms"),
             _cell(r, "ttft_p99_ms", ".1f", " ms"), _cell(r, "tpot_p99_ms", ".2f", " ms"),
             _cell(r, "utilization_mean", ".1%"), _cell(r, "preemptions", ".0f"),
             "" if met is None or met != met else ("yes" if met else "no"),
         ])
-    click.echo(format_table(["point", "status", "out tok/s", "TTFT p99", "TPOT p99", "KV util",
-                             "preempt", "meets SLO"], rows))
+    click.echo(format_table(["point", "status", "out tok/s", *(["prefix hit"] if hits else []),
+                             "TTFT p50", "TTFT p99", "TPOT p99", "KV util", "preempt",
+                             "meets SLO"], rows))
     if result.capacity is not None:
         cap = result.capacity
         group_cols = [c for c in cap.columns if c not in (

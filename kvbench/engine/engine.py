@@ -140,6 +140,7 @@ class Engine(BaseEngine):
         self.holds_token_ids = (executor.reads_token_inputs
                                 or not declares(strategy, "reads_no_token_ids"))
         strategy.keeps_table_log = executor.reads_kv_tables
+        strategy.set_clock(self.clock)  # (its residency books time blocks on the run's clock)
         self._check_request = RequestCheck(strategy, bytes_per_slot, max_model_len)
         if async_scheduling and not policy.models_async_scheduling:
             raise ValueError(f"{policy.name} batching does not model async scheduling")

@@ -12,6 +12,7 @@ from kvbench.report import charts, step_charts, tables, timelines
 from kvbench.report.budget_waterfall import budget_waterfall_html
 from kvbench.report.figure import Figure
 from kvbench.report.figure_html import figure_div, plotly_js_script
+from kvbench.report.residency_section import residency_figure, residency_table_html
 from kvbench.report.runs import RunSet
 from kvbench.report.style import RunStyle, run_styles
 from kvbench.report.tier_section import tier_section_html
@@ -105,6 +106,12 @@ def _accuracy(runset: RunSet, styles: Styles) -> str:
             + (chart_html(fig, "accuracy") if fig is not None else ""))
 
 
+def _residency(runset: RunSet, styles: Styles) -> str:
+    fig = residency_figure(runset, styles)
+    return residency_table_html(runset) + (chart_html(fig, "residency") if fig is not None
+                                           else "")
+
+
 # The page's sections, in order; a new section is one more entry.
 SECTIONS = (
     Section("runs", "What ran", "",
@@ -170,6 +177,13 @@ SECTIONS = (
             "bytes that crossed the host link, and the wait of requests whose KV was loaded "
             "back (admission to the load's end, part of their prefill time; docs/offload.md).",
             lambda runset, _: tier_section_html(runset)),
+    Section("residency", "KV block residency",
+            "How long prefix-cache blocks stay (vLLM's --kv-cache-metrics: lifetime from "
+            "allocation to eviction, idle time before eviction, gaps between hits; every "
+            "block, per tier), and the reuse-distance curve: the prefix hit rate an LRU cache "
+            "of N blocks would reach over the same lookups (a block hits when fewer than N "
+            "distinct blocks were used since its last use), the GPU cache and the host tier "
+            "marked. Where the curve climbs is the tier size that pays.", _residency),
     Section("accuracy", "fp8 KV cache accuracy",
             "How far the fp8 cache moves the model's outputs from the unquantized cache on "
             "this workload (kvbench_summary.json, key accuracy).", _accuracy),

@@ -33,6 +33,7 @@ from kvbench.results.metrics import (
     throughput,
 )
 from kvbench.results.request_writer import RequestWriter
+from kvbench.results.residency_figures import residency_figures
 from kvbench.results.step_writer import StepColumns, StepTotals, StepWriter
 from kvbench.results.summary import (
     SUMMARY_FILE,
@@ -188,7 +189,8 @@ class RunWriter:
             prefill_tokens_computed=engine.prefill_tokens_computed,
             overhead_ms_total=float(overhead),
             overhead_fraction=float(overhead / step_total) if step_total else None,
-            extra={**engine.strategy.stats(), **tier_figures(engine)} if engine.strategy else {},
+            extra={**engine.strategy.stats(), **tier_figures(engine),
+                   **residency_figures(engine.strategy)} if engine.strategy else {},
         )
 
         latency = Latencies(

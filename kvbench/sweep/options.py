@@ -3,7 +3,8 @@
 An option added to `RunOptions` is a sweep axis at once, under the same name (`--block-size`
 on the command line, `block-size` or `block_size` in a sweep file, `block_size` in
 `config.json`). Workload parameters are axes too, named `workload_param.NAME` (e.g.
-`workload_param.prompt_len`).
+`workload_param.prompt_len`). `--kv-offload` takes `0` or `none` among its sizes: a point
+without a host tier.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import click
 from kvbench.errors import KvbenchInputError
 from kvbench.session.run_options import KINDS, RunOptions, per_run_fields
 from kvbench.session.session import expand_runs
-from kvbench.units import parse_rate
+from kvbench.units import parse_rate, parse_size_bytes
 
 WORKLOAD_PARAM = "workload_param."
 
@@ -56,6 +57,8 @@ def display_name(name: str) -> str:
 
 def value_text(value: Any) -> str:
     """A value as the command line would spell it (floats without noise, inf as `inf`)."""
+    if value is None:
+        return "none"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
@@ -74,6 +77,8 @@ def convert(name: str, value: Any) -> Any:
     info = catalogue()[name]
     if name in ("request_rate", "conversation_rate"):  # one spelling per rate: equal ids
         return value_text(parse_rate(value_text(value)))
+    if name == "kv_offload" and no_host_tier(value):
+        return None
     if info.multiple:
         return workload_param_items(value)
     if info.optional and value is None:
@@ -96,6 +101,22 @@ def convert(name: str, value: Any) -> Any:
             value, None, None)
     except click.BadParameter:
         raise KvbenchInputError(f"{info.flag}: {value!r} is not a valid {noun}") from None
+
+
+def no_host_tier(value: Any) -> bool:
+    """`--kv-offload` of a sweep point: `0` (in any unit) or `none` is a point without a
+    host tier (a run itself refuses 0: vLLM's --kv-offloading-size has no such value)."""
+    text = value_text(value).strip().lower()
+    if text == "none":
+        return True
+    try:
+        return float(text) == 0
+    except ValueError:
+        pass
+    try:
+        return parse_size_bytes(text) == 0
+    except (KvbenchInputError, ValueError):
+        return False
 
 
 def check_kind(kind: str, names: list[str]) -> None:

@@ -19,7 +19,11 @@ GOLDEN_FILE = Path(__file__).with_name("golden.json")
 # Wall-clock figures differ from machine to machine; everything else in a CPU run is fixed by
 # the seed, the scheduler and the allocators.
 WALL_CLOCK_KEYS = {"duration_s", "throughput", "latency_ms", "device"}
-WALL_CLOCK_SCHEDULER_KEYS = {"overhead_ms_total", "overhead_fraction"}
+WALL_CLOCK_SCHEDULER_KEYS = {"overhead_ms_total", "overhead_fraction",
+                             # a prefix cache's residency times (the reuse distances are not)
+                             *(f"{tier}_block_{what}_ms" for tier in ("kv", "host")
+                               for what in ("lifetime", "idle_before_evict", "reuse_gap")),
+                             "kv_residency_cdf_ms"}
 # Memory means are weighted by step duration, so on the wall clock they vary too.
 WALL_CLOCK_MEMORY_KEYS = {"breakdown_mean", "utilization_mean", "utilization_saturated",
                           "kv_held_bytes_per_token", "kv_groups"}

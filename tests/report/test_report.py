@@ -64,12 +64,14 @@ def test_report_sections_and_header(comparison, tmp_path):
     out = write_report([comparison], tmp_path / "r.html")
     html = out.read_text()
     for key in ("runs", "summary", "throughput", "latency", "ttft-split", "itl",
-                "throughput-time", "step-time", "memory", "timelines", "memory-time", "prefix"):
+                "throughput-time", "step-time", "memory", "timelines", "memory-time", "prefix",
+                "residency"):
         assert f"<section id='{key}'>" in html, key
     charts = re.findall(r"data-chart='([\w-]+)'", html)
     # Every run writes its token times, so the ITL CDF is there.
     assert charts == ["throughput", "latency", "ttft-split", "itl", "throughput-time",
-                      "step-time", "memory", "timelines", "memory-time", "prefix"]
+                      "step-time", "memory", "timelines", "memory-time", "prefix",
+                      "residency"]
     assert "single run — differences below noise are not significant" in html
     config = json.loads((comparison / "paged" / "config.json").read_text())
     for fact in ("tiny (float32)", "chat, 12 requests",

@@ -85,7 +85,8 @@ def test_report_renders_in_chromium_without_errors(report, tmp_path):
     assert state["errors"] == []
     names = [c["name"] for c in state["charts"]]
     assert names == ["throughput", "latency", "ttft-split", "itl", "throughput-time",
-                     "step-time", "memory", "timelines", "memory-time", "prefix"]
+                     "step-time", "memory", "timelines", "memory-time", "prefix",
+                     "residency"]
     for chart in state["charts"]:
         assert chart["plots"] == 1 and chart["svgs"] >= 1 and chart["traces"] >= 1, chart
     console = [line for line in result.stderr.splitlines() if "CONSOLE" in line]
