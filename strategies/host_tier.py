@@ -406,7 +406,8 @@ class HostTier:
         assert all(n > 0 for n in self.readers.values())
         pins = set(self.pins)
         assert pins <= named and all(n > 0 for n in self.pins.values())
-        assert self.private <= pins | set(self.readers), "a private block nobody holds"
+        assert self.private <= pins | set(self.readers) | self.storing, \
+            "a private block nobody holds"
         assert all(is_swap_key(self.key_of[b]) for b in self.private)
         busy = set(self.readers) | pins
         idle = {self.key_of[b] for b in named - self.storing - busy}

@@ -207,6 +207,10 @@ class PrefixCachingStrategy(PagedStrategy):
             self._host_admit(seq, table, blocks, hashes)
             if swap is not None:
                 self._swap_in(seq, table, len(blocks), len(hashes), cached > hit_tokens)
+                if cached > hit_tokens and seq.seq_id in self._chains:
+                    # its partial block is loaded, not shareable while pending: nobody else
+                    # may read it before the load has ended and it has computed the rest
+                    self._shared_upto[seq.seq_id] = len(hashes) + 1
         self.hashes[seq.seq_id] = hashes
         self.live[seq.seq_id] = seq
         if seq.seq_id in self._chains:
