@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE, check_block_size
-from kvbench.core.host_transfers import HOST_POLICIES
+from kvbench.core.host_transfers import HOST_POLICIES, PREEMPTION_MODES
 from kvbench.core.kv_cache_dtype import KV_CACHE_DTYPES
 from kvbench.errors import KvbenchInputError
 from kvbench.units import parse_size_bytes
@@ -84,6 +84,9 @@ class EngineConfig:
     # its eviction policy (vLLM's `eviction_policy`).
     kv_offload: int | str | None = None
     kv_offload_policy: str = "lru"
+    # What a preempted request loses: recompute (vLLM v1's only mode) or swap, its KV kept in
+    # the host tier (`--kv-offload`, the swap space) and loaded back (vLLM v0's swap).
+    preemption_mode: str = "recompute"
 
     def __post_init__(self) -> None:
         if self.kv_memory is not None:
@@ -96,6 +99,12 @@ class EngineConfig:
         if self.kv_offload_policy not in HOST_POLICIES:
             raise KvbenchInputError(f"--kv-offload-policy {self.kv_offload_policy!r}: choose "
                                     f"from {', '.join(HOST_POLICIES)}")
+        if self.preemption_mode not in PREEMPTION_MODES:
+            raise KvbenchInputError(f"--preemption-mode {self.preemption_mode!r}: choose from "
+                                    f"{', '.join(PREEMPTION_MODES)}")
+        if self.preemption_mode == "swap" and self.kv_offload is None:
+            raise KvbenchInputError("--preemption-mode swap keeps preempted requests' KV in the "
+                                    "host tier: give --kv-offload SIZE (its swap space)")
         # None is "the default"; 0 would read as a length, so it is refused like -1.
         for flag, value, least in (("--max-num-seqs", self.max_num_seqs, 1),
                                    ("--max-num-batched-tokens", self.max_num_batched_tokens, 1),

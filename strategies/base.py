@@ -191,6 +191,13 @@ class CacheStrategy(ABC):
     def free(self, seq: Sequence) -> None:
         """Give back everything the sequence holds."""
 
+    def swap_out(self, seq: Sequence) -> bool:
+        """Preemption by swap (`--preemption-mode swap`): keep the sequence's computed KV in
+        a host tier until it is admitted again (which then loads it instead of recomputing)
+        and free its memory as `free` does. False, nothing done: no swap space (the caller
+        frees it and it recomputes)."""
+        return False
+
     @abstractmethod
     def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
         """Give `child` the parent's cached tokens; None when the arena cannot."""

@@ -19,6 +19,12 @@ The strategy calls it at three points, as vLLM's OffloadingConnector scheduler d
 Blocks in flight are the tier's books: a stored block stays unreadable until its job is
 done, a loaded one unevictable. A sequence freed while it waits (preempted) drops its claim;
 its job still ends and releases the host blocks.
+
+Preemption by swap (`--preemption-mode swap`): `swap_out` stores a victim's computed blocks
+(those the tier lacks, and its partial last block under a private key) in the next store
+job and pins them (`HostTier.swap_out`); `swap_ready` says when their stores are done, and
+the strategy's re-admission loads what the GPU cache no longer holds (a load like a host
+hit's: the sequence waits) and `swap_in` lets the pins go.
 """
 
 from __future__ import annotations
@@ -27,11 +33,24 @@ from collections.abc import Iterable, Sequence
 
 from kvbench.core.host_transfers import BlockCopy, HostTransfers
 from kvbench.core.layout import KVLayout, host_copies
-from kvbench.strategies.host_tier import HostTier
+from kvbench.strategies.host_tier import HostTier, swap_key
 from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool
 
 # (allocation group, GPU block, its key): a block loaded for a sequence, named when it lands
-Landing = tuple[int, int, BlockHash]
+# (None: a swapped-out sequence's partial last block, never named)
+Landing = tuple[int, int, BlockHash | None]
+
+
+class Swap:
+    """A swapped-out sequence's host blocks (its full blocks', then its partial last
+    block's, `partial`; -1: none), pinned, and the tokens they hold."""
+
+    __slots__ = ("blocks", "tokens", "partial")
+
+    def __init__(self, blocks: list[int], tokens: int, partial: int) -> None:
+        self.blocks = blocks
+        self.tokens = tokens
+        self.partial = partial
 
 
 class HostOffload:
@@ -52,6 +71,14 @@ class HostOffload:
         self.loading: dict[int, list[Landing]] = {}  # waiting seq_id -> its blocks to name
         self.hit_blocks = 0  # host blocks a prefix hit loaded
         self.hit_tokens = 0
+        self.swaps: dict[int, Swap] = {}  # swapped-out seq_id -> its pinned host blocks
+        self.swap_ins: list[int] = []  # seq_ids admitted by swap-in, for the engine to time
+        self.swap_out_requests = 0  # preemptions by swap
+        self.swap_out_blocks = 0  # the blocks they kept in the tier (pinned)
+        self.swap_out_copied_blocks = 0  # of which copied then (the rest were held already)
+        self.swap_fallbacks = 0  # preemptions by swap that recomputed (`swap_out` False)
+        self.swap_in_requests = 0
+        self.swap_in_blocks = 0  # host blocks loaded at re-admission
 
     def offer(self, group: int, blocks: Sequence[int], keys: Sequence[BlockHash]) -> None:
         """Full computed GPU `blocks` named `keys`: store the ones the host tier lacks."""
@@ -62,9 +89,49 @@ class HostOffload:
     def lookup(self, keys: Iterable[BlockHash]) -> list[int]:
         return self.tier.lookup(keys)
 
+    def swap_out(self, seq_id: int, group: int, gpu_blocks: Sequence[int],
+                 keys: Sequence[BlockHash], tokens: int) -> bool:
+        """A preempted sequence's computed `gpu_blocks` (its full blocks named `keys`, and a
+        partial last block after them where `tokens` is not a whole number of blocks) kept
+        in the tier until `swap_in`; False: the tier cannot hold them (counted; recompute)."""
+        partial = len(gpu_blocks) > len(keys)
+        names = [*keys, swap_key(seq_id)] if partial else list(keys)
+        hosts = self.tier.swap_out(names)
+        if hosts is None:
+            self.swap_fallbacks += 1
+            return False
+        copied = 0
+        for gpu, host in zip(gpu_blocks, hosts, strict=True):
+            if host is not None:
+                self._stores.append((group, gpu, host))
+                copied += 1
+        blocks = [self.tier.block_of[k] for k in names]
+        self.swaps[seq_id] = Swap(blocks, tokens, blocks[-1] if partial else -1)
+        self.swap_out_requests += 1
+        self.swap_out_blocks += len(blocks)
+        self.swap_out_copied_blocks += copied
+        return True
+
+    def swap_ready(self, seq_id: int) -> bool:
+        """Whether a swapped-out sequence's stores are done (it may be admitted again)."""
+        storing = self.tier.storing
+        return not any(b in storing for b in self.swaps[seq_id].blocks)
+
+    def swap_in(self, seq_id: int, loaded_blocks: int) -> None:
+        """The sequence was admitted again, its loads begun (`loaded_blocks` host blocks):
+        its pins go."""
+        swap = self.swaps.pop(seq_id)
+        self.tier.unpin(swap.blocks)
+        self.swap_in_requests += 1
+        self.swap_in_blocks += loaded_blocks
+        self.swap_ins.append(seq_id)
+
     def load(self, seq_id: int, group: int, gpu_blocks: Sequence[int],
-             host_blocks: Sequence[int], keys: Sequence[BlockHash]) -> None:
-        """Copy `host_blocks` into the sequence's fresh `gpu_blocks`; it waits until done."""
+             host_blocks: Sequence[int], keys: Sequence[BlockHash | None],
+             hit: bool = True) -> None:
+        """Copy `host_blocks` into the sequence's fresh `gpu_blocks`; it waits until done.
+        A block whose key is None is not named in the GPU cache when it lands. `hit`: a
+        prefix hit's blocks (`host_hit_blocks`), not a swapped-out partial block."""
         if len(host_blocks) != len(gpu_blocks):
             raise ValueError("a load needs one GPU block for each host block")
         self.tier.begin_load(host_blocks)
@@ -73,7 +140,8 @@ class HostOffload:
         landing = self._landing.setdefault(seq_id, [])
         landing.extend((group, g, k) for g, k in zip(gpu_blocks, keys, strict=True))
         self.loading[seq_id] = landing
-        self.hit_blocks += len(host_blocks)
+        if hit:
+            self.hit_blocks += len(host_blocks)
 
     @property
     def busy(self) -> bool:
@@ -133,7 +201,8 @@ class HostOffload:
         landed_all, unpinned = self.finished(jobs)
         for _, landed in landed_all:
             for _, block, key in landed:
-                pool.register(block, key)
+                if key is not None:
+                    pool.register(block, key)
         for block in unpinned:
             pool.release(block)
         return [seq_id for seq_id, _ in landed_all]
@@ -155,12 +224,21 @@ class HostOffload:
         """No sequence waits and no load is left (stores may still be in flight at a run's
         end: their blocks are the tier's, in the `storing` state)."""
         return (not self.loading and not self._loads and not self._load_jobs
-                and not self.tier.readers and not self.pinned)
+                and not self.tier.readers and not self.pinned and not self.swaps
+                and not self.tier.pins)
 
     def stats(self) -> dict[str, float]:
         return {**self.tier.stats(), "host_hit_blocks": self.hit_blocks,
-                "host_hit_tokens": self.hit_tokens}
+                "host_hit_tokens": self.hit_tokens,
+                "host_swap_out_requests": self.swap_out_requests,
+                "host_swap_out_blocks": self.swap_out_blocks,
+                "host_swap_out_copied_blocks": self.swap_out_copied_blocks,
+                "host_swap_fallbacks": self.swap_fallbacks,
+                "host_swap_in_requests": self.swap_in_requests,
+                "host_swap_in_blocks": self.swap_in_blocks}
 
     def reset_stats(self) -> None:
         self.tier.reset_stats()
         self.hit_blocks = self.hit_tokens = 0
+        self.swap_out_requests = self.swap_out_blocks = self.swap_out_copied_blocks = 0
+        self.swap_fallbacks = self.swap_in_requests = self.swap_in_blocks = 0

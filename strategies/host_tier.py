@@ -9,8 +9,16 @@ exactly one state,
 - *free*: on the free list, no key;
 - *storing*: a GPU -> host copy is in flight (vLLM's `ref_cnt == -1`, not `is_ready`): the
   key is known but not readable, and the block cannot be evicted;
-- *ready*: readable; *idle* (evictable) while no load reads it, *loading* while `readers` of
-  host -> GPU copies are in flight (vLLM's `ref_cnt > 0`).
+- *ready*: readable; *idle* (evictable) while no load reads it and no preempted sequence
+  pins it, *loading* while `readers` of host -> GPU copies are in flight (vLLM's
+  `ref_cnt > 0`), *pinned* while `pins` swapped-out sequences hold it (`swap_out`).
+
+`swap_out` is preemption by swap (`--preemption-mode swap`, vLLM v0's swap space): a
+preempted sequence's computed blocks are stored (those the tier lacks) and pinned, never
+evicted, until it is admitted again and loads them; its partial last block has no hash and
+is kept under a private key (`swap_key`) that no lookup names, freed once nobody pins or
+loads it. All or nothing: when the free and idle blocks cannot hold the new ones, nothing is
+stored and the caller recomputes.
 
 `offer` is vLLM's `prepare_store`: keys already held are skipped, the rest take free blocks,
 else the eviction policy's victims among idle ready blocks (never one the same offer holds);
@@ -48,6 +56,10 @@ class _LRU:
 
     def used(self, key: BlockHash) -> None:
         """A load began: the key is busy (not evictable)."""
+        self.idle.pop(key, None)
+
+    def pinned(self, key: BlockHash) -> None:
+        """A swapped-out sequence holds the key: busy, not a use."""
         self.idle.pop(key, None)
 
     def released(self, key: BlockHash) -> None:
@@ -90,7 +102,7 @@ class _ARC:
         self.t2: OrderedDict[BlockHash, None] = OrderedDict()
         self.b1: OrderedDict[BlockHash, None] = OrderedDict()
         self.b2: OrderedDict[BlockHash, None] = OrderedDict()
-        self.busy: set[BlockHash] = set()  # keys being loaded (in T1 or T2, not evictable)
+        self.busy: set[BlockHash] = set()  # keys loaded or pinned (in T1 or T2, not evictable)
 
     def missed(self, key: BlockHash) -> None:
         """A store of a key not held: a ghost hit moves the target (vLLM's `on_store_miss`)."""
@@ -117,6 +129,9 @@ class _ARC:
         """A load begins: the key is used again and busy until it ends."""
         self.busy.add(key)
         self.touch(key)
+
+    def pinned(self, key: BlockHash) -> None:
+        self.busy.add(key)
 
     def released(self, key: BlockHash) -> None:
         self.busy.discard(key)
@@ -163,6 +178,16 @@ class _ARC:
         self.busy.discard(key)
 
 
+def swap_key(seq_id: int) -> BlockHash:
+    """The private key of a swapped-out sequence's partial last block: 12 bytes, never a
+    block hash (16) nor another sequence's."""
+    return b"swap" + seq_id.to_bytes(8, "little", signed=True)
+
+
+def is_swap_key(key: object) -> bool:
+    return isinstance(key, bytes) and len(key) == 12 and key.startswith(b"swap")
+
+
 class HostTier:
     """`num_blocks` host blocks keyed by block hash; see the module docstring."""
 
@@ -181,6 +206,8 @@ class HostTier:
         self.key_of: dict[int, BlockHash] = {}
         self.storing: set[int] = set()  # blocks with a store in flight
         self.readers: dict[int, int] = {}  # ready blocks being loaded -> loads in flight
+        self.pins: dict[int, int] = {}  # blocks swapped-out sequences hold -> how many
+        self.private: set[int] = set()  # blocks under a `swap_key`, freed once let go
         # counters (`stats`)
         self.stored_blocks = 0
         self.loaded_blocks = 0
@@ -276,7 +303,12 @@ class HostTier:
         """Stores into `blocks` completed: they are ready (and idle)."""
         for block in blocks:
             self.storing.remove(block)
-            self.policy.inserted(self.key_of[block])
+            key = self.key_of[block]
+            self.policy.inserted(key)
+            if block in self.pins:
+                self.policy.pinned(key)
+            elif block in self.private:  # let go while its copy ran
+                self._let_go(block)
             self.stored_blocks += 1
 
     # Loads ------------------------------------------------------------------------------
@@ -299,12 +331,72 @@ class HostTier:
                 self.readers[block] = n
             else:
                 del self.readers[block]
-                self.policy.released(self.key_of[block])
+                if block not in self.pins:
+                    self._let_go(block)
             self.loaded_blocks += 1
 
+    # Swap space -------------------------------------------------------------------------
+
+    def swap_out(self, keys: Sequence[BlockHash]) -> list[int | None] | None:
+        """Store and pin `keys` for a preempted sequence (its full blocks' hashes, then a
+        `swap_key` for a partial last block): the host block each key not held takes (its
+        copy now in flight), None for a key held already (pinned where it is). None: the
+        tier cannot hold them; nothing changed."""
+        new = [i for i, key in enumerate(keys) if key not in self.block_of]
+        short = len(new) - len(self._free)
+        if short > 0:
+            victims = self.policy.victims(short, set(keys))
+            if victims is None:
+                return None
+            for key in victims:
+                block = self.block_of.pop(key)
+                del self.key_of[block]
+                self._free.append(block)
+            self.evictions += len(victims)
+        out: list[int | None] = [None] * len(keys)
+        for i in new:
+            key = keys[i]
+            self.policy.missed(key)
+            block = self._free.pop()
+            self.block_of[key] = block
+            self.key_of[block] = key
+            self.storing.add(block)
+            if is_swap_key(key):
+                self.private.add(block)
+        for i, key in enumerate(keys):
+            block = self.block_of[key]
+            out[i] = block if i in new else None
+            n = self.pins.get(block, 0)
+            self.pins[block] = n + 1
+            if not n and block not in self.storing and block not in self.readers:
+                self.policy.pinned(key)
+        return out
+
+    def unpin(self, blocks: Iterable[int]) -> None:
+        """Swapped-out sequences let `blocks` go (admitted again: after their loads began)."""
+        for block in blocks:
+            n = self.pins[block] - 1
+            if n:
+                self.pins[block] = n
+                continue
+            del self.pins[block]
+            if block not in self.readers and block not in self.storing:
+                self._let_go(block)
+
+    def _let_go(self, block: int) -> None:
+        """Nobody loads or pins a ready block now: idle, or freed if it is private."""
+        key = self.key_of[block]
+        if block not in self.private:
+            self.policy.released(key)
+            return
+        self.private.remove(block)
+        self.policy.forget(key)
+        del self.block_of[key], self.key_of[block]
+        self._free.append(block)
+
     def is_idle(self) -> bool:
-        """No copy in flight."""
-        return not self.storing and not self.readers
+        """No copy in flight and no block pinned."""
+        return not self.storing and not self.readers and not self.pins
 
     def check(self) -> None:
         """Every block in exactly one state, the index and the policy agree (for tests and
@@ -319,14 +411,20 @@ class HostTier:
         assert self.storing <= named and set(self.readers) <= named
         assert not self.storing & set(self.readers), "a block is loaded while being stored"
         assert all(n > 0 for n in self.readers.values())
-        idle = {self.key_of[b] for b in named - self.storing - set(self.readers)}
+        pins = set(self.pins)
+        assert pins <= named and all(n > 0 for n in self.pins.values())
+        assert self.private <= pins | set(self.readers) | self.storing, \
+            "a private block nobody holds"
+        assert all(is_swap_key(self.key_of[b]) for b in self.private)
+        busy = set(self.readers) | pins
+        idle = {self.key_of[b] for b in named - self.storing - busy}
         if isinstance(self.policy, _LRU):
             assert set(self.policy.idle) == idle, "the LRU's idle keys differ"
         else:
             p = self.policy
             ready = {self.key_of[b] for b in named - self.storing}
             assert set(p.t1) | set(p.t2) == ready and not set(p.t1) & set(p.t2)
-            assert p.busy == {self.key_of[b] for b in self.readers}
+            assert p.busy == {self.key_of[b] for b in busy - self.storing}
             assert len(p.b1) <= self.num_blocks and len(p.b2) <= self.num_blocks
             assert not (set(p.b1) | set(p.b2)) & set(self.block_of) - {
                 self.key_of[b] for b in self.storing}

@@ -19,6 +19,10 @@
   `build_layout` checks it and raises rather than let a sequence read KV nobody wrote.
 - `fork` (parallel sampling) shares every block of the parent, the partial last one
   included; the first write into a block with more than one owner copies it (copy-on-write).
+- With a host tier, `swap_out` (preemption by swap) keeps a victim's computed blocks, the
+  partial last one included, pinned in the tier; its re-admission takes the GPU cache's hit
+  as any admission does and loads the rest (the sequence waits as for a host hit), resuming
+  with every token it had computed.
 """
 
 from __future__ import annotations
@@ -174,6 +178,9 @@ class PrefixCachingStrategy(PagedStrategy):
 
     def can_admit(self, seq: Sequence, num_running: int) -> bool:
         self._sync_all()
+        host = self.host_tier
+        if host is not None and seq.seq_id in host.swaps and not host.swap_ready(seq.seq_id):
+            return False  # its swap-out is still being copied
         blocks, _ = self._match(seq)
         revived = sum(1 for b in blocks if self.pool.ref_counts[b] == 0)
         needed = self._blocks_needed(seq, seq.num_uncomputed) - len(blocks)
@@ -194,6 +201,10 @@ class PrefixCachingStrategy(PagedStrategy):
             self.reuse.lookup(self._chain(seq)[:looked], uncomputed)
             self._looked[seq.seq_id] = looked
         cached = len(hashes) * self.block_size  # GPU hits, then the host tier's
+        swap = self.host_tier.swaps.get(seq.seq_id) if self.host_tier is not None else None
+        hit_tokens = cached
+        if swap is not None and swap.partial >= 0 and len(hashes) == swap.tokens // self.block_size:
+            cached = swap.tokens  # and its partial last block, swapped out with it
         n = uncomputed - cached
         if max_new_tokens is not None and max_new_tokens < n:
             n = max_new_tokens
@@ -207,14 +218,48 @@ class PrefixCachingStrategy(PagedStrategy):
         self._extend_table(seq, table, blocks + [self.pool.allocate() for _ in range(needed)])
         if self.host_tier is not None:
             self._host_admit(seq, table, blocks, hashes)
+            if swap is not None:
+                self._swap_in(seq, table, len(blocks), len(hashes), cached > hit_tokens)
+                if cached > hit_tokens and seq.seq_id in self._chains:
+                    # its partial block is loaded, not shareable while pending: nobody else
+                    # may read it before the load has ended and it has computed the rest
+                    self._shared_upto[seq.seq_id] = len(hashes) + 1
         self.hashes[seq.seq_id] = hashes
         self.live[seq.seq_id] = seq
         if seq.seq_id in self._chains:
             self._share_scheduled(seq, table, seq.num_computed + cached + n)
         self.hit_blocks += len(blocks)
-        self.hit_tokens += cached  # both tiers' (`host_hit_tokens`: the host tier's)
+        self.hit_tokens += hit_tokens  # both tiers' (`host_hit_tokens`: the host tier's)
         self.query_tokens += seq.num_uncomputed
         return cached
+
+    def swap_out(self, seq: Sequence) -> bool:
+        host = self.host_tier
+        table = self.tables.get(seq.seq_id)
+        if host is None or not table or not seq.num_computed:
+            return False  # nothing computed, nothing to keep: a plain preemption
+        if seq.seq_id in host.loading:  # its KV is not all on the GPU yet
+            host.swap_fallbacks += 1
+            return False
+        self._sync(seq)
+        tokens = min(seq.num_computed, len(seq.token_ids))
+        full = tokens // self.block_size
+        if not host.swap_out(seq.seq_id, 0, table[: self.blocks_for(tokens)],
+                             self.hashes[seq.seq_id][:full], tokens):
+            return False
+        self.free(seq)  # (the copies read its blocks before the next forward writes any)
+        return True
+
+    def _swap_in(self, seq: Sequence, table: list[int], gpu_hits: int, hits: int,
+                 partial: bool) -> None:
+        """A swapped-out sequence admitted again: its host blocks after the GPU hit were
+        loaded as a host hit (`_host_admit`); load its partial last block too, and let the
+        pins go."""
+        host = self.host_tier
+        swap = host.swaps[seq.seq_id]
+        if partial:
+            host.load(seq.seq_id, 0, [table[hits]], [swap.partial], [None], hit=False)
+        host.swap_in(seq.seq_id, hits - gpu_hits + partial)
 
     def _host_admit(self, seq: Sequence, table: list[int], gpu_hits: list[int],
                     hashes: list[BlockHash]) -> None:

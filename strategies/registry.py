@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from kvbench.registry import Registry
+from kvbench.strategies.base import CacheStrategy
 
 T = TypeVar("T", bound=type)
 
@@ -79,6 +80,14 @@ def reads_option(strategy: str, option: str) -> bool:
     entry = STRATEGIES.get(strategy)
     options = STRATEGIES.get(entry.base).options if entry.base else entry.options
     return option in {f.name for f in fields(options)}
+
+
+def swaps(strategy: str) -> bool:
+    """Whether strategy `strategy` (a variant: its base) swaps preempted sequences into a
+    host tier (`CacheStrategy.swap_out`, `--preemption-mode swap`)."""
+    entry = STRATEGIES.get(strategy)
+    cls = STRATEGIES.get(entry.base).factory if entry.base else entry.factory
+    return getattr(cls, "swap_out", CacheStrategy.swap_out) is not CacheStrategy.swap_out
 
 
 def make_strategy(name: str, num_slots: int, max_model_len: int, **values: Any) -> Any:

@@ -39,7 +39,7 @@ from kvbench.models.resolve_config import resolve_model_config
 from kvbench.scheduling import POLICIES, SchedulerLimits, make_policy
 from kvbench.sizing.capacity import kv_capacity
 from kvbench.sizing.state_pages import state_pages
-from kvbench.strategies import STRATEGIES, make_strategy, reads_option
+from kvbench.strategies import STRATEGIES, make_strategy, reads_option, swaps
 
 if TYPE_CHECKING:
     import torch
@@ -204,11 +204,16 @@ def offload_blocks(config: EngineConfig, bytes_per_slot: int) -> int:
 
 
 def check_offload(config: EngineConfig) -> None:
-    """`--kv-offload` needs a strategy with a prefix cache to put its tier under."""
+    """`--kv-offload` needs a strategy with a prefix cache to put its tier under; swapping
+    into it, one that swaps (`prefix`)."""
     if config.kv_offload is not None and not reads_option(config.strategy, "kv_offload_blocks"):
         raise KvbenchInputError(
             f"--kv-offload puts a host tier under a prefix cache (prefix, hybrid-prefix); --strategy "
             f"{config.strategy} takes none")
+    if config.preemption_mode == "swap" and not swaps(config.strategy):
+        raise KvbenchInputError(
+            f"--preemption-mode swap: --strategy {config.strategy} does not swap into its host "
+            "tier (prefix does); give --preemption-mode recompute")
 
 
 def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
@@ -341,7 +346,7 @@ class ExecutorFactory(ABC):
             executor.keep_host_tier(strategy.host_tier.tier.num_blocks, config.block_size,
                                     plan.bytes_per_slot * config.block_size)
         limits = SchedulerLimits(config.max_num_seqs, shape.max_num_batched_tokens,
-                                 config.chunked_prefill)
+                                 config.chunked_prefill, config.preemption_mode)
         policy = make_policy(config.batching, strategy, limits, config.queue_order)
         kv_element = element_bytes(plan.kv_dtype)
         engine = Engine(

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 # A host tier's eviction policies (`kvbench.strategies.host_tier`, `--kv-offload-policy`)
 HOST_POLICIES = ("lru", "arc")
 
+# What a preempted sequence loses (`--preemption-mode`): recompute it (vLLM v1's only mode),
+# or swap: its KV kept in the host tier and loaded back (vLLM v0's; needs a host tier).
+PREEMPTION_MODES = ("recompute", "swap")
+
 # One block's copy: (allocation group, GPU block, host block). One group where every layer
 # shares a table (`prefix`); `hybrid-prefix` copies each allocation group's blocks.
 BlockCopy = tuple[int, int, int]

@@ -159,6 +159,10 @@ class Engine(BaseEngine):
         # Per sequence that waited for a host load before its first token: admission to the
         # load's end, seconds (the TTFT's loading part; `host_load_wait_s`).
         self.host_load_waits_s: list[float] = []
+        # Preemption by swap: per swapped-in sequence, re-admission to its load's end
+        # (`swap_in_wait_ms`), and when each sequence still loading was admitted again.
+        self.swap_in_waits_s: list[float] = []
+        self._swap_in_at: dict[int, float] = {}
 
     # Requests ---------------------------------------------------------------------------
 
@@ -192,11 +196,12 @@ class Engine(BaseEngine):
             if self._host is not None and self._host.loading:
                 out.scheduled = [item for item in out.scheduled
                                  if item[0].seq_id not in self._host.loading]
+            if self._host is not None and (self._host.swap_ins or self._swap_in_at):
+                self._swap_ins_admitted(t_start, out.preempted)
             if not out.scheduled:  # no row in steps.csv: none in the trace either
                 discard_range(step_range)
-                if self._host is not None:
-                    self._host_idle()
-                return self._schedule_nothing(len(out.preempted))
+                waited = self._host is not None and self._host_idle()
+                return self._schedule_nothing(len(out.preempted), waited)
             batch, to_sample, forks = self._build_batch(out.scheduled)
             sampling = SamplingParams(self.temperature, self.seed, rows=to_sample, forks=forks)
             t_forward = self.clock()
@@ -215,23 +220,40 @@ class Engine(BaseEngine):
                                   len(out.preempted), self.num_running, len(self.waiting), traced)
         return finished
 
-    def _host_idle(self) -> None:
+    def _host_idle(self) -> bool:
         """Nothing to compute: start the host copies decided anyway, and where sequences
-        wait for loads, wait for the next job to end."""
-        transfers = self._host.take()
+        wait for loads (or swapped-out ones for their stores), wait for the next job to end;
+        whether it waited."""
+        host = self._host
+        transfers = host.take()
         if transfers is not None:
             self.executor.transfer_host(transfers)
-        if self._host.loading:
+        if host.loading or (host.swaps and host.jobs_in_flight):
             self.executor.wait_host_jobs()
             self._host_done(self.clock())
+            return True
+        return False
+
+    def _swap_ins_admitted(self, now_s: float, preempted: list[Sequence]) -> None:
+        """Sequences admitted again by swap-in this step: their wait for the load starts
+        (one preempted again while it loads waits no more)."""
+        for seq in preempted:
+            self._swap_in_at.pop(seq.seq_id, None)
+        for seq_id in self._host.swap_ins:
+            self._swap_in_at[seq_id] = now_s
+        self._host.swap_ins.clear()
 
     def _host_done(self, now_s: float) -> None:
         """The executor's finished host jobs back to the strategy; the sequences whose KV
-        arrived before their first token record how long it took."""
+        arrived before their first token record how long it took, swapped-in ones how long
+        since their re-admission."""
         done = self.executor.finished_host_jobs()
         if done:
             for seq in self.strategy.host_jobs_done(done):
-                if seq.first_token_s is None and seq.admitted_s is not None:
+                swapped_in_s = self._swap_in_at.pop(seq.seq_id, None)
+                if swapped_in_s is not None:
+                    self.swap_in_waits_s.append(now_s - swapped_in_s)
+                elif seq.first_token_s is None and seq.admitted_s is not None:
                     self.host_load_waits_s.append(now_s - seq.admitted_s)
 
     def settle(self) -> None:
@@ -256,13 +278,15 @@ class Engine(BaseEngine):
             return self._runs.memory_split(holders, head)
         return self.strategy.memory_split(holders, head)
 
-    def _schedule_nothing(self, num_preempted: int) -> list[Sequence]:
+    def _schedule_nothing(self, num_preempted: int, host_waited: bool = False) -> list[Sequence]:
         """A step with nothing to run: no row (the preemptions go in the next), no
         finished sequences; raises when the queue head can never be admitted (after a step
-        that preempted everyone, the next one admits: `vllm-v1` admits nothing in it)."""
+        that preempted everyone, the next one admits: `vllm-v1` admits nothing in it; after
+        one that waited for host copies, the next may)."""
         self.step_recorder.skip(num_preempted)
         ended = self._see_in_flight([], [], 0.0) if self.async_scheduling else []
-        if self.waiting and not self.policy.has_work() and not num_preempted and not ended:
+        if (self.waiting and not self.policy.has_work() and not num_preempted and not ended
+                and not host_waited):
             raise KvbenchRunError(
                 f"scheduler stalled: request {self.waiting.head().request.request_id} "
                 "cannot be admitted into an empty cache"
@@ -442,5 +466,6 @@ class Engine(BaseEngine):
         super().reset_stats()
         self.strategy.reset_stats()
         self.host_load_waits_s.clear()
+        self.swap_in_waits_s.clear()
         if self._runs is not None:
             self._runs.settle()

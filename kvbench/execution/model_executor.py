@@ -336,10 +336,10 @@ class ModelExecutor(TensorExecutor):
     def execute(self, batch: StepBatch) -> torch.Tensor:
         layout = batch.layout
         with trace_range("prepare", tokens=batch.num_tokens):
+            if layout.host_copies:  # first: a store reads a block freed this step, which a
+                self._host_copies(layout)  # copy-on-write below may have been given to write
             for copy in layout.slot_copies:
                 self.arena.copy_slots(copy.src_slot, copy.dst_slot, copy.num_slots)
-            if layout.host_copies:
-                self._host_copies(layout)
             idx = self.inputs.build(batch)
             input_ids, positions, rows = idx.input_ids, idx.positions, idx.sample_rows
         phase = "prefill" if batch.num_prefill_seqs else "decode"

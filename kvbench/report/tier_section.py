@@ -4,7 +4,8 @@ One row per run that kept a host tier (`--kv-offload`), from its summary's `sche
 (`kvbench/results/tier_figures.py`): the prefix hit rate per tier, the bytes stored and
 loaded, loads per step, how many requests waited for a load and how long, and the latency
 split a user weighs a tier by (TTFT's queue, load wait and the prefill after it). Empty when
-no run kept one.
+no run kept one. Below it, where a run with a tier preempted, how its victims came back
+(`kvbench/results/swap_figures.py`): recomputed, or swapped out to the tier and loaded.
 """
 
 from __future__ import annotations
@@ -53,11 +54,44 @@ def tier_rows(runset: RunSet) -> list[list[str]]:
     return rows
 
 
+SWAP_HEADERS = ("run", "preemption mode", "preemptions", "swapped out", "recomputed instead",
+                "swapped out: copied", "swapped in", "swapped in: loaded", "swap-in wait mean",
+                "swap-in wait p90", "TTFT mean", "TPOT mean")
+
+
+def swap_rows(runset: RunSet) -> list[list[str]]:
+    """One row per run with a host tier that preempted: how its victims came back."""
+    rows = []
+    for run in runset.runs:
+        sched = run.summary.scheduler
+        if sched is None or sched.get("host_blocks") is None or not sched.get("preemptions"):
+            continue
+        wait = sched.get("swap_in_wait_ms") or {}
+        latency = run.summary.latency_ms
+        rows.append([
+            run.name, str(sched.get("preemption_mode") or "recompute"),
+            f"{sched.get('preemptions'):,}", f"{sched.get('host_swap_out_requests') or 0:,}",
+            f"{sched.get('host_swap_fallbacks') or 0:,}",
+            format_bytes(sched.get("swap_out_bytes") or 0),
+            f"{sched.get('host_swap_in_requests') or 0:,}",
+            format_bytes(sched.get("swap_in_bytes") or 0),
+            _ms(wait.get("mean")), _ms(wait.get("p90")),
+            _ms(latency.ttft.mean if latency else None),
+            _ms(latency.tpot.mean if latency else None),
+        ])
+    return rows
+
+
+def _table(headers: tuple[str, ...], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<div class='scroll'><table class='summary'><tr>{head}</tr>{body}</table></div>"
+
+
 def tier_section_html(runset: RunSet) -> str:
     rows = tier_rows(runset)
     if not rows:
         return ""
-    head = "".join(f"<th>{escape(h)}</th>" for h in HEADERS)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return (f"<div class='scroll'><table class='summary'><tr>{head}</tr>{body}</table></div>")
+    swaps = swap_rows(runset)
+    return _table(HEADERS, rows) + (_table(SWAP_HEADERS, swaps) if swaps else "")

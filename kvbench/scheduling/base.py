@@ -48,7 +48,9 @@ class BatchingPolicy(ABC):
     running sequence the memory for its next tokens: the most recently admitted sequences
     that have not been scheduled in this step are preempted first, and the sequence itself
     last. A preempted sequence gives back all its memory, goes to the front of the queue and
-    later recomputes its prompt and generated tokens in one prefill.
+    later recomputes its prompt and generated tokens in one prefill; under
+    `preemption_mode="swap"` its computed KV goes to the strategy's host tier instead
+    (`CacheStrategy.swap_out`) and comes back at its re-admission, where the tier can hold it.
     """
 
     name = "?"
@@ -218,9 +220,13 @@ class BatchingPolicy(ABC):
                 budget -= n
 
     def preempt(self, seq: Sequence, out: ScheduleOutput) -> None:
-        """vLLM's recompute: drop the KV, requeue at the front, prefill everything again later."""
+        """vLLM's recompute: drop the KV, requeue at the front, prefill everything again later.
+        Swap: the strategy keeps the KV in its host tier for the re-admission to load (not a
+        sequence whose last token is sampled: async scheduling's, it never runs again)."""
         self.running.remove(seq)
-        self.cache.free(seq)
+        if not (self.limits.preemption_mode == "swap" and len(seq.token_ids) < seq.end_len
+                and self.cache.swap_out(seq)):
+            self.cache.free(seq)
         seq.num_computed = 0
         seq.preemptions += 1
         self.requeue(seq)

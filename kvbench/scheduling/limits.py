@@ -10,3 +10,4 @@ class SchedulerLimits:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     chunked_prefill: bool = False
+    preemption_mode: str = "recompute"

@@ -147,6 +147,9 @@ class RunOptions:
         "host-memory KV tier under the prefix cache (prefix, hybrid-prefix), e.g. 64GiB; a "
         "plain number is GiB, as vLLM's --kv-offloading-size", aliases=("--kv-offloading-size",))
     kv_offload_policy: str = _engine("the host tier's eviction: lru or arc (vLLM's)")
+    preemption_mode: str = _engine(
+        "what a preempted request loses: recompute (vLLM v1's only mode) or swap, its KV kept "
+        "in the --kv-offload tier and loaded back (vLLM v0's swap; docs/offload.md)")
     gpu_memory_utilization: float | None = _engine(
         "CUDA: share of device memory for the engine (as vLLM) "
         f"[{float(DEFAULT_GPU_MEMORY_UTILIZATION):g}]")

@@ -22,6 +22,11 @@ SIM = ["simulate", "--model", "llama-2-7b", "--num-requests", "4", "--quiet"]
     (["--strategy", "prefix", "--kv-offload", "1KiB"], "holds no block"),
     (["--strategy", "prefix", "--kv-offload", "8GiB", "--kv-offload-policy", "fifo"],
      "lru, arc"),
+    (["--strategy", "prefix", "--preemption-mode", "swap"], "give --kv-offload"),
+    (["--strategy", "prefix", "--kv-offload", "8GiB", "--preemption-mode", "swop"],
+     "recompute, swap"),
+    (["--model", "gpt-oss-20b", "--strategy", "hybrid-prefix", "--kv-offload", "8GiB",
+      "--preemption-mode", "swap"], "does not swap"),
 ])
 def test_refused_in_one_line(tmp_path, capsys, args, says):
     assert main([*SIM, *args, "--out", str(tmp_path)]) == 2

@@ -1,15 +1,19 @@
 """Property tests of the host tier (`--kv-offload`), over random schedules.
 
-The tier alone: under random offers, store completions and loads, every host block is in
-exactly one state (free, storing, ready idle, loading), none is lost or counted twice, and
-the eviction policy's lists hold exactly the idle ones (LRU and ARC).
+The tier alone: under random offers, store completions, loads and swaps (preempted
+sequences' blocks pinned, then let go), every host block is in exactly one state (free,
+storing, ready idle, loading, pinned), none is lost or counted twice, a pinned block is never
+evicted, a private (partial-block) one is freed once let go, and the eviction policy's lists
+hold exactly the idle ones (LRU and ARC).
 
 `prefix` over it: driven as the engine drives it, with copies that end at random later
 steps, on a fake arena whose slots hold the identity of the KV they store (the token prefix
 they were computed from), and a host arena the copies move it to and from: every live
 sequence reads back its own tokens' KV (host hits included, once their load has ended), every
 host block holds the KV its key names, blocks in flight are never evicted or reused, and at
-the end both tiers' books are whole."""
+the end both tiers' books are whole. With preemption by swap, a swapped-out sequence's host
+blocks keep its KV (the partial last block's too) until it is admitted again, and it then
+reads back every token it had computed."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from hypothesis import strategies as st
 from kvbench.core.host_transfers import HostTransfers
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
-from kvbench.strategies.host_tier import HostTier
+from kvbench.strategies.host_tier import HostTier, swap_key
 from kvbench.strategies.prefix import PrefixCachingStrategy
 from tests.strategies.consistency import check_pool
 
@@ -35,6 +39,8 @@ tier_op = st.one_of(
     st.tuples(st.just("stored"), st.integers(0, 100)),
     st.tuples(st.just("load"), st.lists(st.integers(0, 30), min_size=1, max_size=4)),
     st.tuples(st.just("loaded"), st.integers(0, 100)),
+    st.tuples(st.just("swap"), st.lists(st.integers(0, 30), min_size=1, max_size=4)),
+    st.tuples(st.just("unswap"), st.integers(0, 100)),
 )
 
 
@@ -45,6 +51,7 @@ def test_host_tier_books_stay_exact(num_blocks, policy, threshold, ops):
     tier = HostTier(num_blocks, policy, store_threshold=threshold)
     in_store: list[int] = []  # host blocks with a store in flight (in submission order)
     in_load: list[int] = []  # one entry per load in flight
+    swaps: list[dict[bytes, int]] = []  # swapped-out sequences' pinned keys -> host blocks
     offered = stored = 0
     for op, arg in ops:
         if op == "offer":
@@ -73,7 +80,34 @@ def test_host_tier_books_stay_exact(num_blocks, policy, threshold, ops):
             k = arg % (len(in_load) + 1)
             tier.loaded(in_load[:k])
             del in_load[:k]
+        elif op == "swap":  # a preempted sequence's full blocks, and a partial one
+            keys = [bytes([k]) for k in dict.fromkeys(arg)]
+            if arg[0] % 2:
+                keys.append(swap_key(len(swaps)))
+            before = dict(tier.block_of)
+            taken = tier.swap_out(keys)
+            if taken is None:
+                assert tier.block_of == before  # refused: nothing changed
+            else:
+                for key, block in zip(keys, taken, strict=True):
+                    assert (block is None) == (key in before)
+                    if block is not None:
+                        in_store.append(block)
+                        offered += 1
+                swaps.append({k: tier.block_of[k] for k in keys})
+        elif op == "unswap" and swaps:  # admitted again: its blocks still ready are loaded
+            held = swaps.pop(arg % len(swaps))
+            ready = [b for b in held.values() if b not in tier.storing]
+            if arg % 3:
+                tier.begin_load(ready)
+                in_load.extend(ready)
+            tier.unpin(held.values())
         tier.check()
+        for held in swaps:  # pinned: never evicted
+            assert all(tier.block_of.get(k) == b for k, b in held.items())
+        private = {b for held in swaps for k, b in held.items() if len(k) == 12}
+        busy = set(in_load) | set(in_store)  # let go, freed when its copy ends
+        assert tier.private == private | (tier.private & busy), "a private block leaks"
         assert tier.num_storing == len(set(in_store)) == len(in_store)
         assert tier.num_free + len(tier.block_of) == num_blocks
         assert set(tier.readers) == set(in_load)
@@ -90,7 +124,7 @@ class Driver:
     when its step starts (before the step's writes); a load writes the arena when it ends."""
 
     def __init__(self, num_blocks: int, host_blocks: int, block_size: int, policy: str,
-                 rng: random.Random) -> None:
+                 rng: random.Random, swap: bool = False) -> None:
         self.cache = PrefixCachingStrategy(
             num_blocks * block_size, 512, block_size=block_size, watermark=0.0,
             check_accounting=True, kv_offload_blocks=host_blocks, kv_offload_policy=policy)
@@ -102,6 +136,9 @@ class Driver:
         self.jobs: dict[int, list[tuple[int, int]]] = {}  # load job -> (gpu, host) to land
         self.in_flight: list[int] = []
         self.live: list[Sequence] = []
+        # Preemption by swap: the victims swapped out, each with the tokens it had computed
+        self.swap = swap
+        self.swapped: list[tuple[Sequence, int]] = []
         self.rng = rng
         self.next_id = 0
         self.prefix_of: dict[bytes, tuple[int, ...]] = {}  # key -> the tokens it names
@@ -185,7 +222,7 @@ class Driver:
             n = min(seq.num_uncomputed, budget)
             while not self.cache.allocate(seq, n):
                 victim = pending.pop() if pending else seq
-                self.free(victim)
+                self.preempt(victim)
                 if victim is seq:
                     break
             else:
@@ -199,6 +236,33 @@ class Driver:
     def free(self, seq: Sequence) -> None:
         self.cache.free(seq)
         self.live.remove(seq)
+
+    def preempt(self, seq: Sequence) -> None:
+        """Recompute, or with `swap` its KV to the host tier where it fits."""
+        computed = seq.num_computed
+        # (one that could not run alone could never come back: an engine refuses its request)
+        fits = self.cache.blocks_for(len(seq.token_ids) + 1) <= self.cache.pool.num_blocks
+        if not (self.swap and fits and self.cache.swap_out(seq)):
+            self.free(seq)
+            return
+        assert seq.seq_id not in self.cache.tables
+        self.live.remove(seq)
+        seq.num_computed = 0
+        self.swapped.append((seq, computed))
+
+    def swap_in(self, i: int) -> None:
+        """A swapped-out sequence admitted again: it resumes with every token it had
+        computed (once its loads end: it waits meanwhile)."""
+        if not self.swapped:
+            return
+        seq, computed = self.swapped[i % len(self.swapped)]
+        if not self.cache.can_admit(seq, len(self.live)):
+            return
+        self.swapped.remove((seq, computed))
+        cached = self.cache.admit(seq)
+        assert cached >= computed, "a swapped-out sequence lost tokens it had computed"
+        seq.num_computed += cached
+        self.live.append(seq)
 
     def finish(self, i: int) -> None:
         done = [s for s in self.live if not self._waits(s) and s.num_uncomputed <= 1]
@@ -242,6 +306,15 @@ class Driver:
                 assert self.host_arena[block][-1] == self.prefix_of[key], "host block content"
         # loads in flight read only ready blocks, and every waiting sequence has its job
         assert set(self.host.loading) <= {s.seq_id for s in self.live}
+        for seq, computed in self.swapped:  # its pinned host blocks hold its KV
+            swap = self.host.swaps[seq.seq_id]
+            assert swap.tokens == computed
+            for i, block in enumerate(swap.blocks):
+                assert block in tier.pins and block in tier.key_of, "a pinned block evicted"
+                if block in tier.storing:
+                    continue
+                for j in range(min(bs, computed - i * bs)):
+                    assert self.host_arena[block][j] == tuple(seq.token_ids[: i * bs + j + 1])
         split = cache.memory_split(self.live, None)
         assert split.total == cache.num_slots
 
@@ -250,6 +323,14 @@ class Driver:
             self.free(seq)
         self._transfer(self.host.take())
         self._end_jobs(everything=True)
+        while self.swapped:  # each alone: it fits, and reads back what it had computed
+            self.swap_in(0)
+            self._idle()
+            self._end_jobs(everything=True)
+            seq = self.live[0]
+            assert not self._waits(seq)
+            self._check_reads(seq, seq.num_computed)
+            self.free(seq)
         assert self.cache.is_whole()
         assert self.host.tier.is_idle() or self.in_flight == []
 
@@ -264,15 +345,17 @@ op_st = st.one_of(
     st.tuples(st.just("step"), st.integers(0, VOCAB - 1), st.sampled_from([3, 8, 1000])),
     st.tuples(st.just("finish"), st.integers(0, 20), st.just(0)),
     st.tuples(st.just("preempt"), st.integers(0, 20), st.just(0)),
+    st.tuples(st.just("swap_in"), st.integers(0, 20), st.just(0)),
 )
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(3, 10), st.integers(1, 12), st.sampled_from([2, 4]),
-       st.sampled_from(["lru", "arc"]), st.integers(0, 2**16), st.lists(op_st, max_size=40))
+       st.sampled_from(["lru", "arc"]), st.booleans(), st.integers(0, 2**16),
+       st.lists(op_st, max_size=40))
 def test_prefix_over_a_host_tier_keeps_exact_books(num_blocks, host_blocks, block_size,
-                                                   policy, seed, ops):
-    driver = Driver(num_blocks, host_blocks, block_size, policy, random.Random(seed))
+                                                   policy, swap, seed, ops):
+    driver = Driver(num_blocks, host_blocks, block_size, policy, random.Random(seed), swap)
     for op, a, b in ops:
         if op == "admit":
             driver.admit(a, b)
@@ -280,10 +363,32 @@ def test_prefix_over_a_host_tier_keeps_exact_books(num_blocks, host_blocks, bloc
             driver.step(a, b)
         elif op == "finish":
             driver.finish(a)
-        elif driver.live:  # preempted (recompute), waiting for a load or not
-            driver.free(driver.live[a % len(driver.live)])
+        elif op == "swap_in":
+            driver.swap_in(a)
+        elif driver.live:  # preempted (recompute or swap), waiting for a load or not
+            driver.preempt(driver.live[a % len(driver.live)])
         driver.check()
     driver.drain()
+
+
+swap_op_st = st.one_of(
+    op_st,
+    st.tuples(st.just("preempt"), st.integers(0, 20), st.just(0)),
+    st.tuples(st.just("swap_in"), st.integers(0, 20), st.just(0)),
+    st.tuples(st.just("swap_in"), st.integers(0, 20), st.just(0)),
+    st.tuples(st.just("step"), st.integers(0, VOCAB - 1), st.sampled_from([3, 1000])),
+)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(3, 10), st.integers(4, 24), st.sampled_from([2, 4]),
+       st.sampled_from(["lru", "arc"]), st.integers(0, 2**16), st.lists(swap_op_st, max_size=50))
+def test_swapped_out_sequences_come_back_whole(num_blocks, host_blocks, block_size, policy,
+                                               seed, ops):
+    """Preemption by swap, often: the same books, and every swapped-out sequence's host
+    blocks keep its KV while it waits and give it back at its re-admission."""
+    test_prefix_over_a_host_tier_keeps_exact_books.hypothesis.inner_test(
+        num_blocks, host_blocks, block_size, policy, True, seed, ops)
 
 
 def test_a_prompt_evicted_from_the_gpu_comes_back_from_the_host_tier():
