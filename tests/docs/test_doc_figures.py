@@ -110,7 +110,7 @@ def test_estimate_prints_what_docs_estimate_md_shows(command, shown, capsys):
 
 
 def test_the_estimate_docs_have_their_examples():
-    assert len(ESTIMATES) == 6
+    assert len(ESTIMATES) == 7
 
 
 def test_estimate_md_preset_figures(capsys):
