@@ -142,8 +142,11 @@ class HostOffload:
         """The sequence gives its blocks back while it waits: nothing is named for it, and
         the GPU blocks its load writes are returned, for the strategy to pin (`pinned`)."""
         blocks = [block for _, block, _ in self.loading.pop(seq_id)]
-        job = -1 if self._landing.pop(seq_id, None) is not None else next(
-            j for j, (_, seqs) in self._load_jobs.items() if seq_id in seqs)
+        if self._landing.pop(seq_id, None) is not None:
+            job = -1
+        else:  # off the job's waiters: readmitted before it ends, it waits on a new job only
+            job = next(j for j, (_, seqs) in self._load_jobs.items() if seq_id in seqs)
+            self._load_jobs[job][1].remove(seq_id)
         self.pinned.setdefault(job, []).extend(blocks)
         return blocks
 
