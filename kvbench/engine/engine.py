@@ -156,7 +156,7 @@ class Engine(BaseEngine):
         # steps out, as vLLM's `WAITING_FOR_REMOTE_KVS` requests (`_host_step`).
         self._host = strategy.host_tier
         # Per sequence that waited for a host load before its first token: admission to the
-        # load's end, seconds (the TTFT's loading part; `host_load_wait_s`).
+        # load's end, seconds (TTFT's loading part, each also the sequence's `kv_loaded_s`).
         self.host_load_waits_s: list[float] = []
 
     # Requests ---------------------------------------------------------------------------
@@ -226,11 +226,12 @@ class Engine(BaseEngine):
 
     def _host_done(self, now_s: float) -> None:
         """The executor's finished host jobs back to the strategy; the sequences whose KV
-        arrived before their first token record how long it took."""
+        arrived before their first token record when, and how long it took."""
         done = self.executor.finished_host_jobs()
         if done:
             for seq in self.strategy.host_jobs_done(done):
                 if seq.first_token_s is None and seq.admitted_s is not None:
+                    seq.kv_loaded_s = now_s
                     self.host_load_waits_s.append(now_s - seq.admitted_s)
 
     def settle(self) -> None:
@@ -407,6 +408,7 @@ class Engine(BaseEngine):
             child = self._new_sequence(request, sample_index)
             group.append(child)
             child.admitted_s = parent.admitted_s
+            child.kv_loaded_s = parent.kv_loaded_s
             if self.strategy.fork(parent, child) is None:
                 self.policy.requeue(child)  # no room to share or copy: prefill on its own
                 continue
