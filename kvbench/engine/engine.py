@@ -211,7 +211,8 @@ class Engine(BaseEngine):
                 runs.admitted(out.admitted)
             split = self._memory_split()
         self.step_recorder.record(t_start, self.clock(), forward_s, batch, split,
-                                  len(out.preempted), self.num_running, len(self.waiting), traced)
+                                  len(out.preempted), self.num_running, len(self.waiting), traced,
+                                  None if self._host is None else len(self._host.loading))
         return finished
 
     def _host_idle(self) -> None:
@@ -220,6 +221,7 @@ class Engine(BaseEngine):
         transfers = self._host.take()
         if transfers is not None:
             self.executor.transfer_host(transfers)
+            self.step_recorder.host_copies(transfers)
         if self._host.loading:
             self.executor.wait_host_jobs()
             self._host_done(self.clock())
