@@ -153,7 +153,8 @@ class Engine(BaseEngine):
         # part and no probe reads the device after every step.
         self._runs = FastForward.of(self) if memory_probe is None else None
         # A host tier under the prefix cache: sequences that wait for their KV to load sit
-        # steps out, as vLLM's `WAITING_FOR_REMOTE_KVS` requests (`_host_step`).
+        # steps out, as vLLM's `WAITING_FOR_REMOTE_KVS` requests (the policy skips them;
+        # `_host_idle`, `_host_done`).
         self._host = strategy.host_tier
         # Per sequence that waited for a host load before its first token: admission to the
         # load's end, seconds (TTFT's loading part, each also the sequence's `kv_loaded_s`).
@@ -188,9 +189,6 @@ class Engine(BaseEngine):
             with (trace_range("schedule", waiting=len(self.waiting), running=self.num_running)
                   if traced else NO_RANGE):
                 out = self.policy.schedule(t_start)
-            if self._host is not None and self._host.loading:
-                out.scheduled = [item for item in out.scheduled
-                                 if item[0].seq_id not in self._host.loading]
             if not out.scheduled:  # no row in steps.csv: none in the trace either
                 discard_range(step_range)
                 if self._host is not None:
