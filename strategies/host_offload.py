@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from kvbench.core.host_transfers import BlockCopy, HostTransfers
-from kvbench.core.layout import KVLayout, host_copies
+from kvbench.core.layout import KVLayout
 from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool
 
@@ -121,11 +121,9 @@ class HostOffload:
         return landed, unpinned
 
     def attach(self, layout: KVLayout) -> None:
-        """The step's jobs (`take`) onto its layout: the transfers the strategy waits on and
-        the copies the model executor performs."""
-        transfers = layout.host_transfers = self.take()
-        if transfers is not None:
-            layout.host_copies = host_copies(transfers)
+        """The step's jobs (`take`) onto its layout: the transfers the strategy waits on, the
+        copies the model executor performs (`KVLayout.host_copies`)."""
+        layout.host_transfers = self.take()
 
     def land(self, jobs: Iterable[int], pool: CachingBlockPool) -> list[int]:
         """Jobs done (`finished`): loaded blocks join `pool`'s prefix cache under their keys

@@ -10,7 +10,7 @@ import torch
 from kvbench.core.host_transfers import HostTransfers
 from kvbench.core.kv_allocation import HybridAllocation
 from kvbench.core.kv_groups import KVGroup
-from kvbench.core.layout import KVLayout, host_copies
+from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
 from kvbench.errors import KvbenchInputError
 from kvbench.execution.decode_graphs import DecodeGraphs
@@ -237,8 +237,7 @@ class ModelExecutor(TensorExecutor):
 
     def transfer_host(self, transfers: HostTransfers) -> None:
         """A step that computes nothing still moves the copies decided (`Engine`)."""
-        self._host_copies(KVLayout("paged", host_copies=host_copies(transfers),
-                                   host_transfers=transfers))
+        self._host_copies(KVLayout("paged", host_transfers=transfers))
 
     def finished_host_jobs(self) -> list[int]:
         done, self._host_jobs_done = self._host_jobs_done, []
@@ -346,7 +345,7 @@ class ModelExecutor(TensorExecutor):
         with trace_range("prepare", tokens=batch.num_tokens):
             for copy in layout.slot_copies:
                 self.arena.copy_slots(copy.src_slot, copy.dst_slot, copy.num_slots)
-            if layout.host_copies:
+            if layout.host_transfers is not None:
                 self._host_copies(layout)
             idx = self.inputs.build(batch)
             input_ids, positions, rows = idx.input_ids, idx.positions, idx.sample_rows
