@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from kvbench.core.host_transfers import BlockCopy, HostTransfers
-from kvbench.core.layout import KVLayout, host_copies
+from kvbench.core.layout import KVLayout
 from kvbench.strategies.host_tier import HostTier, swap_key
 from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool
 
@@ -189,11 +189,9 @@ class HostOffload:
         return landed, unpinned
 
     def attach(self, layout: KVLayout) -> None:
-        """The step's jobs (`take`) onto its layout: the transfers the strategy waits on and
-        the copies the model executor performs."""
-        transfers = layout.host_transfers = self.take()
-        if transfers is not None:
-            layout.host_copies = host_copies(transfers)
+        """The step's jobs (`take`) onto its layout: the transfers the strategy waits on, the
+        copies the model executor performs (`KVLayout.host_copies`)."""
+        layout.host_transfers = self.take()
 
     def land(self, jobs: Iterable[int], pool: CachingBlockPool) -> list[int]:
         """Jobs done (`finished`): loaded blocks join `pool`'s prefix cache under their keys
@@ -211,8 +209,11 @@ class HostOffload:
         """The sequence gives its blocks back while it waits: nothing is named for it, and
         the GPU blocks its load writes are returned, for the strategy to pin (`pinned`)."""
         blocks = [block for _, block, _ in self.loading.pop(seq_id)]
-        job = -1 if self._landing.pop(seq_id, None) is not None else next(
-            j for j, (_, seqs) in self._load_jobs.items() if seq_id in seqs)
+        if self._landing.pop(seq_id, None) is not None:
+            job = -1
+        else:  # off the job's waiters: readmitted before it ends, it waits on a new job only
+            job = next(j for j, (_, seqs) in self._load_jobs.items() if seq_id in seqs)
+            self._load_jobs[job][1].remove(seq_id)
         self.pinned.setdefault(job, []).extend(blocks)
         return blocks
 

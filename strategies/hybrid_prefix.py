@@ -236,7 +236,10 @@ class HybridPrefixStrategy(HybridStrategy):
         self.hit_tokens += cached
         self._account_seq(seq)
         self._set_room(seq)
-        self._sync(seq, cached + self._scheduled(seq, cached, max_new_tokens))
+        if self.host_tier is None or sid not in self.host_tier.loading:
+            self._sync(seq, cached + self._scheduled(seq, cached, max_new_tokens))
+        # else it computes nothing before its load ends: its blocks are named when a step
+        # schedules them (`allocate`), not now, or a later admission would hit unwritten KV
         return cached
 
     def _host_admit(self, seq: Sequence, tables: list[list[int]]) -> None:

@@ -69,7 +69,7 @@ class DecodeRunRows(NamedTuple):
                 (self.num_slots - h - external) * b, self.cached * b,
                 self.preemptions if k == 0 else 0,
                 token / (h + external) if h + external else None,
-                p if self.has_prompt_blocks else None, None, None, None))
+                p if self.has_prompt_blocks else None, None, None, None, None, None, None))
         return rows
 
     def last_row(self) -> tuple:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kvbench.core.host_transfers import HostTransfers
@@ -53,8 +52,9 @@ class KVLayout:
     each step. A layout built by hand (no `seq_ids`) spells out `slot_mapping` and
     `block_tables` or `start_slots` instead.
 
-    `host_copies`: blocks moved between the arena and a host tier before the step's forward
-    (a strategy with a host tier: its stores and loads; the executor copies, never chooses).
+    `host_transfers`: blocks moved between the arena and a host tier before the step's
+    forward (a strategy with a host tier: its store and load jobs; the executor copies, never
+    chooses, and reports the jobs done); `host_copies` lists them as the copies it makes.
 
     `group_table_logs` (`hybrid`): one table log per allocation group
     (`kvbench.core.kv_allocation`), each layer reading its group's tables; None: one table
@@ -72,10 +72,14 @@ class KVLayout:
     seq_ids: list[int] | None = None
     table_log: list[TableOp] = field(default_factory=list)
     group_table_logs: list[list[TableOp]] | None = None
-    host_copies: Sequence[HostCopy] = ()  # a tuple by default: no list made per step
-    # The same copies as jobs (`HostTransfers`: what the executor reports done, for a
-    # strategy that waits on them); None: none (no host tier, or nothing to copy).
+    # The step's host copies as jobs (what the executor reports done, for a strategy that
+    # waits on them); None: none (no host tier, or nothing to copy).
     host_transfers: HostTransfers | None = None
+
+    @property
+    def host_copies(self) -> tuple[HostCopy, ...]:
+        """`host_transfers` as the copies the model executor makes, in order."""
+        return () if self.host_transfers is None else host_copies(self.host_transfers)
 
 
 def host_copies(transfers: HostTransfers) -> tuple[HostCopy, ...]:

@@ -55,6 +55,9 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     preemptions: int = 0
     admitted_s: float | None = None
+    # When the KV it waited for arrived from a host tier, before its first token (None: it
+    # waited for no load): TTFT's loading part is admitted_s to this
+    kv_loaded_s: float | None = None
     first_token_s: float | None = None
     finish_s: float | None = None
     # The steps it sampled a token in, as flat [start, stop, ...] ranges of `step_times`

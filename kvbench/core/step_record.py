@@ -29,6 +29,12 @@ class StepRecord:
     gpu_used_bytes: int | None = None  # CUDA only (pynvml), null elsewhere
     torch_allocated_bytes: int | None = None
     torch_reserved_bytes: int | None = None
+    # A host KV tier's copies (`--kv-offload`; null without one): the blocks whose store and
+    # load the step started (a step that ran nothing makes no row: its copies count in the
+    # next), and the sequences waiting for a load at the step's end.
+    host_store_blocks: int | None = None
+    host_load_blocks: int | None = None
+    host_load_waiting: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

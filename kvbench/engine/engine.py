@@ -154,10 +154,11 @@ class Engine(BaseEngine):
         # part and no probe reads the device after every step.
         self._runs = FastForward.of(self) if memory_probe is None else None
         # A host tier under the prefix cache: sequences that wait for their KV to load sit
-        # steps out, as vLLM's `WAITING_FOR_REMOTE_KVS` requests (`_host_step`).
+        # steps out, as vLLM's `WAITING_FOR_REMOTE_KVS` requests (the policy skips them;
+        # `_host_idle`, `_host_done`).
         self._host = strategy.host_tier
         # Per sequence that waited for a host load before its first token: admission to the
-        # load's end, seconds (the TTFT's loading part; `host_load_wait_s`).
+        # load's end, seconds (TTFT's loading part, each also the sequence's `kv_loaded_s`).
         self.host_load_waits_s: list[float] = []
         # Preemption by swap: per swapped-in sequence, re-admission to its load's end
         # (`swap_in_wait_ms`), and when each sequence still loading was admitted again.
@@ -193,9 +194,6 @@ class Engine(BaseEngine):
             with (trace_range("schedule", waiting=len(self.waiting), running=self.num_running)
                   if traced else NO_RANGE):
                 out = self.policy.schedule(t_start)
-            if self._host is not None and self._host.loading:
-                out.scheduled = [item for item in out.scheduled
-                                 if item[0].seq_id not in self._host.loading]
             if self._host is not None and (self._host.swap_ins or self._swap_in_at):
                 self._swap_ins_admitted(t_start, out.preempted)
             if not out.scheduled:  # no row in steps.csv: none in the trace either
@@ -217,7 +215,8 @@ class Engine(BaseEngine):
                 runs.admitted(out.admitted)
             split = self._memory_split()
         self.step_recorder.record(t_start, self.clock(), forward_s, batch, split,
-                                  len(out.preempted), self.num_running, len(self.waiting), traced)
+                                  len(out.preempted), self.num_running, len(self.waiting), traced,
+                                  None if self._host is None else len(self._host.loading))
         return finished
 
     def _host_idle(self) -> bool:
@@ -228,6 +227,7 @@ class Engine(BaseEngine):
         transfers = host.take()
         if transfers is not None:
             self.executor.transfer_host(transfers)
+            self.step_recorder.host_copies(transfers)
         if host.loading or (host.swaps and host.jobs_in_flight):
             self.executor.wait_host_jobs()
             self._host_done(self.clock())
@@ -245,8 +245,8 @@ class Engine(BaseEngine):
 
     def _host_done(self, now_s: float) -> None:
         """The executor's finished host jobs back to the strategy; the sequences whose KV
-        arrived before their first token record how long it took, swapped-in ones how long
-        since their re-admission."""
+        arrived before their first token record when, and how long it took, swapped-in ones
+        how long since their re-admission."""
         done = self.executor.finished_host_jobs()
         if done:
             for seq in self.strategy.host_jobs_done(done):
@@ -254,6 +254,7 @@ class Engine(BaseEngine):
                 if swapped_in_s is not None:
                     self.swap_in_waits_s.append(now_s - swapped_in_s)
                 elif seq.first_token_s is None and seq.admitted_s is not None:
+                    seq.kv_loaded_s = now_s
                     self.host_load_waits_s.append(now_s - seq.admitted_s)
 
     def settle(self) -> None:
@@ -432,6 +433,7 @@ class Engine(BaseEngine):
             child = self._new_sequence(request, sample_index)
             group.append(child)
             child.admitted_s = parent.admitted_s
+            child.kv_loaded_s = parent.kv_loaded_s
             if self.strategy.fork(parent, child) is None:
                 self.policy.requeue(child)  # no room to share or copy: prefill on its own
                 continue

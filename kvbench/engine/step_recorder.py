@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvbench.core.decode_run_rows import BooksAfterStep, DecodeRunRows
+from kvbench.core.host_transfers import HostTransfers
 from kvbench.core.step_batch import StepBatch
 from kvbench.core.step_record import StepRecord
 from kvbench.engine.group_memory import GroupMemory
@@ -96,6 +97,7 @@ class StepRecorder(StepLog):
         self.group_memory = group_memory
         self.memory_probe = memory_probe
         self._unrecorded_preemptions = 0
+        self._unrecorded_copies = [0, 0]  # host blocks stored, loaded in steps with no row
 
     def stream_to(self, writer: Any) -> None:
         """`StepLog.stream_to`; the group sums take the runs' rows the writer expands
@@ -113,17 +115,33 @@ class StepRecorder(StepLog):
         """A step that scheduled nothing makes no row: its preemptions go in the next one."""
         self._unrecorded_preemptions += num_preempted
 
+    def host_copies(self, transfers: HostTransfers | None) -> None:
+        """A host tier's copies started in a step that made no row: counted in the next."""
+        if transfers is not None:
+            self._unrecorded_copies[0] += len(transfers.stores)
+            self._unrecorded_copies[1] += len(transfers.loads)
+
     def record(
         self, t_start: float, t_end: float, forward_s: float, batch: StepBatch,
         split: MemorySplit, num_preempted: int, num_running: int, num_waiting: int,
-        traced: bool,
+        traced: bool, host_load_waiting: int | None = None,
     ) -> None:
         """The row of a step that ran `batch` from `t_start` to `t_end` (`forward_s` of it in
-        the model forward) and left memory as `split`; `traced`: the trace counters too."""
+        the model forward) and left memory as `split`; `traced`: the trace counters too.
+        `host_load_waiting`: with a host tier, the sequences waiting for a load (the copies
+        come from the batch's layout)."""
         num_decode_seqs, num_tokens = batch.num_decode_seqs, batch.num_tokens
         b = self.bytes_per_slot
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
         probe = self.memory_probe() if self.memory_probe else _NO_PROBE
+        stores = loads = None
+        if host_load_waiting is not None:
+            transfers = batch.layout.host_transfers
+            stores, loads = self._unrecorded_copies
+            self._unrecorded_copies = [0, 0]
+            if transfers is not None:
+                stores += len(transfers.stores)
+                loads += len(transfers.loads)
         # `StepRecord`'s fields in order, the row a streaming runner takes as it is.
         self.keep_row((
             self.num_steps,  # step
@@ -148,6 +166,9 @@ class StepRecorder(StepLog):
             probe.get("gpu_used_bytes"),
             probe.get("torch_allocated_bytes"),
             probe.get("torch_reserved_bytes"),
+            stores,  # host_store_blocks
+            loads,  # host_load_blocks
+            host_load_waiting,
         ))
         if self.group_memory is not None:
             self.group_memory.add(t_end - t_start, split)

@@ -10,7 +10,7 @@ import torch
 from kvbench.core.host_transfers import HostTransfers
 from kvbench.core.kv_allocation import HybridAllocation
 from kvbench.core.kv_groups import KVGroup
-from kvbench.core.layout import KVLayout, host_copies
+from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
 from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.host_kv_tier import HostCopyStats, HostKVTier
@@ -229,8 +229,7 @@ class ModelExecutor(TensorExecutor):
 
     def transfer_host(self, transfers: HostTransfers) -> None:
         """A step that computes nothing still moves the copies decided (`Engine`)."""
-        self._host_copies(KVLayout("paged", host_copies=host_copies(transfers),
-                                   host_transfers=transfers))
+        self._host_copies(KVLayout("paged", host_transfers=transfers))
 
     def finished_host_jobs(self) -> list[int]:
         done, self._host_jobs_done = self._host_jobs_done, []
@@ -336,8 +335,8 @@ class ModelExecutor(TensorExecutor):
     def execute(self, batch: StepBatch) -> torch.Tensor:
         layout = batch.layout
         with trace_range("prepare", tokens=batch.num_tokens):
-            if layout.host_copies:  # first: a store reads a block freed this step, which a
-                self._host_copies(layout)  # copy-on-write below may have been given to write
+            if layout.host_transfers is not None:  # first: a store reads a block freed this
+                self._host_copies(layout)  # step, which a copy-on-write below may be given
             for copy in layout.slot_copies:
                 self.arena.copy_slots(copy.src_slot, copy.dst_slot, copy.num_slots)
             idx = self.inputs.build(batch)

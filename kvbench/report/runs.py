@@ -194,7 +194,8 @@ def _partial_summary(config: dict[str, Any], requests: Columns, status: str) -> 
     engine = run.get("engine") if isinstance(run.get("engine"), dict) else {}
     tput, makespan = throughput(requests) if not requests.empty else ({}, 0.0)
     latencies = {name: latency_stats(requests[f"{name}_ms"])
-                 for name in ("ttft", "tpot", "e2e", "queue", "prefill")
+                 for name in ("ttft", "tpot", "e2e", "queue", "prefill", "host_load",
+                              "prefill_compute")
                  if f"{name}_ms" in requests}
     return Summary.from_dict(nan_to_none({
         "label": config.get("label"), "status": status,

@@ -3,8 +3,10 @@
 One row per run that kept a host tier (`--kv-offload`), from its summary's `scheduler` keys
 (`kvbench/results/tier_figures.py`): the prefix hit rate per tier, the bytes stored and
 loaded, loads per step, how many requests waited for a load and how long, and the latency
-split a user weighs a tier by (TTFT's queue, load wait and the prefill after it). Empty when
-no run kept one. Below it, where a run with a tier preempted, how its victims came back
+split a user weighs a tier by: TTFT's mean as queue + host load + prefill compute (the
+summary's `latency_ms`, over every sample: one that loaded nothing adds 0 to the host load;
+a folder written before the split shows "-" there). Empty when no run kept one. Below it,
+where a run with a tier preempted, how its victims came back
 (`kvbench/results/swap_figures.py`): recomputed, or swapped out to the tier and loaded.
 """
 
@@ -17,8 +19,9 @@ from kvbench.report.runs import RunSet
 from kvbench.units import format_bytes
 
 HEADERS = ("run", "hit rate: GPU", "host", "total", "stored", "loaded", "loads / step",
-           "requests that loaded", "load wait mean", "load wait p90", "TTFT mean",
-           "queue mean", "prefill mean (load wait inside)", "host blocks", "evictions")
+           "requests that loaded", "load wait mean", "load wait p90",
+           "TTFT mean", "= queue", "+ host load", "+ prefill compute", "host blocks",
+           "evictions")
 
 
 def _rate(value: Any) -> str:
@@ -48,7 +51,8 @@ def tier_rows(runset: RunSet) -> list[list[str]]:
             str(sched.get("host_load_requests") or 0), _ms(wait.get("mean")), _ms(wait.get("p90")),
             _ms(latency.ttft.mean if latency else None),
             _ms(latency.queue.mean if latency else None),
-            _ms(latency.prefill.mean if latency else None),
+            _ms(latency.host_load.mean if latency else None),
+            _ms(latency.prefill_compute.mean if latency else None),
             f"{sched.get('host_blocks'):,}", f"{sched.get('host_evictions') or 0:,}",
         ])
     return rows

@@ -21,11 +21,13 @@ REQUEST_COLUMNS = (
     "request_id", "sample", "arrival_s", "sent_s", "client_wait_ms", "prompt_len",
     "output_len", "n", "admitted_s", "first_token_s", "finish_s", "queue_ms", "prefill_ms",
     "ttft_ms", "tpot_ms", "e2e_ms", "preemptions", "cached_prompt_tokens", "output_tokens",
-    "completed",
+    "completed", "host_load_ms", "prefill_compute_ms",
 )
 _INT_COLUMNS = ("request_id", "sample", "prompt_len", "output_len", "n", "preemptions",
                 "cached_prompt_tokens", "output_tokens")
 _TIMES = ("arrival_s", "sent_s", "admitted_s", "first_token_s", "finish_s")
+# Not a column: when a sample's KV arrived from a host tier (`host_load_ms` ends there).
+_LOADED = "kv_loaded_s"
 # The latency columns: (name, the time it starts from, the time it ends at).
 _LATENCIES = (("client_wait_ms", "arrival_s", "sent_s"), ("queue_ms", "sent_s", "admitted_s"),
               ("prefill_ms", "admitted_s", "first_token_s"),
@@ -38,7 +40,7 @@ _CHUNK_ROWS = 1 << 16
 class _Unstarted:
     """What a row reads of a sample that never started (the run stopped first)."""
 
-    admitted_s = first_token_s = finish_s = None
+    admitted_s = kv_loaded_s = first_token_s = finish_s = None
     token_ids = ()
     prompt_len = preemptions = cached_prompt_tokens = 0
 
@@ -49,7 +51,8 @@ _UNSTARTED = _Unstarted()
 _OF_REQUEST = operator.attrgetter("request_id", "arrival_s", "prompt_token_ids", "output_len",
                                   "n")
 _OF_SAMPLE = operator.attrgetter("admitted_s", "first_token_s", "finish_s", "token_ids",
-                                 "prompt_len", "preemptions", "cached_prompt_tokens")
+                                 "prompt_len", "preemptions", "cached_prompt_tokens",
+                                 "kv_loaded_s")
 _REQUEST_ID = operator.attrgetter("request_id")
 _SENT = operator.attrgetter("request.arrival_s")
 
@@ -98,7 +101,7 @@ class RequestTable:
             return cls.empty()
         request_id, arrival, prompt_ids, output_len, n = zip(
             *map(_OF_REQUEST, row_request), strict=True)
-        admitted, first, finish, token_ids, seq_prompt_len, preemptions, cached = zip(
+        admitted, first, finish, token_ids, seq_prompt_len, preemptions, cached, loaded = zip(
             *map(_OF_SAMPLE, row_seq), strict=True)
         generated = np.array(list(map(len, token_ids)), dtype=np.int64) \
             - np.array(seq_prompt_len, dtype=np.int64)
@@ -119,6 +122,18 @@ class RequestTable:
         }
         for name, a, b in _LATENCIES:
             columns[name] = (times[b] - times[a]) * 1e3
+        # TTFT's three parts: queue_ms, then host_load_ms (admission to the end of the load
+        # it waited for; 0 for a sample that waited for none), then prefill_compute_ms (the
+        # rest to the first token): queue + host_load + prefill_compute = ttft, and
+        # host_load + prefill_compute = prefill.
+        loaded_s = np.array(loaded, dtype=np.float64)
+        admitted_s = times["admitted_s"]
+        waited = ~np.isnan(loaded_s)
+        with np.errstate(invalid="ignore"):
+            columns["host_load_ms"] = np.where(waited, (loaded_s - admitted_s) * 1e3,
+                                               np.where(np.isnan(admitted_s), np.nan, 0.0))
+            columns["prefill_compute_ms"] = (
+                times["first_token_s"] - np.where(waited, loaded_s, admitted_s)) * 1e3
         # TPOT: the time after the first token over the tokens after it; none for one token.
         after_first = generated - 1
         with np.errstate(invalid="ignore", divide="ignore"):

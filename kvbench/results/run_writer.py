@@ -196,7 +196,8 @@ class RunWriter:
 
         latency = Latencies(
             **{name: LatencyStats(**latency_stats(requests.get(f"{name}_ms", [])))
-               for name in ("ttft", "tpot", "e2e", "queue", "prefill")},
+               for name in ("ttft", "tpot", "e2e", "queue", "prefill", "host_load",
+                            "prefill_compute")},
             itl=LatencyStats(**itl),
             client_wait=LatencyStats(**latency_stats(by_request.get("client_wait_ms", []))))
         return Summary(

@@ -164,6 +164,7 @@ def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
         utilization,  # kv_utilization
         arrays.prompt if arrays.of_run("has_prompt_blocks").any() else None,  # kv_prompt_blocks
         None, None, None,  # the device's memory: no probe runs with decode runs
+        None, None, None,  # a host tier's copies: no host tier runs with decode runs
     ]
 
 

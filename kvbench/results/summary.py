@@ -113,8 +113,10 @@ class Latencies(Section):
     """`latency_ms`, over samples (ITL: over token gaps): time to first token, per output
     token after the first, between tokens, end to end, each from when the request was sent
     (vLLM's definitions); queued before admission and from admission to the first token
-    (queue + prefill = TTFT); and the client's wait from arrival to sending, outside them all
-    (a `--max-concurrency` slot)."""
+    (queue + prefill = TTFT), the latter split into the wait for a host tier's load (from
+    admission to the load's end; 0 for a sample that loaded nothing) and the rest
+    (host_load + prefill_compute = prefill, per sample); and the client's wait from arrival
+    to sending, outside them all (a `--max-concurrency` slot)."""
 
     ttft: LatencyStats = field(default_factory=LatencyStats)
     tpot: LatencyStats = field(default_factory=LatencyStats)
@@ -122,11 +124,14 @@ class Latencies(Section):
     e2e: LatencyStats = field(default_factory=LatencyStats)
     queue: LatencyStats = field(default_factory=LatencyStats)
     prefill: LatencyStats = field(default_factory=LatencyStats)
+    host_load: LatencyStats = field(default_factory=LatencyStats)
+    prefill_compute: LatencyStats = field(default_factory=LatencyStats)
     client_wait: LatencyStats = field(default_factory=LatencyStats)
 
     PARTS: ClassVar[dict[str, type[Section]]] = {
         name: LatencyStats
-        for name in ("ttft", "tpot", "itl", "e2e", "queue", "prefill", "client_wait")
+        for name in ("ttft", "tpot", "itl", "e2e", "queue", "prefill", "host_load",
+                     "prefill_compute", "client_wait")
     }
 
 

@@ -5,7 +5,9 @@ refused, resident) are joined by what a user sizing a tier reads first: the pref
 split per tier (over the same prompt tokens as `prefix_hit_rate`: tokens of admitted
 sequences), the bytes that crossed the host link each way across the tensor-parallel group,
 and how long requests waited for their KV to load before their prefill (the loading part of
-TTFT, from admission to the load's end: `latency_ms.prefill` includes it).
+TTFT, from admission to the load's end, over the requests that loaded; `latency_ms.host_load`
+is the same wait per sample, 0 for one that loaded nothing, and
+`latency_ms.prefill` = `host_load` + `prefill_compute`).
 """
 
 from __future__ import annotations

@@ -44,6 +44,11 @@ class BatchingPolicy(ABC):
     """Decides each step's work; owns both queues. `running` is in admission order (oldest
     first); `waiting` is ordered by `queue_order` (default: first come, first served).
 
+    A sequence whose KV is loading from a host tier (`CacheStrategy.host_tier`'s `loading`)
+    holds its memory and a seat but is never scheduled, its share of the budget going to
+    others (vLLM's scheduler skips `WAITING_FOR_REMOTE_KVS` requests itself): every policy
+    skips it (`_waits_for_kv`), the engine schedules what the policy gives.
+
     Preemption (vLLM's recompute) happens only when a growing strategy cannot give a
     running sequence the memory for its next tokens: the most recently admitted sequences
     that have not been scheduled in this step are preempted first, and the sequence itself
@@ -129,6 +134,12 @@ class BatchingPolicy(ABC):
 
     # Shared mechanics -------------------------------------------------------------------
 
+    def _waits_for_kv(self) -> dict | None:
+        """The sequences waiting for their KV to load from a host tier (by seq_id), not to be
+        scheduled until it has; None (or empty) when none wait."""
+        host = self.cache.host_tier
+        return host.loading if host is not None else None
+
     def _admit(self, seq: Sequence, now_s: float, max_new_tokens: int | None = None) -> int:
         """Admit `seq` with memory for its first `max_new_tokens` uncomputed tokens (None:
         all of them); returns the tokens it computes now (its prefix hits marked computed)."""
@@ -141,8 +152,8 @@ class BatchingPolicy(ABC):
             seq.cached_prompt_tokens = cached
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
-        host = cache.host_tier
-        if host is not None and seq.seq_id in host.loading:
+        loading = self._waits_for_kv()
+        if loading and seq.seq_id in loading:
             return 0  # it waits for its KV from the host tier: no tokens this step
         n = seq.num_uncomputed
         return n if max_new_tokens is None or n <= max_new_tokens else max_new_tokens
@@ -186,7 +197,8 @@ class BatchingPolicy(ABC):
         computes now: at most `chunk()` (asked at each admission), all without `chunk`. Stops
         at the first sequence that would exceed `max_num_seqs` places, that `may_admit`
         refuses (asked after the caller's work on each yield) or that the cache cannot take:
-        no overtaking."""
+        no overtaking. One admitted to wait for its KV from a host tier is admitted (in
+        `out.admitted`) but not yielded: it computes nothing now."""
         waiting = self.waiting
         if not waiting:
             return
@@ -203,15 +215,19 @@ class BatchingPolicy(ABC):
             occupied += places
             n = self._admit(seq, now_s, None if chunk is None else chunk())
             out.admitted.append(seq)
-            yield seq, n
+            if n:  # (0: it waits for its KV from a host tier)
+                yield seq, n
 
     def _schedule_decodes(self, seqs: list[Sequence], out: ScheduleOutput) -> None:
         """Every sequence of `seqs` (admission order) computes its next token within the
         budget, memory allocated oldest first (`_grow_or_preempt`)."""
         budget = self.limits.max_num_batched_tokens - out.num_tokens
         pending = deque(seqs)
+        loading = self._waits_for_kv()
         while pending and budget > 0:
             seq = pending.popleft()
+            if loading and seq.seq_id in loading:
+                continue
             n = seq.num_uncomputed
             if n > budget:
                 break

@@ -67,8 +67,11 @@ class ContinuousBatching(BatchingPolicy):
         budget = self.limits.max_num_batched_tokens
         pending = deque(self.running)  # admission order: preemption victims come off the end
         decodes_left = sum(1 for s in pending if not in_prefill(s))
+        loading = self._waits_for_kv()
         while pending and budget > 0:
             seq = pending.popleft()
+            if loading and seq.seq_id in loading:
+                continue
             if not in_prefill(seq):
                 decodes_left -= 1
                 n = 1

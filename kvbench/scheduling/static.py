@@ -88,8 +88,11 @@ class StaticBatching(BatchingPolicy):
         """Members' prompts, in admission order, packed into this step's token budget."""
         budget = self.limits.max_num_batched_tokens - out.num_tokens
         pending = deque(prefilling)
+        loading = self._waits_for_kv()
         while pending and budget > 0:
             seq = pending.popleft()
+            if loading and seq.seq_id in loading:
+                continue
             n = seq.num_uncomputed
             if self.limits.chunked_prefill:
                 n = min(n, budget)

@@ -77,8 +77,7 @@ class VllmV1Batching(BatchingPolicy):
         """Step 1 and 2 of the module's list; returns the budget left."""
         budget = self.limits.max_num_batched_tokens
         pending = deque(self.running)
-        host = self.cache.host_tier
-        loading = host.loading if host is not None else None  # waiting for their KV
+        loading = self._waits_for_kv()
         while pending and budget > 0:
             seq = pending.popleft()
             if len(seq.token_ids) >= seq.end_len:

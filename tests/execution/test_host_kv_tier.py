@@ -7,6 +7,7 @@ import torch
 
 from kvbench.build.engines import build_engine
 from kvbench.config import EngineConfig
+from kvbench.core.host_transfers import HostTransfers
 from kvbench.core.kv_allocation import hybrid_allocation
 from kvbench.core.kv_groups import KVGroup
 from kvbench.core.layout import HostCopy, KVLayout
@@ -128,7 +129,7 @@ def _executor():
     return built.engine.executor
 
 
-def _step(tables, query_lens, seq_lens, host_copies=()):
+def _step(tables, query_lens, seq_lens, host_transfers=None):
     slots, positions, ids = [], [], []
     for table, q, s in zip(tables, query_lens, seq_lens, strict=True):
         for pos in range(s - q, s):
@@ -137,7 +138,7 @@ def _step(tables, query_lens, seq_lens, host_copies=()):
             ids.append(1 + pos % 7)
     layout = KVLayout(kind="paged", slot_mapping=slots, query_lens=list(query_lens),
                       seq_lens=list(seq_lens), block_size=BLOCK, block_tables=tables,
-                      host_copies=list(host_copies))
+                      host_transfers=host_transfers)
     ends = [sum(query_lens[: i + 1]) - 1 for i in range(len(query_lens))]
     prefills = sum(1 for q in query_lens if q > 1)
     return StepBatch(input_ids=ids, positions=positions, layout=layout,
@@ -153,11 +154,11 @@ def test_the_model_executor_loads_a_stored_prefix_before_the_forward_reads_it():
     executor.execute(_step([[0, 1]], [8], [8]))  # prefill 8 tokens into blocks 0 and 1
     original = executor.execute(_step([[0, 1, 2]], [1], [9]))  # decode position 8
     assert executor.last_host_copies.store_blocks == 0
-    executor.execute(_step([[0, 1, 2]], [1], [9], [HostCopy("store", (0, 1), (3, 4))]))
+    executor.execute(_step([[0, 1, 2]], [1], [9], HostTransfers(stores=((0, 0, 3), (0, 1, 4)))))
     stored = executor.last_host_copies
     assert (stored.store_blocks, stored.store_bytes) == (2, 2 * tier.block_bytes)
     unloaded = executor.execute(_step([[5, 6, 7]], [1], [9]))
-    loaded = executor.execute(_step([[5, 6, 7]], [1], [9], [HostCopy("load", (5, 6), (3, 4))]))
+    loaded = executor.execute(_step([[5, 6, 7]], [1], [9], HostTransfers(loads=((0, 5, 3), (0, 6, 4)))))
     assert executor.last_host_copies.load_blocks == 2
     assert torch.equal(loaded, original)
     assert not torch.equal(unloaded, original)
@@ -167,4 +168,4 @@ def test_the_model_executor_loads_a_stored_prefix_before_the_forward_reads_it():
 def test_a_layout_with_host_copies_needs_a_tier():
     executor = _executor()
     with pytest.raises(RuntimeError, match="attach_host_tier"):
-        executor.execute(_step([[0, 1]], [8], [8], [HostCopy("store", (0,), (0,))]))
+        executor.execute(_step([[0, 1]], [8], [8], HostTransfers(stores=((0, 0, 0),))))

@@ -41,6 +41,8 @@ def _run(draw):
             seq = Sequence(request_id * 10 + index, sent, index,
                            TokenCount(2 + draw(st.integers(0, 4))))
             seq.admitted_s, seq.first_token_s, seq.finish_s = (draw(_time) for _ in range(3))
+            if seq.admitted_s is not None and draw(st.booleans()):  # waited for a host load
+                seq.kv_loaded_s = draw(_time)
             seq.preemptions = draw(st.integers(0, 3))
             seq.cached_prompt_tokens = draw(st.integers(0, 2))
             seqs.append(seq)
@@ -62,8 +64,12 @@ def _expected_rows(requests, samples) -> list[dict]:
         sent = seqs[0].request.arrival_s if seqs else None
         for index in range(request.n):
             seq = by_index.get(index)
-            admitted, first, finish = ((seq.admitted_s, seq.first_token_s, seq.finish_s)
-                                       if seq else (None, None, None))
+            admitted, first, finish, loaded = (
+                (seq.admitted_s, seq.first_token_s, seq.finish_s, seq.kv_loaded_s)
+                if seq else (None, None, None, None))
+            admitted_known = admitted is not None and not math.isnan(admitted)
+            if loaded is not None and math.isnan(loaded):  # (NaN: a missing time)
+                loaded = None
             generated = seq.num_generated if seq else 0
             rows.append({
                 "request_id": request.request_id, "sample": index,
@@ -80,6 +86,10 @@ def _expected_rows(requests, samples) -> list[dict]:
                 "preemptions": seq.preemptions if seq else 0,
                 "cached_prompt_tokens": seq.cached_prompt_tokens if seq else 0,
                 "output_tokens": generated, "completed": finish is not None,
+                # TTFT = queue + host_load + prefill_compute: no load, none of the prefill
+                "host_load_ms": (_ms(admitted, loaded) if loaded is not None
+                                 else 0.0 if admitted_known else None),
+                "prefill_compute_ms": _ms(admitted if loaded is None else loaded, first),
             })
     return rows
 

@@ -20,7 +20,8 @@ def _row(request_id: int, **values) -> dict:
                sent_s=request_id / 3, client_wait_ms=0.0, prompt_len=17, output_len=5, n=1,
                admitted_s=1e-05, first_token_s=0.1 + 0.2, finish_s=1e16 / 7, queue_ms=0.0,
                prefill_ms=123.456, ttft_ms=2 / 3, tpot_ms=math.nan, e2e_ms=1e-300,
-               preemptions=0, cached_prompt_tokens=16, output_tokens=1, completed=True)
+               preemptions=0, cached_prompt_tokens=16, output_tokens=1, completed=True,
+               host_load_ms=0.0, prefill_compute_ms=123.456)
     row.update(values)
     return row
 
@@ -30,7 +31,8 @@ CASES = {
     "unstarted samples": [_row(0), _row(1, sample=1, n=2, admitted_s=math.nan,
                                         first_token_s=math.nan, finish_s=math.nan,
                                         queue_ms=math.nan, completed=False,
-                                        output_tokens=0)],
+                                        output_tokens=0, host_load_ms=math.nan,
+                                        prefill_compute_ms=math.nan)],
     "nothing sent": [_row(0, sent_s=math.nan, client_wait_ms=math.nan)],
     "whole floats": [_row(0, arrival_s=0.0, sent_s=0.0), _row(1, arrival_s=4.0, sent_s=4.0,
                                                               e2e_ms=-7.0, ttft_ms=1e16)],
