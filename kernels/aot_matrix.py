@@ -25,7 +25,8 @@ def matrix():
         (bf16, bf16, "none", 64, 1),
         (fp16, fp16, "none", 128, 4),
         (bf16, bf16, "none", 80, 4),
-        (bf16, bf16, "none", 256, 4),
+        (bf16, bf16, "none", 256, 4),  # Gemma-3-12B's head size
+        (fp16, fp16, "none", 256, 8),  # Qwen3-Next's attention: 8 query heads per KV head
         (bf16, FP8_DTYPE, "scalar", 128, 4),
         (bf16, FP8_DTYPE, "per_head", 128, 8),
         (fp16, FP8_DTYPE, "per_head", 64, 1),
@@ -33,6 +34,7 @@ def matrix():
         (fp32, fp32, "none", 128, 4),
         (fp32, fp32, "none", 256, 4),  # the widest rows: the most shared memory per tile
         (fp32, FP8_DTYPE, "scalar", 128, 4),
+        (fp32, FP8_DTYPE, "scalar", 256, 4),
     ]
     names = {bf16: "bf16", fp16: "fp16", fp32: "fp32", FP8_DTYPE: "fp8"}
     out = {}
@@ -54,6 +56,9 @@ def variant_matrix():
         # Gemma-2-27B: 32 q / 16 KV heads of 128, attention soft-capping, every other layer local.
         "gemma2-qbf16-kvbf16-d128-g2-softcap": AttentionShape(
             32, 16, 128, bf16, bf16, window_kinds=both, softcap=True),
+        # Gemma-2-9B: 16 q / 8 KV heads of 256, soft-capping, every other layer local.
+        "gemma2-qbf16-kvbf16-d256-g2-softcap": AttentionShape(
+            16, 8, 256, bf16, bf16, window_kinds=both, softcap=True),
         # gpt-oss-120b: 64 q / 8 KV heads of 64, sinks, alternating windows; an fp8 cache.
         "gptoss-qbf16-kvfp8-scalar-d64-g8-sinks": AttentionShape(
             64, 8, 64, bf16, FP8_DTYPE, scale_kind="scalar", window_kinds=both, sinks=True),

@@ -151,6 +151,41 @@ def tile_scores(q, k, DOT_FP32: tl.constexpr):
 
 
 @triton.jit
+def chunk_scores(q_rows, q_mask, k_cache_ptr, slots, stride_k_slot, k_head_off, tok_mask, d0,
+                 HEAD_DIM: tl.constexpr, BLOCK_DK: tl.constexpr, DOT_FP32: tl.constexpr,
+                 FP8: tl.constexpr):
+    """``q @ k.T`` over head-dim columns ``[d0, d0 + BLOCK_DK)``: the queries' (``q_rows``,
+    row pointers; ``q_mask``, real rows) and the keys' at ``slots``."""
+    offs_d = d0 + tl.arange(0, BLOCK_DK)
+    d_mask = offs_d < HEAD_DIM
+    q = tl.load(q_rows + offs_d[None, :], mask=q_mask[:, None] & d_mask[None, :], other=0.0)
+    if DOT_FP32:
+        q = q.to(tl.float32)
+    k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d,
+                     tok_mask[:, None] & d_mask[None, :], DOT_FP32, q.dtype, FP8)
+    return tile_scores(q, k, DOT_FP32)
+
+
+@triton.jit
+def qk_scores(q_rows, q_mask, k_cache_ptr, slots, stride_k_slot, k_head_off, tok_mask,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr,
+              DOT_FP32: tl.constexpr, FP8: tl.constexpr):
+    """Raw ``q @ k.T`` of the query rows and one key tile, summed over head-dim chunks of
+    ``BLOCK_DK`` columns (``BLOCK_D``: one chunk).
+
+    The query chunks are loaded per key tile rather than held across the K/V loop: a whole
+    float32 row of 256 is 128 registers per thread as a ``tl.dot`` operand, twice that split
+    for 3xTF32, more than a thread has (`launch_config` chunks those rows).
+    """
+    s = chunk_scores(q_rows, q_mask, k_cache_ptr, slots, stride_k_slot, k_head_off, tok_mask,
+                     0, HEAD_DIM, BLOCK_DK, DOT_FP32, FP8)
+    for d0 in tl.static_range(BLOCK_DK, BLOCK_D, BLOCK_DK):
+        s += chunk_scores(q_rows, q_mask, k_cache_ptr, slots, stride_k_slot, k_head_off,
+                          tok_mask, d0, HEAD_DIM, BLOCK_DK, DOT_FP32, FP8)
+    return s
+
+
+@triton.jit
 def scaled_scores(s, qk_scale, softcap_arg, SOFTCAP: tl.constexpr):
     """Raw ``q @ k.T`` scores ``s`` scaled, in log2 units (the softmax is base 2).
 
@@ -215,23 +250,24 @@ def score_scales(softmax_scale, softcap, k_scale_ptr, kv_head, FP8: tl.constexpr
 
 
 @triton.jit
-def _decode_tile(n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
-                 stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc, softcap_arg,
-                 BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr,
-                 FP8: tl.constexpr, DOT_FP32: tl.constexpr, SOFTCAP: tl.constexpr,
-                 RING: tl.constexpr):
+def _decode_tile(n0, end, q_rows, q_mask, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
+                 stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
+                 acc, softcap_arg, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                 BLOCK_DK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                 PAGED: tl.constexpr, FP8: tl.constexpr, DOT_FP32: tl.constexpr,
+                 SOFTCAP: tl.constexpr, RING: tl.constexpr):
     """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, end))`` into ``(m_i, l_i, acc)``."""
     pos = n0 + tl.arange(0, BLOCK_N)
     tok_mask = pos < end
     slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED, RING)
-    kv_mask = tok_mask[:, None] & d_mask[None, :]
-    k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
-                     DOT_FP32, q.dtype, FP8)
-    s = scaled_scores(tile_scores(q, k, DOT_FP32), qk_scale, softcap_arg, SOFTCAP)
+    raw = qk_scores(q_rows, q_mask, k_cache_ptr, slots, stride_k_slot, k_head_off, tok_mask,
+                    HEAD_DIM, BLOCK_D, BLOCK_DK, DOT_FP32, FP8)
+    s = scaled_scores(raw, qk_scale, softcap_arg, SOFTCAP)
     s = tl.where(tok_mask[None, :], s, float("-inf"))
     # Every tile holds at least one real token, so the running max stays finite.
-    v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
-                     DOT_FP32, q.dtype, FP8)
+    v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d,
+                     tok_mask[:, None] & d_mask[None, :], DOT_FP32,
+                     q_rows.dtype.element_ty, FP8)
     return online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32, False)
 
 
@@ -263,7 +299,7 @@ def _decode_kernel(
     stride_o_seq, stride_o_head, stride_o_split,
     stride_ml_seq, stride_ml_head,
     GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     PAGED: tl.constexpr, SPLIT: tl.constexpr,
     FP8: tl.constexpr, PER_HEAD_SCALE: tl.constexpr, DOT_FP32: tl.constexpr,
@@ -290,10 +326,7 @@ def _decode_kernel(
     d_mask = offs_d < HEAD_DIM
     heads = kv_head * GROUP + offs_g
 
-    q_ptrs = q_ptr + seq * stride_q_seq + heads[:, None] * stride_q_head + offs_d[None, :]
-    q = tl.load(q_ptrs, mask=g_mask[:, None] & d_mask[None, :], other=0.0)
-    if DOT_FP32:
-        q = q.to(tl.float32)
+    q_rows = q_ptr + seq * stride_q_seq + heads[:, None] * stride_q_head
 
     qk_scale, softcap_arg = score_scales(softmax_scale, softcap, k_scale_ptr, kv_head,
                                          FP8, PER_HEAD_SCALE, SOFTCAP)
@@ -309,16 +342,18 @@ def _decode_kernel(
         n0 = start
         while n0 < end:
             m_i, l_i, acc = _decode_tile(
-                n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
-                stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc,
-                softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, SOFTCAP, RING)
+                n0, end, q_rows, g_mask, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
+                stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
+                acc, softcap_arg, HEAD_DIM, BLOCK_D, BLOCK_DK, BLOCK_N, BLOCK_SIZE, PAGED, FP8,
+                DOT_FP32, SOFTCAP, RING)
             n0 += BLOCK_N
     else:
         for n0 in range(start, end, BLOCK_N):
             m_i, l_i, acc = _decode_tile(
-                n0, end, q, qk_scale, table_row, k_cache_ptr, v_cache_ptr, stride_k_slot,
-                stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i, acc,
-                softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, SOFTCAP, RING)
+                n0, end, q_rows, g_mask, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
+                stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
+                acc, softcap_arg, HEAD_DIM, BLOCK_D, BLOCK_DK, BLOCK_N, BLOCK_SIZE, PAGED, FP8,
+                DOT_FP32, SOFTCAP, RING)
 
     if FP8:
         acc = acc * kv_head_scale(v_scale_ptr, kv_head, PER_HEAD_SCALE)

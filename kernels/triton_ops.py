@@ -331,7 +331,7 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
     kc, vc = _cache_views(k_cache, v_cache)
     constexprs = dict(
         GROUP=group, BLOCK_G=max(16, _next_pow2(group)),
-        HEAD_DIM=head_dim, BLOCK_D=block_d,
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_DK=cfg.head_chunk(block_d),
         BLOCK_N=bn, BLOCK_SIZE=block_size if paged else 1,
         PAGED=paged, SPLIT=split,
         FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32, RING=ring_lens is not None,
@@ -527,6 +527,7 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
     if max_query_len <= 0:
         return out, []
     kc, vc = _cache_views(k_cache, v_cache)
+    block_d = max(16, _next_pow2(head_dim))
     grid = (num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads)
     args = (
         q, kc, vc, ks, vs, table, query_start_loc, seq_lens, out, var.sinks,
@@ -538,7 +539,7 @@ def prefill_launches(q, k_cache, v_cache, table, paged, query_start_loc, seq_len
     )
     constexprs = dict(
         GROUP=group, BLOCK_G=block_g, BLOCK_Q=block_q,
-        HEAD_DIM=head_dim, BLOCK_D=max(16, _next_pow2(head_dim)),
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_DK=cfg.head_chunk(block_d),
         BLOCK_N=bn, BLOCK_SIZE=block_size if paged else 1,
         PAGED=paged, FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32,
         RING=ring_lens is not None, **var.constexprs,

@@ -32,37 +32,39 @@ from .triton_decode import (
     kv_head_scale,
     load_kv_tile,
     online_softmax_update,
+    qk_scores,
     scaled_scores,
     score_scales,
     sequence_row,
-    tile_scores,
     token_slots,
 )
 
 
 @triton.jit
-def _prefill_tile(n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
-                  stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
-                  acc, window, softcap_arg, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                  PAGED: tl.constexpr, FP8: tl.constexpr, DOT_FP32: tl.constexpr,
-                  WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, RING: tl.constexpr):
+def _prefill_tile(n0, kv_end, q_rows, q_mask, q_pos, qk_scale, table_row, k_cache_ptr,
+                  v_cache_ptr, stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d,
+                  d_mask, m_i, l_i, acc, window, softcap_arg, HEAD_DIM: tl.constexpr,
+                  BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr, FP8: tl.constexpr,
+                  DOT_FP32: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                  RING: tl.constexpr):
     """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, kv_end))``, causally masked (and
     windowed) for the rows at ``q_pos``, into ``(m_i, l_i, acc)``."""
     pos = n0 + tl.arange(0, BLOCK_N)
     tok_mask = pos < kv_end
     slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED, RING)
-    kv_mask = tok_mask[:, None] & d_mask[None, :]
-    k = load_kv_tile(k_cache_ptr, slots, stride_k_slot, k_head_off, offs_d, kv_mask,
-                     DOT_FP32, q.dtype, FP8)
-    s = scaled_scores(tile_scores(q, k, DOT_FP32), qk_scale, softcap_arg, SOFTCAP)
+    raw = qk_scores(q_rows, q_mask, k_cache_ptr, slots, stride_k_slot, k_head_off, tok_mask,
+                    HEAD_DIM, BLOCK_D, BLOCK_DK, DOT_FP32, FP8)
+    s = scaled_scores(raw, qk_scale, softcap_arg, SOFTCAP)
     allowed = tok_mask[None, :] & (pos[None, :] <= q_pos[:, None])
     if WINDOW:
         allowed = allowed & (pos[None, :] > q_pos[:, None] - window)
     s = tl.where(allowed, s, float("-inf"))
     # Without a window position 0 is in the first tile and visible to every row: the running
     # max stays finite.
-    v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d, kv_mask,
-                     DOT_FP32, q.dtype, FP8)
+    v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d,
+                     tok_mask[:, None] & d_mask[None, :], DOT_FP32,
+                     q_rows.dtype.element_ty, FP8)
     return online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32, WINDOW)
 
 
@@ -79,7 +81,7 @@ def _prefill_kernel(
     stride_table,
     stride_o_tok, stride_o_head,
     GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_Q: tl.constexpr,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     PAGED: tl.constexpr, FP8: tl.constexpr, PER_HEAD_SCALE: tl.constexpr,
     DOT_FP32: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
@@ -107,11 +109,8 @@ def _prefill_kernel(
     heads = kv_head * GROUP + g
     q_pos = prefix_len + tok
 
-    q_rows = (q_start + tok).to(tl.int64)
-    q_ptrs = q_ptr + q_rows[:, None] * stride_q_tok + heads[:, None] * stride_q_head + offs_d[None, :]
-    q = tl.load(q_ptrs, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
-    if DOT_FP32:
-        q = q.to(tl.float32)
+    rows = (q_start + tok).to(tl.int64)
+    q_rows = q_ptr + rows[:, None] * stride_q_tok + heads[:, None] * stride_q_head
 
     qk_scale, softcap_arg = score_scales(softmax_scale, softcap, k_scale_ptr, kv_head,
                                          FP8, PER_HEAD_SCALE, SOFTCAP)
@@ -135,23 +134,23 @@ def _prefill_kernel(
         n0 = kv_start
         while n0 < kv_end:
             m_i, l_i, acc = _prefill_tile(
-                n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
-                stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
-                acc, window, softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, WINDOW,
-                SOFTCAP, RING)
+                n0, kv_end, q_rows, row_mask, q_pos, qk_scale, table_row, k_cache_ptr,
+                v_cache_ptr, stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d,
+                d_mask, m_i, l_i, acc, window, softcap_arg, HEAD_DIM, BLOCK_D, BLOCK_DK,
+                BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, WINDOW, SOFTCAP, RING)
             n0 += BLOCK_N
     else:
         for n0 in range(kv_start, kv_end, BLOCK_N):
             m_i, l_i, acc = _prefill_tile(
-                n0, kv_end, q, q_pos, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
-                stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
-                acc, window, softcap_arg, BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, WINDOW,
-                SOFTCAP, RING)
+                n0, kv_end, q_rows, row_mask, q_pos, qk_scale, table_row, k_cache_ptr,
+                v_cache_ptr, stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d,
+                d_mask, m_i, l_i, acc, window, softcap_arg, HEAD_DIM, BLOCK_D, BLOCK_DK,
+                BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, WINDOW, SOFTCAP, RING)
 
     if SINKS:
         m_i, l_i, acc = fold_sinks(sinks_ptr, heads, g < GROUP, m_i, l_i, acc)
     if FP8:
         acc = acc * kv_head_scale(v_scale_ptr, kv_head, PER_HEAD_SCALE)
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-    o_ptrs = out_ptr + q_rows[:, None] * stride_o_tok + heads[:, None] * stride_o_head + offs_d[None, :]
+    o_ptrs = out_ptr + rows[:, None] * stride_o_tok + heads[:, None] * stride_o_head + offs_d[None, :]
     tl.store(o_ptrs, cast_rne(out, out_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])

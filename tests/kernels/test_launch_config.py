@@ -25,13 +25,27 @@ def test_wide_operands_get_smaller_tiles():
             assert wide.block_n <= narrow.block_n and wide.block_m <= narrow.block_m
 
 
-def test_float32_operands_past_head_dim_128_get_smaller_prefill_tiles_on_sm80():
-    # (their 32 x 32 tiles in two stages overflow sm_80's shared memory under Triton 3.8)
-    widest = lc.choose(80, "prefill", 256, True)
-    wide = lc.choose(80, "prefill", 256, False)
-    assert widest.block_n < wide.block_n and widest.block_m <= wide.block_m
-    assert lc.choose(80, "prefill", 128, True) == wide
-    assert lc.choose(80, "decode", 256, True) == lc.choose(80, "decode", 256, False)
+def test_float32_operands_past_head_dim_128_get_the_smallest_tiles_and_chunked_rows():
+    # A whole 256-column float32 row is too many registers as a tl.dot operand: 16-row tiles,
+    # eight warps, q @ k.T in chunks (and on sm_80 a smaller prefill tile than the 32 x 32 one
+    # that overflowed its shared memory under Triton 3.8).
+    for arch in (80, 86, 90):
+        for kind in ("decode", "prefill"):
+            widest = lc.choose(arch, kind, 256, True)
+            wide = lc.choose(arch, kind, 256, False)
+            assert widest.block_m == 16 and widest.num_warps == 8
+            assert widest.head_chunk(256) < 256 and wide.head_chunk(256) == 256
+            assert widest.block_m * widest.block_n <= wide.block_m * wide.block_n
+            assert lc.choose(arch, kind, 128, True).head_chunk(128) == 128
+    assert lc.choose(80, "prefill", 256, True).block_m * lc.choose(80, "prefill", 256, True).block_n < 32 * 32
+    assert lc.choose(80, "decode", 256, True).block_n == lc.choose(80, "decode", 256, False).block_n
+
+
+def test_head_chunk_divides_the_padded_row():
+    assert lc.LaunchConfig(16, 32, 8, 2, block_dk=64).head_chunk(256) == 64
+    assert lc.LaunchConfig(16, 32, 8, 2, block_dk=64).head_chunk(32) == 32  # never wider
+    assert lc.LaunchConfig(16, 32, 4, 2).head_chunk(256) == 256  # unset: the whole row
+    assert lc.INTERPRETER.head_chunk(256) < 256  # the interpreter tests exercise chunks
 
 
 def test_choice_is_cached_per_shape_and_interpreter_uses_small_tiles():

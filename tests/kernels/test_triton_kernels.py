@@ -690,6 +690,53 @@ def test_fp8_write_rounding_edge_cases():
 
 
 # ----------------------------------------------------------------------------------------------
+# Rows wider than one q @ k.T chunk (32 columns under the interpreter; on a GPU, float32 rows
+# past 128 columns): 64 and 128 are whole chunks, 80 pads to a partly and a wholly masked one,
+# 256 is Gemma-2/3's and Qwen3-Next's head size.
+
+CHUNKED_LENS = dict(lens=torch.tensor([16, 17, 40, 1]), q_lens=torch.tensor([16, 9, 21, 1]))
+
+
+@pytest.mark.parametrize("head_dim", [64, 80, 128, 256])
+def test_chunked_rows_match_reference(head_dim):
+    check_all_kernels(torch.float32, num_q_heads=4, num_kv_heads=2, head_dim=head_dim,
+                      block_size=16, write_tokens=8, splits=(1, 3), **CHUNKED_LENS)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_head_dim_256_16bit(dtype):
+    """Decode (split and not, both layouts), prefill, fp8 caches and the KV write; eight query
+    heads per KV head, as Qwen3-Next's 16 over 2."""
+    check_all_kernels(dtype, num_q_heads=8, num_kv_heads=1, head_dim=256, block_size=16,
+                      write_tokens=8, splits=(1, 3), **CHUNKED_LENS)
+
+
+def test_head_dim_256_float32_queries_on_an_fp8_cache():
+    kw = dict(num_q_heads=4, num_kv_heads=2, head_dim=256, block_size=16, dtype=torch.float32,
+              cache_dtype=ref.FP8_DTYPE, k_scale=0.02, v_scale=torch.tensor([0.012, 0.03]),
+              seq_lens=CHUNKED_LENS["lens"])
+    b = Batch(6, **kw)
+    for num_splits in (1, 3):
+        assert_close(b.paged_decode(tri, num_splits=num_splits), b.paged_decode(ref),
+                     torch.float32)
+    p = Batch(7, q_lens=CHUNKED_LENS["q_lens"], **kw)
+    assert_close(p.contiguous_prefill(tri), p.contiguous_prefill(ref), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_head_dim_256_variants(dtype):
+    """Gemma-2-9B's layers: soft-capped scores, every other layer windowed; and sinks."""
+    b = Batch(8, num_q_heads=4, num_kv_heads=2, head_dim=256, block_size=16, dtype=dtype,
+              seq_lens=CHUNKED_LENS["lens"])
+    p = Batch(9, num_q_heads=4, num_kv_heads=2, head_dim=256, block_size=16, dtype=dtype,
+              seq_lens=CHUNKED_LENS["lens"], q_lens=CHUNKED_LENS["q_lens"])
+    for kw in (dict(softcap=50.0), dict(softcap=50.0, sliding_window=20), dict(sinks=True)):
+        kw = variant_kwargs(kw, b.num_q_heads)
+        assert_close(b.paged_decode(tri, num_splits=2, **kw), b.paged_decode(ref, **kw), dtype)
+        assert_close(p.paged_prefill(tri, **kw), p.paged_prefill(ref, **kw), dtype)
+
+
+# ----------------------------------------------------------------------------------------------
 # Model-sized shapes on a GPU (and the same checks at tiny shapes everywhere)
 
 
@@ -736,12 +783,16 @@ def test_all_kernels_small():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_gpu_model_sized(dtype):
-    """Llama-3-8B head shapes (32 q heads, 8 KV heads, head_dim 128, block 16), long contexts."""
+    """Llama-3-8B head shapes (32 q heads, 8 KV heads, head_dim 128, block 16), long contexts;
+    then Qwen3-Next's, and (bfloat16) head dims 64 and 80."""
     gen = torch.Generator().manual_seed(0)
     lens = torch.cat([torch.tensor([16, 17, 4096, 1]), torch.randint(1, 3000, (6,), generator=gen)])
     q_lens = torch.minimum(lens, torch.tensor([16, 17, 300, 1, 1, 64, 129, 2, 5, 1000]))
     check_all_kernels(dtype, num_q_heads=32, num_kv_heads=8, head_dim=128, block_size=16,
                       lens=lens, q_lens=q_lens, write_tokens=4096, splits=(None, 1, 4, 17))
+    # Qwen3-Next's attention (16 q heads over 2 KV heads of 256): the chunked float32 rows.
+    check_all_kernels(dtype, num_q_heads=16, num_kv_heads=2, head_dim=256, block_size=16,
+                      lens=lens, q_lens=q_lens, write_tokens=512, splits=(None, 1, 5))
     if dtype != torch.bfloat16:
         return
     # Head dims of other models: 64 (many small models), 80 (not a power of two).
