@@ -63,12 +63,13 @@ class RunPolicy(Protocol):
         changing no running sequence (the cohort then keeps its members through the step,
         and the prompts join at the next run)."""
 
-    def decodes_first_budget(self) -> int | None:
-        """Where the next `schedule` gives every running sequence (all decoding, none with
-        its last token in flight) its one token first, preempting none while their memory
-        fits, and then only admits prompts from the queue: the token budget it admits in
-        (a mixed step: the members decode as a cohort step, the prompts are stepped). None
-        where it does not."""
+    def decodes_first_budget(self, num_held: int = 0) -> int | None:
+        """Where the next `schedule` gives every running sequence (all decoding) but the
+        `num_held` whose last token is in flight (async scheduling: not scheduled, ended
+        after the schedule) its one token first, preempting none while their memory fits,
+        and then only admits prompts from the queue: the token budget it admits in (a mixed
+        step: the members decode as a cohort step, the prompts are stepped). None where it
+        does not."""
 
     def admit_in_budget(self, now_s: float, budget: int) -> ScheduleOutput:
         """The admissions of such a schedule, the running sequences' tokens (and memory)
@@ -221,14 +222,15 @@ class FastForward:
             # is scheduled; that step runs here as a run's last step, which then ends them.
             held = engine.ending_unseen()
             if not policy.decode_run_ready():
-                if held or engine.clock() >= until_s:
+                if engine.clock() >= until_s or (held and not cohort.members):
                     return total, finished
                 # A step of prompts alone keeps the members: its prompts join after it; so
-                # does a mixed step, its members decoding as one cohort step.
-                if policy.next_schedule_admits_only():
+                # does a mixed step, its members decoding as one cohort step (the held
+                # end in it, after its schedule, as in `Engine.step`).
+                if policy.next_schedule_admits_only() and not held:
                     now_finished = engine.step()
                 else:
-                    budget = policy.decodes_first_budget()
+                    budget = policy.decodes_first_budget(held)
                     if (budget is None or engine.executor.reads_token_inputs
                             or strategy.cohort_run_steps(cohort.ordinal, len(cohort), 1) < 1):
                         return total, finished
