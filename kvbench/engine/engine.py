@@ -321,10 +321,10 @@ class Engine(BaseEngine):
             self.finish(seq, at_s)
         return [seq for seq, _ in ended]
 
-    def ending_unseen(self) -> bool:
-        """Async scheduling: whether sequences sampled their last token in the last step,
+    def ending_unseen(self) -> int:
+        """Async scheduling: how many sequences sampled their last token in the last step,
         not yet seen (they end at the next step, after it is scheduled)."""
-        return bool(self._ending)
+        return len(self._ending)
 
     def _build_batch(
         self, scheduled: list[tuple[Sequence, int]]

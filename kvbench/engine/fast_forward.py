@@ -27,8 +27,11 @@ Under async scheduling (`Engine.async_scheduling`) a decode run is the same as s
 until its last step: the members that sample their last token there are left running, holding
 their memory and seat, outside the cohort, and end after the next step is scheduled. A run
 goes on (or starts) with them held where that next step is a decode step whose memory fits:
-it is a run's last step of its own, which ends them after its allocation (`Engine.see_ending`)
-as `Engine.step` does; any other step that follows them is `Engine.step`'s.
+through finishes, the first step of the run that goes on, which ends them first (the memory
+they give back is not what its allocation takes: `RunStrategy`); else a run's last step of its
+own, which ends them after its allocation (`Engine.see_ending`) as `Engine.step` does. A mixed
+step that follows them ends them after its schedule, as `Engine.step` does; any other step
+that follows them is `Engine.step`'s.
 """
 
 from __future__ import annotations
@@ -63,12 +66,13 @@ class RunPolicy(Protocol):
         changing no running sequence (the cohort then keeps its members through the step,
         and the prompts join at the next run)."""
 
-    def decodes_first_budget(self) -> int | None:
-        """Where the next `schedule` gives every running sequence (all decoding, none with
-        its last token in flight) its one token first, preempting none while their memory
-        fits, and then only admits prompts from the queue: the token budget it admits in
-        (a mixed step: the members decode as a cohort step, the prompts are stepped). None
-        where it does not."""
+    def decodes_first_budget(self, num_held: int = 0) -> int | None:
+        """Where the next `schedule` gives every running sequence (all decoding) but the
+        `num_held` whose last token is in flight (async scheduling: not scheduled, ended
+        after the schedule) its one token first, preempting none while their memory fits,
+        and then only admits prompts from the queue: the token budget it admits in (a mixed
+        step: the members decode as a cohort step, the prompts are stepped). None where it
+        does not."""
 
     def admit_in_budget(self, now_s: float, budget: int) -> ScheduleOutput:
         """The admissions of such a schedule, the running sequences' tokens (and memory)
@@ -81,8 +85,11 @@ class RunStrategy(Protocol):
     members itself, so that a run costs it the blocks the run takes. Members are numbered
     by admission (`rank`); cohort steps are numbered 0, 1, ... for the engine's life
     (`ordinal`). While running sequences only grow, `can_admit` must never turn from False
-    to True. The strategy's `memory_split` takes the members' computed tokens, summed
-    (their own `num_computed` is not current while they are members)."""
+    to True. Memory given back (`free`) is taken by allocations only after all that was
+    free before it, so that where a step's allocation fits, freeing before it takes the same
+    memory (paged's first-in first-out free list). The strategy's `memory_split` takes the
+    members' computed tokens, summed (their own `num_computed` is not current while they
+    are members)."""
 
     def join_decode_cohort(self, seq: Sequence, ordinal: int, rank: int) -> None:
         """`seq`, decoding, with its `num_computed` current, decodes one token in every
@@ -221,14 +228,15 @@ class FastForward:
             # is scheduled; that step runs here as a run's last step, which then ends them.
             held = engine.ending_unseen()
             if not policy.decode_run_ready():
-                if held or engine.clock() >= until_s:
+                if engine.clock() >= until_s or (held and not cohort.members):
                     return total, finished
                 # A step of prompts alone keeps the members: its prompts join after it; so
-                # does a mixed step, its members decoding as one cohort step.
-                if policy.next_schedule_admits_only():
+                # does a mixed step, its members decoding as one cohort step (the held
+                # end in it, after its schedule, as in `Engine.step`).
+                if policy.next_schedule_admits_only() and not held:
                     now_finished = engine.step()
                 else:
-                    budget = policy.decodes_first_budget()
+                    budget = policy.decodes_first_budget(held)
                     if (budget is None or engine.executor.reads_token_inputs
                             or strategy.cohort_run_steps(cohort.ordinal, len(cohort), 1) < 1):
                         return total, finished
@@ -246,6 +254,18 @@ class FastForward:
             fit = strategy.cohort_run_steps(cohort.ordinal, len(cohort), to_finish)
             if held and (fit == 0 or engine.clock() >= until_s):
                 return total, finished  # (the held give memory back only after it)
+            if held and to_finish > 1 and through_finishes:
+                # The held end after this step's schedule: ended first, they give back
+                # memory the step's allocation does not take (`RunStrategy`), and the run
+                # goes on through the step; the steps after it see their seats and memory.
+                finished += engine.see_ending()
+                held = 0
+                fit = strategy.cohort_run_steps(cohort.ordinal, len(cohort), to_finish)
+                if not policy.decode_run_ready():  # the next step admits: this one alone
+                    total += self._decode_run(1, until_s)
+                    if engine.clock() >= until_s:
+                        return total, finished
+                    continue
             run = min(fit, to_finish - 1) if not held else 0
             num_steps = self._decode_run(run, until_s) if run > 0 else 0
             total += num_steps

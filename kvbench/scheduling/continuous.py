@@ -44,7 +44,7 @@ class ContinuousBatching(BatchingPolicy):
         return (not self.limits.chunked_prefill and not self._multi_sample
                 and self._head_admissible())
 
-    def decodes_first_budget(self) -> int | None:
+    def decodes_first_budget(self, num_held: int = 0) -> int | None:
         return None  # (`kvbench.engine.fast_forward.RunPolicy`: no mixed steps taken)
 
     def admit_in_budget(self, now_s: float, budget: int) -> ScheduleOutput:

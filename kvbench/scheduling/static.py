@@ -43,7 +43,7 @@ class StaticBatching(BatchingPolicy):
     def next_schedule_admits_only(self) -> bool:
         return False  # a batch is formed when nothing runs
 
-    def decodes_first_budget(self) -> int | None:
+    def decodes_first_budget(self, num_held: int = 0) -> int | None:
         return None  # (`kvbench.engine.fast_forward.RunPolicy`: no mixed steps taken)
 
     def admit_in_budget(self, now_s: float, budget: int) -> ScheduleOutput:

@@ -53,9 +53,10 @@ class VllmV1Batching(BatchingPolicy):
     def next_schedule_admits_only(self) -> bool:
         return False  # the running requests are scheduled first
 
-    def decodes_first_budget(self) -> int | None:
-        # Every running request its one token (a preemption admits nothing), then the queue.
-        left = self.limits.max_num_batched_tokens - len(self.running)
+    def decodes_first_budget(self, num_held: int = 0) -> int | None:
+        # Every running request its one token (a preemption admits nothing), then the queue;
+        # those whose last token is in flight take none (`_schedule_running`).
+        left = self.limits.max_num_batched_tokens - len(self.running) + num_held
         return left if left >= 0 else None
 
     def admit_in_budget(self, now_s: float, budget: int) -> ScheduleOutput:

@@ -124,13 +124,9 @@ def test_fast_forward_under_vllm_v1_writes_the_same_results_as_stepping(
         scenario=scenario, tmp_path_factory=tmp_path_factory)
 
 
-def test_fast_forward_runs_most_steps_of_a_decode_heavy_replay(tmp_path):
-    """The equality above would hold for a fast-forward that never runs: here it must cover
-    most steps of a replay whose requests decode for long, and still write the same files."""
-    values = dict(model="tiny", gpu="a100-40gb", workload="uniform",
-                  workload_params=("prompt_len=8", "output_len=48"), num_requests=6,
-                  request_rate="inf", strategy="paged", max_model_len=MAX_MODEL_LEN,
-                  kv_memory=str(1024 * KV_BYTES_PER_TOKEN), warmup=0)
+def _count_steps(values: dict, folder) -> tuple[int, int, int]:
+    """A fast-forwarded replay: the steps `Engine.step` ran, those the fast-forward ran, and
+    the summary's."""
     (run,) = expand_runs(RunOptions.for_kind("simulate", **values))
     prepared = prepare(run)
     engine = prepared[0].engine
@@ -149,10 +145,38 @@ def test_fast_forward_runs_most_steps_of_a_decode_heavy_replay(tmp_path):
         return advanced, finished
 
     engine.step, engine.fast_forward = counting_step, counting_forward
-    run_one(run, tmp_path / "forwarded", show_progress=False, prepared=prepared)
-    steps = json.loads((tmp_path / "forwarded" / "kvbench_summary.json").read_text())
-    assert calls["step"] + calls["forwarded"] == steps["scheduler"]["steps"]
-    assert calls["forwarded"] > 0.8 * steps["scheduler"]["steps"]
+    run_one(run, folder, show_progress=False, prepared=prepared)
+    steps = json.loads((folder / "kvbench_summary.json").read_text())["scheduler"]["steps"]
+    return calls["step"], calls["forwarded"], steps
+
+
+def test_fast_forward_runs_most_steps_of_a_decode_heavy_replay(tmp_path):
+    """The equality above would hold for a fast-forward that never runs: here it must cover
+    most steps of a replay whose requests decode for long, and still write the same files."""
+    values = dict(model="tiny", gpu="a100-40gb", workload="uniform",
+                  workload_params=("prompt_len=8", "output_len=48"), num_requests=6,
+                  request_rate="inf", strategy="paged", max_model_len=MAX_MODEL_LEN,
+                  kv_memory=str(1024 * KV_BYTES_PER_TOKEN), warmup=0)
+    stepped_by_engine, forwarded, steps = _count_steps(values, tmp_path / "forwarded")
+    assert stepped_by_engine + forwarded == steps
+    assert forwarded > 0.8 * steps
+    _, stepped = _replay(tmp_path / "stepped", values, fast_forward=False)
+    for name in FILES:
+        assert (tmp_path / "forwarded" / name).read_bytes() == stepped[name], name
+
+
+def test_fast_forward_runs_the_steps_that_end_held_sequences_under_async_scheduling(tmp_path):
+    """vLLM v1 under async scheduling with requests arriving while others decode: a step
+    that follows a finish (its sequences held until then) and admits an arrival is a mixed
+    step the fast-forward runs, so runs go on across finishes; the files are stepping's."""
+    values = dict(model="tiny", gpu="a100-40gb", workload="sharegpt",
+                  workload_params=("input_mean=10", "output_mean=30"), num_requests=100,
+                  request_rate="1000", strategy="paged", batching="vllm-v1",
+                  async_scheduling=None, max_model_len=MAX_MODEL_LEN,
+                  kv_memory=str(2048 * KV_BYTES_PER_TOKEN), warmup=0)
+    stepped_by_engine, forwarded, steps = _count_steps(values, tmp_path / "forwarded")
+    assert stepped_by_engine + forwarded == steps
+    assert forwarded > 0.95 * steps
     _, stepped = _replay(tmp_path / "stepped", values, fast_forward=False)
     for name in FILES:
         assert (tmp_path / "forwarded" / name).read_bytes() == stepped[name], name
