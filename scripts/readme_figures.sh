@@ -36,7 +36,7 @@ mkdir -p "$out"
 # A command runs under vLLM's defaults (the commands' own) unless it says --defaults classic:
 # the comparisons of classic batching policies do.
 figures=(
-  "memory-32mib|kvbench run --strategy contiguous,paged --workload sharegpt --kv-memory 32MiB --max-model-len 2048 --defaults classic"
+  "memory-32mib|kvbench run --strategy contiguous,paged --workload sharegpt --kv-memory 32MiB --max-model-len 2048"
   "continuous-paged-8mib|kvbench run --workload sharegpt --strategy paged --batching continuous --kv-memory 8MiB --max-model-len 2048 --max-num-seqs 64 --defaults classic"
   "static-contiguous-8mib|kvbench run --workload sharegpt --strategy contiguous --reserve max --batching static --kv-memory 8MiB --max-model-len 2048 --max-num-seqs 64 --defaults classic"
   "policies-16mib|kvbench run --workload sharegpt --strategy paged,contiguous --batching continuous,static --kv-memory 16MiB --max-model-len 2048 --max-num-seqs 64 --defaults classic"
