@@ -73,3 +73,7 @@ class Executor(ABC):
     def wait_host_jobs(self) -> None:  # noqa: B027 (nothing is ever in flight by default)
         """Wait until some host-tier job in flight is done (an idle engine whose sequences
         wait for their KV)."""
+
+    def reset_stats(self) -> None:  # noqa: B027 (nothing is kept by default)
+        """After a warm-up, with no host job in flight: the run proper starts on a clock
+        back at zero, so forget what was timed on the warm-up's clock."""

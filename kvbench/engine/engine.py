@@ -234,6 +234,20 @@ class Engine(BaseEngine):
             return True
         return False
 
+    def _drain_host(self) -> None:
+        """Every host copy decided (a warm-up's last stores) started and waited for, so that
+        none is still in flight when the run proper starts on a clock back at zero."""
+        host = self._host
+        transfers = host.take()
+        if transfers is not None:
+            self.executor.transfer_host(transfers)
+        while host.jobs_in_flight:
+            in_flight = host.jobs_in_flight
+            self.executor.wait_host_jobs()
+            self._host_done(self.clock())
+            if host.jobs_in_flight == in_flight:
+                raise RuntimeError("host tier jobs in flight that the executor never ends")
+
     def _swap_ins_admitted(self, now_s: float, preempted: list[Sequence]) -> None:
         """Sequences admitted again by swap-in this step: their wait for the load starts
         (one preempted again while it loads waits no more)."""
@@ -466,6 +480,9 @@ class Engine(BaseEngine):
 
     def reset_stats(self) -> None:
         super().reset_stats()
+        if self._host is not None:  # (before the tier's figures go: the copies are the warm-up's)
+            self._drain_host()
+        self.executor.reset_stats()
         self.strategy.reset_stats()
         self.host_load_waits_s.clear()
         self.swap_in_waits_s.clear()

@@ -69,6 +69,13 @@ class HostLinkModel:
         """When the next job in flight ends (now where none is)."""
         return self._ends[0][0] if self._ends else 0.0
 
+    def restart(self) -> None:
+        """The clock goes back to zero (after a warm-up) with no job in flight: the queues
+        drained then are free from the new zero on."""
+        if self._ends:
+            raise RuntimeError("host link restarted with jobs in flight")
+        self._free_s = {"load": 0.0, "store": 0.0}
+
     def stats(self) -> dict[str, float]:
         return {
             "host_link_load_busy_s": self.busy_s["load"],

@@ -213,6 +213,13 @@ class SimulatedExecutor(Executor):
         if self.host is not None:
             self.clock.sleep_until(self.host.next_end_s())
 
+    def reset_stats(self) -> None:
+        # The warm-up's times (its link queues' ends, its last step's end) would otherwise
+        # hold the run's first copies and steps back to the warm-up's end on the new clock.
+        if self.host is not None:
+            self.host.restart()
+        self._last_end_s = -1.0
+
     def stats(self) -> dict[str, float]:
         """Totals for a summary: modelled busy time, FLOPs and bytes, compute-bound steps."""
         return {

@@ -1,8 +1,8 @@
 """docs/offload.md's "Preemption by swap", from the commands it quotes (a smaller trace, the
 same shape): long outputs on a KV budget too small for them preempt requests; with a host
 tier too small to keep every victim's blocks until it returns, swapping them out (pinned
-in the tier) recomputes fewer tokens than recompute at the same tier, and TTFT, TPOT and
-throughput are no worse, behind a fast host link (GH200's NVLink-C2C) and a slow one (an
+in the tier) recomputes fewer tokens than recompute at the same tier, and TTFT, end-to-end
+latency and throughput are no worse, behind a fast host link (GH200's NVLink-C2C) and a slow one (an
 A100's PCIe 4). Also: `swap` without a tier is refused in one line, and the run records its
 mode and swap figures in the summary and the report's tier section."""
 
@@ -46,7 +46,9 @@ def test_swap_recomputes_less_than_recompute_at_the_same_tier(tmp_path, gpu):
     assert sched["prefill_tokens_computed"] < 0.8 * base["prefill_tokens_computed"]
     lat, lat_base = swap["latency_ms"], recompute["latency_ms"]
     assert lat["ttft"]["mean"] <= lat_base["ttft"]["mean"]
-    assert lat["tpot"]["mean"] <= lat_base["tpot"]["mean"]
+    # (Not TPOT: a request that swap admits sooner may be preempted once more than under
+    # recompute, which spreads its decode over more time while it still ends sooner.)
+    assert lat["e2e"]["mean"] <= lat_base["e2e"]["mean"]
     assert swap["throughput"]["output_tok_s"] >= recompute["throughput"]["output_tok_s"]
     assert "recomputed instead" in swap["report"]  # the tier section's swap table
 
