@@ -18,6 +18,7 @@ from kvbench.models.bounds import check_model_bounds, derived_head_dim
 from kvbench.models.config_values import (
     bad_values_refused,
     checked_window,
+    mlp_only_layers,
     positive_int,
     positive_number,
     quantization,
@@ -430,14 +431,7 @@ def _experts(hf: dict[str, Any], name: str, model_type: str) -> dict[str, Any]:
     experts, top_k = _expert_counts(hf, name, experts_key, 128, 8)
     step = positive_int(hf, "decoder_sparse_step", name, default=1)
     num_layers = positive_int(hf, "num_hidden_layers", name)
-    mlp_only = hf.get("mlp_only_layers") or []
-    if not isinstance(mlp_only, list) or any(
-            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
-            for i in mlp_only):
-        raise KvbenchInputError(
-            f"model {name}: config.json mlp_only_layers must list layer indices below "
-            f"num_hidden_layers {num_layers}, got {mlp_only!r:.80}"
-        )
+    mlp_only = mlp_only_layers(hf, name, num_layers)
     return {
         "num_local_experts": experts,
         "num_experts_per_tok": top_k,

@@ -30,6 +30,19 @@ def positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = 
     return check_limit(key, value, name)
 
 
+def mlp_only_layers(hf: dict[str, Any], name: str, num_layers: int) -> list[int]:
+    """`mlp_only_layers` (Qwen's mixtures: the layers that run a dense MLP), refused unless a
+    list of layer indices below `num_layers`."""
+    mlp_only = hf.get("mlp_only_layers") or []
+    if not isinstance(mlp_only, list) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
+            for i in mlp_only):
+        raise KvbenchInputError(
+            f"model {name}: config.json mlp_only_layers must list layer indices below "
+            f"num_hidden_layers {num_layers}, got {mlp_only!r:.80}")
+    return mlp_only
+
+
 def positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:
     """`hf[key]` (`default` when absent), a positive int or float, as a float."""
     value = hf.get(key, default)

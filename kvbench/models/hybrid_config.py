@@ -16,12 +16,14 @@ from typing import Any
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config_values import (
     bad_values_refused,
+    mlp_only_layers,
     positive_int,
     quantization,
     read_rope_theta,
     refuse_unimplemented,
     true_or_false,
 )
+from kvbench.models.layer_types import checked_layer_types
 from kvbench.models.recurrent import HybridLayers, RecurrentMixer
 
 HYBRID_MODEL_TYPES = ("qwen3_next", "granitemoehybrid", "nemotron_h")
@@ -57,7 +59,7 @@ def _qwen3_next(hf: dict[str, Any], name: str) -> dict[str, Any]:
     given = hf.get("layer_types")
     if given is not None:
         kinds = {"linear_attention": "recurrent", "full_attention": "attention"}
-        _check_list(given, name, "layer_types", num_layers, tuple(kinds))
+        checked_layer_types(given, name, num_layers, tuple(kinds))
         mixers = tuple(kinds[t] for t in given)
     else:
         interval = positive_int(hf, "full_attention_interval", name, default=4)
@@ -79,13 +81,7 @@ def _qwen3_next(hf: dict[str, Any], name: str) -> dict[str, Any]:
         raise KvbenchInputError(
             f"model {name}: config.json num_experts_per_tok {top_k} exceeds num_experts {experts}")
     step = positive_int(hf, "decoder_sparse_step", name, default=1)
-    mlp_only = hf.get("mlp_only_layers") or []
-    if not isinstance(mlp_only, list) or any(
-            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
-            for i in mlp_only):
-        raise KvbenchInputError(
-            f"model {name}: config.json mlp_only_layers must list layer indices below "
-            f"num_hidden_layers {num_layers}, got {mlp_only!r:.80}")
+    mlp_only = mlp_only_layers(hf, name, num_layers)
     shared = positive_int(hf, "shared_expert_intermediate_size", name, default=512, minimum=0)
     num_heads = positive_int(hf, "num_attention_heads", name, default=16)
     return {
@@ -123,7 +119,7 @@ def _granite(hf: dict[str, Any], name: str) -> dict[str, Any]:
     given = hf.get("layer_types")
     if given is None:
         raise KvbenchInputError(f"model {name}: config.json lacks 'layer_types'")
-    _check_list(given, name, "layer_types", num_layers, ("mamba", "attention"))
+    checked_layer_types(given, name, num_layers, ("mamba", "attention"))
     mixers = tuple("recurrent" if t == "mamba" else "attention" for t in given)
     _need_both(mixers, name, "layer_types")
     hidden = positive_int(hf, "hidden_size", name)
@@ -221,18 +217,6 @@ def _nemotron_h(hf: dict[str, Any], name: str) -> dict[str, Any]:
                                mlp_ungated=True, norms_per_layer=1),
     }
 
-
-def _check_list(values: Any, name: str, key: str, num_layers: int,
-                allowed: tuple[str, ...]) -> None:
-    if not isinstance(values, list) or len(values) != num_layers:
-        raise KvbenchInputError(
-            f"model {name}: config.json {key} must list one type per layer "
-            f"(num_hidden_layers {num_layers}), got {values!r:.80}")
-    unknown = sorted({str(v) for v in values if v not in allowed})
-    if unknown:
-        raise KvbenchInputError(
-            f"model {name}: config.json {key} {', '.join(unknown)} is not implemented "
-            f"(supported: {', '.join(allowed)})")
 
 
 def _need_both(mixers: tuple[str, ...], name: str, key: str) -> None:

@@ -10,17 +10,20 @@ from kvbench.errors import KvbenchInputError
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
-def checked_layer_types(layer_types: Any, name: str, num_layers: Any) -> tuple[str, ...]:
-    """`config.json`'s `layer_types`, refused unless a list of one of LAYER_TYPES per layer."""
+def checked_layer_types(layer_types: Any, name: str, num_layers: Any,
+                        allowed: tuple[str, ...] = LAYER_TYPES,
+                        key: str = "layer_types") -> tuple[str, ...]:
+    """`config.json`'s `layer_types` (or `key`), refused unless a list of one of `allowed`
+    per layer."""
     if not isinstance(layer_types, list) or len(layer_types) != num_layers:
         raise KvbenchInputError(
-            f"model {name}: config.json layer_types must list one type per layer "
+            f"model {name}: config.json {key} must list one type per layer "
             f"(num_hidden_layers {num_layers}), got {layer_types!r:.80}")
-    unknown = sorted({str(t) for t in layer_types if t not in LAYER_TYPES})
+    unknown = sorted({str(t) for t in layer_types if t not in allowed})
     if unknown:
         raise KvbenchInputError(
-            f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
-            f"(supported: {', '.join(LAYER_TYPES)})")
+            f"model {name}: config.json {key} {', '.join(unknown)} is not implemented "
+            f"(supported: {', '.join(allowed)})")
     return tuple(layer_types)
 
 
