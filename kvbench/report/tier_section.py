@@ -7,7 +7,7 @@ split a user weighs a tier by: TTFT's mean as queue + host load + prefill comput
 summary's `latency_ms`, over every sample: one that loaded nothing adds 0 to the host load;
 a folder written before the split shows "-" there). Empty when no run kept one. Below it,
 where a run with a tier preempted, how its victims came back
-(`kvbench/results/swap_figures.py`): recomputed, or swapped out to the tier and loaded.
+(`kvbench/results/tier_figures.py`): recomputed, or swapped out to the tier and loaded.
 """
 
 from __future__ import annotations

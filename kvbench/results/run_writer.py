@@ -47,7 +47,6 @@ from kvbench.results.summary import (
     Summary,
     Throughput,
 )
-from kvbench.results.swap_figures import swap_figures
 from kvbench.results.tier_figures import tier_figures
 from kvbench.results.token_file import write_token_file
 from kvbench.results.token_times import TOKENS_FILE, TokenTimes
@@ -190,7 +189,7 @@ class RunWriter:
             prefill_tokens_computed=engine.prefill_tokens_computed,
             overhead_ms_total=float(overhead),
             overhead_fraction=float(overhead / step_total) if step_total else None,
-            extra=({**engine.strategy.stats(), **tier_figures(engine), **swap_figures(engine),
+            extra=({**engine.strategy.stats(), **tier_figures(engine),
                     **residency_figures(engine.strategy)} if engine.strategy else {}),
         )
 
