@@ -1,18 +1,20 @@
 """The host-tier transfer model (`kvbench.simulator.host_transfer`) against real block copies.
 
 The CPU path of `HostKVTier` copies what the CUDA path copies, one copy per arena tensor and
-run of blocks (host memory to host memory here). This benchmark measures the CPU's own link
-(`measured_cpu_link`: the bandwidth of one large copy, the cost of one tiny slice copy as the
-per-fragment cost, a one-block transfer's remainder as the fixed latency), then times real
-stores and loads of scattered blocks through the tier for arenas whose per-layer fragments
-run from 4 KiB to 256 KiB, and checks the model, given that link, predicts each within a
-factor of `FACTOR`. `extra_info` records the link and every case's measured and predicted
-seconds; `python -m tests.benchmarks.test_host_transfer_model` prints them.
+run of blocks (host memory to host memory here). This benchmark calibrates the CPU's own link
+(`measured_cpu_link`: latency, per-fragment cost and bandwidth, fitted by least squares to real
+transfers through the tier for *calibration* arenas whose fragments are 1 KiB and 128 KiB),
+then times real stores and loads of scattered blocks for other arenas, with 4 KiB to 256 KiB
+fragments, and checks the model, given that link, predicts each within a factor of `FACTOR`.
+`extra_info` records the link and every case's measured and predicted seconds;
+`python -m tests.benchmarks.test_host_transfer_model` prints them.
 
-The copies are timed in CPU time of one torch thread, the least of `REPEATS` (what a shared
-machine's other load leaves alone best: it only ever adds), each from cold
-caches (the bandwidth is memory's, a 32 MiB copy); the fit is checked, not gated on a figure
-of one machine.
+The link is fitted to transfers, not to a large `memcpy` and a warm 64-byte copy, because what
+those measure does not carry across CPUs: a 32 MiB copy may take non-temporal stores the tier's
+fragment copies never do, and a cold 4 KiB fragment costs more than a warm slice (on an AMD EPYC
+the old link under-predicted 4 KiB fragments 2.2x; under load an Intel's over-predicted 8 MiB
+loads 2.2x). The copies are timed in CPU time of one torch thread, the least of `REPEATS` (what
+a shared machine's other load leaves alone best: it only ever adds), each from cold caches.
 """
 
 from __future__ import annotations
@@ -39,49 +41,63 @@ SHAPES = {
     "256KiB-fragments": (2, 8, 128, 128),
 }
 BLOCKS = (1, 8, 32)
-GPU_BLOCKS, HOST_BLOCKS = 64, 48
+GPU_BLOCKS, HOST_BLOCKS = 64, 64
 
 
 _FLUSH: list[torch.Tensor] = []  # made on first use: larger than the last-level cache
 
 
-def _least_s(fn, repeats: int = REPEATS, cold: bool = True) -> float:
+def _flush_bytes() -> int:
+    """Twice the last-level cache where the OS says (48 MiB at least): a flush that size
+    leaves none of a transfer's blocks cached."""
+    try:
+        text = open("/sys/devices/system/cpu/cpu0/cache/index3/size").read().strip()
+        cache = int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
+    except (OSError, ValueError):
+        cache = 0
+    return max(48 << 20, 2 * cache)
+
+
+def _least_s(fn, repeats: int = REPEATS) -> float:
     """Least CPU seconds of this thread over `fn` calls (another process's load on a shared
     machine leaves it mostly alone), each after the caches are flushed: a block stored or
-    loaded comes from memory, as the link's bandwidth was measured."""
+    loaded comes from memory."""
     times = []
     for _ in range(repeats):
-        if cold:
-            if not _FLUSH:
-                _FLUSH.append(torch.zeros(48 << 20, dtype=torch.uint8))
-            _FLUSH[0].add_(1)
+        if not _FLUSH:
+            _FLUSH.append(torch.zeros(_flush_bytes(), dtype=torch.uint8))
+        _FLUSH[0].add_(1)
         start = time.thread_time()
         fn()
         times.append(time.thread_time() - start)
     return min(times)
 
 
+# calibration arenas, none of them a checked shape: 1 KiB and 128 KiB fragments
+CALIBRATION_SHAPES = ((8, 1, 32, 16), (2, 8, 128, 64))
+CALIBRATION_BLOCKS = (1, 4, 16)
+
+
 def measured_cpu_link() -> HostLink:
-    """The CPU as a host link: host-to-host copy bandwidth, per-slice copy cost, latency."""
+    """The CPU as a host link: latency, per-fragment cost and bandwidth fitted by least squares
+    to timed stores and loads of the calibration arenas."""
     torch.set_num_threads(1)
-    size = 32 << 20
-    src = torch.ones(size, dtype=torch.uint8)
-    dst = torch.zeros(size, dtype=torch.uint8)
-    bandwidth = size / _least_s(lambda: dst.copy_(src))
-    rows_a = torch.ones(512, 64, dtype=torch.uint8)
-    rows_b = torch.zeros(512, 64, dtype=torch.uint8)
-
-    def tiny_copies():
-        for i in range(512):
-            rows_b[i : i + 1].copy_(rows_a[i : i + 1])
-
-    fragment = _least_s(tiny_copies, cold=False) / 512
-    tiny = KVArena((KVGroup((0,), 1, 4, 1),), 16, torch.uint8, "cpu")
-    tier = HostKVTier.for_arena(tiny, 4, 4)
-    # a transfer starts from cold caches, as the timed ones do: its fixed cost is measured so
-    one_block = _least_s(lambda: tier.store([1], [2]))  # 4 bytes a fragment
-    latency = max(one_block - 2 * fragment, 0.0)  # the arena's K and V: 2 fragments
-    return HostLink("cpu", "this CPU, host to host", bandwidth, bandwidth, latency, fragment)
+    rows, seconds = [], []
+    for shape in CALIBRATION_SHAPES:
+        for blocks in CALIBRATION_BLOCKS:
+            for direction in ("store", "load"):
+                tier, measured = _timed_transfer(shape, blocks, direction)
+                fragments = tier.fragments_per_block * blocks
+                rows.append([1.0, fragments, tier.block_bytes * blocks])
+                seconds.append(measured)
+    fit = torch.linalg.lstsq(torch.tensor(rows, dtype=torch.float64),
+                             torch.tensor(seconds, dtype=torch.float64)[:, None]).solution
+    latency, fragment, per_byte = (float(x) for x in fit[:, 0])
+    if fragment <= 0 or per_byte <= 0:
+        raise AssertionError(f"the calibration fit is not physical: {fit[:, 0].tolist()}")
+    bandwidth = 1 / per_byte
+    return HostLink("cpu", "this CPU, host to host", bandwidth, bandwidth, max(latency, 0.0),
+                    fragment)
 
 
 def _tier(layers: int, heads: int, dim: int, block: int) -> HostKVTier:
@@ -92,20 +108,24 @@ def _tier(layers: int, heads: int, dim: int, block: int) -> HostKVTier:
     return HostKVTier.for_arena(arena, HOST_BLOCKS, block)
 
 
+def _timed_transfer(shape: tuple[int, int, int, int], blocks: int,
+                    direction: str) -> tuple[HostKVTier, float]:
+    """A tier for `shape` and the least CPU seconds of one transfer of `blocks` scattered
+    blocks: no two consecutive on either side, so every block is its own run."""
+    tier = _tier(*shape)
+    rng = random.Random(blocks)
+    gpu = rng.sample(range(0, GPU_BLOCKS, 2), blocks)
+    host = rng.sample(range(0, HOST_BLOCKS, 2), blocks)
+    if direction == "store":
+        return tier, _least_s(lambda: tier.store(gpu, host))
+    return tier, _least_s(lambda: tier.load(host, gpu))
+
+
 def measure_case(link: HostLink, shape: tuple[int, int, int, int], blocks: int,
                  direction: str) -> tuple[float, float]:
     """(measured, predicted) seconds of one transfer of `blocks` scattered blocks."""
-    tier = _tier(*shape)
-    rng = random.Random(blocks)
-    # scattered ids: no two consecutive on both sides, so every block is its own run
-    gpu = rng.sample(range(0, GPU_BLOCKS, 2), blocks)
-    host = rng.sample(range(0, HOST_BLOCKS, 2), min(blocks, HOST_BLOCKS // 2))
-    gpu = gpu[: len(host)]
-    if direction == "store":
-        measured = _least_s(lambda: tier.store(gpu, host))
-    else:
-        measured = _least_s(lambda: tier.load(host, gpu))
-    predicted = transfer_seconds(link, direction, len(gpu), tier.block_bytes,
+    tier, measured = _timed_transfer(shape, blocks, direction)
+    predicted = transfer_seconds(link, direction, blocks, tier.block_bytes,
                                  tier.fragments_per_block)
     return measured, predicted
 
@@ -137,7 +157,7 @@ def test_the_transfer_model_predicts_real_block_copies(benchmark, cpu_link, shap
 
 def main() -> None:
     link = measured_cpu_link()
-    print(f"CPU link: {link.load_bytes_s / 1e9:.2f} GB/s, "
+    print(f"CPU link (fitted): {link.load_bytes_s / 1e9:.2f} GB/s, "
           f"{link.fragment_overhead_s * 1e6:.2f} us a fragment, {link.latency_s * 1e6:.1f} us "
           "a transfer")
     for name, shape in SHAPES.items():
