@@ -43,7 +43,9 @@ TINY_QWEN3_NEXT = dict(
 
 def make_qwen3_next(folder, seed: int = 0, **fields):
     """A random Qwen3NextForCausalLM saved to `folder`; every norm weight drawn away from its
-    identity so a norm read as the wrong kind ((1 + w) or plain) changes tokens."""
+    identity so a norm read as the wrong kind ((1 + w) or plain) changes tokens, and slow
+    decays (A = exp(A_log) in [0.005, 0.1], where transformers draws up to 16 and the state
+    forgets within a token or two) so a state not carried across steps changes tokens."""
     torch.manual_seed(seed)
     config = transformers.Qwen3NextConfig(**{**TINY_QWEN3_NEXT, **fields})
     model = transformers.Qwen3NextForCausalLM(config).eval()
@@ -52,6 +54,10 @@ def make_qwen3_next(folder, seed: int = 0, **fields):
             if name.endswith("norm.weight"):
                 identity = 1.0 if "linear_attn" in name else 0.0
                 param.copy_(identity + 0.5 * torch.randn_like(param))
+            elif name.endswith("A_log"):
+                param.copy_(torch.empty_like(param).uniform_(0.005, 0.1).log())
+            elif name.endswith("dt_bias"):
+                param.copy_(torch.randn_like(param))
     model.save_pretrained(folder)
     return model
 
