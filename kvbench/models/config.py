@@ -66,6 +66,8 @@ class ModelConfig:
     # A per-head RMSNorm (weights of head_dim) on each head's q and k before rope (Qwen3).
     qk_norm: bool = False
     rope_scaling: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    # the share of each head's dimensions rope rotates (its first ones; Qwen3-Next's 0.25)
+    partial_rotary_factor: float = 1.0
     # Attention only reaches this many tokens back (a query at i sees keys i - W < j <= i), in
     # the layers `layer_types` names "sliding_attention" (every layer when it is empty).
     sliding_window: int | None = None

@@ -84,7 +84,9 @@ def _qwen3_next(hf: dict[str, Any], name: str) -> dict[str, Any]:
     mlp_only = mlp_only_layers(hf, name, num_layers)
     shared = positive_int(hf, "shared_expert_intermediate_size", name, default=512, minimum=0)
     num_heads = positive_int(hf, "num_attention_heads", name, default=16)
+    rope = _qwen3_next_rope(hf, name)
     return {
+        **rope,
         "vocab_size": positive_int(hf, "vocab_size", name, default=151936),
         "hidden_size": positive_int(hf, "hidden_size", name, default=2048),
         "intermediate_size": positive_int(hf, "intermediate_size", name, default=5632),
@@ -108,6 +110,22 @@ def _qwen3_next(hf: dict[str, Any], name: str) -> dict[str, Any]:
                                shared_expert_intermediate_size=shared if experts else 0,
                                shared_expert_gate=bool(experts and shared)),
     }
+
+
+def _qwen3_next_rope(hf: dict[str, Any], name: str) -> dict[str, Any]:
+    """Qwen3-Next's partial rope (`partial_rotary_factor`, 0.25 by default, at the top level
+    or in transformers 5's `rope_parameters`) and its scaling dict where it names a rope type
+    other than the default (kept for the decoder, which refuses it: it rotates plainly)."""
+    rope = hf.get("rope_scaling") or hf.get("rope_parameters") or {}
+    if not isinstance(rope, dict):
+        raise KvbenchInputError(f"model {name}: config.json rope_parameters is not a JSON object")
+    partial = float(hf.get("partial_rotary_factor", rope.get("partial_rotary_factor", 0.25)))
+    if not 0.0 < partial <= 1.0:
+        raise KvbenchInputError(
+            f"model {name}: config.json partial_rotary_factor {partial} must be in (0, 1]")
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    return {"partial_rotary_factor": partial,
+            "rope_scaling": None if kind == "default" else dict(rope)}
 
 
 def _granite(hf: dict[str, Any], name: str) -> dict[str, Any]:

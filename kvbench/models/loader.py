@@ -19,6 +19,7 @@ from kvbench.models.gpt_oss import GptOssDecoder
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.presets import PRESETS
+from kvbench.models.qwen3_next import Qwen3NextDecoder
 from kvbench.models.resolve_config import first_line, model_folder, resolve_model_config
 
 
@@ -43,10 +44,12 @@ def init_dummy_weights(model: LlamaDecoder, seed: int, std: float = 0.02) -> Non
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     identity_norm = getattr(model, "identity_norm_weight", 1.0)
+    # a model whose norms differ in identity (Qwen3-Next) tells each one's
+    identity_of = getattr(model, "identity_norm_weight_of", lambda _name: identity_norm)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
-                param.fill_(identity_norm)
+                param.fill_(identity_of(name))
             elif name.endswith("bias"):
                 param.zero_()
             elif not draws_on_device(device):
@@ -74,11 +77,14 @@ def _draw_in_chunks(flat: torch.Tensor, std: float, generator: torch.Generator) 
 
 def decoder_class(
     config: ModelConfig,
-) -> type[LlamaDecoder] | type[DeepseekDecoder] | type[GemmaDecoder]:
-    """The module that computes `config`'s model: DeepSeek's latent attention, or the decoder
-    of its architecture (gpt-oss's, Gemma's or Llama's)."""
+) -> type[LlamaDecoder] | type[DeepseekDecoder] | type[GemmaDecoder] | type[Qwen3NextDecoder]:
+    """The module that computes `config`'s model: DeepSeek's latent attention, Qwen3-Next's
+    Gated DeltaNet hybrid, or the decoder of its architecture (gpt-oss's, Gemma's or
+    Llama's)."""
     if config.mla is not None:
         return DeepseekDecoder
+    if config.hybrid is not None and config.hybrid.recurrent.kind == "gated_deltanet":
+        return Qwen3NextDecoder
     return {"gpt_oss": GptOssDecoder, "gemma": GemmaDecoder}.get(config.architecture,
                                                                    LlamaDecoder)
 
@@ -91,14 +97,18 @@ def load_model(
     init_std: float = 0.02,
     need: MemoryNeed | None = None,
     available: AvailableFn | None = None,
+    recurrent_states: bool = False,
 ) -> tuple[LlamaDecoder, ModelConfig]:
     """The model on `device`; refused before anything is allocated when it cannot fit.
 
     `need` is what the run will take (weights, activations, KV); by default the weights alone.
-    `available` tells the device's free bytes (see `check_memory`).
+    `available` tells the device's free bytes (see `check_memory`). A hybrid with recurrent
+    layers is refused unless `recurrent_states`: the caller hands its `forward` a
+    `RecurrentStates` (Qwen3-Next's decoder; no other recurrent mixer is computed yet).
     """
     config = resolve_model_config(model)
-    if config.hybrid is not None:
+    if config.hybrid is not None and not (
+            recurrent_states and config.hybrid.recurrent.kind == "gated_deltanet"):
         raise KvbenchInputError(
             f"model {model}: its {config.hybrid.recurrent.kind} layers keep a recurrent state "
             "kvbench's engine does not compute yet (kvbench estimate and simulate size it)")
@@ -163,6 +173,8 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
             try:
                 with safe_open(str(file), framework="pt") as reader:
                     for name in reader.keys():
+                        if name.startswith(getattr(decoder, "IGNORED_WEIGHTS", ())):
+                            continue
                         if name not in expected and FUSED_EXPERTS.search(name):
                             for target, tensor in _split_fused_experts(decoder, reader, file, name):
                                 _copy_tensor(file, target, tensor.shape, lambda t=tensor: t,

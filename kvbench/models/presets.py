@@ -49,7 +49,8 @@ def _pattern(layers: str) -> tuple[str, ...]:
 # active). Sized and simulated; the engine does not run it.
 QWEN3_NEXT_80B = _model(
     "qwen3-next-80b-a3b", 151936, 2048, 5120, 48, 16, 2, 262144, head_dim=256,
-    rope_theta=10000000.0, rms_norm_eps=1e-6, qk_norm=True, num_local_experts=512,
+    rope_theta=10000000.0, partial_rotary_factor=0.25, rms_norm_eps=1e-6, qk_norm=True,
+    num_local_experts=512,
     num_experts_per_tok=10, moe_intermediate_size=512, norm_topk_prob=True,
     hybrid=HybridLayers(
         _pattern("RRRA" * 12), (True,) * 48,
