@@ -1,6 +1,6 @@
 """Building a decoder (`LlamaDecoder`, its gpt-oss subclass, `DeepseekDecoder` for latent
-attention or `GemmaDecoder` for Gemma's architecture): seeded random ("dummy") weights or a
-local Hugging Face folder."""
+attention, `GemmaDecoder` for Gemma's architecture or `GraniteHybridDecoder` for
+Granite-4.0-H): seeded random ("dummy") weights or a local Hugging Face folder."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from kvbench.models.deepseek import DeepseekDecoder
 from kvbench.models.dtype_names import model_dtype_name
 from kvbench.models.gemma import GemmaDecoder
 from kvbench.models.gpt_oss import GptOssDecoder
+from kvbench.models.granite_hybrid import GraniteHybridDecoder
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.presets import PRESETS
@@ -79,8 +80,8 @@ def decoder_class(
     of its architecture (gpt-oss's, Gemma's or Llama's)."""
     if config.mla is not None:
         return DeepseekDecoder
-    return {"gpt_oss": GptOssDecoder, "gemma": GemmaDecoder}.get(config.architecture,
-                                                                   LlamaDecoder)
+    return {"gpt_oss": GptOssDecoder, "gemma": GemmaDecoder,
+            "granite_hybrid": GraniteHybridDecoder}.get(config.architecture, LlamaDecoder)
 
 
 def load_model(
@@ -98,10 +99,11 @@ def load_model(
     `available` tells the device's free bytes (see `check_memory`).
     """
     config = resolve_model_config(model)
-    if config.hybrid is not None:
+    if config.hybrid is not None and config.architecture != "granite_hybrid":
         raise KvbenchInputError(
             f"model {model}: its {config.hybrid.recurrent.kind} layers keep a recurrent state "
-            "kvbench's engine does not compute yet (kvbench estimate and simulate size it)")
+            "kvbench's engine does not compute for this family yet (it runs Granite-4.0-H; "
+            "kvbench estimate and simulate size this one)")
     folder = None if model in PRESETS else model_folder(model, weights=True)
     if config.quantization is not None:
         raise KvbenchInputError(

@@ -62,16 +62,18 @@ QWEN3_NEXT_80B = _model(
 # ibm-granite/granite-4.0-h-small's config.json: 40 layers, attention (32 heads, 8 KV heads
 # of 128, no rope) at layers 5, 15, 25 and 35, Mamba-2 elsewhere (128 heads of 64, d_state
 # 128, one group, expand 2, a 4-tap conv with bias); every layer 72 experts of 768, 10 a
-# token, beside a shared MLP of 1536 (~32.2B parameters, ~8.8B active).
+# token, beside a shared MLP of 1536 (~32.2B parameters, ~8.8B active); its mu-P multipliers.
 GRANITE_4_H_SMALL = _model(
     "granite-4.0-h-small", 100352, 4096, 1536, 40, 32, 8, 131072, rms_norm_eps=1e-5,
     tie_word_embeddings=True, num_local_experts=72, num_experts_per_tok=10,
-    moe_intermediate_size=768,
+    moe_intermediate_size=768, architecture="granite_hybrid",
     hybrid=HybridLayers(
         _pattern("RRRRRA" + "RRRRRRRRRA" * 3 + "RRRR"), (True,) * 40,
         RecurrentMixer("mamba2", num_heads=128, head_dim=64, state_size=128, num_groups=1,
                        conv_kernel=4, inner_size=8192, chunk_size=256, conv_bias=True),
-        shared_expert_intermediate_size=1536))
+        shared_expert_intermediate_size=1536, embedding_multiplier=12.0,
+        residual_multiplier=0.22, logits_scaling=16.0, attention_multiplier=0.0078125,
+        rope=False))
 
 # nvidia/Nemotron-H-8B-Base-8K's config.json: 52 single-block layers by its pattern
 # "M-M-M-M*-M-M-M-M-M*-...": 24 Mamba-2 (128 heads of 64, d_state 128, 8 groups, a 4-tap
