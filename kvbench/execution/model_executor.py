@@ -38,8 +38,8 @@ class KVArena:
     `kv_scale` when given, else set from the layer's first write and never changed, so every
     sequence sees the same scales.
 
-    The groups may leave layers out (a state-space hybrid's recurrent layers: `k` and `v`
-    are None there); their states live in the pool's blocks (`pooled_states`).
+    `state_layers` hold no KV (a state-space hybrid's recurrent layers: `k` and `v` are None
+    there); their states live in the pool's blocks (`pooled_states`).
 
     With an `allocation` (`hybrid`, `kvbench.core.kv_allocation`) the arena holds one K and
     one V tensor per position in an allocation group, shared by every group: layer l reads
@@ -55,6 +55,7 @@ class KVArena:
         device,
         kv_scale: float | None = None,
         allocation: HybridAllocation | None = None,
+        state_layers: tuple[int, ...] = (),
     ) -> None:
         shapes: dict[int, tuple[int, int, int]] = {
             layer: (num_slots, *group.slot_shape) for group in groups for layer in group.layers
@@ -62,10 +63,12 @@ class KVArena:
         # layer -> the latent width its V is read from (absent: the layer has its own V)
         latent_values = {layer: group.value_dim for group in groups for layer in group.layers
                          if not group.separate_v}
-        # a state-space hybrid's recurrent layers hold no KV: no tensor (None) at their index
-        num_layers = max(shapes, default=-1) + 1
-        if sum(len(group.layers) for group in groups) != len(shapes):
-            raise ValueError(f"KV groups must hold each layer once, got {sorted(shapes)}")
+        num_layers = len(shapes) + len(state_layers)
+        covered = sorted([*shapes, *state_layers])
+        if covered != list(range(num_layers)) or sum(len(g.layers) for g in groups) != len(
+                shapes):
+            raise ValueError(f"KV groups and state layers must cover layers 0..n-1 once each, "
+                             f"got {covered}")
         self.num_slots = num_slots
         self.dtype = dtype
         self.layer_group = [0] * num_layers
