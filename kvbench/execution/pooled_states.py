@@ -36,12 +36,22 @@ import torch
 from kvbench.models.recurrent import RecurrentMixer
 
 
+def state_blocks_for(executor_arena_tensors: Sequence[torch.Tensor], block_size: int,
+                     mixer: RecurrentMixer, recurrent_layers: Sequence[int],
+                     model_dtype: torch.dtype) -> int:
+    """Blocks of `block_size` slots of the arena a sequence's state needs (for a layout built
+    by hand, as the fp8 accuracy measurement builds its own)."""
+    pool = StatePool(executor_arena_tensors, block_size, mixer, recurrent_layers, model_dtype,
+                     None)
+    return -(-pool.state_bytes // pool.block_bytes)
+
+
 class StatePool:
     """Where each recurrent layer's state sits in a sequence's state blocks."""
 
     def __init__(self, pool_tensors: Sequence[torch.Tensor], block_size: int,
                  mixer: RecurrentMixer, recurrent_layers: Sequence[int],
-                 model_dtype: torch.dtype, state_blocks: int) -> None:
+                 model_dtype: torch.dtype, state_blocks: int | None) -> None:
         self.tensors = tuple(pool_tensors)
         self.block_size = block_size
         ssm_dtype = torch.float32 if mixer.ssm_state_dtype == "fp32" else model_dtype
@@ -56,8 +66,7 @@ class StatePool:
                 offset += _numel(shape) * dtype.itemsize
             self.places[layer] = tuple(places)
         self.state_bytes = offset  # one sequence's, every recurrent layer's
-        held = state_blocks * self.block_bytes
-        if held < self.state_bytes:
+        if state_blocks is not None and state_blocks * self.block_bytes < self.state_bytes:
             raise ValueError(f"{state_blocks} state blocks of {self.block_bytes} bytes cannot "
                              f"hold a sequence's {self.state_bytes} bytes of state")
 

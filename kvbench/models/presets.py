@@ -91,6 +91,19 @@ NEMOTRON_H_8B = _model(
         mlp_ungated=True, norms_per_layer=1))
 
 
+# The CPU's state-space hybrid: Granite-4.0-H's layers at tiny's size. Four layers, the
+# second attention (tiny's 8 query / 2 KV heads of 32, no rope, as the published models),
+# the others Mamba-2 (8 heads of 64, d_state 64, one group, a 4-tap conv with bias, 64-token
+# scan chunks), each with a shared SwiGLU MLP of tiny's width and no experts.
+TINY_GRANITE_H = _model(
+    "tiny-granite-h", 2048, 256, 688, 4, 8, 2, 2048, architecture="granite_hybrid",
+    hybrid=HybridLayers(
+        _pattern("RARR"), (True,) * 4,
+        RecurrentMixer("mamba2", num_heads=8, head_dim=64, state_size=64, num_groups=1,
+                       conv_kernel=4, inner_size=512, chunk_size=64, conv_bias=True),
+        rope=False))
+
+
 PRESETS: dict[str, ModelConfig] = {
     # CPU default: small enough that a chat workload runs quickly on a laptop CPU,
     # GQA (4 query heads per KV head) so the grouped-query path is always exercised.
@@ -105,6 +118,7 @@ PRESETS: dict[str, ModelConfig] = {
     # to one full-attention layer, so `hybrid` and `paged` differ as they do on Gemma 3.
     "tiny-hybrid": _model("tiny-hybrid", 2048, 256, 688, 6, 8, 2, 8192, sliding_window=128,
                           layer_types=periodic_layer_types(6, 6)),
+    "tiny-granite-h": TINY_GRANITE_H,
     "llama-2-7b": _model("llama-2-7b", 32000, 4096, 11008, 32, 32, 32, 4096),
     "llama-2-13b": _model("llama-2-13b", 32000, 5120, 13824, 40, 40, 40, 4096),
     # Llama-2-70B: grouped-query attention (8 KV heads), unlike the 7B and 13B.

@@ -225,3 +225,31 @@ def test_kvbench_run_on_a_granite_folder(granite, tmp_path, capsys):
     assert (summary["completed"], summary["failed"]) == (4, 0)
     assert summary["memory"]["kv_budget_bytes"] == 2**20
     assert summary["memory"]["breakdown_mean"]["internal"] > 0
+
+
+def test_fp8_accuracy_reference_prefills_the_state_through_chunks(granite):
+    """The fp8 accuracy measurement prefills a sequence alone through a hand-built layout,
+    its state in blocks past its KV: 100 tokens in 40-token chunks give transformers'
+    logits."""
+    from kvbench.session.fp8_accuracy import _logits
+
+    folder, hf_model = granite
+    executor = build_engine(EngineConfig(model=str(folder), device="cpu", strategy="paged",
+                                         kv_memory="4MiB")).engine.executor
+    prompt = random_prompts(1, 512, seed=3, min_len=100, max_len=100)[0]
+    with torch.no_grad():
+        theirs = hf_model(torch.tensor([prompt])).logits[0].float()
+    torch.testing.assert_close(_logits(executor, prompt, list(range(100)), 40), theirs,
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_kvbench_run_fp8_measures_its_accuracy(granite, tmp_path, capsys):
+    folder, _ = granite
+    assert main(["run", "--model", str(folder), "--strategy", "fp8", "--workload", "uniform",
+                 "--num-requests", "4", "--workload-param", "prompt_len=60",
+                 "--workload-param", "output_len=8", "--kv-memory", "1MiB", "--quiet",
+                 "--out", str(tmp_path)]) == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    summary = json.loads((run / "kvbench_summary.json").read_text())
+    assert summary["completed"] == 4
+    assert summary["accuracy"]["num_requests_compared"] == 4
