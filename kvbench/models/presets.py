@@ -46,7 +46,7 @@ def _pattern(layers: str) -> tuple[str, ...]:
 # attention (16 query heads of 256, 2 KV heads, q/k norms, an output gate), the others Gated
 # DeltaNet (16 key heads of 128, 32 value heads of 128, a 4-tap conv); every layer 512
 # experts of 512, 10 a token, and a gated shared expert of 512 (~79.7B parameters, ~3.9B
-# active). Sized and simulated; the engine does not run it.
+# active). Sized and simulated; the engine does not run it yet.
 QWEN3_NEXT_80B = _model(
     "qwen3-next-80b-a3b", 151936, 2048, 5120, 48, 16, 2, 262144, head_dim=256,
     rope_theta=10000000.0, rms_norm_eps=1e-6, qk_norm=True, num_local_experts=512,
@@ -94,14 +94,15 @@ NEMOTRON_H_8B = _model(
 # The CPU's state-space hybrid: Granite-4.0-H's layers at tiny's size. Four layers, the
 # second attention (tiny's 8 query / 2 KV heads of 32, no rope, as the published models),
 # the others Mamba-2 (8 heads of 64, d_state 64, one group, a 4-tap conv with bias, 64-token
-# scan chunks), each with a shared SwiGLU MLP of tiny's width and no experts.
+# scan chunks), each with a shared SwiGLU MLP of tiny's width and no experts; the scores
+# scaled by head_dim**-0.5 (Granite's attention_multiplier; transformers' default is 1).
 TINY_GRANITE_H = _model(
     "tiny-granite-h", 2048, 256, 688, 4, 8, 2, 2048, architecture="granite_hybrid",
     hybrid=HybridLayers(
         _pattern("RARR"), (True,) * 4,
         RecurrentMixer("mamba2", num_heads=8, head_dim=64, state_size=64, num_groups=1,
                        conv_kernel=4, inner_size=512, chunk_size=64, conv_bias=True),
-        rope=False))
+        attention_multiplier=32**-0.5, rope=False))
 
 
 PRESETS: dict[str, ModelConfig] = {

@@ -253,3 +253,33 @@ def test_kvbench_run_fp8_measures_its_accuracy(granite, tmp_path, capsys):
     summary = json.loads((run / "kvbench_summary.json").read_text())
     assert summary["completed"] == 4
     assert summary["accuracy"]["num_requests_compared"] == 4
+
+
+# tiny-granite-h as a Granite-4.0-H config.json (transformers' GraniteMoeHybridConfig keys)
+TINY_GRANITE_H_CONFIG = {
+    "model_type": "granitemoehybrid", "vocab_size": 2048, "hidden_size": 256,
+    "intermediate_size": 688, "shared_intermediate_size": 688, "num_hidden_layers": 4,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 2048,
+    "layer_types": ["mamba", "attention", "mamba", "mamba"], "mamba_n_heads": 8,
+    "mamba_d_head": 64, "mamba_n_groups": 1, "mamba_d_state": 64, "mamba_d_conv": 4,
+    "mamba_expand": 2, "mamba_chunk_size": 64, "mamba_conv_bias": True,
+    "mamba_proj_bias": False, "num_local_experts": 0, "position_embedding_type": "nope",
+    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "attention_multiplier": 32**-0.5}
+
+
+def test_tiny_preset_is_a_granite_config_and_transformers_model():
+    """The CPU preset is what kvbench reads from its config.json, with transformers' model's
+    parameter count; its dummy weights run a prefill."""
+    from kvbench.models.config import ModelConfig
+    from kvbench.models.presets import PRESETS
+
+    preset = PRESETS["tiny-granite-h"]
+    assert ModelConfig.from_hf_config(TINY_GRANITE_H_CONFIG, "tiny-granite-h") == preset
+    fields = {k: v for k, v in TINY_GRANITE_H_CONFIG.items() if k != "model_type"}
+    with torch.device("meta"):
+        hf_model = transformers.GraniteMoeHybridForCausalLM(
+            transformers.GraniteMoeHybridConfig(**fields))
+    assert preset.num_parameters() == sum(p.numel() for p in hf_model.parameters())
+    # seeded dummy weights (A_log, D, dt_bias drawn or zeroed as every weight): finite logits
+    logits = reference_prefill_logits("tiny-granite-h", list(range(1, 150)))
+    assert bool(torch.isfinite(logits).all()) and float(logits.std()) > 0
