@@ -122,10 +122,11 @@ class PooledStates:
                 pool.gather(state_blocks[i], self.bytes[i])
 
     def read(self, layer: int) -> tuple[torch.Tensor, ...]:
+        """Copies (a later `write` leaves them as they were)."""
         rows = self.bytes.shape[0]
         return tuple(
             self.bytes[:, offset : offset + _numel(shape) * dtype.itemsize]
-            .contiguous().view(dtype).view(rows, *shape)
+            .clone(memory_format=torch.contiguous_format).view(dtype).view(rows, *shape)
             for offset, shape, dtype in self.pool.places[layer])
 
     def write(self, layer: int, states: tuple[torch.Tensor, ...]) -> None:
