@@ -84,6 +84,9 @@ class StatePool:
                 run = tensor[block * bs : (block + 1) * bs].reshape(-1).view(torch.uint8)
                 runs.append(run[:need])
                 need -= run.numel()
+        if need > 0:
+            raise ValueError(f"state blocks {list(blocks)} hold {self.state_bytes - need} of a "
+                             f"sequence's {self.state_bytes} bytes of state")
         return runs
 
     def gather(self, blocks: Sequence[int], out: torch.Tensor) -> None:

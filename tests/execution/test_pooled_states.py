@@ -73,3 +73,6 @@ def test_what_was_read_stays_as_read_after_a_write():
     step.write(0, (torch.ones_like(conv), torch.ones_like(ssm)))
     assert not conv.any() and not ssm.any()
     assert all(t.eq(1).all() for t in step.read(0))
+    _, pool = arena_and_pool()
+    with pytest.raises(ValueError, match="hold 256 of"):
+        pool.step([1], [4], [[0]])

@@ -283,3 +283,11 @@ def test_tiny_preset_is_a_granite_config_and_transformers_model():
     # seeded dummy weights (A_log, D, dt_bias drawn or zeroed as every weight): finite logits
     logits = reference_prefill_logits("tiny-granite-h", list(range(1, 150)))
     assert bool(torch.isfinite(logits).all()) and float(logits.std()) > 0
+
+
+def test_engine_hf_refuses_it_in_one_line():
+    from kvbench.execution.transformers_engine import to_transformers
+
+    decoder, _ = load_model("tiny-granite-h")
+    with pytest.raises(KvbenchInputError, match="does not run state-space hybrids"):
+        to_transformers(decoder, "tiny-granite-h", torch.device("cpu"))
