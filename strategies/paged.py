@@ -7,7 +7,9 @@ sequence are ever held ahead of use.
 A state-space hybrid's sequence also holds `state_blocks` blocks from admission to finish,
 whatever its length: its recurrent layers' state, as vLLM's hybrid allocator holds one page
 per state group (`kvbench.sizing.state_pages`). They are counted as held without tokens (the
-split's `internal`), and a strategy holding them takes no part in decode runs.
+split's `internal`), and a strategy holding them takes no part in decode runs. Each layout
+names every scheduled sequence's state blocks (`KVLayout.state_blocks`): the engine's
+executor keeps the state in those blocks' bytes, so a fork copies them as it copies KV.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from itertools import repeat
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.decode_run_rows import BooksAfterStep
-from kvbench.core.layout import SlotCopy
+from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import CacheStrategy, MemorySplit
 from kvbench.strategies.block_pool import BlockPool
@@ -354,17 +356,27 @@ class PagedStrategy(CacheStrategy):
         parent_table = self.tables[parent.seq_id]
         if len(parent_table) + self.state_blocks > self.pool.num_free:
             return None
-        if self.state_blocks:  # the child's own state (a copy of the parent's, not modelled)
+        parent_blocks, child_blocks = list(parent_table), [self.pool.allocate() for _ in
+                                                           parent_table]
+        if self.state_blocks:  # the child's own state: a copy of the parent's blocks
             self.states[child.seq_id] = self.pool.allocate_many(self.state_blocks)
-        child_table = [self.pool.allocate() for _ in parent_table]
+            parent_blocks += self.states[parent.seq_id]
+            child_blocks += self.states[child.seq_id]
         self.tables[child.seq_id] = []
-        self._extend_table(child, self.tables[child.seq_id], child_table)
+        self._extend_table(child, self.tables[child.seq_id],
+                           child_blocks[:len(parent_table)])
         copies = [
             SlotCopy(src * self.block_size, dst * self.block_size, self.block_size)
-            for src, dst in zip(parent_table, child_table, strict=True)
+            for src, dst in zip(parent_blocks, child_blocks, strict=True)
         ]
         self._copies.extend(copies)
         return copies
+
+    def build_layout(self, scheduled: list[tuple[Sequence, int]]) -> KVLayout:
+        layout = super().build_layout(scheduled)
+        if self.state_blocks:
+            layout.state_blocks = [self.states[seq.seq_id] for seq, _ in scheduled]
+        return layout
 
     def slot_of(self, seq: Sequence, position: int) -> int:
         table = self.tables[seq.seq_id]

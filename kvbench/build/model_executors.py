@@ -116,7 +116,9 @@ class ModelExecutors(ExecutorFactory):
         element = element_bytes(kv_dtype)
         arena = KVArena(model_config.kv_groups(element), num_slots, kv_dtype, device,
                         kv_scale=config.kv_scale,
-                        allocation=kv_allocation(config, model_config, element))
+                        allocation=kv_allocation(config, model_config, element),
+                        state_layers=(model_config.hybrid.recurrent_layers
+                                      if model_config.hybrid is not None else ()))
         return ModelExecutor(model, arena, ops, device, backend,
                              enforce_eager=config.enforce_eager is not False,
                              max_num_seqs=config.max_num_seqs)

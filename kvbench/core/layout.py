@@ -59,6 +59,11 @@ class KVLayout:
     `group_table_logs` (`hybrid`): one table log per allocation group
     (`kvbench.core.kv_allocation`), each layer reading its group's tables; None: one table
     per sequence serves every layer (`table_log`).
+
+    `state_blocks` (a state-space hybrid under `paged`): per scheduled sequence, the pool
+    blocks its recurrent layers' state lives in (the strategy's choice; the executor reads
+    and writes the state in those blocks' bytes: `kvbench.execution.pooled_states`). None: the
+    model keeps no state.
     """
 
     kind: str
@@ -75,6 +80,7 @@ class KVLayout:
     # The step's host copies as jobs (what the executor reports done, for a strategy that
     # waits on them); None: none (no host tier, or nothing to copy).
     host_transfers: HostTransfers | None = None
+    state_blocks: list[list[int]] | None = None
 
     @property
     def host_copies(self) -> tuple[HostCopy, ...]:

@@ -14,6 +14,7 @@ from kvbench.core.layout import KVLayout
 from kvbench.core.step_batch import StepBatch
 from kvbench.execution.decode_graphs import DecodeGraphs
 from kvbench.execution.host_kv_tier import HostCopyStats, HostKVTier
+from kvbench.execution.pooled_states import PooledStates, StatePool
 from kvbench.execution.step_inputs import DeviceIndices, StepInputs
 from kvbench.execution.tensor_executor import TensorExecutor
 from kvbench.kernels.attention_ops import AttentionOps
@@ -37,6 +38,9 @@ class KVArena:
     `kv_scale` when given, else set from the layer's first write and never changed, so every
     sequence sees the same scales.
 
+    `state_layers` hold no KV (a state-space hybrid's recurrent layers: `k` and `v` are None
+    there); their states live in the pool's blocks (`pooled_states`).
+
     With an `allocation` (`hybrid`, `kvbench.core.kv_allocation`) the arena holds one K and
     one V tensor per position in an allocation group, shared by every group: layer l reads
     and writes tensor `tensor_of_layer[l]` through the block tables of its group
@@ -51,6 +55,7 @@ class KVArena:
         device,
         kv_scale: float | None = None,
         allocation: HybridAllocation | None = None,
+        state_layers: tuple[int, ...] = (),
     ) -> None:
         shapes: dict[int, tuple[int, int, int]] = {
             layer: (num_slots, *group.slot_shape) for group in groups for layer in group.layers
@@ -58,17 +63,25 @@ class KVArena:
         # layer -> the latent width its V is read from (absent: the layer has its own V)
         latent_values = {layer: group.value_dim for group in groups for layer in group.layers
                          if not group.separate_v}
-        num_layers = len(shapes)
-        if sorted(shapes) != list(range(num_layers)):
-            raise ValueError(f"KV groups must cover layers 0..n-1 once each, got {sorted(shapes)}")
+        num_layers = len(shapes) + len(state_layers)
+        covered = sorted([*shapes, *state_layers])
+        if covered != list(range(num_layers)) or sum(len(g.layers) for g in groups) != len(
+                shapes):
+            raise ValueError(f"KV groups and state layers must cover layers 0..n-1 once each, "
+                             f"got {covered}")
         self.num_slots = num_slots
         self.dtype = dtype
         self.layer_group = [0] * num_layers
         self.num_table_groups = 1
         if allocation is None:  # a tensor per layer, shaped by its group
-            tensor_of_layer = list(range(num_layers))
+            tensor_of_layer = sorted(shapes)
             tensor_shapes = [shapes[i] for i in tensor_of_layer]
             tensor_latent = [latent_values.get(i) for i in tensor_of_layer]
+            if len(shapes) != num_layers:  # layers without KV: indices into the tensors
+                kv_index = {layer: t for t, layer in enumerate(tensor_of_layer)}
+                tensor_of_layer = [kv_index.get(i) for i in range(num_layers)]
+            else:
+                tensor_of_layer = list(range(num_layers))
         else:  # one slot shape (`hybrid_allocation` checks it); every layer latent, or none
             tensor_of_layer = allocation.tensor_of_layer()
             tensor_shapes = [shapes[0]] * allocation.group_size
@@ -78,8 +91,8 @@ class KVArena:
         ks = [torch.zeros(shape, dtype=dtype, device=device) for shape in tensor_shapes]
         vs = [torch.zeros_like(k) if latent is None else k[..., :latent]
               for k, latent in zip(ks, tensor_latent, strict=True)]
-        self.k = [ks[t] for t in tensor_of_layer]
-        self.v = [vs[t] for t in tensor_of_layer]
+        self.k = [None if t is None else ks[t] for t in tensor_of_layer]
+        self.v = [None if t is None else vs[t] for t in tensor_of_layer]
         # the tensors the arena allocated (a latent V is a view of its K)
         self._tensors = ks + [v for v, latent in zip(vs, tensor_latent, strict=True)
                               if latent is None]
@@ -170,7 +183,7 @@ class ModelExecutor(TensorExecutor):
             for i in range(self.config.num_layers)
         ]
         for variant, layer in zip(self.layer_variants, model.model.layers, strict=True):
-            if (sinks := getattr(layer.self_attn, "sinks", None)) is not None:
+            if (sinks := getattr(getattr(layer, "self_attn", None), "sinks", None)) is not None:
                 variant["sinks"] = sinks
         if (cap := self.config.attn_logit_softcapping) is not None:
             for variant in self.layer_variants:
@@ -181,6 +194,9 @@ class ModelExecutor(TensorExecutor):
         self.host_tier: HostKVTier | None = None
         self._host_jobs_done: list[int] = []  # copied, not yet reported (`finished_host_jobs`)
         self.last_host_copies: HostCopyStats | None = None  # the last step's, with a tier
+        # A state-space hybrid's states, in the arena's blocks the strategy gives them
+        # (`pooled_states`), made at the first step (its block size is the layout's).
+        self.state_pool: StatePool | None = None
         if not enforce_eager:
             self.enable_cuda_graphs(max_num_seqs)
 
@@ -190,7 +206,8 @@ class ModelExecutor(TensorExecutor):
         picks the experts a step runs on the host: shapes a captured graph cannot replay), nor for
         an arena with a table per layer group (the graphs capture one table)."""
         if (not graphs_supported(self.device, self.backend_name) or self.config.is_moe
-                or self.arena.latent_layers or self.arena.num_table_groups > 1):
+                or self.arena.latent_layers or self.arena.num_table_groups > 1
+                or self.config.hybrid is not None):
             return False
         arena = self.arena
         # The graphs call back into this executor: through a weak reference, since a cycle
@@ -331,6 +348,20 @@ class ModelExecutor(TensorExecutor):
             decode_extra = {"max_seq_len": max(layout.seq_lens[p:], default=1)}
         return self._attention(layout.kind, layout.block_size, idx, prefill_extra, decode_extra)
 
+    def _states(self, layout: KVLayout) -> PooledStates:
+        """The step's recurrent states, in the blocks the strategy holds them in."""
+        if layout.state_blocks is None:
+            raise RuntimeError(f"model {self.config.name} keeps a recurrent state, but the "
+                               "layout names no state blocks (a strategy that holds them: paged)")
+        pool = self.state_pool
+        if pool is None or pool.block_size != layout.block_size:
+            hybrid = self.config.hybrid
+            pool = self.state_pool = StatePool(
+                self.arena.pool_tensors, layout.block_size, hybrid.recurrent,
+                hybrid.recurrent_layers, next(self.model.parameters()).dtype,
+                min((len(b) for b in layout.state_blocks), default=0))
+        return pool.step(layout.query_lens, layout.seq_lens, layout.state_blocks)
+
     @torch.inference_mode()
     def execute(self, batch: StepBatch) -> torch.Tensor:
         layout = batch.layout
@@ -351,6 +382,11 @@ class ModelExecutor(TensorExecutor):
             self._layout_kind, self._block_size = layout.kind, layout.block_size
             if self.graphs is not None and self.graphs.can_run(batch, idx):
                 hidden = self.graphs.run(batch, idx)
+            elif self.config.hybrid is not None:
+                states = self._states(layout)
+                hidden = self.model(input_ids, positions, self._eager_attention(layout, idx),
+                                    states)
+                states.store()
             else:
                 hidden = self.model(input_ids, positions, self._eager_attention(layout, idx))
             # a decode-only step samples every row in order: no gather of the hidden states

@@ -326,6 +326,10 @@ def to_transformers(decoder: LlamaDecoder, model: str, device: torch.device):
             f"model {model}: --engine hf does not run latent-attention (DeepSeek) models; "
             "use --engine kvbench"
         )
+    if decoder.config.hybrid is not None:
+        raise KvbenchInputError(
+            f"model {model}: --engine hf does not run state-space hybrids (its cache would be "
+            "transformers' own, not a KV arena); use --engine kvbench")
     if decoder.config.is_moe:
         # transformers holds each layer's experts in one fused tensor: sharing kvbench's
         # per-expert tensors would take a copy of every expert, past the memory check.

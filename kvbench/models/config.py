@@ -43,7 +43,7 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mix
                          "gpt_oss", *DEEPSEEK_MODEL_TYPES, *GEMMA_MODEL_TYPES,
                          *HYBRID_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
-ARCHITECTURES = ("llama", "gpt_oss", "gemma")
+ARCHITECTURES = ("llama", "gpt_oss", "gemma", "granite_hybrid")
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,8 @@ class ModelConfig:
     # Gemma 2 and 3 (`gemma.py`'s decoder; `gemma_config.py` reads their config.json): the
     # (1 + w) RMSNorm, pre/post feed-forward norms, embeddings scaled by sqrt(hidden), gelu-tanh.
     # The decoder that computes it (one of ARCHITECTURES): "llama" (llama.py), "gpt_oss"
-    # (gpt_oss.py) or "gemma" (gemma.py); DeepSeek's is chosen by `mla`.
+    # (gpt_oss.py), "gemma" (gemma.py) or "granite_hybrid" (granite_hybrid.py, Granite-4.0-H);
+    # DeepSeek's is chosen by `mla`.
     architecture: str = "llama"
     query_pre_attn_scalar: float | None = None  # softmax scale = this**-0.5 (None: head_dim)
     attn_logit_softcapping: float | None = None  # scores -> c tanh(s / c)
@@ -121,7 +122,7 @@ class ModelConfig:
     # A state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H; hybrid_config.py): which
     # layers attend (a KV cache), which run a recurrent mixer (a constant state per
     # sequence: `state_groups`) and which have a feed-forward block. None: every layer
-    # attends and has one. Sized and simulated; the engine does not run it yet.
+    # attends and has one. Sized and simulated; the engine runs Granite-4.0-H's.
     hybrid: HybridLayers | None = None
 
     def __post_init__(self) -> None:
@@ -155,7 +156,10 @@ class ModelConfig:
 
     @property
     def softmax_scale(self) -> float:
-        """The attention scores' scale: Gemma's query_pre_attn_scalar**-0.5, else head_dim's."""
+        """The attention scores' scale: Gemma's query_pre_attn_scalar**-0.5, Granite's
+        attention_multiplier, else head_dim**-0.5."""
+        if self.hybrid is not None and self.hybrid.attention_multiplier is not None:
+            return self.hybrid.attention_multiplier
         return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
     @property

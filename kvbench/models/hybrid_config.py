@@ -5,7 +5,7 @@ gated full attention, 3:1), Granite-4.0-H (`granitemoehybrid`: Mamba-2 and atten
 NemotronHConfig read them.
 
 kvbench sizes and simulates these models (`kvbench estimate`, `kvbench simulate`); its engine
-does not run them yet. A key whose value would change the sizes and that kvbench does not
+runs Granite-4.0-H (kvbench/models/granite_hybrid.py), not yet the other two. A key whose value would change the sizes and that kvbench does not
 model is refused in one line naming it.
 """
 
@@ -27,6 +27,10 @@ from kvbench.models.layer_types import checked_layer_types
 from kvbench.models.recurrent import HybridLayers, RecurrentMixer
 
 HYBRID_MODEL_TYPES = ("qwen3_next", "granitemoehybrid", "nemotron_h")
+# Granite's layer_types, as published ("mamba" / "attention") and as transformers 5 writes
+# them (`_LEGACY_LAYER_TYPE_REMAP`: "linear_attention" / "full_attention")
+GRANITE_LAYER_TYPES = {"mamba": "recurrent", "attention": "attention",
+                       "linear_attention": "recurrent", "full_attention": "attention"}
 # FLA's chunk length for the gated delta rule (fla/ops/gated_delta_rule/chunk.py, BT = 64),
 # the prefill scan's chunk of a Gated DeltaNet layer (its config.json names none).
 GDN_CHUNK_SIZE = 64
@@ -137,8 +141,8 @@ def _granite(hf: dict[str, Any], name: str) -> dict[str, Any]:
     given = hf.get("layer_types")
     if given is None:
         raise KvbenchInputError(f"model {name}: config.json lacks 'layer_types'")
-    checked_layer_types(given, name, num_layers, ("mamba", "attention"))
-    mixers = tuple("recurrent" if t == "mamba" else "attention" for t in given)
+    checked_layer_types(given, name, num_layers, tuple(GRANITE_LAYER_TYPES))
+    mixers = tuple(GRANITE_LAYER_TYPES[t] for t in given)
     _need_both(mixers, name, "layer_types")
     hidden = positive_int(hf, "hidden_size", name)
     heads = positive_int(hf, "mamba_n_heads", name)
@@ -164,6 +168,8 @@ def _granite(hf: dict[str, Any], name: str) -> dict[str, Any]:
             f"model {name}: config.json num_experts_per_tok {top_k} must be 1 to "
             f"num_local_experts {experts}")
     shared = positive_int(hf, "shared_intermediate_size", name)
+    rope = _granite_rope(hf, name)
+    _default_time_step_limit(hf, name)
     return {
         "vocab_size": positive_int(hf, "vocab_size", name),
         "hidden_size": hidden,
@@ -178,9 +184,66 @@ def _granite(hf: dict[str, Any], name: str) -> dict[str, Any]:
         "num_experts_per_tok": top_k,
         "moe_intermediate_size": (positive_int(hf, "intermediate_size", name) if experts
                                   else 0),
+        "architecture": "granite_hybrid",
         "hybrid": HybridLayers(mixers, (True,) * num_layers, recurrent,
-                               shared_expert_intermediate_size=shared if experts else 0),
+                               shared_expert_intermediate_size=shared if experts else 0,
+                               embedding_multiplier=_multiplier(hf, name, "embedding_multiplier"),
+                               residual_multiplier=_multiplier(hf, name, "residual_multiplier"),
+                               logits_scaling=_multiplier(hf, name, "logits_scaling"),
+                               attention_multiplier=_multiplier(hf, name,
+                                                                "attention_multiplier"),
+                               rope=rope),
     }
+
+
+def _multiplier(hf: dict[str, Any], name: str, key: str) -> float:
+    """One of Granite's mu-P multipliers: a positive number, 1 when absent (as
+    GraniteMoeHybridConfig defaults them)."""
+    value = hf.get(key, 1.0)
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 < value < float("inf")):
+        raise KvbenchInputError(
+            f"model {name}: config.json {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _granite_rope(hf: dict[str, Any], name: str) -> bool:
+    """Whether Granite's attention rotates by position: transformers' GraniteMoeHybridModel
+    builds a rotary embedding only for position_embedding_type "rope" (the published
+    Granite-4.0-H files say "nope"), and kvbench rotates with the plain rope only."""
+    kind = hf.get("position_embedding_type")
+    if kind not in (None, "nope", "rope"):
+        raise KvbenchInputError(
+            f"model {name}: config.json position_embedding_type {kind!r} is not implemented "
+            "(supported: \"rope\", \"nope\" or null)")
+    if kind != "rope":
+        return False
+    rope = hf.get("rope_scaling") or hf.get("rope_parameters") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default")) if isinstance(
+        rope, dict) else rope
+    if rope_type != "default":
+        raise KvbenchInputError(
+            f"model {name}: config.json rope type {rope_type!r} is not implemented for "
+            "Granite-4.0-H (kvbench rotates its attention with the default rope)")
+    return True
+
+
+def _default_time_step_limit(hf: dict[str, Any], name: str) -> None:
+    """Granite's `time_step_limit` clamps the Mamba-2 time step in transformers' prefill scan
+    but not in its one-token update; only the default (0, inf), which clamps nothing, is
+    computed the same both ways."""
+    limit = hf.get("time_step_limit")
+    if limit is None:
+        return
+    inf = float("inf")
+    values = [inf if v == {"__float__": "Infinity"} or v == "Infinity" else v
+              for v in limit] if isinstance(limit, list | tuple) else None
+    if values != [0, inf]:
+        raise KvbenchInputError(
+            f"model {name}: config.json time_step_limit {limit!r:.60} is not implemented "
+            "(kvbench runs Granite's Mamba-2 layers unclamped: (0.0, inf))")
 
 
 def _nemotron_h(hf: dict[str, Any], name: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Building a decoder (`LlamaDecoder`, its gpt-oss subclass, `DeepseekDecoder` for latent
-attention or `GemmaDecoder` for Gemma's architecture): seeded random ("dummy") weights or a
-local Hugging Face folder."""
+attention, `GemmaDecoder` for Gemma's architecture or `GraniteHybridDecoder` for
+Granite-4.0-H): seeded random ("dummy") weights or a local Hugging Face folder."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from kvbench.models.deepseek import DeepseekDecoder
 from kvbench.models.dtype_names import model_dtype_name
 from kvbench.models.gemma import GemmaDecoder
 from kvbench.models.gpt_oss import GptOssDecoder
+from kvbench.models.granite_hybrid import GraniteHybridDecoder
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
 from kvbench.models.presets import PRESETS
@@ -85,8 +86,16 @@ def decoder_class(
         return DeepseekDecoder
     if config.hybrid is not None and config.hybrid.recurrent.kind == "gated_deltanet":
         return Qwen3NextDecoder
-    return {"gpt_oss": GptOssDecoder, "gemma": GemmaDecoder}.get(config.architecture,
-                                                                   LlamaDecoder)
+    return {"gpt_oss": GptOssDecoder, "gemma": GemmaDecoder,
+            "granite_hybrid": GraniteHybridDecoder}.get(config.architecture, LlamaDecoder)
+
+
+def computes_recurrent_layers(config: ModelConfig) -> bool:
+    """Whether the engine has a decoder for `config`'s hybrid family: Granite-4.0-H's Mamba-2
+    layers, Qwen3-Next's Gated DeltaNet ones (Nemotron-H's are sized, not computed)."""
+    hybrid = config.hybrid
+    return hybrid is not None and (config.architecture == "granite_hybrid"
+                                   or hybrid.recurrent.kind == "gated_deltanet")
 
 
 def load_model(
@@ -97,21 +106,20 @@ def load_model(
     init_std: float = 0.02,
     need: MemoryNeed | None = None,
     available: AvailableFn | None = None,
-    recurrent_states: bool = False,
 ) -> tuple[LlamaDecoder, ModelConfig]:
     """The model on `device`; refused before anything is allocated when it cannot fit.
 
     `need` is what the run will take (weights, activations, KV); by default the weights alone.
-    `available` tells the device's free bytes (see `check_memory`). A hybrid with recurrent
-    layers is refused unless `recurrent_states`: the caller hands its `forward` a
-    `RecurrentStates` (Qwen3-Next's decoder; no other recurrent mixer is computed yet).
+    `available` tells the device's free bytes (see `check_memory`). A hybrid's decoder takes
+    its recurrent states as a `RecurrentStates` beside the attention callable; a hybrid family
+    without a decoder (`computes_recurrent_layers`) is refused.
     """
     config = resolve_model_config(model)
-    if config.hybrid is not None and not (
-            recurrent_states and config.hybrid.recurrent.kind == "gated_deltanet"):
+    if config.hybrid is not None and not computes_recurrent_layers(config):
         raise KvbenchInputError(
             f"model {model}: its {config.hybrid.recurrent.kind} layers keep a recurrent state "
-            "kvbench's engine does not compute yet (kvbench estimate and simulate size it)")
+            "kvbench's engine does not compute for this family yet (it runs Granite-4.0-H and "
+            "Qwen3-Next; kvbench estimate and simulate size this one)")
     folder = None if model in PRESETS else model_folder(model, weights=True)
     if config.quantization is not None:
         raise KvbenchInputError(

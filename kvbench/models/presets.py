@@ -46,7 +46,7 @@ def _pattern(layers: str) -> tuple[str, ...]:
 # attention (16 query heads of 256, 2 KV heads, q/k norms, an output gate), the others Gated
 # DeltaNet (16 key heads of 128, 32 value heads of 128, a 4-tap conv); every layer 512
 # experts of 512, 10 a token, and a gated shared expert of 512 (~79.7B parameters, ~3.9B
-# active). Sized and simulated; the engine does not run it.
+# active). Sized and simulated; the engine does not run it yet.
 QWEN3_NEXT_80B = _model(
     "qwen3-next-80b-a3b", 151936, 2048, 5120, 48, 16, 2, 262144, head_dim=256,
     rope_theta=10000000.0, partial_rotary_factor=0.25, rms_norm_eps=1e-6, qk_norm=True,
@@ -63,16 +63,18 @@ QWEN3_NEXT_80B = _model(
 # ibm-granite/granite-4.0-h-small's config.json: 40 layers, attention (32 heads, 8 KV heads
 # of 128, no rope) at layers 5, 15, 25 and 35, Mamba-2 elsewhere (128 heads of 64, d_state
 # 128, one group, expand 2, a 4-tap conv with bias); every layer 72 experts of 768, 10 a
-# token, beside a shared MLP of 1536 (~32.2B parameters, ~8.8B active).
+# token, beside a shared MLP of 1536 (~32.2B parameters, ~8.8B active); its mu-P multipliers.
 GRANITE_4_H_SMALL = _model(
     "granite-4.0-h-small", 100352, 4096, 1536, 40, 32, 8, 131072, rms_norm_eps=1e-5,
     tie_word_embeddings=True, num_local_experts=72, num_experts_per_tok=10,
-    moe_intermediate_size=768,
+    moe_intermediate_size=768, architecture="granite_hybrid",
     hybrid=HybridLayers(
         _pattern("RRRRRA" + "RRRRRRRRRA" * 3 + "RRRR"), (True,) * 40,
         RecurrentMixer("mamba2", num_heads=128, head_dim=64, state_size=128, num_groups=1,
                        conv_kernel=4, inner_size=8192, chunk_size=256, conv_bias=True),
-        shared_expert_intermediate_size=1536))
+        shared_expert_intermediate_size=1536, embedding_multiplier=12.0,
+        residual_multiplier=0.22, logits_scaling=16.0, attention_multiplier=0.0078125,
+        rope=False))
 
 # nvidia/Nemotron-H-8B-Base-8K's config.json: 52 single-block layers by its pattern
 # "M-M-M-M*-M-M-M-M-M*-...": 24 Mamba-2 (128 heads of 64, d_state 128, 8 groups, a 4-tap
@@ -90,6 +92,20 @@ NEMOTRON_H_8B = _model(
         mlp_ungated=True, norms_per_layer=1))
 
 
+# The CPU's state-space hybrid: Granite-4.0-H's layers at tiny's size. Four layers, the
+# second attention (tiny's 8 query / 2 KV heads of 32, no rope, as the published models),
+# the others Mamba-2 (8 heads of 64, d_state 64, one group, a 4-tap conv with bias, 64-token
+# scan chunks), each with a shared SwiGLU MLP of tiny's width and no experts; the scores
+# scaled by head_dim**-0.5 (Granite's attention_multiplier; transformers' default is 1).
+TINY_GRANITE_H = _model(
+    "tiny-granite-h", 2048, 256, 688, 4, 8, 2, 2048, architecture="granite_hybrid",
+    hybrid=HybridLayers(
+        _pattern("RARR"), (True,) * 4,
+        RecurrentMixer("mamba2", num_heads=8, head_dim=64, state_size=64, num_groups=1,
+                       conv_kernel=4, inner_size=512, chunk_size=64, conv_bias=True),
+        attention_multiplier=32**-0.5, rope=False))
+
+
 PRESETS: dict[str, ModelConfig] = {
     # CPU default: small enough that a chat workload runs quickly on a laptop CPU,
     # GQA (4 query heads per KV head) so the grouped-query path is always exercised.
@@ -104,6 +120,7 @@ PRESETS: dict[str, ModelConfig] = {
     # to one full-attention layer, so `hybrid` and `paged` differ as they do on Gemma 3.
     "tiny-hybrid": _model("tiny-hybrid", 2048, 256, 688, 6, 8, 2, 8192, sliding_window=128,
                           layer_types=periodic_layer_types(6, 6)),
+    "tiny-granite-h": TINY_GRANITE_H,
     "llama-2-7b": _model("llama-2-7b", 32000, 4096, 11008, 32, 32, 32, 4096),
     "llama-2-13b": _model("llama-2-13b", 32000, 5120, 13824, 40, 40, 40, 4096),
     # Llama-2-70B: grouped-query attention (8 KV heads), unlike the 7B and 13B.

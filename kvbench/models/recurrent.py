@@ -177,6 +177,16 @@ class HybridLayers:
     # the dense MLP is two matmuls (Nemotron-H's relu^2), not SwiGLU's three
     mlp_ungated: bool = False
     norms_per_layer: int = 2  # Nemotron-H: one (its layers are single blocks)
+    # Granite-4.0-H's mu-P multipliers (they scale activations, no size): the embeddings
+    # times `embedding_multiplier`, each residual branch times `residual_multiplier`, the
+    # logits divided by `logits_scaling`, the attention scores scaled by
+    # `attention_multiplier` (None: head_dim**-0.5); `rope` False: attention without
+    # positions (its position_embedding_type "nope")
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    logits_scaling: float = 1.0
+    attention_multiplier: float | None = None
+    rope: bool = True
 
     def __post_init__(self) -> None:
         if len(self.mixers) != len(self.ffn):

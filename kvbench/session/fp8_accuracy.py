@@ -3,7 +3,8 @@
 Measured at the end of the run, on its own engine and tokens, against the same model reading
 an unquantized cache (the model's dtype, a paged layout): no other engine is built. The
 reference is one executor over an arena that holds one sequence, through which each finished
-sequence (its prompt and the tokens the run generated) is prefilled alone. Compared:
+sequence (its prompt and the tokens the run generated) is prefilled alone (a state-space
+hybrid's state in blocks past the sequence's KV, `_state_blocks`). Compared:
 
 - generated tokens, position by position: the token the unquantized cache would choose after
   the run's own tokens so far (sampled with the run's seeds when temperature > 0). The share
@@ -35,6 +36,7 @@ from kvbench.core.layout import KVLayout
 from kvbench.core.request import Request
 from kvbench.core.step_batch import StepBatch
 from kvbench.execution.model_executor import ModelExecutor
+from kvbench.execution.pooled_states import state_blocks_for
 from kvbench.execution.sampling import sample_tokens
 
 MAX_LOGIT_ROWS = 64  # prompt positions whose logits are compared, per sampled request
@@ -66,7 +68,11 @@ def measure_fp8_accuracy(built: BuiltEngine, config: EngineConfig, requests: lis
     kv_scales = run_executor.arena.scales()
 
     longest = max((r.prompt_len + r.output_len for r in compared), default=1)
-    reference = _reference_executor(built, config, math.ceil(longest / BLOCK) * BLOCK)
+    kv_slots = math.ceil(longest / BLOCK) * BLOCK
+    reference = _reference_executor(built, config, kv_slots)
+    if built.model_config.hybrid is not None:  # room past the KV for the sequence's state
+        reference = _reference_executor(
+            built, config, kv_slots + BLOCK * _state_block_count(reference))
     sampled = {r.request_id for r in sample}
     ref_logits: list[torch.Tensor] = []
     ref_tokens: list[list[list[int]]] = []
@@ -125,20 +131,35 @@ def _logits(executor: ModelExecutor, tokens: list[int], rows: list[int],
     alone into slots 0.. of the executor's arena, `chunk` tokens a step at most (as the run
     prefilled: no step larger than the activations the budget allowed for)."""
     length = len(tokens)
-    block = BLOCK if math.ceil(length / BLOCK) * BLOCK <= executor.arena.num_slots else 1
+    states = _state_block_count(executor)
+    block = BLOCK if states or math.ceil(length / BLOCK) * BLOCK <= executor.arena.num_slots else 1
+    # a hybrid's state: the blocks after the sequence's KV (the arena holds both)
+    state_blocks = ([list(range(math.ceil(length / block), math.ceil(length / block) + states))]
+                    if states else None)
     out = []
     for start in range(0, length, chunk):
         end = min(start + chunk, length)
         wanted = [row - start for row in rows if start <= row < end]
         layout = KVLayout(kind="paged", slot_mapping=list(range(start, end)),
                           query_lens=[end - start], seq_lens=[end], block_size=block,
-                          block_tables=[list(range(math.ceil(end / block)))])
+                          block_tables=[list(range(math.ceil(end / block)))],
+                          state_blocks=state_blocks)
         batch = StepBatch(tokens[start:end], list(range(start, end)), layout, 1,
                           wanted or [end - start - 1])
         logits = executor.execute(batch).float().cpu()
         if wanted:
             out.append(logits)
     return torch.cat(out) if out else torch.empty(0)
+
+
+def _state_block_count(executor: ModelExecutor) -> int:
+    """`BLOCK`-slot blocks of the executor's arena one sequence's recurrent state takes (0
+    for a model without)."""
+    hybrid = executor.config.hybrid
+    if hybrid is None:
+        return 0
+    return state_blocks_for(executor.arena.pool_tensors, BLOCK, hybrid.recurrent,
+                            hybrid.recurrent_layers, next(executor.model.parameters()).dtype)
 
 
 def _rows(length: int) -> list[int]:

@@ -25,3 +25,12 @@ def test_each_layer_takes_its_groups_shape():
     assert arena.nbytes == 5 * kv_bytes_per_token(groups)
     with pytest.raises(ValueError, match="cover layers"):
         KVArena((KVGroup((0, 2), 2, 8, 4),), 5, torch.float32, "cpu")
+
+
+def test_state_layers_hold_no_kv():
+    """A hybrid's recurrent layers (`state_layers`) get no K or V tensor; the others theirs."""
+    arena = KVArena((KVGroup((1,), 2, 8, 4),), 5, torch.float32, "cpu", state_layers=(0, 2))
+    assert [None if k is None else tuple(k.shape) for k in arena.k] == [None, (5, 2, 8), None]
+    assert arena.v[0] is None and arena.nbytes == 5 * 2 * 2 * 8 * 4
+    with pytest.raises(ValueError, match="cover layers"):
+        KVArena((KVGroup((1,), 2, 8, 4),), 5, torch.float32, "cpu", state_layers=(1, 2))

@@ -10,7 +10,6 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from kvbench.errors import KvbenchInputError
 from kvbench.models.gated_deltanet import (
     chunked_gated_delta_rule,
     l2norm,
@@ -66,7 +65,7 @@ def make_qwen3_next(folder, seed: int = 0, **fields):
 def checkpoint(tmp_path_factory):
     folder = tmp_path_factory.mktemp("qwen3_next")
     hf_model = make_qwen3_next(folder)
-    model, config = load_model(str(folder), recurrent_states=True)
+    model, config = load_model(str(folder))
     return folder, hf_model, model, config
 
 
@@ -237,19 +236,16 @@ def test_chunked_delta_rule_is_the_recurrence(checkpoint):
         torch.testing.assert_close(final, step_state, atol=1e-5, rtol=1e-5)
 
 
-def test_engine_refusal_stays_and_mtp_weights_are_skipped(checkpoint, tmp_path):
-    """Without a caller that passes `RecurrentStates` the loader refuses the model; a
-    published checkpoint's multi-token-prediction tensors (`mtp.*`) are not the model's."""
+def test_mtp_weights_are_skipped(checkpoint, tmp_path):
+    """A published checkpoint's multi-token-prediction tensors (`mtp.*`) are not the model's."""
     folder, _, model, _ = checkpoint
-    with pytest.raises(KvbenchInputError, match="recurrent state"):
-        load_model(str(folder))
     for file in folder.iterdir():
         if file.name != "model.safetensors":
             (tmp_path / file.name).write_bytes(file.read_bytes())
     tensors = load_file(folder / "model.safetensors")
     save_file({**tensors, "mtp.fc.weight": torch.ones(4, 4)}, tmp_path / "model.safetensors",
               metadata={"format": "pt"})
-    loaded, _ = load_model(str(tmp_path), recurrent_states=True)
+    loaded, _ = load_model(str(tmp_path))
     for name, param in loaded.state_dict().items():
         torch.testing.assert_close(param, model.state_dict()[name])
 
