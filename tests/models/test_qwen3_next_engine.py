@@ -1,0 +1,102 @@
+"""Qwen3-Next (Gated DeltaNet and gated attention layers, experts beside a gated shared
+expert) through kvbench's engine against transformers' Qwen3NextForCausalLM: greedy tokens
+under `paged` in prefill + decode, chunked prefill, preemption and parallel sampling, the
+recurrent states kept in the KV arena's state blocks (kvbench/execution/pooled_states.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvbench.build.engines import build_engine
+from kvbench.cli import main
+from kvbench.config import EngineConfig
+from kvbench.core.request import Request
+from kvbench.errors import KvbenchInputError
+from tests.conftest import random_prompts
+from tests.models.engine_parity import engine_tokens
+from tests.models.test_parity_hf import hf_greedy
+from tests.models.test_qwen3_next import make_qwen3_next
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def qwen3_next(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("qwen3_next_engine")
+    return folder, make_qwen3_next(folder)
+
+
+def test_prefill_and_decode_match_transformers(qwen3_next):
+    """Prompts across the delta rule's 64-token chunks, decoded together."""
+    folder, hf_model = qwen3_next
+    prompts = random_prompts(4, 512, seed=1, min_len=20, max_len=140)
+    got, _ = engine_tokens(folder, prompts, 24, strategy="paged", kv_memory="4MiB")
+    assert got == hf_greedy(hf_model, prompts, 24)
+
+
+def test_chunked_prefill_matches_transformers(qwen3_next):
+    """~190-token prompts under a 48-token step budget: each prompt's state carries over
+    four or more chunks."""
+    folder, hf_model = qwen3_next
+    prompts = random_prompts(3, 512, seed=5, min_len=150, max_len=200)
+    got, _ = engine_tokens(folder, prompts, 16, strategy="paged", kv_memory="4MiB",
+                           chunked_prefill=True, max_num_batched_tokens=48)
+    assert got == hf_greedy(hf_model, prompts, 16)
+
+
+def test_preemption_matches_transformers(qwen3_next):
+    """Three ~190-token prompts growing 48 tokens each in a pool that cannot hold them all:
+    a sequence is preempted, its state blocks go to another, and it recomputes from zeros."""
+    folder, hf_model = qwen3_next
+    built = build_engine(EngineConfig(model=str(folder), device="cpu", strategy="paged",
+                                      kv_memory="4MiB"))
+    strategy = built.engine.strategy
+    bytes_per_block = built.engine.executor.arena.nbytes // strategy.pool.num_blocks
+    prompts = random_prompts(3, 512, seed=2, min_len=180, max_len=200)
+
+    def blocks(tokens: int) -> int:
+        return -(-tokens // strategy.block_size) + strategy.state_blocks
+
+    # room to admit all three prompts, not to grow all three to their final length
+    admitted = sum(blocks(len(p)) for p in prompts)
+    final = sum(blocks(len(p) + 48) for p in prompts)
+    assert admitted + 2 < final
+    kv_memory = f"{(admitted + final) // 2 * bytes_per_block}B"
+    got, seqs = engine_tokens(folder, prompts, 48, strategy="paged", kv_memory=kv_memory,
+                              max_model_len=260)
+    assert sum(s.preemptions for s in seqs) > 0
+    assert got == hf_greedy(hf_model, prompts, 48)
+
+
+def test_parallel_samples_copy_the_state(qwen3_next):
+    """n = 2 greedy samples: the child forks after the prompt with its state blocks copied
+    from the parent's; both continue as transformers does."""
+    folder, hf_model = qwen3_next
+    prompt = random_prompts(1, 512, seed=7, min_len=70, max_len=70)[0]
+    engine = build_engine(EngineConfig(model=str(folder), device="cpu", strategy="paged",
+                                       kv_memory="4MiB", temperature=0.0)).engine
+    engine.add_request(Request(0, 0.0, tuple(prompt), 12, n=2))
+    engine.run_to_completion()
+    want = hf_greedy(hf_model, [prompt], 12)[0]
+    assert [s.token_ids[len(prompt):] for s in engine.sequences[0]] == [want, want]
+
+
+def test_kvbench_run_on_a_qwen3_next_folder(qwen3_next, tmp_path, capsys):
+    folder, _ = qwen3_next
+    assert main(["run", "--model", str(folder), "--strategy", "paged", "--workload",
+                 "uniform", "--num-requests", "4", "--workload-param", "prompt_len=60",
+                 "--workload-param", "output_len=8", "--kv-memory", "1MiB", "--quiet",
+                 "--out", str(tmp_path)]) == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    summary = json.loads((run / "kvbench_summary.json").read_text())
+    assert (summary["completed"], summary["failed"]) == (4, 0)
+    assert summary["memory"]["breakdown_mean"]["internal"] > 0
+
+
+def test_nemotron_h_is_refused_in_one_line():
+    """A Mamba-2 family without a decoder in the engine: refused naming what runs."""
+    with pytest.raises(KvbenchInputError, match="Granite-4.0-H and Qwen3-Next"):
+        build_engine(EngineConfig(model="nemotron-h-8b", device="cpu", strategy="paged",
+                                  kv_memory="4MiB"))
