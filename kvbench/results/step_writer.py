@@ -297,6 +297,14 @@ def _fold_sums(columns: dict[int, np.ndarray], weight_s: np.ndarray,
     return sums, any_saturated
 
 
+# The columns of steps.csv that a report draws (kept in memory for the session's report, and
+# all `kvbench report` parses: the GPU memory and prompt-block columns are never drawn).
+CHART_STEP_COLUMNS = frozenset({
+    "t_s", "step_ms", "num_prefill_seqs", "num_decode_seqs", "num_batched_tokens",
+    "num_running", "num_waiting", "preemptions", "kv_utilization", "kv_token_bytes",
+    "kv_reserved_bytes", "kv_internal_bytes", "kv_external_bytes", "kv_free_bytes",
+    "kv_cached_bytes",
+})
 # Rows a writer holds before it formats them and folds them into its totals at once.
 _CHUNK_ROWS = 4096
 # The most rows `StepColumns` holds (15 columns: 120 MB); a longer run's report reads its

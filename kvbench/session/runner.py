@@ -27,7 +27,6 @@ from kvbench.engine.engine import Engine
 from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import reset_peak_memory
 from kvbench.execution.threads import thread_settings
-from kvbench.report.runs import CHART_STEP_COLUMNS
 from kvbench.results.run_writer import RunOutcome, RunWriter
 from kvbench.session.progress import Progress
 from kvbench.session.run_config import RunConfig
@@ -175,10 +174,9 @@ def run_one(
         "threads": thread_settings(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    # The session's report draws the steps kept here rather than reading the file back.
+    # The session's report draws the steps and token times kept here, not the files read back.
     writer = RunWriter(folder, config, run.engine, slo_ms=run.replay.slo_ms,
-                       steps_every=run.replay.steps_every,
-                       keep_steps=CHART_STEP_COLUMNS if keep_for_report else None)
+                       steps_every=run.replay.steps_every, keep_for_report=keep_for_report)
     clock = engine.clock
     clock.reset()
     # The trace runs on the engine's clock: simulated under `kvbench simulate`, as the summary.
@@ -213,8 +211,7 @@ def run_one(
         outcome = writer.close(
             built, workload, status, warmup_done=warmup_done, recorder=recorder,
             accuracy=(lambda: _fp8_accuracy(built, run, workload))
-            if measures_fp8_accuracy(run) else None,
-            keep_for_report=keep_for_report)
+            if measures_fp8_accuracy(run) else None)
     if status == "interrupted":
         raise RunInterrupted(folder)
     if status == "failed":
