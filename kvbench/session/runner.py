@@ -221,13 +221,10 @@ def run_one(
 
 @contextlib.contextmanager
 def _gc_frozen(young_every: int | None = None) -> Iterator[None]:
-    """Keep the objects alive now (the workload's prompts: millions of token ids, alive for
-    the whole run) out of the garbage collector's view: its full collections otherwise walk
-    them again and again, a tenth of a long simulation's CPU time.
-
+    """Keep the objects alive now (the workload's prompts: millions of token ids) out of the
+    garbage collector's view, which its full collections would otherwise walk again and again.
     `young_every`: collect the youngest generation every this many allocations instead of
-    Python's 700 (a simulation: a step allocates thousands of short-lived tuples and lists,
-    few in cycles, and each collection walks every young object, about 5% of its replay). A
+    Python's 700 (a simulation's steps allocate many short-lived objects, few in cycles); a
     run on a device keeps the default, so tensors caught in a cycle are freed as before."""
     thresholds = gc.get_threshold()
     gc.freeze()
@@ -250,20 +247,10 @@ def _device_name(built: BuiltEngine, run: RunConfig) -> str:
 
 def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
             progress: Progress, writer: RunWriter | None = None) -> None:
-    """Send each request at its arrival time; with `max_concurrency` C (closed loop), also
-    not before one of C slots is free, as `vllm bench serve` does.
-
-    A request is sent at max(its arrival, when the slot it takes freed: the finish of the
-    request that held it). The engine gets it with `arrival_s` set to that send time, so
-    every latency is measured from when the request was sent (`results.metrics.request_rows`
-    reads the workload's arrival beside it: the difference is the client's wait). Each
-    request's rows go to `writer` as it ends.
-
-    With a front-end latency d (`--frontend-latency-ms`, the time vLLM's API server spends on
-    a request outside the engine's steps: HTTP, tokenization, the hand-off to the engine core
-    and back, detokenization and streaming), a request reaches the engine d after it is sent,
-    its `arrival_s` still the send time: TTFT and E2E count d, the scheduler sees the
-    request only from then, and the closed loop's next send waits for the finish as before."""
+    """Send each request at its arrival; with `max_concurrency` C (closed loop) also not
+    before one of C slots is free, as `vllm bench serve` does (docs/design.md, Metrics: Sent).
+    The engine gets it `--frontend-latency-ms` later, with `arrival_s` the send time, so every
+    latency counts from the send. Each request's rows go to `writer` as it ends."""
     pending: deque[Request] = deque(workload.requests)
     workload_request = {request.request_id: request for request in workload.requests}
     limit = workload.max_concurrency
