@@ -1,5 +1,5 @@
 """The `kvbench` group and `main`, where every failure becomes one line and an exit code
-(`failure`: the contract, one place per kind; docs/cli.md, Exit codes).
+(`failure`: the contract, one place per kind; docs/cli.md, Exit codes and faults).
 
 Subcommands are imported when invoked or when their own help is shown: `kvbench --help`
 loads neither torch nor pandas (it lists the one-line summaries below).
@@ -119,15 +119,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def failure(err: BaseException) -> tuple[str | None, int]:
-    """The failure contract: (the one line to print, the exit code) for `err`; anything
-    else (a bug) is raised again, with its traceback.
-
-    2: bad usage or input, and an I/O error (naming the path) before any run started; 1: a
-    failure while running (a run that started turns its I/O errors into `KvbenchRunError`,
-    its folder left `.partial`), or nothing printed when the reader of the output went away
-    (`| head`, as click does); 130: Ctrl-C (143 for SIGTERM, set by `main`). Memory,
-    recursion and overflow errors come from sizes or nesting in the input: one line, 2.
-    """
+    """The failure contract (docs/cli.md, Exit codes and faults): (the one line to print, the exit code)
+    for `err`; anything else (a bug) is raised again, with its traceback. Memory, recursion
+    and overflow errors come from sizes or nesting in the input: one line, 2."""
     if isinstance(err, click.exceptions.UsageError):
         return (err.format_message().splitlines() or [str(err)])[0], 2
     if isinstance(err, click.exceptions.ClickException):

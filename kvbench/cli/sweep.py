@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -44,13 +45,6 @@ def _point_options() -> list[click.Option]:
     from kvbench.session.run_options import per_run_fields
 
     return [click_option(info, "run", comma_list=True) for info in per_run_fields().values()]
-
-
-def _pair(text: str, what: str) -> tuple[str, str]:
-    items = [v.strip() for v in text.split(",") if v.strip()]
-    if len(items) != 2:
-        raise KvbenchInputError(f"{what} takes two names separated by a comma, got {text!r}")
-    return items[0], items[1]
 
 
 def _range(text: str) -> tuple[float, float]:
@@ -142,13 +136,11 @@ def _build_spec(config: str | None, simulate: bool, given: dict[str, Any],
             spec.name = extra["name"]
     if extra["out"] is not None and folder is None:
         spec.out = extra["out"]
-    report = spec.report
-    spec.report = ReportSpec(
-        _pair(extra["pareto"], "--pareto") if extra["pareto"] else report.pareto,
-        _pair(extra["heatmap"], "--heatmap") if extra["heatmap"] else report.heatmap,
-        tuple(_split(extra["heatmap_metrics"])) if extra["heatmap_metrics"]
-        else report.heatmap_metrics,
-    )
+    report = {k: v for k, v in dataclasses.asdict(spec.report).items() if v is not None}
+    report.update((k, extra[k]) for k in ("pareto", "heatmap") if extra[k])
+    if extra["heatmap_metrics"]:
+        report["heatmap_metrics"] = _split(extra["heatmap_metrics"])
+    spec.report = ReportSpec.from_dict(report, "--")
     if extra["executor"] is not None:
         spec.executor.kind = extra["executor"]
     if extra["address"] is not None:

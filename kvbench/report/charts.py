@@ -12,8 +12,8 @@ from kvbench.report.runs import RunData, RunSet
 from kvbench.report.style import PART_COLORS, PART_TITLES, RunStyle, base_layout
 from kvbench.report.tables import flatten, is_long_series
 from kvbench.report.thinning import even_rows
-from kvbench.report.token_times import sorted_inter_token_gaps_s
 from kvbench.results.metric_catalogue import METRICS
+from kvbench.results.token_times import TokenTimes
 from kvbench.results.weighted import WeightedValues
 
 CDF_POINTS = 400
@@ -107,6 +107,21 @@ def latency_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure:
     fig.update_axes("y", {"title": {"text": "share of requests ≤ x"}}, row=1, col=1)
     fig.update_layout(**base_layout("Latency CDFs (further left is faster)", 400))
     return fig
+
+
+def sorted_inter_token_gaps_s(tokens: TokenTimes) -> np.ndarray:
+    """Every inter-token gap (docs/design.md, Metrics: ITL), seconds, ascending, NaN left out:
+    computed into one array and sorted in place (a long run has millions of them)."""
+    times = tokens.times_s
+    if times.size < 2:
+        return np.empty(0)
+    gaps = np.diff(times)
+    # The gap from one sample's last token to the next sample's first is no ITL: NaN, which
+    # the sort puts last, with any NaN gap, and the slice below drops.
+    across = np.asarray(tokens.starts)[1:-1] - 1
+    gaps[across[(across >= 0) & (across < gaps.size)]] = np.nan
+    gaps.sort()
+    return gaps[: np.searchsorted(gaps, np.nan)]
 
 
 def itl_cdf_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None:

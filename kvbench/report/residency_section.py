@@ -1,11 +1,7 @@
-"""The report's "KV block residency" section: how long prefix-cache blocks live, and what
-hit rate a cache tier of each size would reach (results/README.md, residency keys).
-
-From each run's summary (`kvbench/results/residency_figures.py`): a table of the residency
-percentiles (vLLM's block lifetime, idle time before eviction and reuse gap, per tier) and
-the reuse distances; the distributions of block lifetime per tier; and the reuse-distance
-curve, the prefix hit rate an LRU cache of N blocks would reach against N, with the run's
-GPU cache and host tier sizes marked on it. Empty when no run has a prefix cache.
+"""The report's "KV block residency" section, from each run's summary
+(`kvbench/results/residency_figures.py`): the residency percentiles and reuse distances, the
+block lifetimes per tier, and the reuse-distance curve with the run's GPU cache and host tier
+sizes marked. Empty when no run has a prefix cache (results/README.md, KV block residency).
 """
 
 from __future__ import annotations

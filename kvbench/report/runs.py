@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.report.token_times import token_times as read_token_times
 from kvbench.results.columns import Columns
 from kvbench.results.metrics import latency_stats, nan_to_none, throughput
 from kvbench.results.run_folder import (
@@ -29,8 +28,9 @@ from kvbench.results.run_folder import (
     read_partial_requests,
     run_name,
 )
+from kvbench.results.step_writer import CHART_STEP_COLUMNS
 from kvbench.results.summary import Summary, summary_file
-from kvbench.results.token_times import TokenTimes
+from kvbench.results.token_times import TokenTimes, read_token_arrays
 
 
 @dataclass
@@ -75,6 +75,15 @@ class RunData:
         return read_token_times(self.path)
 
 
+def read_token_times(folder: Path) -> TokenTimes | None:
+    """The folder's token times; None without a readable token file (a damaged file costs the
+    charts that need it, not the whole report)."""
+    try:
+        return read_token_arrays(folder)
+    except KvbenchInputError:
+        return None
+
+
 @dataclass
 class RunSet:
     runs: list[RunData]
@@ -109,16 +118,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise KvbenchInputError(f"cannot read {path}: not a JSON object")
     return data
-
-
-# The columns of steps.csv that a report draws. Parsing only these costs half of reading the
-# whole file (the GPU memory and prompt-block columns are never drawn).
-CHART_STEP_COLUMNS = frozenset({
-    "t_s", "step_ms", "num_prefill_seqs", "num_decode_seqs", "num_batched_tokens",
-    "num_running", "num_waiting", "preemptions", "kv_utilization", "kv_token_bytes",
-    "kv_reserved_bytes", "kv_internal_bytes", "kv_external_bytes", "kv_free_bytes",
-    "kv_cached_bytes",
-})
 
 
 def _read_csv(path: Path, columns: frozenset[str] | None = None) -> Columns:

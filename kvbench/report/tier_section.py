@@ -1,13 +1,7 @@
-"""The report's "Host KV tier" section: each run's host-tier figures (docs/offload.md).
-
-One row per run that kept a host tier (`--kv-offload`), from its summary's `scheduler` keys
-(`kvbench/results/tier_figures.py`): the prefix hit rate per tier, the bytes stored and
-loaded, loads per step, how many requests waited for a load and how long, and the latency
-split a user weighs a tier by: TTFT's mean as queue + host load + prefill compute (the
-summary's `latency_ms`, over every sample: one that loaded nothing adds 0 to the host load;
-a folder written before the split shows "-" there). Empty when no run kept one. Below it,
-where a run with a tier preempted, how its victims came back
-(`kvbench/results/tier_figures.py`): recomputed, or swapped out to the tier and loaded.
+"""The report's "Host KV tier" section: one row per run that kept a host tier (`--kv-offload`),
+from its summary's `scheduler` keys (`kvbench/results/tier_figures.py`), and TTFT's mean as
+queue + host load + prefill compute; below it, how a tiered run's preempted requests came
+back (recomputed, or swapped out and loaded). Empty when no run kept one (docs/offload.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """`Columns`: a table as named numpy arrays of equal length, what the summary and the report
-read of `requests.csv` and `steps.csv`.
-
-A run hands its own rows over in this form, so `kvbench simulate` and `kvbench run` never
-import pandas: its import alone would be a large share of a short simulation's CPU. pandas
-still reads folders from disk and writes what users read with it (`kvbench export`);
-`from_frame` and `frame` cross over.
+read of `requests.csv` and `steps.csv`: a run hands its rows over in this form, so `run` and
+`simulate` never import pandas (docs/design.md, Results contract).
 """
 
 from __future__ import annotations

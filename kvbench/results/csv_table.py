@@ -1,9 +1,5 @@
-"""`csv_text`: columns of numbers as CSV text, written by pyarrow's CSV writer.
-
-`steps.csv` and `requests.csv` are read back with pandas, so a column's text must read back
-as its dtype: an int64 column as ints, a float64 column as floats (NaN an empty cell), a
-bool column as `True`/`False`. pyarrow writes a whole float (1.0) as `1`, which pandas would
-read back as an int: float columns get their `.0` here.
+"""`csv_text`: columns of numbers as CSV text, written by pyarrow's CSV writer, each column's
+text read back by pandas as its dtype (pyarrow writes a whole float as `1`: floats get `.0`).
 """
 
 from __future__ import annotations

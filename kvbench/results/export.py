@@ -1,19 +1,6 @@
-"""A results folder in other tools' formats: `vllm bench serve --save-result` JSON, vLLM's
-sweep layout, and one CSV row per request for pandas.
-
-The vLLM form has every key vLLM's serving benchmark saves with `--save-result
---save-detailed --percentile-metrics ttft,tpot,itl,e2el` (`vllm/benchmarks/serve.py`), with
-vLLM's types, units and formulas: per-request lists in seconds (`ttfts`, `latencies`,
-`start_times`, `queue_times`, `itls` a list of gaps per request), summary figures in
-milliseconds as mean, median, std (population, as numpy's default) and p99 over completed
-requests, TPOT per request as (E2E − TTFT) / (output tokens − 1), `max_output_tokens_per_s`
-from vLLM's one-second buckets and `max_concurrent_requests` as vLLM's `calculate_concurrency`
-(`vllm/benchmarks/lib/utils.py`: the exact peak over half-open intervals). A request with
-n > 1 samples is one request whose response streams every sample's tokens, as vLLM's client
-counts it: `output_lens` is the tokens of all samples and `itls` the gaps of their merged
-stream, so TTFT + Σ ITL is the request's E2E. Throughputs and duration are kvbench's own
-(over the makespan, docs/design.md "Metrics"), so they equal `kvbench_summary.json`. kvbench
-keeps no output text: `generated_texts` holds empty strings (results/README.md, vLLM export).
+"""A results folder in other tools' formats: `vllm bench serve --save-result` JSON (every key,
+with vLLM's types, units and formulas; an n > 1 request one merged stream), vLLM's sweep
+layout, and one CSV row per request for pandas (results/README.md, The vLLM export).
 """
 
 from __future__ import annotations

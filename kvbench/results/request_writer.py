@@ -1,10 +1,6 @@
-"""`RequestWriter`: streams finished requests' `requests.csv` rows as they finish, so a run
-killed mid-replay (`kill -9`, the out-of-memory killer) keeps them; the whole file is written
+"""`RequestWriter`: streams finished requests' `requests.csv` rows in batches (`FLUSH_ROWS`
+rows, or `FLUSH_EVERY_S` of wall time), so a killed run keeps them; the whole file is written
 over them at the run's end (docs/design.md, Results contract).
-
-Rows are written when `FLUSH_ROWS` finished requests wait, or by the first request to finish
-`FLUSH_EVERY_S` (wall time) after the previous write: a system call per finishing step would
-cost a long simulation (most of its steps end a request).
 """
 
 from __future__ import annotations

@@ -1,26 +1,7 @@
-"""A prefix cache's residency figures for a run's summary (`scheduler`'s keys; results/README.md).
-
-vLLM's KV cache residency metrics (`--kv-cache-metrics`; `strategies/block_residency.py`)
-per tier, in milliseconds of the run's clock, each `{mean, p50, p90, p99, max, count}`:
-
-- `kv_block_lifetime_ms`: a GPU block's allocation to its eviction (cached blocks evicted);
-- `kv_block_idle_before_evict_ms`: its last prefix hit (or allocation) to its eviction;
-- `kv_block_reuse_gap_ms`: the time between two consecutive prefix hits of a block;
-- `host_block_lifetime_ms`, `host_block_idle_before_evict_ms`, `host_block_reuse_gap_ms`:
-  the same of the host tier's blocks (`--kv-offload`): a store's start to the eviction,
-  a load (a host hit) being the access.
-
-And, to size a tier, the prefix lookups' reuse distances (`strategies/reuse_distance.py`):
-
-- `kv_block_reuse_distance`: `{mean, p50, p90, p99, max, count}` over the looked-up blocks
-  used before (a hit with an infinite cache), in blocks: distinct blocks used since;
-- `kv_reuse_curve`: the prefix hit rate an LRU cache of `blocks[i]` blocks would reach over
-  this run's lookups (`hit_rate[i]`, over the same prompt tokens as `gpu_hit_rate`), with
-  the GPU cache's and the host tier's sizes in blocks among the points, and the rate of an
-  infinite cache.
-
-`kv_residency_cdf_ms`: the quantiles (`q`: 0, 0.02, ..., 1) of each series above that has
-events, for the report's distributions.
+"""A prefix cache's residency figures for a run's summary: vLLM's KV cache residency metrics
+per tier (`strategies/block_residency.py`), the lookups' reuse distances and LRU hit-rate curve
+(`strategies/reuse_distance.py`) and their quantiles for the report (results/README.md lists
+each key).
 """
 
 from __future__ import annotations

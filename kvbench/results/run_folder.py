@@ -1,14 +1,7 @@
 """A results folder's life: written as `<name>.partial/`, renamed `<name>/` once whole, and
-the one check every reader of results makes before it trusts them (docs/design.md, Results
-contract).
-
-A run folder is whole when its name does not end in `.partial`, its `kvbench_summary.json`
-says `complete`, and its results files are whole: `requests.csv` (a row for each request),
-`steps.csv` and the token file (a row for each row of `requests.csv`) unless the folder
-predates it. A folder kept to its summary alone (a CI baseline) is whole. A folder of several
-runs (a comparison, `--repeat`) is whole when it is not `.partial` and each of its runs is.
-Each problem is one phrase named by the run (`contiguous-max`, `paged/rep-2`), so that a
-command can refuse or warn in one line.
+the one check every reader of results makes before it trusts them (results/README.md,
+Unfinished folders). Each problem is one phrase named by its run (`contiguous-max`,
+`paged/rep-2`), so that a command can refuse or warn in one line.
 """
 
 from __future__ import annotations

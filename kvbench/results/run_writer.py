@@ -10,7 +10,7 @@ import dataclasses
 import gc
 import math
 import operator
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,12 @@ from kvbench.results.metrics import (
 )
 from kvbench.results.request_writer import RequestWriter
 from kvbench.results.residency_figures import residency_figures
-from kvbench.results.step_writer import StepColumns, StepTotals, StepWriter
+from kvbench.results.step_writer import (
+    CHART_STEP_COLUMNS,
+    StepColumns,
+    StepTotals,
+    StepWriter,
+)
 from kvbench.results.summary import (
     SUMMARY_FILE,
     Goodput,
@@ -77,20 +82,21 @@ class RunOutcome:
 
 class RunWriter:
     """A run's results folder, open while the run goes. `config`: config.json's content
-    (its `label`, `device` and `executor` are the summary's too); `keep_steps`: the
-    `steps.csv` columns to keep in memory for the caller's report."""
+    (its `label`, `device` and `executor` are the summary's too); `keep_for_report`: keep the
+    chart columns of `steps.csv` and the token times in memory for the caller's report."""
 
     def __init__(self, folder: Path, config: dict[str, Any], engine: EngineConfig, *,
                  slo_ms: dict[str, float] | None = None, steps_every: int = 1,
-                 keep_steps: Collection[str] | None = None) -> None:
+                 keep_for_report: bool = False) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.config = nan_to_none(config)  # what the file holds: the outcome keeps it
         self.engine_config = engine
         self.slo_ms = slo_ms or {}
         write_json(self.folder / "config.json", self.config)
+        self.keep_for_report = keep_for_report
         self.steps = StepWriter(self.folder / "steps.csv", steps_every,
-                                StepColumns(set(keep_steps)) if keep_steps else None)
+                                StepColumns(CHART_STEP_COLUMNS) if keep_for_report else None)
         self._requests = RequestWriter(self.folder)
 
     def requests_finished(self, requests: Iterable[Request],
@@ -100,19 +106,16 @@ class RunWriter:
 
     def close(self, built: BuiltEngine, workload: WorkloadResult, status: str, *,
               warmup_done: int = 0, recorder: TraceRecorder | None = None,
-              accuracy: Callable[[], dict] | None = None,
-              keep_for_report: bool = False) -> RunOutcome:
+              accuracy: Callable[[], dict] | None = None) -> RunOutcome:
         """Write the run's files; `accuracy` measures the summary's `accuracy` section of a
         complete run. A failure to write keeps the streamed `requests.csv`."""
         try:
-            return self._close(built, workload, status, warmup_done, recorder, accuracy,
-                               keep_for_report)
+            return self._close(built, workload, status, warmup_done, recorder, accuracy)
         except BaseException:
             self._requests.abandon()  # its rows are what is left of requests.csv
             raise
 
-    def _close(self, built, workload, status, warmup_done, recorder, accuracy,
-               keep_for_report) -> RunOutcome:
+    def _close(self, built, workload, status, warmup_done, recorder, accuracy) -> RunOutcome:
         engine = built.engine
         with trace_range("metrics"), _no_collection():
             step_totals = self.steps.close()
@@ -143,7 +146,7 @@ class RunWriter:
         whole = status == "complete"  # (an unfinished run writes no report: nothing to keep)
         kept_steps = self.steps.kept.columns() if self.steps.kept is not None and whole else None
         return RunOutcome(self.config["label"], self.folder, summary, self.config, requests,
-                          token_times if keep_for_report and whole else None, kept_steps)
+                          token_times if self.keep_for_report and whole else None, kept_steps)
 
     def summarize(self, built: BuiltEngine, workload: WorkloadResult, status: str,
                   warmup_done: int, requests: Columns, steps: StepTotals,

@@ -1,8 +1,5 @@
-"""`StepWriter`: streams `steps.csv` to disk and keeps the per-step totals a summary needs.
-
-A long simulation runs millions of steps: the writer takes rows as they come (no
-`StepRecord` kept), writes them in batches (every Nth only with `--steps-every`) and folds
-every row, written or not, into `StepTotals`, so the summary is over all steps.
+"""`StepWriter`: streams `steps.csv` in batches (every Nth row with `--steps-every`) and folds
+every row, written or not, into the `StepTotals` the summary reads.
 """
 
 from __future__ import annotations
@@ -38,9 +35,8 @@ _SUMS = ("util_total", "util_weight", "saturated_total", "saturated_weight", "pa
 
 
 class StepRows:
-    """A batch of `steps.csv` rows, as one numpy array per column (`COLUMNS` order) with the
-    dtype pandas reads the file's column as: int64 for ints; float64 for floats, and for an
-    int column with an empty cell (NaN there)."""
+    """A batch of `steps.csv` rows, one numpy array per column (`COLUMNS` order) with the dtype
+    pandas reads it back as (int64; float64, also for an int column with an empty cell)."""
 
     __slots__ = ("columns",)
 
@@ -170,14 +166,10 @@ def _run_columns(arrays: RunArrays) -> list[np.ndarray | None]:
 
 @dataclasses.dataclass
 class StepTotals:
-    """What `RunWriter.summarize` reads from the steps, over every step.
-
-    The memory means are time-weighted (docs/design.md, Memory split): a step's
-    memory state lasts until the next step starts (the last one: its own length), which is
-    why each row is folded in when the next one arrives. Rows come in batches (`add_rows`:
-    a writer's `StepRows`, or `COLUMNS` tuples) and are summed with numpy: a simulation makes
-    hundreds of thousands of them.
-    """
+    """What `RunWriter.summarize` reads from the steps, over every step, summed with numpy a
+    batch at a time. The memory means are time-weighted (docs/design.md, Memory split): a
+    step's state lasts until the next step starts (the last: its own length), so each row is
+    folded in when the next one arrives."""
 
     steps: int = 0
     preemptions: int = 0
@@ -297,6 +289,14 @@ def _fold_sums(columns: dict[int, np.ndarray], weight_s: np.ndarray,
     return sums, any_saturated
 
 
+# The columns of steps.csv that a report draws (kept in memory for the session's report, and
+# all `kvbench report` parses: the GPU memory and prompt-block columns are never drawn).
+CHART_STEP_COLUMNS = frozenset({
+    "t_s", "step_ms", "num_prefill_seqs", "num_decode_seqs", "num_batched_tokens",
+    "num_running", "num_waiting", "preemptions", "kv_utilization", "kv_token_bytes",
+    "kv_reserved_bytes", "kv_internal_bytes", "kv_external_bytes", "kv_free_bytes",
+    "kv_cached_bytes",
+})
 # Rows a writer holds before it formats them and folds them into its totals at once.
 _CHUNK_ROWS = 4096
 # The most rows `StepColumns` holds (15 columns: 120 MB); a longer run's report reads its
@@ -305,10 +305,9 @@ KEEP_MAX_ROWS = 1_000_000
 
 
 class StepColumns:
-    """Some columns of the rows a writer writes to `steps.csv`, kept in memory as numpy
-    arrays with the dtypes pandas reads the file's columns as (int64; float64, and an int
-    column with an empty cell float64 with NaN there): what the session's report draws,
-    without reading the file back. Beyond `max_rows` rows it lets them go (`dropped`)."""
+    """Some columns of the rows a writer writes to `steps.csv`, kept in memory with the dtypes
+    pandas reads them back as: what the session's report draws. Beyond `max_rows` rows it
+    lets them go (`dropped`)."""
 
     def __init__(self, names: frozenset[str] | set[str], max_rows: int | None = None) -> None:
         self._wanted = [(name, _INDEX[name], name in _FLOAT_COLUMNS)

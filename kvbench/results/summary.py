@@ -110,13 +110,9 @@ class LatencyStats(Section):
 
 @dataclass(kw_only=True)
 class Latencies(Section):
-    """`latency_ms`, over samples (ITL: over token gaps): time to first token, per output
-    token after the first, between tokens, end to end, each from when the request was sent
-    (vLLM's definitions); queued before admission and from admission to the first token
-    (queue + prefill = TTFT), the latter split into the wait for a host tier's load (from
-    admission to the load's end; 0 for a sample that loaded nothing) and the rest
-    (host_load + prefill_compute = prefill, per sample); and the client's wait from arrival
-    to sending, outside them all (a `--max-concurrency` slot)."""
+    """`latency_ms`, over samples (ITL: over token gaps), with vLLM's definitions and TTFT's
+    parts: queue + host_load + prefill_compute = TTFT, host_load + prefill_compute = prefill;
+    `client_wait` outside them all (docs/design.md, Metrics)."""
 
     ttft: LatencyStats = field(default_factory=LatencyStats)
     tpot: LatencyStats = field(default_factory=LatencyStats)
@@ -175,11 +171,8 @@ class Memory(Section):
 
 @dataclass(kw_only=True)
 class Scheduler(Section):
-    """What the batching policy did. `batch_size_mean` is the mean, over engine steps (each
-    step counted once, not weighted by its duration), of the number of sequences the step
-    ran: prefill sequences plus decode sequences (`num_prefill_seqs + num_decode_seqs` of
-    `steps.csv`); `batch_size_max` is the largest such count. `extra` holds the cache
-    strategy's own counters."""
+    """What the batching policy did (`batch_size_mean`: sequences a step ran, a plain mean over
+    steps; docs/design.md, Metrics). `extra` holds the cache strategy's own counters."""
 
     steps: int | None = None
     preemptions: int | None = None
@@ -196,12 +189,9 @@ class Scheduler(Section):
 
 @dataclass(kw_only=True)
 class Load(Section):
-    """The load offered and what the client achieved. Offered rates are per second, null when
-    infinite (all at t=0): `request_rate` counts requests, `conversation_rate` conversations
-    (a request outside any conversation is a conversation of one); whichever of
-    `--request-rate` and `--conversation-rate` was given sets both, through the workload's
-    requests per conversation. Achieved rates are from the send times: (sent − 1) / (last send
-    − first send); a conversation is sent with its first request."""
+    """The load offered (rates per second, null when infinite; whichever of `--request-rate`
+    and `--conversation-rate` was given sets both) and the rates the client achieved, from the
+    send times (results/README.md, kvbench_summary.json)."""
 
     request_rate: float | None = None
     conversation_rate: float | None = None

@@ -1,20 +1,7 @@
-"""A host tier's figures for a run's summary (`scheduler`'s keys; docs/offload.md).
-
-With `--kv-offload` the strategy's own counters (`host_*`: blocks stored, loaded, evicted,
-refused, resident) are joined by what a user sizing a tier reads first: the prefix hit rate
-split per tier (over the same prompt tokens as `prefix_hit_rate`: tokens of admitted
-sequences), the bytes that crossed the host link each way across the tensor-parallel group,
-and how long requests waited for their KV to load before their prefill (the loading part of
-TTFT, from admission to the load's end, over the requests that loaded; `latency_ms.host_load`
-is the same wait per sample, 0 for one that loaded nothing, and
-`latency_ms.prefill` = `host_load` + `prefill_compute`).
-
-The run also states its `preemption_mode`; under `swap` (`--preemption-mode swap`) the
-strategy's counters (`host_swap_*`: victims swapped out, the blocks the tier kept for them and
-those copied then, the victims that recomputed because the tier could not hold them, the
-re-admissions that loaded their KV back) are joined by the bytes that crossed the host link
-each way for them, across the tensor-parallel group, and how long a swapped-in request waited
-for its load (re-admission to the load's end).
+"""A host tier's figures for a run's summary (`scheduler`'s keys): beside the strategy's own
+`host_*` and, under `--preemption-mode swap`, `host_swap_*` counters, the prefix hit rate per
+tier, the bytes that crossed the host link each way across the tensor-parallel group and the
+waits for loads (docs/offload.md, Results).
 """
 
 from __future__ import annotations

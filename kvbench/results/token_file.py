@@ -1,13 +1,9 @@
-"""The run's token times: `tokens.parquet` written from the engines' step ends, and the
-inter-token latencies of the summary.
+"""The run's token times: `tokens.parquet`, and the summary's inter-token latencies.
 
 A sample's token times are ranges of its engine's step ends (`Sequence.token_steps`;
-kvbench/core/step_times.py), laid in one array per engine (its step ends, then its decode
-cohort's). The file's rows are gathered from those ranges a batch at a time (a million
-requests hold hundreds of millions of tokens), and the same ranges give, per step rather
-than per token, the inter-token gaps as (gap, count) (`WeightedValues`: within a range, each
-difference of consecutive values once per range that spans it; between two ranges of one
-sample, one gap each) and the report's times, gathered only if something reads them.
+kvbench/core/step_times.py). The file's rows are gathered from those ranges a batch at a time
+(a million requests hold hundreds of millions of tokens), and the same ranges give the gaps
+per step rather than per token, as (gap, count) (`WeightedValues`).
 """
 
 from __future__ import annotations

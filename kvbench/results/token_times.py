@@ -1,9 +1,5 @@
-"""The run's per-token times: `tokens.parquet` (one row per sample of a request:
-`request_id`, `sample`, `token_times_s`, a list of seconds on the run's clock), or
-`tokens.jsonl` in a folder written before it (one JSON object a line, the same fields).
-
-Kept so that per-request inter-token latencies (vLLM's `itls`, `std_itl_ms`) can be rebuilt
-from a results folder. See results/README.md.
+"""The run's per-token times read back: `tokens.parquet`, or an older folder's `tokens.jsonl`
+(results/README.md, tokens.parquet).
 """
 
 from __future__ import annotations
@@ -29,12 +25,9 @@ TOKENS_SCHEMA = pa.schema([("request_id", pa.int64()), ("sample", pa.int64()),
 class TokenTimes:
     """A token file read into arrays: sample i's times are
     `times_s[starts[i]:starts[i + 1]]`, belonging to `request_ids[i]`, sample `samples[i]`.
-
-    `times_s` is given, or made by `source` when first read: a run hands its report these
-    arrays from memory (`kvbench.results.token_file`), and a million-request run's times are
-    GBs (8 bytes a token). `time_counts` and `gaps_s` give what a chart of all the tokens
-    needs as values with counts, which such a source makes per step (a few million values
-    where the tokens are hundreds of millions) without the per-token array."""
+    `times_s` is given, or made by `source` (a run's, in memory) when first read;
+    `time_counts` and `gaps_s` give the same multisets as values with counts, which a source
+    makes per step without the per-token array (a million-request run's is GBs)."""
 
     __slots__ = ("request_ids", "samples", "starts", "_times_s", "_source")
 

@@ -1,12 +1,7 @@
-"""`WeightedValues`: a multiset of floats held as values with counts, and the statistics of
-`metrics.latency_stats` over it without expanding it.
-
-A long run's inter-token latencies are hundreds of millions of gaps, but nearly all are
-differences of consecutive step ends, each shared by every sequence that decoded in both
-steps: a few million (value, count) pairs (`kvbench.results.token_file`). The percentiles are
-numpy's linear ones: the two order statistics each needs are found by the counts' running
-sum and interpolated as `np.percentile` does (`tests/results/test_weighted.py` checks them
-against it on the expanded array).
+"""`WeightedValues`: a multiset of floats held as values with counts (a long run's hundreds of
+millions of inter-token gaps are a few million distinct step-end differences), and the
+statistics of `metrics.latency_stats` over it without expanding it: numpy's linear
+percentiles, interpolated as `np.percentile` does.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """How much an fp8 KV cache changes the model's output: the `accuracy` section of fp8 runs.
 
 Measured at the end of the run, on its own engine and tokens, against the same model reading
-an unquantized cache (the model's dtype, a paged layout): no other engine is built. The
-reference is one executor over an arena that holds one sequence, through which each finished
-sequence (its prompt and the tokens the run generated) is prefilled alone (a state-space
-hybrid's state in blocks past the sequence's KV, `_state_blocks`). Compared:
-
-- generated tokens, position by position: the token the unquantized cache would choose after
-  the run's own tokens so far (sampled with the run's seeds when temperature > 0). The share
-  of positions that agree before the first divergence (averaged over sequences) is what a
-  generation through the unquantized cache would have kept; the share of all positions that
-  agree counts, after a divergence too, the choices the unquantized cache makes given the
-  same text;
-- prefill logits of a sample of requests, each prompt prefilled alone through both caches:
-  max and mean absolute error, next to the reference logits' scale and top-1/top-2 margin.
-
-Random-weight models have nearly flat logits (top-1/top-2 margins of a few hundredths), so a
-tiny logit error flips greedy choices that a trained model would make with a wide margin:
-token agreement on them understates real-model accuracy. The logit error is the measure that
-carries over.
+an unquantized cache through one executor over a one-sequence arena (docs/design.md, One build
+path; a state-space hybrid's state in blocks past the sequence's KV, `_state_blocks`): greedy agreement of the generated tokens (until the first divergence, and overall) and
+the prefill logits' error. On random weights the logits are nearly flat, so token agreement
+understates a trained model's; the logit error is the figure that carries over
+(docs/findings.md, fp8 KV cache).
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from kvbench.engine.engine import Engine
 from kvbench.errors import KvbenchRunError, RunInterrupted
 from kvbench.execution.gpu_memory import reset_peak_memory
 from kvbench.execution.threads import thread_settings
-from kvbench.report.runs import CHART_STEP_COLUMNS
 from kvbench.results.run_writer import RunOutcome, RunWriter
 from kvbench.session.progress import Progress
 from kvbench.session.run_config import RunConfig
@@ -175,10 +174,9 @@ def run_one(
         "threads": thread_settings(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    # The session's report draws the steps kept here rather than reading the file back.
+    # The session's report draws the steps and token times kept here, not the files read back.
     writer = RunWriter(folder, config, run.engine, slo_ms=run.replay.slo_ms,
-                       steps_every=run.replay.steps_every,
-                       keep_steps=CHART_STEP_COLUMNS if keep_for_report else None)
+                       steps_every=run.replay.steps_every, keep_for_report=keep_for_report)
     clock = engine.clock
     clock.reset()
     # The trace runs on the engine's clock: simulated under `kvbench simulate`, as the summary.
@@ -213,8 +211,7 @@ def run_one(
         outcome = writer.close(
             built, workload, status, warmup_done=warmup_done, recorder=recorder,
             accuracy=(lambda: _fp8_accuracy(built, run, workload))
-            if measures_fp8_accuracy(run) else None,
-            keep_for_report=keep_for_report)
+            if measures_fp8_accuracy(run) else None)
     if status == "interrupted":
         raise RunInterrupted(folder)
     if status == "failed":
@@ -224,13 +221,10 @@ def run_one(
 
 @contextlib.contextmanager
 def _gc_frozen(young_every: int | None = None) -> Iterator[None]:
-    """Keep the objects alive now (the workload's prompts: millions of token ids, alive for
-    the whole run) out of the garbage collector's view: its full collections otherwise walk
-    them again and again, a tenth of a long simulation's CPU time.
-
+    """Keep the objects alive now (the workload's prompts: millions of token ids) out of the
+    garbage collector's view, which its full collections would otherwise walk again and again.
     `young_every`: collect the youngest generation every this many allocations instead of
-    Python's 700 (a simulation: a step allocates thousands of short-lived tuples and lists,
-    few in cycles, and each collection walks every young object, about 5% of its replay). A
+    Python's 700 (a simulation's steps allocate many short-lived objects, few in cycles); a
     run on a device keeps the default, so tensors caught in a cycle are freed as before."""
     thresholds = gc.get_threshold()
     gc.freeze()
@@ -253,20 +247,10 @@ def _device_name(built: BuiltEngine, run: RunConfig) -> str:
 
 def _replay(engine: BaseEngine, workload: WorkloadResult, run: RunConfig,
             progress: Progress, writer: RunWriter | None = None) -> None:
-    """Send each request at its arrival time; with `max_concurrency` C (closed loop), also
-    not before one of C slots is free, as `vllm bench serve` does.
-
-    A request is sent at max(its arrival, when the slot it takes freed: the finish of the
-    request that held it). The engine gets it with `arrival_s` set to that send time, so
-    every latency is measured from when the request was sent (`results.metrics.request_rows`
-    reads the workload's arrival beside it: the difference is the client's wait). Each
-    request's rows go to `writer` as it ends.
-
-    With a front-end latency d (`--frontend-latency-ms`, the time vLLM's API server spends on
-    a request outside the engine's steps: HTTP, tokenization, the hand-off to the engine core
-    and back, detokenization and streaming), a request reaches the engine d after it is sent,
-    its `arrival_s` still the send time: TTFT and E2E count d, the scheduler sees the
-    request only from then, and the closed loop's next send waits for the finish as before."""
+    """Send each request at its arrival; with `max_concurrency` C (closed loop) also not
+    before one of C slots is free, as `vllm bench serve` does (docs/design.md, Metrics: Sent).
+    The engine gets it `--frontend-latency-ms` later, with `arrival_s` the send time, so every
+    latency counts from the send. Each request's rows go to `writer` as it ends."""
     pending: deque[Request] = deque(workload.requests)
     workload_request = {request.request_id: request for request in workload.requests}
     limit = workload.max_concurrency

@@ -1,11 +1,8 @@
 """A benchmark session: what `kvbench run` and `kvbench simulate` do, as a library.
 
-`plan_session(options)` expands the comma lists of `RunOptions` into one `RunConfig`
-per strategy × reserve × batching, plans every engine (`kvbench.build.engine_build.EnginePlan`:
-no engine is built), builds every workload and checks every request fits, so bad input fails
-before a file is written. `run_session(plan)` runs each configuration (`repeat` times, the
-configurations taking turns), each engine built when its run starts, writes the comparison
-files and the HTML reports, and returns the outcomes; printing is the caller's.
+`plan_session(options)` expands the comma lists into runs, plans every engine and checks every
+request, so bad input fails before a file is written; `run_session(plan)` runs them (repeats
+taking turns), each engine built as its run starts, and writes the folder and the reports.
 """
 
 from __future__ import annotations
@@ -126,11 +123,8 @@ def expand_runs(options: RunOptions) -> list[RunConfig]:
                     "kv_scale": options.kv_scale if strategy in fp8_names else None,
                     "slo": dict(slo_ms),
                 }))
-    if options.strategy == "all":
-        # `all` with --kv-cache-dtype fp8 names `fp8` twice (it is `paged` then): run it once.
-        return _distinct(runs)
-    check_distinct(runs)
-    return runs
+    # `all` with --kv-cache-dtype fp8 names `fp8` twice (it is `paged` then): run it once.
+    return check_distinct(runs, drop=options.strategy == "all")
 
 
 def _resolve_dtype(dtype: str, device: str, simulated: bool) -> str:
@@ -153,17 +147,6 @@ def _nvidia_driver_present() -> bool:
     return Path("/proc/driver/nvidia/version").exists() or any(Path("/dev").glob("nvidia[0-9]*"))
 
 
-def _distinct(runs: list[RunConfig]) -> list[RunConfig]:
-    seen: set[tuple] = set()
-    kept = []
-    for run in runs:
-        key = _run_identity(run)
-        if key not in seen:
-            seen.add(key)
-            kept.append(run)
-    return kept
-
-
 def _run_identity(run: RunConfig) -> tuple:
     """What a run measures: `fp8` and `paged --kv-cache-dtype fp8` are one run."""
 
@@ -175,18 +158,22 @@ def _run_identity(run: RunConfig) -> tuple:
             keeps_fp8_cache(engine), engine.batching)
 
 
-def check_distinct(runs: list[RunConfig]) -> None:
+def check_distinct(runs: list[RunConfig], drop: bool = False) -> list[RunConfig]:
     """Refuse a list that names one run twice (`paged,paged`, `fp8` next to `paged` with
-    `--kv-cache-dtype fp8`): a comparison of a run with itself is a typo, not a question."""
-
+    `--kv-cache-dtype fp8`): a comparison of a run with itself is a typo, not a question.
+    `drop`: keep the first of each instead."""
     seen: dict[tuple, str] = {}
+    kept = []
     for run in runs:
         label, key = strategy_label(run), _run_identity(run)
-        if key in seen:
+        if key in seen and not drop:
             first = seen[key]
             what = f"{label} twice" if first == label else f"{first} and {label}, the same run"
             raise KvbenchInputError(f"the strategy list names {what}: list it once")
-        seen[key] = label
+        if key not in seen:
+            seen[key] = label
+            kept.append(run)
+    return kept
 
 
 def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[str]:
@@ -380,11 +367,8 @@ def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = F
                   repeats: list[dict[str, Any]] | None = None) -> None:
     """One `report.html` per results folder: the run's own for one strategy; for several, one
     comparing them in `root`, and each strategy's own only when `per_strategy` (each report
-    inlines plotly.js, ~5 MB, so a 3-strategy folder would otherwise hold four copies).
-
-    The reports show what the outcomes hold, as `kvbench report` would read it back from
-    their folders (reading a long run's back costs more than the rest of its report);
-    `repeats`: each outcome's `repeat.json` when the session ran `--repeat`."""
+    inlines plotly.js, ~5 MB). The reports draw what the outcomes hold, as `kvbench report`
+    would read it back; `repeats`: each outcome's `repeat.json` under `--repeat`."""
     from kvbench.report.writer import write_runs_report  # pandas: only once results exist
 
     runs = [_report_run(o, o.folder if len(outcomes) == 1 else root,

@@ -1,12 +1,5 @@
-"""`kvbench sweep`: grids of runs, SLO capacity search, local or Ray execution, a report.
-
-- `config`: `SweepSpec` and the TOML sweep file; `options`: which run options can be axes;
-- `grid`: the points (a `RunConfig` and a stable id each); `point`: running one point;
-- `executor`, `local`, `ray_executor`: where points run;
-- `capacity`: bisection for the SLO capacity; `slo`: SLO targets on percentiles;
-- `table`: `points.csv`; `report`: `report.html`; `sweep_folder`: the folder's files, read back;
-- `driver`: `run_sweep`, which ties them up.
-"""
+"""`kvbench sweep`: grids of runs, SLO capacity search, local or Ray execution, a report
+(`driver.run_sweep` ties the modules up; docs/sweep.md)."""
 
 from __future__ import annotations
 

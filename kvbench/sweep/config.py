@@ -181,7 +181,8 @@ _TOP_KEYS = {"kind", "name", "out", "base", "axes", "slo", "search", "report", "
 
 
 def _pair(value: Any, what: str) -> tuple[str, str]:
-    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value)
+    items = ([v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str)
+             else list(value))
     if len(items) != 2:
         raise KvbenchInputError(f"{what} takes two names, got {value!r}")
     return str(items[0]), str(items[1])

@@ -13,16 +13,12 @@ import pandas as pd
 import pytest
 
 from kvbench.report import charts, step_charts, timelines
+from kvbench.report.charts import sorted_inter_token_gaps_s
 from kvbench.report.runs import load_runs
 from kvbench.report.style import run_styles
-from kvbench.report.token_times import (
-    inter_token_latencies_ms,
-    sorted_inter_token_gaps_s,
-    token_times,
-)
 from kvbench.report.writer import write_report
 from kvbench.results.repeat import repeat_summary
-from kvbench.results.token_times import TOKENS_FILE, TokenTimes
+from kvbench.results.token_times import TOKENS_FILE, TokenTimes, pooled_gaps_s, read_token_arrays
 
 
 def _trace(fig, name):
@@ -89,7 +85,8 @@ def _with_token_times(comparison: Path, dest: Path) -> Path:
 
 def test_itl_cdf_from_token_times(comparison, tmp_path):
     folder = _with_token_times(comparison, tmp_path / "paged")
-    assert inter_token_latencies_ms(token_times(folder)) == pytest.approx([20.0, 30.0, 100.0])
+    tokens = read_token_arrays(folder)
+    assert pooled_gaps_s(tokens.times_s, tokens.starts) * 1e3 == pytest.approx([20.0, 30.0, 100.0])
     runset = load_runs([folder])
     fig = charts.itl_cdf_figure(runset, run_styles(runset))
     assert list(fig.data[0]["x"]) == pytest.approx([20.0, 30.0, 100.0])
@@ -114,7 +111,7 @@ def test_itl_cdf_of_a_long_run_plots_exact_quantiles_from_one_read(comparison, t
     assert itl.size > charts.CDF_POINTS
     reads = []
     monkeypatch.setattr("kvbench.report.runs.read_token_times",
-                        lambda path: reads.append(path) or token_times(path))
+                        lambda path: reads.append(path) or read_token_arrays(path))
     runset = load_runs([folder])
     styles = run_styles(runset)
     cdf = charts.itl_cdf_figure(runset, styles).data[0]
@@ -173,7 +170,7 @@ def test_legend_is_anchored_below_the_axis_labels(comparison):
 
 
 def test_sorted_gaps_are_the_pooled_itls_sorted():
-    """The ITL CDF's gaps, sorted in place in seconds, are `inter_token_latencies_ms`
+    """The ITL CDF's gaps, sorted in place in seconds, are the pooled ITLs
     sorted: samples without tokens, one token or a NaN time included."""
     rng = np.random.default_rng(1)
     samples = [np.round(np.cumsum(rng.exponential(0.02, n)), 6) for n in (5, 0, 1, 40, 3)]
@@ -181,7 +178,7 @@ def test_sorted_gaps_are_the_pooled_itls_sorted():
     starts = np.concatenate([[0], np.cumsum([s.size for s in samples])])
     tokens = TokenTimes(np.arange(5), np.zeros(5, dtype=np.int64), starts,
                         np.concatenate(samples))
-    itl_ms = inter_token_latencies_ms(tokens)
+    itl_ms = pooled_gaps_s(tokens.times_s, tokens.starts) * 1e3
     gaps_s = sorted_inter_token_gaps_s(tokens)
     np.testing.assert_array_equal(gaps_s * 1e3, np.sort(itl_ms[~np.isnan(itl_ms)]))
     assert gaps_s.size == 4 + 39 - 2 + 2

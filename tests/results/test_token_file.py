@@ -19,7 +19,7 @@ from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.core.step_times import StepTimes
 from kvbench.report import charts
-from kvbench.report.token_times import sorted_inter_token_gaps_s
+from kvbench.report.charts import sorted_inter_token_gaps_s
 from kvbench.results import token_file
 from kvbench.results.metrics import latency_stats
 from kvbench.results.token_times import TOKENS_FILE, pooled_gaps_s, read_token_arrays
