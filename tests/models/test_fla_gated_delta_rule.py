@@ -6,7 +6,7 @@ off CUDA whatever is installed."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -20,9 +20,19 @@ from kvbench.models import gated_deltanet
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
+
+def fla_installed() -> bool:
+    """Whether the extra's distribution is installed (a leftover `fla` folder is not)."""
+    try:
+        importlib.metadata.version("fla-core")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 needs_fla = pytest.mark.skipif(
-    importlib.util.find_spec("fla") is None,
-    reason="flash-linear-attention is not installed (pip install 'kvbench[fla]')")
+    not fla_installed(), reason="flash-linear-attention is not installed (pip install 'kvbench[fla]')")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
