@@ -123,8 +123,9 @@ def chunked_gated_delta_rule(
     return out.transpose(1, 2), state
 
 
-# The fla releases whose kernels take the keywords below (state_v_first is 0.6's name; an older
-# fla would take it into **kwargs and silently read the state transposed).
+# The fla release checked against the reference (tests/models/test_fla_gated_delta_rule.py).
+# state_v_first is 0.6's name (0.6 still reads a deprecated transpose_state_layout); the kernels
+# take **kwargs, so a release that knew neither would ignore it and read the state transposed.
 FLA_VERSION = (0, 6)
 
 FlaKernels = tuple[Callable[..., tuple[torch.Tensor, torch.Tensor]], ...]
