@@ -14,13 +14,21 @@ depthwise conv (kernel K, silu) over q, k and v whose last K - 1 inputs are the 
 A one-token step runs that recurrence (`recurrent_gated_delta_rule`); a longer one its
 chunked form (`chunked_gated_delta_rule`), the same sums regrouped so a chunk of tokens
 costs a few matmuls and one triangular solve. Both are plain PyTorch and start from the
-state read, so a prompt may arrive in chunks. On CUDA the intended kernels are
-flash-linear-attention's (`fla.ops.gated_delta_rule.chunk_gated_delta_rule` and
-`fused_recurrent_gated_delta_rule`, with `causal_conv1d`), which vLLM runs; they are not a
-dependency of kvbench, and these references are what they must match.
+state read, so a prompt may arrive in chunks; they are the reference and run off CUDA.
+
+On a CUDA tensor, where flash-linear-attention imports (`pip install 'kvbench[fla]'`, fla
+0.6.x: FLA_VERSION), the delta rule runs FLA's Triton kernels instead, as transformers and
+vLLM do: `fla.ops.gated_delta_rule.chunk_gated_delta_rule` for prefill chunks and
+`fused_recurrent_gated_delta_rule` for one-token steps (`fla_delta_rule`, the one place
+that calls them). The causal conv stays PyTorch's conv1d on every device (FLA's
+`fla.modules.causal_conv1d`, which also takes a state, is not wired in).
 """
 
 from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -113,6 +121,58 @@ def chunked_gated_delta_rule(
                  + u.transpose(-1, -2) @ k_to_end[:, :, c])
     out = torch.stack(outputs, dim=2).reshape(batch, heads, -1, v.shape[-1])[:, :, :tokens]
     return out.transpose(1, 2), state
+
+
+# The fla release checked against the reference (tests/models/test_fla_gated_delta_rule.py).
+# state_v_first is 0.6's name (0.6 still reads a deprecated transpose_state_layout); the kernels
+# take **kwargs, so a release that knew neither would ignore it and read the state transposed.
+FLA_VERSION = (0, 6)
+
+FlaKernels = tuple[Callable[..., tuple[torch.Tensor, torch.Tensor]], ...]
+
+
+@functools.cache
+def fla_kernels() -> FlaKernels | None:
+    """FLA's (chunk_gated_delta_rule, fused_recurrent_gated_delta_rule), or None where fla
+    is not installed or is not a FLA_VERSION release (then a warning, once)."""
+    try:
+        import fla
+        from fla.ops.gated_delta_rule import (
+            chunk_gated_delta_rule,
+            fused_recurrent_gated_delta_rule,
+        )
+    except ImportError:
+        return None
+    if tuple(int(part) for part in fla.__version__.split(".")[:2]) != FLA_VERSION:
+        warnings.warn(f"flash-linear-attention {fla.__version__} is not the "
+                      f"{'.'.join(map(str, FLA_VERSION))}.x kvbench was checked against: Gated "
+                      "DeltaNet runs its PyTorch reference", stacklevel=2)
+        return None
+    return chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+
+
+def fla_kernels_for(x: torch.Tensor) -> FlaKernels | None:
+    """FLA's kernels where `x` is on CUDA and fla imports; None means the PyTorch reference."""
+    return fla_kernels() if x.is_cuda else None
+
+
+def fla_delta_rule(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+    state: torch.Tensor, cu_seqlens: torch.Tensor, kernels: FlaKernels,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The delta rule by FLA's kernels over N sequences laid end to end (FLA's varlen form).
+    q, k `[1, T, key heads, Dk]` as the conv gives them: the kernel L2-normalises them
+    (`use_qk_l2norm_in_kernel`, as transformers and vLLM call it) and scales q by Dk^-0.5;
+    value head h reads key head h // (value heads / key heads), as repeat_interleave gives.
+    v `[1, T, value heads, Dv]`, g (log decay, float32) and beta `[1, T, value heads]`,
+    state `[N, value heads, Dv, Dk]` (`state_v_first`: vLLM's and kvbench's orientation),
+    cu_seqlens `[N + 1]` (int64). Every sequence one token: the fused recurrence; else
+    chunked. Returns the outputs `[1, T, value heads, Dv]` and the states after (float32)."""
+    chunk, recurrent = kernels
+    kernel = recurrent if q.shape[1] == cu_seqlens.numel() - 1 else chunk
+    return kernel(q, k, v, g=g, beta=beta, scale=k.shape[-1] ** -0.5,
+                  initial_state=state.contiguous(), output_final_state=True,
+                  use_qk_l2norm_in_kernel=True, state_v_first=True, cu_seqlens=cu_seqlens)
 
 
 class GatedRMSNorm(DirectCall):
@@ -220,10 +280,20 @@ class GatedDeltaNet(DirectCall):
                    state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One group's outputs `[n, L, value heads, value dim]` and states after, from its
         conv outputs `[n, L, conv channels]`: a one-token step by the recurrence (as
-        transformers decodes), a longer one chunked (as it prefills)."""
+        transformers decodes), a longer one chunked (as it prefills); FLA's kernels on CUDA
+        where fla imports, the group's n sequences as its varlen batch."""
         n, length = conv_out.shape[:2]
         keys = self.key_heads * self.key_dim
         q, k, v = torch.split(conv_out, [keys, keys, conv_out.shape[-1] - 2 * keys], dim=-1)
+        kernels = fla_kernels_for(conv_out)
+        if kernels is not None:
+            tokens = n * length
+            q, k = (t.reshape(1, tokens, self.key_heads, self.key_dim) for t in (q, k))
+            v = v.reshape(1, tokens, self.value_heads, self.value_dim)
+            g, beta = (t.reshape(1, tokens, self.value_heads) for t in (g, beta))
+            cu_seqlens = torch.arange(0, tokens + 1, length, device=conv_out.device)
+            out, state = fla_delta_rule(q, k, v, g, beta, state, cu_seqlens, kernels)
+            return out.view(n, length, self.value_heads, self.value_dim), state
         ratio = self.value_heads // self.key_heads
         q, k = (t.reshape(n, length, self.key_heads, self.key_dim)
                 .repeat_interleave(ratio, dim=2).float() for t in (q, k))
