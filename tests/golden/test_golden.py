@@ -23,11 +23,13 @@ GOLDEN = json.loads(GOLDEN_FILE.read_text())
 def _approx(value, rel=1e-9):
     """Floats to 1e-9 relative: summing the same numbers in another order is not a change.
 
-    The fp8 `accuracy` section compares float32 logits of two forward passes, whose last bits
-    depend on the CPU's matrix kernels (up to 3.5e-4 relative between two x86 hosts), so
-    it is held to 1e-3."""
+    The fp8 `accuracy` section's figures are differences of float32 logits of two forward
+    passes, whose last bits depend on the CPU's matrix kernels (up to 3.5e-4 relative between
+    two x86 hosts). A difference is smaller than the logits it is taken of, so the same bits
+    move it further in relative terms (1.1e-3 on an AMD EPYC against the Intel-made golden
+    file): it is held to 1e-2, still far inside what a change to the fp8 path moves it."""
     if isinstance(value, dict):
-        return {k: _approx(v, 1e-3 if k == "accuracy" else rel) for k, v in value.items()}
+        return {k: _approx(v, 1e-2 if k == "accuracy" else rel) for k, v in value.items()}
     if isinstance(value, list):
         return [_approx(v, rel) for v in value]
     if isinstance(value, float):
