@@ -28,6 +28,7 @@ from kvbench.core.executor import DeviceKind, Executor
 from kvbench.core.kv_allocation import HybridAllocation, hybrid_allocation
 from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.core.kv_groups import kv_bytes_per_token
+from kvbench.core.mamba_cache_mode import WITH_PREFIX_CACHING, WITHOUT_PREFIX_CACHING
 from kvbench.core.request import Request
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.engine import Engine, RequestCheck, check_request_lengths
@@ -38,7 +39,7 @@ from kvbench.models.dtype_names import element_bytes, model_dtype_name
 from kvbench.models.resolve_config import resolve_model_config
 from kvbench.scheduling import POLICIES, SchedulerLimits, make_policy
 from kvbench.sizing.capacity import kv_capacity
-from kvbench.sizing.state_pages import state_pages
+from kvbench.sizing.state_pages import checkpoint_alignment, state_pages
 from kvbench.strategies import STRATEGIES, make_strategy, reads_option, swaps
 
 if TYPE_CHECKING:
@@ -119,12 +120,28 @@ def check_block_fits_window(config: EngineConfig, model_config: ModelConfig,
 
 
 def check_state_strategy(config: EngineConfig, model_config: ModelConfig) -> None:
-    """A state-space hybrid runs under a strategy that holds its recurrent state (`paged`)."""
+    """A state-space hybrid runs under a strategy that holds its recurrent state; a
+    `--mamba-cache-mode` that keeps state checkpoints needs a prefix cache to keep them in."""
     if model_config.hybrid is not None and not reads_option(config.strategy, "state_blocks"):
         raise KvbenchInputError(
             f"--strategy {config.strategy} does not hold {model_config.name}'s recurrent "
-            "state: a state-space hybrid runs under --strategy paged (prefix caching of a "
-            "state is not modelled)")
+            "state: a state-space hybrid runs under --strategy paged or prefix")
+    mode = config.mamba_cache_mode
+    if (model_config.hybrid is not None and mode not in (None, WITHOUT_PREFIX_CACHING)
+            and not reads_option(config.strategy, "mamba_cache_mode")):
+        raise KvbenchInputError(
+            f"--mamba-cache-mode {mode} keeps state checkpoints for prefix caching: "
+            f"--strategy {config.strategy} caches no prefix (use prefix, or "
+            f"--mamba-cache-mode {WITHOUT_PREFIX_CACHING})")
+
+
+def mamba_cache_mode(config: EngineConfig) -> str:
+    """The run's `--mamba-cache-mode`: as given, else vLLM's (align with prefix caching)."""
+    if config.mamba_cache_mode is not None:
+        return config.mamba_cache_mode
+    if reads_option(config.strategy, "mamba_cache_mode"):
+        return WITH_PREFIX_CACHING
+    return WITHOUT_PREFIX_CACHING
 
 
 def state_paging(config: EngineConfig, model_config: ModelConfig,
@@ -137,7 +154,8 @@ def state_paging(config: EngineConfig, model_config: ModelConfig,
         return 0, 0
     pages = state_pages(model_config, kv_element_bytes,
                         element_bytes(model_dtype_name(config.dtype)),
-                        config.tensor_parallel_size, config.block_size)
+                        config.tensor_parallel_size, config.block_size,
+                        checkpoint_alignment(model_config, mamba_cache_mode(config)))
     block_bytes = pages.block_size * pages.kv_bytes_per_token  # one GPU's, as the pages
     return pages.block_size, -(-pages.state_bytes_held // block_bytes)
 
@@ -237,6 +255,7 @@ def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
         concurrent_batches=2 if config.async_scheduling else 1,
         kv_offload_blocks=offload_blocks(config, bytes_per_slot),
         kv_offload_policy=config.kv_offload_policy,
+        mamba_cache_mode=mamba_cache_mode(config),
     )
 
 

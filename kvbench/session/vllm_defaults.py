@@ -21,10 +21,12 @@ choose by default, from vLLM's sources (docs/cli.md, "Defaults that differ from 
 
 vLLM v1's scheduler is kvbench's `--batching vllm-v1`, which models its async scheduling
 (`vllm/config/scheduler.py`, `async_scheduling`: on since 0.14) and keeps no watermark
-(`watermark` 0.0). Prefix caching over paged blocks is kvbench's `prefix` strategy; a
-state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H) takes `paged` instead, as vLLM
-before its `mamba_cache_mode` "align" ran them (prefix caching off: a cached prefix of a
-recurrent state needs a state checkpoint per block, not modelled). CUDA graphs
+(`watermark` 0.0). Prefix caching over paged blocks is kvbench's `prefix` strategy, for a
+state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H) too: vLLM turns prefix caching on
+for a generative hybrid (`ModelConfig.is_prefix_caching_supported`, vllm/config/model.py) and
+then `mamba_cache_mode` "align" (`MambaModelConfig.verify_and_update_config`,
+vllm/model_executor/models/config.py), kvbench's `--mamba-cache-mode` default under `prefix`
+(docs/state_models.md). CUDA graphs
 (`--enforce-eager` off in vLLM) are left to `--no-enforce-eager`: kvbench's graph path has not
 yet been checked against eager on a GPU (docs/design.md, Kernels).
 """
@@ -35,8 +37,6 @@ from typing import Any
 
 from kvbench.build.engine_build import keeps_fp8_cache
 from kvbench.config import EngineConfig
-from kvbench.errors import KvbenchInputError
-from kvbench.models.resolve_config import resolve_model_config
 from kvbench.simulator.gpu_lookup import get_gpu
 from kvbench.strategies import STRATEGIES
 
@@ -87,8 +87,6 @@ def vllm_defaults(kind: str, values: dict[str, Any]) -> dict[str, Any]:
         # kvbench's `continuous`, since `vllm-v1` always chunks
         del out["max_num_batched_tokens"]
         del out["batching"]
-    if not values.get("strategy") and _keeps_state(values.get("model")):
-        out["strategy"] = "paged"
     strategy = values.get("strategy") or out["strategy"]
     names = STRATEGIES.names() if strategy == "all" else [
         s.strip() for s in str(strategy).split(",") if s.strip()]
@@ -97,14 +95,3 @@ def vllm_defaults(kind: str, values: dict[str, Any]) -> dict[str, Any]:
            for name in names):
         out["kv_scale"] = VLLM_KV_SCALE  # a scale only an fp8 cache reads
     return out
-
-
-def _keeps_state(model: str | None) -> bool:
-    """Whether `model` is a state-space hybrid (an unreadable one is refused later, where its
-    config is read for the run)."""
-    if not model:
-        return False
-    try:
-        return resolve_model_config(model).hybrid is not None
-    except KvbenchInputError:
-        return False
