@@ -113,7 +113,7 @@ class PrefixCachingStrategy(PagedStrategy):
         self._state_base: dict[int, int] = {}
         self._state_held = 0
         self.state_checkpoints = 0  # checkpoints taken (`none`: 0)
-        # Every block hash admitted so far (prompts at admission, whole sequences when freed):
+        # Every block hash seen so far (prompts at admission, every block when named):
         # what an unbounded cache with a checkpoint at every block could have served, the
         # structural ceiling of the hit rate (`ceiling_tokens` over `query_tokens`).
         self._seen: set[BlockHash] = set()
@@ -174,6 +174,8 @@ class PrefixCachingStrategy(PagedStrategy):
             if self._pending_hash.get(table[i]) == h:  # computed now: from pending to named
                 del self._pending[h], self._pending_hash[table[i]]
             self.pool.register(table[i], h)
+        if full > start:
+            self._seen.update(hashes[start:full])
         if full > start and self.state_blocks and self.mamba_cache_mode != "none":
             self._checkpoint(seq, hashes, start, full)
         if full > start:
@@ -214,8 +216,12 @@ class PrefixCachingStrategy(PagedStrategy):
         return all(self.pool.lookup(state_hash(h, k)) is not None
                    for k in range(self.state_blocks))
 
-    def _checkpoint_pages(self, h: BlockHash) -> list[int]:
-        return [self.pool.lookup(state_hash(h, k)) for k in range(self.state_blocks)]
+    def _hit_state(self, hashes: list[BlockHash]) -> list[int]:
+        """The pages of the checkpoint a hit of these blocks' hashes ends at (none without
+        a hit or a state)."""
+        if not self.state_blocks or not hashes:
+            return []
+        return [self.pool.lookup(state_hash(hashes[-1], k)) for k in range(self.state_blocks)]
 
     def _state_need(self, seq: Sequence, fresh: int) -> int:
         """State blocks an admission or a chunk of `fresh` new table blocks takes: `all`'s
@@ -297,8 +303,8 @@ class PrefixCachingStrategy(PagedStrategy):
         host = self.host_tier
         if host is not None and seq.seq_id in host.swaps and not host.swap_ready(seq.seq_id):
             return False  # its swap-out is still being copied
-        blocks, _ = self._match(seq)
-        revived = sum(1 for b in blocks if self.pool.ref_counts[b] == 0)
+        blocks, hashes = self._match(seq)
+        revived = sum(1 for b in blocks + self._hit_state(hashes) if self.pool.ref_counts[b] == 0)
         needed = self._blocks_needed(seq, seq.num_uncomputed) - len(blocks)
         needed += self._state_need(seq, needed)
         keep = self.watermark_blocks if num_running else 0
@@ -331,20 +337,18 @@ class PrefixCachingStrategy(PagedStrategy):
         n = uncomputed - cached
         if max_new_tokens is not None and max_new_tokens < n:
             n = max_new_tokens
-        revived = sum(1 for b in blocks if self.pool.ref_counts[b] == 0)
+        copied = self._hit_state(hashes)  # the checkpoint the state is copied from
+        revived = sum(1 for b in blocks + copied if self.pool.ref_counts[b] == 0)
         needed = self.blocks_for(seq.num_computed + cached + n) - len(blocks)
         if needed + self._state_need(seq, needed) > self.pool.num_free - revived:
             raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
         self.pending_hit_blocks += sum(1 for b in blocks if b in self._pending_hash)
-        self.pool.touch(blocks)  # take the hits first: fresh allocations may evict
-        if self.state_blocks and blocks:  # the state copied from the hit's checkpoint
-            copied = self._checkpoint_pages(hashes[len(blocks) - 1])
-            self.pool.touch(copied)
-            for block in copied:
-                self.pool.release(block)
+        self.pool.touch(blocks + copied)  # take the hits first: fresh allocations may evict
         table = self.tables[seq.seq_id] = []
         self._extend_table(seq, table, blocks + [self.pool.allocate() for _ in range(needed)])
         self._take_state(seq, needed, len(blocks))
+        for block in copied:  # copied into the sequence's own state: back to the cache
+            self.pool.release(block)
         if self.host_tier is not None:
             self._host_admit(seq, table, blocks, hashes)
             if swap is not None:
@@ -491,7 +495,7 @@ class PrefixCachingStrategy(PagedStrategy):
         self._chains.pop(seq.seq_id, None)
         self._shared_upto.pop(seq.seq_id, None)
         table = self._drop_table(seq)
-        self._seen.update(self.hashes.pop(seq.seq_id, ()))
+        self.hashes.pop(seq.seq_id, None)
         self.live.pop(seq.seq_id, None)
         for block in reversed(table):  # tail first: it is evicted before its prefix
             self.pool.release(block)
