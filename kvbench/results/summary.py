@@ -184,6 +184,11 @@ class Scheduler(Section):
     steps: int | None = None
     preemptions: int | None = None
     prefix_hit_rate: float | None = None  # cached prompt tokens / prompt tokens
+    # The best hit rate the block layout allows, over the prefix cache's lookups: prompt
+    # tokens in full blocks some earlier sequence held (a cache that never evicts and, for a
+    # state-space hybrid, a state checkpoint at every block) / tokens looked up; None
+    # without a prefix cache (`kvbench.strategies.prefix`)
+    prefix_hit_ceiling: float | None = None
     prompt_tokens: int | None = None
     cached_prompt_tokens: int | None = None
     batch_size_mean: float | None = None
