@@ -114,10 +114,15 @@ GDN_CHECKPOINT_ALIGNMENT = 64
 
 
 def checkpoint_alignment(model: ModelConfig, mamba_cache_mode: str) -> int:
-    """The alignment vLLM's `align` mode adds to the raised block (1: none)."""
+    """The alignment a `--mamba-cache-mode` adds to the raised block (1: none): `align`'s
+    FlashInfer checkpoints for Gated DeltaNet; `all`'s, the scan's chunk (vLLM's first
+    mamba prefix caching rounded the block up to a multiple of `mamba_chunk_size`, so that
+    every block boundary is a chunk boundary of the kernels, whose states they write)."""
     hybrid = model.hybrid
-    if mamba_cache_mode != "align" or hybrid is None:
+    if hybrid is None or mamba_cache_mode == "none":
         return 1
+    if mamba_cache_mode == "all":
+        return hybrid.recurrent.chunk_size
     return GDN_CHECKPOINT_ALIGNMENT if hybrid.recurrent.kind == "gated_deltanet" else 1
 
 
