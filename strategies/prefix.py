@@ -235,9 +235,9 @@ class PrefixCachingStrategy(PagedStrategy):
     def _take_state(self, seq: Sequence, fresh: int, table_len: int) -> None:
         """Allocate `_state_need(seq, fresh)`: the table has `table_len` blocks before the
         `fresh` ones."""
-        need = self._state_need(seq, fresh)
-        if not need:
+        if not self.state_blocks:
             return
+        need = self._state_need(seq, fresh)
         pages = self.states.setdefault(seq.seq_id, [])
         self._state_base.setdefault(seq.seq_id, table_len)
         pages.extend(self.pool.allocate() for _ in range(need))

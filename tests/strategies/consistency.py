@@ -40,6 +40,9 @@ def check_consistency(strategy: PrefixCachingStrategy | HybridStrategy) -> None:
                 for block in table:
                     if block != FREED:
                         owners[block] += 1
+        for pages in strategy.states.values():  # a hybrid's state pages, beside the tables
+            for block in pages:
+                owners[block] += 1
         assert owners == strategy.pool.ref_counts, "reference counts differ from the tables"
         if isinstance(strategy.pool, CachingBlockPool):
             check_pool(strategy.pool)
