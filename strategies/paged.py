@@ -36,9 +36,8 @@ class PagedOptions:
 
 @dataclass(frozen=True)
 class PagedStateOptions(PagedOptions):
-    """`paged`'s own options: also a hybrid's state (its derived strategies take none:
-    caching prefixes of a recurrent state needs a state checkpoint per block, vLLM's
-    `mamba_cache_mode` "align", not modelled)."""
+    """`paged`'s own options: also a hybrid's state (`prefix` declares its own, with where it
+    keeps state checkpoints: `PrefixOptions.mamba_cache_mode`)."""
 
     state_blocks: int = 0  # blocks a sequence's recurrent state holds (a hybrid's)
 
