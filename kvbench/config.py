@@ -9,6 +9,7 @@ from typing import Any
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE, check_block_size
 from kvbench.core.host_transfers import HOST_POLICIES, PREEMPTION_MODES
 from kvbench.core.kv_cache_dtype import KV_CACHE_DTYPES
+from kvbench.core.mamba_cache_mode import MAMBA_CACHE_MODES
 from kvbench.errors import KvbenchInputError
 from kvbench.units import parse_size_bytes
 
@@ -87,6 +88,10 @@ class EngineConfig:
     # What a preempted request loses: recompute (vLLM v1's only mode) or swap, its KV kept in
     # the host tier (`--kv-offload`, the swap space) and loaded back (vLLM v0's swap).
     preemption_mode: str = "recompute"
+    # Where a state-space hybrid's prefix cache keeps state checkpoints (vLLM's
+    # --mamba-cache-mode): none, align or all; None: vLLM's, align under a prefix-caching
+    # strategy (`kvbench.strategies.prefix`), none otherwise.
+    mamba_cache_mode: str | None = None
 
     def __post_init__(self) -> None:
         if self.kv_memory is not None:
@@ -99,6 +104,9 @@ class EngineConfig:
         if self.kv_offload_policy not in HOST_POLICIES:
             raise KvbenchInputError(f"--kv-offload-policy {self.kv_offload_policy!r}: choose "
                                     f"from {', '.join(HOST_POLICIES)}")
+        if self.mamba_cache_mode not in (None, *MAMBA_CACHE_MODES):
+            raise KvbenchInputError(f"--mamba-cache-mode {self.mamba_cache_mode!r}: choose "
+                                    f"from {', '.join(MAMBA_CACHE_MODES)}")
         if self.preemption_mode not in PREEMPTION_MODES:
             raise KvbenchInputError(f"--preemption-mode {self.preemption_mode!r}: choose from "
                                     f"{', '.join(PREEMPTION_MODES)}")

@@ -30,6 +30,9 @@ class ContiguousOptions:
     # What bounds one step's write of a sequence, hence a window group's ring (`ring_slots`).
     chunked_prefill: bool = False
     max_num_batched_tokens: int = 2048
+    # A state-space hybrid's recurrent state, in slots (its bytes over a slot's): reserved
+    # with the sequence's range, after its KV positions, from admission to finish.
+    state_slots: int = 0
 
 RESERVE_MODES = ("max", "pow2", "exact")
 
@@ -51,8 +54,10 @@ class ContiguousStrategy(CacheStrategy):
         chunked_prefill: bool = False,
         max_num_batched_tokens: int = 2048,
         check_accounting: bool | None = None,
+        state_slots: int = 0,
     ) -> None:
         super().__init__(num_slots, max_model_len, check_accounting)
+        self.state_slots = state_slots
         if reserve not in RESERVE_MODES:
             raise KvbenchInputError(
                 f"unknown --reserve {reserve!r} (choose from {', '.join(RESERVE_MODES)})"
@@ -74,6 +79,11 @@ class ContiguousStrategy(CacheStrategy):
         return super().__new__(cls)
 
     def reservation(self, seq: Sequence) -> int:
+        """The range reserved for `seq`: its KV (by `--reserve`), then its state (held, no
+        token: the split's `internal`, as slots past the final length)."""
+        return self._kv_reservation(seq) + self.state_slots
+
+    def _kv_reservation(self, seq: Sequence) -> int:
         final = seq.final_kv_len
         if self.reserve == "max":
             return max(self.max_model_len, final)

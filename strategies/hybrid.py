@@ -16,6 +16,11 @@ id: the kernels read only the window's blocks.
 The memory split counts pool slots (one token of one allocation group); `MemorySplit.groups`
 holds each group's part (free slots are the pool's, in the total only), a window group's
 token slots being the computed positions in the blocks it still holds.
+
+A state-space hybrid's sequence also holds `state_blocks` pages of the same pool from its
+admission to its finish, whatever its length (vLLM's state groups, one page each, in the
+pool of equal pages: the attention block raised to match, `kvbench.sizing.state_pages`);
+they count as held without tokens (the whole split's `internal`, in no group's split).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class HybridOptions(PagedOptions):
     # Steps scheduled but not yet settled: 2 under async scheduling, whose next step is
     # scheduled before the blocks behind the window are freed (vLLM's max_in_flight_tokens).
     concurrent_batches: int = 1
+    state_blocks: int = 0  # pages a sequence's recurrent state holds (a hybrid's)
 
 
 @register_strategy(
@@ -67,8 +73,12 @@ class HybridStrategy(CacheStrategy):
         max_num_batched_tokens: int = 2048,
         concurrent_batches: int = 1,
         check_accounting: bool | None = None,
+        state_blocks: int = 0,
     ) -> None:
         super().__init__(num_slots, max_model_len, check_accounting)
+        # Each admitted sequence's state pages, by seq_id (none without recurrent layers).
+        self.state_blocks = state_blocks
+        self.states: dict[int, list[int]] = {}
         if not allocation_windows:
             raise ValueError("hybrid needs at least one allocation group")
         self.block_size = block_size
@@ -168,6 +178,7 @@ class HybridStrategy(CacheStrategy):
     def can_admit(self, seq: Sequence, num_running: int) -> bool:
         """Whether the whole sequence would fit (its blocks taken chunk by chunk later)."""
         needed = self._admission_need(self.blocks_for(seq.num_computed + seq.num_uncomputed), 0)
+        needed += self._state_need(seq)
         keep = self.watermark_blocks if num_running else 0
         return self.pool.num_free - needed >= keep
 
@@ -189,9 +200,11 @@ class HybridStrategy(CacheStrategy):
             self.first[sid] = [0] * self.num_groups
         self._free_behind(seq, tables, p)  # blocks no later query reads: always safe to free
         needed, _ = self._plan(seq, num_new_tokens)
-        if needed > self.pool.num_free:
+        if needed + self._state_need(seq) > self.pool.num_free:
             self._set_room(seq)
             return False
+        if self._state_need(seq):
+            self.states[sid] = [self.pool.allocate() for _ in range(self.state_blocks)]
         end = self.blocks_for(p + num_new_tokens)
         firsts = self.first[sid]
         for g, table in enumerate(tables):
@@ -206,6 +219,10 @@ class HybridStrategy(CacheStrategy):
         self._account_seq(seq)
         self._set_room(seq)
         return True
+
+    def _state_need(self, seq: Sequence) -> int:
+        """The state pages a sequence takes at its first allocation."""
+        return self.state_blocks if self.state_blocks and seq.seq_id not in self.states else 0
 
     def _free_behind(self, seq: Sequence, tables: list[list[int]], position: int) -> None:
         firsts = self.first[seq.seq_id]
@@ -243,6 +260,8 @@ class HybridStrategy(CacheStrategy):
         tables = self.tables.pop(sid, None)
         self.first.pop(sid, None)
         self._room.pop(sid, None)
+        for block in self.states.pop(sid, ()):
+            self.pool.release(block)
         if tables is None:
             return
         for g, table in enumerate(tables):
@@ -261,8 +280,10 @@ class HybridStrategy(CacheStrategy):
         """Like `paged`: the child gets its own copy of every block the parent holds."""
         parent_tables = self.tables[parent.seq_id]
         held = [[b for b in t if b != FREED] for t in parent_tables]
-        if sum(len(h) for h in held) > self.pool.num_free:
+        if sum(len(h) for h in held) + self.state_blocks > self.pool.num_free:
             return None
+        if self.state_blocks:  # the child's own state (a copy of the parent's)
+            self.states[child.seq_id] = [self.pool.allocate() for _ in range(self.state_blocks)]
         bs = self.block_size
         tables = self.tables[child.seq_id] = []
         self.first[child.seq_id] = list(self.first[parent.seq_id])
@@ -335,7 +356,15 @@ class HybridStrategy(CacheStrategy):
             groups.append(MemorySplit(
                 token=token, reserved=will - token, internal=self._g_held[g] - shared - will,
                 prompt_blocks=self._g_prompt[g] if self.counts_prompt_blocks else None))
-        return MemorySplit.of_groups(tuple(groups), self.num_slots, computed)
+        return self._with_states(MemorySplit.of_groups(tuple(groups), self.num_slots, computed))
+
+    def _with_states(self, split: MemorySplit) -> MemorySplit:
+        """`split` with the states' pages held, holding no token."""
+        if self.states:
+            state = len(self.states) * self.state_blocks * self.block_size
+            split.internal += state
+            split.free -= state
+        return split
 
     def memory_split_from_scratch(
         self, running: list[Sequence], head_waiting: Sequence | None
@@ -365,7 +394,7 @@ class HybridStrategy(CacheStrategy):
                     holders[g][table[i]] = holders[g].get(table[i], 0) + 1
         for split, count in zip(groups, holders, strict=True):  # a shared block once
             split.token -= sum(k - 1 for k in count.values()) * bs
-        return MemorySplit.of_groups(tuple(groups), self.num_slots, computed)
+        return self._with_states(MemorySplit.of_groups(tuple(groups), self.num_slots, computed))
 
     def is_whole(self) -> bool:
-        return not self.tables and self.pool.is_whole()
+        return not self.tables and not self.states and self.pool.is_whole()

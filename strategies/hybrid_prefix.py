@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.sequence import Sequence
+from kvbench.errors import KvbenchInputError
 from kvbench.strategies.host_offload import HostOffload
 from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.hybrid import FREED, HybridOptions, HybridStrategy
@@ -59,12 +60,16 @@ class HybridPrefixStrategy(HybridStrategy):
         check_accounting: bool | None = None,
         kv_offload_blocks: int = 0,
         kv_offload_policy: str = "lru",
+        state_blocks: int = 0,
     ) -> None:
         super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
                          allocation_windows=allocation_windows,
                          max_num_batched_tokens=max_num_batched_tokens,
                          concurrent_batches=concurrent_batches,
-                         check_accounting=check_accounting)
+                         check_accounting=check_accounting, state_blocks=state_blocks)
+        if state_blocks and kv_offload_blocks:
+            raise KvbenchInputError("--kv-offload: a state-space hybrid's states are not "
+                                    "offloaded (not modelled)")
         self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
         self._root = root_hash(namespace)
         self._chains: dict[int, list[BlockHash]] = {}  # seq_id -> hash of each full block
@@ -137,8 +142,8 @@ class HybridPrefixStrategy(HybridStrategy):
     def _match(self, seq: Sequence) -> tuple[int, list[list[int]]]:
         """(hit blocks L, per group the cached block of each index from its first needed
         one to L, FREED before it)."""
-        if seq.num_computed or seq.seq_id in self.tables:
-            return 0, []
+        if seq.num_computed or seq.seq_id in self.tables or self.state_blocks:
+            return 0, []  # (a hybrid's state: no checkpoint kept, `--mamba-cache-mode none`)
         chain = self._chain(seq)[: (len(seq.token_ids) - 1) // self.block_size]
         lookup = self.pool.lookup
         longest = len(chain)

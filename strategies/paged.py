@@ -38,9 +38,8 @@ class PagedOptions:
 
 @dataclass(frozen=True)
 class PagedStateOptions(PagedOptions):
-    """`paged`'s own options: also a hybrid's state (its derived strategies take none:
-    caching prefixes of a recurrent state needs a state checkpoint per block, vLLM's
-    `mamba_cache_mode` "align", not modelled)."""
+    """`paged`'s own options: also a hybrid's state (`prefix` declares its own, with where it
+    keeps state checkpoints: `PrefixOptions.mamba_cache_mode`)."""
 
     state_blocks: int = 0  # blocks a sequence's recurrent state holds (a hybrid's)
 
@@ -389,7 +388,7 @@ class PagedStrategy(CacheStrategy):
         split = super()._split_from_totals(running, head_waiting, computed_tokens)
         split.prompt_blocks = self._prompt_blocks
         if self.states:  # held, holding no token
-            state = len(self.states) * self.state_blocks * self.block_size
+            state = self._state_blocks_held() * self.block_size
             split.internal += state
             split.free -= state
         return split
@@ -407,6 +406,10 @@ class PagedStrategy(CacheStrategy):
         split.internal += sum(len(blocks) for blocks in self.states.values()) * self.block_size
         split.free = self.num_slots - split.held  # includes the sub-block remainder of the arena
         return split
+
+    def _state_blocks_held(self) -> int:
+        """Blocks the running sequences' states hold (`state_blocks` each)."""
+        return len(self.states) * self.state_blocks
 
     def is_whole(self) -> bool:
         return not self.tables and not self.states and self.pool.is_whole()

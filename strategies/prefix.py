@@ -23,6 +23,23 @@
   partial last one included, pinned in the tier; its re-admission takes the GPU cache's hit
   as any admission does and loads the rest (the sequence waits as for a host hit), resuming
   with every token it had computed.
+
+A state-space hybrid's sequence also holds `state_blocks` blocks for its recurrent state from
+admission to finish (as `paged`). A prefix of it can be reused only where a copy of the state
+after that prefix was kept, a *checkpoint* (`state_blocks` blocks named by the hash of the
+block it ends, evictable like any cached block), so a hit is the longest cached run of blocks
+cut back to its last checkpoint. Where checkpoints are taken is `mamba_cache_mode`, vLLM's:
+
+- `none`: no checkpoint, so no hit (vLLM without prefix caching: a hit on the attention
+  blocks alone is useless, the state cannot be restored);
+- `align` (vLLM's default with prefix caching): at the last block boundary each scheduled
+  chunk reaches (vLLM cuts a prefill chunk back to a block boundary, kvbench keeps the chunk
+  and takes the checkpoint where vLLM's chunk would have ended), at the prompt's last block
+  boundary before its last token, and at each boundary decode crosses; each is released to
+  the cache at once (vLLM's `MambaManager` keeps one running state block a request);
+- `all`: at every block boundary, each held by the sequence until it finishes (vLLM's
+  earlier mode: a state page for every block of the table), so it costs `state_blocks`
+  blocks per block of context.
 """
 
 from __future__ import annotations
@@ -31,7 +48,9 @@ from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import KVLayout, SlotCopy
+from kvbench.core.mamba_cache_mode import MAMBA_CACHE_MODES, WITH_PREFIX_CACHING
 from kvbench.core.sequence import Sequence
+from kvbench.errors import KvbenchInputError
 from kvbench.strategies.base import MemorySplit
 from kvbench.strategies.host_offload import HostOffload
 from kvbench.strategies.host_tier import HostTier
@@ -42,6 +61,7 @@ from kvbench.strategies.prefix_index import (
     block_hash,
     extend_chain,
     root_hash,
+    state_hash,
 )
 from kvbench.strategies.registry import register_strategy
 from kvbench.strategies.residency_books import ResidencyBooks
@@ -53,6 +73,8 @@ class PrefixOptions(PagedOptions):
     namespace: str = ""  # keys the hashes (model, dtypes): other configurations never match
     kv_offload_blocks: int = 0  # host tier blocks (`--kv-offload` in blocks); 0: none
     kv_offload_policy: str = "lru"  # the host tier's eviction: lru | arc
+    state_blocks: int = 0  # blocks a sequence's recurrent state holds (a hybrid's)
+    mamba_cache_mode: str = WITH_PREFIX_CACHING  # where a hybrid's state is checkpointed
 
 
 @register_strategy(
@@ -72,9 +94,30 @@ class PrefixCachingStrategy(PagedStrategy):
         check_accounting: bool | None = None,
         kv_offload_blocks: int = 0,
         kv_offload_policy: str = "lru",
+        state_blocks: int = 0,
+        mamba_cache_mode: str = WITH_PREFIX_CACHING,
     ) -> None:
         super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
-                         check_accounting=check_accounting)
+                         state_blocks=state_blocks, check_accounting=check_accounting)
+        if mamba_cache_mode not in MAMBA_CACHE_MODES:
+            raise KvbenchInputError(f"--mamba-cache-mode {mamba_cache_mode!r}: choose from "
+                                    f"{', '.join(MAMBA_CACHE_MODES)}")
+        if state_blocks and kv_offload_blocks:
+            raise KvbenchInputError("--kv-offload: a state-space hybrid's states are not "
+                                    "offloaded (not modelled)")
+        self.mamba_cache_mode = mamba_cache_mode
+        # `states[seq_id]` holds a sequence's state blocks: `state_blocks` (its running state)
+        # in `none` and `align`; in `all`, `state_blocks` per block of its table from index
+        # `_state_base[seq_id]` on (the blocks before it came from a hit), the last ones its
+        # running state. `_state_held` counts them all.
+        self._state_base: dict[int, int] = {}
+        self._state_held = 0
+        self.state_checkpoints = 0  # checkpoints taken (`none`: 0)
+        # Every block hash seen so far (prompts at admission, every block when named):
+        # what an unbounded cache with a checkpoint at every block could have served, the
+        # structural ceiling of the hit rate (`ceiling_tokens` over `query_tokens`).
+        self._seen: set[BlockHash] = set()
+        self.ceiling_tokens = 0
         self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
         # The host tier (`host_offload.py`); None: the GPU cache alone.
         self.host_tier = (HostOffload(HostTier(kv_offload_blocks, kv_offload_policy))
@@ -132,11 +175,83 @@ class PrefixCachingStrategy(PagedStrategy):
                 del self._pending[h], self._pending_hash[table[i]]
             self.pool.register(table[i], h)
         if full > start:
+            self._seen.update(hashes[start:full])
+        if full > start and self.state_blocks and self.mamba_cache_mode != "none":
+            self._checkpoint(seq, hashes, start, full)
+        if full > start:
             looked = max(start, self._looked.get(seq.seq_id, 0))
             if looked < full:
                 self.reuse.use(hashes[looked:full])
             if self.host_tier is not None:  # every computed full block
                 self.host_tier.offer(0, table[start:full], hashes[start:full])
+
+    # A hybrid's state checkpoints --------------------------------------------------------
+
+    def _checkpoint(self, seq: Sequence, hashes: list[BlockHash], start: int, full: int) -> None:
+        """Keep the state where blocks `start` to `full` - 1, just named, end: at each in
+        `all` (the pages the sequence holds for them), at the last one and at the prompt's
+        last boundary before its last token in `align` (`mamba_cache_mode`)."""
+        s = self.state_blocks
+        if self.mamba_cache_mode == "all":
+            base, pages = self._state_base[seq.seq_id], self.states[seq.seq_id]
+            for i in range(max(start, base), full):
+                for k, block in enumerate(pages[(i - base) * s: (i - base + 1) * s]):
+                    self.pool.register(block, state_hash(hashes[i], k))
+                self.state_checkpoints += 1
+            return
+        prompt_last = (seq.prompt_len - 1) // self.block_size - 1  # (vLLM's last cache position)
+        at = {full - 1} | ({prompt_last} if start <= prompt_last < full else set())
+        for i in sorted(at):
+            if self._has_checkpoint(hashes[i]) or self.pool.num_free < s:
+                continue  # kept already; or no room for a copy (none is taken)
+            copy = [self.pool.allocate() for _ in range(s)]
+            for k, block in enumerate(copy):
+                self.pool.register(block, state_hash(hashes[i], k))
+            for block in copy:  # to the cache at once: the sequence runs on its own state
+                self.pool.release(block)
+            self.state_checkpoints += 1
+
+    def _has_checkpoint(self, h: BlockHash) -> bool:
+        """Whether the state where the block of hash `h` ends is cached, every page of it."""
+        return all(self.pool.lookup(state_hash(h, k)) is not None
+                   for k in range(self.state_blocks))
+
+    def _hit_state(self, hashes: list[BlockHash]) -> list[int]:
+        """The pages of the checkpoint a hit of these blocks' hashes ends at (none without
+        a hit or a state)."""
+        if not self.state_blocks or not hashes:
+            return []
+        return [self.pool.lookup(state_hash(hashes[-1], k)) for k in range(self.state_blocks)]
+
+    def _state_need(self, seq: Sequence, fresh: int) -> int:
+        """State blocks an admission or a chunk of `fresh` new table blocks takes: `all`'s
+        pages of each, else the running state at first admission."""
+        if not self.state_blocks:
+            return 0
+        if self.mamba_cache_mode == "all":
+            return fresh * self.state_blocks
+        return 0 if seq.seq_id in self.states else self.state_blocks
+
+    def _take_state(self, seq: Sequence, fresh: int, table_len: int) -> None:
+        """Allocate `_state_need(seq, fresh)`: the table has `table_len` blocks before the
+        `fresh` ones."""
+        if not self.state_blocks:
+            return
+        need = self._state_need(seq, fresh)
+        pages = self.states.setdefault(seq.seq_id, [])
+        self._state_base.setdefault(seq.seq_id, table_len)
+        pages.extend(self.pool.allocate() for _ in range(need))
+        self._state_held += need
+
+    def _drop_state(self, seq: Sequence) -> None:
+        pages = self.states.pop(seq.seq_id, [])
+        self._state_base.pop(seq.seq_id, None)
+        self._state_held -= len(pages)
+        for block in reversed(pages):  # (`all`: a named page stays as a checkpoint)
+            self.pool.release(block)
+
+    def _state_blocks_held(self) -> int:
+        return self._state_held
 
     def _sync_all(self) -> None:
         for seq in self.live.values():
@@ -166,6 +281,13 @@ class PrefixCachingStrategy(PagedStrategy):
             if block is None:
                 break
             blocks.append(block)
+        if self.state_blocks:  # a hit ends where a state checkpoint is cached
+            if self.mamba_cache_mode == "none":
+                return [], []
+            n = len(blocks)
+            while n and not self._has_checkpoint(chain[n - 1]):
+                n -= 1
+            del blocks[n:]
         if self.host_tier is not None:
             return blocks, chain[: len(blocks) + len(self._host_hits(chain, len(blocks), limit))]
         return blocks, chain[: len(blocks)]
@@ -181,9 +303,10 @@ class PrefixCachingStrategy(PagedStrategy):
         host = self.host_tier
         if host is not None and seq.seq_id in host.swaps and not host.swap_ready(seq.seq_id):
             return False  # its swap-out is still being copied
-        blocks, _ = self._match(seq)
-        revived = sum(1 for b in blocks if self.pool.ref_counts[b] == 0)
+        blocks, hashes = self._match(seq)
+        revived = sum(1 for b in blocks + self._hit_state(hashes) if self.pool.ref_counts[b] == 0)
         needed = self._blocks_needed(seq, seq.num_uncomputed) - len(blocks)
+        needed += self._state_need(seq, needed)
         keep = self.watermark_blocks if num_running else 0
         return self.pool.num_free - revived - needed >= keep
 
@@ -198,8 +321,14 @@ class PrefixCachingStrategy(PagedStrategy):
         blocks, hashes = self._match(seq)
         if not seq.num_computed:  # a lookup: every full block before the last token's
             looked = (len(seq.token_ids) - 1) // self.block_size
-            self.reuse.lookup(self._chain(seq)[:looked], uncomputed)
+            chain = self._chain(seq)
+            self.reuse.lookup(chain[:looked], uncomputed)
             self._looked[seq.seq_id] = looked
+            seen = 0
+            while seen < looked and chain[seen] in self._seen:
+                seen += 1
+            self.ceiling_tokens += seen * self.block_size
+            self._seen.update(chain)
         cached = len(hashes) * self.block_size  # GPU hits, then the host tier's
         swap = self.host_tier.swaps.get(seq.seq_id) if self.host_tier is not None else None
         hit_tokens = cached
@@ -208,14 +337,18 @@ class PrefixCachingStrategy(PagedStrategy):
         n = uncomputed - cached
         if max_new_tokens is not None and max_new_tokens < n:
             n = max_new_tokens
-        revived = sum(1 for b in blocks if self.pool.ref_counts[b] == 0)
+        copied = self._hit_state(hashes)  # the checkpoint the state is copied from
+        revived = sum(1 for b in blocks + copied if self.pool.ref_counts[b] == 0)
         needed = self.blocks_for(seq.num_computed + cached + n) - len(blocks)
-        if needed > self.pool.num_free - revived:
+        if needed + self._state_need(seq, needed) > self.pool.num_free - revived:
             raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
         self.pending_hit_blocks += sum(1 for b in blocks if b in self._pending_hash)
-        self.pool.touch(blocks)  # take the hits first: fresh allocations may evict
+        self.pool.touch(blocks + copied)  # take the hits first: fresh allocations may evict
         table = self.tables[seq.seq_id] = []
         self._extend_table(seq, table, blocks + [self.pool.allocate() for _ in range(needed)])
+        self._take_state(seq, needed, len(blocks))
+        for block in copied:  # copied into the sequence's own state: back to the cache
+            self.pool.release(block)
         if self.host_tier is not None:
             self._host_admit(seq, table, blocks, hashes)
             if swap is not None:
@@ -311,7 +444,7 @@ class PrefixCachingStrategy(PagedStrategy):
             shared = [i for i in range(computed // bs, min(end, len(table)))
                       if self.pool.ref_counts[table[i]] > 1
                       and not self._owns_pending(seq, table[i])]
-        if fresh + len(shared) > self.pool.num_free:
+        if fresh + len(shared) + self._state_need(seq, fresh) > self.pool.num_free:
             return False
         for i in shared:  # copy-on-write: this sequence writes into a block others read
             old, new = table[i], self.pool.allocate()
@@ -320,7 +453,10 @@ class PrefixCachingStrategy(PagedStrategy):
             self.pool.release(old)
             self.cow_copies += 1
         if fresh:
+            self._take_state(seq, fresh, len(table))
             self._extend_table(seq, table, [self.pool.allocate() for _ in range(fresh)])
+        elif sid not in self.states:
+            self._take_state(seq, 0, len(table))
         if sid in self._chains:
             self._share_scheduled(seq, table, computed + num_new_tokens)
         return True
@@ -363,6 +499,8 @@ class PrefixCachingStrategy(PagedStrategy):
         self.live.pop(seq.seq_id, None)
         for block in reversed(table):  # tail first: it is evicted before its prefix
             self.pool.release(block)
+        if self.state_blocks:
+            self._drop_state(seq)
         if self._pending:
             for block in table:
                 h = self._pending_hash.get(block)
@@ -377,6 +515,12 @@ class PrefixCachingStrategy(PagedStrategy):
         """The child shares every block of the parent (the partial last one too): no copy."""
         self._sync(parent)
         table = list(self.tables[parent.seq_id])
+        if self.state_blocks:  # the child's own running state (a copy of the parent's)
+            if self.state_blocks > self.pool.num_free:
+                return None
+            self.states[child.seq_id] = [self.pool.allocate() for _ in range(self.state_blocks)]
+            self._state_base[child.seq_id] = max(len(table) - 1, 0)
+            self._state_held += self.state_blocks
         for block in table:
             self.pool.share(block)
         self.tables[child.seq_id] = []
@@ -551,13 +695,15 @@ class PrefixCachingStrategy(PagedStrategy):
             split.token += filled
             split.reserved += will - filled
             split.internal += bs - will
+        split.internal += self._state_held * bs  # held, holding no token
         split.cached = self.pool.num_evictable * bs
         split.free = self.num_slots - split.held
         split.prompt_blocks = len(prompt_blocks)
         return split
 
     def is_whole(self) -> bool:
-        return (not self.tables and not self.live and not self._pending and self.pool.is_whole()
+        return (not self.tables and not self.live and not self._pending and not self.states
+                and not self._state_held and self.pool.is_whole()
                 and (self.host_tier is None or self.host_tier.is_whole()))
 
     def reset_stats(self) -> None:
@@ -565,6 +711,7 @@ class PrefixCachingStrategy(PagedStrategy):
         self.pool.evictions = 0
         self.hit_blocks = self.pending_hit_blocks = self.hit_tokens = self.query_tokens = 0
         self.cow_copies = self.forks = 0
+        self.ceiling_tokens = self.state_checkpoints = 0
         if self.host_tier is not None:
             self.host_tier.reset_stats()
         self.residency_books().restart()
@@ -585,8 +732,13 @@ class PrefixCachingStrategy(PagedStrategy):
             "cache_hit_tokens": self.hit_tokens,
             "cache_query_tokens": self.query_tokens,
             "cache_hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
+            # the best hit rate the block layout allows (`_seen`), and its tokens
+            "cache_ceiling_tokens": self.ceiling_tokens,
+            "cache_hit_ceiling": (self.ceiling_tokens / self.query_tokens
+                                  if self.query_tokens else 0.0),
             "cached_blocks": self.pool.num_evictable,
             "cow_copies": self.cow_copies,
             "forks": self.forks,
+            **({"state_checkpoints": self.state_checkpoints} if self.state_blocks else {}),
             **(self.host_tier.stats() if self.host_tier is not None else {}),
         }

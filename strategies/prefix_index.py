@@ -37,6 +37,15 @@ def block_hash(parent: BlockHash, tokens: Sequence[int]) -> BlockHash:
     return h.digest()
 
 
+def state_hash(h: BlockHash, page: int) -> BlockHash:
+    """The name of page `page` of the recurrent-state checkpoint taken where the block of hash
+    `h` ends (a state-space hybrid's prefix cache): kept in the same index as the blocks, so
+    a checkpoint is evicted like any cached block."""
+    g = hashlib.blake2b(h, digest_size=16, person=b"kvbench-state")
+    g.update(page.to_bytes(4, "little"))
+    return g.digest()
+
+
 def extend_chain(chain: list[BlockHash], root: BlockHash, tokens: Sequence[int],
                  block_size: int) -> list[BlockHash]:
     """`chain` (the hashes of a sequence's first full blocks) grown to every full block of

@@ -28,6 +28,7 @@ from kvbench.core.executor import DeviceKind, Executor
 from kvbench.core.kv_allocation import HybridAllocation, hybrid_allocation
 from kvbench.core.kv_cache_dtype import is_fp8_cache
 from kvbench.core.kv_groups import kv_bytes_per_token
+from kvbench.core.mamba_cache_mode import WITH_PREFIX_CACHING, WITHOUT_PREFIX_CACHING
 from kvbench.core.request import Request
 from kvbench.engine.base_engine import BaseEngine
 from kvbench.engine.engine import Engine, RequestCheck, check_request_lengths
@@ -38,7 +39,7 @@ from kvbench.models.dtype_names import element_bytes, model_dtype_name
 from kvbench.models.resolve_config import resolve_model_config
 from kvbench.scheduling import POLICIES, SchedulerLimits, make_policy
 from kvbench.sizing.capacity import kv_capacity
-from kvbench.sizing.state_pages import state_pages
+from kvbench.sizing.state_pages import checkpoint_alignment, state_pages
 from kvbench.strategies import STRATEGIES, make_strategy, reads_option, swaps
 
 if TYPE_CHECKING:
@@ -119,12 +120,35 @@ def check_block_fits_window(config: EngineConfig, model_config: ModelConfig,
 
 
 def check_state_strategy(config: EngineConfig, model_config: ModelConfig) -> None:
-    """A state-space hybrid runs under a strategy that holds its recurrent state (`paged`)."""
-    if model_config.hybrid is not None and not reads_option(config.strategy, "state_blocks"):
+    """A state-space hybrid runs under a strategy that holds its recurrent state; a
+    `--mamba-cache-mode` that keeps state checkpoints needs a prefix cache to keep them in."""
+    if model_config.hybrid is not None and not holds_state(config.strategy):
         raise KvbenchInputError(
             f"--strategy {config.strategy} does not hold {model_config.name}'s recurrent "
-            "state: a state-space hybrid runs under --strategy paged (prefix caching of a "
-            "state is not modelled)")
+            "state: a state-space hybrid runs under contiguous, paged, prefix, hybrid or "
+            "hybrid-prefix")
+    mode = config.mamba_cache_mode
+    if (model_config.hybrid is not None and mode not in (None, WITHOUT_PREFIX_CACHING)
+            and not reads_option(config.strategy, "mamba_cache_mode")):
+        raise KvbenchInputError(
+            f"--mamba-cache-mode {mode} keeps state checkpoints for prefix caching: "
+            f"--strategy {config.strategy} keeps none (prefix does; or give "
+            f"--mamba-cache-mode {WITHOUT_PREFIX_CACHING})")
+
+
+def holds_state(strategy: str) -> bool:
+    """Whether `strategy` holds a state-space hybrid's recurrent state: in blocks of its
+    pool (`state_blocks`) or slots of its range (`state_slots`)."""
+    return reads_option(strategy, "state_blocks") or reads_option(strategy, "state_slots")
+
+
+def mamba_cache_mode(config: EngineConfig) -> str:
+    """The run's `--mamba-cache-mode`: as given, else vLLM's (align with prefix caching)."""
+    if config.mamba_cache_mode is not None:
+        return config.mamba_cache_mode
+    if reads_option(config.strategy, "mamba_cache_mode"):
+        return WITH_PREFIX_CACHING
+    return WITHOUT_PREFIX_CACHING
 
 
 def state_paging(config: EngineConfig, model_config: ModelConfig,
@@ -137,9 +161,21 @@ def state_paging(config: EngineConfig, model_config: ModelConfig,
         return 0, 0
     pages = state_pages(model_config, kv_element_bytes,
                         element_bytes(model_dtype_name(config.dtype)),
-                        config.tensor_parallel_size, config.block_size)
+                        config.tensor_parallel_size, config.block_size,
+                        checkpoint_alignment(model_config, mamba_cache_mode(config)))
     block_bytes = pages.block_size * pages.kv_bytes_per_token  # one GPU's, as the pages
     return pages.block_size, -(-pages.state_bytes_held // block_bytes)
+
+
+def state_slots(config: EngineConfig, model_config: ModelConfig, kv_element_bytes: int) -> int:
+    """Slots (a token of every attention layer) a state-space hybrid's state fills, unpadded,
+    for a strategy that reserves ranges (`contiguous`); 0 without recurrent layers."""
+    if model_config.hybrid is None:
+        return 0
+    pages = state_pages(model_config, kv_element_bytes,
+                        element_bytes(model_dtype_name(config.dtype)),
+                        config.tensor_parallel_size, config.block_size)
+    return -(-pages.state_bytes_per_sequence // pages.kv_bytes_per_token)
 
 
 def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
@@ -219,17 +255,17 @@ def check_offload(config: EngineConfig) -> None:
 def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
                  allocation: HybridAllocation | None = None,
                  max_num_batched_tokens: int | None = None, bytes_per_slot: int = 0,
-                 state: tuple[int, int] = (0, 0)):
+                 state: tuple[int, int] = (0, 0), state_slots: int = 0):
     """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes.
     `max_num_batched_tokens` (resolved, `resolve_lengths`) bounds one step's write of a
     sequence under chunked prefill, hence `contiguous`'s window rings; `bytes_per_slot`
     sizes a host tier (`--kv-offload`) in blocks; `state` is a hybrid's (block size, state
-    blocks a sequence) (`state_paging`)."""
+    blocks a sequence) (`state_paging`), `state_slots` its state in slots (`state_slots`)."""
     windows = allocation.windows if allocation is not None else (None,)
     block_size, state_blocks = state
     return make_strategy(
         config.strategy, num_slots, max_model_len, block_size=block_size or config.block_size,
-        state_blocks=state_blocks,
+        state_blocks=state_blocks, state_slots=state_slots,
         reserve=config.reserve, watermark=config.watermark,
         namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
         allocation_windows=windows, chunked_prefill=config.chunked_prefill,
@@ -237,6 +273,7 @@ def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
         concurrent_batches=2 if config.async_scheduling else 1,
         kv_offload_blocks=offload_blocks(config, bytes_per_slot),
         kv_offload_policy=config.kv_offload_policy,
+        mamba_cache_mode=mamba_cache_mode(config),
     )
 
 
@@ -280,13 +317,14 @@ class EnginePlan:
     kv_budget_terms: dict | None = None
     # A state-space hybrid's (block size, state blocks a sequence): `state_paging`.
     state: tuple[int, int] = (0, 0)
+    state_slots: int = 0  # its state in slots, for a strategy reserving ranges (`state_slots`)
 
     def strategy(self):
         """A new cache strategy over the planned arena (bookkeeping only: no tensor)."""
         shape = self.shape
         return strategy_for(shape.config, self.num_slots, shape.max_model_len,
                             self.allocation, shape.max_num_batched_tokens, self.bytes_per_slot,
-                            self.state)
+                            self.state, self.state_slots)
 
     def request_check(self) -> Callable[[Request], None]:
         """What the built engine's `check_request` will say of a request, from the plan."""
@@ -328,7 +366,8 @@ class ExecutorFactory(ABC):
         terms = self.kv_budget_terms(config, model_config, shape.max_num_batched_tokens)
         return EnginePlan(shape, device, model, kv_dtype, bytes_per_slot, budget, allocation,
                           arena_slots(budget, bytes_per_slot), terms,
-                          state_paging(config, model_config, element_bytes(kv_dtype)))
+                          state_paging(config, model_config, element_bytes(kv_dtype)),
+                          state_slots(config, model_config, element_bytes(kv_dtype)))
 
     def check_host_tier_bytes(self, tier_bytes: int) -> None:
         """Refuse, at planning (before any results folder exists), a `--kv-offload` tier of

@@ -21,7 +21,7 @@ HEADERS = [
 LEGEND = (
     "KV util: token state / KV held (util sat.: while requests wait); held/token: 1 / KV "
     "util; batch: sequences per step; preempt: sequences evicted; prefix hit: prompt tokens "
-    "from cache"
+    "from cache (of: the most the block layout allows)"
 )
 
 
@@ -54,7 +54,8 @@ def summary_rows(summaries: list[Summary]) -> list[list[str]]:
             fmt(1 / util, ".2f", "x") if util else "-",
             f"{fmt(sch.batch_size_mean)}/{count(sch.batch_size_max) if sch.batch_size_max else '-'}",
             count(sch.preemptions or 0),
-            fmt(sch.prefix_hit_rate, ".1%"),
+            fmt(sch.prefix_hit_rate, ".1%") + (
+                f" (of {sch.prefix_hit_ceiling:.1%})" if sch.prefix_hit_ceiling else ""),
         ])
     return rows
 

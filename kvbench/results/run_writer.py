@@ -184,6 +184,8 @@ class RunWriter:
             steps=count,
             preemptions=steps.preemptions,
             prefix_hit_rate=cached / prompt_tokens if prompt_tokens else None,
+            prefix_hit_ceiling=(engine.strategy.stats().get("cache_hit_ceiling")
+                                if engine.strategy else None),
             prompt_tokens=prompt_tokens,
             cached_prompt_tokens=cached,
             batch_size_mean=steps.batch_sum / count if count else None,

@@ -177,6 +177,11 @@ class Scheduler(Section):
     steps: int | None = None
     preemptions: int | None = None
     prefix_hit_rate: float | None = None  # cached prompt tokens / prompt tokens
+    # The best hit rate the block layout allows, over the prefix cache's lookups: prompt
+    # tokens in full blocks some earlier sequence held (a cache that never evicts and, for a
+    # state-space hybrid, a state checkpoint at every block) / tokens looked up; left out
+    # without a prefix cache that computes it (`kvbench.strategies.prefix`)
+    prefix_hit_ceiling: float | None = None
     prompt_tokens: int | None = None
     cached_prompt_tokens: int | None = None
     batch_size_mean: float | None = None
@@ -185,6 +190,8 @@ class Scheduler(Section):
     prefill_tokens_computed: int | None = None
     overhead_ms_total: float | None = None
     overhead_fraction: float | None = None  # overhead / total step time
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"prefix_hit_ceiling"})  # prefix only
 
 
 @dataclass(kw_only=True)

@@ -150,6 +150,11 @@ class RunOptions:
     preemption_mode: str = _engine(
         "what a preempted request loses: recompute (vLLM v1's only mode) or swap, its KV kept "
         "in the --kv-offload tier and loaded back (vLLM v0's swap; docs/offload.md)")
+    mamba_cache_mode: str | None = _engine(
+        "a state-space hybrid's prefix cache: none (no hit), align (a state checkpoint at each "
+        "scheduled chunk's block-aligned end) or all (one at every block boundary) "
+        "[default: vLLM's, align under a prefix-caching strategy, none otherwise]",
+        choices=("none", "align", "all"), show_default=False)
     gpu_memory_utilization: float | None = _engine(
         "CUDA: share of device memory for the engine (as vLLM) "
         f"[{float(DEFAULT_GPU_MEMORY_UTILIZATION):g}]")

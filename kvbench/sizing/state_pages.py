@@ -32,6 +32,7 @@ each kind. One block of the shared pool is a page of `group_size` layers:
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -104,18 +105,41 @@ class StatePages:
                 "state_padding_bytes": self.state_padding_bytes}
 
 
+# FlashInfer's Gated DeltaNet prefill exports the state at multiples of 64 tokens inside a
+# prefill (vllm/v1/attention/backends/gdn_attn.py `FLASHINFER_GDN_CHECKPOINT_ALIGNMENT`): in
+# `align` mode vLLM makes the block a multiple of it (`_align_hybrid_block_size`: lcm with
+# `get_mamba_prefill_checkpoint_alignment`), on CUDA Hopper where FlashInfer's kernel is
+# chosen. Mamba-2 layers declare none.
+GDN_CHECKPOINT_ALIGNMENT = 64
+
+
+def checkpoint_alignment(model: ModelConfig, mamba_cache_mode: str) -> int:
+    """The alignment a `--mamba-cache-mode` adds to the raised block (1: none): `align`'s
+    FlashInfer checkpoints for Gated DeltaNet; `all`'s, the scan's chunk (vLLM's first
+    mamba prefix caching rounded the block up to a multiple of `mamba_chunk_size`, so that
+    every block boundary is a chunk boundary of the kernels, whose states they write)."""
+    hybrid = model.hybrid
+    if hybrid is None or mamba_cache_mode == "none":
+        return 1
+    if mamba_cache_mode == "all":
+        return hybrid.recurrent.chunk_size
+    return GDN_CHECKPOINT_ALIGNMENT if hybrid.recurrent.kind == "gated_deltanet" else 1
+
+
 def raised_block_size(state_page: int, attention_page_per_token: int,
-                      block_size: int) -> int:
+                      block_size: int, checkpoint_alignment: int = 1) -> int:
     """vLLM's `_align_hybrid_block_size`: the smallest aligned block whose attention page
-    holds a state page (`block_size` itself where it already does)."""
-    align = max(KERNEL_BLOCK_ALIGNMENT, block_size)
+    holds a state page (`block_size` itself where it already does); `checkpoint_alignment`
+    is `align` mode's (`checkpoint_alignment`)."""
+    align = math.lcm(max(KERNEL_BLOCK_ALIGNMENT, block_size), checkpoint_alignment)
     raised = align * -(-state_page // (align * attention_page_per_token))
     raised = KERNEL_BLOCK_ALIGNMENT * -(-raised // KERNEL_BLOCK_ALIGNMENT)
     return max(block_size, raised)
 
 
 def state_pages(model: ModelConfig, kv_element_bytes: int, model_element_bytes: int,
-                tensor_parallel_size: int = 1, block_size: int = 16) -> StatePages:
+                tensor_parallel_size: int = 1, block_size: int = 16,
+                checkpoint_alignment: int = 1) -> StatePages:
     """`model`'s unified pages (a hybrid: `ModelConfig.hybrid`) at these dtypes: the KV
     cache's for attention, the model's for the states (vLLM's `mamba_cache_dtype` auto)."""
     attention = model.kv_groups(kv_element_bytes, tensor_parallel_size)
@@ -126,12 +150,14 @@ def state_pages(model: ModelConfig, kv_element_bytes: int, model_element_bytes: 
         raise KvbenchInputError(
             f"model {model.name}: a hybrid whose attention layers are not all full attention "
             "is not sized (vLLM would need one page for windows, latents and states)")
-    return _pages(attention[0], states[0], block_size)
+    return _pages(attention[0], states[0], block_size, checkpoint_alignment)
 
 
-def _pages(attention: KVGroup, state: KVGroup, block_size: int) -> StatePages:
+def _pages(attention: KVGroup, state: KVGroup, block_size: int,
+           checkpoint_alignment: int = 1) -> StatePages:
     per_token = attention.bytes_per_layer_token
-    block = raised_block_size(state.state_bytes_per_layer, per_token, block_size)
+    block = raised_block_size(state.state_bytes_per_layer, per_token, block_size,
+                              checkpoint_alignment)
     counts = (attention.num_layers, state.num_layers)
     group_size = min(counts)
     if max(counts) < min(counts) * PAD_TO_LARGEST_RATIO:

@@ -460,3 +460,37 @@ def test_findings_gemma3_16k_hybrid_capacity(tmp_path, capsys):
     assert m, "docs/findings.md: the 16k capacity sentence changed shape"
     capacity = {s["strategy"]: s["memory"]["kv_capacity_tokens"] for s in runs.values()}
     assert f"{capacity['hybrid'] / capacity['paged']:.1f}" == m.group(1)
+
+
+# docs/findings.md: a state-space hybrid's prefix cache (simulated) ---------------------------
+
+STATE_SETTINGS = {  # the table's rows: what each adds to the commands
+    "vLLM's defaults (`align`)": [],
+    "`--mamba-cache-mode all`": ["--mamba-cache-mode", "all"],
+    "`--mamba-cache-mode none`": ["--mamba-cache-mode", "none"],
+    "`--block-size 1024` (`align`)": ["--block-size", "1024"],
+}
+
+
+@pytest.mark.slow  # eight runs of 400 requests and four of 600 long ones
+def test_findings_state_model_prefix_cache_figures(tmp_path, capsys):
+    commands = re.findall(r"^kvbench simulate --model qwen3-next-80b-a3b [^\n]+$",
+                          _text(FINDINGS), re.M)
+    assert len(commands) == 3, "docs/findings.md: the state-space hybrid commands changed shape"
+    rows = _table(FINDINGS, "| setting | block | chat: hit (of ceiling)")
+    assert [row[0] for row in rows] == list(STATE_SETTINGS)
+
+    def hit(s):
+        sch = s["scheduler"]
+        return f"{sch['prefix_hit_rate']:.1%} of {sch['prefix_hit_ceiling']:.1%}"
+
+    for row in rows:
+        chat, shared, long = (
+            _simulate(shlex.split(command)[2:] + STATE_SETTINGS[row[0]], tmp_path, capsys)[0]
+            for command in commands)
+        assert f"{chat['block_size']:,}" == row[1], row[0]
+        assert hit(chat) == row[2] and f"{chat['throughput']['output_tok_s']:,.1f}" == row[3]
+        assert hit(shared) == row[4] and f"{shared['throughput']['output_tok_s']:,.1f}" == row[5]
+        sch = long["scheduler"]
+        assert str(sch["batch_size_max"]) == row[6] and str(sch["preemptions"]) == row[7]
+        assert f"{long['throughput']['output_tok_s']:,.1f}" == row[8], row[0]

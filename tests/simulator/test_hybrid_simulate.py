@@ -40,10 +40,21 @@ def test_the_engine_pages_a_hybrid_as_vllm_does():
     assert built.bytes_per_slot == 16384
 
 
-@pytest.mark.parametrize("strategy", ["prefix", "hybrid", "contiguous", "hybrid-prefix"])
-def test_other_strategies_are_refused_in_one_line(strategy):
-    config = EngineConfig(model="nemotron-h-8b", dtype="bfloat16", strategy=strategy)
-    with pytest.raises(KvbenchInputError, match="--strategy paged") as err:
+@pytest.mark.parametrize("strategy", ["contiguous", "prefix", "hybrid", "hybrid-prefix", "fp8"])
+def test_every_strategy_holds_the_state(strategy):
+    config = EngineConfig(model="nemotron-h-8b", dtype="bfloat16", strategy=strategy,
+                          max_model_len=8192, kv_memory=10 * GiB)
+    strategy = build_engine(config, SimulatedExecutors("h100-80gb")).engine.strategy
+    if hasattr(strategy, "state_slots"):  # a range: the state's bytes over a token's
+        assert strategy.state_slots == -(-24 * 4_255_744 // (4 * 4096))  # 4 attention layers
+    else:  # pages of the pool, as vLLM's state groups (4 layers a group: 6 of them)
+        assert strategy.state_blocks == 6
+
+
+def test_a_checkpoint_mode_without_a_prefix_cache_is_refused_in_one_line():
+    config = EngineConfig(model="nemotron-h-8b", dtype="bfloat16", strategy="paged",
+                          mamba_cache_mode="align")
+    with pytest.raises(KvbenchInputError, match="--mamba-cache-mode") as err:
         build_engine(config, SimulatedExecutors("h100-80gb"))
     assert "\n" not in str(err.value)
 
@@ -119,8 +130,10 @@ def test_simulate_the_published_config_under_the_default_strategy(family, tmp_pa
                  "--out", str(tmp_path / "out")])
     assert code == 0, capsys.readouterr().err
     run = json.loads(capsys.readouterr().out)
-    assert run["strategy"] == "paged" and run["completed"] == 40  # vLLM's defaults: paged
-    assert run["block_size"] == {"qwen3-next-80b-a3b": 544, "granite-4.0-h-small": 528,
+    # vLLM's defaults: prefix caching, its `align` mode (Qwen3-Next's block a multiple of
+    # FlashInfer's 64-token Gated DeltaNet checkpoints: 576, not 544)
+    assert run["strategy"] == "prefix" and run["completed"] == 40
+    assert run["block_size"] == {"qwen3-next-80b-a3b": 576, "granite-4.0-h-small": 528,
                                  "nemotron-h-8b": 1040}[family]
     # the attention layers' KV of a token, across the tensor-parallel group
     assert run["memory"]["kv_bytes_per_token"] == PRESETS[family].kv_bytes_per_token(2)

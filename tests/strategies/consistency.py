@@ -40,6 +40,9 @@ def check_consistency(strategy: PrefixCachingStrategy | HybridStrategy) -> None:
                 for block in table:
                     if block != FREED:
                         owners[block] += 1
+        for pages in strategy.states.values():  # a hybrid's state pages, beside the tables
+            for block in pages:
+                owners[block] += 1
         assert owners == strategy.pool.ref_counts, "reference counts differ from the tables"
         if isinstance(strategy.pool, CachingBlockPool):
             check_pool(strategy.pool)
@@ -56,6 +59,10 @@ def check_consistency(strategy: PrefixCachingStrategy | HybridStrategy) -> None:
         for block, h in zip(table, hashes, strict=False):
             named = pool.hash_of.get(block)
             assert named is None or named == h, f"block {block} is named by another prefix"
+    for pages in strategy.states.values():  # a hybrid's state blocks, held beside the tables
+        for block in pages:
+            owners[block] += 1
+    assert strategy._state_held == sum(map(len, strategy.states.values()))
     assert owners == pool.ref_counts, "reference counts differ from the block tables"
     assert set(strategy.tables) == set(strategy.hashes) == set(strategy.live)
     pending, pending_hash = strategy._pending, strategy._pending_hash

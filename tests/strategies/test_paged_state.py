@@ -15,10 +15,10 @@ def _seq(seq_id: int, prompt: int, out: int = 4) -> Sequence:
                     list(range(prompt)))
 
 
-def test_only_paged_takes_a_state():
-    assert reads_option("paged", "state_blocks")
-    for name in ("prefix", "hybrid", "hybrid-prefix", "contiguous"):
-        assert not reads_option(name, "state_blocks")
+def test_paged_and_prefix_take_a_state():
+    assert reads_option("paged", "state_blocks") and reads_option("prefix", "state_blocks")
+    assert reads_option("prefix", "mamba_cache_mode")
+    assert not reads_option("paged", "mamba_cache_mode")
 
 
 def test_a_sequence_holds_its_state_blocks_from_admission_to_free():

@@ -74,7 +74,8 @@ CASES = [
 ]
 
 
-def _vllm_block(config, head_size, ssm_dtype, tp, cache_dtype, block_size, monkeypatch):
+def _vllm_block(config, head_size, ssm_dtype, tp, cache_dtype, block_size, monkeypatch,
+                mode="none"):
     fields = dict(config)
     hf = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
     architecture = config["architectures"][0]
@@ -83,7 +84,7 @@ def _vllm_block(config, head_size, ssm_dtype, tp, cache_dtype, block_size, monke
         hf_config=hf, hf_text_config=hf, get_head_size=lambda: head_size,
         get_num_kv_heads=lambda parallel: max(1, hf.num_key_value_heads // tp))
     cache_config = types.SimpleNamespace(
-        cache_dtype=cache_dtype, block_size=block_size, mamba_cache_mode="none",
+        cache_dtype=cache_dtype, block_size=block_size, mamba_cache_mode=mode,
         mamba_page_size_padded=None, mamba_cache_dtype="auto",
         mamba_ssm_cache_dtype=ssm_dtype, use_replayssm=False)
     vllm_config = types.SimpleNamespace(
@@ -112,5 +113,42 @@ def test_block_size_and_page_are_vllms(preset, config, head_size, ssm_dtype, tp,
     block, padded = _vllm_block(config, head_size, ssm_dtype, tp, cache_dtype, block_size,
                                 monkeypatch)
     pages = state_pages(PRESETS[preset], 1 if cache_dtype == "fp8" else 2, 2, tp, block_size)
+    assert pages.block_size == block
+    assert pages.page_bytes == (padded or pages.state_bytes_per_layer)
+
+
+def _checkpoint_alignment(architecture):
+    """What vLLM's layers declare (`get_mamba_prefill_checkpoint_alignment`): a Gated DeltaNet
+    layer FlashInfer's 64-token checkpoints where that prefill kernel runs (CUDA Hopper), a
+    Mamba-2 layer none (`MambaMixer2` keeps `MambaBase`'s)."""
+    from vllm.model_executor.layers.mamba.abstract import MambaBase
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
+    from vllm.v1.attention.backends.gdn_attn import FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
+
+    assert (MambaMixer2.get_prefill_checkpoint_alignment
+            is MambaBase.get_prefill_checkpoint_alignment)
+    if architecture == "Qwen3NextForCausalLM":
+        return FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
+    return None
+
+
+@pytest.mark.parametrize("preset, config, head_size, ssm_dtype", CASES)
+@pytest.mark.parametrize("tp, block_size", [(1, 16), (2, 16), (1, 64)])
+def test_align_mode_block_size_is_vllms(preset, config, head_size, ssm_dtype, tp, block_size,
+                                        monkeypatch):
+    """vLLM's default with prefix caching (`align`): the block also a multiple of the layers'
+    prefill checkpoint alignment (`kvbench.sizing.state_pages.checkpoint_alignment`)."""
+    import vllm.model_executor.layers.mamba.abstract as mamba_abstract
+
+    from kvbench.sizing.state_pages import checkpoint_alignment
+
+    alignment = _checkpoint_alignment(config["architectures"][0])
+    monkeypatch.setattr(mamba_abstract, "get_mamba_prefill_checkpoint_alignment",
+                        lambda vllm_config: alignment)
+    block, padded = _vllm_block(config, head_size, ssm_dtype, tp, "auto", block_size,
+                                monkeypatch, mode="align")
+    model = PRESETS[preset]
+    assert checkpoint_alignment(model, "align") == (alignment or 1)
+    pages = state_pages(model, 2, 2, tp, block_size, checkpoint_alignment(model, "align"))
     assert pages.block_size == block
     assert pages.page_bytes == (padded or pages.state_bytes_per_layer)
