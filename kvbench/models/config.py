@@ -123,7 +123,7 @@ class ModelConfig:
     # A state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H; hybrid_config.py): which
     # layers attend (a KV cache), which run a recurrent mixer (a constant state per
     # sequence: `state_groups`) and which have a feed-forward block. None: every layer
-    # attends and has one. Sized and simulated; the engine runs Granite-4.0-H's.
+    # attends and has one. Sized, simulated, and run by the engine (each family's decoder).
     hybrid: HybridLayers | None = None
 
     def __post_init__(self) -> None:
