@@ -117,8 +117,7 @@ class ModelExecutors(ExecutorFactory):
         arena = KVArena(model_config.kv_groups(element), num_slots, kv_dtype, device,
                         kv_scale=config.kv_scale,
                         allocation=kv_allocation(config, model_config, element),
-                        state_layers=(model_config.hybrid.recurrent_layers
-                                      if model_config.hybrid is not None else ()))
+                        state_layers=_layers_without_kv(model_config))
         return ModelExecutor(model, arena, ops, device, backend,
                              enforce_eager=config.enforce_eager is not False,
                              max_num_seqs=config.max_num_seqs)
@@ -162,3 +161,12 @@ class ModelExecutors(ExecutorFactory):
                                           plan.shape.max_model_len):
             seconds += time.perf_counter() - start
         return seconds
+
+
+def _layers_without_kv(model_config) -> tuple[int, ...]:
+    """A hybrid's layers that hold no KV: its recurrent layers (their states in the pool's
+    blocks) and Nemotron-H's MLP-only layers (nothing)."""
+    if model_config.hybrid is None:
+        return ()
+    attention = set(model_config.hybrid.attention_layers)
+    return tuple(i for i in range(model_config.num_layers) if i not in attention)

@@ -38,8 +38,9 @@ class KVArena:
     `kv_scale` when given, else set from the layer's first write and never changed, so every
     sequence sees the same scales.
 
-    `state_layers` hold no KV (a state-space hybrid's recurrent layers: `k` and `v` are None
-    there); their states live in the pool's blocks (`pooled_states`).
+    `state_layers` hold no KV (a state-space hybrid's recurrent layers and Nemotron-H's
+    MLP-only layers: `k` and `v` are None there); the recurrent layers' states live in the
+    pool's blocks (`pooled_states`).
 
     With an `allocation` (`hybrid`, `kvbench.core.kv_allocation`) the arena holds one K and
     one V tensor per position in an allocation group, shared by every group: layer l reads

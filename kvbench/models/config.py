@@ -1,7 +1,7 @@
 """`ModelConfig`: the shape of a Llama-architecture decoder (Llama, Qwen2/3, Mistral; Mixtral and
 Qwen3-MoE's experts; gpt-oss's sinks and biased experts), of DeepSeek-V2/V3 (`mla`, `routing`:
 deepseek_config.py), of Gemma 2 / 3 (gemma_config.py) and of the state-space hybrids
-Qwen3-Next, Granite-4.0-H and Nemotron-H (`hybrid`: hybrid_config.py; sized and simulated).
+Qwen3-Next, Granite-4.0-H and Nemotron-H (`hybrid`: hybrid_config.py).
 
 `from_hf_config` reads a Hugging Face `config.json`: every field that changes the arithmetic is
 implemented (with a parity test against transformers in tests/models/) or refused in one line
@@ -43,7 +43,7 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mix
                          "gpt_oss", *DEEPSEEK_MODEL_TYPES, *GEMMA_MODEL_TYPES,
                          *HYBRID_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
-ARCHITECTURES = ("llama", "gpt_oss", "gemma", "granite_hybrid")
+ARCHITECTURES = ("llama", "gpt_oss", "gemma", "granite_hybrid", "nemotron_h")
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,8 @@ class ModelConfig:
     # Gemma 2 and 3 (`gemma.py`'s decoder; `gemma_config.py` reads their config.json): the
     # (1 + w) RMSNorm, pre/post feed-forward norms, embeddings scaled by sqrt(hidden), gelu-tanh.
     # The decoder that computes it (one of ARCHITECTURES): "llama" (llama.py), "gpt_oss"
-    # (gpt_oss.py), "gemma" (gemma.py) or "granite_hybrid" (granite_hybrid.py, Granite-4.0-H);
+    # (gpt_oss.py), "gemma" (gemma.py), "granite_hybrid" (granite_hybrid.py, Granite-4.0-H)
+    # or "nemotron_h" (nemotron_h.py);
     # DeepSeek's is chosen by `mla`.
     architecture: str = "llama"
     query_pre_attn_scalar: float | None = None  # softmax scale = this**-0.5 (None: head_dim)
@@ -122,7 +123,7 @@ class ModelConfig:
     # A state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H; hybrid_config.py): which
     # layers attend (a KV cache), which run a recurrent mixer (a constant state per
     # sequence: `state_groups`) and which have a feed-forward block. None: every layer
-    # attends and has one. Sized and simulated; the engine runs Granite-4.0-H's.
+    # attends and has one. Sized, simulated, and run by the engine (each family's decoder).
     hybrid: HybridLayers | None = None
 
     def __post_init__(self) -> None:
@@ -344,7 +345,7 @@ class ModelConfig:
     def from_hf_config(cls, hf: Any, name: str) -> ModelConfig:
         """Read a Hugging Face `config.json` of a Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral,
         Mixtral, gpt-oss, DeepSeek-V2/V3, Gemma 2 or Gemma 3 model, or of a state-space hybrid
-        (Qwen3-Next, Granite-4.0-H, Nemotron-H: sized and simulated only)."""
+        (Qwen3-Next, Granite-4.0-H, Nemotron-H)."""
         if not isinstance(hf, dict):
             raise KvbenchInputError(f"model {name}: config.json is not a JSON object")
         model_type = hf.get("model_type")

@@ -5,8 +5,9 @@ gated full attention, 3:1), Granite-4.0-H (`granitemoehybrid`: Mamba-2 and atten
 NemotronHConfig read them.
 
 kvbench sizes and simulates these models (`kvbench estimate`, `kvbench simulate`); its engine
-runs Granite-4.0-H (kvbench/models/granite_hybrid.py), not yet the other two. A key whose value would change the sizes and that kvbench does not
-model is refused in one line naming it.
+runs all three (kvbench/models/qwen3_next.py, granite_hybrid.py, nemotron_h.py). A key whose
+value would change the sizes or the math and that kvbench does not model is refused in one
+line naming it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ GRANITE_LAYER_TYPES = {"mamba": "recurrent", "attention": "attention",
 # FLA's chunk length for the gated delta rule (fla/ops/gated_delta_rule/chunk.py, BT = 64),
 # the prefill scan's chunk of a Gated DeltaNet layer (its config.json names none).
 GDN_CHUNK_SIZE = 64
+# Nemotron-H's `layers_block_type` (transformers 5 writes it instead of the pattern) as the
+# pattern's characters ('E', "moe", is refused with the pattern's wording)
+NEMOTRON_BLOCK_TYPES = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
 # vLLM's float32 default for Nemotron-H's SSM state (`NemotronHForCausalLMConfig`).
 NEMOTRON_SSM_DTYPES = {"float32": "fp32", "bfloat16": None, "float16": None, "auto": None}
 
@@ -169,7 +173,7 @@ def _granite(hf: dict[str, Any], name: str) -> dict[str, Any]:
             f"num_local_experts {experts}")
     shared = positive_int(hf, "shared_intermediate_size", name)
     rope = _granite_rope(hf, name)
-    _default_time_step_limit(hf, name)
+    _default_time_step_limit(hf, name, "Granite")
     return {
         "vocab_size": positive_int(hf, "vocab_size", name),
         "hidden_size": hidden,
@@ -230,10 +234,10 @@ def _granite_rope(hf: dict[str, Any], name: str) -> bool:
     return True
 
 
-def _default_time_step_limit(hf: dict[str, Any], name: str) -> None:
-    """Granite's `time_step_limit` clamps the Mamba-2 time step in transformers' prefill scan
-    but not in its one-token update; only the default (0, inf), which clamps nothing, is
-    computed the same both ways."""
+def _default_time_step_limit(hf: dict[str, Any], name: str, family: str) -> None:
+    """`time_step_limit` (Granite's, Nemotron-H's) clamps the Mamba-2 time step in
+    transformers' prefill scan but not in its one-token update; only the default (0, inf),
+    which clamps nothing, is computed the same both ways."""
     limit = hf.get("time_step_limit")
     if limit is None:
         return
@@ -243,19 +247,16 @@ def _default_time_step_limit(hf: dict[str, Any], name: str) -> None:
     if values != [0, inf]:
         raise KvbenchInputError(
             f"model {name}: config.json time_step_limit {limit!r:.60} is not implemented "
-            "(kvbench runs Granite's Mamba-2 layers unclamped: (0.0, inf))")
+            f"(kvbench runs {family}'s Mamba-2 layers unclamped: (0.0, inf))")
 
 
 def _nemotron_h(hf: dict[str, Any], name: str) -> dict[str, Any]:
-    """NemotronHForCausalLM: one block a layer, by `hybrid_override_pattern`: 'M' Mamba-2,
-    '*' attention, '-' a relu^2 MLP (two matmuls). Its SSM state is float32 in vLLM unless
-    config.json's `mamba_ssm_cache_dtype` says otherwise."""
-    num_layers = _layers(hf, name)
-    pattern = hf.get("hybrid_override_pattern")
-    if not isinstance(pattern, str) or len(pattern) != num_layers:
-        raise KvbenchInputError(
-            f"model {name}: config.json hybrid_override_pattern must be a string of one "
-            f"character per layer (num_hidden_layers {num_layers}), got {pattern!r:.80}")
+    """NemotronHForCausalLM: one block a layer, by `hybrid_override_pattern` (or
+    transformers 5's `layers_block_type`): 'M' Mamba-2, '*' attention (no rope), '-' a
+    relu^2 MLP (two matmuls). Its SSM state is float32 in vLLM unless config.json's
+    `mamba_ssm_cache_dtype` says otherwise."""
+    pattern = _nemotron_pattern(hf, name)
+    num_layers = len(pattern)
     unknown = sorted(set(pattern) - set("M*-"))
     if unknown:
         raise KvbenchInputError(
@@ -264,6 +265,10 @@ def _nemotron_h(hf: dict[str, Any], name: str) -> dict[str, Any]:
     mixers = tuple({"M": "recurrent", "*": "attention", "-": "none"}[c] for c in pattern)
     _need_both(mixers, name, "hybrid_override_pattern")
     refuse_unimplemented(hf, name, "mlp_bias", (False, None), "the MLP has no biases")
+    refuse_unimplemented(hf, name, "mlp_hidden_act", ("relu2",), "the MLP is relu^2", "relu2")
+    refuse_unimplemented(hf, name, "mamba_hidden_act", ("silu",),
+                         "the Mamba-2 conv is followed by silu", "silu")
+    _default_time_step_limit(hf, name, "Nemotron-H")
     ssm_dtype = hf.get("mamba_ssm_cache_dtype", "float32")
     if ssm_dtype not in NEMOTRON_SSM_DTYPES:
         raise KvbenchInputError(
@@ -279,7 +284,9 @@ def _nemotron_h(hf: dict[str, Any], name: str) -> dict[str, Any]:
         conv_kernel=positive_int(hf, "conv_kernel", name), inner_size=heads * head_dim,
         chunk_size=positive_int(hf, "chunk_size", name, default=128),
         conv_bias=true_or_false(hf, "use_conv_bias", name, True),
-        proj_bias=true_or_false(hf, "mamba_proj_bias", name, False),
+        # transformers' and vLLM's NemotronHMamba2Mixer bias in_proj and out_proj by
+        # `use_bias` (`mamba_proj_bias` is written beside it and read by neither)
+        proj_bias=true_or_false(hf, "use_bias", name, False),
         ssm_state_dtype=NEMOTRON_SSM_DTYPES[ssm_dtype])
     num_heads = positive_int(hf, "num_attention_heads", name)
     hidden = positive_int(hf, "hidden_size", name)
@@ -290,13 +297,37 @@ def _nemotron_h(hf: dict[str, Any], name: str) -> dict[str, Any]:
         "num_layers": num_layers,
         "num_heads": num_heads,
         "num_kv_heads": positive_int(hf, "num_key_value_heads", name),
-        "head_dim": positive_int(hf, "attention_head_dim", name, default=hidden // num_heads),
+        # transformers 5 writes `head_dim`, the published files `attention_head_dim`
+        "head_dim": positive_int(hf, "head_dim" if "head_dim" in hf else "attention_head_dim",
+                                 name, default=hidden // num_heads),
         "max_position_embeddings": positive_int(hf, "max_position_embeddings", name),
         "rms_norm_eps": float(hf.get("layer_norm_epsilon", hf.get("rms_norm_eps", 1e-5))),
         "attention_bias": _no_bias(hf, name, "attention_bias"),
+        "architecture": "nemotron_h",
         "hybrid": HybridLayers(mixers, tuple(m == "none" for m in mixers), recurrent,
-                               mlp_ungated=True, norms_per_layer=1),
+                               mlp_ungated=True, norms_per_layer=1, rope=False),
     }
+
+
+def _nemotron_pattern(hf: dict[str, Any], name: str) -> str:
+    """The layers as pattern characters: `hybrid_override_pattern`, else `layers_block_type`
+    (transformers 5), one a layer (`num_hidden_layers`, where given, must agree)."""
+    pattern = hf.get("hybrid_override_pattern")
+    if pattern is None and isinstance(types := hf.get("layers_block_type"), list):
+        unknown = sorted({t for t in types if t not in NEMOTRON_BLOCK_TYPES}, key=str)
+        if unknown:
+            raise KvbenchInputError(
+                f"model {name}: config.json layers_block_type {unknown[0]!r:.40} is not one of "
+                f"{', '.join(NEMOTRON_BLOCK_TYPES)}")
+        pattern = "".join(NEMOTRON_BLOCK_TYPES[t] for t in types)
+    layers = hf.get("num_hidden_layers")
+    if not isinstance(pattern, str) or not pattern or (
+            layers is not None and len(pattern) != layers):
+        expected = _layers(hf, name) if layers is not None else "one or more"
+        raise KvbenchInputError(
+            f"model {name}: config.json hybrid_override_pattern must be a string of one "
+            f"character per layer (num_hidden_layers {expected}), got {pattern!r:.80}")
+    return pattern
 
 
 

@@ -1,6 +1,7 @@
 """Building a decoder (`LlamaDecoder`, its gpt-oss subclass, `DeepseekDecoder` for latent
-attention, `GemmaDecoder` for Gemma's architecture or `GraniteHybridDecoder` for
-Granite-4.0-H): seeded random ("dummy") weights or a local Hugging Face folder."""
+attention, `GemmaDecoder` for Gemma's architecture, or the state-space hybrids'
+`GraniteHybridDecoder`, `Qwen3NextDecoder` and `NemotronHDecoder`): seeded random ("dummy")
+weights or a local Hugging Face folder."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from kvbench.models.gpt_oss import GptOssDecoder
 from kvbench.models.granite_hybrid import GraniteHybridDecoder
 from kvbench.models.llama import LlamaDecoder
 from kvbench.models.memory_check import AvailableFn, MemoryNeed, check_memory, memory_need
+from kvbench.models.nemotron_h import NemotronHDecoder
 from kvbench.models.presets import PRESETS
 from kvbench.models.qwen3_next import Qwen3NextDecoder
 from kvbench.models.resolve_config import first_line, model_folder, resolve_model_config
@@ -87,15 +89,18 @@ def decoder_class(
     if config.hybrid is not None and config.hybrid.recurrent.kind == "gated_deltanet":
         return Qwen3NextDecoder
     return {"gpt_oss": GptOssDecoder, "gemma": GemmaDecoder,
-            "granite_hybrid": GraniteHybridDecoder}.get(config.architecture, LlamaDecoder)
+            "granite_hybrid": GraniteHybridDecoder,
+            "nemotron_h": NemotronHDecoder}.get(config.architecture, LlamaDecoder)
+
+
+# The hybrid families the engine computes, as `decoder_class` picks them.
+HYBRID_DECODERS = (GraniteHybridDecoder, NemotronHDecoder, Qwen3NextDecoder)
 
 
 def computes_recurrent_layers(config: ModelConfig) -> bool:
-    """Whether the engine has a decoder for `config`'s hybrid family: Granite-4.0-H's Mamba-2
-    layers, Qwen3-Next's Gated DeltaNet ones (Nemotron-H's are sized, not computed)."""
-    hybrid = config.hybrid
-    return hybrid is not None and (config.architecture == "granite_hybrid"
-                                   or hybrid.recurrent.kind == "gated_deltanet")
+    """Whether the engine has a decoder for `config`'s hybrid family: Granite-4.0-H's and
+    Nemotron-H's Mamba-2 layers, Qwen3-Next's Gated DeltaNet ones."""
+    return config.hybrid is not None and decoder_class(config) in HYBRID_DECODERS
 
 
 def load_model(
@@ -118,8 +123,8 @@ def load_model(
     if config.hybrid is not None and not computes_recurrent_layers(config):
         raise KvbenchInputError(
             f"model {model}: its {config.hybrid.recurrent.kind} layers keep a recurrent state "
-            "kvbench's engine does not compute for this family yet (it runs Granite-4.0-H and "
-            "Qwen3-Next; kvbench estimate and simulate size this one)")
+            "kvbench's engine does not compute for this family yet (it runs Granite-4.0-H, "
+            "Nemotron-H and Qwen3-Next; kvbench estimate and simulate size this one)")
     folder = None if model in PRESETS else model_folder(model, weights=True)
     if config.quantization is not None:
         raise KvbenchInputError(
@@ -188,7 +193,7 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
                                 _copy_tensor(file, target, tensor.shape, lambda t=tensor: t,
                                              expected, loaded)
                             continue
-                        target = name
+                        target = _renamed(decoder, name)
                         if name not in expected and (expert := NAMED_EXPERT.search(name)):
                             layer, index, proj = expert.groups()
                             target = _expert_weight(decoder, layer, int(index), proj)
@@ -206,6 +211,15 @@ def _load_safetensors(decoder: LlamaDecoder, folder: Path, files: list[Path]) ->
             f"model folder {folder} lacks weights: {', '.join(sorted(missing)[:3])}"
             + (" ..." if len(missing) > 3 else "")
         )
+
+
+def _renamed(decoder: LlamaDecoder, name: str) -> str:
+    """A checkpoint tensor's name as the decoder's modules call it (`CHECKPOINT_PREFIXES`:
+    Nemotron-H's files say `backbone.` where its modules say `model.`)."""
+    for prefix, module in getattr(decoder, "CHECKPOINT_PREFIXES", {}).items():
+        if name.startswith(prefix):
+            return module + name[len(prefix):]
+    return name
 
 
 # transformers 5 can save Mixtral's experts fused (as its modules hold them): per layer

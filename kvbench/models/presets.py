@@ -83,13 +83,14 @@ GRANITE_4_H_SMALL = _model(
 NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 NEMOTRON_H_8B = _model(
     "nemotron-h-8b", 131072, 4096, 21504, 52, 32, 8, 8192, head_dim=128, rms_norm_eps=1e-5,
+    architecture="nemotron_h",
     hybrid=HybridLayers(
         _pattern(NEMOTRON_H_8B_PATTERN.replace("M", "R").replace("*", "A")),
         tuple(c == "-" for c in NEMOTRON_H_8B_PATTERN),
         RecurrentMixer("mamba2", num_heads=128, head_dim=64, state_size=128, num_groups=8,
                        conv_kernel=4, inner_size=8192, chunk_size=128, conv_bias=True,
                        ssm_state_dtype="fp32"),
-        mlp_ungated=True, norms_per_layer=1))
+        mlp_ungated=True, norms_per_layer=1, rope=False))
 
 
 # The CPU's state-space hybrid: Granite-4.0-H's layers at tiny's size. Four layers, the

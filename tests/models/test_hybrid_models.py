@@ -168,10 +168,16 @@ def test_nemotron_h_ssm_state_dtype_follows_its_config():
     assert state.state_bytes_per_layer == 3 * 10240 * 2 + 128 * 64 * 128 * 2
 
 
-def test_the_engine_refuses_a_hybrid_before_building_it():
-    pytest.importorskip("torch")
-    from kvbench.models.loader import load_model
+@pytest.mark.parametrize("name", ["qwen3-next-80b-a3b", "granite-4.0-h-small",
+                                  "nemotron-h-8b"])
+def test_the_engine_builds_each_hybrid_family(name):
+    """Every sized hybrid family has a decoder in the engine (`computes_recurrent_layers`),
+    built on the meta device with the parameters kvbench sizes (transformers' count)."""
+    torch = pytest.importorskip("torch")
+    from kvbench.models.loader import computes_recurrent_layers, decoder_class
 
-    with pytest.raises(KvbenchInputError, match="recurrent") as err:
-        load_model("nemotron-h-8b", device="meta")
-    assert "\n" not in str(err.value)
+    config = PRESETS[name]
+    assert computes_recurrent_layers(config)
+    with torch.device("meta"):
+        decoder = decoder_class(config)(config)
+    assert sum(p.numel() for p in decoder.parameters()) == config.num_parameters()

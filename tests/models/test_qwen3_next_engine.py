@@ -13,7 +13,6 @@ from kvbench.build.engines import build_engine
 from kvbench.cli import main
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
-from kvbench.errors import KvbenchInputError
 from tests.conftest import random_prompts
 from tests.models.engine_parity import engine_tokens
 from tests.models.test_parity_hf import hf_greedy
@@ -94,9 +93,3 @@ def test_kvbench_run_on_a_qwen3_next_folder(qwen3_next, tmp_path, capsys):
     assert (summary["completed"], summary["failed"]) == (4, 0)
     assert summary["memory"]["breakdown_mean"]["internal"] > 0
 
-
-def test_nemotron_h_is_refused_in_one_line():
-    """A Mamba-2 family without a decoder in the engine: refused naming what runs."""
-    with pytest.raises(KvbenchInputError, match="Granite-4.0-H and Qwen3-Next"):
-        build_engine(EngineConfig(model="nemotron-h-8b", device="cpu", strategy="paged",
-                                  kv_memory="4MiB"))

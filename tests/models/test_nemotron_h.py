@@ -1,0 +1,175 @@
+"""Nemotron-H (Mamba-2, attention and relu^2 MLP layers, one block each) in kvbench's engine
+against transformers' NemotronHForCausalLM: logits of one prefill, and greedy tokens through
+`paged` in prefill + decode, chunked prefill and preemption, with the recurrent states kept
+in the KV arena's state blocks; `kvbench run` on the folder."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from kvbench.build.engines import build_engine
+from kvbench.cli import main
+from kvbench.config import EngineConfig
+from kvbench.errors import KvbenchInputError
+from kvbench.models.config import ModelConfig
+from kvbench.models.resolve_config import resolve_model_config
+from tests.conftest import random_prompts
+from tests.models.engine_parity import engine_tokens
+from tests.models.test_granite_hybrid import reference_prefill_logits
+from tests.models.test_parity_hf import hf_greedy
+
+transformers = pytest.importorskip("transformers")
+
+# Six layers "M*M-M-": three Mamba-2 (8 heads of 16 in 2 groups, d_state 16, a 32-token scan
+# chunk that every scenario's prompts span several of), one attention (4 query / 2 KV heads
+# of 16, head_dim not hidden / heads), two relu^2 MLPs.
+TINY_NEMOTRON_H = dict(
+    vocab_size=512, hidden_size=64, intermediate_size=96, hybrid_override_pattern="M*M-M-",
+    num_attention_heads=4, num_key_value_heads=2, head_dim=24, max_position_embeddings=512,
+    mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=16, conv_kernel=4,
+    chunk_size=32, initializer_range=0.1, bos_token_id=None, eos_token_id=None,
+    pad_token_id=None)
+
+
+def make_nemotron_h(folder, seed: int = 0, **fields):
+    """A random Nemotron-H saved to `folder`. transformers initialises A_log, D, dt_bias, the
+    conv bias and the norms to constants (A = -1..-heads: fast decays); they are drawn here
+    so that each one loaded wrong (or left out) changes tokens. Slow decays (A in [-0.5,
+    -0.01], time steps near softplus(-2)) keep a state's effect alive across a whole
+    prompt, so a state dropped or carried wrongly between chunks or steps changes the
+    tokens."""
+    torch.manual_seed(seed)
+    config = transformers.NemotronHConfig(**{**TINY_NEMOTRON_H, **fields})
+    model = transformers.NemotronHForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("A_log"):
+                param.uniform_(math.log(0.01), math.log(0.5))
+            elif name.endswith("dt_bias"):
+                param.normal_(-2.0, 0.5)
+            elif name.endswith(("mixer.D", "conv1d.bias")):
+                param.normal_(0.0, 0.5)
+            elif name.endswith("norm.weight") or name.endswith("norm_f.weight"):
+                param.normal_(1.0, 0.3)
+    model.save_pretrained(folder)
+    return model
+
+
+@pytest.fixture(scope="module")
+def nemotron(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("nemotron_h")
+    return folder, make_nemotron_h(folder)
+
+
+def test_config_reads_a_saved_nemotron_h(nemotron):
+    """transformers 5 writes `layers_block_type` and `head_dim` (not the published files'
+    pattern and attention_head_dim): kvbench reads the same layers and counts transformers'
+    parameters."""
+    folder, hf_model = nemotron
+    written = json.loads((folder / "config.json").read_text())
+    assert "hybrid_override_pattern" not in written and "layers_block_type" in written
+    config = resolve_model_config(str(folder))
+    assert config.hybrid.mixers == ("recurrent", "attention", "recurrent", "none",
+                                    "recurrent", "none")
+    assert (config.architecture, config.head_dim) == ("nemotron_h", 24)
+    assert config.num_parameters() == sum(p.numel() for p in hf_model.parameters())
+
+
+def test_pattern_and_block_types_read_alike():
+    """The published keys (`hybrid_override_pattern`, `attention_head_dim`) and transformers
+    5's give one config."""
+    base = {"model_type": "nemotron_h", **{k: v for k, v in TINY_NEMOTRON_H.items()
+                                           if k != "hybrid_override_pattern"}}
+    published = {**base, "hybrid_override_pattern": "M*M-M-", "num_hidden_layers": 6,
+                 "attention_head_dim": 24}
+    del published["head_dim"]
+    written = {**base, "layers_block_type": ["linear_attention", "full_attention",
+                                             "linear_attention", "mlp", "linear_attention",
+                                             "mlp"]}
+    assert (ModelConfig.from_hf_config(published, "n")
+            == ModelConfig.from_hf_config(written, "n"))
+
+
+@pytest.mark.parametrize("key, value", [("time_step_limit", [0.0, 0.1]),
+                                        ("mlp_hidden_act", "silu"),
+                                        ("mamba_hidden_act", "gelu")])
+def test_unmodelled_math_is_refused_in_one_line(key, value):
+    hf = {"model_type": "nemotron_h", **TINY_NEMOTRON_H, "num_hidden_layers": 6, key: value}
+    with pytest.raises(KvbenchInputError, match=key):
+        ModelConfig.from_hf_config(hf, "n")
+
+
+def test_prefill_logits_match_transformers(nemotron):
+    """100 tokens (four scan chunks): logits within 1e-4 of transformers' (float32)."""
+    folder, hf_model = nemotron
+    prompt = random_prompts(1, 512, seed=3, min_len=100, max_len=100)[0]
+    with torch.no_grad():
+        theirs = hf_model(torch.tensor([prompt])).logits[0].float()
+    torch.testing.assert_close(reference_prefill_logits(folder, prompt), theirs,
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_prefill_and_decode_match_transformers(nemotron):
+    folder, hf_model = nemotron
+    prompts = random_prompts(4, 512, seed=1, min_len=20, max_len=100)
+    got, _ = engine_tokens(folder, prompts, 24, strategy="paged", kv_memory="4MiB")
+    assert got == hf_greedy(hf_model, prompts, 24)
+
+
+def test_chunked_prefill_matches_transformers(nemotron):
+    """~190-token prompts under a 48-token step budget: each prompt's state carries over
+    four or more chunks (and the scan's 32-token chunks inside them)."""
+    folder, hf_model = nemotron
+    prompts = random_prompts(3, 512, seed=5, min_len=150, max_len=200)
+    got, _ = engine_tokens(folder, prompts, 16, strategy="paged", kv_memory="4MiB",
+                           chunked_prefill=True, max_num_batched_tokens=48)
+    assert got == hf_greedy(hf_model, prompts, 16)
+
+
+def test_preemption_matches_transformers(nemotron):
+    """Three ~190-token prompts growing 48 tokens each in a pool that admits them all but
+    cannot grow them all: a sequence is preempted, its state blocks go to another, and it
+    recomputes from zeros."""
+    folder, hf_model = nemotron
+    built = build_engine(EngineConfig(model=str(folder), device="cpu", strategy="paged",
+                                      kv_memory="4MiB"))
+    strategy = built.engine.strategy
+    bytes_per_block = built.engine.executor.arena.nbytes // strategy.pool.num_blocks
+    prompts = random_prompts(3, 512, seed=2, min_len=180, max_len=200)
+
+    def blocks(tokens: int) -> int:
+        return -(-tokens // strategy.block_size) + strategy.state_blocks
+
+    admitted = sum(blocks(len(p)) for p in prompts)
+    final = sum(blocks(len(p) + 48) for p in prompts)
+    assert admitted + 2 < final
+    kv_memory = f"{(admitted + final) // 2 * bytes_per_block}B"
+    got, seqs = engine_tokens(folder, prompts, 48, strategy="paged", kv_memory=kv_memory,
+                              max_model_len=260)
+    assert sum(s.preemptions for s in seqs) > 0
+    assert got == hf_greedy(hf_model, prompts, 48)
+
+
+def test_kvbench_run_on_a_nemotron_h_folder(nemotron, tmp_path, capsys):
+    """`kvbench run --strategy paged` end to end: every request completes inside the
+    --kv-memory arena, its state blocks counted as held without tokens (`internal`)."""
+    folder, _ = nemotron
+    assert main(["run", "--model", str(folder), "--strategy", "paged", "--workload",
+                 "uniform", "--num-requests", "4", "--workload-param", "prompt_len=60",
+                 "--workload-param", "output_len=8", "--kv-memory", "1MiB", "--quiet",
+                 "--out", str(tmp_path)]) == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    summary = json.loads((run / "kvbench_summary.json").read_text())
+    assert (summary["completed"], summary["failed"]) == (4, 0)
+    assert summary["memory"]["breakdown_mean"]["internal"] > 0
+
+
+@pytest.mark.parametrize("strategy", ["prefix", "contiguous", "hybrid"])
+def test_other_strategies_refuse_it(nemotron, strategy):
+    folder, _ = nemotron
+    with pytest.raises(KvbenchInputError, match="runs under --strategy paged"):
+        build_engine(EngineConfig(model=str(folder), device="cpu", strategy=strategy))
