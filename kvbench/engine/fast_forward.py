@@ -19,9 +19,9 @@ them runs by stepping, with the same results.
 A mixed step (`RunPolicy.decodes_first_budget`: `vllm-v1`, whose schedule gives every
 running sequence its token and then admits prompts in the budget left) keeps the cohort too:
 its members decode as one cohort step, their memory taken first as the schedule's running pass
-takes it, and only the prompts admitted (`RunPolicy.admit_in_budget`) are stepped, the batch
-being the step's own (prefills, then the decodes in admission order); the prompts join at the
-next run.
+takes it, and only the prompts admitted (`RunPolicy.admit_in_budget`) are stepped; the step's
+batch lists the prompts alone and the executor costs the members by their number and
+lengths' sum (`RunExecutor.execute_mixed_step`); the prompts join at the next run.
 
 Under async scheduling (`Engine.async_scheduling`) a decode run is the same as synchronously
 until its last step: the members that sample their last token there are left running, holding
