@@ -19,9 +19,9 @@ them runs by stepping, with the same results.
 A mixed step (`RunPolicy.decodes_first_budget`: `vllm-v1`, whose schedule gives every
 running sequence its token and then admits prompts in the budget left) keeps the cohort too:
 its members decode as one cohort step, their memory taken first as the schedule's running pass
-takes it, and only the prompts admitted (`RunPolicy.admit_in_budget`) are stepped, the batch
-being the step's own (prefills, then the decodes in admission order); the prompts join at the
-next run.
+takes it, and only the prompts admitted (`RunPolicy.admit_in_budget`) are stepped; the step's
+batch lists the prompts alone and the executor costs the members by their number and
+lengths' sum (`RunExecutor.execute_mixed_step`); the prompts join at the next run.
 
 Under async scheduling (`Engine.async_scheduling`) a decode run is the same as synchronously
 until its last step: the members that sample their last token there are left running, holding
@@ -48,6 +48,7 @@ from kvbench.strategies.base import MemorySplit, declares
 from kvbench.tracing import tracing_active
 
 if TYPE_CHECKING:
+    from kvbench.core.step_batch import StepBatch
     from kvbench.engine.engine import Engine
 
 
@@ -136,6 +137,14 @@ class RunExecutor(Protocol):
         `context_tokens` in all at the first (new tokens included), none after the first
         starting at or after `until_s`; each step's end on the run's clock, as that many
         steps run one at a time would leave it."""
+
+    def execute_mixed_step(self, batch: StepBatch, sampling: SamplingParams, num_decodes: int,
+                           decodes_context: int) -> list[list[int]]:
+        """`execute_and_sample` of one step: `batch` (the prompts a mixed step admits) and
+        `num_decodes` decode rows it does not list, holding `decodes_context` tokens in all
+        (new tokens included), each sampling `decode_run_token`; the tokens of `sampling`'s
+        rows (the batch's own), as `execute_and_sample` of the step with every row listed
+        gives them."""
 
 
 def takes_part(obj: object) -> bool:
@@ -392,37 +401,23 @@ class FastForward:
     def _mixed_step(self, budget: int) -> list[Sequence]:
         """A step in which every member decodes (their memory known to fit) and then the
         queue's prompts are admitted in `budget` tokens, as `Engine.step` runs it: the
-        members as one cohort step, the prompts stepped; the batch is the step's, prefills
-        first, then the decodes in admission order. The sequences that finished in it."""
+        members as one cohort step, costed and recorded by their count and lengths' sum
+        (`RunExecutor.execute_mixed_step`), the prompts stepped. The sequences that
+        finished in it."""
         engine, strategy, cohort = self.engine, self.strategy, self.cohort
         t_start = engine.clock()
         strategy.grow_cohort_run(cohort.ordinal, 1)  # the running pass of the schedule
         out = self.policy.admit_in_budget(t_start, budget)
         batch, to_sample, forks = engine._build_batch(out.scheduled)
-        members = list(cohort.members.values())
-        num_members = len(members)
-        # The members' rows after the prompts' prefills, before any prompt that decodes.
-        layout, p = batch.layout, batch.num_prefill_seqs
-        ordinal = cohort.ordinal
-        layout.query_lens[p:p] = [1] * num_members
-        layout.seq_lens[p:p] = [seq.decode_base + ordinal - seq.decode_from + 1
-                                for seq in members]
-        if layout.seq_ids is not None:
-            layout.seq_ids[p:p] = [seq.seq_id for seq in members]
-        prefill_tokens = batch.num_tokens - (len(layout.query_lens) - num_members - p)
-        rows = batch.sample_rows
-        k = sum(1 for row in rows if row < prefill_tokens)  # the prefills that sample
-        rows[k:] = [*range(prefill_tokens, prefill_tokens + num_members),
-                    *(row + num_members for row in rows[k:])]
-        batch.num_tokens += num_members
-        sampled = [*to_sample[:k], *members, *to_sample[k:]]
-        sampling = SamplingParams(engine.temperature, engine.seed, rows=sampled, forks=forks)
+        num_members = len(cohort)
+        sampling = SamplingParams(engine.temperature, engine.seed, rows=to_sample, forks=forks)
         t_forward = engine.clock()
-        tokens = self.executor.execute_and_sample(batch, sampling)
+        tokens = self.executor.execute_mixed_step(batch, sampling, num_members,
+                                                  cohort.computed_tokens + num_members)
         now_s = engine.clock()
-        finished = engine._commit(to_sample, [*tokens[:k], *tokens[k + num_members:]], now_s,
-                                  bool(forks))
+        finished = engine._commit(to_sample, tokens, now_s, bool(forks))
         cohort.advance(len(engine.step_times.ends) - 1, 1)  # (the step `_commit` added)
+        sampled = [*to_sample, *cohort.members.values()] if engine.async_scheduling else []
         ended = cohort.pop_finished()
         for seq in ended:
             strategy.leave_decode_cohort(seq)
@@ -436,7 +431,8 @@ class FastForward:
         self.admitted(out.admitted)
         split = engine._memory_split()
         engine.step_recorder.record(t_start, engine.clock(), now_s - t_forward, batch, split,
-                                    0, engine.num_running, len(engine.waiting), False)
+                                    0, engine.num_running, len(engine.waiting), False,
+                                    num_unlisted_decodes=num_members)
         if strategy.check_accounting:
             self._check_books(engine.policy.holders(), engine.waiting.head())
         return finished

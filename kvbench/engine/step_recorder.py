@@ -124,13 +124,15 @@ class StepRecorder(StepLog):
     def record(
         self, t_start: float, t_end: float, forward_s: float, batch: StepBatch,
         split: MemorySplit, num_preempted: int, num_running: int, num_waiting: int,
-        traced: bool, host_load_waiting: int | None = None,
+        traced: bool, host_load_waiting: int | None = None, num_unlisted_decodes: int = 0,
     ) -> None:
         """The row of a step that ran `batch` from `t_start` to `t_end` (`forward_s` of it in
         the model forward) and left memory as `split`; `traced`: the trace counters too.
         `host_load_waiting`: with a host tier, the sequences waiting for a load (the copies
-        come from the batch's layout)."""
-        num_decode_seqs, num_tokens = batch.num_decode_seqs, batch.num_tokens
+        come from the batch's layout). `num_unlisted_decodes`: decodes the step ran that the
+        batch does not list (a fast-forwarded mixed step's cohort)."""
+        num_decode_seqs = batch.num_decode_seqs + num_unlisted_decodes
+        num_tokens = batch.num_tokens + num_unlisted_decodes
         b = self.bytes_per_slot
         unrecorded, self._unrecorded_preemptions = self._unrecorded_preemptions, 0
         probe = self.memory_probe() if self.memory_probe else _NO_PROBE

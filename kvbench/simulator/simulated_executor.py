@@ -123,13 +123,16 @@ class SimulatedExecutor(Executor):
     def gpu(self) -> GPUSpec:
         return self.cost_model.gpu
 
-    def advance(self, batch: StepBatch) -> int:
-        """Advance the clock by the step's modelled time; the number of rows to sample."""
+    def advance(self, batch: StepBatch, num_decodes: int = 0, decodes_context: int = 0) -> int:
+        """Advance the clock by the step's modelled time; the number of rows to sample.
+        `num_decodes`: decode rows the batch does not list, holding `decodes_context` tokens
+        in all (`execute_mixed_step`)."""
         layout = batch.layout
         copied = sum(c.num_slots for c in layout.slot_copies) if layout.slot_copies else 0
-        rows = len(batch.sample_rows)
+        rows = len(batch.sample_rows) + num_decodes
         start_s = self.clock.now_s
-        cost = self.cost_model.cost(layout.query_lens, layout.seq_lens, rows, copied)
+        cost = self.cost_model.cost(layout.query_lens, layout.seq_lens, rows, copied,
+                                    num_decodes, decodes_context)
         previous_gpu_s = self._overlap_after_gpu_s(start_s)
         if previous_gpu_s is not None:
             cost = cost.with_cpu_overhead(overlapped_cpu_overhead_s(
@@ -169,6 +172,15 @@ class SimulatedExecutor(Executor):
             self.num_steps += len(ends)
             self.last_cost = cost
         return ends
+
+    def execute_mixed_step(self, batch: StepBatch, sampling: SamplingParams, num_decodes: int,
+                           decodes_context: int) -> list[list[int]]:
+        """`execute_and_sample` of `batch` with `num_decodes` decode rows more, given by
+        their lengths' sum (`RunExecutor`); the tokens of the batch's own sampled rows."""
+        self.advance(batch, num_decodes, decodes_context)
+        if not sampling.forks:
+            return [_ONE_ZERO] * sampling.num_rows
+        return [[0] * len(row) for row in sampling.keys]
 
     def sample_token_ids(self, batch: StepBatch) -> list[int]:
         """Run the step and return its sampled token ids without building logits (all 0)."""

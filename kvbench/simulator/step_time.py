@@ -518,7 +518,14 @@ class StepTimeModel:
         seq_lens: Sequence[int],
         num_sample_rows: int,
         num_copied_slots: int = 0,
+        num_decodes: int = 0,
+        decodes_context: int = 0,
     ) -> StepTime:
+        """The step of rows `query_lens` (tokens computed) over `seq_lens` (tokens held,
+        new ones included), and `num_decodes` decode rows more, given by their sum
+        `decodes_context` of lengths alone (the decode cohort of a fast-forwarded mixed
+        step: every figure is integer sums of the rows, so the cost is the one of the same
+        rows listed, to the bit); `num_sample_rows` counts all that sample."""
         tokens = sum(query_lens)
         if tokens == len(query_lens):  # decodes only: every q is 1
             decode_batch, decode_context = tokens, sum(seq_lens)
@@ -533,6 +540,12 @@ class StepTimeModel:
                     prefill_tokens += q
                     prefill_context += s
                     pairs += q * (s - q) + q * (q + 1) // 2
+        if num_decodes:
+            if self.attention_groups:
+                raise ValueError("a windowed model's decode cost needs each sequence's length")
+            tokens += num_decodes
+            decode_batch += num_decodes
+            decode_context += decodes_context
         windowed = None
         if self.attention_groups:
             windowed = self._windowed_attention(query_lens, seq_lens, decode_batch,

@@ -2,7 +2,9 @@
 against `decode_cost` called once a step, added up as the executor adds it: every figure
 equal to the bit, for dense, mixture-of-experts and latent-attention models, one GPU and
 tensor-parallel groups, with and without a per-layer floor, with the CPU overhead charged
-whole and overlapped with the previous step's GPU time (async scheduling)."""
+whole and overlapped with the previous step's GPU time (async scheduling). And a mixed
+step's `cost` with its decode cohort given by count and lengths' sum against the same step
+with every row listed."""
 
 from __future__ import annotations
 
@@ -70,3 +72,40 @@ def test_a_decode_run_costs_what_its_steps_cost_one_by_one(
         last, want = got[3], expected[3]
         assert (last.time_s, last.flops, last.bytes, last.compute_bound, last.parts) == (
             want.time_s, want.flops, want.bytes, want.compute_bound, want.parts)
+
+
+@pytest.mark.parametrize("name,gpu,tp", [("llama-3-8b", "h100-80gb", 1),
+                                         ("mixtral-8x7b", "h100-80gb", 2),
+                                         ("deepseek-v3", "h100-80gb", 8)])
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(1, 600), st.integers(0, 8000)), max_size=4),
+       members=st.lists(st.integers(2, 20_000), min_size=1, max_size=300),
+       floor_us=st.sampled_from([0.0, 50.0, 400.0]), copied=st.integers(0, 64),
+       data=st.data())
+def test_a_mixed_step_costs_its_cohort_by_sums_as_by_rows(
+        name, gpu, tp, rows, members, floor_us, copied, data):
+    """The fast-forward's mixed step (`SimulatedExecutor.execute_mixed_step`): the prompts'
+    rows listed, the cohort's decodes by their count and lengths' sum, placed anywhere among
+    the rows when listed: the same `StepTime` to the bit."""
+    spec = get_gpu(gpu)
+    spec = replace(spec, constants=replace(spec.constants, layer_floor_s=floor_us * 1e-6))
+    model = StepTimeModel(get_preset(name), spec, 2, 2, tp)
+    query_lens = [q for q, _ in rows]
+    seq_lens = [q + done for q, done in rows]
+    sampling = sum(1 for q in query_lens if q) + len(members)
+    at = data.draw(st.integers(0, len(rows)))
+    listed = model.cost([*query_lens[:at], *[1] * len(members), *query_lens[at:]],
+                        [*seq_lens[:at], *members, *seq_lens[at:]], sampling, copied)
+    by_sums = model.cost(query_lens, seq_lens, sampling, copied, len(members), sum(members))
+    assert (by_sums.time_s, by_sums.flops, by_sums.bytes, by_sums.compute_bound,
+            by_sums.parts) == (listed.time_s, listed.flops, listed.bytes,
+                               listed.compute_bound, listed.parts)
+
+
+def test_a_windowed_model_cannot_cost_decodes_by_sums():
+    """A sliding window charges each decode for min(length, window): a sum cannot say that
+    (its executor does not take part in fast-forward)."""
+    model = StepTimeModel(get_preset("gemma-2-27b"), get_gpu("h100-80gb"), 2, 2, 1)
+    assert model.has_windows
+    with pytest.raises(ValueError, match="window"):
+        model.cost([5], [5], 2, 0, 1, 100)
