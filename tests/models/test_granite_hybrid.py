@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from kvbench.build.engines import build_engine
+from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.cli import main
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
@@ -205,11 +206,40 @@ def test_parallel_samples_copy_the_state(granite):
     assert [s.token_ids[len(prompt):] for s in engine.sequences[0]] == [want, want]
 
 
-@pytest.mark.parametrize("strategy", ["prefix", "contiguous", "hybrid"])
+@pytest.mark.parametrize("strategy", ["prefix", "contiguous", "hybrid", "hybrid-prefix"])
 def test_other_strategies_refuse_it(granite, strategy):
+    """The engine's executor reads `paged`'s state blocks only: the others (and `prefix`'s
+    state checkpoints) are refused naming what runs, as the simulator still runs them."""
     folder, _ = granite
-    with pytest.raises(KvbenchInputError, match="runs under --strategy paged"):
+    with pytest.raises(KvbenchInputError, match=f"under --strategy {strategy}.*runs under "
+                       "--strategy paged, fp8 or prefix --mamba-cache-mode none"):
         build_engine(EngineConfig(model=str(folder), device="cpu", strategy=strategy))
+    simulated = build_engine(EngineConfig(model=str(folder), strategy=strategy,
+                                          kv_memory="1MiB"), executor=SimulatedExecutors("l4"))
+    assert simulated.engine.strategy.capacity_slots > 0
+
+
+def test_kvbench_run_refuses_contiguous_in_one_line(granite, tmp_path, capsys):
+    """`kvbench run` exits non-zero with one line, no traceback, no results folder."""
+    folder, _ = granite
+    assert main(["run", "--model", str(folder), "--strategy", "contiguous", "--workload",
+                 "uniform", "--num-requests", "2", "--kv-memory", "1MiB", "--quiet",
+                 "--out", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--strategy contiguous" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_prefix_without_checkpoints_matches_transformers(granite):
+    """`prefix --mamba-cache-mode none` keeps no state checkpoint, so serves no hit: its
+    running state sits in state blocks as `paged`'s, tokens equal transformers'."""
+    folder, hf_model = granite
+    shared = random_prompts(1, 512, seed=3, min_len=100, max_len=100)[0]
+    prompts = [shared + tail for tail in random_prompts(2, 512, seed=4, min_len=5, max_len=9)]
+    got, seqs = engine_tokens(folder, prompts, 8, strategy="prefix", kv_memory="4MiB",
+                              mamba_cache_mode="none")
+    assert [s.cached_prompt_tokens for s in seqs] == [0, 0]
+    assert got == hf_greedy(hf_model, prompts, 8)
 
 
 def test_kvbench_run_on_a_granite_folder(granite, tmp_path, capsys):
