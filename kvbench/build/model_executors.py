@@ -81,17 +81,17 @@ ENGINE_STATE_STRATEGIES = ("paged", "fp8")
 def check_engine_state_strategy(config: EngineConfig, model_config: ModelConfig) -> None:
     """Refuse, before the model loads, a hybrid under a strategy whose state placement the
     real engine's executor does not handle yet (`kvbench simulate` runs them all): `prefix`
-    runs with `--mamba-cache-mode none` only (a hit would need its checkpoint copied in)."""
+    runs with `--mamba-cache-mode none` or `align` (`all`'s per-block states are not kept)."""
     if model_config.hybrid is None or config.strategy in ENGINE_STATE_STRATEGIES:
         return
-    if config.strategy == "prefix" and mamba_cache_mode(config) == "none":
+    if config.strategy == "prefix" and mamba_cache_mode(config) in ("none", "align"):
         return
     mode = (f" --mamba-cache-mode {mamba_cache_mode(config)}"
             if config.strategy == "prefix" else "")
     raise KvbenchInputError(
         f"kvbench run of {model_config.name} (a state-space hybrid) under --strategy "
         f"{config.strategy}{mode}: the engine's executor does not place its state there yet; "
-        "it runs under --strategy paged, fp8 or prefix --mamba-cache-mode none "
+        "it runs under --strategy paged, fp8 or prefix (--mamba-cache-mode none or align) "
         "(kvbench simulate runs every strategy)")
 
 

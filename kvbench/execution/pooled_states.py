@@ -103,6 +103,12 @@ class StatePool:
             run.copy_(data[start : start + run.numel()])
             start += run.numel()
 
+    def copy(self, src: Sequence[int], dst: Sequence[int]) -> None:
+        """Copy the state held in blocks `src` into blocks `dst` (`KVLayout.state_copies`)."""
+        data = torch.empty(self.state_bytes, dtype=torch.uint8, device=self.tensors[0].device)
+        self.gather(src, data)
+        self.scatter(dst, data)
+
     def step(self, query_lens: list[int], seq_lens: list[int],
              state_blocks: list[list[int]]) -> PooledStates:
         return PooledStates(self, query_lens, seq_lens, state_blocks)

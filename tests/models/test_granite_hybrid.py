@@ -23,7 +23,7 @@ from kvbench.models.loader import load_model
 from kvbench.models.mamba2 import sequential_scan, ssd_scan
 from kvbench.models.resolve_config import resolve_model_config
 from tests.conftest import random_prompts
-from tests.models.engine_parity import engine_tokens
+from tests.models.engine_parity import check_state_prefix_hits, engine_tokens
 from tests.models.test_parity_hf import hf_greedy
 
 transformers = pytest.importorskip("transformers")
@@ -206,16 +206,19 @@ def test_parallel_samples_copy_the_state(granite):
     assert [s.token_ids[len(prompt):] for s in engine.sequences[0]] == [want, want]
 
 
-@pytest.mark.parametrize("strategy", ["prefix", "contiguous", "hybrid", "hybrid-prefix"])
-def test_other_strategies_refuse_it(granite, strategy):
-    """The engine's executor reads `paged`'s state blocks only: the others (and `prefix`'s
-    state checkpoints) are refused naming what runs, as the simulator still runs them."""
+@pytest.mark.parametrize("strategy, mode", [("contiguous", None), ("hybrid", None),
+                                            ("hybrid-prefix", None), ("prefix", "all")])
+def test_other_strategies_refuse_it(granite, strategy, mode):
+    """The engine's executor reads `paged`'s state blocks and `prefix`'s `align` checkpoints:
+    the others are refused naming what runs, as the simulator still runs them."""
     folder, _ = granite
     with pytest.raises(KvbenchInputError, match=f"under --strategy {strategy}.*runs under "
-                       "--strategy paged, fp8 or prefix --mamba-cache-mode none"):
-        build_engine(EngineConfig(model=str(folder), device="cpu", strategy=strategy))
+                       r"--strategy paged, fp8 or prefix \(--mamba-cache-mode none or align"):
+        build_engine(EngineConfig(model=str(folder), device="cpu", strategy=strategy,
+                                  mamba_cache_mode=mode))
     simulated = build_engine(EngineConfig(model=str(folder), strategy=strategy,
-                                          kv_memory="1MiB"), executor=SimulatedExecutors("l4"))
+                                          kv_memory="1MiB", mamba_cache_mode=mode),
+                             executor=SimulatedExecutors("l4"))
     assert simulated.engine.strategy.capacity_slots > 0
 
 
@@ -321,3 +324,10 @@ def test_engine_hf_refuses_it_in_one_line():
     decoder, _ = load_model("tiny-granite-h")
     with pytest.raises(KvbenchInputError, match="does not run state-space hybrids"):
         to_transformers(decoder, "tiny-granite-h", torch.device("cpu"))
+
+
+def test_prefix_hits_restore_state_checkpoints(granite):
+    """`prefix` (vLLM's default `align`): greedy tokens equal transformers' with hits that
+    copy a cached checkpoint into the running state, checkpoints copied from it."""
+    folder, hf_model = granite
+    check_state_prefix_hits(folder, hf_model)

@@ -15,7 +15,7 @@ from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from tests.conftest import random_prompts
-from tests.models.engine_parity import engine_tokens
+from tests.models.engine_parity import check_state_prefix_hits, engine_tokens
 from tests.models.test_parity_hf import hf_greedy
 from tests.models.test_qwen3_next import make_qwen3_next
 
@@ -100,3 +100,10 @@ def test_nemotron_h_is_refused_in_one_line():
     with pytest.raises(KvbenchInputError, match="Granite-4.0-H and Qwen3-Next"):
         build_engine(EngineConfig(model="nemotron-h-8b", device="cpu", strategy="paged",
                                   kv_memory="4MiB"))
+
+
+def test_prefix_hits_restore_state_checkpoints(qwen3_next):
+    """`prefix` (vLLM's default `align`): greedy tokens equal transformers' with hits that
+    copy a cached checkpoint into the running state, checkpoints copied from it."""
+    folder, hf_model = qwen3_next
+    check_state_prefix_hits(folder, hf_model)
