@@ -75,7 +75,7 @@ def load_cached_model(
 
 # The strategies whose state placement the executor reads and writes: a sequence's running
 # state in `layout.state_blocks` and nothing else (no checkpoint to restore or take).
-ENGINE_STATE_STRATEGIES = ("paged", "fp8")
+ENGINE_STATE_STRATEGIES = ("paged", "fp8", "hybrid", "hybrid-prefix")
 
 
 def check_engine_state_strategy(config: EngineConfig, model_config: ModelConfig) -> None:
@@ -91,7 +91,8 @@ def check_engine_state_strategy(config: EngineConfig, model_config: ModelConfig)
     raise KvbenchInputError(
         f"kvbench run of {model_config.name} (a state-space hybrid) under --strategy "
         f"{config.strategy}{mode}: the engine's executor does not place its state there yet; "
-        "it runs under --strategy paged, fp8 or prefix (--mamba-cache-mode none or align) "
+        "it runs under --strategy paged, fp8, hybrid, hybrid-prefix or prefix "
+        "(--mamba-cache-mode none or align) "
         "(kvbench simulate runs every strategy)")
 
 

@@ -83,10 +83,14 @@ class KVArena:
             else:
                 tensor_of_layer = list(range(num_layers))
         else:  # one slot shape (`hybrid_allocation` checks it); every layer latent, or none
-            tensor_of_layer = allocation.tensor_of_layer()
-            tensor_shapes = [shapes[0]] * allocation.group_size
-            tensor_latent = [latent_values.get(0)] * allocation.group_size
-            self.layer_group = allocation.group_of_layer()
+            # (by model layer: a state layer, in no group, has no tensor)
+            tensor_of_layer = [None] * num_layers
+            for g, group in enumerate(allocation.groups):
+                for j, layer in enumerate(group.layers):
+                    tensor_of_layer[layer], self.layer_group[layer] = j, g
+            first = min(shapes)
+            tensor_shapes = [shapes[first]] * allocation.group_size
+            tensor_latent = [latent_values.get(first)] * allocation.group_size
             self.num_table_groups = len(allocation.groups)
         ks = [torch.zeros(shape, dtype=dtype, device=device) for shape in tensor_shapes]
         vs = [torch.zeros_like(k) if latent is None else k[..., :latent]

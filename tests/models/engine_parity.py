@@ -84,3 +84,22 @@ def check_state_prefix_hits(folder, hf_model, mamba_cache_mode: str = "align") -
     assert engine.strategy.stats()["state_checkpoints"] > 0
     assert got == hf_greedy(hf_model, prompts, new_tokens)
     assert seqs[-1].token_ids[len(last):] == hf_greedy(hf_model, [last], 4)[0]
+
+
+def check_strategy_holds_state(folder, hf_model, strategy: str, min_len: int,
+                               max_len: int) -> None:
+    """A state-space hybrid under `strategy`: greedy tokens equal transformers' through
+    prefill + decode, chunked prefill (64-token steps) and parallel sampling (a fork copies
+    the state), the state where the strategy holds it."""
+    prompts = random_prompts(4, 512, seed=1, min_len=min_len, max_len=max_len)
+    got, _ = engine_tokens(folder, prompts, 16, strategy=strategy, kv_memory="4MiB")
+    assert got == hf_greedy(hf_model, prompts, 16)
+    got, _ = engine_tokens(folder, prompts[:3], 12, strategy=strategy, kv_memory="4MiB",
+                           chunked_prefill=True, max_num_batched_tokens=64)
+    assert got == hf_greedy(hf_model, prompts[:3], 12)
+    engine = build_engine(EngineConfig(model=str(folder), device="cpu", strategy=strategy,
+                                       kv_memory="4MiB", temperature=0.0)).engine
+    engine.add_request(Request(0, 0.0, tuple(prompts[0]), 8, n=2))
+    engine.run_to_completion()
+    want = hf_greedy(hf_model, prompts[:1], 8)[0]
+    assert [s.token_ids[len(prompts[0]):] for s in engine.sequences[0]] == [want, want]

@@ -23,7 +23,11 @@ from kvbench.models.loader import load_model
 from kvbench.models.mamba2 import sequential_scan, ssd_scan
 from kvbench.models.resolve_config import resolve_model_config
 from tests.conftest import random_prompts
-from tests.models.engine_parity import check_state_prefix_hits, engine_tokens
+from tests.models.engine_parity import (
+    check_state_prefix_hits,
+    check_strategy_holds_state,
+    engine_tokens,
+)
 from tests.models.test_parity_hf import hf_greedy
 
 transformers = pytest.importorskip("transformers")
@@ -206,14 +210,14 @@ def test_parallel_samples_copy_the_state(granite):
     assert [s.token_ids[len(prompt):] for s in engine.sequences[0]] == [want, want]
 
 
-@pytest.mark.parametrize("strategy, mode", [("contiguous", None), ("hybrid", None),
-                                            ("hybrid-prefix", None), ("prefix", "all")])
+@pytest.mark.parametrize("strategy, mode", [("contiguous", None), ("prefix", "all")])
 def test_other_strategies_refuse_it(granite, strategy, mode):
-    """The engine's executor reads `paged`'s state blocks and `prefix`'s `align` checkpoints:
-    the others are refused naming what runs, as the simulator still runs them."""
+    """The engine's executor reads state blocks (`paged`, `hybrid`) and `prefix`'s `align`
+    checkpoints: the others are refused naming what runs, as the simulator still runs them."""
     folder, _ = granite
     with pytest.raises(KvbenchInputError, match=f"under --strategy {strategy}.*runs under "
-                       r"--strategy paged, fp8 or prefix \(--mamba-cache-mode none or align"):
+                       r"--strategy paged, fp8, hybrid, hybrid-prefix or prefix "
+                       r"\(--mamba-cache-mode none or align"):
         build_engine(EngineConfig(model=str(folder), device="cpu", strategy=strategy,
                                   mamba_cache_mode=mode))
     simulated = build_engine(EngineConfig(model=str(folder), strategy=strategy,
@@ -331,3 +335,10 @@ def test_prefix_hits_restore_state_checkpoints(granite):
     copy a cached checkpoint into the running state, checkpoints copied from it."""
     folder, hf_model = granite
     check_state_prefix_hits(folder, hf_model)
+
+
+@pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix"])
+def test_strategies_holding_the_state_match_transformers(granite, strategy):
+    """The state where `strategy` holds it (`hybrid`: pages of its equal-page pool)."""
+    folder, hf_model = granite
+    check_strategy_holds_state(folder, hf_model, strategy, 40, 120)

@@ -15,7 +15,11 @@ from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from tests.conftest import random_prompts
-from tests.models.engine_parity import check_state_prefix_hits, engine_tokens
+from tests.models.engine_parity import (
+    check_state_prefix_hits,
+    check_strategy_holds_state,
+    engine_tokens,
+)
 from tests.models.test_parity_hf import hf_greedy
 from tests.models.test_qwen3_next import make_qwen3_next
 
@@ -107,3 +111,10 @@ def test_prefix_hits_restore_state_checkpoints(qwen3_next):
     copy a cached checkpoint into the running state, checkpoints copied from it."""
     folder, hf_model = qwen3_next
     check_state_prefix_hits(folder, hf_model)
+
+
+@pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix"])
+def test_strategies_holding_the_state_match_transformers(qwen3_next, strategy):
+    """The state where `strategy` holds it (`hybrid`: pages of its equal-page pool)."""
+    folder, hf_model = qwen3_next
+    check_strategy_holds_state(folder, hf_model, strategy, 40, 120)
