@@ -74,14 +74,16 @@ def load_cached_model(
 
 
 # The strategies whose state placement the executor reads and writes: a sequence's running
-# state in `layout.state_blocks` and nothing else (no checkpoint to restore or take).
-ENGINE_STATE_STRATEGIES = ("paged", "fp8", "hybrid", "hybrid-prefix")
+# state in `layout.state_blocks` (`contiguous`: one-slot blocks at its range's end) and
+# nothing else (no checkpoint to restore or take; `prefix`'s are `layout.state_copies`).
+ENGINE_STATE_STRATEGIES = ("paged", "fp8", "hybrid", "hybrid-prefix", "contiguous")
 
 
 def check_engine_state_strategy(config: EngineConfig, model_config: ModelConfig) -> None:
     """Refuse, before the model loads, a hybrid under a strategy whose state placement the
     real engine's executor does not handle yet (`kvbench simulate` runs them all): `prefix`
-    runs with `--mamba-cache-mode none` or `align` (`all`'s per-block states are not kept)."""
+    runs with `--mamba-cache-mode none` or `align` (`all`'s per-block state pages are never
+    written: its checkpoints would hold no state)."""
     if model_config.hybrid is None or config.strategy in ENGINE_STATE_STRATEGIES:
         return
     if config.strategy == "prefix" and mamba_cache_mode(config) in ("none", "align"):
@@ -91,7 +93,7 @@ def check_engine_state_strategy(config: EngineConfig, model_config: ModelConfig)
     raise KvbenchInputError(
         f"kvbench run of {model_config.name} (a state-space hybrid) under --strategy "
         f"{config.strategy}{mode}: the engine's executor does not place its state there yet; "
-        "it runs under --strategy paged, fp8, hybrid, hybrid-prefix or prefix "
+        "it runs under --strategy paged, fp8, hybrid, hybrid-prefix, contiguous or prefix "
         "(--mamba-cache-mode none or align) "
         "(kvbench simulate runs every strategy)")
 

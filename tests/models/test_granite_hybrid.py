@@ -210,30 +210,29 @@ def test_parallel_samples_copy_the_state(granite):
     assert [s.token_ids[len(prompt):] for s in engine.sequences[0]] == [want, want]
 
 
-@pytest.mark.parametrize("strategy, mode", [("contiguous", None), ("prefix", "all")])
-def test_other_strategies_refuse_it(granite, strategy, mode):
-    """The engine's executor reads state blocks (`paged`, `hybrid`) and `prefix`'s `align`
-    checkpoints: the others are refused naming what runs, as the simulator still runs them."""
+def test_prefix_all_is_refused(granite):
+    """`all`'s per-block state pages are not written by the executor: refused naming what
+    runs, as the simulator still runs it."""
     folder, _ = granite
-    with pytest.raises(KvbenchInputError, match=f"under --strategy {strategy}.*runs under "
-                       r"--strategy paged, fp8, hybrid, hybrid-prefix or prefix "
-                       r"\(--mamba-cache-mode none or align"):
-        build_engine(EngineConfig(model=str(folder), device="cpu", strategy=strategy,
-                                  mamba_cache_mode=mode))
-    simulated = build_engine(EngineConfig(model=str(folder), strategy=strategy,
-                                          kv_memory="1MiB", mamba_cache_mode=mode),
+    with pytest.raises(KvbenchInputError, match="under --strategy prefix --mamba-cache-mode "
+                       "all.*runs under --strategy paged, fp8, hybrid, hybrid-prefix, "
+                       r"contiguous or prefix \(--mamba-cache-mode none or align"):
+        build_engine(EngineConfig(model=str(folder), device="cpu", strategy="prefix",
+                                  mamba_cache_mode="all"))
+    simulated = build_engine(EngineConfig(model=str(folder), strategy="prefix",
+                                          kv_memory="1MiB", mamba_cache_mode="all"),
                              executor=SimulatedExecutors("l4"))
     assert simulated.engine.strategy.capacity_slots > 0
 
 
-def test_kvbench_run_refuses_contiguous_in_one_line(granite, tmp_path, capsys):
+def test_kvbench_run_refuses_prefix_all_in_one_line(granite, tmp_path, capsys):
     """`kvbench run` exits non-zero with one line, no traceback, no results folder."""
     folder, _ = granite
-    assert main(["run", "--model", str(folder), "--strategy", "contiguous", "--workload",
-                 "uniform", "--num-requests", "2", "--kv-memory", "1MiB", "--quiet",
-                 "--out", str(tmp_path / "out")]) != 0
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and "--strategy contiguous" in err
+    assert main(["run", "--model", str(folder), "--strategy", "prefix",
+                 "--mamba-cache-mode", "all", "--workload", "uniform", "--num-requests", "2",
+                 "--kv-memory", "1MiB", "--quiet", "--out", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--mamba-cache-mode all" in err[0]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
@@ -337,7 +336,7 @@ def test_prefix_hits_restore_state_checkpoints(granite):
     check_state_prefix_hits(folder, hf_model)
 
 
-@pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix"])
+@pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix", "contiguous"])
 def test_strategies_holding_the_state_match_transformers(granite, strategy):
     """The state where `strategy` holds it (`hybrid`: pages of its equal-page pool)."""
     folder, hf_model = granite

@@ -113,7 +113,7 @@ def test_prefix_hits_restore_state_checkpoints(qwen3_next):
     check_state_prefix_hits(folder, hf_model)
 
 
-@pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix"])
+@pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix", "contiguous"])
 def test_strategies_holding_the_state_match_transformers(qwen3_next, strategy):
     """The state where `strategy` holds it (`hybrid`: pages of its equal-page pool)."""
     folder, hf_model = qwen3_next
