@@ -341,3 +341,15 @@ def test_strategies_holding_the_state_match_transformers(granite, strategy):
     """The state where `strategy` holds it (`hybrid`: pages of its equal-page pool)."""
     folder, hf_model = granite
     check_strategy_holds_state(folder, hf_model, strategy, 40, 120)
+
+
+@pytest.mark.parametrize("strategy", ["prefix", "hybrid"])
+def test_preemption_under_other_strategies_matches_transformers(granite, strategy):
+    """As `test_preemption_matches_transformers` under `prefix` (`align`: a preempted
+    sequence's checkpoints stay cached, its recompute may hit them) and `hybrid`."""
+    folder, hf_model = granite
+    prompts = random_prompts(3, 512, seed=2, min_len=180, max_len=200)
+    got, seqs = engine_tokens(folder, prompts, 48, strategy=strategy, kv_memory="180KiB",
+                              max_model_len=260)
+    assert sum(s.preemptions for s in seqs) > 0
+    assert got == hf_greedy(hf_model, prompts, 48)
