@@ -52,7 +52,8 @@ def check_prefix_hit(folder, hf_model) -> None:
     assert got == hf_greedy(hf_model, prompts, 24)
 
 
-def check_state_prefix_hits(folder, hf_model, mamba_cache_mode: str = "align") -> None:
+def check_state_prefix_hits(folder, hf_model, mamba_cache_mode: str = "align",
+                            **engine_options) -> None:
     """A state-space hybrid under `prefix`: hits restore a cached state checkpoint.
 
     One request at a time, prefill chunks of two blocks, so the first request's chunks end
@@ -61,7 +62,7 @@ def check_state_prefix_hits(folder, hf_model, mamba_cache_mode: str = "align") -
     prompt is the first's prompt and output: its hit ends at a checkpoint decode took.
     """
     options = dict(device="cpu", strategy="prefix", kv_memory="4MiB", chunked_prefill=True,
-                   mamba_cache_mode=mamba_cache_mode)
+                   mamba_cache_mode=mamba_cache_mode, **engine_options)
     engine = build_engine(EngineConfig(model=str(folder), **options)).engine
     bs = engine.strategy.block_size
     engine = build_engine(EngineConfig(model=str(folder), max_num_batched_tokens=2 * bs,

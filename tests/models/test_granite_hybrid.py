@@ -329,11 +329,13 @@ def test_engine_hf_refuses_it_in_one_line():
         to_transformers(decoder, "tiny-granite-h", torch.device("cpu"))
 
 
-def test_prefix_hits_restore_state_checkpoints(granite):
+@pytest.mark.parametrize("options", [{}, {"batching": "vllm-v1", "async_scheduling": True}])
+def test_prefix_hits_restore_state_checkpoints(granite, options):
     """`prefix` (vLLM's default `align`): greedy tokens equal transformers' with hits that
-    copy a cached checkpoint into the running state, checkpoints copied from it."""
+    copy a cached checkpoint into the running state, checkpoints copied from it; with async
+    scheduling too (a step is scheduled before the last one's tokens are seen)."""
     folder, hf_model = granite
-    check_state_prefix_hits(folder, hf_model)
+    check_state_prefix_hits(folder, hf_model, **options)
 
 
 @pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix", "contiguous"])
