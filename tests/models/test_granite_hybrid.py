@@ -338,9 +338,10 @@ def test_prefix_hits_restore_state_checkpoints(granite, options):
     check_state_prefix_hits(folder, hf_model, **options)
 
 
-@pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix", "contiguous"])
+@pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix", "contiguous", "prefix"])
 def test_strategies_holding_the_state_match_transformers(granite, strategy):
-    """The state where `strategy` holds it (`hybrid`: pages of its equal-page pool)."""
+    """The state where `strategy` holds it (`hybrid`: pages of its equal-page pool;
+    `contiguous`: its range's last slots; `prefix`: a fork's state is a layout state copy)."""
     folder, hf_model = granite
     check_strategy_holds_state(folder, hf_model, strategy, 40, 120)
 
