@@ -180,6 +180,11 @@ class CacheStrategy(ABC):
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Make room for `num_new_tokens` more tokens; False when the arena cannot."""
 
+    def prefill_chunk(self, seq: Sequence, num_new_tokens: int) -> int:
+        """The tokens of a prompt chunk of `num_new_tokens` the step computes: all of them
+        (`prefix` cuts a hybrid's chunk to a block boundary, where a state can be kept)."""
+        return num_new_tokens
+
     def has_pending_copies(self) -> bool:
         return bool(self._copies)
 

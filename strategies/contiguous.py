@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench.core.decode_run_rows import BooksAfterStep
-from kvbench.core.layout import SlotCopy
+from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
 from kvbench.strategies.base import CacheStrategy, MemorySplit
@@ -161,9 +161,25 @@ class ContiguousStrategy(CacheStrategy):
         if start is None:
             return None
         self._hold(child, start, length)
-        copy = SlotCopy(self.starts[parent.seq_id][0], start, parent.num_computed)
-        self._copies.append(copy)
-        return [copy]
+        copies = [SlotCopy(self.starts[parent.seq_id][0], start, parent.num_computed)]
+        if self.state_slots:  # the state's bytes live in the range's last slots
+            copies.append(SlotCopy(self._state_start(parent), self._state_start(child),
+                                   self.state_slots))
+        self._copies.extend(copies)
+        return copies
+
+    def _state_start(self, seq: Sequence) -> int:
+        """The first of the slots a hybrid's state fills, at the end of its range."""
+        start, length = self.starts[seq.seq_id]
+        return start + length - self.state_slots
+
+    def build_layout(self, scheduled: list[tuple[Sequence, int]]) -> KVLayout:
+        layout = super().build_layout(scheduled)
+        if self.state_slots:  # one-slot blocks: the executor keeps the state in their bytes
+            layout.state_blocks = [
+                list(range(self._state_start(seq), self._state_start(seq) + self.state_slots))
+                for seq, _ in scheduled]
+        return layout
 
     def slot_of(self, seq: Sequence, position: int) -> int:
         return self.starts[seq.seq_id][0] + position

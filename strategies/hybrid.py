@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
-from kvbench.core.layout import DROP_TABLE, SlotCopy
+from kvbench.core.layout import DROP_TABLE, KVLayout, SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.base import CacheStrategy, MemorySplit
 from kvbench.strategies.block_pool import BlockPool
@@ -299,10 +299,19 @@ class HybridStrategy(CacheStrategy):
                 self._group_logs[g].append((child.seq_id, i, dst))
                 copies.append(SlotCopy(src * bs, dst * bs, bs))
             tables.append(table)
+        if self.state_blocks:  # the state's bytes live in its pages' slots
+            copies.extend(SlotCopy(src * bs, dst * bs, bs) for src, dst in zip(
+                self.states[parent.seq_id], self.states[child.seq_id], strict=True))
         self._account_seq(child)
         self._set_room(child)
         self._copies.extend(copies)
         return copies
+
+    def build_layout(self, scheduled: list[tuple[Sequence, int]]) -> KVLayout:
+        layout = super().build_layout(scheduled)
+        if self.state_blocks:  # the executor keeps the state in these pages' bytes
+            layout.state_blocks = [self.states[seq.seq_id] for seq, _ in scheduled]
+        return layout
 
     def slot_of(self, seq: Sequence, position: int) -> int:
         """The slot of `position` in the first allocation group (a full-attention one when the

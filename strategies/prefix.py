@@ -32,11 +32,12 @@ cut back to its last checkpoint. Where checkpoints are taken is `mamba_cache_mod
 
 - `none`: no checkpoint, so no hit (vLLM without prefix caching: a hit on the attention
   blocks alone is useless, the state cannot be restored);
-- `align` (vLLM's default with prefix caching): at the last block boundary each scheduled
-  chunk reaches (vLLM cuts a prefill chunk back to a block boundary, kvbench keeps the chunk
-  and takes the checkpoint where vLLM's chunk would have ended), at the prompt's last block
-  boundary before its last token, and at each boundary decode crosses; each is released to
-  the cache at once (vLLM's `MambaManager` keeps one running state block a request);
+- `align` (vLLM's default with prefix caching): the scheduler cuts a prompt chunk to a block
+  boundary and to the prompt's last boundary before its last token (`prefill_chunk`, vLLM's
+  `_mamba_block_aligned_split`); a checkpoint is the running state a step ended at, kept
+  where the sequence's computed tokens end on a block boundary (a cut chunk's end, each
+  boundary decode crosses), copied by the executor (`KVLayout.state_copies`), and released
+  to the cache at once (vLLM's `MambaManager` keeps one running state block a request);
 - `all`: at every block boundary, each held by the sequence until it finishes (vLLM's
   earlier mode: a state page for every block of the table), so it costs `state_blocks`
   blocks per block of context.
@@ -113,6 +114,8 @@ class PrefixCachingStrategy(PagedStrategy):
         self._state_base: dict[int, int] = {}
         self._state_held = 0
         self.state_checkpoints = 0  # checkpoints taken (`none`: 0)
+        # The state copies the next layout carries (`KVLayout.state_copies`), in order.
+        self._state_copies: list[tuple[list[int], list[int]]] = []
         # Every block hash seen so far (prompts at admission, every block when named):
         # what an unbounded cache with a checkpoint at every block could have served, the
         # structural ceiling of the hit rate (`ceiling_tokens` over `query_tokens`).
@@ -189,8 +192,9 @@ class PrefixCachingStrategy(PagedStrategy):
 
     def _checkpoint(self, seq: Sequence, hashes: list[BlockHash], start: int, full: int) -> None:
         """Keep the state where blocks `start` to `full` - 1, just named, end: at each in
-        `all` (the pages the sequence holds for them), at the last one and at the prompt's
-        last boundary before its last token in `align` (`mamba_cache_mode`)."""
+        `all` (the pages the sequence holds for them); in `align` (`mamba_cache_mode`) at the
+        last one where the sequence's computed tokens end on it, a copy of its running state
+        (`KVLayout.state_copies`)."""
         s = self.state_blocks
         if self.mamba_cache_mode == "all":
             base, pages = self._state_base[seq.seq_id], self.states[seq.seq_id]
@@ -199,17 +203,38 @@ class PrefixCachingStrategy(PagedStrategy):
                     self.pool.register(block, state_hash(hashes[i], k))
                 self.state_checkpoints += 1
             return
-        prompt_last = (seq.prompt_len - 1) // self.block_size - 1  # (vLLM's last cache position)
-        at = {full - 1} | ({prompt_last} if start <= prompt_last < full else set())
-        for i in sorted(at):
-            if self._has_checkpoint(hashes[i]) or self.pool.num_free < s:
-                continue  # kept already; or no room for a copy (none is taken)
-            copy = [self.pool.allocate() for _ in range(s)]
-            for k, block in enumerate(copy):
-                self.pool.register(block, state_hash(hashes[i], k))
-            for block in copy:  # to the cache at once: the sequence runs on its own state
-                self.pool.release(block)
-            self.state_checkpoints += 1
+        # Only the state the steps ended at exists to be copied: a boundary the last chunk
+        # ended on (its running state, not yet advanced by the next step).
+        running = self.states.get(seq.seq_id)
+        if full * self.block_size != seq.num_computed or not running:
+            return
+        i = full - 1
+        if self._has_checkpoint(hashes[i]) or self.pool.num_free < s:
+            return  # kept already; or no room for a copy (none is taken)
+        copy = [self.pool.allocate() for _ in range(s)]
+        for k, block in enumerate(copy):
+            self.pool.register(block, state_hash(hashes[i], k))
+        self._state_copies.append((list(running[:s]), copy))
+        for block in copy:  # to the cache at once: the sequence runs on its own state
+            self.pool.release(block)
+        self.state_checkpoints += 1
+
+    def prefill_chunk(self, seq: Sequence, num_new_tokens: int) -> int:
+        """`align` on a hybrid, as vLLM's `Scheduler._mamba_block_aligned_split`: a prompt
+        chunk is cut back to a block boundary, and stops at the last boundary before the
+        prompt's last token, so the state a step ends at is one a checkpoint keeps; a chunk
+        of less than a block is not cut (its state is not kept)."""
+        bs, n = self.block_size, num_new_tokens
+        if not self.state_blocks or self.mamba_cache_mode != "align" or n < bs:
+            return n
+        computed, total = seq.num_computed, len(seq.token_ids)
+        last = (total - 1) // bs * bs  # the last boundary before the last token
+        end = computed + n
+        if end < last:
+            return end // bs * bs - computed  # > 0: n is a block or more
+        if computed < last < end:
+            return last - computed
+        return n
 
     def _has_checkpoint(self, h: BlockHash) -> bool:
         """Whether the state where the block of hash `h` ends is cached, every page of it."""
@@ -347,6 +372,8 @@ class PrefixCachingStrategy(PagedStrategy):
         table = self.tables[seq.seq_id] = []
         self._extend_table(seq, table, blocks + [self.pool.allocate() for _ in range(needed)])
         self._take_state(seq, needed, len(blocks))
+        if copied:
+            self._state_copies.append((copied, list(self.states[seq.seq_id][: len(copied)])))
         for block in copied:  # copied into the sequence's own state: back to the cache
             self.pool.release(block)
         if self.host_tier is not None:
@@ -519,6 +546,9 @@ class PrefixCachingStrategy(PagedStrategy):
             if self.state_blocks > self.pool.num_free:
                 return None
             self.states[child.seq_id] = [self.pool.allocate() for _ in range(self.state_blocks)]
+            s = self.state_blocks  # (`all`: the parent's running state is its last pages)
+            self._state_copies.append((self.states[parent.seq_id][-s:],
+                                       list(self.states[child.seq_id])))
             self._state_base[child.seq_id] = max(len(table) - 1, 0)
             self._state_held += self.state_blocks
         for block in table:
@@ -534,6 +564,8 @@ class PrefixCachingStrategy(PagedStrategy):
         if self._pending:
             self._check_pending(scheduled)
         layout = super().build_layout(scheduled)
+        if self._state_copies:
+            layout.state_copies, self._state_copies = self._state_copies, []
         if self.host_tier is not None:
             self.host_tier.attach(layout)
         return layout

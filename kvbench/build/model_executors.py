@@ -18,6 +18,7 @@ from kvbench.build.engine_build import (
     EngineShape,
     ExecutorFactory,
     kv_allocation,
+    mamba_cache_mode,
 )
 from kvbench.build.vllm_flags import vllm_flags
 from kvbench.config import EngineConfig
@@ -72,10 +73,36 @@ def load_cached_model(
     return loaded
 
 
+# The strategies whose state placement the executor reads and writes: a sequence's running
+# state in `layout.state_blocks` (`contiguous`: one-slot blocks at its range's end) and
+# nothing else (no checkpoint to restore or take; `prefix`'s are `layout.state_copies`).
+ENGINE_STATE_STRATEGIES = ("paged", "fp8", "hybrid", "hybrid-prefix", "contiguous")
+
+
+def check_engine_state_strategy(config: EngineConfig, model_config: ModelConfig) -> None:
+    """Refuse, before the model loads, a hybrid under a strategy whose state placement the
+    real engine's executor does not handle yet (`kvbench simulate` runs them all): `prefix`
+    runs with `--mamba-cache-mode none` or `align` (`all`'s per-block state pages are never
+    written: its checkpoints would hold no state)."""
+    if model_config.hybrid is None or config.strategy in ENGINE_STATE_STRATEGIES:
+        return
+    if config.strategy == "prefix" and mamba_cache_mode(config) in ("none", "align"):
+        return
+    mode = (f" --mamba-cache-mode {mamba_cache_mode(config)}"
+            if config.strategy == "prefix" else "")
+    raise KvbenchInputError(
+        f"kvbench run of {model_config.name} (a state-space hybrid) under --strategy "
+        f"{config.strategy}{mode}: the engine's executor does not place its state there yet; "
+        "it runs under --strategy paged, fp8, hybrid, hybrid-prefix, contiguous or prefix "
+        "(--mamba-cache-mode none or align) "
+        "(kvbench simulate runs every strategy)")
+
+
 class ModelExecutors(ExecutorFactory):
     """kvbench's engine: the Llama model with the configured attention backend."""
 
     def load(self, shape: EngineShape, context: BuildContext):
+        check_engine_state_strategy(shape.config, shape.model_config)
         device = prepare_device(shape.config)
         model, _ = load_cached_model(shape, parse_dtype(shape.config.dtype), device,
                                      context.model_cache)

@@ -64,6 +64,11 @@ class KVLayout:
     blocks its recurrent layers' state lives in (the strategy's choice; the executor reads
     and writes the state in those blocks' bytes: `kvbench.execution.pooled_states`). None: the
     model keeps no state.
+
+    `state_copies` (`prefix` on a hybrid): (source blocks, destination blocks) of a whole
+    state's bytes, copied in order before the step's forward: a hit's checkpoint into the
+    sequence's running state, a running state into a checkpoint the strategy just named (the
+    state as the previous steps left it), a parent's state into a fork's.
     """
 
     kind: str
@@ -81,6 +86,7 @@ class KVLayout:
     # waits on them); None: none (no host tier, or nothing to copy).
     host_transfers: HostTransfers | None = None
     state_blocks: list[list[int]] | None = None
+    state_copies: list[tuple[list[int], list[int]]] = field(default_factory=list)
 
     @property
     def host_copies(self) -> tuple[HostCopy, ...]:

@@ -84,10 +84,14 @@ class KVArena:
             else:
                 tensor_of_layer = list(range(num_layers))
         else:  # one slot shape (`hybrid_allocation` checks it); every layer latent, or none
-            tensor_of_layer = allocation.tensor_of_layer()
-            tensor_shapes = [shapes[0]] * allocation.group_size
-            tensor_latent = [latent_values.get(0)] * allocation.group_size
-            self.layer_group = allocation.group_of_layer()
+            # (by model layer: a state layer, in no group, has no tensor)
+            tensor_of_layer = [None] * num_layers
+            for g, group in enumerate(allocation.groups):
+                for j, layer in enumerate(group.layers):
+                    tensor_of_layer[layer], self.layer_group[layer] = j, g
+            first = min(shapes)
+            tensor_shapes = [shapes[first]] * allocation.group_size
+            tensor_latent = [latent_values.get(first)] * allocation.group_size
             self.num_table_groups = len(allocation.groups)
         ks = [torch.zeros(shape, dtype=dtype, device=device) for shape in tensor_shapes]
         vs = [torch.zeros_like(k) if latent is None else k[..., :latent]
@@ -349,19 +353,24 @@ class ModelExecutor(TensorExecutor):
             decode_extra = {"max_seq_len": max(layout.seq_lens[p:], default=1)}
         return self._attention(layout.kind, layout.block_size, idx, prefill_extra, decode_extra)
 
+    def _state_pool(self, layout: KVLayout) -> StatePool:
+        """Where the states sit in blocks of the layout's size (made at the first step)."""
+        pool = self.state_pool
+        if pool is None or pool.block_size != layout.block_size:
+            hybrid = self.config.hybrid
+            held = [len(b) for b in layout.state_blocks or ()]
+            pool = self.state_pool = StatePool(
+                self.arena.pool_tensors, layout.block_size, hybrid.recurrent,
+                hybrid.recurrent_layers, next(self.model.parameters()).dtype,
+                min(held) if held else None)
+        return pool
+
     def _states(self, layout: KVLayout) -> PooledStates:
         """The step's recurrent states, in the blocks the strategy holds them in."""
         if layout.state_blocks is None:
             raise RuntimeError(f"model {self.config.name} keeps a recurrent state, but the "
                                "layout names no state blocks (a strategy that holds them: paged)")
-        pool = self.state_pool
-        if pool is None or pool.block_size != layout.block_size:
-            hybrid = self.config.hybrid
-            pool = self.state_pool = StatePool(
-                self.arena.pool_tensors, layout.block_size, hybrid.recurrent,
-                hybrid.recurrent_layers, next(self.model.parameters()).dtype,
-                min((len(b) for b in layout.state_blocks), default=0))
-        return pool.step(layout.query_lens, layout.seq_lens, layout.state_blocks)
+        return self._state_pool(layout).step(layout.query_lens, layout.seq_lens, layout.state_blocks)
 
     @torch.inference_mode()
     def execute(self, batch: StepBatch) -> torch.Tensor:
@@ -371,6 +380,10 @@ class ModelExecutor(TensorExecutor):
                 self._host_copies(layout)  # step, which a copy-on-write below may be given
             for copy in layout.slot_copies:
                 self.arena.copy_slots(copy.src_slot, copy.dst_slot, copy.num_slots)
+            if layout.state_copies:  # before the states are gathered: checkpoints, hits, forks
+                pool = self._state_pool(layout)
+                for src, dst in layout.state_copies:
+                    pool.copy(src, dst)
             idx = self.inputs.build(batch)
             input_ids, positions, rows = idx.input_ids, idx.positions, idx.sample_rows
         phase = "prefill" if batch.num_prefill_seqs else "decode"

@@ -75,13 +75,16 @@ class StatePool:
         return sum(t[: self.block_size].numel() * t.element_size() for t in self.tensors)
 
     def _runs(self, blocks: Sequence[int]) -> list[torch.Tensor]:
-        """The blocks' bytes as uint8 views of the arena, in order, up to the state's size."""
+        """The blocks' bytes as uint8 views of the arena, in order, up to the state's size:
+        consecutive blocks as one span of each tensor (a `contiguous` range's one-slot
+        blocks: one copy a tensor). Gather and scatter walk a list of blocks alike, so a
+        state copied between blocks spanned differently keeps its bytes."""
         runs, need, bs = [], self.state_bytes, self.block_size
-        for block in blocks:
+        for first, count in _spans(blocks):
             for tensor in self.tensors:
                 if need <= 0:
                     return runs
-                run = tensor[block * bs : (block + 1) * bs].reshape(-1).view(torch.uint8)
+                run = tensor[first * bs : (first + count) * bs].reshape(-1).view(torch.uint8)
                 runs.append(run[:need])
                 need -= run.numel()
         if need > 0:
@@ -102,6 +105,12 @@ class StatePool:
         for run in self._runs(blocks):
             run.copy_(data[start : start + run.numel()])
             start += run.numel()
+
+    def copy(self, src: Sequence[int], dst: Sequence[int]) -> None:
+        """Copy the state held in blocks `src` into blocks `dst` (`KVLayout.state_copies`)."""
+        data = torch.empty(self.state_bytes, dtype=torch.uint8, device=self.tensors[0].device)
+        self.gather(src, data)
+        self.scatter(dst, data)
 
     def step(self, query_lens: list[int], seq_lens: list[int],
              state_blocks: list[list[int]]) -> PooledStates:
@@ -146,6 +155,17 @@ class PooledStates:
         """The step's states back into their blocks (after the forward)."""
         for i, blocks in enumerate(self.state_blocks):
             self.pool.scatter(blocks, self.bytes[i])
+
+
+def _spans(blocks: Sequence[int]) -> list[tuple[int, int]]:
+    """(first block, count) of each run of consecutive blocks, in order."""
+    spans: list[tuple[int, int]] = []
+    for block in blocks:
+        if spans and spans[-1][0] + spans[-1][1] == block:
+            spans[-1] = (spans[-1][0], spans[-1][1] + 1)
+        else:
+            spans.append((block, 1))
+    return spans
 
 
 def _numel(shape: tuple[int, ...]) -> int:

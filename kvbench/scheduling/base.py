@@ -156,7 +156,9 @@ class BatchingPolicy(ABC):
         if loading and seq.seq_id in loading:
             return 0  # it waits for its KV from the host tier: no tokens this step
         n = seq.num_uncomputed
-        return n if max_new_tokens is None or n <= max_new_tokens else max_new_tokens
+        if max_new_tokens is not None and n > max_new_tokens:
+            n = max_new_tokens
+        return cache.prefill_chunk(seq, n)
 
     def _admit_whole_prompts(self, now_s: float, out: ScheduleOutput) -> None:
         """Admit from the queue head, each with all its uncomputed tokens, until the next
@@ -228,7 +230,7 @@ class BatchingPolicy(ABC):
             seq = pending.popleft()
             if loading and seq.seq_id in loading:
                 continue
-            n = seq.num_uncomputed
+            n = self.cache.prefill_chunk(seq, seq.num_uncomputed)
             if n > budget:
                 break
             if self._grow_or_preempt(seq, n, pending, out):

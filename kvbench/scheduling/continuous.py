@@ -78,6 +78,8 @@ class ContinuousBatching(BatchingPolicy):
             else:
                 # leave one token of the budget for every decode behind this prompt
                 n = min(seq.num_uncomputed, budget - decodes_left)
+                if n > 0:
+                    n = self.cache.prefill_chunk(seq, n)
                 if n <= 0:
                     continue
             preempted = len(out.preempted)

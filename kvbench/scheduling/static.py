@@ -98,6 +98,7 @@ class StaticBatching(BatchingPolicy):
                 n = min(n, budget)
             elif n > budget and out.scheduled:
                 break
+            n = self.cache.prefill_chunk(seq, n)
             if self._grow_or_preempt(seq, n, pending, out):
                 out.scheduled.append((seq, n))
                 budget -= n

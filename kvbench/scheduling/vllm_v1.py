@@ -87,7 +87,7 @@ class VllmV1Batching(BatchingPolicy):
                 continue
             if loading and seq.seq_id in loading:
                 continue
-            n = min(seq.num_uncomputed, budget)
+            n = self.cache.prefill_chunk(seq, min(seq.num_uncomputed, budget))
             if self._grow_or_preempt(seq, n, pending, out):
                 out.scheduled.append((seq, n))
                 budget -= n

@@ -50,3 +50,57 @@ def check_prefix_hit(folder, hf_model) -> None:
     got, seqs = engine_tokens(folder, prompts, 24, strategy="prefix", kv_memory="4MiB")
     assert [s.cached_prompt_tokens >= 192 for s in seqs] == [False, True, True]
     assert got == hf_greedy(hf_model, prompts, 24)
+
+
+def check_state_prefix_hits(folder, hf_model, mamba_cache_mode: str = "align",
+                            **engine_options) -> None:
+    """A state-space hybrid under `prefix`: hits restore a cached state checkpoint.
+
+    One request at a time, prefill chunks of two blocks, so the first request's chunks end
+    on block boundaries (where `align` keeps its running state as a checkpoint): the next
+    ones share its first 4 blocks and a half and hit the 4 blocks before. The last request's
+    prompt is the first's prompt and output: its hit ends at a checkpoint decode took.
+    """
+    options = dict(device="cpu", strategy="prefix", kv_memory="4MiB", chunked_prefill=True,
+                   mamba_cache_mode=mamba_cache_mode, **engine_options)
+    engine = build_engine(EngineConfig(model=str(folder), **options)).engine
+    bs = engine.strategy.block_size
+    engine = build_engine(EngineConfig(model=str(folder), max_num_batched_tokens=2 * bs,
+                                       **options)).engine
+    shared = random_prompts(1, 512, seed=3, min_len=4 * bs + bs // 2,
+                            max_len=4 * bs + bs // 2)[0]
+    prompts = [shared + tail for tail in random_prompts(3, 512, seed=4, min_len=3, max_len=9)]
+    new_tokens = bs  # decode crosses a block boundary of the first request
+    got = []
+    for i, prompt in enumerate(prompts):
+        engine.add_request(Request(i, 0.0, tuple(prompt), new_tokens))
+        engine.run_to_completion()
+        got.append(engine.sequences[i][0].token_ids[len(prompt):])
+    last = prompts[0] + got[0]
+    engine.add_request(Request(len(prompts), 0.0, tuple(last), 4))
+    engine.run_to_completion()
+    seqs = [engine.sequences[i][0] for i in range(len(prompts) + 1)]
+    assert [s.cached_prompt_tokens for s in seqs] == [
+        0, 4 * bs, 4 * bs, (len(last) - 1) // bs * bs]
+    assert engine.strategy.stats()["state_checkpoints"] > 0
+    assert got == hf_greedy(hf_model, prompts, new_tokens)
+    assert seqs[-1].token_ids[len(last):] == hf_greedy(hf_model, [last], 4)[0]
+
+
+def check_strategy_holds_state(folder, hf_model, strategy: str, min_len: int,
+                               max_len: int) -> None:
+    """A state-space hybrid under `strategy`: greedy tokens equal transformers' through
+    prefill + decode, chunked prefill (64-token steps) and parallel sampling (a fork copies
+    the state), the state where the strategy holds it."""
+    prompts = random_prompts(4, 512, seed=1, min_len=min_len, max_len=max_len)
+    got, _ = engine_tokens(folder, prompts, 16, strategy=strategy, kv_memory="4MiB")
+    assert got == hf_greedy(hf_model, prompts, 16)
+    got, _ = engine_tokens(folder, prompts[:3], 12, strategy=strategy, kv_memory="4MiB",
+                           chunked_prefill=True, max_num_batched_tokens=64)
+    assert got == hf_greedy(hf_model, prompts[:3], 12)
+    engine = build_engine(EngineConfig(model=str(folder), device="cpu", strategy=strategy,
+                                       kv_memory="4MiB", temperature=0.0)).engine
+    engine.add_request(Request(0, 0.0, tuple(prompts[0]), 8, n=2))
+    engine.run_to_completion()
+    want = hf_greedy(hf_model, prompts[:1], 8)[0]
+    assert [s.token_ids[len(prompts[0]):] for s in engine.sequences[0]] == [want, want]

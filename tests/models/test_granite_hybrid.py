@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from kvbench.build.engines import build_engine
+from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.cli import main
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
@@ -22,7 +23,11 @@ from kvbench.models.loader import load_model
 from kvbench.models.mamba2 import sequential_scan, ssd_scan
 from kvbench.models.resolve_config import resolve_model_config
 from tests.conftest import random_prompts
-from tests.models.engine_parity import engine_tokens
+from tests.models.engine_parity import (
+    check_state_prefix_hits,
+    check_strategy_holds_state,
+    engine_tokens,
+)
 from tests.models.test_parity_hf import hf_greedy
 
 transformers = pytest.importorskip("transformers")
@@ -205,11 +210,42 @@ def test_parallel_samples_copy_the_state(granite):
     assert [s.token_ids[len(prompt):] for s in engine.sequences[0]] == [want, want]
 
 
-@pytest.mark.parametrize("strategy", ["prefix", "contiguous", "hybrid"])
-def test_other_strategies_refuse_it(granite, strategy):
+def test_prefix_all_is_refused(granite):
+    """`all`'s per-block state pages are not written by the executor: refused naming what
+    runs, as the simulator still runs it."""
     folder, _ = granite
-    with pytest.raises(KvbenchInputError, match="runs under --strategy paged"):
-        build_engine(EngineConfig(model=str(folder), device="cpu", strategy=strategy))
+    with pytest.raises(KvbenchInputError, match="under --strategy prefix --mamba-cache-mode "
+                       "all.*runs under --strategy paged, fp8, hybrid, hybrid-prefix, "
+                       r"contiguous or prefix \(--mamba-cache-mode none or align"):
+        build_engine(EngineConfig(model=str(folder), device="cpu", strategy="prefix",
+                                  mamba_cache_mode="all"))
+    simulated = build_engine(EngineConfig(model=str(folder), strategy="prefix",
+                                          kv_memory="1MiB", mamba_cache_mode="all"),
+                             executor=SimulatedExecutors("l4"))
+    assert simulated.engine.strategy.capacity_slots > 0
+
+
+def test_kvbench_run_refuses_prefix_all_in_one_line(granite, tmp_path, capsys):
+    """`kvbench run` exits non-zero with one line, no traceback, no results folder."""
+    folder, _ = granite
+    assert main(["run", "--model", str(folder), "--strategy", "prefix",
+                 "--mamba-cache-mode", "all", "--workload", "uniform", "--num-requests", "2",
+                 "--kv-memory", "1MiB", "--quiet", "--out", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--mamba-cache-mode all" in err[0]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_prefix_without_checkpoints_matches_transformers(granite):
+    """`prefix --mamba-cache-mode none` keeps no state checkpoint, so serves no hit: its
+    running state sits in state blocks as `paged`'s, tokens equal transformers'."""
+    folder, hf_model = granite
+    shared = random_prompts(1, 512, seed=3, min_len=100, max_len=100)[0]
+    prompts = [shared + tail for tail in random_prompts(2, 512, seed=4, min_len=5, max_len=9)]
+    got, seqs = engine_tokens(folder, prompts, 8, strategy="prefix", kv_memory="4MiB",
+                              mamba_cache_mode="none")
+    assert [s.cached_prompt_tokens for s in seqs] == [0, 0]
+    assert got == hf_greedy(hf_model, prompts, 8)
 
 
 def test_kvbench_run_on_a_granite_folder(granite, tmp_path, capsys):
@@ -291,3 +327,32 @@ def test_engine_hf_refuses_it_in_one_line():
     decoder, _ = load_model("tiny-granite-h")
     with pytest.raises(KvbenchInputError, match="does not run state-space hybrids"):
         to_transformers(decoder, "tiny-granite-h", torch.device("cpu"))
+
+
+@pytest.mark.parametrize("options", [{}, {"batching": "vllm-v1", "async_scheduling": True}])
+def test_prefix_hits_restore_state_checkpoints(granite, options):
+    """`prefix` (vLLM's default `align`): greedy tokens equal transformers' with hits that
+    copy a cached checkpoint into the running state, checkpoints copied from it; with async
+    scheduling too (a step is scheduled before the last one's tokens are seen)."""
+    folder, hf_model = granite
+    check_state_prefix_hits(folder, hf_model, **options)
+
+
+@pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix", "contiguous", "prefix"])
+def test_strategies_holding_the_state_match_transformers(granite, strategy):
+    """The state where `strategy` holds it (`hybrid`: pages of its equal-page pool;
+    `contiguous`: its range's last slots; `prefix`: a fork's state is a layout state copy)."""
+    folder, hf_model = granite
+    check_strategy_holds_state(folder, hf_model, strategy, 40, 120)
+
+
+@pytest.mark.parametrize("strategy", ["prefix", "hybrid"])
+def test_preemption_under_other_strategies_matches_transformers(granite, strategy):
+    """As `test_preemption_matches_transformers` under `prefix` (`align`: a preempted
+    sequence's checkpoints stay cached, its recompute may hit them) and `hybrid`."""
+    folder, hf_model = granite
+    prompts = random_prompts(3, 512, seed=2, min_len=180, max_len=200)
+    got, seqs = engine_tokens(folder, prompts, 48, strategy=strategy, kv_memory="180KiB",
+                              max_model_len=260)
+    assert sum(s.preemptions for s in seqs) > 0
+    assert got == hf_greedy(hf_model, prompts, 48)

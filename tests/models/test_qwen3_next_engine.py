@@ -14,7 +14,11 @@ from kvbench.cli import main
 from kvbench.config import EngineConfig
 from kvbench.core.request import Request
 from tests.conftest import random_prompts
-from tests.models.engine_parity import engine_tokens
+from tests.models.engine_parity import (
+    check_state_prefix_hits,
+    check_strategy_holds_state,
+    engine_tokens,
+)
 from tests.models.test_parity_hf import hf_greedy
 from tests.models.test_qwen3_next import make_qwen3_next
 
@@ -93,3 +97,16 @@ def test_kvbench_run_on_a_qwen3_next_folder(qwen3_next, tmp_path, capsys):
     assert (summary["completed"], summary["failed"]) == (4, 0)
     assert summary["memory"]["breakdown_mean"]["internal"] > 0
 
+
+def test_prefix_hits_restore_state_checkpoints(qwen3_next):
+    """`prefix` (vLLM's default `align`): greedy tokens equal transformers' with hits that
+    copy a cached checkpoint into the running state, checkpoints copied from it."""
+    folder, hf_model = qwen3_next
+    check_state_prefix_hits(folder, hf_model)
+
+
+@pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix", "contiguous"])
+def test_strategies_holding_the_state_match_transformers(qwen3_next, strategy):
+    """The state where `strategy` holds it (`hybrid`: pages of its equal-page pool)."""
+    folder, hf_model = qwen3_next
+    check_strategy_holds_state(folder, hf_model, strategy, 40, 120)

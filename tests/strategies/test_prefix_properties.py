@@ -47,6 +47,7 @@ class Simulator:
         for copy in layout.slot_copies:  # in order, before any write, as the executor does
             src, dst, n = copy.src_slot, copy.dst_slot, copy.num_slots
             self.arena[dst : dst + n] = self.arena[src : src + n]
+        self._step_states(layout, scheduled)
         slots = iter(layout_indices(layout, self.tables, 0).slot_mapping.tolist())
         for seq in self.live:  # the executor's copy of every table follows the strategy's
             table = self.cache.tables.get(seq.seq_id)
@@ -64,6 +65,9 @@ class Simulator:
             if seq.num_computed == len(seq.token_ids):
                 seq.token_ids.append(token)
 
+    def _step_states(self, layout, scheduled: list[tuple[Sequence, int]]) -> None:
+        """A hybrid's recurrent states (`StateSimulator`): none here."""
+
     def admit(self, prompts: list[list[int]], sample: int, run: bool = True) -> None:
         """One admission round: admit prompts in order while they fit (a later one may share
         blocks an earlier one has not computed yet). With `run`, their prefills run together
@@ -79,7 +83,7 @@ class Simulator:
             self.hits += cached
             seq.num_computed += cached
             self.live.append(seq)
-            scheduled.append((seq, seq.num_uncomputed))
+            scheduled.append((seq, self.cache.prefill_chunk(seq, seq.num_uncomputed)))
         # An admission step runs only when no earlier prompt is left half done (policies
         # schedule running prompts before admitting, or form a batch only when none runs).
         if scheduled and run and not any(in_prefill(s) for s in self.live if
@@ -98,7 +102,7 @@ class Simulator:
         scheduled: list[tuple[Sequence, int]] = []
         while pending and budget > 0:
             seq = pending.pop(0)
-            n = min(seq.num_uncomputed, budget)
+            n = self.cache.prefill_chunk(seq, min(seq.num_uncomputed, budget))
             while not self.cache.allocate(seq, n):
                 victim = pending.pop() if pending else seq
                 self.free(victim)

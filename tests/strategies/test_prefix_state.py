@@ -56,21 +56,73 @@ def test_none_serves_no_hit_and_holds_one_state_a_sequence():
     assert cache.is_whole()
 
 
-def test_align_hits_where_a_prompt_ended_not_inside_it():
+def test_align_hits_only_where_a_step_ended_on_a_boundary():
+    """A checkpoint is the running state a step ended at (the executor copies it), so a
+    chunk ending inside a block keeps none (the scheduler cuts chunks: `prefill_chunk`)."""
     cache = _cache("align")
-    assert _run(cache, _seq(0, PROMPT)) == 0
-    assert _run(cache, _seq(1, PROMPT)) == 8  # the checkpoint at the prompt's last boundary
+    assert _run(cache, _seq(0, PROMPT)) == 0  # one chunk, ending inside block 2: no state
+    assert _run(cache, _seq(1, PROMPT)) == 0
+    assert cache.stats()["state_checkpoints"] == 0
+    assert _run(cache, _seq(2, PROMPT), chunks=[8, 1]) == 0  # ends on block 1's boundary
+    assert _run(cache, _seq(3, PROMPT)) == 8
     # the first block is cached, but no state after it: the attention hit is useless
-    assert _run(cache, _seq(2, DIVERGES)) == 0
-    assert cache.stats()["cache_ceiling_tokens"] == 8 + 4
+    assert _run(cache, _seq(4, DIVERGES)) == 0
     assert cache.is_whole()
 
 
-def test_align_keeps_a_checkpoint_at_each_chunks_end():
+def test_align_keeps_a_checkpoint_at_each_chunks_end_on_a_boundary():
     cache = _cache("align")
     assert _run(cache, _seq(0, PROMPT + [5, 5, 5, 5]), chunks=[5, 8]) == 0
-    # the first chunk ended in block 1: vLLM would have cut it at 4, where the state is kept
-    assert _run(cache, _seq(1, DIVERGES)) == 4
+    assert cache.stats()["state_checkpoints"] == 0  # 5 and 13: inside blocks
+    assert _run(cache, _seq(1, PROMPT + [5, 5, 5, 5]), chunks=[4, 8, 1]) == 0
+    assert cache.stats()["state_checkpoints"] == 2  # at 4 and 12
+    assert _run(cache, _seq(2, DIVERGES)) == 4
+
+
+@pytest.mark.parametrize("computed, n, cut", [
+    (0, 9, 8),  # stops at the prompt's last boundary before its last token
+    (0, 6, 4),  # back to a block boundary
+    (0, 3, 3),  # less than a block: not cut (its state is not kept)
+    (8, 1, 1),  # the prompt's last token
+    (2, 5, 2),  # a chunk from inside a block: to the next boundary
+])
+def test_align_cuts_a_prompt_chunk_to_a_block_boundary(computed, n, cut):
+    """vLLM's `_mamba_block_aligned_split` on a 9-token prompt in 4-token blocks."""
+    seq = _seq(0, PROMPT)
+    seq.num_computed = computed
+    assert _cache("align").prefill_chunk(seq, n) == cut
+    assert _cache("none").prefill_chunk(seq, n) == n
+    assert _cache("all").prefill_chunk(seq, n) == n
+
+
+def _layout(cache, seq: Sequence, n: int):
+    return cache.build_layout([(seq, n)])
+
+
+def test_the_layout_carries_the_state_copies():
+    """The executor copies state bytes as the layout says: a checkpoint from the running
+    state it was taken from, a hit's checkpoint into the running state, a parent's into a
+    fork's; each once, before the step that follows."""
+    cache = _cache("align")
+    seq = _seq(0, PROMPT)
+    cache.admit(seq, 8)
+    assert _layout(cache, seq, 8).state_copies == []
+    running = list(cache.states[0])
+    seq.num_computed = 8
+    assert cache.allocate(seq, 1)  # names blocks 0, 1: the state at 8 is kept
+    (copy,) = _layout(cache, seq, 1).state_copies
+    assert copy[0] == running and len(copy[1]) == STATE
+    assert _layout(cache, seq, 1).state_copies == []  # once
+    seq.num_computed = 9
+    cache.free(seq)
+    hit = _seq(1, PROMPT)
+    assert cache.admit(hit) == 8
+    hit.num_computed = 8
+    assert _layout(cache, hit, 1).state_copies == [(copy[1], cache.states[1])]
+    child = _seq(2, PROMPT)
+    hit.num_computed = 9
+    assert cache.fork(hit, child) == []
+    assert _layout(cache, hit, 0).state_copies == [(cache.states[1], cache.states[2])]
 
 
 def test_all_checkpoints_every_block_at_a_state_per_block():
@@ -86,7 +138,7 @@ def test_all_checkpoints_every_block_at_a_state_per_block():
 
 def test_a_checkpoint_evicted_ends_the_hit_there():
     cache = _cache("align", blocks=9)
-    assert _run(cache, _seq(0, PROMPT)) == 0
+    assert _run(cache, _seq(0, PROMPT), chunks=[8, 1]) == 0
     # 9 fresh blocks: 3 + 2 for the next prompt take the free ones, then evict LRU cache
     assert _run(cache, _seq(1, [7] * 17)) == 0
     assert _run(cache, _seq(2, PROMPT)) == 0

@@ -26,6 +26,25 @@ class StateSimulator(Simulator):
             check_accounting=True, state_blocks=state_blocks, mamba_cache_mode=mode)
         # every state page name a checkpoint could take -> the prefix whose state it holds
         self.names: dict[bytes, tuple[int, ...]] = {}
+        # block -> the prefix whose state its bytes hold, as the executor's copies leave them
+        self.state_of: dict[int, tuple[int, ...]] = {}
+
+    def _step_states(self, layout, scheduled) -> None:
+        """The executor's part: the layout's state copies in order, then each sequence
+        reads the state of the tokens it computed (`all`'s per-block pages: not checked,
+        the engine refuses it) and leaves the state of the step's end in its blocks."""
+        for src, dst in layout.state_copies:
+            assert len(src) == len(dst) == self.cache.state_blocks
+            for s, d in zip(src, dst, strict=True):
+                self.state_of[d] = self.state_of.get(s)
+        if self.cache.mamba_cache_mode == "all":
+            return
+        for (seq, n), blocks in zip(scheduled, layout.state_blocks, strict=True):
+            if seq.num_computed:
+                assert {self.state_of.get(b) for b in blocks} == \
+                    {tuple(seq.token_ids[: seq.num_computed])}, "a state read wrong"
+            for b in blocks:
+                self.state_of[b] = tuple(seq.token_ids[: seq.num_computed + n])
 
     def _name_states(self) -> None:
         cache, bs = self.cache, self.cache.block_size
