@@ -18,7 +18,11 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.resolve_config import resolve_model_config
 from tests.conftest import random_prompts
-from tests.models.engine_parity import engine_tokens
+from tests.models.engine_parity import (
+    check_state_prefix_hits,
+    check_strategy_holds_state,
+    engine_tokens,
+)
 from tests.models.test_granite_hybrid import reference_prefill_logits
 from tests.models.test_parity_hf import hf_greedy
 
@@ -168,8 +172,15 @@ def test_kvbench_run_on_a_nemotron_h_folder(nemotron, tmp_path, capsys):
     assert summary["memory"]["breakdown_mean"]["internal"] > 0
 
 
-@pytest.mark.parametrize("strategy", ["prefix", "contiguous", "hybrid"])
-def test_other_strategies_refuse_it(nemotron, strategy):
-    folder, _ = nemotron
-    with pytest.raises(KvbenchInputError, match="runs under --strategy paged"):
-        build_engine(EngineConfig(model=str(folder), device="cpu", strategy=strategy))
+def test_prefix_hits_restore_state_checkpoints(nemotron):
+    """`prefix` (vLLM's default `align`): greedy tokens equal transformers' with hits that
+    copy a cached checkpoint into the running state."""
+    folder, hf_model = nemotron
+    check_state_prefix_hits(folder, hf_model)
+
+
+@pytest.mark.parametrize("strategy", ["hybrid", "hybrid-prefix", "contiguous"])
+def test_strategies_holding_the_state_match_transformers(nemotron, strategy):
+    """The state where `strategy` holds it; the MLP-only layers hold neither KV nor state."""
+    folder, hf_model = nemotron
+    check_strategy_holds_state(folder, hf_model, strategy, 40, 120)
