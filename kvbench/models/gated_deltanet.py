@@ -136,6 +136,7 @@ def fla_kernels() -> FlaKernels | None:
     """FLA's (chunk_gated_delta_rule, fused_recurrent_gated_delta_rule), or None where fla
     is not installed or is not a FLA_VERSION release (then a warning, once)."""
     try:
+        # optional (the [fla] extra), imported only when a CUDA step asks for it
         import fla
         from fla.ops.gated_delta_rule import (
             chunk_gated_delta_rule,
