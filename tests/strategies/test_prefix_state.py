@@ -79,20 +79,24 @@ def test_align_keeps_a_checkpoint_at_each_chunks_end_on_a_boundary():
     assert _run(cache, _seq(2, DIVERGES)) == 4
 
 
-@pytest.mark.parametrize("computed, n, cut", [
-    (0, 9, 8),  # stops at the prompt's last boundary before its last token
-    (0, 6, 4),  # back to a block boundary
-    (0, 3, 3),  # less than a block: not cut (its state is not kept)
-    (8, 1, 1),  # the prompt's last token
-    (2, 5, 2),  # a chunk from inside a block: to the next boundary
+@pytest.mark.parametrize("computed, n, budget, cut", [
+    (0, 9, 16, 8),  # stops at the prompt's last boundary before its last token
+    (0, 6, 16, 4),  # back to a block boundary
+    (0, 3, 16, 0),  # less than a block that fits the budget: nothing, it waits
+    (0, 3, 3, 3),  # a block larger than the budget: computed in pieces
+    (2, 1, 3, 1),  # the next piece, short of the boundary
+    (3, 3, 3, 1),  # a piece from inside a block stops at its boundary
+    (8, 1, 16, 1),  # the prompt's last token
+    (2, 5, 16, 2),  # a chunk from inside a block: to the next boundary
 ])
-def test_align_cuts_a_prompt_chunk_to_a_block_boundary(computed, n, cut):
-    """vLLM's `_mamba_block_aligned_split` on a 9-token prompt in 4-token blocks."""
+def test_align_cuts_a_prompt_chunk_to_a_block_boundary(computed, n, budget, cut):
+    """vLLM's `_mamba_block_aligned_split` on a 9-token prompt in 4-token blocks, with a
+    token budget of `budget` (`max_num_batched_tokens`)."""
     seq = _seq(0, PROMPT)
     seq.num_computed = computed
-    assert _cache("align").prefill_chunk(seq, n) == cut
-    assert _cache("none").prefill_chunk(seq, n) == n
-    assert _cache("all").prefill_chunk(seq, n) == n
+    assert _cache("align").prefill_chunk(seq, n, budget) == cut
+    assert _cache("none").prefill_chunk(seq, n, budget) == n
+    assert _cache("all").prefill_chunk(seq, n, budget) == n
 
 
 def _layout(cache, seq: Sequence, n: int):
