@@ -28,9 +28,10 @@ pytest.importorskip("vllm.v1.core.sched.scheduler", reason="vLLM is not installe
 from tests.vllm_oracle.agreement import BLOCKS, SCHEDULE, cases, difference, outcome  # noqa: E402
 
 # Each reason names the kvbench code that differs from vLLM (docs/vllm_oracle.md, Differences).
-_STATE_BLOCK = ("vLLM's align-mode Mamba group keeps a request's previous state block beside "
-                "its running one (MambaManager's positional block table); kvbench holds one "
-                "running state (strategies/prefix.py `_take_state`)")
+_STATE_BLOCK = ("vLLM's align-mode MambaManager moves a request's state into a new block at "
+                "each step crossing a block boundary and frees the previous one (or a hit's "
+                "checkpoint) at the request's next scheduling; kvbench's prefix keeps one "
+                "running state and copies checkpoints out (PrefixCachingStrategy._checkpoint)")
 KNOWN: dict[tuple[str, str, str], str] = {
     **{(name, "prefix", "blocks"): _STATE_BLOCK
        for name in ("state-shared-prefix", "state-tight", "state-chunked",
