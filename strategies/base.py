@@ -180,9 +180,19 @@ class CacheStrategy(ABC):
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Make room for `num_new_tokens` more tokens; False when the arena cannot."""
 
-    def prefill_chunk(self, seq: Sequence, num_new_tokens: int) -> int:
+    def prefill_chunk(self, seq: Sequence, num_new_tokens: int,
+                      max_num_batched_tokens: int | None = None) -> int:
         """The tokens of a prompt chunk of `num_new_tokens` the step computes: all of them
-        (`prefix` cuts a hybrid's chunk to a block boundary, where a state can be kept)."""
+        (`prefix` cuts a hybrid's chunk to a block boundary, where a state can be kept, and
+        may leave none: the sequence then computes nothing this step).
+        `max_num_batched_tokens`: the step's token budget (None: unbounded)."""
+        return num_new_tokens
+
+    def admission_chunk(self, seq: Sequence, num_new_tokens: int,
+                        max_num_batched_tokens: int | None = None) -> int:
+        """`prefill_chunk` of a waiting sequence's first chunk of at most `num_new_tokens`,
+        after the prefix hits admission would give it, asked before admitting it: 0, and
+        it is not admitted this step (vLLM's scheduler stops admitting there)."""
         return num_new_tokens
 
     def has_pending_copies(self) -> bool:

@@ -133,6 +133,12 @@ class PrefixCachingStrategy(PagedStrategy):
         # admissions: hash -> (block, owner seq_id or -1 once the owner left, table index).
         self._pending: dict[BlockHash, tuple[int, int, int]] = {}
         self._pending_hash: dict[int, BlockHash] = {}  # block -> its pending hash
+        # `align`: the checkpoints a chunk scheduled now ends on, kept once it is computed:
+        # hash of the block it ends -> (seq_id, table index). vLLM names them at allocation,
+        # and a hit ending on one waits for a later step (`_pending_checkpoint`).
+        self._pending_states: dict[BlockHash, tuple[int, int]] = {}
+        # `align`: each admitted sequence's `_junction`, found at its admission's lookup.
+        self._junctions: dict[int, int] = {}
         # Hashes of the full blocks of waiting sequences' tokens, kept between admission
         # checks (a queue head is checked every step until it fits).
         self._chains: dict[int, list[BlockHash]] = {}
@@ -181,6 +187,8 @@ class PrefixCachingStrategy(PagedStrategy):
             self._seen.update(hashes[start:full])
         if full > start and self.state_blocks and self.mamba_cache_mode != "none":
             self._checkpoint(seq, hashes, start, full)
+        if self._pending_states and full > start:
+            self._drop_pending_states(seq.seq_id, full)
         if full > start:
             looked = max(start, self._looked.get(seq.seq_id, 0))
             if looked < full:
@@ -189,6 +197,13 @@ class PrefixCachingStrategy(PagedStrategy):
                 self.host_tier.offer(0, table[start:full], hashes[start:full])
 
     # A hybrid's state checkpoints --------------------------------------------------------
+
+    def _drop_pending_states(self, seq_id: int, computed_blocks: int | None) -> None:
+        """Forget the sequence's pending checkpoints below `computed_blocks` (computed now:
+        kept or not, `_checkpoint`), all of them with None (it left)."""
+        for h, (owner, index) in list(self._pending_states.items()):
+            if owner == seq_id and (computed_blocks is None or index < computed_blocks):
+                del self._pending_states[h]
 
     def _checkpoint(self, seq: Sequence, hashes: list[BlockHash], start: int, full: int) -> None:
         """Keep the state where blocks `start` to `full` - 1, just named, end: at each in
@@ -219,22 +234,54 @@ class PrefixCachingStrategy(PagedStrategy):
             self.pool.release(block)
         self.state_checkpoints += 1
 
-    def prefill_chunk(self, seq: Sequence, num_new_tokens: int) -> int:
-        """`align` on a hybrid, as vLLM's `Scheduler._mamba_block_aligned_split`: a prompt
-        chunk is cut back to a block boundary, and stops at the last boundary before the
-        prompt's last token, so the state a step ends at is one a checkpoint keeps; a chunk
-        of less than a block is not cut (its state is not kept)."""
-        bs, n = self.block_size, num_new_tokens
-        if not self.state_blocks or self.mamba_cache_mode != "align" or n < bs:
+    def prefill_chunk(self, seq: Sequence, num_new_tokens: int,
+                      max_num_batched_tokens: int | None = None) -> int:
+        """`align` on a hybrid: vLLM's `Scheduler._mamba_block_aligned_split` (`_aligned`)."""
+        if not self.state_blocks or self.mamba_cache_mode != "align":
+            return num_new_tokens
+        return self._aligned(seq, seq.num_computed, num_new_tokens, max_num_batched_tokens,
+                             self._junctions.get(seq.seq_id, 0))
+
+    def admission_chunk(self, seq: Sequence, num_new_tokens: int,
+                        max_num_batched_tokens: int | None = None) -> int:
+        if not self.state_blocks or self.mamba_cache_mode != "align":
+            return num_new_tokens
+        self._sync_all()
+        cached = len(self._match(seq)[1]) * self.block_size
+        n = min(num_new_tokens, seq.num_uncomputed - cached)
+        junction = self._junction(seq, cached) if seq.seq_id not in self.tables else 0
+        return self._aligned(seq, seq.num_computed + cached, n, max_num_batched_tokens, junction)
+
+    def _aligned(self, seq: Sequence, start: int, n: int, max_chunk: int | None,
+                 junction: int) -> int:
+        """vLLM's `_mamba_block_aligned_split` (no speculative decoding, hash block = block)
+        of a chunk of `n` tokens from `start`: so that the state a step ends at is one a
+        checkpoint keeps, a chunk that does not end the prefill is cut back to a block
+        boundary (to nothing where it starts in its block's first token and the block fits
+        the token budget: it waits; a block larger than the budget is computed in pieces),
+        and stops at the next boundary where it starts inside a block, at the last
+        boundary before the sequence's last token and at the `junction` (`_junction`)."""
+        bs = self.block_size
+        total = len(seq.token_ids)
+        prefill_end = max(seq.prompt_len, total - 1)  # a resumed sequence replays its output
+        if start >= prefill_end:
             return n
-        computed, total = seq.num_computed, len(seq.token_ids)
-        last = (total - 1) // bs * bs  # the last boundary before the last token
-        end = computed + n
-        if end < last:
-            return end // bs * bs - computed  # > 0: n is a block or more
-        if computed < last < end:
-            return last - computed
-        return n
+        end = start + n
+        if end < prefill_end:
+            aligned = end // bs * bs
+            if aligned > start or max_chunk is None or bs <= max_chunk:
+                end = aligned
+        stops = ((start // bs + 1) * bs if start % bs else 0, (total - 1) // bs * bs,
+                 start + (junction - start) // bs * bs if start < junction < end else 0)
+        end = min((s for s in stops if start < s < end), default=end)
+        return max(end - start, 0)
+
+    def _pending_checkpoint(self, hashes: list[BlockHash]) -> bool:
+        """Whether a hit of these blocks ends on a checkpoint a chunk scheduled in this step
+        keeps: not admitted in this step, as vLLM's `MambaManager.get_num_blocks_to_allocate`
+        refuses a hit on a state block cached in the current step (the step computes it)."""
+        return bool(self._pending_states and hashes and hashes[-1] in self._pending_states
+                    and not self._has_checkpoint(hashes[-1]))
 
     def _has_checkpoint(self, h: BlockHash) -> bool:
         """Whether the state where the block of hash `h` ends is cached, every page of it."""
@@ -297,25 +344,40 @@ class PrefixCachingStrategy(PagedStrategy):
         if seq.num_computed or seq.seq_id in self.tables:
             return [], []
         chain = self._chain(seq)
-        blocks: list[int] = []
         limit = (len(seq.token_ids) - 1) // self.block_size
-        for h in chain[:limit]:
+        blocks = self._attention_run(chain[:limit])
+        if self.state_blocks:  # a hit ends where a state checkpoint is cached
+            if self.mamba_cache_mode == "none":
+                return [], []
+            n = len(blocks)
+            while (n and not self._has_checkpoint(chain[n - 1])
+                   and chain[n - 1] not in self._pending_states):
+                n -= 1
+            del blocks[n:]
+        if self.host_tier is not None:
+            return blocks, chain[: len(blocks) + len(self._host_hits(chain, len(blocks), limit))]
+        return blocks, chain[: len(blocks)]
+
+    def _attention_run(self, chain: list[BlockHash]) -> list[int]:
+        """The cached (or pending: scheduled now) blocks of the chain's leading run."""
+        blocks: list[int] = []
+        for h in chain:
             block = self.pool.lookup(h)
             if block is None and h in self._pending and self._pending[h][1] >= 0:
                 block = self._pending[h][0]
             if block is None:
                 break
             blocks.append(block)
-        if self.state_blocks:  # a hit ends where a state checkpoint is cached
-            if self.mamba_cache_mode == "none":
-                return [], []
-            n = len(blocks)
-            while n and not self._has_checkpoint(chain[n - 1]):
-                n -= 1
-            del blocks[n:]
-        if self.host_tier is not None:
-            return blocks, chain[: len(blocks) + len(self._host_hits(chain, len(blocks), limit))]
-        return blocks, chain[: len(blocks)]
+        return blocks
+
+    def _junction(self, seq: Sequence, hit_tokens: int) -> int:
+        """Where the prompt's cached attention blocks end past its hit (0: they do not): a
+        prefix other requests share whose state no checkpoint keeps yet. vLLM's lookup
+        returns it (`shared_prefix_boundary`, the full-attention hit past the reconciled
+        one) and `_mamba_block_aligned_split` stops a chunk there, so that one is kept."""
+        limit = (len(seq.token_ids) - 1) // self.block_size
+        run = len(self._attention_run(self._chain(seq)[:limit])) * self.block_size
+        return run if run > hit_tokens else 0
 
     def _host_hits(self, chain: list[BlockHash], start: int, limit: int) -> list[int]:
         """Host blocks holding the chain's blocks from `start` (the GPU hit's end) on."""
@@ -329,6 +391,8 @@ class PrefixCachingStrategy(PagedStrategy):
         if host is not None and seq.seq_id in host.swaps and not host.swap_ready(seq.seq_id):
             return False  # its swap-out is still being copied
         blocks, hashes = self._match(seq)
+        if self._pending_checkpoint(hashes):
+            return False
         revived = sum(1 for b in blocks + self._hit_state(hashes) if self.pool.ref_counts[b] == 0)
         needed = self._blocks_needed(seq, seq.num_uncomputed) - len(blocks)
         needed += self._state_need(seq, needed)
@@ -386,6 +450,8 @@ class PrefixCachingStrategy(PagedStrategy):
                     self._shared_upto[seq.seq_id] = len(hashes) + 1
         self.hashes[seq.seq_id] = hashes
         self.live[seq.seq_id] = seq
+        if self.state_blocks and self.mamba_cache_mode == "align":
+            self._junctions[seq.seq_id] = self._junction(seq, cached)
         if seq.seq_id in self._chains:
             self._share_scheduled(seq, table, seq.num_computed + cached + n)
         self.hit_blocks += len(blocks)
@@ -495,6 +561,9 @@ class PrefixCachingStrategy(PagedStrategy):
         chain = self._chains[seq.seq_id]
         start = self._shared_upto.get(seq.seq_id, len(self.hashes[seq.seq_id]))
         stop = min(end // self.block_size, len(chain))
+        if (self.state_blocks and self.mamba_cache_mode == "align" and stop
+                and end == stop * self.block_size and not self._has_checkpoint(chain[stop - 1])):
+            self._pending_states[chain[stop - 1]] = (seq.seq_id, stop - 1)
         for i in range(start, stop):
             h = chain[i]
             if h not in self._pending and self.pool.lookup(h) is None:
@@ -518,6 +587,9 @@ class PrefixCachingStrategy(PagedStrategy):
             for block in self.host_tier.drop(seq.seq_id):
                 self.pool.acquire(block)
         self._sync(seq)
+        if self._pending_states:
+            self._drop_pending_states(seq.seq_id, None)
+        self._junctions.pop(seq.seq_id, None)
         self._looked.pop(seq.seq_id, None)
         self._chains.pop(seq.seq_id, None)
         self._shared_upto.pop(seq.seq_id, None)
@@ -734,7 +806,8 @@ class PrefixCachingStrategy(PagedStrategy):
         return split
 
     def is_whole(self) -> bool:
-        return (not self.tables and not self.live and not self._pending and not self.states
+        return (not self.tables and not self.live and not self._pending
+                and not self._pending_states and not self.states
                 and not self._state_held and self.pool.is_whole()
                 and (self.host_tier is None or self.host_tier.is_whole()))
 

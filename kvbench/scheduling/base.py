@@ -158,7 +158,7 @@ class BatchingPolicy(ABC):
         n = seq.num_uncomputed
         if max_new_tokens is not None and n > max_new_tokens:
             n = max_new_tokens
-        return cache.prefill_chunk(seq, n)
+        return cache.prefill_chunk(seq, n, self.limits.max_num_batched_tokens)
 
     def _admit_whole_prompts(self, now_s: float, out: ScheduleOutput) -> None:
         """Admit from the queue head, each with all its uncomputed tokens, until the next
@@ -213,9 +213,18 @@ class BatchingPolicy(ABC):
                 return
             if not may_admit(seq) or not self.cache.can_admit(seq, len(self.running)):
                 return
+            first = None
+            if chunk is not None:
+                # The chunk after its prefix hits, as the cache cuts it (a hybrid's, to a
+                # block boundary); none left: it waits, and so does the queue behind it
+                # (vLLM's `break`), holding nothing.
+                first = self.cache.admission_chunk(seq, chunk(),
+                                                   self.limits.max_num_batched_tokens)
+                if not first:
+                    return
             waiting.pop()
             occupied += places
-            n = self._admit(seq, now_s, None if chunk is None else chunk())
+            n = self._admit(seq, now_s, first)
             out.admitted.append(seq)
             if n:  # (0: it waits for its KV from a host tier)
                 yield seq, n
@@ -230,7 +239,8 @@ class BatchingPolicy(ABC):
             seq = pending.popleft()
             if loading and seq.seq_id in loading:
                 continue
-            n = self.cache.prefill_chunk(seq, seq.num_uncomputed)
+            n = self.cache.prefill_chunk(seq, seq.num_uncomputed,
+                                         self.limits.max_num_batched_tokens)
             if n > budget:
                 break
             if self._grow_or_preempt(seq, n, pending, out):

@@ -79,7 +79,7 @@ class ContinuousBatching(BatchingPolicy):
                 # leave one token of the budget for every decode behind this prompt
                 n = min(seq.num_uncomputed, budget - decodes_left)
                 if n > 0:
-                    n = self.cache.prefill_chunk(seq, n)
+                    n = self.cache.prefill_chunk(seq, n, self.limits.max_num_batched_tokens)
                 if n <= 0:
                     continue
             preempted = len(out.preempted)

@@ -98,7 +98,9 @@ class StaticBatching(BatchingPolicy):
                 n = min(n, budget)
             elif n > budget and out.scheduled:
                 break
-            n = self.cache.prefill_chunk(seq, n)
+            n = self.cache.prefill_chunk(seq, n, self.limits.max_num_batched_tokens)
+            if not n:  # a hybrid's chunk cut to nothing (`align`): it waits
+                continue
             if self._grow_or_preempt(seq, n, pending, out):
                 out.scheduled.append((seq, n))
                 budget -= n

@@ -87,7 +87,12 @@ class VllmV1Batching(BatchingPolicy):
                 continue
             if loading and seq.seq_id in loading:
                 continue
-            n = self.cache.prefill_chunk(seq, min(seq.num_uncomputed, budget))
+            want = min(seq.num_uncomputed, budget)
+            n = self.cache.prefill_chunk(seq, want, self.limits.max_num_batched_tokens)
+            if want and not n:
+                # A hybrid's chunk its block alignment cuts to nothing (`align`): it computes
+                # nothing this step and the next running sequence is asked (vLLM's `continue`).
+                continue
             if self._grow_or_preempt(seq, n, pending, out):
                 out.scheduled.append((seq, n))
                 budget -= n

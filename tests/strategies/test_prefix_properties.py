@@ -83,7 +83,9 @@ class Simulator:
             self.hits += cached
             seq.num_computed += cached
             self.live.append(seq)
-            scheduled.append((seq, self.cache.prefill_chunk(seq, seq.num_uncomputed)))
+            n = self.cache.prefill_chunk(seq, seq.num_uncomputed)
+            if n:  # (0: a hybrid's chunk `align` cuts to nothing waits for a later step)
+                scheduled.append((seq, n))
         # An admission step runs only when no earlier prompt is left half done (policies
         # schedule running prompts before admitting, or form a batch only when none runs).
         if scheduled and run and not any(in_prefill(s) for s in self.live if
@@ -103,6 +105,8 @@ class Simulator:
         while pending and budget > 0:
             seq = pending.pop(0)
             n = self.cache.prefill_chunk(seq, min(seq.num_uncomputed, budget))
+            if not n:  # cut to nothing (a hybrid's `align`): it computes nothing this step
+                continue
             while not self.cache.allocate(seq, n):
                 victim = pending.pop() if pending else seq
                 self.free(victim)

@@ -79,20 +79,64 @@ def test_align_keeps_a_checkpoint_at_each_chunks_end_on_a_boundary():
     assert _run(cache, _seq(2, DIVERGES)) == 4
 
 
-@pytest.mark.parametrize("computed, n, cut", [
-    (0, 9, 8),  # stops at the prompt's last boundary before its last token
-    (0, 6, 4),  # back to a block boundary
-    (0, 3, 3),  # less than a block: not cut (its state is not kept)
-    (8, 1, 1),  # the prompt's last token
-    (2, 5, 2),  # a chunk from inside a block: to the next boundary
+@pytest.mark.parametrize("computed, n, budget, cut", [
+    (0, 9, 16, 8),  # stops at the prompt's last boundary before its last token
+    (0, 6, 16, 4),  # back to a block boundary
+    (0, 3, 16, 0),  # less than a block that fits the budget: nothing, it waits
+    (0, 3, 3, 3),  # a block larger than the budget: computed in pieces
+    (2, 1, 3, 1),  # the next piece, short of the boundary
+    (3, 3, 3, 1),  # a piece from inside a block stops at its boundary
+    (8, 1, 16, 1),  # the prompt's last token
+    (2, 5, 16, 2),  # a chunk from inside a block: to the next boundary
 ])
-def test_align_cuts_a_prompt_chunk_to_a_block_boundary(computed, n, cut):
-    """vLLM's `_mamba_block_aligned_split` on a 9-token prompt in 4-token blocks."""
+def test_align_cuts_a_prompt_chunk_to_a_block_boundary(computed, n, budget, cut):
+    """vLLM's `_mamba_block_aligned_split` on a 9-token prompt in 4-token blocks, with a
+    token budget of `budget` (`max_num_batched_tokens`)."""
     seq = _seq(0, PROMPT)
     seq.num_computed = computed
-    assert _cache("align").prefill_chunk(seq, n) == cut
-    assert _cache("none").prefill_chunk(seq, n) == n
-    assert _cache("all").prefill_chunk(seq, n) == n
+    assert _cache("align").prefill_chunk(seq, n, budget) == cut
+    assert _cache("none").prefill_chunk(seq, n, budget) == n
+    assert _cache("all").prefill_chunk(seq, n, budget) == n
+
+
+LONG = PROMPT[:8] + list(range(20, 29))  # PROMPT's two full blocks, then its own: 17 tokens
+
+
+def test_align_stops_a_chunk_at_the_shared_prefix_junction():
+    """Where a prompt's cached attention blocks end past its hit (no state kept there), the
+    chunk stops, so the state there is kept and the next request sharing the prefix hits
+    it (vLLM's `shared_prefix_boundary` in `_mamba_block_aligned_split`)."""
+    cache = _cache("align")
+    assert _run(cache, _seq(0, PROMPT)) == 0  # its blocks cached, no state after them
+    seq = _seq(1, LONG)
+    assert cache.admission_chunk(seq, 17, 64) == 8  # not to the last boundary, 16
+    assert cache.admit(seq, 8) == 0
+    assert cache.prefill_chunk(seq, 17, 64) == 8
+    seq.num_computed = 8
+    assert cache.prefill_chunk(seq, 9, 64) == 8  # past the junction: the last boundary
+    assert cache.allocate(seq, 8)
+    seq.num_computed = 16
+    cache.free(seq)
+    assert _run(cache, _seq(2, PROMPT)) == 8  # the junction's state serves the prefix
+    assert cache.is_whole()
+
+
+def test_align_a_hit_on_a_checkpoint_scheduled_this_step_waits():
+    """A checkpoint a chunk scheduled in this step keeps is not there to copy yet: a hit
+    ending on it is not admitted until the step has run (vLLM's `MambaManager` refuses a
+    state block cached in the current step)."""
+    cache = _cache("align")
+    first = _seq(0, PROMPT)
+    assert cache.admit(first, 8) == 0  # its chunk ends on block 1's boundary
+    second = _seq(1, PROMPT)
+    assert not cache.can_admit(second, 1)
+    first.num_computed = 8  # the step ran
+    assert cache.can_admit(second, 1) and cache.admit(second) == 8
+    second.num_computed = 9
+    first.num_computed = 9
+    cache.free(first)
+    cache.free(second)
+    assert cache.is_whole()
 
 
 def _layout(cache, seq: Sequence, n: int):

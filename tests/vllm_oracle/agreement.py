@@ -28,8 +28,8 @@ class Outcome:
 @cache
 def outcome(trace_name: str, strategy: str) -> Outcome:
     trace = TRACES[trace_name]
-    windows = kvbench_side.allocation_windows(trace, strategy)
-    theirs = tuple(vllm_side.run(trace, "prefix" in strategy, windows))
+    allocation = kvbench_side.allocation(trace, strategy)
+    theirs = tuple(vllm_side.run(trace, "prefix" in strategy, allocation))
     try:
         ours = tuple(kvbench_side.run(trace, strategy))
     except KvbenchInputError as e:

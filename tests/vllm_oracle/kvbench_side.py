@@ -10,6 +10,8 @@ tests (tests/simulator/test_fast_forward.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kvbench.build.engines import build_engine
 from kvbench.build.simulated_executors import SimulatedExecutors
 from kvbench.config import EngineConfig
@@ -31,20 +33,17 @@ def engine_config(trace: Trace, strategy: str, kv_memory: int) -> EngineConfig:
 
 
 def build(trace: Trace, strategy: str):
-    """The engine with exactly `trace.num_blocks` pool blocks."""
+    """The engine with exactly `trace.num_blocks` pool blocks (of the block the strategy
+    runs: a state-space hybrid's is raised past `trace.block_size`, as vLLM raises it)."""
     probe = build_engine(engine_config(trace, strategy, 1 << 30), SimulatedExecutors()).engine
-    block_bytes = probe.bytes_per_slot * trace.block_size
-    engine = build_engine(engine_config(trace, strategy, trace.num_blocks * block_bytes),
+    block = probe.strategy.block_size
+    engine = build_engine(engine_config(trace, strategy,
+                                        trace.num_blocks * probe.bytes_per_slot * block),
                           SimulatedExecutors()).engine
-    if engine.strategy.capacity_slots != trace.num_blocks * trace.block_size:
+    if engine.strategy.capacity_slots != trace.num_blocks * block:
         raise AssertionError(f"{strategy}: pool of {engine.strategy.capacity_slots} slots, "
                              f"not {trace.num_blocks} blocks")
     return engine
-
-
-def allocation_windows(trace: Trace, strategy: str) -> tuple[int | None, ...]:
-    """The windows of kvbench's allocation groups (None: full attention) for this model."""
-    return tuple(getattr(build(trace, strategy).strategy, "windows", (None,)))
 
 
 def run(trace: Trace, strategy: str) -> list[StepLog]:
@@ -97,8 +96,23 @@ def run(trace: Trace, strategy: str) -> list[StepLog]:
             scheduled=scheduled,
             admitted=tuple((rid, computed) for rid, _, computed in scheduled if rid in admitted),
             preempted=preempted,
-            blocks_held=(cache.capacity_slots - split.free) // trace.block_size,
+            blocks_held=(cache.capacity_slots - split.free) // cache.block_size,
             first_token=first,
             finished=finished,
         ))
     return logs
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What vLLM's `KVCacheConfig` is built from: kvbench's pool as the strategy lays it out."""
+
+    windows: tuple[int | None, ...]  # each attention group's window (None: full attention)
+    state_groups: int  # a state-space hybrid's state (Mamba) groups: a block each a request
+    block_size: int  # the pool's block (a hybrid's raised past --block-size, as vLLM's)
+
+
+def allocation(trace: Trace, strategy: str) -> Allocation:
+    cache = build(trace, strategy).strategy
+    return Allocation(tuple(getattr(cache, "windows", (None,))),
+                      getattr(cache, "state_blocks", 0), cache.block_size)

@@ -28,7 +28,16 @@ pytest.importorskip("vllm.v1.core.sched.scheduler", reason="vLLM is not installe
 from tests.vllm_oracle.agreement import BLOCKS, SCHEDULE, cases, difference, outcome  # noqa: E402
 
 # Each reason names the kvbench code that differs from vLLM (docs/vllm_oracle.md, Differences).
+_STATE_BLOCK = ("vLLM's align-mode MambaManager moves a request's state into a new block at "
+                "each step crossing a block boundary and frees the previous one (or a hit's "
+                "checkpoint) at the request's next scheduling; kvbench's prefix keeps one "
+                "running state and copies checkpoints out (PrefixCachingStrategy._checkpoint)")
 KNOWN: dict[tuple[str, str, str], str] = {
+    **{(name, "prefix", "blocks"): _STATE_BLOCK
+       for name in ("state-shared-prefix", "state-tight", "state-chunked",
+                    "async-state-shared-prefix", "async-state-tight")},
+    **{(name, "prefix", "schedule"): f"{_STATE_BLOCK}: vLLM's pool runs dry and preempts first"
+       for name in ("state-tight", "async-state-tight")},
 }
 
 
@@ -75,6 +84,13 @@ def test_traces_reach_what_they_are_for() -> None:
     assert any(n > 1 and computed for s in long for _, n, computed in s.scheduled)  # chunk 2+
     # A window group frees behind the window: the pool holds fewer blocks than all six
     # groups would need for every running request's whole length.
+    # A state-space hybrid in align mode: hits of the shared prefix at checkpoints, chunks
+    # cut to block boundaries (a 256-token budget in 272-token blocks: pieces), preemption.
+    state = outcome("state-shared-prefix", "prefix").vllm
+    assert sum(1 for s in state for _, hit in s.admitted if hit) >= 10
+    chunked = outcome("state-chunked", "prefix").vllm
+    assert any(0 < n < 256 and computed % 272 for s in chunked for _, n, computed in s.scheduled)
+    assert sum(len(s.preempted) for s in outcome("state-tight", "prefix").vllm) >= 5
     windowed = outcome("sliding-window", "hybrid").vllm
     assert any(s.blocks_held < 6 * sum(-(-(computed + n) // 16) for _, n, computed in s.scheduled)
                for s in windowed)

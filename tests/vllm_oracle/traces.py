@@ -119,6 +119,23 @@ def windowed_shared(seed: int = 9, num: int = 20) -> tuple[TraceRequest, ...]:
                       for i in range(num)])
 
 
+def state_shared(seed: int = 10, num: int = 16, system: int = 1000) -> tuple[TraceRequest, ...]:
+    """A system prompt of several of a state-space hybrid's raised blocks (272 tokens on
+    tiny-granite-h), then each user's own turn: hits only where a state checkpoint is kept."""
+    rng = random.Random(seed)
+    head = _ids(rng, system)
+    return _requests([(i // 2, head + _ids(rng, rng.randrange(50, 400)), rng.randrange(10, 80))
+                      for i in range(num)])
+
+
+def state_tight(seed: int = 11, num: int = 16) -> tuple[TraceRequest, ...]:
+    """`state_shared` with longer outputs, for a pool a few requests fill: preemption."""
+    rng = random.Random(seed)
+    head = _ids(rng, 600)
+    return _requests([(i // 3, head + _ids(rng, rng.randrange(50, 500)), rng.randrange(100, 300))
+                      for i in range(num)])
+
+
 # name -> (trace, strategies it is run under). Full-attention traces run `paged` and
 # `prefix`; the sliding-window ones `hybrid` and `hybrid-prefix` (tiny-hybrid: five
 # 128-token window layers to one full-attention layer, six allocation groups).
@@ -137,6 +154,16 @@ TRACES: dict[str, Trace] = {t.name: t for t in (
           max_num_batched_tokens=256, max_model_len=8192),
     Trace("hybrid-shared-prefix", windowed_shared(), model="tiny-hybrid", num_blocks=700,
           max_num_batched_tokens=512, max_model_len=8192),
+    Trace("state-shared-prefix", state_shared(), model="tiny-granite-h", num_blocks=200,
+          max_num_batched_tokens=1024),
+    Trace("state-tight", state_tight(), model="tiny-granite-h", num_blocks=30,
+          max_num_batched_tokens=1024),
+    Trace("state-chunked", long_prompts(), model="tiny-granite-h", num_blocks=200,
+          max_num_batched_tokens=256),
+    Trace("async-state-shared-prefix", state_shared(), model="tiny-granite-h", num_blocks=200,
+          max_num_batched_tokens=1024, async_scheduling=True),
+    Trace("async-state-tight", state_tight(), model="tiny-granite-h", num_blocks=30,
+          max_num_batched_tokens=1024, async_scheduling=True),
     Trace("async-uniform", uniform(), async_scheduling=True),
     Trace("async-tight", tight(), num_blocks=60, max_num_batched_tokens=512,
           async_scheduling=True),
@@ -144,7 +171,12 @@ TRACES: dict[str, Trace] = {t.name: t for t in (
 
 FULL_ATTENTION_STRATEGIES = ("paged", "prefix")
 WINDOW_STRATEGIES = ("hybrid", "hybrid-prefix")
+# A state-space hybrid under `prefix`: `--mamba-cache-mode align`, vLLM's default for it
+# with prefix caching (one full-attention and three Mamba-2 groups, 272-token blocks).
+STATE_STRATEGIES = ("prefix",)
 
 
 def strategies_of(trace: Trace) -> tuple[str, ...]:
+    if trace.model == "tiny-granite-h":
+        return STATE_STRATEGIES
     return WINDOW_STRATEGIES if trace.model == "tiny-hybrid" else FULL_ATTENTION_STRATEGIES

@@ -21,6 +21,7 @@ import json
 import os
 import tempfile
 from collections import deque
+from dataclasses import replace
 from unittest import mock
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -37,12 +38,14 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    MambaSpec,
     SlidingWindowSpec,
 )
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
+from tests.vllm_oracle.kvbench_side import Allocation  # noqa: E402
 from tests.vllm_oracle.step_log import StepLog  # noqa: E402
 from tests.vllm_oracle.traces import Trace  # noqa: E402
 
@@ -74,7 +77,8 @@ def _skip_platform_hook():
                              classmethod(lambda cls, config: None))
 
 
-def build(trace: Trace, prefix_caching: bool, windows: tuple[int | None, ...]) -> Scheduler:
+def build(trace: Trace, prefix_caching: bool, windows: tuple[int | None, ...],
+          state_groups: int = 0) -> Scheduler:
     model_config = ModelConfig(model=model_dir(trace.max_model_len), dtype="bfloat16", seed=0,
                                skip_tokenizer_init=True, max_model_len=trace.max_model_len)
     scheduler_config = SchedulerConfig(
@@ -83,8 +87,12 @@ def build(trace: Trace, prefix_caching: bool, windows: tuple[int | None, ...]) -
         async_scheduling=trace.async_scheduling, is_encoder_decoder=False,
         watermark=trace.watermark,
     )
+    # A state-space hybrid with prefix caching runs vLLM's default mode for it, `align`
+    # (`MambaModelConfig.verify_and_update_config`); without, `none`.
+    mamba_mode = "align" if state_groups and prefix_caching else "none"
     cache_config = CacheConfig(block_size=trace.block_size, gpu_memory_utilization=0.9,
-                               cache_dtype="auto", enable_prefix_caching=prefix_caching)
+                               cache_dtype="auto", enable_prefix_caching=prefix_caching,
+                               mamba_cache_mode=mamba_mode)
     with _skip_platform_hook():
         vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
                                  cache_config=cache_config)
@@ -95,6 +103,15 @@ def build(trace: Trace, prefix_caching: bool, windows: tuple[int | None, ...]) -
                 SlidingWindowSpec(block_size=trace.block_size, num_kv_heads=1, head_size=1,
                                   dtype=torch.float32, sliding_window=window))
         groups.append(KVCacheGroupSpec([f"layer.{g}"], spec))
+    # A state group's page is padded to the attention page, as vLLM's
+    # `_align_hybrid_block_size` makes them equal: one float32 vector of the page's size.
+    # Its block is the attention block in `align` (`_align_hybrid_block_size`), the one
+    # mode driven here (`none`'s, max_model_len, needs the engine's scheduler block).
+    page_floats = groups[0].kv_cache_spec.page_size_bytes // 4
+    for g in range(state_groups):
+        spec = MambaSpec(block_size=trace.block_size, shapes=((page_floats,),),
+                         dtypes=(torch.float32,), mamba_cache_mode=mamba_mode)
+        groups.append(KVCacheGroupSpec([f"state.{g}"], spec))
     num_blocks = trace.num_blocks + 1  # block 0 is vLLM's null block
     kv_cache_config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                                     kv_cache_groups=groups)
@@ -117,8 +134,12 @@ def _request(rid: int, prompt: tuple[int, ...], output_len: int, arrival: float,
                    block_hasher=get_request_block_hasher(block_size, sha256))
 
 
-def run(trace: Trace, prefix_caching: bool, windows: tuple[int | None, ...]) -> list[StepLog]:
-    scheduler = build(trace, prefix_caching, windows)
+def run(trace: Trace, prefix_caching: bool, allocation: Allocation) -> list[StepLog]:
+    """`allocation`: kvbench's pool for the trace's model and strategy (its groups, and the
+    block a state-space hybrid raises, which vLLM's `_align_hybrid_block_size` raises alike:
+    tests/vllm_oracle/test_state_block_size.py)."""
+    trace = replace(trace, block_size=allocation.block_size)
+    scheduler = build(trace, prefix_caching, allocation.windows, allocation.state_groups)
     pool = scheduler.kv_cache_manager.block_pool
     pending = sorted(trace.requests, key=lambda r: (r.arrival_step, r.rid))
     requests: dict[int, Request] = {}
