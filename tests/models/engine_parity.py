@@ -43,6 +43,28 @@ def check_preemption(folder, hf_model, kv_memory: str) -> None:
     assert got == hf_greedy(hf_model, prompts, 48)
 
 
+def check_state_preemption(folder, hf_model) -> None:
+    """A state-space hybrid under `paged`: three ~190-token prompts growing 48 tokens each in
+    a pool that admits them all but cannot grow them all, so a sequence is preempted, its
+    state blocks go to another and it recomputes from zeros."""
+    built = build_engine(EngineConfig(model=str(folder), device="cpu", kv_memory="4MiB"))
+    strategy = built.engine.strategy
+    bytes_per_block = built.engine.executor.arena.nbytes // strategy.pool.num_blocks
+    prompts = random_prompts(3, 512, seed=2, min_len=180, max_len=200)
+
+    def blocks(tokens: int) -> int:
+        return -(-tokens // strategy.block_size) + strategy.state_blocks
+
+    admitted = sum(blocks(len(p)) for p in prompts)
+    final = sum(blocks(len(p) + 48) for p in prompts)
+    assert admitted + 2 < final
+    got, seqs = engine_tokens(folder, prompts, 48,
+                              kv_memory=f"{(admitted + final) // 2 * bytes_per_block}B",
+                              max_model_len=260)
+    assert sum(s.preemptions for s in seqs) > 0
+    assert got == hf_greedy(hf_model, prompts, 48)
+
+
 def check_prefix_hit(folder, hf_model) -> None:
     """A 200-token shared prefix: later requests reuse its cached blocks, then decode past it."""
     shared = random_prompts(1, 512, seed=3, min_len=200, max_len=200)[0]

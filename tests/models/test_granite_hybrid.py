@@ -24,6 +24,9 @@ from kvbench.models.mamba2 import sequential_scan, ssd_scan
 from kvbench.models.resolve_config import resolve_model_config
 from tests.conftest import random_prompts
 from tests.models.engine_parity import (
+    check_chunked_prefill,
+    check_prefill_and_decode,
+    check_state_preemption,
     check_state_prefix_hits,
     check_strategy_holds_state,
     engine_tokens,
@@ -152,32 +155,17 @@ def test_chunked_scan_is_the_recurrence():
 
 
 def test_prefill_and_decode_match_transformers(granite):
-    folder, hf_model = granite
-    prompts = random_prompts(4, 512, seed=1, min_len=20, max_len=100)
-    got, _ = engine_tokens(folder, prompts, 24, strategy="paged", kv_memory="4MiB")
-    assert got == hf_greedy(hf_model, prompts, 24)
+    check_prefill_and_decode(*granite, 20, 100)
 
 
 def test_chunked_prefill_matches_transformers(granite):
-    """~190-token prompts under a 48-token step budget: each prompt's state carries over
-    four or more chunks (and the scan's 32-token chunks inside them)."""
-    folder, hf_model = granite
-    prompts = random_prompts(3, 512, seed=5, min_len=150, max_len=200)
-    got, _ = engine_tokens(folder, prompts, 16, strategy="paged", kv_memory="4MiB",
-                           chunked_prefill=True, max_num_batched_tokens=48)
-    assert got == hf_greedy(hf_model, prompts, 16)
+    """~190-token prompts under a 64-token step budget: each prompt's state carries over
+    three or more chunks (and the scan's 32-token chunks inside them)."""
+    check_chunked_prefill(*granite, 150, 200)
 
 
 def test_preemption_matches_transformers(granite):
-    """Three ~190-token prompts growing 48 tokens each in 180 KiB: 15 blocks of 48 tokens,
-    3 of them a sequence's state; a sequence is preempted, its state blocks go to another
-    and it recomputes from zeros."""
-    folder, hf_model = granite
-    prompts = random_prompts(3, 512, seed=2, min_len=180, max_len=200)
-    got, seqs = engine_tokens(folder, prompts, 48, strategy="paged", kv_memory="180KiB",
-                              max_model_len=260)
-    assert sum(s.preemptions for s in seqs) > 0
-    assert got == hf_greedy(hf_model, prompts, 48)
+    check_state_preemption(*granite)
 
 
 def test_state_blocks_are_the_strategys(granite):

@@ -11,20 +11,19 @@ import math
 import pytest
 import torch
 
-from kvbench.build.engines import build_engine
 from kvbench.cli import main
-from kvbench.config import EngineConfig
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.resolve_config import resolve_model_config
 from tests.conftest import random_prompts
 from tests.models.engine_parity import (
+    check_chunked_prefill,
+    check_prefill_and_decode,
+    check_state_preemption,
     check_state_prefix_hits,
     check_strategy_holds_state,
-    engine_tokens,
 )
 from tests.models.test_granite_hybrid import reference_prefill_logits
-from tests.models.test_parity_hf import hf_greedy
 
 transformers = pytest.importorskip("transformers")
 
@@ -118,44 +117,17 @@ def test_prefill_logits_match_transformers(nemotron):
 
 
 def test_prefill_and_decode_match_transformers(nemotron):
-    folder, hf_model = nemotron
-    prompts = random_prompts(4, 512, seed=1, min_len=20, max_len=100)
-    got, _ = engine_tokens(folder, prompts, 24, strategy="paged", kv_memory="4MiB")
-    assert got == hf_greedy(hf_model, prompts, 24)
+    check_prefill_and_decode(*nemotron, 20, 100)
 
 
 def test_chunked_prefill_matches_transformers(nemotron):
-    """~190-token prompts under a 48-token step budget: each prompt's state carries over
-    four or more chunks (and the scan's 32-token chunks inside them)."""
-    folder, hf_model = nemotron
-    prompts = random_prompts(3, 512, seed=5, min_len=150, max_len=200)
-    got, _ = engine_tokens(folder, prompts, 16, strategy="paged", kv_memory="4MiB",
-                           chunked_prefill=True, max_num_batched_tokens=48)
-    assert got == hf_greedy(hf_model, prompts, 16)
+    """~190-token prompts under a 64-token step budget: each prompt's state carries over
+    three or more chunks."""
+    check_chunked_prefill(*nemotron, 150, 200)
 
 
 def test_preemption_matches_transformers(nemotron):
-    """Three ~190-token prompts growing 48 tokens each in a pool that admits them all but
-    cannot grow them all: a sequence is preempted, its state blocks go to another, and it
-    recomputes from zeros."""
-    folder, hf_model = nemotron
-    built = build_engine(EngineConfig(model=str(folder), device="cpu", strategy="paged",
-                                      kv_memory="4MiB"))
-    strategy = built.engine.strategy
-    bytes_per_block = built.engine.executor.arena.nbytes // strategy.pool.num_blocks
-    prompts = random_prompts(3, 512, seed=2, min_len=180, max_len=200)
-
-    def blocks(tokens: int) -> int:
-        return -(-tokens // strategy.block_size) + strategy.state_blocks
-
-    admitted = sum(blocks(len(p)) for p in prompts)
-    final = sum(blocks(len(p) + 48) for p in prompts)
-    assert admitted + 2 < final
-    kv_memory = f"{(admitted + final) // 2 * bytes_per_block}B"
-    got, seqs = engine_tokens(folder, prompts, 48, strategy="paged", kv_memory=kv_memory,
-                              max_model_len=260)
-    assert sum(s.preemptions for s in seqs) > 0
-    assert got == hf_greedy(hf_model, prompts, 48)
+    check_state_preemption(*nemotron)
 
 
 def test_kvbench_run_on_a_nemotron_h_folder(nemotron, tmp_path, capsys):
