@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kvbench.models.causal_conv import causal_conv
 from kvbench.models.config import ModelConfig
 from kvbench.models.direct_call import DirectCall, Linear
 from kvbench.models.recurrent_states import RecurrentStates
@@ -42,18 +43,6 @@ from kvbench.models.recurrent_states import RecurrentStates
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x / sqrt(|x|^2 + eps) over the last dim (FLA's and transformers' form)."""
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
-
-
-def causal_conv(x: torch.Tensor, conv_state: torch.Tensor,
-                weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """silu of a causal depthwise conv over `x` `[N, T, C]` that continues from `conv_state`
-    `[N, K - 1, C]` (the K - 1 inputs before x; zeros for a fresh sequence); `weight`
-    `[C, K]`. Returns the output `[N, T, C]` (x's dtype) and the new conv state (the last
-    K - 1 inputs, in x's dtype)."""
-    tokens, channels = x.shape[1], x.shape[2]
-    window = torch.cat((conv_state.to(x.dtype), x), dim=1)  # [N, K - 1 + T, C]
-    out = F.conv1d(window.transpose(1, 2).to(weight.dtype), weight[:, None, :], groups=channels)
-    return F.silu(out).transpose(1, 2).to(x.dtype), window[:, tokens:]
 
 
 def recurrent_gated_delta_rule(
@@ -262,12 +251,11 @@ class GatedDeltaNet(DirectCall):
         conv_state, recurrent_state = states.read(self.layer_index)
         new_conv, new_recurrent = conv_state.clone(), recurrent_state.clone()
         out = x.new_empty(tokens, self.value_heads, self.value_dim)
-        weight = self.conv1d.weight[:, 0]
         for length, (seqs, starts) in sequence_groups(states.query_lens).items():
             index = (torch.tensor(starts, device=x.device)[:, None]
                      + torch.arange(length, device=x.device))  # [n, length]
             seq = torch.tensor(seqs, device=x.device)
-            conv_out, conv_after = causal_conv(mixed[index], conv_state[seq], weight)
+            conv_out, conv_after = causal_conv(mixed[index], conv_state[seq], self.conv1d.weight)
             new_conv[seq] = conv_after.to(new_conv.dtype)
             core, state_after = self.delta_rule(conv_out, g[index], beta[index],
                                                 recurrent_state[seq])

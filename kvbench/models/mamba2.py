@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kvbench.models.causal_conv import causal_conv
 from kvbench.models.direct_call import DirectCall, Linear
 from kvbench.models.recurrent import RecurrentMixer
 from kvbench.models.recurrent_states import RecurrentStates
@@ -50,16 +51,6 @@ class GatedRMSNorm(DirectCall):
         grouped = xf.view(*xf.shape[:-1], -1, self.group_size)
         grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * grouped.view(xf.shape).to(dtype)
-
-
-def causal_conv(xbc: torch.Tensor, state: torch.Tensor, weight: torch.Tensor,
-                bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """A depthwise causal conv of `xbc` `[S, L, C]` continuing from `state` `[S, K-1, C]`
-    (each sequence's last K - 1 inputs): (silu of the output `[S, L, C]`, the new state)."""
-    kernel = weight.shape[-1]
-    full = torch.cat((state.to(xbc.dtype), xbc), dim=1)  # [S, K-1+L, C]
-    out = F.conv1d(full.transpose(1, 2), weight, bias, groups=weight.shape[0])
-    return F.silu(out.transpose(1, 2)), full[:, full.shape[1] - (kernel - 1):]
 
 
 def ssd_scan(x: torch.Tensor, dt: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
