@@ -29,6 +29,7 @@ read the states in place through their slot indices.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -63,7 +64,7 @@ class StatePool:
             places = []
             for shape, dtype in ((conv_shape, model_dtype), (ssm_shape, ssm_dtype)):
                 places.append((offset, shape, dtype))
-                offset += _numel(shape) * dtype.itemsize
+                offset += math.prod(shape) * dtype.itemsize
             self.places[layer] = tuple(places)
         self.state_bytes = offset  # one sequence's, every recurrent layer's
         if state_blocks is not None and state_blocks * self.block_bytes < self.state_bytes:
@@ -137,7 +138,7 @@ class PooledStates:
         """Copies (a later `write` leaves them as they were)."""
         rows = self.bytes.shape[0]
         return tuple(
-            self.bytes[:, offset : offset + _numel(shape) * dtype.itemsize]
+            self.bytes[:, offset : offset + math.prod(shape) * dtype.itemsize]
             .clone(memory_format=torch.contiguous_format).view(dtype).view(rows, *shape)
             for offset, shape, dtype in self.pool.places[layer])
 
@@ -147,7 +148,7 @@ class PooledStates:
             if state.dtype != dtype or tuple(state.shape) != (rows, *shape):
                 raise ValueError(f"layer {layer}: a state {tuple(state.shape)} {state.dtype}, "
                                  f"expected {(rows, *shape)} {dtype}")
-            size = _numel(shape) * dtype.itemsize
+            size = math.prod(shape) * dtype.itemsize
             self.bytes[:, offset : offset + size] = (
                 state.contiguous().view(rows, -1).view(torch.uint8))
 
@@ -166,10 +167,3 @@ def _spans(blocks: Sequence[int]) -> list[tuple[int, int]]:
         else:
             spans.append((block, 1))
     return spans
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    out = 1
-    for dim in shape:
-        out *= dim
-    return out

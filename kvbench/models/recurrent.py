@@ -21,6 +21,7 @@ float32, `NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE`, or its conf
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kvbench.errors import KvbenchInputError
@@ -99,7 +100,7 @@ class RecurrentMixer:
         `state_content_size_bytes` (state alignment 1: no FlashInfer ReplaySSM)."""
         conv, temporal = self.state_shapes(tensor_parallel_size)
         ssm_bytes = 4 if self.ssm_state_dtype == "fp32" else model_element_bytes
-        return _prod(conv) * model_element_bytes + _prod(temporal) * ssm_bytes
+        return math.prod(conv) * model_element_bytes + math.prod(temporal) * ssm_bytes
 
     def parameters(self, hidden: int) -> int:
         """One layer's weights, as transformers' Qwen3NextGatedDeltaNet, GraniteMoeHybridMambaLayer
@@ -217,10 +218,3 @@ def _split(value: int, tensor_parallel_size: int) -> int:
         raise KvbenchInputError(
             f"--tensor-parallel-size {tensor_parallel_size} does not divide {value}")
     return value // tensor_parallel_size
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    out = 1
-    for dim in shape:
-        out *= dim
-    return out
