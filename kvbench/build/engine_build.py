@@ -252,31 +252,6 @@ def check_offload(config: EngineConfig) -> None:
             "tier (prefix does); give --preemption-mode recompute")
 
 
-def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
-                 allocation: HybridAllocation | None = None,
-                 max_num_batched_tokens: int | None = None, bytes_per_slot: int = 0,
-                 state: tuple[int, int] = (0, 0), state_slots: int = 0):
-    """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes.
-    `max_num_batched_tokens` (resolved, `resolve_lengths`) bounds one step's write of a
-    sequence under chunked prefill, hence `contiguous`'s window rings; `bytes_per_slot`
-    sizes a host tier (`--kv-offload`) in blocks; `state` is a hybrid's (block size, state
-    blocks a sequence) (`state_paging`), `state_slots` its state in slots (`state_slots`)."""
-    windows = allocation.windows if allocation is not None else (None,)
-    block_size, state_blocks = state
-    return make_strategy(
-        config.strategy, num_slots, max_model_len, block_size=block_size or config.block_size,
-        state_blocks=state_blocks, state_slots=state_slots,
-        reserve=config.reserve, watermark=config.watermark,
-        namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
-        allocation_windows=windows, chunked_prefill=config.chunked_prefill,
-        max_num_batched_tokens=max_num_batched_tokens or max(2048, max_model_len),
-        concurrent_batches=2 if config.async_scheduling else 1,
-        kv_offload_blocks=offload_blocks(config, bytes_per_slot),
-        kv_offload_policy=config.kv_offload_policy,
-        mamba_cache_mode=mamba_cache_mode(config),
-    )
-
-
 @dataclass(frozen=True)
 class EngineShape:
     """What an engine's configuration says before anything is loaded (torch-free)."""
@@ -320,11 +295,24 @@ class EnginePlan:
     state_slots: int = 0  # its state in slots, for a strategy reserving ranges (`state_slots`)
 
     def strategy(self):
-        """A new cache strategy over the planned arena (bookkeeping only: no tensor)."""
-        shape = self.shape
-        return strategy_for(shape.config, self.num_slots, shape.max_model_len,
-                            self.allocation, shape.max_num_batched_tokens, self.bytes_per_slot,
-                            self.state, self.state_slots)
+        """A new cache strategy over the planned arena (bookkeeping only: no tensor); prefix
+        hashes are keyed by model and dtypes. The resolved `max_num_batched_tokens` bounds one
+        step's write of a sequence under chunked prefill, hence `contiguous`'s window rings."""
+        config = self.shape.config
+        windows = self.allocation.windows if self.allocation is not None else (None,)
+        block_size, state_blocks = self.state
+        return make_strategy(
+            config.strategy, self.num_slots, self.shape.max_model_len,
+            block_size=block_size or config.block_size, state_blocks=state_blocks,
+            state_slots=self.state_slots, reserve=config.reserve, watermark=config.watermark,
+            namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
+            allocation_windows=windows, chunked_prefill=config.chunked_prefill,
+            max_num_batched_tokens=self.shape.max_num_batched_tokens,
+            concurrent_batches=2 if config.async_scheduling else 1,
+            kv_offload_blocks=offload_blocks(config, self.bytes_per_slot),
+            kv_offload_policy=config.kv_offload_policy,
+            mamba_cache_mode=mamba_cache_mode(config),
+        )
 
     def request_check(self) -> Callable[[Request], None]:
         """What the built engine's `check_request` will say of a request, from the plan."""
@@ -355,8 +343,9 @@ class ExecutorFactory(ABC):
         config, model_config = shape.config, shape.model_config
         device, model = self.load(shape, context)
         kv_dtype = self.kv_dtype(config)
-        allocation = kv_allocation(config, model_config, element_bytes(kv_dtype))
-        bytes_per_slot = slot_bytes(model_config, element_bytes(kv_dtype), allocation,
+        kv_element = element_bytes(kv_dtype)
+        allocation = kv_allocation(config, model_config, kv_element)
+        bytes_per_slot = slot_bytes(model_config, kv_element, allocation,
                                     config.tensor_parallel_size)
         budget = self.kv_budget_bytes(config, device, model, model_config,
                                       shape.max_num_batched_tokens)
@@ -366,8 +355,8 @@ class ExecutorFactory(ABC):
         terms = self.kv_budget_terms(config, model_config, shape.max_num_batched_tokens)
         return EnginePlan(shape, device, model, kv_dtype, bytes_per_slot, budget, allocation,
                           arena_slots(budget, bytes_per_slot), terms,
-                          state_paging(config, model_config, element_bytes(kv_dtype)),
-                          state_slots(config, model_config, element_bytes(kv_dtype)))
+                          state_paging(config, model_config, kv_element),
+                          state_slots(config, model_config, kv_element))
 
     def check_host_tier_bytes(self, tier_bytes: int) -> None:
         """Refuse, at planning (before any results folder exists), a `--kv-offload` tier of
@@ -387,14 +376,13 @@ class ExecutorFactory(ABC):
         limits = SchedulerLimits(config.max_num_seqs, shape.max_num_batched_tokens,
                                  config.chunked_prefill, config.preemption_mode)
         policy = make_policy(config.batching, strategy, limits, config.queue_order)
-        kv_element = element_bytes(plan.kv_dtype)
         engine = Engine(
             strategy, policy, executor, bytes_per_slot=plan.bytes_per_slot,
             max_model_len=shape.max_model_len, temperature=self.temperature(config),
             seed=config.seed, clock=clock, memory_probe=self.memory_probe(plan.device),
             async_scheduling=bool(config.async_scheduling),
-            group_memory=group_memory(model_config, kv_element, plan.allocation,
-                                      plan.bytes_per_slot),
+            group_memory=group_memory(model_config, element_bytes(plan.kv_dtype),
+                                      plan.allocation, plan.bytes_per_slot),
         )
         return BuiltEngine(engine, model_config, plan.device, plan.kv_budget_bytes,
                            plan.kv_dtype, plan.bytes_per_slot,
