@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 import torch
 
+from kvbench.execution.host_kv_tier import block_runs
 from kvbench.models.recurrent import RecurrentMixer
 
 
@@ -81,7 +82,7 @@ class StatePool:
         blocks: one copy a tensor). Gather and scatter walk a list of blocks alike, so a
         state copied between blocks spanned differently keeps its bytes."""
         runs, need, bs = [], self.state_bytes, self.block_size
-        for first, count in _spans(blocks):
+        for first, _, count in block_runs(blocks, blocks):
             for tensor in self.tensors:
                 if need <= 0:
                     return runs
@@ -157,13 +158,3 @@ class PooledStates:
         for i, blocks in enumerate(self.state_blocks):
             self.pool.scatter(blocks, self.bytes[i])
 
-
-def _spans(blocks: Sequence[int]) -> list[tuple[int, int]]:
-    """(first block, count) of each run of consecutive blocks, in order."""
-    spans: list[tuple[int, int]] = []
-    for block in blocks:
-        if spans and spans[-1][0] + spans[-1][1] == block:
-            spans[-1] = (spans[-1][0], spans[-1][1] + 1)
-        else:
-            spans.append((block, 1))
-    return spans
