@@ -28,6 +28,7 @@ import triton
 from kvbench.errors import KvbenchInputError
 
 from . import launch_config
+from .attention_shape import AttentionShape
 from .backend import interpreting
 from .reference import Scale, is_fp8
 from .triton_decode import _decode_kernel, _merge_splits_kernel
@@ -628,3 +629,20 @@ def contiguous_decode_attention(
         q, k_cache, v_cache, start_slots, False, seq_lens, 1, softmax_scale, k_scale, v_scale,
         num_splits, max_seq_len, block_n, sliding_window=sliding_window, softcap=softcap,
         sinks=sinks, ring_lens=ring_lens))
+
+
+class TritonAttentionOps:
+    """The `AttentionOps` of these kernels: CUDA, or the CPU under ``TRITON_INTERPRET=1``."""
+
+    name = "triton"
+    write_kv = staticmethod(write_kv)
+    paged_attention = staticmethod(paged_attention)
+    contiguous_attention = staticmethod(contiguous_attention)
+    paged_decode_attention = staticmethod(paged_decode_attention)
+    contiguous_decode_attention = staticmethod(contiguous_decode_attention)
+    choose_num_splits = staticmethod(choose_num_splits)
+
+    def precompile(self, shape: AttentionShape, device: torch.device) -> float:
+        from .variants import precompile  # (variants builds on this module)
+
+        return precompile(shape, device)
