@@ -17,7 +17,7 @@ A sequence's state bytes are its blocks' runs in order (block by block, tensor b
 and within them each recurrent layer's conv state then its SSM state, in the model's layer
 order, each in its own dtype (`RecurrentMixer.state_shapes`: the conv state in the model's
 dtype, the SSM state in `ssm_state_dtype`, float32 where set): the raw bytes, whatever the
-arena's dtype (an fp8 arena's too). `state_paging` sizes the blocks from vLLM's page, which
+arena's dtype (an fp8 arena's too). `state_placement` sizes the blocks from vLLM's page, which
 holds a layer's state padded to a page, so they always have room (checked here).
 
 A step gathers each scheduled sequence's state bytes once (zeros for a sequence computing
