@@ -44,10 +44,6 @@ class Build:
     shared_bytes: int  # dynamic shared memory per block
     compile_s: float
 
-    @property
-    def shared_limit_bytes(self) -> int:
-        return launch_config.max_shared_bytes(self.arch)
-
 
 def _specialize(launch: Launch, backend):
     fn = launch.kernel
@@ -117,7 +113,7 @@ def build_case(case: str, arch: int) -> list[dict]:
         else:
             record.update(registers=build.registers, local_bytes=build.local_bytes,
                           shared_bytes=build.shared_bytes,
-                          shared_limit_bytes=build.shared_limit_bytes,
+                          shared_limit_bytes=launch_config.max_shared_bytes(arch),
                           compile_s=round(build.compile_s, 3))
         records.append(record)
     return records

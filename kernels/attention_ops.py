@@ -1,5 +1,5 @@
 """The attention-ops protocol an executor calls, its torch implementation and the latent-
-attention adapter (the Triton one, which imports triton, is `triton_attention_ops`)."""
+attention adapter (the Triton one, which imports triton, is `triton_ops.TritonAttentionOps`)."""
 
 from __future__ import annotations
 

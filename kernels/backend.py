@@ -70,7 +70,7 @@ def get_ops(name: str) -> AttentionOps:
             "(resolve 'auto' with resolve_backend first)"
         )
     try:
-        from .triton_attention_ops import TritonAttentionOps  # imports triton
+        from .triton_ops import TritonAttentionOps  # imports triton
     except ImportError as err:  # found, but not loadable here (its compiler, a driver)
         raise missing_dependency("triton", "the triton attention backend", err) from None
     return TritonAttentionOps()

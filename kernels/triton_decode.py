@@ -250,25 +250,34 @@ def score_scales(softmax_scale, softcap, k_scale_ptr, kv_head, FP8: tl.constexpr
 
 
 @triton.jit
-def _decode_tile(n0, end, q_rows, q_mask, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
-                 stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
-                 acc, softcap_arg, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                 BLOCK_DK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                 PAGED: tl.constexpr, FP8: tl.constexpr, DOT_FP32: tl.constexpr,
-                 SOFTCAP: tl.constexpr, RING: tl.constexpr):
-    """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, end))`` into ``(m_i, l_i, acc)``."""
+def attend_tile(n0, kv_end, q_rows, q_mask, q_pos, qk_scale, table_row, k_cache_ptr,
+                v_cache_ptr, stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d,
+                d_mask, m_i, l_i, acc, window, softcap_arg, HEAD_DIM: tl.constexpr,
+                BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr, FP8: tl.constexpr,
+                DOT_FP32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                SOFTCAP: tl.constexpr, RING: tl.constexpr):
+    """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, kv_end))`` into ``(m_i, l_i, acc)``;
+    ``CAUSAL`` (prefill) masks them for the rows at ``q_pos``, ``WINDOW`` to each row's window.
+    A decode's query sees every key its loop reads (the loop starts at its window): neither."""
     pos = n0 + tl.arange(0, BLOCK_N)
-    tok_mask = pos < end
+    tok_mask = pos < kv_end
     slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED, RING)
     raw = qk_scores(q_rows, q_mask, k_cache_ptr, slots, stride_k_slot, k_head_off, tok_mask,
                     HEAD_DIM, BLOCK_D, BLOCK_DK, DOT_FP32, FP8)
     s = scaled_scores(raw, qk_scale, softcap_arg, SOFTCAP)
-    s = tl.where(tok_mask[None, :], s, float("-inf"))
-    # Every tile holds at least one real token, so the running max stays finite.
+    allowed = tok_mask[None, :]
+    if CAUSAL:
+        allowed = allowed & (pos[None, :] <= q_pos[:, None])
+    if WINDOW:
+        allowed = allowed & (pos[None, :] > q_pos[:, None] - window)
+    s = tl.where(allowed, s, float("-inf"))
+    # Every decode tile holds a real token, and without a window position 0 is in a prefill's
+    # first tile, visible to every row: the running max stays finite.
     v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d,
                      tok_mask[:, None] & d_mask[None, :], DOT_FP32,
                      q_rows.dtype.element_ty, FP8)
-    return online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32, False)
+    return online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32, WINDOW)
 
 
 @triton.jit
@@ -341,19 +350,19 @@ def _decode_kernel(
     if INTERPRETED:
         n0 = start
         while n0 < end:
-            m_i, l_i, acc = _decode_tile(
-                n0, end, q_rows, g_mask, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
+            m_i, l_i, acc = attend_tile(
+                n0, end, q_rows, g_mask, 0, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
                 stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
-                acc, softcap_arg, HEAD_DIM, BLOCK_D, BLOCK_DK, BLOCK_N, BLOCK_SIZE, PAGED, FP8,
-                DOT_FP32, SOFTCAP, RING)
+                acc, window, softcap_arg, HEAD_DIM, BLOCK_D, BLOCK_DK, BLOCK_N, BLOCK_SIZE,
+                PAGED, FP8, DOT_FP32, False, False, SOFTCAP, RING)
             n0 += BLOCK_N
     else:
         for n0 in range(start, end, BLOCK_N):
-            m_i, l_i, acc = _decode_tile(
-                n0, end, q_rows, g_mask, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
+            m_i, l_i, acc = attend_tile(
+                n0, end, q_rows, g_mask, 0, qk_scale, table_row, k_cache_ptr, v_cache_ptr,
                 stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d, d_mask, m_i, l_i,
-                acc, softcap_arg, HEAD_DIM, BLOCK_D, BLOCK_DK, BLOCK_N, BLOCK_SIZE, PAGED, FP8,
-                DOT_FP32, SOFTCAP, RING)
+                acc, window, softcap_arg, HEAD_DIM, BLOCK_D, BLOCK_DK, BLOCK_N, BLOCK_SIZE,
+                PAGED, FP8, DOT_FP32, False, False, SOFTCAP, RING)
 
     if FP8:
         acc = acc * kv_head_scale(v_scale_ptr, kv_head, PER_HEAD_SCALE)

@@ -28,6 +28,7 @@ import triton
 from kvbench.errors import KvbenchInputError
 
 from . import launch_config
+from .attention_shape import AttentionShape
 from .backend import interpreting
 from .reference import Scale, is_fp8
 from .triton_decode import _decode_kernel, _merge_splits_kernel
@@ -215,10 +216,7 @@ def write_kv(
 
     Slots < 0 are skipped. fp8 caches receive exactly `reference.quantize_fp8(k, k_scale)`.
     """
-    if k.shape[0]:
-        _check_device(k)
-    for launch in write_kv_launches(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
-        launch.run()
+    _run(k, (None, write_kv_launches(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -299,56 +297,76 @@ def decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, sof
                     sinks=None, ring_lens=None) -> tuple[torch.Tensor, list[Launch]]:
     """The output tensor and the launches of one decode call (see `paged_decode_attention`).
 
-    A `v_cache` narrower than `k_cache` is latent attention (`mla_decode_launches`).
-    `ring_lens` (contiguous only): each sequence's ring length (`_ring_table`).
+    `ring_lens` (contiguous only): each sequence's ring length (`_ring_table`). A `v_cache`
+    narrower than `k_cache` is latent attention, without score variants or rings: `q`
+    `[S, H, kv_lora_rank + rope_dim]` (key up-projection absorbed), `k_cache`
+    `[num_slots, 1, kv_lora_rank + rope_dim]`, `v_cache = k_cache[..., :kv_lora_rank]`, the
+    output `[S, H, kv_lora_rank]`.
     """
     if ring_lens is not None:
         table = _ring_table(table, ring_lens, paged)
-    if v_cache.shape[-1] != k_cache.shape[-1]:
-        if ring_lens is not None:
-            raise NotImplementedError("the Triton latent-attention decode has no ring variant")
-        return mla_decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size,
-                                   softmax_scale, k_scale, v_scale, num_splits, max_seq_len,
-                                   block_n, target, out, sliding_window, softcap, sinks)
     num_seqs, num_q_heads, head_dim = q.shape
-    _check_cache(k_cache, v_cache, head_dim)
+    latent = v_cache.shape[-1] != k_cache.shape[-1]
+    if latent:
+        lora_dim = _check_latent_cache(k_cache, v_cache, head_dim)
+        named = [name for name, value in (("sliding_window", sliding_window), ("softcap", softcap),
+                                          ("sinks", sinks), ("ring_lens", ring_lens))
+                 if value is not None]
+        if named:
+            raise NotImplementedError(f"the Triton latent-attention decode does not implement "
+                                      f"{', '.join(named)}")
+        num_kv_heads = 1
+    else:
+        _check_cache(k_cache, v_cache, head_dim)
+        num_kv_heads = _num_kv_heads(k_cache, num_q_heads)
     _check_block("block_n", block_n)
-    num_kv_heads = _num_kv_heads(k_cache, num_q_heads)
     if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        out = torch.empty((*q.shape[:-1], v_cache.shape[-1]), dtype=q.dtype, device=q.device)
     if num_seqs == 0:
         return out, []
-    target, q, table, seq_lens, dot_fp32, cfg = _kernel_inputs("decode", q, k_cache, table,
-                                                               seq_lens, target)
-    group = num_q_heads // num_kv_heads
+    target, q, table, seq_lens, dot_fp32, cfg = _kernel_inputs(
+        "mla_decode" if latent else "decode", q, k_cache, table, seq_lens, target)
     ks, vs, fp8, per_head = _attention_scales(k_cache, k_scale, v_scale, num_kv_heads, q.device)
     var = _variant_args(sliding_window, softcap, sinks, num_q_heads, q.device)
-    bn = block_n or cfg.block_n
-    num_splits = _split_count(num_splits, num_seqs, num_kv_heads, seq_lens, max_seq_len,
+    # A latent program owns a block of query heads, a plain one a KV head and its GQA group.
+    block_h = min(cfg.block_m, max(16, _next_pow2(num_q_heads)))
+    head_programs = triton.cdiv(num_q_heads, block_h) if latent else num_kv_heads
+    num_splits = _split_count(num_splits, num_seqs, head_programs, seq_lens, max_seq_len,
                               sliding_window, target)
     split = num_splits > 1
-    block_d = max(16, _next_pow2(head_dim))
     kc, vc = _cache_views(k_cache, v_cache)
-    constexprs = dict(
-        GROUP=group, BLOCK_G=max(16, _next_pow2(group)),
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_DK=cfg.head_chunk(block_d),
-        BLOCK_N=bn, BLOCK_SIZE=block_size if paged else 1,
-        PAGED=paged, SPLIT=split,
-        FP8=fp8, PER_HEAD_SCALE=per_head, DOT_FP32=dot_fp32, RING=ring_lens is not None,
-        **var.constexprs,
-    )
-    options = cfg.options
     stride_table = table.stride(0) if paged or ring_lens is not None else 0
-    grid = (num_seqs, num_kv_heads, num_splits)
     dest, dest_strides = _decode_outputs(out, num_splits)
-    args = (
-        q, kc, vc, ks, vs, table, seq_lens, *dest, var.sinks,
-        softmax_scale, num_splits, var.window, var.softcap,
-        q.stride(0), q.stride(1),
-        kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
-        stride_table, *dest_strides,
-    )
-    launches = [Launch(_decode_kernel, grid, args, constexprs, options)]
+    common = dict(BLOCK_N=block_n or cfg.block_n, BLOCK_SIZE=block_size if paged else 1,
+                  PAGED=paged, SPLIT=split, FP8=fp8, DOT_FP32=dot_fp32)
+    if latent:
+        rope_dim = head_dim - lora_dim
+        kernel = _mla_decode_kernel
+        constexprs = dict(
+            NUM_HEADS=num_q_heads, BLOCK_H=block_h,
+            LORA_DIM=lora_dim, BLOCK_L=max(16, _next_pow2(lora_dim)),
+            ROPE_DIM=rope_dim, BLOCK_R=max(16, _next_pow2(rope_dim)), **common,
+        )
+        args = (q, kc, ks, vs, table, seq_lens, *dest, softmax_scale, num_splits,
+                q.stride(0), q.stride(1), kc.stride(0), stride_table, *dest_strides)
+    else:
+        group = num_q_heads // num_kv_heads
+        block_d = max(16, _next_pow2(head_dim))
+        kernel = _decode_kernel
+        constexprs = dict(
+            GROUP=group, BLOCK_G=max(16, _next_pow2(group)),
+            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_DK=cfg.head_chunk(block_d), **common,
+            PER_HEAD_SCALE=per_head, RING=ring_lens is not None, **var.constexprs,
+        )
+        args = (
+            q, kc, vc, ks, vs, table, seq_lens, *dest, var.sinks,
+            softmax_scale, num_splits, var.window, var.softcap,
+            q.stride(0), q.stride(1),
+            kc.stride(0), kc.stride(1), vc.stride(0), vc.stride(1),
+            stride_table, *dest_strides,
+        )
+    launches = [Launch(kernel, (num_seqs, head_programs, num_splits), args, constexprs,
+                       cfg.options)]
     if split:
         launches.append(_merge_launch(*dest, out, var, num_splits))
     return out, launches
@@ -382,58 +400,6 @@ def _check_latent_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, head_dim: 
         raise ValueError("latent attention needs v_cache = k_cache[..., :kv_lora_rank] (a view "
                          f"of the key cache), got v_cache {tuple(v_cache.shape)}")
     return lora_dim
-
-
-def mla_decode_launches(q, k_cache, v_cache, table, paged, seq_lens, block_size, softmax_scale,
-                        k_scale=None, v_scale=None, num_splits=None, max_seq_len=None,
-                        block_n=None, target: Target | None = None, out=None,
-                        sliding_window=None, softcap=None, sinks=None
-                        ) -> tuple[torch.Tensor, list[Launch]]:
-    """The output `[S, H, kv_lora_rank]` and the launches of a latent-attention decode.
-
-    `q` `[S, H, kv_lora_rank + rope_dim]` (key up-projection absorbed), `k_cache`
-    `[num_slots, 1, kv_lora_rank + rope_dim]`, `v_cache = k_cache[..., :kv_lora_rank]`.
-    """
-    num_seqs, num_heads, head_dim = q.shape
-    lora_dim = _check_latent_cache(k_cache, v_cache, head_dim)
-    named = [name for name, value in (("sliding_window", sliding_window), ("softcap", softcap),
-                                      ("sinks", sinks)) if value is not None]
-    if named:
-        raise NotImplementedError(f"the Triton latent-attention decode does not implement "
-                                  f"{', '.join(named)}")
-    _check_block("block_n", block_n)
-    if out is None:
-        out = torch.empty((num_seqs, num_heads, lora_dim), dtype=q.dtype, device=q.device)
-    if num_seqs == 0:
-        return out, []
-    target, q, table, seq_lens, dot_fp32, cfg = _kernel_inputs("mla_decode", q, k_cache, table,
-                                                               seq_lens, target)
-    ks, vs, fp8, _ = _attention_scales(k_cache, k_scale, v_scale, 1, q.device)
-    block_h = min(cfg.block_m, max(16, _next_pow2(num_heads)))
-    head_blocks = triton.cdiv(num_heads, block_h)
-    num_splits = _split_count(num_splits, num_seqs, head_blocks, seq_lens, max_seq_len, None,
-                              target)
-    split = num_splits > 1
-    cache = k_cache.view(torch.uint8) if fp8 else k_cache
-    rope_dim = head_dim - lora_dim
-    constexprs = dict(
-        NUM_HEADS=num_heads, BLOCK_H=block_h,
-        LORA_DIM=lora_dim, BLOCK_L=max(16, _next_pow2(lora_dim)),
-        ROPE_DIM=rope_dim, BLOCK_R=max(16, _next_pow2(rope_dim)),
-        BLOCK_N=block_n or cfg.block_n, BLOCK_SIZE=block_size if paged else 1,
-        PAGED=paged, SPLIT=split, FP8=fp8, DOT_FP32=dot_fp32,
-    )
-    options = cfg.options
-    stride_table = table.stride(0) if paged else 0
-    grid = (num_seqs, head_blocks, num_splits)
-    dest, dest_strides = _decode_outputs(out, num_splits)
-    args = (q, cache, ks, vs, table, seq_lens, *dest, softmax_scale, num_splits,
-            q.stride(0), q.stride(1), cache.stride(0), stride_table, *dest_strides)
-    launches = [Launch(_mla_decode_kernel, grid, args, constexprs, options)]
-    if split:
-        var = _variant_args(None, None, None, num_heads, q.device)
-        launches.append(_merge_launch(*dest, out, var, num_splits))
-    return out, launches
 
 
 def _split_count(num_splits, num_seqs, num_kv_heads, seq_lens, max_seq_len, sliding_window,
@@ -631,7 +597,7 @@ def paged_decode_attention(
     capped); None picks it from the context length, or the window's length
     (`choose_num_splits`), 1 disables it. `max_seq_len` avoids a device sync when given.
     Latent attention: `q` `[S, H, kv_lora_rank + rope_dim]`, `v_cache` =
-    `k_cache[..., :kv_lora_rank]`, output `[S, H, kv_lora_rank]` (`mla_decode_launches`).
+    `k_cache[..., :kv_lora_rank]`, output `[S, H, kv_lora_rank]` (`decode_launches`).
     """
     return _run(q, decode_launches(
         q, k_cache, v_cache, block_tables, True, seq_lens, block_size, softmax_scale, k_scale,
@@ -663,3 +629,20 @@ def contiguous_decode_attention(
         q, k_cache, v_cache, start_slots, False, seq_lens, 1, softmax_scale, k_scale, v_scale,
         num_splits, max_seq_len, block_n, sliding_window=sliding_window, softcap=softcap,
         sinks=sinks, ring_lens=ring_lens))
+
+
+class TritonAttentionOps:
+    """The `AttentionOps` of these kernels: CUDA, or the CPU under ``TRITON_INTERPRET=1``."""
+
+    name = "triton"
+    write_kv = staticmethod(write_kv)
+    paged_attention = staticmethod(paged_attention)
+    contiguous_attention = staticmethod(contiguous_attention)
+    paged_decode_attention = staticmethod(paged_decode_attention)
+    contiguous_decode_attention = staticmethod(contiguous_decode_attention)
+    choose_num_splits = staticmethod(choose_num_splits)
+
+    def precompile(self, shape: AttentionShape, device: torch.device) -> float:
+        from .variants import precompile  # (variants builds on this module)
+
+        return precompile(shape, device)

@@ -27,45 +27,13 @@ import triton.language as tl
 
 from .triton_decode import (
     INTERPRETED,
+    attend_tile,
     cast_rne,
     fold_sinks,
     kv_head_scale,
-    load_kv_tile,
-    online_softmax_update,
-    qk_scores,
-    scaled_scores,
     score_scales,
     sequence_row,
-    token_slots,
 )
-
-
-@triton.jit
-def _prefill_tile(n0, kv_end, q_rows, q_mask, q_pos, qk_scale, table_row, k_cache_ptr,
-                  v_cache_ptr, stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d,
-                  d_mask, m_i, l_i, acc, window, softcap_arg, HEAD_DIM: tl.constexpr,
-                  BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_SIZE: tl.constexpr, PAGED: tl.constexpr, FP8: tl.constexpr,
-                  DOT_FP32: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
-                  RING: tl.constexpr):
-    """Fold the keys of positions ``[n0, min(n0 + BLOCK_N, kv_end))``, causally masked (and
-    windowed) for the rows at ``q_pos``, into ``(m_i, l_i, acc)``."""
-    pos = n0 + tl.arange(0, BLOCK_N)
-    tok_mask = pos < kv_end
-    slots = token_slots(table_row, pos, tok_mask, BLOCK_SIZE, PAGED, RING)
-    raw = qk_scores(q_rows, q_mask, k_cache_ptr, slots, stride_k_slot, k_head_off, tok_mask,
-                    HEAD_DIM, BLOCK_D, BLOCK_DK, DOT_FP32, FP8)
-    s = scaled_scores(raw, qk_scale, softcap_arg, SOFTCAP)
-    allowed = tok_mask[None, :] & (pos[None, :] <= q_pos[:, None])
-    if WINDOW:
-        allowed = allowed & (pos[None, :] > q_pos[:, None] - window)
-    s = tl.where(allowed, s, float("-inf"))
-    # Without a window position 0 is in the first tile and visible to every row: the running
-    # max stays finite.
-    v = load_kv_tile(v_cache_ptr, slots, stride_v_slot, v_head_off, offs_d,
-                     tok_mask[:, None] & d_mask[None, :], DOT_FP32,
-                     q_rows.dtype.element_ty, FP8)
-    return online_softmax_update(s, v, m_i, l_i, acc, DOT_FP32, WINDOW)
 
 
 # Per-step arguments and the window are not specialized (see _decode_kernel).
@@ -133,19 +101,19 @@ def _prefill_kernel(
     if INTERPRETED:  # see INTERPRETED in triton_decode
         n0 = kv_start
         while n0 < kv_end:
-            m_i, l_i, acc = _prefill_tile(
+            m_i, l_i, acc = attend_tile(
                 n0, kv_end, q_rows, row_mask, q_pos, qk_scale, table_row, k_cache_ptr,
                 v_cache_ptr, stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d,
                 d_mask, m_i, l_i, acc, window, softcap_arg, HEAD_DIM, BLOCK_D, BLOCK_DK,
-                BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, WINDOW, SOFTCAP, RING)
+                BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, True, WINDOW, SOFTCAP, RING)
             n0 += BLOCK_N
     else:
         for n0 in range(kv_start, kv_end, BLOCK_N):
-            m_i, l_i, acc = _prefill_tile(
+            m_i, l_i, acc = attend_tile(
                 n0, kv_end, q_rows, row_mask, q_pos, qk_scale, table_row, k_cache_ptr,
                 v_cache_ptr, stride_k_slot, stride_v_slot, k_head_off, v_head_off, offs_d,
                 d_mask, m_i, l_i, acc, window, softcap_arg, HEAD_DIM, BLOCK_D, BLOCK_DK,
-                BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, WINDOW, SOFTCAP, RING)
+                BLOCK_N, BLOCK_SIZE, PAGED, FP8, DOT_FP32, True, WINDOW, SOFTCAP, RING)
 
     if SINKS:
         m_i, l_i, acc = fold_sinks(sinks_ptr, heads, g < GROUP, m_i, l_i, acc)

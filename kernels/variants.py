@@ -39,10 +39,8 @@ def _scales(shape: AttentionShape, device: torch.device):
     return None, None
 
 
-def shape_launches(shape: AttentionShape, device: torch.device, target: Target | None = None,
-                   layouts: tuple[str, ...] = ("paged", "contiguous"),
-                   splits: tuple[bool, ...] = (False, True), prefill: bool = True,
-                   write: bool = True) -> list[tuple[str, Launch]]:
+def shape_launches(shape: AttentionShape, device: torch.device,
+                   target: Target | None = None) -> list[tuple[str, Launch]]:
     """``(name, launch)`` of every variant `shape` meets, made on small stand-in tensors with
     the strides and dtypes of the real ones (so they specialize alike): for each layout, decode
     with and without split-K and prefill, once per kind of layer (full attention, sliding
@@ -69,33 +67,31 @@ def shape_launches(shape: AttentionShape, device: torch.device, target: Target |
     # Stand-in values: a window length and a cap are runtime arguments (not specialized).
     scores = dict(softcap=30.0 if shape.softcap else None,
                   sinks=torch.zeros(hq, device=device) if shape.sinks else None)
-    out: list[tuple[str, Launch]] = []
-    if write:
-        kv = torch.zeros(num_seqs, hkv, d, dtype=shape.dtype, device=device)
-        slots = torch.arange(num_seqs, device=device)
-        out += [("write_kv", launch) for launch in
-                write_kv_launches(kv, kv[..., :v_cache.shape[-1]], k_cache, v_cache, slots, ks,
-                                  vs, target=target)]
+    kv = torch.zeros(num_seqs, hkv, d, dtype=shape.dtype, device=device)
+    slots = torch.arange(num_seqs, device=device)
+    out = [("write_kv", launch) for launch in
+           write_kv_launches(kv, kv[..., :v_cache.shape[-1]], k_cache, v_cache, slots, ks, vs,
+                             target=target)]
     # A window group's ring under `contiguous` (`ring_lens`): its own variant (``RING``).
     rings = torch.full((num_seqs,), blocks_per_seq * bs, dtype=torch.int32, device=device)
     for windowed in shape.window_kinds:
         variant = dict(scores, sliding_window=2 * bs if windowed else None)
         suffix = "-window" if windowed else ""
-        kinds = [(layout, None) for layout in layouts]
-        if windowed and "contiguous" in layouts and not latent:
+        kinds = [("paged", None), ("contiguous", None)]
+        if windowed and not latent:
             kinds.append(("contiguous-ring", rings))
         for layout, ring_lens in kinds:
             paged = layout == "paged"
             table = tables if paged else starts
             ring = {} if ring_lens is None else {"ring_lens": ring_lens}
-            for split in splits:
+            for split in (False, True):
                 _, launches = decode_launches(q_dec, k_cache, v_cache, table, paged, seq_lens,
                                               bs if paged else 1, scale, ks, vs,
                                               num_splits=SPLIT_MAX if split else 1,
                                               target=target, **variant, **ring)
                 name = f"decode-{layout}-{'split' if split else 'nosplit'}{suffix}"
                 out += [(f"{name}-{launch.kernel.fn.__name__}", launch) for launch in launches]
-            if prefill and not latent:
+            if not latent:
                 _, launches = prefill_launches(q_pre, k_cache, v_cache, table, paged, qsl,
                                                seq_lens, bs if paged else 1, scale, ks, vs,
                                                max_query_len=q_len, target=target, **variant,
@@ -104,8 +100,7 @@ def shape_launches(shape: AttentionShape, device: torch.device, target: Target |
     return out
 
 
-def precompile(shape: AttentionShape, device: torch.device | str = "cuda",
-               layouts: tuple[str, ...] = ("paged", "contiguous")) -> float:
+def precompile(shape: AttentionShape, device: torch.device | str = "cuda") -> float:
     """Compile (without running) every kernel variant `shape` meets on `device`; returns the
     seconds spent, near zero when Triton's cache already holds them. Call it before measuring.
     """
@@ -113,7 +108,7 @@ def precompile(shape: AttentionShape, device: torch.device | str = "cuda",
     if device.type != "cuda":
         return 0.0  # the interpreter compiles nothing
     start = time.perf_counter()
-    for _, launch in shape_launches(shape, device, layouts=layouts):
+    for _, launch in shape_launches(shape, device):
         launch.warmup()
     torch.cuda.synchronize(device)
     return time.perf_counter() - start

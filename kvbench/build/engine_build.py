@@ -122,7 +122,10 @@ def check_block_fits_window(config: EngineConfig, model_config: ModelConfig,
 def check_state_strategy(config: EngineConfig, model_config: ModelConfig) -> None:
     """A state-space hybrid runs under a strategy that holds its recurrent state; a
     `--mamba-cache-mode` that keeps state checkpoints needs a prefix cache to keep them in."""
-    if model_config.hybrid is not None and not holds_state(config.strategy):
+    # in blocks of its pool (`state_blocks`) or slots of its range (`state_slots`)
+    holds_state = (reads_option(config.strategy, "state_blocks")
+                   or reads_option(config.strategy, "state_slots"))
+    if model_config.hybrid is not None and not holds_state:
         raise KvbenchInputError(
             f"--strategy {config.strategy} does not hold {model_config.name}'s recurrent "
             "state: a state-space hybrid runs under contiguous, paged, prefix, hybrid or "
@@ -136,12 +139,6 @@ def check_state_strategy(config: EngineConfig, model_config: ModelConfig) -> Non
             f"--mamba-cache-mode {WITHOUT_PREFIX_CACHING})")
 
 
-def holds_state(strategy: str) -> bool:
-    """Whether `strategy` holds a state-space hybrid's recurrent state: in blocks of its
-    pool (`state_blocks`) or slots of its range (`state_slots`)."""
-    return reads_option(strategy, "state_blocks") or reads_option(strategy, "state_slots")
-
-
 def mamba_cache_mode(config: EngineConfig) -> str:
     """The run's `--mamba-cache-mode`: as given, else vLLM's (align with prefix caching)."""
     if config.mamba_cache_mode is not None:
@@ -151,31 +148,22 @@ def mamba_cache_mode(config: EngineConfig) -> str:
     return WITHOUT_PREFIX_CACHING
 
 
-def state_paging(config: EngineConfig, model_config: ModelConfig,
-                 kv_element_bytes: int) -> tuple[int, int]:
-    """(block size, state blocks a sequence) of a state-space hybrid, as vLLM pages it
-    (`kvbench.sizing.state_pages`): the attention block raised until a page holds a state,
-    and the blocks of that many slots (a token of every attention layer) its state groups'
-    pages fill; (0, 0) for a model without recurrent layers."""
+def state_placement(config: EngineConfig, model_config: ModelConfig,
+                    kv_element_bytes: int) -> tuple[tuple[int, int], int]:
+    """A state-space hybrid's state as vLLM pages it (`kvbench.sizing.state_pages`): (block
+    size, state blocks a sequence), the attention block raised until a page holds a state and
+    the blocks of that many slots (a token of every attention layer) its state groups' pages
+    fill; then the slots the state fills unpadded, for a strategy that reserves ranges
+    (`contiguous`). ((0, 0), 0) for a model without recurrent layers."""
     if model_config.hybrid is None:
-        return 0, 0
+        return (0, 0), 0
     pages = state_pages(model_config, kv_element_bytes,
                         element_bytes(model_dtype_name(config.dtype)),
                         config.tensor_parallel_size, config.block_size,
                         checkpoint_alignment(model_config, mamba_cache_mode(config)))
     block_bytes = pages.block_size * pages.kv_bytes_per_token  # one GPU's, as the pages
-    return pages.block_size, -(-pages.state_bytes_held // block_bytes)
-
-
-def state_slots(config: EngineConfig, model_config: ModelConfig, kv_element_bytes: int) -> int:
-    """Slots (a token of every attention layer) a state-space hybrid's state fills, unpadded,
-    for a strategy that reserves ranges (`contiguous`); 0 without recurrent layers."""
-    if model_config.hybrid is None:
-        return 0
-    pages = state_pages(model_config, kv_element_bytes,
-                        element_bytes(model_dtype_name(config.dtype)),
-                        config.tensor_parallel_size, config.block_size)
-    return -(-pages.state_bytes_per_sequence // pages.kv_bytes_per_token)
+    return ((pages.block_size, -(-pages.state_bytes_held // block_bytes)),
+            -(-pages.state_bytes_per_sequence // pages.kv_bytes_per_token))
 
 
 def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
@@ -252,31 +240,6 @@ def check_offload(config: EngineConfig) -> None:
             "tier (prefix does); give --preemption-mode recompute")
 
 
-def strategy_for(config: EngineConfig, num_slots: int, max_model_len: int,
-                 allocation: HybridAllocation | None = None,
-                 max_num_batched_tokens: int | None = None, bytes_per_slot: int = 0,
-                 state: tuple[int, int] = (0, 0), state_slots: int = 0):
-    """The configured strategy over `num_slots`; prefix hashes are keyed by model and dtypes.
-    `max_num_batched_tokens` (resolved, `resolve_lengths`) bounds one step's write of a
-    sequence under chunked prefill, hence `contiguous`'s window rings; `bytes_per_slot`
-    sizes a host tier (`--kv-offload`) in blocks; `state` is a hybrid's (block size, state
-    blocks a sequence) (`state_paging`), `state_slots` its state in slots (`state_slots`)."""
-    windows = allocation.windows if allocation is not None else (None,)
-    block_size, state_blocks = state
-    return make_strategy(
-        config.strategy, num_slots, max_model_len, block_size=block_size or config.block_size,
-        state_blocks=state_blocks, state_slots=state_slots,
-        reserve=config.reserve, watermark=config.watermark,
-        namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
-        allocation_windows=windows, chunked_prefill=config.chunked_prefill,
-        max_num_batched_tokens=max_num_batched_tokens or max(2048, max_model_len),
-        concurrent_batches=2 if config.async_scheduling else 1,
-        kv_offload_blocks=offload_blocks(config, bytes_per_slot),
-        kv_offload_policy=config.kv_offload_policy,
-        mamba_cache_mode=mamba_cache_mode(config),
-    )
-
-
 @dataclass(frozen=True)
 class EngineShape:
     """What an engine's configuration says before anything is loaded (torch-free)."""
@@ -315,16 +278,35 @@ class EnginePlan:
     # The terms that made the budget (vLLM's start-up, as `kvbench estimate --json` carries
     # them) where a model sized it; None where it was given or measured.
     kv_budget_terms: dict | None = None
-    # A state-space hybrid's (block size, state blocks a sequence): `state_paging`.
+    # A state-space hybrid's (block size, state blocks a sequence): `state_placement`.
     state: tuple[int, int] = (0, 0)
-    state_slots: int = 0  # its state in slots, for a strategy reserving ranges (`state_slots`)
+    state_slots: int = 0  # its state in slots, for a strategy reserving ranges
 
     def strategy(self):
-        """A new cache strategy over the planned arena (bookkeeping only: no tensor)."""
-        shape = self.shape
-        return strategy_for(shape.config, self.num_slots, shape.max_model_len,
-                            self.allocation, shape.max_num_batched_tokens, self.bytes_per_slot,
-                            self.state, self.state_slots)
+        """A new cache strategy over the planned arena (bookkeeping only: no tensor); prefix
+        hashes are keyed by model and dtypes. The resolved `max_num_batched_tokens` bounds one
+        step's write of a sequence under chunked prefill, hence `contiguous`'s window rings."""
+        config = self.shape.config
+        windows = self.allocation.windows if self.allocation is not None else (None,)
+        block_size, state_blocks = self.state
+        return make_strategy(
+            config.strategy, self.num_slots, self.shape.max_model_len,
+            block_size=block_size or config.block_size, state_blocks=state_blocks,
+            state_slots=self.state_slots, reserve=config.reserve, watermark=config.watermark,
+            namespace=f"{config.model}/{config.dtype}/{config.kv_cache_dtype}",
+            allocation_windows=windows, chunked_prefill=config.chunked_prefill,
+            max_num_batched_tokens=self.shape.max_num_batched_tokens,
+            concurrent_batches=2 if config.async_scheduling else 1,
+            kv_offload_blocks=offload_blocks(config, self.bytes_per_slot),
+            kv_offload_policy=config.kv_offload_policy,
+            mamba_cache_mode=mamba_cache_mode(config),
+        )
+
+    def built(self, engine: BaseEngine, backend: str, compile_s: float = 0.0) -> BuiltEngine:
+        """`engine`, built from this plan, with what results record of it."""
+        return BuiltEngine(engine, self.shape.model_config, self.device, self.kv_budget_bytes,
+                           self.kv_dtype, self.bytes_per_slot, backend,
+                           self.shape.max_model_len, compile_s, self.kv_budget_terms)
 
     def request_check(self) -> Callable[[Request], None]:
         """What the built engine's `check_request` will say of a request, from the plan."""
@@ -355,8 +337,9 @@ class ExecutorFactory(ABC):
         config, model_config = shape.config, shape.model_config
         device, model = self.load(shape, context)
         kv_dtype = self.kv_dtype(config)
-        allocation = kv_allocation(config, model_config, element_bytes(kv_dtype))
-        bytes_per_slot = slot_bytes(model_config, element_bytes(kv_dtype), allocation,
+        kv_element = element_bytes(kv_dtype)
+        allocation = kv_allocation(config, model_config, kv_element)
+        bytes_per_slot = slot_bytes(model_config, kv_element, allocation,
                                     config.tensor_parallel_size)
         budget = self.kv_budget_bytes(config, device, model, model_config,
                                       shape.max_num_batched_tokens)
@@ -364,10 +347,9 @@ class ExecutorFactory(ABC):
             self.check_host_tier_bytes(
                 offload_blocks(config, bytes_per_slot) * bytes_per_slot * config.block_size)
         terms = self.kv_budget_terms(config, model_config, shape.max_num_batched_tokens)
+        state, state_slots = state_placement(config, model_config, kv_element)
         return EnginePlan(shape, device, model, kv_dtype, bytes_per_slot, budget, allocation,
-                          arena_slots(budget, bytes_per_slot), terms,
-                          state_paging(config, model_config, element_bytes(kv_dtype)),
-                          state_slots(config, model_config, element_bytes(kv_dtype)))
+                          arena_slots(budget, bytes_per_slot), terms, state, state_slots)
 
     def check_host_tier_bytes(self, tier_bytes: int) -> None:
         """Refuse, at planning (before any results folder exists), a `--kv-offload` tier of
@@ -387,19 +369,16 @@ class ExecutorFactory(ABC):
         limits = SchedulerLimits(config.max_num_seqs, shape.max_num_batched_tokens,
                                  config.chunked_prefill, config.preemption_mode)
         policy = make_policy(config.batching, strategy, limits, config.queue_order)
-        kv_element = element_bytes(plan.kv_dtype)
         engine = Engine(
             strategy, policy, executor, bytes_per_slot=plan.bytes_per_slot,
             max_model_len=shape.max_model_len, temperature=self.temperature(config),
             seed=config.seed, clock=clock, memory_probe=self.memory_probe(plan.device),
             async_scheduling=bool(config.async_scheduling),
-            group_memory=group_memory(model_config, kv_element, plan.allocation,
-                                      plan.bytes_per_slot),
+            group_memory=group_memory(model_config, element_bytes(plan.kv_dtype),
+                                      plan.allocation, plan.bytes_per_slot),
         )
-        return BuiltEngine(engine, model_config, plan.device, plan.kv_budget_bytes,
-                           plan.kv_dtype, plan.bytes_per_slot,
-                           self.backend(config, plan.device), shape.max_model_len,
-                           self.precompile(plan, executor, strategy), plan.kv_budget_terms)
+        return plan.built(engine, self.backend(config, plan.device),
+                          self.precompile(plan, executor, strategy))
 
     @abstractmethod
     def load(

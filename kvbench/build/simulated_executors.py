@@ -20,7 +20,8 @@ so, gpt-oss's MXFP4 experts); simulate's CLI default dtype is bfloat16 (`RunOpti
 (config.json records them).
 
 Nothing here imports torch (docs/design.md): dtypes are torch's names and their sizes
-(`kvbench.models.dtype_names`), the device is `SIMULATED_DEVICE`, a `DeviceKind("meta")`.
+(`kvbench.models.dtype_names`: no tensor exists), the device is `SIMULATED_DEVICE`, a
+`DeviceKind("meta")` (nothing is allocated anywhere).
 """
 
 from __future__ import annotations
@@ -52,11 +53,8 @@ SIMULATED_BACKEND = "simulated"
 
 
 class SimulatedExecutors(ExecutorFactory):
-    """The step-time model of `gpu`; the engine's clock is the simulated one (`engine.clock`).
-
-    `BuiltEngine.device` is `SIMULATED_DEVICE` (type `meta`: nothing is allocated anywhere),
-    `kv_dtype` is torch's name of the KV dtype (no tensor exists) and `backend` is
-    "simulated"; the GPU spec is `engine.executor.gpu`. Sampling is greedy whatever
+    """The step-time model of `gpu`; the engine's clock is the simulated one (`engine.clock`),
+    its backend "simulated" and the GPU spec `engine.executor.gpu`. Sampling is greedy whatever
     `config.temperature` says: token ids never matter with workload-fixed output lengths.
     With `config.tensor_parallel_size` N > 1 the KV budget is the group's (N GPUs' KV
     shards of the same tokens) and the step time includes the all-reduces of the group

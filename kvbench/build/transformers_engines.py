@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from kvbench.build.engine_build import BuildContext, BuiltEngine, EnginePlan, EngineShape
 from kvbench.build.model_executors import ModelExecutors
 from kvbench.errors import KvbenchInputError
@@ -38,10 +36,9 @@ class TransformersEngines(ModelExecutors):
         # transformers' model over kvbench's tensors (what it cannot run is refused here)
         hf_model = to_transformers(decoder, config.model, device)
         dtype = parse_dtype(config.dtype)
-        element = torch.empty((), dtype=dtype).element_size()
         # No budget: transformers' cache grows as it needs, so only the lengths are checked.
         return EnginePlan(shape, device, hf_model, dtype,
-                          shape.model_config.kv_bytes_per_token(element), None)
+                          shape.model_config.kv_bytes_per_token(dtype.itemsize), None)
 
     def build(self, plan: EnginePlan, context: BuildContext) -> BuiltEngine:
         config, model_config = plan.shape.config, plan.shape.model_config
@@ -54,14 +51,4 @@ class TransformersEngines(ModelExecutors):
             clock=context.clock,
         )
         attn = getattr(hf_model.config, "_attn_implementation", None) or "default"
-        return BuiltEngine(
-            engine=engine,
-            model_config=model_config,
-            device=plan.device,
-            kv_budget_bytes=None,  # transformers' cache grows as it needs: no budget is enforced
-            kv_dtype=plan.kv_dtype,
-            bytes_per_slot=plan.bytes_per_slot,
-            backend=f"transformers-{attn}",
-            max_model_len=plan.shape.max_model_len,
-        )
-
+        return plan.built(engine, f"transformers-{attn}")  # no budget: transformers' own cache

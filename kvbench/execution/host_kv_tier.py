@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -45,12 +45,8 @@ class HostCopyStats:
     load_s: float = 0.0
 
     def add(self, other: HostCopyStats) -> None:
-        self.store_blocks += other.store_blocks
-        self.load_blocks += other.load_blocks
-        self.store_bytes += other.store_bytes
-        self.load_bytes += other.load_bytes
-        self.store_s += other.store_s
-        self.load_s += other.load_s
+        for field in fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
 
 def block_runs(src: Sequence[int], dst: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -92,15 +88,6 @@ class HostKVTier:
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._events: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
 
-    @classmethod
-    def for_arena(cls, arena, num_blocks: int, block_size: int, **kwargs) -> HostKVTier:
-        """A host tier of `num_blocks` blocks over a `KVArena`'s tensors."""
-        return cls(arena.pool_tensors, num_blocks, block_size, **kwargs)
-
-    @property
-    def nbytes(self) -> int:
-        return self.num_blocks * self.block_bytes
-
     def store(self, gpu_blocks: Sequence[int], host_blocks: Sequence[int]) -> None:
         """Copy arena blocks `gpu_blocks[i]` to host blocks `host_blocks[i]`."""
         self._copy("store", gpu_blocks, host_blocks)
@@ -131,15 +118,8 @@ class HostKVTier:
             else:
                 self._copy_cuda(direction, gpu, host)
                 seconds = 0.0  # read from the events once they complete
-        step = self._step
-        if direction == "store":
-            step.store_blocks += n
-            step.store_bytes += n * self.block_bytes
-            step.store_s += seconds
-        else:
-            step.load_blocks += n
-            step.load_bytes += n * self.block_bytes
-            step.load_s += seconds
+        self._step.add(HostCopyStats(**{f"{direction}_blocks": n, f"{direction}_s": seconds,
+                                        f"{direction}_bytes": n * self.block_bytes}))
 
     @staticmethod
     def _check(ids: Sequence[int], limit: int, pool: str) -> None:
@@ -184,11 +164,7 @@ class HostKVTier:
         step, self._step = self._step, HostCopyStats()
         for direction, start, end in self._events:
             end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3
-            if direction == "store":
-                step.store_s += seconds
-            else:
-                step.load_s += seconds
+            step.add(HostCopyStats(**{f"{direction}_s": start.elapsed_time(end) / 1e3}))
         self._events.clear()
         self.totals.add(step)
         return step

@@ -98,9 +98,10 @@ class KVArena:
               for k, latent in zip(ks, tensor_latent, strict=True)]
         self.k = [None if t is None else ks[t] for t in tensor_of_layer]
         self.v = [None if t is None else vs[t] for t in tensor_of_layer]
-        # the tensors the arena allocated (a latent V is a view of its K)
-        self._tensors = ks + [v for v, latent in zip(vs, tensor_latent, strict=True)
-                              if latent is None]
+        # The tensors the arena allocated, `[num_slots, ...]` each (a latent layer's V, a view
+        # of its K, is not one): what a copy of whole slots must move.
+        self.pool_tensors = tuple(ks + [v for v, latent in zip(vs, tensor_latent, strict=True)
+                                        if latent is None])
         self.latent_layers = frozenset(latent_values)
         # Per-layer fp8 scales (None: unquantized cache, or not yet written).
         self.k_scales: list[torch.Tensor | None] = [None] * num_layers
@@ -134,16 +135,10 @@ class KVArena:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self._tensors)
-
-    @property
-    def pool_tensors(self) -> tuple[torch.Tensor, ...]:
-        """The tensors the arena allocated, `[num_slots, ...]` each (a latent layer's V, a view
-        of its K, is not one): what a copy of whole slots must move."""
-        return tuple(self._tensors)
+        return sum(t.numel() * t.element_size() for t in self.pool_tensors)
 
     def copy_slots(self, src: int, dst: int, n: int) -> None:
-        for cache in self._tensors:
+        for cache in self.pool_tensors:
             cache[dst : dst + n] = cache[src : src + n]
 
 

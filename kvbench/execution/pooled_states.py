@@ -17,7 +17,7 @@ A sequence's state bytes are its blocks' runs in order (block by block, tensor b
 and within them each recurrent layer's conv state then its SSM state, in the model's layer
 order, each in its own dtype (`RecurrentMixer.state_shapes`: the conv state in the model's
 dtype, the SSM state in `ssm_state_dtype`, float32 where set): the raw bytes, whatever the
-arena's dtype (an fp8 arena's too). `state_paging` sizes the blocks from vLLM's page, which
+arena's dtype (an fp8 arena's too). `state_placement` sizes the blocks from vLLM's page, which
 holds a layer's state padded to a page, so they always have room (checked here).
 
 A step gathers each scheduled sequence's state bytes once (zeros for a sequence computing
@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 import torch
 
+from kvbench.execution.host_kv_tier import block_runs
 from kvbench.models.recurrent import RecurrentMixer
 
 
@@ -81,7 +82,7 @@ class StatePool:
         blocks: one copy a tensor). Gather and scatter walk a list of blocks alike, so a
         state copied between blocks spanned differently keeps its bytes."""
         runs, need, bs = [], self.state_bytes, self.block_size
-        for first, count in _spans(blocks):
+        for first, _, count in block_runs(blocks, blocks):
             for tensor in self.tensors:
                 if need <= 0:
                     return runs
@@ -157,13 +158,3 @@ class PooledStates:
         for i, blocks in enumerate(self.state_blocks):
             self.pool.scatter(blocks, self.bytes[i])
 
-
-def _spans(blocks: Sequence[int]) -> list[tuple[int, int]]:
-    """(first block, count) of each run of consecutive blocks, in order."""
-    spans: list[tuple[int, int]] = []
-    for block in blocks:
-        if spans and spans[-1][0] + spans[-1][1] == block:
-            spans[-1] = (spans[-1][0], spans[-1][1] + 1)
-        else:
-            spans.append((block, 1))
-    return spans

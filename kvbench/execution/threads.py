@@ -53,24 +53,26 @@ def default_passive_wait_policy(environ: MutableMapping[str, str] | None = None)
     return True
 
 
-def default_one_blas_thread(environ: MutableMapping[str, str] | None = None) -> bool:
-    """Set OPENBLAS_NUM_THREADS=1 unless it is set, or numpy (and so its OpenBLAS, which reads
-    it once) is loaded already; True when it was set. For a process without BLAS-heavy work."""
+def _set_unless_loaded(var: str, value: str, reader: str,
+                       environ: MutableMapping[str, str] | None) -> bool:
+    """Set `var` unless it is set, or `reader` (the module that reads it once, at load) is
+    loaded already; True when it was set."""
     env = os.environ if environ is None else environ
-    if BLAS_THREADS_VAR in env or (environ is None and "numpy" in sys.modules):
+    if var in env or (environ is None and reader in sys.modules):
         return False
-    env[BLAS_THREADS_VAR] = "1"
+    env[var] = value
     return True
+
+
+def default_one_blas_thread(environ: MutableMapping[str, str] | None = None) -> bool:
+    """OPENBLAS_NUM_THREADS=1 (numpy's OpenBLAS), for a process without BLAS-heavy work."""
+    return _set_unless_loaded(BLAS_THREADS_VAR, "1", "numpy", environ)
 
 
 def default_no_arrow_thread(environ: MutableMapping[str, str] | None = None) -> bool:
-    """Turn off the background thread of pyarrow's jemalloc unless its configuration is set,
-    or pyarrow is loaded already; True when it was set."""
-    env = os.environ if environ is None else environ
-    if ARROW_JEMALLOC_VAR in env or (environ is None and "pyarrow" in sys.modules):
-        return False
-    env[ARROW_JEMALLOC_VAR] = "background_thread:false"
-    return True
+    """Turn off the background thread of pyarrow's jemalloc."""
+    return _set_unless_loaded(ARROW_JEMALLOC_VAR, "background_thread:false", "pyarrow",
+                              environ)
 
 
 def thread_settings() -> dict[str, Any]:

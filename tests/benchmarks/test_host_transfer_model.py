@@ -105,7 +105,7 @@ def _tier(layers: int, heads: int, dim: int, block: int) -> HostKVTier:
     arena = KVArena((group,), GPU_BLOCKS * block, torch.bfloat16, "cpu")
     for t in arena.pool_tensors:
         t.normal_()
-    return HostKVTier.for_arena(arena, HOST_BLOCKS, block)
+    return HostKVTier(arena.pool_tensors, HOST_BLOCKS, block)
 
 
 def _timed_transfer(shape: tuple[int, int, int, int], blocks: int,

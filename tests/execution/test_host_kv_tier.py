@@ -50,7 +50,7 @@ def _arenas(dtype: torch.dtype):
 def test_blocks_round_trip_bit_exactly_for_every_arena_layout(dtype):
     for name, arena in _arenas(dtype):
         _fill(arena)
-        tier = HostKVTier.for_arena(arena, 6, BLOCK)
+        tier = HostKVTier(arena.pool_tensors, 6, BLOCK)
         before = {b: _block(arena, b) for b in (1, 4, 7, 9)}
         tier.store([1, 4, 7, 9], [5, 0, 3, 1])
         _fill(arena, seed=1)  # the arena's blocks are overwritten
@@ -64,7 +64,7 @@ def test_blocks_round_trip_bit_exactly_for_every_arena_layout(dtype):
 def test_a_block_moves_every_tensor_of_the_arena_and_nothing_else():
     arena = next(_arenas(torch.bfloat16))[1]
     _fill(arena)
-    tier = HostKVTier.for_arena(arena, 4, BLOCK)
+    tier = HostKVTier(arena.pool_tensors, 4, BLOCK)
     assert tier.fragments_per_block == len(arena.pool_tensors) == 6  # K and V of 3 layers
     assert tier.block_bytes * tier.num_gpu_blocks == arena.nbytes
     untouched = [_block(arena, b) for b in range(16)]
@@ -77,7 +77,7 @@ def test_a_block_moves_every_tensor_of_the_arena_and_nothing_else():
 
 def test_the_books_count_blocks_bytes_and_time_per_step_and_in_total():
     arena = next(_arenas(torch.float16))[1]
-    tier = HostKVTier.for_arena(arena, 8, BLOCK)
+    tier = HostKVTier(arena.pool_tensors, 8, BLOCK)
     tier.store([0, 1, 2], [0, 1, 2])
     tier.load([1], [7])
     step = tier.take_step_stats()
@@ -96,7 +96,7 @@ def test_the_books_count_blocks_bytes_and_time_per_step_and_in_total():
 
 def test_bad_block_ids_are_refused_before_anything_is_copied():
     arena = next(_arenas(torch.bfloat16))[1]
-    tier = HostKVTier.for_arena(arena, 4, BLOCK)
+    tier = HostKVTier(arena.pool_tensors, 4, BLOCK)
     with pytest.raises(IndexError, match="host block 4"):
         tier.store([0], [4])
     with pytest.raises(IndexError, match="arena block 16"):
@@ -149,7 +149,7 @@ def test_the_model_executor_loads_a_stored_prefix_before_the_forward_reads_it():
     """A prefix stored to the host tier and loaded into other arena blocks decodes to the same
     logits, bit for bit, as the original blocks; without the load it does not."""
     executor = _executor()
-    tier = HostKVTier.for_arena(executor.arena, 8, BLOCK)
+    tier = HostKVTier(executor.arena.pool_tensors, 8, BLOCK)
     executor.attach_host_tier(tier)
     executor.execute(_step([[0, 1]], [8], [8]))  # prefill 8 tokens into blocks 0 and 1
     original = executor.execute(_step([[0, 1, 2]], [1], [9]))  # decode position 8
