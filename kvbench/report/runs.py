@@ -10,7 +10,6 @@ repeat, and pairs each later group's runs with the first group's runs of the sam
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -29,7 +28,7 @@ from kvbench.results.run_folder import (
     run_name,
 )
 from kvbench.results.step_writer import CHART_STEP_COLUMNS
-from kvbench.results.summary import Summary, summary_file
+from kvbench.results.summary import Summary, read_json_object, summary_file
 from kvbench.results.token_times import TokenTimes, read_token_arrays
 
 
@@ -110,16 +109,6 @@ def pair_runs(base: list[RunData], new: list[RunData]) -> list[tuple[RunData, Ru
     return pairs
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise KvbenchInputError(f"cannot read {path}: {err}") from None
-    if not isinstance(data, dict):
-        raise KvbenchInputError(f"cannot read {path}: not a JSON object")
-    return data
-
-
 def _read_csv(path: Path, columns: frozenset[str] | None = None) -> Columns:
     """The CSV file at `path` (given `columns`, only those of them it has); empty when it is
     missing or unreadable."""
@@ -139,7 +128,7 @@ def read_repeat(folder: Path) -> dict[str, Any] | None:
     path = folder.parent / "repeat.json"
     if not folder.name.startswith("rep-") or not path.is_file():
         return None
-    data = _read_json(path)
+    data = read_json_object(path)
     return data if isinstance(data.get("figures"), dict) else None
 
 
@@ -147,10 +136,10 @@ def load_run(folder: Path, group: Path | None = None) -> RunData:
     """One run folder; a run killed before its kvbench_summary.json shows the requests it had
     finished (streamed to its `requests.csv`), with figures computed from them."""
     folder = Path(folder)
-    config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    config = read_json_object(folder / "config.json") if (folder / "config.json").is_file() else {}
     summary_path = summary_file(folder)
     if summary_path is not None:
-        summary = Summary.from_dict(_read_json(summary_path))
+        summary = Summary.from_dict(read_json_object(summary_path))
         status = str(summary.status or "complete")
         if status == "complete" and is_working(folder):
             status = "running"  # its run ended; the folder is not whole yet
