@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
@@ -39,6 +40,14 @@ def _number(value: float | None, unit: str) -> str:
 
 def _cell(value: Any) -> str:
     return escape("-" if value is None or value == "" else str(value))
+
+
+def table_html(headers: Sequence[str], rows: list[list[str]]) -> str:
+    """A scrolling table of text cells under a row of `headers`."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<div class='scroll'><table class='summary'><tr>{head}</tr>{body}</table></div>"
 
 
 def _budget(runs: list[RunData]) -> str:
@@ -177,15 +186,12 @@ def kv_groups_html(runset: RunSet) -> str:
                 value = group.get(f"{part}_bytes_mean")
                 cells.append(format_bytes(value) if value is not None else "-")
             cells.append(format_bytes(group.get("held_bytes_max") or 0))
-            rows.append("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in cells) + "</tr>")
+            rows.append([c or "-" for c in cells])
     if not rows:
         return ""
-    head = "".join(f"<th>{escape(h)}</th>" for h in (
-        "strategy", "KV held / token", "group", "layers", "token", "reserved", "internal",
-        "external", "free", "held max"))
-    return (
-        f"<div class='scroll'><table class='summary'><tr>{head}</tr>{''.join(rows)}</table>"
-        "</div><p class='note'>Per KV group: step-weighted mean bytes of each part of the "
+    return table_html(("strategy", "KV held / token", "group", "layers", "token", "reserved",
+                       "internal", "external", "free", "held max"), rows) + (
+        "<p class='note'>Per KV group: step-weighted mean bytes of each part of the "
         "split. One table for every layer (paged, prefix, contiguous without windows): "
         "every group holds the same slots. hybrid: one row per allocation group, each with "
         "its own block tables in one shared pool, whose free pages belong to no group "
