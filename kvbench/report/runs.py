@@ -233,17 +233,13 @@ def load_runs(folders: list[Path] | list[str]) -> RunSet:
     """The runs of `folders`, each once."""
     if not folders:
         raise KvbenchInputError("no results folder given")
-    runs: list[RunData] = []
+    found: dict[Path, Path] = {}  # resolved -> as first given
     problems: list[RunProblem] = []
-    seen: set[Path] = set()
     for given in folders:
         for folder in run_folders(Path(given)):
-            key = folder.resolve()
-            if key not in seen:
-                seen.add(key)
-                runs.append(load_run(folder))
+            found.setdefault(folder.resolve(), folder)
         problems += folder_problems(Path(given))
-    runset = collect_runs(runs)
+    runset = collect_runs([load_run(folder) for folder in found.values()])
     runset.problems = problems
     return runset
 

@@ -52,16 +52,10 @@ def table_html(headers: Sequence[str], rows: list[list[str]]) -> str:
 
 def _budget(runs: list[RunData]) -> str:
     """`64.00 MiB; capacity: paged 32768, fp8 65536 tokens` (budgets once, capacity each)."""
-    budgets, capacities = [], []
-    for run in runs:
-        mem = run.summary.memory
-        budget = mem.kv_budget_bytes or run.config.get("kv_budget_bytes")
-        text = format_bytes(budget) if budget else "-"
-        if text not in budgets:
-            budgets.append(text)
-        if mem.kv_capacity_tokens is not None:
-            capacities.append(f"{run.label} {mem.kv_capacity_tokens}")
-    text = ", ".join(budgets)
+    budgets = [r.summary.memory.kv_budget_bytes or r.config.get("kv_budget_bytes") for r in runs]
+    text = ", ".join(dict.fromkeys(format_bytes(b) if b else "-" for b in budgets))
+    capacities = [f"{r.label} {r.summary.memory.kv_capacity_tokens}" for r in runs
+                  if r.summary.memory.kv_capacity_tokens is not None]
     return f"{text}; capacity: {', '.join(capacities)} tokens" if capacities else text
 
 
