@@ -54,14 +54,8 @@ class RunData:
     def versions(self) -> dict[str, Any]:
         return self.config.get("versions") or {}
 
-    def use_token_times(self, times: TokenTimes) -> None:
-        """Take the folder's `tokens.parquet` as already read (the session that wrote it)."""
-        self.__dict__["token_times"] = times  # fills the cached property below
-
-    def use_steps(self, steps: Columns) -> None:
-        """Take `steps.csv`'s chart columns as the session that wrote the file kept them."""
-        self.__dict__["steps"] = steps  # fills the cached property below
-
+    # `steps` and `token_times` are read when a chart first asks; the session that wrote the
+    # files sets them to what it kept (an assignment takes the place of the cached value).
     @cached_property
     def steps(self) -> Columns:
         """`steps.csv`'s `CHART_STEP_COLUMNS`, read when a chart first asks (a long

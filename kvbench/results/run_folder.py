@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvbench.errors import KvbenchInputError
-from kvbench.results.files import claim_folder
 from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 
 if TYPE_CHECKING:
@@ -39,11 +38,6 @@ def is_working(folder: Path) -> bool:
 def run_name(folder: Path) -> str:
     """The folder's name as its run is known: without `.partial`."""
     return Path(folder).name.removesuffix(PARTIAL)
-
-
-def claim_working_folder(root: Path, name: str) -> Path:
-    """`claim_folder` of the working folder `root/<name>.partial`."""
-    return claim_folder(root, name, PARTIAL)
 
 
 def finish(folder: Path) -> Path:
@@ -282,11 +276,6 @@ def folder_problems(folder: Path) -> list[RunProblem]:
     return problems
 
 
-def describe(problems: list[RunProblem]) -> str:
-    """The problems as one line's worth: `contiguous-max (running or killed; ...), ...`."""
-    return ", ".join(str(p) for p in problems)
-
-
 def check_finished(folders: list[Path], *, allow_incomplete: bool, refusal: str) -> str | None:
     """Refuse (KvbenchInputError, one line naming every unfinished, failed or unreadable
     run) unless `allow_incomplete`; then return the one-line warning (None when whole).
@@ -295,7 +284,8 @@ def check_finished(folders: list[Path], *, allow_incomplete: bool, refusal: str)
     found = [(f, problems) for f in distinct if (problems := folder_problems(f))]
     if not found:
         return None
-    text = "; ".join(f"{folder} is not whole: {describe(problems)}"
+    # One line: `results/x is not whole: contiguous-max (running or killed; ...), ...`.
+    text = "; ".join(f"{folder} is not whole: {', '.join(map(str, problems))}"
                      for folder, problems in found)
     if not allow_incomplete:
         raise KvbenchInputError(f"{text}; {refusal}")
