@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvbench.errors import KvbenchInputError
+from kvbench.results.files import claim_folder
 from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
 
 if TYPE_CHECKING:
@@ -38,6 +39,11 @@ def is_working(folder: Path) -> bool:
 def run_name(folder: Path) -> str:
     """The folder's name as its run is known: without `.partial`."""
     return Path(folder).name.removesuffix(PARTIAL)
+
+
+def claim_working_folder(root: Path, name: str) -> Path:
+    """`claim_folder` of the working folder `root/<name>.partial`."""
+    return claim_folder(root, name, PARTIAL)
 
 
 def finish(folder: Path) -> Path:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvbench.results.files import claim_folder, write_csv, write_json
+from kvbench.results.files import write_csv, write_json
 from kvbench.results.metric_catalogue import METRICS
 from kvbench.results.repeat import repeat_summary
-from kvbench.results.run_folder import PARTIAL, finish, working
+from kvbench.results.run_folder import claim_working_folder, finish, working
 from kvbench.results.run_writer import RunOutcome
 
 # The headline figures of `comparison.csv`, after each run's label.
@@ -27,7 +27,7 @@ class SessionFolder:
     """`labels`: the session's runs, each run `repeat` times."""
 
     def __init__(self, out: Path, name: str, labels: list[str], repeat: int) -> None:
-        self.work = self.root = claim_folder(out, name, PARTIAL)
+        self.work = self.root = claim_working_folder(out, name)
         self.labels, self.repeat = labels, repeat
         self.runs = [self._claim(label) for label in labels]
         self.done: list[RunOutcome] = []  # the runs whose folders are whole, in order
