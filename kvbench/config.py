@@ -101,15 +101,13 @@ class EngineConfig:
         check_block_size(self.block_size)
         if self.kv_offload is not None:
             self.kv_offload = parse_offload_size(self.kv_offload)
-        if self.kv_offload_policy not in HOST_POLICIES:
-            raise KvbenchInputError(f"--kv-offload-policy {self.kv_offload_policy!r}: choose "
-                                    f"from {', '.join(HOST_POLICIES)}")
-        if self.mamba_cache_mode not in (None, *MAMBA_CACHE_MODES):
-            raise KvbenchInputError(f"--mamba-cache-mode {self.mamba_cache_mode!r}: choose "
-                                    f"from {', '.join(MAMBA_CACHE_MODES)}")
-        if self.preemption_mode not in PREEMPTION_MODES:
-            raise KvbenchInputError(f"--preemption-mode {self.preemption_mode!r}: choose from "
-                                    f"{', '.join(PREEMPTION_MODES)}")
+        for flag, value, choices in (
+                ("--kv-offload-policy", self.kv_offload_policy, HOST_POLICIES),
+                ("--mamba-cache-mode", self.mamba_cache_mode, (None, *MAMBA_CACHE_MODES)),
+                ("--preemption-mode", self.preemption_mode, PREEMPTION_MODES)):
+            if value not in choices:
+                raise KvbenchInputError(f"{flag} {value!r}: choose from "
+                                        f"{', '.join(c for c in choices if c is not None)}")
         if self.preemption_mode == "swap" and self.kv_offload is None:
             raise KvbenchInputError("--preemption-mode swap keeps preempted requests' KV in the "
                                     "host tier: give --kv-offload SIZE (its swap space)")

@@ -161,17 +161,11 @@ def _on_stdout(err: BaseException) -> bool:
     return any(value is sys.stdout for value in values)
 
 
-def _stdout_broken() -> bool:
+def _detach_broken_stdout() -> None:
+    # What could not be written would fail again when the interpreter flushes it on exit.
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
-        return True
-    return False
-
-
-def _detach_broken_stdout() -> None:
-    # What could not be written would fail again when the interpreter flushes it on exit.
-    if _stdout_broken():
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())
         os.close(null)

@@ -8,8 +8,12 @@ from pathlib import Path
 import click
 
 from kvbench.errors import KvbenchInputError
-from kvbench.report.compare_gate import check_pairs, differences_with_noise
-from kvbench.report.metrics import DEFAULT_DIFF, parse_thresholds
+from kvbench.report.metrics import (
+    DEFAULT_DIFF,
+    check_pairs,
+    differences_with_noise,
+    parse_thresholds,
+)
 from kvbench.report.runs import RunData, load_runs, pair_runs
 from kvbench.report.text_table import format_table
 from kvbench.results.metric_catalogue import METRICS

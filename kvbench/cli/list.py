@@ -19,17 +19,15 @@ def list_command() -> None:
     from kvbench.workloads import WORKLOADS
 
     vllm, classic = RunOptions.for_kind("run"), RunOptions.for_kind("run", defaults="classic")
-    click.echo(f"strategies (default {vllm.strategy}; {classic.strategy} under --defaults "
-               "classic):")
-    for name, summary in STRATEGIES.describe():
-        click.echo(f"  {name:<13} {summary}")
-    click.echo(f"\nbatching policies (default {vllm.batching}; {classic.batching} under "
-               "--defaults classic):")
-    for name, summary in POLICIES.describe():
-        click.echo(f"  {name:<12} {summary}")
-    click.echo("\nqueue orders (--queue-order, with any batching policy):")
-    for name, summary in QUEUE_ORDERS.describe():
-        click.echo(f"  {name:<12} {summary}")
+    for title, registry, width in (
+            (f"strategies (default {vllm.strategy}; {classic.strategy} under --defaults "
+             "classic):", STRATEGIES, 13),
+            (f"\nbatching policies (default {vllm.batching}; {classic.batching} under "
+             "--defaults classic):", POLICIES, 12),
+            ("\nqueue orders (--queue-order, with any batching policy):", QUEUE_ORDERS, 12)):
+        click.echo(title)
+        for name, summary in registry.describe():
+            click.echo(f"  {name:<{width}} {summary}")
     click.echo("\nworkloads (parameters: --workload-param KEY=VALUE):")
     for entry in WORKLOADS:
         params = ", ".join(f"{k}={v}" for k, v in entry.params.items())

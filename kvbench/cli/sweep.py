@@ -120,18 +120,13 @@ def _build_spec(config: str | None, simulate: bool, given: dict[str, Any],
             spec.slo = extra["slo"]
         if (extra["search"] is not None or extra["search_range"]
                 or extra["tolerance"] is not None):
-            old = spec.search
-            if extra["search"] is None and old is None:
+            if extra["search"] is None and spec.search is None:
                 raise KvbenchInputError("--search-range and --tolerance need --search AXIS")
-            lo, hi = _range(extra["search_range"]) if extra["search_range"] else (
-                (old.lo, old.hi) if old else (None, None))
-            tolerance = extra["tolerance"]
-            if tolerance is None and old is not None:
-                tolerance = old.tolerance
-            spec.search = SearchSpec(
-                axis=extra["search"] or old.axis, lo=lo, hi=hi,
-                **({"tolerance": tolerance} if tolerance is not None else {}),
-            )
+            old = spec.search or SearchSpec(extra["search"])
+            lo, hi = _range(extra["search_range"]) if extra["search_range"] else (old.lo, old.hi)
+            spec.search = dataclasses.replace(
+                old, axis=extra["search"] or old.axis, lo=lo, hi=hi,
+                tolerance=old.tolerance if extra["tolerance"] is None else extra["tolerance"])
         if extra["name"]:
             spec.name = extra["name"]
     if extra["out"] is not None and folder is None:
@@ -141,13 +136,9 @@ def _build_spec(config: str | None, simulate: bool, given: dict[str, Any],
     if extra["heatmap_metrics"]:
         report["heatmap_metrics"] = _split(extra["heatmap_metrics"])
     spec.report = ReportSpec.from_dict(report, "--")
-    if extra["executor"] is not None:
-        spec.executor.kind = extra["executor"]
-    if extra["address"] is not None:
-        spec.executor.address = extra["address"]
-    if extra["jobs"] is not None:
-        spec.executor.jobs = extra["jobs"]
-    spec.executor.__post_init__()
+    spec.executor = dataclasses.replace(spec.executor, **{
+        field: extra[name] for field, name in (("kind", "executor"), ("address", "address"),
+                                               ("jobs", "jobs")) if extra[name] is not None})
     return spec.normalize().check(), folder
 
 

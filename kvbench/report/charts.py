@@ -237,14 +237,9 @@ def memory_figure(runset: RunSet) -> Figure:
 
 def accuracy_figure(runs: list[RunData], styles: dict[str, RunStyle]) -> Figure | None:
     """Long lists of numbers in `summary['accuracy']` (per-layer scales, errors), a panel each."""
-    keys: list[str] = []
-    series: list[tuple[RunData, str, list]] = []
-    for run in runs:
-        for key, value in flatten(run.summary.accuracy or {}):
-            if is_long_series(value):
-                series.append((run, key, value))
-                if key not in keys:
-                    keys.append(key)
+    series = [(run, key, value) for run in runs
+              for key, value in flatten(run.summary.accuracy or {}) if is_long_series(value)]
+    keys = list(dict.fromkeys(key for _, key, _ in series))
     if not series:
         return None
     fig = subplots(rows=len(keys), cols=1, titles=keys,

@@ -11,7 +11,8 @@ import kvbench
 from kvbench.report import charts, step_charts, tables, timelines
 from kvbench.report.budget_waterfall import budget_waterfall_html
 from kvbench.report.figure import Figure
-from kvbench.report.figure_html import figure_div, plotly_js_script
+from kvbench.report.figure_json import to_json
+from kvbench.report.plotly_assets import plotly_js
 from kvbench.report.residency_section import residency_figure, residency_table_html
 from kvbench.report.runs import RunSet
 from kvbench.report.style import RunStyle, run_styles
@@ -68,10 +69,24 @@ code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 1
 """
 
 
+# plotly.py writes this before plotly.js: MathJax (never used here) configured locally, so
+# nothing is fetched for it.
+_PLOTLY_CONFIG_SCRIPT = b"<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>"
+
+
 def chart_html(fig: Figure, name: str) -> str:
-    """A chart of a page (plotly.js is inlined once, in its head: `html_page`)."""
-    div = figure_div(fig, f"chart-{name}", PLOT_CONFIG)
-    return f"<div class='chart' data-chart='{name}'>{div}</div>"
+    """A chart of a page: a div sized by the layout's height (full width) and the
+    `Plotly.newPlot` call that draws it, as plotly.py's `to_html(full_html=False)` lays it
+    out (plotly.js is inlined once, in the page's head: `html_page`)."""
+    div_id = f"chart-{name}"
+    height = f"{fig.layout['height']}px" if fig.layout.get("height") else "100%"
+    call = (f'Plotly.newPlot("{div_id}", {to_json(fig.data)}, {to_json(fig.layout)}, '
+            f"{to_json(PLOT_CONFIG)})")
+    return (f"<div class='chart' data-chart='{name}'>"
+            f'<div style="height:{height}; width:100%;">'
+            f'<div id="{div_id}" class="plotly-graph-div" style="height:100%; width:100%;">'
+            f'</div><script>if (document.getElementById("{div_id}")) {{{call}}};</script>'
+            "</div></div>")
 
 
 Styles = dict[str, RunStyle]
@@ -237,4 +252,5 @@ def html_page(title: str, heading: str, sub: str, sections: list[tuple[str, str,
     # Bytes around plotly.js's bytes: as one str the page would be widened to two bytes a
     # character by its first non-ASCII one, copied, and encoded back (all of plotly.js each
     # time).
-    return b"".join((head.encode("utf-8"), plotly_js_script(), body.encode("utf-8")))
+    return b"".join((head.encode("utf-8"), _PLOTLY_CONFIG_SCRIPT, b"\n<script>", plotly_js(),
+                     b"</script>", body.encode("utf-8")))

@@ -6,7 +6,6 @@ sizes marked. Empty when no run has a prefix cache (results/README.md, KV block 
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 import numpy as np
@@ -14,6 +13,7 @@ import numpy as np
 from kvbench.report.figure import Figure, subplots
 from kvbench.report.runs import RunSet
 from kvbench.report.style import RunStyle, base_layout
+from kvbench.report.tables import table_html
 
 HEADERS = ("run", "tier", "blocks", "lifetime p50", "lifetime p90", "idle before evict p50",
            "reuse gap p50", "evictions timed", "reuse distance p50", "p90",
@@ -74,10 +74,7 @@ def residency_table_html(runset: RunSet) -> str:
             ])
     if not rows:
         return ""
-    head = "".join(f"<th>{escape(h)}</th>" for h in HEADERS)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return f"<div class='scroll'><table class='summary'><tr>{head}</tr>{body}</table></div>"
+    return table_html(HEADERS, rows)
 
 
 def residency_figure(runset: RunSet, styles: dict[str, RunStyle]) -> Figure | None:

@@ -10,7 +10,6 @@ repeat, and pairs each later group's runs with the first group's runs of the sam
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -29,7 +28,7 @@ from kvbench.results.run_folder import (
     run_name,
 )
 from kvbench.results.step_writer import CHART_STEP_COLUMNS
-from kvbench.results.summary import Summary, summary_file
+from kvbench.results.summary import Summary, read_json_object, summary_file
 from kvbench.results.token_times import TokenTimes, read_token_arrays
 
 
@@ -55,14 +54,8 @@ class RunData:
     def versions(self) -> dict[str, Any]:
         return self.config.get("versions") or {}
 
-    def use_token_times(self, times: TokenTimes) -> None:
-        """Take the folder's `tokens.parquet` as already read (the session that wrote it)."""
-        self.__dict__["token_times"] = times  # fills the cached property below
-
-    def use_steps(self, steps: Columns) -> None:
-        """Take `steps.csv`'s chart columns as the session that wrote the file kept them."""
-        self.__dict__["steps"] = steps  # fills the cached property below
-
+    # `steps` and `token_times` are read when a chart first asks; the session that wrote the
+    # files sets them to what it kept (an assignment takes the place of the cached value).
     @cached_property
     def steps(self) -> Columns:
         """`steps.csv`'s `CHART_STEP_COLUMNS`, read when a chart first asks (a long
@@ -110,16 +103,6 @@ def pair_runs(base: list[RunData], new: list[RunData]) -> list[tuple[RunData, Ru
     return pairs
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise KvbenchInputError(f"cannot read {path}: {err}") from None
-    if not isinstance(data, dict):
-        raise KvbenchInputError(f"cannot read {path}: not a JSON object")
-    return data
-
-
 def _read_csv(path: Path, columns: frozenset[str] | None = None) -> Columns:
     """The CSV file at `path` (given `columns`, only those of them it has); empty when it is
     missing or unreadable."""
@@ -139,7 +122,7 @@ def read_repeat(folder: Path) -> dict[str, Any] | None:
     path = folder.parent / "repeat.json"
     if not folder.name.startswith("rep-") or not path.is_file():
         return None
-    data = _read_json(path)
+    data = read_json_object(path)
     return data if isinstance(data.get("figures"), dict) else None
 
 
@@ -147,10 +130,10 @@ def load_run(folder: Path, group: Path | None = None) -> RunData:
     """One run folder; a run killed before its kvbench_summary.json shows the requests it had
     finished (streamed to its `requests.csv`), with figures computed from them."""
     folder = Path(folder)
-    config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    config = read_json_object(folder / "config.json") if (folder / "config.json").is_file() else {}
     summary_path = summary_file(folder)
     if summary_path is not None:
-        summary = Summary.from_dict(_read_json(summary_path))
+        summary = Summary.from_dict(read_json_object(summary_path))
         status = str(summary.status or "complete")
         if status == "complete" and is_working(folder):
             status = "running"  # its run ended; the folder is not whole yet
@@ -244,17 +227,13 @@ def load_runs(folders: list[Path] | list[str]) -> RunSet:
     """The runs of `folders`, each once."""
     if not folders:
         raise KvbenchInputError("no results folder given")
-    runs: list[RunData] = []
+    found: dict[Path, Path] = {}  # resolved -> as first given
     problems: list[RunProblem] = []
-    seen: set[Path] = set()
     for given in folders:
         for folder in run_folders(Path(given)):
-            key = folder.resolve()
-            if key not in seen:
-                seen.add(key)
-                runs.append(load_run(folder))
+            found.setdefault(folder.resolve(), folder)
         problems += folder_problems(Path(given))
-    runset = collect_runs(runs)
+    runset = collect_runs([load_run(folder) for folder in found.values()])
     runset.problems = problems
     return runset
 

@@ -46,10 +46,7 @@ class RunStyle:
 
 
 def run_styles(runset: RunSet) -> dict[str, RunStyle]:
-    labels: list[str] = []
-    for run in runset.runs:
-        if run.label not in labels:
-            labels.append(run.label)
+    labels = list(dict.fromkeys(run.label for run in runset.runs))
     return {
         run.name: RunStyle(
             PALETTE[labels.index(run.label) % len(PALETTE)],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
@@ -41,18 +42,20 @@ def _cell(value: Any) -> str:
     return escape("-" if value is None or value == "" else str(value))
 
 
+def table_html(headers: Sequence[str], rows: list[list[str]]) -> str:
+    """A scrolling table of text cells under a row of `headers`."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<div class='scroll'><table class='summary'><tr>{head}</tr>{body}</table></div>"
+
+
 def _budget(runs: list[RunData]) -> str:
     """`64.00 MiB; capacity: paged 32768, fp8 65536 tokens` (budgets once, capacity each)."""
-    budgets, capacities = [], []
-    for run in runs:
-        mem = run.summary.memory
-        budget = mem.kv_budget_bytes or run.config.get("kv_budget_bytes")
-        text = format_bytes(budget) if budget else "-"
-        if text not in budgets:
-            budgets.append(text)
-        if mem.kv_capacity_tokens is not None:
-            capacities.append(f"{run.label} {mem.kv_capacity_tokens}")
-    text = ", ".join(budgets)
+    budgets = [r.summary.memory.kv_budget_bytes or r.config.get("kv_budget_bytes") for r in runs]
+    text = ", ".join(dict.fromkeys(format_bytes(b) if b else "-" for b in budgets))
+    capacities = [f"{r.label} {r.summary.memory.kv_capacity_tokens}" for r in runs
+                  if r.summary.memory.kv_capacity_tokens is not None]
     return f"{text}; capacity: {', '.join(capacities)} tokens" if capacities else text
 
 
@@ -177,15 +180,12 @@ def kv_groups_html(runset: RunSet) -> str:
                 value = group.get(f"{part}_bytes_mean")
                 cells.append(format_bytes(value) if value is not None else "-")
             cells.append(format_bytes(group.get("held_bytes_max") or 0))
-            rows.append("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in cells) + "</tr>")
+            rows.append([c or "-" for c in cells])
     if not rows:
         return ""
-    head = "".join(f"<th>{escape(h)}</th>" for h in (
-        "strategy", "KV held / token", "group", "layers", "token", "reserved", "internal",
-        "external", "free", "held max"))
-    return (
-        f"<div class='scroll'><table class='summary'><tr>{head}</tr>{''.join(rows)}</table>"
-        "</div><p class='note'>Per KV group: step-weighted mean bytes of each part of the "
+    return table_html(("strategy", "KV held / token", "group", "layers", "token", "reserved",
+                       "internal", "external", "free", "held max"), rows) + (
+        "<p class='note'>Per KV group: step-weighted mean bytes of each part of the "
         "split. One table for every layer (paged, prefix, contiguous without windows): "
         "every group holds the same slots. hybrid: one row per allocation group, each with "
         "its own block tables in one shared pool, whose free pages belong to no group "

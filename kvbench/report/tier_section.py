@@ -6,10 +6,10 @@ back (recomputed, or swapped out and loaded). Empty when no run kept one (docs/o
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from kvbench.report.runs import RunSet
+from kvbench.report.tables import table_html
 from kvbench.units import format_bytes
 
 HEADERS = ("run", "hit rate: GPU", "host", "total", "stored", "loaded", "loads / step",
@@ -80,16 +80,9 @@ def swap_rows(runset: RunSet) -> list[list[str]]:
     return rows
 
 
-def _table(headers: tuple[str, ...], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return f"<div class='scroll'><table class='summary'><tr>{head}</tr>{body}</table></div>"
-
-
 def tier_section_html(runset: RunSet) -> str:
     rows = tier_rows(runset)
     if not rows:
         return ""
     swaps = swap_rows(runset)
-    return _table(HEADERS, rows) + (_table(SWAP_HEADERS, swaps) if swaps else "")
+    return table_html(HEADERS, rows) + (table_html(SWAP_HEADERS, swaps) if swaps else "")

@@ -17,7 +17,7 @@ import pandas as pd
 
 from kvbench.errors import KvbenchInputError
 from kvbench.results.metrics import per_request
-from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
+from kvbench.results.summary import Summary, summary_file
 from kvbench.results.token_times import TOKENS_FILE, read_token_times, token_gaps_s
 
 LATENCIES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e"}  # vLLM -> kvbench
@@ -50,7 +50,7 @@ class RunFiles:
     @classmethod
     def read(cls, folder: Path) -> RunFiles:
         folder = Path(folder)
-        summary = Summary.from_json(summary_file(folder) or folder / SUMMARY_FILE)
+        summary = Summary.of_folder(folder)
         config: dict[str, Any] = {}
         if (folder / "config.json").is_file():
             try:
@@ -320,7 +320,7 @@ def _configurations(folders: list[Path]) -> dict[str, list[Path]]:
                           key=lambda p: int(p.name.removeprefix("rep-")))
             out[folder.parent.name] = reps
         else:
-            summary = Summary.from_json(summary_file(folder) or folder / SUMMARY_FILE)
+            summary = Summary.of_folder(folder)
             # the label, or the folder's own name where runs share one (a sweep's points)
             name = summary.label or folder.name
             out[folder.name if name in out else name] = [folder]

@@ -282,11 +282,6 @@ def folder_problems(folder: Path) -> list[RunProblem]:
     return problems
 
 
-def describe(problems: list[RunProblem]) -> str:
-    """The problems as one line's worth: `contiguous-max (running or killed; ...), ...`."""
-    return ", ".join(str(p) for p in problems)
-
-
 def check_finished(folders: list[Path], *, allow_incomplete: bool, refusal: str) -> str | None:
     """Refuse (KvbenchInputError, one line naming every unfinished, failed or unreadable
     run) unless `allow_incomplete`; then return the one-line warning (None when whole).
@@ -295,7 +290,8 @@ def check_finished(folders: list[Path], *, allow_incomplete: bool, refusal: str)
     found = [(f, problems) for f in distinct if (problems := folder_problems(f))]
     if not found:
         return None
-    text = "; ".join(f"{folder} is not whole: {describe(problems)}"
+    # One line: `results/x is not whole: contiguous-max (running or killed; ...), ...`.
+    text = "; ".join(f"{folder} is not whole: {', '.join(map(str, problems))}"
                      for folder, problems in found)
     if not allow_incomplete:
         raise KvbenchInputError(f"{text}; {refusal}")

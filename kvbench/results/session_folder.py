@@ -13,9 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.results.files import write_csv, write_json
+from kvbench.results.metric_catalogue import METRICS
 from kvbench.results.repeat import repeat_summary
 from kvbench.results.run_folder import claim_working_folder, finish, working
 from kvbench.results.run_writer import RunOutcome
+
+# The headline figures of `comparison.csv`, after each run's label.
+COMPARISON_METRICS = ("output_tok_s", "ttft.p50", "ttft.p99", "tpot.p50", "tpot.p99",
+                      "utilization_mean", "preemptions", "prefix_hit_rate")
 
 
 class SessionFolder:
@@ -89,19 +94,8 @@ def write_comparison(root: Path, outcomes: list[RunOutcome]) -> None:
                  for o in outcomes],
         "summaries": [o.summary.to_dict() for o in outcomes],
     })
-    rows = []
-    for o in outcomes:
-        s = o.summary
-        rows.append({
-            "label": o.label, "output_tok_s": s.throughput.output_tok_s,
-            "ttft_p50_ms": s.latency_ms.ttft.p50,
-            "ttft_p99_ms": s.latency_ms.ttft.p99,
-            "tpot_p50_ms": s.latency_ms.tpot.p50,
-            "tpot_p99_ms": s.latency_ms.tpot.p99,
-            "utilization_mean": s.memory.utilization_mean,
-            "preemptions": s.scheduler.preemptions,
-            "prefix_hit_rate": s.scheduler.prefix_hit_rate,
-        })
+    rows = [{"label": o.label, **{METRICS[name].column: o.summary.lookup(METRICS[name].path)
+                                  for name in COMPARISON_METRICS}} for o in outcomes]
     import pandas as pd  # (only a comparison writes a table of runs)
 
     write_csv(root / "comparison.csv", pd.DataFrame(rows))

@@ -27,6 +27,17 @@ SUMMARY_FILE = "kvbench_summary.json"
 LEGACY_SUMMARY_FILE = "summary.json"
 
 
+def read_json_object(path: Path | str) -> dict[str, Any]:
+    """A JSON file holding an object (KvbenchInputError naming the file otherwise)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise KvbenchInputError(f"cannot read {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise KvbenchInputError(f"cannot read {path}: not a JSON object")
+    return data
+
+
 def summary_file(folder: Path | str) -> Path | None:
     """The summary of the run folder `folder` (`SUMMARY_FILE`, or an older kvbench's
     `summary.json`); None when it holds neither."""
@@ -270,13 +281,12 @@ class Summary(Section):
     @classmethod
     def from_json(cls, path: Path | str) -> Summary:
         """Read a `kvbench_summary.json` (KvbenchInputError when it is not one)."""
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise KvbenchInputError(f"cannot read {path}: {err}") from None
-        if not isinstance(data, dict):
-            raise KvbenchInputError(f"cannot read {path}: not a JSON object")
-        return cls.from_dict(data)
+        return cls.from_dict(read_json_object(path))
+
+    @classmethod
+    def of_folder(cls, folder: Path | str) -> Summary:
+        """The run folder's summary (`summary_file`; KvbenchInputError without one)."""
+        return cls.from_json(summary_file(folder) or Path(folder) / SUMMARY_FILE)
 
     def write(self, path: Path | str) -> None:
         """Write atomically (NaN and infinity as null)."""

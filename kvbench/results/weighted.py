@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PERCENTILES = (50, 90, 99)
+from kvbench.results.metrics import PERCENTILES
 
 
 @dataclass(frozen=True)

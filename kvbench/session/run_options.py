@@ -265,7 +265,8 @@ class RunOptions:
     def for_kind(cls, kind: str, **values: Any) -> RunOptions:
         """The options of `kvbench <kind>`: that command's defaults (vLLM's for the options
         `values` does not give, unless `defaults="classic"`), then `values`."""
-        check_kind_name(kind)
+        if kind not in KINDS:
+            raise KvbenchInputError(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})")
         defaults = {f.name: _spec(f).kind_defaults[kind] for f in dataclasses.fields(cls)
                     if kind in _spec(f).kind_defaults}
         if "defaults" in values:
@@ -348,8 +349,3 @@ def _unpack(hint: Any) -> tuple[type, bool, bool]:
     if typing.get_origin(hint) is tuple:
         return args[0], False, True
     return hint, False, False
-
-
-def check_kind_name(kind: str) -> None:
-    if kind not in KINDS:
-        raise KvbenchInputError(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})")

@@ -391,7 +391,7 @@ def _report_run(outcome: RunOutcome, group: Path, repeat: dict[str, Any] | None)
                   summary=outcome.summary, config=outcome.config, requests=outcome.requests,
                   repeat=repeat)
     if outcome.token_times is not None:
-        run.use_token_times(outcome.token_times)
+        run.token_times = outcome.token_times
     if outcome.steps is not None:
-        run.use_steps(outcome.steps)
+        run.steps = outcome.steps
     return run

@@ -17,10 +17,6 @@ BELOW = "below_range"
 ABOVE = "above_range"
 
 
-def round_sig(value: float, digits: int = 4) -> float:
-    return float(f"{value:.{digits}g}")
-
-
 @dataclass
 class Bisection:
     lo: float
@@ -56,7 +52,7 @@ class Bisection:
             mid = float(math.floor(math.sqrt(lo * hi)))
             mid = min(max(mid, lo + 1), hi - 1)
         else:
-            mid = round_sig(math.sqrt(lo * hi))
+            mid = float(f"{math.sqrt(lo * hi):.4g}")  # four significant digits
             if not lo < mid < hi:
                 mid = (lo + hi) / 2
         return self._fresh(mid)

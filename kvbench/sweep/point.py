@@ -19,7 +19,7 @@ from typing import Any
 from kvbench.errors import KvbenchInputError, KvbenchRunError, RunInterrupted
 from kvbench.results.files import atomic_write_bytes
 from kvbench.results.run_folder import finish, is_working, run_problem, working
-from kvbench.results.summary import SUMMARY_FILE, Summary, summary_file
+from kvbench.results.summary import Summary
 from kvbench.session.run_config import RunConfig
 from kvbench.session.runner import as_planned, build, check_run, run_one
 
@@ -97,6 +97,6 @@ def read_point(folder: Path) -> Summary | None:
     if is_working(folder) or run_problem(folder) is not None:
         return None
     try:
-        return Summary.from_json(summary_file(folder) or Path(folder) / SUMMARY_FILE)
+        return Summary.of_folder(folder)
     except KvbenchInputError:
         return None

@@ -10,11 +10,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
+from kvbench.results.summary import read_json_object
 from kvbench.sweep.config import SweepSpec
 
 SWEEP_JSON = "sweep.json"
@@ -31,11 +31,7 @@ def is_sweep_folder(folder: Path) -> bool:
 
 def load_sweep_folder(folder: Path) -> tuple[SweepSpec, dict[str, Any]]:
     """The sweep's spec (its out and name: the folder's) and the whole `sweep.json`."""
-    path = Path(folder) / SWEEP_JSON
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise KvbenchInputError(f"cannot read {path}: {err}") from None
+    data = read_json_object(Path(folder) / SWEEP_JSON)
     spec = SweepSpec.from_dict(data["spec"]).normalize()
     spec.out, spec.name = str(Path(folder).parent), Path(folder).name
     return spec, data
