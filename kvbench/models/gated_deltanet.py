@@ -37,7 +37,7 @@ from torch import nn
 from kvbench.models.causal_conv import causal_conv
 from kvbench.models.config import ModelConfig
 from kvbench.models.direct_call import DirectCall, Linear
-from kvbench.models.recurrent_states import RecurrentStates
+from kvbench.models.recurrent_states import RecurrentStates, sequence_groups
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -180,29 +180,6 @@ class GatedRMSNorm(DirectCall):
         return (self.weight * normed * F.silu(gate.float())).to(x.dtype)
 
 
-class DepthwiseConv(nn.Module):
-    """The conv's weight `[channels, 1, K]`, under the checkpoint's `conv1d.weight`."""
-
-    def __init__(self, channels: int, kernel: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(channels, 1, kernel))
-
-
-def sequence_groups(query_lens: list[int]) -> dict[int, tuple[list[int], list[int]]]:
-    """The step's sequences by query length: length -> (their indices, their first tokens'
-    offsets in the flat batch). Sequences of one length run as one batch (every decode
-    together), with no padding."""
-    groups: dict[int, tuple[list[int], list[int]]] = {}
-    start = 0
-    for index, length in enumerate(query_lens):
-        if length:
-            seqs, starts = groups.setdefault(length, ([], []))
-            seqs.append(index)
-            starts.append(start)
-        start += length
-    return groups
-
-
 class GatedDeltaNet(DirectCall):
     """Qwen3-Next's `linear_attn` layer, under transformers' parameter names."""
 
@@ -217,7 +194,9 @@ class GatedDeltaNet(DirectCall):
         keys, values = self.key_heads * self.key_dim, self.value_heads * self.value_dim
         self.in_proj_qkvz = Linear(h, 2 * keys + 2 * values, bias=False)
         self.in_proj_ba = Linear(h, 2 * self.value_heads, bias=False)
-        self.conv1d = DepthwiseConv(mixer.conv_dim, mixer.conv_kernel)
+        # the conv's weight `[channels, 1, K]` under the checkpoint's `conv1d.weight`
+        self.conv1d = nn.Conv1d(mixer.conv_dim, mixer.conv_dim, mixer.conv_kernel,
+                                groups=mixer.conv_dim, bias=False)
         self.dt_bias = nn.Parameter(torch.ones(self.value_heads))
         self.A_log = nn.Parameter(torch.zeros(self.value_heads))
         self.norm = GatedRMSNorm(self.value_dim, config.rms_norm_eps)

@@ -24,17 +24,20 @@ from kvbench.models.llama import (
 
 
 class GemmaRMSNorm(DirectCall):
-    """x / rms(x) x (1 + w), in float32; its weights' identity value is 0."""
+    """x / rms(x) x (offset + w), in float32, cast to x's dtype: Gemma's (1 + w) norm, whose
+    weights' identity value is 0 (Qwen3-Next's too); with offset 0 Nemotron-H's, which
+    multiplies the weight in float32 where Llama's casts first (the same in float32 only)."""
 
-    def __init__(self, size: int, eps: float) -> None:
+    def __init__(self, size: int, eps: float, offset: float = 1.0) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(size))
+        self.weight = nn.Parameter(torch.full((size,), 1.0 - offset))
         self.eps = eps
+        self.offset = offset
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * (1.0 + self.weight.float())).to(x.dtype)
+        return (xf * (self.offset + self.weight.float())).to(x.dtype)
 
 
 class GemmaMLP(DirectCall):
@@ -89,7 +92,6 @@ class GemmaDecoder(FlatBatchDecoder):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, Backbone(config, GemmaDecoderLayer, GemmaRMSNorm))
-        self.softmax_scale = config.softmax_scale
         self.sliding_layers = [config.layer_window(i) is not None
                                for i in range(config.num_layers)]
         # sliding layers' own rope: Gemma 3's local base, or full layers' scaling to skip
@@ -108,7 +110,7 @@ class GemmaDecoder(FlatBatchDecoder):
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
     ) -> torch.Tensor:
         """Hidden states `[T, hidden]` after the final norm."""
-        x = self.model.embed_tokens(input_ids) * self.embed_scale
+        x = self.embed(input_ids) * self.embed_scale
         full = rope_cos_sin(positions, self.inv_freq, x.dtype)
         local = rope_cos_sin(positions, self.local_inv_freq, x.dtype) if self.local_rope else full
         for layer, sliding in zip(self.model.layers, self.sliding_layers, strict=True):

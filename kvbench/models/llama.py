@@ -132,7 +132,8 @@ class Attention(DirectCall):
         v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cos is not None:  # None: attention without positions (Granite's "nope", Nemotron-H)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = attention(self.layer_index, q, k, v)
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
 
@@ -240,12 +241,15 @@ class Backbone(DirectCall):
 class FlatBatchDecoder(DirectCall):
     """A decoder whose `forward` runs the flattened tokens of a batch (prefills and decodes
     together), every layer under the same rope: a family gives its backbone (`embed_tokens`,
-    `layers`, `norm`), `rope` and `config_buffers`."""
+    `layers`, `norm`) and `config_buffers`, and where they differ its `embed` and `rope`."""
+
+    rope_attention_factor = 1.0  # what cos and sin are multiplied by (YaRN's factor)
 
     def __init__(self, config: ModelConfig, backbone: nn.Module) -> None:
         super().__init__()
         self.config = config
         self.model = backbone
+        self.softmax_scale = config.softmax_scale
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -262,19 +266,23 @@ class FlatBatchDecoder(DirectCall):
         for name, value in self.config_buffers().items():
             setattr(self, name, value.to(device))
 
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_tokens(input_ids)
+
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) of `positions` as the family's layers take them (llama's `Attention`:
-        `[T, 1, D]`, sin signed by `signed_sin`)."""
-        raise NotImplementedError
+        `[T, 1, D]`, sin signed by `signed_sin`; None: no positions)."""
+        return rope_cos_sin(positions, self.inv_freq, dtype, self.rope_attention_factor)
 
-    def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
-    ) -> torch.Tensor:
-        """Hidden states `[T, hidden]` after the final norm."""
-        x = self.model.embed_tokens(input_ids)
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn,
+                *states: object) -> torch.Tensor:
+        """Hidden states `[T, hidden]` after the final norm. A hybrid's layers also take its
+        recurrent layers' states (a `kvbench.models.recurrent_states.RecurrentStates`:
+        `states.query_lens` splits the flat batch into its sequences)."""
+        x = self.embed(input_ids)
         cos, sin = self.rope(positions, x.dtype)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, attention)
+            x = layer(x, cos, sin, attention, *states)
         return self.model.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -295,10 +303,6 @@ class LlamaDecoder(FlatBatchDecoder):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, Backbone(config, self.layer_class))
         self.rope_attention_factor = rope_attention_factor(config)
-        self.softmax_scale = config.softmax_scale
 
     def config_buffers(self) -> dict[str, torch.Tensor]:
         return {"inv_freq": rope_inv_freq(self.config)}
-
-    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        return rope_cos_sin(positions, self.inv_freq, dtype, self.rope_attention_factor)

@@ -32,7 +32,7 @@ from torch import nn
 from kvbench.models.causal_conv import causal_conv
 from kvbench.models.direct_call import DirectCall, Linear
 from kvbench.models.recurrent import RecurrentMixer
-from kvbench.models.recurrent_states import RecurrentStates
+from kvbench.models.recurrent_states import RecurrentStates, sequence_groups
 
 
 class GatedRMSNorm(DirectCall):
@@ -104,17 +104,6 @@ def ssm_step(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, a: torch.Te
     return torch.einsum("shpn,shn->shp", state, c), state
 
 
-def sequential_scan(x: torch.Tensor, dt: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                    c: torch.Tensor, initial: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`ssd_scan` token by token (`ssm_step`): the recurrence as written, what the chunked
-    form must equal."""
-    state, ys = initial[None], []
-    for t in range(x.shape[0]):
-        y, state = ssm_step(state, x[t : t + 1], dt[t : t + 1], a, b[t : t + 1], c[t : t + 1])
-        ys.append(y)
-    return torch.cat(ys), state[0]
-
-
 class Mamba2Mixer(DirectCall):
     """One Mamba-2 layer under transformers' parameter names (`mamba.in_proj`, `conv1d`,
     `dt_bias`, `A_log`, `D`, `norm`, `out_proj`)."""
@@ -161,37 +150,26 @@ class Mamba2Mixer(DirectCall):
         dtype = hidden.dtype
         z, xbc, dt = self.in_proj(hidden).split([inner, self.conv_dim, heads], dim=-1)
         conv_states, ssm_states = states.read(self.layer_index)
-        lens = states.query_lens
         new_conv = torch.empty_like(conv_states)
         new_ssm = torch.empty_like(ssm_states)
         y = torch.empty(hidden.shape[0], heads, head_dim, dtype=torch.float32,
                         device=hidden.device)
-        # Sequences of one token (decodes) step together; longer chunks scan one by one.
-        singles = [i for i, n in enumerate(lens) if n == 1]
-        starts = [0]
-        for n in lens:
-            starts.append(starts[-1] + n)
-        runs = [([i], starts[i], lens[i]) for i, n in enumerate(lens) if n > 1]
-        if singles:
-            runs.append((singles, None, 1))
-        for seqs, start, length in runs:
-            rows = (torch.arange(start, start + length, device=hidden.device) if start is not None
-                    else torch.tensor([starts[i] for i in seqs], device=hidden.device))
+        per_group = heads // groups
+        # Sequences of one length run together (every decode in one step of the recurrence).
+        for length, (seqs, starts) in sequence_groups(states.query_lens).items():
+            rows = (torch.tensor(starts, device=hidden.device)[:, None]
+                    + torch.arange(length, device=hidden.device))  # [n, length]
             index = torch.tensor(seqs, device=hidden.device)
             count = len(seqs)
-            seq_xbc = xbc[rows].view(count, length, self.conv_dim)
-            out, conv_state = self.conv(seq_xbc, conv_states[index])
+            out, conv_state = self.conv(xbc[rows], conv_states[index])
             x, b, c = out.float().split([inner, groups * state_size, groups * state_size],
                                         dim=-1)
-            per_group = heads // groups
             b = b.reshape(count, length, groups, state_size).repeat_interleave(per_group, dim=2)
             c = c.reshape(count, length, groups, state_size).repeat_interleave(per_group, dim=2)
             x = x.reshape(count, length, heads, head_dim)
-            step = F.softplus(dt[rows].view(count, length, heads).float()
-                              + self.dt_bias.float())
+            step = F.softplus(dt[rows].float() + self.dt_bias.float())
             seq_y, ssm_state = self.scan(x, step, b, c, ssm_states[index].float())
-            seq_y = seq_y + x * self.D.float()[:, None]
-            y[rows] = seq_y.reshape(count * length, heads, head_dim)
+            y[rows] = seq_y + x * self.D.float()[:, None]
             new_conv[index] = conv_state.to(new_conv.dtype)
             new_ssm[index] = ssm_state.to(new_ssm.dtype)
         states.write(self.layer_index, (new_conv, new_ssm))

@@ -29,7 +29,6 @@ from kvbench.models.llama import (
     apply_rope,
     mix_experts,
     plain_inv_freq,
-    rope_cos_sin,
 )
 from kvbench.models.recurrent_states import RecurrentStates
 
@@ -156,7 +155,6 @@ class Qwen3NextDecoder(FlatBatchDecoder):
                 f"{config.rope_scaling.get('rope_type', config.rope_scaling.get('type'))!r} is "
                 "not implemented for Qwen3-Next (kvbench rotates with the default rope)")
         super().__init__(config, Backbone(config, Qwen3NextDecoderLayer, ZeroCenteredRMSNorm))
-        self.softmax_scale = config.softmax_scale
 
     def identity_norm_weight_of(self, name: str) -> float:
         """The weight that makes norm `name` leave its input as it is (dummy weights)."""
@@ -164,16 +162,3 @@ class Qwen3NextDecoder(FlatBatchDecoder):
 
     def config_buffers(self) -> dict[str, torch.Tensor]:
         return {"inv_freq": plain_inv_freq(rotary_dim(self.config), self.config.rope_theta)}
-
-    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        return rope_cos_sin(positions, self.inv_freq, dtype)
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                attention: AttentionFn, states: RecurrentStates) -> torch.Tensor:
-        """Hidden states `[T, hidden]` after the final norm. `states.query_lens` splits the
-        flat batch into its sequences (the attention callable knows them its own way)."""
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = self.rope(positions, x.dtype)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, attention, states)
-        return self.model.norm(x)
