@@ -30,9 +30,11 @@ def positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = 
     return check_limit(key, value, name)
 
 
-def mlp_only_layers(hf: dict[str, Any], name: str, num_layers: int) -> list[int]:
-    """`mlp_only_layers` (Qwen's mixtures: the layers that run a dense MLP), refused unless a
-    list of layer indices below `num_layers`."""
+def dense_layers(hf: dict[str, Any], name: str, num_layers: int) -> tuple[int, ...]:
+    """The layers of a Qwen mixture that run a dense MLP: those `mlp_only_layers` names
+    (refused unless a list of layer indices below `num_layers`) and those
+    `decoder_sparse_step` skips ((i + 1) % step != 0)."""
+    step = positive_int(hf, "decoder_sparse_step", name, default=1)
     mlp_only = hf.get("mlp_only_layers") or []
     if not isinstance(mlp_only, list) or any(
             isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
@@ -40,7 +42,20 @@ def mlp_only_layers(hf: dict[str, Any], name: str, num_layers: int) -> list[int]
         raise KvbenchInputError(
             f"model {name}: config.json mlp_only_layers must list layer indices below "
             f"num_hidden_layers {num_layers}, got {mlp_only!r:.80}")
-    return mlp_only
+    return tuple(i for i in range(num_layers) if i in mlp_only or (i + 1) % step)
+
+
+def expert_counts(hf: dict[str, Any], name: str, experts_key: str, default_experts: int,
+                  default_top_k: int | None, minimum: int = 1) -> tuple[int, int]:
+    """The expert count (under `experts_key`, at least `minimum`) and the experts a token
+    (num_experts_per_tok), refused when a token would choose more experts than there are."""
+    experts = positive_int(hf, experts_key, name, default=default_experts, minimum=minimum)
+    top_k = positive_int(hf, "num_experts_per_tok", name, default=default_top_k)
+    if experts and top_k > experts:
+        raise KvbenchInputError(
+            f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
+            f"{experts}")
+    return experts, top_k
 
 
 def positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:

@@ -17,7 +17,8 @@ from typing import Any
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config_values import (
     bad_values_refused,
-    mlp_only_layers,
+    dense_layers,
+    expert_counts,
     positive_int,
     quantization,
     read_rope_theta,
@@ -83,13 +84,8 @@ def _qwen3_next(hf: dict[str, Any], name: str) -> dict[str, Any]:
         state_size=positive_int(hf, "linear_key_head_dim", name), num_groups=key_heads,
         conv_kernel=positive_int(hf, "linear_conv_kernel_dim", name),
         inner_size=value_heads * value_dim, chunk_size=GDN_CHUNK_SIZE)
-    experts = positive_int(hf, "num_experts", name, default=512, minimum=0)
-    top_k = positive_int(hf, "num_experts_per_tok", name, default=10)
-    if experts and top_k > experts:
-        raise KvbenchInputError(
-            f"model {name}: config.json num_experts_per_tok {top_k} exceeds num_experts {experts}")
-    step = positive_int(hf, "decoder_sparse_step", name, default=1)
-    mlp_only = mlp_only_layers(hf, name, num_layers)
+    experts, top_k = expert_counts(hf, name, "num_experts", 512, 10, minimum=0)
+    dense = dense_layers(hf, name, num_layers)
     shared = positive_int(hf, "shared_expert_intermediate_size", name, default=512, minimum=0)
     num_heads = positive_int(hf, "num_attention_heads", name, default=16)
     rope = _qwen3_next_rope(hf, name)
@@ -111,8 +107,7 @@ def _qwen3_next(hf: dict[str, Any], name: str) -> dict[str, Any]:
         "num_experts_per_tok": top_k if experts else 0,
         "moe_intermediate_size": positive_int(hf, "moe_intermediate_size", name, default=512),
         "norm_topk_prob": true_or_false(hf, "norm_topk_prob", name, True),
-        "dense_layers": tuple(i for i in range(num_layers)
-                              if i in mlp_only or (i + 1) % step) if experts else (),
+        "dense_layers": dense if experts else (),
         "hybrid": HybridLayers(mixers, (True,) * num_layers, recurrent,
                                attention_output_gate=True,
                                shared_expert_intermediate_size=shared if experts else 0,
