@@ -45,7 +45,7 @@ double), so every byte count here is an exact integer.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
 from typing import Any
 
@@ -161,10 +161,13 @@ class MHAEquivalent:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KVEstimate:
-    """Every figure of one estimate; byte counts are exact integers."""
+    """Every figure of one estimate; byte counts are exact integers. `to_dict` writes the
+    fields in this order, under their metadata's "json" key where they have one (None: left
+    out)."""
 
+    tensor_parallel_size: int = 1
     model: str | None
     num_layers: int
     num_kv_heads: int
@@ -176,6 +179,8 @@ class KVEstimate:
     block_size: int | None  # rounding of the per-request figure; None: no rounding
     tokens_per_request: int  # context, rounded up to blocks when block_size is set
     kv_bytes_per_token: int
+    # One sequence's KV at `context` per group, window layers capped at W (`group_sizes`).
+    kv_group_sizes: tuple[GroupSize, ...] = field(default=(), metadata={"json": "kv_groups"})
     kv_bytes_per_request: int
     kv_bytes_total: int
     # The budget (None when neither GPU memory nor a KV size was given).
@@ -183,7 +188,11 @@ class KVEstimate:
     gpu_memory_utilization: Fraction | None
     dtype: str | None  # weights dtype, when the weights were computed
     num_parameters: int | None
+    # Parameters one token computes with: a mixture of experts' top-k experts, not all of them
+    # (`num_parameters` for a dense model). None where `num_parameters` is.
+    active_parameters: int | None = None
     weights_bytes: int | None
+    weights_bytes_per_gpu: int | None = None  # weights_bytes when tensor_parallel_size is 1
     weights_source: str | None  # "given" | "computed" | None
     kv_budget_bytes: int | None
     kv_budget_source: str | None  # "vllm" | "gpu" | "given" | None
@@ -194,62 +203,31 @@ class KVEstimate:
     mean_len: int
     strategies: dict[str, StrategyFit] = field(default_factory=dict)
     kv_utilization_comparison: UtilizationComparison | None = None
-    kv_groups: tuple[KVGroup, ...] = ()  # what kv_bytes_per_token sums
-    # Parameters one token computes with: a mixture of experts' top-k experts, not all of them
-    # (`num_parameters` for a dense model). None where `num_parameters` is.
-    active_parameters: int | None = None
-    tensor_parallel_size: int = 1
-    weights_bytes_per_gpu: int | None = None  # weights_bytes when tensor_parallel_size is 1
     mha_equivalent: MHAEquivalent | None = None
-    # One sequence's KV at `context` per group, window layers capped at W (`group_sizes`).
-    kv_group_sizes: tuple[GroupSize, ...] = ()
     # The vLLM start-up the budget came from (a model on --gpu / --gpu-memory), term by term.
     vllm: VllmStartup | None = None
-    vllm_quantization: str = "float weights"  # how the checkpoint stores them, in words
     # A state-space hybrid's unified pages (None for a model without recurrent layers).
     state_pages: StatePages | None = None
+    # what kv_bytes_per_token sums
+    kv_groups: tuple[KVGroup, ...] = field(default=(), metadata={"json": None})
+    # how the checkpoint stores its weights, in words
+    vllm_quantization: str = field(default="float weights", metadata={"json": None})
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (fractions as floats)."""
-        return {
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "model": self.model,
-            "num_layers": self.num_layers,
-            "num_kv_heads": self.num_kv_heads,
-            "head_dim": self.head_dim,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "kv_element_bytes": self.kv_element_bytes,
-            "context": self.context,
-            "concurrency": self.concurrency,
-            "block_size": self.block_size,
-            "tokens_per_request": self.tokens_per_request,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_groups": [size.to_dict() for size in self.kv_group_sizes],
-            "kv_bytes_per_request": self.kv_bytes_per_request,
-            "kv_bytes_total": self.kv_bytes_total,
-            "gpu_memory_bytes": self.gpu_memory_bytes,
-            "gpu_memory_utilization": _float_or_none(self.gpu_memory_utilization),
-            "dtype": self.dtype,
-            "num_parameters": self.num_parameters,
-            "active_parameters": self.active_parameters,
-            "weights_bytes": self.weights_bytes,
-            "weights_bytes_per_gpu": self.weights_bytes_per_gpu,
-            "weights_source": self.weights_source,
-            "kv_budget_bytes": self.kv_budget_bytes,
-            "kv_budget_source": self.kv_budget_source,
-            "kv_capacity_tokens": self.kv_capacity_tokens,
-            "max_concurrency": self.max_concurrency,
-            "fits": self.fits,
-            "max_model_len": self.max_model_len,
-            "mean_len": self.mean_len,
-            "strategies": {name: fit.to_dict() for name, fit in self.strategies.items()},
-            "kv_utilization_comparison": (
-                self.kv_utilization_comparison.to_dict() if self.kv_utilization_comparison else None
-            ),
-            "mha_equivalent": self.mha_equivalent.to_dict() if self.mha_equivalent else None,
-            "vllm": self.vllm.to_dict() if self.vllm else None,
-            "state_pages": self.state_pages.to_dict() if self.state_pages else None,
-        }
+        return {f.metadata.get("json", f.name): _plain(getattr(self, f.name))
+                for f in fields(self) if f.metadata.get("json", f.name) is not None}
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON holds it: fractions as floats, records by their `to_dict`."""
+    if isinstance(value, Fraction):
+        return float(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value.to_dict() if hasattr(value, "to_dict") else value
 
 
 @dataclass(frozen=True)
@@ -523,10 +501,8 @@ def _mha_equivalent(inputs: EstimateInputs, shape: _KVShape, tokens_per_request:
     mla, tp = model.mla, inputs.tensor_parallel_size
     per_token = (model.num_layers * (model.num_heads // tp)
                  * (mla.qk_head_dim + mla.v_head_dim) * DTYPE_BYTES[shape.kv_dtype])
-    if budget is None:
-        return MHAEquivalent(per_token, None, None)
-    return MHAEquivalent(per_token, kv_capacity(budget, per_token),
-                         kv_capacity(budget, per_token, tokens_per_request))
+    return MHAEquivalent(per_token, _capacity(budget, per_token),
+                         _capacity(budget, per_token, tokens_per_request))
 
 
 def _strategy_fits(
@@ -540,17 +516,16 @@ def _strategy_fits(
     blocks_per_request = -(-mean_len // paged_block)
     paged_tokens = blocks_per_request * paged_block
 
-    def fit(tokens: int) -> int | None:
-        return kv_capacity(budget, per_token, tokens) if budget is not None else None
-
     fits = {
         "contiguous": StrategyFit("contiguous", f"max: max_model_len = {max_model_len} tokens",
-                                  max_model_len, per_token * max_model_len, fit(max_model_len)),
+                                  max_model_len, per_token * max_model_len,
+                                  _capacity(budget, per_token, max_model_len)),
         "paged": StrategyFit(
             "paged", f"ceil({mean_len} / {paged_block}) = {blocks_per_request} blocks at mean "
-            "length", paged_tokens, per_token * paged_tokens, fit(paged_tokens),
-            block_size=paged_block, blocks_per_request=blocks_per_request,
-            num_blocks=fit(paged_block)),
+            "length", paged_tokens, per_token * paged_tokens,
+            _capacity(budget, per_token, paged_tokens), block_size=paged_block,
+            blocks_per_request=blocks_per_request,
+            num_blocks=_capacity(budget, per_token, paged_block)),
     }
     if any(group.attention == "sliding" for group in groups):
         fits["contiguous-rings"] = _contiguous_rings_fit(groups, max_model_len, budget)
@@ -569,7 +544,7 @@ def _state_fits(pages: StatePages, mean_len: int, budget: int | None) -> dict[st
         "paged", reserve, attention * pages.block_size, blocks * pages.block_bytes,
         pages.max_requests(budget, mean_len) if budget is not None else None,
         block_size=pages.block_size, blocks_per_request=blocks,
-        num_blocks=budget // pages.block_bytes if budget is not None else None)}
+        num_blocks=_capacity(budget, pages.block_bytes))}
 
 
 # The chunk bound the ring row assumes: the floor of kvbench's step budget (its default is
@@ -608,9 +583,7 @@ def _hybrid_fit(groups: tuple[KVGroup, ...], mean_len: int, block: int,
     return _grouped_fit(
         "hybrid", reserve, allocation, slots, budget, block_size=block,
         blocks_per_request=slots // block,
-        num_blocks=(kv_capacity(budget, allocation.slot_bytes, block)
-                    if budget is not None else None),
-    )
+        num_blocks=_capacity(budget, allocation.slot_bytes, block))
 
 
 def _grouped_fit(strategy: str, reserve: str, allocation: HybridAllocation, slots: int,
@@ -620,8 +593,12 @@ def _grouped_fit(strategy: str, reserve: str, allocation: HybridAllocation, slot
     if allocation.padding_layers:
         reserve += f"; {allocation.padding_layers} padding layer(s)"
     return StrategyFit(strategy, reserve, slots, slots * allocation.slot_bytes,
-                       (kv_capacity(budget, allocation.slot_bytes, slots)
-                        if budget is not None else None), **blocks)
+                       _capacity(budget, allocation.slot_bytes, slots), **blocks)
+
+
+def _capacity(budget: int | None, bytes_per_token: int, tokens: int = 1) -> int | None:
+    """`kv_capacity`, None without a budget."""
+    return None if budget is None else kv_capacity(budget, bytes_per_token, tokens)
 
 
 def _comparison(
@@ -790,7 +767,3 @@ def _plural(count: int, noun: str) -> str:
 
 def _fmt_fraction(value: Fraction) -> str:
     return f"{float(value):g}"
-
-
-def _float_or_none(value: Fraction | None) -> float | None:
-    return float(value) if value is not None else None

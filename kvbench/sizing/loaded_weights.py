@@ -17,8 +17,8 @@ expert width rounded up to a multiple of 256, so gpt-oss's 2,880 is held as 3,07
 
 Tensor parallelism (vllm/model_executor/layers/linear.py, vocab_parallel_embedding.py): every
 linear layer, the embedding and the LM head (vocabulary padded to a multiple of 64) are split
-over the GPUs; norms, MoE routers and latent attention's down-projections are replicated
-(`ModelConfig.num_replicated_parameters`). Pipeline parallelism
+over the GPUs; norms, MoE routers and latent attention's down-projections are replicated.
+Pipeline parallelism
 (vllm/distributed/utils.py `get_pp_indices`): num_layers // PP layers a stage, the remainder
 one each to the stages before the last; the first stage holds the embedding and any vision
 tower, the last the final norm and the LM head (its own copy when tied to the embedding).

@@ -40,7 +40,7 @@ from kvbench.core.kv_allocation import PAD_TO_LARGEST_RATIO
 from kvbench.core.kv_groups import KVGroup
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
-from kvbench.sizing.vllm_kv_cache import GiB, VllmKVPool
+from kvbench.sizing.vllm_kv_cache import VllmKVPool, no_memory, too_long
 
 # FlashAttention's kernel block sizes, MultipleOf(16) (vllm/v1/attention/backends/flash_attn.py
 # `get_supported_kernel_block_sizes`): the alignment of the raised block on CUDA.
@@ -214,22 +214,5 @@ def state_refusal(pages: StatePages, available: int, max_model_len: int,
                   spent: str = "") -> str | None:
     """vLLM's reason not to start a hybrid (None: it starts), as `refusal` words it."""
     if available <= 0:
-        where = f" ({spent})" if spent else ""
-        return (f"No available memory for the cache blocks: vLLM would not start, "
-                f"{available / GiB:.2f} GiB left for the KV cache{where}; raise "
-                "--gpu-memory-utilization, use a larger GPU, a higher --tensor-parallel-size "
-                "or a smaller model")
-    needed = pages.bytes_per_request(max_model_len)
-    if needed <= available:
-        return None
-    low, high = 0, max_model_len  # vLLM's binary search for the longest that fits
-    while low < high:
-        mid = (low + high + 1) // 2
-        if pages.bytes_per_request(mid) <= available:
-            low = mid
-        else:
-            high = mid - 1
-    return (f"vLLM would not start: one request of max_model_len {max_model_len:,} needs "
-            f"{needed / GiB:.2f} GiB of KV cache and state, more than the available "
-            f"{available / GiB:.2f} GiB; the estimated maximum model length is {low:,} "
-            f"(--max-model-len {low}), or raise --gpu-memory-utilization")
+        return no_memory(available, spent)
+    return too_long(pages.bytes_per_request, available, max_model_len, "KV cache and state")

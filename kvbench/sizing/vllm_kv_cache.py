@@ -23,7 +23,9 @@ As vllm/v1/core/kv_cache_utils.py does it:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from kvbench.core.kv_allocation import hybrid_allocation
 from kvbench.core.kv_groups import KVGroup
@@ -128,30 +130,40 @@ def refusal(stage_group_list: list[tuple[KVGroup, ...]], available: list[int], b
     what the memory went to, `advice` the way out when it is not the usual one."""
     for index, (groups, memory) in enumerate(zip(stage_group_list, available, strict=True)):
         if memory <= 0:
-            where = f" ({spent[index]})" if spent else ""
-            return (f"No available memory for the cache blocks: vLLM would not start, "
-                    f"{memory / GiB:.2f} GiB left for the KV cache{where}; " + (
-                        advice or "raise --gpu-memory-utilization, use a larger GPU, a higher "
-                        "--tensor-parallel-size or a smaller model"))
-        needed = needed_bytes(groups, max_model_len, block_size, max_num_batched_tokens)
-        if needed > memory:
-            fits = longest_fitting_len(groups, memory, max_model_len, block_size,
-                                       max_num_batched_tokens)
-            return (f"vLLM would not start: one request of max_model_len {max_model_len:,} "
-                    f"needs {needed / GiB:.2f} GiB of KV cache, more than the available "
-                    f"{memory / GiB:.2f} GiB; the estimated maximum model length is {fits:,} "
-                    f"(--max-model-len {fits}), or raise --gpu-memory-utilization")
+            return no_memory(memory, spent[index] if spent else "", advice)
+        why = too_long(partial(needed_bytes, groups, block_size=block_size,
+                               max_num_batched_tokens=max_num_batched_tokens),
+                       memory, max_model_len)
+        if why:
+            return why
     return None
 
 
-def longest_fitting_len(groups: tuple[KVGroup, ...], memory: int, max_model_len: int,
-                        block_size: int, max_num_batched_tokens: int) -> int:
-    """The longest max_model_len whose one request fits `memory` (vLLM's binary search)."""
+def no_memory(memory: int, spent: str = "", advice: str | None = None) -> str:
+    """vLLM's refusal when nothing is left for the blocks (`spent`: what the memory went to)."""
+    where = f" ({spent})" if spent else ""
+    return (f"No available memory for the cache blocks: vLLM would not start, "
+            f"{memory / GiB:.2f} GiB left for the KV cache{where}; " + (
+                advice or "raise --gpu-memory-utilization, use a larger GPU, a higher "
+                "--tensor-parallel-size or a smaller model"))
+
+
+def too_long(needed: Callable[[int], int], memory: int, max_model_len: int,
+             what: str = "KV cache") -> str | None:
+    """vLLM's refusal when one request of max_model_len needs more than `memory`
+    (`needed(tokens)`: its bytes), naming the longest max_model_len that fits (vLLM's binary
+    search); None when it fits."""
+    need = needed(max_model_len)
+    if need <= memory:
+        return None
     low, high = 0, max_model_len
     while low < high:
         mid = (low + high + 1) // 2
-        if needed_bytes(groups, mid, block_size, max_num_batched_tokens) <= memory:
+        if needed(mid) <= memory:
             low = mid
         else:
             high = mid - 1
-    return low
+    return (f"vLLM would not start: one request of max_model_len {max_model_len:,} "
+            f"needs {need / GiB:.2f} GiB of {what}, more than the available "
+            f"{memory / GiB:.2f} GiB; the estimated maximum model length is {low:,} "
+            f"(--max-model-len {low}), or raise --gpu-memory-utilization")
