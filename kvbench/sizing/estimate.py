@@ -1,45 +1,10 @@
 """KV-cache sizing arithmetic behind `kvbench estimate`: exact integer bytes, no tensors.
 
-bytes per token   = the sum over the model's KV groups (`kvbench.core.kv_groups`) of
-                    2 (K and V) x layers x KV heads x head dim x bytes per element
-bytes per request = bytes per token x context tokens (rounded up to whole blocks
-                    when a block size is given)
-bytes total       = bytes per request x concurrency
-KV budget         = with a model: the pool vLLM would allocate at the same flags
-                    (`kvbench.sizing.vllm_startup`: total x utilization - weights as loaded -
-                    the profile run's peak - non-torch memory [- CUDA graphs], in whole
-                    blocks); with explicit shapes floor(GPU memory x utilization) - weights;
-                    or a given KV size (`kvbench.sizing.kv_budget`)
-max concurrency   = floor(KV budget / bytes per request)           (`kvbench.sizing.capacity`)
-
-With `tensor_parallel_size` N (`--tensor-parallel-size`), the GPU memory, the weights'
-share (`weights_bytes_per_gpu`), the budget and the KV bytes per token are one GPU's
-(`kvbench.sizing.capacity`: 1/N of the KV heads, a latent-attention row whole); the token
-and request capacities are the group's, as every GPU holds a share of the same tokens.
-
-A state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H) also gets `state_pages`
-(`kvbench.sizing.state_pages`): its recurrent layers' state per sequence, the attention block
-size vLLM raises so that one attention page holds one state, the unified page and the KV
-cache groups. A request then holds cdiv(tokens, block) attention blocks and one block per
-state group; its KV per request adds the state per sequence; the budget is vLLM's pool of
-blocks; max concurrency = floor(blocks / blocks per request) (vLLM's), and the KV capacity
-is the tokens the pool's blocks would hold as attention blocks alone. Only `paged` is fitted:
-the one strategy that holds a state group (the others are refused by `kvbench simulate`).
-
-A latent-attention (MLA) model also gets `mha_equivalent`: the same budget if the cache held
-each head's full K (qk_nope + qk_rope) and V (v_head_dim), split over the GPUs by heads as
-multi-head attention is; what the latent saves.
-
-and per strategy:
-
-contiguous (reserve max) reserves max_model_len tokens for every request (every layer: the
-bound for a prompt written whole, whose window rings can reach the reservation);
-contiguous-rings, on a model with sliding windows, the same for its full-attention layers
-and a ring of min(max_model_len, W - 1 + chunk) per window group under chunked prefill;
-paged reserves ceil(mean_len / block_size) blocks for a request of mean length.
-
-Utilizations are read as exact fractions (`0.92` is 23/25, not the nearest
-double), so every byte count here is an exact integer.
+docs/estimate.md gives every formula (The formulas, Sliding windows, State-space hybrids):
+bytes per token summed over the model's KV groups (`kvbench.core.kv_groups`), per request
+over the context, the budget (vLLM's pool, `kvbench.sizing.vllm_startup`; floor(GPU memory x
+utilization) - weights; or `--kv-memory`), and each strategy's requests in it. Utilizations
+are exact fractions (`0.92` is 23/25), so every byte count is an exact integer.
 """
 
 from __future__ import annotations
@@ -381,7 +346,6 @@ def _kv_shape(inputs: EstimateInputs) -> _KVShape:
         )
     else:
         num_layers, num_kv_heads, head_dim = shapes
-    assert num_layers is not None and num_kv_heads is not None and head_dim is not None
     _positive(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim)
 
     dtype = canonical_dtype(inputs.dtype, WEIGHT_DTYPES)
@@ -464,7 +428,6 @@ def _vllm_budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths, per
     """The pool vLLM would allocate: its tokens at `per_token` (one GPU's share, every layer)
     are the budget; vLLM's refusal to start is raised as `VllmRefusal`."""
     model, quantization = inputs.model, inputs.quantization
-    assert model is not None
     startup = vllm_startup(model, gpu_memory, VllmFlags(
         gpu_memory_utilization=inputs.gpu_memory_utilization,
         max_model_len=lengths.max_model_len, max_num_seqs=inputs.max_num_seqs,
@@ -637,7 +600,6 @@ def format_estimate(est: KVEstimate) -> str:
         startup = est.vllm
         add("GPU memory", startup.stages[0].total,
             f"{startup.memory_source} ({startup.gpu or '--gpu-memory'})")
-        assert est.weights_bytes_per_gpu is not None
         tp = f", TP {est.tensor_parallel_size}" if est.tensor_parallel_size > 1 else ""
         add("weights per GPU", est.weights_bytes_per_gpu,
             "--weights-memory" if est.weights_source == "given"
@@ -648,8 +610,6 @@ def format_estimate(est: KVEstimate) -> str:
             budget_formula = (f"vLLM's pool: {startup.pool.num_blocks:,} blocks x "
                               f"{startup.pool.block_bytes:,} B (attention and state)")
     elif est.kv_budget_source == "gpu":
-        assert est.gpu_memory_bytes is not None and est.gpu_memory_utilization is not None
-        assert est.weights_bytes is not None
         add("GPU memory", est.gpu_memory_bytes, "--gpu-memory")
         weights_formula = "--weights-memory"
         if est.weights_source == "computed":
@@ -666,20 +626,15 @@ def format_estimate(est: KVEstimate) -> str:
     else:
         budget_formula = "--kv-memory"
     if est.kv_budget_bytes is not None:
-        assert est.max_concurrency is not None and est.kv_capacity_tokens is not None
         add("KV budget", est.kv_budget_bytes, budget_formula)
+        capacity, concurrency = "floor(budget / per token)", "floor(budget / per request)"
         if pages is not None:
-            add("KV capacity", f"{est.kv_capacity_tokens:,} tokens",
-                f"floor(budget / block / {pages.attention_groups} attention group(s)) x "
-                f"{pages.block_size} (no state held)")
-            add("max concurrency", _plural(est.max_concurrency, "request"),
-                f"floor(budget / block / ({pages.attention_groups} x cdiv(tokens, "
-                f"{pages.block_size}) + {pages.state_groups} state blocks)), as vLLM")
-        else:
-            add("KV capacity", f"{est.kv_capacity_tokens:,} tokens",
-                "floor(budget / per token)")
-            add("max concurrency", _plural(est.max_concurrency, "request"),
-                "floor(budget / per request)")
+            capacity = (f"floor(budget / block / {pages.attention_groups} attention group(s)) "
+                        f"x {pages.block_size} (no state held)")
+            concurrency = (f"floor(budget / block / ({pages.attention_groups} x cdiv(tokens, "
+                           f"{pages.block_size}) + {pages.state_groups} state blocks)), as vLLM")
+        add("KV capacity", f"{est.kv_capacity_tokens:,} tokens", capacity)
+        add("max concurrency", _plural(est.max_concurrency, "request"), concurrency)
         mha = est.mha_equivalent
         if mha is not None and mha.max_concurrency is not None:
             add("MHA-equivalent KV", mha.kv_bytes_per_token,

@@ -1,15 +1,7 @@
-"""One sequence's KV bytes per layer group (`kvbench estimate`'s per-group table).
-
-A sliding-window layer attends to its last W tokens only, so it needs at most W tokens of KV:
-
-    bytes per sequence (group) = bytes per token (group) x min(context, W)     (full: W = inf)
-
-That is what an allocator that frees window blocks holds (vLLM's hybrid KV cache manager,
-block rounding aside). `paged` and `prefix` (and vLLM with
-`--disable-hybrid-kv-cache-manager`) keep every layer's whole context (`contiguous` a ring of
-about W plus one step's tokens per window group, `kvbench.strategies.window_ring`):
-
-    bytes per sequence, whole context (group) = bytes per token (group) x context
+"""One sequence's KV bytes per layer group (`kvbench estimate`'s per-group table;
+docs/estimate.md, Sliding windows): a window layer needs min(context, W) tokens of KV, what an
+allocator that frees window blocks holds (vLLM's hybrid KV cache manager), beside the whole
+context `paged` and `prefix` keep in every layer.
 """
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ vLLM logs (vllm/v1/worker/gpu_worker.py, vllm/v1/core/kv_cache_utils.py):
 
 from __future__ import annotations
 
+from kvbench.sizing.vllm_kv_cache import GiB
 from kvbench.sizing.vllm_startup import StageMemory, VllmStartup
-
-GiB = 2**30
 
 
 def vllm_lines(startup: VllmStartup) -> list[str]:
