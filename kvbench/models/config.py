@@ -17,9 +17,11 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.bounds import check_model_bounds, derived_head_dim
 from kvbench.models.config_values import (
     bad_values_refused,
+    checked_layer_types,
     checked_window,
     dense_layers,
     expert_counts,
+    periodic_layer_types,
     positive_int,
     positive_number,
     quantization,
@@ -35,7 +37,6 @@ from kvbench.models.deepseek_config import (
 )
 from kvbench.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
 from kvbench.models.hybrid_config import HYBRID_MODEL_TYPES, read_hybrid_config
-from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
 from kvbench.models.recurrent import HybridLayers
 from kvbench.models.rope_yarn import read_rope_scaling
 
@@ -43,7 +44,6 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mix
                          "gpt_oss", *DEEPSEEK_MODEL_TYPES, *GEMMA_MODEL_TYPES,
                          *HYBRID_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
-ARCHITECTURES = ("llama", "gpt_oss", "gemma", "granite_hybrid", "nemotron_h")
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class ModelConfig:
     quantization: str | None = None
     # Gemma 2 and 3 (`gemma.py`'s decoder; `gemma_config.py` reads their config.json): the
     # (1 + w) RMSNorm, pre/post feed-forward norms, embeddings scaled by sqrt(hidden), gelu-tanh.
-    # The decoder that computes it (one of ARCHITECTURES): "llama" (llama.py), "gpt_oss"
+    # The decoder that computes it: "llama" (llama.py), "gpt_oss"
     # (gpt_oss.py), "gemma" (gemma.py), "granite_hybrid" (granite_hybrid.py, Granite-4.0-H)
     # or "nemotron_h" (nemotron_h.py);
     # DeepSeek's is chosen by `mla`.
@@ -140,20 +140,11 @@ class ModelConfig:
                 f"model {self.name}: layer_types lists sliding_attention layers but no "
                 "sliding_window is set"
             )
-        if self.architecture not in ARCHITECTURES:
-            raise KvbenchInputError(
-                f"model {self.name}: architecture must be one of {', '.join(ARCHITECTURES)}, "
-                f"got {self.architecture!r}"
-            )
         if self.num_heads % self.num_kv_heads:
             raise KvbenchInputError(
                 f"model {self.name}: num_heads={self.num_heads} is not a multiple of "
                 f"num_kv_heads={self.num_kv_heads}"
             )
-        if self.hybrid is not None and len(self.hybrid.mixers) != self.num_layers:
-            raise KvbenchInputError(
-                f"model {self.name}: {len(self.hybrid.mixers)} layer mixers for "
-                f"{self.num_layers} layers")
 
     @property
     def softmax_scale(self) -> float:

@@ -3,6 +3,7 @@ compute with them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -58,12 +59,15 @@ def expert_counts(hf: dict[str, Any], name: str, experts_key: str, default_exper
     return experts, top_k
 
 
-def positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:
-    """`hf[key]` (`default` when absent), a positive int or float, as a float."""
+def positive_number(hf: dict[str, Any], key: str, name: str, default: float, *,
+                    where: str = "") -> float:
+    """`hf[key]` (`default` when absent), a finite positive int or float, as a float; `where`
+    names the dict it sits in for the message (`rope_scaling `)."""
     value = hf.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            0 < value < math.inf):
         raise KvbenchInputError(
-            f"model {name}: config.json {key} must be a positive number, got {value!r}")
+            f"model {name}: config.json {where}{key} must be a positive number, got {value!r}")
     return float(value)
 
 
@@ -150,3 +154,29 @@ def bad_values_refused(name: str) -> Iterator[None]:
         raise
     except (TypeError, ValueError) as err:
         raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
+
+
+# transformers' `layer_types`: which layers attend through the sliding window
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def checked_layer_types(layer_types: Any, name: str, num_layers: Any,
+                        allowed: tuple[str, ...] = LAYER_TYPES) -> tuple[str, ...]:
+    """`config.json`'s `layer_types`, refused unless a list of one of `allowed` per layer."""
+    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+        raise KvbenchInputError(
+            f"model {name}: config.json layer_types must list one type per layer "
+            f"(num_hidden_layers {num_layers}), got {layer_types!r:.80}")
+    unknown = sorted({str(t) for t in layer_types if t not in allowed})
+    if unknown:
+        raise KvbenchInputError(
+            f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
+            f"(supported: {', '.join(allowed)})")
+    return tuple(layer_types)
+
+
+def periodic_layer_types(num_layers: int, full_every: int) -> tuple[str, ...]:
+    """Every `full_every`-th layer full attention, the others sliding (the first sliding):
+    gpt-oss's and Gemma 2's alternation (2), Gemma 3's `sliding_window_pattern`."""
+    return tuple("sliding_attention" if (i + 1) % full_every else "full_attention"
+                 for i in range(num_layers))

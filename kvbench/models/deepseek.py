@@ -40,7 +40,6 @@ LATENT_NORM_EPS = 1e-6
 def deepseek_rope(config: ModelConfig) -> tuple[torch.Tensor, float]:
     """Inverse frequencies of the rope dimensions (qk_rope_head_dim) and the factor on cos
     and sin, as transformers computes them (plain rope, or YaRN)."""
-    assert config.mla is not None
     dim, base = config.mla.qk_rope_head_dim, config.rope_theta
     scaling = config.rope_scaling
     if not scaling:
@@ -50,7 +49,6 @@ def deepseek_rope(config: ModelConfig) -> tuple[torch.Tensor, float]:
 
 def deepseek_softmax_scale(config: ModelConfig) -> float:
     """1 / sqrt(qk head dim), times YaRN's mscale(factor, mscale_all_dim)^2 (transformers)."""
-    assert config.mla is not None
     scale = config.mla.qk_head_dim**-0.5
     scaling = config.rope_scaling
     if scaling and scaling.get("mscale_all_dim"):
@@ -71,7 +69,6 @@ class LatentAttention(DirectCall):
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
         mla = config.mla
-        assert mla is not None
         self.layer_index = layer_index
         self.mla = mla
         self.num_heads = config.num_heads
@@ -120,7 +117,6 @@ class Router(DirectCall):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         routing = config.routing
-        assert routing is not None
         self.routing = routing
         self.top_k = config.num_experts_per_tok
         self.norm_topk_prob = config.norm_topk_prob

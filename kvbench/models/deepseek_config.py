@@ -90,7 +90,8 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
         qk_rope_head_dim=positive_int(hf, "qk_rope_head_dim", name, 64),
         v_head_dim=positive_int(hf, "v_head_dim", name, 128),
         q_lora_rank=positive_int(hf, "q_lora_rank", name, 1536, nullable=True),
-        rope_interleave=_rope_interleave(hf, name, v3),
+        # DeepSeek-V2 rotates neighbouring pairs as complex numbers, always
+        rope_interleave=not v3 or true_or_false(hf, "rope_interleave", name, True),
     )
     experts, top_k = expert_counts(hf, name, "n_routed_experts", 256 if v3 else 64,
                                    8 if v3 else None)
@@ -149,12 +150,6 @@ def _quantization(hf: dict[str, Any], name: str) -> str | None:
         raise KvbenchInputError(f"model {name}: config.json quantization_config (fp8, {fmt}) "
                                 "is not implemented (kvbench sizes fp8 e4m3 weights)")
     return method
-
-
-def _rope_interleave(hf: dict[str, Any], name: str, v3: bool) -> bool:
-    if not v3:  # DeepSeek-V2 rotates neighbouring pairs as complex numbers, always
-        return True
-    return true_or_false(hf, "rope_interleave", name, True)
 
 
 def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekRouting:

@@ -8,20 +8,12 @@ of transformers' `[key dim, value dim]`) evolves token by token:
     S <- S + beta_t (v_t - S k_t) k_t^T  (delta rule: write the part of v_t S misses)
     o_t = S q_t
 
-q and k are L2-normalised per head (q then scaled by key dim^-0.5), after a causal
-depthwise conv (kernel K, silu) over q, k and v whose last K - 1 inputs are the conv state.
-
-A one-token step runs that recurrence (`recurrent_gated_delta_rule`); a longer one its
-chunked form (`chunked_gated_delta_rule`), the same sums regrouped so a chunk of tokens
-costs a few matmuls and one triangular solve. Both are plain PyTorch and start from the
-state read, so a prompt may arrive in chunks; they are the reference and run off CUDA.
-
-On a CUDA tensor, where flash-linear-attention imports (`pip install 'kvbench[fla]'`, fla
-0.6.x: FLA_VERSION), the delta rule runs FLA's Triton kernels instead, as transformers and
-vLLM do: `fla.ops.gated_delta_rule.chunk_gated_delta_rule` for prefill chunks and
-`fused_recurrent_gated_delta_rule` for one-token steps (`fla_delta_rule`, the one place
-that calls them). The causal conv stays PyTorch's conv1d on every device (FLA's
-`fla.modules.causal_conv1d`, which also takes a state, is not wired in).
+q and k are L2-normalised per head (q then scaled by key dim^-0.5), after a causal depthwise
+conv (kernel K, silu) whose last K - 1 inputs are the conv state. A one-token step runs the
+recurrence (`recurrent_gated_delta_rule`), a longer one its chunked form
+(`chunked_gated_delta_rule`), both plain PyTorch from the state read; on CUDA, where
+flash-linear-attention imports, FLA's kernels instead (`fla_delta_rule`; docs/models.md,
+Recurrent kernels on CUDA).
 """
 
 from __future__ import annotations
@@ -220,9 +212,6 @@ class GatedDeltaNet(DirectCall):
         """x `[T, hidden]`, the step's tokens (sequence i: `states.query_lens[i]` consecutive
         tokens); reads and writes this layer's states in `states`."""
         tokens = x.shape[0]
-        if sum(states.query_lens) != tokens:
-            raise ValueError(f"query_lens sum to {sum(states.query_lens)}, the batch has "
-                             f"{tokens} tokens")
         q, k, v, z, b, a = self.split_projections(x)
         mixed = torch.cat((q, k, v.reshape(tokens, -1)), dim=-1)  # the conv's channels
         beta = b.sigmoid()

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
-from kvbench.models.direct_call import DirectCall, Linear
+from kvbench.models.direct_call import DirectCall
 from kvbench.models.llama import (
+    MLP,
     Attention,
     AttentionFn,
     Backbone,
@@ -40,13 +41,8 @@ class GemmaRMSNorm(DirectCall):
         return (xf * (self.offset + self.weight.float())).to(x.dtype)
 
 
-class GemmaMLP(DirectCall):
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        h, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = Linear(h, i, bias=False)
-        self.up_proj = Linear(h, i, bias=False)
-        self.down_proj = Linear(i, h, bias=False)
+class GemmaMLP(MLP):
+    """GeGLU: llama.py's MLP with tanh-approximated gelu in place of silu."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))

@@ -1,16 +1,11 @@
-"""Granite-4.0-H, as transformers' GraniteMoeHybridForCausalLM computes it: Mamba-2 layers
-(mamba2.py) and attention layers (llama.py's, with rope only where position_embedding_type
-is "rope": the published models attend without positions), each followed by a mixture of
-experts (top-k of the router's logits, softmaxed over those k) beside a shared SwiGLU MLP (or
-the shared MLP alone without experts), and mu-P multipliers: embeddings times
-`embedding_multiplier`, each residual branch times `residual_multiplier`, logits divided by
-`logits_scaling`, scores scaled by `attention_multiplier` (the executor's
-`ModelConfig.softmax_scale`).
+"""Granite-4.0-H, as transformers' GraniteMoeHybridForCausalLM computes it (docs/models.md,
+State-space hybrids): Mamba-2 layers (mamba2.py) and llama.py's attention (rotated only where
+position_embedding_type is "rope"), each followed by the experts (top-k of the router's
+logits, softmaxed over those k) beside a shared SwiGLU MLP, and mu-P multipliers on the
+embeddings, each residual branch, the logits and (the executor's softmax scale) the scores.
 
 Parameter names are the checkpoint's (`block_sparse_moe.input_linear` holds each expert's
-gate and up rows, `output_linear` its down projection, `router.layer` the router), so a
-folder saved by transformers loads as it is. The recurrent layers' states live where the
-executor keeps them: `forward` takes a `RecurrentStates` beside the attention callable.
+gate and up rows, `output_linear` its down projection, `router.layer` the router).
 """
 
 from __future__ import annotations
@@ -134,7 +129,8 @@ class GraniteHybridDecoder(FlatBatchDecoder):
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids) * self.config.hybrid.embedding_multiplier
 
-    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def rope(self, positions: torch.Tensor,
+             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
         return super().rope(positions, dtype) if self.rotates else (None, None)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

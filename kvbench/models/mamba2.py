@@ -1,26 +1,15 @@
-"""A Mamba-2 layer over a flat batch, in plain PyTorch: the readable reference of the math
-transformers' GraniteMoeHybridMambaLayer computes (its torch path) and mamba_ssm's kernels
-fuse.
+"""A Mamba-2 layer over a flat batch, in plain PyTorch: the math transformers'
+GraniteMoeHybridMambaLayer computes (its torch path) and mamba_ssm's kernels fuse.
 
-Per sequence, from the state `RecurrentStates.read` gives (zeros on its first chunk):
-
-- `in_proj` splits into the gate z, the conv's input xBC and the time step dt;
-- a depthwise causal conv over xBC continues from the conv state (its last K - 1 inputs),
-  then silu; x, B and C split from it (B and C shared by the heads of a group);
-- the selective scan with dt = softplus(dt + dt_bias), A = -exp(A_log): per head
-  h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t. A chunk of several
-  tokens runs the SSD chunked form (`ssd_scan`, Dao & Gu 2024 section 6, as transformers'
-  `mamba2_chunk_scan`), a single token the one-step update (`ssm_step`);
-- the gated RMSNorm norm(y * silu(z)) over groups of the inner width, then `out_proj`.
-
-The scan and the norm run in float32 whatever the weights' dtype (as transformers' torch
-path); the SSM state is stored in its own dtype (`RecurrentMixer.ssm_state_dtype`: float32
-where the model fixes it, else the model's), the conv state in the model's.
-
-On CUDA vLLM runs mamba_ssm's / causal_conv1d's kernels (`causal_conv1d_fn`,
-`causal_conv1d_update`, `mamba_chunk_scan_combined`, `selective_state_update`) over the
-same states: `Mamba2Mixer.conv` and `Mamba2Mixer.scan` are where those would be called when
-installed. None is here: every device runs this reference.
+Per sequence, from its state (`RecurrentStates.read`): `in_proj` splits into the gate z, the
+conv's input xBC and the time step dt; a depthwise causal conv continues from the conv state,
+then silu, and x, B and C split from it (B and C shared by a group's heads); the selective
+scan with dt = softplus(dt + dt_bias), A = -exp(A_log), per head h_t = exp(dt_t A) h_{t-1} +
+dt_t x_t B_t^T, y_t = h_t C_t + D x_t (a chunk: the SSD chunked form, `ssd_scan`, Dao & Gu
+2024 section 6; one token: `ssm_step`); the gated RMSNorm norm(y * silu(z)), then `out_proj`.
+The scan and the norm run in float32 (as transformers' torch path); the SSM state is stored
+in `RecurrentMixer.ssm_state_dtype`, the conv state in the model's dtype. Every device runs
+this reference (docs/models.md, Recurrent kernels on CUDA).
 """
 
 from __future__ import annotations

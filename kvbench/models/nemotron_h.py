@@ -1,17 +1,11 @@
-"""Nemotron-H, as transformers' NemotronHForCausalLM computes it: every layer one block, an
-RMSNorm then one mixer, added to the residual. The mixer is the layer's character of
-`hybrid_override_pattern`: a Mamba-2 layer (mamba2.py: the same in_proj / conv / SSD scan /
-gated RMSNorm over `n_groups` groups as Granite-4.0-H's), attention without rope (llama.py's
-projections, scores scaled by head_dim**-0.5), or a relu^2 MLP (`down_proj(relu(up_proj(x))^2)`).
+"""Nemotron-H, as transformers' NemotronHForCausalLM computes it (docs/models.md, State-space
+hybrids): every layer an RMSNorm then one mixer, by its character of
+`hybrid_override_pattern`: Mamba-2 (mamba2.py), attention without rope (llama.py's), or a
+relu^2 MLP (`down_proj(relu(up_proj(x))^2)`).
 
-Nemotron-H's RMSNorm multiplies the weight in float32 and casts the product (Llama's casts,
-then multiplies in the weights' dtype): the same in float32, not in bfloat16.
-
-Module names are transformers 5's (`model.embeddings`, `model.layers.N.norm`,
-`model.layers.N.mixer`, `model.norm_f`); its checkpoints, as published and as
-`save_pretrained` writes them, say `backbone.` for `model.` (`CHECKPOINT_PREFIXES`, which the
-loader maps). The recurrent layers' states live where the executor keeps them: `forward`
-takes a `RecurrentStates` beside the attention callable.
+Module names are transformers 5's (`model.embeddings`, `model.layers.N.mixer`,
+`model.norm_f`); its checkpoints say `backbone.` for `model.` (`CHECKPOINT_PREFIXES`, which the
+loader maps).
 """
 
 from __future__ import annotations

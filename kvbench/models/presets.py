@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import GPT_OSS_DEFAULT_ROPE, ModelConfig
+from kvbench.models.config_values import periodic_layer_types
 from kvbench.models.deepseek_config import DeepseekRouting, MLAShape
 from kvbench.models.hybrid_config import GDN_CHUNK_SIZE
-from kvbench.models.layer_types import periodic_layer_types
 from kvbench.models.recurrent import HybridLayers, RecurrentMixer
 
 

@@ -1,13 +1,9 @@
-"""Qwen3-Next, as transformers' Qwen3NextForCausalLM computes it: layers by `layer_types`,
-Gated DeltaNet linear attention (gated_deltanet.py) or gated full attention (q/k norms, rope
-over the first `partial_rotary_factor` of each head, a sigmoid gate on the output, projected
+"""Qwen3-Next, as transformers' Qwen3NextForCausalLM computes it (docs/models.md, State-space
+hybrids): Gated DeltaNet layers (gated_deltanet.py) or gated full attention (q/k norms, rope
+over the first `partial_rotary_factor` of each head, a sigmoid gate on the output projected
 beside q); every layer a mixture of SwiGLU experts with a sigmoid-gated shared expert (or a
 dense MLP where mlp_only_layers / decoder_sparse_step say); zero-centred (1 + w) RMSNorms.
-
-Parameter names follow the checkpoint's (`linear_attn`, `self_attn`, `mlp.experts.E`,
-`mlp.shared_expert`), so a local folder's state dict loads as it is. Like every kvbench
-decoder it holds weights only: the executor passes attention over the KV cache as a callable
-and the recurrent layers' states as a `RecurrentStates` (recurrent_states.py).
+Parameter names follow the checkpoint's, so a local folder's state dict loads as it is.
 """
 
 from __future__ import annotations
@@ -23,6 +19,7 @@ from kvbench.models.gated_deltanet import GatedDeltaNet
 from kvbench.models.gemma import GemmaRMSNorm
 from kvbench.models.llama import (
     MLP,
+    Attention,
     AttentionFn,
     Backbone,
     FlatBatchDecoder,
@@ -41,21 +38,15 @@ def rotary_dim(config: ModelConfig) -> int:
     return int(config.head_dim * config.partial_rotary_factor)
 
 
-class GatedAttention(DirectCall):
+class GatedAttention(Attention):
     """Full attention whose q_proj also gives, per head, a gate on that head's output
     (`[q | gate]` per head, 2 x head_dim wide); (1 + w) q/k norms; partial rope."""
 
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
-        super().__init__()
-        self.layer_index = layer_index
-        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
-        self.head_dim = d = config.head_dim
+        super().__init__(config, layer_index)
+        d = self.head_dim
         self.rotary_dim = rotary_dim(config)
-        h = config.hidden_size
-        self.q_proj = Linear(h, 2 * self.num_heads * d, bias=False)
-        self.k_proj = Linear(h, self.num_kv_heads * d, bias=False)
-        self.v_proj = Linear(h, self.num_kv_heads * d, bias=False)
-        self.o_proj = Linear(self.num_heads * d, h, bias=False)
+        self.q_proj = Linear(config.hidden_size, 2 * self.num_heads * d, bias=False)
         self.q_norm = ZeroCenteredRMSNorm(d, config.rms_norm_eps)
         self.k_norm = ZeroCenteredRMSNorm(d, config.rms_norm_eps)
 
@@ -147,8 +138,6 @@ class Qwen3NextDecoder(FlatBatchDecoder):
     IGNORED_WEIGHTS = ("mtp.",)
 
     def __init__(self, config: ModelConfig) -> None:
-        if config.hybrid is None or config.hybrid.recurrent.kind != "gated_deltanet":
-            raise ValueError(f"model {config.name} is not a Gated DeltaNet hybrid")
         if config.rope_scaling is not None:
             raise KvbenchInputError(
                 f"model {config.name}: config.json rope type "
