@@ -23,7 +23,6 @@ from kvbench.models.llama import (
     FlatBatchDecoder,
     RMSNorm,
     mix_experts,
-    plain_inv_freq,
     silu_and_mul,
 )
 from kvbench.models.mamba2 import Mamba2Mixer
@@ -122,9 +121,6 @@ class GraniteHybridDecoder(FlatBatchDecoder):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, Backbone(config, GraniteHybridLayer))
         self.rotates = config.hybrid.rope
-
-    def config_buffers(self) -> dict[str, torch.Tensor]:
-        return {"inv_freq": plain_inv_freq(self.config.head_dim, self.config.rope_theta)}
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(input_ids) * self.config.hybrid.embedding_multiplier

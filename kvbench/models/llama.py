@@ -60,13 +60,15 @@ def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.d
     return cos[:, None, :], signed_sin(sin)[:, None, :]
 
 
-def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
-    dim = config.head_dim
-    scaling = config.rope_scaling
-    if scaling and scaling.get("rope_type") == "yarn":
-        return yarn_inv_freq(dim, config.rope_theta, scaling)
-    inv_freq = plain_inv_freq(dim, config.rope_theta)
-    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
+def rope_frequencies(dim: int, base: float,
+                     scaling: dict | None) -> tuple[torch.Tensor, float]:
+    """RoPE's `[dim / 2]` float32 inverse frequencies and what cos and sin are multiplied by:
+    plain, YaRN's (its attention factor), or Llama 3.1's long-context scaling."""
+    kind = scaling and scaling.get("rope_type", scaling.get("type"))
+    if kind == "yarn":
+        return yarn_inv_freq(dim, base, scaling), yarn_attention_factor(scaling)
+    inv_freq = plain_inv_freq(dim, base)
+    if kind == "llama3":
         # Llama 3.1 long-context scaling: low frequencies divided by `factor`, high ones kept,
         # a smooth blend between.
         factor = scaling["factor"]
@@ -78,15 +80,7 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
         blended = (1 - smooth) * scaled / factor + smooth * scaled
         medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
         inv_freq = torch.where(medium, blended, scaled)
-    return inv_freq
-
-
-def rope_attention_factor(config: ModelConfig) -> float:
-    """What cos and sin are multiplied by (YaRN's attention factor; 1 otherwise)."""
-    scaling = config.rope_scaling
-    if scaling and scaling.get("rope_type") == "yarn":
-        return yarn_attention_factor(scaling)
-    return 1.0
+    return inv_freq, 1.0
 
 
 def signed_sin(sin: torch.Tensor) -> torch.Tensor:
@@ -241,25 +235,34 @@ class Backbone(DirectCall):
 class FlatBatchDecoder(DirectCall):
     """A decoder whose `forward` runs the flattened tokens of a batch (prefills and decodes
     together), every layer under the same rope: a family gives its backbone (`embed_tokens`,
-    `layers`, `norm`) and `config_buffers`, and where they differ its `embed` and `rope`."""
-
-    rope_attention_factor = 1.0  # what cos and sin are multiplied by (YaRN's factor)
+    `layers`, `norm`), and where they differ its `rotary_dim`, `config_buffers`, `embed` and
+    `rope`."""
 
     def __init__(self, config: ModelConfig, backbone: nn.Module) -> None:
         super().__init__()
         self.config = config
         self.model = backbone
         self.softmax_scale = config.softmax_scale
+        # what cos and sin are multiplied by (YaRN's attention factor)
+        self.rope_attention_factor = self.rope_frequencies()[1]
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         for name, value in self.config_buffers().items():
             self.register_buffer(name, value, persistent=False)
 
+    def rotary_dim(self) -> int:
+        """The dimensions of a head rope rotates."""
+        return self.config.head_dim
+
+    def rope_frequencies(self) -> tuple[torch.Tensor, float]:
+        config = self.config
+        return rope_frequencies(self.rotary_dim(), config.rope_theta, config.rope_scaling)
+
     def config_buffers(self) -> dict[str, torch.Tensor]:
         """The buffers no checkpoint holds, computed from the config (RoPE frequencies, in
         float32)."""
-        raise NotImplementedError
+        return {"inv_freq": self.rope_frequencies()[0]}
 
     def reset_buffers(self, device: torch.device) -> None:
         """`config_buffers` on `device` (`to_empty` leaves buffers uninitialised)."""
@@ -302,7 +305,3 @@ class LlamaDecoder(FlatBatchDecoder):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, Backbone(config, self.layer_class))
-        self.rope_attention_factor = rope_attention_factor(config)
-
-    def config_buffers(self) -> dict[str, torch.Tensor]:
-        return {"inv_freq": rope_inv_freq(self.config)}

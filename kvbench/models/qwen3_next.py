@@ -25,7 +25,6 @@ from kvbench.models.llama import (
     FlatBatchDecoder,
     apply_rope,
     mix_experts,
-    plain_inv_freq,
 )
 from kvbench.models.recurrent_states import RecurrentStates
 
@@ -149,5 +148,5 @@ class Qwen3NextDecoder(FlatBatchDecoder):
         """The weight that makes norm `name` leave its input as it is (dummy weights)."""
         return 1.0 if name.endswith("linear_attn.norm.weight") else self.identity_norm_weight
 
-    def config_buffers(self) -> dict[str, torch.Tensor]:
-        return {"inv_freq": plain_inv_freq(rotary_dim(self.config), self.config.rope_theta)}
+    def rotary_dim(self) -> int:
+        return rotary_dim(self.config)
