@@ -197,17 +197,11 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class EstimateInputs:
-    """What `kvbench estimate` is asked; every figure of the `KVEstimate` follows from it.
-
-    The KV shape is `model`'s, or explicit `num_layers` / `num_kv_heads` / `head_dim`.
-    `kv_cache_dtype="auto"` stores K/V in the weights `dtype`, as vLLM does. The budget is
-    `kv_memory` when given, else floor(`gpu_memory` x `gpu_memory_utilization` (default 0.9))
-    - weights, with weights = `weights_memory` or the model's parameters x `dtype` bytes.
-    `block_size=None` leaves the per-request figure unrounded; the paged strategy then uses
-    blocks of 16 tokens. `max_model_len` defaults to the model's max_position_embeddings
-    (explicit shapes: to `context`), `context` to `max_model_len`, `mean_len` to `context`.
-    `compare_utilization` (FROM, TO) compares the budget at two KV utilizations.
-    """
+    """What `kvbench estimate` is asked (its options: docs/estimate.md); every figure of the
+    `KVEstimate` follows from it. The KV shape is `model`'s or the explicit `num_layers` /
+    `num_kv_heads` / `head_dim`; None leaves a figure to the CLI's default (`max_model_len`
+    the model's max_position_embeddings or `context`, `context` max_model_len, `mean_len`
+    context; `block_size` None: no rounding, paged in blocks of 16)."""
 
     model: ModelConfig | None = None
     num_layers: int | None = None

@@ -33,15 +33,9 @@ def group_sizes(groups: tuple[KVGroup, ...], context: int) -> tuple[GroupSize, .
     sizes = []
     for group in groups:
         needed = context if group.window is None else min(context, group.window)
-        sizes.append(GroupSize(
-            attention=group.attention,
-            window=group.window,
-            num_layers=group.num_layers,
-            bytes_per_token=group.bytes_per_token,
-            tokens_needed=needed,
-            bytes_per_sequence=group.bytes_per_token * needed,
-            bytes_per_sequence_whole_context=group.bytes_per_token * context,
-        ))
+        per_token = group.bytes_per_token
+        sizes.append(GroupSize(group.attention, group.window, group.num_layers, per_token,
+                               needed, per_token * needed, per_token * context))
     return tuple(sizes)
 
 
