@@ -17,8 +17,11 @@ from kvbench.errors import KvbenchInputError
 from kvbench.models.bounds import check_model_bounds, derived_head_dim
 from kvbench.models.config_values import (
     bad_values_refused,
+    checked_layer_types,
     checked_window,
-    mlp_only_layers,
+    dense_layers,
+    expert_counts,
+    periodic_layer_types,
     positive_int,
     positive_number,
     quantization,
@@ -34,8 +37,6 @@ from kvbench.models.deepseek_config import (
 )
 from kvbench.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
 from kvbench.models.hybrid_config import HYBRID_MODEL_TYPES, read_hybrid_config
-from kvbench.models.hybrid_params import hybrid_norm_parameters, hybrid_parameters
-from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
 from kvbench.models.recurrent import HybridLayers
 from kvbench.models.rope_yarn import read_rope_scaling
 
@@ -43,7 +44,6 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mix
                          "gpt_oss", *DEEPSEEK_MODEL_TYPES, *GEMMA_MODEL_TYPES,
                          *HYBRID_MODEL_TYPES)
 SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function under two names
-ARCHITECTURES = ("llama", "gpt_oss", "gemma", "granite_hybrid", "nemotron_h")
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class ModelConfig:
     quantization: str | None = None
     # Gemma 2 and 3 (`gemma.py`'s decoder; `gemma_config.py` reads their config.json): the
     # (1 + w) RMSNorm, pre/post feed-forward norms, embeddings scaled by sqrt(hidden), gelu-tanh.
-    # The decoder that computes it (one of ARCHITECTURES): "llama" (llama.py), "gpt_oss"
+    # The decoder that computes it: "llama" (llama.py), "gpt_oss"
     # (gpt_oss.py), "gemma" (gemma.py), "granite_hybrid" (granite_hybrid.py, Granite-4.0-H)
     # or "nemotron_h" (nemotron_h.py);
     # DeepSeek's is chosen by `mla`.
@@ -140,20 +140,11 @@ class ModelConfig:
                 f"model {self.name}: layer_types lists sliding_attention layers but no "
                 "sliding_window is set"
             )
-        if self.architecture not in ARCHITECTURES:
-            raise KvbenchInputError(
-                f"model {self.name}: architecture must be one of {', '.join(ARCHITECTURES)}, "
-                f"got {self.architecture!r}"
-            )
         if self.num_heads % self.num_kv_heads:
             raise KvbenchInputError(
                 f"model {self.name}: num_heads={self.num_heads} is not a multiple of "
                 f"num_kv_heads={self.num_kv_heads}"
             )
-        if self.hybrid is not None and len(self.hybrid.mixers) != self.num_layers:
-            raise KvbenchInputError(
-                f"model {self.name}: {len(self.hybrid.mixers)} layer mixers for "
-                f"{self.num_layers} layers")
 
     @property
     def softmax_scale(self) -> float:
@@ -259,63 +250,64 @@ class ModelConfig:
             attn += h
         return attn
 
+    def layer_parameters(self, layer: int, active: bool = False) -> int:
+        """Layer `layer`'s weights (`active`: those one token computes with, the router's top-k
+        experts, not all of them), as transformers' modules hold them: its norms, its mixer
+        (attention with q/k norms, sinks and Qwen3-Next's output gate; a recurrent mixer;
+        none) and its feed-forward block (a hybrid's Nemotron-H mixers have none)."""
+        h, hybrid = self.hidden_size, self.hybrid
+        mixer = "attention" if hybrid is None else hybrid.mixers[layer]
+        total = self.norms_per_layer * h
+        if mixer == "attention":
+            total += self._attention_parameters() + (2 * self.head_dim if self.qk_norm else 0)
+            total += self.num_heads if self.attention_sinks else 0
+            if hybrid is not None and hybrid.attention_output_gate:  # q_proj twice as wide
+                total += h * self.num_heads * self.head_dim
+        elif mixer == "recurrent":
+            total += hybrid.recurrent.parameters(h)
+        if hybrid is not None and not hybrid.ffn[layer]:
+            return total
+        if not self.is_moe_layer(layer):
+            i = self.intermediate_size
+            if hybrid is not None and hybrid.mlp_ungated:  # Nemotron-H's relu^2: two matmuls
+                return total + 2 * h * i
+            return total + 3 * h * i + (2 * i + h if self.mlp_bias else 0)
+        # the routed experts (each expert's gate, up and down biases with moe_bias), the
+        # router's [experts, hidden] weight (and bias) and the shared experts (DeepSeek's
+        # e_score_correction_bias is a buffer, not a parameter, as in transformers)
+        width = self.moe_intermediate_size
+        expert = 3 * h * width + (2 * width + h if self.moe_bias else 0)
+        router = self.num_local_experts * (h + (1 if self.moe_bias else 0))
+        shared = self.num_shared_experts * width
+        if hybrid is not None:
+            shared += hybrid.shared_expert_intermediate_size
+            total += h if hybrid.shared_expert_gate else 0
+        experts = self.num_experts_per_tok if active else self.num_local_experts
+        return total + experts * expert + router + 3 * h * shared
+
     def num_parameters(self) -> int:
-        if self.hybrid is not None:
-            return hybrid_parameters(self)
-        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
-        attn = self._attention_parameters()
-        dense_mlp = 3 * h * i + (2 * i + h if self.mlp_bias else 0)
-        # every expert counted, plus the router's [experts, hidden] weight and the shared
-        # experts (DeepSeek's e_score_correction_bias is a buffer, not a parameter, as in
-        # transformers)
-        moe_mlp = self.num_local_experts * (3 * h * self.moe_intermediate_size + h) + (
-            3 * h * self.num_shared_experts * self.moe_intermediate_size)
-        if self.moe_bias:  # each expert's gate, up and down biases, and the router's
-            moe_mlp += self.num_local_experts * (self._expert_bias_parameters() + 1)
-        per_layer = attn + self.norms_per_layer * h + (2 * self.head_dim if self.qk_norm else 0)
-        if self.attention_sinks:
-            per_layer += self.num_heads
-        moe_layers = self.num_moe_layers
-        mlps = moe_layers * moe_mlp + (self.num_layers - moe_layers) * dense_mlp
-        embed = v * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * per_layer + mlps + embed + h + self.vision_parameters
+        return self._text_parameters(active=False) + self.vision_parameters
 
     def num_active_parameters(self) -> int:
-        """Parameters one token computes with: the router's top-k experts, not all of them."""
-        if self.hybrid is not None:
-            return hybrid_parameters(self, active=True)
-        text = self.num_parameters() - self.vision_parameters  # a text token skips the vision tower
-        if not self.is_moe:
-            return text
-        idle = self.num_local_experts - self.num_experts_per_tok
-        per_expert = 3 * self.hidden_size * self.moe_intermediate_size
-        if self.moe_bias:
-            per_expert += self._expert_bias_parameters()
-        return text - self.num_moe_layers * idle * per_expert
+        """Parameters one token computes with: the router's top-k experts, not all of them
+        (and no vision tower)."""
+        return self._text_parameters(active=True)
 
-    def _expert_bias_parameters(self) -> int:
-        return 2 * self.moe_intermediate_size + self.hidden_size
+    def _text_parameters(self, active: bool) -> int:
+        h = self.hidden_size
+        embed = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        layers = sum(self.layer_parameters(i, active) for i in range(self.num_layers))
+        return layers + embed + h
 
     def num_norm_parameters(self) -> int:
-        """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them."""
-        if self.hybrid is not None:
-            return hybrid_norm_parameters(self)
-        per_layer = self.norms_per_layer * self.hidden_size + (
-            2 * self.head_dim if self.qk_norm else 0)
+        """The RMSNorm weights: every GPU of a tensor-parallel group holds all of them (a
+        recurrent layer's gated norm splits with its heads)."""
+        per_layer = self.norms_per_layer * self.hidden_size
         if self.mla is not None:  # q_a_layernorm and kv_a_layernorm
             per_layer += (self.mla.q_lora_rank or 0) + self.mla.kv_lora_rank
-        return self.num_layers * per_layer + self.hidden_size
-
-    def num_replicated_parameters(self) -> int:
-        """Parameters every GPU of a tensor-parallel group holds whole: the norms, and MLA's
-        down-projections to the query and KV latents (vLLM replicates q_a_proj and
-        kv_a_proj_with_mqa: their outputs are shared by every head)."""
-        replicated = self.num_norm_parameters()
-        if self.mla is not None:
-            h, mla = self.hidden_size, self.mla
-            down = h * mla.latent_dim + (h * mla.q_lora_rank if mla.q_lora_rank else 0)
-            replicated += self.num_layers * down
-        return replicated
+        qk = 2 * self.head_dim if self.qk_norm else 0
+        return (self.num_layers * per_layer + len(self.attention_layers) * qk
+                + self.hidden_size)
 
     def check_tensor_parallel(self, tensor_parallel_size: int) -> None:
         """Heads must split evenly over the GPUs (KV heads too: no KV-head replication; a
@@ -429,36 +421,21 @@ def _experts(hf: dict[str, Any], name: str, model_type: str) -> dict[str, Any]:
         # means a config meant for training, refused rather than silently run as inference.
         refuse_unimplemented(hf, name, "router_jitter_noise", (0, None),
                              "kvbench runs inference: router_jitter_noise 0")
-        experts, top_k = _expert_counts(hf, name, "num_local_experts", 8, 2)
+        experts, top_k = expert_counts(hf, name, "num_local_experts", 8, 2)
         return {"num_local_experts": experts, "num_experts_per_tok": top_k}
     if model_type != "qwen3_moe":
         return {}
     # Published configs say num_experts; transformers 5 saves it as num_local_experts.
     experts_key = "num_local_experts" if "num_local_experts" in hf else "num_experts"
-    experts, top_k = _expert_counts(hf, name, experts_key, 128, 8)
-    step = positive_int(hf, "decoder_sparse_step", name, default=1)
+    experts, top_k = expert_counts(hf, name, experts_key, 128, 8)
     num_layers = positive_int(hf, "num_hidden_layers", name)
-    mlp_only = mlp_only_layers(hf, name, num_layers)
     return {
         "num_local_experts": experts,
         "num_experts_per_tok": top_k,
         "moe_intermediate_size": positive_int(hf, "moe_intermediate_size", name, default=768),
         "norm_topk_prob": true_or_false(hf, "norm_topk_prob", name, False),
-        "dense_layers": tuple(i for i in range(num_layers) if i in mlp_only or (i + 1) % step),
+        "dense_layers": dense_layers(hf, name, num_layers),
     }
-
-
-def _expert_counts(hf: dict[str, Any], name: str, experts_key: str, default_experts: int,
-                   default_top_k: int) -> tuple[int, int]:
-    """The expert count (under `experts_key`) and the experts a token (num_experts_per_tok),
-    refused when a token would choose more experts than there are."""
-    experts = positive_int(hf, experts_key, name, default=default_experts)
-    top_k = positive_int(hf, "num_experts_per_tok", name, default=default_top_k)
-    if top_k > experts:
-        raise KvbenchInputError(
-            f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
-            f"{experts}")
-    return experts, top_k
 
 
 def _windows(hf: dict[str, Any], name: str, model_type: str) -> dict[str, Any]:
@@ -510,7 +487,7 @@ def _gpt_oss_config(hf: dict[str, Any], name: str) -> ModelConfig:
     with bad_values_refused(name):
         num_layers = positive_int(hf, "num_hidden_layers", name, default=36)
         experts_key = "num_experts" if "num_experts" in hf else "num_local_experts"
-        experts, top_k = _expert_counts(hf, name, experts_key, 128, 4)
+        experts, top_k = expert_counts(hf, name, experts_key, 128, 4)
         bias = true_or_false(hf, "attention_bias", name, True)
         rope_given = hf.get("rope_scaling") or hf.get("rope_parameters")
         max_positions = positive_int(hf, "max_position_embeddings", name, default=131072)

@@ -3,6 +3,7 @@ compute with them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,9 +31,11 @@ def positive_int(hf: dict[str, Any], key: str, name: str, default: int | None = 
     return check_limit(key, value, name)
 
 
-def mlp_only_layers(hf: dict[str, Any], name: str, num_layers: int) -> list[int]:
-    """`mlp_only_layers` (Qwen's mixtures: the layers that run a dense MLP), refused unless a
-    list of layer indices below `num_layers`."""
+def dense_layers(hf: dict[str, Any], name: str, num_layers: int) -> tuple[int, ...]:
+    """The layers of a Qwen mixture that run a dense MLP: those `mlp_only_layers` names
+    (refused unless a list of layer indices below `num_layers`) and those
+    `decoder_sparse_step` skips ((i + 1) % step != 0)."""
+    step = positive_int(hf, "decoder_sparse_step", name, default=1)
     mlp_only = hf.get("mlp_only_layers") or []
     if not isinstance(mlp_only, list) or any(
             isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
@@ -40,15 +43,31 @@ def mlp_only_layers(hf: dict[str, Any], name: str, num_layers: int) -> list[int]
         raise KvbenchInputError(
             f"model {name}: config.json mlp_only_layers must list layer indices below "
             f"num_hidden_layers {num_layers}, got {mlp_only!r:.80}")
-    return mlp_only
+    return tuple(i for i in range(num_layers) if i in mlp_only or (i + 1) % step)
 
 
-def positive_number(hf: dict[str, Any], key: str, name: str, default: float) -> float:
-    """`hf[key]` (`default` when absent), a positive int or float, as a float."""
-    value = hf.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+def expert_counts(hf: dict[str, Any], name: str, experts_key: str, default_experts: int,
+                  default_top_k: int | None, minimum: int = 1) -> tuple[int, int]:
+    """The expert count (under `experts_key`, at least `minimum`) and the experts a token
+    (num_experts_per_tok), refused when a token would choose more experts than there are."""
+    experts = positive_int(hf, experts_key, name, default=default_experts, minimum=minimum)
+    top_k = positive_int(hf, "num_experts_per_tok", name, default=default_top_k)
+    if experts and top_k > experts:
         raise KvbenchInputError(
-            f"model {name}: config.json {key} must be a positive number, got {value!r}")
+            f"model {name}: config.json num_experts_per_tok {top_k} exceeds {experts_key} "
+            f"{experts}")
+    return experts, top_k
+
+
+def positive_number(hf: dict[str, Any], key: str, name: str, default: float, *,
+                    where: str = "") -> float:
+    """`hf[key]` (`default` when absent), a finite positive int or float, as a float; `where`
+    names the dict it sits in for the message (`rope_scaling `)."""
+    value = hf.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            0 < value < math.inf):
+        raise KvbenchInputError(
+            f"model {name}: config.json {where}{key} must be a positive number, got {value!r}")
     return float(value)
 
 
@@ -135,3 +154,29 @@ def bad_values_refused(name: str) -> Iterator[None]:
         raise
     except (TypeError, ValueError) as err:
         raise KvbenchInputError(f"model {name}: config.json has a bad value ({err})") from None
+
+
+# transformers' `layer_types`: which layers attend through the sliding window
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def checked_layer_types(layer_types: Any, name: str, num_layers: Any,
+                        allowed: tuple[str, ...] = LAYER_TYPES) -> tuple[str, ...]:
+    """`config.json`'s `layer_types`, refused unless a list of one of `allowed` per layer."""
+    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+        raise KvbenchInputError(
+            f"model {name}: config.json layer_types must list one type per layer "
+            f"(num_hidden_layers {num_layers}), got {layer_types!r:.80}")
+    unknown = sorted({str(t) for t in layer_types if t not in allowed})
+    if unknown:
+        raise KvbenchInputError(
+            f"model {name}: config.json layer_types {', '.join(unknown)} is not implemented "
+            f"(supported: {', '.join(allowed)})")
+    return tuple(layer_types)
+
+
+def periodic_layer_types(num_layers: int, full_every: int) -> tuple[str, ...]:
+    """Every `full_every`-th layer full attention, the others sliding (the first sliding):
+    gpt-oss's and Gemma 2's alternation (2), Gemma 3's `sliding_window_pattern`."""
+    return tuple("sliding_attention" if (i + 1) % full_every else "full_attention"
+                 for i in range(num_layers))

@@ -28,29 +28,16 @@ from kvbench.models.llama import (
     FlatBatchDecoder,
     RMSNorm,
     mix_experts,
-    plain_inv_freq,
 )
-from kvbench.models.rope_yarn import yarn_attention_factor, yarn_inv_freq, yarn_mscale
+from kvbench.models.rope_yarn import yarn_mscale
 
 # transformers builds q_a_layernorm and kv_a_layernorm with its RMSNorm's default epsilon,
 # not the config's rms_norm_eps.
 LATENT_NORM_EPS = 1e-6
 
 
-def deepseek_rope(config: ModelConfig) -> tuple[torch.Tensor, float]:
-    """Inverse frequencies of the rope dimensions (qk_rope_head_dim) and the factor on cos
-    and sin, as transformers computes them (plain rope, or YaRN)."""
-    assert config.mla is not None
-    dim, base = config.mla.qk_rope_head_dim, config.rope_theta
-    scaling = config.rope_scaling
-    if not scaling:
-        return plain_inv_freq(dim, base), 1.0
-    return yarn_inv_freq(dim, base, scaling), yarn_attention_factor(scaling)
-
-
 def deepseek_softmax_scale(config: ModelConfig) -> float:
     """1 / sqrt(qk head dim), times YaRN's mscale(factor, mscale_all_dim)^2 (transformers)."""
-    assert config.mla is not None
     scale = config.mla.qk_head_dim**-0.5
     scaling = config.rope_scaling
     if scaling and scaling.get("mscale_all_dim"):
@@ -71,7 +58,6 @@ class LatentAttention(DirectCall):
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
         mla = config.mla
-        assert mla is not None
         self.layer_index = layer_index
         self.mla = mla
         self.num_heads = config.num_heads
@@ -120,7 +106,6 @@ class Router(DirectCall):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         routing = config.routing
-        assert routing is not None
         self.routing = routing
         self.top_k = config.num_experts_per_tok
         self.norm_topk_prob = config.norm_topk_prob
@@ -193,11 +178,10 @@ class DeepseekDecoder(FlatBatchDecoder):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, Backbone(config, deepseek_layer))
-        self.rope_attention_factor = deepseek_rope(config)[1]
         self.softmax_scale = deepseek_softmax_scale(config)
 
-    def config_buffers(self) -> dict[str, torch.Tensor]:
-        return {"inv_freq": deepseek_rope(self.config)[0]}
+    def rotary_dim(self) -> int:
+        return self.config.mla.qk_rope_head_dim
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]

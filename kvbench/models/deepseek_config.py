@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config_values import (
     bad_values_refused,
+    expert_counts,
     positive_int,
+    positive_number,
     quantization,
     read_rope_theta,
     refuse_unimplemented,
@@ -88,14 +90,11 @@ def read_deepseek_config(cls: type[ModelConfig], hf: dict[str, Any], name: str) 
         qk_rope_head_dim=positive_int(hf, "qk_rope_head_dim", name, 64),
         v_head_dim=positive_int(hf, "v_head_dim", name, 128),
         q_lora_rank=positive_int(hf, "q_lora_rank", name, 1536, nullable=True),
-        rope_interleave=_rope_interleave(hf, name, v3),
+        # DeepSeek-V2 rotates neighbouring pairs as complex numbers, always
+        rope_interleave=not v3 or true_or_false(hf, "rope_interleave", name, True),
     )
-    experts = positive_int(hf, "n_routed_experts", name, 256 if v3 else 64)
-    top_k = positive_int(hf, "num_experts_per_tok", name, 8 if v3 else None)
-    if top_k > experts:
-        raise KvbenchInputError(
-            f"model {name}: config.json num_experts_per_tok {top_k} exceeds n_routed_experts "
-            f"{experts}")
+    experts, top_k = expert_counts(hf, name, "n_routed_experts", 256 if v3 else 64,
+                                   8 if v3 else None)
     refuse_unimplemented(hf, name, "moe_layer_freq", (1,), "kvbench, as transformers, makes "
                          "every layer from first_k_dense_replace on a mixture: moe_layer_freq 1", 1)
     refuse_unimplemented(hf, name, "mlp_bias", (False, None), "DeepSeek MLPs without biases")
@@ -153,12 +152,6 @@ def _quantization(hf: dict[str, Any], name: str) -> str | None:
     return method
 
 
-def _rope_interleave(hf: dict[str, Any], name: str, v3: bool) -> bool:
-    if not v3:  # DeepSeek-V2 rotates neighbouring pairs as complex numbers, always
-        return True
-    return true_or_false(hf, "rope_interleave", name, True)
-
-
 def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekRouting:
     """V3's sigmoid, bias-corrected group-limited routing; V2's softmax greedy or
     group-limited routing. Anything else is refused naming the key."""
@@ -194,10 +187,6 @@ def _routing(hf: dict[str, Any], name: str, v3: bool, experts: int) -> DeepseekR
             raise KvbenchInputError(
                 f"model {name}: config.json num_experts_per_tok {top_k} exceeds the experts "
                 f"of topk_group {topk_group} groups")
-    scale = hf.get("routed_scaling_factor", 2.5 if v3 else 1.0)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
-        raise KvbenchInputError(
-            f"model {name}: config.json routed_scaling_factor must be a positive number, "
-            f"got {scale!r}")
+    scale = positive_number(hf, "routed_scaling_factor", name, 2.5 if v3 else 1.0)
     return DeepseekRouting(scoring, method, n_group if grouped else 1,
-                           topk_group if grouped else 1, float(scale))
+                           topk_group if grouped else 1, scale)

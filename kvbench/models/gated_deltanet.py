@@ -8,20 +8,12 @@ of transformers' `[key dim, value dim]`) evolves token by token:
     S <- S + beta_t (v_t - S k_t) k_t^T  (delta rule: write the part of v_t S misses)
     o_t = S q_t
 
-q and k are L2-normalised per head (q then scaled by key dim^-0.5), after a causal
-depthwise conv (kernel K, silu) over q, k and v whose last K - 1 inputs are the conv state.
-
-A one-token step runs that recurrence (`recurrent_gated_delta_rule`); a longer one its
-chunked form (`chunked_gated_delta_rule`), the same sums regrouped so a chunk of tokens
-costs a few matmuls and one triangular solve. Both are plain PyTorch and start from the
-state read, so a prompt may arrive in chunks; they are the reference and run off CUDA.
-
-On a CUDA tensor, where flash-linear-attention imports (`pip install 'kvbench[fla]'`, fla
-0.6.x: FLA_VERSION), the delta rule runs FLA's Triton kernels instead, as transformers and
-vLLM do: `fla.ops.gated_delta_rule.chunk_gated_delta_rule` for prefill chunks and
-`fused_recurrent_gated_delta_rule` for one-token steps (`fla_delta_rule`, the one place
-that calls them). The causal conv stays PyTorch's conv1d on every device (FLA's
-`fla.modules.causal_conv1d`, which also takes a state, is not wired in).
+q and k are L2-normalised per head (q then scaled by key dim^-0.5), after a causal depthwise
+conv (kernel K, silu) whose last K - 1 inputs are the conv state. A one-token step runs the
+recurrence (`recurrent_gated_delta_rule`), a longer one its chunked form
+(`chunked_gated_delta_rule`), both plain PyTorch from the state read; on CUDA, where
+flash-linear-attention imports, FLA's kernels instead (`fla_delta_rule`; docs/models.md,
+Recurrent kernels on CUDA).
 """
 
 from __future__ import annotations
@@ -37,7 +29,7 @@ from torch import nn
 from kvbench.models.causal_conv import causal_conv
 from kvbench.models.config import ModelConfig
 from kvbench.models.direct_call import DirectCall, Linear
-from kvbench.models.recurrent_states import RecurrentStates
+from kvbench.models.recurrent_states import RecurrentStates, sequence_groups
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -180,29 +172,6 @@ class GatedRMSNorm(DirectCall):
         return (self.weight * normed * F.silu(gate.float())).to(x.dtype)
 
 
-class DepthwiseConv(nn.Module):
-    """The conv's weight `[channels, 1, K]`, under the checkpoint's `conv1d.weight`."""
-
-    def __init__(self, channels: int, kernel: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(channels, 1, kernel))
-
-
-def sequence_groups(query_lens: list[int]) -> dict[int, tuple[list[int], list[int]]]:
-    """The step's sequences by query length: length -> (their indices, their first tokens'
-    offsets in the flat batch). Sequences of one length run as one batch (every decode
-    together), with no padding."""
-    groups: dict[int, tuple[list[int], list[int]]] = {}
-    start = 0
-    for index, length in enumerate(query_lens):
-        if length:
-            seqs, starts = groups.setdefault(length, ([], []))
-            seqs.append(index)
-            starts.append(start)
-        start += length
-    return groups
-
-
 class GatedDeltaNet(DirectCall):
     """Qwen3-Next's `linear_attn` layer, under transformers' parameter names."""
 
@@ -217,7 +186,9 @@ class GatedDeltaNet(DirectCall):
         keys, values = self.key_heads * self.key_dim, self.value_heads * self.value_dim
         self.in_proj_qkvz = Linear(h, 2 * keys + 2 * values, bias=False)
         self.in_proj_ba = Linear(h, 2 * self.value_heads, bias=False)
-        self.conv1d = DepthwiseConv(mixer.conv_dim, mixer.conv_kernel)
+        # the conv's weight `[channels, 1, K]` under the checkpoint's `conv1d.weight`
+        self.conv1d = nn.Conv1d(mixer.conv_dim, mixer.conv_dim, mixer.conv_kernel,
+                                groups=mixer.conv_dim, bias=False)
         self.dt_bias = nn.Parameter(torch.ones(self.value_heads))
         self.A_log = nn.Parameter(torch.zeros(self.value_heads))
         self.norm = GatedRMSNorm(self.value_dim, config.rms_norm_eps)
@@ -241,9 +212,6 @@ class GatedDeltaNet(DirectCall):
         """x `[T, hidden]`, the step's tokens (sequence i: `states.query_lens[i]` consecutive
         tokens); reads and writes this layer's states in `states`."""
         tokens = x.shape[0]
-        if sum(states.query_lens) != tokens:
-            raise ValueError(f"query_lens sum to {sum(states.query_lens)}, the batch has "
-                             f"{tokens} tokens")
         q, k, v, z, b, a = self.split_projections(x)
         mixed = torch.cat((q, k, v.reshape(tokens, -1)), dim=-1)  # the conv's channels
         beta = b.sigmoid()

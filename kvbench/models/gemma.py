@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvbench.models.config import ModelConfig
-from kvbench.models.direct_call import DirectCall, Linear
+from kvbench.models.direct_call import DirectCall
 from kvbench.models.llama import (
+    MLP,
     Attention,
     AttentionFn,
     Backbone,
@@ -24,26 +25,24 @@ from kvbench.models.llama import (
 
 
 class GemmaRMSNorm(DirectCall):
-    """x / rms(x) x (1 + w), in float32; its weights' identity value is 0."""
+    """x / rms(x) x (offset + w), in float32, cast to x's dtype: Gemma's (1 + w) norm, whose
+    weights' identity value is 0 (Qwen3-Next's too); with offset 0 Nemotron-H's, which
+    multiplies the weight in float32 where Llama's casts first (the same in float32 only)."""
 
-    def __init__(self, size: int, eps: float) -> None:
+    def __init__(self, size: int, eps: float, offset: float = 1.0) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(size))
+        self.weight = nn.Parameter(torch.full((size,), 1.0 - offset))
         self.eps = eps
+        self.offset = offset
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * (1.0 + self.weight.float())).to(x.dtype)
+        return (xf * (self.offset + self.weight.float())).to(x.dtype)
 
 
-class GemmaMLP(DirectCall):
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        h, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = Linear(h, i, bias=False)
-        self.up_proj = Linear(h, i, bias=False)
-        self.down_proj = Linear(i, h, bias=False)
+class GemmaMLP(MLP):
+    """GeGLU: llama.py's MLP with tanh-approximated gelu in place of silu."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
@@ -89,7 +88,6 @@ class GemmaDecoder(FlatBatchDecoder):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, Backbone(config, GemmaDecoderLayer, GemmaRMSNorm))
-        self.softmax_scale = config.softmax_scale
         self.sliding_layers = [config.layer_window(i) is not None
                                for i in range(config.num_layers)]
         # sliding layers' own rope: Gemma 3's local base, or full layers' scaling to skip
@@ -108,7 +106,7 @@ class GemmaDecoder(FlatBatchDecoder):
         self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
     ) -> torch.Tensor:
         """Hidden states `[T, hidden]` after the final norm."""
-        x = self.model.embed_tokens(input_ids) * self.embed_scale
+        x = self.embed(input_ids) * self.embed_scale
         full = rope_cos_sin(positions, self.inv_freq, x.dtype)
         local = rope_cos_sin(positions, self.local_inv_freq, x.dtype) if self.local_rope else full
         for layer, sliding in zip(self.model.layers, self.sliding_layers, strict=True):

@@ -14,7 +14,9 @@ from typing import Any
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config_values import (
     bad_values_refused,
+    checked_layer_types,
     checked_window,
+    periodic_layer_types,
     positive_int,
     positive_number,
     quantization,
@@ -22,7 +24,6 @@ from kvbench.models.config_values import (
     refuse_unimplemented,
     true_or_false,
 )
-from kvbench.models.layer_types import checked_layer_types, periodic_layer_types
 
 # "gemma3" is Gemma 3's multimodal config: its text_config is the text model, and its vision
 # tower is counted in the weights (`vision_parameters`) but never run.

@@ -1,16 +1,11 @@
-"""Granite-4.0-H, as transformers' GraniteMoeHybridForCausalLM computes it: Mamba-2 layers
-(mamba2.py) and attention layers (llama.py's, with rope only where position_embedding_type
-is "rope": the published models attend without positions), each followed by a mixture of
-experts (top-k of the router's logits, softmaxed over those k) beside a shared SwiGLU MLP (or
-the shared MLP alone without experts), and mu-P multipliers: embeddings times
-`embedding_multiplier`, each residual branch times `residual_multiplier`, logits divided by
-`logits_scaling`, scores scaled by `attention_multiplier` (the executor's
-`ModelConfig.softmax_scale`).
+"""Granite-4.0-H, as transformers' GraniteMoeHybridForCausalLM computes it (docs/models.md,
+State-space hybrids): Mamba-2 layers (mamba2.py) and llama.py's attention (rotated only where
+position_embedding_type is "rope"), each followed by the experts (top-k of the router's
+logits, softmaxed over those k) beside a shared SwiGLU MLP, and mu-P multipliers on the
+embeddings, each residual branch, the logits and (the executor's softmax scale) the scores.
 
 Parameter names are the checkpoint's (`block_sparse_moe.input_linear` holds each expert's
-gate and up rows, `output_linear` its down projection, `router.layer` the router), so a
-folder saved by transformers loads as it is. The recurrent layers' states live where the
-executor keeps them: `forward` takes a `RecurrentStates` beside the attention callable.
+gate and up rows, `output_linear` its down projection, `router.layer` the router).
 """
 
 from __future__ import annotations
@@ -27,28 +22,11 @@ from kvbench.models.llama import (
     Backbone,
     FlatBatchDecoder,
     RMSNorm,
-    apply_rope,
     mix_experts,
-    plain_inv_freq,
-    rope_cos_sin,
     silu_and_mul,
 )
 from kvbench.models.mamba2 import Mamba2Mixer
 from kvbench.models.recurrent_states import RecurrentStates
-
-
-class GraniteAttention(Attention):
-    """Llama's attention, rotated only when the model has rope (`cos` None: no positions)."""
-
-    def forward(self, x, cos, sin, attention: AttentionFn) -> torch.Tensor:
-        tokens = x.shape[0]
-        q = self.q_proj(x).view(tokens, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
-        if cos is not None:
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        out = attention(self.layer_index, q, k, v)
-        return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
 
 
 class SharedMLP(DirectCall):
@@ -113,7 +91,7 @@ class GraniteHybridLayer(DirectCall):
         if self.recurrent:
             self.mamba = Mamba2Mixer(hybrid.recurrent, h, eps, layer_index)
         else:
-            self.self_attn = GraniteAttention(config, layer_index)
+            self.self_attn = Attention(config, layer_index)
         self.has_experts = config.num_local_experts > 0
         if self.has_experts:
             self.block_sparse_moe = GraniteMoE(config)
@@ -142,23 +120,14 @@ class GraniteHybridDecoder(FlatBatchDecoder):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, Backbone(config, GraniteHybridLayer))
-        self.softmax_scale = config.softmax_scale
         self.rotates = config.hybrid.rope
 
-    def config_buffers(self) -> dict[str, torch.Tensor]:
-        return {"inv_freq": plain_inv_freq(self.config.head_dim, self.config.rope_theta)}
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_tokens(input_ids) * self.config.hybrid.embedding_multiplier
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                attention: AttentionFn, states: RecurrentStates) -> torch.Tensor:
-        """Hidden states `[T, hidden]` after the final norm; `states` holds each step
-        sequence's recurrent state (`kvbench.models.recurrent_states`)."""
-        x = self.model.embed_tokens(input_ids) * self.config.hybrid.embedding_multiplier
-        cos = sin = None
-        if self.rotates:
-            cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, attention, states)
-        return self.model.norm(x)
+    def rope(self, positions: torch.Tensor,
+             dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
+        return super().rope(positions, dtype) if self.rotates else (None, None)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return (self.lm_head(hidden) / self.config.hybrid.logits_scaling).float()

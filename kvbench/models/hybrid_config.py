@@ -1,13 +1,8 @@
-"""The `config.json` of a state-space hybrid: Qwen3-Next (`qwen3_next`: Gated DeltaNet and
-gated full attention, 3:1), Granite-4.0-H (`granitemoehybrid`: Mamba-2 and attention by
-`layer_types`) and Nemotron-H (`nemotron_h`: Mamba-2, attention and MLP layers by
-`hybrid_override_pattern`), read as transformers' Qwen3NextConfig, GraniteMoeHybridConfig and
-NemotronHConfig read them.
-
-kvbench sizes and simulates these models (`kvbench estimate`, `kvbench simulate`); its engine
-runs all three (kvbench/models/qwen3_next.py, granite_hybrid.py, nemotron_h.py). A key whose
-value would change the sizes or the math and that kvbench does not model is refused in one
-line naming it.
+"""The `config.json` of a state-space hybrid: Qwen3-Next (`qwen3_next`), Granite-4.0-H
+(`granitemoehybrid`) and Nemotron-H (`nemotron_h`), read as transformers' Qwen3NextConfig,
+GraniteMoeHybridConfig and NemotronHConfig read them (docs/models.md, State-space hybrids). A
+key whose value would change the sizes or the math and that kvbench does not model is refused
+in one line naming it.
 """
 
 from __future__ import annotations
@@ -17,14 +12,16 @@ from typing import Any
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config_values import (
     bad_values_refused,
-    mlp_only_layers,
+    checked_layer_types,
+    dense_layers,
+    expert_counts,
     positive_int,
+    positive_number,
     quantization,
     read_rope_theta,
     refuse_unimplemented,
     true_or_false,
 )
-from kvbench.models.layer_types import checked_layer_types
 from kvbench.models.recurrent import HybridLayers, RecurrentMixer
 
 HYBRID_MODEL_TYPES = ("qwen3_next", "granitemoehybrid", "nemotron_h")
@@ -52,15 +49,11 @@ def read_hybrid_config(hf: dict[str, Any], name: str) -> dict[str, Any]:
             "tie_word_embeddings": bool(hf.get("tie_word_embeddings", False)), **fields}
 
 
-def _layers(hf: dict[str, Any], name: str) -> int:
-    return positive_int(hf, "num_hidden_layers", name)
-
-
 def _qwen3_next(hf: dict[str, Any], name: str) -> dict[str, Any]:
     """Qwen3NextForCausalLM: `layer_types` ("linear_attention" / "full_attention") or every
     `full_attention_interval`-th layer full; every layer a mixture of experts (but
     `mlp_only_layers` and those `decoder_sparse_step` skips) with one gated shared expert."""
-    num_layers = _layers(hf, name)
+    num_layers = positive_int(hf, "num_hidden_layers", name)
     refuse_unimplemented(hf, name, "hidden_act", ("silu",), "the experts are SwiGLU", "silu")
     refuse_unimplemented(hf, name, "use_sliding_window", (False, None),
                          "Qwen3-Next's attention layers attend to the whole context")
@@ -83,13 +76,8 @@ def _qwen3_next(hf: dict[str, Any], name: str) -> dict[str, Any]:
         state_size=positive_int(hf, "linear_key_head_dim", name), num_groups=key_heads,
         conv_kernel=positive_int(hf, "linear_conv_kernel_dim", name),
         inner_size=value_heads * value_dim, chunk_size=GDN_CHUNK_SIZE)
-    experts = positive_int(hf, "num_experts", name, default=512, minimum=0)
-    top_k = positive_int(hf, "num_experts_per_tok", name, default=10)
-    if experts and top_k > experts:
-        raise KvbenchInputError(
-            f"model {name}: config.json num_experts_per_tok {top_k} exceeds num_experts {experts}")
-    step = positive_int(hf, "decoder_sparse_step", name, default=1)
-    mlp_only = mlp_only_layers(hf, name, num_layers)
+    experts, top_k = expert_counts(hf, name, "num_experts", 512, 10, minimum=0)
+    dense = dense_layers(hf, name, num_layers)
     shared = positive_int(hf, "shared_expert_intermediate_size", name, default=512, minimum=0)
     num_heads = positive_int(hf, "num_attention_heads", name, default=16)
     rope = _qwen3_next_rope(hf, name)
@@ -111,8 +99,7 @@ def _qwen3_next(hf: dict[str, Any], name: str) -> dict[str, Any]:
         "num_experts_per_tok": top_k if experts else 0,
         "moe_intermediate_size": positive_int(hf, "moe_intermediate_size", name, default=512),
         "norm_topk_prob": true_or_false(hf, "norm_topk_prob", name, True),
-        "dense_layers": tuple(i for i in range(num_layers)
-                              if i in mlp_only or (i + 1) % step) if experts else (),
+        "dense_layers": dense if experts else (),
         "hybrid": HybridLayers(mixers, (True,) * num_layers, recurrent,
                                attention_output_gate=True,
                                shared_expert_intermediate_size=shared if experts else 0,
@@ -140,7 +127,7 @@ def _granite(hf: dict[str, Any], name: str) -> dict[str, Any]:
     """GraniteMoeHybridForCausalLM: `layer_types` ("mamba" / "attention"); every layer a
     mixture of experts (none where num_local_experts is 0) beside a shared MLP of
     shared_intermediate_size. Its mu-P multipliers scale activations only."""
-    num_layers = _layers(hf, name)
+    num_layers = positive_int(hf, "num_hidden_layers", name)
     refuse_unimplemented(hf, name, "hidden_act", ("silu",), "the MLPs are SwiGLU", "silu")
     given = hf.get("layer_types")
     if given is None:
@@ -201,16 +188,9 @@ def _granite(hf: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _multiplier(hf: dict[str, Any], name: str, key: str) -> float:
-    """One of Granite's mu-P multipliers: a positive number, 1 when absent (as
+    """One of Granite's mu-P multipliers: a positive number, 1 when absent or null (as
     GraniteMoeHybridConfig defaults them)."""
-    value = hf.get(key, 1.0)
-    if value is None:
-        return 1.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            0 < value < float("inf")):
-        raise KvbenchInputError(
-            f"model {name}: config.json {key} must be a positive number, got {value!r}")
-    return float(value)
+    return 1.0 if hf.get(key) is None else positive_number(hf, key, name, 1.0)
 
 
 def _granite_rope(hf: dict[str, Any], name: str) -> bool:
@@ -323,7 +303,8 @@ def _nemotron_pattern(hf: dict[str, Any], name: str) -> str:
     layers = hf.get("num_hidden_layers")
     if not isinstance(pattern, str) or not pattern or (
             layers is not None and len(pattern) != layers):
-        expected = _layers(hf, name) if layers is not None else "one or more"
+        expected = ("one or more" if layers is None
+                    else positive_int(hf, "num_hidden_layers", name))
         raise KvbenchInputError(
             f"model {name}: config.json hybrid_override_pattern must be a string of one "
             f"character per layer (num_hidden_layers {expected}), got {pattern!r:.80}")

@@ -60,13 +60,15 @@ def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.d
     return cos[:, None, :], signed_sin(sin)[:, None, :]
 
 
-def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
-    dim = config.head_dim
-    scaling = config.rope_scaling
-    if scaling and scaling.get("rope_type") == "yarn":
-        return yarn_inv_freq(dim, config.rope_theta, scaling)
-    inv_freq = plain_inv_freq(dim, config.rope_theta)
-    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
+def rope_frequencies(dim: int, base: float,
+                     scaling: dict | None) -> tuple[torch.Tensor, float]:
+    """RoPE's `[dim / 2]` float32 inverse frequencies and what cos and sin are multiplied by:
+    plain, YaRN's (its attention factor), or Llama 3.1's long-context scaling."""
+    kind = scaling and scaling.get("rope_type", scaling.get("type"))
+    if kind == "yarn":
+        return yarn_inv_freq(dim, base, scaling), yarn_attention_factor(scaling)
+    inv_freq = plain_inv_freq(dim, base)
+    if kind == "llama3":
         # Llama 3.1 long-context scaling: low frequencies divided by `factor`, high ones kept,
         # a smooth blend between.
         factor = scaling["factor"]
@@ -78,15 +80,7 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
         blended = (1 - smooth) * scaled / factor + smooth * scaled
         medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
         inv_freq = torch.where(medium, blended, scaled)
-    return inv_freq
-
-
-def rope_attention_factor(config: ModelConfig) -> float:
-    """What cos and sin are multiplied by (YaRN's attention factor; 1 otherwise)."""
-    scaling = config.rope_scaling
-    if scaling and scaling.get("rope_type") == "yarn":
-        return yarn_attention_factor(scaling)
-    return 1.0
+    return inv_freq, 1.0
 
 
 def signed_sin(sin: torch.Tensor) -> torch.Tensor:
@@ -132,7 +126,8 @@ class Attention(DirectCall):
         v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cos is not None:  # None: attention without positions (Granite's "nope", Nemotron-H)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = attention(self.layer_index, q, k, v)
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
 
@@ -240,41 +235,57 @@ class Backbone(DirectCall):
 class FlatBatchDecoder(DirectCall):
     """A decoder whose `forward` runs the flattened tokens of a batch (prefills and decodes
     together), every layer under the same rope: a family gives its backbone (`embed_tokens`,
-    `layers`, `norm`), `rope` and `config_buffers`."""
+    `layers`, `norm`), and where they differ its `rotary_dim`, `config_buffers`, `embed` and
+    `rope`."""
 
     def __init__(self, config: ModelConfig, backbone: nn.Module) -> None:
         super().__init__()
         self.config = config
         self.model = backbone
+        self.softmax_scale = config.softmax_scale
+        # what cos and sin are multiplied by (YaRN's attention factor)
+        self.rope_attention_factor = self.rope_frequencies()[1]
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         for name, value in self.config_buffers().items():
             self.register_buffer(name, value, persistent=False)
 
+    def rotary_dim(self) -> int:
+        """The dimensions of a head rope rotates."""
+        return self.config.head_dim
+
+    def rope_frequencies(self) -> tuple[torch.Tensor, float]:
+        config = self.config
+        return rope_frequencies(self.rotary_dim(), config.rope_theta, config.rope_scaling)
+
     def config_buffers(self) -> dict[str, torch.Tensor]:
         """The buffers no checkpoint holds, computed from the config (RoPE frequencies, in
         float32)."""
-        raise NotImplementedError
+        return {"inv_freq": self.rope_frequencies()[0]}
 
     def reset_buffers(self, device: torch.device) -> None:
         """`config_buffers` on `device` (`to_empty` leaves buffers uninitialised)."""
         for name, value in self.config_buffers().items():
             setattr(self, name, value.to(device))
 
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_tokens(input_ids)
+
     def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) of `positions` as the family's layers take them (llama's `Attention`:
-        `[T, 1, D]`, sin signed by `signed_sin`)."""
-        raise NotImplementedError
+        `[T, 1, D]`, sin signed by `signed_sin`; None: no positions)."""
+        return rope_cos_sin(positions, self.inv_freq, dtype, self.rope_attention_factor)
 
-    def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn
-    ) -> torch.Tensor:
-        """Hidden states `[T, hidden]` after the final norm."""
-        x = self.model.embed_tokens(input_ids)
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: AttentionFn,
+                *states: object) -> torch.Tensor:
+        """Hidden states `[T, hidden]` after the final norm. A hybrid's layers also take its
+        recurrent layers' states (a `kvbench.models.recurrent_states.RecurrentStates`:
+        `states.query_lens` splits the flat batch into its sequences)."""
+        x = self.embed(input_ids)
         cos, sin = self.rope(positions, x.dtype)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, attention)
+            x = layer(x, cos, sin, attention, *states)
         return self.model.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -294,11 +305,3 @@ class LlamaDecoder(FlatBatchDecoder):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, Backbone(config, self.layer_class))
-        self.rope_attention_factor = rope_attention_factor(config)
-        self.softmax_scale = config.softmax_scale
-
-    def config_buffers(self) -> dict[str, torch.Tensor]:
-        return {"inv_freq": rope_inv_freq(self.config)}
-
-    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        return rope_cos_sin(positions, self.inv_freq, dtype, self.rope_attention_factor)

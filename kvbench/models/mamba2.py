@@ -1,26 +1,15 @@
-"""A Mamba-2 layer over a flat batch, in plain PyTorch: the readable reference of the math
-transformers' GraniteMoeHybridMambaLayer computes (its torch path) and mamba_ssm's kernels
-fuse.
+"""A Mamba-2 layer over a flat batch, in plain PyTorch: the math transformers'
+GraniteMoeHybridMambaLayer computes (its torch path) and mamba_ssm's kernels fuse.
 
-Per sequence, from the state `RecurrentStates.read` gives (zeros on its first chunk):
-
-- `in_proj` splits into the gate z, the conv's input xBC and the time step dt;
-- a depthwise causal conv over xBC continues from the conv state (its last K - 1 inputs),
-  then silu; x, B and C split from it (B and C shared by the heads of a group);
-- the selective scan with dt = softplus(dt + dt_bias), A = -exp(A_log): per head
-  h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t. A chunk of several
-  tokens runs the SSD chunked form (`ssd_scan`, Dao & Gu 2024 section 6, as transformers'
-  `mamba2_chunk_scan`), a single token the one-step update (`ssm_step`);
-- the gated RMSNorm norm(y * silu(z)) over groups of the inner width, then `out_proj`.
-
-The scan and the norm run in float32 whatever the weights' dtype (as transformers' torch
-path); the SSM state is stored in its own dtype (`RecurrentMixer.ssm_state_dtype`: float32
-where the model fixes it, else the model's), the conv state in the model's.
-
-On CUDA vLLM runs mamba_ssm's / causal_conv1d's kernels (`causal_conv1d_fn`,
-`causal_conv1d_update`, `mamba_chunk_scan_combined`, `selective_state_update`) over the
-same states: `Mamba2Mixer.conv` and `Mamba2Mixer.scan` are where those would be called when
-installed. None is here: every device runs this reference.
+Per sequence, from its state (`RecurrentStates.read`): `in_proj` splits into the gate z, the
+conv's input xBC and the time step dt; a depthwise causal conv continues from the conv state,
+then silu, and x, B and C split from it (B and C shared by a group's heads); the selective
+scan with dt = softplus(dt + dt_bias), A = -exp(A_log), per head h_t = exp(dt_t A) h_{t-1} +
+dt_t x_t B_t^T, y_t = h_t C_t + D x_t (a chunk: the SSD chunked form, `ssd_scan`, Dao & Gu
+2024 section 6; one token: `ssm_step`); the gated RMSNorm norm(y * silu(z)), then `out_proj`.
+The scan and the norm run in float32 (as transformers' torch path); the SSM state is stored
+in `RecurrentMixer.ssm_state_dtype`, the conv state in the model's dtype. Every device runs
+this reference (docs/models.md, Recurrent kernels on CUDA).
 """
 
 from __future__ import annotations
@@ -32,7 +21,7 @@ from torch import nn
 from kvbench.models.causal_conv import causal_conv
 from kvbench.models.direct_call import DirectCall, Linear
 from kvbench.models.recurrent import RecurrentMixer
-from kvbench.models.recurrent_states import RecurrentStates
+from kvbench.models.recurrent_states import RecurrentStates, sequence_groups
 
 
 class GatedRMSNorm(DirectCall):
@@ -104,17 +93,6 @@ def ssm_step(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, a: torch.Te
     return torch.einsum("shpn,shn->shp", state, c), state
 
 
-def sequential_scan(x: torch.Tensor, dt: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                    c: torch.Tensor, initial: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`ssd_scan` token by token (`ssm_step`): the recurrence as written, what the chunked
-    form must equal."""
-    state, ys = initial[None], []
-    for t in range(x.shape[0]):
-        y, state = ssm_step(state, x[t : t + 1], dt[t : t + 1], a, b[t : t + 1], c[t : t + 1])
-        ys.append(y)
-    return torch.cat(ys), state[0]
-
-
 class Mamba2Mixer(DirectCall):
     """One Mamba-2 layer under transformers' parameter names (`mamba.in_proj`, `conv1d`,
     `dt_bias`, `A_log`, `D`, `norm`, `out_proj`)."""
@@ -161,37 +139,26 @@ class Mamba2Mixer(DirectCall):
         dtype = hidden.dtype
         z, xbc, dt = self.in_proj(hidden).split([inner, self.conv_dim, heads], dim=-1)
         conv_states, ssm_states = states.read(self.layer_index)
-        lens = states.query_lens
         new_conv = torch.empty_like(conv_states)
         new_ssm = torch.empty_like(ssm_states)
         y = torch.empty(hidden.shape[0], heads, head_dim, dtype=torch.float32,
                         device=hidden.device)
-        # Sequences of one token (decodes) step together; longer chunks scan one by one.
-        singles = [i for i, n in enumerate(lens) if n == 1]
-        starts = [0]
-        for n in lens:
-            starts.append(starts[-1] + n)
-        runs = [([i], starts[i], lens[i]) for i, n in enumerate(lens) if n > 1]
-        if singles:
-            runs.append((singles, None, 1))
-        for seqs, start, length in runs:
-            rows = (torch.arange(start, start + length, device=hidden.device) if start is not None
-                    else torch.tensor([starts[i] for i in seqs], device=hidden.device))
+        per_group = heads // groups
+        # Sequences of one length run together (every decode in one step of the recurrence).
+        for length, (seqs, starts) in sequence_groups(states.query_lens).items():
+            rows = (torch.tensor(starts, device=hidden.device)[:, None]
+                    + torch.arange(length, device=hidden.device))  # [n, length]
             index = torch.tensor(seqs, device=hidden.device)
             count = len(seqs)
-            seq_xbc = xbc[rows].view(count, length, self.conv_dim)
-            out, conv_state = self.conv(seq_xbc, conv_states[index])
+            out, conv_state = self.conv(xbc[rows], conv_states[index])
             x, b, c = out.float().split([inner, groups * state_size, groups * state_size],
                                         dim=-1)
-            per_group = heads // groups
             b = b.reshape(count, length, groups, state_size).repeat_interleave(per_group, dim=2)
             c = c.reshape(count, length, groups, state_size).repeat_interleave(per_group, dim=2)
             x = x.reshape(count, length, heads, head_dim)
-            step = F.softplus(dt[rows].view(count, length, heads).float()
-                              + self.dt_bias.float())
+            step = F.softplus(dt[rows].float() + self.dt_bias.float())
             seq_y, ssm_state = self.scan(x, step, b, c, ssm_states[index].float())
-            seq_y = seq_y + x * self.D.float()[:, None]
-            y[rows] = seq_y.reshape(count * length, heads, head_dim)
+            y[rows] = seq_y + x * self.D.float()[:, None]
             new_conv[index] = conv_state.to(new_conv.dtype)
             new_ssm[index] = ssm_state.to(new_ssm.dtype)
         states.write(self.layer_index, (new_conv, new_ssm))

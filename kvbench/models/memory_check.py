@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from kvbench.core.host_memory import cpu_available_bytes
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
+from kvbench.models.dtype_names import model_dtype_name
 from kvbench.models.sizes import canonical_dtype, weights_bytes
 from kvbench.units import format_bytes
 
@@ -78,7 +79,7 @@ def memory_need(
     kv_bytes: int = 0,
 ) -> MemoryNeed:
     """Weights at `dtype`, plus activations of a prefill of `max_num_batched_tokens`, plus KV."""
-    name = canonical_dtype(_dtype_name(dtype), ("fp32", "bf16", "fp16"))
+    name = canonical_dtype(str(dtype).removeprefix("torch."), ("fp32", "bf16", "fp16"))
     weights = weights_bytes(model, name)
     element = weights // model.num_parameters()
     activations = (
@@ -123,7 +124,8 @@ def check_memory(
     if need.kv_bytes:
         parts.append(f"KV {format_bytes(need.kv_bytes)}")
     raise KvbenchInputError(
-        f"model {need.model} in {_LONG[need.dtype]} needs {format_bytes(need.total_bytes)} "
+        f"model {need.model} in {model_dtype_name(need.dtype)} needs "
+        f"{format_bytes(need.total_bytes)} "
         f"({' + '.join(parts)}) but {where} {format_bytes(have)} available; "
         f"{_way_out(need, have)}"
     )
@@ -164,10 +166,3 @@ def _size_limits_that_fit(need: MemoryNeed, have: int) -> list[str]:
     if fits < 1:
         return [f"a smaller {flag} (the {value:,} given need most of it)"]
     return [f"{flag} {fits:,} or less (the {value:,} given need most of it)"]
-
-
-_LONG = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-def _dtype_name(dtype: str | torch.dtype) -> str:
-    return dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")

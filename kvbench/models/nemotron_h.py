@@ -1,17 +1,11 @@
-"""Nemotron-H, as transformers' NemotronHForCausalLM computes it: every layer one block, an
-RMSNorm then one mixer, added to the residual. The mixer is the layer's character of
-`hybrid_override_pattern`: a Mamba-2 layer (mamba2.py: the same in_proj / conv / SSD scan /
-gated RMSNorm over `n_groups` groups as Granite-4.0-H's), attention without rope (llama.py's
-projections, scores scaled by head_dim**-0.5), or a relu^2 MLP (`down_proj(relu(up_proj(x))^2)`).
+"""Nemotron-H, as transformers' NemotronHForCausalLM computes it (docs/models.md, State-space
+hybrids): every layer an RMSNorm then one mixer, by its character of
+`hybrid_override_pattern`: Mamba-2 (mamba2.py), attention without rope (llama.py's), or a
+relu^2 MLP (`down_proj(relu(up_proj(x))^2)`).
 
-Nemotron-H's RMSNorm multiplies the weight in float32 and casts the product (Llama's casts,
-then multiplies in the weights' dtype): the same in float32, not in bfloat16.
-
-Module names are transformers 5's (`model.embeddings`, `model.layers.N.norm`,
-`model.layers.N.mixer`, `model.norm_f`); its checkpoints, as published and as
-`save_pretrained` writes them, say `backbone.` for `model.` (`CHECKPOINT_PREFIXES`, which the
-loader maps). The recurrent layers' states live where the executor keeps them: `forward`
-takes a `RecurrentStates` beside the attention callable.
+Module names are transformers 5's (`model.embeddings`, `model.layers.N.mixer`,
+`model.norm_f`); its checkpoints say `backbone.` for `model.` (`CHECKPOINT_PREFIXES`, which the
+loader maps).
 """
 
 from __future__ import annotations
@@ -22,24 +16,15 @@ from torch import nn
 
 from kvbench.models.config import ModelConfig
 from kvbench.models.direct_call import DirectCall, Embedding, Linear
-from kvbench.models.granite_hybrid import GraniteAttention
-from kvbench.models.llama import AttentionFn, FlatBatchDecoder
+from kvbench.models.gemma import GemmaRMSNorm
+from kvbench.models.llama import Attention, AttentionFn, FlatBatchDecoder
 from kvbench.models.mamba2 import Mamba2Mixer
 from kvbench.models.recurrent_states import RecurrentStates
 
 
-class NemotronHRMSNorm(DirectCall):
+def nemotron_norm(size: int, eps: float) -> GemmaRMSNorm:
     """transformers' `NemotronHRMSNorm`: (w * x / rms(x)) in float32, cast to x's dtype."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (self.weight.float() * normed).to(x.dtype)
+    return GemmaRMSNorm(size, eps, offset=0.0)
 
 
 class ReluSquaredMLP(DirectCall):
@@ -61,21 +46,21 @@ class NemotronHBlock(DirectCall):
         super().__init__()
         h, eps = config.hidden_size, config.rms_norm_eps
         self.kind = config.hybrid.mixers[layer_index]
-        self.norm = NemotronHRMSNorm(h, eps)
+        self.norm = nemotron_norm(h, eps)
         if self.kind == "recurrent":
             self.mixer = Mamba2Mixer(config.hybrid.recurrent, h, eps, layer_index)
         elif self.kind == "attention":
-            self.mixer = GraniteAttention(config, layer_index)
+            self.mixer = Attention(config, layer_index)
         else:
             self.mixer = ReluSquaredMLP(h, config.intermediate_size)
 
-    def forward(self, x: torch.Tensor, attention: AttentionFn,
+    def forward(self, x: torch.Tensor, cos: None, sin: None, attention: AttentionFn,
                 states: RecurrentStates) -> torch.Tensor:
         normed = self.norm(x)
         if self.kind == "recurrent":
             return x + self.mixer(normed, states)
         if self.kind == "attention":
-            return x + self.mixer(normed, None, None, attention)
+            return x + self.mixer(normed, cos, sin, attention)
         return x + self.mixer(normed)
 
 
@@ -87,14 +72,14 @@ class NemotronHBackbone(DirectCall):
         super().__init__()
         self.embeddings = Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(NemotronHBlock(config, i) for i in range(config.num_layers))
-        self.norm_f = NemotronHRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm_f = nemotron_norm(config.hidden_size, config.rms_norm_eps)
 
     @property
     def embed_tokens(self) -> Embedding:
         return self.embeddings
 
     @property
-    def norm(self) -> NemotronHRMSNorm:
+    def norm(self) -> GemmaRMSNorm:
         return self.norm_f
 
 
@@ -108,16 +93,9 @@ class NemotronHDecoder(FlatBatchDecoder):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config, NemotronHBackbone(config))
-        self.softmax_scale = config.softmax_scale
 
     def config_buffers(self) -> dict[str, torch.Tensor]:
         return {}  # no rope
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                attention: AttentionFn, states: RecurrentStates) -> torch.Tensor:
-        """Hidden states `[T, hidden]` after the final norm; `states` holds each step
-        sequence's recurrent state (`kvbench.models.recurrent_states`)."""
-        x = self.model.embeddings(input_ids)
-        for layer in self.model.layers:
-            x = layer(x, attention, states)
-        return self.model.norm_f(x)
+    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[None, None]:
+        return None, None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import GPT_OSS_DEFAULT_ROPE, ModelConfig
+from kvbench.models.config_values import periodic_layer_types
 from kvbench.models.deepseek_config import DeepseekRouting, MLAShape
 from kvbench.models.hybrid_config import GDN_CHUNK_SIZE
-from kvbench.models.layer_types import periodic_layer_types
 from kvbench.models.recurrent import HybridLayers, RecurrentMixer
 
 
@@ -42,11 +42,7 @@ def _pattern(layers: str) -> tuple[str, ...]:
     return tuple({"R": "recurrent", "A": "attention", "-": "none"}[c] for c in layers)
 
 
-# Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 48 layers, every fourth gated full
-# attention (16 query heads of 256, 2 KV heads, q/k norms, an output gate), the others Gated
-# DeltaNet (16 key heads of 128, 32 value heads of 128, a 4-tap conv); every layer 512
-# experts of 512, 10 a token, and a gated shared expert of 512 (~79.7B parameters, ~3.9B
-# active). Sized and simulated; the engine does not run it yet.
+# Qwen/Qwen3-Next-80B-A3B-Instruct's config.json (~79.7B parameters, ~3.9B active).
 QWEN3_NEXT_80B = _model(
     "qwen3-next-80b-a3b", 151936, 2048, 5120, 48, 16, 2, 262144, head_dim=256,
     rope_theta=10000000.0, partial_rotary_factor=0.25, rms_norm_eps=1e-6, qk_norm=True,
@@ -60,10 +56,7 @@ QWEN3_NEXT_80B = _model(
         attention_output_gate=True, shared_expert_intermediate_size=512,
         shared_expert_gate=True))
 
-# ibm-granite/granite-4.0-h-small's config.json: 40 layers, attention (32 heads, 8 KV heads
-# of 128, no rope) at layers 5, 15, 25 and 35, Mamba-2 elsewhere (128 heads of 64, d_state
-# 128, one group, expand 2, a 4-tap conv with bias); every layer 72 experts of 768, 10 a
-# token, beside a shared MLP of 1536 (~32.2B parameters, ~8.8B active); its mu-P multipliers.
+# ibm-granite/granite-4.0-h-small's config.json (~32.2B parameters, ~8.8B active).
 GRANITE_4_H_SMALL = _model(
     "granite-4.0-h-small", 100352, 4096, 1536, 40, 32, 8, 131072, rms_norm_eps=1e-5,
     tie_word_embeddings=True, num_local_experts=72, num_experts_per_tok=10,
@@ -76,10 +69,8 @@ GRANITE_4_H_SMALL = _model(
         residual_multiplier=0.22, logits_scaling=16.0, attention_multiplier=0.0078125,
         rope=False))
 
-# nvidia/Nemotron-H-8B-Base-8K's config.json: 52 single-block layers by its pattern
-# "M-M-M-M*-M-M-M-M-M*-...": 24 Mamba-2 (128 heads of 64, d_state 128, 8 groups, a 4-tap
-# conv with bias; its SSM state float32 in vLLM), 4 attention (32 heads, 8 KV heads of 128)
-# and 24 relu^2 MLPs of 21504 (~8.1B parameters).
+# nvidia/Nemotron-H-8B-Base-8K's config.json (~8.1B parameters): 52 single-block layers,
+# 24 Mamba-2 ('M'), 4 attention ('*') and 24 relu^2 MLPs ('-').
 NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 NEMOTRON_H_8B = _model(
     "nemotron-h-8b", 131072, 4096, 21504, 52, 32, 8, 8192, head_dim=128, rms_norm_eps=1e-5,

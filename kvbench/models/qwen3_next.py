@@ -1,13 +1,9 @@
-"""Qwen3-Next, as transformers' Qwen3NextForCausalLM computes it: layers by `layer_types`,
-Gated DeltaNet linear attention (gated_deltanet.py) or gated full attention (q/k norms, rope
-over the first `partial_rotary_factor` of each head, a sigmoid gate on the output, projected
+"""Qwen3-Next, as transformers' Qwen3NextForCausalLM computes it (docs/models.md, State-space
+hybrids): Gated DeltaNet layers (gated_deltanet.py) or gated full attention (q/k norms, rope
+over the first `partial_rotary_factor` of each head, a sigmoid gate on the output projected
 beside q); every layer a mixture of SwiGLU experts with a sigmoid-gated shared expert (or a
 dense MLP where mlp_only_layers / decoder_sparse_step say); zero-centred (1 + w) RMSNorms.
-
-Parameter names follow the checkpoint's (`linear_attn`, `self_attn`, `mlp.experts.E`,
-`mlp.shared_expert`), so a local folder's state dict loads as it is. Like every kvbench
-decoder it holds weights only: the executor passes attention over the KV cache as a callable
-and the recurrent layers' states as a `RecurrentStates` (recurrent_states.py).
+Parameter names follow the checkpoint's, so a local folder's state dict loads as it is.
 """
 
 from __future__ import annotations
@@ -23,13 +19,12 @@ from kvbench.models.gated_deltanet import GatedDeltaNet
 from kvbench.models.gemma import GemmaRMSNorm
 from kvbench.models.llama import (
     MLP,
+    Attention,
     AttentionFn,
     Backbone,
     FlatBatchDecoder,
     apply_rope,
     mix_experts,
-    plain_inv_freq,
-    rope_cos_sin,
 )
 from kvbench.models.recurrent_states import RecurrentStates
 
@@ -42,21 +37,15 @@ def rotary_dim(config: ModelConfig) -> int:
     return int(config.head_dim * config.partial_rotary_factor)
 
 
-class GatedAttention(DirectCall):
+class GatedAttention(Attention):
     """Full attention whose q_proj also gives, per head, a gate on that head's output
     (`[q | gate]` per head, 2 x head_dim wide); (1 + w) q/k norms; partial rope."""
 
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
-        super().__init__()
-        self.layer_index = layer_index
-        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
-        self.head_dim = d = config.head_dim
+        super().__init__(config, layer_index)
+        d = self.head_dim
         self.rotary_dim = rotary_dim(config)
-        h = config.hidden_size
-        self.q_proj = Linear(h, 2 * self.num_heads * d, bias=False)
-        self.k_proj = Linear(h, self.num_kv_heads * d, bias=False)
-        self.v_proj = Linear(h, self.num_kv_heads * d, bias=False)
-        self.o_proj = Linear(self.num_heads * d, h, bias=False)
+        self.q_proj = Linear(config.hidden_size, 2 * self.num_heads * d, bias=False)
         self.q_norm = ZeroCenteredRMSNorm(d, config.rms_norm_eps)
         self.k_norm = ZeroCenteredRMSNorm(d, config.rms_norm_eps)
 
@@ -148,32 +137,16 @@ class Qwen3NextDecoder(FlatBatchDecoder):
     IGNORED_WEIGHTS = ("mtp.",)
 
     def __init__(self, config: ModelConfig) -> None:
-        if config.hybrid is None or config.hybrid.recurrent.kind != "gated_deltanet":
-            raise ValueError(f"model {config.name} is not a Gated DeltaNet hybrid")
         if config.rope_scaling is not None:
             raise KvbenchInputError(
                 f"model {config.name}: config.json rope type "
                 f"{config.rope_scaling.get('rope_type', config.rope_scaling.get('type'))!r} is "
                 "not implemented for Qwen3-Next (kvbench rotates with the default rope)")
         super().__init__(config, Backbone(config, Qwen3NextDecoderLayer, ZeroCenteredRMSNorm))
-        self.softmax_scale = config.softmax_scale
 
     def identity_norm_weight_of(self, name: str) -> float:
         """The weight that makes norm `name` leave its input as it is (dummy weights)."""
         return 1.0 if name.endswith("linear_attn.norm.weight") else self.identity_norm_weight
 
-    def config_buffers(self) -> dict[str, torch.Tensor]:
-        return {"inv_freq": plain_inv_freq(rotary_dim(self.config), self.config.rope_theta)}
-
-    def rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        return rope_cos_sin(positions, self.inv_freq, dtype)
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                attention: AttentionFn, states: RecurrentStates) -> torch.Tensor:
-        """Hidden states `[T, hidden]` after the final norm. `states.query_lens` splits the
-        flat batch into its sequences (the attention callable knows them its own way)."""
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = self.rope(positions, x.dtype)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, attention, states)
-        return self.model.norm(x)
+    def rotary_dim(self) -> int:
+        return rotary_dim(self.config)

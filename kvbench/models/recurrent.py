@@ -1,22 +1,10 @@
 """`RecurrentMixer` and `HybridLayers`: the layers of a state-space hybrid that keep a
 recurrent state beside (or instead of) a KV cache, and what each layer of such a model holds.
 
-Two mixers, as vLLM sizes their state (vllm/model_executor/layers/mamba/mamba_utils.py,
-`MambaStateShapeCalculator`):
-
-- "gated_deltanet" (Qwen3-Next's linear attention, `gated_delta_net_state_shape`): a causal
-  conv over q, k and v, conv state `(K - 1, 2 x key heads x key dim + value heads x value dim)`,
-  and one `(value heads, value dim, key dim)` matrix of state per sequence.
-- "mamba2" (Granite-4.0-H, Nemotron-H; `mamba2_state_shape`): a causal conv over x, B and C,
-  conv state `(K - 1, inner + 2 x groups x d_state)`, and an SSM state
-  `(heads, head dim, d_state)`. Under tensor parallelism the groups are first padded to a
-  multiple of the GPUs (`extra_groups_for_head_shards`), then everything but K - 1 is split.
-
-Both states are per sequence and constant in its length. Their dtypes are vLLM's
-(`MambaStateDtypeCalculator`): the conv state in the model's dtype (`--mamba-cache-dtype
-auto`), the recurrent state too unless the model's config class says otherwise (Nemotron-H:
-float32, `NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE`, or its config.json's
-`mamba_ssm_cache_dtype`). A KV-cache dtype (`--kv-cache-dtype fp8`) does not change them.
+The states' shapes and dtypes are vLLM's (`MambaStateShapeCalculator`,
+`MambaStateDtypeCalculator`; docs/estimate.md, State-space hybrids): per sequence, constant in
+its length, a conv state and a recurrent state of "gated_deltanet" (Qwen3-Next) or "mamba2"
+(Granite-4.0-H, Nemotron-H) layers.
 """
 
 from __future__ import annotations
@@ -25,11 +13,6 @@ import math
 from dataclasses import dataclass
 
 from kvbench.errors import KvbenchInputError
-
-RECURRENT_MIXERS = ("gated_deltanet", "mamba2")
-# What each layer of a hybrid mixes the sequence with: attention (a KV cache), a recurrent
-# mixer (a state), or nothing (Nemotron-H's MLP-only layers, '-' in its pattern).
-LAYER_MIXERS = ("attention", "recurrent", "none")
 
 
 @dataclass(frozen=True)
@@ -43,7 +26,7 @@ class RecurrentMixer:
     heads x head dim).
     """
 
-    kind: str
+    kind: str  # "gated_deltanet" | "mamba2"
     num_heads: int
     head_dim: int
     state_size: int
@@ -57,10 +40,6 @@ class RecurrentMixer:
     # model's dtype, as vLLM's `mamba_ssm_cache_dtype` "auto"
     ssm_state_dtype: str | None = None
 
-    def __post_init__(self) -> None:
-        if self.kind not in RECURRENT_MIXERS:
-            raise ValueError(f"unknown recurrent mixer {self.kind!r}")
-
     @property
     def conv_dim(self) -> int:
         """Channels of the causal conv: q, k and v (GDN), or x, B and C (Mamba-2)."""
@@ -68,28 +47,24 @@ class RecurrentMixer:
             return 2 * self.num_groups * self.state_size + self.num_heads * self.head_dim
         return self.inner_size + 2 * self.num_groups * self.state_size
 
-    def _groups(self, tensor_parallel_size: int) -> int:
-        """Mamba-2's groups padded to shard with the heads (vLLM's
-        `extra_groups_for_head_shards`)."""
+    def _conv_channels(self, tensor_parallel_size: int) -> int:
+        """The conv's channels before the split over `tensor_parallel_size` GPUs: Mamba-2's
+        groups padded to shard with the heads (vLLM's `extra_groups_for_head_shards`)."""
         groups, tp = self.num_groups, tensor_parallel_size
-        return groups if groups % tp == 0 else groups + tp - groups
+        if self.kind == "gated_deltanet" or groups % tp == 0:
+            return self.conv_dim
+        return self.inner_size + 2 * (groups + tp - groups) * self.state_size
 
     def state_shapes(self, tensor_parallel_size: int = 1) -> tuple[tuple[int, ...], ...]:
         """(conv state, recurrent state) of one layer and sequence on one GPU, as vLLM's
         `MambaStateShapeCalculator` shapes them (conv state in its default "SD" layout)."""
         tp = tensor_parallel_size
-        if self.kind == "gated_deltanet":
-            conv_dim = self.conv_dim
-            temporal = (_split(self.num_heads, tp), self.head_dim, self.state_size)
-        else:
-            conv_dim = self.inner_size + 2 * self._groups(tp) * self.state_size
-            temporal = (_split(self.num_heads, tp), self.head_dim, self.state_size)
-        return (self.conv_kernel - 1, _split(conv_dim, tp)), temporal
+        return ((self.conv_kernel - 1, _split(self._conv_channels(tp), tp)),
+                (_split(self.num_heads, tp), self.head_dim, self.state_size))
 
     def check_tensor_parallel(self, tensor_parallel_size: int) -> None:
         tp = tensor_parallel_size
-        conv = self.conv_dim if self.kind == "gated_deltanet" else (
-            self.inner_size + 2 * self._groups(tp) * self.state_size)
+        conv = self._conv_channels(tp)
         if self.num_heads % tp or conv % tp:
             raise KvbenchInputError(
                 f"--tensor-parallel-size {tp} does not divide the {self.kind} layers' "
@@ -104,21 +79,16 @@ class RecurrentMixer:
 
     def parameters(self, hidden: int) -> int:
         """One layer's weights, as transformers' Qwen3NextGatedDeltaNet, GraniteMoeHybridMambaLayer
-        and NemotronHMamba2Mixer hold them."""
-        h, heads = hidden, self.num_heads
+        and NemotronHMamba2Mixer hold them: the projections (`projections`), the conv, then
+        the GDN's dt_bias, A_log and gated RMSNorm over one value head, or Mamba-2's dt_bias,
+        A_log and D per head and gated RMSNorm over the inner width (and biases)."""
+        (k_in, n_in), (k_out, n_out) = self.projections(hidden)
+        weights = k_in * n_in + k_out * n_out + self.conv_dim * self.conv_kernel
         if self.kind == "gated_deltanet":
-            value = heads * self.head_dim
-            key = self.num_groups * self.state_size
-            in_proj = h * (2 * key + 2 * value) + h * 2 * heads  # in_proj_qkvz, in_proj_ba
-            conv = self.conv_dim * self.conv_kernel
-            # dt_bias, A_log; the gated RMSNorm over one value head; out_proj
-            return in_proj + conv + 2 * heads + self.head_dim + value * h
-        projection = 2 * self.inner_size + 2 * self.num_groups * self.state_size + heads
-        in_proj = h * projection + (projection if self.proj_bias else 0)
-        conv = self.conv_dim * self.conv_kernel + (self.conv_dim if self.conv_bias else 0)
-        out_proj = self.inner_size * h + (h if self.proj_bias else 0)
-        # dt_bias, A_log and D per head; the gated RMSNorm over the inner width
-        return in_proj + conv + 3 * heads + self.inner_size + out_proj
+            return weights + 2 * self.num_heads + self.head_dim
+        biases = (n_in + n_out if self.proj_bias else 0) + (self.conv_dim if self.conv_bias
+                                                            else 0)
+        return weights + biases + 3 * self.num_heads + self.inner_size
 
     def projections(self, hidden: int) -> tuple[tuple[int, int], ...]:
         """The layer's matmuls as (k, n): its input projection(s) and its output projection."""
@@ -163,7 +133,8 @@ class RecurrentMixer:
 
 @dataclass(frozen=True)
 class HybridLayers:
-    """What each layer of a state-space hybrid holds: its mixer (`LAYER_MIXERS`), whether
+    """What each layer of a state-space hybrid holds: its mixer ("attention", a KV cache;
+    "recurrent", a state; "none": Nemotron-H's MLP-only layers, '-' in its pattern), whether
     it has a feed-forward block (`ffn`; Nemotron-H's are their own layers), the recurrent
     layers' shape, and the attention and MLP details these families add."""
 
@@ -188,13 +159,6 @@ class HybridLayers:
     logits_scaling: float = 1.0
     attention_multiplier: float | None = None
     rope: bool = True
-
-    def __post_init__(self) -> None:
-        if len(self.mixers) != len(self.ffn):
-            raise ValueError("one mixer and one ffn flag per layer")
-        unknown = set(self.mixers) - set(LAYER_MIXERS)
-        if unknown:
-            raise ValueError(f"unknown layer mixers {sorted(unknown)}")
 
     def layers_of(self, mixer: str) -> tuple[int, ...]:
         return tuple(i for i, m in enumerate(self.mixers) if m == mixer)

@@ -25,3 +25,18 @@ class RecurrentStates(Protocol):
     def read(self, layer: int) -> tuple[torch.Tensor, ...]: ...
 
     def write(self, layer: int, states: tuple[torch.Tensor, ...]) -> None: ...
+
+
+def sequence_groups(query_lens: list[int]) -> dict[int, tuple[list[int], list[int]]]:
+    """The step's sequences by query length: length -> (their indices, their first tokens'
+    offsets in the flat batch). Sequences of one length run as one batch (every decode
+    together), with no padding."""
+    groups: dict[int, tuple[list[int], list[int]]] = {}
+    start = 0
+    for index, length in enumerate(query_lens):
+        if length:
+            seqs, starts = groups.setdefault(length, ([], []))
+            seqs.append(index)
+            starts.append(start)
+        start += length
+    return groups

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.models.config_values import rope_scaling_dict, true_or_false
+from kvbench.models.config_values import positive_number, rope_scaling_dict, true_or_false
 
 if TYPE_CHECKING:  # torch only where frequencies are computed: sizing checks configs without it
     import torch
@@ -35,14 +35,8 @@ def yarn_scaling(scaling: dict[str, Any], name: str) -> dict[str, Any]:
             f"model {name}: config.json rope_scaling (yarn) lacks original_max_position_embeddings")
     for key in ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
                 "attention_factor", "mscale", "mscale_all_dim"):
-        value = scaling.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise KvbenchInputError(
-                f"model {name}: config.json rope_scaling {key} must be a positive number, "
-                f"got {value!r}"
-            )
+        if scaling.get(key) is not None:
+            positive_number(scaling, key, name, 0, where="rope_scaling ")
     if scaling.get("factor") is None:
         raise KvbenchInputError(f"model {name}: config.json rope_scaling (yarn) lacks factor")
     true_or_false(scaling, "truncate", name, True, where="rope_scaling ")

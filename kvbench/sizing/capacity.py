@@ -1,24 +1,11 @@
 """KV capacity: the tokens (and whole sequences) a KV budget holds, on one GPU or a group.
 
-    tokens    = floor(budget / KV bytes per token)
-    sequences = floor(tokens / tokens per sequence)
-
-`kv_capacity` is the one formula: the engine's arena slots, `kvbench estimate`'s capacity and
-per-strategy concurrency, and the tensor-parallel group below all count with it.
-
-With tensor parallelism N every GPU holds 1/N of the KV heads of every token (a
-latent-attention cache is whole on every GPU), and the group holds the same token count on
-each GPU; what each GPU's budget is comes from `kvbench.sizing.vllm_startup` (vLLM's profile)
-or `kvbench.sizing.kv_budget` (explicit shapes, `kvbench run`).
-
-Per sequence the strategies differ (`sequence_slots`): `paged` (and every strategy with one
-table for all layers) holds every layer for the whole context, so a slot is one token of every
-layer; `hybrid` holds, per allocation group (`kvbench.core.kv_allocation`, a slot being one
-token of one group's layers), the context for a full-attention group and at most
-ceil(W / block) + 1 blocks (min(context, W + block), block-rounded) for a window group:
-
-    paged:  sequences = floor(budget / (every layer's bytes per token) / context in blocks)
-    hybrid: sequences = floor(budget / (group_size layers' bytes) / sum over groups of slots)
+`kv_capacity` is the one formula (floor(budget / bytes per token), then whole sequences): the
+engine's arena slots, `kvbench estimate`'s capacity and per-strategy concurrency all count
+with it. Under tensor parallelism the budget and bytes per token are one GPU's (1/N of the KV
+heads; a latent row whole) and the group holds the same tokens on each GPU. Per sequence the
+strategies differ (`sequence_slots`): one table for every layer, or `hybrid`'s allocation
+groups (`kvbench.core.kv_allocation`), a window group capped at ceil(W / block) + 1 blocks.
 """
 
 from __future__ import annotations

@@ -1,51 +1,16 @@
 """KV-cache sizing arithmetic behind `kvbench estimate`: exact integer bytes, no tensors.
 
-bytes per token   = the sum over the model's KV groups (`kvbench.core.kv_groups`) of
-                    2 (K and V) x layers x KV heads x head dim x bytes per element
-bytes per request = bytes per token x context tokens (rounded up to whole blocks
-                    when a block size is given)
-bytes total       = bytes per request x concurrency
-KV budget         = with a model: the pool vLLM would allocate at the same flags
-                    (`kvbench.sizing.vllm_startup`: total x utilization - weights as loaded -
-                    the profile run's peak - non-torch memory [- CUDA graphs], in whole
-                    blocks); with explicit shapes floor(GPU memory x utilization) - weights;
-                    or a given KV size (`kvbench.sizing.kv_budget`)
-max concurrency   = floor(KV budget / bytes per request)           (`kvbench.sizing.capacity`)
-
-With `tensor_parallel_size` N (`--tensor-parallel-size`), the GPU memory, the weights'
-share (`weights_bytes_per_gpu`), the budget and the KV bytes per token are one GPU's
-(`kvbench.sizing.capacity`: 1/N of the KV heads, a latent-attention row whole); the token
-and request capacities are the group's, as every GPU holds a share of the same tokens.
-
-A state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H) also gets `state_pages`
-(`kvbench.sizing.state_pages`): its recurrent layers' state per sequence, the attention block
-size vLLM raises so that one attention page holds one state, the unified page and the KV
-cache groups. A request then holds cdiv(tokens, block) attention blocks and one block per
-state group; its KV per request adds the state per sequence; the budget is vLLM's pool of
-blocks; max concurrency = floor(blocks / blocks per request) (vLLM's), and the KV capacity
-is the tokens the pool's blocks would hold as attention blocks alone. Only `paged` is fitted:
-the one strategy that holds a state group (the others are refused by `kvbench simulate`).
-
-A latent-attention (MLA) model also gets `mha_equivalent`: the same budget if the cache held
-each head's full K (qk_nope + qk_rope) and V (v_head_dim), split over the GPUs by heads as
-multi-head attention is; what the latent saves.
-
-and per strategy:
-
-contiguous (reserve max) reserves max_model_len tokens for every request (every layer: the
-bound for a prompt written whole, whose window rings can reach the reservation);
-contiguous-rings, on a model with sliding windows, the same for its full-attention layers
-and a ring of min(max_model_len, W - 1 + chunk) per window group under chunked prefill;
-paged reserves ceil(mean_len / block_size) blocks for a request of mean length.
-
-Utilizations are read as exact fractions (`0.92` is 23/25, not the nearest
-double), so every byte count here is an exact integer.
+docs/estimate.md gives every formula (The formulas, Sliding windows, State-space hybrids):
+bytes per token summed over the model's KV groups (`kvbench.core.kv_groups`), per request
+over the context, the budget (vLLM's pool, `kvbench.sizing.vllm_startup`; floor(GPU memory x
+utilization) - weights; or `--kv-memory`), and each strategy's requests in it. Utilizations
+are exact fractions (`0.92` is 23/25), so every byte count is an exact integer.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
 from typing import Any
 
@@ -161,10 +126,13 @@ class MHAEquivalent:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KVEstimate:
-    """Every figure of one estimate; byte counts are exact integers."""
+    """Every figure of one estimate; byte counts are exact integers. `to_dict` writes the
+    fields in this order, under their metadata's "json" key where they have one (None: left
+    out)."""
 
+    tensor_parallel_size: int = 1
     model: str | None
     num_layers: int
     num_kv_heads: int
@@ -176,6 +144,8 @@ class KVEstimate:
     block_size: int | None  # rounding of the per-request figure; None: no rounding
     tokens_per_request: int  # context, rounded up to blocks when block_size is set
     kv_bytes_per_token: int
+    # One sequence's KV at `context` per group, window layers capped at W (`group_sizes`).
+    kv_group_sizes: tuple[GroupSize, ...] = field(default=(), metadata={"json": "kv_groups"})
     kv_bytes_per_request: int
     kv_bytes_total: int
     # The budget (None when neither GPU memory nor a KV size was given).
@@ -183,7 +153,11 @@ class KVEstimate:
     gpu_memory_utilization: Fraction | None
     dtype: str | None  # weights dtype, when the weights were computed
     num_parameters: int | None
+    # Parameters one token computes with: a mixture of experts' top-k experts, not all of them
+    # (`num_parameters` for a dense model). None where `num_parameters` is.
+    active_parameters: int | None = None
     weights_bytes: int | None
+    weights_bytes_per_gpu: int | None = None  # weights_bytes when tensor_parallel_size is 1
     weights_source: str | None  # "given" | "computed" | None
     kv_budget_bytes: int | None
     kv_budget_source: str | None  # "vllm" | "gpu" | "given" | None
@@ -194,77 +168,40 @@ class KVEstimate:
     mean_len: int
     strategies: dict[str, StrategyFit] = field(default_factory=dict)
     kv_utilization_comparison: UtilizationComparison | None = None
-    kv_groups: tuple[KVGroup, ...] = ()  # what kv_bytes_per_token sums
-    # Parameters one token computes with: a mixture of experts' top-k experts, not all of them
-    # (`num_parameters` for a dense model). None where `num_parameters` is.
-    active_parameters: int | None = None
-    tensor_parallel_size: int = 1
-    weights_bytes_per_gpu: int | None = None  # weights_bytes when tensor_parallel_size is 1
     mha_equivalent: MHAEquivalent | None = None
-    # One sequence's KV at `context` per group, window layers capped at W (`group_sizes`).
-    kv_group_sizes: tuple[GroupSize, ...] = ()
     # The vLLM start-up the budget came from (a model on --gpu / --gpu-memory), term by term.
     vllm: VllmStartup | None = None
-    vllm_quantization: str = "float weights"  # how the checkpoint stores them, in words
     # A state-space hybrid's unified pages (None for a model without recurrent layers).
     state_pages: StatePages | None = None
+    # what kv_bytes_per_token sums
+    kv_groups: tuple[KVGroup, ...] = field(default=(), metadata={"json": None})
+    # how the checkpoint stores its weights, in words
+    vllm_quantization: str = field(default="float weights", metadata={"json": None})
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (fractions as floats)."""
-        return {
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "model": self.model,
-            "num_layers": self.num_layers,
-            "num_kv_heads": self.num_kv_heads,
-            "head_dim": self.head_dim,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "kv_element_bytes": self.kv_element_bytes,
-            "context": self.context,
-            "concurrency": self.concurrency,
-            "block_size": self.block_size,
-            "tokens_per_request": self.tokens_per_request,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_groups": [size.to_dict() for size in self.kv_group_sizes],
-            "kv_bytes_per_request": self.kv_bytes_per_request,
-            "kv_bytes_total": self.kv_bytes_total,
-            "gpu_memory_bytes": self.gpu_memory_bytes,
-            "gpu_memory_utilization": _float_or_none(self.gpu_memory_utilization),
-            "dtype": self.dtype,
-            "num_parameters": self.num_parameters,
-            "active_parameters": self.active_parameters,
-            "weights_bytes": self.weights_bytes,
-            "weights_bytes_per_gpu": self.weights_bytes_per_gpu,
-            "weights_source": self.weights_source,
-            "kv_budget_bytes": self.kv_budget_bytes,
-            "kv_budget_source": self.kv_budget_source,
-            "kv_capacity_tokens": self.kv_capacity_tokens,
-            "max_concurrency": self.max_concurrency,
-            "fits": self.fits,
-            "max_model_len": self.max_model_len,
-            "mean_len": self.mean_len,
-            "strategies": {name: fit.to_dict() for name, fit in self.strategies.items()},
-            "kv_utilization_comparison": (
-                self.kv_utilization_comparison.to_dict() if self.kv_utilization_comparison else None
-            ),
-            "mha_equivalent": self.mha_equivalent.to_dict() if self.mha_equivalent else None,
-            "vllm": self.vllm.to_dict() if self.vllm else None,
-            "state_pages": self.state_pages.to_dict() if self.state_pages else None,
-        }
+        return {f.metadata.get("json", f.name): _plain(getattr(self, f.name))
+                for f in fields(self) if f.metadata.get("json", f.name) is not None}
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON holds it: fractions as floats, records by their `to_dict`."""
+    if isinstance(value, Fraction):
+        return float(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value.to_dict() if hasattr(value, "to_dict") else value
 
 
 @dataclass(frozen=True)
 class EstimateInputs:
-    """What `kvbench estimate` is asked; every figure of the `KVEstimate` follows from it.
-
-    The KV shape is `model`'s, or explicit `num_layers` / `num_kv_heads` / `head_dim`.
-    `kv_cache_dtype="auto"` stores K/V in the weights `dtype`, as vLLM does. The budget is
-    `kv_memory` when given, else floor(`gpu_memory` x `gpu_memory_utilization` (default 0.9))
-    - weights, with weights = `weights_memory` or the model's parameters x `dtype` bytes.
-    `block_size=None` leaves the per-request figure unrounded; the paged strategy then uses
-    blocks of 16 tokens. `max_model_len` defaults to the model's max_position_embeddings
-    (explicit shapes: to `context`), `context` to `max_model_len`, `mean_len` to `context`.
-    `compare_utilization` (FROM, TO) compares the budget at two KV utilizations.
-    """
+    """What `kvbench estimate` is asked (its options: docs/estimate.md); every figure of the
+    `KVEstimate` follows from it. The KV shape is `model`'s or the explicit `num_layers` /
+    `num_kv_heads` / `head_dim`; None leaves a figure to the CLI's default (`max_model_len`
+    the model's max_position_embeddings or `context`, `context` max_model_len, `mean_len`
+    context; `block_size` None: no rounding, paged in blocks of 16)."""
 
     model: ModelConfig | None = None
     num_layers: int | None = None
@@ -403,7 +340,6 @@ def _kv_shape(inputs: EstimateInputs) -> _KVShape:
         )
     else:
         num_layers, num_kv_heads, head_dim = shapes
-    assert num_layers is not None and num_kv_heads is not None and head_dim is not None
     _positive(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim)
 
     dtype = canonical_dtype(inputs.dtype, WEIGHT_DTYPES)
@@ -486,7 +422,6 @@ def _vllm_budget(inputs: EstimateInputs, shape: _KVShape, lengths: _Lengths, per
     """The pool vLLM would allocate: its tokens at `per_token` (one GPU's share, every layer)
     are the budget; vLLM's refusal to start is raised as `VllmRefusal`."""
     model, quantization = inputs.model, inputs.quantization
-    assert model is not None
     startup = vllm_startup(model, gpu_memory, VllmFlags(
         gpu_memory_utilization=inputs.gpu_memory_utilization,
         max_model_len=lengths.max_model_len, max_num_seqs=inputs.max_num_seqs,
@@ -523,10 +458,8 @@ def _mha_equivalent(inputs: EstimateInputs, shape: _KVShape, tokens_per_request:
     mla, tp = model.mla, inputs.tensor_parallel_size
     per_token = (model.num_layers * (model.num_heads // tp)
                  * (mla.qk_head_dim + mla.v_head_dim) * DTYPE_BYTES[shape.kv_dtype])
-    if budget is None:
-        return MHAEquivalent(per_token, None, None)
-    return MHAEquivalent(per_token, kv_capacity(budget, per_token),
-                         kv_capacity(budget, per_token, tokens_per_request))
+    return MHAEquivalent(per_token, _capacity(budget, per_token),
+                         _capacity(budget, per_token, tokens_per_request))
 
 
 def _strategy_fits(
@@ -540,17 +473,16 @@ def _strategy_fits(
     blocks_per_request = -(-mean_len // paged_block)
     paged_tokens = blocks_per_request * paged_block
 
-    def fit(tokens: int) -> int | None:
-        return kv_capacity(budget, per_token, tokens) if budget is not None else None
-
     fits = {
         "contiguous": StrategyFit("contiguous", f"max: max_model_len = {max_model_len} tokens",
-                                  max_model_len, per_token * max_model_len, fit(max_model_len)),
+                                  max_model_len, per_token * max_model_len,
+                                  _capacity(budget, per_token, max_model_len)),
         "paged": StrategyFit(
             "paged", f"ceil({mean_len} / {paged_block}) = {blocks_per_request} blocks at mean "
-            "length", paged_tokens, per_token * paged_tokens, fit(paged_tokens),
-            block_size=paged_block, blocks_per_request=blocks_per_request,
-            num_blocks=fit(paged_block)),
+            "length", paged_tokens, per_token * paged_tokens,
+            _capacity(budget, per_token, paged_tokens), block_size=paged_block,
+            blocks_per_request=blocks_per_request,
+            num_blocks=_capacity(budget, per_token, paged_block)),
     }
     if any(group.attention == "sliding" for group in groups):
         fits["contiguous-rings"] = _contiguous_rings_fit(groups, max_model_len, budget)
@@ -569,7 +501,7 @@ def _state_fits(pages: StatePages, mean_len: int, budget: int | None) -> dict[st
         "paged", reserve, attention * pages.block_size, blocks * pages.block_bytes,
         pages.max_requests(budget, mean_len) if budget is not None else None,
         block_size=pages.block_size, blocks_per_request=blocks,
-        num_blocks=budget // pages.block_bytes if budget is not None else None)}
+        num_blocks=_capacity(budget, pages.block_bytes))}
 
 
 # The chunk bound the ring row assumes: the floor of kvbench's step budget (its default is
@@ -608,9 +540,7 @@ def _hybrid_fit(groups: tuple[KVGroup, ...], mean_len: int, block: int,
     return _grouped_fit(
         "hybrid", reserve, allocation, slots, budget, block_size=block,
         blocks_per_request=slots // block,
-        num_blocks=(kv_capacity(budget, allocation.slot_bytes, block)
-                    if budget is not None else None),
-    )
+        num_blocks=_capacity(budget, allocation.slot_bytes, block))
 
 
 def _grouped_fit(strategy: str, reserve: str, allocation: HybridAllocation, slots: int,
@@ -620,8 +550,12 @@ def _grouped_fit(strategy: str, reserve: str, allocation: HybridAllocation, slot
     if allocation.padding_layers:
         reserve += f"; {allocation.padding_layers} padding layer(s)"
     return StrategyFit(strategy, reserve, slots, slots * allocation.slot_bytes,
-                       (kv_capacity(budget, allocation.slot_bytes, slots)
-                        if budget is not None else None), **blocks)
+                       _capacity(budget, allocation.slot_bytes, slots), **blocks)
+
+
+def _capacity(budget: int | None, bytes_per_token: int, tokens: int = 1) -> int | None:
+    """`kv_capacity`, None without a budget."""
+    return None if budget is None else kv_capacity(budget, bytes_per_token, tokens)
 
 
 def _comparison(
@@ -660,7 +594,6 @@ def format_estimate(est: KVEstimate) -> str:
         startup = est.vllm
         add("GPU memory", startup.stages[0].total,
             f"{startup.memory_source} ({startup.gpu or '--gpu-memory'})")
-        assert est.weights_bytes_per_gpu is not None
         tp = f", TP {est.tensor_parallel_size}" if est.tensor_parallel_size > 1 else ""
         add("weights per GPU", est.weights_bytes_per_gpu,
             "--weights-memory" if est.weights_source == "given"
@@ -671,8 +604,6 @@ def format_estimate(est: KVEstimate) -> str:
             budget_formula = (f"vLLM's pool: {startup.pool.num_blocks:,} blocks x "
                               f"{startup.pool.block_bytes:,} B (attention and state)")
     elif est.kv_budget_source == "gpu":
-        assert est.gpu_memory_bytes is not None and est.gpu_memory_utilization is not None
-        assert est.weights_bytes is not None
         add("GPU memory", est.gpu_memory_bytes, "--gpu-memory")
         weights_formula = "--weights-memory"
         if est.weights_source == "computed":
@@ -689,20 +620,15 @@ def format_estimate(est: KVEstimate) -> str:
     else:
         budget_formula = "--kv-memory"
     if est.kv_budget_bytes is not None:
-        assert est.max_concurrency is not None and est.kv_capacity_tokens is not None
         add("KV budget", est.kv_budget_bytes, budget_formula)
+        capacity, concurrency = "floor(budget / per token)", "floor(budget / per request)"
         if pages is not None:
-            add("KV capacity", f"{est.kv_capacity_tokens:,} tokens",
-                f"floor(budget / block / {pages.attention_groups} attention group(s)) x "
-                f"{pages.block_size} (no state held)")
-            add("max concurrency", _plural(est.max_concurrency, "request"),
-                f"floor(budget / block / ({pages.attention_groups} x cdiv(tokens, "
-                f"{pages.block_size}) + {pages.state_groups} state blocks)), as vLLM")
-        else:
-            add("KV capacity", f"{est.kv_capacity_tokens:,} tokens",
-                "floor(budget / per token)")
-            add("max concurrency", _plural(est.max_concurrency, "request"),
-                "floor(budget / per request)")
+            capacity = (f"floor(budget / block / {pages.attention_groups} attention group(s)) "
+                        f"x {pages.block_size} (no state held)")
+            concurrency = (f"floor(budget / block / ({pages.attention_groups} x cdiv(tokens, "
+                           f"{pages.block_size}) + {pages.state_groups} state blocks)), as vLLM")
+        add("KV capacity", f"{est.kv_capacity_tokens:,} tokens", capacity)
+        add("max concurrency", _plural(est.max_concurrency, "request"), concurrency)
         mha = est.mha_equivalent
         if mha is not None and mha.max_concurrency is not None:
             add("MHA-equivalent KV", mha.kv_bytes_per_token,
@@ -790,7 +716,3 @@ def _plural(count: int, noun: str) -> str:
 
 def _fmt_fraction(value: Fraction) -> str:
     return f"{float(value):g}"
-
-
-def _float_or_none(value: Fraction | None) -> float | None:
-    return float(value) if value is not None else None

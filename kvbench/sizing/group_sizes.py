@@ -1,15 +1,7 @@
-"""One sequence's KV bytes per layer group (`kvbench estimate`'s per-group table).
-
-A sliding-window layer attends to its last W tokens only, so it needs at most W tokens of KV:
-
-    bytes per sequence (group) = bytes per token (group) x min(context, W)     (full: W = inf)
-
-That is what an allocator that frees window blocks holds (vLLM's hybrid KV cache manager,
-block rounding aside). `paged` and `prefix` (and vLLM with
-`--disable-hybrid-kv-cache-manager`) keep every layer's whole context (`contiguous` a ring of
-about W plus one step's tokens per window group, `kvbench.strategies.window_ring`):
-
-    bytes per sequence, whole context (group) = bytes per token (group) x context
+"""One sequence's KV bytes per layer group (`kvbench estimate`'s per-group table;
+docs/estimate.md, Sliding windows): a window layer needs min(context, W) tokens of KV, what an
+allocator that frees window blocks holds (vLLM's hybrid KV cache manager), beside the whole
+context `paged` and `prefix` keep in every layer.
 """
 
 from __future__ import annotations
@@ -41,15 +33,9 @@ def group_sizes(groups: tuple[KVGroup, ...], context: int) -> tuple[GroupSize, .
     sizes = []
     for group in groups:
         needed = context if group.window is None else min(context, group.window)
-        sizes.append(GroupSize(
-            attention=group.attention,
-            window=group.window,
-            num_layers=group.num_layers,
-            bytes_per_token=group.bytes_per_token,
-            tokens_needed=needed,
-            bytes_per_sequence=group.bytes_per_token * needed,
-            bytes_per_sequence_whole_context=group.bytes_per_token * context,
-        ))
+        per_token = group.bytes_per_token
+        sizes.append(GroupSize(group.attention, group.window, group.num_layers, per_token,
+                               needed, per_token * needed, per_token * context))
     return tuple(sizes)
 
 

@@ -1,27 +1,8 @@
 """`kvbench estimate --kv-offload SIZE`: what a host KV tier adds, and when loading beats
-recomputing.
-
-The host tier is sized as vLLM's CPU offloading sizes it (`vllm/v1/kv_offload/cpu/spec.py`):
-SIZE is the host memory of the whole tensor-parallel group, a host block holds one GPU block
-of every rank, rounded up to the host's page (4 KiB), so
-
-    host blocks = floor(SIZE / round_up(block bytes per GPU x TP, 4 KiB))
-    host tokens = host blocks x block size
-
-The GPU tier is the KV budget in whole blocks (`paged`'s pool). Prefix-cache capacity, in
-distinct tokens, is GPU + host when a block is stored as it leaves the GPU cache (the tiers
-hold different blocks) and max(GPU, host) when every computed block is stored at once, as
-vLLM's connector does (the host tier holds copies of what the GPU holds).
-
-A full-context request's KV (`context` tokens: ceil(context / block) blocks) loaded back over
-the GPU's host link takes `transfer_seconds` (kvbench.simulator.host_transfer): one transfer,
-one fragment a block with vLLM's cross-layer layout, a K and a V fragment per layer with a
-per-layer layout (kvbench's arena, vLLM before 0.12). Each GPU of a tensor-parallel group
-loads its own share over its own link, at the same time. Recomputing is the prefill of the
-same tokens by the simulator's step-time model, in chunks of `max_num_batched_tokens` (vLLM's
-default for the GPU where the estimate modelled its start-up, else one step). A loaded
-request still computes its last token (a prefix hit stops one token short) in a step at the
-full context: load + that step is what recomputing is set against.
+recomputing (docs/estimate.md, "A host tier"): host blocks sized as vLLM's CPU offloading
+sizes them (`vllm/v1/kv_offload/cpu/spec.py`), the tiers' prefix-cache capacity, and one
+full-context request's load over the host link (`kvbench.simulator.host_transfer`) against
+its prefill by the simulator's step-time model.
 """
 
 from __future__ import annotations
@@ -102,18 +83,16 @@ class HostTierEstimate:
         return tokens // (math.ceil(self.context / self.block_size) * self.block_size)
 
     def to_dict(self) -> dict[str, Any]:
+        tiers = {"gpu": self.gpu_tokens, "host": self.host_tokens,
+                 "exclusive": self.tokens_exclusive, "inclusive": self.tokens_inclusive}
         return {
             "host_bytes": self.host_bytes,
             "block_size": self.block_size,
             "block_bytes_per_gpu": self.block_bytes_per_gpu,
             "host_block_bytes": self.host_block_bytes,
             "host_blocks": self.host_blocks,
-            "tokens": {"gpu": self.gpu_tokens, "host": self.host_tokens,
-                       "exclusive": self.tokens_exclusive, "inclusive": self.tokens_inclusive},
-            "requests": {"gpu": self.requests(self.gpu_tokens),
-                         "host": self.requests(self.host_tokens),
-                         "exclusive": self.requests(self.tokens_exclusive),
-                         "inclusive": self.requests(self.tokens_inclusive)},
+            "tokens": tiers,
+            "requests": {tier: self.requests(tokens) for tier, tokens in tiers.items()},
             "context": self.context,
             "load_vs_recompute": self.load.to_dict() if self.load else None,
         }

@@ -1,15 +1,7 @@
-"""The KV budget: what a GPU keeps for the KV cache after the weights and activations.
-
-    budget = floor(memory x utilization) - weights - activations
-
-as vLLM's `--gpu-memory-utilization` (default 0.9, vLLM's). Every engine sizes its arena with
-`kv_budget_bytes` unless `--kv-memory` gives the budget itself: `kvbench run` on CUDA (the
-memory and activation peak measured by `kvbench.execution.kv_budget`), `kvbench simulate`
-(a GPU preset's memory, activations estimated) and `kvbench estimate` (`--gpu-memory`, no
-activations).
-
-Utilizations are read as exact fractions (`0.92` is 23/25, not the nearest double), so every
-byte count is an exact integer.
+"""The KV budget: floor(memory x utilization) - weights - activations, as vLLM's
+`--gpu-memory-utilization` (default 0.9) leaves it; every engine sizes its arena with
+`kv_budget_bytes` unless `--kv-memory` gives the budget itself. Utilizations are exact
+fractions (`0.92` is 23/25, not the nearest double), so every byte count is an exact integer.
 """
 
 from __future__ import annotations

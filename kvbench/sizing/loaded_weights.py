@@ -1,29 +1,15 @@
 """Weights as vLLM loads them: the checkpoint's quantization, sharded over tensor parallelism
-and split over pipeline stages ("Model loading took X GiB memory").
+and split over pipeline stages ("Model loading took X GiB memory"; docs/estimate.md's
+"weights" row).
 
-A checkpoint's `quantization_config` (or vLLM's `--quantization fp8`, which quantizes a float
-checkpoint as it loads) stores the decoder's linear layers in fewer bytes; embeddings, the LM
-head, norms and MoE routers stay in the model dtype. Bytes per quantized weight:
-
-| scheme | stored | bytes per weight |
-|---|---|---|
-| fp8 (`fp8`, compressed-tensors float 8-bit) | e4m3 + a float32 scale per output row | 1 |
-| int8 (compressed-tensors int 8-bit, w8a8) | int8 + a float32 scale per output row | 1 |
-| int4 (AWQ, GPTQ, compressed-tensors 4-bit, group g) | two a byte + a 16-bit scale and a 4-bit zero per group | 0.5 + 2.5 / g |
-| mxfp4 (gpt-oss's experts only) | two a byte + an 8-bit scale per 32 | 0.5 + 1 / 32 |
-
-vLLM's MXFP4 MoE kernels (vllm/model_executor/layers/quantization/mxfp4.py) take each GPU's
-expert width rounded up to a multiple of 256, so gpt-oss's 2,880 is held as 3,072.
-
-Tensor parallelism (vllm/model_executor/layers/linear.py, vocab_parallel_embedding.py): every
-linear layer, the embedding and the LM head (vocabulary padded to a multiple of 64) are split
-over the GPUs; norms, MoE routers and latent attention's down-projections are replicated
-(`ModelConfig.num_replicated_parameters`). Pipeline parallelism
-(vllm/distributed/utils.py `get_pp_indices`): num_layers // PP layers a stage, the remainder
-one each to the stages before the last; the first stage holds the embedding and any vision
-tower, the last the final norm and the LM head (its own copy when tied to the embedding).
-Rotary embeddings add a cos/sin cache of max_position_embeddings x rotary dim in the model
-dtype on every GPU.
+A quantized checkpoint stores the decoder's linear layers in `WeightQuantization`'s bytes per
+weight (fp8 and int8 1, int4 0.5 + 2.5 / group, mxfp4 0.5 + 1 / 32 with each GPU's expert
+width rounded up to 256, as vLLM's MXFP4 MoE kernels hold it); embeddings, the LM head
+(vocabulary padded to 64), norms and routers stay in the model dtype. Tensor parallelism
+splits every linear layer, the embedding and the LM head, and replicates norms, routers and
+latent attention's down-projections; pipeline stages split the layers as `get_pp_indices`,
+the first holding the embedding and any vision tower, the last the final norm and LM head.
+Rotary embeddings add a cos/sin cache of max_position_embeddings x rotary dim on every GPU.
 """
 
 from __future__ import annotations
@@ -35,10 +21,10 @@ from typing import Any
 
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
+from kvbench.models.sizes import DTYPE_BYTES
 
 VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
 MXFP4_WIDTH_MULTIPLE = 256
-DENSE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 @dataclass(frozen=True)
@@ -139,11 +125,12 @@ def loaded_weights(model: ModelConfig, dtype: str, quantization: WeightQuantizat
                    pipeline_parallel_size: int = 1) -> list[StageWeights]:
     """One GPU's weight bytes in each pipeline stage."""
     tp = tensor_parallel_size
-    d = DENSE_DTYPES[dtype]
+    d = DTYPE_BYTES[dtype]
     stages = pipeline_layers(model.num_layers, pipeline_parallel_size)
     vocab_rows = math.ceil(_round_up(model.vocab_size, VOCAB_PADDING) / tp)
     table = vocab_rows * model.hidden_size * d  # one GPU's embedding or LM head
-    rotary = model.max_position_embeddings * _rotary_dim(model) * d * (
+    rotary_dim = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
+    rotary = model.max_position_embeddings * rotary_dim * d * (
         2 if model.rope_local_theta is not None else 1)
     out = []
     for index, layers in enumerate(stages):
@@ -191,10 +178,6 @@ def _layer_bytes(model: ModelConfig, layer: int, d: int,
     if model.moe_bias:
         total += Fraction(experts * (2 * width + h) * d, tp) + experts * d
     return total
-
-
-def _rotary_dim(model: ModelConfig) -> int:
-    return model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
 
 
 def _round_up(value: int, multiple: int) -> int:

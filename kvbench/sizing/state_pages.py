@@ -1,33 +1,12 @@
 """A state-space hybrid's KV pool as vLLM lays it out: one page size for attention and state.
 
-vLLM's hybrid KV cache manager needs every layer's page to be the same size. A recurrent
-layer's page is its whole state for one sequence (conv + recurrent state: `MambaSpec`
-`page_size_bytes`, vllm/v1/kv_cache_interface.py; `ModelConfig.state_groups`), so vLLM raises
-the attention block size until one attention layer's block is at least that large, and pads
-the state page up to it (vllm/platforms/interface.py `Platform._align_hybrid_block_size`):
-
-    align       = max(the backend's smallest kernel block, --block-size)   (FlashAttention,
-                  vLLM's CUDA default: multiples of 16, so 16 at the default --block-size)
-    block_size  = align x cdiv(state page, align x attention page of one token)
-                  rounded up to a multiple of 16 (every backend's kernel block)
-    page        = block_size x attention page of one token  (>= state page; the state padded)
-
-(a --block-size already that large is kept). Qwen3-Next-80B's 1,097,728-byte state over a
-2,048-byte attention token (2 KV heads of 256, bf16) gives 544 tokens; Granite-4.0-H-Small's
-2,147,840 B over 4,096 B, 528; Nemotron-H-8B's 4,255,744 B (its SSM state float32) over
-4,096 B, 1,040 (tests/vllm_oracle/test_state_block_size.py calls vLLM's own function on
-the same configs).
-
-The layers are then grouped as for sliding windows (`_get_kv_cache_groups_uniform_page_size`,
-`kvbench.core.kv_allocation`): `group_size` = the smaller layer count of the two kinds (the
-larger where both are within `PAD_TO_LARGEST_RATIO`), cdiv(n / group_size) KV cache groups of
-each kind. One block of the shared pool is a page of `group_size` layers:
-
-    num_blocks           = available // (page x group_size)
-    blocks per request   = attention groups x cdiv(tokens, block_size) + state groups
-                           (a state group holds one block a request, whatever its length:
-                           vLLM's `mamba_cache_mode` "none", no prefix caching)
-    max concurrency      = num_blocks / blocks per request
+docs/estimate.md ("State-space hybrids") gives the layout: vLLM raises the attention block
+until one attention layer's page holds one recurrent layer's state (`MambaSpec`, padded to
+the page: `Platform._align_hybrid_block_size`), then groups the layers as for sliding windows
+(`kvbench.core.kv_allocation`) into one pool whose block is a page of `group_size` layers; a
+request holds cdiv(tokens, block) blocks per attention group and one per state group
+(`mamba_cache_mode` "none"). tests/vllm_oracle/test_state_block_size.py calls vLLM's own
+function on the published configs.
 """
 
 from __future__ import annotations
@@ -37,10 +16,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvbench.core.kv_allocation import PAD_TO_LARGEST_RATIO
-from kvbench.core.kv_groups import KVGroup
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
-from kvbench.sizing.vllm_kv_cache import GiB, VllmKVPool
+from kvbench.sizing.vllm_kv_cache import VllmKVPool, no_memory, too_long
 
 # FlashAttention's kernel block sizes, MultipleOf(16) (vllm/v1/attention/backends/flash_attn.py
 # `get_supported_kernel_block_sizes`): the alignment of the raised block on CUDA.
@@ -144,32 +122,26 @@ def state_pages(model: ModelConfig, kv_element_bytes: int, model_element_bytes: 
     cache's for attention, the model's for the states (vLLM's `mamba_cache_dtype` auto)."""
     attention = model.kv_groups(kv_element_bytes, tensor_parallel_size)
     states = model.state_groups(model_element_bytes, tensor_parallel_size)
-    if not states:
-        raise ValueError(f"model {model.name} keeps no recurrent state")
     if len(attention) != 1 or attention[0].attention != "full":
         raise KvbenchInputError(
             f"model {model.name}: a hybrid whose attention layers are not all full attention "
             "is not sized (vLLM would need one page for windows, latents and states)")
-    return _pages(attention[0], states[0], block_size, checkpoint_alignment)
-
-
-def _pages(attention: KVGroup, state: KVGroup, block_size: int,
-           checkpoint_alignment: int = 1) -> StatePages:
-    per_token = attention.bytes_per_layer_token
+    kv, state = attention[0], states[0]
+    per_token = kv.bytes_per_layer_token
     block = raised_block_size(state.state_bytes_per_layer, per_token, block_size,
                               checkpoint_alignment)
-    counts = (attention.num_layers, state.num_layers)
+    counts = (kv.num_layers, state.num_layers)
     group_size = min(counts)
     if max(counts) < min(counts) * PAD_TO_LARGEST_RATIO:
         group_size = max(counts)
     return StatePages(
-        attention_layers=attention.num_layers, state_layers=state.num_layers,
+        attention_layers=kv.num_layers, state_layers=state.num_layers,
         mixer=state.attention, attention_bytes_per_layer_token=per_token,
-        kv_bytes_per_token=attention.bytes_per_token,
+        kv_bytes_per_token=kv.bytes_per_token,
         state_bytes_per_layer=state.state_bytes_per_layer,
         state_bytes_per_sequence=state.state_bytes_per_sequence,
         block_size=block, given_block_size=block_size, page_bytes=block * per_token,
-        group_size=group_size, attention_groups=-(-attention.num_layers // group_size),
+        group_size=group_size, attention_groups=-(-kv.num_layers // group_size),
         state_groups=-(-state.num_layers // group_size))
 
 
@@ -199,37 +171,14 @@ def state_pages_rows(pages: StatePages) -> list[tuple[str, str, str]]:
 
 def state_pool(pages: StatePages, available: int, max_model_len: int) -> VllmKVPool:
     """vLLM's pool of a hybrid on one GPU with `available` bytes (> 0)."""
-    num_blocks = available // pages.block_bytes
-    per_request = pages.blocks_per_request(max_model_len)
-    return VllmKVPool(
-        block_size=pages.block_size, page_bytes=pages.page_bytes,
-        layers_per_block=pages.group_size, num_groups=pages.num_groups,
-        padding_layers=pages.padding_layers, num_blocks=num_blocks,
-        tokens=num_blocks // pages.num_groups * pages.block_size,
-        blocks_per_request=per_request, max_model_len=max_model_len,
-        max_concurrency=num_blocks / per_request)
+    return VllmKVPool(pages.block_size, pages.page_bytes, pages.group_size, pages.num_groups,
+                      pages.padding_layers, available // pages.block_bytes,
+                      pages.blocks_per_request(max_model_len), max_model_len)
 
 
 def state_refusal(pages: StatePages, available: int, max_model_len: int,
                   spent: str = "") -> str | None:
     """vLLM's reason not to start a hybrid (None: it starts), as `refusal` words it."""
     if available <= 0:
-        where = f" ({spent})" if spent else ""
-        return (f"No available memory for the cache blocks: vLLM would not start, "
-                f"{available / GiB:.2f} GiB left for the KV cache{where}; raise "
-                "--gpu-memory-utilization, use a larger GPU, a higher --tensor-parallel-size "
-                "or a smaller model")
-    needed = pages.bytes_per_request(max_model_len)
-    if needed <= available:
-        return None
-    low, high = 0, max_model_len  # vLLM's binary search for the longest that fits
-    while low < high:
-        mid = (low + high + 1) // 2
-        if pages.bytes_per_request(mid) <= available:
-            low = mid
-        else:
-            high = mid - 1
-    return (f"vLLM would not start: one request of max_model_len {max_model_len:,} needs "
-            f"{needed / GiB:.2f} GiB of KV cache and state, more than the available "
-            f"{available / GiB:.2f} GiB; the estimated maximum model length is {low:,} "
-            f"(--max-model-len {low}), or raise --gpu-memory-utilization")
+        return no_memory(available, spent)
+    return too_long(pages.bytes_per_request, available, max_model_len, "KV cache and state")

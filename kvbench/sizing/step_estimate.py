@@ -3,7 +3,7 @@ step and part by part, with nothing run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
@@ -84,16 +84,7 @@ def estimate_steps(
             cost = time_model.cost([1] * step.batch, [step.context] * step.batch, step.batch)
         else:
             cost = time_model.cost([step.tokens], [step.context], 1)
-        out.append(
-            {
-                "kind": step.kind,
-                "batch": step.batch,
-                "context": step.context,
-                "tokens": step.tokens,
-                "ms": cost.time_s * 1e3,
-                "parts": cost.parts_ms(),
-            }
-        )
+        out.append({**asdict(step), "ms": cost.time_s * 1e3, "parts": cost.parts_ms()})
     return {
         "model": model.name,
         "gpu": spec.name,

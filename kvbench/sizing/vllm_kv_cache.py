@@ -1,29 +1,19 @@
 """The KV pool vLLM builds from its available memory, and when it refuses to start.
 
-As vllm/v1/core/kv_cache_utils.py does it:
-
-- Pages. Every layer's page is `block_size` tokens of its K and V (latent attention: its one
-  row). One KV group (every layer full attention) gives num_blocks = available //
-  (page x layers). With sliding-window layers the hybrid allocator
-  (`kvbench.core.kv_allocation`, vLLM's equal pages across layer groups) splits the layers
-  into allocation groups of `group_size` layers; each block holds one page of `group_size`
-  layers, so num_blocks = available // (page x group_size), and a group with fewer layers than
-  `group_size` pads its page ("Add N padding layers").
-- "GPU KV cache size: N tokens" is num_blocks // groups x block_size.
-- "Maximum concurrency for L tokens per request: Y x" is num_blocks / the blocks one request
-  of L tokens needs across the groups: cdiv(L, block) for full attention, and for a window W
-  cdiv(min(W - 1 + max_num_batched_tokens, L), block) + 1 (chunked prefill keeps W - 1
-  tokens plus the step's new ones; the +1 as the window need not start on a block).
-- Pipeline stages each size their own pool; vLLM then gives every stage the smallest
-  num_blocks.
-- Refusals (`check_enough_kv_cache_memory`): no memory left for blocks ("No available memory
-  for the cache blocks"), or one request of max_model_len needing more than the pool, where
-  vLLM suggests the longest max_model_len that fits.
+As vllm/v1/core/kv_cache_utils.py does it (docs/estimate.md tables the rows): num_blocks =
+available // (page x layers per block), every layer's page `block_size` tokens of its K and V,
+layers per block every layer or, with sliding windows, the hybrid allocator's `group_size`
+(`kvbench.core.kv_allocation`); "GPU KV cache size" num_blocks // groups x block_size;
+"Maximum concurrency" num_blocks / the blocks one max_model_len request holds over the groups
+(a window W: cdiv(min(W - 1 + max_num_batched_tokens, L), block) + 1). Pipeline stages each
+size a pool and all take the smallest. Refusals are `check_enough_kv_cache_memory`'s.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from kvbench.core.kv_allocation import hybrid_allocation
 from kvbench.core.kv_groups import KVGroup
@@ -41,14 +31,21 @@ class VllmKVPool:
     num_groups: int  # KV cache groups (1 without sliding windows)
     padding_layers: int  # hybrid: layer positions left empty in the groups' pages
     num_blocks: int
-    tokens: int
-    blocks_per_request: int
+    blocks_per_request: int  # one request of max_model_len tokens, over the groups
     max_model_len: int
-    max_concurrency: float
 
     @property
     def block_bytes(self) -> int:
         return self.page_bytes * self.layers_per_block
+
+    @property
+    def tokens(self) -> int:
+        """"GPU KV cache size": the blocks shared out over the groups, in tokens."""
+        return self.num_blocks // self.num_groups * self.block_size
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.num_blocks / self.blocks_per_request
 
 
 def stage_groups(groups: tuple[KVGroup, ...], layers: tuple[int, ...]) -> tuple[KVGroup, ...]:
@@ -96,18 +93,8 @@ def kv_pool(stage_group_list: list[tuple[KVGroup, ...]], available: list[int], b
     num_blocks = min(blocks)
     page, layers_per_block, windows, padding = layouts[blocks.index(num_blocks)]
     per_request = blocks_per_request(windows, max_model_len, block_size, max_num_batched_tokens)
-    return VllmKVPool(
-        block_size=block_size,
-        page_bytes=page,
-        layers_per_block=layers_per_block,
-        num_groups=len(windows),
-        padding_layers=padding,
-        num_blocks=num_blocks,
-        tokens=num_blocks // len(windows) * block_size,
-        blocks_per_request=per_request,
-        max_model_len=max_model_len,
-        max_concurrency=num_blocks / per_request,
-    )
+    return VllmKVPool(block_size, page, layers_per_block, len(windows), padding, num_blocks,
+                      per_request, max_model_len)
 
 
 def needed_bytes(groups: tuple[KVGroup, ...], tokens: int, block_size: int,
@@ -128,30 +115,40 @@ def refusal(stage_group_list: list[tuple[KVGroup, ...]], available: list[int], b
     what the memory went to, `advice` the way out when it is not the usual one."""
     for index, (groups, memory) in enumerate(zip(stage_group_list, available, strict=True)):
         if memory <= 0:
-            where = f" ({spent[index]})" if spent else ""
-            return (f"No available memory for the cache blocks: vLLM would not start, "
-                    f"{memory / GiB:.2f} GiB left for the KV cache{where}; " + (
-                        advice or "raise --gpu-memory-utilization, use a larger GPU, a higher "
-                        "--tensor-parallel-size or a smaller model"))
-        needed = needed_bytes(groups, max_model_len, block_size, max_num_batched_tokens)
-        if needed > memory:
-            fits = longest_fitting_len(groups, memory, max_model_len, block_size,
-                                       max_num_batched_tokens)
-            return (f"vLLM would not start: one request of max_model_len {max_model_len:,} "
-                    f"needs {needed / GiB:.2f} GiB of KV cache, more than the available "
-                    f"{memory / GiB:.2f} GiB; the estimated maximum model length is {fits:,} "
-                    f"(--max-model-len {fits}), or raise --gpu-memory-utilization")
+            return no_memory(memory, spent[index] if spent else "", advice)
+        why = too_long(partial(needed_bytes, groups, block_size=block_size,
+                               max_num_batched_tokens=max_num_batched_tokens),
+                       memory, max_model_len)
+        if why:
+            return why
     return None
 
 
-def longest_fitting_len(groups: tuple[KVGroup, ...], memory: int, max_model_len: int,
-                        block_size: int, max_num_batched_tokens: int) -> int:
-    """The longest max_model_len whose one request fits `memory` (vLLM's binary search)."""
+def no_memory(memory: int, spent: str = "", advice: str | None = None) -> str:
+    """vLLM's refusal when nothing is left for the blocks (`spent`: what the memory went to)."""
+    where = f" ({spent})" if spent else ""
+    return (f"No available memory for the cache blocks: vLLM would not start, "
+            f"{memory / GiB:.2f} GiB left for the KV cache{where}; " + (
+                advice or "raise --gpu-memory-utilization, use a larger GPU, a higher "
+                "--tensor-parallel-size or a smaller model"))
+
+
+def too_long(needed: Callable[[int], int], memory: int, max_model_len: int,
+             what: str = "KV cache") -> str | None:
+    """vLLM's refusal when one request of max_model_len needs more than `memory`
+    (`needed(tokens)`: its bytes), naming the longest max_model_len that fits (vLLM's binary
+    search); None when it fits."""
+    need = needed(max_model_len)
+    if need <= memory:
+        return None
     low, high = 0, max_model_len
     while low < high:
         mid = (low + high + 1) // 2
-        if needed_bytes(groups, mid, block_size, max_num_batched_tokens) <= memory:
+        if needed(mid) <= memory:
             low = mid
         else:
             high = mid - 1
-    return low
+    return (f"vLLM would not start: one request of max_model_len {max_model_len:,} "
+            f"needs {need / GiB:.2f} GiB of {what}, more than the available "
+            f"{memory / GiB:.2f} GiB; the estimated maximum model length is {low:,} "
+            f"(--max-model-len {low}), or raise --gpu-memory-utilization")

@@ -1,19 +1,12 @@
-"""A vLLM start-up in words: the waterfall from total memory to KV cache, and vLLM's own lines.
-
-vLLM logs (vllm/v1/worker/gpu_worker.py, vllm/v1/core/kv_cache_utils.py):
-
-    Available KV cache memory: 58.11 GiB
-    GPU KV cache size: 476,016 tokens
-    Maximum concurrency for 8,192 tokens per request: 58.11x
-
-`format_vllm_startup` prints those lines as vLLM would, after the terms that lead to them.
+"""A vLLM start-up in words: the waterfall from total memory to KV cache, then vLLM's own log
+lines ("Available KV cache memory", "GPU KV cache size", "Maximum concurrency"), printed as
+vLLM would (docs/estimate.md shows one).
 """
 
 from __future__ import annotations
 
+from kvbench.sizing.vllm_kv_cache import GiB
 from kvbench.sizing.vllm_startup import StageMemory, VllmStartup
-
-GiB = 2**30
 
 
 def vllm_lines(startup: VllmStartup) -> list[str]:

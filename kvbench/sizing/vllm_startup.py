@@ -1,47 +1,16 @@
 """The memory of a vLLM start-up, term by term: what its profiler subtracts before the KV cache.
 
-vLLM's worker (vllm/v1/worker/gpu_worker.py `determine_available_memory`, with
-vllm/utils/mem_utils.py `memory_profiling`) computes, on every GPU:
+docs/estimate.md ("The KV cache vLLM would give you") tables each term, the vLLM code it
+follows and the serving defaults. On every GPU, as vLLM's worker (`determine_available_memory`)
+computes it:
 
-    requested  = total memory (as CUDA reports it) x gpu_memory_utilization
-    available  = requested - weights - peak activation - non-torch growth
-                 [- CUDA graph estimate, from 0.21]
+    available  = total x gpu_memory_utilization - weights (`kvbench.sizing.loaded_weights`)
+                 - peak activation - non-torch growth [- CUDA graph estimate, from 0.21]
 
-and the engine turns `available` into blocks (`kvbench.sizing.vllm_kv_cache`; a state-space
-hybrid's unified pages of attention and state, its block size raised: `kvbench.sizing.
-state_pages`, one pipeline stage only). Each term here
-is a function of the model and the flags:
-
-- weights: as loaded (`kvbench.sizing.loaded_weights`), or `--weights-memory`.
-- peak activation: the torch peak of `profile_run` (vllm/v1/worker/gpu_model_runner.py): a
-  forward of `max_num_batched_tokens` tokens, then `_dummy_sampler_run` over
-  min(max_num_seqs, max_num_batched_tokens) rows of logits. Modelled as
-    forward  = tokens x (3 x MLP width per GPU + 4 x hidden) x dtype bytes (the MLP's gate/up
-               output, its activation, and the residual stream around it); a stage that sends
-               to the next also holds its hidden states and residual (2 x hidden).
-    sampler  = tokens x hidden x dtype (the forward's output, still alive) + rows x vocab x
-               (dtype + the era's working set per logit, `kvbench.sizing.vllm_versions`).
-    MoE      = tokens x top-k x (max(2 x expert width, hidden) + expert width) x dtype: the
-               fused-MoE workspace vLLM keeps for the largest batch (none for MXFP4 experts,
-               whose triton kernels allocate per call).
-    buffers  = max_num_seqs x cdiv(max_model_len, block) x 4 B per KV cache group: the
-               int32 block tables vLLM's input batch keeps for every request slot (a
-               hybrid's state group: one block).
-    peak     = MoE + buffers + max(forward, sampler) on the last stage (+ forward before it).
-- non-torch growth: cuBLAS workspaces, and NCCL / custom all-reduce buffers under tensor
-  parallelism (per era).
-- CUDA graphs: vLLM 0.21 captures the largest and one more graph of each mode and
-  extrapolates; modelled as 0.25 MiB per captured graph and decoder layer (the median of the
-  0.19 sweep's "Estimated CUDA graph memory" lines over its dense rows), for the capture
-  sizes vLLM picks: 1, 2, 4, then every 8 to 256 and every 16 to min(2 x max_num_seqs, 512)
-  piecewise, and the sizes up to min(max_num_seqs, half that) as full decode graphs. None
-  with `--enforce-eager`. Before 0.21 graphs are captured after the KV cache is sized: they
-  are reported, not subtracted.
-
-Default flags, as vLLM's engine arguments set them for `vllm serve`
-(vllm/engine/arg_utils.py): max_num_seqs 1024 and max_num_batched_tokens 8192 on a GPU of
-at least 70 GiB that is not an A100, else 256 and 2048; block size 16; max_model_len the
-model's max_position_embeddings.
+with the peak = MoE workspace (tokens x top-k x (max(2 x expert width, hidden) + expert
+width) x dtype; none for MXFP4 experts) + block tables (max_num_seqs x cdiv(max_model_len,
+block) x 4 B per KV cache group) + max(forward, sampler). The engine turns `available` into
+blocks (`kvbench.sizing.vllm_kv_cache`; a hybrid's unified pages: `kvbench.sizing.state_pages`).
 """
 
 from __future__ import annotations
@@ -50,6 +19,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.errors import KvbenchInputError
 from kvbench.models.config import ModelConfig
 from kvbench.models.sizes import DTYPE_BYTES
@@ -57,6 +27,7 @@ from kvbench.sizing.kv_budget import parse_fraction
 from kvbench.sizing.loaded_weights import WeightQuantization, loaded_weights
 from kvbench.sizing.state_pages import state_pages, state_pool, state_refusal
 from kvbench.sizing.vllm_kv_cache import (
+    GiB,
     VllmKVPool,
     group_layout,
     kv_pool,
@@ -65,11 +36,8 @@ from kvbench.sizing.vllm_kv_cache import (
 )
 from kvbench.sizing.vllm_versions import VllmRelease, vllm_release
 
-GiB = 2**30
-MiB = 2**20
-GRAPH_BYTES_PER_LAYER = MiB // 4  # one captured graph, one decoder layer
+GRAPH_BYTES_PER_LAYER = 2**20 // 4  # one captured graph, one decoder layer
 LARGE_GPU_BYTES = 70 * GiB  # vLLM's threshold for its larger serving defaults
-DEFAULT_BLOCK_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -215,15 +183,15 @@ def vllm_startup(model: ModelConfig, total_memory: int, flags: VllmFlags,
     requested = math.floor(total_memory * util)
     non_torch = release.non_torch_bytes_tp1 if tp == 1 else release.non_torch_bytes_tp
     experts_mxfp4 = flags.quantization is not None and flags.quantization.scheme == "mxfp4"
+    per_stage = [stage_groups(groups, stage.layers) for stage in weights]
     stages = []
-    for index, stage in enumerate(weights):
+    for index, (stage, stage_kv) in enumerate(zip(weights, per_stage, strict=True)):
         weight_bytes = flags.weights_memory if flags.weights_memory is not None else stage.bytes
         forward = _forward_bytes(model, stage.layers, max_batched, d, tp, sends=not stage.last)
         sampler = _sampler_bytes(model, release, max_batched, max_num_seqs, d, tp) if (
             stage.last) else 0
         moe = 0 if experts_mxfp4 else _moe_workspace_bytes(model, stage.layers, max_batched, d,
                                                            tp)
-        stage_kv = stage_groups(groups, stage.layers)
         if pages is not None:  # a state group's table is one block a request
             table = pages.blocks_per_request(max_model_len)
         else:
@@ -236,9 +204,7 @@ def vllm_startup(model: ModelConfig, total_memory: int, flags: VllmFlags,
                      - (graph_bytes if subtracted else 0))
         stages.append(StageMemory(index, stage.layers, total_memory, requested, weight_bytes,
                                   forward, sampler, moe, buffers, activation, non_torch,
-                                  graph_bytes,
-                                  subtracted, available))
-    per_stage = [stage_groups(groups, stage.layers) for stage in weights]
+                                  graph_bytes, subtracted, available))
     available = [stage.available for stage in stages]
     spent = [f"requested {s.requested / GiB:.2f} GiB - weights {s.weights / GiB:.2f} GiB - "
              f"activation {s.activation / GiB:.2f} GiB - non-torch {s.non_torch / GiB:.2f} GiB"

@@ -1,29 +1,11 @@
 """What changed in vLLM's start-up memory profile between releases (`--vllm-version`).
 
 Each `VllmRelease` is one era of vLLM's V1 memory profiler (vllm/v1/worker/gpu_worker.py
-`determine_available_memory`, vllm/utils/mem_utils.py `memory_profiling`), named by its first
-release. Within an era the formula is the same; the eras differ in:
-
-| era    | --gpu-memory-utilization default | sampler's working set per logit | non-torch growth, TP 1 / TP > 1 | CUDA graphs subtracted |
-|--------|------|----------------------|------------------|-----|
-| 0.11   | 0.9  | 36 B + the logits    | 0.13 / 0.55 GiB  | no  |
-| 0.17   | 0.9  | 13 B + the logits    | 0.13 / 2.1 GiB   | no  |
-| 0.18   | 0.9  | 13 B + the logits    | 0.25 / 2.1 GiB   | no  |
-| 0.21   | 0.92 | 13 B + the logits    | 0.25 / 2.1 GiB   | yes (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`, on by default) |
-
-- The sampler: the profile run ends with `_dummy_sampler_run` (vllm/v1/worker/gpu_model_runner.py)
-  over `max_num_seqs` rows of logits with top-k and top-p on. Up to 0.16 its sort-based top-k /
-  top-p kept float32 copies, int64 sort indices, the softmax and its cumulative sum alive
-  together (~36 B a logit beside the logits themselves); from 0.17 ~13 B (float32 logits,
-  int64 indices, a mask). Per logit, measured across the development rows of each era
-  (tests/sizing/data), never one row: docs/estimate.md tables the error.
-- Non-torch memory the profile run adds (cuBLAS workspaces; NCCL and custom all-reduce buffers
-  under tensor parallelism): the growth vLLM logs as "non-torch forward increase memory".
-- From 0.21 the worker captures a few CUDA graphs while profiling and subtracts their
-  estimated pool (gpu_worker.py: "CUDA graph memory profiling is enabled (default since
-  v0.21.0)"), and `gpu_memory_utilization` defaults to 0.92 to make room for it.
-
-Releases before 0.11 (V0 engine) are read as 0.11, the oldest profiler modelled here.
+`determine_available_memory`), named by its first release; docs/estimate.md ("Versions")
+tables what differs: the default utilization, the dummy sampler's working set per logit
+(measured across each era's development rows in tests/sizing/data, never one row), the
+non-torch growth, and whether CUDA graphs are subtracted (from 0.21). Releases before 0.11
+(V0 engine) are read as 0.11.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
 from kvbench.kernels import reference as ops
 from kvbench.models.loader import load_model
-from kvbench.models.mamba2 import sequential_scan, ssd_scan
+from kvbench.models.mamba2 import ssd_scan, ssm_step
 from kvbench.models.resolve_config import resolve_model_config
 from tests.conftest import random_prompts
 from tests.models.engine_parity import (
@@ -32,6 +32,18 @@ from tests.models.engine_parity import (
     engine_tokens,
 )
 from tests.models.test_parity_hf import hf_greedy
+
+
+def sequential_scan(x: torch.Tensor, dt: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                    c: torch.Tensor, initial: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`ssd_scan` token by token (`ssm_step`): the recurrence as written, what the chunked
+    form must equal."""
+    state, ys = initial[None], []
+    for t in range(x.shape[0]):
+        y, state = ssm_step(state, x[t : t + 1], dt[t : t + 1], a, b[t : t + 1], c[t : t + 1])
+        ys.append(y)
+    return torch.cat(ys), state[0]
+
 
 transformers = pytest.importorskip("transformers")
 
