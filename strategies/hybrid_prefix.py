@@ -12,7 +12,7 @@ empty. A hit never covers the block holding the last token. Shared blocks are fu
 computed by every holder, so the split counts each once (`HybridStrategy._g_shared`);
 distinct prompt blocks are not counted. A step's full blocks are named when it is
 scheduled (`_sync`), so a sequence admitted later in the step hits them; a fork copies as
-`hybrid` does.
+`hybrid` does. No reuse distances are kept (a window group needs only part of a chain).
 """
 
 from __future__ import annotations
@@ -21,13 +21,10 @@ from dataclasses import dataclass
 
 from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.sequence import Sequence
-from kvbench.errors import KvbenchInputError
-from kvbench.strategies.host_offload import HostOffload
-from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.hybrid import FREED, HybridOptions, HybridStrategy
-from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool, extend_chain, root_hash
+from kvbench.strategies.prefix_cache import PrefixCache
+from kvbench.strategies.prefix_index import BlockHash
 from kvbench.strategies.registry import register_strategy
-from kvbench.strategies.residency_books import ResidencyBooks
 
 HOST = -2  # a hit's table entry the host tier serves (a fresh block, loaded, at admission)
 
@@ -43,7 +40,7 @@ class HybridPrefixOptions(HybridOptions):
     "hybrid-prefix", "hybrid + block-level prefix caching (a window group needs only its "
     "window's blocks for a hit)", HybridPrefixOptions,
 )
-class HybridPrefixStrategy(HybridStrategy):
+class HybridPrefixStrategy(PrefixCache, HybridStrategy):
     name = "hybrid-prefix"
     counts_prompt_blocks = False
 
@@ -67,30 +64,16 @@ class HybridPrefixStrategy(HybridStrategy):
                          max_num_batched_tokens=max_num_batched_tokens,
                          concurrent_batches=concurrent_batches,
                          check_accounting=check_accounting, state_blocks=state_blocks)
-        if state_blocks and kv_offload_blocks:
-            raise KvbenchInputError("--kv-offload: a state-space hybrid's states are not "
-                                    "offloaded (not modelled)")
-        self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
-        self._root = root_hash(namespace)
-        self._chains: dict[int, list[BlockHash]] = {}  # seq_id -> hash of each full block
+        # A host tier holds pool pages keyed by (hash, group): every group's named blocks
+        # are stored; a GPU hit goes on while every group's next block is there.
+        self._init_cache(namespace, kv_offload_blocks, kv_offload_policy, state_blocks)
         self._named: dict[int, int] = {}  # seq_id -> full blocks registered so far
-        self.live: dict[int, Sequence] = {}
-        self.hit_tokens = 0
-        self.query_tokens = 0
-        # A host tier of pool pages keyed by (hash, group) (`host_offload.py`): every group's
-        # named blocks are stored; a GPU hit goes on while every group's next block is there.
-        self.host_tier = (HostOffload(HostTier(kv_offload_blocks, kv_offload_policy))
-                          if kv_offload_blocks else None)
         self._offered: dict[int, int] = {}  # seq_id -> blocks offered to the host tier
 
     # Names ------------------------------------------------------------------------------
 
     def _key(self, h: BlockHash, group: int) -> BlockHash:
         return h + bytes((group,))
-
-    def _chain(self, seq: Sequence) -> list[BlockHash]:
-        return extend_chain(self._chains.setdefault(seq.seq_id, []), self._root, seq.token_ids,
-                            self.block_size)
 
     def _sync(self, seq: Sequence, end: int | None = None) -> None:
         """Name the blocks the sequence filled since the last call, in every group, or (at
@@ -266,16 +249,6 @@ class HybridPrefixStrategy(HybridStrategy):
             loaded = max(loaded, len(index))
         host.hit_tokens += loaded * self.block_size  # (a full group loads all past the GPU's)
 
-    def host_jobs_done(self, jobs: list[int]) -> list[Sequence]:
-        """Loaded blocks join the GPU prefix cache under their keys (`PrefixCachingStrategy`)."""
-        return [self.live[seq_id] for seq_id in self.host_tier.land(jobs, self.pool)]
-
-    def build_layout(self, scheduled):
-        layout = super().build_layout(scheduled)
-        if self.host_tier is not None:
-            self.host_tier.attach(layout)
-        return layout
-
     @staticmethod
     def _scheduled(seq: Sequence, cached: int, max_new_tokens: int | None) -> int:
         """Tokens an admission computes now, `cached` of its uncomputed ones hit."""
@@ -319,26 +292,6 @@ class HybridPrefixStrategy(HybridStrategy):
         split = super().memory_split(running, head_waiting)
         split.cached = self.pool.num_evictable * self.block_size
         return split
-
-    def reset_stats(self) -> None:
-        self.pool.evictions = 0
-        self.hit_tokens = self.query_tokens = 0
-        if self.host_tier is not None:
-            self.host_tier.reset_stats()
-        self.residency_books().restart()
-
-    def residency_books(self) -> ResidencyBooks:
-        """The GPU pool's and the host tier's residency (pool pages of every group); no
-        reuse distances (a window group needs only part of a chain's blocks)."""
-        host = self.host_tier
-        return ResidencyBooks(
-            gpu=self.pool.residency, host=host.tier.residency if host is not None else None,
-            reuse=None, gpu_blocks=self.pool.num_blocks,
-            host_blocks=host.tier.num_blocks if host is not None else None,
-            block_size=self.block_size)
-
-    def is_whole(self) -> bool:
-        return super().is_whole() and (self.host_tier is None or self.host_tier.is_whole())
 
     def stats(self) -> dict[str, float]:
         return {

@@ -53,19 +53,10 @@ from kvbench.core.mamba_cache_mode import MAMBA_CACHE_MODES, WITH_PREFIX_CACHING
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
 from kvbench.strategies.base import MemorySplit
-from kvbench.strategies.host_offload import HostOffload
-from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.paged import PagedOptions, PagedStrategy
-from kvbench.strategies.prefix_index import (
-    BlockHash,
-    CachingBlockPool,
-    block_hash,
-    extend_chain,
-    root_hash,
-    state_hash,
-)
+from kvbench.strategies.prefix_cache import PrefixCache
+from kvbench.strategies.prefix_index import BlockHash, block_hash, state_hash
 from kvbench.strategies.registry import register_strategy
-from kvbench.strategies.residency_books import ResidencyBooks
 from kvbench.strategies.reuse_distance import ReuseDistance
 
 
@@ -82,7 +73,7 @@ class PrefixOptions(PagedOptions):
     "prefix", "paged + block-level prefix caching (hash chain, LRU eviction, copy-on-write forks)",
     PrefixOptions,
 )
-class PrefixCachingStrategy(PagedStrategy):
+class PrefixCachingStrategy(PrefixCache, PagedStrategy):
     name = "prefix"
 
     def __init__(
@@ -103,9 +94,7 @@ class PrefixCachingStrategy(PagedStrategy):
         if mamba_cache_mode not in MAMBA_CACHE_MODES:
             raise KvbenchInputError(f"--mamba-cache-mode {mamba_cache_mode!r}: choose from "
                                     f"{', '.join(MAMBA_CACHE_MODES)}")
-        if state_blocks and kv_offload_blocks:
-            raise KvbenchInputError("--kv-offload: a state-space hybrid's states are not "
-                                    "offloaded (not modelled)")
+        self._init_cache(namespace, kv_offload_blocks, kv_offload_policy, state_blocks)
         self.mamba_cache_mode = mamba_cache_mode
         # `states[seq_id]` holds a sequence's state blocks: `state_blocks` (its running state)
         # in `none` and `align`; in `all`, `state_blocks` per block of its table from index
@@ -121,14 +110,7 @@ class PrefixCachingStrategy(PagedStrategy):
         # structural ceiling of the hit rate (`ceiling_tokens` over `query_tokens`).
         self._seen: set[BlockHash] = set()
         self.ceiling_tokens = 0
-        self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
-        # The host tier (`host_offload.py`); None: the GPU cache alone.
-        self.host_tier = (HostOffload(HostTier(kv_offload_blocks, kv_offload_policy))
-                          if kv_offload_blocks else None)
-        self.namespace = namespace
-        self._root = root_hash(namespace)
         self.hashes: dict[int, list[BlockHash]] = {}  # seq_id -> hash of each full block
-        self.live: dict[int, Sequence] = {}  # seq_id -> sequence holding a block table
         # Full blocks allocated to a sequence that has not computed them yet, shareable by later
         # admissions: hash -> (block, owner seq_id or -1 once the owner left, table index).
         self._pending: dict[BlockHash, tuple[int, int, int]] = {}
@@ -139,16 +121,12 @@ class PrefixCachingStrategy(PagedStrategy):
         self._pending_states: dict[BlockHash, tuple[int, int]] = {}
         # `align`: each admitted sequence's `_junction`, found at its admission's lookup.
         self._junctions: dict[int, int] = {}
-        # Hashes of the full blocks of waiting sequences' tokens, kept between admission
-        # checks (a queue head is checked every step until it fits).
-        self._chains: dict[int, list[BlockHash]] = {}
-        # Sequences whose prompt is computed chunk by chunk: the blocks of it shared so far
+        # `_chains` holds the hashes of waiting sequences' full blocks, kept between
+        # admission checks (a queue head is checked every step until it fits). Sequences whose prompt is computed chunk by chunk: the blocks of it shared so far
         # (`_share_scheduled`); its chain stays in `_chains` until all are.
         self._shared_upto: dict[int, int] = {}
         self.hit_blocks = 0
         self.pending_hit_blocks = 0
-        self.hit_tokens = 0
-        self.query_tokens = 0  # tokens of admitted sequences (what a prefill would compute)
         self.cow_copies = 0
         self.forks = 0
         # The lookups' and named blocks' reuse distances (`residency_books`); per sequence,
@@ -329,11 +307,6 @@ class PrefixCachingStrategy(PagedStrategy):
         for seq in self.live.values():
             self._sync(seq)
 
-    def _chain(self, seq: Sequence) -> list[BlockHash]:
-        """Hashes of every full block of the sequence's tokens (tokens only ever grow)."""
-        return extend_chain(self._chains.setdefault(seq.seq_id, []), self._root, seq.token_ids,
-                            self.block_size)
-
     def _match(self, seq: Sequence) -> tuple[list[int], list[BlockHash]]:
         """Cached blocks of the sequence's longest cached leading run, and their hashes
         (with a host tier: the hashes go on over the blocks the host tier holds after the
@@ -501,11 +474,6 @@ class PrefixCachingStrategy(PagedStrategy):
         if computed:  # (a pending block is not written yet: its owner offers it when it is)
             host.offer(0, [gpu_hits[i] for i in computed], [hashes[i] for i in computed])
 
-    def host_jobs_done(self, jobs: list[int]) -> list[Sequence]:
-        """Host copies done (`Executor.finished_host_jobs`): loaded blocks join the GPU
-        prefix cache under their hashes; returns the sequences that stop waiting."""
-        return [self.live[seq_id] for seq_id in self.host_tier.land(jobs, self.pool)]
-
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         sid = seq.seq_id
         table = self.tables.get(sid)
@@ -638,8 +606,6 @@ class PrefixCachingStrategy(PagedStrategy):
         layout = super().build_layout(scheduled)
         if self._state_copies:
             layout.state_copies, self._state_copies = self._state_copies, []
-        if self.host_tier is not None:
-            self.host_tier.attach(layout)
         return layout
 
     def _check_pending(self, scheduled: list[tuple[Sequence, int]]) -> None:
@@ -806,28 +772,13 @@ class PrefixCachingStrategy(PagedStrategy):
         return split
 
     def is_whole(self) -> bool:
-        return (not self.tables and not self.live and not self._pending
-                and not self._pending_states and not self.states
-                and not self._state_held and self.pool.is_whole()
-                and (self.host_tier is None or self.host_tier.is_whole()))
+        return (super().is_whole() and not self.live and not self._pending
+                and not self._pending_states and not self._state_held)
 
     def reset_stats(self) -> None:
-        """Zero the counters (after a warm-up); the cache itself stays."""
-        self.pool.evictions = 0
-        self.hit_blocks = self.pending_hit_blocks = self.hit_tokens = self.query_tokens = 0
-        self.cow_copies = self.forks = 0
+        super().reset_stats()
+        self.hit_blocks = self.pending_hit_blocks = self.cow_copies = self.forks = 0
         self.ceiling_tokens = self.state_checkpoints = 0
-        if self.host_tier is not None:
-            self.host_tier.reset_stats()
-        self.residency_books().restart()
-
-    def residency_books(self) -> ResidencyBooks:
-        host = self.host_tier
-        return ResidencyBooks(
-            gpu=self.pool.residency, host=host.tier.residency if host is not None else None,
-            reuse=self.reuse, gpu_blocks=self.pool.num_blocks,
-            host_blocks=host.tier.num_blocks if host is not None else None,
-            block_size=self.block_size)
 
     def stats(self) -> dict[str, float]:
         return {
