@@ -197,7 +197,6 @@ class HostTier:
         if policy not in HOST_POLICIES:
             raise ValueError(f"host tier policy {policy!r}: choose from {HOST_POLICIES}")
         self.num_blocks = num_blocks
-        self.policy_name = policy
         self.policy = _LRU(num_blocks) if policy == "lru" else _ARC(num_blocks)
         self.store_threshold = store_threshold
         self._offers: dict[BlockHash, int] = {}  # offers of keys below the threshold
@@ -277,27 +276,39 @@ class HostTier:
             new.append(i)
         if not new:
             return out
-        short = len(new) - len(self._free)
-        if short > 0:
-            victims = self.policy.victims(short, set(keys))
-            if victims is None:
-                self.refused_blocks += len(new)
-                return out
-            for key in victims:
-                block = self.block_of.pop(key)
-                del self.key_of[block]
-                self._free.append(block)
-                self.residency.evicted(block)
-            self.evictions += len(victims)
+        if not self._make_room(len(new), keys, timed=True):
+            self.refused_blocks += len(new)
+            return out
         for i in new:
-            block = self._free.pop()
-            key = keys[i]
-            self.block_of[key] = block
-            self.key_of[block] = key
-            self.storing.add(block)
-            self.residency.allocated(block)
-            out[i] = block
+            out[i] = self._begin_store(keys[i])
+            self.residency.allocated(out[i])
         return out
+
+    def _make_room(self, n: int, keys: Sequence[BlockHash], timed: bool) -> bool:
+        """At least `n` free blocks, evicting the policy's victims (none of `keys`); False,
+        nothing evicted: too few victims. `timed`: the evictions go to `residency` (a swap's
+        do not)."""
+        short = n - len(self._free)
+        if short <= 0:
+            return True
+        victims = self.policy.victims(short, set(keys))
+        if victims is None:
+            return False
+        for key in victims:
+            block = self.block_of.pop(key)
+            del self.key_of[block]
+            self._free.append(block)
+            if timed:
+                self.residency.evicted(block)
+        self.evictions += len(victims)
+        return True
+
+    def _begin_store(self, key: BlockHash) -> int:
+        block = self._free.pop()
+        self.block_of[key] = block
+        self.key_of[block] = key
+        self.storing.add(block)
+        return block
 
     def stored(self, blocks: Iterable[int]) -> None:
         """Stores into `blocks` completed: they are ready (and idle)."""
@@ -343,29 +354,16 @@ class HostTier:
         copy now in flight), None for a key held already (pinned where it is). None: the
         tier cannot hold them; nothing changed."""
         new = [i for i, key in enumerate(keys) if key not in self.block_of]
-        short = len(new) - len(self._free)
-        if short > 0:
-            victims = self.policy.victims(short, set(keys))
-            if victims is None:
-                return None
-            for key in victims:
-                block = self.block_of.pop(key)
-                del self.key_of[block]
-                self._free.append(block)
-            self.evictions += len(victims)
+        if not self._make_room(len(new), keys, timed=False):
+            return None
         out: list[int | None] = [None] * len(keys)
         for i in new:
-            key = keys[i]
-            self.policy.missed(key)
-            block = self._free.pop()
-            self.block_of[key] = block
-            self.key_of[block] = key
-            self.storing.add(block)
-            if is_swap_key(key):
-                self.private.add(block)
-        for i, key in enumerate(keys):
+            self.policy.missed(keys[i])
+            out[i] = self._begin_store(keys[i])
+            if is_swap_key(keys[i]):
+                self.private.add(out[i])
+        for key in keys:
             block = self.block_of[key]
-            out[i] = block if i in new else None
             n = self.pins.get(block, 0)
             self.pins[block] = n + 1
             if not n and block not in self.storing and block not in self.readers:
