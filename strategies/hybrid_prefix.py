@@ -18,8 +18,8 @@ scheduled (`_sync`), so a sequence admitted later in the step hits them; a fork 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.hybrid import FREED, HybridOptions, HybridStrategy
 from kvbench.strategies.prefix_cache import PrefixCache
@@ -44,29 +44,14 @@ class HybridPrefixStrategy(PrefixCache, HybridStrategy):
     name = "hybrid-prefix"
     counts_prompt_blocks = False
 
-    def __init__(
-        self,
-        num_slots: int,
-        max_model_len: int,
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        watermark: float = 0.01,
-        allocation_windows: tuple[int | None, ...] = (None,),
-        max_num_batched_tokens: int = 2048,
-        concurrent_batches: int = 1,
-        namespace: str = "",
-        check_accounting: bool | None = None,
-        kv_offload_blocks: int = 0,
-        kv_offload_policy: str = "lru",
-        state_blocks: int = 0,
-    ) -> None:
-        super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
-                         allocation_windows=allocation_windows,
-                         max_num_batched_tokens=max_num_batched_tokens,
-                         concurrent_batches=concurrent_batches,
-                         check_accounting=check_accounting, state_blocks=state_blocks)
+    def __init__(self, num_slots: int, max_model_len: int, namespace: str = "",
+                 kv_offload_blocks: int = 0, kv_offload_policy: str = "lru",
+                 **hybrid: Any) -> None:
+        """`hybrid`: `HybridStrategy`'s keyword arguments (`HybridPrefixOptions`)."""
+        super().__init__(num_slots, max_model_len, **hybrid)
         # A host tier holds pool pages keyed by (hash, group): every group's named blocks
         # are stored; a GPU hit goes on while every group's next block is there.
-        self._init_cache(namespace, kv_offload_blocks, kv_offload_policy, state_blocks)
+        self._init_cache(namespace, kv_offload_blocks, kv_offload_policy, self.state_blocks)
         self._named: dict[int, int] = {}  # seq_id -> full blocks registered so far
         self._offered: dict[int, int] = {}  # seq_id -> blocks offered to the host tier
 

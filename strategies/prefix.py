@@ -46,8 +46,8 @@ cut back to its last checkpoint. Where checkpoints are taken is `mamba_cache_mod
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.mamba_cache_mode import MAMBA_CACHE_MODES, WITH_PREFIX_CACHING
 from kvbench.core.sequence import Sequence
@@ -76,25 +76,15 @@ class PrefixOptions(PagedOptions):
 class PrefixCachingStrategy(PrefixCache, PagedStrategy):
     name = "prefix"
 
-    def __init__(
-        self,
-        num_slots: int,
-        max_model_len: int,
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        watermark: float = 0.01,
-        namespace: str = "",
-        check_accounting: bool | None = None,
-        kv_offload_blocks: int = 0,
-        kv_offload_policy: str = "lru",
-        state_blocks: int = 0,
-        mamba_cache_mode: str = WITH_PREFIX_CACHING,
-    ) -> None:
-        super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
-                         state_blocks=state_blocks, check_accounting=check_accounting)
+    def __init__(self, num_slots: int, max_model_len: int, namespace: str = "",
+                 kv_offload_blocks: int = 0, kv_offload_policy: str = "lru",
+                 mamba_cache_mode: str = WITH_PREFIX_CACHING, **paged: Any) -> None:
+        """`paged`: `PagedStrategy`'s keyword arguments (`PrefixOptions`)."""
+        super().__init__(num_slots, max_model_len, **paged)
         if mamba_cache_mode not in MAMBA_CACHE_MODES:
             raise KvbenchInputError(f"--mamba-cache-mode {mamba_cache_mode!r}: choose from "
                                     f"{', '.join(MAMBA_CACHE_MODES)}")
-        self._init_cache(namespace, kv_offload_blocks, kv_offload_policy, state_blocks)
+        self._init_cache(namespace, kv_offload_blocks, kv_offload_policy, self.state_blocks)
         self.mamba_cache_mode = mamba_cache_mode
         # `states[seq_id]` holds a sequence's state blocks: `state_blocks` (its running state)
         # in `none` and `align`; in `all`, `state_blocks` per block of its table from index
