@@ -298,23 +298,19 @@ def fit_errors(measurements: Measurements, calibration: Calibration) -> dict[str
     constants = StepTimeConstants(**{**base, **calibration.efficiency})
     hw = Hardware(calibration.peak_bf16_tflops * 1e12, calibration.bandwidth_gb_s * 1e9,
                   constants, None)
-    out: dict[str, float] = {}
-    groups: dict[str, tuple[list[float], list[float]]] = {
-        "gemm": ([gemm_s(constants, hw, p.tokens, p.k, p.n, BYTES_BF16, BYTES_BF16)
-                  for p in measurements.gemms], [p.seconds for p in measurements.gemms]),
-        "attn_decode": ([attention_decode_s(constants, hw, p.batch, p.kv_bytes)
-                         for p in measurements.attention if p.kind == "decode"],
-                        [p.seconds for p in measurements.attention if p.kind == "decode"]),
-        "attn_prefill": ([attention_prefill_s(constants, hw, p.context * p.batch, p.flops)
-                          for p in measurements.attention if p.kind == "prefill"],
-                         [p.seconds for p in measurements.attention if p.kind == "prefill"]),
-        "copy": ([elementwise_s(constants, hw, 1, p.num_bytes) for p in measurements.copies],
-                 [p.seconds for p in measurements.copies]),
+    decode = [p for p in measurements.attention if p.kind == "decode"]
+    prefill = [p for p in measurements.attention if p.kind == "prefill"]
+    groups: dict[str, tuple[Sequence[Any], Callable[[Any], float]]] = {
+        "gemm": (measurements.gemms,
+                 lambda p: gemm_s(constants, hw, p.tokens, p.k, p.n, BYTES_BF16, BYTES_BF16)),
+        "attn_decode": (decode, lambda p: attention_decode_s(constants, hw, p.batch, p.kv_bytes)),
+        "attn_prefill": (prefill, lambda p: attention_prefill_s(constants, hw,
+                                                                 p.context * p.batch, p.flops)),
+        "copy": (measurements.copies, lambda p: elementwise_s(constants, hw, 1, p.num_bytes)),
     }
-    for op, (model, measured) in groups.items():
-        if measured:
-            out[op] = _mean_abs_error(np.array(model), np.array(measured))
-    return out
+    return {op: _mean_abs_error(np.array([model(p) for p in points]),
+                                np.array([p.seconds for p in points]))
+            for op, (points, model) in groups.items() if points}
 
 
 # Measuring (CUDA) -----------------------------------------------------------------------
@@ -387,30 +383,22 @@ def measure(cfg: ModelConfig, device: str = "cuda",
                 out.gemms.append(GemmPoint(tokens, k, n, seconds))
         heads, kv_heads = cfg.num_heads, cfg.num_kv_heads
         head_dim = _head_dim(cfg)
-        say("decode attention")
-        for batch, context in DECODE_SHAPES:
-            q = torch.randn(batch, heads, 1, head_dim, device=dev, dtype=dtype)
-            k_ = torch.randn(batch, kv_heads, context, head_dim, device=dev, dtype=dtype)
-            v = torch.randn_like(k_)
-            gqa = heads != kv_heads
+        gqa = heads != kv_heads
+        for kind, shapes in (("decode", DECODE_SHAPES),
+                             ("prefill", [(1, tokens) for tokens in PREFILL_TOKENS])):
+            say(f"{kind} attention")
+            for batch, context in shapes:  # decode: one query a sequence; prefill: causal
+                queries = 1 if kind == "decode" else context
+                q = torch.randn(batch, heads, queries, head_dim, device=dev, dtype=dtype)
+                k_ = torch.randn(batch, kv_heads, context, head_dim, device=dev, dtype=dtype)
+                v = torch.randn_like(k_)
 
-            def decode(q=q, k_=k_, v=v, gqa=gqa):
-                return F.scaled_dot_product_attention(q, k_, v, enable_gqa=gqa)
+                def attend(q=q, k_=k_, v=v, causal=kind == "prefill"):
+                    return F.scaled_dot_product_attention(q, k_, v, is_causal=causal,
+                                                          enable_gqa=gqa)
 
-            out.attention.append(AttentionPoint("decode", batch, context, heads, kv_heads,
-                                                head_dim, _time_cuda(decode)))
-        say("prefill attention")
-        for tokens in PREFILL_TOKENS:
-            q = torch.randn(1, heads, tokens, head_dim, device=dev, dtype=dtype)
-            k_ = torch.randn(1, kv_heads, tokens, head_dim, device=dev, dtype=dtype)
-            v = torch.randn_like(k_)
-            gqa = heads != kv_heads
-
-            def prefill(q=q, k_=k_, v=v, gqa=gqa):
-                return F.scaled_dot_product_attention(q, k_, v, is_causal=True, enable_gqa=gqa)
-
-            out.attention.append(AttentionPoint("prefill", 1, tokens, heads, kv_heads,
-                                                head_dim, _time_cuda(prefill)))
+                out.attention.append(AttentionPoint(kind, batch, context, heads, kv_heads,
+                                                    head_dim, _time_cuda(attend)))
         say("copies")
         for size in COPY_BYTES:
             src = torch.empty(size // 2 // 2, device=dev, dtype=dtype)
