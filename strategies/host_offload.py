@@ -39,6 +39,12 @@ from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool
 # (allocation group, GPU block, its key): a block loaded for a sequence, named when it lands
 # (None: a swapped-out sequence's partial last block, never named)
 Landing = tuple[int, int, BlockHash | None]
+# The counters `stats` reports, each as `host_<name>`: host blocks a prefix hit loaded and their
+# tokens; preemptions by swap, the blocks they kept in the tier (pinned) and of those the ones
+# copied then (the rest were held already), those that recomputed (`swap_out` False); and
+# re-admissions by swap-in with the host blocks they loaded.
+COUNTERS = ("hit_blocks", "hit_tokens", "swap_out_requests", "swap_out_blocks",
+            "swap_out_copied_blocks", "swap_fallbacks", "swap_in_requests", "swap_in_blocks")
 
 
 class Swap:
@@ -69,16 +75,11 @@ class HostOffload:
         # sequence takes a block a copy is landing in. job (-1: not taken yet) -> blocks
         self.pinned: dict[int, list[int]] = {}
         self.loading: dict[int, list[Landing]] = {}  # waiting seq_id -> its blocks to name
-        self.hit_blocks = 0  # host blocks a prefix hit loaded
-        self.hit_tokens = 0
         self.swaps: dict[int, Swap] = {}  # swapped-out seq_id -> its pinned host blocks
         self.swap_ins: list[int] = []  # seq_ids admitted by swap-in, for the engine to time
-        self.swap_out_requests = 0  # preemptions by swap
-        self.swap_out_blocks = 0  # the blocks they kept in the tier (pinned)
-        self.swap_out_copied_blocks = 0  # of which copied then (the rest were held already)
-        self.swap_fallbacks = 0  # preemptions by swap that recomputed (`swap_out` False)
-        self.swap_in_requests = 0
-        self.swap_in_blocks = 0  # host blocks loaded at re-admission
+        self.hit_blocks = self.hit_tokens = 0  # (`COUNTERS`)
+        self.swap_out_requests = self.swap_out_blocks = self.swap_out_copied_blocks = 0
+        self.swap_fallbacks = self.swap_in_requests = self.swap_in_blocks = 0
 
     def offer(self, group: int, blocks: Sequence[int], keys: Sequence[BlockHash]) -> None:
         """Full computed GPU `blocks` named `keys`: store the ones the host tier lacks."""
@@ -229,17 +230,9 @@ class HostOffload:
                 and not self.tier.pins)
 
     def stats(self) -> dict[str, float]:
-        return {**self.tier.stats(), "host_hit_blocks": self.hit_blocks,
-                "host_hit_tokens": self.hit_tokens,
-                "host_swap_out_requests": self.swap_out_requests,
-                "host_swap_out_blocks": self.swap_out_blocks,
-                "host_swap_out_copied_blocks": self.swap_out_copied_blocks,
-                "host_swap_fallbacks": self.swap_fallbacks,
-                "host_swap_in_requests": self.swap_in_requests,
-                "host_swap_in_blocks": self.swap_in_blocks}
+        return {**self.tier.stats(), **{f"host_{name}": getattr(self, name) for name in COUNTERS}}
 
     def reset_stats(self) -> None:
         self.tier.reset_stats()
-        self.hit_blocks = self.hit_tokens = 0
-        self.swap_out_requests = self.swap_out_blocks = self.swap_out_copied_blocks = 0
-        self.swap_fallbacks = self.swap_in_requests = self.swap_in_blocks = 0
+        for name in COUNTERS:
+            setattr(self, name, 0)

@@ -17,6 +17,7 @@ scheduled (`_sync`), so a sequence admitted later in the step hits them; a fork 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,44 +61,38 @@ class HybridPrefixStrategy(PrefixCache, HybridStrategy):
     def _key(self, h: BlockHash, group: int) -> BlockHash:
         return h + bytes((group,))
 
+    def _full_blocks(self, seq: Sequence, done: dict[int, int], end: int
+                     ) -> Iterator[tuple[int, list[int], list[BlockHash]]]:
+        """Per group, the held blocks and keys of the sequence's full blocks below position
+        `end` from `done[seq_id]` on (which moves to their end)."""
+        tables = self.tables.get(seq.seq_id)
+        full = min(end, len(seq.token_ids)) // self.block_size
+        start = done.get(seq.seq_id, 0)
+        if tables is None or full <= start:
+            return
+        done[seq.seq_id] = full
+        chain = self._chain(seq)
+        for g, table in enumerate(tables):
+            index = [i for i in range(start, min(full, len(table))) if table[i] >= 0]
+            yield g, [table[i] for i in index], [self._key(chain[i], g) for i in index]
+
     def _sync(self, seq: Sequence, end: int | None = None) -> None:
         """Name the blocks the sequence filled since the last call, in every group, or (at
         allocation) those it fills below position `end` in the step being scheduled: as vLLM
         caches a scheduled chunk's blocks, a sequence admitted later in the same step hits
         them (it reads them in the step that writes them, after their owner: every policy
         schedules in admission order)."""
-        tables = self.tables.get(seq.seq_id)
-        if tables is None:
-            return
-        full = min(seq.num_computed if end is None else end,
-                   len(seq.token_ids)) // self.block_size
-        named = self._named.get(seq.seq_id, 0)
-        if full <= named:
-            return
-        chain = self._chain(seq)
-        for g, table in enumerate(tables):
-            for i in range(named, min(full, len(table))):
-                if table[i] != FREED:
-                    self.pool.register(table[i], self._key(chain[i], g))
-        self._named[seq.seq_id] = full
+        end = seq.num_computed if end is None else end
+        for _, blocks, keys in self._full_blocks(seq, self._named, end):
+            for block, key in zip(blocks, keys, strict=True):
+                self.pool.register(block, key)
 
     def _offer_computed(self, seq: Sequence) -> None:
         """Offer the host tier every group's blocks the sequence computed since the last
         call (named earlier, when scheduled: stored only once written)."""
-        tables = self.tables.get(seq.seq_id)
-        if tables is None:
-            return
-        done = min(seq.num_computed, len(seq.token_ids)) // self.block_size
-        start = self._offered.get(seq.seq_id, 0)
-        if done <= start:
-            return
-        chain = self._chain(seq)
-        for g, table in enumerate(tables):
-            index = [i for i in range(start, min(done, len(table))) if table[i] >= 0]
-            if index:
-                self.host_tier.offer(g, [table[i] for i in index],
-                                     [self._key(chain[i], g) for i in index])
-        self._offered[seq.seq_id] = done
+        for g, blocks, keys in self._full_blocks(seq, self._offered, seq.num_computed):
+            if blocks:
+                self.host_tier.offer(g, blocks, keys)
 
     def _sync_all(self) -> None:
         for seq in self.live.values():
