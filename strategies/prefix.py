@@ -300,7 +300,7 @@ class PrefixCachingStrategy(PrefixCache, PagedStrategy):
     def _match(self, seq: Sequence) -> tuple[list[int], list[BlockHash]]:
         """Cached blocks of the sequence's longest cached leading run, and their hashes
         (with a host tier: the hashes go on over the blocks the host tier holds after the
-        GPU run, `_host_hits`).
+        GPU run).
 
         Stops before the block holding the last token, so at least one token is computed.
         """
@@ -317,9 +317,8 @@ class PrefixCachingStrategy(PrefixCache, PagedStrategy):
                    and chain[n - 1] not in self._pending_states):
                 n -= 1
             del blocks[n:]
-        if self.host_tier is not None:
-            return blocks, chain[: len(blocks) + len(self._host_hits(chain, len(blocks), limit))]
-        return blocks, chain[: len(blocks)]
+        host = self.host_tier.lookup(chain[len(blocks):limit]) if self.host_tier else []
+        return blocks, chain[: len(blocks) + len(host)]
 
     def _attention_run(self, chain: list[BlockHash]) -> list[int]:
         """The cached (or pending: scheduled now) blocks of the chain's leading run."""
@@ -341,10 +340,6 @@ class PrefixCachingStrategy(PrefixCache, PagedStrategy):
         limit = (len(seq.token_ids) - 1) // self.block_size
         run = len(self._attention_run(self._chain(seq)[:limit])) * self.block_size
         return run if run > hit_tokens else 0
-
-    def _host_hits(self, chain: list[BlockHash], start: int, limit: int) -> list[int]:
-        """Host blocks holding the chain's blocks from `start` (the GPU hit's end) on."""
-        return self.host_tier.lookup(chain[start:limit])
 
     # CacheStrategy ----------------------------------------------------------------------
 
