@@ -87,15 +87,8 @@ class ReuseDistance:
 
     def use(self, keys: Iterable[Hashable]) -> None:
         """Blocks used outside a lookup (computed and named: mostly first uses)."""
-        last = self._last
-        t = self._time
         for key in keys:
-            p = last.get(key)
-            last[key] = t
-            if p is not None:
-                self._reused(p, t)
-            t += 1
-        self._time = t
+            self.access(key)
 
     def lookup(self, keys: Iterable[Hashable], tokens: int) -> None:
         """A lookup of `keys` (a chain, in order) for `tokens` prompt tokens: each block's
