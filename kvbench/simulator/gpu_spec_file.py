@@ -50,9 +50,11 @@ TOP_KEYS = {"name", "description", "memory", "memory_bytes", "bandwidth_gb_s", "
 CONSTANT_KEYS = {f.name for f in fields(StepTimeConstants)}
 
 
-def _number(value: Any, what: str, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise KvbenchInputError(f"{where}: {what} must be a positive number, got {value!r}")
+def _number(value: Any, what: str, where: str, zero_ok: bool = False) -> float:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+            or (value == 0 and not zero_ok)):
+        must = "a number >= 0" if zero_ok else "a positive number"
+        raise KvbenchInputError(f"{where}: {what} must be {must}, got {value!r}")
     return float(value)
 
 
@@ -65,7 +67,7 @@ def _unknown(keys: set[str], allowed: set[str], section: str, where: str) -> Non
         )
 
 
-# Each link table's keys: (the dataclass field, its scale to SI); a key ending in `_us` may be 0.
+# Each link table's keys: (the dataclass field, its scale to SI); a latency (`_us`) may be 0.
 INTERCONNECT_FIGURES = {"bandwidth_gb_s": ("bandwidth_bytes_s", 1e9),
                         "hop_latency_us": ("hop_latency_s", 1e-6),
                         "call_latency_us": ("call_latency_s", 1e-6)}
@@ -97,13 +99,7 @@ def _link(spec: Any, section: str, presets: dict[str, Any], figures: dict[str, t
         if key == "preset":
             continue
         name, scale = figures[key]
-        if not key.endswith("_us"):
-            changes[name] = _number(value, f"{section}.{key}", where) * scale
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise KvbenchInputError(f"{where}: {section}.{key} must be a number >= 0, "
-                                    f"got {value!r}")
-        else:
-            changes[name] = float(value) * scale
+        changes[name] = _number(value, f"{section}.{key}", where, key.endswith("_us")) * scale
     return replace(base, name="custom", **changes) if base else custom(**changes)
 
 
