@@ -20,18 +20,9 @@ is kept under a private key (`swap_key`) that no lookup names, freed once nobody
 loads it. All or nothing: when the free and idle blocks cannot hold the new ones, nothing is
 stored and the caller recomputes.
 
-`offer` is vLLM's `prepare_store`: keys already held are skipped, the rest take free blocks,
-else the eviction policy's victims among idle ready blocks (never one the same offer holds);
-when there are not enough victims the whole offer is refused (vLLM returns None and the
-request's blocks are not stored). `store_threshold` >= 2 admits a key only at its n-th offer
-(vLLM's `store_threshold`; 0 and 1 store everything, vLLM's default). `lookup` of a storing
-key is a miss (vLLM's `HIT_PENDING` also stops the prefix).
-
-Eviction policies (`--kv-offload-policy`, vLLM's `eviction_policy`): `lru` evicts the idle
-block used longest ago (a store or a load is a use); `arc` (`policies/arc.py`) keeps blocks
-seen once (T1) apart from blocks loaded again (T2), evicts from T1 while it is above an
-adaptive target, and moves the target by hits on the ghosts of evicted keys (B1, B2, each
-bounded by the capacity).
+`offer` is vLLM's `prepare_store` and `lookup` of a storing key a miss (vLLM's `HIT_PENDING`);
+what a store takes and evicts, `store_threshold` and the `lru` and `arc` policies (vLLM's
+`eviction_policy`) are as docs/offload.md, "What it does", describes.
 """
 
 from __future__ import annotations
