@@ -42,20 +42,16 @@ class _LRU:
         self.idle: OrderedDict[BlockHash, None] = OrderedDict()
 
     def inserted(self, key: BlockHash) -> None:
-        """A store completed: the key is idle and most recently used."""
+        """A store, or the key's last load, completed: idle and most recently used."""
         self.idle[key] = None
+
+    released = inserted
 
     def used(self, key: BlockHash) -> None:
-        """A load began: the key is busy (not evictable)."""
+        """A load began, or a swapped-out sequence pins the key: busy (not evictable)."""
         self.idle.pop(key, None)
 
-    def pinned(self, key: BlockHash) -> None:
-        """A swapped-out sequence holds the key: busy, not a use."""
-        self.idle.pop(key, None)
-
-    def released(self, key: BlockHash) -> None:
-        """The last load of the key completed: idle again, most recently used."""
-        self.idle[key] = None
+    pinned = forget = used
 
     def missed(self, key: BlockHash) -> None:
         return None
@@ -77,9 +73,6 @@ class _LRU:
         for key in out:
             del self.idle[key]
         return out
-
-    def forget(self, key: BlockHash) -> None:
-        self.idle.pop(key, None)
 
 
 class _ARC:
