@@ -211,23 +211,6 @@ def _fit_rate(what: str, min_points: int, seconds: list[float],
     return (*(float(c) for c in costs), float(1.0 / inv_rate) if inv_rate > 0 else math.inf)
 
 
-def fit_attention_decode(points: Sequence[AttentionPoint]) -> tuple[float, ...]:
-    """(floor_s, per_seq_s, achieved KV read bytes/s)."""
-    return _fit_rate("decode attention", 3, [p.seconds for p in points],
-                     [p.batch for p in points], [p.kv_bytes for p in points])
-
-
-def fit_attention_prefill(points: Sequence[AttentionPoint]) -> tuple[float, ...]:
-    """(floor_s, per_token_s, achieved FLOP/s)."""
-    return _fit_rate("prefill attention", 3, [p.seconds for p in points],
-                     [p.context * p.batch for p in points], [p.flops for p in points])
-
-
-def fit_copy(points: Sequence[CopyPoint]) -> tuple[float, ...]:
-    """(floor_s per kernel, achieved bytes/s)."""
-    return _fit_rate("copy", 2, [p.seconds for p in points], [p.num_bytes for p in points])
-
-
 def base_preset(device_name: str, base: str | None = None) -> GPUSpec:
     """The preset whose datasheet figures the file keeps: `base`, else one named like the
     device (\"NVIDIA H100 80GB HBM3\" -> h100-80gb), else a100-80gb."""
@@ -255,15 +238,21 @@ def fit(measurements: Measurements, base: GPUSpec, name: str) -> Calibration:
     """Fit the step-time constants of `kvbench.simulator.step_time` to `measurements`."""
     bandwidth = base.hbm_bandwidth_bytes_s
     peak = base.peak_bf16_flops
-    copy_floor, copy_rate = fit_copy(measurements.copies)
+    copies = measurements.copies
+    copy_floor, copy_rate = _fit_rate("copy", 2, [p.seconds for p in copies],
+                                      [p.num_bytes for p in copies])
     # The best bandwidth any kernel reached bounds the HBM figure from below.
     _, bandwidth = _share(copy_rate, bandwidth)
     gemm = fit_gemm(measurements.gemms, bandwidth)
     gemm_eff, peak = _share(gemm.peak_flops_eff, peak)
     decode = [p for p in measurements.attention if p.kind == "decode"]
     prefill = [p for p in measurements.attention if p.kind == "prefill"]
-    dec_floor, dec_per_seq, dec_rate = fit_attention_decode(decode)
-    pf_floor, pf_per_token, pf_rate = fit_attention_prefill(prefill)
+    dec_floor, dec_per_seq, dec_rate = _fit_rate(
+        "decode attention", 3, [p.seconds for p in decode], [p.batch for p in decode],
+        [p.kv_bytes for p in decode])
+    pf_floor, pf_per_token, pf_rate = _fit_rate(
+        "prefill attention", 3, [p.seconds for p in prefill],
+        [p.context * p.batch for p in prefill], [p.flops for p in prefill])
     efficiency = {
         "gemm_peak_efficiency": gemm_eff,
         "gemm_half_tokens": gemm.half_tokens,
