@@ -13,7 +13,7 @@ The strategy calls it at three points, as vLLM's OffloadingConnector scheduler d
   `WAITING_FOR_REMOTE_KVS`: the request holds its blocks and is not scheduled; others are).
   Its blocks are named in the GPU prefix cache only then (vLLM delays caching them too);
 - `take`, when the step's layout is built: the copies decided since the last one, as one
-  store job and one load job (`HostTransfers`); `finished` when the executor reports jobs
+  store job and one load job (`HostTransfers`); `land` when the executor reports jobs
   done.
 
 Blocks in flight are the tier's books: a stored block stays unreadable until its job is
@@ -30,9 +30,9 @@ hit's: the sequence waits) and `swap_in` lets the pins go.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from kvbench.core.host_transfers import BlockCopy, HostTransfers
-from kvbench.core.layout import KVLayout
 from kvbench.strategies.host_tier import HostTier, swap_key
 from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool
 
@@ -47,16 +47,14 @@ COUNTERS = ("hit_blocks", "hit_tokens", "swap_out_requests", "swap_out_blocks",
             "swap_out_copied_blocks", "swap_fallbacks", "swap_in_requests", "swap_in_blocks")
 
 
+@dataclass(slots=True)
 class Swap:
     """A swapped-out sequence's host blocks (its full blocks', then its partial last
     block's, `partial`; -1: none), pinned, and the tokens they hold."""
 
-    __slots__ = ("blocks", "tokens", "partial")
-
-    def __init__(self, blocks: list[int], tokens: int, partial: int) -> None:
-        self.blocks = blocks
-        self.tokens = tokens
-        self.partial = partial
+    blocks: list[int]
+    tokens: int
+    partial: int
 
 
 class HostOffload:
@@ -71,7 +69,7 @@ class HostOffload:
         self._store_jobs: dict[int, list[int]] = {}  # job -> host blocks
         self._load_jobs: dict[int, tuple[list[int], list[int]]] = {}  # job -> (host, seqs)
         # GPU blocks a load still writes whose sequence let them go: the strategy keeps a
-        # reference on each until the job ends (`finished` hands them back), so no other
+        # reference on each until the job ends (`land` hands them back), so no other
         # sequence takes a block a copy is landing in. job (-1: not taken yet) -> blocks
         self.pinned: dict[int, list[int]] = {}
         self.loading: dict[int, list[Landing]] = {}  # waiting seq_id -> its blocks to name
@@ -144,11 +142,6 @@ class HostOffload:
         if hit:
             self.hit_blocks += len(host_blocks)
 
-    @property
-    def busy(self) -> bool:
-        """Copies decided and not taken, or jobs in flight."""
-        return bool(self._stores or self._loads or self._store_jobs or self._load_jobs)
-
     def take(self) -> HostTransfers | None:
         """The copies decided since the last call, as this step's jobs."""
         if not self._stores and not self._loads:
@@ -169,11 +162,13 @@ class HostOffload:
         self._stores, self._loads = [], []
         return out
 
-    def finished(self, jobs: Iterable[int]) -> tuple[list[tuple[int, list[Landing]]], list[int]]:
-        """Jobs done: stored blocks become readable, loaded ones evictable again. Returns
-        each sequence that waited on them (and still does) with the blocks it may name, and
-        the GPU blocks pinned for them (`drop`) to release."""
-        landed = []
+    def land(self, jobs: Iterable[int], pool: CachingBlockPool) -> list[int]:
+        """Jobs done: stored blocks become readable, loaded ones evictable again. The blocks
+        loaded for the sequences that waited on them (and still do) join `pool`'s prefix
+        cache under their keys and the GPU blocks pinned for them (`drop`) go back to it;
+        returns those sequences."""
+        landed: list[int] = []
+        names: list[Landing] = []
         unpinned: list[int] = []
         for job in jobs:
             unpinned.extend(self.pinned.pop(job, ()))
@@ -186,25 +181,14 @@ class HostOffload:
             for seq_id in seqs:
                 blocks = self.loading.pop(seq_id, None)
                 if blocks is not None:
-                    landed.append((seq_id, blocks))
-        return landed, unpinned
-
-    def attach(self, layout: KVLayout) -> None:
-        """The step's jobs (`take`) onto its layout: the transfers the strategy waits on, the
-        copies the model executor performs (`KVLayout.host_copies`)."""
-        layout.host_transfers = self.take()
-
-    def land(self, jobs: Iterable[int], pool: CachingBlockPool) -> list[int]:
-        """Jobs done (`finished`): loaded blocks join `pool`'s prefix cache under their keys
-        and the GPU blocks pinned for them go back to it; the sequences that stop waiting."""
-        landed_all, unpinned = self.finished(jobs)
-        for _, landed in landed_all:
-            for _, block, key in landed:
-                if key is not None:
-                    pool.register(block, key)
+                    landed.append(seq_id)
+                    names.extend(blocks)
+        for _, block, key in names:
+            if key is not None:
+                pool.register(block, key)
         for block in unpinned:
             pool.release(block)
-        return [seq_id for seq_id, _ in landed_all]
+        return landed
 
     def drop(self, seq_id: int) -> list[int]:
         """The sequence gives its blocks back while it waits: nothing is named for it, and

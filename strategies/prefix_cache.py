@@ -50,8 +50,8 @@ class PrefixCache:
 
     def build_layout(self, scheduled: list[tuple[Sequence, int]]) -> KVLayout:
         layout = super().build_layout(scheduled)
-        if self.host_tier is not None:
-            self.host_tier.attach(layout)
+        if self.host_tier is not None:  # the step's jobs: the strategy waits on them, the
+            layout.host_transfers = self.host_tier.take()  # model executor copies them
         return layout
 
     def is_whole(self) -> bool:
