@@ -1,26 +1,11 @@
 """`kvbench calibrate`: time a GPU's kernels and fit the simulator's step-time constants to them.
 
-Three kinds of measurement, each timed with CUDA events (median of several runs after
-warm-up) at a few sizes of one model's shapes (default Llama-2-7B, tensor parallel 1):
-
-- matmuls `[T, k] x [k, n]` (the QKV, O, gate+up and down projections) at T = 1 ... 4,096;
-- decode attention (torch's scaled-dot-product attention, one query per sequence) over
-  batch x context, and causal prefill attention over a few prompt lengths;
-- a copy at a few sizes (elementwise kernels: their floor and bandwidth).
-
-The fits invert `kvbench.simulator.step_time`'s formulas (docs/simulator.md):
-
-- matmul, weight-bound (T <= 8): `t = launch + weight bytes / (bw x e_bw)`;
-- matmul, compute-bound (T >= 256): `t = launch + 2 k n (T + h) / (peak x e)`, a line in T
-  per shape, whose slope gives `peak x e` and intercept `h` (gemm_half_tokens);
-- decode attention: `t = floor + per_seq x B + KV bytes / (bw x e_dec)`, least squares;
-- prefill attention: `t = floor + per_token x T + FLOPs / (peak x e_pf)`, least squares;
-- copy: `t = floor + bytes / (bw x e_elt)`.
-
-The peak FLOP/s and HBM bandwidth written are the base preset's datasheet figures (`--base`,
-default: the preset named like the device, else a100-80gb); an efficiency that would exceed 1
-raises the figure to the measured one instead. The fitting functions take plain measurements,
-so they are tested without a GPU; only `measure` needs CUDA.
+What is timed (CUDA events, median of several runs after warm-up, at a few sizes of one
+model's shapes) and how each fit inverts `kvbench.simulator.step_time`'s formulas:
+docs/simulator.md, "Measured on your GPU". The peak FLOP/s and HBM bandwidth written are the
+base preset's datasheet figures; an efficiency that would exceed 1 raises the figure to the
+measured one instead. The fitting functions take plain measurements, so they are tested
+without a GPU; only `measure` needs CUDA.
 """
 
 from __future__ import annotations

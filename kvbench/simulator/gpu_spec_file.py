@@ -1,33 +1,9 @@
 """`--gpu-spec FILE.toml`: a user's own GPU (and its measured efficiencies) for the simulator.
 
-```toml
-name = "my-a100"                  # optional (default: the file name)
-description = "A100 SXM4 80GB, our cluster"
-memory = "80GiB"                  # or memory_bytes = 85899345920
-bandwidth_gb_s = 2039             # HBM, GB/s (10^9 B/s)
-[peak_tflops]                     # dense tensor FLOP/s per dtype, 10^12
-bf16 = 312
-fp8 = 624                         # optional
-[interconnect]                    # optional: needed for --tensor-parallel-size > 1
-preset = "nvlink3"                # nvlink3 | nvlink4 | nvlink5 | infinity-fabric | pcie4 | pcie5, or:
-bandwidth_gb_s = 139              # ring all-reduce bus bandwidth
-hop_latency_us = 0.0              # per ring step
-call_latency_us = 31              # per all-reduce
-[host_link]                       # optional: GPU <-> host memory, for a host KV tier
-preset = "pcie4"                  # pcie3 | pcie4 | pcie5 | nvlink-c2c, or (each overrides it):
-load_gb_s = 25                    # host -> GPU, effective pinned-copy GB/s
-store_gb_s = 25                   # GPU -> host
-latency_us = 10                   # per transfer
-fragment_overhead_us = 2          # per contiguous piece a transfer copies
-[efficiency]                      # optional: any StepTimeConstants field (seconds, fractions)
-gemm_peak_efficiency = 0.75
-cpu_overhead_s = 0.001
-```
-
-Without `[host_link]` the GPU's host link is unknown (None).
-
-Unknown keys, wrong types and impossible values raise `KvbenchInputError` with the file's name.
-`kvbench calibrate --out FILE.toml` (on a GPU) is meant to write such a file.
+The keys and an example: docs/simulator.md, "Your own GPU". Without `[host_link]` the GPU's
+host link is unknown (None); `[efficiency]` sets any `StepTimeConstants` field, the rest keep
+the A100-80GB fit. Unknown keys, wrong types and impossible values raise `KvbenchInputError`
+with the file's name. `kvbench calibrate --out FILE.toml` (on a GPU) writes such a file.
 """
 
 from __future__ import annotations
