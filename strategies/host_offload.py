@@ -1,30 +1,18 @@
 """`HostOffload`: what a prefix-caching strategy does with a host tier, between steps.
 
-The strategy calls it at three points, as vLLM's OffloadingConnector scheduler does
-(`distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`):
+The strategy calls it as vLLM's OffloadingConnector scheduler does
+(`kv_connector/v1/offloading/scheduler.py`; docs/offload.md, "What it does"): `offer` whenever
+it names full computed blocks (and at admission, for a prefix hit's blocks); `load` at an
+admission whose GPU prefix hit continues in the tier (the sequence waits, `loading`, and its
+blocks are named only once they land); `take` when the step's layout is built (the copies
+decided since the last one, as one store job and one load job); `land` when the executor
+reports jobs done. Blocks in flight are the tier's books: a stored block stays unreadable
+until its job is done, a loaded one unevictable. A sequence freed while it waits drops its
+claim; its job still ends and releases the host blocks.
 
-- `offer`, whenever the strategy names full computed blocks (and at admission, for the
-  blocks a prefix hit reuses): every computed full block is offered for a store, vLLM's
-  default (`_build_store_jobs`: each step, the full blocks of the tokens computed so far; a
-  key the host tier holds is not stored twice). The copies join the next step's store job;
-- `load`, at an admission whose GPU prefix hit continues in the host tier
-  (`get_num_new_matched_tokens`): the hit's host blocks are copied into freshly allocated
-  GPU blocks, and the sequence waits (`loading`) until its load job is done (vLLM's
-  `WAITING_FOR_REMOTE_KVS`: the request holds its blocks and is not scheduled; others are).
-  Its blocks are named in the GPU prefix cache only then (vLLM delays caching them too);
-- `take`, when the step's layout is built: the copies decided since the last one, as one
-  store job and one load job (`HostTransfers`); `land` when the executor reports jobs
-  done.
-
-Blocks in flight are the tier's books: a stored block stays unreadable until its job is
-done, a loaded one unevictable. A sequence freed while it waits (preempted) drops its claim;
-its job still ends and releases the host blocks.
-
-Preemption by swap (`--preemption-mode swap`): `swap_out` stores a victim's computed blocks
-(those the tier lacks, and its partial last block under a private key) in the next store
-job and pins them (`HostTier.swap_out`); `swap_ready` says when their stores are done, and
-the strategy's re-admission loads what the GPU cache no longer holds (a load like a host
-hit's: the sequence waits) and `swap_in` lets the pins go.
+Preemption by swap (docs/offload.md): `swap_out` stores and pins a victim's computed blocks
+(its partial last block under a private key), `swap_ready` says when their stores are done,
+and `swap_in` lets the pins go once the re-admission's loads have begun.
 """
 
 from __future__ import annotations
