@@ -102,7 +102,8 @@ class Calibration:
     def to_toml(self) -> str:
         lines = [
             "# Written by `kvbench calibrate`: use with --gpu-spec FILE.toml",
-            f"# mean abs error of the fit: {_format_errors(self.errors)}",
+            "# mean abs error of the fit: "
+            + (", ".join(f"{op} {err:.1%}" for op, err in self.errors.items()) or "none"),
             f"name = {_toml_str(self.name)}",
             f"description = {_toml_str(self.description)}",
             f"memory_bytes = {int(self.memory_bytes)}",
@@ -128,10 +129,6 @@ def _toml_str(text: str) -> str:
     return f'"{escaped}"'
 
 
-def _format_errors(errors: dict[str, float]) -> str:
-    return ", ".join(f"{op} {err:.1%}" for op, err in errors.items()) or "none"
-
-
 # Fitting --------------------------------------------------------------------------------
 
 
@@ -151,10 +148,6 @@ def _nonnegative_lstsq(columns: list[np.ndarray], y: np.ndarray) -> np.ndarray:
             return coef
         active.pop(int(np.argmin(solution)))
     return coef
-
-
-def _mean_abs_error(model: np.ndarray, measured: np.ndarray) -> float:
-    return float(np.mean(np.abs(model / measured - 1.0)))
 
 
 @dataclass(frozen=True)
@@ -282,8 +275,7 @@ def fit_errors(measurements: Measurements, calibration: Calibration) -> dict[str
                                                                  p.context * p.batch, p.flops)),
         "copy": (measurements.copies, lambda p: elementwise_s(constants, hw, 1, p.num_bytes)),
     }
-    return {op: _mean_abs_error(np.array([model(p) for p in points]),
-                                np.array([p.seconds for p in points]))
+    return {op: float(np.mean([abs(model(p) / p.seconds - 1.0) for p in points]))
             for op, (points, model) in groups.items() if points}
 
 
