@@ -45,6 +45,11 @@ class StrategyEntry:
     engine_overrides: Mapping[str, Any] = field(default_factory=dict)
     base: str | None = None
 
+    @property
+    def kv_cache_dtype(self) -> str | None:
+        """The KV-cache dtype the name forces (None: the run's `--kv-cache-dtype`)."""
+        return self.engine_overrides.get("kv_cache_dtype")
+
 
 STRATEGIES: Registry[StrategyEntry] = Registry(
     "strategy", "kvbench.strategies", identity=lambda entry: entry.factory,
