@@ -55,7 +55,7 @@ from kvbench.errors import KvbenchInputError
 from kvbench.strategies.base import MemorySplit
 from kvbench.strategies.paged import PagedOptions, PagedStrategy
 from kvbench.strategies.prefix_cache import PrefixCache
-from kvbench.strategies.prefix_index import BlockHash, block_hash, state_hash
+from kvbench.strategies.prefix_index import BlockHash, extend_chain, state_hash
 from kvbench.strategies.registry import register_strategy
 from kvbench.strategies.reuse_distance import ReuseDistance
 
@@ -112,7 +112,8 @@ class PrefixCachingStrategy(PrefixCache, PagedStrategy):
         # `align`: each admitted sequence's `_junction`, found at its admission's lookup.
         self._junctions: dict[int, int] = {}
         # `_chains` holds the hashes of waiting sequences' full blocks, kept between
-        # admission checks (a queue head is checked every step until it fits). Sequences whose prompt is computed chunk by chunk: the blocks of it shared so far
+        # admission checks (a queue head is checked every step until it fits). Sequences
+        # whose prompt is computed chunk by chunk: the blocks of it shared so far
         # (`_share_scheduled`); its chain stays in `_chains` until all are.
         self._shared_upto: dict[int, int] = {}
         self.hit_blocks = 0
@@ -140,29 +141,25 @@ class PrefixCachingStrategy(PrefixCache, PagedStrategy):
             return
         hashes = self.hashes[seq.seq_id]
         bs = self.block_size
-        full = min(seq.num_computed, len(seq.token_ids)) // bs
-        full = min(full, len(table))
         start = len(hashes)
-        while len(hashes) < full:
-            i = len(hashes)
-            parent = hashes[-1] if hashes else self._root
-            h = block_hash(parent, seq.token_ids[i * bs : (i + 1) * bs])
-            hashes.append(h)
-            if self._pending_hash.get(table[i]) == h:  # computed now: from pending to named
-                del self._pending[h], self._pending_hash[table[i]]
-            self.pool.register(table[i], h)
-        if full > start:
-            self._seen.update(hashes[start:full])
-        if full > start and self.state_blocks and self.mamba_cache_mode != "none":
+        full = min(seq.num_computed, len(seq.token_ids), len(table) * bs) // bs
+        if full <= start:
+            return
+        extend_chain(hashes, self._root, seq.token_ids, bs, full)
+        for block, h in zip(table[start:full], hashes[start:full], strict=True):
+            if self._pending_hash.get(block) == h:  # computed now: from pending to named
+                del self._pending[h], self._pending_hash[block]
+            self.pool.register(block, h)
+        self._seen.update(hashes[start:full])
+        if self.state_blocks and self.mamba_cache_mode != "none":
             self._checkpoint(seq, hashes, start, full)
-        if self._pending_states and full > start:
+        if self._pending_states:
             self._drop_pending_states(seq.seq_id, full)
-        if full > start:
-            looked = max(start, self._looked.get(seq.seq_id, 0))
-            if looked < full:
-                self.reuse.use(hashes[looked:full])
-            if self.host_tier is not None:  # every computed full block
-                self.host_tier.offer(0, table[start:full], hashes[start:full])
+        looked = max(start, self._looked.get(seq.seq_id, 0))
+        if looked < full:
+            self.reuse.use(hashes[looked:full])
+        if self.host_tier is not None:  # every computed full block
+            self.host_tier.offer(0, table[start:full], hashes[start:full])
 
     # A hybrid's state checkpoints --------------------------------------------------------
 
