@@ -175,8 +175,8 @@ class HybridPrefixStrategy(PrefixCache, HybridStrategy):
         if not hit:
             return super().admit(seq, max_new_tokens)  # (its `allocate` names the chunk)
         cached = hit * self.block_size
-        end = self.blocks_for(cached + self._scheduled(seq, cached, max_new_tokens))
-        fresh = self.num_groups * (end - hit) + self._host_hits(hit_tables)
+        end = cached + self._scheduled(seq, cached, max_new_tokens)
+        fresh = self.num_groups * (self.blocks_for(end) - hit) + self._host_hits(hit_tables)
         if fresh > self.pool.num_free - self._blocks_to_revive(hit_tables):
             raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
         sid = seq.seq_id
@@ -193,19 +193,12 @@ class HybridPrefixStrategy(PrefixCache, HybridStrategy):
                 log.append((sid, i, block))
         if self.host_tier is not None:
             self._host_admit(seq, hit_tables)
-        for g, table in enumerate(hit_tables):
-            log = self._group_logs[g]
-            for i in range(hit, end):
-                block = self.pool.allocate()
-                table.append(block)
-                log.append((sid, i, block))
+        super().allocate(seq, end)  # `HybridStrategy`'s: the blocks after the hit (they fit)
         self._named[sid] = hit
         self._offered[sid] = hit  # (its hits: in the host tier already, or the GPU's)
         self.hit_tokens += cached
-        self._account_seq(seq)
-        self._set_room(seq)
         if self.host_tier is None or sid not in self.host_tier.loading:
-            self._sync(seq, cached + self._scheduled(seq, cached, max_new_tokens))
+            self._sync(seq, end)
         # else it computes nothing before its load ends: its blocks are named when a step
         # schedules them (`allocate`), not now, or a later admission would hit unwritten KV
         return cached
