@@ -86,9 +86,17 @@ class ReuseDistance:
         return distance
 
     def use(self, keys: Iterable[Hashable]) -> None:
-        """Blocks used outside a lookup (computed and named: mostly first uses)."""
+        """Blocks used outside a lookup (computed and named: mostly first uses); `access` of
+        each, inline (it runs for every block a prefix-cached sequence names)."""
+        last = self._last
+        t = self._time
         for key in keys:
-            self.access(key)
+            p = last.get(key)
+            last[key] = t
+            if p is not None:
+                self._reused(p, t)
+            t += 1
+        self._time = t
 
     def lookup(self, keys: Iterable[Hashable], tokens: int) -> None:
         """A lookup of `keys` (a chain, in order) for `tokens` prompt tokens: each block's
