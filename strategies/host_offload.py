@@ -73,9 +73,6 @@ class HostOffload:
             if host is not None:
                 self._stores.append((group, gpu, host))
 
-    def lookup(self, keys: Iterable[BlockHash]) -> list[int]:
-        return self.tier.lookup(keys)
-
     def swap_out(self, seq_id: int, group: int, gpu_blocks: Sequence[int],
                  keys: Sequence[BlockHash], tokens: int) -> bool:
         """A preempted sequence's computed `gpu_blocks` (its full blocks named `keys`, and a

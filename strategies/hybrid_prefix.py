@@ -213,7 +213,7 @@ class HybridPrefixStrategy(PrefixCache, HybridStrategy):
             if not index:
                 continue
             keys = [self._key(chain[i], g) for i in index]
-            host_blocks = host.lookup(keys)
+            host_blocks = host.tier.lookup(keys)
             log = self._group_logs[g]
             for i in index:
                 table[i] = self.pool.allocate()

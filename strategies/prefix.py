@@ -314,7 +314,7 @@ class PrefixCachingStrategy(PrefixCache, PagedStrategy):
                    and chain[n - 1] not in self._pending_states):
                 n -= 1
             del blocks[n:]
-        host = self.host_tier.lookup(chain[len(blocks):limit]) if self.host_tier else []
+        host = self.host_tier.tier.lookup(chain[len(blocks):limit]) if self.host_tier else []
         return blocks, chain[: len(blocks) + len(host)]
 
     def _attention_run(self, chain: list[BlockHash]) -> list[int]:
@@ -449,7 +449,7 @@ class PrefixCachingStrategy(PrefixCache, PagedStrategy):
         host = self.host_tier
         loaded = hashes[len(gpu_hits):]
         if loaded:  # first: a load's host blocks cannot be evicted by the offer below
-            host_blocks = host.lookup(loaded)
+            host_blocks = host.tier.lookup(loaded)
             host.load(seq.seq_id, 0, table[len(gpu_hits): len(hashes)], host_blocks, loaded)
             host.hit_tokens += len(loaded) * self.block_size
         computed = [i for i, b in enumerate(gpu_hits) if b not in self._pending_hash]

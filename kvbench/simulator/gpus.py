@@ -21,18 +21,18 @@ from dataclasses import dataclass, field, replace
 
 from kvbench.errors import KvbenchInputError
 from kvbench.simulator.host_link import (
+    GIGA,
     NVLINK_C2C_HOST,
     PCIE3_HOST,
     PCIE4_HOST,
     PCIE5_HOST,
+    US,
     HostLink,
 )
 from kvbench.simulator.step_time import Interconnect, StepTimeConstants
 
 GiB = 2**30
 TERA = 10**12
-GIGA = 10**9
-US = 1e-6
 
 # Ring all-reduce links. NVLink figures: fitted on Vidur's NCCL all-reduce profiles inside a
 # DGX node, 16 KiB to 64 MiB, 2/4/8 GPUs (scripts/simulator_calibration.py --fit): bus
