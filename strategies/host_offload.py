@@ -1,56 +1,48 @@
 """`HostOffload`: what a prefix-caching strategy does with a host tier, between steps.
 
-The strategy calls it at three points, as vLLM's OffloadingConnector scheduler does
-(`distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`):
+The strategy calls it as vLLM's OffloadingConnector scheduler does
+(`kv_connector/v1/offloading/scheduler.py`; docs/offload.md, "What it does"): `offer` whenever
+it names full computed blocks (and at admission, for a prefix hit's blocks); `load` at an
+admission whose GPU prefix hit continues in the tier (the sequence waits, `loading`, and its
+blocks are named only once they land); `take` when the step's layout is built (the copies
+decided since the last one, as one store job and one load job); `land` when the executor
+reports jobs done. Blocks in flight are the tier's books: a stored block stays unreadable
+until its job is done, a loaded one unevictable. A sequence freed while it waits drops its
+claim; its job still ends and releases the host blocks.
 
-- `offer`, whenever the strategy names full computed blocks (and at admission, for the
-  blocks a prefix hit reuses): every computed full block is offered for a store, vLLM's
-  default (`_build_store_jobs`: each step, the full blocks of the tokens computed so far; a
-  key the host tier holds is not stored twice). The copies join the next step's store job;
-- `load`, at an admission whose GPU prefix hit continues in the host tier
-  (`get_num_new_matched_tokens`): the hit's host blocks are copied into freshly allocated
-  GPU blocks, and the sequence waits (`loading`) until its load job is done (vLLM's
-  `WAITING_FOR_REMOTE_KVS`: the request holds its blocks and is not scheduled; others are).
-  Its blocks are named in the GPU prefix cache only then (vLLM delays caching them too);
-- `take`, when the step's layout is built: the copies decided since the last one, as one
-  store job and one load job (`HostTransfers`); `finished` when the executor reports jobs
-  done.
-
-Blocks in flight are the tier's books: a stored block stays unreadable until its job is
-done, a loaded one unevictable. A sequence freed while it waits (preempted) drops its claim;
-its job still ends and releases the host blocks.
-
-Preemption by swap (`--preemption-mode swap`): `swap_out` stores a victim's computed blocks
-(those the tier lacks, and its partial last block under a private key) in the next store
-job and pins them (`HostTier.swap_out`); `swap_ready` says when their stores are done, and
-the strategy's re-admission loads what the GPU cache no longer holds (a load like a host
-hit's: the sequence waits) and `swap_in` lets the pins go.
+Preemption by swap (docs/offload.md): `swap_out` stores and pins a victim's computed blocks
+(its partial last block under a private key), `swap_ready` says when their stores are done,
+and `swap_in` lets the pins go once the re-admission's loads have begun.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from kvbench.core.host_transfers import BlockCopy, HostTransfers
-from kvbench.core.layout import KVLayout
 from kvbench.strategies.host_tier import HostTier, swap_key
 from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool
 
 # (allocation group, GPU block, its key): a block loaded for a sequence, named when it lands
 # (None: a swapped-out sequence's partial last block, never named)
 Landing = tuple[int, int, BlockHash | None]
+# The counters `stats` reports, each as `host_<name>`: host blocks a prefix hit loaded and their
+# tokens; preemptions by swap, the blocks they kept in the tier (pinned) and of those the ones
+# copied then (the rest were held already), those that recomputed (`swap_out` False); and
+# re-admissions by swap-in with the host blocks they loaded.
+COUNTERS = ("hit_blocks", "hit_tokens", "swap_out_requests", "swap_out_blocks",
+            "swap_out_copied_blocks", "swap_fallbacks", "swap_in_requests", "swap_in_blocks")
 
 
+@dataclass(slots=True)
 class Swap:
     """A swapped-out sequence's host blocks (its full blocks', then its partial last
     block's, `partial`; -1: none), pinned, and the tokens they hold."""
 
-    __slots__ = ("blocks", "tokens", "partial")
-
-    def __init__(self, blocks: list[int], tokens: int, partial: int) -> None:
-        self.blocks = blocks
-        self.tokens = tokens
-        self.partial = partial
+    blocks: list[int]
+    tokens: int
+    partial: int
 
 
 class HostOffload:
@@ -65,29 +57,21 @@ class HostOffload:
         self._store_jobs: dict[int, list[int]] = {}  # job -> host blocks
         self._load_jobs: dict[int, tuple[list[int], list[int]]] = {}  # job -> (host, seqs)
         # GPU blocks a load still writes whose sequence let them go: the strategy keeps a
-        # reference on each until the job ends (`finished` hands them back), so no other
+        # reference on each until the job ends (`land` hands them back), so no other
         # sequence takes a block a copy is landing in. job (-1: not taken yet) -> blocks
         self.pinned: dict[int, list[int]] = {}
         self.loading: dict[int, list[Landing]] = {}  # waiting seq_id -> its blocks to name
-        self.hit_blocks = 0  # host blocks a prefix hit loaded
-        self.hit_tokens = 0
         self.swaps: dict[int, Swap] = {}  # swapped-out seq_id -> its pinned host blocks
         self.swap_ins: list[int] = []  # seq_ids admitted by swap-in, for the engine to time
-        self.swap_out_requests = 0  # preemptions by swap
-        self.swap_out_blocks = 0  # the blocks they kept in the tier (pinned)
-        self.swap_out_copied_blocks = 0  # of which copied then (the rest were held already)
-        self.swap_fallbacks = 0  # preemptions by swap that recomputed (`swap_out` False)
-        self.swap_in_requests = 0
-        self.swap_in_blocks = 0  # host blocks loaded at re-admission
+        self.hit_blocks = self.hit_tokens = 0  # (`COUNTERS`)
+        self.swap_out_requests = self.swap_out_blocks = self.swap_out_copied_blocks = 0
+        self.swap_fallbacks = self.swap_in_requests = self.swap_in_blocks = 0
 
     def offer(self, group: int, blocks: Sequence[int], keys: Sequence[BlockHash]) -> None:
         """Full computed GPU `blocks` named `keys`: store the ones the host tier lacks."""
         for gpu, host in zip(blocks, self.tier.offer(keys), strict=True):
             if host is not None:
                 self._stores.append((group, gpu, host))
-
-    def lookup(self, keys: Iterable[BlockHash]) -> list[int]:
-        return self.tier.lookup(keys)
 
     def swap_out(self, seq_id: int, group: int, gpu_blocks: Sequence[int],
                  keys: Sequence[BlockHash], tokens: int) -> bool:
@@ -143,11 +127,6 @@ class HostOffload:
         if hit:
             self.hit_blocks += len(host_blocks)
 
-    @property
-    def busy(self) -> bool:
-        """Copies decided and not taken, or jobs in flight."""
-        return bool(self._stores or self._loads or self._store_jobs or self._load_jobs)
-
     def take(self) -> HostTransfers | None:
         """The copies decided since the last call, as this step's jobs."""
         if not self._stores and not self._loads:
@@ -168,11 +147,13 @@ class HostOffload:
         self._stores, self._loads = [], []
         return out
 
-    def finished(self, jobs: Iterable[int]) -> tuple[list[tuple[int, list[Landing]]], list[int]]:
-        """Jobs done: stored blocks become readable, loaded ones evictable again. Returns
-        each sequence that waited on them (and still does) with the blocks it may name, and
-        the GPU blocks pinned for them (`drop`) to release."""
-        landed = []
+    def land(self, jobs: Iterable[int], pool: CachingBlockPool) -> list[int]:
+        """Jobs done: stored blocks become readable, loaded ones evictable again. The blocks
+        loaded for the sequences that waited on them (and still do) join `pool`'s prefix
+        cache under their keys and the GPU blocks pinned for them (`drop`) go back to it;
+        returns those sequences."""
+        landed: list[int] = []
+        names: list[Landing] = []
         unpinned: list[int] = []
         for job in jobs:
             unpinned.extend(self.pinned.pop(job, ()))
@@ -185,25 +166,14 @@ class HostOffload:
             for seq_id in seqs:
                 blocks = self.loading.pop(seq_id, None)
                 if blocks is not None:
-                    landed.append((seq_id, blocks))
-        return landed, unpinned
-
-    def attach(self, layout: KVLayout) -> None:
-        """The step's jobs (`take`) onto its layout: the transfers the strategy waits on, the
-        copies the model executor performs (`KVLayout.host_copies`)."""
-        layout.host_transfers = self.take()
-
-    def land(self, jobs: Iterable[int], pool: CachingBlockPool) -> list[int]:
-        """Jobs done (`finished`): loaded blocks join `pool`'s prefix cache under their keys
-        and the GPU blocks pinned for them go back to it; the sequences that stop waiting."""
-        landed_all, unpinned = self.finished(jobs)
-        for _, landed in landed_all:
-            for _, block, key in landed:
-                if key is not None:
-                    pool.register(block, key)
+                    landed.append(seq_id)
+                    names.extend(blocks)
+        for _, block, key in names:
+            if key is not None:
+                pool.register(block, key)
         for block in unpinned:
             pool.release(block)
-        return [seq_id for seq_id, _ in landed_all]
+        return landed
 
     def drop(self, seq_id: int) -> list[int]:
         """The sequence gives its blocks back while it waits: nothing is named for it, and
@@ -229,17 +199,9 @@ class HostOffload:
                 and not self.tier.pins)
 
     def stats(self) -> dict[str, float]:
-        return {**self.tier.stats(), "host_hit_blocks": self.hit_blocks,
-                "host_hit_tokens": self.hit_tokens,
-                "host_swap_out_requests": self.swap_out_requests,
-                "host_swap_out_blocks": self.swap_out_blocks,
-                "host_swap_out_copied_blocks": self.swap_out_copied_blocks,
-                "host_swap_fallbacks": self.swap_fallbacks,
-                "host_swap_in_requests": self.swap_in_requests,
-                "host_swap_in_blocks": self.swap_in_blocks}
+        return {**self.tier.stats(), **{f"host_{name}": getattr(self, name) for name in COUNTERS}}
 
     def reset_stats(self) -> None:
         self.tier.reset_stats()
-        self.hit_blocks = self.hit_tokens = 0
-        self.swap_out_requests = self.swap_out_blocks = self.swap_out_copied_blocks = 0
-        self.swap_fallbacks = self.swap_in_requests = self.swap_in_blocks = 0
+        for name in COUNTERS:
+            setattr(self, name, 0)

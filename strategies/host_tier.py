@@ -20,18 +20,9 @@ is kept under a private key (`swap_key`) that no lookup names, freed once nobody
 loads it. All or nothing: when the free and idle blocks cannot hold the new ones, nothing is
 stored and the caller recomputes.
 
-`offer` is vLLM's `prepare_store`: keys already held are skipped, the rest take free blocks,
-else the eviction policy's victims among idle ready blocks (never one the same offer holds);
-when there are not enough victims the whole offer is refused (vLLM returns None and the
-request's blocks are not stored). `store_threshold` >= 2 admits a key only at its n-th offer
-(vLLM's `store_threshold`; 0 and 1 store everything, vLLM's default). `lookup` of a storing
-key is a miss (vLLM's `HIT_PENDING` also stops the prefix).
-
-Eviction policies (`--kv-offload-policy`, vLLM's `eviction_policy`): `lru` evicts the idle
-block used longest ago (a store or a load is a use); `arc` (`policies/arc.py`) keeps blocks
-seen once (T1) apart from blocks loaded again (T2), evicts from T1 while it is above an
-adaptive target, and moves the target by hits on the ghosts of evicted keys (B1, B2, each
-bounded by the capacity).
+`offer` is vLLM's `prepare_store` and `lookup` of a storing key a miss (vLLM's `HIT_PENDING`);
+what a store takes and evicts, `store_threshold` and the `lru` and `arc` policies (vLLM's
+`eviction_policy`) are as docs/offload.md, "What it does", describes.
 """
 
 from __future__ import annotations
@@ -51,20 +42,16 @@ class _LRU:
         self.idle: OrderedDict[BlockHash, None] = OrderedDict()
 
     def inserted(self, key: BlockHash) -> None:
-        """A store completed: the key is idle and most recently used."""
+        """A store, or the key's last load, completed: idle and most recently used."""
         self.idle[key] = None
+
+    released = inserted
 
     def used(self, key: BlockHash) -> None:
-        """A load began: the key is busy (not evictable)."""
+        """A load began, or a swapped-out sequence pins the key: busy (not evictable)."""
         self.idle.pop(key, None)
 
-    def pinned(self, key: BlockHash) -> None:
-        """A swapped-out sequence holds the key: busy, not a use."""
-        self.idle.pop(key, None)
-
-    def released(self, key: BlockHash) -> None:
-        """The last load of the key completed: idle again, most recently used."""
-        self.idle[key] = None
+    pinned = forget = used
 
     def missed(self, key: BlockHash) -> None:
         return None
@@ -86,9 +73,6 @@ class _LRU:
         for key in out:
             del self.idle[key]
         return out
-
-    def forget(self, key: BlockHash) -> None:
-        self.idle.pop(key, None)
 
 
 class _ARC:
@@ -197,7 +181,6 @@ class HostTier:
         if policy not in HOST_POLICIES:
             raise ValueError(f"host tier policy {policy!r}: choose from {HOST_POLICIES}")
         self.num_blocks = num_blocks
-        self.policy_name = policy
         self.policy = _LRU(num_blocks) if policy == "lru" else _ARC(num_blocks)
         self.store_threshold = store_threshold
         self._offers: dict[BlockHash, int] = {}  # offers of keys below the threshold
@@ -277,27 +260,39 @@ class HostTier:
             new.append(i)
         if not new:
             return out
-        short = len(new) - len(self._free)
-        if short > 0:
-            victims = self.policy.victims(short, set(keys))
-            if victims is None:
-                self.refused_blocks += len(new)
-                return out
-            for key in victims:
-                block = self.block_of.pop(key)
-                del self.key_of[block]
-                self._free.append(block)
-                self.residency.evicted(block)
-            self.evictions += len(victims)
+        if not self._make_room(len(new), keys, timed=True):
+            self.refused_blocks += len(new)
+            return out
         for i in new:
-            block = self._free.pop()
-            key = keys[i]
-            self.block_of[key] = block
-            self.key_of[block] = key
-            self.storing.add(block)
-            self.residency.allocated(block)
-            out[i] = block
+            out[i] = self._begin_store(keys[i])
+            self.residency.allocated(out[i])
         return out
+
+    def _make_room(self, n: int, keys: Sequence[BlockHash], timed: bool) -> bool:
+        """At least `n` free blocks, evicting the policy's victims (none of `keys`); False,
+        nothing evicted: too few victims. `timed`: the evictions go to `residency` (a swap's
+        do not)."""
+        short = n - len(self._free)
+        if short <= 0:
+            return True
+        victims = self.policy.victims(short, set(keys))
+        if victims is None:
+            return False
+        for key in victims:
+            block = self.block_of.pop(key)
+            del self.key_of[block]
+            self._free.append(block)
+            if timed:
+                self.residency.evicted(block)
+        self.evictions += len(victims)
+        return True
+
+    def _begin_store(self, key: BlockHash) -> int:
+        block = self._free.pop()
+        self.block_of[key] = block
+        self.key_of[block] = key
+        self.storing.add(block)
+        return block
 
     def stored(self, blocks: Iterable[int]) -> None:
         """Stores into `blocks` completed: they are ready (and idle)."""
@@ -343,29 +338,16 @@ class HostTier:
         copy now in flight), None for a key held already (pinned where it is). None: the
         tier cannot hold them; nothing changed."""
         new = [i for i, key in enumerate(keys) if key not in self.block_of]
-        short = len(new) - len(self._free)
-        if short > 0:
-            victims = self.policy.victims(short, set(keys))
-            if victims is None:
-                return None
-            for key in victims:
-                block = self.block_of.pop(key)
-                del self.key_of[block]
-                self._free.append(block)
-            self.evictions += len(victims)
+        if not self._make_room(len(new), keys, timed=False):
+            return None
         out: list[int | None] = [None] * len(keys)
         for i in new:
-            key = keys[i]
-            self.policy.missed(key)
-            block = self._free.pop()
-            self.block_of[key] = block
-            self.key_of[block] = key
-            self.storing.add(block)
-            if is_swap_key(key):
-                self.private.add(block)
-        for i, key in enumerate(keys):
+            self.policy.missed(keys[i])
+            out[i] = self._begin_store(keys[i])
+            if is_swap_key(keys[i]):
+                self.private.add(out[i])
+        for key in keys:
             block = self.block_of[key]
-            out[i] = block if i in new else None
             n = self.pins.get(block, 0)
             self.pins[block] = n + 1
             if not n and block not in self.storing and block not in self.readers:

@@ -157,21 +157,12 @@ class HybridStrategy(CacheStrategy):
             need += max(0, (blocks if cap is None or blocks < cap else cap) - hit)
         return need
 
-    def _plan(self, seq: Sequence, num_new_tokens: int) -> tuple[int, int]:
-        """(blocks to allocate, blocks that go back first) to compute `num_new_tokens`."""
-        tables = self.tables.get(seq.seq_id)
-        firsts = self.first.get(seq.seq_id)
-        p = seq.num_computed
+    def _blocks_needed(self, tables: list[list[int]], p: int, num_new_tokens: int) -> int:
+        """Blocks to allocate to compute `num_new_tokens` from position `p`, once the blocks
+        behind the window are freed (a window group takes none for positions no query reads)."""
         end = self.blocks_for(p + num_new_tokens)
-        needed = freed = 0
-        for g, window in enumerate(self.windows):
-            have = len(tables[g]) if tables else 0
-            first = firsts[g] if firsts else 0
-            need_from = self._first_needed(window, p)
-            if need_from > first:
-                freed += min(need_from, have) - min(first, have)
-            needed += max(0, end - max(have, need_from))
-        return needed, freed
+        return sum(max(0, end - max(len(table), self._first_needed(window, p)))
+                   for table, window in zip(tables, self.windows, strict=True))
 
     # CacheStrategy ----------------------------------------------------------------------
 
@@ -199,7 +190,7 @@ class HybridStrategy(CacheStrategy):
             tables = self.tables[sid] = [[] for _ in self.windows]
             self.first[sid] = [0] * self.num_groups
         self._free_behind(seq, tables, p)  # blocks no later query reads: always safe to free
-        needed, _ = self._plan(seq, num_new_tokens)
+        needed = self._blocks_needed(tables, p, num_new_tokens)
         if needed + self._state_need(seq) > self.pool.num_free:
             self._set_room(seq)
             return False

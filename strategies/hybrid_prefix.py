@@ -12,22 +12,20 @@ empty. A hit never covers the block holding the last token. Shared blocks are fu
 computed by every holder, so the split counts each once (`HybridStrategy._g_shared`);
 distinct prompt blocks are not counted. A step's full blocks are named when it is
 scheduled (`_sync`), so a sequence admitted later in the step hits them; a fork copies as
-`hybrid` does.
+`hybrid` does. No reuse distances are kept (a window group needs only part of a chain).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.sequence import Sequence
-from kvbench.errors import KvbenchInputError
-from kvbench.strategies.host_offload import HostOffload
-from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.hybrid import FREED, HybridOptions, HybridStrategy
-from kvbench.strategies.prefix_index import BlockHash, CachingBlockPool, extend_chain, root_hash
+from kvbench.strategies.prefix_cache import PrefixCache
+from kvbench.strategies.prefix_index import BlockHash
 from kvbench.strategies.registry import register_strategy
-from kvbench.strategies.residency_books import ResidencyBooks
 
 HOST = -2  # a hit's table entry the host tier serves (a fresh block, loaded, at admission)
 
@@ -43,44 +41,19 @@ class HybridPrefixOptions(HybridOptions):
     "hybrid-prefix", "hybrid + block-level prefix caching (a window group needs only its "
     "window's blocks for a hit)", HybridPrefixOptions,
 )
-class HybridPrefixStrategy(HybridStrategy):
+class HybridPrefixStrategy(PrefixCache, HybridStrategy):
     name = "hybrid-prefix"
     counts_prompt_blocks = False
 
-    def __init__(
-        self,
-        num_slots: int,
-        max_model_len: int,
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        watermark: float = 0.01,
-        allocation_windows: tuple[int | None, ...] = (None,),
-        max_num_batched_tokens: int = 2048,
-        concurrent_batches: int = 1,
-        namespace: str = "",
-        check_accounting: bool | None = None,
-        kv_offload_blocks: int = 0,
-        kv_offload_policy: str = "lru",
-        state_blocks: int = 0,
-    ) -> None:
-        super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
-                         allocation_windows=allocation_windows,
-                         max_num_batched_tokens=max_num_batched_tokens,
-                         concurrent_batches=concurrent_batches,
-                         check_accounting=check_accounting, state_blocks=state_blocks)
-        if state_blocks and kv_offload_blocks:
-            raise KvbenchInputError("--kv-offload: a state-space hybrid's states are not "
-                                    "offloaded (not modelled)")
-        self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
-        self._root = root_hash(namespace)
-        self._chains: dict[int, list[BlockHash]] = {}  # seq_id -> hash of each full block
+    def __init__(self, num_slots: int, max_model_len: int, namespace: str = "",
+                 kv_offload_blocks: int = 0, kv_offload_policy: str = "lru",
+                 **hybrid: Any) -> None:
+        """`hybrid`: `HybridStrategy`'s keyword arguments (`HybridPrefixOptions`)."""
+        super().__init__(num_slots, max_model_len, **hybrid)
+        # A host tier holds pool pages keyed by (hash, group): every group's named blocks
+        # are stored; a GPU hit goes on while every group's next block is there.
+        self._init_cache(namespace, kv_offload_blocks, kv_offload_policy, self.state_blocks)
         self._named: dict[int, int] = {}  # seq_id -> full blocks registered so far
-        self.live: dict[int, Sequence] = {}
-        self.hit_tokens = 0
-        self.query_tokens = 0
-        # A host tier of pool pages keyed by (hash, group) (`host_offload.py`): every group's
-        # named blocks are stored; a GPU hit goes on while every group's next block is there.
-        self.host_tier = (HostOffload(HostTier(kv_offload_blocks, kv_offload_policy))
-                          if kv_offload_blocks else None)
         self._offered: dict[int, int] = {}  # seq_id -> blocks offered to the host tier
 
     # Names ------------------------------------------------------------------------------
@@ -88,9 +61,20 @@ class HybridPrefixStrategy(HybridStrategy):
     def _key(self, h: BlockHash, group: int) -> BlockHash:
         return h + bytes((group,))
 
-    def _chain(self, seq: Sequence) -> list[BlockHash]:
-        return extend_chain(self._chains.setdefault(seq.seq_id, []), self._root, seq.token_ids,
-                            self.block_size)
+    def _full_blocks(self, seq: Sequence, done: dict[int, int], end: int
+                     ) -> Iterator[tuple[int, list[int], list[BlockHash]]]:
+        """Per group, the held blocks and keys of the sequence's full blocks below position
+        `end` from `done[seq_id]` on (which moves to their end)."""
+        tables = self.tables.get(seq.seq_id)
+        full = min(end, len(seq.token_ids)) // self.block_size
+        start = done.get(seq.seq_id, 0)
+        if tables is None or full <= start:
+            return
+        done[seq.seq_id] = full
+        chain = self._chain(seq)
+        for g, table in enumerate(tables):
+            index = [i for i in range(start, min(full, len(table))) if table[i] >= 0]
+            yield g, [table[i] for i in index], [self._key(chain[i], g) for i in index]
 
     def _sync(self, seq: Sequence, end: int | None = None) -> None:
         """Name the blocks the sequence filled since the last call, in every group, or (at
@@ -98,38 +82,17 @@ class HybridPrefixStrategy(HybridStrategy):
         caches a scheduled chunk's blocks, a sequence admitted later in the same step hits
         them (it reads them in the step that writes them, after their owner: every policy
         schedules in admission order)."""
-        tables = self.tables.get(seq.seq_id)
-        if tables is None:
-            return
-        full = min(seq.num_computed if end is None else end,
-                   len(seq.token_ids)) // self.block_size
-        named = self._named.get(seq.seq_id, 0)
-        if full <= named:
-            return
-        chain = self._chain(seq)
-        for g, table in enumerate(tables):
-            for i in range(named, min(full, len(table))):
-                if table[i] != FREED:
-                    self.pool.register(table[i], self._key(chain[i], g))
-        self._named[seq.seq_id] = full
+        end = seq.num_computed if end is None else end
+        for _, blocks, keys in self._full_blocks(seq, self._named, end):
+            for block, key in zip(blocks, keys, strict=True):
+                self.pool.register(block, key)
 
     def _offer_computed(self, seq: Sequence) -> None:
         """Offer the host tier every group's blocks the sequence computed since the last
         call (named earlier, when scheduled: stored only once written)."""
-        tables = self.tables.get(seq.seq_id)
-        if tables is None:
-            return
-        done = min(seq.num_computed, len(seq.token_ids)) // self.block_size
-        start = self._offered.get(seq.seq_id, 0)
-        if done <= start:
-            return
-        chain = self._chain(seq)
-        for g, table in enumerate(tables):
-            index = [i for i in range(start, min(done, len(table))) if table[i] >= 0]
-            if index:
-                self.host_tier.offer(g, [table[i] for i in index],
-                                     [self._key(chain[i], g) for i in index])
-        self._offered[seq.seq_id] = done
+        for g, blocks, keys in self._full_blocks(seq, self._offered, seq.num_computed):
+            if blocks:
+                self.host_tier.offer(g, blocks, keys)
 
     def _sync_all(self) -> None:
         for seq in self.live.values():
@@ -212,8 +175,8 @@ class HybridPrefixStrategy(HybridStrategy):
         if not hit:
             return super().admit(seq, max_new_tokens)  # (its `allocate` names the chunk)
         cached = hit * self.block_size
-        end = self.blocks_for(cached + self._scheduled(seq, cached, max_new_tokens))
-        fresh = self.num_groups * (end - hit) + self._host_hits(hit_tables)
+        end = cached + self._scheduled(seq, cached, max_new_tokens)
+        fresh = self.num_groups * (self.blocks_for(end) - hit) + self._host_hits(hit_tables)
         if fresh > self.pool.num_free - self._blocks_to_revive(hit_tables):
             raise MemoryError(f"admit of sequence {seq.seq_id} without room; call can_admit first")
         sid = seq.seq_id
@@ -230,19 +193,12 @@ class HybridPrefixStrategy(HybridStrategy):
                 log.append((sid, i, block))
         if self.host_tier is not None:
             self._host_admit(seq, hit_tables)
-        for g, table in enumerate(hit_tables):
-            log = self._group_logs[g]
-            for i in range(hit, end):
-                block = self.pool.allocate()
-                table.append(block)
-                log.append((sid, i, block))
+        super().allocate(seq, end)  # `HybridStrategy`'s: the blocks after the hit (they fit)
         self._named[sid] = hit
         self._offered[sid] = hit  # (its hits: in the host tier already, or the GPU's)
         self.hit_tokens += cached
-        self._account_seq(seq)
-        self._set_room(seq)
         if self.host_tier is None or sid not in self.host_tier.loading:
-            self._sync(seq, cached + self._scheduled(seq, cached, max_new_tokens))
+            self._sync(seq, end)
         # else it computes nothing before its load ends: its blocks are named when a step
         # schedules them (`allocate`), not now, or a later admission would hit unwritten KV
         return cached
@@ -257,7 +213,7 @@ class HybridPrefixStrategy(HybridStrategy):
             if not index:
                 continue
             keys = [self._key(chain[i], g) for i in index]
-            host_blocks = host.lookup(keys)
+            host_blocks = host.tier.lookup(keys)
             log = self._group_logs[g]
             for i in index:
                 table[i] = self.pool.allocate()
@@ -265,16 +221,6 @@ class HybridPrefixStrategy(HybridStrategy):
             host.load(seq.seq_id, g, [table[i] for i in index], host_blocks, keys)
             loaded = max(loaded, len(index))
         host.hit_tokens += loaded * self.block_size  # (a full group loads all past the GPU's)
-
-    def host_jobs_done(self, jobs: list[int]) -> list[Sequence]:
-        """Loaded blocks join the GPU prefix cache under their keys (`PrefixCachingStrategy`)."""
-        return [self.live[seq_id] for seq_id in self.host_tier.land(jobs, self.pool)]
-
-    def build_layout(self, scheduled):
-        layout = super().build_layout(scheduled)
-        if self.host_tier is not None:
-            self.host_tier.attach(layout)
-        return layout
 
     @staticmethod
     def _scheduled(seq: Sequence, cached: int, max_new_tokens: int | None) -> int:
@@ -319,26 +265,6 @@ class HybridPrefixStrategy(HybridStrategy):
         split = super().memory_split(running, head_waiting)
         split.cached = self.pool.num_evictable * self.block_size
         return split
-
-    def reset_stats(self) -> None:
-        self.pool.evictions = 0
-        self.hit_tokens = self.query_tokens = 0
-        if self.host_tier is not None:
-            self.host_tier.reset_stats()
-        self.residency_books().restart()
-
-    def residency_books(self) -> ResidencyBooks:
-        """The GPU pool's and the host tier's residency (pool pages of every group); no
-        reuse distances (a window group needs only part of a chain's blocks)."""
-        host = self.host_tier
-        return ResidencyBooks(
-            gpu=self.pool.residency, host=host.tier.residency if host is not None else None,
-            reuse=None, gpu_blocks=self.pool.num_blocks,
-            host_blocks=host.tier.num_blocks if host is not None else None,
-            block_size=self.block_size)
-
-    def is_whole(self) -> bool:
-        return super().is_whole() and (self.host_tier is None or self.host_tier.is_whole())
 
     def stats(self) -> dict[str, float]:
         return {

@@ -46,26 +46,17 @@ cut back to its last checkpoint. Where checkpoints are taken is `mamba_cache_mod
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from kvbench.core.block_size import DEFAULT_BLOCK_SIZE
 from kvbench.core.layout import KVLayout, SlotCopy
 from kvbench.core.mamba_cache_mode import MAMBA_CACHE_MODES, WITH_PREFIX_CACHING
 from kvbench.core.sequence import Sequence
 from kvbench.errors import KvbenchInputError
 from kvbench.strategies.base import MemorySplit
-from kvbench.strategies.host_offload import HostOffload
-from kvbench.strategies.host_tier import HostTier
 from kvbench.strategies.paged import PagedOptions, PagedStrategy
-from kvbench.strategies.prefix_index import (
-    BlockHash,
-    CachingBlockPool,
-    block_hash,
-    extend_chain,
-    root_hash,
-    state_hash,
-)
+from kvbench.strategies.prefix_cache import PrefixCache
+from kvbench.strategies.prefix_index import BlockHash, extend_chain, state_hash
 from kvbench.strategies.registry import register_strategy
-from kvbench.strategies.residency_books import ResidencyBooks
 from kvbench.strategies.reuse_distance import ReuseDistance
 
 
@@ -82,30 +73,18 @@ class PrefixOptions(PagedOptions):
     "prefix", "paged + block-level prefix caching (hash chain, LRU eviction, copy-on-write forks)",
     PrefixOptions,
 )
-class PrefixCachingStrategy(PagedStrategy):
+class PrefixCachingStrategy(PrefixCache, PagedStrategy):
     name = "prefix"
 
-    def __init__(
-        self,
-        num_slots: int,
-        max_model_len: int,
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        watermark: float = 0.01,
-        namespace: str = "",
-        check_accounting: bool | None = None,
-        kv_offload_blocks: int = 0,
-        kv_offload_policy: str = "lru",
-        state_blocks: int = 0,
-        mamba_cache_mode: str = WITH_PREFIX_CACHING,
-    ) -> None:
-        super().__init__(num_slots, max_model_len, block_size=block_size, watermark=watermark,
-                         state_blocks=state_blocks, check_accounting=check_accounting)
+    def __init__(self, num_slots: int, max_model_len: int, namespace: str = "",
+                 kv_offload_blocks: int = 0, kv_offload_policy: str = "lru",
+                 mamba_cache_mode: str = WITH_PREFIX_CACHING, **paged: Any) -> None:
+        """`paged`: `PagedStrategy`'s keyword arguments (`PrefixOptions`)."""
+        super().__init__(num_slots, max_model_len, **paged)
         if mamba_cache_mode not in MAMBA_CACHE_MODES:
             raise KvbenchInputError(f"--mamba-cache-mode {mamba_cache_mode!r}: choose from "
                                     f"{', '.join(MAMBA_CACHE_MODES)}")
-        if state_blocks and kv_offload_blocks:
-            raise KvbenchInputError("--kv-offload: a state-space hybrid's states are not "
-                                    "offloaded (not modelled)")
+        self._init_cache(namespace, kv_offload_blocks, kv_offload_policy, self.state_blocks)
         self.mamba_cache_mode = mamba_cache_mode
         # `states[seq_id]` holds a sequence's state blocks: `state_blocks` (its running state)
         # in `none` and `align`; in `all`, `state_blocks` per block of its table from index
@@ -121,14 +100,7 @@ class PrefixCachingStrategy(PagedStrategy):
         # structural ceiling of the hit rate (`ceiling_tokens` over `query_tokens`).
         self._seen: set[BlockHash] = set()
         self.ceiling_tokens = 0
-        self.pool: CachingBlockPool = CachingBlockPool(self.pool.num_blocks)
-        # The host tier (`host_offload.py`); None: the GPU cache alone.
-        self.host_tier = (HostOffload(HostTier(kv_offload_blocks, kv_offload_policy))
-                          if kv_offload_blocks else None)
-        self.namespace = namespace
-        self._root = root_hash(namespace)
         self.hashes: dict[int, list[BlockHash]] = {}  # seq_id -> hash of each full block
-        self.live: dict[int, Sequence] = {}  # seq_id -> sequence holding a block table
         # Full blocks allocated to a sequence that has not computed them yet, shareable by later
         # admissions: hash -> (block, owner seq_id or -1 once the owner left, table index).
         self._pending: dict[BlockHash, tuple[int, int, int]] = {}
@@ -139,16 +111,13 @@ class PrefixCachingStrategy(PagedStrategy):
         self._pending_states: dict[BlockHash, tuple[int, int]] = {}
         # `align`: each admitted sequence's `_junction`, found at its admission's lookup.
         self._junctions: dict[int, int] = {}
-        # Hashes of the full blocks of waiting sequences' tokens, kept between admission
-        # checks (a queue head is checked every step until it fits).
-        self._chains: dict[int, list[BlockHash]] = {}
-        # Sequences whose prompt is computed chunk by chunk: the blocks of it shared so far
+        # `_chains` holds the hashes of waiting sequences' full blocks, kept between
+        # admission checks (a queue head is checked every step until it fits). Sequences
+        # whose prompt is computed chunk by chunk: the blocks of it shared so far
         # (`_share_scheduled`); its chain stays in `_chains` until all are.
         self._shared_upto: dict[int, int] = {}
         self.hit_blocks = 0
         self.pending_hit_blocks = 0
-        self.hit_tokens = 0
-        self.query_tokens = 0  # tokens of admitted sequences (what a prefill would compute)
         self.cow_copies = 0
         self.forks = 0
         # The lookups' and named blocks' reuse distances (`residency_books`); per sequence,
@@ -172,29 +141,25 @@ class PrefixCachingStrategy(PagedStrategy):
             return
         hashes = self.hashes[seq.seq_id]
         bs = self.block_size
-        full = min(seq.num_computed, len(seq.token_ids)) // bs
-        full = min(full, len(table))
         start = len(hashes)
-        while len(hashes) < full:
-            i = len(hashes)
-            parent = hashes[-1] if hashes else self._root
-            h = block_hash(parent, seq.token_ids[i * bs : (i + 1) * bs])
-            hashes.append(h)
-            if self._pending_hash.get(table[i]) == h:  # computed now: from pending to named
-                del self._pending[h], self._pending_hash[table[i]]
-            self.pool.register(table[i], h)
-        if full > start:
-            self._seen.update(hashes[start:full])
-        if full > start and self.state_blocks and self.mamba_cache_mode != "none":
+        full = min(seq.num_computed, len(seq.token_ids), len(table) * bs) // bs
+        if full <= start:
+            return
+        extend_chain(hashes, self._root, seq.token_ids, bs, full)
+        for block, h in zip(table[start:full], hashes[start:full], strict=True):
+            if self._pending_hash.get(block) == h:  # computed now: from pending to named
+                del self._pending[h], self._pending_hash[block]
+            self.pool.register(block, h)
+        self._seen.update(hashes[start:full])
+        if self.state_blocks and self.mamba_cache_mode != "none":
             self._checkpoint(seq, hashes, start, full)
-        if self._pending_states and full > start:
+        if self._pending_states:
             self._drop_pending_states(seq.seq_id, full)
-        if full > start:
-            looked = max(start, self._looked.get(seq.seq_id, 0))
-            if looked < full:
-                self.reuse.use(hashes[looked:full])
-            if self.host_tier is not None:  # every computed full block
-                self.host_tier.offer(0, table[start:full], hashes[start:full])
+        looked = max(start, self._looked.get(seq.seq_id, 0))
+        if looked < full:
+            self.reuse.use(hashes[looked:full])
+        if self.host_tier is not None:  # every computed full block
+            self.host_tier.offer(0, table[start:full], hashes[start:full])
 
     # A hybrid's state checkpoints --------------------------------------------------------
 
@@ -329,15 +294,10 @@ class PrefixCachingStrategy(PagedStrategy):
         for seq in self.live.values():
             self._sync(seq)
 
-    def _chain(self, seq: Sequence) -> list[BlockHash]:
-        """Hashes of every full block of the sequence's tokens (tokens only ever grow)."""
-        return extend_chain(self._chains.setdefault(seq.seq_id, []), self._root, seq.token_ids,
-                            self.block_size)
-
     def _match(self, seq: Sequence) -> tuple[list[int], list[BlockHash]]:
         """Cached blocks of the sequence's longest cached leading run, and their hashes
         (with a host tier: the hashes go on over the blocks the host tier holds after the
-        GPU run, `_host_hits`).
+        GPU run).
 
         Stops before the block holding the last token, so at least one token is computed.
         """
@@ -354,9 +314,8 @@ class PrefixCachingStrategy(PagedStrategy):
                    and chain[n - 1] not in self._pending_states):
                 n -= 1
             del blocks[n:]
-        if self.host_tier is not None:
-            return blocks, chain[: len(blocks) + len(self._host_hits(chain, len(blocks), limit))]
-        return blocks, chain[: len(blocks)]
+        host = self.host_tier.tier.lookup(chain[len(blocks):limit]) if self.host_tier else []
+        return blocks, chain[: len(blocks) + len(host)]
 
     def _attention_run(self, chain: list[BlockHash]) -> list[int]:
         """The cached (or pending: scheduled now) blocks of the chain's leading run."""
@@ -378,10 +337,6 @@ class PrefixCachingStrategy(PagedStrategy):
         limit = (len(seq.token_ids) - 1) // self.block_size
         run = len(self._attention_run(self._chain(seq)[:limit])) * self.block_size
         return run if run > hit_tokens else 0
-
-    def _host_hits(self, chain: list[BlockHash], start: int, limit: int) -> list[int]:
-        """Host blocks holding the chain's blocks from `start` (the GPU hit's end) on."""
-        return self.host_tier.lookup(chain[start:limit])
 
     # CacheStrategy ----------------------------------------------------------------------
 
@@ -494,17 +449,12 @@ class PrefixCachingStrategy(PagedStrategy):
         host = self.host_tier
         loaded = hashes[len(gpu_hits):]
         if loaded:  # first: a load's host blocks cannot be evicted by the offer below
-            host_blocks = host.lookup(loaded)
+            host_blocks = host.tier.lookup(loaded)
             host.load(seq.seq_id, 0, table[len(gpu_hits): len(hashes)], host_blocks, loaded)
             host.hit_tokens += len(loaded) * self.block_size
         computed = [i for i, b in enumerate(gpu_hits) if b not in self._pending_hash]
         if computed:  # (a pending block is not written yet: its owner offers it when it is)
             host.offer(0, [gpu_hits[i] for i in computed], [hashes[i] for i in computed])
-
-    def host_jobs_done(self, jobs: list[int]) -> list[Sequence]:
-        """Host copies done (`Executor.finished_host_jobs`): loaded blocks join the GPU
-        prefix cache under their hashes; returns the sequences that stop waiting."""
-        return [self.live[seq_id] for seq_id in self.host_tier.land(jobs, self.pool)]
 
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
         sid = seq.seq_id
@@ -638,8 +588,6 @@ class PrefixCachingStrategy(PagedStrategy):
         layout = super().build_layout(scheduled)
         if self._state_copies:
             layout.state_copies, self._state_copies = self._state_copies, []
-        if self.host_tier is not None:
-            self.host_tier.attach(layout)
         return layout
 
     def _check_pending(self, scheduled: list[tuple[Sequence, int]]) -> None:
@@ -806,28 +754,13 @@ class PrefixCachingStrategy(PagedStrategy):
         return split
 
     def is_whole(self) -> bool:
-        return (not self.tables and not self.live and not self._pending
-                and not self._pending_states and not self.states
-                and not self._state_held and self.pool.is_whole()
-                and (self.host_tier is None or self.host_tier.is_whole()))
+        return (super().is_whole() and not self.live and not self._pending
+                and not self._pending_states and not self._state_held)
 
     def reset_stats(self) -> None:
-        """Zero the counters (after a warm-up); the cache itself stays."""
-        self.pool.evictions = 0
-        self.hit_blocks = self.pending_hit_blocks = self.hit_tokens = self.query_tokens = 0
-        self.cow_copies = self.forks = 0
+        super().reset_stats()
+        self.hit_blocks = self.pending_hit_blocks = self.cow_copies = self.forks = 0
         self.ceiling_tokens = self.state_checkpoints = 0
-        if self.host_tier is not None:
-            self.host_tier.reset_stats()
-        self.residency_books().restart()
-
-    def residency_books(self) -> ResidencyBooks:
-        host = self.host_tier
-        return ResidencyBooks(
-            gpu=self.pool.residency, host=host.tier.residency if host is not None else None,
-            reuse=self.reuse, gpu_blocks=self.pool.num_blocks,
-            host_blocks=host.tier.num_blocks if host is not None else None,
-            block_size=self.block_size)
 
     def stats(self) -> dict[str, float]:
         return {

@@ -47,10 +47,12 @@ def state_hash(h: BlockHash, page: int) -> BlockHash:
 
 
 def extend_chain(chain: list[BlockHash], root: BlockHash, tokens: Sequence[int],
-                 block_size: int) -> list[BlockHash]:
+                 block_size: int, blocks: int | None = None) -> list[BlockHash]:
     """`chain` (the hashes of a sequence's first full blocks) grown to every full block of
-    `tokens`, in place: a sequence's tokens only ever grow, so each block is hashed once."""
-    while len(chain) < len(tokens) // block_size:
+    `tokens` (to the first `blocks`), in place: a sequence's tokens only ever grow, so each
+    block is hashed once."""
+    end = len(tokens) // block_size if blocks is None else blocks
+    while len(chain) < end:
         i = len(chain)
         chain.append(block_hash(chain[-1] if chain else root,
                                 tokens[i * block_size : (i + 1) * block_size]))

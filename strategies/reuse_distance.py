@@ -86,7 +86,8 @@ class ReuseDistance:
         return distance
 
     def use(self, keys: Iterable[Hashable]) -> None:
-        """Blocks used outside a lookup (computed and named: mostly first uses)."""
+        """Blocks used outside a lookup (computed and named: mostly first uses); `access` of
+        each, inline (it runs for every block a prefix-cached sequence names)."""
         last = self._last
         t = self._time
         for key in keys:

@@ -1,19 +1,11 @@
-"""Reading a CSV trace into a `TraceTable` of its replayed rows, with Python's csv module:
+"""Reading a CSV trace into a `TraceTable` of its replayed rows, with Python's csv module.
 
-- Azure LLM inference (Azure/AzurePublicDataset, 2023 and 2024): `TIMESTAMP` (an ISO
-  date-time), `ContextTokens`, `GeneratedTokens`;
-- BurstGPT (HPMLL/BurstGPT): `Timestamp` (seconds), `Request tokens`, `Response tokens`. Rows
-  with 0 response tokens (failed requests, kept in `BurstGPT_1.csv` and `BurstGPT_2.csv`) are
-  left out like rows with 0 prompt tokens, so the full files replay like their
-  `BurstGPT_without_fails_*.csv` counterparts.
-
-The header names the columns (stripped of spaces; a repeated name means its last column). A
-row that is empty or holds nothing but spaces is skipped. A row with another number of fields
-than the header, or a field that is not what its column holds (`trace_rows.count`,
-`seconds`), is an input error naming the file and the first bad row's line and counting the
-other bad rows read. Reading stops at the row that completes `num_requests`, or at the
-`MAX_BAD_LINES`-th bad row. The csv module names each bad row by its line; its row-by-row
-reading costs little beside replaying the trace.
+Azure LLM inference (`TIMESTAMP` an ISO date-time, `ContextTokens`, `GeneratedTokens`) and
+BurstGPT (`Timestamp` in seconds, `Request tokens`, `Response tokens`); how the header, blank
+and bad rows are read: docs/workloads.md, Public trace formats. Rows with 0 prompt or output
+tokens (BurstGPT's failed requests) are left out, so the full BurstGPT files replay like their
+`BurstGPT_without_fails_*.csv` counterparts. Reading stops at the row that completes
+`num_requests`, or at the `MAX_BAD_LINES`-th bad row.
 """
 
 from __future__ import annotations

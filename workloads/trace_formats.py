@@ -1,14 +1,6 @@
-"""Which trace format a file holds, and reading it into requests.
-
-`--workload FILE` accepts, detected from the file's content (not its name):
-
-| format | how it is recognised | reader |
-|---|---|---|
-| kvbench JSONL | JSON lines with `prompt_len`/`prompt_tokens` | `trace.py` |
-| Mooncake JSONL | JSON lines with `hash_ids` or `input_length` | `mooncake.py` |
-| Azure LLM inference CSV | header `TIMESTAMP,ContextTokens,GeneratedTokens` | `csv_trace.py` |
-| BurstGPT CSV | header with `Request tokens` and `Response tokens` | `csv_trace.py` |
-| ShareGPT JSON (vLLM's) | one JSON list (the file starts with `[`; never a `.jsonl` or `.ndjson` file) | `sharegpt_json.py` |
+"""Which trace format a file holds (from its content, not its name: docs/workloads.md, Public
+trace formats), and reading it into requests: kvbench JSONL (`trace.py`), Mooncake JSONL
+(`mooncake.py`), Azure and BurstGPT CSV (`csv_trace.py`), ShareGPT JSON (`sharegpt_json.py`).
 
 Every reader returns requests in file order with arrival times relative to the trace's first
 request; the CSV readers (millions of rows) a `TraceTable` of them (`trace_table.py`).

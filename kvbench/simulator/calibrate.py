@@ -1,26 +1,11 @@
 """`kvbench calibrate`: time a GPU's kernels and fit the simulator's step-time constants to them.
 
-Three kinds of measurement, each timed with CUDA events (median of several runs after
-warm-up) at a few sizes of one model's shapes (default Llama-2-7B, tensor parallel 1):
-
-- matmuls `[T, k] x [k, n]` (the QKV, O, gate+up and down projections) at T = 1 ... 4,096;
-- decode attention (torch's scaled-dot-product attention, one query per sequence) over
-  batch x context, and causal prefill attention over a few prompt lengths;
-- a copy at a few sizes (elementwise kernels: their floor and bandwidth).
-
-The fits invert `kvbench.simulator.step_time`'s formulas (docs/simulator.md):
-
-- matmul, weight-bound (T <= 8): `t = launch + weight bytes / (bw x e_bw)`;
-- matmul, compute-bound (T >= 256): `t = launch + 2 k n (T + h) / (peak x e)`, a line in T
-  per shape, whose slope gives `peak x e` and intercept `h` (gemm_half_tokens);
-- decode attention: `t = floor + per_seq x B + KV bytes / (bw x e_dec)`, least squares;
-- prefill attention: `t = floor + per_token x T + FLOPs / (peak x e_pf)`, least squares;
-- copy: `t = floor + bytes / (bw x e_elt)`.
-
-The peak FLOP/s and HBM bandwidth written are the base preset's datasheet figures (`--base`,
-default: the preset named like the device, else a100-80gb); an efficiency that would exceed 1
-raises the figure to the measured one instead. The fitting functions take plain measurements,
-so they are tested without a GPU; only `measure` needs CUDA.
+What is timed (CUDA events, median of several runs after warm-up, at a few sizes of one
+model's shapes) and how each fit inverts `kvbench.simulator.step_time`'s formulas:
+docs/simulator.md, "Measured on your GPU". The peak FLOP/s and HBM bandwidth written are the
+base preset's datasheet figures; an efficiency that would exceed 1 raises the figure to the
+measured one instead. The fitting functions take plain measurements, so they are tested
+without a GPU; only `measure` needs CUDA.
 """
 
 from __future__ import annotations
@@ -117,7 +102,8 @@ class Calibration:
     def to_toml(self) -> str:
         lines = [
             "# Written by `kvbench calibrate`: use with --gpu-spec FILE.toml",
-            f"# mean abs error of the fit: {_format_errors(self.errors)}",
+            "# mean abs error of the fit: "
+            + (", ".join(f"{op} {err:.1%}" for op, err in self.errors.items()) or "none"),
             f"name = {_toml_str(self.name)}",
             f"description = {_toml_str(self.description)}",
             f"memory_bytes = {int(self.memory_bytes)}",
@@ -143,10 +129,6 @@ def _toml_str(text: str) -> str:
     return f'"{escaped}"'
 
 
-def _format_errors(errors: dict[str, float]) -> str:
-    return ", ".join(f"{op} {err:.1%}" for op, err in errors.items()) or "none"
-
-
 # Fitting --------------------------------------------------------------------------------
 
 
@@ -166,10 +148,6 @@ def _nonnegative_lstsq(columns: list[np.ndarray], y: np.ndarray) -> np.ndarray:
             return coef
         active.pop(int(np.argmin(solution)))
     return coef
-
-
-def _mean_abs_error(model: np.ndarray, measured: np.ndarray) -> float:
-    return float(np.mean(np.abs(model / measured - 1.0)))
 
 
 @dataclass(frozen=True)
@@ -211,23 +189,6 @@ def _fit_rate(what: str, min_points: int, seconds: list[float],
     return (*(float(c) for c in costs), float(1.0 / inv_rate) if inv_rate > 0 else math.inf)
 
 
-def fit_attention_decode(points: Sequence[AttentionPoint]) -> tuple[float, ...]:
-    """(floor_s, per_seq_s, achieved KV read bytes/s)."""
-    return _fit_rate("decode attention", 3, [p.seconds for p in points],
-                     [p.batch for p in points], [p.kv_bytes for p in points])
-
-
-def fit_attention_prefill(points: Sequence[AttentionPoint]) -> tuple[float, ...]:
-    """(floor_s, per_token_s, achieved FLOP/s)."""
-    return _fit_rate("prefill attention", 3, [p.seconds for p in points],
-                     [p.context * p.batch for p in points], [p.flops for p in points])
-
-
-def fit_copy(points: Sequence[CopyPoint]) -> tuple[float, ...]:
-    """(floor_s per kernel, achieved bytes/s)."""
-    return _fit_rate("copy", 2, [p.seconds for p in points], [p.num_bytes for p in points])
-
-
 def base_preset(device_name: str, base: str | None = None) -> GPUSpec:
     """The preset whose datasheet figures the file keeps: `base`, else one named like the
     device (\"NVIDIA H100 80GB HBM3\" -> h100-80gb), else a100-80gb."""
@@ -255,15 +216,21 @@ def fit(measurements: Measurements, base: GPUSpec, name: str) -> Calibration:
     """Fit the step-time constants of `kvbench.simulator.step_time` to `measurements`."""
     bandwidth = base.hbm_bandwidth_bytes_s
     peak = base.peak_bf16_flops
-    copy_floor, copy_rate = fit_copy(measurements.copies)
+    copies = measurements.copies
+    copy_floor, copy_rate = _fit_rate("copy", 2, [p.seconds for p in copies],
+                                      [p.num_bytes for p in copies])
     # The best bandwidth any kernel reached bounds the HBM figure from below.
     _, bandwidth = _share(copy_rate, bandwidth)
     gemm = fit_gemm(measurements.gemms, bandwidth)
     gemm_eff, peak = _share(gemm.peak_flops_eff, peak)
     decode = [p for p in measurements.attention if p.kind == "decode"]
     prefill = [p for p in measurements.attention if p.kind == "prefill"]
-    dec_floor, dec_per_seq, dec_rate = fit_attention_decode(decode)
-    pf_floor, pf_per_token, pf_rate = fit_attention_prefill(prefill)
+    dec_floor, dec_per_seq, dec_rate = _fit_rate(
+        "decode attention", 3, [p.seconds for p in decode], [p.batch for p in decode],
+        [p.kv_bytes for p in decode])
+    pf_floor, pf_per_token, pf_rate = _fit_rate(
+        "prefill attention", 3, [p.seconds for p in prefill],
+        [p.context * p.batch for p in prefill], [p.flops for p in prefill])
     efficiency = {
         "gemm_peak_efficiency": gemm_eff,
         "gemm_half_tokens": gemm.half_tokens,
@@ -298,23 +265,18 @@ def fit_errors(measurements: Measurements, calibration: Calibration) -> dict[str
     constants = StepTimeConstants(**{**base, **calibration.efficiency})
     hw = Hardware(calibration.peak_bf16_tflops * 1e12, calibration.bandwidth_gb_s * 1e9,
                   constants, None)
-    out: dict[str, float] = {}
-    groups: dict[str, tuple[list[float], list[float]]] = {
-        "gemm": ([gemm_s(constants, hw, p.tokens, p.k, p.n, BYTES_BF16, BYTES_BF16)
-                  for p in measurements.gemms], [p.seconds for p in measurements.gemms]),
-        "attn_decode": ([attention_decode_s(constants, hw, p.batch, p.kv_bytes)
-                         for p in measurements.attention if p.kind == "decode"],
-                        [p.seconds for p in measurements.attention if p.kind == "decode"]),
-        "attn_prefill": ([attention_prefill_s(constants, hw, p.context * p.batch, p.flops)
-                          for p in measurements.attention if p.kind == "prefill"],
-                         [p.seconds for p in measurements.attention if p.kind == "prefill"]),
-        "copy": ([elementwise_s(constants, hw, 1, p.num_bytes) for p in measurements.copies],
-                 [p.seconds for p in measurements.copies]),
+    decode = [p for p in measurements.attention if p.kind == "decode"]
+    prefill = [p for p in measurements.attention if p.kind == "prefill"]
+    groups: dict[str, tuple[Sequence[Any], Callable[[Any], float]]] = {
+        "gemm": (measurements.gemms,
+                 lambda p: gemm_s(constants, hw, p.tokens, p.k, p.n, BYTES_BF16, BYTES_BF16)),
+        "attn_decode": (decode, lambda p: attention_decode_s(constants, hw, p.batch, p.kv_bytes)),
+        "attn_prefill": (prefill, lambda p: attention_prefill_s(constants, hw,
+                                                                 p.context * p.batch, p.flops)),
+        "copy": (measurements.copies, lambda p: elementwise_s(constants, hw, 1, p.num_bytes)),
     }
-    for op, (model, measured) in groups.items():
-        if measured:
-            out[op] = _mean_abs_error(np.array(model), np.array(measured))
-    return out
+    return {op: float(np.mean([abs(model(p) / p.seconds - 1.0) for p in points]))
+            for op, (points, model) in groups.items() if points}
 
 
 # Measuring (CUDA) -----------------------------------------------------------------------
@@ -387,30 +349,22 @@ def measure(cfg: ModelConfig, device: str = "cuda",
                 out.gemms.append(GemmPoint(tokens, k, n, seconds))
         heads, kv_heads = cfg.num_heads, cfg.num_kv_heads
         head_dim = _head_dim(cfg)
-        say("decode attention")
-        for batch, context in DECODE_SHAPES:
-            q = torch.randn(batch, heads, 1, head_dim, device=dev, dtype=dtype)
-            k_ = torch.randn(batch, kv_heads, context, head_dim, device=dev, dtype=dtype)
-            v = torch.randn_like(k_)
-            gqa = heads != kv_heads
+        gqa = heads != kv_heads
+        for kind, shapes in (("decode", DECODE_SHAPES),
+                             ("prefill", [(1, tokens) for tokens in PREFILL_TOKENS])):
+            say(f"{kind} attention")
+            for batch, context in shapes:  # decode: one query a sequence; prefill: causal
+                queries = 1 if kind == "decode" else context
+                q = torch.randn(batch, heads, queries, head_dim, device=dev, dtype=dtype)
+                k_ = torch.randn(batch, kv_heads, context, head_dim, device=dev, dtype=dtype)
+                v = torch.randn_like(k_)
 
-            def decode(q=q, k_=k_, v=v, gqa=gqa):
-                return F.scaled_dot_product_attention(q, k_, v, enable_gqa=gqa)
+                def attend(q=q, k_=k_, v=v, causal=kind == "prefill"):
+                    return F.scaled_dot_product_attention(q, k_, v, is_causal=causal,
+                                                          enable_gqa=gqa)
 
-            out.attention.append(AttentionPoint("decode", batch, context, heads, kv_heads,
-                                                head_dim, _time_cuda(decode)))
-        say("prefill attention")
-        for tokens in PREFILL_TOKENS:
-            q = torch.randn(1, heads, tokens, head_dim, device=dev, dtype=dtype)
-            k_ = torch.randn(1, kv_heads, tokens, head_dim, device=dev, dtype=dtype)
-            v = torch.randn_like(k_)
-            gqa = heads != kv_heads
-
-            def prefill(q=q, k_=k_, v=v, gqa=gqa):
-                return F.scaled_dot_product_attention(q, k_, v, is_causal=True, enable_gqa=gqa)
-
-            out.attention.append(AttentionPoint("prefill", 1, tokens, heads, kv_heads,
-                                                head_dim, _time_cuda(prefill)))
+                out.attention.append(AttentionPoint(kind, batch, context, heads, kv_heads,
+                                                    head_dim, _time_cuda(attend)))
         say("copies")
         for size in COPY_BYTES:
             src = torch.empty(size // 2 // 2, device=dev, dtype=dtype)

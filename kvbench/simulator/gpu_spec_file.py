@@ -1,39 +1,17 @@
 """`--gpu-spec FILE.toml`: a user's own GPU (and its measured efficiencies) for the simulator.
 
-```toml
-name = "my-a100"                  # optional (default: the file name)
-description = "A100 SXM4 80GB, our cluster"
-memory = "80GiB"                  # or memory_bytes = 85899345920
-bandwidth_gb_s = 2039             # HBM, GB/s (10^9 B/s)
-[peak_tflops]                     # dense tensor FLOP/s per dtype, 10^12
-bf16 = 312
-fp8 = 624                         # optional
-[interconnect]                    # optional: needed for --tensor-parallel-size > 1
-preset = "nvlink3"                # nvlink3 | nvlink4 | nvlink5 | infinity-fabric | pcie4 | pcie5, or:
-bandwidth_gb_s = 139              # ring all-reduce bus bandwidth
-hop_latency_us = 0.0              # per ring step
-call_latency_us = 31              # per all-reduce
-[host_link]                       # optional: GPU <-> host memory, for a host KV tier
-preset = "pcie4"                  # pcie3 | pcie4 | pcie5 | nvlink-c2c, or (each overrides it):
-load_gb_s = 25                    # host -> GPU, effective pinned-copy GB/s
-store_gb_s = 25                   # GPU -> host
-latency_us = 10                   # per transfer
-fragment_overhead_us = 2          # per contiguous piece a transfer copies
-[efficiency]                      # optional: any StepTimeConstants field (seconds, fractions)
-gemm_peak_efficiency = 0.75
-cpu_overhead_s = 0.001
-```
-
-Without `[host_link]` the GPU's host link is unknown (None).
-
-Unknown keys, wrong types and impossible values raise `KvbenchInputError` with the file's name.
-`kvbench calibrate --out FILE.toml` (on a GPU) is meant to write such a file.
+The keys and an example: docs/simulator.md, "Your own GPU". Without `[host_link]` the GPU's
+host link is unknown (None); `[efficiency]` sets any `StepTimeConstants` field, the rest keep
+the A100-80GB fit. Unknown keys, wrong types and impossible values raise `KvbenchInputError`
+with the file's name. `kvbench calibrate --out FILE.toml` (on a GPU) writes such a file.
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import fields
+from collections.abc import Callable
+from dataclasses import fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +23,14 @@ from kvbench.units import parse_size_bytes
 
 TOP_KEYS = {"name", "description", "memory", "memory_bytes", "bandwidth_gb_s", "peak_tflops",
             "interconnect", "efficiency", "calibrated", "host_link"}
-HOST_LINK_KEYS = {"preset", "load_gb_s", "store_gb_s", "latency_us", "fragment_overhead_us"}
 CONSTANT_KEYS = {f.name for f in fields(StepTimeConstants)}
 
 
-def _number(value: Any, what: str, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise KvbenchInputError(f"{where}: {what} must be a positive number, got {value!r}")
+def _number(value: Any, what: str, where: str, zero_ok: bool = False) -> float:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+            or (value == 0 and not zero_ok)):
+        must = "a number >= 0" if zero_ok else "a positive number"
+        raise KvbenchInputError(f"{where}: {what} must be {must}, got {value!r}")
     return float(value)
 
 
@@ -64,40 +43,40 @@ def _unknown(keys: set[str], allowed: set[str], section: str, where: str) -> Non
         )
 
 
-def _host_link(spec: Any, where: str) -> HostLink:
-    """`[host_link]`: a preset, and any of its figures replaced."""
+# Each link table's keys: (the dataclass field, its scale to SI); a latency (`_us`) may be 0.
+INTERCONNECT_FIGURES = {"bandwidth_gb_s": ("bandwidth_bytes_s", 1e9),
+                        "hop_latency_us": ("hop_latency_s", 1e-6),
+                        "call_latency_us": ("call_latency_s", 1e-6)}
+HOST_LINK_FIGURES = {"load_gb_s": ("load_bytes_s", 1e9), "store_gb_s": ("store_bytes_s", 1e9),
+                     "latency_us": ("latency_s", 1e-6),
+                     "fragment_overhead_us": ("fragment_overhead_s", 1e-6)}
+
+
+def _link(spec: Any, section: str, presets: dict[str, Any], figures: dict[str, tuple[str, float]],
+          custom: Callable[..., Any], required: tuple[str, ...], where: str) -> Any:
+    """`[section]`: a preset of `presets` with any of its `figures` replaced (then named
+    "custom"), or without a preset `custom(**figures)`, which needs the `required` keys."""
     if not isinstance(spec, dict):
-        raise KvbenchInputError(f"{where}: [host_link] must be a table")
-    _unknown(set(spec), HOST_LINK_KEYS, "[host_link]", where)
+        raise KvbenchInputError(f"{where}: [{section}] must be a table")
+    _unknown(set(spec), {"preset", *figures}, f"[{section}]", where)
     base = None
     if "preset" in spec:
-        if spec["preset"] not in HOST_LINKS:
-            raise KvbenchInputError(f"{where}: unknown host_link preset {spec['preset']!r} "
-                                    f"(choose from {', '.join(HOST_LINKS)})")
-        base = HOST_LINKS[spec["preset"]]
-    elif not {"load_gb_s", "store_gb_s"} <= set(spec):
-        raise KvbenchInputError(f"{where}: [host_link] needs a preset or load_gb_s and store_gb_s")
-
-    def figure(key: str, scale: float, default: float | None) -> float | None:
-        if key not in spec:
-            return default
-        value = spec[key]
-        if key.endswith("_us"):  # a latency may be 0
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise KvbenchInputError(f"{where}: host_link.{key} must be a number >= 0, "
-                                        f"got {value!r}")
-            return float(value) * scale
-        return _number(value, f"host_link.{key}", where) * scale
-
-    return HostLink(
-        base.name if base and set(spec) == {"preset"} else "custom",
-        base.description if base else "user host link",
-        figure("load_gb_s", 1e9, base.load_bytes_s if base else None),
-        figure("store_gb_s", 1e9, base.store_bytes_s if base else None),
-        figure("latency_us", 1e-6, base.latency_s if base else HostLink.latency_s),
-        figure("fragment_overhead_us", 1e-6,
-               base.fragment_overhead_s if base else HostLink.fragment_overhead_s),
-    )
+        if spec["preset"] not in presets:
+            raise KvbenchInputError(f"{where}: unknown {section} preset {spec['preset']!r} "
+                                    f"(choose from {', '.join(presets)})")
+        base = presets[spec["preset"]]
+        if set(spec) == {"preset"}:
+            return base
+    elif not set(required) <= set(spec):
+        raise KvbenchInputError(f"{where}: [{section}] needs a preset or "
+                                f"{' and '.join(required)}")
+    changes = {}
+    for key, value in spec.items():
+        if key == "preset":
+            continue
+        name, scale = figures[key]
+        changes[name] = _number(value, f"{section}.{key}", where, key.endswith("_us")) * scale
+    return replace(base, name="custom", **changes) if base else custom(**changes)
 
 
 def gpu_spec_from_dict(data: dict[str, Any], where: str, default_name: str = "custom") -> GPUSpec:
@@ -120,33 +99,13 @@ def gpu_spec_from_dict(data: dict[str, Any], where: str, default_name: str = "cu
     _unknown(set(peaks), {"bf16", "fp16", "fp8"}, "[peak_tflops]", where)
     bf16 = _number(peaks["bf16"], "peak_tflops.bf16", where) * 1e12
     fp8 = _number(peaks["fp8"], "peak_tflops.fp8", where) * 1e12 if "fp8" in peaks else None
-    link = None
-    if "interconnect" in data:
-        spec = data["interconnect"]
-        if not isinstance(spec, dict):
-            raise KvbenchInputError(f"{where}: [interconnect] must be a table")
-        _unknown(set(spec), {"preset", "bandwidth_gb_s", "hop_latency_us", "call_latency_us"},
-                 "[interconnect]", where)
-        if "preset" in spec:
-            if spec["preset"] not in INTERCONNECTS:
-                raise KvbenchInputError(
-                    f"{where}: unknown interconnect preset {spec['preset']!r} "
-                    f"(choose from {', '.join(INTERCONNECTS)})"
-                )
-            link = INTERCONNECTS[spec["preset"]]
-        if {"bandwidth_gb_s", "hop_latency_us", "call_latency_us"} & set(spec):
-            base = link or Interconnect("custom", 1.0, 0.0)
-            bw = spec.get("bandwidth_gb_s")
-            link = Interconnect(
-                "custom",
-                _number(bw, "interconnect.bandwidth_gb_s", where) * 1e9
-                if bw is not None else base.bandwidth_bytes_s,
-                float(spec.get("hop_latency_us", base.hop_latency_s * 1e6)) * 1e-6,
-                float(spec.get("call_latency_us", base.call_latency_s * 1e6)) * 1e-6,
-            )
-            if bw is None and link.bandwidth_bytes_s == 1.0:
-                raise KvbenchInputError(f"{where}: [interconnect] needs bandwidth_gb_s or preset")
-    host_link = _host_link(data["host_link"], where) if "host_link" in data else None
+    link = (_link(data["interconnect"], "interconnect", INTERCONNECTS, INTERCONNECT_FIGURES,
+                  partial(Interconnect, "custom", hop_latency_s=0.0), ("bandwidth_gb_s",), where)
+            if "interconnect" in data else None)
+    host_link = (_link(data["host_link"], "host_link", HOST_LINKS, HOST_LINK_FIGURES,
+                       partial(HostLink, "custom", "user host link"),
+                       ("load_gb_s", "store_gb_s"), where)
+                 if "host_link" in data else None)
     eff = data.get("efficiency", {})
     if not isinstance(eff, dict):
         raise KvbenchInputError(f"{where}: [efficiency] must be a table")

@@ -1,59 +1,17 @@
 """GPU presets for `kvbench simulate`: datasheet figures, interconnects and step-time constants.
 
-Spec figures are the vendors' public datasheet numbers (NVIDIA product datasheets; the Ada
-Lovelace architecture whitepaper for the RTX 4090), *dense* (no 2:4 sparsity):
+docs/simulator.md ("Calibration sources", "Host link") tables every figure and its source; each
+preset below cites its datasheet. FLOP/s are *dense* (no 2:4 sparsity: half the "with
+sparsity" figure NVIDIA datasheets print for H100/H200/L4/B200); float32 weights run on
+tensor cores as TF32, at half the bf16 rate. The datasheet's "GB" is read as GiB, and
+`cuda_memory_bytes` is the total CUDA reports (`torch.cuda.mem_get_info`, what vLLM's
+`--gpu-memory-utilization` multiplies: the totals PyTorch's out-of-memory messages and vLLM's
+start-up logs show on those cards), None where not known (`reported_memory_bytes`).
 
-| preset      | memory | bf16 dense   | memory bandwidth | link               | source                     |
-|-------------|--------|--------------|------------------|--------------------|----------------------------|
-| `a100-40gb` | 40 GB  | 312 TFLOP/s  | 1,555 GB/s       | NVLink 3 (600 GB/s)| A100 datasheet, SXM4 40GB  |
-| `a100-80gb` | 80 GB  | 312 TFLOP/s  | 2,039 GB/s       | NVLink 3           | A100 datasheet, SXM4 80GB  |
-| `h100-80gb` | 80 GB  | 989 TFLOP/s  | 3.35 TB/s        | NVLink 4 (900 GB/s)| H100 datasheet, SXM5       |
-| `h200`      | 141 GB | 989 TFLOP/s  | 4.8 TB/s         | NVLink 4           | H200 datasheet, SXM        |
-| `l4`        | 24 GB  | 121 TFLOP/s  | 300 GB/s         | PCIe 4 x16         | L4 datasheet               |
-| `rtx-4090`  | 24 GB  | 165.2 TFLOP/s| 1,008 GB/s       | PCIe 4 x16         | Ada whitepaper             |
-| `b200`      | 180 GB | 2,250 TFLOP/s| 8 TB/s           | NVLink 5 (1.8 TB/s)| DGX/HGX B200 datasheets    |
-| `mi300x`    | 192 GB | 1,307.4 TFLOP/s | 5.3 TB/s      | Infinity Fabric (896 GB/s) | AMD MI300X data sheet |
-| `gh200`     | 96 GB  | 989 TFLOP/s  | 4.0 TB/s         | NVLink 4           | GH200 datasheet            |
-| `h20`       | 96 GB  | 148 TFLOP/s  | 4.0 TB/s         | NVLink 4           | NVIDIA H20 product brief   |
-| `l40s`      | 48 GB  | 366.5 TFLOP/s| 864 GB/s         | PCIe 4 x16         | L40S datasheet             |
-| `a10g`      | 24 GB  | 125 TFLOP/s  | 600 GB/s         | PCIe 4 x16         | A10 datasheet (AWS's A10G) |
-| `t4`        | 16 GB  | 65 TFLOP/s (fp16) | 320 GB/s    | PCIe 3 x16         | T4 datasheet               |
-| `rtx-3090`  | 24 GB  | 71 TFLOP/s   | 936 GB/s         | PCIe 4 x16         | Ampere GA102 whitepaper    |
-
-Datasheets print the sparse figure for H100/H200/L4/B200 (1,979 / 1,979 / 242 / 4,500 TFLOP/s
-"with sparsity"); the dense figure is half of it. RTX 4090: 165.2 TFLOP/s is BF16 tensor math with
-FP32 accumulate. FP8 dense peaks are twice the BF16 ones on H100/H200/L4/RTX 4090 (A100 has no
-FP8). Float32 weights run on tensor cores as TF32, at half the bf16 rate.
-
-Memory: the datasheet's "GB" is read as GiB (an A100 40GB reports 40,960 MiB in nvidia-smi).
-The driver and ECC keep a little of it: `cuda_memory_bytes` is the total CUDA reports
-(`torch.cuda.mem_get_info`, the "total_memory" vLLM's profiler starts from), which is what
-vLLM's `--gpu-memory-utilization` multiplies. Known for: H100 80GB 79.19 GiB (vLLM 0.19's
-"worker init memory snapshot" lines, tests/sizing/data), A100 80GB 79.15 GiB, A100 40GB 39.39
-GiB, T4 14.75 GiB, RTX 3090 23.69 GiB, RTX 4090 23.65 GiB, A10G 22.20 GiB, MI300X 191.98 GiB
-(the totals PyTorch's out-of-memory messages report on those cards; a driver or WSL can shift
-them by a few hundred MiB). Elsewhere it is None and the datasheet figure stands in
-(`reported_memory_bytes`).
-
-Step-time constants (`StepTimeConstants`, model in `kvbench.simulator.step_time`) are fitted by
-`scripts/simulator_calibration.py` on Vidur's published vLLM kernel profiles of A100-80GB and
-H100-80GB (docs/simulator.md tables each constant's source and the model's error), except the
-sustained compute fraction, fitted on published end-to-end vLLM runs. The A100-40GB
-takes the A100-80GB constants, the H200 the H100's (same chips, other memory); L4, L40S, A10G,
-T4 and the RTX 3090 and 4090 have no public profile here: they take the A100's kernel constants
-with the weight-read rate of GDDR memory fitted on published serving runs of an L4 and an RTX
-4090 (`GDDR_CONSTANTS`), and are marked `calibrated: False`;
-B200, MI300X, GH200 and H20 have none either and take the H100's (also `calibrated: False`).
-Link bandwidths are the ring all-reduce bus bandwidths fitted on Vidur's NCCL profiles inside a
-DGX node (NVLink), and for PCIe ~80% of the link's one-direction rate (unmeasured).
-
-Host links (`host_link`, `kvbench.simulator.host_link`: the GPU's path to host memory, which a
-host KV tier's loads and stores cross): PCIe 4.0 x16 on the A100 SXM4, L4, L40S, A10G and the
-RTX 3090 and 4090; PCIe 5.0 x16 on the H100 SXM5, H200, H20, B200 (HGX) and MI300X; PCIe 3.0
-x16 on the T4; NVLink-C2C on the GH200. Each at its measured effective rate (docs/simulator.md,
-"Host link").
-
-A user can give a calibrated GPU of their own as TOML: see `kvbench.simulator.gpu_spec_file`;
+Step-time constants (`kvbench.simulator.step_time`) are fitted by
+`scripts/simulator_calibration.py` on Vidur's vLLM kernel profiles of A100-80GB and H100-80GB;
+the other presets borrow them (`calibrated: False`), the GDDR cards with their own weight-read
+rate (`GDDR_CONSTANTS`). A user's own GPU comes from a TOML file (`gpu_spec_file.py`);
 `kvbench.simulator.gpu_lookup.get_gpu` finds a GPU by either name.
 """
 
@@ -63,18 +21,18 @@ from dataclasses import dataclass, field, replace
 
 from kvbench.errors import KvbenchInputError
 from kvbench.simulator.host_link import (
+    GIGA,
     NVLINK_C2C_HOST,
     PCIE3_HOST,
     PCIE4_HOST,
     PCIE5_HOST,
+    US,
     HostLink,
 )
 from kvbench.simulator.step_time import Interconnect, StepTimeConstants
 
 GiB = 2**30
 TERA = 10**12
-GIGA = 10**9
-US = 1e-6
 
 # Ring all-reduce links. NVLink figures: fitted on Vidur's NCCL all-reduce profiles inside a
 # DGX node, 16 KiB to 64 MiB, 2/4/8 GPUs (scripts/simulator_calibration.py --fit): bus
@@ -162,10 +120,6 @@ class GPUSpec:
         """The total memory CUDA reports (what vLLM's utilization multiplies), or the
         datasheet's where that is not known."""
         return self.cuda_memory_bytes or self.memory_bytes
-
-    @property
-    def step_overhead_s(self) -> float:
-        return self.constants.cpu_overhead_s
 
     def peak_flops(self, weight_element_bytes: int) -> float:
         """Dense tensor FLOP/s for weights of that width: fp8 (1 B), bf16/fp16 (2 B), TF32 (4 B)."""

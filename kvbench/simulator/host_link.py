@@ -1,20 +1,11 @@
 """`HostLink`: the link between a GPU and its host's memory, the path of a host KV tier.
 
-Each GPU preset carries one (`GPUSpec.host_link`). Figures are *effective* rates of pinned-memory
-copies by the copy engines (cudaMemcpyAsync, the DMA path vLLM's CPU offloading uses for every
-store and for large loads), per direction, as published measurements report them, not the
-link's signalling rate:
-
-| link       | signalling, one way | load (host→GPU) | store (GPU→host) | measured on                 |
-|------------|---------------------|-----------------|------------------|-----------------------------|
-| `pcie3`    | 15.75 GB/s          | 9.7 GB/s        | 11.1 GB/s        | T4, CUDA bandwidthTest      |
-| `pcie4`    | 31.5 GB/s           | 25 GB/s         | 25 GB/s          | A100, BaM / nvbandwidth     |
-| `pcie5`    | 63 GB/s             | 55.6 GB/s       | 52.8 GB/s        | H100-class, nvbandwidth     |
-| `nvlink-c2c` | 450 GB/s          | 346 GB/s        | 300 GB/s         | GH200, nvbandwidth          |
-
-docs/simulator.md, "Host link", cites each figure. The fixed cost of a transfer (`latency_s`)
-and the cost of each contiguous piece it copies (`fragment_overhead_s`) are not measured here:
-see `kvbench.simulator.host_transfer` for how they enter a transfer's time.
+Each GPU preset carries one (`GPUSpec.host_link`). Figures are *effective* rates of
+pinned-memory copies by the copy engines (cudaMemcpyAsync, the DMA path vLLM's CPU offloading
+uses), per direction, as published measurements report them, not the link's signalling rate;
+docs/simulator.md, "Host link", tables and cites each. The fixed cost of a transfer
+(`latency_s`) and of each contiguous piece it copies (`fragment_overhead_s`) are not measured
+here: see `kvbench.simulator.host_transfer` for how they enter a transfer's time.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """`HostLinkModel`: when a simulated host tier's copies end, on the GPU's host link.
 
-vLLM's OffloadingConnector (`distributed/kv_transfer/kv_connector/v1/offloading/worker.py`,
-`start_kv_transfers`) submits a step's stores (GPU -> host) and loads (host -> GPU) at the
-start of the step, each direction on its own stream in submission order, beside the model's
-compute. Here each direction is a queue on the link (`HostLink`, one GPU's: under tensor
-parallelism every GPU moves its own shard at once): a job starts when the step starts and the
-direction's previous job is done, and takes `transfer_seconds` for its blocks.
-
-- A load delays only the sequences that wait for it: they sit steps out until a step ends
-  after the job (the engine asks `finished` at every step's end, as vLLM's scheduler reads
-  `finished_recving` from each step's output).
-- A store runs behind the step's compute; a step ends no sooner than the stores started with
-  it (and any still queued before them), so stores are charged only where they do not fit
-  behind the step. (vLLM lets a store run on into later steps until a GPU block it reads is
-  reused; kvbench is the stricter here: see docs/offload.md, Where kvbench differs.)
+As vLLM's OffloadingConnector (`kv_connector/v1/offloading/worker.py`, `start_kv_transfers`)
+submits a step's stores and loads at the step's start, each direction on its own stream:
+each direction is a queue on one GPU's link (`HostLink`: under tensor parallelism every GPU
+moves its own shard at once), a job starting with its step once the direction's previous job
+is done and taking `transfer_seconds`. A load delays only the sequences waiting for it (the
+engine asks `finished` at every step's end); a step ends no sooner than the stores started
+with it (docs/offload.md, "Where kvbench differs from vLLM's connector").
 """
 
 from __future__ import annotations

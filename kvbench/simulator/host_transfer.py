@@ -1,30 +1,15 @@
 """The time to move KV blocks between GPU memory and a host tier over a `HostLink`.
 
-How vLLM's CPU offloading copies (`vllm/v1/kv_offload/cpu/gpu_worker.py`,
-`SingleDirectionOffloadingHandler.transfer_async`): one *transfer* per request and direction
-(a load job before the request's prefill; its stores, gathered once a step and submitted at
-the start of the next one), each one batched copy call (`swap_blocks_batch`:
-cuMemcpyBatchAsync on the copy engines) of one descriptor per (block, page tensor). A page
-tensor is one layer's K, V or KV pages, or, with vLLM's cross-layer layout (0.12 on), every
-layer of a block in one contiguous page: one descriptor per block. Transfers of one direction
-run in submission order on their own streams, overlapping the model's compute.
-
-So a transfer of `num_blocks` blocks of `block_bytes` bytes each, every block cut into
-`fragments_per_block` contiguous pieces, takes
+As vLLM's CPU offloading copies (`vllm/v1/kv_offload/cpu/gpu_worker.py`): one batched copy
+per transfer of one descriptor per (block, page tensor), so a transfer of `num_blocks` blocks
+of `block_bytes`, each in `fragments_per_block` contiguous pieces, takes
 
     latency_s + num_blocks * (fragments_per_block * fragment_overhead_s
                               + block_bytes / bandwidth)
 
-`latency_s` is the submission and completion of one batched copy; `fragment_overhead_s` what a
-descriptor costs the copy engine beyond its bytes. vLLM's blog on the connector (January 2026)
-reports 4-5x the throughput once per-layer fragments of 8-72 KB became 0.5-2 MB blocks on an
-H100: with 2 us a fragment, a 32 KiB fragment at PCIe 5's 55.6 GB/s moves at 0.2x the link's
-rate and a 1 MiB one at 0.9x, the same ratio. Neither constant is measured here; a user's
-`--gpu-spec` `[host_link]` table can give its own.
-
-kvbench's own arena (`kvbench.execution.model_executor.KVArena`) keeps a K and a V tensor per
-layer (one tensor for a latent-attention layer): its blocks are per-layer fragments,
-`arena_fragments_per_block` of them.
+docs/simulator.md, "Host link", sources the constants. vLLM's cross-layer layout copies a
+block as one piece; kvbench's own arena (a K and a V tensor per layer) in
+`arena_fragments_per_block` pieces.
 """
 
 from __future__ import annotations
