@@ -48,6 +48,8 @@ def _cells(values: np.ndarray, ints: bool) -> pa.Array:
     if values.dtype.kind != "f":
         return arrow_array(values.astype(np.int64, copy=False))
     nan = np.isnan(values)
+    if nan.all():  # a column no row fills (a simulation's device memory): empty cells
+        return pa.nulls(len(values))
     array = arrow_array(values, nan)
     whole = np.floor(values) == values  # (False at NaN)
     if ints and np.array_equal(whole, ~nan) and not np.isinf(values).any():

@@ -154,6 +154,11 @@ def test_cohort_run_steps_and_growth_are_step_by_step_allocation(
         fast.grow_cohort_run(joined_at, fits)
         assert ({k: list(v) for k, v in fast.tables.items()}, fast.pool.free_blocks(),
                 fast.books_totals()) == snapshot
+    # The table log (what an executor applies) gives the tables too.
+    tables: dict[int, dict[int, int]] = {}
+    for seq_id, index, block in fast.build_layout([]).table_log:
+        tables.setdefault(seq_id, {})[index] = block
+    assert {k: [v[i] for i in range(len(v))] for k, v in tables.items()} == fast.tables
 
 
 @pytest.mark.parametrize(("usable", "watermark", "kept"), [
