@@ -11,11 +11,15 @@ Where the time goes, and what this module does about it, on any CPU:
   the keys the bucket reads; one padded batch would cost batch x longest context;
 - an fp8 cache is gathered as bytes and decoded with integer operations (`fp8_to_float_div_256`:
   PyTorch converts float8 one element at a time), its scales applied to the query or the
-  attention's scale and to the output instead of to every key and value (`_fp8_fold`).
+  attention's scale and to the output instead of to every key and value (`_fp8_fold`);
+- a decode's gathers land in buffers kept per thread (`_gather`): a large step gathers tens
+  of MB, and a fresh allocation that size is mapped anew by the C allocator each time, whose
+  page faults can cost several times the copy.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import torch
@@ -61,10 +65,21 @@ def _fp8_fold(cache: torch.Tensor, scale: Scale) -> torch.Tensor | float | None:
     return fold.reshape(-1, 1, 1) if fold.dim() else fold
 
 
-def _gather(rows_of: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+_gather_buffers = threading.local()
+
+
+def _gather(rows_of: torch.Tensor, index: torch.Tensor, role: str) -> torch.Tensor:
     """`rows_of[index]` as float32; fp8 rows are gathered as bytes (a quarter of the traffic)
-    and left owing their `_fp8_fold`."""
-    rows = rows_of.index_select(0, index)
+    and left owing their `_fp8_fold`. The rows land in this thread's buffer for `role`, grown
+    as needed: the result is valid until the next gather for the same role."""
+    shape = (index.numel(), *rows_of.shape[1:])
+    needed = index.numel() * rows_of[0].numel() if len(rows_of) else 0
+    buffer = getattr(_gather_buffers, role, None)
+    if (buffer is None or buffer.numel() < needed or buffer.dtype != rows_of.dtype
+            or buffer.device != rows_of.device):
+        buffer = torch.empty(needed, dtype=rows_of.dtype, device=rows_of.device)
+        setattr(_gather_buffers, role, buffer)
+    rows = torch.index_select(rows_of, 0, index, out=buffer[:needed].view(shape))
     if is_fp8(rows):
         return fp8_to_float_div_256(rows)
     return rows if rows.dtype == torch.float32 else rows.float()
@@ -268,9 +283,9 @@ def _bucketed_decode(q, seq_lens, sliding_window, index_of: IndexOf, k_rows, v_r
             valid = key_pos < row_lens[:, None]
             if first is not None:
                 valid &= key_pos >= first[:, None]
-        k, v = (_gather(cache_rows, index).view(len(chosen), row_keys,
-                                                *cache_rows.shape[-2:])[:, :keys]
-                for cache_rows in (k_rows, v_rows))
+        k, v = (_gather(cache_rows, index, role).view(len(chosen), row_keys,
+                                                      *cache_rows.shape[-2:])[:, :keys]
+                for cache_rows, role in ((k_rows, "k"), (v_rows, "v")))
         attended = _decode(q if rows is None else q[rows], k, v, valid, softmax_scale, softcap,
                            sinks, k_fold, v_fold)
         if rows is None:
