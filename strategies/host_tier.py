@@ -198,7 +198,7 @@ class HostTier:
         self.refused_blocks = 0  # offered, not stored: no block could be freed
         self.skipped_blocks = 0  # offered below the store threshold
         # A host block is allocated when its store begins, accessed when a load of it
-        # begins (a host hit), evicted by a store that needs it.
+        # begins (a host hit), evicted by a store that needs it: an offer's or a swap-out's.
         self.residency = BlockResidency(num_blocks)
 
     # State ------------------------------------------------------------------------------
@@ -260,18 +260,16 @@ class HostTier:
             new.append(i)
         if not new:
             return out
-        if not self._make_room(len(new), keys, timed=True):
+        if not self._make_room(len(new), keys):
             self.refused_blocks += len(new)
             return out
         for i in new:
             out[i] = self._begin_store(keys[i])
-            self.residency.allocated(out[i])
         return out
 
-    def _make_room(self, n: int, keys: Sequence[BlockHash], timed: bool) -> bool:
+    def _make_room(self, n: int, keys: Sequence[BlockHash]) -> bool:
         """At least `n` free blocks, evicting the policy's victims (none of `keys`); False,
-        nothing evicted: too few victims. `timed`: the evictions go to `residency` (a swap's
-        do not)."""
+        nothing evicted: too few victims."""
         short = n - len(self._free)
         if short <= 0:
             return True
@@ -282,8 +280,7 @@ class HostTier:
             block = self.block_of.pop(key)
             del self.key_of[block]
             self._free.append(block)
-            if timed:
-                self.residency.evicted(block)
+            self.residency.evicted(block)
         self.evictions += len(victims)
         return True
 
@@ -292,6 +289,7 @@ class HostTier:
         self.block_of[key] = block
         self.key_of[block] = key
         self.storing.add(block)
+        self.residency.allocated(block)
         return block
 
     def stored(self, blocks: Iterable[int]) -> None:
@@ -338,7 +336,7 @@ class HostTier:
         copy now in flight), None for a key held already (pinned where it is). None: the
         tier cannot hold them; nothing changed."""
         new = [i for i, key in enumerate(keys) if key not in self.block_of]
-        if not self._make_room(len(new), keys, timed=False):
+        if not self._make_room(len(new), keys):
             return None
         out: list[int | None] = [None] * len(keys)
         for i in new:

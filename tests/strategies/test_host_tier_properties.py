@@ -419,3 +419,28 @@ def test_a_prompt_evicted_from_the_gpu_comes_back_from_the_host_tier():
     driver.step(0, 1000)
     driver.check()
     driver.drain()
+
+
+def test_a_swap_out_keeps_the_residency_books():
+    """A swap-out's stores allocate host blocks and its evictions end prefix blocks' lives,
+    as an offer's do: the evicted block's lifetime and idle time are recorded, and a swapped
+    block's later eviction is timed from the swap, not from the content it replaced."""
+    now = [0.0]
+    tier = HostTier(1, "lru")
+    tier.residency.clock = lambda: now[0]
+    [block] = tier.offer([b"a"])
+    tier.stored([block])
+    now[0] = 3.0
+    assert tier.swap_out([b"s"]) == [block]  # evicts the idle prefix block "a"
+    assert list(tier.residency.lifetimes_s) == [3.0]
+    assert list(tier.residency.idle_s) == [3.0]
+    tier.stored([block])
+    now[0] = 4.0
+    tier.begin_load([block])  # the swap-in: its first access makes no reuse gap
+    assert list(tier.residency.reuse_gaps_s) == []
+    tier.loaded([block])
+    tier.unpin([block])
+    now[0] = 10.0
+    assert tier.offer([b"b"]) == [block]  # evicts the swapped block, allocated at 3 s
+    assert list(tier.residency.lifetimes_s) == [3.0, 7.0]
+    assert list(tier.residency.idle_s) == [3.0, 6.0]
