@@ -235,7 +235,7 @@ def run_recorded(engine, arrivals) -> list[Snapshot]:
     def check(e) -> None:
         order(e)
         strategy = e.strategy
-        held = set(getattr(strategy, "tables", None) or getattr(strategy, "starts", {}))
+        held = set(getattr(strategy, "tables", None) or getattr(strategy, "group_ranges", {}))
         by_seq = {s.seq_id: s.request.request_id for g in e.sequences.values() for s in g}
         snaps.append(Snapshot(
             running=[s.request.request_id for s in e.policy.running],
