@@ -27,7 +27,7 @@ from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.host_tier import HostTier, swap_key
 from kvbench.strategies.prefix import PrefixCachingStrategy
-from tests.strategies.consistency import check_pool
+from tests.strategies.consistency import check_host_tier, check_pool, host_tier_idle
 
 VOCAB = 3
 
@@ -102,13 +102,13 @@ def test_host_tier_books_stay_exact(num_blocks, policy, threshold, ops):
                 tier.begin_load(ready)
                 in_load.extend(ready)
             tier.unpin(held.values())
-        tier.check()
+        check_host_tier(tier)
         for held in swaps:  # pinned: never evicted
             assert all(tier.block_of.get(k) == b for k, b in held.items())
         private = {b for held in swaps for k, b in held.items() if len(k) == 12}
         busy = set(in_load) | set(in_store)  # let go, freed when its copy ends
         assert tier.private == private | (tier.private & busy), "a private block leaks"
-        assert tier.num_storing == len(set(in_store)) == len(in_store)
+        assert len(tier.storing) == len(set(in_store)) == len(in_store)
         assert tier.num_free + len(tier.block_of) == num_blocks
         assert set(tier.readers) == set(in_load)
         assert all(tier.readers[b] == in_load.count(b) for b in tier.readers)
@@ -284,7 +284,7 @@ class Driver:
     def check(self) -> None:
         cache, tier, bs = self.cache, self.host.tier, self.bs
         check_pool(cache.pool)
-        tier.check()
+        check_host_tier(tier)
         owners = [0] * cache.pool.num_blocks
         for table in cache.tables.values():
             for block in table:
@@ -332,7 +332,7 @@ class Driver:
             self._check_reads(seq, seq.num_computed)
             self.free(seq)
         assert self.cache.is_whole()
-        assert self.host.tier.is_idle() or self.in_flight == []
+        assert host_tier_idle(self.host.tier) or self.in_flight == []
 
 
 PREFIXES = ([], [0, 1, 2, 0, 1, 2, 0, 1], [2, 2, 1, 1, 0, 0, 1, 2])
