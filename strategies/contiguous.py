@@ -83,15 +83,14 @@ class ContiguousStrategy(CacheStrategy):
     def reservation(self, seq: Sequence) -> int:
         """The range reserved for `seq`: its KV (by `--reserve`), then its state (held, no
         token: the split's `internal`, as slots past the final length)."""
-        return self._kv_reservation(seq) + self.state_slots
-
-    def _kv_reservation(self, seq: Sequence) -> int:
         final = seq.final_kv_len
         if self.reserve == "max":
-            return max(self.max_model_len, final)
-        if self.reserve == "pow2":
-            return max(min(1 << (final - 1).bit_length(), self.max_model_len), final)
-        return final
+            kv = max(self.max_model_len, final)
+        elif self.reserve == "pow2":
+            kv = max(min(1 << (final - 1).bit_length(), self.max_model_len), final)
+        else:
+            kv = final
+        return kv + self.state_slots
 
     def group_lengths(self, seq: Sequence) -> tuple[int, ...]:
         """Slots the sequence holds in each allocation group: the reservation, or a window's
