@@ -88,7 +88,7 @@ class BlockPool:
     def release_many(self, blocks: list[int]) -> None:
         """`release` of each of `blocks`, in order (a finished sequence's whole table: where
         each is held once, as plain paging's are, without a call each)."""
-        if type(self).release is not BlockPool.release:
+        if type(self)._give is not BlockPool._give:  # (a caching pool keeps hashed ones)
             for block in blocks:
                 self.release(block)
             return

@@ -19,6 +19,7 @@ from kvbench.errors import KvbenchInputError
 from kvbench.strategies.base import CacheStrategy, MemorySplit
 from kvbench.strategies.free_ranges import FreeRanges
 from kvbench.strategies.registry import register_strategy
+from kvbench.strategies.window_ring import ring_copies, ring_slots
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ class ContiguousStrategy(CacheStrategy):
             )
         self.reserve = reserve
         self.ranges = FreeRanges(num_slots)
-        self.starts: dict[int, tuple[int, int]] = {}  # seq_id -> (start slot, length)
+        # seq_id -> (start slot, length) of its range in each allocation group
+        self.group_ranges: dict[int, tuple[tuple[int, int], ...]] = {}
         self.windows = tuple(allocation_windows) or (None,)
         self.chunked_prefill = chunked_prefill
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -81,43 +83,91 @@ class ContiguousStrategy(CacheStrategy):
     def reservation(self, seq: Sequence) -> int:
         """The range reserved for `seq`: its KV (by `--reserve`), then its state (held, no
         token: the split's `internal`, as slots past the final length)."""
-        return self._kv_reservation(seq) + self.state_slots
-
-    def _kv_reservation(self, seq: Sequence) -> int:
         final = seq.final_kv_len
         if self.reserve == "max":
-            return max(self.max_model_len, final)
-        if self.reserve == "pow2":
-            return max(min(1 << (final - 1).bit_length(), self.max_model_len), final)
-        return final
+            kv = max(self.max_model_len, final)
+        elif self.reserve == "pow2":
+            kv = max(min(1 << (final - 1).bit_length(), self.max_model_len), final)
+        else:
+            kv = final
+        return kv + self.state_slots
+
+    def group_lengths(self, seq: Sequence) -> tuple[int, ...]:
+        """Slots the sequence holds in each allocation group: the reservation, or a window's
+        ring (`window_ring.py`)."""
+        reservation = self.reservation(seq)
+        return tuple(
+            reservation if w is None else ring_slots(
+                w, seq.prompt_len, reservation, self.chunked_prefill,
+                self.max_num_batched_tokens)
+            for w in self.windows)
 
     def required_slots(self, seq: Sequence) -> int:
-        return self.reservation(seq)
+        return sum(self.group_lengths(seq))
 
-    def can_admit(self, seq: Sequence, num_running: int) -> bool:
-        if seq.seq_id in self.starts:
-            return True
-        return self.ranges.find(self.reservation(seq)) is not None
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens of context the arena holds for one decoding sequence: each window group's
+        W-slot ring taken out, the rest shared by the full-attention groups."""
+        window_slots = sum(w for w in self.windows if w is not None)
+        num_full = sum(1 for w in self.windows if w is None)
+        if not num_full:
+            return self.num_slots
+        return max(0, self.num_slots - window_slots) // num_full
 
-    def admit(self, seq: Sequence) -> int:
-        if seq.seq_id not in self.starts:
-            length = self.reservation(seq)
+    def _take(self, lengths: tuple[int, ...]) -> tuple[tuple[int, int], ...] | None:
+        """Carve every group's range first-fit, in group order; None (nothing taken) when
+        one does not fit."""
+        taken: list[tuple[int, int]] = []
+        for length in lengths:
             start = self.ranges.allocate(length)
             if start is None:
-                raise MemoryError(f"admit of sequence {seq.seq_id} without a hole that fits")
-            self._hold(seq, start, length)
+                for held in reversed(taken):  # in reverse: the holes are as they were
+                    self.ranges.release(*held)
+                return None
+            taken.append((start, length))
+        return tuple(taken)
+
+    def can_admit(self, seq: Sequence, num_running: int) -> bool:
+        if seq.seq_id in self.group_ranges:
+            return True
+        taken = self._take(self.group_lengths(seq))
+        if taken is None:
+            return False
+        for held in reversed(taken):
+            self.ranges.release(*held)
+        return True
+
+    def admit(self, seq: Sequence) -> int:
+        if seq.seq_id not in self.group_ranges:
+            taken = self._take(self.group_lengths(seq))
+            if taken is None:
+                raise MemoryError(f"admit of sequence {seq.seq_id} without holes that fit")
+            self._hold(seq, taken)
         return 0
 
-    def _hold(self, seq: Sequence, start: int, length: int) -> None:
-        self.starts[seq.seq_id] = (start, length)
+    def _hold(self, seq: Sequence, taken: tuple[tuple[int, int], ...]) -> None:
+        """Book the ranges `taken` for `seq`: its table is its range's start slot."""
+        self.group_ranges[seq.seq_id] = taken
+        (start, length), = taken
         self._account(seq, length)
         self._log_table(seq.seq_id, 0, start)
 
+    def _unhold(self, seq: Sequence, taken: tuple[tuple[int, int], ...]) -> None:
+        self._account(seq, 0)
+        self._log_drop(seq.seq_id)
+
     def allocate(self, seq: Sequence, num_new_tokens: int) -> bool:
-        # Reserved at admission for the final length: growing always fits.
-        _, length = self.starts[seq.seq_id]
-        if seq.num_computed + num_new_tokens > length:
-            raise AssertionError(f"sequence {seq.seq_id} outgrew its reservation")
+        # Reserved at admission: growing always fits, and a ring holds the window's past
+        # tokens beside the step's new ones (`ring_slots`); checked, as a token overwritten
+        # while still visible would change the output without an error.
+        p = seq.num_computed
+        for (_, length), window in zip(self.group_ranges[seq.seq_id], self.windows,
+                                       strict=True):
+            need = p + num_new_tokens if window is None else min(p, window - 1) + num_new_tokens
+            if need > length:
+                raise AssertionError(
+                    f"sequence {seq.seq_id} outgrew its {'ring' if window else 'reservation'}")
         return True
 
     # Decode runs (`kvbench.engine.fast_forward.RunStrategy`): a reservation covers the
@@ -149,19 +199,25 @@ class ContiguousStrategy(CacheStrategy):
         return self._external(head_waiting), 0, False
 
     def free(self, seq: Sequence) -> None:
-        held = self.starts.pop(seq.seq_id, None)
-        if held is not None:
-            self.ranges.release(*held)
-            self._account(seq, 0)
-            self._log_drop(seq.seq_id)
+        taken = self.group_ranges.pop(seq.seq_id, None)
+        if taken is not None:
+            for held in taken:
+                self.ranges.release(*held)
+            self._unhold(seq, taken)
 
     def fork(self, parent: Sequence, child: Sequence) -> list[SlotCopy] | None:
-        length = self.reservation(child)
-        start = self.ranges.allocate(length)
-        if start is None:
+        taken = self._take(self.group_lengths(child))
+        if taken is None:
             return None
-        self._hold(child, start, length)
-        copies = [SlotCopy(self.starts[parent.seq_id][0], start, parent.num_computed)]
+        self._hold(child, taken)
+        n = parent.num_computed
+        copies: list[SlotCopy] = []
+        for (src, src_len), (dst, dst_len), window in zip(
+                self.group_ranges[parent.seq_id], taken, self.windows, strict=True):
+            if window is None:
+                copies.append(SlotCopy(src, dst, n))
+            else:
+                copies += ring_copies(src, src_len, dst, dst_len, n)
         if self.state_slots:  # the state's bytes live in the range's last slots
             copies.append(SlotCopy(self._state_start(parent), self._state_start(child),
                                    self.state_slots))
@@ -170,7 +226,7 @@ class ContiguousStrategy(CacheStrategy):
 
     def _state_start(self, seq: Sequence) -> int:
         """The first of the slots a hybrid's state fills, at the end of its range."""
-        start, length = self.starts[seq.seq_id]
+        start, length = self.group_ranges[seq.seq_id][0]
         return start + length - self.state_slots
 
     def build_layout(self, scheduled: list[tuple[Sequence, int]]) -> KVLayout:
@@ -182,7 +238,10 @@ class ContiguousStrategy(CacheStrategy):
         return layout
 
     def slot_of(self, seq: Sequence, position: int) -> int:
-        return self.starts[seq.seq_id][0] + position
+        """The slot of `position` in the first allocation group (a full-attention one when
+        the model has any)."""
+        start, length = self.group_ranges[seq.seq_id][0]
+        return start + (position if self.windows[0] is None else position % length)
 
     def _split_from_totals(
         self, running: list[Sequence], head_waiting: Sequence | None,
@@ -194,10 +253,10 @@ class ContiguousStrategy(CacheStrategy):
         return split
 
     def _external(self, head_waiting: Sequence | None) -> int:
-        """Free slots in holes too small for the queue head's reservation."""
-        if head_waiting is None or head_waiting.seq_id in self.starts:
+        """Free slots in holes too small for any of the queue head's ranges."""
+        if head_waiting is None or head_waiting.seq_id in self.group_ranges:
             return 0
-        need = self.reservation(head_waiting)
+        need = min(self.group_lengths(head_waiting))
         return sum(n for _, n in self.ranges.holes if n < need)
 
     def memory_split_from_scratch(
@@ -205,13 +264,13 @@ class ContiguousStrategy(CacheStrategy):
     ) -> MemorySplit:
         split = MemorySplit()
         for seq in running:
-            held = self.starts.get(seq.seq_id)
-            if held is None:
+            taken = self.group_ranges.get(seq.seq_id)
+            if taken is None:
                 continue
-            split.add_held(held[1], seq.num_computed, seq.final_kv_len)
+            split.add_held(taken[0][1], seq.num_computed, seq.final_kv_len)
         split.external = self._external(head_waiting)
         split.free = self.num_slots - split.held
         return split
 
     def is_whole(self) -> bool:
-        return not self.starts and self.ranges.is_whole()
+        return not self.group_ranges and self.ranges.is_whole()

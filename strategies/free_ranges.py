@@ -22,13 +22,6 @@ class FreeRanges:
     def largest_hole(self) -> int:
         return max(self._lengths, default=0)
 
-    def find(self, length: int) -> int | None:
-        """Start of the first hole that fits `length` slots, without taking it."""
-        for start, hole in zip(self._starts, self._lengths, strict=True):
-            if hole >= length:
-                return start
-        return None
-
     def allocate(self, length: int) -> int | None:
         """First-fit: the lowest-addressed hole that fits; None when none does."""
         for i, hole in enumerate(self._lengths):

@@ -198,7 +198,7 @@ class HostTier:
         self.refused_blocks = 0  # offered, not stored: no block could be freed
         self.skipped_blocks = 0  # offered below the store threshold
         # A host block is allocated when its store begins, accessed when a load of it
-        # begins (a host hit), evicted by a store that needs it.
+        # begins (a host hit), evicted by a store that needs it: an offer's or a swap-out's.
         self.residency = BlockResidency(num_blocks)
 
     # State ------------------------------------------------------------------------------
@@ -206,18 +206,6 @@ class HostTier:
     @property
     def num_free(self) -> int:
         return len(self._free)
-
-    @property
-    def num_storing(self) -> int:
-        return len(self.storing)
-
-    @property
-    def num_loading(self) -> int:
-        return len(self.readers)
-
-    @property
-    def num_ready(self) -> int:
-        return len(self.block_of) - len(self.storing)
 
     def ready(self, key: BlockHash) -> int | None:
         """The host block holding `key`, readable now; None: absent or still being stored."""
@@ -260,18 +248,16 @@ class HostTier:
             new.append(i)
         if not new:
             return out
-        if not self._make_room(len(new), keys, timed=True):
+        if not self._make_room(len(new), keys):
             self.refused_blocks += len(new)
             return out
         for i in new:
             out[i] = self._begin_store(keys[i])
-            self.residency.allocated(out[i])
         return out
 
-    def _make_room(self, n: int, keys: Sequence[BlockHash], timed: bool) -> bool:
+    def _make_room(self, n: int, keys: Sequence[BlockHash]) -> bool:
         """At least `n` free blocks, evicting the policy's victims (none of `keys`); False,
-        nothing evicted: too few victims. `timed`: the evictions go to `residency` (a swap's
-        do not)."""
+        nothing evicted: too few victims."""
         short = n - len(self._free)
         if short <= 0:
             return True
@@ -282,8 +268,7 @@ class HostTier:
             block = self.block_of.pop(key)
             del self.key_of[block]
             self._free.append(block)
-            if timed:
-                self.residency.evicted(block)
+            self.residency.evicted(block)
         self.evictions += len(victims)
         return True
 
@@ -292,6 +277,7 @@ class HostTier:
         self.block_of[key] = block
         self.key_of[block] = key
         self.storing.add(block)
+        self.residency.allocated(block)
         return block
 
     def stored(self, blocks: Iterable[int]) -> None:
@@ -338,7 +324,7 @@ class HostTier:
         copy now in flight), None for a key held already (pinned where it is). None: the
         tier cannot hold them; nothing changed."""
         new = [i for i, key in enumerate(keys) if key not in self.block_of]
-        if not self._make_room(len(new), keys, timed=False):
+        if not self._make_room(len(new), keys):
             return None
         out: list[int | None] = [None] * len(keys)
         for i in new:
@@ -375,41 +361,6 @@ class HostTier:
         self.policy.forget(key)
         del self.block_of[key], self.key_of[block]
         self._free.append(block)
-
-    def is_idle(self) -> bool:
-        """No copy in flight and no block pinned."""
-        return not self.storing and not self.readers and not self.pins
-
-    def check(self) -> None:
-        """Every block in exactly one state, the index and the policy agree (for tests and
-        `KVBENCH_CHECK_ACCOUNTING`)."""
-        free = set(self._free)
-        named = set(self.key_of)
-        assert len(free) == len(self._free), "a host block is free twice"
-        assert not free & named and free | named == set(range(self.num_blocks)), \
-            "a host block is lost or both free and named"
-        assert all(self.block_of[k] == b for b, k in self.key_of.items())
-        assert len(self.block_of) == len(self.key_of)
-        assert self.storing <= named and set(self.readers) <= named
-        assert not self.storing & set(self.readers), "a block is loaded while being stored"
-        assert all(n > 0 for n in self.readers.values())
-        pins = set(self.pins)
-        assert pins <= named and all(n > 0 for n in self.pins.values())
-        assert self.private <= pins | set(self.readers) | self.storing, \
-            "a private block nobody holds"
-        assert all(is_swap_key(self.key_of[b]) for b in self.private)
-        busy = set(self.readers) | pins
-        idle = {self.key_of[b] for b in named - self.storing - busy}
-        if isinstance(self.policy, _LRU):
-            assert set(self.policy.idle) == idle, "the LRU's idle keys differ"
-        else:
-            p = self.policy
-            ready = {self.key_of[b] for b in named - self.storing}
-            assert set(p.t1) | set(p.t2) == ready and not set(p.t1) & set(p.t2)
-            assert p.busy == {self.key_of[b] for b in busy - self.storing}
-            assert len(p.b1) <= self.num_blocks and len(p.b2) <= self.num_blocks
-            assert not (set(p.b1) | set(p.b2)) & set(self.block_of) - {
-                self.key_of[b] for b in self.storing}
 
     def stats(self) -> dict[str, float]:
         return {

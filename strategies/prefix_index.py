@@ -98,20 +98,12 @@ class CachingBlockPool(BlockPool):
         self.residency.allocated(block)
         return block
 
-    def release(self, block: int) -> bool:
-        """Drop one reference; at zero a hashed block becomes evictable, others free."""
-        if self.ref_counts[block] <= 0:
-            raise ValueError(f"block {block} released more often than allocated")
-        self.ref_counts[block] -= 1
-        if self.ref_counts[block] == 1:
-            self.shared.discard(block)
-        if self.ref_counts[block]:
-            return False
+    def _give(self, block: int) -> None:
+        """At zero references a hashed block becomes evictable, others free."""
         if block in self.hash_of:
             self.evictable[block] = None  # most recently used at the end
         else:
-            self._give(block)
-        return True
+            super()._give(block)
 
     def lookup(self, h: BlockHash) -> int | None:
         return self.block_of.get(h)

@@ -8,7 +8,8 @@ A strategy module decorates its class with `register_strategy(name, summary, opt
 
 `STRATEGIES` imports every module of `kvbench.strategies` on the first lookup, so adding a
 strategy needs no edit anywhere else: `kvbench list`, `--strategy`, sweeps and the property
-tests all iterate it (strategies in module order, then variants).
+tests all iterate it: the strategies of `LISTING_ORDER`, then any other in name order, then
+variants (by name), whatever order their modules happened to be imported in.
 """
 
 from __future__ import annotations
@@ -51,9 +52,19 @@ class StrategyEntry:
         return self.engine_overrides.get("kv_cache_dtype")
 
 
+# Simplest first; importing a module registers its strategy (and those it imports), so the
+# import order is no listing order.
+LISTING_ORDER = ("contiguous", "paged", "hybrid", "hybrid-prefix", "prefix")
+
+
+def _listing_key(entry: StrategyEntry) -> tuple[bool, int, str]:
+    rank = LISTING_ORDER.index(entry.name) if entry.name in LISTING_ORDER else len(LISTING_ORDER)
+    return entry.base is not None, rank, entry.name
+
+
 STRATEGIES: Registry[StrategyEntry] = Registry(
     "strategy", "kvbench.strategies", identity=lambda entry: entry.factory,
-    order=lambda entry: entry.base is not None, choices_label="strategies: ",
+    order=_listing_key, choices_label="strategies: ",
 )
 
 

@@ -1,4 +1,5 @@
-"""`ring_slots`: how many slots a contiguous reservation needs for one sliding-window group.
+"""`ring_slots`: how many slots a contiguous reservation needs for one sliding-window group
+(and `ring_copies`: a fork's copies between two rings).
 
 A layer of window W reads, for a query at position p, keys p - W + 1 .. p. A step that writes
 C new tokens of a sequence from position s reads keys from s - W + 1 on, so the slots that
@@ -20,6 +21,8 @@ A reservation is never grown or preempted, so these bounds hold for the sequence
 
 from __future__ import annotations
 
+from kvbench.core.layout import SlotCopy
+
 
 def ring_slots(window: int, prompt_len: int, reservation: int, chunked_prefill: bool,
                max_num_batched_tokens: int) -> int:
@@ -32,4 +35,20 @@ def ring_slots(window: int, prompt_len: int, reservation: int, chunked_prefill: 
         first_write = prompt_len
         later_write = 1
     return min(reservation, max(first_write, window - 1 + later_write))
+
+
+def ring_copies(src: int, src_len: int, dst: int, dst_len: int,
+                num_tokens: int) -> list[SlotCopy]:
+    """Copies that move the last tokens of a ring of `src_len` at `src` (of `num_tokens`
+    computed) into a ring of `dst_len` at `dst`, as many as both hold, in runs of slots that
+    are consecutive in both."""
+    first = max(0, num_tokens - min(src_len, dst_len))
+    copies: list[SlotCopy] = []
+    pos = first
+    while pos < num_tokens:
+        s, d = pos % src_len, pos % dst_len
+        run = min(num_tokens - pos, src_len - s, dst_len - d)
+        copies.append(SlotCopy(src + s, dst + d, run))
+        pos += run
+    return copies
 

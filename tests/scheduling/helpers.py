@@ -138,15 +138,15 @@ def _check_paged(strategy: PagedStrategy, holders: list[Sequence]) -> None:
 
 
 def _check_contiguous(strategy: ContiguousStrategy, holders: list[Sequence]) -> None:
-    assert set(strategy.starts) == {s.seq_id for s in holders}
-    spans = sorted(list(strategy.starts.values()) + strategy.ranges.holes)
+    assert set(strategy.group_ranges) == {s.seq_id for s in holders}
+    spans = sorted([r for (r,) in strategy.group_ranges.values()] + strategy.ranges.holes)
     position = 0
     for start, length in spans:  # held ranges and holes tile the arena exactly
         assert start == position and length > 0, f"overlap or gap at slot {start}"
         position += length
     assert position == strategy.num_slots
     for seq in holders:
-        _, length = strategy.starts[seq.seq_id]
+        [(_, length)] = strategy.group_ranges[seq.seq_id]
         assert length == strategy.reservation(seq) >= seq.final_kv_len >= seq.num_computed
 
 
@@ -235,7 +235,7 @@ def run_recorded(engine, arrivals) -> list[Snapshot]:
     def check(e) -> None:
         order(e)
         strategy = e.strategy
-        held = set(getattr(strategy, "tables", None) or getattr(strategy, "starts", {}))
+        held = set(getattr(strategy, "tables", None) or getattr(strategy, "group_ranges", {}))
         by_seq = {s.seq_id: s.request.request_id for g in e.sequences.values() for s in g}
         snaps.append(Snapshot(
             running=[s.request.request_id for s in e.policy.running],

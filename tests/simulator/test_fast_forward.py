@@ -192,7 +192,7 @@ def _tables_by_step(values: dict, fast_forward: bool, folder) -> dict[int, tuple
     seen: dict[int, tuple] = {}
 
     def snapshot() -> None:
-        tables = getattr(strategy, "tables", None) or getattr(strategy, "starts", {})
+        tables = getattr(strategy, "tables", None) or getattr(strategy, "group_ranges", {})
         pool = getattr(strategy, "pool", None)
         free = pool.free_blocks() if pool is not None else list(strategy.ranges.holes)
         seen[engine.step_recorder.num_steps] = (

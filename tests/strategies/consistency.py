@@ -4,6 +4,7 @@ the hash index and the pending blocks agree with the block tables."""
 from __future__ import annotations
 
 from kvbench.core.sequence import Sequence
+from kvbench.strategies.host_tier import HostTier, is_swap_key
 from kvbench.strategies.hybrid import FREED, HybridStrategy
 from kvbench.strategies.prefix import PrefixCachingStrategy
 from kvbench.strategies.prefix_index import CachingBlockPool
@@ -24,6 +25,38 @@ def check_pool(pool: CachingBlockPool) -> None:
     assert evictable <= set(pool.hash_of), "an evictable block has no hash"
     assert len(pool.hash_of) == len(pool.block_of)
     assert all(pool.block_of[h] == b for b, h in pool.hash_of.items())
+
+
+def check_host_tier(tier: HostTier) -> None:
+    """Every host block in exactly one state (free, storing, ready: idle, loading or pinned),
+    the index and the eviction policy agree."""
+    free = set(tier._free)
+    named = set(tier.key_of)
+    assert len(free) == len(tier._free), "a host block is free twice"
+    assert not free & named and free | named == set(range(tier.num_blocks)), \
+        "a host block is lost or both free and named"
+    assert all(tier.block_of[k] == b for b, k in tier.key_of.items())
+    assert len(tier.block_of) == len(tier.key_of)
+    assert tier.storing <= named and set(tier.readers) <= named
+    assert not tier.storing & set(tier.readers), "a block is loaded while being stored"
+    assert all(n > 0 for n in tier.readers.values())
+    pins = set(tier.pins)
+    assert pins <= named and all(n > 0 for n in tier.pins.values())
+    assert tier.private <= pins | set(tier.readers) | tier.storing, \
+        "a private block nobody holds"
+    assert all(is_swap_key(tier.key_of[b]) for b in tier.private)
+    busy = set(tier.readers) | pins
+    idle = {tier.key_of[b] for b in named - tier.storing - busy}
+    if hasattr(tier.policy, "idle"):  # LRU
+        assert set(tier.policy.idle) == idle, "the LRU's idle keys differ"
+    else:
+        p = tier.policy
+        ready = {tier.key_of[b] for b in named - tier.storing}
+        assert set(p.t1) | set(p.t2) == ready and not set(p.t1) & set(p.t2)
+        assert p.busy == {tier.key_of[b] for b in busy - tier.storing}
+        assert len(p.b1) <= tier.num_blocks and len(p.b2) <= tier.num_blocks
+        assert not (set(p.b1) | set(p.b2)) & set(tier.block_of) - {
+            tier.key_of[b] for b in tier.storing}
 
 
 def held_blocks(strategy: HybridStrategy, seq: Sequence) -> list[int]:
@@ -72,3 +105,8 @@ def check_consistency(strategy: PrefixCachingStrategy | HybridStrategy) -> None:
         assert pool.ref_counts[block] > 0, "a pending block is not held"
         if owner >= 0:
             assert strategy.tables[owner][index] == block
+
+
+def host_tier_idle(tier: HostTier) -> bool:
+    """No copy in flight and no block pinned."""
+    return not tier.storing and not tier.readers and not tier.pins

@@ -123,7 +123,7 @@ class Driver:
         arrays = self.arrays
         for seq in self.live:
             if isinstance(self.strategy, ContiguousStrategy):
-                table = [self.strategy.starts[seq.seq_id][0]]
+                table = [self.strategy.group_ranges[seq.seq_id][0][0]]
             else:
                 table = self.strategy.tables.get(seq.seq_id) or []
             if table:

@@ -15,7 +15,8 @@ from kvbench.core.layout import SlotCopy
 from kvbench.core.sequence import Sequence
 from kvbench.execution.step_inputs import BlockTableArrays, layout_indices
 from kvbench.strategies.contiguous import ContiguousStrategy
-from kvbench.strategies.contiguous_windows import WindowedContiguousStrategy, ring_copies
+from kvbench.strategies.contiguous_windows import WindowedContiguousStrategy
+from kvbench.strategies.window_ring import ring_copies
 from tests.strategies.test_accounting_properties import MAX_LEN, Driver, op_st
 from tests.strategies.test_hybrid_properties import run_ops
 

@@ -27,7 +27,7 @@ from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
 from kvbench.strategies.host_tier import HostTier, swap_key
 from kvbench.strategies.prefix import PrefixCachingStrategy
-from tests.strategies.consistency import check_pool
+from tests.strategies.consistency import check_host_tier, check_pool, host_tier_idle
 
 VOCAB = 3
 
@@ -102,13 +102,13 @@ def test_host_tier_books_stay_exact(num_blocks, policy, threshold, ops):
                 tier.begin_load(ready)
                 in_load.extend(ready)
             tier.unpin(held.values())
-        tier.check()
+        check_host_tier(tier)
         for held in swaps:  # pinned: never evicted
             assert all(tier.block_of.get(k) == b for k, b in held.items())
         private = {b for held in swaps for k, b in held.items() if len(k) == 12}
         busy = set(in_load) | set(in_store)  # let go, freed when its copy ends
         assert tier.private == private | (tier.private & busy), "a private block leaks"
-        assert tier.num_storing == len(set(in_store)) == len(in_store)
+        assert len(tier.storing) == len(set(in_store)) == len(in_store)
         assert tier.num_free + len(tier.block_of) == num_blocks
         assert set(tier.readers) == set(in_load)
         assert all(tier.readers[b] == in_load.count(b) for b in tier.readers)
@@ -284,7 +284,7 @@ class Driver:
     def check(self) -> None:
         cache, tier, bs = self.cache, self.host.tier, self.bs
         check_pool(cache.pool)
-        tier.check()
+        check_host_tier(tier)
         owners = [0] * cache.pool.num_blocks
         for table in cache.tables.values():
             for block in table:
@@ -332,7 +332,7 @@ class Driver:
             self._check_reads(seq, seq.num_computed)
             self.free(seq)
         assert self.cache.is_whole()
-        assert self.host.tier.is_idle() or self.in_flight == []
+        assert host_tier_idle(self.host.tier) or self.in_flight == []
 
 
 PREFIXES = ([], [0, 1, 2, 0, 1, 2, 0, 1], [2, 2, 1, 1, 0, 0, 1, 2])
@@ -419,3 +419,28 @@ def test_a_prompt_evicted_from_the_gpu_comes_back_from_the_host_tier():
     driver.step(0, 1000)
     driver.check()
     driver.drain()
+
+
+def test_a_swap_out_keeps_the_residency_books():
+    """A swap-out's stores allocate host blocks and its evictions end prefix blocks' lives,
+    as an offer's do: the evicted block's lifetime and idle time are recorded, and a swapped
+    block's later eviction is timed from the swap, not from the content it replaced."""
+    now = [0.0]
+    tier = HostTier(1, "lru")
+    tier.residency.clock = lambda: now[0]
+    [block] = tier.offer([b"a"])
+    tier.stored([block])
+    now[0] = 3.0
+    assert tier.swap_out([b"s"]) == [block]  # evicts the idle prefix block "a"
+    assert list(tier.residency.lifetimes_s) == [3.0]
+    assert list(tier.residency.idle_s) == [3.0]
+    tier.stored([block])
+    now[0] = 4.0
+    tier.begin_load([block])  # the swap-in: its first access makes no reuse gap
+    assert list(tier.residency.reuse_gaps_s) == []
+    tier.loaded([block])
+    tier.unpin([block])
+    now[0] = 10.0
+    assert tier.offer([b"b"]) == [block]  # evicts the swapped block, allocated at 3 s
+    assert list(tier.residency.lifetimes_s) == [3.0, 7.0]
+    assert list(tier.residency.idle_s) == [3.0, 6.0]

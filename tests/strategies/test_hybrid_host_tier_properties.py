@@ -32,7 +32,7 @@ from kvbench.core.sequence import Sequence
 from kvbench.strategies.hybrid import FREED
 from kvbench.strategies.hybrid_prefix import HybridPrefixStrategy
 from kvbench.strategies.prefix_index import extend_chain, root_hash
-from tests.strategies.consistency import check_pool
+from tests.strategies.consistency import check_host_tier, check_pool, host_tier_idle
 
 VOCAB = 3
 MAX_LEN = 64
@@ -211,15 +211,15 @@ class HybridHostDriver:
     def check(self) -> None:
         cache, host, tier, bs = self.cache, self.host, self.host.tier, self.bs
         # the host tier: one state each, exactly the copies in flight, every block counted
-        tier.check()
+        check_host_tier(tier)
         storing = [h for blocks in self.store_jobs.values() for h in blocks]
         assert len(set(storing)) == len(storing) and set(storing) <= tier.storing
         if not self.freed_since_take:  # (a free offers its blocks: the next job's)
             assert set(storing) == tier.storing
         loading = Counter(h for pages in self.load_jobs.values() for _, h in pages)
         assert loading == Counter(tier.readers), "loads in flight differ from the tier's"
-        assert tier.num_free + tier.num_storing + tier.num_ready == tier.num_blocks
-        assert tier.num_loading <= tier.num_ready
+        assert tier.num_free + len(tier.block_of) == tier.num_blocks  # free, storing or ready
+        assert len(tier.readers) <= len(tier.block_of) - len(tier.storing)  # loading: ready
         # the GPU pool: one state each, references exactly the tables' and the pins'
         check_pool(cache.pool)
         owners = [0] * cache.pool.num_blocks
@@ -259,7 +259,7 @@ class HybridHostDriver:
         self._transfer(self.host.take())
         self._end_jobs(everything=True)
         self.check()
-        assert self.cache.is_whole() and self.host.tier.is_idle()
+        assert self.cache.is_whole() and host_tier_idle(self.host.tier)
         assert self.cache.memory_split([], None).held == 0
 
 

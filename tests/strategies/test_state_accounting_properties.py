@@ -53,7 +53,7 @@ def check_state_books(driver: Driver, state: int) -> None:
     strategy = driver.strategy
     running = {seq.seq_id for seq in driver.live}
     if isinstance(strategy, ContiguousStrategy):
-        for seq_id, (_, length) in strategy.starts.items():
+        for seq_id, [(_, length)] in strategy.group_ranges.items():
             seq = next(s for s in driver.live if s.seq_id == seq_id)
             assert length == strategy.reservation(seq) >= seq.final_kv_len + strategy.state_slots
         return
