@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from kvbench.core.request import Request
 from kvbench.errors import KvbenchInputError
-from kvbench.results.files import atomic_file
 from kvbench.workloads.bounds import check_workload_fits, prompt_cap
 from kvbench.workloads.sampling import TokenSampler, rng_for
 from kvbench.workloads.trace_rows import RowError, count, read_rows, seconds
@@ -140,7 +140,14 @@ def trace_line(request: Request) -> dict[str, Any]:
 
 
 def write_trace(requests: Sequence[Request], path: str | os.PathLike[str]) -> None:
-    """Write the requests as a JSONL trace, whole or not at all (`atomic_file`)."""
-    with atomic_file(Path(path)) as out:
-        for request in requests:
-            out.write(json.dumps(trace_line(request), separators=(",", ":")).encode() + b"\n")
+    """Write the requests as a JSONL trace (atomically: temp file, then rename)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            for request in requests:
+                out.write(json.dumps(trace_line(request), separators=(",", ":")) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
