@@ -24,8 +24,7 @@ from typing import Any
 
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
-from kvbench.session.replay_config import SERVER_FRONTEND_LATENCY_MS
-from kvbench.session.run_config import RunConfig, section_classes
+from kvbench.session.run_config import SERVER_FRONTEND_LATENCY_MS, RunConfig, section_classes
 from kvbench.session.vllm_defaults import (
     DEFAULT_DEFAULTS,
     DEFAULTS_CHOICES,
