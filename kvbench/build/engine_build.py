@@ -361,8 +361,7 @@ class ExecutorFactory(ABC):
         config, model_config = shape.config, shape.model_config
         strategy = plan.strategy()
         clock = self.clock(context)
-        executor = self.executor(config, plan.model, model_config, plan.device, plan.num_slots,
-                                 plan.kv_dtype, clock)
+        executor = self.executor(plan, clock)
         if strategy.host_tier is not None:  # the tier's blocks, for the executor to copy
             executor.keep_host_tier(strategy.host_tier.tier.num_blocks, config.block_size,
                                     plan.bytes_per_slot * config.block_size)
@@ -404,12 +403,9 @@ class ExecutorFactory(ABC):
         return None
 
     @abstractmethod
-    def executor(
-        self, config: EngineConfig, model: Any, model_config: ModelConfig,
-        device: torch.device | DeviceKind, num_slots: int, kv_dtype: torch.dtype | str,
-        clock: RunClock | None,
-    ) -> Executor:
-        """The executor over an arena of `num_slots` KV slots."""
+    def executor(self, plan: EnginePlan, clock: RunClock | None) -> Executor:
+        """The executor over the plan's arena (`num_slots` KV slots of `kv_dtype`, laid out
+        in its `allocation` groups)."""
 
     @abstractmethod
     def backend(self, config: EngineConfig, device: torch.device | DeviceKind) -> str:

@@ -17,7 +17,6 @@ from kvbench.build.engine_build import (
     EnginePlan,
     EngineShape,
     ExecutorFactory,
-    kv_allocation,
     mamba_cache_mode,
 )
 from kvbench.build.vllm_flags import vllm_flags
@@ -135,17 +134,17 @@ class ModelExecutors(ExecutorFactory):
                                      measured.activation_bytes, budget), file=sys.stderr)
         return budget
 
-    def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
+    def executor(self, plan: EnginePlan, clock) -> ModelExecutor:
+        config, model_config, device = plan.shape.config, plan.shape.model_config, plan.device
         backend = self.backend(config, device)
         ops = get_ops(backend)
         if model_config.mla is not None and backend == "triton":
             ops = LatentAttentionOps(ops)  # the MLA decode kernel; prefill on the reference
-        element = element_bytes(kv_dtype)
-        arena = KVArena(model_config.kv_groups(element), num_slots, kv_dtype, device,
-                        kv_scale=config.kv_scale,
-                        allocation=kv_allocation(config, model_config, element),
+        arena = KVArena(model_config.kv_groups(element_bytes(plan.kv_dtype)), plan.num_slots,
+                        plan.kv_dtype, device, kv_scale=config.kv_scale,
+                        allocation=plan.allocation,
                         state_layers=_layers_without_kv(model_config))
-        return ModelExecutor(model, arena, ops, device, backend,
+        return ModelExecutor(plan.model, arena, ops, device, backend,
                              enforce_eager=config.enforce_eager is not False,
                              max_num_seqs=config.max_num_seqs)
 

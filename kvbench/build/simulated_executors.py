@@ -26,11 +26,7 @@ Nothing here imports torch (docs/design.md): dtypes are torch's names and their 
 
 from __future__ import annotations
 
-from kvbench.build.engine_build import (
-    BuildContext,
-    EngineShape,
-    ExecutorFactory,
-)
+from kvbench.build.engine_build import BuildContext, EnginePlan, EngineShape, ExecutorFactory
 from kvbench.build.vllm_flags import vllm_flags
 from kvbench.config import EngineConfig
 from kvbench.core.executor import DeviceKind
@@ -107,11 +103,11 @@ class SimulatedExecutors(ExecutorFactory):
     def clock(self, context: BuildContext) -> SimulatedClock:
         return SimulatedClock(self.start_s)
 
-    def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
-        spec = get_gpu(self.gpu)
-        cost_model = StepTimeModel(model_config, spec,
+    def executor(self, plan: EnginePlan, clock) -> SimulatedExecutor:
+        config, model_config = plan.shape.config, plan.shape.model_config
+        cost_model = StepTimeModel(model_config, get_gpu(self.gpu),
                                    self._weight_bytes_per_param(config, model_config),
-                                   element_bytes(kv_dtype), config.tensor_parallel_size,
+                                   element_bytes(plan.kv_dtype), config.tensor_parallel_size,
                                    element_bytes(model_dtype_name(config.dtype)))
         return SimulatedExecutor(cost_model, clock,
                                  overlap_cpu_overhead=bool(config.async_scheduling))

@@ -47,7 +47,7 @@ class FixedStepExecutors(ExecutorFactory):
     def clock(self, context: BuildContext) -> SimulatedClock:
         return SimulatedClock()
 
-    def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
+    def executor(self, plan, clock):
         return FixedStepExecutor(clock)
 
     def backend(self, config: EngineConfig, device: DeviceKind) -> str:
