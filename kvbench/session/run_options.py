@@ -93,14 +93,8 @@ def _with_section_defaults(cls: type) -> type:
         if not isinstance(value, dataclasses.Field) or value.default is not _SECTION_DEFAULT:
             continue
         spec: OptionSpec = value.metadata["option"]
-        if spec.section is None:
-            raise TypeError(f"RunOptions.{name}: a session option states its own default")
-        target = {f.name: f for f in dataclasses.fields(sections[spec.section])}[
+        default = {f.name: f.default for f in dataclasses.fields(sections[spec.section])}[
             spec.key or name]
-        if target.default is dataclasses.MISSING:
-            raise TypeError(f"RunOptions.{name}: {spec.section}.{target.name} has no plain "
-                            "default; state the option's")
-        default = target.default
         value.default = default.value if isinstance(default, enum.Enum) else default
     return cls
 

@@ -176,19 +176,6 @@ def check_distinct(runs: list[RunConfig], drop: bool = False) -> list[RunConfig]
     return kept
 
 
-def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[str]:
-    """One-line notes on options that the listed runs ignore (docs/cli.md, Contradictions)."""
-
-    notes = []
-    default_block = option_fields()["block_size"].default
-    if options.block_size != default_block:
-        readers = [run for run in runs if reads_option(run.engine.strategy, "block_size")]
-        if not readers:
-            notes.append(f"--block-size {options.block_size} is ignored: no strategy listed "
-                         "uses blocks (contiguous reserves whole ranges)")
-    return notes
-
-
 def run_id(labels: list[str], workload: str, now: time.struct_time | None = None) -> str:
     # A trace is named by its file's stem, whatever its format or path (a path would nest).
     stem = Path(workload).stem if is_trace(workload) else workload
@@ -243,7 +230,6 @@ def plan_session(options: RunOptions) -> SessionPlan:
         raise KvbenchInputError("--repeat must be at least 1")
     prepared = _prepare_all(runs, {})  # one model for every run of the session
     warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
-    warnings += contradiction_warnings(options, runs)
     warnings += input_warnings(options, runs, prepared)
     # The folder is created (atomically) when the session runs; planning writes nothing.
     root = Path(options.out) / run_id(labels, options.workload)
