@@ -292,8 +292,21 @@ def run_session(
         ) from None
     plan.root = folder.work
     try:
-        _run_all(plan, folder, command=command, show_progress=show_progress,
-                 on_run_start=on_run_start)
+        # Repeats go round the configurations (A B A B, not A A B B), so a slow spell of a
+        # shared machine lands on every strategy instead of on one of them.
+        for k in range(plan.repeat):
+            for i, (run, label) in enumerate(zip(plan.runs, plan.labels, strict=True)):
+                engine_plan, workload = plan.prepared[i]
+                if k == plan.repeat - 1:
+                    plan.prepared[i] = None  # (a long trace's requests: GBs)
+                if on_run_start is not None:
+                    on_run_start(label, k + 1, plan.repeat)
+                # Each run's engine is built as it starts, from its plan, and let go when it
+                # ends (a GPU holds one arena at a time). The first round's runs are the ones
+                # reported: their token times go to the report from memory.
+                folder.run_done(run_one(
+                    run, folder.run_folder(i, k), show_progress=show_progress, command=command,
+                    prepared=(build(run, engine_plan), workload), keep_for_report=k == 0))
         outcomes, repeats = folder.finish()
         plan.root = folder.root
     except (KeyboardInterrupt, RunInterrupted):
@@ -319,34 +332,6 @@ def run_session(
         raise RunInterrupted(plan.root) from None
     measured = any(run.executor.kind is not EngineKind.SIMULATED for run in plan.runs)
     return SessionResult(plan.root, outcomes, repeats, measured)
-
-
-def _run_all(
-    plan: SessionPlan,
-    folder: SessionFolder,
-    *,
-    command: str = "",
-    show_progress: bool = False,
-    on_run_start: Callable[[str, int, int], None] | None = None,
-) -> None:
-    """Every run into its working folder, each renamed once whole."""
-    repeat = plan.repeat
-    # Repeats go round the configurations (A B A B, not A A B B), so a slow spell of a
-    # shared machine lands on every strategy instead of on one of them.
-    for k in range(repeat):
-        for i, (run, label) in enumerate(zip(plan.runs, plan.labels, strict=True)):
-            engine_plan, workload = plan.prepared[i]
-            if k == repeat - 1:
-                plan.prepared[i] = None  # (a long trace's requests: GBs)
-            if on_run_start is not None:
-                on_run_start(label, k + 1, repeat)
-            # Each run's engine is built as it starts, from its plan, and let go when it
-            # ends (a GPU holds one arena at a time). The first round's runs are the ones
-            # reported: their token times go to the report from memory.
-            outcome = run_one(run, folder.run_folder(i, k), show_progress=show_progress,
-                              command=command, prepared=(build(run, engine_plan), workload),
-                              keep_for_report=k == 0)
-            folder.run_done(outcome)
 
 
 def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = False,
