@@ -1,14 +1,7 @@
-"""`ExecutorFactory`: an `EngineConfig` turned into model, arena, strategy, policy and engine.
-
-There is one wiring for every engine, in three steps, each derived once and handed on:
-`engine_shape` (the options with their implied ones, the model's shape and the lengths:
-torch-free, nothing loaded), `ExecutorFactory.plan` (the model loaded, the KV dtype, slot
-bytes and budget: a CUDA budget is measured here) and `ExecutorFactory.build` (strategy,
-executor, policy and `Engine`: the arena is allocated). A session checks every request
-against the plans and builds each engine from its plan when its run starts. What differs
-between the real model, the simulator and the transformers baseline is the factory subclass
-(where the device and model, the KV budget, the executor and the clock come from).
-`kvbench.build.engines` names the factory of each `EngineKind`.
+"""`ExecutorFactory`: an `EngineConfig` turned into model, arena, strategy, policy and engine,
+in three steps each derived once (docs/design.md, One build path): `engine_shape`,
+`ExecutorFactory.plan`, `ExecutorFactory.build`. The engines differ only by the factory
+subclass; `kvbench.build.engines` names the factory of each `EngineKind`.
 
 This module does not import torch, nor any factory: the simulator builds through it without
 loading torch (docs/design.md). The real model's factory is `kvbench.build.model_executors`.

@@ -1,27 +1,12 @@
 """`SimulatedExecutors`: the executor factory of `kvbench simulate`: a GPU preset, no weights.
 
-`build_engine(config, executor=SimulatedExecutors(gpu))` wires the same options, strategy,
-policy and checks as for the model, with the model's shape from its preset or `config.json`
-and a `SimulatedExecutor` on a `SimulatedClock` instead of the model.
+The same wiring, options, strategy, policy and checks as for the model, with the model's shape
+from its preset or `config.json` and a `SimulatedExecutor` on a `SimulatedClock`. The KV budget
+is the one vLLM's start-up would leave on that GPU at the same flags, or `--kv-memory`
+(docs/simulator.md, KV budget: vLLM's start-up); `kv_budget_terms` are its terms.
 
-The KV budget is the one vLLM would allocate on that GPU at the same flags
-(`kvbench.sizing.vllm_startup`, the model of `kvbench estimate`, docs/estimate.md): per GPU
-of the tensor-parallel group,
-
-    budget = total memory as CUDA reports it x utilization - weights as loaded
-             - the profile run's peak activation - non-torch memory [- CUDA graphs]
-
-(utilization and the rest as `--vllm-version`'s release, the current one by default), or
-`--kv-memory` when given; `--weights-memory` replaces the loaded weights. Weights are the
-checkpoint's as vLLM loads them (quantized where its config.json or `--quantization` says
-so, gpt-oss's MXFP4 experts); simulate's CLI default dtype is bfloat16 (`RunOptions`'
-`dtype`: `EngineConfig`'s float32 default is a CPU default; float32 is simulated as TF32).
-`kv_budget_terms` are the terms of that budget, as `kvbench estimate --json` carries them
-(config.json records them).
-
-Nothing here imports torch (docs/design.md): dtypes are torch's names and their sizes
-(`kvbench.models.dtype_names`: no tensor exists), the device is `SIMULATED_DEVICE`, a
-`DeviceKind("meta")` (nothing is allocated anywhere).
+Nothing here imports torch (docs/design.md): dtypes are torch's names and their sizes, the
+device is `SIMULATED_DEVICE` (nothing is allocated anywhere).
 """
 
 from __future__ import annotations
