@@ -110,13 +110,13 @@ class ModelExecutors(ExecutorFactory):
     def kv_dtype(self, config: EngineConfig) -> torch.dtype:
         return kv_cache_torch_dtype(config, parse_dtype(config.dtype))
 
-    def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
+    def kv_budget(self, config, device, model, model_config, max_batched_tokens):
         """`--kv-memory`; else on CUDA what `--gpu-memory-utilization` leaves of the measured
         memory (as vLLM), elsewhere `DEFAULT_CPU_KV_MEMORY`."""
         if device.type != "cuda" and config.gpu_memory_utilization is not None:
             raise KvbenchInputError("--gpu-memory-utilization needs CUDA; use --kv-memory SIZE")
         if config.kv_memory is not None or device.type != "cuda":
-            return planned_kv_bytes(config, device)
+            return planned_kv_bytes(config, device), None
         measured = profile_cuda_memory(model, device, max_batched_tokens)
         budget = kv_budget_bytes(
             measured.total_bytes, config.gpu_memory_utilization, measured.weight_bytes,
@@ -132,7 +132,7 @@ class ModelExecutors(ExecutorFactory):
                                  gpu_name=str(device))
         print(format_beside_measured(predicted, measured.total_bytes, measured.weight_bytes,
                                      measured.activation_bytes, budget), file=sys.stderr)
-        return budget
+        return budget, None
 
     def executor(self, plan: EnginePlan, clock) -> ModelExecutor:
         config, model_config, device = plan.shape.config, plan.shape.model_config, plan.device

@@ -70,20 +70,15 @@ class SimulatedExecutors(ExecutorFactory):
         return vllm_startup(model_config, spec.reported_memory_bytes, flags,
                             gpu_name=spec.description)
 
-    def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
+    def kv_budget(self, config, device, model, model_config, max_batched_tokens):
         if config.kv_memory is not None:
             spec = get_gpu(self.gpu)
             return check_kv_memory(int(config.kv_memory), spec.reported_memory_bytes,
-                                   spec.name, config.tensor_parallel_size)
+                                   spec.name, config.tensor_parallel_size), None
         startup = self.startup(config, model_config, max_batched_tokens)
         if startup.available <= 0:
             raise KvbenchInputError(f"on {get_gpu(self.gpu).name}: {startup.refusal}")
-        return startup.available * config.tensor_parallel_size
-
-    def kv_budget_terms(self, config, model_config, max_batched_tokens):
-        if config.kv_memory is not None:
-            return None
-        return self.startup(config, model_config, max_batched_tokens).to_dict()
+        return startup.available * config.tensor_parallel_size, startup.to_dict()
 
     def clock(self, context: BuildContext) -> SimulatedClock:
         return SimulatedClock(self.start_s)

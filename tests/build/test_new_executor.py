@@ -41,8 +41,8 @@ class FixedStepExecutors(ExecutorFactory):
     def kv_dtype(self, config: EngineConfig) -> str:
         return "float32"
 
-    def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
-        return int(config.kv_memory)
+    def kv_budget(self, config, device, model, model_config, max_batched_tokens):
+        return int(config.kv_memory), None
 
     def clock(self, context: BuildContext) -> SimulatedClock:
         return SimulatedClock()
