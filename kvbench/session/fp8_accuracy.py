@@ -164,8 +164,6 @@ def _sample(requests: list[Request], size: int) -> list[Request]:
     """`size` requests spread evenly over the list (deterministic)."""
     if size >= len(requests):
         return list(requests)
-    if size <= 0:
-        return []
     step = len(requests) / size
     return [requests[int(i * step)] for i in range(size)]
 

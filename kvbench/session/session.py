@@ -238,14 +238,9 @@ def plan_session(options: RunOptions) -> SessionPlan:
 
 
 def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
-    """(EnginePlan, WorkloadResult) per run, every input checked before anything runs.
-
-    Where the KV budget is measured (CUDA: what `--gpu-memory-utilization` leaves of the
-    device beside the model), it is measured once, by the first run's plan, and every run of
-    the list, the first included, runs on that budget in bytes (pinned in its config): a
-    comparison's budget does not move with the measurement, nor with what an earlier
-    engine still held.
-    """
+    """(EnginePlan, WorkloadResult) per run, every input checked before anything runs. A
+    measured budget (CUDA) is measured once, by the first plan, and pinned in bytes into every
+    run of the list (docs/design.md, One build path)."""
     prepared: list[Any] = []
     budget: int | None = None
     for i, run in enumerate(runs):
@@ -275,14 +270,10 @@ def run_session(
     show_progress: bool = False,
     on_run_start: Callable[[str, int, int], None] | None = None,
 ) -> SessionResult:
-    """Run the plan: `on_run_start(label, k, repeat)` before each run (k from 1).
-
-    The session writes into `<root>.partial/`, which holds one working folder per run from
-    the start, each renamed once whole, and is renamed `<root>/` once every file of its runs
-    and comparison is written; the report is written into it after. Ctrl-C raises
-    `RunInterrupted` naming the strategies that finished; a disk that fills raises
-    `KvbenchRunError`; what was written stays, in folders still named `.partial`.
-    """
+    """Run the plan into `<root>.partial/`, renamed `<root>/` once whole, then write the
+    report (docs/design.md, Results contract); `on_run_start(label, k, repeat)` before each
+    run (k from 1). Ctrl-C raises `RunInterrupted` naming the strategies that finished; a
+    disk that fills raises `KvbenchRunError`; what was written stays, still `.partial`."""
 
     try:
         folder = SessionFolder(plan.root.parent, plan.root.name, plan.labels, plan.repeat)
