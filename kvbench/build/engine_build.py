@@ -80,23 +80,6 @@ def keeps_fp8_cache(config: EngineConfig) -> bool:
     return is_fp8_cache(effective_config(config).kv_cache_dtype)
 
 
-def resolve_lengths(config: EngineConfig, model_config: ModelConfig) -> tuple[int, int]:
-    """(max_model_len, max_num_batched_tokens) after defaults, checked against the model."""
-    max_model_len = config.max_model_len or model_config.max_position_embeddings
-    if max_model_len > model_config.max_position_embeddings:
-        raise KvbenchInputError(
-            f"--max-model-len {max_model_len} exceeds the model's "
-            f"{model_config.max_position_embeddings} positions"
-        )
-    max_batched = config.max_num_batched_tokens or max(2048, max_model_len)
-    if max_batched < max_model_len and not config.chunked_prefill:
-        raise KvbenchInputError(
-            f"--max-num-batched-tokens {max_batched} is below --max-model-len {max_model_len}: "
-            "long prompts could never be scheduled (enable --chunked-prefill or raise it)"
-        )
-    return max_model_len, max_batched
-
-
 def check_shape(config: EngineConfig, model_config: ModelConfig, max_model_len: int) -> None:
     """Refuse options that contradict each other or the model."""
     # A block larger than a sliding window shorter than the context holds tokens its window
@@ -231,7 +214,18 @@ def engine_shape(config: EngineConfig) -> EngineShape:
     """The options resolved, the model's shape and the lengths, checked against the model."""
     config = effective_config(config)
     model_config = resolve_model_config(config.model)
-    max_model_len, max_batched = resolve_lengths(config, model_config)
+    max_model_len = config.max_model_len or model_config.max_position_embeddings
+    if max_model_len > model_config.max_position_embeddings:
+        raise KvbenchInputError(
+            f"--max-model-len {max_model_len} exceeds the model's "
+            f"{model_config.max_position_embeddings} positions"
+        )
+    max_batched = config.max_num_batched_tokens or max(2048, max_model_len)
+    if max_batched < max_model_len and not config.chunked_prefill:
+        raise KvbenchInputError(
+            f"--max-num-batched-tokens {max_batched} is below --max-model-len {max_model_len}: "
+            "long prompts could never be scheduled (enable --chunked-prefill or raise it)"
+        )
     check_shape(config, model_config, max_model_len)
     return EngineShape(config, model_config, max_model_len, max_batched)
 

@@ -35,42 +35,11 @@ from kvbench.kernels.attention_shape import AttentionShape
 from kvbench.kernels.backend import get_ops, resolve_backend
 from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
-from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import load_model, parse_dtype
 from kvbench.models.memory_check import available_bytes, memory_need
 from kvbench.sizing.kv_budget import kv_budget_bytes
 from kvbench.sizing.vllm_report import format_beside_measured
 from kvbench.sizing.vllm_startup import vllm_startup
-
-
-def prepare_device(config: EngineConfig) -> torch.device:
-    """The run's device; on the CPU, torch limited to `config.cpu_threads` threads.
-
-    Every engine (kvbench's and `--engine hf`) goes through here, so a comparison runs each
-    side on the same number of threads.
-    """
-    device = resolve_device(config.device)
-    if device.type == "cpu":
-        torch.set_num_threads(config.cpu_threads)
-    return device
-
-
-def load_cached_model(
-    shape: EngineShape, dtype: torch.dtype, device: torch.device, model_cache: dict | None
-) -> tuple[LlamaDecoder, ModelConfig]:
-    """The run's model, taken from `model_cache` when one with the same weights is there."""
-    config = shape.config
-    key = (config.model, config.dtype, str(device), config.seed)
-    if model_cache is not None and key in model_cache:
-        return model_cache[key]
-    # Checked before a byte is allocated: weights, a full prefill's activations and the arena.
-    need = memory_need(shape.model_config, dtype, shape.max_num_batched_tokens,
-                       config.max_num_seqs, planned_kv_bytes(config, device))
-    loaded = load_model(config.model, dtype=dtype, device=device, seed=config.seed, need=need)
-    if model_cache is not None:
-        model_cache[key] = loaded
-    return loaded
-
 
 # The strategies whose state placement the executor reads and writes: a sequence's running
 # state in `layout.state_blocks` (`contiguous`: one-slot blocks at its range's end) and
@@ -101,11 +70,23 @@ class ModelExecutors(ExecutorFactory):
     """kvbench's engine: the Llama model with the configured attention backend."""
 
     def load(self, shape: EngineShape, context: BuildContext):
-        check_engine_state_strategy(shape.config, shape.model_config)
-        device = prepare_device(shape.config)
-        model, _ = load_cached_model(shape, parse_dtype(shape.config.dtype), device,
-                                     context.model_cache)
-        return device, model
+        config = shape.config
+        check_engine_state_strategy(config, shape.model_config)
+        device = resolve_device(config.device)
+        if device.type == "cpu":  # every engine (`--engine hf` too): a comparison's sides
+            torch.set_num_threads(config.cpu_threads)  # run on the same number of threads
+        # The model from the session's cache when one with the same weights is there.
+        key = (config.model, config.dtype, str(device), config.seed)
+        cache = context.model_cache if context.model_cache is not None else {}
+        if key not in cache:
+            dtype = parse_dtype(config.dtype)
+            # Checked before a byte is allocated: weights, a full prefill's activations and
+            # the arena.
+            need = memory_need(shape.model_config, dtype, shape.max_num_batched_tokens,
+                               config.max_num_seqs, planned_kv_bytes(config, device))
+            cache[key] = load_model(config.model, dtype=dtype, device=device,
+                                    seed=config.seed, need=need)
+        return device, cache[key][0]
 
     def kv_dtype(self, config: EngineConfig) -> torch.dtype:
         return kv_cache_torch_dtype(config, parse_dtype(config.dtype))
