@@ -102,10 +102,7 @@ def _with_section_defaults(cls: type) -> type:
 @dataclass(frozen=True)
 @_with_section_defaults
 class RunOptions:
-    """The options of `kvbench run` / `kvbench simulate` (vLLM's names where vLLM has one).
-
-    Each field names the `RunConfig` section it lands in (`_engine`, `_workload`, ...); where
-    it states no default it takes that section's."""
+    """The options of `kvbench run` / `kvbench simulate` (vLLM's names where vLLM has one)."""
 
     strategy: str = _engine(
         "a strategy of `kvbench list` (contiguous, paged, prefix, fp8, ...); a comma list or "

@@ -134,17 +134,16 @@ def _resolve_dtype(dtype: str, device: str, simulated: bool) -> str:
         return dtype
     if simulated:
         return option_fields()["dtype"].default_for("simulate")
-    if device == "cpu" or (device == "auto" and not _nvidia_driver_present()):
-        return "float32"  # the CPU's (no CUDA without a driver), without loading torch
+    # Without an NVIDIA driver loaded no torch build sees a CUDA device: the CPU's, without
+    # loading torch.
+    driver = (Path("/proc/driver/nvidia/version").exists()
+              or any(Path("/dev").glob("nvidia[0-9]*")))
+    if device == "cpu" or (device == "auto" and not driver):
+        return "float32"
     # torch: never for a simulation
     from kvbench.execution.device import resolve_device, resolve_dtype
 
     return resolve_dtype("auto", resolve_device(device))
-
-
-def _nvidia_driver_present() -> bool:
-    """Whether an NVIDIA driver is loaded: without one no torch build sees a CUDA device."""
-    return Path("/proc/driver/nvidia/version").exists() or any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def _run_identity(run: RunConfig) -> tuple:
@@ -304,10 +303,10 @@ def run_session(
         finished = folder.finished_labels()
         raise RunInterrupted(plan.root, None if len(plan.runs) == 1 else finished) from None
     except OSError as err:
-        if not out_of_space(err) and err.filename is None:
-            raise
         if out_of_space(err):
             raise disk_full_error(plan.root, err) from None
+        if err.filename is None:
+            raise
         raise KvbenchRunError(
             f"cannot write {err.filename}: {err.strerror or err}; {plan.root} keeps what was "
             "written (unfinished)") from None
