@@ -170,25 +170,20 @@ class TraceRecorder:
         self._open.setdefault(self._tid(), []).append(
             (name, args, self._us(self.clock() if t_s is None else t_s), len(self._events)))
 
-    def end(self, name: str, t_s: float | None = None) -> None:
-        """Close the innermost open range of this thread (`name`: the one it must be)."""
+    def end(self, name: str, t_s: float | None = None, discard: bool = False) -> None:
+        """Close the innermost open range of this thread (`name`: the one it must be).
+        `discard`: drop it and what this thread recorded inside it, as if it had not begun
+        (a step that turned out empty, nothing scheduled, has no row in steps.csv either)."""
         tid = self._tid()
         stack = self._open[tid]
-        begun, args, start_us, _ = stack.pop()
+        begun, args, start_us, recorded = stack.pop()
         if begun != name:
             raise RuntimeError(f"trace range {name!r} ended while {begun!r} is open")
-        self._slice(name, start_us, self._us(self.clock() if t_s is None else t_s), tid,
-                    len(stack), args)
-
-    def discard(self, name: str) -> None:
-        """Drop the innermost open range of this thread (`name`) and what this thread recorded
-        inside it, as if it had not begun: a step that turned out empty (nothing scheduled)
-        has no row in steps.csv either."""
-        tid = self._tid()
-        begun, _, _, recorded = self._open[tid].pop()
-        if begun != name:
-            raise RuntimeError(f"trace range {name!r} discarded while {begun!r} is open")
-        self._events[recorded:] = [e for e in self._events[recorded:] if e[3]["tid"] != tid]
+        if discard:
+            self._events[recorded:] = [e for e in self._events[recorded:] if e[3]["tid"] != tid]
+        else:
+            self._slice(name, start_us, self._us(self.clock() if t_s is None else t_s), tid,
+                        len(stack), args)
 
     def complete(self, name: str, start_s: float, end_s: float, args: dict[str, Any],
                  nested: int = 0) -> None:
@@ -311,10 +306,7 @@ class _Range:
 
     def __exit__(self, *exc: object) -> bool:
         if self.recorder is not None:
-            if self.discarded:
-                self.recorder.discard(self.name)
-            else:
-                self.recorder.end(self.name)
+            self.recorder.end(self.name, discard=self.discarded)
         domain = _domain()
         if domain is not None:
             domain.pop_range()

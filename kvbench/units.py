@@ -39,7 +39,6 @@ def format_bytes(num_bytes: float | int | None) -> str:
         if abs(value) < 1024 or unit == "TiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1024
-    raise AssertionError("unreachable")
 
 
 def parse_rate(text: str | float) -> float:

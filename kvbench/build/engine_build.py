@@ -1,14 +1,7 @@
-"""`ExecutorFactory`: an `EngineConfig` turned into model, arena, strategy, policy and engine.
-
-There is one wiring for every engine, in three steps, each derived once and handed on:
-`engine_shape` (the options with their implied ones, the model's shape and the lengths:
-torch-free, nothing loaded), `ExecutorFactory.plan` (the model loaded, the KV dtype, slot
-bytes and budget: a CUDA budget is measured here) and `ExecutorFactory.build` (strategy,
-executor, policy and `Engine`: the arena is allocated). A session checks every request
-against the plans and builds each engine from its plan when its run starts. What differs
-between the real model, the simulator and the transformers baseline is the factory subclass
-(where the device and model, the KV budget, the executor and the clock come from).
-`kvbench.build.engines` names the factory of each `EngineKind`.
+"""`ExecutorFactory`: an `EngineConfig` turned into model, arena, strategy, policy and engine,
+in three steps each derived once (docs/design.md, One build path): `engine_shape`,
+`ExecutorFactory.plan`, `ExecutorFactory.build`. The engines differ only by the factory
+subclass; `kvbench.build.engines` names the factory of each `EngineKind`.
 
 This module does not import torch, nor any factory: the simulator builds through it without
 loading torch (docs/design.md). The real model's factory is `kvbench.build.model_executors`.
@@ -87,51 +80,41 @@ def keeps_fp8_cache(config: EngineConfig) -> bool:
     return is_fp8_cache(effective_config(config).kv_cache_dtype)
 
 
-def resolve_lengths(config: EngineConfig, model_config: ModelConfig) -> tuple[int, int]:
-    """(max_model_len, max_num_batched_tokens) after defaults, checked against the model."""
-    max_model_len = config.max_model_len or model_config.max_position_embeddings
-    if max_model_len > model_config.max_position_embeddings:
-        raise KvbenchInputError(
-            f"--max-model-len {max_model_len} exceeds the model's "
-            f"{model_config.max_position_embeddings} positions"
-        )
-    max_batched = config.max_num_batched_tokens or max(2048, max_model_len)
-    if max_batched < max_model_len and not config.chunked_prefill:
-        raise KvbenchInputError(
-            f"--max-num-batched-tokens {max_batched} is below --max-model-len {max_model_len}: "
-            "long prompts could never be scheduled (enable --chunked-prefill or raise it)"
-        )
-    return max_model_len, max_batched
-
-
-def check_block_fits_window(config: EngineConfig, model_config: ModelConfig,
-                            max_model_len: int) -> None:
-    """Refuse a `--block-size` larger than a sliding window shorter than the context, for a
-    strategy that pages: such a block holds tokens its window layers never read again, so a
-    window group could never free one (vLLM pages a window layer in blocks within its window)."""
+def check_shape(config: EngineConfig, model_config: ModelConfig, max_model_len: int) -> None:
+    """Refuse options that contradict each other or the model."""
+    # A block larger than a sliding window shorter than the context holds tokens its window
+    # layers never read again, so a window group could never free one (vLLM pages a window
+    # layer in blocks within its window).
     window = model_config.window_shorter_than(max_model_len)
-    pages = reads_option(config.strategy, "block_size")
-    if window is not None and pages and config.block_size > window:
+    if (window is not None and reads_option(config.strategy, "block_size")
+            and config.block_size > window):
         raise KvbenchInputError(
             f"--block-size {config.block_size} is larger than {model_config.name}'s "
             f"{window}-token sliding window (its blocks would hold tokens the window layers "
             f"no longer attend to): give --block-size {window} or less"
         )
-
-
-def check_state_strategy(config: EngineConfig, model_config: ModelConfig) -> None:
-    """A state-space hybrid runs under a strategy that holds its recurrent state; a
-    `--mamba-cache-mode` that keeps state checkpoints needs a prefix cache to keep them in."""
-    # in blocks of its pool (`state_blocks`) or slots of its range (`state_slots`)
-    holds_state = (reads_option(config.strategy, "state_blocks")
-                   or reads_option(config.strategy, "state_slots"))
-    if model_config.hybrid is not None and not holds_state:
+    # A host tier goes under a prefix cache; swapping into it needs a strategy that swaps.
+    if config.kv_offload is not None and not reads_option(config.strategy, "kv_offload_blocks"):
+        raise KvbenchInputError(
+            f"--kv-offload puts a host tier under a prefix cache (prefix, hybrid-prefix); --strategy "
+            f"{config.strategy} takes none")
+    if config.preemption_mode == "swap" and not swaps(config.strategy):
+        raise KvbenchInputError(
+            f"--preemption-mode swap: --strategy {config.strategy} does not swap into its host "
+            "tier (prefix does); give --preemption-mode recompute")
+    if model_config.hybrid is None:
+        return
+    # A state-space hybrid runs under a strategy that holds its recurrent state, in blocks of
+    # its pool (`state_blocks`) or slots of its range (`state_slots`); a `--mamba-cache-mode`
+    # that keeps state checkpoints needs a prefix cache to keep them in.
+    if not (reads_option(config.strategy, "state_blocks")
+            or reads_option(config.strategy, "state_slots")):
         raise KvbenchInputError(
             f"--strategy {config.strategy} does not hold {model_config.name}'s recurrent "
             "state: a state-space hybrid runs under contiguous, paged, prefix, hybrid or "
             "hybrid-prefix")
     mode = config.mamba_cache_mode
-    if (model_config.hybrid is not None and mode not in (None, WITHOUT_PREFIX_CACHING)
+    if (mode not in (None, WITHOUT_PREFIX_CACHING)
             and not reads_option(config.strategy, "mamba_cache_mode")):
         raise KvbenchInputError(
             f"--mamba-cache-mode {mode} keeps state checkpoints for prefix caching: "
@@ -164,16 +147,6 @@ def state_placement(config: EngineConfig, model_config: ModelConfig,
     block_bytes = pages.block_size * pages.kv_bytes_per_token  # one GPU's, as the pages
     return ((pages.block_size, -(-pages.state_bytes_held // block_bytes)),
             -(-pages.state_bytes_per_sequence // pages.kv_bytes_per_token))
-
-
-def arena_slots(budget_bytes: int, bytes_per_slot: int) -> int:
-    num_slots = kv_capacity(budget_bytes, bytes_per_slot)
-    if num_slots < 1:
-        raise KvbenchInputError(
-            f"--kv-memory {budget_bytes} bytes holds no token: one token needs "
-            f"{bytes_per_slot} bytes"
-        )
-    return num_slots
 
 
 def kv_allocation(config: EngineConfig, model_config: ModelConfig,
@@ -227,19 +200,6 @@ def offload_blocks(config: EngineConfig, bytes_per_slot: int) -> int:
     return blocks
 
 
-def check_offload(config: EngineConfig) -> None:
-    """`--kv-offload` needs a strategy with a prefix cache to put its tier under; swapping
-    into it, one that swaps (`prefix`)."""
-    if config.kv_offload is not None and not reads_option(config.strategy, "kv_offload_blocks"):
-        raise KvbenchInputError(
-            f"--kv-offload puts a host tier under a prefix cache (prefix, hybrid-prefix); --strategy "
-            f"{config.strategy} takes none")
-    if config.preemption_mode == "swap" and not swaps(config.strategy):
-        raise KvbenchInputError(
-            f"--preemption-mode swap: --strategy {config.strategy} does not swap into its host "
-            "tier (prefix does); give --preemption-mode recompute")
-
-
 @dataclass(frozen=True)
 class EngineShape:
     """What an engine's configuration says before anything is loaded (torch-free)."""
@@ -254,10 +214,19 @@ def engine_shape(config: EngineConfig) -> EngineShape:
     """The options resolved, the model's shape and the lengths, checked against the model."""
     config = effective_config(config)
     model_config = resolve_model_config(config.model)
-    max_model_len, max_batched = resolve_lengths(config, model_config)
-    check_block_fits_window(config, model_config, max_model_len)
-    check_offload(config)
-    check_state_strategy(config, model_config)
+    max_model_len = config.max_model_len or model_config.max_position_embeddings
+    if max_model_len > model_config.max_position_embeddings:
+        raise KvbenchInputError(
+            f"--max-model-len {max_model_len} exceeds the model's "
+            f"{model_config.max_position_embeddings} positions"
+        )
+    max_batched = config.max_num_batched_tokens or max(2048, max_model_len)
+    if max_batched < max_model_len and not config.chunked_prefill:
+        raise KvbenchInputError(
+            f"--max-num-batched-tokens {max_batched} is below --max-model-len {max_model_len}: "
+            "long prompts could never be scheduled (enable --chunked-prefill or raise it)"
+        )
+    check_shape(config, model_config, max_model_len)
     return EngineShape(config, model_config, max_model_len, max_batched)
 
 
@@ -328,7 +297,7 @@ class ExecutorFactory(ABC):
     """Where an engine's model side comes from; `plan` and `build` are the shared wiring.
 
     A factory answers, in order: the device and model (`load`), the KV dtype and budget in
-    bytes (`kv_dtype`, `kv_budget_bytes`), then, when the engine is built, the run's clock
+    bytes (`kv_dtype`, `kv_budget`), then, when the engine is built, the run's clock
     (`clock`) and the executor over the arena (`executor`). An engine that is not kvbench's
     `Engine` overrides `plan` and `build` itself.
     """
@@ -341,15 +310,18 @@ class ExecutorFactory(ABC):
         allocation = kv_allocation(config, model_config, kv_element)
         bytes_per_slot = slot_bytes(model_config, kv_element, allocation,
                                     config.tensor_parallel_size)
-        budget = self.kv_budget_bytes(config, device, model, model_config,
-                                      shape.max_num_batched_tokens)
+        budget, terms = self.kv_budget(config, device, model, model_config,
+                                       shape.max_num_batched_tokens)
         if config.kv_offload is not None:
             self.check_host_tier_bytes(
                 offload_blocks(config, bytes_per_slot) * bytes_per_slot * config.block_size)
-        terms = self.kv_budget_terms(config, model_config, shape.max_num_batched_tokens)
+        num_slots = kv_capacity(budget, bytes_per_slot)
+        if num_slots < 1:
+            raise KvbenchInputError(f"--kv-memory {budget} bytes holds no token: one token "
+                                    f"needs {bytes_per_slot} bytes")
         state, state_slots = state_placement(config, model_config, kv_element)
         return EnginePlan(shape, device, model, kv_dtype, bytes_per_slot, budget, allocation,
-                          arena_slots(budget, bytes_per_slot), terms, state, state_slots)
+                          num_slots, terms, state, state_slots)
 
     def check_host_tier_bytes(self, tier_bytes: int) -> None:
         """Refuse, at planning (before any results folder exists), a `--kv-offload` tier of
@@ -361,8 +333,7 @@ class ExecutorFactory(ABC):
         config, model_config = shape.config, shape.model_config
         strategy = plan.strategy()
         clock = self.clock(context)
-        executor = self.executor(config, plan.model, model_config, plan.device, plan.num_slots,
-                                 plan.kv_dtype, clock)
+        executor = self.executor(plan, clock)
         if strategy.host_tier is not None:  # the tier's blocks, for the executor to copy
             executor.keep_host_tier(strategy.host_tier.tier.num_blocks, config.block_size,
                                     plan.bytes_per_slot * config.block_size)
@@ -391,25 +362,17 @@ class ExecutorFactory(ABC):
         """The KV cache's dtype as the executor stores it (torch's name when it stores none)."""
 
     @abstractmethod
-    def kv_budget_bytes(
+    def kv_budget(
         self, config: EngineConfig, device: torch.device | DeviceKind, model: Any,
         model_config: ModelConfig, max_batched_tokens: int,
-    ) -> int:
-        """Bytes of the KV arena."""
-
-    def kv_budget_terms(self, config: EngineConfig, model_config: ModelConfig,
-                        max_batched_tokens: int) -> dict | None:
-        """The terms that made `kv_budget_bytes`, where a model sized it (None: given or
-        measured)."""
-        return None
+    ) -> tuple[int, dict | None]:
+        """Bytes of the KV arena, and the terms that made them where a model sized them
+        (`EnginePlan.kv_budget_terms`; None where given or measured)."""
 
     @abstractmethod
-    def executor(
-        self, config: EngineConfig, model: Any, model_config: ModelConfig,
-        device: torch.device | DeviceKind, num_slots: int, kv_dtype: torch.dtype | str,
-        clock: RunClock | None,
-    ) -> Executor:
-        """The executor over an arena of `num_slots` KV slots."""
+    def executor(self, plan: EnginePlan, clock: RunClock | None) -> Executor:
+        """The executor over the plan's arena (`num_slots` KV slots of `kv_dtype`, laid out
+        in its `allocation` groups)."""
 
     @abstractmethod
     def backend(self, config: EngineConfig, device: torch.device | DeviceKind) -> str:

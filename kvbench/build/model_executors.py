@@ -17,7 +17,6 @@ from kvbench.build.engine_build import (
     EnginePlan,
     EngineShape,
     ExecutorFactory,
-    kv_allocation,
     mamba_cache_mode,
 )
 from kvbench.build.vllm_flags import vllm_flags
@@ -36,42 +35,11 @@ from kvbench.kernels.attention_shape import AttentionShape
 from kvbench.kernels.backend import get_ops, resolve_backend
 from kvbench.models.config import ModelConfig
 from kvbench.models.dtype_names import element_bytes
-from kvbench.models.llama import LlamaDecoder
 from kvbench.models.loader import load_model, parse_dtype
 from kvbench.models.memory_check import available_bytes, memory_need
 from kvbench.sizing.kv_budget import kv_budget_bytes
 from kvbench.sizing.vllm_report import format_beside_measured
 from kvbench.sizing.vllm_startup import vllm_startup
-
-
-def prepare_device(config: EngineConfig) -> torch.device:
-    """The run's device; on the CPU, torch limited to `config.cpu_threads` threads.
-
-    Every engine (kvbench's and `--engine hf`) goes through here, so a comparison runs each
-    side on the same number of threads.
-    """
-    device = resolve_device(config.device)
-    if device.type == "cpu":
-        torch.set_num_threads(config.cpu_threads)
-    return device
-
-
-def load_cached_model(
-    shape: EngineShape, dtype: torch.dtype, device: torch.device, model_cache: dict | None
-) -> tuple[LlamaDecoder, ModelConfig]:
-    """The run's model, taken from `model_cache` when one with the same weights is there."""
-    config = shape.config
-    key = (config.model, config.dtype, str(device), config.seed)
-    if model_cache is not None and key in model_cache:
-        return model_cache[key]
-    # Checked before a byte is allocated: weights, a full prefill's activations and the arena.
-    need = memory_need(shape.model_config, dtype, shape.max_num_batched_tokens,
-                       config.max_num_seqs, planned_kv_bytes(config, device))
-    loaded = load_model(config.model, dtype=dtype, device=device, seed=config.seed, need=need)
-    if model_cache is not None:
-        model_cache[key] = loaded
-    return loaded
-
 
 # The strategies whose state placement the executor reads and writes: a sequence's running
 # state in `layout.state_blocks` (`contiguous`: one-slot blocks at its range's end) and
@@ -102,22 +70,34 @@ class ModelExecutors(ExecutorFactory):
     """kvbench's engine: the Llama model with the configured attention backend."""
 
     def load(self, shape: EngineShape, context: BuildContext):
-        check_engine_state_strategy(shape.config, shape.model_config)
-        device = prepare_device(shape.config)
-        model, _ = load_cached_model(shape, parse_dtype(shape.config.dtype), device,
-                                     context.model_cache)
-        return device, model
+        config = shape.config
+        check_engine_state_strategy(config, shape.model_config)
+        device = resolve_device(config.device)
+        if device.type == "cpu":  # every engine (`--engine hf` too): a comparison's sides
+            torch.set_num_threads(config.cpu_threads)  # run on the same number of threads
+        # The model from the session's cache when one with the same weights is there.
+        key = (config.model, config.dtype, str(device), config.seed)
+        cache = context.model_cache if context.model_cache is not None else {}
+        if key not in cache:
+            dtype = parse_dtype(config.dtype)
+            # Checked before a byte is allocated: weights, a full prefill's activations and
+            # the arena.
+            need = memory_need(shape.model_config, dtype, shape.max_num_batched_tokens,
+                               config.max_num_seqs, planned_kv_bytes(config, device))
+            cache[key] = load_model(config.model, dtype=dtype, device=device,
+                                    seed=config.seed, need=need)
+        return device, cache[key][0]
 
     def kv_dtype(self, config: EngineConfig) -> torch.dtype:
         return kv_cache_torch_dtype(config, parse_dtype(config.dtype))
 
-    def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
+    def kv_budget(self, config, device, model, model_config, max_batched_tokens):
         """`--kv-memory`; else on CUDA what `--gpu-memory-utilization` leaves of the measured
         memory (as vLLM), elsewhere `DEFAULT_CPU_KV_MEMORY`."""
         if device.type != "cuda" and config.gpu_memory_utilization is not None:
             raise KvbenchInputError("--gpu-memory-utilization needs CUDA; use --kv-memory SIZE")
         if config.kv_memory is not None or device.type != "cuda":
-            return planned_kv_bytes(config, device)
+            return planned_kv_bytes(config, device), None
         measured = profile_cuda_memory(model, device, max_batched_tokens)
         budget = kv_budget_bytes(
             measured.total_bytes, config.gpu_memory_utilization, measured.weight_bytes,
@@ -133,19 +113,19 @@ class ModelExecutors(ExecutorFactory):
                                  gpu_name=str(device))
         print(format_beside_measured(predicted, measured.total_bytes, measured.weight_bytes,
                                      measured.activation_bytes, budget), file=sys.stderr)
-        return budget
+        return budget, None
 
-    def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
+    def executor(self, plan: EnginePlan, clock) -> ModelExecutor:
+        config, model_config, device = plan.shape.config, plan.shape.model_config, plan.device
         backend = self.backend(config, device)
         ops = get_ops(backend)
         if model_config.mla is not None and backend == "triton":
             ops = LatentAttentionOps(ops)  # the MLA decode kernel; prefill on the reference
-        element = element_bytes(kv_dtype)
-        arena = KVArena(model_config.kv_groups(element), num_slots, kv_dtype, device,
-                        kv_scale=config.kv_scale,
-                        allocation=kv_allocation(config, model_config, element),
+        arena = KVArena(model_config.kv_groups(element_bytes(plan.kv_dtype)), plan.num_slots,
+                        plan.kv_dtype, device, kv_scale=config.kv_scale,
+                        allocation=plan.allocation,
                         state_layers=_layers_without_kv(model_config))
-        return ModelExecutor(model, arena, ops, device, backend,
+        return ModelExecutor(plan.model, arena, ops, device, backend,
                              enforce_eager=config.enforce_eager is not False,
                              max_num_seqs=config.max_num_seqs)
 

@@ -1,36 +1,17 @@
 """`SimulatedExecutors`: the executor factory of `kvbench simulate`: a GPU preset, no weights.
 
-`build_engine(config, executor=SimulatedExecutors(gpu))` wires the same options, strategy,
-policy and checks as for the model, with the model's shape from its preset or `config.json`
-and a `SimulatedExecutor` on a `SimulatedClock` instead of the model.
+The same wiring, options, strategy, policy and checks as for the model, with the model's shape
+from its preset or `config.json` and a `SimulatedExecutor` on a `SimulatedClock`. The KV budget
+is the one vLLM's start-up would leave on that GPU at the same flags, or `--kv-memory`
+(docs/simulator.md, KV budget: vLLM's start-up); `kv_budget_terms` are its terms.
 
-The KV budget is the one vLLM would allocate on that GPU at the same flags
-(`kvbench.sizing.vllm_startup`, the model of `kvbench estimate`, docs/estimate.md): per GPU
-of the tensor-parallel group,
-
-    budget = total memory as CUDA reports it x utilization - weights as loaded
-             - the profile run's peak activation - non-torch memory [- CUDA graphs]
-
-(utilization and the rest as `--vllm-version`'s release, the current one by default), or
-`--kv-memory` when given; `--weights-memory` replaces the loaded weights. Weights are the
-checkpoint's as vLLM loads them (quantized where its config.json or `--quantization` says
-so, gpt-oss's MXFP4 experts); simulate's CLI default dtype is bfloat16 (`RunOptions`'
-`dtype`: `EngineConfig`'s float32 default is a CPU default; float32 is simulated as TF32).
-`kv_budget_terms` are the terms of that budget, as `kvbench estimate --json` carries them
-(config.json records them).
-
-Nothing here imports torch (docs/design.md): dtypes are torch's names and their sizes
-(`kvbench.models.dtype_names`: no tensor exists), the device is `SIMULATED_DEVICE`, a
-`DeviceKind("meta")` (nothing is allocated anywhere).
+Nothing here imports torch (docs/design.md): dtypes are torch's names and their sizes, the
+device is `SIMULATED_DEVICE` (nothing is allocated anywhere).
 """
 
 from __future__ import annotations
 
-from kvbench.build.engine_build import (
-    BuildContext,
-    EngineShape,
-    ExecutorFactory,
-)
+from kvbench.build.engine_build import BuildContext, EnginePlan, EngineShape, ExecutorFactory
 from kvbench.build.vllm_flags import vllm_flags
 from kvbench.config import EngineConfig
 from kvbench.core.executor import DeviceKind
@@ -89,29 +70,24 @@ class SimulatedExecutors(ExecutorFactory):
         return vllm_startup(model_config, spec.reported_memory_bytes, flags,
                             gpu_name=spec.description)
 
-    def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
+    def kv_budget(self, config, device, model, model_config, max_batched_tokens):
         if config.kv_memory is not None:
             spec = get_gpu(self.gpu)
             return check_kv_memory(int(config.kv_memory), spec.reported_memory_bytes,
-                                   spec.name, config.tensor_parallel_size)
+                                   spec.name, config.tensor_parallel_size), None
         startup = self.startup(config, model_config, max_batched_tokens)
         if startup.available <= 0:
             raise KvbenchInputError(f"on {get_gpu(self.gpu).name}: {startup.refusal}")
-        return startup.available * config.tensor_parallel_size
-
-    def kv_budget_terms(self, config, model_config, max_batched_tokens):
-        if config.kv_memory is not None:
-            return None
-        return self.startup(config, model_config, max_batched_tokens).to_dict()
+        return startup.available * config.tensor_parallel_size, startup.to_dict()
 
     def clock(self, context: BuildContext) -> SimulatedClock:
         return SimulatedClock(self.start_s)
 
-    def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
-        spec = get_gpu(self.gpu)
-        cost_model = StepTimeModel(model_config, spec,
+    def executor(self, plan: EnginePlan, clock) -> SimulatedExecutor:
+        config, model_config = plan.shape.config, plan.shape.model_config
+        cost_model = StepTimeModel(model_config, get_gpu(self.gpu),
                                    self._weight_bytes_per_param(config, model_config),
-                                   element_bytes(kv_dtype), config.tensor_parallel_size,
+                                   element_bytes(plan.kv_dtype), config.tensor_parallel_size,
                                    element_bytes(model_dtype_name(config.dtype)))
         return SimulatedExecutor(cost_model, clock,
                                  overlap_cpu_overhead=bool(config.async_scheduling))

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kvbench.build.engine_build import BuiltEngine
+from kvbench.build.engine_build import BuiltEngine, EnginePlan, EngineShape
 from kvbench.build.model_executors import ModelExecutors
 from kvbench.config import EngineConfig
 from kvbench.core.layout import KVLayout
@@ -108,8 +108,12 @@ def _reference_executor(built: BuiltEngine, config: EngineConfig,
     reference = dataclasses.replace(config, strategy="paged", kv_cache_dtype="auto",
                                     kv_scale=None, enforce_eager=True)
     factory = ModelExecutors()
-    return factory.executor(reference, built.engine.executor.model, built.model_config,
-                            built.device, num_slots, factory.kv_dtype(reference), None)
+    # One table serves every layer (`paged`): the plan holds no allocation groups, and no
+    # budget (its arena is sized by `num_slots`).
+    shape = EngineShape(reference, built.model_config, built.max_model_len, 0)
+    plan = EnginePlan(shape, built.device, built.engine.executor.model,
+                      factory.kv_dtype(reference), 0, None, num_slots=num_slots)
+    return factory.executor(plan, None)
 
 
 def _logits(executor: ModelExecutor, tokens: list[int], rows: list[int],
@@ -160,8 +164,6 @@ def _sample(requests: list[Request], size: int) -> list[Request]:
     """`size` requests spread evenly over the list (deterministic)."""
     if size >= len(requests):
         return list(requests)
-    if size <= 0:
-        return []
     step = len(requests) / size
     return [requests[int(i * step)] for i in range(size)]
 

@@ -12,6 +12,7 @@ from typing import Any
 from kvbench.core.engine_kind import EngineKind
 from kvbench.session.run_config import RunConfig
 from kvbench.session.run_options import RunOptions, option_fields
+from kvbench.strategies import reads_option
 from kvbench.workloads import detect_trace_format, is_trace
 
 # A replay whose arrivals spread wider than this waits, in real time, longer than any
@@ -41,6 +42,10 @@ def input_warnings(options: RunOptions, runs: Sequence[RunConfig],
     run."""
     notes: list[str] = []
     defaults = option_fields()
+    if options.block_size != defaults["block_size"].default and not any(
+            reads_option(run.engine.strategy, "block_size") for run in runs):
+        notes.append(f"--block-size {options.block_size} is ignored: no strategy listed "
+                     "uses blocks (contiguous reserves whole ranges)")
     trace = is_trace(options.workload)
     if options.tokenizer is not None and not (
             trace and detect_trace_format(options.workload) == "sharegpt-json"):

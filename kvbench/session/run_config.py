@@ -1,5 +1,7 @@
-"""`RunConfig`: one run's configuration, in sections: the engine, the workload, how it is
-replayed, and what executes the steps.
+"""`RunConfig`: one run's configuration, in sections: the engine (`EngineConfig`), the
+workload (`WorkloadConfig`: which requests), how it is replayed (`ReplayConfig`: arrivals and
+what is recorded of them), and what executes the steps (`ExecutorConfig`: the `EngineKind`
+and, simulated, the GPU).
 
 `config.json` keeps one flat layout: the engine's options under `engine`, every other
 section's fields beside it under their option names (a field's metadata "json", where its
@@ -15,10 +17,81 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvbench.config import EngineConfig
+from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
-from kvbench.session.executor_config import ExecutorConfig
-from kvbench.session.replay_config import ReplayConfig
-from kvbench.session.workload_config import WorkloadConfig
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = field(default="chat", metadata={"json": "workload"})  # built-in or trace file
+    num_requests: int | None = None  # None: the workload's default (whole file for a trace)
+    params: dict[str, Any] = field(default_factory=dict, metadata={"json": "workload_params"})
+    time_scale: float = 1.0  # multiplies the workload's own arrival times (trace timestamps)
+    tokenizer: str | None = None  # Hugging Face tokenizer folder (ShareGPT JSON datasets)
+
+    def __post_init__(self) -> None:
+        if self.num_requests is not None and self.num_requests < 1:
+            raise KvbenchInputError(
+                f"--num-requests must be an integer >= 1, got {self.num_requests}"
+            )
+
+
+# vLLM's API server's time per request outside the engine's steps (HTTP, tokenization, the
+# hand-off to the engine core over ZMQ and back, detokenization, streaming), a CPU cost one
+# constant on every GPU: fitted on the low-concurrency published serving runs
+# (docs/simulator.md, "Checked against published serving runs").
+SERVER_FRONTEND_LATENCY_MS = 17.0
+
+
+@dataclass
+class ReplayConfig:
+    request_rate: float = math.inf  # requests/s, every workload; inf: all arrive at t=0
+    # conversations started/s (a conversation workload's other way to give the rate); inf:
+    # not given
+    conversation_rate: float = math.inf
+    burstiness: float = 1.0  # gamma arrivals shape (1 = Poisson)
+    max_concurrency: int | None = None  # closed loop: at most this many in flight
+    warmup: int = 2  # requests run first and excluded from every metric
+    slo_ms: dict[str, float] = field(default_factory=dict)  # e.g. {"ttft": 500, "tpot": 50}
+    trace: bool = False  # write trace.json
+    steps_every: int = 1  # steps.csv keeps every Nth step (summary: all of them)
+    # Run decode runs in one move where the engine can (the simulator): the same results.
+    fast_forward: bool = True
+    # Milliseconds from a request's send to the engine's scheduler (a server's front end:
+    # HTTP, tokenization, the hand-off to the engine and back); 0: none. `kvbench simulate`
+    # takes `SERVER_FRONTEND_LATENCY_MS`, `kvbench run` has no server and adds none.
+    frontend_latency_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0:
+            raise KvbenchInputError(f"--warmup must be 0 or more, got {self.warmup}")
+        if not 0 <= self.frontend_latency_ms < math.inf:
+            raise KvbenchInputError(
+                f"--frontend-latency-ms must be 0 or more, got {self.frontend_latency_ms}")
+        if self.steps_every < 1:
+            raise KvbenchInputError(f"--steps-every must be at least 1, got {self.steps_every}")
+
+
+@dataclass
+class ExecutorConfig:
+    kind: EngineKind = field(default=EngineKind.MODEL, metadata={"json": "engine_kind"})
+    gpu: str | None = None  # the simulated GPU's preset
+    gpu_spec: str | None = None  # a GPU described in a TOML file: replaces `gpu`
+    # Whose defaults the options the user did not give took: vLLM v1's (the commands') or
+    # kvbench's classic ones, which the sections state (`kvbench.session.vllm_defaults`); the
+    # values they took are in their own sections. A configuration built in Python, or read
+    # from a config.json written before the option, took the sections' own: classic.
+    defaults: str = "classic"
+
+    def __post_init__(self) -> None:
+        self.kind = EngineKind.parse(self.kind)
+        if self.defaults == "kvbench":  # the former name of classic (session.vllm_defaults)
+            self.defaults = "classic"
+
+    @property
+    def simulated_gpu(self) -> str | None:
+        """The preset name or TOML file of the GPU a simulated run models."""
+        return self.gpu_spec or self.gpu
 
 
 @dataclass

@@ -24,8 +24,7 @@ from typing import Any
 
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
-from kvbench.session.replay_config import SERVER_FRONTEND_LATENCY_MS
-from kvbench.session.run_config import RunConfig, section_classes
+from kvbench.session.run_config import SERVER_FRONTEND_LATENCY_MS, RunConfig, section_classes
 from kvbench.session.vllm_defaults import (
     DEFAULT_DEFAULTS,
     DEFAULTS_CHOICES,
@@ -94,14 +93,8 @@ def _with_section_defaults(cls: type) -> type:
         if not isinstance(value, dataclasses.Field) or value.default is not _SECTION_DEFAULT:
             continue
         spec: OptionSpec = value.metadata["option"]
-        if spec.section is None:
-            raise TypeError(f"RunOptions.{name}: a session option states its own default")
-        target = {f.name: f for f in dataclasses.fields(sections[spec.section])}[
+        default = {f.name: f.default for f in dataclasses.fields(sections[spec.section])}[
             spec.key or name]
-        if target.default is dataclasses.MISSING:
-            raise TypeError(f"RunOptions.{name}: {spec.section}.{target.name} has no plain "
-                            "default; state the option's")
-        default = target.default
         value.default = default.value if isinstance(default, enum.Enum) else default
     return cls
 
@@ -109,10 +102,7 @@ def _with_section_defaults(cls: type) -> type:
 @dataclass(frozen=True)
 @_with_section_defaults
 class RunOptions:
-    """The options of `kvbench run` / `kvbench simulate` (vLLM's names where vLLM has one).
-
-    Each field names the `RunConfig` section it lands in (`_engine`, `_workload`, ...); where
-    it states no default it takes that section's."""
+    """The options of `kvbench run` / `kvbench simulate` (vLLM's names where vLLM has one)."""
 
     strategy: str = _engine(
         "a strategy of `kvbench list` (contiguous, paged, prefix, fp8, ...); a comma list or "

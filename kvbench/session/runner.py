@@ -67,7 +67,7 @@ def check_run(run: RunConfig, model_cache: dict | None = None
     spec, replay = run.workload, run.replay
     workload = load_workload(
         spec.name,
-        spec.num_requests if spec.num_requests is not None else _default_count(spec.name),
+        spec.num_requests or (None if is_trace(spec.name) else DEFAULT_NUM_REQUESTS),
         run.engine.seed,
         shape.model_config.vocab_size,
         max_model_len=shape.max_model_len,
@@ -106,10 +106,6 @@ def prepare(run: RunConfig, model_cache: dict | None = None) -> tuple[BuiltEngin
 
 def _factory(run: RunConfig):
     return executor_factory(run.executor.kind, run.executor.simulated_gpu)
-
-
-def _default_count(workload: str) -> int | None:
-    return None if is_trace(workload) else DEFAULT_NUM_REQUESTS
 
 
 def _warm_up(built: BuiltEngine, run: RunConfig) -> int:
@@ -344,5 +340,4 @@ def _fp8_accuracy(built: BuiltEngine, run: RunConfig, workload: WorkloadResult) 
     from kvbench.session.fp8_accuracy import measure_fp8_accuracy  # torch: a model run only
 
     return measure_fp8_accuracy(built, run.engine, workload.requests)
-
 

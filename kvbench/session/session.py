@@ -134,17 +134,16 @@ def _resolve_dtype(dtype: str, device: str, simulated: bool) -> str:
         return dtype
     if simulated:
         return option_fields()["dtype"].default_for("simulate")
-    if device == "cpu" or (device == "auto" and not _nvidia_driver_present()):
-        return "float32"  # the CPU's (no CUDA without a driver), without loading torch
+    # Without an NVIDIA driver loaded no torch build sees a CUDA device: the CPU's, without
+    # loading torch.
+    driver = (Path("/proc/driver/nvidia/version").exists()
+              or any(Path("/dev").glob("nvidia[0-9]*")))
+    if device == "cpu" or (device == "auto" and not driver):
+        return "float32"
     # torch: never for a simulation
     from kvbench.execution.device import resolve_device, resolve_dtype
 
     return resolve_dtype("auto", resolve_device(device))
-
-
-def _nvidia_driver_present() -> bool:
-    """Whether an NVIDIA driver is loaded: without one no torch build sees a CUDA device."""
-    return Path("/proc/driver/nvidia/version").exists() or any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def _run_identity(run: RunConfig) -> tuple:
@@ -174,19 +173,6 @@ def check_distinct(runs: list[RunConfig], drop: bool = False) -> list[RunConfig]
             seen[key] = label
             kept.append(run)
     return kept
-
-
-def contradiction_warnings(options: RunOptions, runs: list[RunConfig]) -> list[str]:
-    """One-line notes on options that the listed runs ignore (docs/cli.md, Contradictions)."""
-
-    notes = []
-    default_block = option_fields()["block_size"].default
-    if options.block_size != default_block:
-        readers = [run for run in runs if reads_option(run.engine.strategy, "block_size")]
-        if not readers:
-            notes.append(f"--block-size {options.block_size} is ignored: no strategy listed "
-                         "uses blocks (contiguous reserves whole ranges)")
-    return notes
 
 
 def run_id(labels: list[str], workload: str, now: time.struct_time | None = None) -> str:
@@ -243,7 +229,6 @@ def plan_session(options: RunOptions) -> SessionPlan:
         raise KvbenchInputError("--repeat must be at least 1")
     prepared = _prepare_all(runs, {})  # one model for every run of the session
     warnings = [note for _, w in prepared[:1] for note in (*w.notes, w.clip_message) if note]
-    warnings += contradiction_warnings(options, runs)
     warnings += input_warnings(options, runs, prepared)
     # The folder is created (atomically) when the session runs; planning writes nothing.
     root = Path(options.out) / run_id(labels, options.workload)
@@ -252,14 +237,9 @@ def plan_session(options: RunOptions) -> SessionPlan:
 
 
 def _prepare_all(runs: list[RunConfig], model_cache: dict) -> list[Any]:
-    """(EnginePlan, WorkloadResult) per run, every input checked before anything runs.
-
-    Where the KV budget is measured (CUDA: what `--gpu-memory-utilization` leaves of the
-    device beside the model), it is measured once, by the first run's plan, and every run of
-    the list, the first included, runs on that budget in bytes (pinned in its config): a
-    comparison's budget does not move with the measurement, nor with what an earlier
-    engine still held.
-    """
+    """(EnginePlan, WorkloadResult) per run, every input checked before anything runs. A
+    measured budget (CUDA) is measured once, by the first plan, and pinned in bytes into every
+    run of the list (docs/design.md, One build path)."""
     prepared: list[Any] = []
     budget: int | None = None
     for i, run in enumerate(runs):
@@ -289,14 +269,10 @@ def run_session(
     show_progress: bool = False,
     on_run_start: Callable[[str, int, int], None] | None = None,
 ) -> SessionResult:
-    """Run the plan: `on_run_start(label, k, repeat)` before each run (k from 1).
-
-    The session writes into `<root>.partial/`, which holds one working folder per run from
-    the start, each renamed once whole, and is renamed `<root>/` once every file of its runs
-    and comparison is written; the report is written into it after. Ctrl-C raises
-    `RunInterrupted` naming the strategies that finished; a disk that fills raises
-    `KvbenchRunError`; what was written stays, in folders still named `.partial`.
-    """
+    """Run the plan into `<root>.partial/`, renamed `<root>/` once whole, then write the
+    report (docs/design.md, Results contract); `on_run_start(label, k, repeat)` before each
+    run (k from 1). Ctrl-C raises `RunInterrupted` naming the strategies that finished; a
+    disk that fills raises `KvbenchRunError`; what was written stays, still `.partial`."""
 
     try:
         folder = SessionFolder(plan.root.parent, plan.root.name, plan.labels, plan.repeat)
@@ -306,18 +282,31 @@ def run_session(
         ) from None
     plan.root = folder.work
     try:
-        _run_all(plan, folder, command=command, show_progress=show_progress,
-                 on_run_start=on_run_start)
+        # Repeats go round the configurations (A B A B, not A A B B), so a slow spell of a
+        # shared machine lands on every strategy instead of on one of them.
+        for k in range(plan.repeat):
+            for i, (run, label) in enumerate(zip(plan.runs, plan.labels, strict=True)):
+                engine_plan, workload = plan.prepared[i]
+                if k == plan.repeat - 1:
+                    plan.prepared[i] = None  # (a long trace's requests: GBs)
+                if on_run_start is not None:
+                    on_run_start(label, k + 1, plan.repeat)
+                # Each run's engine is built as it starts, from its plan, and let go when it
+                # ends (a GPU holds one arena at a time). The first round's runs are the ones
+                # reported: their token times go to the report from memory.
+                folder.run_done(run_one(
+                    run, folder.run_folder(i, k), show_progress=show_progress, command=command,
+                    prepared=(build(run, engine_plan), workload), keep_for_report=k == 0))
         outcomes, repeats = folder.finish()
         plan.root = folder.root
     except (KeyboardInterrupt, RunInterrupted):
         finished = folder.finished_labels()
         raise RunInterrupted(plan.root, None if len(plan.runs) == 1 else finished) from None
     except OSError as err:
-        if not out_of_space(err) and err.filename is None:
-            raise
         if out_of_space(err):
             raise disk_full_error(plan.root, err) from None
+        if err.filename is None:
+            raise
         raise KvbenchRunError(
             f"cannot write {err.filename}: {err.strerror or err}; {plan.root} keeps what was "
             "written (unfinished)") from None
@@ -333,34 +322,6 @@ def run_session(
         raise RunInterrupted(plan.root) from None
     measured = any(run.executor.kind is not EngineKind.SIMULATED for run in plan.runs)
     return SessionResult(plan.root, outcomes, repeats, measured)
-
-
-def _run_all(
-    plan: SessionPlan,
-    folder: SessionFolder,
-    *,
-    command: str = "",
-    show_progress: bool = False,
-    on_run_start: Callable[[str, int, int], None] | None = None,
-) -> None:
-    """Every run into its working folder, each renamed once whole."""
-    repeat = plan.repeat
-    # Repeats go round the configurations (A B A B, not A A B B), so a slow spell of a
-    # shared machine lands on every strategy instead of on one of them.
-    for k in range(repeat):
-        for i, (run, label) in enumerate(zip(plan.runs, plan.labels, strict=True)):
-            engine_plan, workload = plan.prepared[i]
-            if k == repeat - 1:
-                plan.prepared[i] = None  # (a long trace's requests: GBs)
-            if on_run_start is not None:
-                on_run_start(label, k + 1, repeat)
-            # Each run's engine is built as it starts, from its plan, and let go when it
-            # ends (a GPU holds one arena at a time). The first round's runs are the ones
-            # reported: their token times go to the report from memory.
-            outcome = run_one(run, folder.run_folder(i, k), show_progress=show_progress,
-                              command=command, prepared=(build(run, engine_plan), workload),
-                              keep_for_report=k == 0)
-            folder.run_done(outcome)
 
 
 def write_reports(root: Path, outcomes: list[RunOutcome], per_strategy: bool = False,

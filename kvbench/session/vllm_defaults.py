@@ -1,34 +1,6 @@
 """`--defaults vllm` (the commands' default): the values vLLM v1 takes for the options a user
-did not give. `--defaults classic` keeps kvbench's earlier defaults instead, the values the
-`RunConfig` sections state (continuous batching without chunked prefill, `paged`, watermark
-0.01, two warm-up requests): a comparison of classic policies (static against continuous
-batching) states its batching, and old scripts and results folders keep their meaning.
-
-Each value is what `vllm serve` (usage context OPENAI_API_SERVER) and `vllm bench serve`
-choose by default, from vLLM's sources (docs/cli.md, "Defaults that differ from vLLM's"):
-
-- `vllm/engine/arg_utils.py`, `EngineArgs`: chunked prefill and prefix caching on in V1 for
-  generative models; `get_batch_defaults`: `max_num_batched_tokens` 2048 and `max_num_seqs`
-  256, or 8192 and 1024 on a GPU with at least 70 GiB that is not an A100 (without chunked
-  prefill the token budget is max(max_model_len, 2048), as kvbench's);
-- `vllm/config/scheduler.py`, `SchedulerConfig`: `watermark` 0.0 (v1 keeps no free blocks
-  back at admission; kvbench's own default is vLLM v0's 0.01);
-- `vllm/config/cache.py`, `CacheConfig`: `gpu_memory_utilization` 0.9 (kvbench's default
-  too), `calculate_kv_scales` False, so an fp8 cache reads with scale 1.0;
-- `vllm/benchmarks/serve.py`: the ready check sends the first prompt once before the
-  measured run (`--ready-check-timeout-sec` 600 > 0) and `--num-warmups` is 0: one request
-  unmeasured.
-
-vLLM v1's scheduler is kvbench's `--batching vllm-v1`, which models its async scheduling
-(`vllm/config/scheduler.py`, `async_scheduling`: on since 0.14) and keeps no watermark
-(`watermark` 0.0). Prefix caching over paged blocks is kvbench's `prefix` strategy, for a
-state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H) too: vLLM turns prefix caching on
-for a generative hybrid (`ModelConfig.is_prefix_caching_supported`, vllm/config/model.py) and
-then `mamba_cache_mode` "align" (`MambaModelConfig.verify_and_update_config`,
-vllm/model_executor/models/config.py), kvbench's `--mamba-cache-mode` default under `prefix`
-(docs/state_models.md). CUDA graphs
-(`--enforce-eager` off in vLLM) are left to `--no-enforce-eager`: kvbench's graph path has not
-yet been checked against eager on a GPU (docs/design.md, Kernels).
+did not give; `--defaults classic` keeps the values the `RunConfig` sections state. Each value,
+its source in vLLM and why classic differs: docs/cli.md, "Defaults that differ from vLLM's".
 """
 
 from __future__ import annotations
@@ -42,10 +14,7 @@ from kvbench.strategies import STRATEGIES
 
 VLLM = "vllm"
 CLASSIC = "classic"
-# "kvbench" is the name `classic` had while it was the default. It stays accepted, meaning
-# classic: scripts and sweep files that spelled it asked for exactly those values, and results
-# folders written then record it; nothing else could be meant by it, since no later default
-# will take that name.
+# The name `classic` had while it was the default: still accepted, meaning classic.
 FORMER_CLASSIC = "kvbench"
 DEFAULTS_CHOICES = (VLLM, CLASSIC, FORMER_CLASSIC)
 DEFAULT_DEFAULTS = VLLM  # what `kvbench run`, `simulate` and `sweep` take

@@ -41,13 +41,13 @@ class FixedStepExecutors(ExecutorFactory):
     def kv_dtype(self, config: EngineConfig) -> str:
         return "float32"
 
-    def kv_budget_bytes(self, config, device, model, model_config, max_batched_tokens):
-        return int(config.kv_memory)
+    def kv_budget(self, config, device, model, model_config, max_batched_tokens):
+        return int(config.kv_memory), None
 
     def clock(self, context: BuildContext) -> SimulatedClock:
         return SimulatedClock()
 
-    def executor(self, config, model, model_config, device, num_slots, kv_dtype, clock):
+    def executor(self, plan, clock):
         return FixedStepExecutor(clock)
 
     def backend(self, config: EngineConfig, device: DeviceKind) -> str:

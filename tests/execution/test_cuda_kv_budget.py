@@ -18,7 +18,9 @@ CUDA = SimpleNamespace(type="cuda")
 
 
 def budget(config: EngineConfig, device=CUDA) -> int:
-    return ModelExecutors().kv_budget_bytes(config, device, None, get_preset("tiny"), 2048)
+    budget, terms = ModelExecutors().kv_budget(config, device, None, get_preset("tiny"), 2048)
+    assert terms is None  # measured or given: no model's terms
+    return budget
 
 
 def test_cuda_budget_is_the_formula_over_the_measured_profile(monkeypatch, capsys):

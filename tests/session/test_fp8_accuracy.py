@@ -14,9 +14,8 @@ from kvbench.core.engine_kind import EngineKind
 from kvbench.core.request import Request
 from kvbench.execution.model_executor import ModelExecutor
 from kvbench.models.loader import load_model
-from kvbench.session.executor_config import ExecutorConfig
 from kvbench.session.fp8_accuracy import _rows, _sample, _token_agreement, measure_fp8_accuracy
-from kvbench.session.run_config import RunConfig
+from kvbench.session.run_config import ExecutorConfig, RunConfig
 from kvbench.session.runner import measures_fp8_accuracy
 from kvbench.workloads import load_workload
 

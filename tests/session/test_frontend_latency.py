@@ -11,7 +11,7 @@ import pytest
 
 from kvbench.cli import main
 from kvbench.errors import KvbenchInputError
-from kvbench.session.replay_config import SERVER_FRONTEND_LATENCY_MS, ReplayConfig
+from kvbench.session.run_config import SERVER_FRONTEND_LATENCY_MS, ReplayConfig
 from kvbench.session.run_options import RunOptions
 
 CLOSED_LOOP = ["simulate", "--workload", "uniform", "--max-concurrency", "1",

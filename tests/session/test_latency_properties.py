@@ -19,11 +19,8 @@ from hypothesis import strategies as st
 
 from kvbench.config import EngineConfig
 from kvbench.core.engine_kind import EngineKind
-from kvbench.session.executor_config import ExecutorConfig
-from kvbench.session.replay_config import ReplayConfig
-from kvbench.session.run_config import RunConfig
+from kvbench.session.run_config import ExecutorConfig, ReplayConfig, RunConfig, WorkloadConfig
 from kvbench.session.runner import RunOutcome, run_one
-from kvbench.session.workload_config import WorkloadConfig
 
 # Token times in the token file are the run's doubles, as requests.csv's: TTFT + ITLs = E2E
 # but for the float error of the sums.

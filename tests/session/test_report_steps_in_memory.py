@@ -19,12 +19,9 @@ from kvbench.report.figure_json import figure_json
 from kvbench.report.runs import CHART_STEP_COLUMNS, collect_runs, load_run
 from kvbench.report.style import run_styles
 from kvbench.results import step_writer
-from kvbench.session.executor_config import ExecutorConfig
-from kvbench.session.replay_config import ReplayConfig
-from kvbench.session.run_config import RunConfig
+from kvbench.session.run_config import ExecutorConfig, ReplayConfig, RunConfig, WorkloadConfig
 from kvbench.session.runner import run_one
 from kvbench.session.session import _report_run
-from kvbench.session.workload_config import WorkloadConfig
 
 
 def _run(folder: Path, *, steps_every: int = 1, fast_forward: bool = True):

@@ -14,11 +14,8 @@ import pytest
 from kvbench.cli import main
 from kvbench.core.engine_kind import EngineKind
 from kvbench.errors import KvbenchInputError
-from kvbench.session.executor_config import ExecutorConfig
-from kvbench.session.replay_config import ReplayConfig
-from kvbench.session.run_config import RunConfig
+from kvbench.session.run_config import ExecutorConfig, ReplayConfig, RunConfig, WorkloadConfig
 from kvbench.session.runner import run_one
-from kvbench.session.workload_config import WorkloadConfig
 from kvbench.workloads import arrival_times, load_workload
 
 TURNS = 4  # chat's default turns per conversation
