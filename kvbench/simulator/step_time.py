@@ -386,20 +386,16 @@ class StepTimeModel:
         self.attention_groups = tuple(
             (group.window, group.num_layers, group.bytes_per_layer_token) for group in groups)
 
-    def _hybrid_gemm_s(self, tokens: int, wb: int) -> float:
-        c, hw, m = self.gpu.constants, self.hw, self.model
-        rec = self.recurrent
-        assert rec is not None
+    def _gemms_s(self, tokens: int, shapes) -> float:
+        wb = self.weight_element_bytes
+        return sum(gemm_s(self.gpu.constants, self.hw, tokens, k, n, wb, wb) for k, n in shapes)
 
-        def gemms(shapes) -> float:
-            return sum(gemm_s(c, hw, tokens, k, n, wb, wb) for k, n in shapes)
-
-        moe = gemms(self.moe_gemms)
-        if self.expert_gemms:
-            moe += sum(grouped_gemm_s(c, hw, tokens, k, n, wb, wb, m.num_local_experts,
-                                      m.num_experts_per_tok) for k, n in self.expert_gemms)
-        return rec.mean(gemms(self.attention_gemms), gemms(rec.gemms), moe,
-                        gemms(self.dense_gemms))
+    def _experts_s(self, tokens: int) -> float:
+        """The grouped matmuls of the experts a step of `tokens` tokens activates."""
+        m, wb = self.model, self.weight_element_bytes
+        return sum(grouped_gemm_s(self.gpu.constants, self.hw, tokens, k, n, wb, wb,
+                                  m.num_local_experts, m.num_experts_per_tok)
+                   for k, n in self.expert_gemms)
 
     def _latent_attention(self, mla, h: int) -> tuple[tuple[int, int], ...]:
         """Latent attention's matmuls on one GPU, the up-projections absorbed (as vLLM's MLA
@@ -428,22 +424,24 @@ class StepTimeModel:
         c, hw, m = self.gpu.constants, self.hw, self.model
         ab = wb = self.weight_element_bytes
         h = m.hidden_size
-        if self.recurrent is not None:
-            gemm = self._hybrid_gemm_s(tokens, wb)
+        rec = self.recurrent
+        if rec is not None:  # each kind of layer's matmuls by its count
+            gemm = rec.mean(self._gemms_s(tokens, self.attention_gemms),
+                            self._gemms_s(tokens, rec.gemms),
+                            self._gemms_s(tokens, self.moe_gemms) + self._experts_s(tokens),
+                            self._gemms_s(tokens, self.dense_gemms))
         else:
-            gemm = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.layer_gemms)
+            gemm = self._gemms_s(tokens, self.layer_gemms)
         weights_read = float(self.weight_bytes)
         if self.expert_gemms:
             experts, top_k = m.num_local_experts, m.num_experts_per_tok
             idle = experts - expected_active_experts(tokens, experts, top_k)
             weights_read -= wb * self.num_moe_layers * idle * self.expert_weights
-        if self.expert_gemms and self.recurrent is None:
-            gemm += sum(grouped_gemm_s(c, hw, tokens, k, n, wb, ab, experts, top_k)
-                        for k, n in self.expert_gemms)
+        if self.expert_gemms and rec is None:
+            gemm += self._experts_s(tokens)
             if self.dense_gemms:  # the mean layer: mixture and dense layers by their counts
-                attention = sum(gemm_s(c, hw, tokens, k, n, wb, ab)
-                                for k, n in self.attention_gemms)
-                dense = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.dense_gemms)
+                attention = self._gemms_s(tokens, self.attention_gemms)
+                dense = self._gemms_s(tokens, self.dense_gemms)
                 num_moe = self.num_moe_layers
                 gemm = attention + (num_moe * (gemm - attention)
                                     + (m.num_layers - num_moe) * dense) / m.num_layers
@@ -515,11 +513,11 @@ class StepTimeModel:
                        + 2.0 * rows * self.model.hidden_size * self.vocab)
         kvb = self.kv_bytes_per_token
         return (L, weights_read, att_fixed, att_rate, self.kv_layer_token_bytes,
-                 L * self.attention_flops_per_pair, kvb, c.layer_floor_s, gemm, elt, kv_write,
-                 ar, L * gemm, L * elt + outer, L * kv_write, L * ar, self._lm_head(rows),
-                 c.cpu_overhead_s, fixed_flops,
-                 tokens * kvb,  # a decode writes one token a sequence, reads no prompt
-                 tokens >= self.compute_bound_tokens)
+                L * self.attention_flops_per_pair, kvb, c.layer_floor_s, gemm, elt, kv_write,
+                ar, L * gemm, L * elt + outer, L * kv_write, L * ar, self._lm_head(rows),
+                c.cpu_overhead_s, fixed_flops,
+                tokens * kvb,  # a decode writes one token a sequence, reads no prompt
+                tokens >= self.compute_bound_tokens)
 
     def decode_run_costs(
         self, num_seqs: int, context_tokens: int, max_steps: int, start_s: float,
@@ -530,8 +528,8 @@ class StepTimeModel:
         `start_s`, as many as `max_steps`, none after the first starting at or after
         `until_s`: each step's end, `sums` (of times, FLOPs and bytes) with each step's
         added in turn, as a caller adding one `cost` a step does, the compute-bound
-        steps and the last step's `StepTime`. Every figure is the one `cost` gives, to the bit: the
-        same operations in the same order, with what does not change across the run (the
+        steps and the last step's `StepTime`. Every figure is the one `cost` gives, to the
+        bit: the same operations in the same order, with what does not change across the run (the
         parts of its token count) looked up once. With `overlap_after_gpu_s` (the GPU time of
         the step before the run, async scheduling: `overlapped_cpu_overhead_s`) each step's
         host overhead is what the step before it leaves showing."""
