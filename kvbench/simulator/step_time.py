@@ -398,12 +398,8 @@ class StepTimeModel:
                    for k, n in self.expert_gemms)
 
     def _latent_attention(self, mla, h: int) -> tuple[tuple[int, int], ...]:
-        """Latent attention's matmuls on one GPU, the up-projections absorbed (as vLLM's MLA
-        decode runs them; its prefill expands the latent instead, not modelled): the query
-        (q_a_proj whole on every GPU, q_b_proj split by heads, or one split q_proj), the KV
-        latent (kv_a_proj_with_mqa, whole), q_nope x W_UK per head into the latent, the
-        attention output x W_UV per head out of it, and o_proj. Attention itself is
-        multi-query over the one row: QK^T over latent + rope, PV over the latent."""
+        """Latent attention's matmuls on one GPU, the up-projections absorbed as vLLM's MLA
+        decode runs them (docs/simulator.md); attention is multi-query over the one row."""
         heads = self.heads
         q_out = heads * mla.qk_head_dim
         query = (((h, q_out),) if mla.q_lora_rank is None
@@ -524,15 +520,12 @@ class StepTimeModel:
         until_s: float, sums: tuple[float, float, float], overlap_after_gpu_s: float | None = None,
     ) -> tuple[list[float], tuple[float, float, float], int, StepTime]:
         """`cost` of each step of a run of decode steps of `num_seqs` sequences
-        (`context_tokens` at the first, `num_seqs` more each step), the first starting at
-        `start_s`, as many as `max_steps`, none after the first starting at or after
-        `until_s`: each step's end, `sums` (of times, FLOPs and bytes) with each step's
-        added in turn, as a caller adding one `cost` a step does, the compute-bound
-        steps and the last step's `StepTime`. Every figure is the one `cost` gives, to the
-        bit: the same operations in the same order, with what does not change across the run (the
-        parts of its token count) looked up once. With `overlap_after_gpu_s` (the GPU time of
-        the step before the run, async scheduling: `overlapped_cpu_overhead_s`) each step's
-        host overhead is what the step before it leaves showing."""
+        (`context_tokens` at the first, `num_seqs` more each step) from `start_s`, at most
+        `max_steps`, none after the first starting at or after `until_s`: the steps' ends,
+        `sums` (times, FLOPs, bytes) with each step's added in turn, the compute-bound steps
+        and the last step's `StepTime`. The same operations as `cost`'s in the same order, to
+        the bit, what the run keeps fixed looked up once. `overlap_after_gpu_s`: the GPU time
+        of the step before the run under async scheduling (`overlapped_cpu_overhead_s`)."""
         if self.attention_groups:
             raise ValueError("a windowed model's decode cost needs each sequence's length")
         (L, weights_read, att_fixed, att_rate, layer_bytes, L_afpp, kvb, layer_floor, gemm,
