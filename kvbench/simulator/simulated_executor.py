@@ -48,10 +48,6 @@ class SimulatedClock:
         self.now_s += dt_s
         return self.now_s
 
-    def sleep(self, dt_s: float) -> None:
-        """`time.sleep` for a runner: idle time passes at once."""
-        self.advance(max(0.0, dt_s))
-
     def sleep_until(self, t_s: float) -> None:
         """Jump to `t_s` (e.g. the next arrival); never backwards."""
         if t_s > self.now_s:
