@@ -238,9 +238,9 @@ def test_engine_steps_without_token_inputs_count_their_tokens():
     seen = []
     advance = engine.executor.advance
 
-    def spy(batch):
+    def spy(batch, *unlisted_decodes):
         seen.append(batch)
-        return advance(batch)
+        return advance(batch, *unlisted_decodes)
 
     engine.executor.advance = spy
     for request in _sharegpt(6, built):
