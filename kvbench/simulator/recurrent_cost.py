@@ -1,25 +1,11 @@
 """The step-time terms of a state-space hybrid's layers (`ModelConfig.hybrid`), per GPU.
 
 A hybrid's layers differ: A attend, R run a recurrent mixer (Gated DeltaNet, Mamba-2), some
-have a feed-forward block (F: a mixture of experts or a dense MLP), out of L. The step model's
-mean layer (`StepTimeModel`) takes each kind's matmuls by its share:
-
-    gemm = (A x gemm(attention) + R x gemm(recurrent projections)
-            + F_moe x (router, shared expert, experts) + F_dense x gemm(MLP)) / L
-
-A recurrent layer's projections are matmuls as any other (in_proj, out_proj: split over the
-GPUs by heads). Its mixing is charged beside attention:
-
-    decode  = floor + 2 x state bytes x decoding sequences / (bw x e_elt)   per layer
-              (each decoded token reads its sequence's state and writes it back: the state,
-              not the context, is what a recurrent layer streams)
-    prefill = attention_prefill(prompt tokens, scan FLOPs per token x tokens)
-              + 2 x state bytes x prefilling sequences / bw                 per layer
-              (the chunked scan: `RecurrentMixer.scan_flops_per_token`, cited there; the
-              state read at the chunk's start and written at its end)
-
-with the attention kernels' floors and efficiencies (`StepTimeConstants`): the recurrent
-kernels are fused kernels of the same kind, not fitted to their own profiles yet.
+have a feed-forward block (a mixture of experts or a dense MLP), out of L; the step model's
+mean layer takes each kind's matmuls by its share (`mean`). A recurrent layer's projections
+are matmuls split over the GPUs by heads; its state update and chunked scan are charged
+beside attention (docs/simulator.md, State-space hybrids, gives the formulas and the scan's
+FLOPs' sources).
 """
 
 from __future__ import annotations

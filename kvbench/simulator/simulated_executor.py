@@ -1,27 +1,13 @@
 """`SimulatedExecutor`: the model replaced by a step-time model of a GPU; only the clock is modelled.
 
-The engine, strategies and batching policies run unchanged: admission, preemption, memory
-split and queueing are the real code's. A step computes nothing: it advances a
-`SimulatedClock` by the modelled time of the step.
-
-Cost of one step: `kvbench.simulator.step_time.StepTimeModel` (per operation, per GPU of a
-tensor-parallel group, constants fitted on measured kernel profiles; docs/simulator.md).
-The engine calls `execute_and_sample`, which returns token 0 for every requested sample
-without building logits, and builds no token ids or positions for it
-(`reads_token_inputs = False`): the cost needs only the step's lengths. `execute` still
-returns `[rows, 1]` zero logits for callers that sample themselves (greedy picks the same 0);
-only that call imports torch, so a simulation that goes through the engine never loads it.
-
-The clock: the simulated clock advances only by modelled time, inside `execute`. The
-engine's own work (scheduling, layout, memory split) takes wall time that is *not* added:
-that wall time is the simulator's cost, not the GPU's. The modelled per-step overhead
-(`cpu_overhead_s` of the GPU's constants) stands for a real server's scheduling and launch
-cost and is part of the advance in `execute`, so in `steps.csv` a simulated step's `step_ms`
-equals its modelled time and `overhead_ms` is 0. Under async scheduling
-(`overlap_cpu_overhead`) a step that starts as the previous one ends is charged only the
-part of that overhead longer than the previous step's GPU time: vLLM prepares step n+1 while
-step n runs (`step_time.overlapped_cpu_overhead_s`); after an idle gap it is charged whole. With `--trace` a step's modelled parts are
-drawn on the simulated clock as its phases (`step_trace.draw_step`).
+The engine, strategies and batching policies run unchanged; a step computes nothing and
+advances a `SimulatedClock` by its modelled time (`step_time.StepTimeModel`, host overhead
+included, overlapped under async scheduling: docs/simulator.md), so in `steps.csv` a step's
+`step_ms` is its modelled time and `overhead_ms` 0: the engine's own wall time is the
+simulator's cost, not the GPU's. Sampling answers token 0 without logits or token inputs
+(`reads_token_inputs = False`); only `execute`, for callers that sample themselves, builds
+zero logits and imports torch. With `--trace` a step's modelled parts are drawn on the
+simulated clock as its phases (`step_trace.draw_step`).
 """
 
 from __future__ import annotations
@@ -61,10 +47,6 @@ class SimulatedClock:
             raise ValueError(f"the simulated clock cannot go back ({dt_s} s)")
         self.now_s += dt_s
         return self.now_s
-
-    def sleep(self, dt_s: float) -> None:
-        """`time.sleep` for a runner: idle time passes at once."""
-        self.advance(max(0.0, dt_s))
 
     def sleep_until(self, t_s: float) -> None:
         """Jump to `t_s` (e.g. the next arrival); never backwards."""
@@ -178,20 +160,13 @@ class SimulatedExecutor(Executor):
         """`execute_and_sample` of `batch` with `num_decodes` decode rows more, given by
         their lengths' sum (`RunExecutor`); the tokens of the batch's own sampled rows."""
         self.advance(batch, num_decodes, decodes_context)
-        if not sampling.forks:
-            return [_ONE_ZERO] * sampling.num_rows
-        return [[0] * len(row) for row in sampling.keys]
-
-    def sample_token_ids(self, batch: StepBatch) -> list[int]:
-        """Run the step and return its sampled token ids without building logits (all 0)."""
-        return [0] * self.advance(batch)
-
-    def execute_and_sample(self, batch: StepBatch, sampling: SamplingParams) -> list[list[int]]:
-        """Run the step; every requested token is 0, and no logits exist."""
-        self.advance(batch)
         if not sampling.forks:  # one shared row, C speed; the keys are never built
             return [_ONE_ZERO] * sampling.num_rows
         return [[0] * len(row) for row in sampling.keys]
+
+    def execute_and_sample(self, batch: StepBatch, sampling: SamplingParams) -> list[list[int]]:
+        """Run the step; every requested token is 0, and no logits exist."""
+        return self.execute_mixed_step(batch, sampling, 0, 0)
 
     def execute(self, batch: StepBatch) -> torch.Tensor:
         # torch: only a caller that asks for logits

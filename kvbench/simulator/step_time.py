@@ -1,57 +1,19 @@
-"""Step-time model of `kvbench simulate`: one decoder step, operation by operation, per GPU.
+"""Step-time model of `kvbench simulate`: one decoder step, operation by operation, per GPU
+of a tensor-parallel group.
 
-A step runs every scheduled sequence's new tokens (T in all) through the decoder. Under
-tensor parallelism of N GPUs (Megatron-style: attention heads and the MLP's intermediate
-columns split N ways) each GPU holds 1/N of the matmul weights and 1/N of the KV heads, does
-1/N of the FLOPs, and the group all-reduces the hidden state twice per layer. The step takes
-
-    step = cpu_overhead + embed + layers x max(layer_floor, layer) + final norm + LM head
-
-(under async scheduling the executor charges only the part of `cpu_overhead` longer than
-the previous step's GPU time, when the steps follow each other: `overlapped_cpu_overhead_s`)
-
-    layer = gemm(QKV) + gemm(O) + gemm(gate+up) + gemm(down)          matmuls, 1/N each
-          + attention_decode(decode seqs) + attention_prefill(prefill seqs)
-          + elementwise(2 norms (Gemma: 4), q/k norms where the model has them (Qwen3,
-                        Gemma 3), rope, activation, residual add) + kv_write(T new tokens)
-          + 2 x all_reduce(T x hidden x bytes)                         when N > 1
-
-A mixture-of-experts layer (Mixtral) replaces gate+up and down by the router's gemm and one
-grouped gemm each over the experts the step activates: T x top_k rows spread over the expected
-number of distinct experts, E (1 - (1 - top_k / E)^T) for tokens routed uniformly, each of
-whose weights is read once; the activation kernel runs on top_k rows a token.
-
-with, per GPU (constants in `StepTimeConstants`, fitted in `scripts/simulator_calibration.py`
-against measured kernel profiles; `docs/simulator.md` tables their sources and errors):
-
-    gemm(T, k, n)       = launch + max(2 T k n / (peak x eff(T)), (k n w + T (k + n) a) / (bw x e_bw))
-    peak                = dense datasheet peak x sustained_compute_fraction (a serving run;
-                          kernels timed one at a time keep all of it)
-    eff(T)              = gemm_peak_efficiency x T / (T + gemm_half_tokens)
-    attention_decode    = floor + per_seq x B + KV bytes read / (bw x e_dec)
-    attention_prefill   = floor + per_token x Tp + 4 x heads x head_dim x pairs / (peak x e_pf)
-    elementwise / KV    = kernels x floor + bytes / (bw x e_elt)
-    all_reduce(bytes)   = call + 2 (N-1)/N x bytes / link bandwidth + 2 (N-1) x hop latency
-
-`w` and `a` are bytes per weight and per activation; `pairs` counts query-key pairs under the
-causal mask. New tokens' KV is written once (kv_write) and read by attention as part of the
-context: never counted twice. Copies of KV slots (fork / copy-on-write) are a read and a write
-each, at the elementwise bandwidth.
-
-A sliding-window layer's attention reads and scores only the tokens its window W reaches: a
-decode at context s reads min(s, W) tokens; a prefill query at position i scores min(i + 1, W)
-keys. Layers are charged group by group (`ModelConfig.kv_groups`).
-
-A state-space hybrid (Qwen3-Next, Granite-4.0-H, Nemotron-H) charges attention to its
-attention layers only, its recurrent layers' state update and chunked scan beside it (in the
-attention parts), and each kind of layer's matmuls by its share of the mean layer
-(`kvbench.simulator.recurrent_cost`, which cites the scan's FLOPs).
+docs/simulator.md gives the model's formulas (matmuls, attention by window group, the
+mixture of experts' grouped matmuls, state-space layers, all-reduce, the host overhead and
+its overlap under async scheduling) and where each constant of `StepTimeConstants` comes
+from (fitted in `scripts/simulator_calibration.py` against measured kernel profiles).
+New tokens' KV is written once (kv_write) and read by attention as part of the context:
+never counted twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
 
 from kvbench.core.kv_groups import kv_bytes_per_token
 from kvbench.errors import KvbenchInputError
@@ -389,9 +351,11 @@ class StepTimeModel:
              >= weight_element_bytes / (gpu.hbm_bandwidth_bytes_s * c.gemm_bandwidth_efficiency)),
             1 << 20,
         )
-        self._by_tokens: dict[int, tuple[float, float, float, float, float, float]] = {}
-        self._by_rows: dict[int, float] = {}
-        self._decode_runs: dict[int, tuple] = {}
+        # What depends only on a step's token count, rows sampled or decode run's size,
+        # memoized per model: a simulation's steps repeat the same sizes again and again.
+        self._token_parts = lru_cache(maxsize=65536)(self._token_parts)
+        self._lm_head = lru_cache(maxsize=65536)(self._lm_head)
+        self._decode_run_terms = lru_cache(maxsize=65536)(self._decode_run_terms)
 
     def _hybrid_layers(self, model: ModelConfig, tp: int, attention_gemms, state_bytes: int,
                        groups) -> None:
@@ -422,28 +386,20 @@ class StepTimeModel:
         self.attention_groups = tuple(
             (group.window, group.num_layers, group.bytes_per_layer_token) for group in groups)
 
-    def _hybrid_gemm_s(self, tokens: int, wb: int) -> float:
-        c, hw, m = self.gpu.constants, self.hw, self.model
-        rec = self.recurrent
-        assert rec is not None
+    def _gemms_s(self, tokens: int, shapes) -> float:
+        wb = self.weight_element_bytes
+        return sum(gemm_s(self.gpu.constants, self.hw, tokens, k, n, wb, wb) for k, n in shapes)
 
-        def gemms(shapes) -> float:
-            return sum(gemm_s(c, hw, tokens, k, n, wb, wb) for k, n in shapes)
-
-        moe = gemms(self.moe_gemms)
-        if self.expert_gemms:
-            moe += sum(grouped_gemm_s(c, hw, tokens, k, n, wb, wb, m.num_local_experts,
-                                      m.num_experts_per_tok) for k, n in self.expert_gemms)
-        return rec.mean(gemms(self.attention_gemms), gemms(rec.gemms), moe,
-                        gemms(self.dense_gemms))
+    def _experts_s(self, tokens: int) -> float:
+        """The grouped matmuls of the experts a step of `tokens` tokens activates."""
+        m, wb = self.model, self.weight_element_bytes
+        return sum(grouped_gemm_s(self.gpu.constants, self.hw, tokens, k, n, wb, wb,
+                                  m.num_local_experts, m.num_experts_per_tok)
+                   for k, n in self.expert_gemms)
 
     def _latent_attention(self, mla, h: int) -> tuple[tuple[int, int], ...]:
-        """Latent attention's matmuls on one GPU, the up-projections absorbed (as vLLM's MLA
-        decode runs them; its prefill expands the latent instead, not modelled): the query
-        (q_a_proj whole on every GPU, q_b_proj split by heads, or one split q_proj), the KV
-        latent (kv_a_proj_with_mqa, whole), q_nope x W_UK per head into the latent, the
-        attention output x W_UV per head out of it, and o_proj. Attention itself is
-        multi-query over the one row: QK^T over latent + rope, PV over the latent."""
+        """Latent attention's matmuls on one GPU, the up-projections absorbed as vLLM's MLA
+        decode runs them (docs/simulator.md); attention is multi-query over the one row."""
         heads = self.heads
         q_out = heads * mla.qk_head_dim
         query = (((h, q_out),) if mla.q_lora_rank is None
@@ -460,33 +416,28 @@ class StepTimeModel:
         )
 
     def _token_parts(self, tokens: int) -> tuple[float, float, float, float, float, float]:
-        """Parts that depend only on the step's token count (memoized: steps repeat sizes)."""
-        cached = self._by_tokens.get(tokens)
-        if cached is not None:
-            return cached
+        """Parts that depend only on the step's token count."""
         c, hw, m = self.gpu.constants, self.hw, self.model
         ab = wb = self.weight_element_bytes
         h = m.hidden_size
-        if self.recurrent is not None:
-            gemm = self._hybrid_gemm_s(tokens, wb)
+        rec = self.recurrent
+        if rec is not None:  # each kind of layer's matmuls by its count
+            gemm = rec.mean(self._gemms_s(tokens, self.attention_gemms),
+                            self._gemms_s(tokens, rec.gemms),
+                            self._gemms_s(tokens, self.moe_gemms) + self._experts_s(tokens),
+                            self._gemms_s(tokens, self.dense_gemms))
         else:
-            gemm = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.layer_gemms)
+            gemm = self._gemms_s(tokens, self.layer_gemms)
         weights_read = float(self.weight_bytes)
-        if self.recurrent is not None:
-            if self.expert_gemms:
-                experts, top_k = m.num_local_experts, m.num_experts_per_tok
-                idle = experts - expected_active_experts(tokens, experts, top_k)
-                weights_read -= wb * self.num_moe_layers * idle * self.expert_weights
-        elif self.expert_gemms:
+        if self.expert_gemms:
             experts, top_k = m.num_local_experts, m.num_experts_per_tok
-            gemm += sum(grouped_gemm_s(c, hw, tokens, k, n, wb, ab, experts, top_k)
-                        for k, n in self.expert_gemms)
             idle = experts - expected_active_experts(tokens, experts, top_k)
             weights_read -= wb * self.num_moe_layers * idle * self.expert_weights
+        if self.expert_gemms and rec is None:
+            gemm += self._experts_s(tokens)
             if self.dense_gemms:  # the mean layer: mixture and dense layers by their counts
-                attention = sum(gemm_s(c, hw, tokens, k, n, wb, ab)
-                                for k, n in self.attention_gemms)
-                dense = sum(gemm_s(c, hw, tokens, k, n, wb, ab) for k, n in self.dense_gemms)
+                attention = self._gemms_s(tokens, self.attention_gemms)
+                dense = self._gemms_s(tokens, self.dense_gemms)
                 num_moe = self.num_moe_layers
                 gemm = attention + (num_moe * (gemm - attention)
                                     + (m.num_layers - num_moe) * dense) / m.num_layers
@@ -498,19 +449,11 @@ class StepTimeModel:
             ar = 2 * hw.interconnect.all_reduce_s(tokens * h * ab, self.tensor_parallel_size)
         # the embedding gather and the final norm, once per step
         outer = elementwise_s(c, hw, 2, tokens * h * ab * 3) if tokens else 0.0
-        result = (gemm, elt, kv_write, ar, outer, weights_read)
-        if len(self._by_tokens) < 65536:
-            self._by_tokens[tokens] = result
-        return result
+        return gemm, elt, kv_write, ar, outer, weights_read
 
     def _lm_head(self, rows: int) -> float:
-        cached = self._by_rows.get(rows)
-        if cached is None:
-            cached = gemm_s(self.gpu.constants, self.hw, rows, self.model.hidden_size,
-                            self.vocab, self.weight_element_bytes, self.weight_element_bytes)
-            if len(self._by_rows) < 65536:
-                self._by_rows[rows] = cached
-        return cached
+        return gemm_s(self.gpu.constants, self.hw, rows, self.model.hidden_size, self.vocab,
+                      self.weight_element_bytes, self.weight_element_bytes)
 
     def cost(
         self,
@@ -553,22 +496,8 @@ class StepTimeModel:
         return self._cost_of_sums(tokens, decode_batch, decode_context, prefill_tokens, pairs,
                                   prefill_context, num_sample_rows, num_copied_slots, windowed)
 
-    def decode_cost(self, num_seqs: int, context_tokens: int) -> StepTime:
-        """`cost` of a step of `num_seqs` decodes, one token each, whose sequences hold
-        `context_tokens` in all (new tokens included): all a decode-only step's cost reads,
-        so a run of such steps (the simulator's fast-forward) needs no per-sequence lists. A
-        model with sliding windows charges each sequence min(length, W): it needs the lengths
-        (`cost`), and `has_windows` says so."""
-        if self.attention_groups:
-            raise ValueError("a windowed model's decode cost needs each sequence's length")
-        return self._cost_of_sums(num_seqs, num_seqs, context_tokens, 0, 0, 0, num_seqs, 0)
-
     def _decode_run_terms(self, num_seqs: int) -> tuple:
-        """What `decode_run_costs` keeps fixed over a run of `num_seqs` sequences (memoized:
-        a replay runs the same sizes again and again)."""
-        cached = self._decode_runs.get(num_seqs)
-        if cached is not None:
-            return cached
+        """What `decode_run_costs` keeps fixed over a run of `num_seqs` sequences."""
         c, hw = self.gpu.constants, self.hw
         L = self.model.num_layers
         tokens = rows = num_seqs
@@ -579,30 +508,24 @@ class StepTimeModel:
         fixed_flops = (2.0 * tokens * self.layer_flop_weights * L
                        + 2.0 * rows * self.model.hidden_size * self.vocab)
         kvb = self.kv_bytes_per_token
-        terms = (L, weights_read, att_fixed, att_rate, self.kv_layer_token_bytes,
-                 L * self.attention_flops_per_pair, kvb, c.layer_floor_s, gemm, elt, kv_write,
-                 ar, L * gemm, L * elt + outer, L * kv_write, L * ar, self._lm_head(rows),
-                 c.cpu_overhead_s, fixed_flops,
-                 tokens * kvb,  # a decode writes one token a sequence, reads no prompt
-                 tokens >= self.compute_bound_tokens)
-        if len(self._decode_runs) < 65536:
-            self._decode_runs[num_seqs] = terms
-        return terms
+        return (L, weights_read, att_fixed, att_rate, self.kv_layer_token_bytes,
+                L * self.attention_flops_per_pair, kvb, c.layer_floor_s, gemm, elt, kv_write,
+                ar, L * gemm, L * elt + outer, L * kv_write, L * ar, self._lm_head(rows),
+                c.cpu_overhead_s, fixed_flops,
+                tokens * kvb,  # a decode writes one token a sequence, reads no prompt
+                tokens >= self.compute_bound_tokens)
 
     def decode_run_costs(
         self, num_seqs: int, context_tokens: int, max_steps: int, start_s: float,
         until_s: float, sums: tuple[float, float, float], overlap_after_gpu_s: float | None = None,
     ) -> tuple[list[float], tuple[float, float, float], int, StepTime]:
-        """`decode_cost` of each step of a run of decode steps of `num_seqs` sequences
-        (`context_tokens` at the first, `num_seqs` more each step), the first starting at
-        `start_s`, as many as `max_steps`, none after the first starting at or after
-        `until_s`: each step's end, `sums` (of times, FLOPs and bytes) with each step's
-        added in turn, as a caller adding one `decode_cost` a step does, the compute-bound
-        steps and the last step's `StepTime`. Every figure is the one `decode_cost` gives, to the bit: the
-        same operations in the same order, with what does not change across the run (the
-        parts of its token count) looked up once. With `overlap_after_gpu_s` (the GPU time of
-        the step before the run, async scheduling: `overlapped_cpu_overhead_s`) each step's
-        host overhead is what the step before it leaves showing."""
+        """`cost` of each step of a run of decode steps of `num_seqs` sequences
+        (`context_tokens` at the first, `num_seqs` more each step) from `start_s`, at most
+        `max_steps`, none after the first starting at or after `until_s`: the steps' ends,
+        `sums` (times, FLOPs, bytes) with each step's added in turn, the compute-bound steps
+        and the last step's `StepTime`. The same operations as `cost`'s in the same order, to
+        the bit, what the run keeps fixed looked up once. `overlap_after_gpu_s`: the GPU time
+        of the step before the run under async scheduling (`overlapped_cpu_overhead_s`)."""
         if self.attention_groups:
             raise ValueError("a windowed model's decode cost needs each sequence's length")
         (L, weights_read, att_fixed, att_rate, layer_bytes, L_afpp, kvb, layer_floor, gemm,

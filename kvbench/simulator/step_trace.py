@@ -1,13 +1,8 @@
 """A simulated step's phases in the Chrome trace, drawn on the simulated clock.
 
-The simulated clock moves only by the step-time model's time, all of it inside the forward,
-so the engine's own `schedule`, `layout` and `sample` ranges would take no time in a
-simulated trace. The model does charge the host its per-step `cpu_overhead` (scheduling,
-input preparation, sampling: docs/simulator.md), without telling its parts apart, so the
-trace draws it as four equal phases, `schedule`, `layout`, `prepare` (plus the modelled KV
-slot copies) and `sample`, around the forward, `prefill` (any prefill in the batch) or
-`decode` as in a real run, whose children are the model's parts with time in this step.
-They fill the step exactly: the step's total and `steps.csv` are the model's, unchanged.
+The engine's own ranges take no simulated time, so the step draws its modelled parts itself,
+back to back, filling the step: `cpu_overhead` as four equal host phases around the forward
+and the forward's parts inside it (docs/simulator.md, the `--trace` paragraph).
 """
 
 from __future__ import annotations

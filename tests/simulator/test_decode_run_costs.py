@@ -1,5 +1,5 @@
 """`StepTimeModel.decode_run_costs` (the fast-forward's cost of a run of decode steps)
-against `decode_cost` called once a step, added up as the executor adds it: every figure
+against `cost` of each step, called once a step, added up as the executor adds it: every figure
 equal to the bit, for dense, mixture-of-experts and latent-attention models, one GPU and
 tensor-parallel groups, with and without a per-layer floor, with the CPU overhead charged
 whole and overlapped with the previous step's GPU time (async scheduling). And a mixed
@@ -27,7 +27,7 @@ def _stepped(model: StepTimeModel, num_seqs: int, context: int, max_steps: int,
     for step in range(max_steps):
         if step and now_s >= until_s:
             break
-        cost = model.decode_cost(num_seqs, context)
+        cost = model.cost([], [], num_seqs, 0, num_seqs, context)
         if overlap_after_gpu_s is not None:
             cpu = overlapped_cpu_overhead_s(model.gpu.constants.cpu_overhead_s,
                                             overlap_after_gpu_s)
