@@ -165,11 +165,8 @@ class RequestTable:
 
         return pd.DataFrame(self.columns, columns=list(REQUEST_COLUMNS))
 
-    def csv_lines(self, header: bool = True) -> bytes:
-        """The rows as CSV text, the header line first when asked."""
-        return csv_text(self.columns, header)
-
     def write_csv(self, handle: IO[bytes]) -> None:
         """Write `requests.csv` to the binary `handle`, `_CHUNK_ROWS` rows at a time."""
         for start in range(0, max(self.num_rows, 1), _CHUNK_ROWS):
-            handle.write(self.take(slice(start, start + _CHUNK_ROWS)).csv_lines(start == 0))
+            rows = self.take(slice(start, start + _CHUNK_ROWS))
+            handle.write(csv_text(rows.columns, header=start == 0))
