@@ -134,12 +134,9 @@ def peak_concurrent_requests(start_s: np.ndarray, end_s: np.ndarray) -> int:
     return int(max(0, np.cumsum(deltas[order]).max()))
 
 
-def vllm_bench_result(folder: Path) -> Export:
+def vllm_bench_result(folder: Path | RunFiles) -> Export:
     """The run in `vllm bench serve --save-result --save-detailed` form (module docstring)."""
-    return _bench_result(RunFiles.read(folder))
-
-
-def _bench_result(run: RunFiles) -> Export:
+    run = folder if isinstance(folder, RunFiles) else RunFiles.read(folder)
     s, cfg = run.summary, run.config.get("run") or {}
     missing: list[str] = []
     max_concurrency = cfg.get("max_concurrency")
@@ -291,7 +288,7 @@ def vllm_sweep_files(folders: list[Path]) -> tuple[dict[str, str], list[str]]:
         records = []
         for number, folder in enumerate(runs):
             run = RunFiles.read(folder)
-            result = _bench_result(run)
+            result = vllm_bench_result(run)
             missing += [key for key in result.missing if key not in missing]
             record = {k: v for k, v in result.data.items() if k not in _DETAILED_ONLY}
             record["run_number"] = number

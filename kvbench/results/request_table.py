@@ -53,8 +53,6 @@ _OF_REQUEST = operator.attrgetter("request_id", "arrival_s", "prompt_token_ids",
 _OF_SAMPLE = operator.attrgetter("admitted_s", "first_token_s", "finish_s", "token_ids",
                                  "prompt_len", "preemptions", "cached_prompt_tokens",
                                  "kv_loaded_s")
-_REQUEST_ID = operator.attrgetter("request_id")
-_SENT = operator.attrgetter("request.arrival_s")
 
 
 def _rows_of(requests: Seq[Request], samples: dict[int, list[Sequence]],
@@ -68,12 +66,6 @@ def _rows_of(requests: Seq[Request], samples: dict[int, list[Sequence]],
     sent: list[Any] = []
     for request in requests:
         ran = samples.get(request.request_id) or []
-        if request.n == 1 and len(ran) == 1 and ran[0].sample_index == 0:
-            row_request.append(request)
-            row_seq.append(ran[0])
-            sample.append(0)
-            sent.append(ran[0].request.arrival_s)
-            continue
         found = {s.sample_index: s for s in ran}
         sent_s = ran[0].request.arrival_s if ran else None
         for index in range(request.n):
