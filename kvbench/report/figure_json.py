@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from typing import Any
 
 import numpy as np
+
+from kvbench.results.metrics import nan_to_none
 
 # plotly.js's short names of the dtypes it reads from typed arrays.
 _SHORT_DTYPES = {"int8": "i1", "uint8": "u1", "int16": "i2", "uint16": "u2", "int32": "i4",
@@ -44,31 +45,18 @@ def typed_array(values: np.ndarray) -> dict[str, str] | list[Any]:
 
 
 def _default(value: Any) -> Any:
-    """What `json` cannot write by itself."""
+    """What `json` cannot write by itself (numpy scalars are Python's: `nan_to_none`)."""
     if isinstance(value, np.ndarray):
         return typed_array(value)
-    if isinstance(value, np.generic):
-        return value.item()
     raise TypeError(f"cannot write {type(value).__name__} into a figure: give numpy arrays, "
                     "lists or numbers")
-
-
-def _finite(value: Any) -> Any:
-    """`value` with NaN and infinities (outside typed arrays) as None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
-    return value
 
 
 def to_json(value: Any) -> str:
     """`value` (dicts, lists, numbers, strings, numpy arrays) as compact JSON, safe to inline
     in a `<script>` element."""
     # a NaN outside an array as null: plotly.js reads it as a gap
-    text = json.dumps(_finite(value), separators=(",", ":"), default=_default, allow_nan=False)
+    text = json.dumps(nan_to_none(value), separators=(",", ":"), default=_default, allow_nan=False)
     for unsafe, safe in _HTML_UNSAFE:
         text = text.replace(unsafe, safe)
     return text

@@ -44,12 +44,8 @@ def curve_at(curve: dict[str, Any], blocks: int) -> float | None:
 
 def residency_runs(runset: RunSet) -> list[tuple[Any, dict[str, Any]]]:
     """The runs that kept residency figures, with their summary's `scheduler` keys."""
-    out = []
-    for run in runset.runs:
-        sched = run.summary.scheduler
-        if sched is not None and sched.get("kv_block_lifetime_ms") is not None:
-            out.append((run, sched))
-    return out
+    return [(run, run.summary.scheduler) for run in runset.runs
+            if (run.summary.scheduler or {}).get("kv_block_lifetime_ms") is not None]
 
 
 def residency_table_html(runset: RunSet) -> str:

@@ -28,7 +28,7 @@ from kvbench.results.run_folder import (
     run_name,
 )
 from kvbench.results.step_writer import CHART_STEP_COLUMNS
-from kvbench.results.summary import Summary, read_json_object, summary_file
+from kvbench.results.summary import REQUEST_LATENCIES, Summary, read_json_object, summary_file
 from kvbench.results.token_times import TokenTimes, read_token_arrays
 
 
@@ -176,9 +176,7 @@ def _partial_summary(config: dict[str, Any], requests: Columns, status: str) -> 
     engine = run.get("engine") if isinstance(run.get("engine"), dict) else {}
     tput, makespan = throughput(requests) if not requests.empty else ({}, 0.0)
     latencies = {name: latency_stats(requests[f"{name}_ms"])
-                 for name in ("ttft", "tpot", "e2e", "queue", "prefill", "host_load",
-                              "prefill_compute")
-                 if f"{name}_ms" in requests}
+                 for name in REQUEST_LATENCIES if f"{name}_ms" in requests}
     return Summary.from_dict(nan_to_none({
         "label": config.get("label"), "status": status,
         **{key: engine.get(key) for key in ("strategy", "batching", "model", "dtype", "seed")},

@@ -11,7 +11,7 @@ from typing import Any
 
 from kvbench.report.text_table import fmt, format_table
 from kvbench.results.repeat import format_mean_ci
-from kvbench.results.summary import Summary
+from kvbench.results.summary import Summary, as_summary
 from kvbench.units import format_bytes
 
 HEADERS = [
@@ -61,7 +61,7 @@ def summary_rows(summaries: list[Summary]) -> list[list[str]]:
 
 
 def render_summary(summaries: list[Summary | Mapping[str, Any]]) -> str:
-    runs = [s if isinstance(s, Summary) else Summary.from_dict(s) for s in summaries]
+    runs = [as_summary(s) for s in summaries]
     first = runs[0]
     header = (
         f"model {first.model} ({first.dtype}) on {first.device}  |  workload "

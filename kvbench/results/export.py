@@ -17,7 +17,7 @@ import pandas as pd
 
 from kvbench.errors import KvbenchInputError
 from kvbench.results.metrics import per_request
-from kvbench.results.summary import Summary, summary_file
+from kvbench.results.summary import Summary, read_json_object, summary_file
 from kvbench.results.token_times import TOKENS_FILE, read_token_times, token_gaps_s
 
 LATENCIES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e"}  # vLLM -> kvbench
@@ -51,20 +51,15 @@ class RunFiles:
     def read(cls, folder: Path) -> RunFiles:
         folder = Path(folder)
         summary = Summary.of_folder(folder)
-        config: dict[str, Any] = {}
-        if (folder / "config.json").is_file():
-            try:
-                config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError) as err:
-                raise KvbenchInputError(f"cannot read {folder / 'config.json'}: {err}") from None
+        config = (read_json_object(folder / "config.json")
+                  if (folder / "config.json").is_file() else {})
         requests = None
         if (folder / "requests.csv").is_file():
             try:
                 requests = pd.read_csv(folder / "requests.csv").sort_values("request_id")
             except (OSError, ValueError, KeyError, pd.errors.EmptyDataError) as err:
                 raise KvbenchInputError(f"cannot read {folder / 'requests.csv'}: {err}") from None
-        return cls(folder, summary, config if isinstance(config, dict) else {}, requests,
-                   read_token_times(folder))
+        return cls(folder, summary, config, requests, read_token_times(folder))
 
     def row_itls_s(self, frame: pd.DataFrame) -> list[list[float]]:
         """The gaps between consecutive tokens (seconds) of each row of a `requests.csv`
@@ -139,12 +134,9 @@ def peak_concurrent_requests(start_s: np.ndarray, end_s: np.ndarray) -> int:
     return int(max(0, np.cumsum(deltas[order]).max()))
 
 
-def vllm_bench_result(folder: Path) -> Export:
+def vllm_bench_result(folder: Path | RunFiles) -> Export:
     """The run in `vllm bench serve --save-result --save-detailed` form (module docstring)."""
-    return _bench_result(RunFiles.read(folder))
-
-
-def _bench_result(run: RunFiles) -> Export:
+    run = folder if isinstance(folder, RunFiles) else RunFiles.read(folder)
     s, cfg = run.summary, run.config.get("run") or {}
     missing: list[str] = []
     max_concurrency = cfg.get("max_concurrency")
@@ -296,7 +288,7 @@ def vllm_sweep_files(folders: list[Path]) -> tuple[dict[str, str], list[str]]:
         records = []
         for number, folder in enumerate(runs):
             run = RunFiles.read(folder)
-            result = _bench_result(run)
+            result = vllm_bench_result(run)
             missing += [key for key in result.missing if key not in missing]
             record = {k: v for k, v in result.data.items() if k not in _DETAILED_ONLY}
             record["run_number"] = number

@@ -126,11 +126,13 @@ def goodput(requests: Columns | pd.DataFrame, slo_ms: dict[str, float],
 
 
 def nan_to_none(value: Any) -> Any:
+    """`value` with NaN and infinities (outside numpy arrays) as None, numpy scalars as
+    Python's, tuples as lists (as JSON writes them)."""
     if isinstance(value, dict):
         return {k: nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [nan_to_none(v) for v in value]
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, np.generic):
         return nan_to_none(value.item())

@@ -53,8 +53,6 @@ _OF_REQUEST = operator.attrgetter("request_id", "arrival_s", "prompt_token_ids",
 _OF_SAMPLE = operator.attrgetter("admitted_s", "first_token_s", "finish_s", "token_ids",
                                  "prompt_len", "preemptions", "cached_prompt_tokens",
                                  "kv_loaded_s")
-_REQUEST_ID = operator.attrgetter("request_id")
-_SENT = operator.attrgetter("request.arrival_s")
 
 
 def _rows_of(requests: Seq[Request], samples: dict[int, list[Sequence]],
@@ -68,12 +66,6 @@ def _rows_of(requests: Seq[Request], samples: dict[int, list[Sequence]],
     sent: list[Any] = []
     for request in requests:
         ran = samples.get(request.request_id) or []
-        if request.n == 1 and len(ran) == 1 and ran[0].sample_index == 0:
-            row_request.append(request)
-            row_seq.append(ran[0])
-            sample.append(0)
-            sent.append(ran[0].request.arrival_s)
-            continue
         found = {s.sample_index: s for s in ran}
         sent_s = ran[0].request.arrival_s if ran else None
         for index in range(request.n):
@@ -165,11 +157,8 @@ class RequestTable:
 
         return pd.DataFrame(self.columns, columns=list(REQUEST_COLUMNS))
 
-    def csv_lines(self, header: bool = True) -> bytes:
-        """The rows as CSV text, the header line first when asked."""
-        return csv_text(self.columns, header)
-
     def write_csv(self, handle: IO[bytes]) -> None:
         """Write `requests.csv` to the binary `handle`, `_CHUNK_ROWS` rows at a time."""
         for start in range(0, max(self.num_rows, 1), _CHUNK_ROWS):
-            handle.write(self.take(slice(start, start + _CHUNK_ROWS)).csv_lines(start == 0))
+            rows = self.take(slice(start, start + _CHUNK_ROWS))
+            handle.write(csv_text(rows.columns, header=start == 0))

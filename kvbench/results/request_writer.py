@@ -14,6 +14,7 @@ import numpy as np
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence
+from kvbench.results.csv_table import csv_text
 from kvbench.results.request_table import RequestTable
 
 # How long a finished request's row may wait before it is written (seconds of wall time),
@@ -58,7 +59,7 @@ class RequestWriter:
             return
         held, self._held = self._held, []
         table = RequestTable.build(held, self._samples)
-        self._file.write(table.csv_lines(header=not self.rows_written))
+        self._file.write(csv_text(table.columns, header=not self.rows_written))
         self._file.flush()  # (a killed run's file: every batch written so far)
         self.rows_written += table.num_rows
         self._tables.append(table)

@@ -41,6 +41,7 @@ from kvbench.results.step_writer import (
     StepWriter,
 )
 from kvbench.results.summary import (
+    REQUEST_LATENCIES,
     SUMMARY_FILE,
     Goodput,
     Latencies,
@@ -200,8 +201,7 @@ class RunWriter:
 
         latency = Latencies(
             **{name: LatencyStats(**latency_stats(requests.get(f"{name}_ms", [])))
-               for name in ("ttft", "tpot", "e2e", "queue", "prefill", "host_load",
-                            "prefill_compute")},
+               for name in REQUEST_LATENCIES},
             itl=LatencyStats(**itl),
             client_wait=LatencyStats(**latency_stats(by_request.get("client_wait_ms", []))))
         return Summary(

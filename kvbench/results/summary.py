@@ -119,6 +119,10 @@ class LatencyStats(Section):
     max: float | None = None
 
 
+# The latencies of `requests.csv` (each a `<name>_ms` column) that `latency_ms` summarizes.
+REQUEST_LATENCIES = ("ttft", "tpot", "e2e", "queue", "prefill", "host_load", "prefill_compute")
+
+
 @dataclass(kw_only=True)
 class Latencies(Section):
     """`latency_ms`, over samples (ITL: over token gaps), with vLLM's definitions and TTFT's
@@ -135,11 +139,8 @@ class Latencies(Section):
     prefill_compute: LatencyStats = field(default_factory=LatencyStats)
     client_wait: LatencyStats = field(default_factory=LatencyStats)
 
-    PARTS: ClassVar[dict[str, type[Section]]] = {
-        name: LatencyStats
-        for name in ("ttft", "tpot", "itl", "e2e", "queue", "prefill", "host_load",
-                     "prefill_compute", "client_wait")
-    }
+    PARTS: ClassVar[dict[str, type[Section]]] = dict.fromkeys(
+        (*REQUEST_LATENCIES, "itl", "client_wait"), LatencyStats)
 
 
 @dataclass(kw_only=True)
@@ -270,9 +271,7 @@ class Summary(Section):
         """The value at a JSON key path, e.g. ("latency_ms", "ttft", "p99"); None if absent."""
         value: Any = self
         for key in path:
-            if isinstance(value, Section):
-                value = value.get(key)
-            elif isinstance(value, Mapping):
+            if isinstance(value, Section | Mapping):
                 value = value.get(key)
             else:
                 return None

@@ -12,13 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvbench.errors import KvbenchInputError
-from kvbench.results.metric_catalogue import LATENCY_METRICS, LATENCY_STATS
-from kvbench.results.metric_catalogue import METRICS as CATALOGUE
+from kvbench.results.metric_catalogue import LATENCY_METRICS, LATENCY_STATS, METRICS
 from kvbench.results.summary import Summary, as_summary
 from kvbench.units import parse_duration_s
 
-METRICS = tuple(LATENCY_METRICS)
-STATS = LATENCY_STATS
 # The per-request goodput of `kvbench_summary.json` knows these (kvbench.results.metrics.goodput).
 GOODPUT_METRICS = ("ttft", "tpot", "e2e")
 
@@ -42,10 +39,11 @@ def parse_slo_targets(spec: str | Mapping[str, Any] | None) -> dict[str, float]:
     for key, value in items:
         metric, _, stat = str(key).strip().partition(".")
         stat = stat or "p99"
-        if metric not in METRICS or stat not in STATS:
+        if metric not in LATENCY_METRICS or stat not in LATENCY_STATS:
             raise KvbenchInputError(
                 f"unknown SLO metric {key!r}: use METRIC.STAT with METRIC in "
-                f"{', '.join(METRICS)} and STAT in {', '.join(STATS)} (e.g. ttft.p99)"
+                f"{', '.join(LATENCY_METRICS)} and STAT in {', '.join(LATENCY_STATS)} "
+                "(e.g. ttft.p99)"
             )
         if isinstance(value, int | float) and not isinstance(value, bool):
             limit_ms = float(value)
@@ -81,7 +79,7 @@ def slo_violations(summary: Summary | Mapping[str, Any] | None,
     if summary.failed:
         problems.append(f"{summary.failed} requests not served")
     for key, limit in targets.items():
-        value = CATALOGUE[key].value(summary)
+        value = METRICS[key].value(summary)
         if value is None:
             problems.append(f"{key} missing")
         elif value > limit:
