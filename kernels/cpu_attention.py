@@ -74,11 +74,13 @@ def _gather(rows_of: torch.Tensor, index: torch.Tensor, role: str) -> torch.Tens
     as needed: the result is valid until the next gather for the same role."""
     shape = (index.numel(), *rows_of.shape[1:])
     needed = index.numel() * rows_of[0].numel() if len(rows_of) else 0
-    buffer = getattr(_gather_buffers, role, None)
+    # An inference tensor cannot be written outside inference mode: one buffer for each.
+    key = f"{role}_inference" if torch.is_inference_mode_enabled() else role
+    buffer = getattr(_gather_buffers, key, None)
     if (buffer is None or buffer.numel() < needed or buffer.dtype != rows_of.dtype
             or buffer.device != rows_of.device):
         buffer = torch.empty(needed, dtype=rows_of.dtype, device=rows_of.device)
-        setattr(_gather_buffers, role, buffer)
+        setattr(_gather_buffers, key, buffer)
     rows = torch.index_select(rows_of, 0, index, out=buffer[:needed].view(shape))
     if is_fp8(rows):
         return fp8_to_float_div_256(rows)
