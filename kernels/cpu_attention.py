@@ -19,6 +19,7 @@ Where the time goes, and what this module does about it, on any CPU:
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 
@@ -73,7 +74,7 @@ def _gather(rows_of: torch.Tensor, index: torch.Tensor, role: str) -> torch.Tens
     and left owing their `_fp8_fold`. The rows land in this thread's buffer for `role`, grown
     as needed: the result is valid until the next gather for the same role."""
     shape = (index.numel(), *rows_of.shape[1:])
-    needed = index.numel() * rows_of[0].numel() if len(rows_of) else 0
+    needed = math.prod(shape)
     # An inference tensor cannot be written outside inference mode: one buffer for each.
     key = f"{role}_inference" if torch.is_inference_mode_enabled() else role
     buffer = getattr(_gather_buffers, key, None)
